@@ -1,0 +1,162 @@
+// Command pgfleet is a sharded-PostgreSQL coordinator. Subcommands:
+//
+//	pgfleet serve   run a coordinator in front of PostgreSQL workers
+//	pgfleet demo    start a local cluster (workers + coordinators) for psql
+//
+// This package only wires flags to the packages that do the work.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+)
+
+const usage = `pgfleet: a fleet of PostgreSQL-compatible coordinators in front of plain PostgreSQL workers.
+
+Usage:
+  pgfleet serve [flags]   run one coordinator (pgfleet serve -h for flags)
+  pgfleet demo  [flags]   start PostgreSQL workers and coordinators on loopback, ready for psql
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "demo":
+		err = demo(os.Args[2:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "pgfleet: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgfleet:", err)
+		os.Exit(1)
+	}
+}
+
+// listFlag collects a repeatable flag; commas also separate values.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// coordinatorFlags are the flags serve and demo share.
+type coordinatorFlags struct {
+	poolSize       int
+	poolTimeout    time.Duration
+	startupTimeout time.Duration
+	auth           string
+	users          listFlag
+	workerPassword string
+	logLevel       string
+}
+
+func (f *coordinatorFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.poolSize, "pool-size", envInt("PGFLEET_POOL_SIZE", 16), "server connections per worker, database and user")
+	fs.DurationVar(&f.poolTimeout, "pool-timeout", envDuration("PGFLEET_POOL_TIMEOUT", 5*time.Second), "longest a statement waits for a server connection")
+	fs.DurationVar(&f.startupTimeout, "startup-timeout", 10*time.Second, "longest a client may take to connect and authenticate")
+	fs.StringVar(&f.auth, "auth", os.Getenv("PGFLEET_AUTH"), "client authentication: trust, scram-sha-256 or md5 (default: trust on loopback without users, else scram-sha-256)")
+	fs.Var(&f.users, "user", "name:password of a user (repeatable; also $PGFLEET_USERS, comma-separated)")
+	fs.StringVar(&f.workerPassword, "worker-password", os.Getenv("PGFLEET_WORKER_PASSWORD"), "password for server connections of users not given with --user")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.Config, error) {
+	if len(f.users) == 0 && os.Getenv("PGFLEET_USERS") != "" {
+		_ = f.users.Set(os.Getenv("PGFLEET_USERS"))
+	}
+	users := map[string]string{}
+	for _, u := range f.users {
+		name, pw, ok := strings.Cut(u, ":")
+		if !ok || name == "" {
+			return coordinator.Config{}, fmt.Errorf("--user %q: want name:password", u)
+		}
+		users[name] = pw
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return coordinator.Config{}, fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	return coordinator.Config{Listen: listen, Workers: workers, Auth: f.auth, Users: users,
+		WorkerPassword: f.workerPassword, PoolSize: f.poolSize, PoolTimeout: f.poolTimeout,
+		StartupTimeout: f.startupTimeout, Logger: log}, nil
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	listen := fs.String("listen", envStr("PGFLEET_LISTEN", "127.0.0.1:6432"), "address for clients")
+	metrics := fs.String("metrics-listen", os.Getenv("PGFLEET_METRICS_LISTEN"), "address for /metrics and /healthz (empty: off)")
+	var workers listFlag
+	fs.Var(&workers, "worker", "worker host:port (repeatable; the first is the default node; also $PGFLEET_WORKERS)")
+	var cf coordinatorFlags
+	cf.register(fs)
+	_ = fs.Parse(args)
+	if len(workers) == 0 {
+		_ = workers.Set(os.Getenv("PGFLEET_WORKERS"))
+	}
+	cfg, err := cf.config(*listen, workers)
+	if err != nil {
+		return err
+	}
+	cfg.MetricsListen = *metrics
+	srv, err := coordinator.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	cfg.Logger.Info("coordinator ready", "listen", srv.Addr(), "workers", strings.Join(workers, ","), "pool_size", cfg.PoolSize)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	cfg.Logger.Info("shutting down")
+	return srv.Close()
+}
+
+func envStr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(k string, def int) int {
+	var v int
+	if _, err := fmt.Sscan(os.Getenv(k), &v); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDuration(k string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(k)); err == nil {
+		return d
+	}
+	return def
+}

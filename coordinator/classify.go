@@ -1,0 +1,326 @@
+package coordinator
+
+import "strings"
+
+// opKind is a change to a session's parameters made by one statement.
+type opKind uint8
+
+const (
+	opSet        opKind = iota + 1 // SET name ...       (tag SET)
+	opReset                        // RESET name         (tag RESET)
+	opResetAll                     // RESET ALL          (tag RESET)
+	opDiscardAll                   // DISCARD ALL        (tag DISCARD ALL)
+	opDeallocate                   // DEALLOCATE name    (tag DEALLOCATE)
+	opDeallocAll                   // DEALLOCATE ALL     (tag DEALLOCATE ALL)
+)
+
+// paramOp is one session-state change, matched to the statement's
+// CommandComplete tag when it runs.
+type paramOp struct {
+	kind opKind
+	name string // parameter (lower case) or statement name
+	sql  string // the SET statement, replayed on other server connections
+}
+
+func (o paramOp) tag() string {
+	switch o.kind {
+	case opSet:
+		return "SET"
+	case opReset, opResetAll:
+		return "RESET"
+	case opDiscardAll:
+		return "DISCARD ALL"
+	case opDeallocate:
+		return "DEALLOCATE"
+	default:
+		return "DEALLOCATE ALL"
+	}
+}
+
+// class is what the coordinator must know about a query string before it
+// sends it: whether it changes session state that must follow the client
+// across server connections, or state that cannot be multiplexed at all.
+type class struct {
+	pin   string    // why the session must keep its server connection; "" if it need not
+	ops   []paramOp // session changes, in statement order
+	count int       // statements in the string
+}
+
+// classify scans sql lexically (comments, quotes and dollar quotes skipped)
+// without a full parse: it looks only at each statement's leading keywords
+// and at calls of functions with session-level effects.
+func classify(sql string) class {
+	var c class
+	lx := lexer{s: sql}
+	for {
+		words, start, end, more := lx.statement()
+		if len(words) > 0 {
+			c.count++
+			stmt := strings.TrimSpace(sql[start:end])
+			classifyStatement(&c, words, stmt, lx.sawSessionFunc)
+		}
+		lx.sawSessionFunc = ""
+		if !more {
+			return c
+		}
+	}
+}
+
+func classifyStatement(c *class, w []string, stmt string, sessionFunc string) {
+	at := func(i int) string {
+		if i < len(w) {
+			return w[i]
+		}
+		return ""
+	}
+	setPin := func(why string) {
+		if c.pin == "" {
+			c.pin = why
+		}
+	}
+	if sessionFunc != "" {
+		setPin(sessionFunc)
+	}
+	switch at(0) {
+	case "SET":
+		name := at(1)
+		switch name {
+		case "LOCAL", "TRANSACTION":
+			return
+		case "SESSION":
+			switch at(2) {
+			case "AUTHORIZATION":
+				setPin("SET SESSION AUTHORIZATION")
+				return
+			case "CHARACTERISTICS":
+				name = "session characteristics"
+			default:
+				name = at(2)
+			}
+		case "ROLE":
+			setPin("SET ROLE")
+			return
+		case "TIME":
+			name = "timezone"
+		case "NAMES":
+			name = "client_encoding"
+		case "SCHEMA":
+			name = "search_path"
+		}
+		c.ops = append(c.ops, paramOp{kind: opSet, name: strings.ToLower(name), sql: stmt})
+	case "RESET":
+		switch at(1) {
+		case "ALL":
+			c.ops = append(c.ops, paramOp{kind: opResetAll})
+		case "ROLE", "SESSION":
+			setPin("RESET " + at(1))
+		case "TIME":
+			c.ops = append(c.ops, paramOp{kind: opReset, name: "timezone"})
+		default:
+			c.ops = append(c.ops, paramOp{kind: opReset, name: strings.ToLower(at(1))})
+		}
+	case "DISCARD":
+		if at(1) == "ALL" {
+			c.ops = append(c.ops, paramOp{kind: opDiscardAll})
+		} else if at(1) == "TEMP" || at(1) == "TEMPORARY" {
+			return
+		}
+	case "DEALLOCATE":
+		i := 1
+		if at(1) == "PREPARE" {
+			i = 2
+		}
+		if at(i) == "ALL" {
+			c.ops = append(c.ops, paramOp{kind: opDeallocAll})
+		} else {
+			c.ops = append(c.ops, paramOp{kind: opDeallocate, name: identName(stmt, at(i))})
+		}
+	case "LISTEN":
+		setPin("LISTEN")
+	case "PREPARE":
+		setPin("SQL PREPARE")
+	case "LOAD":
+		setPin("LOAD")
+	case "DECLARE":
+		for i := 1; i+1 < len(w); i++ {
+			if w[i] == "WITH" && w[i+1] == "HOLD" {
+				setPin("DECLARE ... WITH HOLD")
+			}
+			if w[i] == "FOR" {
+				break
+			}
+		}
+	case "CREATE":
+		i := 1
+		if at(1) == "OR" && at(2) == "REPLACE" {
+			i = 3
+		}
+		if at(i) == "GLOBAL" || at(i) == "LOCAL" {
+			i++
+		}
+		if at(i) == "TEMP" || at(i) == "TEMPORARY" {
+			setPin("temporary object")
+		}
+	}
+	for i := 0; i+1 < len(w); i++ {
+		if w[i] == "INTO" && (w[i+1] == "TEMP" || w[i+1] == "TEMPORARY") {
+			setPin("temporary object")
+		}
+	}
+}
+
+// identName recovers the original spelling of a statement name from the
+// statement (the lexer upper-cases unquoted words; PostgreSQL lower-cases them).
+func identName(stmt, upper string) string {
+	if strings.HasPrefix(upper, "\"") {
+		return strings.ReplaceAll(strings.Trim(upper, "\""), "\"\"", "\"")
+	}
+	return strings.ToLower(upper)
+}
+
+// sessionFuncs are functions whose effects outlive the transaction.
+var sessionFuncs = map[string]string{
+	"PG_ADVISORY_LOCK":            "session advisory lock",
+	"PG_ADVISORY_LOCK_SHARED":     "session advisory lock",
+	"PG_TRY_ADVISORY_LOCK":        "session advisory lock",
+	"PG_TRY_ADVISORY_LOCK_SHARED": "session advisory lock",
+	"SET_CONFIG":                  "set_config()",
+	"DBLINK_CONNECT":              "dblink connection",
+	"LO_OPEN":                     "large object descriptor",
+}
+
+// lexer walks SQL text statement by statement. It keeps the first few words
+// of each statement (upper-cased) and notes calls to session functions.
+type lexer struct {
+	s              string
+	i              int
+	sawSessionFunc string
+}
+
+const maxWords = 12
+
+func (lx *lexer) statement() (words []string, start, end int, more bool) {
+	s := lx.s
+	start = lx.i
+	depth := 0
+	for lx.i < len(s) {
+		ch := s[lx.i]
+		switch {
+		case ch == ';' && depth == 0:
+			end = lx.i
+			lx.i++
+			return words, start, end, true
+		case ch == '(':
+			depth++
+			lx.i++
+		case ch == ')':
+			if depth > 0 {
+				depth--
+			}
+			lx.i++
+		case ch == '-' && lx.i+1 < len(s) && s[lx.i+1] == '-':
+			for lx.i < len(s) && s[lx.i] != '\n' {
+				lx.i++
+			}
+		case ch == '/' && lx.i+1 < len(s) && s[lx.i+1] == '*':
+			lx.skipBlockComment()
+		case ch == '\'':
+			escapes := lx.i > 0 && (s[lx.i-1] == 'e' || s[lx.i-1] == 'E')
+			lx.skipQuoted('\'', escapes)
+		case ch == '"':
+			st := lx.i
+			lx.skipQuoted('"', false)
+			if len(words) < maxWords {
+				words = append(words, s[st:lx.i])
+			}
+		case ch == '$' && lx.dollarQuote():
+		case isIdentStart(ch):
+			st := lx.i
+			for lx.i < len(s) && isIdentChar(s[lx.i]) {
+				lx.i++
+			}
+			w := strings.ToUpper(s[st:lx.i])
+			if len(words) < maxWords {
+				words = append(words, w)
+			}
+			if len(w) > 7 && (w[0] == 'P' || w[0] == 'S' || w[0] == 'D' || w[0] == 'L') {
+				if why, ok := sessionFuncs[w]; ok && lx.sawSessionFunc == "" {
+					lx.sawSessionFunc = why
+				}
+			}
+		default:
+			lx.i++
+		}
+	}
+	return words, start, len(s), false
+}
+
+func (lx *lexer) skipBlockComment() {
+	s, depth := lx.s, 0
+	for lx.i+1 < len(s) {
+		if s[lx.i] == '/' && s[lx.i+1] == '*' {
+			depth++
+			lx.i += 2
+		} else if s[lx.i] == '*' && s[lx.i+1] == '/' {
+			depth--
+			lx.i += 2
+			if depth == 0 {
+				return
+			}
+		} else {
+			lx.i++
+		}
+	}
+	lx.i = len(s)
+}
+
+func (lx *lexer) skipQuoted(q byte, backslash bool) {
+	s := lx.s
+	lx.i++
+	for lx.i < len(s) {
+		c := s[lx.i]
+		if backslash && c == '\\' {
+			lx.i += 2
+			continue
+		}
+		lx.i++
+		if c == q {
+			if lx.i < len(s) && s[lx.i] == q {
+				lx.i++
+				continue
+			}
+			return
+		}
+	}
+}
+
+// dollarQuote skips a $tag$...$tag$ string if one starts here.
+func (lx *lexer) dollarQuote() bool {
+	s := lx.s
+	j := lx.i + 1
+	for j < len(s) && s[j] != '$' {
+		if !isIdentChar(s[j]) || (j == lx.i+1 && s[j] >= '0' && s[j] <= '9') {
+			lx.i++ // a parameter like $1, or a lone $
+			return true
+		}
+		j++
+	}
+	if j >= len(s) {
+		lx.i++
+		return true
+	}
+	tag := s[lx.i : j+1]
+	k := strings.Index(s[j+1:], tag)
+	if k < 0 {
+		lx.i = len(s)
+	} else {
+		lx.i = j + 1 + k + len(tag)
+	}
+	return true
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80
+}
+
+func isIdentChar(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') || c == '$' }

@@ -1,0 +1,158 @@
+package coordinator
+
+import (
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"sort"
+	"strings"
+)
+
+// sessionParams is the part of a client's session that must follow it from
+// one server connection to the next: the parameters from its startup packet
+// and the SETs it ran since. Its key is the SQL that recreates it on a server
+// connection after RESET ALL; two sessions with equal keys can share a server
+// connection without any replay.
+type sessionParams struct {
+	startup []string          // SET statements from the startup packet
+	set     map[string]string // name -> SET statement, from the session's SETs
+	key     string
+}
+
+func newSessionParams(startup map[string]string) sessionParams {
+	p := sessionParams{set: map[string]string{}}
+	names := make([]string, 0, len(startup))
+	for k := range startup {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		p.startup = append(p.startup, "SET "+quoteIdent(k)+" = "+quoteLiteral(startup[k]))
+	}
+	p.rebuild()
+	return p
+}
+
+func (p *sessionParams) apply(op paramOp) {
+	switch op.kind {
+	case opSet:
+		p.set[op.name] = op.sql
+	case opReset:
+		delete(p.set, op.name)
+	case opResetAll, opDiscardAll:
+		clear(p.set)
+	default:
+		return
+	}
+	p.rebuild()
+}
+
+func (p *sessionParams) rebuild() {
+	if len(p.startup) == 0 && len(p.set) == 0 {
+		p.key = ""
+		return
+	}
+	var b strings.Builder
+	b.WriteString("RESET ALL")
+	for _, s := range p.startup {
+		b.WriteString(";")
+		b.WriteString(s)
+	}
+	names := make([]string, 0, len(p.set))
+	for k := range p.set {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		b.WriteString(";")
+		b.WriteString(p.set[k])
+	}
+	p.key = b.String()
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func quoteLiteral(s string) string {
+	if strings.Contains(s, `\`) {
+		return `E'` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `'`, `''`) + `'`
+	}
+	return `'` + strings.ReplaceAll(s, `'`, `''`) + `'`
+}
+
+// startupParams picks the settings a startup packet asks for: everything but
+// user, database, replication and options; options' "-c name=value" (or
+// "--name=value") pairs become settings too.
+func startupParams(in map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range in {
+		switch k {
+		case "user", "database", "replication":
+		case "options":
+			if err := parseOptions(v, out); err != nil {
+				return nil, err
+			}
+		default:
+			if strings.HasPrefix(k, "_pq_.") {
+				continue
+			}
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+func parseOptions(opts string, out map[string]string) error {
+	fields := splitOptions(opts)
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		var kv string
+		switch {
+		case f == "-c" && i+1 < len(fields):
+			i++
+			kv = fields[i]
+		case strings.HasPrefix(f, "-c"):
+			kv = f[2:]
+		case strings.HasPrefix(f, "--"):
+			kv = f[2:]
+		default:
+			return errUnsupportedOption(f)
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return errUnsupportedOption(f)
+		}
+		out[strings.ReplaceAll(k, "-", "_")] = v
+	}
+	return nil
+}
+
+// splitOptions splits on unescaped spaces; a backslash escapes the next byte.
+func splitOptions(s string) []string {
+	var out []string
+	var cur strings.Builder
+	esc := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case esc:
+			cur.WriteByte(c)
+			esc = false
+		case c == '\\':
+			esc = true
+		case c == ' ' || c == '\t':
+			if cur.Len() > 0 {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+func errUnsupportedOption(opt string) error {
+	return pgerr.Fatal(pgerr.FeatureNotSupported, "unsupported startup option %q", opt).
+		WithHint("pgfleet accepts only -c name=value and --name=value in options.")
+}

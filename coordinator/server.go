@@ -1,0 +1,284 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// Config is a coordinator's configuration.
+type Config struct {
+	Listen  string   // client address, host:port
+	Workers []string // worker host:port; the first is the default node
+	// Auth is "trust", "scram-sha-256" or "md5". Empty means trust when
+	// Listen is a loopback address and no users are given, scram-sha-256
+	// otherwise.
+	Auth string
+	// Users maps user names to passwords, for client authentication and for
+	// the coordinator's own connections to workers.
+	Users map[string]string
+	// WorkerPassword is used for server connections of users not in Users.
+	WorkerPassword string
+
+	PoolSize       int           // server connections per worker, database and user
+	PoolTimeout    time.Duration // longest wait for a server connection
+	StartupTimeout time.Duration // longest a client may take to start up
+	StmtCacheSize  int           // prepared statements per server connection
+
+	MetricsListen string // address for /metrics and /healthz; "" disables
+	Logger        *slog.Logger
+	Registry      *prometheus.Registry // nil: a new one
+}
+
+// Server is one coordinator.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	ln      net.Listener
+	metrics *metrics
+	pm      *pooling.Metrics
+	stmts   stmtRegistry
+
+	mu       sync.Mutex
+	pools    map[poolKey]*pooling.Pool
+	sessions map[uint32]*session // by backend pid we gave the client
+	conns    map[net.Conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+	http     *http.Server
+}
+
+type poolKey struct{ worker, database, user string }
+
+type metrics struct {
+	clients prometheus.Gauge
+	pinned  *prometheus.CounterVec
+	cancels prometheus.Counter
+}
+
+// New validates cfg and makes a server; Start begins listening.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.Workers) == 0 {
+		return nil, errors.New("at least one worker is required (--worker host:port)")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:6432"
+	}
+	if cfg.PoolSize <= 0 {
+		cfg.PoolSize = 16
+	}
+	if cfg.PoolTimeout <= 0 {
+		cfg.PoolTimeout = 5 * time.Second
+	}
+	if cfg.StartupTimeout <= 0 {
+		cfg.StartupTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Auth == "" {
+		if len(cfg.Users) == 0 {
+			cfg.Auth = "trust"
+		} else {
+			cfg.Auth = "scram-sha-256"
+		}
+	}
+	switch cfg.Auth {
+	case "trust":
+		if !isLoopback(cfg.Listen) && len(cfg.Users) == 0 {
+			cfg.Logger.Warn("trust authentication on a non-loopback address: anyone who can reach it can connect", "listen", cfg.Listen)
+		}
+	case "scram-sha-256", "md5":
+		if len(cfg.Users) == 0 {
+			return nil, fmt.Errorf("auth %s needs at least one user (--user name:password)", cfg.Auth)
+		}
+	default:
+		return nil, fmt.Errorf("unknown auth method %q: use trust, scram-sha-256 or md5", cfg.Auth)
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		cfg.Registry = reg
+	}
+	m := &metrics{
+		clients: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pgfleet_client_connections",
+			Help: "Client connections open on this coordinator."}),
+		pinned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfleet_pinned_sessions_total",
+			Help: "Sessions pinned to one server connection because they used state that cannot be multiplexed."},
+			[]string{"reason"}),
+		cancels: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_cancel_requests_total",
+			Help: "Cancel requests received."}),
+	}
+	reg.MustRegister(m.clients, m.pinned, m.cancels)
+	return &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
+		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
+		stmts: stmtRegistry{m: map[string]*Statement{}}}, nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Start listens on the client address (and the metrics address) and serves
+// in the background until Close.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	s.ln = ln
+	if s.cfg.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mln, err := net.Listen("tcp", s.cfg.MetricsListen)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = s.http.Serve(mln) }()
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return nil
+}
+
+// Addr is the address clients connect to.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			s.log.Error("accept", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+// Close stops accepting, closes client connections and waits for sessions to
+// end, then closes the pools.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.http.Shutdown(ctx)
+		cancel()
+	}
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.pools {
+		p.Close()
+	}
+	return nil
+}
+
+// pool returns the pool for (worker, database, user), making it on first use.
+func (s *Server) pool(worker, database, user string) *pooling.Pool {
+	k := poolKey{worker, database, user}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pools[k]; p != nil {
+		return p
+	}
+	pw, ok := s.cfg.Users[user]
+	if !ok {
+		pw = s.cfg.WorkerPassword
+	}
+	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
+		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize}, s.pm)
+	s.pools[k] = p
+	return p
+}
+
+// register gives a session a unique backend key.
+func (s *Server) register(ss *session) {
+	var b [8]byte
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		_, _ = rand.Read(b[:])
+		pid := binary.BigEndian.Uint32(b[:4]) & 0x7fffffff
+		if pid == 0 || s.sessions[pid] != nil {
+			continue
+		}
+		ss.pid = pid
+		ss.secret = append([]byte(nil), b[4:8]...)
+		s.sessions[pid] = ss
+		return
+	}
+}
+
+func (s *Server) unregister(ss *session) {
+	s.mu.Lock()
+	if s.sessions[ss.pid] == ss {
+		delete(s.sessions, ss.pid)
+	}
+	s.mu.Unlock()
+}
+
+func (s *Server) lookup(pid uint32) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[pid]
+}

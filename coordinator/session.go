@@ -1,0 +1,760 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// session is one client connection's state. Only its own goroutine touches
+// it, except cancelTarget, which the cancel path reads.
+type session struct {
+	srv            *Server
+	conn           net.Conn
+	r              *wire.Reader
+	out            []byte // pending output to the client
+	user, database string
+	pid            uint32
+	secret         []byte
+	ready          bool // startup is over: relay ParameterStatus as it changes
+
+	params   sessionParams
+	pending  []paramOp // session changes made in the current transaction
+	txFailed bool      // the current transaction will not commit
+
+	pool   *pooling.Pool
+	sc     *pooling.ServerConn // held from first use in a batch until ReadyForQuery 'I'
+	pinned string              // why the session keeps sc for good; "" if it does not
+
+	stmts   map[string]*Statement // client statement name -> statement
+	portals map[string]*Statement // portal -> statement it was bound from
+	// The last Parse body seen, so that a client re-parsing the same unnamed
+	// statement (as libpq's PQexecParams does) skips the registry.
+	lastParse    []byte
+	lastParseSt  *Statement
+	queue        []expect
+	qhead        int
+	skipping     bool // after an error in an extended batch: ignore until Sync
+	cancelTarget atomic.Pointer[pooling.ServerConn]
+}
+
+// Each message relayed to the server is answered by one terminal message
+// (after any number of rows, notices and the like).
+const (
+	tParse    = iota + 1 // ParseComplete
+	tBind                // BindComplete
+	tClose               // CloseComplete
+	tDescribe            // RowDescription or NoData
+	tExecute             // CommandComplete, EmptyQueryResponse or PortalSuspended
+	tSync                // ReadyForQuery
+	tQuery               // ReadyForQuery (simple query, function call)
+)
+
+const (
+	eRelay   = iota + 1 // pass the server's answer to the client
+	eSwallow            // a message pgfleet added: hide its answer
+	eSynth              // a message pgfleet answered itself: send synth in order
+)
+
+// expect is one answer the session waits for, in order.
+type expect struct {
+	kind   uint8
+	term   uint8
+	synth  []byte
+	stmt   *Statement // Parse: statement being prepared; Execute: statement of the portal
+	client string     // Parse: the client's statement name it creates
+	cls    *class     // simple query: its classification, when it changes the session
+	opIdx  int
+}
+
+func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
+
+func (ss *session) flush() error {
+	if len(ss.out) == 0 {
+		return nil
+	}
+	_, err := ss.conn.Write(ss.out)
+	if cap(ss.out) > 1<<20 {
+		ss.out = nil
+	} else {
+		ss.out = ss.out[:0]
+	}
+	return err
+}
+
+// fatal sends a FATAL (or ERROR) to the client; the connection then closes.
+func (ss *session) fatal(err error) {
+	if errors.Is(err, errQuietClose) {
+		return
+	}
+	er := pgerr.Flatten(err)
+	ss.out, _ = er.Encode(ss.out)
+	_ = ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = ss.flush()
+}
+
+func (ss *session) run() {
+	defer ss.end()
+	for {
+		if len(ss.out) > 0 && ss.r.Buffered() == 0 {
+			if ss.flush() != nil {
+				return
+			}
+		}
+		f, err := ss.r.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				ss.fatal(pgerr.Fatal(pgerr.ProtocolViolation, "%v", err))
+			}
+			return
+		}
+		if ss.skipping && f.Type != 'S' && f.Type != 'X' {
+			continue
+		}
+		switch f.Type {
+		case 'Q':
+			err = ss.simpleQuery(f.Body)
+		case 'P':
+			err = ss.parse(f.Body)
+		case 'B':
+			err = ss.bind(f.Body)
+		case 'D':
+			err = ss.describe(f.Body)
+		case 'E':
+			err = ss.execute(f.Body)
+		case 'C':
+			err = ss.close(f.Body)
+		case 'H':
+			err = ss.flushRequest()
+		case 'S':
+			err = ss.sync()
+		case 'F':
+			err = ss.relayCycle('F', f.Body, nil)
+		case 'd', 'c', 'f':
+			// Copy messages outside COPY are ignored, as PostgreSQL does.
+		case 'X':
+			return
+		default:
+			err = pgerr.Fatal(pgerr.ProtocolViolation, "invalid frontend message type %d", f.Type)
+		}
+		if err != nil {
+			ss.fatal(err)
+			return
+		}
+	}
+}
+
+// end releases what the session holds when the client goes away.
+func (ss *session) end() {
+	if ss.sc == nil {
+		return
+	}
+	if ss.pinned != "" || ss.qhead < len(ss.queue) {
+		// Session state we cannot undo, or a batch cut off midway.
+		ss.sc.MarkBroken()
+	}
+	ss.releaseServer() // rolls back an open transaction
+}
+
+// acquire takes a server connection for the session and brings its
+// settings up to the session's.
+func (ss *session) acquire(ctx context.Context) error {
+	if ss.sc != nil {
+		return nil
+	}
+	sc, err := ss.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	if sc.ParamsKey != ss.params.key {
+		sql := ss.params.key
+		if sql == "" {
+			sql = "RESET ALL"
+		}
+		var onStatus func([]byte)
+		if ss.ready {
+			onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
+		}
+		if err := sc.Exec(sql, time.Now().Add(ss.pool.Config().ResetTimeout), onStatus); err != nil {
+			sc.MarkBroken()
+			ss.pool.Release(sc)
+			var pe *pgerr.Error
+			if errors.As(err, &pe) {
+				return err
+			}
+			fe := pgerr.Flatten(err)
+			return &pgerr.Error{Severity: "ERROR", Code: fe.Code,
+				Message: "cannot apply session settings on worker: " + fe.Message,
+				Hint:    "Check the settings in the connection string and the session's SET statements."}
+		}
+		sc.ParamsKey = ss.params.key
+	}
+	ss.sc = sc
+	ss.cancelTarget.Store(sc)
+	return nil
+}
+
+func (ss *session) releaseServer() {
+	ss.cancelTarget.Store(nil)
+	ss.pool.Release(ss.sc)
+	ss.sc = nil
+}
+
+// releaseIfIdle gives the server connection back between transactions.
+func (ss *session) releaseIfIdle() {
+	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) {
+		ss.releaseServer()
+	}
+}
+
+func (ss *session) pin(reason string) {
+	if ss.pinned == "" {
+		ss.pinned = reason
+		ss.srv.metrics.pinned.WithLabelValues(reason).Inc()
+	}
+}
+
+// synthError answers in order with an error pgfleet found itself, and skips
+// the rest of the extended batch, as PostgreSQL does after an error.
+func (ss *session) synthError(err error) {
+	er := pgerr.Flatten(err)
+	b, _ := er.Encode(nil)
+	ss.push(expect{kind: eSynth, synth: b})
+	ss.skipping = true
+}
+
+var (
+	msgParseComplete = []byte{'1', 0, 0, 0, 4}
+	msgCloseComplete = []byte{'3', 0, 0, 0, 4}
+)
+
+// simpleQuery relays a Query message: one or more statements, one cycle.
+func (ss *session) simpleQuery(body []byte) error {
+	sql, _, ok := wire.CBytes(body)
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Query message")
+	}
+	cls := classify(string(sql))
+	if cls.count == 1 && len(cls.ops) == 1 && ss.pinned == "" &&
+		(cls.ops[0].kind == opDeallocate || cls.ops[0].kind == opDeallocAll) {
+		return ss.deallocate(cls.ops[0])
+	}
+	var cp *class
+	if len(cls.ops) > 0 {
+		cp = &cls
+	}
+	if cls.pin != "" {
+		ss.pin(cls.pin)
+	}
+	return ss.relayCycle('Q', body, cp)
+}
+
+// relayCycle sends one message that the server answers up to ReadyForQuery.
+func (ss *session) relayCycle(typ byte, body []byte, cls *class) error {
+	if err := ss.acquire(context.Background()); err != nil {
+		er := pgerr.Flatten(err)
+		ss.out, _ = er.Encode(ss.out)
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+		return nil
+	}
+	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
+	ss.push(expect{kind: eRelay, term: tQuery, cls: cls})
+	return ss.roundTrip()
+}
+
+// roundTrip sends what is queued for the server and relays its answers.
+func (ss *session) roundTrip() error {
+	if err := ss.sc.Flush(); err != nil {
+		return ss.lostServer(err)
+	}
+	if err := ss.drain(); err != nil {
+		return err
+	}
+	ss.queue, ss.qhead = ss.queue[:0], 0
+	ss.releaseIfIdle()
+	return nil
+}
+
+// deallocate runs DEALLOCATE of protocol-level statements on the session,
+// where they live.
+func (ss *session) deallocate(op paramOp) error {
+	tag := "DEALLOCATE ALL"
+	if op.kind == opDeallocAll {
+		clear(ss.stmts)
+	} else if _, ok := ss.stmts[op.name]; ok {
+		delete(ss.stmts, op.name)
+		tag = "DEALLOCATE"
+	} else {
+		er := pgerr.Flatten(pgerr.New(pgerr.UndefinedPreparedStmt, "prepared statement %q does not exist", op.name))
+		ss.out, _ = er.Encode(ss.out)
+		tag = ""
+	}
+	if tag != "" {
+		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+		ss.out, _ = cc.Encode(ss.out)
+	}
+	status := byte('I')
+	if ss.sc != nil {
+		status = ss.sc.TxStatus
+	}
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, status)
+	return nil
+}
+
+func (ss *session) acquireExt() bool {
+	if ss.sc != nil {
+		return true
+	}
+	if err := ss.acquire(context.Background()); err != nil {
+		ss.synthError(err)
+		return false
+	}
+	return true
+}
+
+// prepareOn queues a Parse of st on the held server connection, closing
+// the statement the cache evicts to make room.
+func (ss *session) prepareOn(st *Statement, kind uint8, client string) {
+	sc := ss.sc
+	if ev := sc.Stmts.Add(st.Name); ev != "" {
+		b := append(append([]byte{'S'}, ev...), 0)
+		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'C', b))
+		ss.push(expect{kind: eSwallow, term: tClose})
+	}
+	sc.SetBuf(append(sc.Buf(), st.parse...))
+	ss.push(expect{kind: kind, term: tParse, stmt: st, client: client})
+}
+
+func (ss *session) parse(body []byte) error {
+	name, rest, ok := wire.CBytes(body)
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
+	}
+	if len(name) > 0 {
+		if _, dup := ss.stmts[string(name)]; dup {
+			ss.synthError(pgerr.New(pgerr.DuplicatePreparedStmt, "prepared statement %q already exists", name))
+			return nil
+		}
+	}
+	st := ss.lastParseSt
+	if st == nil || !bytes.Equal(rest, ss.lastParse) {
+		if st = ss.srv.stmts.intern(rest); st == nil {
+			return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
+		}
+		ss.lastParse = append(ss.lastParse[:0], rest...)
+		ss.lastParseSt = st
+	}
+	if !ss.acquireExt() {
+		return nil
+	}
+	client := string(name)
+	ss.stmts[client] = st
+	if st.cls.pin != "" {
+		ss.pin(st.cls.pin)
+	}
+	if ss.sc.Stmts.Has(st.Name) {
+		ss.push(expect{kind: eSynth, synth: msgParseComplete})
+		return nil
+	}
+	ss.prepareOn(st, eRelay, client)
+	return nil
+}
+
+func noStatement(name []byte) error {
+	if len(name) == 0 {
+		return pgerr.New(pgerr.UndefinedPreparedStmt, "unnamed prepared statement does not exist")
+	}
+	return pgerr.New(pgerr.UndefinedPreparedStmt, "prepared statement %q does not exist", name)
+}
+
+func (ss *session) bind(body []byte) error {
+	portal, rest, ok1 := wire.CBytes(body)
+	name, params, ok2 := wire.CBytes(rest)
+	if !ok1 || !ok2 {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	st := ss.stmts[string(name)]
+	if st == nil {
+		ss.synthError(noStatement(name))
+		return nil
+	}
+	if !ss.acquireExt() {
+		return nil
+	}
+	if !ss.sc.Stmts.Has(st.Name) {
+		ss.prepareOn(st, eSwallow, "")
+	}
+	b := ss.sc.Buf()
+	n := 4 + len(portal) + 1 + len(st.Name) + 1 + len(params)
+	b = append(b, 'B', byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	b = append(append(b, portal...), 0)
+	b = append(append(b, st.Name...), 0)
+	b = append(b, params...)
+	ss.sc.SetBuf(b)
+	ss.push(expect{kind: eRelay, term: tBind})
+	if len(portal) == 0 {
+		ss.portals[""] = st
+	} else {
+		ss.portals[string(portal)] = st
+	}
+	return nil
+}
+
+func (ss *session) describe(body []byte) error {
+	if len(body) < 2 {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Describe message")
+	}
+	name, _, ok := wire.CBytes(body[1:])
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Describe message")
+	}
+	switch body[0] {
+	case 'S':
+		st := ss.stmts[string(name)]
+		if st == nil {
+			ss.synthError(noStatement(name))
+			return nil
+		}
+		if !ss.acquireExt() {
+			return nil
+		}
+		if !ss.sc.Stmts.Has(st.Name) {
+			ss.prepareOn(st, eSwallow, "")
+		}
+		b := append(append([]byte{'S'}, st.Name...), 0)
+		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', b))
+	case 'P':
+		if !ss.acquireExt() {
+			return nil
+		}
+		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', body))
+	default:
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid DESCRIBE message subtype %d", body[0])
+	}
+	ss.push(expect{kind: eRelay, term: tDescribe})
+	return nil
+}
+
+func (ss *session) execute(body []byte) error {
+	portal, _, ok := wire.CBytes(body)
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Execute message")
+	}
+	if !ss.acquireExt() {
+		return nil
+	}
+	st := ss.portals[string(portal)]
+	if st != nil && st.cls.pin != "" {
+		ss.pin(st.cls.pin)
+	}
+	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'E', body))
+	ss.push(expect{kind: eRelay, term: tExecute, stmt: st})
+	return nil
+}
+
+func (ss *session) close(body []byte) error {
+	if len(body) < 2 {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Close message")
+	}
+	name, _, ok := wire.CBytes(body[1:])
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Close message")
+	}
+	switch body[0] {
+	case 'S':
+		// Statements live in the session; the server keeps its copy for
+		// other clients.
+		delete(ss.stmts, string(name))
+		ss.push(expect{kind: eSynth, synth: msgCloseComplete})
+	case 'P':
+		delete(ss.portals, string(name))
+		if ss.sc == nil {
+			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
+			return nil
+		}
+		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'C', body))
+		ss.push(expect{kind: eRelay, term: tClose})
+	default:
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid CLOSE message subtype %d", body[0])
+	}
+	return nil
+}
+
+func (ss *session) flushRequest() error {
+	if ss.sc == nil || ss.skipping {
+		ss.emitSynth()
+		return ss.flush()
+	}
+	ss.sc.SetBuf(append(ss.sc.Buf(), 'H', 0, 0, 0, 4))
+	if err := ss.sc.Flush(); err != nil {
+		return ss.lostServer(err)
+	}
+	if err := ss.drain(); err != nil {
+		return err
+	}
+	ss.queue, ss.qhead = ss.queue[:0], 0
+	return ss.flush()
+}
+
+// emitSynth sends answers pgfleet made itself when no server is involved.
+func (ss *session) emitSynth() {
+	for ; ss.qhead < len(ss.queue); ss.qhead++ {
+		if e := &ss.queue[ss.qhead]; e.kind == eSynth {
+			ss.out = append(ss.out, e.synth...)
+		}
+	}
+	ss.queue, ss.qhead = ss.queue[:0], 0
+}
+
+func (ss *session) sync() error {
+	ss.skipping = false
+	if ss.sc == nil {
+		ss.emitSynth()
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+		return nil
+	}
+	ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+	ss.push(expect{kind: eRelay, term: tSync})
+	return ss.roundTrip()
+}
+
+// lostServer ends the session when its server connection fails mid-cycle:
+// what the worker did with the statement is unknown, so the client must be
+// told rather than given a made-up answer.
+func (ss *session) lostServer(err error) error {
+	addr := ss.sc.Addr
+	ss.sc.MarkBroken()
+	ss.releaseServer()
+	return &pgerr.Error{Severity: "FATAL", Code: pgerr.ConnectionFailure,
+		Message: fmt.Sprintf("lost connection to worker %s: %v", addr, err),
+		Hint:    "The statement's outcome is unknown; reconnect and check before retrying."}
+}
+
+// drain relays the server's answers until every queued expectation is met.
+func (ss *session) drain() error {
+	sc := ss.sc
+	for ss.qhead < len(ss.queue) {
+		e := &ss.queue[ss.qhead]
+		if e.kind == eSynth {
+			ss.out = append(ss.out, e.synth...)
+			ss.qhead++
+			continue
+		}
+		f, err := sc.Next()
+		if err != nil {
+			return ss.lostServer(err)
+		}
+		relay := e.kind == eRelay
+		switch f.Type {
+		case 'Z':
+			if len(f.Body) != 1 {
+				return ss.lostServer(errors.New("invalid ReadyForQuery"))
+			}
+			ss.out = wire.AppendFrame(ss.out, 'Z', f.Body)
+			ss.qhead++
+			ss.endOfCycle(f.Body[0])
+			continue
+		case 'E':
+			ss.out = wire.AppendFrame(ss.out, 'E', f.Body)
+			ss.txFailed = true
+			if fatalSeverity(f.Body) {
+				sc.MarkBroken()
+				ss.releaseServer()
+				_ = ss.flush()
+				return errQuietClose
+			}
+			if e.term == tQuery {
+				continue
+			}
+			for ss.qhead < len(ss.queue) && ss.queue[ss.qhead].term != tSync {
+				ss.undo(&ss.queue[ss.qhead])
+				ss.qhead++
+			}
+			if ss.qhead == len(ss.queue) {
+				ss.skipping = true // the Sync is still to come
+			}
+			continue
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+			relay = true
+		case 'N', 'A':
+			relay = true
+		case 'G':
+			ss.out = wire.AppendFrame(ss.out, 'G', f.Body)
+			if err := ss.copyIn(); err != nil {
+				return err
+			}
+			continue
+		case 'C':
+			if e.cls != nil || (e.stmt != nil && len(e.stmt.cls.ops) > 0) || len(ss.pending) > 0 {
+				ss.noteTag(e, f.Body)
+			}
+			if e.term == tExecute {
+				ss.qhead++
+			}
+		case '1':
+			if e.term == tParse {
+				ss.qhead++
+			}
+		case '2':
+			if e.term == tBind {
+				ss.qhead++
+			}
+		case '3':
+			if e.term == tClose {
+				ss.qhead++
+			}
+		case 'T', 'n':
+			if e.term == tDescribe {
+				ss.qhead++
+			}
+		case 'I', 's':
+			if e.term == tExecute {
+				ss.qhead++
+			}
+		}
+		if relay {
+			ss.out = wire.AppendFrame(ss.out, f.Type, f.Body)
+			if len(ss.out) > 64<<10 {
+				if err := ss.flush(); err != nil {
+					sc.MarkBroken()
+					return errQuietClose
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func fatalSeverity(body []byte) bool {
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil {
+		return false
+	}
+	return er.SeverityUnlocalized == "FATAL" || er.SeverityUnlocalized == "PANIC" ||
+		(er.SeverityUnlocalized == "" && (er.Severity == "FATAL" || er.Severity == "PANIC"))
+}
+
+// undo forgets what a message skipped or failed by the server would have made.
+func (ss *session) undo(e *expect) {
+	if e.term != tParse || e.stmt == nil {
+		return
+	}
+	ss.sc.Stmts.Drop(e.stmt.Name)
+	if e.kind == eRelay && ss.stmts[e.client] == e.stmt {
+		delete(ss.stmts, e.client)
+	}
+}
+
+// noteTag follows a CommandComplete for the statements that change session
+// state, in the order they ran.
+func (ss *session) noteTag(e *expect, body []byte) {
+	tag, _, _ := wire.CBytes(body)
+	if len(ss.pending) > 0 && string(tag) == "ROLLBACK" {
+		ss.txFailed = true
+	}
+	var ops []paramOp
+	if e.cls != nil {
+		ops = e.cls.ops
+	} else if e.stmt != nil {
+		ops = e.stmt.cls.ops
+	}
+	if e.opIdx >= len(ops) || string(tag) != ops[e.opIdx].tag() {
+		return
+	}
+	op := ops[e.opIdx]
+	e.opIdx++
+	switch op.kind {
+	case opSet, opReset, opResetAll:
+		ss.pending = append(ss.pending, op)
+	case opDiscardAll, opDeallocAll:
+		// The server dropped every prepared statement, ours included.
+		ss.sc.Stmts.Clear()
+		clear(ss.stmts)
+		ss.lastParseSt = nil
+		if op.kind == opDiscardAll {
+			ss.pending = append(ss.pending, op)
+		}
+	case opDeallocate:
+		delete(ss.stmts, op.name)
+	}
+}
+
+// endOfCycle runs at ReadyForQuery.
+func (ss *session) endOfCycle(status byte) {
+	ss.sc.TxStatus = status
+	if status != 'I' {
+		return
+	}
+	if len(ss.pending) > 0 {
+		if !ss.txFailed {
+			for _, op := range ss.pending {
+				ss.params.apply(op)
+			}
+		}
+		ss.pending = ss.pending[:0]
+	}
+	ss.sc.ParamsKey = ss.params.key
+	ss.txFailed = false
+	if len(ss.portals) > 0 {
+		clear(ss.portals)
+	}
+}
+
+// copyIn streams COPY FROM STDIN data from the client to the server until
+// CopyDone or CopyFail.
+func (ss *session) copyIn() error {
+	if err := ss.flush(); err != nil {
+		ss.sc.MarkBroken()
+		return errQuietClose
+	}
+	sc := ss.sc
+	for {
+		f, err := ss.r.Next()
+		if err != nil {
+			sc.MarkBroken()
+			return errQuietClose
+		}
+		switch f.Type {
+		case 'd':
+			sc.SetBuf(wire.AppendFrame(sc.Buf(), 'd', f.Body))
+			if len(sc.Buf()) >= 64<<10 {
+				if err := sc.Flush(); err != nil {
+					return ss.lostServer(err)
+				}
+			}
+		case 'c', 'f':
+			sc.SetBuf(wire.AppendFrame(sc.Buf(), f.Type, f.Body))
+			if err := sc.Flush(); err != nil {
+				return ss.lostServer(err)
+			}
+			return nil
+		case 'H', 'S':
+			// Ignored during COPY FROM STDIN, as PostgreSQL does.
+		case 'X':
+			sc.MarkBroken()
+			return errQuietClose
+		default:
+			msg := fmt.Sprintf("unexpected message type 0x%02X during COPY from stdin", f.Type)
+			sc.SetBuf(wire.AppendFrame(sc.Buf(), 'f', append([]byte(msg), 0)))
+			if err := sc.Flush(); err != nil {
+				return ss.lostServer(err)
+			}
+			return nil
+		}
+	}
+}
+
+// sendCancel forwards a cancel to the server connection a session holds.
+func sendCancel(ctx context.Context, sc *pooling.ServerConn) error { return sc.Cancel(ctx) }

@@ -1,0 +1,319 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/md5"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/xdg-go/scram"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+)
+
+const (
+	codeSSLRequest    = 80877103
+	codeGSSEncRequest = 80877104
+	codeCancelRequest = 80877102
+	maxStartupPacket  = 10000
+)
+
+// serveConn runs one client connection from its first byte to its end.
+func (s *Server) serveConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	ss := &session{srv: s, conn: c, r: wire.NewReader(c, 8192)}
+	_ = c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
+	startup, err := ss.readStartup()
+	if err != nil {
+		ss.fatal(err)
+		return
+	}
+	if err := ss.authenticate(startup); err != nil {
+		ss.fatal(err)
+		return
+	}
+	if err := ss.begin(startup); err != nil {
+		ss.fatal(err)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	s.metrics.clients.Inc()
+	defer s.metrics.clients.Dec()
+	defer s.unregister(ss)
+	ss.run()
+}
+
+// errQuietClose ends a connection without an error message (a cancel request,
+// or a client that went away during startup).
+var errQuietClose = errors.New("closed")
+
+// readStartup reads startup packets until a StartupMessage, answering SSL and
+// GSS encryption requests with 'N' and serving cancel requests.
+func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
+	for i := 0; i < 3; i++ {
+		body, err := ss.r.ReadStartup(maxStartupPacket)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil, errQuietClose // a client that says nothing is dropped
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+				return nil, errQuietClose // PostgreSQL logs "incomplete startup packet" and closes too
+			}
+			return nil, pgerr.Fatal(pgerr.ProtocolViolation, "%v", err)
+		}
+		code := binary.BigEndian.Uint32(body)
+		switch {
+		case code == codeSSLRequest || code == codeGSSEncRequest:
+			if len(body) != 4 {
+				return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid length of encryption request packet")
+			}
+			if ss.r.Buffered() > 0 {
+				// Bytes after the request before our answer: a man in the middle
+				// could have injected them (CVE-2021-23214).
+				return nil, pgerr.Fatal(pgerr.ProtocolViolation, "received unencrypted data after SSL request")
+			}
+			if _, err := ss.conn.Write([]byte{'N'}); err != nil {
+				return nil, errQuietClose
+			}
+		case code == codeCancelRequest:
+			var cr pgproto3.CancelRequest
+			if err := cr.Decode(body); err == nil {
+				ss.srv.cancel(cr.ProcessID, cr.SecretKey)
+			}
+			return nil, errQuietClose
+		case code>>16 == 3:
+			if code&0xffff != 0 {
+				// A newer minor version: answer with the one we speak (3.0)
+				// and go on with the same packet read as 3.0.
+				binary.BigEndian.PutUint32(body, pgproto3.ProtocolVersion30)
+				var opts []string
+				if sm, err := decodeStartup(body); err == nil {
+					for k := range sm.Parameters {
+						if len(k) > 5 && k[:5] == "_pq_." {
+							opts = append(opts, k)
+						}
+					}
+				}
+				npv := pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: 0, UnrecognizedOptions: opts}
+				ss.out, _ = npv.Encode(ss.out)
+			}
+			sm, err := decodeStartup(body)
+			if err != nil {
+				return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid startup packet layout: %v", err)
+			}
+			if sm.Parameters["user"] == "" {
+				return nil, pgerr.Fatal(pgerr.InvalidAuthorization, "no PostgreSQL user name specified in startup packet")
+			}
+			return sm, nil
+		default:
+			return nil, pgerr.Fatal(pgerr.ProtocolViolation,
+				"unsupported frontend protocol %d.%d: server supports 3.0", code>>16, code&0xffff)
+		}
+	}
+	return nil, pgerr.Fatal(pgerr.ProtocolViolation, "too many encryption requests during startup")
+}
+
+func decodeStartup(body []byte) (*pgproto3.StartupMessage, error) {
+	sm := &pgproto3.StartupMessage{}
+	if err := sm.Decode(body); err != nil {
+		return nil, err
+	}
+	return sm, nil
+}
+
+// authenticate runs the configured authentication exchange.
+func (ss *session) authenticate(sm *pgproto3.StartupMessage) error {
+	s := ss.srv
+	user := sm.Parameters["user"]
+	switch s.cfg.Auth {
+	case "trust":
+		return nil
+	case "md5":
+		return ss.authMD5(user)
+	default:
+		return ss.authSCRAM(user)
+	}
+}
+
+func authFailed(user string) error {
+	return pgerr.Fatal(pgerr.InvalidPassword, "password authentication failed for user %q", user)
+}
+
+func (ss *session) authMD5(user string) error {
+	var salt [4]byte
+	_, _ = rand.Read(salt[:])
+	req := pgproto3.AuthenticationMD5Password{Salt: salt}
+	ss.out, _ = req.Encode(ss.out)
+	if err := ss.flush(); err != nil {
+		return errQuietClose
+	}
+	f, err := ss.r.Next()
+	if err != nil || f.Type != 'p' {
+		return authFailed(user)
+	}
+	var pm pgproto3.PasswordMessage
+	if pm.Decode(f.Body) != nil {
+		return authFailed(user)
+	}
+	pw, ok := ss.srv.cfg.Users[user]
+	if !ok {
+		return authFailed(user)
+	}
+	inner := md5.Sum([]byte(pw + user))
+	outer := md5.Sum(append([]byte(hex.EncodeToString(inner[:])), salt[:]...))
+	want := "md5" + hex.EncodeToString(outer[:])
+	if subtle.ConstantTimeCompare([]byte(want), []byte(pm.Password)) != 1 {
+		return authFailed(user)
+	}
+	return nil
+}
+
+func (ss *session) authSCRAM(user string) error {
+	pw, known := ss.srv.cfg.Users[user]
+	if !known {
+		// Run the exchange against a random password so that unknown and
+		// known users look alike to the client.
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		pw = hex.EncodeToString(b[:])
+	}
+	creds, err := scramCredentials(pw)
+	if err != nil {
+		return err
+	}
+	srv, err := scram.SHA256.NewServer(func(string) (scram.StoredCredentials, error) { return creds, nil })
+	if err != nil {
+		return err
+	}
+	conv := srv.NewConversation()
+	req := pgproto3.AuthenticationSASL{AuthMechanisms: []string{"SCRAM-SHA-256"}}
+	ss.out, _ = req.Encode(ss.out)
+	if err := ss.flush(); err != nil {
+		return errQuietClose
+	}
+	f, err := ss.r.Next()
+	if err != nil || f.Type != 'p' {
+		return authFailed(user)
+	}
+	var init pgproto3.SASLInitialResponse
+	if init.Decode(f.Body) != nil || init.AuthMechanism != "SCRAM-SHA-256" {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "client selected an invalid SASL authentication mechanism")
+	}
+	first, err := conv.Step(string(init.Data))
+	if err != nil {
+		return authFailed(user)
+	}
+	cont := pgproto3.AuthenticationSASLContinue{Data: []byte(first)}
+	ss.out, _ = cont.Encode(ss.out)
+	if err := ss.flush(); err != nil {
+		return errQuietClose
+	}
+	f, err = ss.r.Next()
+	if err != nil || f.Type != 'p' {
+		return authFailed(user)
+	}
+	var resp pgproto3.SASLResponse
+	if resp.Decode(f.Body) != nil {
+		return authFailed(user)
+	}
+	final, err := conv.Step(string(resp.Data))
+	if err != nil || !conv.Valid() || !known {
+		return authFailed(user)
+	}
+	fin := pgproto3.AuthenticationSASLFinal{Data: []byte(final)}
+	ss.out, _ = fin.Encode(ss.out)
+	return nil
+}
+
+// scramCredentials derives SCRAM-SHA-256 stored credentials from a password,
+// with a fresh salt and PostgreSQL's default iteration count.
+func scramCredentials(password string) (scram.StoredCredentials, error) {
+	client, err := scram.SHA256.NewClient("", password, "")
+	if err != nil {
+		return scram.StoredCredentials{}, pgerr.Fatal(pgerr.InvalidPassword, "invalid password: %v", err)
+	}
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt)
+	return client.GetStoredCredentials(scram.KeyFactors{Salt: string(salt), Iters: 4096}), nil
+}
+
+// begin finishes startup: it checks that the worker accepts this database and
+// user, applies the client's startup settings there, and reports the
+// resulting parameters, our backend key and ReadyForQuery.
+func (ss *session) begin(sm *pgproto3.StartupMessage) error {
+	s := ss.srv
+	user := sm.Parameters["user"]
+	db := sm.Parameters["database"]
+	if db == "" {
+		db = user
+	}
+	sp, err := startupParams(sm.Parameters)
+	if err != nil {
+		return err
+	}
+	ss.user, ss.database = user, db
+	ss.params = newSessionParams(sp)
+	ss.pool = s.pool(s.cfg.Workers[0], db, user)
+	ss.stmts = map[string]*Statement{}
+	ss.portals = map[string]*Statement{}
+	s.register(ss)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartupTimeout)
+	defer cancel()
+	if err := ss.acquire(ctx); err != nil {
+		s.unregister(ss)
+		return asFatal(err)
+	}
+	ok := pgproto3.AuthenticationOk{}
+	ss.out, _ = ok.Encode(ss.out)
+	for k, v := range ss.sc.Params {
+		ps := pgproto3.ParameterStatus{Name: k, Value: v}
+		ss.out, _ = ps.Encode(ss.out)
+	}
+	ss.releaseIfIdle()
+	bkd := pgproto3.BackendKeyData{ProcessID: ss.pid, SecretKey: ss.secret}
+	ss.out, _ = bkd.Encode(ss.out)
+	rfq := pgproto3.ReadyForQuery{TxStatus: 'I'}
+	ss.out, _ = rfq.Encode(ss.out)
+	ss.ready = true
+	if err := ss.flush(); err != nil {
+		s.unregister(ss)
+		return errQuietClose
+	}
+	return nil
+}
+
+func asFatal(err error) error {
+	fe := pgerr.Flatten(err)
+	return &pgerr.Error{Severity: "FATAL", Code: fe.Code, Message: fe.Message, Detail: fe.Detail, Hint: fe.Hint}
+}
+
+// cancel forwards a client's cancel request to the worker running its
+// statement. Unknown keys are ignored, as PostgreSQL does.
+func (s *Server) cancel(pid uint32, secret []byte) {
+	s.metrics.cancels.Inc()
+	ss := s.lookup(pid)
+	if ss == nil || subtle.ConstantTimeCompare(ss.secret, secret) != 1 {
+		return
+	}
+	t := ss.cancelTarget.Load()
+	if t == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sendCancel(ctx, t); err != nil {
+		s.log.Warn("forwarding cancel request", "worker", t.Addr, "err", fmt.Sprint(err))
+	}
+}

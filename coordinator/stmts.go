@@ -1,0 +1,59 @@
+package coordinator
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/pgfleet/pgfleet/internal/wire"
+)
+
+// Statement is a distinct (query text, parameter types) pair, shared by every
+// session that prepares it. Server connections prepare it under Name, so a
+// client's own statement names never reach a worker and one client's Close
+// cannot break another's.
+type Statement struct {
+	Name  string
+	Query string
+	parse []byte // the Parse frame that prepares it under Name
+	cls   class
+}
+
+// stmtRegistry interns statements coordinator-wide.
+type stmtRegistry struct {
+	mu   sync.RWMutex
+	m    map[string]*Statement // key: Parse body after the statement name
+	next uint64
+}
+
+// maxStatements bounds the registry; past it the registry starts afresh
+// (names stay unique, so server connections' caches stay correct).
+const maxStatements = 100_000
+
+// intern returns the statement for a Parse body's query and parameter types
+// (the bytes after the statement name).
+func (r *stmtRegistry) intern(rest []byte) *Statement {
+	r.mu.RLock()
+	st := r.m[string(rest)]
+	r.mu.RUnlock()
+	if st != nil {
+		return st
+	}
+	q, _, ok := wire.CString(rest)
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st = r.m[string(rest)]; st != nil {
+		return st
+	}
+	if len(r.m) >= maxStatements {
+		r.m = map[string]*Statement{}
+	}
+	r.next++
+	name := "pgfleet_" + strconv.FormatUint(r.next, 10)
+	body := append(append([]byte(name), 0), rest...)
+	st = &Statement{Name: name, Query: q, parse: wire.AppendFrame(nil, 'P', body), cls: classify(q)}
+	r.m[string(rest)] = st
+	return st
+}

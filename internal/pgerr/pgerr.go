@@ -1,0 +1,94 @@
+// Package pgerr holds the SQLSTATE codes pgfleet uses and the error type that
+// carries one from where an error is made to the wire, where Flatten turns any
+// error into the ErrorResponse a client sees. It is a leaf: it imports nothing
+// of pgfleet's.
+package pgerr
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// SQLSTATE codes, named as in PostgreSQL's errcodes.txt.
+const (
+	ProtocolViolation        = "08P01"
+	ConnectionFailure        = "08006"
+	SQLClientUnableToConnect = "08001"
+	InvalidAuthorization     = "28000"
+	InvalidPassword          = "28P01"
+	FeatureNotSupported      = "0A000"
+	TooManyConnections       = "53300"
+	QueryCanceled            = "57014"
+	AdminShutdown            = "57P01"
+	CannotConnectNow         = "57P03"
+	DuplicatePreparedStmt    = "42P05"
+	UndefinedPreparedStmt    = "26000"
+	UndefinedCursor          = "34000"
+	InvalidParameterValue    = "22023"
+	Internal                 = "XX000"
+	ConfigurationLimitExceed = "53400"
+	InvalidTransactionState  = "25000"
+	InFailedSQLTransaction   = "25P02"
+	InvalidCatalogName       = "3D000"
+	ObjectNotInPrerequisite  = "55000"
+	IdleSessionTimeout       = "57P05"
+)
+
+// Error is a client-visible error: a SQLSTATE, a message and, where it helps,
+// a hint that says what to do.
+type Error struct {
+	Severity string // ERROR unless set (FATAL ends the session)
+	Code     string
+	Message  string
+	Detail   string
+	Hint     string
+}
+
+func (e *Error) Error() string { return e.Message + " (SQLSTATE " + e.Code + ")" }
+
+// SQLState reports the error's code, as pgconn.PgError does.
+func (e *Error) SQLState() string { return e.Code }
+
+// New makes an ERROR with a code and a formatted message.
+func New(code, format string, args ...any) *Error {
+	return &Error{Severity: "ERROR", Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Fatal makes a FATAL error: the session ends after it is sent.
+func Fatal(code, format string, args ...any) *Error {
+	return &Error{Severity: "FATAL", Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// WithHint returns e with a hint attached.
+func (e *Error) WithHint(format string, args ...any) *Error {
+	e.Hint = fmt.Sprintf(format, args...)
+	return e
+}
+
+// Flatten turns any error into the ErrorResponse a client sees. Errors from a
+// worker keep their code, detail, hint and position; errors pgfleet did not
+// classify become XX000 with the original text as detail.
+func Flatten(err error) *pgproto3.ErrorResponse {
+	var pe *Error
+	if errors.As(err, &pe) {
+		sev := pe.Severity
+		if sev == "" {
+			sev = "ERROR"
+		}
+		return &pgproto3.ErrorResponse{Severity: sev, SeverityUnlocalized: sev, Code: pe.Code,
+			Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+	}
+	var wpe *pgconn.PgError
+	if errors.As(err, &wpe) {
+		return &pgproto3.ErrorResponse{Severity: wpe.Severity, SeverityUnlocalized: wpe.Severity,
+			Code: wpe.Code, Message: wpe.Message, Detail: wpe.Detail, Hint: wpe.Hint,
+			Position: wpe.Position, Where: wpe.Where, SchemaName: wpe.SchemaName,
+			TableName: wpe.TableName, ColumnName: wpe.ColumnName, ConstraintName: wpe.ConstraintName}
+	}
+	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: Internal,
+		Message: "internal error in pgfleet", Detail: err.Error(),
+		Hint: "This is a bug in pgfleet; please report it with the statement that caused it."}
+}

@@ -1,0 +1,212 @@
+package pooling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/wire"
+)
+
+// ServerConn is one connection from a coordinator to a worker. Exactly one
+// client session uses it between Acquire and Release.
+type ServerConn struct {
+	conn   net.Conn
+	R      *wire.Reader
+	wbuf   []byte
+	PID    uint32
+	Secret []byte
+	Addr   string
+
+	// Params holds the values the server last reported with ParameterStatus.
+	Params map[string]string
+	// ParamsKey identifies the session parameters (a SET script) currently
+	// applied; "" is the state the connection started in.
+	ParamsKey string
+	// TxStatus is the status byte of the last ReadyForQuery.
+	TxStatus byte
+	// Stmts is the cache of statements prepared on this connection.
+	Stmts *StmtCache
+
+	pool     *Pool
+	lastUsed time.Time
+	broken   bool
+}
+
+func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%s sslmode=disable", host, port))
+	if err != nil {
+		return nil, err
+	}
+	pc.User, pc.Database, pc.Password = cfg.User, cfg.Database, cfg.Password
+	pc.ConnectTimeout = cfg.ConnectTimeout
+	pc.RuntimeParams = map[string]string{}
+	pg, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	h, err := pg.Hijack()
+	if err != nil {
+		pg.Close(ctx)
+		return nil, err
+	}
+	_ = h.Conn.SetDeadline(time.Time{})
+	if tc, ok := h.Conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	return &ServerConn{conn: h.Conn, R: wire.NewReader(h.Conn, 32*1024), PID: h.PID, Secret: h.SecretKey,
+		Addr: cfg.Addr, Params: h.ParameterStatuses, TxStatus: h.TxStatus,
+		Stmts: newStmtCache(cfg.StmtCacheSize), wbuf: make([]byte, 0, 4096)}, nil
+}
+
+// Buf returns the pending output buffer; append messages to it and call Flush.
+func (c *ServerConn) Buf() []byte { return c.wbuf }
+
+// SetBuf stores the output buffer after appending.
+func (c *ServerConn) SetBuf(b []byte) { c.wbuf = b }
+
+// Flush writes the pending output in one write.
+func (c *ServerConn) Flush() error {
+	if len(c.wbuf) == 0 {
+		return nil
+	}
+	_, err := c.conn.Write(c.wbuf)
+	if cap(c.wbuf) > 1<<20 {
+		c.wbuf = make([]byte, 0, 4096)
+	} else {
+		c.wbuf = c.wbuf[:0]
+	}
+	if err != nil {
+		c.broken = true
+	}
+	return err
+}
+
+// Next reads the next message from the server.
+func (c *ServerConn) Next() (wire.Frame, error) {
+	f, err := c.R.Next()
+	if err != nil {
+		c.broken = true
+	}
+	return f, err
+}
+
+// MarkBroken makes Release close the connection instead of reusing it.
+func (c *ServerConn) MarkBroken() { c.broken = true }
+
+// NoteParameterStatus records a ParameterStatus message body.
+func (c *ServerConn) NoteParameterStatus(body []byte) {
+	var ps pgproto3.ParameterStatus
+	if ps.Decode(body) == nil {
+		c.Params[ps.Name] = ps.Value
+	}
+}
+
+// Exec runs a simple-protocol query to completion, discarding rows, and
+// returns the first error the server reported. ParameterStatus messages are
+// recorded and also passed to onStatus when it is not nil.
+func (c *ServerConn) Exec(sql string, deadline time.Time, onStatus func(body []byte)) error {
+	q := pgproto3.Query{String: sql}
+	b, _ := q.Encode(c.wbuf)
+	c.wbuf = b
+	_ = c.conn.SetDeadline(deadline)
+	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	var first error
+	for {
+		f, err := c.Next()
+		if err != nil {
+			return err
+		}
+		switch f.Type {
+		case 'E':
+			if first == nil {
+				var er pgproto3.ErrorResponse
+				_ = er.Decode(f.Body)
+				first = &pgconn.PgError{Severity: er.Severity, Code: er.Code, Message: er.Message,
+					Detail: er.Detail, Hint: er.Hint}
+			}
+		case 'S':
+			c.NoteParameterStatus(f.Body)
+			if onStatus != nil {
+				onStatus(f.Body)
+			}
+		case 'G': // COPY FROM STDIN in an internal statement: refuse it.
+			fail := pgproto3.CopyFail{Message: "pgfleet internal statement"}
+			c.wbuf, _ = fail.Encode(c.wbuf)
+			if err := c.Flush(); err != nil {
+				return err
+			}
+		case 'Z':
+			c.TxStatus = f.Body[0]
+			return first
+		}
+	}
+}
+
+// alive reports whether an idle connection still looks usable: nothing is
+// waiting to be read (a worker that ended the connection sends FATAL, then EOF).
+func (c *ServerConn) alive() bool {
+	if c.broken || c.TxStatus != 'I' {
+		return false
+	}
+	if c.R.Buffered() > 0 {
+		return false
+	}
+	_ = c.conn.SetReadDeadline(time.Now())
+	_, err := c.R.Peek1()
+	_ = c.conn.SetReadDeadline(time.Time{})
+	return errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// Cancel asks the worker to cancel whatever this connection is running.
+func (c *ServerConn) Cancel(ctx context.Context) error {
+	return SendCancel(ctx, c.Addr, c.PID, c.Secret)
+}
+
+// SendCancel sends a CancelRequest for (pid, secret) to the server at addr.
+func SendCancel(ctx context.Context, addr string, pid uint32, secret []byte) error {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	req := pgproto3.CancelRequest{ProcessID: pid, SecretKey: secret}
+	b, err := req.Encode(nil)
+	if err != nil {
+		return err
+	}
+	if _, err := nc.Write(b); err != nil {
+		return err
+	}
+	// The server closes the connection when it has handled the request.
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var one [1]byte
+	_, _ = nc.Read(one[:])
+	return nil
+}
+
+func (c *ServerConn) close() {
+	if c.conn == nil {
+		return
+	}
+	t := pgproto3.Terminate{}
+	b, _ := t.Encode(nil)
+	_ = c.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.conn.Write(b)
+	_ = c.conn.Close()
+	c.conn = nil
+}
