@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -59,10 +60,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // (database, user). Acquire hands out a connection; Release takes it back,
 // resetting it or closing it.
 type Pool struct {
-	cfg   Config
-	idle  chan *ServerConn
-	slots chan struct{} // one token per open connection
-	open  prometheus.Gauge
+	cfg                      Config
+	idle                     chan *ServerConn
+	slots                    chan struct{} // one token per open connection
+	open                     prometheus.Gauge
 	waits, timeouts, dropped prometheus.Counter
 }
 
@@ -146,6 +147,13 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
 		<-p.slots
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			// The worker refused us (no such database, role, password):
+			// the client gets the worker's own answer.
+			return nil, &pgerr.Error{Severity: "ERROR", Code: pe.Code, Message: pe.Message,
+				Detail: pe.Detail, Hint: pe.Hint}
+		}
 		return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.SQLClientUnableToConnect,
 			Message: fmt.Sprintf("cannot connect to worker %s: %v", p.cfg.Addr, err),
 			Hint:    "Check that the worker is running and accepts this user and database."}

@@ -2,10 +2,9 @@ package pooling
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -157,18 +156,28 @@ func (c *ServerConn) Exec(sql string, deadline time.Time, onStatus func(body []b
 }
 
 // alive reports whether an idle connection still looks usable: nothing is
-// waiting to be read (a worker that ended the connection sends FATAL, then EOF).
+// waiting to be read (a worker that ended the connection sends FATAL, then
+// EOF). It peeks at the socket without blocking.
 func (c *ServerConn) alive() bool {
-	if c.broken || c.TxStatus != 'I' {
+	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 {
 		return false
 	}
-	if c.R.Buffered() > 0 {
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
 		return false
 	}
-	_ = c.conn.SetReadDeadline(time.Now())
-	_, err := c.R.Peek1()
-	_ = c.conn.SetReadDeadline(time.Time{})
-	return errors.Is(err, os.ErrDeadlineExceeded)
+	healthy := false
+	var buf [1]byte
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		healthy = n < 0 && (rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK)
+		return true // never wait for readiness
+	})
+	return err == nil && healthy
 }
 
 // Cancel asks the worker to cancel whatever this connection is running.
