@@ -12,6 +12,7 @@ const (
 	opDiscardAll                   // DISCARD ALL        (tag DISCARD ALL)
 	opDeallocate                   // DEALLOCATE name    (tag DEALLOCATE)
 	opDeallocAll                   // DEALLOCATE ALL     (tag DEALLOCATE ALL)
+	opNone                         // a statement with a SET/RESET tag and no session change
 )
 
 // paramOp is one session-state change, matched to the statement's
@@ -20,6 +21,9 @@ type paramOp struct {
 	kind opKind
 	name string // parameter (lower case) or statement name
 	sql  string // the SET statement, replayed on other server connections
+	// tagText is the tag of an opNone (SET LOCAL, SET ROLE, ...), which
+	// keeps the matching of later tags in step.
+	tagText string
 }
 
 func (o paramOp) tag() string {
@@ -32,6 +36,8 @@ func (o paramOp) tag() string {
 		return "DISCARD ALL"
 	case opDeallocate:
 		return "DEALLOCATE"
+	case opNone:
+		return o.tagText
 	default:
 		return "DEALLOCATE ALL"
 	}
@@ -53,11 +59,22 @@ func classify(sql string) class {
 	var c class
 	lx := lexer{s: sql}
 	for {
-		words, start, end, more := lx.statement()
-		if len(words) > 0 {
+		n, start, end, more := lx.statement()
+		if n > 0 {
 			c.count++
-			stmt := strings.TrimSpace(sql[start:end])
-			classifyStatement(&c, words, stmt, lx.sawSessionFunc)
+			if lx.sawSessionFunc != "" && c.pin == "" {
+				c.pin = lx.sawSessionFunc
+			}
+			if w := lx.words[:n]; interesting(w) {
+				upper := make([]string, n)
+				for i, x := range w {
+					if x[0] != '"' {
+						x = strings.ToUpper(x)
+					}
+					upper[i] = x
+				}
+				classifyStatement(&c, upper, strings.TrimSpace(sql[start:end]))
+			}
 		}
 		lx.sawSessionFunc = ""
 		if !more {
@@ -66,7 +83,25 @@ func classify(sql string) class {
 	}
 }
 
-func classifyStatement(c *class, w []string, stmt string, sessionFunc string) {
+// leadingKeywords are the statements classify looks into; any other
+// statement (SELECT, INSERT, ...) costs no allocation.
+var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE"}
+
+func interesting(w []string) bool {
+	for _, k := range leadingKeywords {
+		if strings.EqualFold(w[0], k) {
+			return true
+		}
+	}
+	for i := 0; i+1 < len(w); i++ { // SELECT ... INTO TEMP t
+		if strings.EqualFold(w[i], "INTO") && (strings.EqualFold(w[i+1], "TEMP") || strings.EqualFold(w[i+1], "TEMPORARY")) {
+			return true
+		}
+	}
+	return false
+}
+
+func classifyStatement(c *class, w []string, stmt string) {
 	at := func(i int) string {
 		if i < len(w) {
 			return w[i]
@@ -78,19 +113,18 @@ func classifyStatement(c *class, w []string, stmt string, sessionFunc string) {
 			c.pin = why
 		}
 	}
-	if sessionFunc != "" {
-		setPin(sessionFunc)
-	}
 	switch at(0) {
 	case "SET":
 		name := at(1)
 		switch name {
 		case "LOCAL", "TRANSACTION":
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
 			return
 		case "SESSION":
 			switch at(2) {
 			case "AUTHORIZATION":
 				setPin("SET SESSION AUTHORIZATION")
+				c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
 				return
 			case "CHARACTERISTICS":
 				name = "session characteristics"
@@ -99,6 +133,7 @@ func classifyStatement(c *class, w []string, stmt string, sessionFunc string) {
 			}
 		case "ROLE":
 			setPin("SET ROLE")
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
 			return
 		case "TIME":
 			name = "timezone"
@@ -114,6 +149,7 @@ func classifyStatement(c *class, w []string, stmt string, sessionFunc string) {
 			c.ops = append(c.ops, paramOp{kind: opResetAll})
 		case "ROLE", "SESSION":
 			setPin("RESET " + at(1))
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "RESET"})
 		case "TIME":
 			c.ops = append(c.ops, paramOp{kind: opReset, name: "timezone"})
 		default:
@@ -194,12 +230,13 @@ var sessionFuncs = map[string]string{
 type lexer struct {
 	s              string
 	i              int
+	words          [maxWords]string // the statement's first words, as written
 	sawSessionFunc string
 }
 
 const maxWords = 12
 
-func (lx *lexer) statement() (words []string, start, end int, more bool) {
+func (lx *lexer) statement() (n, start, end int, more bool) {
 	s := lx.s
 	start = lx.i
 	depth := 0
@@ -209,7 +246,7 @@ func (lx *lexer) statement() (words []string, start, end int, more bool) {
 		case ch == ';' && depth == 0:
 			end = lx.i
 			lx.i++
-			return words, start, end, true
+			return n, start, end, true
 		case ch == '(':
 			depth++
 			lx.i++
@@ -230,8 +267,9 @@ func (lx *lexer) statement() (words []string, start, end int, more bool) {
 		case ch == '"':
 			st := lx.i
 			lx.skipQuoted('"', false)
-			if len(words) < maxWords {
-				words = append(words, s[st:lx.i])
+			if n < maxWords {
+				lx.words[n] = s[st:lx.i]
+				n++
 			}
 		case ch == '$' && lx.dollarQuote():
 		case isIdentStart(ch):
@@ -239,12 +277,21 @@ func (lx *lexer) statement() (words []string, start, end int, more bool) {
 			for lx.i < len(s) && isIdentChar(s[lx.i]) {
 				lx.i++
 			}
-			w := strings.ToUpper(s[st:lx.i])
-			if len(words) < maxWords {
-				words = append(words, w)
+			w := s[st:lx.i]
+			if n < maxWords {
+				lx.words[n] = w
+				n++
 			}
-			if len(w) > 7 && (w[0] == 'P' || w[0] == 'S' || w[0] == 'D' || w[0] == 'L') {
-				if why, ok := sessionFuncs[w]; ok && lx.sawSessionFunc == "" {
+			if len(w) >= 7 && len(w) <= 32 && lx.sawSessionFunc == "" {
+				var buf [32]byte
+				for i := 0; i < len(w); i++ {
+					c := w[i]
+					if c >= 'a' && c <= 'z' {
+						c -= 'a' - 'A'
+					}
+					buf[i] = c
+				}
+				if why, ok := sessionFuncs[string(buf[:len(w)])]; ok {
 					lx.sawSessionFunc = why
 				}
 			}
@@ -252,7 +299,7 @@ func (lx *lexer) statement() (words []string, start, end int, more bool) {
 			lx.i++
 		}
 	}
-	return words, start, len(s), false
+	return n, start, len(s), false
 }
 
 func (lx *lexer) skipBlockComment() {

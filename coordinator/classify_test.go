@@ -1,0 +1,104 @@
+package coordinator
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		sql  string
+		pin  string
+		ops  []paramOp
+		stmt int
+	}{
+		{sql: "SELECT 1", stmt: 1},
+		{sql: "", stmt: 0},
+		{sql: " -- only a comment\n", stmt: 0},
+		{sql: "SET work_mem = '8MB'", stmt: 1, ops: []paramOp{{kind: opSet, name: "work_mem", sql: "SET work_mem = '8MB'"}}},
+		{sql: "set Search_Path to a, b;", stmt: 1, ops: []paramOp{{kind: opSet, name: "search_path", sql: "set Search_Path to a, b"}}},
+		{sql: "SET SESSION statement_timeout = 5", stmt: 1, ops: []paramOp{{kind: opSet, name: "statement_timeout", sql: "SET SESSION statement_timeout = 5"}}},
+		{sql: "SET TIME ZONE 'UTC'", stmt: 1, ops: []paramOp{{kind: opSet, name: "timezone", sql: "SET TIME ZONE 'UTC'"}}},
+		{sql: "SET NAMES 'UTF8'", stmt: 1, ops: []paramOp{{kind: opSet, name: "client_encoding", sql: "SET NAMES 'UTF8'"}}},
+		{sql: "SET LOCAL work_mem = '1MB'", stmt: 1, ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", stmt: 1, ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: "SET ROLE bob", stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: "RESET work_mem", stmt: 1, ops: []paramOp{{kind: opReset, name: "work_mem"}}},
+		{sql: "RESET ALL", stmt: 1, ops: []paramOp{{kind: opResetAll}}},
+		{sql: "DISCARD ALL", stmt: 1, ops: []paramOp{{kind: opDiscardAll}}},
+		{sql: "DISCARD PLANS", stmt: 1},
+		{sql: "DEALLOCATE s1", stmt: 1, ops: []paramOp{{kind: opDeallocate, name: "s1"}}},
+		{sql: `DEALLOCATE PREPARE "MyStmt"`, stmt: 1, ops: []paramOp{{kind: opDeallocate, name: "MyStmt"}}},
+		{sql: "deallocate all", stmt: 1, ops: []paramOp{{kind: opDeallocAll}}},
+		{sql: "LISTEN chan", stmt: 1, pin: "LISTEN"},
+		{sql: "PREPARE p AS SELECT 1", stmt: 1, pin: "SQL PREPARE"},
+		{sql: "CREATE TEMP TABLE x (a int)", stmt: 1, pin: "temporary object"},
+		{sql: "create global temporary table x (a int)", stmt: 1, pin: "temporary object"},
+		{sql: "CREATE TABLE temp (a int)", stmt: 1},
+		{sql: "SELECT * INTO TEMP t FROM x", stmt: 1, pin: "temporary object"},
+		{sql: "DECLARE c CURSOR WITH HOLD FOR SELECT 1", stmt: 1, pin: "DECLARE ... WITH HOLD"},
+		{sql: "DECLARE c CURSOR FOR SELECT 1", stmt: 1},
+		{sql: "SELECT pg_advisory_lock(1)", stmt: 1, pin: "session advisory lock"},
+		{sql: "SELECT pg_advisory_xact_lock(1)", stmt: 1},
+		{sql: "SELECT pg_catalog.set_config('search_path', '', false)", stmt: 1, pin: "set_config()"},
+		// Keywords inside strings, comments and dollar quotes do not count.
+		{sql: "SELECT 'SET x = 1; LISTEN y'", stmt: 1},
+		{sql: "SELECT 1 /* ; LISTEN x; /* nested */ */", stmt: 1},
+		{sql: "SELECT $$ ; LISTEN x $$, $1", stmt: 1},
+		{sql: "SELECT $tag$ ; pg_advisory_lock( $tag$", stmt: 1},
+		{sql: `SELECT E'it\'s; LISTEN x'`, stmt: 1},
+		{sql: `SELECT "pg_advisory_lock"`, stmt: 1},
+		{sql: "BEGIN; SET work_mem='2MB'; SET LOCAL x.y = 1; COMMIT", stmt: 4, ops: []paramOp{
+			{kind: opSet, name: "work_mem", sql: "SET work_mem='2MB'"}, {kind: opNone, tagText: "SET"}}},
+		{sql: "CREATE FUNCTION f() RETURNS void AS $$ BEGIN PERFORM 1; END $$ LANGUAGE plpgsql; SELECT 1", stmt: 2},
+	}
+	for _, tc := range cases {
+		c := classify(tc.sql)
+		if c.pin != tc.pin || c.count != tc.stmt || !reflect.DeepEqual(c.ops, tc.ops) {
+			t.Errorf("classify(%q) = pin %q, %d statements, ops %+v; want pin %q, %d, %+v",
+				tc.sql, c.pin, c.count, c.ops, tc.pin, tc.stmt, tc.ops)
+		}
+	}
+}
+
+func TestSessionParamsKey(t *testing.T) {
+	p := newSessionParams(map[string]string{"application_name": "psql", "DateStyle": "ISO, MDY"})
+	base := p.key
+	if base != `RESET ALL;SET "DateStyle" = 'ISO, MDY';SET "application_name" = 'psql'` {
+		t.Fatalf("startup key %q", base)
+	}
+	p.apply(paramOp{kind: opSet, name: "work_mem", sql: "SET work_mem='1MB'"})
+	p.apply(paramOp{kind: opSet, name: "work_mem", sql: "SET work_mem='2MB'"})
+	if want := base + ";SET work_mem='2MB'"; p.key != want {
+		t.Errorf("key %q, want %q", p.key, want)
+	}
+	p.apply(paramOp{kind: opReset, name: "work_mem"})
+	if p.key != base {
+		t.Errorf("after RESET key %q, want %q", p.key, base)
+	}
+	if q := newSessionParams(nil); q.key != "" {
+		t.Errorf("empty session key %q", q.key)
+	}
+}
+
+func TestStartupOptions(t *testing.T) {
+	got, err := startupParams(map[string]string{"user": "u", "database": "d",
+		"options": `-c geqo=off --search-path=a\ b -cwork_mem=5MB`, "application_name": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"geqo": "off", "search_path": "a b", "work_mem": "5MB", "application_name": "x"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, err := startupParams(map[string]string{"options": "-X"}); err == nil {
+		t.Error("unsupported option accepted")
+	}
+}
+
+func BenchmarkClassifySelect(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		classify("SELECT abalance FROM pgbench_accounts WHERE aid = 48213;")
+	}
+}
