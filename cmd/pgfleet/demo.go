@@ -23,6 +23,9 @@ func demo(args []string) error {
 	var cf coordinatorFlags
 	cf.register(fs)
 	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("demo: unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
 	if *nWorkers < 1 || *nCoords < 1 {
 		return fmt.Errorf("--workers and --coordinators must be at least 1")
 	}

@@ -2,6 +2,7 @@
 //
 //	pgfleet serve   run a coordinator in front of PostgreSQL workers
 //	pgfleet demo    start a local cluster (workers + coordinators) for psql
+//	pgfleet bench   run a benchmark (bench relay: pgbench via pgfleet, PgBouncer, direct)
 //
 // This package only wires flags to the packages that do the work.
 package main
@@ -25,6 +26,7 @@ const usage = `pgfleet: a fleet of PostgreSQL-compatible coordinators in front o
 Usage:
   pgfleet serve [flags]   run one coordinator (pgfleet serve -h for flags)
   pgfleet demo  [flags]   start PostgreSQL workers and coordinators on loopback, ready for psql
+  pgfleet bench relay     benchmark pgbench through pgfleet, PgBouncer and directly (bench/README.md)
 `
 
 func main() {
@@ -38,6 +40,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "demo":
 		err = demo(os.Args[2:])
+	case "bench":
+		err = benchCmd(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -116,6 +120,9 @@ func serve(args []string) error {
 	var cf coordinatorFlags
 	cf.register(fs)
 	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
 	if len(workers) == 0 {
 		_ = workers.Set(os.Getenv("PGFLEET_WORKERS"))
 	}

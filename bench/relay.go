@@ -1,0 +1,707 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
+)
+
+// RelayOptions configure RunRelay.
+type RelayOptions struct {
+	Scale     int           // pgbench -i -s
+	Clients   int           // pgbench -c
+	Jobs      int           // pgbench -j
+	Duration  time.Duration // pgbench -T, rounded up to whole seconds
+	Runs      int           // runs per configuration; the report shows the median by QPS
+	PoolSize  int           // coordinator --pool-size and PgBouncer default_pool_size
+	OutDir    string        // where the .md and .json reports go
+	KeepGoing bool          // record a failed run and go on instead of stopping
+
+	// Executable is the pgfleet binary run as "serve" for the coordinator;
+	// empty means this process's own executable.
+	Executable string
+	// Stdout gets the Markdown table, Stderr progress; nil means os.Stdout
+	// and os.Stderr.
+	Stdout, Stderr io.Writer
+}
+
+// DefaultRelayOptions are the defaults of pgfleet bench relay.
+func DefaultRelayOptions() RelayOptions {
+	return RelayOptions{Scale: 5, Clients: 32, Jobs: 2, Duration: 10 * time.Second, Runs: 3, PoolSize: 8,
+		OutDir: filepath.Join("bench", "results")}
+}
+
+func (o *RelayOptions) validate() error {
+	switch {
+	case o.Scale < 1:
+		return errors.New("--scale must be at least 1")
+	case o.Clients < 1:
+		return errors.New("--clients must be at least 1")
+	case o.Jobs < 1 || o.Jobs > o.Clients:
+		return errors.New("--jobs must be between 1 and --clients")
+	case o.Duration < time.Second:
+		return errors.New("--duration must be at least 1s")
+	case o.Runs < 1:
+		return errors.New("--runs must be at least 1")
+	case o.PoolSize < 1:
+		return errors.New("--pool-size must be at least 1")
+	case o.OutDir == "":
+		return errors.New("--out must not be empty")
+	}
+	return nil
+}
+
+// seconds is the pgbench -T value.
+func (o *RelayOptions) seconds() int {
+	return int((o.Duration + time.Second - 1) / time.Second)
+}
+
+// Query modes of pgbench -M.
+const (
+	modePrepared = "prepared"
+	modeExtended = "extended"
+	modeSimple   = "simple"
+)
+
+// Targets pgbench connects to.
+const (
+	targetDirect      = "direct"
+	targetPgfleet     = "pgfleet"
+	targetBouncerSess = "pgbouncer-session"
+	targetBouncerTx   = "pgbouncer-transaction"
+)
+
+// relayConfig is one row of the report.
+type relayConfig struct {
+	Target string `json:"target"` // direct, pgfleet, pgbouncer-session, pgbouncer-transaction
+	Mode   string `json:"mode"`   // pgbench -M
+}
+
+func (c relayConfig) key() string { return c.Target + "/" + c.Mode }
+
+func (c relayConfig) label(pool int) string {
+	switch c.Target {
+	case targetPgfleet:
+		return fmt.Sprintf("pgfleet (pool %d)", pool)
+	case targetBouncerSess:
+		return fmt.Sprintf("PgBouncer session (pool %d)", pool)
+	case targetBouncerTx:
+		return fmt.Sprintf("PgBouncer transaction (pool %d)", pool)
+	}
+	return "direct PostgreSQL"
+}
+
+// relayConfigs are the configurations in report order.
+func relayConfigs() []relayConfig {
+	return []relayConfig{
+		{targetDirect, modePrepared}, {targetDirect, modeExtended}, {targetDirect, modeSimple},
+		{targetPgfleet, modePrepared}, {targetPgfleet, modeExtended}, {targetPgfleet, modeSimple},
+		{targetBouncerSess, modePrepared}, {targetBouncerTx, modeExtended},
+	}
+}
+
+// commandRecord is a command the benchmark ran.
+type commandRecord struct {
+	What    string   `json:"what"`
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env,omitempty"` // variables set for it (PG* variables are removed)
+	User    string   `json:"os_user,omitempty"`
+	Seconds float64  `json:"seconds,omitempty"`
+	Exit    string   `json:"exit,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// cpuFigures are one run's CPU measurements. Micros are CPU microseconds
+// during the run (user+system); PerQuery divides them by the transactions
+// pgbench completed (one query each with -S).
+type cpuFigures struct {
+	RelayBeforeTicks  uint64  `json:"relay_before_ticks,omitempty"` // utime+stime of the relay process
+	RelayAfterTicks   uint64  `json:"relay_after_ticks,omitempty"`
+	RelayMicros       float64 `json:"relay_us"`
+	WorkerBefore      treeCPU `json:"worker_before"` // postmaster, reaped and live children
+	WorkerAfter       treeCPU `json:"worker_after"`
+	WorkerMicros      float64 `json:"worker_us"`
+	BackendsLeft      int     `json:"backends_left"` // children of the run not reaped within 2 s
+	PgbenchUserMicros float64 `json:"pgbench_user_us"`
+	PgbenchSysMicros  float64 `json:"pgbench_sys_us"`
+	PgbenchMicros     float64 `json:"pgbench_us"`
+	RelayPerQuery     float64 `json:"relay_us_per_query"`
+	WorkerPerQuery    float64 `json:"worker_us_per_query"`
+	PgbenchPerQuery   float64 `json:"pgbench_us_per_query"`
+}
+
+// runResult is everything about one pgbench run.
+type runResult struct {
+	Target       string         `json:"target"`
+	Mode         string         `json:"mode"`
+	Run          int            `json:"run"` // 1-based
+	StartedAt    time.Time      `json:"started_at"`
+	WallSeconds  float64        `json:"wall_seconds"` // pgbench start to exit
+	Pgbench      commandRecord  `json:"pgbench"`
+	ExitCode     int            `json:"pgbench_exit_code"`
+	Stdout       string         `json:"pgbench_stdout"`
+	Stderr       string         `json:"pgbench_stderr,omitempty"` // at most the last 4 KB
+	Summary      pgbenchSummary `json:"summary"`
+	TxLog        *txLog         `json:"tx_log,omitempty"`
+	Latency      latencyStats   `json:"latency"` // from the per-transaction logs
+	CPU          cpuFigures     `json:"cpu"`
+	Relay        *relayRun      `json:"relay,omitempty"`
+	Error        string         `json:"error,omitempty"`
+	LoadAvgAfter string         `json:"loadavg_after,omitempty"`
+}
+
+// relayRun is the relay process of one run.
+type relayRun struct {
+	Command      commandRecord `json:"command"`
+	Config       string        `json:"config,omitempty"` // pgbouncer.ini
+	Pid          int           `json:"pid"`
+	Addr         string        `json:"addr"`
+	Exit         string        `json:"exit"`
+	Killed       bool          `json:"killed,omitempty"` // did not stop on SIGTERM within 10 s
+	ExitedEarly  bool          `json:"exited_early,omitempty"`
+	LogProblems  []string      `json:"log_problems,omitempty"` // warnings and errors from its log
+	ProblemCount int           `json:"log_problem_count"`
+}
+
+// configResult is one configuration with all its runs.
+type configResult struct {
+	relayConfig
+	Label   string      `json:"label"`
+	Runs    []runResult `json:"runs"`
+	Median  int         `json:"median_run"` // index into Runs; -1 when no run succeeded
+	Skipped string      `json:"skipped,omitempty"`
+	Row     *tableRow   `json:"row,omitempty"`
+}
+
+// relayReport is the JSON report.
+type relayReport struct {
+	Tool        string          `json:"tool"`
+	StartedAt   time.Time       `json:"started_at"`
+	FinishedAt  time.Time       `json:"finished_at"`
+	Interrupted bool            `json:"interrupted,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	Options     reportOptions   `json:"options"`
+	Versions    versions        `json:"versions"`
+	Machine     machine         `json:"machine"`
+	Worker      workerInfo      `json:"worker"`
+	Commands    []commandRecord `json:"setup_commands"`
+	Configs     []*configResult `json:"configs"`
+	Notes       []string        `json:"notes,omitempty"`
+	Problems    []string        `json:"problems,omitempty"`
+	MarkdownOut string          `json:"markdown_file,omitempty"`
+}
+
+type reportOptions struct {
+	Scale           int    `json:"scale"`
+	Clients         int    `json:"clients"`
+	Jobs            int    `json:"jobs"`
+	DurationSeconds int    `json:"duration_seconds"`
+	Runs            int    `json:"runs"`
+	PoolSize        int    `json:"pool_size"`
+	KeepGoing       bool   `json:"keep_going"`
+	Executable      string `json:"pgfleet_executable"`
+}
+
+type workerInfo struct {
+	Addr    string   `json:"addr"`
+	Pid     int      `json:"postmaster_pid"`
+	Command []string `json:"command"` // from /proc/<pid>/cmdline
+	DataDir string   `json:"data_dir"`
+	LogFile string   `json:"log_file"`
+	Log     []string `json:"log_problems,omitempty"`
+}
+
+// relayBench is one RunRelay invocation.
+type relayBench struct {
+	o        RelayOptions
+	out, log io.Writer
+	rep      *relayReport
+	hz       int
+	dir      string // temporary directory for everything
+	worker   *pgcluster.Server
+	bouncer  string // pgbouncer binary, "" when skipped
+	cred     *syscall.Credential
+	exe      string
+	pgbench  string
+	cur      *child // the relay running now, stopped on the way out
+}
+
+func (b *relayBench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, format+"\n", args...)
+}
+
+// RunRelay runs the relay benchmark: it starts one PostgreSQL worker,
+// initialises pgbench's tables once and runs pgbench -S against the worker
+// directly, through a pgfleet coordinator process and through PgBouncer; it
+// prints a Markdown table and writes it, with a JSON file of every figure, to
+// o.OutDir. It stops everything it started before it returns, also when ctx
+// is cancelled (Ctrl-C).
+func RunRelay(ctx context.Context, o RelayOptions) (err error) {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	b := &relayBench{o: o, out: o.Stdout, log: o.Stderr, hz: clockTicks()}
+	if b.out == nil {
+		b.out = os.Stdout
+	}
+	if b.log == nil {
+		b.log = os.Stderr
+	}
+	b.exe = o.Executable
+	if b.exe == "" {
+		if b.exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("finding the pgfleet executable: %w", err)
+		}
+	}
+	if b.pgbench, err = exec.LookPath("pgbench"); err != nil {
+		return errors.New("pgbench not found on PATH (Debian: apt-get install postgresql-client)")
+	}
+	bin, err := pgcluster.BinDir()
+	if err != nil {
+		return err
+	}
+	if b.cred, err = runAs(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	describe, build := pgfleetVersion()
+	b.rep = &relayReport{Tool: "pgfleet bench relay", StartedAt: time.Now(),
+		Options: reportOptions{Scale: o.Scale, Clients: o.Clients, Jobs: o.Jobs, DurationSeconds: o.seconds(),
+			Runs: o.Runs, PoolSize: o.PoolSize, KeepGoing: o.KeepGoing, Executable: b.exe},
+		Versions: versions{Pgfleet: describe, PgfleetBuildVCS: build, Go: runtimeVersion(),
+			Postgres: commandOutput(nil, filepath.Join(bin, "postgres"), "--version"),
+			Pgbench:  commandOutput(nil, b.pgbench, "--version")},
+		Machine: readMachine(b.hz)}
+	if b.dir, err = os.MkdirTemp("", "pgfleet-bench-"); err != nil {
+		return err
+	}
+	defer func() {
+		b.cleanup()
+		if err != nil && ctx.Err() != nil {
+			b.rep.Interrupted = true
+		}
+		if werr := b.finish(err); werr != nil && err == nil {
+			err = werr
+		}
+	}()
+	return b.run(ctx)
+}
+
+// cleanup stops every process the benchmark started and removes its
+// temporary directory.
+func (b *relayBench) cleanup() {
+	if b.cur != nil {
+		b.cur.Stop(syscall.SIGTERM, 10*time.Second)
+		b.cur = nil
+	}
+	if b.worker != nil {
+		if lines, n := logProblems(b.worker.LogFile, 10); n > 0 {
+			b.rep.Worker.Log = lines
+		}
+		b.worker.Stop()
+		b.worker = nil
+	}
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+}
+
+func (b *relayBench) run(ctx context.Context) error {
+	o := b.o
+	// PgBouncer first: installing it can take a while and needs no server.
+	var note string
+	b.bouncer, note = findPgbouncer(ctx, b.logf, &b.rep.Commands)
+	if note != "" {
+		b.rep.Notes = append(b.rep.Notes, note)
+		b.logf("note: %s", note)
+	} else {
+		b.rep.Versions.Pgbouncer = firstLine(commandOutput(b.cred, b.bouncer, "--version"))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	b.logf("starting PostgreSQL worker...")
+	w, err := pgcluster.Start(ctx, pgcluster.Options{Name: "worker1", Dir: b.dir})
+	if err != nil {
+		return fmt.Errorf("starting the PostgreSQL worker: %w", err)
+	}
+	b.worker = w
+	b.rep.Worker = workerInfo{Addr: w.Addr(), Pid: w.Pid(), DataDir: w.DataDir, LogFile: w.LogFile,
+		Command: procCmdline(w.Pid())}
+
+	initArgv := []string{b.pgbench, "-i", "-q", "-s", strconv.Itoa(o.Scale), "-h", w.Host, "-p", strconv.Itoa(w.Port), "-U", "postgres", "postgres"}
+	b.logf("initialising: %s", strings.Join(initArgv, " "))
+	rec, out, err := runPgbenchSimple(ctx, initArgv, 15*time.Minute)
+	rec.What = "pgbench init"
+	b.rep.Commands = append(b.rep.Commands, rec)
+	if err != nil {
+		return fmt.Errorf("pgbench -i: %w\n%s", err, trunc(out, 2000))
+	}
+
+	configs := relayConfigs()
+	for _, c := range configs {
+		cr := &configResult{relayConfig: c, Label: c.label(o.PoolSize), Median: -1}
+		if (c.Target == targetBouncerSess || c.Target == targetBouncerTx) && b.bouncer == "" {
+			cr.Skipped = "PgBouncer not available"
+		}
+		b.rep.Configs = append(b.rep.Configs, cr)
+	}
+	if b.bouncer != "" && o.PoolSize < o.Clients {
+		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("PgBouncer session mode has pool_size %d for %d clients: "+
+			"only %d clients hold a server connection at a time, the others wait in PgBouncer until those disconnect at the end of the run",
+			o.PoolSize, o.Clients, o.PoolSize))
+	}
+	total := 0
+	for _, cr := range b.rep.Configs {
+		if cr.Skipped == "" {
+			total += o.Runs
+		}
+	}
+	// Round-robin: run 1 of every configuration, then run 2, ... so that a
+	// slow phase of a noisy machine spreads over all configurations.
+	n := 0
+	for r := 1; r <= o.Runs; r++ {
+		for _, cr := range b.rep.Configs {
+			if cr.Skipped != "" {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n++
+			res := b.runOne(ctx, cr.relayConfig, r)
+			cr.Runs = append(cr.Runs, res)
+			b.logf("%s", progressLine(n, total, cr.Label, res, o.Runs))
+			if res.Error != "" {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if !o.KeepGoing {
+					return fmt.Errorf("%s %s run %d: %s (use --keep-going to record failures and go on)", cr.Label, cr.Mode, r, res.Error)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// runOne runs pgbench once against one configuration and measures it.
+func (b *relayBench) runOne(ctx context.Context, c relayConfig, run int) (res runResult) {
+	o := b.o
+	res = runResult{Target: c.Target, Mode: c.Mode, Run: run, StartedAt: time.Now()}
+	pm := b.worker.Pid()
+	if st, err := readStat(pm); err != nil || st.State == "Z" {
+		res.Error = "the PostgreSQL worker is not running"
+		return res
+	}
+	// Children of the postmaster now are its background processes; any
+	// other child at the end belongs to this run.
+	baseline, err := readTree(pm)
+	if err != nil {
+		res.Error = fmt.Sprintf("reading /proc for the postmaster: %v", err)
+		return res
+	}
+	host, port := b.worker.Host, b.worker.Port
+	var relay *child
+	switch c.Target {
+	case targetPgfleet, targetBouncerSess, targetBouncerTx:
+		var rr *relayRun
+		relay, rr, err = b.startRelay(ctx, c)
+		res.Relay = rr
+		if err != nil {
+			res.Error = err.Error()
+			return res
+		}
+		b.cur = relay
+		host, port = "127.0.0.1", atoiOr(rr.Addr[strings.LastIndexByte(rr.Addr, ':')+1:], 0)
+	}
+	stopRelay := func() {
+		if relay == nil {
+			return
+		}
+		res.Relay.ExitedEarly = relay.Exited()
+		res.Relay.Killed = relay.Stop(syscall.SIGTERM, 10*time.Second)
+		res.Relay.Exit = relay.ExitStatus()
+		res.Relay.LogProblems, res.Relay.ProblemCount = logProblems(relay.LogPath, 20)
+		b.cur = nil
+		relay = nil
+	}
+	defer stopRelay()
+
+	logDir, err := os.MkdirTemp(b.dir, "txlog-")
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	defer os.RemoveAll(logDir)
+	const logPrefix = "pgbench_log"
+	argv := []string{b.pgbench, "-n", "-S", "-M", c.Mode, "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(o.Jobs),
+		"-T", strconv.Itoa(o.seconds()), "--log", "--log-prefix=" + filepath.Join(logDir, logPrefix),
+		"-h", host, "-p", strconv.Itoa(port), "-U", "postgres", "postgres"}
+	env := []string{"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10"}
+	res.Pgbench = commandRecord{What: "pgbench run", Argv: argv, Env: env}
+
+	var relayBefore uint64
+	if relay != nil {
+		st, err := readStat(relay.Pid())
+		if err != nil {
+			res.Error = fmt.Sprintf("reading /proc for the relay: %v", err)
+			return res
+		}
+		relayBefore = st.Self()
+	}
+	workerBefore, err := readTree(pm)
+	if err != nil {
+		res.Error = fmt.Sprintf("reading /proc for the postmaster: %v", err)
+		return res
+	}
+
+	// pgbench: bounded by its -T plus a margin; on cancellation it gets
+	// SIGINT, then SIGKILL after 10 s.
+	pctx, cancel := context.WithTimeout(ctx, o.Duration+90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
+	cmd.Env = cleanEnv(env...)
+	cmd.Dir = logDir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	runErr := cmd.Run()
+	res.WallSeconds = time.Since(start).Seconds()
+	res.Pgbench.Seconds = res.WallSeconds
+	res.Stdout = stdout.String()
+	res.Stderr = tailString(stderr.String(), 4096)
+	if cmd.ProcessState != nil {
+		res.ExitCode = cmd.ProcessState.ExitCode()
+		res.Pgbench.Exit = cmd.ProcessState.String()
+		res.CPU.PgbenchUserMicros = float64(cmd.ProcessState.UserTime().Microseconds())
+		res.CPU.PgbenchSysMicros = float64(cmd.ProcessState.SystemTime().Microseconds())
+		res.CPU.PgbenchMicros = res.CPU.PgbenchUserMicros + res.CPU.PgbenchSysMicros
+	}
+
+	// The relay's CPU now, before it is stopped; then stop it so that its
+	// server connections close and the worker reaps their backends.
+	if relay != nil {
+		if st, err := readStat(relay.Pid()); err == nil && !relay.Exited() {
+			res.CPU.RelayBeforeTicks, res.CPU.RelayAfterTicks = relayBefore, st.Self()
+			res.CPU.RelayMicros = ticksToMicros(st.Self()-relayBefore, b.hz)
+		} else {
+			res.Error = appendErr(res.Error, "the relay process exited during the run: "+relay.ExitStatus())
+		}
+		stopRelay()
+	}
+	res.CPU.BackendsLeft = waitChildrenGone(pm, baseline.Children, 2*time.Second)
+	workerAfter, err := readTree(pm)
+	if err != nil {
+		res.Error = appendErr(res.Error, fmt.Sprintf("reading /proc for the postmaster: %v", err))
+	}
+	res.CPU.WorkerBefore, res.CPU.WorkerAfter = workerBefore, workerAfter
+	if workerAfter.Ticks >= workerBefore.Ticks {
+		res.CPU.WorkerMicros = ticksToMicros(workerAfter.Ticks-workerBefore.Ticks, b.hz)
+	}
+	res.LoadAvgAfter = loadAvg()
+
+	sum, perr := parsePgbenchOutput(res.Stdout, stderr.String())
+	res.Summary = sum
+	if runErr != nil {
+		msg := fmt.Sprintf("pgbench: %v", runErr)
+		if pctx.Err() == context.DeadlineExceeded {
+			msg = fmt.Sprintf("pgbench did not finish within %s and was stopped", o.Duration+90*time.Second)
+		} else if ctx.Err() != nil {
+			msg = "interrupted"
+		}
+		if s := lastLines(stderr.String(), 3); s != "" {
+			msg += ": " + s
+		}
+		res.Error = appendErr(res.Error, msg)
+	} else if perr != nil {
+		res.Error = appendErr(res.Error, perr.Error())
+	}
+	if perr == nil {
+		if l, err := readTxLogs(logDir, logPrefix); err != nil {
+			res.Error = appendErr(res.Error, "per-transaction log: "+err.Error())
+		} else {
+			res.TxLog = l
+			res.Latency = l.stats()
+			l.latencies = nil
+		}
+	}
+	if q := float64(sum.Transactions); q > 0 {
+		res.CPU.RelayPerQuery = res.CPU.RelayMicros / q
+		res.CPU.WorkerPerQuery = res.CPU.WorkerMicros / q
+		res.CPU.PgbenchPerQuery = res.CPU.PgbenchMicros / q
+	}
+	return res
+}
+
+// startRelay starts the coordinator or PgBouncer for c on a free port.
+func (b *relayBench) startRelay(ctx context.Context, c relayConfig) (*child, *relayRun, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := pgcluster.FreePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		rr := &relayRun{Addr: addr}
+		var ch *child
+		if c.Target == targetPgfleet {
+			argv := []string{b.exe, "serve", "--listen", addr, "--worker", b.worker.Addr(),
+				"--pool-size", strconv.Itoa(b.o.PoolSize), "--log-level", "info"}
+			rr.Command = commandRecord{What: "pgfleet coordinator", Argv: argv}
+			logPath := filepath.Join(b.dir, fmt.Sprintf("coordinator-%d.log", port))
+			ch, err = startChild("pgfleet coordinator", argv, cleanEnv(), nil, logPath)
+			if err == nil {
+				if err = waitReady(ctx, ch, addr, 15*time.Second); err != nil {
+					ch.Stop(syscall.SIGTERM, 5*time.Second)
+				}
+			}
+		} else {
+			mode := "session"
+			if c.Target == targetBouncerTx {
+				mode = "transaction"
+			}
+			bc := bouncerConfig{PoolMode: mode, PoolSize: b.o.PoolSize, Port: port, WorkerPort: b.worker.Port,
+				QueryTimeout: b.o.Duration + 60*time.Second}
+			ch, rr.Config, err = startPgbouncer(ctx, b.bouncer, b.dir, bc, b.cred)
+			rr.Command = commandRecord{What: "pgbouncer " + mode, Argv: []string{b.bouncer, "pgbouncer.ini"}}
+			if b.cred != nil {
+				rr.Command.User = osUserName(b.cred)
+			}
+			if ch != nil {
+				rr.Command.Argv = ch.Argv
+			}
+		}
+		if err == nil {
+			rr.Pid = ch.Pid()
+			return ch, rr, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, nil, lastErr
+}
+
+// medianRun is the index of the run with the median QPS among the runs
+// without error (the lower middle one for an even count), or -1.
+func medianRun(runs []runResult) int {
+	var idx []int
+	for i, r := range runs {
+		if r.Error == "" && r.Summary.Transactions > 0 {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return -1
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return runs[idx[a]].Summary.TPS < runs[idx[b]].Summary.TPS })
+	return idx[(len(idx)-1)/2]
+}
+
+func progressLine(n, total int, label string, r runResult, runs int) string {
+	head := fmt.Sprintf("[%2d/%d] %-30s %-8s run %d/%d:", n, total, label, r.Mode, r.Run, runs)
+	if r.Summary.Transactions == 0 && r.Error != "" {
+		return head + " ERROR " + r.Error
+	}
+	s := fmt.Sprintf("%s %9.0f qps  p50 %.2f ms  p99 %.2f ms  failed %d", head, r.Summary.TPS,
+		float64(r.Latency.P50)/1000, float64(r.Latency.P99)/1000, r.Summary.Failed)
+	if r.Summary.AbortedClients > 0 {
+		s += fmt.Sprintf(" (+%d clients aborted)", r.Summary.AbortedClients)
+	}
+	s += fmt.Sprintf("  CPU µs/q: relay %s worker %.1f pgbench %.1f", relayCPUText(r), r.CPU.WorkerPerQuery, r.CPU.PgbenchPerQuery)
+	if r.Error != "" {
+		s += "  ERROR " + r.Error
+	}
+	return s
+}
+
+func relayCPUText(r runResult) string {
+	if r.Target == targetDirect {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", r.CPU.RelayPerQuery)
+}
+
+// runPgbenchSimple runs pgbench -i and the like, bounded in time.
+func runPgbenchSimple(ctx context.Context, argv []string, limit time.Duration) (commandRecord, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	env := []string{"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10"}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = cleanEnv(env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	rec := commandRecord{Argv: argv, Env: env, Seconds: time.Since(start).Seconds()}
+	if cmd.ProcessState != nil {
+		rec.Exit = cmd.ProcessState.String()
+	}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	return rec, string(out), err
+}
+
+func procCmdline(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+func osUserName(cred *syscall.Credential) string {
+	if cred == nil {
+		return ""
+	}
+	return strconv.Itoa(int(cred.Uid))
+}
+
+func appendErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.TrimSpace(strings.Join(lines, " | "))
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(l)
+}

@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// tableRow is one line of the Markdown table: the median run of a
+// configuration. Ratios and relay CPU are nil where they do not apply (null
+// in JSON, "–" in Markdown).
+type tableRow struct {
+	Label       string    `json:"label"`
+	Target      string    `json:"target"`
+	Mode        string    `json:"mode"`
+	OK          bool      `json:"ok"` // a run succeeded; the figures below are its
+	QPS         float64   `json:"qps"`
+	VsDirect    *float64  `json:"ratio_to_direct"`
+	VsPgbouncer *float64  `json:"ratio_to_pgbouncer"`
+	P50Ms       float64   `json:"p50_ms"`
+	P95Ms       float64   `json:"p95_ms"`
+	P99Ms       float64   `json:"p99_ms"`
+	P999Ms      float64   `json:"p99_9_ms"`
+	Failed      int64     `json:"failed"`
+	Aborted     int       `json:"aborted_clients"`
+	RelayCPU    *float64  `json:"relay_cpu_us_per_query"`
+	WorkerCPU   float64   `json:"worker_cpu_us_per_query"`
+	PgbenchCPU  float64   `json:"pgbench_cpu_us_per_query"`
+	Note        string    `json:"note,omitempty"`
+	RunsQPS     []float64 `json:"runs_qps"`
+	RunsOK      int       `json:"runs_ok"`
+}
+
+// pgbouncerReference is the PgBouncer target a mode is compared with.
+func pgbouncerReference(mode string) string {
+	switch mode {
+	case modePrepared:
+		return targetBouncerSess
+	case modeExtended:
+		return targetBouncerTx
+	}
+	return ""
+}
+
+// buildRows fills each configuration's median run and row.
+func buildRows(configs []*configResult) []*tableRow {
+	byKey := map[string]*tableRow{}
+	var rows []*tableRow
+	for _, c := range configs {
+		row := &tableRow{Label: c.Label, Target: c.Target, Mode: c.Mode}
+		for _, r := range c.Runs {
+			row.RunsQPS = append(row.RunsQPS, r.Summary.TPS)
+		}
+		c.Median = medianRun(c.Runs)
+		switch {
+		case c.Skipped != "":
+			row.Note = "skipped: " + c.Skipped
+		case c.Median < 0:
+			row.Note = "no successful run"
+			if len(c.Runs) > 0 {
+				row.Note += ": " + trunc(c.Runs[len(c.Runs)-1].Error, 200)
+			}
+		default:
+			m := c.Runs[c.Median]
+			row.OK, row.QPS = true, m.Summary.TPS
+			row.P50Ms, row.P95Ms = float64(m.Latency.P50)/1000, float64(m.Latency.P95)/1000
+			row.P99Ms, row.P999Ms = float64(m.Latency.P99)/1000, float64(m.Latency.P999)/1000
+			row.Failed, row.Aborted = m.Summary.Failed, m.Summary.AbortedClients
+			if c.Target != targetDirect {
+				v := m.CPU.RelayPerQuery
+				row.RelayCPU = &v
+			}
+			row.WorkerCPU, row.PgbenchCPU = m.CPU.WorkerPerQuery, m.CPU.PgbenchPerQuery
+		}
+		for _, r := range c.Runs {
+			if r.Error == "" {
+				row.RunsOK++
+			}
+		}
+		c.Row = row
+		byKey[c.key()] = row
+		rows = append(rows, row)
+	}
+	for _, row := range rows {
+		if !row.OK {
+			continue
+		}
+		if d := byKey[targetDirect+"/"+row.Mode]; d != nil && d.OK && d.QPS > 0 {
+			v := row.QPS / d.QPS
+			row.VsDirect = &v
+		}
+		if ref := pgbouncerReference(row.Mode); ref != "" {
+			if p := byKey[ref+"/"+row.Mode]; p != nil && p.OK && p.QPS > 0 {
+				v := row.QPS / p.QPS
+				row.VsPgbouncer = &v
+			}
+		}
+	}
+	return rows
+}
+
+// markdown renders the report.
+func (rep *relayReport) markdown(rows []*tableRow, jsonName string) string {
+	var sb strings.Builder
+	o := rep.Options
+	fmt.Fprintf(&sb, "# pgfleet relay benchmark, %s\n\n", rep.StartedAt.Format("2006-01-02 15:04:05 MST"))
+	fmt.Fprintf(&sb, "pgbench -S (built-in select-only script: one SELECT per transaction, so QPS = TPS), "+
+		"scale %d, %d clients, %d threads, %d s per run, median of %d run(s) by QPS; pool size %d for pgfleet and PgBouncer; "+
+		"one PostgreSQL worker.\n\n", o.Scale, o.Clients, o.Jobs, o.DurationSeconds, o.Runs, o.PoolSize)
+	if rep.Interrupted {
+		sb.WriteString("**Interrupted: partial results.**\n\n")
+	} else if rep.Error != "" {
+		fmt.Fprintf(&sb, "**Stopped early: %s**\n\n", oneLine(rep.Error))
+	}
+	sb.WriteString("| config | mode | QPS | vs direct | vs PgBouncer | p50 ms | p95 ms | p99 ms | p99.9 ms | failed | relay CPU µs/q | worker CPU µs/q | pgbench CPU µs/q |\n")
+	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		if !r.OK {
+			fmt.Fprintf(&sb, "| %s | %s | – | – | – | – | – | – | – | %s | – | – | – |\n", r.Label, r.Mode, mdCell(r.Note))
+			continue
+		}
+		failed := fmt.Sprint(r.Failed)
+		if r.Aborted > 0 {
+			failed += fmt.Sprintf(" (+%d clients aborted)", r.Aborted)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %.0f | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1f |\n",
+			r.Label, r.Mode, r.QPS, optional(r.VsDirect, "%.2f"), optional(r.VsPgbouncer, "%.2f"), r.P50Ms, r.P95Ms, r.P99Ms, r.P999Ms,
+			failed, optional(r.RelayCPU, "%.1f"), r.WorkerCPU, r.PgbenchCPU)
+	}
+	sb.WriteString("\n*vs direct*: QPS over direct PostgreSQL's in the same mode. *vs PgBouncer*: QPS over PgBouncer session mode's " +
+		"(prepared) or transaction mode's (extended); simple has no PgBouncer reference. Latency percentiles come from " +
+		"pgbench's per-transaction logs. CPU µs/q: CPU time (user+system) during the run divided by the transactions " +
+		"completed; relay = the coordinator or PgBouncer process, worker = the postmaster and all its children " +
+		"(backends included), pgbench = the load generator. All share the same cores; see bench/README.md.\n\n")
+
+	sb.WriteString("## Every run (QPS)\n\n| config | mode | runs | min | max | spread |\n|---|---|---|---:|---:|---:|\n")
+	for _, r := range rows {
+		if len(r.RunsQPS) == 0 {
+			continue
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		var parts []string
+		for _, q := range r.RunsQPS {
+			parts = append(parts, fmt.Sprintf("%.0f", q))
+			lo, hi = math.Min(lo, q), math.Max(hi, q)
+		}
+		spread := "–"
+		if lo > 0 {
+			spread = fmt.Sprintf("%.1f%%", (hi-lo)/lo*100)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %.0f | %.0f | %s |\n", r.Label, r.Mode, strings.Join(parts, ", "), lo, hi, spread)
+	}
+
+	if len(rep.Problems) > 0 {
+		sb.WriteString("\n## Problems seen\n\n")
+		for _, p := range rep.Problems {
+			fmt.Fprintf(&sb, "- %s\n", oneLine(p))
+		}
+	}
+	if len(rep.Notes) > 0 {
+		sb.WriteString("\n## Notes\n\n")
+		for _, n := range rep.Notes {
+			fmt.Fprintf(&sb, "- %s\n", oneLine(n))
+		}
+	}
+	v, m := rep.Versions, rep.Machine
+	sb.WriteString("\n## Environment\n\n")
+	fmt.Fprintf(&sb, "- pgfleet %s (%s)\n", v.Pgfleet, v.Go)
+	fmt.Fprintf(&sb, "- %s; %s", v.Postgres, v.Pgbench)
+	if v.Pgbouncer != "" {
+		fmt.Fprintf(&sb, "; %s", v.Pgbouncer)
+	}
+	sb.WriteString("\n")
+	fmt.Fprintf(&sb, "- %d CPUs (%s), %s, %s; load average at start %s, at end %s\n", m.Nproc, m.CPUModel, m.MemTotal, m.Kernel,
+		loadTriple(m.LoadAvgStart), loadTriple(m.LoadAvgEnd))
+	if jsonName != "" {
+		fmt.Fprintf(&sb, "- every figure and command: %s\n", jsonName)
+	}
+	return sb.String()
+}
+
+// problems lists what went wrong in the runs, for the report.
+func (rep *relayReport) problems() []string {
+	var out []string
+	for _, c := range rep.Configs {
+		for _, r := range c.Runs {
+			where := fmt.Sprintf("%s %s run %d", c.Label, c.Mode, r.Run)
+			if r.Error != "" {
+				out = append(out, where+": "+r.Error)
+			}
+			if r.Summary.Failed > 0 {
+				out = append(out, fmt.Sprintf("%s: %d failed transactions", where, r.Summary.Failed))
+			}
+			if r.Summary.AbortedClients > 0 {
+				msg := fmt.Sprintf("%s: %d clients aborted", where, r.Summary.AbortedClients)
+				if len(r.Summary.FirstAbortMessages) > 0 {
+					msg += ", first: " + r.Summary.FirstAbortMessages[0]
+				}
+				out = append(out, msg)
+			}
+			if r.TxLog != nil && (r.TxLog.Failed > 0 || r.TxLog.Malformed > 0) {
+				out = append(out, fmt.Sprintf("%s: per-transaction log has %d failed and %d unreadable lines", where, r.TxLog.Failed, r.TxLog.Malformed))
+			}
+			if r.CPU.BackendsLeft > 0 {
+				out = append(out, fmt.Sprintf("%s: %d worker backends still running 2 s after the run (their CPU is counted while alive)", where, r.CPU.BackendsLeft))
+			}
+			if rr := r.Relay; rr != nil {
+				if rr.ExitedEarly {
+					out = append(out, fmt.Sprintf("%s: the relay exited before it was stopped (%s)", where, rr.Exit))
+				}
+				if rr.Killed {
+					out = append(out, where+": the relay did not stop within 10 s of SIGTERM and was killed")
+				}
+				if rr.ProblemCount > 0 {
+					msg := fmt.Sprintf("%s: %d warning/error lines in the relay's log", where, rr.ProblemCount)
+					if len(rr.LogProblems) > 0 {
+						msg += ", first: " + rr.LogProblems[0]
+					}
+					out = append(out, msg)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// finish writes the reports (when any run happened) and prints the table.
+func (b *relayBench) finish(runErr error) error {
+	rep := b.rep
+	rep.FinishedAt = time.Now()
+	rep.Machine.LoadAvgEnd = loadAvg()
+	if runErr != nil {
+		rep.Error = runErr.Error()
+	}
+	ran := false
+	for _, c := range rep.Configs {
+		ran = ran || len(c.Runs) > 0
+	}
+	if !ran {
+		return nil
+	}
+	rows := buildRows(rep.Configs)
+	rep.Problems = rep.problems()
+	stamp := rep.StartedAt.Format("20060102-150405")
+	mdPath := filepath.Join(b.o.OutDir, "relay-"+stamp+".md")
+	jsonPath := filepath.Join(b.o.OutDir, "relay-"+stamp+".json")
+	rep.MarkdownOut = mdPath
+	md := rep.markdown(rows, filepath.Base(jsonPath))
+	fmt.Fprint(b.out, "\n"+md)
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the JSON report: %w", err)
+	}
+	if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	b.logf("wrote %s and %s", mdPath, jsonPath)
+	return nil
+}
+
+// optional formats *v, or "–" for nil.
+func optional(v *float64, format string) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+// mdCell makes s safe inside a Markdown table cell.
+func mdCell(s string) string {
+	return strings.ReplaceAll(oneLine(s), "|", "\\|")
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// loadTriple is the three load averages of a /proc/loadavg line.
+func loadTriple(s string) string {
+	f := strings.Fields(s)
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func runtimeVersion() string { return runtime.Version() }

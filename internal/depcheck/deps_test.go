@@ -1,0 +1,41 @@
+// Package depcheck holds the test that keeps package dependencies flowing
+// one way (see docs/architecture.md).
+package depcheck
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/pgfleet/pgfleet/"
+
+// forbidden lists, per package, the packages it must not depend on,
+// directly or not.
+var forbidden = map[string][]string{
+	"internal/pgerr": {"internal/wire", "pooling", "coordinator", "planner", "metadata", "bench"},
+	"internal/wire":  {"pooling", "coordinator", "planner", "metadata", "bench"},
+	"pooling":        {"coordinator", "planner", "metadata", "bench"},
+	"planner":        {"coordinator", "pooling", "bench"},
+	"metadata":       {"coordinator", "planner", "pooling", "bench"},
+	"coordinator":    {"bench"},
+	"bench":          {"coordinator", "pooling", "planner", "metadata"},
+}
+
+func TestDependencyDirection(t *testing.T) {
+	for pkg, bad := range forbidden {
+		out, err := exec.Command("go", "list", "-deps", "../../"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		deps := map[string]bool{}
+		for _, l := range strings.Split(string(out), "\n") {
+			deps[strings.TrimPrefix(l, mod)] = true
+		}
+		for _, b := range bad {
+			if deps[b] {
+				t.Errorf("%s depends on %s; dependencies must flow the other way", pkg, b)
+			}
+		}
+	}
+}
