@@ -205,7 +205,8 @@ func logProblems(path string, max int) (lines []string, total int) {
 }
 
 func isProblemLine(l string) bool {
-	for _, m := range []string{"level=WARN", "level=ERROR", " WARNING ", " ERROR ", " FATAL ", "panic:", "fatal error:"} {
+	for _, m := range []string{"level=WARN", "level=ERROR", " WARNING ", " ERROR ", " FATAL ", "panic:", "fatal error:",
+		"WARNING:  ", "ERROR:  ", "FATAL:  ", "PANIC:  "} {
 		if strings.Contains(l, m) {
 			return true
 		}

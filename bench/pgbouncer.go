@@ -60,7 +60,9 @@ func runLogged(ctx context.Context, limit time.Duration, argv []string, cmds *[]
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	cmd.WaitDelay = 5 * time.Second
+	// SIGTERM first: killing dpkg outright can leave its database locked.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	rec := commandRecord{What: "setup", Argv: argv, Seconds: time.Since(start).Seconds()}

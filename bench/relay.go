@@ -91,12 +91,12 @@ type relayConfig struct {
 
 func (c relayConfig) key() string { return c.Target + "/" + c.Mode }
 
-func (c relayConfig) label(pool int) string {
+func (c relayConfig) label(pool, sessionPool int) string {
 	switch c.Target {
 	case targetPgfleet:
 		return fmt.Sprintf("pgfleet (pool %d)", pool)
 	case targetBouncerSess:
-		return fmt.Sprintf("PgBouncer session (pool %d)", pool)
+		return fmt.Sprintf("PgBouncer session (pool %d)", sessionPool)
 	case targetBouncerTx:
 		return fmt.Sprintf("PgBouncer transaction (pool %d)", pool)
 	}
@@ -173,6 +173,7 @@ type relayRun struct {
 	ExitedEarly  bool          `json:"exited_early,omitempty"`
 	LogProblems  []string      `json:"log_problems,omitempty"` // warnings and errors from its log
 	ProblemCount int           `json:"log_problem_count"`
+	LogTail      string        `json:"log_tail,omitempty"` // its log's last 2 KB
 }
 
 // configResult is one configuration with all its runs.
@@ -220,7 +221,8 @@ type workerInfo struct {
 	Command []string `json:"command"` // from /proc/<pid>/cmdline
 	DataDir string   `json:"data_dir"`
 	LogFile string   `json:"log_file"`
-	Log     []string `json:"log_problems,omitempty"`
+	Log     []string `json:"log_problems,omitempty"` // warning and error lines of its log (the first 10)
+	NLog    int      `json:"log_problem_count"`
 }
 
 // relayBench is one RunRelay invocation.
@@ -265,11 +267,11 @@ func RunRelay(ctx context.Context, o RelayOptions) (err error) {
 			return fmt.Errorf("finding the pgfleet executable: %w", err)
 		}
 	}
-	if b.pgbench, err = exec.LookPath("pgbench"); err != nil {
-		return errors.New("pgbench not found on PATH (Debian: apt-get install postgresql-client)")
-	}
 	bin, err := pgcluster.BinDir()
 	if err != nil {
+		return err
+	}
+	if b.pgbench, err = findPgbench(bin); err != nil {
 		return err
 	}
 	if b.cred, err = runAs(); err != nil {
@@ -298,7 +300,11 @@ func RunRelay(ctx context.Context, o RelayOptions) (err error) {
 			err = werr
 		}
 	}()
-	return b.run(ctx)
+	err = b.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = errors.New("interrupted; stopped everything it had started")
+	}
+	return err
 }
 
 // cleanup stops every process the benchmark started and removes its
@@ -309,10 +315,8 @@ func (b *relayBench) cleanup() {
 		b.cur = nil
 	}
 	if b.worker != nil {
-		if lines, n := logProblems(b.worker.LogFile, 10); n > 0 {
-			b.rep.Worker.Log = lines
-		}
 		b.worker.Stop()
+		b.rep.Worker.Log, b.rep.Worker.NLog = logProblems(b.worker.LogFile, 10)
 		b.worker = nil
 	}
 	if b.dir != "" {
@@ -355,16 +359,18 @@ func (b *relayBench) run(ctx context.Context) error {
 
 	configs := relayConfigs()
 	for _, c := range configs {
-		cr := &configResult{relayConfig: c, Label: c.label(o.PoolSize), Median: -1}
+		cr := &configResult{relayConfig: c, Label: c.label(o.PoolSize, b.sessionPoolSize()), Median: -1, Runs: []runResult{}}
 		if (c.Target == targetBouncerSess || c.Target == targetBouncerTx) && b.bouncer == "" {
 			cr.Skipped = "PgBouncer not available"
 		}
 		b.rep.Configs = append(b.rep.Configs, cr)
 	}
 	if b.bouncer != "" && o.PoolSize < o.Clients {
-		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("PgBouncer session mode has pool_size %d for %d clients: "+
-			"only %d clients hold a server connection at a time, the others wait in PgBouncer until those disconnect at the end of the run",
-			o.PoolSize, o.Clients, o.PoolSize))
+		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("PgBouncer session mode runs with pool_size %d (one server connection per client), "+
+			"not %d: in session mode a client keeps its server connection until it disconnects, and pgbench prepares "+
+			"statements synchronously, so with fewer server connections than clients a thread blocks on a client "+
+			"that waits for a connection while its other clients hold theirs, and the run stalls until query_wait_timeout. "+
+			"Transaction mode and the coordinator use %d.", b.sessionPoolSize(), o.PoolSize, o.PoolSize))
 	}
 	total := 0
 	for _, cr := range b.rep.Configs {
@@ -438,6 +444,7 @@ func (b *relayBench) runOne(ctx context.Context, c relayConfig, run int) (res ru
 		res.Relay.Killed = relay.Stop(syscall.SIGTERM, 10*time.Second)
 		res.Relay.Exit = relay.ExitStatus()
 		res.Relay.LogProblems, res.Relay.ProblemCount = logProblems(relay.LogPath, 20)
+		res.Relay.LogTail = tailFile(relay.LogPath, 2048)
 		b.cur = nil
 		relay = nil
 	}
@@ -528,7 +535,7 @@ func (b *relayBench) runOne(ctx context.Context, c relayConfig, run int) (res ru
 		} else if ctx.Err() != nil {
 			msg = "interrupted"
 		}
-		if s := lastLines(stderr.String(), 3); s != "" {
+		if s := pgbenchErrorLine(stderr.String()); s != "" {
 			msg += ": " + s
 		}
 		res.Error = appendErr(res.Error, msg)
@@ -550,6 +557,13 @@ func (b *relayBench) runOne(ctx context.Context, c relayConfig, run int) (res ru
 		res.CPU.PgbenchPerQuery = res.CPU.PgbenchMicros / q
 	}
 	return res
+}
+
+// sessionPoolSize is PgBouncer's pool_size in session mode: at least one
+// server connection per client, since a session-mode client holds its
+// connection for as long as it is connected.
+func (b *relayBench) sessionPoolSize() int {
+	return max(b.o.PoolSize, b.o.Clients)
 }
 
 // startRelay starts the coordinator or PgBouncer for c on a free port.
@@ -575,11 +589,11 @@ func (b *relayBench) startRelay(ctx context.Context, c relayConfig) (*child, *re
 				}
 			}
 		} else {
-			mode := "session"
+			mode, pool := "session", b.sessionPoolSize()
 			if c.Target == targetBouncerTx {
-				mode = "transaction"
+				mode, pool = "transaction", b.o.PoolSize
 			}
-			bc := bouncerConfig{PoolMode: mode, PoolSize: b.o.PoolSize, Port: port, WorkerPort: b.worker.Port,
+			bc := bouncerConfig{PoolMode: mode, PoolSize: pool, Port: port, WorkerPort: b.worker.Port,
 				QueryTimeout: b.o.Duration + 60*time.Second}
 			ch, rr.Config, err = startPgbouncer(ctx, b.bouncer, b.dir, bc, b.cred)
 			rr.Command = commandRecord{What: "pgbouncer " + mode, Argv: []string{b.bouncer, "pgbouncer.ini"}}
@@ -642,6 +656,27 @@ func relayCPUText(r runResult) string {
 	return fmt.Sprintf("%.1f", r.CPU.RelayPerQuery)
 }
 
+// findPgbench prefers the pgbench binary beside the server's (the same
+// version, and not Debian's pg_wrapper script, whose Perl start-up would
+// count as pgbench CPU), then pgbench on PATH.
+func findPgbench(bin string) (string, error) {
+	var dirs []string
+	if real, err := filepath.EvalSymlinks(filepath.Join(bin, "postgres")); err == nil {
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	dirs = append(dirs, bin)
+	for _, d := range dirs {
+		p := filepath.Join(d, "pgbench")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("pgbench not found beside postgres or on PATH (Debian: apt-get install postgresql-client)")
+}
+
 // runPgbenchSimple runs pgbench -i and the like, bounded in time.
 func runPgbenchSimple(ctx context.Context, argv []string, limit time.Duration) (commandRecord, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
@@ -693,12 +728,33 @@ func tailString(s string, n int) string {
 	return "..." + s[len(s)-n:]
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+// pgbenchErrorLine summarises what pgbench printed on failure: the first
+// server error (ERROR: or FATAL:) and the first aborted client.
+func pgbenchErrorLine(stderr string) string {
+	var server, aborted, other string
+	for _, l := range strings.Split(stderr, "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "pgbench: error:"))
+		l = strings.TrimSpace(strings.TrimPrefix(l, "pgbench: error:"))
+		switch {
+		case l == "" || strings.Contains(l, "Run was aborted"):
+		case server == "" && (strings.Contains(l, "ERROR:") || strings.Contains(l, "FATAL:")):
+			server = l
+		case aborted == "" && strings.Contains(l, "aborted"):
+			aborted = l
+		case other == "":
+			other = l
+		}
 	}
-	return strings.TrimSpace(strings.Join(lines, " | "))
+	var parts []string
+	for _, p := range []string{server, aborted} {
+		if p != "" {
+			parts = append(parts, trunc(p, 200))
+		}
+	}
+	if len(parts) == 0 && other != "" {
+		parts = append(parts, trunc(other, 200))
+	}
+	return strings.Join(parts, " / ")
 }
 
 func firstLine(s string) string {

@@ -156,11 +156,13 @@ func (rep *relayReport) markdown(rows []*tableRow, jsonName string) string {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %.0f | %.0f | %s |\n", r.Label, r.Mode, strings.Join(parts, ", "), lo, hi, spread)
 	}
 
-	if len(rep.Problems) > 0 {
-		sb.WriteString("\n## Problems seen\n\n")
-		for _, p := range rep.Problems {
-			fmt.Fprintf(&sb, "- %s\n", oneLine(p))
-		}
+	sb.WriteString("\n## Problems seen\n\n")
+	if len(rep.Problems) == 0 {
+		sb.WriteString("None: every run exited 0, with no failed transactions, no aborted clients, " +
+			"no warning or error lines in the relays' or the worker's logs, and every backend reaped.\n")
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(&sb, "- %s\n", oneLine(p))
 	}
 	if len(rep.Notes) > 0 {
 		sb.WriteString("\n## Notes\n\n")
@@ -225,6 +227,13 @@ func (rep *relayReport) problems() []string {
 				}
 			}
 		}
+	}
+	if w := rep.Worker; w.NLog > 0 {
+		msg := fmt.Sprintf("PostgreSQL worker log: %d warning/error lines", w.NLog)
+		if len(w.Log) > 0 {
+			msg += ", first: " + w.Log[0]
+		}
+		out = append(out, msg)
 	}
 	return out
 }

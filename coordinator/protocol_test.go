@@ -224,12 +224,22 @@ func protoFrontendMessage(line []byte) (pgproto3.FrontendMessage, error) {
 // messages received (send blocks record nothing).
 type protoRecording [][]string
 
-// protoRun runs a script against addr.
-func protoRun(t *testing.T, s *protoScript, addr string) protoRecording {
+// protoRun runs a script against addr. The session's application_name is
+// the script's, so that if the script is cut short the backends it left
+// behind on PostgreSQL (pgAddr), directly or through a coordinator, can be
+// ended: a coordinator stuck waiting for its worker would otherwise never
+// close.
+func protoRun(t *testing.T, s *protoScript, addr, pgAddr string) protoRecording {
 	t.Helper()
+	appName := "proto_" + s.name
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pc, err := pgconn.Connect(ctx, pgtest.URL(addr))
+	cfg, err := pgconn.ParseConfig(pgtest.URL(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = appName
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("connect %s: %v", addr, err)
 	}
@@ -237,9 +247,37 @@ func protoRun(t *testing.T, s *protoScript, addr string) protoRecording {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, fe := hc.Conn, hc.Frontend
-	defer conn.Close()
+	rec := protoPlay(s, hc.Conn, hc.Frontend)
+	hc.Conn.Close()
+	for _, r := range rec {
+		if protoHasError(r) {
+			protoTerminate(t, pgAddr, appName)
+			break
+		}
+	}
+	return rec
+}
 
+// protoTerminate ends the PostgreSQL backends of a script's sessions.
+func protoTerminate(t *testing.T, pgAddr, appName string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, pgtest.URL(pgAddr))
+	if err != nil {
+		t.Logf("ending the script's backends: %v", err)
+		return
+	}
+	defer pc.Close(ctx)
+	_, err = pc.ExecParams(ctx, "select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1 and pid <> pg_backend_pid()",
+		[][]byte{[]byte(appName)}, nil, nil, nil).Close()
+	if err != nil {
+		t.Logf("ending the script's backends: %v", err)
+	}
+}
+
+// protoPlay sends the script's messages and records the answers.
+func protoPlay(s *protoScript, conn net.Conn, fe *pgproto3.Frontend) protoRecording {
 	rec := make(protoRecording, len(s.blocks))
 	for i, b := range s.blocks {
 		if b.kind == "send" {
@@ -456,7 +494,7 @@ func TestProtocolConformance(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
 			// One endpoint after the other: both use the same tables.
-			want := protoRun(t, s, pgAddr)
+			want := protoRun(t, s, pgAddr, pgAddr)
 			golden := protoGolden(s, want)
 			gpath := filepath.Join(protoDir, s.name+".golden")
 			if protoRewrite() {
@@ -476,7 +514,7 @@ func TestProtocolConformance(t *testing.T) {
 				}
 			}
 
-			got := protoRun(t, s, coordAddr)
+			got := protoRun(t, s, coordAddr, pgAddr)
 			for i, bl := range s.blocks {
 				if bl.kind != "until" {
 					continue

@@ -215,6 +215,12 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.Close()
 	}
+	// A session waiting on its worker would not notice its client is gone.
+	for _, ss := range s.sessions {
+		if sc := ss.cancelTarget.Load(); sc != nil {
+			sc.Interrupt()
+		}
+	}
 	s.mu.Unlock()
 	if s.ln != nil {
 		s.ln.Close()

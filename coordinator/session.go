@@ -46,6 +46,7 @@ type session struct {
 	queue        []expect
 	qhead        int
 	skipping     bool // after an error in an extended batch: ignore until Sync
+	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
 }
 
@@ -76,6 +77,7 @@ type expect struct {
 	client string     // Parse: the client's statement name it creates
 	cls    *class     // simple query: its classification, when it changes the session
 	opIdx  int
+	abort  bool // a Parse sent to fail on purpose: hide its error
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -160,7 +162,7 @@ func (ss *session) end() {
 	if ss.sc == nil {
 		return
 	}
-	if ss.pinned != "" || ss.qhead < len(ss.queue) {
+	if ss.pinned != "" || ss.qhead < len(ss.queue) || ss.needSync {
 		// Session state we cannot undo, or a batch cut off midway.
 		ss.sc.MarkBroken()
 	}
@@ -213,7 +215,7 @@ func (ss *session) releaseServer() {
 
 // releaseIfIdle gives the server connection back between transactions.
 func (ss *session) releaseIfIdle() {
-	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) {
+	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
 		ss.releaseServer()
 	}
 }
@@ -227,16 +229,28 @@ func (ss *session) pin(reason string) {
 
 // synthError answers in order with an error pgfleet found itself, and skips
 // the rest of the extended batch, as PostgreSQL does after an error.
+//
+// PostgreSQL's error would also abort the transaction (the batch's implicit
+// one, or the client's explicit one), so when a server connection is held a
+// Parse that must fail follows, its error hidden: the worker then rolls back
+// what the batch did and reports the transaction as failed, as PostgreSQL
+// would have.
 func (ss *session) synthError(err error) {
 	er := pgerr.Flatten(err)
 	b, _ := er.Encode(nil)
 	ss.push(expect{kind: eSynth, synth: b})
 	ss.skipping = true
+	if ss.sc != nil {
+		ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortParse...))
+		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
+	}
 }
 
 var (
 	msgParseComplete = []byte{'1', 0, 0, 0, 4}
 	msgCloseComplete = []byte{'3', 0, 0, 0, 4}
+	// msgAbortParse is a Parse that always fails (a syntax error).
+	msgAbortParse = wire.AppendFrame(nil, 'P', []byte("\x00pgfleet abort after client error\x00\x00\x00"))
 )
 
 // simpleQuery relays a Query message: one or more statements, one cycle.
@@ -312,14 +326,17 @@ func (ss *session) deallocate(op paramOp) error {
 	return nil
 }
 
+// acquireExt takes a server connection for an extended-protocol message;
+// the connection then stays with the session until the batch's Sync is
+// answered.
 func (ss *session) acquireExt() bool {
-	if ss.sc != nil {
-		return true
+	if ss.sc == nil {
+		if err := ss.acquire(context.Background()); err != nil {
+			ss.synthError(err)
+			return false
+		}
 	}
-	if err := ss.acquire(context.Background()); err != nil {
-		ss.synthError(err)
-		return false
-	}
+	ss.needSync = true
 	return true
 }
 
@@ -566,7 +583,9 @@ func (ss *session) drain() error {
 			ss.endOfCycle(f.Body[0])
 			continue
 		case 'E':
-			ss.out = wire.AppendFrame(ss.out, 'E', f.Body)
+			if !e.abort {
+				ss.out = wire.AppendFrame(ss.out, 'E', f.Body)
+			}
 			ss.txFailed = true
 			if fatalSeverity(f.Body) {
 				sc.MarkBroken()
@@ -591,6 +610,15 @@ func (ss *session) drain() error {
 		case 'N', 'A':
 			relay = true
 		case 'G':
+			// A Sync the client sent after the COPY's Execute reached the
+			// server in copy-in mode, which ignores it: expect none for it.
+			q := ss.queue[:ss.qhead+1]
+			for _, x := range ss.queue[ss.qhead+1:] {
+				if x.term != tSync {
+					q = append(q, x)
+				}
+			}
+			ss.queue = q
 			ss.out = wire.AppendFrame(ss.out, 'G', f.Body)
 			if err := ss.copyIn(); err != nil {
 				return err
@@ -694,6 +722,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 // endOfCycle runs at ReadyForQuery.
 func (ss *session) endOfCycle(status byte) {
 	ss.sc.TxStatus = status
+	ss.needSync = false
 	if status != 'I' {
 		return
 	}

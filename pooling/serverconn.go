@@ -180,6 +180,14 @@ func (c *ServerConn) alive() bool {
 	return err == nil && healthy
 }
 
+// Interrupt makes a blocked read or write on c fail now (for shutdown); the
+// connection is then broken and will be closed on release.
+func (c *ServerConn) Interrupt() {
+	if nc := c.conn; nc != nil {
+		_ = nc.SetDeadline(time.Unix(1, 0))
+	}
+}
+
 // Cancel asks the worker to cancel whatever this connection is running.
 func (c *ServerConn) Cancel(ctx context.Context) error {
 	return SendCancel(ctx, c.Addr, c.PID, c.Secret)

@@ -50,10 +50,15 @@ func benchRelay(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	finished := make(chan struct{})
+	defer close(finished) // runs before stop
 	go func() {
-		<-ctx.Done()
-		fmt.Fprintln(os.Stderr, "pgfleet bench: interrupted, stopping what it started (Ctrl-C again to quit at once)")
-		stop() // a second Ctrl-C kills the process; its children get SIGTERM/SIGKILL from the kernel
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(os.Stderr, "pgfleet bench: interrupted, stopping what it started (Ctrl-C again to quit at once)")
+			stop() // a second Ctrl-C kills the process; its children get SIGTERM/SIGKILL from the kernel
+		case <-finished:
+		}
 	}()
 	return bench.RunRelay(ctx, o)
 }

@@ -1,0 +1,304 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// protoClient speaks the protocol message by message over a hijacked
+// connection, so that statement and portal names are the test's own.
+type protoClient struct {
+	t    *testing.T
+	name string
+	conn net.Conn
+	fe   *pgproto3.Frontend
+}
+
+func protoDial(t *testing.T, addr, name string) *protoClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, pgtest.URL(addr))
+	if err != nil {
+		t.Fatalf("connect %s: %v", addr, err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &protoClient{t: t, name: name, conn: hc.Conn, fe: hc.Frontend}
+	t.Cleanup(func() {
+		c.fe.Send(&pgproto3.Terminate{})
+		_ = c.fe.Flush()
+		c.conn.Close()
+	})
+	return c
+}
+
+// protoResult is what a batch answered: the first column of every row, in
+// order, and the SQLSTATE of its error ("" if none).
+type protoResult struct {
+	rows []string
+	code string
+}
+
+func (r protoResult) String() string {
+	if r.code != "" {
+		return fmt.Sprintf("rows %q, error %s", r.rows, r.code)
+	}
+	return fmt.Sprintf("rows %q", r.rows)
+}
+
+// batch sends msgs and a Sync and reads the answers up to ReadyForQuery.
+func (c *protoClient) batch(msgs ...pgproto3.FrontendMessage) protoResult {
+	c.t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	c.fe.Send(&pgproto3.Sync{})
+	_ = c.conn.SetDeadline(time.Now().Add(protoReceiveTimeout))
+	if err := c.fe.Flush(); err != nil {
+		c.t.Fatalf("%s: send: %v", c.name, err)
+	}
+	var r protoResult
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			c.t.Fatalf("%s: receive: %v (answers so far: %v)", c.name, protoErrText(err), r)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			r.rows = append(r.rows, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			if r.code == "" {
+				r.code = m.Code
+			}
+		case *pgproto3.ReadyForQuery:
+			return r
+		}
+	}
+}
+
+func (c *protoClient) simple(sql string) protoResult {
+	c.t.Helper()
+	c.fe.Send(&pgproto3.Query{String: sql})
+	_ = c.conn.SetDeadline(time.Now().Add(protoReceiveTimeout))
+	if err := c.fe.Flush(); err != nil {
+		c.t.Fatalf("%s: send: %v", c.name, err)
+	}
+	var r protoResult
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			c.t.Fatalf("%s: receive: %v", c.name, protoErrText(err))
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			r.rows = append(r.rows, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			if r.code == "" {
+				r.code = m.Code
+			}
+		case *pgproto3.ReadyForQuery:
+			return r
+		}
+	}
+}
+
+func (c *protoClient) prepare(name, sql string) protoResult {
+	c.t.Helper()
+	return c.batch(&pgproto3.Parse{Name: name, Query: sql})
+}
+
+func (c *protoClient) exec(stmt, arg string) protoResult {
+	c.t.Helper()
+	return c.batch(protoBind("", stmt, arg), &pgproto3.Execute{})
+}
+
+func (c *protoClient) closeStmt(name string) protoResult {
+	c.t.Helper()
+	return c.batch(&pgproto3.Close{ObjectType: 'S', Name: name})
+}
+
+func protoBind(portal, stmt, arg string) *pgproto3.Bind {
+	return &pgproto3.Bind{DestinationPortal: portal, PreparedStatement: stmt, Parameters: [][]byte{[]byte(arg)}}
+}
+
+// expect checks a result: rows and, if code is not "", the error.
+func (c *protoClient) expect(what string, got protoResult, code string, rows ...string) {
+	c.t.Helper()
+	if got.code != code || !slices.Equal(got.rows, rows) {
+		want := protoResult{rows: rows, code: code}
+		c.t.Errorf("%s: %s: got %v, want %v", c.name, what, got, want)
+	}
+}
+
+// TestProtocolPreparedStatementsMultiplexed: two clients whose prepared
+// statements share names but not texts (or texts but not names), on a
+// coordinator with one or two server connections and a statement cache
+// smaller than what a client prepares. The same steps run against
+// PostgreSQL first, which shows what the answers must be.
+func TestProtocolPreparedStatementsMultiplexed(t *testing.T) {
+	cluster := pgtest.Shared(t)
+	t.Run("postgres", func(t *testing.T) {
+		protoStmtScenario(t, cluster.Servers[0].Addr(), true, 0)
+	})
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("coordinator_pool%d", n), func(t *testing.T) {
+			srv := pgtest.Coordinator(t, cluster, func(c *coordinator.Config) {
+				c.PoolSize = n
+				c.StmtCacheSize = 4
+			})
+			// With one server connection a client's transaction would make
+			// the other wait for the pool.
+			protoStmtScenario(t, srv.Addr(), n > 1, 4)
+		})
+	}
+}
+
+// cacheSize is the coordinator's statement cache per server connection, 0
+// for PostgreSQL itself.
+func protoStmtScenario(t *testing.T, addr string, concurrentTx bool, cacheSize int) {
+	a, b := protoDial(t, addr, "client a"), protoDial(t, addr, "client b")
+
+	// Same names, different texts; same text, different names.
+	a.expect("prepare s1", a.prepare("s1", "select 'a1:' || $1::text"), "")
+	b.expect("prepare s1", b.prepare("s1", "select 'b1:' || $1::text"), "")
+	a.expect("prepare s2", a.prepare("s2", "select 'shared:' || $1::text"), "")
+	b.expect("prepare s2", b.prepare("s2", "select 'shared:' || $1::text"), "")
+	b.expect("prepare s3", b.prepare("s3", "select 'a1:' || $1::text"), "")
+	for i := range 3 {
+		x := fmt.Sprint(i)
+		a.expect("exec s1", a.exec("s1", x), "", "a1:"+x)
+		b.expect("exec s1", b.exec("s1", x), "", "b1:"+x)
+		a.expect("exec s2", a.exec("s2", x), "", "shared:"+x)
+		b.expect("exec s3", b.exec("s3", x), "", "a1:"+x)
+		b.expect("exec s2", b.exec("s2", x), "", "shared:"+x)
+	}
+	// Interleaved within one batch each.
+	a.expect("batch s1 s2 s1", a.batch(protoBind("", "s1", "x"), &pgproto3.Execute{},
+		protoBind("", "s2", "y"), &pgproto3.Execute{}, protoBind("", "s1", "z"), &pgproto3.Execute{}),
+		"", "a1:x", "shared:y", "a1:z")
+
+	if concurrentTx {
+		// Both clients in a transaction at once: each on its own server
+		// connection, where its statements must be prepared.
+		a.expect("begin", a.simple("begin"), "")
+		a.expect("exec s1 in tx", a.exec("s1", "t"), "", "a1:t")
+		b.expect("begin", b.simple("begin"), "")
+		b.expect("exec s1 in tx", b.exec("s1", "t"), "", "b1:t")
+		a.expect("exec s2 in tx", a.exec("s2", "t"), "", "shared:t")
+		b.expect("exec s3 in tx", b.exec("s3", "t"), "", "a1:t")
+		b.expect("commit", b.simple("commit"), "")
+		a.expect("exec s1 in tx", a.exec("s1", "u"), "", "a1:u")
+		a.expect("commit", a.simple("commit"), "")
+	}
+
+	// Closing a statement in one client leaves the other's alone, also
+	// the other's of the same text.
+	a.expect("close s1", a.closeStmt("s1"), "")
+	b.expect("exec s1 after a closed its s1", b.exec("s1", "c"), "", "b1:c")
+	b.expect("exec s3 after a closed its s1 of the same text", b.exec("s3", "c"), "", "a1:c")
+	a.expect("exec closed s1", a.exec("s1", "c"), "26000")
+	a.expect("prepare s1 anew", a.prepare("s1", "select 'a1new:' || $1::text"), "")
+	a.expect("exec new s1", a.exec("s1", "n"), "", "a1new:n")
+	b.expect("exec s1", b.exec("s1", "n"), "", "b1:n")
+	a.expect("prepare s3 (b's s3 exists)", a.prepare("s3", "select 'a3:' || $1::text"), "")
+	a.expect("exec s3", a.exec("s3", "n"), "", "a3:n")
+	b.expect("exec s3", b.exec("s3", "n"), "", "a1:n")
+
+	// More statements than a server connection's cache holds (4).
+	const many = 10
+	text := func(i int) string { return fmt.Sprintf("select 'm%d:' || $1::text", i) }
+	for i := range many {
+		a.expect("prepare many", a.prepare(fmt.Sprintf("m%d", i), text(i)), "")
+	}
+	order := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 3, 7, 1, 9, 0}
+	for k, i := range order {
+		a.expect(fmt.Sprintf("exec m%d", i), a.exec(fmt.Sprintf("m%d", i), "r"), "", fmt.Sprintf("m%d:r", i))
+		if k%5 == 0 {
+			b.expect("exec s1 meanwhile", b.exec("s1", "r"), "", "b1:r")
+		}
+	}
+	var msgs []pgproto3.FrontendMessage
+	var want []string
+	for i := range many {
+		msgs = append(msgs, protoBind("", fmt.Sprintf("m%d", i), "b"), &pgproto3.Execute{})
+		want = append(want, fmt.Sprintf("m%d:b", i))
+	}
+	a.expect("all of them in one batch", a.batch(msgs...), "", want...)
+	if cacheSize > 0 {
+		// The test is about eviction: check that there was some.
+		r := a.simple("select count(*) from pg_prepared_statements")
+		if n, err := strconv.Atoi(strings.Join(r.rows, "")); r.code != "" || err != nil || n > cacheSize {
+			t.Errorf("statements prepared on a server connection: %v, want at most %d", r, cacheSize)
+		}
+	}
+
+	// Portals bound from each of them, executed after all are bound: a
+	// portal lives until its transaction ends.
+	msgs, want = nil, nil
+	for i := range many {
+		msgs = append(msgs, protoBind(fmt.Sprintf("p%d", i), fmt.Sprintf("m%d", i), "p"))
+	}
+	for i := range many {
+		msgs = append(msgs, &pgproto3.Execute{Portal: fmt.Sprintf("p%d", i)})
+		want = append(want, fmt.Sprintf("m%d:p", i))
+	}
+	a.expect("portals of all of them in one batch", a.batch(msgs...), "", want...)
+
+	// The same across batches of a transaction.
+	a.expect("begin", a.simple("begin"), "")
+	for i := range many {
+		a.expect("bind portal", a.batch(protoBind(fmt.Sprintf("q%d", i), fmt.Sprintf("m%d", i), "q")), "")
+	}
+	for i := range many {
+		a.expect(fmt.Sprintf("execute portal q%d", i), a.batch(&pgproto3.Execute{Portal: fmt.Sprintf("q%d", i)}),
+			"", fmt.Sprintf("m%d:q", i))
+	}
+	a.expect("commit", a.simple("commit"), "")
+
+	// The same text means different tables under different search_paths.
+	a.expect("create schemas", a.simple("drop schema if exists proto_sa, proto_sb cascade; create schema proto_sa; create schema proto_sb; "+
+		"create table proto_sa.t (v text); create table proto_sb.t (v text); "+
+		"insert into proto_sa.t values ('in a'); insert into proto_sb.t values ('in b')"), "")
+	a.expect("set search_path", a.simple("set search_path = proto_sa"), "")
+	b.expect("set search_path", b.simple("set search_path = proto_sb"), "")
+	a.expect("prepare t", a.prepare("t", "select v from t"), "")
+	b.expect("prepare t", b.prepare("t", "select v from t"), "")
+	execT := []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "t"}, &pgproto3.Execute{}}
+	for range 3 {
+		a.expect("exec t under search_path proto_sa", a.batch(execT...), "", "in a")
+		b.expect("exec t under search_path proto_sb", b.batch(execT...), "", "in b")
+	}
+	a.expect("set search_path", a.simple("set search_path = proto_sb"), "")
+	a.expect("exec t after changing search_path", a.batch(execT...), "", "in b")
+	a.expect("reset search_path", a.simple("reset search_path"), "")
+	b.expect("reset search_path", b.simple("reset search_path"), "")
+	a.expect("drop schemas", a.simple("drop schema proto_sa, proto_sb cascade"), "")
+
+	// DEALLOCATE ALL and DISCARD ALL drop only their own session's
+	// statements.
+	a.expect("deallocate all", a.simple("deallocate all"), "")
+	a.expect("exec s2 after deallocate all", a.exec("s2", "d"), "26000")
+	b.expect("exec s2 after a's deallocate all", b.exec("s2", "d"), "", "shared:d")
+	a.expect("prepare s2 again", a.prepare("s2", "select 'shared:' || $1::text"), "")
+	b.expect("discard all", b.simple("discard all"), "")
+	b.expect("exec s1 after discard all", b.exec("s1", "d"), "26000")
+	a.expect("exec s2 after b's discard all", a.exec("s2", "d"), "", "shared:d")
+	b.expect("prepare s1 again", b.prepare("s1", "select 'b1again:' || $1::text"), "")
+	b.expect("exec s1", b.exec("s1", "d"), "", "b1again:d")
+	a.expect("exec s2", a.exec("s2", "e"), "", "shared:e")
+}
