@@ -33,6 +33,13 @@ package coordinator_test
 // PostgreSQL's; the block is then not compared (and a block so marked that
 // does not differ is an error, so that stale notes go away).
 //
+// Each endpoint runs the script on a connection of its own, PostgreSQL
+// first, one after the other (scripts run in parallel, so each uses tables
+// of its own), with application_name proto_NAME. An until block that gets no
+// answer within protoReceiveTimeout records the time-out and ends the run;
+// the PostgreSQL backends of that session (direct, or a coordinator's server
+// connection) are then terminated so that nothing stays blocked.
+//
 // Normalisation drops what legitimately differs between two servers:
 // ParameterStatus and BackendKeyData messages, every ErrorResponse field
 // but Severity, Code and Message, NoticeResponse's File, Line and Routine,

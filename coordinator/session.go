@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,14 +71,19 @@ const (
 
 // expect is one answer the session waits for, in order.
 type expect struct {
-	kind   uint8
-	term   uint8
-	synth  []byte
-	stmt   *Statement // Parse: statement being prepared; Execute: statement of the portal
-	client string     // Parse: the client's statement name it creates
-	cls    *class     // simple query: its classification, when it changes the session
-	opIdx  int
-	abort  bool // a Parse sent to fail on purpose: hide its error
+	kind  uint8
+	term  uint8
+	synth []byte
+	stmt  *Statement // Parse: statement being prepared; Execute: statement of the portal
+	// A Parse or Close changes the session's statement names when the
+	// client sends it; if the server skips the message after an error, the
+	// change is undone: name goes back to prev (nil: no such statement).
+	undo  bool
+	name  string
+	prev  *Statement
+	cls   *class // simple query: its classification, when it changes the session
+	opIdx int
+	abort bool // a Parse sent to fail on purpose: hide its error
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -121,7 +127,7 @@ func (ss *session) run() {
 			}
 			return
 		}
-		if ss.skipping && f.Type != 'S' && f.Type != 'X' {
+		if ss.skipping && f.Type != 'S' && f.Type != 'X' && f.Type != 'H' {
 			continue
 		}
 		switch f.Type {
@@ -264,6 +270,8 @@ func (ss *session) simpleQuery(body []byte) error {
 		(cls.ops[0].kind == opDeallocate || cls.ops[0].kind == opDeallocAll) {
 		return ss.deallocate(cls.ops[0])
 	}
+	// A simple Query destroys the unnamed statement, as in PostgreSQL.
+	delete(ss.stmts, "")
 	var cp *class
 	if len(cls.ops) > 0 {
 		cp = &cls
@@ -304,6 +312,13 @@ func (ss *session) roundTrip() error {
 // where they live.
 func (ss *session) deallocate(op paramOp) error {
 	tag := "DEALLOCATE ALL"
+	if ss.sc != nil && ss.sc.TxStatus == 'E' {
+		er := pgerr.Flatten(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+		ss.out, _ = er.Encode(ss.out)
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'E')
+		return nil
+	}
 	if op.kind == opDeallocAll {
 		clear(ss.stmts)
 	} else if _, ok := ss.stmts[op.name]; ok {
@@ -342,7 +357,7 @@ func (ss *session) acquireExt() bool {
 
 // prepareOn queues a Parse of st on the held server connection, closing
 // the statement the cache evicts to make room.
-func (ss *session) prepareOn(st *Statement, kind uint8, client string) {
+func (ss *session) prepareOn(st *Statement, kind uint8) *expect {
 	sc := ss.sc
 	if ev := sc.Stmts.Add(st.Name); ev != "" {
 		b := append(append([]byte{'S'}, ev...), 0)
@@ -350,7 +365,22 @@ func (ss *session) prepareOn(st *Statement, kind uint8, client string) {
 		ss.push(expect{kind: eSwallow, term: tClose})
 	}
 	sc.SetBuf(append(sc.Buf(), st.parse...))
-	ss.push(expect{kind: kind, term: tParse, stmt: st, client: client})
+	ss.push(expect{kind: kind, term: tParse, stmt: st})
+	return &ss.queue[len(ss.queue)-1]
+}
+
+// setStmt binds a client statement name and remembers how to undo it.
+func (ss *session) setStmt(e *expect, name string, st *Statement) {
+	prev, ok := ss.stmts[name]
+	if !ok {
+		prev = nil
+	}
+	e.undo, e.name, e.prev = true, name, prev
+	if st == nil {
+		delete(ss.stmts, name)
+	} else {
+		ss.stmts[name] = st
+	}
 }
 
 func (ss *session) parse(body []byte) error {
@@ -375,16 +405,17 @@ func (ss *session) parse(body []byte) error {
 	if !ss.acquireExt() {
 		return nil
 	}
-	client := string(name)
-	ss.stmts[client] = st
 	if st.cls.pin != "" {
 		ss.pin(st.cls.pin)
 	}
+	var e *expect
 	if ss.sc.Stmts.Has(st.Name) {
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
-		return nil
+		e = &ss.queue[len(ss.queue)-1]
+	} else {
+		e = ss.prepareOn(st, eRelay)
 	}
-	ss.prepareOn(st, eRelay, client)
+	ss.setStmt(e, string(name), st)
 	return nil
 }
 
@@ -410,7 +441,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if !ss.sc.Stmts.Has(st.Name) {
-		ss.prepareOn(st, eSwallow, "")
+		ss.prepareOn(st, eSwallow)
 	}
 	b := ss.sc.Buf()
 	n := 4 + len(portal) + 1 + len(st.Name) + 1 + len(params)
@@ -419,7 +450,7 @@ func (ss *session) bind(body []byte) error {
 	b = append(append(b, st.Name...), 0)
 	b = append(b, params...)
 	ss.sc.SetBuf(b)
-	ss.push(expect{kind: eRelay, term: tBind})
+	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: string(name)})
 	if len(portal) == 0 {
 		ss.portals[""] = st
 	} else {
@@ -447,10 +478,12 @@ func (ss *session) describe(body []byte) error {
 			return nil
 		}
 		if !ss.sc.Stmts.Has(st.Name) {
-			ss.prepareOn(st, eSwallow, "")
+			ss.prepareOn(st, eSwallow)
 		}
 		b := append(append([]byte{'S'}, st.Name...), 0)
 		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', b))
+		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name)})
+		return nil
 	case 'P':
 		if !ss.acquireExt() {
 			return nil
@@ -492,8 +525,8 @@ func (ss *session) close(body []byte) error {
 	case 'S':
 		// Statements live in the session; the server keeps its copy for
 		// other clients.
-		delete(ss.stmts, string(name))
 		ss.push(expect{kind: eSynth, synth: msgCloseComplete})
+		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), nil)
 	case 'P':
 		delete(ss.portals, string(name))
 		if ss.sc == nil {
@@ -509,7 +542,7 @@ func (ss *session) close(body []byte) error {
 }
 
 func (ss *session) flushRequest() error {
-	if ss.sc == nil || ss.skipping {
+	if ss.sc == nil {
 		ss.emitSynth()
 		return ss.flush()
 	}
@@ -584,7 +617,7 @@ func (ss *session) drain() error {
 			continue
 		case 'E':
 			if !e.abort {
-				ss.out = wire.AppendFrame(ss.out, 'E', f.Body)
+				ss.out = wire.AppendFrame(ss.out, 'E', ss.clientNames(e, f.Body))
 			}
 			ss.txFailed = true
 			if fatalSeverity(f.Body) {
@@ -665,6 +698,29 @@ func (ss *session) drain() error {
 	return nil
 }
 
+// clientNames shows the client's own statement name in an error about a
+// statement the server knows under pgfleet's name.
+func (ss *session) clientNames(e *expect, body []byte) []byte {
+	if e.stmt == nil || (e.term != tBind && e.term != tDescribe) {
+		return body
+	}
+	internal := []byte(`"` + e.stmt.Name + `"`)
+	if !bytes.Contains(body, internal) {
+		return body
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil {
+		return body
+	}
+	er.Message = strings.ReplaceAll(er.Message, string(internal), `"`+e.name+`"`)
+	er.Detail = strings.ReplaceAll(er.Detail, string(internal), `"`+e.name+`"`)
+	b, err := er.Encode(nil)
+	if err != nil {
+		return body
+	}
+	return b[5:]
+}
+
 func fatalSeverity(body []byte) bool {
 	var er pgproto3.ErrorResponse
 	if er.Decode(body) != nil {
@@ -676,12 +732,15 @@ func fatalSeverity(body []byte) bool {
 
 // undo forgets what a message skipped or failed by the server would have made.
 func (ss *session) undo(e *expect) {
-	if e.term != tParse || e.stmt == nil {
-		return
+	if e.term == tParse && e.stmt != nil {
+		ss.sc.Stmts.Drop(e.stmt.Name)
 	}
-	ss.sc.Stmts.Drop(e.stmt.Name)
-	if e.kind == eRelay && ss.stmts[e.client] == e.stmt {
-		delete(ss.stmts, e.client)
+	if e.undo {
+		if e.prev == nil {
+			delete(ss.stmts, e.name)
+		} else {
+			ss.stmts[e.name] = e.prev
+		}
 	}
 }
 
@@ -765,6 +824,10 @@ func (ss *session) copyIn() error {
 			}
 		case 'c', 'f':
 			sc.SetBuf(wire.AppendFrame(sc.Buf(), f.Type, f.Body))
+			// In the extended protocol the server holds CommandComplete
+			// back until Sync or Flush, which the client sends only after
+			// it has it: a Flush (answered by nothing) breaks the wait.
+			sc.SetBuf(append(sc.Buf(), 'H', 0, 0, 0, 4))
 			if err := sc.Flush(); err != nil {
 				return ss.lostServer(err)
 			}

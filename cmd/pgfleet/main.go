@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -115,6 +116,7 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	listen := fs.String("listen", envStr("PGFLEET_LISTEN", "127.0.0.1:6432"), "address for clients")
 	metrics := fs.String("metrics-listen", os.Getenv("PGFLEET_METRICS_LISTEN"), "address for /metrics and /healthz (empty: off)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown (for profiling)")
 	var workers listFlag
 	fs.Var(&workers, "worker", "worker host:port (repeatable; the first is the default node; also $PGFLEET_WORKERS)")
 	var cf coordinatorFlags
@@ -137,6 +139,16 @@ func serve(args []string) error {
 	}
 	if err := srv.Start(); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	cfg.Logger.Info("coordinator ready", "listen", srv.Addr(), "workers", strings.Join(workers, ","), "pool_size", cfg.PoolSize)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
