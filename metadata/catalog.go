@@ -1,0 +1,110 @@
+package metadata
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+)
+
+// Node is a PostgreSQL worker.
+type Node struct {
+	ID     int32
+	Host   string
+	Port   int
+	Active bool
+}
+
+// Addr is host:port.
+func (n Node) Addr() string { return net.JoinHostPort(n.Host, strconv.Itoa(n.Port)) }
+
+// TableKind says how a table's rows are placed.
+type TableKind byte
+
+const (
+	// Distributed tables are hash-partitioned into shards by one column.
+	Distributed TableKind = 'h'
+	// Reference tables have a full copy on every active node.
+	Reference TableKind = 'n'
+)
+
+// Table is a table pgfleet knows about. Name is schema-qualified
+// ("public.accounts") and as PostgreSQL spells it (lower case unless quoted).
+type Table struct {
+	Name         string
+	Kind         TableKind
+	DistColumn   string // distributed tables only
+	DistType     string // PostgreSQL type name of DistColumn: int2, int4, int8, text, varchar, uuid
+	ColocationID int32
+	ShardCount   int
+}
+
+// Shard is one piece of a table: the rows whose hash lies in
+// [MinHash, MaxHash], stored on worker Node as table Relname_ID.
+// A reference table has one shard with a placement on every node.
+type Shard struct {
+	ID      int64
+	Table   string
+	MinHash int32
+	MaxHash int32
+	Nodes   []int32 // placements
+}
+
+// Snapshot is an immutable copy of the catalog. Routing reads it without
+// locks; a change makes a new snapshot.
+type Snapshot struct {
+	Version int64
+	Nodes   []Node
+	Tables  map[string]*Table
+	Shards  map[string][]Shard // by table name, sorted by MinHash
+}
+
+// Table returns the table by schema-qualified name, or nil.
+func (s *Snapshot) Table(name string) *Table { return s.Tables[name] }
+
+// Node returns the node with the id, or nil.
+func (s *Snapshot) Node(id int32) *Node {
+	for i := range s.Nodes {
+		if s.Nodes[i].ID == id {
+			return &s.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// ShardFor returns the shard of a distributed table holding hash h.
+func (s *Snapshot) ShardFor(table string, h int32) *Shard {
+	shards := s.Shards[table]
+	i := sort.Search(len(shards), func(i int) bool { return shards[i].MaxHash >= h })
+	if i < len(shards) && shards[i].MinHash <= h {
+		return &shards[i]
+	}
+	return nil
+}
+
+// ShardName is the name of a shard's table on its worker: the table's
+// relation name with the shard id appended ("accounts_102008").
+func ShardName(relname string, shardID int64) string {
+	return fmt.Sprintf("%s_%d", relname, shardID)
+}
+
+// HashRanges splits the int32 space into n equal, contiguous ranges, as
+// Citus does: range i is [MinInt32 + i*step, MinInt32 + (i+1)*step - 1], the
+// last one ending at MaxInt32.
+func HashRanges(n int) [][2]int32 {
+	if n <= 0 {
+		return nil
+	}
+	const span = int64(1) << 32
+	step := span / int64(n)
+	out := make([][2]int32, n)
+	for i := 0; i < n; i++ {
+		lo := int64(-1<<31) + int64(i)*step
+		hi := lo + step - 1
+		if i == n-1 {
+			hi = 1<<31 - 1
+		}
+		out[i] = [2]int32{int32(lo), int32(hi)}
+	}
+	return out
+}
