@@ -1,0 +1,590 @@
+package planner
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// Kind is what a plan does. Each kind's preconditions are stated beside it.
+type Kind string
+
+const (
+	// Default: the statement names no table pgfleet distributes; it runs
+	// unchanged on the default node.
+	Default Kind = "default-node"
+	// Router: every distributed table is pinned to one shard group by
+	// equality of its distribution column to one value (a constant, or a
+	// parameter resolved at Bind); reference tables may join in. It runs on
+	// the node holding that shard group.
+	Router Kind = "router"
+	// ReferenceRead: reads reference tables only; any node can answer.
+	ReferenceRead Kind = "reference-read"
+	// ReferenceWrite: writes a reference table; every node must apply it.
+	ReferenceWrite Kind = "reference-write"
+)
+
+// Value is where a router plan's distribution value comes from.
+type Value struct {
+	Param int    `json:"param,omitempty"` // 1-based parameter number
+	Const string `json:"const,omitempty"` // the constant, in PostgreSQL text form
+	Null  bool   `json:"null,omitempty"`
+}
+
+// Plan is a distributed plan: data, printable, no closures.
+type Plan struct {
+	Kind      Kind     `json:"kind"`
+	Tables    []string `json:"tables,omitempty"`     // pgfleet tables named, sorted
+	DistTable string   `json:"dist_table,omitempty"` // router: the table whose shard is chosen
+	DistType  string   `json:"dist_type,omitempty"`
+	Value     *Value   `json:"value,omitempty"`
+	ReadOnly  bool     `json:"read_only"`
+	// ShardSQL is the statement rewritten for each shard index (router) or
+	// for the reference shard (one entry). Empty for Default.
+	ShardSQL []string `json:"-"`
+}
+
+// unsupported is the error for SQL pgfleet cannot run correctly yet.
+func unsupported(format string, args ...any) *pgerr.Error {
+	return pgerr.New(pgerr.FeatureNotSupported, format, args...)
+}
+
+// Build plans one statement text against a catalog snapshot. It parses the
+// text once; callers cache the result by text.
+func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		// Let the worker report the syntax error, with its position.
+		return &Plan{Kind: Default}, nil
+	}
+	if len(cat.Tables) == 0 {
+		return &Plan{Kind: Default}, nil
+	}
+	var named []string
+	for _, raw := range tree.Stmts {
+		named = append(named, catalogTables(raw.Stmt, cat)...)
+	}
+	if len(named) == 0 {
+		return &Plan{Kind: Default}, nil
+	}
+	if len(tree.Stmts) != 1 {
+		return nil, unsupported("a query string with several statements cannot use distributed or reference tables").
+			WithHint("Send the statements one at a time.")
+	}
+	b := &builder{cat: cat, tree: tree}
+	return b.plan(tree.Stmts[0].Stmt)
+}
+
+// catalogTables lists the pgfleet tables a statement names.
+func catalogTables(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
+	ctes := cteNames(stmt)
+	var out []string
+	walk(stmt, func(m proto.Message) {
+		if rv, ok := m.(*pg_query.RangeVar); ok {
+			if t := lookup(cat, rv, ctes); t != nil {
+				out = append(out, t.Name)
+			}
+		}
+	})
+	if d := stmt.GetDropStmt(); d != nil && d.RemoveType == pg_query.ObjectType_OBJECT_TABLE {
+		for _, o := range d.Objects {
+			if t := cat.Table(qualified(listNames(o.GetList()))); t != nil {
+				out = append(out, t.Name)
+			}
+		}
+	}
+	return out
+}
+
+func listNames(l *pg_query.List) []string {
+	if l == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range l.Items {
+		out = append(out, n.GetString_().GetSval())
+	}
+	return out
+}
+
+func qualified(parts []string) string {
+	switch len(parts) {
+	case 1:
+		return "public." + parts[0]
+	case 2:
+		return parts[0] + "." + parts[1]
+	}
+	return ""
+}
+
+func lookup(cat *metadata.Snapshot, rv *pg_query.RangeVar, ctes map[string]bool) *metadata.Table {
+	if rv.Schemaname == "" {
+		if ctes[rv.Relname] {
+			return nil
+		}
+		return cat.Table("public." + rv.Relname)
+	}
+	return cat.Table(rv.Schemaname + "." + rv.Relname)
+}
+
+func cteNames(stmt *pg_query.Node) map[string]bool {
+	names := map[string]bool{}
+	walk(stmt, func(m proto.Message) {
+		if c, ok := m.(*pg_query.CommonTableExpr); ok {
+			names[c.Ctename] = true
+		}
+	})
+	return names
+}
+
+// walk calls fn for every message in the tree, parents first.
+func walk(n proto.Message, fn func(proto.Message)) {
+	if n == nil {
+		return
+	}
+	var visit func(m protoreflect.Message)
+	visit = func(m protoreflect.Message) {
+		if !m.IsValid() {
+			return
+		}
+		fn(m.Interface())
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					visit(l.Get(i).Message())
+				}
+			case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
+				visit(v.Message())
+			}
+			return true
+		})
+	}
+	visit(n.ProtoReflect())
+}
+
+type builder struct {
+	cat  *metadata.Snapshot
+	tree *pg_query.ParseResult
+	// scope: range variables of the top level, by the name columns use.
+	scope map[string]*metadata.Table
+	// topLevel marks the RangeVars in the top-level FROM (or target).
+	topLevel map[*pg_query.RangeVar]bool
+}
+
+func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
+	b.scope = map[string]*metadata.Table{}
+	b.topLevel = map[*pg_query.RangeVar]bool{}
+	var quals []*pg_query.Node
+	readOnly := false
+	var insert *pg_query.InsertStmt
+	var target *metadata.Table
+	switch {
+	case stmt.GetSelectStmt() != nil:
+		s := stmt.GetSelectStmt()
+		if s.Op != pg_query.SetOperation_SETOP_NONE {
+			return nil, unsupported("UNION, INTERSECT and EXCEPT over distributed or reference tables are not supported yet")
+		}
+		if s.IntoClause != nil {
+			return nil, unsupported("SELECT INTO from distributed or reference tables is not supported yet")
+		}
+		readOnly = len(s.LockingClause) == 0
+		for _, f := range s.FromClause {
+			quals = b.addFrom(f, quals)
+		}
+		quals = append(quals, s.WhereClause)
+	case stmt.GetInsertStmt() != nil:
+		insert = stmt.GetInsertStmt()
+		target = b.addRangeVar(insert.Relation)
+		if insert.SelectStmt != nil && insert.SelectStmt.GetSelectStmt() != nil &&
+			len(insert.SelectStmt.GetSelectStmt().ValuesLists) == 0 {
+			return nil, unsupported("INSERT ... SELECT into distributed or reference tables is not supported yet")
+		}
+	case stmt.GetUpdateStmt() != nil:
+		u := stmt.GetUpdateStmt()
+		target = b.addRangeVar(u.Relation)
+		for _, f := range u.FromClause {
+			quals = b.addFrom(f, quals)
+		}
+		quals = append(quals, u.WhereClause)
+		if target != nil && target.Kind == metadata.Distributed {
+			for _, rt := range u.TargetList {
+				if rt.GetResTarget().GetName() == target.DistColumn {
+					return nil, unsupported("modifying the distribution column %q of %s is not supported", target.DistColumn, target.Name)
+				}
+			}
+		}
+	case stmt.GetDeleteStmt() != nil:
+		d := stmt.GetDeleteStmt()
+		target = b.addRangeVar(d.Relation)
+		for _, f := range d.UsingClause {
+			quals = b.addFrom(f, quals)
+		}
+		quals = append(quals, d.WhereClause)
+	case stmt.GetExplainStmt() != nil:
+		return nil, unsupported("EXPLAIN of statements on distributed or reference tables is not supported yet")
+	default:
+		return nil, unsupported("%s on distributed or reference tables is not supported yet", statementName(stmt))
+	}
+
+	// Every pgfleet table must be in the top-level FROM: tables inside
+	// subqueries and CTEs are not analysed yet.
+	ctes := cteNames(stmt)
+	var nested error
+	walk(stmt, func(m proto.Message) {
+		if rv, ok := m.(*pg_query.RangeVar); ok && !b.topLevel[rv] && nested == nil {
+			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
+				nested = unsupported("distributed table %s in a subquery or CTE is not supported yet", t.Name)
+			}
+		}
+	})
+	if nested != nil {
+		return nil, nested
+	}
+
+	p := &Plan{ReadOnly: readOnly}
+	var dist []*metadata.Table
+	seen := map[string]bool{}
+	for _, t := range b.scope {
+		if !seen[t.Name] {
+			seen[t.Name] = true
+			p.Tables = append(p.Tables, t.Name)
+			if t.Kind == metadata.Distributed {
+				dist = append(dist, t)
+			}
+		}
+	}
+	sort.Strings(p.Tables)
+	sort.Slice(dist, func(i, j int) bool { return dist[i].Name < dist[j].Name })
+
+	if len(dist) == 0 {
+		if target != nil && target.Kind == metadata.Reference {
+			p.Kind = ReferenceWrite
+		} else {
+			p.Kind = ReferenceRead
+		}
+		if !readOnly && p.Kind == ReferenceRead {
+			p.Kind = ReferenceWrite // SELECT ... FOR UPDATE locks rows on every copy
+		}
+		sql, err := b.rewrite(stmt, -1)
+		if err != nil {
+			return nil, err
+		}
+		p.ShardSQL = []string{sql}
+		return p, nil
+	}
+	if target != nil && target.Kind == metadata.Reference {
+		return nil, unsupported("writing reference table %s with distributed tables in the same statement is not supported", target.Name)
+	}
+	for _, t := range dist[1:] {
+		if t.ColocationID != dist[0].ColocationID {
+			return nil, unsupported("joining %s and %s, which are not colocated, is not supported yet", dist[0].Name, t.Name).
+				WithHint("Distribute them with the same shard count and colocate_with.")
+		}
+	}
+	var val *Value
+	var err error
+	if insert != nil {
+		val, err = insertValue(insert, target)
+	} else {
+		val, err = b.pinnedValue(quals, dist)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.Kind = Router
+	p.DistTable, p.DistType, p.Value = dist[0].Name, dist[0].DistType, val
+	n := len(b.cat.Shards[dist[0].Name])
+	p.ShardSQL = make([]string, n)
+	for i := 0; i < n; i++ {
+		if p.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// statementName names a statement for messages: "alter_table_stmt" becomes
+// "ALTER TABLE".
+func statementName(stmt *pg_query.Node) string {
+	var name string
+	stmt.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		name = string(fd.Name())
+		return false
+	})
+	if n, ok := statementNames[name]; ok {
+		return n
+	}
+	return strings.ToUpper(strings.ReplaceAll(strings.TrimSuffix(name, "_stmt"), "_", " "))
+}
+
+var statementNames = map[string]string{
+	"index_stmt":           "CREATE INDEX",
+	"create_stmt":          "CREATE TABLE",
+	"copy_stmt":            "COPY",
+	"vacuum_stmt":          "VACUUM or ANALYZE",
+	"create_table_as_stmt": "CREATE TABLE AS",
+}
+
+// addFrom records the tables of a FROM item and returns quals with its
+// join conditions added.
+func (b *builder) addFrom(n *pg_query.Node, quals []*pg_query.Node) []*pg_query.Node {
+	switch {
+	case n.GetRangeVar() != nil:
+		b.addRangeVar(n.GetRangeVar())
+	case n.GetJoinExpr() != nil:
+		j := n.GetJoinExpr()
+		quals = b.addFrom(j.Larg, quals)
+		quals = b.addFrom(j.Rarg, quals)
+		if j.Jointype == pg_query.JoinType_JOIN_INNER {
+			quals = append(quals, j.Quals)
+		}
+	}
+	return quals
+}
+
+func (b *builder) addRangeVar(rv *pg_query.RangeVar) *metadata.Table {
+	if rv == nil {
+		return nil
+	}
+	b.topLevel[rv] = true
+	t := lookup(b.cat, rv, nil)
+	if t == nil {
+		return nil
+	}
+	name := rv.Relname
+	if rv.Alias != nil && rv.Alias.Aliasname != "" {
+		name = rv.Alias.Aliasname
+	}
+	b.scope[name] = t
+	return t
+}
+
+// pinnedValue finds the one value all distributed tables' distribution
+// columns equal, through equalities ANDed at the top of the quals.
+func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*Value, error) {
+	parent := map[string]string{}
+	var find func(string) string
+	find = func(x string) string {
+		if p, ok := parent[x]; ok && p != x {
+			r := find(p)
+			parent[x] = r
+			return r
+		}
+		return x
+	}
+	union := func(a, c string) { parent[find(a)] = find(c) }
+	values := map[string]*Value{}
+	var conj []*pg_query.Node
+	for _, q := range quals {
+		conj = flattenAnd(q, conj)
+	}
+	for _, c := range conj {
+		e := c.GetAExpr()
+		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
+			continue
+		}
+		l, lok := b.distColumn(e.Lexpr)
+		r, rok := b.distColumn(e.Rexpr)
+		switch {
+		case lok && rok:
+			union(l, r)
+		case lok:
+			if v := valueOf(e.Rexpr); v != nil {
+				values[l] = v
+			}
+		case rok:
+			if v := valueOf(e.Lexpr); v != nil {
+				values[r] = v
+			}
+		}
+	}
+	classValue := map[string]*Value{}
+	for col, v := range values {
+		if _, ok := classValue[find(col)]; !ok {
+			classValue[find(col)] = v
+		}
+	}
+	var val *Value
+	root := ""
+	for _, t := range dist {
+		key := t.Name + "." + t.DistColumn
+		r := find(key)
+		v := classValue[r]
+		if v == nil {
+			return nil, unsupported("the query on %s has no equality on its distribution column %q, so it would need every shard; multi-shard queries are not supported yet",
+				t.Name, t.DistColumn).WithHint("Add WHERE %s = <value>.", t.DistColumn)
+		}
+		if root != "" && r != root {
+			return nil, unsupported("distributed tables %s are not joined on their distribution columns", strings.Join(tableNames(dist), ", "))
+		}
+		root, val = r, v
+	}
+	return val, nil
+}
+
+func tableNames(ts []*metadata.Table) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+func flattenAnd(n *pg_query.Node, out []*pg_query.Node) []*pg_query.Node {
+	if n == nil {
+		return out
+	}
+	if be := n.GetBoolExpr(); be != nil {
+		if be.Boolop == pg_query.BoolExprType_AND_EXPR {
+			for _, a := range be.Args {
+				out = flattenAnd(a, out)
+			}
+		}
+		return out
+	}
+	return append(out, n)
+}
+
+// distColumn reports whether n is a reference to a distributed table's
+// distribution column, as "table.column".
+func (b *builder) distColumn(n *pg_query.Node) (string, bool) {
+	cr := n.GetColumnRef()
+	if cr == nil {
+		return "", false
+	}
+	var parts []string
+	for _, f := range cr.Fields {
+		s := f.GetString_()
+		if s == nil {
+			return "", false
+		}
+		parts = append(parts, s.Sval)
+	}
+	col := parts[len(parts)-1]
+	var t *metadata.Table
+	switch len(parts) {
+	case 1:
+		for _, cand := range b.scope {
+			if cand.Kind == metadata.Distributed && cand.DistColumn == col {
+				if t != nil && t != cand {
+					return "", false // ambiguous; the worker will say so
+				}
+				t = cand
+			}
+		}
+	default:
+		t = b.scope[parts[len(parts)-2]]
+	}
+	if t == nil || t.Kind != metadata.Distributed || t.DistColumn != col {
+		return "", false
+	}
+	return t.Name + "." + col, true
+}
+
+// valueOf returns a constant or parameter, looking through casts.
+func valueOf(n *pg_query.Node) *Value {
+	if tc := n.GetTypeCast(); tc != nil {
+		return valueOf(tc.Arg)
+	}
+	if p := n.GetParamRef(); p != nil {
+		return &Value{Param: int(p.Number)}
+	}
+	c := n.GetAConst()
+	if c == nil {
+		return nil
+	}
+	if c.Isnull {
+		return &Value{Null: true}
+	}
+	switch v := c.Val.(type) {
+	case *pg_query.A_Const_Ival:
+		return &Value{Const: fmt.Sprint(v.Ival.Ival)}
+	case *pg_query.A_Const_Sval:
+		return &Value{Const: v.Sval.Sval}
+	case *pg_query.A_Const_Fval:
+		return &Value{Const: v.Fval.Fval}
+	}
+	return nil
+}
+
+// insertValue finds the distribution value of a single-row INSERT.
+func insertValue(ins *pg_query.InsertStmt, t *metadata.Table) (*Value, error) {
+	sel := ins.SelectStmt.GetSelectStmt()
+	if sel == nil || len(sel.ValuesLists) == 0 {
+		return nil, unsupported("INSERT into %s without VALUES is not supported yet", t.Name)
+	}
+	if len(sel.ValuesLists) != 1 {
+		return nil, unsupported("multi-row INSERT into distributed table %s is not supported yet", t.Name).
+			WithHint("Insert one row per statement, or use COPY.")
+	}
+	pos := -1
+	for i, c := range ins.Cols {
+		if c.GetResTarget().GetName() == t.DistColumn {
+			pos = i
+		}
+	}
+	if len(ins.Cols) == 0 {
+		return nil, unsupported("INSERT into distributed table %s needs a column list", t.Name).
+			WithHint("Write INSERT INTO %s (%s, ...) VALUES (...).", t.Name, t.DistColumn)
+	}
+	if pos < 0 {
+		return nil, pgerr.New("23502", "INSERT into %s must give its distribution column %q", t.Name, t.DistColumn)
+	}
+	row := sel.ValuesLists[0].GetList().GetItems()
+	if pos >= len(row) {
+		return nil, pgerr.New("42601", "INSERT has more target columns than expressions")
+	}
+	v := valueOf(row[pos])
+	if v == nil {
+		return nil, unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT", t.DistColumn, t.Name)
+	}
+	if v.Null {
+		return nil, pgerr.New("23502", "cannot insert NULL into the distribution column %q of %s", t.DistColumn, t.Name)
+	}
+	return v, nil
+}
+
+// rewrite deparses stmt with pgfleet tables renamed to their shards: shard
+// index idx of distributed tables, and each reference table's one shard.
+func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
+	clone := proto.Clone(stmt).(*pg_query.Node)
+	ctes := cteNames(clone)
+	var err error
+	walk(clone, func(m proto.Message) {
+		rv, ok := m.(*pg_query.RangeVar)
+		if !ok || err != nil {
+			return
+		}
+		t := lookup(b.cat, rv, ctes)
+		if t == nil {
+			return
+		}
+		shards := b.cat.Shards[t.Name]
+		i := idx
+		if t.Kind == metadata.Reference {
+			i = 0
+		}
+		if i < 0 || i >= len(shards) {
+			err = pgerr.New(pgerr.Internal, "no shard %d for table %s", i, t.Name)
+			return
+		}
+		if rv.Alias == nil {
+			rv.Alias = &pg_query.Alias{Aliasname: rv.Relname}
+		}
+		rv.Relname = metadata.ShardName(rv.Relname, shards[i].ID)
+	})
+	if err != nil {
+		return "", err
+	}
+	res := &pg_query.ParseResult{Version: b.tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: clone}}}
+	return pg_query.Deparse(res)
+}
