@@ -10,11 +10,15 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/pooling"
 )
 
@@ -37,6 +41,13 @@ type Config struct {
 	StartupTimeout time.Duration // longest a client may take to start up
 	StmtCacheSize  int           // prepared statements per server connection
 
+	// MetadataURL is the libpq URL of the database holding the shard
+	// catalog; empty means the first worker's postgres database.
+	MetadataURL string
+	// CatalogPoll is how often the coordinator checks the catalog version
+	// for changes made by other coordinators (default 500ms).
+	CatalogPoll time.Duration
+
 	MetricsListen string // address for /metrics and /healthz; "" disables
 	Logger        *slog.Logger
 	Registry      *prometheus.Registry // nil: a new one
@@ -50,6 +61,13 @@ type Server struct {
 	metrics *metrics
 	pm      *pooling.Metrics
 	stmts   stmtRegistry
+
+	catalog     atomic.Pointer[metadata.Snapshot]
+	defaultNode atomic.Int32
+	store       *metadata.Store
+	metaPool    *pgxpool.Pool
+	plans       planCache
+	stopWatch   chan struct{}
 
 	mu       sync.Mutex
 	pools    map[poolKey]*pooling.Pool
@@ -81,6 +99,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.PoolTimeout <= 0 {
 		cfg.PoolTimeout = 5 * time.Second
+	}
+	if cfg.CatalogPoll <= 0 {
+		cfg.CatalogPoll = 500 * time.Millisecond
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 10 * time.Second
@@ -142,8 +163,17 @@ func isLoopback(addr string) bool {
 // Start listens on the client address (and the metrics address) and serves
 // in the background until Close.
 func (s *Server) Start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := s.openCatalog(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	s.stopWatch = make(chan struct{})
+	go s.watchCatalog(s.stopWatch)
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
+		s.closeCatalog()
 		return err
 	}
 	s.ln = ln
@@ -231,12 +261,23 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.wg.Wait()
+	s.closeCatalog()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.pools {
 		p.Close()
 	}
 	return nil
+}
+
+func (s *Server) closeCatalog() {
+	if s.stopWatch != nil {
+		close(s.stopWatch)
+		s.stopWatch = nil
+	}
+	if s.metaPool != nil {
+		s.metaPool.Close()
+	}
 }
 
 // pool returns the pool for (worker, database, user), making it on first use.

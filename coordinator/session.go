@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
 
@@ -34,9 +35,11 @@ type session struct {
 	pending  []paramOp // session changes made in the current transaction
 	txFailed bool      // the current transaction will not commit
 
-	pool   *pooling.Pool
-	sc     *pooling.ServerConn // held from first use in a batch until ReadyForQuery 'I'
-	pinned string              // why the session keeps sc for good; "" if it does not
+	pools  map[int32]*pooling.Pool // by node
+	pool   *pooling.Pool           // the held connection's pool
+	node   int32                   // the held connection's node
+	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
+	pinned string                  // why the session keeps sc for good; "" if it does not
 
 	stmts   map[string]*Statement // client statement name -> statement
 	portals map[string]*Statement // portal -> statement it was bound from
@@ -49,6 +52,7 @@ type session struct {
 	skipping     bool // after an error in an extended batch: ignore until Sync
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
+	qbuf         []byte // a rewritten Query body
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -148,7 +152,7 @@ func (ss *session) run() {
 		case 'S':
 			err = ss.sync()
 		case 'F':
-			err = ss.relayCycle('F', f.Body, nil)
+			err = ss.relayCycle('F', f.Body, nil, ss.srv.defaultNode.Load())
 		case 'd', 'c', 'f':
 			// Copy messages outside COPY are ignored, as PostgreSQL does.
 		case 'X':
@@ -175,12 +179,30 @@ func (ss *session) end() {
 	ss.releaseServer() // rolls back an open transaction
 }
 
-// acquire takes a server connection for the session and brings its
-// settings up to the session's.
-func (ss *session) acquire(ctx context.Context) error {
+// acquire takes a server connection to node for the session and brings its
+// settings up to the session's. A session holding a connection to another
+// node (in a transaction or an extended batch) gets an error: statements of
+// one transaction must run on one worker until multi-worker commit exists.
+func (ss *session) acquire(ctx context.Context, node int32) error {
 	if ss.sc != nil {
+		if node != ss.node {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"this transaction already runs on worker %s and the statement needs worker %s; transactions across workers are not supported yet",
+				ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)).
+				WithHint("Commit before touching rows that live on another worker, or keep a transaction to rows with the same distribution value.")
+		}
 		return nil
 	}
+	pool := ss.pools[node]
+	if pool == nil {
+		addr := ss.srv.nodeAddr(node)
+		if addr == "" {
+			return pgerr.New(pgerr.Internal, "no address for node %d", node)
+		}
+		pool = ss.srv.pool(addr, ss.database, ss.user)
+		ss.pools[node] = pool
+	}
+	ss.pool, ss.node = pool, node
 	sc, err := ss.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -257,6 +279,7 @@ var (
 	msgCloseComplete = []byte{'3', 0, 0, 0, 4}
 	// msgAbortParse is a Parse that always fails (a syntax error).
 	msgAbortParse = wire.AppendFrame(nil, 'P', []byte("\x00pgfleet abort after client error\x00\x00\x00"))
+	msgAbortQuery = wire.AppendFrame(nil, 'Q', []byte("pgfleet abort after client error\x00"))
 )
 
 // simpleQuery relays a Query message: one or more statements, one cycle.
@@ -279,16 +302,61 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.pin != "" {
 		ss.pin(cls.pin)
 	}
-	return ss.relayCycle('Q', body, cp)
+	node := ss.srv.defaultNode.Load()
+	p, err := ss.srv.plan(string(sql))
+	if err != nil {
+		return ss.queryError(err)
+	}
+	if p.Kind == planner.Function {
+		return ss.runFunction(p)
+	}
+	if p.Kind != planner.Default {
+		var hash int32
+		if p.Kind == planner.Router {
+			if hash, err = valueHash(p); err != nil {
+				return ss.queryError(err)
+			}
+		}
+		tgt, err := ss.srv.route(p, hash, ss.heldNode(), ss.pid)
+		if err != nil {
+			return ss.queryError(err)
+		}
+		node = tgt.node
+		body = append(append(ss.qbuf[:0], p.ShardSQL[tgt.index]...), 0)
+		ss.qbuf = body
+	}
+	return ss.relayCycle('Q', body, cp, node)
+}
+
+// heldNode is the node of the server connection the session holds, or 0.
+func (ss *session) heldNode() int32 {
+	if ss.sc == nil {
+		return 0
+	}
+	return ss.node
+}
+
+// queryError answers a simple query with an error pgfleet found itself. In
+// a transaction, the worker's transaction is made to fail too, as
+// PostgreSQL's would, so that COMMIT rolls back.
+func (ss *session) queryError(err error) error {
+	er := pgerr.Flatten(err)
+	b, _ := er.Encode(nil)
+	if ss.sc == nil {
+		ss.out = append(ss.out, b...)
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+		return nil
+	}
+	ss.push(expect{kind: eSynth, synth: b})
+	ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortQuery...))
+	ss.push(expect{kind: eRelay, term: tQuery, abort: true})
+	return ss.roundTrip()
 }
 
 // relayCycle sends one message that the server answers up to ReadyForQuery.
-func (ss *session) relayCycle(typ byte, body []byte, cls *class) error {
-	if err := ss.acquire(context.Background()); err != nil {
-		er := pgerr.Flatten(err)
-		ss.out, _ = er.Encode(ss.out)
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
-		return nil
+func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) error {
+	if err := ss.acquire(context.Background(), node); err != nil {
+		return ss.queryError(err)
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
 	ss.push(expect{kind: eRelay, term: tQuery, cls: cls})
@@ -341,15 +409,13 @@ func (ss *session) deallocate(op paramOp) error {
 	return nil
 }
 
-// acquireExt takes a server connection for an extended-protocol message;
-// the connection then stays with the session until the batch's Sync is
-// answered.
-func (ss *session) acquireExt() bool {
-	if ss.sc == nil {
-		if err := ss.acquire(context.Background()); err != nil {
-			ss.synthError(err)
-			return false
-		}
+// acquireExt takes a server connection to node for an extended-protocol
+// message; the connection then stays with the session until the batch's
+// Sync is answered.
+func (ss *session) acquireExt(node int32) bool {
+	if err := ss.acquire(context.Background(), node); err != nil {
+		ss.synthError(err)
+		return false
 	}
 	ss.needSync = true
 	return true
@@ -402,13 +468,25 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st
 	}
-	if !ss.acquireExt() {
+	sp, err := ss.srv.stmtPlan(st)
+	if err != nil {
+		ss.synthError(err)
 		return nil
 	}
 	if st.cls.pin != "" {
 		ss.pin(st.cls.pin)
 	}
 	var e *expect
+	if sp.plan.Kind != planner.Default {
+		// A routed statement is prepared on its shard's node at Bind, when
+		// the distribution value is known.
+		ss.push(expect{kind: eSynth, synth: msgParseComplete})
+		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
+		return nil
+	}
+	if !ss.acquireExt(ss.srv.defaultNode.Load()) {
+		return nil
+	}
 	if ss.sc.Stmts.Has(st.Name) {
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
 		e = &ss.queue[len(ss.queue)-1]
@@ -437,7 +515,12 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(noStatement(name))
 		return nil
 	}
-	if !ss.acquireExt() {
+	st, node, err := ss.routeBind(st, params)
+	if err != nil {
+		ss.synthError(err)
+		return nil
+	}
+	if !ss.acquireExt(node) {
 		return nil
 	}
 	if !ss.sc.Stmts.Has(st.Name) {
@@ -474,7 +557,12 @@ func (ss *session) describe(body []byte) error {
 			ss.synthError(noStatement(name))
 			return nil
 		}
-		if !ss.acquireExt() {
+		st, node, err := ss.routeDescribe(st)
+		if err != nil {
+			ss.synthError(err)
+			return nil
+		}
+		if !ss.acquireExt(node) {
 			return nil
 		}
 		if !ss.sc.Stmts.Has(st.Name) {
@@ -485,7 +573,7 @@ func (ss *session) describe(body []byte) error {
 		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name)})
 		return nil
 	case 'P':
-		if !ss.acquireExt() {
+		if !ss.acquireExt(ss.currentNode()) {
 			return nil
 		}
 		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', body))
@@ -501,7 +589,7 @@ func (ss *session) execute(body []byte) error {
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Execute message")
 	}
-	if !ss.acquireExt() {
+	if !ss.acquireExt(ss.currentNode()) {
 		return nil
 	}
 	st := ss.portals[string(portal)]

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 const (
@@ -265,13 +266,13 @@ func (ss *session) begin(sm *pgproto3.StartupMessage) error {
 	}
 	ss.user, ss.database = user, db
 	ss.params = newSessionParams(sp)
-	ss.pool = s.pool(s.cfg.Workers[0], db, user)
+	ss.pools = map[int32]*pooling.Pool{}
 	ss.stmts = map[string]*Statement{}
 	ss.portals = map[string]*Statement{}
 	s.register(ss)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartupTimeout)
 	defer cancel()
-	if err := ss.acquire(ctx); err != nil {
+	if err := ss.acquire(ctx, s.defaultNode.Load()); err != nil {
 		s.unregister(ss)
 		return asFatal(err)
 	}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pgfleet/pgfleet/internal/wire"
 )
@@ -16,6 +17,9 @@ type Statement struct {
 	Query string
 	parse []byte // the Parse frame that prepares it under Name
 	cls   class
+	// paramTail is the Parse body after the query: parameter count and types.
+	paramTail []byte
+	plan      atomic.Pointer[stmtPlan]
 }
 
 // stmtRegistry interns statements coordinator-wide.
@@ -53,7 +57,8 @@ func (r *stmtRegistry) intern(rest []byte) *Statement {
 	r.next++
 	name := "pgfleet_" + strconv.FormatUint(r.next, 10)
 	body := append(append([]byte(name), 0), rest...)
-	st = &Statement{Name: name, Query: q, parse: wire.AppendFrame(nil, 'P', body), cls: classify(q)}
+	st = &Statement{Name: name, Query: q, parse: wire.AppendFrame(nil, 'P', body), cls: classify(q),
+		paramTail: append([]byte(nil), rest[len(q)+1:]...)}
 	r.m[string(rest)] = st
 	return st
 }

@@ -29,7 +29,57 @@ const (
 	ReferenceRead Kind = "reference-read"
 	// ReferenceWrite: writes a reference table; every node must apply it.
 	ReferenceWrite Kind = "reference-write"
+	// Function: a call of a catalog function (create_distributed_table,
+	// citus_add_node, ...) that the coordinator runs itself. Requires a
+	// plain SELECT fn(args) whose arguments are constants.
+	Function Kind = "function"
 )
+
+// catalogFunctions are the Citus-compatible functions the coordinator runs.
+var catalogFunctions = map[string]bool{
+	"create_distributed_table": true, "create_reference_table": true, "undistribute_table": true,
+	"citus_add_node": true, "citus_remove_node": true, "citus_get_active_worker_nodes": true,
+	"master_get_active_worker_nodes": true,
+}
+
+// MentionsFunction reports whether sql may call a catalog function, a cheap
+// test that spares parsing for every other statement.
+func MentionsFunction(sql string) bool {
+	return containsFold(sql, "citus_") || containsFold(sql, "distribute") || containsFold(sql, "reference_table") ||
+		containsFold(sql, "master_get")
+}
+
+// containsFold is a case-insensitive strings.Contains for an ASCII,
+// lower-case needle, without allocating.
+func containsFold(s, needle string) bool {
+	n := len(needle)
+outer:
+	for i := 0; i+n <= len(s); i++ {
+		for j := 0; j < n; j++ {
+			c := s[i+j]
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != needle[j] {
+				continue outer
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// MentionsTable reports whether sql may name one of the catalog's tables
+// (by relation name, ignoring case); false means planning can be skipped.
+func MentionsTable(sql string, cat *metadata.Snapshot) bool {
+	for name := range cat.Tables {
+		rel := name[strings.IndexByte(name, '.')+1:]
+		if containsFold(sql, strings.ToLower(rel)) {
+			return true
+		}
+	}
+	return false
+}
 
 // Value is where a router plan's distribution value comes from.
 type Value struct {
@@ -46,6 +96,10 @@ type Plan struct {
 	DistType  string   `json:"dist_type,omitempty"`
 	Value     *Value   `json:"value,omitempty"`
 	ReadOnly  bool     `json:"read_only"`
+	// Function: the catalog function, its positional and named arguments.
+	Func      string            `json:"func,omitempty"`
+	Args      []string          `json:"args,omitempty"`
+	NamedArgs map[string]string `json:"named_args,omitempty"`
 	// ShardSQL is the statement rewritten for each shard index (router) or
 	// for the reference shard (one entry). Empty for Default.
 	ShardSQL []string `json:"-"`
@@ -63,6 +117,11 @@ func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	if err != nil {
 		// Let the worker report the syntax error, with its position.
 		return &Plan{Kind: Default}, nil
+	}
+	if len(tree.Stmts) == 1 {
+		if p, err := functionCall(tree.Stmts[0].Stmt); p != nil || err != nil {
+			return p, err
+		}
 	}
 	if len(cat.Tables) == 0 {
 		return &Plan{Kind: Default}, nil
@@ -587,4 +646,40 @@ func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
 	}
 	res := &pg_query.ParseResult{Version: b.tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: clone}}}
 	return pg_query.Deparse(res)
+}
+
+// functionCall recognises SELECT fn(args) of a catalog function.
+func functionCall(stmt *pg_query.Node) (*Plan, error) {
+	sel := stmt.GetSelectStmt()
+	if sel == nil || len(sel.TargetList) != 1 || len(sel.FromClause) != 0 || sel.WhereClause != nil {
+		return nil, nil
+	}
+	fc := sel.TargetList[0].GetResTarget().GetVal().GetFuncCall()
+	if fc == nil {
+		return nil, nil
+	}
+	name := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
+	if !catalogFunctions[name] {
+		return nil, nil
+	}
+	p := &Plan{Kind: Function, Func: name}
+	for _, a := range fc.Args {
+		key := ""
+		if na := a.GetNamedArgExpr(); na != nil {
+			key, a = na.Name, na.Arg
+		}
+		v := valueOf(a)
+		if v == nil || v.Param > 0 || v.Null {
+			return nil, unsupported("the arguments of %s must be constants", name)
+		}
+		if key == "" {
+			p.Args = append(p.Args, v.Const)
+		} else {
+			if p.NamedArgs == nil {
+				p.NamedArgs = map[string]string{}
+			}
+			p.NamedArgs[key] = v.Const
+		}
+	}
+	return p, nil
 }

@@ -1,0 +1,229 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// openCatalog connects to the metadata database, creates the catalog schema
+// if needed, registers the configured workers as nodes and loads the first
+// snapshot.
+func (s *Server) openCatalog(ctx context.Context) error {
+	url := s.cfg.MetadataURL
+	if url == "" {
+		host, port, _ := net.SplitHostPort(s.cfg.Workers[0])
+		pw := s.cfg.Users["postgres"]
+		if pw == "" {
+			pw = s.cfg.WorkerPassword
+		}
+		url = fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable", host, port)
+		if pw != "" {
+			url += " password=" + quoteConnValue(pw)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("metadata database: %w", err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("metadata database: %w", err)
+	}
+	store := metadata.NewStore(pool)
+	if err := store.Init(ctx); err != nil {
+		pool.Close()
+		return fmt.Errorf("metadata database: %w", err)
+	}
+	snap, err := store.Load(ctx)
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	for _, w := range s.cfg.Workers {
+		host, port, _ := net.SplitHostPort(w)
+		p, _ := strconv.Atoi(port)
+		if nodeID(snap, w) == 0 {
+			if snap, err = store.AddNode(ctx, host, p); err != nil {
+				pool.Close()
+				return err
+			}
+		}
+	}
+	s.metaPool, s.store = pool, store
+	s.setCatalog(snap)
+	return nil
+}
+
+func quoteConnValue(v string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\'' || v[i] == '\\' {
+			out = append(out, '\\')
+		}
+		out = append(out, v[i])
+	}
+	return string(append(out, '\''))
+}
+
+func nodeID(snap *metadata.Snapshot, addr string) int32 {
+	for _, n := range snap.Nodes {
+		if n.Addr() == addr {
+			return n.ID
+		}
+	}
+	return 0
+}
+
+func (s *Server) setCatalog(snap *metadata.Snapshot) {
+	s.catalog.Store(snap)
+	s.plans.reset()
+	if id := nodeID(snap, s.cfg.Workers[0]); id != 0 {
+		s.defaultNode.Store(id)
+	}
+}
+
+// watchCatalog reloads the catalog when its version moves, so that a table
+// another coordinator distributed is routed within a poll interval. Gossip
+// will make this push-based.
+func (s *Server) watchCatalog(stop <-chan struct{}) {
+	t := time.NewTicker(s.cfg.CatalogPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s.refreshCatalog(context.Background())
+		}
+	}
+}
+
+// refreshCatalog reloads the snapshot if the durable version is newer.
+func (s *Server) refreshCatalog(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	v, err := s.store.Version(ctx)
+	if err != nil || v == s.catalog.Load().Version {
+		return
+	}
+	if snap, err := s.store.Load(ctx); err == nil {
+		s.setCatalog(snap)
+	}
+}
+
+// planCache maps statement text to its plan under one catalog version. It is
+// emptied when the catalog changes.
+type planCache struct {
+	mu sync.RWMutex
+	m  map[string]*planner.Plan
+}
+
+const maxCachedPlans = 10_000
+
+func (c *planCache) get(sql string) *planner.Plan {
+	c.mu.RLock()
+	p := c.m[sql]
+	c.mu.RUnlock()
+	return p
+}
+
+func (c *planCache) put(sql string, p *planner.Plan) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedPlans {
+		c.m = map[string]*planner.Plan{}
+	}
+	c.m[sql] = p
+	c.mu.Unlock()
+}
+
+func (c *planCache) reset() {
+	c.mu.Lock()
+	c.m = nil
+	c.mu.Unlock()
+}
+
+// plan returns the plan for one statement text, from the cache or the
+// planner. Without distributed or reference tables there is nothing to plan.
+func (s *Server) plan(sql string) (*planner.Plan, error) {
+	snap := s.catalog.Load()
+	fn := planner.MentionsFunction(sql)
+	if !fn && (snap == nil || len(snap.Tables) == 0 || !planner.MentionsTable(sql, snap)) {
+		return defaultPlan, nil
+	}
+	if snap == nil {
+		snap = &metadata.Snapshot{}
+	}
+	if p := s.plans.get(sql); p != nil {
+		return p, nil
+	}
+	p, err := planner.Build(sql, snap)
+	if err != nil {
+		return nil, err
+	}
+	s.plans.put(sql, p)
+	return p, nil
+}
+
+var defaultPlan = &planner.Plan{Kind: planner.Default}
+
+// target is where a routed statement runs and what it runs there.
+type target struct {
+	node  int32
+	index int // shard index into plan.ShardSQL
+}
+
+// route picks the node and shard for a plan given the distribution value's
+// hash (router plans) and the node the session already holds, if any.
+func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (target, error) {
+	snap := s.catalog.Load()
+	switch p.Kind {
+	case planner.Router:
+		sh := snap.ShardFor(p.DistTable, hash)
+		if sh == nil || len(sh.Nodes) == 0 {
+			return target{}, pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", p.DistTable, hash)
+		}
+		idx := 0
+		for i, x := range snap.Shards[p.DistTable] {
+			if x.ID == sh.ID {
+				idx = i
+			}
+		}
+		return target{node: sh.Nodes[0], index: idx}, nil
+	case planner.ReferenceRead:
+		nodes := snap.Shards[p.Tables[0]][0].Nodes
+		for _, n := range nodes {
+			if n == held {
+				return target{node: n}, nil
+			}
+		}
+		return target{node: nodes[int(pid)%len(nodes)]}, nil
+	case planner.ReferenceWrite:
+		nodes := snap.Shards[p.Tables[0]][0].Nodes
+		if len(nodes) == 1 {
+			return target{node: nodes[0]}, nil
+		}
+		return target{}, pgerr.New(pgerr.FeatureNotSupported,
+			"writing reference table %s needs an atomic commit on %d workers, which is not supported yet", p.Tables[0], len(nodes)).
+			WithHint("Reference tables can be read; load them before calling create_reference_table.")
+	}
+	return target{node: s.defaultNode.Load()}, nil
+}
+
+// valueHash hashes a router plan's constant distribution value.
+func valueHash(p *planner.Plan) (int32, error) {
+	if p.Value.Null {
+		return 0, nil // "= NULL" matches no row; any shard answers that
+	}
+	return metadata.HashValue(p.DistType, p.Value.Const)
+}

@@ -1,0 +1,195 @@
+package coordinator
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// stmtPlan is a statement's plan under one catalog version, with the
+// statements it becomes on each shard, interned on first use.
+type stmtPlan struct {
+	version int64
+	plan    *planner.Plan
+	shards  []atomic.Pointer[Statement]
+}
+
+// stmtPlan returns st's plan for the current catalog, planning it once per
+// catalog version.
+func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
+	snap := s.catalog.Load()
+	var version int64
+	if snap != nil {
+		version = snap.Version
+	}
+	if p := st.plan.Load(); p != nil && p.version == version {
+		return p, nil
+	}
+	p, err := s.plan(st.Query)
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind == planner.Function {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s must be called with the simple query protocol", p.Func).
+			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
+	}
+	sp := &stmtPlan{version: version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL))}
+	st.plan.Store(sp)
+	return sp, nil
+}
+
+// shardStmt is the statement st becomes on shard index idx.
+func (s *Server) shardStmt(sp *stmtPlan, idx int, st *Statement) *Statement {
+	if x := sp.shards[idx].Load(); x != nil {
+		return x
+	}
+	rest := append(append([]byte(sp.plan.ShardSQL[idx]), 0), st.paramTail...)
+	x := s.stmts.intern(rest)
+	sp.shards[idx].Store(x)
+	return x
+}
+
+// routeBind picks, for a Bind of st with the given parameters section, the
+// statement to bind on the worker and the node it runs on.
+func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, error) {
+	s := ss.srv
+	sp, err := s.stmtPlan(st)
+	if err != nil {
+		return nil, 0, err
+	}
+	p := sp.plan
+	if p.Kind == planner.Default {
+		return st, ss.currentNode(), nil
+	}
+	var hash int32
+	if p.Kind == planner.Router {
+		if p.Value.Param > 0 {
+			v, format, isNull, ok := bindParam(params, p.Value.Param-1)
+			switch {
+			case !ok:
+				return nil, 0, pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+			case isNull:
+				hash = 0 // "= NULL" matches no row; any shard answers that
+			case format == 1:
+				hash, err = metadata.HashBinary(p.DistType, v)
+			default:
+				hash, err = metadata.HashValue(p.DistType, string(v))
+			}
+		} else {
+			hash, err = valueHash(p)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	tgt, err := s.route(p, hash, ss.heldNode(), ss.pid)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.shardStmt(sp, tgt.index, st), tgt.node, nil
+}
+
+// routeDescribe picks a shard statement to describe st with: one on the
+// node the session holds, if any, else the first shard's.
+func (ss *session) routeDescribe(st *Statement) (*Statement, int32, error) {
+	s := ss.srv
+	sp, err := s.stmtPlan(st)
+	if err != nil {
+		return nil, 0, err
+	}
+	p := sp.plan
+	if p.Kind == planner.Default {
+		return st, ss.currentNode(), nil
+	}
+	snap := s.catalog.Load()
+	table := p.DistTable
+	if table == "" {
+		table = p.Tables[0]
+	}
+	shards := snap.Shards[table]
+	idx, node := 0, shards[0].Nodes[0]
+	if held := ss.heldNode(); held != 0 {
+		for i, sh := range shards {
+			for _, n := range sh.Nodes {
+				if n == held {
+					idx, node = i, n
+					goto found
+				}
+			}
+		}
+	}
+found:
+	if p.Kind != planner.Router {
+		idx = 0
+	}
+	return s.shardStmt(sp, idx, st), node, nil
+}
+
+// currentNode is the held connection's node, else the default node.
+func (ss *session) currentNode() int32 {
+	if ss.sc != nil {
+		return ss.node
+	}
+	return ss.srv.defaultNode.Load()
+}
+
+// nodeAddr is a node's host:port ("" if unknown).
+func (s *Server) nodeAddr(id int32) string {
+	if snap := s.catalog.Load(); snap != nil {
+		if n := snap.Node(id); n != nil {
+			return n.Addr()
+		}
+	}
+	if id == s.defaultNode.Load() {
+		return s.cfg.Workers[0]
+	}
+	return ""
+}
+
+// bindParam returns parameter k (0-based) of a Bind message's parameter
+// section (after the statement name): its bytes, format code and nullness.
+func bindParam(b []byte, k int) (val []byte, format int16, isNull, ok bool) {
+	if len(b) < 2 {
+		return nil, 0, false, false
+	}
+	nf := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	if len(b) < 2*nf+2 {
+		return nil, 0, false, false
+	}
+	switch {
+	case nf == 1:
+		format = int16(binary.BigEndian.Uint16(b))
+	case nf > k:
+		format = int16(binary.BigEndian.Uint16(b[2*k:]))
+	}
+	b = b[2*nf:]
+	np := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	if k >= np {
+		return nil, 0, false, false
+	}
+	for i := 0; ; i++ {
+		if len(b) < 4 {
+			return nil, 0, false, false
+		}
+		n := int32(binary.BigEndian.Uint32(b))
+		b = b[4:]
+		if n < 0 {
+			if i == k {
+				return nil, format, true, true
+			}
+			continue
+		}
+		if int(n) > len(b) {
+			return nil, 0, false, false
+		}
+		if i == k {
+			return b[:n], format, false, true
+		}
+		b = b[n:]
+	}
+}
