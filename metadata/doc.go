@@ -3,5 +3,12 @@
 // immutable snapshot routing reads without locks. It knows nothing of
 // sessions or connections to clients.
 //
-// Until the shard catalog lands (issue #3) this package has no code.
+// Store keeps the catalog in schema pgfleet of a metadata database (by
+// default the first worker's): tables nodes, tables, shards, placements and
+// a one-row catalog_version, and sequences for shard ids (from 102008, as
+// Citus) and colocation ids. Init creates them idempotently under an
+// advisory lock. Every change is one transaction that first bumps
+// catalog_version, which serializes changes across coordinators, and
+// returns the new Snapshot; Load reads one consistent Snapshot, and Version
+// lets a coordinator notice changes made by another.
 package metadata

@@ -35,6 +35,16 @@ const (
 	InvalidCatalogName       = "3D000"
 	ObjectNotInPrerequisite  = "55000"
 	IdleSessionTimeout       = "57P05"
+	DuplicateObject          = "42710"
+	UndefinedObject          = "42704"
+	UndefinedTable           = "42P01"
+
+	InvalidTextRepresentation = "22P02"
+	NumericValueOutOfRange    = "22003"
+	UndefinedColumn           = "42703"
+	NotNullViolation          = "23502"
+	WrongObjectType           = "42809"
+	NameTooLong               = "42622"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,

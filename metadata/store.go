@@ -1,0 +1,535 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+)
+
+// DefaultShardCount is the shard count of a distributed table created
+// without one, as Citus' citus.shard_count.
+const DefaultShardCount = 32
+
+// MaxShardCount is the largest shard count a table may have, as in Citus.
+const MaxShardCount = 64000
+
+// initLockKey is the transaction-level advisory lock Init holds so that
+// coordinators starting at once do not race creating the schema ("pgfleet"
+// in ASCII).
+const initLockKey int64 = 0x7067666c656574
+
+// schemaDDL creates the catalog. Every statement is idempotent; Init runs it
+// under initLockKey. catalog_version has exactly one row: the exclusion
+// constraint on a constant admits no second one and Init inserts the first.
+const schemaDDL = `
+CREATE SCHEMA IF NOT EXISTS pgfleet;
+CREATE TABLE IF NOT EXISTS pgfleet.nodes (
+	nodeid serial PRIMARY KEY,
+	host text NOT NULL,
+	port int NOT NULL,
+	active bool NOT NULL DEFAULT true,
+	UNIQUE (host, port)
+);
+CREATE TABLE IF NOT EXISTS pgfleet.tables (
+	name text PRIMARY KEY,
+	kind "char" NOT NULL CHECK (kind IN ('h', 'n')),
+	dist_column text,
+	dist_type text,
+	colocation_id int,
+	shard_count int NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pgfleet.shards (
+	shardid bigint PRIMARY KEY,
+	table_name text NOT NULL REFERENCES pgfleet.tables ON DELETE CASCADE,
+	min_hash int NOT NULL,
+	max_hash int NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pgfleet.placements (
+	shardid bigint REFERENCES pgfleet.shards ON DELETE CASCADE,
+	nodeid int REFERENCES pgfleet.nodes,
+	PRIMARY KEY (shardid, nodeid)
+);
+CREATE TABLE IF NOT EXISTS pgfleet.catalog_version (
+	version bigint NOT NULL,
+	EXCLUDE USING btree ((true) WITH =)
+);
+INSERT INTO pgfleet.catalog_version (version)
+	SELECT 1 WHERE NOT EXISTS (SELECT FROM pgfleet.catalog_version);
+CREATE SEQUENCE IF NOT EXISTS pgfleet.shardid_seq START 102008;
+CREATE SEQUENCE IF NOT EXISTS pgfleet.colocationid_seq START 1;
+`
+
+// Store is the durable catalog, kept in schema pgfleet of a metadata
+// database. It holds no state of its own: every method reads or writes the
+// database, so several coordinators may share one. Changes are serialized by
+// the row lock on catalog_version, which each change bumps first.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a store on the metadata database the pool reaches. The
+// caller owns the pool and closes it.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Init creates schema pgfleet and its tables and sequences if they do not
+// exist, in one transaction under an advisory lock. It is safe to call again
+// and from several coordinators at once. A new catalog has version 1.
+func (s *Store) Init(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("metadata: init: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, initLockKey); err != nil {
+		return fmt.Errorf("metadata: init: %w", err)
+	}
+	if _, err := tx.Exec(ctx, schemaDDL); err != nil {
+		return fmt.Errorf("metadata: init: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("metadata: init: %w", err)
+	}
+	return nil
+}
+
+// Load reads the whole catalog in one REPEATABLE READ read-only transaction.
+func (s *Store) Load(ctx context.Context) (*Snapshot, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: load: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	snap, err := load(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: load: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("metadata: load: %w", err)
+	}
+	return snap, nil
+}
+
+// Version returns the catalog version, which every change bumps by one. A
+// coordinator compares it with its snapshot's to notice changes made by
+// others.
+func (s *Store) Version(ctx context.Context) (int64, error) {
+	var v int64
+	if err := s.pool.QueryRow(ctx, `SELECT version FROM pgfleet.catalog_version`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("metadata: version: %w", err)
+	}
+	return v, nil
+}
+
+// AddNode adds an active worker node. Adding a node that is already in the
+// catalog reactivates it and keeps its id. Either way the version is bumped.
+func (s *Store) AddNode(ctx context.Context, host string, port int) (*Snapshot, error) {
+	if host == "" || port <= 0 || port > 65535 {
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "invalid node address %q port %d", host, port)
+	}
+	return s.change(ctx, "add node", func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO pgfleet.nodes (host, port, active) VALUES ($1, $2, true)
+			ON CONFLICT (host, port) DO UPDATE SET active = true`, host, port)
+		return err
+	})
+}
+
+// RemoveNode removes a node from the catalog. It fails with
+// object_not_in_prerequisite_state (55000), naming the shards, while any
+// placement (of a distributed or reference table) remains on the node, and
+// with undefined_object (42704) if there is no such node.
+func (s *Store) RemoveNode(ctx context.Context, host string, port int) (*Snapshot, error) {
+	addr := Node{Host: host, Port: port}.Addr()
+	return s.change(ctx, "remove node", func(tx pgx.Tx) error {
+		var id int32
+		err := tx.QueryRow(ctx, `SELECT nodeid FROM pgfleet.nodes WHERE host = $1 AND port = $2 FOR UPDATE`,
+			host, port).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return pgerr.New(pgerr.UndefinedObject, "node %s is not in the catalog", addr)
+		}
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT s.table_name, s.shardid FROM pgfleet.placements p
+			JOIN pgfleet.shards s USING (shardid) WHERE p.nodeid = $1 ORDER BY s.shardid`, id)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for rows.Next() {
+			var table string
+			var shard int64
+			if err := rows.Scan(&table, &shard); err != nil {
+				rows.Close()
+				return err
+			}
+			names = append(names, ShardName(table, shard))
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(names) > 0 {
+			const show = 10
+			list := strings.Join(names[:min(show, len(names))], ", ")
+			if len(names) > show {
+				list += fmt.Sprintf(" and %d more", len(names)-show)
+			}
+			e := pgerr.New(pgerr.ObjectNotInPrerequisite,
+				"cannot remove node %s: it has placements of shards %s", addr, list)
+			return e.WithHint("Drop the tables with shards on the node first.")
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM pgfleet.nodes WHERE nodeid = $1`, id)
+		return err
+	})
+}
+
+// CreateDistributedTable records a hash-distributed table and its shards
+// and returns the new snapshot and the table's shards (sorted by MinHash,
+// shared with the snapshot: do not modify them). t.Name, t.DistColumn and
+// t.DistType are required; t.Kind and t.ColocationID are ignored;
+// t.ShardCount defaults to DefaultShardCount, or to the shard count of the
+// colocateWith table.
+//
+// colocateWith is as in Citus' create_distributed_table: "" or "default"
+// joins the first colocation group with the same shard count and
+// distribution type, or makes a new one; "none" always makes a new group;
+// otherwise it names a distributed table, whose shard count and distribution
+// type must match (22023 otherwise). A table joining a group has shard i
+// placed on the nodes of the group's shard i; a table in a new group has
+// shard i placed on the i-th active node (mod their number) by node id.
+// Shard ids come from a sequence starting at 102008, in hash order.
+func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWith string) (*Snapshot, []Shard, error) {
+	switch {
+	case t.Name == "":
+		return nil, nil, pgerr.New(pgerr.InvalidParameterValue, "table name is required")
+	case t.DistColumn == "":
+		return nil, nil, pgerr.New(pgerr.InvalidParameterValue, "distribution column of table %s is required", t.Name)
+	case t.DistType == "":
+		return nil, nil, pgerr.New(pgerr.InvalidParameterValue, "distribution column type of table %s is required", t.Name)
+	case t.ShardCount < 0 || t.ShardCount > MaxShardCount:
+		return nil, nil, pgerr.New(pgerr.InvalidParameterValue, "shard_count must be between 1 and %d", MaxShardCount)
+	}
+	snap, err := s.change(ctx, "create distributed table", func(tx pgx.Tx) error {
+		if err := checkNew(ctx, tx, t.Name); err != nil {
+			return err
+		}
+		count := t.ShardCount
+		var group int32
+		template := "" // a table of the group joined, whose placements the new table copies
+		switch strings.ToLower(colocateWith) {
+		case "none":
+			if count == 0 {
+				count = DefaultShardCount
+			}
+		case "", "default":
+			if count == 0 {
+				count = DefaultShardCount
+			}
+			err := tx.QueryRow(ctx, `SELECT colocation_id, name FROM pgfleet.tables
+				WHERE kind = 'h' AND shard_count = $1 AND dist_type = $2
+				ORDER BY colocation_id, name LIMIT 1`, count, t.DistType).Scan(&group, &template)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		default:
+			var kind, distType string
+			var n int
+			err := tx.QueryRow(ctx, `SELECT kind::text, coalesce(dist_type, ''), coalesce(colocation_id, 0), shard_count
+				FROM pgfleet.tables WHERE name = $1`, colocateWith).Scan(&kind, &distType, &group, &n)
+			if errors.Is(err, pgx.ErrNoRows) || (err == nil && kind != string(rune(Distributed))) {
+				return pgerr.New(pgerr.InvalidParameterValue,
+					"cannot colocate table %s with %s: %s is not a distributed table", t.Name, colocateWith, colocateWith)
+			}
+			if err != nil {
+				return err
+			}
+			if count == 0 {
+				count = n
+			}
+			if count != n {
+				return pgerr.New(pgerr.InvalidParameterValue,
+					"cannot colocate table %s with %s: shard counts differ (%d and %d)", t.Name, colocateWith, count, n)
+			}
+			if distType != t.DistType {
+				return pgerr.New(pgerr.InvalidParameterValue,
+					"cannot colocate table %s with %s: distribution column types differ (%s and %s)",
+					t.Name, colocateWith, t.DistType, distType)
+			}
+			template = colocateWith
+		}
+
+		placements := make([][]int32, count)
+		if template != "" {
+			rows, err := tx.Query(ctx, `SELECT coalesce(array_agg(p.nodeid ORDER BY p.nodeid)
+					FILTER (WHERE p.nodeid IS NOT NULL), '{}')
+				FROM pgfleet.shards s LEFT JOIN pgfleet.placements p USING (shardid)
+				WHERE s.table_name = $1 GROUP BY s.shardid ORDER BY s.min_hash`, template)
+			if err != nil {
+				return err
+			}
+			i := 0
+			for rows.Next() {
+				var nodes []int32
+				if err := rows.Scan(&nodes); err != nil {
+					rows.Close()
+					return err
+				}
+				if i < count {
+					placements[i] = nodes
+				}
+				i++
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if i != count {
+				return pgerr.New(pgerr.Internal, "colocated table %s has %d shards, not %d", template, i, count)
+			}
+		} else {
+			nodes, err := activeNodes(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if len(nodes) == 0 {
+				return pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot distribute table %s: there are no active nodes", t.Name).
+					WithHint("Add a worker node first.")
+			}
+			for i := range placements {
+				placements[i] = []int32{nodes[i%len(nodes)]}
+			}
+			if err := tx.QueryRow(ctx, `SELECT nextval('pgfleet.colocationid_seq')::int`).Scan(&group); err != nil {
+				return err
+			}
+		}
+
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables
+			(name, kind, dist_column, dist_type, colocation_id, shard_count)
+			VALUES ($1, 'h', $2, $3, $4, $5)`, t.Name, t.DistColumn, t.DistType, group, count); err != nil {
+			return err
+		}
+		return insertShards(ctx, tx, t.Name, HashRanges(count), placements)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return snap, snap.Shards[t.Name], nil
+}
+
+// CreateReferenceTable records a reference table: one shard covering the
+// whole hash space, with a placement on every active node.
+func (s *Store) CreateReferenceTable(ctx context.Context, name string) (*Snapshot, Shard, error) {
+	if name == "" {
+		return nil, Shard{}, pgerr.New(pgerr.InvalidParameterValue, "table name is required")
+	}
+	snap, err := s.change(ctx, "create reference table", func(tx pgx.Tx) error {
+		if err := checkNew(ctx, tx, name); err != nil {
+			return err
+		}
+		nodes, err := activeNodes(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if len(nodes) == 0 {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot create reference table %s: there are no active nodes", name).
+				WithHint("Add a worker node first.")
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables (name, kind, shard_count)
+			VALUES ($1, 'n', 1)`, name); err != nil {
+			return err
+		}
+		return insertShards(ctx, tx, name, [][2]int32{{math.MinInt32, math.MaxInt32}}, [][]int32{nodes})
+	})
+	if err != nil {
+		return nil, Shard{}, err
+	}
+	shards := snap.Shards[name]
+	if len(shards) != 1 {
+		return nil, Shard{}, fmt.Errorf("metadata: create reference table: %d shards after creating %s", len(shards), name)
+	}
+	return snap, shards[0], nil
+}
+
+// DropTable removes a table, its shards and their placements from the
+// catalog. It fails with undefined_table (42P01) if the table is not in it.
+func (s *Store) DropTable(ctx context.Context, name string) (*Snapshot, error) {
+	return s.change(ctx, "drop table", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM pgfleet.tables WHERE name = $1`, name)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return pgerr.New(pgerr.UndefinedTable, "table %s is not distributed", name)
+		}
+		return nil
+	})
+}
+
+// change runs fn in one transaction that first bumps catalog_version, which
+// also serializes changes across coordinators, and returns the catalog as
+// the transaction leaves it.
+func (s *Store) change(ctx context.Context, what string, fn func(pgx.Tx) error) (*Snapshot, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %s: %w", what, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `UPDATE pgfleet.catalog_version SET version = version + 1`); err != nil {
+		return nil, fmt.Errorf("metadata: %s: %w", what, err)
+	}
+	if err := fn(tx); err != nil {
+		var pe *pgerr.Error
+		if errors.As(err, &pe) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("metadata: %s: %w", what, err)
+	}
+	snap, err := load(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %s: %w", what, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("metadata: %s: %w", what, err)
+	}
+	return snap, nil
+}
+
+// checkNew fails with duplicate_object (42710) if the table is in the catalog.
+func checkNew(ctx context.Context, tx pgx.Tx, name string) error {
+	var kind string
+	err := tx.QueryRow(ctx, `SELECT kind::text FROM pgfleet.tables WHERE name = $1`, name).Scan(&kind)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if kind == string(rune(Reference)) {
+		return pgerr.New(pgerr.DuplicateObject, "table %s is already a reference table", name)
+	}
+	return pgerr.New(pgerr.DuplicateObject, "table %s is already distributed", name)
+}
+
+// activeNodes returns the ids of the active nodes in order.
+func activeNodes(ctx context.Context, tx pgx.Tx) ([]int32, error) {
+	rows, err := tx.Query(ctx, `SELECT nodeid FROM pgfleet.nodes WHERE active ORDER BY nodeid`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int32])
+}
+
+// insertShards adds a table's shards, one per range, with ids from the
+// sequence in range order, and shard i's placements on nodes[i].
+func insertShards(ctx context.Context, tx pgx.Tx, table string, ranges [][2]int32, nodes [][]int32) error {
+	rows, err := tx.Query(ctx, `SELECT nextval('pgfleet.shardid_seq') FROM generate_series(1, $1)`, len(ranges))
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	if len(ids) != len(ranges) {
+		return fmt.Errorf("got %d shard ids for %d shards", len(ids), len(ranges))
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	lo := make([]int32, len(ranges))
+	hi := make([]int32, len(ranges))
+	var pShard []int64
+	var pNode []int32
+	for i, r := range ranges {
+		lo[i], hi[i] = r[0], r[1]
+		for _, n := range nodes[i] {
+			pShard = append(pShard, ids[i])
+			pNode = append(pNode, n)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.shards (shardid, table_name, min_hash, max_hash)
+		SELECT id, $2, lo, hi FROM unnest($1::bigint[], $3::int[], $4::int[]) AS u(id, lo, hi)`,
+		ids, table, lo, hi); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO pgfleet.placements (shardid, nodeid)
+		SELECT * FROM unnest($1::bigint[], $2::int[])`, pShard, pNode)
+	return err
+}
+
+// querier is what load needs of a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// load reads the catalog through q, which should see one state of it: a
+// REPEATABLE READ transaction, or a change's own transaction, which holds
+// the catalog_version row lock every other change waits for.
+func load(ctx context.Context, q querier) (*Snapshot, error) {
+	snap := &Snapshot{Tables: map[string]*Table{}, Shards: map[string][]Shard{}}
+	if err := q.QueryRow(ctx, `SELECT version FROM pgfleet.catalog_version`).Scan(&snap.Version); err != nil {
+		return nil, err
+	}
+
+	rows, err := q.Query(ctx, `SELECT nodeid, host, port, active FROM pgfleet.nodes ORDER BY nodeid`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var n Node
+		if err := rows.Scan(&n.ID, &n.Host, &n.Port, &n.Active); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		snap.Nodes = append(snap.Nodes, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
+	rows, err = q.Query(ctx, `SELECT name, kind::text, coalesce(dist_column, ''), coalesce(dist_type, ''),
+		coalesce(colocation_id, 0), shard_count FROM pgfleet.tables ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		t := &Table{}
+		var kind string
+		if err := rows.Scan(&t.Name, &kind, &t.DistColumn, &t.DistType, &t.ColocationID, &t.ShardCount); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if len(kind) == 1 {
+			t.Kind = TableKind(kind[0])
+		}
+		snap.Tables[t.Name] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
+	rows, err = q.Query(ctx, `SELECT s.shardid, s.table_name, s.min_hash, s.max_hash,
+			coalesce(array_agg(p.nodeid ORDER BY p.nodeid) FILTER (WHERE p.nodeid IS NOT NULL), '{}')
+		FROM pgfleet.shards s LEFT JOIN pgfleet.placements p USING (shardid)
+		GROUP BY s.shardid ORDER BY s.table_name, s.min_hash, s.shardid`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var sh Shard
+		if err := rows.Scan(&sh.ID, &sh.Table, &sh.MinHash, &sh.MaxHash, &sh.Nodes); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		snap.Shards[sh.Table] = append(snap.Shards[sh.Table], sh)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
