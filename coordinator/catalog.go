@@ -45,6 +45,10 @@ func (s *Server) openCatalog(ctx context.Context) error {
 		pool.Close()
 		return fmt.Errorf("metadata database: %w", err)
 	}
+	if _, err := pool.Exec(ctx, citusViews); err != nil {
+		pool.Close()
+		return fmt.Errorf("metadata database: creating the citus_shards and citus_tables views: %w", err)
+	}
 	snap, err := store.Load(ctx)
 	if err != nil {
 		pool.Close()
@@ -64,6 +68,25 @@ func (s *Server) openCatalog(ctx context.Context) error {
 	s.setCatalog(snap)
 	return nil
 }
+
+// citusViews are Citus' catalog views over pgfleet's catalog, with the
+// columns of Citus where they apply (sizes are not tracked: NULL). They live
+// in the metadata database, where statements naming them run.
+const citusViews = `
+CREATE OR REPLACE VIEW public.citus_tables AS
+SELECT t.name::regclass AS table_name,
+       CASE t.kind WHEN 'h' THEN 'distributed' ELSE 'reference' END AS citus_table_type,
+       CASE t.kind WHEN 'h' THEN t.dist_column ELSE '<none>' END AS distribution_column,
+       t.colocation_id, NULL::text AS table_size, t.shard_count,
+       c.relowner::regrole::name AS table_owner, 'heap'::name AS access_method
+FROM pgfleet.tables t JOIN pg_catalog.pg_class c ON c.oid = t.name::regclass;
+CREATE OR REPLACE VIEW public.citus_shards AS
+SELECT t.name::regclass AS table_name, s.shardid,
+       split_part(t.name, '.', 2) || '_' || s.shardid AS shard_name,
+       CASE t.kind WHEN 'h' THEN 'distributed' ELSE 'reference' END AS citus_table_type,
+       t.colocation_id, n.host AS nodename, n.port AS nodeport, NULL::bigint AS shard_size
+FROM pgfleet.shards s JOIN pgfleet.tables t ON t.name = s.table_name
+JOIN pgfleet.placements p ON p.shardid = s.shardid JOIN pgfleet.nodes n ON n.nodeid = p.nodeid;`
 
 func quoteConnValue(v string) string {
 	out := []byte{'\''}

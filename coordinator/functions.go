@@ -1,11 +1,167 @@
 package coordinator
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
-// runFunction runs a catalog function called with a simple query.
+const (
+	oidInt4 = 23
+	oidInt8 = 20
+	oidText = 25
+	oidVoid = 2278
+)
+
+// runFunction runs a Citus-compatible catalog function called with a simple
+// query and answers with its result.
 func (ss *session) runFunction(p *planner.Plan) error {
-	return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s is not available yet", p.Func))
+	if ss.sc != nil && ss.sc.TxStatus != 'I' {
+		return ss.queryError(pgerr.New("25001", "%s cannot run inside a transaction block", p.Func))
+	}
+	s := ss.srv
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	arg := func(i int, name, def string) string {
+		if v, ok := p.NamedArgs[name]; ok {
+			return v
+		}
+		if i < len(p.Args) {
+			return p.Args[i]
+		}
+		return def
+	}
+	var snap *metadata.Snapshot
+	var err error
+	switch p.Func {
+	case "citus_get_active_worker_nodes", "master_get_active_worker_nodes":
+		var rows [][]string
+		for _, n := range s.catalog.Load().Nodes {
+			if n.Active {
+				rows = append(rows, []string{n.Host, strconv.Itoa(n.Port)})
+			}
+		}
+		ss.writeRows([]string{"node_name", "node_port"}, []uint32{oidText, oidInt8}, rows)
+		return nil
+	case "citus_add_node", "citus_remove_node":
+		host, port := arg(0, "nodename", ""), arg(1, "nodeport", "5432")
+		pn, perr := strconv.Atoi(port)
+		if host == "" || perr != nil {
+			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a host name and a port", p.Func))
+		}
+		if p.Func == "citus_add_node" {
+			if snap, err = s.store.AddNode(ctx, host, pn); err == nil {
+				s.setCatalog(snap)
+				id := nodeID(snap, net.JoinHostPort(host, port))
+				ss.writeRows([]string{p.Func}, []uint32{oidInt4}, [][]string{{strconv.Itoa(int(id))}})
+				return nil
+			}
+		} else {
+			snap, err = s.store.RemoveNode(ctx, host, pn)
+		}
+	case "create_distributed_table", "create_reference_table", "undistribute_table":
+		table := arg(0, "table_name", "")
+		if table == "" {
+			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a table name", p.Func))
+		}
+		conns, cerr := ss.nodeConns(ctx)
+		if cerr != nil {
+			return ss.queryError(cerr)
+		}
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close(context.Background())
+			}
+		}()
+		def := s.defaultNode.Load()
+		switch p.Func {
+		case "create_distributed_table":
+			col := arg(1, "distribution_column", "")
+			if t := arg(2, "distribution_type", "hash"); t != "hash" {
+				return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "distribution_type %q is not supported; only hash", t))
+			}
+			n := 0
+			if v := arg(4, "shard_count", ""); v != "" {
+				if n, err = strconv.Atoi(v); err != nil || n < 1 {
+					return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "shard_count must be a positive integer"))
+				}
+			}
+			coloc := arg(3, "colocate_with", "default")
+			if coloc == "default" {
+				coloc = ""
+			}
+			snap, err = shards.Distribute(ctx, s.store, conns, def, table, col, n, coloc)
+		case "create_reference_table":
+			snap, err = shards.CreateReference(ctx, s.store, conns, def, table)
+		default:
+			snap, err = shards.Undistribute(ctx, s.store, s.catalog.Load(), conns, def, table)
+		}
+	}
+	if err != nil {
+		s.refreshCatalog(context.Background())
+		return ss.queryError(err)
+	}
+	s.setCatalog(snap)
+	ss.writeRows([]string{p.Func}, []uint32{oidVoid}, [][]string{{""}})
+	return nil
+}
+
+// nodeConns opens a connection to every active node as the session's user.
+func (ss *session) nodeConns(ctx context.Context) (map[int32]*pgx.Conn, error) {
+	s := ss.srv
+	pw, ok := s.cfg.Users[ss.user]
+	if !ok {
+		pw = s.cfg.WorkerPassword
+	}
+	conns := map[int32]*pgx.Conn{}
+	for _, n := range s.catalog.Load().Nodes {
+		if !n.Active {
+			continue
+		}
+		cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=disable", n.Host, n.Port))
+		if err != nil {
+			return nil, err
+		}
+		cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			for _, o := range conns {
+				_ = o.Close(ctx)
+			}
+			return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", n.Addr(), err)
+		}
+		conns[n.ID] = c
+	}
+	return conns, nil
+}
+
+// writeRows answers a simple query with a small text result and
+// ReadyForQuery.
+func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
+	rd := pgproto3.RowDescription{}
+	for i, c := range cols {
+		rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(c), DataTypeOID: oids[i],
+			DataTypeSize: -1, TypeModifier: -1})
+	}
+	ss.out, _ = rd.Encode(ss.out)
+	for _, r := range rows {
+		dr := pgproto3.DataRow{}
+		for _, v := range r {
+			dr.Values = append(dr.Values, []byte(v))
+		}
+		ss.out, _ = dr.Encode(ss.out)
+	}
+	cc := pgproto3.CommandComplete{CommandTag: []byte("SELECT " + strconv.Itoa(len(rows)))}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 }

@@ -651,10 +651,19 @@ func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
 // functionCall recognises SELECT fn(args) of a catalog function.
 func functionCall(stmt *pg_query.Node) (*Plan, error) {
 	sel := stmt.GetSelectStmt()
-	if sel == nil || len(sel.TargetList) != 1 || len(sel.FromClause) != 0 || sel.WhereClause != nil {
+	if sel == nil || len(sel.TargetList) != 1 || sel.WhereClause != nil || len(sel.FromClause) > 1 {
 		return nil, nil
 	}
-	fc := sel.TargetList[0].GetResTarget().GetVal().GetFuncCall()
+	var fc *pg_query.FuncCall
+	if len(sel.FromClause) == 1 { // SELECT * FROM fn(...)
+		rf := sel.FromClause[0].GetRangeFunction()
+		if rf == nil || len(rf.Functions) != 1 || sel.TargetList[0].GetResTarget().GetVal().GetColumnRef() == nil {
+			return nil, nil
+		}
+		fc = rf.Functions[0].GetList().GetItems()[0].GetFuncCall()
+	} else {
+		fc = sel.TargetList[0].GetResTarget().GetVal().GetFuncCall()
+	}
 	if fc == nil {
 		return nil, nil
 	}

@@ -1,0 +1,544 @@
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// hashFunctions maps the type of a distribution column (pg_type.typname) to
+// the PostgreSQL function that hashes its values as metadata.HashValue does.
+var hashFunctions = map[string]string{
+	"int2":    "pg_catalog.hashint2",
+	"int4":    "pg_catalog.hashint4",
+	"int8":    "pg_catalog.hashint8",
+	"text":    "pg_catalog.hashtext",
+	"varchar": "pg_catalog.hashtext",
+	"bpchar":  "pg_catalog.hashbpchar",
+	"uuid":    "pg_catalog.uuid_hash",
+}
+
+// HashFunction returns the schema-qualified PostgreSQL function that puts a
+// row with a value of the column in a shard ("pg_catalog.hashint8"). Columns
+// of other types, or with a nondeterministic collation, fail with 0A000.
+func HashFunction(c *Column) (string, error) {
+	fn := hashFunctions[c.TypeName]
+	if fn == "" {
+		return "", pgerr.New(pgerr.FeatureNotSupported, "distribution column type %s is not supported yet", c.TypeName).
+			WithHint("Distribution columns may be of type smallint, integer, bigint, text, varchar, character or uuid.")
+	}
+	if !c.Deterministic {
+		return "", pgerr.New(pgerr.FeatureNotSupported,
+			"distribution column %q has a nondeterministic collation, which is not supported yet", c.Name)
+	}
+	return fn, nil
+}
+
+// Distribute is create_distributed_table(table, column, shard_count =>
+// shardCount, colocate_with => colocateWith): it turns an existing table on
+// the default node into a hash-distributed table. It records the table and
+// its shards in the catalog (store.CreateDistributedTable, which assigns
+// shard ids, hash ranges and placements; shardCount 0 takes the default or
+// the colocated table's count), creates every shard on its placement node
+// with the table's columns, constraints and indexes, moves the table's rows
+// into the shards by PostgreSQL's hash of the distribution column, and
+// empties the table, which stays on the default node as the shell psql's \d
+// shows. It returns the catalog as the change left it.
+//
+// The table must exist on the default node (42P01), not be in the catalog
+// already (42710), have the column (42703) of a supported type (0A000) with
+// no NULLs (23502), and have primary key, unique and exclusion constraints
+// only on column sets that include it (0A000). It is locked against writes
+// for the duration. All or nothing: on any failure the shard tables created
+// so far are rolled back, the catalog entry is removed and the rows stay in
+// the table; the error names the shard and node that failed.
+//
+// The catalog is committed before the shards (the store assigns their ids
+// in its own transaction), so for that short time other coordinators may
+// see a distributed table whose shards do not exist yet; queries routed to
+// them fail with 42P01 until the shards are committed.
+func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	table, column string, shardCount int, colocateWith string) (*metadata.Snapshot, error) {
+	if shardCount < 0 || shardCount > metadata.MaxShardCount {
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "shard_count must be between 1 and %d", metadata.MaxShardCount)
+	}
+	o, snap, err := start(ctx, store, conns, defaultNode, "distribute")
+	if err != nil {
+		return nil, err
+	}
+	def, err := o.lockSource(ctx, table)
+	if err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	name := def.CatalogName()
+	if err := notInCatalog(snap, name); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	col := def.Column(column)
+	if col == nil {
+		return nil, o.fail(ctx, pgerr.New(pgerr.UndefinedColumn, "column %q of relation %q does not exist", column, name))
+	}
+	fn, err := HashFunction(col)
+	if err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	if err := uniqueIncludes(def, col.Name); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	colIdent := pgx.Identifier{col.Name}.Sanitize()
+	var nulls bool
+	if err := o.homeConn().QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+def.Ident()+" WHERE "+colIdent+" IS NULL)").Scan(&nulls); err != nil {
+		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot read %s on node %s", name, o.nodes.describe(o.home)))
+	}
+	if nulls {
+		return nil, o.fail(ctx, pgerr.New(pgerr.NotNullViolation,
+			"cannot distribute %s: its distribution column %q has NULL values", name, col.Name).
+			WithHint("Every row needs a value in the distribution column."))
+	}
+	if err := o.checkNodes(ctx, activeNodes(snap)); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+
+	snap, shards, err := store.CreateDistributedTable(ctx, metadata.Table{Name: name, Kind: metadata.Distributed,
+		DistColumn: col.Name, DistType: col.TypeName, ShardCount: shardCount}, colocateWith)
+	if err != nil {
+		o.recordedIfUnsure(err, name)
+		return nil, o.fail(ctx, err)
+	}
+	o.recorded = name
+	o.learn(snap)
+	for _, sh := range shards {
+		where := fmt.Sprintf(" WHERE %s(%s) BETWEEN %d AND %d", fn, colIdent, sh.MinHash, sh.MaxHash)
+		for _, node := range sh.Nodes {
+			if err := o.placeShard(ctx, def, sh, node, where); err != nil {
+				return nil, o.fail(ctx, err)
+			}
+		}
+	}
+	return o.finish(ctx, def, snap)
+}
+
+// CreateReference is create_reference_table(table): it turns an existing
+// table on the default node into a reference table, with one shard that has
+// a full copy of the rows on every active node (store.CreateReferenceTable),
+// and empties the table, which stays as the shell. Errors and atomicity are
+// as for Distribute.
+func CreateReference(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	table string) (*metadata.Snapshot, error) {
+	o, snap, err := start(ctx, store, conns, defaultNode, "reference")
+	if err != nil {
+		return nil, err
+	}
+	def, err := o.lockSource(ctx, table)
+	if err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	name := def.CatalogName()
+	if err := notInCatalog(snap, name); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	if err := o.checkNodes(ctx, activeNodes(snap)); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	snap, shard, err := store.CreateReferenceTable(ctx, name)
+	if err != nil {
+		o.recordedIfUnsure(err, name)
+		return nil, o.fail(ctx, err)
+	}
+	o.recorded = name
+	o.learn(snap)
+	for _, node := range shard.Nodes {
+		if err := o.placeShard(ctx, def, shard, node, ""); err != nil {
+			return nil, o.fail(ctx, err)
+		}
+	}
+	return o.finish(ctx, def, snap)
+}
+
+// Undistribute is undistribute_table(table): it copies the rows of a
+// distributed or reference table from its shards back into the shell table
+// on the default node, drops the shards on every placement and removes the
+// table from the catalog, all or nothing. snap is the catalog the shards are
+// taken from (nil loads it from store). The table must be in the catalog
+// (42P01 otherwise). The catalog change commits after every node has
+// prepared its part and before any commits it, so a failure leaves the
+// table distributed with its rows in the shards.
+func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	defaultNode int32, table string) (*metadata.Snapshot, error) {
+	o, loaded, err := start(ctx, store, conns, defaultNode, "undistribute")
+	if err != nil {
+		return nil, err
+	}
+	if snap == nil {
+		snap = loaded
+	}
+	o.learn(snap)
+	if _, err := o.g.begin(ctx, o.home); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	home := o.homeConn()
+	r, err := lookup(ctx, home, table)
+	if err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	name := r.schema + "." + r.name
+	shell := pgx.Identifier{r.schema, r.name}.Sanitize()
+	if _, err := home.Exec(ctx, "LOCK TABLE "+shell+" IN EXCLUSIVE MODE"); err != nil {
+		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot lock %s on node %s", name, o.nodes.describe(o.home)))
+	}
+	if snap.Table(name) == nil {
+		return nil, o.fail(ctx, pgerr.New(pgerr.UndefinedTable, "table %s is not distributed", name))
+	}
+	shards := snap.Shards[name]
+	var placed []int32
+	for _, sh := range shards {
+		placed = append(placed, sh.Nodes...)
+	}
+	if err := o.checkNodes(ctx, placed); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	cols, err := insertColumns(ctx, home, r.oid)
+	if err != nil {
+		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot read the columns of %s on node %s", name, o.nodes.describe(o.home)))
+	}
+
+	for _, sh := range shards {
+		shardName := metadata.ShardName(r.name, sh.ID)
+		shardIdent := pgx.Identifier{r.schema, shardName}.Sanitize()
+		shardQual := r.schema + "." + shardName
+		if len(sh.Nodes) == 0 {
+			return nil, o.fail(ctx, pgerr.New(pgerr.ObjectNotInPrerequisite, "shard %s has no placements", shardQual))
+		}
+		for _, node := range sh.Nodes {
+			tx, err := o.g.begin(ctx, node)
+			if err != nil {
+				return nil, o.fail(ctx, err)
+			}
+			if _, err := tx.conn.Exec(ctx, "LOCK TABLE "+shardIdent+" IN EXCLUSIVE MODE"); err != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot lock shard %s on node %s", shardQual, o.nodes.describe(node)))
+			}
+		}
+		src := sh.Nodes[0]
+		if slices.Contains(sh.Nodes, o.home) {
+			src = o.home
+		}
+		selectSQL := "SELECT " + cols + " FROM " + shardIdent
+		if src == o.home {
+			if _, err := home.Exec(ctx, "INSERT INTO "+shell+columnList(cols)+" "+selectSQL); err != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot copy the rows of shard %s on node %s into %s",
+					shardQual, o.nodes.describe(src), name))
+			}
+		} else {
+			_, srcErr, dstErr := streamCopy(ctx, o.g.by[src].conn, "COPY ("+selectSQL+") TO STDOUT",
+				home, "COPY "+shell+columnList(cols)+" FROM STDIN")
+			if srcErr != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(srcErr, "cannot read the rows of shard %s on node %s",
+					shardQual, o.nodes.describe(src)))
+			}
+			if dstErr != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(dstErr, "cannot copy the rows of shard %s into %s on node %s",
+					shardQual, name, o.nodes.describe(o.home)))
+			}
+		}
+		for _, node := range sh.Nodes {
+			if _, err := o.g.by[node].conn.Exec(ctx, "DROP TABLE "+shardIdent); err != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot drop shard %s on node %s", shardQual, o.nodes.describe(node)))
+			}
+		}
+	}
+
+	if err := o.g.prepare(ctx); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	after, err := store.DropTable(ctx, name)
+	if err != nil {
+		// The catalog's answer may have been lost after it committed: look.
+		now, lerr := store.Load(ctx)
+		if lerr != nil || now.Table(name) != nil {
+			return nil, o.fail(ctx, err)
+		}
+		after = now
+	}
+	return after, o.g.commit(ctx)
+}
+
+// op is one operation's state: its connections, its distributed
+// transaction, and the catalog entry it recorded, if any.
+type op struct {
+	store    *metadata.Store
+	nodes    *nodes
+	home     int32
+	g        *group
+	recorded string // catalog name to remove again on failure
+	schemas  map[int32]bool
+}
+
+// start checks the arguments and loads the catalog.
+func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	name string) (*op, *metadata.Snapshot, error) {
+	if store == nil {
+		return nil, nil, pgerr.New(pgerr.Internal, "shards: no metadata store")
+	}
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	if _, err := n.conn(defaultNode); err != nil {
+		return nil, nil, pgerr.New(pgerr.ConnectionFailure, "no open connection to the default node %d", defaultNode)
+	}
+	snap, err := store.Load(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n), schemas: map[int32]bool{}}
+	o.learn(snap)
+	return o, snap, nil
+}
+
+// learn takes the nodes' addresses from a snapshot, for messages.
+func (o *op) learn(snap *metadata.Snapshot) {
+	for _, nd := range snap.Nodes {
+		o.nodes.addrs[nd.ID] = nd.Addr()
+	}
+}
+
+func (o *op) homeConn() *pgx.Conn { return o.nodes.conns[o.home] }
+
+// lockSource opens the default node's transaction, locks the table against
+// writes (reads go on) and reads its definition under the lock.
+func (o *op) lockSource(ctx context.Context, table string) (*Def, error) {
+	if _, err := o.g.begin(ctx, o.home); err != nil {
+		return nil, err
+	}
+	home := o.homeConn()
+	def, err := TableDef(ctx, home, table)
+	if err != nil {
+		return nil, err
+	}
+	if def.Schema == "pgfleet" {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName())
+	}
+	if _, err := home.Exec(ctx, "LOCK TABLE "+def.Ident()+" IN EXCLUSIVE MODE"); err != nil {
+		return nil, o.nodes.wrap(err, "cannot lock %s on node %s", def.CatalogName(), o.nodes.describe(o.home))
+	}
+	// Read it again: it may have changed before the lock was granted.
+	return TableDef(ctx, home, def.Ident())
+}
+
+// checkNodes makes sure every node the operation may touch has a connection
+// and can prepare transactions, before anything is changed.
+func (o *op) checkNodes(ctx context.Context, ids []int32) error {
+	seen := map[int32]bool{}
+	for _, id := range append([]int32{o.home}, ids...) {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		conn, err := o.nodes.conn(id)
+		if err != nil {
+			return err
+		}
+		var max int
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('max_prepared_transactions')::int").Scan(&max); err != nil {
+			return o.nodes.wrap(err, "cannot read the settings of node %s", o.nodes.describe(id))
+		}
+		if max == 0 {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite, "node %s does not allow prepared transactions", o.nodes.describe(id)).
+				WithHint("Set max_prepared_transactions on the worker (to max_connections, say) and restart it.")
+		}
+	}
+	return nil
+}
+
+// recordedIfUnsure marks the table for removal from the catalog on failure
+// when the store's error does not say the change was refused: its commit
+// may have succeeded with the answer lost.
+func (o *op) recordedIfUnsure(err error, name string) {
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) {
+		o.recorded = name
+	}
+}
+
+// placeShard creates one placement of a shard on a node in that node's
+// transaction, fills it with the table's rows that match where (all rows
+// when where is empty), and adds its constraints and indexes.
+func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node int32, where string) error {
+	shardName := metadata.ShardName(def.Name, sh.ID)
+	shardQual := def.Schema + "." + shardName
+	if len(shardName) > maxIdentLen {
+		return pgerr.New(pgerr.NameTooLong, "shard name %q is longer than %d bytes", shardName, maxIdentLen).
+			WithHint("Rename table %s to a shorter name first.", def.CatalogName())
+	}
+	at := o.nodes.describe(node)
+	tx, err := o.g.begin(ctx, node)
+	if err != nil {
+		return err
+	}
+	if node != o.home && !o.schemas[node] {
+		if err := ensureSchema(ctx, tx.conn, def.Schema); err != nil {
+			return o.nodes.wrap(err, "cannot create schema %q for shard %s on node %s", def.Schema, shardQual, at)
+		}
+		o.schemas[node] = true
+	}
+	stmts := def.CreateSQL(shardName)
+	if _, err := tx.conn.Exec(ctx, stmts[0]); err != nil {
+		return o.nodes.wrap(err, "cannot create shard %s on node %s", shardQual, at)
+	}
+	target := pgx.Identifier{def.Schema, shardName}.Sanitize()
+	cols := def.copyColumns()
+	selectSQL := "SELECT " + cols + " FROM " + def.Ident() + where
+	if node == o.home {
+		if _, err := tx.conn.Exec(ctx, "INSERT INTO "+target+columnList(cols)+" "+selectSQL); err != nil {
+			return o.nodes.wrap(err, "cannot fill shard %s on node %s", shardQual, at)
+		}
+	} else {
+		_, srcErr, dstErr := streamCopy(ctx, o.homeConn(), "COPY ("+selectSQL+") TO STDOUT",
+			tx.conn, "COPY "+target+columnList(cols)+" FROM STDIN")
+		if srcErr != nil {
+			return o.nodes.wrap(srcErr, "cannot read the rows of %s for shard %s on node %s",
+				def.CatalogName(), shardQual, o.nodes.describe(o.home))
+		}
+		if dstErr != nil {
+			return o.nodes.wrap(dstErr, "cannot fill shard %s on node %s", shardQual, at)
+		}
+	}
+	if len(stmts) > 1 {
+		if _, err := tx.conn.Exec(ctx, strings.Join(stmts[1:], ";\n")); err != nil {
+			return o.nodes.wrap(err, "cannot create the constraints and indexes of shard %s on node %s", shardQual, at)
+		}
+	}
+	return nil
+}
+
+// finish empties the source table, prepares every node's transaction and
+// commits them. The catalog change is already committed; a failure before
+// the commits undoes it.
+func (o *op) finish(ctx context.Context, def *Def, snap *metadata.Snapshot) (*metadata.Snapshot, error) {
+	if _, err := o.homeConn().Exec(ctx, "TRUNCATE "+def.Ident()); err != nil {
+		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot empty %s on node %s", def.CatalogName(), o.nodes.describe(o.home)))
+	}
+	if err := o.g.prepare(ctx); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	return snap, o.g.commit(ctx)
+}
+
+// fail undoes the operation: it rolls back every node's transaction and
+// removes the catalog entry it recorded. It returns err, with what could
+// not be undone in its detail.
+func (o *op) fail(ctx context.Context, err error) error {
+	problems := o.g.rollback(ctx)
+	if o.recorded != "" {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		_, derr := o.store.DropTable(cctx, o.recorded)
+		cancel()
+		var pe *pgerr.Error
+		if derr != nil && !(errors.As(derr, &pe) && pe.Code == pgerr.UndefinedTable) {
+			problems = append(problems, fmt.Sprintf("table %s could not be removed from the catalog: %v", o.recorded, derr))
+		}
+		o.recorded = ""
+	}
+	if len(problems) == 0 {
+		return err
+	}
+	e := toPgErr(err)
+	if e.Detail != "" {
+		e.Detail += "\n"
+	}
+	e.Detail += "Cleanup was incomplete: " + strings.Join(problems, "; ") + "."
+	return e
+}
+
+// notInCatalog fails with 42710 if the table is distributed or a reference
+// table already.
+func notInCatalog(snap *metadata.Snapshot, name string) error {
+	t := snap.Table(name)
+	switch {
+	case t == nil:
+		return nil
+	case t.Kind == metadata.Reference:
+		return pgerr.New(pgerr.DuplicateObject, "table %s is already a reference table", name)
+	default:
+		return pgerr.New(pgerr.DuplicateObject, "table %s is already distributed", name)
+	}
+}
+
+// uniqueIncludes fails with 0A000 if a primary key, unique or exclusion
+// constraint, or a unique index, does not include the distribution column:
+// shards could not enforce it across the table.
+func uniqueIncludes(def *Def, column string) error {
+	refuse := func(what, name string) error {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"cannot distribute %s: %s %q does not include the distribution column %q", def.CatalogName(), what, name, column).
+			WithHint("Distributed tables can have PRIMARY KEY, UNIQUE and EXCLUDE constraints and unique indexes only on columns that include the distribution column.")
+	}
+	for _, c := range def.Constraints {
+		if c.Type != 'c' && !slices.Contains(c.Columns, column) {
+			return refuse("constraint", c.Name)
+		}
+	}
+	for _, ix := range def.Indexes {
+		if ix.Unique && !slices.Contains(ix.Columns, column) {
+			return refuse("unique index", ix.Name)
+		}
+	}
+	return nil
+}
+
+// activeNodes returns the ids of the snapshot's active nodes.
+func activeNodes(snap *metadata.Snapshot) []int32 {
+	var ids []int32
+	for _, n := range snap.Nodes {
+		if n.Active {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
+}
+
+// ensureSchema creates the schema on a node if it is missing there.
+func ensureSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)",
+		schema).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	return err
+}
+
+// insertColumns is the quoted list of a table's columns that take values:
+// all but dropped and generated ones.
+func insertColumns(ctx context.Context, conn *pgx.Conn, oid uint32) (string, error) {
+	rows, err := conn.Query(ctx, `SELECT attname::text FROM pg_catalog.pg_attribute
+		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = ''
+		ORDER BY attnum`, oid)
+	if err != nil {
+		return "", err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", err
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = pgx.Identifier{n}.Sanitize()
+	}
+	return strings.Join(quoted, ", "), nil
+}
+
+// columnList is " (cols)", or "" for a table without columns.
+func columnList(cols string) string {
+	if cols == "" {
+		return ""
+	}
+	return " (" + cols + ")"
+}

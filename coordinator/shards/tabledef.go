@@ -1,0 +1,426 @@
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+)
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN - 1: the longest identifier, in
+// bytes, that it keeps without truncating.
+const maxIdentLen = 63
+
+// Def is what a shard of a table needs of the table's definition, read from
+// pg_catalog: its columns, constraints and indexes. Features a shard cannot
+// reproduce faithfully (foreign keys, identity columns, sequence defaults,
+// triggers, row-level security, inheritance, partitioning) make TableDef fail
+// with SQLSTATE 0A000 rather than be left out silently.
+type Def struct {
+	OID         uint32
+	Schema      string // as PostgreSQL spells it, unquoted
+	Name        string // relation name, unquoted
+	Unlogged    bool
+	Options     string // storage parameters as "fillfactor=70, ...", or ""
+	Columns     []Column
+	Constraints []Constraint // primary key, unique, check and exclusion constraints
+	Indexes     []Index      // indexes that back no constraint
+}
+
+// Column is one column of a table, in order.
+type Column struct {
+	Name          string
+	Type          string // format_type: "bigint", "character varying(20)"
+	TypeName      string // pg_type.typname: "int8", "varchar"
+	NotNull       bool
+	Default       string // the DEFAULT expression, "" if none
+	Generated     string // the expression of GENERATED ALWAYS AS (...) STORED, "" if none
+	Collation     string // quoted, qualified collation when it is not the type's default, else ""
+	Deterministic bool   // the column's collation is deterministic (true for types without one)
+}
+
+// Constraint is a table constraint a shard gets under its own name.
+type Constraint struct {
+	Name       string
+	Type       byte     // 'p' primary key, 'u' unique, 'x' exclusion, 'c' check
+	Definition string   // pg_get_constraintdef: "PRIMARY KEY (id)", "CHECK ((n > 0))"
+	Columns    []string // the columns it constrains (conkey)
+}
+
+// Index is an index that backs no constraint.
+type Index struct {
+	Name       string
+	Unique     bool
+	Columns    []string // key columns that are plain columns; expressions are left out
+	Definition string   // pg_get_indexdef
+	tail       string   // Definition from " USING " on
+}
+
+// CatalogName is the table's name as the catalog (metadata.Table.Name)
+// keeps it: "schema.relname", unquoted.
+func (d *Def) CatalogName() string { return d.Schema + "." + d.Name }
+
+// Ident is the table's quoted, schema-qualified name for SQL.
+func (d *Def) Ident() string { return pgx.Identifier{d.Schema, d.Name}.Sanitize() }
+
+// Column returns the column with the name, or nil.
+func (d *Def) Column(name string) *Column {
+	for i := range d.Columns {
+		if d.Columns[i].Name == name {
+			return &d.Columns[i]
+		}
+	}
+	return nil
+}
+
+// copyColumns is the quoted list of the columns a copy of the rows carries:
+// every column but generated ones, which the target computes itself.
+func (d *Def) copyColumns() string {
+	var b strings.Builder
+	for _, c := range d.Columns {
+		if c.Generated != "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pgx.Identifier{c.Name}.Sanitize())
+	}
+	return b.String()
+}
+
+// CreateSQL returns the statements that create an equivalent table named
+// shardName in the table's schema. The first creates the table with its
+// columns (types, collations, defaults, generated expressions, NOT NULL);
+// the others add its constraints and create its indexes, and may run after
+// the table has been filled, which is faster and does not re-check
+// constraints marked NOT VALID. Constraint and index names get the suffix
+// shardName adds to the table's name (accounts_102008 makes accounts_pkey
+// accounts_pkey_102008), or "_"+shardName if shardName does not start with
+// the table's name; a name that would be longer than 63 bytes is shortened
+// and made unique with a hash of the original, as Citus does.
+func (d *Def) CreateSQL(shardName string) []string {
+	suffix := "_" + shardName
+	if len(shardName) > len(d.Name) && strings.HasPrefix(shardName, d.Name) {
+		suffix = shardName[len(d.Name):]
+	}
+	target := pgx.Identifier{d.Schema, shardName}.Sanitize()
+
+	var b strings.Builder
+	b.WriteString("CREATE ")
+	if d.Unlogged {
+		b.WriteString("UNLOGGED ")
+	}
+	b.WriteString("TABLE ")
+	b.WriteString(target)
+	b.WriteString(" (")
+	for i, c := range d.Columns {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("\n\t")
+		b.WriteString(pgx.Identifier{c.Name}.Sanitize())
+		b.WriteString(" ")
+		b.WriteString(c.Type)
+		if c.Collation != "" {
+			b.WriteString(" COLLATE ")
+			b.WriteString(c.Collation)
+		}
+		if c.Generated != "" {
+			b.WriteString(" GENERATED ALWAYS AS (")
+			b.WriteString(c.Generated)
+			b.WriteString(") STORED")
+		} else if c.Default != "" {
+			b.WriteString(" DEFAULT ")
+			b.WriteString(c.Default)
+		}
+		if c.NotNull {
+			b.WriteString(" NOT NULL")
+		}
+	}
+	if len(d.Columns) > 0 {
+		b.WriteString("\n")
+	}
+	b.WriteString(")")
+	if d.Options != "" {
+		b.WriteString(" WITH (")
+		b.WriteString(d.Options)
+		b.WriteString(")")
+	}
+	out := []string{b.String()}
+
+	for _, c := range d.Constraints {
+		out = append(out, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", target,
+			pgx.Identifier{suffixed(c.Name, suffix)}.Sanitize(), c.Definition))
+	}
+	for _, ix := range d.Indexes {
+		unique := ""
+		if ix.Unique {
+			unique = "UNIQUE "
+		}
+		out = append(out, fmt.Sprintf("CREATE %sINDEX %s ON %s%s", unique,
+			pgx.Identifier{suffixed(ix.Name, suffix)}.Sanitize(), target, ix.tail))
+	}
+	return out
+}
+
+// suffixed appends suffix to name, shortening name and adding a hash of it
+// when the result would be longer than PostgreSQL keeps.
+func suffixed(name, suffix string) string {
+	if len(name)+len(suffix) <= maxIdentLen {
+		return name + suffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	hash := fmt.Sprintf("_%08x", h.Sum32())
+	keep := maxIdentLen - len(suffix) - len(hash)
+	if keep < 0 {
+		keep = 0
+	}
+	for keep > 0 && !utf8.RuneStart(name[keep]) {
+		keep--
+	}
+	return name[:keep] + hash + suffix
+}
+
+// relation is what pg_class says of a table.
+type relation struct {
+	oid         uint32
+	schema      string
+	name        string
+	kind        string // relkind
+	persistence string // relpersistence
+	partition   bool
+	rowSecurity bool
+	options     string
+}
+
+// lookup resolves a table name as the session's search_path would, with
+// PostgreSQL's own parsing of quoted and qualified names.
+func lookup(ctx context.Context, conn *pgx.Conn, table string) (*relation, error) {
+	if strings.TrimSpace(table) == "" {
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "table name is required")
+	}
+	r := &relation{}
+	err := conn.QueryRow(ctx, `SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text,
+			c.relpersistence::text, c.relispartition, c.relrowsecurity,
+			coalesce(array_to_string(c.reloptions, ', '), '')
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&r.oid, &r.schema, &r.name, &r.kind,
+		&r.persistence, &r.partition, &r.rowSecurity, &r.options)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, pgerr.New(pgerr.UndefinedTable, "relation %q does not exist", table)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// TableDef reads the definition of a table (resolved through the
+// connection's search_path) from pg_catalog. It fails with 42P01 if there is
+// no such relation, 42809 if it is not an ordinary table, and 0A000 for
+// features shards cannot have yet: foreign keys (from or to the table),
+// identity columns, sequence defaults (serial), triggers, row-level
+// security, inheritance, partitioning and temporary tables.
+func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
+	r, err := lookup(ctx, conn, table)
+	if err != nil {
+		return nil, err
+	}
+	name := r.schema + "." + r.name
+	switch {
+	case r.kind == "p" || r.partition:
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is partitioned or a partition; distributing partitioned tables is not supported yet", name)
+	case r.kind != "r":
+		return nil, pgerr.New(pgerr.WrongObjectType, "%q is not a table", name)
+	case r.persistence == "t":
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is a temporary table, which cannot be distributed", name)
+	case r.rowSecurity:
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s has row-level security enabled; row-level security on distributed tables is not supported yet", name)
+	}
+	d := &Def{OID: r.oid, Schema: r.schema, Name: r.name, Unlogged: r.persistence == "u", Options: r.options}
+
+	var other string
+	err = conn.QueryRow(ctx, `SELECT inhparent::regclass::text FROM pg_catalog.pg_inherits WHERE inhrelid = $1
+		UNION ALL SELECT inhrelid::regclass::text FROM pg_catalog.pg_inherits WHERE inhparent = $1 LIMIT 1`,
+		r.oid).Scan(&other)
+	if err == nil {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s takes part in inheritance (with %s); distributing inheritance hierarchies is not supported yet", name, other)
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	err = conn.QueryRow(ctx, `SELECT tgname::text FROM pg_catalog.pg_trigger
+		WHERE tgrelid = $1 AND NOT tgisinternal ORDER BY tgname LIMIT 1`, r.oid).Scan(&other)
+	if err == nil {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s has trigger %q; triggers on distributed tables are not supported yet", name, other).
+			WithHint("Drop the trigger first.")
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	var fk, fkTable string
+	var outgoing bool
+	err = conn.QueryRow(ctx, `SELECT conname::text, conrelid::regclass::text, conrelid = $1
+		FROM pg_catalog.pg_constraint
+		WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) ORDER BY conrelid <> $1, conname LIMIT 1`,
+		r.oid).Scan(&fk, &fkTable, &outgoing)
+	if err == nil {
+		e := pgerr.New(pgerr.FeatureNotSupported, "foreign keys on distributed tables are not supported yet")
+		if outgoing {
+			e.Detail = fmt.Sprintf("%s has foreign key %q.", name, fk)
+		} else {
+			e.Detail = fmt.Sprintf("%s is referenced by foreign key %q of %s.", name, fk, fkTable)
+		}
+		return nil, e.WithHint("Drop the foreign key first.")
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+
+	if err := readColumns(ctx, conn, d); err != nil {
+		return nil, err
+	}
+	if err := readConstraints(ctx, conn, d); err != nil {
+		return nil, err
+	}
+	if err := readIndexes(ctx, conn, d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {
+	rows, err := conn.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod),
+			t.typname::text, a.attnotnull,
+			coalesce(pg_catalog.pg_get_expr(ad.adbin, ad.adrelid), ''),
+			a.attgenerated::text, a.attidentity::text,
+			CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
+				THEN pg_catalog.quote_ident(cn.nspname) || '.' || pg_catalog.quote_ident(co.collname) ELSE '' END,
+			coalesce(co.collisdeterministic, true),
+			EXISTS (SELECT FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid
+				WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = ad.oid
+				AND dep.refclassid = 'pg_catalog.pg_class'::regclass AND s.relkind = 'S')
+		FROM pg_catalog.pg_attribute a
+		JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+		LEFT JOIN pg_catalog.pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+		LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
+		LEFT JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, d.OID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c Column
+		var expr, generated, identity string
+		var sequence bool
+		if err := rows.Scan(&c.Name, &c.Type, &c.TypeName, &c.NotNull, &expr, &generated, &identity,
+			&c.Collation, &c.Deterministic, &sequence); err != nil {
+			return err
+		}
+		switch {
+		case identity != "":
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"column %q of %s is an identity column; identity columns on distributed tables are not supported yet",
+				c.Name, d.CatalogName())
+		case sequence:
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"column %q of %s takes its default from a sequence (%s); sequence defaults on distributed tables are not supported yet",
+				c.Name, d.CatalogName(), expr).WithHint("Drop the column's default and give its values explicitly.")
+		case generated == "s":
+			c.Generated = expr
+		case generated != "":
+			return pgerr.New(pgerr.FeatureNotSupported, "column %q of %s is a generated column of kind %q, which is not supported",
+				c.Name, d.CatalogName(), generated)
+		default:
+			c.Default = expr
+		}
+		d.Columns = append(d.Columns, c)
+	}
+	return rows.Err()
+}
+
+func readConstraints(ctx context.Context, conn *pgx.Conn, d *Def) error {
+	rows, err := conn.Query(ctx, `SELECT k.conname::text, k.contype::text, pg_catalog.pg_get_constraintdef(k.oid),
+			ARRAY(SELECT a.attname::text FROM unnest(k.conkey) WITH ORDINALITY AS u(attnum, i)
+				JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum ORDER BY u.i)
+		FROM pg_catalog.pg_constraint k
+		WHERE k.conrelid = $1 AND k.contype IN ('p', 'u', 'x', 'c')
+		ORDER BY strpos('puxc', k.contype::text), k.conname`, d.OID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c Constraint
+		var typ string
+		if err := rows.Scan(&c.Name, &typ, &c.Definition, &c.Columns); err != nil {
+			return err
+		}
+		c.Type = typ[0]
+		d.Constraints = append(d.Constraints, c)
+	}
+	return rows.Err()
+}
+
+func readIndexes(ctx context.Context, conn *pgx.Conn, d *Def) error {
+	rows, err := conn.Query(ctx, `SELECT i.relname::text, x.indisunique, pg_catalog.pg_get_indexdef(x.indexrelid),
+			pg_catalog.quote_ident(i.relname),
+			pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname),
+			ARRAY(SELECT a.attname::text FROM generate_series(0, x.indnkeyatts - 1) AS g(i)
+				JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[g.i]
+				ORDER BY g.i)
+		FROM pg_catalog.pg_index x
+		JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+		JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE x.indrelid = $1 AND x.indisvalid
+		AND NOT EXISTS (SELECT FROM pg_catalog.pg_constraint k
+			WHERE k.conrelid = x.indrelid AND k.conindid = x.indexrelid AND k.contype IN ('p', 'u', 'x'))
+		ORDER BY i.relname`, d.OID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ix Index
+		var quotedIndex, quotedTable string
+		if err := rows.Scan(&ix.Name, &ix.Unique, &ix.Definition, &quotedIndex, &quotedTable, &ix.Columns); err != nil {
+			return err
+		}
+		tail, ok := indexTail(ix.Definition, ix.Unique, quotedIndex, quotedTable)
+		if !ok {
+			return pgerr.New(pgerr.Internal, "cannot take apart the definition of index %q: %s", ix.Name, ix.Definition)
+		}
+		ix.tail = tail
+		d.Indexes = append(d.Indexes, ix)
+	}
+	return rows.Err()
+}
+
+// indexTail returns the part of pg_get_indexdef's output after the table's
+// name: " USING method (columns) [INCLUDE ...] [WITH ...] [WHERE ...]".
+// pg_get_indexdef writes "CREATE [UNIQUE ]INDEX <index> ON [ONLY ]<table>
+// USING ..." with both names quoted as quote_ident does and the table
+// qualified; anything else is refused rather than guessed at.
+func indexTail(def string, unique bool, quotedIndex, quotedTable string) (string, bool) {
+	head := "CREATE INDEX "
+	if unique {
+		head = "CREATE UNIQUE INDEX "
+	}
+	head += quotedIndex + " ON "
+	if !strings.HasPrefix(def, head) {
+		return "", false
+	}
+	rest := strings.TrimPrefix(def[len(head):], "ONLY ")
+	if !strings.HasPrefix(rest, quotedTable+" USING ") {
+		return "", false
+	}
+	return rest[len(quotedTable):], true
+}
