@@ -200,6 +200,28 @@ func (s *Server) plan(sql string) (*planner.Plan, error) {
 
 var defaultPlan = &planner.Plan{Kind: planner.Default}
 
+// planSimple plans a simple-protocol statement. Its constants are lifted
+// into parameters first, so statements that differ only in their constants
+// share one cached plan; the literals come back for routing and splicing.
+func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
+	snap := s.catalog.Load()
+	if planner.MentionsFunction(sql) {
+		p, err := s.plan(sql)
+		return p, nil, err
+	}
+	if snap == nil || len(snap.Tables) == 0 || !planner.MentionsTable(sql, snap) {
+		return defaultPlan, nil, nil
+	}
+	if norm, lits, ok := liftLiterals(sql); ok {
+		p, err := s.plan(norm)
+		if err != nil || !p.SyntaxError {
+			return p, lits, err
+		}
+	}
+	p, err := s.plan(sql)
+	return p, nil, err
+}
+
 // target is where a routed statement runs and what it runs there.
 type target struct {
 	node  int32

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -303,7 +304,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		ss.pin(cls.pin)
 	}
 	node := ss.srv.defaultNode.Load()
-	p, err := ss.srv.plan(string(sql))
+	p, lits, err := ss.srv.planSimple(string(sql))
 	if err != nil {
 		return ss.queryError(err)
 	}
@@ -313,7 +314,15 @@ func (ss *session) simpleQuery(body []byte) error {
 	if p.Kind != planner.Default {
 		var hash int32
 		if p.Kind == planner.Router {
-			if hash, err = valueHash(p); err != nil {
+			if p.Value.Param > 0 {
+				if p.Value.Param > len(lits) {
+					return ss.queryError(pgerr.New("08P01", "there is no parameter $%d", p.Value.Param))
+				}
+				hash, err = metadata.HashValue(p.DistType, lits[p.Value.Param-1].value)
+			} else {
+				hash, err = valueHash(p)
+			}
+			if err != nil {
 				return ss.queryError(err)
 			}
 		}
@@ -322,7 +331,11 @@ func (ss *session) simpleQuery(body []byte) error {
 			return ss.queryError(err)
 		}
 		node = tgt.node
-		body = append(append(ss.qbuf[:0], p.ShardSQL[tgt.index]...), 0)
+		shardSQL := p.ShardSQL[tgt.index]
+		if lits != nil {
+			shardSQL = spliceLiterals(shardSQL, lits)
+		}
+		body = append(append(ss.qbuf[:0], shardSQL...), 0)
 		ss.qbuf = body
 	}
 	return ss.relayCycle('Q', body, cp, node)

@@ -96,6 +96,8 @@ type Plan struct {
 	DistType  string   `json:"dist_type,omitempty"`
 	Value     *Value   `json:"value,omitempty"`
 	ReadOnly  bool     `json:"read_only"`
+	// SyntaxError: the text did not parse; the default node will say why.
+	SyntaxError bool `json:"syntax_error,omitempty"`
 	// Function: the catalog function, its positional and named arguments.
 	Func      string            `json:"func,omitempty"`
 	Args      []string          `json:"args,omitempty"`
@@ -116,7 +118,7 @@ func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
 		// Let the worker report the syntax error, with its position.
-		return &Plan{Kind: Default}, nil
+		return &Plan{Kind: Default, SyntaxError: true}, nil
 	}
 	if len(tree.Stmts) == 1 {
 		if p, err := functionCall(tree.Stmts[0].Stmt); p != nil || err != nil {

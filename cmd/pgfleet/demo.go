@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"syscall"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgcluster"
@@ -20,6 +23,8 @@ func demo(args []string) error {
 	nCoords := fs.Int("coordinators", 1, "coordinators to start")
 	dataDir := fs.String("data-dir", "", "keep the workers' data here (default: a temporary directory, removed on exit)")
 	port := fs.Int("port", 6432, "port of the first coordinator (the next ones count up; taken ports are skipped)")
+	shardCount := fs.Int("shards", 32, "shards per distributed table (with --pgbench-scale)")
+	scale := fs.Int("pgbench-scale", 0, "load pgbench's schema at this scale: pgbench_accounts distributed by aid, tellers and branches as reference tables")
 	var cf coordinatorFlags
 	cf.register(fs)
 	_ = fs.Parse(args)
@@ -74,6 +79,12 @@ func demo(args []string) error {
 		coords = append(coords, c)
 		fmt.Printf("  coordinator %d: postgres://postgres@%s/postgres?sslmode=disable\n", i+1, c.Addr())
 	}
+	if *scale > 0 {
+		fmt.Printf("  loading pgbench scale %d and distributing it over %d shards...\n", *scale, *shardCount)
+		if err := loadPgbench(ctx, coords[0].Addr(), *scale, *shardCount); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("ready: psql \"postgres://postgres@%s/postgres?sslmode=disable\"  (Ctrl-C stops the cluster", coords[0].Addr())
 	if *dataDir == "" {
 		fmt.Printf(" and removes %s)\n", cl.Dir)
@@ -82,5 +93,35 @@ func demo(args []string) error {
 	}
 	<-ctx.Done()
 	fmt.Println("pgfleet demo: stopping")
+	return nil
+}
+
+// loadPgbench runs pgbench -i through the coordinator (the tables are plain
+// tables on the default node then), and distributes them as the Citus
+// benchmark did.
+func loadPgbench(ctx context.Context, addr string, scale, shards int) error {
+	url := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	pgbench, err := exec.LookPath("pgbench")
+	if err != nil {
+		return fmt.Errorf("--pgbench-scale needs pgbench (Debian: apt-get install postgresql-client): %w", err)
+	}
+	out, err := exec.CommandContext(ctx, pgbench, "-i", "-q", "-s", strconv.Itoa(scale), url).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgbench -i: %w\n%s", err, out)
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	for _, q := range []string{
+		fmt.Sprintf("SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => %d)", shards),
+		"SELECT create_reference_table('pgbench_branches')",
+		"SELECT create_reference_table('pgbench_tellers')",
+	} {
+		if _, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
 	return nil
 }

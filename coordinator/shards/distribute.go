@@ -63,7 +63,10 @@ func HashFunction(c *Column) (string, error) {
 // The catalog is committed before the shards (the store assigns their ids
 // in its own transaction), so for that short time other coordinators may
 // see a distributed table whose shards do not exist yet; queries routed to
-// them fail with 42P01 until the shards are committed.
+// them fail with 42P01 until the shards are committed. If COMMIT PREPARED
+// fails on a node after the catalog committed, Distribute returns the new
+// snapshot together with an error whose hint names the prepared
+// transactions left to commit.
 func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
 	table, column string, shardCount int, colocateWith string) (*metadata.Snapshot, error) {
 	if shardCount < 0 || shardCount > metadata.MaxShardCount {
@@ -104,6 +107,21 @@ func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 	}
 	if err := o.checkNodes(ctx, activeNodes(snap)); err != nil {
 		return nil, o.fail(ctx, err)
+	}
+	// colocate_with names a table as a regclass does: resolve it as the
+	// catalog spells it. A name that resolves to nothing is left to the
+	// catalog to refuse.
+	switch strings.ToLower(colocateWith) {
+	case "", "default", "none":
+	default:
+		r, err := lookup(ctx, o.homeConn(), colocateWith)
+		var pe *pgerr.Error
+		switch {
+		case err == nil:
+			colocateWith = r.schema + "." + r.name
+		case !errors.As(err, &pe):
+			return nil, o.fail(ctx, err)
+		}
 	}
 
 	snap, shards, err := store.CreateDistributedTable(ctx, metadata.Table{Name: name, Kind: metadata.Distributed,

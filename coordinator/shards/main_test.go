@@ -32,10 +32,10 @@ type env struct {
 	ctx   context.Context
 	cl    *pgcluster.Cluster
 	store *metadata.Store
-	ids   []int32              // node id of worker i
-	w     []*pgx.Conn          // connection to worker i
-	conns map[int32]*pgx.Conn  // by node id
-	home  int32                // the default node: worker 0
+	ids   []int32             // node id of worker i
+	w     []*pgx.Conn         // connection to worker i
+	conns map[int32]*pgx.Conn // by node id
+	home  int32               // the default node: worker 0
 }
 
 func newEnv(t *testing.T) *env {
@@ -159,7 +159,9 @@ func (e *env) worker(id int32) int {
 // rowsOf returns "key|row" for every row of a table on worker i, sorted.
 func (e *env) rowsOf(i int, qualified, key string) []string {
 	e.t.Helper()
-	return e.strings(i, fmt.Sprintf("SELECT %s::text || '|' || t::text FROM %s t ORDER BY 1", key, qualified))
+	rows := e.strings(i, fmt.Sprintf("SELECT %s::text || '|' || t::text FROM %s t", key, qualified))
+	slices.Sort(rows)
+	return rows
 }
 
 // relations lists the tables of a schema on worker i whose names start with

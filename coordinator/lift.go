@@ -1,0 +1,148 @@
+package coordinator
+
+import (
+	"strconv"
+	"strings"
+)
+
+// literal is a constant lifted out of a simple-protocol statement.
+type literal struct {
+	token string // as written, quotes included
+	value string // its value (string literals unquoted)
+}
+
+// liftLiterals replaces the numeric and plain string literals of sql with
+// $1, $2, ... so that statements differing only in their constants share
+// one plan. It is a light scan, not a parse: string literals right after a
+// word (typed literals such as date '2020-01-01') and escape or dollar
+// quoted strings stay in place. ok is false when nothing was lifted.
+func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
+	var b strings.Builder
+	last := 0
+	prevWord := false // the last significant character ends a word
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+			continue
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			lx := lexer{s: sql, i: i}
+			lx.skipBlockComment()
+			i = lx.i
+			continue
+		case c == '$':
+			if i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' {
+				return "", nil, false // a statement with parameters already
+			}
+			lx := lexer{s: sql, i: i}
+			lx.dollarQuote()
+			i = lx.i
+			prevWord = false
+			continue
+		case c == '"':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('"', false)
+			i = lx.i
+			prevWord = true
+			continue
+		case c == '\'':
+			lx := lexer{s: sql, i: i}
+			escaped := i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E')
+			lx.skipQuoted('\'', escaped)
+			if !prevWord && !escaped && lx.i <= len(sql) && sql[lx.i-1] == '\'' {
+				tok := sql[i:lx.i]
+				lits = append(lits, literal{token: tok, value: strings.ReplaceAll(tok[1:len(tok)-1], "''", "'")})
+				b.WriteString(sql[last:i])
+				b.WriteString("$" + strconv.Itoa(len(lits)))
+				last = lx.i
+			}
+			i = lx.i
+			prevWord = false
+			continue
+		case c >= '0' && c <= '9' && !prevWord:
+			j := i
+			for j < len(sql) && (sql[j] >= '0' && sql[j] <= '9' || sql[j] == '.' || sql[j] == '_') {
+				j++
+			}
+			if j < len(sql) && (sql[j] == 'e' || sql[j] == 'E') {
+				k := j + 1
+				if k < len(sql) && (sql[k] == '+' || sql[k] == '-') {
+					k++
+				}
+				if k < len(sql) && sql[k] >= '0' && sql[k] <= '9' {
+					for j = k; j < len(sql) && sql[j] >= '0' && sql[j] <= '9'; j++ {
+					}
+				}
+			}
+			if j < len(sql) && isIdentChar(sql[j]) {
+				return "", nil, false // 0x1F, 1abc: not a plain number
+			}
+			tok := sql[i:j]
+			lits = append(lits, literal{token: tok, value: tok})
+			b.WriteString(sql[last:i])
+			b.WriteString("$" + strconv.Itoa(len(lits)))
+			last = j
+			i = j
+			prevWord = false
+			continue
+		case isIdentChar(c):
+			for i < len(sql) && isIdentChar(sql[i]) {
+				i++
+			}
+			prevWord = true
+			continue
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		default:
+			prevWord = false
+		}
+		i++
+	}
+	if len(lits) == 0 {
+		return "", nil, false
+	}
+	b.WriteString(sql[last:])
+	return b.String(), lits, true
+}
+
+// spliceLiterals puts lifted literals back into a rewritten statement in
+// place of its $n placeholders, as the client wrote them.
+func spliceLiterals(sql string, lits []literal) string {
+	var b strings.Builder
+	b.Grow(len(sql) + 16)
+	last := 0
+	for i := 0; i < len(sql); {
+		switch c := sql[i]; {
+		case c == '\'':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('\'', i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E'))
+			i = lx.i
+		case c == '"':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('"', false)
+			i = lx.i
+		case c == '$' && i+1 < len(sql) && sql[i+1] >= '1' && sql[i+1] <= '9':
+			j := i + 1
+			for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
+				j++
+			}
+			n, _ := strconv.Atoi(sql[i+1 : j])
+			if n >= 1 && n <= len(lits) {
+				b.WriteString(sql[last:i])
+				b.WriteString(lits[n-1].token)
+				last = j
+			}
+			i = j
+		case c == '$':
+			lx := lexer{s: sql, i: i}
+			lx.dollarQuote()
+			i = lx.i
+		default:
+			i++
+		}
+	}
+	b.WriteString(sql[last:])
+	return b.String()
+}

@@ -1,0 +1,177 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestRoutingThroughCoordinators distributes a table through one
+// coordinator and checks, as a user would, that every row sits in its
+// shard and that point reads and writes by key give what plain PostgreSQL
+// gives, through both protocols and through a second coordinator.
+func TestRoutingThroughCoordinators(t *testing.T) {
+	cl := pgtest.Shared(t)
+	a := pgtest.Coordinator(t, cl, nil)
+	b := pgtest.Coordinator(t, cl, nil) // started before the table is distributed
+	ctx := context.Background()
+	c := connect(t, a.Addr())
+	const n = 5000
+	exec(t, c, "DROP TABLE IF EXISTS rt_acc, rt_ref")
+	exec(t, c, "CREATE TABLE rt_acc (aid bigint PRIMARY KEY, bid int NOT NULL, v text, n int CHECK (n >= 0))")
+	exec(t, c, fmt.Sprintf("INSERT INTO rt_acc SELECT g, g %% 10 + 1, 'v' || g, g %% 100 FROM generate_series(1, %d) g", n))
+	exec(t, c, "CREATE TABLE rt_ref (bid int PRIMARY KEY, name text)")
+	exec(t, c, "INSERT INTO rt_ref SELECT g, 'branch ' || g FROM generate_series(1, 10) g")
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "SELECT create_distributed_table('rt_acc', 'aid', shard_count => 6)", simple)
+	exec(t, c, "SELECT create_reference_table('rt_ref')", simple)
+	t.Cleanup(func() {
+		for _, q := range []string{"SELECT undistribute_table('rt_acc')", "SELECT undistribute_table('rt_ref')", "DROP TABLE IF EXISTS rt_acc, rt_ref"} {
+			_, _ = c.Exec(ctx, q, simple)
+		}
+	})
+
+	// Every row is in the shard whose hash range holds it, on the node the
+	// catalog names, and none is lost.
+	meta := connect(t, cl.Servers[0].Addr())
+	rows, err := meta.Query(ctx, `SELECT s.shardid, s.min_hash, s.max_hash, n.host || ':' || n.port
+		FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+		WHERE s.table_name = 'public.rt_acc'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type shard struct {
+		id       int64
+		lo, hi   int32
+		nodeAddr string
+	}
+	var shards []shard
+	for rows.Next() {
+		var s shard
+		if err := rows.Scan(&s.id, &s.lo, &s.hi, &s.nodeAddr); err != nil {
+			t.Fatal(err)
+		}
+		shards = append(shards, s)
+	}
+	if len(shards) != 6 {
+		t.Fatalf("%d shards in the catalog, want 6", len(shards))
+	}
+	total := 0
+	nodes := map[string]bool{}
+	for _, s := range shards {
+		w := connect(t, s.nodeAddr)
+		nodes[s.nodeAddr] = true
+		var cnt, wrong int
+		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE hashint8(aid) NOT BETWEEN %d AND %d) FROM rt_acc_%d", s.lo, s.hi, s.id)
+		if err := w.QueryRow(ctx, q).Scan(&cnt, &wrong); err != nil {
+			t.Fatalf("shard %d on %s: %v", s.id, s.nodeAddr, err)
+		}
+		if wrong != 0 {
+			t.Errorf("shard %d holds %d rows outside its hash range", s.id, wrong)
+		}
+		total += cnt
+	}
+	if total != n || len(nodes) != 2 {
+		t.Errorf("shards hold %d rows on %d nodes, want %d rows on 2", total, len(nodes), n)
+	}
+	var shell int
+	if err := meta.QueryRow(ctx, "SELECT count(*) FROM rt_acc").Scan(&shell); err != nil || shell != 0 {
+		t.Errorf("the default node's table still has %d rows (%v)", shell, err)
+	}
+
+	// Point reads, updates, deletes and inserts by key, in both protocols.
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, simple} {
+		for k := int64(1); k <= n; k += 397 {
+			var v string
+			var num int
+			if err := c.QueryRow(ctx, "SELECT v, n FROM rt_acc WHERE aid = $1", mode, k).Scan(&v, &num); err != nil {
+				t.Fatalf("read %d (%v): %v", k, mode, err)
+			}
+			if v != fmt.Sprint("v", k) || num != int(k%100) {
+				t.Errorf("row %d = %q %d", k, v, num)
+			}
+		}
+		exec(t, c, "UPDATE rt_acc SET n = n + 1000 WHERE aid = $1", mode, 77)
+		exec(t, c, "DELETE FROM rt_acc WHERE aid = $1", mode, 78)
+		exec(t, c, "INSERT INTO rt_acc (aid, bid, v, n) VALUES ($1, 1, 'new', 5)", mode, 100000)
+		var num int
+		if err := c.QueryRow(ctx, "SELECT n FROM rt_acc WHERE aid = 77").Scan(&num); err != nil || num != 77+1000 {
+			t.Errorf("after update: n = %d, %v", num, err)
+		}
+		exec(t, c, "UPDATE rt_acc SET n = 77 WHERE aid = 77")
+		if err := c.QueryRow(ctx, "SELECT n FROM rt_acc WHERE aid = 78").Scan(&num); !errors.Is(err, pgx.ErrNoRows) {
+			t.Errorf("deleted row: %v", err)
+		}
+		exec(t, c, "INSERT INTO rt_acc (aid, bid, v, n) VALUES (78, 8, 'v78', 78)")
+		var v string
+		if err := c.QueryRow(ctx, "SELECT v FROM rt_acc WHERE aid = 100000").Scan(&v); err != nil || v != "new" {
+			t.Errorf("inserted row: %q, %v", v, err)
+		}
+		exec(t, c, "DELETE FROM rt_acc WHERE aid = 100000")
+	}
+
+	// A constraint violation on a shard comes back with the worker's code.
+	_, err = c.Exec(ctx, "INSERT INTO rt_acc (aid, bid, v, n) VALUES (5, 1, 'dup', 1)")
+	if sqlState(err) != "23505" {
+		t.Errorf("duplicate key: %v, want 23505", err)
+	}
+
+	// A reference table joins a distributed one; every node has it.
+	var bname string
+	if err := c.QueryRow(ctx, "SELECT r.name FROM rt_acc a JOIN rt_ref r ON r.bid = a.bid WHERE a.aid = $1", 13).Scan(&bname); err != nil || bname != "branch 4" {
+		t.Errorf("join: %q, %v", bname, err)
+	}
+	for i := 0; i < 4; i++ {
+		rc := connect(t, a.Addr()) // sessions spread reference reads over nodes
+		if got := queryString(t, rc, "SELECT name FROM rt_ref WHERE bid = 7"); got != "branch 7" {
+			t.Errorf("reference read: %q", got)
+		}
+	}
+
+	// A transaction stays on one worker; one that would need a second one
+	// fails with 0A000 and leaves nothing behind.
+	exec(t, c, "BEGIN")
+	exec(t, c, "UPDATE rt_acc SET n = 555 WHERE aid = 1")
+	var crossErr error
+	for k := 2; k < 60 && crossErr == nil; k++ {
+		_, crossErr = c.Exec(ctx, "UPDATE rt_acc SET n = 555 WHERE aid = $1", k)
+	}
+	if sqlState(crossErr) != "0A000" {
+		t.Fatalf("second worker in a transaction: %v, want 0A000", crossErr)
+	}
+	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	var n1 int
+	if err := c.QueryRow(ctx, "SELECT n FROM rt_acc WHERE aid = 1").Scan(&n1); err != nil || n1 != 1 {
+		t.Errorf("after the failed transaction n = %d (%v), want the original 1", n1, err)
+	}
+
+	// Queries the router cannot run are refused, never answered wrongly.
+	for _, q := range []string{"SELECT count(*) FROM rt_acc", "SELECT * FROM rt_acc WHERE n = 3", "UPDATE rt_ref SET name = 'x' WHERE bid = 1"} {
+		if _, err := c.Exec(ctx, q); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+
+	// The second coordinator picks the change up from the catalog.
+	cb := connect(t, b.Addr())
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var v string
+		err := cb.QueryRow(ctx, "SELECT v FROM rt_acc WHERE aid = 4242", simple).Scan(&v)
+		if err == nil && v == "v4242" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second coordinator after 5s: %q, %v", v, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
