@@ -36,6 +36,7 @@ func (s *Server) openCatalog(ctx context.Context) error {
 		return fmt.Errorf("metadata database: %w", err)
 	}
 	cfg.MaxConns = 4
+	s.metaDB = cfg.ConnConfig.Database
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("metadata database: %w", err)

@@ -18,7 +18,17 @@ type stmtPlan struct {
 }
 
 // stmtPlan returns st's plan for the current catalog, planning it once per
-// catalog version.
+// catalog version. Sessions in databases other than the catalog's are not
+// routed: their statements run on the default node.
+func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
+	if !ss.routes {
+		return unroutedPlan, nil
+	}
+	return ss.srv.stmtPlan(st)
+}
+
+var unroutedPlan = &stmtPlan{plan: defaultPlan}
+
 func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	snap := s.catalog.Load()
 	var version int64
@@ -32,13 +42,25 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind == planner.Function {
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s must be called with the simple query protocol", p.Func).
+	if p.Kind == planner.Function || p.Kind == planner.CopyIn {
+		what := p.Func
+		if p.Kind == planner.CopyIn {
+			what = "COPY into " + p.Tables[0]
+		}
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s needs the simple query protocol", what).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
 	}
 	sp := &stmtPlan{version: version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL))}
 	st.plan.Store(sp)
 	return sp, nil
+}
+
+// planSimple plans a simple-protocol statement for the session.
+func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
+	if !ss.routes {
+		return defaultPlan, nil, nil
+	}
+	return ss.srv.planSimple(sql)
 }
 
 // shardStmt is the statement st becomes on shard index idx.
@@ -56,7 +78,7 @@ func (s *Server) shardStmt(sp *stmtPlan, idx int, st *Statement) *Statement {
 // statement to bind on the worker and the node it runs on.
 func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, error) {
 	s := ss.srv
-	sp, err := s.stmtPlan(st)
+	sp, err := ss.stmtPlan(st)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -96,7 +118,7 @@ func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, e
 // node the session holds, if any, else the first shard's.
 func (ss *session) routeDescribe(st *Statement) (*Statement, int32, error) {
 	s := ss.srv
-	sp, err := s.stmtPlan(st)
+	sp, err := ss.stmtPlan(st)
 	if err != nil {
 		return nil, 0, err
 	}

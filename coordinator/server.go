@@ -66,6 +66,7 @@ type Server struct {
 	defaultNode atomic.Int32
 	store       *metadata.Store
 	metaPool    *pgxpool.Pool
+	metaDB      string // the catalog describes tables of this database
 	plans       planCache
 	stopWatch   chan struct{}
 

@@ -54,6 +54,7 @@ type session struct {
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
 	qbuf         []byte // a rewritten Query body
+	routes       bool   // the session's database is the one the catalog describes
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -304,12 +305,15 @@ func (ss *session) simpleQuery(body []byte) error {
 		ss.pin(cls.pin)
 	}
 	node := ss.srv.defaultNode.Load()
-	p, lits, err := ss.srv.planSimple(string(sql))
+	p, lits, err := ss.planSimple(string(sql))
 	if err != nil {
 		return ss.queryError(err)
 	}
-	if p.Kind == planner.Function {
+	switch p.Kind {
+	case planner.Function:
 		return ss.runFunction(p)
+	case planner.CopyIn:
+		return ss.copySplit(p)
 	}
 	if p.Kind != planner.Default {
 		var hash int32
@@ -481,7 +485,7 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st
 	}
-	sp, err := ss.srv.stmtPlan(st)
+	sp, err := ss.stmtPlan(st)
 	if err != nil {
 		ss.synthError(err)
 		return nil

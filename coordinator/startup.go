@@ -267,6 +267,7 @@ func (ss *session) begin(sm *pgproto3.StartupMessage) error {
 	ss.user, ss.database = user, db
 	ss.params = newSessionParams(sp)
 	ss.pools = map[int32]*pooling.Pool{}
+	ss.routes = db == s.metaDB
 	ss.stmts = map[string]*Statement{}
 	ss.portals = map[string]*Statement{}
 	s.register(ss)

@@ -29,6 +29,9 @@ const (
 	ReferenceRead Kind = "reference-read"
 	// ReferenceWrite: writes a reference table; every node must apply it.
 	ReferenceWrite Kind = "reference-write"
+	// CopyIn: COPY FROM STDIN into a distributed or reference table; the
+	// coordinator splits the rows by shard.
+	CopyIn Kind = "copy-in"
 	// Function: a call of a catalog function (create_distributed_table,
 	// citus_add_node, ...) that the coordinator runs itself. Requires a
 	// plain SELECT fn(args) whose arguments are constants.
@@ -96,6 +99,8 @@ type Plan struct {
 	DistType  string   `json:"dist_type,omitempty"`
 	Value     *Value   `json:"value,omitempty"`
 	ReadOnly  bool     `json:"read_only"`
+	// Copy: the COPY's columns and format (CopyIn).
+	Copy *CopyOptions `json:"copy,omitempty"`
 	// SyntaxError: the text did not parse; the default node will say why.
 	SyntaxError bool `json:"syntax_error,omitempty"`
 	// Function: the catalog function, its positional and named arguments.
@@ -105,6 +110,17 @@ type Plan struct {
 	// ShardSQL is the statement rewritten for each shard index (router) or
 	// for the reference shard (one entry). Empty for Default.
 	ShardSQL []string `json:"-"`
+}
+
+// CopyOptions are the column list and format options of a COPY.
+type CopyOptions struct {
+	Columns   []string `json:"columns,omitempty"`
+	CSV       bool     `json:"csv,omitempty"`
+	Header    bool     `json:"header,omitempty"`
+	Delimiter string   `json:"delimiter,omitempty"`
+	Null      *string  `json:"null,omitempty"`
+	Quote     string   `json:"quote,omitempty"`
+	Escape    string   `json:"escape,omitempty"`
 }
 
 // unsupported is the error for SQL pgfleet cannot run correctly yet.
@@ -290,6 +306,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 			quals = b.addFrom(f, quals)
 		}
 		quals = append(quals, d.WhereClause)
+	case stmt.GetCopyStmt() != nil:
+		return b.copyPlan(stmt)
 	case stmt.GetExplainStmt() != nil:
 		return nil, unsupported("EXPLAIN of statements on distributed or reference tables is not supported yet")
 	default:
@@ -619,6 +637,7 @@ func insertValue(ins *pg_query.InsertStmt, t *metadata.Table) (*Value, error) {
 func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
 	clone := proto.Clone(stmt).(*pg_query.Node)
 	ctes := cteNames(clone)
+	aliases := clone.GetCopyStmt() == nil // COPY takes no alias
 	var err error
 	walk(clone, func(m proto.Message) {
 		rv, ok := m.(*pg_query.RangeVar)
@@ -638,7 +657,7 @@ func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
 			err = pgerr.New(pgerr.Internal, "no shard %d for table %s", i, t.Name)
 			return
 		}
-		if rv.Alias == nil {
+		if rv.Alias == nil && aliases {
 			rv.Alias = &pg_query.Alias{Aliasname: rv.Relname}
 		}
 		rv.Relname = metadata.ShardName(rv.Relname, shards[i].ID)
@@ -693,4 +712,75 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// copyPlan plans COPY on a catalog table: FROM STDIN is split by the
+// coordinator; TO STDOUT of a reference table reads one copy.
+func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
+	c := stmt.GetCopyStmt()
+	if c.Relation == nil {
+		return nil, unsupported("COPY (query) over distributed or reference tables is not supported yet")
+	}
+	t := b.addRangeVar(c.Relation)
+	if c.Filename != "" || c.IsProgram {
+		return nil, unsupported("COPY with a server-side file or program on %s is not supported; use COPY ... FROM STDIN (psql: \\copy)", t.Name)
+	}
+	if !c.IsFrom {
+		if t.Kind != metadata.Reference {
+			return nil, unsupported("COPY TO from distributed table %s is not supported yet", t.Name)
+		}
+		sql, err := b.rewrite(stmt, -1)
+		if err != nil {
+			return nil, err
+		}
+		return &Plan{Kind: ReferenceRead, Tables: []string{t.Name}, ReadOnly: true, ShardSQL: []string{sql}}, nil
+	}
+	o := &CopyOptions{}
+	for _, a := range c.Attlist {
+		o.Columns = append(o.Columns, a.GetString_().GetSval())
+	}
+	for _, opt := range c.Options {
+		d := opt.GetDefElem()
+		if d == nil {
+			continue
+		}
+		val := ""
+		if d.Arg != nil {
+			if sv := d.Arg.GetString_(); sv != nil {
+				val = sv.Sval
+			} else if v := valueOf(d.Arg); v != nil {
+				val = v.Const
+			} else if bv := d.Arg.GetBoolean(); bv != nil {
+				val = fmt.Sprint(bv.Boolval)
+			}
+		}
+		switch d.Defname {
+		case "format":
+			switch strings.ToLower(val) {
+			case "csv":
+				o.CSV = true
+			case "text":
+			default:
+				return nil, unsupported("COPY FORMAT %s into %s is not supported yet; use text or csv", val, t.Name)
+			}
+		case "header":
+			o.Header = d.Arg == nil || val == "true" || val == "1" || strings.EqualFold(val, "on")
+			if strings.EqualFold(val, "match") {
+				return nil, unsupported("COPY HEADER MATCH into %s is not supported yet", t.Name)
+			}
+		case "delimiter":
+			o.Delimiter = val
+		case "null":
+			v := val
+			o.Null = &v
+		case "quote":
+			o.Quote = val
+		case "escape":
+			o.Escape = val
+		case "encoding", "freeze":
+		default:
+			return nil, unsupported("COPY option %s into %s is not supported yet", d.Defname, t.Name)
+		}
+	}
+	return &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}, nil
 }

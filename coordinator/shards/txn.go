@@ -42,10 +42,12 @@ type nodeTx struct {
 // commit: begin on each node as it is needed, prepare all, then commit all
 // prepared, or roll everything back.
 type group struct {
-	base  string
-	nodes *nodes
-	txs   []*nodeTx
-	by    map[int32]*nodeTx
+	// beginStmt opens each node's transaction (beginSQL unless set).
+	beginStmt string
+	base      string
+	nodes     *nodes
+	txs       []*nodeTx
+	by        map[int32]*nodeTx
 }
 
 func newGroup(op string, n *nodes) *group {
@@ -63,7 +65,11 @@ func (g *group) begin(ctx context.Context, node int32) (*nodeTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, beginSQL); err != nil {
+	stmt := g.beginStmt
+	if stmt == "" {
+		stmt = beginSQL
+	}
+	if _, err := conn.Exec(ctx, stmt); err != nil {
 		return nil, g.nodes.wrap(err, "cannot begin a transaction on node %s", g.nodes.describe(node))
 	}
 	tx := &nodeTx{node: node, conn: conn, gid: fmt.Sprintf("%s_%d", g.base, node)}

@@ -1,0 +1,142 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// copySplit runs COPY FROM STDIN into a distributed or reference table: the
+// client's rows are split by shard and loaded on every node in one
+// distributed transaction, so that either all rows are stored or none.
+func (ss *session) copySplit(p *planner.Plan) error {
+	if ss.sc != nil && ss.sc.TxStatus != 'I' {
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"COPY into %s inside a transaction block is not supported yet", p.Tables[0]))
+	}
+	f, options, err := copyFormat(p.Copy)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
+	defer cancel()
+	conns, err := ss.nodeConns(ctx)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close(context.Background())
+		}
+	}()
+	l, err := shards.NewLoader(ctx, ss.srv.catalog.Load(), conns, ss.srv.defaultNode.Load(),
+		p.Tables[0], p.Copy.Columns, f, options)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	resp := pgproto3.CopyInResponse{OverallFormat: 0}
+	ss.out, _ = resp.Encode(ss.out)
+	if err := ss.flush(); err != nil {
+		l.Abort()
+		return errQuietClose
+	}
+	var loadErr error
+	for done := false; !done; {
+		fr, err := ss.r.Next()
+		if err != nil {
+			l.Abort()
+			return errQuietClose
+		}
+		switch fr.Type {
+		case 'd':
+			if loadErr == nil {
+				loadErr = l.Write(ctx, fr.Body)
+			}
+		case 'c':
+			done = true
+		case 'f':
+			var cf pgproto3.CopyFail
+			_ = cf.Decode(fr.Body)
+			if loadErr == nil {
+				loadErr = pgerr.New(pgerr.QueryCanceled, "COPY from stdin failed: %s", cf.Message)
+			}
+			done = true
+		case 'H', 'S':
+		default:
+			if loadErr == nil {
+				loadErr = pgerr.New(pgerr.ProtocolViolation, "unexpected message type 0x%02X during COPY from stdin", fr.Type)
+			}
+			done = true
+		}
+	}
+	var rows int64
+	if loadErr == nil {
+		rows, loadErr = l.Finish(ctx)
+	}
+	if loadErr != nil {
+		l.Abort()
+		var pe *pgerr.Error
+		if !errors.As(loadErr, &pe) {
+			loadErr = pgerr.New(pgerr.ConnectionFailure, "COPY into %s: %v", p.Tables[0], loadErr)
+		}
+		return ss.queryError(loadErr)
+	}
+	cc := pgproto3.CommandComplete{CommandTag: []byte("COPY " + strconv.FormatInt(rows, 10))}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return nil
+}
+
+// copyFormat turns the COPY's options into the splitter's format and the
+// WITH clause the shards' COPY statements use (HEADER is the coordinator's
+// business: it skips the header line).
+func copyFormat(o *planner.CopyOptions) (shards.CopyFormat, string, error) {
+	f := shards.DefaultCopyFormat(o.CSV)
+	var opts []string
+	if o.CSV {
+		opts = append(opts, "FORMAT csv")
+	}
+	one := func(name, v string, dst *byte) error {
+		if len(v) != 1 {
+			return pgerr.New(pgerr.FeatureNotSupported, "COPY %s must be a single one-byte character", name)
+		}
+		*dst = v[0]
+		opts = append(opts, name+" "+quoteLiteral(v))
+		return nil
+	}
+	if o.Delimiter != "" {
+		if err := one("DELIMITER", o.Delimiter, &f.Delimiter); err != nil {
+			return f, "", err
+		}
+	}
+	if o.Quote != "" {
+		if err := one("QUOTE", o.Quote, &f.Quote); err != nil {
+			return f, "", err
+		}
+	}
+	if o.Escape != "" {
+		if err := one("ESCAPE", o.Escape, &f.Escape); err != nil {
+			return f, "", err
+		}
+	} else if o.Quote != "" {
+		f.Escape = f.Quote
+	}
+	if o.Null != nil {
+		f.Null = *o.Null
+		opts = append(opts, "NULL "+quoteLiteral(*o.Null))
+	}
+	f.Header = o.Header
+	if len(opts) == 0 {
+		return f, "", nil
+	}
+	return f, fmt.Sprintf(" WITH (%s)", strings.Join(opts, ", ")), nil
+}

@@ -1,0 +1,178 @@
+package shards
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// flushBytes is how much a shard's buffer holds before it is written.
+const flushBytes = 1 << 20
+
+// Loader runs a client's COPY FROM STDIN into a distributed or reference
+// table: it splits the rows by shard (a reference table's rows go to every
+// node), writes each shard's rows with COPY in batches, one transaction per
+// node, and commits all nodes with two-phase commit, so the load is all or
+// nothing.
+type Loader struct {
+	snap    *metadata.Snapshot
+	table   *metadata.Table
+	shards  []metadata.Shard
+	copySQL []string // per shard index: COPY shard (cols) FROM STDIN ...
+	bufs    [][]byte
+	split   rowSplitter
+	g       *group
+	nodes   *nodes
+	rows    int64
+}
+
+// NewLoader prepares a load. columns is the COPY's column list (empty: all
+// columns, read from the default node's table); options is the COPY's WITH
+// clause as written, passed on to the shards minus HEADER.
+func NewLoader(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn, defaultNode int32,
+	table string, columns []string, f CopyFormat, options string) (*Loader, error) {
+	t := snap.Table(table)
+	if t == nil {
+		return nil, pgerr.New(pgerr.UndefinedTable, "relation %q is not distributed", table)
+	}
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	for _, nd := range snap.Nodes {
+		n.addrs[nd.ID] = nd.Addr()
+	}
+	l := &Loader{snap: snap, table: t, shards: snap.Shards[table], nodes: n, g: newGroup("copy", n)}
+	l.g.beginStmt = "BEGIN"
+	if t.Kind == metadata.Distributed {
+		cols := columns
+		if len(cols) == 0 {
+			home, err := n.conn(defaultNode)
+			if err != nil {
+				return nil, err
+			}
+			rows, err := home.Query(ctx, `SELECT attname FROM pg_catalog.pg_attribute
+				WHERE attrelid = pg_catalog.to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)
+			if err != nil {
+				return nil, n.wrap(err, "reading the columns of %s", table)
+			}
+			cols, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return nil, n.wrap(err, "reading the columns of %s", table)
+			}
+		}
+		l.split.field = -1
+		for i, c := range cols {
+			if c == t.DistColumn {
+				l.split.field = i
+			}
+		}
+		if l.split.field < 0 {
+			return nil, pgerr.New("23502", "COPY into %s must include its distribution column %q", table, t.DistColumn)
+		}
+	}
+	l.split.f = f
+	rel := table[strings.IndexByte(table, '.')+1:]
+	schema := table[:strings.IndexByte(table, '.')]
+	colList := ""
+	if len(columns) > 0 {
+		q := make([]string, len(columns))
+		for i, c := range columns {
+			q[i] = pgx.Identifier{c}.Sanitize()
+		}
+		colList = " (" + strings.Join(q, ", ") + ")"
+	}
+	for _, sh := range l.shards {
+		name := pgx.Identifier{schema, metadata.ShardName(rel, sh.ID)}.Sanitize()
+		l.copySQL = append(l.copySQL, fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, options))
+	}
+	l.bufs = make([][]byte, len(l.shards))
+	return l, nil
+}
+
+// Write takes one CopyData message's bytes.
+func (l *Loader) Write(ctx context.Context, data []byte) error {
+	l.split.pending = append(l.split.pending, data...)
+	return l.drain(ctx, false)
+}
+
+func (l *Loader) drain(ctx context.Context, final bool) error {
+	for {
+		row, val, isNull, ok, err := l.split.next(final)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Keep the unread tail at the front of the buffer.
+			l.split.pending = append(l.split.pending[:0:0], l.split.pending...)
+			return nil
+		}
+		idx := 0
+		if l.table.Kind == metadata.Distributed {
+			if isNull {
+				return pgerr.New("23502", "null value in the distribution column %q of %s", l.table.DistColumn, l.table.Name)
+			}
+			h, err := metadata.HashValue(l.table.DistType, val)
+			if err != nil {
+				return err
+			}
+			sh := l.snap.ShardFor(l.table.Name, h)
+			for i := range l.shards {
+				if l.shards[i].ID == sh.ID {
+					idx = i
+				}
+			}
+		}
+		l.bufs[idx] = append(l.bufs[idx], row...)
+		l.rows++
+		if len(l.bufs[idx]) >= flushBytes {
+			if err := l.flush(ctx, idx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// flush writes shard idx's buffered rows to every placement.
+func (l *Loader) flush(ctx context.Context, idx int) error {
+	if len(l.bufs[idx]) == 0 {
+		return nil
+	}
+	for _, node := range l.shards[idx].Nodes {
+		tx, err := l.g.begin(ctx, node)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.conn.PgConn().CopyFrom(ctx, bytes.NewReader(l.bufs[idx]), l.copySQL[idx]); err != nil {
+			return l.nodes.wrap(err, "COPY into shard %s_%d on node %s", l.table.Name, l.shards[idx].ID, l.nodes.describe(node))
+		}
+	}
+	l.bufs[idx] = l.bufs[idx][:0]
+	return nil
+}
+
+// Finish writes what is buffered and commits on every node. It returns the
+// number of rows loaded.
+func (l *Loader) Finish(ctx context.Context) (int64, error) {
+	if err := l.drain(ctx, true); err != nil {
+		return 0, err
+	}
+	for i := range l.bufs {
+		if err := l.flush(ctx, i); err != nil {
+			return 0, err
+		}
+	}
+	if err := l.g.prepare(ctx); err != nil {
+		return 0, err
+	}
+	if err := l.g.commit(ctx); err != nil {
+		return 0, err
+	}
+	return l.rows, nil
+}
+
+// Abort rolls back everything written so far.
+func (l *Loader) Abort() { l.g.rollback(context.Background()) }
