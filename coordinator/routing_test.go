@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,4 +175,99 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestCopyIntoDistributedTable loads rows with COPY FROM STDIN through the
+// coordinator: every row lands in its shard, and a COPY that fails on one
+// shard stores nothing anywhere.
+func TestCopyIntoDistributedTable(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "DROP TABLE IF EXISTS cp_t")
+	exec(t, c, "CREATE TABLE cp_t (id bigint PRIMARY KEY, name text)")
+	exec(t, c, "SELECT create_distributed_table('cp_t', 'id', shard_count => 5)", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('cp_t')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS cp_t", simple)
+	})
+	const n = 20000
+	var data strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&data, "%d\tname %d\n", i, i)
+	}
+	tag, err := c.PgConn().CopyFrom(ctx, strings.NewReader(data.String()), "COPY cp_t FROM STDIN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() != n {
+		t.Errorf("COPY reported %d rows, want %d", tag.RowsAffected(), n)
+	}
+	total := shardRows(t, cl.Servers[0].Addr(), "public.cp_t", "id")
+	if total != n {
+		t.Errorf("shards hold %d rows, want %d", total, n)
+	}
+	if got := queryString(t, c, "SELECT name FROM cp_t WHERE id = $1", 12345); got != "name 12345" {
+		t.Errorf("row 12345: %q", got)
+	}
+	// A duplicate key in the middle of a second load: nothing of it stays.
+	bad := "30001\tnew\n30002\tnew\n5\tdup\n30003\tnew\n"
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader(bad), "COPY cp_t FROM STDIN"); sqlState(err) != "23505" {
+		t.Fatalf("COPY with a duplicate: %v, want 23505", err)
+	}
+	if total := shardRows(t, cl.Servers[0].Addr(), "public.cp_t", "id"); total != n {
+		t.Errorf("after the failed COPY the shards hold %d rows, want %d", total, n)
+	}
+	// CSV with a header, through the simple protocol's COPY.
+	csv := "id,name\n40001,\"comma, inside\"\n"
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader(csv), "COPY cp_t FROM STDIN WITH (FORMAT csv, HEADER)"); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, c, "SELECT name FROM cp_t WHERE id = 40001"); got != "comma, inside" {
+		t.Errorf("csv row: %q", got)
+	}
+}
+
+// shardRows counts a distributed table's rows on the workers, failing the
+// test if any row is outside its shard's hash range.
+func shardRows(t *testing.T, metaAddr, table, col string) int {
+	t.Helper()
+	ctx := context.Background()
+	meta := connect(t, metaAddr)
+	rows, err := meta.Query(ctx, `SELECT s.shardid, s.min_hash, s.max_hash, n.host || ':' || n.port
+		FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+		WHERE s.table_name = $1`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sh struct {
+		id     int64
+		lo, hi int32
+		addr   string
+	}
+	var list []sh
+	for rows.Next() {
+		var s sh
+		if err := rows.Scan(&s.id, &s.lo, &s.hi, &s.addr); err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, s)
+	}
+	total := 0
+	rel := table[strings.IndexByte(table, '.')+1:]
+	for _, s := range list {
+		w := connect(t, s.addr)
+		var cnt, wrong int
+		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE hashint8(%s) NOT BETWEEN %d AND %d) FROM %s_%d", col, s.lo, s.hi, rel, s.id)
+		if err := w.QueryRow(ctx, q).Scan(&cnt, &wrong); err != nil {
+			t.Fatalf("shard %d on %s: %v", s.id, s.addr, err)
+		}
+		if wrong != 0 {
+			t.Errorf("shard %d holds %d rows outside its hash range", s.id, wrong)
+		}
+		total += cnt
+	}
+	return total
 }

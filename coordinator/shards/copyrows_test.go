@@ -1,0 +1,60 @@
+package shards
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestRowSplitter(t *testing.T) {
+	type row struct {
+		val    string
+		isNull bool
+	}
+	cases := []struct {
+		name   string
+		f      CopyFormat
+		field  int
+		chunks []string
+		want   []row
+		rows   []string
+	}{
+		{"text, rows across chunks", DefaultCopyFormat(false), 1, []string{"a\t1\n", "b\t2", "2\nc\t\\N\n"},
+			[]row{{"1", false}, {"22", false}, {"", true}}, []string{"a\t1\n", "b\t22\n", "c\t\\N\n"}},
+		{"text escapes", DefaultCopyFormat(false), 0, []string{"x\\ty\t1\n", "\\101\\x42\\\\\t2\n"},
+			[]row{{"x\ty", false}, {"AB\\", false}}, []string{"x\\ty\t1\n", "\\101\\x42\\\\\t2\n"}},
+		{"text end marker and no final newline", DefaultCopyFormat(false), 0, []string{"7\n\\.\n"},
+			[]row{{"7", false}}, []string{"7\n"}},
+		{"last row without newline", DefaultCopyFormat(false), 0, []string{"8\n9"},
+			[]row{{"8", false}, {"9", false}}, []string{"8\n", "9\n"}},
+		{"csv quotes, newline in a field, header", CopyFormat{CSV: true, Delimiter: ',', Quote: '"', Escape: '"', Header: true}, 1,
+			[]string{"id,name\n1,\"a,\"\"b\"\"\n", "c\"\n2,\n3,\"\"\n"},
+			[]row{{"a,\"b\"\nc", false}, {"", true}, {"", false}}, []string{"1,\"a,\"\"b\"\"\nc\"\n", "2,\n", "3,\"\"\n"}},
+	}
+	for _, c := range cases {
+		s := rowSplitter{f: c.f, field: c.field}
+		var got []row
+		var rows []string
+		for i, ch := range c.chunks {
+			s.pending = append(s.pending, ch...)
+			for {
+				r, v, isNull, ok, err := s.next(i == len(c.chunks)-1)
+				if err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				if !ok {
+					break
+				}
+				got = append(got, row{v, isNull})
+				rows = append(rows, string(r))
+			}
+		}
+		if !reflect.DeepEqual(got, c.want) || !reflect.DeepEqual(rows, c.rows) {
+			t.Errorf("%s: got %v %q, want %v %q", c.name, got, rows, c.want, c.rows)
+		}
+	}
+	s := rowSplitter{f: DefaultCopyFormat(false), field: 3}
+	s.pending = []byte("1\t2\n")
+	if _, _, _, _, err := s.next(true); err == nil {
+		t.Error("a row without the distribution field was accepted")
+	}
+}
