@@ -259,12 +259,16 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 		if len(nodes) == 1 {
 			return target{node: nodes[0]}, nil
 		}
-		return target{}, pgerr.New(pgerr.FeatureNotSupported,
-			"writing reference table %s needs an atomic commit on %d workers, which is not supported yet", p.Tables[0], len(nodes)).
-			WithHint("Reference tables can be read; load them before calling create_reference_table.")
+		return target{}, errAllNodes
 	}
 	return target{node: s.defaultNode.Load()}, nil
 }
+
+// errAllNodes says a statement must run on every node (a reference-table
+// write), which the simple-query path does with two-phase commit.
+var errAllNodes = pgerr.New(pgerr.FeatureNotSupported,
+	"writing a reference table inside a transaction block or with the extended query protocol needs atomic multi-worker transactions, which are not supported yet").
+	WithHint("Write reference tables with single statements outside BEGIN ... COMMIT, using the simple query protocol.")
 
 // valueHash hashes a router plan's constant distribution value.
 func valueHash(p *planner.Plan) (int32, error) {

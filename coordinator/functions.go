@@ -165,3 +165,45 @@ func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 }
+
+// writeAllNodes runs a reference-table write on every copy, atomically, and
+// answers with the first copy's result.
+func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conns, err := ss.nodeConns(ctx)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close(context.Background())
+		}
+	}()
+	sql := p.ShardSQL[0]
+	if lits != nil {
+		sql = spliceLiterals(sql, lits)
+	}
+	snap := ss.srv.catalog.Load()
+	res, err := shards.ExecAll(ctx, snap, conns, snap.Shards[p.Tables[0]][0].Nodes, sql)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	if len(res.FieldDescriptions) > 0 {
+		rd := pgproto3.RowDescription{}
+		for _, f := range res.FieldDescriptions {
+			rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(f.Name), TableOID: f.TableOID,
+				TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
+				TypeModifier: f.TypeModifier, Format: f.Format})
+		}
+		ss.out, _ = rd.Encode(ss.out)
+		for _, r := range res.Rows {
+			dr := pgproto3.DataRow{Values: r}
+			ss.out, _ = dr.Encode(ss.out)
+		}
+	}
+	cc := pgproto3.CommandComplete{CommandTag: []byte(res.CommandTag.String())}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return nil
+}

@@ -155,8 +155,25 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 	}
 
 	// Queries the router cannot run are refused, never answered wrongly.
-	for _, q := range []string{"SELECT count(*) FROM rt_acc", "SELECT * FROM rt_acc WHERE n = 3", "UPDATE rt_ref SET name = 'x' WHERE bid = 1"} {
-		if _, err := c.Exec(ctx, q); sqlState(err) != "0A000" {
+	// A reference-table write reaches every copy, atomically.
+	if tag, err := c.PgConn().Exec(ctx, "UPDATE rt_ref SET name = name || '!' WHERE bid = 2").ReadAll(); err != nil || tag[0].CommandTag.String() != "UPDATE 1" {
+		t.Fatalf("reference write: %v %v", tag, err)
+	}
+	for _, s := range cl.Servers {
+		var name string
+		if err := connect(t, s.Addr()).QueryRow(ctx, "SELECT name FROM rt_ref_"+refShard(t, meta)+" WHERE bid = 2").Scan(&name); err != nil || name != "branch 2!" {
+			t.Errorf("copy on %s: %q, %v", s.Addr(), name, err)
+		}
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO rt_ref VALUES (2, 'dup')", simple); sqlState(err) != "23505" {
+		t.Errorf("duplicate in a reference table: %v, want 23505", err)
+	}
+	for _, q := range []string{"SELECT count(*) FROM rt_acc", "SELECT * FROM rt_acc WHERE n = 3", "UPDATE rt_ref SET name = 'x' WHERE bid = $1"} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, 1)
+		}
+		if _, err := c.Exec(ctx, q, args...); sqlState(err) != "0A000" {
 			t.Errorf("%s: %v, want 0A000", q, err)
 		}
 	}
@@ -270,4 +287,13 @@ func shardRows(t *testing.T, metaAddr, table, col string) int {
 		total += cnt
 	}
 	return total
+}
+
+func refShard(t *testing.T, meta *pgx.Conn) string {
+	t.Helper()
+	var id string
+	if err := meta.QueryRow(context.Background(), "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.rt_ref'").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -331,6 +331,9 @@ func (ss *session) simpleQuery(body []byte) error {
 			}
 		}
 		tgt, err := ss.srv.route(p, hash, ss.heldNode(), ss.pid)
+		if err == errAllNodes && ss.sc == nil {
+			return ss.writeAllNodes(p, lits)
+		}
 		if err != nil {
 			return ss.queryError(err)
 		}

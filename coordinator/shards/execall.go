@@ -1,0 +1,52 @@
+package shards
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// ExecAll runs one statement (a write to a reference table, already
+// rewritten to the shard's name) on every given node in one distributed
+// transaction with two-phase commit, and returns the first node's result:
+// every copy got the same statement, so every copy answers alike.
+func ExecAll(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn, nodeIDs []int32, sql string) (*pgconn.Result, error) {
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	for _, nd := range snap.Nodes {
+		n.addrs[nd.ID] = nd.Addr()
+	}
+	g := newGroup("write", n)
+	g.beginStmt = "BEGIN"
+	var first *pgconn.Result
+	for _, id := range nodeIDs {
+		tx, err := g.begin(ctx, id)
+		if err != nil {
+			g.rollback(ctx)
+			return nil, err
+		}
+		res := tx.conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		if res.Err != nil {
+			g.rollback(ctx)
+			return nil, n.wrap(res.Err, "on node %s", n.describe(id))
+		}
+		if first == nil {
+			first = res
+		} else if res.CommandTag.RowsAffected() != first.CommandTag.RowsAffected() {
+			g.rollback(ctx)
+			return nil, fmt.Errorf("copies of a reference table differ: %d rows changed on node %s, %d on the first",
+				res.CommandTag.RowsAffected(), n.describe(id), first.CommandTag.RowsAffected())
+		}
+	}
+	if err := g.prepare(ctx); err != nil {
+		g.rollback(ctx)
+		return nil, err
+	}
+	if err := g.commit(ctx); err != nil {
+		return nil, err
+	}
+	return first, nil
+}
