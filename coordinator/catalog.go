@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -276,4 +277,41 @@ func valueHash(p *planner.Plan) (int32, error) {
 		return 0, nil // "= NULL" matches no row; any shard answers that
 	}
 	return metadata.HashValue(p.DistType, p.Value.Const)
+}
+
+// describeTarget says where a routed statement runs, for EXPLAIN.
+func (s *Server) describeTarget(p *planner.Plan, t target, lits []literal) string {
+	snap := s.catalog.Load()
+	switch p.Kind {
+	case planner.Router:
+		sh := snap.Shards[p.DistTable][t.index]
+		rel := p.DistTable[strings.IndexByte(p.DistTable, '.')+1:]
+		return fmt.Sprintf("pgfleet router: shard %s (%s = %s, hash range %d..%d) on worker %s",
+			metadata.ShardName(rel, sh.ID), p.DistTable, describeValue(p, lits), sh.MinHash, sh.MaxHash, s.nodeAddr(t.node))
+	case planner.ReferenceWrite:
+		return fmt.Sprintf("pgfleet reference-table write: every copy (%d workers) with two-phase commit; plan from worker %s",
+			len(snap.Shards[p.Tables[0]][0].Nodes), s.nodeAddr(t.node))
+	default:
+		return fmt.Sprintf("pgfleet reference-table read: worker %s", s.nodeAddr(t.node))
+	}
+}
+
+func describeValue(p *planner.Plan, lits []literal) string {
+	if p.Value.Param > 0 && p.Value.Param <= len(lits) {
+		return lits[p.Value.Param-1].token
+	}
+	if p.Value.Param > 0 {
+		return fmt.Sprintf("$%d", p.Value.Param)
+	}
+	return p.Value.Const
+}
+
+// explainRow is a DataRow of EXPLAIN's one text column.
+func explainRow(line string) []byte {
+	b := make([]byte, 0, len(line)+11)
+	n := 4 + 2 + 4 + len(line)
+	b = append(b, 'D', byte(n>>24), byte(n>>16), byte(n>>8), byte(n), 0, 1)
+	l := len(line)
+	b = append(b, byte(l>>24), byte(l>>16), byte(l>>8), byte(l))
+	return append(b, line...)
 }

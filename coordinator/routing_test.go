@@ -297,3 +297,30 @@ func refShard(t *testing.T, meta *pgx.Conn) string {
 	}
 	return id
 }
+
+func TestExplainShowsShardAndWorker(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "DROP TABLE IF EXISTS ex_t")
+	exec(t, c, "CREATE TABLE ex_t (id bigint PRIMARY KEY, v int)")
+	exec(t, c, "SELECT create_distributed_table('ex_t', 'id', shard_count => 3)", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('ex_t')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ex_t", simple)
+	})
+	rows, err := c.Query(ctx, "EXPLAIN SELECT v FROM ex_t WHERE id = 7", simple)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) < 2 || !strings.Contains(lines[0], "pgfleet router: shard ex_t_") || !strings.Contains(lines[0], "on worker 127.0.0.1:") ||
+		!strings.Contains(lines[0], "= 7") || !strings.Contains(strings.Join(lines[1:], "\n"), "ex_t_") {
+		t.Errorf("EXPLAIN output:\n%s", strings.Join(lines, "\n"))
+	}
+}

@@ -55,6 +55,7 @@ type session struct {
 	cancelTarget atomic.Pointer[pooling.ServerConn]
 	qbuf         []byte // a rewritten Query body
 	routes       bool   // the session's database is the one the catalog describes
+	inject       []byte // rows for the next relayed query's answer (see expect.inject)
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -90,6 +91,9 @@ type expect struct {
 	cls   *class // simple query: its classification, when it changes the session
 	opIdx int
 	abort bool // a Parse sent to fail on purpose: hide its error
+	// inject is sent after the answer's RowDescription (EXPLAIN's lines
+	// about the distributed plan).
+	inject []byte
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -331,13 +335,20 @@ func (ss *session) simpleQuery(body []byte) error {
 			}
 		}
 		tgt, err := ss.srv.route(p, hash, ss.heldNode(), ss.pid)
-		if err == errAllNodes && ss.sc == nil {
+		if err == errAllNodes && p.Explain && !p.ExplainAnalyze {
+			// Planning a write shows the same plan on every copy.
+			tgt, err = target{node: ss.srv.catalog.Load().Shards[p.Tables[0]][0].Nodes[0]}, nil
+		}
+		if err == errAllNodes && ss.sc == nil && !p.Explain {
 			return ss.writeAllNodes(p, lits)
 		}
 		if err != nil {
 			return ss.queryError(err)
 		}
 		node = tgt.node
+		if p.Explain && p.ExplainText {
+			ss.inject = explainRow(ss.srv.describeTarget(p, tgt, lits))
+		}
 		shardSQL := p.ShardSQL[tgt.index]
 		if lits != nil {
 			shardSQL = spliceLiterals(shardSQL, lits)
@@ -379,7 +390,8 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		return ss.queryError(err)
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
-	ss.push(expect{kind: eRelay, term: tQuery, cls: cls})
+	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: ss.inject})
+	ss.inject = nil
 	return ss.roundTrip()
 }
 
@@ -787,6 +799,12 @@ func (ss *session) drain() error {
 		case 'T', 'n':
 			if e.term == tDescribe {
 				ss.qhead++
+			}
+			if e.inject != nil && f.Type == 'T' {
+				ss.out = wire.AppendFrame(ss.out, 'T', f.Body)
+				ss.out = append(ss.out, e.inject...)
+				e.inject = nil
+				continue
 			}
 		case 'I', 's':
 			if e.term == tExecute {

@@ -99,6 +99,12 @@ type Plan struct {
 	DistType  string   `json:"dist_type,omitempty"`
 	Value     *Value   `json:"value,omitempty"`
 	ReadOnly  bool     `json:"read_only"`
+	// Explain: the statement is EXPLAIN of a routed statement; ShardSQL
+	// holds the EXPLAIN, rewritten. ExplainAnalyze: it runs the statement.
+	// ExplainText: its output is text, one plan line per row.
+	Explain        bool `json:"explain,omitempty"`
+	ExplainAnalyze bool `json:"explain_analyze,omitempty"`
+	ExplainText    bool `json:"explain_text,omitempty"`
 	// Copy: the COPY's columns and format (CopyIn).
 	Copy *CopyOptions `json:"copy,omitempty"`
 	// SyntaxError: the text did not parse; the default node will say why.
@@ -309,7 +315,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetCopyStmt() != nil:
 		return b.copyPlan(stmt)
 	case stmt.GetExplainStmt() != nil:
-		return nil, unsupported("EXPLAIN of statements on distributed or reference tables is not supported yet")
+		return b.explainPlan(stmt)
 	default:
 		return nil, unsupported("%s on distributed or reference tables is not supported yet", statementName(stmt))
 	}
@@ -783,4 +789,48 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 	}
 	return &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}, nil
+}
+
+// explainPlan plans EXPLAIN of a statement as that statement, with the
+// EXPLAIN kept around it on every shard.
+func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
+	ex := stmt.GetExplainStmt()
+	p, err := b.plan(ex.Query)
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite {
+		return nil, unsupported("EXPLAIN of this statement is not supported yet")
+	}
+	p.Explain, p.ExplainText = true, true
+	for _, o := range ex.Options {
+		d := o.GetDefElem()
+		if d == nil {
+			continue
+		}
+		val := ""
+		if d.Arg != nil {
+			if sv := d.Arg.GetString_(); sv != nil {
+				val = sv.Sval
+			} else if bv := d.Arg.GetBoolean(); bv != nil {
+				val = fmt.Sprint(bv.Boolval)
+			}
+		}
+		switch d.Defname {
+		case "analyze":
+			p.ExplainAnalyze = d.Arg == nil || val == "true" || strings.EqualFold(val, "on")
+		case "format":
+			p.ExplainText = strings.EqualFold(val, "text")
+		}
+	}
+	for i := range p.ShardSQL {
+		idx := i
+		if p.Kind != Router {
+			idx = -1
+		}
+		if p.ShardSQL[i], err = b.rewrite(stmt, idx); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }

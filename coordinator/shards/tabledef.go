@@ -106,10 +106,7 @@ func (d *Def) copyColumns() string {
 // the table's name; a name that would be longer than 63 bytes is shortened
 // and made unique with a hash of the original, as Citus does.
 func (d *Def) CreateSQL(shardName string) []string {
-	suffix := "_" + shardName
-	if len(shardName) > len(d.Name) && strings.HasPrefix(shardName, d.Name) {
-		suffix = shardName[len(d.Name):]
-	}
+	suffix := nameSuffix(d.Name, shardName)
 	target := pgx.Identifier{d.Schema, shardName}.Sanitize()
 
 	var b strings.Builder
@@ -168,6 +165,16 @@ func (d *Def) CreateSQL(shardName string) []string {
 			pgx.Identifier{suffixed(ix.Name, suffix)}.Sanitize(), target, ix.tail))
 	}
 	return out
+}
+
+// nameSuffix is what the names of a shard's constraints and indexes get
+// appended: the part shardName adds to the table's name ("_102008" for
+// accounts_102008), or "_"+shardName if it does not start with it.
+func nameSuffix(table, shardName string) string {
+	if len(shardName) > len(table) && strings.HasPrefix(shardName, table) {
+		return shardName[len(table):]
+	}
+	return "_" + shardName
 }
 
 // suffixed appends suffix to name, shortening name and adding a hash of it
