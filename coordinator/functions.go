@@ -207,3 +207,89 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return nil
 }
+
+// insertSplit runs a multi-row INSERT into a distributed table: rows of one
+// shard go through the session's usual path; rows of several shards are
+// inserted shard by shard in one distributed transaction.
+func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
+	snap := ss.srv.catalog.Load()
+	all := snap.Shards[p.DistTable]
+	groups := map[int][]int{}
+	var order []int
+	for i, v := range p.Rows {
+		val := v.Const
+		if v.Param > 0 {
+			if v.Param > len(lits) {
+				return ss.queryError(pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", v.Param))
+			}
+			val = lits[v.Param-1].value
+		}
+		h, err := metadata.HashValue(p.DistType, val)
+		if err != nil {
+			return ss.queryError(err)
+		}
+		sh := snap.ShardFor(p.DistTable, h)
+		idx := 0
+		for j := range all {
+			if all[j].ID == sh.ID {
+				idx = j
+			}
+		}
+		if _, ok := groups[idx]; !ok {
+			order = append(order, idx)
+		}
+		groups[idx] = append(groups[idx], i)
+	}
+	sqlFor := func(idx int) (string, error) {
+		sql, err := p.SplitInsert(idx, groups[idx])
+		if err == nil && lits != nil {
+			sql = spliceLiterals(sql, lits)
+		}
+		return sql, err
+	}
+	if len(order) == 1 {
+		sql, err := sqlFor(order[0])
+		if err != nil {
+			return ss.queryError(err)
+		}
+		body := append(append(ss.qbuf[:0], sql...), 0)
+		ss.qbuf = body
+		return ss.relayCycle('Q', body, nil, all[order[0]].Nodes[0])
+	}
+	if ss.sc != nil {
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-row INSERT into %s whose rows belong to several shards is not supported inside a transaction block yet", p.DistTable))
+	}
+	if p.Returning {
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"RETURNING in a multi-row INSERT into %s whose rows belong to several shards is not supported yet", p.DistTable))
+	}
+	byNode := map[int32][]string{}
+	for _, idx := range order {
+		sql, err := sqlFor(idx)
+		if err != nil {
+			return ss.queryError(err)
+		}
+		node := all[idx].Nodes[0]
+		byNode[node] = append(byNode[node], sql)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conns, err := ss.nodeConns(ctx)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close(context.Background())
+		}
+	}()
+	n, err := shards.ExecGroups(ctx, snap, conns, byNode)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	cc := pgproto3.CommandComplete{CommandTag: []byte("INSERT 0 " + strconv.FormatInt(n, 10))}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return nil
+}

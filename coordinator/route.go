@@ -42,10 +42,13 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind == planner.Function || p.Kind == planner.CopyIn {
+	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.InsertSplit {
 		what := p.Func
-		if p.Kind == planner.CopyIn {
+		switch p.Kind {
+		case planner.CopyIn:
 			what = "COPY into " + p.Tables[0]
+		case planner.InsertSplit:
+			what = "a multi-row INSERT into " + p.Tables[0]
 		}
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s needs the simple query protocol", what).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")

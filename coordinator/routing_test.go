@@ -117,6 +117,23 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 		exec(t, c, "DELETE FROM rt_acc WHERE aid = 100000")
 	}
 
+	// A multi-row INSERT is split by shard, all or nothing.
+	exec(t, c, "INSERT INTO rt_acc (aid, bid, v, n) VALUES (200001, 1, 'm1', 1), (200002, 2, 'm2', 2), (200003, 3, 'm3', 3), (200004, 4, 'm4', 4)", simple)
+	for k := 200001; k <= 200004; k++ {
+		if got := queryString(t, c, "SELECT v FROM rt_acc WHERE aid = $1", k); got != fmt.Sprint("m", k-200000) {
+			t.Errorf("multi-row insert row %d: %q", k, got)
+		}
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO rt_acc (aid, bid, v, n) VALUES (200011, 1, 'x', 1), (200012, 1, 'x', 1), (200013, 1, 'x', 1), (200014, 1, 'x', 1), (5, 1, 'dup', 1)", simple); sqlState(err) != "23505" {
+		t.Errorf("multi-row insert with a duplicate: %v, want 23505", err)
+	}
+	for k := 200011; k <= 200014; k++ {
+		if err := c.QueryRow(ctx, "SELECT v FROM rt_acc WHERE aid = $1", k).Scan(new(string)); !errors.Is(err, pgx.ErrNoRows) {
+			t.Errorf("row %d of the failed multi-row insert: %v", k, err)
+		}
+	}
+	exec(t, c, "DELETE FROM rt_acc WHERE aid = 200001")
+
 	// A constraint violation on a shard comes back with the worker's code.
 	_, err = c.Exec(ctx, "INSERT INTO rt_acc (aid, bid, v, n) VALUES (5, 1, 'dup', 1)")
 	if sqlState(err) != "23505" {

@@ -318,6 +318,8 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.runFunction(p)
 	case planner.CopyIn:
 		return ss.copySplit(p)
+	case planner.InsertSplit:
+		return ss.insertSplit(p, lits)
 	}
 	if p.Kind != planner.Default {
 		var hash int32

@@ -29,6 +29,10 @@ const (
 	ReferenceRead Kind = "reference-read"
 	// ReferenceWrite: writes a reference table; every node must apply it.
 	ReferenceWrite Kind = "reference-write"
+	// InsertSplit: a multi-row INSERT into a distributed table whose
+	// distribution values are constants or parameters (Rows); the
+	// coordinator groups the rows by shard (SplitInsert).
+	InsertSplit Kind = "insert-split"
 	// CopyIn: COPY FROM STDIN into a distributed or reference table; the
 	// coordinator splits the rows by shard.
 	CopyIn Kind = "copy-in"
@@ -105,6 +109,11 @@ type Plan struct {
 	Explain        bool `json:"explain,omitempty"`
 	ExplainAnalyze bool `json:"explain_analyze,omitempty"`
 	ExplainText    bool `json:"explain_text,omitempty"`
+	// Rows: each VALUES row's distribution value (InsertSplit).
+	Rows      []*Value `json:"rows,omitempty"`
+	Returning bool     `json:"returning,omitempty"`
+	stmt      *pg_query.Node
+	b         *builder
 	// Copy: the COPY's columns and format (CopyIn).
 	Copy *CopyOptions `json:"copy,omitempty"`
 	// SyntaxError: the text did not parse; the default node will say why.
@@ -378,7 +387,17 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	var val *Value
 	var err error
 	if insert != nil {
-		val, err = insertValue(insert, target)
+		var vals []*Value
+		if vals, err = insertValues(insert, target); err != nil {
+			return nil, err
+		}
+		if len(vals) > 1 {
+			p.Kind, p.DistTable, p.DistType, p.Rows = InsertSplit, target.Name, target.DistType, vals
+			p.Returning = len(insert.ReturningList) > 0
+			p.stmt, p.b = stmt, b
+			return p, nil
+		}
+		val = vals[0]
 	} else {
 		val, err = b.pinnedValue(quals, dist)
 	}
@@ -602,14 +621,10 @@ func valueOf(n *pg_query.Node) *Value {
 }
 
 // insertValue finds the distribution value of a single-row INSERT.
-func insertValue(ins *pg_query.InsertStmt, t *metadata.Table) (*Value, error) {
+func insertValues(ins *pg_query.InsertStmt, t *metadata.Table) ([]*Value, error) {
 	sel := ins.SelectStmt.GetSelectStmt()
 	if sel == nil || len(sel.ValuesLists) == 0 {
 		return nil, unsupported("INSERT into %s without VALUES is not supported yet", t.Name)
-	}
-	if len(sel.ValuesLists) != 1 {
-		return nil, unsupported("multi-row INSERT into distributed table %s is not supported yet", t.Name).
-			WithHint("Insert one row per statement, or use COPY.")
 	}
 	pos := -1
 	for i, c := range ins.Cols {
@@ -624,18 +639,35 @@ func insertValue(ins *pg_query.InsertStmt, t *metadata.Table) (*Value, error) {
 	if pos < 0 {
 		return nil, pgerr.New("23502", "INSERT into %s must give its distribution column %q", t.Name, t.DistColumn)
 	}
-	row := sel.ValuesLists[0].GetList().GetItems()
-	if pos >= len(row) {
-		return nil, pgerr.New("42601", "INSERT has more target columns than expressions")
+	var vals []*Value
+	for _, l := range sel.ValuesLists {
+		row := l.GetList().GetItems()
+		if pos >= len(row) {
+			return nil, pgerr.New("42601", "INSERT has more target columns than expressions")
+		}
+		v := valueOf(row[pos])
+		if v == nil {
+			return nil, unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT", t.DistColumn, t.Name)
+		}
+		if v.Null {
+			return nil, pgerr.New("23502", "cannot insert NULL into the distribution column %q of %s", t.DistColumn, t.Name)
+		}
+		vals = append(vals, v)
 	}
-	v := valueOf(row[pos])
-	if v == nil {
-		return nil, unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT", t.DistColumn, t.Name)
+	return vals, nil
+}
+
+// SplitInsert is a multi-row INSERT (InsertSplit) cut down to the given
+// rows (0-based, in VALUES order) and renamed to shard index idx.
+func (p *Plan) SplitInsert(idx int, rows []int) (string, error) {
+	clone := proto.Clone(p.stmt).(*pg_query.Node)
+	sel := clone.GetInsertStmt().SelectStmt.GetSelectStmt()
+	var keep []*pg_query.Node
+	for _, r := range rows {
+		keep = append(keep, sel.ValuesLists[r])
 	}
-	if v.Null {
-		return nil, pgerr.New("23502", "cannot insert NULL into the distribution column %q of %s", t.DistColumn, t.Name)
-	}
-	return v, nil
+	sel.ValuesLists = keep
+	return p.b.rewrite(clone, idx)
 }
 
 // rewrite deparses stmt with pgfleet tables renamed to their shards: shard

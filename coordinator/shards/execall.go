@@ -50,3 +50,39 @@ func ExecAll(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.
 	}
 	return first, nil
 }
+
+// ExecGroups runs statements on several nodes (each node's in order) in one
+// distributed transaction with two-phase commit, and returns the rows they
+// affected in all.
+func ExecGroups(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn, byNode map[int32][]string) (int64, error) {
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	for _, nd := range snap.Nodes {
+		n.addrs[nd.ID] = nd.Addr()
+	}
+	g := newGroup("write", n)
+	g.beginStmt = "BEGIN"
+	var total int64
+	for id, stmts := range byNode {
+		tx, err := g.begin(ctx, id)
+		if err != nil {
+			g.rollback(ctx)
+			return 0, err
+		}
+		for _, sql := range stmts {
+			res := tx.conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+			if res.Err != nil {
+				g.rollback(ctx)
+				return 0, n.wrap(res.Err, "on node %s", n.describe(id))
+			}
+			total += res.CommandTag.RowsAffected()
+		}
+	}
+	if err := g.prepare(ctx); err != nil {
+		g.rollback(ctx)
+		return 0, err
+	}
+	if err := g.commit(ctx); err != nil {
+		return 0, err
+	}
+	return total, nil
+}
