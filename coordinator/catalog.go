@@ -147,28 +147,36 @@ func (s *Server) refreshCatalog(ctx context.Context) {
 	}
 }
 
-// planCache maps statement text to its plan under one catalog version. It is
-// emptied when the catalog changes.
+// planCache maps statement text to its plan and the catalog version it was
+// made under; a plan from another version is not used.
 type planCache struct {
 	mu sync.RWMutex
-	m  map[string]*planner.Plan
+	m  map[string]cachedPlan
+}
+
+type cachedPlan struct {
+	version int64
+	plan    *planner.Plan
 }
 
 const maxCachedPlans = 10_000
 
-func (c *planCache) get(sql string) *planner.Plan {
+func (c *planCache) get(sql string, version int64) *planner.Plan {
 	c.mu.RLock()
-	p := c.m[sql]
+	e := c.m[sql]
 	c.mu.RUnlock()
-	return p
+	if e.plan == nil || e.version != version {
+		return nil
+	}
+	return e.plan
 }
 
-func (c *planCache) put(sql string, p *planner.Plan) {
+func (c *planCache) put(sql string, version int64, p *planner.Plan) {
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedPlans {
-		c.m = map[string]*planner.Plan{}
+		c.m = map[string]cachedPlan{}
 	}
-	c.m[sql] = p
+	c.m[sql] = cachedPlan{version, p}
 	c.mu.Unlock()
 }
 
@@ -189,14 +197,14 @@ func (s *Server) plan(sql string) (*planner.Plan, error) {
 	if snap == nil {
 		snap = &metadata.Snapshot{}
 	}
-	if p := s.plans.get(sql); p != nil {
+	if p := s.plans.get(sql, snap.Version); p != nil {
 		return p, nil
 	}
 	p, err := planner.Build(sql, snap)
 	if err != nil {
 		return nil, err
 	}
-	s.plans.put(sql, p)
+	s.plans.put(sql, snap.Version, p)
 	return p, nil
 }
 

@@ -81,7 +81,10 @@ outer:
 func MentionsTable(sql string, cat *metadata.Snapshot) bool {
 	for name := range cat.Tables {
 		rel := name[strings.IndexByte(name, '.')+1:]
-		if containsFold(sql, strings.ToLower(rel)) {
+		if strings.ToLower(rel) != rel {
+			return true // a quoted mixed-case name: plan to be sure
+		}
+		if containsFold(sql, rel) {
 			return true
 		}
 	}
