@@ -2,9 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -292,4 +295,66 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return nil
+}
+
+// ddlWords are the statements that may change a distributed table's
+// definition, which runDDL sends to every shard.
+var ddlWords = []string{"CREATE", "ALTER", "DROP", "TRUNCATE"}
+
+// runDDL runs DDL on distributed and reference tables on every shard and
+// the default node's table, all or nothing. handled is false when the
+// statement changes no catalog table.
+func (ss *session) runDDL(sql string) (handled bool, err error) {
+	snap := ss.srv.catalog.Load()
+	if !ss.routes || snap == nil || len(snap.Tables) == 0 {
+		return false, nil
+	}
+	lx := lexer{s: sql}
+	if n, _, _, _ := lx.statement(); n == 0 || !slices.ContainsFunc(ddlWords, func(w string) bool {
+		return strings.EqualFold(lx.words[0], w)
+	}) {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	tables, err := shards.DDLTables(ctx, nil, sql, snap)
+	var conns map[int32]*pgx.Conn
+	closeAll := func() {
+		for _, c := range conns {
+			_ = c.Close(context.Background())
+		}
+	}
+	defer closeAll()
+	def := ss.srv.defaultNode.Load()
+	if errors.Is(err, shards.ErrIndexLookup) {
+		if conns, err = ss.nodeConns(ctx); err != nil {
+			return true, ss.queryError(err)
+		}
+		tables, err = shards.DDLTables(ctx, conns[def], sql, snap)
+	}
+	if err != nil {
+		return true, ss.queryError(err)
+	}
+	if len(tables) == 0 {
+		return false, nil
+	}
+	if ss.sc != nil && ss.sc.TxStatus != 'I' {
+		return true, ss.queryError(pgerr.New("25001",
+			"DDL on distributed or reference tables cannot run inside a transaction block yet"))
+	}
+	if conns == nil {
+		if conns, err = ss.nodeConns(ctx); err != nil {
+			return true, ss.queryError(err)
+		}
+	}
+	tag, newSnap, err := shards.RunDDL(ctx, ss.srv.store, snap, conns, def, sql)
+	if err != nil {
+		ss.srv.refreshCatalog(context.Background())
+		return true, ss.queryError(err)
+	}
+	ss.srv.setCatalog(newSnap)
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return true, nil
 }

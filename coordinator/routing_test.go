@@ -341,3 +341,60 @@ func TestExplainShowsShardAndWorker(t *testing.T) {
 		t.Errorf("EXPLAIN output:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// TestDDLReachesEveryShard changes a distributed table's definition
+// through the coordinator and checks every shard and the routed queries.
+func TestDDLReachesEveryShard(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "DROP TABLE IF EXISTS ddl_t")
+	exec(t, c, "CREATE TABLE ddl_t (id bigint PRIMARY KEY, v int)")
+	exec(t, c, "SELECT create_distributed_table('ddl_t', 'id', shard_count => 4)", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ddl_t", simple) })
+	exec(t, c, "INSERT INTO ddl_t (id, v) VALUES (1, 10), (2, 20), (3, 30)", simple)
+	exec(t, c, "ALTER TABLE ddl_t ADD COLUMN note text NOT NULL DEFAULT 'none'", simple)
+	exec(t, c, "CREATE INDEX ddl_t_v_idx ON ddl_t (v)", simple)
+	exec(t, c, "ALTER TABLE ddl_t ADD CONSTRAINT v_positive CHECK (v > 0)", simple)
+	if got := queryString(t, c, "SELECT note FROM ddl_t WHERE id = 2"); got != "none" {
+		t.Errorf("new column on an existing row: %q", got)
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO ddl_t (id, v) VALUES (9, -1)"); sqlState(err) != "23514" {
+		t.Errorf("CHECK on a shard: %v, want 23514", err)
+	}
+	meta := connect(t, cl.Servers[0].Addr())
+	var shards, indexed int
+	if err := meta.QueryRow(ctx, "SELECT count(*) FROM pgfleet.shards WHERE table_name = 'public.ddl_t'").Scan(&shards); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cl.Servers {
+		var n int
+		if err := connect(t, s.Addr()).QueryRow(ctx, "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'ddl_t_v_idx_%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		indexed += n
+	}
+	if shards != 4 || indexed != 4 {
+		t.Errorf("%d of %d shards have the new index", indexed, shards)
+	}
+	// A DDL failing on one shard changes none: a NOT NULL on a column one
+	// shard holds a NULL in.
+	exec(t, c, "ALTER TABLE ddl_t ADD COLUMN maybe int", simple)
+	exec(t, c, "UPDATE ddl_t SET maybe = 1 WHERE id = 1")
+	exec(t, c, "UPDATE ddl_t SET maybe = 1 WHERE id = 2")
+	if _, err := c.Exec(ctx, "ALTER TABLE ddl_t ALTER COLUMN maybe SET NOT NULL", simple); sqlState(err) != "23502" ||
+		!strings.Contains(err.Error(), "shard") {
+		t.Errorf("failing DDL: %v, want 23502 naming the shard", err)
+	}
+	exec(t, c, "INSERT INTO ddl_t (id, v) VALUES (4, 40)") // maybe stays nullable everywhere
+	exec(t, c, "TRUNCATE ddl_t", simple)
+	if err := c.QueryRow(ctx, "SELECT v FROM ddl_t WHERE id = 1").Scan(new(int)); !errors.Is(err, pgx.ErrNoRows) {
+		t.Errorf("after TRUNCATE: %v", err)
+	}
+	exec(t, c, "DROP TABLE ddl_t", simple)
+	if err := meta.QueryRow(ctx, "SELECT count(*) FROM pgfleet.shards WHERE table_name = 'public.ddl_t'").Scan(&shards); err != nil || shards != 0 {
+		t.Errorf("after DROP TABLE %d shards left in the catalog (%v)", shards, err)
+	}
+}

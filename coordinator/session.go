@@ -294,7 +294,8 @@ func (ss *session) simpleQuery(body []byte) error {
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Query message")
 	}
-	cls := classify(string(sql))
+	text := string(sql)
+	cls := classify(text)
 	if cls.count == 1 && len(cls.ops) == 1 && ss.pinned == "" &&
 		(cls.ops[0].kind == opDeallocate || cls.ops[0].kind == opDeallocAll) {
 		return ss.deallocate(cls.ops[0])
@@ -308,8 +309,11 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.pin != "" {
 		ss.pin(cls.pin)
 	}
+	if handled, err := ss.runDDL(text); handled {
+		return err
+	}
 	node := ss.srv.defaultNode.Load()
-	p, lits, err := ss.planSimple(string(sql))
+	p, lits, err := ss.planSimple(text)
 	if err != nil {
 		return ss.queryError(err)
 	}

@@ -1,0 +1,1048 @@
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// ErrIndexLookup is DDLTables' answer for DROP INDEX, ALTER INDEX and
+// ALTER INDEX ... RENAME when it was given no connection to the default
+// node: which table an index belongs to only the default node knows. Call
+// DDLTables again with a connection to the default node.
+var ErrIndexLookup = errors.New("shards: the statement names indexes; finding their tables needs a connection to the default node")
+
+// DDLTables parses a statement and returns the catalog tables (as
+// metadata.Table.Name spells them, "schema.relname") it changes, in the
+// order it names them, or none: a statement that names no distributed or
+// reference table, or that is not DDL at all (SELECT, INSERT, UPDATE,
+// DELETE, MERGE, COPY, EXPLAIN, PREPARE, ...: the planner's business), or
+// that does not parse (the default node will say why) gives nil and no
+// error.
+//
+// DDL that RunDDL runs on every shard:
+//
+//   - CREATE [UNIQUE] INDEX [CONCURRENTLY] [IF NOT EXISTS] [name] ON t ...
+//     A unique index on a distributed table must include its distribution
+//     column. CONCURRENTLY is dropped: the index is built inside the
+//     distributed transaction, where it cannot be built concurrently, so it
+//     blocks writes to the table while it is built.
+//   - DROP INDEX [CONCURRENTLY] [IF EXISTS] i[, ...] of indexes of catalog
+//     tables (CONCURRENTLY dropped likewise). This needs home, a connection
+//     to the default node, to find the indexes' tables: without one,
+//     DDLTables returns ErrIndexLookup for it when the catalog has tables.
+//   - ALTER TABLE [IF EXISTS] [ONLY] t with any number of: ADD COLUMN, DROP
+//     COLUMN, ALTER COLUMN ... TYPE, SET DEFAULT, DROP DEFAULT, SET NOT NULL,
+//     DROP NOT NULL, ADD CONSTRAINT (CHECK, UNIQUE, PRIMARY KEY; unique and
+//     primary keys of a distributed table must include its distribution
+//     column), DROP CONSTRAINT, VALIDATE CONSTRAINT.
+//   - ALTER TABLE t RENAME COLUMN a TO b, ALTER TABLE t RENAME CONSTRAINT.
+//   - TRUNCATE t[, ...].
+//   - DROP TABLE [IF EXISTS] t[, ...] (RESTRICT only), which also removes
+//     the catalog entries.
+//
+// Anything else that names a catalog table fails with 0A000 and a message
+// naming the statement and the table: other ALTER TABLE subcommands
+// (RENAME TO, SET SCHEMA, OWNER TO, storage parameters, ...), changing the
+// type of, renaming or dropping a distribution column, foreign keys to or
+// from catalog tables, exclusion constraints, identity and serial columns
+// and sequence defaults, DROP TABLE ... CASCADE, ALTER INDEX of their
+// indexes, DROP SCHEMA of a schema that has them, CREATE TRIGGER, GRANT,
+// VACUUM, LOCK, CREATE VIEW over them, and a DDL statement in a query
+// string with several statements.
+//
+// Unqualified table names are taken to be in schema public, as the planner
+// takes them.
+func DDLTables(ctx context.Context, home *pgx.Conn, stmt string, snap *metadata.Snapshot) ([]string, error) {
+	d, err := parseDDL(ctx, home, stmt, snap)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	return d.tableNames(), nil
+}
+
+// RunDDL runs a DDL statement DDLTables recognises on every placement of
+// every shard of every catalog table it changes, and the statement itself
+// on the default node, where it changes the shell tables (so psql's \d
+// shows the change), all or nothing: one transaction per node, made atomic
+// with two-phase commit across all nodes, the default node included.
+//
+// Each shard gets the statement rewritten on its parse tree and deparsed:
+// the table becomes the shard (schema.relname_<shardid>), and index and
+// constraint names get the shard's suffix as Distribute gives them
+// (TableDef.CreateSQL's naming, 63-byte shortening included). An index or
+// constraint the statement leaves unnamed is named by PostgreSQL on the
+// shell first (the statement runs there before the shards, in the default
+// node's transaction), and the shards get that name with their suffix, so
+// that a later DROP INDEX or DROP CONSTRAINT of it reaches them too. For
+// DROP TABLE, the catalog entries are removed after every node has
+// prepared and before any commits.
+//
+// It returns the command tag the default node gave the statement ("CREATE
+// INDEX", "ALTER TABLE", "TRUNCATE TABLE", "DROP TABLE", "DROP INDEX") and
+// the catalog after it: snap unchanged, or the catalog as DROP TABLE left
+// it. On failure every node's transaction is rolled back and the error
+// keeps the worker's SQLSTATE; an error on a shard names it and its node
+// ("ALTER TABLE failed on shard public.t_102011 on node 2 (host:port):
+// ..."); an error on the shell table is the default node's, unchanged, as
+// PostgreSQL alone would have said it. Unsupported statements fail with
+// 0A000 before anything changes. snap nil loads the catalog from store.
+//
+// RunDDL uses the connections it is given, outside any transaction of the
+// client's: it cannot take part in a transaction block. A statement that
+// names no catalog table (the catalog may have changed since DDLTables)
+// simply runs on the default node in the same way.
+func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	defaultNode int32, stmt string) (tag string, newSnap *metadata.Snapshot, err error) {
+	if store == nil {
+		return "", nil, pgerr.New(pgerr.Internal, "shards: no metadata store")
+	}
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	home, err := n.conn(defaultNode)
+	if err != nil {
+		return "", nil, pgerr.New(pgerr.ConnectionFailure, "no open connection to the default node %d", defaultNode)
+	}
+	if snap == nil {
+		if snap, err = store.Load(ctx); err != nil {
+			return "", nil, err
+		}
+	}
+	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup("ddl", n), schemas: map[int32]bool{}}
+	o.g.beginStmt = "BEGIN"
+	o.learn(snap)
+
+	// The default node's transaction first: DROP INDEX finds its tables
+	// there.
+	if _, err := o.g.begin(ctx, o.home); err != nil {
+		return "", nil, o.fail(ctx, err)
+	}
+	d, err := parseDDL(ctx, home, stmt, snap)
+	if err != nil {
+		return "", nil, o.fail(ctx, err)
+	}
+	if d == nil {
+		d = &ddl{text: stmt}
+	}
+	var placed []int32
+	for _, tg := range d.targets {
+		for _, sh := range snap.Shards[tg.table.Name] {
+			placed = append(placed, sh.Nodes...)
+		}
+	}
+	if err := o.checkNodes(ctx, placed); err != nil {
+		return "", nil, o.fail(ctx, err)
+	}
+
+	// The shell first: its errors are the user's, as PostgreSQL says them,
+	// it takes the table's lock before any shard does, and it names what
+	// the statement leaves unnamed.
+	shellSQL, err := d.shellSQL()
+	if err != nil {
+		return "", nil, o.fail(ctx, err)
+	}
+	var before []shellName
+	if d.naming() {
+		if before, err = d.shellNames(ctx, home); err != nil {
+			return "", nil, o.fail(ctx, o.nodes.wrap(err, "cannot read the indexes and constraints of %s on node %s",
+				d.targets[0].table.Name, o.nodes.describe(o.home)))
+		}
+	}
+	ct, err := home.Exec(ctx, shellSQL)
+	if err != nil {
+		return "", nil, o.fail(ctx, toPgErr(err))
+	}
+	tag = ct.String()
+	if d.naming() {
+		after, err := d.shellNames(ctx, home)
+		if err != nil {
+			return "", nil, o.fail(ctx, o.nodes.wrap(err, "cannot read the indexes and constraints of %s on node %s",
+				d.targets[0].table.Name, o.nodes.describe(o.home)))
+		}
+		d.nameUnnamed(before, after)
+	}
+
+	for _, tg := range d.targets {
+		for _, sh := range snap.Shards[tg.table.Name] {
+			shardQual := tg.schema + "." + metadata.ShardName(tg.rel, sh.ID)
+			sql, err := d.shardSQL(tg, sh.ID)
+			if err != nil {
+				return "", nil, o.fail(ctx, pgerr.New(pgerr.Internal, "cannot rewrite %s for shard %s: %v", d.kind, shardQual, err))
+			}
+			for _, node := range sh.Nodes {
+				tx, err := o.g.begin(ctx, node)
+				if err != nil {
+					return "", nil, o.fail(ctx, err)
+				}
+				if _, err := tx.conn.Exec(ctx, sql); err != nil {
+					return "", nil, o.fail(ctx, o.nodes.wrap(err, "%s failed on shard %s on node %s",
+						d.kind, shardQual, o.nodes.describe(node)))
+				}
+			}
+		}
+	}
+
+	if err := o.g.prepare(ctx); err != nil {
+		return "", nil, o.fail(ctx, err)
+	}
+	newSnap = snap
+	if d.drop {
+		for i, tg := range d.targets {
+			after, err := store.DropTable(ctx, tg.table.Name)
+			if err != nil {
+				// The catalog's answer may have been lost after it committed: look.
+				now, lerr := store.Load(ctx)
+				if lerr != nil || now.Table(tg.table.Name) != nil {
+					if i == 0 {
+						return "", nil, o.fail(ctx, err)
+					}
+					return "", nil, o.partlyDropped(ctx, d.targets[i:], err)
+				}
+				after = now
+			}
+			newSnap = after
+		}
+		return tag, newSnap, o.g.commit(ctx)
+	}
+	if err := o.g.commit(ctx); err != nil {
+		// Nothing of a DDL statement is in the catalog: say what is decided.
+		e := toPgErr(err)
+		if rest, ok := strings.CutPrefix(e.Message, "the change is committed in the catalog"); ok {
+			e.Message = "the change is prepared on every node" + rest
+		}
+		return "", nil, e
+	}
+	return tag, newSnap, nil
+}
+
+// partlyDropped ends a DROP TABLE whose catalog entries could be removed
+// for some tables but not for the rest: those are gone from the catalog
+// already, so the drop is committed on the nodes, and the error names the
+// tables still in the catalog, whose shards and shells are gone.
+func (o *op) partlyDropped(ctx context.Context, left []ddlTarget, cause error) error {
+	var names []string
+	for _, tg := range left {
+		names = append(names, tg.table.Name)
+	}
+	cerr := o.g.commit(ctx)
+	e := toPgErr(cause)
+	e.Message = fmt.Sprintf("the tables were dropped, but %s could not be removed from the catalog: %s",
+		strings.Join(names, ", "), e.Message)
+	e.Hint = fmt.Sprintf("Run DROP TABLE IF EXISTS %s again to remove them from the catalog.", strings.Join(names, ", "))
+	if cerr != nil {
+		e.Detail = strings.TrimSpace(e.Detail + "\n" + cerr.Error())
+	}
+	return e
+}
+
+// ddl is a DDL statement on catalog tables, analysed.
+type ddl struct {
+	kind    string // for messages: "CREATE INDEX", "ALTER TABLE", ...
+	text    string // the statement as the client sent it
+	version int32  // the parse tree's PostgreSQL version, for Deparse
+	stmt    *pg_query.Node
+	targets []ddlTarget
+	drop    bool // DROP TABLE: the catalog entries go too
+	// reshell: the shell gets the statement deparsed (CONCURRENTLY
+	// dropped), not the text as sent.
+	reshell bool
+	// unnamedIndex: CREATE INDEX without a name; unnamed: constraints
+	// without a name. The shell names them.
+	unnamedIndex bool
+	unnamed      []unnamedConstraint
+}
+
+// ddlTarget is one catalog table a statement changes (for DROP INDEX, one
+// index of it).
+type ddlTarget struct {
+	table  *metadata.Table
+	schema string
+	rel    string
+	index  string // DROP INDEX: the index's name, in the table's schema
+}
+
+// unnamedConstraint is a constraint the statement adds without a name, with
+// what identifies the one PostgreSQL makes of it on the shell.
+type unnamedConstraint struct {
+	c    *pg_query.Constraint
+	typ  string   // pg_constraint.contype: "p", "u", "c"
+	cols []string // its columns (conkey), sorted
+}
+
+func (d *ddl) tableNames() []string {
+	var out []string
+	for _, tg := range d.targets {
+		if !slices.Contains(out, tg.table.Name) {
+			out = append(out, tg.table.Name)
+		}
+	}
+	return out
+}
+
+func (d *ddl) addTarget(t *metadata.Table, index string) {
+	for _, tg := range d.targets {
+		if tg.table == t && tg.index == index {
+			return
+		}
+	}
+	schema, rel, _ := strings.Cut(t.Name, ".")
+	d.targets = append(d.targets, ddlTarget{table: t, schema: schema, rel: rel, index: index})
+}
+
+// parseDDL parses and analyses a statement; nil if it changes no catalog
+// table.
+func parseDDL(ctx context.Context, home *pgx.Conn, text string, snap *metadata.Snapshot) (*ddl, error) {
+	if snap == nil || len(snap.Tables) == 0 {
+		return nil, nil
+	}
+	tree, err := pg_query.Parse(text)
+	if err != nil {
+		return nil, nil // the default node reports the syntax error
+	}
+	var found *ddl
+	for _, raw := range tree.Stmts {
+		d, err := analyzeDDL(ctx, home, raw.Stmt, snap)
+		if err != nil {
+			return nil, err
+		}
+		if d != nil && len(tree.Stmts) > 1 {
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"%s on %s in a query string with several statements is not supported", d.kind, describeTable(d.targets[0].table)).
+				WithHint("Send the statement on its own.")
+		}
+		found = d
+	}
+	if found != nil {
+		found.text = text
+		found.version = tree.Version
+	}
+	return found, nil
+}
+
+// analyzeDDL analyses one statement: nil if it changes no catalog table, an
+// error if it names one in a way that is not supported.
+func analyzeDDL(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
+	switch n.Node.(type) {
+	case *pg_query.Node_SelectStmt, *pg_query.Node_InsertStmt, *pg_query.Node_UpdateStmt, *pg_query.Node_DeleteStmt,
+		*pg_query.Node_MergeStmt, *pg_query.Node_ExplainStmt, *pg_query.Node_CopyStmt, *pg_query.Node_DeclareCursorStmt,
+		*pg_query.Node_PrepareStmt, *pg_query.Node_ExecuteStmt, *pg_query.Node_CallStmt, *pg_query.Node_DoStmt,
+		*pg_query.Node_TransactionStmt, *pg_query.Node_VariableSetStmt, *pg_query.Node_VariableShowStmt:
+		return nil, nil
+	case *pg_query.Node_IndexStmt:
+		return analyzeIndex(n, snap)
+	case *pg_query.Node_AlterTableStmt:
+		return analyzeAlter(ctx, home, n, snap)
+	case *pg_query.Node_RenameStmt:
+		return analyzeRename(ctx, home, n, snap)
+	case *pg_query.Node_TruncateStmt:
+		d := &ddl{kind: "TRUNCATE", stmt: n}
+		for _, r := range n.GetTruncateStmt().Relations {
+			if t := catalogTable(snap, r.GetRangeVar()); t != nil {
+				d.addTarget(t, "")
+			}
+		}
+		if len(d.targets) == 0 {
+			return nil, refuseNamed(n, snap, "TRUNCATE")
+		}
+		return d, nil
+	case *pg_query.Node_DropStmt:
+		return analyzeDrop(ctx, home, n, snap)
+	}
+	return nil, refuseNamed(n, snap, statementKind(n))
+}
+
+func analyzeIndex(n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
+	s := n.GetIndexStmt()
+	t := catalogTable(snap, s.Relation)
+	if t == nil {
+		return nil, refuseNamed(n, snap, "CREATE INDEX")
+	}
+	kind := "CREATE INDEX"
+	if s.Unique {
+		kind = "CREATE UNIQUE INDEX"
+	}
+	if s.Unique && t.Kind == metadata.Distributed && !indexIncludes(s.IndexParams, t.DistColumn) {
+		return nil, unsupportedDDL("%s on %s must include its distribution column %q", kind, describeTable(t), t.DistColumn).
+			WithHint("Shards can enforce uniqueness only over columns that include the distribution column.")
+	}
+	d := &ddl{kind: "CREATE INDEX", stmt: n}
+	d.addTarget(t, "")
+	if s.Concurrent {
+		s.Concurrent = false
+		d.reshell = true
+	}
+	d.unnamedIndex = s.Idxname == ""
+	return d, nil
+}
+
+// indexIncludes reports whether an index's key columns include column.
+func indexIncludes(params []*pg_query.Node, column string) bool {
+	for _, p := range params {
+		e := p.GetIndexElem()
+		if e == nil {
+			continue
+		}
+		if e.Name == column {
+			return true
+		}
+		if cr := e.Expr.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetString_().GetSval() == column {
+			return true
+		}
+	}
+	return false
+}
+
+func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
+	s := n.GetAlterTableStmt()
+	if s.Objtype == pg_query.ObjectType_OBJECT_INDEX {
+		return nil, refuseIndex(ctx, home, snap, "ALTER INDEX", [][]string{rangeVarNames(s.Relation)})
+	}
+	t := catalogTable(snap, s.Relation)
+	if t == nil || s.Objtype != pg_query.ObjectType_OBJECT_TABLE {
+		return nil, refuseNamed(n, snap, "ALTER "+objectName(s.Objtype))
+	}
+	d := &ddl{kind: "ALTER TABLE", stmt: n}
+	d.addTarget(t, "")
+	for _, c := range s.Cmds {
+		cmd := c.GetAlterTableCmd()
+		if cmd == nil {
+			return nil, unsupportedDDL("ALTER TABLE on %s: unexpected command", describeTable(t))
+		}
+		isDist := t.Kind == metadata.Distributed && cmd.Name == t.DistColumn && cmd.Name != ""
+		switch cmd.Subtype {
+		case pg_query.AlterTableType_AT_AddColumn:
+			cd := cmd.Def.GetColumnDef()
+			if cd == nil {
+				return nil, unsupportedDDL("ALTER TABLE ... ADD COLUMN on %s: unexpected definition", describeTable(t))
+			}
+			if err := d.checkColumn(t, cd); err != nil {
+				return nil, err
+			}
+		case pg_query.AlterTableType_AT_DropColumn:
+			if isDist {
+				return nil, unsupportedDDL("dropping the distribution column %q of %s is not supported", cmd.Name, describeTable(t)).
+					WithHint("Undistribute the table first: SELECT undistribute_table('%s').", t.Name)
+			}
+		case pg_query.AlterTableType_AT_AlterColumnType:
+			if isDist {
+				return nil, unsupportedDDL("changing the type of the distribution column %q of %s is not supported", cmd.Name, describeTable(t)).
+					WithHint("Undistribute the table first: SELECT undistribute_table('%s').", t.Name)
+			}
+		case pg_query.AlterTableType_AT_ColumnDefault:
+			if hasNextval(cmd.Def) {
+				return nil, sequenceDefault(t, cmd.Name)
+			}
+		case pg_query.AlterTableType_AT_SetNotNull, pg_query.AlterTableType_AT_DropNotNull,
+			pg_query.AlterTableType_AT_DropConstraint, pg_query.AlterTableType_AT_ValidateConstraint:
+		case pg_query.AlterTableType_AT_AddConstraint:
+			c := cmd.Def.GetConstraint()
+			if c == nil {
+				return nil, unsupportedDDL("ALTER TABLE ... ADD CONSTRAINT on %s: unexpected definition", describeTable(t))
+			}
+			if err := d.checkConstraint(t, c, ""); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, unsupportedDDL("ALTER TABLE ... %s on %s is not supported", alterName(cmd.Subtype), describeTable(t))
+		}
+	}
+	return d, nil
+}
+
+// checkColumn checks a column ADD COLUMN adds to t.
+func (d *ddl) checkColumn(t *metadata.Table, cd *pg_query.ColumnDef) error {
+	if names := cd.TypeName.GetNames(); len(names) == 1 {
+		switch typ := names[0].GetString_().GetSval(); typ {
+		case "serial", "serial4", "bigserial", "serial8", "smallserial", "serial2":
+			return unsupportedDDL("ADD COLUMN %q %s on %s is not supported: sequence defaults on distributed and reference tables are not supported yet",
+				cd.Colname, typ, describeTable(t)).WithHint("Give the column a type without a sequence and give its values explicitly.")
+		}
+	}
+	if cd.Identity != "" {
+		return unsupportedDDL("identity column %q on %s is not supported", cd.Colname, describeTable(t))
+	}
+	if hasNextval(cd.RawDefault) {
+		return sequenceDefault(t, cd.Colname)
+	}
+	for _, cn := range cd.Constraints {
+		c := cn.GetConstraint()
+		if c == nil {
+			continue
+		}
+		if err := d.checkConstraint(t, c, cd.Colname); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkConstraint checks a constraint added to t: a table constraint, or
+// one of column col's. It notes unnamed ones for the shell to name.
+func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col string) error {
+	var typ string
+	var cols []string
+	switch c.Contype {
+	case pg_query.ConstrType_CONSTR_NULL, pg_query.ConstrType_CONSTR_NOTNULL, pg_query.ConstrType_CONSTR_GENERATED,
+		pg_query.ConstrType_CONSTR_ATTR_DEFERRABLE, pg_query.ConstrType_CONSTR_ATTR_NOT_DEFERRABLE,
+		pg_query.ConstrType_CONSTR_ATTR_DEFERRED, pg_query.ConstrType_CONSTR_ATTR_IMMEDIATE:
+		return nil
+	case pg_query.ConstrType_CONSTR_DEFAULT:
+		if hasNextval(c.RawExpr) {
+			return sequenceDefault(t, col)
+		}
+		return nil
+	case pg_query.ConstrType_CONSTR_IDENTITY:
+		return unsupportedDDL("identity column %q on %s is not supported", col, describeTable(t))
+	case pg_query.ConstrType_CONSTR_FOREIGN:
+		return unsupportedDDL("foreign keys on %s are not supported", describeTable(t))
+	case pg_query.ConstrType_CONSTR_EXCLUSION:
+		return unsupportedDDL("adding an exclusion constraint to %s is not supported", describeTable(t))
+	case pg_query.ConstrType_CONSTR_CHECK:
+		typ = "c"
+		walk(c.RawExpr, func(m proto.Message) {
+			if cr, ok := m.(*pg_query.ColumnRef); ok && len(cr.Fields) > 0 {
+				if name := cr.Fields[len(cr.Fields)-1].GetString_().GetSval(); name != "" && !slices.Contains(cols, name) {
+					cols = append(cols, name)
+				}
+			}
+		})
+	case pg_query.ConstrType_CONSTR_PRIMARY, pg_query.ConstrType_CONSTR_UNIQUE:
+		what := "UNIQUE"
+		typ = "u"
+		if c.Contype == pg_query.ConstrType_CONSTR_PRIMARY {
+			what, typ = "PRIMARY KEY", "p"
+		}
+		if c.Indexname != "" {
+			return unsupportedDDL("%s ... USING INDEX on %s is not supported", what, describeTable(t)).
+				WithHint("Add the constraint with its columns instead.")
+		}
+		if col != "" {
+			cols = []string{col}
+		} else {
+			for _, k := range c.Keys {
+				cols = append(cols, k.GetString_().GetSval())
+			}
+		}
+		if t.Kind == metadata.Distributed && !slices.Contains(cols, t.DistColumn) {
+			return unsupportedDDL("%s constraint on %s must include its distribution column %q", what, describeTable(t), t.DistColumn).
+				WithHint("Shards can enforce uniqueness only over columns that include the distribution column.")
+		}
+	default:
+		return unsupportedDDL("constraint of kind %s on %s is not supported", strings.TrimPrefix(c.Contype.String(), "CONSTR_"), describeTable(t))
+	}
+	if c.Conname == "" {
+		slices.Sort(cols)
+		d.unnamed = append(d.unnamed, unnamedConstraint{c: c, typ: typ, cols: cols})
+	}
+	return nil
+}
+
+func sequenceDefault(t *metadata.Table, col string) error {
+	return unsupportedDDL("a sequence default (nextval) for column %q of %s is not supported: sequence defaults on distributed and reference tables are not supported yet",
+		col, describeTable(t)).WithHint("Give the column's values explicitly.")
+}
+
+// hasNextval reports whether an expression calls nextval().
+func hasNextval(n *pg_query.Node) bool {
+	found := false
+	walk(n, func(m proto.Message) {
+		if fc, ok := m.(*pg_query.FuncCall); ok && len(fc.Funcname) > 0 &&
+			fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval() == "nextval" {
+			found = true
+		}
+	})
+	return found
+}
+
+func analyzeRename(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
+	s := n.GetRenameStmt()
+	switch s.RenameType {
+	case pg_query.ObjectType_OBJECT_INDEX:
+		return nil, refuseIndex(ctx, home, snap, "ALTER INDEX ... RENAME", [][]string{rangeVarNames(s.Relation)})
+	case pg_query.ObjectType_OBJECT_COLUMN, pg_query.ObjectType_OBJECT_TABCONSTRAINT:
+		t := catalogTable(snap, s.Relation)
+		if t == nil {
+			break
+		}
+		if s.RenameType == pg_query.ObjectType_OBJECT_COLUMN {
+			if s.RelationType != pg_query.ObjectType_OBJECT_TABLE {
+				break
+			}
+			if t.Kind == metadata.Distributed && s.Subname == t.DistColumn {
+				return nil, unsupportedDDL("renaming the distribution column %q of %s is not supported", s.Subname, describeTable(t))
+			}
+		}
+		d := &ddl{kind: "ALTER TABLE", stmt: n}
+		d.addTarget(t, "")
+		return d, nil
+	case pg_query.ObjectType_OBJECT_TABLE:
+		if t := catalogTable(snap, s.Relation); t != nil {
+			return nil, unsupportedDDL("ALTER TABLE ... RENAME TO on %s is not supported", describeTable(t))
+		}
+	}
+	return nil, refuseNamed(n, snap, "ALTER "+objectName(s.RenameType)+" ... RENAME")
+}
+
+func analyzeDrop(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
+	s := n.GetDropStmt()
+	var objects [][]string
+	for _, o := range s.Objects {
+		objects = append(objects, listNames(o.GetList()))
+	}
+	switch s.RemoveType {
+	case pg_query.ObjectType_OBJECT_TABLE:
+		d := &ddl{kind: "DROP TABLE", stmt: n, drop: true}
+		for _, names := range objects {
+			if t := tableByNames(snap, names); t != nil {
+				if s.Behavior == pg_query.DropBehavior_DROP_CASCADE {
+					return nil, unsupportedDDL("DROP TABLE ... CASCADE of %s is not supported", describeTable(t)).
+						WithHint("Drop the objects that depend on it first, then DROP TABLE without CASCADE.")
+				}
+				d.addTarget(t, "")
+			}
+		}
+		if len(d.targets) == 0 {
+			return nil, nil
+		}
+		return d, nil
+	case pg_query.ObjectType_OBJECT_INDEX:
+		if home == nil {
+			return nil, ErrIndexLookup
+		}
+		d := &ddl{kind: "DROP INDEX", stmt: n}
+		for _, names := range objects {
+			t, index, err := indexTable(ctx, home, snap, names)
+			if err != nil {
+				return nil, err
+			}
+			if t != nil {
+				d.addTarget(t, index)
+			}
+		}
+		if len(d.targets) == 0 {
+			return nil, nil
+		}
+		if s.Concurrent {
+			s.Concurrent = false
+			d.reshell = true
+		}
+		return d, nil
+	case pg_query.ObjectType_OBJECT_SCHEMA:
+		// Dropping a schema would drop the shells of its catalog tables.
+		for _, o := range s.Objects {
+			schema := o.GetString_().GetSval()
+			for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
+				if strings.HasPrefix(name, schema+".") {
+					return nil, unsupportedDDL("DROP SCHEMA %s is not supported: it has %s", schema, describeTable(snap.Tables[name])).
+						WithHint("Drop its distributed and reference tables first.")
+				}
+			}
+		}
+	case pg_query.ObjectType_OBJECT_TRIGGER, pg_query.ObjectType_OBJECT_POLICY, pg_query.ObjectType_OBJECT_RULE:
+		// The objects are [schema.]table.name.
+		for _, names := range objects {
+			if len(names) > 1 {
+				if t := tableByNames(snap, names[:len(names)-1]); t != nil {
+					return nil, unsupportedDDL("DROP %s on %s is not supported", objectName(s.RemoveType), describeTable(t))
+				}
+			}
+		}
+	}
+	return nil, refuseNamed(n, snap, "DROP "+objectName(s.RemoveType))
+}
+
+// refuseIndex fails with 0A000 if one of the indexes is on a catalog table.
+func refuseIndex(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, kind string, indexes [][]string) error {
+	if home == nil {
+		return ErrIndexLookup
+	}
+	for _, names := range indexes {
+		t, index, err := indexTable(ctx, home, snap, names)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			return unsupportedDDL("%s of index %q of %s is not supported", kind, index, describeTable(t))
+		}
+	}
+	return nil
+}
+
+// indexTable finds the catalog table of an index on the default node
+// (resolving the name through home's search_path); nil if the index does
+// not exist there or is not on a catalog table.
+func indexTable(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, names []string) (*metadata.Table, string, error) {
+	if len(names) == 0 {
+		return nil, "", nil
+	}
+	var schema, table, index string
+	err := home.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text, i.relname::text
+		FROM pg_catalog.pg_index x
+		JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+		JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE x.indexrelid = pg_catalog.to_regclass($1)`, pgx.Identifier(names).Sanitize()).Scan(&schema, &table, &index)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", toPgErr(err)
+	}
+	return snap.Table(schema + "." + table), index, nil
+}
+
+// refuseNamed fails with 0A000 if a statement names a catalog table.
+func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
+	ctes := map[string]bool{}
+	var refused error
+	walk(n, func(m proto.Message) {
+		switch m := m.(type) {
+		case *pg_query.CommonTableExpr:
+			ctes[m.Ctename] = true
+		case *pg_query.Constraint:
+			// A foreign key of another table may reference a catalog table.
+			if pt := catalogTable(snap, m.Pktable); pt != nil && refused == nil && m.Contype == pg_query.ConstrType_CONSTR_FOREIGN {
+				refused = unsupportedDDL("foreign keys referencing %s are not supported", describeTable(pt))
+			}
+		}
+	})
+	if refused != nil {
+		return refused
+	}
+	var t *metadata.Table
+	walk(n, func(m proto.Message) {
+		if rv, ok := m.(*pg_query.RangeVar); ok && t == nil && !(rv.Schemaname == "" && ctes[rv.Relname]) {
+			t = catalogTable(snap, rv)
+		}
+	})
+	if t == nil {
+		return nil
+	}
+	return unsupportedDDL("%s on %s is not supported", kind, describeTable(t))
+}
+
+func unsupportedDDL(format string, args ...any) *pgerr.Error {
+	return pgerr.New(pgerr.FeatureNotSupported, format, args...)
+}
+
+func describeTable(t *metadata.Table) string {
+	if t.Kind == metadata.Reference {
+		return "reference table " + t.Name
+	}
+	return "distributed table " + t.Name
+}
+
+// catalogTable returns the catalog table a range variable names, taking an
+// unqualified name to be in schema public as the planner does.
+func catalogTable(snap *metadata.Snapshot, rv *pg_query.RangeVar) *metadata.Table {
+	if rv == nil {
+		return nil
+	}
+	return tableByNames(snap, rangeVarNames(rv))
+}
+
+func rangeVarNames(rv *pg_query.RangeVar) []string {
+	if rv == nil {
+		return nil
+	}
+	if rv.Schemaname == "" {
+		return []string{rv.Relname}
+	}
+	return []string{rv.Schemaname, rv.Relname}
+}
+
+// tableByNames returns the catalog table named by [schema.]relname.
+func tableByNames(snap *metadata.Snapshot, names []string) *metadata.Table {
+	switch len(names) {
+	case 1:
+		return snap.Table("public." + names[0])
+	case 2:
+		return snap.Table(names[0] + "." + names[1])
+	}
+	return nil
+}
+
+func listNames(l *pg_query.List) []string {
+	if l == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range l.Items {
+		out = append(out, n.GetString_().GetSval())
+	}
+	return out
+}
+
+// statementKind names a statement for messages: "vacuum_stmt" becomes
+// "VACUUM".
+func statementKind(n *pg_query.Node) string {
+	var name string
+	n.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		name = string(fd.Name())
+		return false
+	})
+	if k, ok := statementKinds[name]; ok {
+		return k
+	}
+	switch s := n.Node.(type) {
+	case *pg_query.Node_AlterObjectSchemaStmt:
+		return "ALTER " + objectName(s.AlterObjectSchemaStmt.ObjectType) + " ... SET SCHEMA"
+	case *pg_query.Node_AlterOwnerStmt:
+		return "ALTER " + objectName(s.AlterOwnerStmt.ObjectType) + " ... OWNER TO"
+	}
+	return strings.ToUpper(strings.ReplaceAll(strings.TrimSuffix(name, "_stmt"), "_", " "))
+}
+
+var statementKinds = map[string]string{
+	"create_stmt":          "CREATE TABLE",
+	"create_table_as_stmt": "CREATE TABLE AS",
+	"vacuum_stmt":          "VACUUM or ANALYZE",
+	"view_stmt":            "CREATE VIEW",
+	"create_trig_stmt":     "CREATE TRIGGER",
+	"create_policy_stmt":   "CREATE POLICY",
+	"create_stats_stmt":    "CREATE STATISTICS",
+	"grant_stmt":           "GRANT or REVOKE",
+	"lock_stmt":            "LOCK TABLE",
+	"rule_stmt":            "CREATE RULE",
+}
+
+// objectName is an object type as SQL spells it: OBJECT_MATVIEW becomes
+// "MATVIEW", OBJECT_FOREIGN_TABLE "FOREIGN TABLE".
+func objectName(t pg_query.ObjectType) string {
+	return strings.ReplaceAll(strings.TrimPrefix(t.String(), "OBJECT_"), "_", " ")
+}
+
+// alterName is an ALTER TABLE subcommand for messages: AT_SetRelOptions
+// becomes "SET REL OPTIONS".
+func alterName(t pg_query.AlterTableType) string {
+	switch t {
+	case pg_query.AlterTableType_AT_ChangeOwner:
+		return "OWNER TO"
+	case pg_query.AlterTableType_AT_SetRelOptions:
+		return "SET (...)"
+	case pg_query.AlterTableType_AT_ResetRelOptions:
+		return "RESET (...)"
+	}
+	var b strings.Builder
+	for i, r := range strings.TrimPrefix(t.String(), "AT_") {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
+}
+
+// walk calls fn for every message in the tree, parents first.
+func walk(n proto.Message, fn func(proto.Message)) {
+	if n == nil {
+		return
+	}
+	var visit func(m protoreflect.Message)
+	visit = func(m protoreflect.Message) {
+		if !m.IsValid() {
+			return
+		}
+		fn(m.Interface())
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					visit(l.Get(i).Message())
+				}
+			case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
+				visit(v.Message())
+			}
+			return true
+		})
+	}
+	visit(n.ProtoReflect())
+}
+
+// shellSQL is what the default node's shell gets: the statement as sent,
+// or deparsed when CONCURRENTLY was dropped from it.
+func (d *ddl) shellSQL() (string, error) {
+	if !d.reshell {
+		return d.text, nil
+	}
+	return d.deparse(d.stmt)
+}
+
+func (d *ddl) deparse(n *pg_query.Node) (string, error) {
+	return pg_query.Deparse(&pg_query.ParseResult{Version: d.version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
+}
+
+// naming reports whether the statement leaves indexes or constraints for
+// PostgreSQL to name.
+func (d *ddl) naming() bool { return len(d.targets) > 0 && (d.unnamedIndex || len(d.unnamed) > 0) }
+
+// shellName is an index or constraint of the shell table.
+type shellName struct {
+	name string
+	typ  string   // contype, or "i" for an index
+	cols []string // conkey's columns, sorted
+}
+
+// shellNames lists the indexes and constraints of the statement's table on
+// the default node.
+func (d *ddl) shellNames(ctx context.Context, home *pgx.Conn) ([]shellName, error) {
+	tg := d.targets[0]
+	rows, err := home.Query(ctx, `SELECT i.relname::text, 'i', '{}'::text[]
+		FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+		WHERE x.indrelid = pg_catalog.to_regclass($1)
+		UNION ALL
+		SELECT k.conname::text, k.contype::text,
+			ARRAY(SELECT a.attname::text FROM unnest(k.conkey) AS u(attnum)
+				JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum ORDER BY 1)
+		FROM pg_catalog.pg_constraint k
+		WHERE k.conrelid = pg_catalog.to_regclass($1) AND k.contype IN ('p', 'u', 'c')`,
+		pgx.Identifier{tg.schema, tg.rel}.Sanitize())
+	if err != nil {
+		return nil, err
+	}
+	var out []shellName
+	for rows.Next() {
+		var s shellName
+		if err := rows.Scan(&s.name, &s.typ, &s.cols); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// nameUnnamed gives the statement's unnamed index and constraints the
+// names PostgreSQL gave them on the shell: what is new there after the
+// statement, matched by kind and columns. One that cannot be matched
+// exactly stays unnamed, for PostgreSQL to name on each shard.
+func (d *ddl) nameUnnamed(before, after []shellName) {
+	old := map[string]bool{}
+	for _, s := range before {
+		old[s.typ+"\x00"+s.name] = true
+	}
+	var added []shellName
+	for _, s := range after {
+		if !old[s.typ+"\x00"+s.name] {
+			added = append(added, s)
+		}
+	}
+	if d.unnamedIndex {
+		var names []string
+		for _, s := range added {
+			if s.typ == "i" {
+				names = append(names, s.name)
+			}
+		}
+		if len(names) == 1 {
+			d.stmt.GetIndexStmt().Idxname = names[0]
+		}
+	}
+	named := map[string]bool{}
+	walk(d.stmt, func(m proto.Message) {
+		if c, ok := m.(*pg_query.Constraint); ok && c.Conname != "" {
+			named[c.Conname] = true
+		}
+	})
+	for _, u := range d.unnamed {
+		match := -1
+		for i, s := range added {
+			if s.typ == u.typ && !named[s.name] && (u.typ == "p" || slices.Equal(s.cols, u.cols)) {
+				if match >= 0 {
+					match = -2 // ambiguous
+					break
+				}
+				match = i
+			}
+		}
+		if match >= 0 {
+			u.c.Conname = added[match].name
+			named[added[match].name] = true
+		}
+	}
+}
+
+// shardSQL rewrites the statement for one shard of a target: the table
+// becomes the shard, index and constraint names get the shard's suffix.
+func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
+	shard := metadata.ShardName(tg.rel, shardID)
+	suffix := nameSuffix(tg.rel, shard)
+	name := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return suffixed(s, suffix)
+	}
+	toShard := func(rv *pg_query.RangeVar) {
+		rv.Catalogname, rv.Schemaname, rv.Relname = "", tg.schema, shard
+	}
+	var out *pg_query.Node
+	switch s := d.stmt.Node.(type) {
+	case *pg_query.Node_IndexStmt:
+		c := proto.Clone(s.IndexStmt).(*pg_query.IndexStmt)
+		toShard(c.Relation)
+		c.Idxname = name(c.Idxname)
+		c.Concurrent = false
+		out = &pg_query.Node{Node: &pg_query.Node_IndexStmt{IndexStmt: c}}
+	case *pg_query.Node_AlterTableStmt:
+		c := proto.Clone(s.AlterTableStmt).(*pg_query.AlterTableStmt)
+		toShard(c.Relation)
+		for _, n := range c.Cmds {
+			cmd := n.GetAlterTableCmd()
+			switch cmd.Subtype {
+			case pg_query.AlterTableType_AT_AddColumn:
+				for _, cn := range cmd.Def.GetColumnDef().GetConstraints() {
+					if k := cn.GetConstraint(); k != nil {
+						k.Conname = name(k.Conname)
+					}
+				}
+			case pg_query.AlterTableType_AT_AddConstraint:
+				k := cmd.Def.GetConstraint()
+				k.Conname = name(k.Conname)
+			case pg_query.AlterTableType_AT_DropConstraint, pg_query.AlterTableType_AT_ValidateConstraint:
+				cmd.Name = name(cmd.Name)
+			}
+		}
+		out = &pg_query.Node{Node: &pg_query.Node_AlterTableStmt{AlterTableStmt: c}}
+	case *pg_query.Node_RenameStmt:
+		c := proto.Clone(s.RenameStmt).(*pg_query.RenameStmt)
+		toShard(c.Relation)
+		if c.RenameType == pg_query.ObjectType_OBJECT_TABCONSTRAINT {
+			c.Subname, c.Newname = name(c.Subname), name(c.Newname)
+		}
+		out = &pg_query.Node{Node: &pg_query.Node_RenameStmt{RenameStmt: c}}
+	case *pg_query.Node_TruncateStmt:
+		out = &pg_query.Node{Node: &pg_query.Node_TruncateStmt{TruncateStmt: &pg_query.TruncateStmt{
+			Relations: []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{
+				Schemaname: tg.schema, Relname: shard, Inh: true, Relpersistence: "p"}}}},
+			RestartSeqs: s.TruncateStmt.RestartSeqs,
+			Behavior:    s.TruncateStmt.Behavior,
+		}}}
+	case *pg_query.Node_DropStmt:
+		obj := []*pg_query.Node{pg_query.MakeStrNode(tg.schema), pg_query.MakeStrNode(shard)}
+		if s.DropStmt.RemoveType == pg_query.ObjectType_OBJECT_INDEX {
+			obj[1] = pg_query.MakeStrNode(name(tg.index))
+		}
+		out = &pg_query.Node{Node: &pg_query.Node_DropStmt{DropStmt: &pg_query.DropStmt{
+			Objects:    []*pg_query.Node{pg_query.MakeListNode(obj)},
+			RemoveType: s.DropStmt.RemoveType,
+			Behavior:   s.DropStmt.Behavior,
+			MissingOk:  s.DropStmt.MissingOk,
+		}}}
+	default:
+		return "", fmt.Errorf("unexpected statement %s", statementKind(d.stmt))
+	}
+	return d.deparse(out)
+}
