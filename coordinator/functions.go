@@ -46,6 +46,7 @@ func (ss *session) runFunction(p *planner.Plan) error {
 	}
 	var snap *metadata.Snapshot
 	var err error
+	var conns map[int32]*pgx.Conn
 	switch p.Func {
 	case "citus_get_active_worker_nodes", "master_get_active_worker_nodes":
 		var rows [][]string
@@ -77,8 +78,8 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		if table == "" {
 			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a table name", p.Func))
 		}
-		conns, cerr := ss.nodeConns(ctx)
-		if cerr != nil {
+		var cerr error
+		if conns, cerr = ss.nodeConns(ctx); cerr != nil {
 			return ss.queryError(cerr)
 		}
 		defer func() {
@@ -115,8 +116,30 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		return ss.queryError(err)
 	}
 	s.setCatalog(snap)
+	if conns != nil {
+		if err := guard(ctx, conns[s.defaultNode.Load()], arg(0, "table_name", ""), p.Func != "undistribute_table"); err != nil {
+			return ss.queryError(err)
+		}
+	}
 	ss.writeRows([]string{p.Func}, []uint32{oidVoid}, [][]string{{""}})
 	return nil
+}
+
+// guard adds (or removes) the trigger that makes the default node's table
+// of a distributed table refuse writes from coordinators with a stale
+// catalog.
+func guard(ctx context.Context, home *pgx.Conn, table string, on bool) error {
+	var name string
+	if err := home.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1)::text", table).Scan(&name); err != nil {
+		return err
+	}
+	sql := "DROP TRIGGER IF EXISTS " + guardTrigger + " ON " + name
+	if on {
+		sql = "CREATE TRIGGER " + guardTrigger + " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + name +
+			" FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.distributed_table_guard()"
+	}
+	_, err := home.Exec(ctx, sql)
+	return err
 }
 
 // nodeConns opens a connection to every active node as the session's user.

@@ -85,6 +85,11 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 	if err := meta.QueryRow(ctx, "SELECT count(*) FROM rt_acc").Scan(&shell); err != nil || shell != 0 {
 		t.Errorf("the default node's table still has %d rows (%v)", shell, err)
 	}
+	// A write that reaches that table (a coordinator whose catalog is a
+	// moment behind) is refused, not acknowledged and lost.
+	if _, err := meta.Exec(ctx, "INSERT INTO rt_acc (aid, bid) VALUES (-1, 1)"); sqlState(err) != "40001" {
+		t.Errorf("write into the default node's table of a distributed table: %v, want 40001", err)
+	}
 
 	// Point reads, updates, deletes and inserts by key, in both protocols.
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, simple} {

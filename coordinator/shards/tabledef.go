@@ -264,7 +264,7 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 		return nil, err
 	}
 	err = conn.QueryRow(ctx, `SELECT tgname::text FROM pg_catalog.pg_trigger
-		WHERE tgrelid = $1 AND NOT tgisinternal ORDER BY tgname LIMIT 1`, r.oid).Scan(&other)
+		WHERE tgrelid = $1 AND NOT tgisinternal AND tgname <> 'pgfleet_distributed_guard' ORDER BY tgname LIMIT 1`, r.oid).Scan(&other)
 	if err == nil {
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s has trigger %q; triggers on distributed tables are not supported yet", name, other).
 			WithHint("Drop the trigger first.")

@@ -22,8 +22,10 @@ const GIDPrefix = "pgfleet_"
 
 // beginSQL opens a node's transaction with settings that make the text COPY
 // format read back exactly what it wrote, whatever the caller's session has.
+// pgfleet.internal lets pgfleet's own writes through the guard trigger on
+// the default node's table of a distributed table.
 const beginSQL = `BEGIN; SET LOCAL datestyle = 'ISO, MDY'; SET LOCAL intervalstyle = 'postgres';
-SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'`
+SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'; SET LOCAL pgfleet.internal = 'on'`
 
 // cleanupTimeout bounds the rollbacks after a failure, which run even when
 // the caller's context is done.
