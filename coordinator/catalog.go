@@ -258,17 +258,12 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 	snap := s.catalog.Load()
 	switch p.Kind {
 	case planner.Router:
-		sh := snap.ShardFor(p.DistTable, hash)
-		if sh == nil || len(sh.Nodes) == 0 {
+		shards := snap.Shards[p.DistTable]
+		idx := metadata.ShardIndex(shards, hash)
+		if idx < 0 || idx >= len(p.ShardSQL) || len(shards[idx].Nodes) == 0 {
 			return target{}, pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", p.DistTable, hash)
 		}
-		idx := 0
-		for i, x := range snap.Shards[p.DistTable] {
-			if x.ID == sh.ID {
-				idx = i
-			}
-		}
-		return target{node: sh.Nodes[0], index: idx}, nil
+		return target{node: shards[idx].Nodes[0], index: idx}, nil
 	case planner.ReferenceRead:
 		nodes := snap.Shards[p.Tables[0]][0].Nodes
 		for _, n := range nodes {

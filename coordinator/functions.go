@@ -254,12 +254,9 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 		if err != nil {
 			return ss.queryError(err)
 		}
-		sh := snap.ShardFor(p.DistTable, h)
-		idx := 0
-		for j := range all {
-			if all[j].ID == sh.ID {
-				idx = j
-			}
+		idx := metadata.ShardIndex(all, h)
+		if idx < 0 {
+			return ss.queryError(pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", p.DistTable, h))
 		}
 		if _, ok := groups[idx]; !ok {
 			order = append(order, idx)

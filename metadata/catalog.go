@@ -75,11 +75,20 @@ func (s *Snapshot) Node(id int32) *Node {
 // ShardFor returns the shard of a distributed table holding hash h.
 func (s *Snapshot) ShardFor(table string, h int32) *Shard {
 	shards := s.Shards[table]
-	i := sort.Search(len(shards), func(i int) bool { return shards[i].MaxHash >= h })
-	if i < len(shards) && shards[i].MinHash <= h {
+	if i := ShardIndex(shards, h); i >= 0 {
 		return &shards[i]
 	}
 	return nil
+}
+
+// ShardIndex returns the index of the shard holding hash h in shards
+// (sorted by MinHash), or -1.
+func ShardIndex(shards []Shard, h int32) int {
+	i := sort.Search(len(shards), func(i int) bool { return shards[i].MaxHash >= h })
+	if i < len(shards) && shards[i].MinHash <= h {
+		return i
+	}
+	return -1
 }
 
 // ShardName is the name of a shard's table on its worker: the table's

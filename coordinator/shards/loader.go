@@ -119,11 +119,8 @@ func (l *Loader) drain(ctx context.Context, final bool) error {
 			if err != nil {
 				return err
 			}
-			sh := l.snap.ShardFor(l.table.Name, h)
-			for i := range l.shards {
-				if l.shards[i].ID == sh.ID {
-					idx = i
-				}
+			if idx = metadata.ShardIndex(l.shards, h); idx < 0 {
+				return pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", l.table.Name, h)
 			}
 		}
 		l.bufs[idx] = append(l.bufs[idx], row...)
