@@ -125,7 +125,15 @@ func nodeID(snap *metadata.Snapshot, addr string) int32 {
 }
 
 func (s *Server) setCatalog(snap *metadata.Snapshot) {
-	s.catalog.Store(snap)
+	for {
+		old := s.catalog.Load()
+		if old != nil && old.Version > snap.Version {
+			return // a newer catalog is installed already
+		}
+		if s.catalog.CompareAndSwap(old, snap) {
+			break
+		}
+	}
 	s.plans.reset()
 	if id := nodeID(snap, s.cfg.Workers[0]); id != 0 {
 		s.defaultNode.Store(id)
@@ -237,9 +245,17 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 		return defaultPlan, nil, nil
 	}
 	if norm, lits, ok := liftLiterals(sql); ok {
+		// The lifted form is used only if it plans and every literal goes
+		// back exactly where it came from; else the text is planned as is
+		// (-7 lifts to -$1, which is not a value the router can read).
 		p, err := s.plan(norm)
-		if err != nil || !p.SyntaxError {
-			return p, lits, err
+		if err == nil && !p.SyntaxError {
+			if len(p.ShardSQL) == 0 {
+				return p, lits, nil
+			}
+			if _, ok := spliceLiterals(p.ShardSQL[0], lits); ok {
+				return p, lits, nil
+			}
 		}
 	}
 	p, err := s.plan(sql)
@@ -261,9 +277,15 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 		shards := snap.Shards[p.DistTable]
 		idx := metadata.ShardIndex(shards, hash)
 		if idx < 0 || idx >= len(p.ShardSQL) || len(shards[idx].Nodes) == 0 {
-			return target{}, pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", p.DistTable, hash)
+			return target{}, errCatalogMoved
 		}
 		return target{node: shards[idx].Nodes[0], index: idx}, nil
+	case planner.ReferenceRead, planner.ReferenceWrite:
+		if len(snap.Shards[p.Tables[0]]) == 0 {
+			return target{}, errCatalogMoved
+		}
+	}
+	switch p.Kind {
 	case planner.ReferenceRead:
 		nodes := snap.Shards[p.Tables[0]][0].Nodes
 		for _, n := range nodes {
@@ -281,6 +303,10 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 	}
 	return target{node: s.defaultNode.Load()}, nil
 }
+
+// errCatalogMoved: the table changed between planning and routing.
+var errCatalogMoved = pgerr.New("40001", "the table's distribution changed while the statement was planned").
+	WithHint("Retry the statement.")
 
 // errAllNodes says a statement must run on every node (a reference-table
 // write), which the simple-query path does with two-phase commit.

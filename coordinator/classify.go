@@ -47,6 +47,9 @@ func (o paramOp) tag() string {
 // sends it: whether it changes session state that must follow the client
 // across server connections, or state that cannot be multiplexed at all.
 type class struct {
+	// txn is "begin", "commit" or "rollback" for a statement that starts or
+	// ends a transaction block (ROLLBACK TO SAVEPOINT is not one).
+	txn   string
 	pin   string    // why the session must keep its server connection; "" if it need not
 	ops   []paramOp // session changes, in statement order
 	count int       // statements in the string
@@ -85,7 +88,8 @@ func classify(sql string) class {
 
 // leadingKeywords are the statements classify looks into; any other
 // statement (SELECT, INSERT, ...) costs no allocation.
-var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE"}
+var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE",
+	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"}
 
 func interesting(w []string) bool {
 	for _, k := range leadingKeywords {
@@ -114,6 +118,18 @@ func classifyStatement(c *class, w []string, stmt string) {
 		}
 	}
 	switch at(0) {
+	case "BEGIN", "START":
+		if at(0) == "BEGIN" || at(1) == "TRANSACTION" {
+			c.txn = "begin"
+		}
+	case "COMMIT", "END":
+		if at(1) != "PREPARED" && at(1) != "AND" {
+			c.txn = "commit"
+		}
+	case "ROLLBACK", "ABORT":
+		if at(1) != "TO" && at(1) != "PREPARED" && at(2) != "TO" && at(1) != "AND" {
+			c.txn = "rollback"
+		}
 	case "SET":
 		name := at(1)
 		switch name {
@@ -262,8 +278,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '/' && lx.i+1 < len(s) && s[lx.i+1] == '*':
 			lx.skipBlockComment()
 		case ch == '\'':
-			escapes := lx.i > 0 && (s[lx.i-1] == 'e' || s[lx.i-1] == 'E')
-			lx.skipQuoted('\'', escapes)
+			lx.skipQuoted('\'', escapePrefix(s, lx.i))
 		case ch == '"':
 			st := lx.i
 			lx.skipQuoted('"', false)

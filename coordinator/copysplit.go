@@ -19,7 +19,7 @@ import (
 // client's rows are split by shard and loaded on every node in one
 // distributed transaction, so that either all rows are stored or none.
 func (ss *session) copySplit(p *planner.Plan) error {
-	if ss.sc != nil && ss.sc.TxStatus != 'I' {
+	if ss.inTxn() {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"COPY into %s inside a transaction block is not supported yet", p.Tables[0]))
 	}

@@ -29,7 +29,7 @@ const (
 // runFunction runs a Citus-compatible catalog function called with a simple
 // query and answers with its result.
 func (ss *session) runFunction(p *planner.Plan) error {
-	if ss.sc != nil && ss.sc.TxStatus != 'I' {
+	if ss.inTxn() {
 		return ss.queryError(pgerr.New("25001", "%s cannot run inside a transaction block", p.Func))
 	}
 	s := ss.srv
@@ -208,7 +208,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	}()
 	sql := p.ShardSQL[0]
 	if lits != nil {
-		sql = spliceLiterals(sql, lits)
+		sql, _ = spliceLiterals(sql, lits)
 	}
 	snap := ss.srv.catalog.Load()
 	res, err := shards.ExecAll(ctx, snap, conns, snap.Shards[p.Tables[0]][0].Nodes, sql)
@@ -266,7 +266,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 	sqlFor := func(idx int) (string, error) {
 		sql, err := p.SplitInsert(idx, groups[idx])
 		if err == nil && lits != nil {
-			sql = spliceLiterals(sql, lits)
+			sql, _ = spliceLiterals(sql, lits)
 		}
 		return sql, err
 	}
@@ -358,7 +358,7 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 	if len(tables) == 0 {
 		return false, nil
 	}
-	if ss.sc != nil && ss.sc.TxStatus != 'I' {
+	if ss.inTxn() {
 		return true, ss.queryError(pgerr.New("25001",
 			"DDL on distributed or reference tables cannot run inside a transaction block yet"))
 	}

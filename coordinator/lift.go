@@ -50,9 +50,9 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 			continue
 		case c == '\'':
 			lx := lexer{s: sql, i: i}
-			escaped := i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E')
+			escaped := escapePrefix(sql, i)
 			lx.skipQuoted('\'', escaped)
-			if !prevWord && !escaped && lx.i <= len(sql) && sql[lx.i-1] == '\'' {
+			if !prevWord && !escaped && lx.i-i >= 2 && sql[lx.i-1] == '\'' {
 				tok := sql[i:lx.i]
 				lits = append(lits, literal{token: tok, value: strings.ReplaceAll(tok[1:len(tok)-1], "''", "'")})
 				b.WriteString(sql[last:i])
@@ -107,9 +107,17 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 	return b.String(), lits, true
 }
 
+// escapePrefix reports whether the quote at i starts an escape string: an
+// E (or e) that is a token of its own, not the end of a word like ESCAPE.
+func escapePrefix(sql string, i int) bool {
+	return i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E') && (i < 2 || !isIdentChar(sql[i-2]))
+}
+
 // spliceLiterals puts lifted literals back into a rewritten statement in
-// place of its $n placeholders, as the client wrote them.
-func spliceLiterals(sql string, lits []literal) string {
+// place of its $n placeholders, as the client wrote them. ok is false if
+// the placeholders do not match the literals one for one.
+func spliceLiterals(sql string, lits []literal) (out string, ok bool) {
+	used := 0
 	var b strings.Builder
 	b.Grow(len(sql) + 16)
 	last := 0
@@ -117,7 +125,7 @@ func spliceLiterals(sql string, lits []literal) string {
 		switch c := sql[i]; {
 		case c == '\'':
 			lx := lexer{s: sql, i: i}
-			lx.skipQuoted('\'', i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E'))
+			lx.skipQuoted('\'', escapePrefix(sql, i))
 			i = lx.i
 		case c == '"':
 			lx := lexer{s: sql, i: i}
@@ -133,6 +141,7 @@ func spliceLiterals(sql string, lits []literal) string {
 				b.WriteString(sql[last:i])
 				b.WriteString(lits[n-1].token)
 				last = j
+				used++
 			}
 			i = j
 		case c == '$':
@@ -144,5 +153,5 @@ func spliceLiterals(sql string, lits []literal) string {
 		}
 	}
 	b.WriteString(sql[last:])
-	return b.String()
+	return b.String(), used == len(lits)
 }

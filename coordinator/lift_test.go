@@ -16,6 +16,7 @@ func TestLiftLiterals(t *testing.T) {
 		{"SELECT * FROM t1 WHERE c = E'a\\'b' AND k = 2 -- 3\n", "SELECT * FROM t1 WHERE c = E'a\\'b' AND k = $1 -- 3\n", []string{"2"}},
 		{`SELECT "col1" FROM "T2" WHERE $$x$$ = 'y' /* 9 */`, `SELECT "col1" FROM "T2" WHERE $$x$$ = $1 /* 9 */`, []string{"y"}},
 		{"INSERT INTO t (a, b) VALUES (1, 'x')", "INSERT INTO t (a, b) VALUES ($1, $2)", []string{"1", "x"}},
+		{`UPDATE t SET v='c' WHERE v LIKE 'v%' ESCAPE'\' AND aid = 7`, `UPDATE t SET v=$1 WHERE v LIKE 'v%' ESCAPE'\' AND aid = $2`, []string{"c", "7"}},
 	}
 	for _, c := range cases {
 		norm, lits, ok := liftLiterals(c.sql)
@@ -30,11 +31,11 @@ func TestLiftLiterals(t *testing.T) {
 		if norm != c.norm || !reflect.DeepEqual(vals, c.values) {
 			t.Errorf("liftLiterals(%q) = %q %q, want %q %q", c.sql, norm, vals, c.norm, c.values)
 		}
-		if back := spliceLiterals(norm, lits); back != c.sql {
+		if back, ok := spliceLiterals(norm, lits); back != c.sql || !ok {
 			t.Errorf("splice(lift(%q)) = %q", c.sql, back)
 		}
 	}
-	for _, sql := range []string{"SELECT now()", "SELECT $1", "SELECT 0x1F"} {
+	for _, sql := range []string{"SELECT now()", "SELECT $1", "SELECT 0x1F", "SELECT * FROM t WHERE v = '"} {
 		if _, _, ok := liftLiterals(sql); ok {
 			t.Errorf("liftLiterals(%q) lifted something", sql)
 		}

@@ -94,6 +94,13 @@ func TestSetCarriedAcrossServerConnections(t *testing.T) {
 		t.Errorf("work_mem after committed SET = %q, want 11MB", got)
 	}
 
+	// ROLLBACK TO SAVEPOINT keeps a SET made before the savepoint on the
+	// server: it must not reach another session.
+	exec(t, a, "BEGIN; SET statement_timeout = '77s'; SAVEPOINT s; ROLLBACK TO s; COMMIT")
+	if got := queryString(t, b, "SHOW statement_timeout"); got == "77s" {
+		t.Errorf("a SET before ROLLBACK TO SAVEPOINT leaked into another session")
+	}
+
 	// RESET goes back to the default, also after another session ran.
 	exec(t, a, "RESET work_mem")
 	_ = queryString(t, b, "SHOW work_mem")

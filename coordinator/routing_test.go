@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -174,6 +175,57 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 	var n1 int
 	if err := c.QueryRow(ctx, "SELECT n FROM rt_acc WHERE aid = 1").Scan(&n1); err != nil || n1 != 1 {
 		t.Errorf("after the failed transaction n = %d (%v), want the original 1", n1, err)
+	}
+
+	// Each transaction goes to the worker its first statement needs,
+	// whichever worker that is.
+	for k := 100; k < 120; k++ {
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rt_acc SET n = n + 1 WHERE aid = $1", k)
+		exec(t, c, "UPDATE rt_acc SET n = n - 1 WHERE aid = $1", k)
+		exec(t, c, "COMMIT")
+	}
+	// A negative key through the simple protocol is routed, not refused.
+	if err := c.QueryRow(ctx, "SELECT v FROM rt_acc WHERE aid = -7", simple).Scan(new(string)); !errors.Is(err, pgx.ErrNoRows) {
+		t.Errorf("negative key: %v", err)
+	}
+	// Parse, Describe, Bind and Execute in one pipeline, for keys on both
+	// workers.
+	for k := int64(200); k < 210; k++ {
+		pl := c.PgConn().StartPipeline(ctx)
+		pl.SendPrepare(fmt.Sprint("pipe_", k), "SELECT v FROM rt_acc WHERE aid = $1", nil)
+		pl.SendQueryPrepared(fmt.Sprint("pipe_", k), [][]byte{[]byte(fmt.Sprint(k))}, nil, nil)
+		if err := pl.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		for {
+			r, err := pl.GetResults()
+			if err != nil {
+				t.Fatalf("pipeline for key %d: %v", k, err)
+			}
+			if r == nil {
+				break
+			}
+			if rr, ok := r.(*pgconn.ResultReader); ok {
+				res := rr.Read()
+				if res.Err != nil {
+					t.Fatalf("pipeline for key %d: %v", k, res.Err)
+				}
+				if len(res.Rows) == 1 {
+					got = string(res.Rows[0][0])
+				}
+			}
+			if _, ok := r.(*pgconn.PipelineSync); ok {
+				break
+			}
+		}
+		if err := pl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got != fmt.Sprint("v", k) {
+			t.Errorf("pipeline for key %d: %q", k, got)
+		}
 	}
 
 	// Queries the router cannot run are refused, never answered wrongly.

@@ -56,6 +56,17 @@ type session struct {
 	qbuf         []byte // a rewritten Query body
 	routes       bool   // the session's database is the one the catalog describes
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)
+	paramsUnsure bool   // the server connection's settings may differ from the session's
+	batchWork    bool   // a Bind or Execute went to the server since its last ReadyForQuery
+	// pendingBegin is a BEGIN the coordinator answered itself: it is sent
+	// ahead of the transaction's first statement, on the worker that
+	// statement needs.
+	pendingBegin  string
+	pendingFailed bool // a statement failed in the pending transaction
+	// localPortal is a portal bound by the coordinator itself (a BEGIN,
+	// COMMIT or ROLLBACK answered locally) and its statement.
+	localPortal   string
+	localPortalSt *Statement
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -94,6 +105,14 @@ type expect struct {
 	// inject is sent after the answer's RowDescription (EXPLAIN's lines
 	// about the distributed plan).
 	inject []byte
+	// evicted: a hidden Close of a statement evicted from the server's
+	// cache; if the server skips it, the statement is still there.
+	evicted string
+	// client: a hidden Parse of the shard statement of the client's
+	// statement client (routed statements are parsed by the worker only at
+	// Describe or Bind); if it fails, the client's statement never existed.
+	client    string
+	clientStm *Statement
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -190,6 +209,20 @@ func (ss *session) end() {
 // node (in a transaction or an extended batch) gets an error: statements of
 // one transaction must run on one worker until multi-worker commit exists.
 func (ss *session) acquire(ctx context.Context, node int32) error {
+	if ss.sc != nil && node != ss.node && ss.sc.TxStatus == 'I' && !ss.batchWork {
+		// Only a Parse or Describe of this batch used the connection: end
+		// that implicit transaction with a hidden Sync and move.
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.sc.Flush(); err != nil {
+			return ss.lostServer(err)
+		}
+		if err := ss.drain(); err != nil {
+			return err
+		}
+		ss.queue, ss.qhead = ss.queue[:0], 0
+		ss.releaseIfIdle()
+	}
 	if ss.sc != nil {
 		if node != ss.node {
 			return pgerr.New(pgerr.FeatureNotSupported,
@@ -241,6 +274,96 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 	return nil
 }
 
+// ensureBegun sends the BEGIN the coordinator answered itself ahead of the
+// first Bind or Execute that does work on the held connection, as hidden
+// extended-protocol messages (BEGIN there turns the batch's implicit
+// transaction into a transaction block).
+func (ss *session) ensureBegun() {
+	ss.batchWork = true
+	if ss.pendingBegin == "" {
+		return
+	}
+	b := ss.sc.Buf()
+	b = wire.AppendFrame(b, 'P', append(append([]byte{0}, ss.pendingBegin...), 0, 0, 0))
+	b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
+	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+	ss.sc.SetBuf(b)
+	ss.push(expect{kind: eSwallow, term: tParse})
+	ss.push(expect{kind: eSwallow, term: tBind})
+	ss.push(expect{kind: eSwallow, term: tExecute})
+	ss.pendingBegin = ""
+}
+
+// txStatus is the session's transaction status for ReadyForQuery.
+func (ss *session) txStatus() byte {
+	switch {
+	case ss.sc != nil:
+		return ss.sc.TxStatus
+	case ss.pendingFailed:
+		return 'E'
+	case ss.pendingBegin != "":
+		return 'T'
+	}
+	return 'I'
+}
+
+// txStatus0 is the status of a transaction the worker has not seen yet.
+func (ss *session) txStatus0() byte {
+	if ss.pendingFailed {
+		return 'E'
+	}
+	return 'T'
+}
+
+// inTxn reports whether the client is inside a transaction block.
+func (ss *session) inTxn() bool { return ss.txStatus() != 'I' }
+
+// localTxnOK reports whether a statement of class cls is a BEGIN, or the
+// COMMIT or ROLLBACK of a transaction that has not touched a worker yet,
+// which the coordinator answers itself: the BEGIN is sent later, to the
+// worker the transaction's first statement needs.
+func (ss *session) localTxnOK(cls *class) bool {
+	if cls.count != 1 || cls.txn == "" || ss.sc != nil || ss.pinned != "" {
+		return false
+	}
+	if cls.txn == "begin" {
+		return ss.pendingBegin == ""
+	}
+	return ss.pendingBegin != ""
+}
+
+// applyLocalTxn does what localTxnOK allowed and returns the command tag.
+func (ss *session) applyLocalTxn(txn, sql string) string {
+	switch txn {
+	case "begin":
+		ss.pendingBegin = sql
+		return "BEGIN"
+	case "commit":
+		tag := "COMMIT"
+		if ss.pendingFailed {
+			tag = "ROLLBACK"
+		}
+		ss.pendingBegin, ss.pendingFailed = "", false
+		return tag
+	default:
+		ss.pendingBegin, ss.pendingFailed = "", false
+		return "ROLLBACK"
+	}
+}
+
+// localTxn answers a simple-query BEGIN, COMMIT or ROLLBACK locally when
+// localTxnOK allows it.
+func (ss *session) localTxn(cls *class, sql string) bool {
+	if !ss.localTxnOK(cls) {
+		return false
+	}
+	tag := ss.applyLocalTxn(cls.txn, sql)
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	return true
+}
+
 func (ss *session) releaseServer() {
 	ss.cancelTarget.Store(nil)
 	ss.pool.Release(ss.sc)
@@ -274,6 +397,9 @@ func (ss *session) synthError(err error) {
 	b, _ := er.Encode(nil)
 	ss.push(expect{kind: eSynth, synth: b})
 	ss.skipping = true
+	if ss.sc == nil && ss.pendingBegin != "" {
+		ss.pendingFailed = true
+	}
 	if ss.sc != nil {
 		ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortParse...))
 		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
@@ -283,6 +409,8 @@ func (ss *session) synthError(err error) {
 var (
 	msgParseComplete = []byte{'1', 0, 0, 0, 4}
 	msgCloseComplete = []byte{'3', 0, 0, 0, 4}
+	msgBindComplete  = []byte{'2', 0, 0, 0, 4}
+	msgNoData        = []byte{'n', 0, 0, 0, 4}
 	// msgAbortParse is a Parse that always fails (a syntax error).
 	msgAbortParse = wire.AppendFrame(nil, 'P', []byte("\x00pgfleet abort after client error\x00\x00\x00"))
 	msgAbortQuery = wire.AppendFrame(nil, 'Q', []byte("pgfleet abort after client error\x00"))
@@ -296,6 +424,13 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	text := string(sql)
 	cls := classify(text)
+	if cls.txn != "" && ss.localTxn(&cls, text) {
+		return nil
+	}
+	if ss.pendingFailed {
+		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+	}
 	if cls.count == 1 && len(cls.ops) == 1 && ss.pinned == "" &&
 		(cls.ops[0].kind == opDeallocate || cls.ops[0].kind == opDeallocAll) {
 		return ss.deallocate(cls.ops[0])
@@ -312,7 +447,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	if handled, err := ss.runDDL(text); handled {
 		return err
 	}
-	node := ss.srv.defaultNode.Load()
+	// Statements on no distributed table run on the default node, or on
+	// the worker the session's transaction is on (COMMIT, SET, SAVEPOINT).
+	node := ss.currentNode()
 	p, lits, err := ss.planSimple(text)
 	if err != nil {
 		return ss.queryError(err)
@@ -357,7 +494,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 		shardSQL := p.ShardSQL[tgt.index]
 		if lits != nil {
-			shardSQL = spliceLiterals(shardSQL, lits)
+			shardSQL, _ = spliceLiterals(shardSQL, lits)
 		}
 		body = append(append(ss.qbuf[:0], shardSQL...), 0)
 		ss.qbuf = body
@@ -380,8 +517,11 @@ func (ss *session) queryError(err error) error {
 	er := pgerr.Flatten(err)
 	b, _ := er.Encode(nil)
 	if ss.sc == nil {
+		if ss.pendingBegin != "" {
+			ss.pendingFailed = true
+		}
 		ss.out = append(ss.out, b...)
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 		return nil
 	}
 	ss.push(expect{kind: eSynth, synth: b})
@@ -392,12 +532,24 @@ func (ss *session) queryError(err error) error {
 
 // relayCycle sends one message that the server answers up to ReadyForQuery.
 func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) error {
+	inject := ss.inject
+	ss.inject = nil
 	if err := ss.acquire(context.Background(), node); err != nil {
 		return ss.queryError(err)
 	}
+	if ss.pendingBegin != "" {
+		if err := ss.sc.Exec(ss.pendingBegin, time.Now().Add(ss.pool.Config().ResetTimeout), nil); err != nil || ss.sc.TxStatus != 'T' {
+			ss.sc.MarkBroken()
+			ss.releaseServer()
+			if err == nil {
+				err = pgerr.New(pgerr.InvalidTransactionState, "the worker did not start the transaction")
+			}
+			return ss.queryError(err)
+		}
+		ss.pendingBegin = ""
+	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
-	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: ss.inject})
-	ss.inject = nil
+	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject})
 	return ss.roundTrip()
 }
 
@@ -439,11 +591,7 @@ func (ss *session) deallocate(op paramOp) error {
 		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 		ss.out, _ = cc.Encode(ss.out)
 	}
-	status := byte('I')
-	if ss.sc != nil {
-		status = ss.sc.TxStatus
-	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, status)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
 }
 
@@ -466,7 +614,7 @@ func (ss *session) prepareOn(st *Statement, kind uint8) *expect {
 	if ev := sc.Stmts.Add(st.Name); ev != "" {
 		b := append(append([]byte{'S'}, ev...), 0)
 		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'C', b))
-		ss.push(expect{kind: eSwallow, term: tClose})
+		ss.push(expect{kind: eSwallow, term: tClose, evicted: ev})
 	}
 	sc.SetBuf(append(sc.Buf(), st.parse...))
 	ss.push(expect{kind: kind, term: tParse, stmt: st})
@@ -515,14 +663,14 @@ func (ss *session) parse(body []byte) error {
 		ss.pin(st.cls.pin)
 	}
 	var e *expect
-	if sp.plan.Kind != planner.Default {
+	if sp.plan.Kind != planner.Default || (st.cls.txn != "" && ss.sc == nil) {
 		// A routed statement is prepared on its shard's node at Bind, when
 		// the distribution value is known.
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
 		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
 		return nil
 	}
-	if !ss.acquireExt(ss.srv.defaultNode.Load()) {
+	if !ss.acquireExt(ss.currentNode()) {
 		return nil
 	}
 	if ss.sc.Stmts.Has(st.Name) {
@@ -553,6 +701,13 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(noStatement(name))
 		return nil
 	}
+	if ss.localTxnOK(&st.cls) {
+		ss.localPortal = string(portal)
+		ss.localPortalSt = st
+		ss.push(expect{kind: eSynth, synth: msgBindComplete})
+		return nil
+	}
+	clientSt := st
 	st, node, err := ss.routeBind(st, params)
 	if err != nil {
 		ss.synthError(err)
@@ -561,8 +716,12 @@ func (ss *session) bind(body []byte) error {
 	if !ss.acquireExt(node) {
 		return nil
 	}
+	ss.ensureBegun()
 	if !ss.sc.Stmts.Has(st.Name) {
-		ss.prepareOn(st, eSwallow)
+		e := ss.prepareOn(st, eSwallow)
+		if st != clientSt {
+			e.client, e.clientStm = string(name), clientSt
+		}
 	}
 	b := ss.sc.Buf()
 	n := 4 + len(portal) + 1 + len(st.Name) + 1 + len(params)
@@ -595,6 +754,7 @@ func (ss *session) describe(body []byte) error {
 			ss.synthError(noStatement(name))
 			return nil
 		}
+		clientSt := st
 		st, node, err := ss.routeDescribe(st)
 		if err != nil {
 			ss.synthError(err)
@@ -604,13 +764,20 @@ func (ss *session) describe(body []byte) error {
 			return nil
 		}
 		if !ss.sc.Stmts.Has(st.Name) {
-			ss.prepareOn(st, eSwallow)
+			e := ss.prepareOn(st, eSwallow)
+			if st != clientSt {
+				e.client, e.clientStm = string(name), clientSt
+			}
 		}
 		b := append(append([]byte{'S'}, st.Name...), 0)
 		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', b))
 		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name)})
 		return nil
 	case 'P':
+		if ss.localPortalSt != nil && string(name) == ss.localPortal {
+			ss.push(expect{kind: eSynth, synth: msgNoData})
+			return nil
+		}
 		if !ss.acquireExt(ss.currentNode()) {
 			return nil
 		}
@@ -627,9 +794,19 @@ func (ss *session) execute(body []byte) error {
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Execute message")
 	}
+	if st := ss.localPortalSt; st != nil && string(portal) == ss.localPortal {
+		ss.localPortalSt = nil
+		if tag := ss.applyLocalTxn(st.cls.txn, st.Query); tag != "" {
+			cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+			b, _ := cc.Encode(nil)
+			ss.push(expect{kind: eSynth, synth: b})
+			return nil
+		}
+	}
 	if !ss.acquireExt(ss.currentNode()) {
 		return nil
 	}
+	ss.ensureBegun()
 	st := ss.portals[string(portal)]
 	if st != nil && st.cls.pin != "" {
 		ss.pin(st.cls.pin)
@@ -695,9 +872,10 @@ func (ss *session) emitSynth() {
 
 func (ss *session) sync() error {
 	ss.skipping = false
+	ss.localPortalSt = nil
 	if ss.sc == nil {
 		ss.emitSynth()
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 		return nil
 	}
 	ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
@@ -737,7 +915,14 @@ func (ss *session) drain() error {
 			if len(f.Body) != 1 {
 				return ss.lostServer(errors.New("invalid ReadyForQuery"))
 			}
-			ss.out = wire.AppendFrame(ss.out, 'Z', f.Body)
+			if e.kind != eSwallow {
+				if f.Body[0] == 'I' && ss.pendingBegin != "" {
+					// The worker has not seen the client's BEGIN yet.
+					ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus0())
+				} else {
+					ss.out = wire.AppendFrame(ss.out, 'Z', f.Body)
+				}
+			}
 			ss.qhead++
 			ss.endOfCycle(f.Body[0])
 			continue
@@ -867,6 +1052,12 @@ func (ss *session) undo(e *expect) {
 	if e.term == tParse && e.stmt != nil {
 		ss.sc.Stmts.Drop(e.stmt.Name)
 	}
+	if e.evicted != "" {
+		ss.sc.Stmts.Restore(e.evicted)
+	}
+	if e.clientStm != nil && ss.stmts[e.client] == e.clientStm {
+		delete(ss.stmts, e.client)
+	}
 	if e.undo {
 		if e.prev == nil {
 			delete(ss.stmts, e.name)
@@ -881,7 +1072,11 @@ func (ss *session) undo(e *expect) {
 func (ss *session) noteTag(e *expect, body []byte) {
 	tag, _, _ := wire.CBytes(body)
 	if len(ss.pending) > 0 && string(tag) == "ROLLBACK" {
+		// ROLLBACK, or ROLLBACK TO SAVEPOINT (the same tag), after which
+		// some of the transaction's SETs may have stayed: forget them, and
+		// have the connection reset before anyone uses it again.
 		ss.txFailed = true
+		ss.paramsUnsure = true
 	}
 	var ops []paramOp
 	if e.cls != nil {
@@ -914,6 +1109,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 func (ss *session) endOfCycle(status byte) {
 	ss.sc.TxStatus = status
 	ss.needSync = false
+	ss.batchWork = false
 	if status != 'I' {
 		return
 	}
@@ -926,6 +1122,10 @@ func (ss *session) endOfCycle(status byte) {
 		ss.pending = ss.pending[:0]
 	}
 	ss.sc.ParamsKey = ss.params.key
+	if ss.paramsUnsure {
+		ss.sc.ParamsKey = "\x00unknown"
+		ss.paramsUnsure = false
+	}
 	ss.txFailed = false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)

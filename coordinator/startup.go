@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -49,6 +50,17 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	defer func() {
+		// A bug in one session must not take the coordinator down.
+		if r := recover(); r != nil {
+			s.log.Error("session panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			if ss.sc != nil {
+				ss.sc.MarkBroken()
+				ss.releaseServer()
+			}
+			ss.fatal(pgerr.Fatal(pgerr.Internal, "internal error in pgfleet: %v", r))
+		}
+	}()
 	s.metrics.clients.Inc()
 	defer s.metrics.clients.Dec()
 	defer s.unregister(ss)

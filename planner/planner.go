@@ -602,6 +602,14 @@ func valueOf(n *pg_query.Node) *Value {
 	if tc := n.GetTypeCast(); tc != nil {
 		return valueOf(tc.Arg)
 	}
+	if e := n.GetAExpr(); e != nil && e.Lexpr == nil && e.Kind == pg_query.A_Expr_Kind_AEXPR_OP &&
+		len(e.Name) == 1 && e.Name[0].GetString_().GetSval() == "-" {
+		// A negative number: -7 parses as the operator minus on 7.
+		if v := valueOf(e.Rexpr); v != nil && v.Param == 0 && !v.Null && v.Const != "" && v.Const[0] != '-' {
+			return &Value{Const: "-" + v.Const}
+		}
+		return nil
+	}
 	if p := n.GetParamRef(); p != nil {
 		return &Value{Param: int(p.Number)}
 	}

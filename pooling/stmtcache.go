@@ -51,3 +51,10 @@ func (c *StmtCache) Len() int { return len(c.used) }
 
 // Clear forgets everything (the server ran DISCARD ALL or DEALLOCATE ALL).
 func (c *StmtCache) Clear() { clear(c.used) }
+
+// Restore puts back a name whose eviction the server skipped, without
+// evicting another (the cache may briefly hold one more than its bound).
+func (c *StmtCache) Restore(name string) {
+	c.clock++
+	c.used[name] = c.clock
+}
