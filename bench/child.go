@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -185,11 +186,22 @@ func tailFile(path string, n int) string {
 // (slog's level=WARN/ERROR, PgBouncer's WARNING/ERROR/FATAL), at most max,
 // and how many there were.
 func logProblems(path string, max int) (lines []string, total int) {
+	return logProblemsFrom(path, 0, max)
+}
+
+// logProblemsFrom is logProblems over the part of the log from byte offset
+// on (what was written after a point in time).
+func logProblemsFrom(path string, offset int64, max int) (lines []string, total int) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0
 	}
 	defer f.Close()
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return nil, 0
+		}
+	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {

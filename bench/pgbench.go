@@ -112,6 +112,67 @@ type txLog struct {
 	Skipped   int64   `json:"skipped"`   // "skipped" in the time field
 	Malformed int64   `json:"malformed"` // lines that could not be read
 	latencies []int64 // µs, of the OK lines
+
+	firstUs int64              // time of the earliest line (time_epoch*1e6 + time_us)
+	clients map[int]*clientTxs // lines per client
+}
+
+// clientTxs is what the log says about one client.
+type clientTxs struct {
+	n      int64 // lines, whatever their outcome
+	lastUs int64 // time of its latest line
+}
+
+// clientAbort is what is known about a client pgbench reported as aborted.
+type clientAbort struct {
+	Client       int     `json:"client"`
+	Message      string  `json:"message"`
+	Transactions int64   `json:"logged_transactions"`          // its lines in the per-transaction log
+	LastTxAt     float64 `json:"last_tx_at_seconds,omitempty"` // its last logged transaction, after the run's first
+}
+
+var reAbortClient = regexp.MustCompile(`client (\d+) .*aborted`)
+
+// abortDetails matches pgbench's abort messages with the per-transaction
+// log (l may be nil): how many transactions each aborted client completed
+// and when its last one ended.
+func abortDetails(messages []string, l *txLog) []clientAbort {
+	var out []clientAbort
+	for _, m := range messages {
+		sm := reAbortClient.FindStringSubmatch(m)
+		if sm == nil {
+			continue
+		}
+		a := clientAbort{Message: m}
+		a.Client, _ = strconv.Atoi(sm[1])
+		if l != nil {
+			if c := l.clients[a.Client]; c != nil {
+				a.Transactions = c.n
+				a.LastTxAt = float64(c.lastUs-l.firstUs) / 1e6
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// note records a line of client at time us (0: unknown).
+func (l *txLog) note(client int, us int64) {
+	if l.clients == nil {
+		l.clients = map[int]*clientTxs{}
+	}
+	c := l.clients[client]
+	if c == nil {
+		c = &clientTxs{}
+		l.clients[client] = c
+	}
+	c.n++
+	if us > 0 {
+		c.lastUs = max(c.lastUs, us)
+		if l.firstUs == 0 || us < l.firstUs {
+			l.firstUs = us
+		}
+	}
 }
 
 // parseTxLog adds the lines of one pgbench per-transaction log to l. Each line
@@ -131,6 +192,17 @@ func (l *txLog) parse(r io.Reader) error {
 		if len(f) < 3 {
 			l.Malformed++
 			continue
+		}
+		if client, err := strconv.Atoi(f[0]); err == nil {
+			var at int64
+			if len(f) >= 6 {
+				sec, err1 := strconv.ParseInt(f[4], 10, 64)
+				us, err2 := strconv.ParseInt(f[5], 10, 64)
+				if err1 == nil && err2 == nil {
+					at = sec*1e6 + us
+				}
+			}
+			l.note(client, at)
 		}
 		switch f[2] {
 		case "failed":

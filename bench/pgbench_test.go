@@ -139,7 +139,7 @@ func TestTxLogParse(t *testing.T) {
 				t.Fatal(err)
 			}
 			lat := l.latencies
-			l.latencies = nil
+			l.latencies, l.clients, l.firstUs = nil, nil, 0
 			if !reflect.DeepEqual(l, tc.want) {
 				t.Fatalf("got %+v, want %+v", l, tc.want)
 			}
@@ -230,5 +230,34 @@ func TestPgbenchErrorLine(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestAbortDetails(t *testing.T) {
+	var l txLog
+	log := "0 1 800 0 1700000000 000000\n31 1 900 0 1700000000 500000\n31 2 700 0 1700000002 250000\n0 2 failed 0 1700000003 0\n"
+	if err := l.parse(strings.NewReader(log)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []string{
+		"pgbench: error: client 31 script 0 aborted in command 1 query 0: ERROR:  boom",
+		"pgbench: error: client 7 aborted in command 1 (SQL) of script 0; SQL command send failed",
+		"pgbench: error: Run was aborted; the above results are incomplete.",
+	}
+	tests := []struct {
+		name string
+		l    *txLog
+		want []clientAbort
+	}{
+		{"with log", &l, []clientAbort{{Client: 31, Message: msgs[0], Transactions: 2, LastTxAt: 2.25}, {Client: 7, Message: msgs[1]}}},
+		{"without log", nil, []clientAbort{{Client: 31, Message: msgs[0]}, {Client: 7, Message: msgs[1]}}},
+	}
+	for _, tc := range tests {
+		if got := abortDetails(msgs, tc.l); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %+v\nwant %+v", tc.name, got, tc.want)
+		}
+	}
+	if got := abortDetails(nil, &l); got != nil {
+		t.Errorf("no messages: %+v", got)
 	}
 }

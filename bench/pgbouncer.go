@@ -80,6 +80,9 @@ type bouncerConfig struct {
 	Port         int
 	WorkerPort   int
 	QueryTimeout time.Duration // query_wait_timeout: longer than the run
+	// Databases are served besides postgres (which the readiness probe
+	// uses), each to the worker's database of the same name.
+	Databases []string
 }
 
 // iniText is pgbouncer.ini for c, with the auth file at authFile.
@@ -88,9 +91,14 @@ func (c bouncerConfig) iniText(authFile string) string {
 	if wait < 1 {
 		wait = 120
 	}
+	dbs := fmt.Sprintf("postgres = host=127.0.0.1 port=%d dbname=postgres user=postgres\n", c.WorkerPort)
+	for _, d := range c.Databases {
+		if d != "postgres" {
+			dbs += fmt.Sprintf("%s = host=127.0.0.1 port=%d dbname=%s user=postgres\n", d, c.WorkerPort, d)
+		}
+	}
 	return fmt.Sprintf(`[databases]
-postgres = host=127.0.0.1 port=%d dbname=postgres user=postgres
-
+%s
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = %d
@@ -109,7 +117,7 @@ ignore_startup_parameters = extra_float_digits
 admin_users = postgres
 log_connections = 0
 log_disconnections = 0
-`, c.WorkerPort, c.Port, authFile, c.PoolMode, c.PoolSize, wait)
+`, dbs, c.Port, authFile, c.PoolMode, c.PoolSize, wait)
 }
 
 // startPgbouncer writes pgbouncer.ini into a new directory under parent,

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -64,9 +63,7 @@ func (o *RelayOptions) validate() error {
 }
 
 // seconds is the pgbench -T value.
-func (o *RelayOptions) seconds() int {
-	return int((o.Duration + time.Second - 1) / time.Second)
-}
+func (o *RelayOptions) seconds() int { return durationSeconds(o.Duration) }
 
 // Query modes of pgbench -M.
 const (
@@ -89,7 +86,16 @@ type relayConfig struct {
 	Mode   string `json:"mode"`   // pgbench -M
 }
 
-func (c relayConfig) key() string { return c.Target + "/" + c.Mode }
+func (c relayConfig) key() string { return configKey(c.Target, "", c.Mode) }
+
+// configKey names a configuration: target/mode, or target/workload/mode
+// when there is a workload (router benchmark).
+func configKey(target, workload, mode string) string {
+	if workload == "" {
+		return target + "/" + mode
+	}
+	return target + "/" + workload + "/" + mode
+}
 
 func (c relayConfig) label(pool, sessionPool int) string {
 	switch c.Target {
@@ -127,26 +133,28 @@ type commandRecord struct {
 // during the run (user+system); PerQuery divides them by the transactions
 // pgbench completed (one query each with -S).
 type cpuFigures struct {
-	RelayBeforeTicks  uint64  `json:"relay_before_ticks,omitempty"` // utime+stime of the relay process
-	RelayAfterTicks   uint64  `json:"relay_after_ticks,omitempty"`
-	RelayMicros       float64 `json:"relay_us"`
-	WorkerBefore      treeCPU `json:"worker_before"` // postmaster, reaped and live children
-	WorkerAfter       treeCPU `json:"worker_after"`
-	WorkerMicros      float64 `json:"worker_us"`
-	BackendsLeft      int     `json:"backends_left"` // children of the run not reaped within 2 s
-	PgbenchUserMicros float64 `json:"pgbench_user_us"`
-	PgbenchSysMicros  float64 `json:"pgbench_sys_us"`
-	PgbenchMicros     float64 `json:"pgbench_us"`
-	RelayPerQuery     float64 `json:"relay_us_per_query"`
-	WorkerPerQuery    float64 `json:"worker_us_per_query"`
-	PgbenchPerQuery   float64 `json:"pgbench_us_per_query"`
+	RelayBeforeTicks  uint64      `json:"relay_before_ticks,omitempty"` // utime+stime of the relay process
+	RelayAfterTicks   uint64      `json:"relay_after_ticks,omitempty"`
+	RelayMicros       float64     `json:"relay_us"`
+	WorkerBefore      treeCPU     `json:"worker_before"` // postmaster, reaped and live children
+	WorkerAfter       treeCPU     `json:"worker_after"`
+	WorkerMicros      float64     `json:"worker_us"`
+	BackendsLeft      int         `json:"backends_left"` // children of the run not reaped within 2 s
+	PgbenchUserMicros float64     `json:"pgbench_user_us"`
+	PgbenchSysMicros  float64     `json:"pgbench_sys_us"`
+	PgbenchMicros     float64     `json:"pgbench_us"`
+	PerWorker         []workerCPU `json:"per_worker,omitempty"` // when more than one worker is measured
+	RelayPerQuery     float64     `json:"relay_us_per_query"`
+	WorkerPerQuery    float64     `json:"worker_us_per_query"`
+	PgbenchPerQuery   float64     `json:"pgbench_us_per_query"`
 }
 
 // runResult is everything about one pgbench run.
 type runResult struct {
 	Target       string         `json:"target"`
 	Mode         string         `json:"mode"`
-	Run          int            `json:"run"` // 1-based
+	Workload     string         `json:"workload,omitempty"` // router benchmark: point-select or citus-mix
+	Run          int            `json:"run"`                // 1-based
 	StartedAt    time.Time      `json:"started_at"`
 	WallSeconds  float64        `json:"wall_seconds"` // pgbench start to exit
 	Pgbench      commandRecord  `json:"pgbench"`
@@ -155,7 +163,8 @@ type runResult struct {
 	Stderr       string         `json:"pgbench_stderr,omitempty"` // at most the last 4 KB
 	Summary      pgbenchSummary `json:"summary"`
 	TxLog        *txLog         `json:"tx_log,omitempty"`
-	Latency      latencyStats   `json:"latency"` // from the per-transaction logs
+	Aborts       []clientAbort  `json:"aborted_clients,omitempty"` // the first few aborted clients, with what the log says of them
+	Latency      latencyStats   `json:"latency"`                   // from the per-transaction logs
 	CPU          cpuFigures     `json:"cpu"`
 	Relay        *relayRun      `json:"relay,omitempty"`
 	Error        string         `json:"error,omitempty"`
@@ -179,11 +188,12 @@ type relayRun struct {
 // configResult is one configuration with all its runs.
 type configResult struct {
 	relayConfig
-	Label   string      `json:"label"`
-	Runs    []runResult `json:"runs"`
-	Median  int         `json:"median_run"` // index into Runs; -1 when no run succeeded
-	Skipped string      `json:"skipped,omitempty"`
-	Row     *tableRow   `json:"row,omitempty"`
+	Workload string      `json:"workload,omitempty"` // router benchmark: point-select or citus-mix
+	Label    string      `json:"label"`
+	Runs     []runResult `json:"runs"`
+	Median   int         `json:"median_run"` // index into Runs; -1 when no run succeeded
+	Skipped  string      `json:"skipped,omitempty"`
+	Row      *tableRow   `json:"row,omitempty"`
 }
 
 // relayReport is the JSON report.
@@ -216,6 +226,7 @@ type reportOptions struct {
 }
 
 type workerInfo struct {
+	Name    string   `json:"name,omitempty"` // router benchmark: worker1, worker2, ...
 	Addr    string   `json:"addr"`
 	Pid     int      `json:"postmaster_pid"`
 	Command []string `json:"command"` // from /proc/<pid>/cmdline
@@ -407,156 +418,17 @@ func (b *relayBench) run(ctx context.Context) error {
 }
 
 // runOne runs pgbench once against one configuration and measures it.
-func (b *relayBench) runOne(ctx context.Context, c relayConfig, run int) (res runResult) {
+func (b *relayBench) runOne(ctx context.Context, c relayConfig, run int) runResult {
 	o := b.o
-	res = runResult{Target: c.Target, Mode: c.Mode, Run: run, StartedAt: time.Now()}
-	pm := b.worker.Pid()
-	if st, err := readStat(pm); err != nil || st.State == "Z" {
-		res.Error = "the PostgreSQL worker is not running"
-		return res
-	}
-	// Children of the postmaster now are its background processes; any
-	// other child at the end belongs to this run.
-	baseline, err := readTree(pm)
-	if err != nil {
-		res.Error = fmt.Sprintf("reading /proc for the postmaster: %v", err)
-		return res
-	}
-	host, port := b.worker.Host, b.worker.Port
-	var relay *child
+	spec := runSpec{Target: c.Target, Mode: c.Mode, Run: run,
+		Workers: []*workerProc{{Name: "worker1", Pid: b.worker.Pid()}},
+		Host:    b.worker.Host, Port: b.worker.Port, Database: "postgres", Script: []string{"-S"},
+		Clients: o.Clients, Jobs: o.Jobs, Duration: o.Duration, Pgbench: b.pgbench, Dir: b.dir, Hz: b.hz, Cur: &b.cur}
 	switch c.Target {
 	case targetPgfleet, targetBouncerSess, targetBouncerTx:
-		var rr *relayRun
-		relay, rr, err = b.startRelay(ctx, c)
-		res.Relay = rr
-		if err != nil {
-			res.Error = err.Error()
-			return res
-		}
-		b.cur = relay
-		host, port = "127.0.0.1", atoiOr(rr.Addr[strings.LastIndexByte(rr.Addr, ':')+1:], 0)
+		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) { return b.startRelay(ctx, c) }
 	}
-	stopRelay := func() {
-		if relay == nil {
-			return
-		}
-		res.Relay.ExitedEarly = relay.Exited()
-		res.Relay.Killed = relay.Stop(syscall.SIGTERM, 10*time.Second)
-		res.Relay.Exit = relay.ExitStatus()
-		res.Relay.LogProblems, res.Relay.ProblemCount = logProblems(relay.LogPath, 20)
-		res.Relay.LogTail = tailFile(relay.LogPath, 2048)
-		b.cur = nil
-		relay = nil
-	}
-	defer stopRelay()
-
-	logDir, err := os.MkdirTemp(b.dir, "txlog-")
-	if err != nil {
-		res.Error = err.Error()
-		return res
-	}
-	defer os.RemoveAll(logDir)
-	const logPrefix = "pgbench_log"
-	argv := []string{b.pgbench, "-n", "-S", "-M", c.Mode, "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(o.Jobs),
-		"-T", strconv.Itoa(o.seconds()), "--log", "--log-prefix=" + filepath.Join(logDir, logPrefix),
-		"-h", host, "-p", strconv.Itoa(port), "-U", "postgres", "postgres"}
-	env := []string{"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10"}
-	res.Pgbench = commandRecord{What: "pgbench run", Argv: argv, Env: env}
-
-	var relayBefore uint64
-	if relay != nil {
-		st, err := readStat(relay.Pid())
-		if err != nil {
-			res.Error = fmt.Sprintf("reading /proc for the relay: %v", err)
-			return res
-		}
-		relayBefore = st.Self()
-	}
-	workerBefore, err := readTree(pm)
-	if err != nil {
-		res.Error = fmt.Sprintf("reading /proc for the postmaster: %v", err)
-		return res
-	}
-
-	// pgbench: bounded by its -T plus a margin; on cancellation it gets
-	// SIGINT, then SIGKILL after 10 s.
-	pctx, cancel := context.WithTimeout(ctx, o.Duration+90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
-	cmd.Env = cleanEnv(env...)
-	cmd.Dir = logDir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
-	cmd.WaitDelay = 10 * time.Second
-	start := time.Now()
-	runErr := cmd.Run()
-	res.WallSeconds = time.Since(start).Seconds()
-	res.Pgbench.Seconds = res.WallSeconds
-	res.Stdout = stdout.String()
-	res.Stderr = tailString(stderr.String(), 4096)
-	if cmd.ProcessState != nil {
-		res.ExitCode = cmd.ProcessState.ExitCode()
-		res.Pgbench.Exit = cmd.ProcessState.String()
-		res.CPU.PgbenchUserMicros = float64(cmd.ProcessState.UserTime().Microseconds())
-		res.CPU.PgbenchSysMicros = float64(cmd.ProcessState.SystemTime().Microseconds())
-		res.CPU.PgbenchMicros = res.CPU.PgbenchUserMicros + res.CPU.PgbenchSysMicros
-	}
-
-	// The relay's CPU now, before it is stopped; then stop it so that its
-	// server connections close and the worker reaps their backends.
-	if relay != nil {
-		if st, err := readStat(relay.Pid()); err == nil && !relay.Exited() {
-			res.CPU.RelayBeforeTicks, res.CPU.RelayAfterTicks = relayBefore, st.Self()
-			res.CPU.RelayMicros = ticksToMicros(st.Self()-relayBefore, b.hz)
-		} else {
-			res.Error = appendErr(res.Error, "the relay process exited during the run: "+relay.ExitStatus())
-		}
-		stopRelay()
-	}
-	res.CPU.BackendsLeft = waitChildrenGone(pm, baseline.Children, 2*time.Second)
-	workerAfter, err := readTree(pm)
-	if err != nil {
-		res.Error = appendErr(res.Error, fmt.Sprintf("reading /proc for the postmaster: %v", err))
-	}
-	res.CPU.WorkerBefore, res.CPU.WorkerAfter = workerBefore, workerAfter
-	if workerAfter.Ticks >= workerBefore.Ticks {
-		res.CPU.WorkerMicros = ticksToMicros(workerAfter.Ticks-workerBefore.Ticks, b.hz)
-	}
-	res.LoadAvgAfter = loadAvg()
-
-	sum, perr := parsePgbenchOutput(res.Stdout, stderr.String())
-	res.Summary = sum
-	if runErr != nil {
-		msg := fmt.Sprintf("pgbench: %v", runErr)
-		if pctx.Err() == context.DeadlineExceeded {
-			msg = fmt.Sprintf("pgbench did not finish within %s and was stopped", o.Duration+90*time.Second)
-		} else if ctx.Err() != nil {
-			msg = "interrupted"
-		}
-		if s := pgbenchErrorLine(stderr.String()); s != "" {
-			msg += ": " + s
-		}
-		res.Error = appendErr(res.Error, msg)
-	} else if perr != nil {
-		res.Error = appendErr(res.Error, perr.Error())
-	}
-	if perr == nil {
-		if l, err := readTxLogs(logDir, logPrefix); err != nil {
-			res.Error = appendErr(res.Error, "per-transaction log: "+err.Error())
-		} else {
-			res.TxLog = l
-			res.Latency = l.stats()
-			l.latencies = nil
-		}
-	}
-	if q := float64(sum.Transactions); q > 0 {
-		res.CPU.RelayPerQuery = res.CPU.RelayMicros / q
-		res.CPU.WorkerPerQuery = res.CPU.WorkerMicros / q
-		res.CPU.PgbenchPerQuery = res.CPU.PgbenchMicros / q
-	}
-	return res
+	return measureRun(ctx, spec)
 }
 
 // sessionPoolSize is PgBouncer's pool_size in session mode: at least one
@@ -568,6 +440,21 @@ func (b *relayBench) sessionPoolSize() int {
 
 // startRelay starts the coordinator or PgBouncer for c on a free port.
 func (b *relayBench) startRelay(ctx context.Context, c relayConfig) (*child, *relayRun, error) {
+	if c.Target == targetPgfleet {
+		return startCoordinator(ctx, b.exe, b.dir, []string{b.worker.Addr()}, b.o.PoolSize)
+	}
+	mode, pool := "session", b.sessionPoolSize()
+	if c.Target == targetBouncerTx {
+		mode, pool = "transaction", b.o.PoolSize
+	}
+	return startBouncer(ctx, b.bouncer, b.dir, b.cred, bouncerConfig{PoolMode: mode, PoolSize: pool,
+		WorkerPort: b.worker.Port, QueryTimeout: b.o.Duration + 60*time.Second})
+}
+
+// startCoordinator starts "pgfleet serve" in front of workers (the first is
+// the default node and holds the catalog) on a free loopback port and waits
+// until it answers a startup message. It tries up to three ports.
+func startCoordinator(ctx context.Context, exe, dir string, workers []string, pool int) (*child, *relayRun, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := pgcluster.FreePort()
@@ -575,36 +462,50 @@ func (b *relayBench) startRelay(ctx context.Context, c relayConfig) (*child, *re
 			return nil, nil, err
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		rr := &relayRun{Addr: addr}
-		var ch *child
-		if c.Target == targetPgfleet {
-			argv := []string{b.exe, "serve", "--listen", addr, "--worker", b.worker.Addr(),
-				"--pool-size", strconv.Itoa(b.o.PoolSize), "--log-level", "info"}
-			rr.Command = commandRecord{What: "pgfleet coordinator", Argv: argv}
-			logPath := filepath.Join(b.dir, fmt.Sprintf("coordinator-%d.log", port))
-			ch, err = startChild("pgfleet coordinator", argv, cleanEnv(), nil, logPath)
-			if err == nil {
-				if err = waitReady(ctx, ch, addr, 15*time.Second); err != nil {
-					ch.Stop(syscall.SIGTERM, 5*time.Second)
-				}
-			}
-		} else {
-			mode, pool := "session", b.sessionPoolSize()
-			if c.Target == targetBouncerTx {
-				mode, pool = "transaction", b.o.PoolSize
-			}
-			bc := bouncerConfig{PoolMode: mode, PoolSize: pool, Port: port, WorkerPort: b.worker.Port,
-				QueryTimeout: b.o.Duration + 60*time.Second}
-			ch, rr.Config, err = startPgbouncer(ctx, b.bouncer, b.dir, bc, b.cred)
-			rr.Command = commandRecord{What: "pgbouncer " + mode, Argv: []string{b.bouncer, "pgbouncer.ini"}}
-			if b.cred != nil {
-				rr.Command.User = osUserName(b.cred)
-			}
-			if ch != nil {
-				rr.Command.Argv = ch.Argv
+		argv := []string{exe, "serve", "--listen", addr}
+		for _, w := range workers {
+			argv = append(argv, "--worker", w)
+		}
+		argv = append(argv, "--pool-size", strconv.Itoa(pool), "--log-level", "info")
+		rr := &relayRun{Addr: addr, Command: commandRecord{What: "pgfleet coordinator", Argv: argv}}
+		logPath := filepath.Join(dir, fmt.Sprintf("coordinator-%d.log", port))
+		ch, err := startChild("pgfleet coordinator", argv, cleanEnv(), nil, logPath)
+		if err == nil {
+			if err = waitReady(ctx, ch, addr, 15*time.Second); err != nil {
+				ch.Stop(syscall.SIGTERM, 5*time.Second)
 			}
 		}
 		if err == nil {
+			rr.Pid = ch.Pid()
+			return ch, rr, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, nil, lastErr
+}
+
+// startBouncer starts PgBouncer as bc says (its Port is picked here) and
+// waits until it answers. It tries up to three ports.
+func startBouncer(ctx context.Context, bin, dir string, cred *syscall.Credential, bc bouncerConfig) (*child, *relayRun, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := pgcluster.FreePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		bc.Port = port
+		rr := &relayRun{Addr: fmt.Sprintf("127.0.0.1:%d", port)}
+		ch, ini, err := startPgbouncer(ctx, bin, dir, bc, cred)
+		rr.Config = ini
+		rr.Command = commandRecord{What: "pgbouncer " + bc.PoolMode, Argv: []string{bin, "pgbouncer.ini"}}
+		if cred != nil {
+			rr.Command.User = osUserName(cred)
+		}
+		if err == nil {
+			rr.Command.Argv = ch.Argv
 			rr.Pid = ch.Pid()
 			return ch, rr, nil
 		}

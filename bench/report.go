@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -17,6 +18,7 @@ import (
 type tableRow struct {
 	Label       string    `json:"label"`
 	Target      string    `json:"target"`
+	Workload    string    `json:"workload,omitempty"`
 	Mode        string    `json:"mode"`
 	OK          bool      `json:"ok"` // a run succeeded; the figures below are its
 	QPS         float64   `json:"qps"`
@@ -34,6 +36,7 @@ type tableRow struct {
 	Note        string    `json:"note,omitempty"`
 	RunsQPS     []float64 `json:"runs_qps"`
 	RunsOK      int       `json:"runs_ok"`
+	RunsFailed  []int     `json:"runs_failed,omitempty"` // run numbers with an error (not candidates for the median)
 }
 
 // pgbouncerReference is the PgBouncer target a mode is compared with.
@@ -47,61 +50,71 @@ func pgbouncerReference(mode string) string {
 	return ""
 }
 
-// buildRows fills each configuration's median run and row.
+// buildRows fills each configuration's median run and row. A row's
+// references are the configurations with the same workload and mode: direct,
+// and the PgBouncer target of its mode (pgbouncerReference).
 func buildRows(configs []*configResult) []*tableRow {
 	byKey := map[string]*tableRow{}
 	var rows []*tableRow
 	for _, c := range configs {
-		row := &tableRow{Label: c.Label, Target: c.Target, Mode: c.Mode}
-		for _, r := range c.Runs {
-			row.RunsQPS = append(row.RunsQPS, r.Summary.TPS)
-		}
-		c.Median = medianRun(c.Runs)
-		switch {
-		case c.Skipped != "":
-			row.Note = "skipped: " + c.Skipped
-		case c.Median < 0:
-			row.Note = "no successful run"
-			if len(c.Runs) > 0 {
-				row.Note += ": " + trunc(c.Runs[len(c.Runs)-1].Error, 200)
-			}
-		default:
-			m := c.Runs[c.Median]
-			row.OK, row.QPS = true, m.Summary.TPS
-			row.P50Ms, row.P95Ms = float64(m.Latency.P50)/1000, float64(m.Latency.P95)/1000
-			row.P99Ms, row.P999Ms = float64(m.Latency.P99)/1000, float64(m.Latency.P999)/1000
-			row.Failed, row.Aborted = m.Summary.Failed, m.Summary.AbortedClients
-			if c.Target != targetDirect {
-				v := m.CPU.RelayPerQuery
-				row.RelayCPU = &v
-			}
-			row.WorkerCPU, row.PgbenchCPU = m.CPU.WorkerPerQuery, m.CPU.PgbenchPerQuery
-		}
-		for _, r := range c.Runs {
-			if r.Error == "" {
-				row.RunsOK++
-			}
-		}
-		c.Row = row
-		byKey[c.key()] = row
+		row := medianRow(c)
+		byKey[configKey(c.Target, c.Workload, c.Mode)] = row
 		rows = append(rows, row)
 	}
 	for _, row := range rows {
 		if !row.OK {
 			continue
 		}
-		if d := byKey[targetDirect+"/"+row.Mode]; d != nil && d.OK && d.QPS > 0 {
+		if d := byKey[configKey(targetDirect, row.Workload, row.Mode)]; d != nil && d.OK && d.QPS > 0 {
 			v := row.QPS / d.QPS
 			row.VsDirect = &v
 		}
 		if ref := pgbouncerReference(row.Mode); ref != "" {
-			if p := byKey[ref+"/"+row.Mode]; p != nil && p.OK && p.QPS > 0 {
+			if p := byKey[configKey(ref, row.Workload, row.Mode)]; p != nil && p.OK && p.QPS > 0 {
 				v := row.QPS / p.QPS
 				row.VsPgbouncer = &v
 			}
 		}
 	}
 	return rows
+}
+
+// medianRow picks c's median run and makes its table row (without ratios).
+func medianRow(c *configResult) *tableRow {
+	row := &tableRow{Label: c.Label, Target: c.Target, Workload: c.Workload, Mode: c.Mode}
+	for _, r := range c.Runs {
+		row.RunsQPS = append(row.RunsQPS, r.Summary.TPS)
+	}
+	c.Median = medianRun(c.Runs)
+	switch {
+	case c.Skipped != "":
+		row.Note = "skipped: " + c.Skipped
+	case c.Median < 0:
+		row.Note = "no successful run"
+		if len(c.Runs) > 0 {
+			row.Note += ": " + trunc(c.Runs[len(c.Runs)-1].Error, 200)
+		}
+	default:
+		m := c.Runs[c.Median]
+		row.OK, row.QPS = true, m.Summary.TPS
+		row.P50Ms, row.P95Ms = float64(m.Latency.P50)/1000, float64(m.Latency.P95)/1000
+		row.P99Ms, row.P999Ms = float64(m.Latency.P99)/1000, float64(m.Latency.P999)/1000
+		row.Failed, row.Aborted = m.Summary.Failed, m.Summary.AbortedClients
+		if c.Target != targetDirect {
+			v := m.CPU.RelayPerQuery
+			row.RelayCPU = &v
+		}
+		row.WorkerCPU, row.PgbenchCPU = m.CPU.WorkerPerQuery, m.CPU.PgbenchPerQuery
+	}
+	for _, r := range c.Runs {
+		if r.Error == "" {
+			row.RunsOK++
+		} else {
+			row.RunsFailed = append(row.RunsFailed, r.Run)
+		}
+	}
+	c.Row = row
+	return row
 }
 
 // markdown renders the report.
@@ -138,24 +151,7 @@ func (rep *relayReport) markdown(rows []*tableRow, jsonName string) string {
 		"completed; relay = the coordinator or PgBouncer process, worker = the postmaster and all its children " +
 		"(backends included), pgbench = the load generator. All share the same cores; see bench/README.md.\n\n")
 
-	sb.WriteString("## Every run (QPS)\n\n| config | mode | runs | min | max | spread |\n|---|---|---|---:|---:|---:|\n")
-	for _, r := range rows {
-		if len(r.RunsQPS) == 0 {
-			continue
-		}
-		lo, hi := math.Inf(1), math.Inf(-1)
-		var parts []string
-		for _, q := range r.RunsQPS {
-			parts = append(parts, fmt.Sprintf("%.0f", q))
-			lo, hi = math.Min(lo, q), math.Max(hi, q)
-		}
-		spread := "–"
-		if lo > 0 {
-			spread = fmt.Sprintf("%.1f%%", (hi-lo)/lo*100)
-		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %.0f | %.0f | %s |\n", r.Label, r.Mode, strings.Join(parts, ", "), lo, hi, spread)
-	}
-
+	writeEveryRun(&sb, rows)
 	sb.WriteString("\n## Problems seen\n\n")
 	if len(rep.Problems) == 0 {
 		sb.WriteString("None: every run exited 0, with no failed transactions, no aborted clients, " +
@@ -170,28 +166,94 @@ func (rep *relayReport) markdown(rows []*tableRow, jsonName string) string {
 			fmt.Fprintf(&sb, "- %s\n", oneLine(n))
 		}
 	}
-	v, m := rep.Versions, rep.Machine
+	writeEnvironment(&sb, rep.Versions, rep.Machine, jsonName)
+	return sb.String()
+}
+
+// writeEveryRun writes the "Every run (QPS)" section.
+func writeEveryRun(sb *strings.Builder, rows []*tableRow) {
+	withWorkload := false
+	for _, r := range rows {
+		withWorkload = withWorkload || r.Workload != ""
+	}
+	if withWorkload {
+		sb.WriteString("## Every run (QPS)\n\n| config | workload | mode | runs | min | max | spread |\n|---|---|---|---|---:|---:|---:|\n")
+	} else {
+		sb.WriteString("## Every run (QPS)\n\n| config | mode | runs | min | max | spread |\n|---|---|---|---:|---:|---:|\n")
+	}
+	for _, r := range rows {
+		if len(r.RunsQPS) == 0 {
+			continue
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		var parts []string
+		for i, q := range r.RunsQPS {
+			part := fmt.Sprintf("%.0f", q)
+			if slices.Contains(r.RunsFailed, i+1) {
+				part += " (failed)"
+			}
+			parts = append(parts, part)
+			lo, hi = math.Min(lo, q), math.Max(hi, q)
+		}
+		spread := "–"
+		if lo > 0 {
+			spread = fmt.Sprintf("%.1f%%", (hi-lo)/lo*100)
+		}
+		label := r.Label
+		if withWorkload {
+			label += " | " + r.Workload
+		}
+		fmt.Fprintf(sb, "| %s | %s | %s | %.0f | %.0f | %s |\n", label, r.Mode, strings.Join(parts, ", "), lo, hi, spread)
+	}
+}
+
+// writeEnvironment writes the "Environment" section.
+func writeEnvironment(sb *strings.Builder, v versions, m machine, jsonName string) {
 	sb.WriteString("\n## Environment\n\n")
-	fmt.Fprintf(&sb, "- pgfleet %s (%s)\n", v.Pgfleet, v.Go)
-	fmt.Fprintf(&sb, "- %s; %s", v.Postgres, v.Pgbench)
+	fmt.Fprintf(sb, "- pgfleet %s (%s)\n", v.Pgfleet, v.Go)
+	fmt.Fprintf(sb, "- %s; %s", v.Postgres, v.Pgbench)
 	if v.Pgbouncer != "" {
-		fmt.Fprintf(&sb, "; %s", v.Pgbouncer)
+		fmt.Fprintf(sb, "; %s", v.Pgbouncer)
 	}
 	sb.WriteString("\n")
-	fmt.Fprintf(&sb, "- %d CPUs (%s), %s, %s; load average at start %s, at end %s\n", m.Nproc, m.CPUModel, m.MemTotal, m.Kernel,
+	fmt.Fprintf(sb, "- %d CPUs (%s), %s, %s; load average at start %s, at end %s\n", m.Nproc, m.CPUModel, m.MemTotal, m.Kernel,
 		loadTriple(m.LoadAvgStart), loadTriple(m.LoadAvgEnd))
 	if jsonName != "" {
-		fmt.Fprintf(&sb, "- every figure and command: %s\n", jsonName)
+		fmt.Fprintf(sb, "- every figure and command: %s\n", jsonName)
 	}
-	return sb.String()
 }
 
 // problems lists what went wrong in the runs, for the report.
 func (rep *relayReport) problems() []string {
+	out := runProblems(rep.Configs)
+	if w := rep.Worker; w.NLog > 0 {
+		out = append(out, workerLogProblem(w))
+	}
+	return out
+}
+
+// workerLogProblem summarises the warning and error lines of a worker's log.
+func workerLogProblem(w workerInfo) string {
+	name := "PostgreSQL worker"
+	if w.Name != "" {
+		name += " " + w.Name
+	}
+	msg := fmt.Sprintf("%s log: %d warning/error lines", name, w.NLog)
+	if len(w.Log) > 0 {
+		msg += ", first: " + w.Log[0]
+	}
+	return msg
+}
+
+// runProblems lists what went wrong in the configurations' runs.
+func runProblems(configs []*configResult) []string {
 	var out []string
-	for _, c := range rep.Configs {
+	for _, c := range configs {
 		for _, r := range c.Runs {
 			where := fmt.Sprintf("%s %s run %d", c.Label, c.Mode, r.Run)
+			if c.Workload != "" {
+				where = fmt.Sprintf("%s %s %s run %d", c.Label, c.Workload, c.Mode, r.Run)
+			}
 			if r.Error != "" {
 				out = append(out, where+": "+r.Error)
 			}
@@ -200,7 +262,14 @@ func (rep *relayReport) problems() []string {
 			}
 			if r.Summary.AbortedClients > 0 {
 				msg := fmt.Sprintf("%s: %d clients aborted", where, r.Summary.AbortedClients)
-				if len(r.Summary.FirstAbortMessages) > 0 {
+				if len(r.Aborts) > 0 {
+					a := r.Aborts[0]
+					msg += fmt.Sprintf(", first: client %d after %d logged transactions", a.Client, a.Transactions)
+					if a.Transactions > 0 {
+						msg += fmt.Sprintf(" (its last %.2f s after the run's first)", a.LastTxAt)
+					}
+					msg += ": " + a.Message
+				} else if len(r.Summary.FirstAbortMessages) > 0 {
 					msg += ", first: " + r.Summary.FirstAbortMessages[0]
 				}
 				out = append(out, msg)
@@ -212,26 +281,26 @@ func (rep *relayReport) problems() []string {
 				out = append(out, fmt.Sprintf("%s: %d worker backends still running 2 s after the run (their CPU is counted while alive)", where, r.CPU.BackendsLeft))
 			}
 			if rr := r.Relay; rr != nil {
-				if rr.ExitedEarly {
-					out = append(out, fmt.Sprintf("%s: the relay exited before it was stopped (%s)", where, rr.Exit))
-				}
-				if rr.Killed {
-					out = append(out, where+": the relay did not stop within 10 s of SIGTERM and was killed")
-				}
-				if rr.ProblemCount > 0 {
-					msg := fmt.Sprintf("%s: %d warning/error lines in the relay's log", where, rr.ProblemCount)
-					if len(rr.LogProblems) > 0 {
-						msg += ", first: " + rr.LogProblems[0]
-					}
-					out = append(out, msg)
-				}
+				out = append(out, relayProblems(where, rr)...)
 			}
 		}
 	}
-	if w := rep.Worker; w.NLog > 0 {
-		msg := fmt.Sprintf("PostgreSQL worker log: %d warning/error lines", w.NLog)
-		if len(w.Log) > 0 {
-			msg += ", first: " + w.Log[0]
+	return out
+}
+
+// relayProblems lists what went wrong with one relay process.
+func relayProblems(where string, rr *relayRun) []string {
+	var out []string
+	if rr.ExitedEarly {
+		out = append(out, fmt.Sprintf("%s: the relay exited before it was stopped (%s)", where, rr.Exit))
+	}
+	if rr.Killed {
+		out = append(out, where+": the relay did not stop within 10 s of SIGTERM and was killed")
+	}
+	if rr.ProblemCount > 0 {
+		msg := fmt.Sprintf("%s: %d warning/error lines in the relay's log", where, rr.ProblemCount)
+		if len(rr.LogProblems) > 0 {
+			msg += ", first: " + rr.LogProblems[0]
 		}
 		out = append(out, msg)
 	}

@@ -263,7 +263,8 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 				return err
 			}
 			fe := pgerr.Flatten(err)
-			return &pgerr.Error{Severity: "ERROR", Code: fe.Code,
+			ss.srv.log.Warn("applying session settings on a worker connection", "worker", sc.Addr, "err", err)
+			return &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
 				Message: "cannot apply session settings on worker: " + fe.Message,
 				Hint:    "Check the settings in the connection string and the session's SET statements."}
 		}

@@ -54,6 +54,12 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// SyncConn stops pgconn's background reader and checks nothing is
+	// buffered: a reader left running would steal the worker's answers.
+	if err := pg.SyncConn(ctx); err != nil {
+		pg.Close(ctx)
+		return nil, err
+	}
 	h, err := pg.Hijack()
 	if err != nil {
 		pg.Close(ctx)

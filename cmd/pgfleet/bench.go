@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/pgfleet/pgfleet/bench"
 )
 
 const benchUsage = `Usage:
-  pgfleet bench relay [flags]   pgbench -S directly, through a pgfleet coordinator and through PgBouncer
+  pgfleet bench relay [flags]    pgbench -S directly, through a pgfleet coordinator and through PgBouncer
+  pgfleet bench router [flags]   routed point queries on distributed pgbench tables through a coordinator,
+                                 against the same queries sent directly to the worker and through PgBouncer
+(bench/README.md describes both)
 `
 
 // benchCmd parses pgfleet bench's flags and runs the benchmark in package bench.
@@ -27,6 +31,8 @@ func benchCmd(args []string) error {
 	switch args[0] {
 	case "relay":
 		return benchRelay(args[1:])
+	case "router":
+		return benchRouter(args[1:])
 	default:
 		return fmt.Errorf("bench: unknown benchmark %q\n\n%s", args[0], benchUsage)
 	}
@@ -48,6 +54,40 @@ func benchRelay(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench relay: unexpected arguments %q", fs.Args())
 	}
+	return runInterruptible(func(ctx context.Context) error { return bench.RunRelay(ctx, o) })
+}
+
+func benchRouter(args []string) error {
+	d := bench.DefaultRouterOptions()
+	o := d
+	modes := strings.Join(d.Modes, ",")
+	fs := flag.NewFlagSet("bench router", flag.ExitOnError)
+	fs.IntVar(&o.Scale, "scale", d.Scale, "pgbench -i scale factor of both data sets (accounts = 100000 * scale)")
+	fs.IntVar(&o.Clients, "clients", d.Clients, "pgbench clients (-c)")
+	fs.IntVar(&o.Jobs, "jobs", d.Jobs, "pgbench threads (-j)")
+	fs.DurationVar(&o.Duration, "duration", d.Duration, "length of each run (pgbench -T, whole seconds)")
+	fs.IntVar(&o.Runs, "runs", d.Runs, "runs per configuration; the report shows the median run by QPS")
+	fs.IntVar(&o.PoolSize, "pool-size", d.PoolSize, "server connections of the coordinator (per worker) and of PgBouncer transaction mode")
+	fs.IntVar(&o.Shards, "shards", d.Shards, "shard_count of pgbench_accounts")
+	fs.IntVar(&o.Workers, "workers", d.Workers, "PostgreSQL workers the shards are spread over (1 to 8)")
+	fs.StringVar(&modes, "modes", modes, "pgbench query modes to run, comma-separated")
+	fs.StringVar(&o.OutDir, "out", d.OutDir, "directory for the Markdown and JSON reports")
+	fs.BoolVar(&o.KeepGoing, "keep-going", false, "record a failed run and go on instead of stopping")
+	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench router: unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.Modes, err = bench.ParseModes(modes); err != nil {
+		return err
+	}
+	return runInterruptible(func(ctx context.Context) error { return bench.RunRouter(ctx, o) })
+}
+
+// runInterruptible runs a benchmark with a context that Ctrl-C or SIGTERM
+// cancels; a second Ctrl-C kills the process (its children then get a
+// signal from the kernel).
+func runInterruptible(run func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	finished := make(chan struct{})
@@ -60,5 +100,5 @@ func benchRelay(args []string) error {
 		case <-finished:
 		}
 	}()
-	return bench.RunRelay(ctx, o)
+	return run(ctx)
 }

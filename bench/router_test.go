@@ -1,0 +1,369 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseModes(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr string
+	}{
+		{"prepared,extended,simple", []string{"prepared", "extended", "simple"}, ""},
+		{"simple, prepared", []string{"prepared", "simple"}, ""},
+		{"extended,extended", []string{"extended"}, ""},
+		{"extended,", []string{"extended"}, ""},
+		{"", nil, "no query mode"},
+		{"prepared,fast", nil, `unknown pgbench query mode "fast"`},
+	}
+	for _, tc := range tests {
+		got, err := ParseModes(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseModes(%q) error = %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ParseModes(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestWorkloadArgs(t *testing.T) {
+	tests := []struct {
+		workload string
+		scale    int
+		want     []string
+	}{
+		{workloadPointSelect, 5, []string{"-f", "/w/point-select.sql", "-D", "naccounts=500000"}},
+		{workloadMix, 2, []string{"-f", "/w/hot.sql@80", "-f", "/w/uniform.sql@10", "-f", "/w/tellers.sql@5",
+			"-f", "/w/branches.sql@5", "-D", "naccounts=200000", "-D", "hot_pct=5"}},
+		{workloadPointSelect, 100, []string{"-f", "/w/point-select.sql", "-D", "naccounts=10000000"}},
+	}
+	for _, tc := range tests {
+		if got := workloadArgs(tc.workload, "/w", tc.scale); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("workloadArgs(%s, %d) = %v, want %v", tc.workload, tc.scale, got, tc.want)
+		}
+	}
+}
+
+func TestWriteWorkloadsHasEveryScript(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeWorkloads(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{workloadPointSelect, workloadMix} {
+		for _, a := range workloadArgs(w, dir, 1) {
+			if !strings.HasPrefix(a, dir) {
+				continue
+			}
+			path, _, _ := strings.Cut(a, "@")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%s: %v", w, err)
+			}
+			if !strings.Contains(string(b), "SELECT") || !strings.Contains(string(b), ":naccounts") {
+				t.Errorf("%s does not look like a pgbench script over :naccounts:\n%s", path, b)
+			}
+		}
+	}
+}
+
+func TestRouterConfigs(t *testing.T) {
+	key := func(cs []routerConfig) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, configKey(c.Target, c.Workload, c.Mode))
+		}
+		return out
+	}
+	tests := []struct {
+		modes []string
+		want  []string
+	}{
+		{[]string{modePrepared, modeExtended, modeSimple}, []string{
+			"direct/point-select/prepared", "direct/point-select/extended", "direct/point-select/simple",
+			"pgfleet/point-select/prepared", "pgfleet/point-select/extended", "pgfleet/point-select/simple",
+			"pgbouncer-session/point-select/prepared", "pgbouncer-transaction/point-select/extended",
+			"direct/citus-mix/prepared", "direct/citus-mix/extended", "direct/citus-mix/simple",
+			"pgfleet/citus-mix/prepared", "pgfleet/citus-mix/extended", "pgfleet/citus-mix/simple"}},
+		{[]string{modeSimple}, []string{"direct/point-select/simple", "pgfleet/point-select/simple",
+			"direct/citus-mix/simple", "pgfleet/citus-mix/simple"}},
+		{[]string{modeExtended}, []string{"direct/point-select/extended", "pgfleet/point-select/extended",
+			"pgbouncer-transaction/point-select/extended", "direct/citus-mix/extended", "pgfleet/citus-mix/extended"}},
+	}
+	for _, tc := range tests {
+		if got := key(routerConfigs(tc.modes)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("routerConfigs(%v) =\n%v\nwant\n%v", tc.modes, got, tc.want)
+		}
+	}
+}
+
+func TestRouterLabel(t *testing.T) {
+	o := DefaultRouterOptions()
+	tests := []struct {
+		target  string
+		workers int
+		want    string
+	}{
+		{targetDirect, 1, "direct (db direct)"},
+		{targetPgfleet, 1, "pgfleet router (32 shards, pool 8)"},
+		{targetPgfleet, 2, "pgfleet router (2 workers, 32 shards, pool 8)"},
+		{targetBouncerSess, 1, "PgBouncer session (pool 32)"},
+		{targetBouncerTx, 1, "PgBouncer transaction (pool 8)"},
+	}
+	for _, tc := range tests {
+		o.Workers = tc.workers
+		if got := routerLabel(tc.target, o, 32); got != tc.want {
+			t.Errorf("routerLabel(%s, %d workers) = %q, want %q", tc.target, tc.workers, got, tc.want)
+		}
+	}
+}
+
+func TestRouterOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		change  func(*RouterOptions)
+		wantErr string
+	}{
+		{"defaults", func(*RouterOptions) {}, ""},
+		{"no shards", func(o *RouterOptions) { o.Shards = 0 }, "--shards"},
+		{"no workers", func(o *RouterOptions) { o.Workers = 0 }, "--workers"},
+		{"too many workers", func(o *RouterOptions) { o.Workers = 9 }, "--workers"},
+		{"bad mode", func(o *RouterOptions) { o.Modes = []string{"turbo"} }, "--modes"},
+		{"short run", func(o *RouterOptions) { o.Duration = time.Millisecond }, "--duration"},
+		{"jobs above clients", func(o *RouterOptions) { o.Clients, o.Jobs = 1, 2 }, "--jobs"},
+	}
+	for _, tc := range tests {
+		o := DefaultRouterOptions()
+		tc.change(&o)
+		err := o.validate()
+		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s: validate() = %v, want error containing %q", tc.name, err, tc.wantErr)
+		}
+	}
+}
+
+func TestDistributeStatements(t *testing.T) {
+	want := []string{
+		"SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 4)",
+		"SELECT create_reference_table('pgbench_branches')",
+		"SELECT create_reference_table('pgbench_tellers')",
+	}
+	if got := distributeStatements(4); !reflect.DeepEqual(got, want) {
+		t.Fatalf("distributeStatements(4) = %q", got)
+	}
+}
+
+func TestPgbenchRunArgv(t *testing.T) {
+	tests := []struct {
+		name   string
+		script []string
+		want   string
+	}{
+		{"relay", []string{"-S"}, "pgbench -n -S -M prepared -c 32 -j 2 -T 10 --log --log-prefix=/l/p -h 127.0.0.1 -p 5432 -U postgres postgres"},
+		{"router", []string{"-f", "a.sql", "-D", "naccounts=1"}, "pgbench -n -f a.sql -D naccounts=1 -M prepared -c 32 -j 2 -T 10 --log --log-prefix=/l/p -h 127.0.0.1 -p 5432 -U postgres postgres"},
+	}
+	for _, tc := range tests {
+		got := strings.Join(pgbenchRunArgv("pgbench", tc.script, "prepared", 32, 2, 10, "/l/p", "127.0.0.1", 5432, "postgres"), " ")
+		if got != tc.want {
+			t.Errorf("%s: %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestDurationSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int
+	}{{time.Second, 1}, {1500 * time.Millisecond, 2}, {10 * time.Second, 10}, {0, 0}} {
+		if got := durationSeconds(tc.d); got != tc.want {
+			t.Errorf("durationSeconds(%s) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestBouncerIniDatabases(t *testing.T) {
+	c := bouncerConfig{PoolMode: "session", PoolSize: 32, Port: 6000, WorkerPort: 5000, QueryTimeout: time.Minute}
+	plain := c.iniText("/a")
+	if !strings.HasPrefix(plain, "[databases]\npostgres = host=127.0.0.1 port=5000 dbname=postgres user=postgres\n\n[pgbouncer]\n") {
+		t.Errorf("without extra databases:\n%s", plain)
+	}
+	c.Databases = []string{"direct", "postgres"}
+	ini := c.iniText("/a")
+	for _, want := range []string{"postgres = host=127.0.0.1 port=5000 dbname=postgres user=postgres\n",
+		"direct = host=127.0.0.1 port=5000 dbname=direct user=postgres\n", "pool_mode = session\n", "listen_port = 6000\n"} {
+		if !strings.Contains(ini, want) {
+			t.Errorf("ini lacks %q:\n%s", want, ini)
+		}
+	}
+	if strings.Count(ini, "dbname=postgres") != 1 {
+		t.Errorf("postgres listed twice:\n%s", ini)
+	}
+}
+
+func TestLogProblemsFrom(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pg.log")
+	before := "2026-11-29 22:42:25.562 UTC [1] FATAL:  the database system is starting up\n"
+	after := "2026-11-29 22:42:26.000 UTC [2] LOG:  checkpoint starting\n2026-11-29 22:42:27.000 UTC [3] ERROR:  relation \"x\" does not exist\n"
+	if err := os.WriteFile(path, []byte(before+after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		offset int64
+		want   int
+	}{{0, 2}, {int64(len(before)), 1}, {int64(len(before + after)), 0}}
+	for _, tc := range tests {
+		lines, n := logProblemsFrom(path, tc.offset, 10)
+		if n != tc.want || len(lines) != tc.want {
+			t.Errorf("offset %d: %d problems %q, want %d", tc.offset, n, lines, tc.want)
+		}
+	}
+}
+
+// routerRows builds rows for targets tests: qps, relay CPU and worker CPU of
+// each configuration key (target/workload/mode).
+func routerRows(figs map[string][3]float64) []*tableRow {
+	var configs []*configResult
+	for _, c := range routerConfigs([]string{modePrepared, modeExtended, modeSimple}) {
+		cr := &configResult{relayConfig: relayConfig{Target: c.Target, Mode: c.Mode}, Workload: c.Workload, Label: c.Target}
+		if f, ok := figs[configKey(c.Target, c.Workload, c.Mode)]; ok {
+			r := run(f[0], "")
+			r.Target, r.Mode, r.Workload = c.Target, c.Mode, c.Workload
+			r.CPU.RelayPerQuery, r.CPU.WorkerPerQuery = f[1], f[2]
+			cr.Runs = []runResult{r}
+		} else {
+			cr.Skipped = "not run"
+		}
+		configs = append(configs, cr)
+	}
+	return buildRows(configs)
+}
+
+func TestBuildRowsWithWorkloads(t *testing.T) {
+	rows := routerRows(map[string][3]float64{
+		"direct/point-select/prepared":            {1000, 0, 50},
+		"pgfleet/point-select/prepared":           {500, 60, 55},
+		"pgbouncer-session/point-select/prepared": {400, 30, 60},
+		"direct/citus-mix/prepared":               {2000, 0, 40},
+		"pgfleet/citus-mix/prepared":              {1000, 50, 44},
+	})
+	got := map[string]*tableRow{}
+	for _, r := range rows {
+		got[configKey(r.Target, r.Workload, r.Mode)] = r
+	}
+	ps, mix := got["pgfleet/point-select/prepared"], got["pgfleet/citus-mix/prepared"]
+	if ps.VsDirect == nil || *ps.VsDirect != 0.5 || ps.VsPgbouncer == nil || *ps.VsPgbouncer != 1.25 {
+		t.Errorf("point-select row: %+v", ps)
+	}
+	if mix.VsDirect == nil || *mix.VsDirect != 0.5 || mix.VsPgbouncer != nil {
+		t.Errorf("mix row compares with the wrong references: %+v", mix)
+	}
+}
+
+func TestEvaluateTargets(t *testing.T) {
+	rows := routerRows(map[string][3]float64{
+		"direct/point-select/prepared":                {1000, 0, 50},
+		"pgfleet/point-select/prepared":               {500, 60, 55}, // worker 1.10x: met at the limit
+		"pgbouncer-session/point-select/prepared":     {400, 30, 60}, // coordinator QPS 1.25x met, CPU 2x missed
+		"direct/point-select/extended":                {800, 0, 100},
+		"pgfleet/point-select/extended":               {700, 40, 120}, // worker 1.2x missed
+		"pgbouncer-transaction/point-select/extended": {800, 50, 90},  // QPS 0.875 missed, CPU 0.8 met
+		"direct/citus-mix/prepared":                   {2000, 0, 40},
+		// pgfleet citus-mix prepared did not run: n/a
+		"pgfleet/point-select/simple": {300, 70, 80}, // no direct simple: n/a
+	})
+	checks := evaluateTargets(rows, []string{modePrepared, modeExtended, modeSimple})
+	got := map[string]string{}
+	for _, c := range checks {
+		got[c.Target+" "+c.Workload+" "+c.Mode] = c.Status
+	}
+	want := map[string]string{
+		"coordinator throughput ≥ PgBouncer session's point-select prepared":     targetMet,
+		"coordinator CPU/query ≤ PgBouncer session's point-select prepared":      targetMissed,
+		"coordinator throughput ≥ PgBouncer transaction's point-select extended": targetMissed,
+		"coordinator CPU/query ≤ PgBouncer transaction's point-select extended":  targetMet,
+		"worker CPU per routed query ≤ 1.1× direct's point-select prepared":      targetMet,
+		"worker CPU per routed query ≤ 1.1× direct's point-select extended":      targetMissed,
+		"worker CPU per routed query ≤ 1.1× direct's point-select simple":        targetNA,
+		"worker CPU per routed query ≤ 1.1× direct's citus-mix prepared":         targetNA,
+		"worker CPU per routed query ≤ 1.1× direct's citus-mix extended":         targetNA,
+		"worker CPU per routed query ≤ 1.1× direct's citus-mix simple":           targetNA,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("targets:\n%v\nwant\n%v", got, want)
+	}
+	if len(checks) != len(want) {
+		t.Errorf("%d checks, want %d", len(checks), len(want))
+	}
+	for _, c := range checks {
+		if c.Status == targetNA && (c.Ratio != nil || c.Detail == "") {
+			t.Errorf("n/a check %+v: want no ratio and a reason", c)
+		}
+		if c.Status != targetNA && (c.Ratio == nil || !strings.Contains(c.Detail, "coordinator")) {
+			t.Errorf("check %+v: want a ratio and the figures", c)
+		}
+	}
+}
+
+func TestCompareTargetZeroReference(t *testing.T) {
+	coord := &tableRow{OK: true, QPS: 10}
+	ref := &tableRow{OK: true, QPS: 0}
+	c := compareTarget(targetCheck{}, coord, ref, "direct", true, 1,
+		func(r *tableRow) (float64, bool) { return r.QPS, true }, "%.0f")
+	if c.Status != targetNA || c.Ratio != nil {
+		t.Fatalf("zero reference: %+v", c)
+	}
+}
+
+func TestRouterMarkdown(t *testing.T) {
+	rows := routerRows(map[string][3]float64{
+		"direct/point-select/prepared":            {1000, 0, 50},
+		"pgfleet/point-select/prepared":           {500, 60, 55},
+		"pgbouncer-session/point-select/prepared": {400, 30, 60},
+	})
+	rep := &routerReport{StartedAt: time.Unix(0, 0), Options: routerRepOpts{Scale: 1, Naccounts: 100000, Shards: 32, Workers: 1},
+		Data: dataCheck{Naccounts: 100000, DirectAccounts: 100000, Shards: 32, RoutedAccounts: 100000,
+			PerWorker: []shardPlacement{{Worker: "worker1", Shards: 32, Rows: 100000}},
+			Reads:     []readCheck{{Rows: 1}, {Rows: 0, Error: "boom"}}}}
+	rep.Targets = evaluateTargets(rows, []string{modePrepared})
+	md := rep.markdown(rows, "r.json")
+	for _, want := range []string{
+		"| config | workload | mode | QPS | vs direct | vs PgBouncer |",
+		"| direct | point-select | prepared | 1000 | 1.00 | 2.50 |",
+		"| pgfleet | point-select | prepared | 500 | 0.50 | 1.25 |",
+		"- [x] **met** — coordinator throughput ≥ PgBouncer session's, point-select prepared: 1.25 (>= 1.00)",
+		"- [ ] **missed** — coordinator CPU/query ≤ PgBouncer session's",
+		"- [ ] **n/a** — worker CPU per routed query ≤ 1.1× direct's, citus-mix prepared:",
+		"routed: 100000 accounts in 32 shards (worker1 32 shards / 100000 rows)",
+		"1 of 2 returned their one row", "| config | workload | mode | runs |", "r.json",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestRouterMarkdownFailedRuns(t *testing.T) {
+	ok1, bad, ok3 := run(900, ""), run(500, "pgbench: exit status 2"), run(1000, "")
+	ok1.Run, bad.Run, ok3.Run = 1, 2, 3
+	configs := []*configResult{{relayConfig: relayConfig{Target: targetPgfleet, Mode: modeSimple}, Workload: workloadMix,
+		Label: "pgfleet router", Runs: []runResult{ok1, bad, ok3}}}
+	rows := buildRows(configs)
+	if got := rows[0].RunsFailed; !reflect.DeepEqual(got, []int{2}) || rows[0].RunsOK != 2 || rows[0].QPS != 900 {
+		t.Fatalf("row %+v", rows[0])
+	}
+	md := (&routerReport{StartedAt: time.Unix(0, 0)}).markdown(rows, "")
+	for _, want := range []string{"| 0; 1 of 3 runs failed |", "| 900, 500 (failed), 1000 | 500 | 1000 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
