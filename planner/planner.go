@@ -181,7 +181,7 @@ func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 func catalogTables(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
 	ctes := cteNames(stmt)
 	var out []string
-	walk(stmt, func(m proto.Message) {
+	Walk(stmt, func(m proto.Message) {
 		if rv, ok := m.(*pg_query.RangeVar); ok {
 			if t := lookup(cat, rv, ctes); t != nil {
 				out = append(out, t.Name)
@@ -231,7 +231,7 @@ func lookup(cat *metadata.Snapshot, rv *pg_query.RangeVar, ctes map[string]bool)
 
 func cteNames(stmt *pg_query.Node) map[string]bool {
 	names := map[string]bool{}
-	walk(stmt, func(m proto.Message) {
+	Walk(stmt, func(m proto.Message) {
 		if c, ok := m.(*pg_query.CommonTableExpr); ok {
 			names[c.Ctename] = true
 		}
@@ -239,8 +239,8 @@ func cteNames(stmt *pg_query.Node) map[string]bool {
 	return names
 }
 
-// walk calls fn for every message in the tree, parents first.
-func walk(n proto.Message, fn func(proto.Message)) {
+// Walk calls fn for every message in a pg_query parse tree, parents first.
+func Walk(n proto.Message, fn func(proto.Message)) {
 	if n == nil {
 		return
 	}
@@ -336,7 +336,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	// subqueries and CTEs are not analysed yet.
 	ctes := cteNames(stmt)
 	var nested error
-	walk(stmt, func(m proto.Message) {
+	Walk(stmt, func(m proto.Message) {
 		if rv, ok := m.(*pg_query.RangeVar); ok && !b.topLevel[rv] && nested == nil {
 			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
 				nested = unsupported("distributed table %s in a subquery or CTE is not supported yet", t.Name)
@@ -688,7 +688,7 @@ func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
 	ctes := cteNames(clone)
 	aliases := clone.GetCopyStmt() == nil // COPY takes no alias
 	var err error
-	walk(clone, func(m proto.Message) {
+	Walk(clone, func(m proto.Message) {
 		rv, ok := m.(*pg_query.RangeVar)
 		if !ok || err != nil {
 			return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // ErrIndexLookup is DDLTables' answer for DROP INDEX, ALTER INDEX and
@@ -510,7 +511,7 @@ func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col str
 		return unsupportedDDL("adding an exclusion constraint to %s is not supported", describeTable(t))
 	case pg_query.ConstrType_CONSTR_CHECK:
 		typ = "c"
-		walk(c.RawExpr, func(m proto.Message) {
+		planner.Walk(c.RawExpr, func(m proto.Message) {
 			if cr, ok := m.(*pg_query.ColumnRef); ok && len(cr.Fields) > 0 {
 				if name := cr.Fields[len(cr.Fields)-1].GetString_().GetSval(); name != "" && !slices.Contains(cols, name) {
 					cols = append(cols, name)
@@ -556,7 +557,7 @@ func sequenceDefault(t *metadata.Table, col string) error {
 // hasNextval reports whether an expression calls nextval().
 func hasNextval(n *pg_query.Node) bool {
 	found := false
-	walk(n, func(m proto.Message) {
+	planner.Walk(n, func(m proto.Message) {
 		if fc, ok := m.(*pg_query.FuncCall); ok && len(fc.Funcname) > 0 &&
 			fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval() == "nextval" {
 			found = true
@@ -706,7 +707,7 @@ func indexTable(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, na
 func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
 	ctes := map[string]bool{}
 	var refused error
-	walk(n, func(m proto.Message) {
+	planner.Walk(n, func(m proto.Message) {
 		switch m := m.(type) {
 		case *pg_query.CommonTableExpr:
 			ctes[m.Ctename] = true
@@ -721,7 +722,7 @@ func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
 		return refused
 	}
 	var t *metadata.Table
-	walk(n, func(m proto.Message) {
+	planner.Walk(n, func(m proto.Message) {
 		if rv, ok := m.(*pg_query.RangeVar); ok && t == nil && !(rv.Schemaname == "" && ctes[rv.Relname]) {
 			t = catalogTable(snap, rv)
 		}
@@ -844,33 +845,6 @@ func alterName(t pg_query.AlterTableType) string {
 	return b.String()
 }
 
-// walk calls fn for every message in the tree, parents first.
-func walk(n proto.Message, fn func(proto.Message)) {
-	if n == nil {
-		return
-	}
-	var visit func(m protoreflect.Message)
-	visit = func(m protoreflect.Message) {
-		if !m.IsValid() {
-			return
-		}
-		fn(m.Interface())
-		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			switch {
-			case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
-				l := v.List()
-				for i := 0; i < l.Len(); i++ {
-					visit(l.Get(i).Message())
-				}
-			case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
-				visit(v.Message())
-			}
-			return true
-		})
-	}
-	visit(n.ProtoReflect())
-}
-
 // shellSQL is what the default node's shell gets: the statement as sent,
 // or deparsed when CONCURRENTLY was dropped from it.
 func (d *ddl) shellSQL() (string, error) {
@@ -951,7 +925,7 @@ func (d *ddl) nameUnnamed(before, after []shellName) {
 		}
 	}
 	named := map[string]bool{}
-	walk(d.stmt, func(m proto.Message) {
+	planner.Walk(d.stmt, func(m proto.Message) {
 		if c, ok := m.(*pg_query.Constraint); ok && c.Conname != "" {
 			named[c.Conname] = true
 		}
