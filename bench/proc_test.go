@@ -75,6 +75,9 @@ func TestTicksToMicros(t *testing.T) {
 func TestReadStatSelf(t *testing.T) {
 	st, err := readStat(os.Getpid())
 	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("reading /proc under CI: %v", err)
+		}
 		t.Skipf("no /proc here: %v", err)
 	}
 	if st.Pid != os.Getpid() || st.Ppid != os.Getppid() {
