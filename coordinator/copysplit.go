@@ -29,15 +29,11 @@ func (ss *session) copySplit(p *planner.Plan) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
 	defer cancel()
-	conns, err := ss.nodeConns(ctx)
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
 	if err != nil {
 		return ss.queryError(err)
 	}
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close(context.Background())
-		}
-	}()
 	l, err := shards.NewLoader(ctx, ss.srv.catalog.Load(), conns, ss.srv.defaultNode.Load(),
 		p.Tables[0], p.Copy.Columns, f, options)
 	if err != nil {

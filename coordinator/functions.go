@@ -79,14 +79,12 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a table name", p.Func))
 		}
 		var cerr error
-		if conns, cerr = ss.nodeConns(ctx); cerr != nil {
+		var done func()
+		conns, done, cerr = ss.nodeConns(ctx)
+		defer done()
+		if cerr != nil {
 			return ss.queryError(cerr)
 		}
-		defer func() {
-			for _, c := range conns {
-				_ = c.Close(context.Background())
-			}
-		}()
 		def := s.defaultNode.Load()
 		switch p.Func {
 		case "create_distributed_table":
@@ -142,8 +140,18 @@ func guard(ctx context.Context, home *pgx.Conn, table string, on bool) error {
 	return err
 }
 
-// nodeConns opens a connection to every active node as the session's user.
-func (ss *session) nodeConns(ctx context.Context) (map[int32]*pgx.Conn, error) {
+// nodeConns opens a connection to every active node as the session's user;
+// done closes them.
+func (ss *session) nodeConns(ctx context.Context) (conns map[int32]*pgx.Conn, done func(), err error) {
+	conns, err = ss.openNodeConns(ctx)
+	return conns, func() {
+		for _, c := range conns {
+			_ = c.Close(context.Background())
+		}
+	}, err
+}
+
+func (ss *session) openNodeConns(ctx context.Context) (map[int32]*pgx.Conn, error) {
 	s := ss.srv
 	pw, ok := s.cfg.Users[ss.user]
 	if !ok {
@@ -197,15 +205,11 @@ func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
 func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	conns, err := ss.nodeConns(ctx)
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
 	if err != nil {
 		return ss.queryError(err)
 	}
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close(context.Background())
-		}
-	}()
 	sql := p.ShardSQL[0]
 	if lits != nil {
 		sql, _ = spliceLiterals(sql, lits)
@@ -298,15 +302,11 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	conns, err := ss.nodeConns(ctx)
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
 	if err != nil {
 		return ss.queryError(err)
 	}
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close(context.Background())
-		}
-	}()
 	n, err := shards.ExecGroups(ctx, snap, conns, byNode)
 	if err != nil {
 		return ss.queryError(err)
@@ -339,15 +339,11 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 	defer cancel()
 	tables, err := shards.DDLTables(ctx, nil, sql, snap)
 	var conns map[int32]*pgx.Conn
-	closeAll := func() {
-		for _, c := range conns {
-			_ = c.Close(context.Background())
-		}
-	}
-	defer closeAll()
+	done := func() {}
+	defer func() { done() }()
 	def := ss.srv.defaultNode.Load()
 	if errors.Is(err, shards.ErrIndexLookup) {
-		if conns, err = ss.nodeConns(ctx); err != nil {
+		if conns, done, err = ss.nodeConns(ctx); err != nil {
 			return true, ss.queryError(err)
 		}
 		tables, err = shards.DDLTables(ctx, conns[def], sql, snap)
@@ -363,7 +359,7 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 			"DDL on distributed or reference tables cannot run inside a transaction block yet"))
 	}
 	if conns == nil {
-		if conns, err = ss.nodeConns(ctx); err != nil {
+		if conns, done, err = ss.nodeConns(ctx); err != nil {
 			return true, ss.queryError(err)
 		}
 	}

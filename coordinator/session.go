@@ -214,14 +214,9 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 		// that implicit transaction with a hidden Sync and move.
 		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
 		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.sc.Flush(); err != nil {
-			return ss.lostServer(err)
-		}
-		if err := ss.drain(); err != nil {
+		if err := ss.roundTrip(); err != nil {
 			return err
 		}
-		ss.queue, ss.qhead = ss.queue[:0], 0
-		ss.releaseIfIdle()
 	}
 	if ss.sc != nil {
 		if node != ss.node {

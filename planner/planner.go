@@ -190,7 +190,7 @@ func catalogTables(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
 	})
 	if d := stmt.GetDropStmt(); d != nil && d.RemoveType == pg_query.ObjectType_OBJECT_TABLE {
 		for _, o := range d.Objects {
-			if t := cat.Table(qualified(listNames(o.GetList()))); t != nil {
+			if t := cat.Table(qualified(ListNames(o.GetList()))); t != nil {
 				out = append(out, t.Name)
 			}
 		}
@@ -198,7 +198,8 @@ func catalogTables(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
 	return out
 }
 
-func listNames(l *pg_query.List) []string {
+// ListNames returns the strings of a name list (schema, relation).
+func ListNames(l *pg_query.List) []string {
 	if l == nil {
 		return nil
 	}
@@ -329,7 +330,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetExplainStmt() != nil:
 		return b.explainPlan(stmt)
 	default:
-		return nil, unsupported("%s on distributed or reference tables is not supported yet", statementName(stmt))
+		return nil, unsupported("%s on distributed or reference tables is not supported yet", StatementName(stmt))
 	}
 
 	// Every pgfleet table must be in the top-level FROM: tables inside
@@ -419,26 +420,43 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	return p, nil
 }
 
-// statementName names a statement for messages: "alter_table_stmt" becomes
-// "ALTER TABLE".
-func statementName(stmt *pg_query.Node) string {
+// StatementName names a statement for messages: "alter_table_stmt"
+// becomes "ALTER TABLE", "vacuum_stmt" "VACUUM or ANALYZE".
+func StatementName(n *pg_query.Node) string {
 	var name string
-	stmt.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+	n.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
 		name = string(fd.Name())
 		return false
 	})
-	if n, ok := statementNames[name]; ok {
-		return n
+	if k, ok := statementNames[name]; ok {
+		return k
+	}
+	switch s := n.Node.(type) {
+	case *pg_query.Node_AlterObjectSchemaStmt:
+		return "ALTER " + objectName(s.AlterObjectSchemaStmt.ObjectType) + " ... SET SCHEMA"
+	case *pg_query.Node_AlterOwnerStmt:
+		return "ALTER " + objectName(s.AlterOwnerStmt.ObjectType) + " ... OWNER TO"
 	}
 	return strings.ToUpper(strings.ReplaceAll(strings.TrimSuffix(name, "_stmt"), "_", " "))
 }
 
 var statementNames = map[string]string{
 	"index_stmt":           "CREATE INDEX",
-	"create_stmt":          "CREATE TABLE",
 	"copy_stmt":            "COPY",
-	"vacuum_stmt":          "VACUUM or ANALYZE",
+	"create_stmt":          "CREATE TABLE",
 	"create_table_as_stmt": "CREATE TABLE AS",
+	"vacuum_stmt":          "VACUUM or ANALYZE",
+	"view_stmt":            "CREATE VIEW",
+	"create_trig_stmt":     "CREATE TRIGGER",
+	"create_policy_stmt":   "CREATE POLICY",
+	"create_stats_stmt":    "CREATE STATISTICS",
+	"grant_stmt":           "GRANT or REVOKE",
+	"lock_stmt":            "LOCK TABLE",
+	"rule_stmt":            "CREATE RULE",
+}
+
+func objectName(t pg_query.ObjectType) string {
+	return strings.ReplaceAll(strings.TrimPrefix(t.String(), "OBJECT_"), "_", " ")
 }
 
 // addFrom records the tables of a FROM item and returns quals with its
@@ -793,16 +811,7 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		if d == nil {
 			continue
 		}
-		val := ""
-		if d.Arg != nil {
-			if sv := d.Arg.GetString_(); sv != nil {
-				val = sv.Sval
-			} else if v := valueOf(d.Arg); v != nil {
-				val = v.Const
-			} else if bv := d.Arg.GetBoolean(); bv != nil {
-				val = fmt.Sprint(bv.Boolval)
-			}
-		}
+		val := defElemValue(d)
 		switch d.Defname {
 		case "format":
 			switch strings.ToLower(val) {
@@ -851,14 +860,7 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 		if d == nil {
 			continue
 		}
-		val := ""
-		if d.Arg != nil {
-			if sv := d.Arg.GetString_(); sv != nil {
-				val = sv.Sval
-			} else if bv := d.Arg.GetBoolean(); bv != nil {
-				val = fmt.Sprint(bv.Boolval)
-			}
-		}
+		val := defElemValue(d)
 		switch d.Defname {
 		case "analyze":
 			p.ExplainAnalyze = d.Arg == nil || val == "true" || strings.EqualFold(val, "on")
@@ -876,4 +878,21 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// defElemValue is an option's value as text: a string, a number or a
+// boolean ("" when the option has no value).
+func defElemValue(d *pg_query.DefElem) string {
+	switch {
+	case d.Arg == nil:
+		return ""
+	case d.Arg.GetString_() != nil:
+		return d.Arg.GetString_().Sval
+	case d.Arg.GetBoolean() != nil:
+		return fmt.Sprint(d.Arg.GetBoolean().Boolval)
+	}
+	if v := valueOf(d.Arg); v != nil {
+		return v.Const
+	}
+	return ""
 }

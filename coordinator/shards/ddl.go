@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -360,7 +359,7 @@ func analyzeDDL(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *met
 	case *pg_query.Node_DropStmt:
 		return analyzeDrop(ctx, home, n, snap)
 	}
-	return nil, refuseNamed(n, snap, statementKind(n))
+	return nil, refuseNamed(n, snap, planner.StatementName(n))
 }
 
 func analyzeIndex(n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
@@ -599,7 +598,7 @@ func analyzeDrop(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *me
 	s := n.GetDropStmt()
 	var objects [][]string
 	for _, o := range s.Objects {
-		objects = append(objects, listNames(o.GetList()))
+		objects = append(objects, planner.ListNames(o.GetList()))
 	}
 	switch s.RemoveType {
 	case pg_query.ObjectType_OBJECT_TABLE:
@@ -772,50 +771,6 @@ func tableByNames(snap *metadata.Snapshot, names []string) *metadata.Table {
 		return snap.Table(names[0] + "." + names[1])
 	}
 	return nil
-}
-
-func listNames(l *pg_query.List) []string {
-	if l == nil {
-		return nil
-	}
-	var out []string
-	for _, n := range l.Items {
-		out = append(out, n.GetString_().GetSval())
-	}
-	return out
-}
-
-// statementKind names a statement for messages: "vacuum_stmt" becomes
-// "VACUUM".
-func statementKind(n *pg_query.Node) string {
-	var name string
-	n.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		name = string(fd.Name())
-		return false
-	})
-	if k, ok := statementKinds[name]; ok {
-		return k
-	}
-	switch s := n.Node.(type) {
-	case *pg_query.Node_AlterObjectSchemaStmt:
-		return "ALTER " + objectName(s.AlterObjectSchemaStmt.ObjectType) + " ... SET SCHEMA"
-	case *pg_query.Node_AlterOwnerStmt:
-		return "ALTER " + objectName(s.AlterOwnerStmt.ObjectType) + " ... OWNER TO"
-	}
-	return strings.ToUpper(strings.ReplaceAll(strings.TrimSuffix(name, "_stmt"), "_", " "))
-}
-
-var statementKinds = map[string]string{
-	"create_stmt":          "CREATE TABLE",
-	"create_table_as_stmt": "CREATE TABLE AS",
-	"vacuum_stmt":          "VACUUM or ANALYZE",
-	"view_stmt":            "CREATE VIEW",
-	"create_trig_stmt":     "CREATE TRIGGER",
-	"create_policy_stmt":   "CREATE POLICY",
-	"create_stats_stmt":    "CREATE STATISTICS",
-	"grant_stmt":           "GRANT or REVOKE",
-	"lock_stmt":            "LOCK TABLE",
-	"rule_stmt":            "CREATE RULE",
 }
 
 // objectName is an object type as SQL spells it: OBJECT_MATVIEW becomes
@@ -1016,7 +971,7 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 			MissingOk:  s.DropStmt.MissingOk,
 		}}}
 	default:
-		return "", fmt.Errorf("unexpected statement %s", statementKind(d.stmt))
+		return "", fmt.Errorf("unexpected statement %s", planner.StatementName(d.stmt))
 	}
 	return d.deparse(out)
 }
