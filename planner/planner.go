@@ -618,6 +618,13 @@ func (b *builder) distColumn(n *pg_query.Node) (string, bool) {
 // valueOf returns a constant or parameter, looking through casts.
 func valueOf(n *pg_query.Node) *Value {
 	if tc := n.GetTypeCast(); tc != nil {
+		// Only casts that keep the value as it is: char(2) would cut 'abc'
+		// to 'ab' and send the statement to the wrong shard.
+		tn := tc.TypeName
+		if tn == nil || len(tn.Typmods) > 0 || len(tn.ArrayBounds) > 0 || len(tn.Names) == 0 ||
+			!valueKeepingCasts[tn.Names[len(tn.Names)-1].GetString_().GetSval()] {
+			return nil
+		}
 		return valueOf(tc.Arg)
 	}
 	if e := n.GetAExpr(); e != nil && e.Lexpr == nil && e.Kind == pg_query.A_Expr_Kind_AEXPR_OP &&
@@ -895,4 +902,11 @@ func defElemValue(d *pg_query.DefElem) string {
 		return v.Const
 	}
 	return ""
+}
+
+// valueKeepingCasts are the types a distribution value may be cast to in a
+// routed statement (pg_query spells int as int4, bigint as int8).
+var valueKeepingCasts = map[string]bool{
+	"int2": true, "int4": true, "int8": true, "text": true, "varchar": true, "uuid": true,
+	"unknown": true,
 }
