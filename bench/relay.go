@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,51 +18,11 @@ import (
 
 // RelayOptions configure RunRelay.
 type RelayOptions struct {
-	Scale     int           // pgbench -i -s
-	Clients   int           // pgbench -c
-	Jobs      int           // pgbench -j
-	Duration  time.Duration // pgbench -T, rounded up to whole seconds
-	Runs      int           // runs per configuration; the report shows the median by QPS
-	PoolSize  int           // coordinator --pool-size and PgBouncer default_pool_size
-	OutDir    string        // where the .md and .json reports go
-	KeepGoing bool          // record a failed run and go on instead of stopping
-
-	// Executable is the pgfleet binary run as "serve" for the coordinator;
-	// empty means this process's own executable.
-	Executable string
-	// Stdout gets the Markdown table, Stderr progress; nil means os.Stdout
-	// and os.Stderr.
-	Stdout, Stderr io.Writer
+	Options
 }
 
 // DefaultRelayOptions are the defaults of pgfleet bench relay.
-func DefaultRelayOptions() RelayOptions {
-	return RelayOptions{Scale: 5, Clients: 32, Jobs: 2, Duration: 10 * time.Second, Runs: 3, PoolSize: 8,
-		OutDir: filepath.Join("bench", "results")}
-}
-
-func (o *RelayOptions) validate() error {
-	switch {
-	case o.Scale < 1:
-		return errors.New("--scale must be at least 1")
-	case o.Clients < 1:
-		return errors.New("--clients must be at least 1")
-	case o.Jobs < 1 || o.Jobs > o.Clients:
-		return errors.New("--jobs must be between 1 and --clients")
-	case o.Duration < time.Second:
-		return errors.New("--duration must be at least 1s")
-	case o.Runs < 1:
-		return errors.New("--runs must be at least 1")
-	case o.PoolSize < 1:
-		return errors.New("--pool-size must be at least 1")
-	case o.OutDir == "":
-		return errors.New("--out must not be empty")
-	}
-	return nil
-}
-
-// seconds is the pgbench -T value.
-func (o *RelayOptions) seconds() int { return durationSeconds(o.Duration) }
+func DefaultRelayOptions() RelayOptions { return RelayOptions{defaultOptions()} }
 
 // Query modes of pgbench -M.
 const (
@@ -238,21 +197,10 @@ type workerInfo struct {
 
 // relayBench is one RunRelay invocation.
 type relayBench struct {
-	o        RelayOptions
-	out, log io.Writer
-	rep      *relayReport
-	hz       int
-	dir      string // temporary directory for everything
-	worker   *pgcluster.Server
-	bouncer  string // pgbouncer binary, "" when skipped
-	cred     *syscall.Credential
-	exe      string
-	pgbench  string
-	cur      *child // the relay running now, stopped on the way out
-}
-
-func (b *relayBench) logf(format string, args ...any) {
-	fmt.Fprintf(b.log, format+"\n", args...)
+	*base
+	o      RelayOptions
+	rep    *relayReport
+	worker *pgcluster.Server
 }
 
 // RunRelay runs the relay benchmark: it starts one PostgreSQL worker,
@@ -261,92 +209,36 @@ func (b *relayBench) logf(format string, args ...any) {
 // prints a Markdown table and writes it, with a JSON file of every figure, to
 // o.OutDir. It stops everything it started before it returns, also when ctx
 // is cancelled (Ctrl-C).
-func RunRelay(ctx context.Context, o RelayOptions) (err error) {
+func RunRelay(ctx context.Context, o RelayOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	b := &relayBench{o: o, out: o.Stdout, log: o.Stderr, hz: clockTicks()}
-	if b.out == nil {
-		b.out = os.Stdout
-	}
-	if b.log == nil {
-		b.log = os.Stderr
-	}
-	b.exe = o.Executable
-	if b.exe == "" {
-		if b.exe, err = os.Executable(); err != nil {
-			return fmt.Errorf("finding the pgfleet executable: %w", err)
-		}
-	}
-	bin, err := pgcluster.BinDir()
+	bb, err := newBase(o.Options, "pgfleet-bench-")
 	if err != nil {
 		return err
 	}
-	if b.pgbench, err = findPgbench(bin); err != nil {
-		return err
-	}
-	if b.cred, err = runAs(); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	describe, build := pgfleetVersion()
+	b := &relayBench{base: bb, o: o}
 	b.rep = &relayReport{Tool: "pgfleet bench relay", StartedAt: time.Now(),
-		Options: reportOptions{Scale: o.Scale, Clients: o.Clients, Jobs: o.Jobs, DurationSeconds: o.seconds(),
+		Options: reportOptions{Scale: o.Scale, Clients: o.Clients, Jobs: o.Jobs, DurationSeconds: durationSeconds(o.Duration),
 			Runs: o.Runs, PoolSize: o.PoolSize, KeepGoing: o.KeepGoing, Executable: b.exe},
-		Versions: versions{Pgfleet: describe, PgfleetBuildVCS: build, Go: runtimeVersion(),
-			Postgres: commandOutput(nil, filepath.Join(bin, "postgres"), "--version"),
-			Pgbench:  commandOutput(nil, b.pgbench, "--version")},
-		Machine: readMachine(b.hz)}
-	if b.dir, err = os.MkdirTemp("", "pgfleet-bench-"); err != nil {
-		return err
-	}
-	defer func() {
-		b.cleanup()
-		if err != nil && ctx.Err() != nil {
-			b.rep.Interrupted = true
-		}
-		if werr := b.finish(err); werr != nil && err == nil {
-			err = werr
-		}
-	}()
-	err = b.run(ctx)
-	if err != nil && ctx.Err() != nil {
-		err = errors.New("interrupted; stopped everything it had started")
-	}
-	return err
+		Versions: b.versions(), Machine: readMachine(b.hz)}
+	return runBenchmark(ctx, b)
 }
 
-// cleanup stops every process the benchmark started and removes its
-// temporary directory.
 func (b *relayBench) cleanup() {
-	if b.cur != nil {
-		b.cur.Stop(syscall.SIGTERM, 10*time.Second)
-		b.cur = nil
-	}
+	b.stopRelay()
 	if b.worker != nil {
 		b.worker.Stop()
 		b.rep.Worker.Log, b.rep.Worker.NLog = logProblems(b.worker.LogFile, 10)
 		b.worker = nil
 	}
-	if b.dir != "" {
-		_ = os.RemoveAll(b.dir)
-	}
+	b.removeDir()
 }
 
 func (b *relayBench) run(ctx context.Context) error {
 	o := b.o
 	// PgBouncer first: installing it can take a while and needs no server.
-	var note string
-	b.bouncer, note = findPgbouncer(ctx, b.logf, &b.rep.Commands)
-	if note != "" {
-		b.rep.Notes = append(b.rep.Notes, note)
-		b.logf("note: %s", note)
-	} else {
-		b.rep.Versions.Pgbouncer = firstLine(commandOutput(b.cred, b.bouncer, "--version"))
-	}
-	if err := ctx.Err(); err != nil {
+	if err := b.findBouncer(ctx, &b.rep.Commands, &b.rep.Notes, &b.rep.Versions); err != nil {
 		return err
 	}
 
@@ -359,19 +251,14 @@ func (b *relayBench) run(ctx context.Context) error {
 	b.rep.Worker = workerInfo{Addr: w.Addr(), Pid: w.Pid(), DataDir: w.DataDir, LogFile: w.LogFile,
 		Command: procCmdline(w.Pid())}
 
-	initArgv := []string{b.pgbench, "-i", "-q", "-s", strconv.Itoa(o.Scale), "-h", w.Host, "-p", strconv.Itoa(w.Port), "-U", "postgres", "postgres"}
-	b.logf("initialising: %s", strings.Join(initArgv, " "))
-	rec, out, err := runPgbenchSimple(ctx, initArgv, 15*time.Minute)
-	rec.What = "pgbench init"
-	b.rep.Commands = append(b.rep.Commands, rec)
-	if err != nil {
-		return fmt.Errorf("pgbench -i: %w\n%s", err, trunc(out, 2000))
+	if err := b.pgbenchInit(ctx, &b.rep.Commands, o.Scale, w.Host, strconv.Itoa(w.Port), "postgres", "initialising", "pgbench init"); err != nil {
+		return fmt.Errorf("pgbench -i: %w", err)
 	}
 
 	configs := relayConfigs()
 	for _, c := range configs {
-		cr := &configResult{relayConfig: c, Label: c.label(o.PoolSize, b.sessionPoolSize()), Median: -1, Runs: []runResult{}}
-		if (c.Target == targetBouncerSess || c.Target == targetBouncerTx) && b.bouncer == "" {
+		cr := &configResult{relayConfig: c, Label: c.label(o.PoolSize, o.sessionPoolSize()), Median: -1, Runs: []runResult{}}
+		if isBouncer(c.Target) && b.bouncer == "" {
 			cr.Skipped = "PgBouncer not available"
 		}
 		b.rep.Configs = append(b.rep.Configs, cr)
@@ -381,86 +268,36 @@ func (b *relayBench) run(ctx context.Context) error {
 			"not %d: in session mode a client keeps its server connection until it disconnects, and pgbench prepares "+
 			"statements synchronously, so with fewer server connections than clients a thread blocks on a client "+
 			"that waits for a connection while its other clients hold theirs, and the run stalls until query_wait_timeout. "+
-			"Transaction mode and the coordinator use %d.", b.sessionPoolSize(), o.PoolSize, o.PoolSize))
+			"Transaction mode and the coordinator use %d.", o.sessionPoolSize(), o.PoolSize, o.PoolSize))
 	}
-	total := 0
-	for _, cr := range b.rep.Configs {
-		if cr.Skipped == "" {
-			total += o.Runs
-		}
-	}
-	// Round-robin: run 1 of every configuration, then run 2, ... so that a
-	// slow phase of a noisy machine spreads over all configurations.
-	n := 0
-	for r := 1; r <= o.Runs; r++ {
-		for _, cr := range b.rep.Configs {
-			if cr.Skipped != "" {
-				continue
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			n++
-			res := b.runOne(ctx, cr.relayConfig, r)
-			cr.Runs = append(cr.Runs, res)
-			b.logf("%s", progressLine(n, total, cr.Label, res, o.Runs))
-			if res.Error != "" {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if !o.KeepGoing {
-					return fmt.Errorf("%s %s run %d: %s (use --keep-going to record failures and go on)", cr.Label, cr.Mode, r, res.Error)
-				}
-			}
-		}
-	}
-	return nil
+	return b.runAll(ctx, o.Options, b.rep.Configs, b.runOne)
 }
 
 // runOne runs pgbench once against one configuration and measures it.
-func (b *relayBench) runOne(ctx context.Context, c relayConfig, run int) runResult {
+func (b *relayBench) runOne(ctx context.Context, cr *configResult, run int) runResult {
 	o := b.o
-	spec := runSpec{Target: c.Target, Mode: c.Mode, Run: run,
-		Workers: []*workerProc{{Name: "worker1", Pid: b.worker.Pid()}},
-		Host:    b.worker.Host, Port: b.worker.Port, Database: "postgres", Script: []string{"-S"},
-		Clients: o.Clients, Jobs: o.Jobs, Duration: o.Duration, Pgbench: b.pgbench, Dir: b.dir, Hz: b.hz, Cur: &b.cur}
-	switch c.Target {
-	case targetPgfleet, targetBouncerSess, targetBouncerTx:
-		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) { return b.startRelay(ctx, c) }
+	spec := b.spec(o.Options, cr, run)
+	spec.Workers = []*workerProc{{Name: "worker1", Pid: b.worker.Pid()}}
+	spec.Host, spec.Port, spec.Database, spec.Script = b.worker.Host, b.worker.Port, "postgres", []string{"-S"}
+	switch {
+	case cr.Target == targetPgfleet:
+		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) {
+			return startCoordinator(ctx, b.exe, b.dir, []string{b.worker.Addr()}, o.PoolSize)
+		}
+	case isBouncer(cr.Target):
+		bc := o.bouncerFor(cr.Target, b.worker.Port, nil)
+		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) {
+			return startBouncer(ctx, b.bouncer, b.dir, b.cred, bc)
+		}
 	}
 	return measureRun(ctx, spec)
-}
-
-// sessionPoolSize is PgBouncer's pool_size in session mode: at least one
-// server connection per client, since a session-mode client holds its
-// connection for as long as it is connected.
-func (b *relayBench) sessionPoolSize() int {
-	return max(b.o.PoolSize, b.o.Clients)
-}
-
-// startRelay starts the coordinator or PgBouncer for c on a free port.
-func (b *relayBench) startRelay(ctx context.Context, c relayConfig) (*child, *relayRun, error) {
-	if c.Target == targetPgfleet {
-		return startCoordinator(ctx, b.exe, b.dir, []string{b.worker.Addr()}, b.o.PoolSize)
-	}
-	mode, pool := "session", b.sessionPoolSize()
-	if c.Target == targetBouncerTx {
-		mode, pool = "transaction", b.o.PoolSize
-	}
-	return startBouncer(ctx, b.bouncer, b.dir, b.cred, bouncerConfig{PoolMode: mode, PoolSize: pool,
-		WorkerPort: b.worker.Port, QueryTimeout: b.o.Duration + 60*time.Second})
 }
 
 // startCoordinator starts "pgfleet serve" in front of workers (the first is
 // the default node and holds the catalog) on a free loopback port and waits
 // until it answers a startup message. It tries up to three ports.
 func startCoordinator(ctx context.Context, exe, dir string, workers []string, pool int) (*child, *relayRun, error) {
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port, err := pgcluster.FreePort()
-		if err != nil {
-			return nil, nil, err
-		}
+	return onFreePort(ctx, func(port int) (*child, *relayRun, error) {
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		argv := []string{exe, "serve", "--listen", addr}
 		for _, w := range workers {
@@ -475,38 +312,40 @@ func startCoordinator(ctx context.Context, exe, dir string, workers []string, po
 				ch.Stop(syscall.SIGTERM, 5*time.Second)
 			}
 		}
-		if err == nil {
-			rr.Pid = ch.Pid()
-			return ch, rr, nil
+		if err != nil {
+			return nil, nil, err
 		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, nil, lastErr
+		rr.Pid = ch.Pid()
+		return ch, rr, nil
+	})
 }
 
 // startBouncer starts PgBouncer as bc says (its Port is picked here) and
 // waits until it answers. It tries up to three ports.
 func startBouncer(ctx context.Context, bin, dir string, cred *syscall.Credential, bc bouncerConfig) (*child, *relayRun, error) {
+	return onFreePort(ctx, func(port int) (*child, *relayRun, error) {
+		bc.Port = port
+		ch, ini, err := startPgbouncer(ctx, bin, dir, bc, cred)
+		if err != nil {
+			return nil, nil, err
+		}
+		rr := &relayRun{Addr: fmt.Sprintf("127.0.0.1:%d", port), Config: ini, Pid: ch.Pid(),
+			Command: commandRecord{What: "pgbouncer " + bc.PoolMode, Argv: ch.Argv, User: osUserName(cred)}}
+		return ch, rr, nil
+	})
+}
+
+// onFreePort calls start with a free loopback port until it succeeds, at
+// most three times.
+func onFreePort(ctx context.Context, start func(port int) (*child, *relayRun, error)) (*child, *relayRun, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := pgcluster.FreePort()
 		if err != nil {
 			return nil, nil, err
 		}
-		bc.Port = port
-		rr := &relayRun{Addr: fmt.Sprintf("127.0.0.1:%d", port)}
-		ch, ini, err := startPgbouncer(ctx, bin, dir, bc, cred)
-		rr.Config = ini
-		rr.Command = commandRecord{What: "pgbouncer " + bc.PoolMode, Argv: []string{bin, "pgbouncer.ini"}}
-		if cred != nil {
-			rr.Command.User = osUserName(cred)
-		}
+		ch, rr, err := start(port)
 		if err == nil {
-			rr.Command.Argv = ch.Argv
-			rr.Pid = ch.Pid()
 			return ch, rr, nil
 		}
 		lastErr = err

@@ -125,26 +125,8 @@ func (rep *relayReport) markdown(rows []*tableRow, jsonName string) string {
 	fmt.Fprintf(&sb, "pgbench -S (built-in select-only script: one SELECT per transaction, so QPS = TPS), "+
 		"scale %d, %d clients, %d threads, %d s per run, median of %d run(s) by QPS; pool size %d for pgfleet and PgBouncer; "+
 		"one PostgreSQL worker.\n\n", o.Scale, o.Clients, o.Jobs, o.DurationSeconds, o.Runs, o.PoolSize)
-	if rep.Interrupted {
-		sb.WriteString("**Interrupted: partial results.**\n\n")
-	} else if rep.Error != "" {
-		fmt.Fprintf(&sb, "**Stopped early: %s**\n\n", oneLine(rep.Error))
-	}
-	sb.WriteString("| config | mode | QPS | vs direct | vs PgBouncer | p50 ms | p95 ms | p99 ms | p99.9 ms | failed | relay CPU µs/q | worker CPU µs/q | pgbench CPU µs/q |\n")
-	sb.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, r := range rows {
-		if !r.OK {
-			fmt.Fprintf(&sb, "| %s | %s | – | – | – | – | – | – | – | %s | – | – | – |\n", r.Label, r.Mode, mdCell(r.Note))
-			continue
-		}
-		failed := fmt.Sprint(r.Failed)
-		if r.Aborted > 0 {
-			failed += fmt.Sprintf(" (+%d clients aborted)", r.Aborted)
-		}
-		fmt.Fprintf(&sb, "| %s | %s | %.0f | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1f |\n",
-			r.Label, r.Mode, r.QPS, optional(r.VsDirect, "%.2f"), optional(r.VsPgbouncer, "%.2f"), r.P50Ms, r.P95Ms, r.P99Ms, r.P999Ms,
-			failed, optional(r.RelayCPU, "%.1f"), r.WorkerCPU, r.PgbenchCPU)
-	}
+	writeStatus(&sb, rep.Interrupted, rep.Error)
+	writeTable(&sb, rows, false, false)
 	sb.WriteString("\n*vs direct*: QPS over direct PostgreSQL's in the same mode. *vs PgBouncer*: QPS over PgBouncer session mode's " +
 		"(prepared) or transaction mode's (extended); simple has no PgBouncer reference. Latency percentiles come from " +
 		"pgbench's per-transaction logs. CPU µs/q: CPU time (user+system) during the run divided by the transactions " +
@@ -152,22 +134,67 @@ func (rep *relayReport) markdown(rows []*tableRow, jsonName string) string {
 		"(backends included), pgbench = the load generator. All share the same cores; see bench/README.md.\n\n")
 
 	writeEveryRun(&sb, rows)
-	sb.WriteString("\n## Problems seen\n\n")
-	if len(rep.Problems) == 0 {
-		sb.WriteString("None: every run exited 0, with no failed transactions, no aborted clients, " +
-			"no warning or error lines in the relays' or the worker's logs, and every backend reaped.\n")
-	}
-	for _, p := range rep.Problems {
-		fmt.Fprintf(&sb, "- %s\n", oneLine(p))
-	}
-	if len(rep.Notes) > 0 {
-		sb.WriteString("\n## Notes\n\n")
-		for _, n := range rep.Notes {
-			fmt.Fprintf(&sb, "- %s\n", oneLine(n))
-		}
-	}
+	writeProblems(&sb, rep.Problems, rep.Notes, "no warning or error lines in the relays' or the worker's logs, and every backend reaped.")
 	writeEnvironment(&sb, rep.Versions, rep.Machine, jsonName)
 	return sb.String()
+}
+
+// writeStatus says when the report is partial.
+func writeStatus(sb *strings.Builder, interrupted bool, runErr string) {
+	if interrupted {
+		sb.WriteString("**Interrupted: partial results.**\n\n")
+	} else if runErr != "" {
+		fmt.Fprintf(sb, "**Stopped early: %s**\n\n", oneLine(runErr))
+	}
+}
+
+// writeTable writes the main table: a workload column when withWorkload, and
+// in the failed cell how many runs failed when countFailedRuns.
+func writeTable(sb *strings.Builder, rows []*tableRow, withWorkload, countFailedRuns bool) {
+	head, align := "| config | mode |", "|---|---|"
+	if withWorkload {
+		head, align = "| config | workload | mode |", "|---|---|---|"
+	}
+	sb.WriteString(head + " QPS | vs direct | vs PgBouncer | p50 ms | p95 ms | p99 ms | p99.9 ms | failed | relay CPU µs/q | worker CPU µs/q | pgbench CPU µs/q |\n")
+	sb.WriteString(align + strings.Repeat("---:|", 11) + "\n")
+	for _, r := range rows {
+		config := r.Label
+		if withWorkload {
+			config += " | " + r.Workload
+		}
+		if !r.OK {
+			fmt.Fprintf(sb, "| %s | %s | – | – | – | – | – | – | – | %s | – | – | – |\n", config, r.Mode, mdCell(r.Note))
+			continue
+		}
+		failed := fmt.Sprint(r.Failed)
+		if r.Aborted > 0 {
+			failed += fmt.Sprintf(" (+%d clients aborted)", r.Aborted)
+		}
+		if n := len(r.RunsFailed); countFailedRuns && n > 0 {
+			failed += fmt.Sprintf("; %d of %d runs failed", n, len(r.RunsQPS))
+		}
+		fmt.Fprintf(sb, "| %s | %s | %.0f | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1f |\n",
+			config, r.Mode, r.QPS, optional(r.VsDirect, "%.2f"), optional(r.VsPgbouncer, "%.2f"),
+			r.P50Ms, r.P95Ms, r.P99Ms, r.P999Ms, failed, optional(r.RelayCPU, "%.1f"), r.WorkerCPU, r.PgbenchCPU)
+	}
+}
+
+// writeProblems writes the "Problems seen" section, ending "None: ..." with
+// noneTail when there are none, and the notes.
+func writeProblems(sb *strings.Builder, problems, notes []string, noneTail string) {
+	sb.WriteString("\n## Problems seen\n\n")
+	if len(problems) == 0 {
+		sb.WriteString("None: every run exited 0, with no failed transactions, no aborted clients, " + noneTail + "\n")
+	}
+	for _, p := range problems {
+		fmt.Fprintf(sb, "- %s\n", oneLine(p))
+	}
+	if len(notes) > 0 {
+		sb.WriteString("\n## Notes\n\n")
+		for _, n := range notes {
+			fmt.Fprintf(sb, "- %s\n", oneLine(n))
+		}
+	}
 }
 
 // writeEveryRun writes the "Every run (QPS)" section.
@@ -307,28 +334,40 @@ func relayProblems(where string, rr *relayRun) []string {
 	return out
 }
 
-// finish writes the reports (when any run happened) and prints the table.
-func (b *relayBench) finish(runErr error) error {
+func (b *relayBench) finish(runErr error, interrupted bool) error {
 	rep := b.rep
-	rep.FinishedAt = time.Now()
+	rep.FinishedAt, rep.Interrupted, rep.Error = time.Now(), interrupted, errText(runErr)
 	rep.Machine.LoadAvgEnd = loadAvg()
-	if runErr != nil {
-		rep.Error = runErr.Error()
-	}
-	ran := false
-	for _, c := range rep.Configs {
-		ran = ran || len(c.Runs) > 0
-	}
-	if !ran {
+	if !anyRuns(rep.Configs) {
 		return nil
 	}
 	rows := buildRows(rep.Configs)
 	rep.Problems = rep.problems()
-	stamp := rep.StartedAt.Format("20060102-150405")
-	mdPath := filepath.Join(b.o.OutDir, "relay-"+stamp+".md")
-	jsonPath := filepath.Join(b.o.OutDir, "relay-"+stamp+".json")
+	mdPath, jsonPath := reportPaths(b.o.OutDir, "relay", rep.StartedAt)
 	rep.MarkdownOut = mdPath
-	md := rep.markdown(rows, filepath.Base(jsonPath))
+	return b.writeReports(mdPath, rep.markdown(rows, filepath.Base(jsonPath)), jsonPath, rep)
+}
+
+// anyRuns tells whether a configuration has a run.
+func anyRuns(configs []*configResult) bool {
+	for _, c := range configs {
+		if len(c.Runs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// reportPaths are the Markdown and JSON reports of the benchmark name
+// started at t.
+func reportPaths(outDir, name string, t time.Time) (mdPath, jsonPath string) {
+	stamp := t.Format("20060102-150405")
+	return filepath.Join(outDir, name+"-"+stamp+".md"), filepath.Join(outDir, name+"-"+stamp+".json")
+}
+
+// writeReports prints md and writes it to mdPath and rep as JSON to
+// jsonPath.
+func (b *base) writeReports(mdPath, md, jsonPath string, rep any) error {
 	fmt.Fprint(b.out, "\n"+md)
 	js, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
@@ -342,6 +381,13 @@ func (b *relayBench) finish(runErr error) error {
 	}
 	b.logf("wrote %s and %s", mdPath, jsonPath)
 	return nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // optional formats *v, or "–" for nil.

@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,60 +32,32 @@ const (
 // undistributed pgbench tables that direct runs and PgBouncer use.
 const directDB = "direct"
 
-// RouterOptions configure RunRouter.
+// RouterOptions configure RunRouter. Scale is that of both data sets.
 type RouterOptions struct {
-	Scale     int           // pgbench -i -s, for both data sets
-	Clients   int           // pgbench -c
-	Jobs      int           // pgbench -j
-	Duration  time.Duration // pgbench -T, rounded up to whole seconds
-	Runs      int           // runs per configuration; the report shows the median by QPS
-	PoolSize  int           // coordinator --pool-size and PgBouncer transaction mode's default_pool_size
-	Shards    int           // shard_count of pgbench_accounts
-	Workers   int           // PostgreSQL workers the shards are spread over
-	Modes     []string      // pgbench -M modes to run
-	OutDir    string        // where the .md and .json reports go
-	KeepGoing bool          // record a failed run and go on instead of stopping
-
-	// Executable is the pgfleet binary run as "serve" for the coordinator;
-	// empty means this process's own executable.
-	Executable string
-	// Stdout gets the Markdown table, Stderr progress; nil means os.Stdout
-	// and os.Stderr.
-	Stdout, Stderr io.Writer
+	Options
+	Shards  int      // shard_count of pgbench_accounts
+	Workers int      // PostgreSQL workers the shards are spread over
+	Modes   []string // pgbench -M modes to run
 }
 
 // DefaultRouterOptions are the defaults of pgfleet bench router.
 func DefaultRouterOptions() RouterOptions {
-	return RouterOptions{Scale: 5, Clients: 32, Jobs: 2, Duration: 10 * time.Second, Runs: 3, PoolSize: 8,
-		Shards: 32, Workers: 1, Modes: []string{modePrepared, modeExtended, modeSimple},
-		OutDir: filepath.Join("bench", "results")}
+	return RouterOptions{Options: defaultOptions(), Shards: 32, Workers: 1,
+		Modes: []string{modePrepared, modeExtended, modeSimple}}
 }
 
 func (o *RouterOptions) validate() error {
+	if err := o.Options.validate(); err != nil {
+		return err
+	}
 	switch {
-	case o.Scale < 1:
-		return errors.New("--scale must be at least 1")
-	case o.Clients < 1:
-		return errors.New("--clients must be at least 1")
-	case o.Jobs < 1 || o.Jobs > o.Clients:
-		return errors.New("--jobs must be between 1 and --clients")
-	case o.Duration < time.Second:
-		return errors.New("--duration must be at least 1s")
-	case o.Runs < 1:
-		return errors.New("--runs must be at least 1")
-	case o.PoolSize < 1:
-		return errors.New("--pool-size must be at least 1")
 	case o.Shards < 1:
 		return errors.New("--shards must be at least 1")
 	case o.Workers < 1 || o.Workers > 8:
 		return errors.New("--workers must be between 1 and 8")
-	case o.OutDir == "":
-		return errors.New("--out must not be empty")
 	}
-	if _, err := ParseModes(strings.Join(o.Modes, ",")); err != nil {
-		return err
-	}
-	return nil
+	_, err := ParseModes(strings.Join(o.Modes, ","))
+	return err
 }
 
 // ParseModes reads a comma-separated list of pgbench query modes, in the
@@ -267,30 +238,17 @@ type readCheck struct {
 
 // routerBench is one RunRouter invocation.
 type routerBench struct {
+	*base
 	o         RouterOptions
-	out, log  io.Writer
 	rep       *routerReport
-	hz        int
-	dir       string
 	scripts   string // directory of the pgbench scripts
 	workers   []*pgcluster.Server
-	bouncer   string
-	cred      *syscall.Credential
-	exe       string
-	pgbench   string
-	cur       *child // the relay running now, stopped on the way out
 	routedErr string // why the routed data is not usable, "" when it is
 	// logStart is where each worker's log stood once it was ready: lines
 	// before (pgcluster's readiness probe meeting "the database system is
 	// starting up") are not the benchmark's problems.
 	logStart []int64
 }
-
-func (b *routerBench) logf(format string, args ...any) {
-	fmt.Fprintf(b.log, format+"\n", args...)
-}
-
-func (b *routerBench) sessionPoolSize() int { return max(b.o.PoolSize, b.o.Clients) }
 
 // RunRouter runs the router benchmark: it starts o.Workers PostgreSQL
 // workers, loads pgbench's tables plainly into database "direct" on the first
@@ -301,78 +259,31 @@ func (b *routerBench) sessionPoolSize() int { return max(b.o.PoolSize, b.o.Clien
 // prints a Markdown table with the issue's targets and writes it, with a JSON
 // file of every figure, to o.OutDir. It stops everything it started before it
 // returns, also when ctx is cancelled.
-func RunRouter(ctx context.Context, o RouterOptions) (err error) {
+func RunRouter(ctx context.Context, o RouterOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
 	o.Modes, _ = ParseModes(strings.Join(o.Modes, ","))
-	b := &routerBench{o: o, out: o.Stdout, log: o.Stderr, hz: clockTicks()}
-	if b.out == nil {
-		b.out = os.Stdout
-	}
-	if b.log == nil {
-		b.log = os.Stderr
-	}
-	b.exe = o.Executable
-	if b.exe == "" {
-		if b.exe, err = os.Executable(); err != nil {
-			return fmt.Errorf("finding the pgfleet executable: %w", err)
-		}
-	}
-	bin, err := pgcluster.BinDir()
+	bb, err := newBase(o.Options, "pgfleet-bench-router-")
 	if err != nil {
 		return err
 	}
-	if b.pgbench, err = findPgbench(bin); err != nil {
-		return err
-	}
-	if b.cred, err = runAs(); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	describe, build := pgfleetVersion()
+	b := &routerBench{base: bb, o: o, scripts: filepath.Join(bb.dir, "workloads")}
 	b.rep = &routerReport{Tool: "pgfleet bench router", StartedAt: time.Now(),
 		Options: routerRepOpts{Scale: o.Scale, Naccounts: naccounts(o.Scale), Clients: o.Clients, Jobs: o.Jobs,
 			DurationSeconds: durationSeconds(o.Duration), Runs: o.Runs, PoolSize: o.PoolSize,
-			SessionPoolSize: b.sessionPoolSize(), Shards: o.Shards, Workers: o.Workers, Modes: o.Modes,
+			SessionPoolSize: o.sessionPoolSize(), Shards: o.Shards, Workers: o.Workers, Modes: o.Modes,
 			KeepGoing: o.KeepGoing, Executable: b.exe},
-		Versions: versions{Pgfleet: describe, PgfleetBuildVCS: build, Go: runtimeVersion(),
-			Postgres: commandOutput(nil, filepath.Join(bin, "postgres"), "--version"),
-			Pgbench:  commandOutput(nil, b.pgbench, "--version")},
-		Machine: readMachine(b.hz), Data: dataCheck{Naccounts: naccounts(o.Scale)}}
-	if b.dir, err = os.MkdirTemp("", "pgfleet-bench-router-"); err != nil {
-		return err
-	}
-	b.scripts = filepath.Join(b.dir, "workloads")
+		Versions: b.versions(), Machine: readMachine(b.hz), Data: dataCheck{Naccounts: naccounts(o.Scale)}}
 	for _, w := range []string{workloadPointSelect, workloadMix} {
 		b.rep.Options.Workloads = append(b.rep.Options.Workloads,
 			w+": "+strings.Join(workloadArgs(w, "workloads", o.Scale), " "))
 	}
-	defer func() {
-		b.cleanup()
-		if err != nil && ctx.Err() != nil {
-			b.rep.Interrupted = true
-		}
-		if werr := b.finish(err); werr != nil && err == nil {
-			err = werr
-		}
-	}()
-	err = b.run(ctx)
-	if err != nil && ctx.Err() != nil {
-		err = errors.New("interrupted; stopped everything it had started")
-	}
-	return err
+	return runBenchmark(ctx, b)
 }
 
-// cleanup stops every process the benchmark started and removes its
-// temporary directory.
 func (b *routerBench) cleanup() {
-	if b.cur != nil {
-		b.cur.Stop(syscall.SIGTERM, 10*time.Second)
-		b.cur = nil
-	}
+	b.stopRelay()
 	for i, w := range b.workers {
 		w.Stop()
 		if i < len(b.rep.Workers) {
@@ -380,9 +291,7 @@ func (b *routerBench) cleanup() {
 		}
 	}
 	b.workers = nil
-	if b.dir != "" {
-		_ = os.RemoveAll(b.dir)
-	}
+	b.removeDir()
 }
 
 func (b *routerBench) workerAddrs() []string {
@@ -395,15 +304,7 @@ func (b *routerBench) workerAddrs() []string {
 
 func (b *routerBench) run(ctx context.Context) error {
 	o := b.o
-	var note string
-	b.bouncer, note = findPgbouncer(ctx, b.logf, &b.rep.Commands)
-	if note != "" {
-		b.rep.Notes = append(b.rep.Notes, note)
-		b.logf("note: %s", note)
-	} else {
-		b.rep.Versions.Pgbouncer = firstLine(commandOutput(b.cred, b.bouncer, "--version"))
-	}
-	if err := ctx.Err(); err != nil {
+	if err := b.findBouncer(ctx, &b.rep.Commands, &b.rep.Notes, &b.rep.Versions); err != nil {
 		return err
 	}
 	if err := writeWorkloads(b.scripts); err != nil {
@@ -448,9 +349,9 @@ func (b *routerBench) run(ctx context.Context) error {
 
 	for _, c := range routerConfigs(o.Modes) {
 		cr := &configResult{relayConfig: relayConfig{Target: c.Target, Mode: c.Mode}, Workload: c.Workload,
-			Label: routerLabel(c.Target, o, b.sessionPoolSize()), Median: -1, Runs: []runResult{}}
+			Label: routerLabel(c.Target, o, o.sessionPoolSize()), Median: -1, Runs: []runResult{}}
 		switch {
-		case (c.Target == targetBouncerSess || c.Target == targetBouncerTx) && b.bouncer == "":
+		case isBouncer(c.Target) && b.bouncer == "":
 			cr.Skipped = "PgBouncer not available"
 		case c.Target == targetPgfleet && b.routedErr != "":
 			cr.Skipped = "routed data set-up failed: " + b.routedErr
@@ -460,48 +361,17 @@ func (b *routerBench) run(ctx context.Context) error {
 	if b.bouncer != "" && o.PoolSize < o.Clients {
 		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("PgBouncer session mode runs with pool_size %d (one server "+
 			"connection per client), not %d, as in bench relay; transaction mode and the coordinator use %d.",
-			b.sessionPoolSize(), o.PoolSize, o.PoolSize))
+			o.sessionPoolSize(), o.PoolSize, o.PoolSize))
 	}
-	total := 0
-	for _, cr := range b.rep.Configs {
-		if cr.Skipped == "" {
-			total += o.Runs
-		}
-	}
-	n := 0
-	for r := 1; r <= o.Runs; r++ {
-		for _, cr := range b.rep.Configs {
-			if cr.Skipped != "" {
-				continue
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			n++
-			res := b.runOne(ctx, cr, r)
-			cr.Runs = append(cr.Runs, res)
-			b.logf("%s", progressLine(n, total, cr.Label+" "+cr.Workload, res, o.Runs))
-			if res.Error != "" {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if !o.KeepGoing {
-					return fmt.Errorf("%s %s %s run %d: %s (use --keep-going to record failures and go on)",
-						cr.Label, cr.Workload, cr.Mode, r, res.Error)
-				}
-			}
-		}
-	}
-	return nil
+	return b.runAll(ctx, o.Options, b.rep.Configs, b.runOne)
 }
 
 // runOne runs pgbench once for one configuration.
 func (b *routerBench) runOne(ctx context.Context, cr *configResult, run int) runResult {
 	o := b.o
 	w1 := b.workers[0]
-	spec := runSpec{Target: cr.Target, Mode: cr.Mode, Workload: cr.Workload, Run: run,
-		Host: w1.Host, Port: w1.Port, Database: directDB, Script: workloadArgs(cr.Workload, b.scripts, o.Scale),
-		Clients: o.Clients, Jobs: o.Jobs, Duration: o.Duration, Pgbench: b.pgbench, Dir: b.dir, Hz: b.hz, Cur: &b.cur}
+	spec := b.spec(o.Options, cr, run)
+	spec.Host, spec.Port, spec.Database, spec.Script = w1.Host, w1.Port, directDB, workloadArgs(cr.Workload, b.scripts, o.Scale)
 	for _, w := range b.workers {
 		spec.Workers = append(spec.Workers, &workerProc{Name: w.Name, Pid: w.Pid()})
 	}
@@ -512,12 +382,7 @@ func (b *routerBench) runOne(ctx context.Context, cr *configResult, run int) run
 			return startCoordinator(ctx, b.exe, b.dir, b.workerAddrs(), o.PoolSize)
 		}
 	case targetBouncerSess, targetBouncerTx:
-		mode, pool := "session", b.sessionPoolSize()
-		if cr.Target == targetBouncerTx {
-			mode, pool = "transaction", o.PoolSize
-		}
-		bc := bouncerConfig{PoolMode: mode, PoolSize: pool, WorkerPort: w1.Port,
-			QueryTimeout: o.Duration + 60*time.Second, Databases: []string{directDB}}
+		bc := o.bouncerFor(cr.Target, w1.Port, []string{directDB})
 		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) {
 			return startBouncer(ctx, b.bouncer, b.dir, b.cred, bc)
 		}
@@ -540,25 +405,13 @@ func (b *routerBench) loadDirect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", w.Name, err)
 	}
-	start := time.Now()
-	_, err = c.Exec(cctx, "CREATE DATABASE "+directDB)
-	rec := commandRecord{What: "direct data", Argv: []string{"CREATE DATABASE " + directDB + " (on " + w.Name + ")"},
-		Seconds: time.Since(start).Seconds()}
-	if err != nil {
-		rec.Error = err.Error()
-	}
-	b.rep.Commands = append(b.rep.Commands, rec)
+	err = b.exec(cctx, c, "direct data", "CREATE DATABASE "+directDB+" (on "+w.Name+")", "CREATE DATABASE "+directDB)
 	_ = c.Close(context.Background())
 	if err != nil {
 		return fmt.Errorf("CREATE DATABASE %s: %w", directDB, err)
 	}
-	argv := []string{b.pgbench, "-i", "-q", "-s", strconv.Itoa(b.o.Scale), "-h", w.Host, "-p", strconv.Itoa(w.Port), "-U", "postgres", directDB}
-	b.logf("direct data: %s", strings.Join(argv, " "))
-	rec, out, err := runPgbenchSimple(ctx, argv, 15*time.Minute)
-	rec.What = "pgbench init, direct"
-	b.rep.Commands = append(b.rep.Commands, rec)
-	if err != nil {
-		return fmt.Errorf("pgbench -i (direct): %w\n%s", err, trunc(out, 2000))
+	if err := b.pgbenchInit(ctx, &b.rep.Commands, b.o.Scale, w.Host, strconv.Itoa(w.Port), directDB, "direct data", "pgbench init, direct"); err != nil {
+		return fmt.Errorf("pgbench -i (direct): %w", err)
 	}
 	return nil
 }
@@ -595,13 +448,8 @@ func (b *routerBench) loadRouted(ctx context.Context) (err error) {
 		b.cur = nil
 	}()
 	host, port, _ := strings.Cut(rr.Addr, ":")
-	argv := []string{b.pgbench, "-i", "-q", "-s", strconv.Itoa(o.Scale), "-h", host, "-p", port, "-U", "postgres", "postgres"}
-	b.logf("routed data: %s", strings.Join(argv, " "))
-	rec, out, err := runPgbenchSimple(ctx, argv, 15*time.Minute)
-	rec.What = "pgbench init, through the coordinator"
-	b.rep.Commands = append(b.rep.Commands, rec)
-	if err != nil {
-		return fmt.Errorf("pgbench -i through the coordinator: %w\n%s", err, trunc(out, 2000))
+	if err := b.pgbenchInit(ctx, &b.rep.Commands, o.Scale, host, port, "postgres", "routed data", "pgbench init, through the coordinator"); err != nil {
+		return fmt.Errorf("pgbench -i through the coordinator: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
@@ -613,14 +461,7 @@ func (b *routerBench) loadRouted(ctx context.Context) (err error) {
 	defer c.Close(context.Background())
 	for _, q := range distributeStatements(o.Shards) {
 		b.logf("routed data: %s", q)
-		start := time.Now()
-		_, err := c.Exec(cctx, q, pgx.QueryExecModeSimpleProtocol)
-		rec := commandRecord{What: "distribute, through the coordinator", Argv: []string{q}, Seconds: time.Since(start).Seconds()}
-		if err != nil {
-			rec.Error = err.Error()
-		}
-		b.rep.Commands = append(b.rep.Commands, rec)
-		if err != nil {
+		if err := b.exec(cctx, c, "distribute, through the coordinator", q, q, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
@@ -694,6 +535,18 @@ func prefixed(prefix, s string) string {
 	return prefix + s
 }
 
+// exec runs q on c and records it as what, shown as shown.
+func (b *routerBench) exec(ctx context.Context, c *pgx.Conn, what, shown, q string, args ...any) error {
+	start := time.Now()
+	_, err := c.Exec(ctx, q, args...)
+	rec := commandRecord{What: what, Argv: []string{shown}, Seconds: time.Since(start).Seconds()}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	b.rep.Commands = append(b.rep.Commands, rec)
+	return err
+}
+
 // vacuum runs VACUUM ANALYZE and CHECKPOINT in a worker's database.
 func (b *routerBench) vacuum(ctx context.Context, w *pgcluster.Server, db string) error {
 	c, err := workerConn(ctx, w, db)
@@ -702,14 +555,7 @@ func (b *routerBench) vacuum(ctx context.Context, w *pgcluster.Server, db string
 	}
 	defer c.Close(context.Background())
 	for _, q := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
-		start := time.Now()
-		_, err := c.Exec(ctx, q)
-		rec := commandRecord{What: "maintenance", Argv: []string{q + " (on " + w.Name + "/" + db + ")"}, Seconds: time.Since(start).Seconds()}
-		if err != nil {
-			rec.Error = err.Error()
-		}
-		b.rep.Commands = append(b.rep.Commands, rec)
-		if err != nil {
+		if err := b.exec(ctx, c, "maintenance", q+" (on "+w.Name+"/"+db+")", q); err != nil {
 			return fmt.Errorf("%s on %s/%s: %w", q, w.Name, db, err)
 		}
 	}

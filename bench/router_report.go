@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -132,29 +130,8 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName string) string {
 		"reference tables; pool size %d. *PgBouncer*: in front of database `%s`. "+
 		"*point-select*: `-f point-select.sql`; *citus-mix*: `-f hot.sql@80 -f uniform.sql@10 -f tellers.sql@5 -f branches.sql@5 -D hot_pct=5`.\n\n",
 		o.Scale, o.Naccounts, o.Clients, o.Jobs, o.DurationSeconds, o.Runs, directDB, o.Shards, where, o.PoolSize, directDB)
-	if rep.Interrupted {
-		sb.WriteString("**Interrupted: partial results.**\n\n")
-	} else if rep.Error != "" {
-		fmt.Fprintf(&sb, "**Stopped early: %s**\n\n", oneLine(rep.Error))
-	}
-	sb.WriteString("| config | workload | mode | QPS | vs direct | vs PgBouncer | p50 ms | p95 ms | p99 ms | p99.9 ms | failed | relay CPU µs/q | worker CPU µs/q | pgbench CPU µs/q |\n")
-	sb.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, r := range rows {
-		if !r.OK {
-			fmt.Fprintf(&sb, "| %s | %s | %s | – | – | – | – | – | – | – | %s | – | – | – |\n", r.Label, r.Workload, r.Mode, mdCell(r.Note))
-			continue
-		}
-		failed := fmt.Sprint(r.Failed)
-		if r.Aborted > 0 {
-			failed += fmt.Sprintf(" (+%d clients aborted)", r.Aborted)
-		}
-		if n := len(r.RunsFailed); n > 0 {
-			failed += fmt.Sprintf("; %d of %d runs failed", n, len(r.RunsQPS))
-		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %.0f | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1f |\n",
-			r.Label, r.Workload, r.Mode, r.QPS, optional(r.VsDirect, "%.2f"), optional(r.VsPgbouncer, "%.2f"),
-			r.P50Ms, r.P95Ms, r.P99Ms, r.P999Ms, failed, optional(r.RelayCPU, "%.1f"), r.WorkerCPU, r.PgbenchCPU)
-	}
+	writeStatus(&sb, rep.Interrupted, rep.Error)
+	writeTable(&sb, rows, true, true)
 	sb.WriteString("\n*vs direct*: QPS over direct's with the same workload and mode; the row is the median of the runs without error (failed runs are counted in *failed* and listed under Problems seen). *vs PgBouncer*: QPS over PgBouncer " +
 		"session mode's (prepared) or transaction mode's (extended), point-select only. Latency percentiles come from " +
 		"pgbench's per-transaction logs. CPU µs/q: CPU time (user+system) during the run divided by the transactions " +
@@ -198,21 +175,8 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName string) string {
 
 	sb.WriteString("\n")
 	writeEveryRun(&sb, rows)
-	sb.WriteString("\n## Problems seen\n\n")
-	if len(rep.Problems) == 0 {
-		sb.WriteString("None: every run exited 0, with no failed transactions, no aborted clients, " +
-			"no warning or error lines in the coordinators', PgBouncer's or the workers' logs, every backend reaped, " +
-			"and the data checks passed.\n")
-	}
-	for _, p := range rep.Problems {
-		fmt.Fprintf(&sb, "- %s\n", oneLine(p))
-	}
-	if len(rep.Notes) > 0 {
-		sb.WriteString("\n## Notes\n\n")
-		for _, n := range rep.Notes {
-			fmt.Fprintf(&sb, "- %s\n", oneLine(n))
-		}
-	}
+	writeProblems(&sb, rep.Problems, rep.Notes, "no warning or error lines in the coordinators', PgBouncer's or the workers' logs, "+
+		"every backend reaped, and the data checks passed.")
 	writeEnvironment(&sb, rep.Versions, rep.Machine, jsonName)
 	return sb.String()
 }
@@ -241,40 +205,17 @@ func (rep *routerReport) problems() []string {
 	return out
 }
 
-// finish writes the reports (when any run happened) and prints the table.
-func (b *routerBench) finish(runErr error) error {
+func (b *routerBench) finish(runErr error, interrupted bool) error {
 	rep := b.rep
-	rep.FinishedAt = time.Now()
+	rep.FinishedAt, rep.Interrupted, rep.Error = time.Now(), interrupted, errText(runErr)
 	rep.Machine.LoadAvgEnd = loadAvg()
-	if runErr != nil {
-		rep.Error = runErr.Error()
-	}
-	ran := len(rep.Commands) > 0
-	for _, c := range rep.Configs {
-		ran = ran || len(c.Runs) > 0
-	}
-	if !ran {
+	if len(rep.Commands) == 0 && !anyRuns(rep.Configs) {
 		return nil
 	}
 	rows := buildRows(rep.Configs)
 	rep.Targets = evaluateTargets(rows, rep.Options.Modes)
 	rep.Problems = rep.problems()
-	stamp := rep.StartedAt.Format("20060102-150405")
-	mdPath := filepath.Join(b.o.OutDir, "router-"+stamp+".md")
-	jsonPath := filepath.Join(b.o.OutDir, "router-"+stamp+".json")
+	mdPath, jsonPath := reportPaths(b.o.OutDir, "router", rep.StartedAt)
 	rep.MarkdownOut = mdPath
-	md := rep.markdown(rows, filepath.Base(jsonPath))
-	fmt.Fprint(b.out, "\n"+md)
-	js, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding the JSON report: %w", err)
-	}
-	if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	b.logf("wrote %s and %s", mdPath, jsonPath)
-	return nil
+	return b.writeReports(mdPath, rep.markdown(rows, filepath.Base(jsonPath)), jsonPath, rep)
 }

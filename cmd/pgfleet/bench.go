@@ -39,49 +39,55 @@ func benchCmd(args []string) error {
 }
 
 func benchRelay(args []string) error {
-	d := bench.DefaultRelayOptions()
-	o := d
+	o := bench.DefaultRelayOptions()
 	fs := flag.NewFlagSet("bench relay", flag.ExitOnError)
-	fs.IntVar(&o.Scale, "scale", d.Scale, "pgbench -i scale factor")
-	fs.IntVar(&o.Clients, "clients", d.Clients, "pgbench clients (-c)")
-	fs.IntVar(&o.Jobs, "jobs", d.Jobs, "pgbench threads (-j)")
-	fs.DurationVar(&o.Duration, "duration", d.Duration, "length of each run (pgbench -T, whole seconds)")
-	fs.IntVar(&o.Runs, "runs", d.Runs, "runs per configuration; the report shows the median run by QPS")
-	fs.IntVar(&o.PoolSize, "pool-size", d.PoolSize, "server connections of the coordinator and of PgBouncer (default_pool_size)")
-	fs.StringVar(&o.OutDir, "out", d.OutDir, "directory for the Markdown and JSON reports")
-	fs.BoolVar(&o.KeepGoing, "keep-going", false, "record a failed run and go on instead of stopping")
-	_ = fs.Parse(args)
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench relay: unexpected arguments %q", fs.Args())
+	benchFlags(fs, &o.Options, "pgbench -i scale factor",
+		"server connections of the coordinator and of PgBouncer (default_pool_size)")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
 	}
 	return runInterruptible(func(ctx context.Context) error { return bench.RunRelay(ctx, o) })
 }
 
 func benchRouter(args []string) error {
-	d := bench.DefaultRouterOptions()
-	o := d
-	modes := strings.Join(d.Modes, ",")
+	o := bench.DefaultRouterOptions()
+	modes := strings.Join(o.Modes, ",")
 	fs := flag.NewFlagSet("bench router", flag.ExitOnError)
-	fs.IntVar(&o.Scale, "scale", d.Scale, "pgbench -i scale factor of both data sets (accounts = 100000 * scale)")
-	fs.IntVar(&o.Clients, "clients", d.Clients, "pgbench clients (-c)")
-	fs.IntVar(&o.Jobs, "jobs", d.Jobs, "pgbench threads (-j)")
-	fs.DurationVar(&o.Duration, "duration", d.Duration, "length of each run (pgbench -T, whole seconds)")
-	fs.IntVar(&o.Runs, "runs", d.Runs, "runs per configuration; the report shows the median run by QPS")
-	fs.IntVar(&o.PoolSize, "pool-size", d.PoolSize, "server connections of the coordinator (per worker) and of PgBouncer transaction mode")
-	fs.IntVar(&o.Shards, "shards", d.Shards, "shard_count of pgbench_accounts")
-	fs.IntVar(&o.Workers, "workers", d.Workers, "PostgreSQL workers the shards are spread over (1 to 8)")
+	benchFlags(fs, &o.Options, "pgbench -i scale factor of both data sets (accounts = 100000 * scale)",
+		"server connections of the coordinator (per worker) and of PgBouncer transaction mode")
+	fs.IntVar(&o.Shards, "shards", o.Shards, "shard_count of pgbench_accounts")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "PostgreSQL workers the shards are spread over (1 to 8)")
 	fs.StringVar(&modes, "modes", modes, "pgbench query modes to run, comma-separated")
-	fs.StringVar(&o.OutDir, "out", d.OutDir, "directory for the Markdown and JSON reports")
-	fs.BoolVar(&o.KeepGoing, "keep-going", false, "record a failed run and go on instead of stopping")
-	_ = fs.Parse(args)
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench router: unexpected arguments %q", fs.Args())
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
 	}
 	var err error
 	if o.Modes, err = bench.ParseModes(modes); err != nil {
 		return err
 	}
 	return runInterruptible(func(ctx context.Context) error { return bench.RunRouter(ctx, o) })
+}
+
+// benchFlags defines the flags every benchmark takes, with o's values as
+// their defaults.
+func benchFlags(fs *flag.FlagSet, o *bench.Options, scaleHelp, poolHelp string) {
+	fs.IntVar(&o.Scale, "scale", o.Scale, scaleHelp)
+	fs.IntVar(&o.Clients, "clients", o.Clients, "pgbench clients (-c)")
+	fs.IntVar(&o.Jobs, "jobs", o.Jobs, "pgbench threads (-j)")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "length of each run (pgbench -T, whole seconds)")
+	fs.IntVar(&o.Runs, "runs", o.Runs, "runs per configuration; the report shows the median run by QPS")
+	fs.IntVar(&o.PoolSize, "pool-size", o.PoolSize, poolHelp)
+	fs.StringVar(&o.OutDir, "out", o.OutDir, "directory for the Markdown and JSON reports")
+	fs.BoolVar(&o.KeepGoing, "keep-going", o.KeepGoing, "record a failed run and go on instead of stopping")
+}
+
+// parseBenchFlags parses args, which must all be flags.
+func parseBenchFlags(fs *flag.FlagSet, args []string) error {
+	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return nil
 }
 
 // runInterruptible runs a benchmark with a context that Ctrl-C or SIGTERM
