@@ -114,3 +114,20 @@ func FuzzClassify(f *testing.F) {
 		}
 	})
 }
+
+func TestPublicPath(t *testing.T) {
+	cases := map[string]bool{
+		`SET search_path TO public`:                  true,
+		`SET search_path = "$user", public`:          true,
+		`set search_path to default`:                 true,
+		`SET "search_path" = '"$user", public'`:      true,
+		`SET search_path TO app, public`:             false,
+		`SET "search_path" = 'tenant1'`:              false,
+		`SET search_path TO pg_catalog, public, x_y`: false,
+	}
+	for sql, want := range cases {
+		if got := publicPath(sql); got != want {
+			t.Errorf("publicPath(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}

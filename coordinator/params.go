@@ -45,6 +45,39 @@ func (p *sessionParams) apply(op paramOp) {
 	p.rebuild()
 }
 
+// publicPath reports whether a search_path setting (a SET statement or a
+// startup value) resolves unqualified names as the default does: to public.
+func publicPath(setting string) bool {
+	v := strings.ToLower(setting)
+	if i := strings.Index(v, " to "); i >= 0 {
+		v = v[i+4:]
+	} else if i := strings.IndexByte(v, '='); i >= 0 {
+		v = v[i+1:]
+	}
+	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == ';' }) {
+		switch strings.Trim(f, `'"`) {
+		case "public", "$user", "pg_catalog", "default", "":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// pathIsPublic reports whether the session's search_path leaves
+// unqualified table names on public.
+func (p *sessionParams) pathIsPublic() bool {
+	if sql, ok := p.set["search_path"]; ok {
+		return publicPath(sql)
+	}
+	for _, s := range p.startup {
+		if strings.HasPrefix(s, `SET "search_path" = `) {
+			return publicPath(s)
+		}
+	}
+	return true
+}
+
 func (p *sessionParams) rebuild() {
 	if len(p.startup) == 0 && len(p.set) == 0 {
 		p.key = ""

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/binary"
+	"strings"
 	"sync/atomic"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -24,7 +25,23 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if !ss.routes {
 		return unroutedPlan, nil
 	}
-	return ss.srv.stmtPlan(st)
+	sp, err := ss.srv.stmtPlan(st)
+	if err == nil {
+		err = ss.checkPath(sp.plan)
+	}
+	return sp, err
+}
+
+// checkPath refuses a plan that took an unqualified table name as public's
+// in a session whose search_path says otherwise: it could read another
+// schema's table.
+func (ss *session) checkPath(p *planner.Plan) error {
+	if !p.Unqualified || ss.params.pathIsPublic() {
+		return nil
+	}
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"this session's search_path is not public, and %s is named without its schema", strings.Join(p.Tables, ", ")).
+		WithHint("Write the schema with the table name (public.t), or reset search_path.")
 }
 
 var unroutedPlan = &stmtPlan{plan: defaultPlan}
@@ -63,7 +80,11 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 	if !ss.routes {
 		return defaultPlan, nil, nil
 	}
-	return ss.srv.planSimple(sql)
+	p, lits, err := ss.srv.planSimple(sql)
+	if err == nil {
+		err = ss.checkPath(p)
+	}
+	return p, lits, err
 }
 
 // shardStmt is the statement st becomes on shard index idx.

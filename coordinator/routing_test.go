@@ -228,6 +228,17 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 		}
 	}
 
+	// With another schema first in search_path, an unqualified name could
+	// mean another table: refused, while the qualified name works.
+	exec(t, c, "SET search_path TO other_schema, public")
+	if _, err := c.Exec(ctx, "SELECT v FROM rt_acc WHERE aid = 1", simple); sqlState(err) != "0A000" {
+		t.Errorf("unqualified name with search_path set: %v, want 0A000", err)
+	}
+	if got := queryString(t, c, "SELECT v FROM public.rt_acc WHERE aid = 3", simple); got != "v3" {
+		t.Errorf("qualified name with search_path set: %q", got)
+	}
+	exec(t, c, "RESET search_path")
+
 	// Queries the router cannot run are refused, never answered wrongly.
 	// A reference-table write reaches every copy, atomically.
 	if tag, err := c.PgConn().Exec(ctx, "UPDATE rt_ref SET name = name || '!' WHERE bid = 2").ReadAll(); err != nil || tag[0].CommandTag.String() != "UPDATE 1" {

@@ -119,6 +119,10 @@ type Plan struct {
 	b         *builder
 	// Copy: the COPY's columns and format (CopyIn).
 	Copy *CopyOptions `json:"copy,omitempty"`
+	// Unqualified: a catalog table is named without its schema and was
+	// taken as public's; sessions with another search_path must not use
+	// the plan.
+	Unqualified bool `json:"unqualified,omitempty"`
 	// SyntaxError: the text did not parse; the default node will say why.
 	SyntaxError bool `json:"syntax_error,omitempty"`
 	// Function: the catalog function, its positional and named arguments.
@@ -174,7 +178,24 @@ func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 			WithHint("Send the statements one at a time.")
 	}
 	b := &builder{cat: cat, tree: tree}
-	return b.plan(tree.Stmts[0].Stmt)
+	p, err := b.plan(tree.Stmts[0].Stmt)
+	if p != nil {
+		p.Unqualified = unqualified(tree.Stmts[0].Stmt, cat)
+	}
+	return p, err
+}
+
+// unqualified reports whether stmt names a catalog table without its
+// schema (which the planner takes as public).
+func unqualified(stmt *pg_query.Node, cat *metadata.Snapshot) bool {
+	ctes := cteNames(stmt)
+	found := false
+	Walk(stmt, func(m proto.Message) {
+		if rv, ok := m.(*pg_query.RangeVar); ok && rv.Schemaname == "" && lookup(cat, rv, ctes) != nil {
+			found = true
+		}
+	})
+	return found
 }
 
 // catalogTables lists the pgfleet tables a statement names.
