@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,10 @@ type session struct {
 	skipping     bool // after an error in an extended batch: ignore until Sync
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
+	// cancelMu keeps the server connection from going back to the pool
+	// while a cancel request for it is being sent, so that a cancel never
+	// reaches the next client's statement.
+	cancelMu     sync.Mutex
 	qbuf         []byte // a rewritten Query body
 	routes       bool   // the session's database is the one the catalog describes
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)
@@ -361,7 +366,9 @@ func (ss *session) localTxn(cls *class, sql string) bool {
 }
 
 func (ss *session) releaseServer() {
+	ss.cancelMu.Lock()
 	ss.cancelTarget.Store(nil)
+	ss.cancelMu.Unlock()
 	ss.pool.Release(ss.sc)
 	ss.sc = nil
 }

@@ -321,6 +321,8 @@ func (s *Server) cancel(pid uint32, secret []byte) {
 	if ss == nil || subtle.ConstantTimeCompare(ss.secret, secret) != 1 {
 		return
 	}
+	ss.cancelMu.Lock()
+	defer ss.cancelMu.Unlock()
 	t := ss.cancelTarget.Load()
 	if t == nil {
 		return
