@@ -31,7 +31,8 @@ func TestDemo(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "demo", "--workers", "2", "--coordinators", "2", "--port", "0")
+	cmd := exec.Command(bin, "demo", "--workers", "2", "--coordinators", "2", "--port", "0",
+		"--pgbench-scale", "1", "--shards", "4")
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -118,6 +119,19 @@ SELECT v FROM demo_t ORDER BY id;
 		if !strings.HasPrefix(string(out), "uno,two\n") || !strings.Contains(string(out), "id|integer||not null") {
 			t.Errorf("psql output:\n%s", out)
 		}
+	}
+	// The Citus mix over the distributed pgbench schema the demo loaded,
+	// with prepared statements through the second coordinator.
+	if pgbench, err := exec.LookPath("pgbench"); err == nil {
+		w := "../../bench/workloads/"
+		out, err := exec.Command(pgbench, "-n", "-M", "prepared", "-c", "16", "-j", "2", "-T", "2",
+			"-D", "naccounts=100000", "-D", "hot_pct=5", "-f", w+"hot.sql@80", "-f", w+"uniform.sql@10",
+			"-f", w+"tellers.sql@5", "-f", w+"branches.sql@5", coords[1]).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "number of failed transactions: 0 (0.000%)") {
+			t.Errorf("pgbench Citus mix through the demo: %v\n%s", err, out)
+		}
+	} else if os.Getenv("CI") != "" {
+		t.Error("pgbench not found under CI")
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
