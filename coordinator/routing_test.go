@@ -42,45 +42,12 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 	// Every row is in the shard whose hash range holds it, on the node the
 	// catalog names, and none is lost.
 	meta := connect(t, cl.Servers[0].Addr())
-	rows, err := meta.Query(ctx, `SELECT s.shardid, s.min_hash, s.max_hash, n.host || ':' || n.port
-		FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
-		WHERE s.table_name = 'public.rt_acc'`)
-	if err != nil {
-		t.Fatal(err)
+	total, shards, nodes := shardRows(t, cl.Servers[0].Addr(), "public.rt_acc", "aid")
+	if shards != 6 {
+		t.Fatalf("%d shards in the catalog, want 6", shards)
 	}
-	type shard struct {
-		id       int64
-		lo, hi   int32
-		nodeAddr string
-	}
-	var shards []shard
-	for rows.Next() {
-		var s shard
-		if err := rows.Scan(&s.id, &s.lo, &s.hi, &s.nodeAddr); err != nil {
-			t.Fatal(err)
-		}
-		shards = append(shards, s)
-	}
-	if len(shards) != 6 {
-		t.Fatalf("%d shards in the catalog, want 6", len(shards))
-	}
-	total := 0
-	nodes := map[string]bool{}
-	for _, s := range shards {
-		w := connect(t, s.nodeAddr)
-		nodes[s.nodeAddr] = true
-		var cnt, wrong int
-		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE hashint8(aid) NOT BETWEEN %d AND %d) FROM rt_acc_%d", s.lo, s.hi, s.id)
-		if err := w.QueryRow(ctx, q).Scan(&cnt, &wrong); err != nil {
-			t.Fatalf("shard %d on %s: %v", s.id, s.nodeAddr, err)
-		}
-		if wrong != 0 {
-			t.Errorf("shard %d holds %d rows outside its hash range", s.id, wrong)
-		}
-		total += cnt
-	}
-	if total != n || len(nodes) != 2 {
-		t.Errorf("shards hold %d rows on %d nodes, want %d rows on 2", total, len(nodes), n)
+	if total != n || nodes != 2 {
+		t.Errorf("shards hold %d rows on %d nodes, want %d rows on 2", total, nodes, n)
 	}
 	var shell int
 	if err := meta.QueryRow(ctx, "SELECT count(*) FROM rt_acc").Scan(&shell); err != nil || shell != 0 {
@@ -141,7 +108,7 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 	exec(t, c, "DELETE FROM rt_acc WHERE aid = 200001")
 
 	// A constraint violation on a shard comes back with the worker's code.
-	_, err = c.Exec(ctx, "INSERT INTO rt_acc (aid, bid, v, n) VALUES (5, 1, 'dup', 1)")
+	_, err := c.Exec(ctx, "INSERT INTO rt_acc (aid, bid, v, n) VALUES (5, 1, 'dup', 1)")
 	if sqlState(err) != "23505" {
 		t.Errorf("duplicate key: %v, want 23505", err)
 	}
@@ -307,7 +274,7 @@ func TestCopyIntoDistributedTable(t *testing.T) {
 	if tag.RowsAffected() != n {
 		t.Errorf("COPY reported %d rows, want %d", tag.RowsAffected(), n)
 	}
-	total := shardRows(t, cl.Servers[0].Addr(), "public.cp_t", "id")
+	total, _, _ := shardRows(t, cl.Servers[0].Addr(), "public.cp_t", "id")
 	if total != n {
 		t.Errorf("shards hold %d rows, want %d", total, n)
 	}
@@ -319,7 +286,7 @@ func TestCopyIntoDistributedTable(t *testing.T) {
 	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader(bad), "COPY cp_t FROM STDIN"); sqlState(err) != "23505" {
 		t.Fatalf("COPY with a duplicate: %v, want 23505", err)
 	}
-	if total := shardRows(t, cl.Servers[0].Addr(), "public.cp_t", "id"); total != n {
+	if total, _, _ := shardRows(t, cl.Servers[0].Addr(), "public.cp_t", "id"); total != n {
 		t.Errorf("after the failed COPY the shards hold %d rows, want %d", total, n)
 	}
 	// CSV with a header, through the simple protocol's COPY.
@@ -332,9 +299,10 @@ func TestCopyIntoDistributedTable(t *testing.T) {
 	}
 }
 
-// shardRows counts a distributed table's rows on the workers, failing the
-// test if any row is outside its shard's hash range.
-func shardRows(t *testing.T, metaAddr, table, col string) int {
+// shardRows counts a distributed table's rows on the workers, its shards
+// and the nodes holding them, failing the test if any row is outside its
+// shard's hash range.
+func shardRows(t *testing.T, metaAddr, table, col string) (total, shards, nodes int) {
 	t.Helper()
 	ctx := context.Background()
 	meta := connect(t, metaAddr)
@@ -357,9 +325,10 @@ func shardRows(t *testing.T, metaAddr, table, col string) int {
 		}
 		list = append(list, s)
 	}
-	total := 0
 	rel := table[strings.IndexByte(table, '.')+1:]
+	seen := map[string]bool{}
 	for _, s := range list {
+		seen[s.addr] = true
 		w := connect(t, s.addr)
 		var cnt, wrong int
 		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE hashint8(%s) NOT BETWEEN %d AND %d) FROM %s_%d", col, s.lo, s.hi, rel, s.id)
@@ -371,7 +340,7 @@ func shardRows(t *testing.T, metaAddr, table, col string) int {
 		}
 		total += cnt
 	}
-	return total
+	return total, len(list), len(seen)
 }
 
 func refShard(t *testing.T, meta *pgx.Conn) string {

@@ -72,17 +72,9 @@ func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 	if shardCount < 0 || shardCount > metadata.MaxShardCount {
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "shard_count must be between 1 and %d", metadata.MaxShardCount)
 	}
-	o, snap, err := start(ctx, store, conns, defaultNode, "distribute")
+	o, snap, def, name, err := startNew(ctx, store, conns, defaultNode, "distribute", table)
 	if err != nil {
 		return nil, err
-	}
-	def, err := o.lockSource(ctx, table)
-	if err != nil {
-		return nil, o.fail(ctx, err)
-	}
-	name := def.CatalogName()
-	if err := notInCatalog(snap, name); err != nil {
-		return nil, o.fail(ctx, err)
 	}
 	col := def.Column(column)
 	if col == nil {
@@ -150,17 +142,9 @@ func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 // as for Distribute.
 func CreateReference(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
 	table string) (*metadata.Snapshot, error) {
-	o, snap, err := start(ctx, store, conns, defaultNode, "reference")
+	o, snap, def, name, err := startNew(ctx, store, conns, defaultNode, "reference", table)
 	if err != nil {
 		return nil, err
-	}
-	def, err := o.lockSource(ctx, table)
-	if err != nil {
-		return nil, o.fail(ctx, err)
-	}
-	name := def.CatalogName()
-	if err := notInCatalog(snap, name); err != nil {
-		return nil, o.fail(ctx, err)
 	}
 	if err := o.checkNodes(ctx, activeNodes(snap)); err != nil {
 		return nil, o.fail(ctx, err)
@@ -315,6 +299,26 @@ func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn
 	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n), schemas: map[int32]bool{}}
 	o.learn(snap)
 	return o, snap, nil
+}
+
+// startNew starts an operation that adds table to the catalog: it locks the
+// table on the default node, reads its definition and checks the catalog
+// does not have it yet. On error everything is rolled back.
+func startNew(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	opName, table string) (*op, *metadata.Snapshot, *Def, string, error) {
+	o, snap, err := start(ctx, store, conns, defaultNode, opName)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	def, err := o.lockSource(ctx, table)
+	if err != nil {
+		return nil, nil, nil, "", o.fail(ctx, err)
+	}
+	name := def.CatalogName()
+	if err := notInCatalog(snap, name); err != nil {
+		return nil, nil, nil, "", o.fail(ctx, err)
+	}
+	return o, snap, def, name, nil
 }
 
 // learn takes the nodes' addresses from a snapshot, for messages.
