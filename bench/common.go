@@ -89,8 +89,9 @@ type base struct {
 	pgbench  string
 	bouncer  string // pgbouncer binary, "" when skipped
 	cred     *syscall.Credential
-	dir      string // temporary directory for everything
-	cur      *child // the relay running now, stopped on the way out
+	dir      string   // temporary directory for everything
+	cur      *child   // a relay running outside a measured run, stopped on the way out
+	running  []*child // the relays of the measured run now, stopped on the way out
 }
 
 // newBase finds the pgfleet executable, pgbench and the user PgBouncer runs
@@ -171,7 +172,7 @@ func (b *base) pgbenchInit(ctx context.Context, cmds *[]commandRecord, scale int
 // spec is the part of a run's runSpec that does not depend on the benchmark.
 func (b *base) spec(o Options, cr *configResult, run int) runSpec {
 	return runSpec{Target: cr.Target, Mode: cr.Mode, Workload: cr.Workload, Run: run,
-		Clients: o.Clients, Jobs: o.Jobs, Duration: o.Duration, Pgbench: b.pgbench, Dir: b.dir, Hz: b.hz, Cur: &b.cur}
+		Clients: o.Clients, Jobs: o.Jobs, Duration: o.Duration, Pgbench: b.pgbench, Dir: b.dir, Hz: b.hz, Cur: &b.running}
 }
 
 // runAll runs every configuration not skipped o.Runs times, round-robin: run
@@ -215,12 +216,16 @@ func (b *base) runAll(ctx context.Context, o Options, configs []*configResult,
 	return nil
 }
 
-// stopRelay stops the relay running now, if any.
+// stopRelay stops the relays running now, if any.
 func (b *base) stopRelay() {
 	if b.cur != nil {
 		b.cur.Stop(syscall.SIGTERM, 10*time.Second)
 		b.cur = nil
 	}
+	for _, c := range b.running {
+		c.Stop(syscall.SIGTERM, 10*time.Second)
+	}
+	b.running = nil
 }
 
 func (b *base) removeDir() {

@@ -103,6 +103,30 @@ func parsePgbenchOutput(stdout, stderr string) (pgbenchSummary, error) {
 	return s, nil
 }
 
+// add folds the summary of another pgbench process of the same run into s:
+// counts and rates add up, the average latency is weighted by transactions.
+func (s *pgbenchSummary) add(o pgbenchSummary) {
+	if n := s.Transactions + o.Transactions; n > 0 {
+		s.LatencyAvgMs = (s.LatencyAvgMs*float64(s.Transactions) + o.LatencyAvgMs*float64(o.Transactions)) / float64(n)
+	}
+	s.TPS += o.TPS
+	s.TPSIncludingConns += o.TPSIncludingConns
+	s.Transactions += o.Transactions
+	s.Failed += o.Failed
+	s.FailedReported = s.FailedReported && o.FailedReported
+	s.Clients += o.Clients
+	s.Threads += o.Threads
+	s.InitialConnMs = max(s.InitialConnMs, o.InitialConnMs)
+	s.AbortedClients += o.AbortedClients
+	s.RunAborted = s.RunAborted || o.RunAborted
+	for _, m := range o.FirstAbortMessages {
+		if len(s.FirstAbortMessages) < 5 {
+			s.FirstAbortMessages = append(s.FirstAbortMessages, m)
+		}
+	}
+	s.LatencyStddevMs = 0 // not combinable from the summaries; the logs give the distribution
+}
+
 // txLog is what the per-transaction logs (pgbench --log) hold.
 type txLog struct {
 	Files     int     `json:"files"`

@@ -187,3 +187,69 @@ func trunc(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// readStatusKiB reads a "Key: N kB" line of /proc/<pid>/status (VmHWM,
+// VmRSS); 0 when it cannot.
+func readStatusKiB(pid int, key string) int64 {
+	return procKiB(pid, "status", key)
+}
+
+// procKiB reads a "Key: N kB" line of /proc/<pid>/<file>; 0 when it cannot.
+func procKiB(pid int, file, key string) int64 {
+	v := firstField(filepath.Join("/proc", strconv.Itoa(pid), file), key)
+	n, _ := strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
+	return n
+}
+
+// treePssKiB is the proportional set size of pid and its live children
+// (smaps_rollup), in KiB: memory shared between them is counted once.
+func treePssKiB(pid int) int64 {
+	total := smapsPss(pid)
+	kids, _ := children(pid)
+	for _, k := range kids {
+		total += smapsPss(k.Pid)
+	}
+	return total
+}
+
+func smapsPss(pid int) int64 { return procKiB(pid, "smaps_rollup", "Pss") }
+
+// pssSampler samples the summed PSS of process trees until stopped.
+type pssSampler struct {
+	stopc chan struct{}
+	done  chan int64
+}
+
+// startPssSampler samples the trees of pids every interval; stop returns the
+// peak of the sums (0 for no pids).
+func startPssSampler(pids []int, interval time.Duration) *pssSampler {
+	s := &pssSampler{stopc: make(chan struct{}), done: make(chan int64, 1)}
+	go func() {
+		var peak int64
+		sample := func() {
+			var sum int64
+			for _, p := range pids {
+				sum += treePssKiB(p)
+			}
+			peak = max(peak, sum)
+		}
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stopc:
+				sample()
+				s.done <- peak
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *pssSampler) stop() int64 {
+	close(s.stopc)
+	return <-s.done
+}

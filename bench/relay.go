@@ -45,15 +45,20 @@ type relayConfig struct {
 	Mode   string `json:"mode"`   // pgbench -M
 }
 
-func (c relayConfig) key() string { return configKey(c.Target, "", c.Mode) }
+func (c relayConfig) key() string { return configKey(c.Target, "", c.Mode, "") }
 
 // configKey names a configuration: target/mode, or target/workload/mode
-// when there is a workload (router benchmark).
-func configKey(target, workload, mode string) string {
-	if workload == "" {
-		return target + "/" + mode
+// when there is a workload (router benchmark), then /variant when there is
+// one (another fleet shape, or an open-loop rate).
+func configKey(target, workload, mode, variant string) string {
+	k := target + "/" + mode
+	if workload != "" {
+		k = target + "/" + workload + "/" + mode
 	}
-	return target + "/" + workload + "/" + mode
+	if variant != "" {
+		k += "/" + variant
+	}
+	return k
 }
 
 func (c relayConfig) label(pool, sessionPool int) string {
@@ -110,24 +115,27 @@ type cpuFigures struct {
 
 // runResult is everything about one pgbench run.
 type runResult struct {
-	Target       string         `json:"target"`
-	Mode         string         `json:"mode"`
-	Workload     string         `json:"workload,omitempty"` // router benchmark: point-select or citus-mix
-	Run          int            `json:"run"`                // 1-based
-	StartedAt    time.Time      `json:"started_at"`
-	WallSeconds  float64        `json:"wall_seconds"` // pgbench start to exit
-	Pgbench      commandRecord  `json:"pgbench"`
-	ExitCode     int            `json:"pgbench_exit_code"`
-	Stdout       string         `json:"pgbench_stdout"`
-	Stderr       string         `json:"pgbench_stderr,omitempty"` // at most the last 4 KB
-	Summary      pgbenchSummary `json:"summary"`
-	TxLog        *txLog         `json:"tx_log,omitempty"`
-	Aborts       []clientAbort  `json:"aborted_clients,omitempty"` // the first few aborted clients, with what the log says of them
-	Latency      latencyStats   `json:"latency"`                   // from the per-transaction logs
-	CPU          cpuFigures     `json:"cpu"`
-	Relay        *relayRun      `json:"relay,omitempty"`
-	Error        string         `json:"error,omitempty"`
-	LoadAvgAfter string         `json:"loadavg_after,omitempty"`
+	Target       string          `json:"target"`
+	Mode         string          `json:"mode"`
+	Workload     string          `json:"workload,omitempty"` // router benchmark: point-select or citus-mix
+	Run          int             `json:"run"`                // 1-based
+	Rate         float64         `json:"rate,omitempty"`     // pgbench -R over all clients; 0 closed-loop
+	StartedAt    time.Time       `json:"started_at"`
+	WallSeconds  float64         `json:"wall_seconds"` // pgbench start to exit
+	Pgbench      []commandRecord `json:"pgbench"`      // one per pgbench process (one per coordinator)
+	ExitCode     int             `json:"pgbench_exit_code"`
+	Stdout       string          `json:"pgbench_stdout"`
+	Stderr       string          `json:"pgbench_stderr,omitempty"` // at most the last 4 KB
+	Summary      pgbenchSummary  `json:"summary"`
+	TxLog        *txLog          `json:"tx_log,omitempty"`
+	Aborts       []clientAbort   `json:"aborted_clients,omitempty"` // the first few aborted clients, with what the log says of them
+	Latency      latencyStats    `json:"latency"`                   // from the per-transaction logs
+	CDF          []cdfPoint      `json:"latency_cdf,omitempty"`     // the latency distribution, from the same logs (median runs only)
+	CPU          cpuFigures      `json:"cpu"`
+	Memory       memFigures      `json:"memory"`
+	Relays       []*relayRun     `json:"relays,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	LoadAvgAfter string          `json:"loadavg_after,omitempty"`
 }
 
 // relayRun is the relay process of one run.
@@ -141,18 +149,39 @@ type relayRun struct {
 	ExitedEarly  bool          `json:"exited_early,omitempty"`
 	LogProblems  []string      `json:"log_problems,omitempty"` // warnings and errors from its log
 	ProblemCount int           `json:"log_problem_count"`
-	LogTail      string        `json:"log_tail,omitempty"` // its log's last 2 KB
+	LogTail      string        `json:"log_tail,omitempty"`     // its log's last 2 KB
+	PeakRSSKiB   int64         `json:"peak_rss_kib,omitempty"` // VmHWM at the end of the run
+}
+
+// memFigures are one run's peak memory figures, in KiB.
+type memFigures struct {
+	// RelayPeakRSSKiB sums the relays' peak resident sets (VmHWM).
+	RelayPeakRSSKiB int64 `json:"relay_peak_rss_kib,omitempty"`
+	// WorkerPeakPssKiB is the largest sum, over the samples taken once a
+	// second, of the proportional set size of every worker process (shared
+	// memory counted once overall, not once per backend).
+	WorkerPeakPssKiB int64 `json:"worker_peak_pss_kib,omitempty"`
+	// PgbenchMaxRSSKiB is the largest pgbench process's peak resident set.
+	PgbenchMaxRSSKiB int64 `json:"pgbench_max_rss_kib,omitempty"`
 }
 
 // configResult is one configuration with all its runs.
 type configResult struct {
 	relayConfig
-	Workload string      `json:"workload,omitempty"` // router benchmark: point-select or citus-mix
-	Label    string      `json:"label"`
-	Runs     []runResult `json:"runs"`
-	Median   int         `json:"median_run"` // index into Runs; -1 when no run succeeded
-	Skipped  string      `json:"skipped,omitempty"`
-	Row      *tableRow   `json:"row,omitempty"`
+	Workload string `json:"workload,omitempty"` // router benchmark: point-select, citus-mix, ...
+	Label    string `json:"label"`
+	// Variant tells configurations of one target, workload and mode apart:
+	// "" for the main one; a fleet shape of the ladder ("2w 3c") or an
+	// open-loop rate ("rate 5000"). Rows compare with references of the
+	// same variant.
+	Variant      string      `json:"variant,omitempty"`
+	Workers      int         `json:"workers,omitempty"`      // PostgreSQL workers holding the shards
+	Coordinators int         `json:"coordinators,omitempty"` // coordinators pgbench's clients are split over
+	Rate         float64     `json:"rate,omitempty"`         // pgbench -R, 0 closed-loop
+	Runs         []runResult `json:"runs"`
+	Median       int         `json:"median_run"` // index into Runs; -1 when no run succeeded
+	Skipped      string      `json:"skipped,omitempty"`
+	Row          *tableRow   `json:"row,omitempty"`
 }
 
 // relayReport is the JSON report.
@@ -186,6 +215,7 @@ type reportOptions struct {
 
 type workerInfo struct {
 	Name    string   `json:"name,omitempty"` // router benchmark: worker1, worker2, ...
+	Of      int      `json:"of,omitempty"`   // router benchmark: of how many workers (the ladder's phase)
 	Addr    string   `json:"addr"`
 	Pid     int      `json:"postmaster_pid"`
 	Command []string `json:"command"` // from /proc/<pid>/cmdline
@@ -278,25 +308,54 @@ func (b *relayBench) runOne(ctx context.Context, cr *configResult, run int) runR
 	o := b.o
 	spec := b.spec(o.Options, cr, run)
 	spec.Workers = []*workerProc{{Name: "worker1", Pid: b.worker.Pid()}}
-	spec.Host, spec.Port, spec.Database, spec.Script = b.worker.Host, b.worker.Port, "postgres", []string{"-S"}
+	spec.Conn, spec.Database, spec.Script = hostConn(b.worker.Host, b.worker.Port, "postgres"), "postgres", []string{"-S"}
 	switch {
 	case cr.Target == targetPgfleet:
-		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) {
-			return startCoordinator(ctx, b.exe, b.dir, []string{b.worker.Addr()}, o.PoolSize)
+		spec.StartRelays = func(ctx context.Context) ([]*child, []*relayRun, error) {
+			return startCoordinators(ctx, b.exe, b.dir, []string{b.worker.Addr()}, o.PoolSize, 1, 0)
 		}
 	case isBouncer(cr.Target):
 		bc := o.bouncerFor(cr.Target, b.worker.Port, nil)
-		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) {
-			return startBouncer(ctx, b.bouncer, b.dir, b.cred, bc)
+		spec.StartRelays = func(ctx context.Context) ([]*child, []*relayRun, error) {
+			return one(startBouncer(ctx, b.bouncer, b.dir, b.cred, bc))
 		}
 	}
 	return measureRun(ctx, spec)
+}
+
+// one is a single relay as a list.
+func one(ch *child, rr *relayRun, err error) ([]*child, []*relayRun, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	return []*child{ch}, []*relayRun{rr}, nil
+}
+
+// startCoordinators starts n coordinators (startCoordinatorProcs); on an
+// error it returns those it started, for the caller to stop.
+func startCoordinators(ctx context.Context, exe, dir string, workers []string, pool, n, procs int) ([]*child, []*relayRun, error) {
+	var chs []*child
+	var rrs []*relayRun
+	for i := 0; i < n; i++ {
+		ch, rr, err := startCoordinatorProcs(ctx, exe, dir, workers, pool, procs)
+		if err != nil {
+			return chs, rrs, fmt.Errorf("coordinator %d of %d: %w", i+1, n, err)
+		}
+		chs, rrs = append(chs, ch), append(rrs, rr)
+	}
+	return chs, rrs, nil
 }
 
 // startCoordinator starts "pgfleet serve" in front of workers (the first is
 // the default node and holds the catalog) on a free loopback port and waits
 // until it answers a startup message. It tries up to three ports.
 func startCoordinator(ctx context.Context, exe, dir string, workers []string, pool int) (*child, *relayRun, error) {
+	return startCoordinatorProcs(ctx, exe, dir, workers, pool, 0)
+}
+
+// startCoordinatorProcs is startCoordinator with GOMAXPROCS=procs when procs
+// is positive.
+func startCoordinatorProcs(ctx context.Context, exe, dir string, workers []string, pool, procs int) (*child, *relayRun, error) {
 	return onFreePort(ctx, func(port int) (*child, *relayRun, error) {
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		argv := []string{exe, "serve", "--listen", addr}
@@ -304,9 +363,13 @@ func startCoordinator(ctx context.Context, exe, dir string, workers []string, po
 			argv = append(argv, "--worker", w)
 		}
 		argv = append(argv, "--pool-size", strconv.Itoa(pool), "--log-level", "info")
-		rr := &relayRun{Addr: addr, Command: commandRecord{What: "pgfleet coordinator", Argv: argv}}
+		var env []string
+		if procs > 0 {
+			env = append(env, "GOMAXPROCS="+strconv.Itoa(procs))
+		}
+		rr := &relayRun{Addr: addr, Command: commandRecord{What: "pgfleet coordinator", Argv: argv, Env: env}}
 		logPath := filepath.Join(dir, fmt.Sprintf("coordinator-%d.log", port))
-		ch, err := startChild("pgfleet coordinator", argv, cleanEnv(), nil, logPath)
+		ch, err := startChild("pgfleet coordinator", argv, cleanEnv(env...), nil, logPath)
 		if err == nil {
 			if err = waitReady(ctx, ch, addr, 15*time.Second); err != nil {
 				ch.Stop(syscall.SIGTERM, 5*time.Second)

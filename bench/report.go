@@ -20,6 +20,10 @@ type tableRow struct {
 	Target      string    `json:"target"`
 	Workload    string    `json:"workload,omitempty"`
 	Mode        string    `json:"mode"`
+	Variant     string    `json:"variant,omitempty"`
+	Workers     int       `json:"workers,omitempty"`
+	Coords      int       `json:"coordinators,omitempty"`
+	Rate        float64   `json:"rate,omitempty"`
 	OK          bool      `json:"ok"` // a run succeeded; the figures below are its
 	QPS         float64   `json:"qps"`
 	VsDirect    *float64  `json:"ratio_to_direct"`
@@ -33,6 +37,8 @@ type tableRow struct {
 	RelayCPU    *float64  `json:"relay_cpu_us_per_query"`
 	WorkerCPU   float64   `json:"worker_cpu_us_per_query"`
 	PgbenchCPU  float64   `json:"pgbench_cpu_us_per_query"`
+	RelayRSSKiB int64     `json:"relay_peak_rss_kib,omitempty"`
+	WorkerPss   int64     `json:"worker_peak_pss_kib,omitempty"`
 	Note        string    `json:"note,omitempty"`
 	RunsQPS     []float64 `json:"runs_qps"`
 	RunsOK      int       `json:"runs_ok"`
@@ -51,26 +57,38 @@ func pgbouncerReference(mode string) string {
 }
 
 // buildRows fills each configuration's median run and row. A row's
-// references are the configurations with the same workload and mode: direct,
-// and the PgBouncer target of its mode (pgbouncerReference).
+// references are the configurations with the same workload, mode and
+// variant: direct, and the PgBouncer target of its mode
+// (pgbouncerReference); a closed-loop row of the ladder without references
+// of its own compares with the main ones.
 func buildRows(configs []*configResult) []*tableRow {
 	byKey := map[string]*tableRow{}
 	var rows []*tableRow
 	for _, c := range configs {
 		row := medianRow(c)
-		byKey[configKey(c.Target, c.Workload, c.Mode)] = row
+		byKey[configKey(c.Target, c.Workload, c.Mode, c.Variant)] = row
 		rows = append(rows, row)
+	}
+	ref := func(target string, row *tableRow) *tableRow {
+		r := byKey[configKey(target, row.Workload, row.Mode, row.Variant)]
+		if r == nil && row.Rate == 0 {
+			r = byKey[configKey(target, row.Workload, row.Mode, "")]
+		}
+		if r == nil || !r.OK || r.QPS <= 0 {
+			return nil
+		}
+		return r
 	}
 	for _, row := range rows {
 		if !row.OK {
 			continue
 		}
-		if d := byKey[configKey(targetDirect, row.Workload, row.Mode)]; d != nil && d.OK && d.QPS > 0 {
+		if d := ref(targetDirect, row); d != nil {
 			v := row.QPS / d.QPS
 			row.VsDirect = &v
 		}
-		if ref := pgbouncerReference(row.Mode); ref != "" {
-			if p := byKey[configKey(ref, row.Workload, row.Mode)]; p != nil && p.OK && p.QPS > 0 {
+		if bt := pgbouncerReference(row.Mode); bt != "" {
+			if p := ref(bt, row); p != nil {
 				v := row.QPS / p.QPS
 				row.VsPgbouncer = &v
 			}
@@ -81,7 +99,8 @@ func buildRows(configs []*configResult) []*tableRow {
 
 // medianRow picks c's median run and makes its table row (without ratios).
 func medianRow(c *configResult) *tableRow {
-	row := &tableRow{Label: c.Label, Target: c.Target, Workload: c.Workload, Mode: c.Mode}
+	row := &tableRow{Label: c.Label, Target: c.Target, Workload: c.Workload, Mode: c.Mode, Variant: c.Variant,
+		Workers: c.Workers, Coords: c.Coordinators, Rate: c.Rate}
 	for _, r := range c.Runs {
 		row.RunsQPS = append(row.RunsQPS, r.Summary.TPS)
 	}
@@ -100,10 +119,11 @@ func medianRow(c *configResult) *tableRow {
 		row.P50Ms, row.P95Ms = float64(m.Latency.P50)/1000, float64(m.Latency.P95)/1000
 		row.P99Ms, row.P999Ms = float64(m.Latency.P99)/1000, float64(m.Latency.P999)/1000
 		row.Failed, row.Aborted = m.Summary.Failed, m.Summary.AbortedClients
-		if c.Target != targetDirect {
+		if len(m.Relays) > 0 {
 			v := m.CPU.RelayPerQuery
 			row.RelayCPU = &v
 		}
+		row.RelayRSSKiB, row.WorkerPss = m.Memory.RelayPeakRSSKiB, m.Memory.WorkerPeakPssKiB
 		row.WorkerCPU, row.PgbenchCPU = m.CPU.WorkerPerQuery, m.CPU.PgbenchPerQuery
 	}
 	for _, r := range c.Runs {
@@ -307,7 +327,7 @@ func runProblems(configs []*configResult) []string {
 			if r.CPU.BackendsLeft > 0 {
 				out = append(out, fmt.Sprintf("%s: %d worker backends still running 2 s after the run (their CPU is counted while alive)", where, r.CPU.BackendsLeft))
 			}
-			if rr := r.Relay; rr != nil {
+			for _, rr := range r.Relays {
 				out = append(out, relayProblems(where, rr)...)
 			}
 		}
@@ -345,6 +365,7 @@ func (b *relayBench) finish(runErr error, interrupted bool) error {
 	rep.Problems = rep.problems()
 	mdPath, jsonPath := reportPaths(b.o.OutDir, "relay", rep.StartedAt)
 	rep.MarkdownOut = mdPath
+	b.writeChart(mdPath, "pgfleet relay benchmark, "+rep.StartedAt.Format("2006-01-02 15:04:05 MST"), rep.Configs)
 	return b.writeReports(mdPath, rep.markdown(rows, filepath.Base(jsonPath)), jsonPath, rep)
 }
 
@@ -363,6 +384,25 @@ func anyRuns(configs []*configResult) bool {
 func reportPaths(outDir, name string, t time.Time) (mdPath, jsonPath string) {
 	stamp := t.Format("20060102-150405")
 	return filepath.Join(outDir, name+"-"+stamp+".md"), filepath.Join(outDir, name+"-"+stamp+".json")
+}
+
+// writeChart writes the SVG chart of configs beside the Markdown report at
+// mdPath and returns its base name ("" when it could not). Only the median
+// runs keep their latency distribution, which keeps the JSON small.
+func (b *base) writeChart(mdPath, title string, configs []*configResult) string {
+	for _, c := range configs {
+		for i := range c.Runs {
+			if i != c.Median {
+				c.Runs[i].CDF = nil
+			}
+		}
+	}
+	svgPath := strings.TrimSuffix(mdPath, ".md") + ".svg"
+	if err := writeChartFile(svgPath, title, chartPointsFromConfigs(configs)); err != nil {
+		b.logf("chart: %v", err)
+		return ""
+	}
+	return filepath.Base(svgPath)
 }
 
 // writeReports prints md and writes it to mdPath and rep as JSON to

@@ -42,6 +42,9 @@ func TestBuildRowsRatios(t *testing.T) {
 		r := run(tps, "")
 		r.Target, r.Mode = target, mode
 		r.CPU.RelayPerQuery = 12.5
+		if target != targetDirect {
+			r.Relays = []*relayRun{{}}
+		}
 		return &configResult{relayConfig: relayConfig{target, mode}, Label: target, Runs: []runResult{r}}
 	}
 	configs := []*configResult{

@@ -5,14 +5,18 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgcluster"
 )
@@ -22,28 +26,78 @@ import (
 //go:embed workloads/*.sql
 var workloadFiles embed.FS
 
-// Workloads of the router benchmark.
+// Workloads of the router benchmark (bench/workloads).
 const (
-	workloadPointSelect = "point-select" // workloads/point-select.sql: one account by aid, uniform
+	workloadPointSelect = "point-select" // point-select.sql: one account by aid, uniform
 	workloadMix         = "citus-mix"    // hot.sql@80 uniform.sql@10 tellers.sql@5 branches.sql@5
+	workloadWrite       = "write"        // write.sql: one account's balance updated by aid
+	workloadScatter     = "scatter"      // scatter.sql: GROUP BY aggregates over 1,000 accounts in every shard
 )
+
+// allWorkloads are the workloads in report order.
+var allWorkloads = []string{workloadPointSelect, workloadMix, workloadWrite, workloadScatter}
+
+// tpcbMissing says why pgbench's tpcb-like is not among the workloads.
+const tpcbMissing = "pgbench's tpcb-like (its default script) is not run: it updates an account, a teller and a branch " +
+	"in one transaction, which needs atomic commit across workers, and pgfleet runs a transaction on one worker only so far; " +
+	"`write` measures single-row updates by key instead."
 
 // directDB is the database on the first worker holding the plain,
 // undistributed pgbench tables that direct runs and PgBouncer use.
 const directDB = "direct"
 
-// RouterOptions configure RunRouter. Scale is that of both data sets.
+// URLTarget is a system given by URL that the benchmark runs the workloads
+// against beside its own cluster: a Citus coordinator, a Neki endpoint,
+// plain PostgreSQL, another pgfleet.
+type URLTarget struct {
+	Name string
+	URL  string
+}
+
+// ParseURLTarget reads name=URL.
+func ParseURLTarget(s string) (URLTarget, error) {
+	name, url, ok := strings.Cut(s, "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" || strings.ContainsAny(name, " /|") || url == "" {
+		return URLTarget{}, fmt.Errorf("--target %q: want name=postgres://user:password@host:port/db (a name without spaces, / or |)", s)
+	}
+	return URLTarget{Name: name, URL: url}, nil
+}
+
+// RouterOptions configure RunRouter. Scale is that of every data set.
 type RouterOptions struct {
 	Options
-	Shards  int      // shard_count of pgbench_accounts
-	Workers int      // PostgreSQL workers the shards are spread over
-	Modes   []string // pgbench -M modes to run
+	Shards int // shard_count of pgbench_accounts
+	// Workers and Coordinators are the fleet shapes: the first of each is
+	// the main one, measured with every workload and mode beside the
+	// references; every other combination (the scaling ladder) runs
+	// point-select in the first mode.
+	Workers      []int
+	Coordinators []int
+	// CoordinatorProcs is GOMAXPROCS of each coordinator; 0 leaves Go's
+	// default (every CPU).
+	CoordinatorProcs int
+	Modes            []string // pgbench -M modes to run
+	Workloads        []string // from allWorkloads
+	// Rate runs every configuration open-loop at this many transactions per
+	// second (pgbench -R); 0 runs closed-loop.
+	Rate float64
+	// HalfPeak adds open-loop runs of point-select, directly and through the
+	// main fleet, at half of the fleet's closed-loop peak: the latency the
+	// coordinator adds when it is not saturated.
+	HalfPeak bool
+	// Targets are systems given by URL, run with every workload and mode.
+	Targets []URLTarget
+	// LoadTargets loads (pgbench -i) and distributes the data set on each
+	// URL target first; false uses what is there.
+	LoadTargets bool
 }
 
 // DefaultRouterOptions are the defaults of pgfleet bench router.
 func DefaultRouterOptions() RouterOptions {
-	return RouterOptions{Options: defaultOptions(), Shards: 32, Workers: 1,
-		Modes: []string{modePrepared, modeExtended, modeSimple}}
+	return RouterOptions{Options: defaultOptions(), Shards: 32, Workers: []int{1}, Coordinators: []int{1},
+		Modes: []string{modePrepared, modeExtended, modeSimple}, Workloads: []string{workloadPointSelect, workloadMix},
+		HalfPeak: true, LoadTargets: true}
 }
 
 func (o *RouterOptions) validate() error {
@@ -53,8 +107,25 @@ func (o *RouterOptions) validate() error {
 	switch {
 	case o.Shards < 1:
 		return errors.New("--shards must be at least 1")
-	case o.Workers < 1 || o.Workers > 8:
-		return errors.New("--workers must be between 1 and 8")
+	case len(o.Workers) == 0 || len(o.Coordinators) == 0:
+		return errors.New("--workers and --coordinators need at least one count")
+	case o.CoordinatorProcs < 0:
+		return errors.New("--coordinator-procs must not be negative")
+	case o.Rate < 0:
+		return errors.New("--rate must not be negative")
+	}
+	for _, w := range o.Workers {
+		if w < 1 || w > 8 {
+			return errors.New("--workers must be between 1 and 8")
+		}
+	}
+	for _, c := range o.Coordinators {
+		if c < 1 || c > 8 || c > o.Clients {
+			return errors.New("--coordinators must be between 1 and 8, and at most --clients")
+		}
+	}
+	if _, err := ParseWorkloads(strings.Join(o.Workloads, ",")); err != nil {
+		return err
 	}
 	_, err := ParseModes(strings.Join(o.Modes, ","))
 	return err
@@ -63,25 +134,53 @@ func (o *RouterOptions) validate() error {
 // ParseModes reads a comma-separated list of pgbench query modes, in the
 // order prepared, extended, simple, without duplicates.
 func ParseModes(s string) ([]string, error) {
+	return parseList("--modes", "pgbench query mode", s, []string{modePrepared, modeExtended, modeSimple})
+}
+
+// ParseWorkloads reads a comma-separated list of workloads, in report
+// order, without duplicates.
+func ParseWorkloads(s string) ([]string, error) {
+	return parseList("--workloads", "workload", s, allWorkloads)
+}
+
+// parseList reads a comma-separated subset of known, in known's order.
+func parseList(flag, what, s string, known []string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, m := range strings.Split(s, ",") {
 		m = strings.TrimSpace(m)
-		switch m {
-		case "":
-		case modePrepared, modeExtended, modeSimple:
-			seen[m] = true
-		default:
-			return nil, fmt.Errorf("--modes: unknown pgbench query mode %q (want prepared, extended or simple)", m)
+		if m == "" {
+			continue
 		}
+		if !slices.Contains(known, m) {
+			return nil, fmt.Errorf("%s: unknown %s %q (want %s)", flag, what, m, strings.Join(known, ", "))
+		}
+		seen[m] = true
 	}
 	var out []string
-	for _, m := range []string{modePrepared, modeExtended, modeSimple} {
+	for _, m := range known {
 		if seen[m] {
 			out = append(out, m)
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("--modes: no query mode given")
+		return nil, fmt.Errorf("%s: no %s given ", flag, what)
+	}
+	return out, nil
+}
+
+// ParseCounts reads a comma-separated list of counts ("1,2,4"), in the
+// order given, without duplicates.
+func ParseCounts(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a positive count", flag, f)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
 	}
 	return out, nil
 }
@@ -98,6 +197,8 @@ func workloadArgs(workload, dir string, scale int) []string {
 		return []string{"-f", filepath.Join(dir, "hot.sql") + "@80", "-f", filepath.Join(dir, "uniform.sql") + "@10",
 			"-f", filepath.Join(dir, "tellers.sql") + "@5", "-f", filepath.Join(dir, "branches.sql") + "@5",
 			"-D", n, "-D", "hot_pct=5"}
+	case workloadWrite, workloadScatter:
+		return []string{"-f", filepath.Join(dir, workload+".sql"), "-D", n}
 	}
 	return []string{"-f", filepath.Join(dir, "point-select.sql"), "-D", n}
 }
@@ -123,91 +224,141 @@ func writeWorkloads(dir string) error {
 	return nil
 }
 
+// targetURL is the target name of a URL target.
+func targetURL(name string) string { return "url:" + name }
+
+// fleetShape is how many workers and coordinators a pgfleet configuration
+// runs with.
+type fleetShape struct{ Workers, Coordinators int }
+
+func (f fleetShape) variant() string { return fmt.Sprintf("%dw %dc", f.Workers, f.Coordinators) }
+
 // routerConfig is one row of the router report.
 type routerConfig struct {
 	Target, Workload, Mode string
+	Shape                  fleetShape // pgfleet only
+	Variant                string
+	Rate                   float64
 }
 
-// routerConfigs are the configurations in report order: for each workload
-// direct and the coordinator in every mode, and for point-select PgBouncer
-// session (prepared) and transaction (extended) mode.
-func routerConfigs(modes []string) []routerConfig {
+// mainConfigs are the configurations of the main shape, in report order:
+// for each workload direct and the fleet in every mode, each URL target,
+// and for point-select and the mix PgBouncer session (prepared) and
+// transaction (extended) mode.
+func mainConfigs(o RouterOptions) []routerConfig {
+	shape := fleetShape{o.Workers[0], o.Coordinators[0]}
 	var out []routerConfig
-	for _, w := range []string{workloadPointSelect, workloadMix} {
-		for _, t := range []string{targetDirect, targetPgfleet} {
-			for _, m := range modes {
-				out = append(out, routerConfig{t, w, m})
+	for _, w := range o.Workloads {
+		for _, m := range o.Modes {
+			out = append(out, routerConfig{Target: targetDirect, Workload: w, Mode: m, Rate: o.Rate})
+		}
+		for _, m := range o.Modes {
+			out = append(out, routerConfig{Target: targetPgfleet, Workload: w, Mode: m, Shape: shape, Rate: o.Rate})
+		}
+		for _, t := range o.Targets {
+			for _, m := range o.Modes {
+				out = append(out, routerConfig{Target: targetURL(t.Name), Workload: w, Mode: m, Rate: o.Rate})
 			}
 		}
-		if w != workloadPointSelect {
+		if w != workloadPointSelect && w != workloadMix {
 			continue
 		}
-		for _, m := range modes {
+		for _, m := range o.Modes {
 			if ref := pgbouncerReference(m); ref != "" {
-				out = append(out, routerConfig{ref, w, m})
+				out = append(out, routerConfig{Target: ref, Workload: w, Mode: m, Rate: o.Rate})
 			}
 		}
 	}
 	return out
 }
 
-// routerLabel names a target in the router report.
-func routerLabel(target string, o RouterOptions, sessionPool int) string {
-	switch target {
-	case targetPgfleet:
-		if o.Workers > 1 {
-			return fmt.Sprintf("pgfleet router (%d workers, %d shards, pool %d)", o.Workers, o.Shards, o.PoolSize)
+// ladderConfigs are the fleet shapes with workers workers other than the
+// main one: point-select in the first mode.
+func ladderConfigs(o RouterOptions, workers int) []routerConfig {
+	var out []routerConfig
+	for _, c := range o.Coordinators {
+		shape := fleetShape{workers, c}
+		if shape == (fleetShape{o.Workers[0], o.Coordinators[0]}) {
+			continue
 		}
-		return fmt.Sprintf("pgfleet router (%d shards, pool %d)", o.Shards, o.PoolSize)
-	case targetBouncerSess:
-		return fmt.Sprintf("PgBouncer session (pool %d)", sessionPool)
-	case targetBouncerTx:
-		return fmt.Sprintf("PgBouncer transaction (pool %d)", o.PoolSize)
+		out = append(out, routerConfig{Target: targetPgfleet, Workload: workloadPointSelect, Mode: o.Modes[0],
+			Shape: shape, Variant: shape.variant(), Rate: o.Rate})
 	}
-	return "direct (db " + directDB + ")"
+	return out
+}
+
+// routerLabel names a configuration in the router report.
+func routerLabel(c routerConfig, o RouterOptions) string {
+	rate := ""
+	if c.Rate > 0 {
+		rate = fmt.Sprintf(", open loop %.0f/s", c.Rate)
+	}
+	switch {
+	case c.Target == targetPgfleet:
+		procs := ""
+		if o.CoordinatorProcs > 0 {
+			procs = fmt.Sprintf(", GOMAXPROCS %d", o.CoordinatorProcs)
+		}
+		return fmt.Sprintf("pgfleet (%d workers, %d coordinators%s, %d shards, pool %d%s)", c.Shape.Workers,
+			c.Shape.Coordinators, procs, o.Shards, o.PoolSize, rate)
+	case c.Target == targetBouncerSess:
+		return fmt.Sprintf("PgBouncer session (pool %d%s)", o.sessionPoolSize(), rate)
+	case c.Target == targetBouncerTx:
+		return fmt.Sprintf("PgBouncer transaction (pool %d%s)", o.PoolSize, rate)
+	case strings.HasPrefix(c.Target, "url:"):
+		return strings.TrimPrefix(c.Target, "url:") + " (by URL" + rate + ")"
+	}
+	return "direct (db " + directDB + rate + ")"
 }
 
 // routerReport is the router benchmark's JSON report.
 type routerReport struct {
-	Tool             string          `json:"tool"`
-	StartedAt        time.Time       `json:"started_at"`
-	FinishedAt       time.Time       `json:"finished_at"`
-	Interrupted      bool            `json:"interrupted,omitempty"`
-	Error            string          `json:"error,omitempty"`
-	Options          routerRepOpts   `json:"options"`
-	Versions         versions        `json:"versions"`
-	Machine          machine         `json:"machine"`
-	Workers          []workerInfo    `json:"workers"`
-	Commands         []commandRecord `json:"setup_commands"`
-	SetupCoordinator *relayRun       `json:"setup_coordinator,omitempty"` // the coordinator pgbench -i and the distribution ran through
-	Data             dataCheck       `json:"data"`
-	Configs          []*configResult `json:"configs"`
-	Targets          []targetCheck   `json:"targets"`
-	Notes            []string        `json:"notes,omitempty"`
-	Problems         []string        `json:"problems,omitempty"`
-	MarkdownOut      string          `json:"markdown_file,omitempty"`
+	Tool              string          `json:"tool"`
+	StartedAt         time.Time       `json:"started_at"`
+	FinishedAt        time.Time       `json:"finished_at"`
+	Interrupted       bool            `json:"interrupted,omitempty"`
+	Error             string          `json:"error,omitempty"`
+	Options           routerRepOpts   `json:"options"`
+	Versions          versions        `json:"versions"`
+	Machine           machine         `json:"machine"`
+	Workers           []workerInfo    `json:"workers"`
+	Commands          []commandRecord `json:"setup_commands"`
+	SetupCoordinators []*relayRun     `json:"setup_coordinators,omitempty"` // the coordinators pgbench -i and the distribution ran through, one per worker count
+	Data              []*dataCheck    `json:"data"`                         // one per worker count
+	URLTargets        []urlTargetInfo `json:"url_targets,omitempty"`
+	HalfPeakRate      float64         `json:"half_peak_rate,omitempty"`
+	Configs           []*configResult `json:"configs"`
+	Targets           []targetCheck   `json:"targets"`
+	Notes             []string        `json:"notes,omitempty"`
+	Problems          []string        `json:"problems,omitempty"`
+	MarkdownOut       string          `json:"markdown_file,omitempty"`
 }
 
 type routerRepOpts struct {
-	Scale           int      `json:"scale"`
-	Naccounts       int64    `json:"naccounts"`
-	Clients         int      `json:"clients"`
-	Jobs            int      `json:"jobs"`
-	DurationSeconds int      `json:"duration_seconds"`
-	Runs            int      `json:"runs"`
-	PoolSize        int      `json:"pool_size"`
-	SessionPoolSize int      `json:"pgbouncer_session_pool_size"`
-	Shards          int      `json:"shards"`
-	Workers         int      `json:"workers"`
-	Modes           []string `json:"modes"`
-	KeepGoing       bool     `json:"keep_going"`
-	Executable      string   `json:"pgfleet_executable"`
-	Workloads       []string `json:"workloads"` // pgbench arguments of each workload
+	Scale            int      `json:"scale"`
+	Naccounts        int64    `json:"naccounts"`
+	Clients          int      `json:"clients"`
+	Jobs             int      `json:"jobs"`
+	DurationSeconds  int      `json:"duration_seconds"`
+	Runs             int      `json:"runs"`
+	PoolSize         int      `json:"pool_size"`
+	SessionPoolSize  int      `json:"pgbouncer_session_pool_size"`
+	Shards           int      `json:"shards"`
+	Workers          []int    `json:"workers"`
+	Coordinators     []int    `json:"coordinators"`
+	CoordinatorProcs int      `json:"coordinator_gomaxprocs,omitempty"`
+	Rate             float64  `json:"rate,omitempty"`
+	HalfPeak         bool     `json:"half_peak"`
+	Modes            []string `json:"modes"`
+	KeepGoing        bool     `json:"keep_going"`
+	Executable       string   `json:"pgfleet_executable"`
+	Workloads        []string `json:"workloads"` // pgbench arguments of each workload
 }
 
 // dataCheck is what the set-up found on the workers, read directly (the
 // coordinator does not run count(*) over a distributed table).
 type dataCheck struct {
+	Workers        int              `json:"workers"`                  // the phase's worker count
 	Naccounts      int64            `json:"naccounts"`                // 100000 * scale
 	DirectAccounts int64            `json:"direct_accounts"`          // count(*) in db direct
 	ShellAccounts  int64            `json:"shell_accounts"`           // rows left in the shell table on worker 1
@@ -236,6 +387,16 @@ type readCheck struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// urlTargetInfo is what the benchmark did with a URL target.
+type urlTargetInfo struct {
+	Name        string `json:"name"`
+	URL         string `json:"url"` // password hidden
+	Loaded      bool   `json:"loaded"`
+	Distributed bool   `json:"distributed"` // create_distributed_table ran
+	Note        string `json:"note,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
 // routerBench is one RunRouter invocation.
 type routerBench struct {
 	*base
@@ -243,55 +404,70 @@ type routerBench struct {
 	rep       *routerReport
 	scripts   string // directory of the pgbench scripts
 	workers   []*pgcluster.Server
-	routedErr string // why the routed data is not usable, "" when it is
+	data      *dataCheck // the current phase's
+	routedErr string     // why the routed data is not usable, "" when it is
 	// logStart is where each worker's log stood once it was ready: lines
 	// before (pgcluster's readiness probe meeting "the database system is
 	// starting up") are not the benchmark's problems.
 	logStart []int64
+	// urlErr: why a URL target's configurations are skipped.
+	urlErr map[string]string
 }
 
-// RunRouter runs the router benchmark: it starts o.Workers PostgreSQL
-// workers, loads pgbench's tables plainly into database "direct" on the first
-// one and, through a pgfleet coordinator, into database "postgres" where it
-// distributes pgbench_accounts by aid over o.Shards shards; then it runs
-// routed point queries (point-select.sql and the Citus mix) directly against
-// "direct", through the coordinator, and point-select through PgBouncer. It
-// prints a Markdown table with the issue's targets and writes it, with a JSON
-// file of every figure, to o.OutDir. It stops everything it started before it
-// returns, also when ctx is cancelled.
+// RunRouter runs the router benchmark. For each worker count in o.Workers
+// it starts that many PostgreSQL workers and, through a pgfleet coordinator,
+// loads pgbench's tables into database "postgres", distributing
+// pgbench_accounts by aid over o.Shards shards. With the first worker count
+// it also loads the plain tables into database "direct" on the first worker
+// and runs every workload and mode directly, through the main fleet shape,
+// through PgBouncer and against each URL target, then the half-peak
+// open-loop runs; with every count it runs the ladder's other shapes. It
+// prints a Markdown table with the issue's targets and writes it, with a
+// JSON file of every figure and an SVG chart, to o.OutDir. It stops
+// everything it started before it returns, also when ctx is cancelled.
 func RunRouter(ctx context.Context, o RouterOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
 	o.Modes, _ = ParseModes(strings.Join(o.Modes, ","))
+	o.Workloads, _ = ParseWorkloads(strings.Join(o.Workloads, ","))
 	bb, err := newBase(o.Options, "pgfleet-bench-router-")
 	if err != nil {
 		return err
 	}
-	b := &routerBench{base: bb, o: o, scripts: filepath.Join(bb.dir, "workloads")}
+	b := &routerBench{base: bb, o: o, scripts: filepath.Join(bb.dir, "workloads"), urlErr: map[string]string{}}
 	b.rep = &routerReport{Tool: "pgfleet bench router", StartedAt: time.Now(),
 		Options: routerRepOpts{Scale: o.Scale, Naccounts: naccounts(o.Scale), Clients: o.Clients, Jobs: o.Jobs,
 			DurationSeconds: durationSeconds(o.Duration), Runs: o.Runs, PoolSize: o.PoolSize,
-			SessionPoolSize: o.sessionPoolSize(), Shards: o.Shards, Workers: o.Workers, Modes: o.Modes,
+			SessionPoolSize: o.sessionPoolSize(), Shards: o.Shards, Workers: o.Workers, Coordinators: o.Coordinators,
+			CoordinatorProcs: o.CoordinatorProcs, Rate: o.Rate, HalfPeak: o.HalfPeak, Modes: o.Modes,
 			KeepGoing: o.KeepGoing, Executable: b.exe},
-		Versions: b.versions(), Machine: readMachine(b.hz), Data: dataCheck{Naccounts: naccounts(o.Scale)}}
-	for _, w := range []string{workloadPointSelect, workloadMix} {
+		Versions: b.versions(), Machine: readMachine(b.hz)}
+	for _, w := range o.Workloads {
 		b.rep.Options.Workloads = append(b.rep.Options.Workloads,
 			w+": "+strings.Join(workloadArgs(w, "workloads", o.Scale), " "))
 	}
+	b.rep.Notes = append(b.rep.Notes, tpcbMissing)
 	return runBenchmark(ctx, b)
 }
 
 func (b *routerBench) cleanup() {
 	b.stopRelay()
+	b.stopWorkers()
+	b.removeDir()
+}
+
+// stopWorkers stops the current phase's workers and records their logs'
+// problems.
+func (b *routerBench) stopWorkers() {
+	first := len(b.rep.Workers) - len(b.workers)
 	for i, w := range b.workers {
 		w.Stop()
-		if i < len(b.rep.Workers) {
-			b.rep.Workers[i].Log, b.rep.Workers[i].NLog = logProblemsFrom(w.LogFile, b.logStart[i], 10)
+		if wi := &b.rep.Workers[first+i]; first >= 0 {
+			wi.Log, wi.NLog = logProblemsFrom(w.LogFile, b.logStart[i], 10)
 		}
 	}
-	b.workers = nil
-	b.removeDir()
+	b.workers, b.logStart = nil, nil
 }
 
 func (b *routerBench) workerAddrs() []string {
@@ -310,60 +486,142 @@ func (b *routerBench) run(ctx context.Context) error {
 	if err := writeWorkloads(b.scripts); err != nil {
 		return fmt.Errorf("writing the pgbench scripts: %w", err)
 	}
+	if b.bouncer != "" && o.PoolSize < o.Clients {
+		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("PgBouncer session mode runs with pool_size %d (one server "+
+			"connection per client), not %d, as in bench relay; transaction mode and the coordinator use %d.",
+			o.sessionPoolSize(), o.PoolSize, o.PoolSize))
+	}
+	for phase, nw := range o.Workers {
+		if phase > 0 {
+			b.stopWorkers()
+		}
+		if err := b.startPhase(ctx, phase, nw); err != nil {
+			return err
+		}
+		var configs []routerConfig
+		if phase == 0 {
+			configs = mainConfigs(o)
+			b.loadURLTargets(ctx)
+		}
+		configs = append(configs, ladderConfigs(o, nw)...)
+		crs := b.addConfigs(configs)
+		if err := b.runAll(ctx, o.Options, crs, b.runOne); err != nil {
+			return err
+		}
+		if phase == 0 && o.HalfPeak {
+			if err := b.runHalfPeak(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
-	for i := 1; i <= o.Workers; i++ {
+// startPhase starts nw workers and loads the data sets on them.
+func (b *routerBench) startPhase(ctx context.Context, phase, nw int) error {
+	o := b.o
+	b.routedErr = ""
+	for i := 1; i <= nw; i++ {
 		name := fmt.Sprintf("worker%d", i)
-		b.logf("starting PostgreSQL %s...", name)
-		w, err := pgcluster.Start(ctx, pgcluster.Options{Name: name, Dir: b.dir})
+		b.logf("starting PostgreSQL %s (%d workers)...", name, nw)
+		w, err := pgcluster.Start(ctx, pgcluster.Options{Name: fmt.Sprintf("%s-of-%d", name, nw), Dir: b.dir})
 		if err != nil {
 			return fmt.Errorf("starting PostgreSQL %s: %w", name, err)
 		}
+		w.Name = name
 		b.workers = append(b.workers, w)
 		var size int64
 		if st, err := os.Stat(w.LogFile); err == nil {
 			size = st.Size()
 		}
 		b.logStart = append(b.logStart, size)
-		b.rep.Workers = append(b.rep.Workers, workerInfo{Name: name, Addr: w.Addr(), Pid: w.Pid(), DataDir: w.DataDir,
+		b.rep.Workers = append(b.rep.Workers, workerInfo{Name: name, Of: nw, Addr: w.Addr(), Pid: w.Pid(), DataDir: w.DataDir,
 			LogFile: w.LogFile, Command: procCmdline(w.Pid())})
 	}
-	if err := b.loadDirect(ctx); err != nil {
-		return err
+	b.data = &dataCheck{Workers: nw, Naccounts: naccounts(o.Scale)}
+	b.rep.Data = append(b.rep.Data, b.data)
+	if phase == 0 {
+		if err := b.loadDirect(ctx); err != nil {
+			return err
+		}
 	}
-	if err := b.loadRouted(ctx); err != nil {
+	if err := b.loadRouted(ctx, phase == 0); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		b.routedErr = err.Error()
 		b.logf("routed data set-up failed, coordinator rows skipped: %v", err)
 	}
-	if err := b.checkData(ctx); err != nil {
+	if err := b.checkData(ctx, phase == 0); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		// The check could not run: say so, and run the coordinator anyway.
-		b.rep.Data.Problems = append(b.rep.Data.Problems, "data check failed: "+err.Error())
-	} else if d := b.rep.Data; b.routedErr == "" && (d.RoutedAccounts != d.Naccounts || d.Shards != o.Shards) {
+		b.data.Problems = append(b.data.Problems, "data check failed: "+err.Error())
+	} else if d := b.data; b.routedErr == "" && (d.RoutedAccounts != d.Naccounts || d.Shards != o.Shards) {
 		b.routedErr = fmt.Sprintf("the shards hold %d accounts in %d shards, want %d in %d", d.RoutedAccounts, d.Shards, d.Naccounts, o.Shards)
 	}
+	return nil
+}
 
-	for _, c := range routerConfigs(o.Modes) {
+// addConfigs adds configurations to the report, marking those that cannot
+// run, and returns them.
+func (b *routerBench) addConfigs(configs []routerConfig) []*configResult {
+	var out []*configResult
+	for _, c := range configs {
 		cr := &configResult{relayConfig: relayConfig{Target: c.Target, Mode: c.Mode}, Workload: c.Workload,
-			Label: routerLabel(c.Target, o, o.sessionPoolSize()), Median: -1, Runs: []runResult{}}
+			Label: routerLabel(c, b.o), Variant: c.Variant, Rate: c.Rate, Median: -1, Runs: []runResult{}}
+		switch {
+		case c.Target == targetPgfleet:
+			cr.Workers, cr.Coordinators = c.Shape.Workers, c.Shape.Coordinators
+		case c.Target == targetDirect || isBouncer(c.Target):
+			cr.Workers = 1
+		}
 		switch {
 		case isBouncer(c.Target) && b.bouncer == "":
 			cr.Skipped = "PgBouncer not available"
 		case c.Target == targetPgfleet && b.routedErr != "":
 			cr.Skipped = "routed data set-up failed: " + b.routedErr
+		case b.urlErr[c.Target] != "":
+			cr.Skipped = b.urlErr[c.Target]
 		}
 		b.rep.Configs = append(b.rep.Configs, cr)
+		out = append(out, cr)
 	}
-	if b.bouncer != "" && o.PoolSize < o.Clients {
-		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("PgBouncer session mode runs with pool_size %d (one server "+
-			"connection per client), not %d, as in bench relay; transaction mode and the coordinator use %d.",
-			o.sessionPoolSize(), o.PoolSize, o.PoolSize))
+	return out
+}
+
+// runHalfPeak runs point-select in the first mode open-loop at half of the
+// main fleet's closed-loop peak, directly and through the fleet, so that
+// the latency the coordinator adds is seen below saturation and without
+// coordinated omission.
+func (b *routerBench) runHalfPeak(ctx context.Context) error {
+	o := b.o
+	if o.Rate > 0 {
+		return nil // every run is open-loop already
 	}
-	return b.runAll(ctx, o.Options, b.rep.Configs, b.runOne)
+	mode := o.Modes[0]
+	var peak float64
+	for _, cr := range b.rep.Configs {
+		if cr.Target == targetPgfleet && cr.Workload == workloadPointSelect && cr.Mode == mode && cr.Variant == "" {
+			if m := medianRun(cr.Runs); m >= 0 {
+				peak = cr.Runs[m].Summary.TPS
+			}
+		}
+	}
+	if peak <= 0 {
+		b.rep.Notes = append(b.rep.Notes, "half-peak runs skipped: no successful closed-loop point-select run through the fleet")
+		return nil
+	}
+	rate := math.Round(peak / 2)
+	b.rep.HalfPeakRate = rate
+	variant := fmt.Sprintf("rate %.0f", rate)
+	shape := fleetShape{o.Workers[0], o.Coordinators[0]}
+	crs := b.addConfigs([]routerConfig{
+		{Target: targetDirect, Workload: workloadPointSelect, Mode: mode, Variant: variant, Rate: rate},
+		{Target: targetPgfleet, Workload: workloadPointSelect, Mode: mode, Shape: shape, Variant: variant, Rate: rate},
+	})
+	return b.runAll(ctx, o.Options, crs, b.runOne)
 }
 
 // runOne runs pgbench once for one configuration.
@@ -371,23 +629,120 @@ func (b *routerBench) runOne(ctx context.Context, cr *configResult, run int) run
 	o := b.o
 	w1 := b.workers[0]
 	spec := b.spec(o.Options, cr, run)
-	spec.Host, spec.Port, spec.Database, spec.Script = w1.Host, w1.Port, directDB, workloadArgs(cr.Workload, b.scripts, o.Scale)
+	spec.Rate = cr.Rate
+	spec.Conn, spec.Database, spec.Script = hostConn(w1.Host, w1.Port, directDB), directDB, workloadArgs(cr.Workload, b.scripts, o.Scale)
 	for _, w := range b.workers {
 		spec.Workers = append(spec.Workers, &workerProc{Name: w.Name, Pid: w.Pid()})
 	}
-	switch cr.Target {
-	case targetPgfleet:
+	switch {
+	case cr.Target == targetPgfleet:
 		spec.Database = "postgres"
-		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) {
-			return startCoordinator(ctx, b.exe, b.dir, b.workerAddrs(), o.PoolSize)
+		spec.StartRelays = func(ctx context.Context) ([]*child, []*relayRun, error) {
+			return startCoordinators(ctx, b.exe, b.dir, b.workerAddrs(), o.PoolSize, cr.Coordinators, o.CoordinatorProcs)
 		}
-	case targetBouncerSess, targetBouncerTx:
+	case isBouncer(cr.Target):
 		bc := o.bouncerFor(cr.Target, w1.Port, []string{directDB})
-		spec.StartRelay = func(ctx context.Context) (*child, *relayRun, error) {
-			return startBouncer(ctx, b.bouncer, b.dir, b.cred, bc)
+		spec.StartRelays = func(ctx context.Context) ([]*child, []*relayRun, error) {
+			return one(startBouncer(ctx, b.bouncer, b.dir, b.cred, bc))
 		}
+	case strings.HasPrefix(cr.Target, "url:"):
+		spec.Workers = nil // not this tool's processes: no CPU figures
+		spec.Conn = []string{b.urlOf(cr.Target)}
 	}
 	return measureRun(ctx, spec)
+}
+
+// urlOf is the URL of a URL target.
+func (b *routerBench) urlOf(target string) string {
+	for _, t := range b.o.Targets {
+		if targetURL(t.Name) == target {
+			return t.URL
+		}
+	}
+	return ""
+}
+
+// loadURLTargets loads and distributes pgbench's data set on each URL
+// target (when o.LoadTargets): pgbench -i through the URL, then the Citus
+// functions; a target without them (plain PostgreSQL) keeps local tables.
+func (b *routerBench) loadURLTargets(ctx context.Context) {
+	for _, t := range b.o.Targets {
+		info := urlTargetInfo{Name: t.Name, URL: redactURL(t.URL)}
+		if err := b.loadURLTarget(ctx, t, &info); err != nil {
+			info.Error = err.Error()
+			b.urlErr[targetURL(t.Name)] = "loading the data set failed: " + trunc(err.Error(), 200)
+			b.logf("target %s: %v", t.Name, err)
+		}
+		b.rep.URLTargets = append(b.rep.URLTargets, info)
+	}
+}
+
+func (b *routerBench) loadURLTarget(ctx context.Context, t URLTarget, info *urlTargetInfo) error {
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(cctx, t.URL)
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	defer c.Close(context.Background())
+	if !b.o.LoadTargets {
+		var n int64
+		if err := c.QueryRow(cctx, "SELECT count(*) FROM pgbench_accounts", pgx.QueryExecModeSimpleProtocol).Scan(&n); err != nil {
+			return fmt.Errorf("--load-targets=false, but counting pgbench_accounts failed: %w", err)
+		}
+		if n != naccounts(b.o.Scale) {
+			return fmt.Errorf("--load-targets=false, but pgbench_accounts has %d rows, want %d (scale %d)", n, naccounts(b.o.Scale), b.o.Scale)
+		}
+		info.Note = "data set already there, not reloaded"
+		return nil
+	}
+	argv := []string{b.pgbench, "-i", "-q", "-s", strconv.Itoa(b.o.Scale), t.URL}
+	b.logf("target %s: pgbench -i -q -s %d", t.Name, b.o.Scale)
+	rec, out, err := runPgbenchSimple(ctx, argv, 15*time.Minute)
+	rec.What, rec.Argv = "pgbench init, target "+t.Name, redactArgv(rec.Argv)
+	b.rep.Commands = append(b.rep.Commands, rec)
+	if err != nil {
+		return fmt.Errorf("pgbench -i: %w\n%s", err, trunc(out, 2000))
+	}
+	info.Loaded = true
+	for i, q := range distributeStatements(b.o.Shards) {
+		err := b.exec(cctx, c, "distribute, target "+t.Name, q, q, pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		if i == 0 && errors.As(err, &pe) && pe.Code == "42883" {
+			info.Note = "no create_distributed_table (plain PostgreSQL): the tables stay local"
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+		info.Distributed = true
+	}
+	if !info.Distributed {
+		// Analyse for the planner; Citus and pgfleet do not take VACUUM of
+		// distributed tables through the coordinator everywhere.
+		return b.exec(cctx, c, "maintenance, target "+t.Name, "VACUUM (ANALYZE)", "VACUUM (ANALYZE)", pgx.QueryExecModeSimpleProtocol)
+	}
+	return nil
+}
+
+// redactURL hides the password in a postgres:// URL or a key=value
+// connection string.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+		return s
+	}
+	if i := strings.Index(s, "password="); i >= 0 {
+		j := strings.IndexByte(s[i:], ' ')
+		if j < 0 {
+			j = len(s) - i
+		}
+		return s[:i] + "password=xxxxx" + s[i+j:]
+	}
+	return s
 }
 
 // workerConn connects to a worker's database directly.
@@ -430,7 +785,7 @@ func distributeStatements(shards int) []string {
 // with the simple protocol and reads a few rows back through the coordinator
 // in every protocol; then it vacuums and analyses the workers' databases so
 // the shard tables start as pgbench -i leaves the direct ones.
-func (b *routerBench) loadRouted(ctx context.Context) (err error) {
+func (b *routerBench) loadRouted(ctx context.Context, withDirect bool) (err error) {
 	o := b.o
 	b.logf("starting a coordinator for the set-up...")
 	coord, rr, err := startCoordinator(ctx, b.exe, b.dir, b.workerAddrs(), o.PoolSize)
@@ -438,7 +793,7 @@ func (b *routerBench) loadRouted(ctx context.Context) (err error) {
 		return fmt.Errorf("starting the coordinator: %w", err)
 	}
 	b.cur = coord
-	b.rep.SetupCoordinator = rr
+	b.rep.SetupCoordinators = append(b.rep.SetupCoordinators, rr)
 	defer func() {
 		rr.ExitedEarly = coord.Exited()
 		rr.Killed = coord.Stop(syscall.SIGTERM, 10*time.Second)
@@ -469,7 +824,7 @@ func (b *routerBench) loadRouted(ctx context.Context) (err error) {
 
 	for _, w := range b.workers {
 		for _, db := range []string{"postgres", directDB} {
-			if db == directDB && w != b.workers[0] {
+			if db == directDB && (w != b.workers[0] || !withDirect) {
 				continue
 			}
 			if err := b.vacuum(cctx, w, db); err != nil {
@@ -520,10 +875,10 @@ func (b *routerBench) readChecks(ctx context.Context, c *pgx.Conn) {
 				rc.Error = err.Error()
 			}
 			if rc.Error != "" || rc.Rows != 1 {
-				b.rep.Data.Problems = append(b.rep.Data.Problems, fmt.Sprintf("read through the coordinator, %s: %s with %d: %d rows, want 1%s",
+				b.data.Problems = append(b.data.Problems, fmt.Sprintf("read through the coordinator, %s: %s with %d: %d rows, want 1%s",
 					m.name, x.sql, x.arg, rc.Rows, prefixed("; error: ", rc.Error)))
 			}
-			b.rep.Data.Reads = append(b.rep.Data.Reads, rc)
+			b.data.Reads = append(b.data.Reads, rc)
 		}
 	}
 }
@@ -565,22 +920,24 @@ func (b *routerBench) vacuum(ctx context.Context, w *pgcluster.Server, db string
 // checkData counts the rows on the workers directly: direct's accounts, the
 // shell table, and pgbench_accounts' shard tables per worker as the catalog
 // (the citus_shards view on worker 1) places them.
-func (b *routerBench) checkData(ctx context.Context) error {
+func (b *routerBench) checkData(ctx context.Context, direct bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	d := &b.rep.Data
+	d := b.data
 	w1 := b.workers[0]
-	dc, err := workerConn(ctx, w1, directDB)
-	if err != nil {
-		return fmt.Errorf("connecting to %s/%s: %w", w1.Name, directDB, err)
-	}
-	err = dc.QueryRow(ctx, "SELECT count(*) FROM pgbench_accounts").Scan(&d.DirectAccounts)
-	_ = dc.Close(context.Background())
-	if err != nil {
-		return fmt.Errorf("counting %s's accounts: %w", directDB, err)
-	}
-	if d.DirectAccounts != d.Naccounts {
-		d.Problems = append(d.Problems, fmt.Sprintf("db %s has %d accounts, want %d", directDB, d.DirectAccounts, d.Naccounts))
+	if direct {
+		dc, err := workerConn(ctx, w1, directDB)
+		if err != nil {
+			return fmt.Errorf("connecting to %s/%s: %w", w1.Name, directDB, err)
+		}
+		err = dc.QueryRow(ctx, "SELECT count(*) FROM pgbench_accounts").Scan(&d.DirectAccounts)
+		_ = dc.Close(context.Background())
+		if err != nil {
+			return fmt.Errorf("counting %s's accounts: %w", directDB, err)
+		}
+		if d.DirectAccounts != d.Naccounts {
+			d.Problems = append(d.Problems, fmt.Sprintf("db %s has %d accounts, want %d", directDB, d.DirectAccounts, d.Naccounts))
+		}
 	}
 	if b.routedErr != "" {
 		return nil

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -29,49 +30,82 @@ type targetCheck struct {
 	Detail   string   `json:"detail"`          // the figures compared, or why n/a
 }
 
-// evaluateTargets checks the issue's targets against the table rows:
+// evaluateTargets checks the issue's targets against the table rows of the
+// main fleet shape (variant ""):
 //   - the coordinator's QPS at least PgBouncer session mode's with prepared
-//     and transaction mode's with extended (point-select);
+//     and transaction mode's with extended (point-select and the mix);
 //   - the coordinator's CPU per query at most PgBouncer's, same pairs;
 //   - the workers' CPU per routed query at most 1.1 times direct's, for
-//     every workload and mode that ran.
-func evaluateTargets(rows []*tableRow, modes []string) []targetCheck {
+//     every workload and mode that ran;
+//   - the p99 latency the fleet adds at half its peak (open loop) under
+//     1 ms.
+func evaluateTargets(rows []*tableRow, modes, workloads []string) []targetCheck {
 	byKey := map[string]*tableRow{}
 	for _, r := range rows {
-		byKey[configKey(r.Target, r.Workload, r.Mode)] = r
+		byKey[configKey(r.Target, r.Workload, r.Mode, r.Variant)] = r
 	}
 	get := func(target, workload, mode string) *tableRow {
-		return byKey[configKey(target, workload, mode)]
+		return byKey[configKey(target, workload, mode, "")]
 	}
 	var out []targetCheck
-	for _, m := range modes {
-		ref := pgbouncerReference(m)
-		if ref == "" {
+	for _, w := range []string{workloadPointSelect, workloadMix} {
+		if !slices.Contains(workloads, w) {
 			continue
 		}
-		name := "PgBouncer session"
-		if ref == targetBouncerTx {
-			name = "PgBouncer transaction"
+		for _, m := range modes {
+			ref := pgbouncerReference(m)
+			if ref == "" {
+				continue
+			}
+			name := "PgBouncer session"
+			if ref == targetBouncerTx {
+				name = "PgBouncer transaction"
+			}
+			coord, bouncer := get(targetPgfleet, w, m), get(ref, w, m)
+			out = append(out, compareTarget(targetCheck{Target: "coordinator throughput ≥ " + name + "'s",
+				Workload: w, Mode: m}, coord, bouncer, name, true, 1,
+				func(r *tableRow) (float64, bool) { return r.QPS, true }, "%.0f qps"))
+			out = append(out, compareTarget(targetCheck{Target: "coordinator CPU/query ≤ " + name + "'s",
+				Workload: w, Mode: m}, coord, bouncer, name, false, 1,
+				func(r *tableRow) (float64, bool) {
+					if r.RelayCPU == nil {
+						return 0, false
+					}
+					return *r.RelayCPU, true
+				}, "%.1f µs"))
 		}
-		coord, bouncer := get(targetPgfleet, workloadPointSelect, m), get(ref, workloadPointSelect, m)
-		out = append(out, compareTarget(targetCheck{Target: "coordinator throughput ≥ " + name + "'s",
-			Workload: workloadPointSelect, Mode: m}, coord, bouncer, name, true, 1,
-			func(r *tableRow) (float64, bool) { return r.QPS, true }, "%.0f qps"))
-		out = append(out, compareTarget(targetCheck{Target: "coordinator CPU/query ≤ " + name + "'s",
-			Workload: workloadPointSelect, Mode: m}, coord, bouncer, name, false, 1,
-			func(r *tableRow) (float64, bool) {
-				if r.RelayCPU == nil {
-					return 0, false
-				}
-				return *r.RelayCPU, true
-			}, "%.1f µs"))
 	}
-	for _, w := range []string{workloadPointSelect, workloadMix} {
+	for _, w := range workloads {
 		for _, m := range modes {
 			out = append(out, compareTarget(targetCheck{Target: fmt.Sprintf("worker CPU per routed query ≤ %.1f× direct's", workerCPUSlack),
 				Workload: w, Mode: m}, get(targetPgfleet, w, m), get(targetDirect, w, m), "direct", false, workerCPUSlack,
 				func(r *tableRow) (float64, bool) { return r.WorkerCPU, true }, "%.1f µs"))
 		}
+	}
+	// The half-peak pair: the same variant, direct and the fleet.
+	for _, r := range rows {
+		if r.Target != targetPgfleet || r.Rate == 0 || r.Variant == "" {
+			continue
+		}
+		c := targetCheck{Target: "p99 added by the coordinator at half of peak < 1 ms", Workload: r.Workload, Mode: r.Mode,
+			Status: targetNA, Limit: "< 1.00 ms"}
+		d := byKey[configKey(targetDirect, r.Workload, r.Mode, r.Variant)]
+		switch {
+		case !r.OK:
+			c.Detail = "no successful open-loop run through the fleet"
+		case d == nil || !d.OK:
+			c.Detail = "no successful direct open-loop run"
+		default:
+			added := r.P99Ms - d.P99Ms
+			c.Ratio = &added
+			c.Detail = fmt.Sprintf("open loop at %.0f/s: p99 %.2f ms through the fleet vs %.2f ms direct (added %.2f ms)",
+				r.Rate, r.P99Ms, d.P99Ms, added)
+			c.Status = targetMissed
+			if added < 1 {
+				c.Status = targetMet
+			}
+		}
+		out = append(out, c)
 	}
 	return out
 }
@@ -114,29 +148,45 @@ func compareTarget(c targetCheck, coord, ref *tableRow, refName string, atLeast 
 	return c
 }
 
+// Published per-core figures (shared workloads README): queries per
+// second per data-node vCPU and per router vCPU.
+const (
+	nekiPerDataCore    = 3600
+	nekiPerRouterCore  = 7700
+	citusPerDataCore   = 6500
+	citusPerRouterCore = 6500
+)
+
 // markdown renders the router report.
-func (rep *routerReport) markdown(rows []*tableRow, jsonName string) string {
+func (rep *routerReport) markdown(rows []*tableRow, jsonName, chartName string) string {
 	var sb strings.Builder
 	o := rep.Options
 	fmt.Fprintf(&sb, "# pgfleet router benchmark, %s\n\n", rep.StartedAt.Format("2006-01-02 15:04:05 MST"))
-	where := "all on the one worker"
-	if o.Workers > 1 {
-		where = fmt.Sprintf("spread over %d workers", o.Workers)
+	loop := "closed loop"
+	if o.Rate > 0 {
+		loop = fmt.Sprintf("open loop at %.0f transactions/s (pgbench -R; latency from each transaction's scheduled start)", o.Rate)
 	}
-	fmt.Fprintf(&sb, "Routed point queries (pgbench scripts from bench/workloads; one SELECT per transaction, so QPS = TPS), "+
-		"scale %d (%d accounts), %d clients, %d threads, %d s per run, median of %d run(s) by QPS. "+
-		"*direct*: plain tables in database `%s` on worker 1, no coordinator. *pgfleet router*: database `postgres` through "+
-		"`pgfleet serve`, pgbench_accounts distributed by aid over %d shards (%s), pgbench_branches and pgbench_tellers "+
-		"reference tables; pool size %d. *PgBouncer*: in front of database `%s`. "+
-		"*point-select*: `-f point-select.sql`; *citus-mix*: `-f hot.sql@80 -f uniform.sql@10 -f tellers.sql@5 -f branches.sql@5 -D hot_pct=5`.\n\n",
-		o.Scale, o.Naccounts, o.Clients, o.Jobs, o.DurationSeconds, o.Runs, directDB, o.Shards, where, o.PoolSize, directDB)
+	fmt.Fprintf(&sb, "pgbench scripts from bench/workloads (one statement per transaction, so QPS = TPS), "+
+		"scale %d (%d accounts), %d clients, %d threads, %d s per run, %s, median of %d run(s) by QPS. "+
+		"*direct*: plain tables in database `%s` on worker 1, no coordinator. *pgfleet*: database `postgres` through "+
+		"`pgfleet serve` processes (pgbench's clients split evenly over the coordinators, one pgbench each), "+
+		"pgbench_accounts distributed by aid over %d shards spread over the workers, pgbench_branches and "+
+		"pgbench_tellers reference tables; pool size %d per coordinator and worker. *PgBouncer*: in front of database `%s`. "+
+		"*point-select*: `-f point-select.sql`; *citus-mix*: `-f hot.sql@80 -f uniform.sql@10 -f tellers.sql@5 -f branches.sql@5 -D hot_pct=5`; "+
+		"*write*: `-f write.sql` (UPDATE of one account by aid); *scatter*: `-f scatter.sql` (GROUP BY aggregates over a "+
+		"range of 1,000 accounts, every shard).\n\n",
+		o.Scale, o.Naccounts, o.Clients, o.Jobs, o.DurationSeconds, loop, o.Runs, directDB, o.Shards, o.PoolSize, directDB)
 	writeStatus(&sb, rep.Interrupted, rep.Error)
 	writeTable(&sb, rows, true, true)
-	sb.WriteString("\n*vs direct*: QPS over direct's with the same workload and mode; the row is the median of the runs without error (failed runs are counted in *failed* and listed under Problems seen). *vs PgBouncer*: QPS over PgBouncer " +
-		"session mode's (prepared) or transaction mode's (extended), point-select only. Latency percentiles come from " +
+	sb.WriteString("\n*vs direct*: QPS over direct's with the same workload and mode (and the same open-loop rate); the row is the median of the runs without error (failed runs are counted in *failed* and listed under Problems seen). *vs PgBouncer*: QPS over PgBouncer " +
+		"session mode's (prepared) or transaction mode's (extended). Latency percentiles come from " +
 		"pgbench's per-transaction logs. CPU µs/q: CPU time (user+system) during the run divided by the transactions " +
-		"completed; relay = the coordinator or PgBouncer process, worker = every worker's postmaster and all its " +
-		"children (backends included), pgbench = the load generator. All share the same cores; see bench/README.md.\n\n")
+		"completed; relay = the coordinators (summed) or PgBouncer, worker = every worker's postmaster and all its " +
+		"children (backends included), pgbench = the load generators. All share the same cores; see bench/README.md. " +
+		"Targets given by URL have no CPU figures: their processes are not this tool's.\n\n")
+	if chartName != "" {
+		fmt.Fprintf(&sb, "Chart: [%s](%s) (throughput and p99 per configuration; latency distribution).\n\n", chartName, chartName)
+	}
 
 	sb.WriteString("## Targets (from the issue)\n\n")
 	for _, t := range rep.Targets {
@@ -150,27 +200,44 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName string) string {
 		}
 		fmt.Fprintf(&sb, "- %s **%s** — %s, %s %s:%s %s\n", box, t.Status, t.Target, t.Workload, t.Mode, ratio, t.Detail)
 	}
+	sb.WriteString("- idle clients' memory (≤ 16 KiB each at 10,000): measured by `pgfleet bench idle`, not here.\n")
 
-	d := rep.Data
+	writePerCore(&sb, rows, rep.Machine.Nproc)
+	writeMemory(&sb, rows)
+
 	sb.WriteString("\n## Data\n\n")
-	fmt.Fprintf(&sb, "- direct: %d accounts in db `%s` on worker1 (want %d)\n", d.DirectAccounts, directDB, d.Naccounts)
-	if len(d.PerWorker) > 0 {
-		var parts []string
-		for _, p := range d.PerWorker {
-			parts = append(parts, fmt.Sprintf("%s %d shards / %d rows", p.Worker, p.Shards, p.Rows))
+	for _, d := range rep.Data {
+		if d.DirectAccounts > 0 {
+			fmt.Fprintf(&sb, "- direct: %d accounts in db `%s` on worker1 (want %d)\n", d.DirectAccounts, directDB, d.Naccounts)
 		}
-		fmt.Fprintf(&sb, "- routed: %d accounts in %d shards (%s); %d rows left in the shell table on worker1\n",
-			d.RoutedAccounts, d.Shards, strings.Join(parts, ", "), d.ShellAccounts)
-	}
-	if len(d.Reads) > 0 {
-		ok := 0
-		for _, r := range d.Reads {
-			if r.Error == "" && r.Rows == 1 {
-				ok++
+		if len(d.PerWorker) > 0 {
+			var parts []string
+			for _, p := range d.PerWorker {
+				parts = append(parts, fmt.Sprintf("%s %d shards / %d rows", p.Worker, p.Shards, p.Rows))
 			}
+			fmt.Fprintf(&sb, "- routed, %d workers: %d accounts in %d shards (%s); %d rows left in the shell table on worker1\n",
+				d.Workers, d.RoutedAccounts, d.Shards, strings.Join(parts, ", "), d.ShellAccounts)
 		}
-		fmt.Fprintf(&sb, "- reads through the coordinator at set-up (accounts, tellers, branches by key; prepared, extended "+
-			"and simple protocol): %d of %d returned their one row\n", ok, len(d.Reads))
+		if len(d.Reads) > 0 {
+			ok := 0
+			for _, r := range d.Reads {
+				if r.Error == "" && r.Rows == 1 {
+					ok++
+				}
+			}
+			fmt.Fprintf(&sb, "- reads through the coordinator at set-up, %d workers (accounts, tellers, branches by key; prepared, extended "+
+				"and simple protocol): %d of %d returned their one row\n", d.Workers, ok, len(d.Reads))
+		}
+	}
+	for _, t := range rep.URLTargets {
+		state := "loaded"
+		if !t.Loaded {
+			state = "not loaded"
+		}
+		if t.Distributed {
+			state += ", distributed with create_distributed_table / create_reference_table"
+		}
+		fmt.Fprintf(&sb, "- target %s (%s): %s%s%s\n", t.Name, t.URL, state, prefixed("; ", t.Note), prefixed("; error: ", t.Error))
 	}
 
 	sb.WriteString("\n")
@@ -181,11 +248,71 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName string) string {
 	return sb.String()
 }
 
+// writePerCore writes the per-core comparison with the published runs:
+// queries per CPU-second of each role, from the CPU accounting.
+func writePerCore(sb *strings.Builder, rows []*tableRow, nproc int) {
+	sb.WriteString("\n## Per core, beside the published runs\n\n")
+	sb.WriteString("Queries per second that one core of each role sustains, from the CPU each role spent per query " +
+		"in this run (1,000,000 / CPU µs per query): what a larger fleet keeps per core when every role has its own " +
+		"cores. The published figures divide each run's throughput by the vCPUs of its data nodes and of its routers " +
+		"(shared/workloads README): Neki point-select about 3,600 per data-node vCPU and 7,700 per router vCPU; " +
+		"Citus with query routers, the mix, about 6,500 for each.\n\n")
+	sb.WriteString("| config | workload | mode | QPS | QPS per coordinator core | vs Neki router | vs Citus router | QPS per worker core | vs Neki data node | vs Citus data node |\n")
+	sb.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	n := 0
+	for _, r := range rows {
+		if !r.OK || r.Rate > 0 || (r.Target != targetPgfleet && r.Target != targetDirect) {
+			continue
+		}
+		coord, vsNekiR, vsCitusR := "–", "–", "–"
+		if r.RelayCPU != nil && *r.RelayCPU > 0 {
+			per := 1e6 / *r.RelayCPU
+			coord = fmt.Sprintf("%.0f", per)
+			vsNekiR, vsCitusR = fmt.Sprintf("%.2f", per/nekiPerRouterCore), fmt.Sprintf("%.2f", per/citusPerRouterCore)
+		}
+		worker, vsNekiD, vsCitusD := "–", "–", "–"
+		if r.WorkerCPU > 0 {
+			per := 1e6 / r.WorkerCPU
+			worker = fmt.Sprintf("%.0f", per)
+			vsNekiD, vsCitusD = fmt.Sprintf("%.2f", per/nekiPerDataCore), fmt.Sprintf("%.2f", per/citusPerDataCore)
+		}
+		fmt.Fprintf(sb, "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n", r.Label, r.Workload, r.Mode, r.QPS,
+			coord, vsNekiR, vsCitusR, worker, vsNekiD, vsCitusD)
+		n++
+	}
+	if n == 0 {
+		sb.WriteString("| (no successful closed-loop run) | | | | | | | | | |\n")
+	}
+	if nproc > 0 {
+		fmt.Fprintf(sb, "\nOn this machine every role shares %d CPUs with the load generator, so wall-clock throughput per core "+
+			"(QPS / %d) understates what dedicated cores give; Neki's and Citus's figures are from dedicated machines "+
+			"with 32 to 64 vCPUs, where per-core throughput is usually lower than on one small, hot core.\n", nproc, nproc)
+	}
+}
+
+// writeMemory writes each configuration's peak memory.
+func writeMemory(sb *strings.Builder, rows []*tableRow) {
+	sb.WriteString("\n## Peak memory\n\n| config | workload | mode | relays' peak RSS (sum) | workers' peak PSS (sum) |\n|---|---|---|---:|---:|\n")
+	for _, r := range rows {
+		if !r.OK || (r.RelayRSSKiB == 0 && r.WorkerPss == 0) {
+			continue
+		}
+		relay := "–"
+		if r.RelayRSSKiB > 0 {
+			relay = fmt.Sprintf("%.1f MiB", float64(r.RelayRSSKiB)/1024)
+		}
+		fmt.Fprintf(sb, "| %s | %s | %s | %s | %.1f MiB |\n", r.Label, r.Workload, r.Mode, relay, float64(r.WorkerPss)/1024)
+	}
+	sb.WriteString("\nRelays: VmHWM of each coordinator or PgBouncer process at the end of its run. Workers: the largest " +
+		"sum, over samples taken once a second, of the proportional set size of every worker process (shared buffers " +
+		"counted once).\n")
+}
+
 // problems lists what went wrong: in the set-up, the data checks, the runs
 // and the workers' logs.
 func (rep *routerReport) problems() []string {
 	var out []string
-	if rr := rep.SetupCoordinator; rr != nil {
+	for _, rr := range rep.SetupCoordinators {
 		out = append(out, relayProblems("set-up coordinator (pgbench -i, distribution, read checks)", rr)...)
 	}
 	for _, c := range rep.Commands {
@@ -193,8 +320,10 @@ func (rep *routerReport) problems() []string {
 			out = append(out, fmt.Sprintf("set-up: %s: %s", strings.Join(c.Argv, " "), c.Error))
 		}
 	}
-	for _, p := range rep.Data.Problems {
-		out = append(out, "data: "+p)
+	for _, d := range rep.Data {
+		for _, p := range d.Problems {
+			out = append(out, fmt.Sprintf("data (%d workers): %s", d.Workers, p))
+		}
 	}
 	out = append(out, runProblems(rep.Configs)...)
 	for _, w := range rep.Workers {
@@ -213,9 +342,10 @@ func (b *routerBench) finish(runErr error, interrupted bool) error {
 		return nil
 	}
 	rows := buildRows(rep.Configs)
-	rep.Targets = evaluateTargets(rows, rep.Options.Modes)
+	rep.Targets = evaluateTargets(rows, rep.Options.Modes, b.o.Workloads)
 	rep.Problems = rep.problems()
 	mdPath, jsonPath := reportPaths(b.o.OutDir, "router", rep.StartedAt)
 	rep.MarkdownOut = mdPath
-	return b.writeReports(mdPath, rep.markdown(rows, filepath.Base(jsonPath)), jsonPath, rep)
+	svgPath := b.writeChart(mdPath, "pgfleet router benchmark, "+rep.StartedAt.Format("2006-01-02 15:04:05 MST"), rep.Configs)
+	return b.writeReports(mdPath, rep.markdown(rows, filepath.Base(jsonPath), svgPath), jsonPath, rep)
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,7 +20,7 @@ func TestParseModes(t *testing.T) {
 		{"simple, prepared", []string{"prepared", "simple"}, ""},
 		{"extended,extended", []string{"extended"}, ""},
 		{"extended,", []string{"extended"}, ""},
-		{"", nil, "no query mode"},
+		{"", nil, "no pgbench query mode given"},
 		{"prepared,fast", nil, `unknown pgbench query mode "fast"`},
 	}
 	for _, tc := range tests {
@@ -80,7 +81,7 @@ func TestRouterConfigs(t *testing.T) {
 	key := func(cs []routerConfig) []string {
 		var out []string
 		for _, c := range cs {
-			out = append(out, configKey(c.Target, c.Workload, c.Mode))
+			out = append(out, configKey(c.Target, c.Workload, c.Mode, c.Variant))
 		}
 		return out
 	}
@@ -93,15 +94,88 @@ func TestRouterConfigs(t *testing.T) {
 			"pgfleet/point-select/prepared", "pgfleet/point-select/extended", "pgfleet/point-select/simple",
 			"pgbouncer-session/point-select/prepared", "pgbouncer-transaction/point-select/extended",
 			"direct/citus-mix/prepared", "direct/citus-mix/extended", "direct/citus-mix/simple",
-			"pgfleet/citus-mix/prepared", "pgfleet/citus-mix/extended", "pgfleet/citus-mix/simple"}},
+			"pgfleet/citus-mix/prepared", "pgfleet/citus-mix/extended", "pgfleet/citus-mix/simple",
+			"pgbouncer-session/citus-mix/prepared", "pgbouncer-transaction/citus-mix/extended"}},
 		{[]string{modeSimple}, []string{"direct/point-select/simple", "pgfleet/point-select/simple",
 			"direct/citus-mix/simple", "pgfleet/citus-mix/simple"}},
 		{[]string{modeExtended}, []string{"direct/point-select/extended", "pgfleet/point-select/extended",
-			"pgbouncer-transaction/point-select/extended", "direct/citus-mix/extended", "pgfleet/citus-mix/extended"}},
+			"pgbouncer-transaction/point-select/extended", "direct/citus-mix/extended", "pgfleet/citus-mix/extended",
+			"pgbouncer-transaction/citus-mix/extended"}},
 	}
 	for _, tc := range tests {
-		if got := key(routerConfigs(tc.modes)); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("routerConfigs(%v) =\n%v\nwant\n%v", tc.modes, got, tc.want)
+		o := DefaultRouterOptions()
+		o.Modes = tc.modes
+		if got := key(mainConfigs(o)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("mainConfigs(%v) =\n%v\nwant\n%v", tc.modes, got, tc.want)
+		}
+	}
+}
+
+func TestRouterConfigsTargetsAndLadder(t *testing.T) {
+	o := DefaultRouterOptions()
+	o.Modes, o.Workloads = []string{modeExtended}, []string{workloadWrite, workloadScatter}
+	o.Targets = []URLTarget{{Name: "citus", URL: "postgres://x@h/db"}}
+	o.Workers, o.Coordinators = []int{1, 2}, []int{1, 3}
+	var got []string
+	for _, c := range mainConfigs(o) {
+		got = append(got, configKey(c.Target, c.Workload, c.Mode, c.Variant))
+	}
+	want := []string{"direct/write/extended", "pgfleet/write/extended", "url:citus/write/extended",
+		"direct/scatter/extended", "pgfleet/scatter/extended", "url:citus/scatter/extended"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("mainConfigs = %v, want %v", got, want)
+	}
+	var ladder []string
+	for _, w := range o.Workers {
+		for _, c := range ladderConfigs(o, w) {
+			ladder = append(ladder, fmt.Sprintf("%s %d/%d", configKey(c.Target, c.Workload, c.Mode, c.Variant), c.Shape.Workers, c.Shape.Coordinators))
+		}
+	}
+	want = []string{"pgfleet/point-select/extended/1w 3c 1/3", "pgfleet/point-select/extended/2w 1c 2/1",
+		"pgfleet/point-select/extended/2w 3c 2/3"}
+	if !reflect.DeepEqual(ladder, want) {
+		t.Errorf("ladder = %v, want %v", ladder, want)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	if got, err := ParseCounts("--workers", "1, 2,4,2"); err != nil || !reflect.DeepEqual(got, []int{1, 2, 4}) {
+		t.Errorf("ParseCounts = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "0", "1,x", "-1"} {
+		if _, err := ParseCounts("--workers", bad); err == nil {
+			t.Errorf("ParseCounts(%q): no error", bad)
+		}
+	}
+	if got, err := ParseWorkloads("scatter,point-select"); err != nil || !reflect.DeepEqual(got, []string{workloadPointSelect, workloadScatter}) {
+		t.Errorf("ParseWorkloads = %v, %v", got, err)
+	}
+	if _, err := ParseWorkloads("tpcb"); err == nil || !strings.Contains(err.Error(), "--workloads") {
+		t.Errorf("ParseWorkloads(tpcb): %v", err)
+	}
+	tg, err := ParseURLTarget("citus=postgres://u:pw@10.0.0.1:5432/db?sslmode=disable")
+	if err != nil || tg.Name != "citus" || tg.URL != "postgres://u:pw@10.0.0.1:5432/db?sslmode=disable" {
+		t.Errorf("ParseURLTarget = %+v, %v", tg, err)
+	}
+	for _, bad := range []string{"postgres://x", "=postgres://x", "a b=postgres://x", "name="} {
+		if _, err := ParseURLTarget(bad); err == nil {
+			t.Errorf("ParseURLTarget(%q): no error", bad)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := map[string]string{
+		"postgres://u:secret@h:5432/db":            "postgres://u:xxxxx@h:5432/db",
+		"postgresql://u@h/db":                      "postgresql://u@h/db",
+		"host=h password=secret dbname=d":          "host=h password=xxxxx dbname=d",
+		"host=h dbname=d password=secret":          "host=h dbname=d password=xxxxx",
+		"-c":                                       "-c",
+		"postgres://u:p%40ss@h/db?sslmode=require": "postgres://u:xxxxx@h/db?sslmode=require",
+	}
+	for in, want := range tests {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -109,20 +183,20 @@ func TestRouterConfigs(t *testing.T) {
 func TestRouterLabel(t *testing.T) {
 	o := DefaultRouterOptions()
 	tests := []struct {
-		target  string
-		workers int
-		want    string
+		c    routerConfig
+		want string
 	}{
-		{targetDirect, 1, "direct (db direct)"},
-		{targetPgfleet, 1, "pgfleet router (32 shards, pool 8)"},
-		{targetPgfleet, 2, "pgfleet router (2 workers, 32 shards, pool 8)"},
-		{targetBouncerSess, 1, "PgBouncer session (pool 32)"},
-		{targetBouncerTx, 1, "PgBouncer transaction (pool 8)"},
+		{routerConfig{Target: targetDirect}, "direct (db direct)"},
+		{routerConfig{Target: targetDirect, Rate: 5000}, "direct (db direct, open loop 5000/s)"},
+		{routerConfig{Target: targetPgfleet, Shape: fleetShape{1, 1}}, "pgfleet (1 workers, 1 coordinators, 32 shards, pool 8)"},
+		{routerConfig{Target: targetPgfleet, Shape: fleetShape{2, 3}}, "pgfleet (2 workers, 3 coordinators, 32 shards, pool 8)"},
+		{routerConfig{Target: targetBouncerSess}, "PgBouncer session (pool 32)"},
+		{routerConfig{Target: targetBouncerTx}, "PgBouncer transaction (pool 8)"},
+		{routerConfig{Target: targetURL("citus")}, "citus (by URL)"},
 	}
 	for _, tc := range tests {
-		o.Workers = tc.workers
-		if got := routerLabel(tc.target, o, 32); got != tc.want {
-			t.Errorf("routerLabel(%s, %d workers) = %q, want %q", tc.target, tc.workers, got, tc.want)
+		if got := routerLabel(tc.c, o); got != tc.want {
+			t.Errorf("routerLabel(%+v) = %q, want %q", tc.c, got, tc.want)
 		}
 	}
 }
@@ -135,8 +209,11 @@ func TestRouterOptionsValidate(t *testing.T) {
 	}{
 		{"defaults", func(*RouterOptions) {}, ""},
 		{"no shards", func(o *RouterOptions) { o.Shards = 0 }, "--shards"},
-		{"no workers", func(o *RouterOptions) { o.Workers = 0 }, "--workers"},
-		{"too many workers", func(o *RouterOptions) { o.Workers = 9 }, "--workers"},
+		{"no workers", func(o *RouterOptions) { o.Workers = []int{0} }, "--workers"},
+		{"too many workers", func(o *RouterOptions) { o.Workers = []int{1, 9} }, "--workers"},
+		{"more coordinators than clients", func(o *RouterOptions) { o.Clients, o.Jobs, o.Coordinators = 2, 1, []int{3} }, "--coordinators"},
+		{"bad workload", func(o *RouterOptions) { o.Workloads = []string{"tpcb"} }, "--workloads"},
+		{"negative rate", func(o *RouterOptions) { o.Rate = -1 }, "--rate"},
 		{"bad mode", func(o *RouterOptions) { o.Modes = []string{"turbo"} }, "--modes"},
 		{"short run", func(o *RouterOptions) { o.Duration = time.Millisecond }, "--duration"},
 		{"jobs above clients", func(o *RouterOptions) { o.Clients, o.Jobs = 1, 2 }, "--jobs"},
@@ -166,15 +243,65 @@ func TestPgbenchRunArgv(t *testing.T) {
 	tests := []struct {
 		name   string
 		script []string
+		rate   float64
+		conn   []string
 		want   string
 	}{
-		{"relay", []string{"-S"}, "pgbench -n -S -M prepared -c 32 -j 2 -T 10 --log --log-prefix=/l/p -h 127.0.0.1 -p 5432 -U postgres postgres"},
-		{"router", []string{"-f", "a.sql", "-D", "naccounts=1"}, "pgbench -n -f a.sql -D naccounts=1 -M prepared -c 32 -j 2 -T 10 --log --log-prefix=/l/p -h 127.0.0.1 -p 5432 -U postgres postgres"},
+		{"relay", []string{"-S"}, 0, hostConn("127.0.0.1", 5432, "postgres"), "pgbench -n -S -M prepared -c 32 -j 2 -T 10 --log --log-prefix=/l/p -h 127.0.0.1 -p 5432 -U postgres postgres"},
+		{"router", []string{"-f", "a.sql", "-D", "naccounts=1"}, 0, hostConn("127.0.0.1", 5432, "postgres"), "pgbench -n -f a.sql -D naccounts=1 -M prepared -c 32 -j 2 -T 10 --log --log-prefix=/l/p -h 127.0.0.1 -p 5432 -U postgres postgres"},
+		{"open loop, URL", []string{"-S"}, 2500.04, []string{"postgres://h/db"}, "pgbench -n -S -M prepared -c 32 -j 2 -T 10 -R 2500.0 --log --log-prefix=/l/p postgres://h/db"},
 	}
 	for _, tc := range tests {
-		got := strings.Join(pgbenchRunArgv("pgbench", tc.script, "prepared", 32, 2, 10, "/l/p", "127.0.0.1", 5432, "postgres"), " ")
+		got := strings.Join(pgbenchRunArgv("pgbench", tc.script, "prepared", 32, 2, 10, tc.rate, "/l/p", tc.conn), " ")
 		if got != tc.want {
 			t.Errorf("%s: %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSplitEven(t *testing.T) {
+	for _, tc := range []struct {
+		n, k int
+		want []int
+	}{{32, 1, []int{32}}, {32, 3, []int{11, 11, 10}}, {2, 2, []int{1, 1}}, {5, 2, []int{3, 2}}} {
+		if got := splitEven(tc.n, tc.k); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("splitEven(%d, %d) = %v, want %v", tc.n, tc.k, got, tc.want)
+		}
+	}
+}
+
+func TestSummaryAdd(t *testing.T) {
+	a := pgbenchSummary{TPS: 100, Transactions: 1000, LatencyAvgMs: 1, Failed: 1, FailedReported: true, Clients: 16, Threads: 1,
+		AbortedClients: 1, FirstAbortMessages: []string{"client 3 aborted"}}
+	b := pgbenchSummary{TPS: 300, Transactions: 3000, LatencyAvgMs: 3, FailedReported: true, Clients: 16, Threads: 1, InitialConnMs: 5}
+	a.add(b)
+	want := pgbenchSummary{TPS: 400, Transactions: 4000, LatencyAvgMs: 2.5, Failed: 1, FailedReported: true, Clients: 32, Threads: 2,
+		InitialConnMs: 5, AbortedClients: 1, FirstAbortMessages: []string{"client 3 aborted"}}
+	if !reflect.DeepEqual(a, want) {
+		t.Errorf("add = %+v\nwant %+v", a, want)
+	}
+}
+
+func TestHalfPeakTarget(t *testing.T) {
+	mk := func(target string, p99 float64) *configResult {
+		r := run(1000, "")
+		r.Latency.P99 = int64(p99 * 1000)
+		return &configResult{relayConfig: relayConfig{Target: target, Mode: modePrepared}, Workload: workloadPointSelect,
+			Variant: "rate 5000", Rate: 5000, Label: target, Runs: []runResult{r}}
+	}
+	for _, tc := range []struct {
+		fleet, direct float64
+		want          string
+	}{{2.5, 1.7, targetMet}, {3.0, 1.7, targetMissed}} {
+		rows := buildRows([]*configResult{mk(targetDirect, tc.direct), mk(targetPgfleet, tc.fleet)})
+		var got []targetCheck
+		for _, c := range evaluateTargets(rows, []string{modePrepared}, []string{workloadPointSelect}) {
+			if strings.Contains(c.Target, "half of peak") {
+				got = append(got, c)
+			}
+		}
+		if len(got) != 1 || got[0].Status != tc.want || got[0].Ratio == nil {
+			t.Errorf("fleet p99 %.1f, direct %.1f: %+v, want one check %s", tc.fleet, tc.direct, got, tc.want)
 		}
 	}
 }
@@ -232,12 +359,15 @@ func TestLogProblemsFrom(t *testing.T) {
 // each configuration key (target/workload/mode).
 func routerRows(figs map[string][3]float64) []*tableRow {
 	var configs []*configResult
-	for _, c := range routerConfigs([]string{modePrepared, modeExtended, modeSimple}) {
+	for _, c := range mainConfigs(DefaultRouterOptions()) {
 		cr := &configResult{relayConfig: relayConfig{Target: c.Target, Mode: c.Mode}, Workload: c.Workload, Label: c.Target}
-		if f, ok := figs[configKey(c.Target, c.Workload, c.Mode)]; ok {
+		if f, ok := figs[configKey(c.Target, c.Workload, c.Mode, "")]; ok {
 			r := run(f[0], "")
 			r.Target, r.Mode, r.Workload = c.Target, c.Mode, c.Workload
 			r.CPU.RelayPerQuery, r.CPU.WorkerPerQuery = f[1], f[2]
+			if c.Target != targetDirect {
+				r.Relays = []*relayRun{{}}
+			}
 			cr.Runs = []runResult{r}
 		} else {
 			cr.Skipped = "not run"
@@ -257,13 +387,13 @@ func TestBuildRowsWithWorkloads(t *testing.T) {
 	})
 	got := map[string]*tableRow{}
 	for _, r := range rows {
-		got[configKey(r.Target, r.Workload, r.Mode)] = r
+		got[configKey(r.Target, r.Workload, r.Mode, r.Variant)] = r
 	}
 	ps, mix := got["pgfleet/point-select/prepared"], got["pgfleet/citus-mix/prepared"]
 	if ps.VsDirect == nil || *ps.VsDirect != 0.5 || ps.VsPgbouncer == nil || *ps.VsPgbouncer != 1.25 {
 		t.Errorf("point-select row: %+v", ps)
 	}
-	if mix.VsDirect == nil || *mix.VsDirect != 0.5 || mix.VsPgbouncer != nil {
+	if mix.VsDirect == nil || *mix.VsDirect != 0.5 || mix.VsPgbouncer != nil { // PgBouncer's mix did not run
 		t.Errorf("mix row compares with the wrong references: %+v", mix)
 	}
 }
@@ -280,7 +410,7 @@ func TestEvaluateTargets(t *testing.T) {
 		// pgfleet citus-mix prepared did not run: n/a
 		"pgfleet/point-select/simple": {300, 70, 80}, // no direct simple: n/a
 	})
-	checks := evaluateTargets(rows, []string{modePrepared, modeExtended, modeSimple})
+	checks := evaluateTargets(rows, []string{modePrepared, modeExtended, modeSimple}, []string{workloadPointSelect, workloadMix})
 	got := map[string]string{}
 	for _, c := range checks {
 		got[c.Target+" "+c.Workload+" "+c.Mode] = c.Status
@@ -296,6 +426,10 @@ func TestEvaluateTargets(t *testing.T) {
 		"worker CPU per routed query ≤ 1.1× direct's citus-mix prepared":         targetNA,
 		"worker CPU per routed query ≤ 1.1× direct's citus-mix extended":         targetNA,
 		"worker CPU per routed query ≤ 1.1× direct's citus-mix simple":           targetNA,
+		"coordinator throughput ≥ PgBouncer session's citus-mix prepared":        targetNA,
+		"coordinator CPU/query ≤ PgBouncer session's citus-mix prepared":         targetNA,
+		"coordinator throughput ≥ PgBouncer transaction's citus-mix extended":    targetNA,
+		"coordinator CPU/query ≤ PgBouncer transaction's citus-mix extended":     targetNA,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("targets:\n%v\nwant\n%v", got, want)
@@ -329,12 +463,12 @@ func TestRouterMarkdown(t *testing.T) {
 		"pgfleet/point-select/prepared":           {500, 60, 55},
 		"pgbouncer-session/point-select/prepared": {400, 30, 60},
 	})
-	rep := &routerReport{StartedAt: time.Unix(0, 0), Options: routerRepOpts{Scale: 1, Naccounts: 100000, Shards: 32, Workers: 1},
-		Data: dataCheck{Naccounts: 100000, DirectAccounts: 100000, Shards: 32, RoutedAccounts: 100000,
+	rep := &routerReport{StartedAt: time.Unix(0, 0), Options: routerRepOpts{Scale: 1, Naccounts: 100000, Shards: 32, Workers: []int{1}},
+		Data: []*dataCheck{{Workers: 1, Naccounts: 100000, DirectAccounts: 100000, Shards: 32, RoutedAccounts: 100000,
 			PerWorker: []shardPlacement{{Worker: "worker1", Shards: 32, Rows: 100000}},
-			Reads:     []readCheck{{Rows: 1}, {Rows: 0, Error: "boom"}}}}
-	rep.Targets = evaluateTargets(rows, []string{modePrepared})
-	md := rep.markdown(rows, "r.json")
+			Reads:     []readCheck{{Rows: 1}, {Rows: 0, Error: "boom"}}}}}
+	rep.Targets = evaluateTargets(rows, []string{modePrepared}, []string{workloadPointSelect, workloadMix})
+	md := rep.markdown(rows, "r.json", "")
 	for _, want := range []string{
 		"| config | workload | mode | QPS | vs direct | vs PgBouncer |",
 		"| direct | point-select | prepared | 1000 | 1.00 | 2.50 |",
@@ -342,7 +476,8 @@ func TestRouterMarkdown(t *testing.T) {
 		"- [x] **met** — coordinator throughput ≥ PgBouncer session's, point-select prepared: 1.25 (>= 1.00)",
 		"- [ ] **missed** — coordinator CPU/query ≤ PgBouncer session's",
 		"- [ ] **n/a** — worker CPU per routed query ≤ 1.1× direct's, citus-mix prepared:",
-		"routed: 100000 accounts in 32 shards (worker1 32 shards / 100000 rows)",
+		"routed, 1 workers: 100000 accounts in 32 shards (worker1 32 shards / 100000 rows)",
+		"| pgfleet | point-select | prepared | 500 | 16667 | 2.16 | 2.56 | 18182 | 5.05 | 2.80 |",
 		"1 of 2 returned their one row", "| config | workload | mode | runs |", "r.json",
 	} {
 		if !strings.Contains(md, want) {
@@ -360,7 +495,7 @@ func TestRouterMarkdownFailedRuns(t *testing.T) {
 	if got := rows[0].RunsFailed; !reflect.DeepEqual(got, []int{2}) || rows[0].RunsOK != 2 || rows[0].QPS != 900 {
 		t.Fatalf("row %+v", rows[0])
 	}
-	md := (&routerReport{StartedAt: time.Unix(0, 0)}).markdown(rows, "")
+	md := (&routerReport{StartedAt: time.Unix(0, 0)}).markdown(rows, "", "")
 	for _, want := range []string{"| 0; 1 of 3 runs failed |", "| 900, 500 (failed), 1000 | 500 | 1000 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)

@@ -9,37 +9,47 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// runSpec is one measured pgbench run: what to start, what to run and which
-// PostgreSQL servers' CPU to count. The relay and router benchmarks share it.
+// runSpec is one measured run: what to start, what pgbench runs and which
+// PostgreSQL servers' CPU to count. Every benchmark shares it.
 type runSpec struct {
 	Target, Mode string
 	Workload     string // "" for the relay benchmark's pgbench -S
 	Run          int    // 1-based
 
 	// Workers are the postmasters whose CPU is counted (their own, their
-	// reaped and their live children's); at least one.
+	// reaped and their live children's). None for a target given by URL.
 	Workers []*workerProc
-	// StartRelay starts the relay (coordinator or PgBouncer) for this run;
-	// nil means pgbench connects to Host:Port directly.
-	StartRelay func(context.Context) (*child, *relayRun, error)
-	Host       string
-	Port       int
-	Database   string
+	// StartRelays starts the relays (coordinators or PgBouncer) for this
+	// run; nil means pgbench connects to Conn directly. With several relays
+	// the clients are split over them evenly, one pgbench process each.
+	StartRelays func(context.Context) ([]*child, []*relayRun, error)
+	// Conn is pgbench's connection arguments without relays: -h H -p P -U
+	// USER DB, or one connection URL.
+	Conn []string
+	// Database is the database pgbench uses through the relays.
+	Database string
 	// Script is pgbench's workload arguments: -S, or -f FILE@W ... -D NAME=V.
 	Script []string
+	// Env is added to pgbench's environment (PGPASSWORD for a URL target).
+	Env []string
 
 	Clients, Jobs int
-	Duration      time.Duration // pgbench -T, rounded up to whole seconds
-	Pgbench       string        // pgbench binary
-	Dir           string        // parent of the run's per-transaction log directory
-	Hz            int           // clock ticks per second
-	// Cur, when not nil, points at the running relay while the run lasts, so
-	// that the benchmark's cleanup can stop it on an interrupt.
-	Cur **child
+	// Rate is the total transactions per second for pgbench -R (open loop;
+	// latency then counts from each transaction's scheduled start); 0 runs
+	// closed-loop.
+	Rate     float64
+	Duration time.Duration // pgbench -T, rounded up to whole seconds
+	Pgbench  string        // pgbench binary
+	Dir      string        // parent of the run's per-transaction log directory
+	Hz       int           // clock ticks per second
+	// Cur, when not nil, holds the running relays while the run lasts, so
+	// that the benchmark's cleanup can stop them on an interrupt.
+	Cur *[]*child
 }
 
 // workerProc is a PostgreSQL server whose CPU a run measures.
@@ -58,24 +68,55 @@ type workerCPU struct {
 	BackendsLeft int     `json:"backends_left"`
 }
 
-// seconds is pgbench -T for d: whole seconds, rounded up.
+// durationSeconds is pgbench -T for d: whole seconds, rounded up.
 func durationSeconds(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
 }
 
-// pgbenchRunArgv is the pgbench command line of a measured run.
-func pgbenchRunArgv(pgbench string, script []string, mode string, clients, jobs, seconds int, logPrefix, host string, port int, db string) []string {
+// pgbenchRunArgv is the pgbench command line of a measured run; rate 0 is
+// closed-loop.
+func pgbenchRunArgv(pgbench string, script []string, mode string, clients, jobs, seconds int, rate float64, logPrefix string, conn []string) []string {
 	argv := append([]string{pgbench, "-n"}, script...)
-	return append(argv, "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(jobs),
-		"-T", strconv.Itoa(seconds), "--log", "--log-prefix="+logPrefix,
-		"-h", host, "-p", strconv.Itoa(port), "-U", "postgres", db)
+	argv = append(argv, "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(jobs),
+		"-T", strconv.Itoa(seconds))
+	if rate > 0 {
+		argv = append(argv, "-R", strconv.FormatFloat(rate, 'f', 1, 64))
+	}
+	argv = append(argv, "--log", "--log-prefix="+logPrefix)
+	return append(argv, conn...)
 }
 
-// measureRun runs pgbench once as s says and measures it: CPU of the relay
-// and of the workers before and after, pgbench's summary and per-transaction
-// logs. Any problem is in the result's Error.
+// hostConn is pgbench's connection arguments for a server on host:port.
+func hostConn(host string, port int, db string) []string {
+	return []string{"-h", host, "-p", strconv.Itoa(port), "-U", "postgres", db}
+}
+
+// splitEven divides n into k shares that differ by at most one, larger
+// first.
+func splitEven(n, k int) []int {
+	out := make([]int, k)
+	for i := range out {
+		out[i] = n / k
+		if i < n%k {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// pgbenchProc is one pgbench process of a run.
+type pgbenchProc struct {
+	argv           []string
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	err            error
+}
+
+// measureRun runs pgbench once as s says and measures it: CPU of the relays
+// and of the workers before and after, peak memory, pgbench's summary and
+// per-transaction logs. Any problem is in the result's Error.
 func measureRun(ctx context.Context, s runSpec) (res runResult) {
-	res = runResult{Target: s.Target, Mode: s.Mode, Workload: s.Workload, Run: s.Run, StartedAt: time.Now()}
+	res = runResult{Target: s.Target, Mode: s.Mode, Workload: s.Workload, Run: s.Run, StartedAt: time.Now(), Rate: s.Rate}
 	baselines := make([]treeCPU, len(s.Workers))
 	for i, w := range s.Workers {
 		if st, err := readStat(w.Pid); err != nil || st.State == "Z" {
@@ -92,37 +133,42 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 		}
 		baselines[i] = t
 	}
-	host, port := s.Host, s.Port
-	var relay *child
-	if s.StartRelay != nil {
-		var rr *relayRun
+	conns := [][]string{s.Conn}
+	var relays []*child
+	if s.StartRelays != nil {
 		var err error
-		relay, rr, err = s.StartRelay(ctx)
-		res.Relay = rr
+		relays, res.Relays, err = s.StartRelays(ctx)
 		if err != nil {
+			for _, r := range relays {
+				r.Stop(syscall.SIGTERM, 10*time.Second)
+			}
 			res.Error = err.Error()
 			return res
 		}
 		if s.Cur != nil {
-			*s.Cur = relay
+			*s.Cur = relays
 		}
-		host, port = "127.0.0.1", atoiOr(rr.Addr[strings.LastIndexByte(rr.Addr, ':')+1:], 0)
+		conns = nil
+		for _, rr := range res.Relays {
+			host, port, _ := strings.Cut(rr.Addr, ":")
+			conns = append(conns, hostConn(host, atoiOr(port, 0), s.Database))
+		}
 	}
-	stopRelay := func() {
-		if relay == nil {
-			return
+	stopRelays := func() {
+		for i, relay := range relays {
+			rr := res.Relays[i]
+			rr.ExitedEarly = relay.Exited()
+			rr.Killed = relay.Stop(syscall.SIGTERM, 10*time.Second)
+			rr.Exit = relay.ExitStatus()
+			rr.LogProblems, rr.ProblemCount = logProblems(relay.LogPath, 20)
+			rr.LogTail = tailFile(relay.LogPath, 2048)
 		}
-		res.Relay.ExitedEarly = relay.Exited()
-		res.Relay.Killed = relay.Stop(syscall.SIGTERM, 10*time.Second)
-		res.Relay.Exit = relay.ExitStatus()
-		res.Relay.LogProblems, res.Relay.ProblemCount = logProblems(relay.LogPath, 20)
-		res.Relay.LogTail = tailFile(relay.LogPath, 2048)
 		if s.Cur != nil {
 			*s.Cur = nil
 		}
-		relay = nil
+		relays = nil
 	}
-	defer stopRelay()
+	defer stopRelays()
 
 	logDir, err := os.MkdirTemp(s.Dir, "txlog-")
 	if err != nil {
@@ -131,19 +177,31 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 	}
 	defer os.RemoveAll(logDir)
 	const logPrefix = "pgbench_log"
-	argv := pgbenchRunArgv(s.Pgbench, s.Script, s.Mode, s.Clients, s.Jobs, durationSeconds(s.Duration),
-		filepath.Join(logDir, logPrefix), host, port, s.Database)
-	env := []string{"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10"}
-	res.Pgbench = commandRecord{What: "pgbench run", Argv: argv, Env: env}
+	clients := splitEven(s.Clients, len(conns))
+	jobs := splitEven(s.Jobs, len(conns))
+	procs := make([]*pgbenchProc, len(conns))
+	env := append([]string{"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10"}, s.Env...)
+	for i, conn := range conns {
+		rate := 0.0
+		if s.Rate > 0 {
+			rate = s.Rate * float64(clients[i]) / float64(s.Clients)
+		}
+		// Each process logs under its own prefix (pgbench_log.p<i>.<pid>...),
+		// all read together afterwards.
+		argv := pgbenchRunArgv(s.Pgbench, s.Script, s.Mode, clients[i], max(1, min(jobs[i], clients[i])),
+			durationSeconds(s.Duration), rate, filepath.Join(logDir, fmt.Sprintf("%s.p%d", logPrefix, i)), conn)
+		procs[i] = &pgbenchProc{argv: argv}
+		res.Pgbench = append(res.Pgbench, commandRecord{What: "pgbench run", Argv: redactArgv(argv), Env: redactEnv(env)})
+	}
 
-	var relayBefore uint64
-	if relay != nil {
+	relayBefore := make([]uint64, len(relays))
+	for i, relay := range relays {
 		st, err := readStat(relay.Pid())
 		if err != nil {
 			res.Error = fmt.Sprintf("reading /proc for the relay: %v", err)
 			return res
 		}
-		relayBefore = st.Self()
+		relayBefore[i] = st.Self()
 	}
 	before := make([]treeCPU, len(s.Workers))
 	for i, w := range s.Workers {
@@ -152,45 +210,68 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 			return res
 		}
 	}
+	var pids []int
+	for _, w := range s.Workers {
+		pids = append(pids, w.Pid)
+	}
+	sampler := startPssSampler(pids, time.Second)
 
 	// pgbench: bounded by its -T plus a margin; on cancellation it gets
 	// SIGINT, then SIGKILL after 10 s.
 	limit := s.Duration + 90*time.Second
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
-	cmd.Env = cleanEnv(env...)
-	cmd.Dir = logDir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
-	cmd.WaitDelay = 10 * time.Second
 	start := time.Now()
-	runErr := cmd.Run()
-	res.WallSeconds = time.Since(start).Seconds()
-	res.Pgbench.Seconds = res.WallSeconds
-	res.Stdout = stdout.String()
-	res.Stderr = tailString(stderr.String(), 4096)
-	if cmd.ProcessState != nil {
-		res.ExitCode = cmd.ProcessState.ExitCode()
-		res.Pgbench.Exit = cmd.ProcessState.String()
-		res.CPU.PgbenchUserMicros = float64(cmd.ProcessState.UserTime().Microseconds())
-		res.CPU.PgbenchSysMicros = float64(cmd.ProcessState.SystemTime().Microseconds())
-		res.CPU.PgbenchMicros = res.CPU.PgbenchUserMicros + res.CPU.PgbenchSysMicros
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		p.cmd = exec.CommandContext(pctx, p.argv[0], p.argv[1:]...)
+		p.cmd.Env = cleanEnv(env...)
+		p.cmd.Dir = logDir
+		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGINT) }
+		p.cmd.WaitDelay = 10 * time.Second
+		wg.Add(1)
+		go func() { defer wg.Done(); p.err = p.cmd.Run() }()
 	}
+	wg.Wait()
+	res.WallSeconds = time.Since(start).Seconds()
+	res.Memory.WorkerPeakPssKiB = sampler.stop()
 
-	// The relay's CPU now, before it is stopped; then stop it so that its
-	// server connections close and the workers reap their backends.
-	if relay != nil {
+	var stdouts, stderrs []string
+	for i, p := range procs {
+		res.Pgbench[i].Seconds = res.WallSeconds
+		stdouts = append(stdouts, p.stdout.String())
+		stderrs = append(stderrs, p.stderr.String())
+		if ps := p.cmd.ProcessState; ps != nil {
+			if res.ExitCode == 0 {
+				res.ExitCode = ps.ExitCode()
+			}
+			res.Pgbench[i].Exit = ps.String()
+			res.CPU.PgbenchUserMicros += float64(ps.UserTime().Microseconds())
+			res.CPU.PgbenchSysMicros += float64(ps.SystemTime().Microseconds())
+			if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+				res.Memory.PgbenchMaxRSSKiB = max(res.Memory.PgbenchMaxRSSKiB, ru.Maxrss)
+			}
+		}
+	}
+	res.Stdout = strings.Join(stdouts, "\n")
+	res.Stderr = tailString(strings.Join(stderrs, "\n"), 4096)
+	res.CPU.PgbenchMicros = res.CPU.PgbenchUserMicros + res.CPU.PgbenchSysMicros
+
+	// The relays' CPU and peak memory now, before they are stopped; then
+	// stop them so that their server connections close and the workers reap
+	// their backends.
+	for i, relay := range relays {
 		if st, err := readStat(relay.Pid()); err == nil && !relay.Exited() {
-			res.CPU.RelayBeforeTicks, res.CPU.RelayAfterTicks = relayBefore, st.Self()
-			res.CPU.RelayMicros = ticksToMicros(st.Self()-relayBefore, s.Hz)
+			res.CPU.RelayMicros += ticksToMicros(st.Self()-relayBefore[i], s.Hz)
+			res.Relays[i].PeakRSSKiB = readStatusKiB(relay.Pid(), "VmHWM")
+			res.Memory.RelayPeakRSSKiB += res.Relays[i].PeakRSSKiB
 		} else {
 			res.Error = appendErr(res.Error, "the relay process exited during the run: "+relay.ExitStatus())
 		}
-		stopRelay()
 	}
+	stopRelays()
 	for i, w := range s.Workers {
 		left := waitChildrenGone(w.Pid, baselines[i].Children, 2*time.Second)
 		after, err := readTree(w.Pid)
@@ -213,21 +294,32 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 	}
 	res.LoadAvgAfter = loadAvg()
 
-	sum, perr := parsePgbenchOutput(res.Stdout, stderr.String())
-	res.Summary = sum
-	if runErr != nil {
-		msg := fmt.Sprintf("pgbench: %v", runErr)
-		if pctx.Err() == context.DeadlineExceeded {
-			msg = fmt.Sprintf("pgbench did not finish within %s and was stopped", limit)
-		} else if ctx.Err() != nil {
-			msg = "interrupted"
+	var perr error
+	for i, p := range procs {
+		sum, err := parsePgbenchOutput(stdouts[i], stderrs[i])
+		if i == 0 {
+			res.Summary = sum
+		} else {
+			res.Summary.add(sum)
 		}
-		if l := pgbenchErrorLine(stderr.String()); l != "" {
-			msg += ": " + l
+		if err != nil && perr == nil {
+			perr = err
 		}
-		res.Error = appendErr(res.Error, msg)
-	} else if perr != nil {
-		res.Error = appendErr(res.Error, perr.Error())
+		if p.err != nil {
+			msg := fmt.Sprintf("pgbench: %v", p.err)
+			if pctx.Err() == context.DeadlineExceeded {
+				msg = fmt.Sprintf("pgbench did not finish within %s and was stopped", limit)
+			} else if ctx.Err() != nil {
+				msg = "interrupted"
+			}
+			if l := pgbenchErrorLine(stderrs[i]); l != "" {
+				msg += ": " + l
+			}
+			res.Error = appendErr(res.Error, msg)
+		}
+	}
+	if perr != nil && res.Error == "" {
+		res.Error = perr.Error()
 	}
 	if perr == nil {
 		if l, err := readTxLogs(logDir, logPrefix); err != nil {
@@ -235,17 +327,38 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 		} else {
 			res.TxLog = l
 			res.Latency = l.stats()
-			res.Aborts = abortDetails(sum.FirstAbortMessages, l)
+			res.CDF = latencyCDF(l.latencies, chartCDFPoints)
+			res.Aborts = abortDetails(res.Summary.FirstAbortMessages, l)
 			l.latencies, l.clients = nil, nil
 		}
 	}
 	if res.Aborts == nil {
-		res.Aborts = abortDetails(sum.FirstAbortMessages, nil)
+		res.Aborts = abortDetails(res.Summary.FirstAbortMessages, nil)
 	}
-	if q := float64(sum.Transactions); q > 0 {
+	if q := float64(res.Summary.Transactions); q > 0 {
 		res.CPU.RelayPerQuery = res.CPU.RelayMicros / q
 		res.CPU.WorkerPerQuery = res.CPU.WorkerMicros / q
 		res.CPU.PgbenchPerQuery = res.CPU.PgbenchMicros / q
 	}
 	return res
+}
+
+// redactArgv hides the password of a connection URL in a recorded command.
+func redactArgv(argv []string) []string {
+	out := append([]string(nil), argv...)
+	for i, a := range out {
+		out[i] = redactURL(a)
+	}
+	return out
+}
+
+func redactEnv(env []string) []string {
+	var out []string
+	for _, e := range env {
+		if strings.HasPrefix(e, "PGPASSWORD=") {
+			e = "PGPASSWORD=..."
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -14,9 +14,12 @@ import (
 
 const benchUsage = `Usage:
   pgfleet bench relay [flags]    pgbench -S directly, through a pgfleet coordinator and through PgBouncer
-  pgfleet bench router [flags]   routed point queries on distributed pgbench tables through a coordinator,
-                                 against the same queries sent directly to the worker and through PgBouncer
-(bench/README.md describes both)
+  pgfleet bench router [flags]   the head-to-head harness: point-select, the Citus mix, writes and scatter
+                                 queries on distributed pgbench tables through a fleet of coordinators, against
+                                 the same queries sent directly to the worker, through PgBouncer and to any
+                                 system given by --target name=URL; a scaling ladder with --workers 1,2,4
+                                 --coordinators 1,2,3
+(bench/README.md describes them)
 `
 
 // benchCmd parses pgfleet bench's flags and runs the benchmark in package bench.
@@ -51,13 +54,22 @@ func benchRelay(args []string) error {
 
 func benchRouter(args []string) error {
 	o := bench.DefaultRouterOptions()
-	modes := strings.Join(o.Modes, ",")
+	modes, workloads := strings.Join(o.Modes, ","), strings.Join(o.Workloads, ",")
+	workers, coords := "1", "1"
+	var targets targetFlags
 	fs := flag.NewFlagSet("bench router", flag.ExitOnError)
-	benchFlags(fs, &o.Options, "pgbench -i scale factor of both data sets (accounts = 100000 * scale)",
-		"server connections of the coordinator (per worker) and of PgBouncer transaction mode")
+	benchFlags(fs, &o.Options, "pgbench -i scale factor of every data set (accounts = 100000 * scale)",
+		"server connections of each coordinator (per worker) and of PgBouncer transaction mode")
 	fs.IntVar(&o.Shards, "shards", o.Shards, "shard_count of pgbench_accounts")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "PostgreSQL workers the shards are spread over (1 to 8)")
+	fs.StringVar(&workers, "workers", workers, "PostgreSQL workers the shards are spread over (1 to 8); a list such as 1,2,4 adds the scaling ladder")
+	fs.StringVar(&coords, "coordinators", coords, "coordinators pgbench's clients are split over; a list such as 1,2,3 adds the scaling ladder")
+	fs.IntVar(&o.CoordinatorProcs, "coordinator-procs", o.CoordinatorProcs, "GOMAXPROCS of each coordinator (0: every CPU)")
 	fs.StringVar(&modes, "modes", modes, "pgbench query modes to run, comma-separated")
+	fs.StringVar(&workloads, "workloads", workloads, "workloads to run, comma-separated: point-select, citus-mix, write, scatter")
+	fs.Float64Var(&o.Rate, "rate", o.Rate, "run every configuration open-loop at this many transactions per second (pgbench -R); 0: closed loop")
+	fs.BoolVar(&o.HalfPeak, "half-peak", o.HalfPeak, "add open-loop point-select runs at half the fleet's peak, directly and through the fleet")
+	fs.Var(&targets, "target", "another system to run the workloads against, name=postgres://user:password@host:port/db (repeatable)")
+	fs.BoolVar(&o.LoadTargets, "load-targets", o.LoadTargets, "load pgbench's tables into each --target and distribute them (false: use what is there)")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}
@@ -65,7 +77,31 @@ func benchRouter(args []string) error {
 	if o.Modes, err = bench.ParseModes(modes); err != nil {
 		return err
 	}
+	if o.Workloads, err = bench.ParseWorkloads(workloads); err != nil {
+		return err
+	}
+	if o.Workers, err = bench.ParseCounts("--workers", workers); err != nil {
+		return err
+	}
+	if o.Coordinators, err = bench.ParseCounts("--coordinators", coords); err != nil {
+		return err
+	}
+	o.Targets = targets
 	return runInterruptible(func(ctx context.Context) error { return bench.RunRouter(ctx, o) })
+}
+
+// targetFlags collects --target name=URL flags.
+type targetFlags []bench.URLTarget
+
+func (t *targetFlags) String() string { return fmt.Sprint(len(*t), " targets") }
+
+func (t *targetFlags) Set(s string) error {
+	u, err := bench.ParseURLTarget(s)
+	if err != nil {
+		return err
+	}
+	*t = append(*t, u)
+	return nil
 }
 
 // benchFlags defines the flags every benchmark takes, with o's values as
