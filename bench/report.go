@@ -24,7 +24,8 @@ type tableRow struct {
 	Workers     int       `json:"workers,omitempty"`
 	Coords      int       `json:"coordinators,omitempty"`
 	Rate        float64   `json:"rate,omitempty"`
-	OK          bool      `json:"ok"` // a run succeeded; the figures below are its
+	External    bool      `json:"external,omitempty"` // a target given by URL: no CPU or memory figures
+	OK          bool      `json:"ok"`                 // a run succeeded; the figures below are its
 	QPS         float64   `json:"qps"`
 	VsDirect    *float64  `json:"ratio_to_direct"`
 	VsPgbouncer *float64  `json:"ratio_to_pgbouncer"`
@@ -100,7 +101,7 @@ func buildRows(configs []*configResult) []*tableRow {
 // medianRow picks c's median run and makes its table row (without ratios).
 func medianRow(c *configResult) *tableRow {
 	row := &tableRow{Label: c.Label, Target: c.Target, Workload: c.Workload, Mode: c.Mode, Variant: c.Variant,
-		Workers: c.Workers, Coords: c.Coordinators, Rate: c.Rate}
+		Workers: c.Workers, Coords: c.Coordinators, Rate: c.Rate, External: strings.HasPrefix(c.Target, "url:")}
 	for _, r := range c.Runs {
 		row.RunsQPS = append(row.RunsQPS, r.Summary.TPS)
 	}
@@ -193,9 +194,13 @@ func writeTable(sb *strings.Builder, rows []*tableRow, withWorkload, countFailed
 		if n := len(r.RunsFailed); countFailedRuns && n > 0 {
 			failed += fmt.Sprintf("; %d of %d runs failed", n, len(r.RunsQPS))
 		}
-		fmt.Fprintf(sb, "| %s | %s | %.0f | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1f |\n",
+		worker := fmt.Sprintf("%.1f", r.WorkerCPU)
+		if r.External {
+			worker = "–"
+		}
+		fmt.Fprintf(sb, "| %s | %s | %.0f | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %.1f |\n",
 			config, r.Mode, r.QPS, optional(r.VsDirect, "%.2f"), optional(r.VsPgbouncer, "%.2f"),
-			r.P50Ms, r.P95Ms, r.P99Ms, r.P999Ms, failed, optional(r.RelayCPU, "%.1f"), r.WorkerCPU, r.PgbenchCPU)
+			r.P50Ms, r.P95Ms, r.P99Ms, r.P999Ms, failed, optional(r.RelayCPU, "%.1f"), worker, r.PgbenchCPU)
 	}
 }
 
