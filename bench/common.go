@@ -21,6 +21,7 @@ type Options struct {
 	Clients   int           // pgbench -c
 	Jobs      int           // pgbench -j
 	Duration  time.Duration // pgbench -T, rounded up to whole seconds
+	Warmup    time.Duration // unmeasured pgbench before each run, after its relays start; 0: none
 	Runs      int           // runs per configuration; the report shows the median by QPS
 	PoolSize  int           // coordinator --pool-size and PgBouncer transaction mode's default_pool_size
 	OutDir    string        // where the .md and .json reports go
@@ -36,7 +37,7 @@ type Options struct {
 
 // defaultOptions are the defaults both benchmarks share.
 func defaultOptions() Options {
-	return Options{Scale: 5, Clients: 32, Jobs: 2, Duration: 10 * time.Second, Runs: 3, PoolSize: 8,
+	return Options{Scale: 5, Clients: 32, Jobs: 2, Duration: 10 * time.Second, Warmup: 2 * time.Second, Runs: 3, PoolSize: 8,
 		OutDir: filepath.Join("bench", "results")}
 }
 
@@ -50,6 +51,8 @@ func (o *Options) validate() error {
 		return errors.New("--jobs must be between 1 and --clients")
 	case o.Duration < time.Second:
 		return errors.New("--duration must be at least 1s")
+	case o.Warmup < 0 || (o.Warmup > 0 && o.Warmup < time.Second):
+		return errors.New("--warmup must be 0 or at least 1s")
 	case o.Runs < 1:
 		return errors.New("--runs must be at least 1")
 	case o.PoolSize < 1:
@@ -172,7 +175,7 @@ func (b *base) pgbenchInit(ctx context.Context, cmds *[]commandRecord, scale int
 // spec is the part of a run's runSpec that does not depend on the benchmark.
 func (b *base) spec(o Options, cr *configResult, run int) runSpec {
 	return runSpec{Target: cr.Target, Mode: cr.Mode, Workload: cr.Workload, Run: run,
-		Clients: o.Clients, Jobs: o.Jobs, Duration: o.Duration, Pgbench: b.pgbench, Dir: b.dir, Hz: b.hz, Cur: &b.running}
+		Clients: o.Clients, Jobs: o.Jobs, Duration: o.Duration, Warmup: o.Warmup, Pgbench: b.pgbench, Dir: b.dir, Hz: b.hz, Cur: &b.running}
 }
 
 // runAll runs every configuration not skipped o.Runs times, round-robin: run

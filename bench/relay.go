@@ -207,6 +207,7 @@ type reportOptions struct {
 	Clients         int    `json:"clients"`
 	Jobs            int    `json:"jobs"`
 	DurationSeconds int    `json:"duration_seconds"`
+	WarmupSeconds   int    `json:"warmup_seconds"`
 	Runs            int    `json:"runs"`
 	PoolSize        int    `json:"pool_size"`
 	KeepGoing       bool   `json:"keep_going"`
@@ -249,7 +250,7 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	}
 	b := &relayBench{base: bb, o: o}
 	b.rep = &relayReport{Tool: "pgfleet bench relay", StartedAt: time.Now(),
-		Options: reportOptions{Scale: o.Scale, Clients: o.Clients, Jobs: o.Jobs, DurationSeconds: durationSeconds(o.Duration),
+		Options: reportOptions{Scale: o.Scale, Clients: o.Clients, Jobs: o.Jobs, DurationSeconds: durationSeconds(o.Duration), WarmupSeconds: durationSeconds(o.Warmup),
 			Runs: o.Runs, PoolSize: o.PoolSize, KeepGoing: o.KeepGoing, Executable: b.exe},
 		Versions: b.versions(), Machine: readMachine(b.hz)}
 	return runBenchmark(ctx, b)

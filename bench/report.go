@@ -144,8 +144,8 @@ func (rep *relayReport) markdown(rows []*tableRow, jsonName string) string {
 	o := rep.Options
 	fmt.Fprintf(&sb, "# pgfleet relay benchmark, %s\n\n", rep.StartedAt.Format("2006-01-02 15:04:05 MST"))
 	fmt.Fprintf(&sb, "pgbench -S (built-in select-only script: one SELECT per transaction, so QPS = TPS), "+
-		"scale %d, %d clients, %d threads, %d s per run, median of %d run(s) by QPS; pool size %d for pgfleet and PgBouncer; "+
-		"one PostgreSQL worker.\n\n", o.Scale, o.Clients, o.Jobs, o.DurationSeconds, o.Runs, o.PoolSize)
+		"scale %d, %d clients, %d threads, %d s per run after %d s of unmeasured warm-up, median of %d run(s) by QPS; pool size %d for pgfleet and PgBouncer; "+
+		"one PostgreSQL worker.\n\n", o.Scale, o.Clients, o.Jobs, o.DurationSeconds, o.WarmupSeconds, o.Runs, o.PoolSize)
 	writeStatus(&sb, rep.Interrupted, rep.Error)
 	writeTable(&sb, rows, false, false)
 	sb.WriteString("\n*vs direct*: QPS over direct PostgreSQL's in the same mode. *vs PgBouncer*: QPS over PgBouncer session mode's " +

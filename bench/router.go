@@ -340,6 +340,7 @@ type routerRepOpts struct {
 	Clients          int      `json:"clients"`
 	Jobs             int      `json:"jobs"`
 	DurationSeconds  int      `json:"duration_seconds"`
+	WarmupSeconds    int      `json:"warmup_seconds"`
 	Runs             int      `json:"runs"`
 	PoolSize         int      `json:"pool_size"`
 	SessionPoolSize  int      `json:"pgbouncer_session_pool_size"`
@@ -438,7 +439,7 @@ func RunRouter(ctx context.Context, o RouterOptions) error {
 	b := &routerBench{base: bb, o: o, scripts: filepath.Join(bb.dir, "workloads"), urlErr: map[string]string{}}
 	b.rep = &routerReport{Tool: "pgfleet bench router", StartedAt: time.Now(),
 		Options: routerRepOpts{Scale: o.Scale, Naccounts: naccounts(o.Scale), Clients: o.Clients, Jobs: o.Jobs,
-			DurationSeconds: durationSeconds(o.Duration), Runs: o.Runs, PoolSize: o.PoolSize,
+			DurationSeconds: durationSeconds(o.Duration), WarmupSeconds: durationSeconds(o.Warmup), Runs: o.Runs, PoolSize: o.PoolSize,
 			SessionPoolSize: o.sessionPoolSize(), Shards: o.Shards, Workers: o.Workers, Coordinators: o.Coordinators,
 			CoordinatorProcs: o.CoordinatorProcs, Rate: o.Rate, HalfPeak: o.HalfPeak, Modes: o.Modes,
 			KeepGoing: o.KeepGoing, Executable: b.exe},

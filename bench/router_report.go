@@ -167,7 +167,7 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName, chartName string) 
 		loop = fmt.Sprintf("open loop at %.0f transactions/s (pgbench -R; latency from each transaction's scheduled start)", o.Rate)
 	}
 	fmt.Fprintf(&sb, "pgbench scripts from bench/workloads (one statement per transaction, so QPS = TPS), "+
-		"scale %d (%d accounts), %d clients, %d threads, %d s per run, %s, median of %d run(s) by QPS. "+
+		"scale %d (%d accounts), %d clients, %d threads, %d s per run after %d s of unmeasured warm-up, %s, median of %d run(s) by QPS. "+
 		"*direct*: plain tables in database `%s` on worker 1, no coordinator. *pgfleet*: database `postgres` through "+
 		"`pgfleet serve` processes (pgbench's clients split evenly over the coordinators, one pgbench each), "+
 		"pgbench_accounts distributed by aid over %d shards spread over the workers, pgbench_branches and "+
@@ -175,7 +175,7 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName, chartName string) 
 		"*point-select*: `-f point-select.sql`; *citus-mix*: `-f hot.sql@80 -f uniform.sql@10 -f tellers.sql@5 -f branches.sql@5 -D hot_pct=5`; "+
 		"*write*: `-f write.sql` (UPDATE of one account by aid); *scatter*: `-f scatter.sql` (GROUP BY aggregates over a "+
 		"range of 1,000 accounts, every shard).\n\n",
-		o.Scale, o.Naccounts, o.Clients, o.Jobs, o.DurationSeconds, loop, o.Runs, directDB, o.Shards, o.PoolSize, directDB)
+		o.Scale, o.Naccounts, o.Clients, o.Jobs, o.DurationSeconds, o.WarmupSeconds, loop, o.Runs, directDB, o.Shards, o.PoolSize, directDB)
 	writeStatus(&sb, rep.Interrupted, rep.Error)
 	writeTable(&sb, rows, true, true)
 	sb.WriteString("\n*vs direct*: QPS over direct's with the same workload and mode (and the same open-loop rate); the row is the median of the runs without error (failed runs are counted in *failed* and listed under Problems seen). *vs PgBouncer*: QPS over PgBouncer " +

@@ -44,9 +44,12 @@ type runSpec struct {
 	// closed-loop.
 	Rate     float64
 	Duration time.Duration // pgbench -T, rounded up to whole seconds
-	Pgbench  string        // pgbench binary
-	Dir      string        // parent of the run's per-transaction log directory
-	Hz       int           // clock ticks per second
+	// Warmup runs the same pgbench, unmeasured, for this long first (after
+	// the relays start, so their pools and statement caches are warm).
+	Warmup  time.Duration
+	Pgbench string // pgbench binary
+	Dir     string // parent of the run's per-transaction log directory
+	Hz      int    // clock ticks per second
 	// Cur, when not nil, holds the running relays while the run lasts, so
 	// that the benchmark's cleanup can stop them on an interrupt.
 	Cur *[]*child
@@ -74,7 +77,7 @@ func durationSeconds(d time.Duration) int {
 }
 
 // pgbenchRunArgv is the pgbench command line of a measured run; rate 0 is
-// closed-loop.
+// closed-loop, logPrefix "" writes no per-transaction log (warm-up).
 func pgbenchRunArgv(pgbench string, script []string, mode string, clients, jobs, seconds int, rate float64, logPrefix string, conn []string) []string {
 	argv := append([]string{pgbench, "-n"}, script...)
 	argv = append(argv, "-M", mode, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(jobs),
@@ -82,7 +85,9 @@ func pgbenchRunArgv(pgbench string, script []string, mode string, clients, jobs,
 	if rate > 0 {
 		argv = append(argv, "-R", strconv.FormatFloat(rate, 'f', 1, 64))
 	}
-	argv = append(argv, "--log", "--log-prefix="+logPrefix)
+	if logPrefix != "" {
+		argv = append(argv, "--log", "--log-prefix="+logPrefix)
+	}
 	return append(argv, conn...)
 }
 
@@ -179,19 +184,44 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 	const logPrefix = "pgbench_log"
 	clients := splitEven(s.Clients, len(conns))
 	jobs := splitEven(s.Jobs, len(conns))
-	procs := make([]*pgbenchProc, len(conns))
 	env := append([]string{"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10"}, s.Env...)
-	for i, conn := range conns {
-		rate := 0.0
-		if s.Rate > 0 {
-			rate = s.Rate * float64(clients[i]) / float64(s.Clients)
+	// newProcs makes one pgbench per connection; logPrefix "" logs nothing.
+	newProcs := func(d time.Duration, logPrefix string) []*pgbenchProc {
+		procs := make([]*pgbenchProc, len(conns))
+		for i, conn := range conns {
+			rate := 0.0
+			if s.Rate > 0 {
+				rate = s.Rate * float64(clients[i]) / float64(s.Clients)
+			}
+			// Each process logs under its own prefix (pgbench_log.p<i>.<pid>...),
+			// all read together afterwards.
+			prefix := ""
+			if logPrefix != "" {
+				prefix = filepath.Join(logDir, fmt.Sprintf("%s.p%d", logPrefix, i))
+			}
+			procs[i] = &pgbenchProc{argv: pgbenchRunArgv(s.Pgbench, s.Script, s.Mode, clients[i], max(1, min(jobs[i], clients[i])),
+				durationSeconds(d), rate, prefix, conn)}
 		}
-		// Each process logs under its own prefix (pgbench_log.p<i>.<pid>...),
-		// all read together afterwards.
-		argv := pgbenchRunArgv(s.Pgbench, s.Script, s.Mode, clients[i], max(1, min(jobs[i], clients[i])),
-			durationSeconds(s.Duration), rate, filepath.Join(logDir, fmt.Sprintf("%s.p%d", logPrefix, i)), conn)
-		procs[i] = &pgbenchProc{argv: argv}
-		res.Pgbench = append(res.Pgbench, commandRecord{What: "pgbench run", Argv: redactArgv(argv), Env: redactEnv(env)})
+		return procs
+	}
+	if s.Warmup > 0 {
+		warm := newProcs(s.Warmup, "")
+		wctx, cancel := context.WithTimeout(ctx, s.Warmup+90*time.Second)
+		runProcs(wctx, warm, env, logDir)
+		cancel()
+		for _, p := range warm {
+			res.Pgbench = append(res.Pgbench, commandRecord{What: "pgbench warm-up", Argv: redactArgv(p.argv),
+				Env: redactEnv(env), Exit: exitText(p.cmd)})
+			if p.err != nil {
+				res.Error = fmt.Sprintf("warm-up: pgbench: %v%s", p.err, prefixed(": ", pgbenchErrorLine(p.stderr.String())))
+				return res
+			}
+		}
+	}
+	procs := newProcs(s.Duration, logPrefix)
+	measured := len(res.Pgbench) // index of the first measured pgbench's record
+	for _, p := range procs {
+		res.Pgbench = append(res.Pgbench, commandRecord{What: "pgbench run", Argv: redactArgv(p.argv), Env: redactEnv(env)})
 	}
 
 	relayBefore := make([]uint64, len(relays))
@@ -222,32 +252,20 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	start := time.Now()
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		p.cmd = exec.CommandContext(pctx, p.argv[0], p.argv[1:]...)
-		p.cmd.Env = cleanEnv(env...)
-		p.cmd.Dir = logDir
-		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGINT) }
-		p.cmd.WaitDelay = 10 * time.Second
-		wg.Add(1)
-		go func() { defer wg.Done(); p.err = p.cmd.Run() }()
-	}
-	wg.Wait()
+	runProcs(pctx, procs, env, logDir)
 	res.WallSeconds = time.Since(start).Seconds()
 	res.Memory.WorkerPeakPssKiB = sampler.stop()
 
 	var stdouts, stderrs []string
 	for i, p := range procs {
-		res.Pgbench[i].Seconds = res.WallSeconds
+		rec := &res.Pgbench[measured+i]
+		rec.Seconds, rec.Exit = res.WallSeconds, exitText(p.cmd)
 		stdouts = append(stdouts, p.stdout.String())
 		stderrs = append(stderrs, p.stderr.String())
 		if ps := p.cmd.ProcessState; ps != nil {
 			if res.ExitCode == 0 {
 				res.ExitCode = ps.ExitCode()
 			}
-			res.Pgbench[i].Exit = ps.String()
 			res.CPU.PgbenchUserMicros += float64(ps.UserTime().Microseconds())
 			res.CPU.PgbenchSysMicros += float64(ps.SystemTime().Microseconds())
 			if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
@@ -341,6 +359,33 @@ func measureRun(ctx context.Context, s runSpec) (res runResult) {
 		res.CPU.PgbenchPerQuery = res.CPU.PgbenchMicros / q
 	}
 	return res
+}
+
+// runProcs runs pgbench processes together in dir and waits for all of
+// them. On cancellation each gets SIGINT, then SIGKILL after 10 s.
+func runProcs(ctx context.Context, procs []*pgbenchProc, env []string, dir string) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		p.cmd = exec.CommandContext(ctx, p.argv[0], p.argv[1:]...)
+		p.cmd.Env = cleanEnv(env...)
+		p.cmd.Dir = dir
+		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd := p.cmd
+		p.cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+		p.cmd.WaitDelay = 10 * time.Second
+		wg.Add(1)
+		go func() { defer wg.Done(); p.err = cmd.Run() }()
+	}
+	wg.Wait()
+}
+
+// exitText is how a finished command ended, "" before it has.
+func exitText(cmd *exec.Cmd) string {
+	if cmd == nil || cmd.ProcessState == nil {
+		return ""
+	}
+	return cmd.ProcessState.String()
 }
 
 // redactArgv hides the password of a connection URL in a recorded command.
