@@ -26,6 +26,8 @@ type Options struct {
 	PoolSize  int           // coordinator --pool-size and PgBouncer transaction mode's default_pool_size
 	OutDir    string        // where the .md and .json reports go
 	KeepGoing bool          // record a failed run and go on instead of stopping
+	// NoPgbouncer skips the PgBouncer references (and installing PgBouncer).
+	NoPgbouncer bool
 
 	// Executable is the pgfleet binary run as "serve" for the coordinator;
 	// empty means this process's own executable.
@@ -91,16 +93,18 @@ type base struct {
 	exe      string // pgfleet
 	pgbench  string
 	bouncer  string // pgbouncer binary, "" when skipped
-	cred     *syscall.Credential
-	dir      string   // temporary directory for everything
-	cur      *child   // a relay running outside a measured run, stopped on the way out
-	running  []*child // the relays of the measured run now, stopped on the way out
+	// noBouncer: skip PgBouncer (Options.NoPgbouncer).
+	noBouncer bool
+	cred      *syscall.Credential
+	dir       string   // temporary directory for everything
+	cur       *child   // a relay running outside a measured run, stopped on the way out
+	running   []*child // the relays of the measured run now, stopped on the way out
 }
 
 // newBase finds the pgfleet executable, pgbench and the user PgBouncer runs
 // as, and creates o.OutDir and a temporary directory named after tmpPrefix.
 func newBase(o Options, tmpPrefix string) (*base, error) {
-	b := &base{out: o.Stdout, log: o.Stderr, hz: clockTicks(), exe: o.Executable}
+	b := &base{out: o.Stdout, log: o.Stderr, hz: clockTicks(), exe: o.Executable, noBouncer: o.NoPgbouncer}
 	if b.out == nil {
 		b.out = os.Stdout
 	}
@@ -148,7 +152,11 @@ func (b *base) versions() versions {
 // it notes in notes why PgBouncer is skipped, or sets v.Pgbouncer.
 func (b *base) findBouncer(ctx context.Context, cmds *[]commandRecord, notes *[]string, v *versions) error {
 	var note string
-	b.bouncer, note = findPgbouncer(ctx, b.logf, cmds)
+	if b.noBouncer {
+		note = "PgBouncer references skipped (--pgbouncer=false)"
+	} else {
+		b.bouncer, note = findPgbouncer(ctx, b.logf, cmds)
+	}
 	if note != "" {
 		*notes = append(*notes, note)
 		b.logf("note: %s", note)

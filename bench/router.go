@@ -260,7 +260,7 @@ func mainConfigs(o RouterOptions) []routerConfig {
 				out = append(out, routerConfig{Target: targetURL(t.Name), Workload: w, Mode: m, Rate: o.Rate})
 			}
 		}
-		if w != workloadPointSelect && w != workloadMix {
+		if o.NoPgbouncer || (w != workloadPointSelect && w != workloadMix) {
 			continue
 		}
 		for _, m := range o.Modes {
@@ -711,6 +711,8 @@ func (b *routerBench) loadURLTarget(ctx context.Context, t URLTarget, info *urlT
 		var pe *pgconn.PgError
 		if i == 0 && errors.As(err, &pe) && pe.Code == "42883" {
 			info.Note = "no create_distributed_table (plain PostgreSQL): the tables stay local"
+			rec := &b.rep.Commands[len(b.rep.Commands)-1]
+			rec.Exit, rec.Error = "42883 (undefined function): taken as plain PostgreSQL", ""
 			break
 		}
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -116,6 +117,12 @@ func benchFlags(fs *flag.FlagSet, o *bench.Options, scaleHelp, poolHelp string) 
 	fs.IntVar(&o.PoolSize, "pool-size", o.PoolSize, poolHelp)
 	fs.StringVar(&o.OutDir, "out", o.OutDir, "directory for the Markdown and JSON reports")
 	fs.BoolVar(&o.KeepGoing, "keep-going", o.KeepGoing, "record a failed run and go on instead of stopping")
+	fs.BoolFunc("pgbouncer", "measure the PgBouncer references (default true; installed with apt-get when missing and root)",
+		func(s string) error {
+			v, err := strconv.ParseBool(s)
+			o.NoPgbouncer = !v
+			return err
+		})
 }
 
 // parseBenchFlags parses args, which must all be flags.
