@@ -593,9 +593,10 @@ func (b *routerBench) addConfigs(configs []routerConfig) []*configResult {
 }
 
 // runHalfPeak runs point-select in the first mode open-loop at half of the
-// main fleet's closed-loop peak, directly and through the fleet, so that
-// the latency the coordinator adds is seen below saturation and without
-// coordinated omission.
+// main fleet's closed-loop peak, directly, through the fleet and through
+// PgBouncer, so that the latency the coordinator adds is seen below
+// saturation and without coordinated omission, beside what a plain relay
+// adds.
 func (b *routerBench) runHalfPeak(ctx context.Context) error {
 	o := b.o
 	if o.Rate > 0 {
@@ -618,10 +619,16 @@ func (b *routerBench) runHalfPeak(ctx context.Context) error {
 	b.rep.HalfPeakRate = rate
 	variant := fmt.Sprintf("rate %.0f", rate)
 	shape := fleetShape{o.Workers[0], o.Coordinators[0]}
-	crs := b.addConfigs([]routerConfig{
+	configs := []routerConfig{
 		{Target: targetDirect, Workload: workloadPointSelect, Mode: mode, Variant: variant, Rate: rate},
 		{Target: targetPgfleet, Workload: workloadPointSelect, Mode: mode, Shape: shape, Variant: variant, Rate: rate},
-	})
+	}
+	// PgBouncer at the same rate shows what any relay hop adds on this
+	// machine.
+	if ref := pgbouncerReference(mode); ref != "" && !o.NoPgbouncer {
+		configs = append(configs, routerConfig{Target: ref, Workload: workloadPointSelect, Mode: mode, Variant: variant, Rate: rate})
+	}
+	crs := b.addConfigs(configs)
 	return b.runAll(ctx, o.Options, crs, b.runOne)
 }
 

@@ -100,6 +100,11 @@ func evaluateTargets(rows []*tableRow, modes, workloads []string) []targetCheck 
 			c.Ratio = &added
 			c.Detail = fmt.Sprintf("open loop at %.0f/s: p99 %.2f ms through the fleet vs %.2f ms direct (added %.2f ms)",
 				r.Rate, r.P99Ms, d.P99Ms, added)
+			if ref := pgbouncerReference(r.Mode); ref != "" {
+				if p := byKey[configKey(ref, r.Workload, r.Mode, r.Variant)]; p != nil && p.OK {
+					c.Detail += fmt.Sprintf("; PgBouncer at the same rate: p99 %.2f ms (added %.2f ms)", p.P99Ms, p.P99Ms-d.P99Ms)
+				}
+			}
 			c.Status = targetMissed
 			if added < 1 {
 				c.Status = targetMet
