@@ -34,7 +34,9 @@ func (s *Server) serveConn(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	ss := &session{srv: s, conn: c, r: wire.NewReader(c, 8192)}
+	// The client's read buffer goes back to a shared pool whenever the
+	// session waits for the client, so an idle session does not hold it.
+	ss := &session{srv: s, conn: c, r: wire.NewPooledReader(c, 8192)}
 	_ = c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
 	startup, err := ss.readStartup()
 	if err != nil {
@@ -305,6 +307,10 @@ func (ss *session) begin(sm *pgproto3.StartupMessage) error {
 		s.unregister(ss)
 		return errQuietClose
 	}
+	// The startup answer (every ParameterStatus) is the largest most
+	// sessions write until they run a query; do not keep its buffer for an
+	// idle session. The first answer allocates one of its own size.
+	ss.out = nil
 	return nil
 }
 

@@ -20,6 +20,7 @@ const benchUsage = `Usage:
                                  the same queries sent directly to the worker, through PgBouncer and to any
                                  system given by --target name=URL; a scaling ladder with --workers 1,2,4
                                  --coordinators 1,2,3
+  pgfleet bench idle [flags]     coordinator memory per idle client connection (10,000 clients by default)
 (bench/README.md describes them)
 `
 
@@ -37,6 +38,8 @@ func benchCmd(args []string) error {
 		return benchRelay(args[1:])
 	case "router":
 		return benchRouter(args[1:])
+	case "idle":
+		return benchIdle(args[1:])
 	default:
 		return fmt.Errorf("bench: unknown benchmark %q\n\n%s", args[0], benchUsage)
 	}
@@ -103,6 +106,30 @@ func (t *targetFlags) Set(s string) error {
 	}
 	*t = append(*t, u)
 	return nil
+}
+
+func benchIdle(args []string) error {
+	o := bench.DefaultIdleOptions()
+	points := strings.Trim(strings.ReplaceAll(fmt.Sprint(o.Points), " ", ","), "[]") // 1000,5000
+	fs := flag.NewFlagSet("bench idle", flag.ExitOnError)
+	fs.IntVar(&o.Clients, "clients", o.Clients, "idle client connections at the end")
+	fs.StringVar(&points, "points", points, "client counts to measure at on the way, comma-separated (--clients is always one)")
+	fs.IntVar(&o.PoolSize, "pool-size", o.PoolSize, "coordinator --pool-size")
+	fs.BoolVar(&o.Query, "query", o.Query, "run one SELECT 1 on every client before it goes idle")
+	fs.DurationVar(&o.Settle, "settle", o.Settle, "wait after each step before measuring")
+	fs.IntVar(&o.Parallel, "parallel", o.Parallel, "clients connecting at once")
+	fs.BoolVar(&o.WaitGC, "wait-gc", o.WaitGC, "at each step, wait for the coordinator's next GC (up to 130 s) before measuring")
+	fs.IntVar(&o.TargetBytes, "target", o.TargetBytes, "target coordinator bytes per idle client")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on the whole benchmark")
+	fs.StringVar(&o.OutDir, "out", o.OutDir, "directory for the Markdown and JSON reports")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	var err error
+	if o.Points, err = bench.ParsePoints(points); err != nil {
+		return err
+	}
+	return runInterruptible(func(ctx context.Context) error { return bench.RunIdle(ctx, o) })
 }
 
 // benchFlags defines the flags every benchmark takes, with o's values as

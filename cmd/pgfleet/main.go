@@ -2,7 +2,7 @@
 //
 //	pgfleet serve   run a coordinator in front of PostgreSQL workers
 //	pgfleet demo    start a local cluster (workers + coordinators) for psql
-//	pgfleet bench   run a benchmark (bench relay: pgbench via pgfleet, PgBouncer, direct)
+//	pgfleet bench   run a benchmark (bench relay, bench router, bench idle; bench/README.md)
 //
 // This package only wires flags to the packages that do the work.
 package main
@@ -28,6 +28,7 @@ Usage:
   pgfleet serve [flags]   run one coordinator (pgfleet serve -h for flags)
   pgfleet demo  [flags]   start PostgreSQL workers and coordinators on loopback, ready for psql
   pgfleet bench relay     benchmark pgbench through pgfleet, PgBouncer and directly (bench/README.md)
+  pgfleet bench idle      coordinator memory per idle client connection (bench/README.md)
 `
 
 func main() {

@@ -5,10 +5,10 @@
 package wire
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // MaxMessageLen bounds one message body; PostgreSQL's own limit for most
@@ -24,55 +24,232 @@ type Frame struct {
 }
 
 // Reader reads frames from a buffered stream.
+//
+// A Reader made by NewPooledReader takes its buffer from a pool shared by
+// every reader of that size and gives it back whenever it has consumed
+// everything it read and the last read left nothing in the socket: it then
+// waits for the next input with a small buffer of its own (idleBufSize
+// bytes), and takes a full buffer again when bytes arrive. An idle client
+// connection so holds idleBufSize bytes instead of a full buffer; a busy one
+// pays a pool Get and Put per wait and a copy of what the small buffer
+// received, and an extra read only when more than idleBufSize bytes arrive
+// at once.
 type Reader struct {
-	br      *bufio.Reader
+	rd      io.Reader
+	buf     []byte // buf[r:w] is buffered; nil while given back to the pool
+	r, w    int
+	size    int
+	err     error // a read error to report once the buffered bytes are used
 	scratch []byte
+
+	pool    *sync.Pool // nil: the buffer is the reader's own for good
+	bufp    *[]byte    // the pooled buffer held now
+	drained bool       // the last read returned less than it asked for
+	idle    *[idleBufSize]byte
 }
 
-// NewReader wraps r with a buffer of size bytes.
+// idleBufSize is the buffer a pooled Reader waits for input with: enough for
+// a typical request (a simple query, or Bind/Execute/Sync of a prepared
+// statement) to arrive in one read.
+const idleBufSize = 512
+
+const minBufSize = 16
+
+// NewReader wraps r with a buffer of size bytes that it keeps.
 func NewReader(r io.Reader, size int) *Reader {
-	return &Reader{br: bufio.NewReaderSize(r, size)}
+	size = max(size, minBufSize)
+	return &Reader{rd: r, buf: make([]byte, size), size: size}
+}
+
+// NewPooledReader wraps r with a buffer of size bytes from a shared pool,
+// given back while the reader waits for input (see Reader).
+func NewPooledReader(r io.Reader, size int) *Reader {
+	size = max(size, minBufSize)
+	return &Reader{rd: r, size: size, pool: bufPool(size), drained: true, idle: new([idleBufSize]byte)}
+}
+
+var (
+	poolsMu sync.Mutex
+	pools   = map[int]*sync.Pool{}
+)
+
+// bufPool is the pool of size-byte buffers.
+func bufPool(size int) *sync.Pool {
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	p := pools[size]
+	if p == nil {
+		p = &sync.Pool{New: func() any { b := make([]byte, size); return &b }}
+		pools[size] = p
+	}
+	return p
 }
 
 // Buffered reports how many bytes are already read from the socket and not yet
 // consumed, so a caller can tell whether another message is ready without
 // blocking.
-func (r *Reader) Buffered() int { return r.br.Buffered() }
+func (r *Reader) Buffered() int { return r.w - r.r }
+
+// holding reports whether the reader holds a full buffer (always, unless it
+// is pooled and waiting for input or has not read yet).
+func (r *Reader) holding() bool { return r.buf != nil }
+
+func (r *Reader) take() {
+	r.bufp = r.pool.Get().(*[]byte)
+	r.buf = *r.bufp
+}
+
+func (r *Reader) giveBack() {
+	if r.bufp != nil {
+		r.pool.Put(r.bufp)
+	}
+	r.buf, r.bufp = nil, nil
+	r.r, r.w = 0, 0
+}
+
+func (r *Reader) readErr() error {
+	err := r.err
+	r.err = nil
+	return err
+}
+
+// fill reads until at least n (at most r.size) bytes are buffered, or fails.
+func (r *Reader) fill(n int) error {
+	if r.w-r.r >= n {
+		return nil
+	}
+	if r.err != nil {
+		return r.readErr()
+	}
+	if r.r == r.w && r.pool != nil && r.drained {
+		// Nothing buffered and the socket was empty at the last read: the
+		// next read is a wait. Wait without the full buffer.
+		r.giveBack()
+		m, err := r.rd.Read(r.idle[:])
+		if m < 0 || m > idleBufSize {
+			panic("wire: reader returned an impossible count")
+		}
+		if m > 0 {
+			r.take()
+			r.w = copy(r.buf, r.idle[:m])
+		}
+		r.drained = m < idleBufSize
+		if err != nil {
+			r.err = err
+		}
+		if r.w >= n {
+			return nil
+		}
+		if r.err != nil {
+			return r.readErr()
+		}
+	}
+	if r.buf == nil {
+		r.take()
+	}
+	if r.r > 0 {
+		copy(r.buf, r.buf[r.r:r.w])
+		r.w -= r.r
+		r.r = 0
+	}
+	for empty := 0; r.w < n; {
+		m, err := r.rd.Read(r.buf[r.w:])
+		if m < 0 || m > len(r.buf)-r.w {
+			panic("wire: reader returned an impossible count")
+		}
+		r.drained = m < len(r.buf)-r.w
+		r.w += m
+		if err != nil {
+			if r.w >= n {
+				r.err = err
+				return nil
+			}
+			return err
+		}
+		if m > 0 {
+			empty = 0
+		} else if empty++; empty >= 100 {
+			return io.ErrNoProgress
+		}
+	}
+	return nil
+}
+
+// readFull fills p from the buffer, then from the stream. Like
+// io.ReadFull, it fails with io.EOF when it read nothing and with
+// io.ErrUnexpectedEOF when the stream ended midway.
+func (r *Reader) readFull(p []byte) error {
+	partial := false
+	for len(p) > 0 {
+		if r.r == r.w {
+			if len(p) >= r.size {
+				// Large: read straight into p, as bufio does.
+				m, err := io.ReadFull(r.rd, p)
+				if m == len(p) {
+					return nil
+				}
+				if err == io.EOF && partial {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+			if err := r.fill(1); err != nil {
+				if err == io.EOF && partial {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		}
+		partial = true
+		m := copy(p, r.buf[r.r:r.w])
+		r.r += m
+		p = p[m:]
+	}
+	return nil
+}
 
 // Next returns the next frame. The body is valid until the next call.
 func (r *Reader) Next() (Frame, error) {
-	hdr, err := r.br.Peek(5)
-	if err != nil {
-		if err == io.EOF && len(hdr) > 0 {
+	if err := r.fill(5); err != nil {
+		if err == io.EOF && r.w > r.r {
 			err = io.ErrUnexpectedEOF
 		}
 		return Frame{}, err
 	}
+	hdr := r.buf[r.r : r.r+5]
 	typ := hdr[0]
 	n := int(binary.BigEndian.Uint32(hdr[1:5]))
 	if n < 4 || n-4 > MaxMessageLen {
 		return Frame{}, fmt.Errorf("invalid message length %d for message type %q", n, typ)
 	}
 	n -= 4
-	if 5+n <= r.br.Size() {
-		buf, err := r.br.Peek(5 + n)
-		if err != nil {
+	if 5+n <= r.size {
+		if err := r.fill(5 + n); err != nil {
 			return Frame{}, unexpected(err)
 		}
-		body := buf[5:]
-		_, _ = r.br.Discard(5 + n)
-		// Discard does not move the bytes: body still points at them until
-		// the next fill, which only happens on the next call.
+		body := r.buf[r.r+5 : r.r+5+n]
+		r.r += 5 + n
+		// body points into the buffer until the next call, which is the
+		// first that may move, refill or give back the buffer.
 		return Frame{Type: typ, Body: body}, nil
 	}
-	_, _ = r.br.Discard(5)
-	if cap(r.scratch) < n {
-		r.scratch = make([]byte, n)
+	r.r += 5
+	// The body grows as its bytes arrive (at most doubling per step), so a
+	// header that claims a huge body costs memory only for what is sent.
+	body := r.scratch[:0]
+	for len(body) < n {
+		step := min(n-len(body), max(64<<10, len(body)))
+		if cap(body) < len(body)+step {
+			nb := make([]byte, len(body), len(body)+step)
+			copy(nb, body)
+			body = nb
+		}
+		body = body[:len(body)+step]
+		if err := r.readFull(body[len(body)-step:]); err != nil {
+			return Frame{}, unexpected(err)
+		}
 	}
-	body := r.scratch[:n]
-	if _, err := io.ReadFull(r.br, body); err != nil {
-		return Frame{}, unexpected(err)
-	}
+	r.scratch = body
 	if n > 1<<20 {
 		r.scratch = nil // do not keep huge buffers alive between messages
 	}
@@ -82,7 +259,7 @@ func (r *Reader) Next() (Frame, error) {
 // ReadStartup reads an untyped startup-phase packet (length word, then body).
 func (r *Reader) ReadStartup(maxLen int) ([]byte, error) {
 	var lb [4]byte
-	if _, err := io.ReadFull(r.br, lb[:]); err != nil {
+	if err := r.readFull(lb[:]); err != nil {
 		return nil, err
 	}
 	n := int(int32(binary.BigEndian.Uint32(lb[:])))
@@ -90,7 +267,7 @@ func (r *Reader) ReadStartup(maxLen int) ([]byte, error) {
 		return nil, fmt.Errorf("invalid length of startup packet: %d", n)
 	}
 	body := make([]byte, n-4)
-	if _, err := io.ReadFull(r.br, body); err != nil {
+	if err := r.readFull(body); err != nil {
 		return nil, unexpected(err)
 	}
 	return body, nil
@@ -121,7 +298,12 @@ func CString(b []byte) (string, []byte, bool) {
 }
 
 // Peek1 peeks at one byte, blocking until it arrives or the read deadline passes.
-func (r *Reader) Peek1() ([]byte, error) { return r.br.Peek(1) }
+func (r *Reader) Peek1() ([]byte, error) {
+	if err := r.fill(1); err != nil {
+		return nil, err
+	}
+	return r.buf[r.r : r.r+1], nil
+}
 
 // CBytes is CString without the string copy: the name aliases b.
 func CBytes(b []byte) (name, rest []byte, ok bool) {

@@ -2,7 +2,11 @@ package wire
 
 import (
 	"bytes"
+	"io"
+	"runtime"
+	"slices"
 	"testing"
+	"testing/iotest"
 )
 
 func TestReaderFrames(t *testing.T) {
@@ -51,5 +55,200 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 		_, _ = NewReader(bytes.NewReader(in), 32).ReadStartup(10000)
+		// A pooled reader over a stream that returns a few bytes at a time
+		// reads the same frames as a plain one over the whole input.
+		a, b := NewReader(bytes.NewReader(in), 32), NewPooledReader(iotest.HalfReader(bytes.NewReader(in)), 32)
+		for i := 0; i < 100; i++ {
+			fa, erra := a.Next()
+			fb, errb := b.Next()
+			if (erra == nil) != (errb == nil) || fa.Type != fb.Type || !bytes.Equal(fa.Body, fb.Body) {
+				t.Fatalf("frame %d: plain %q %q %v, pooled %q %q %v", i, fa.Type, fa.Body, erra, fb.Type, fb.Body, errb)
+			}
+			if erra != nil {
+				return
+			}
+		}
 	})
+}
+
+// chunks is a stream that returns one chunk per Read, as a socket returns
+// what has arrived, and records whether r held a full buffer and how much
+// it asked for at each Read.
+type chunks struct {
+	in     [][]byte
+	r      *Reader
+	asked  []int
+	holdAt []bool
+}
+
+func (c *chunks) Read(p []byte) (int, error) {
+	c.asked = append(c.asked, len(p))
+	if c.r != nil {
+		c.holdAt = append(c.holdAt, c.r.holding())
+	}
+	if len(c.in) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.in[0])
+	if n == len(c.in[0]) {
+		c.in = c.in[1:]
+	} else {
+		c.in[0] = c.in[0][n:]
+	}
+	return n, nil
+}
+
+func readAll(t *testing.T, r *Reader) ([]Frame, error) {
+	t.Helper()
+	var out []Frame
+	for {
+		f, err := r.Next()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, Frame{f.Type, append([]byte{}, f.Body...)})
+	}
+}
+
+func TestPooledReaderGivesBufferBackWhileWaiting(t *testing.T) {
+	q := AppendFrame(nil, 'Q', []byte("SELECT 1\x00"))
+	big := AppendFrame(nil, 'd', bytes.Repeat([]byte("y"), 3000)) // more than idleBufSize, less than the buffer
+	c := &chunks{in: [][]byte{q, q, big, append(append([]byte{}, q...), q...)}}
+	r := NewPooledReader(c, 8192)
+	c.r = r
+	frames, err := readAll(t, r)
+	if err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+	if len(frames) != 5 || frames[2].Type != 'd' || len(frames[2].Body) != 3000 || string(frames[4].Body) != "SELECT 1\x00" {
+		t.Fatalf("frames: %d", len(frames))
+	}
+	// Every wait (a read after the socket was found empty) is made with the
+	// small buffer and without a full one; the big message's rest is read
+	// into the full buffer.
+	want := []int{idleBufSize, idleBufSize, idleBufSize, 8192 - idleBufSize, idleBufSize, idleBufSize}
+	if !slices.Equal(c.asked, want) {
+		t.Errorf("reads asked for %v, want %v", c.asked, want)
+	}
+	wantHold := []bool{false, false, false, true, false, false}
+	if !slices.Equal(c.holdAt, wantHold) {
+		t.Errorf("holding a buffer at each read: %v, want %v", c.holdAt, wantHold)
+	}
+	if r.holding() {
+		t.Error("still holding a buffer at EOF")
+	}
+}
+
+func TestReadersAgree(t *testing.T) {
+	var in []byte
+	in = AppendFrame(in, 'Q', []byte("SELECT 1\x00"))
+	in = AppendFrame(in, 'd', bytes.Repeat([]byte("z"), 700))
+	in = AppendFrame(in, 'd', bytes.Repeat([]byte("w"), 20000)) // larger than the buffer
+	in = AppendFrame(in, 'S', nil)
+	for name, mk := range map[string]func(io.Reader) io.Reader{
+		"whole": func(r io.Reader) io.Reader { return r },
+		"byte":  iotest.OneByteReader,
+		"half":  iotest.HalfReader,
+		"eof":   iotest.DataErrReader,
+	} {
+		for _, pooled := range []bool{false, true} {
+			var r *Reader
+			if pooled {
+				r = NewPooledReader(mk(bytes.NewReader(in)), 1024)
+			} else {
+				r = NewReader(mk(bytes.NewReader(in)), 1024)
+			}
+			frames, err := readAll(t, r)
+			if err != io.EOF || len(frames) != 4 || len(frames[1].Body) != 700 || len(frames[2].Body) != 20000 ||
+				frames[2].Body[19999] != 'w' || frames[3].Type != 'S' {
+				t.Errorf("%s pooled=%v: %d frames, %v", name, pooled, len(frames), err)
+			}
+		}
+	}
+}
+
+func TestReaderUnexpectedEOF(t *testing.T) {
+	full := AppendFrame(nil, 'Q', []byte("SELECT 1\x00"))
+	for _, pooled := range []bool{false, true} {
+		mk := NewReader
+		if pooled {
+			mk = NewPooledReader
+		}
+		for _, cut := range []int{2, 7} { // inside the header, inside the body
+			_, err := mk(bytes.NewReader(full[:cut]), 64).Next()
+			if err != io.ErrUnexpectedEOF {
+				t.Errorf("pooled=%v cut %d: %v", pooled, cut, err)
+			}
+		}
+		if _, err := mk(bytes.NewReader(nil), 64).Next(); err != io.EOF {
+			t.Errorf("pooled=%v empty: %v", pooled, err)
+		}
+		startup := []byte{0, 0, 0, 8, 4, 210, 22, 47}
+		if b, err := mk(bytes.NewReader(startup), 64).ReadStartup(100); err != nil || len(b) != 4 {
+			t.Errorf("pooled=%v startup: %v %v", pooled, b, err)
+		}
+		if _, err := mk(bytes.NewReader(startup[:2]), 64).ReadStartup(100); err != io.ErrUnexpectedEOF {
+			t.Errorf("pooled=%v cut startup length: %v", pooled, err)
+		}
+		if _, err := mk(bytes.NewReader(startup[:6]), 64).ReadStartup(100); err != io.ErrUnexpectedEOF {
+			t.Errorf("pooled=%v cut startup body: %v", pooled, err)
+		}
+	}
+}
+
+// loop is a stream that returns the same request on every Read, as a
+// client that sends its next query once it got its answer.
+type loop struct{ msg []byte }
+
+func (l loop) Read(p []byte) (int, error) { return copy(p, l.msg), nil }
+
+func TestPooledReaderNoAllocs(t *testing.T) {
+	r := NewPooledReader(loop{AppendFrame(nil, 'Q', []byte("SELECT abalance FROM pgbench_accounts WHERE aid = 1\x00"))}, 8192)
+	if _, err := r.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(1000, func() { _, _ = r.Next() }); n != 0 {
+		t.Errorf("%v allocations per message", n)
+	}
+}
+
+func BenchmarkReaderNext(b *testing.B) {
+	msg := AppendFrame(nil, 'Q', []byte("SELECT abalance FROM pgbench_accounts WHERE aid = 1\x00"))
+	for _, pooled := range []bool{false, true} {
+		name := "fixed"
+		r := NewReader(loop{msg}, 8192)
+		if pooled {
+			name, r = "pooled", NewPooledReader(loop{msg}, 8192)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := r.Next(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// A header that claims a huge body costs memory only for the bytes that
+// arrive; a large body that does arrive is read whole.
+func TestReaderLargeBodyGrowsAsItArrives(t *testing.T) {
+	claim := []byte{'d', 0x3f, 0xff, 0xff, 0xff} // 1 GiB - 1
+	in := append(claim, bytes.Repeat([]byte("x"), 100)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := NewReader(bytes.NewReader(in), 64).Next()
+	runtime.ReadMemStats(&after)
+	if err != io.ErrUnexpectedEOF {
+		t.Errorf("truncated huge body: %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 1<<20 {
+		t.Errorf("allocated %d bytes for a body of which 100 bytes arrived", grown)
+	}
+	big := bytes.Repeat([]byte("0123456789"), 50_000) // 500 kB: several growth steps
+	f, err := NewReader(iotest.HalfReader(bytes.NewReader(AppendFrame(nil, 'd', big))), 64).Next()
+	if err != nil || f.Type != 'd' || !bytes.Equal(f.Body, big) {
+		t.Errorf("500 kB body: %v, %d bytes", err, len(f.Body))
+	}
 }
