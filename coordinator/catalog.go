@@ -135,6 +135,7 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 		}
 	}
 	s.plans.reset()
+	s.scatter.reset()
 	if id := nodeID(snap, s.cfg.Workers[0]); id != 0 {
 		s.defaultNode.Store(id)
 	}

@@ -14,12 +14,14 @@ type literal struct {
 // liftLiterals replaces the numeric and plain string literals of sql with
 // $1, $2, ... so that statements differing only in their constants share
 // one plan. It is a light scan, not a parse: string literals right after a
-// word (typed literals such as date '2020-01-01') and escape or dollar
-// quoted strings stay in place. ok is false when nothing was lifted.
+// word (typed literals such as date '2020-01-01'), numbers right after BY
+// (ORDER BY 1 names a column) and escape or dollar quoted strings stay in
+// place. ok is false when nothing was lifted.
 func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 	var b strings.Builder
 	last := 0
 	prevWord := false // the last significant character ends a word
+	afterBy := false  // that word is BY
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		switch {
@@ -40,13 +42,13 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 			lx := lexer{s: sql, i: i}
 			lx.dollarQuote()
 			i = lx.i
-			prevWord = false
+			prevWord, afterBy = false, false
 			continue
 		case c == '"':
 			lx := lexer{s: sql, i: i}
 			lx.skipQuoted('"', false)
 			i = lx.i
-			prevWord = true
+			prevWord, afterBy = true, false
 			continue
 		case c == '\'':
 			lx := lexer{s: sql, i: i}
@@ -60,9 +62,9 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 				last = lx.i
 			}
 			i = lx.i
-			prevWord = false
+			prevWord, afterBy = false, false
 			continue
-		case c >= '0' && c <= '9' && !prevWord:
+		case c >= '0' && c <= '9' && !afterBy:
 			j := i
 			for j < len(sql) && (sql[j] >= '0' && sql[j] <= '9' || sql[j] == '.' || sql[j] == '_') {
 				j++
@@ -86,17 +88,19 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 			b.WriteString("$" + strconv.Itoa(len(lits)))
 			last = j
 			i = j
-			prevWord = false
+			prevWord, afterBy = false, false
 			continue
 		case isIdentChar(c):
+			start := i
 			for i < len(sql) && isIdentChar(sql[i]) {
 				i++
 			}
 			prevWord = true
+			afterBy = i-start == 2 && (sql[start]|0x20) == 'b' && (sql[start+1]|0x20) == 'y'
 			continue
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 		default:
-			prevWord = false
+			prevWord, afterBy = false, false
 		}
 		i++
 	}

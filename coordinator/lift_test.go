@@ -17,6 +17,10 @@ func TestLiftLiterals(t *testing.T) {
 		{`SELECT "col1" FROM "T2" WHERE $$x$$ = 'y' /* 9 */`, `SELECT "col1" FROM "T2" WHERE $$x$$ = $1 /* 9 */`, []string{"y"}},
 		{"INSERT INTO t (a, b) VALUES (1, 'x')", "INSERT INTO t (a, b) VALUES ($1, $2)", []string{"1", "x"}},
 		{`UPDATE t SET v='c' WHERE v LIKE 'v%' ESCAPE'\' AND aid = 7`, `UPDATE t SET v=$1 WHERE v LIKE 'v%' ESCAPE'\' AND aid = $2`, []string{"c", "7"}},
+		// Numbers after keywords are lifted, but not after BY (ORDER BY 1
+		// names a column).
+		{"SELECT a FROM t WHERE k BETWEEN 5 AND 5 + 999 ORDER BY 1 LIMIT 10", "SELECT a FROM t WHERE k BETWEEN $1 AND $2 + $3 ORDER BY 1 LIMIT $4", []string{"5", "5", "999", "10"}},
+		{"SELECT a FROM t GROUP by 1, 2", "SELECT a FROM t GROUP by 1, $1", []string{"2"}},
 	}
 	for _, c := range cases {
 		norm, lits, ok := liftLiterals(c.sql)

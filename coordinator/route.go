@@ -16,6 +16,8 @@ type stmtPlan struct {
 	version int64
 	plan    *planner.Plan
 	shards  []atomic.Pointer[Statement]
+	// scatter: a multi-shard statement's description, made once.
+	scatter atomic.Pointer[scatterDesc]
 }
 
 // stmtPlan returns st's plan for the current catalog, planning it once per
@@ -110,6 +112,9 @@ func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, e
 	if p.Kind == planner.Default {
 		return st, ss.currentNode(), nil
 	}
+	if p.Kind == planner.MultiShard {
+		return nil, 0, errScatter
+	}
 	var hash int32
 	if p.Kind == planner.Router {
 		if p.Value.Param > 0 {
@@ -149,6 +154,9 @@ func (ss *session) routeDescribe(st *Statement) (*Statement, int32, error) {
 	p := sp.plan
 	if p.Kind == planner.Default {
 		return st, ss.currentNode(), nil
+	}
+	if p.Kind == planner.MultiShard {
+		return nil, 0, errScatter
 	}
 	snap := s.catalog.Load()
 	table := p.DistTable

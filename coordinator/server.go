@@ -68,6 +68,8 @@ type Server struct {
 	metaPool    *pgxpool.Pool
 	metaDB      string // the catalog describes tables of this database
 	plans       planCache
+	scatter     scatterCache                      // multi-shard plans' run-time state
+	pgTypes     atomic.Pointer[map[uint32]pgType] // built-in types, for merges
 	stopWatch   chan struct{}
 
 	mu       sync.Mutex
@@ -251,6 +253,11 @@ func (s *Server) Close() error {
 		if sc := ss.cancelTarget.Load(); sc != nil {
 			sc.Interrupt()
 		}
+		ss.cancelMu.Lock()
+		for _, sc := range ss.scatterTargets {
+			sc.Interrupt()
+		}
+		ss.cancelMu.Unlock()
 	}
 	s.mu.Unlock()
 	if s.ln != nil {

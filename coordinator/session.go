@@ -72,6 +72,12 @@ type session struct {
 	// COMMIT or ROLLBACK answered locally) and its statement.
 	localPortal   string
 	localPortalSt *Statement
+	// scatterPortals are portals of multi-shard statements, which the
+	// coordinator runs itself at Execute (scatter.go).
+	scatterPortals map[string]*scatterPortal
+	// scatterTargets are the connections a multi-shard statement is
+	// running on (guarded by cancelMu), for cancel requests.
+	scatterTargets []*pooling.ServerConn
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -232,19 +238,40 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 		}
 		return nil
 	}
+	pool, err := ss.poolFor(node)
+	if err != nil {
+		return err
+	}
+	ss.pool, ss.node = pool, node
+	sc, err := ss.checkout(ctx, pool)
+	if err != nil {
+		return err
+	}
+	ss.sc = sc
+	ss.cancelTarget.Store(sc)
+	return nil
+}
+
+// poolFor is the session's pool for a node: (worker, database, user).
+func (ss *session) poolFor(node int32) (*pooling.Pool, error) {
 	pool := ss.pools[node]
 	if pool == nil {
 		addr := ss.srv.nodeAddr(node)
 		if addr == "" {
-			return pgerr.New(pgerr.Internal, "no address for node %d", node)
+			return nil, pgerr.New(pgerr.Internal, "no address for node %d", node)
 		}
 		pool = ss.srv.pool(addr, ss.database, ss.user)
 		ss.pools[node] = pool
 	}
-	ss.pool, ss.node = pool, node
-	sc, err := ss.pool.Acquire(ctx)
+	return pool, nil
+}
+
+// checkout takes a connection from pool and brings its settings up to the
+// session's; on failure the connection goes back broken.
+func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
+	sc, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if sc.ParamsKey != ss.params.key {
 		sql := ss.params.key
@@ -255,24 +282,22 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 		if ss.ready {
 			onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
 		}
-		if err := sc.Exec(sql, time.Now().Add(ss.pool.Config().ResetTimeout), onStatus); err != nil {
+		if err := sc.Exec(sql, time.Now().Add(pool.Config().ResetTimeout), onStatus); err != nil {
 			sc.MarkBroken()
-			ss.pool.Release(sc)
+			pool.Release(sc)
 			var pe *pgerr.Error
 			if errors.As(err, &pe) {
-				return err
+				return nil, err
 			}
 			fe := pgerr.Flatten(err)
 			ss.srv.log.Warn("applying session settings on a worker connection", "worker", sc.Addr, "err", err)
-			return &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
+			return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
 				Message: "cannot apply session settings on worker: " + fe.Message,
 				Hint:    "Check the settings in the connection string and the session's SET statements."}
 		}
 		sc.ParamsKey = ss.params.key
 	}
-	ss.sc = sc
-	ss.cancelTarget.Store(sc)
-	return nil
+	return sc, nil
 }
 
 // ensureBegun sends the BEGIN the coordinator answered itself ahead of the
@@ -464,6 +489,8 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.copySplit(p)
 	case planner.InsertSplit:
 		return ss.insertSplit(p, lits)
+	case planner.MultiShard:
+		return ss.scatterSimple(p, lits)
 	}
 	if p.Kind != planner.Default {
 		var hash int32
@@ -711,7 +738,14 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	clientSt := st
+	if len(ss.scatterPortals) > 0 {
+		delete(ss.scatterPortals, string(portal))
+	}
 	st, node, err := ss.routeBind(st, params)
+	if err == errScatter {
+		ss.scatterBind(string(portal), string(name), clientSt, params)
+		return nil
+	}
 	if err != nil {
 		ss.synthError(err)
 		return nil
@@ -759,6 +793,10 @@ func (ss *session) describe(body []byte) error {
 		}
 		clientSt := st
 		st, node, err := ss.routeDescribe(st)
+		if err == errScatter {
+			ss.scatterDescribe(clientSt)
+			return nil
+		}
 		if err != nil {
 			ss.synthError(err)
 			return nil
@@ -780,6 +818,12 @@ func (ss *session) describe(body []byte) error {
 		if ss.localPortalSt != nil && string(name) == ss.localPortal {
 			ss.push(expect{kind: eSynth, synth: msgNoData})
 			return nil
+		}
+		if len(ss.scatterPortals) > 0 {
+			if sp := ss.scatterPortals[string(name)]; sp != nil {
+				ss.push(expect{kind: eSynth, synth: sp.describe()})
+				return nil
+			}
 		}
 		if !ss.acquireExt(ss.currentNode()) {
 			return nil
@@ -804,6 +848,11 @@ func (ss *session) execute(body []byte) error {
 			b, _ := cc.Encode(nil)
 			ss.push(expect{kind: eSynth, synth: b})
 			return nil
+		}
+	}
+	if len(ss.scatterPortals) > 0 {
+		if sp := ss.scatterPortals[string(portal)]; sp != nil {
+			return ss.scatterExecute(string(portal), sp, body)
 		}
 	}
 	if !ss.acquireExt(ss.currentNode()) {
@@ -835,6 +884,11 @@ func (ss *session) close(body []byte) error {
 		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), nil)
 	case 'P':
 		delete(ss.portals, string(name))
+		if sp := ss.scatterPortals[string(name)]; sp != nil {
+			delete(ss.scatterPortals, string(name))
+			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
+			return nil
+		}
 		if ss.sc == nil {
 			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
 			return nil
@@ -876,6 +930,9 @@ func (ss *session) emitSynth() {
 func (ss *session) sync() error {
 	ss.skipping = false
 	ss.localPortalSt = nil
+	if len(ss.scatterPortals) > 0 {
+		clear(ss.scatterPortals)
+	}
 	if ss.sc == nil {
 		ss.emitSynth()
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())

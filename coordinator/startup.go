@@ -329,12 +329,13 @@ func (s *Server) cancel(pid uint32, secret []byte) {
 	}
 	ss.cancelMu.Lock()
 	defer ss.cancelMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ss.cancelScatter(ctx)
 	t := ss.cancelTarget.Load()
 	if t == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	if err := sendCancel(ctx, t); err != nil {
 		s.log.Warn("forwarding cancel request", "worker", t.Addr, "err", fmt.Sprint(err))
 	}

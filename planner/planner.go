@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -36,6 +37,11 @@ const (
 	// CopyIn: COPY FROM STDIN into a distributed or reference table; the
 	// coordinator splits the rows by shard.
 	CopyIn Kind = "copy-in"
+	// MultiShard: a read-only SELECT over distributed tables (colocated and
+	// joined on their distribution columns, reference tables joining in)
+	// that no equality pins to one shard group. Every shard runs a partial
+	// query and the coordinator merges the results (Scatter).
+	MultiShard Kind = "multi-shard"
 	// Function: a call of a catalog function (create_distributed_table,
 	// citus_add_node, ...) that the coordinator runs itself. Requires a
 	// plain SELECT fn(args) whose arguments are constants.
@@ -129,8 +135,11 @@ type Plan struct {
 	Func      string            `json:"func,omitempty"`
 	Args      []string          `json:"args,omitempty"`
 	NamedArgs map[string]string `json:"named_args,omitempty"`
-	// ShardSQL is the statement rewritten for each shard index (router) or
-	// for the reference shard (one entry). Empty for Default.
+	// Scatter: how a multi-shard SELECT runs and merges (MultiShard).
+	Scatter *Scatter `json:"scatter,omitempty"`
+	// ShardSQL is the statement rewritten for each shard index (router and
+	// multi-shard, which describes the result with the first) or for the
+	// reference shard (one entry). Empty for Default.
 	ShardSQL []string `json:"-"`
 }
 
@@ -425,6 +434,15 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		val = vals[0]
 	} else {
 		val, err = b.pinnedValue(quals, dist)
+		var up *unpinned
+		if errors.As(err, &up) {
+			if stmt.GetSelectStmt() != nil {
+				return b.multiShard(stmt, p, dist)
+			}
+			err = unsupported("the %s on %s has no equality on its distribution column %q, so it would need every shard; multi-shard %ss are not supported yet",
+				StatementName(stmt), up.table.Name, up.table.DistColumn, StatementName(stmt)).
+				WithHint("Add WHERE %s = <value>.", up.table.DistColumn)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -559,23 +577,25 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 			classValue[find(col)] = v
 		}
 	}
-	var val *Value
-	root := ""
-	for _, t := range dist {
-		key := t.Name + "." + t.DistColumn
-		r := find(key)
-		v := classValue[r]
-		if v == nil {
-			return nil, unsupported("the query on %s has no equality on its distribution column %q, so it would need every shard; multi-shard queries are not supported yet",
-				t.Name, t.DistColumn).WithHint("Add WHERE %s = <value>.", t.DistColumn)
+	root := find(dist[0].Name + "." + dist[0].DistColumn)
+	for _, t := range dist[1:] {
+		if find(t.Name+"."+t.DistColumn) != root {
+			return nil, unsupported("distributed tables %s are not joined on their distribution columns", strings.Join(tableNames(dist), ", ")).
+				WithHint("Join them with equalities on their distribution columns (a.%s = b.%s).", dist[0].DistColumn, t.DistColumn)
 		}
-		if root != "" && r != root {
-			return nil, unsupported("distributed tables %s are not joined on their distribution columns", strings.Join(tableNames(dist), ", "))
-		}
-		root, val = r, v
 	}
-	return val, nil
+	if v := classValue[root]; v != nil {
+		return v, nil
+	}
+	return nil, &unpinned{table: dist[0]}
 }
+
+// unpinned: the distributed tables are joined on their distribution
+// columns, and nothing pins them to one value: the statement needs every
+// shard.
+type unpinned struct{ table *metadata.Table }
+
+func (u *unpinned) Error() string { return "no equality on the distribution column of " + u.table.Name }
 
 func tableNames(ts []*metadata.Table) []string {
 	var out []string
@@ -730,6 +750,15 @@ func (p *Plan) SplitInsert(idx int, rows []int) (string, error) {
 // rewrite deparses stmt with pgfleet tables renamed to their shards: shard
 // index idx of distributed tables, and each reference table's one shard.
 func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
+	clone, err := b.rewriteTree(stmt, idx)
+	if err != nil {
+		return "", err
+	}
+	return deparse(b.tree.Version, clone)
+}
+
+// rewriteTree is rewrite's renamed copy of the parse tree.
+func (b *builder) rewriteTree(stmt *pg_query.Node, idx int) (*pg_query.Node, error) {
 	clone := proto.Clone(stmt).(*pg_query.Node)
 	ctes := cteNames(clone)
 	aliases := clone.GetCopyStmt() == nil // COPY takes no alias
@@ -757,11 +786,7 @@ func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
 		}
 		rv.Relname = metadata.ShardName(rv.Relname, shards[i].ID)
 	})
-	if err != nil {
-		return "", err
-	}
-	res := &pg_query.ParseResult{Version: b.tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: clone}}}
-	return pg_query.Deparse(res)
+	return clone, err
 }
 
 // functionCall recognises SELECT fn(args) of a catalog function.
@@ -878,6 +903,10 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	p, err := b.plan(ex.Query)
 	if err != nil {
 		return nil, err
+	}
+	if p.Kind == MultiShard {
+		return nil, unsupported("EXPLAIN of a multi-shard query is not supported yet").
+			WithHint("Run the query itself, or EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
 	}
 	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite {
 		return nil, unsupported("EXPLAIN of this statement is not supported yet")

@@ -72,6 +72,12 @@ func TestGolden(t *testing.T) {
 				got, _ = json.Marshal(err.Error())
 			} else {
 				pr := printed{Plan: p, Shards: len(p.ShardSQL)}
+				if p.Scatter != nil {
+					pr.Shards = 0
+					for _, w := range p.Scatter.Workers {
+						pr.Shards += len(w.Shards)
+					}
+				}
 				if len(p.ShardSQL) > 0 {
 					pr.First = p.ShardSQL[0]
 				}

@@ -1,0 +1,1517 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// Multi-shard SELECTs (planner.MultiShard): the session sends each worker
+// one statement covering all its shards, on connections of its own pools,
+// all at once; then reads the workers one after the other, streaming rows
+// to the client (concatenation) or gathering partial rows (in binary) that
+// one of those connections combines with the plan's merge statement, which
+// takes each partial column as an array parameter.
+
+// errScatter: routeBind or routeDescribe met a multi-shard statement, which
+// the session runs itself.
+var errScatter = errors.New("multi-shard statement")
+
+const (
+	// maxGatherBytes bounds the partial rows a merge gathers.
+	maxGatherBytes = 64 << 20
+	// codeProgramLimitExceeded is SQLSTATE 54000.
+	codeProgramLimitExceeded = "54000"
+	// firstNormalOID: types below it are built in, with the same OID and
+	// binary format on every node.
+	firstNormalOID = 16384
+)
+
+// workerError is an ErrorResponse from a worker, passed to the client as
+// it came (a FATAL one as ERROR: it ended the worker connection, not the
+// client's session).
+type workerError struct {
+	body []byte
+	pg   *pgconn.PgError
+}
+
+func newWorkerError(body []byte) *workerError {
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil {
+		er = pgproto3.ErrorResponse{Severity: "ERROR", Code: pgerr.Internal, Message: "invalid error message from a worker"}
+	}
+	if er.SeverityUnlocalized == "FATAL" || er.SeverityUnlocalized == "PANIC" || er.Severity == "FATAL" || er.Severity == "PANIC" {
+		er.Severity, er.SeverityUnlocalized = "ERROR", "ERROR"
+		b, _ := er.Encode(nil)
+		body = b[5:]
+	} else {
+		body = append([]byte(nil), body...)
+	}
+	return &workerError{body: body, pg: pgconn.ErrorResponseToPgError(&er)}
+}
+
+func (e *workerError) Error() string { return e.pg.Error() }
+func (e *workerError) Unwrap() error { return e.pg }
+
+// appendError appends err as an ErrorResponse.
+func appendError(dst []byte, err error) []byte {
+	var we *workerError
+	if errors.As(err, &we) {
+		return wire.AppendFrame(dst, 'E', we.body)
+	}
+	b, _ := pgerr.Flatten(err).Encode(dst)
+	return b
+}
+
+// scatterDesc is how a multi-shard statement of the extended protocol
+// looks to the client (the statement described on the first shard), and the
+// statements the workers run, with the parameter types found there.
+type scatterDesc struct {
+	paramDesc []byte // ParameterDescription body
+	paramOIDs []uint32
+	rowDesc   []byte // RowDescription body; nil: NoData
+	ncols     int
+	workers   []*Statement // by Scatter.Workers
+}
+
+// scatterPortal is a Bind of a multi-shard statement, run at Execute.
+type scatterPortal struct {
+	st      *Statement
+	sp      *stmtPlan
+	desc    *scatterDesc
+	params  []byte // the Bind's parameter formats and values
+	results []byte // the Bind's result formats (count and codes)
+}
+
+// describe is the portal's RowDescription, with its result formats.
+func (sp *scatterPortal) describe() []byte {
+	if sp.desc.rowDesc == nil {
+		return msgNoData
+	}
+	return wire.AppendFrame(nil, 'T', withFormats(sp.desc.rowDesc, sp.results))
+}
+
+// withFormats sets the format codes of a RowDescription body.
+func withFormats(rowDesc, results []byte) []byte {
+	n := int(binary.BigEndian.Uint16(results))
+	if n == 0 {
+		return rowDesc
+	}
+	var rd pgproto3.RowDescription
+	if rd.Decode(rowDesc) != nil {
+		return rowDesc
+	}
+	for i := range rd.Fields {
+		k := i
+		if n == 1 {
+			k = 0
+		}
+		rd.Fields[i].Format = int16(binary.BigEndian.Uint16(results[2+2*k:]))
+	}
+	b, _ := rd.Encode(nil)
+	return b[5:]
+}
+
+// scatterCache holds multi-shard plans' run-time state, until the catalog
+// changes.
+type scatterCache struct {
+	mu sync.Mutex
+	m  map[*planner.Plan]*planRuntime
+}
+
+// planRuntime is what a multi-shard plan learns on its first runs: the
+// outcome of its catalog checks and its merge statements by column types.
+type planRuntime struct {
+	mu       sync.Mutex
+	checked  bool
+	checkErr error
+	merges   map[string]mergeStmt
+	ncols    int // partial columns, once known (the select list has a *)
+}
+
+type mergeStmt struct {
+	sql string
+	err error
+}
+
+func (c *scatterCache) get(p *planner.Plan) *planRuntime {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedPlans {
+		c.m = map[*planner.Plan]*planRuntime{}
+	}
+	rt := c.m[p]
+	if rt == nil {
+		rt = &planRuntime{merges: map[string]mergeStmt{}}
+		c.m[p] = rt
+	}
+	return rt
+}
+
+func (c *scatterCache) reset() {
+	c.mu.Lock()
+	c.m = nil
+	c.mu.Unlock()
+}
+
+// pgType is a built-in type: its name and its array type.
+type pgType struct {
+	name  string
+	array uint32
+}
+
+// scatterAllowed refuses a multi-shard statement where its separate
+// connections would not see what the session sees.
+func (ss *session) scatterAllowed() error {
+	if ss.pinned != "" {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard query is not supported in a session pinned to one worker connection (%s)", ss.pinned).
+			WithHint("Reconnect, or pin the query to one shard with WHERE <distribution column> = <value>.")
+	}
+	if ss.inTxn() {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard query inside a transaction block is not supported yet").
+			WithHint("Run it outside BEGIN ... COMMIT, or pin it to one shard with WHERE <distribution column> = <value>.")
+	}
+	return nil
+}
+
+// scatterSimple runs a multi-shard statement of the simple protocol.
+func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
+	if err := ss.scatterAllowed(); err != nil {
+		return ss.queryError(err)
+	}
+	if ss.sc != nil {
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "a multi-shard query cannot run while the session holds a worker connection"))
+	}
+	r := &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
+	err := r.run()
+	if errors.Is(err, errQuietClose) {
+		return err
+	}
+	if err != nil {
+		ss.out = appendError(ss.out, err)
+	}
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	return nil
+}
+
+// scatterDescribe answers Describe of a multi-shard statement.
+func (ss *session) scatterDescribe(st *Statement) {
+	desc, err := ss.scatterDesc(st)
+	if err != nil {
+		ss.synthError(err)
+		return
+	}
+	b := wire.AppendFrame(nil, 't', desc.paramDesc)
+	if desc.rowDesc == nil {
+		b = append(b, msgNoData...)
+	} else {
+		b = wire.AppendFrame(b, 'T', desc.rowDesc)
+	}
+	ss.push(expect{kind: eSynth, synth: b})
+}
+
+// scatterBind answers Bind of a multi-shard statement: the portal is kept
+// in the session and runs at Execute.
+func (ss *session) scatterBind(portal, name string, st *Statement, params []byte) {
+	if err := ss.scatterAllowed(); err != nil {
+		ss.synthError(err)
+		return
+	}
+	sp, err := ss.stmtPlan(st)
+	if err != nil {
+		ss.synthError(err)
+		return
+	}
+	desc, err := ss.scatterDesc(st)
+	if err != nil {
+		ss.synthError(err)
+		return
+	}
+	n, results, ok := bindResults(params)
+	if !ok {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
+		return
+	}
+	if n != len(desc.paramOIDs) {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires %d",
+			n, name, len(desc.paramOIDs)))
+		return
+	}
+	if nr := int(binary.BigEndian.Uint16(results)); nr > 1 && nr != desc.ncols {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "bind message has %d result formats but query has %d columns", nr, desc.ncols))
+		return
+	}
+	if ss.scatterPortals == nil {
+		ss.scatterPortals = map[string]*scatterPortal{}
+	}
+	cp := append([]byte(nil), params...)
+	split := len(params) - len(results)
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, desc: desc, params: cp[:split:split], results: cp[split:]}
+	delete(ss.portals, portal)
+	ss.push(expect{kind: eSynth, synth: msgBindComplete})
+}
+
+// bindResults finds the result-format section of a Bind's parameter part
+// (after the statement name), and the number of parameters.
+func bindResults(b []byte) (nparams int, results []byte, ok bool) {
+	if len(b) < 2 {
+		return 0, nil, false
+	}
+	nf := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	if len(b) < 2*nf+2 {
+		return 0, nil, false
+	}
+	b = b[2*nf:]
+	nparams = int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	for i := 0; i < nparams; i++ {
+		if len(b) < 4 {
+			return 0, nil, false
+		}
+		n := int32(binary.BigEndian.Uint32(b))
+		b = b[4:]
+		if n > 0 {
+			if int(n) > len(b) {
+				return 0, nil, false
+			}
+			b = b[n:]
+		}
+	}
+	if len(b) < 2 || len(b) != 2+2*int(binary.BigEndian.Uint16(b)) {
+		return 0, nil, false
+	}
+	return nparams, b, true
+}
+
+// scatterExecute runs a multi-shard portal.
+func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte) error {
+	delete(ss.scatterPortals, portal)
+	_, rest, _ := wire.CBytes(body)
+	if len(rest) >= 4 && binary.BigEndian.Uint32(rest) != 0 {
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching a multi-shard result in parts (Execute with a row limit) is not supported yet"))
+		return nil
+	}
+	if ss.sc != nil && ss.sc.TxStatus == 'I' && !ss.batchWork {
+		// Only Parse or Describe used the held connection in this batch:
+		// end its implicit transaction with a hidden Sync and give it back.
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return err
+		}
+	}
+	if ss.sc != nil {
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard query after other statements in the same pipeline or transaction is not supported yet").
+			WithHint("Send Sync before it."))
+		return nil
+	}
+	// Nothing is queued for a server: answers so far go out first, then
+	// the result streams after them.
+	ss.emitSynth()
+	if err := ss.scatterAllowed(); err != nil {
+		ss.out = appendError(ss.out, err)
+		ss.skipping = true
+		return nil
+	}
+	p := sp.sp.plan
+	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version {
+		ss.out = appendError(ss.out, errCatalogMoved)
+		ss.skipping = true
+		return nil
+	}
+	r := &scatterRun{ss: ss, p: p, x: p.Scatter, port: sp}
+	err := r.run()
+	if errors.Is(err, errQuietClose) {
+		return err
+	}
+	if err != nil {
+		ss.out = appendError(ss.out, err)
+		ss.skipping = true
+	}
+	return nil
+}
+
+// scatterDesc describes a multi-shard statement of the extended protocol
+// on the worker holding its first shard, once per plan.
+func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
+	sp, err := ss.stmtPlan(st)
+	if err != nil {
+		return nil, err
+	}
+	if d := sp.scatter.Load(); d != nil {
+		return d, nil
+	}
+	p := sp.plan
+	node, err := ss.srv.firstShardNode(p)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := ss.poolFor(node)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := ss.checkout(context.Background(), pool)
+	if err != nil {
+		return nil, err
+	}
+	b := sc.Buf()
+	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL[0]...), 0), st.paramTail...))
+	b = wire.AppendFrame(b, 'D', []byte{'S', 0})
+	b = append(b, 'S', 0, 0, 0, 4)
+	sc.SetBuf(b)
+	d := &scatterDesc{}
+	var werr error
+	if err := sc.Flush(); err != nil {
+		sc.MarkBroken()
+		pool.Release(sc)
+		return nil, lostWorker(sc.Addr, err)
+	}
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			pool.Release(sc)
+			return nil, lostWorker(sc.Addr, err)
+		}
+		switch f.Type {
+		case 't':
+			d.paramDesc = append([]byte(nil), f.Body...)
+		case 'T':
+			d.rowDesc = append([]byte(nil), f.Body...)
+		case 'E':
+			if werr == nil {
+				werr = newWorkerError(f.Body)
+			}
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+		}
+		if f.Type == 'Z' {
+			sc.TxStatus = f.Body[0]
+			break
+		}
+	}
+	pool.Release(sc)
+	if werr != nil {
+		return nil, werr
+	}
+	var pd pgproto3.ParameterDescription
+	if err := pd.Decode(d.paramDesc); err != nil {
+		return nil, pgerr.New(pgerr.Internal, "invalid parameter description from a worker")
+	}
+	d.paramOIDs = pd.ParameterOIDs
+	if d.rowDesc != nil {
+		d.ncols = int(binary.BigEndian.Uint16(d.rowDesc))
+	}
+	tail := paramTail(d.paramOIDs)
+	for _, w := range p.Scatter.Workers {
+		d.workers = append(d.workers, ss.srv.stmts.intern(append(append([]byte(w.SQL), 0), tail...)))
+	}
+	sp.scatter.Store(d)
+	return d, nil
+}
+
+// paramTail is the part of a Parse body after the query: parameter types.
+func paramTail(oids []uint32) []byte {
+	b := make([]byte, 2, 2+4*len(oids))
+	binary.BigEndian.PutUint16(b, uint16(len(oids)))
+	for _, o := range oids {
+		b = binary.BigEndian.AppendUint32(b, o)
+	}
+	return b
+}
+
+// firstShardNode is the node holding a multi-shard plan's first shard.
+func (s *Server) firstShardNode(p *planner.Plan) (int32, error) {
+	shards := s.catalog.Load().Shards[p.Scatter.Table]
+	if len(shards) == 0 || len(shards[0].Nodes) == 0 {
+		return 0, errCatalogMoved
+	}
+	return shards[0].Nodes[0], nil
+}
+
+func lostWorker(addr string, err error) error {
+	return pgerr.New(pgerr.ConnectionFailure, "lost connection to worker %s during a multi-shard query: %v", addr, err).
+		WithHint("The query read nothing it could have changed; retry it.")
+}
+
+// cancelScatter sends a cancel request for each connection a multi-shard
+// statement runs on (the caller holds cancelMu).
+func (ss *session) cancelScatter(ctx context.Context) {
+	for _, sc := range ss.scatterTargets {
+		if err := sendCancel(ctx, sc); err != nil {
+			ss.srv.log.Warn("forwarding cancel request", "worker", sc.Addr, "err", fmt.Sprint(err))
+		}
+	}
+}
+
+// scatterRun is one run of a multi-shard statement.
+type scatterRun struct {
+	ss   *session
+	p    *planner.Plan
+	x    *planner.Scatter
+	lits []literal      // simple protocol: the statement's constants
+	port *scatterPortal // extended protocol
+
+	pools   []*pooling.Pool
+	conns   []*pooling.ServerConn
+	pending []bool // sent to and not yet read up to ReadyForQuery
+	parsed  []bool // a Parse of the worker's statement was sent
+	descIdx int    // the connection holding the first shard
+
+	rowDesc     []byte // what the client is told the result looks like
+	partialDesc []byte // the shards' partial rows
+	err         error  // the first error; rows after it are dropped
+	gone        bool   // the client went away
+
+	// concatenation
+	limit, offset int64 // limit < 0: none
+	skipped, sent int64
+	// gathering
+	ncols   int      // partial columns (known before sending with row ids)
+	shipped []int    // per partial column: its array among cols, or -1
+	cols    [][]byte // per shipped column: array elements (length, bytes)
+	nulls   []bool
+	kept    []byte // with row ids: the rows as the shards sent them
+	offs    []int  // where each kept row starts
+	rows    int
+	size    int
+}
+
+func (r *scatterRun) merging() bool { return r.x.Merge.Kind == planner.SQLMerge }
+
+// run sends the statement to every worker and answers the client: in the
+// simple protocol a RowDescription, then rows and CommandComplete; in the
+// extended one rows and CommandComplete. An error it returns has not been
+// sent yet.
+func (r *scatterRun) run() error {
+	ss := r.ss
+	node, err := ss.srv.firstShardNode(r.p)
+	if err != nil {
+		return err
+	}
+	r.descIdx = -1
+	for i, w := range r.x.Workers {
+		if w.Node == node {
+			r.descIdx = i
+		}
+	}
+	if r.descIdx < 0 {
+		return errCatalogMoved
+	}
+	if !r.merging() {
+		if r.limit, err = r.value(r.x.Merge.Limit, -1, "2201W", "LIMIT"); err != nil {
+			return err
+		}
+		if r.offset, err = r.value(r.x.Merge.Offset, 0, "2201X", "OFFSET"); err != nil {
+			return err
+		}
+	}
+	defer r.release()
+	if err := r.acquire(); err != nil {
+		return err
+	}
+	if err := r.check(); err != nil {
+		return err
+	}
+	if r.merging() && r.x.Merge.RowIDs {
+		if err := r.layout(); err != nil {
+			return err
+		}
+	}
+	for i, sc := range r.conns {
+		r.send(i, sc)
+	}
+	for i, sc := range r.conns {
+		if err := sc.Flush(); err != nil {
+			sc.MarkBroken()
+			return lostWorker(sc.Addr, err)
+		}
+		r.pending[i] = true
+	}
+	if err := r.read(r.descIdx); err != nil {
+		return err
+	}
+	for i := range r.conns {
+		if i != r.descIdx {
+			if err := r.read(i); err != nil {
+				return err
+			}
+		}
+	}
+	if r.gone {
+		return errQuietClose
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if r.merging() {
+		return r.merge()
+	}
+	r.complete(r.sent)
+	return nil
+}
+
+// value reads a LIMIT or OFFSET of a concatenation: a constant or a
+// parameter, as PostgreSQL rounds it to bigint.
+func (r *scatterRun) value(v *planner.Value, none int64, code, what string) (int64, error) {
+	if v == nil {
+		return none, nil
+	}
+	text := v.Const
+	if v.Param > 0 {
+		switch {
+		case r.port != nil:
+			b, format, isNull, ok := bindParam(r.port.params, v.Param-1)
+			switch {
+			case !ok:
+				return 0, pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
+			case isNull:
+				return none, nil
+			case format == 1 && len(b) == 8:
+				text = strconv.FormatInt(int64(binary.BigEndian.Uint64(b)), 10)
+			case format == 1 && len(b) == 4:
+				text = strconv.FormatInt(int64(int32(binary.BigEndian.Uint32(b))), 10)
+			case format == 1:
+				return 0, pgerr.New(pgerr.FeatureNotSupported, "a binary %s parameter of %d bytes is not supported in a multi-shard query", what, len(b))
+			default:
+				text = string(b)
+			}
+		case v.Param <= len(r.lits):
+			text = r.lits[v.Param-1].value
+		default:
+			return 0, pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", v.Param)
+		}
+	}
+	text = strings.TrimSpace(text)
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(text, 64)
+		if ferr != nil || math.IsNaN(f) || math.Abs(f) > 9.2e18 {
+			return 0, pgerr.New(pgerr.InvalidTextRepresentation, "invalid input syntax for type bigint: %q", text)
+		}
+		n = int64(math.Round(f))
+	}
+	if n < 0 {
+		return 0, pgerr.New(code, "%s must not be negative", what)
+	}
+	return n, nil
+}
+
+// acquire takes a connection to every worker, in node order (so that two
+// sessions never wait for each other's connections).
+func (r *scatterRun) acquire() error {
+	ss := r.ss
+	n := len(r.x.Workers)
+	r.pools, r.conns, r.pending, r.parsed = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n), make([]bool, n)
+	for i, w := range r.x.Workers {
+		pool, err := ss.poolFor(w.Node)
+		if err != nil {
+			return err
+		}
+		sc, err := ss.checkout(context.Background(), pool)
+		if err != nil {
+			return err
+		}
+		r.pools[i], r.conns[i] = pool, sc
+	}
+	ss.cancelMu.Lock()
+	ss.scatterTargets = r.conns
+	ss.cancelMu.Unlock()
+	return nil
+}
+
+// release gives the connections back; one left mid-answer is closed.
+func (r *scatterRun) release() {
+	ss := r.ss
+	ss.cancelMu.Lock()
+	ss.scatterTargets = nil
+	ss.cancelMu.Unlock()
+	for i, sc := range r.conns {
+		if sc == nil {
+			continue
+		}
+		if r.pending[i] {
+			sc.MarkBroken()
+		}
+		r.pools[i].Release(sc)
+	}
+}
+
+// check makes the plan's catalog checks, once per plan: no function the
+// merge takes for a plain function is an aggregate or window function,
+// and no column the merge compares has a collation other than the
+// database's default.
+func (r *scatterRun) check() error {
+	x := r.x
+	if len(x.CheckFuncs) == 0 && len(x.CheckCollation) == 0 {
+		return nil
+	}
+	rt := r.ss.srv.scatter.get(r.p)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.checked {
+		return rt.checkErr
+	}
+	var q string
+	if len(x.CheckFuncs) > 0 {
+		q = "SELECT (SELECT pg_catalog.string_agg(DISTINCT proname::text, ', ') FROM pg_catalog.pg_proc WHERE prokind IN ('a', 'w') AND proname::text = ANY (" +
+			textArray(x.CheckFuncs) + "))"
+	} else {
+		q = "SELECT NULL::text"
+	}
+	if len(x.CheckCollation) > 0 {
+		cols := "true"
+		if x.CheckCollation[0] != "*" {
+			cols = "attname::text = ANY (" + textArray(x.CheckCollation) + ")"
+		}
+		q += ", (SELECT pg_catalog.string_agg(DISTINCT attname::text, ', ') FROM pg_catalog.pg_attribute WHERE attrelid IN (SELECT pg_catalog.to_regclass(n) FROM pg_catalog.unnest(" +
+			textArray(x.CheckRelations) + ") n) AND attnum > 0 AND NOT attisdropped AND attcollation NOT IN (0, 100) AND " + cols + ")"
+	} else {
+		q += ", NULL::text"
+	}
+	sc := r.conns[r.descIdx]
+	rows, err := queryText(sc, q)
+	if err != nil {
+		if !errors.As(err, new(*workerError)) {
+			r.pending[r.descIdx] = true // the connection is in an unknown state
+		}
+		return err
+	}
+	rt.checked = true
+	if len(rows) == 1 && rows[0][0] != nil {
+		rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
+			"the multi-shard query calls %s, an aggregate or window function the coordinator cannot combine across shards", *rows[0][0]).
+			WithHint("Supported across shards: count, sum, min, max, avg, bool_and, bool_or, bit_and, bit_or, bit_xor; or GROUP BY the distribution column.")
+	} else if len(rows) == 1 && rows[0][1] != nil {
+		rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
+			"the multi-shard query sorts, groups or compares column %s, whose collation is not the database default; merging its shards' results is not supported yet", *rows[0][1]).
+			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")
+	}
+	return rt.checkErr
+}
+
+// textArray is a text[] literal of the strings.
+func textArray(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = quoteLiteral(s)
+	}
+	return "ARRAY[" + strings.Join(q, ", ") + "]::text[]"
+}
+
+// queryText runs a simple query and returns its rows as text (nil: NULL).
+// An error from the worker comes back as *workerError, with the
+// connection ready for the next statement.
+func queryText(sc *pooling.ServerConn, sql string) ([][]*string, error) {
+	q := pgproto3.Query{String: sql}
+	b, _ := q.Encode(sc.Buf())
+	sc.SetBuf(b)
+	if err := sc.Flush(); err != nil {
+		return nil, lostWorker(sc.Addr, err)
+	}
+	var rows [][]*string
+	var werr error
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			return nil, lostWorker(sc.Addr, err)
+		}
+		switch f.Type {
+		case 'D':
+			var dr pgproto3.DataRow
+			if err := dr.Decode(f.Body); err != nil {
+				return nil, lostWorker(sc.Addr, err)
+			}
+			row := make([]*string, len(dr.Values))
+			for i, v := range dr.Values {
+				if v != nil {
+					s := string(v)
+					row[i] = &s
+				}
+			}
+			rows = append(rows, row)
+		case 'E':
+			if werr == nil {
+				werr = newWorkerError(f.Body)
+			}
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+		case 'Z':
+			sc.TxStatus = f.Body[0]
+			return rows, werr
+		}
+	}
+}
+
+// send queues the statement for worker i.
+func (r *scatterRun) send(i int, sc *pooling.ServerConn) {
+	w := r.x.Workers[i]
+	b := sc.Buf()
+	var results []byte
+	switch {
+	case r.merging() && r.x.Merge.RowIDs:
+		// The columns the merge sees in binary, the others as the client
+		// wants them.
+		results = binary.BigEndian.AppendUint16(nil, uint16(r.ncols))
+		for j := 0; j < r.ncols; j++ {
+			f := r.clientFormat(j)
+			if r.shipped[j] >= 0 {
+				f = 1
+			}
+			results = binary.BigEndian.AppendUint16(results, f)
+		}
+	case r.merging():
+		results = []byte{0, 1, 0, 1} // partial rows in binary
+	case r.port != nil:
+		results = r.port.results
+	default:
+		results = []byte{0, 0}
+	}
+	if r.port == nil {
+		if i == r.descIdx {
+			// The result as the client sees it: the statement on the first
+			// shard, described.
+			b = wire.AppendFrame(b, 'P', append(append([]byte{0}, splice(r.p.ShardSQL[0], r.lits)...), 0, 0, 0))
+			b = wire.AppendFrame(b, 'D', []byte{'S', 0})
+		}
+		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, splice(w.SQL, r.lits)...), 0, 0, 0))
+		b = appendBind(b, "", nil, results)
+	} else {
+		st := r.port.desc.workers[i]
+		if !sc.Stmts.Has(st.Name) {
+			if ev := sc.Stmts.Add(st.Name); ev != "" {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+			}
+			b = append(b, st.parse...)
+			r.parsed[i] = true
+		}
+		b = appendBind(b, st.Name, r.port.params, results)
+	}
+	if r.merging() {
+		b = wire.AppendFrame(b, 'D', []byte{'P', 0})
+	}
+	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+	b = append(b, 'S', 0, 0, 0, 4)
+	sc.SetBuf(b)
+}
+
+// splice puts a simple-protocol statement's constants back.
+func splice(sql string, lits []literal) string {
+	if lits == nil {
+		return sql
+	}
+	out, _ := spliceLiterals(sql, lits)
+	return out
+}
+
+// appendBind appends a Bind of the unnamed portal; params is the parameter
+// part (formats and values; nil: none), results the result formats.
+func appendBind(b []byte, stmt string, params, results []byte) []byte {
+	if params == nil {
+		params = []byte{0, 0, 0, 0}
+	}
+	n := 4 + 1 + len(stmt) + 1 + len(params) + len(results)
+	b = append(b, 'B', byte(n>>24), byte(n>>16), byte(n>>8), byte(n), 0)
+	b = append(append(b, stmt...), 0)
+	b = append(b, params...)
+	return append(b, results...)
+}
+
+// read reads worker i's answer up to ReadyForQuery, streaming or gathering
+// its rows. It returns an error only when the client went away.
+func (r *scatterRun) read(i int) error {
+	ss := r.ss
+	sc := r.conns[i]
+	describing := r.port == nil && i == r.descIdx
+	parsing := r.parsed[i]
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			sc.MarkBroken()
+			if r.err == nil {
+				r.err = lostWorker(sc.Addr, err)
+			}
+			return nil
+		}
+		switch f.Type {
+		case 'T', 'n':
+			if describing {
+				describing = false
+				if f.Type == 'T' {
+					r.rowDesc = append([]byte(nil), f.Body...)
+					if !r.merging() && r.err == nil {
+						ss.out = wire.AppendFrame(ss.out, 'T', f.Body)
+					}
+				}
+				continue
+			}
+			if f.Type == 'T' && r.partialDesc == nil {
+				r.partialDesc = append([]byte(nil), f.Body...)
+			}
+		case 'D':
+			if r.err != nil || r.gone {
+				continue
+			}
+			if r.merging() {
+				r.gather(f.Body)
+			} else {
+				r.emit(f.Body)
+			}
+		case 'E':
+			if parsing {
+				sc.Stmts.Drop(r.port.desc.workers[i].Name) // the Parse failed
+			}
+			if r.err == nil {
+				r.err = newWorkerError(f.Body)
+			}
+			if fatalSeverity(f.Body) {
+				sc.MarkBroken()
+			}
+		case '1':
+			parsing = false
+		case 'N':
+			if r.err == nil {
+				ss.out = wire.AppendFrame(ss.out, 'N', f.Body)
+			}
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+		case 'Z':
+			if len(f.Body) == 1 {
+				sc.TxStatus = f.Body[0]
+			}
+			r.pending[i] = false
+			return nil
+		}
+	}
+}
+
+// emit sends a row of a concatenation, counting off OFFSET and LIMIT.
+func (r *scatterRun) emit(row []byte) {
+	if r.skipped < r.offset {
+		r.skipped++
+		return
+	}
+	if r.limit >= 0 && r.sent >= r.limit {
+		return
+	}
+	r.sent++
+	r.write('D', row)
+}
+
+// write appends a message for the client, flushing every 64 KiB.
+func (r *scatterRun) write(typ byte, body []byte) {
+	ss := r.ss
+	if r.gone {
+		return
+	}
+	ss.out = wire.AppendFrame(ss.out, typ, body)
+	if len(ss.out) > 64<<10 {
+		if ss.flush() != nil {
+			r.gone = true
+		}
+	}
+}
+
+// layout finds, for a merge with row ids, how many columns the shards
+// return and which of them the merge sees.
+func (r *scatterRun) layout() error {
+	m := r.x.Merge
+	switch {
+	case m.Columns > 0:
+		r.ncols = m.Columns
+	case r.port != nil:
+		r.ncols = r.port.desc.ncols + m.Hidden
+	default:
+		rt := r.ss.srv.scatter.get(r.p)
+		rt.mu.Lock()
+		r.ncols = rt.ncols
+		rt.mu.Unlock()
+		if r.ncols == 0 {
+			// The select list has a *: describe the worker statement once.
+			sc := r.conns[r.descIdx]
+			b := wire.AppendFrame(sc.Buf(), 'P', append(append([]byte{0}, splice(r.x.Workers[r.descIdx].SQL, r.lits)...), 0, 0, 0))
+			b = wire.AppendFrame(b, 'D', []byte{'S', 0})
+			sc.SetBuf(append(b, 'S', 0, 0, 0, 4))
+			r.pending[r.descIdx] = true
+			if err := sc.Flush(); err != nil {
+				return lostWorker(sc.Addr, err)
+			}
+			var werr error
+			for {
+				f, err := sc.Next()
+				if err != nil {
+					return lostWorker(sc.Addr, err)
+				}
+				switch f.Type {
+				case 'T':
+					r.ncols = int(binary.BigEndian.Uint16(f.Body))
+				case 'E':
+					if werr == nil {
+						werr = newWorkerError(f.Body)
+					}
+				case 'S':
+					sc.NoteParameterStatus(f.Body)
+				}
+				if f.Type == 'Z' {
+					sc.TxStatus = f.Body[0]
+					break
+				}
+			}
+			r.pending[r.descIdx] = false
+			if werr != nil {
+				return werr
+			}
+			rt.mu.Lock()
+			rt.ncols = r.ncols
+			rt.mu.Unlock()
+		}
+	}
+	if r.ncols <= m.Hidden {
+		return errCatalogMoved
+	}
+	r.shipped = make([]int, r.ncols)
+	for j := range r.shipped {
+		r.shipped[j] = -1
+	}
+	for k, c := range m.Shipped(r.ncols) {
+		r.shipped[c-1] = k
+	}
+	return nil
+}
+
+// clientFormat is the format the client asked for output column j.
+func (r *scatterRun) clientFormat(j int) uint16 {
+	if r.port == nil {
+		return 0
+	}
+	res := r.port.results
+	switch n := int(binary.BigEndian.Uint16(res)); {
+	case n == 0:
+		return 0
+	case n == 1:
+		return binary.BigEndian.Uint16(res[2:])
+	case j < n:
+		return binary.BigEndian.Uint16(res[2+2*j:])
+	}
+	return 0
+}
+
+// gather adds a partial row's values to the column arrays (and keeps the
+// row, with row ids).
+func (r *scatterRun) gather(row []byte) {
+	if len(row) < 2 {
+		r.err = pgerr.New(pgerr.Internal, "invalid DataRow from a worker")
+		return
+	}
+	n := int(binary.BigEndian.Uint16(row))
+	if r.shipped == nil {
+		r.ncols = n
+		r.shipped = make([]int, n)
+		for j := range r.shipped {
+			r.shipped[j] = j
+		}
+	}
+	if n != r.ncols {
+		r.err = pgerr.New(pgerr.Internal, "workers returned rows of %d columns, expected %d", n, r.ncols)
+		return
+	}
+	if r.cols == nil {
+		k := len(r.x.Merge.Shipped(n))
+		r.cols, r.nulls = make([][]byte, k), make([]bool, k)
+	}
+	b := row[2:]
+	for j := 0; j < n; j++ {
+		if len(b) < 4 {
+			r.err = pgerr.New(pgerr.Internal, "invalid DataRow from a worker")
+			return
+		}
+		l := int32(binary.BigEndian.Uint32(b))
+		end := 4
+		if l > 0 {
+			end += int(l)
+		}
+		if end > len(b) {
+			r.err = pgerr.New(pgerr.Internal, "invalid DataRow from a worker")
+			return
+		}
+		if k := r.shipped[j]; k >= 0 {
+			if l < 0 {
+				r.nulls[k] = true
+			}
+			r.cols[k] = append(r.cols[k], b[:end]...)
+			r.size += end
+		}
+		b = b[end:]
+	}
+	if r.x.Merge.RowIDs {
+		r.offs = append(r.offs, len(r.kept))
+		r.kept = append(r.kept, row...)
+		r.size += len(row)
+	}
+	r.rows++
+	if r.size > maxGatherBytes {
+		r.err = pgerr.New(codeProgramLimitExceeded,
+			"the shards' partial results of this multi-shard query exceed %d MiB, more than the coordinator merges", maxGatherBytes>>20).
+			WithHint("Add a filter or a LIMIT, aggregate on the shards (GROUP BY), or drop ORDER BY / DISTINCT so that rows stream.")
+		r.cols, r.kept, r.offs = nil, nil, nil
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r.ss.cancelMu.Lock()
+		r.ss.cancelScatter(ctx)
+		r.ss.cancelMu.Unlock()
+		cancel()
+	}
+}
+
+// complete ends the result with CommandComplete.
+func (r *scatterRun) complete(n int64) {
+	cc := pgproto3.CommandComplete{CommandTag: []byte("SELECT " + strconv.FormatInt(n, 10))}
+	r.ss.out, _ = cc.Encode(r.ss.out)
+}
+
+// merge runs the plan's merge statement over the gathered partial rows on
+// the first shard's connection and sends its rows.
+func (r *scatterRun) merge() error {
+	ss := r.ss
+	m := r.x.Merge
+	sc := r.conns[r.descIdx]
+	want := r.rowDesc
+	if r.port != nil {
+		want = r.port.desc.rowDesc
+	}
+	if r.partialDesc == nil || want == nil {
+		return pgerr.New(pgerr.Internal, "no row description for a multi-shard merge")
+	}
+	var pd pgproto3.RowDescription
+	if err := pd.Decode(r.partialDesc); err != nil {
+		return pgerr.New(pgerr.Internal, "invalid row description from a worker")
+	}
+	n := len(pd.Fields)
+	if r.shipped == nil {
+		r.ncols = n
+		r.shipped = make([]int, n)
+		for j := range r.shipped {
+			r.shipped[j] = j
+		}
+	}
+	if n != r.ncols {
+		return errCatalogMoved
+	}
+	shipped := m.Shipped(n)
+	if r.cols == nil {
+		r.cols, r.nulls = make([][]byte, len(shipped)), make([]bool, len(shipped))
+	}
+	types, err := ss.srv.builtinTypes(sc)
+	if err != nil {
+		if !errors.As(err, new(*workerError)) {
+			r.pending[r.descIdx] = true
+		}
+		return err
+	}
+	names := make([]string, n)
+	var oids []uint32 // parameter types: the arrays, then the statement's
+	var key strings.Builder
+	if m.RowIDs {
+		oids = append(oids, oidInt4Array)
+	}
+	for _, c := range shipped {
+		f := pd.Fields[c-1]
+		t, ok := types[f.DataTypeOID]
+		if !ok || f.DataTypeOID >= firstNormalOID || t.array == 0 {
+			what := "a user-defined type"
+			if ok {
+				what = "type " + t.name
+			}
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"a multi-shard query that sorts, groups, dedupes or aggregates values of %s is not supported yet", what).
+				WithHint("Multi-shard queries return arrays and user-defined types, but cannot merge by them.")
+		}
+		names[c-1] = t.name
+		oids = append(oids, t.array)
+		key.WriteString(strconv.FormatUint(uint64(f.DataTypeOID), 10))
+		key.WriteByte(',')
+	}
+	rt := ss.srv.scatter.get(r.p)
+	rt.mu.Lock()
+	ms, ok := rt.merges[key.String()]
+	if !ok {
+		ms.sql, ms.err = m.Render(names)
+		rt.merges[key.String()] = ms
+	}
+	rt.mu.Unlock()
+	if ms.err != nil {
+		return ms.err
+	}
+	arrays := len(oids)
+
+	// The statement's parameters the merge uses, as the client sent them
+	// (extended protocol) or spliced in as written (simple protocol).
+	var values [][]byte
+	var formats []uint16
+	sql := ms.sql
+	if r.port != nil {
+		for _, k := range m.Params {
+			if k > len(r.port.desc.paramOIDs) {
+				return pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", k)
+			}
+			oids = append(oids, r.port.desc.paramOIDs[k-1])
+			v, format, isNull, ok := bindParam(r.port.params, k-1)
+			if !ok {
+				return pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
+			}
+			if isNull {
+				v = nil
+			} else if v == nil {
+				v = []byte{}
+			}
+			values = append(values, v)
+			formats = append(formats, uint16(format))
+		}
+	} else if len(m.Params) > 0 {
+		lits := make([]literal, len(m.Params))
+		for i, k := range m.Params {
+			if k > len(r.lits) {
+				return pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", k)
+			}
+			lits[i] = r.lits[k-1]
+		}
+		sql = spliceFrom(sql, lits, arrays+1)
+	}
+
+	// Parse (unless prepared), Bind, Describe, Execute, Sync.
+	b := sc.Buf()
+	stmtName := ""
+	parsing := false
+	if r.port != nil || len(m.Params) == 0 {
+		st := ss.srv.stmts.intern(append(append([]byte(sql), 0), paramTail(oids)...))
+		stmtName = st.Name
+		if !sc.Stmts.Has(st.Name) {
+			if ev := sc.Stmts.Add(st.Name); ev != "" {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+			}
+			b = append(b, st.parse...)
+			parsing = true
+		}
+	} else {
+		b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, sql...), 0), paramTail(oids)...))
+	}
+	start := len(b)
+	b = append(b, 'B', 0, 0, 0, 0, 0)
+	b = append(append(b, stmtName...), 0)
+	np := arrays + len(values)
+	b = binary.BigEndian.AppendUint16(b, uint16(np))
+	for j := 0; j < arrays; j++ {
+		b = binary.BigEndian.AppendUint16(b, 1)
+	}
+	for _, f := range formats {
+		b = binary.BigEndian.AppendUint16(b, f)
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(np))
+	if m.RowIDs {
+		ids := make([]byte, 0, 8*r.rows)
+		for i := 0; i < r.rows; i++ {
+			ids = append(ids, 0, 0, 0, 4)
+			ids = binary.BigEndian.AppendUint32(ids, uint32(i))
+		}
+		b = appendArray(b, oidInt4, r.rows, false, ids)
+	}
+	for k, c := range shipped {
+		b = appendArray(b, pd.Fields[c-1].DataTypeOID, r.rows, r.nulls[k], r.cols[k])
+	}
+	for _, v := range values {
+		if v == nil {
+			b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
+			continue
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+		b = append(b, v...)
+	}
+	switch {
+	case m.RowIDs:
+		// The row number in binary, the columns the merge returns as the
+		// client wants them.
+		b = binary.BigEndian.AppendUint16(b, uint16(1+len(m.Keys)))
+		b = binary.BigEndian.AppendUint16(b, 1)
+		for _, k := range m.Keys {
+			b = binary.BigEndian.AppendUint16(b, r.clientFormat(k-1))
+		}
+	case r.port != nil:
+		b = append(b, r.port.results...)
+	default:
+		b = append(b, 0, 0)
+	}
+	binary.BigEndian.PutUint32(b[start+1:], uint32(len(b)-start-1))
+	r.cols = nil
+	b = wire.AppendFrame(b, 'D', []byte{'P', 0})
+	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+	b = append(b, 'S', 0, 0, 0, 4)
+	sc.SetBuf(b)
+	if err := sc.Flush(); err != nil {
+		sc.MarkBroken()
+		return lostWorker(sc.Addr, err)
+	}
+	r.pending[r.descIdx] = true
+	var rows int64
+	var merr error
+	var out []byte
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			sc.MarkBroken()
+			if merr == nil {
+				merr = lostWorker(sc.Addr, err)
+			}
+			break
+		}
+		switch f.Type {
+		case 'T':
+			if !r.mergeTypes(f.Body, want) {
+				merr = pgerr.New(pgerr.Internal, "the merge of a multi-shard query returned other types than the query")
+				continue
+			}
+			if r.port == nil {
+				r.write('T', want)
+			}
+		case 'D':
+			if merr != nil || r.gone {
+				continue
+			}
+			rows++
+			if !m.RowIDs {
+				r.write('D', f.Body)
+				continue
+			}
+			if out, err = r.assemble(out[:0], f.Body); err != nil {
+				merr = err
+				continue
+			}
+			r.write('D', out)
+		case '1':
+			parsing = false
+		case 'E':
+			if parsing {
+				sc.Stmts.Drop(stmtName) // the Parse failed
+				parsing = false
+			}
+			if merr == nil {
+				merr = newWorkerError(f.Body)
+			}
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+		}
+		if f.Type == 'Z' {
+			sc.TxStatus = f.Body[0]
+			r.pending[r.descIdx] = false
+			break
+		}
+	}
+	if r.gone {
+		return errQuietClose
+	}
+	if merr != nil {
+		return merr
+	}
+	r.complete(rows)
+	return nil
+}
+
+// mergeTypes reports whether the merge statement's columns have the types
+// the client was told of: all of them, or (with row ids) the row number
+// and the Keys.
+func (r *scatterRun) mergeTypes(got, want []byte) bool {
+	m := r.x.Merge
+	if !m.RowIDs {
+		return sameTypes(got, want)
+	}
+	var x, y pgproto3.RowDescription
+	if x.Decode(got) != nil || y.Decode(want) != nil || len(x.Fields) != 1+len(m.Keys) || x.Fields[0].DataTypeOID != oidInt4 {
+		return false
+	}
+	for i, k := range m.Keys {
+		if k > len(y.Fields) || x.Fields[1+i].DataTypeOID != y.Fields[k-1].DataTypeOID {
+			return false
+		}
+	}
+	return true
+}
+
+// assemble makes an output row from a merge row (row number, Keys) and the
+// kept shard row: the Keys from the merge, the other columns as kept.
+func (r *scatterRun) assemble(dst, mrow []byte) ([]byte, error) {
+	m := r.x.Merge
+	vals, ok := rowValues(mrow, nil)
+	if !ok || len(vals) != 1+len(m.Keys) || len(vals[0]) != 8 {
+		return nil, pgerr.New(pgerr.Internal, "invalid merge row")
+	}
+	id := int(binary.BigEndian.Uint32(vals[0][4:]))
+	if id < 0 || id >= len(r.offs) {
+		return nil, pgerr.New(pgerr.Internal, "invalid row number %d from a merge", id)
+	}
+	end := len(r.kept)
+	if id+1 < len(r.offs) {
+		end = r.offs[id+1]
+	}
+	kept, ok := rowValues(r.kept[r.offs[id]:end], nil)
+	if !ok {
+		return nil, pgerr.New(pgerr.Internal, "invalid kept row")
+	}
+	out := r.ncols - m.Hidden
+	dst = binary.BigEndian.AppendUint16(dst, uint16(out))
+	next := 0
+	for j := 0; j < out; j++ {
+		if next < len(m.Keys) && m.Keys[next] == j+1 {
+			next++
+			dst = append(dst, vals[next]...)
+			continue
+		}
+		dst = append(dst, kept[j]...)
+	}
+	return dst, nil
+}
+
+// rowValues splits a DataRow body into its values, each with its length
+// word.
+func rowValues(row []byte, dst [][]byte) ([][]byte, bool) {
+	if len(row) < 2 {
+		return nil, false
+	}
+	n := int(binary.BigEndian.Uint16(row))
+	b := row[2:]
+	for j := 0; j < n; j++ {
+		if len(b) < 4 {
+			return nil, false
+		}
+		l := int32(binary.BigEndian.Uint32(b))
+		end := 4
+		if l > 0 {
+			end += int(l)
+		}
+		if end > len(b) {
+			return nil, false
+		}
+		dst = append(dst, b[:end])
+		b = b[end:]
+	}
+	return dst, true
+}
+
+// oidInt4Array is int4[].
+const oidInt4Array = 1007
+
+// appendArray appends a one-dimensional array parameter in binary: its
+// length word, header and the gathered elements.
+func appendArray(b []byte, elem uint32, n int, hasNull bool, elems []byte) []byte {
+	hdr := 12
+	if n > 0 {
+		hdr += 8
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(hdr+len(elems)))
+	if n == 0 {
+		b = binary.BigEndian.AppendUint32(b, 0)
+	} else {
+		b = binary.BigEndian.AppendUint32(b, 1)
+	}
+	if hasNull {
+		b = binary.BigEndian.AppendUint32(b, 1)
+	} else {
+		b = binary.BigEndian.AppendUint32(b, 0)
+	}
+	b = binary.BigEndian.AppendUint32(b, elem)
+	if n > 0 {
+		b = binary.BigEndian.AppendUint32(b, uint32(n))
+		b = binary.BigEndian.AppendUint32(b, 1)
+	}
+	return append(b, elems...)
+}
+
+// sameTypes reports whether two RowDescription bodies have the same
+// column types.
+func sameTypes(a, b []byte) bool {
+	var x, y pgproto3.RowDescription
+	if x.Decode(a) != nil || y.Decode(b) != nil || len(x.Fields) != len(y.Fields) {
+		return false
+	}
+	for i := range x.Fields {
+		if x.Fields[i].DataTypeOID != y.Fields[i].DataTypeOID {
+			return false
+		}
+	}
+	return true
+}
+
+// spliceFrom puts literals back in place of $first, $first+1, ...
+func spliceFrom(sql string, lits []literal, first int) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(sql); {
+		switch c := sql[i]; {
+		case c == '\'':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('\'', escapePrefix(sql, i))
+			i = lx.i
+		case c == '"':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('"', false)
+			i = lx.i
+		case c == '$' && i+1 < len(sql) && sql[i+1] >= '1' && sql[i+1] <= '9':
+			j := i + 1
+			for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
+				j++
+			}
+			k, _ := strconv.Atoi(sql[i+1 : j])
+			if k >= first && k < first+len(lits) {
+				b.WriteString(sql[last:i])
+				b.WriteString(lits[k-first].token)
+				last = j
+			}
+			i = j
+		case c == '$':
+			lx := lexer{s: sql, i: i}
+			lx.dollarQuote()
+			i = lx.i
+		default:
+			i++
+		}
+	}
+	b.WriteString(sql[last:])
+	return b.String()
+}
+
+// builtinTypes returns the built-in types (name, array type), loaded once
+// from a worker.
+func (s *Server) builtinTypes(sc *pooling.ServerConn) (map[uint32]pgType, error) {
+	if m := s.pgTypes.Load(); m != nil {
+		return *m, nil
+	}
+	rows, err := queryText(sc, "SELECT oid::text, typname::text, typarray::text FROM pg_catalog.pg_type WHERE oid < 16384")
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[uint32]pgType, len(rows))
+	for _, row := range rows {
+		if len(row) != 3 || row[0] == nil || row[1] == nil || row[2] == nil {
+			continue
+		}
+		oid, _ := strconv.ParseUint(*row[0], 10, 32)
+		arr, _ := strconv.ParseUint(*row[2], 10, 32)
+		m[uint32(oid)] = pgType{name: *row[1], array: uint32(arr)}
+	}
+	s.pgTypes.Store(&m)
+	return m, nil
+}

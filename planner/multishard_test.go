@@ -1,0 +1,89 @@
+package planner
+
+import (
+	"strings"
+	"testing"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+)
+
+// TestMergeRender renders merge statements for concrete partial column
+// types: the combined aggregates keep the original aggregate's type.
+func TestMergeRender(t *testing.T) {
+	cat := testCatalog()
+	cases := []struct {
+		query string
+		types []string
+		want  string // the merge statement, or the error's text
+	}{
+		{"SELECT bid, count(*), sum(abalance), avg(abalance) FROM accounts GROUP BY bid ORDER BY bid",
+			[]string{"int4", "int8", "int8", "int8"},
+			"SELECT c1, sum(c2)::bigint, sum(c3)::bigint, sum(c3) / (NULLIF(sum(c4), 0)) FROM unnest($1, $2, $3, $4) p(c1, c2, c3, c4) GROUP BY c1 ORDER BY 1"},
+		{"SELECT sum(aid), avg(aid) FROM accounts",
+			[]string{"numeric", "int8"},
+			"SELECT sum(c1), sum(c1) / (NULLIF(sum(c2), 0)) FROM unnest($1, $2) p(c1, c2)"},
+		{"SELECT avg(f) FROM accounts",
+			[]string{"float8", "int8"},
+			"SELECT sum(c1) / CAST(NULLIF(sum(c2), 0) AS double precision) FROM unnest($1, $2) p(c1, c2)"},
+		{"SELECT avg(r) FROM accounts", []string{"float4", "int8"}, "avg of real values over several shards is not supported"},
+		{"SELECT aid FROM accounts WHERE abalance > $1 ORDER BY abalance DESC LIMIT $2 OFFSET $3",
+			[]string{"int8", "int4"},
+			// Parameters are numbered as the merge first meets them: OFFSET's
+			// $3 becomes its $3, LIMIT's $2 its $4 (Params says so).
+			"SELECT r FROM unnest($1, $2) p(r, c2) ORDER BY c2 DESC LIMIT $4 OFFSET $3"},
+		{"SELECT * FROM accounts ORDER BY abalance LIMIT 5",
+			[]string{"int8", "int4", "int4", "text", "int4"},
+			"SELECT r FROM unnest($1, $2) p(r, c5) ORDER BY c5 LIMIT 5"},
+		{"SELECT DISTINCT * FROM accounts",
+			[]string{"int8", "int4"},
+			"SELECT DISTINCT c1, c2 FROM unnest($1, $2) p(c1, c2)"},
+	}
+	for _, c := range cases {
+		p, err := Build(c.query, cat)
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		got, err := p.Scatter.Merge.Render(c.types)
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s with %v:\n got %s\nwant %s", c.query, c.types, got, c.want)
+		}
+	}
+}
+
+func TestFigureColname(t *testing.T) {
+	for q, want := range map[string]string{
+		"SELECT a.b FROM t":                    "b",
+		"SELECT count(*) FROM t":               "count",
+		"SELECT x::int FROM t":                 "x",
+		"SELECT 1::int8 FROM t":                "int8",
+		"SELECT 1 FROM t":                      "?column?",
+		"SELECT coalesce(a, b) FROM t":         "coalesce",
+		"SELECT CASE WHEN a THEN b END":        "case",
+		"SELECT (SELECT max(x) FROM u) FROM t": "max",
+		"SELECT current_date":                  "current_date",
+		"SELECT NULLIF(a, b)":                  "nullif",
+		"SELECT (a).f FROM t":                  "f",
+		"SELECT a[1] FROM t":                   "a",
+		"SELECT ARRAY[1]":                      "array",
+		"SELECT EXISTS (SELECT 1)":             "exists",
+	} {
+		tree, err := parseOne(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := FigureColname(tree.GetSelectStmt().TargetList[0].GetResTarget().Val); got != want {
+			t.Errorf("%s: %q, want %q", q, got, want)
+		}
+	}
+}
+
+func parseOne(q string) (*pg_query.Node, error) {
+	tree, err := pg_query.Parse(q)
+	if err != nil {
+		return nil, err
+	}
+	return tree.Stmts[0].Stmt, nil
+}
