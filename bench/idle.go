@@ -708,31 +708,21 @@ func idlePerClient(s *idleSample, first, prev idleSample) {
 // startCoordinator starts "pgfleet serve" with a metrics endpoint and the
 // Go runtime's GC trace in its log (GODEBUG=gctrace=1).
 func (b *idleBench) startCoordinator(ctx context.Context) (*child, *relayRun, error) {
-	return onFreePort(ctx, func(port int) (*child, *relayRun, error) {
+	var maddr string
+	metrics := func(int) ([]string, error) {
 		mport, err := pgcluster.FreePort()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		maddr := fmt.Sprintf("127.0.0.1:%d", mport)
-		argv := []string{b.exe, "serve", "--listen", addr, "--worker", b.worker.Addr(),
-			"--pool-size", strconv.Itoa(b.o.PoolSize), "--metrics-listen", maddr, "--log-level", "info"}
-		env := []string{"GODEBUG=gctrace=1"}
-		rr := &relayRun{Addr: addr, Command: commandRecord{What: "pgfleet coordinator", Argv: argv, Env: env}}
-		logPath := filepath.Join(b.dir, fmt.Sprintf("coordinator-%d.log", port))
-		ch, err := startChild("pgfleet coordinator", argv, cleanEnv(env...), nil, logPath)
-		if err == nil {
-			if err = waitReady(ctx, ch, addr, 15*time.Second); err != nil {
-				ch.Stop(syscall.SIGTERM, 5*time.Second)
-			}
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		rr.Pid = ch.Pid()
+		maddr = fmt.Sprintf("127.0.0.1:%d", mport)
+		return []string{"--metrics-listen", maddr}, nil
+	}
+	ch, rr, err := startCoordinatorWith(ctx, b.exe, b.dir, []string{b.worker.Addr()}, b.o.PoolSize, metrics,
+		[]string{"GODEBUG=gctrace=1"})
+	if err == nil {
 		b.metrics = maddr
-		return ch, rr, nil
-	})
+	}
+	return ch, rr, err
 }
 
 // openClients connects clients from..to-1, with o.Parallel at a time.

@@ -357,6 +357,17 @@ func startCoordinator(ctx context.Context, exe, dir string, workers []string, po
 // startCoordinatorProcs is startCoordinator with GOMAXPROCS=procs when procs
 // is positive.
 func startCoordinatorProcs(ctx context.Context, exe, dir string, workers []string, pool, procs int) (*child, *relayRun, error) {
+	var env []string
+	if procs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(procs))
+	}
+	return startCoordinatorWith(ctx, exe, dir, workers, pool, nil, env)
+}
+
+// startCoordinatorWith is startCoordinator with extra flags (given the
+// coordinator's own port) and environment variables.
+func startCoordinatorWith(ctx context.Context, exe, dir string, workers []string, pool int,
+	extra func(port int) ([]string, error), env []string) (*child, *relayRun, error) {
 	return onFreePort(ctx, func(port int) (*child, *relayRun, error) {
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		argv := []string{exe, "serve", "--listen", addr}
@@ -364,9 +375,12 @@ func startCoordinatorProcs(ctx context.Context, exe, dir string, workers []strin
 			argv = append(argv, "--worker", w)
 		}
 		argv = append(argv, "--pool-size", strconv.Itoa(pool), "--log-level", "info")
-		var env []string
-		if procs > 0 {
-			env = append(env, "GOMAXPROCS="+strconv.Itoa(procs))
+		if extra != nil {
+			more, err := extra(port)
+			if err != nil {
+				return nil, nil, err
+			}
+			argv = append(argv, more...)
 		}
 		rr := &relayRun{Addr: addr, Command: commandRecord{What: "pgfleet coordinator", Argv: argv, Env: env}}
 		logPath := filepath.Join(dir, fmt.Sprintf("coordinator-%d.log", port))
