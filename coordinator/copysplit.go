@@ -34,7 +34,7 @@ func (ss *session) copySplit(p *planner.Plan) error {
 	if err != nil {
 		return ss.queryError(err)
 	}
-	l, err := shards.NewLoader(ctx, ss.srv.catalog.Load(), conns, ss.srv.defaultNode.Load(),
+	l, err := shards.NewLoader(ctx, ss.srv.store, ss.srv.catalog.Load(), conns, ss.srv.defaultNode.Load(),
 		p.Tables[0], p.Copy.Columns, f, options)
 	if err != nil {
 		return ss.queryError(err)

@@ -215,7 +215,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 		sql, _ = spliceLiterals(sql, lits)
 	}
 	snap := ss.srv.catalog.Load()
-	res, err := shards.ExecAll(ctx, snap, conns, snap.Shards[p.Tables[0]][0].Nodes, sql)
+	res, err := shards.ExecAll(ctx, ss.srv.store, snap, conns, snap.Shards[p.Tables[0]][0].Nodes, sql)
 	if err != nil {
 		return ss.queryError(err)
 	}
@@ -307,7 +307,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 	if err != nil {
 		return ss.queryError(err)
 	}
-	n, err := shards.ExecGroups(ctx, snap, conns, byNode)
+	n, err := shards.ExecGroups(ctx, ss.srv.store, snap, conns, byNode)
 	if err != nil {
 		return ss.queryError(err)
 	}

@@ -47,6 +47,14 @@ type Config struct {
 	// CatalogPoll is how often the coordinator checks the catalog version
 	// for changes made by other coordinators (default 500ms).
 	CatalogPoll time.Duration
+	// RecoveryInterval is how often the coordinator resolves prepared
+	// transactions that a crashed coordinator left on the workers, from the
+	// decisions in the metadata database (default 30s; negative: never).
+	RecoveryInterval time.Duration
+	// RecoveryGrace is the age a prepared transaction must reach before
+	// recovery resolves it (default 1m), so that a live coordinator's
+	// transactions are left to it.
+	RecoveryGrace time.Duration
 
 	MetricsListen string // address for /metrics and /healthz; "" disables
 	Logger        *slog.Logger
@@ -71,6 +79,7 @@ type Server struct {
 	scatter     scatterCache                      // multi-shard plans' run-time state
 	pgTypes     atomic.Pointer[map[uint32]pgType] // built-in types, for merges
 	stopWatch   chan struct{}
+	recoveryEnd chan struct{} // closed when the recovery loop has returned
 
 	mu       sync.Mutex
 	pools    map[poolKey]*pooling.Pool
@@ -87,6 +96,9 @@ type metrics struct {
 	clients prometheus.Gauge
 	pinned  *prometheus.CounterVec
 	cancels prometheus.Counter
+	// recovered counts prepared transactions resolved by recovery, by
+	// decision (commit, abort).
+	recovered *prometheus.CounterVec
 }
 
 // New validates cfg and makes a server; Start begins listening.
@@ -105,6 +117,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.CatalogPoll <= 0 {
 		cfg.CatalogPoll = 500 * time.Millisecond
+	}
+	if cfg.RecoveryInterval == 0 {
+		cfg.RecoveryInterval = defaultRecoveryInterval
+	}
+	if cfg.RecoveryGrace <= 0 {
+		cfg.RecoveryGrace = defaultRecoveryGrace
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 10 * time.Second
@@ -144,8 +162,11 @@ func New(cfg Config) (*Server, error) {
 			[]string{"reason"}),
 		cancels: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_cancel_requests_total",
 			Help: "Cancel requests received."}),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfleet_recovered_transactions_total",
+			Help: "Prepared transactions left by a coordinator that this coordinator's recovery committed or rolled back."},
+			[]string{"decision"}),
 	}
-	reg.MustRegister(m.clients, m.pinned, m.cancels)
+	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered)
 	return &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}}, nil
@@ -174,6 +195,10 @@ func (s *Server) Start() error {
 	}
 	s.stopWatch = make(chan struct{})
 	go s.watchCatalog(s.stopWatch)
+	if s.cfg.RecoveryInterval > 0 {
+		s.recoveryEnd = make(chan struct{})
+		go s.recoveryLoop(s.stopWatch, s.recoveryEnd)
+	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		s.closeCatalog()
@@ -282,6 +307,10 @@ func (s *Server) closeCatalog() {
 	if s.stopWatch != nil {
 		close(s.stopWatch)
 		s.stopWatch = nil
+	}
+	if s.recoveryEnd != nil {
+		<-s.recoveryEnd // before the metadata pool closes under it
+		s.recoveryEnd = nil
 	}
 	if s.metaPool != nil {
 		s.metaPool.Close()

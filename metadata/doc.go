@@ -11,4 +11,10 @@
 // catalog_version, which serializes changes across coordinators, and
 // returns the new Snapshot; Load reads one consistent Snapshot, and Version
 // lets a coordinator notice changes made by another.
+//
+// Table transaction_decisions holds the commit or abort decision of each
+// distributed transaction (keyed by the common start of its prepared
+// transactions' global ids): Decide, Abort and WithDecision record one,
+// and the primary key lets exactly one decision stand, so a coordinator and
+// the recovery of prepared transactions it left cannot both win.
 package metadata

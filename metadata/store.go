@@ -65,6 +65,12 @@ INSERT INTO pgfleet.catalog_version (version)
 	SELECT 1 WHERE NOT EXISTS (SELECT FROM pgfleet.catalog_version);
 CREATE SEQUENCE IF NOT EXISTS pgfleet.shardid_seq START 102008;
 CREATE SEQUENCE IF NOT EXISTS pgfleet.colocationid_seq START 1;
+CREATE TABLE IF NOT EXISTS pgfleet.transaction_decisions (
+	gid_base text PRIMARY KEY,
+	decision "char" NOT NULL CHECK (decision IN ('c', 'a')),
+	decided_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS transaction_decisions_decided_at ON pgfleet.transaction_decisions (decided_at);
 `
 
 // Store is the durable catalog, kept in schema pgfleet of a metadata
@@ -373,7 +379,10 @@ func (s *Store) DropTable(ctx context.Context, name string) (*Snapshot, error) {
 
 // change runs fn in one transaction that first bumps catalog_version, which
 // also serializes changes across coordinators, and returns the catalog as
-// the transaction leaves it.
+// the transaction leaves it. When ctx carries a distributed transaction
+// (WithDecision), its commit decision is recorded in the same transaction:
+// the change and the decision commit together or not at all, and a
+// transaction recovery aborted already fails the change with ErrAborted.
 func (s *Store) change(ctx context.Context, what string, fn func(pgx.Tx) error) (*Snapshot, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -389,6 +398,15 @@ func (s *Store) change(ctx context.Context, what string, fn func(pgx.Tx) error) 
 			return nil, err
 		}
 		return nil, fmt.Errorf("metadata: %s: %w", what, err)
+	}
+	if base, ok := ctx.Value(decisionKey{}).(string); ok {
+		d, err := decide(ctx, tx, base, CommitDecision)
+		if err != nil {
+			return nil, fmt.Errorf("metadata: %s: %w", what, err)
+		}
+		if d != CommitDecision {
+			return nil, ErrAborted
+		}
 	}
 	snap, err := load(ctx, tx)
 	if err != nil {

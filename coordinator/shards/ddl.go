@@ -119,7 +119,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 			return "", nil, err
 		}
 	}
-	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup("ddl", n), schemas: map[int32]bool{}}
+	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup("ddl", n, store), schemas: map[int32]bool{}}
 	o.g.beginStmt = "BEGIN; SET LOCAL pgfleet.internal = 'on'"
 	o.learn(snap)
 
@@ -199,14 +199,33 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 	newSnap = snap
 	if d.drop {
 		for i, tg := range d.targets {
+			if i == 0 {
+				// The first catalog change is the commit decision.
+				after, err := store.DropTable(metadata.WithDecision(ctx, o.g.base), tg.table.Name)
+				if err != nil {
+					// Its answer may have been lost after it committed: settle.
+					if err := o.g.settle(ctx, err); err != nil {
+						return "", nil, o.fail(ctx, err)
+					}
+					if after, err = o.reload(ctx); err != nil {
+						if len(d.targets) > 1 {
+							return "", nil, o.partlyDropped(ctx, d.targets[1:], err)
+						}
+						if cerr := o.g.commit(ctx); cerr != nil {
+							return "", nil, cerr
+						}
+						return "", nil, err
+					}
+				}
+				o.g.decided = true
+				newSnap = after
+				continue
+			}
 			after, err := store.DropTable(ctx, tg.table.Name)
 			if err != nil {
 				// The catalog's answer may have been lost after it committed: look.
 				now, lerr := store.Load(ctx)
 				if lerr != nil || now.Table(tg.table.Name) != nil {
-					if i == 0 {
-						return "", nil, o.fail(ctx, err)
-					}
 					return "", nil, o.partlyDropped(ctx, d.targets[i:], err)
 				}
 				after = now
@@ -216,12 +235,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 		return tag, newSnap, o.g.commit(ctx)
 	}
 	if err := o.g.commit(ctx); err != nil {
-		// Nothing of a DDL statement is in the catalog: say what is decided.
-		e := toPgErr(err)
-		if rest, ok := strings.CutPrefix(e.Message, "the change is committed in the catalog"); ok {
-			e.Message = "the change is prepared on every node" + rest
-		}
-		return "", nil, e
+		return "", nil, err
 	}
 	return tag, newSnap, nil
 }

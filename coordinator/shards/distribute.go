@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -259,15 +260,20 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 	if err := o.g.prepare(ctx); err != nil {
 		return nil, o.fail(ctx, err)
 	}
-	after, err := store.DropTable(ctx, name)
+	// The catalog change is the commit decision.
+	after, err := store.DropTable(metadata.WithDecision(ctx, o.g.base), name)
 	if err != nil {
-		// The catalog's answer may have been lost after it committed: look.
-		now, lerr := store.Load(ctx)
-		if lerr != nil || now.Table(name) != nil {
+		// Its answer may have been lost after it committed: settle.
+		if err := o.g.settle(ctx, err); err != nil {
 			return nil, o.fail(ctx, err)
 		}
-		after = now
+		after, err := o.reload(ctx)
+		if cerr := o.g.commit(ctx); cerr != nil {
+			return after, cerr
+		}
+		return after, err
 	}
+	o.g.decided = true
 	return after, o.g.commit(ctx)
 }
 
@@ -296,7 +302,7 @@ func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n), schemas: map[int32]bool{}}
+	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n, store), schemas: map[int32]bool{}}
 	o.learn(snap)
 	return o, snap, nil
 }
@@ -437,9 +443,9 @@ func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node i
 	return nil
 }
 
-// finish empties the source table, prepares every node's transaction and
-// commits them. The catalog change is already committed; a failure before
-// the commits undoes it.
+// finish empties the source table, prepares every node's transaction,
+// records the commit decision and commits them. The catalog change is
+// already committed; a failure before the decision undoes it.
 func (o *op) finish(ctx context.Context, def *Def, snap *metadata.Snapshot) (*metadata.Snapshot, error) {
 	if _, err := o.homeConn().Exec(ctx, "TRUNCATE "+def.Ident()); err != nil {
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot empty %s on node %s", def.CatalogName(), o.nodes.describe(o.home)))
@@ -447,14 +453,37 @@ func (o *op) finish(ctx context.Context, def *Def, snap *metadata.Snapshot) (*me
 	if err := o.g.prepare(ctx); err != nil {
 		return nil, o.fail(ctx, err)
 	}
+	if err := o.g.decide(ctx); err != nil {
+		return nil, o.fail(ctx, err)
+	}
 	return snap, o.g.commit(ctx)
+}
+
+// reload loads the catalog after a change whose answer was lost but which
+// committed, retrying for a while: the caller needs a snapshot.
+func (o *op) reload(ctx context.Context) (*metadata.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	snap, err := o.store.Load(ctx)
+	for err != nil && sleep(ctx, time.Second) {
+		snap, err = o.store.Load(ctx)
+	}
+	if err != nil {
+		return nil, pgerr.New(pgerr.ConnectionFailure, "the change is committed, but the catalog cannot be read: %v", err)
+	}
+	return snap, nil
 }
 
 // fail undoes the operation: it rolls back every node's transaction and
 // removes the catalog entry it recorded. It returns err, with what could
-// not be undone in its detail.
+// not be undone in its detail. When the group's outcome is in doubt (left
+// to recovery), the catalog entry stays: recovery may commit the shards.
 func (o *op) fail(ctx context.Context, err error) error {
 	problems := o.g.rollback(ctx)
+	if o.recorded != "" && o.g.inDoubt {
+		problems = append(problems, fmt.Sprintf("table %s stays in the catalog until the outcome is known", o.recorded))
+		o.recorded = ""
+	}
 	if o.recorded != "" {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		_, derr := o.store.DropTable(cctx, o.recorded)
@@ -465,15 +494,7 @@ func (o *op) fail(ctx context.Context, err error) error {
 		}
 		o.recorded = ""
 	}
-	if len(problems) == 0 {
-		return err
-	}
-	e := toPgErr(err)
-	if e.Detail != "" {
-		e.Detail += "\n"
-	}
-	e.Detail += "Cleanup was incomplete: " + strings.Join(problems, "; ") + "."
-	return e
+	return withProblems(err, problems)
 }
 
 // notInCatalog fails with 42710 if the table is distributed or a reference

@@ -15,7 +15,10 @@
 // Every operation is all-or-nothing. The work on each node runs in one
 // explicit transaction that is made durable with PREPARE TRANSACTION
 // 'pgfleet_...' only when every shard succeeded, and committed with COMMIT
-// PREPARED once the catalog agrees; on any failure before that, every
+// PREPARED once the decision to commit is durable in the metadata database
+// (metadata.Store.Decide, or the catalog change itself under
+// metadata.WithDecision), from which the coordinators' recovery finishes
+// what a crashed coordinator left prepared; on any failure before that, every
 // transaction is rolled back, shard tables created so far disappear with
 // them, catalog entries already recorded are removed again, and the rows
 // stay where they were. Workers need max_prepared_transactions > 0.

@@ -7,19 +7,29 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
+
+// errNoStore: an operation was called without the metadata store that
+// records its commit decision.
+var errNoStore = pgerr.New(pgerr.Internal, "shards: no metadata store")
 
 // ExecAll runs one statement (a write to a reference table, already
 // rewritten to the shard's name) on every given node in one distributed
 // transaction with two-phase commit, and returns the first node's result:
-// every copy got the same statement, so every copy answers alike.
-func ExecAll(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn, nodeIDs []int32, sql string) (*pgconn.Result, error) {
+// every copy got the same statement, so every copy answers alike. store
+// records the commit decision.
+func ExecAll(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	nodeIDs []int32, sql string) (*pgconn.Result, error) {
+	if store == nil {
+		return nil, errNoStore
+	}
 	n := &nodes{conns: conns, addrs: map[int32]string{}}
 	for _, nd := range snap.Nodes {
 		n.addrs[nd.ID] = nd.Addr()
 	}
-	g := newGroup("write", n)
+	g := newGroup("write", n, store)
 	g.beginStmt = "BEGIN"
 	var first *pgconn.Result
 	for _, id := range nodeIDs {
@@ -53,13 +63,17 @@ func ExecAll(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.
 
 // ExecGroups runs statements on several nodes (each node's in order) in one
 // distributed transaction with two-phase commit, and returns the rows they
-// affected in all.
-func ExecGroups(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn, byNode map[int32][]string) (int64, error) {
+// affected in all. store records the commit decision.
+func ExecGroups(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	byNode map[int32][]string) (int64, error) {
+	if store == nil {
+		return 0, errNoStore
+	}
 	n := &nodes{conns: conns, addrs: map[int32]string{}}
 	for _, nd := range snap.Nodes {
 		n.addrs[nd.ID] = nd.Addr()
 	}
-	g := newGroup("write", n)
+	g := newGroup("write", n, store)
 	g.beginStmt = "BEGIN"
 	var total int64
 	for id, stmts := range byNode {

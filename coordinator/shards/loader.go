@@ -34,9 +34,13 @@ type Loader struct {
 
 // NewLoader prepares a load. columns is the COPY's column list (empty: all
 // columns, read from the default node's table); options is the COPY's WITH
-// clause as written, passed on to the shards minus HEADER.
-func NewLoader(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn, defaultNode int32,
+// clause as written, passed on to the shards minus HEADER. store records
+// the commit decision.
+func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn, defaultNode int32,
 	table string, columns []string, f CopyFormat, options string) (*Loader, error) {
+	if store == nil {
+		return nil, errNoStore
+	}
 	t := snap.Table(table)
 	if t == nil {
 		return nil, pgerr.New(pgerr.UndefinedTable, "relation %q is not distributed", table)
@@ -45,7 +49,7 @@ func NewLoader(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pg
 	for _, nd := range snap.Nodes {
 		n.addrs[nd.ID] = nd.Addr()
 	}
-	l := &Loader{snap: snap, table: t, shards: snap.Shards[table], nodes: n, g: newGroup("copy", n)}
+	l := &Loader{snap: snap, table: t, shards: snap.Shards[table], nodes: n, g: newGroup("copy", n, store)}
 	l.g.beginStmt = "BEGIN"
 	if t.Kind == metadata.Distributed {
 		cols := columns

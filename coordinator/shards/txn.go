@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 )
 
 // GIDPrefix starts the global id of every prepared transaction this package
@@ -31,6 +33,27 @@ SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'; SET LOCAL pgfl
 // the caller's context is done.
 const cleanupTimeout = 30 * time.Second
 
+// maxDecisionDelay is the longest a group may take from its first PREPARE
+// TRANSACTION to its commit decision; a slower group aborts instead. It is
+// far below the age at which recovery forgets decisions (an hour), so that
+// an abort decision recovery made for a group cannot be forgotten while the
+// group might still decide to commit.
+const maxDecisionDelay = 10 * time.Minute
+
+// decider records the decisions of distributed transactions durably, in the
+// metadata database: a group's commit point is its commit decision, and
+// recovery resolves what a crashed coordinator left prepared from it.
+type decider interface {
+	// Decide records the decision to commit base; metadata.ErrAborted if
+	// recovery decided to abort it first.
+	Decide(ctx context.Context, base string) error
+	// Abort records the decision to abort base unless one is stored, and
+	// returns the decision that stands.
+	Abort(ctx context.Context, base string) (byte, error)
+}
+
+var _ decider = (*metadata.Store)(nil)
+
 // nodeTx is one node's part of a distributed transaction.
 type nodeTx struct {
 	node     int32
@@ -41,21 +64,34 @@ type nodeTx struct {
 }
 
 // group is a transaction over several nodes, made atomic with two-phase
-// commit: begin on each node as it is needed, prepare all, then commit all
-// prepared, or roll everything back.
+// commit: begin on each node as it is needed, prepare all, record the
+// decision to commit in the metadata database, then commit all prepared; or
+// roll everything back. Once the decision is recorded the group commits, and
+// recovery commits what it leaves prepared; before, recovery may abort it
+// (its decision wins by the table's primary key), and the group rolls back.
 type group struct {
 	// beginStmt opens each node's transaction (beginSQL unless set).
 	beginStmt string
 	base      string
 	nodes     *nodes
+	store     decider
 	txs       []*nodeTx
 	by        map[int32]*nodeTx
+	// prepareStart is when the first PREPARE TRANSACTION was sent.
+	prepareStart time.Time
+	// decided: the commit decision is recorded (by decide, or by the
+	// caller's catalog change under metadata.WithDecision). From then on
+	// nothing may roll a prepared transaction back.
+	decided bool
+	// inDoubt: the decision could not be recorded nor read; the prepared
+	// transactions are left to recovery.
+	inDoubt bool
 }
 
-func newGroup(op string, n *nodes) *group {
+func newGroup(op string, n *nodes, store decider) *group {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &group{base: GIDPrefix + op + "_" + hex.EncodeToString(b[:]), nodes: n, by: map[int32]*nodeTx{}}
+	return &group{base: GIDPrefix + op + "_" + hex.EncodeToString(b[:]), nodes: n, store: store, by: map[int32]*nodeTx{}}
 }
 
 // begin opens the node's transaction unless it is open already.
@@ -83,6 +119,9 @@ func (g *group) begin(ctx context.Context, node int32) (*nodeTx, error) {
 // prepare prepares every open transaction. On failure some may be prepared:
 // the caller rolls the group back.
 func (g *group) prepare(ctx context.Context) error {
+	if g.prepareStart.IsZero() {
+		g.prepareStart = time.Now()
+	}
 	for _, tx := range g.txs {
 		if tx.done || tx.prepared {
 			continue
@@ -103,10 +142,99 @@ func (g *group) prepare(ctx context.Context) error {
 	return nil
 }
 
-// commit commits every prepared transaction. It tries them all; the error
-// lists the nodes where COMMIT PREPARED failed, whose prepared transactions
-// remain to be committed by hand or by recovery.
+// decide records the decision to commit: after it returns nil the group
+// must commit. On error nothing is committed. Either the decision is to
+// abort (recovery's, or this group's when the commit decision could not be
+// recorded), and the caller rolls the group back; or the decision could not
+// be learned at all, and the prepared transactions are left to recovery
+// (inDoubt; rollback leaves them alone).
+func (g *group) decide(ctx context.Context) error {
+	if g.decided {
+		return nil
+	}
+	if g.store == nil {
+		return pgerr.New(pgerr.Internal, "shards: no metadata store to record the commit decision in")
+	}
+	if !g.prepareStart.IsZero() && time.Since(g.prepareStart) > maxDecisionDelay {
+		// Recovery may have aborted it and forgotten that since: never
+		// decide to commit. Without a decision recovery aborts it too.
+		return pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
+			maxDecisionDelay).WithHint("Retry the statement.")
+	}
+	err := g.store.Decide(ctx, g.base)
+	if err == nil {
+		g.decided = true
+		return nil
+	}
+	return g.settle(ctx, err)
+}
+
+// settle learns the decision after recording the commit decision failed
+// with cause (Decide, or a catalog change under metadata.WithDecision),
+// which may have committed with its answer lost. It returns nil if the
+// commit decision stands after all (g.decided is set), cause if the
+// decision is to abort, and an error saying the outcome is left to
+// recovery if it cannot learn it (g.inDoubt is set).
+func (g *group) settle(ctx context.Context, cause error) error {
+	var refused *pgerr.Error
+	if errors.As(cause, &refused) {
+		return cause // the store refused before committing anything (ErrAborted, say)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	d, err := g.store.Abort(ctx, g.base)
+	for err != nil && sleep(ctx, time.Second) {
+		d, err = g.store.Abort(ctx, g.base)
+	}
+	if err == nil {
+		if d == metadata.CommitDecision {
+			g.decided = true
+			return nil
+		}
+		e := toPgErr(cause)
+		e.Message = "cannot record the commit decision, so the distributed transaction was rolled back: " + e.Message
+		return e
+	}
+	var left []string
+	for _, tx := range g.txs {
+		if tx.prepared && !tx.done {
+			tx.done = true
+			left = append(left, fmt.Sprintf("'%s' on node %s", tx.gid, g.nodes.describe(tx.node)))
+		}
+	}
+	g.inDoubt = true
+	e := pgerr.New(pgerr.ConnectionFailure,
+		"the outcome of the distributed transaction is unknown: its commit decision could not be recorded (%v) nor read (%v)",
+		cause, err)
+	e.Detail = "Prepared transactions left: " + strings.Join(left, ", ") + "."
+	e.Hint = "pgfleet's recovery commits or rolls them back once the metadata database answers."
+	return e
+}
+
+// sleep waits for d or until ctx is done, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// commit records the commit decision unless it is recorded already, and
+// commits every prepared transaction. If the decision fails, the group is
+// rolled back (or left to recovery when the outcome is unknown) and nothing
+// is committed. After the decision it tries every node; the error lists the
+// nodes where COMMIT PREPARED failed, whose prepared transactions recovery
+// commits.
 func (g *group) commit(ctx context.Context) error {
+	if !g.decided && slices.ContainsFunc(g.txs, func(tx *nodeTx) bool { return tx.prepared && !tx.done }) {
+		if err := g.decide(ctx); err != nil {
+			return withProblems(err, g.rollback(ctx))
+		}
+	}
 	var failed []string
 	var first error
 	for _, tx := range g.txs {
@@ -114,6 +242,12 @@ func (g *group) commit(ctx context.Context) error {
 			continue
 		}
 		if _, err := tx.conn.Exec(ctx, "COMMIT PREPARED '"+tx.gid+"'"); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
+				// Gone: recovery committed it, from the decision.
+				tx.done = true
+				continue
+			}
 			failed = append(failed, fmt.Sprintf("COMMIT PREPARED '%s' on node %s", tx.gid, g.nodes.describe(tx.node)))
 			if first == nil {
 				first = err
@@ -125,8 +259,9 @@ func (g *group) commit(ctx context.Context) error {
 	if first == nil {
 		return nil
 	}
-	e := g.nodes.wrap(first, "the change is committed in the catalog, but %s failed", failed[0])
-	e.Hint = "Run " + strings.Join(failed, "; ") + "."
+	e := g.nodes.wrap(first, "the change is committed, but %s failed", failed[0])
+	e.Hint = "pgfleet's recovery completes the commit within a minute or two; to do it now, run " +
+		strings.Join(failed, "; ") + "."
 	return e
 }
 
@@ -139,13 +274,13 @@ func (g *group) rollback(ctx context.Context) []string {
 	var problems []string
 	for i := len(g.txs) - 1; i >= 0; i-- {
 		tx := g.txs[i]
-		if tx.done {
-			continue
+		if tx.done || (g.decided && tx.prepared) {
+			continue // decided to commit: recovery commits what is left
 		}
 		tx.done = true
 		if tx.conn.IsClosed() {
 			if tx.prepared {
-				problems = append(problems, fmt.Sprintf("prepared transaction '%s' remains on node %s (connection lost)",
+				problems = append(problems, fmt.Sprintf("prepared transaction '%s' remains on node %s (connection lost) until recovery rolls it back",
 					tx.gid, g.nodes.describe(tx.node)))
 			}
 			continue // an open transaction ends with its connection
@@ -155,8 +290,12 @@ func (g *group) rollback(ctx context.Context) []string {
 			sql = "ROLLBACK PREPARED '" + tx.gid + "'"
 		}
 		if _, err := tx.conn.Exec(ctx, sql); err != nil {
+			var pe *pgconn.PgError
+			if tx.prepared && errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
+				continue // recovery rolled it back already
+			}
 			if tx.prepared {
-				problems = append(problems, fmt.Sprintf("prepared transaction '%s' remains on node %s: %v",
+				problems = append(problems, fmt.Sprintf("prepared transaction '%s' remains on node %s until recovery rolls it back: %v",
 					tx.gid, g.nodes.describe(tx.node), err))
 			} else if !tx.conn.IsClosed() {
 				problems = append(problems, fmt.Sprintf("cannot roll back on node %s: %v", g.nodes.describe(tx.node), err))
@@ -164,6 +303,20 @@ func (g *group) rollback(ctx context.Context) []string {
 		}
 	}
 	return problems
+}
+
+// withProblems returns err with what a cleanup could not undo in its
+// detail.
+func withProblems(err error, problems []string) error {
+	if len(problems) == 0 {
+		return err
+	}
+	e := toPgErr(err)
+	if e.Detail != "" {
+		e.Detail += "\n"
+	}
+	e.Detail += "Cleanup was incomplete: " + strings.Join(problems, "; ") + "."
+	return e
 }
 
 // nodes is the connections an operation may use and what it knows of the
