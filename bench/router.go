@@ -299,8 +299,8 @@ func routerLabel(c routerConfig, o RouterOptions) string {
 		if o.CoordinatorProcs > 0 {
 			procs = fmt.Sprintf(", GOMAXPROCS %d", o.CoordinatorProcs)
 		}
-		return fmt.Sprintf("pgfleet (%d workers, %d coordinators%s, %d shards, pool %d%s)", c.Shape.Workers,
-			c.Shape.Coordinators, procs, o.Shards, o.PoolSize, rate)
+		return fmt.Sprintf("pgfleet %dw %dc (%d shards, pool %d%s%s)", c.Shape.Workers,
+			c.Shape.Coordinators, o.Shards, o.PoolSize, procs, rate)
 	case c.Target == targetBouncerSess:
 		return fmt.Sprintf("PgBouncer session (pool %d%s)", o.sessionPoolSize(), rate)
 	case c.Target == targetBouncerTx:

@@ -76,6 +76,9 @@ func evaluateTargets(rows []*tableRow, modes, workloads []string) []targetCheck 
 		}
 	}
 	for _, w := range workloads {
+		if w == workloadScatter {
+			continue // not a routed query: see scatterCost
+		}
 		for _, m := range modes {
 			out = append(out, compareTarget(targetCheck{Target: fmt.Sprintf("worker CPU per routed query ≤ %.1f× direct's", workerCPUSlack),
 				Workload: w, Mode: m}, get(targetPgfleet, w, m), get(targetDirect, w, m), "direct", false, workerCPUSlack,
@@ -153,6 +156,28 @@ func compareTarget(c targetCheck, coord, ref *tableRow, refName string, atLeast 
 	return c
 }
 
+// writeScatterCost says what a multi-shard query costs beside the same query
+// on one unsharded table: not a target (the shards' work is inherent), but
+// what a user weighs.
+func writeScatterCost(sb *strings.Builder, rows []*tableRow) {
+	for _, r := range rows {
+		if r.Target != targetPgfleet || r.Workload != workloadScatter || !r.OK || r.Variant != "" || r.VsDirect == nil {
+			continue
+		}
+		var d *tableRow
+		for _, x := range rows {
+			if x.Target == targetDirect && x.Workload == workloadScatter && x.Mode == r.Mode && x.Variant == "" && x.OK {
+				d = x
+			}
+		}
+		if d == nil || d.WorkerCPU <= 0 {
+			continue
+		}
+		fmt.Fprintf(sb, "- (not a target) scatter %s, a multi-shard query: %.2f× direct's QPS; worker CPU %.0f µs per query, "+
+			"%.1f× direct's one-table scan (a scan per shard and the merge step)\n", r.Mode, *r.VsDirect, r.WorkerCPU, r.WorkerCPU/d.WorkerCPU)
+	}
+}
+
 // Published per-core figures (shared workloads README): queries per
 // second per data-node vCPU and per router vCPU.
 const (
@@ -206,6 +231,7 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName, chartName string) 
 		fmt.Fprintf(&sb, "- %s **%s** — %s, %s %s:%s %s\n", box, t.Status, t.Target, t.Workload, t.Mode, ratio, t.Detail)
 	}
 	sb.WriteString("- idle clients' memory (≤ 16 KiB each at 10,000): measured by `pgfleet bench idle`, not here.\n")
+	writeScatterCost(&sb, rows)
 
 	writePerCore(&sb, rows, rep.Machine.Nproc)
 	writeMemory(&sb, rows)

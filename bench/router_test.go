@@ -188,8 +188,8 @@ func TestRouterLabel(t *testing.T) {
 	}{
 		{routerConfig{Target: targetDirect}, "direct (db direct)"},
 		{routerConfig{Target: targetDirect, Rate: 5000}, "direct (db direct, open loop 5000/s)"},
-		{routerConfig{Target: targetPgfleet, Shape: fleetShape{1, 1}}, "pgfleet (1 workers, 1 coordinators, 32 shards, pool 8)"},
-		{routerConfig{Target: targetPgfleet, Shape: fleetShape{2, 3}}, "pgfleet (2 workers, 3 coordinators, 32 shards, pool 8)"},
+		{routerConfig{Target: targetPgfleet, Shape: fleetShape{1, 1}}, "pgfleet 1w 1c (32 shards, pool 8)"},
+		{routerConfig{Target: targetPgfleet, Shape: fleetShape{2, 3}, Rate: 100}, "pgfleet 2w 3c (32 shards, pool 8, open loop 100/s)"},
 		{routerConfig{Target: targetBouncerSess}, "PgBouncer session (pool 32)"},
 		{routerConfig{Target: targetBouncerTx}, "PgBouncer transaction (pool 8)"},
 		{routerConfig{Target: targetURL("citus")}, "citus (by URL)"},
