@@ -54,7 +54,10 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 			lx := lexer{s: sql, i: i}
 			escaped := escapePrefix(sql, i)
 			lx.skipQuoted('\'', escaped)
-			if !prevWord && !escaped && lx.i-i >= 2 && sql[lx.i-1] == '\'' {
+			// U&'...' is a string with Unicode escapes: lifted, the U& would
+			// be left as the column u and the operator &.
+			unicode := i >= 2 && sql[i-1] == '&' && (sql[i-2]|0x20) == 'u' && (i < 3 || !isIdentChar(sql[i-3]))
+			if !prevWord && !escaped && !unicode && lx.i-i >= 2 && sql[lx.i-1] == '\'' {
 				tok := sql[i:lx.i]
 				lits = append(lits, literal{token: tok, value: strings.ReplaceAll(tok[1:len(tok)-1], "''", "'")})
 				b.WriteString(sql[last:i])

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -86,6 +88,11 @@ type scatterDesc struct {
 	rowDesc   []byte // RowDescription body; nil: NoData
 	ncols     int
 	workers   []*Statement // by Scatter.Workers
+	gen       uint64       // scatterCache generation it was made in
+	// changed: the shards' result is no longer this (a table changed).
+	// Statements prepared with it fail as PostgreSQL's do; the next Parse
+	// of the text makes a new Statement, described afresh.
+	changed atomic.Bool
 }
 
 // scatterPortal is a Bind of a multi-shard statement, run at Execute.
@@ -95,6 +102,7 @@ type scatterPortal struct {
 	desc    *scatterDesc
 	params  []byte // the Bind's parameter formats and values
 	results []byte // the Bind's result formats (count and codes)
+	done    bool   // executed: run to completion
 }
 
 // describe is the portal's RowDescription, with its result formats.
@@ -129,8 +137,9 @@ func withFormats(rowDesc, results []byte) []byte {
 // scatterCache holds multi-shard plans' run-time state, until the catalog
 // changes.
 type scatterCache struct {
-	mu sync.Mutex
-	m  map[*planner.Plan]*planRuntime
+	mu  sync.Mutex
+	m   map[*planner.Plan]*planRuntime
+	gen uint64 // counts resets: descriptions made before are stale
 }
 
 // planRuntime is what a multi-shard plan learns on its first runs: the
@@ -165,8 +174,21 @@ func (c *scatterCache) get(p *planner.Plan) *planRuntime {
 func (c *scatterCache) reset() {
 	c.mu.Lock()
 	c.m = nil
+	c.gen++
 	c.mu.Unlock()
 }
+
+func (c *scatterCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// errResultChanged: the shards' statement no longer returns what the
+// client was told (a table changed). As on PostgreSQL, the client must
+// prepare the statement again; that Parse gets a fresh description.
+var errResultChanged = pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type").
+	WithHint("Prepare the statement again.")
 
 // pgType is a built-in type: its name and its array type.
 type pgType struct {
@@ -302,7 +324,12 @@ func bindResults(b []byte) (nparams int, results []byte, ok bool) {
 
 // scatterExecute runs a multi-shard portal.
 func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte) error {
-	delete(ss.scatterPortals, portal)
+	if sp.done {
+		// PostgreSQL answers a portal that ran to completion with no rows.
+		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', []byte("SELECT 0\x00"))})
+		return nil
+	}
+	sp.done = true
 	_, rest, _ := wire.CBytes(body)
 	if len(rest) >= 4 && binary.BigEndian.Uint32(rest) != 0 {
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching a multi-shard result in parts (Execute with a row limit) is not supported yet"))
@@ -343,6 +370,20 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		return err
 	}
 	if err != nil {
+		var we *workerError
+		if errors.As(err, &we) && we.pg.Code == pgerr.ProtocolViolation && strings.Contains(we.pg.Message, "result formats") {
+			// The worker's statement has other columns than the Bind's
+			// result formats say.
+			err = errResultChanged
+		}
+		if err == errResultChanged || we != nil && we.pg.Code == pgerr.FeatureNotSupported {
+			// A table changed since the statement was described (or the
+			// worker says "cached plan must not change result type" of
+			// its statement prepared before): the client's statement
+			// fails from now on, as it would on PostgreSQL.
+			sp.desc.changed.Store(true)
+			ss.resultChanged(sp.st)
+		}
 		ss.out = appendError(ss.out, err)
 		ss.skipping = true
 	}
@@ -356,8 +397,13 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d := sp.scatter.Load(); d != nil {
-		return d, nil
+	gen := ss.srv.scatter.generation()
+	old := sp.scatter.Load()
+	if old != nil && old.changed.Load() {
+		return nil, ss.resultChanged(st)
+	}
+	if old != nil && old.gen == gen {
+		return old, nil
 	}
 	p := sp.plan
 	node, err := ss.srv.firstShardNode(p)
@@ -373,11 +419,18 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 		return nil, err
 	}
 	b := sc.Buf()
-	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL[0]...), 0), st.paramTail...))
+	tail := st.paramTail
+	if old != nil {
+		// Described again (a table may have changed): with the parameter
+		// types clients were given, which stay, as PostgreSQL keeps a
+		// prepared statement's.
+		tail = paramTail(old.paramOIDs)
+	}
+	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL[0]...), 0), tail...))
 	b = wire.AppendFrame(b, 'D', []byte{'S', 0})
 	b = append(b, 'S', 0, 0, 0, 4)
 	sc.SetBuf(b)
-	d := &scatterDesc{}
+	d := &scatterDesc{gen: gen}
 	var werr error
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
@@ -415,16 +468,59 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	if err := pd.Decode(d.paramDesc); err != nil {
 		return nil, pgerr.New(pgerr.Internal, "invalid parameter description from a worker")
 	}
+	if old != nil && !sameShape(old.rowDesc, d.rowDesc) {
+		// Described before a table changed: clients may hold the old
+		// description.
+		old.changed.Store(true)
+		return nil, ss.resultChanged(st)
+	}
 	d.paramOIDs = pd.ParameterOIDs
 	if d.rowDesc != nil {
 		d.ncols = int(binary.BigEndian.Uint16(d.rowDesc))
 	}
-	tail := paramTail(d.paramOIDs)
+	// Statements of their own (not interned by text): a server connection
+	// that prepared the text for an older description (before the table
+	// changed) must not run it for this one.
+	tail = paramTail(d.paramOIDs)
 	for _, w := range p.Scatter.Workers {
-		d.workers = append(d.workers, ss.srv.stmts.intern(append(append([]byte(w.SQL), 0), tail...)))
+		d.workers = append(d.workers, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), tail...)))
 	}
 	sp.scatter.Store(d)
 	return d, nil
+}
+
+// resultChanged answers a Describe, Bind or Execute of a statement
+// prepared before its result changed: the registry forgets the statement,
+// so that the client's next Parse of the text makes a new one.
+func (ss *session) resultChanged(st *Statement) error {
+	ss.srv.stmts.forget(st)
+	if ss.lastParseSt == st {
+		ss.lastParseSt = nil
+	}
+	return errResultChanged
+}
+
+// forget drops st from the registry if it is still there.
+func (r *stmtRegistry) forget(st *Statement) {
+	key := st.Query + "\x00" + string(st.paramTail)
+	r.mu.Lock()
+	if r.m[key] == st {
+		delete(r.m, key)
+	}
+	r.mu.Unlock()
+}
+
+// unique makes a statement for a Parse body's query and parameter types
+// under a name of its own, without interning it.
+func (r *stmtRegistry) unique(rest []byte) *Statement {
+	q, _, _ := wire.CString(rest)
+	r.mu.Lock()
+	r.next++
+	name := "pgfleet_" + strconv.FormatUint(r.next, 10)
+	r.mu.Unlock()
+	body := append(append([]byte(name), 0), rest...)
+	return &Statement{Name: name, Query: q, parse: wire.AppendFrame(nil, 'P', body), cls: classify(q),
+		paramTail: append([]byte(nil), rest[len(q)+1:]...)}
 }
 
 // paramTail is the part of a Parse body after the query: parameter types.
@@ -496,6 +592,19 @@ type scatterRun struct {
 
 func (r *scatterRun) merging() bool { return r.x.Merge.Kind == planner.SQLMerge }
 
+// changed is the error for shards' rows of another shape than expected (a
+// table changed): for a prepared statement, PostgreSQL's; else a retry.
+func (r *scatterRun) changed() error {
+	if r.port != nil {
+		return errResultChanged
+	}
+	return errTableChanged
+}
+
+// errTableChanged: a table changed while a simple-protocol statement ran.
+var errTableChanged = pgerr.New("40001", "a table changed while the multi-shard statement ran").
+	WithHint("Retry the statement.")
+
 // run sends the statement to every worker and answers the client: in the
 // simple protocol a RowDescription, then rows and CommandComplete; in the
 // extended one rows and CommandComplete. An error it returns has not been
@@ -559,13 +668,31 @@ func (r *scatterRun) run() error {
 		return errQuietClose
 	}
 	if r.err != nil {
+		if r.merging() && r.x.Merge.RowIDs && r.x.Merge.Columns == 0 && r.port == nil {
+			// Perhaps because the table changed since its columns were
+			// counted (a Bind with too few result formats).
+			r.forgetColumns()
+		}
 		return r.err
 	}
 	if r.merging() {
-		return r.merge()
+		err := r.merge()
+		if err == errTableChanged && r.x.Merge.Columns == 0 {
+			r.forgetColumns()
+		}
+		return err
 	}
 	r.complete(r.sent)
 	return nil
+}
+
+// forgetColumns drops the partial column count learnt for a select list
+// with a *: the table may have changed since.
+func (r *scatterRun) forgetColumns() {
+	rt := r.ss.srv.scatter.get(r.p)
+	rt.mu.Lock()
+	rt.ncols = 0
+	rt.mu.Unlock()
 }
 
 // value reads a LIMIT or OFFSET of a concatenation: a constant or a
@@ -804,7 +931,9 @@ func (r *scatterRun) send(i int, sc *pooling.ServerConn) {
 		}
 		b = appendBind(b, st.Name, r.port.params, results)
 	}
-	if r.merging() {
+	if r.merging() || r.port != nil {
+		// Extended protocol: the rows' description is checked against the
+		// one the client was given.
 		b = wire.AppendFrame(b, 'D', []byte{'P', 0})
 	}
 	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
@@ -864,6 +993,9 @@ func (r *scatterRun) read(i int) error {
 			}
 			if f.Type == 'T' && r.partialDesc == nil {
 				r.partialDesc = append([]byte(nil), f.Body...)
+			}
+			if f.Type == 'T' && r.port != nil && !r.merging() && !sameTypes(f.Body, r.port.desc.rowDesc) && r.err == nil {
+				r.err = errResultChanged
 			}
 		case 'D':
 			if r.err != nil || r.gone {
@@ -1029,7 +1161,7 @@ func (r *scatterRun) gather(row []byte) {
 		}
 	}
 	if n != r.ncols {
-		r.err = pgerr.New(pgerr.Internal, "workers returned rows of %d columns, expected %d", n, r.ncols)
+		r.err = r.changed()
 		return
 	}
 	if r.cols == nil {
@@ -1110,8 +1242,8 @@ func (r *scatterRun) merge() error {
 			r.shipped[j] = j
 		}
 	}
-	if n != r.ncols {
-		return errCatalogMoved
+	if n != r.ncols || r.port != nil && m.RowIDs && !samePrefix(&pd, want, n-m.Hidden) {
+		return r.changed()
 	}
 	shipped := m.Shipped(n)
 	if r.cols == nil {
@@ -1133,7 +1265,8 @@ func (r *scatterRun) merge() error {
 	for _, c := range shipped {
 		f := pd.Fields[c-1]
 		t, ok := types[f.DataTypeOID]
-		if !ok || f.DataTypeOID >= firstNormalOID || t.array == 0 {
+		// Anonymous records cannot be unnested without a column list.
+		if !ok || f.DataTypeOID >= firstNormalOID || t.array == 0 || t.name == "record" {
 			what := "a user-defined type"
 			if ok {
 				what = "type " + t.name
@@ -1282,7 +1415,7 @@ func (r *scatterRun) merge() error {
 		switch f.Type {
 		case 'T':
 			if !r.mergeTypes(f.Body, want) {
-				merr = pgerr.New(pgerr.Internal, "the merge of a multi-shard query returned other types than the query")
+				merr = r.changed()
 				continue
 			}
 			if r.port == nil {
@@ -1438,6 +1571,40 @@ func appendArray(b []byte, elem uint32, n int, hasNull bool, elems []byte) []byt
 		b = binary.BigEndian.AppendUint32(b, 1)
 	}
 	return append(b, elems...)
+}
+
+// sameShape reports whether two RowDescription bodies (nil: NoData) have
+// the same column names, types and type modifiers.
+func sameShape(a, b []byte) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var x, y pgproto3.RowDescription
+	if x.Decode(a) != nil || y.Decode(b) != nil || len(x.Fields) != len(y.Fields) {
+		return false
+	}
+	for i := range x.Fields {
+		f, g := x.Fields[i], y.Fields[i]
+		if !bytes.Equal(f.Name, g.Name) || f.DataTypeOID != g.DataTypeOID || f.TypeModifier != g.TypeModifier {
+			return false
+		}
+	}
+	return true
+}
+
+// samePrefix reports whether the first n columns of a row description have
+// the types of want's columns, and want has n columns.
+func samePrefix(pd *pgproto3.RowDescription, want []byte, n int) bool {
+	var y pgproto3.RowDescription
+	if y.Decode(want) != nil || len(y.Fields) != n || len(pd.Fields) < n {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		if pd.Fields[i].DataTypeOID != y.Fields[i].DataTypeOID {
+			return false
+		}
+	}
+	return true
 }
 
 // sameTypes reports whether two RowDescription bodies have the same

@@ -140,13 +140,37 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 			return nil, err
 		}
 	}
-	a := &analysis{b: b, sel: sel, single: len(sel.FromClause) == 1 && sel.FromClause[0].GetRangeVar() != nil}
+	nullable, err := b.checkOccurrences(sel)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range []*pg_query.Node{sel.LimitCount, sel.LimitOffset} {
+		if n != nil && hasSubLink(n) {
+			return nil, unsupported("a subquery in LIMIT or OFFSET of a multi-shard query is not supported").
+				WithHint("Give LIMIT and OFFSET as constants or parameters.")
+		}
+	}
+	a := &analysis{b: b, sel: sel, single: len(sel.FromClause) == 1 && sel.FromClause[0].GetRangeVar() != nil, nullable: nullable}
 	if err := a.check(); err != nil {
 		return nil, err
 	}
 	m, partial, err := a.plan()
 	if err != nil {
 		return nil, err
+	}
+	if m.Kind == SQLMerge {
+		// A column of a subquery, VALUES or CTE may carry an explicit
+		// collation that the merge's arrays would lose.
+		from := append([]*pg_query.Node{}, sel.FromClause...)
+		if sel.WithClause != nil {
+			from = append(from, sel.WithClause.Ctes...)
+		}
+		for _, f := range from {
+			if err := noCollate(f); err != nil {
+				return nil, unsupported("COLLATE in the FROM or WITH clause of a multi-shard query that sorts, groups or dedupes is not supported").
+					WithHint("Pin the query to one shard with WHERE <distribution column> = <value>.")
+			}
+		}
 	}
 	p.Kind = MultiShard
 	p.DistTable, p.DistType = dist[0].Name, dist[0].DistType
@@ -334,6 +358,150 @@ func (b *builder) checkJoins(n *pg_query.Node) error {
 	return nil
 }
 
+// checkOccurrences refuses a distributed table read more than once (a
+// self-join) unless every occurrence is joined to the others by equality of
+// their distribution columns: rows in different shards would never meet.
+// It returns the names (aliases) of the distributed tables on the nullable
+// side of an outer join, and "column:" + their distribution columns.
+func (b *builder) checkOccurrences(sel *pg_query.SelectStmt) (map[string]bool, error) {
+	type occ struct {
+		name string
+		t    *metadata.Table
+	}
+	var occs []occ
+	nullable := map[string]bool{}
+	quals := []*pg_query.Node{sel.WhereClause}
+	var visit func(n *pg_query.Node, null bool)
+	visit = func(n *pg_query.Node, null bool) {
+		if rv := n.GetRangeVar(); rv != nil {
+			if t := lookup(b.cat, rv, nil); t != nil && t.Kind == metadata.Distributed {
+				name := rv.Relname
+				if rv.Alias != nil && rv.Alias.Aliasname != "" {
+					name = rv.Alias.Aliasname
+				}
+				occs = append(occs, occ{name, t})
+				if null {
+					nullable[name] = true
+					nullable["column:"+t.DistColumn] = true
+				}
+			}
+		}
+		if j := n.GetJoinExpr(); j != nil {
+			jt := j.Jointype
+			visit(j.Larg, null || jt == pg_query.JoinType_JOIN_RIGHT || jt == pg_query.JoinType_JOIN_FULL)
+			visit(j.Rarg, null || jt == pg_query.JoinType_JOIN_LEFT || jt == pg_query.JoinType_JOIN_FULL)
+			quals = append(quals, j.Quals)
+		}
+	}
+	for _, f := range sel.FromClause {
+		visit(f, false)
+	}
+	count := map[string]int{}
+	dup := false
+	for _, o := range occs {
+		count[o.t.Name]++
+		dup = dup || count[o.t.Name] > 1
+	}
+	if !dup {
+		return nullable, nil
+	}
+	// resolve finds the occurrence whose distribution column cr names.
+	resolve := func(n *pg_query.Node) int {
+		cr := n.GetColumnRef()
+		if cr == nil {
+			return -1
+		}
+		names := ListNames(&pg_query.List{Items: cr.Fields})
+		col := names[len(names)-1]
+		found := -1
+		for i, o := range occs {
+			if o.t.DistColumn != col || len(names) >= 2 && names[len(names)-2] != o.name {
+				continue
+			}
+			if found >= 0 {
+				return -1
+			}
+			found = i
+		}
+		return found
+	}
+	parent := make([]int, len(occs))
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			i = parent[i]
+		}
+		return i
+	}
+	var conj []*pg_query.Node
+	for _, q := range quals {
+		conj = flattenAnd(q, conj)
+	}
+	for _, c := range conj {
+		e := c.GetAExpr()
+		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
+			continue
+		}
+		if l, r := resolve(e.Lexpr), resolve(e.Rexpr); l >= 0 && r >= 0 {
+			parent[find(l)] = find(r)
+		}
+	}
+	for i := range occs {
+		if find(i) != find(0) {
+			return nil, unsupported("%s is read more than once, and %s is not joined to %s on the distribution column %q; a multi-shard self-join is supported only on the distribution column",
+				occs[i].t.Name, occs[i].name, occs[0].name, occs[i].t.DistColumn).
+				WithHint("Join them with %s.%s = %s.%s.", occs[0].name, occs[0].t.DistColumn, occs[i].name, occs[i].t.DistColumn)
+		}
+	}
+	return nullable, nil
+}
+
+// hasSubLink reports whether an expression has a subquery.
+func hasSubLink(n *pg_query.Node) bool {
+	found := false
+	Walk(n, func(m proto.Message) {
+		if _, ok := m.(*pg_query.SubLink); ok {
+			found = true
+		}
+	})
+	return found
+}
+
+// stableTimeFuncs are the functions whose value is fixed for a statement
+// (or transaction) in PostgreSQL, but taken separately by each worker.
+var stableTimeFuncs = map[string]bool{"now": true, "transaction_timestamp": true, "statement_timestamp": true}
+
+// stableTime finds a call of such a function (or CURRENT_TIMESTAMP and the
+// like) in n; "" if none.
+func stableTime(n proto.Message) string {
+	name := ""
+	Walk(n, func(m proto.Message) {
+		switch v := m.(type) {
+		case *pg_query.FuncCall:
+			if f, builtin := funcName(v); builtin && stableTimeFuncs[f] {
+				name = f + "()"
+			}
+		case *pg_query.SQLValueFunction:
+			switch v.Op {
+			case pg_query.SQLValueFunctionOp_SVFOP_CURRENT_ROLE, pg_query.SQLValueFunctionOp_SVFOP_CURRENT_USER,
+				pg_query.SQLValueFunctionOp_SVFOP_USER, pg_query.SQLValueFunctionOp_SVFOP_SESSION_USER,
+				pg_query.SQLValueFunctionOp_SVFOP_CURRENT_CATALOG, pg_query.SQLValueFunctionOp_SVFOP_CURRENT_SCHEMA:
+			default:
+				name = sqlValueNames[v.Op]
+			}
+		}
+	})
+	return name
+}
+
+func errStableTime(name string) error {
+	return unsupported("%s in the select list, GROUP BY, HAVING, ORDER BY or DISTINCT of a multi-shard query is not supported: each worker would give its own value", name).
+		WithHint("Compute the time in the client and pass it as a parameter.")
+}
+
 func (b *builder) hasDist(n *pg_query.Node) bool {
 	found := false
 	Walk(n, func(m proto.Message) {
@@ -353,7 +521,11 @@ type analysis struct {
 	single bool // one plain table in FROM: unqualified and qualified columns are the same
 	agg    bool // aggregates, GROUP BY or HAVING
 	local  bool // grouped by a distribution column: every group lives in one shard
-	names  []string
+	// nullable: distributed tables on the nullable side of an outer join
+	// (by name, and "column:" + distribution column), whose distribution
+	// column can be NULL in rows of every shard.
+	nullable map[string]bool
+	names    []string
 	// compared: the expressions a row merge sorts or dedupes by.
 	compared []*pg_query.Node
 
@@ -398,6 +570,8 @@ func (a *analysis) check() error {
 				}
 			case *pg_query.Node_GroupingFunc:
 				err = unsupported("GROUPING() over several shards is not supported yet")
+			case *pg_query.Node_JsonObjectAgg, *pg_query.Node_JsonArrayAgg:
+				a.agg = true // refused by the aggregate merge
 			}
 			return true
 		})
@@ -423,12 +597,24 @@ func (a *analysis) check() error {
 	}
 	if a.agg {
 		for _, g := range sel.GroupClause {
-			if c, ok := a.b.distColumn(a.groupExpr(g)); ok && c != "" {
+			e := a.groupExpr(g)
+			if c, ok := a.b.distColumn(e); ok && c != "" && !a.nullableColumn(e) {
 				a.local = true
 			}
 		}
 	}
 	return nil
+}
+
+// nullableColumn reports whether a distribution column reference may be
+// of a table on the nullable side of an outer join: its NULL group would
+// be in every shard.
+func (a *analysis) nullableColumn(e *pg_query.Node) bool {
+	names := ListNames(&pg_query.List{Items: e.GetColumnRef().GetFields()})
+	if len(names) >= 2 {
+		return a.nullable[names[len(names)-2]]
+	}
+	return len(names) == 1 && a.nullable["column:"+names[0]]
 }
 
 func errWindow() *pgerr.Error {
@@ -462,6 +648,10 @@ func (a *analysis) subLinkAgg(s *pg_query.SubLink) bool {
 			if builtin && (handledAggs[name] || otherAggs[name]) || fc.AggStar || fc.AggDistinct || fc.AggFilter != nil {
 				found = true
 			}
+		}
+		switch m.(type) {
+		case *pg_query.JsonObjectAgg, *pg_query.JsonArrayAgg:
+			found = true
 		}
 	})
 	return found
@@ -560,7 +750,22 @@ func (a *analysis) plan() (*Merge, *pg_query.SelectStmt, error) {
 		return nil, nil, err
 	}
 	if a.agg && !a.local {
-		return a.aggMerge()
+		// Keys and partial aggregates are computed by the shards, the rest
+		// by the merge.
+		m, partial, err := a.aggMerge()
+		if err == nil {
+			for _, n := range append(append([]*pg_query.Node{}, a.keys...), a.partials...) {
+				if name := stableTime(n); name != "" {
+					return nil, nil, errStableTime(name)
+				}
+			}
+		}
+		return m, partial, err
+	}
+	for _, n := range a.topExprs() {
+		if name := stableTime(n); name != "" {
+			return nil, nil, errStableTime(name)
+		}
 	}
 	return a.rowMerge()
 }
@@ -655,8 +860,11 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 	// columns the shards compute.
 	var hidden []*pg_query.Node
 	keys := map[int]bool{} // output columns the merge compares
-	ref := func(n *pg_query.Node) (*pg_query.Node, error) {
-		if k, ok := position(n); ok {
+	// ref resolves a sort or DISTINCT ON item; collated: it had a COLLATE,
+	// which makes PostgreSQL read it as an expression over the input
+	// columns, not a position or output name.
+	ref := func(n *pg_query.Node, collated bool) (*pg_query.Node, error) {
+		if k, ok := position(n); ok && !collated {
 			if k < 1 || (!star && k > len(sel.TargetList)) {
 				return nil, pgerr.New("42P10", "position %d is not in select list", k)
 			}
@@ -669,7 +877,10 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 			return colRef("c" + strconv.Itoa(k)), nil
 		}
 		a.compared = append(a.compared, n)
-		k, err := a.outputNamed(n)
+		k, err := 0, error(nil)
+		if !collated {
+			k, err = a.outputNamed(n)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -713,7 +924,7 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 		if err := noCollate(expr); err != nil {
 			return nil, nil, err
 		}
-		r, err := ref(expr)
+		r, err := ref(expr, coll != nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -731,7 +942,7 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 			if err := noCollate(d); err != nil {
 				return nil, nil, err
 			}
-			r, err := ref(d)
+			r, err := ref(d, false)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -781,11 +992,34 @@ func pushLimit(partial *pg_query.SelectStmt, limited bool) {
 		return
 	}
 	if partial.LimitOffset != nil {
-		partial.LimitCount = &pg_query.Node{Node: &pg_query.Node_AExpr{AExpr: &pg_query.A_Expr{
+		l, lok := position(partial.LimitCount)
+		o, ook := position(partial.LimitOffset)
+		if lok && ook {
+			partial.LimitCount = &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{
+				Val: &pg_query.A_Const_Fval{Fval: &pg_query.Float{Fval: strconv.FormatInt(int64(l)+int64(o), 10)}}, Location: -1}}}
+			partial.LimitOffset = nil
+			return
+		}
+		// LEAST(limit::int8::numeric + offset::int8::numeric, max bigint):
+		// each rounded to bigint as PostgreSQL does, then added without
+		// overflow (and without 'unknown + unknown' for quoted values).
+		num := func(n *pg_query.Node) *pg_query.Node { return typeCast(typeCast(n, "int8"), "numeric") }
+		sum := &pg_query.Node{Node: &pg_query.Node_AExpr{AExpr: &pg_query.A_Expr{
 			Kind: pg_query.A_Expr_Kind_AEXPR_OP, Name: []*pg_query.Node{pg_query.MakeStrNode("+")},
-			Lexpr: partial.LimitCount, Rexpr: partial.LimitOffset, Location: -1}}}
+			Lexpr: num(partial.LimitCount), Rexpr: num(partial.LimitOffset), Location: -1}}}
+		maxInt8 := &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{
+			Val: &pg_query.A_Const_Fval{Fval: &pg_query.Float{Fval: "9223372036854775807"}}, Location: -1}}}
+		partial.LimitCount = &pg_query.Node{Node: &pg_query.Node_MinMaxExpr{MinMaxExpr: &pg_query.MinMaxExpr{
+			Op: pg_query.MinMaxOp_IS_LEAST, Args: []*pg_query.Node{sum, maxInt8}, Location: -1}}}
 		partial.LimitOffset = nil
 	}
+}
+
+// typeCast is CAST(n AS pg_catalog.typ).
+func typeCast(n *pg_query.Node, typ string) *pg_query.Node {
+	return &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{Arg: n,
+		TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode(typ)},
+			Typemod: -1, Location: -1}, Location: -1}}}
 }
 
 func isNull(n *pg_query.Node) bool {
@@ -895,7 +1129,12 @@ func (a *analysis) aggMerge() (*Merge, *pg_query.SelectStmt, error) {
 		}
 		tmpl.HavingClause = v
 	}
-	item := func(n *pg_query.Node) (*pg_query.Node, error) {
+	// item resolves an ORDER BY or DISTINCT ON item; collated: see ref in
+	// rowMerge.
+	item := func(n *pg_query.Node, collated bool) (*pg_query.Node, error) {
+		if collated {
+			return a.mergeExpr(n)
+		}
 		if _, ok := position(n); ok {
 			return proto.Clone(n).(*pg_query.Node), nil
 		}
@@ -918,7 +1157,7 @@ func (a *analysis) aggMerge() (*Merge, *pg_query.SelectStmt, error) {
 		if err := noCollate(expr); err != nil {
 			return nil, nil, err
 		}
-		r, err := item(expr)
+		r, err := item(expr, coll != nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -936,7 +1175,7 @@ func (a *analysis) aggMerge() (*Merge, *pg_query.SelectStmt, error) {
 		if err := noCollate(d); err != nil {
 			return nil, nil, err
 		}
-		r, err := item(d)
+		r, err := item(d, false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -1062,6 +1301,10 @@ func (a *analysis) mergeExpr(n *pg_query.Node) (*pg_query.Node, error) {
 		case *pg_query.Node_SubLink:
 			err = unsupported("subqueries in the select list, HAVING or ORDER BY of a multi-shard aggregate query are not supported yet")
 			return false
+		case *pg_query.Node_JsonObjectAgg, *pg_query.Node_JsonArrayAgg:
+			err = unsupported("JSON_OBJECTAGG and JSON_ARRAYAGG over several shards are not supported yet").
+				WithHint("GROUP BY the distribution column, or pin the query to one shard with WHERE <distribution column> = <value>.")
+			return false
 		}
 		return true
 	})
@@ -1071,18 +1314,26 @@ func (a *analysis) mergeExpr(n *pg_query.Node) (*pg_query.Node, error) {
 // renumber gives the statement's parameters the merge template uses their
 // merge numbers (Render adds the arrays' count).
 func (a *analysis) renumber(m *Merge) error {
+	// In the order of the statement's numbers: Walk's order of a
+	// message's fields is not fixed.
+	var refs []*pg_query.ParamRef
 	seen := map[int32]int32{}
 	Walk(m.tmpl, func(msg proto.Message) {
 		if p, ok := msg.(*pg_query.ParamRef); ok {
-			k, ok := seen[p.Number]
-			if !ok {
+			refs = append(refs, p)
+			if _, ok := seen[p.Number]; !ok {
+				seen[p.Number] = 0
 				m.Params = append(m.Params, int(p.Number))
-				k = int32(len(m.Params))
-				seen[p.Number] = k
 			}
-			p.Number = k
 		}
 	})
+	sort.Ints(m.Params)
+	for i, k := range m.Params {
+		seen[int32(k)] = int32(i + 1)
+	}
+	for _, p := range refs {
+		p.Number = seen[p.Number]
+	}
 	return nil
 }
 
@@ -1124,7 +1375,15 @@ func eachNode(n proto.Message, fn func(*pg_query.Node) bool) {
 			}
 			m = nd.ProtoReflect()
 		}
-		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		// Fields in declaration order (Range's order is not fixed), so
+		// that partial columns are numbered the same in every build.
+		fds := m.Descriptor().Fields()
+		for i := 0; i < fds.Len(); i++ {
+			fd := fds.Get(i)
+			if !m.Has(fd) {
+				continue
+			}
+			v := m.Get(fd)
 			switch {
 			case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
 				l := v.List()
@@ -1134,8 +1393,7 @@ func eachNode(n proto.Message, fn func(*pg_query.Node) bool) {
 			case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
 				visit(v.Message())
 			}
-			return true
-		})
+		}
 	}
 	visit(n.ProtoReflect())
 }

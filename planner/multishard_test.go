@@ -28,9 +28,9 @@ func TestMergeRender(t *testing.T) {
 		{"SELECT avg(r) FROM accounts", []string{"float4", "int8"}, "avg of real values over several shards is not supported"},
 		{"SELECT aid FROM accounts WHERE abalance > $1 ORDER BY abalance DESC LIMIT $2 OFFSET $3",
 			[]string{"int8", "int4"},
-			// Parameters are numbered as the merge first meets them: OFFSET's
-			// $3 becomes its $3, LIMIT's $2 its $4 (Params says so).
-			"SELECT r FROM unnest($1, $2) p(r, c2) ORDER BY c2 DESC LIMIT $4 OFFSET $3"},
+			// The statement's parameters follow the arrays in their order:
+			// LIMIT's $2 becomes $3, OFFSET's $3 becomes $4 (Params says so).
+			"SELECT r FROM unnest($1, $2) p(r, c2) ORDER BY c2 DESC LIMIT $3 OFFSET $4"},
 		{"SELECT * FROM accounts ORDER BY abalance LIMIT 5",
 			[]string{"int8", "int4", "int4", "text", "int4"},
 			"SELECT r FROM unnest($1, $2) p(r, c5) ORDER BY c5 LIMIT 5"},
@@ -86,4 +86,40 @@ func parseOne(q string) (*pg_query.Node, error) {
 		return nil, err
 	}
 	return tree.Stmts[0].Stmt, nil
+}
+
+// TestMultiShardRefused: shapes that a multi-shard plan would answer
+// wrongly are refused with 0A000.
+func TestMultiShardRefused(t *testing.T) {
+	cat := testCatalog()
+	for _, q := range []string{
+		// SQL/JSON aggregates (PostgreSQL 16) are not FuncCalls.
+		"SELECT JSON_ARRAYAGG(abalance) FROM accounts",
+		"SELECT bid, JSON_OBJECTAGG(bid : abalance) FROM accounts GROUP BY bid",
+		"SELECT bid FROM accounts GROUP BY bid ORDER BY (SELECT JSON_ARRAYAGG(bid))",
+		// A self-join not on the distribution column.
+		"SELECT count(*) FROM accounts a JOIN accounts b ON a.bid = b.bid",
+		"SELECT count(*) FROM accounts a, accounts b WHERE a.aid = b.bid",
+		// A subquery in LIMIT runs in the merge, without the tables.
+		"SELECT aid FROM accounts ORDER BY aid LIMIT (SELECT 1 FROM branches)",
+		// Each worker's own now().
+		"SELECT DISTINCT now() FROM accounts",
+		"SELECT aid, current_timestamp FROM accounts",
+		"SELECT count(*) FROM accounts GROUP BY statement_timestamp()",
+		// A collation from FROM that the merge would lose.
+		"SELECT v.c FROM accounts JOIN (VALUES ('a' COLLATE \"C\", 1)) v(c, k) ON v.k = bid ORDER BY v.c LIMIT 3",
+	} {
+		if _, err := Build(q, cat); err == nil || !strings.Contains(err.Error(), "0A000") {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+	for _, q := range []string{
+		"SELECT count(*) FROM accounts a JOIN accounts b ON a.aid = b.aid WHERE a.bid = b.bid",
+		"SELECT now(), count(*) FROM accounts WHERE abalance < 0",
+		"SELECT a.aid, count(*) FROM accounts a LEFT JOIN accounts b ON b.aid = a.aid GROUP BY a.aid",
+	} {
+		if p, err := Build(q, cat); err != nil || p.Kind != MultiShard {
+			t.Errorf("%s: %v", q, err)
+		}
+	}
 }
