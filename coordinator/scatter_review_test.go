@@ -301,7 +301,16 @@ func TestScatterReview(t *testing.T) {
 		{sql: "SELECT (g, id) FROM {d} ORDER BY (g, id) LIMIT 5", refuse: true},
 		{sql: "SELECT DISTINCT (g, b) FROM {d}", refuse: true},
 		{sql: "SELECT (g, b), count(*) FROM {d} GROUP BY (g, b)", refuse: true},
-		{sql: "SELECT a.id, b.y FROM {d} a LEFT JOIN {d2} b ON a.id = b.id WHERE a.id < 10", refuse: true},
+		// Outer joins of colocated tables on the distribution column stay
+		// on each shard: concatenation is exact.
+		{sql: "SELECT a.id, b.y FROM {d} a LEFT JOIN {d2} b ON a.id = b.id WHERE a.id < 10"},
+		{sql: "SELECT a.id, b.y FROM {d} a FULL JOIN {d2} b ON a.id = b.id ORDER BY a.id, b.y LIMIT 20"},
+		{sql: "SELECT count(*), count(b.id) FROM {d} a LEFT JOIN {d} b ON b.id = a.id AND b.g > 2"},
+		// Router: a self-join pinned on one side must not be routed when
+		// the other side is joined off the distribution column.
+		{sql: "SELECT count(*) FROM {d} a JOIN {d} b ON a.g = b.g WHERE a.id = 5", refuse: true},
+		{sql: "SELECT a.id, b.id FROM {d} a LEFT JOIN {d} b ON b.id = a.id WHERE a.id = 5"},
+		{sql: "SELECT count(*) FROM {d} a LEFT JOIN {d2} b ON b.id = 5", refuse: true},
 		// Self-joins not on the distribution column.
 		{sql: "SELECT count(*) FROM {d} a JOIN {d} b ON a.g = b.g", refuse: true},
 		{sql: "SELECT count(*) FROM {d} a, {d} b WHERE a.id = b.x", refuse: true},

@@ -304,11 +304,16 @@ type builder struct {
 	scope map[string]*metadata.Table
 	// topLevel marks the RangeVars in the top-level FROM (or target).
 	topLevel map[*pg_query.RangeVar]bool
+	// outerQuals are the ON conditions of outer joins: their equalities of
+	// distribution columns keep both sides on one shard group, but their
+	// constants restrict nothing.
+	outerQuals []*pg_query.Node
 }
 
 func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	b.scope = map[string]*metadata.Table{}
 	b.topLevel = map[*pg_query.RangeVar]bool{}
+	b.outerQuals = nil
 	var quals []*pg_query.Node
 	readOnly := false
 	var insert *pg_query.InsertStmt
@@ -510,6 +515,8 @@ func (b *builder) addFrom(n *pg_query.Node, quals []*pg_query.Node) []*pg_query.
 		quals = b.addFrom(j.Rarg, quals)
 		if j.Jointype == pg_query.JoinType_JOIN_INNER {
 			quals = append(quals, j.Quals)
+		} else {
+			b.outerQuals = append(b.outerQuals, j.Quals)
 		}
 	}
 	return quals
@@ -551,7 +558,11 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 	for _, q := range quals {
 		conj = flattenAnd(q, conj)
 	}
-	for _, c := range conj {
+	outer := len(conj)
+	for _, q := range b.outerQuals {
+		conj = flattenAnd(q, conj)
+	}
+	for i, c := range conj {
 		e := c.GetAExpr()
 		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
 			continue
@@ -561,6 +572,8 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 		switch {
 		case lok && rok:
 			union(l, r)
+		case i >= outer:
+			// An outer join's constant does not restrict its rows.
 		case lok:
 			if v := valueOf(e.Rexpr); v != nil {
 				values[l] = v
@@ -577,11 +590,20 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 			classValue[find(col)] = v
 		}
 	}
-	root := find(dist[0].Name + "." + dist[0].DistColumn)
-	for _, t := range dist[1:] {
-		if find(t.Name+"."+t.DistColumn) != root {
-			return nil, unsupported("distributed tables %s are not joined on their distribution columns", strings.Join(tableNames(dist), ", ")).
-				WithHint("Join them with equalities on their distribution columns (a.%s = b.%s).", dist[0].DistColumn, t.DistColumn)
+	// Every occurrence of a distributed table (a self-join has two) must be
+	// in the pinned class, not just every table.
+	var occ []string
+	for name, t := range b.scope {
+		if t.Kind == metadata.Distributed {
+			occ = append(occ, name)
+		}
+	}
+	sort.Strings(occ)
+	root := find(occ[0] + "." + b.scope[occ[0]].DistColumn)
+	for _, o := range occ[1:] {
+		if t := b.scope[o]; find(o+"."+t.DistColumn) != root {
+			return nil, unsupported("distributed tables %s are not joined on their distribution columns", strings.Join(b.occurrenceNames(occ), ", ")).
+				WithHint("Join them with equalities on their distribution columns (a.%s = b.%s).", b.scope[occ[0]].DistColumn, t.DistColumn)
 		}
 	}
 	if v := classValue[root]; v != nil {
@@ -590,20 +612,27 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 	return nil, &unpinned{table: dist[0]}
 }
 
+// occurrenceNames names FROM-clause occurrences for a message: the table,
+// and its alias when it has one.
+func (b *builder) occurrenceNames(occ []string) []string {
+	var out []string
+	for _, o := range occ {
+		t := b.scope[o]
+		if o == t.Name || strings.HasSuffix(t.Name, "."+o) {
+			out = append(out, t.Name)
+		} else {
+			out = append(out, t.Name+" AS "+o)
+		}
+	}
+	return out
+}
+
 // unpinned: the distributed tables are joined on their distribution
 // columns, and nothing pins them to one value: the statement needs every
 // shard.
 type unpinned struct{ table *metadata.Table }
 
 func (u *unpinned) Error() string { return "no equality on the distribution column of " + u.table.Name }
-
-func tableNames(ts []*metadata.Table) []string {
-	var out []string
-	for _, t := range ts {
-		out = append(out, t.Name)
-	}
-	return out
-}
 
 func flattenAnd(n *pg_query.Node, out []*pg_query.Node) []*pg_query.Node {
 	if n == nil {
@@ -621,7 +650,9 @@ func flattenAnd(n *pg_query.Node, out []*pg_query.Node) []*pg_query.Node {
 }
 
 // distColumn reports whether n is a reference to a distributed table's
-// distribution column, as "table.column".
+// distribution column, as "occurrence.column": the occurrence is the table's
+// name in the FROM clause (its alias, if any), so the two sides of a
+// self-join are told apart.
 func (b *builder) distColumn(n *pg_query.Node) (string, bool) {
 	cr := n.GetColumnRef()
 	if cr == nil {
@@ -637,23 +668,25 @@ func (b *builder) distColumn(n *pg_query.Node) (string, bool) {
 	}
 	col := parts[len(parts)-1]
 	var t *metadata.Table
+	occ := ""
 	switch len(parts) {
 	case 1:
-		for _, cand := range b.scope {
+		for name, cand := range b.scope {
 			if cand.Kind == metadata.Distributed && cand.DistColumn == col {
-				if t != nil && t != cand {
+				if t != nil {
 					return "", false // ambiguous; the worker will say so
 				}
-				t = cand
+				t, occ = cand, name
 			}
 		}
 	default:
-		t = b.scope[parts[len(parts)-2]]
+		occ = parts[len(parts)-2]
+		t = b.scope[occ]
 	}
 	if t == nil || t.Kind != metadata.Distributed || t.DistColumn != col {
 		return "", false
 	}
-	return t.Name + "." + col, true
+	return occ + "." + col, true
 }
 
 // valueOf returns a constant or parameter, looking through casts.
