@@ -229,9 +229,9 @@ func writeEveryRun(sb *strings.Builder, rows []*tableRow) {
 		withWorkload = withWorkload || r.Workload != ""
 	}
 	if withWorkload {
-		sb.WriteString("## Every run (QPS)\n\n| config | workload | mode | runs | min | max | spread |\n|---|---|---|---|---:|---:|---:|\n")
+		sb.WriteString("## Every run (QPS)\n\n| config | workload | mode | QPS per run | min | max | spread |\n|---|---|---|---|---:|---:|---:|\n")
 	} else {
-		sb.WriteString("## Every run (QPS)\n\n| config | mode | runs | min | max | spread |\n|---|---|---|---:|---:|---:|\n")
+		sb.WriteString("## Every run (QPS)\n\n| config | mode | QPS per run | min | max | spread |\n|---|---|---|---:|---:|---:|\n")
 	}
 	for _, r := range rows {
 		if len(r.RunsQPS) == 0 {
@@ -424,7 +424,7 @@ func (b *base) writeReports(mdPath, md, jsonPath string, rep any) error {
 	if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	b.logf("wrote %s and %s", mdPath, jsonPath)
+	b.logf("wrote %s and %s (and the chart beside them, .svg)", mdPath, jsonPath)
 	return nil
 }
 

@@ -246,7 +246,7 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName, chartName string) 
 			for _, p := range d.PerWorker {
 				parts = append(parts, fmt.Sprintf("%s %d shards / %d rows", p.Worker, p.Shards, p.Rows))
 			}
-			fmt.Fprintf(&sb, "- routed, %d workers: %d accounts in %d shards (%s); %d rows left in the shell table on worker1\n",
+			fmt.Fprintf(&sb, "- routed, %d worker(s): %d accounts in %d shards (%s); %d rows left in the shell table on worker1\n",
 				d.Workers, d.RoutedAccounts, d.Shards, strings.Join(parts, ", "), d.ShellAccounts)
 		}
 		if len(d.Reads) > 0 {
@@ -256,7 +256,7 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName, chartName string) 
 					ok++
 				}
 			}
-			fmt.Fprintf(&sb, "- reads through the coordinator at set-up, %d workers (accounts, tellers, branches by key; prepared, extended "+
+			fmt.Fprintf(&sb, "- reads through the coordinator at set-up, %d worker(s) (accounts, tellers, branches by key; prepared, extended "+
 				"and simple protocol): %d of %d returned their one row\n", d.Workers, ok, len(d.Reads))
 		}
 	}

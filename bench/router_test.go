@@ -476,9 +476,9 @@ func TestRouterMarkdown(t *testing.T) {
 		"- [x] **met** — coordinator throughput ≥ PgBouncer session's, point-select prepared: 1.25 (>= 1.00)",
 		"- [ ] **missed** — coordinator CPU/query ≤ PgBouncer session's",
 		"- [ ] **n/a** — worker CPU per routed query ≤ 1.1× direct's, citus-mix prepared:",
-		"routed, 1 workers: 100000 accounts in 32 shards (worker1 32 shards / 100000 rows)",
+		"routed, 1 worker(s): 100000 accounts in 32 shards (worker1 32 shards / 100000 rows)",
 		"| pgfleet | point-select | prepared | 500 | 16667 | 2.16 | 2.56 | 18182 | 5.05 | 2.80 |",
-		"1 of 2 returned their one row", "| config | workload | mode | runs |", "r.json",
+		"1 of 2 returned their one row", "| config | workload | mode | QPS per run |", "r.json",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)

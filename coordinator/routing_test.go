@@ -130,11 +130,21 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 	exec(t, c, "BEGIN")
 	exec(t, c, "UPDATE rt_acc SET n = 555 WHERE aid = 1")
 	var crossErr error
-	for k := 2; k < 60 && crossErr == nil; k++ {
-		_, crossErr = c.Exec(ctx, "UPDATE rt_acc SET n = 555 WHERE aid = $1", k)
+	crossKey := 2
+	for ; crossKey < 60; crossKey++ {
+		if _, crossErr = c.Exec(ctx, "UPDATE rt_acc SET n = 555 WHERE aid = $1", crossKey); crossErr != nil {
+			break
+		}
 	}
 	if sqlState(crossErr) != "0A000" {
 		t.Fatalf("second worker in a transaction: %v, want 0A000", crossErr)
+	}
+	// The transaction has failed: any statement, for either worker, gets
+	// 25P02 until it ends, as in PostgreSQL.
+	for _, k := range []int{1, crossKey} {
+		if _, err := c.Exec(ctx, "SELECT n FROM rt_acc WHERE aid = $1", k); sqlState(err) != "25P02" {
+			t.Errorf("aid %d in the failed transaction: %v, want 25P02", k, err)
+		}
 	}
 	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)

@@ -230,6 +230,11 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 		}
 	}
 	if ss.sc != nil {
+		if node != ss.node && ss.sc.TxStatus == 'E' {
+			// As PostgreSQL: a failed transaction takes nothing until it ends.
+			return pgerr.New(pgerr.InFailedSQLTransaction,
+				"current transaction is aborted, commands ignored until end of transaction block")
+		}
 		if node != ss.node {
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"this transaction already runs on worker %s and the statement needs worker %s; transactions across workers are not supported yet",

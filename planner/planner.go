@@ -337,7 +337,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		target = b.addRangeVar(insert.Relation)
 		if insert.SelectStmt != nil && insert.SelectStmt.GetSelectStmt() != nil &&
 			len(insert.SelectStmt.GetSelectStmt().ValuesLists) == 0 {
-			return nil, unsupported("INSERT ... SELECT into distributed or reference tables is not supported yet")
+			return nil, unsupported("INSERT ... SELECT into distributed or reference tables is not supported yet").
+				WithHint("Insert the rows before distributing the table (they move into the shards), or use a multi-row INSERT ... VALUES or COPY.")
 		}
 	case stmt.GetUpdateStmt() != nil:
 		u := stmt.GetUpdateStmt()
@@ -365,7 +366,11 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetExplainStmt() != nil:
 		return b.explainPlan(stmt)
 	default:
-		return nil, unsupported("%s on distributed or reference tables is not supported yet", StatementName(stmt))
+		e := unsupported("%s on distributed or reference tables is not supported yet", StatementName(stmt))
+		if stmt.GetPrepareStmt() != nil {
+			e = e.WithHint("Use the protocol's prepared statements (Parse/Bind, as drivers and pgbench -M prepared do); they are routed at Bind.")
+		}
+		return nil, e
 	}
 
 	// Every pgfleet table must be in the top-level FROM: tables inside
@@ -375,7 +380,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	Walk(stmt, func(m proto.Message) {
 		if rv, ok := m.(*pg_query.RangeVar); ok && !b.topLevel[rv] && nested == nil {
 			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
-				nested = unsupported("distributed table %s in a subquery or CTE is not supported yet", t.Name)
+				nested = unsupported("distributed table %s in a subquery or CTE is not supported yet", t.Name).
+					WithHint("Move the distributed table to the top-level FROM, joined on its distribution column, or run the subquery first.")
 			}
 		}
 	})

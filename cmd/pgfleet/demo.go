@@ -37,7 +37,7 @@ func demo(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("pgfleet demo: starting %d PostgreSQL workers and %d coordinators...\n", *nWorkers, *nCoords)
+	fmt.Printf("pgfleet demo: starting %s and %s...\n", plural(*nWorkers, "PostgreSQL worker"), plural(*nCoords, "coordinator"))
 	cl, err := pgcluster.StartCluster(ctx, *dataDir, *nWorkers)
 	if err != nil {
 		return err
@@ -124,4 +124,12 @@ func loadPgbench(ctx context.Context, addr string, scale, shards int) error {
 		}
 	}
 	return nil
+}
+
+// plural is "1 thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

@@ -27,6 +27,8 @@ const usage = `pgfleet: a fleet of PostgreSQL-compatible coordinators in front o
 Usage:
   pgfleet serve [flags]   run one coordinator (pgfleet serve -h for flags)
   pgfleet demo  [flags]   start PostgreSQL workers and coordinators on loopback, ready for psql
+  pgfleet bench router    the head-to-head harness: workloads through a fleet of coordinators, directly,
+                          through PgBouncer and against systems given by URL (bench/README.md)
   pgfleet bench relay     benchmark pgbench through pgfleet, PgBouncer and directly (bench/README.md)
   pgfleet bench idle      coordinator memory per idle client connection (bench/README.md)
 `
