@@ -283,9 +283,10 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 		ss.qbuf = body
 		return ss.relayCycle('Q', body, nil, all[order[0]].Nodes[0])
 	}
-	if ss.sc != nil {
+	if ss.inTxn() { // its two-phase commit would not be undone by ROLLBACK
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-row INSERT into %s whose rows belong to several shards is not supported inside a transaction block yet", p.DistTable))
+			"a multi-row INSERT into %s whose rows belong to several shards is not supported inside a transaction block yet", p.DistTable).
+			WithHint("Insert the rows outside BEGIN ... COMMIT, or one row (one distribution value) per statement."))
 	}
 	if p.Returning {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,

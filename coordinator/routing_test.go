@@ -125,6 +125,28 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 		}
 	}
 
+	// Writes to every node inside a transaction block, even one whose BEGIN
+	// the coordinator has not sent yet, are refused: they would commit on
+	// their own and ROLLBACK could not undo them.
+	for _, q := range []string{
+		"INSERT INTO rt_ref VALUES (99, 'rolled back')",
+		"UPDATE rt_ref SET name = 'rolled back' WHERE bid = 1",
+		"INSERT INTO rt_acc (aid, bid, v, n) VALUES (300001, 1, 'x', 1), (300002, 1, 'x', 1), (300003, 1, 'x', 1), (300004, 1, 'x', 1)",
+	} {
+		exec(t, c, "BEGIN", simple)
+		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s inside BEGIN: %v, want 0A000", q, err)
+		}
+		exec(t, c, "ROLLBACK", simple)
+	}
+	for _, q := range []string{"SELECT count(*) FROM rt_ref WHERE bid = 99 OR name = 'rolled back'",
+		"SELECT count(*) FROM rt_acc WHERE aid BETWEEN 300001 AND 300004"} {
+		var leaked int
+		if err := c.QueryRow(ctx, q, simple).Scan(&leaked); err != nil || leaked != 0 {
+			t.Errorf("%s after the rolled-back transactions: %d (%v), want 0", q, leaked, err)
+		}
+	}
+
 	// A transaction stays on one worker; one that would need a second one
 	// fails with 0A000 and leaves nothing behind.
 	exec(t, c, "BEGIN")

@@ -197,17 +197,174 @@ type pgType struct {
 }
 
 // scatterAllowed refuses a multi-shard statement where its separate
-// connections would not see what the session sees.
+// connections would not see what the session sees. In a transaction block
+// under READ COMMITTED each statement takes its own snapshot, so the part
+// for the transaction's worker runs on the transaction's connection and
+// the others on pooled ones, where the transaction has written nothing
+// (txnCheck checks the isolation level and settings on the connections).
 func (ss *session) scatterAllowed() error {
 	if ss.pinned != "" {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard query is not supported in a session pinned to one worker connection (%s)", ss.pinned).
 			WithHint("Reconnect, or pin the query to one shard with WHERE <distribution column> = <value>.")
 	}
-	if ss.inTxn() {
-		return pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard query inside a transaction block is not supported yet").
-			WithHint("Run it outside BEGIN ... COMMIT, or pin it to one shard with WHERE <distribution column> = <value>.")
+	if ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E' {
+		return pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block")
+	}
+	if ss.sc == nil && ss.pendingBegin != "" {
+		if level, ok := beginIsolation(ss.pendingBegin); !ok || !readCommitted(level) {
+			return errTxnIsolation(level)
+		}
+	}
+	return nil
+}
+
+// beginIsolation finds the isolation level a BEGIN or START TRANSACTION
+// asks for ("" if none); ok is false if unsure.
+func beginIsolation(sql string) (level string, ok bool) {
+	lx := lexer{s: sql}
+	n, _, _, _ := lx.statement()
+	w := lx.words[:n]
+	for i := 0; i+1 < n; i++ {
+		if !strings.EqualFold(w[i], "ISOLATION") || !strings.EqualFold(w[i+1], "LEVEL") {
+			continue
+		}
+		switch {
+		case i+3 < n && strings.EqualFold(w[i+2], "READ") && (strings.EqualFold(w[i+3], "COMMITTED") || strings.EqualFold(w[i+3], "UNCOMMITTED")):
+			level = "read committed"
+		case i+3 < n && strings.EqualFold(w[i+2], "REPEATABLE") && strings.EqualFold(w[i+3], "READ"):
+			return "repeatable read", true
+		case i+2 < n && strings.EqualFold(w[i+2], "SERIALIZABLE"):
+			return "serializable", true
+		default:
+			return "", false
+		}
+	}
+	if n == maxWords {
+		return "", false // more words than the lexer keeps
+	}
+	return level, true
+}
+
+// readCommitted reports whether an isolation level ("" for the default,
+// checked on the connections) takes a snapshot per statement.
+func readCommitted(level string) bool {
+	return level == "" || level == "read committed" || level == "read uncommitted"
+}
+
+// errTxnIsolation refuses a multi-shard statement in a transaction whose
+// snapshot spans its statements.
+func errTxnIsolation(level string) error {
+	what := "this transaction's isolation level"
+	if level != "" {
+		what = strings.ToUpper(level)
+	}
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"a multi-shard query is not supported in a transaction block under %s", what).
+		WithHint("Under REPEATABLE READ or SERIALIZABLE one snapshot spans the transaction, which the query's connections to other workers cannot share: " +
+			"use READ COMMITTED (the default), run the query outside the transaction block, or pin it to one shard with WHERE <distribution column> = <value>.")
+}
+
+// txnStateSQL reads, on every connection of a multi-shard statement in a
+// transaction block, the isolation levels and the settings made with SET
+// (SET LOCAL included) but those of the transaction's characteristics.
+const txnStateSQL = "SELECT pg_catalog.current_setting('transaction_isolation'), pg_catalog.current_setting('default_transaction_isolation'), " +
+	"(SELECT pg_catalog.string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings " +
+	"WHERE source = 'session' AND name NOT IN ('transaction_isolation', 'transaction_read_only', 'transaction_deferrable'))"
+
+// txnCheck refuses a multi-shard statement in a transaction block unless
+// every part of it sees what the transaction would: the transaction takes
+// a snapshot per statement (READ COMMITTED), and its connection has the
+// settings of the pooled ones (no SET or SET LOCAL in the transaction).
+// The transaction's connection is asked when it is held; while BEGIN is
+// deferred, the BEGIN's text and the pooled connections' default.
+func (r *scatterRun) txnCheck() error {
+	ss := r.ss
+	if !ss.inTxn() {
+		return nil
+	}
+	level := ""
+	if ss.sc == nil {
+		var ok bool
+		if level, ok = beginIsolation(ss.pendingBegin); !ok || !readCommitted(level) {
+			return errTxnIsolation(level)
+		}
+	}
+	conns := r.conns[:len(r.conns):len(r.conns)]
+	if ss.sc != nil && r.txIdx < 0 {
+		conns = append(conns, ss.sc)
+	}
+	lost := func(i int) {
+		conns[i].MarkBroken()
+		if i < len(r.conns) {
+			r.pending[i] = true
+		} else {
+			r.txLost = true
+		}
+	}
+	for i, sc := range conns {
+		q := pgproto3.Query{String: txnStateSQL}
+		b, _ := q.Encode(sc.Buf())
+		sc.SetBuf(b)
+		if err := sc.Flush(); err != nil {
+			for j := i; j < len(conns); j++ {
+				lost(j)
+			}
+			return lostWorker(sc.Addr, err)
+		}
+	}
+	var states [][]*string
+	var first error
+	for i, sc := range conns {
+		rows, err := readText(sc)
+		if err != nil && !errors.As(err, new(*workerError)) {
+			lost(i)
+		}
+		if err == nil && (len(rows) != 1 || len(rows[0]) != 3 || rows[0][0] == nil || rows[0][1] == nil) {
+			err = pgerr.New(pgerr.Internal, "unexpected answer from worker %s about its transaction", sc.Addr)
+		}
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		states = append(states, rows[0])
+	}
+	if first != nil {
+		return first
+	}
+	str := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	if ss.sc == nil {
+		// Deferred BEGIN: the transaction's worker is not known yet; any
+		// worker's default must be READ COMMITTED.
+		for _, st := range states {
+			if level == "" && !readCommitted(*st[1]) {
+				return errTxnIsolation(*st[1])
+			}
+		}
+		return nil
+	}
+	txn := states[len(states)-1] // the transaction's connection: appended last, or at txIdx
+	if r.txIdx >= 0 {
+		txn = states[r.txIdx]
+	}
+	if !readCommitted(*txn[0]) {
+		return errTxnIsolation(*txn[0])
+	}
+	for _, st := range states {
+		if str(st[2]) != str(txn[2]) {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"a multi-shard query is not supported in a transaction block after SET or SET LOCAL changed a setting").
+				WithHint("The query's connections to other workers have the session's settings as of its last commit: " +
+					"run it before the SET, after COMMIT, or pin it to one shard with WHERE <distribution column> = <value>.")
+		}
 	}
 	return nil
 }
@@ -217,7 +374,7 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	if err := ss.scatterAllowed(); err != nil {
 		return ss.queryError(err)
 	}
-	if ss.sc != nil {
+	if ss.sc != nil && ss.sc.TxStatus != 'T' {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "a multi-shard query cannot run while the session holds a worker connection"))
 	}
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
@@ -225,11 +382,50 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	if errors.Is(err, errQuietClose) {
 		return err
 	}
+	if r.txLost {
+		return ss.lostServer(err)
+	}
+	if err != nil && ss.inTxn() {
+		// The transaction fails, as on PostgreSQL (its worker's too).
+		ss.out = appendError(ss.out, err)
+		return ss.failTxn()
+	}
 	if err != nil {
 		ss.out = appendError(ss.out, err)
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
+}
+
+// failTxn makes the session's transaction fail after a simple query's
+// error was sent, and ends the answer, as queryError does.
+func (ss *session) failTxn() error {
+	if ss.sc == nil {
+		if ss.pendingBegin != "" {
+			ss.pendingFailed = true
+		}
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		return nil
+	}
+	ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortQuery...))
+	ss.push(expect{kind: eRelay, term: tQuery, abort: true})
+	return ss.roundTrip()
+}
+
+// scatterFailed answers an Execute of a multi-shard portal with err, after
+// the rows already sent: the rest of the batch is skipped and, in a
+// transaction block, the transaction fails, as on PostgreSQL.
+func (ss *session) scatterFailed(err error) {
+	ss.out = appendError(ss.out, err)
+	ss.skipping = true
+	if ss.sc == nil && ss.pendingBegin != "" {
+		ss.pendingFailed = true
+	}
+	if ss.sc != nil {
+		ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortParse...))
+		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
+		ss.needSync = true
+	}
 }
 
 // scatterDescribe answers Describe of a multi-shard statement.
@@ -335,39 +531,42 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching a multi-shard result in parts (Execute with a row limit) is not supported yet"))
 		return nil
 	}
-	if ss.sc != nil && ss.sc.TxStatus == 'I' && !ss.batchWork {
+	if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
 		// Only Parse or Describe used the held connection in this batch:
-		// end its implicit transaction with a hidden Sync and give it back.
+		// answer them with a hidden Sync (outside a transaction block,
+		// that ends the implicit transaction and gives the connection back).
 		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
 		ss.push(expect{kind: eSwallow, term: tSync})
 		if err := ss.roundTrip(); err != nil {
 			return err
 		}
 	}
-	if ss.sc != nil {
+	if ss.sc != nil && (ss.sc.TxStatus == 'I' || ss.batchWork || ss.needSync) {
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard query after other statements in the same pipeline or transaction is not supported yet").
+			"a multi-shard query after other statements in the same pipeline is not supported yet").
 			WithHint("Send Sync before it."))
 		return nil
 	}
 	// Nothing is queued for a server: answers so far go out first, then
-	// the result streams after them.
+	// the result streams after them. In a transaction block, the held
+	// connection is the transaction's, idle since its last Sync.
 	ss.emitSynth()
 	if err := ss.scatterAllowed(); err != nil {
-		ss.out = appendError(ss.out, err)
-		ss.skipping = true
+		ss.scatterFailed(err)
 		return nil
 	}
 	p := sp.sp.plan
 	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version {
-		ss.out = appendError(ss.out, errCatalogMoved)
-		ss.skipping = true
+		ss.scatterFailed(errCatalogMoved)
 		return nil
 	}
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, port: sp}
 	err := r.run()
 	if errors.Is(err, errQuietClose) {
 		return err
+	}
+	if r.txLost {
+		return ss.lostServer(err)
 	}
 	if err != nil {
 		var we *workerError
@@ -384,8 +583,7 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 			sp.desc.changed.Store(true)
 			ss.resultChanged(sp.st)
 		}
-		ss.out = appendError(ss.out, err)
-		ss.skipping = true
+		ss.scatterFailed(err)
 	}
 	return nil
 }
@@ -570,6 +768,10 @@ type scatterRun struct {
 	pending []bool // sent to and not yet read up to ReadyForQuery
 	parsed  []bool // a Parse of the worker's statement was sent
 	descIdx int    // the connection holding the first shard
+	// txIdx is the connection that is the session's transaction's (-1:
+	// none); txLost: it was left in an unknown state.
+	txIdx  int
+	txLost bool
 
 	rowDesc     []byte // what the client is told the result looks like
 	partialDesc []byte // the shards' partial rows
@@ -611,6 +813,7 @@ var errTableChanged = pgerr.New("40001", "a table changed while the multi-shard 
 // sent yet.
 func (r *scatterRun) run() error {
 	ss := r.ss
+	r.txIdx = -1
 	node, err := ss.srv.firstShardNode(r.p)
 	if err != nil {
 		return err
@@ -634,6 +837,9 @@ func (r *scatterRun) run() error {
 	}
 	defer r.release()
 	if err := r.acquire(); err != nil {
+		return err
+	}
+	if err := r.txnCheck(); err != nil {
 		return err
 	}
 	if err := r.check(); err != nil {
@@ -747,7 +953,14 @@ func (r *scatterRun) acquire() error {
 	ss := r.ss
 	n := len(r.x.Workers)
 	r.pools, r.conns, r.pending, r.parsed = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n), make([]bool, n)
+	r.txIdx = -1
 	for i, w := range r.x.Workers {
+		if ss.sc != nil && w.Node == ss.node && r.txIdx < 0 {
+			// In a transaction block: the transaction's own connection,
+			// which sees its writes.
+			r.pools[i], r.conns[i], r.txIdx = ss.pool, ss.sc, i
+			continue
+		}
 		pool, err := ss.poolFor(w.Node)
 		if err != nil {
 			return err
@@ -776,6 +989,11 @@ func (r *scatterRun) release() {
 		}
 		if r.pending[i] {
 			sc.MarkBroken()
+		}
+		if i == r.txIdx {
+			// The session keeps it; left mid-answer, the transaction is lost.
+			r.txLost = r.txLost || r.pending[i]
+			continue
 		}
 		r.pools[i].Release(sc)
 	}
@@ -853,6 +1071,11 @@ func queryText(sc *pooling.ServerConn, sql string) ([][]*string, error) {
 	if err := sc.Flush(); err != nil {
 		return nil, lostWorker(sc.Addr, err)
 	}
+	return readText(sc)
+}
+
+// readText reads the answer to a simple query sent on sc (see queryText).
+func readText(sc *pooling.ServerConn) ([][]*string, error) {
 	var rows [][]*string
 	var werr error
 	for {

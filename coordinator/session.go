@@ -517,7 +517,10 @@ func (ss *session) simpleQuery(body []byte) error {
 			// Planning a write shows the same plan on every copy.
 			tgt, err = target{node: ss.srv.catalog.Load().Shards[p.Tables[0]][0].Nodes[0]}, nil
 		}
-		if err == errAllNodes && ss.sc == nil && !p.Explain {
+		// Inside a transaction block (even one whose BEGIN is still
+		// deferred) a write to every node would commit on its own, and
+		// ROLLBACK could not undo it: refused (errAllNodes).
+		if err == errAllNodes && !ss.inTxn() && !p.Explain {
 			return ss.writeAllNodes(p, lits)
 		}
 		if err != nil {
@@ -740,6 +743,12 @@ func (ss *session) bind(body []byte) error {
 		ss.localPortal = string(portal)
 		ss.localPortalSt = st
 		ss.push(expect{kind: eSynth, synth: msgBindComplete})
+		return nil
+	}
+	if ss.pendingFailed {
+		// A statement failed in a transaction the worker has not seen.
+		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
 		return nil
 	}
 	clientSt := st

@@ -1,0 +1,250 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestMultiShardSelectInTransaction runs multi-shard SELECTs inside
+// transaction blocks, in every protocol mode: under READ COMMITTED they
+// see the transaction's own writes (the part for its worker runs on its
+// connection) and give what the same statements give on an unsharded copy
+// of the table, directly on a worker; under REPEATABLE READ or
+// SERIALIZABLE they are refused, and the transaction fails; errors fail
+// the transaction, as on PostgreSQL.
+func TestMultiShardSelectInTransaction(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	direct := connect(t, cl.Servers[0].Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+
+	const schema = `
+CREATE TABLE %[1]s_acc (aid bigint PRIMARY KEY, bid int NOT NULL, abalance int);
+INSERT INTO %[1]s_acc SELECT g, g %% 7 + 1, (g * 37) %% 1000 - 300 FROM generate_series(1, 200) g;`
+	drop := func(conn *pgx.Conn, p string) {
+		_, _ = conn.Exec(ctx, "SELECT undistribute_table('"+p+"_acc')", simple)
+		_, _ = conn.Exec(ctx, "DROP TABLE IF EXISTS "+p+"_acc", simple)
+	}
+	drop(c, "stx")
+	drop(direct, "stxp")
+	exec(t, c, fmt.Sprintf(schema, "stx"), simple)
+	exec(t, direct, fmt.Sprintf(schema, "stxp"), simple)
+	exec(t, c, "SELECT create_distributed_table('stx_acc', 'aid', shard_count => 8)", simple)
+	t.Cleanup(func() {
+		drop(c, "stx")
+		drop(direct, "stxp")
+	})
+
+	// Statements run the same way on both sides ({acc} is the table).
+	type step struct {
+		sql  string
+		args []any
+	}
+	queries := []string{
+		"SELECT count(*), sum(abalance) FROM {acc}",
+		"SELECT aid, abalance FROM {acc} ORDER BY aid DESC LIMIT 3",
+		"SELECT bid, count(*) FROM {acc} GROUP BY bid ORDER BY bid",
+		"SELECT aid FROM {acc} WHERE abalance = 4242",
+	}
+	compare := func(what string, mode pgx.QueryExecMode, before []step) {
+		t.Helper()
+		// The same statements in a transaction directly on PostgreSQL.
+		dtx, err := direct.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = dtx.Rollback(ctx) }()
+		for _, s := range before {
+			if _, err := dtx.Exec(ctx, strings.ReplaceAll(s.sql, "{acc}", "stxp_acc"), append([]any{mode}, s.args...)...); err != nil {
+				t.Fatalf("%s on PostgreSQL: %s: %v", what, s.sql, err)
+			}
+		}
+		for _, q := range queries {
+			got, err := scatterQuery(ctx, c, mode, strings.ReplaceAll(q, "{acc}", "stx_acc"), nil)
+			if err != nil {
+				t.Errorf("%s (%v): %s: %v", what, mode, q, err)
+				continue
+			}
+			want, err := scatterQuery(ctx, direct, mode, strings.ReplaceAll(q, "{acc}", "stxp_acc"), nil)
+			if err != nil {
+				t.Fatalf("%s on PostgreSQL: %s: %v", what, q, err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s (%v): %s\n got %v\nwant %v", what, mode, q, got, want)
+			}
+		}
+	}
+	count := func(mode pgx.QueryExecMode) (string, error) {
+		res, err := scatterQuery(ctx, c, mode, "SELECT count(*)::text FROM stx_acc", nil)
+		if err != nil {
+			return "", err
+		}
+		if len(res.rows) != 1 {
+			return "", fmt.Errorf("%d rows", len(res.rows))
+		}
+		return res.rows[0], nil
+	}
+	hex := func(s string) string { return fmt.Sprintf("%x", s) }
+	status := func() byte { return c.PgConn().TxStatus() }
+	mustFail := func(what string, mode pgx.QueryExecMode, code string) {
+		t.Helper()
+		if _, err := scatterQuery(ctx, c, mode, "SELECT count(*) FROM stx_acc", nil); sqlState(err) != code {
+			t.Errorf("%s (%v): multi-shard query: %v, want %s", what, mode, err, code)
+		}
+		if st := status(); st != 'E' {
+			t.Errorf("%s (%v): transaction status %c, want E", what, mode, st)
+		}
+		// Later statements fail until ROLLBACK: multi-shard and others
+		// (a routed one for another worker than the transaction's gets
+		// 0A000 for that first).
+		if _, err := scatterQuery(ctx, c, mode, "SELECT count(*) FROM stx_acc", nil); sqlState(err) != "25P02" {
+			t.Errorf("%s (%v): then a multi-shard query: %v, want 25P02", what, mode, err)
+		}
+		if _, err := scatterQuery(ctx, c, mode, "SELECT $1::int", []any{7}); sqlState(err) != "25P02" {
+			t.Errorf("%s (%v): then another query: %v, want 25P02", what, mode, err)
+		}
+		if _, err := scatterQuery(ctx, c, mode, "SELECT abalance FROM stx_acc WHERE aid = $1", []any{7}); sqlState(err) != "25P02" && sqlState(err) != "0A000" {
+			t.Errorf("%s (%v): then a routed query: %v, want 25P02", what, mode, err)
+		}
+		if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+			t.Fatalf("%s (%v): ROLLBACK: %v", what, mode, err)
+		}
+		if got, err := count(mode); err != nil || got != hex("200") || status() != 'I' {
+			t.Errorf("%s (%v): after ROLLBACK: %q, %v, status %c", what, mode, got, err, status())
+		}
+	}
+
+	for _, mode := range scatterModes {
+		// Rows of several shards (and so, with 8 shards on two workers,
+		// both workers): the transaction's worker is the first shard's
+		// (where the merge runs) or another.
+		for _, aid := range []int{1001, 1002, 1003, 1004, 1005} {
+			what := fmt.Sprintf("INSERT %d then multi-shard", aid)
+			if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			ins := step{"INSERT INTO {acc} (aid, bid, abalance) VALUES ($1, 3, 4242)", []any{aid}}
+			if _, err := c.Exec(ctx, strings.ReplaceAll(ins.sql, "{acc}", "stx_acc"), mode, aid); err != nil {
+				t.Fatalf("%s (%v): %v", what, mode, err)
+			}
+			compare(what, mode, []step{ins})
+			if got, err := count(mode); err != nil || got != hex("201") {
+				t.Errorf("%s (%v): count %q, %v, want 201", what, mode, got, err)
+			}
+			if st := status(); st != 'T' {
+				t.Errorf("%s (%v): transaction status %c, want T", what, mode, st)
+			}
+			// A routed statement after it still runs in the transaction.
+			if _, err := c.Exec(ctx, "UPDATE stx_acc SET abalance = abalance + 1 WHERE aid = $1", mode, aid); err != nil {
+				t.Errorf("%s (%v): UPDATE after: %v", what, mode, err)
+			}
+			if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := count(mode); err != nil || got != hex("200") {
+				t.Errorf("%s (%v): after ROLLBACK: count %q, %v, want 200", what, mode, got, err)
+			}
+		}
+
+		// Multi-shard first, while BEGIN is deferred; then a routed write
+		// and COMMIT.
+		what := "multi-shard then UPDATE"
+		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		compare(what, mode, nil)
+		if st := status(); st != 'T' {
+			t.Errorf("%s (%v): transaction status %c, want T", what, mode, st)
+		}
+		if _, err := c.Exec(ctx, "UPDATE stx_acc SET abalance = 4242 WHERE aid = $1", mode, 11); err != nil {
+			t.Errorf("%s (%v): UPDATE: %v", what, mode, err)
+		}
+		compare(what+" (after the UPDATE)", mode, []step{{"UPDATE {acc} SET abalance = 4242 WHERE aid = $1", []any{11}}})
+		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatalf("%s (%v): COMMIT: %v", what, mode, err)
+		}
+		if got := queryString(t, c, "SELECT aid::text FROM stx_acc WHERE abalance = 4242"); got != "11" {
+			t.Errorf("%s (%v): committed: %q", what, mode, got)
+		}
+		exec(t, c, "UPDATE stx_acc SET abalance = (11 * 37) % 1000 - 300 WHERE aid = 11", simple)
+
+		// A transaction whose snapshot spans its statements: refused.
+		for _, begin := range []string{
+			"BEGIN ISOLATION LEVEL REPEATABLE READ",
+			"START TRANSACTION READ ONLY, ISOLATION LEVEL SERIALIZABLE",
+			"BEGIN; SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+			"BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT abalance FROM stx_acc WHERE aid = 5",
+		} {
+			for _, stmt := range strings.Split(begin, "; ") {
+				if _, err := c.Exec(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+			mustFail(begin, mode, "0A000")
+		}
+		// ... by the session's default.
+		exec(t, c, "SET default_transaction_isolation = 'repeatable read'")
+		for _, begin := range []string{"BEGIN", "BEGIN; SELECT abalance FROM stx_acc WHERE aid = 5"} {
+			for _, stmt := range strings.Split(begin, "; ") {
+				if _, err := c.Exec(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+			mustFail("default_transaction_isolation, "+begin, mode, "0A000")
+		}
+		exec(t, c, "RESET default_transaction_isolation")
+		// READ COMMITTED said explicitly works.
+		if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED"); err != nil {
+			t.Fatal(err)
+		}
+		compare("BEGIN ISOLATION LEVEL READ COMMITTED", mode, nil)
+		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		// Settings the pooled connections do not have: refused.
+		for _, set := range []string{"SET LOCAL search_path = pg_catalog, public", "SET search_path = pg_catalog, public"} {
+			if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, set); err != nil {
+				t.Fatal(err)
+			}
+			mustFail(set, mode, "0A000")
+		}
+
+		// A shard's error fails the transaction, on the transaction's
+		// worker or another; BEGIN held or deferred.
+		for _, aid := range []int{0, 1001, 1002, 1003} {
+			what := fmt.Sprintf("division by zero after INSERT %d", aid)
+			if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			if aid != 0 {
+				if _, err := c.Exec(ctx, "INSERT INTO stx_acc (aid, bid, abalance) VALUES ($1, 3, 4242)", mode, aid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := scatterQuery(ctx, c, mode, "SELECT sum(100 / (aid - 5)) FROM stx_acc", nil); sqlState(err) != "22012" {
+				t.Errorf("%s (%v): %v, want 22012", what, mode, err)
+			}
+			if _, err := scatterQuery(ctx, c, mode, "SELECT aid / (aid - 5) FROM stx_acc", nil); sqlState(err) != "25P02" {
+				t.Errorf("%s (%v): then: %v, want 25P02", what, mode, err)
+			}
+			mustFail(what, mode, "25P02")
+			if got := queryString(t, c, "SELECT count(*)::text FROM stx_acc WHERE aid > 1000"); got != "0" {
+				t.Errorf("%s (%v): rolled back rows: %s", what, mode, got)
+			}
+		}
+	}
+	if got := queryString(t, c, "SELECT 'still usable'"); got != "still usable" {
+		t.Error(got)
+	}
+}
