@@ -124,6 +124,13 @@ func escapePrefix(sql string, i int) bool {
 // place of its $n placeholders, as the client wrote them. ok is false if
 // the placeholders do not match the literals one for one.
 func spliceLiterals(sql string, lits []literal) (out string, ok bool) {
+	out, used := spliceFrom(sql, lits, 1)
+	return out, used == len(lits)
+}
+
+// spliceFrom puts literals back in place of $first, $first+1, ... (other
+// placeholders stay) and counts the placeholders it replaced.
+func spliceFrom(sql string, lits []literal, first int) (string, int) {
 	used := 0
 	var b strings.Builder
 	b.Grow(len(sql) + 16)
@@ -143,10 +150,10 @@ func spliceLiterals(sql string, lits []literal) (out string, ok bool) {
 			for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
 				j++
 			}
-			n, _ := strconv.Atoi(sql[i+1 : j])
-			if n >= 1 && n <= len(lits) {
+			k, _ := strconv.Atoi(sql[i+1 : j])
+			if k >= first && k < first+len(lits) {
 				b.WriteString(sql[last:i])
-				b.WriteString(lits[n-1].token)
+				b.WriteString(lits[k-first].token)
 				last = j
 				used++
 			}
@@ -160,5 +167,5 @@ func spliceLiterals(sql string, lits []literal) (out string, ok bool) {
 		}
 	}
 	b.WriteString(sql[last:])
-	return b.String(), used == len(lits)
+	return b.String(), used
 }

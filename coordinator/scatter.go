@@ -1547,7 +1547,7 @@ func (r *scatterRun) merge() error {
 			}
 			lits[i] = r.lits[k-1]
 		}
-		sql = spliceFrom(sql, lits, arrays+1)
+		sql, _ = spliceFrom(sql, lits, arrays+1)
 	}
 
 	// Parse (unless prepared), Bind, Describe, Execute, Sync.
@@ -1843,44 +1843,6 @@ func sameTypes(a, b []byte) bool {
 		}
 	}
 	return true
-}
-
-// spliceFrom puts literals back in place of $first, $first+1, ...
-func spliceFrom(sql string, lits []literal, first int) string {
-	var b strings.Builder
-	last := 0
-	for i := 0; i < len(sql); {
-		switch c := sql[i]; {
-		case c == '\'':
-			lx := lexer{s: sql, i: i}
-			lx.skipQuoted('\'', escapePrefix(sql, i))
-			i = lx.i
-		case c == '"':
-			lx := lexer{s: sql, i: i}
-			lx.skipQuoted('"', false)
-			i = lx.i
-		case c == '$' && i+1 < len(sql) && sql[i+1] >= '1' && sql[i+1] <= '9':
-			j := i + 1
-			for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
-				j++
-			}
-			k, _ := strconv.Atoi(sql[i+1 : j])
-			if k >= first && k < first+len(lits) {
-				b.WriteString(sql[last:i])
-				b.WriteString(lits[k-first].token)
-				last = j
-			}
-			i = j
-		case c == '$':
-			lx := lexer{s: sql, i: i}
-			lx.dollarQuote()
-			i = lx.i
-		default:
-			i++
-		}
-	}
-	b.WriteString(sql[last:])
-	return b.String()
 }
 
 // builtinTypes returns the built-in types (name, array type), loaded once

@@ -72,9 +72,9 @@ func TestAssemble(t *testing.T) {
 
 func TestSpliceFrom(t *testing.T) {
 	lits := []literal{{token: "'a$1'"}, {token: "10"}}
-	got := spliceFrom("SELECT $1, $2, $3 FROM x WHERE y = '$3' LIMIT $4", lits, 3)
-	if want := "SELECT $1, $2, 'a$1' FROM x WHERE y = '$3' LIMIT 10"; got != want {
-		t.Errorf("spliceFrom = %q, want %q", got, want)
+	got, used := spliceFrom("SELECT $1, $2, $3 FROM x WHERE y = '$3' LIMIT $4", lits, 3)
+	if want := "SELECT $1, $2, 'a$1' FROM x WHERE y = '$3' LIMIT 10"; got != want || used != 2 {
+		t.Errorf("spliceFrom = %q, %d; want %q, 2", got, used, want)
 	}
 }
 
