@@ -914,26 +914,11 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 			tmpl.TargetList = append(tmpl.TargetList, resTarget(colRef("c"+strconv.Itoa(i+1))))
 		}
 	}
-	for _, s := range sel.SortClause {
-		sb := proto.Clone(s.GetSortBy()).(*pg_query.SortBy)
-		expr := sb.Node
-		var coll *pg_query.CollateClause
-		if cc := expr.GetCollateClause(); cc != nil {
-			coll, expr = cc, cc.Arg
-		}
-		if err := noCollate(expr); err != nil {
-			return nil, nil, err
-		}
-		r, err := ref(expr, coll != nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		if coll != nil {
-			r = &pg_query.Node{Node: &pg_query.Node_CollateClause{CollateClause: &pg_query.CollateClause{Arg: r, Collname: coll.Collname, Location: -1}}}
-		}
-		sb.Node = r
-		tmpl.SortClause = append(tmpl.SortClause, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: sb}})
+	sorts, err := mergeSorts(sel.SortClause, ref)
+	if err != nil {
+		return nil, nil, err
 	}
+	tmpl.SortClause = sorts
 	if distinctAll {
 		tmpl.DistinctClause = []*pg_query.Node{{}}
 		a.compared = append(a.compared, sel.TargetList...)
@@ -1147,26 +1132,11 @@ func (a *analysis) aggMerge() (*Merge, *pg_query.SelectStmt, error) {
 		}
 		return a.mergeExpr(n)
 	}
-	for _, s := range sel.SortClause {
-		sb := proto.Clone(s.GetSortBy()).(*pg_query.SortBy)
-		expr := sb.Node
-		var coll *pg_query.CollateClause
-		if cc := expr.GetCollateClause(); cc != nil {
-			coll, expr = cc, cc.Arg
-		}
-		if err := noCollate(expr); err != nil {
-			return nil, nil, err
-		}
-		r, err := item(expr, coll != nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		if coll != nil {
-			r = &pg_query.Node{Node: &pg_query.Node_CollateClause{CollateClause: &pg_query.CollateClause{Arg: r, Collname: coll.Collname, Location: -1}}}
-		}
-		sb.Node = r
-		tmpl.SortClause = append(tmpl.SortClause, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: sb}})
+	sorts, err := mergeSorts(sel.SortClause, item)
+	if err != nil {
+		return nil, nil, err
 	}
+	tmpl.SortClause = sorts
 	for _, d := range sel.DistinctClause {
 		if d.GetNode() == nil {
 			tmpl.DistinctClause = append(tmpl.DistinctClause, &pg_query.Node{})
@@ -1663,4 +1633,32 @@ func cloneNode(n *pg_query.Node) *pg_query.Node {
 		return nil
 	}
 	return proto.Clone(n).(*pg_query.Node)
+}
+
+// mergeSorts rewrites ORDER BY items for a merge statement: each item's
+// expression becomes what ref makes of it (told whether the item had its
+// own COLLATE, which stays on the item); a COLLATE anywhere else is refused.
+func mergeSorts(items []*pg_query.Node, ref func(*pg_query.Node, bool) (*pg_query.Node, error)) ([]*pg_query.Node, error) {
+	var out []*pg_query.Node
+	for _, s := range items {
+		sb := proto.Clone(s.GetSortBy()).(*pg_query.SortBy)
+		expr := sb.Node
+		var coll *pg_query.CollateClause
+		if cc := expr.GetCollateClause(); cc != nil {
+			coll, expr = cc, cc.Arg
+		}
+		if err := noCollate(expr); err != nil {
+			return nil, err
+		}
+		r, err := ref(expr, coll != nil)
+		if err != nil {
+			return nil, err
+		}
+		if coll != nil {
+			r = &pg_query.Node{Node: &pg_query.Node_CollateClause{CollateClause: &pg_query.CollateClause{Arg: r, Collname: coll.Collname, Location: -1}}}
+		}
+		sb.Node = r
+		out = append(out, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: sb}})
+	}
+	return out, nil
 }
