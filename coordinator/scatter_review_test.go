@@ -36,11 +36,9 @@ func reviewSetup(t *testing.T) (c, direct *pgx.Conn, rename func(string) (string
 		workers = append(workers, s.Addr())
 	}
 	srv := pgtest.Coordinator(t, cl, nil)
-	ctx := context.Background()
 	addr, pgAddr = srv.Addr(), cl.Servers[0].Addr()
 	c = connect(t, addr)
 	direct = connect(t, pgAddr)
-	simple := pgx.QueryExecModeSimpleProtocol
 	const schema = `
 CREATE TABLE %[1]s_d (id bigint PRIMARY KEY, g int, x int, big bigint, n numeric(12,3), nn numeric, f float8, t text, b bool,
 	d date, "Mixed Col" int, "sp ace" text);
@@ -57,31 +55,12 @@ INSERT INTO %[1]s_d SELECT i, CASE WHEN i %% 17 = 0 THEN NULL ELSE i %% 6 END,
 	FROM generate_series(1, 300) i;
 INSERT INTO %[1]s_d2 SELECT i, i %% 10 FROM generate_series(1, 300, 2) i;
 INSERT INTO %[1]s_r SELECT i, 'name ' || i FROM generate_series(0, 4) i;`
-	drop := func(conn *pgx.Conn, p string) {
-		for _, tb := range []string{"d", "d2", "e", "r"} {
-			_, _ = conn.Exec(ctx, "SELECT undistribute_table('"+p+"_"+tb+"')", simple)
-		}
-		_, _ = conn.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %[1]s_d, %[1]s_d2, %[1]s_e, %[1]s_r", p), simple)
-	}
-	drop(c, "rv")
-	drop(direct, "rvp")
-	exec(t, c, fmt.Sprintf(schema, "rv"), simple)
-	exec(t, direct, fmt.Sprintf(schema, "rvp"), simple)
-	for _, q := range []string{
+	rename = twinTables(t, c, direct, "rv", schema, []string{"d", "d2", "e", "r"}, []string{
 		"SELECT create_distributed_table('rv_d', 'id', shard_count => 6)",
 		"SELECT create_distributed_table('rv_d2', 'id', colocate_with => 'rv_d')",
 		"SELECT create_distributed_table('rv_e', 'id', colocate_with => 'rv_d')",
 		"SELECT create_reference_table('rv_r')",
-	} {
-		exec(t, c, q, simple)
-	}
-	t.Cleanup(func() {
-		drop(c, "rv")
-		drop(direct, "rvp")
 	})
-	rename = func(sql string) (string, string) {
-		return strings.NewReplacer("{", "rv_", "}", "").Replace(sql), strings.NewReplacer("{", "rvp_", "}", "").Replace(sql)
-	}
 	return c, direct, rename, addr, pgAddr, workers
 }
 

@@ -82,27 +82,11 @@ INSERT INTO %[1]s_acc SELECT g, g %% 7 + 1, CASE WHEN g %% 11 = 0 THEN NULL ELSE
 INSERT INTO %[1]s_hist SELECT g %% 400 + 1, (g * 13) %% 50 - 20 FROM generate_series(1, 900) g;
 INSERT INTO %[1]s_br SELECT g, 'branch ' || chr(64 + g) FROM generate_series(1, 7) g;
 INSERT INTO %[1]s_other SELECT g, g %% 7 + 1 FROM generate_series(1, 50) g;`
-	drop := func(conn *pgx.Conn, p string) {
-		for _, tb := range []string{"acc", "hist", "br", "other"} {
-			_, _ = conn.Exec(ctx, "SELECT undistribute_table('"+p+"_"+tb+"')", simple)
-		}
-		_, _ = conn.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %[1]s_acc, %[1]s_hist, %[1]s_br, %[1]s_other", p), simple)
-	}
-	drop(c, "sg")
-	drop(direct, "sgp")
-	exec(t, c, fmt.Sprintf(schema, "sg"), simple)
-	exec(t, direct, fmt.Sprintf(schema, "sgp"), simple)
-	for _, q := range []string{
+	rename := twinTables(t, c, direct, "sg", schema, []string{"acc", "hist", "br", "other"}, []string{
 		"SELECT create_distributed_table('sg_acc', 'aid', shard_count => 8)",
 		"SELECT create_distributed_table('sg_hist', 'aid', colocate_with => 'sg_acc')",
 		"SELECT create_reference_table('sg_br')",
 		"SELECT create_distributed_table('sg_other', 'id', shard_count => 3)",
-	} {
-		exec(t, c, q, simple)
-	}
-	t.Cleanup(func() {
-		drop(c, "sg")
-		drop(direct, "sgp")
 	})
 
 	cases := []struct {
@@ -152,8 +136,7 @@ INSERT INTO %[1]s_other SELECT g, g %% 7 + 1 FROM generate_series(1, 50) g;`
 		{sql: "SELECT aid FROM {acc} WHERE bid = ANY($1) ORDER BY aid LIMIT 5", args: []any{[]int32{2, 3}}, ordered: true},
 	}
 	for _, tc := range cases {
-		sqlC := strings.NewReplacer("{acc}", "sg_acc", "{hist}", "sg_hist", "{br}", "sg_br").Replace(tc.sql)
-		sqlD := strings.NewReplacer("{acc}", "sgp_acc", "{hist}", "sgp_hist", "{br}", "sgp_br").Replace(tc.sql)
+		sqlC, sqlD := rename(tc.sql)
 		for _, mode := range scatterModes {
 			for round := 0; round < 2; round++ { // the second run uses cached plans and statements
 				got, err := scatterQuery(ctx, c, mode, sqlC, tc.args)
@@ -403,5 +386,38 @@ SELECT bid, count(*), sum(abalance), avg(abalance) FROM pgbench_accounts WHERE a
 		if err != nil || bid != 1 || n != 501 || sum != 0 || avg != 0 {
 			t.Errorf("scatter query (%v): %d %d %d %v, %v", mode, bid, n, sum, avg, err)
 		}
+	}
+}
+
+// twinTables makes a test's tables twice: through the coordinator c with
+// prefix p (then distributed by the statements in distribute) and
+// unsharded, directly on a worker, with prefix p+"p"; schema is a format
+// whose %[1]s is the prefix, tables the names after the prefix. Both sets
+// are dropped first and at cleanup. rename maps "{name}" in a statement to
+// each set's table.
+func twinTables(t *testing.T, c, direct *pgx.Conn, p, schema string, tables, distribute []string) (rename func(string) (string, string)) {
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func(conn *pgx.Conn, prefix string) {
+		var names []string
+		for _, tb := range tables {
+			_, _ = conn.Exec(ctx, "SELECT undistribute_table('"+prefix+"_"+tb+"')", simple)
+			names = append(names, prefix+"_"+tb)
+		}
+		_, _ = conn.Exec(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", "), simple)
+	}
+	drop(c, p)
+	drop(direct, p+"p")
+	exec(t, c, fmt.Sprintf(schema, p), simple)
+	exec(t, direct, fmt.Sprintf(schema, p+"p"), simple)
+	for _, q := range distribute {
+		exec(t, c, q, simple)
+	}
+	t.Cleanup(func() {
+		drop(c, p)
+		drop(direct, p+"p")
+	})
+	return func(sql string) (string, string) {
+		return strings.NewReplacer("{", p+"_", "}", "").Replace(sql), strings.NewReplacer("{", p+"p_", "}", "").Replace(sql)
 	}
 }

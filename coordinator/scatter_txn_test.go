@@ -29,19 +29,7 @@ func TestMultiShardSelectInTransaction(t *testing.T) {
 	const schema = `
 CREATE TABLE %[1]s_acc (aid bigint PRIMARY KEY, bid int NOT NULL, abalance int);
 INSERT INTO %[1]s_acc SELECT g, g %% 7 + 1, (g * 37) %% 1000 - 300 FROM generate_series(1, 200) g;`
-	drop := func(conn *pgx.Conn, p string) {
-		_, _ = conn.Exec(ctx, "SELECT undistribute_table('"+p+"_acc')", simple)
-		_, _ = conn.Exec(ctx, "DROP TABLE IF EXISTS "+p+"_acc", simple)
-	}
-	drop(c, "stx")
-	drop(direct, "stxp")
-	exec(t, c, fmt.Sprintf(schema, "stx"), simple)
-	exec(t, direct, fmt.Sprintf(schema, "stxp"), simple)
-	exec(t, c, "SELECT create_distributed_table('stx_acc', 'aid', shard_count => 8)", simple)
-	t.Cleanup(func() {
-		drop(c, "stx")
-		drop(direct, "stxp")
-	})
+	twinTables(t, c, direct, "stx", schema, []string{"acc"}, []string{"SELECT create_distributed_table('stx_acc', 'aid', shard_count => 8)"})
 
 	// Statements run the same way on both sides ({acc} is the table).
 	type step struct {
