@@ -542,27 +542,9 @@ func reviewResultChange(t *testing.T, c *pgx.Conn, addr string, workers []string
 
 // reviewCancel cancels a long multi-shard query of the extended protocol.
 func reviewCancel(t *testing.T, c *pgx.Conn) {
-	ctx := context.Background()
-	done := make(chan error, 1)
-	go func() {
-		_, err := scatterQuery(ctx, c, pgx.QueryExecModeCacheStatement, "SELECT id FROM rv_d WHERE pg_sleep(0.05) IS NOT NULL ORDER BY x LIMIT 3", nil)
-		done <- err
-	}()
-	time.Sleep(300 * time.Millisecond)
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.PgConn().CancelRequest(cctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if sqlState(err) != "57014" {
-			t.Errorf("cancelled multi-shard query: %v, want 57014", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("cancel did not stop the multi-shard query")
-	}
-	if got := queryString(t, c, "SELECT count(*)::text FROM rv_d"); got != "300" {
-		t.Errorf("after cancel: %s", got)
-	}
+	cancelStops(t, c, func() error {
+		_, err := scatterQuery(context.Background(), c, pgx.QueryExecModeCacheStatement,
+			"SELECT id FROM rv_d WHERE pg_sleep(0.05) IS NOT NULL ORDER BY x LIMIT 3", nil)
+		return err
+	}, "SELECT count(*)::text FROM rv_d", "300")
 }

@@ -299,13 +299,21 @@ INSERT INTO %[1]s_other SELECT g, g %% 7 + 1 FROM generate_series(1, 50) g;`
 	}
 
 	// A cancel request stops a long multi-shard query.
-	done := make(chan error, 1)
-	go func() {
+	cancelStops(t, c, func() error {
 		_, err := c.Exec(ctx, "SELECT count(*) FROM sg_acc WHERE pg_sleep(0.5) IS NOT NULL", simple)
-		done <- err
-	}()
+		return err
+	}, "SELECT count(*)::text FROM sg_acc", "400")
+}
+
+// cancelStops runs query in the background, sends a cancel request on c
+// while it runs, and checks that it ends with 57014 and that the session
+// then answers check with want.
+func cancelStops(t *testing.T, c *pgx.Conn, query func() error, check, want string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- query() }()
 	time.Sleep(300 * time.Millisecond)
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.PgConn().CancelRequest(cctx); err != nil {
 		t.Fatal(err)
@@ -318,8 +326,8 @@ INSERT INTO %[1]s_other SELECT g, g %% 7 + 1 FROM generate_series(1, 50) g;`
 	case <-time.After(20 * time.Second):
 		t.Fatal("cancel did not stop the multi-shard query")
 	}
-	if got := queryString(t, c, "SELECT count(*)::text FROM sg_acc"); got != "400" {
-		t.Errorf("after cancel: %s", got)
+	if got := queryString(t, c, check); got != want {
+		t.Errorf("after cancel: %s, want %s", got, want)
 	}
 }
 
