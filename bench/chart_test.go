@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"math/rand"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -390,47 +389,4 @@ func TestChartPointsFromConfigs(t *testing.T) {
 	if got := chartPointsFromConfigs(configs[:1]); got[0].CDF != nil {
 		t.Errorf("CDF %v without latencies", got[0].CDF)
 	}
-}
-
-// TestChartSample writes a chart of made-up router figures to the file
-// CHART_SAMPLE names, to look at.
-func TestChartSample(t *testing.T) {
-	path := os.Getenv("CHART_SAMPLE")
-	if path == "" {
-		t.Skip("CHART_SAMPLE is not set")
-	}
-	rng := rand.New(rand.NewSource(42))
-	var points []chartPoint
-	type cfg struct {
-		label      string
-		qps, p50us float64
-	}
-	cfgs := []cfg{
-		{"direct (db direct) prepared", 61000, 250}, {"direct (db direct) extended", 48000, 320},
-		{"direct (db direct) simple", 52000, 300},
-		{"pgfleet router (32 shards, pool 20) prepared", 43000, 360},
-		{"pgfleet router (32 shards, pool 20) extended", 36000, 430},
-		{"pgfleet router (32 shards, pool 20) simple", 39000, 400},
-		{"PgBouncer session (pool 32) prepared", 38000, 410},
-		{"PgBouncer transaction (pool 20) extended", 30000, 520},
-	}
-	for gi, g := range []string{workloadPointSelect, workloadMix} {
-		for _, c := range cfgs {
-			scale := 1 - 0.18*float64(gi)
-			lat := make([]int64, 50_000)
-			for i := range lat {
-				lat[i] = int64(c.p50us*0.6/scale + rng.ExpFloat64()*c.p50us*0.55/scale + math.Pow(rng.Float64(), 300)*20000)
-			}
-			st := computeLatencyStats(lat)
-			points = append(points, chartPoint{Label: c.label, Group: g, QPS: c.qps * scale * (0.97 + 0.06*rng.Float64()),
-				P50: float64(st.P50) / 1000, P95: float64(st.P95) / 1000, P99: float64(st.P99) / 1000,
-				P999: float64(st.P999) / 1000, CDF: latencyCDF(lat, chartCDFPoints)})
-		}
-	}
-	points[len(points)-1].QPS, points[len(points)-1].P50, points[len(points)-1].P99 = math.NaN(), math.NaN(), math.NaN()
-	points[len(points)-1].CDF, points[len(points)-1].Note = nil, "no successful run"
-	if err := writeChartFile(path, "pgfleet router benchmark, 2025-06-01 12:00:00 UTC (made-up figures)", points); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("wrote %s", path)
 }
