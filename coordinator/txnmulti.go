@@ -17,6 +17,7 @@ import (
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -313,7 +314,7 @@ func (ss *session) multiEnd(commit bool) (tag string, extra []byte, err error) {
 			e.Detail = "Prepared transactions left: " + strings.Join(left, ", ") + "."
 			e.Hint = "pgfleet's recovery commits or rolls them back once the metadata database answers."
 			return "", nil, e
-		case d != 'c':
+		case d != metadata.CommitDecision:
 			e := pgerr.New(pgerr.ConnectionFailure, "cannot record the commit decision, so the transaction was rolled back: %v", err)
 			return "", nil, withCleanup(e, rollback())
 		}
