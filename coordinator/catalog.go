@@ -312,8 +312,8 @@ var errCatalogMoved = pgerr.New("40001", "the table's distribution changed while
 // errAllNodes says a statement must run on every node (a reference-table
 // write), which the simple-query path does with two-phase commit.
 var errAllNodes = pgerr.New(pgerr.FeatureNotSupported,
-	"writing a reference table inside a transaction block or with the extended query protocol needs atomic multi-worker transactions, which are not supported yet").
-	WithHint("Write reference tables with single statements outside BEGIN ... COMMIT, using the simple query protocol.")
+	"writing a reference table with the extended query protocol is not supported yet").
+	WithHint("Write reference tables using the simple query protocol (inside or outside BEGIN ... COMMIT).")
 
 // valueHash hashes a router plan's constant distribution value.
 func valueHash(p *planner.Plan) (int32, error) {

@@ -208,6 +208,11 @@ func (ss *session) scatterAllowed() error {
 			"a multi-shard query is not supported in a session pinned to one worker connection (%s)", ss.pinned).
 			WithHint("Reconnect, or pin the query to one shard with WHERE <distribution column> = <value>.")
 	}
+	if len(ss.parked) > 0 {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard query is not supported yet in a transaction that spans several workers").
+			WithHint("Run it before the transaction touches a second worker, or outside the transaction block.")
+	}
 	if ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E' {
 		return pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block")

@@ -78,6 +78,16 @@ type session struct {
 	// scatterTargets are the connections a multi-shard statement is
 	// running on (guarded by cancelMu), for cancel requests.
 	scatterTargets []*pooling.ServerConn
+
+	// A transaction block over several workers (txnmulti.go): the other
+	// workers' connections (the current one is sc), the BEGIN text that
+	// opened the transaction ("" if the client's BEGIN went to a worker
+	// directly, with other statements), and whether a SET or SAVEPOINT
+	// was made in it (which keeps it on its workers).
+	parked      []txConn
+	txBegin     string
+	txSet       bool
+	txSavepoint bool
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -205,6 +215,10 @@ func (ss *session) run() {
 
 // end releases what the session holds when the client goes away.
 func (ss *session) end() {
+	for _, c := range ss.parked {
+		c.pool.Release(c.sc) // rolls the worker's transaction back
+	}
+	ss.parked = nil
 	if ss.sc == nil {
 		return
 	}
@@ -236,10 +250,13 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 				"current transaction is aborted, commands ignored until end of transaction block")
 		}
 		if node != ss.node {
+			if ss.sc.TxStatus == 'T' {
+				return ss.joinWorker(ctx, node)
+			}
 			return pgerr.New(pgerr.FeatureNotSupported,
-				"this transaction already runs on worker %s and the statement needs worker %s; transactions across workers are not supported yet",
+				"this batch already runs on worker %s and the statement needs worker %s",
 				ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)).
-				WithHint("Commit before touching rows that live on another worker, or keep a transaction to rows with the same distribution value.")
+				WithHint("Send Sync before a statement for rows on another worker.")
 		}
 		return nil
 	}
@@ -322,6 +339,7 @@ func (ss *session) ensureBegun() {
 	ss.push(expect{kind: eSwallow, term: tParse})
 	ss.push(expect{kind: eSwallow, term: tBind})
 	ss.push(expect{kind: eSwallow, term: tExecute})
+	ss.txBegin = ss.pendingBegin
 	ss.pendingBegin = ""
 }
 
@@ -460,6 +478,11 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.txn != "" && ss.localTxn(&cls, text) {
 		return nil
 	}
+	if len(ss.parked) > 0 {
+		if done, err := ss.multiSimple(&cls, text); done {
+			return err
+		}
+	}
 	if ss.pendingFailed {
 		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block"))
@@ -523,6 +546,11 @@ func (ss *session) simpleQuery(body []byte) error {
 		if err == errAllNodes && !ss.inTxn() && !p.Explain {
 			return ss.writeAllNodes(p, lits)
 		}
+		// Inside one, it runs on every worker holding a copy, each
+		// joined into the transaction, and commits with it.
+		if err == errAllNodes && !p.Explain && ss.pinned == "" {
+			return ss.refWriteInTxn(p, lits)
+		}
 		if err != nil {
 			return ss.queryError(err)
 		}
@@ -576,19 +604,29 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		return ss.queryError(err)
 	}
 	if ss.pendingBegin != "" {
-		if err := ss.sc.Exec(ss.pendingBegin, time.Now().Add(ss.pool.Config().ResetTimeout), nil); err != nil || ss.sc.TxStatus != 'T' {
-			ss.sc.MarkBroken()
-			ss.releaseServer()
-			if err == nil {
-				err = pgerr.New(pgerr.InvalidTransactionState, "the worker did not start the transaction")
-			}
+		if err := ss.startPending(); err != nil {
 			return ss.queryError(err)
 		}
-		ss.pendingBegin = ""
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
 	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject})
 	return ss.roundTrip()
+}
+
+// startPending sends the BEGIN the coordinator answered itself on the held
+// connection, as a simple query.
+func (ss *session) startPending() error {
+	if err := ss.sc.Exec(ss.pendingBegin, time.Now().Add(ss.pool.Config().ResetTimeout), nil); err != nil || ss.sc.TxStatus != 'T' {
+		ss.sc.MarkBroken()
+		ss.releaseServer()
+		if err == nil {
+			err = pgerr.New(pgerr.InvalidTransactionState, "the worker did not start the transaction")
+		}
+		return err
+	}
+	ss.txBegin = ss.pendingBegin
+	ss.pendingBegin = ""
+	return nil
 }
 
 // roundTrip sends what is queued for the server and relays its answers.
@@ -600,6 +638,9 @@ func (ss *session) roundTrip() error {
 		return err
 	}
 	ss.queue, ss.qhead = ss.queue[:0], 0
+	if len(ss.parked) > 0 && ss.sc != nil && ss.sc.TxStatus == 'I' {
+		return ss.splitEnd()
+	}
 	ss.releaseIfIdle()
 	return nil
 }
@@ -701,7 +742,7 @@ func (ss *session) parse(body []byte) error {
 		ss.pin(st.cls.pin)
 	}
 	var e *expect
-	if sp.plan.Kind != planner.Default || (st.cls.txn != "" && ss.sc == nil) {
+	if sp.plan.Kind != planner.Default || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0)) {
 		// A routed statement is prepared on its shard's node at Bind, when
 		// the distribution value is known.
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
@@ -744,6 +785,19 @@ func (ss *session) bind(body []byte) error {
 		ss.localPortalSt = st
 		ss.push(expect{kind: eSynth, synth: msgBindComplete})
 		return nil
+	}
+	if len(ss.parked) > 0 {
+		local, err := ss.multiBind(string(portal), st)
+		if err != nil {
+			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
+				return err
+			}
+			ss.synthError(err)
+			return nil
+		}
+		if local {
+			return nil
+		}
 	}
 	if ss.pendingFailed {
 		// A statement failed in a transaction the worker has not seen.
@@ -857,6 +911,9 @@ func (ss *session) execute(body []byte) error {
 	}
 	if st := ss.localPortalSt; st != nil && string(portal) == ss.localPortal {
 		ss.localPortalSt = nil
+		if len(ss.parked) > 0 {
+			return ss.multiExecute(st)
+		}
 		if tag := ss.applyLocalTxn(st.cls.txn, st.Query); tag != "" {
 			cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 			b, _ := cc.Encode(nil)
@@ -1043,6 +1100,9 @@ func (ss *session) drain() error {
 			}
 			continue
 		case 'C':
+			if len(f.Body) >= 4 && f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) {
+				ss.noteTxnTag(f.Body)
+			}
 			if e.cls != nil || (e.stmt != nil && len(e.stmt.cls.ops) > 0) || len(ss.pending) > 0 {
 				ss.noteTag(e, f.Body)
 			}
@@ -1187,6 +1247,7 @@ func (ss *session) endOfCycle(status byte) {
 	if status != 'I' {
 		return
 	}
+	ss.txBegin, ss.txSet, ss.txSavepoint = "", false, false
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {
 			for _, op := range ss.pending {

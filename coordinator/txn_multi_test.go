@@ -1,0 +1,261 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// workerOf is the worker a key of a distributed table lives on, from the
+// first line of the coordinator's EXPLAIN.
+func workerOfAid(t *testing.T, c *pgx.Conn, table string, key int) string {
+	t.Helper()
+	line := queryString(t, c, fmt.Sprintf("EXPLAIN SELECT * FROM %s WHERE aid = %d", table, key), pgx.QueryExecModeSimpleProtocol)
+	i := strings.LastIndex(line, " on worker ")
+	if i < 0 {
+		t.Fatalf("EXPLAIN: %q", line)
+	}
+	return line[i+len(" on worker "):]
+}
+
+// TestTransactionAcrossWorkers: a client transaction that touches rows on
+// both workers commits on both or on neither, through both protocols.
+func TestTransactionAcrossWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		for _, q := range []string{"SELECT undistribute_table('mw_acc')", "SELECT undistribute_table('mw_ref')", "DROP TABLE IF EXISTS mw_acc, mw_ref"} {
+			_, _ = c.Exec(ctx, q, simple)
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE mw_acc (aid bigint PRIMARY KEY, n int CHECK (n >= 0))", simple)
+	exec(t, c, "INSERT INTO mw_acc SELECT g, 100 FROM generate_series(1, 100) g", simple)
+	exec(t, c, "CREATE TABLE mw_ref (bid int PRIMARY KEY, total int)", simple)
+	exec(t, c, "INSERT INTO mw_ref VALUES (1, 0)", simple)
+	exec(t, c, "SELECT create_distributed_table('mw_acc', 'aid', shard_count => 4)", simple)
+	exec(t, c, "SELECT create_reference_table('mw_ref')", simple)
+
+	// Two keys on different workers.
+	k1, w1 := 1, workerOfAid(t, c, "mw_acc", 1)
+	k2 := 2
+	for ; workerOfAid(t, c, "mw_acc", k2) == w1; k2++ {
+		if k2 > 100 {
+			t.Fatal("every key on one worker")
+		}
+	}
+	val := func(k int) int {
+		t.Helper()
+		var n int
+		if err := c.QueryRow(ctx, "SELECT n FROM mw_acc WHERE aid = $1", k).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	check := func(what string, want1, want2 int) {
+		t.Helper()
+		if a, b := val(k1), val(k2); a != want1 || b != want2 {
+			t.Errorf("%s: n = %d, %d; want %d, %d", what, a, b, want1, want2)
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		exec(t, c, "UPDATE mw_acc SET n = 100 WHERE aid = $1", mode, k1)
+		exec(t, c, "UPDATE mw_acc SET n = 100 WHERE aid = $1", mode, k2)
+
+		// COMMIT: both updated.
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE mw_acc SET n = n - 10 WHERE aid = $1", mode, k1)
+		exec(t, c, "UPDATE mw_acc SET n = n + 10 WHERE aid = $1", mode, k2)
+		// Back on the first worker: its transaction sees its own write.
+		if n := val(k1); n != 90 {
+			t.Errorf("%v: inside the transaction n = %d, want 90", mode, n)
+		}
+		exec(t, c, "COMMIT", mode)
+		check(fmt.Sprintf("%v after COMMIT", mode), 90, 110)
+
+		// ROLLBACK: neither.
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE mw_acc SET n = n - 10 WHERE aid = $1", mode, k1)
+		exec(t, c, "UPDATE mw_acc SET n = n + 10 WHERE aid = $1", mode, k2)
+		exec(t, c, "ROLLBACK", mode)
+		check(fmt.Sprintf("%v after ROLLBACK", mode), 90, 110)
+
+		// An error on the second worker: COMMIT answers ROLLBACK.
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE mw_acc SET n = n - 10 WHERE aid = $1", mode, k1)
+		if _, err := c.Exec(ctx, "UPDATE mw_acc SET n = n - 1000 WHERE aid = $1", mode, k2); sqlState(err) != "23514" {
+			t.Errorf("%v: check violation on the second worker: %v", mode, err)
+		}
+		if _, err := c.Exec(ctx, "SELECT n FROM mw_acc WHERE aid = $1", mode, k1); sqlState(err) != "25P02" {
+			t.Errorf("%v: first worker after the error: %v, want 25P02", mode, err)
+		}
+		tag, err := c.Exec(ctx, "COMMIT", mode)
+		if err != nil || tag.String() != "ROLLBACK" {
+			t.Errorf("%v: COMMIT of the failed transaction: %q, %v; want ROLLBACK", mode, tag, err)
+		}
+		check(fmt.Sprintf("%v after the failed transaction", mode), 90, 110)
+
+		// SAVEPOINT in a transaction over both workers, or a second
+		// worker after a savepoint: 0A000.
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE mw_acc SET n = n + 1 WHERE aid = $1", mode, k1)
+		exec(t, c, "UPDATE mw_acc SET n = n + 1 WHERE aid = $1", mode, k2)
+		if _, err := c.Exec(ctx, "SAVEPOINT s1", mode); sqlState(err) != "0A000" {
+			t.Errorf("%v: SAVEPOINT over two workers: %v, want 0A000", mode, err)
+		}
+		exec(t, c, "ROLLBACK", mode)
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE mw_acc SET n = n + 1 WHERE aid = $1", mode, k1)
+		exec(t, c, "SAVEPOINT s1", mode)
+		if _, err := c.Exec(ctx, "UPDATE mw_acc SET n = n + 1 WHERE aid = $1", mode, k2); sqlState(err) != "0A000" {
+			t.Errorf("%v: second worker after SAVEPOINT: %v, want 0A000", mode, err)
+		}
+		exec(t, c, "ROLLBACK", mode)
+		check(fmt.Sprintf("%v after the refused savepoints", mode), 90, 110)
+	}
+
+	// pgx's own transactions (BEGIN, COMMIT through its Tx).
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{k1, k2} {
+		if _, err := tx.Exec(ctx, "UPDATE mw_acc SET n = n + 5 WHERE aid = $1", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after pgx Tx commit", 95, 115)
+
+	// A reference-table write in a transaction runs on every copy and
+	// commits (or rolls back) with the transaction.
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "UPDATE mw_ref SET total = total + 1 WHERE bid = 1", simple)
+	exec(t, c, "UPDATE mw_acc SET n = n + 1 WHERE aid = $1", simple, k1)
+	exec(t, c, "ROLLBACK", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "UPDATE mw_acc SET n = n + 1 WHERE aid = $1", simple, k1)
+	exec(t, c, "UPDATE mw_ref SET total = total + 1 WHERE bid = 1", simple)
+	exec(t, c, "COMMIT", simple)
+	check("after the reference write", 96, 115)
+	for _, w := range cl.Servers {
+		d := connect(t, w.Addr())
+		var shard string
+		if err := d.QueryRow(ctx, `SELECT relname FROM pg_class WHERE relname LIKE 'mw\_ref\_%' AND relkind = 'r' LIMIT 1`).Scan(&shard); err != nil {
+			shard = "mw_ref"
+		}
+		var total int
+		if err := d.QueryRow(ctx, "SELECT total FROM "+shard+" WHERE bid = 1").Scan(&total); err != nil || total != 1 {
+			t.Errorf("reference copy %s on %s: total = %d (%v), want 1", shard, w.Addr(), total, err)
+		}
+	}
+
+	// Once COMMIT has returned, another session sees both workers' parts.
+	exec(t, c, "UPDATE mw_acc SET n = 100 WHERE aid = $1", simple, k1)
+	exec(t, c, "UPDATE mw_acc SET n = 100 WHERE aid = $1", simple, k2)
+	reader := connect(t, srv.Addr())
+	for i := 1; i <= 20; i++ {
+		exec(t, c, "BEGIN", simple)
+		exec(t, c, "UPDATE mw_acc SET n = n - 1 WHERE aid = $1", simple, k1)
+		exec(t, c, "UPDATE mw_acc SET n = n + 1 WHERE aid = $1", simple, k2)
+		if i%2 == 0 {
+			// COMMIT through the extended protocol.
+			if _, err := c.PgConn().ExecParams(ctx, "COMMIT", nil, nil, nil, nil).Close(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			exec(t, c, "COMMIT", simple)
+		}
+		var a, b int
+		if err := reader.QueryRow(ctx, "SELECT n FROM mw_acc WHERE aid = $1", k1).Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		if err := reader.QueryRow(ctx, "SELECT n FROM mw_acc WHERE aid = $1", k2).Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		if a != 100-i || b != 100+i {
+			t.Fatalf("after transfer %d another session reads %d, %d", i, a, b)
+		}
+	}
+}
+
+// TestTransactionAcrossWorkersPgbench runs pgbench's TPC-B-like script
+// (accounts and history distributed, tellers and branches reference
+// tables, so that every transaction spans both workers) and checks the
+// balances agree.
+func TestTransactionAcrossWorkersPgbench(t *testing.T) {
+	pgbench, err := osexec.LookPath("pgbench")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("pgbench not found under CI")
+		}
+		t.Skip("pgbench not found")
+	}
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	url := pgtest.URL(srv.Addr())
+	drop := func() {
+		for _, q := range []string{"SELECT undistribute_table('pgbench_accounts')", "SELECT undistribute_table('pgbench_history')",
+			"SELECT undistribute_table('pgbench_branches')", "SELECT undistribute_table('pgbench_tellers')",
+			"DROP TABLE IF EXISTS pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history"} {
+			_, _ = c.Exec(ctx, q, simple)
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	if out, err := osexec.Command(pgbench, "-i", "-q", "-I", "dtGp", "-s", "1", url).CombinedOutput(); err != nil {
+		t.Fatalf("pgbench -i: %v\n%s", err, out)
+	}
+	for _, q := range []string{
+		"SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 8)",
+		"SELECT create_distributed_table('pgbench_history', 'aid', shard_count => 8)",
+		"SELECT create_reference_table('pgbench_branches')",
+		"SELECT create_reference_table('pgbench_tellers')",
+	} {
+		exec(t, c, q, simple)
+	}
+	failed := regexp.MustCompile(`number of failed transactions: (\d+)`)
+	done := regexp.MustCompile(`number of transactions actually processed: (\d+)`)
+	for _, mode := range []string{"simple"} {
+		out, err := osexec.Command(pgbench, "-n", "-M", mode, "-c", "4", "-j", "2", "-T", "3", url).CombinedOutput()
+		if err != nil {
+			t.Errorf("pgbench -M %s: %v\n%s", mode, err, out)
+			continue
+		}
+		f, d := failed.FindSubmatch(out), done.FindSubmatch(out)
+		if d == nil || string(d[1]) == "0" || (f != nil && string(f[1]) != "0") {
+			t.Errorf("pgbench -M %s:\n%s", mode, out)
+		}
+		t.Logf("tpcb-like across workers, pgbench -M %s, 4 clients: %s", mode, regexp.MustCompile(`tps = [0-9.]+`).Find(out))
+	}
+	// Every transfer is in all four tables or in none.
+	var acc, tel, br, hist int64
+	for q, v := range map[string]*int64{
+		"SELECT sum(abalance) FROM pgbench_accounts": &acc, "SELECT sum(tbalance) FROM pgbench_tellers": &tel,
+		"SELECT sum(bbalance) FROM pgbench_branches": &br, "SELECT coalesce(sum(delta), 0) FROM pgbench_history": &hist,
+	} {
+		if err := c.QueryRow(ctx, q, simple).Scan(v); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if acc != tel || acc != br || acc != hist {
+		t.Errorf("balances disagree: accounts %d, tellers %d, branches %d, history %d", acc, tel, br, hist)
+	}
+}

@@ -1,0 +1,483 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// A client transaction block over several workers. The session holds one
+// connection per worker in the transaction: the current statement's one in
+// sc/pool/node (the relay loop's), the others parked. A statement that
+// needs another worker switches at a batch boundary: to the parked
+// connection of that worker, or to a new one where the client's BEGIN text
+// starts the transaction. COMMIT then runs two-phase commit (multiEnd).
+
+// txConn is one worker's connection in a transaction block.
+type txConn struct {
+	node int32
+	pool *pooling.Pool
+	sc   *pooling.ServerConn
+}
+
+const (
+	// txPrepareTimeout bounds one PREPARE TRANSACTION (deferred triggers
+	// and constraints run in it); the decision must come within
+	// maxDecisionDelay of the first one.
+	txPrepareTimeout = 4 * time.Minute
+	maxDecisionDelay = 10 * time.Minute
+	txCleanupTimeout = 30 * time.Second
+)
+
+func errMultiRefused(msg, hint string) error {
+	return pgerr.New(pgerr.FeatureNotSupported, "%s", msg).WithHint("%s", hint)
+}
+
+// joinWorker makes node the current worker of the session's transaction
+// block, taking it into the transaction if it is not in yet.
+func (ss *session) joinWorker(ctx context.Context, node int32) error {
+	if ss.needSync && !ss.batchWork {
+		// Only Parse or Describe used the current connection in this
+		// batch: answer them with a hidden Sync (the transaction block
+		// stays open) and move.
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return err
+		}
+		if ss.sc == nil || ss.sc.TxStatus != 'T' {
+			return pgerr.New(pgerr.InFailedSQLTransaction,
+				"current transaction is aborted, commands ignored until end of transaction block")
+		}
+	}
+	from, to := ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)
+	switch {
+	case ss.needSync:
+		return errMultiRefused(fmt.Sprintf("a pipeline that needs worker %s after statements on worker %s before its Sync is not supported", to, from),
+			"Send Sync before a statement for rows on another worker.")
+	case ss.txBegin == "":
+		return errMultiRefused(fmt.Sprintf("this transaction runs on worker %s and the statement needs worker %s, but its BEGIN was sent together with other statements", from, to),
+			"Send BEGIN as a statement of its own to let a transaction span several workers.")
+	case ss.pinned != "":
+		return errMultiRefused(fmt.Sprintf("this session is pinned to one worker connection (%s); its transaction cannot take in worker %s", ss.pinned, to),
+			"Reconnect, or keep the transaction to rows on one worker.")
+	case ss.txSet || len(ss.pending) > 0:
+		return errMultiRefused(fmt.Sprintf("this transaction made a SET on worker %s; a statement on worker %s would not see it", from, to),
+			"Make the SET outside the transaction block, or keep the transaction to rows on one worker.")
+	case ss.txSavepoint:
+		return errMultiRefused(fmt.Sprintf("this transaction has savepoints on worker %s; transactions with savepoints cannot span several workers (the statement needs worker %s)", from, to),
+			"Avoid SAVEPOINT in transactions that touch rows on several workers.")
+	case ss.srv.store == nil:
+		return errMultiRefused("transactions across workers need the metadata database to record commit decisions", "")
+	}
+	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+	for i, p := range ss.parked {
+		if p.node == node {
+			ss.parked[i] = cur
+			ss.setCurrent(p)
+			return nil
+		}
+	}
+	pool, err := ss.poolFor(node)
+	if err != nil {
+		return err
+	}
+	sc, err := ss.checkout(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil || sc.TxStatus != 'T' {
+		sc.MarkBroken()
+		pool.Release(sc)
+		if err == nil {
+			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
+		}
+		return err
+	}
+	ss.parked = append(ss.parked, cur)
+	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
+	return nil
+}
+
+func (ss *session) setCurrent(c txConn) {
+	ss.cancelMu.Lock()
+	ss.sc, ss.pool, ss.node = c.sc, c.pool, c.node
+	ss.cancelTarget.Store(c.sc)
+	ss.cancelMu.Unlock()
+}
+
+// noteTxnTag follows SET and SAVEPOINT in a transaction block (the tags
+// of CommandComplete bodies starting with 'S' and short enough).
+func (ss *session) noteTxnTag(body []byte) {
+	switch {
+	case string(body) == "SET\x00":
+		ss.txSet = true
+	case bytes.HasPrefix(body, []byte("SAVEPOINT")):
+		ss.txSavepoint = true
+	}
+}
+
+// txnControl names the first statement of sql that a transaction over
+// several workers cannot run (savepoints, PREPARE TRANSACTION), or "".
+func txnControl(sql string) string {
+	lx := lexer{s: sql}
+	for {
+		n, _, _, more := lx.statement()
+		if n > 0 {
+			w := lx.words[:n]
+			at := func(i int) string {
+				if i < n {
+					return strings.ToUpper(w[i])
+				}
+				return ""
+			}
+			switch at(0) {
+			case "SAVEPOINT", "RELEASE":
+				return at(0)
+			case "ROLLBACK":
+				if at(1) == "TO" || at(2) == "TO" {
+					return "ROLLBACK TO SAVEPOINT"
+				}
+			case "PREPARE":
+				if at(1) == "TRANSACTION" {
+					return "PREPARE TRANSACTION"
+				}
+			}
+		}
+		if !more {
+			return ""
+		}
+	}
+}
+
+// multiCheck refuses, in a transaction over several workers, what it cannot
+// run: savepoints, PREPARE TRANSACTION, and COMMIT or ROLLBACK together
+// with other statements.
+func (ss *session) multiCheck(cls *class, sql string) error {
+	if what := txnControl(sql); what != "" {
+		return errMultiRefused(what+" is not supported in a transaction that spans several workers",
+			"Avoid savepoints and PREPARE TRANSACTION in transactions that touch rows on several workers.")
+	}
+	if cls.txn != "" && cls.txn != "begin" && cls.count != 1 {
+		return errMultiRefused("COMMIT or ROLLBACK together with other statements is not supported in a transaction that spans several workers",
+			"Send COMMIT or ROLLBACK as a statement of its own.")
+	}
+	return nil
+}
+
+// multiSimple handles a simple Query in a transaction over several
+// workers when it is COMMIT or ROLLBACK or refused; done says so.
+func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
+	if err := ss.multiCheck(cls, sql); err != nil {
+		return true, ss.queryError(err)
+	}
+	if cls.txn != "commit" && cls.txn != "rollback" {
+		return false, nil
+	}
+	tag, extra, err := ss.multiEnd(cls.txn == "commit")
+	ss.out = append(ss.out, extra...)
+	if err != nil {
+		if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
+			return true, err
+		}
+		ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
+	} else {
+		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+		ss.out, _ = cc.Encode(ss.out)
+	}
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return true, nil
+}
+
+// multiEnd ends the transaction on every worker: ROLLBACK everywhere
+// (rollback, or a failed transaction: tag ROLLBACK), or two-phase commit:
+// PREPARE TRANSACTION on each, the commit decision in the metadata
+// database, COMMIT PREPARED on each. Every connection is released. extra
+// holds notices for the client (a COMMIT PREPARED that recovery must
+// complete).
+func (ss *session) multiEnd(commit bool) (tag string, extra []byte, err error) {
+	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
+	all = append(all, txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
+	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
+	committed := false
+	defer func() { ss.multiRelease(all, committed) }()
+
+	failed := false
+	for _, c := range all {
+		if c.sc.TxStatus != 'T' {
+			failed = true
+		}
+	}
+	if !commit || failed {
+		for _, c := range all {
+			if c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+				c.sc.MarkBroken()
+			}
+		}
+		return "ROLLBACK", nil, nil
+	}
+
+	var rb [8]byte
+	_, _ = rand.Read(rb[:])
+	base := shards.GIDPrefix + "tx_" + hex.EncodeToString(rb[:])
+	gid := func(c txConn) string { return fmt.Sprintf("%s_%d", base, c.node) }
+	prepared := make([]bool, len(all))
+	rollback := func() []string {
+		var problems []string
+		for i, c := range all {
+			if c.sc.TxStatus == 'I' && !prepared[i] {
+				continue
+			}
+			sql := "ROLLBACK"
+			if prepared[i] {
+				sql = "ROLLBACK PREPARED '" + gid(c) + "'"
+			}
+			if err := c.sc.Exec(sql, time.Now().Add(txCleanupTimeout), nil); err != nil {
+				var pe *pgconn.PgError
+				if prepared[i] && errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
+					continue // recovery rolled it back already
+				}
+				c.sc.MarkBroken()
+				if prepared[i] {
+					problems = append(problems, fmt.Sprintf("prepared transaction '%s' remains on worker %s until recovery rolls it back",
+						gid(c), c.sc.Addr))
+				}
+			}
+		}
+		return problems
+	}
+	start := time.Now()
+	for i, c := range all {
+		err := c.sc.Exec("PREPARE TRANSACTION '"+gid(c)+"'", time.Now().Add(txPrepareTimeout), nil)
+		if err == nil && c.sc.TxStatus == 'I' {
+			prepared[i] = true
+			continue
+		}
+		var pe *pgconn.PgError
+		if err != nil && !errors.As(err, &pe) {
+			// Lost: whether it prepared is unknown; without a commit
+			// decision recovery rolls it back if it did.
+			c.sc.MarkBroken()
+			rollback()
+			return "", nil, pgerr.New(pgerr.ConnectionFailure,
+				"lost connection to worker %s during PREPARE TRANSACTION: %v; the transaction was rolled back", c.sc.Addr, err)
+		}
+		rollback()
+		if err == nil {
+			return "ROLLBACK", nil, nil
+		}
+		return "", nil, err // the worker's error (a deferred constraint, say): rolled back everywhere
+	}
+	if time.Since(start) > maxDecisionDelay {
+		rollback()
+		return "", nil, pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
+			maxDecisionDelay).WithHint("Retry the transaction.")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), txCleanupTimeout)
+	defer cancel()
+	if err := ss.srv.store.Decide(ctx, base); err != nil {
+		var refused *pgerr.Error
+		if errors.As(err, &refused) {
+			return "", nil, withCleanup(err, rollback())
+		}
+		// The answer may have been lost after the insert committed:
+		// settle it by trying to record an abort.
+		d, aerr := ss.srv.store.Abort(ctx, base)
+		for aerr != nil && ctx.Err() == nil {
+			time.Sleep(time.Second)
+			d, aerr = ss.srv.store.Abort(ctx, base)
+		}
+		switch {
+		case aerr != nil:
+			var left []string
+			for _, c := range all {
+				left = append(left, fmt.Sprintf("'%s' on worker %s", gid(c), c.sc.Addr))
+			}
+			e := pgerr.New(pgerr.ConnectionFailure,
+				"the outcome of the transaction is unknown: its commit decision could not be recorded (%v) nor read (%v)", err, aerr)
+			e.Detail = "Prepared transactions left: " + strings.Join(left, ", ") + "."
+			e.Hint = "pgfleet's recovery commits or rolls them back once the metadata database answers."
+			return "", nil, e
+		case d != metadata.CommitDecision:
+			e := pgerr.New(pgerr.ConnectionFailure, "cannot record the commit decision, so the transaction was rolled back: %v", err)
+			return "", nil, withCleanup(e, rollback())
+		}
+	}
+	committed = true
+	for _, c := range all {
+		err := c.sc.Exec("COMMIT PREPARED '"+gid(c)+"'", time.Now().Add(txCleanupTimeout), nil)
+		if err == nil {
+			continue
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
+			continue // recovery committed it, from the decision
+		}
+		if !errors.As(err, &pe) {
+			c.sc.MarkBroken()
+		}
+		n := pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: pgerr.ConnectionFailure,
+			Message: fmt.Sprintf("the transaction is committed, but COMMIT PREPARED '%s' on worker %s failed: %v", gid(c), c.sc.Addr, err),
+			Hint:    "pgfleet's recovery completes the commit within a minute or two."}
+		extra, _ = n.Encode(extra)
+	}
+	return "COMMIT", extra, nil
+}
+
+func withCleanup(err error, problems []string) error {
+	if len(problems) == 0 {
+		return err
+	}
+	fe := pgerr.Flatten(err)
+	e := &pgerr.Error{Severity: "ERROR", Code: fe.Code, Message: fe.Message, Detail: fe.Detail, Hint: fe.Hint}
+	if e.Detail != "" {
+		e.Detail += "\n"
+	}
+	e.Detail += "Cleanup was incomplete: " + strings.Join(problems, "; ") + "."
+	return e
+}
+
+// multiRelease gives every connection of a transaction over several
+// workers back and leaves the session between transactions.
+func (ss *session) multiRelease(all []txConn, committed bool) {
+	if len(ss.pending) > 0 || ss.txSet || ss.paramsUnsure {
+		for _, c := range all {
+			c.sc.ParamsKey = "\x00unknown"
+		}
+	}
+	if committed && !ss.txFailed {
+		for _, op := range ss.pending {
+			ss.params.apply(op)
+		}
+	}
+	ss.pending = ss.pending[:0]
+	ss.cancelMu.Lock()
+	ss.cancelTarget.Store(nil)
+	ss.sc = nil
+	ss.cancelMu.Unlock()
+	for _, c := range all {
+		c.pool.Release(c.sc)
+	}
+	clear(ss.parked)
+	ss.parked = ss.parked[:0]
+	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false
+	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false
+	if len(ss.portals) > 0 {
+		clear(ss.portals)
+	}
+}
+
+// splitEnd ends a session whose transaction ended on one worker only (it
+// should not happen: COMMIT and ROLLBACK are the coordinator's): the others
+// are rolled back, and the client is told the outcome is unknown.
+func (ss *session) splitEnd() error {
+	addr := ss.sc.Addr
+	for _, c := range ss.parked {
+		_ = c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil)
+	}
+	ss.multiRelease(append(ss.parked, txConn{node: ss.node, pool: ss.pool, sc: ss.sc}), false)
+	return &pgerr.Error{Severity: "FATAL", Code: pgerr.ConnectionFailure,
+		Message: fmt.Sprintf("the transaction ended on worker %s only; it was rolled back on the other workers", addr),
+		Hint:    "The transaction's outcome is unknown; reconnect and check before retrying."}
+}
+
+// multiBind handles a Bind in a transaction over several workers: refuses
+// what cannot run, and binds COMMIT and ROLLBACK locally (local is true),
+// to run at Execute.
+func (ss *session) multiBind(portal string, st *Statement) (local bool, err error) {
+	if err := ss.multiCheck(&st.cls, st.Query); err != nil {
+		return false, err
+	}
+	if st.cls.txn != "commit" && st.cls.txn != "rollback" {
+		return false, nil
+	}
+	if ss.needSync {
+		if ss.batchWork {
+			return false, errMultiRefused("COMMIT or ROLLBACK after other statements in the same pipeline is not supported in a transaction that spans several workers",
+				"Send Sync before COMMIT.")
+		}
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return false, err
+		}
+	}
+	ss.localPortal = portal
+	ss.localPortalSt = st
+	ss.push(expect{kind: eSynth, synth: msgBindComplete})
+	return true, nil
+}
+
+// multiExecute runs a COMMIT or ROLLBACK bound by multiBind.
+func (ss *session) multiExecute(st *Statement) error {
+	tag, extra, err := ss.multiEnd(st.cls.txn == "commit")
+	if len(extra) > 0 {
+		ss.push(expect{kind: eSynth, synth: extra})
+	}
+	if err != nil {
+		if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
+			return err
+		}
+		ss.synthError(err)
+		return nil
+	}
+	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append([]byte(tag), 0))})
+	return nil
+}
+
+// refWriteInTxn runs a reference-table write inside a transaction block on
+// every worker holding a copy, each joined into the transaction, in node
+// order (so that two transactions writing the same row lock its copies in
+// the same order); the last worker's answer goes to the client.
+func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
+	snap := ss.srv.catalog.Load()
+	nodes := slices.Clone(snap.Shards[p.Tables[0]][0].Nodes)
+	slices.Sort(nodes)
+	sql := p.ShardSQL[0]
+	if lits != nil {
+		sql, _ = spliceLiterals(sql, lits)
+	}
+	for _, node := range nodes[:len(nodes)-1] {
+		if err := ss.acquire(context.Background(), node); err != nil {
+			return ss.queryError(err)
+		}
+		if ss.pendingBegin != "" {
+			if err := ss.startPending(); err != nil {
+				return ss.queryError(err)
+			}
+		}
+		var onStatus func([]byte)
+		if ss.ready {
+			onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
+		}
+		if err := ss.sc.Exec(sql, time.Time{}, onStatus); err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				return ss.lostServer(err)
+			}
+			ss.txFailed = true
+			ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
+			ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+			return nil
+		}
+	}
+	body := append(append(ss.qbuf[:0], sql...), 0)
+	ss.qbuf = body
+	return ss.relayCycle('Q', body, nil, nodes[len(nodes)-1])
+}
