@@ -233,6 +233,7 @@ func TestDistributeStatements(t *testing.T) {
 		"SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 4)",
 		"SELECT create_reference_table('pgbench_branches')",
 		"SELECT create_reference_table('pgbench_tellers')",
+		"SELECT create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts')",
 	}
 	if got := distributeStatements(4); !reflect.DeepEqual(got, want) {
 		t.Fatalf("distributeStatements(4) = %q", got)

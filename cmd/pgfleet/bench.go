@@ -69,7 +69,7 @@ func benchRouter(args []string) error {
 	fs.StringVar(&coords, "coordinators", coords, "coordinators pgbench's clients are split over; a list such as 1,2,3 adds the scaling ladder")
 	fs.IntVar(&o.CoordinatorProcs, "coordinator-procs", o.CoordinatorProcs, "GOMAXPROCS of each coordinator (0: every CPU)")
 	fs.StringVar(&modes, "modes", modes, "pgbench query modes to run, comma-separated")
-	fs.StringVar(&workloads, "workloads", workloads, "workloads to run, comma-separated: point-select, citus-mix, write, scatter")
+	fs.StringVar(&workloads, "workloads", workloads, "workloads to run, comma-separated: point-select, citus-mix, write, scatter, tpcb-like")
 	fs.Float64Var(&o.Rate, "rate", o.Rate, "run every configuration open-loop at this many transactions per second (pgbench -R); 0: closed loop")
 	fs.BoolVar(&o.HalfPeak, "half-peak", o.HalfPeak, "add open-loop point-select runs at half the fleet's peak, directly and through the fleet")
 	fs.Var(&targets, "target", "another system to run the workloads against, name=postgres://user:password@host:port/db (repeatable)")

@@ -118,6 +118,7 @@ func loadPgbench(ctx context.Context, addr string, scale, shards int) error {
 		fmt.Sprintf("SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => %d)", shards),
 		"SELECT create_reference_table('pgbench_branches')",
 		"SELECT create_reference_table('pgbench_tellers')",
+		"SELECT create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts')",
 	} {
 		if _, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
