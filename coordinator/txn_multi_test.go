@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -257,5 +258,49 @@ func TestTransactionAcrossWorkersPgbench(t *testing.T) {
 	}
 	if acc != tel || acc != br || acc != hist {
 		t.Errorf("balances disagree: accounts %d, tellers %d, branches %d, history %d", acc, tel, br, hist)
+	}
+}
+
+// TestTransactionAcrossWorkersConnectionWait: two transactions that each
+// hold the only connection to one worker and want the other's do not wait
+// for each other forever: the one that asks second gets a retryable 40P01
+// within about a second, and the other then goes on.
+func TestTransactionAcrossWorkersConnectionWait(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+	drop := func() {
+		_, _ = a.Exec(ctx, "SELECT undistribute_table('mwc_acc')", simple)
+		_, _ = a.Exec(ctx, "DROP TABLE IF EXISTS mwc_acc", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, a, "CREATE TABLE mwc_acc (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, a, "INSERT INTO mwc_acc SELECT g, 0 FROM generate_series(1, 50) g", simple)
+	exec(t, a, "SELECT create_distributed_table('mwc_acc', 'aid', shard_count => 4)", simple)
+	k1, w1 := 1, workerOfAid(t, a, "mwc_acc", 1)
+	k2 := 2
+	for ; workerOfAid(t, a, "mwc_acc", k2) == w1; k2++ {
+		if k2 > 50 {
+			t.Fatal("every key on one worker")
+		}
+	}
+
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "UPDATE mwc_acc SET n = n + 1 WHERE aid = $1", simple, k1) // a holds worker 1's connection
+	exec(t, b, "BEGIN", simple)
+	exec(t, b, "UPDATE mwc_acc SET n = n + 1 WHERE aid = $1", simple, k2) // b holds worker 2's
+	start := time.Now()
+	_, err := a.Exec(ctx, "UPDATE mwc_acc SET n = n + 1 WHERE aid = $1", simple, k2)
+	if sqlState(err) != "40P01" || time.Since(start) > 4*time.Second {
+		t.Fatalf("waiting for the other worker's only connection: %v after %v, want 40P01 within about 1 s", err, time.Since(start))
+	}
+	exec(t, a, "ROLLBACK", simple)
+	exec(t, b, "UPDATE mwc_acc SET n = n + 1 WHERE aid = $1", simple, k1) // a released worker 1's
+	exec(t, b, "COMMIT", simple)
+	if got := queryString(t, a, "SELECT sum(n)::text FROM mwc_acc", simple); got != "2" {
+		t.Errorf("after b's commit the sum is %s, want 2 (b's two updates, none of a's)", got)
 	}
 }

@@ -98,7 +98,19 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
-	sc, err := ss.checkout(ctx, pool)
+	// This transaction holds connections while it waits for another one:
+	// two such transactions can each wait for the other's worker. Wait
+	// briefly, then fail with a retryable deadlock error.
+	jctx, cancel := context.WithTimeout(ctx, joinWait)
+	sc, err := ss.checkout(jctx, pool)
+	waited := jctx.Err() != nil
+	cancel()
+	var pe *pgerr.Error
+	if err != nil && (waited || errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections) {
+		return &pgerr.Error{Severity: "ERROR", Code: pgerr.DeadlockDetected,
+			Message: fmt.Sprintf("no connection to worker %s became free within %v while this transaction holds connections on other workers (a possible wait cycle with another transaction across workers)", to, joinWait),
+			Hint:    "Retry the transaction. If it happens often, raise the coordinator's --pool-size so that concurrent transactions across workers each find a connection."}
+	}
 	if err != nil {
 		return err
 	}
@@ -114,6 +126,10 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
 	return nil
 }
+
+// joinWait bounds how long a transaction that holds connections waits for
+// one to another worker (see joinWorker).
+const joinWait = time.Second
 
 func (ss *session) setCurrent(c txConn) {
 	ss.cancelMu.Lock()

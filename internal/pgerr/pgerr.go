@@ -32,6 +32,8 @@ const (
 	ConfigurationLimitExceed = "53400"
 	InvalidTransactionState  = "25000"
 	InFailedSQLTransaction   = "25P02"
+	SerializationFailure     = "40001"
+	DeadlockDetected         = "40P01"
 	InvalidCatalogName       = "3D000"
 	ObjectNotInPrerequisite  = "55000"
 	IdleSessionTimeout       = "57P05"
