@@ -334,29 +334,8 @@ func cancelStops(t *testing.T, c *pgx.Conn, query func() error, check, want stri
 // TestScatterPgbench runs the benchmark's scatter workload through the
 // coordinator with pgbench in its three protocol modes.
 func TestScatterPgbench(t *testing.T) {
-	pgbench, err := osexec.LookPath("pgbench")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("pgbench not found under CI")
-		}
-		t.Skip("pgbench not found")
-	}
-	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	pgbench, url, c := pgbenchTables(t, "SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 8)")
 	ctx := context.Background()
-	c := connect(t, srv.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	url := pgtest.URL(srv.Addr())
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('pgbench_accounts')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	if out, err := osexec.Command(pgbench, "-i", "-q", "-I", "dtGp", "-s", "1", url).CombinedOutput(); err != nil {
-		t.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
-	exec(t, c, "SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 8)", simple)
 	script := filepath.Join(t.TempDir(), "scatter.sql")
 	if err := os.WriteFile(script, []byte(`\set lo random(1, :naccounts - 1000)
 SELECT bid, count(*), sum(abalance), avg(abalance) FROM pgbench_accounts WHERE aid BETWEEN :lo AND :lo + 999 GROUP BY bid ORDER BY bid;
@@ -428,4 +407,38 @@ func twinTables(t *testing.T, c, direct *pgx.Conn, p, schema string, tables, dis
 	return func(sql string) (string, string) {
 		return strings.NewReplacer("{", p+"_", "}", "").Replace(sql), strings.NewReplacer("{", p+"p_", "}", "").Replace(sql)
 	}
+}
+
+// pgbenchTables loads pgbench's tables at scale 1 through a coordinator
+// (pool 8) and runs distribute through it; they are dropped first and at
+// cleanup. It returns pgbench, the coordinator's URL and a connection to it.
+func pgbenchTables(t *testing.T, distribute ...string) (pgbench, url string, c *pgx.Conn) {
+	pgbench, err := osexec.LookPath("pgbench")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("pgbench not found under CI")
+		}
+		t.Skip("pgbench not found")
+	}
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c = connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	url = pgtest.URL(srv.Addr())
+	drop := func() {
+		for _, tb := range []string{"pgbench_accounts", "pgbench_history", "pgbench_branches", "pgbench_tellers"} {
+			_, _ = c.Exec(ctx, "SELECT undistribute_table('"+tb+"')", simple)
+		}
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	if out, err := osexec.Command(pgbench, "-i", "-q", "-I", "dtGp", "-s", "1", url).CombinedOutput(); err != nil {
+		t.Fatalf("pgbench -i: %v\n%s", err, out)
+	}
+	for _, q := range distribute {
+		exec(t, c, q, simple)
+	}
+	return pgbench, url, c
 }

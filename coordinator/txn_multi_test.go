@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
-	"os"
 	osexec "os/exec"
 	"regexp"
 	"strings"
@@ -199,39 +198,13 @@ func TestTransactionAcrossWorkers(t *testing.T) {
 // tables, so that every transaction spans both workers) and checks the
 // balances agree.
 func TestTransactionAcrossWorkersPgbench(t *testing.T) {
-	pgbench, err := osexec.LookPath("pgbench")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("pgbench not found under CI")
-		}
-		t.Skip("pgbench not found")
-	}
-	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, poolSize(8))
-	ctx := context.Background()
-	c := connect(t, srv.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	url := pgtest.URL(srv.Addr())
-	drop := func() {
-		for _, q := range []string{"SELECT undistribute_table('pgbench_accounts')", "SELECT undistribute_table('pgbench_history')",
-			"SELECT undistribute_table('pgbench_branches')", "SELECT undistribute_table('pgbench_tellers')",
-			"DROP TABLE IF EXISTS pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history"} {
-			_, _ = c.Exec(ctx, q, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	if out, err := osexec.Command(pgbench, "-i", "-q", "-I", "dtGp", "-s", "1", url).CombinedOutput(); err != nil {
-		t.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
-	for _, q := range []string{
+	pgbench, url, c := pgbenchTables(t,
 		"SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 8)",
 		"SELECT create_distributed_table('pgbench_history', 'aid', shard_count => 8)",
 		"SELECT create_reference_table('pgbench_branches')",
-		"SELECT create_reference_table('pgbench_tellers')",
-	} {
-		exec(t, c, q, simple)
-	}
+		"SELECT create_reference_table('pgbench_tellers')")
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
 	failed := regexp.MustCompile(`number of failed transactions: (\d+)`)
 	done := regexp.MustCompile(`number of transactions actually processed: (\d+)`)
 	for _, mode := range []string{"simple"} {
