@@ -129,7 +129,7 @@ func TestRouterSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## Per core, beside the published runs", "## Peak memory", "p99 added by the coordinator at half of peak",
-		"tpcb-like", filepath.Base(files[".svg"])} {
+		filepath.Base(files[".svg"])} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("Markdown report lacks %q", want)
 		}
