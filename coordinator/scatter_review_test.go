@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -97,16 +96,7 @@ func reviewRun(t *testing.T, c, direct *pgx.Conn, rename func(string) (string, s
 				}
 				continue
 			}
-			if !tc.ordered {
-				sort.Strings(got.rows)
-				sort.Strings(want.rows)
-			}
-			if strings.Join(got.cols, ",") != strings.Join(want.cols, ",") {
-				t.Errorf("%s (%v): columns\n got %v\nwant %v", tc.sql, mode, got.cols, want.cols)
-			}
-			if strings.Join(got.rows, "\n") != strings.Join(want.rows, "\n") {
-				t.Errorf("%s (%v): %d rows, want %d\n got %.300v\nwant %.300v", tc.sql, mode, len(got.rows), len(want.rows), got.rows, want.rows)
-			}
+			sameResult(t, fmt.Sprintf("%s (%v)", tc.sql, mode), got, want, tc.ordered)
 		}
 	}
 	if got := queryString(t, c, "SELECT 'still usable'"); got != "still usable" {

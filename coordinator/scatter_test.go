@@ -148,16 +148,7 @@ INSERT INTO %[1]s_other SELECT g, g %% 7 + 1 FROM generate_series(1, 50) g;`
 				if err != nil {
 					t.Fatalf("%s on PostgreSQL (%v): %v", tc.sql, mode, err)
 				}
-				if !tc.ordered {
-					sort.Strings(got.rows)
-					sort.Strings(want.rows)
-				}
-				if strings.Join(got.cols, ",") != strings.Join(want.cols, ",") {
-					t.Errorf("%s (%v): columns\n got %v\nwant %v", tc.sql, mode, got.cols, want.cols)
-				}
-				if strings.Join(got.rows, "\n") != strings.Join(want.rows, "\n") {
-					t.Errorf("%s (%v): %d rows, want %d\n got %.400v\nwant %.400v", tc.sql, mode, len(got.rows), len(want.rows), got.rows, want.rows)
-				}
+				sameResult(t, fmt.Sprintf("%s (%v)", tc.sql, mode), got, want, tc.ordered)
 				if len(want.rows) == 0 && !strings.Contains(tc.sql, "false") && !strings.Contains(tc.sql, "1000") {
 					t.Errorf("%s: no rows to compare", tc.sql)
 				}
@@ -441,4 +432,20 @@ func pgbenchTables(t *testing.T, distribute ...string) (pgbench, url string, c *
 		exec(t, c, q, simple)
 	}
 	return pgbench, url, c
+}
+
+// sameResult compares a coordinator's result with PostgreSQL's: the same
+// columns, and the same rows, in the same order when ordered.
+func sameResult(t *testing.T, what string, got, want scatterResult, ordered bool) {
+	t.Helper()
+	if !ordered {
+		sort.Strings(got.rows)
+		sort.Strings(want.rows)
+	}
+	if strings.Join(got.cols, ",") != strings.Join(want.cols, ",") {
+		t.Errorf("%s: columns\n got %v\nwant %v", what, got.cols, want.cols)
+	}
+	if strings.Join(got.rows, "\n") != strings.Join(want.rows, "\n") {
+		t.Errorf("%s: %d rows, want %d\n got %.400v\nwant %.400v", what, len(got.rows), len(want.rows), got.rows, want.rows)
+	}
 }
