@@ -41,8 +41,7 @@ var allWorkloads = []string{workloadPointSelect, workloadMix, workloadWrite, wor
 // tpcbNote says how pgbench's tpcb-like runs through the fleet.
 const tpcbNote = "pgbench's tpcb-like updates an account (distributed), a teller and a branch (reference tables, a copy on " +
 	"every worker) and inserts into pgbench_history (distributed by aid) in one transaction, which commits on every worker " +
-	"it touched with two-phase commit. Through the fleet it runs with -M simple only: reference-table writes over the " +
-	"extended protocol are not supported yet (its prepared and extended rows are skipped); and with a pool of one connection " +
+	"it touched with two-phase commit. Through the fleet it runs in every protocol mode, with a pool of one connection " +
 	"per client, since a transaction across workers holds a connection on each until COMMIT."
 
 // fleetPool is the coordinators' pool size for a workload: tpcb-like's
@@ -54,14 +53,6 @@ func fleetPool(o RouterOptions, workload string) int {
 		return max(o.PoolSize, o.Clients)
 	}
 	return o.PoolSize
-}
-
-// skipFleet says why the fleet does not run a workload in a mode, or "".
-func skipFleet(workload, mode string) string {
-	if workload == workloadTPCB && mode != modeSimple {
-		return "reference-table writes over the extended protocol are not supported yet"
-	}
-	return ""
 }
 
 // directDB is the database on the first worker holding the plain,
@@ -611,8 +602,6 @@ func (b *routerBench) addConfigs(configs []routerConfig) []*configResult {
 			cr.Skipped = "routed data set-up failed: " + b.routedErr
 		case b.urlErr[c.Target] != "":
 			cr.Skipped = b.urlErr[c.Target]
-		case c.Target == targetPgfleet && skipFleet(c.Workload, c.Mode) != "":
-			cr.Skipped = skipFleet(c.Workload, c.Mode)
 		}
 		b.rep.Configs = append(b.rep.Configs, cr)
 		out = append(out, cr)

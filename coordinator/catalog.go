@@ -310,10 +310,12 @@ var errCatalogMoved = pgerr.New("40001", "the table's distribution changed while
 	WithHint("Retry the statement.")
 
 // errAllNodes says a statement must run on every node (a reference-table
-// write), which the simple-query path does with two-phase commit.
+// write): the simple-query path runs it with two-phase commit or joins every
+// copy's worker into the transaction, the extended path likewise at Execute
+// (refext.go). Where neither can, it is the refusal.
 var errAllNodes = pgerr.New(pgerr.FeatureNotSupported,
-	"writing a reference table with the extended query protocol is not supported yet").
-	WithHint("Write reference tables using the simple query protocol (inside or outside BEGIN ... COMMIT).")
+	"this reference-table write cannot run on every copy here (EXPLAIN ANALYZE of it, or a transaction block in a session pinned to one worker connection)").
+	WithHint("Write reference tables outside the transaction block, or reconnect; EXPLAIN without ANALYZE shows the plan.")
 
 // valueHash hashes a router plan's constant distribution value.
 func valueHash(p *planner.Plan) (int32, error) {

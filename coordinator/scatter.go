@@ -103,11 +103,15 @@ type scatterPortal struct {
 	params  []byte // the Bind's parameter formats and values
 	results []byte // the Bind's result formats (count and codes)
 	done    bool   // executed: run to completion
+	// ref: a reference-table write (refext.go), run on every copy; tag is
+	// its command tag once done.
+	ref bool
+	tag []byte
 }
 
 // describe is the portal's RowDescription, with its result formats.
 func (sp *scatterPortal) describe() []byte {
-	if sp.desc.rowDesc == nil {
+	if sp.ref || sp.desc.rowDesc == nil {
 		return msgNoData
 	}
 	return wire.AppendFrame(nil, 'T', withFormats(sp.desc.rowDesc, sp.results))

@@ -78,6 +78,10 @@ type session struct {
 	// scatterTargets are the connections a multi-shard statement is
 	// running on (guarded by cancelMu), for cancel requests.
 	scatterTargets []*pooling.ServerConn
+	// refDone: a reference-table write of this extended batch committed
+	// outside a transaction block (refext.go); until Sync, other
+	// statements are refused.
+	refDone bool
 
 	// A transaction block over several workers (txnmulti.go): the other
 	// workers' connections (the current one is sc), the BEGIN text that
@@ -805,6 +809,10 @@ func (ss *session) bind(body []byte) error {
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		return nil
 	}
+	if ss.refDone {
+		ss.synthError(errAfterRefWrite)
+		return nil
+	}
 	clientSt := st
 	if len(ss.scatterPortals) > 0 {
 		delete(ss.scatterPortals, string(portal))
@@ -812,6 +820,10 @@ func (ss *session) bind(body []byte) error {
 	st, node, err := ss.routeBind(st, params)
 	if err == errScatter {
 		ss.scatterBind(string(portal), string(name), clientSt, params)
+		return nil
+	}
+	if err == errAllNodes {
+		ss.refBind(string(portal), clientSt, params)
 		return nil
 	}
 	if err != nil {
@@ -923,6 +935,9 @@ func (ss *session) execute(body []byte) error {
 	}
 	if len(ss.scatterPortals) > 0 {
 		if sp := ss.scatterPortals[string(portal)]; sp != nil {
+			if sp.ref {
+				return ss.refExecute(sp)
+			}
 			return ss.scatterExecute(string(portal), sp, body)
 		}
 	}
@@ -1000,6 +1015,7 @@ func (ss *session) emitSynth() {
 
 func (ss *session) sync() error {
 	ss.skipping = false
+	ss.refDone = false
 	ss.localPortalSt = nil
 	if len(ss.scatterPortals) > 0 {
 		clear(ss.scatterPortals)

@@ -198,6 +198,14 @@ func TestTransactionAcrossWorkers(t *testing.T) {
 // tables, so that every transaction spans both workers) and checks the
 // balances agree.
 func TestTransactionAcrossWorkersPgbench(t *testing.T) {
+	tpcbAcrossWorkers(t, "simple")
+}
+
+// tpcbAcrossWorkers runs pgbench's TPC-B-like script in the given protocol
+// modes with accounts and history distributed and tellers and branches
+// reference tables, and checks that no transaction failed and that the
+// balances agree.
+func tpcbAcrossWorkers(t *testing.T, modes ...string) {
 	pgbench, url, c := pgbenchTables(t,
 		"SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 8)",
 		"SELECT create_distributed_table('pgbench_history', 'aid', shard_count => 8)",
@@ -207,7 +215,7 @@ func TestTransactionAcrossWorkersPgbench(t *testing.T) {
 	simple := pgx.QueryExecModeSimpleProtocol
 	failed := regexp.MustCompile(`number of failed transactions: (\d+)`)
 	done := regexp.MustCompile(`number of transactions actually processed: (\d+)`)
-	for _, mode := range []string{"simple"} {
+	for _, mode := range modes {
 		out, err := osexec.Command(pgbench, "-n", "-M", mode, "-c", "4", "-j", "2", "-T", "3", url).CombinedOutput()
 		if err != nil {
 			t.Errorf("pgbench -M %s: %v\n%s", mode, err, out)

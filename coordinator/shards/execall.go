@@ -22,6 +22,15 @@ var errNoStore = pgerr.New(pgerr.Internal, "shards: no metadata store")
 // records the commit decision.
 func ExecAll(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
 	nodeIDs []int32, sql string) (*pgconn.Result, error) {
+	return ExecAllParams(ctx, store, snap, conns, nodeIDs, sql, nil, nil, nil)
+}
+
+// ExecAllParams is ExecAll of a statement with parameters ($n), given as
+// in the extended query protocol: their types (0 or missing: the worker
+// infers them), format codes (none, one for all, or one each) and values
+// (nil: NULL).
+func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	nodeIDs []int32, sql string, paramOIDs []uint32, paramFormats []int16, paramValues [][]byte) (*pgconn.Result, error) {
 	if store == nil {
 		return nil, errNoStore
 	}
@@ -38,7 +47,7 @@ func ExecAll(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot
 			g.rollback(ctx)
 			return nil, err
 		}
-		res := tx.conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		res := tx.conn.PgConn().ExecParams(ctx, sql, paramValues, paramOIDs, paramFormats, nil).Read()
 		if res.Err != nil {
 			g.rollback(ctx)
 			return nil, n.wrap(res.Err, "on node %s", n.describe(id))

@@ -1,0 +1,380 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+)
+
+// Reference-table writes over the extended query protocol. A Bind of a
+// write to a table copied to several workers (routeBind's errAllNodes) is
+// kept in the session as a portal (a scatterPortal with ref set) and runs
+// at Execute on every copy: outside a transaction block in one two-phase
+// commit group, as writeAllNodes does for the simple protocol; inside one
+// on every worker holding a copy, each joined into the transaction in node
+// order, as refWriteInTxn does. Only this path parses the Bind's
+// parameters; routed statements never come here.
+
+// refBind answers Bind of a reference-table write.
+func (ss *session) refBind(portal string, st *Statement, params []byte) {
+	sp, err := ss.stmtPlan(st)
+	if err != nil {
+		ss.synthError(err)
+		return
+	}
+	switch {
+	case sp.plan.Explain:
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"EXPLAIN of a reference-table write with the extended query protocol is not supported yet").
+			WithHint("Run EXPLAIN with the simple query protocol."))
+		return
+	case hasReturning(st.Query):
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"RETURNING in a write to reference table %s with the extended query protocol is not supported yet", sp.plan.Tables[0]).
+			WithHint("Write without RETURNING, or use the simple query protocol."))
+		return
+	case ss.pinned != "" && ss.inTxn():
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"this session is pinned to one worker connection (%s); a write to reference table %s inside its transaction block cannot reach every copy",
+			ss.pinned, sp.plan.Tables[0]).WithHint("Write reference tables outside the transaction block, or reconnect."))
+		return
+	case ss.sc != nil && ss.sc.TxStatus == 'E' && !ss.needSync:
+		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+		return
+	}
+	_, results, ok := bindResults(params)
+	if !ok {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
+		return
+	}
+	if nr := int(binary.BigEndian.Uint16(results)); nr > 1 {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "bind message has %d result formats but query has 0 columns", nr))
+		return
+	}
+	if ss.scatterPortals == nil {
+		ss.scatterPortals = map[string]*scatterPortal{}
+	}
+	split := len(params) - len(results)
+	cp := append([]byte(nil), params[:split]...)
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, ref: true}
+	delete(ss.portals, portal)
+	ss.push(expect{kind: eSynth, synth: msgBindComplete})
+}
+
+// hasReturning reports whether sql has the word RETURNING anywhere (a
+// string or identifier too: those statements are refused needlessly, never
+// run wrongly).
+func hasReturning(sql string) bool {
+	const w = "returning"
+	for i := 0; i+len(w) <= len(sql); i++ {
+		if !equalFoldASCII(sql[i:i+len(w)], w) {
+			continue
+		}
+		if (i == 0 || !identByte(sql[i-1])) && (i+len(w) == len(sql) || !identByte(sql[i+len(w)])) {
+			return true
+		}
+	}
+	return false
+}
+
+func equalFoldASCII(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		c := a[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func identByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 0x80 || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+var errRefPipeline = pgerr.New(pgerr.FeatureNotSupported,
+	"a reference-table write after other statements in the same pipeline is not supported yet").
+	WithHint("Send Sync before it.")
+
+var errAfterRefWrite = pgerr.New(pgerr.FeatureNotSupported,
+	"statements after a reference-table write in the same pipeline outside a transaction block are not supported yet (the write commits on its own)").
+	WithHint("Send Sync after the write, or wrap the statements in BEGIN ... COMMIT.")
+
+// refExecute runs a reference-table write portal.
+func (ss *session) refExecute(sp *scatterPortal) error {
+	if sp.done {
+		// PostgreSQL answers a portal that ran to completion with no rows.
+		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(zeroRows(sp.tag), 0))})
+		return nil
+	}
+	sp.done = true
+	if ss.inTxn() {
+		return ss.refExecuteInTxn(sp)
+	}
+	if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
+		// Only Parse or Describe used the held connection in this batch:
+		// answer them with a hidden Sync, which gives the connection back.
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return err
+		}
+	}
+	if ss.sc != nil && (ss.needSync || ss.batchWork) {
+		ss.synthError(errRefPipeline)
+		return nil
+	}
+	// Nothing is queued for a server (a pinned session may still hold its
+	// idle connection): answers so far go out first.
+	ss.emitSynth()
+	formats, values, ok := bindValues(sp.params)
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
+	if err != nil {
+		ss.synthError(err)
+		return nil
+	}
+	snap := ss.srv.catalog.Load()
+	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version || len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
+		ss.synthError(errCatalogMoved)
+		return nil
+	}
+	res, err := shards.ExecAllParams(ctx, ss.srv.store, snap, conns, snap.Shards[sp.sp.plan.Tables[0]][0].Nodes,
+		sp.sp.plan.ShardSQL[0], paramOIDs(sp.st.paramTail), formats, values)
+	if err != nil {
+		ss.synthError(err)
+		return nil
+	}
+	ss.refDone = true
+	sp.tag = []byte(res.CommandTag.String())
+	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(slices.Clone(sp.tag), 0))})
+	return nil
+}
+
+// refExecuteInTxn runs a reference-table write portal inside a transaction
+// block: on every worker holding a copy, in node order, each joined into
+// the transaction.
+func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
+	if ss.sc != nil && ss.needSync {
+		if ss.batchWork {
+			ss.synthError(errRefPipeline)
+			return nil
+		}
+		// Only Parse or Describe used the connection in this batch: answer
+		// them with a hidden Sync (the transaction block stays open).
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return err
+		}
+	}
+	if ss.sc != nil && ss.sc.TxStatus != 'T' {
+		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+		return nil
+	}
+	// Nothing is queued for a server now: answers so far go out first.
+	ss.emitSynth()
+	snap := ss.srv.catalog.Load()
+	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version || len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
+		ss.synthError(errCatalogMoved)
+		return nil
+	}
+	nodes := slices.Clone(snap.Shards[sp.sp.plan.Tables[0]][0].Nodes)
+	slices.Sort(nodes)
+	x := ss.srv.shardStmt(sp.sp, 0, sp.st)
+	var first []byte
+	for i, node := range nodes {
+		if err := ss.acquire(context.Background(), node); err != nil {
+			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
+				return err
+			}
+			ss.synthError(err)
+			return nil
+		}
+		if ss.pendingBegin != "" {
+			if err := ss.startPending(); err != nil {
+				ss.synthError(err)
+				return nil
+			}
+		}
+		tag, werr, err := ss.refRun(x, sp.params, i == len(nodes)-1)
+		if err != nil {
+			return ss.lostServer(err)
+		}
+		if werr != nil {
+			// The worker's transaction failed: so does the client's.
+			ss.txFailed = true
+			ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'E', werr)})
+			ss.skipping = true
+			return nil
+		}
+		if first == nil {
+			first = tag
+		} else if rows(tag) != rows(first) {
+			ss.txFailed = true
+			ss.synthError(pgerr.New(pgerr.Internal, "copies of a reference table differ: %d rows changed on worker %s, %d on worker %s",
+				rows(tag), ss.srv.nodeAddr(node), rows(first), ss.srv.nodeAddr(nodes[0])))
+			return nil
+		}
+	}
+	sp.tag = first
+	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(slices.Clone(first), 0))})
+	return nil
+}
+
+// refRun runs shard statement x with a Bind's parameters (formats and
+// values) on the held connection, in the open transaction, to its
+// ReadyForQuery. It returns the command tag, or the worker's error
+// (werr, an ErrorResponse body); err is a lost connection. Notices of the
+// last copy (relay) go to the client.
+func (ss *session) refRun(x *Statement, params []byte, relay bool) (tag, werr []byte, err error) {
+	sc := ss.sc
+	b := sc.Buf()
+	ev, added := "", false
+	if !sc.Stmts.Has(x.Name) {
+		if ev = sc.Stmts.Add(x.Name); ev != "" {
+			b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+		}
+		b = append(b, x.parse...)
+		added = true
+	}
+	n := 4 + 1 + len(x.Name) + 1 + len(params) + 2
+	b = append(b, 'B', byte(n>>24), byte(n>>16), byte(n>>8), byte(n), 0)
+	b = append(append(b, x.Name...), 0)
+	b = append(append(b, params...), 0, 0)
+	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+	b = append(b, 'S', 0, 0, 0, 4)
+	sc.SetBuf(b)
+	if err := sc.Flush(); err != nil {
+		return nil, nil, err
+	}
+	closed, parsed := false, false
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			return nil, nil, err
+		}
+		switch f.Type {
+		case '3':
+			closed = true
+		case '1':
+			parsed = true
+		case 'C':
+			tag = bytes.TrimSuffix(slices.Clone(f.Body), []byte{0})
+		case 'E':
+			if fatalSeverity(f.Body) {
+				sc.MarkBroken()
+				return nil, nil, errors.New(newWorkerError(f.Body).Error())
+			}
+			if werr == nil {
+				werr = slices.Clone(f.Body)
+			}
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+			if ss.ready {
+				ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'S', f.Body)})
+			}
+		case 'N':
+			if relay {
+				ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'N', f.Body)})
+			}
+		case 'Z':
+			if len(f.Body) != 1 {
+				sc.MarkBroken()
+				return nil, nil, errors.New("invalid ReadyForQuery")
+			}
+			sc.TxStatus = f.Body[0]
+			if added && !parsed {
+				sc.Stmts.Drop(x.Name)
+			}
+			if ev != "" && !closed {
+				sc.Stmts.Restore(ev)
+			}
+			return tag, werr, nil
+		}
+	}
+}
+
+// rows is a command tag's row count.
+func rows(tag []byte) int64 {
+	i := bytes.LastIndexByte(tag, ' ')
+	n, _ := strconv.ParseInt(string(tag[i+1:]), 10, 64)
+	return n
+}
+
+// zeroRows is a command tag with its row count made 0.
+func zeroRows(tag []byte) []byte {
+	i := bytes.LastIndexByte(tag, ' ')
+	if i < 0 {
+		return slices.Clone(tag)
+	}
+	return append(slices.Clone(tag[:i+1]), '0')
+}
+
+// bindValues splits a Bind's parameter formats and values (the part after
+// the statement name, without the result formats).
+func bindValues(b []byte) (formats []int16, values [][]byte, ok bool) {
+	if len(b) < 2 {
+		return nil, nil, false
+	}
+	nf := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	if len(b) < 2*nf+2 {
+		return nil, nil, false
+	}
+	for i := 0; i < nf; i++ {
+		formats = append(formats, int16(binary.BigEndian.Uint16(b[2*i:])))
+	}
+	b = b[2*nf:]
+	np := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	values = make([][]byte, np)
+	for i := 0; i < np; i++ {
+		if len(b) < 4 {
+			return nil, nil, false
+		}
+		n := int32(binary.BigEndian.Uint32(b))
+		b = b[4:]
+		if n < 0 {
+			continue
+		}
+		if int(n) > len(b) {
+			return nil, nil, false
+		}
+		values[i] = b[:n:n]
+		b = b[n:]
+	}
+	return formats, values, len(b) == 0
+}
+
+// paramOIDs are the parameter types of a Parse's tail (count, then types).
+func paramOIDs(tail []byte) []uint32 {
+	if len(tail) < 2 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint16(tail))
+	tail = tail[2:]
+	oids := make([]uint32, 0, n)
+	for i := 0; i < n && len(tail) >= 4; i++ {
+		oids = append(oids, binary.BigEndian.Uint32(tail))
+		tail = tail[4:]
+	}
+	return oids
+}

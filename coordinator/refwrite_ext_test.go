@@ -1,0 +1,234 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestReferenceWriteExtended writes a reference table with parameters over
+// the extended query protocol (pgx's cached statements and its exec mode):
+// outside a transaction block every copy changes, atomically; inside one
+// the write commits or rolls back with the transaction.
+func TestReferenceWriteExtended(t *testing.T) {
+	cl := pgtest.Shared(t)
+	a := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, a.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "DROP TABLE IF EXISTS rx_ref", simple)
+	exec(t, c, "CREATE TABLE rx_ref (id int PRIMARY KEY, name text, n bigint)", simple)
+	exec(t, c, "INSERT INTO rx_ref SELECT g, 'r' || g, g FROM generate_series(1, 10) g", simple)
+	exec(t, c, "SELECT create_reference_table('rx_ref')", simple)
+	t.Cleanup(func() {
+		for _, q := range []string{"SELECT undistribute_table('rx_ref')", "DROP TABLE IF EXISTS rx_ref"} {
+			_, _ = c.Exec(ctx, q, simple)
+		}
+	})
+	meta := connect(t, cl.Servers[0].Addr())
+	var shard string
+	if err := meta.QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.rx_ref'").Scan(&shard); err != nil {
+		t.Fatal(err)
+	}
+	copyTable := "rx_ref_" + shard
+	var workers []*pgx.Conn
+	for _, s := range cl.Servers {
+		workers = append(workers, connect(t, s.Addr()))
+	}
+	// copies returns each copy's contents, which must agree.
+	copies := func(what string) string {
+		t.Helper()
+		var first string
+		for i, w := range workers {
+			var got string
+			if err := w.QueryRow(ctx, "SELECT coalesce(string_agg(id || ':' || name || ':' || n, ',' ORDER BY id), '') FROM "+copyTable, simple).Scan(&got); err != nil {
+				t.Fatalf("%s: copy on %s: %v", what, cl.Servers[i].Addr(), err)
+			}
+			if i == 0 {
+				first = got
+			} else if got != first {
+				t.Fatalf("%s: copies differ:\n%s: %s\n%s: %s", what, cl.Servers[0].Addr(), first, cl.Servers[i].Addr(), got)
+			}
+		}
+		return first
+	}
+	run := func(what, sql string, mode pgx.QueryExecMode, args ...any) string {
+		t.Helper()
+		tag, err := c.Exec(ctx, sql, append([]any{mode}, args...)...)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", what, sql, err)
+		}
+		return tag.String()
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		m := mode.String()
+		base := copies(m + ": before")
+		id := 100 + int(mode)
+		if tag := run(m, "INSERT INTO rx_ref VALUES ($1, $2, $3)", mode, id, "new", int64(7)); tag != "INSERT 0 1" {
+			t.Errorf("%s: insert: %s", m, tag)
+		}
+		if tag := run(m, "UPDATE rx_ref SET n = n + $1, name = $2 WHERE id = $3 OR id = $4", mode, int64(5), "upd", id, 3); tag != "UPDATE 2" {
+			t.Errorf("%s: update: %s", m, tag)
+		}
+		want := fmt.Sprintf("%d:upd:12", id)
+		if got := copies(m + ": after insert and update"); !contains(got, want) || !contains(got, "3:upd:8") {
+			t.Errorf("%s: copies after insert and update: %s", m, got)
+		}
+		if tag := run(m, "DELETE FROM rx_ref WHERE id = $1", mode, id); tag != "DELETE 1" {
+			t.Errorf("%s: delete: %s", m, tag)
+		}
+		if tag := run(m, "UPDATE rx_ref SET n = $1, name = $2 WHERE id = $3", mode, int64(3), "r3", 3); tag != "UPDATE 1" {
+			t.Errorf("%s: update back: %s", m, tag)
+		}
+		if got := copies(m + ": after delete"); got != base {
+			t.Errorf("%s: copies after delete:\n%s\nwant\n%s", m, got, base)
+		}
+		// A row on the last copy only: the write succeeds on the other
+		// copy, fails there, and changes no copy.
+		last := workers[len(workers)-1]
+		if _, err := last.Exec(ctx, "INSERT INTO "+copyTable+" VALUES (999, 'stray', 0)", simple); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "INSERT INTO rx_ref VALUES ($1, $2, $3)", mode, 999, "dup", int64(1)); sqlState(err) != "23505" {
+			t.Errorf("%s: unique violation on one copy: %v, want 23505", m, err)
+		}
+		if _, err := c.Exec(ctx, "INSERT INTO rx_ref VALUES ($1, $2, $3)", mode, 1, "dup", int64(1)); sqlState(err) != "23505" {
+			t.Errorf("%s: unique violation: %v, want 23505", m, err)
+		}
+		if _, err := last.Exec(ctx, "DELETE FROM "+copyTable+" WHERE id = 999", simple); err != nil {
+			t.Fatal(err)
+		}
+		if got := copies(m + ": after failed writes"); got != base {
+			t.Errorf("%s: a failed write changed the copies:\n%s\nwant\n%s", m, got, base)
+		}
+		// The session still works.
+		if got := queryString(t, c, "SELECT name FROM rx_ref WHERE id = $1", 2); got != "r2" {
+			t.Errorf("%s: read after failed write: %q", m, got)
+		}
+
+		// Inside a transaction block: rolled back, then committed.
+		exec(t, c, "BEGIN", mode)
+		run(m, "UPDATE rx_ref SET n = n + $1 WHERE id = $2", mode, int64(1000), 4)
+		run(m, "INSERT INTO rx_ref VALUES ($1, $2, $3)", mode, id, "tx", int64(1))
+		var n int64
+		if err := c.QueryRow(ctx, "SELECT n FROM rx_ref WHERE id = $1", mode, 4).Scan(&n); err != nil || n != 1004 {
+			t.Errorf("%s: read in the transaction: %d, %v", m, n, err)
+		}
+		exec(t, c, "ROLLBACK", mode)
+		if got := copies(m + ": after ROLLBACK"); got != base {
+			t.Errorf("%s: ROLLBACK left changes:\n%s\nwant\n%s", m, got, base)
+		}
+		// A failing write fails the transaction; nothing commits.
+		if _, err := last.Exec(ctx, "INSERT INTO "+copyTable+" VALUES (999, 'stray', 0)", simple); err != nil {
+			t.Fatal(err)
+		}
+		for _, dup := range []int{1, 999} {
+			exec(t, c, "BEGIN", mode)
+			run(m, "UPDATE rx_ref SET n = n + $1 WHERE id = $2", mode, int64(1000), 4)
+			if _, err := c.Exec(ctx, "INSERT INTO rx_ref VALUES ($1, $2, $3)", mode, dup, "dup", int64(1)); sqlState(err) != "23505" {
+				t.Errorf("%s: unique violation in a transaction: %v, want 23505", m, err)
+			}
+			if _, err := c.Exec(ctx, "SELECT 1", mode); sqlState(err) != "25P02" {
+				t.Errorf("%s: statement after the failed write: %v, want 25P02", m, err)
+			}
+			if tag, err := c.Exec(ctx, "COMMIT", mode); err != nil || tag.String() != "ROLLBACK" {
+				t.Errorf("%s: COMMIT of a failed transaction: %v %v", m, tag, err)
+			}
+		}
+		if _, err := last.Exec(ctx, "DELETE FROM "+copyTable+" WHERE id = 999", simple); err != nil {
+			t.Fatal(err)
+		}
+		if got := copies(m + ": after failed transaction"); got != base {
+			t.Errorf("%s: a failed transaction left changes:\n%s\nwant\n%s", m, got, base)
+		}
+		exec(t, c, "BEGIN", mode)
+		run(m, "UPDATE rx_ref SET n = n + $1 WHERE id = $2", mode, int64(1000), 4)
+		if tag := run(m, "INSERT INTO rx_ref VALUES ($1, $2, $3)", mode, id, "tx", int64(1)); tag != "INSERT 0 1" {
+			t.Errorf("%s: insert in a transaction: %s", m, tag)
+		}
+		exec(t, c, "COMMIT", mode)
+		got := copies(m + ": after COMMIT")
+		if !contains(got, "4:r4:1004") || !contains(got, fmt.Sprintf("%d:tx:1", id)) {
+			t.Errorf("%s: copies after COMMIT: %s", m, got)
+		}
+		run(m, "UPDATE rx_ref SET n = $1 WHERE id = $2", mode, int64(4), 4)
+		run(m, "DELETE FROM rx_ref WHERE id = $1", mode, id)
+		if got := copies(m + ": restored"); got != base {
+			t.Errorf("%s: restored copies:\n%s\nwant\n%s", m, got, base)
+		}
+	}
+	// A session pinned to its worker connection writes outside a
+	// transaction block; inside one the write cannot reach every copy.
+	pinned := connect(t, a.Addr())
+	exec(t, pinned, "CREATE TEMP TABLE rx_tmp (x int)", simple)
+	base := copies("pinned: before")
+	if _, err := pinned.Exec(ctx, "UPDATE rx_ref SET name = $1 WHERE id = $2", "pin", 5); err != nil {
+		t.Errorf("pinned session: %v", err)
+	}
+	if got := copies("pinned: after"); !contains(got, "5:pin:5") {
+		t.Errorf("pinned session: copies: %s", got)
+	}
+	exec(t, pinned, "BEGIN")
+	if _, err := pinned.Exec(ctx, "UPDATE rx_ref SET name = $1 WHERE id = $2", "r5", 5); sqlState(err) != "0A000" {
+		t.Errorf("pinned session in a transaction: %v, want 0A000", err)
+	}
+	exec(t, pinned, "ROLLBACK")
+	exec(t, pinned, "UPDATE rx_ref SET name = $1 WHERE id = $2", "r5", 5)
+	if got := copies("pinned: restored"); got != base {
+		t.Errorf("pinned session: restored copies:\n%s\nwant\n%s", got, base)
+	}
+
+	// In a pipeline (one Sync), after another statement: refused, and the
+	// session goes on.
+	b := &pgx.Batch{}
+	b.Queue("SELECT name FROM rx_ref WHERE id = $1", 1)
+	b.Queue("UPDATE rx_ref SET name = $1 WHERE id = $2", "batch", 6)
+	br := c.SendBatch(ctx, b)
+	var name string
+	if err := br.QueryRow().Scan(&name); err != nil || name != "r1" {
+		t.Errorf("batch: first statement: %q, %v", name, err)
+	}
+	if _, err := br.Exec(); sqlState(err) != "0A000" {
+		t.Errorf("batch: reference write after another statement: %v, want 0A000", err)
+	}
+	_ = br.Close()
+	if got := copies("batch"); got != base {
+		t.Errorf("batch: copies:\n%s\nwant\n%s", got, base)
+	}
+	if got := queryString(t, c, "SELECT name FROM rx_ref WHERE id = $1", 6); got != "r6" {
+		t.Errorf("after batch: %q", got)
+	}
+
+	// RETURNING is refused, not answered wrongly.
+	if _, err := c.Exec(ctx, "UPDATE rx_ref SET n = n WHERE id = $1 RETURNING id", 1); sqlState(err) != "0A000" {
+		t.Errorf("RETURNING: %v, want 0A000", err)
+	}
+}
+
+func contains(list, item string) bool {
+	for len(list) > 0 {
+		i := 0
+		for i < len(list) && list[i] != ',' {
+			i++
+		}
+		if list[:i] == item {
+			return true
+		}
+		if i == len(list) {
+			break
+		}
+		list = list[i+1:]
+	}
+	return false
+}
+
+// TestReferenceWriteExtendedPgbench runs pgbench's TPC-B-like script with
+// the extended protocol (-M extended and -M prepared): tellers and
+// branches, reference tables, are written in every transaction.
+func TestReferenceWriteExtendedPgbench(t *testing.T) {
+	tpcbAcrossWorkers(t, "extended", "prepared")
+}
