@@ -292,14 +292,7 @@ func TestCopyIntoDistributedTable(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, nil)
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	exec(t, c, "DROP TABLE IF EXISTS cp_t")
-	exec(t, c, "CREATE TABLE cp_t (id bigint PRIMARY KEY, name text)")
-	exec(t, c, "SELECT create_distributed_table('cp_t', 'id', shard_count => 5)", simple)
-	t.Cleanup(func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('cp_t')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS cp_t", simple)
-	})
+	testTable(t, c, "cp_t", "(id bigint PRIMARY KEY, name text)", "SELECT create_distributed_table('cp_t', 'id', shard_count => 5)")
 	const n = 20000
 	var data strings.Builder
 	for i := 1; i <= n; i++ {
@@ -396,13 +389,7 @@ func TestExplainShowsShardAndWorker(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	exec(t, c, "DROP TABLE IF EXISTS ex_t")
-	exec(t, c, "CREATE TABLE ex_t (id bigint PRIMARY KEY, v int)")
-	exec(t, c, "SELECT create_distributed_table('ex_t', 'id', shard_count => 3)", simple)
-	t.Cleanup(func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('ex_t')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ex_t", simple)
-	})
+	testTable(t, c, "ex_t", "(id bigint PRIMARY KEY, v int)", "SELECT create_distributed_table('ex_t', 'id', shard_count => 3)")
 	rows, err := c.Query(ctx, "EXPLAIN SELECT v FROM ex_t WHERE id = 7", simple)
 	if err != nil {
 		t.Fatal(err)
@@ -472,4 +459,20 @@ func TestDDLReachesEveryShard(t *testing.T) {
 	if err := meta.QueryRow(ctx, "SELECT count(*) FROM pgfleet.shards WHERE table_name = 'public.ddl_t'").Scan(&shards); err != nil || shards != 0 {
 		t.Errorf("after DROP TABLE %d shards left in the catalog (%v)", shards, err)
 	}
+}
+
+// testTable creates table (columns as in CREATE TABLE) through the
+// coordinator c, runs distribute on it, and at cleanup undistributes and
+// drops it.
+func testTable(t *testing.T, c *pgx.Conn, table, columns, distribute string) {
+	t.Helper()
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "DROP TABLE IF EXISTS "+table)
+	exec(t, c, "CREATE TABLE "+table+" "+columns)
+	exec(t, c, distribute, simple)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('"+table+"')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+table, simple)
+	})
 }
