@@ -49,8 +49,16 @@ func (o paramOp) tag() string {
 type class struct {
 	// txn is "begin", "commit" or "rollback" for a statement that starts or
 	// ends a transaction block (ROLLBACK TO SAVEPOINT is not one).
-	txn   string
-	pin   string    // why the session must keep its server connection; "" if it need not
+	txn string
+	// chain: the COMMIT or ROLLBACK is AND CHAIN (a new transaction block
+	// with the same characteristics starts at once).
+	chain bool
+	// seqFn names a call of currval or lastval, which read sequence state
+	// kept on a server connection (see seqCheck).
+	seqFn string
+	// seqReset: the string is one DISCARD SEQUENCES or DISCARD ALL.
+	seqReset bool
+	pin      string // why the session must keep its server connection; "" if it need not
 	ops   []paramOp // session changes, in statement order
 	count int       // statements in the string
 }
@@ -68,6 +76,9 @@ func classify(sql string) class {
 			if lx.sawSessionFunc != "" && c.pin == "" {
 				c.pin = lx.sawSessionFunc
 			}
+			if lx.sawSeqFunc != "" {
+				c.seqFn = lx.sawSeqFunc
+			}
 			if w := lx.words[:n]; interesting(w) {
 				upper := make([]string, n)
 				for i, x := range w {
@@ -76,11 +87,14 @@ func classify(sql string) class {
 					}
 					upper[i] = x
 				}
-				classifyStatement(&c, upper, strings.TrimSpace(sql[start:end]))
+				classifyStatement(&c, upper, strings.TrimSpace(sql[start:end]), lx.punct)
 			}
 		}
-		lx.sawSessionFunc = ""
+		lx.sawSessionFunc, lx.sawSeqFunc = "", ""
 		if !more {
+			if c.count != 1 {
+				c.seqReset = false
+			}
 			return c
 		}
 	}
@@ -105,7 +119,35 @@ func interesting(w []string) bool {
 	return false
 }
 
-func classifyStatement(c *class, w []string, stmt string) {
+// txnEnd reads COMMIT, END, ROLLBACK or ABORT statements:
+// {COMMIT|END|ROLLBACK|ABORT} [WORK|TRANSACTION] [AND [NO] CHAIN], the
+// whole statement being these words (punct: it has other tokens). Anything
+// else (ROLLBACK TO SAVEPOINT, COMMIT PREPARED, a syntax error) is not a
+// transaction end: it goes to the worker as it is.
+func txnEnd(w []string, punct bool) (txn string, chain bool) {
+	if punct {
+		return "", false
+	}
+	i := 1
+	if i < len(w) && (w[i] == "WORK" || w[i] == "TRANSACTION") {
+		i++
+	}
+	if i < len(w) {
+		switch {
+		case len(w) == i+2 && w[i] == "AND" && w[i+1] == "CHAIN":
+			chain = true
+		case len(w) == i+3 && w[i] == "AND" && w[i+1] == "NO" && w[i+2] == "CHAIN":
+		default:
+			return "", false
+		}
+	}
+	if w[0] == "COMMIT" || w[0] == "END" {
+		return "commit", chain
+	}
+	return "rollback", chain
+}
+
+func classifyStatement(c *class, w []string, stmt string, punct bool) {
 	at := func(i int) string {
 		if i < len(w) {
 			return w[i]
@@ -122,13 +164,10 @@ func classifyStatement(c *class, w []string, stmt string) {
 		if at(0) == "BEGIN" || at(1) == "TRANSACTION" {
 			c.txn = "begin"
 		}
-	case "COMMIT", "END":
-		if at(1) != "PREPARED" && at(1) != "AND" {
-			c.txn = "commit"
-		}
-	case "ROLLBACK", "ABORT":
-		if at(1) != "TO" && at(1) != "PREPARED" && at(2) != "TO" && at(1) != "AND" {
-			c.txn = "rollback"
+	case "COMMIT", "END", "ROLLBACK", "ABORT":
+		if txn, chain := txnEnd(w, punct); txn != "" {
+			c.txn = txn
+			c.chain = c.chain || chain
 		}
 	case "SET":
 		name := at(1)
@@ -172,9 +211,14 @@ func classifyStatement(c *class, w []string, stmt string) {
 			c.ops = append(c.ops, paramOp{kind: opReset, name: strings.ToLower(at(1))})
 		}
 	case "DISCARD":
-		if at(1) == "ALL" {
+		switch at(1) {
+		case "ALL":
 			c.ops = append(c.ops, paramOp{kind: opDiscardAll})
-		} else if at(1) == "TEMP" || at(1) == "TEMPORARY" {
+			c.seqReset = true
+		case "SEQUENCES":
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "DISCARD SEQUENCES"})
+			c.seqReset = true
+		case "TEMP", "TEMPORARY":
 			return
 		}
 	case "DEALLOCATE":
@@ -248,6 +292,8 @@ type lexer struct {
 	i              int
 	words          [maxWords]string // the statement's first words, as written
 	sawSessionFunc string
+	sawSeqFunc     string // "currval" or "lastval" when the statement names one
+	punct          bool   // the statement has tokens other than words
 }
 
 const maxWords = 12
@@ -256,6 +302,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 	s := lx.s
 	start = lx.i
 	depth := 0
+	lx.punct = false
 	for lx.i < len(s) {
 		ch := s[lx.i]
 		switch {
@@ -266,11 +313,13 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '(':
 			depth++
 			lx.i++
+			lx.punct = true
 		case ch == ')':
 			if depth > 0 {
 				depth--
 			}
 			lx.i++
+			lx.punct = true
 		case ch == '-' && lx.i+1 < len(s) && s[lx.i+1] == '-':
 			for lx.i < len(s) && s[lx.i] != '\n' {
 				lx.i++
@@ -279,6 +328,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			lx.skipBlockComment()
 		case ch == '\'':
 			lx.skipQuoted('\'', escapePrefix(s, lx.i))
+			lx.punct = true
 		case ch == '"':
 			st := lx.i
 			lx.skipQuoted('"', false)
@@ -286,7 +336,11 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 				lx.words[n] = s[st:lx.i]
 				n++
 			}
+			if w := s[st:lx.i]; len(w) == 9 || len(w) == 10 {
+				lx.noteSeqFunc(w[1 : len(w)-1])
+			}
 		case ch == '$' && lx.dollarQuote():
+			lx.punct = true
 		case isIdentStart(ch):
 			st := lx.i
 			for lx.i < len(s) && isIdentChar(s[lx.i]) {
@@ -296,6 +350,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if n < maxWords {
 				lx.words[n] = w
 				n++
+			}
+			if len(w) == 7 {
+				lx.noteSeqFunc(w)
 			}
 			if len(w) >= 7 && len(w) <= 32 && lx.sawSessionFunc == "" {
 				var buf [32]byte
@@ -311,10 +368,24 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 				}
 			}
 		default:
+			if ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\f' && ch != '\v' {
+				lx.punct = true
+			}
 			lx.i++
 		}
 	}
 	return n, start, len(s), false
+}
+
+// noteSeqFunc notes a word that names currval or lastval (any case; a
+// quoted name only in lower case, as PostgreSQL reads it).
+func (lx *lexer) noteSeqFunc(w string) {
+	switch {
+	case strings.EqualFold(w, "currval"):
+		lx.sawSeqFunc = "currval"
+	case strings.EqualFold(w, "lastval"):
+		lx.sawSeqFunc = "lastval"
+	}
 }
 
 func (lx *lexer) skipBlockComment() {

@@ -131,3 +131,42 @@ func TestPublicPath(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyTxnEnd: every spelling of COMMIT and ROLLBACK, with or
+// without AND [NO] CHAIN, is a transaction end; savepoints, prepared
+// transactions and anything with other tokens are not.
+func TestClassifyTxnEnd(t *testing.T) {
+	cases := []struct {
+		sql   string
+		txn   string
+		chain bool
+	}{
+		{"COMMIT", "commit", false},
+		{"commit work", "commit", false},
+		{"END TRANSACTION", "commit", false},
+		{"COMMIT AND CHAIN", "commit", true},
+		{"commit work and chain;", "commit", true},
+		{"/* x */ End -- y\n transaction AND\tCHAIN", "commit", true},
+		{"COMMIT AND NO CHAIN", "commit", false},
+		{"ROLLBACK", "rollback", false},
+		{"abort and chain", "rollback", true},
+		{"ROLLBACK TRANSACTION AND NO CHAIN", "rollback", false},
+		{"ROLLBACK WORK AND CHAIN", "rollback", true},
+		{"ROLLBACK TO s1", "", false},
+		{"ROLLBACK TRANSACTION TO SAVEPOINT s1", "", false},
+		{"COMMIT PREPARED 'x'", "", false},
+		{"ROLLBACK PREPARED 'x'", "", false},
+		{"COMMIT AND", "", false},
+		{"COMMIT CHAIN", "", false},
+		{"COMMIT 1", "", false},
+		{"COMMIT AND CHAIN x", "", false},
+		{`COMMIT "AND" CHAIN`, "", false},
+		{"BEGIN", "begin", false},
+	}
+	for _, tc := range cases {
+		c := classify(tc.sql)
+		if c.txn != tc.txn || c.chain != tc.chain {
+			t.Errorf("classify(%q): txn %q chain %v; want %q %v", tc.sql, c.txn, c.chain, tc.txn, tc.chain)
+		}
+	}
+}

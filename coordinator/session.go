@@ -386,22 +386,27 @@ func (ss *session) localTxnOK(cls *class) bool {
 }
 
 // applyLocalTxn does what localTxnOK allowed and returns the command tag.
-func (ss *session) applyLocalTxn(txn, sql string) string {
-	switch txn {
-	case "begin":
+// AND CHAIN keeps a BEGIN pending: the same one (the same
+// characteristics), or after a failed transaction a plain BEGIN (the
+// session's defaults, as PostgreSQL 15 starts it).
+func (ss *session) applyLocalTxn(cls *class, sql string) string {
+	if cls.txn == "begin" {
 		ss.pendingBegin = sql
 		return "BEGIN"
-	case "commit":
-		tag := "COMMIT"
-		if ss.pendingFailed {
-			tag = "ROLLBACK"
-		}
-		ss.pendingBegin, ss.pendingFailed = "", false
-		return tag
-	default:
-		ss.pendingBegin, ss.pendingFailed = "", false
-		return "ROLLBACK"
 	}
+	tag := "ROLLBACK"
+	if cls.txn == "commit" && !ss.pendingFailed {
+		tag = "COMMIT"
+	}
+	next := ""
+	if cls.chain {
+		next = ss.pendingBegin
+		if ss.pendingFailed {
+			next = "BEGIN"
+		}
+	}
+	ss.pendingBegin, ss.pendingFailed = next, false
+	return tag
 }
 
 // localTxn answers a simple-query BEGIN, COMMIT or ROLLBACK locally when
@@ -410,7 +415,7 @@ func (ss *session) localTxn(cls *class, sql string) bool {
 	if !ss.localTxnOK(cls) {
 		return false
 	}
-	tag := ss.applyLocalTxn(cls.txn, sql)
+	tag := ss.applyLocalTxn(cls, sql)
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
@@ -498,7 +503,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	// A simple Query destroys the unnamed statement, as in PostgreSQL.
 	delete(ss.stmts, "")
 	var cp *class
-	if len(cls.ops) > 0 {
+	if len(cls.ops) > 0 || cls.chain {
 		cp = &cls
 	}
 	if cls.pin != "" {
@@ -926,7 +931,7 @@ func (ss *session) execute(body []byte) error {
 		if len(ss.parked) > 0 {
 			return ss.multiExecute(st)
 		}
-		if tag := ss.applyLocalTxn(st.cls.txn, st.Query); tag != "" {
+		if tag := ss.applyLocalTxn(&st.cls, st.Query); tag != "" {
 			cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 			b, _ := cc.Encode(nil)
 			ss.push(expect{kind: eSynth, synth: b})
@@ -1119,7 +1124,7 @@ func (ss *session) drain() error {
 			if len(f.Body) >= 4 && f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) {
 				ss.noteTxnTag(f.Body)
 			}
-			if e.cls != nil || (e.stmt != nil && len(e.stmt.cls.ops) > 0) || len(ss.pending) > 0 {
+			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || e.stmt.cls.chain)) || len(ss.pending) > 0 {
 				ss.noteTag(e, f.Body)
 			}
 			if e.term == tExecute {
@@ -1221,6 +1226,14 @@ func (ss *session) undo(e *expect) {
 // state, in the order they ran.
 func (ss *session) noteTag(e *expect, body []byte) {
 	tag, _, _ := wire.CBytes(body)
+	c := e.cls
+	if c == nil && e.stmt != nil {
+		c = &e.stmt.cls
+	}
+	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
+		ss.chained(string(tag) == "COMMIT")
+		return
+	}
 	if len(ss.pending) > 0 && string(tag) == "ROLLBACK" {
 		// ROLLBACK, or ROLLBACK TO SAVEPOINT (the same tag), after which
 		// some of the transaction's SETs may have stayed: forget them, and

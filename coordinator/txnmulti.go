@@ -206,7 +206,7 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 	if cls.txn != "commit" && cls.txn != "rollback" {
 		return false, nil
 	}
-	tag, extra, err := ss.multiEnd(cls.txn == "commit")
+	tag, extra, err := ss.multiEnd(cls.txn == "commit", cls.chain)
 	ss.out = append(ss.out, extra...)
 	if err != nil {
 		if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
@@ -217,7 +217,7 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 		ss.out, _ = cc.Encode(ss.out)
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return true, nil
 }
 
@@ -227,17 +227,45 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 // database, COMMIT PREPARED on each. Every connection is released. extra
 // holds notices for the client (a COMMIT PREPARED that recovery must
 // complete).
-func (ss *session) multiEnd(commit bool) (tag string, extra []byte, err error) {
+//
+// With chain (COMMIT AND CHAIN, ROLLBACK AND CHAIN), a transaction that
+// ended without error is followed by a new one, pending as after BEGIN,
+// with the characteristics PostgreSQL gives it: the worker is asked for
+// them (chainBegin).
+func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err error) {
 	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
 	all = append(all, txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
 	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
 	committed := false
-	defer func() { ss.multiRelease(all, committed) }()
+	next := ""
+	defer func() {
+		ss.multiRelease(all, committed)
+		if err == nil {
+			ss.pendingBegin = next
+		}
+	}()
 
 	failed := false
 	for _, c := range all {
 		if c.sc.TxStatus != 'T' {
 			failed = true
+		}
+	}
+	if chain {
+		cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+		for _, c := range all {
+			if c.sc.TxStatus != 'T' {
+				cur = c
+			}
+		}
+		next, err = chainBegin(cur)
+		if err != nil {
+			for _, c := range all {
+				if c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+					c.sc.MarkBroken()
+				}
+			}
+			return "", nil, err
 		}
 	}
 	if !commit || failed {
@@ -356,6 +384,79 @@ func (ss *session) multiEnd(commit bool) (tag string, extra []byte, err error) {
 	return "COMMIT", extra, nil
 }
 
+// chainBegin is the BEGIN of the transaction that AND CHAIN starts after
+// the one c is in: with its isolation level, read only and deferrable. A
+// failed transaction cannot be asked, so the worker is: ROLLBACK AND CHAIN
+// there starts the transaction PostgreSQL would start (PostgreSQL 15: the
+// session's defaults), whose characteristics are read, and then ROLLBACK
+// ends it, leaving c idle (the caller rolls back every connection of a
+// failed transaction anyway).
+func chainBegin(c txConn) (string, error) {
+	deadline := time.Now().Add(txCleanupTimeout)
+	const q = "SELECT pg_catalog.current_setting('transaction_isolation'), pg_catalog.current_setting('transaction_read_only'), pg_catalog.current_setting('transaction_deferrable')"
+	failed := c.sc.TxStatus != 'T'
+	if failed {
+		if err := c.sc.Exec("ROLLBACK AND CHAIN", deadline, nil); err != nil || c.sc.TxStatus != 'T' {
+			c.sc.MarkBroken()
+			if err == nil {
+				err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the chained transaction", c.sc.Addr)
+			}
+			return "", err
+		}
+	}
+	rows, err := c.sc.Query(q, deadline)
+	if failed {
+		if err := c.sc.Exec("ROLLBACK", deadline, nil); err != nil {
+			c.sc.MarkBroken()
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	if len(rows) != 1 || len(rows[0]) != 3 {
+		return "", pgerr.New(pgerr.Internal, "unexpected answer about the transaction's characteristics from worker %s", c.sc.Addr)
+	}
+	switch rows[0][0] {
+	case "read uncommitted", "read committed", "repeatable read", "serializable":
+	default:
+		return "", pgerr.New(pgerr.Internal, "unexpected isolation level %q from worker %s", rows[0][0], c.sc.Addr)
+	}
+	return chainBeginSQL(rows[0][0], rows[0][1] == "on", rows[0][2] == "on"), nil
+}
+
+// chainBeginSQL is a BEGIN with the given characteristics.
+func chainBeginSQL(isolation string, readOnly, deferrable bool) string {
+	b := "BEGIN ISOLATION LEVEL " + strings.ToUpper(isolation)
+	if readOnly {
+		b += ", READ ONLY"
+	} else {
+		b += ", READ WRITE"
+	}
+	if deferrable {
+		return b + ", DEFERRABLE"
+	}
+	return b + ", NOT DEFERRABLE"
+}
+
+// chained follows a COMMIT AND CHAIN or ROLLBACK AND CHAIN that ran on the
+// session's one worker (which started the new transaction itself): the
+// SETs of the transaction that ended are the session's if it committed.
+// After a failed transaction the new one's characteristics are not known
+// here, so it keeps to its worker (txBegin ""); SET or SAVEPOINT in the
+// old one keep it there too (txSet, txSavepoint stay).
+func (ss *session) chained(committed bool) {
+	if committed && !ss.txFailed {
+		for _, op := range ss.pending {
+			ss.params.apply(op)
+		}
+	}
+	ss.pending = ss.pending[:0]
+	if ss.txFailed {
+		ss.txBegin = ""
+	}
+	ss.txFailed = false
+}
+
 func withCleanup(err error, problems []string) error {
 	if len(problems) == 0 {
 		return err
@@ -442,7 +543,7 @@ func (ss *session) multiBind(portal string, st *Statement) (local bool, err erro
 
 // multiExecute runs a COMMIT or ROLLBACK bound by multiBind.
 func (ss *session) multiExecute(st *Statement) error {
-	tag, extra, err := ss.multiEnd(st.cls.txn == "commit")
+	tag, extra, err := ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
 	if len(extra) > 0 {
 		ss.push(expect{kind: eSynth, synth: extra})
 	}
