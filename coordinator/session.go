@@ -92,6 +92,9 @@ type session struct {
 	txBegin     string
 	txSet       bool
 	txSavepoint bool
+	// portalNode: the worker each portal of such a transaction was bound
+	// on (portals live on the connection that bound them).
+	portalNode map[string]int32
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -835,10 +838,16 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(err)
 		return nil
 	}
+	if len(portal) > 0 && len(ss.portalNode) > 0 && !ss.portalFree(string(portal), node) {
+		return nil
+	}
 	if !ss.acquireExt(node) {
 		return nil
 	}
 	ss.ensureBegun()
+	if ss.txBegin != "" {
+		ss.notePortal(string(portal))
+	}
 	if !ss.sc.Stmts.Has(st.Name) {
 		e := ss.prepareOn(st, eSwallow)
 		if st != clientSt {
@@ -910,6 +919,9 @@ func (ss *session) describe(body []byte) error {
 				return nil
 			}
 		}
+		if len(ss.parked) > 0 && !ss.portalWorker(string(name)) {
+			return nil
+		}
 		if !ss.acquireExt(ss.currentNode()) {
 			return nil
 		}
@@ -946,6 +958,9 @@ func (ss *session) execute(body []byte) error {
 			return ss.scatterExecute(string(portal), sp, body)
 		}
 	}
+	if len(ss.parked) > 0 && !ss.portalWorker(string(portal)) {
+		return nil
+	}
 	if !ss.acquireExt(ss.currentNode()) {
 		return nil
 	}
@@ -980,6 +995,10 @@ func (ss *session) close(body []byte) error {
 			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
 			return nil
 		}
+		if len(ss.parked) > 0 && !ss.portalWorker(string(name)) {
+			return nil
+		}
+		delete(ss.portalNode, string(name))
 		if ss.sc == nil {
 			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
 			return nil
@@ -1293,6 +1312,9 @@ func (ss *session) endOfCycle(status byte) {
 	ss.txFailed = false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
+	}
+	if len(ss.portalNode) > 0 {
+		clear(ss.portalNode)
 	}
 }
 

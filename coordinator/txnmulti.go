@@ -498,6 +498,51 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
 	}
+	if len(ss.portalNode) > 0 {
+		clear(ss.portalNode)
+	}
+}
+
+// notePortal records that portal is being bound on the current worker of a
+// transaction that may span workers.
+func (ss *session) notePortal(portal string) {
+	if ss.portalNode == nil {
+		ss.portalNode = map[string]int32{}
+	}
+	ss.portalNode[portal] = ss.node
+}
+
+// portalWorker makes the worker a portal was bound on the current one
+// before a Describe, Execute or Close of it: a portal lives on the
+// connection that bound it, which may be parked. False: refused (the
+// error is queued).
+func (ss *session) portalWorker(portal string) bool {
+	node, ok := ss.portalNode[portal]
+	if !ok || ss.sc == nil || node == ss.node {
+		return true
+	}
+	if err := ss.joinWorker(context.Background(), node); err != nil {
+		if ss.sc != nil && ss.sc.TxStatus == 'T' {
+			var pe *pgerr.Error
+			if errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported {
+				err = errMultiRefused(fmt.Sprintf("portal %q is open on worker %s, and this transaction cannot go back to it now: %s",
+					portal, ss.srv.nodeAddr(node), pe.Message), pe.Hint)
+			}
+		}
+		ss.synthError(err)
+		return false
+	}
+	return true
+}
+
+// portalFree refuses, as PostgreSQL does, a Bind to a named portal that is
+// still open on another worker of the transaction.
+func (ss *session) portalFree(portal string, node int32) bool {
+	if at, ok := ss.portalNode[portal]; ok && at != node {
+		ss.synthError(pgerr.New(pgerr.DuplicateCursor, "cursor %q already exists", portal))
+		return false
+	}
+	return true
 }
 
 // splitEnd ends a session whose transaction ended on one worker only (it

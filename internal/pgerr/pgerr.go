@@ -47,6 +47,9 @@ const (
 	NotNullViolation          = "23502"
 	WrongObjectType           = "42809"
 	NameTooLong               = "42622"
+
+	// Kept apart from the list above to ease merges.
+	DuplicateCursor = "42P03"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
