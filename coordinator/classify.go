@@ -58,6 +58,10 @@ type class struct {
 	seqFn string
 	// seqReset: the string is one DISCARD SEQUENCES or DISCARD ALL.
 	seqReset bool
+	// quiet: every statement is one that cannot call a function (SET,
+	// RESET, transaction control, DISCARD, DEALLOCATE), so none can call
+	// nextval.
+	quiet bool
 	pin      string // why the session must keep its server connection; "" if it need not
 	ops   []paramOp // session changes, in statement order
 	count int       // statements in the string
@@ -69,10 +73,14 @@ type class struct {
 func classify(sql string) class {
 	var c class
 	lx := lexer{s: sql}
+	quiet := 0
 	for {
 		n, start, end, more := lx.statement()
 		if n > 0 {
 			c.count++
+			if quietStatement(lx.words[0]) {
+				quiet++
+			}
 			if lx.sawSessionFunc != "" && c.pin == "" {
 				c.pin = lx.sawSessionFunc
 			}
@@ -95,6 +103,7 @@ func classify(sql string) class {
 			if c.count != 1 {
 				c.seqReset = false
 			}
+			c.quiet = c.count > 0 && quiet == c.count && c.seqFn == ""
 			return c
 		}
 	}
@@ -104,6 +113,17 @@ func classify(sql string) class {
 // statement (SELECT, INSERT, ...) costs no allocation.
 var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE",
 	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"}
+
+// quietStatement reports whether a statement starting with word w cannot
+// call a function (what follows SET is a value, not an expression).
+func quietStatement(w string) bool {
+	for _, k := range [...]string{"SET", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DISCARD", "DEALLOCATE", "SHOW", "SAVEPOINT", "RELEASE"} {
+		if strings.EqualFold(w, k) {
+			return true
+		}
+	}
+	return false
+}
 
 func interesting(w []string) bool {
 	for _, k := range leadingKeywords {

@@ -170,3 +170,32 @@ func TestClassifyTxnEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifySequenceState: calls of currval and lastval are seen in any
+// spelling; only statements that cannot call a function are quiet.
+func TestClassifySequenceState(t *testing.T) {
+	cases := []struct {
+		sql      string
+		seqFn    string
+		quiet    bool
+		seqReset bool
+	}{
+		{"SELECT currval('s')", "currval", false, false},
+		{"select pg_catalog.LastVal()", "lastval", false, false},
+		{`SELECT "currval"('s')`, "currval", false, false},
+		{"SELECT 'currval'", "", false, false},
+		{"SELECT nextval('s')", "", false, false},
+		{"INSERT INTO t DEFAULT VALUES", "", false, false},
+		{"SET work_mem = '1MB'; SHOW work_mem", "", true, false},
+		{"BEGIN", "", true, false},
+		{"DISCARD SEQUENCES", "", true, true},
+		{"discard all", "", true, true},
+		{"DISCARD SEQUENCES; SELECT 1", "", false, false},
+	}
+	for _, tc := range cases {
+		c := classify(tc.sql)
+		if c.seqFn != tc.seqFn || c.quiet != tc.quiet || c.seqReset != tc.seqReset {
+			t.Errorf("classify(%q): seqFn %q quiet %v seqReset %v; want %q %v %v", tc.sql, c.seqFn, c.quiet, c.seqReset, tc.seqFn, tc.quiet, tc.seqReset)
+		}
+	}
+}

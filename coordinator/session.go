@@ -95,6 +95,13 @@ type session struct {
 	// portalNode: the worker each portal of such a transaction was bound
 	// on (portals live on the connection that bound them).
 	portalNode map[string]int32
+
+	// Sequence state (currval, lastval) lives on server connections
+	// (seqcheck.go): seqUsed says a statement that may have called
+	// nextval ran since the session began or its last DISCARD SEQUENCES;
+	// seqDiscard asks relayCycle to clear the connection's first.
+	seqUsed    bool
+	seqDiscard bool
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -499,6 +506,12 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block"))
 	}
+	if cls.seqFn != "" && ss.seqUsed {
+		return ss.queryError(errSeqState(cls.seqFn))
+	}
+	if !cls.quiet {
+		ss.seqUsed = true
+	}
 	if cls.count == 1 && len(cls.ops) == 1 && ss.pinned == "" &&
 		(cls.ops[0].kind == opDeallocate || cls.ops[0].kind == opDeallocAll) {
 		return ss.deallocate(cls.ops[0])
@@ -521,6 +534,12 @@ func (ss *session) simpleQuery(body []byte) error {
 	p, lits, err := ss.planSimple(text)
 	if err != nil {
 		return ss.queryError(err)
+	}
+	if cls.seqFn != "" {
+		if p.Kind != planner.Default && p.Kind != planner.Router {
+			return ss.queryError(errSeqState(cls.seqFn))
+		}
+		ss.seqDiscard = true
 	}
 	switch p.Kind {
 	case planner.Function:
@@ -555,6 +574,10 @@ func (ss *session) simpleQuery(body []byte) error {
 		// Inside a transaction block (even one whose BEGIN is still
 		// deferred) a write to every node would commit on its own, and
 		// ROLLBACK could not undo it: refused (errAllNodes).
+		if err == errAllNodes && cls.seqFn != "" {
+			ss.seqDiscard = false
+			return ss.queryError(errSeqState(cls.seqFn))
+		}
 		if err == errAllNodes && !ss.inTxn() && !p.Explain {
 			return ss.writeAllNodes(p, lits)
 		}
@@ -618,6 +641,12 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 	if ss.pendingBegin != "" {
 		if err := ss.startPending(); err != nil {
 			return ss.queryError(err)
+		}
+	}
+	if ss.seqDiscard {
+		ss.seqDiscard = false
+		if err := ss.discardSequences(); err != nil {
+			return err
 		}
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
@@ -821,11 +850,22 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(errAfterRefWrite)
 		return nil
 	}
+	if st.cls.seqFn != "" && ss.seqUsed {
+		ss.synthError(errSeqState(st.cls.seqFn))
+		return nil
+	}
+	if !st.cls.quiet {
+		ss.seqUsed = true
+	}
 	clientSt := st
 	if len(ss.scatterPortals) > 0 {
 		delete(ss.scatterPortals, string(portal))
 	}
 	st, node, err := ss.routeBind(st, params)
+	if clientSt.cls.seqFn != "" && (err == errScatter || err == errAllNodes) {
+		ss.synthError(errSeqState(clientSt.cls.seqFn))
+		return nil
+	}
 	if err == errScatter {
 		ss.scatterBind(string(portal), string(name), clientSt, params)
 		return nil
@@ -847,6 +887,9 @@ func (ss *session) bind(body []byte) error {
 	ss.ensureBegun()
 	if ss.txBegin != "" {
 		ss.notePortal(string(portal))
+	}
+	if clientSt.cls.seqFn != "" {
+		ss.queueDiscardSequences()
 	}
 	if !ss.sc.Stmts.Has(st.Name) {
 		e := ss.prepareOn(st, eSwallow)
@@ -1252,6 +1295,9 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
 		ss.chained(string(tag) == "COMMIT")
 		return
+	}
+	if c != nil && c.seqReset && (string(tag) == "DISCARD SEQUENCES" || string(tag) == "DISCARD ALL") {
+		ss.seqUsed = false
 	}
 	if len(ss.pending) > 0 && string(tag) == "ROLLBACK" {
 		// ROLLBACK, or ROLLBACK TO SAVEPOINT (the same tag), after which
