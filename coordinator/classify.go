@@ -13,7 +13,23 @@ const (
 	opDeallocate                   // DEALLOCATE name    (tag DEALLOCATE)
 	opDeallocAll                   // DEALLOCATE ALL     (tag DEALLOCATE ALL)
 	opNone                         // a statement with a SET/RESET tag and no session change
+	// opSetDefault is SET name TO DEFAULT (tag SET), which PostgreSQL
+	// treats as RESET name.
+	opSetDefault
+	// opPlaceholder is SET LOCAL of a custom (dotted) setting (tag SET):
+	// it leaves the placeholder defined in the session once the
+	// transaction ends.
+	opPlaceholder
 )
+
+// resets reports whether op sets a setting back to its reset value.
+func (o paramOp) resets() bool {
+	switch o.kind {
+	case opReset, opSetDefault, opResetAll, opDiscardAll:
+		return true
+	}
+	return false
+}
 
 // paramOp is one session-state change, matched to the statement's
 // CommandComplete tag when it runs.
@@ -28,7 +44,7 @@ type paramOp struct {
 
 func (o paramOp) tag() string {
 	switch o.kind {
-	case opSet:
+	case opSet, opSetDefault, opPlaceholder:
 		return "SET"
 	case opReset, opResetAll:
 		return "RESET"
@@ -58,6 +74,9 @@ type class struct {
 	seqFn string
 	// seqReset: the string is one DISCARD SEQUENCES or DISCARD ALL.
 	seqReset bool
+	// resetNotLast: a statement that resets settings (RESET, SET ... TO
+	// DEFAULT, DISCARD ALL) is followed by others in the string.
+	resetNotLast bool
 	// quiet: every statement is one that cannot call a function (SET,
 	// RESET, transaction control, DISCARD, DEALLOCATE), so none can call
 	// nextval.
@@ -74,10 +93,15 @@ func classify(sql string) class {
 	var c class
 	lx := lexer{s: sql}
 	quiet := 0
+	resets := false
 	for {
 		n, start, end, more := lx.statement()
 		if n > 0 {
 			c.count++
+			if resets {
+				c.resetNotLast = true
+			}
+			nops := len(c.ops)
 			if quietStatement(lx.words[0]) {
 				quiet++
 			}
@@ -96,6 +120,9 @@ func classify(sql string) class {
 					upper[i] = x
 				}
 				classifyStatement(&c, upper, strings.TrimSpace(sql[start:end]), lx.punct)
+			}
+			for _, op := range c.ops[nops:] {
+				resets = resets || op.resets()
 			}
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc = "", ""
@@ -191,11 +218,20 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		}
 	case "SET":
 		name := at(1)
+		skip := 1
 		switch name {
-		case "LOCAL", "TRANSACTION":
+		case "LOCAL":
+			if n := settingName(stmt, 2); strings.Contains(n, ".") {
+				c.ops = append(c.ops, paramOp{kind: opPlaceholder, name: n})
+				return
+			}
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
+			return
+		case "TRANSACTION":
 			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
 			return
 		case "SESSION":
+			skip = 2
 			switch at(2) {
 			case "AUTHORIZATION":
 				setPin("SET SESSION AUTHORIZATION")
@@ -203,8 +239,10 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 				return
 			case "CHARACTERISTICS":
 				name = "session characteristics"
+			case "TIME":
+				name = "timezone"
 			default:
-				name = at(2)
+				name = settingName(stmt, 2)
 			}
 		case "ROLE":
 			setPin("SET ROLE")
@@ -216,8 +254,19 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			name = "client_encoding"
 		case "SCHEMA":
 			name = "search_path"
+		default:
+			if skip == 1 {
+				name = settingName(stmt, 1)
+			}
 		}
-		c.ops = append(c.ops, paramOp{kind: opSet, name: strings.ToLower(name), sql: stmt})
+		name = strings.ToLower(name)
+		if setsDefault(w, stmt) {
+			// SET name TO DEFAULT, SET name = DEFAULT, SET TIME ZONE
+			// DEFAULT or LOCAL: a RESET.
+			c.ops = append(c.ops, paramOp{kind: opSetDefault, name: name})
+			return
+		}
+		c.ops = append(c.ops, paramOp{kind: opSet, name: name, sql: stmt})
 	case "RESET":
 		switch at(1) {
 		case "ALL":
@@ -228,7 +277,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		case "TIME":
 			c.ops = append(c.ops, paramOp{kind: opReset, name: "timezone"})
 		default:
-			c.ops = append(c.ops, paramOp{kind: opReset, name: strings.ToLower(at(1))})
+			c.ops = append(c.ops, paramOp{kind: opReset, name: strings.ToLower(settingName(stmt, 1))})
 		}
 	case "DISCARD":
 		switch at(1) {
@@ -257,6 +306,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		setPin("SQL PREPARE")
 	case "LOAD":
 		setPin("LOAD")
+		c.ops = append(c.ops, paramOp{kind: opNone, tagText: "LOAD"})
 	case "DECLARE":
 		for i := 1; i+1 < len(w); i++ {
 			if w[i] == "WITH" && w[i+1] == "HOLD" {
@@ -282,6 +332,97 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		if w[i] == "INTO" && (w[i+1] == "TEMP" || w[i+1] == "TEMPORARY") {
 			setPin("temporary object")
 		}
+	}
+}
+
+// setsDefault reports whether a SET statement (words w, upper-cased) sets
+// its setting to DEFAULT.
+func setsDefault(w []string, stmt string) bool {
+	n := len(w)
+	if n < 3 || n >= maxWords || (w[n-1] != "DEFAULT" && w[n-1] != "LOCAL") || len(stmt) < len(w[n-1]) ||
+		!strings.EqualFold(stmt[len(stmt)-len(w[n-1]):], w[n-1]) {
+		return false
+	}
+	if w[1] == "TIME" && w[2] == "ZONE" && n == 4 || w[1] == "SESSION" && w[2] == "TIME" && n == 5 {
+		return true
+	}
+	if w[n-1] != "DEFAULT" {
+		return false
+	}
+	before := strings.TrimRight(stmt[:len(stmt)-len("DEFAULT")], " \t\r\n\f")
+	return strings.HasSuffix(before, "=") || w[n-2] == "TO" && len(before) >= 3 && strings.EqualFold(before[len(before)-2:], "TO") &&
+		!isIdentChar(before[len(before)-3])
+}
+
+// settingName reads the setting name of a SET or RESET statement after
+// its first skip words: an identifier or a dotted chain of them (a custom
+// setting, "ext.name"), unquoted parts lower-cased as PostgreSQL does.
+func settingName(stmt string, skip int) string {
+	i := 0
+	skipSpace := func() {
+		for i < len(stmt) {
+			switch {
+			case stmt[i] == ' ' || stmt[i] == '\t' || stmt[i] == '\n' || stmt[i] == '\r' || stmt[i] == '\f':
+				i++
+			case strings.HasPrefix(stmt[i:], "--"):
+				for i < len(stmt) && stmt[i] != '\n' {
+					i++
+				}
+			case strings.HasPrefix(stmt[i:], "/*"):
+				lx := lexer{s: stmt, i: i}
+				lx.skipBlockComment()
+				i = lx.i
+			default:
+				return
+			}
+		}
+	}
+	word := func() (string, bool) {
+		skipSpace()
+		if i < len(stmt) && stmt[i] == '"' {
+			var b strings.Builder
+			for i++; i < len(stmt); i++ {
+				if stmt[i] == '"' {
+					if i+1 < len(stmt) && stmt[i+1] == '"' {
+						b.WriteByte('"')
+						i++
+						continue
+					}
+					i++
+					return b.String(), true
+				}
+				b.WriteByte(stmt[i])
+			}
+			return b.String(), true
+		}
+		st := i
+		if i < len(stmt) && isIdentStart(stmt[i]) {
+			for i < len(stmt) && isIdentChar(stmt[i]) {
+				i++
+			}
+		}
+		return strings.ToLower(stmt[st:i]), i > st
+	}
+	for k := 0; k < skip; k++ {
+		if _, ok := word(); !ok {
+			return ""
+		}
+	}
+	name, ok := word()
+	if !ok {
+		return ""
+	}
+	for {
+		skipSpace()
+		if i >= len(stmt) || stmt[i] != '.' {
+			return name
+		}
+		i++
+		part, ok := word()
+		if !ok {
+			return name
+		}
+		name += "." + part
 	}
 }
 

@@ -24,6 +24,17 @@ func TestClassify(t *testing.T) {
 		{sql: "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", stmt: 1, ops: []paramOp{{kind: opNone, tagText: "SET"}}},
 		{sql: "SET ROLE bob", stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
 		{sql: "RESET work_mem", stmt: 1, ops: []paramOp{{kind: opReset, name: "work_mem"}}},
+		{sql: "RESET Custom.X", stmt: 1, ops: []paramOp{{kind: opReset, name: "custom.x"}}},
+		{sql: `RESET "custom" . /* c */ "Y"`, stmt: 1, ops: []paramOp{{kind: opReset, name: "custom.y"}}},
+		{sql: "SET custom.x = 42", stmt: 1, ops: []paramOp{{kind: opSet, name: "custom.x", sql: "SET custom.x = 42"}}},
+		{sql: "SET SESSION custom.x TO 4", stmt: 1, ops: []paramOp{{kind: opSet, name: "custom.x", sql: "SET SESSION custom.x TO 4"}}},
+		{sql: "SET SESSION TIME ZONE 'UTC'", stmt: 1, ops: []paramOp{{kind: opSet, name: "timezone", sql: "SET SESSION TIME ZONE 'UTC'"}}},
+		{sql: "SET datestyle TO DEFAULT", stmt: 1, ops: []paramOp{{kind: opSetDefault, name: "datestyle"}}},
+		{sql: "set custom.x=default", stmt: 1, ops: []paramOp{{kind: opSetDefault, name: "custom.x"}}},
+		{sql: "SET TIME ZONE LOCAL", stmt: 1, ops: []paramOp{{kind: opSetDefault, name: "timezone"}}},
+		{sql: "SET search_path = a, default", stmt: 1, ops: []paramOp{{kind: opSet, name: "search_path", sql: "SET search_path = a, default"}}},
+		{sql: "SET x.y TO 'DEFAULT'", stmt: 1, ops: []paramOp{{kind: opSet, name: "x.y", sql: "SET x.y TO 'DEFAULT'"}}},
+		{sql: "LOAD 'auto_explain'", stmt: 1, pin: "LOAD", ops: []paramOp{{kind: opNone, tagText: "LOAD"}}},
 		{sql: "RESET ALL", stmt: 1, ops: []paramOp{{kind: opResetAll}}},
 		{sql: "DISCARD ALL", stmt: 1, ops: []paramOp{{kind: opDiscardAll}}},
 		{sql: "DISCARD PLANS", stmt: 1},
@@ -49,7 +60,7 @@ func TestClassify(t *testing.T) {
 		{sql: `SELECT E'it\'s; LISTEN x'`, stmt: 1},
 		{sql: `SELECT "pg_advisory_lock"`, stmt: 1},
 		{sql: "BEGIN; SET work_mem='2MB'; SET LOCAL x.y = 1; COMMIT", stmt: 4, ops: []paramOp{
-			{kind: opSet, name: "work_mem", sql: "SET work_mem='2MB'"}, {kind: opNone, tagText: "SET"}}},
+			{kind: opSet, name: "work_mem", sql: "SET work_mem='2MB'"}, {kind: opPlaceholder, name: "x.y"}}},
 		{sql: "CREATE FUNCTION f() RETURNS void AS $$ BEGIN PERFORM 1; END $$ LANGUAGE plpgsql; SELECT 1", stmt: 2},
 	}
 	for _, tc := range cases {

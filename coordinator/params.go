@@ -11,14 +11,20 @@ import (
 // and the SETs it ran since. Its key is the SQL that recreates it on a server
 // connection after RESET ALL; two sessions with equal keys can share a server
 // connection without any replay.
+//
+// On a server connection the startup values are SETs, so there RESET goes
+// to the server's default, while PostgreSQL resets to the startup value:
+// the session puts the startup value back after such a RESET (paramfix.go).
 type sessionParams struct {
-	startup []string          // SET statements from the startup packet
-	set     map[string]string // name -> SET statement, from the session's SETs
-	key     string
+	startup []string // SET statements from the startup packet
+	// startupVal: the startup packet's settings by lower-case name.
+	startupVal map[string]string
+	set        map[string]string // name -> SET statement, from the session's SETs
+	key        string
 }
 
 func newSessionParams(startup map[string]string) sessionParams {
-	p := sessionParams{set: map[string]string{}}
+	p := sessionParams{set: map[string]string{}, startupVal: map[string]string{}}
 	names := make([]string, 0, len(startup))
 	for k := range startup {
 		names = append(names, k)
@@ -26,23 +32,76 @@ func newSessionParams(startup map[string]string) sessionParams {
 	sort.Strings(names)
 	for _, k := range names {
 		p.startup = append(p.startup, "SET "+quoteIdent(k)+" = "+quoteLiteral(startup[k]))
+		p.startupVal[strings.ToLower(k)] = startup[k]
 	}
 	p.rebuild()
 	return p
 }
 
+// custom reports whether a setting name is a custom (extension or
+// placeholder) one: it has a dot.
+func custom(name string) bool { return strings.IndexByte(name, '.') >= 0 }
+
+// resetSQL replays RESET of a custom setting: PostgreSQL keeps the
+// placeholder (SHOW gives ''), which a server connection that never saw it
+// would not know.
+func resetSQL(name string) string { return "SET " + quoteIdent(name) + " TO DEFAULT" }
+
 func (p *sessionParams) apply(op paramOp) {
 	switch op.kind {
 	case opSet:
 		p.set[op.name] = op.sql
-	case opReset:
-		delete(p.set, op.name)
+	case opReset, opSetDefault:
+		p.reset(op.name)
+	case opPlaceholder:
+		if _, ok := p.set[op.name]; ok || !custom(op.name) {
+			return
+		}
+		if _, ok := p.startupVal[op.name]; ok {
+			return
+		}
+		p.set[op.name] = resetSQL(op.name)
 	case opResetAll, opDiscardAll:
-		clear(p.set)
+		for name := range p.set {
+			p.reset(name)
+		}
 	default:
 		return
 	}
 	p.rebuild()
+}
+
+func (p *sessionParams) reset(name string) {
+	if _, ok := p.startupVal[name]; ok || !custom(name) {
+		delete(p.set, name)
+		return
+	}
+	p.set[name] = resetSQL(name)
+}
+
+// applyOps applies the changes of a committed transaction. A SET of a
+// setting the server reports (ParameterStatus: DateStyle, TimeZone, ...)
+// is recorded with the value the server reported, which may combine
+// several SETs (SET datestyle TO iso, then TO ymd: "ISO, YMD").
+func (p *sessionParams) applyOps(ops []paramOp, reported map[string]string) {
+	for _, op := range ops {
+		p.apply(op)
+	}
+	changed := false
+	for _, op := range ops {
+		if op.kind != opSet || p.set[op.name] != op.sql {
+			continue
+		}
+		for k, v := range reported {
+			if strings.EqualFold(k, op.name) {
+				p.set[op.name] = "SET " + quoteIdent(k) + " = " + quoteLiteral(v)
+				changed = true
+			}
+		}
+	}
+	if changed {
+		p.rebuild()
+	}
 }
 
 // publicPath reports whether a search_path setting (a SET statement or a

@@ -102,6 +102,14 @@ type session struct {
 	// seqDiscard asks relayCycle to clear the connection's first.
 	seqUsed    bool
 	seqDiscard bool
+
+	// Settings to put right on the held connection after this cycle
+	// (paramfix.go): startup settings a RESET sent to the server's
+	// default, and custom settings to read back after LOAD; resetQueued:
+	// an Execute of such a RESET is in this extended batch.
+	paramFix    []string
+	loadFix     bool
+	resetQueued bool
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -509,6 +517,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.seqFn != "" && ss.seqUsed {
 		return ss.queryError(errSeqState(cls.seqFn))
 	}
+	if cls.resetNotLast && ss.resetsStartup(&cls) {
+		return ss.queryError(errResetNotLast)
+	}
 	if !cls.quiet {
 		ss.seqUsed = true
 	}
@@ -679,6 +690,12 @@ func (ss *session) roundTrip() error {
 		return err
 	}
 	ss.queue, ss.qhead = ss.queue[:0], 0
+	ss.resetQueued = false
+	if len(ss.paramFix) > 0 || ss.loadFix {
+		if err := ss.fixParams(); err != nil {
+			return err
+		}
+	}
 	if len(ss.parked) > 0 && ss.sc != nil && ss.sc.TxStatus == 'I' {
 		return ss.splitEnd()
 	}
@@ -1004,11 +1021,18 @@ func (ss *session) execute(body []byte) error {
 	if len(ss.parked) > 0 && !ss.portalWorker(string(portal)) {
 		return nil
 	}
+	if ss.resetQueued {
+		ss.synthError(errResetNotLast)
+		return nil
+	}
 	if !ss.acquireExt(ss.currentNode()) {
 		return nil
 	}
 	ss.ensureBegun()
 	st := ss.portals[string(portal)]
+	if st != nil && len(st.cls.ops) > 0 && ss.resetsStartup(&st.cls) {
+		ss.resetQueued = true
+	}
 	if st != nil && st.cls.pin != "" {
 		ss.pin(st.cls.pin)
 	}
@@ -1145,6 +1169,7 @@ func (ss *session) drain() error {
 				ss.out = wire.AppendFrame(ss.out, 'E', ss.clientNames(e, f.Body))
 			}
 			ss.txFailed = true
+			ss.paramFix, ss.loadFix = ss.paramFix[:0], false
 			if fatalSeverity(f.Body) {
 				sc.MarkBroken()
 				ss.releaseServer()
@@ -1317,8 +1342,9 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	}
 	op := ops[e.opIdx]
 	e.opIdx++
+	ss.noteParamFix(op)
 	switch op.kind {
-	case opSet, opReset, opResetAll:
+	case opSet, opReset, opResetAll, opSetDefault, opPlaceholder:
 		ss.pending = append(ss.pending, op)
 	case opDiscardAll, opDeallocAll:
 		// The server dropped every prepared statement, ours included.
@@ -1344,9 +1370,7 @@ func (ss *session) endOfCycle(status byte) {
 	ss.txBegin, ss.txSet, ss.txSavepoint = "", false, false
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {
-			for _, op := range ss.pending {
-				ss.params.apply(op)
-			}
+			ss.params.applyOps(ss.pending, ss.sc.Params)
 		}
 		ss.pending = ss.pending[:0]
 	}

@@ -446,9 +446,7 @@ func chainBeginSQL(isolation string, readOnly, deferrable bool) string {
 // old one keep it there too (txSet, txSavepoint stay).
 func (ss *session) chained(committed bool) {
 	if committed && !ss.txFailed {
-		for _, op := range ss.pending {
-			ss.params.apply(op)
-		}
+		ss.params.applyOps(ss.pending, ss.sc.Params)
 	}
 	ss.pending = ss.pending[:0]
 	if ss.txFailed {
@@ -479,9 +477,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 		}
 	}
 	if committed && !ss.txFailed {
-		for _, op := range ss.pending {
-			ss.params.apply(op)
-		}
+		ss.params.applyOps(ss.pending, ss.sc.Params)
 	}
 	ss.pending = ss.pending[:0]
 	ss.cancelMu.Lock()
