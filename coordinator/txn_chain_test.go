@@ -229,6 +229,33 @@ func TestTransactionChain(t *testing.T) {
 		}
 		r.must("RESET work_mem")
 
+		// One worker, failed: the worker answers ROLLBACK and starts the
+		// next transaction; a second worker in it is refused (its
+		// characteristics are the worker's to know), not wrong.
+		r.must("BEGIN")
+		if _, err := r.run("UPDATE ch_acc SET n = n - 1000 WHERE aid = $1", k1); sqlState(err) != "23514" {
+			t.Fatalf("%s: check violation: %v", r.name(), err)
+		}
+		if tag := r.must("COMMIT AND CHAIN"); tag != "ROLLBACK" || r.status() != 'T' {
+			t.Errorf("%s: one worker, failed, COMMIT AND CHAIN: %q %c", r.name(), tag, r.status())
+		}
+		r.must("UPDATE ch_acc SET n = n + 3 WHERE aid = $1", k1)
+		if _, err := r.run("UPDATE ch_acc SET n = n + 3 WHERE aid = $1", k2); err != nil && sqlState(err) != "0A000" {
+			t.Errorf("%s: second worker after a chain from a failed transaction: %v", r.name(), err)
+		} else if err == nil {
+			r.must("ROLLBACK")
+			check("one worker failed chain, second worker", 100, 100)
+		} else {
+			r.must("ROLLBACK")
+			check("one worker failed chain", 100, 100)
+		}
+		r.must("BEGIN")
+		r.run("UPDATE ch_acc SET n = n - 1000 WHERE aid = $1", k1)
+		r.must("ROLLBACK AND CHAIN")
+		r.must("UPDATE ch_acc SET n = n + 3 WHERE aid = $1", k1)
+		r.must("COMMIT")
+		check("one worker failed, rollback chain", 103, 100)
+
 		// No worker touched yet (BEGIN deferred).
 		r.must("BEGIN ISOLATION LEVEL SERIALIZABLE")
 		if tag := r.must("COMMIT AND CHAIN"); tag != "COMMIT" || r.status() != 'T' {

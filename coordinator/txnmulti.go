@@ -453,6 +453,10 @@ func (ss *session) chained(committed bool) {
 		ss.txBegin = ""
 	}
 	ss.txFailed = false
+	// The ended transaction's portals are gone on the worker too.
+	if len(ss.portalNode) > 0 {
+		clear(ss.portalNode)
+	}
 }
 
 func withCleanup(err error, problems []string) error {
