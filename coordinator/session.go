@@ -220,6 +220,7 @@ func (ss *session) run() {
 		case 'S':
 			err = ss.sync()
 		case 'F':
+			ss.seqUsed = true // a function call may call nextval
 			err = ss.relayCycle('F', f.Body, nil, ss.srv.defaultNode.Load())
 		case 'd', 'c', 'f':
 			// Copy messages outside COPY are ignored, as PostgreSQL does.
