@@ -122,3 +122,27 @@ func TestSessionSettingsMatchPostgres(t *testing.T) {
 		t.Errorf("after the refused query: datestyle %q", got)
 	}
 }
+
+// TestResetInTransactionAcrossWorkers: RESET in a transaction keeps it on
+// its worker, as SET does: another worker would not see it.
+func TestResetInTransactionAcrossWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	c := connectWith(t, srv.Addr(), map[string]string{"DateStyle": "SQL, DMY"})
+	k1, k2 := spanningTable(t, c, "rs_acc")
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "SET datestyle = 'German'", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "UPDATE rs_acc SET n = n + 1 WHERE aid = $1", simple, k1)
+	exec(t, c, "RESET datestyle", simple)
+	if got := answer(c, "SHOW datestyle", simple); got != "SQL, DMY" {
+		t.Errorf("RESET in a transaction: datestyle %q, want the startup value SQL, DMY", got)
+	}
+	if _, err := c.Exec(context.Background(), "UPDATE rs_acc SET n = n + 1 WHERE aid = $1", simple, k2); sqlState(err) != "0A000" {
+		t.Errorf("second worker after RESET: %v, want 0A000", err)
+	}
+	exec(t, c, "ROLLBACK", simple)
+	if got := answer(c, "SHOW datestyle", simple); got != "German, DMY" {
+		t.Errorf("after ROLLBACK: datestyle %q, want German, DMY", got)
+	}
+}

@@ -1209,7 +1209,7 @@ func (ss *session) drain() error {
 			}
 			continue
 		case 'C':
-			if len(f.Body) >= 4 && f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) {
+			if len(f.Body) >= 4 && (f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) || f.Body[0] == 'R' && f.Body[1] == 'E' && f.Body[2] == 'S') {
 				ss.noteTxnTag(f.Body)
 			}
 			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || e.stmt.cls.chain)) || len(ss.pending) > 0 {

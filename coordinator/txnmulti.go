@@ -138,11 +138,12 @@ func (ss *session) setCurrent(c txConn) {
 	ss.cancelMu.Unlock()
 }
 
-// noteTxnTag follows SET and SAVEPOINT in a transaction block (the tags
-// of CommandComplete bodies starting with 'S' and short enough).
+// noteTxnTag follows SET, RESET and SAVEPOINT in a transaction block (the
+// tags of CommandComplete bodies starting with 'S' and short enough, or
+// with "RES").
 func (ss *session) noteTxnTag(body []byte) {
 	switch {
-	case string(body) == "SET\x00":
+	case string(body) == "SET\x00", string(body) == "RESET\x00":
 		ss.txSet = true
 	case bytes.HasPrefix(body, []byte("SAVEPOINT")):
 		ss.txSavepoint = true
