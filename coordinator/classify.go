@@ -144,8 +144,16 @@ var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN"
 // quietStatement reports whether a statement starting with word w cannot
 // call a function (what follows SET is a value, not an expression).
 func quietStatement(w string) bool {
+	if len(w) < 3 || len(w) > 10 {
+		return false
+	}
+	switch w[0] | 0x20 { // lower case
+	case 's', 'r', 'b', 'c', 'e', 'a', 'd':
+	default:
+		return false // SELECT, INSERT, UPDATE, ... are rejected above or below
+	}
 	for _, k := range [...]string{"SET", "RESET", "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DISCARD", "DEALLOCATE", "SHOW", "SAVEPOINT", "RELEASE"} {
-		if strings.EqualFold(w, k) {
+		if len(w) == len(k) && strings.EqualFold(w, k) {
 			return true
 		}
 	}
