@@ -515,6 +515,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block"))
 	}
+	ss.seqDiscard = false
 	if cls.seqFn != "" && ss.seqUsed {
 		return ss.queryError(errSeqState(cls.seqFn))
 	}
