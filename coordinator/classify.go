@@ -537,7 +537,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 				}
 			}
 		default:
-			if ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\f' && ch != '\v' {
+			if ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\f' {
 				lx.punct = true
 			}
 			lx.i++
