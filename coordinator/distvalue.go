@@ -137,7 +137,7 @@ func fastHash(p *planner.Plan, v *planner.Value, in distInput, foreignEnc bool) 
 				}
 				x = int64(binary.BigEndian.Uint64(in.val))
 			}
-		} else if x, err = metadata.ParseInt(s, string(in.val)); err != nil {
+		} else if x, err = metadata.ParseInt(s, in.val); err != nil {
 			return 0, false, err
 		}
 		if v.Cast != "" {

@@ -79,7 +79,7 @@ func IntRange(typ string) (lo, hi int64) {
 
 // ParseInt reads an integer of type typ (int2, int4, int8) as its input
 // function does, with PostgreSQL's errors.
-func ParseInt(typ, s string) (int64, error) {
+func ParseInt[T string | []byte](typ string, s T) (int64, error) {
 	lo, hi := IntRange(typ)
 	name := "bigint"
 	switch kindOf(typ) {
