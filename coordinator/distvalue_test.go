@@ -184,7 +184,7 @@ func TestDistributionValueConstants(t *testing.T) {
 	e.same("INSERT INTO {t}int8 (id, v) VALUES (26.4, 'rounded')", nil, nil, nil)
 	e.same("SELECT v FROM {t}int8 WHERE id = 26", nil, nil, nil)
 	e.same("INSERT INTO {t}int4 (id, v) VALUES (3000000000, 'too big')", nil, nil, nil) // 22003
-	e.same("INSERT INTO {t}int8 (id, v) VALUES (0x10, 'hex')", nil, nil, nil)          // 42601 on PostgreSQL 15
+	e.same("INSERT INTO {t}int8 (id, v) VALUES (0x10, 'hex')", nil, nil, nil)           // 42601 on PostgreSQL 15
 
 	// standard_conforming_strings = off: a backslash escapes.
 	e.same("SET standard_conforming_strings = off", nil, nil, nil)
@@ -235,7 +235,7 @@ func TestDistributionValueParameters(t *testing.T) {
 	e.same(sel, p("-5"), []uint32{0}, []int16{0})
 	e.same(sel, p("  -5 "), []uint32{int4}, []int16{0})
 	e.same(sel, p("-5.0"), []uint32{numeric}, []int16{0})
-	e.same(sel, p("abc"), []uint32{int8}, []int16{0})        // 22P02 on both
+	e.same(sel, p("abc"), []uint32{int8}, []int16{0})          // 22P02 on both
 	e.same(sel, [][]byte{be32(1)}, []uint32{int8}, []int16{1}) // 22P03 on both
 	e.sameOr0A000(sel, p("300"), []uint32{float8}, []int16{0})
 	e.same("UPDATE {t}int8 SET v = 'q' WHERE id = $1", [][]byte{be16(301)}, []uint32{int2}, []int16{1})
