@@ -32,14 +32,15 @@ type session struct {
 	secret         []byte
 	ready          bool // startup is over: relay ParameterStatus as it changes
 
-	params sessionParams
+	params   sessionParams
+	pending  []paramOp // session changes made in the current transaction
+	txFailed bool      // the current transaction will not commit
+
 	// What the session's settings do to string constants, as the server
 	// last reported them: standard_conforming_strings is off (a backslash
 	// in '...' escapes), client_encoding is not the server's (text arrives
 	// to be converted).
 	scsOff, foreignEnc bool
-	pending            []paramOp // session changes made in the current transaction
-	txFailed           bool      // the current transaction will not commit
 
 	pools  map[int32]*pooling.Pool // by node
 	pool   *pooling.Pool           // the held connection's pool
