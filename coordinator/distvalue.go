@@ -349,7 +349,8 @@ func (ss *session) literalHash(p *planner.Plan, v *planner.Value, lits []literal
 
 // bindHash hashes a Bind's distribution value: parameter v.Param as bound
 // (text or binary) with the type st declared for it, or the constant.
-func (ss *session) bindHash(p *planner.Plan, st *Statement, params []byte) (int32, error) {
+func (ss *session) bindHash(sp *stmtPlan, st *Statement, params []byte) (int32, error) {
+	p := sp.plan
 	v := p.Value
 	if v.Null {
 		return anyShard, nil
@@ -362,6 +363,82 @@ func (ss *session) bindHash(p *planner.Plan, st *Statement, params []byte) (int3
 		return 0, pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
 	}
 	oid := paramType(st.paramTail, v.Param-1)
+	if oid == 0 && v.Shared {
+		var err error
+		if oid, err = ss.inferredType(sp, st, v.Param-1); err != nil {
+			return 0, err
+		}
+	}
 	return ss.distHash(p, v, distInput{src: metadata.TypeOfOID(oid), val: val, binary: format == 1, isNull: isNull,
 		oid: oid, format: format})
+}
+
+// inferredType is the type PostgreSQL infers for parameter k (0-based) of
+// st, read once per plan with Parse and Describe of the statement on a
+// pooled connection in the session's settings.
+func (ss *session) inferredType(sp *stmtPlan, st *Statement, k int) (uint32, error) {
+	if t := sp.paramTypes.Load(); t != nil {
+		if k < len(*t) {
+			return (*t)[k], nil
+		}
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
+	if err != nil {
+		return 0, err
+	}
+	sc, err := ss.checkout(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	var oids []uint32
+	for i := 0; i < 1<<16; i++ {
+		o := paramType(st.paramTail, i)
+		if len(st.paramTail) < 2 || i >= int(binary.BigEndian.Uint16(st.paramTail)) {
+			break
+		}
+		oids = append(oids, o)
+	}
+	b := sc.Buf()
+	b, _ = (&pgproto3.Parse{Query: sp.plan.ShardSQL[0], ParameterOIDs: oids}).Encode(b)
+	b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
+	b, _ = (&pgproto3.Sync{}).Encode(b)
+	sc.SetBuf(b)
+	if err := sc.Flush(); err != nil {
+		pool.Release(sc)
+		return 0, lostWorker(sc.Addr, err)
+	}
+	var types []uint32
+	var werr error
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			pool.Release(sc)
+			return 0, lostWorker(sc.Addr, err)
+		}
+		switch f.Type {
+		case 't':
+			var pd pgproto3.ParameterDescription
+			if pd.Decode(f.Body) == nil {
+				types = pd.ParameterOIDs
+			}
+		case 'E':
+			werr = newWorkerError(f.Body)
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+		case 'Z':
+			sc.TxStatus = f.Body[0]
+			pool.Release(sc)
+			if werr != nil {
+				return 0, werr // the statement fails as PostgreSQL fails it
+			}
+			sp.paramTypes.Store(&types)
+			if k < len(types) {
+				return types[k], nil
+			}
+			return 0, nil
+		}
+	}
 }

@@ -247,6 +247,11 @@ func TestDistributionValueParameters(t *testing.T) {
 	e.same("SELECT v FROM {t}int4 WHERE id = $1", p("3000000000"), []uint32{int8}, []int16{0})
 	e.same("INSERT INTO {t}int4 (id, v) VALUES ($1, 'p')", [][]byte{be64(3000000000)}, []uint32{int8}, []int16{1}) // 22003
 	e.same("SELECT v FROM {t}int4 WHERE id = $1::int8", p("7"), []uint32{0}, []int16{0})
+	// A parameter used elsewhere takes the type PostgreSQL infers from
+	// its first use, not the column's: here int8.
+	e.same("SELECT v FROM {t}int4 WHERE $1::int8 IS NOT NULL AND id = $1", [][]byte{be64(7)}, []uint32{0}, []int16{1})
+	e.same("SELECT v FROM {t}int4 WHERE $1::int8 IS NOT NULL AND id = $1", [][]byte{be64(3000000000)}, []uint32{0}, []int16{1})
+	e.same("SELECT v FROM {t}text WHERE v = $1 AND id = $1::int::text", p("017"), []uint32{0}, []int16{0})
 	e.same("SELECT v FROM {t}int4 WHERE id = $1::int2", p("70000"), []uint32{0}, []int16{0}) // 22003
 
 	// Text: a bpchar parameter against text is compared as text, without

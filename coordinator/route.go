@@ -15,6 +15,10 @@ type stmtPlan struct {
 	version int64
 	plan    *planner.Plan
 	shards  []atomic.Pointer[Statement]
+	// paramTypes: the parameter types PostgreSQL infers for the statement
+	// (a ParameterDescription's), read once when the distribution value's
+	// parameter is used elsewhere with its type unspecified.
+	paramTypes atomic.Pointer[[]uint32]
 	// scatter: a multi-shard statement's description, made once.
 	scatter atomic.Pointer[scatterDesc]
 }
@@ -123,7 +127,7 @@ func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, e
 	}
 	var hash int32
 	if p.Kind == planner.Router {
-		if hash, err = ss.bindHash(p, st, params); err != nil {
+		if hash, err = ss.bindHash(sp, st, params); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -221,3 +221,36 @@ func pg16Number(sql string, tree *pg_query.ParseResult) bool {
 	}
 	return found
 }
+
+// countParam counts the uses of parameter $k in stmt.
+func countParam(stmt *pg_query.Node, k int) int {
+	n := 0
+	Walk(stmt, func(m proto.Message) {
+		if p, ok := m.(*pg_query.ParamRef); ok && int(p.Number) == k {
+			n++
+		}
+	})
+	return n
+}
+
+// bareParamUses counts the ANDed equalities of a distribution column with
+// $k itself (no cast): uses whose type PostgreSQL takes from the column.
+func (b *builder) bareParamUses(quals []*pg_query.Node, k int) int {
+	var conj []*pg_query.Node
+	for _, q := range quals {
+		conj = flattenAnd(q, conj)
+	}
+	n := 0
+	for _, c := range conj {
+		e := c.GetAExpr()
+		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" {
+			continue
+		}
+		_, lok := b.distColumn(e.Lexpr)
+		_, rok := b.distColumn(e.Rexpr)
+		if lok && int(e.Rexpr.GetParamRef().GetNumber()) == k || rok && int(e.Lexpr.GetParamRef().GetNumber()) == k {
+			n++
+		}
+	}
+	return n
+}

@@ -114,6 +114,10 @@ type Value struct {
 	// Expr is the value's expression as SQL, its parameter (if any)
 	// renumbered $1.
 	Expr string `json:"expr,omitempty"`
+	// Shared: the parameter is also used elsewhere in the statement, so
+	// its type, when the client leaves it unspecified, is what PostgreSQL
+	// infers from all its uses, not necessarily the column's.
+	Shared bool `json:"shared,omitempty"`
 	// Assign: the value is stored (INSERT), so the column's type modifier
 	// applies (varchar(4) cuts trailing spaces); else it is compared with =.
 	Assign bool `json:"assign,omitempty"`
@@ -480,6 +484,18 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if val.Param > 0 {
+		// Where the parameter is used other than as the bare value of a
+		// distribution column, PostgreSQL may infer another type for it.
+		bare := 0
+		if insert != nil {
+			bare = 1
+		} else {
+			bare = b.bareParamUses(quals, val.Param)
+		}
+		uses := countParam(stmt, val.Param)
+		val.Shared = uses > 1 && uses > bare
 	}
 	p.Kind = Router
 	p.DistTable, p.DistType, p.Value = dist[0].Name, dist[0].DistType, val
