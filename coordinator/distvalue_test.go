@@ -359,6 +359,17 @@ func TestDistributionValueCopy(t *testing.T) {
 	}
 	e.same("SELECT v FROM {t}vc WHERE id = 'abcd'", nil, nil, nil)
 	e.same("SELECT v FROM {t}vc WHERE id = 'été '", nil, nil, nil)
+	// In another client_encoding the worker converts the values: a
+	// non-ASCII one is PostgreSQL's or refused, never misplaced.
+	e.same("SET client_encoding = 'LATIN1'", nil, nil, nil)
+	_, err := e.c.PgConn().CopyFrom(ctx, strings.NewReader("caf\xe9\tl1\n"), "COPY dv_text (id, v) FROM STDIN")
+	if _, oerr := e.c.PgConn().CopyFrom(ctx, strings.NewReader("caf\xe9\tl1\n"), "COPY dvo_text (id, v) FROM STDIN"); sqlState(err) != "0A000" && sqlState(err) != sqlState(oerr) {
+		t.Errorf("COPY in LATIN1: %v, plain PostgreSQL %v", err, oerr)
+	}
+	if sqlState(err) == "0A000" {
+		exec(t, e.c, "DELETE FROM dvo_text WHERE v = 'l1'")
+	}
+	e.same("RESET client_encoding", nil, nil, nil)
 	e.same("SELECT v FROM {t}bp WHERE id = 'a'", nil, nil, nil)
 	e.same("SELECT v FROM {t}int8 WHERE id = 42", nil, nil, nil)
 	e.placed()
