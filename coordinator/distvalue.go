@@ -375,7 +375,7 @@ func (ss *session) bindHash(sp *stmtPlan, st *Statement, params []byte) (int32, 
 
 // inferredType is the type PostgreSQL infers for parameter k (0-based) of
 // st, read once per plan with Parse and Describe of the statement on a
-// pooled connection in the session's settings.
+// pooled connection to the default node in the session's settings.
 func (ss *session) inferredType(sp *stmtPlan, st *Statement, k int) (uint32, error) {
 	if t := sp.paramTypes.Load(); t != nil {
 		if k < len(*t) {
@@ -402,7 +402,9 @@ func (ss *session) inferredType(sp *stmtPlan, st *Statement, k int) (uint32, err
 		oids = append(oids, o)
 	}
 	b := sc.Buf()
-	b, _ = (&pgproto3.Parse{Query: sp.plan.ShardSQL[0], ParameterOIDs: oids}).Encode(b)
+	// The default node holds every catalog table's (empty) table with its
+	// columns, so the statement as the client wrote it parses there.
+	b, _ = (&pgproto3.Parse{Query: st.Query, ParameterOIDs: oids}).Encode(b)
 	b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)

@@ -207,6 +207,10 @@ func pg16Number(sql string, tree *pg_query.ParseResult) bool {
 				return
 			}
 			i := int(c.Location)
+			if sql[i] == '-' { // a negative constant, folded by the parser
+				for i++; i < len(sql) && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r'); i++ {
+				}
+			}
 			if i+1 < len(sql) && sql[i] == '0' && strings.ContainsRune("xXoObB", rune(sql[i+1])) {
 				found = true
 				return
