@@ -336,7 +336,14 @@ func (s *Server) describeTarget(p *planner.Plan, t target, lits []literal) strin
 
 func describeValue(p *planner.Plan, lits []literal) string {
 	if p.Value.Param > 0 && p.Value.Param <= len(lits) {
+		if p.Value.Computed || p.Value.Cast != "" {
+			e, _ := spliceFrom(p.Value.Expr, lits[p.Value.Param-1:p.Value.Param], 1)
+			return e
+		}
 		return lits[p.Value.Param-1].token
+	}
+	if p.Value.Computed {
+		return p.Value.Expr
 	}
 	if p.Value.Param > 0 {
 		return fmt.Sprintf("$%d", p.Value.Param)
