@@ -202,9 +202,11 @@ func (ss *session) distHash(p *planner.Plan, v *planner.Value, in distInput) (in
 	if !ask {
 		return h, err
 	}
-	if !v.Assign && !v.Computed && in.lit == nil && in.src != "unspecified" && in.src != "unknown" {
-		// A parameter of another declared type: equality must still be
-		// the column's (numeric for integers, text for text, ...).
+	if !v.Assign && !v.Computed && v.Cast == "" && in.lit == nil && in.src != "unspecified" && in.src != "unknown" {
+		// A parameter of another declared type compared with the column
+		// as it is: the equality must still be the column's (numeric for
+		// integers, text for text, ...). A cast decides the type itself,
+		// and the planner checked it.
 		if !metadata.Comparable(p.DistType, in.src) || in.src == "" {
 			return 0, errNotComparable(p, in.src, in.oid)
 		}

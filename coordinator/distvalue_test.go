@@ -275,6 +275,9 @@ func TestDistributionValueParameters(t *testing.T) {
 	e.same("INSERT INTO {t}text (id, v) VALUES ($1::int::text, 'cast')", p("x"), []uint32{0}, []int16{0}) // 22P02
 	e.same("SELECT id, v FROM {t}int8 WHERE id = $1", p("100.0"), []uint32{numeric}, []int16{0})
 	e.same("SELECT id, v FROM {t}int8 WHERE id = $1::numeric", p("300"), []uint32{text}, []int16{0})
+	e.same("SELECT id, v FROM {t}text WHERE id = $1::text", [][]byte{be32(17)}, []uint32{int4}, []int16{1})
+	e.same("SELECT id, v FROM {t}int8 WHERE id = $1::int8", p("300.4"), []uint32{numeric}, []int16{0})
+	e.same("SELECT id, v FROM {t}int8 WHERE id = $1::int8", p("300.4"), []uint32{float8}, []int16{0})
 
 	// A prepared statement with declared types, as drivers send it.
 	pc := e.c.PgConn()
