@@ -284,6 +284,15 @@ func TestDistributionValueParameters(t *testing.T) {
 	e.same("SELECT id, v FROM {t}int8 WHERE id = $1::int8", p("300.4"), []uint32{numeric}, []int16{0})
 	e.same("SELECT id, v FROM {t}int8 WHERE id = $1::int8", p("300.4"), []uint32{float8}, []int16{0})
 
+	// Text parameters in another client_encoding, text and binary.
+	e.same("SET client_encoding = 'LATIN1'", nil, nil, nil)
+	e.same("INSERT INTO {t}text (id, v) VALUES ($1, 'latin1')", p("na\xefve"), []uint32{text}, []int16{0})
+	e.same("INSERT INTO {t}vc (id, v) VALUES ($1, 'latin1')", p("\xe9t\xe9  "), []uint32{0}, []int16{1})
+	e.same("SELECT v FROM {t}text WHERE id = $1", p("na\xefve"), []uint32{varchar}, []int16{1})
+	e.same("RESET client_encoding", nil, nil, nil)
+	e.same("SELECT v FROM {t}text WHERE id = $1", p("naïve"), []uint32{0}, []int16{0})
+	e.same("SELECT v FROM {t}vc WHERE id = $1", p("été "), []uint32{0}, []int16{0})
+
 	// A prepared statement with declared types, as drivers send it.
 	pc := e.c.PgConn()
 	for _, pre := range []string{"dv_", "dvo_"} {
