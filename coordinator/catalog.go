@@ -317,14 +317,6 @@ var errAllNodes = pgerr.New(pgerr.FeatureNotSupported,
 	"this reference-table write cannot run on every copy here (EXPLAIN ANALYZE of it, or a transaction block in a session pinned to one worker connection)").
 	WithHint("Write reference tables outside the transaction block, or reconnect; EXPLAIN without ANALYZE shows the plan.")
 
-// valueHash hashes a router plan's constant distribution value.
-func valueHash(p *planner.Plan) (int32, error) {
-	if p.Value.Null {
-		return 0, nil // "= NULL" matches no row; any shard answers that
-	}
-	return metadata.HashValue(p.DistType, p.Value.Const)
-}
-
 // describeTarget says where a routed statement runs, for EXPLAIN.
 func (s *Server) describeTarget(p *planner.Plan, t target, lits []literal) string {
 	snap := s.catalog.Load()
@@ -344,7 +336,14 @@ func (s *Server) describeTarget(p *planner.Plan, t target, lits []literal) strin
 
 func describeValue(p *planner.Plan, lits []literal) string {
 	if p.Value.Param > 0 && p.Value.Param <= len(lits) {
+		if p.Value.Computed || p.Value.Cast != "" {
+			e, _ := spliceFrom(p.Value.Expr, lits[p.Value.Param-1:p.Value.Param], 1)
+			return e
+		}
 		return lits[p.Value.Param-1].token
+	}
+	if p.Value.Computed {
+		return p.Value.Expr
 	}
 	if p.Value.Param > 0 {
 		return fmt.Sprintf("$%d", p.Value.Param)

@@ -39,6 +39,7 @@ func (ss *session) copySplit(p *planner.Plan) error {
 	if err != nil {
 		return ss.queryError(err)
 	}
+	l.ForeignEncoding = ss.foreignEnc
 	resp := pgproto3.CopyInResponse{OverallFormat: 0}
 	ss.out, _ = resp.Encode(ss.out)
 	if err := ss.flush(); err != nil {

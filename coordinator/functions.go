@@ -247,14 +247,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 	groups := map[int][]int{}
 	var order []int
 	for i, v := range p.Rows {
-		val := v.Const
-		if v.Param > 0 {
-			if v.Param > len(lits) {
-				return ss.queryError(pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", v.Param))
-			}
-			val = lits[v.Param-1].value
-		}
-		h, err := metadata.HashValue(p.DistType, val)
+		h, err := ss.literalHash(p, v, lits)
 		if err != nil {
 			return ss.queryError(err)
 		}

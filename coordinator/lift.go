@@ -82,8 +82,8 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 					}
 				}
 			}
-			if j < len(sql) && isIdentChar(sql[j]) {
-				return "", nil, false // 0x1F, 1abc: not a plain number
+			if j < len(sql) && isIdentChar(sql[j]) || strings.IndexByte(sql[i:j], '_') >= 0 {
+				return "", nil, false // 0x1F, 1abc, 1_000: not a plain number
 			}
 			tok := sql[i:j]
 			lits = append(lits, literal{token: tok, value: tok})
@@ -168,4 +168,56 @@ func spliceFrom(sql string, lits []literal, first int) (string, int) {
 	}
 	b.WriteString(sql[last:])
 	return b.String(), used
+}
+
+// escapeStrings rewrites a statement written under
+// standard_conforming_strings = off, where a backslash in a plain '...'
+// string escapes, into one that means the same under either setting: each
+// plain string holding a backslash becomes an escape string E'...'. The
+// planner (which parses with the setting on) then reads the values the
+// worker reads.
+func escapeStrings(sql string) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			lx := lexer{s: sql, i: i}
+			lx.skipBlockComment()
+			i = lx.i
+		case c == '$':
+			lx := lexer{s: sql, i: i}
+			lx.dollarQuote()
+			i = lx.i
+		case c == '"':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('"', false)
+			i = lx.i
+		case c == '\'':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('\'', true)
+			if !(i > 0 && isIdentChar(sql[i-1])) && strings.IndexByte(sql[i:lx.i], '\\') >= 0 {
+				b.WriteString(sql[last:i])
+				b.WriteByte('E')
+				last = i
+			}
+			i = lx.i
+		case isIdentChar(c):
+			for i < len(sql) && isIdentChar(sql[i]) {
+				i++
+			}
+		default:
+			i++
+		}
+	}
+	if last == 0 {
+		return sql
+	}
+	b.WriteString(sql[last:])
+	return b.String()
 }

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
-	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -16,6 +15,10 @@ type stmtPlan struct {
 	version int64
 	plan    *planner.Plan
 	shards  []atomic.Pointer[Statement]
+	// paramTypes: the parameter types PostgreSQL infers for the statement
+	// (a ParameterDescription's), read once when the distribution value's
+	// parameter is used elsewhere with its type unspecified.
+	paramTypes atomic.Pointer[[]uint32]
 	// scatter: a multi-shard statement's description, made once.
 	scatter atomic.Pointer[scatterDesc]
 }
@@ -26,6 +29,13 @@ type stmtPlan struct {
 func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if !ss.routes {
 		return unroutedPlan, nil
+	}
+	if ss.scsOff && strings.IndexByte(st.Query, '\\') >= 0 {
+		if snap := ss.srv.catalog.Load(); snap != nil && planner.MentionsTable(st.Query, snap) {
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"a prepared statement with a backslash, on distributed or reference tables, is not supported with standard_conforming_strings off").
+				WithHint("Turn standard_conforming_strings on (the default), or use the simple query protocol.")
+		}
 	}
 	sp, err := ss.srv.stmtPlan(st)
 	if err == nil {
@@ -117,22 +127,7 @@ func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, e
 	}
 	var hash int32
 	if p.Kind == planner.Router {
-		if p.Value.Param > 0 {
-			v, format, isNull, ok := bindParam(params, p.Value.Param-1)
-			switch {
-			case !ok:
-				return nil, 0, pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
-			case isNull:
-				hash = 0 // "= NULL" matches no row; any shard answers that
-			case format == 1:
-				hash, err = metadata.HashBinary(p.DistType, v)
-			default:
-				hash, err = metadata.HashValue(p.DistType, string(v))
-			}
-		} else {
-			hash, err = valueHash(p)
-		}
-		if err != nil {
+		if hash, err = ss.bindHash(sp, st, params); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -356,13 +356,20 @@ func shardRows(t *testing.T, metaAddr, table, col string) (total, shards, nodes 
 		}
 		list = append(list, s)
 	}
+	// The hash PostgreSQL's own function gives the column's type.
+	var typ string
+	if err := meta.QueryRow(ctx, "SELECT dist_type FROM pgfleet.tables WHERE name = $1", table).Scan(&typ); err != nil {
+		t.Fatal(err)
+	}
+	hashFn := map[string]string{"int2": "hashint2", "int4": "hashint4", "int8": "hashint8", "text": "hashtext",
+		"varchar": "hashtext", "bpchar": "hashbpchar", "uuid": "uuid_hash"}[typ]
 	rel := table[strings.IndexByte(table, '.')+1:]
 	seen := map[string]bool{}
 	for _, s := range list {
 		seen[s.addr] = true
 		w := connect(t, s.addr)
 		var cnt, wrong int
-		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE hashint8(%s) NOT BETWEEN %d AND %d) FROM %s_%d", col, s.lo, s.hi, rel, s.id)
+		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE %s(%s) NOT BETWEEN %d AND %d) FROM %s_%d", hashFn, col, s.lo, s.hi, rel, s.id)
 		if err := w.QueryRow(ctx, q).Scan(&cnt, &wrong); err != nil {
 			t.Fatalf("shard %d on %s: %v", s.id, s.addr, err)
 		}

@@ -77,6 +77,7 @@ type Server struct {
 	metaDB      string // the catalog describes tables of this database
 	plans       planCache
 	scatter     scatterCache                      // multi-shard plans' run-time state
+	colTypes    columnTypes                       // distribution columns' types with modifiers
 	pgTypes     atomic.Pointer[map[uint32]pgType] // built-in types, for merges
 	stopWatch   chan struct{}
 	recoveryEnd chan struct{} // closed when the recovery loop has returned

@@ -16,7 +16,6 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
-	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -36,6 +35,12 @@ type session struct {
 	params   sessionParams
 	pending  []paramOp // session changes made in the current transaction
 	txFailed bool      // the current transaction will not commit
+
+	// What the session's settings do to string constants, as the server
+	// last reported them: standard_conforming_strings is off (a backslash
+	// in '...' escapes), client_encoding is not the server's (text arrives
+	// to be converted).
+	scsOff, foreignEnc bool
 
 	pools  map[int32]*pooling.Pool // by node
 	pool   *pooling.Pool           // the held connection's pool
@@ -342,6 +347,7 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.S
 		}
 		sc.ParamsKey = ss.params.key
 	}
+	ss.noteStrings(sc)
 	return sc, nil
 }
 
@@ -544,7 +550,11 @@ func (ss *session) simpleQuery(body []byte) error {
 	// Statements on no distributed table run on the default node, or on
 	// the worker the session's transaction is on (COMMIT, SET, SAVEPOINT).
 	node := ss.currentNode()
-	p, lits, err := ss.planSimple(text)
+	ptext := text
+	if ss.scsOff && strings.IndexByte(text, '\\') >= 0 {
+		ptext = escapeStrings(text)
+	}
+	p, lits, err := ss.planSimple(ptext)
 	if err != nil {
 		return ss.queryError(err)
 	}
@@ -567,14 +577,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if p.Kind != planner.Default {
 		var hash int32
 		if p.Kind == planner.Router {
-			if p.Value.Param > 0 {
-				if p.Value.Param > len(lits) {
-					return ss.queryError(pgerr.New("08P01", "there is no parameter $%d", p.Value.Param))
-				}
-				hash, err = metadata.HashValue(p.DistType, lits[p.Value.Param-1].value)
-			} else {
-				hash, err = valueHash(p)
-			}
+			hash, err = ss.literalHash(p, p.Value, lits)
 			if err != nil {
 				return ss.queryError(err)
 			}
@@ -614,6 +617,14 @@ func (ss *session) simpleQuery(body []byte) error {
 		ss.qbuf = body
 	}
 	return ss.relayCycle('Q', body, cp, node)
+}
+
+// noteStrings records how the session's settings read string constants,
+// from the ParameterStatus values of a connection in its settings.
+func (ss *session) noteStrings(sc *pooling.ServerConn) {
+	ss.scsOff = sc.Params["standard_conforming_strings"] == "off"
+	ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]
+	ss.foreignEnc = ce != "" && se != "" && !strings.EqualFold(ce, se)
 }
 
 // heldNode is the node of the server connection the session holds, or 0.
@@ -1191,6 +1202,7 @@ func (ss *session) drain() error {
 			continue
 		case 'S':
 			sc.NoteParameterStatus(f.Body)
+			ss.noteStrings(sc)
 			relay = true
 		case 'N', 'A':
 			relay = true

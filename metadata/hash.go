@@ -338,7 +338,7 @@ func isSpace(c byte) bool {
 // pg_strtoint16/32/64 do, with their errors. Like them it accumulates the
 // value negatively (so that the most negative value fits) and reports an
 // overflow as soon as it happens, before looking at what follows the digits.
-func parseInt(s string, lo, hi int64, typname string) (int64, error) {
+func parseInt[T string | []byte](s T, lo, hi int64, typname string) (int64, error) {
 	i := 0
 	for i < len(s) && isSpace(s[i]) {
 		i++
@@ -349,14 +349,14 @@ func parseInt(s string, lo, hi int64, typname string) (int64, error) {
 		i++
 	}
 	if i >= len(s) || s[i] < '0' || s[i] > '9' {
-		return 0, invalidSyntax(typname, s)
+		return 0, invalidSyntax(typname, string(s))
 	}
 	var v int64 // minus the value read so far
 	lim := lo / 10
 	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
 		d := int64(s[i] - '0')
 		if v < lim || v*10 < lo+d {
-			return 0, outOfRange(typname, s)
+			return 0, outOfRange(typname, string(s))
 		}
 		v = v*10 - d
 	}
@@ -364,11 +364,11 @@ func parseInt(s string, lo, hi int64, typname string) (int64, error) {
 		i++
 	}
 	if i != len(s) {
-		return 0, invalidSyntax(typname, s)
+		return 0, invalidSyntax(typname, string(s))
 	}
 	if !neg {
 		if v < -hi {
-			return 0, outOfRange(typname, s)
+			return 0, outOfRange(typname, string(s))
 		}
 		v = -v
 	}

@@ -97,11 +97,30 @@ func MentionsTable(sql string, cat *metadata.Snapshot) bool {
 	return false
 }
 
-// Value is where a router plan's distribution value comes from.
+// Value is where a router plan's distribution value comes from (see
+// distvalue.go).
 type Value struct {
-	Param int    `json:"param,omitempty"` // 1-based parameter number
+	Param int    `json:"param,omitempty"` // 1-based parameter number (bare, cast, or in Expr)
 	Const string `json:"const,omitempty"` // the constant, in PostgreSQL text form
+	Lit   string `json:"lit,omitempty"`   // Const's literal kind: LitString, LitInteger, LitNumeric
 	Null  bool   `json:"null,omitempty"`
+	// Cast: the constant or parameter is cast once, without a type
+	// modifier, to this type of the column's family (int2, int4, int8,
+	// text, varchar, bpchar, uuid).
+	Cast string `json:"cast,omitempty"`
+	// Computed: only PostgreSQL computes the value (more casts, casts to
+	// other types or with a type modifier, ...): the router evaluates Expr.
+	Computed bool `json:"computed,omitempty"`
+	// Expr is the value's expression as SQL, its parameter (if any)
+	// renumbered $1.
+	Expr string `json:"expr,omitempty"`
+	// Shared: the parameter is also used elsewhere in the statement, so
+	// its type, when the client leaves it unspecified, is what PostgreSQL
+	// infers from all its uses, not necessarily the column's.
+	Shared bool `json:"shared,omitempty"`
+	// Assign: the value is stored (INSERT), so the column's type modifier
+	// applies (varchar(4) cuts trailing spaces); else it is compared with =.
+	Assign bool `json:"assign,omitempty"`
 }
 
 // Plan is a distributed plan: data, printable, no closures.
@@ -165,6 +184,11 @@ func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
 		// Let the worker report the syntax error, with its position.
+		return &Plan{Kind: Default, SyntaxError: true}, nil
+	}
+	if pg16Number(sql, tree) {
+		// 0x64 or 1_000: PostgreSQL 15 says "trailing junk after numeric
+		// literal"; the worker is sent the text as is, to say so.
 		return &Plan{Kind: Default, SyntaxError: true}, nil
 	}
 	if len(tree.Stmts) == 1 {
@@ -340,6 +364,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 			return nil, unsupported("INSERT ... SELECT into distributed or reference tables is not supported yet").
 				WithHint("Insert the rows before distributing the table (they move into the shards), or use a multi-row INSERT ... VALUES or COPY.")
 		}
+		if err := conflictMovesRow(insert, target); err != nil {
+			return nil, err
+		}
 	case stmt.GetUpdateStmt() != nil:
 		u := stmt.GetUpdateStmt()
 		target = b.addRangeVar(u.Relation)
@@ -433,7 +460,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	var err error
 	if insert != nil {
 		var vals []*Value
-		if vals, err = insertValues(insert, target); err != nil {
+		if vals, err = insertValues(b.tree.Version, insert, target); err != nil {
 			return nil, err
 		}
 		if len(vals) > 1 {
@@ -457,6 +484,18 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if val.Param > 0 {
+		// Where the parameter is used other than as the bare value of a
+		// distribution column, PostgreSQL may infer another type for it.
+		bare := 0
+		if insert != nil {
+			bare = 1
+		} else {
+			bare = b.bareParamUses(quals, val.Param)
+		}
+		uses := countParam(stmt, val.Param)
+		val.Shared = uses > 1 && uses > bare
 	}
 	p.Kind = Router
 	p.DistTable, p.DistType, p.Value = dist[0].Name, dist[0].DistType, val
@@ -581,11 +620,11 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 		case i >= outer:
 			// An outer join's constant does not restrict its rows.
 		case lok:
-			if v := valueOf(e.Rexpr); v != nil {
+			if v := distValue(b.tree.Version, e.Rexpr, b.colType(l), false); v != nil {
 				values[l] = v
 			}
 		case rok:
-			if v := valueOf(e.Lexpr); v != nil {
+			if v := distValue(b.tree.Version, e.Lexpr, b.colType(r), false); v != nil {
 				values[r] = v
 			}
 		}
@@ -616,6 +655,48 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 		return v, nil
 	}
 	return nil, &unpinned{table: dist[0]}
+}
+
+// colType is the type of an occurrence's distribution column
+// ("occurrence.column", from distColumn).
+func (b *builder) colType(occCol string) string {
+	return b.scope[occCol[:strings.LastIndexByte(occCol, '.')]].DistType
+}
+
+// conflictMovesRow refuses INSERT ... ON CONFLICT DO UPDATE that assigns
+// the distribution column: the row would keep its shard under a new key.
+// SET col = EXCLUDED.col is allowed where the conflict target names the
+// column, so that the conflicting row already has that value.
+func conflictMovesRow(ins *pg_query.InsertStmt, t *metadata.Table) error {
+	oc := ins.OnConflictClause
+	if t == nil || t.Kind != metadata.Distributed || oc == nil || oc.Action != pg_query.OnConflictAction_ONCONFLICT_UPDATE {
+		return nil
+	}
+	for _, n := range oc.TargetList {
+		rt := n.GetResTarget()
+		if rt.GetName() != t.DistColumn {
+			continue
+		}
+		if excludedColumn(rt.Val, t.DistColumn) && oc.Infer != nil {
+			for _, e := range oc.Infer.IndexElems {
+				if e.GetIndexElem().GetName() == t.DistColumn {
+					return nil
+				}
+			}
+		}
+		return unsupported("ON CONFLICT DO UPDATE may not assign the distribution column %q of %s", t.DistColumn, t.Name).
+			WithHint("A row's distribution column decides its shard and cannot change; leave %s out of DO UPDATE SET (or DELETE the row and INSERT it with the new value).", t.DistColumn)
+	}
+	return nil
+}
+
+// excludedColumn reports whether n is EXCLUDED.col.
+func excludedColumn(n *pg_query.Node, col string) bool {
+	cr := n.GetColumnRef()
+	if cr == nil || len(cr.Fields) != 2 {
+		return false
+	}
+	return cr.Fields[0].GetString_().GetSval() == "excluded" && cr.Fields[1].GetString_().GetSval() == col
 }
 
 // occurrenceNames names FROM-clause occurrences for a message: the table,
@@ -737,7 +818,7 @@ func valueOf(n *pg_query.Node) *Value {
 }
 
 // insertValue finds the distribution value of a single-row INSERT.
-func insertValues(ins *pg_query.InsertStmt, t *metadata.Table) ([]*Value, error) {
+func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([]*Value, error) {
 	sel := ins.SelectStmt.GetSelectStmt()
 	if sel == nil || len(sel.ValuesLists) == 0 {
 		return nil, unsupported("INSERT into %s without VALUES is not supported yet", t.Name)
@@ -761,9 +842,10 @@ func insertValues(ins *pg_query.InsertStmt, t *metadata.Table) ([]*Value, error)
 		if pos >= len(row) {
 			return nil, pgerr.New("42601", "INSERT has more target columns than expressions")
 		}
-		v := valueOf(row[pos])
+		v := distValue(version, row[pos], t.DistType, true)
 		if v == nil {
-			return nil, unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT", t.DistColumn, t.Name)
+			return nil, unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT", t.DistColumn, t.Name).
+				WithHint("Constants, parameters and casts of them are supported.")
 		}
 		if v.Null {
 			return nil, pgerr.New("23502", "cannot insert NULL into the distribution column %q of %s", t.DistColumn, t.Name)

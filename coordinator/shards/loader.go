@@ -30,6 +30,12 @@ type Loader struct {
 	g       *group
 	nodes   *nodes
 	rows    int64
+	// varcharLen: the distribution column is varchar(n), which cuts
+	// trailing spaces beyond n characters before the value is hashed.
+	varcharLen int
+	// ForeignEncoding: the client's encoding is not the server's, so text
+	// values are converted by the worker; non-ASCII ones are refused.
+	ForeignEncoding bool
 }
 
 // NewLoader prepares a load. columns is the COPY's column list (empty: all
@@ -67,6 +73,18 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 			if err != nil {
 				return nil, n.wrap(err, "reading the columns of %s", table)
 			}
+		}
+		if t.DistType == "varchar" {
+			home, err := n.conn(defaultNode)
+			if err != nil {
+				return nil, err
+			}
+			var typmod int
+			if err := home.QueryRow(ctx, `SELECT atttypmod FROM pg_catalog.pg_attribute
+				WHERE attrelid = pg_catalog.to_regclass($1) AND attname = $2`, table, t.DistColumn).Scan(&typmod); err != nil {
+				return nil, n.wrap(err, "reading the type of %s.%s", table, t.DistColumn)
+			}
+			l.varcharLen = typmod - 4 // VARHDRSZ; -1 (no limit) becomes negative
 		}
 		l.split.field = -1
 		for i, c := range cols {
@@ -118,6 +136,14 @@ func (l *Loader) drain(ctx context.Context, final bool) error {
 		if l.table.Kind == metadata.Distributed {
 			if isNull {
 				return pgerr.New("23502", "null value in the distribution column %q of %s", l.table.DistColumn, l.table.Name)
+			}
+			if l.ForeignEncoding && !isASCII(val) && (metadata.IsText(l.table.DistType) || metadata.IsBPChar(l.table.DistType)) {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"COPY into %s with a non-ASCII distribution value in a client_encoding other than the server's is not supported", l.table.Name).
+					WithHint("Set client_encoding to the server's encoding for the COPY.")
+			}
+			if l.varcharLen > 0 {
+				val = varcharValue(val, l.varcharLen)
 			}
 			h, err := metadata.HashValue(l.table.DistType, val)
 			if err != nil {
@@ -177,3 +203,30 @@ func (l *Loader) Finish(ctx context.Context) (int64, error) {
 
 // Abort rolls back everything written so far.
 func (l *Loader) Abort() { l.g.rollback(context.Background()) }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// varcharValue is s stored in a varchar(n), as varchar's input function
+// (in a UTF-8 database) stores it: beyond n characters, trailing spaces
+// are cut; a longer value with other characters is left for the worker
+// to refuse (22001).
+func varcharValue(s string, n int) string {
+	chars := 0
+	for i := range s {
+		if chars == n {
+			if strings.Trim(s[i:], " ") == "" {
+				return s[:i]
+			}
+			return s
+		}
+		chars++
+	}
+	return s
+}
