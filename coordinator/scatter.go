@@ -1154,9 +1154,13 @@ func (r *scatterRun) send(i int, sc *pooling.ServerConn) {
 		b = appendBind(b, "", nil, results)
 	} else {
 		st := r.port.desc.workers[i]
-		if !sc.Stmts.Has(st.Name) {
-			if ev := sc.Stmts.Add(st.Name); ev != "" {
+		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+			ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
+			if ev != "" {
 				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+			}
+			if stale {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, st.Name...), 0))
 			}
 			b = append(b, st.parse...)
 			r.parsed[i] = true
@@ -1566,9 +1570,13 @@ func (r *scatterRun) merge() error {
 	if r.port != nil || len(m.Params) == 0 {
 		st := ss.srv.stmts.intern(append(append([]byte(sql), 0), paramTail(oids)...))
 		stmtName = st.Name
-		if !sc.Stmts.Has(st.Name) {
-			if ev := sc.Stmts.Add(st.Name); ev != "" {
+		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+			ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
+			if ev != "" {
 				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+			}
+			if stale {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, st.Name...), 0))
 			}
 			b = append(b, st.parse...)
 			parsing = true

@@ -63,6 +63,13 @@ type session struct {
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)
 	paramsUnsure bool   // the server connection's settings may differ from the session's
 	batchWork    bool   // a Bind or Execute went to the server since its last ReadyForQuery
+	// settingsDirty: a statement that changes settings was sent since the
+	// last ReadyForQuery 'I' (its effect is not in sc.ParamsKey yet), and
+	// settingsUnknown: the pinned connection's settings may have been
+	// changed where pgfleet cannot follow (set_config(), SET ROLE): either
+	// way statements are parsed under settings no key names (stmtKey).
+	settingsDirty   bool
+	settingsUnknown bool
 	// pendingBegin is a BEGIN the coordinator answered itself: it is sent
 	// ahead of the transaction's first statement, on the worker that
 	// statement needs.
@@ -138,6 +145,14 @@ type expect struct {
 	// Describe or Bind); if it fails, the client's statement never existed.
 	client    string
 	clientStm *Statement
+	// cst: the client's statement of a Bind or Describe (stmt is the
+	// statement bound on the worker); check: a hidden Describe whose
+	// answer is compared with what the client was told (cst.desc);
+	// reclosed: a Parse preceded by a Close of the same name (a copy
+	// parsed under other settings).
+	cst      *Statement
+	check    bool
+	reclosed bool
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -433,6 +448,9 @@ func (ss *session) releaseIfIdle() {
 }
 
 func (ss *session) pin(reason string) {
+	if pinChangesSettings(reason) {
+		ss.settingsUnknown = true
+	}
 	if ss.pinned == "" {
 		ss.pinned = reason
 		ss.srv.metrics.pinned.WithLabelValues(reason).Inc()
@@ -503,6 +521,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if cls.pin != "" {
 		ss.pin(cls.pin)
+	}
+	if cls.pin != "" || len(cls.ops) > 0 {
+		ss.settingsDirty = true
 	}
 	if handled, err := ss.runDDL(text); handled {
 		return err
@@ -694,13 +715,20 @@ func (ss *session) acquireExt(node int32) bool {
 // the statement the cache evicts to make room.
 func (ss *session) prepareOn(st *Statement, kind uint8) *expect {
 	sc := ss.sc
-	if ev := sc.Stmts.Add(st.Name); ev != "" {
+	ev, stale := sc.Stmts.Add(st.Name, ss.stmtKey())
+	if ev != "" {
 		b := append(append([]byte{'S'}, ev...), 0)
 		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'C', b))
 		ss.push(expect{kind: eSwallow, term: tClose, evicted: ev})
 	}
+	if stale {
+		// The connection holds the statement parsed under other settings.
+		b := append(append([]byte{'S'}, st.Name...), 0)
+		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'C', b))
+		ss.push(expect{kind: eSwallow, term: tClose})
+	}
 	sc.SetBuf(append(sc.Buf(), st.parse...))
-	ss.push(expect{kind: kind, term: tParse, stmt: st})
+	ss.push(expect{kind: kind, term: tParse, stmt: st, reclosed: stale})
 	return &ss.queue[len(ss.queue)-1]
 }
 
@@ -756,7 +784,7 @@ func (ss *session) parse(body []byte) error {
 	if !ss.acquireExt(ss.currentNode()) {
 		return nil
 	}
-	if ss.sc.Stmts.Has(st.Name) {
+	if ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
 		e = &ss.queue[len(ss.queue)-1]
 	} else {
@@ -782,6 +810,10 @@ func (ss *session) bind(body []byte) error {
 	st := ss.stmts[string(name)]
 	if st == nil {
 		ss.synthError(noStatement(name))
+		return nil
+	}
+	if st.stale.Load() {
+		ss.synthError(ss.resultChanged(st))
 		return nil
 	}
 	if ss.localTxnOK(&st.cls) {
@@ -834,10 +866,13 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.ensureBegun()
-	if !ss.sc.Stmts.Has(st.Name) {
+	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 		e := ss.prepareOn(st, eSwallow)
 		if st != clientSt {
 			e.client, e.clientStm = string(name), clientSt
+		}
+		if d := clientSt.desc.Load(); d != nil && d.key == ss.stmtKey() && !ss.checkDesc(st, clientSt) {
+			return nil
 		}
 	}
 	b := ss.sc.Buf()
@@ -847,7 +882,7 @@ func (ss *session) bind(body []byte) error {
 	b = append(append(b, st.Name...), 0)
 	b = append(b, params...)
 	ss.sc.SetBuf(b)
-	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: string(name)})
+	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: string(name), cst: clientSt})
 	if len(portal) == 0 {
 		ss.portals[""] = st
 	} else {
@@ -871,6 +906,10 @@ func (ss *session) describe(body []byte) error {
 			ss.synthError(noStatement(name))
 			return nil
 		}
+		if st.stale.Load() {
+			ss.synthError(ss.resultChanged(st))
+			return nil
+		}
 		clientSt := st
 		st, node, err := ss.routeDescribe(st)
 		if err == errScatter {
@@ -884,7 +923,7 @@ func (ss *session) describe(body []byte) error {
 		if !ss.acquireExt(node) {
 			return nil
 		}
-		if !ss.sc.Stmts.Has(st.Name) {
+		if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 			e := ss.prepareOn(st, eSwallow)
 			if st != clientSt {
 				e.client, e.clientStm = string(name), clientSt
@@ -892,7 +931,7 @@ func (ss *session) describe(body []byte) error {
 		}
 		b := append(append([]byte{'S'}, st.Name...), 0)
 		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', b))
-		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name)})
+		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name), cst: clientSt})
 		return nil
 	case 'P':
 		if ss.localPortalSt != nil && string(name) == ss.localPortal {
@@ -946,8 +985,11 @@ func (ss *session) execute(body []byte) error {
 	}
 	ss.ensureBegun()
 	st := ss.portals[string(portal)]
-	if st != nil && st.cls.pin != "" {
-		ss.pin(st.cls.pin)
+	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
+		ss.settingsDirty = true
+		if st.cls.pin != "" {
+			ss.pin(st.cls.pin)
+		}
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'E', body))
 	ss.push(expect{kind: eRelay, term: tExecute, stmt: st})
@@ -1074,7 +1116,12 @@ func (ss *session) drain() error {
 			ss.endOfCycle(f.Body[0])
 			continue
 		case 'E':
-			if !e.abort {
+			if e.cst != nil && (e.term == tBind || e.term == tDescribe) && errCode(f.Body) == pgerr.FeatureNotSupported {
+				// "cached plan must not change result type": the worker's
+				// statement was prepared before a table changed.
+				ss.staleStmt(e.cst)
+			}
+			if !e.abort && !e.check {
 				ss.out = wire.AppendFrame(ss.out, 'E', ss.clientNames(e, f.Body))
 			}
 			ss.txFailed = true
@@ -1139,6 +1186,9 @@ func (ss *session) drain() error {
 			}
 		case 'T', 'n':
 			if e.term == tDescribe {
+				if e.cst != nil {
+					ss.noteDesc(e, f)
+				}
 				ss.qhead++
 			}
 			if e.inject != nil && f.Type == 'T' {
@@ -1200,7 +1250,11 @@ func fatalSeverity(body []byte) bool {
 // undo forgets what a message skipped or failed by the server would have made.
 func (ss *session) undo(e *expect) {
 	if e.term == tParse && e.stmt != nil {
-		ss.sc.Stmts.Drop(e.stmt.Name)
+		if e.reclosed {
+			ss.sc.Stmts.Doubt(e.stmt.Name) // its Close may have been skipped too
+		} else {
+			ss.sc.Stmts.Drop(e.stmt.Name)
+		}
 	}
 	if e.evicted != "" {
 		ss.sc.Stmts.Restore(e.evicted)
@@ -1274,9 +1328,10 @@ func (ss *session) endOfCycle(status byte) {
 	}
 	ss.sc.ParamsKey = ss.params.key
 	if ss.paramsUnsure {
-		ss.sc.ParamsKey = "\x00unknown"
+		ss.sc.ParamsKey = pooling.UnknownKey
 		ss.paramsUnsure = false
 	}
+	ss.settingsDirty = false
 	ss.txFailed = false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
@@ -1333,3 +1388,128 @@ func (ss *session) copyIn() error {
 
 // sendCancel forwards a cancel to the server connection a session holds.
 func sendCancel(ctx context.Context, sc *pooling.ServerConn) error { return sc.Cancel(ctx) }
+
+// stmtKey is the settings key statements are parsed under on the held
+// connection now: its ParamsKey, or UnknownKey while a SET earlier in the
+// transaction or pipeline (or a set_config() of a pinned session) may have
+// changed them.
+func (ss *session) stmtKey() string {
+	if ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown {
+		return pooling.UnknownKey
+	}
+	return ss.sc.ParamsKey
+}
+
+// pinChangesSettings reports whether a pin's reason may have changed the
+// connection's settings in ways its settings key does not show.
+func pinChangesSettings(reason string) bool {
+	switch reason {
+	case "set_config()", "SET ROLE", "SET SESSION AUTHORIZATION", "RESET ROLE", "RESET SESSION", "LOAD", "session state changed by a function":
+		return true
+	}
+	return false
+}
+
+// checkDesc is called after a hidden Parse of st for a Bind of the client's
+// statement cst, whose description the client was given: it describes st
+// on the worker at once (one round trip, only when a connection prepares
+// the statement) and reports whether its result is still what the client
+// was told. If not, the client gets 0A000 as on PostgreSQL and the Bind is
+// not sent: rows of another shape must never reach a client that decodes
+// them by the old description.
+func (ss *session) checkDesc(st, cst *Statement) bool {
+	b := append(append([]byte{'S'}, st.Name...), 0)
+	ss.sc.SetBuf(append(wire.AppendFrame(ss.sc.Buf(), 'D', b), 'H', 0, 0, 0, 4))
+	ss.push(expect{kind: eSwallow, term: tDescribe, stmt: st, cst: cst, check: true})
+	if err := ss.sc.Flush(); err != nil {
+		_ = ss.lostServer(err)
+		ss.synthError(pgerr.New(pgerr.ConnectionFailure, "lost connection to worker: %v", err))
+		return false
+	}
+	if err := ss.drain(); err != nil {
+		ss.synthError(err)
+		return false
+	}
+	ss.queue, ss.qhead = ss.queue[:0], 0
+	if ss.skipping {
+		return false // an earlier message failed: the Bind is skipped
+	}
+	if cst.stale.Load() {
+		ss.synthError(ss.resultChanged(cst))
+		return false
+	}
+	return true
+}
+
+// noteDesc follows a statement's description from a worker: the first is
+// what clients are told; a later one of another shape means a table changed
+// since. A hidden check marks the statement stale; a Describe relayed to the
+// client gives that client a new statement with the new description (as a
+// fresh Parse on PostgreSQL would), and the old one goes stale for the
+// sessions that hold it.
+func (ss *session) noteDesc(e *expect, f wire.Frame) {
+	var row []byte
+	if f.Type == 'T' {
+		row = f.Body
+	}
+	key := ss.stmtKey()
+	if key == pooling.UnknownKey {
+		return
+	}
+	d := e.cst.desc.Load()
+	if d == nil {
+		if !e.check {
+			e.cst.desc.CompareAndSwap(nil, &stmtDesc{key: key, row: append([]byte(nil), row...)})
+		}
+		return
+	}
+	// Names resolve by search_path, so only descriptions made under the
+	// same settings are compared.
+	if d.key != key || bytes.Equal(d.row, row) || sameShape(d.row, row) {
+		return
+	}
+	old := e.cst
+	ss.staleStmt(old)
+	if e.check || e.kind != eRelay || ss.stmts[e.name] != old {
+		return
+	}
+	fresh := ss.srv.stmts.intern(append(append([]byte(old.Query), 0), old.paramTail...))
+	if fresh == nil || fresh == old {
+		return
+	}
+	fresh.desc.CompareAndSwap(nil, &stmtDesc{key: key, row: append([]byte(nil), row...)})
+	ss.stmts[e.name] = fresh
+}
+
+// staleStmt marks a client's statement as prepared before its result
+// changed, and makes the registry forget it and its shard statements.
+func (ss *session) staleStmt(st *Statement) {
+	st.stale.Store(true)
+	ss.srv.stmts.forget(st)
+	if sp := st.plan.Load(); sp != nil {
+		for i := range sp.shards {
+			if x := sp.shards[i].Load(); x != nil && x != st {
+				ss.srv.stmts.forget(x)
+			}
+		}
+	}
+	if ss.lastParseSt == st {
+		ss.lastParseSt = nil
+	}
+}
+
+// errCode is the SQLSTATE of an ErrorResponse body.
+func errCode(body []byte) string {
+	for len(body) > 1 && body[0] != 0 {
+		typ := body[0]
+		v, rest, ok := wire.CBytes(body[1:])
+		if !ok {
+			return ""
+		}
+		if typ == 'C' {
+			return string(v)
+		}
+		body = rest
+	}
+	return ""
+}

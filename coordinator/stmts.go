@@ -20,6 +20,21 @@ type Statement struct {
 	// paramTail is the Parse body after the query: parameter count and types.
 	paramTail []byte
 	plan      atomic.Pointer[stmtPlan]
+	// desc is the first RowDescription (nil row: NoData) a client was given
+	// for the statement; stale is set once the statement's result changed
+	// (a table changed): every session holding it then gets 0A000, as on
+	// PostgreSQL, and the registry forgets it, so that a new Parse of the
+	// text makes a new statement.
+	desc  atomic.Pointer[stmtDesc]
+	stale atomic.Bool
+}
+
+// stmtDesc is a statement's result description as a client was told it,
+// under the settings key it was described under (names resolve by
+// search_path).
+type stmtDesc struct {
+	key string
+	row []byte
 }
 
 // stmtRegistry interns statements coordinator-wide.
