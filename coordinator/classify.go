@@ -53,6 +53,10 @@ type class struct {
 	pin   string    // why the session must keep its server connection; "" if it need not
 	ops   []paramOp // session changes, in statement order
 	count int       // statements in the string
+	// verify: the statement may run user code (DO, CALL, a function that
+	// is not built in) whose session effects the text does not show; the
+	// server connection's state is checked before it serves anyone else.
+	verify bool
 }
 
 // classify scans sql lexically (comments, quotes and dollar quotes skipped)
@@ -68,6 +72,9 @@ func classify(sql string) class {
 			if lx.sawSessionFunc != "" && c.pin == "" {
 				c.pin = lx.sawSessionFunc
 			}
+			if lx.sawUserCall {
+				c.verify = true
+			}
 			if w := lx.words[:n]; interesting(w) {
 				upper := make([]string, n)
 				for i, x := range w {
@@ -79,7 +86,7 @@ func classify(sql string) class {
 				classifyStatement(&c, upper, strings.TrimSpace(sql[start:end]))
 			}
 		}
-		lx.sawSessionFunc = ""
+		lx.sawSessionFunc, lx.sawUserCall = "", false
 		if !more {
 			return c
 		}
@@ -89,7 +96,7 @@ func classify(sql string) class {
 // leadingKeywords are the statements classify looks into; any other
 // statement (SELECT, INSERT, ...) costs no allocation.
 var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE",
-	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"}
+	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DO", "CALL"}
 
 func interesting(w []string) bool {
 	for _, k := range leadingKeywords {
@@ -98,7 +105,7 @@ func interesting(w []string) bool {
 		}
 	}
 	for i := 0; i+1 < len(w); i++ { // SELECT ... INTO TEMP t
-		if strings.EqualFold(w[i], "INTO") && (strings.EqualFold(w[i+1], "TEMP") || strings.EqualFold(w[i+1], "TEMPORARY")) {
+		if strings.EqualFold(w[i], "INTO") && (strings.EqualFold(w[i+1], "TEMP") || strings.EqualFold(w[i+1], "TEMPORARY") || isTempSchema(w[i+1])) {
 			return true
 		}
 	}
@@ -130,8 +137,23 @@ func classifyStatement(c *class, w []string, stmt string) {
 		if at(1) != "TO" && at(1) != "PREPARED" && at(2) != "TO" && at(1) != "AND" {
 			c.txn = "rollback"
 		}
+	case "DO", "CALL":
+		c.verify = true
 	case "SET":
-		name := at(1)
+		name := unquoteName(at(1))
+		if name == "SESSION" && at(2) != "AUTHORIZATION" && at(2) != "CHARACTERISTICS" {
+			name = unquoteName(at(2))
+		}
+		if name == "ROLE" || name == "SESSION_AUTHORIZATION" {
+			// SET ROLE, SET SESSION ROLE, SET "role" = ..., SET
+			// session_authorization = ...: RESET ALL does not undo these.
+			setPin("SET ROLE")
+			if name == "SESSION_AUTHORIZATION" {
+				setPin("SET SESSION AUTHORIZATION")
+			}
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
+			return
+		}
 		switch name {
 		case "LOCAL", "TRANSACTION":
 			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
@@ -210,15 +232,42 @@ func classifyStatement(c *class, w []string, stmt string) {
 		if at(i) == "GLOBAL" || at(i) == "LOCAL" {
 			i++
 		}
-		if at(i) == "TEMP" || at(i) == "TEMPORARY" {
+		if at(i) == "TEMP" || at(i) == "TEMPORARY" || tempSchema(w) {
 			setPin("temporary object")
 		}
 	}
 	for i := 0; i+1 < len(w); i++ {
-		if w[i] == "INTO" && (w[i+1] == "TEMP" || w[i+1] == "TEMPORARY") {
+		if w[i] == "INTO" && (w[i+1] == "TEMP" || w[i+1] == "TEMPORARY" || isTempSchema(w[i+1])) {
 			setPin("temporary object")
 		}
 	}
+}
+
+// unquoteName is a setting name as PostgreSQL compares it: quotes removed,
+// upper-cased here like the unquoted words (setting names ignore case).
+func unquoteName(w string) string {
+	if strings.HasPrefix(w, `"`) {
+		return strings.ToUpper(strings.ReplaceAll(strings.Trim(w, `"`), `""`, `"`))
+	}
+	return w
+}
+
+// isTempSchema reports whether a word names the session's temporary schema
+// (pg_temp, pg_temp_N), quoted or not.
+func isTempSchema(w string) bool {
+	w = strings.Trim(w, `"`)
+	return len(w) >= 7 && strings.EqualFold(w[:7], "PG_TEMP") && (len(w) == 7 || w[7] == '_')
+}
+
+// tempSchema reports whether a CREATE statement's leading words name an
+// object in the temporary schema (CREATE TABLE pg_temp.t ...).
+func tempSchema(w []string) bool {
+	for i := 1; i < len(w) && i < 8; i++ {
+		if isTempSchema(w[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // identName recovers the original spelling of a statement name from the
@@ -248,6 +297,8 @@ type lexer struct {
 	i              int
 	words          [maxWords]string // the statement's first words, as written
 	sawSessionFunc string
+	sawUserCall    bool   // a call of a function that is not built in
+	prev           string // the word before the current one, "" after punctuation
 }
 
 const maxWords = 12
@@ -266,7 +317,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '(':
 			depth++
 			lx.i++
+			lx.prev = ""
 		case ch == ')':
+			lx.prev = ""
 			if depth > 0 {
 				depth--
 			}
@@ -282,10 +335,16 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '"':
 			st := lx.i
 			lx.skipQuoted('"', false)
+			w := s[st:lx.i]
 			if n < maxWords {
-				lx.words[n] = s[st:lx.i]
+				lx.words[n] = w
 				n++
 			}
+			if lx.callFollows() {
+				// "set_config"(...): a quoted name is the name itself.
+				lx.noteCall(w[1:max(1, len(w)-1)])
+			}
+			lx.prev = w
 		case ch == '$' && lx.dollarQuote():
 		case isIdentStart(ch):
 			st := lx.i
@@ -310,7 +369,14 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 					lx.sawSessionFunc = why
 				}
 			}
+			if !lx.sawUserCall && lx.callFollows() {
+				lx.noteCall(w)
+			}
+			lx.prev = w
 		default:
+			if ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' && ch != '.' {
+				lx.prev = ""
+			}
 			lx.i++
 		}
 	}
@@ -386,3 +452,60 @@ func isIdentStart(c byte) bool {
 }
 
 func isIdentChar(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') || c == '$' }
+
+// callFollows reports whether the next character after blanks is "(".
+func (lx *lexer) callFollows() bool {
+	for j := lx.i; j < len(lx.s); j++ {
+		switch lx.s[j] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '(':
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// noteCall looks at a name written before "(": a session function (quoted
+// or not), or a word that is neither a built-in function nor a keyword (a
+// user-defined function, or a table or alias with a column list, which
+// costs only a check).
+func (lx *lexer) noteCall(w string) {
+	if len(w) == 0 || len(w) > 63 {
+		lx.sawUserCall = true
+		return
+	}
+	var buf [63]byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if c >= 'a' && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	name := buf[:len(w)]
+	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
+		lx.sawSessionFunc = why
+	}
+	if _, ok := builtins[string(name)]; ok {
+		return
+	}
+	// A table's or alias's column list: INSERT INTO t (...), AS x (...),
+	// CREATE TABLE t (...), REFERENCES t (...), ON t (...).
+	for _, k := range [...]string{"INTO", "TABLE", "AS", "REFERENCES", "ON", "EXISTS", "VIEW", "TYPE", "INDEX", "FUNCTION", "PROCEDURE"} {
+		if strings.EqualFold(lx.prev, k) {
+			return
+		}
+	}
+	lx.sawUserCall = true
+}
+
+// builtins is builtinNames as a set.
+var builtins = func() map[string]struct{} {
+	m := map[string]struct{}{}
+	for _, n := range strings.Fields(builtinNames) {
+		m[n] = struct{}{}
+	}
+	return m
+}()
