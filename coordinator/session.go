@@ -70,6 +70,13 @@ type session struct {
 	// way statements are parsed under settings no key names (stmtKey).
 	settingsDirty   bool
 	settingsUnknown bool
+	// A statement that may run user code with session effects (classify's
+	// verify) ran on sc: stateBase is the connection's state snapshot taken
+	// in front of it (nil: none), compared before sc goes back to the pool
+	// (verifyRelease). verifyNext: take one ahead of the next simple query.
+	verifyState bool
+	verifyNext  bool
+	stateBase   []byte
 	// pendingBegin is a BEGIN the coordinator answered itself: it is sent
 	// ahead of the transaction's first statement, on the worker that
 	// statement needs.
@@ -153,6 +160,7 @@ type expect struct {
 	cst      *Statement
 	check    bool
 	reclosed bool
+	capture  bool // a hidden state snapshot: its row is stateBase
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -241,7 +249,8 @@ func (ss *session) end() {
 	if ss.sc == nil {
 		return
 	}
-	if ss.pinned != "" || ss.qhead < len(ss.queue) || ss.needSync {
+	if ss.pinned != "" || ss.qhead < len(ss.queue) || ss.needSync ||
+		(ss.verifyState && (ss.sc.TxStatus != 'I' || !ss.verifyRelease())) {
 		// Session state we cannot undo, or a batch cut off midway.
 		ss.sc.MarkBroken()
 	}
@@ -315,9 +324,10 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.S
 		return nil, err
 	}
 	if sc.ParamsKey != ss.params.key {
-		sql := ss.params.key
-		if sql == "" {
-			sql = "RESET ALL"
+		// RESET ALL leaves the role and session authorization alone.
+		sql := "RESET SESSION AUTHORIZATION;RESET ROLE;" + ss.params.key
+		if ss.params.key == "" {
+			sql += "RESET ALL"
 		}
 		var onStatus func([]byte)
 		if ss.ready {
@@ -443,6 +453,9 @@ func (ss *session) releaseServer() {
 // releaseIfIdle gives the server connection back between transactions.
 func (ss *session) releaseIfIdle() {
 	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
+		if ss.verifyState && !ss.verifyRelease() {
+			return
+		}
 		ss.releaseServer()
 	}
 }
@@ -525,6 +538,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.pin != "" || len(cls.ops) > 0 {
 		ss.settingsDirty = true
 	}
+	ss.verifyNext = cls.verify && ss.pinned == ""
 	if handled, err := ss.runDDL(text); handled {
 		return err
 	}
@@ -632,6 +646,10 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		if err := ss.startPending(); err != nil {
 			return ss.queryError(err)
 		}
+	}
+	if ss.verifyNext {
+		ss.verifyNext = false
+		ss.snapshotState(false)
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
 	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject})
@@ -866,6 +884,9 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.ensureBegun()
+	if clientSt.cls.verify && ss.pinned == "" {
+		ss.snapshotState(true)
+	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 		e := ss.prepareOn(st, eSwallow)
 		if st != clientSt {
@@ -1142,6 +1163,11 @@ func (ss *session) drain() error {
 				ss.skipping = true // the Sync is still to come
 			}
 			continue
+		case 'D':
+			if e.capture {
+				ss.stateBase = append(ss.stateBase[:0], f.Body...)
+				continue
+			}
 		case 'S':
 			sc.NoteParameterStatus(f.Body)
 			relay = true
@@ -1512,4 +1538,68 @@ func errCode(body []byte) string {
 		body = rest
 	}
 	return ""
+}
+
+// stateSQL reads the parts of a server connection's session state that a
+// function, procedure or DO block can change without the statement's text
+// showing it: settings made for the session, the role and session user,
+// temporary relations, SQL-level prepared statements, holdable cursors,
+// LISTEN channels and advisory locks.
+const stateSQL = `SELECT concat_ws(' | ',
+ (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session'),
+ current_user, session_user,
+ (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()),
+ (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
+ (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
+ (SELECT string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
+ (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()))`
+
+// snapshotState queues a hidden read of the connection's session state
+// ahead of a statement that may change it (classify's verify), once per
+// use of the connection: pipelined with the statement, so it costs no
+// round trip. verifyRelease compares it with the state afterwards.
+func (ss *session) snapshotState(extended bool) {
+	if ss.verifyState {
+		return
+	}
+	ss.verifyState = true
+	ss.stateBase = ss.stateBase[:0]
+	b := ss.sc.Buf()
+	if extended {
+		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, stateSQL...), 0, 0, 0))
+		b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
+		b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
+		ss.push(expect{kind: eSwallow, term: tBind, abort: true})
+		ss.push(expect{kind: eSwallow, term: tExecute, abort: true, capture: true})
+	} else {
+		b = wire.AppendFrame(b, 'Q', append([]byte(stateSQL), 0))
+		ss.push(expect{kind: eSwallow, term: tQuery, abort: true, capture: true})
+	}
+	ss.sc.SetBuf(b)
+}
+
+// verifyRelease runs when a connection on which user code may have changed
+// session state is about to go back to the pool (one query, on this rare
+// path only): if its state is not what it was before, the session keeps
+// the connection for good (pinned), so that no other client inherits the
+// change and this one keeps seeing it, as on PostgreSQL. It reports whether
+// the connection may go back.
+func (ss *session) verifyRelease() bool {
+	base := ss.stateBase
+	ss.verifyState, ss.stateBase = false, ss.stateBase[:0]
+	var dr pgproto3.DataRow
+	ok := len(base) > 0 && dr.Decode(base) == nil && len(dr.Values) == 1
+	if ok {
+		rows, err := queryText(ss.sc, stateSQL)
+		ok = err == nil && len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil && *rows[0][0] == string(dr.Values[0])
+		if err != nil && ss.sc.TxStatus != 'I' {
+			ss.sc.MarkBroken()
+		}
+	}
+	if !ok {
+		ss.pin("session state changed by a function")
+		ss.settingsUnknown = true
+	}
+	return ok
 }
