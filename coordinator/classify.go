@@ -57,6 +57,9 @@ type class struct {
 	// is not built in) whose session effects the text does not show; the
 	// server connection's state is checked before it serves anyone else.
 	verify bool
+	// hidden: it makes or runs a body pgfleet does not plan (a view,
+	// function, procedure, rule, trigger or DO block; see views.go).
+	hidden bool
 }
 
 // classify scans sql lexically (comments, quotes and dollar quotes skipped)
@@ -123,6 +126,9 @@ func classifyStatement(c *class, w []string, stmt string) {
 		if c.pin == "" {
 			c.pin = why
 		}
+	}
+	if hiddenKind(w) != "" {
+		c.hidden = true
 	}
 	switch at(0) {
 	case "BEGIN", "START":

@@ -539,6 +539,11 @@ func (ss *session) simpleQuery(body []byte) error {
 		ss.settingsDirty = true
 	}
 	ss.verifyNext = cls.verify && ss.pinned == ""
+	if cls.hidden {
+		if err := ss.refuseHidden(text); err != nil {
+			return ss.queryError(err)
+		}
+	}
 	if handled, err := ss.runDDL(text); handled {
 		return err
 	}
@@ -784,6 +789,9 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParseSt = st
 	}
 	sp, err := ss.stmtPlan(st)
+	if err == nil && st.cls.hidden {
+		err = ss.refuseHidden(st.Query)
+	}
 	if err != nil {
 		ss.synthError(err)
 		return nil
