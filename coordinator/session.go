@@ -77,6 +77,7 @@ type session struct {
 	verifyState bool
 	verifyNext  bool
 	stateBase   []byte
+	stateSQL    string
 	// pendingBegin is a BEGIN the coordinator answered itself: it is sent
 	// ahead of the transaction's first statement, on the worker that
 	// statement needs.
@@ -654,7 +655,7 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 	}
 	if ss.verifyNext {
 		ss.verifyNext = false
-		ss.snapshotState(false)
+		ss.snapshotState(false, string(body))
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
 	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject})
@@ -893,7 +894,7 @@ func (ss *session) bind(body []byte) error {
 	}
 	ss.ensureBegun()
 	if clientSt.cls.verify && ss.pinned == "" {
-		ss.snapshotState(true)
+		ss.snapshotState(true, clientSt.Query)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 		e := ss.prepareOn(st, eSwallow)
@@ -1553,6 +1554,12 @@ func errCode(body []byte) string {
 // showing it: settings made for the session, the role and session user,
 // temporary relations, SQL-level prepared statements, holdable cursors,
 // LISTEN channels and advisory locks.
+//
+// Placeholder settings (custom names like app.tenant that no module
+// defines) are not in pg_settings: those named in the statement's text are
+// read by name (customSettings); others that user code sets under names its
+// text does not show are cleared before the connection serves another
+// session (verifyRelease).
 const stateSQL = `SELECT concat_ws(' | ',
  (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session'),
  current_user, session_user,
@@ -1560,28 +1567,75 @@ const stateSQL = `SELECT concat_ws(' | ',
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
  (SELECT string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
- (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()))`
+ (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())`
+
+// customSettings returns, for each string literal of sql that looks like a
+// custom setting's name (two or more dotted identifiers), a read of it for
+// stateSQL; at most 16.
+func customSettings(sql string) string {
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(sql) && n < 16; i++ {
+		if sql[i] != '\'' {
+			continue
+		}
+		j := strings.IndexByte(sql[i+1:], '\'')
+		if j < 0 {
+			break
+		}
+		lit := sql[i+1 : i+1+j]
+		i += j + 1
+		if customName(lit) {
+			b.WriteString(", pg_catalog.current_setting('" + lit + "', true)")
+			n++
+		}
+	}
+	return b.String()
+}
+
+// customName reports whether s is a dotted name of identifiers.
+func customName(s string) bool {
+	dots := 0
+	start := true
+	for k := 0; k < len(s); k++ {
+		c := s[k]
+		switch {
+		case c == '.':
+			if start {
+				return false
+			}
+			dots++
+			start = true
+		case c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!start && c >= '0' && c <= '9'):
+			start = false
+		default:
+			return false
+		}
+	}
+	return dots > 0 && !start && len(s) <= 63
+}
 
 // snapshotState queues a hidden read of the connection's session state
 // ahead of a statement that may change it (classify's verify), once per
 // use of the connection: pipelined with the statement, so it costs no
 // round trip. verifyRelease compares it with the state afterwards.
-func (ss *session) snapshotState(extended bool) {
+func (ss *session) snapshotState(extended bool, sql string) {
 	if ss.verifyState {
 		return
 	}
 	ss.verifyState = true
 	ss.stateBase = ss.stateBase[:0]
+	ss.stateSQL = stateSQL + customSettings(sql) + ")"
 	b := ss.sc.Buf()
 	if extended {
-		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, stateSQL...), 0, 0, 0))
+		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, ss.stateSQL...), 0, 0, 0))
 		b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
 		b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
 		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
 		ss.push(expect{kind: eSwallow, term: tBind, abort: true})
 		ss.push(expect{kind: eSwallow, term: tExecute, abort: true, capture: true})
 	} else {
-		b = wire.AppendFrame(b, 'Q', append([]byte(stateSQL), 0))
+		b = wire.AppendFrame(b, 'Q', append([]byte(ss.stateSQL), 0))
 		ss.push(expect{kind: eSwallow, term: tQuery, abort: true, capture: true})
 	}
 	ss.sc.SetBuf(b)
@@ -1599,7 +1653,7 @@ func (ss *session) verifyRelease() bool {
 	var dr pgproto3.DataRow
 	ok := len(base) > 0 && dr.Decode(base) == nil && len(dr.Values) == 1
 	if ok {
-		rows, err := queryText(ss.sc, stateSQL)
+		rows, err := queryText(ss.sc, ss.stateSQL)
 		ok = err == nil && len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil && *rows[0][0] == string(dr.Values[0])
 		if err != nil && ss.sc.TxStatus != 'I' {
 			ss.sc.MarkBroken()
@@ -1608,6 +1662,10 @@ func (ss *session) verifyRelease() bool {
 	if !ok {
 		ss.pin("session state changed by a function")
 		ss.settingsUnknown = true
+		return false
 	}
-	return ok
+	// Settings the snapshot cannot see may still have changed: the next
+	// checkout resets the connection (RESET ALL) before anyone uses it.
+	ss.sc.ParamsKey = pooling.UnknownKey
+	return true
 }
