@@ -782,7 +782,7 @@ func (ss *session) parse(body []byte) error {
 		}
 	}
 	st := ss.lastParseSt
-	if st == nil || !bytes.Equal(rest, ss.lastParse) {
+	if st == nil || st.stale.Load() || !bytes.Equal(rest, ss.lastParse) {
 		if st = ss.srv.stmts.intern(rest); st == nil {
 			return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
 		}
@@ -901,8 +901,10 @@ func (ss *session) bind(body []byte) error {
 		if st != clientSt {
 			e.client, e.clientStm = string(name), clientSt
 		}
-		if d := clientSt.desc.Load(); d != nil && d.key == ss.stmtKey() && !ss.checkDesc(st, clientSt) {
-			return nil
+		if d := clientSt.desc.Load(); d != nil && d.key == ss.stmtKey() {
+			if ok, err := ss.checkDesc(st, clientSt); !ok {
+				return err
+			}
 		}
 	}
 	b := ss.sc.Buf()
@@ -1151,7 +1153,7 @@ func (ss *session) drain() error {
 				// statement was prepared before a table changed.
 				ss.staleStmt(e.cst)
 			}
-			if !e.abort && !e.check {
+			if !e.abort {
 				ss.out = wire.AppendFrame(ss.out, 'E', ss.clientNames(e, f.Body))
 			}
 			ss.txFailed = true
@@ -1452,28 +1454,25 @@ func pinChangesSettings(reason string) bool {
 // was told. If not, the client gets 0A000 as on PostgreSQL and the Bind is
 // not sent: rows of another shape must never reach a client that decodes
 // them by the old description.
-func (ss *session) checkDesc(st, cst *Statement) bool {
+func (ss *session) checkDesc(st, cst *Statement) (bool, error) {
 	b := append(append([]byte{'S'}, st.Name...), 0)
 	ss.sc.SetBuf(append(wire.AppendFrame(ss.sc.Buf(), 'D', b), 'H', 0, 0, 0, 4))
 	ss.push(expect{kind: eSwallow, term: tDescribe, stmt: st, cst: cst, check: true})
 	if err := ss.sc.Flush(); err != nil {
-		_ = ss.lostServer(err)
-		ss.synthError(pgerr.New(pgerr.ConnectionFailure, "lost connection to worker: %v", err))
-		return false
+		return false, ss.lostServer(err)
 	}
 	if err := ss.drain(); err != nil {
-		ss.synthError(err)
-		return false
+		return false, err
 	}
 	ss.queue, ss.qhead = ss.queue[:0], 0
 	if ss.skipping {
-		return false // an earlier message failed: the Bind is skipped
+		return false, nil // a message failed: the Bind is skipped, as the server skips it
 	}
 	if cst.stale.Load() {
 		ss.synthError(ss.resultChanged(cst))
-		return false
+		return false, nil
 	}
-	return true
+	return true, nil
 }
 
 // noteDesc follows a statement's description from a worker: the first is
