@@ -45,7 +45,8 @@ func TestPreparedStatementsFollowSessionSettings(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = setup.Exec(ctx, "DROP SCHEMA IF EXISTS st7a, st7b CASCADE") })
 
-	utc := connectWith(t, srv.Addr(), "&timezone=UTC&datestyle=ISO,MDY&search_path=st7a")
+	utc := connectWith(t, srv.Addr(), "&timezone=UTC&datestyle=ISO,MDY")
+	pathA := connectWith(t, srv.Addr(), "&search_path=st7a")
 	tokyo := connectWith(t, srv.Addr(), "&timezone=Asia/Tokyo&datestyle=ISO,DMY")
 	setPath := connect(t, srv.Addr())
 	exec(t, setPath, "SET search_path = st7b")
@@ -66,7 +67,7 @@ func TestPreparedStatementsFollowSessionSettings(t *testing.T) {
 				t.Fatalf("round %d, %v: day of year under DMY = %s", i, m, got)
 			}
 			var v any
-			if err := utc.QueryRow(ctx, "SELECT v FROM t", m).Scan(&v); err != nil || fmt.Sprint(v) != "1" {
+			if err := pathA.QueryRow(ctx, "SELECT v FROM t", m).Scan(&v); err != nil || fmt.Sprint(v) != "1" {
 				t.Fatalf("round %d, %v: search_path st7a: %v, %v", i, m, v, err)
 			}
 			if err := setPath.QueryRow(ctx, "SELECT v FROM t", m).Scan(&v); err != nil || fmt.Sprint(v) != "b" {
