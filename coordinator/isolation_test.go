@@ -55,9 +55,36 @@ func TestSessionStateChangedByUserCodeStaysWithItsClient(t *testing.T) {
 			_, _ = setup.Exec(ctx, q)
 		}
 	})
+	simple := pgx.QueryExecModeSimpleProtocol
+	// A multi-shard query calling user code on every worker's pooled
+	// connections: no later query sees what it set there.
+	t.Run("multi-shard query", func(t *testing.T) {
+		for _, w := range cl.Servers {
+			exec(t, connect(t, w.Addr()), `CREATE OR REPLACE FUNCTION iso13_f() RETURNS int LANGUAGE plpgsql AS $$
+			 BEGIN PERFORM set_config('statement_timeout', '1234', false); RETURN 1; END $$`)
+		}
+		a := connect(t, srv.Addr())
+		testTable(t, a, "iso13_d", "(id int PRIMARY KEY)", "SELECT create_distributed_table('iso13_d', 'id', shard_count => 4)")
+		exec(t, a, "INSERT INTO iso13_d (id) VALUES (1), (2), (3), (4), (5), (6), (7), (8)", simple)
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+			if _, err := a.Exec(ctx, "SELECT iso13_f() FROM iso13_d", mode); err != nil {
+				t.Fatal(err)
+			}
+			b := connect(t, srv.Addr())
+			for i := 0; i < 4; i++ {
+				rows, err := b.Query(ctx, "SELECT DISTINCT current_setting('statement_timeout') FROM iso13_d", simple)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil || len(got) != 1 || got[0] != "0" {
+					t.Fatalf("after a multi-shard query calling user code (%v), another client's shards see statement_timeout %v (%v)", mode, got, err)
+				}
+			}
+		}
+	})
 	fresh := connect(t, srv.Addr())
 	clean := sessionState(t, fresh)
-	simple := pgx.QueryExecModeSimpleProtocol
 	for _, tc := range []struct {
 		name string
 		sql  string

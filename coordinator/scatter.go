@@ -992,12 +992,20 @@ func (r *scatterRun) release() {
 	ss.cancelMu.Lock()
 	ss.scatterTargets = nil
 	ss.cancelMu.Unlock()
+	// User code (a function that is not built in) may have changed session
+	// state on the shards' connections where no snapshot was taken: they
+	// are closed rather than given to another session, and the session
+	// keeps its transaction's connection for good.
+	userCode := (r.port != nil && r.port.st.cls.verify) || (r.port == nil && ss.verifyNext)
 	for i, sc := range r.conns {
 		if sc == nil {
 			continue
 		}
-		if r.pending[i] {
+		if r.pending[i] || (userCode && i != r.txIdx) {
 			sc.MarkBroken()
+		}
+		if userCode && i == r.txIdx {
+			ss.pin("session state changed by a function")
 		}
 		if i == r.txIdx {
 			// The session keeps it; left mid-answer, the transaction is lost.
