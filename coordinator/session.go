@@ -155,7 +155,7 @@ type expect struct {
 	clientStm *Statement
 	// cst: the client's statement of a Bind or Describe (stmt is the
 	// statement bound on the worker); check: a hidden Describe whose
-	// answer is compared with what the client was told (cst.desc);
+	// answer is compared with what the client was told (cst.descs);
 	// reclosed: a Parse preceded by a Close of the same name (a copy
 	// parsed under other settings).
 	cst      *Statement
@@ -901,7 +901,7 @@ func (ss *session) bind(body []byte) error {
 		if st != clientSt {
 			e.client, e.clientStm = string(name), clientSt
 		}
-		if d := clientSt.desc.Load(); d != nil && d.key == ss.stmtKey() {
+		if clientSt.descFor(ss.stmtKey()) != nil {
 			if ok, err := ss.checkDesc(st, clientSt); !ok {
 				return err
 			}
@@ -1490,16 +1490,16 @@ func (ss *session) noteDesc(e *expect, f wire.Frame) {
 	if key == pooling.UnknownKey {
 		return
 	}
-	d := e.cst.desc.Load()
+	// Names resolve by search_path, so only descriptions made under the
+	// same settings are compared.
+	d := e.cst.descFor(key)
 	if d == nil {
 		if !e.check {
-			e.cst.desc.CompareAndSwap(nil, &stmtDesc{key: key, row: append([]byte(nil), row...)})
+			e.cst.addDesc(key, row)
 		}
 		return
 	}
-	// Names resolve by search_path, so only descriptions made under the
-	// same settings are compared.
-	if d.key != key || bytes.Equal(d.row, row) || sameShape(d.row, row) {
+	if bytes.Equal(d.row, row) || sameShape(d.row, row) {
 		return
 	}
 	old := e.cst
@@ -1511,7 +1511,7 @@ func (ss *session) noteDesc(e *expect, f wire.Frame) {
 	if fresh == nil || fresh == old {
 		return
 	}
-	fresh.desc.CompareAndSwap(nil, &stmtDesc{key: key, row: append([]byte(nil), row...)})
+	fresh.addDesc(key, row)
 	ss.stmts[e.name] = fresh
 }
 

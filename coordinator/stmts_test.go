@@ -112,7 +112,8 @@ func TestCachedStatementAfterAlterType(t *testing.T) {
 		exec(t, admin, "INSERT INTO "+tbl+" (id, v) VALUES "+rows, simple)
 	}
 	// Several clients warm several server connections with the statements.
-	clients := []*pgx.Conn{connect(t, srv.Addr()), connect(t, srv.Addr()), connect(t, srv.Addr())}
+	// One of them with other settings (its own settings key).
+	clients := []*pgx.Conn{connect(t, srv.Addr()), connect(t, srv.Addr()), connectWith(t, srv.Addr(), "&application_name=st8_other")}
 	read := func(c *pgx.Conn, tbl string, id int) (string, error) {
 		var v any
 		err := c.QueryRow(ctx, "SELECT v FROM "+tbl+" WHERE id = $1", id).Scan(&v)
