@@ -78,6 +78,9 @@ func classify(sql string) class {
 			if lx.sawUserCall {
 				c.verify = true
 			}
+			if lx.sawSQLText {
+				c.hidden = true
+			}
 			if w := lx.words[:n]; interesting(w) {
 				upper := make([]string, n)
 				for i, x := range w {
@@ -89,7 +92,7 @@ func classify(sql string) class {
 				classifyStatement(&c, upper, strings.TrimSpace(sql[start:end]))
 			}
 		}
-		lx.sawSessionFunc, lx.sawUserCall = "", false
+		lx.sawSessionFunc, lx.sawUserCall, lx.sawSQLText = "", false, false
 		if !more {
 			return c
 		}
@@ -304,6 +307,7 @@ type lexer struct {
 	words          [maxWords]string // the statement's first words, as written
 	sawSessionFunc string
 	sawUserCall    bool   // a call of a function that is not built in
+	sawSQLText     bool   // a call of a built-in that runs SQL given as text
 	prev           string // the word before the current one, "" after punctuation
 }
 
@@ -375,7 +379,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 					lx.sawSessionFunc = why
 				}
 			}
-			if !lx.sawUserCall && lx.callFollows() {
+			if lx.callFollows() {
 				lx.noteCall(w)
 			}
 			lx.prev = w
@@ -494,7 +498,10 @@ func (lx *lexer) noteCall(w string) {
 	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
 		lx.sawSessionFunc = why
 	}
-	if _, ok := builtins[string(name)]; ok {
+	if f, ok := builtins[string(name)]; ok {
+		if f&runsSQLText != 0 {
+			lx.sawSQLText = true
+		}
 		return
 	}
 	// A table's or alias's column list: INSERT INTO t (...), AS x (...),
@@ -507,11 +514,21 @@ func (lx *lexer) noteCall(w string) {
 	lx.sawUserCall = true
 }
 
-// builtins is builtinNames as a set.
-var builtins = func() map[string]struct{} {
-	m := map[string]struct{}{}
+// builtins is builtinNames as a set, with what classify must know of some.
+var builtins = func() map[string]uint8 {
+	m := map[string]uint8{}
 	for _, n := range strings.Fields(builtinNames) {
-		m[n] = struct{}{}
+		m[n] = 0
+	}
+	for _, n := range []string{"QUERY_TO_XML", "QUERY_TO_XMLSCHEMA", "QUERY_TO_XML_AND_XMLSCHEMA",
+		"TABLE_TO_XML", "TABLE_TO_XMLSCHEMA", "TABLE_TO_XML_AND_XMLSCHEMA", "CURSOR_TO_XML", "CURSOR_TO_XMLSCHEMA",
+		"SCHEMA_TO_XML", "SCHEMA_TO_XMLSCHEMA", "SCHEMA_TO_XML_AND_XMLSCHEMA",
+		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA"} {
+		m[n] = runsSQLText
 	}
 	return m
 }()
+
+// runsSQLText marks built-in functions that run a query or read a table
+// named in a string argument.
+const runsSQLText = 1

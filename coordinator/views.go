@@ -124,7 +124,12 @@ func (ss *session) refuseHidden(sql string) error {
 	for {
 		n, start, end, more := lx.statement()
 		if n > 0 {
-			if kind := hiddenKind(lx.words[:n]); kind != "" {
+			kind := hiddenKind(lx.words[:n])
+			if kind == "" && lx.sawSQLText {
+				kind = "a query given as text (query_to_xml and the like)"
+			}
+			lx.sawSessionFunc, lx.sawUserCall, lx.sawSQLText = "", false, false
+			if kind != "" {
 				if t := mentionedTable(sql[start:end], catalogWords(snap)); t != "" {
 					return pgerr.New(pgerr.FeatureNotSupported,
 						"%s over the distributed or reference table %s is not supported: it would read the table's empty copy on the default node", kind, t).

@@ -50,6 +50,8 @@ func TestViewsAndFunctionsOverDistributedTables(t *testing.T) {
 		"CREATE FUNCTION v10_f(k int) RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT v FROM v10_d WHERE id = k; END",
 		"CREATE PROCEDURE v10_p() LANGUAGE sql AS $$ DELETE FROM v10_r $$",
 		"DO $$ BEGIN IF (SELECT count(*) FROM v10_d) = 0 THEN RAISE EXCEPTION 'empty'; END IF; END $$",
+		"SELECT query_to_xml('SELECT count(*) FROM v10_d', false, false, '')",
+		"SELECT pg_catalog.table_to_xml('public.v10_r', false, false, '')",
 	} {
 		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
 			if _, err := c.Exec(ctx, q, mode); sqlState(err) != "0A000" {
