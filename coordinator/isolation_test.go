@@ -83,6 +83,23 @@ func TestSessionStateChangedByUserCodeStaysWithItsClient(t *testing.T) {
 			}
 		}
 	})
+	// User code in a transaction that spans both workers.
+	t.Run("transaction across workers", func(t *testing.T) {
+		a := connect(t, srv.Addr())
+		testTable(t, a, "iso13_t", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('iso13_t', 'id', shard_count => 4)")
+		exec(t, a, "INSERT INTO iso13_t (id, v) VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0)", simple)
+		exec(t, a, "BEGIN", simple)
+		exec(t, a, "DO $$ BEGIN PERFORM set_config('statement_timeout', '4321', false); END $$", simple)
+		for id := 1; id <= 8; id++ {
+			exec(t, a, "UPDATE iso13_t SET v = v + 1 WHERE id = $1", id)
+		}
+		exec(t, a, "COMMIT", simple)
+		for i := 0; i < 4; i++ {
+			if got := queryString(t, connect(t, srv.Addr()), "SHOW statement_timeout", simple); got != "0" {
+				t.Fatalf("after user code in a transaction across workers, a new client sees statement_timeout %s", got)
+			}
+		}
+	})
 	fresh := connect(t, srv.Addr())
 	clean := sessionState(t, fresh)
 	for _, tc := range []struct {

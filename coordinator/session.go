@@ -244,6 +244,9 @@ func (ss *session) run() {
 // end releases what the session holds when the client goes away.
 func (ss *session) end() {
 	for _, c := range ss.parked {
+		if ss.verifyState {
+			c.sc.MarkBroken() // user code may have changed its session state
+		}
 		c.pool.Release(c.sc) // rolls the worker's transaction back
 	}
 	ss.parked = nil
