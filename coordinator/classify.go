@@ -81,9 +81,16 @@ type class struct {
 	// RESET, transaction control, DISCARD, DEALLOCATE), so none can call
 	// nextval.
 	quiet bool
-	pin      string // why the session must keep its server connection; "" if it need not
+	pin   string    // why the session must keep its server connection; "" if it need not
 	ops   []paramOp // session changes, in statement order
 	count int       // statements in the string
+	// verify: the statement may run user code (DO, CALL, a function that
+	// is not built in) whose session effects the text does not show; the
+	// server connection's state is checked before it serves anyone else.
+	verify bool
+	// hidden: it makes or runs a body pgfleet does not plan (a view,
+	// function, procedure, rule, trigger or DO block; see views.go).
+	hidden bool
 }
 
 // classify scans sql lexically (comments, quotes and dollar quotes skipped)
@@ -111,6 +118,12 @@ func classify(sql string) class {
 			if lx.sawSeqFunc != "" {
 				c.seqFn = lx.sawSeqFunc
 			}
+			if lx.sawUserCall {
+				c.verify = true
+			}
+			if lx.sawSQLText {
+				c.hidden = true
+			}
 			if w := lx.words[:n]; interesting(w) {
 				upper := make([]string, n)
 				for i, x := range w {
@@ -125,7 +138,7 @@ func classify(sql string) class {
 				resets = resets || op.resets()
 			}
 		}
-		lx.sawSessionFunc, lx.sawSeqFunc = "", ""
+		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText = "", "", false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -139,7 +152,7 @@ func classify(sql string) class {
 // leadingKeywords are the statements classify looks into; any other
 // statement (SELECT, INSERT, ...) costs no allocation.
 var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE",
-	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"}
+	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DO", "CALL"}
 
 // quietStatement reports whether a statement starting with word w cannot
 // call a function (what follows SET is a value, not an expression).
@@ -167,7 +180,7 @@ func interesting(w []string) bool {
 		}
 	}
 	for i := 0; i+1 < len(w); i++ { // SELECT ... INTO TEMP t
-		if strings.EqualFold(w[i], "INTO") && (strings.EqualFold(w[i+1], "TEMP") || strings.EqualFold(w[i+1], "TEMPORARY")) {
+		if strings.EqualFold(w[i], "INTO") && (strings.EqualFold(w[i+1], "TEMP") || strings.EqualFold(w[i+1], "TEMPORARY") || isTempSchema(w[i+1])) {
 			return true
 		}
 	}
@@ -214,6 +227,9 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			c.pin = why
 		}
 	}
+	if hiddenKind(w) != "" {
+		c.hidden = true
+	}
 	switch at(0) {
 	case "BEGIN", "START":
 		if at(0) == "BEGIN" || at(1) == "TRANSACTION" {
@@ -224,7 +240,23 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			c.txn = txn
 			c.chain = c.chain || chain
 		}
+	case "DO", "CALL":
+		c.verify = true
 	case "SET":
+		first := unquoteName(at(1))
+		if first == "SESSION" && at(2) != "AUTHORIZATION" && at(2) != "CHARACTERISTICS" {
+			first = unquoteName(at(2))
+		}
+		if first == "ROLE" || first == "SESSION_AUTHORIZATION" {
+			// SET ROLE, SET SESSION ROLE, SET "role" = ..., SET
+			// session_authorization = ...: RESET ALL does not undo these.
+			setPin("SET ROLE")
+			if first == "SESSION_AUTHORIZATION" {
+				setPin("SET SESSION AUTHORIZATION")
+			}
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
+			return
+		}
 		name := at(1)
 		skip := 1
 		switch name {
@@ -332,12 +364,12 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		if at(i) == "GLOBAL" || at(i) == "LOCAL" {
 			i++
 		}
-		if at(i) == "TEMP" || at(i) == "TEMPORARY" {
+		if at(i) == "TEMP" || at(i) == "TEMPORARY" || tempSchema(w) {
 			setPin("temporary object")
 		}
 	}
 	for i := 0; i+1 < len(w); i++ {
-		if w[i] == "INTO" && (w[i+1] == "TEMP" || w[i+1] == "TEMPORARY") {
+		if w[i] == "INTO" && (w[i+1] == "TEMP" || w[i+1] == "TEMPORARY" || isTempSchema(w[i+1])) {
 			setPin("temporary object")
 		}
 	}
@@ -434,6 +466,33 @@ func settingName(stmt string, skip int) string {
 	}
 }
 
+// unquoteName is a setting name as PostgreSQL compares it: quotes removed,
+// upper-cased here like the unquoted words (setting names ignore case).
+func unquoteName(w string) string {
+	if strings.HasPrefix(w, `"`) {
+		return strings.ToUpper(strings.ReplaceAll(strings.Trim(w, `"`), `""`, `"`))
+	}
+	return w
+}
+
+// isTempSchema reports whether a word names the session's temporary schema
+// (pg_temp, pg_temp_N), quoted or not.
+func isTempSchema(w string) bool {
+	w = strings.Trim(w, `"`)
+	return len(w) >= 7 && strings.EqualFold(w[:7], "PG_TEMP") && (len(w) == 7 || w[7] == '_')
+}
+
+// tempSchema reports whether a CREATE statement's leading words name an
+// object in the temporary schema (CREATE TABLE pg_temp.t ...).
+func tempSchema(w []string) bool {
+	for i := 1; i < len(w) && i < 8; i++ {
+		if isTempSchema(w[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // identName recovers the original spelling of a statement name from the
 // statement (the lexer upper-cases unquoted words; PostgreSQL lower-cases them).
 func identName(stmt, upper string) string {
@@ -463,6 +522,9 @@ type lexer struct {
 	sawSessionFunc string
 	sawSeqFunc     string // "currval" or "lastval" when the statement names one
 	punct          bool   // the statement has tokens other than words
+	sawUserCall    bool   // a call of a function that is not built in
+	sawSQLText     bool   // a call of a built-in that runs SQL given as text
+	prev           string // the word before the current one, "" after punctuation
 }
 
 const maxWords = 12
@@ -483,7 +545,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			depth++
 			lx.i++
 			lx.punct = true
+			lx.prev = ""
 		case ch == ')':
+			lx.prev = ""
 			if depth > 0 {
 				depth--
 			}
@@ -501,13 +565,19 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '"':
 			st := lx.i
 			lx.skipQuoted('"', false)
+			w := s[st:lx.i]
 			if n < maxWords {
-				lx.words[n] = s[st:lx.i]
+				lx.words[n] = w
 				n++
 			}
 			if w := s[st:lx.i]; len(w) == 9 || len(w) == 10 {
 				lx.noteSeqFunc(w[1 : len(w)-1])
 			}
+			if lx.callFollows() {
+				// "set_config"(...): a quoted name is the name itself.
+				lx.noteCall(w[1:max(1, len(w)-1)])
+			}
+			lx.prev = w
 		case ch == '$' && lx.dollarQuote():
 			lx.punct = true
 		case isIdentStart(ch):
@@ -536,9 +606,16 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 					lx.sawSessionFunc = why
 				}
 			}
+			if lx.callFollows() {
+				lx.noteCall(w)
+			}
+			lx.prev = w
 		default:
 			if ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\f' {
 				lx.punct = true
+				if ch != '.' {
+					lx.prev = ""
+				}
 			}
 			lx.i++
 		}
@@ -626,3 +703,73 @@ func isIdentStart(c byte) bool {
 }
 
 func isIdentChar(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') || c == '$' }
+
+// callFollows reports whether the next character after blanks is "(".
+func (lx *lexer) callFollows() bool {
+	for j := lx.i; j < len(lx.s); j++ {
+		switch lx.s[j] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '(':
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// noteCall looks at a name written before "(": a session function (quoted
+// or not), or a word that is neither a built-in function nor a keyword (a
+// user-defined function, or a table or alias with a column list, which
+// costs only a check).
+func (lx *lexer) noteCall(w string) {
+	if len(w) == 0 || len(w) > 63 {
+		lx.sawUserCall = true
+		return
+	}
+	var buf [63]byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if c >= 'a' && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	name := buf[:len(w)]
+	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
+		lx.sawSessionFunc = why
+	}
+	if f, ok := builtins[string(name)]; ok {
+		if f&runsSQLText != 0 {
+			lx.sawSQLText = true
+		}
+		return
+	}
+	// A table's or alias's column list: INSERT INTO t (...), AS x (...),
+	// CREATE TABLE t (...), REFERENCES t (...), ON t (...).
+	for _, k := range [...]string{"INTO", "TABLE", "AS", "REFERENCES", "ON", "EXISTS", "VIEW", "TYPE", "INDEX", "FUNCTION", "PROCEDURE"} {
+		if strings.EqualFold(lx.prev, k) {
+			return
+		}
+	}
+	lx.sawUserCall = true
+}
+
+// builtins is builtinNames as a set, with what classify must know of some.
+var builtins = func() map[string]uint8 {
+	m := map[string]uint8{}
+	for _, n := range strings.Fields(builtinNames) {
+		m[n] = 0
+	}
+	for _, n := range []string{"QUERY_TO_XML", "QUERY_TO_XMLSCHEMA", "QUERY_TO_XML_AND_XMLSCHEMA",
+		"TABLE_TO_XML", "TABLE_TO_XMLSCHEMA", "TABLE_TO_XML_AND_XMLSCHEMA", "CURSOR_TO_XML", "CURSOR_TO_XMLSCHEMA",
+		"SCHEMA_TO_XML", "SCHEMA_TO_XMLSCHEMA", "SCHEMA_TO_XML_AND_XMLSCHEMA",
+		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA"} {
+		m[n] = runsSQLText
+	}
+	return m
+}()
+
+// runsSQLText marks built-in functions that run a query or read a table
+// named in a string argument.
+const runsSQLText = 1

@@ -62,6 +62,44 @@ func TestClassify(t *testing.T) {
 		{sql: "BEGIN; SET work_mem='2MB'; SET LOCAL x.y = 1; COMMIT", stmt: 4, ops: []paramOp{
 			{kind: opSet, name: "work_mem", sql: "SET work_mem='2MB'"}, {kind: opPlaceholder, name: "x.y"}}},
 		{sql: "CREATE FUNCTION f() RETURNS void AS $$ BEGIN PERFORM 1; END $$ LANGUAGE plpgsql; SELECT 1", stmt: 2},
+		// Quoting and schemas do not hide session effects (issue 8, class 13).
+		{sql: `SELECT "set_config"('search_path', 'x', false)`, stmt: 1, pin: "set_config()"},
+		{sql: `SELECT pg_catalog."set_config" ('a.b', 'x', false)`, stmt: 1, pin: "set_config()"},
+		{sql: `SET "role" = 'bob'`, stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: `SET SESSION ROLE bob`, stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: `set session_authorization = 'bob'`, stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: `SET "Session_Authorization" TO bob`, stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: "CREATE TABLE pg_temp.t (a int)", stmt: 1, pin: "temporary object"},
+		{sql: `create unlogged table "pg_temp".t (a int)`, stmt: 1, pin: "temporary object"},
+		{sql: "CREATE VIEW pg_temp_3.v AS SELECT 1", stmt: 1, pin: "temporary object"},
+		{sql: "SELECT 1 INTO pg_temp.t", stmt: 1, pin: "temporary object"},
+	}
+	for _, tc := range []struct {
+		sql    string
+		verify bool
+	}{
+		{"SELECT 1", false},
+		{"SELECT count(*), lower(v), coalesce(a, b) FROM t WHERE x IN (1, 2)", false},
+		{"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)", false},
+		{"UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", false},
+		{"SELECT v::numeric(10, 2), x::varchar(4) FROM t", false},
+		{"DO $$ BEGIN PERFORM set_config('search_path', 'x', false); END $$", true},
+		{"do 'begin null; end'", true},
+		{"CALL p(1)", true},
+		{"SELECT my_func(1)", true},
+		{"SELECT public.my_func (1)", true},
+		{`SELECT "MyFunc"(1)`, true},
+		{"SELECT 1; SELECT f()", true},
+	} {
+		if got := classify(tc.sql).verify; got != tc.verify {
+			t.Errorf("classify(%q).verify = %v, want %v", tc.sql, got, tc.verify)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		classify("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)")
+		classify("SELECT count(*), lower(v) FROM t WHERE x IN (1, 2)")
+	}); n != 0 {
+		t.Errorf("classify allocates %v times for ordinary statements", n)
 	}
 	for _, tc := range cases {
 		c := classify(tc.sql)

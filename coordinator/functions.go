@@ -86,6 +86,11 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			return ss.queryError(cerr)
 		}
 		def := s.defaultNode.Load()
+		if p.Func != "undistribute_table" {
+			if err := refuseDependents(ctx, conns[def], table); err != nil {
+				return ss.queryError(err)
+			}
+		}
 		switch p.Func {
 		case "create_distributed_table":
 			col := arg(1, "distribution_column", "")

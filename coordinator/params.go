@@ -43,7 +43,7 @@ func newSessionParams(startup map[string]string) sessionParams {
 func custom(name string) bool { return strings.IndexByte(name, '.') >= 0 }
 
 // resetSQL replays RESET of a custom setting: PostgreSQL keeps the
-// placeholder (SHOW gives ''), which a server connection that never saw it
+// placeholder (SHOW gives an empty string), which a server connection that never saw it
 // would not know.
 func resetSQL(name string) string { return "SET " + quoteIdent(name) + " TO DEFAULT" }
 

@@ -248,9 +248,13 @@ func (ss *session) refRun(x *Statement, params []byte, relay bool) (tag, werr []
 	sc := ss.sc
 	b := sc.Buf()
 	ev, added := "", false
-	if !sc.Stmts.Has(x.Name) {
-		if ev = sc.Stmts.Add(x.Name); ev != "" {
+	if !sc.Stmts.Has(x.Name, ss.stmtKey()) {
+		var stale bool
+		if ev, stale = sc.Stmts.Add(x.Name, ss.stmtKey()); ev != "" {
 			b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+		}
+		if stale {
+			b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, x.Name...), 0))
 		}
 		b = append(b, x.parse...)
 		added = true

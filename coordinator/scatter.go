@@ -992,12 +992,20 @@ func (r *scatterRun) release() {
 	ss.cancelMu.Lock()
 	ss.scatterTargets = nil
 	ss.cancelMu.Unlock()
+	// User code (a function that is not built in) may have changed session
+	// state on the shards' connections where no snapshot was taken: they
+	// are closed rather than given to another session, and the session
+	// keeps its transaction's connection for good.
+	userCode := (r.port != nil && r.port.st.cls.verify) || (r.port == nil && ss.verifyNext)
 	for i, sc := range r.conns {
 		if sc == nil {
 			continue
 		}
-		if r.pending[i] {
+		if r.pending[i] || (userCode && i != r.txIdx) {
 			sc.MarkBroken()
+		}
+		if userCode && i == r.txIdx {
+			ss.pin("session state changed by a function")
 		}
 		if i == r.txIdx {
 			// The session keeps it; left mid-answer, the transaction is lost.
@@ -1154,9 +1162,13 @@ func (r *scatterRun) send(i int, sc *pooling.ServerConn) {
 		b = appendBind(b, "", nil, results)
 	} else {
 		st := r.port.desc.workers[i]
-		if !sc.Stmts.Has(st.Name) {
-			if ev := sc.Stmts.Add(st.Name); ev != "" {
+		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+			ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
+			if ev != "" {
 				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+			}
+			if stale {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, st.Name...), 0))
 			}
 			b = append(b, st.parse...)
 			r.parsed[i] = true
@@ -1566,9 +1578,13 @@ func (r *scatterRun) merge() error {
 	if r.port != nil || len(m.Params) == 0 {
 		st := ss.srv.stmts.intern(append(append([]byte(sql), 0), paramTail(oids)...))
 		stmtName = st.Name
-		if !sc.Stmts.Has(st.Name) {
-			if ev := sc.Stmts.Add(st.Name); ev != "" {
+		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+			ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
+			if ev != "" {
 				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+			}
+			if stale {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, st.Name...), 0))
 			}
 			b = append(b, st.parse...)
 			parsing = true

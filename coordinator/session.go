@@ -68,6 +68,21 @@ type session struct {
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)
 	paramsUnsure bool   // the server connection's settings may differ from the session's
 	batchWork    bool   // a Bind or Execute went to the server since its last ReadyForQuery
+	// settingsDirty: a statement that changes settings was sent since the
+	// last ReadyForQuery 'I' (its effect is not in sc.ParamsKey yet), and
+	// settingsUnknown: the pinned connection's settings may have been
+	// changed where pgfleet cannot follow (set_config(), SET ROLE): either
+	// way statements are parsed under settings no key names (stmtKey).
+	settingsDirty   bool
+	settingsUnknown bool
+	// A statement that may run user code with session effects (classify's
+	// verify) ran on sc: stateBase is the connection's state snapshot taken
+	// in front of it (nil: none), compared before sc goes back to the pool
+	// (verifyRelease). verifyNext: take one ahead of the next simple query.
+	verifyState bool
+	verifyNext  bool
+	stateBase   []byte
+	stateSQL    string
 	// pendingBegin is a BEGIN the coordinator answered itself: it is sent
 	// ahead of the transaction's first statement, on the worker that
 	// statement needs.
@@ -161,6 +176,15 @@ type expect struct {
 	// Describe or Bind); if it fails, the client's statement never existed.
 	client    string
 	clientStm *Statement
+	// cst: the client's statement of a Bind or Describe (stmt is the
+	// statement bound on the worker); check: a hidden Describe whose
+	// answer is compared with what the client was told (cst.descs);
+	// reclosed: a Parse preceded by a Close of the same name (a copy
+	// parsed under other settings).
+	cst      *Statement
+	check    bool
+	reclosed bool
+	capture  bool // a hidden state snapshot: its row is stateBase
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -244,13 +268,17 @@ func (ss *session) run() {
 // end releases what the session holds when the client goes away.
 func (ss *session) end() {
 	for _, c := range ss.parked {
+		if ss.verifyState {
+			c.sc.MarkBroken() // user code may have changed its session state
+		}
 		c.pool.Release(c.sc) // rolls the worker's transaction back
 	}
 	ss.parked = nil
 	if ss.sc == nil {
 		return
 	}
-	if ss.pinned != "" || ss.qhead < len(ss.queue) || ss.needSync {
+	if ss.pinned != "" || ss.qhead < len(ss.queue) || ss.needSync ||
+		(ss.verifyState && (ss.sc.TxStatus != 'I' || !ss.verifyRelease())) {
 		// Session state we cannot undo, or a batch cut off midway.
 		ss.sc.MarkBroken()
 	}
@@ -324,9 +352,10 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.S
 		return nil, err
 	}
 	if sc.ParamsKey != ss.params.key {
-		sql := ss.params.key
-		if sql == "" {
-			sql = "RESET ALL"
+		// RESET ALL leaves the role and session authorization alone.
+		sql := "RESET SESSION AUTHORIZATION;RESET ROLE;" + ss.params.key
+		if ss.params.key == "" {
+			sql += "RESET ALL"
 		}
 		var onStatus func([]byte)
 		if ss.ready {
@@ -458,11 +487,17 @@ func (ss *session) releaseServer() {
 // releaseIfIdle gives the server connection back between transactions.
 func (ss *session) releaseIfIdle() {
 	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
+		if ss.verifyState && !ss.verifyRelease() {
+			return
+		}
 		ss.releaseServer()
 	}
 }
 
 func (ss *session) pin(reason string) {
+	if pinChangesSettings(reason) {
+		ss.settingsUnknown = true
+	}
 	if ss.pinned == "" {
 		ss.pinned = reason
 		ss.srv.metrics.pinned.WithLabelValues(reason).Inc()
@@ -543,6 +578,15 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if cls.pin != "" {
 		ss.pin(cls.pin)
+	}
+	if cls.pin != "" || len(cls.ops) > 0 {
+		ss.settingsDirty = true
+	}
+	ss.verifyNext = cls.verify && ss.pinned == ""
+	if cls.hidden {
+		if err := ss.refuseHidden(text); err != nil {
+			return ss.queryError(err)
+		}
 	}
 	if handled, err := ss.runDDL(text); handled {
 		return err
@@ -673,6 +717,10 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 			return err
 		}
 	}
+	if ss.verifyNext {
+		ss.verifyNext = false
+		ss.snapshotState(false, string(body))
+	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
 	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject})
 	return ss.roundTrip()
@@ -761,13 +809,20 @@ func (ss *session) acquireExt(node int32) bool {
 // the statement the cache evicts to make room.
 func (ss *session) prepareOn(st *Statement, kind uint8) *expect {
 	sc := ss.sc
-	if ev := sc.Stmts.Add(st.Name); ev != "" {
+	ev, stale := sc.Stmts.Add(st.Name, ss.stmtKey())
+	if ev != "" {
 		b := append(append([]byte{'S'}, ev...), 0)
 		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'C', b))
 		ss.push(expect{kind: eSwallow, term: tClose, evicted: ev})
 	}
+	if stale {
+		// The connection holds the statement parsed under other settings.
+		b := append(append([]byte{'S'}, st.Name...), 0)
+		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'C', b))
+		ss.push(expect{kind: eSwallow, term: tClose})
+	}
 	sc.SetBuf(append(sc.Buf(), st.parse...))
-	ss.push(expect{kind: kind, term: tParse, stmt: st})
+	ss.push(expect{kind: kind, term: tParse, stmt: st, reclosed: stale})
 	return &ss.queue[len(ss.queue)-1]
 }
 
@@ -797,7 +852,7 @@ func (ss *session) parse(body []byte) error {
 		}
 	}
 	st := ss.lastParseSt
-	if st == nil || !bytes.Equal(rest, ss.lastParse) {
+	if st == nil || st.stale.Load() || !bytes.Equal(rest, ss.lastParse) {
 		if st = ss.srv.stmts.intern(rest); st == nil {
 			return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
 		}
@@ -805,6 +860,9 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParseSt = st
 	}
 	sp, err := ss.stmtPlan(st)
+	if err == nil && st.cls.hidden {
+		err = ss.refuseHidden(st.Query)
+	}
 	if err != nil {
 		ss.synthError(err)
 		return nil
@@ -823,7 +881,7 @@ func (ss *session) parse(body []byte) error {
 	if !ss.acquireExt(ss.currentNode()) {
 		return nil
 	}
-	if ss.sc.Stmts.Has(st.Name) {
+	if ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
 		e = &ss.queue[len(ss.queue)-1]
 	} else {
@@ -849,6 +907,10 @@ func (ss *session) bind(body []byte) error {
 	st := ss.stmts[string(name)]
 	if st == nil {
 		ss.synthError(noStatement(name))
+		return nil
+	}
+	if st.stale.Load() {
+		ss.synthError(ss.resultChanged(st))
 		return nil
 	}
 	if ss.localTxnOK(&st.cls) {
@@ -921,10 +983,18 @@ func (ss *session) bind(body []byte) error {
 	if clientSt.cls.seqFn != "" {
 		ss.queueDiscardSequences()
 	}
-	if !ss.sc.Stmts.Has(st.Name) {
+	if clientSt.cls.verify && ss.pinned == "" {
+		ss.snapshotState(true, clientSt.Query)
+	}
+	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 		e := ss.prepareOn(st, eSwallow)
 		if st != clientSt {
 			e.client, e.clientStm = string(name), clientSt
+		}
+		if clientSt.descFor(ss.stmtKey()) != nil {
+			if ok, err := ss.checkDesc(st, clientSt); !ok {
+				return err
+			}
 		}
 	}
 	b := ss.sc.Buf()
@@ -934,7 +1004,7 @@ func (ss *session) bind(body []byte) error {
 	b = append(append(b, st.Name...), 0)
 	b = append(b, params...)
 	ss.sc.SetBuf(b)
-	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: string(name)})
+	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: string(name), cst: clientSt})
 	if len(portal) == 0 {
 		ss.portals[""] = st
 	} else {
@@ -958,6 +1028,10 @@ func (ss *session) describe(body []byte) error {
 			ss.synthError(noStatement(name))
 			return nil
 		}
+		if st.stale.Load() {
+			ss.synthError(ss.resultChanged(st))
+			return nil
+		}
 		clientSt := st
 		st, node, err := ss.routeDescribe(st)
 		if err == errScatter {
@@ -971,7 +1045,7 @@ func (ss *session) describe(body []byte) error {
 		if !ss.acquireExt(node) {
 			return nil
 		}
-		if !ss.sc.Stmts.Has(st.Name) {
+		if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 			e := ss.prepareOn(st, eSwallow)
 			if st != clientSt {
 				e.client, e.clientStm = string(name), clientSt
@@ -979,7 +1053,7 @@ func (ss *session) describe(body []byte) error {
 		}
 		b := append(append([]byte{'S'}, st.Name...), 0)
 		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', b))
-		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name)})
+		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name), cst: clientSt})
 		return nil
 	case 'P':
 		if ss.localPortalSt != nil && string(name) == ss.localPortal {
@@ -1046,8 +1120,11 @@ func (ss *session) execute(body []byte) error {
 	if st != nil && len(st.cls.ops) > 0 && ss.resetsStartup(&st.cls) {
 		ss.resetQueued = true
 	}
-	if st != nil && st.cls.pin != "" {
-		ss.pin(st.cls.pin)
+	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
+		ss.settingsDirty = true
+		if st.cls.pin != "" {
+			ss.pin(st.cls.pin)
+		}
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'E', body))
 	ss.push(expect{kind: eRelay, term: tExecute, stmt: st})
@@ -1178,6 +1255,11 @@ func (ss *session) drain() error {
 			ss.endOfCycle(f.Body[0])
 			continue
 		case 'E':
+			if e.cst != nil && (e.term == tBind || e.term == tDescribe) && errCode(f.Body) == pgerr.FeatureNotSupported {
+				// "cached plan must not change result type": the worker's
+				// statement was prepared before a table changed.
+				ss.staleStmt(e.cst)
+			}
 			if !e.abort {
 				ss.out = wire.AppendFrame(ss.out, 'E', ss.clientNames(e, f.Body))
 			}
@@ -1200,6 +1282,11 @@ func (ss *session) drain() error {
 				ss.skipping = true // the Sync is still to come
 			}
 			continue
+		case 'D':
+			if e.capture {
+				ss.stateBase = append(ss.stateBase[:0], f.Body...)
+				continue
+			}
 		case 'S':
 			sc.NoteParameterStatus(f.Body)
 			ss.noteStrings(sc)
@@ -1245,6 +1332,9 @@ func (ss *session) drain() error {
 			}
 		case 'T', 'n':
 			if e.term == tDescribe {
+				if e.cst != nil {
+					ss.noteDesc(e, f)
+				}
 				ss.qhead++
 			}
 			if e.inject != nil && f.Type == 'T' {
@@ -1306,7 +1396,11 @@ func fatalSeverity(body []byte) bool {
 // undo forgets what a message skipped or failed by the server would have made.
 func (ss *session) undo(e *expect) {
 	if e.term == tParse && e.stmt != nil {
-		ss.sc.Stmts.Drop(e.stmt.Name)
+		if e.reclosed {
+			ss.sc.Stmts.Doubt(e.stmt.Name) // its Close may have been skipped too
+		} else {
+			ss.sc.Stmts.Drop(e.stmt.Name)
+		}
 	}
 	if e.evicted != "" {
 		ss.sc.Stmts.Restore(e.evicted)
@@ -1390,9 +1484,10 @@ func (ss *session) endOfCycle(status byte) {
 	}
 	ss.sc.ParamsKey = ss.params.key
 	if ss.paramsUnsure {
-		ss.sc.ParamsKey = "\x00unknown"
+		ss.sc.ParamsKey = pooling.UnknownKey
 		ss.paramsUnsure = false
 	}
+	ss.settingsDirty = false
 	ss.txFailed = false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
@@ -1452,3 +1547,246 @@ func (ss *session) copyIn() error {
 
 // sendCancel forwards a cancel to the server connection a session holds.
 func sendCancel(ctx context.Context, sc *pooling.ServerConn) error { return sc.Cancel(ctx) }
+
+// stmtKey is the settings key statements are parsed under on the held
+// connection now: its ParamsKey, or UnknownKey while a SET earlier in the
+// transaction or pipeline (or a set_config() of a pinned session) may have
+// changed them.
+func (ss *session) stmtKey() string {
+	if ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown {
+		return pooling.UnknownKey
+	}
+	return ss.sc.ParamsKey
+}
+
+// pinChangesSettings reports whether a pin's reason may have changed the
+// connection's settings in ways its settings key does not show.
+func pinChangesSettings(reason string) bool {
+	switch reason {
+	case "set_config()", "SET ROLE", "SET SESSION AUTHORIZATION", "RESET ROLE", "RESET SESSION", "LOAD", "session state changed by a function":
+		return true
+	}
+	return false
+}
+
+// checkDesc is called after a hidden Parse of st for a Bind of the client's
+// statement cst, whose description the client was given: it describes st
+// on the worker at once (one round trip, only when a connection prepares
+// the statement) and reports whether its result is still what the client
+// was told. If not, the client gets 0A000 as on PostgreSQL and the Bind is
+// not sent: rows of another shape must never reach a client that decodes
+// them by the old description.
+func (ss *session) checkDesc(st, cst *Statement) (bool, error) {
+	b := append(append([]byte{'S'}, st.Name...), 0)
+	ss.sc.SetBuf(append(wire.AppendFrame(ss.sc.Buf(), 'D', b), 'H', 0, 0, 0, 4))
+	ss.push(expect{kind: eSwallow, term: tDescribe, stmt: st, cst: cst, check: true})
+	if err := ss.sc.Flush(); err != nil {
+		return false, ss.lostServer(err)
+	}
+	if err := ss.drain(); err != nil {
+		return false, err
+	}
+	ss.queue, ss.qhead = ss.queue[:0], 0
+	if ss.skipping {
+		return false, nil // a message failed: the Bind is skipped, as the server skips it
+	}
+	if cst.stale.Load() {
+		ss.synthError(ss.resultChanged(cst))
+		return false, nil
+	}
+	return true, nil
+}
+
+// noteDesc follows a statement's description from a worker: the first is
+// what clients are told; a later one of another shape means a table changed
+// since. A hidden check marks the statement stale; a Describe relayed to the
+// client gives that client a new statement with the new description (as a
+// fresh Parse on PostgreSQL would), and the old one goes stale for the
+// sessions that hold it.
+func (ss *session) noteDesc(e *expect, f wire.Frame) {
+	var row []byte
+	if f.Type == 'T' {
+		row = f.Body
+	}
+	key := ss.stmtKey()
+	if key == pooling.UnknownKey {
+		return
+	}
+	// Names resolve by search_path, so only descriptions made under the
+	// same settings are compared.
+	d := e.cst.descFor(key)
+	if d == nil {
+		if !e.check {
+			e.cst.addDesc(key, row)
+		}
+		return
+	}
+	if bytes.Equal(d.row, row) || sameShape(d.row, row) {
+		return
+	}
+	old := e.cst
+	ss.staleStmt(old)
+	if e.check || e.kind != eRelay || ss.stmts[e.name] != old {
+		return
+	}
+	fresh := ss.srv.stmts.intern(append(append([]byte(old.Query), 0), old.paramTail...))
+	if fresh == nil || fresh == old {
+		return
+	}
+	fresh.addDesc(key, row)
+	ss.stmts[e.name] = fresh
+}
+
+// staleStmt marks a client's statement as prepared before its result
+// changed, and makes the registry forget it and its shard statements.
+func (ss *session) staleStmt(st *Statement) {
+	st.stale.Store(true)
+	ss.srv.stmts.forget(st)
+	if sp := st.plan.Load(); sp != nil {
+		for i := range sp.shards {
+			if x := sp.shards[i].Load(); x != nil && x != st {
+				ss.srv.stmts.forget(x)
+			}
+		}
+	}
+	if ss.lastParseSt == st {
+		ss.lastParseSt = nil
+	}
+}
+
+// errCode is the SQLSTATE of an ErrorResponse body.
+func errCode(body []byte) string {
+	for len(body) > 1 && body[0] != 0 {
+		typ := body[0]
+		v, rest, ok := wire.CBytes(body[1:])
+		if !ok {
+			return ""
+		}
+		if typ == 'C' {
+			return string(v)
+		}
+		body = rest
+	}
+	return ""
+}
+
+// stateSQL reads the parts of a server connection's session state that a
+// function, procedure or DO block can change without the statement's text
+// showing it: settings made for the session, the role and session user,
+// temporary relations, SQL-level prepared statements, holdable cursors,
+// LISTEN channels and advisory locks.
+//
+// Placeholder settings (custom names like app.tenant that no module
+// defines) are not in pg_settings: those named in the statement's text are
+// read by name (customSettings); others that user code sets under names its
+// text does not show are cleared before the connection serves another
+// session (verifyRelease).
+const stateSQL = `SELECT concat_ws(' | ',
+ (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session'),
+ current_user, session_user,
+ (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()),
+ (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
+ (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
+ (SELECT string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
+ (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())`
+
+// customSettings returns, for each string literal of sql that looks like a
+// custom setting's name (two or more dotted identifiers), a read of it for
+// stateSQL; at most 16.
+func customSettings(sql string) string {
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(sql) && n < 16; i++ {
+		if sql[i] != '\'' {
+			continue
+		}
+		j := strings.IndexByte(sql[i+1:], '\'')
+		if j < 0 {
+			break
+		}
+		lit := sql[i+1 : i+1+j]
+		i += j + 1
+		if customName(lit) {
+			b.WriteString(", pg_catalog.current_setting('" + lit + "', true)")
+			n++
+		}
+	}
+	return b.String()
+}
+
+// customName reports whether s is a dotted name of identifiers.
+func customName(s string) bool {
+	dots := 0
+	start := true
+	for k := 0; k < len(s); k++ {
+		c := s[k]
+		switch {
+		case c == '.':
+			if start {
+				return false
+			}
+			dots++
+			start = true
+		case c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!start && c >= '0' && c <= '9'):
+			start = false
+		default:
+			return false
+		}
+	}
+	return dots > 0 && !start && len(s) <= 63
+}
+
+// snapshotState queues a hidden read of the connection's session state
+// ahead of a statement that may change it (classify's verify), once per
+// use of the connection: pipelined with the statement, so it costs no
+// round trip. verifyRelease compares it with the state afterwards.
+func (ss *session) snapshotState(extended bool, sql string) {
+	if ss.verifyState {
+		return
+	}
+	ss.verifyState = true
+	ss.stateBase = ss.stateBase[:0]
+	ss.stateSQL = stateSQL + customSettings(sql) + ")"
+	b := ss.sc.Buf()
+	if extended {
+		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, ss.stateSQL...), 0, 0, 0))
+		b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
+		b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
+		ss.push(expect{kind: eSwallow, term: tBind, abort: true})
+		ss.push(expect{kind: eSwallow, term: tExecute, abort: true, capture: true})
+	} else {
+		b = wire.AppendFrame(b, 'Q', append([]byte(ss.stateSQL), 0))
+		ss.push(expect{kind: eSwallow, term: tQuery, abort: true, capture: true})
+	}
+	ss.sc.SetBuf(b)
+}
+
+// verifyRelease runs when a connection on which user code may have changed
+// session state is about to go back to the pool (one query, on this rare
+// path only): if its state is not what it was before, the session keeps
+// the connection for good (pinned), so that no other client inherits the
+// change and this one keeps seeing it, as on PostgreSQL. It reports whether
+// the connection may go back.
+func (ss *session) verifyRelease() bool {
+	base := ss.stateBase
+	ss.verifyState, ss.stateBase = false, ss.stateBase[:0]
+	var dr pgproto3.DataRow
+	ok := len(base) > 0 && dr.Decode(base) == nil && len(dr.Values) == 1
+	if ok {
+		rows, err := queryText(ss.sc, ss.stateSQL)
+		ok = err == nil && len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil && *rows[0][0] == string(dr.Values[0])
+		if err != nil && ss.sc.TxStatus != 'I' {
+			ss.sc.MarkBroken()
+		}
+	}
+	if !ok {
+		ss.pin("session state changed by a function")
+		ss.settingsUnknown = true
+		return false
+	}
+	// Settings the snapshot cannot see may still have changed: the next
+	// checkout resets the connection (RESET ALL) before anyone uses it.
+	ss.sc.ParamsKey = pooling.UnknownKey
+	return true
+}

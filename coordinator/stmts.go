@@ -20,6 +20,61 @@ type Statement struct {
 	// paramTail is the Parse body after the query: parameter count and types.
 	paramTail []byte
 	plan      atomic.Pointer[stmtPlan]
+	// descs are the first RowDescription (nil row: NoData) clients were
+	// given for the statement, per settings key (names resolve by
+	// search_path); stale is set once the statement's result changed (a
+	// table changed): every session holding it then gets 0A000, as on
+	// PostgreSQL, and the registry forgets it, so that a new Parse of the
+	// text makes a new statement.
+	descs atomic.Pointer[[]stmtDesc]
+	stale atomic.Bool
+}
+
+// stmtDesc is a statement's result description as clients were told it
+// under one settings key.
+type stmtDesc struct {
+	key string
+	row []byte
+}
+
+// maxDescKeys bounds the settings keys a statement remembers descriptions
+// for; beyond them new keys are not checked.
+const maxDescKeys = 16
+
+// descFor returns the description clients were given under settings key,
+// or nil.
+func (st *Statement) descFor(key string) *stmtDesc {
+	if l := st.descs.Load(); l != nil {
+		for i := range *l {
+			if (*l)[i].key == key {
+				return &(*l)[i]
+			}
+		}
+	}
+	return nil
+}
+
+// addDesc records the description given under key, unless one is there.
+func (st *Statement) addDesc(key string, row []byte) {
+	for {
+		old := st.descs.Load()
+		var l []stmtDesc
+		if old != nil {
+			if len(*old) >= maxDescKeys {
+				return
+			}
+			for _, d := range *old {
+				if d.key == key {
+					return
+				}
+			}
+			l = append(l, *old...)
+		}
+		l = append(l, stmtDesc{key: key, row: append([]byte(nil), row...)})
+		if st.descs.CompareAndSwap(old, &l) {
+			return
+		}
+	}
 }
 
 // stmtRegistry interns statements coordinator-wide.

@@ -476,6 +476,14 @@ func withCleanup(err error, problems []string) error {
 // multiRelease gives every connection of a transaction over several
 // workers back and leaves the session between transactions.
 func (ss *session) multiRelease(all []txConn, committed bool) {
+	if ss.verifyState {
+		// User code ran in the transaction and no snapshot covers every
+		// worker's connection: none goes back to the pool.
+		ss.verifyState = false
+		for _, c := range all {
+			c.sc.MarkBroken()
+		}
+	}
 	if len(ss.pending) > 0 || ss.txSet || ss.paramsUnsure {
 		for _, c := range all {
 			c.sc.ParamsKey = "\x00unknown"

@@ -1,50 +1,82 @@
 package pooling
 
 // StmtCache remembers which statements a server connection has prepared, under
-// pgfleet's own statement names, and evicts the least recently used when it
-// is full. The caller closes evicted statements on the server.
+// pgfleet's own statement names, and the session settings each was parsed
+// under, and evicts the least recently used when it is full. The caller
+// closes evicted statements on the server.
+//
+// A statement's identity on a connection includes its settings: PostgreSQL
+// folds constants (a timestamptz literal under TimeZone, a date under
+// DateStyle) and resolves names (search_path) when it parses, so a statement
+// parsed under other settings is another statement. Has answers true only
+// for the same settings key; Add reports when the connection holds a copy
+// parsed under other settings, which the caller closes before its Parse.
 type StmtCache struct {
 	max   int
 	clock uint64
-	used  map[string]uint64
+	used  map[string]stmtEntry
 }
+
+type stmtEntry struct {
+	used uint64
+	key  string // settings key it was parsed under (UnknownKey: unsure)
+}
+
+// UnknownKey is the settings key of a statement parsed under settings
+// pgfleet does not know (a SET earlier in the same transaction or
+// pipeline, a set_config() in a function), or of a name the server may or
+// may not hold: such an entry never matches, and the next use closes and
+// parses it again.
+const UnknownKey = "\x00unknown"
 
 func newStmtCache(max int) *StmtCache {
 	if max <= 0 {
 		max = 512
 	}
-	return &StmtCache{max: max, used: make(map[string]uint64, 16)}
+	return &StmtCache{max: max, used: make(map[string]stmtEntry, 16)}
 }
 
-// Has reports whether name is prepared, and marks it used.
-func (c *StmtCache) Has(name string) bool {
-	if _, ok := c.used[name]; ok {
+// Has reports whether name is prepared under settings key, and marks it used.
+func (c *StmtCache) Has(name, key string) bool {
+	if e, ok := c.used[name]; ok && e.key == key && key != UnknownKey {
 		c.clock++
-		c.used[name] = c.clock
+		e.used = c.clock
+		c.used[name] = e
 		return true
 	}
 	return false
 }
 
-// Add records name as prepared. If the cache was full it returns the least
-// recently used other name, which the caller must close on the server.
-func (c *StmtCache) Add(name string) (evicted string) {
-	if len(c.used) >= c.max {
+// Add records name as prepared under key. stale: the connection may still
+// hold name parsed under other settings, which the caller must Close before
+// its Parse. evicted: if the cache was full, the least recently used other
+// name, which the caller must also close on the server.
+func (c *StmtCache) Add(name, key string) (evicted string, stale bool) {
+	_, stale = c.used[name]
+	if !stale && len(c.used) >= c.max {
 		var oldest uint64 = ^uint64(0)
-		for n, u := range c.used {
-			if u < oldest {
-				oldest, evicted = u, n
+		for n, e := range c.used {
+			if e.used < oldest {
+				oldest, evicted = e.used, n
 			}
 		}
 		delete(c.used, evicted)
 	}
 	c.clock++
-	c.used[name] = c.clock
-	return evicted
+	c.used[name] = stmtEntry{used: c.clock, key: key}
+	return evicted, stale
 }
 
-// Drop forgets name (its Parse failed or was skipped after an error).
+// Drop forgets name (its Parse failed or was skipped after an error, and
+// no Close of it was sent before).
 func (c *StmtCache) Drop(name string) { delete(c.used, name) }
+
+// Doubt records that the server may or may not hold name (a Close and Parse
+// of it were skipped after an error): the next use closes it first.
+func (c *StmtCache) Doubt(name string) {
+	c.clock++
+	c.used[name] = stmtEntry{used: c.clock, key: UnknownKey}
+}
 
 // Len is the number of cached statements.
 func (c *StmtCache) Len() int { return len(c.used) }
@@ -53,8 +85,6 @@ func (c *StmtCache) Len() int { return len(c.used) }
 func (c *StmtCache) Clear() { clear(c.used) }
 
 // Restore puts back a name whose eviction the server skipped, without
-// evicting another (the cache may briefly hold one more than its bound).
-func (c *StmtCache) Restore(name string) {
-	c.clock++
-	c.used[name] = c.clock
-}
+// evicting another (the cache may briefly hold one more than its bound). Its
+// settings are no longer known, so its next use prepares it again.
+func (c *StmtCache) Restore(name string) { c.Doubt(name) }

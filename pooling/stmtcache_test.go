@@ -25,10 +25,10 @@ func TestStmtCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		var got string
 		switch s.op {
 		case "add":
-			got = c.Add(s.name)
+			got, _ = c.Add(s.name, "k")
 		case "has":
 			got = "false"
-			if c.Has(s.name) {
+			if c.Has(s.name, "k") {
 				got = "true"
 			}
 		case "drop":
@@ -42,7 +42,34 @@ func TestStmtCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("len %d, want 3", c.Len())
 	}
 	c.Clear()
-	if c.Len() != 0 || c.Has("d") {
+	if c.Len() != 0 || c.Has("d", "k") {
 		t.Error("Clear kept entries")
+	}
+}
+
+func TestStmtCacheKeysBySettings(t *testing.T) {
+	c := newStmtCache(4)
+	if ev, stale := c.Add("s", "tz=utc"); ev != "" || stale {
+		t.Fatalf("first Add: %q %v", ev, stale)
+	}
+	if !c.Has("s", "tz=utc") || c.Has("s", "tz=tokyo") {
+		t.Fatal("Has must match only the settings the statement was parsed under")
+	}
+	if _, stale := c.Add("s", "tz=tokyo"); !stale {
+		t.Fatal("re-adding under other settings must ask for a Close first")
+	}
+	if c.Has("s", "tz=utc") || !c.Has("s", "tz=tokyo") {
+		t.Fatal("after re-adding, only the new settings match")
+	}
+	c.Add("u", UnknownKey)
+	if c.Has("u", UnknownKey) {
+		t.Fatal("an entry of unknown settings must never match")
+	}
+	c.Doubt("s")
+	if c.Has("s", "tz=tokyo") {
+		t.Fatal("a doubted entry must not match")
+	}
+	if _, stale := c.Add("s", "tz=tokyo"); !stale {
+		t.Fatal("a doubted entry must be closed before its Parse")
 	}
 }

@@ -1,0 +1,596 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// sessionState is what a client can see of its session: settings, role,
+// temporary relations.
+func sessionState(t *testing.T, c *pgx.Conn) string {
+	t.Helper()
+	return queryString(t, c, `SELECT concat_ws(' ', current_setting('search_path'), current_setting('statement_timeout'),
+		current_setting('work_mem'), current_user, session_user,
+		(SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()))`, pgx.QueryExecModeSimpleProtocol)
+}
+
+// Session state that user code changes where the statement's text does not
+// show it (set_config in a function or DO block, quoted names, roles, the
+// pg_temp schema) stays with its client: a later client on the same pooled
+// server connection sees none of it, and the client itself keeps seeing
+// it, as on PostgreSQL (class 13 of issue 8).
+func TestSessionStateChangedByUserCodeStaysWithItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	setup := connect(t, cl.Servers[0].Addr())
+	for _, q := range []string{
+		"DROP ROLE IF EXISTS iso13", "CREATE ROLE iso13",
+		`CREATE OR REPLACE FUNCTION iso13_f() RETURNS int LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config('statement_timeout', '1234', false); RETURN 1; END $$`,
+		`CREATE OR REPLACE PROCEDURE iso13_p() LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config('work_mem', '3MB', false); END $$`,
+		`CREATE OR REPLACE FUNCTION iso13_temp() RETURNS int LANGUAGE plpgsql AS $$
+		 BEGIN CREATE TEMP TABLE IF NOT EXISTS iso13_tt (v int); RETURN 1; END $$`,
+	} {
+		exec(t, setup, q)
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP FUNCTION IF EXISTS iso13_f()", "DROP PROCEDURE IF EXISTS iso13_p()",
+			"DROP FUNCTION IF EXISTS iso13_temp()", "DROP ROLE IF EXISTS iso13"} {
+			_, _ = setup.Exec(ctx, q)
+		}
+	})
+	simple := pgx.QueryExecModeSimpleProtocol
+	// A multi-shard query calling user code on every worker's pooled
+	// connections: no later query sees what it set there.
+	t.Run("multi-shard query", func(t *testing.T) {
+		for _, w := range cl.Servers {
+			exec(t, connect(t, w.Addr()), `CREATE OR REPLACE FUNCTION iso13_f() RETURNS int LANGUAGE plpgsql AS $$
+			 BEGIN PERFORM set_config('statement_timeout', '1234', false); RETURN 1; END $$`)
+		}
+		a := connect(t, srv.Addr())
+		testTable(t, a, "iso13_d", "(id int PRIMARY KEY)", "SELECT create_distributed_table('iso13_d', 'id', shard_count => 4)")
+		exec(t, a, "INSERT INTO iso13_d (id) VALUES (1), (2), (3), (4), (5), (6), (7), (8)", simple)
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+			if _, err := a.Exec(ctx, "SELECT iso13_f() FROM iso13_d", mode); err != nil {
+				t.Fatal(err)
+			}
+			b := connect(t, srv.Addr())
+			for i := 0; i < 4; i++ {
+				rows, err := b.Query(ctx, "SELECT DISTINCT current_setting('statement_timeout') FROM iso13_d", simple)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil || len(got) != 1 || got[0] != "0" {
+					t.Fatalf("after a multi-shard query calling user code (%v), another client's shards see statement_timeout %v (%v)", mode, got, err)
+				}
+			}
+		}
+	})
+	// User code in a transaction that spans both workers.
+	t.Run("transaction across workers", func(t *testing.T) {
+		a := connect(t, srv.Addr())
+		testTable(t, a, "iso13_t", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('iso13_t', 'id', shard_count => 4)")
+		exec(t, a, "INSERT INTO iso13_t (id, v) VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0)", simple)
+		exec(t, a, "BEGIN", simple)
+		exec(t, a, "DO $$ BEGIN PERFORM set_config('statement_timeout', '4321', false); END $$", simple)
+		for id := 1; id <= 8; id++ {
+			exec(t, a, "UPDATE iso13_t SET v = v + 1 WHERE id = $1", id)
+		}
+		exec(t, a, "COMMIT", simple)
+		for i := 0; i < 4; i++ {
+			if got := queryString(t, connect(t, srv.Addr()), "SHOW statement_timeout", simple); got != "0" {
+				t.Fatalf("after user code in a transaction across workers, a new client sees statement_timeout %s", got)
+			}
+		}
+	})
+	fresh := connect(t, srv.Addr())
+	clean := sessionState(t, fresh)
+	for _, tc := range []struct {
+		name string
+		sql  string
+		mode pgx.QueryExecMode
+	}{
+		{"DO block", "DO $$ BEGIN PERFORM set_config('search_path', 'iso13_schema', false); END $$", simple},
+		{"DO block, extended", "DO $$ BEGIN PERFORM set_config('search_path', 'iso13_schema', false); END $$", pgx.QueryExecModeExec},
+		{"plpgsql function", "SELECT iso13_f()", simple},
+		{"plpgsql function, extended", "SELECT iso13_f()", pgx.QueryExecModeCacheStatement},
+		{"procedure", "CALL iso13_p()", simple},
+		{"quoted set_config", `SELECT "set_config"('work_mem', '5MB', false)`, simple},
+		{"quoted set_config, extended", `SELECT pg_catalog."set_config"('work_mem', '5MB', false)`, pgx.QueryExecModeCacheStatement},
+		{"SET session_authorization", "SET session_authorization = 'iso13'", simple},
+		{`SET "role"`, `SET "role" = 'iso13'`, simple},
+		{"SET SESSION ROLE", `SET SESSION ROLE iso13`, simple},
+		{"pg_temp table", "CREATE TABLE pg_temp.iso13_t (v int)", simple},
+		{"temp table made by a function", "SELECT iso13_temp()", simple},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := connect(t, srv.Addr())
+			b := connect(t, srv.Addr())
+			if _, err := a.Exec(ctx, tc.sql, tc.mode); err != nil {
+				t.Fatalf("%s: %v", tc.sql, err)
+			}
+			mine := sessionState(t, a)
+			if mine == clean {
+				t.Fatalf("%s changed nothing the test can see: %q", tc.sql, mine)
+			}
+			// Other clients, before and after a's statements, on every
+			// connection of the pool.
+			for i := 0; i < 4; i++ {
+				if got := sessionState(t, b); got != clean {
+					t.Fatalf("another client sees %q after %s, want %q", got, tc.sql, clean)
+				}
+				c := connect(t, srv.Addr())
+				if got := sessionState(t, c); got != clean {
+					t.Fatalf("a new client sees %q after %s, want %q", got, tc.sql, clean)
+				}
+				if got := sessionState(t, a); got != mine {
+					t.Fatalf("the client's own state went from %q to %q", mine, got)
+				}
+			}
+			_ = a.Close(ctx)
+			for i := 0; i < 3; i++ {
+				if got := sessionState(t, connect(t, srv.Addr())); got != clean {
+					t.Fatalf("after the client left, a new client sees %q, want %q", got, clean)
+				}
+			}
+		})
+	}
+}
+
+// The session-isolation tester (issue 8): many clients share one
+// coordinator with a small pool, each setting its own session state by every
+// means PostgreSQL offers (SET, SET in committed and rolled-back
+// transactions, SET LOCAL, RESET, set_config in a query, a DO block, a
+// function and a procedure, roles, session authorization, temporary tables
+// and sequences, SQL and protocol-level prepared statements, holdable
+// cursors, advisory locks, LISTEN), and after every statement checks that
+// it sees exactly its own state, while fresh clients check they see none of
+// anyone's. It runs for PGFLEET_ISOLATION_DURATION (default 20s) with seed
+// PGFLEET_ISOLATION_SEED (default: the time), printed to reproduce a
+// failure. scripts/isolation runs it for longer.
+func TestSessionIsolation(t *testing.T) {
+	duration := 20 * time.Second
+	if v := os.Getenv("PGFLEET_ISOLATION_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("PGFLEET_ISOLATION_DURATION: %v", err)
+		}
+		duration = d
+	}
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("PGFLEET_ISOLATION_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("PGFLEET_ISOLATION_SEED: %v", err)
+		}
+	}
+	t.Logf("session isolation: seed %d (PGFLEET_ISOLATION_SEED=%d to repeat), %v", seed, seed, duration)
+	const clients, pool = 8, 4
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.PoolSize = pool; c.PoolTimeout = 20 * time.Second })
+	ctx := context.Background()
+	setup := connect(t, cl.Servers[0].Addr())
+	for _, q := range []string{
+		"DROP ROLE IF EXISTS iso_r0", "DROP ROLE IF EXISTS iso_r1",
+		"CREATE ROLE iso_r0 SUPERUSER", "CREATE ROLE iso_r1 SUPERUSER",
+		`CREATE OR REPLACE FUNCTION iso_setcfg(n text, v text) RETURNS text LANGUAGE plpgsql AS $$
+		 BEGIN RETURN set_config(n, v, false); END $$`,
+		`CREATE OR REPLACE PROCEDURE iso_setcfg_p(n text, v text) LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config(n, v, false); END $$`,
+		"CREATE SEQUENCE IF NOT EXISTS iso_shared_seq",
+	} {
+		exec(t, setup, q)
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP FUNCTION IF EXISTS iso_setcfg(text, text)", "DROP PROCEDURE IF EXISTS iso_setcfg_p(text, text)",
+			"DROP SEQUENCE IF EXISTS iso_shared_seq",
+			"DROP ROLE IF EXISTS iso_r0", "DROP ROLE IF EXISTS iso_r1"} {
+			_, _ = setup.Exec(ctx, q)
+		}
+	})
+	base := isoRead(ctx, connect(t, srv.Addr()), false)
+	if base.err != nil {
+		t.Fatal(base.err)
+	}
+	// At most pool-1 clients hold pinned connections at once, so that the
+	// others always get one.
+	pins := make(chan struct{}, pool-1)
+	deadline := time.Now().Add(duration)
+	var failed atomic.Bool
+	var statements atomic.Int64
+	var wg sync.WaitGroup
+	fail := func(format string, args ...any) {
+		if failed.CompareAndSwap(false, true) {
+			t.Errorf("seed %d: "+format, append([]any{seed}, args...)...)
+		}
+	}
+	for id := 0; id < clients; id++ {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(seed), uint64(id)))
+			for time.Now().Before(deadline) && !failed.Load() {
+				isoClient(ctx, r, srv.Addr(), id, base.state, pins, deadline, &failed, &statements, fail)
+			}
+		}(id)
+	}
+	// Fresh clients see nobody's state.
+	for time.Now().Before(deadline) && !failed.Load() {
+		c, err := pgx.Connect(ctx, pgtest.URL(srv.Addr()))
+		if err != nil {
+			fail("fresh client: %v", err)
+			break
+		}
+		got := isoRead(ctx, c, rand.IntN(2) == 0)
+		_ = c.Close(ctx)
+		if got.err != nil {
+			fail("fresh client: %v", got.err)
+		} else if got.state != base.state {
+			fail("a fresh client sees\n  %s\nwant\n  %s", got.state, base.state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	t.Logf("session isolation: %d statements, %d clients, pool %d, seed %d", statements.Load(), clients, pool, seed)
+}
+
+// isoState is a client's view of its session, as one string.
+type isoState struct {
+	state string
+	err   error
+}
+
+const isoStateSQL = `SELECT concat_ws(' | ', current_setting('search_path'), current_setting('statement_timeout'),
+ current_setting('work_mem'), current_setting('TimeZone'), current_setting('DateStyle'),
+ coalesce(current_setting('iso.owner', true), ''), current_user, session_user,
+ (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()),
+ (SELECT coalesce(string_agg(c, ',' ORDER BY c), '') FROM pg_listening_channels() c),
+ (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
+ (SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_prepared_statements WHERE from_sql),
+ (SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_cursors WHERE is_holdable), '')`
+
+func isoRead(ctx context.Context, c *pgx.Conn, extended bool) isoState {
+	mode := pgx.QueryExecModeSimpleProtocol
+	if extended {
+		mode = pgx.QueryExecModeCacheStatement
+	}
+	var s string
+	err := c.QueryRow(ctx, isoStateSQL, mode).Scan(&s)
+	return isoState{state: s, err: err}
+}
+
+// isoModel is what a client's session should look like.
+type isoModel struct {
+	gucs     map[string]string // search_path, statement_timeout, work_mem, TimeZone, DateStyle, iso.owner
+	user     string
+	sessUser string
+	temps    int
+	channels []string
+	locks    int
+	prepared []string
+	cursors  []string
+}
+
+var isoGUCs = []string{"search_path", "statement_timeout", "work_mem", "TimeZone", "DateStyle", "iso.owner"}
+
+func isoParse(state string) isoModel {
+	f := strings.Split(state, " | ")
+	m := isoModel{gucs: map[string]string{}}
+	for i, g := range isoGUCs {
+		m.gucs[g] = f[i]
+	}
+	m.user, m.sessUser = f[6], f[7]
+	m.temps, _ = strconv.Atoi(f[8])
+	m.locks, _ = strconv.Atoi(f[10])
+	split := func(s string) []string {
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, ",")
+	}
+	m.channels, m.prepared, m.cursors = split(f[9]), split(f[11]), split(f[12])
+	return m
+}
+
+func (m *isoModel) String() string {
+	sorted := func(l []string) string {
+		l = slices.Clone(l)
+		slices.Sort(l)
+		return strings.Join(l, ",")
+	}
+	parts := []string{}
+	for _, g := range isoGUCs {
+		parts = append(parts, m.gucs[g])
+	}
+	parts = append(parts, m.user, m.sessUser, strconv.Itoa(m.temps), sorted(m.channels), strconv.Itoa(m.locks),
+		sorted(m.prepared), sorted(m.cursors), "")
+	return strings.Join(parts, " | ")
+}
+
+// isoValue is a random value for a setting, written as PostgreSQL shows it.
+func isoValue(r *rand.Rand, id int, g string) string {
+	switch g {
+	case "search_path":
+		return fmt.Sprintf("iso_c%d_%d, public", id, r.IntN(100))
+	case "statement_timeout":
+		return fmt.Sprintf("%dms", 1+r.IntN(998)+1000*(10+r.IntN(50)))
+	case "work_mem":
+		return fmt.Sprintf("%dkB", 1024*(1+r.IntN(16))+1+r.IntN(1022))
+	case "TimeZone":
+		return []string{"UTC", "Asia/Tokyo", "America/New_York", "Europe/Berlin", "Australia/Adelaide"}[r.IntN(5)]
+	case "DateStyle":
+		return []string{"ISO, MDY", "ISO, DMY", "SQL, DMY", "German, DMY", "Postgres, YMD"}[r.IntN(5)]
+	default:
+		return fmt.Sprintf("c%d-%d", id, r.IntN(1_000_000))
+	}
+}
+
+// isoResetStartup: RESET of a setting the client gave at startup returns
+// to the startup value (class 12 of issue 8).
+const isoResetStartup = true
+
+// isoSharedSequences: currval() of a shared sequence after a switch of
+// server connection gives this session's value or 0A000, never another's
+// (class 11 of issue 8).
+const isoSharedSequences = true
+
+func isoQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// isoSetValue is a value as SET takes it (search_path: a list of names).
+func isoSetValue(g, v string) string {
+	if g == "search_path" {
+		return v
+	}
+	return isoQuote(v)
+}
+
+// isoClient runs one client connection: random statements, each followed by
+// a check of the whole session state.
+func isoClient(ctx context.Context, r *rand.Rand, addr string, id int, base string, pins chan struct{}, deadline time.Time,
+	failed *atomic.Bool, statements *atomic.Int64, fail func(string, ...any)) {
+	m := isoParse(base)
+	// Startup parameters are session state too.
+	url := pgtest.URL(addr)
+	if r.IntN(3) == 0 {
+		m.gucs["TimeZone"] = isoValue(r, id, "TimeZone")
+		url += "&timezone=" + strings.ReplaceAll(m.gucs["TimeZone"], "/", "%2F")
+	}
+	startup := map[string]bool{"TimeZone": strings.Contains(url, "timezone=")}
+	defaults := map[string]string{}
+	for k, v := range m.gucs {
+		defaults[k] = v
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		fail("client %d: connect: %v", id, err)
+		return
+	}
+	defer c.Close(ctx)
+	pinned, hasTable, hasSeq := false, false, false
+	defer func() {
+		if pinned {
+			_ = c.Close(ctx)
+			<-pins
+		}
+	}()
+	var history []string
+	run := func(sql string, extended bool) error {
+		history = append(history, sql)
+		statements.Add(1)
+		mode := pgx.QueryExecModeSimpleProtocol
+		if extended {
+			mode = pgx.QueryExecModeExec
+		}
+		_, err := c.Exec(ctx, sql, mode)
+		return err
+	}
+	pin := func() bool {
+		if pinned {
+			return true
+		}
+		select {
+		case pins <- struct{}{}:
+			pinned = true
+			return true
+		default:
+			return false
+		}
+	}
+	// A protocol-level prepared statement of this client's own, under a
+	// name every client uses for another text.
+	if _, err := c.Prepare(ctx, "iso_q", fmt.Sprintf("SELECT $1::text || '-c%d'", id)); err != nil {
+		fail("client %d: prepare: %v", id, err)
+		return
+	}
+	ops := 5 + r.IntN(40)
+	for n := 0; n < ops && time.Now().Before(deadline) && !failed.Load(); n++ {
+		ext := r.IntN(2) == 0
+		g := isoGUCs[r.IntN(len(isoGUCs))]
+		v := isoValue(r, id, g)
+		setc := fmt.Sprintf("set_config(%s, %s, false)", isoQuote(g), isoQuote(v))
+		var err error
+		switch op := r.IntN(21); {
+		case op < 4:
+			err = run(fmt.Sprintf("SET %s = %s", g, isoSetValue(g, v)), ext)
+			m.gucs[g] = v
+		case op == 4 && (isoResetStartup || !startup[g]):
+			err = run("RESET "+g, ext)
+			m.gucs[g] = defaults[g]
+		case op == 5:
+			commit := r.IntN(2) == 0
+			end := "ROLLBACK"
+			if commit {
+				end = "COMMIT"
+			}
+			err = run(fmt.Sprintf("BEGIN; SET %s = %s; SELECT 1; %s", g, isoSetValue(g, v), end), false)
+			if commit {
+				m.gucs[g] = v
+			}
+		case op == 6:
+			err = run(fmt.Sprintf("BEGIN; SET LOCAL %s = %s; COMMIT", g, isoSetValue(g, v)), false)
+		case op == 7 && pin():
+			err = run([]string{"SELECT " + setc, `SELECT "set_config"` + setc[10:], "SELECT pg_catalog." + setc}[r.IntN(3)], ext)
+			m.gucs[g] = v
+		case op == 8 && pin():
+			err = run("DO $$ BEGIN PERFORM "+setc+"; END $$", ext)
+			m.gucs[g] = v
+		case op == 9 && pin():
+			if r.IntN(2) == 0 {
+				err = run(fmt.Sprintf("SELECT iso_setcfg(%s, %s)", isoQuote(g), isoQuote(v)), ext)
+			} else {
+				err = run(fmt.Sprintf("CALL iso_setcfg_p(%s, %s)", isoQuote(g), isoQuote(v)), false)
+			}
+			m.gucs[g] = v
+		case op == 10 && pin():
+			role := fmt.Sprintf("iso_r%d", r.IntN(2))
+			switch r.IntN(4) {
+			case 0:
+				err = run("SET ROLE "+role, false)
+				m.user = role
+			case 1:
+				err = run(`SET "role" = `+isoQuote(role), false)
+				m.user = role
+			case 2:
+				err = run("SET SESSION AUTHORIZATION "+role, false)
+				m.user, m.sessUser = role, role
+			default:
+				err = run("RESET ROLE", false)
+				m.user = m.sessUser
+			}
+		case op == 11 && pin():
+			if !hasTable {
+				err = run([]string{"CREATE TEMP TABLE iso_tmp (owner text)", "CREATE TABLE pg_temp.iso_tmp (owner text)"}[r.IntN(2)], false)
+				hasTable = true
+				m.temps++
+			}
+			if err == nil {
+				err = run(fmt.Sprintf("INSERT INTO pg_temp.iso_tmp VALUES ('c%d')", id), ext)
+			}
+			if err == nil {
+				var others int
+				err = c.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM pg_temp.iso_tmp WHERE owner <> 'c%d'", id)).Scan(&others)
+				if err == nil && others > 0 {
+					fail("client %d reads %d temporary rows of other clients", id, others)
+				}
+			}
+		case op == 12 && pin():
+			ch := fmt.Sprintf("iso_c%d_%d", id, r.IntN(3))
+			if r.IntN(4) == 0 {
+				err = run("UNLISTEN *", false)
+				m.channels = nil
+			} else {
+				err = run("LISTEN "+ch, false)
+				if !slices.Contains(m.channels, ch) {
+					m.channels = append(m.channels, ch)
+				}
+			}
+		case op == 13 && pin():
+			if r.IntN(3) == 0 {
+				err = run("SELECT pg_advisory_unlock_all()", false)
+				m.locks = 0
+			} else {
+				err = run(fmt.Sprintf("SELECT pg_advisory_lock(%d)", 7000+id*10+m.locks), ext)
+				m.locks++
+			}
+		case op == 14 && pin():
+			name := fmt.Sprintf("iso_p%d", r.IntN(3))
+			if slices.Contains(m.prepared, name) {
+				var got string
+				err = c.QueryRow(ctx, "EXECUTE "+name, pgx.QueryExecModeSimpleProtocol).Scan(&got)
+				if err == nil && got != fmt.Sprintf("c%d", id) {
+					fail("client %d: EXECUTE %s gives %q", id, name, got)
+				}
+				if err == nil {
+					err = run("DEALLOCATE "+name, false)
+					m.prepared = slices.DeleteFunc(m.prepared, func(s string) bool { return s == name })
+				}
+			} else {
+				err = run(fmt.Sprintf("PREPARE %s AS SELECT 'c%d'", name, id), false)
+				m.prepared = append(m.prepared, name)
+			}
+		case op == 15 && pin():
+			name := fmt.Sprintf("iso_cur%d", r.IntN(2))
+			if slices.Contains(m.cursors, name) {
+				var got string
+				err = c.QueryRow(ctx, "FETCH ABSOLUTE 1 FROM "+name, pgx.QueryExecModeSimpleProtocol).Scan(&got)
+				if err == nil && got != fmt.Sprintf("c%d", id) {
+					fail("client %d: FETCH from %s gives %q", id, name, got)
+				}
+				if err == nil {
+					err = run("CLOSE "+name, false)
+					m.cursors = slices.DeleteFunc(m.cursors, func(s string) bool { return s == name })
+				}
+			} else {
+				err = run(fmt.Sprintf("DECLARE %s SCROLL CURSOR WITH HOLD FOR SELECT 'c%d'", name, id), false)
+				m.cursors = append(m.cursors, name)
+			}
+		case op == 16 && pin():
+			if !hasSeq {
+				err = run("CREATE TEMP SEQUENCE iso_seq", false)
+				hasSeq = true
+				m.temps++
+			}
+			var a, b int64
+			if err == nil {
+				err = c.QueryRow(ctx, "SELECT nextval('pg_temp.iso_seq')").Scan(&a)
+			}
+			if err == nil {
+				err = c.QueryRow(ctx, "SELECT currval('pg_temp.iso_seq')").Scan(&b)
+				if err == nil && a != b {
+					fail("client %d: currval %d after nextval %d", id, b, a)
+				}
+			}
+		case op == 17 && isoSharedSequences:
+			// nextval of a shared sequence, then currval: this session's
+			// value, whatever connection it is on.
+			var a, b int64
+			if err = c.QueryRow(ctx, "SELECT nextval('iso_shared_seq')").Scan(&a); err == nil {
+				err = c.QueryRow(ctx, "SELECT currval('iso_shared_seq')").Scan(&b)
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Code == "0A000" {
+					err = nil // refused: it cannot be sure which connection's value it would read
+				} else if err == nil && a != b {
+					fail("client %d: currval(iso_shared_seq) %d after its nextval %d", id, b, a)
+				}
+			}
+		default:
+			var got string
+			err = c.QueryRow(ctx, "iso_q", "x").Scan(&got)
+			if err == nil && got != fmt.Sprintf("x-c%d", id) {
+				fail("client %d: its prepared statement iso_q gives %q", id, got)
+			}
+		}
+		if err != nil {
+			fail("client %d: %v\nhistory:\n  %s", id, err, strings.Join(history, "\n  "))
+			return
+		}
+		got := isoRead(ctx, c, r.IntN(2) == 0)
+		if got.err != nil {
+			fail("client %d: reading its state: %v", id, got.err)
+			return
+		}
+		if want := m.String(); got.state != want {
+			fail("client %d sees\n  %s\nwant\n  %s\nhistory:\n  %s", id, got.state, want, strings.Join(history, "\n  "))
+			return
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package coordinator
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// Views, materialized views, rules, functions, procedures and DO blocks run
+// on the default node, where a distributed or reference table is an empty
+// (or stale) local table: a view over it would silently answer from that
+// table. Until the planner plans through them, pgfleet refuses to make such
+// objects (their text names a catalog table) and refuses to distribute a
+// table that existing views or functions use. What is not covered: objects
+// made on a worker directly, and function bodies that build the table's
+// name at run time (EXECUTE of a computed string).
+
+// hiddenKind names what a statement creates or runs whose body is not
+// planned by pgfleet ("" if none).
+func hiddenKind(w []string) string {
+	at := func(i int) string {
+		if i < len(w) {
+			return strings.ToUpper(w[i])
+		}
+		return ""
+	}
+	switch at(0) {
+	case "DO":
+		return "a DO block"
+	case "CREATE":
+	default:
+		return ""
+	}
+	i := 1
+	if at(1) == "OR" && at(2) == "REPLACE" {
+		i = 3
+	}
+	for at(i) == "TEMP" || at(i) == "TEMPORARY" || at(i) == "RECURSIVE" || at(i) == "CONSTRAINT" {
+		i++
+	}
+	switch at(i) {
+	case "VIEW":
+		return "a view"
+	case "MATERIALIZED":
+		return "a materialized view"
+	case "FUNCTION":
+		return "a function"
+	case "PROCEDURE":
+		return "a procedure"
+	case "RULE":
+		return "a rule"
+	case "TRIGGER":
+		return "a trigger"
+	}
+	return ""
+}
+
+// tableWords is a catalog snapshot's table names without schema, lower
+// case, made once per snapshot.
+type tableWords struct {
+	snap  *metadata.Snapshot
+	names map[string]string // bare name -> schema-qualified name
+}
+
+var tableWordsCache atomic.Pointer[tableWords]
+
+func catalogWords(snap *metadata.Snapshot) map[string]string {
+	if tw := tableWordsCache.Load(); tw != nil && tw.snap == snap {
+		return tw.names
+	}
+	m := make(map[string]string, len(snap.Tables))
+	for name := range snap.Tables {
+		bare := name
+		if i := strings.LastIndexByte(name, '.'); i >= 0 {
+			bare = name[i+1:]
+		}
+		m[strings.ToLower(strings.Trim(bare, `"`))] = name
+	}
+	tableWordsCache.Store(&tableWords{snap: snap, names: m})
+	return m
+}
+
+// mentionedTable returns a catalog table whose name appears as a word
+// anywhere in sql, bodies and strings included (conservative), or "".
+func mentionedTable(sql string, names map[string]string) string {
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		if !isIdentStart(c) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(sql) && isIdentChar(sql[j]) && sql[j] != '$' {
+			j++
+		}
+		if j == i {
+			j++
+		}
+		if t, ok := names[strings.ToLower(sql[i:j])]; ok {
+			return t
+		}
+		i = j
+	}
+	return ""
+}
+
+// refuseHidden refuses a statement that makes (or runs) a view, function,
+// procedure, rule, trigger or DO block naming a distributed or reference
+// table.
+func (ss *session) refuseHidden(sql string) error {
+	if !ss.routes {
+		return nil
+	}
+	snap := ss.srv.catalog.Load()
+	if snap == nil || len(snap.Tables) == 0 {
+		return nil
+	}
+	lx := lexer{s: sql}
+	for {
+		n, start, end, more := lx.statement()
+		if n > 0 {
+			kind := hiddenKind(lx.words[:n])
+			if kind == "" && lx.sawSQLText {
+				kind = "a query given as text (query_to_xml and the like)"
+			}
+			lx.sawSessionFunc, lx.sawUserCall, lx.sawSQLText = "", false, false
+			if kind != "" {
+				if t := mentionedTable(sql[start:end], catalogWords(snap)); t != "" {
+					return pgerr.New(pgerr.FeatureNotSupported,
+						"%s over the distributed or reference table %s is not supported: it would read the table's empty copy on the default node", kind, t).
+						WithHint("Query the table directly; pgfleet does not plan through views, functions, rules, triggers or DO blocks yet.")
+				}
+			}
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// refuseDependents refuses to distribute (or make a reference table of) a
+// table that views, materialized views, rules or functions on the default
+// node already use: after the move they would read its empty local copy.
+func refuseDependents(ctx context.Context, home *pgx.Conn, table string) error {
+	var views, funcs *string
+	err := home.QueryRow(ctx, `
+SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
+           AND d.refobjid = t.oid AND r.ev_class <> t.oid),
+       (SELECT string_agg(DISTINCT p.oid::regprocedure::text, ', ')
+          FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
+           AND (p.prosrc ~* ('\m' || t.relname || '\M')
+                OR EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+                           AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid)))
+  FROM pg_catalog.pg_class t WHERE t.oid = pg_catalog.to_regclass($1)`, table).Scan(&views, &funcs)
+	if err == pgx.ErrNoRows {
+		return nil // the function itself reports a missing table
+	}
+	if err != nil {
+		return err
+	}
+	if views != nil {
+		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the views %s use it, and would read its empty local copy", table, *views).
+			WithHint("Drop the views first and query the table directly; pgfleet does not plan through views yet.")
+	}
+	if funcs != nil {
+		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the functions %s name it, and would read its empty local copy", table, *funcs).
+			WithHint("Drop the functions first; pgfleet does not plan through functions yet.")
+	}
+	return nil
+}

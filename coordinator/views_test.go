@@ -1,0 +1,93 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// Views, materialized views, functions and DO blocks run on the default
+// node, where a distributed table is an empty local table: pgfleet refuses
+// to make them over a distributed or reference table, and refuses to
+// distribute a table that views or functions already use, so no client
+// silently gets the empty table's answer (class 10 of issue 8).
+func TestViewsAndFunctionsOverDistributedTables(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	var vals []string
+	for i := 1; i <= 10; i++ {
+		vals = append(vals, fmt.Sprintf("(%d, %d)", i, i*10))
+	}
+	testTable(t, c, "v10_d", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('v10_d', 'id', shard_count => 4)")
+	testTable(t, c, "v10_r", "(id int PRIMARY KEY, v int)", "SELECT create_reference_table('v10_r')")
+	exec(t, c, "INSERT INTO v10_d (id, v) VALUES "+strings.Join(vals, ", "), simple)
+	exec(t, c, "INSERT INTO v10_r (id, v) VALUES "+strings.Join(vals, ", "), simple)
+	cleanup := func(qs ...string) {
+		t.Cleanup(func() {
+			for _, q := range qs {
+				_, _ = c.Exec(ctx, q, simple)
+			}
+		})
+	}
+	cleanup("DROP VIEW IF EXISTS v10_view", "DROP MATERIALIZED VIEW IF EXISTS v10_mv", "DROP FUNCTION IF EXISTS v10_f(int)",
+		"DROP FUNCTION IF EXISTS v10_g(int)", "DROP PROCEDURE IF EXISTS v10_p()")
+
+	for _, q := range []string{
+		"CREATE VIEW v10_view AS SELECT count(*) FROM v10_d",
+		"CREATE OR REPLACE TEMP VIEW v10_view AS SELECT * FROM public.v10_d",
+		"CREATE VIEW v10_view AS SELECT * FROM v10_r",
+		"CREATE MATERIALIZED VIEW v10_mv AS SELECT * FROM v10_d",
+		"CREATE FUNCTION v10_f(k int) RETURNS int LANGUAGE sql AS 'SELECT v FROM v10_d WHERE id = k'",
+		"CREATE FUNCTION v10_g(k int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN (SELECT v FROM \"v10_d\" WHERE id = k); END $$",
+		"CREATE FUNCTION v10_f(k int) RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT v FROM v10_d WHERE id = k; END",
+		"CREATE PROCEDURE v10_p() LANGUAGE sql AS $$ DELETE FROM v10_r $$",
+		"DO $$ BEGIN IF (SELECT count(*) FROM v10_d) = 0 THEN RAISE EXCEPTION 'empty'; END IF; END $$",
+		"SELECT query_to_xml('SELECT count(*) FROM v10_d', false, false, '')",
+		"SELECT pg_catalog.table_to_xml('public.v10_r', false, false, '')",
+	} {
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+			if _, err := c.Exec(ctx, q, mode); sqlState(err) != "0A000" {
+				t.Errorf("%s (%v): %v, want 0A000", q, mode, err)
+			}
+		}
+	}
+	// Over ordinary tables they work as before.
+	exec(t, c, "DROP TABLE IF EXISTS v10_l CASCADE", simple)
+	exec(t, c, "CREATE TABLE v10_l (id int PRIMARY KEY, v int)", simple)
+	exec(t, c, "INSERT INTO v10_l (id, v) VALUES "+strings.Join(vals, ", "), simple)
+	cleanup("DROP TABLE IF EXISTS v10_l CASCADE", "DROP FUNCTION IF EXISTS v10_lf(int)")
+	exec(t, c, "CREATE VIEW v10_lview AS SELECT count(*) AS n FROM v10_l", simple)
+	if got := queryString(t, c, "SELECT n::text FROM v10_lview"); got != "10" {
+		t.Fatalf("view over a local table: %s", got)
+	}
+	// A table that a view uses is not distributed: the view would read
+	// the empty local table afterwards.
+	if _, err := c.Exec(ctx, "SELECT create_distributed_table('v10_l', 'id')", simple); sqlState(err) != "0A000" {
+		t.Errorf("distributing a table a view uses: %v, want 0A000", err)
+	}
+	if got := queryString(t, c, "SELECT n::text FROM v10_lview"); got != "10" {
+		t.Errorf("the view after the refused distribution: %s", got)
+	}
+	exec(t, c, "DROP VIEW v10_lview", simple)
+	// Nor one that a function names.
+	exec(t, c, "CREATE FUNCTION v10_lf(k int) RETURNS int LANGUAGE sql AS 'SELECT v FROM v10_l WHERE id = k'", simple)
+	for _, f := range []string{"create_distributed_table('v10_l', 'id')", "create_reference_table('v10_l')"} {
+		if _, err := c.Exec(ctx, "SELECT "+f, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s with a function naming the table: %v, want 0A000", f, err)
+		}
+	}
+	if got := queryString(t, c, "SELECT v10_lf(2)::text"); got != "20" {
+		t.Errorf("v10_lf(2) = %s", got)
+	}
+	exec(t, c, "DROP FUNCTION v10_lf(int)", simple)
+	exec(t, c, "SELECT create_distributed_table('v10_l', 'id')", simple)
+	exec(t, c, "SELECT undistribute_table('v10_l')", simple)
+}
