@@ -114,30 +114,8 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		return ss.queryError(err)
 	}
 	s.setCatalog(snap)
-	if conns != nil {
-		if err := guard(ctx, conns[s.defaultNode.Load()], arg(0, "table_name", ""), p.Func != "undistribute_table"); err != nil {
-			return ss.queryError(err)
-		}
-	}
 	ss.writeRows([]string{p.Func}, []uint32{oidVoid}, [][]string{{""}})
 	return nil
-}
-
-// guard adds (or removes) the trigger that makes the default node's table
-// of a distributed table refuse writes from coordinators with a stale
-// catalog.
-func guard(ctx context.Context, home *pgx.Conn, table string, on bool) error {
-	var name string
-	if err := home.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1)::text", table).Scan(&name); err != nil {
-		return err
-	}
-	sql := "DROP TRIGGER IF EXISTS " + guardTrigger + " ON " + name
-	if on {
-		sql = "CREATE TRIGGER " + guardTrigger + " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + name +
-			" FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.distributed_table_guard()"
-	}
-	_, err := home.Exec(ctx, sql)
-	return err
 }
 
 // nodeConns opens a connection to every active node as the session's user;

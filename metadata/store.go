@@ -71,6 +71,16 @@ CREATE TABLE IF NOT EXISTS pgfleet.transaction_decisions (
 	decided_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS transaction_decisions_decided_at ON pgfleet.transaction_decisions (decided_at);
+-- The guard trigger's function: the default node's table of a distributed or
+-- reference table refuses writes that do not come from pgfleet itself.
+CREATE OR REPLACE FUNCTION pgfleet.distributed_table_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_setting('pgfleet.internal', true) = 'on' THEN
+    RETURN NULL;
+  END IF;
+  RAISE EXCEPTION 'table % is distributed, and this write reached its empty table on the first worker', TG_TABLE_NAME
+    USING ERRCODE = '40001', HINT = 'The coordinator had not seen the table''s distribution yet; retry the statement.';
+END $$;
 `
 
 // Store is the durable catalog, kept in schema pgfleet of a metadata
