@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -107,4 +108,80 @@ func TestWritesDuringDistribution(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCopyWhere loads rows with COPY ... FROM STDIN WHERE into a
+// distributed and a reference table: the rows stored and the command tag
+// are plain PostgreSQL's.
+func TestCopyWhere(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	testTable(t, c, "cw_d", "(id bigint PRIMARY KEY, v int, s text)", "SELECT create_distributed_table('cw_d', 'id', shard_count => 4)")
+	testTable(t, c, "cw_r", "(id bigint PRIMARY KEY, v int, s text)", "SELECT create_reference_table('cw_r')")
+	plain := connect(t, cl.Servers[1].Addr())
+	exec(t, plain, "DROP TABLE IF EXISTS cw_plain")
+	exec(t, plain, "CREATE TABLE cw_plain (id bigint PRIMARY KEY, v int, s text)")
+	t.Cleanup(func() { _, _ = plain.Exec(context.Background(), "DROP TABLE IF EXISTS cw_plain") })
+	var data strings.Builder
+	for i := 1; i <= 40; i++ {
+		if i%7 == 0 {
+			fmt.Fprintf(&data, "%d\t\\N\tn%d\n", i, i)
+		} else {
+			fmt.Fprintf(&data, "%d\t%d\ts%d\n", i, i, i)
+		}
+	}
+	for _, where := range []string{"v > 15", "v > 15 AND s LIKE 's2%'", "v IS NULL OR id < 3", "false"} {
+		exec(t, plain, "TRUNCATE cw_plain")
+		want, err := plain.PgConn().CopyFrom(ctx, strings.NewReader(data.String()), "COPY cw_plain FROM STDIN WHERE "+where)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRows := tableRows(t, plain, "SELECT id, v, s FROM cw_plain ORDER BY id")
+		for _, table := range []string{"cw_d", "cw_r"} {
+			exec(t, c, "TRUNCATE "+table, pgx.QueryExecModeSimpleProtocol)
+			got, err := c.PgConn().CopyFrom(ctx, strings.NewReader(data.String()), "COPY "+table+" FROM STDIN WHERE "+where)
+			if err != nil {
+				t.Fatalf("COPY %s WHERE %s: %v", table, where, err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("COPY %s WHERE %s: tag %q, PostgreSQL %q", table, where, got, want)
+			}
+			gotRows := tableRows(t, c, "SELECT id, v, s FROM "+table+" ORDER BY id")
+			if gotRows != wantRows {
+				t.Errorf("COPY %s WHERE %s stored\n%s\nPostgreSQL:\n%s", table, where, gotRows, wantRows)
+			}
+		}
+	}
+}
+
+// tableRows runs a query in the simple protocol and returns its rows as
+// text, one line each, NULL as -.
+func tableRows(t *testing.T, c *pgx.Conn, sql string) string {
+	t.Helper()
+	res, err := c.PgConn().Exec(context.Background(), sql).ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	var b strings.Builder
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatalf("%s: %v", sql, r.Err)
+		}
+		for _, row := range r.Rows {
+			for i, v := range row {
+				if i > 0 {
+					b.WriteByte('|')
+				}
+				if v == nil {
+					b.WriteByte('-')
+				} else {
+					b.Write(v)
+				}
+			}
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }

@@ -152,6 +152,14 @@ type CopyOptions struct {
 	Null      *string  `json:"null,omitempty"`
 	Quote     string   `json:"quote,omitempty"`
 	Escape    string   `json:"escape,omitempty"`
+	// Encoding is the ENCODING option: the encoding of the client's data.
+	Encoding string `json:"encoding,omitempty"`
+	// Where is the COPY's WHERE condition, deparsed, which the shards'
+	// COPY statements apply ("" when none).
+	Where string `json:"where,omitempty"`
+	// WhereNode is the WHERE condition's parse tree, for checks that need
+	// its function calls.
+	WhereNode *pg_query.Node `json:"-"`
 }
 
 // unsupported is the error for SQL pgfleet cannot run correctly yet.
@@ -927,10 +935,24 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 			o.Quote = val
 		case "escape":
 			o.Escape = val
-		case "encoding", "freeze":
+		case "encoding":
+			o.Encoding = val
+		case "freeze":
 		default:
 			return nil, unsupported("COPY option %s into %s is not supported yet", d.Defname, t.Name)
 		}
+	}
+	if c.WhereClause != nil {
+		sel := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{WhereClause: c.WhereClause}}}
+		text, err := deparse(b.tree.Version, sel)
+		if err != nil {
+			return nil, err
+		}
+		where, ok := strings.CutPrefix(text, "SELECT WHERE ")
+		if !ok {
+			return nil, pgerr.New(pgerr.Internal, "cannot deparse the WHERE of COPY into %s: %q", t.Name, text)
+		}
+		o.Where, o.WhereNode = where, c.WhereClause
 	}
 	return &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}, nil
 }

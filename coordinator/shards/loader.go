@@ -29,7 +29,8 @@ type Loader struct {
 	split   rowSplitter
 	g       *group
 	nodes   *nodes
-	rows    int64
+	rows    int64 // rows read from the client
+	stored  int64 // rows the shards stored (the first copy's, for a reference table)
 }
 
 // NewLoader prepares a load. columns is the COPY's column list (empty: all
@@ -142,13 +143,26 @@ func (l *Loader) flush(ctx context.Context, idx int) error {
 	if len(l.bufs[idx]) == 0 {
 		return nil
 	}
-	for _, node := range l.shards[idx].Nodes {
+	var first int64
+	for i, node := range l.shards[idx].Nodes {
 		tx, err := l.g.begin(ctx, node)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.conn.PgConn().CopyFrom(ctx, bytes.NewReader(l.bufs[idx]), l.copySQL[idx]); err != nil {
+		tag, err := tx.conn.PgConn().CopyFrom(ctx, bytes.NewReader(l.bufs[idx]), l.copySQL[idx])
+		if err != nil {
 			return l.nodes.wrap(err, "COPY into shard %s_%d on node %s", l.table.Name, l.shards[idx].ID, l.nodes.describe(node))
+		}
+		// The rows stored, which a WHERE may make fewer than those sent;
+		// every copy of a reference table stores the same rows.
+		if i == 0 {
+			l.stored += tag.RowsAffected()
+		} else if n := tag.RowsAffected(); n != first {
+			return pgerr.New(pgerr.Internal, "copies of shard %s_%d differ: %d rows stored on node %s, %d on the first",
+				l.table.Name, l.shards[idx].ID, n, l.nodes.describe(node), first)
+		}
+		if i == 0 {
+			first = tag.RowsAffected()
 		}
 	}
 	l.bufs[idx] = l.bufs[idx][:0]
@@ -156,7 +170,8 @@ func (l *Loader) flush(ctx context.Context, idx int) error {
 }
 
 // Finish writes what is buffered and commits on every node. It returns the
-// number of rows loaded.
+// number of rows stored, as the COPY's command tag counts them (a WHERE
+// clause may skip some).
 func (l *Loader) Finish(ctx context.Context) (int64, error) {
 	if err := l.drain(ctx, true); err != nil {
 		return 0, err
@@ -172,7 +187,7 @@ func (l *Loader) Finish(ctx context.Context) (int64, error) {
 	if err := l.g.commit(ctx); err != nil {
 		return 0, err
 	}
-	return l.rows, nil
+	return l.stored, nil
 }
 
 // Abort rolls back everything written so far.
