@@ -153,6 +153,21 @@ func (ss *session) openNodeConns(ctx context.Context) (map[int32]*pgx.Conn, erro
 			return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", n.Addr(), err)
 		}
 		conns[n.ID] = c
+		// The connection runs the client's SQL and data on the session's
+		// behalf: it reads them under the session's settings (TimeZone,
+		// DateStyle, standard_conforming_strings, search_path, ...) and,
+		// with default_transaction_read_only, refuses writes (25006) as
+		// PostgreSQL would.
+		if ss.params.key != "" {
+			if _, err := c.Exec(ctx, ss.params.key); err != nil {
+				for _, o := range conns {
+					_ = o.Close(ctx)
+				}
+				fe := pgerr.Flatten(err)
+				return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
+					Message: "cannot apply session settings on worker " + n.Addr() + ": " + fe.Message}
+			}
+		}
 	}
 	return conns, nil
 }

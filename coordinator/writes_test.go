@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -184,4 +185,74 @@ func tableRows(t *testing.T, c *pgx.Conn, sql string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestSessionSettingsReachDistributedWrites writes through every path that
+// runs on dedicated worker connections (multi-row INSERT over several
+// shards, COPY, reference-table writes in both protocols, DDL) under a
+// session's TimeZone and DateStyle: values are read as PostgreSQL reads
+// them in that session; under default_transaction_read_only every write is
+// refused with 25006.
+func TestSessionSettingsReachDistributedWrites(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "ss_d", "(id bigint PRIMARY KEY, ts timestamptz, d date)", "SELECT create_distributed_table('ss_d', 'id', shard_count => 4)")
+	testTable(t, c, "ss_r", "(id bigint PRIMARY KEY, ts timestamptz, d date)", "SELECT create_reference_table('ss_r')")
+	exec(t, c, "SET TimeZone = 'America/New_York'", simple)
+	exec(t, c, "SET DateStyle = 'ISO, DMY'", simple)
+	exec(t, c, "INSERT INTO ss_d (id, ts, d) VALUES (1, '2020-01-01 00:00', '01/02/2020'), (2, '2020-01-01 00:00', '01/02/2020'), (3, '2020-01-01 00:00', '01/02/2020'), (4, '2020-01-01 00:00', '01/02/2020')", simple)
+	exec(t, c, "INSERT INTO ss_r (id, ts, d) VALUES (1, '2020-01-01 00:00', '01/02/2020')", simple)
+	exec(t, c, "INSERT INTO ss_r (id, ts, d) VALUES ($1, $2::text::timestamptz, $3::text::date)", int64(2), "2020-01-01 00:00", "01/02/2020")
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("5\t2020-01-01 00:00\t01/02/2020\n6\t2020-01-01 00:00\t01/02/2020\n7\t2020-01-01 00:00\t01/02/2020\n"), "COPY ss_d FROM STDIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("3\t2020-01-01 00:00\t01/02/2020\n"), "COPY ss_r FROM STDIN"); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c, "ALTER TABLE ss_d ADD COLUMN d2 date DEFAULT '03/04/2020'", simple)
+	exec(t, c, "ALTER TABLE ss_r ADD COLUMN d2 date DEFAULT '03/04/2020'", simple)
+
+	wantTS := time.Date(2020, 1, 1, 5, 0, 0, 0, time.UTC)
+	wantD := time.Date(2020, 2, 1, 0, 0, 0, 0, time.UTC)
+	wantD2 := time.Date(2020, 4, 3, 0, 0, 0, 0, time.UTC)
+	r := connect(t, srv.Addr())
+	for table, ids := range map[string]int{"ss_d": 7, "ss_r": 3} {
+		for id := 1; id <= ids; id++ {
+			var ts, d, d2 time.Time
+			if err := r.QueryRow(ctx, "SELECT ts, d, d2 FROM "+table+" WHERE id = $1", id).Scan(&ts, &d, &d2); err != nil {
+				t.Fatalf("%s %d: %v", table, id, err)
+			}
+			if !ts.Equal(wantTS) || !d.Equal(wantD) || !d2.Equal(wantD2) {
+				t.Errorf("%s row %d: ts %v, d %v, d2 %v; want %v, %v, %v", table, id, ts.UTC(), d, d2, wantTS, wantD, wantD2)
+			}
+		}
+	}
+
+	exec(t, c, "SET default_transaction_read_only = on", simple)
+	for _, q := range []string{
+		"INSERT INTO ss_d (id) VALUES (11), (12), (13), (14)",
+		"INSERT INTO ss_r (id) VALUES (11)",
+		"UPDATE ss_r SET d = NULL",
+		"ALTER TABLE ss_d ADD COLUMN x int",
+	} {
+		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "25006" {
+			t.Errorf("%s under default_transaction_read_only: %v, want 25006", q, err)
+		}
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO ss_r (id) VALUES ($1)", 11); sqlState(err) != "25006" {
+		t.Errorf("extended reference insert under default_transaction_read_only: %v, want 25006", err)
+	}
+	for _, table := range []string{"ss_d", "ss_r"} {
+		if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("21\t\\N\t\\N\n"), "COPY "+table+" (id, ts, d) FROM STDIN"); sqlState(err) != "25006" {
+			t.Errorf("COPY %s under default_transaction_read_only: %v, want 25006", table, err)
+		}
+	}
+	var n int
+	if err := r.QueryRow(ctx, "SELECT count(*) FROM ss_d WHERE id > 10", simple).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows written under read-only (%v)", n, err)
+	}
+	exec(t, c, "RESET default_transaction_read_only", simple)
 }
