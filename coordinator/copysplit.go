@@ -38,6 +38,11 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
 	defer cancel()
+	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Reference {
+		if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
+			return ss.queryError(err)
+		}
+	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {

@@ -198,6 +198,9 @@ func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
 func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
+		return ss.queryError(err)
+	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
@@ -329,6 +332,7 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 	}) {
 		return false, nil
 	}
+	ss.srv.ddlEpoch.Add(1) // CREATE FUNCTION, ALTER TABLE ... SET DEFAULT, ...
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	tables, err := shards.DDLTables(ctx, nil, sql, snap)

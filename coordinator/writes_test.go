@@ -256,3 +256,92 @@ func TestSessionSettingsReachDistributedWrites(t *testing.T) {
 	}
 	exec(t, c, "RESET default_transaction_read_only", simple)
 }
+
+// TestReferenceWritesStayIdentical: writes to a reference table whose
+// values each copy would compute on its own (volatile and stable functions,
+// CURRENT_TIMESTAMP, 'now', non-immutable defaults) are refused with
+// 0A000 in both protocols, in and outside transaction blocks, and through
+// COPY; immutable ones run; every worker's copy is the same afterwards.
+func TestReferenceWritesStayIdentical(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "mv_r", "(id int PRIMARY KEY, v float8, t timestamptz, u uuid, s text)", "SELECT create_reference_table('mv_r')")
+	testTable(t, c, "mv_d", "(id int PRIMARY KEY, created timestamptz DEFAULT now(), u uuid DEFAULT gen_random_uuid(), note text DEFAULT 'x')", "SELECT create_reference_table('mv_d')")
+	exec(t, c, "CREATE OR REPLACE FUNCTION mv_f() RETURNS float8 LANGUAGE sql VOLATILE AS 'SELECT random()'", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS mv_f()", simple) })
+	refused := []string{
+		"INSERT INTO mv_r (id, v) VALUES (1, random())",
+		"INSERT INTO mv_r (id, u) VALUES (2, gen_random_uuid())",
+		"INSERT INTO mv_r (id, t) VALUES (3, clock_timestamp())",
+		"INSERT INTO mv_r (id, t) VALUES (4, now())",
+		"INSERT INTO mv_r (id, t) VALUES (5, CURRENT_TIMESTAMP)",
+		"INSERT INTO mv_r (id, t) VALUES (6, 'now')",
+		"INSERT INTO mv_r (id, v) VALUES (7, mv_f())",
+		"INSERT INTO mv_r (id, v) VALUES (8, 1) ON CONFLICT (id) DO UPDATE SET v = random()",
+		"UPDATE mv_r SET v = random()",
+		"UPDATE mv_r SET t = now() + interval '1 day'",
+		"DELETE FROM mv_r WHERE v < random()",
+		"INSERT INTO mv_d (id) VALUES (1)",
+		"INSERT INTO mv_d (id, created) VALUES (2, '2020-01-01')",
+		"INSERT INTO mv_d VALUES (3, '2020-01-01')",
+		"INSERT INTO mv_d VALUES (4, '2020-01-01', DEFAULT, 'y')",
+		"UPDATE mv_d SET created = DEFAULT",
+	}
+	for _, q := range refused {
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+			if _, err := c.Exec(ctx, q, mode); sqlState(err) != "0A000" {
+				t.Errorf("%s (%v): %v, want 0A000", q, mode, err)
+			}
+			exec(t, c, "BEGIN", simple)
+			if _, err := c.Exec(ctx, q, mode); sqlState(err) != "0A000" {
+				t.Errorf("%s (%v) in a transaction block: %v, want 0A000", q, mode, err)
+			}
+			exec(t, c, "ROLLBACK", simple)
+		}
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO mv_r (id, t) VALUES ($1, $2)", 9, "now"); sqlState(err) != "0A000" {
+		t.Errorf("'now' as a text parameter: %v, want 0A000", err)
+	}
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("10\tnow\n"), "COPY mv_r (id, t) FROM STDIN"); sqlState(err) != "0A000" {
+		t.Errorf("COPY of 'now': %v, want 0A000", err)
+	}
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("11\n"), "COPY mv_d (id) FROM STDIN"); sqlState(err) != "0A000" {
+		t.Errorf("COPY taking the now() and gen_random_uuid() defaults: %v, want 0A000", err)
+	}
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("12\n"), "COPY mv_r (id) FROM STDIN WHERE random() < 0.5"); sqlState(err) != "0A000" {
+		t.Errorf("COPY WHERE random(): %v, want 0A000", err)
+	}
+	// Immutable expressions and defaults run.
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		exec(t, c, "DELETE FROM mv_r", mode)
+		exec(t, c, "INSERT INTO mv_r (id, v, s, t) VALUES (20, abs(-1.5), upper('a'), '2020-01-01 00:00'::timestamptz + interval '1 hour')", mode)
+		exec(t, c, "UPDATE mv_r SET v = v + 1 WHERE id = 20", mode)
+		exec(t, c, "BEGIN", simple)
+		exec(t, c, "UPDATE mv_r SET v = v + 1 WHERE id = 20", mode)
+		exec(t, c, "COMMIT", simple)
+		exec(t, c, "INSERT INTO mv_d (id, created, u) VALUES (20, '2020-01-01', '6ba7b810-9dad-11d1-80b4-00c04fd430c8') ON CONFLICT DO NOTHING", mode)
+	}
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("21\t2020-01-01\t6ba7b810-9dad-11d1-80b4-00c04fd430c8\n"), "COPY mv_d (id, created, u) FROM STDIN"); err != nil {
+		t.Errorf("COPY with every non-immutable default given: %v", err)
+	}
+	if got := queryString(t, c, "SELECT v::text FROM mv_r WHERE id = 20"); got != "3.5" {
+		t.Errorf("v = %s, want 3.5", got)
+	}
+	for _, table := range []string{"mv_r", "mv_d"} {
+		var shard string
+		meta := connect(t, cl.Servers[0].Addr())
+		if err := meta.QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = $1", "public."+table).Scan(&shard); err != nil {
+			t.Fatal(err)
+		}
+		var copies []string
+		for _, s := range cl.Servers {
+			copies = append(copies, tableRows(t, connect(t, s.Addr()), "SELECT * FROM "+table+"_"+shard+" ORDER BY id"))
+		}
+		if copies[0] != copies[1] || copies[0] == "" {
+			t.Errorf("copies of %s differ:\n%s\n---\n%s", table, copies[0], copies[1])
+		}
+	}
+}

@@ -135,6 +135,10 @@ type Plan struct {
 	Func      string            `json:"func,omitempty"`
 	Args      []string          `json:"args,omitempty"`
 	NamedArgs map[string]string `json:"named_args,omitempty"`
+	// Mutability: what a write to a reference table (ReferenceWrite, or
+	// CopyIn into one) calls and which defaults it takes, which decide
+	// whether every copy would store the same values; nil when nothing.
+	Mutability *Mutability `json:"mutability,omitempty"`
 	// Scatter: how a multi-shard SELECT runs and merges (MultiShard).
 	Scatter *Scatter `json:"scatter,omitempty"`
 	// ShardSQL is the statement rewritten for each shard index (router and
@@ -420,6 +424,11 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		if !readOnly && p.Kind == ReferenceRead {
 			p.Kind = ReferenceWrite // SELECT ... FOR UPDATE locks rows on every copy
+		}
+		if p.Kind == ReferenceWrite && stmt.GetSelectStmt() == nil {
+			if p.Mutability = mutability(stmt); p.Mutability != nil && p.Mutability.Defaults && target != nil {
+				p.Mutability.Table = target.Name
+			}
 		}
 		sql, err := b.rewrite(stmt, -1)
 		if err != nil {
@@ -954,7 +963,22 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		o.Where, o.WhereNode = where, c.WhereClause
 	}
-	return &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}, nil
+	p := &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}
+	if t.Kind == metadata.Reference {
+		var m Mutability
+		if o.WhereNode != nil {
+			if w := mutability(o.WhereNode); w != nil {
+				m = *w
+			}
+		}
+		if len(o.Columns) > 0 {
+			m.Defaults, m.Listed, m.Table = true, o.Columns, t.Name
+		}
+		if m.Defaults || len(m.Funcs) > 0 || len(m.Ops) > 0 || m.Fixed != "" {
+			p.Mutability = &m
+		}
+	}
+	return p, nil
 }
 
 // explainPlan plans EXPLAIN of a statement as that statement, with the
