@@ -232,6 +232,7 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 		return defaultPlan, nil, nil
 	}
 	if norm, lits, ok := liftLiterals(sql); ok {
+		norm, lits = collapseLists(norm, lits)
 		// The lifted form is used only if it plans and every literal goes
 		// back exactly where it came from; else the text is planned as is
 		// (-7 lifts to -$1, which is not a value the router can read).
