@@ -397,3 +397,67 @@ func TestLargeInList(t *testing.T) {
 		t.Errorf("three 100,000-item IN lists allocated %d MiB in the test process", alloc>>20)
 	}
 }
+
+// TestDistributeTableWithUserTypes distributes tables whose columns use an
+// enum type, a domain over it, an array of it and a collation created
+// through the coordinator (which exist only on the first worker): the
+// shards on the other worker get them, and rows on keys of both workers
+// read back.
+func TestDistributeTableWithUserTypes(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	drop := func() {
+		for _, s := range cl.Servers {
+			w := connect(t, s.Addr())
+			_, _ = w.Exec(ctx, "DROP TABLE IF EXISTS ty_t, ty_r")
+			_, _ = w.Exec(ctx, "DROP DOMAIN IF EXISTS ty_happyish")
+			_, _ = w.Exec(ctx, "DROP TYPE IF EXISTS ty_mood")
+			_, _ = w.Exec(ctx, "DROP COLLATION IF EXISTS ty_c")
+		}
+	}
+	drop()
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('ty_t')", simple)
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('ty_r')", simple)
+		drop()
+	})
+	exec(t, c, "CREATE TYPE ty_mood AS ENUM ('sad', 'ok', 'it''s happy')", simple)
+	exec(t, c, "CREATE DOMAIN ty_happyish AS ty_mood CHECK (VALUE <> 'sad')", simple)
+	exec(t, c, `CREATE COLLATION ty_c (provider = libc, locale = 'C')`, simple)
+	exec(t, c, "CREATE TABLE ty_t (id bigint PRIMARY KEY, m ty_mood, h ty_happyish, ms ty_mood[], s text COLLATE ty_c)", simple)
+	exec(t, c, "CREATE TABLE ty_r (id bigint PRIMARY KEY, m ty_mood)", simple)
+	exec(t, c, "INSERT INTO ty_t VALUES (1, 'sad', 'ok', '{sad,ok}', 'a'), (2, 'ok', 'it''s happy', '{}', 'b')", simple)
+	exec(t, c, "INSERT INTO ty_r VALUES (1, 'sad'), (2, 'ok')", simple)
+	exec(t, c, "SELECT create_distributed_table('ty_t', 'id', shard_count => 4)", simple)
+	exec(t, c, "SELECT create_reference_table('ty_r')", simple)
+	for id := int64(3); id <= 20; id++ {
+		exec(t, c, "INSERT INTO ty_t (id, m, h, ms, s) VALUES ($1, 'it''s happy', 'ok', '{ok}', 'x')", id)
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO ty_t (id, h) VALUES (21, 'sad')"); sqlState(err) != "23514" {
+		t.Errorf("domain CHECK on a shard: %v, want 23514", err)
+	}
+	_, _, nodes := shardRows(t, cl.Servers[0].Addr(), "public.ty_t", "id")
+	if nodes != 2 {
+		t.Fatalf("shards on %d nodes, want 2", nodes)
+	}
+	for id := int64(1); id <= 20; id++ {
+		var m, h, s string
+		if err := c.QueryRow(ctx, "SELECT m::text, h::text, s FROM ty_t WHERE id = $1", id).Scan(&m, &h, &s); err != nil {
+			t.Fatalf("row %d: %v", id, err)
+		}
+		if id > 2 && (m != "it's happy" || h != "ok" || s != "x") {
+			t.Errorf("row %d: %q %q %q", id, m, h, s)
+		}
+	}
+	for _, s := range cl.Servers {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = 'ty_mood'::regtype"); got != "sad,ok,it's happy" {
+			t.Errorf("ty_mood on %s: %q", s.Addr(), got)
+		}
+	}
+	if got := queryString(t, c, "SELECT r.m::text FROM ty_t d JOIN ty_r r ON r.id = d.id WHERE d.id = 2"); got != "ok" {
+		t.Errorf("join with the reference table: %q", got)
+	}
+}

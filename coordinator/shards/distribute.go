@@ -287,8 +287,9 @@ type op struct {
 	nodes    *nodes
 	home     int32
 	g        *group
-	recorded string // catalog name to remove again on failure
-	schemas  map[int32]bool
+	recorded string         // catalog name to remove again on failure
+	schemas  map[int32]bool // nodes that have the table's schema and types
+	types    []userType     // the types the table's columns use (nil: not read yet)
 }
 
 // start checks the arguments and loads the catalog.
@@ -413,6 +414,16 @@ func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node i
 	if node != o.home && !o.schemas[node] {
 		if err := ensureSchema(ctx, tx.conn, def.Schema); err != nil {
 			return o.nodes.wrap(err, "cannot create schema %q for shard %s on node %s", def.Schema, shardQual, at)
+		}
+		// The enum types, domains and collations the columns use, which
+		// exist only where they were created (the default node).
+		if o.types == nil {
+			if o.types, err = columnTypes(ctx, o.homeConn(), def.OID); err != nil {
+				return o.nodes.wrap(err, "cannot read the types of %s on node %s", def.CatalogName(), o.nodes.describe(o.home))
+			}
+		}
+		if err := ensureTypes(ctx, tx.conn, o.types); err != nil {
+			return o.nodes.wrap(err, "cannot create the types of %s for shard %s on node %s", def.CatalogName(), shardQual, at)
 		}
 		o.schemas[node] = true
 	}
