@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -64,9 +65,25 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a host name and a port", p.Func))
 		}
 		if p.Func == "citus_add_node" {
-			if snap, err = s.store.AddNode(ctx, host, pn); err == nil {
+			// Reference tables are copied to the new node as it is added.
+			conns, done, cerr := ss.nodeConns(ctx)
+			defer done()
+			if cerr != nil {
+				return ss.queryError(cerr)
+			}
+			const newKey = -1
+			if slices.ContainsFunc(slices.Collect(maps.Values(s.catalog.Load().Tables)), func(t *metadata.Table) bool {
+				return t.Kind == metadata.Reference
+			}) {
+				nc, derr := ss.dialNode(ctx, host, pn)
+				if derr != nil {
+					return ss.queryError(derr)
+				}
+				conns[newKey] = nc
+			}
+			var id int32
+			if snap, id, err = shards.AddNode(ctx, s.store, conns, s.defaultNode.Load(), newKey, host, pn); err == nil {
 				s.setCatalog(snap)
-				id := nodeID(snap, net.JoinHostPort(host, port))
 				ss.writeRows([]string{p.Func}, []uint32{oidInt4}, [][]string{{strconv.Itoa(int(id))}})
 				return nil
 			}
@@ -131,45 +148,54 @@ func (ss *session) nodeConns(ctx context.Context) (conns map[int32]*pgx.Conn, do
 
 func (ss *session) openNodeConns(ctx context.Context) (map[int32]*pgx.Conn, error) {
 	s := ss.srv
-	pw, ok := s.cfg.Users[ss.user]
-	if !ok {
-		pw = s.cfg.WorkerPassword
-	}
 	conns := map[int32]*pgx.Conn{}
 	for _, n := range s.catalog.Load().Nodes {
 		if !n.Active {
 			continue
 		}
-		cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=disable", n.Host, n.Port))
-		if err != nil {
-			return nil, err
-		}
-		cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
-		c, err := pgx.ConnectConfig(ctx, cfg)
+		c, err := ss.dialNode(ctx, n.Host, n.Port)
 		if err != nil {
 			for _, o := range conns {
 				_ = o.Close(ctx)
 			}
-			return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", n.Addr(), err)
+			return nil, err
 		}
 		conns[n.ID] = c
-		// The connection runs the client's SQL and data on the session's
-		// behalf: it reads them under the session's settings (TimeZone,
-		// DateStyle, standard_conforming_strings, search_path, ...) and,
-		// with default_transaction_read_only, refuses writes (25006) as
-		// PostgreSQL would.
-		if ss.params.key != "" {
-			if _, err := c.Exec(ctx, ss.params.key); err != nil {
-				for _, o := range conns {
-					_ = o.Close(ctx)
-				}
-				fe := pgerr.Flatten(err)
-				return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
-					Message: "cannot apply session settings on worker " + n.Addr() + ": " + fe.Message}
-			}
-		}
 	}
 	return conns, nil
+}
+
+// dialNode opens a connection to a worker as the session's user, with the
+// session's settings.
+func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Conn, error) {
+	pw, ok := ss.srv.cfg.Users[ss.user]
+	if !ok {
+		pw = ss.srv.cfg.WorkerPassword
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=disable", host, port))
+	if err != nil {
+		return nil, err
+	}
+	cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", addr, err)
+	}
+	// The connection runs the client's SQL and data on the session's
+	// behalf: it reads them under the session's settings (TimeZone,
+	// DateStyle, standard_conforming_strings, search_path, ...) and, with
+	// default_transaction_read_only, refuses writes (25006) as PostgreSQL
+	// would.
+	if ss.params.key != "" {
+		if _, err := c.Exec(ctx, ss.params.key); err != nil {
+			_ = c.Close(ctx)
+			fe := pgerr.Flatten(err)
+			return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
+				Message: "cannot apply session settings on worker " + addr + ": " + fe.Message}
+		}
+	}
+	return c, nil
 }
 
 // writeRows answers a simple query with a small text result and

@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"sort"
 	"strings"
@@ -459,5 +460,122 @@ func TestDistributeTableWithUserTypes(t *testing.T) {
 	}
 	if got := queryString(t, c, "SELECT r.m::text FROM ty_t d JOIN ty_r r ON r.id = d.id WHERE d.id = 2"); got != "ok" {
 		t.Errorf("join with the reference table: %q", got)
+	}
+}
+
+// TestAddNodeCopiesReferenceTables adds a third worker with citus_add_node
+// while clients write a reference table through two coordinators: the new
+// node gets every reference table (with its enum type), every copy holds
+// the same rows, every acknowledged write among them, and a distributed
+// table created afterwards joins the reference table on all three workers.
+func TestAddNodeCopiesReferenceTables(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	third := pgtest.Start(t, 1)
+	a := pgtest.Coordinator(t, cl, nil)
+	b := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, a.Addr())
+	exec(t, c, "CREATE TYPE an_kind AS ENUM ('x', 'y')", simple)
+	exec(t, c, "CREATE TABLE an_r (id bigint PRIMARY KEY, name text NOT NULL, k an_kind)", simple)
+	exec(t, c, "CREATE INDEX an_r_name ON an_r (name)", simple)
+	exec(t, c, "INSERT INTO an_r SELECT g, 'n' || g, 'x' FROM generate_series(1, 5000) g", simple)
+	exec(t, c, "SELECT create_reference_table('an_r')", simple)
+
+	var mu sync.Mutex
+	var acked []int64
+	stop := make(chan struct{})
+	var wg, warm sync.WaitGroup
+	warm.Add(4)
+	for w, addr := range []string{a.Addr(), b.Addr(), a.Addr(), b.Addr()} {
+		wc := connect(t, addr)
+		mode := pgx.QueryExecModeCacheStatement
+		if w >= 2 {
+			mode = simple
+		}
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			after := 0 // writes acknowledged after citus_add_node returned
+			mine := 0
+			for i := int64(0); i < 100000; i++ {
+				stopped := false
+				select {
+				case <-stop:
+					stopped = true
+					if after >= 10 {
+						return
+					}
+				default:
+				}
+				id := 1000000*int64(w+1) + i
+				if _, err := wc.Exec(ctx, "INSERT INTO an_r (id, name, k) VALUES ($1, 'new', 'y')", mode, id); err == nil {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+					if stopped {
+						after++
+					}
+					if mine++; mine == 3 {
+						warm.Done() // three writes before citus_add_node
+					}
+				}
+			}
+		}(w)
+	}
+	warm.Wait()
+	host, port, _ := net.SplitHostPort(third.Servers[0].Addr())
+	var id int
+	err := c.QueryRow(ctx, "SELECT citus_add_node('"+host+"', "+port+")", simple).Scan(&id)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("citus_add_node: %v", err)
+	}
+
+	var shard string
+	if err := connect(t, cl.Servers[0].Addr()).QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.an_r'").Scan(&shard); err != nil {
+		t.Fatal(err)
+	}
+	var copies []string
+	for _, s := range append(cl.Servers, third.Servers...) {
+		copies = append(copies, tableRows(t, connect(t, s.Addr()), "SELECT id, name, k FROM an_r_"+shard+" ORDER BY id"))
+	}
+	if copies[0] != copies[1] || copies[0] != copies[2] {
+		t.Errorf("copies differ: %d, %d and %d bytes", len(copies[0]), len(copies[1]), len(copies[2]))
+	}
+	for _, id := range acked {
+		if !strings.Contains(copies[2], fmt.Sprintf("%d|new|y\n", id)) {
+			t.Errorf("acknowledged row %d is not on the new node", id)
+		}
+	}
+	if len(acked) < 4*13 {
+		t.Errorf("only %d writes were acknowledged", len(acked))
+	}
+	if got := queryString(t, connect(t, third.Servers[0].Addr()), "SELECT count(*)::text FROM pg_indexes WHERE indexname LIKE 'an_r_name%'"); got != "1" {
+		t.Errorf("index on the new copy: %s", got)
+	}
+
+	// A distributed table placed on all three workers joins the reference
+	// table on each.
+	exec(t, c, "CREATE TABLE an_d (id bigint PRIMARY KEY, rid bigint)", simple)
+	exec(t, c, "INSERT INTO an_d SELECT g, g FROM generate_series(1, 60) g", simple)
+	exec(t, c, "SELECT create_distributed_table('an_d', 'id', shard_count => 3)", simple)
+	if _, _, nodes := shardRows(t, cl.Servers[0].Addr(), "public.an_d", "id"); nodes != 3 {
+		t.Fatalf("an_d on %d nodes, want 3", nodes)
+	}
+	for k := int64(1); k <= 60; k++ {
+		var name string
+		if err := c.QueryRow(ctx, "SELECT r.name FROM an_d d JOIN an_r r ON r.id = d.rid WHERE d.id = $1", k).Scan(&name); err != nil || name != fmt.Sprint("n", k) {
+			t.Errorf("join for %d: %q, %v", k, name, err)
+		}
+	}
+	// Writes after the node is added reach all three copies.
+	exec(t, c, "UPDATE an_r SET name = 'changed' WHERE id = 7", simple)
+	exec(t, c, "UPDATE an_r SET name = $1 WHERE id = 8", "changed")
+	for _, s := range append(cl.Servers, third.Servers...) {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM an_r_"+shard+" WHERE name = 'changed'"); got != "2" {
+			t.Errorf("%s: %s changed rows, want 2", s.Addr(), got)
+		}
 	}
 }

@@ -434,6 +434,11 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.Kind == ReferenceWrite && target != nil {
+			if sh := b.cat.Shards[target.Name]; len(sh) > 0 {
+				sql += metadata.CopiesMarker(len(sh[0].Nodes))
+			}
+		}
 		p.ShardSQL = []string{sql}
 		return p, nil
 	}

@@ -92,7 +92,11 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 	}
 	for _, sh := range l.shards {
 		name := pgx.Identifier{schema, metadata.ShardName(rel, sh.ID)}.Sanitize()
-		l.copySQL = append(l.copySQL, fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, options))
+		sql := fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, options)
+		if t.Kind == metadata.Reference {
+			sql += metadata.CopiesMarker(len(sh.Nodes))
+		}
+		l.copySQL = append(l.copySQL, sql)
 	}
 	l.bufs = make([][]byte, len(l.shards))
 	return l, nil
