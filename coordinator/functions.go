@@ -349,7 +349,7 @@ var ddlWords = []string{"CREATE", "ALTER", "DROP", "TRUNCATE"}
 // statement changes no catalog table.
 func (ss *session) runDDL(sql string) (handled bool, err error) {
 	snap := ss.srv.catalog.Load()
-	if !ss.routes || snap == nil || len(snap.Tables) == 0 {
+	if !ss.routes || snap == nil {
 		return false, nil
 	}
 	lx := lexer{s: sql}
@@ -359,6 +359,12 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 		return false, nil
 	}
 	ss.srv.ddlEpoch.Add(1) // CREATE FUNCTION, ALTER TABLE ... SET DEFAULT, ...
+	if handled, err := ss.objectDDL(sql, snap); handled {
+		return true, err
+	}
+	if len(snap.Tables) == 0 {
+		return false, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	tables, err := shards.DDLTables(ctx, nil, sql, snap)
@@ -393,6 +399,42 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 		return true, ss.queryError(err)
 	}
 	ss.srv.setCatalog(newSnap)
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return true, nil
+}
+
+// objectDDL runs DDL on types, domains, collations and schemas
+// (shards.ObjectDDL) on every active node, all or nothing, so that tables
+// distributed later, and their shards, find them on every worker. Inside a
+// transaction block it runs on the transaction's worker only, as before
+// (create_distributed_table still creates the types a table uses).
+func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool, err error) {
+	active := 0
+	for _, n := range snap.Nodes {
+		if n.Active {
+			active++
+		}
+	}
+	if active < 2 || ss.inTxn() {
+		return false, nil
+	}
+	other, ok := shards.ObjectDDL(sql)
+	if !ok {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
+	if err != nil {
+		return true, ss.queryError(err)
+	}
+	tag, err := shards.RunObjectDDL(ctx, ss.srv.store, snap, conns, ss.srv.defaultNode.Load(), sql, other)
+	if err != nil {
+		return true, ss.queryError(err)
+	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')

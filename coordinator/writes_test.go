@@ -461,6 +461,35 @@ func TestDistributeTableWithUserTypes(t *testing.T) {
 	if got := queryString(t, c, "SELECT r.m::text FROM ty_t d JOIN ty_r r ON r.id = d.id WHERE d.id = 2"); got != "ok" {
 		t.Errorf("join with the reference table: %q", got)
 	}
+
+	// DDL on types, domains, collations and schemas reaches every worker.
+	exec(t, c, "ALTER TYPE ty_mood ADD VALUE 'great' AFTER 'ok'", simple)
+	for id := int64(1); id <= 20; id++ {
+		exec(t, c, "UPDATE ty_t SET m = 'great' WHERE id = $1", id)
+	}
+	exec(t, c, "CREATE TYPE ty_other AS ENUM ('a')", simple)
+	exec(t, c, "CREATE SCHEMA ty_s", simple)
+	exec(t, c, "CREATE DOMAIN ty_s.d AS int CHECK (VALUE > 0)", simple)
+	for _, s := range cl.Servers {
+		w := connect(t, s.Addr())
+		if got := queryString(t, w, "SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = 'ty_mood'::regtype"); got != "sad,ok,great,it's happy" {
+			t.Errorf("ty_mood on %s after ADD VALUE: %q", s.Addr(), got)
+		}
+		if got := queryString(t, w, "SELECT count(*)::text FROM pg_type WHERE typname IN ('ty_other', 'd')"); got != "2" {
+			t.Errorf("%s has %s of the new types", s.Addr(), got)
+		}
+	}
+	exec(t, c, "DROP DOMAIN ty_s.d", simple)
+	exec(t, c, "DROP SCHEMA ty_s", simple)
+	exec(t, c, "DROP TYPE ty_other", simple)
+	if _, err := c.Exec(ctx, "DROP TYPE ty_other", simple); sqlState(err) != "42704" {
+		t.Errorf("dropping a dropped type: %v, want 42704", err)
+	}
+	for _, s := range cl.Servers {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM pg_namespace WHERE nspname = 'ty_s'"); got != "0" {
+			t.Errorf("schema ty_s still on %s", s.Addr())
+		}
+	}
 }
 
 // TestAddNodeCopiesReferenceTables adds a third worker with citus_add_node
