@@ -479,6 +479,13 @@ func TestDistributeTableWithUserTypes(t *testing.T) {
 			t.Errorf("%s has %s of the new types", s.Addr(), got)
 		}
 	}
+	exec(t, c, "CREATE FUNCTION ty_f(ty_mood) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT upper($1::text) $$", simple)
+	for id := int64(1); id <= 20; id++ {
+		if got := queryString(t, c, "SELECT ty_f(m) FROM ty_t WHERE id = $1", id); got != "GREAT" {
+			t.Errorf("ty_f on row %d: %q", id, got)
+		}
+	}
+	exec(t, c, "DROP FUNCTION ty_f(ty_mood)", simple)
 	exec(t, c, "DROP DOMAIN ty_s.d", simple)
 	exec(t, c, "DROP SCHEMA ty_s", simple)
 	exec(t, c, "DROP TYPE ty_other", simple)

@@ -12,10 +12,12 @@ import (
 	"github.com/pgfleet/pgfleet/metadata"
 )
 
-// ObjectDDL recognises DDL on the objects tables' columns are made of:
-// CREATE TYPE (enum, composite, range), ALTER TYPE (an enum's values),
-// CREATE DOMAIN, CREATE COLLATION, CREATE SCHEMA (without elements) and DROP
-// of types, domains, collations and schemas (without CASCADE). They run on
+// ObjectDDL recognises DDL on the objects tables' columns and queries are
+// made of: CREATE TYPE (enum, composite, range), ALTER TYPE (an enum's
+// values), CREATE DOMAIN, CREATE COLLATION, CREATE SCHEMA (without
+// elements), CREATE [OR REPLACE] FUNCTION/PROCEDURE and DROP of these
+// (without CASCADE). Functions are created on the other nodes with
+// check_function_bodies off and where they can be (best effort). They run on
 // every node (RunObjectDDL), so that shards and their queries find them
 // everywhere. It returns the statement for the nodes other than the
 // default one (where the object may exist already, made by
@@ -39,7 +41,20 @@ func ObjectDDL(sql string) (other string, ok bool) {
 		}
 		return "DO $pgfleet$ BEGIN " + s + "; EXCEPTION WHEN duplicate_object OR duplicate_schema THEN NULL; END $pgfleet$", true
 	}
+	bestEffort := func() (string, bool) {
+		s, ok := deparse()
+		if !ok {
+			return "", false
+		}
+		// A function whose signature or body names what only the default
+		// node has (a local table's row type) stays missing where it cannot
+		// be created, as before: queries calling it there fail.
+		return "SET LOCAL check_function_bodies = off; DO $pgfleet$ BEGIN " + s +
+			"; EXCEPTION WHEN OTHERS THEN NULL; END $pgfleet$", true
+	}
 	switch {
+	case n.GetCreateFunctionStmt() != nil:
+		return bestEffort()
 	case n.GetCreateEnumStmt() != nil, n.GetCompositeTypeStmt() != nil, n.GetCreateRangeStmt() != nil,
 		n.GetCreateDomainStmt() != nil:
 		return ignoreDuplicate()
@@ -55,17 +70,19 @@ func ObjectDDL(sql string) (other string, ok bool) {
 		return deparse()
 	case n.GetDropStmt() != nil:
 		d := n.GetDropStmt()
-		switch d.RemoveType {
-		case pg_query.ObjectType_OBJECT_TYPE, pg_query.ObjectType_OBJECT_DOMAIN, pg_query.ObjectType_OBJECT_COLLATION,
-			pg_query.ObjectType_OBJECT_SCHEMA:
-		default:
-			return "", false
-		}
 		if d.Behavior == pg_query.DropBehavior_DROP_CASCADE {
 			return "", false
 		}
-		d.MissingOk = true
-		return deparse()
+		switch d.RemoveType {
+		case pg_query.ObjectType_OBJECT_TYPE, pg_query.ObjectType_OBJECT_DOMAIN, pg_query.ObjectType_OBJECT_COLLATION,
+			pg_query.ObjectType_OBJECT_SCHEMA:
+			d.MissingOk = true
+			return deparse()
+		case pg_query.ObjectType_OBJECT_FUNCTION, pg_query.ObjectType_OBJECT_PROCEDURE:
+			d.MissingOk = true
+			return bestEffort()
+		}
+		return "", false
 	}
 	return "", false
 }
