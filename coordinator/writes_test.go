@@ -613,5 +613,16 @@ func TestAddNodeCopiesReferenceTables(t *testing.T) {
 		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM an_r_"+shard+" WHERE name = 'changed'"); got != "2" {
 			t.Errorf("%s: %s changed rows, want 2", s.Addr(), got)
 		}
+		// A write planned for the two old copies (a coordinator that has
+		// not seen the new node) is refused by every copy.
+		if _, err := connect(t, s.Addr()).Exec(ctx, "UPDATE an_r_"+shard+" SET name = 'stale' WHERE id = 9 /* pgfleet:copies=2 */", simple); sqlState(err) != "40001" {
+			t.Errorf("%s: a write for 2 copies: %v, want 40001", s.Addr(), err)
+		}
+	}
+	exec(t, c, "TRUNCATE an_r", simple)
+	for _, s := range append(cl.Servers, third.Servers...) {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM an_r_"+shard); got != "0" {
+			t.Errorf("%s: %s rows after TRUNCATE", s.Addr(), got)
+		}
 	}
 }

@@ -14,15 +14,15 @@ import (
 
 // copiesGuardSQL creates the function of the trigger that refuses writes
 // planned for fewer copies of a reference table than it has (the writer's
-// metadata.CopiesMarker names how many it writes). pgfleet's own writes
-// (pgfleet.internal) and writes without a marker pass.
+// metadata.CopiesMarker names how many it writes). Writes without a
+// marker (pgfleet's moves, which hold the locks that exclude the others)
+// pass.
 const copiesGuardSQL = `CREATE SCHEMA IF NOT EXISTS pgfleet;
 CREATE OR REPLACE FUNCTION pgfleet.reference_copies_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   q text := pg_catalog.current_query();
 BEGIN
-  IF pg_catalog.current_setting('pgfleet.internal', true) = 'on'
-     OR pg_catalog.strpos(q, '/* pgfleet:copies=') = 0
+  IF pg_catalog.strpos(q, '/* pgfleet:copies=') = 0
      OR pg_catalog.strpos(q, '/* pgfleet:copies=' || TG_ARGV[0] || ' */') > 0 THEN
     RETURN NULL;
   END IF;
