@@ -186,14 +186,20 @@ func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Co
 	// behalf: it reads them under the session's settings (TimeZone,
 	// DateStyle, standard_conforming_strings, search_path, ...) and, with
 	// default_transaction_read_only, refuses writes (25006) as PostgreSQL
-	// would.
-	if ss.params.key != "" {
-		if _, err := c.Exec(ctx, ss.params.key); err != nil {
-			_ = c.Close(ctx)
-			fe := pgerr.Flatten(err)
-			return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
-				Message: "cannot apply session settings on worker " + addr + ": " + fe.Message}
-		}
+	// would. The idle timeouts are the session's business, not these
+	// connections': their transactions wait between a COPY's batches and
+	// between the nodes of a two-phase commit while the client's statement
+	// runs.
+	script := ss.params.key
+	if script != "" {
+		script += ";"
+	}
+	script += "SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0"
+	if _, err := c.Exec(ctx, script); err != nil {
+		_ = c.Close(ctx)
+		fe := pgerr.Flatten(err)
+		return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
+			Message: "cannot apply session settings on worker " + addr + ": " + fe.Message}
 	}
 	return c, nil
 }
