@@ -40,6 +40,10 @@ func errCopiesDiffer(table, what string) error {
 // literals; textParams the extended protocol's text parameters with their
 // declared types.
 func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []literal, params [][]byte, formats []int16, oids []uint32) error {
+	m := p.Mutability
+	if m == nil {
+		return nil // writes nothing: SELECT ... FOR UPDATE
+	}
 	table := ""
 	if len(p.Tables) > 0 {
 		table = p.Tables[0]
@@ -64,10 +68,6 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 		if f == 0 && v != nil && planner.TimeWord(string(v)) && slices.Contains(dateTimeOIDs, oid) {
 			return errCopiesDiffer(table, "'"+string(v)+"'")
 		}
-	}
-	m := p.Mutability
-	if m == nil {
-		return nil
 	}
 	if m.Fixed != "" {
 		return errCopiesDiffer(table, m.Fixed)

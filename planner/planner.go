@@ -137,7 +137,9 @@ type Plan struct {
 	NamedArgs map[string]string `json:"named_args,omitempty"`
 	// Mutability: what a write to a reference table (ReferenceWrite, or
 	// CopyIn into one) calls and which defaults it takes, which decide
-	// whether every copy would store the same values; nil when nothing.
+	// whether every copy would store the same values; nil when the
+	// statement writes nothing (SELECT ... FOR UPDATE) or the table is
+	// distributed.
 	Mutability *Mutability `json:"mutability,omitempty"`
 	// Scatter: how a multi-shard SELECT runs and merges (MultiShard).
 	Scatter *Scatter `json:"scatter,omitempty"`
@@ -426,7 +428,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 			p.Kind = ReferenceWrite // SELECT ... FOR UPDATE locks rows on every copy
 		}
 		if p.Kind == ReferenceWrite && stmt.GetSelectStmt() == nil {
-			if p.Mutability = mutability(stmt); p.Mutability != nil && p.Mutability.Defaults && target != nil {
+			if p.Mutability = mutability(stmt); p.Mutability == nil {
+				p.Mutability = &Mutability{} // a write, whose literals are still to check
+			} else if p.Mutability.Defaults && target != nil {
 				p.Mutability.Table = target.Name
 			}
 		}
@@ -979,9 +983,7 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		if len(o.Columns) > 0 {
 			m.Defaults, m.Listed, m.Table = true, o.Columns, t.Name
 		}
-		if m.Defaults || len(m.Funcs) > 0 || len(m.Ops) > 0 || m.Fixed != "" {
-			p.Mutability = &m
-		}
+		p.Mutability = &m
 	}
 	return p, nil
 }
