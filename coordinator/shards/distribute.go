@@ -619,7 +619,7 @@ const GuardTrigger = "pgfleet_distributed_guard"
 // quoted, qualified name).
 func GuardSQL(ident string, on bool) string {
 	if on {
-		return "CREATE TRIGGER " + GuardTrigger + " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + ident +
+		return "CREATE OR REPLACE TRIGGER " + GuardTrigger + " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + ident +
 			" FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.distributed_table_guard()"
 	}
 	return "DROP TRIGGER IF EXISTS " + GuardTrigger + " ON " + ident
