@@ -88,21 +88,7 @@ SELECT t.name::regclass AS table_name, s.shardid,
        CASE t.kind WHEN 'h' THEN 'distributed' ELSE 'reference' END AS citus_table_type,
        t.colocation_id, n.host AS nodename, n.port AS nodeport, NULL::bigint AS shard_size
 FROM pgfleet.shards s JOIN pgfleet.tables t ON t.name = s.table_name
-JOIN pgfleet.placements p ON p.shardid = s.shardid JOIN pgfleet.nodes n ON n.nodeid = p.nodeid;
-CREATE OR REPLACE FUNCTION pgfleet.distributed_table_guard() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF current_setting('pgfleet.internal', true) = 'on' THEN
-    RETURN NULL;
-  END IF;
-  RAISE EXCEPTION 'table % is distributed, and this write reached its empty table on the first worker', TG_TABLE_NAME
-    USING ERRCODE = '40001', HINT = 'The coordinator had not seen the table''s distribution yet; retry the statement.';
-END $$;`
-
-// guardTrigger makes the default node's table of a distributed or
-// reference table refuse writes that do not come from pgfleet itself: a
-// coordinator whose catalog is a moment behind gets an error to retry,
-// instead of acknowledging a write into a table nobody reads.
-const guardTrigger = "pgfleet_distributed_guard"
+JOIN pgfleet.placements p ON p.shardid = s.shardid JOIN pgfleet.nodes n ON n.nodeid = p.nodeid;`
 
 func quoteConnValue(v string) string {
 	out := []byte{'\''}
@@ -246,6 +232,7 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 		return defaultPlan, nil, nil
 	}
 	if norm, lits, ok := liftLiterals(sql); ok {
+		norm, lits = collapseLists(norm, lits)
 		// The lifted form is used only if it plans and every literal goes
 		// back exactly where it came from; else the text is planned as is
 		// (-7 lifts to -$1, which is not a value the router can read).

@@ -12,23 +12,37 @@ import (
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
 // copySplit runs COPY FROM STDIN into a distributed or reference table: the
 // client's rows are split by shard and loaded on every node in one
 // distributed transaction, so that either all rows are stored or none.
-func (ss *session) copySplit(p *planner.Plan) error {
+func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 	if ss.inTxn() {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"COPY into %s inside a transaction block is not supported yet", p.Tables[0]))
 	}
-	f, options, err := copyFormat(p.Copy)
+	f, options, err := copyFormat(p.Copy, lits)
 	if err != nil {
 		return ss.queryError(err)
 	}
+	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Distributed && p.Copy.Encoding != "" &&
+		!utf8Name(p.Copy.Encoding) && textLike(t.DistType) {
+		// The splitter hashes the distribution column's bytes as the
+		// client sent them, which is only right in the server's encoding.
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"COPY into %s with ENCODING %s is not supported: its distribution column is text", p.Tables[0], p.Copy.Encoding).
+			WithHint("Send the data in UTF8."))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
 	defer cancel()
+	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Reference {
+		if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
+			return ss.queryError(err)
+		}
+	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
@@ -94,9 +108,9 @@ func (ss *session) copySplit(p *planner.Plan) error {
 }
 
 // copyFormat turns the COPY's options into the splitter's format and the
-// WITH clause the shards' COPY statements use (HEADER is the coordinator's
-// business: it skips the header line).
-func copyFormat(o *planner.CopyOptions) (shards.CopyFormat, string, error) {
+// WITH and WHERE clauses the shards' COPY statements use (HEADER is the
+// coordinator's business: it skips the header line).
+func copyFormat(o *planner.CopyOptions, lits []literal) (shards.CopyFormat, string, error) {
 	f := shards.DefaultCopyFormat(o.CSV)
 	var opts []string
 	if o.CSV {
@@ -131,9 +145,35 @@ func copyFormat(o *planner.CopyOptions) (shards.CopyFormat, string, error) {
 		f.Null = *o.Null
 		opts = append(opts, "NULL "+quoteLiteral(*o.Null))
 	}
-	f.Header = o.Header
-	if len(opts) == 0 {
-		return f, "", nil
+	if o.Encoding != "" {
+		opts = append(opts, "ENCODING "+quoteLiteral(o.Encoding))
 	}
-	return f, fmt.Sprintf(" WITH (%s)", strings.Join(opts, ", ")), nil
+	f.Header = o.Header
+	var with string
+	if len(opts) > 0 {
+		with = fmt.Sprintf(" WITH (%s)", strings.Join(opts, ", "))
+	}
+	if o.Where != "" {
+		// The shards filter the rows as PostgreSQL would; the command tag
+		// counts the rows they stored.
+		where := o.Where
+		if lits != nil {
+			where, _ = spliceLiterals(where, lits)
+		}
+		with += " WHERE " + where
+	}
+	return f, with, nil
+}
+
+// utf8Name reports whether an encoding name is UTF8 as PostgreSQL spells
+// it (case, '-' and '_' ignored).
+func utf8Name(enc string) bool {
+	e := strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(enc))
+	return e == "utf8" || e == "unicode"
+}
+
+// textLike reports whether values of a distribution type are strings whose
+// bytes the hash reads.
+func textLike(typ string) bool {
+	return typ == "text" || typ == "varchar" || typ == "bpchar"
 }

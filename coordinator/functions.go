@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -64,9 +65,25 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a host name and a port", p.Func))
 		}
 		if p.Func == "citus_add_node" {
-			if snap, err = s.store.AddNode(ctx, host, pn); err == nil {
+			// Reference tables are copied to the new node as it is added.
+			conns, done, cerr := ss.nodeConns(ctx)
+			defer done()
+			if cerr != nil {
+				return ss.queryError(cerr)
+			}
+			const newKey = -1
+			if slices.ContainsFunc(slices.Collect(maps.Values(s.catalog.Load().Tables)), func(t *metadata.Table) bool {
+				return t.Kind == metadata.Reference
+			}) {
+				nc, derr := ss.dialNode(ctx, host, pn)
+				if derr != nil {
+					return ss.queryError(derr)
+				}
+				conns[newKey] = nc
+			}
+			var id int32
+			if snap, id, err = shards.AddNode(ctx, s.store, conns, s.defaultNode.Load(), newKey, host, pn); err == nil {
 				s.setCatalog(snap)
-				id := nodeID(snap, net.JoinHostPort(host, port))
 				ss.writeRows([]string{p.Func}, []uint32{oidInt4}, [][]string{{strconv.Itoa(int(id))}})
 				return nil
 			}
@@ -119,30 +136,8 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		return ss.queryError(err)
 	}
 	s.setCatalog(snap)
-	if conns != nil {
-		if err := guard(ctx, conns[s.defaultNode.Load()], arg(0, "table_name", ""), p.Func != "undistribute_table"); err != nil {
-			return ss.queryError(err)
-		}
-	}
 	ss.writeRows([]string{p.Func}, []uint32{oidVoid}, [][]string{{""}})
 	return nil
-}
-
-// guard adds (or removes) the trigger that makes the default node's table
-// of a distributed table refuse writes from coordinators with a stale
-// catalog.
-func guard(ctx context.Context, home *pgx.Conn, table string, on bool) error {
-	var name string
-	if err := home.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1)::text", table).Scan(&name); err != nil {
-		return err
-	}
-	sql := "DROP TRIGGER IF EXISTS " + guardTrigger + " ON " + name
-	if on {
-		sql = "CREATE TRIGGER " + guardTrigger + " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + name +
-			" FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.distributed_table_guard()"
-	}
-	_, err := home.Exec(ctx, sql)
-	return err
 }
 
 // nodeConns opens a connection to every active node as the session's user;
@@ -158,30 +153,60 @@ func (ss *session) nodeConns(ctx context.Context) (conns map[int32]*pgx.Conn, do
 
 func (ss *session) openNodeConns(ctx context.Context) (map[int32]*pgx.Conn, error) {
 	s := ss.srv
-	pw, ok := s.cfg.Users[ss.user]
-	if !ok {
-		pw = s.cfg.WorkerPassword
-	}
 	conns := map[int32]*pgx.Conn{}
 	for _, n := range s.catalog.Load().Nodes {
 		if !n.Active {
 			continue
 		}
-		cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=disable", n.Host, n.Port))
-		if err != nil {
-			return nil, err
-		}
-		cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
-		c, err := pgx.ConnectConfig(ctx, cfg)
+		c, err := ss.dialNode(ctx, n.Host, n.Port)
 		if err != nil {
 			for _, o := range conns {
 				_ = o.Close(ctx)
 			}
-			return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", n.Addr(), err)
+			return nil, err
 		}
 		conns[n.ID] = c
 	}
 	return conns, nil
+}
+
+// dialNode opens a connection to a worker as the session's user, with the
+// session's settings.
+func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Conn, error) {
+	pw, ok := ss.srv.cfg.Users[ss.user]
+	if !ok {
+		pw = ss.srv.cfg.WorkerPassword
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=disable", host, port))
+	if err != nil {
+		return nil, err
+	}
+	cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", addr, err)
+	}
+	// The connection runs the client's SQL and data on the session's
+	// behalf: it reads them under the session's settings (TimeZone,
+	// DateStyle, standard_conforming_strings, search_path, ...) and, with
+	// default_transaction_read_only, refuses writes (25006) as PostgreSQL
+	// would. The idle timeouts are the session's business, not these
+	// connections': their transactions wait between a COPY's batches and
+	// between the nodes of a two-phase commit while the client's statement
+	// runs.
+	script := ss.params.key
+	if script != "" {
+		script += ";"
+	}
+	script += "SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0"
+	if _, err := c.Exec(ctx, script); err != nil {
+		_ = c.Close(ctx)
+		fe := pgerr.Flatten(err)
+		return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
+			Message: "cannot apply session settings on worker " + addr + ": " + fe.Message}
+	}
+	return c, nil
 }
 
 // writeRows answers a simple query with a small text result and
@@ -210,6 +235,9 @@ func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
 func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
+		return ss.queryError(err)
+	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
@@ -325,13 +353,20 @@ var ddlWords = []string{"CREATE", "ALTER", "DROP", "TRUNCATE"}
 // statement changes no catalog table.
 func (ss *session) runDDL(sql string) (handled bool, err error) {
 	snap := ss.srv.catalog.Load()
-	if !ss.routes || snap == nil || len(snap.Tables) == 0 {
+	if !ss.routes || snap == nil {
 		return false, nil
 	}
 	lx := lexer{s: sql}
 	if n, _, _, _ := lx.statement(); n == 0 || !slices.ContainsFunc(ddlWords, func(w string) bool {
 		return strings.EqualFold(lx.words[0], w)
 	}) {
+		return false, nil
+	}
+	ss.srv.ddlEpoch.Add(1) // CREATE FUNCTION, ALTER TABLE ... SET DEFAULT, ...
+	if handled, err := ss.objectDDL(sql, snap); handled {
+		return true, err
+	}
+	if len(snap.Tables) == 0 {
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -368,6 +403,42 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 		return true, ss.queryError(err)
 	}
 	ss.srv.setCatalog(newSnap)
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return true, nil
+}
+
+// objectDDL runs DDL on types, domains, collations and schemas
+// (shards.ObjectDDL) on every active node, all or nothing, so that tables
+// distributed later, and their shards, find them on every worker. Inside a
+// transaction block it runs on the transaction's worker only, as before
+// (create_distributed_table still creates the types a table uses).
+func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool, err error) {
+	active := 0
+	for _, n := range snap.Nodes {
+		if n.Active {
+			active++
+		}
+	}
+	if active < 2 || ss.inTxn() {
+		return false, nil
+	}
+	other, ok := shards.ObjectDDL(sql)
+	if !ok {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
+	if err != nil {
+		return true, ss.queryError(err)
+	}
+	tag, err := shards.RunObjectDDL(ctx, ss.srv.store, snap, conns, ss.srv.defaultNode.Load(), sql, other)
+	if err != nil {
+		return true, ss.queryError(err)
+	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')

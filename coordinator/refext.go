@@ -144,6 +144,10 @@ func (ss *session) refExecute(sp *scatterPortal) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if err := ss.sameOnEveryCopy(ctx, sp.sp.plan, nil, values, formats, paramOIDs(sp.st.paramTail)); err != nil {
+		ss.synthError(err)
+		return nil
+	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
@@ -194,6 +198,15 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	snap := ss.srv.catalog.Load()
 	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version || len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
 		ss.synthError(errCatalogMoved)
+		return nil
+	}
+	formats, values, ok := bindValues(sp.params)
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	if err := ss.sameOnEveryCopy(context.Background(), sp.sp.plan, nil, values, formats, paramOIDs(sp.st.paramTail)); err != nil {
+		ss.txFailed = true
+		ss.synthError(err)
 		return nil
 	}
 	nodes := slices.Clone(snap.Shards[sp.sp.plan.Tables[0]][0].Nodes)

@@ -74,6 +74,10 @@ type Server struct {
 	defaultNode atomic.Int32
 	store       *metadata.Store
 	metaPool    *pgxpool.Pool
+	// ddlEpoch counts DDL statements run through this coordinator; with
+	// the catalog version it dates mutable's verdicts.
+	ddlEpoch    atomic.Int64
+	mutable     mutableCache
 	metaDB      string // the catalog describes tables of this database
 	plans       planCache
 	scatter     scatterCache                      // multi-shard plans' run-time state

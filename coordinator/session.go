@@ -612,7 +612,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	case planner.Function:
 		return ss.runFunction(p)
 	case planner.CopyIn:
-		return ss.copySplit(p)
+		return ss.copySplit(p, lits)
 	case planner.InsertSplit:
 		return ss.insertSplit(p, lits)
 	case planner.MultiShard:

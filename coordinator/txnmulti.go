@@ -617,6 +617,9 @@ func (ss *session) multiExecute(st *Statement) error {
 // order (so that two transactions writing the same row lock its copies in
 // the same order); the last worker's answer goes to the client.
 func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
+	if err := ss.sameOnEveryCopy(context.Background(), p, lits, nil, nil, nil); err != nil {
+		return ss.queryError(err)
+	}
 	snap := ss.srv.catalog.Load()
 	nodes := slices.Clone(snap.Shards[p.Tables[0]][0].Nodes)
 	slices.Sort(nodes)

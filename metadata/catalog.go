@@ -97,6 +97,15 @@ func ShardName(relname string, shardID int64) string {
 	return fmt.Sprintf("%s_%d", relname, shardID)
 }
 
+// CopiesMarker is the comment a write to a reference table carries in
+// its text, naming how many copies the writer writes ("/* pgfleet:copies=2
+// */"). Once citus_add_node has added a copy, a trigger on every copy
+// refuses (40001) a write whose marker names fewer: a coordinator whose
+// catalog is a moment behind would leave the new copy without it.
+func CopiesMarker(copies int) string {
+	return fmt.Sprintf(" /* pgfleet:copies=%d */", copies)
+}
+
 // HashRanges splits the int32 space into n equal, contiguous ranges, as
 // Citus does: range i is [MinInt32 + i*step, MinInt32 + (i+1)*step - 1], the
 // last one ending at MaxInt32.

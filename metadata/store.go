@@ -71,6 +71,16 @@ CREATE TABLE IF NOT EXISTS pgfleet.transaction_decisions (
 	decided_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS transaction_decisions_decided_at ON pgfleet.transaction_decisions (decided_at);
+-- The guard trigger's function: the default node's table of a distributed or
+-- reference table refuses writes that do not come from pgfleet itself.
+CREATE OR REPLACE FUNCTION pgfleet.distributed_table_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_setting('pgfleet.internal', true) = 'on' THEN
+    RETURN NULL;
+  END IF;
+  RAISE EXCEPTION 'table % is distributed, and this write reached its empty table on the first worker', TG_TABLE_NAME
+    USING ERRCODE = '40001', HINT = 'The coordinator had not seen the table''s distribution yet; retry the statement.';
+END $$;
 `
 
 // Store is the durable catalog, kept in schema pgfleet of a metadata
@@ -143,6 +153,61 @@ func (s *Store) AddNode(ctx context.Context, host string, port int) (*Snapshot, 
 	return s.change(ctx, "add node", func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO pgfleet.nodes (host, port, active) VALUES ($1, $2, true)
 			ON CONFLICT (host, port) DO UPDATE SET active = true`, host, port)
+		return err
+	})
+}
+
+// RegisterNode adds a node that is not active yet (citus_add_node registers
+// it first, so that recovery looks for prepared transactions there while
+// the reference tables are copied to it), and returns its id and whether it
+// was active already. A node in the catalog keeps its id and state.
+func (s *Store) RegisterNode(ctx context.Context, host string, port int) (*Snapshot, int32, bool, error) {
+	if host == "" || port <= 0 || port > 65535 {
+		return nil, 0, false, pgerr.New(pgerr.InvalidParameterValue, "invalid node address %q port %d", host, port)
+	}
+	var id int32
+	var active bool
+	snap, err := s.change(ctx, "register node", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.nodes (host, port, active) VALUES ($1, $2, false)
+			ON CONFLICT (host, port) DO NOTHING`, host, port); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT nodeid, active FROM pgfleet.nodes WHERE host = $1 AND port = $2`, host, port).Scan(&id, &active)
+	})
+	return snap, id, active, err
+}
+
+// ActivateNode makes a registered node active with a placement of each of
+// the given reference-table shards, which must be every reference table's
+// shard (40001 otherwise: one was created or dropped meanwhile). Under
+// WithDecision it is the commit decision of the transaction that copied
+// the reference tables to the node.
+func (s *Store) ActivateNode(ctx context.Context, id int32, refShards []int64) (*Snapshot, error) {
+	return s.change(ctx, "activate node", func(tx pgx.Tx) error {
+		var want []int64
+		rows, err := tx.Query(ctx, `SELECT s.shardid FROM pgfleet.shards s JOIN pgfleet.tables t ON t.name = s.table_name
+			WHERE t.kind = 'n' ORDER BY s.shardid`)
+		if err != nil {
+			return err
+		}
+		if want, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return err
+		}
+		got := append([]int64(nil), refShards...)
+		sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return pgerr.New("40001", "the reference tables changed while they were copied to the new node").
+				WithHint("Run citus_add_node again.")
+		}
+		tag, err := tx.Exec(ctx, `UPDATE pgfleet.nodes SET active = true WHERE nodeid = $1`, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return pgerr.New(pgerr.UndefinedObject, "node %d is not in the catalog", id)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO pgfleet.placements (shardid, nodeid)
+			SELECT unnest($1::bigint[]), $2 ON CONFLICT DO NOTHING`, refShards, id)
 		return err
 	})
 }

@@ -154,6 +154,12 @@ type Plan struct {
 	Func      string            `json:"func,omitempty"`
 	Args      []string          `json:"args,omitempty"`
 	NamedArgs map[string]string `json:"named_args,omitempty"`
+	// Mutability: what a write to a reference table (ReferenceWrite, or
+	// CopyIn into one) calls and which defaults it takes, which decide
+	// whether every copy would store the same values; nil when the
+	// statement writes nothing (SELECT ... FOR UPDATE) or the table is
+	// distributed.
+	Mutability *Mutability `json:"mutability,omitempty"`
 	// Scatter: how a multi-shard SELECT runs and merges (MultiShard).
 	Scatter *Scatter `json:"scatter,omitempty"`
 	// ShardSQL is the statement rewritten for each shard index (router and
@@ -171,6 +177,14 @@ type CopyOptions struct {
 	Null      *string  `json:"null,omitempty"`
 	Quote     string   `json:"quote,omitempty"`
 	Escape    string   `json:"escape,omitempty"`
+	// Encoding is the ENCODING option: the encoding of the client's data.
+	Encoding string `json:"encoding,omitempty"`
+	// Where is the COPY's WHERE condition, deparsed, which the shards'
+	// COPY statements apply ("" when none).
+	Where string `json:"where,omitempty"`
+	// WhereNode is the WHERE condition's parse tree, for checks that need
+	// its function calls.
+	WhereNode *pg_query.Node `json:"-"`
 }
 
 // unsupported is the error for SQL pgfleet cannot run correctly yet.
@@ -440,9 +454,21 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		if !readOnly && p.Kind == ReferenceRead {
 			p.Kind = ReferenceWrite // SELECT ... FOR UPDATE locks rows on every copy
 		}
+		if p.Kind == ReferenceWrite && stmt.GetSelectStmt() == nil {
+			if p.Mutability = mutability(stmt); p.Mutability == nil {
+				p.Mutability = &Mutability{} // a write, whose literals are still to check
+			} else if p.Mutability.Defaults && target != nil {
+				p.Mutability.Table = target.Name
+			}
+		}
 		sql, err := b.rewrite(stmt, -1)
 		if err != nil {
 			return nil, err
+		}
+		if p.Kind == ReferenceWrite && target != nil {
+			if sh := b.cat.Shards[target.Name]; len(sh) > 0 {
+				sql += metadata.CopiesMarker(len(sh[0].Nodes))
+			}
 		}
 		p.ShardSQL = []string{sql}
 		return p, nil
@@ -1009,12 +1035,39 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 			o.Quote = val
 		case "escape":
 			o.Escape = val
-		case "encoding", "freeze":
+		case "encoding":
+			o.Encoding = val
+		case "freeze":
 		default:
 			return nil, unsupported("COPY option %s into %s is not supported yet", d.Defname, t.Name)
 		}
 	}
-	return &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}, nil
+	if c.WhereClause != nil {
+		sel := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{WhereClause: c.WhereClause}}}
+		text, err := deparse(b.tree.Version, sel)
+		if err != nil {
+			return nil, err
+		}
+		where, ok := strings.CutPrefix(text, "SELECT WHERE ")
+		if !ok {
+			return nil, pgerr.New(pgerr.Internal, "cannot deparse the WHERE of COPY into %s: %q", t.Name, text)
+		}
+		o.Where, o.WhereNode = where, c.WhereClause
+	}
+	p := &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}
+	if t.Kind == metadata.Reference {
+		var m Mutability
+		if o.WhereNode != nil {
+			if w := mutability(o.WhereNode); w != nil {
+				m = *w
+			}
+		}
+		if len(o.Columns) > 0 {
+			m.Defaults, m.Listed, m.Table = true, o.Columns, t.Name
+		}
+		p.Mutability = &m
+	}
+	return p, nil
 }
 
 // explainPlan plans EXPLAIN of a statement as that statement, with the

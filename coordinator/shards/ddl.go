@@ -180,6 +180,9 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 			if err != nil {
 				return "", nil, o.fail(ctx, pgerr.New(pgerr.Internal, "cannot rewrite %s for shard %s: %v", d.kind, shardQual, err))
 			}
+			if tg.table.Kind == metadata.Reference {
+				sql += metadata.CopiesMarker(len(sh.Nodes)) // TRUNCATE is a write every copy must get
+			}
 			for _, node := range sh.Nodes {
 				tx, err := o.g.begin(ctx, node)
 				if err != nil {

@@ -257,6 +257,9 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		}
 	}
 
+	if _, err := home.Exec(ctx, GuardSQL(shell, false)); err != nil {
+		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot drop the guard of %s on node %s", name, o.nodes.describe(o.home)))
+	}
 	if err := o.g.prepare(ctx); err != nil {
 		return nil, o.fail(ctx, err)
 	}
@@ -284,8 +287,9 @@ type op struct {
 	nodes    *nodes
 	home     int32
 	g        *group
-	recorded string // catalog name to remove again on failure
-	schemas  map[int32]bool
+	recorded string         // catalog name to remove again on failure
+	schemas  map[int32]bool // nodes that have the table's schema and types
+	types    []userType     // the types the table's columns use (nil: not read yet)
 }
 
 // start checks the arguments and loads the catalog.
@@ -411,6 +415,16 @@ func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node i
 		if err := ensureSchema(ctx, tx.conn, def.Schema); err != nil {
 			return o.nodes.wrap(err, "cannot create schema %q for shard %s on node %s", def.Schema, shardQual, at)
 		}
+		// The enum types, domains and collations the columns use, which
+		// exist only where they were created (the default node).
+		if o.types == nil {
+			if o.types, err = columnTypes(ctx, o.homeConn(), def.OID); err != nil {
+				return o.nodes.wrap(err, "cannot read the types of %s on node %s", def.CatalogName(), o.nodes.describe(o.home))
+			}
+		}
+		if err := ensureTypes(ctx, tx.conn, o.types); err != nil {
+			return o.nodes.wrap(err, "cannot create the types of %s for shard %s on node %s", def.CatalogName(), shardQual, at)
+		}
 		o.schemas[node] = true
 	}
 	stmts := def.CreateSQL(shardName)
@@ -449,6 +463,14 @@ func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node i
 func (o *op) finish(ctx context.Context, def *Def, snap *metadata.Snapshot) (*metadata.Snapshot, error) {
 	if _, err := o.homeConn().Exec(ctx, "TRUNCATE "+def.Ident()); err != nil {
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot empty %s on node %s", def.CatalogName(), o.nodes.describe(o.home)))
+	}
+	// The guard commits with the move, in the transaction that has held the
+	// table's EXCLUSIVE lock since before its rows were read: a writer that
+	// waited for the lock (a coordinator whose catalog is a moment behind)
+	// sees the trigger once it gets the lock and fails with 40001, and no
+	// write can reach the table between the move and the guard.
+	if _, err := o.homeConn().Exec(ctx, GuardSQL(def.Ident(), true)); err != nil {
+		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot guard %s on node %s", def.CatalogName(), o.nodes.describe(o.home)))
 	}
 	if err := o.g.prepare(ctx); err != nil {
 		return nil, o.fail(ctx, err)
@@ -584,4 +606,21 @@ func columnList(cols string) string {
 		return ""
 	}
 	return " (" + cols + ")"
+}
+
+// GuardTrigger is the trigger that makes the default node's table of a
+// distributed or reference table refuse writes that do not come from
+// pgfleet itself (pgfleet.internal): a coordinator whose catalog is a moment
+// behind gets 40001 to retry, instead of acknowledging a write into a table
+// nobody reads.
+const GuardTrigger = "pgfleet_distributed_guard"
+
+// GuardSQL adds (on) or removes the guard trigger of a table (ident is its
+// quoted, qualified name).
+func GuardSQL(ident string, on bool) string {
+	if on {
+		return "CREATE OR REPLACE TRIGGER " + GuardTrigger + " BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + ident +
+			" FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.distributed_table_guard()"
+	}
+	return "DROP TRIGGER IF EXISTS " + GuardTrigger + " ON " + ident
 }

@@ -29,7 +29,8 @@ type Loader struct {
 	split   rowSplitter
 	g       *group
 	nodes   *nodes
-	rows    int64
+	rows    int64 // rows read from the client
+	stored  int64 // rows the shards stored (the first copy's, for a reference table)
 	// varcharLen: the distribution column is varchar(n), which cuts
 	// trailing spaces beyond n characters before the value is hashed.
 	varcharLen int
@@ -109,7 +110,11 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 	}
 	for _, sh := range l.shards {
 		name := pgx.Identifier{schema, metadata.ShardName(rel, sh.ID)}.Sanitize()
-		l.copySQL = append(l.copySQL, fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, options))
+		sql := fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, options)
+		if t.Kind == metadata.Reference {
+			sql += metadata.CopiesMarker(len(sh.Nodes))
+		}
+		l.copySQL = append(l.copySQL, sql)
 	}
 	l.bufs = make([][]byte, len(l.shards))
 	return l, nil
@@ -133,6 +138,11 @@ func (l *Loader) drain(ctx context.Context, final bool) error {
 			return nil
 		}
 		idx := 0
+		if l.table.Kind == metadata.Reference && timeWordField(row, l.split.f) {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"COPY into reference table %s of 'now', 'today', 'tomorrow' or 'yesterday' is not supported: each copy would read its own time", l.table.Name).
+				WithHint("Send the time itself.")
+		}
 		if l.table.Kind == metadata.Distributed {
 			if isNull {
 				return pgerr.New("23502", "null value in the distribution column %q of %s", l.table.DistColumn, l.table.Name)
@@ -168,13 +178,26 @@ func (l *Loader) flush(ctx context.Context, idx int) error {
 	if len(l.bufs[idx]) == 0 {
 		return nil
 	}
-	for _, node := range l.shards[idx].Nodes {
+	var first int64
+	for i, node := range l.shards[idx].Nodes {
 		tx, err := l.g.begin(ctx, node)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.conn.PgConn().CopyFrom(ctx, bytes.NewReader(l.bufs[idx]), l.copySQL[idx]); err != nil {
+		tag, err := tx.conn.PgConn().CopyFrom(ctx, bytes.NewReader(l.bufs[idx]), l.copySQL[idx])
+		if err != nil {
 			return l.nodes.wrap(err, "COPY into shard %s_%d on node %s", l.table.Name, l.shards[idx].ID, l.nodes.describe(node))
+		}
+		// The rows stored, which a WHERE may make fewer than those sent;
+		// every copy of a reference table stores the same rows.
+		if i == 0 {
+			l.stored += tag.RowsAffected()
+		} else if n := tag.RowsAffected(); n != first {
+			return pgerr.New(pgerr.Internal, "copies of shard %s_%d differ: %d rows stored on node %s, %d on the first",
+				l.table.Name, l.shards[idx].ID, n, l.nodes.describe(node), first)
+		}
+		if i == 0 {
+			first = tag.RowsAffected()
 		}
 	}
 	l.bufs[idx] = l.bufs[idx][:0]
@@ -182,7 +205,8 @@ func (l *Loader) flush(ctx context.Context, idx int) error {
 }
 
 // Finish writes what is buffered and commits on every node. It returns the
-// number of rows loaded.
+// number of rows stored, as the COPY's command tag counts them (a WHERE
+// clause may skip some).
 func (l *Loader) Finish(ctx context.Context) (int64, error) {
 	if err := l.drain(ctx, true); err != nil {
 		return 0, err
@@ -198,7 +222,7 @@ func (l *Loader) Finish(ctx context.Context) (int64, error) {
 	if err := l.g.commit(ctx); err != nil {
 		return 0, err
 	}
-	return l.rows, nil
+	return l.stored, nil
 }
 
 // Abort rolls back everything written so far.
@@ -229,4 +253,27 @@ func varcharValue(s string, n int) string {
 		chars++
 	}
 	return s
+}
+
+// timeWordField reports whether a row has a field that a date/time column
+// reads as the current time ('now', 'today', ...), which each copy of a
+// reference table would read for itself. CSV fields are split at every
+// delimiter, quoted or not: a false alarm refuses the row, never stores a
+// wrong one.
+func timeWordField(row []byte, f CopyFormat) bool {
+	lower := bytes.ToLower(row)
+	if !bytes.Contains(lower, []byte("now")) && !bytes.Contains(lower, []byte("to")) && !bytes.Contains(lower, []byte("yesterday")) {
+		return false
+	}
+	for _, field := range bytes.Split(bytes.TrimRight(lower, "\r\n"), []byte{f.Delimiter}) {
+		field = bytes.TrimSpace(field)
+		if f.CSV && len(field) >= 2 && field[0] == f.Quote && field[len(field)-1] == f.Quote {
+			field = bytes.TrimSpace(field[1 : len(field)-1])
+		}
+		switch string(field) {
+		case "now", "today", "tomorrow", "yesterday":
+			return true
+		}
+	}
+	return false
 }

@@ -530,6 +530,8 @@ func TestUndistribute(t *testing.T) {
 	if got := e.rowsOf(0, "public.kinds", "id"); !slices.Equal(got, wantKinds) {
 		t.Errorf("kinds has %d rows after undistribute_table, want its %d", len(got), len(wantKinds))
 	}
+	// The guard went with the distribution: the table takes writes again.
+	e.exec(0, `DELETE FROM kinds WHERE id = -1`)
 	for i := range e.w {
 		if got := append(e.relations(i, "public", "orders_"), e.relations(i, "public", "kinds_")...); len(got) != 0 {
 			t.Errorf("worker %d still has shards %v", i, got)
@@ -557,11 +559,15 @@ func TestUndistributeFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The shell refuses writes that are not pgfleet's own.
+	if _, err := e.conns[e.home].Exec(e.ctx, `INSERT INTO t VALUES (1000, 'in the shell')`); err == nil {
+		t.Error("a write into the shell of a distributed table was accepted")
+	}
 	// A row in the shell that collides with a shard's row: copying back fails.
-	e.exec(0, `INSERT INTO t VALUES (1000, 'in the shell')`)
+	e.exec(0, `BEGIN; SET LOCAL pgfleet.internal = on; INSERT INTO t VALUES (1000, 'in the shell'); COMMIT`)
 	_, err = shards.Undistribute(e.ctx, e.store, snap, e.conns, e.home, "t")
 	wantCode(t, err, "23505", "shard public.t_")
-	e.exec(0, `DELETE FROM t`)
+	e.exec(0, `BEGIN; SET LOCAL pgfleet.internal = on; DELETE FROM t; COMMIT`)
 	// Still distributed, rows still in the shards.
 	e.verifyDistributed(snap, "public.t", "id", "hashint8", "int8", want, 4)
 	loaded, err := e.store.Load(e.ctx)

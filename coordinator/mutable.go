@@ -1,0 +1,190 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// A write to a reference table runs on every copy, and each copy evaluates
+// its expressions itself: random(), now(), nextval() or a DEFAULT of them
+// would store a different value in each. Such writes are refused, as Citus
+// does; what is not immutable is the worker catalog's to say (pg_proc).
+
+// mutableCache remembers the write plans found to store the same values on
+// every copy, with the catalog version and DDL epoch they were checked at.
+type mutableCache struct {
+	mu sync.Mutex
+	ok map[*planner.Mutability][2]int64
+}
+
+// dateTimeOIDs are the parameter types whose text input 'now', 'today', ...
+// reads the clock (0: the worker infers the type).
+var dateTimeOIDs = []uint32{0, 1082, 1083, 1114, 1184, 1266}
+
+// errCopiesDiffer refuses a write each copy would compute differently.
+func errCopiesDiffer(table, what string) error {
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"a write to reference table %s with %s is not supported: each copy would compute its own value", table, what).
+		WithHint("Compute the value first (SELECT it) and write it as a constant or parameter; functions in writes to reference tables must be IMMUTABLE.")
+}
+
+// sameOnEveryCopy returns an error (0A000) unless the reference-table write
+// p stores the same values on every copy. lits are the simple-protocol
+// literals; textParams the extended protocol's text parameters with their
+// declared types.
+func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []literal, params [][]byte, formats []int16, oids []uint32) error {
+	m := p.Mutability
+	if m == nil {
+		return nil // writes nothing: SELECT ... FOR UPDATE
+	}
+	table := ""
+	if len(p.Tables) > 0 {
+		table = p.Tables[0]
+	}
+	for _, l := range lits {
+		if planner.TimeWord(l.value) {
+			return errCopiesDiffer(table, "'"+l.value+"'")
+		}
+	}
+	for i, v := range params {
+		f := int16(0)
+		switch {
+		case len(formats) == 1:
+			f = formats[0]
+		case i < len(formats):
+			f = formats[i]
+		}
+		var oid uint32
+		if i < len(oids) {
+			oid = oids[i]
+		}
+		if f == 0 && v != nil && planner.TimeWord(string(v)) && slices.Contains(dateTimeOIDs, oid) {
+			return errCopiesDiffer(table, "'"+string(v)+"'")
+		}
+	}
+	if m.Fixed != "" {
+		return errCopiesDiffer(table, m.Fixed)
+	}
+	srv := ss.srv
+	snap := srv.catalog.Load()
+	stamp := [2]int64{snap.Version, srv.ddlEpoch.Load()}
+	srv.mutable.mu.Lock()
+	known := srv.mutable.ok[m] == stamp
+	srv.mutable.mu.Unlock()
+	if known {
+		return nil
+	}
+	if srv.metaPool == nil {
+		return errCopiesDiffer(table, "expressions that cannot be checked")
+	}
+	if err := srv.immutableCalls(ctx, table, m); err != nil {
+		return err
+	}
+	if m.Defaults {
+		if err := srv.immutableDefaults(ctx, m); err != nil {
+			return err
+		}
+	}
+	srv.mutable.mu.Lock()
+	if srv.mutable.ok == nil || len(srv.mutable.ok) > 10000 {
+		srv.mutable.ok = map[*planner.Mutability][2]int64{}
+	}
+	srv.mutable.ok[m] = stamp
+	srv.mutable.mu.Unlock()
+	return nil
+}
+
+// immutableCalls refuses a write that calls a function that is not
+// IMMUTABLE or an operator whose function is VOLATILE (any overload of the
+// name: which one the worker picks is its business). Operators that are
+// only STABLE (timestamptz arithmetic, say) give every copy the same value
+// under the session's settings, which every copy has.
+func (s *Server) immutableCalls(ctx context.Context, table string, m *planner.Mutability) error {
+	if len(m.Funcs) == 0 && len(m.Ops) == 0 {
+		return nil
+	}
+	var fn, op *string
+	err := s.metaPool.QueryRow(ctx, `SELECT
+		(SELECT min(proname) FROM pg_catalog.pg_proc WHERE proname = ANY($1::text[]) AND provolatile <> 'i'),
+		(SELECT min(o.oprname) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
+			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Funcs, m.Ops).Scan(&fn, &op)
+	if err != nil {
+		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", table, err)
+	}
+	switch {
+	case fn != nil:
+		return errCopiesDiffer(table, "the function "+*fn+"()")
+	case op != nil:
+		return errCopiesDiffer(table, "the volatile operator "+*op)
+	}
+	return nil
+}
+
+// immutableDefaults refuses a write whose rows take a column DEFAULT (or
+// identity) that is not immutable.
+func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability) error {
+	rows, err := s.metaPool.Query(ctx, `SELECT a.attname::text, a.attidentity::text, a.attgenerated::text,
+			coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
+		FROM pg_catalog.pg_attribute a
+		LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, m.Table)
+	if err != nil {
+		return pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", m.Table, err)
+	}
+	type col struct{ name, identity, generated, def string }
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (col, error) {
+		var c col
+		err := r.Scan(&c.name, &c.identity, &c.generated, &c.def)
+		return c, err
+	})
+	if err != nil {
+		return pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", m.Table, err)
+	}
+	for i, c := range cols {
+		var takes bool
+		switch {
+		case slices.Contains(m.DefaultCols, c.name):
+			takes = true
+		case m.Listed != nil:
+			takes = !slices.Contains(m.Listed, c.name)
+		default:
+			takes = m.Given < 0 || i >= m.Given || slices.Contains(m.DefaultPos, i)
+		}
+		if !takes || c.generated != "" {
+			continue // a generated column's expression is immutable
+		}
+		if c.identity != "" {
+			return errCopiesDiffer(m.Table, "the identity column "+c.name)
+		}
+		if c.def == "" {
+			continue
+		}
+		dm, err := planner.ExprMutability(c.def)
+		if err != nil {
+			return errCopiesDiffer(m.Table, "the default of column "+c.name)
+		}
+		if dm == nil {
+			continue
+		}
+		if dm.Fixed != "" {
+			return errCopiesDiffer(m.Table, "the default "+c.def+" of column "+c.name)
+		}
+		if err := s.immutableCalls(ctx, m.Table, dm); err != nil {
+			var pe *pgerr.Error
+			if errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported {
+				return errCopiesDiffer(m.Table, "the default "+c.def+" of column "+c.name)
+			}
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package shards
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// copiesGuardSQL creates the function of the trigger that refuses writes
+// planned for fewer copies of a reference table than it has (the writer's
+// metadata.CopiesMarker names how many it writes). Writes without a
+// marker (pgfleet's moves, which hold the locks that exclude the others)
+// pass.
+const copiesGuardSQL = `CREATE SCHEMA IF NOT EXISTS pgfleet;
+CREATE OR REPLACE FUNCTION pgfleet.reference_copies_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  q text := pg_catalog.current_query();
+BEGIN
+  IF pg_catalog.strpos(q, '/* pgfleet:copies=') = 0
+     OR pg_catalog.strpos(q, '/* pgfleet:copies=' || TG_ARGV[0] || ' */') > 0 THEN
+    RETURN NULL;
+  END IF;
+  RAISE EXCEPTION 'reference table % has % copies, and this write was planned for another number', TG_TABLE_NAME, TG_ARGV[0]
+    USING ERRCODE = '40001', HINT = 'The coordinator had not seen the new node yet; retry the statement.';
+END $$`
+
+// CopiesGuardTrigger is the trigger on every copy of a reference table
+// that citus_add_node adds or moves.
+const CopiesGuardTrigger = "pgfleet_copies_guard"
+
+// AddNode is citus_add_node(host, port): it registers the node, copies
+// every reference table to it (table, rows, constraints, indexes, the
+// types and collations its columns use) and makes it active with a
+// placement of each, all or nothing. conns has a connection to every
+// active node and to the new one under newKey (any id not in the catalog);
+// it returns the node's id.
+//
+// No write is lost between the copy and the catalog change: each reference
+// table's copy on its first node (the node every writer locks first, as
+// writers take the copies in node order) is locked EXCLUSIVE before its
+// rows are read, and stays locked until the catalog change (the commit
+// decision, metadata.ActivateNode) and the commit; a trigger on every copy,
+// committed in the same transaction, refuses with 40001 a write that was
+// planned for the old copies (a coordinator whose catalog is a moment
+// behind, or a writer that waited for the lock).
+func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode, newKey int32,
+	host string, port int) (*metadata.Snapshot, int32, error) {
+	if store == nil {
+		return nil, 0, errNoStore
+	}
+	snap, id, active, err := store.RegisterNode(ctx, host, port)
+	if err != nil {
+		return nil, 0, err
+	}
+	if active {
+		return snap, id, nil
+	}
+	var refs []string
+	for name, t := range snap.Tables {
+		if t.Kind == metadata.Reference && len(snap.Shards[name]) == 1 {
+			refs = append(refs, name)
+		}
+	}
+	sort.Strings(refs)
+	if len(refs) == 0 {
+		snap, err = store.ActivateNode(ctx, id, nil)
+		return snap, id, err
+	}
+	all := map[int32]*pgx.Conn{}
+	for k, c := range conns {
+		if k != newKey {
+			all[k] = c
+		}
+	}
+	if conns[newKey] == nil {
+		return nil, 0, pgerr.New(pgerr.ConnectionFailure, "no connection to the new node %s:%d", host, port)
+	}
+	all[id] = conns[newKey]
+	n := &nodes{conns: all, addrs: map[int32]string{}}
+	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup("addnode", n, store), schemas: map[int32]bool{}}
+	o.learn(snap)
+	fail := func(err error) (*metadata.Snapshot, int32, error) {
+		err = o.fail(ctx, err)
+		if !o.g.decided && !o.g.inDoubt {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			_, _ = store.RemoveNode(cctx, host, port)
+			cancel()
+		}
+		return nil, 0, err
+	}
+	if err := o.checkNodes(ctx, append(activeNodes(snap), id)); err != nil {
+		return fail(err)
+	}
+	guarded := map[int32]bool{}
+	begin := func(node int32) (*nodeTx, error) {
+		fresh := o.g.by[node] == nil
+		tx, err := o.g.begin(ctx, node)
+		if err != nil || !fresh {
+			return tx, err
+		}
+		// A transaction writing several reference tables in another order
+		// could wait for this one on another node, where no one sees the
+		// cycle: a lock wait is bounded.
+		if _, err := tx.conn.Exec(ctx, "SET LOCAL lock_timeout = '30s'"); err != nil {
+			return nil, o.nodes.wrap(err, "on node %s", o.nodes.describe(node))
+		}
+		if !guarded[node] {
+			if _, err := tx.conn.Exec(ctx, copiesGuardSQL); err != nil {
+				return nil, o.nodes.wrap(err, "cannot create pgfleet's trigger function on node %s", o.nodes.describe(node))
+			}
+			guarded[node] = true
+		}
+		return tx, nil
+	}
+	if _, err := begin(o.home); err != nil {
+		return fail(err)
+	}
+	newTx, err := begin(id)
+	if err != nil {
+		return fail(err)
+	}
+	var shardIDs []int64
+	for _, name := range refs {
+		sh := snap.Shards[name][0]
+		if len(sh.Nodes) == 0 {
+			return fail(pgerr.New(pgerr.ObjectNotInPrerequisite, "reference table %s has no copies", name))
+		}
+		def, err := TableDef(ctx, o.homeConn(), name)
+		if err != nil {
+			return fail(o.nodes.wrap(err, "cannot read the definition of %s on node %s", name, o.nodes.describe(o.home)))
+		}
+		shardName := metadata.ShardName(def.Name, sh.ID)
+		shardIdent := pgx.Identifier{def.Schema, shardName}.Sanitize()
+		shardQual := def.Schema + "." + shardName
+		src := slices.Min(sh.Nodes)
+		srcTx, err := begin(src)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := srcTx.conn.Exec(ctx, "LOCK TABLE "+shardIdent+" IN EXCLUSIVE MODE"); err != nil {
+			return fail(o.nodes.wrap(err, "cannot lock %s on node %s", shardQual, o.nodes.describe(src)))
+		}
+		at := o.nodes.describe(id)
+		if err := ensureSchema(ctx, newTx.conn, def.Schema); err != nil {
+			return fail(o.nodes.wrap(err, "cannot create schema %q on node %s", def.Schema, at))
+		}
+		types, err := columnTypes(ctx, o.homeConn(), def.OID)
+		if err != nil {
+			return fail(o.nodes.wrap(err, "cannot read the types of %s on node %s", name, o.nodes.describe(o.home)))
+		}
+		if err := ensureTypes(ctx, newTx.conn, types); err != nil {
+			return fail(o.nodes.wrap(err, "cannot create the types of %s on node %s", name, at))
+		}
+		stmts := def.CreateSQL(shardName)
+		if _, err := newTx.conn.Exec(ctx, stmts[0]); err != nil {
+			return fail(o.nodes.wrap(err, "cannot create %s on node %s", shardQual, at))
+		}
+		cols := def.copyColumns()
+		_, srcErr, dstErr := streamCopy(ctx, srcTx.conn, "COPY (SELECT "+cols+" FROM "+shardIdent+") TO STDOUT",
+			newTx.conn, "COPY "+shardIdent+columnList(cols)+" FROM STDIN")
+		if srcErr != nil {
+			return fail(o.nodes.wrap(srcErr, "cannot read %s on node %s", shardQual, o.nodes.describe(src)))
+		}
+		if dstErr != nil {
+			return fail(o.nodes.wrap(dstErr, "cannot copy %s to node %s", shardQual, at))
+		}
+		if len(stmts) > 1 {
+			for _, st := range stmts[1:] {
+				if _, err := newTx.conn.Exec(ctx, st); err != nil {
+					return fail(o.nodes.wrap(err, "cannot create the constraints and indexes of %s on node %s", shardQual, at))
+				}
+			}
+		}
+		copies := len(sh.Nodes) + 1
+		for _, node := range append(slices.Clone(sh.Nodes), id) {
+			tx, err := begin(node)
+			if err != nil {
+				return fail(err)
+			}
+			if _, err := tx.conn.Exec(ctx, fmt.Sprintf(
+				"CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.reference_copies_guard('%d')",
+				CopiesGuardTrigger, shardIdent, copies)); err != nil {
+				return fail(o.nodes.wrap(err, "cannot guard %s on node %s", shardQual, o.nodes.describe(node)))
+			}
+		}
+		shardIDs = append(shardIDs, sh.ID)
+	}
+	if err := o.g.prepare(ctx); err != nil {
+		return fail(err)
+	}
+	// The catalog change is the commit decision.
+	after, err := store.ActivateNode(metadata.WithDecision(ctx, o.g.base), id, shardIDs)
+	if err != nil {
+		// Its answer may have been lost after it committed: settle.
+		if err := o.g.settle(ctx, err); err != nil {
+			return fail(err)
+		}
+		after, err := o.reload(ctx)
+		if cerr := o.g.commit(ctx); cerr != nil {
+			return after, id, cerr
+		}
+		return after, id, err
+	}
+	o.g.decided = true
+	return after, id, o.g.commit(ctx)
+}

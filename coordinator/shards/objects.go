@@ -1,0 +1,149 @@
+package shards
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// ObjectDDL recognises DDL on the objects tables' columns and queries are
+// made of: CREATE TYPE (enum, composite, range), ALTER TYPE (an enum's
+// values), CREATE DOMAIN, CREATE COLLATION, CREATE SCHEMA (without
+// elements), CREATE [OR REPLACE] FUNCTION/PROCEDURE and DROP of these
+// (without CASCADE). Functions are created on the other nodes with
+// check_function_bodies off and where they can be (best effort). They run on
+// every node (RunObjectDDL), so that shards and their queries find them
+// everywhere. It returns the statement for the nodes other than the
+// default one (where the object may exist already, made by
+// create_distributed_table: ADD VALUE IF NOT EXISTS, DROP IF EXISTS,
+// CREATE in a block that ignores duplicate_object), and ok false for any
+// other statement, or several.
+func ObjectDDL(sql string) (other string, ok bool) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return "", false
+	}
+	n := tree.Stmts[0].Stmt
+	deparse := func() (string, bool) {
+		s, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
+		return s, err == nil
+	}
+	ignoreDuplicate := func() (string, bool) {
+		s, ok := deparse()
+		if !ok {
+			return "", false
+		}
+		return "DO $pgfleet$ BEGIN " + s + "; EXCEPTION WHEN duplicate_object OR duplicate_schema THEN NULL; END $pgfleet$", true
+	}
+	bestEffort := func() (string, bool) {
+		s, ok := deparse()
+		if !ok {
+			return "", false
+		}
+		// A function whose signature or body names what only the default
+		// node has (a local table's row type) stays missing where it cannot
+		// be created, as before: queries calling it there fail.
+		return "SET LOCAL check_function_bodies = off; DO $pgfleet$ BEGIN " + s +
+			"; EXCEPTION WHEN OTHERS THEN NULL; END $pgfleet$", true
+	}
+	switch {
+	case n.GetCreateFunctionStmt() != nil:
+		return bestEffort()
+	case n.GetCreateEnumStmt() != nil, n.GetCompositeTypeStmt() != nil, n.GetCreateRangeStmt() != nil,
+		n.GetCreateDomainStmt() != nil:
+		return ignoreDuplicate()
+	case n.GetDefineStmt() != nil && n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_COLLATION:
+		return ignoreDuplicate()
+	case n.GetCreateSchemaStmt() != nil && len(n.GetCreateSchemaStmt().SchemaElts) == 0:
+		n.GetCreateSchemaStmt().IfNotExists = true
+		return deparse()
+	case n.GetAlterEnumStmt() != nil:
+		if a := n.GetAlterEnumStmt(); a.OldVal == "" {
+			a.SkipIfNewValExists = true
+		}
+		return deparse()
+	case n.GetDropStmt() != nil:
+		d := n.GetDropStmt()
+		if d.Behavior == pg_query.DropBehavior_DROP_CASCADE {
+			return "", false
+		}
+		switch d.RemoveType {
+		case pg_query.ObjectType_OBJECT_TYPE, pg_query.ObjectType_OBJECT_DOMAIN, pg_query.ObjectType_OBJECT_COLLATION,
+			pg_query.ObjectType_OBJECT_SCHEMA:
+			d.MissingOk = true
+			return deparse()
+		case pg_query.ObjectType_OBJECT_FUNCTION, pg_query.ObjectType_OBJECT_PROCEDURE:
+			d.MissingOk = true
+			return bestEffort()
+		}
+		return "", false
+	}
+	return "", false
+}
+
+// RunObjectDDL runs an ObjectDDL statement on the default node (sql, as
+// the client wrote it) and on every other active node (other), all or
+// nothing with two-phase commit, and returns the default node's command
+// tag. An error on the default node comes back as PostgreSQL alone would
+// have given it; one on another node names the node.
+func RunObjectDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	defaultNode int32, sql, other string) (string, error) {
+	if store == nil {
+		return "", errNoStore
+	}
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	for _, nd := range snap.Nodes {
+		n.addrs[nd.ID] = nd.Addr()
+	}
+	g := newGroup("ddl", n, store)
+	g.beginStmt = "BEGIN"
+	tx, err := g.begin(ctx, defaultNode)
+	if err != nil {
+		return "", err
+	}
+	res := tx.conn.PgConn().Exec(ctx, sql)
+	results, err := res.ReadAll()
+	if err != nil {
+		g.rollback(ctx)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return "", toPgErr(err)
+		}
+		return "", n.wrap(err, "on node %s", n.describe(defaultNode))
+	}
+	tag := ""
+	if len(results) > 0 {
+		tag = results[len(results)-1].CommandTag.String()
+	}
+	for _, id := range activeNodes(snap) {
+		if id == defaultNode {
+			continue
+		}
+		tx, err := g.begin(ctx, id)
+		if err != nil {
+			g.rollback(ctx)
+			return "", err
+		}
+		if _, err := tx.conn.Exec(ctx, other); err != nil {
+			g.rollback(ctx)
+			return "", n.wrap(err, "on node %s", n.describe(id))
+		}
+	}
+	if err := g.prepare(ctx); err != nil {
+		g.rollback(ctx)
+		return "", err
+	}
+	if err := g.commit(ctx); err != nil {
+		return "", err
+	}
+	if tag == "" {
+		return "", pgerr.New(pgerr.Internal, "no command tag for %q", sql)
+	}
+	return tag, nil
+}
