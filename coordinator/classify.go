@@ -20,6 +20,13 @@ const (
 	// it leaves the placeholder defined in the session once the
 	// transaction ends.
 	opPlaceholder
+	// Savepoints (class.sps, not ops): SAVEPOINT name (tag SAVEPOINT),
+	// RELEASE [SAVEPOINT] name (tag RELEASE), ROLLBACK [WORK|TRANSACTION]
+	// TO [SAVEPOINT] name (tag ROLLBACK). The session's changes pending in
+	// a transaction follow them.
+	opSavepoint
+	opRelease
+	opRollbackTo
 )
 
 // resets reports whether op sets a setting back to its reset value.
@@ -54,6 +61,12 @@ func (o paramOp) tag() string {
 		return "DEALLOCATE"
 	case opNone:
 		return o.tagText
+	case opSavepoint:
+		return "SAVEPOINT"
+	case opRelease:
+		return "RELEASE"
+	case opRollbackTo:
+		return "ROLLBACK"
 	default:
 		return "DEALLOCATE ALL"
 	}
@@ -83,6 +96,7 @@ type class struct {
 	quiet bool
 	pin   string    // why the session must keep its server connection; "" if it need not
 	ops   []paramOp // session changes, in statement order
+	sps   []paramOp // savepoint statements, in statement order
 	count int       // statements in the string
 	// verify: the statement may run user code (DO, CALL, a function that
 	// is not built in) whose session effects the text does not show; the
@@ -152,7 +166,7 @@ func classify(sql string) class {
 // leadingKeywords are the statements classify looks into; any other
 // statement (SELECT, INSERT, ...) costs no allocation.
 var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE",
-	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DO", "CALL"}
+	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DO", "CALL", "SAVEPOINT", "RELEASE"}
 
 // quietStatement reports whether a statement starting with word w cannot
 // call a function (what follows SET is a value, not an expression).
@@ -239,6 +253,33 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		if txn, chain := txnEnd(w, punct); txn != "" {
 			c.txn = txn
 			c.chain = c.chain || chain
+			return
+		}
+		if at(0) == "ROLLBACK" {
+			i := 1
+			if at(i) == "WORK" || at(i) == "TRANSACTION" {
+				i++
+			}
+			if at(i) == "TO" {
+				if i++; at(i) == "SAVEPOINT" {
+					i++
+				}
+				if i+1 == len(w) {
+					c.sps = append(c.sps, paramOp{kind: opRollbackTo, name: identName(stmt, at(i))})
+				}
+			}
+		}
+	case "SAVEPOINT":
+		if len(w) == 2 {
+			c.sps = append(c.sps, paramOp{kind: opSavepoint, name: identName(stmt, at(1))})
+		}
+	case "RELEASE":
+		i := 1
+		if at(1) == "SAVEPOINT" {
+			i = 2
+		}
+		if i+1 == len(w) {
+			c.sps = append(c.sps, paramOp{kind: opRelease, name: identName(stmt, at(i))})
 		}
 	case "DO", "CALL":
 		c.verify = true

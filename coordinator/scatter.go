@@ -983,6 +983,22 @@ func (r *scatterRun) acquire() error {
 	ss.cancelMu.Lock()
 	ss.scatterTargets = r.conns
 	ss.cancelMu.Unlock()
+	if (r.port != nil && r.port.st.cls.verify) || (r.port == nil && ss.verifyNext) {
+		// User code may read sequence state: none of another client's
+		// (seqcheck.go).
+		for _, sc := range r.conns {
+			if sc.TxStatus == 'E' {
+				continue
+			}
+			if err := sc.Exec("DISCARD SEQUENCES", time.Now().Add(txCleanupTimeout), nil); err != nil {
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) {
+					sc.MarkBroken()
+				}
+				return err
+			}
+		}
+	}
 	return nil
 }
 

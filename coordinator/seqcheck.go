@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 
 	"github.com/pgfleet/pgfleet/internal/wire"
 )
@@ -19,6 +22,33 @@ import (
 // SEQUENCES or DISCARD ALL), the value is "not yet defined", which the
 // worker reports itself once the connection's own state is cleared
 // (DISCARD SEQUENCES first). Otherwise they are refused with 0A000.
+
+//
+// User code (classify's verify: DO, CALL, a function that is not built in)
+// may call currval or lastval where the text does not show it. Such a
+// statement runs after DISCARD SEQUENCES on its connections, so that it
+// never reads another client's value: before the session's first
+// statement that may call nextval, it gets PostgreSQL's answer ("not yet
+// defined", 55000); after one, a 55000 from it may stand for a value
+// PostgreSQL would have given, and is refused with 0A000 instead
+// (seqGuard). Not covered: user code run by triggers or defaults of
+// ordinary statements, and multi-shard statements' 55000 (left as it
+// comes: an error, never another client's value, for the statements
+// that call user code).
+
+// seqGuardError turns a worker's 55000 error body into the 0A000 refusal,
+// the worker's message kept as detail.
+func seqGuardError(body []byte) []byte {
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil {
+		return body
+	}
+	e := pgerr.New(pgerr.FeatureNotSupported, "currval() or lastval() in user code is not supported after statements that may have called nextval(): pgfleet runs them on pooled worker connections, which keep sequence state apart").
+		WithHint("Use INSERT ... RETURNING, or the value nextval() returns, instead of currval() or lastval().")
+	e.Detail = "The worker said: " + er.Message
+	b, _ := pgerr.Flatten(e).Encode(nil)
+	return b[5:]
+}
 
 // errSeqState refuses currval or lastval after statements that may have
 // called nextval on other server connections.

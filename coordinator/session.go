@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,15 @@ type session struct {
 	txBegin     string
 	txSet       bool
 	txSavepoint bool
+	// chainAsk: the transaction was chained from a failed one on the
+	// current worker (txBegin ""); joinWorker asks that worker for its
+	// characteristics.
+	chainAsk bool
+	// savepoints: the transaction's savepoints, oldest first, each with
+	// how many of pending's changes were made before it (ROLLBACK TO
+	// keeps those only).
+	savepoints []savepointMark
+	spLost     bool // a ROLLBACK TO that could not be followed: pending is forgotten
 	// portalNode: the worker each portal of such a transaction was bound
 	// on (portals live on the connection that bound them).
 	portalNode map[string]int32
@@ -122,6 +132,11 @@ type session struct {
 	// seqDiscard asks relayCycle to clear the connection's first.
 	seqUsed    bool
 	seqDiscard bool
+	// seqGuard: user code runs in this cycle on a connection whose
+	// sequence state was cleared while the session may have some
+	// elsewhere; its 55000 errors (currval "not yet defined") are
+	// refused instead (seqGuardError).
+	seqGuard bool
 
 	// Settings to put right on the held connection after this cycle
 	// (paramfix.go): startup settings a RESET sent to the server's
@@ -164,6 +179,7 @@ type expect struct {
 	prev  *Statement
 	cls   *class // simple query: its classification, when it changes the session
 	opIdx int
+	spIdx int  // the next of the class's savepoint statements (class.sps)
 	abort bool // a Parse sent to fail on purpose: hide its error
 	// inject is sent after the answer's RowDescription (EXPLAIN's lines
 	// about the distributed plan).
@@ -563,6 +579,12 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.resetNotLast && ss.resetsStartup(&cls) {
 		return ss.queryError(errResetNotLast)
 	}
+	if cls.verify && cls.seqFn == "" {
+		// User code may read sequence state the text does not show
+		// (seqcheck.go).
+		ss.seqDiscard = true
+	}
+	ss.seqGuard = cls.verify && cls.seqFn == "" && ss.seqUsed
 	if !cls.quiet {
 		ss.seqUsed = true
 	}
@@ -573,7 +595,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	// A simple Query destroys the unnamed statement, as in PostgreSQL.
 	delete(ss.stmts, "")
 	var cp *class
-	if len(cls.ops) > 0 || cls.chain {
+	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 {
 		cp = &cls
 	}
 	if cls.pin != "" {
@@ -946,6 +968,7 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(errSeqState(st.cls.seqFn))
 		return nil
 	}
+	seqHad := ss.seqUsed
 	if !st.cls.quiet {
 		ss.seqUsed = true
 	}
@@ -980,8 +1003,11 @@ func (ss *session) bind(body []byte) error {
 	if ss.txBegin != "" {
 		ss.notePortal(string(portal))
 	}
-	if clientSt.cls.seqFn != "" {
+	if clientSt.cls.seqFn != "" || clientSt.cls.verify {
+		// currval or lastval, in the text or maybe in user code
+		// (seqcheck.go).
 		ss.queueDiscardSequences()
+		ss.seqGuard = ss.seqGuard || clientSt.cls.verify && seqHad
 	}
 	if clientSt.cls.verify && ss.pinned == "" {
 		ss.snapshotState(true, clientSt.Query)
@@ -1261,7 +1287,11 @@ func (ss *session) drain() error {
 				ss.staleStmt(e.cst)
 			}
 			if !e.abort {
-				ss.out = wire.AppendFrame(ss.out, 'E', ss.clientNames(e, f.Body))
+				body := ss.clientNames(e, f.Body)
+				if ss.seqGuard && errCode(body) == pgerr.ObjectNotInPrerequisite {
+					body = seqGuardError(body)
+				}
+				ss.out = wire.AppendFrame(ss.out, 'E', body)
 			}
 			ss.txFailed = true
 			ss.paramFix, ss.loadFix = ss.paramFix[:0], false
@@ -1312,7 +1342,7 @@ func (ss *session) drain() error {
 			if len(f.Body) >= 4 && (f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) || f.Body[0] == 'R' && f.Body[1] == 'E' && f.Body[2] == 'S') {
 				ss.noteTxnTag(f.Body)
 			}
-			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || e.stmt.cls.chain)) || len(ss.pending) > 0 {
+			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain)) || len(ss.pending) > 0 {
 				ss.noteTag(e, f.Body)
 			}
 			if e.term == tExecute {
@@ -1432,12 +1462,20 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	if c != nil && c.seqReset && (string(tag) == "DISCARD SEQUENCES" || string(tag) == "DISCARD ALL") {
 		ss.seqUsed = false
 	}
+	if c != nil && e.spIdx < len(c.sps) && string(tag) == c.sps[e.spIdx].tag() {
+		e.spIdx++
+		if ss.noteSavepoint(c.sps[e.spIdx-1]) {
+			return
+		}
+	}
 	if len(ss.pending) > 0 && string(tag) == "ROLLBACK" {
-		// ROLLBACK, or ROLLBACK TO SAVEPOINT (the same tag), after which
-		// some of the transaction's SETs may have stayed: forget them, and
-		// have the connection reset before anyone uses it again.
+		// ROLLBACK, or a ROLLBACK TO SAVEPOINT not followed (the same
+		// tag), after which some of the transaction's SETs may have
+		// stayed: forget them, and have the connection reset before
+		// anyone uses it again.
 		ss.txFailed = true
 		ss.paramsUnsure = true
+		ss.savepoints, ss.spLost = ss.savepoints[:0], true
 	}
 	var ops []paramOp
 	if e.cls != nil {
@@ -1470,12 +1508,14 @@ func (ss *session) noteTag(e *expect, body []byte) {
 // endOfCycle runs at ReadyForQuery.
 func (ss *session) endOfCycle(status byte) {
 	ss.sc.TxStatus = status
+	ss.seqGuard = false
 	ss.needSync = false
 	ss.batchWork = false
 	if status != 'I' {
 		return
 	}
-	ss.txBegin, ss.txSet, ss.txSavepoint = "", false, false
+	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk = "", false, false, false
+	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {
 			ss.params.applyOps(ss.pending, ss.sc.Params)
@@ -1788,5 +1828,54 @@ func (ss *session) verifyRelease() bool {
 	// Settings the snapshot cannot see may still have changed: the next
 	// checkout resets the connection (RESET ALL) before anyone uses it.
 	ss.sc.ParamsKey = pooling.UnknownKey
+	return true
+}
+
+// savepointMark is a savepoint of the transaction block and how many of
+// the session's pending changes were made before it.
+type savepointMark struct {
+	name string
+	n    int
+}
+
+// noteSavepoint follows a savepoint statement that succeeded, as
+// PostgreSQL does with the session's settings: ROLLBACK TO s undoes the
+// changes made after s (s stays), and brings a failed transaction back;
+// RELEASE s forgets s and the savepoints after it, keeping the changes.
+// False: a ROLLBACK TO whose savepoint is not known here, which the
+// caller treats as a ROLLBACK that may have undone anything.
+func (ss *session) noteSavepoint(op paramOp) bool {
+	find := func() int {
+		for i := len(ss.savepoints) - 1; i >= 0; i-- {
+			if ss.savepoints[i].name == op.name {
+				return i
+			}
+		}
+		return -1
+	}
+	switch op.kind {
+	case opSavepoint:
+		ss.savepoints = append(ss.savepoints, savepointMark{name: op.name, n: len(ss.pending)})
+	case opRelease:
+		if i := find(); i >= 0 {
+			ss.savepoints = ss.savepoints[:i]
+		}
+	case opRollbackTo:
+		i := find()
+		if i < 0 || ss.spLost {
+			return false
+		}
+		undone := slices.Clone(ss.pending[ss.savepoints[i].n:])
+		ss.pending = ss.pending[:ss.savepoints[i].n]
+		for _, o := range undone {
+			// A custom setting's placeholder outlives the SET that
+			// made it.
+			if o.name != "" && custom(o.name) {
+				ss.pending = append(ss.pending, paramOp{kind: opPlaceholder, name: o.name})
+			}
+		}
+		ss.savepoints = ss.savepoints[:i+1]
+		ss.txFailed = false
+	}
 	return true
 }

@@ -52,6 +52,13 @@ func errMultiRefused(msg, hint string) error {
 // joinWorker makes node the current worker of the session's transaction
 // block, taking it into the transaction if it is not in yet.
 func (ss *session) joinWorker(ctx context.Context, node int32) error {
+	if ss.sc != nil && ss.sc.TxStatus == 'E' {
+		// As PostgreSQL: a failed transaction runs nothing until it
+		// ends, on any of its workers (a portal on a parked one
+		// included). COMMIT then rolls back everywhere (multiEnd).
+		return pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block")
+	}
 	if ss.needSync && !ss.batchWork {
 		// Only Parse or Describe used the current connection in this
 		// batch: answer them with a hidden Sync (the transaction block
@@ -71,6 +78,16 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	case ss.needSync:
 		return errMultiRefused(fmt.Sprintf("a pipeline that needs worker %s after statements on worker %s before its Sync is not supported", to, from),
 			"Send Sync before a statement for rows on another worker.")
+	case ss.txBegin == "" && ss.chainAsk:
+		// The transaction was chained from a failed one on this worker,
+		// which knows its characteristics: ask it.
+		b, err := chainBegin(txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
+		if err != nil {
+			return err
+		}
+		ss.txBegin, ss.chainAsk = b, false
+	}
+	switch {
 	case ss.txBegin == "":
 		return errMultiRefused(fmt.Sprintf("this transaction runs on worker %s and the statement needs worker %s, but its BEGIN was sent together with other statements", from, to),
 			"Send BEGIN as a statement of its own to let a transaction span several workers.")
@@ -441,19 +458,25 @@ func chainBeginSQL(isolation string, readOnly, deferrable bool) string {
 
 // chained follows a COMMIT AND CHAIN or ROLLBACK AND CHAIN that ran on the
 // session's one worker (which started the new transaction itself): the
-// SETs of the transaction that ended are the session's if it committed.
-// After a failed transaction the new one's characteristics are not known
-// here, so it keeps to its worker (txBegin ""); SET or SAVEPOINT in the
-// old one keep it there too (txSet, txSavepoint stay).
+// SETs of the transaction that ended are the session's if it committed,
+// and gone if not; either way the session's settings say what a worker
+// taken in later must have, so they no longer keep the transaction on its
+// worker (txSet), nor do the ended transaction's savepoints. Only
+// settings the session could not follow (paramsUnsure) still do. After a
+// failed transaction the new one's characteristics are the worker's to
+// know: joinWorker asks it (chainAsk) when another worker is needed.
 func (ss *session) chained(committed bool) {
 	if committed && !ss.txFailed {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
 	}
 	ss.pending = ss.pending[:0]
+	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	if ss.txFailed {
-		ss.txBegin = ""
+		ss.txBegin, ss.chainAsk = "", true
 	}
 	ss.txFailed = false
+	ss.txSavepoint = false
+	ss.txSet = ss.paramsUnsure
 	// The ended transaction's portals are gone on the worker too.
 	if len(ss.portalNode) > 0 {
 		clear(ss.portalNode)
@@ -503,6 +526,8 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	clear(ss.parked)
 	ss.parked = ss.parked[:0]
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false
+	ss.chainAsk = false
+	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
