@@ -120,7 +120,7 @@ func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, e
 	}
 	p := sp.plan
 	if p.Kind == planner.Default {
-		return st, ss.currentNode(), nil
+		return st, ss.homeNode(st.Query), nil
 	}
 	if p.Kind == planner.MultiShard {
 		return nil, 0, errScatter
@@ -148,7 +148,7 @@ func (ss *session) routeDescribe(st *Statement) (*Statement, int32, error) {
 	}
 	p := sp.plan
 	if p.Kind == planner.Default {
-		return st, ss.currentNode(), nil
+		return st, ss.homeNode(st.Query), nil
 	}
 	if p.Kind == planner.MultiShard {
 		return nil, 0, errScatter
@@ -183,6 +183,23 @@ func (ss *session) currentNode() int32 {
 		return ss.node
 	}
 	return ss.srv.defaultNode.Load()
+}
+
+// homeNode is where a statement that names no catalog table runs: the
+// default node, which has the tables, sequences and functions pgfleet does
+// not distribute. A statement that touches none of them (SET, SHOW,
+// SAVEPOINT, COMMIT, SELECT 1) stays on the worker the session holds
+// (a transaction's or a pipeline's); one that does makes acquire take the
+// default node into the transaction, or refuse with 0A000. A pinned
+// session keeps to its connection (its temporary tables are there). Only
+// a session holding another worker than the default one pays for the
+// parse.
+func (ss *session) homeNode(sql string) int32 {
+	def := ss.srv.defaultNode.Load()
+	if ss.sc == nil || ss.node == def || ss.pinned != "" || !ss.routes || planner.TouchesNothing(sql) {
+		return ss.currentNode()
+	}
+	return def
 }
 
 // nodeAddr is a node's host:port ("" if unknown).

@@ -630,6 +630,9 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 		ss.seqDiscard = true
 	}
+	if p.Kind == planner.Default {
+		node = ss.homeNode(text)
+	}
 	switch p.Kind {
 	case planner.Function:
 		return ss.runFunction(p)
@@ -900,7 +903,7 @@ func (ss *session) parse(body []byte) error {
 		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
 		return nil
 	}
-	if !ss.acquireExt(ss.currentNode()) {
+	if !ss.acquireExt(ss.homeNode(st.Query)) {
 		return nil
 	}
 	if ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {

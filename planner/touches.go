@@ -1,0 +1,72 @@
+package planner
+
+import (
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
+)
+
+// TouchesNothing reports whether a statement text that names no catalog
+// table also touches no other relation, sequence or function, so that it
+// runs the same on any worker: settings (SET, RESET, SHOW), transaction
+// control (savepoints included), DISCARD, DEALLOCATE, and SELECT or VALUES
+// of constants, operators and a few built-in functions that read no
+// relation (SELECT 1, SELECT now()). Other function calls and reg-type
+// casts may read relations only the default node has. A text
+// that does not parse touches nothing: any worker reports the error.
+func TouchesNothing(sql string) bool {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return true
+	}
+	for _, raw := range tree.Stmts {
+		switch raw.Stmt.GetNode().(type) {
+		case *pg_query.Node_VariableSetStmt, *pg_query.Node_VariableShowStmt, *pg_query.Node_TransactionStmt,
+			*pg_query.Node_DiscardStmt, *pg_query.Node_DeallocateStmt:
+		case *pg_query.Node_SelectStmt:
+			touches := false
+			Walk(raw.Stmt, func(m proto.Message) {
+				switch n := m.(type) {
+				case *pg_query.FuncCall:
+					touches = touches || !pureBuiltin(n)
+				case *pg_query.RangeVar, *pg_query.RangeFunction, *pg_query.IntoClause:
+					touches = true
+				case *pg_query.TypeName:
+					for _, p := range n.Names {
+						if strings.HasPrefix(p.GetString_().GetSval(), "reg") {
+							touches = true
+						}
+					}
+				}
+			})
+			if touches {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// pureBuiltins are built-in functions that read no relation and answer
+// the same in any worker's transaction.
+var pureBuiltins = map[string]bool{
+	"now": true, "clock_timestamp": true, "statement_timestamp": true, "transaction_timestamp": true,
+	"timeofday": true, "random": true, "current_setting": true, "version": true, "gen_random_uuid": true,
+	"length": true, "lower": true, "upper": true, "abs": true, "round": true, "md5": true, "concat": true,
+	"format": true, "to_char": true, "date_trunc": true, "extract": true, "date_part": true, "coalesce": true,
+}
+
+func pureBuiltin(f *pg_query.FuncCall) bool {
+	names := ListNames(&pg_query.List{Items: f.Funcname})
+	switch {
+	case len(names) == 1:
+	case len(names) == 2 && names[0] == "pg_catalog":
+		names = names[1:]
+	default:
+		return false
+	}
+	return pureBuiltins[names[0]]
+}
