@@ -1273,6 +1273,7 @@ func (ss *session) drain() error {
 				return ss.lostServer(errors.New("invalid ReadyForQuery"))
 			}
 			if e.kind != eSwallow {
+				ss.seqGuard = false // the client's cycle is over
 				if f.Body[0] == 'I' && ss.pendingBegin != "" {
 					// The worker has not seen the client's BEGIN yet.
 					ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus0())
@@ -1511,7 +1512,6 @@ func (ss *session) noteTag(e *expect, body []byte) {
 // endOfCycle runs at ReadyForQuery.
 func (ss *session) endOfCycle(status byte) {
 	ss.sc.TxStatus = status
-	ss.seqGuard = false
 	ss.needSync = false
 	ss.batchWork = false
 	if status != 'I' {
