@@ -223,19 +223,35 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
-	if err != nil {
-		return 0, err
+	def := ss.srv.defaultNode.Load()
+	var sc *pooling.ServerConn
+	release := func(*pooling.ServerConn) {}
+	if ss.settingsUnknown {
+		// User code changed settings pgfleet cannot follow
+		// (set_config() in a function or DO block): only the session's
+		// own connection computes the value as PostgreSQL would.
+		if ss.sc == nil || ss.node != def || ss.sc.TxStatus != 'I' || ss.needSync || ss.qhead < len(ss.queue) {
+			return 0, pgerr.New(pgerr.FeatureNotSupported,
+				"the distribution value %s needs PostgreSQL to compute it, which is not supported after a function changed the session's settings", v.Expr).
+				WithHint("Change settings with SET, or write the value as a plain constant or parameter of the column's type %s.", p.DistType)
+		}
+		sc = ss.sc
+	} else {
+		pool, err := ss.poolFor(def)
+		if err != nil {
+			return 0, err
+		}
+		if sc, err = ss.checkout(ctx, pool); err != nil {
+			return 0, err
+		}
+		release = pool.Release
 	}
-	sc, err := ss.checkout(ctx, pool)
-	if err != nil {
-		return 0, err
-	}
+	var err error
 	typ := p.DistType
 	if v.Assign {
 		// An INSERT stores the value with the column's type modifier.
 		if typ, err = ss.srv.columnType(sc, p.DistTable); err != nil {
-			pool.Release(sc)
+			release(sc)
 			return 0, err
 		}
 	}
@@ -262,14 +278,14 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
-		pool.Release(sc)
+		release(sc)
 		return 0, lostWorker(sc.Addr, err)
 	}
 	h, failed := anyShard, false
 	for {
 		f, err := sc.Next()
 		if err != nil {
-			pool.Release(sc)
+			release(sc)
 			return 0, lostWorker(sc.Addr, err)
 		}
 		switch f.Type {
@@ -284,7 +300,7 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
 			sc.TxStatus = f.Body[0]
-			pool.Release(sc)
+			release(sc)
 			if failed {
 				return anyShard, nil // the worker gives PostgreSQL's answer
 			}

@@ -296,3 +296,51 @@ func TestSequenceStateInUserCode(t *testing.T) {
 		c.Close(ctx)
 	}
 }
+
+// TestSetConfigInDoBlock: a setting changed by set_config() in a DO block
+// stays with its client (not another's), applies to the client's later
+// statements on every worker (distribution values computed under it
+// included), or those are refused with 0A000.
+func TestSetConfigInDoBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	admin := connect(t, srv.Addr())
+	drop := func() {
+		_, _ = admin.Exec(ctx, "SELECT undistribute_table('dc_t')", simple)
+		_, _ = admin.Exec(ctx, "DROP TABLE IF EXISTS dc_t", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, admin, "CREATE TABLE dc_t (id text PRIMARY KEY, v text)", simple)
+	exec(t, admin, "SELECT create_distributed_table('dc_t', 'id', shard_count => 4)", simple)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+		c := connect(t, srv.Addr())
+		exec(t, c, "DO $$ BEGIN PERFORM set_config('IntervalStyle', 'sql_standard', false); END $$", mode)
+		other := connect(t, srv.Addr())
+		if got := queryString(t, other, "SHOW IntervalStyle", mode); got != "postgres" {
+			t.Errorf("%v: another client sees IntervalStyle %q", mode, got)
+		}
+		other.Close(ctx)
+		for d := 1; d <= 6; d++ {
+			id := fmt.Sprintf("%d 0:00:00", d)
+			_, err := c.Exec(ctx, fmt.Sprintf("INSERT INTO dc_t (id, v) VALUES ('%d days'::interval::text, 'x')", d), mode)
+			if err != nil {
+				if sqlState(err) != "0A000" {
+					t.Errorf("%v: insert: %v", mode, err)
+				}
+				continue
+			}
+			var n int
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM dc_t WHERE id = $1", mode, id).Scan(&n); err != nil && sqlState(err) != "0A000" || err == nil && n != 1 {
+				t.Errorf("%v: row %q: %d, %v", mode, id, n, err)
+			}
+			if got := queryString(t, c, "SHOW IntervalStyle", mode); got != "sql_standard" {
+				t.Errorf("%v: own IntervalStyle %q", mode, got)
+			}
+		}
+		c.Close(ctx)
+		exec(t, admin, "TRUNCATE dc_t", simple)
+	}
+}
