@@ -207,6 +207,10 @@ type pgType struct {
 // the others on pooled ones, where the transaction has written nothing
 // (txnCheck checks the isolation level and settings on the connections).
 func (ss *session) scatterAllowed() error {
+	if (ss.sc != nil && ss.sc.TxStatus == 'E') || (ss.sc == nil && ss.pendingFailed) {
+		return pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block")
+	}
 	if ss.pinned != "" {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard query is not supported in a session pinned to one worker connection (%s)", ss.pinned).

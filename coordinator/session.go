@@ -1181,6 +1181,14 @@ func (ss *session) close(body []byte) error {
 			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
 			return nil
 		}
+		if node, ok := ss.portalNode[string(name)]; ok && ss.sc != nil && ss.sc.TxStatus == 'E' && node != ss.node {
+			// A failed transaction's portal on another of its workers:
+			// closed, as PostgreSQL closes one in a failed transaction
+			// (ROLLBACK ends it there).
+			delete(ss.portalNode, string(name))
+			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
+			return nil
+		}
 		if len(ss.parked) > 0 && !ss.portalWorker(string(name)) {
 			return nil
 		}
