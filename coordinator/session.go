@@ -180,6 +180,7 @@ type expect struct {
 	cls   *class // simple query: its classification, when it changes the session
 	opIdx int
 	spIdx int  // the next of the class's savepoint statements (class.sps)
+	begin bool // the Execute of a deferred BEGIN (ensureBegun)
 	abort bool // a Parse sent to fail on purpose: hide its error
 	// inject is sent after the answer's RowDescription (EXPLAIN's lines
 	// about the distributed plan).
@@ -412,7 +413,7 @@ func (ss *session) ensureBegun() {
 	ss.sc.SetBuf(b)
 	ss.push(expect{kind: eSwallow, term: tParse})
 	ss.push(expect{kind: eSwallow, term: tBind})
-	ss.push(expect{kind: eSwallow, term: tExecute})
+	ss.push(expect{kind: eSwallow, term: tExecute, begin: true})
 	ss.txBegin = ss.pendingBegin
 	ss.pendingBegin = ""
 }
@@ -569,8 +570,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 	}
 	if ss.pendingFailed {
-		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
-			"current transaction is aborted, commands ignored until end of transaction block"))
+		return ss.queryError(pendingFailedError(&cls))
 	}
 	ss.seqDiscard = false
 	if cls.seqFn != "" && ss.seqUsed {
@@ -959,8 +959,7 @@ func (ss *session) bind(body []byte) error {
 	}
 	if ss.pendingFailed {
 		// A statement failed in a transaction the worker has not seen.
-		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
-			"current transaction is aborted, commands ignored until end of transaction block"))
+		ss.synthError(pendingFailedError(&st.cls))
 		return nil
 	}
 	if ss.refDone {
@@ -1306,6 +1305,11 @@ func (ss *session) drain() error {
 				ss.out = wire.AppendFrame(ss.out, 'E', body)
 			}
 			ss.txFailed = true
+			if ss.pendingBegin != "" {
+				// A Parse or Describe ahead of the deferred BEGIN failed:
+				// in PostgreSQL the transaction block would have.
+				ss.pendingFailed = true
+			}
 			ss.paramFix, ss.loadFix = ss.paramFix[:0], false
 			if fatalSeverity(f.Body) {
 				sc.MarkBroken()
@@ -1437,6 +1441,12 @@ func fatalSeverity(body []byte) bool {
 
 // undo forgets what a message skipped or failed by the server would have made.
 func (ss *session) undo(e *expect) {
+	if e.begin && ss.pendingBegin == "" {
+		// The deferred BEGIN was skipped after an earlier error of the
+		// batch (a Parse): the worker never started the transaction,
+		// which PostgreSQL would have, and failed.
+		ss.pendingBegin, ss.txBegin, ss.pendingFailed = ss.txBegin, "", true
+	}
 	if e.term == tParse && e.stmt != nil {
 		if e.reclosed {
 			ss.sc.Stmts.Doubt(e.stmt.Name) // its Close may have been skipped too
@@ -1889,4 +1899,15 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 		ss.txFailed = false
 	}
 	return true
+}
+
+// pendingFailedError answers a statement in a failed transaction the
+// worker has not seen: 25P02, or for ROLLBACK TO the error PostgreSQL gives
+// there (no savepoint can exist, as none reached a worker).
+func pendingFailedError(cls *class) error {
+	if cls.count == 1 && len(cls.sps) == 1 && cls.sps[0].kind == opRollbackTo {
+		return pgerr.New(pgerr.InvalidSavepointSpec, "savepoint \"%s\" does not exist", cls.sps[0].name)
+	}
+	return pgerr.New(pgerr.InFailedSQLTransaction,
+		"current transaction is aborted, commands ignored until end of transaction block")
 }

@@ -62,6 +62,7 @@ func TestSavepointSettings(t *testing.T) {
 		{"BEGIN", "SAVEPOINT a", "SET fix2.x = 'on'", "ROLLBACK TO a", "COMMIT", "SHOW fix2.x"},
 		{"BEGIN", "SET work_mem = '14MB'", "SAVEPOINT a", "SAVEPOINT a", "SET work_mem = '15MB'", "ROLLBACK TO a", "RELEASE a", "ROLLBACK TO a", "COMMIT", "SHOW work_mem"},
 		{"BEGIN", "SET work_mem = '16MB'", "SAVEPOINT a", "ROLLBACK", "SHOW work_mem"},
+		{"BEGIN", "SET work_mem = '21MB'; SAVEPOINT a; SET work_mem = '22MB'; ROLLBACK TO a; SAVEPOINT b", "SET work_mem = '23MB'", "ROLLBACK TO b", "COMMIT", "SHOW work_mem"},
 	}
 	for _, extended := range []bool{false, true} {
 		for i, s := range scripts {
@@ -345,5 +346,30 @@ func TestSetConfigInDoBlock(t *testing.T) {
 		}
 		c.Close(ctx)
 		exec(t, admin, "TRUNCATE dc_t", simple)
+	}
+}
+
+// TestDeferredBeginParseError: a Parse that fails in the first batch
+// after BEGIN (which the coordinator defers) fails the transaction, as on
+// PostgreSQL: later statements get 25P02, ROLLBACK TO 3B001, and nothing
+// runs outside the transaction.
+func TestDeferredBeginParseError(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	run := func(addr string) string {
+		r := rawConnect(t, addr)
+		var out []string
+		add := func(got []string) { out = append(out, strings.Join(got, ",")) }
+		add(r.round(&pgproto3.Query{String: "BEGIN"}))
+		add(r.round(exe("SET work_mem = '21MB'; SAVEPOINT a")...))
+		add(r.round(exe("SET work_mem = '23MB'")...))
+		add(r.round(exe("ROLLBACK TO b")...))
+		add(r.round(&pgproto3.Query{String: "ROLLBACK TO b"}))
+		add(r.round(&pgproto3.Query{String: "COMMIT"}))
+		add(r.round(&pgproto3.Query{String: "SHOW work_mem"}))
+		return strings.Join(out, " | ")
+	}
+	if got, want := run(srv.Addr()), run(cl.Servers[0].Addr()); got != want {
+		t.Errorf("\n got %s\nwant %s", got, want)
 	}
 }
