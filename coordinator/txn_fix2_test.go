@@ -373,3 +373,39 @@ func TestDeferredBeginParseError(t *testing.T) {
 		t.Errorf("\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestChainSetStaysWithClient: a SET committed by COMMIT AND CHAIN, in a
+// transaction that then takes in another worker, is the client's on both
+// workers and reaches no other client through the pooled connections.
+func TestChainSetStaysWithClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	c := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, c, "cs_acc")
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, extended := range []bool{false, true} {
+		r := txnRunner{t: t, c: c, extended: extended}
+		r.must("BEGIN")
+		r.must("UPDATE cs_acc SET n = n + 1 WHERE aid = $1", k1)
+		r.must("SET work_mem = '9MB'")
+		r.must("COMMIT AND CHAIN")
+		r.must("UPDATE cs_acc SET n = n + 1 WHERE aid = $1", k1)
+		if _, err := r.run("UPDATE cs_acc SET n = n + 1 WHERE aid = $1", k2); err != nil {
+			t.Fatalf("%s: second worker after COMMIT AND CHAIN of a SET: %v", r.name(), err)
+		}
+		r.must("COMMIT")
+		other := connect(t, srv.Addr())
+		for _, k := range []int{k1, k2} {
+			if got := queryString(t, other, fmt.Sprintf("SELECT current_setting('work_mem') FROM cs_acc WHERE aid = %d", k), simple); got == "9MB" {
+				t.Errorf("%s: another client's work_mem on the worker of %d: %q", r.name(), k, got)
+			}
+		}
+		other.Close(context.Background())
+		for _, k := range []int{k1, k2} {
+			if got := queryString(t, c, fmt.Sprintf("SELECT current_setting('work_mem') FROM cs_acc WHERE aid = %d", k), simple); got != "9MB" {
+				t.Errorf("%s: own work_mem on the worker of %d: %q", r.name(), k, got)
+			}
+		}
+		exec(t, c, "RESET work_mem", simple)
+	}
+}

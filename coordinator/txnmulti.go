@@ -477,6 +477,12 @@ func (ss *session) chained(committed bool) {
 	ss.txFailed = false
 	ss.txSavepoint = false
 	ss.txSet = ss.paramsUnsure
+	// The connection's settings are the session's again (committed or
+	// rolled back): a multiRelease gives it back under that key.
+	ss.sc.ParamsKey = ss.params.key
+	if ss.paramsUnsure {
+		ss.sc.ParamsKey = pooling.UnknownKey
+	}
 	// The ended transaction's portals are gone on the worker too.
 	if len(ss.portalNode) > 0 {
 		clear(ss.portalNode)
