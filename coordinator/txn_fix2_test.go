@@ -409,3 +409,32 @@ func TestChainSetStaysWithClient(t *testing.T) {
 		exec(t, c, "RESET work_mem", simple)
 	}
 }
+
+// TestSetConfigInDoBlockAcrossWorkers: in a transaction over two workers,
+// a setting a DO block changed applies to the statements on both, or
+// those on the other worker are refused with 0A000; never a statement
+// that runs without it.
+func TestSetConfigInDoBlockAcrossWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	c := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, c, "dw_acc")
+	q := "SELECT '2020-01-03'::date::text FROM dw_acc WHERE aid = $1"
+	for _, extended := range []bool{false, true} {
+		r := txnRunner{t: t, c: c, extended: extended}
+		for _, order := range [][2]int{{k1, k2}, {k2, k1}} {
+			r.must("BEGIN")
+			r.must("UPDATE dw_acc SET n = n + 1 WHERE aid = $1", order[0])
+			r.must("UPDATE dw_acc SET n = n + 1 WHERE aid = $1", order[1])
+			r.must("DO $$ BEGIN PERFORM set_config('DateStyle', 'SQL, DMY', false); END $$")
+			for _, k := range order {
+				var got string
+				err := c.QueryRow(context.Background(), q, k).Scan(&got)
+				if err != nil && sqlState(err) != "0A000" && sqlState(err) != "25P02" || err == nil && got != "03/01/2020" {
+					t.Errorf("%s: date on the worker of %d after set_config in DO: %q, %v", r.name(), k, got, err)
+				}
+			}
+			r.run("ROLLBACK")
+		}
+	}
+}

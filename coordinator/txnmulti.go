@@ -87,6 +87,12 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		}
 		ss.txBegin, ss.chainAsk = b, false
 	}
+	if ss.verifyState && ss.stateChanged() {
+		// User code (set_config() in a DO block or function) changed
+		// the session on this worker: the other would run without it.
+		return errMultiRefused(fmt.Sprintf("a function changed this session's settings or state on worker %s; a statement on worker %s would not see the change", from, to),
+			"Make the change with SET before BEGIN, or keep the transaction to rows on one worker.")
+	}
 	switch {
 	case ss.txBegin == "":
 		return errMultiRefused(fmt.Sprintf("this transaction runs on worker %s and the statement needs worker %s, but its BEGIN was sent together with other statements", from, to),
@@ -685,4 +691,16 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	body := append(append(ss.qbuf[:0], sql...), 0)
 	ss.qbuf = body
 	return ss.relayCycle('Q', body, nil, nodes[len(nodes)-1])
+}
+
+// stateChanged reports whether the current connection's session state
+// differs from the snapshot taken before user code ran (snapshotState);
+// one query, on the rare path that takes in a worker after user code.
+func (ss *session) stateChanged() bool {
+	var dr pgproto3.DataRow
+	if len(ss.stateBase) == 0 || dr.Decode(ss.stateBase) != nil || len(dr.Values) != 1 {
+		return true
+	}
+	rows, err := queryText(ss.sc, ss.stateSQL)
+	return err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || *rows[0][0] != string(dr.Values[0])
 }
