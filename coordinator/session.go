@@ -897,6 +897,12 @@ func (ss *session) parse(body []byte) error {
 	}
 	var e *expect
 	if sp.plan.Kind != planner.Default || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0)) {
+		if ss.txStatus() == 'E' && st.cls.txn == "" && !(len(st.cls.sps) == 1 && st.cls.sps[0].kind == opRollbackTo) {
+			// As PostgreSQL: a failed transaction parses only its end.
+			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+				"current transaction is aborted, commands ignored until end of transaction block"))
+			return nil
+		}
 		// A routed statement is prepared on its shard's node at Bind, when
 		// the distribution value is known.
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})

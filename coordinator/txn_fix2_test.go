@@ -116,6 +116,8 @@ func TestFailedTransactionEverywhere(t *testing.T) {
 		add(r.round(&pgproto3.Close{ObjectType: 'P', Name: "p"}, &pgproto3.Execute{Portal: "p"}))
 		add(r.round(exe("SELECT n::text FROM "+table+" WHERE aid = $1", first)...))
 		add(r.round(&pgproto3.Query{String: "SELECT n::text FROM " + table + " WHERE aid = " + first}))
+		add(r.round(&pgproto3.Parse{Name: "fe2", Query: "SELECT n FROM " + table + " WHERE aid = $1"}, &pgproto3.Describe{ObjectType: 'S', Name: "fe2"}))
+		add(r.round(&pgproto3.Bind{PreparedStatement: "fe2", Parameters: [][]byte{[]byte(other)}}, &pgproto3.Execute{}))
 		add(r.round(&pgproto3.Query{String: "SELECT count(*)::text FROM " + table}))
 		add(r.round(exe("SELECT count(*)::text FROM " + table)...))
 		add(r.round(&pgproto3.Query{String: "COMMIT"}))
