@@ -400,11 +400,11 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	}
 	if err != nil && ss.inTxn() {
 		// The transaction fails, as on PostgreSQL (its worker's too).
-		ss.out = appendError(ss.out, err)
+		ss.out = appendError(ss.out, ss.guardSeq(err))
 		return ss.failTxn()
 	}
 	if err != nil {
-		ss.out = appendError(ss.out, err)
+		ss.out = appendError(ss.out, ss.guardSeq(err))
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
@@ -429,7 +429,7 @@ func (ss *session) failTxn() error {
 // the rows already sent: the rest of the batch is skipped and, in a
 // transaction block, the transaction fails, as on PostgreSQL.
 func (ss *session) scatterFailed(err error) {
-	ss.out = appendError(ss.out, err)
+	ss.out = appendError(ss.out, ss.guardSeq(err))
 	ss.skipping = true
 	if ss.sc == nil && ss.pendingBegin != "" {
 		ss.pendingFailed = true

@@ -31,10 +31,8 @@ import (
 // statement that may call nextval, it gets PostgreSQL's answer ("not yet
 // defined", 55000); after one, a 55000 from it may stand for a value
 // PostgreSQL would have given, and is refused with 0A000 instead
-// (seqGuard). Not covered: user code run by triggers or defaults of
-// ordinary statements, and multi-shard statements' 55000 (left as it
-// comes: an error, never another client's value, for the statements
-// that call user code).
+// (seqGuard), on one worker or over several shards. Not covered: user
+// code run by triggers or defaults of ordinary statements.
 
 // seqGuardError turns a worker's 55000 error body into the 0A000 refusal,
 // the worker's message kept as detail.
@@ -84,4 +82,14 @@ func (ss *session) queueDiscardSequences() {
 	ss.push(expect{kind: eSwallow, term: tParse})
 	ss.push(expect{kind: eSwallow, term: tBind})
 	ss.push(expect{kind: eSwallow, term: tExecute})
+}
+
+// guardSeq is err, or the 0A000 refusal for a worker's 55000 while
+// seqGuard holds (multi-shard statements).
+func (ss *session) guardSeq(err error) error {
+	var we *workerError
+	if !ss.seqGuard || !errors.As(err, &we) || we.pg.Code != pgerr.ObjectNotInPrerequisite {
+		return err
+	}
+	return newWorkerError(seqGuardError(we.body))
 }

@@ -990,6 +990,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if err == errScatter {
+		ss.seqGuard = ss.seqGuard || clientSt.cls.verify && seqHad
 		ss.scatterBind(string(portal), string(name), clientSt, params)
 		return nil
 	}

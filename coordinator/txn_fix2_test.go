@@ -252,9 +252,10 @@ func TestSequenceStateInUserCode(t *testing.T) {
 	drop()
 	t.Cleanup(drop)
 	exec(t, admin, "CREATE SEQUENCE su_sq", simple)
+	testTable(t, admin, "su_d", "(id int PRIMARY KEY)", "SELECT create_distributed_table('su_d', 'id', shard_count => 4)")
+	exec(t, admin, "INSERT INTO su_d (id) VALUES (1), (2), (3), (4), (5), (6)", simple)
 	exec(t, admin, "CREATE FUNCTION su_cv() RETURNS bigint LANGUAGE sql AS 'SELECT currval(''su_sq'')'", simple)
 	exec(t, admin, "CREATE FUNCTION su_lv() RETURNS bigint LANGUAGE plpgsql AS 'BEGIN RETURN lastval(); END'", simple)
-	admin.Close(ctx)
 	oracle := connect(t, cl.Servers[0].Addr())
 	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
 		other := connect(t, srv.Addr())
@@ -292,6 +293,22 @@ func TestSequenceStateInUserCode(t *testing.T) {
 			err := c.QueryRow(ctx, "SELECT "+fn+"()", mode).Scan(&got)
 			if err == nil && got != n || err != nil && sqlState(err) != "0A000" {
 				t.Errorf("%v after nextval %d (another client's %d): %s() = %d, %v; want %d or 0A000", mode, n, v, fn, got, err, n)
+			}
+		}
+		// Over several shards (each shard's connection).
+		for _, fn := range []string{"su_cv", "su_lv"} {
+			rows, err := c.Query(ctx, "SELECT "+fn+"() FROM su_d", mode)
+			if err == nil {
+				for rows.Next() {
+					var g int64
+					if err := rows.Scan(&g); err == nil && g != n {
+						t.Errorf("%v multi-shard after nextval %d (another client's %d): %s() = %d", mode, n, v, fn, g)
+					}
+				}
+				err = rows.Err()
+			}
+			if err != nil && sqlState(err) != "0A000" {
+				t.Errorf("%v multi-shard after nextval: %s(): %v; want %d or 0A000", mode, fn, err, n)
 			}
 		}
 		// nextval and currval in the same call of user code: its own value.
