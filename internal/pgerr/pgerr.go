@@ -49,7 +49,8 @@ const (
 	NameTooLong               = "42622"
 
 	// Kept apart from the list above to ease merges.
-	DuplicateCursor = "42P03"
+	DuplicateCursor   = "42P03"
+	BadCopyFileFormat = "22P04"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
