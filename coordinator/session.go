@@ -576,6 +576,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if len(cls.ops) > 0 || cls.chain {
 		cp = &cls
 	}
+	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
 	if cls.pin != "" {
 		ss.pin(cls.pin)
 	}
@@ -600,7 +601,10 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	p, lits, err := ss.planSimple(ptext)
 	if err != nil {
-		return ss.queryError(err)
+		// The statement runs nowhere: a refused PREPARE (or other
+		// pinning statement) leaves the session as it was.
+		ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
+		return ss.queryError(ss.workerVerdict(text, nil, err))
 	}
 	if cls.seqFn != "" {
 		if p.Kind != planner.Default && p.Kind != planner.Router {
@@ -860,6 +864,9 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParseSt = st
 	}
 	sp, err := ss.stmtPlan(st)
+	if err != nil {
+		err = ss.workerVerdict(st.Query, st.paramTail, err)
+	}
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
 	}
