@@ -39,6 +39,14 @@ type rowSplitter struct {
 	skipped bool // the CSV header was skipped
 	ended   bool // saw the \. end marker (or the end of the data)
 	eol     eolType
+	// resume is where readLine stopped in an incomplete line, so that a
+	// long line over many messages is scanned once.
+	resume *lineScan
+}
+
+type lineScan struct {
+	i                          int
+	inQuote, lastWasEsc, first bool
 }
 
 // eolType is the line ending the data uses, set by its first line.
@@ -129,9 +137,14 @@ func (s *rowSplitter) readLine(final bool) (line []byte, n int, eod, more bool, 
 		return 0
 	}
 	i := 0
+	if r := s.resume; r != nil {
+		i, inQuote, lastWasEsc, first = r.i, r.inQuote, r.lastWasEsc, r.first
+		s.resume = nil
+	}
 	for {
 		if i >= len(buf) {
 			if !final {
+				s.resume = &lineScan{i: i, inQuote: inQuote, lastWasEsc: lastWasEsc, first: first}
 				return nil, 0, false, true, nil
 			}
 			return buf[:i], i, true, false, nil

@@ -77,3 +77,48 @@ func TestRowSplitter(t *testing.T) {
 		}
 	}
 }
+
+// TestRowSplitterChunks: the rows do not depend on how the data is cut
+// into messages.
+func TestRowSplitterChunks(t *testing.T) {
+	inputs := []struct {
+		f    CopyFormat
+		data string
+	}{
+		{DefaultCopyFormat(false), "1\ta\r\n2\tb\\\nc\r\n3\tc\\.\r\nignored\r\n"},
+		{DefaultCopyFormat(false), "1\ta\r2\tb\r\\.\r"},
+		{DefaultCopyFormat(true), "1,\"x\r\n\\.\r\ny\"\r\n\\.x,b\r\n\"2\",\"q\"\"\"\r\n\\.\r\n"},
+		{CopyFormat{CSV: true, Delimiter: ',', Quote: '"', Escape: '\\'}, "1,\"a\\\"\n\\.\",b\n2,c"},
+	}
+	read := func(f CopyFormat, chunks []string) (out []string, err error) {
+		s := rowSplitter{f: f}
+		for i, ch := range chunks {
+			s.pending = append(s.pending, ch...)
+			for {
+				r, v, _, ok, err := s.next(i == len(chunks)-1)
+				if err != nil {
+					return out, err
+				}
+				if !ok {
+					break
+				}
+				out = append(out, v+"|"+string(r))
+			}
+		}
+		return out, nil
+	}
+	for _, in := range inputs {
+		want, werr := read(in.f, []string{in.data})
+		var bytes []string
+		for i := range in.data {
+			bytes = append(bytes, in.data[i:i+1])
+		}
+		got, gerr := read(in.f, bytes)
+		if !reflect.DeepEqual(got, want) || (gerr == nil) != (werr == nil) {
+			t.Errorf("%q byte by byte: %q %v, whole: %q %v", in.data, got, gerr, want, werr)
+		}
+		if len(want) < 2 {
+			t.Errorf("%q: only %q", in.data, want)
+		}
+	}
+}

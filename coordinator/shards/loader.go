@@ -122,6 +122,9 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 
 // Write takes one CopyData message's bytes.
 func (l *Loader) Write(ctx context.Context, data []byte) error {
+	if l.split.ended {
+		return nil // after \. PostgreSQL ignores the rest of the data
+	}
 	l.split.pending = append(l.split.pending, data...)
 	return l.drain(ctx, false)
 }
