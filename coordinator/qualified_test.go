@@ -129,6 +129,9 @@ func TestShardNamesDoNotLeak(t *testing.T) {
 		"SELECT pg_typeof(sn_t) FROM sn_t WHERE id = 16",
 		"SELECT pg_typeof(x) FROM sn_t x WHERE id = 16",
 		"SELECT pg_typeof(sn_t.*) FROM sn_t",
+		"SELECT pg_typeof(array_agg(sn_t)) FROM sn_t",
+		"SELECT (sn_t::sn_t).v FROM sn_t WHERE id = 100",
+		"SELECT (x::public.sn_t).v FROM sn_t x WHERE id = 100",
 	}
 	for _, sql := range refused {
 		_, err := c.Exec(context.Background(), sql, pgx.QueryExecModeSimpleProtocol)
@@ -142,5 +145,10 @@ func TestShardNamesDoNotLeak(t *testing.T) {
 		"SELECT row_to_json(sn_t) FROM sn_t WHERE id = 16",
 		"SELECT (sn_t).v FROM sn_t WHERE id = 16",
 		"SELECT pg_typeof(v) FROM sn_t WHERE id = 16",
+		"SELECT array_agg(sn_t)::text FROM sn_t WHERE id = 16",
+		"SELECT to_jsonb(x) FROM sn_t x WHERE id = 100",
+		"SELECT format('%s', sn_t) FROM sn_t WHERE id = 100",
+		"SELECT sn_t IS NULL FROM sn_t WHERE id = 100",
+		"SELECT sn_t = sn_t FROM sn_t WHERE id = 100",
 	}, nil)
 }

@@ -86,8 +86,10 @@ func unqualifyColumns(stmt *pg_query.Node, cat *metadata.Snapshot) error {
 func refuseShardNames(stmt *pg_query.Node, cat *metadata.Snapshot) error {
 	ctes := cteNames(stmt)
 	rowNames := map[string]bool{} // names under which a catalog table's rows are referenced
+	tables := map[string]bool{}   // their relation names, which name their row types
 	Walk(stmt, func(m proto.Message) {
 		if rv, ok := m.(*pg_query.RangeVar); ok && lookup(cat, rv, ctes) != nil {
+			tables[rv.Relname] = true
 			if rv.Alias != nil && rv.Alias.Aliasname != "" {
 				rowNames[rv.Alias.Aliasname] = true
 			} else {
@@ -95,12 +97,27 @@ func refuseShardNames(stmt *pg_query.Node, cat *metadata.Snapshot) error {
 			}
 		}
 	})
+	wholeRow := func(n *pg_query.Node) bool {
+		cr := n.GetColumnRef()
+		if cr == nil {
+			return false
+		}
+		f := cr.Fields
+		return len(f) == 1 && rowNames[f[0].GetString_().GetSval()] || len(f) >= 2 && f[len(f)-1].GetAStar() != nil
+	}
 	var err error
 	Walk(stmt, func(m proto.Message) {
 		if err != nil {
 			return
 		}
 		switch v := m.(type) {
+		case *pg_query.TypeCast:
+			// t::t: the shard's row type does not cast to the table's.
+			if names := v.GetTypeName().GetNames(); len(names) > 0 && v.Arg != nil && wholeRow(v.Arg) &&
+				tables[names[len(names)-1].GetString_().GetSval()] {
+				err = unsupported("casting a whole row of a distributed or reference table to its row type is not supported: the row is a shard's").
+					WithHint("Cast the row's columns, or use ROW(...)::type.")
+			}
 		case *pg_query.ColumnRef:
 			if last := v.Fields[len(v.Fields)-1].GetString_(); last != nil && last.Sval == "tableoid" {
 				err = unsupported("tableoid of distributed or reference tables is not supported: it would be a shard's").
@@ -110,18 +127,19 @@ func refuseShardNames(stmt *pg_query.Node, cat *metadata.Snapshot) error {
 			if name := v.Funcname[len(v.Funcname)-1].GetString_().GetSval(); name != "pg_typeof" {
 				return
 			}
+			// Anywhere in the argument: array_agg(t) is an array of the
+			// shard's row type.
 			for _, a := range v.Args {
-				cr := a.GetColumnRef()
-				if cr == nil {
-					continue
-				}
-				f := cr.Fields
-				whole := len(f) == 1 && rowNames[f[0].GetString_().GetSval()] ||
-					len(f) >= 2 && f[len(f)-1].GetAStar() != nil
-				if whole {
-					err = unsupported("pg_typeof of a whole row of a distributed or reference table is not supported: its type would be a shard's").
-						WithHint("Use pg_typeof on the row's columns.")
-				}
+				Walk(a, func(m proto.Message) {
+					cr, ok := m.(*pg_query.ColumnRef)
+					if !ok || err != nil {
+						return
+					}
+					if wholeRow(&pg_query.Node{Node: &pg_query.Node_ColumnRef{ColumnRef: cr}}) {
+						err = unsupported("pg_typeof of a whole row of a distributed or reference table is not supported: its type would be a shard's").
+							WithHint("Use pg_typeof on the row's columns.")
+					}
+				})
 			}
 		}
 	})
