@@ -73,3 +73,38 @@ func TestCopyEndMarkerAndLineEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyEncodingEmbeddingASCII: in SJIS a character's second byte can be
+// a backslash (0x5C); PostgreSQL converts before it splits fields, the
+// splitter cannot: such a COPY into a distributed table is refused rather
+// than a row placed by the wrong field.
+func TestCopyEncodingEmbeddingASCII(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	plain := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "cpe_sjis", "(a text, id int PRIMARY KEY, b int)", "SELECT create_distributed_table('cpe_sjis', 'id', shard_count => 4)")
+	exec(t, plain, "DROP TABLE IF EXISTS cpe_sjis_plain")
+	exec(t, plain, "CREATE TABLE cpe_sjis_plain (a text, id int PRIMARY KEY, b int)")
+	t.Cleanup(func() { _, _ = plain.Exec(context.Background(), "DROP TABLE IF EXISTS cpe_sjis_plain") })
+	data := "\x95\x5c\t1\t2\n" // 表 in SJIS, then id 1, b 2
+	if _, err := plain.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY cpe_sjis_plain FROM STDIN (ENCODING 'SJIS')"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tableRows(t, plain, "SELECT a, id, b FROM cpe_sjis_plain"); got != "表|1|2\n" {
+		t.Fatalf("PostgreSQL stored %q", got)
+	}
+	for _, setup := range []struct{ set, opts string }{{"RESET client_encoding", " (ENCODING 'SJIS')"}, {"SET client_encoding = 'SJIS'", ""}} {
+		exec(t, c, setup.set, pgx.QueryExecModeSimpleProtocol)
+		_, err := c.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY cpe_sjis FROM STDIN"+setup.opts)
+		exec(t, c, "RESET client_encoding", pgx.QueryExecModeSimpleProtocol)
+		if err == nil {
+			if got := tableRows(t, c, "SELECT a, id, b FROM cpe_sjis WHERE id = 1"); got != "表|1|2\n" {
+				t.Errorf("%s: COPY stored %q where PostgreSQL stores 表|1|2", setup.set, got)
+			}
+		} else if sqlState(err) != "0A000" {
+			t.Errorf("%s: %v", setup.set, err)
+		}
+	}
+}
