@@ -57,6 +57,12 @@ func TestCopyEndMarkerAndLineEnds(t *testing.T) {
 		{" (FORMAT csv, HEADER)", "id,v\n1,a\n\\.\n"},
 		{" (FORMAT csv, ESCAPE '\\')", "1,\"a\\\\\"\n2,\"b\\\"\"\n"},
 		{" (FORMAT csv)", "1,\"a\n"},
+		{"", "1\ta\tb\n"},
+		{"", "x\ta\tb\n"},
+		{" (FORMAT csv)", "x,a,b\n"},
+		{" (FORMAT csv)", "1,\"a,\"\"b\",c\n"},
+		{"", "1\ta\\"},
+		{"", "5\\\ta\n"},
 	}
 	for _, typ := range []string{"int", "text"} {
 		name := "cpe_" + typ

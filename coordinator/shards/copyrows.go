@@ -35,6 +35,7 @@ func DefaultCopyFormat(csv bool) CopyFormat {
 type rowSplitter struct {
 	f       CopyFormat
 	field   int // index of the field to extract
+	ncols   int // the COPY's columns, 0 if not known
 	pending []byte
 	skipped bool // the CSV header was skipped
 	ended   bool // saw the \. end marker (or the end of the data)
@@ -259,42 +260,78 @@ func copyCRError(csv bool) error {
 		WithHint(`Use "\r" to represent carriage return.`)
 }
 
-// extract returns the chosen field of one row.
+// extract returns the chosen field of one row. A row with more fields
+// than the COPY has columns is refused first, as PostgreSQL does before
+// it reads any value.
 func (s *rowSplitter) extract(line []byte) (string, bool, error) {
+	var val string
+	var isNull, found bool
+	var verr error
+	take := func(field int, raw []byte, quoted bool, cur []byte) {
+		if field != s.field {
+			return
+		}
+		found = true
+		switch {
+		case s.f.CSV && !quoted && string(raw) == s.f.Null, !s.f.CSV && string(raw) == s.f.Null:
+			isNull = true
+		case s.f.CSV:
+			val = string(cur)
+		default:
+			val, verr = unescapeText(raw)
+		}
+	}
+	var n int
+	var err error
 	if s.f.CSV {
-		return s.extractCSV(line)
+		n, err = s.fieldsCSV(line, take)
+	} else {
+		n = s.fieldsText(line, take)
 	}
-	field := 0
-	start := 0
-	for i := 0; i <= len(line); i++ {
-		if i < len(line) && line[i] == '\\' {
-			i++
-			continue
-		}
-		if i == len(line) || line[i] == s.f.Delimiter {
-			if field == s.field {
-				raw := line[start:i]
-				if string(raw) == s.f.Null {
-					return "", true, nil
-				}
-				v, err := unescapeText(raw)
-				return v, false, err
-			}
-			field++
-			start = i + 1
-		}
+	if err != nil {
+		return "", false, err
 	}
-	return "", false, pgerr.New(pgerr.BadCopyFileFormat, "missing data for the distribution column (field %d) in COPY row %q", s.field+1, truncate(line))
+	if s.ncols > 0 && n > s.ncols {
+		return "", false, pgerr.New(pgerr.BadCopyFileFormat, "extra data after last expected column")
+	}
+	if !found {
+		return "", false, pgerr.New(pgerr.BadCopyFileFormat, "missing data for the distribution column (field %d) in COPY row %q", s.field+1, truncate(line))
+	}
+	return val, isNull, verr
 }
 
-// extractCSV reads the chosen field as PostgreSQL's CopyReadAttributesCSV
-// does: inside quotes, the escape character takes a following quote or
-// escape literally.
-func (s *rowSplitter) extractCSV(line []byte) (string, bool, error) {
+// fieldsText calls take with each field of a text-format line (raw, with
+// its escapes) and returns how many there are.
+func (s *rowSplitter) fieldsText(line []byte, take func(int, []byte, bool, []byte)) int {
+	field, start := 0, 0
+	for i := 0; ; i++ {
+		if i < len(line) && line[i] == '\\' {
+			if i+1 < len(line) {
+				i++
+			}
+			continue
+		}
+		if i >= len(line) || line[i] == s.f.Delimiter {
+			take(field, line[start:min(i, len(line))], false, nil)
+			field++
+			start = i + 1
+			if i >= len(line) {
+				return field
+			}
+		}
+	}
+}
+
+// fieldsCSV reads the fields of a CSV line as PostgreSQL's
+// CopyReadAttributesCSV does (inside quotes, the escape character takes a
+// following quote or escape literally), calls take with each (raw, whether
+// it was quoted, and its value) and returns how many there are.
+func (s *rowSplitter) fieldsCSV(line []byte, take func(int, []byte, bool, []byte)) (int, error) {
 	q, e, d := s.f.Quote, s.f.Escape, s.f.Delimiter
 	i := 0
+	var cur []byte
 	for field := 0; ; field++ {
-		var cur []byte
+		cur = cur[:0]
 		start := i
 		sawQuote := false
 		last := false
@@ -320,7 +357,7 @@ func (s *rowSplitter) extractCSV(line []byte) (string, bool, error) {
 			// Inside quotes.
 			for {
 				if i >= len(line) {
-					return "", false, pgerr.New(pgerr.BadCopyFileFormat, "unterminated CSV quoted field")
+					return 0, pgerr.New(pgerr.BadCopyFileFormat, "unterminated CSV quoted field")
 				}
 				c := line[i]
 				i++
@@ -335,21 +372,15 @@ func (s *rowSplitter) extractCSV(line []byte) (string, bool, error) {
 				cur = append(cur, c)
 			}
 		}
-		if field == s.field {
-			end := i
-			if !last {
-				end--
-			}
-			if !sawQuote && string(line[start:end]) == s.f.Null {
-				return "", true, nil
-			}
-			return string(cur), false, nil
+		end := i
+		if !last {
+			end--
 		}
+		take(field, line[start:end], sawQuote, cur)
 		if last {
-			break
+			return field + 1, nil
 		}
 	}
-	return "", false, pgerr.New(pgerr.BadCopyFileFormat, "missing data for the distribution column (field %d) in COPY row %q", s.field+1, truncate(line))
 }
 
 func truncate(b []byte) string {
@@ -367,7 +398,10 @@ func unescapeText(b []byte) (string, error) {
 	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); i++ {
 		c := b[i]
-		if c != '\\' || i+1 == len(b) {
+		if c == '\\' && i+1 == len(b) {
+			break // a backslash at the very end is dropped, as PostgreSQL does
+		}
+		if c != '\\' {
 			out = append(out, c)
 			continue
 		}

@@ -88,6 +88,7 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 			l.varcharLen = typmod - 4 // VARHDRSZ; -1 (no limit) becomes negative
 		}
 		l.split.field = -1
+		l.split.ncols = len(cols)
 		for i, c := range cols {
 			if c == t.DistColumn {
 				l.split.field = i
