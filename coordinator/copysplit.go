@@ -36,6 +36,15 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 			"COPY into %s with ENCODING %s is not supported: its distribution column is text", p.Tables[0], p.Copy.Encoding).
 			WithHint("Send the data in UTF8."))
 	}
+	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Distributed &&
+		(encodingEmbedsASCII(p.Copy.Encoding) || p.Copy.Encoding == "" && ss.embedsASCII) {
+		// PostgreSQL converts such data to the server's encoding before
+		// it finds lines and fields; the splitter reads the client's
+		// bytes, where a character's second byte can be a backslash.
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"COPY into %s in an encoding whose characters can contain ASCII bytes (SJIS, BIG5, GBK, UHC, GB18030, JOHAB) is not supported", p.Tables[0]).
+			WithHint("Send the data in UTF8."))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
 	defer cancel()
 	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Reference {

@@ -382,6 +382,10 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 		}
 		tables, err = shards.DDLTables(ctx, conns[def], sql, snap)
 	}
+	var exists *shards.TableExistsError
+	if errors.As(err, &exists) {
+		return true, ss.tableExists(exists)
+	}
 	if err != nil {
 		return true, ss.queryError(err)
 	}
@@ -407,6 +411,36 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return true, nil
+}
+
+// tableExists answers CREATE TABLE of a distributed or reference table's
+// name as PostgreSQL does for an existing table: 42P07, or with IF NOT
+// EXISTS a notice and the command tag, creating nothing. A name without
+// its schema under a search_path other than public might name another
+// table: refused.
+func (ss *session) tableExists(e *shards.TableExistsError) error {
+	if e.Unqualified && !ss.params.pathIsPublic() {
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"this session's search_path is not public, and CREATE TABLE names %s without its schema", e.Table).
+			WithHint("Write the schema with the table name (public.t), or reset search_path."))
+	}
+	if !e.IfNotExists {
+		return ss.queryError(pgerr.New(pgerr.DuplicateTable, "relation %q already exists", e.Relname))
+	}
+	if ss.sc != nil || ss.pendingFailed {
+		// A worker holds the transaction (or it failed): the answer is
+		// not the coordinator's to give.
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"CREATE TABLE IF NOT EXISTS of %s inside this transaction block is not supported", e.Table).
+			WithHint("Run it outside the transaction block."))
+	}
+	n := pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: pgerr.DuplicateTable,
+		Message: fmt.Sprintf("relation %q already exists, skipping", e.Relname)}
+	ss.out, _ = n.Encode(ss.out)
+	cc := pgproto3.CommandComplete{CommandTag: []byte("CREATE TABLE")}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	return nil
 }
 
 // objectDDL runs DDL on types, domains, collations and schemas

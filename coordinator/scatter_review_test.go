@@ -259,8 +259,9 @@ func TestScatterReview(t *testing.T) {
 		{sql: "SELECT count(*) FROM {d} NATURAL JOIN {d2}", refuse: true},
 		{sql: "SELECT d.id FROM {d} d, LATERAL (SELECT * FROM {d2} e WHERE e.id = d.id) l", refuse: true},
 		{sql: "SELECT * FROM {r} r LEFT JOIN {d} d ON d.g = r.k", refuse: true},
-		{sql: "SELECT g, x, count(*) FROM {d} GROUP BY g", refuse: true},
-		{sql: "SELECT x AS g, count(*) FROM {d} GROUP BY g", refuse: true},
+		// PostgreSQL rejects these itself (42803): its answer, not 0A000.
+		{sql: "SELECT g, x, count(*) FROM {d} GROUP BY g", sameErr: true},
+		{sql: "SELECT x AS g, count(*) FROM {d} GROUP BY g", sameErr: true},
 		{sql: "SELECT g, count(*) OVER () FROM {d}", refuse: true},
 		{sql: "SELECT string_agg(t, ',') FROM {d}", refuse: true},
 		// A collation from FROM or WITH that the merge's arrays would lose.

@@ -42,6 +42,10 @@ type session struct {
 	// in '...' escapes), client_encoding is not the server's (text arrives
 	// to be converted).
 	scsOff, foreignEnc bool
+	// embedsASCII: the client_encoding has multibyte characters whose
+	// later bytes can be ASCII (SJIS, BIG5, ...), which the COPY splitter
+	// cannot read in the client's bytes.
+	embedsASCII bool
 
 	pools  map[int32]*pooling.Pool // by node
 	pool   *pooling.Pool           // the held connection's pool
@@ -598,6 +602,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 {
 		cp = &cls
 	}
+	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
 	if cls.pin != "" {
 		ss.pin(cls.pin)
 	}
@@ -622,7 +627,10 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	p, lits, err := ss.planSimple(ptext)
 	if err != nil {
-		return ss.queryError(err)
+		// The statement runs nowhere: a refused PREPARE (or other
+		// pinning statement) leaves the session as it was.
+		ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
+		return ss.queryError(ss.workerVerdict(text, nil, err))
 	}
 	if cls.seqFn != "" {
 		if p.Kind != planner.Default && p.Kind != planner.Router {
@@ -694,6 +702,19 @@ func (ss *session) noteStrings(sc *pooling.ServerConn) {
 	ss.scsOff = sc.Params["standard_conforming_strings"] == "off"
 	ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]
 	ss.foreignEnc = ce != "" && se != "" && !strings.EqualFold(ce, se)
+	ss.embedsASCII = encodingEmbedsASCII(ce)
+}
+
+// encodingEmbedsASCII reports whether PostgreSQL's encoding name is one
+// whose multibyte characters can hold ASCII bytes (pg_encoding_embeds_ascii
+// is true for them), as PostgreSQL spells the names in ParameterStatus or
+// a user in COPY's ENCODING option.
+func encodingEmbedsASCII(enc string) bool {
+	switch strings.ToUpper(strings.NewReplacer("-", "", "_", "").Replace(enc)) {
+	case "SJIS", "SHIFTJIS", "SHIFTJIS2004", "MSKANJI", "WIN932", "WINDOWS932", "BIG5", "WIN950", "WINDOWS950", "GBK", "WIN936", "WINDOWS936", "UHC", "WIN949", "WINDOWS949", "GB18030", "JOHAB":
+		return true
+	}
+	return false
 }
 
 // heldNode is the node of the server connection the session holds, or 0.
@@ -885,6 +906,9 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParseSt = st
 	}
 	sp, err := ss.stmtPlan(st)
+	if err != nil {
+		err = ss.workerVerdict(st.Query, st.paramTail, err)
+	}
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
 	}

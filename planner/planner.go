@@ -224,6 +224,12 @@ func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 		return nil, unsupported("a query string with several statements cannot use distributed or reference tables").
 			WithHint("Send the statements one at a time.")
 	}
+	if err := unqualifyColumns(tree.Stmts[0].Stmt, cat); err != nil {
+		return nil, err
+	}
+	if err := refuseShardNames(tree.Stmts[0].Stmt, cat); err != nil {
+		return nil, err
+	}
 	b := &builder{cat: cat, tree: tree}
 	p, err := b.plan(tree.Stmts[0].Stmt)
 	if p != nil {

@@ -28,12 +28,46 @@ func DefaultCopyFormat(csv bool) CopyFormat {
 
 // rowSplitter cuts a COPY data stream into rows and reads one field of each.
 // Rows may span CopyData messages; a partial row waits for the next one.
+// Lines are read as PostgreSQL 15's COPY reads them (CopyReadLineText):
+// the first line's ending (LF, CR or CRLF) is the one every line must use,
+// and the end-of-data marker \. ends the data (in CSV only alone at the
+// start of a line, outside quotes); anything after it is ignored.
 type rowSplitter struct {
 	f       CopyFormat
 	field   int // index of the field to extract
+	ncols   int // the COPY's columns, 0 if not known
 	pending []byte
 	skipped bool // the CSV header was skipped
-	ended   bool // saw the \. end marker
+	ended   bool // saw the \. end marker (or the end of the data)
+	eol     eolType
+	// resume is where readLine stopped in an incomplete line, so that a
+	// long line over many messages is scanned once.
+	resume *lineScan
+}
+
+type lineScan struct {
+	i                          int
+	inQuote, lastWasEsc, first bool
+}
+
+// eolType is the line ending the data uses, set by its first line.
+type eolType uint8
+
+const (
+	eolUnknown eolType = iota
+	eolNL
+	eolCR
+	eolCRNL
+)
+
+func (e eolType) terminator() string {
+	switch e {
+	case eolCR:
+		return "\r"
+	case eolCRNL:
+		return "\r\n"
+	}
+	return "\n"
 }
 
 // next returns the next complete row (with its line end) and the value of
@@ -43,117 +77,310 @@ func (s *rowSplitter) next(final bool) (row []byte, val string, isNull bool, ok 
 		if s.ended {
 			return nil, "", false, false, nil
 		}
-		end := s.rowEnd()
-		if end < 0 {
-			if !final || len(s.pending) == 0 {
+		line, n, eod, more, err := s.readLine(final)
+		if err != nil {
+			return nil, "", false, false, err
+		}
+		if more {
+			return nil, "", false, false, nil
+		}
+		if eod {
+			s.ended = true
+			if len(line) == 0 {
+				s.pending = s.pending[:0]
 				return nil, "", false, false, nil
 			}
-			end = len(s.pending) // last row without a newline
-		}
-		row = s.pending[:end]
-		s.pending = s.pending[end:]
-		line := bytes.TrimRight(row, "\r\n")
-		if !s.f.CSV && bytes.Equal(line, []byte(`\.`)) {
-			s.ended = true
-			return nil, "", false, false, nil
+			if n == len(line) {
+				// The end of the data without a line end: the shard reads
+				// it as this one did (a lone \. there too is data in CSV).
+				row = line
+			} else {
+				// Data before the \. marker: a last row, with a line end.
+				row = append(line[:len(line):len(line)], s.eol.terminator()...)
+			}
+			s.pending = s.pending[:0]
+		} else {
+			row = s.pending[:n]
+			s.pending = s.pending[n:]
 		}
 		if s.f.Header && !s.skipped {
 			s.skipped = true
 			continue
 		}
-		if len(line) == 0 && len(row) == 0 {
-			return nil, "", false, false, nil
-		}
 		val, isNull, err = s.extract(line)
 		if err != nil {
 			return nil, "", false, false, err
-		}
-		if len(row) == end && row[len(row)-1] != '\n' {
-			row = append(row[:len(row):len(row)], '\n')
 		}
 		return row, val, isNull, true, nil
 	}
 }
 
-// rowEnd is the length of the first complete row in pending, -1 if none.
-func (s *rowSplitter) rowEnd() int {
-	if !s.f.CSV {
-		if i := bytes.IndexByte(s.pending, '\n'); i >= 0 {
-			return i + 1
-		}
-		return -1
+// readLine reads the first line of pending as PostgreSQL's
+// CopyReadLineText does. It returns the line without its ending and the
+// bytes it takes (with the ending); eod when the data ends with it (the
+// \. marker or the end of the data without a line end; line may hold a
+// last row); more when the line is not complete yet.
+func (s *rowSplitter) readLine(final bool) (line []byte, n int, eod, more bool, err error) {
+	buf := s.pending
+	csv := s.f.CSV
+	inQuote, lastWasEsc := false, false
+	first := true
+	esc := s.f.Escape
+	if esc == s.f.Quote {
+		esc = 0 // the quote toggles; no escape processing
 	}
-	inQuote := false
-	for i := 0; i < len(s.pending); i++ {
-		c := s.pending[i]
-		switch {
-		case inQuote && c == s.f.Escape && s.f.Escape != s.f.Quote && i+1 < len(s.pending) && s.pending[i+1] == s.f.Quote:
-			i++
-		case c == s.f.Quote:
-			inQuote = !inQuote
-		case c == '\n' && !inQuote:
-			return i + 1
+	// at reads the byte at i; past the end it is 0, as PostgreSQL pads
+	// its buffer at the end of the data.
+	at := func(i int) byte {
+		if i < len(buf) {
+			return buf[i]
 		}
+		return 0
 	}
-	return -1
+	i := 0
+	if r := s.resume; r != nil {
+		i, inQuote, lastWasEsc, first = r.i, r.inQuote, r.lastWasEsc, r.first
+		s.resume = nil
+	}
+	for {
+		if i >= len(buf) {
+			if !final {
+				s.resume = &lineScan{i: i, inQuote: inQuote, lastWasEsc: lastWasEsc, first: first}
+				return nil, 0, false, true, nil
+			}
+			return buf[:i], i, true, false, nil
+		}
+		prev := i
+		c := buf[i]
+		i++
+		if csv {
+			if (c == '\\' || c == '\r') && i >= len(buf) && !final {
+				return nil, 0, false, true, nil
+			}
+			if inQuote && c == esc {
+				lastWasEsc = !lastWasEsc
+			}
+			if c == s.f.Quote && !lastWasEsc {
+				inQuote = !inQuote
+			}
+			if c != esc {
+				lastWasEsc = false
+			}
+		}
+		if c == '\r' && (!csv || !inQuote) {
+			switch s.eol {
+			case eolUnknown, eolCRNL:
+				if i >= len(buf) && !final {
+					return nil, 0, false, true, nil
+				}
+				if at(i) == '\n' {
+					i++
+					s.eol = eolCRNL
+				} else {
+					if s.eol == eolCRNL {
+						return nil, 0, false, false, copyCRError(csv)
+					}
+					s.eol = eolCR
+				}
+			case eolNL:
+				return nil, 0, false, false, copyCRError(csv)
+			}
+			return buf[:prev], i, false, false, nil
+		}
+		if c == '\n' && (!csv || !inQuote) {
+			if s.eol == eolCR || s.eol == eolCRNL {
+				what, hint := "literal newline found in data", `Use "\n" to represent newline.`
+				if csv {
+					what, hint = "unquoted newline found in data", "Use quoted CSV field to represent newline."
+				}
+				return nil, 0, false, false, pgerr.New(pgerr.BadCopyFileFormat, "%s", what).WithHint("%s", hint)
+			}
+			s.eol = eolNL
+			return buf[:prev], i, false, false, nil
+		}
+		if c == '\\' && (!csv || first) {
+			if i >= len(buf) {
+				if !final {
+					return nil, 0, false, true, nil
+				}
+				// A backslash just before the end is data.
+				return buf[:i], i, true, false, nil
+			}
+			if buf[i] == '.' {
+				j := i + 1
+				notEnd := false
+				if s.eol == eolCRNL {
+					if j >= len(buf) && !final {
+						return nil, 0, false, true, nil
+					}
+					c2 := at(j)
+					j++
+					switch {
+					case c2 == '\n' && !csv:
+						return nil, 0, false, false, pgerr.New(pgerr.BadCopyFileFormat, "end-of-copy marker does not match previous newline style")
+					case c2 != '\r' && !csv:
+						return nil, 0, false, false, pgerr.New(pgerr.BadCopyFileFormat, "end-of-copy marker corrupt")
+					case c2 != '\r':
+						notEnd = true
+					}
+				}
+				if !notEnd {
+					if j >= len(buf) && !final {
+						return nil, 0, false, true, nil
+					}
+					c2 := at(j)
+					switch {
+					case c2 != '\r' && c2 != '\n' && !csv:
+						return nil, 0, false, false, pgerr.New(pgerr.BadCopyFileFormat, "end-of-copy marker corrupt")
+					case c2 != '\r' && c2 != '\n':
+						notEnd = true
+					case s.eol == eolNL && c2 != '\n', s.eol == eolCRNL && c2 != '\n', s.eol == eolCR && c2 != '\r':
+						return nil, 0, false, false, pgerr.New(pgerr.BadCopyFileFormat, "end-of-copy marker does not match previous newline style")
+					}
+				}
+				if !notEnd {
+					return buf[:prev], len(buf), true, false, nil
+				}
+				// CSV: \. followed by more is data; go on after the backslash.
+			} else if !csv {
+				// In text, a backslash quotes the next byte, a line end too.
+				i++
+			}
+		}
+		first = false
+	}
 }
 
-// extract returns the chosen field of one row.
-func (s *rowSplitter) extract(line []byte) (string, bool, error) {
-	if s.f.CSV {
-		return s.extractCSV(line)
+func copyCRError(csv bool) error {
+	if csv {
+		return pgerr.New(pgerr.BadCopyFileFormat, "unquoted carriage return found in data").
+			WithHint("Use quoted CSV field to represent carriage return.")
 	}
-	field := 0
-	start := 0
-	for i := 0; i <= len(line); i++ {
+	return pgerr.New(pgerr.BadCopyFileFormat, "literal carriage return found in data").
+		WithHint(`Use "\r" to represent carriage return.`)
+}
+
+// extract returns the chosen field of one row. A row with more fields
+// than the COPY has columns is refused first, as PostgreSQL does before
+// it reads any value.
+func (s *rowSplitter) extract(line []byte) (string, bool, error) {
+	var val string
+	var isNull, found bool
+	var verr error
+	take := func(field int, raw []byte, quoted bool, cur []byte) {
+		if field != s.field {
+			return
+		}
+		found = true
+		switch {
+		case s.f.CSV && !quoted && string(raw) == s.f.Null, !s.f.CSV && string(raw) == s.f.Null:
+			isNull = true
+		case s.f.CSV:
+			val = string(cur)
+		default:
+			val, verr = unescapeText(raw)
+		}
+	}
+	var n int
+	var err error
+	if s.f.CSV {
+		n, err = s.fieldsCSV(line, take)
+	} else {
+		n = s.fieldsText(line, take)
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if s.ncols > 0 && n > s.ncols {
+		return "", false, pgerr.New(pgerr.BadCopyFileFormat, "extra data after last expected column")
+	}
+	if !found {
+		return "", false, pgerr.New(pgerr.BadCopyFileFormat, "missing data for the distribution column (field %d) in COPY row %q", s.field+1, truncate(line))
+	}
+	return val, isNull, verr
+}
+
+// fieldsText calls take with each field of a text-format line (raw, with
+// its escapes) and returns how many there are.
+func (s *rowSplitter) fieldsText(line []byte, take func(int, []byte, bool, []byte)) int {
+	field, start := 0, 0
+	for i := 0; ; i++ {
 		if i < len(line) && line[i] == '\\' {
-			i++
+			if i+1 < len(line) {
+				i++
+			}
 			continue
 		}
-		if i == len(line) || line[i] == s.f.Delimiter {
-			if field == s.field {
-				raw := line[start:i]
-				if string(raw) == s.f.Null {
-					return "", true, nil
-				}
-				v, err := unescapeText(raw)
-				return v, false, err
-			}
+		if i >= len(line) || line[i] == s.f.Delimiter {
+			take(field, line[start:min(i, len(line))], false, nil)
 			field++
 			start = i + 1
+			if i >= len(line) {
+				return field
+			}
 		}
 	}
-	return "", false, pgerr.New("22P04", "missing data for the distribution column (field %d) in COPY row %q", s.field+1, truncate(line))
 }
 
-func (s *rowSplitter) extractCSV(line []byte) (string, bool, error) {
-	field := 0
+// fieldsCSV reads the fields of a CSV line as PostgreSQL's
+// CopyReadAttributesCSV does (inside quotes, the escape character takes a
+// following quote or escape literally), calls take with each (raw, whether
+// it was quoted, and its value) and returns how many there are.
+func (s *rowSplitter) fieldsCSV(line []byte, take func(int, []byte, bool, []byte)) (int, error) {
+	q, e, d := s.f.Quote, s.f.Escape, s.f.Delimiter
+	i := 0
 	var cur []byte
-	quoted, inQuote := false, false
-	for i := 0; i <= len(line); i++ {
-		if i == len(line) || (!inQuote && line[i] == s.f.Delimiter) {
-			if field == s.field {
-				if !quoted && string(cur) == s.f.Null {
-					return "", true, nil
+	for field := 0; ; field++ {
+		cur = cur[:0]
+		start := i
+		sawQuote := false
+		last := false
+	field:
+		for {
+			// Outside quotes.
+			for {
+				if i >= len(line) {
+					last = true
+					break field
 				}
-				return string(cur), false, nil
+				c := line[i]
+				i++
+				if c == d {
+					break field
+				}
+				if c == q {
+					sawQuote = true
+					break
+				}
+				cur = append(cur, c)
 			}
-			field++
-			cur, quoted = cur[:0], false
-			continue
+			// Inside quotes.
+			for {
+				if i >= len(line) {
+					return 0, pgerr.New(pgerr.BadCopyFileFormat, "unterminated CSV quoted field")
+				}
+				c := line[i]
+				i++
+				if c == e && i < len(line) && (line[i] == e || line[i] == q) {
+					cur = append(cur, line[i])
+					i++
+					continue
+				}
+				if c == q {
+					break
+				}
+				cur = append(cur, c)
+			}
 		}
-		c := line[i]
-		switch {
-		case inQuote && c == s.f.Escape && i+1 < len(line) && line[i+1] == s.f.Quote:
-			cur = append(cur, s.f.Quote)
-			i++
-		case c == s.f.Quote:
-			inQuote, quoted = !inQuote, true
-		default:
-			cur = append(cur, c)
+		end := i
+		if !last {
+			end--
+		}
+		take(field, line[start:end], sawQuote, cur)
+		if last {
+			return field + 1, nil
 		}
 	}
-	return "", false, pgerr.New("22P04", "missing data for the distribution column (field %d) in COPY row %q", s.field+1, truncate(line))
 }
 
 func truncate(b []byte) string {
@@ -171,7 +398,10 @@ func unescapeText(b []byte) (string, error) {
 	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); i++ {
 		c := b[i]
-		if c != '\\' || i+1 == len(b) {
+		if c == '\\' && i+1 == len(b) {
+			break // a backslash at the very end is dropped, as PostgreSQL does
+		}
+		if c != '\\' {
 			out = append(out, c)
 			continue
 		}

@@ -24,6 +24,20 @@ import (
 // DDLTables again with a connection to the default node.
 var ErrIndexLookup = errors.New("shards: the statement names indexes; finding their tables needs a connection to the default node")
 
+// TableExistsError is DDLTables' answer to CREATE TABLE of a distributed
+// or reference table's name: the table exists, so PostgreSQL says so (an
+// error, or a notice with IF NOT EXISTS) and creates nothing.
+type TableExistsError struct {
+	Table       string // schema.relname
+	Relname     string
+	IfNotExists bool
+	Unqualified bool // named without its schema (resolved as public)
+}
+
+func (e *TableExistsError) Error() string {
+	return fmt.Sprintf("relation %q already exists", e.Relname)
+}
+
 // DDLTables parses a statement and returns the catalog tables (as
 // metadata.Table.Name spells them, "schema.relname") it changes, in the
 // order it names them, or none: a statement that names no distributed or
@@ -330,6 +344,12 @@ func parseDDL(ctx context.Context, home *pgx.Conn, text string, snap *metadata.S
 	var found *ddl
 	for _, raw := range tree.Stmts {
 		d, err := analyzeDDL(ctx, home, raw.Stmt, snap)
+		var exists *TableExistsError
+		if errors.As(err, &exists) && len(tree.Stmts) > 1 {
+			err = pgerr.New(pgerr.FeatureNotSupported,
+				"CREATE TABLE of %s in a query string with several statements is not supported", exists.Table).
+				WithHint("Send the statement on its own.")
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -375,6 +395,14 @@ func analyzeDDL(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *met
 		return d, nil
 	case *pg_query.Node_DropStmt:
 		return analyzeDrop(ctx, home, n, snap)
+	case *pg_query.Node_CreateStmt:
+		cs := n.GetCreateStmt()
+		if cs.Relation != nil && cs.Relation.Relpersistence != "t" && len(cs.InhRelations) == 0 && cs.Partbound == nil {
+			if t := catalogTable(snap, cs.Relation); t != nil {
+				return nil, &TableExistsError{Table: t.Name, Relname: cs.Relation.Relname,
+					IfNotExists: cs.IfNotExists, Unqualified: cs.Relation.Schemaname == ""}
+			}
+		}
 	}
 	return nil, refuseNamed(n, snap, planner.StatementName(n))
 }

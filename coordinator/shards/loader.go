@@ -88,6 +88,7 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 			l.varcharLen = typmod - 4 // VARHDRSZ; -1 (no limit) becomes negative
 		}
 		l.split.field = -1
+		l.split.ncols = len(cols)
 		for i, c := range cols {
 			if c == t.DistColumn {
 				l.split.field = i
@@ -122,6 +123,9 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 
 // Write takes one CopyData message's bytes.
 func (l *Loader) Write(ctx context.Context, data []byte) error {
+	if l.split.ended {
+		return nil // after \. PostgreSQL ignores the rest of the data
+	}
 	l.split.pending = append(l.split.pending, data...)
 	return l.drain(ctx, false)
 }

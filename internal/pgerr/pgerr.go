@@ -50,7 +50,9 @@ const (
 	NameTooLong               = "42622"
 
 	// Kept apart from the list above to ease merges.
-	DuplicateCursor = "42P03"
+	DuplicateCursor   = "42P03"
+	BadCopyFileFormat = "22P04"
+	DuplicateTable    = "42P07"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
