@@ -41,6 +41,10 @@ type session struct {
 	// in '...' escapes), client_encoding is not the server's (text arrives
 	// to be converted).
 	scsOff, foreignEnc bool
+	// asciiTrail: the client_encoding's characters may end in ASCII bytes
+	// (SJIS, BIG5, GBK, UHC, GB18030, JOHAB), which a byte-wise scan of
+	// the text (pg_query's, the lifter's) can take for quotes or names.
+	asciiTrail bool
 
 	pools  map[int32]*pooling.Pool // by node
 	pool   *pooling.Pool           // the held connection's pool
@@ -599,6 +603,12 @@ func (ss *session) simpleQuery(body []byte) error {
 		ptext = escapeStrings(text)
 	}
 	p, lits, err := ss.planSimple(ptext)
+	if err == nil && ss.unparsedPlan(p, text) {
+		err = ss.unparsed(text)
+	}
+	if err == nil && ss.asciiTrail && p.Kind != planner.Default && !ascii(sql) {
+		err = errASCIITrail
+	}
 	if err != nil {
 		return ss.queryError(err)
 	}
@@ -669,6 +679,12 @@ func (ss *session) noteStrings(sc *pooling.ServerConn) {
 	ss.scsOff = sc.Params["standard_conforming_strings"] == "off"
 	ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]
 	ss.foreignEnc = ce != "" && se != "" && !strings.EqualFold(ce, se)
+	switch strings.ToUpper(ce) {
+	case "SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB":
+		ss.asciiTrail = true
+	default:
+		ss.asciiTrail = false
+	}
 }
 
 // heldNode is the node of the server connection the session holds, or 0.

@@ -50,6 +50,7 @@ const (
 
 	// Kept apart from the list above to ease merges.
 	DuplicateCursor = "42P03"
+	SyntaxError     = "42601"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
