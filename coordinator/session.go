@@ -313,6 +313,12 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 			if ss.sc.TxStatus == 'T' {
 				return ss.joinWorker(ctx, node)
 			}
+			if ss.pinned != "" && ss.qhead == len(ss.queue) && !ss.needSync {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"this session is kept on worker %s (after %s) and the statement needs worker %s",
+					ss.srv.nodeAddr(ss.node), ss.pinned, ss.srv.nodeAddr(node)).
+					WithHint("Session state pgfleet cannot carry to other workers keeps the session on one; reconnect, or avoid %s with distributed tables.", ss.pinned)
+			}
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"this batch already runs on worker %s and the statement needs worker %s",
 				ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)).

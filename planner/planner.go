@@ -127,6 +127,11 @@ type Value struct {
 	// Computed: only PostgreSQL computes the value (more casts, casts to
 	// other types or with a type modifier, ...): the router evaluates Expr.
 	Computed bool `json:"computed,omitempty"`
+	// Casts are the types a Computed value's expression casts to, as
+	// written ("pg_catalog.date", "public.d", "int4[]"): the coordinator
+	// refuses to evaluate it elsewhere when a cast may read the clock
+	// ('now'::date).
+	Casts []string `json:"casts,omitempty"`
 	// Expr is the value's expression as SQL, its parameter (if any)
 	// renumbered $1.
 	Expr string `json:"expr,omitempty"`
