@@ -79,6 +79,10 @@ type session struct {
 	// way statements are parsed under settings no key names (stmtKey).
 	settingsDirty   bool
 	settingsUnknown bool
+	// setGen counts the statements that may have changed settings; parsed
+	// is each client statement's reading settings at its Parse (parsekey.go).
+	setGen uint64
+	parsed map[string]readKey
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
 	// in front of it (nil: none), compared before sc goes back to the pool
@@ -507,6 +511,7 @@ func (ss *session) releaseIfIdle() {
 func (ss *session) pin(reason string) {
 	if pinChangesSettings(reason) {
 		ss.settingsUnknown = true
+		ss.setGen++
 	}
 	if ss.pinned == "" {
 		ss.pinned = reason
@@ -591,6 +596,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if cls.pin != "" || len(cls.ops) > 0 {
 		ss.settingsDirty = true
+		ss.setGen++
 	}
 	ss.verifyNext = cls.verify && ss.pinned == ""
 	if cls.hidden {
@@ -857,8 +863,13 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 	e.undo, e.name, e.prev = true, name, prev
 	if st == nil {
 		delete(ss.stmts, name)
+		delete(ss.parsed, name)
 	} else {
 		ss.stmts[name] = st
+		if ss.parsed == nil {
+			ss.parsed = map[string]readKey{}
+		}
+		ss.parsed[name] = ss.readKeyNow()
 	}
 }
 
@@ -933,6 +944,10 @@ func (ss *session) bind(body []byte) error {
 	}
 	if st.stale.Load() {
 		ss.synthError(ss.resultChanged(st))
+		return nil
+	}
+	if err := ss.parsedUnder(string(name), st); err != nil {
+		ss.synthError(err)
 		return nil
 	}
 	if ss.localTxnOK(&st.cls) {
@@ -1144,6 +1159,7 @@ func (ss *session) execute(body []byte) error {
 	}
 	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
 		ss.settingsDirty = true
+		ss.setGen++
 		if st.cls.pin != "" {
 			ss.pin(st.cls.pin)
 		}
@@ -1805,6 +1821,7 @@ func (ss *session) verifyRelease() bool {
 	if !ok {
 		ss.pin("session state changed by a function")
 		ss.settingsUnknown = true
+		ss.setGen++
 		return false
 	}
 	// Settings the snapshot cannot see may still have changed: the next
