@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -271,5 +272,44 @@ func TestPreparedParsedSettings(t *testing.T) {
 	}
 	e.same("RESET DateStyle", nil, nil, nil)
 	e.same("RESET TimeZone", nil, nil, nil)
+	e.placed()
+}
+
+// TestEncodingInsertCopy: multi-row INSERT and COPY in client_encoding
+// LATIN1, and COPY ... (ENCODING 'LATIN1'), store and place rows as
+// PostgreSQL does (or are refused).
+func TestEncodingInsertCopy(t *testing.T) {
+	e := newDistEnv(t)
+	ctx := context.Background()
+	e.same("SET client_encoding = 'LATIN1'", nil, nil, nil)
+	e.once("INSERT INTO {t}text (id, v) VALUES ('\xe9a', 'm1'), ('\xe9b', 'm2'), ('\xe9c', 'm3'), ('q', 'm4'), ('\xc3\xa9', 'm5')", nil, nil)
+	e.once("INSERT INTO {t}vc (id, v) VALUES ('\xe9t\xe9 ', 'v1'), ('\xe0  ', 'v2'), ('x', 'v3')", nil, nil)
+	for _, id := range []string{"\xe9a", "\xe9b", "\xe9c", "q", "\xc3\xa9"} {
+		e.same("SELECT v FROM {t}text WHERE id = '"+id+"'", nil, nil, nil)
+	}
+	copyBoth := func(data, opts string) {
+		t.Helper()
+		var states [2]string
+		for i, pre := range []string{"dv_", "dvo_"} {
+			_, err := e.c.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY "+pre+"text (id, v) FROM STDIN"+opts)
+			states[i] = sqlState(err)
+			if i == 0 && states[0] == "0A000" {
+				return
+			}
+		}
+		if states[0] != states[1] {
+			t.Errorf("COPY%s %q: SQLSTATE %q, plain PostgreSQL %q", opts, data, states[0], states[1])
+		}
+	}
+	copyBoth("\xe8a\tc1\n\xe8b\tc2\n\xe8c\tc3\n", "")
+	e.same("RESET client_encoding", nil, nil, nil)
+	copyBoth("\xeca\te1\n\xecb\te2\n\xecc\te3\nplain\te4\n", " (ENCODING 'LATIN1')")
+	copyBoth("\xeca\te1\n", " (ENCODING 'UTF8')") // 22021 on both
+	copyBoth("\xc3\xaca,e5\n", " (FORMAT csv, ENCODING 'LATIN1')")
+	copyBoth("\xc3\xacb\te6\n", " WITH ENCODING 'UTF8'")
+	e.same("INSERT INTO {t}text (id, v) VALUES ('\xe9z', 'bad'), ('y', 'bad')", nil, nil, nil) // 22021
+	for _, id := range []string{"èa", "èb", "èc", "ìa", "ìb", "ìc", "plain", "Ã¬a", "ìb", "éa", "Ã©"} {
+		e.same("SELECT v FROM {t}text WHERE id = '"+id+"'", nil, nil, nil)
+	}
 	e.placed()
 }
