@@ -6,26 +6,71 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 )
 
-// PostgreSQL reads a prepared statement's constants and names once, under
-// the settings current at its Parse: '01/02/2020'::date is January 2nd
-// under DateStyle MDY even when the statement is executed after SET
-// DateStyle = DMY, and its tables are found by the search_path of the
-// Parse. pgfleet prepares statements on server connections when it needs
-// them, under the session's settings then; so a Bind of a statement whose
-// reading settings changed since its Parse is refused (0A000) when the
-// change could make the text mean something else: the names' settings
-// changed, or the constants' settings changed and the text holds a string
-// constant. Statements without either are exact under any settings.
+// PostgreSQL reads a prepared statement's constants once, under the
+// settings of its Parse: '01/02/2020'::date stays January 2nd when the
+// statement is executed after SET DateStyle = DMY. (It parses the text again
+// when search_path changed, under the settings of that moment.) pgfleet
+// prepares statements on server connections when it needs them, under the
+// session's settings then; so a Bind of a statement whose reading settings
+// changed since it was read is refused (0A000) when the change could give
+// one of its constants another value: a date/time setting and a constant
+// with a digit or a word like 'now', client_encoding and non-ASCII text,
+// standard_conforming_strings and a backslash, and so on. Other statements
+// are read the same under either settings.
 
-// litSettings are the settings that change how PostgreSQL reads a
-// statement's constants at parse time; nameSettings those that change how
-// it resolves names or analyses expressions.
-var (
-	litSettings = []string{"datestyle", "timezone", "intervalstyle", "timezone_abbreviations",
-		"standard_conforming_strings", "backslash_quote", "client_encoding", "lc_monetary",
-		"array_nulls", "xmloption", "default_text_search_config"}
-	nameSettings = []string{"search_path", "transform_null_equals"}
+// readGroups are the settings that change how PostgreSQL reads a
+// statement's constants at parse time, by what they affect: those the
+// server reports (ParameterStatus) are followed by their reported values,
+// which set_config() and functions cannot hide; the others (rarely set) by
+// the session's SET statements.
+var readGroups = [...][]string{
+	grpTime:   {"timezone_abbreviations", "lc_monetary"},
+	grpEnc:    nil,
+	grpEscape: {"backslash_quote"},
+	grpArray:  {"array_nulls"},
+	grpXML:    {"xmloption"},
+	grpNull:   {"transform_null_equals"},
+}
+
+// reportedRead are the reported settings that read constants, with their
+// group.
+var reportedRead = [...]struct {
+	name  string
+	group int
+}{
+	{"DateStyle", grpTime}, {"TimeZone", grpTime}, {"IntervalStyle", grpTime},
+	{"client_encoding", grpEnc}, {"standard_conforming_strings", grpEscape},
+}
+
+const (
+	grpTime = iota
+	grpEnc
+	grpEscape
+	grpArray
+	grpXML
+	grpNull
+	nGroups
 )
+
+// readKey is the reading settings of a statement's parse: the session's
+// (and its transaction's) SETs of each readGroups group and of search_path,
+// the reported values of reportedRead, and while statements whose effect
+// pgfleet has not seen yet may have changed them, the count of such
+// statements.
+type readKey struct {
+	groups [nGroups]string
+	rep    [len(reportedRead)]string
+	path   string
+	gen    uint64
+}
+
+// readKeys computes the groups' keys from a session's SETs.
+func readKeys(set map[string]string) (k [nGroups]string) {
+	for g, names := range readGroups {
+		k[g] = settingsKey(set, names)
+	}
+	return k
+}
 
 // settingsKey is the SET statements of names in set, in names' order.
 func settingsKey(set map[string]string, names []string) string {
@@ -39,32 +84,27 @@ func settingsKey(set map[string]string, names []string) string {
 	return b.String()
 }
 
-// readKey is the reading settings of a statement's Parse: the session's
-// (and its transaction's) SETs of litSettings and nameSettings, and while
-// statements whose effect pgfleet has not seen yet (or cannot see:
-// set_config()) may have changed them, the count of such statements.
-type readKey struct {
-	lit, names string
-	gen        uint64
-}
-
 // readKeyNow is the session's reading settings now.
 func (ss *session) readKeyNow() readKey {
-	k := readKey{lit: ss.params.litKey, names: ss.params.nameKey}
-	if ss.settingsDirty || ss.settingsUnknown {
+	k := readKey{groups: ss.params.readKeys, rep: ss.reported, path: ss.params.set["search_path"]}
+	if ss.settingsDirty {
 		k.gen = ss.setGen
 	}
 	for _, op := range ss.pending {
 		switch op.kind {
 		case opResetAll, opDiscardAll:
-			k.lit += "\x00RESET ALL"
-			k.names += "\x00RESET ALL"
+			for g := range k.groups {
+				k.groups[g] += "\x00RESET ALL"
+			}
+			k.path += "\x00RESET ALL"
 		default:
-			switch {
-			case containsName(nameSettings, op.name):
-				k.names += "\x00" + op.sql
-			case containsName(litSettings, op.name):
-				k.lit += "\x00" + op.sql
+			if op.name == "search_path" {
+				k.path += "\x00" + op.sql
+			}
+			for g, names := range readGroups {
+				if containsName(names, op.name) {
+					k.groups[g] += "\x00" + op.sql
+				}
 			}
 		}
 	}
@@ -80,9 +120,9 @@ func containsName(list []string, n string) bool {
 	return false
 }
 
-// parsedUnder refuses a Bind of client statement name (st) when the
-// settings that read its text changed since its Parse in a way that could
-// change what it means.
+// parsedUnder refuses a Bind of client statement name (st) when settings
+// that read its constants changed since PostgreSQL would have read them in
+// a way that could give them other values.
 func (ss *session) parsedUnder(name string, st *Statement) error {
 	then, ok := ss.parsed[name]
 	if !ok {
@@ -92,29 +132,153 @@ func (ss *session) parsedUnder(name string, st *Statement) error {
 	if then == now {
 		return nil
 	}
-	if then.names == now.names && then.gen == now.gen && !hasStringConstant(st.Query) {
+	if then.gen == now.gen && then.path != now.path {
+		// PostgreSQL parses it again, under the settings of now.
+		ss.parsed[name] = now
 		return nil
 	}
-	return pgerr.New(pgerr.FeatureNotSupported,
-		"prepared statement %q was parsed under other settings (DateStyle, TimeZone, search_path, ...) than the session's now, which pgfleet cannot reproduce", name).
-		WithHint("Prepare the statement again after changing these settings, or pass its values as parameters.")
+	var changed [nGroups]bool
+	for g := range then.groups {
+		changed[g] = then.gen != now.gen || then.groups[g] != now.groups[g]
+	}
+	for i, r := range reportedRead {
+		if then.rep[i] != now.rep[i] {
+			changed[r.group] = true
+		}
+	}
+	for g := range changed {
+		if changed[g] && readAffects(g, st.Query) {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"prepared statement %q was parsed under other settings (%s) than the session's now, which pgfleet cannot reproduce",
+				name, groupNames(g)).
+				WithHint("Prepare the statement again after changing these settings, or pass its values as parameters.")
+		}
+	}
+	return nil
 }
 
-// hasStringConstant reports whether sql may hold a string constant (whose
-// reading can depend on settings): a quote or a dollar quote.
-func hasStringConstant(sql string) bool {
-	if strings.IndexByte(sql, '\'') >= 0 {
-		return true
+// readAffects reports whether the settings of group g may change the value
+// of one of sql's constants.
+func readAffects(g int, sql string) bool {
+	switch g {
+	case grpEnc:
+		return !ascii([]byte(sql))
+	case grpEscape:
+		return strings.IndexByte(sql, '\\') >= 0
+	case grpNull:
+		return containsFoldASCII(sql, "null")
 	}
-	for i := strings.IndexByte(sql, '$'); i >= 0 && i+1 < len(sql); {
-		if c := sql[i+1]; c < '0' || c > '9' {
+	for _, c := range stringConstants(sql) {
+		switch g {
+		case grpTime:
+			if timeLike(c) {
+				return true
+			}
+		case grpArray:
+			if strings.IndexByte(c, '{') >= 0 {
+				return true
+			}
+		case grpXML:
+			if strings.IndexByte(c, '<') >= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stringConstants are the contents of sql's string constants ('...',
+// E'...', U&'...', $$...$$), as written.
+func stringConstants(sql string) []string {
+	var out []string
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			lx := lexer{s: sql, i: i}
+			lx.skipBlockComment()
+			i = lx.i
+		case c == '"':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('"', false)
+			i = lx.i
+		case c == '\'':
+			lx := lexer{s: sql, i: i}
+			lx.skipQuoted('\'', escapePrefix(sql, i))
+			out = append(out, sql[i:lx.i])
+			i = lx.i
+		case c == '$' && (i+1 >= len(sql) || sql[i+1] < '0' || sql[i+1] > '9'):
+			lx := lexer{s: sql, i: i}
+			lx.dollarQuote()
+			if lx.i <= i {
+				lx.i = i + 1
+			}
+			out = append(out, sql[i:lx.i])
+			i = lx.i
+		case isIdentChar(c):
+			for i < len(sql) && isIdentChar(sql[i]) {
+				i++
+			}
+		default:
+			i++
+		}
+	}
+	return out
+}
+
+// groupNames names group g's settings.
+func groupNames(g int) string {
+	names := append([]string(nil), readGroups[g]...)
+	for _, r := range reportedRead {
+		if r.group == g {
+			names = append(names, r.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// noteReported records the reported settings of a connection in the
+// session's settings.
+func (ss *session) noteReported(params map[string]string) {
+	for i, r := range reportedRead {
+		ss.reported[i] = params[r.name]
+	}
+}
+
+// timeLike reports whether a string constant may be read differently under
+// other DateStyle, TimeZone or IntervalStyle settings (or lc_monetary,
+// timezone_abbreviations): it has two runs of digits with a separator
+// between them (01/02/2020, 2020-01-01 00:00, 1-2, 1,000.00), a run of six
+// or more (20200102, J2458851), or a word read as the current day or time.
+func timeLike(c string) bool {
+	for _, w := range []string{"now", "today", "tomorrow", "yesterday", "allballs"} {
+		if containsFoldASCII(c, w) {
 			return true
 		}
-		j := strings.IndexByte(sql[i+1:], '$')
-		if j < 0 {
-			break
+	}
+	run, runs, sep := 0, 0, false
+	for i := 0; i < len(c); i++ {
+		switch ch := c[i]; {
+		case ch >= '0' && ch <= '9':
+			if run == 0 {
+				if runs > 0 && sep {
+					return true
+				}
+				runs++
+			}
+			run++
+			if run >= 6 {
+				return true
+			}
+		case strings.IndexByte(" -/.:,T", ch) >= 0 && run > 0 || sep && strings.IndexByte(" -/.:,T", ch) >= 0:
+			run, sep = 0, true
+		default:
+			run, sep = 0, false
 		}
-		i += 1 + j
 	}
 	return false
 }

@@ -81,8 +81,9 @@ type session struct {
 	settingsUnknown bool
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
-	setGen uint64
-	parsed map[string]readKey
+	setGen   uint64
+	parsed   map[string]readKey
+	reported [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
 	// in front of it (nil: none), compared before sc goes back to the pool
@@ -691,6 +692,7 @@ func (ss *session) noteStrings(sc *pooling.ServerConn) {
 	ss.scsOff = sc.Params["standard_conforming_strings"] == "off"
 	ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]
 	ss.foreignEnc = ce != "" && se != "" && !strings.EqualFold(ce, se)
+	ss.noteReported(sc.Params)
 	switch strings.ToUpper(ce) {
 	case "SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB":
 		ss.asciiTrail = true
