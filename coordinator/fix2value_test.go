@@ -57,6 +57,13 @@ func TestUnparsedNotOnShell(t *testing.T) {
 	e.once("SELECT count(*) FROM {t}text WHERE v = E'\x95\x5c'", nil, nil)
 	e.once("SELECT count(*) FROM {t}text WHERE id = '\x95\x5c'", nil, nil)
 	e.same("RESET client_encoding", nil, nil, nil)
+	// In a transaction block: a syntax error fails it as on PostgreSQL.
+	a, b := connect(t, e.addr), connect(t, e.addr)
+	e.script(a, b, []string{"BEGIN", "INSERT INTO {t}text (id, v) VALUES ('t1', 'x')",
+		"SELECT v FROM {t}text WHERE id = = 'x'", "SELECT 1", "ROLLBACK",
+		"BEGIN", "INSERT INTO {t}text (id, v) VALUES ('t2', 'x')",
+		"SELECT v FROM {t}text WHERE id = 'A' -- c\n 'bc' OR", "ROLLBACK",
+		"SELECT count(*) FROM {t}text WHERE id IN ('t1', 't2')"})
 	e.placed()
 }
 
@@ -72,6 +79,12 @@ func TestDistributionValueClock(t *testing.T) {
 		"INSERT INTO {t}text (id, v) VALUES ('yesterday 10:00'::timestamp::text, 'a')",
 		"SELECT v FROM {t}text WHERE id = 'now'::timestamptz::text",
 		"SELECT v FROM {t}int8 WHERE id = extract(epoch FROM 'now'::timestamptz)::int8",
+		"INSERT INTO {t}text (id, v) VALUES (now()::text, 'a')",
+		"INSERT INTO {t}text (id, v) VALUES (CURRENT_DATE::text, 'a')",
+		"INSERT INTO {t}text (id, v) VALUES (random()::text, 'a')",
+		"INSERT INTO {t}text (id, v) VALUES ('today'::date::text, 'a'), ('x', 'b')",
+		"UPDATE {t}text SET v = 'u' WHERE id = 'now'::date::text",
+		"DELETE FROM {t}text WHERE id = 'now'::timestamptz::text",
 	} {
 		got := rawRun(e.c.PgConn(), replaceT(q, "dv_"), nil, nil, nil)
 		if got.State != "0A000" && got.State != "42601" {

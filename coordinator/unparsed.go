@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // A statement that may name a distributed or reference table but that
@@ -31,29 +32,46 @@ func (ss *session) unparsed(sql string) error {
 	} else {
 		refuse = refuse.WithHint("Write string constants without continuation lines, or send the values as parameters.")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
-	if err != nil {
-		return err
+	// The session's own connection when it holds one between round trips
+	// (its lexing settings are the session's true ones, set_config()
+	// included; a syntax error aborts its transaction as on PostgreSQL),
+	// else a pooled one in the session's settings.
+	var pool *pooling.Pool
+	sc := ss.sc
+	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync {
+		if ss.settingsUnknown {
+			return refuse
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if pool, err = ss.poolFor(ss.srv.defaultNode.Load()); err != nil {
+			return err
+		}
+		if sc, err = ss.checkout(ctx, pool); err != nil {
+			return err
+		}
 	}
-	sc, err := ss.checkout(ctx, pool)
-	if err != nil {
-		return err
+	release := func() {
+		if pool != nil {
+			pool.Release(sc)
+		}
 	}
 	b := sc.Buf()
 	b, _ = (&pgproto3.Parse{Query: sql}).Encode(b)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
-		pool.Release(sc)
+		sc.MarkBroken()
+		release()
 		return lostWorker(sc.Addr, err)
 	}
 	var werr error
 	for {
 		f, err := sc.Next()
 		if err != nil {
-			pool.Release(sc)
+			sc.MarkBroken()
+			release()
 			return lostWorker(sc.Addr, err)
 		}
 		switch f.Type {
@@ -63,7 +81,7 @@ func (ss *session) unparsed(sql string) error {
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
 			sc.TxStatus = f.Body[0]
-			pool.Release(sc)
+			release()
 			var pe *pgconn.PgError
 			if werr == nil || !errors.As(werr, &pe) {
 				return refuse
