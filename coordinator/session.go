@@ -391,7 +391,11 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.S
 		}
 		sc.ParamsKey = ss.params.key
 	}
-	ss.noteStrings(sc)
+	if ss.sc == nil {
+		// A side connection (a value to compute, a scatter) must not
+		// overwrite what the held one says of the session's settings.
+		ss.noteStrings(sc)
+	}
 	return sc, nil
 }
 
