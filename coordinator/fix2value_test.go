@@ -50,6 +50,10 @@ func TestUnparsedNotOnShell(t *testing.T) {
 	e.once("SELECT count(*) FROM {t}text WHERE id = E'caf\xe9' AND v = $1", [][]byte{[]byte("l1")}, []uint32{25})
 	e.once(`SELECT count(*) FROM U&"{t}\0074ext" WHERE v = $1`, [][]byte{[]byte("x")}, []uint32{25})
 	e.same("SELECT count(*) FROM {t}text WHERE id = E'caf\xe9' ORDER", nil, nil, nil) // 42601
+	// Statements that only mention the name in a string still run.
+	if got := rawRun(e.c.PgConn(), "SELECT E'dv_text \xe9'", nil, nil, nil); len(got.Rows) != 1 || got.Rows[0][0] != "dv_text \xe9" {
+		t.Errorf("LATIN1 string naming a table: %+v", got)
+	}
 	e.same("RESET client_encoding", nil, nil, nil)
 	// SJIS: 0x95 0x5c is one character whose second byte is a backslash.
 	e.same("SET client_encoding = 'SJIS'", nil, nil, nil)

@@ -103,7 +103,25 @@ func (ss *session) unparsedPlan(p *planner.Plan, sql string) bool {
 		return false
 	}
 	snap := ss.srv.catalog.Load()
-	return snap != nil && planner.MentionsTable(sql, snap)
+	if snap == nil || !planner.MentionsTable(sql, snap) {
+		return false
+	}
+	if ss.foreignEnc && !ss.asciiTrail && !ascii([]byte(sql)) {
+		// In an encoding whose non-ASCII bytes are never ASCII characters
+		// (LATIN1, EUC_JP, ...), the statement's tokens are where they are
+		// with its non-ASCII bytes taken for letters: pg_query can tell
+		// whether it names a catalog table.
+		b := []byte(sql)
+		for i, c := range b {
+			if c >= 0x80 {
+				b[i] = 'x'
+			}
+		}
+		if q, err := planner.Build(string(b), snap); err == nil && q.Kind == planner.Default && !q.SyntaxError {
+			return false // names none: the default node runs it as before
+		}
+	}
+	return true
 }
 
 // errASCIITrail refuses non-ASCII text in an encoding whose characters may
