@@ -221,6 +221,9 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 	if err := clockFree(p, v, in); err != nil {
 		return 0, err
 	}
+	if err := ss.srv.stableCasts(p, v); err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ac, err := ss.askConn(ctx, p, v)
@@ -614,4 +617,68 @@ func (ss *session) askLost(sc *pooling.ServerConn, err error) error {
 		err = errors.New("unexpected transaction state")
 	}
 	return lostWorker(sc.Addr, err)
+}
+
+// builtinCast reports whether a cast type is a built-in one, whose input,
+// output and cast functions are immutable or read only the session's
+// settings.
+func builtinCast(t string) bool {
+	t = strings.TrimSuffix(strings.TrimPrefix(t, "pg_catalog."), "[]")
+	if clockFreeTypes[t] {
+		return true
+	}
+	switch t {
+	case "date", "time", "timetz", "timestamp", "timestamptz", "interval":
+		return true
+	}
+	return false
+}
+
+// stableCasts refuses a computed distribution value whose casts involve a
+// type outside the built-in ones with a volatile input, output or cast
+// function: evaluated on another connection than the worker's it could
+// give another value. Checked once per plan value, catalog version and
+// DDL epoch, against the metadata node's catalog.
+func (s *Server) stableCasts(p *planner.Plan, v *planner.Value) error {
+	var other []string
+	for _, t := range v.Casts {
+		if !builtinCast(t) {
+			other = append(other, t)
+		}
+	}
+	if len(other) == 0 {
+		return nil
+	}
+	stamp := [2]int64{s.catalog.Load().Version, s.ddlEpoch.Load()}
+	s.castsMu.Lock()
+	known := s.castsOK[v] == stamp
+	s.castsMu.Unlock()
+	if known {
+		return nil
+	}
+	refuse := pgerr.New(pgerr.FeatureNotSupported,
+		"the distribution value %s of %s casts to a type whose functions pgfleet cannot show to be stable", v.Expr, p.DistTable).
+		WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType)
+	if s.metaPool == nil {
+		return refuse
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var volatile bool
+	err := s.metaPool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) n
+			JOIN pg_catalog.pg_type t ON t.oid = pg_catalog.to_regtype(n)
+			JOIN pg_catalog.pg_proc f ON f.oid IN (t.typinput, t.typoutput) WHERE f.provolatile = 'v')
+		OR EXISTS (SELECT 1 FROM unnest($1::text[]) n
+			JOIN pg_catalog.pg_cast c ON pg_catalog.to_regtype(n) IN (c.casttarget, c.castsource)
+			JOIN pg_catalog.pg_proc f ON f.oid = c.castfunc WHERE f.provolatile = 'v')`, other).Scan(&volatile)
+	if err != nil || volatile {
+		return refuse
+	}
+	s.castsMu.Lock()
+	if s.castsOK == nil || len(s.castsOK) > 10000 {
+		s.castsOK = map[*planner.Value][2]int64{}
+	}
+	s.castsOK[v] = stamp
+	s.castsMu.Unlock()
+	return nil
 }

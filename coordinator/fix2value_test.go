@@ -330,3 +330,31 @@ func TestEncodingInsertCopy(t *testing.T) {
 	}
 	e.placed()
 }
+
+// TestDistributionValueVolatileCast: a computed distribution value whose
+// cast calls a volatile function is refused; casts of user types with
+// stable functions are computed as before.
+func TestDistributionValueVolatileCast(t *testing.T) {
+	e := newDistEnv(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		"DROP CAST IF EXISTS (dvmood AS text)", "DROP FUNCTION IF EXISTS dvmood_text(dvmood)",
+		"DROP TYPE IF EXISTS dvmood", "DROP TYPE IF EXISTS dvplain",
+		"CREATE TYPE dvmood AS ENUM ('a', 'b')", "CREATE TYPE dvplain AS ENUM ('a', 'b')",
+		"CREATE FUNCTION dvmood_text(dvmood) RETURNS text LANGUAGE sql VOLATILE AS $$ SELECT 'v' || floor(random() * 1000)::int $$",
+		"CREATE CAST (dvmood AS text) WITH FUNCTION dvmood_text(dvmood)",
+	} {
+		exec(t, e.c, q)
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP CAST IF EXISTS (dvmood AS text)", "DROP FUNCTION IF EXISTS dvmood_text(dvmood)",
+			"DROP TYPE IF EXISTS dvmood", "DROP TYPE IF EXISTS dvplain"} {
+			_, _ = e.c.Exec(ctx, q)
+		}
+	})
+	e.refused("INSERT INTO {t}text (id, v) VALUES ('a'::dvmood::text, 'vol')")
+	e.refused("SELECT v FROM {t}text WHERE id = 'b'::dvmood::text")
+	e.same("INSERT INTO {t}text (id, v) VALUES ('a'::dvplain::text, 'stable')", nil, nil, nil)
+	e.same("SELECT v FROM {t}text WHERE id = 'a'::dvplain::text", nil, nil, nil)
+	e.placed()
+}
