@@ -123,8 +123,8 @@ func containsName(list []string, n string) bool {
 // parsedUnder refuses a Bind of client statement name (st) when settings
 // that read its constants changed since PostgreSQL would have read them in
 // a way that could give them other values.
-func (ss *session) parsedUnder(name string, st *Statement) error {
-	then, ok := ss.parsed[name]
+func (ss *session) parsedUnder(name []byte, st *Statement) error {
+	then, ok := ss.parsed[string(name)] // no allocation: a map index
 	if !ok {
 		return nil
 	}
@@ -134,7 +134,7 @@ func (ss *session) parsedUnder(name string, st *Statement) error {
 	}
 	if then.gen == now.gen && then.path != now.path {
 		// PostgreSQL parses it again, under the settings of now.
-		ss.parsed[name] = now
+		ss.parsed[string(name)] = now
 		return nil
 	}
 	var changed [nGroups]bool

@@ -952,7 +952,7 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(ss.resultChanged(st))
 		return nil
 	}
-	if err := ss.parsedUnder(string(name), st); err != nil {
+	if err := ss.parsedUnder(name, st); err != nil {
 		ss.synthError(err)
 		return nil
 	}
