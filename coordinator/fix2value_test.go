@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestUnparsedNotOnShell: a statement naming a distributed table that
@@ -282,6 +283,61 @@ func TestPreparedParsedSettings(t *testing.T) {
 			t.Errorf("prepared statement without string constants after SET: %v", r.Err)
 		}
 	}
+	// A statement prepared in a transaction after SET LOCAL of a setting
+	// that reads no constant runs after it as before.
+	exec(t, e.c, "BEGIN")
+	exec(t, e.c, "SET LOCAL statement_timeout = '50s'")
+	prep("lit3", "SELECT '01/02/2020'::date::text")
+	exec(t, e.c, "COMMIT")
+	for i := 0; i < 2; i++ {
+		if r := pc.ExecPrepared(ctx, "lit3", nil, nil, nil).Read(); r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "2020-02-01" {
+			t.Errorf("prepared in a transaction after SET LOCAL statement_timeout: %v %q, want 2020-02-01", r.Err, r.Rows)
+		}
+	}
+	// One pipeline: Parse, then SET DateStyle, then Bind: PostgreSQL's
+	// reading of the Parse, or 0A000.
+	exec(t, e.c, "SET DateStyle = 'ISO, MDY'")
+	pl := pc.StartPipeline(ctx)
+	pl.SendPrepare("pl1", "SELECT '01/02/2020'::date::text", nil)
+	pl.SendQueryParams("SET DateStyle = 'ISO, DMY'", nil, nil, nil, nil)
+	pl.SendQueryPrepared("pl1", nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var answers []string
+	for {
+		r, err := pl.GetResults()
+		if err != nil {
+			answers = append(answers, "error "+sqlState(err))
+			continue
+		}
+		if r == nil {
+			break
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			res := rr.Read()
+			switch {
+			case res.Err != nil:
+				answers = append(answers, "error "+sqlState(res.Err))
+			case len(res.Rows) == 1:
+				answers = append(answers, string(res.Rows[0][0]))
+			default:
+				answers = append(answers, res.CommandTag.String())
+			}
+		}
+		if _, ok := r.(*pgconn.PipelineSync); ok {
+			break
+		}
+	}
+	if err := pl.Close(); err != nil && sqlState(err) != "0A000" {
+		t.Fatal(err)
+	}
+	if last := answers[len(answers)-1]; last != "2020-01-02" && last != "error 0A000" {
+		t.Errorf("pipeline Parse, SET DateStyle, Bind: %q, want PostgreSQL's 2020-01-02 or 0A000", answers)
+	}
+	// (A refusal fails the pipeline's implicit transaction, SET included.)
+	exec(t, e.c, "SET DateStyle = 'ISO, DMY'")
 	// Prepared again under the new settings: PostgreSQL's answer.
 	prep("lit2", "SELECT '01/02/2020'::date::text")
 	if r := pc.ExecPrepared(ctx, "lit2", nil, nil, nil).Read(); r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "2020-02-01" {

@@ -54,9 +54,9 @@ const (
 
 // readKey is the reading settings of a statement's parse: the session's
 // (and its transaction's) SETs of each readGroups group and of search_path,
-// the reported values of reportedRead, and while statements whose effect
-// pgfleet has not seen yet may have changed them, the count of such
-// statements.
+// the reported values of reportedRead, and while a statement that may have
+// changed them is unanswered, the count of such statements. (SET LOCAL and
+// set_config() of the unreported settings are not followed.)
 type readKey struct {
 	groups [nGroups]string
 	rep    [len(reportedRead)]string
@@ -87,7 +87,9 @@ func settingsKey(set map[string]string, names []string) string {
 // readKeyNow is the session's reading settings now.
 func (ss *session) readKeyNow() readKey {
 	k := readKey{groups: ss.params.readKeys, rep: ss.reported, path: ss.params.set["search_path"]}
-	if ss.settingsDirty {
+	if ss.settingsDirty && (ss.qhead != len(ss.queue) || ss.needSync) {
+		// A statement that changes settings may still be unanswered: its
+		// ParameterStatus has not arrived.
 		k.gen = ss.setGen
 	}
 	for _, op := range ss.pending {

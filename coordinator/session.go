@@ -83,6 +83,7 @@ type session struct {
 	// is each client statement's reading settings at its Parse (parsekey.go).
 	setGen   uint64
 	parsed   map[string]readKey
+	parseKey readKey // the reading settings as the current Parse arrived
 	reported [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
@@ -875,7 +876,7 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 		if ss.parsed == nil {
 			ss.parsed = map[string]readKey{}
 		}
-		ss.parsed[name] = ss.readKeyNow()
+		ss.parsed[name] = ss.parseKey
 	}
 }
 
@@ -884,6 +885,7 @@ func (ss *session) parse(body []byte) error {
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
 	}
+	ss.parseKey = ss.readKeyNow()
 	if len(name) > 0 {
 		if _, dup := ss.stmts[string(name)]; dup {
 			ss.synthError(pgerr.New(pgerr.DuplicatePreparedStmt, "prepared statement %q already exists", name))
