@@ -83,7 +83,7 @@ type session struct {
 	// is each client statement's reading settings at its Parse (parsekey.go).
 	setGen   uint64
 	parsed   map[string]readKey
-	parseKey readKey // the reading settings as the current Parse arrived
+	parseKey readKey                   // the reading settings as the current Parse arrived
 	reported [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
