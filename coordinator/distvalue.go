@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,44 +215,27 @@ func (ss *session) distHash(p *planner.Plan, v *planner.Value, in distInput) (in
 	return ss.askHash(p, v, in)
 }
 
-// askHash has PostgreSQL compute the value and its hash.
+// askHash has PostgreSQL compute the value and its hash, on a connection
+// in the session's true settings (askConn).
 func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int32, error) {
-	if ss.inTxn() && (ss.txSet || len(ss.pending) > 0) {
-		return 0, pgerr.New(pgerr.FeatureNotSupported,
-			"the distribution value %s needs PostgreSQL to compute it, which is not supported after SET in a transaction block", v.Expr).
-			WithHint("Write the value as a plain constant or parameter of the column's type %s.", p.DistType)
+	if err := clockFree(p, v, in); err != nil {
+		return 0, err
+	}
+	if err := ss.srv.stableCasts(p, v); err != nil {
+		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	def := ss.srv.defaultNode.Load()
-	var sc *pooling.ServerConn
-	release := func(*pooling.ServerConn) {}
-	if ss.settingsUnknown {
-		// User code changed settings pgfleet cannot follow
-		// (set_config() in a function or DO block): only the session's
-		// own connection computes the value as PostgreSQL would.
-		if ss.sc == nil || ss.node != def || ss.sc.TxStatus != 'I' || ss.needSync || ss.qhead < len(ss.queue) {
-			return 0, pgerr.New(pgerr.FeatureNotSupported,
-				"the distribution value %s needs PostgreSQL to compute it, which is not supported after a function changed the session's settings", v.Expr).
-				WithHint("Change settings with SET, or write the value as a plain constant or parameter of the column's type %s.", p.DistType)
-		}
-		sc = ss.sc
-	} else {
-		pool, err := ss.poolFor(def)
-		if err != nil {
-			return 0, err
-		}
-		if sc, err = ss.checkout(ctx, pool); err != nil {
-			return 0, err
-		}
-		release = pool.Release
+	ac, err := ss.askConn(ctx, p, v)
+	if err != nil || ac.sc == nil {
+		return anyShard, err
 	}
-	var err error
+	sc := ac.sc
 	typ := p.DistType
 	if v.Assign {
 		// An INSERT stores the value with the column's type modifier.
 		if typ, err = ss.srv.columnType(sc, p.DistTable); err != nil {
-			release(sc)
+			ac.abort()
 			return 0, err
 		}
 	}
@@ -278,14 +262,14 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
-		release(sc)
+		ac.abort()
 		return 0, lostWorker(sc.Addr, err)
 	}
 	h, failed := anyShard, false
 	for {
 		f, err := sc.Next()
 		if err != nil {
-			release(sc)
+			ac.abort()
 			return 0, lostWorker(sc.Addr, err)
 		}
 		switch f.Type {
@@ -300,8 +284,13 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
 			sc.TxStatus = f.Body[0]
-			release(sc)
+			if err := ac.done(); err != nil {
+				return 0, err
+			}
 			if failed {
+				if ac.strict {
+					return 0, errAskElsewhere(p, v)
+				}
 				return anyShard, nil // the worker gives PostgreSQL's answer
 			}
 			return h, nil
@@ -461,4 +450,239 @@ func (ss *session) inferredType(sp *stmtPlan, st *Statement, k int) (uint32, err
 			return 0, nil
 		}
 	}
+}
+
+// clockFreeTypes are types whose input and casts never read the clock:
+// 'now' means "now" only to the date/time types (and domains over them).
+var clockFreeTypes = map[string]bool{
+	"text": true, "varchar": true, "bpchar": true, "char": true, "name": true,
+	"int2": true, "int4": true, "int8": true, "numeric": true, "float4": true, "float8": true,
+	"uuid": true, "bool": true, "bytea": true, "oid": true, "json": true, "jsonb": true,
+	"money": true, "inet": true, "cidr": true, "macaddr": true, "bit": true, "varbit": true,
+}
+
+// timeWords are the date/time inputs read as the current moment: a value
+// of them is the transaction's start (or the day) on the connection that
+// reads it, which is not the worker's transaction.
+var timeWords = []string{"now", "today", "tomorrow", "yesterday"}
+
+// clockFree refuses a distribution value that PostgreSQL would read as
+// the current moment ('now'::timestamptz::text): evaluated on another
+// connection it would be another moment, and the row another shard's.
+// Any cast to a type outside clockFreeTypes (a date/time type, a domain,
+// a user type) with a time word anywhere in the value's text is refused.
+func clockFree(p *planner.Plan, v *planner.Value, in distInput) error {
+	risky := in.src == "" && in.oid != 0
+	for _, t := range append([]string{in.src, v.Cast}, v.Casts...) {
+		t = strings.TrimPrefix(t, "pg_catalog.")
+		if t != "" && t != "unknown" && t != "unspecified" && !clockFreeTypes[t] {
+			risky = true
+		}
+	}
+	if !risky {
+		return nil
+	}
+	for _, s := range []string{string(in.val), v.Expr} {
+		for _, w := range timeWords {
+			if containsFoldASCII(s, w) {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"the distribution value %s of %s may be read as the current time ('%s'), which each connection reads differently", v.Expr, p.DistTable, w).
+					WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType)
+			}
+		}
+	}
+	return nil
+}
+
+func containsFoldASCII(s, needle string) bool {
+	n := len(needle)
+outer:
+	for i := 0; i+n <= len(s); i++ {
+		for j := 0; j < n; j++ {
+			c := s[i+j]
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != needle[j] {
+				continue outer
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// errAskElsewhere refuses a value PostgreSQL could not compute on a
+// connection outside the session's transaction: the transaction may see
+// what that connection does not (a type it created).
+func errAskElsewhere(p *planner.Plan, v *planner.Value) error {
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"the distribution value %s of %s cannot be computed outside this transaction", v.Expr, p.DistTable).
+		WithHint("Send the statement on its own (after Sync), or write the value as a constant or parameter of the column's type %s.", p.DistType)
+}
+
+// askConnection is where askHash evaluates a value: the session's own
+// server connection when it holds one between round trips (its settings
+// are the session's true ones, set_config() included, and its transaction
+// sees what the client's does), else a pooled connection brought to the
+// session's settings. strict: the evaluation runs outside the client's
+// transaction, so a failure proves nothing and is refused.
+type askConnection struct {
+	ss        *session
+	sc        *pooling.ServerConn
+	pool      *pooling.Pool // nil: the session's held connection
+	savepoint bool
+	strict    bool
+}
+
+const askSavepoint = "pgfleet_distribution_value"
+
+// askConn picks the connection (see askConnection). A zero askConnection
+// with no error means: route anywhere, the worker fails the statement
+// itself (the transaction is aborted).
+func (ss *session) askConn(ctx context.Context, p *planner.Plan, v *planner.Value) (askConnection, error) {
+	if sc := ss.sc; sc != nil {
+		if sc.TxStatus == 'E' {
+			return askConnection{}, nil // 25P02 from the worker
+		}
+		if ss.qhead == len(ss.queue) && !ss.needSync && ss.pendingBegin == "" {
+			ac := askConnection{ss: ss, sc: sc, savepoint: sc.TxStatus == 'T'}
+			if ac.savepoint {
+				// A failure must not abort the client's transaction.
+				if err := sc.Exec("SAVEPOINT "+askSavepoint, time.Now().Add(10*time.Second), nil); err != nil {
+					return askConnection{}, ss.askLost(sc, err)
+				}
+			}
+			return ac, nil
+		}
+		// Messages of an extended batch are in flight on it: a pooled
+		// connection has the session's settings only if nothing changed
+		// them on the held one.
+		if ss.settingsUnknown || ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || sc.ParamsKey != ss.params.key {
+			return askConnection{}, pgerr.New(pgerr.FeatureNotSupported,
+				"the distribution value %s of %s needs PostgreSQL to compute it, which is not supported in an extended-protocol batch after the session's settings changed", v.Expr, p.DistTable).
+				WithHint("Send Sync before the statement, or write the value as a constant or parameter of the column's type %s.", p.DistType)
+		}
+		for _, t := range v.Casts {
+			if strings.HasPrefix(strings.TrimPrefix(t, "pg_catalog."), "reg") {
+				return askConnection{}, errAskElsewhere(p, v)
+			}
+		}
+	} else if ss.settingsUnknown {
+		return askConnection{}, pgerr.New(pgerr.FeatureNotSupported,
+			"the distribution value %s needs PostgreSQL to compute it, which is not supported after a function changed the session's settings", v.Expr).
+			WithHint("Change settings with SET, or write the value as a plain constant or parameter of the column's type %s.", p.DistType)
+	} else if ss.inTxn() && (ss.txSet || len(ss.pending) > 0) {
+		return askConnection{}, pgerr.New(pgerr.FeatureNotSupported,
+			"the distribution value %s needs PostgreSQL to compute it, which is not supported after SET in a transaction block", v.Expr).
+			WithHint("Write the value as a plain constant or parameter of the column's type %s.", p.DistType)
+	}
+	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
+	if err != nil {
+		return askConnection{}, err
+	}
+	sc, err := ss.checkout(ctx, pool)
+	if err != nil {
+		return askConnection{}, err
+	}
+	return askConnection{ss: ss, sc: sc, pool: pool, strict: ss.sc != nil && ss.inTxn()}, nil
+}
+
+// done ends the evaluation: the savepoint is rolled back and released, or
+// the pooled connection goes back.
+func (ac askConnection) done() error {
+	if ac.pool != nil {
+		ac.pool.Release(ac.sc)
+		return nil
+	}
+	if ac.savepoint {
+		if err := ac.sc.Exec("ROLLBACK TO SAVEPOINT "+askSavepoint+"; RELEASE SAVEPOINT "+askSavepoint,
+			time.Now().Add(10*time.Second), nil); err != nil || ac.sc.TxStatus != 'T' {
+			return ac.ss.askLost(ac.sc, err)
+		}
+	}
+	return nil
+}
+
+// abort gives up after a lost connection.
+func (ac askConnection) abort() {
+	if ac.pool != nil {
+		ac.pool.Release(ac.sc)
+		return
+	}
+	ac.sc.MarkBroken()
+}
+
+// askLost: the session's own connection failed during an evaluation; the
+// session's transaction cannot go on.
+func (ss *session) askLost(sc *pooling.ServerConn, err error) error {
+	sc.MarkBroken()
+	if err == nil {
+		err = errors.New("unexpected transaction state")
+	}
+	return lostWorker(sc.Addr, err)
+}
+
+// builtinCast reports whether a cast type is a built-in one, whose input,
+// output and cast functions are immutable or read only the session's
+// settings.
+func builtinCast(t string) bool {
+	t = strings.TrimSuffix(strings.TrimPrefix(t, "pg_catalog."), "[]")
+	if clockFreeTypes[t] {
+		return true
+	}
+	switch t {
+	case "date", "time", "timetz", "timestamp", "timestamptz", "interval":
+		return true
+	}
+	return false
+}
+
+// stableCasts refuses a computed distribution value whose casts involve a
+// type outside the built-in ones with a volatile input, output or cast
+// function: evaluated on another connection than the worker's it could
+// give another value. Checked once per plan value, catalog version and
+// DDL epoch, against the metadata node's catalog.
+func (s *Server) stableCasts(p *planner.Plan, v *planner.Value) error {
+	var other []string
+	for _, t := range v.Casts {
+		if !builtinCast(t) {
+			other = append(other, t)
+		}
+	}
+	if len(other) == 0 {
+		return nil
+	}
+	stamp := [2]int64{s.catalog.Load().Version, s.ddlEpoch.Load()}
+	s.castsMu.Lock()
+	known := s.castsOK[v] == stamp
+	s.castsMu.Unlock()
+	if known {
+		return nil
+	}
+	refuse := pgerr.New(pgerr.FeatureNotSupported,
+		"the distribution value %s of %s casts to a type whose functions pgfleet cannot show to be stable", v.Expr, p.DistTable).
+		WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType)
+	if s.metaPool == nil {
+		return refuse
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var volatile bool
+	err := s.metaPool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) n
+			JOIN pg_catalog.pg_type t ON t.oid = pg_catalog.to_regtype(n)
+			JOIN pg_catalog.pg_proc f ON f.oid IN (t.typinput, t.typoutput) WHERE f.provolatile = 'v')
+		OR EXISTS (SELECT 1 FROM unnest($1::text[]) n
+			JOIN pg_catalog.pg_cast c ON pg_catalog.to_regtype(n) IN (c.casttarget, c.castsource)
+			JOIN pg_catalog.pg_proc f ON f.oid = c.castfunc WHERE f.provolatile = 'v')`, other).Scan(&volatile)
+	if err != nil || volatile {
+		return refuse
+	}
+	s.castsMu.Lock()
+	if s.castsOK == nil || len(s.castsOK) > 10000 {
+		s.castsOK = map[*planner.Value][2]int64{}
+	}
+	s.castsOK[v] = stamp
+	s.castsMu.Unlock()
+	return nil
 }

@@ -82,6 +82,7 @@ type distEnv struct {
 	t    *testing.T
 	c    *pgx.Conn
 	meta string
+	addr string // the coordinator's
 }
 
 // same runs sql ({t} names the table) on the distributed table and on the
@@ -136,7 +137,7 @@ func newDistEnv(t *testing.T) *distEnv {
 		name := tb.name
 		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS dvo_"+name) })
 	}
-	return &distEnv{t: t, c: c, meta: cl.Servers[0].Addr()}
+	return &distEnv{t: t, c: c, meta: cl.Servers[0].Addr(), addr: srv.Addr()}
 }
 
 // TestDistributionValueConstants: constants are routed by the value

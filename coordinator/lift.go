@@ -54,6 +54,11 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 			lx := lexer{s: sql, i: i}
 			escaped := escapePrefix(sql, i)
 			lx.skipQuoted('\'', escaped)
+			if continued(sql, lx.i) {
+				// 'a' <newline> 'b' is one literal 'ab' in PostgreSQL (also
+				// across -- comments): not lifted, the text is planned as is.
+				return "", nil, false
+			}
 			// U&'...' is a string with Unicode escapes: lifted, the U& would
 			// be left as the column u and the operator &.
 			unicode := i >= 2 && sql[i-1] == '&' && (sql[i-2]|0x20) == 'u' && (i < 3 || !isIdentChar(sql[i-3]))
@@ -112,6 +117,30 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 	}
 	b.WriteString(sql[last:])
 	return b.String(), lits, true
+}
+
+// continued reports whether a string literal ending at i is followed by
+// another one with only white space and comments between: in PostgreSQL
+// the two are one literal when a newline separates them. Any such pair
+// stops lifting, whatever the separator, so no literal is misread.
+func continued(sql string, i int) bool {
+	for i < len(sql) {
+		switch c := sql[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			i++
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
+				i++
+			}
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			lx := lexer{s: sql, i: i}
+			lx.skipBlockComment()
+			i = lx.i
+		default:
+			return c == '\''
+		}
+	}
+	return false
 }
 
 // escapePrefix reports whether the quote at i starts an escape string: an

@@ -21,6 +21,9 @@ type sessionParams struct {
 	startupVal map[string]string
 	set        map[string]string // name -> SET statement, from the session's SETs
 	key        string
+	// readKeys are the session's SETs of the settings under which
+	// PostgreSQL reads a statement's constants, by group (parsekey.go).
+	readKeys [nGroups]string
 }
 
 func newSessionParams(startup map[string]string) sessionParams {
@@ -138,6 +141,7 @@ func (p *sessionParams) pathIsPublic() bool {
 }
 
 func (p *sessionParams) rebuild() {
+	p.readKeys = readKeys(p.set)
 	if len(p.startup) == 0 && len(p.set) == 0 {
 		p.key = ""
 		return

@@ -41,6 +41,12 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err == nil {
 		err = ss.checkPath(sp.plan)
 	}
+	if err == nil && ss.unparsedPlan(sp.plan, st.Query) {
+		err = ss.unparsed(st.Query)
+	}
+	if err == nil && ss.embedsASCII && sp.plan.Kind != planner.Default && !ascii([]byte(st.Query)) {
+		err = errASCIITrail
+	}
 	return sp, err
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
 
@@ -76,8 +77,12 @@ type Server struct {
 	metaPool    *pgxpool.Pool
 	// ddlEpoch counts DDL statements run through this coordinator; with
 	// the catalog version it dates mutable's verdicts.
-	ddlEpoch    atomic.Int64
-	mutable     mutableCache
+	ddlEpoch atomic.Int64
+	mutable  mutableCache
+	// castsOK: computed distribution values whose casts were found to call
+	// no volatile function, with the catalog version and DDL epoch.
+	castsMu     sync.Mutex
+	castsOK     map[*planner.Value][2]int64
 	metaDB      string // the catalog describes tables of this database
 	plans       planCache
 	scatter     scatterCache                      // multi-shard plans' run-time state

@@ -80,6 +80,12 @@ type session struct {
 	// way statements are parsed under settings no key names (stmtKey).
 	settingsDirty   bool
 	settingsUnknown bool
+	// setGen counts the statements that may have changed settings; parsed
+	// is each client statement's reading settings at its Parse (parsekey.go).
+	setGen   uint64
+	parsed   map[string]readKey
+	parseKey readKey                   // the reading settings as the current Parse arrived
+	reported [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
 	// in front of it (nil: none), compared before sc goes back to the pool
@@ -330,6 +336,12 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 			if ss.sc.TxStatus == 'T' {
 				return ss.joinWorker(ctx, node)
 			}
+			if ss.pinned != "" && ss.qhead == len(ss.queue) && !ss.needSync {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"this session is kept on worker %s (after %s) and the statement needs worker %s",
+					ss.srv.nodeAddr(ss.node), ss.pinned, ss.srv.nodeAddr(node)).
+					WithHint("Session state pgfleet cannot carry to other workers keeps the session on one; reconnect, or avoid %s with distributed tables.", ss.pinned)
+			}
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"this batch already runs on worker %s and the statement needs worker %s",
 				ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)).
@@ -397,7 +409,11 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.S
 		}
 		sc.ParamsKey = ss.params.key
 	}
-	ss.noteStrings(sc)
+	if ss.sc == nil {
+		// A side connection (a value to compute, a scatter) must not
+		// overwrite what the held one says of the session's settings.
+		ss.noteStrings(sc)
+	}
 	return sc, nil
 }
 
@@ -518,6 +534,7 @@ func (ss *session) releaseIfIdle() {
 func (ss *session) pin(reason string) {
 	if pinChangesSettings(reason) {
 		ss.settingsUnknown = true
+		ss.setGen++
 	}
 	if ss.pinned == "" {
 		ss.pinned = reason
@@ -608,6 +625,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if cls.pin != "" || len(cls.ops) > 0 {
 		ss.settingsDirty = true
+		ss.setGen++
 	}
 	ss.verifyNext = cls.verify && ss.pinned == ""
 	if cls.hidden {
@@ -626,6 +644,12 @@ func (ss *session) simpleQuery(body []byte) error {
 		ptext = escapeStrings(text)
 	}
 	p, lits, err := ss.planSimple(ptext)
+	if err == nil && ss.unparsedPlan(p, text) {
+		err = ss.unparsed(text)
+	}
+	if err == nil && ss.embedsASCII && p.Kind != planner.Default && !ascii(sql) {
+		err = errASCIITrail
+	}
 	if err != nil {
 		// The statement runs nowhere: a refused PREPARE (or other
 		// pinning statement) leaves the session as it was.
@@ -703,6 +727,7 @@ func (ss *session) noteStrings(sc *pooling.ServerConn) {
 	ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]
 	ss.foreignEnc = ce != "" && se != "" && !strings.EqualFold(ce, se)
 	ss.embedsASCII = encodingEmbedsASCII(ce)
+	ss.noteReported(sc.Params)
 }
 
 // encodingEmbedsASCII reports whether PostgreSQL's encoding name is one
@@ -881,8 +906,13 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 	e.undo, e.name, e.prev = true, name, prev
 	if st == nil {
 		delete(ss.stmts, name)
+		delete(ss.parsed, name)
 	} else {
 		ss.stmts[name] = st
+		if ss.parsed == nil {
+			ss.parsed = map[string]readKey{}
+		}
+		ss.parsed[name] = ss.parseKey
 	}
 }
 
@@ -891,6 +921,7 @@ func (ss *session) parse(body []byte) error {
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
 	}
+	ss.parseKey = ss.readKeyNow()
 	if len(name) > 0 {
 		if _, dup := ss.stmts[string(name)]; dup {
 			ss.synthError(pgerr.New(pgerr.DuplicatePreparedStmt, "prepared statement %q already exists", name))
@@ -966,6 +997,10 @@ func (ss *session) bind(body []byte) error {
 	}
 	if st.stale.Load() {
 		ss.synthError(ss.resultChanged(st))
+		return nil
+	}
+	if err := ss.parsedUnder(name, st); err != nil {
+		ss.synthError(err)
 		return nil
 	}
 	if ss.localTxnOK(&st.cls) {
@@ -1181,6 +1216,7 @@ func (ss *session) execute(body []byte) error {
 	}
 	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
 		ss.settingsDirty = true
+		ss.setGen++
 		if st.cls.pin != "" {
 			ss.pin(st.cls.pin)
 		}
@@ -1875,6 +1911,7 @@ func (ss *session) verifyRelease() bool {
 	if !ok {
 		ss.pin("session state changed by a function")
 		ss.settingsUnknown = true
+		ss.setGen++
 		return false
 	}
 	// Settings the snapshot cannot see may still have changed: the next

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,6 +78,25 @@ func distValue(version int32, n *pg_query.Node, colType string, assign bool) *Va
 	})
 	if params > 1 {
 		return nil // two parameters: no value the router can compute
+	}
+	if v.Computed {
+		Walk(c, func(m proto.Message) {
+			tc, ok := m.(*pg_query.TypeCast)
+			if !ok || tc.TypeName == nil {
+				return
+			}
+			var parts []string
+			for _, n := range tc.TypeName.Names {
+				parts = append(parts, n.GetString_().GetSval())
+			}
+			t := strings.Join(parts, ".")
+			if len(tc.TypeName.ArrayBounds) > 0 {
+				t += "[]"
+			}
+			if !slices.Contains(v.Casts, t) {
+				v.Casts = append(v.Casts, t)
+			}
+		})
 	}
 	expr, err := deparseExpr(version, c)
 	if err != nil {

@@ -84,17 +84,33 @@ outer:
 
 // MentionsTable reports whether sql may name one of the catalog's tables
 // (by relation name, ignoring case); false means planning can be skipped.
+// It errs towards true: a statement it passes over runs unplanned on the
+// default node, whose tables of the catalog's names are empty shells. A
+// name can hide from a text scan only in a Unicode-escaped identifier
+// (U&"\0074x1"), so any U& plans.
 func MentionsTable(sql string, cat *metadata.Snapshot) bool {
+	if len(cat.Tables) > 0 && containsFold(sql, "u&") {
+		return true
+	}
 	for name := range cat.Tables {
 		rel := name[strings.IndexByte(name, '.')+1:]
-		if strings.ToLower(rel) != rel {
-			return true // a quoted mixed-case name: plan to be sure
+		if strings.ToLower(rel) != rel || !isASCII(rel) {
+			return true // a quoted mixed-case or non-ASCII name: plan to be sure
 		}
 		if containsFold(sql, rel) {
 			return true
 		}
 	}
 	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // Value is where a router plan's distribution value comes from (see
@@ -111,6 +127,11 @@ type Value struct {
 	// Computed: only PostgreSQL computes the value (more casts, casts to
 	// other types or with a type modifier, ...): the router evaluates Expr.
 	Computed bool `json:"computed,omitempty"`
+	// Casts are the types a Computed value's expression casts to, as
+	// written ("pg_catalog.date", "public.d", "int4[]"): the coordinator
+	// refuses to evaluate it elsewhere when a cast may read the clock
+	// ('now'::date).
+	Casts []string `json:"casts,omitempty"`
 	// Expr is the value's expression as SQL, its parameter (if any)
 	// renumbered $1.
 	Expr string `json:"expr,omitempty"`

@@ -53,6 +53,7 @@ const (
 	DuplicateCursor   = "42P03"
 	BadCopyFileFormat = "22P04"
 	DuplicateTable    = "42P07"
+	SyntaxError       = "42601"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,

@@ -1,0 +1,31 @@
+package coordinator
+
+import "testing"
+
+// TestTimeLike: which string constants a DateStyle or TimeZone change may
+// read differently (a Bind of such a prepared statement is refused).
+func TestTimeLike(t *testing.T) {
+	for c, want := range map[string]bool{"'01/02/2020'": true, "'2020-01-01 00:00'": true, "'-c7'": false, "'A1'": false,
+		"'1 day'": false, "'1-2'": true, "'20200102'": true, "'now'": true, "'abc'": false, "'x1 y2'": false, "'1 2'": true,
+		"'12:30'": true, "'Jan 2 2020'": true} {
+		if got := timeLike(c); got != want {
+			t.Errorf("timeLike(%s) = %v, want %v", c, got, want)
+		}
+	}
+}
+
+// TestStringConstants: the constants of a statement, comments and quoted
+// names apart.
+func TestStringConstants(t *testing.T) {
+	got := stringConstants(`SELECT "a'b", 'x''y', E'\'z', $q$w'$q$, $1 -- 'c'
+	/* 'd' */ FROM t`)
+	want := []string{`'x''y'`, `E'\'z'`, `$q$w'$q$`}
+	if len(got) != len(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] && got[i] != want[i][1:] {
+			t.Errorf("constant %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// A statement that may name a distributed or reference table but that
+// pgfleet's parser (pg_query) cannot read is never run unplanned: on the
+// default node it would read or write the catalog tables' empty shells.
+// PostgreSQL's parser may read what pg_query does not (text in a
+// client_encoding other than UTF-8, string continuations that pg_query's
+// lexer rejects), so the default node is asked to Parse it only, without
+// executing anything: its error (a syntax error, with its position) is the
+// client's answer; if it parses there, pgfleet refuses it.
+
+// unparsed returns the error for sql, a statement naming a catalog table
+// that pgfleet could not parse: PostgreSQL's own error, or 0A000.
+func (ss *session) unparsed(sql string) error {
+	refuse := pgerr.New(pgerr.FeatureNotSupported,
+		"pgfleet cannot parse this statement, which may use a distributed or reference table")
+	if ss.foreignEnc {
+		refuse = refuse.WithHint("Use client_encoding UTF8 for statements with non-ASCII text on distributed or reference tables, or send such values as parameters.")
+	} else {
+		refuse = refuse.WithHint("Write string constants without continuation lines, or send the values as parameters.")
+	}
+	// The session's own connection when it holds one between round trips
+	// (its lexing settings are the session's true ones, set_config()
+	// included; a syntax error aborts its transaction as on PostgreSQL),
+	// else a pooled one in the session's settings.
+	var pool *pooling.Pool
+	sc := ss.sc
+	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync {
+		if ss.settingsUnknown {
+			return refuse
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if pool, err = ss.poolFor(ss.srv.defaultNode.Load()); err != nil {
+			return err
+		}
+		if sc, err = ss.checkout(ctx, pool); err != nil {
+			return err
+		}
+	}
+	release := func() {
+		if pool != nil {
+			pool.Release(sc)
+		}
+	}
+	b := sc.Buf()
+	b, _ = (&pgproto3.Parse{Query: sql}).Encode(b)
+	b, _ = (&pgproto3.Sync{}).Encode(b)
+	sc.SetBuf(b)
+	if err := sc.Flush(); err != nil {
+		sc.MarkBroken()
+		release()
+		return lostWorker(sc.Addr, err)
+	}
+	var werr error
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			sc.MarkBroken()
+			release()
+			return lostWorker(sc.Addr, err)
+		}
+		switch f.Type {
+		case 'E':
+			werr = newWorkerError(f.Body)
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+		case 'Z':
+			sc.TxStatus = f.Body[0]
+			release()
+			var pe *pgconn.PgError
+			if werr == nil || !errors.As(werr, &pe) {
+				return refuse
+			}
+			if pe.Code == pgerr.SyntaxError && pe.Position == 0 {
+				// "cannot insert multiple commands into a prepared
+				// statement": a query string of several statements.
+				return refuse
+			}
+			return werr
+		}
+	}
+}
+
+// unparsedPlan reports whether p is the plan of a statement pg_query could
+// not parse that may name a catalog table.
+func (ss *session) unparsedPlan(p *planner.Plan, sql string) bool {
+	if !p.SyntaxError {
+		return false
+	}
+	snap := ss.srv.catalog.Load()
+	if snap == nil || !planner.MentionsTable(sql, snap) {
+		return false
+	}
+	if ss.foreignEnc && !ss.embedsASCII && !ascii([]byte(sql)) {
+		// In an encoding whose non-ASCII bytes are never ASCII characters
+		// (LATIN1, EUC_JP, ...), the statement's tokens are where they are
+		// with its non-ASCII bytes taken for letters: pg_query can tell
+		// whether it names a catalog table.
+		b := []byte(sql)
+		for i, c := range b {
+			if c >= 0x80 {
+				b[i] = 'x'
+			}
+		}
+		if q, err := planner.Build(string(b), snap); err == nil && q.Kind == planner.Default && !q.SyntaxError {
+			return false // names none: the default node runs it as before
+		}
+	}
+	return true
+}
+
+// errASCIITrail refuses non-ASCII text in an encoding whose characters may
+// end in ASCII bytes: pgfleet reads statements byte by byte.
+var errASCIITrail = pgerr.New(pgerr.FeatureNotSupported,
+	"statements with non-ASCII text on distributed or reference tables are not supported in this client_encoding").
+	WithHint("Use client_encoding UTF8, or send non-ASCII values as parameters.")
