@@ -1,0 +1,563 @@
+package difftest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+// stmt is one generated statement.
+type stmt struct {
+	family  string
+	sql     string
+	proto   protocol
+	params  []param
+	copy    string // COPY data (text format), for copyProto
+	ordered bool   // the result has a total order: compare rows in order
+	txCtl   bool   // a transaction-control statement
+	setting [2]string
+}
+
+// gen draws statements. Its state is the schema, the enabled features, the
+// current session's settings and whether a transaction block is open.
+type gen struct {
+	r    *rand.Rand
+	s    *schema
+	f    features
+	set  settings
+	inTx bool
+	sp   int // savepoints taken in the open transaction
+}
+
+// family is a kind of statement. New families go in the families table:
+// a name (which is also the feature that enables it), a weight, and a
+// function that draws one statement.
+type family struct {
+	name         string
+	weight       int
+	offByDefault bool // a known, not yet fixed bug (see knownBug)
+	gen          func(g *gen) *stmt
+}
+
+var families []family
+
+func init() {
+	families = []family{
+		{name: "point-select", weight: 14, gen: (*gen).pointSelect},
+		{name: "point-update", weight: 6, gen: (*gen).pointUpdate},
+		{name: "point-delete", weight: 3, gen: (*gen).pointDelete},
+		{name: "insert", weight: 8, gen: (*gen).insert},
+		{name: "insert-multi", weight: 4, gen: (*gen).insertMulti},
+		{name: "upsert", weight: 3, gen: (*gen).upsert},
+		{name: "upsert-key", weight: 1, gen: (*gen).upsertKey, offByDefault: true},
+		{name: "ref-read", weight: 3, gen: (*gen).refRead},
+		{name: "ref-write", weight: 3, gen: (*gen).refWrite},
+		{name: "join-colocated", weight: 4, gen: (*gen).joinColocated},
+		{name: "join-ref", weight: 4, gen: (*gen).joinRef},
+		{name: "scatter-select", weight: 6, gen: (*gen).scatterSelect},
+		{name: "scatter-agg", weight: 6, gen: (*gen).scatterAgg},
+		{name: "copy", weight: 2, gen: (*gen).copyIn},
+		{name: "copy-where", weight: 1, gen: (*gen).copyWhere, offByDefault: true},
+		{name: "txn", weight: 6, gen: (*gen).txn},
+		{name: "chain", weight: 2, gen: (*gen).chain, offByDefault: true},
+		{name: "set", weight: 2, gen: (*gen).setStmt},
+	}
+	for _, f := range families {
+		if f.offByDefault {
+			if _, ok := knownBug[f.name]; !ok {
+				panic("family " + f.name + " is off by default but not listed in knownBug")
+			}
+		}
+	}
+}
+
+// next draws a statement from an enabled family, by weight.
+func (g *gen) next() *stmt {
+	total := 0
+	for _, f := range families {
+		if g.f.on(f.name) {
+			total += f.weight
+		}
+	}
+	for {
+		n := g.r.IntN(total)
+		for _, f := range families {
+			if !g.f.on(f.name) {
+				continue
+			}
+			if n < f.weight {
+				if s := f.gen(g); s != nil {
+					s.family = f.name
+					return s
+				}
+				break
+			}
+			n -= f.weight
+		}
+	}
+}
+
+func (g *gen) pick(c ...string) string { return c[g.r.IntN(len(c))] }
+
+// newBuilder chooses the protocol of a statement that may use either.
+func (g *gen) newBuilder() (*builder, protocol) {
+	if g.r.IntN(2) == 0 {
+		return &builder{g: g, extended: true}, extendedProto
+	}
+	return &builder{g: g}, simpleProto
+}
+
+func (g *gen) finish(b *builder, p protocol, sql string) *stmt {
+	return &stmt{sql: sql, proto: p, params: b.params}
+}
+
+func (g *gen) distTable() *table {
+	d := g.s.distributed()
+	return d[g.r.IntN(len(d))]
+}
+
+func (g *gen) refTable() *table {
+	d := g.s.references()
+	return d[g.r.IntN(len(d))]
+}
+
+// name spells a table reference, sometimes schema-qualified.
+func (g *gen) name(t *table) string {
+	if g.r.IntN(4) == 0 {
+		return "public." + t.name
+	}
+	return t.name
+}
+
+func (g *gen) randKey(t *table) value { return t.keys[g.r.IntN(len(t.keys))] }
+
+// keyEq is the pinning equality on the key, in one of several shapes.
+func (g *gen) keyEq(b *builder, t *table, qual string) string {
+	k := qual + "k"
+	lit := b.key(t.key().typ, g.randKey(t))
+	switch g.r.IntN(6) {
+	case 0:
+		return lit + " = " + k
+	case 1:
+		return "(" + k + " = " + lit + ")"
+	case 2:
+		return k + " IN (" + lit + ")"
+	}
+	return k + " = " + lit
+}
+
+// selectList is a random subset of columns, or *.
+func (g *gen) selectList(t *table, qual string) string {
+	if g.r.IntN(3) == 0 {
+		return "*"
+	}
+	var out []string
+	for _, c := range t.cols {
+		if g.r.IntN(2) == 0 {
+			out = append(out, qual+c.name)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, qual+"k")
+	}
+	if g.r.IntN(5) == 0 {
+		out = append(out, qual+"t AS "+g.pick("label", `"Mixed Case"`, "x"))
+	}
+	return strings.Join(out, ", ")
+}
+
+func (g *gen) pointSelect() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	where := g.keyEq(b, t, "")
+	if g.r.IntN(3) == 0 {
+		where += " AND " + g.valuePred(b, t, "")
+	}
+	return g.finish(b, p, fmt.Sprintf("SELECT %s FROM %s WHERE %s", g.selectList(t, ""), g.name(t), where))
+}
+
+// valuePred is a predicate on a non-key column.
+func (g *gen) valuePred(b *builder, t *table, qual string) string {
+	c := t.cols[1+g.r.IntN(len(t.cols)-1)]
+	switch g.r.IntN(5) {
+	case 0:
+		return qual + c.name + g.pick(" IS NULL", " IS NOT NULL")
+	case 1:
+		if c.typ.k == kBool {
+			return qual + c.name
+		}
+	}
+	if c.typ.k == kFloat8 && g.r.IntN(2) == 0 {
+		return qual + c.name + " > 0"
+	}
+	return qual + c.name + g.pick(" = ", " <> ", " < ", " >= ") + b.val(c.typ, genValue(g.r, c.typ, false))
+}
+
+// assignment is SET col = value for a random non-key column.
+func (g *gen) assignment(b *builder, t *table) string {
+	c := t.cols[1+g.r.IntN(len(t.cols)-1)]
+	if c.typ.isInt() && g.r.IntN(3) == 0 {
+		return fmt.Sprintf("%s = %s + 1", c.name, c.name)
+	}
+	return c.name + " = " + b.val(c.typ, genValue(g.r, c.typ, true))
+}
+
+func (g *gen) returning(t *table) string {
+	if g.r.IntN(4) != 0 {
+		return ""
+	}
+	return " RETURNING " + g.selectList(t, "")
+}
+
+func (g *gen) pointUpdate() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	set := g.assignment(b, t)
+	if g.r.IntN(3) == 0 {
+		set += ", " + g.assignment(b, t)
+	}
+	return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s%s", g.name(t), set, g.keyEq(b, t, ""), g.returning(t)))
+}
+
+func (g *gen) pointDelete() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	return g.finish(b, p, fmt.Sprintf("DELETE FROM %s WHERE %s%s", g.name(t), g.keyEq(b, t, ""), g.returning(t)))
+}
+
+// rowValues renders one row's VALUES tuple.
+func (g *gen) rowValues(b *builder, t *table, row []value) string {
+	parts := make([]string, len(row))
+	for i, v := range row {
+		if i == 0 {
+			parts[i] = b.key(t.cols[i].typ, v)
+		} else {
+			parts[i] = b.val(t.cols[i].typ, v)
+		}
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+func (g *gen) insertInto(t *table, rows int, b *builder) string {
+	var tuples []string
+	for range rows {
+		tuples = append(tuples, g.rowValues(b, t, t.row(g.r)))
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s", g.name(t), colNames(t.cols), strings.Join(tuples, ", "))
+}
+
+func (g *gen) insert() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	sql := g.insertInto(t, 1, b)
+	if g.r.IntN(3) == 0 {
+		sql += " ON CONFLICT DO NOTHING"
+	}
+	return g.finish(b, p, sql+g.returning(t))
+}
+
+// insertMulti is a multi-row INSERT over several shards (simple protocol
+// mostly: over the extended protocol it is refused today).
+func (g *gen) insertMulti() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	if g.r.IntN(4) != 0 {
+		b, p = &builder{g: g}, simpleProto
+	}
+	sql := g.insertInto(t, 2+g.r.IntN(4), b)
+	if g.r.IntN(2) == 0 {
+		sql += " ON CONFLICT DO NOTHING"
+	}
+	return g.finish(b, p, sql)
+}
+
+func (g *gen) upsert() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	c := t.cols[1+g.r.IntN(len(t.cols)-1)]
+	sql := g.insertInto(t, 1, b) + fmt.Sprintf(" ON CONFLICT (k) DO UPDATE SET %s = EXCLUDED.%s", c.name, c.name)
+	return g.finish(b, p, sql+g.returning(t))
+}
+
+func (g *gen) upsertKey() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	sql := g.insertInto(t, 1, b) + " ON CONFLICT (k) DO UPDATE SET k = " + b.key(t.key().typ, g.randKey(t))
+	return g.finish(b, p, sql)
+}
+
+func (g *gen) refRead() *stmt {
+	t := g.refTable()
+	b, p := g.newBuilder()
+	sql := fmt.Sprintf("SELECT %s FROM %s", g.selectList(t, ""), g.name(t))
+	if g.r.IntN(2) == 0 {
+		sql += " WHERE " + g.pick(g.keyEq(b, t, ""), g.valuePred(b, t, ""))
+	}
+	s := &stmt{proto: p, params: b.params}
+	if g.r.IntN(2) == 0 {
+		sql += " ORDER BY k"
+		s.ordered = true
+	}
+	s.sql = sql
+	return s
+}
+
+func (g *gen) refWrite() *stmt {
+	t := g.refTable()
+	b, p := g.newBuilder()
+	var sql string
+	switch g.r.IntN(4) {
+	case 0:
+		sql = g.insertInto(t, 1, b) + g.pick("", " ON CONFLICT DO NOTHING", " ON CONFLICT (k) DO UPDATE SET t = EXCLUDED.t")
+	case 1:
+		sql = fmt.Sprintf("UPDATE %s SET %s WHERE %s", g.name(t), g.assignment(b, t), g.keyEq(b, t, ""))
+	case 2:
+		sql = fmt.Sprintf("UPDATE %s SET %s WHERE %s", g.name(t), g.assignment(b, t), g.valuePred(b, t, ""))
+	default:
+		sql = fmt.Sprintf("DELETE FROM %s WHERE %s", g.name(t), g.keyEq(b, t, ""))
+	}
+	return g.finish(b, p, sql)
+}
+
+func (g *gen) joinColocated() *stmt {
+	var pairs [][2]*table
+	for _, t := range g.s.distributed() {
+		if t.colocate != "" {
+			for _, u := range g.s.distributed() {
+				if u.name == t.colocate {
+					pairs = append(pairs, [2]*table{u, t})
+				}
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	pr := pairs[g.r.IntN(len(pairs))]
+	b, p := g.newBuilder()
+	join := g.pick("JOIN", "LEFT JOIN", "INNER JOIN")
+	sql := fmt.Sprintf("SELECT a.k, a.g, b.t, b.g AS bg FROM %s a %s %s b ON a.k = b.k", g.name(pr[0]), join, g.name(pr[1]))
+	s := &stmt{proto: p}
+	if g.r.IntN(2) == 0 {
+		sql += " WHERE " + g.keyEq(b, pr[0], "a.")
+	} else if g.r.IntN(2) == 0 {
+		sql += " WHERE " + g.valuePred(b, pr[1], "b.")
+	}
+	if g.r.IntN(2) == 0 {
+		sql += " ORDER BY a.k"
+		s.ordered = true
+		if g.r.IntN(2) == 0 {
+			sql += fmt.Sprintf(" LIMIT %d", g.r.IntN(10))
+		}
+	}
+	s.sql, s.params = sql, b.params
+	return s
+}
+
+func (g *gen) joinRef() *stmt {
+	t := g.distTable()
+	r0 := g.s.references()[0]
+	b, p := g.newBuilder()
+	sql := fmt.Sprintf("SELECT d.k, d.t, r.k AS rk, r.t AS rt FROM %s d %s %s r ON d.g = r.k", g.name(t), g.pick("JOIN", "LEFT JOIN"), g.name(r0))
+	s := &stmt{proto: p}
+	if g.r.IntN(2) == 0 {
+		sql += " WHERE " + g.keyEq(b, t, "d.")
+	}
+	if g.r.IntN(2) == 0 {
+		sql += " ORDER BY d.k"
+		s.ordered = true
+	}
+	s.sql, s.params = sql, b.params
+	return s
+}
+
+func (g *gen) scatterSelect() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	s := &stmt{proto: p}
+	var sql string
+	if g.r.IntN(4) == 0 {
+		sql = fmt.Sprintf("SELECT DISTINCT g FROM %s", g.name(t))
+		if g.r.IntN(2) == 0 {
+			sql += " ORDER BY g"
+			s.ordered = true
+		}
+	} else {
+		sql = fmt.Sprintf("SELECT %s FROM %s", g.selectList(t, ""), g.name(t))
+		if g.r.IntN(2) == 0 {
+			sql += " WHERE " + g.valuePred(b, t, "")
+		} else if g.r.IntN(3) == 0 {
+			sql += " WHERE k " + g.pick("<>", ">", "<=") + " " + b.key(t.key().typ, g.randKey(t))
+		}
+		if g.r.IntN(2) == 0 {
+			sql += " ORDER BY k" + g.pick("", " DESC")
+			s.ordered = true
+			if g.r.IntN(2) == 0 {
+				sql += fmt.Sprintf(" LIMIT %d", g.r.IntN(8))
+				if g.r.IntN(2) == 0 {
+					sql += fmt.Sprintf(" OFFSET %d", g.r.IntN(5))
+				}
+			}
+		}
+	}
+	s.sql, s.params = sql, b.params
+	return s
+}
+
+// aggregate draws one aggregate over t's columns. Sums and averages of
+// float8 are left out: the multi-shard merge adds partial sums (see
+// docs/architecture.md, known inexactness).
+func (g *gen) aggregate(t *table) string {
+	c := t.cols[g.r.IntN(len(t.cols))]
+	switch {
+	case g.r.IntN(5) == 0:
+		return "count(*)"
+	case c.typ.isInt() || c.typ.k == kNumeric:
+		return g.pick("sum", "avg", "min", "max", "count", "bit_and", "bit_or")
+	case c.typ.k == kBool:
+		return g.pick("bool_and", "bool_or", "every", "count") + "(" + c.name + ")"
+	case c.typ.k == kUUID:
+		return "count(" + c.name + ")"
+	}
+	return g.pick("min", "max", "count") + "(" + c.name + ")"
+}
+
+func (g *gen) scatterAgg() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	var aggs []string
+	for range 1 + g.r.IntN(3) {
+		a := g.aggregate(t)
+		if !strings.Contains(a, "(") {
+			var ints []string
+			for _, c := range t.cols {
+				if c.typ.isInt() || (c.typ.k == kNumeric && a != "bit_and" && a != "bit_or") {
+					ints = append(ints, c.name)
+				}
+			}
+			a += "(" + ints[g.r.IntN(len(ints))] + ")"
+		}
+		aggs = append(aggs, a)
+	}
+	s := &stmt{proto: p}
+	group := ""
+	switch g.r.IntN(3) {
+	case 0:
+		group = "g"
+	case 1:
+		if g.r.IntN(2) == 0 {
+			group = "k" // grouped by the distribution column: any aggregate
+			aggs = append(aggs, "string_agg(t, ',' ORDER BY t)")
+		}
+	}
+	sel := strings.Join(aggs, ", ")
+	if group != "" {
+		sel = group + ", " + sel
+	}
+	sql := fmt.Sprintf("SELECT %s FROM %s", sel, g.name(t))
+	if g.r.IntN(2) == 0 {
+		sql += " WHERE " + g.valuePred(b, t, "")
+	}
+	if group != "" {
+		sql += " GROUP BY " + group
+		if g.r.IntN(3) == 0 {
+			sql += " HAVING count(*) > " + fmt.Sprint(g.r.IntN(3))
+		}
+		if g.r.IntN(2) == 0 {
+			sql += " ORDER BY " + group
+			s.ordered = true
+		}
+	}
+	s.sql, s.params = sql, b.params
+	return s
+}
+
+// copyRows renders rows in COPY's text format.
+func copyRows(t *table, rows [][]value) string {
+	var b strings.Builder
+	for _, row := range rows {
+		for i, v := range row {
+			if i > 0 {
+				b.WriteByte('\t')
+			}
+			if v.null {
+				b.WriteString(`\N`)
+				continue
+			}
+			r := strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`, "\r", `\r`)
+			b.WriteString(r.Replace(v.s))
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func (g *gen) copyRowsFor(t *table) string {
+	rows := make([][]value, 1+g.r.IntN(6))
+	for i := range rows {
+		rows[i] = t.row(g.r)
+	}
+	return copyRows(t, rows)
+}
+
+func (g *gen) copyIn() *stmt {
+	t := g.distTable()
+	if g.r.IntN(4) == 0 {
+		t = g.refTable()
+	}
+	return &stmt{proto: copyProto, sql: fmt.Sprintf("COPY %s (%s) FROM STDIN", g.name(t), colNames(t.cols)), copy: g.copyRowsFor(t)}
+}
+
+func (g *gen) copyWhere() *stmt {
+	t := g.distTable()
+	return &stmt{proto: copyProto, sql: fmt.Sprintf("COPY %s (%s) FROM STDIN WHERE g > 5", g.name(t), colNames(t.cols)), copy: g.copyRowsFor(t)}
+}
+
+// txn opens or ends a transaction block, or takes a savepoint.
+func (g *gen) txn() *stmt {
+	s := &stmt{proto: simpleProto, txCtl: true}
+	if g.r.IntN(3) == 0 {
+		s.proto = extendedProto
+	}
+	if !g.inTx {
+		s.sql = g.pick("BEGIN", "BEGIN", "START TRANSACTION", "BEGIN ISOLATION LEVEL READ COMMITTED", "begin work",
+			"BEGIN ISOLATION LEVEL REPEATABLE READ")
+		return s
+	}
+	switch g.r.IntN(8) {
+	case 0:
+		s.sql = fmt.Sprintf("SAVEPOINT s%d", g.sp)
+		g.sp++
+	case 1:
+		if g.sp == 0 {
+			return nil
+		}
+		s.sql = fmt.Sprintf("%s s%d", g.pick("ROLLBACK TO SAVEPOINT", "RELEASE SAVEPOINT"), g.r.IntN(g.sp))
+	case 2, 3:
+		s.sql = g.pick("ROLLBACK", "ABORT", "ROLLBACK WORK")
+	default:
+		s.sql = g.pick("COMMIT", "COMMIT", "END", "COMMIT WORK")
+	}
+	return s
+}
+
+// chain ends a transaction with AND CHAIN / AND NO CHAIN.
+func (g *gen) chain() *stmt {
+	if !g.inTx {
+		return nil
+	}
+	return &stmt{proto: simpleProto, txCtl: true,
+		sql: g.pick("COMMIT AND CHAIN", "ROLLBACK AND CHAIN", "COMMIT WORK AND CHAIN", "COMMIT AND NO CHAIN", "ROLLBACK AND NO CHAIN")}
+}
+
+// setStmt changes one setting mid-session.
+func (g *gen) setStmt() *stmt {
+	names := sortedKeys(settingChoices)
+	name := names[g.r.IntN(len(names))]
+	c := settingChoices[name]
+	v := c[g.r.IntN(len(c))]
+	if feat := settingFeature(name, v); feat != "" && !g.f.on(feat) {
+		return nil
+	}
+	return &stmt{proto: simpleProto, sql: setSQL(name, v), setting: [2]string{name, v}}
+}
