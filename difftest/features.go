@@ -25,6 +25,7 @@ const (
 	featZonelessTZ      = "zoneless-timestamptz" // classes 3 and 7: timestamptz/ambiguous date literals read under the session's settings
 	featCopyWhere       = "copy-where"           // class 4: COPY ... WHERE
 	featUpsertKey       = "upsert-key"           // class 6: ON CONFLICT DO UPDATE SET k = ...
+	featStartTx         = "start-transaction"    // not in issue 8: START TRANSACTION answered with tag BEGIN
 )
 
 // knownBug lists the features off by default, with the issue-8 class each
@@ -42,6 +43,7 @@ var knownBug = map[string]string{
 	featZonelessTZ:      "classes 3 and 7 (values read under session settings)",
 	featCopyWhere:       "class 4 (COPY ... WHERE)",
 	featUpsertKey:       "class 6 (ON CONFLICT DO UPDATE of the key)",
+	featStartTx:         "new: START TRANSACTION's CommandComplete tag is BEGIN through the coordinator",
 }
 
 // features is the set of enabled features.

@@ -21,12 +21,13 @@ type stmt struct {
 // gen draws statements. Its state is the schema, the enabled features, the
 // current session's settings and whether a transaction block is open.
 type gen struct {
-	r    *rand.Rand
-	s    *schema
-	f    features
-	set  settings
-	inTx bool
-	sp   int // savepoints taken in the open transaction
+	r        *rand.Rand
+	s        *schema
+	f        features
+	set      settings
+	inTx     bool
+	failedTx bool // the open transaction failed (status E)
+	sp       int  // savepoints taken in the open transaction
 }
 
 // family is a kind of statement. New families go in the families table:
@@ -73,6 +74,12 @@ func init() {
 
 // next draws a statement from an enabled family, by weight.
 func (g *gen) next() *stmt {
+	if g.failedTx && g.r.IntN(2) == 0 {
+		if s := g.txn(); s != nil {
+			s.family = "txn"
+			return s
+		}
+	}
 	total := 0
 	for _, f := range families {
 		if g.f.on(f.name) {
@@ -520,8 +527,10 @@ func (g *gen) txn() *stmt {
 		s.proto = extendedProto
 	}
 	if !g.inTx {
-		s.sql = g.pick("BEGIN", "BEGIN", "START TRANSACTION", "BEGIN ISOLATION LEVEL READ COMMITTED", "begin work",
-			"BEGIN ISOLATION LEVEL REPEATABLE READ")
+		s.sql = g.pick("BEGIN", "BEGIN", "BEGIN ISOLATION LEVEL READ COMMITTED", "begin work", "BEGIN ISOLATION LEVEL REPEATABLE READ")
+		if g.f.on(featStartTx) && g.r.IntN(4) == 0 {
+			s.sql = g.pick("START TRANSACTION", "START TRANSACTION ISOLATION LEVEL READ COMMITTED")
+		}
 		return s
 	}
 	switch g.r.IntN(8) {

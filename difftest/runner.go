@@ -279,7 +279,7 @@ func (ru *runner) startSession(ctx context.Context) error {
 		}
 	}
 	ru.g.set = settings{}
-	ru.g.inTx, ru.g.sp = false, 0
+	ru.g.inTx, ru.g.failedTx, ru.g.sp = false, false, 0
 	ru.logs = append(ru.logs[:0], fmt.Sprintf("-- new session on %s, settings %v (startup parameters: %v)", ru.coord.addr, set, asStartup))
 	if asStartup {
 		ru.g.set = set
@@ -353,6 +353,7 @@ func (ru *runner) txState(status byte) {
 		ru.g.sp = 0
 	}
 	ru.g.inTx = inTx
+	ru.g.failedTx = status == 'E'
 }
 
 // realign brings the oracle's transaction to the coordinator's status
