@@ -13,19 +13,21 @@ import (
 // says which class of issue 8 it reaches. Turning them on (-enable, or
 // -enable all) is how a fix is checked.
 const (
-	featLatin1          = "latin1"               // issue 8 class 5: text hashed in the client encoding
-	featSCSOff          = "scs-off"              // class 5: strings under standard_conforming_strings=off
-	featNumericIntLit   = "numeric-int-literal"  // class 5: = 100.0, = 1e2, CAST(99.7 AS int) against integer keys
-	featCastChain       = "cast-chain"           // class 5: ' 16'::int::text, 1.5e1::text keys
-	featVarcharPad      = "varchar-pad"          // class 5: 'abcd   ' into varchar(4) hashed with its spaces
-	featBinaryCrossType = "binary-cross-type"    // class 5: binary parameter of another type than the column's
-	featBPCharParam     = "bpchar-param"         // class 5: bpchar parameter against a text/varchar key
-	featParamCast       = "param-cast"           // class 5: $1::int::text
-	featChain           = "chain"                // class 1: COMMIT/ROLLBACK AND CHAIN across workers
-	featZonelessTZ      = "zoneless-timestamptz" // classes 3 and 7: timestamptz/ambiguous date literals read under the session's settings
-	featCopyWhere       = "copy-where"           // class 4: COPY ... WHERE
-	featUpsertKey       = "upsert-key"           // class 6: ON CONFLICT DO UPDATE SET k = ...
-	featStartTx         = "start-transaction"    // not in issue 8: START TRANSACTION answered with tag BEGIN
+	featLatin1          = "latin1"                  // issue 8 class 5: text hashed in the client encoding
+	featSCSOff          = "scs-off"                 // class 5: strings under standard_conforming_strings=off
+	featNumericIntLit   = "numeric-int-literal"     // class 5: = 100.0, = 1e2, CAST(99.7 AS int) against integer keys
+	featCastChain       = "cast-chain"              // class 5: ' 16'::int::text, 1.5e1::text keys
+	featVarcharPad      = "varchar-pad"             // class 5: 'abcd   ' into varchar(4) hashed with its spaces
+	featBinaryCrossType = "binary-cross-type"       // class 5: binary parameter of another type than the column's
+	featBPCharParam     = "bpchar-param"            // class 5: bpchar parameter against a text/varchar key
+	featParamCast       = "param-cast"              // class 5: $1::int::text
+	featChain           = "chain"                   // class 1: COMMIT/ROLLBACK AND CHAIN across workers
+	featZonelessTZ      = "zoneless-timestamptz"    // classes 3 and 7: timestamptz/ambiguous date literals read under the session's settings
+	featCopyWhere       = "copy-where"              // class 4: COPY ... WHERE
+	featUpsertKey       = "upsert-key"              // class 6: ON CONFLICT DO UPDATE SET k = ...
+	featStartTx         = "start-transaction"       // not in issue 8: START TRANSACTION answered with tag BEGIN
+	featSearchPathStart = "search-path-startup"     // class 12: a list-valued search_path startup parameter
+	featSavepointRefuse = "savepoint-after-refusal" // not in issue 8: ROLLBACK TO/RELEASE after a refusal failed the transaction
 )
 
 // knownBug lists the features off by default, with the issue-8 class each
@@ -44,6 +46,8 @@ var knownBug = map[string]string{
 	featCopyWhere:       "class 4 (COPY ... WHERE)",
 	featUpsertKey:       "class 6 (ON CONFLICT DO UPDATE of the key)",
 	featStartTx:         "new: START TRANSACTION's CommandComplete tag is BEGIN through the coordinator",
+	featSearchPathStart: "class 12 (startup parameter search_path='\"$user\", public' replayed as one schema: 42P01 on shards)",
+	featSavepointRefuse: "new: ROLLBACK TO SAVEPOINT of an unknown savepoint in a transaction the coordinator failed gives 25P02, PostgreSQL 3B001",
 }
 
 // features is the set of enabled features.

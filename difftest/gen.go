@@ -27,7 +27,9 @@ type gen struct {
 	set      settings
 	inTx     bool
 	failedTx bool // the open transaction failed (status E)
-	sp       int  // savepoints taken in the open transaction
+	// refusedTx: it failed by the coordinator's refusal (0A000)
+	refusedTx bool
+	sp        int // savepoints taken in the open transaction
 }
 
 // family is a kind of statement. New families go in the families table:
@@ -538,7 +540,7 @@ func (g *gen) txn() *stmt {
 		s.sql = fmt.Sprintf("SAVEPOINT s%d", g.sp)
 		g.sp++
 	case 1:
-		if g.sp == 0 {
+		if g.sp == 0 || (g.refusedTx && !g.f.on(featSavepointRefuse)) {
 			return nil
 		}
 		s.sql = fmt.Sprintf("%s s%d", g.pick("ROLLBACK TO SAVEPOINT", "RELEASE SAVEPOINT"), g.r.IntN(g.sp))

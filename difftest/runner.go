@@ -259,6 +259,9 @@ func (ru *runner) setup(ctx context.Context) error {
 func (ru *runner) startSession(ctx context.Context) error {
 	set := genSettings(ru.r, ru.cfg.Features)
 	asStartup := ru.r.IntN(2) == 0
+	if asStartup && strings.Contains(set["search_path"], ",") && !ru.cfg.Features.on(featSearchPathStart) {
+		delete(set, "search_path")
+	}
 	ru.coord.addr = ru.env.Coordinators[ru.r.IntN(len(ru.env.Coordinators))]
 	ru.oracle.addr = ru.env.Oracle
 	for _, sd := range []*side{&ru.coord, &ru.oracle} {
@@ -324,6 +327,7 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 	}
 	ca := run(ctx, ru.coord.conn, st, latin1, ru.cfg.Timeout)
 	if ca.refused() {
+		ru.g.refusedTx = ca.txStatus == 'E'
 		reason := ca.message
 		if i := strings.IndexAny(reason, ":("); i > 0 {
 			reason = reason[:i]
@@ -354,6 +358,9 @@ func (ru *runner) txState(status byte) {
 	}
 	ru.g.inTx = inTx
 	ru.g.failedTx = status == 'E'
+	if status != 'E' {
+		ru.g.refusedTx = false
+	}
 }
 
 // realign brings the oracle's transaction to the coordinator's status
