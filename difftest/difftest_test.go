@@ -23,6 +23,7 @@ var (
 	flagDisable    = flag.String("disable", "", "features to turn off")
 	flagMaxFail    = flag.Int("maxfail", 1, "stop after this many mismatches")
 	flagCoords     = flag.Int("coordinators", 2, "coordinators in front of the workers (1 or 2)")
+	flagCheckEvery = flag.Int("check-every", 200, "statements between invariant checks")
 	flagVerbose    = flag.Bool("difftest.v", false, "log the schema")
 )
 
@@ -75,6 +76,7 @@ func TestDifferential(t *testing.T) {
 		MaxStatements: *flagStatements,
 		Features:      feats,
 		MaxFailures:   *flagMaxFail,
+		CheckEvery:    *flagCheckEvery,
 		Timeout:       20 * time.Second,
 		Logf:          logf,
 	})

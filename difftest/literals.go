@@ -87,6 +87,9 @@ func (b *builder) param(t colType, v value, isKey bool) (param, bool) {
 		return param{}, false
 	}
 	p := param{oid: oid, val: v}
+	if oid == oidBPChar && t.k != kBPChar && isKey {
+		p.val.s += "  " // as bpchar, the same value
+	}
 	if oid != oidUnknown && r.IntN(2) == 0 {
 		cross := oid != t.oid() && !(t.isString() && (oid == oidText || oid == oidVarchar) && t.k != kBPChar)
 		if !cross || f.on(featBinaryCrossType) {
@@ -194,6 +197,10 @@ func (b *builder) literal(t colType, v value, isKey bool) string {
 		}
 		return pick(c...)
 	case kInterval:
+		if f.on(featZonelessTZ) && r.IntN(4) == 0 {
+			// Read differently under IntervalStyle sql_standard.
+			return q("-1 mon 2 days")
+		}
 		return pick(q(s), "INTERVAL "+q(s), q(s)+"::interval")
 	}
 	panic("unknown kind")

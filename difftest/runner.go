@@ -179,7 +179,7 @@ func (ru *runner) rerun() string {
 }
 
 func (ru *runner) fail(what string) {
-	msg := fmt.Sprintf("MISMATCH (seed %d, statement %d, coordinator %s, settings %v):\n%s\nrerun: %s\nrecent statements:\n%s",
+	msg := fmt.Sprintf("MISMATCH (seed %d, statement %d, coordinator %s, settings %v):\n%s\nrerun: %s\nstatements since the last good invariant check:\n%s",
 		ru.cfg.Seed, ru.n, ru.coord.addr, map[string]string(ru.g.set), what, ru.rerun(), strings.Join(ru.logs, "\n"))
 	ru.st.Mismatches = append(ru.st.Mismatches, msg)
 	ru.cfg.Logf("%s", msg)
@@ -322,8 +322,8 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 	ru.st.Families[st.family]++
 	latin1 := ru.g.set.latin1()
 	ru.logs = append(ru.logs, fmt.Sprintf("%d: %s", ru.n, st.describe()))
-	if len(ru.logs) > 30 {
-		ru.logs = append(ru.logs[:1], ru.logs[len(ru.logs)-25:]...)
+	if len(ru.logs) > 400 {
+		ru.logs = append(ru.logs[:1], ru.logs[len(ru.logs)-300:]...)
 	}
 	ca := run(ctx, ru.coord.conn, st, latin1, ru.cfg.Timeout)
 	if ca.refused() {
@@ -393,6 +393,12 @@ func (ru *runner) checkInvariants(ctx context.Context) error {
 	}
 	if len(bad) > 0 {
 		ru.fail("invariants after statement " + fmt.Sprint(ru.n) + ":\n" + strings.Join(bad, "\n"))
+		return nil
+	}
+	// The statements since the last good check are what a failure report
+	// shows (with the session's first line).
+	if len(ru.logs) > 1 {
+		ru.logs = ru.logs[:1]
 	}
 	return nil
 }

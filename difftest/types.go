@@ -214,7 +214,7 @@ func genValue(r *rand.Rand, t colType, nullable bool) value {
 	case kTimestamptz:
 		return value{s: randTime(r).Format("2006-01-02 15:04:05.999999") + zones[r.IntN(len(zones))]}
 	case kInterval:
-		e := []string{"1 day", "-1 mon 2 days", "3 hours 4 minutes", "1 year 2 mons 3 days 04:05:06.789", "00:00:00", "-00:00:01", "P1Y2M3DT4H5M6S"}
+		e := []string{"1 day", "-1 mon -2 days", "3 hours 4 minutes", "1 year 2 mons 3 days 04:05:06.789", "00:00:00", "-00:00:01", "P1Y2M3DT4H5M6S"}
 		return value{s: e[r.IntN(len(e))]}
 	}
 	panic("unknown kind")
