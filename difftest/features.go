@@ -28,6 +28,7 @@ const (
 	featStartTx         = "start-transaction"       // not in issue 8: START TRANSACTION answered with tag BEGIN
 	featSearchPathStart = "search-path-startup"     // class 12: a list-valued search_path startup parameter
 	featSavepointRefuse = "savepoint-after-refusal" // not in issue 8: ROLLBACK TO/RELEASE after a refusal failed the transaction
+	featErrorOrder      = "multi-error-order"       // not in issue 8: which error a multi-shard write reports
 )
 
 // knownBug lists the features off by default, with the issue-8 class each
@@ -47,6 +48,7 @@ var knownBug = map[string]string{
 	featUpsertKey:       "class 6 (ON CONFLICT DO UPDATE of the key)",
 	featStartTx:         "new: START TRANSACTION's CommandComplete tag is BEGIN through the coordinator",
 	featSearchPathStart: "class 12 (startup parameter search_path='\"$user\", public' replayed as one schema: 42P01 on shards)",
+	featErrorOrder:      "new: a multi-row INSERT with an error in a constant (-2147483648::int4, 22003) and a duplicate key in another shard reports 23505; PostgreSQL 22003",
 	featSavepointRefuse: "new: ROLLBACK TO SAVEPOINT of an unknown savepoint in a transaction the coordinator failed gives 25P02, PostgreSQL 3B001",
 }
 

@@ -121,12 +121,19 @@ func (b *builder) literal(t colType, v value, isKey bool) string {
 	s := v.s
 	switch t.k {
 	case kInt2, kInt4, kInt8:
-		c := []string{s, s, q(s), q("  " + s + " "), s + "::" + t.sql(), "CAST(" + s + " AS int8)", "(" + s + ")"}
+		// -2147483648::int4 is -(2147483648::int4): out of range. Such an
+		// error in one row of a multi-row INSERT races the other rows'
+		// errors (see featErrorOrder); parenthesized it is the value.
+		cs := s
+		if strings.HasPrefix(s, "-") && !f.on(featErrorOrder) {
+			cs = "(" + s + ")"
+		}
+		c := []string{s, s, q(s), q("  " + s + " "), cs + "::" + t.sql(), "CAST(" + s + " AS int8)", "(" + s + ")"}
 		if !strings.HasPrefix(s, "-") {
 			c = append(c, "+"+s)
 		}
 		if i, _ := strconv.ParseInt(s, 10, 64); i == int64(int32(i)) {
-			c = append(c, s+"::int4")
+			c = append(c, cs+"::int4")
 		}
 		if f.on(featNumericIntLit) {
 			i, _ := strconv.ParseInt(s, 10, 64)
