@@ -66,7 +66,10 @@ func TestDifferential(t *testing.T) {
 	}
 	logf := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
-		if strings.HasPrefix(msg, "MISMATCH") || *flagVerbose {
+		switch {
+		case strings.HasPrefix(msg, "progress"):
+			fmt.Fprintln(os.Stderr, "difftest:", msg)
+		case strings.HasPrefix(msg, "MISMATCH") || *flagVerbose:
 			t.Log(msg)
 		}
 	}

@@ -64,22 +64,30 @@ func run(ctx context.Context, conn *pgconn.PgConn, st *stmt, latin1 bool, timeou
 		}
 		a.setErr(err)
 	case extendedProto:
-		vals := make([][]byte, len(st.params))
-		oids := make([]uint32, len(st.params))
-		formats := make([]int16, len(st.params))
-		for i, p := range st.params {
-			oids[i], formats[i] = p.oid, p.format
-			switch {
-			case p.val.null:
-			case p.format == 1:
-				vals[i], _ = encodeBinary(p.oid, p.val, latin1)
-			default:
-				vals[i] = clientBytes(p.val.s, latin1)
-			}
-		}
+		vals, oids, formats := bindValues(st.params, latin1)
 		r := conn.ExecParams(ctx, sql, vals, oids, formats, nil).Read()
 		a.add(r.FieldDescriptions, r.Rows, r.CommandTag)
 		a.setErr(r.Err)
+	case preparedProto:
+		const name = "difftest_stmt"
+		_, oids, _ := bindValues(st.params, latin1)
+		_, err := conn.Prepare(ctx, name, sql, oids)
+		a.setErr(err)
+		for _, params := range append([][]param{st.params}, st.more...) {
+			if err != nil {
+				break
+			}
+			vals, _, formats := bindValues(params, latin1)
+			r := conn.ExecPrepared(ctx, name, vals, formats, nil).Read()
+			a.add(r.FieldDescriptions, r.Rows, r.CommandTag)
+			a.setErr(r.Err)
+			err = r.Err
+		}
+		if a.fatal == nil {
+			// Dropping the statement can fail only in an aborted transaction
+			// (25P02), which the answer already shows.
+			_ = conn.Deallocate(ctx, name)
+		}
 	case copyProto:
 		tag, err := conn.CopyFrom(ctx, bytes.NewReader(clientBytes(st.copy, latin1)), sql)
 		a.tag = tag.String()
@@ -87,6 +95,24 @@ func run(ctx context.Context, conn *pgconn.PgConn, st *stmt, latin1 bool, timeou
 	}
 	a.txStatus = conn.TxStatus()
 	return a
+}
+
+// bindValues encodes parameters for Bind.
+func bindValues(params []param, latin1 bool) (vals [][]byte, oids []uint32, formats []int16) {
+	vals = make([][]byte, len(params))
+	oids = make([]uint32, len(params))
+	formats = make([]int16, len(params))
+	for i, p := range params {
+		oids[i], formats[i] = p.oid, p.format
+		switch {
+		case p.val.null:
+		case p.format == 1:
+			vals[i], _ = encodeBinary(p.oid, p.val, latin1)
+		default:
+			vals[i] = clientBytes(p.val.s, latin1)
+		}
+	}
+	return vals, oids, formats
 }
 
 func (a *answer) add(fds []pgconn.FieldDescription, rows [][][]byte, tag pgconn.CommandTag) {
@@ -175,6 +201,12 @@ func (st *stmt) describe() string {
 	fmt.Fprintf(&b, "[%s, %s] %s", st.family, st.proto, st.sql)
 	for i, p := range st.params {
 		fmt.Fprintf(&b, "\n  $%d oid=%d format=%d value=%v", i+1, p.oid, p.format, p.val)
+	}
+	for n, params := range st.more {
+		fmt.Fprintf(&b, "\n  execution %d:", n+2)
+		for i, p := range params {
+			fmt.Fprintf(&b, " $%d=%v/%d", i+1, p.val, p.format)
+		}
 	}
 	if st.proto == copyProto {
 		fmt.Fprintf(&b, "\n  data: %q", st.copy)

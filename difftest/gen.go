@@ -12,9 +12,10 @@ type stmt struct {
 	sql     string
 	proto   protocol
 	params  []param
-	copy    string // COPY data (text format), for copyProto
-	ordered bool   // the result has a total order: compare rows in order
-	txCtl   bool   // a transaction-control statement
+	copy    string    // COPY data (text format), for copyProto
+	more    [][]param // further executions of a prepared statement
+	ordered bool      // the result has a total order: compare rows in order
+	txCtl   bool      // a transaction-control statement
 	setting [2]string
 }
 
@@ -64,6 +65,7 @@ func init() {
 		{name: "txn", weight: 6, gen: (*gen).txn},
 		{name: "chain", weight: 2, gen: (*gen).chain, offByDefault: true},
 		{name: "set", weight: 2, gen: (*gen).setStmt},
+		{name: "prepared", weight: 4, gen: (*gen).prepared},
 	}
 	for _, f := range families {
 		if f.offByDefault {
@@ -143,7 +145,9 @@ func (g *gen) randKey(t *table) value { return t.keys[g.r.IntN(len(t.keys))] }
 // keyEq is the pinning equality on the key, in one of several shapes.
 func (g *gen) keyEq(b *builder, t *table, qual string) string {
 	k := qual + "k"
+	b.keys = t.keys
 	lit := b.key(t.key().typ, g.randKey(t))
+	b.keys = nil
 	switch g.r.IntN(6) {
 	case 0:
 		return lit + " = " + k
@@ -203,8 +207,14 @@ func (g *gen) valuePred(b *builder, t *table, qual string) string {
 }
 
 // assignment is SET col = value for a random non-key column.
-func (g *gen) assignment(b *builder, t *table) string {
+func (g *gen) assignment(b *builder, t *table, not string) string {
 	c := t.cols[1+g.r.IntN(len(t.cols)-1)]
+	if c.name == not {
+		c = t.cols[1]
+		if c.name == not {
+			c = t.cols[2]
+		}
+	}
 	if c.typ.isInt() && g.r.IntN(3) == 0 {
 		return fmt.Sprintf("%s = %s + 1", c.name, c.name)
 	}
@@ -221,9 +231,9 @@ func (g *gen) returning(t *table) string {
 func (g *gen) pointUpdate() *stmt {
 	t := g.distTable()
 	b, p := g.newBuilder()
-	set := g.assignment(b, t)
+	set := g.assignment(b, t, "")
 	if g.r.IntN(3) == 0 {
-		set += ", " + g.assignment(b, t)
+		set += ", " + g.assignment(b, t, strings.Fields(set)[0])
 	}
 	return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s%s", g.name(t), set, g.keyEq(b, t, ""), g.returning(t)))
 }
@@ -300,7 +310,11 @@ func (g *gen) refRead() *stmt {
 	b, p := g.newBuilder()
 	sql := fmt.Sprintf("SELECT %s FROM %s", g.selectList(t, ""), g.name(t))
 	if g.r.IntN(2) == 0 {
-		sql += " WHERE " + g.pick(g.keyEq(b, t, ""), g.valuePred(b, t, ""))
+		if g.r.IntN(2) == 0 {
+			sql += " WHERE " + g.keyEq(b, t, "")
+		} else {
+			sql += " WHERE " + g.valuePred(b, t, "")
+		}
 	}
 	s := &stmt{proto: p, params: b.params}
 	if g.r.IntN(2) == 0 {
@@ -319,9 +333,9 @@ func (g *gen) refWrite() *stmt {
 	case 0:
 		sql = g.insertInto(t, 1, b) + g.pick("", " ON CONFLICT DO NOTHING", " ON CONFLICT (k) DO UPDATE SET t = EXCLUDED.t")
 	case 1:
-		sql = fmt.Sprintf("UPDATE %s SET %s WHERE %s", g.name(t), g.assignment(b, t), g.keyEq(b, t, ""))
+		sql = fmt.Sprintf("UPDATE %s SET %s WHERE %s", g.name(t), g.assignment(b, t, ""), g.keyEq(b, t, ""))
 	case 2:
-		sql = fmt.Sprintf("UPDATE %s SET %s WHERE %s", g.name(t), g.assignment(b, t), g.valuePred(b, t, ""))
+		sql = fmt.Sprintf("UPDATE %s SET %s WHERE %s", g.name(t), g.assignment(b, t, ""), g.valuePred(b, t, ""))
 	default:
 		sql = fmt.Sprintf("DELETE FROM %s WHERE %s", g.name(t), g.keyEq(b, t, ""))
 	}
@@ -571,4 +585,40 @@ func (g *gen) setStmt() *stmt {
 		return nil
 	}
 	return &stmt{proto: simpleProto, sql: setSQL(name, v), setting: [2]string{name, v}}
+}
+
+// prepared is a routed or multi-shard statement prepared under a name and
+// executed two to four times with other parameter values, as drivers with
+// statement caches do.
+func (g *gen) prepared() *stmt {
+	var s *stmt
+	for s == nil || len(s.params) == 0 {
+		switch g.r.IntN(4) {
+		case 0:
+			s = g.pointUpdate()
+		case 1:
+			s = g.scatterSelect()
+		default:
+			s = g.pointSelect()
+		}
+		if s.proto != extendedProto {
+			s = nil
+		}
+	}
+	s.proto = preparedProto
+	for range 1 + g.r.IntN(3) {
+		next := make([]param, len(s.params))
+		for i, p := range s.params {
+			next[i] = p
+			next[i].val = p.redraw()
+			if p.oid == oidBPChar && !next[i].val.null {
+				next[i].val.s += " "
+			}
+			if _, ok := encodeBinary(p.oid, next[i].val, false); !ok {
+				next[i].format = 0
+			}
+		}
+		s.more = append(s.more, next)
+	}
+	return s
 }

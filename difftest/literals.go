@@ -13,10 +13,11 @@ const (
 	simpleProto   protocol = iota // Query message
 	extendedProto                 // Parse/Bind/Describe/Execute/Sync (pgconn.ExecParams)
 	copyProto                     // Query with COPY FROM STDIN, then CopyData
+	preparedProto                 // a named statement, prepared once and executed several times
 )
 
 func (p protocol) String() string {
-	return [...]string{"simple", "extended", "copy"}[p]
+	return [...]string{"simple", "extended", "copy", "prepared"}[p]
 }
 
 // param is one bound parameter of an extended-protocol statement.
@@ -24,6 +25,9 @@ type param struct {
 	oid    uint32
 	format int16 // 0 text, 1 binary
 	val    value // text: sent in the client encoding; binary: encoded per oid
+	// redraw draws another value for the same slot (prepared statements
+	// executed again).
+	redraw func() value
 }
 
 // builder renders values into a statement, as literals in one of many
@@ -33,6 +37,7 @@ type builder struct {
 	g        *gen
 	extended bool
 	params   []param
+	keys     []value // the key pool of the table whose key is being rendered
 }
 
 // key renders a value compared with or stored into a key column.
@@ -45,6 +50,13 @@ func (b *builder) render(t colType, v value, isKey bool) string {
 	r := b.g.r
 	if b.extended && r.IntN(10) < 7 {
 		if p, ok := b.param(t, v, isKey); ok {
+			keys := b.keys
+			p.redraw = func() value {
+				if isKey && len(keys) > 0 {
+					return keys[r.IntN(len(keys))]
+				}
+				return genValue(r, t, !isKey)
+			}
 			b.params = append(b.params, p)
 			ref := fmt.Sprintf("$%d", len(b.params))
 			if b.g.f.on(featParamCast) && isKey && t.isString() && isIntText(v.s) && p.oid == oidUnknown && r.IntN(3) == 0 {

@@ -38,8 +38,9 @@ type Stats struct {
 	Statements int
 	Checks     int
 	Mismatches []string
-	Refusals   map[string]int // "family: message" -> count
-	Errors     map[string]int // SQLSTATE both sides agreed on -> count
+	Refusals   map[string]int    // "family: message" -> count
+	Errors     map[string]int    // SQLSTATE both sides agreed on -> count
+	ErrorStmts map[string]string // SQLSTATE -> the first statement that gave it
 	Families   map[string]int
 	Elapsed    time.Duration
 }
@@ -53,6 +54,10 @@ func (s *Stats) Report() string {
 	fmt.Fprintf(&b, "statements by family:\n%s", countLines(s.Families))
 	if len(s.Errors) > 0 {
 		fmt.Fprintf(&b, "errors both sides gave, by SQLSTATE:\n%s", countLines(s.Errors))
+		fmt.Fprintf(&b, "first statement per SQLSTATE:\n")
+		for _, code := range sortedKeys(s.ErrorStmts) {
+			fmt.Fprintf(&b, "  %s: %s\n", code, s.ErrorStmts[code])
+		}
 	}
 	if len(s.Refusals) > 0 {
 		fmt.Fprintf(&b, "0A000 refusals by family and reason:\n%s", countLines(s.Refusals))
@@ -112,7 +117,7 @@ func Run(ctx context.Context, env Env, cfg Config) (*Stats, error) {
 	}
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x6469666674657374))
 	ru := &runner{env: env, cfg: cfg, r: r,
-		st: &Stats{Seed: cfg.Seed, Refusals: map[string]int{}, Errors: map[string]int{}, Families: map[string]int{}}}
+		st: &Stats{Seed: cfg.Seed, Refusals: map[string]int{}, Errors: map[string]int{}, ErrorStmts: map[string]string{}, Families: map[string]int{}}}
 	ru.g = &gen{r: r, f: cfg.Features, s: genSchema(r), set: settings{}}
 	start := time.Now()
 	defer func() { ru.st.Elapsed = time.Since(start) }()
@@ -130,7 +135,17 @@ func Run(ctx context.Context, env Env, cfg Config) (*Stats, error) {
 		return ru.st, err
 	}
 	sinceCheck := 0
+	lastProgress := time.Now()
 	for {
+		if time.Since(lastProgress) >= time.Minute {
+			lastProgress = time.Now()
+			refusals := 0
+			for _, n := range ru.st.Refusals {
+				refusals += n
+			}
+			cfg.Logf("progress: %s: %d statements (%.0f/s), %d checks, %d refusals, %d mismatches",
+				time.Since(start).Round(time.Second), ru.n, float64(ru.n)/time.Since(start).Seconds(), ru.st.Checks, refusals, len(ru.st.Mismatches))
+		}
 		if ctx.Err() != nil ||
 			(cfg.Duration > 0 && time.Since(start) > cfg.Duration) ||
 			(cfg.MaxStatements > 0 && ru.n >= cfg.MaxStatements) {
@@ -344,6 +359,9 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 	}
 	if ca.sqlstate != "" {
 		ru.st.Errors[ca.sqlstate]++
+		if _, ok := ru.st.ErrorStmts[ca.sqlstate]; !ok {
+			ru.st.ErrorStmts[ca.sqlstate] = st.describe() + "\n    -> " + ca.message
+		}
 	} else if st.setting[0] != "" {
 		ru.g.set[st.setting[0]] = st.setting[1]
 	}
