@@ -24,6 +24,7 @@ var (
 	flagMaxFail    = flag.Int("maxfail", 1, "stop after this many mismatches")
 	flagCoords     = flag.Int("coordinators", 2, "coordinators in front of the workers (1 or 2)")
 	flagCheckEvery = flag.Int("check-every", 200, "statements between invariant checks")
+	flagTrace      = flag.String("trace", "", "write every statement to this file")
 	flagVerbose    = flag.Bool("difftest.v", false, "log the schema")
 )
 
@@ -73,7 +74,16 @@ func TestDifferential(t *testing.T) {
 			t.Log(msg)
 		}
 	}
-	stats, err := Run(context.Background(), env, Config{
+	var trace *os.File
+	if *flagTrace != "" {
+		f, err := os.Create(*flagTrace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		trace = f
+	}
+	cfg := Config{
 		Seed:          seed,
 		Duration:      *flagDuration,
 		MaxStatements: *flagStatements,
@@ -82,7 +92,11 @@ func TestDifferential(t *testing.T) {
 		CheckEvery:    *flagCheckEvery,
 		Timeout:       20 * time.Second,
 		Logf:          logf,
-	})
+	}
+	if trace != nil {
+		cfg.Trace = trace
+	}
+	stats, err := Run(context.Background(), env, cfg)
 	t.Log("\n" + stats.Report())
 	fmt.Fprint(os.Stderr, stats.Report())
 	if err != nil {

@@ -29,6 +29,9 @@ const (
 	featSearchPathStart = "search-path-startup"     // class 12: a list-valued search_path startup parameter
 	featSavepointRefuse = "savepoint-after-refusal" // not in issue 8: ROLLBACK TO/RELEASE after a refusal failed the transaction
 	featErrorOrder      = "multi-error-order"       // not in issue 8: which error a multi-shard write reports
+	featReadOnly        = "read-only"               // class 3: default_transaction_read_only=on sessions
+	featViews           = "views"                   // class 10: views and SQL functions over distributed tables
+	featResetStartup    = "reset-startup"           // class 12: RESET of a setting given as a startup parameter
 )
 
 // knownBug lists the features off by default, with the issue-8 class each
@@ -48,6 +51,9 @@ var knownBug = map[string]string{
 	featUpsertKey:       "class 6 (ON CONFLICT DO UPDATE of the key)",
 	featStartTx:         "new: START TRANSACTION's CommandComplete tag is BEGIN through the coordinator",
 	featSearchPathStart: "class 12 (startup parameter search_path='\"$user\", public' replayed as one schema: 42P01 on shards)",
+	featReadOnly:        "class 3 (writes under default_transaction_read_only)",
+	featResetStartup:    "class 12 (RESET [ALL] of startup parameters goes to the server default)",
+	featViews:           "class 10 (views and SQL functions over distributed tables read the empty local table)",
 	featErrorOrder:      "new: a multi-row INSERT with an error in a constant (-2147483648::int4, 22003) and a duplicate key in another shard reports 23505; PostgreSQL 22003",
 	featSavepointRefuse: "new: ROLLBACK TO SAVEPOINT of an unknown savepoint in a transaction the coordinator failed gives 25P02, PostgreSQL 3B001",
 }

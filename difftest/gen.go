@@ -16,7 +16,8 @@ type stmt struct {
 	more    [][]param // further executions of a prepared statement
 	ordered bool      // the result has a total order: compare rows in order
 	txCtl   bool      // a transaction-control statement
-	setting [2]string
+	setting [2]string // SET name TO value: the generator follows it
+	reset   string    // RESET name ("all" for RESET ALL): the generator follows it
 }
 
 // gen draws statements. Its state is the schema, the enabled features, the
@@ -26,6 +27,7 @@ type gen struct {
 	s        *schema
 	f        features
 	set      settings
+	startup  settings // the session's startup parameters
 	inTx     bool
 	failedTx bool // the open transaction failed (status E)
 	// refusedTx: it failed by the coordinator's refusal (0A000)
@@ -66,6 +68,8 @@ func init() {
 		{name: "chain", weight: 2, gen: (*gen).chain, offByDefault: true},
 		{name: "set", weight: 2, gen: (*gen).setStmt},
 		{name: "prepared", weight: 4, gen: (*gen).prepared},
+		{name: "reset", weight: 1, gen: (*gen).resetStmt},
+		{name: "views", weight: 2, gen: (*gen).viewRead, offByDefault: true},
 	}
 	for _, f := range families {
 		if f.offByDefault {
@@ -575,7 +579,8 @@ func (g *gen) chain() *stmt {
 		sql: g.pick("COMMIT AND CHAIN", "ROLLBACK AND CHAIN", "COMMIT WORK AND CHAIN", "COMMIT AND NO CHAIN", "ROLLBACK AND NO CHAIN")}
 }
 
-// setStmt changes one setting mid-session.
+// setStmt changes one setting mid-session; in a transaction block
+// sometimes with SET LOCAL (for settings the generator does not follow).
 func (g *gen) setStmt() *stmt {
 	names := sortedKeys(settingChoices)
 	name := names[g.r.IntN(len(names))]
@@ -584,7 +589,50 @@ func (g *gen) setStmt() *stmt {
 	if feat := settingFeature(name, v); feat != "" && !g.f.on(feat) {
 		return nil
 	}
+	if g.inTx && g.r.IntN(3) == 0 && name != "client_encoding" && name != "standard_conforming_strings" {
+		return &stmt{proto: simpleProto, sql: strings.Replace(setSQL(name, v), "SET ", "SET LOCAL ", 1)}
+	}
 	return &stmt{proto: simpleProto, sql: setSQL(name, v), setting: [2]string{name, v}}
+}
+
+// resetStmt resets one setting (to the session's startup value, as
+// PostgreSQL does) or all of them.
+func (g *gen) resetStmt() *stmt {
+	startup := len(g.startup) > 0 && !g.f.on(featResetStartup)
+	if g.r.IntN(4) == 0 {
+		if startup {
+			return nil
+		}
+		return &stmt{proto: simpleProto, sql: "RESET ALL", reset: "all"}
+	}
+	names := sortedKeys(settingChoices)
+	name := names[g.r.IntN(len(names))]
+	if _, ok := g.startup[name]; ok && startup {
+		return nil
+	}
+	return &stmt{proto: simpleProto, sql: "RESET " + name, reset: name}
+}
+
+// viewRead reads a distributed table through a view or an SQL function
+// created at setup (viewSQL).
+func (g *gen) viewRead() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	switch g.r.IntN(3) {
+	case 0:
+		return g.finish(b, p, fmt.Sprintf("SELECT count(*), count(g) FROM v_%s", t.name))
+	case 1:
+		return g.finish(b, p, fmt.Sprintf("SELECT k, g, t FROM v_%s WHERE %s", t.name, g.keyEq(b, t, "")))
+	}
+	return g.finish(b, p, fmt.Sprintf("SELECT f_%s(%s)", t.name, b.key(t.key().typ, g.randKey(t))))
+}
+
+// viewSQL creates the view and function viewRead uses.
+func (t *table) viewSQL() []string {
+	return []string{
+		fmt.Sprintf("CREATE VIEW v_%s AS SELECT * FROM %s", t.name, t.name),
+		fmt.Sprintf("CREATE OR REPLACE FUNCTION f_%s(%s) RETURNS int LANGUAGE sql AS 'SELECT g FROM %s WHERE k = $1'", t.name, t.key().typ.sql(), t.name),
+	}
 }
 
 // prepared is a routed or multi-shard statement prepared under a name and

@@ -3,6 +3,8 @@ package difftest
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -30,6 +32,8 @@ type Config struct {
 	MaxFailures   int           // stop after this many mismatches (default 1)
 	Timeout       time.Duration // per statement (default 20s)
 	Logf          func(format string, args ...any)
+	// Trace, if set, receives every statement and session start as it runs.
+	Trace io.Writer
 }
 
 // Stats of a run.
@@ -83,16 +87,17 @@ type side struct {
 
 // runner is the state of one run.
 type runner struct {
-	env    Env
-	cfg    Config
-	r      *rand.Rand
-	g      *gen
-	st     *Stats
-	chk    *checker
-	coord  side
-	oracle side
-	n      int // statement number
-	logs   []string
+	env     Env
+	cfg     Config
+	r       *rand.Rand
+	g       *gen
+	st      *Stats
+	chk     *checker
+	coord   side
+	oracle  side
+	n       int      // statement number
+	startup settings // the session's startup parameters (what RESET returns to)
+	logs    []string
 }
 
 // Run builds a random schema and data on the fleet and the oracle, then
@@ -259,9 +264,21 @@ func (ru *runner) setup(ctx context.Context) error {
 				return err
 			}
 		}
+		if !t.reference && ru.cfg.Features.on(featViews) {
+			// Before distributing: the coordinator refuses CREATE VIEW on a
+			// distributed table.
+			for _, sql := range t.viewSQL() {
+				for _, c := range []*pgconn.PgConn{coord, oracle} {
+					if err := exec(ctx, c, sql); err != nil {
+						return err
+					}
+				}
+			}
+		}
 		if err := exec(ctx, coord, t.distributeSQL()); err != nil {
 			return err
 		}
+
 		ru.cfg.Logf("difftest: %s; %s", t.createSQL(), t.distributeSQL())
 	}
 	// Other coordinators re-read the catalog every 500 ms.
@@ -299,8 +316,13 @@ func (ru *runner) startSession(ctx context.Context) error {
 	ru.g.set = settings{}
 	ru.g.inTx, ru.g.failedTx, ru.g.sp = false, false, 0
 	ru.logs = append(ru.logs[:0], fmt.Sprintf("-- new session on %s, settings %v (startup parameters: %v)", ru.coord.addr, set, asStartup))
+	if ru.cfg.Trace != nil {
+		fmt.Fprintln(ru.cfg.Trace, ru.logs[0])
+	}
+	ru.g.startup = settings{}
 	if asStartup {
 		ru.g.set = set
+		ru.g.startup = maps.Clone(set)
 		return nil
 	}
 	for _, name := range sortedKeys(set) {
@@ -337,6 +359,9 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 	ru.st.Families[st.family]++
 	latin1 := ru.g.set.latin1()
 	ru.logs = append(ru.logs, fmt.Sprintf("%d: %s", ru.n, st.describe()))
+	if ru.cfg.Trace != nil {
+		fmt.Fprintln(ru.cfg.Trace, ru.logs[len(ru.logs)-1])
+	}
 	if len(ru.logs) > 400 {
 		ru.logs = append(ru.logs[:1], ru.logs[len(ru.logs)-300:]...)
 	}
@@ -364,6 +389,14 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 		}
 	} else if st.setting[0] != "" {
 		ru.g.set[st.setting[0]] = st.setting[1]
+	} else if st.reset == "all" {
+		ru.g.set = maps.Clone(ru.g.startup)
+	} else if st.reset != "" {
+		if v, ok := ru.g.startup[st.reset]; ok {
+			ru.g.set[st.reset] = v
+		} else {
+			delete(ru.g.set, st.reset)
+		}
 	}
 	ru.txState(ca.txStatus)
 }

@@ -10,13 +10,14 @@ import (
 type settings map[string]string
 
 var settingChoices = map[string][]string{
-	"TimeZone":                    {"UTC", "America/New_York", "Asia/Kolkata", "Pacific/Chatham", "Europe/Berlin", "Australia/Lord_Howe", "<+0530>-05:30"},
-	"DateStyle":                   {"ISO, MDY", "ISO, DMY", "SQL, DMY", "SQL, MDY", "Postgres, MDY", "Postgres, DMY", "German, DMY", "ISO, YMD"},
-	"IntervalStyle":               {"postgres", "postgres_verbose", "sql_standard", "iso_8601"},
-	"search_path":                 {"public", `"$user", public`, "dt_other, public", "public, dt_other"},
-	"client_encoding":             {"UTF8", "LATIN1"},
-	"standard_conforming_strings": {"on", "off"},
-	"extra_float_digits":          {"0", "1", "3", "-2"},
+	"TimeZone":                      {"UTC", "America/New_York", "Asia/Kolkata", "Pacific/Chatham", "Europe/Berlin", "Australia/Lord_Howe", "<+0530>-05:30"},
+	"DateStyle":                     {"ISO, MDY", "ISO, DMY", "SQL, DMY", "SQL, MDY", "Postgres, MDY", "Postgres, DMY", "German, DMY", "ISO, YMD", "YMD", "DMY", "ISO", "SQL"},
+	"IntervalStyle":                 {"postgres", "postgres_verbose", "sql_standard", "iso_8601"},
+	"search_path":                   {"public", `"$user", public`, "dt_other, public", "public, dt_other"},
+	"client_encoding":               {"UTF8", "LATIN1"},
+	"standard_conforming_strings":   {"on", "off"},
+	"extra_float_digits":            {"0", "1", "3", "-2"},
+	"default_transaction_read_only": {"off", "on"},
 }
 
 // settingFeature names the feature a non-default choice needs, where one
@@ -27,6 +28,8 @@ func settingFeature(name, val string) string {
 		return featLatin1
 	case name == "standard_conforming_strings" && val == "off":
 		return featSCSOff
+	case name == "default_transaction_read_only" && val == "on":
+		return featReadOnly
 	}
 	return ""
 }
