@@ -32,6 +32,7 @@ const (
 	featReadOnly        = "read-only"               // class 3: default_transaction_read_only=on sessions
 	featViews           = "views"                   // class 10: views and SQL functions over distributed tables
 	featResetStartup    = "reset-startup"           // class 12: RESET of a setting given as a startup parameter
+	featDateStylePart   = "datestyle-partial"       // class 12: SET DateStyle to one part (YMD, SQL) replayed without the other
 )
 
 // knownBug lists the features off by default, with the issue-8 class each
@@ -52,6 +53,7 @@ var knownBug = map[string]string{
 	featStartTx:         "new: START TRANSACTION's CommandComplete tag is BEGIN through the coordinator",
 	featSearchPathStart: "class 12 (startup parameter search_path='\"$user\", public' replayed as one schema: 42P01 on shards)",
 	featReadOnly:        "class 3 (writes under default_transaction_read_only)",
+	featDateStylePart:   "class 12 (a one-part DateStyle SET replayed on another connection keeps that connection's other part)",
 	featResetStartup:    "class 12 (RESET [ALL] of startup parameters goes to the server default)",
 	featViews:           "class 10 (views and SQL functions over distributed tables read the empty local table)",
 	featErrorOrder:      "new: a multi-row INSERT with an error in a constant (-2147483648::int4, 22003) and a duplicate key in another shard reports 23505; PostgreSQL 22003",

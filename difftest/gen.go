@@ -69,6 +69,7 @@ func init() {
 		{name: "set", weight: 2, gen: (*gen).setStmt},
 		{name: "prepared", weight: 4, gen: (*gen).prepared},
 		{name: "reset", weight: 1, gen: (*gen).resetStmt},
+		{name: "multi-statement", weight: 2, gen: (*gen).multiStatement},
 		{name: "views", weight: 2, gen: (*gen).viewRead, offByDefault: true},
 	}
 	for _, f := range families {
@@ -669,4 +670,33 @@ func (g *gen) prepared() *stmt {
 		s.more = append(s.more, next)
 	}
 	return s
+}
+
+// multiStatement sends two or three statements in one simple Query, which
+// PostgreSQL runs as one implicit transaction outside a transaction block.
+func (g *gen) multiStatement() *stmt {
+	var parts []string
+	ordered := true
+	for range 2 + g.r.IntN(2) {
+		var s *stmt
+		for s == nil || s.proto != simpleProto {
+			switch g.r.IntN(5) {
+			case 0:
+				s = g.pointUpdate()
+			case 1:
+				s = g.insert()
+			case 2:
+				s = g.refWrite()
+			case 3:
+				s = g.scatterSelect()
+			default:
+				s = g.pointSelect()
+			}
+		}
+		ordered = ordered && (s.ordered || !strings.HasPrefix(s.sql, "SELECT"))
+		parts = append(parts, s.sql)
+	}
+	// Rows of all parts are compared together: as a multiset unless every
+	// part's order is total.
+	return &stmt{proto: simpleProto, sql: strings.Join(parts, "; "), ordered: ordered}
 }

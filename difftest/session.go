@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 )
 
 // settings are a session's GUCs, applied identically on both sides.
@@ -30,6 +31,8 @@ func settingFeature(name, val string) string {
 		return featSCSOff
 	case name == "default_transaction_read_only" && val == "on":
 		return featReadOnly
+	case name == "DateStyle" && !strings.Contains(val, ","):
+		return featDateStylePart
 	}
 	return ""
 }
