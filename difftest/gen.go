@@ -240,7 +240,11 @@ func (g *gen) pointUpdate() *stmt {
 	if g.r.IntN(3) == 0 {
 		set += ", " + g.assignment(b, t, strings.Fields(set)[0])
 	}
-	return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s%s", g.name(t), set, g.keyEq(b, t, ""), g.returning(t)))
+	where := g.keyEq(b, t, "")
+	if g.r.IntN(4) == 0 {
+		where += " AND " + g.valuePred(b, t, "")
+	}
+	return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s%s", g.name(t), set, where, g.returning(t)))
 }
 
 func (g *gen) pointDelete() *stmt {
@@ -415,7 +419,7 @@ func (g *gen) scatterSelect() *stmt {
 		if g.r.IntN(2) == 0 {
 			sql += " WHERE " + g.valuePred(b, t, "")
 		} else if g.r.IntN(3) == 0 {
-			sql += " WHERE k " + g.pick("<>", ">", "<=") + " " + b.key(t.key().typ, g.randKey(t))
+			sql += " WHERE " + g.keySet(b, t)
 		}
 		if g.r.IntN(2) == 0 {
 			sql += " ORDER BY k" + g.pick("", " DESC")
@@ -430,6 +434,27 @@ func (g *gen) scatterSelect() *stmt {
 	}
 	s.sql, s.params = sql, b.params
 	return s
+}
+
+// keySet is a predicate on the key that may hold in several shards: an IN
+// list, an OR of equalities, a range.
+func (g *gen) keySet(b *builder, t *table) string {
+	b.keys = t.keys
+	defer func() { b.keys = nil }()
+	kt := t.key().typ
+	switch g.r.IntN(4) {
+	case 0:
+		var lits []string
+		for range 1 + g.r.IntN(4) {
+			lits = append(lits, b.key(kt, g.randKey(t)))
+		}
+		return "k IN (" + strings.Join(lits, ", ") + ")"
+	case 1:
+		return "(k = " + b.key(kt, g.randKey(t)) + " OR k = " + b.key(kt, g.randKey(t)) + ")"
+	case 2:
+		return "k BETWEEN " + b.key(kt, g.randKey(t)) + " AND " + b.key(kt, g.randKey(t))
+	}
+	return "k " + g.pick("<>", ">", "<=") + " " + b.key(kt, g.randKey(t))
 }
 
 // aggregate draws one aggregate over t's columns. Sums and averages of
@@ -478,6 +503,9 @@ func (g *gen) scatterAgg() *stmt {
 			aggs = append(aggs, "string_agg(t, ',' ORDER BY t)")
 		}
 	}
+	if g.r.IntN(4) == 0 {
+		aggs = append(aggs, "count(*) FILTER (WHERE g > 3)")
+	}
 	sel := strings.Join(aggs, ", ")
 	if group != "" {
 		sel = group + ", " + sel
@@ -490,6 +518,9 @@ func (g *gen) scatterAgg() *stmt {
 		sql += " GROUP BY " + group
 		if g.r.IntN(3) == 0 {
 			sql += " HAVING count(*) > " + fmt.Sprint(g.r.IntN(3))
+			if g.r.IntN(2) == 0 {
+				sql += " AND min(t) IS NOT NULL"
+			}
 		}
 		if g.r.IntN(2) == 0 {
 			sql += " ORDER BY " + group

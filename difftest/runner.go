@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -281,8 +282,40 @@ func (ru *runner) setup(ctx context.Context) error {
 
 		ru.cfg.Logf("difftest: %s; %s", t.createSQL(), t.distributeSQL())
 	}
-	// Other coordinators re-read the catalog every 500 ms.
-	time.Sleep(1200 * time.Millisecond)
+	return ru.waitForCatalog(ctx, oracle)
+}
+
+// waitForCatalog waits until every coordinator sees every table's rows
+// (other coordinators re-read the catalog every 500 ms; before that they
+// read the now empty local tables).
+func (ru *runner) waitForCatalog(ctx context.Context, oracle *pgconn.PgConn) error {
+	for _, addr := range ru.env.Coordinators {
+		c, err := connectFixed(ctx, addr)
+		if err != nil {
+			return err
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for _, t := range ru.g.s.tables {
+			q := "SELECT count(*) FROM " + t.name
+			want, err := query(ctx, oracle, q)
+			if err != nil {
+				c.Close(ctx)
+				return err
+			}
+			for {
+				got, err := query(ctx, c, q)
+				if err == nil && slices.Equal(got, want) {
+					break
+				}
+				if time.Now().After(deadline) {
+					c.Close(ctx)
+					return fmt.Errorf("coordinator %s does not see table %s's rows after 30 s: %v %q, want %q", addr, t.name, err, got, want)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		c.Close(ctx)
+	}
 	return nil
 }
 
