@@ -465,8 +465,15 @@ func (g *gen) aggregate(t *table) string {
 	switch {
 	case g.r.IntN(5) == 0:
 		return "count(*)"
-	case c.typ.isInt() || c.typ.k == kNumeric:
+	case c.typ.isInt():
 		return g.pick("sum", "avg", "min", "max", "count", "bit_and", "bit_or")
+	case c.typ.k == kNumeric:
+		// Not min/max: 0 and 0.00 are equal and print differently, so
+		// which one max returns depends on the scan order, on PostgreSQL
+		// too. The same holds for 0 and -0 in float8.
+		return g.pick("sum", "avg", "count") + "(" + c.name + ")"
+	case c.typ.k == kFloat8:
+		return "count(" + c.name + ")"
 	case c.typ.k == kBool:
 		return g.pick("bool_and", "bool_or", "every", "count") + "(" + c.name + ")"
 	case c.typ.k == kUUID:
@@ -484,7 +491,7 @@ func (g *gen) scatterAgg() *stmt {
 		if !strings.Contains(a, "(") {
 			var ints []string
 			for _, c := range t.cols {
-				if c.typ.isInt() || (c.typ.k == kNumeric && a != "bit_and" && a != "bit_or") {
+				if c.typ.isInt() || (c.typ.k == kNumeric && (a == "sum" || a == "avg" || a == "count")) {
 					ints = append(ints, c.name)
 				}
 			}
