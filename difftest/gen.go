@@ -147,6 +147,19 @@ func (g *gen) name(t *table) string {
 
 func (g *gen) randKey(t *table) value { return t.keys[g.r.IntN(len(t.keys))] }
 
+// randKeyOf draws an integer-looking key from keys, or def.
+func (g *gen) randKeyOf(keys []value, def value) value {
+	for range 10 {
+		if len(keys) == 0 {
+			break
+		}
+		if k := keys[g.r.IntN(len(keys))]; isIntText(k.s) {
+			return k
+		}
+	}
+	return def
+}
+
 // keyEq is the pinning equality on the key, in one of several shapes.
 func (g *gen) keyEq(b *builder, t *table, qual string) string {
 	k := qual + "k"
@@ -258,7 +271,9 @@ func (g *gen) rowValues(b *builder, t *table, row []value) string {
 	parts := make([]string, len(row))
 	for i, v := range row {
 		if i == 0 {
+			b.keys = t.keys
 			parts[i] = b.key(t.cols[i].typ, v)
+			b.keys = nil
 		} else {
 			parts[i] = b.val(t.cols[i].typ, v)
 		}

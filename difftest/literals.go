@@ -48,6 +48,19 @@ func (b *builder) val(t colType, v value) string { return b.render(t, v, false) 
 
 func (b *builder) render(t colType, v value, isKey bool) string {
 	r := b.g.r
+	if b.extended && b.g.f.on(featParamCast) && isKey && t.isString() && r.IntN(3) == 0 {
+		if k := b.g.randKeyOf(b.keys, value{}); k.s != "" {
+			// PostgreSQL reads ' 16' as the integer 16, whose text is '16':
+			// the key is the converted value, not the parameter's text.
+			spell := func(k value) value {
+				return value{s: []string{" " + k.s, "0" + k.s, k.s + " ", "+" + k.s}[r.IntN(4)]}
+			}
+			keys := b.keys
+			b.params = append(b.params, param{oid: oidUnknown, val: spell(k),
+				redraw: func() value { return spell(b.g.randKeyOf(keys, k)) }})
+			return fmt.Sprintf("$%d::int::%s", len(b.params), t.sql())
+		}
+	}
 	if b.extended && r.IntN(10) < 7 {
 		if p, ok := b.param(t, v, isKey); ok {
 			keys := b.keys
@@ -59,11 +72,6 @@ func (b *builder) render(t colType, v value, isKey bool) string {
 			}
 			b.params = append(b.params, p)
 			ref := fmt.Sprintf("$%d", len(b.params))
-			if b.g.f.on(featParamCast) && isKey && t.isString() && isIntText(v.s) && p.oid == oidUnknown && r.IntN(3) == 0 {
-				// PostgreSQL converts; the coordinator must too.
-				b.params[len(b.params)-1].oid = oidInt4
-				return ref + "::int::" + t.sql()
-			}
 			return ref
 		}
 	}
