@@ -194,6 +194,9 @@ func (g *gen) selectList(t *table, qual string) string {
 	if g.r.IntN(5) == 0 {
 		out = append(out, qual+"t AS "+g.pick("label", `"Mixed Case"`, "x"))
 	}
+	if g.r.IntN(4) == 0 {
+		out = append(out, g.expression(t, qual))
+	}
 	return strings.Join(out, ", ")
 }
 
@@ -205,6 +208,34 @@ func (g *gen) pointSelect() *stmt {
 		where += " AND " + g.valuePred(b, t, "")
 	}
 	return g.finish(b, p, fmt.Sprintf("SELECT %s FROM %s WHERE %s", g.selectList(t, ""), g.name(t), where))
+}
+
+// expression is a computed select-list item, evaluated where the row is
+// (on a worker, under the session's settings).
+func (g *gen) expression(t *table, qual string) string {
+	c := t.cols[g.r.IntN(len(t.cols))]
+	q := qual + c.name
+	switch c.typ.k {
+	case kInt2, kInt4, kInt8:
+		return g.pick(q+" + 1", "-"+q, q+" % 7", "coalesce("+q+", -1)", "("+q+")::text", q+"::numeric / 3")
+	case kText, kVarchar, kBPChar:
+		return g.pick("upper("+q+")", "length("+q+")", q+" || '|'", "octet_length("+q+")", "quote_literal("+q+")", "("+q+")::bytea")
+	case kTimestamptz:
+		return g.pick(q+"::text", "extract(hour from "+q+")", q+" AT TIME ZONE 'UTC'", "to_char("+q+", 'YYYY-MM-DD HH24:MI TZ')", "date_trunc('day', "+q+")")
+	case kTimestamp, kDate:
+		return g.pick(q+"::text", q+" + interval '1 day'", "to_char("+q+", 'DD Mon YYYY')", "extract(dow from "+q+")")
+	case kInterval:
+		return g.pick(q+"::text", q+" * 2", "justify_interval("+q+")")
+	case kFloat8:
+		return g.pick(q+"::text", q+" * 2", "round("+q+"::numeric, 2)")
+	case kNumeric:
+		return g.pick(q+"::text", "round("+q+", 1)", q+" * 2")
+	case kUUID:
+		return g.pick(q+"::text", "upper("+q+"::text)")
+	case kBool:
+		return g.pick("NOT "+q, "CASE WHEN "+q+" THEN 'yes' ELSE 'no' END")
+	}
+	return q
 }
 
 // valuePred is a predicate on a non-key column.
@@ -405,6 +436,10 @@ func (g *gen) joinRef() *stmt {
 	t := g.distTable()
 	r0 := g.s.references()[0]
 	b, p := g.newBuilder()
+	if g.r.IntN(4) == 0 {
+		return &stmt{proto: p, ordered: true, sql: fmt.Sprintf(
+			"SELECT r.t, count(*), sum(d.g), min(d.t) FROM %s d JOIN %s r ON d.g = r.k GROUP BY r.t ORDER BY r.t", g.name(t), g.name(r0))}
+	}
 	sql := fmt.Sprintf("SELECT d.k, d.t, r.k AS rk, r.t AS rt FROM %s d %s %s r ON d.g = r.k", g.name(t), g.pick("JOIN", "LEFT JOIN"), g.name(r0))
 	s := &stmt{proto: p}
 	if g.r.IntN(2) == 0 {
@@ -423,7 +458,10 @@ func (g *gen) scatterSelect() *stmt {
 	b, p := g.newBuilder()
 	s := &stmt{proto: p}
 	var sql string
-	if g.r.IntN(4) == 0 {
+	if g.r.IntN(6) == 0 {
+		sql = fmt.Sprintf("SELECT DISTINCT ON (g) g, k, t FROM %s ORDER BY g %s, k", g.name(t), g.pick("", "DESC", "NULLS FIRST", "DESC NULLS LAST"))
+		s.ordered = true
+	} else if g.r.IntN(4) == 0 {
 		sql = fmt.Sprintf("SELECT DISTINCT g FROM %s", g.name(t))
 		if g.r.IntN(2) == 0 {
 			sql += " ORDER BY g"
@@ -437,7 +475,7 @@ func (g *gen) scatterSelect() *stmt {
 			sql += " WHERE " + g.keySet(b, t)
 		}
 		if g.r.IntN(2) == 0 {
-			sql += " ORDER BY k" + g.pick("", " DESC")
+			sql += " ORDER BY " + g.pick("k", "k DESC", "g NULLS FIRST, k", "g DESC, k DESC", "t, k")
 			s.ordered = true
 			if g.r.IntN(2) == 0 {
 				sql += fmt.Sprintf(" LIMIT %d", g.r.IntN(8))
