@@ -611,18 +611,48 @@ func copyRows(t *table, rows [][]value) string {
 	return b.String()
 }
 
+// copyCSV renders rows in COPY's CSV format: NULL unquoted and empty, the
+// empty string quoted.
+func copyCSV(rows [][]value) string {
+	var b strings.Builder
+	for _, row := range rows {
+		for i, v := range row {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			switch {
+			case v.null:
+			case v.s == "" || strings.ContainsAny(v.s, ",\"\n\r\\") || strings.TrimSpace(v.s) != v.s:
+				b.WriteString(`"` + strings.ReplaceAll(v.s, `"`, `""`) + `"`)
+			default:
+				b.WriteString(v.s)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
 func (g *gen) copyRowsFor(t *table) string {
+	return copyRows(t, g.rowsFor(t))
+}
+
+func (g *gen) rowsFor(t *table) [][]value {
 	rows := make([][]value, 1+g.r.IntN(6))
 	for i := range rows {
 		rows[i] = t.row(g.r)
 	}
-	return copyRows(t, rows)
+	return rows
 }
 
 func (g *gen) copyIn() *stmt {
 	t := g.distTable()
 	if g.r.IntN(4) == 0 {
 		t = g.refTable()
+	}
+	if g.r.IntN(3) == 0 {
+		return &stmt{proto: copyProto, sql: fmt.Sprintf("COPY %s (%s) FROM STDIN WITH (FORMAT csv)", g.name(t), colNames(t.cols)),
+			copy: copyCSV(g.rowsFor(t))}
 	}
 	return &stmt{proto: copyProto, sql: fmt.Sprintf("COPY %s (%s) FROM STDIN", g.name(t), colNames(t.cols)), copy: g.copyRowsFor(t)}
 }
