@@ -33,6 +33,8 @@ const (
 	featViews           = "views"                   // class 10: views and SQL functions over distributed tables
 	featResetStartup    = "reset-startup"           // class 12: RESET of a setting given as a startup parameter
 	featDateStylePart   = "datestyle-partial"       // class 12: SET DateStyle to one part (YMD, SQL) replayed without the other
+	featAbortedPlan     = "aborted-tx-planning"     // not in issue 8: planner errors reported in a failed transaction instead of 25P02
+	featExprErrors      = "expr-errors"             // not in issue 8: multi-shard queries evaluate expressions on rows PostgreSQL never projects
 )
 
 // knownBug lists the features off by default, with the issue-8 class each
@@ -53,6 +55,8 @@ var knownBug = map[string]string{
 	featStartTx:         "new: START TRANSACTION's CommandComplete tag is BEGIN through the coordinator",
 	featSearchPathStart: "class 12 (startup parameter search_path='\"$user\", public' replayed as one schema: 42P01 on shards)",
 	featReadOnly:        "class 3 (writes under default_transaction_read_only)",
+	featAbortedPlan:     "new: in a failed transaction, SELECT k, (k)::text FROM t ORDER BY k gets the planner's 42702; PostgreSQL 25P02",
+	featExprErrors:      "new: SELECT c0 + 1 ... ORDER BY k LIMIT 1 over shards fails with 22003 on a row PostgreSQL never projects",
 	featDateStylePart:   "class 12 (a one-part DateStyle SET replayed on another connection keeps that connection's other part)",
 	featResetStartup:    "class 12 (RESET [ALL] of startup parameters goes to the server default)",
 	featViews:           "class 10 (views and SQL functions over distributed tables read the empty local table)",

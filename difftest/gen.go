@@ -195,7 +195,14 @@ func (g *gen) selectList(t *table, qual string) string {
 		out = append(out, qual+"t AS "+g.pick("label", `"Mixed Case"`, "x"))
 	}
 	if g.r.IntN(4) == 0 {
-		out = append(out, g.expression(t, qual))
+		e := g.expression(t, qual)
+		// Unnamed, (k)::text is also called k, which makes ORDER BY k
+		// ambiguous (42702); the coordinator reports that even in a failed
+		// transaction, where PostgreSQL answers 25P02 (featAbortedPlan).
+		if !g.f.on(featAbortedPlan) || g.r.IntN(2) == 0 {
+			e += " AS e"
+		}
+		out = append(out, e)
 	}
 	return strings.Join(out, ", ")
 }
@@ -215,11 +222,22 @@ func (g *gen) pointSelect() *stmt {
 func (g *gen) expression(t *table, qual string) string {
 	c := t.cols[g.r.IntN(len(t.cols))]
 	q := qual + c.name
+	if g.f.on(featExprErrors) && g.r.IntN(3) == 0 {
+		// Expressions that fail on some rows (overflow, bad bytea input).
+		switch {
+		case c.typ.isInt():
+			return g.pick(q+" + 1", "-"+q)
+		case c.typ.isString():
+			return "(" + q + ")::bytea"
+		case c.typ.k == kFloat8:
+			return q + " * 2"
+		}
+	}
 	switch c.typ.k {
 	case kInt2, kInt4, kInt8:
-		return g.pick(q+" + 1", "-"+q, q+" % 7", "coalesce("+q+", -1)", "("+q+")::text", q+"::numeric / 3")
+		return g.pick(q+" % 7", "coalesce("+q+", -1)", "("+q+")::text", q+"::numeric / 3", q+"::numeric + 1")
 	case kText, kVarchar, kBPChar:
-		return g.pick("upper("+q+")", "length("+q+")", q+" || '|'", "octet_length("+q+")", "quote_literal("+q+")", "("+q+")::bytea")
+		return g.pick("upper("+q+")", "length("+q+")", q+" || '|'", "octet_length("+q+")", "quote_literal("+q+")")
 	case kTimestamptz:
 		return g.pick(q+"::text", "extract(hour from "+q+")", q+" AT TIME ZONE 'UTC'", "to_char("+q+", 'YYYY-MM-DD HH24:MI TZ')", "date_trunc('day', "+q+")")
 	case kTimestamp, kDate:
@@ -227,7 +245,7 @@ func (g *gen) expression(t *table, qual string) string {
 	case kInterval:
 		return g.pick(q+"::text", q+" * 2", "justify_interval("+q+")")
 	case kFloat8:
-		return g.pick(q+"::text", q+" * 2", "round("+q+"::numeric, 2)")
+		return g.pick(q+"::text", q+" / 2", "round("+q+"::numeric, 2)")
 	case kNumeric:
 		return g.pick(q+"::text", "round("+q+", 1)", q+" * 2")
 	case kUUID:
