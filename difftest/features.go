@@ -61,7 +61,7 @@ var knownBug = map[string]string{
 	featResetStartup:    "class 12 (RESET [ALL] of startup parameters goes to the server default)",
 	featViews:           "class 10 (views and SQL functions over distributed tables read the empty local table)",
 	featErrorOrder:      "new: a multi-row INSERT with an error in a constant (-2147483648::int4, 22003) and a duplicate key in another shard reports 23505; PostgreSQL 22003",
-	featSavepointRefuse: "new: ROLLBACK TO SAVEPOINT of an unknown savepoint in a transaction the coordinator failed gives 25P02, PostgreSQL 3B001",
+	featSavepointRefuse: "new: ROLLBACK TO SAVEPOINT in a transaction the coordinator failed itself (a refusal, or a multi-shard error before BEGIN reached a worker) gives 25P02; PostgreSQL 3B001 or the rollback",
 }
 
 // features is the set of enabled features.

@@ -698,7 +698,11 @@ func (g *gen) txn() *stmt {
 		s.sql = fmt.Sprintf("SAVEPOINT s%d", g.sp)
 		g.sp++
 	case 1:
-		if g.sp == 0 || (g.refusedTx && !g.f.on(featSavepointRefuse)) {
+		// In a failed transaction, ROLLBACK TO a savepoint reaches a
+		// coordinator difference (featSavepointRefuse) when the coordinator
+		// failed the transaction itself (a refusal, or an error of a
+		// multi-shard part run outside the transaction's connection).
+		if g.sp == 0 || (g.failedTx && !g.f.on(featSavepointRefuse)) {
 			return nil
 		}
 		s.sql = fmt.Sprintf("%s s%d", g.pick("ROLLBACK TO SAVEPOINT", "RELEASE SAVEPOINT"), g.r.IntN(g.sp))
