@@ -30,9 +30,7 @@ type gen struct {
 	startup  settings // the session's startup parameters
 	inTx     bool
 	failedTx bool // the open transaction failed (status E)
-	// refusedTx: it failed by the coordinator's refusal (0A000)
-	refusedTx bool
-	sp        int // savepoints taken in the open transaction
+	sp       int  // savepoints taken in the open transaction
 }
 
 // family is a kind of statement. New families go in the families table:

@@ -400,7 +400,6 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 	}
 	ca := run(ctx, ru.coord.conn, st, latin1, ru.cfg.Timeout)
 	if ca.refused() {
-		ru.g.refusedTx = ca.txStatus == 'E'
 		reason := ca.message
 		if i := strings.IndexAny(reason, ":("); i > 0 {
 			reason = reason[:i]
@@ -442,9 +441,6 @@ func (ru *runner) txState(status byte) {
 	}
 	ru.g.inTx = inTx
 	ru.g.failedTx = status == 'E'
-	if status != 'E' {
-		ru.g.refusedTx = false
-	}
 }
 
 // realign brings the oracle's transaction to the coordinator's status
