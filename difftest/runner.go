@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -400,11 +401,7 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 	}
 	ca := run(ctx, ru.coord.conn, st, latin1, ru.cfg.Timeout)
 	if ca.refused() {
-		reason := ca.message
-		if i := strings.IndexAny(reason, ":("); i > 0 {
-			reason = reason[:i]
-		}
-		ru.st.Refusals[st.family+": "+strings.TrimSpace(reason)]++
+		ru.st.Refusals[st.family+": "+refusalReason(ca.message)]++
 		ru.realign(ctx, ca.txStatus)
 		return
 	}
@@ -431,6 +428,24 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 		}
 	}
 	ru.txState(ca.txStatus)
+}
+
+var (
+	reTableName = regexp.MustCompile(`public\.[a-z0-9_]+(, public\.[a-z0-9_]+)*`)
+	reQuoted    = regexp.MustCompile(`"[^"]*"`)
+	reNumber    = regexp.MustCompile(`[0-9][0-9.:]*`)
+)
+
+// refusalReason is a refusal's message without table names, column names,
+// addresses and numbers, so that refusals count by reason.
+func refusalReason(msg string) string {
+	if i := strings.IndexAny(msg, ":("); i > 0 {
+		msg = msg[:i]
+	}
+	msg = reTableName.ReplaceAllString(msg, "T")
+	msg = reQuoted.ReplaceAllString(msg, `"…"`)
+	msg = reNumber.ReplaceAllString(msg, "N")
+	return strings.TrimSpace(msg)
 }
 
 // txState follows the transaction status after a statement.
