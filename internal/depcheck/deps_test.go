@@ -20,6 +20,7 @@ var forbidden = map[string][]string{
 	"metadata":       {"coordinator", "planner", "pooling", "bench"},
 	"coordinator":    {"bench"},
 	"bench":          {"coordinator", "pooling", "planner", "metadata"},
+	"difftest":       {"coordinator", "pooling", "planner", "metadata"}, // the oracle comparison talks over the wire only
 }
 
 func TestDependencyDirection(t *testing.T) {
