@@ -570,6 +570,13 @@ type lexer struct {
 
 const maxWords = 12
 
+// startsWith reports whether the first statement's first word is w (upper
+// case), comments and white space skipped.
+func (lx *lexer) startsWith(w string) bool {
+	n, _, _, _ := lx.statement()
+	return n > 0 && strings.EqualFold(lx.words[0], w)
+}
+
 func (lx *lexer) statement() (n, start, end int, more bool) {
 	s := lx.s
 	start = lx.i

@@ -113,7 +113,7 @@ func TestClassify(t *testing.T) {
 func TestSessionParamsKey(t *testing.T) {
 	p := newSessionParams(map[string]string{"application_name": "psql", "DateStyle": "ISO, MDY"})
 	base := p.key
-	if base != `RESET ALL;SET "DateStyle" = 'ISO, MDY';SET "application_name" = 'psql'` {
+	if base != `RESET ALL;SELECT pg_catalog.set_config('DateStyle', 'ISO, MDY', false);SELECT pg_catalog.set_config('application_name', 'psql', false)` {
 		t.Fatalf("startup key %q", base)
 	}
 	p.apply(paramOp{kind: opSet, name: "work_mem", sql: "SET work_mem='1MB'"})

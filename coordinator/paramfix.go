@@ -90,7 +90,7 @@ func (ss *session) fixParams() error {
 	if len(fix) > 0 {
 		var b strings.Builder
 		for _, name := range fix {
-			b.WriteString("SET " + quoteIdent(name) + " = " + quoteLiteral(ss.params.startupVal[name]) + ";")
+			b.WriteString(setSQL(name, ss.params.startupVal[name]) + ";")
 		}
 		if err := sc.Exec(b.String(), deadline, ss.statusBeforeReady); err != nil {
 			var pe *pgconn.PgError
@@ -154,7 +154,7 @@ func (ss *session) readBackCustom() {
 		if rows[i][0] == "t" {
 			delete(ss.params.set, name)
 		} else {
-			ss.params.set[name] = "SET " + quoteIdent(name) + " = " + quoteLiteral(rows[i][1])
+			ss.params.set[name] = setSQL(name, rows[i][1])
 		}
 	}
 	ss.params.rebuild()

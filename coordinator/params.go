@@ -34,7 +34,7 @@ func newSessionParams(startup map[string]string) sessionParams {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		p.startup = append(p.startup, "SET "+quoteIdent(k)+" = "+quoteLiteral(startup[k]))
+		p.startup = append(p.startup, setSQL(k, startup[k]))
 		p.startupVal[strings.ToLower(k)] = startup[k]
 	}
 	p.rebuild()
@@ -97,7 +97,7 @@ func (p *sessionParams) applyOps(ops []paramOp, reported map[string]string) {
 		}
 		for k, v := range reported {
 			if strings.EqualFold(k, op.name) {
-				p.set[op.name] = "SET " + quoteIdent(k) + " = " + quoteLiteral(v)
+				p.set[op.name] = setSQL(k, v)
 				changed = true
 			}
 		}
@@ -162,6 +162,14 @@ func (p *sessionParams) rebuild() {
 		b.WriteString(p.set[k])
 	}
 	p.key = b.String()
+}
+
+// setSQL sets a setting to a value as a startup packet, current_setting()
+// or ParameterStatus spells it: set_config reads the value as the setting's
+// own text form, so a list ("$user", public) stays a list, where SET name =
+// '...' would make it one quoted element.
+func setSQL(name, value string) string {
+	return "SELECT pg_catalog.set_config(" + quoteLiteral(name) + ", " + quoteLiteral(value) + ", false)"
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

@@ -483,6 +483,9 @@ func (ss *session) localTxnOK(cls *class) bool {
 func (ss *session) applyLocalTxn(cls *class, sql string) string {
 	if cls.txn == "begin" {
 		ss.pendingBegin = sql
+		if lx := (lexer{s: sql}); lx.startsWith("START") {
+			return "START TRANSACTION" // PostgreSQL's tag for START TRANSACTION
+		}
 		return "BEGIN"
 	}
 	tag := "ROLLBACK"

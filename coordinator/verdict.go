@@ -80,5 +80,8 @@ func (ss *session) workerVerdict(query string, paramTail []byte, refusal error) 
 // but not a syntax error, which here means several statements) and data
 // errors in its literals (class 22).
 func passThrough(code string) bool {
-	return code != "42601" && (strings.HasPrefix(code, "42") || strings.HasPrefix(code, "22"))
+	// 42P01 is not taken: the statement names a catalog table, which the
+	// default node may not resolve as the coordinator does (search_path,
+	// a table being distributed or dropped meanwhile).
+	return code != "42601" && code != "42P01" && (strings.HasPrefix(code, "42") || strings.HasPrefix(code, "22"))
 }

@@ -759,6 +759,9 @@ func (g *gen) resetStmt() *stmt {
 // created at setup (viewSQL).
 func (g *gen) viewRead() *stmt {
 	t := g.distTable()
+	if !t.views {
+		return g.pointSelect() // the coordinator refused the view (counted at setup)
+	}
 	b, p := g.newBuilder()
 	switch g.r.IntN(3) {
 	case 0:

@@ -25,6 +25,9 @@ type table struct {
 	// group is the colocation group: tables with equal group are colocated
 	// (same dist type and shard count, created with colocate_with).
 	group int
+	// views: the view and SQL function of viewSQL exist on both sides
+	// (the coordinator may refuse them, with 0A000).
+	views bool
 }
 
 func (t *table) key() column { return t.cols[0] }
