@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,7 +39,9 @@ func (ss *session) unparsed(sql string) error {
 	// else a pooled one in the session's settings.
 	var pool *pooling.Pool
 	sc := ss.sc
-	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync {
+	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync || ss.node != ss.srv.defaultNode.Load() {
+		// (Another worker holds only shards: the statement's tables would
+		// not resolve there.)
 		if ss.settingsUnknown {
 			return refuse
 		}
@@ -89,6 +92,12 @@ func (ss *session) unparsed(sql string) error {
 			if pe.Code == pgerr.SyntaxError && pe.Position == 0 {
 				// "cannot insert multiple commands into a prepared
 				// statement": a query string of several statements.
+				return refuse
+			}
+			if pe.Code != pgerr.SyntaxError && !strings.HasPrefix(pe.Code, "22") {
+				// Parse analysis (42P01 for a table the default node
+				// resolves otherwise, ...): not the lexer's verdict on the
+				// text, which is all this check may pass on.
 				return refuse
 			}
 			return werr
