@@ -53,7 +53,7 @@ func init() {
 		{name: "insert", weight: 8, gen: (*gen).insert},
 		{name: "insert-multi", weight: 4, gen: (*gen).insertMulti},
 		{name: "upsert", weight: 3, gen: (*gen).upsert},
-		{name: "upsert-key", weight: 1, gen: (*gen).upsertKey, offByDefault: true},
+		{name: "upsert-key", weight: 1, gen: (*gen).upsertKey},
 		{name: "ref-read", weight: 3, gen: (*gen).refRead},
 		{name: "ref-write", weight: 3, gen: (*gen).refWrite},
 		{name: "join-colocated", weight: 4, gen: (*gen).joinColocated},
@@ -61,14 +61,14 @@ func init() {
 		{name: "scatter-select", weight: 6, gen: (*gen).scatterSelect},
 		{name: "scatter-agg", weight: 6, gen: (*gen).scatterAgg},
 		{name: "copy", weight: 2, gen: (*gen).copyIn},
-		{name: "copy-where", weight: 1, gen: (*gen).copyWhere, offByDefault: true},
+		{name: "copy-where", weight: 1, gen: (*gen).copyWhere},
 		{name: "txn", weight: 6, gen: (*gen).txn},
-		{name: "chain", weight: 2, gen: (*gen).chain, offByDefault: true},
+		{name: "chain", weight: 2, gen: (*gen).chain},
 		{name: "set", weight: 2, gen: (*gen).setStmt},
 		{name: "prepared", weight: 4, gen: (*gen).prepared},
 		{name: "reset", weight: 1, gen: (*gen).resetStmt},
 		{name: "multi-statement", weight: 2, gen: (*gen).multiStatement},
-		{name: "views", weight: 2, gen: (*gen).viewRead, offByDefault: true},
+		{name: "views", weight: 2, gen: (*gen).viewRead},
 	}
 	for _, f := range families {
 		if f.offByDefault {
