@@ -50,9 +50,11 @@ func RefDigestSQL(sql string) (out, verb string, returning, ok bool) {
 		name = rel.Alias.Aliasname
 	}
 	returning = len(*list) > 0
-	// The relation's name alone is its whole row (a composite value).
-	*list = append(*list, pg_query.MakeResTargetNodeWithNameAndVal(RefDigestColumn,
-		pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeStrNode(name)}, -1), -1))
+	// ROW(rel.*) is the whole row (rel alone could name a column).
+	star := pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeStrNode(name), pg_query.MakeAStarNode()}, -1)
+	row := &pg_query.Node{Node: &pg_query.Node_RowExpr{RowExpr: &pg_query.RowExpr{Args: []*pg_query.Node{star},
+		RowFormat: pg_query.CoercionForm_COERCE_EXPLICIT_CALL, Location: -1}}}
+	*list = append(*list, pg_query.MakeResTargetNodeWithNameAndVal(RefDigestColumn, row, -1))
 	d, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: tree.Stmts[0].Stmt}}})
 	if err != nil {
 		return "", "", false, false
