@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -39,6 +40,13 @@ func refDigestOf(sql, table string) (refDigest, error) {
 		return refDigest{}, pgerr.New(pgerr.FeatureNotSupported,
 			"this write to reference table %s cannot be checked to store the same rows on every copy", table).
 			WithHint("Write it as a single INSERT, UPDATE or DELETE.")
+	}
+	// The copies marker (metadata.CopiesMarker), which deparsing drops,
+	// goes with the statement: the copies' guard reads it.
+	if i := strings.Index(sql, " /* pgfleet:copies="); i >= 0 && verb != "" {
+		if j := strings.Index(sql[i+3:], "*/"); j >= 0 {
+			out += sql[i : i+3+j+2]
+		}
 	}
 	return refDigest{sql: out, verb: verb, returning: ret}, nil
 }
