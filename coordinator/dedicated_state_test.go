@@ -25,6 +25,7 @@ func TestDedicatedConnectionsKeepRoleAndSettings(t *testing.T) {
 	for _, s := range cl.Servers {
 		w := connect(t, s.Addr())
 		exec(t, w, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ds_ro') THEN CREATE ROLE ds_ro; END IF; END $$")
+		t.Cleanup(func() { _, _ = w.Exec(context.Background(), "DROP ROLE IF EXISTS ds_ro") })
 	}
 	c := connect(t, a.Addr())
 	for _, q := range []string{
