@@ -15,8 +15,8 @@ const RefDigestColumn = "pgfleet_row"
 // elsewhere): the coordinator compares the reports before committing.
 //
 // Without a RETURNING of the client's, the statement becomes one row:
-// the number of rows written and a digest of them (each whole row as text,
-// sorted bytewise), so the answer stays small. With one (returning is
+// the number of rows written and a digest of them (RowsDigest), so the
+// answer stays small. With one (returning is
 // true), the whole row is added as a last column named RefDigestColumn,
 // which the coordinator compares and strips. verb is the command tag's
 // word; it is "" for a statement that writes no rows (SELECT ... FOR
@@ -62,6 +62,12 @@ func RefDigestSQL(sql string) (out, verb string, returning, ok bool) {
 	if returning {
 		return d, verb, true, true
 	}
-	return "WITH pgfleet_w AS (" + d + ") SELECT pg_catalog.count(*), pg_catalog.md5(COALESCE(pg_catalog.string_agg(" +
-		RefDigestColumn + "::text, E'\\n' ORDER BY " + RefDigestColumn + "::text COLLATE \"C\"), '')) FROM pgfleet_w", verb, false, true
+	return "WITH pgfleet_w AS (" + d + ") SELECT pg_catalog.count(*), " + RowsDigest(RefDigestColumn) + " FROM pgfleet_w", verb, false, true
+}
+
+// RowsDigest is an aggregate over row values (a composite column or
+// alias) that sums up their multiset in constant memory, whatever their
+// order: the sum of a 64-bit hash of each row's text.
+func RowsDigest(row string) string {
+	return "pg_catalog.sum(('x' || pg_catalog.left(pg_catalog.md5(" + row + "::text), 16))::bit(64)::bigint)"
 }

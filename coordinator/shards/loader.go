@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // flushBytes is how much a shard's buffer holds before it is written.
@@ -242,7 +243,7 @@ func (l *Loader) sameCopies(ctx context.Context) error {
 	if l.refName == "" || len(l.shards) != 1 {
 		return nil
 	}
-	q := "SELECT pg_catalog.count(*)::text || ' ' || pg_catalog.md5(COALESCE(pg_catalog.string_agg(pgfleet_copy::text, E'\\n' ORDER BY pgfleet_copy::text COLLATE \"C\"), '')) FROM " +
+	q := "SELECT pg_catalog.count(*)::text || ' ' || COALESCE(" + planner.RowsDigest("pgfleet_copy") + "::text, '') FROM " +
 		l.refName + " pgfleet_copy WHERE pgfleet_copy.xmin::text::bigint = pg_catalog.txid_current() % 4294967296"
 	var first string
 	for i, node := range l.shards[0].Nodes {
