@@ -39,7 +39,7 @@ func refDigestOf(sql, table string) (refDigest, error) {
 	if !ok {
 		return refDigest{}, pgerr.New(pgerr.FeatureNotSupported,
 			"this write to reference table %s cannot be checked to store the same rows on every copy", table).
-			WithHint("Write it as a single INSERT, UPDATE or DELETE.")
+			WithHint("Write it as a single INSERT, UPDATE or DELETE, without MERGE or a data-modifying WITH.")
 	}
 	// The copies marker (metadata.CopiesMarker), which deparsing drops,
 	// goes with the statement: the copies' guard reads it.

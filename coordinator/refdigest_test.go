@@ -114,6 +114,7 @@ func TestReferenceCopiesNeverDiverge(t *testing.T) {
 		{"UPDATE rd_ref SET v = rd_lie()::text WHERE id = 8", true},
 		{"UPDATE rd_ref SET v = rd_lie()::text WHERE id = 8 RETURNING id", true},
 		{"INSERT INTO rd_ref (id, v) VALUES (51, rd_lie()::text)", true},
+		{"WITH x AS (UPDATE rd_ref SET v = rd_lie()::text WHERE id = 12 RETURNING id) SELECT * FROM x", true},
 	} {
 		check("simple: "+s.sql, func() error { _, err := c.Exec(ctx, s.sql, simple); return err }, s.mustRefuse)
 		check("simple in a transaction block: "+s.sql, func() error {
@@ -135,6 +136,10 @@ func TestReferenceCopiesNeverDiverge(t *testing.T) {
 		m := mode.String()
 		check(m+": immutable lie", func() error {
 			_, err := c.Exec(ctx, "UPDATE rd_ref SET v = rd_lie()::text WHERE id = $1", mode, 9)
+			return err
+		}, true)
+		check(m+": data-modifying WITH", func() error {
+			_, err := c.Exec(ctx, "WITH x AS (UPDATE rd_ref SET v = rd_lie()::text WHERE id = $1 RETURNING id) SELECT * FROM x", mode, 12)
 			return err
 		}, true)
 		check(m+": time word in a parameter built at run time", func() error {

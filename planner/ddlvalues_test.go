@@ -29,4 +29,11 @@ func TestDDLValueChecks(t *testing.T) {
 			t.Errorf("%s: not ok", s)
 		}
 	}
+	for _, s := range []string{"with x as (update r4 set v = 'a' returning id) select * from x",
+		"with x as (delete from r4 returning *) insert into r4 select * from x",
+		"merge into r4 using r5 on r4.id = r5.id when matched then delete"} {
+		if _, _, _, ok := RefDigestSQL(s); ok {
+			t.Errorf("%s: ok, want refused", s)
+		}
+	}
 }

@@ -20,8 +20,9 @@ const RefDigestColumn = "pgfleet_row"
 // true), the whole row is added as a last column named RefDigestColumn,
 // which the coordinator compares and strips. verb is the command tag's
 // word; it is "" for a statement that writes no rows (SELECT ... FOR
-// UPDATE), returned as written. ok is false for MERGE, several statements
-// or a parse or deparse failure: the caller refuses.
+// UPDATE), returned as written. ok is false for MERGE, a data-modifying
+// WITH, several statements or a parse or deparse failure: the caller
+// refuses.
 func RefDigestSQL(sql string) (out, verb string, returning, ok bool) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
@@ -29,6 +30,25 @@ func RefDigestSQL(sql string) (out, verb string, returning, ok bool) {
 	}
 	var rel *pg_query.RangeVar
 	var list *[]*pg_query.Node
+	// A data-modifying WITH writes what no report shows.
+	var with *pg_query.WithClause
+	switch s := tree.Stmts[0].Stmt.GetNode().(type) {
+	case *pg_query.Node_InsertStmt:
+		with = s.InsertStmt.WithClause
+	case *pg_query.Node_UpdateStmt:
+		with = s.UpdateStmt.WithClause
+	case *pg_query.Node_DeleteStmt:
+		with = s.DeleteStmt.WithClause
+	case *pg_query.Node_SelectStmt:
+		with = s.SelectStmt.WithClause
+	}
+	if with != nil {
+		for _, c := range with.Ctes {
+			if q := c.GetCommonTableExpr().GetCtequery(); q == nil || q.GetSelectStmt() == nil {
+				return "", "", false, false
+			}
+		}
+	}
 	switch s := tree.Stmts[0].Stmt.GetNode().(type) {
 	case *pg_query.Node_InsertStmt:
 		rel, list, verb = s.InsertStmt.Relation, &s.InsertStmt.ReturningList, "INSERT"
