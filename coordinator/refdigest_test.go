@@ -261,6 +261,16 @@ func TestAlterTableValuesSameOnEveryShard(t *testing.T) {
 			_, _ = c.Exec(ctx, q, simple)
 		}
 	})
+	// A reference table written in a WITH of a statement routed to one
+	// shard would change one copy only.
+	for _, q := range []string{
+		"WITH x AS (UPDATE ad_r SET n = 0 WHERE id = 1 RETURNING id) SELECT * FROM ad_d WHERE id = 1",
+		"WITH x AS (DELETE FROM ad_r WHERE id = 2 RETURNING id) UPDATE ad_d SET n = 5 WHERE id = 2",
+	} {
+		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
 	for _, tbl := range []string{"ad_d", "ad_r"} {
 		for _, q := range []string{
 			"ALTER TABLE " + tbl + " ADD COLUMN c timestamptz DEFAULT now()",
