@@ -269,6 +269,12 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 		}
 		return target{node: shards[idx].Nodes[0], index: idx}, nil
 	case planner.ReferenceRead, planner.ReferenceWrite:
+		if len(p.Tables) == 0 {
+			// A reference table only under a data-modifying WITH.
+			return target{}, pgerr.New(pgerr.FeatureNotSupported,
+				"this statement writes a reference table in a WITH clause, which is not supported yet").
+				WithHint("Write the reference table in a statement of its own.")
+		}
 		if len(snap.Shards[p.Tables[0]]) == 0 {
 			return target{}, errCatalogMoved
 		}

@@ -182,6 +182,15 @@ func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Co
 	if err != nil {
 		return nil, err
 	}
+	if ss.settingsUnknown {
+		// The session's role or settings live on its pinned connection
+		// (SET ROLE, SET SESSION AUTHORIZATION, set_config(), user code):
+		// a new connection would run the client's SQL and data as the
+		// login user under other settings.
+		return nil, pgerr.New(pgerr.FeatureNotSupported,
+			"this statement runs on new worker connections, which cannot take on this session's role and settings (changed by %s)", ss.pinned).
+			WithHint("Run it in a session that has not used SET ROLE, SET SESSION AUTHORIZATION, set_config() or functions changing settings (plain SET is fine).")
+	}
 	cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -247,12 +256,19 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	if lits != nil {
 		sql, _ = spliceLiterals(sql, lits)
 	}
-	snap := ss.srv.catalog.Load()
-	res, err := shards.ExecAll(ctx, ss.srv.store, snap, conns, snap.Shards[p.Tables[0]][0].Nodes, sql)
+	d, err := refDigestOf(sql, p.Tables[0])
 	if err != nil {
 		return ss.queryError(err)
 	}
-	if len(res.FieldDescriptions) > 0 {
+	snap := ss.srv.catalog.Load()
+	res, err := shards.ExecAllParams(ctx, ss.srv.store, snap, conns, snap.Shards[p.Tables[0]][0].Nodes, d.sql,
+		nil, nil, nil, d.check(p.Tables[0]))
+	if err != nil {
+		return ss.queryError(err)
+	}
+	tag := d.tag(res)
+	d.strip(res)
+	if (d.returning || d.verb == "") && len(res.FieldDescriptions) > 0 {
 		rd := pgproto3.RowDescription{}
 		for _, f := range res.FieldDescriptions {
 			rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(f.Name), TableOID: f.TableOID,
@@ -265,7 +281,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 			ss.out, _ = dr.Encode(ss.out)
 		}
 	}
-	cc := pgproto3.CommandComplete{CommandTag: []byte(res.CommandTag.String())}
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return nil
@@ -401,6 +417,9 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 			return true, ss.queryError(err)
 		}
 	}
+	if err := checkDDLValues(ctx, conns[def], sql); err != nil {
+		return true, ss.queryError(err)
+	}
 	tag, newSnap, err := shards.RunDDL(ctx, ss.srv.store, snap, conns, def, sql)
 	if err != nil {
 		ss.srv.refreshCatalog(context.Background())
@@ -477,4 +496,38 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return true, nil
+}
+
+// checkDDLValues refuses (0A000) an ALTER TABLE of a distributed or
+// reference table whose ADD COLUMN ... DEFAULT or ALTER COLUMN ... TYPE
+// ... USING expression each shard or copy would compute on its own worker
+// unless PostgreSQL finds it immutable (planner.DDLValueChecks): the check
+// runs on the default node's (empty) table in a transaction rolled back.
+func checkDDLValues(ctx context.Context, c *pgx.Conn, sql string) error {
+	checks, word := planner.DDLValueChecks(sql)
+	if len(checks) == 0 && !word {
+		return nil
+	}
+	refuse := func(why string) error {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a DEFAULT or USING expression that is not immutable (%s) is not supported in ALTER TABLE of a distributed or reference table: each shard would compute its own values", why).
+			WithHint("Add the column without the DEFAULT (or with a constant one), then fill it with UPDATE; functions there must be IMMUTABLE.")
+	}
+	if word {
+		return refuse("a date/time word such as 'now'")
+	}
+	if c == nil {
+		return refuse("cannot be checked")
+	}
+	pc := c.PgConn()
+	if err := pc.Exec(ctx, "BEGIN").Close(); err != nil {
+		return err
+	}
+	defer func() { _ = pc.Exec(context.Background(), "ROLLBACK").Close() }()
+	for _, chk := range checks {
+		if _, err := pc.Exec(ctx, chk).ReadAll(); err != nil {
+			return refuse(pgerr.Flatten(err).Message)
+		}
+	}
+	return nil
 }

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"slices"
-	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -159,14 +159,19 @@ func (ss *session) refExecute(sp *scatterPortal) error {
 		ss.synthError(errCatalogMoved)
 		return nil
 	}
+	d, err := refDigestOf(sp.sp.plan.ShardSQL[0], sp.sp.plan.Tables[0])
+	if err != nil {
+		ss.synthError(err)
+		return nil
+	}
 	res, err := shards.ExecAllParams(ctx, ss.srv.store, snap, conns, snap.Shards[sp.sp.plan.Tables[0]][0].Nodes,
-		sp.sp.plan.ShardSQL[0], paramOIDs(sp.st.paramTail), formats, values)
+		d.sql, paramOIDs(sp.st.paramTail), formats, values, d.check(sp.sp.plan.Tables[0]))
 	if err != nil {
 		ss.synthError(err)
 		return nil
 	}
 	ss.refDone = true
-	sp.tag = []byte(res.CommandTag.String())
+	sp.tag = []byte(d.tag(res))
 	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(slices.Clone(sp.tag), 0))})
 	return nil
 }
@@ -211,129 +216,44 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	}
 	nodes := slices.Clone(snap.Shards[sp.sp.plan.Tables[0]][0].Nodes)
 	slices.Sort(nodes)
-	x := ss.srv.shardStmt(sp.sp, 0, sp.st)
-	var first []byte
-	for i, node := range nodes {
-		if err := ss.acquire(context.Background(), node); err != nil {
-			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
-				return err
-			}
-			ss.synthError(err)
-			return nil
-		}
-		if ss.pendingBegin != "" {
-			if err := ss.startPending(); err != nil {
-				ss.synthError(err)
-				return nil
-			}
-		}
-		tag, werr, err := ss.refRun(x, sp.params, i == len(nodes)-1)
-		if err != nil {
-			return ss.lostServer(err)
-		}
-		if werr != nil {
-			// The worker's transaction failed: so does the client's.
-			ss.txFailed = true
-			ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'E', werr)})
-			ss.skipping = true
-			return nil
-		}
-		if first == nil {
-			first = tag
-		} else if rows(tag) != rows(first) {
-			ss.txFailed = true
-			ss.synthError(pgerr.New(pgerr.Internal, "copies of a reference table differ: %d rows changed on worker %s, %d on worker %s",
-				rows(tag), ss.srv.nodeAddr(node), rows(first), ss.srv.nodeAddr(nodes[0])))
-			return nil
-		}
+	// Every copy runs the write's reporting form (unnamed statement and
+	// portal); the copies' reports must agree (refdigest.go).
+	d, err := refDigestOf(sp.sp.plan.ShardSQL[0], sp.sp.plan.Tables[0])
+	if err != nil {
+		ss.txFailed = true
+		ss.synthError(err)
+		return nil
 	}
-	sp.tag = first
-	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(slices.Clone(first), 0))})
-	return nil
-}
-
-// refRun runs shard statement x with a Bind's parameters (formats and
-// values) on the held connection, in the open transaction, to its
-// ReadyForQuery. It returns the command tag, or the worker's error
-// (werr, an ErrorResponse body); err is a lost connection. Notices of the
-// last copy (relay) go to the client.
-func (ss *session) refRun(x *Statement, params []byte, relay bool) (tag, werr []byte, err error) {
-	sc := ss.sc
-	b := sc.Buf()
-	ev, added := "", false
-	if !sc.Stmts.Has(x.Name, ss.stmtKey()) {
-		var stale bool
-		if ev, stale = sc.Stmts.Add(x.Name, ss.stmtKey()); ev != "" {
-			b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
-		}
-		if stale {
-			b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, x.Name...), 0))
-		}
-		b = append(b, x.parse...)
-		added = true
+	parse := append(append([]byte{0}, d.sql...), 0)
+	parse = append(parse, sp.st.paramTail...)
+	if len(sp.st.paramTail) == 0 {
+		parse = append(parse, 0, 0)
 	}
-	n := 4 + 1 + len(x.Name) + 1 + len(params) + 2
-	b = append(b, 'B', byte(n>>24), byte(n>>16), byte(n>>8), byte(n), 0)
-	b = append(append(b, x.Name...), 0)
-	b = append(append(b, params...), 0, 0)
+	b := wire.AppendFrame(nil, 'P', parse)
+	b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), 0, 0))
 	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
 	b = append(b, 'S', 0, 0, 0, 4)
-	sc.SetBuf(b)
-	if err := sc.Flush(); err != nil {
-		return nil, nil, err
-	}
-	closed, parsed := false, false
-	for {
-		f, err := sc.Next()
-		if err != nil {
-			return nil, nil, err
+	last, fail, err := ss.refInTxn(d, sp.sp.plan.Tables[0], nodes, b)
+	switch {
+	case err != nil:
+		return ss.lostServer(err)
+	case fail != nil:
+		if pe := pgerr.Flatten(fail); pe.Severity == "FATAL" {
+			return fail
 		}
-		switch f.Type {
-		case '3':
-			closed = true
-		case '1':
-			parsed = true
-		case 'C':
-			tag = bytes.TrimSuffix(slices.Clone(f.Body), []byte{0})
-		case 'E':
-			if fatalSeverity(f.Body) {
-				sc.MarkBroken()
-				return nil, nil, errors.New(newWorkerError(f.Body).Error())
-			}
-			if werr == nil {
-				werr = slices.Clone(f.Body)
-			}
-		case 'S':
-			sc.NoteParameterStatus(f.Body)
-			if ss.ready {
-				ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'S', f.Body)})
-			}
-		case 'N':
-			if relay {
-				ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'N', f.Body)})
-			}
-		case 'Z':
-			if len(f.Body) != 1 {
-				sc.MarkBroken()
-				return nil, nil, errors.New("invalid ReadyForQuery")
-			}
-			sc.TxStatus = f.Body[0]
-			if added && !parsed {
-				sc.Stmts.Drop(x.Name)
-			}
-			if ev != "" && !closed {
-				sc.Stmts.Restore(ev)
-			}
-			return tag, werr, nil
-		}
+		ss.synthError(fail)
+		return nil
+	case last.werr != nil:
+		// The worker's transaction failed: so does the client's.
+		ss.txFailed = true
+		ss.push(expect{kind: eSynth, synth: append(slices.Clone(last.msgs), wire.AppendFrame(nil, 'E', last.werr)...)})
+		ss.skipping = true
+		return nil
 	}
-}
-
-// rows is a command tag's row count.
-func rows(tag []byte) int64 {
-	i := bytes.LastIndexByte(tag, ' ')
-	n, _ := strconv.ParseInt(string(tag[i+1:]), 10, 64)
-	return n
+	tag := d.tag(&pgconn.Result{Rows: last.rows})
+	sp.tag = []byte(tag)
+	ss.push(expect{kind: eSynth, synth: append(slices.Clone(last.msgs), wire.AppendFrame(nil, 'C', append([]byte(tag), 0))...)})
+	return nil
 }
 
 // zeroRows is a command tag with its row count made 0.

@@ -664,33 +664,29 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	if lits != nil {
 		sql, _ = spliceLiterals(sql, lits)
 	}
-	for _, node := range nodes[:len(nodes)-1] {
-		if err := ss.acquire(context.Background(), node); err != nil {
-			return ss.queryError(err)
-		}
-		if ss.pendingBegin != "" {
-			if err := ss.startPending(); err != nil {
-				return ss.queryError(err)
-			}
-		}
-		var onStatus func([]byte)
-		if ss.ready {
-			onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
-		}
-		if err := ss.sc.Exec(sql, time.Time{}, onStatus); err != nil {
-			var pe *pgconn.PgError
-			if !errors.As(err, &pe) {
-				return ss.lostServer(err)
-			}
-			ss.txFailed = true
-			ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
-			ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
-			return nil
-		}
+	// Every copy runs the write's reporting form; the copies' reports
+	// must agree (refdigest.go).
+	d, err := refDigestOf(sql, p.Tables[0])
+	if err != nil {
+		return ss.queryError(err)
 	}
-	body := append(append(ss.qbuf[:0], sql...), 0)
-	ss.qbuf = body
-	return ss.relayCycle('Q', body, nil, nodes[len(nodes)-1])
+	q := wire.AppendFrame(nil, 'Q', append([]byte(d.sql), 0))
+	last, fail, err := ss.refInTxn(d, p.Tables[0], nodes, q)
+	switch {
+	case err != nil:
+		return ss.lostServer(err)
+	case fail != nil:
+		return ss.queryError(fail)
+	case last.werr != nil:
+		ss.txFailed = true
+		ss.out = append(ss.out, last.msgs...)
+		ss.out = wire.AppendFrame(ss.out, 'E', last.werr)
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+		return nil
+	}
+	ss.out = d.answer(ss.out, last)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+	return nil
 }
 
 // stateChanged reports whether the current connection's session state

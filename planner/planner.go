@@ -456,6 +456,11 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	if nested != nil {
 		return nil, nested
 	}
+	// A data-modifying WITH that writes a reference table would run on
+	// the one copy the statement is routed to.
+	if err := modifyingCTEWrites(b.cat, stmt, ctes); err != nil {
+		return nil, err
+	}
 
 	p := &Plan{ReadOnly: readOnly}
 	var dist []*metadata.Table
@@ -1160,4 +1165,40 @@ func defElemValue(d *pg_query.DefElem) string {
 var valueKeepingCasts = map[string]bool{
 	"int2": true, "int4": true, "int8": true, "text": true, "varchar": true, "uuid": true,
 	"unknown": true,
+}
+
+// modifyingCTEWrites refuses a statement whose WITH clause holds an
+// INSERT, UPDATE, DELETE or MERGE of a pgfleet table.
+func modifyingCTEWrites(cat *metadata.Snapshot, stmt *pg_query.Node, ctes map[string]bool) error {
+	var with *pg_query.WithClause
+	switch {
+	case stmt.GetSelectStmt() != nil:
+		with = stmt.GetSelectStmt().WithClause
+	case stmt.GetInsertStmt() != nil:
+		with = stmt.GetInsertStmt().WithClause
+	case stmt.GetUpdateStmt() != nil:
+		with = stmt.GetUpdateStmt().WithClause
+	case stmt.GetDeleteStmt() != nil:
+		with = stmt.GetDeleteStmt().WithClause
+	}
+	if with == nil {
+		return nil
+	}
+	for _, c := range with.Ctes {
+		q := c.GetCommonTableExpr().GetCtequery()
+		if q == nil || q.GetSelectStmt() != nil {
+			continue
+		}
+		var found *metadata.Table
+		Walk(q, func(m proto.Message) {
+			if rv, ok := m.(*pg_query.RangeVar); ok && found == nil {
+				found = lookup(cat, rv, ctes)
+			}
+		})
+		if found != nil {
+			return unsupported("a data-modifying WITH on %s is not supported yet", found.Name).
+				WithHint("Write the table in a statement of its own.")
+		}
+	}
+	return nil
 }

@@ -22,15 +22,18 @@ var errNoStore = pgerr.New(pgerr.Internal, "shards: no metadata store")
 // records the commit decision.
 func ExecAll(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
 	nodeIDs []int32, sql string) (*pgconn.Result, error) {
-	return ExecAllParams(ctx, store, snap, conns, nodeIDs, sql, nil, nil, nil)
+	return ExecAllParams(ctx, store, snap, conns, nodeIDs, sql, nil, nil, nil, nil)
 }
 
 // ExecAllParams is ExecAll of a statement with parameters ($n), given as
 // in the extended query protocol: their types (0 or missing: the worker
 // infers them), format codes (none, one for all, or one each) and values
-// (nil: NULL).
+// (nil: NULL). check, if not nil, compares each later copy's result with
+// the first's before anything commits: an error from it rolls back every
+// copy and is returned.
 func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
-	nodeIDs []int32, sql string, paramOIDs []uint32, paramFormats []int16, paramValues [][]byte) (*pgconn.Result, error) {
+	nodeIDs []int32, sql string, paramOIDs []uint32, paramFormats []int16, paramValues [][]byte,
+	check func(first, res *pgconn.Result) error) (*pgconn.Result, error) {
 	if store == nil {
 		return nil, errNoStore
 	}
@@ -58,6 +61,11 @@ func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Sn
 			g.rollback(ctx)
 			return nil, fmt.Errorf("copies of a reference table differ: %d rows changed on node %s, %d on the first",
 				res.CommandTag.RowsAffected(), n.describe(id), first.CommandTag.RowsAffected())
+		} else if check != nil {
+			if err := check(first, res); err != nil {
+				g.rollback(ctx)
+				return nil, err
+			}
 		}
 	}
 	if err := g.prepare(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // flushBytes is how much a shard's buffer holds before it is written.
@@ -37,6 +38,9 @@ type Loader struct {
 	// ForeignEncoding: the client's encoding is not the server's, so text
 	// values are converted by the worker; non-ASCII ones are refused.
 	ForeignEncoding bool
+	// refName is a reference table's copy (schema-qualified, quoted),
+	// whose rows this load stored Finish compares across copies.
+	refName string
 }
 
 // NewLoader prepares a load. columns is the COPY's column list (empty: all
@@ -114,6 +118,7 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 		sql := fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, options)
 		if t.Kind == metadata.Reference {
 			sql += metadata.CopiesMarker(len(sh.Nodes))
+			l.refName = name
 		}
 		l.copySQL = append(l.copySQL, sql)
 	}
@@ -220,6 +225,9 @@ func (l *Loader) Finish(ctx context.Context) (int64, error) {
 			return 0, err
 		}
 	}
+	if err := l.sameCopies(ctx); err != nil {
+		return 0, err
+	}
 	if err := l.g.prepare(ctx); err != nil {
 		return 0, err
 	}
@@ -227,6 +235,39 @@ func (l *Loader) Finish(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return l.stored, nil
+}
+
+// sameCopies compares, before anything commits, the rows this load stored
+// in every copy of a reference table (those its transaction wrote: one
+// scan of each copy): a value each worker read for itself ('now' in an
+// array, a default that is not what its volatility says, ...) makes them
+// differ, and the load is refused (0A000) instead of leaving the copies
+// different.
+func (l *Loader) sameCopies(ctx context.Context) error {
+	if l.refName == "" || len(l.shards) != 1 {
+		return nil
+	}
+	q := "SELECT pg_catalog.count(*)::text || ' ' || COALESCE(" + planner.RowsDigest("pgfleet_copy") + "::text, '') FROM " +
+		l.refName + " pgfleet_copy WHERE pgfleet_copy.xmin::text::bigint = pg_catalog.txid_current() % 4294967296"
+	var first string
+	for i, node := range l.shards[0].Nodes {
+		tx, err := l.g.begin(ctx, node)
+		if err != nil {
+			return err
+		}
+		var got string
+		if err := tx.conn.QueryRow(ctx, q, pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil {
+			return l.nodes.wrap(err, "checking the copy of %s on node %s", l.table.Name, l.nodes.describe(node))
+		}
+		if i == 0 {
+			first = got
+		} else if got != first {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"this COPY into reference table %s would store different rows on its copies; nothing was written", l.table.Name).
+				WithHint("A value depends on the worker that reads it (a date/time word such as 'now', a volatile default, ...): write it as a plain constant.")
+		}
+	}
+	return nil
 }
 
 // Abort rolls back everything written so far.
