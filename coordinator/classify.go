@@ -302,6 +302,9 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		skip := 1
 		switch name {
 		case "LOCAL":
+			if strings.EqualFold(settingName(stmt, 2), "seed") {
+				setPin("SET seed") // seeds random() for the session, not the transaction
+			}
 			if n := settingName(stmt, 2); strings.Contains(n, ".") {
 				c.ops = append(c.ops, paramOp{kind: opPlaceholder, name: n})
 				return
@@ -341,6 +344,9 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			}
 		}
 		name = strings.ToLower(name)
+		if name == "seed" {
+			setPin("SET seed") // random()'s state, which no RESET undoes
+		}
 		if setsDefault(w, stmt) {
 			// SET name TO DEFAULT, SET name = DEFAULT, SET TIME ZONE
 			// DEFAULT or LOCAL: a RESET.
@@ -552,6 +558,7 @@ var sessionFuncs = map[string]string{
 	"SET_CONFIG":                  "set_config()",
 	"DBLINK_CONNECT":              "dblink connection",
 	"LO_OPEN":                     "large object descriptor",
+	"SETSEED":                     "setseed()", // random()'s state: a fresh session's is unseeded
 }
 
 // lexer walks SQL text statement by statement. It keeps the first few words
@@ -565,6 +572,7 @@ type lexer struct {
 	punct          bool   // the statement has tokens other than words
 	sawUserCall    bool   // a call of a function that is not built in
 	sawSQLText     bool   // a call of a built-in that runs SQL given as text
+	sawAllTables   bool   // a call of a built-in that reads every table (schema_to_xml)
 	prev           string // the word before the current one, "" after punctuation
 }
 
@@ -784,6 +792,9 @@ func (lx *lexer) noteCall(w string) {
 		if f&runsSQLText != 0 {
 			lx.sawSQLText = true
 		}
+		if f&readsAllTables != 0 {
+			lx.sawAllTables = true
+		}
 		return
 	}
 	// A table's or alias's column list: INSERT INTO t (...), AS x (...),
@@ -805,12 +816,20 @@ var builtins = func() map[string]uint8 {
 	for _, n := range []string{"QUERY_TO_XML", "QUERY_TO_XMLSCHEMA", "QUERY_TO_XML_AND_XMLSCHEMA",
 		"TABLE_TO_XML", "TABLE_TO_XMLSCHEMA", "TABLE_TO_XML_AND_XMLSCHEMA", "CURSOR_TO_XML", "CURSOR_TO_XMLSCHEMA",
 		"SCHEMA_TO_XML", "SCHEMA_TO_XMLSCHEMA", "SCHEMA_TO_XML_AND_XMLSCHEMA",
-		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA"} {
+		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA", "TS_STAT", "TS_REWRITE"} {
 		m[n] = runsSQLText
+	}
+	// These read every table of a schema or database, none named.
+	for _, n := range []string{"SCHEMA_TO_XML", "SCHEMA_TO_XMLSCHEMA", "SCHEMA_TO_XML_AND_XMLSCHEMA",
+		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA"} {
+		m[n] |= readsAllTables
 	}
 	return m
 }()
 
 // runsSQLText marks built-in functions that run a query or read a table
 // named in a string argument.
-const runsSQLText = 1
+const (
+	runsSQLText    = 1
+	readsAllTables = 2
+)

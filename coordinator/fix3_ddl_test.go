@@ -116,3 +116,95 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		t.Errorf("od_s.t: %s rows, want 3", got)
 	}
 }
+
+// TestHiddenReadsRefused: statements that would read a distributed table's
+// empty copy on the default node through a way the text hides are refused
+// with 0A000: a function body naming the table with Unicode escapes,
+// ts_stat and ts_rewrite with a query, schema_to_xml, a row-level security
+// policy naming the table (made before or after distribution).
+func TestHiddenReadsRefused(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	for _, q := range []string{"DROP TABLE IF EXISTS hr_pl, hr_pl2", "DROP FUNCTION IF EXISTS hr_ff(), hr_ff2()"} {
+		exec(t, c, q, simple)
+	}
+	testTable(t, c, "q7", "(id int PRIMARY KEY, t text)", "SELECT create_distributed_table('q7', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO q7 (id, t) VALUES (1, 'a b'), (2, 'b c'), (3, 'c d')", simple)
+	exec(t, c, "CREATE TABLE hr_pl (a int)", simple)
+	exec(t, c, "CREATE TABLE hr_pl2 (a int)", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS hr_pl, hr_pl2", simple)
+		_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS hr_ff(), hr_ff2()", simple)
+	})
+	for _, q := range []string{
+		`CREATE FUNCTION hr_ff() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM U&"\0071\0037" $$`,
+		`CREATE FUNCTION hr_ff2() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM U&"!0071!0037" UESCAPE '!' $$`,
+		`SELECT count(*) FROM ts_stat('SELECT to_tsvector(t) FROM q7')`,
+		`SELECT ts_rewrite('a & b'::tsquery, 'SELECT ''a''::tsquery, ''c''::tsquery FROM q7')`,
+		`SELECT schema_to_xml('public', true, false, '')`,
+		`SELECT database_to_xml(true, false, '')`,
+		`CREATE POLICY hr_p ON hr_pl USING (a IN (SELECT id FROM q7))`,
+	} {
+		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+	// A policy made before distribution.
+	testTable(t, c, "q7p", "(id int PRIMARY KEY)", "SELECT 1")
+	exec(t, c, "CREATE POLICY hr_p2 ON hr_pl2 USING (a IN (SELECT id FROM q7p))", simple)
+	if _, err := c.Exec(ctx, "SELECT create_distributed_table('q7p', 'id')", simple); sqlState(err) != "0A000" {
+		t.Errorf("distributing a table a policy uses: %v, want 0A000", err)
+	}
+	exec(t, c, "DROP POLICY hr_p2 ON hr_pl2", simple)
+	// A function with U& in its body, made before distribution.
+	testTable(t, c, "q7f", "(id int PRIMARY KEY)", "SELECT 1")
+	exec(t, c, `CREATE FUNCTION hr_ff() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM U&"\0071\0037\0066" $$`, simple)
+	if _, err := c.Exec(ctx, "SELECT create_distributed_table('q7f', 'id')", simple); sqlState(err) != "0A000" {
+		t.Errorf("distributing a table a function may name with U&: %v, want 0A000", err)
+	}
+	exec(t, c, "DROP FUNCTION hr_ff()", simple)
+	// Still allowed: a plain function, ts_stat on a local table.
+	exec(t, c, "CREATE FUNCTION hr_ff() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM hr_pl $$", simple)
+	if got := queryString(t, c, "SELECT count(*)::text FROM ts_stat('SELECT to_tsvector(a::text) FROM hr_pl')"); got != "0" {
+		t.Errorf("ts_stat on a local table: %s", got)
+	}
+}
+
+// TestSessionStateHiddenInUserCode: setseed(), SET seed and temporary
+// functions and types made by user code keep the server connection with
+// the session: a later client sees none of it.
+func TestSessionStateHiddenInUserCode(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	w := connect(t, cl.Servers[0].Addr())
+	exec(t, w, "SELECT setseed(0.5)", simple)
+	first := queryString(t, w, "SELECT random()::text")
+	for _, q := range []string{"SELECT setseed(0.5)", "SET seed = 0.5", "SET seed TO 0.5; SELECT 1"} {
+		a := connect(t, srv.Addr())
+		exec(t, a, q, simple)
+		a.Close(ctx)
+		b := connect(t, srv.Addr())
+		if got := queryString(t, b, "SELECT random()::text"); got == first {
+			t.Errorf("after %q in another session, random() continued its sequence: %s", q, got)
+		}
+		b.Close(ctx)
+	}
+	for _, q := range []string{
+		`DO $$ BEGIN EXECUTE 'CREATE FUNCTION pg_temp.st_tf() RETURNS int LANGUAGE sql AS ''SELECT 1'''; END $$`,
+		`DO $$ BEGIN EXECUTE 'CREATE TYPE pg_temp.st_ttyp AS (a int)'; END $$`,
+	} {
+		a := connect(t, srv.Addr())
+		exec(t, a, q, simple)
+		a.Close(ctx)
+		b := connect(t, srv.Addr())
+		if got := queryString(t, b, "SELECT (SELECT count(*) FROM pg_proc WHERE proname = 'st_tf') + (SELECT count(*) FROM pg_type WHERE typname = 'st_ttyp')"); got != "0" {
+			t.Errorf("after %q in another session, a fresh client sees %s temporary objects", q, got)
+		}
+		b.Close(ctx)
+	}
+}

@@ -1741,7 +1741,7 @@ func errCode(body []byte) string {
 // stateSQL reads the parts of a server connection's session state that a
 // function, procedure or DO block can change without the statement's text
 // showing it: settings made for the session, the role and session user,
-// temporary relations, SQL-level prepared statements, holdable cursors,
+// temporary objects (relations, functions, types, operators, ...), SQL-level prepared statements, holdable cursors,
 // LISTEN channels and advisory locks.
 //
 // Placeholder settings (custom names like app.tenant that no module
@@ -1752,7 +1752,17 @@ func errCode(body []byte) string {
 const stateSQL = `SELECT concat_ws(' | ',
  (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session'),
  current_user, session_user,
- (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()),
+ (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_type WHERE typnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_operator WHERE oprnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_collation WHERE collnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_conversion WHERE connamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_opfamily WHERE opfnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_opclass WHERE opcnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_ts_config WHERE cfgnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_ts_dict WHERE dictnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_statistic_ext WHERE stxnamespace = pg_catalog.pg_my_temp_schema()),
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
  (SELECT string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
