@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -206,5 +207,44 @@ func TestSessionStateHiddenInUserCode(t *testing.T) {
 			t.Errorf("after %q in another session, a fresh client sees %s temporary objects", q, got)
 		}
 		b.Close(ctx)
+	}
+}
+
+// TestUndistributeLockWaitBounded: undistribute_table waiting for a lock a
+// worker's transaction holds on one shard (as concurrent writes spanning
+// workers do, waiting in turn on its locks elsewhere) fails with 55P03
+// after a bounded wait, changing nothing, instead of waiting forever; it
+// succeeds once the lock is gone.
+func TestUndistributeLockWaitBounded(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "ul_t", "(id int PRIMARY KEY)", "SELECT create_distributed_table('ul_t', 'id', shard_count => 4)")
+	for id := 1; id <= 40; id++ {
+		exec(t, c, "INSERT INTO ul_t (id) VALUES ($1)", id)
+	}
+	meta := connect(t, cl.Servers[0].Addr())
+	var shard int64
+	var addr string
+	if err := meta.QueryRow(ctx, `SELECT s.shardid, n.host || ':' || n.port FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid)
+		JOIN pgfleet.nodes n USING (nodeid) WHERE s.table_name = 'public.ul_t' ORDER BY s.shardid DESC LIMIT 1`).Scan(&shard, &addr); err != nil {
+		t.Fatal(err)
+	}
+	holder := connect(t, addr)
+	exec(t, holder, "BEGIN", simple)
+	exec(t, holder, fmt.Sprintf("LOCK TABLE ul_t_%d IN ROW EXCLUSIVE MODE", shard), simple)
+	_, err := c.Exec(ctx, "SELECT undistribute_table('ul_t')", simple)
+	exec(t, holder, "ROLLBACK", simple)
+	if sqlState(err) != "55P03" {
+		t.Fatalf("undistribute_table while a shard is locked: %v, want 55P03", err)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM ul_t"); got != "40" {
+		t.Errorf("rows after the failed undistribute_table: %s, want 40", got)
+	}
+	exec(t, c, "SELECT undistribute_table('ul_t')", simple)
+	if got := queryString(t, c, "SELECT count(*)::text FROM ul_t"); got != "40" {
+		t.Errorf("rows after undistribute_table: %s, want 40", got)
 	}
 }

@@ -708,7 +708,7 @@ func (ss *session) heldNode() int32 {
 // a transaction, the worker's transaction is made to fail too, as
 // PostgreSQL's would, so that COMMIT rolls back.
 func (ss *session) queryError(err error) error {
-	er := pgerr.Flatten(err)
+	er := pgerr.Flatten(ss.staleShardErr(err))
 	b, _ := er.Encode(nil)
 	if ss.sc == nil {
 		if ss.pendingBegin != "" {
@@ -1305,7 +1305,7 @@ func (ss *session) drain() error {
 				ss.staleStmt(e.cst)
 			}
 			if !e.abort {
-				body := ss.clientNames(e, f.Body)
+				body := ss.staleShardBody(ss.clientNames(e, f.Body))
 				if ss.seqGuard && errCode(body) == pgerr.ObjectNotInPrerequisite {
 					body = seqGuardError(body)
 				}

@@ -199,7 +199,7 @@ func RunObjectDDL(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		n.addrs[nd.ID] = nd.Addr()
 	}
 	g := newGroup("ddl", n, store)
-	g.beginStmt = "BEGIN"
+	g.beginStmt = "BEGIN; " + opLockTimeout
 	tx, err := g.begin(ctx, defaultNode)
 	if err != nil {
 		return "", err
