@@ -248,3 +248,51 @@ func TestUndistributeLockWaitBounded(t *testing.T) {
 		t.Errorf("rows after undistribute_table: %s, want 40", got)
 	}
 }
+
+// TestViewsChangingSessionState: reading a view that calls set_config(),
+// an advisory lock function or a user function that changes settings (or
+// a view over such a view) keeps the server connection with the session,
+// in both protocols: a later client sees none of it.
+func TestViewsChangingSessionState(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, srv.Addr())
+	for _, q := range []string{
+		"DROP VIEW IF EXISTS vs_sv2, vs_sv, vs_av, vs_fv",
+		"DROP FUNCTION IF EXISTS vs_f()",
+		"CREATE VIEW vs_sv AS SELECT set_config('search_path', 'pg_catalog', false) AS s",
+		"CREATE VIEW vs_sv2 AS SELECT * FROM vs_sv",
+		"CREATE VIEW vs_av AS SELECT pg_advisory_lock(4242)::text AS l",
+		"CREATE FUNCTION vs_f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM set_config('DateStyle', 'SQL, DMY', false); RETURN 1; END $$",
+		"CREATE VIEW vs_fv AS SELECT vs_f() AS f",
+	} {
+		exec(t, setup, q, simple)
+	}
+	setup.Close(ctx)
+	t.Cleanup(func() {
+		c := connect(t, srv.Addr())
+		_, _ = c.Exec(ctx, "DROP VIEW IF EXISTS vs_sv2, vs_sv, vs_av, vs_fv", simple)
+		_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS vs_f()", simple)
+	})
+	check := `SELECT current_setting('search_path') || ' ' || current_setting('DateStyle') || ' ' ||
+		(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())`
+	b := connect(t, srv.Addr())
+	want := queryString(t, b, check, simple)
+	b.Close(ctx)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		for _, q := range []string{"SELECT * FROM vs_sv", "SELECT * FROM vs_sv2", "SELECT * FROM vs_av", "SELECT * FROM vs_fv"} {
+			a := connect(t, srv.Addr())
+			if _, err := a.Exec(ctx, q, mode); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			a.Close(ctx)
+			b := connect(t, srv.Addr())
+			if got := queryString(t, b, check, simple); got != want {
+				t.Errorf("after %q (mode %v) in another session, a fresh client has %q, want %q", q, mode, got, want)
+			}
+			b.Close(ctx)
+		}
+	}
+}

@@ -77,6 +77,8 @@ type Server struct {
 	// ddlEpoch counts DDL statements run through this coordinator; with
 	// the catalog version it dates mutable's verdicts.
 	ddlEpoch    atomic.Int64
+	viewEpoch   atomic.Int64 // user code that may have made a view ran
+	views       atomic.Pointer[viewSet]
 	mutable     mutableCache
 	metaDB      string // the catalog describes tables of this database
 	plans       planCache

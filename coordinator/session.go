@@ -561,6 +561,10 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	text := string(sql)
 	cls := classify(text)
+	if !cls.verify && ss.pinned == "" && ss.viewVerify(text, nil) {
+		cls.verify = true // it reads a view that may change session state
+	}
+	ss.noteViewDDL(cls.verify, text)
 	if cls.txn != "" && ss.localTxn(&cls, text) {
 		return nil
 	}
@@ -981,6 +985,7 @@ func (ss *session) bind(body []byte) error {
 		ss.seqUsed = true
 	}
 	clientSt := st
+	verify := clientSt.cls.verify || (ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt))
 	if len(ss.scatterPortals) > 0 {
 		delete(ss.scatterPortals, string(portal))
 	}
@@ -990,7 +995,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if err == errScatter {
-		ss.seqGuard = ss.seqGuard || clientSt.cls.verify && seqHad
+		ss.seqGuard = ss.seqGuard || verify && seqHad
 		ss.scatterBind(string(portal), string(name), clientSt, params)
 		return nil
 	}
@@ -1012,13 +1017,13 @@ func (ss *session) bind(body []byte) error {
 	if ss.txBegin != "" {
 		ss.notePortal(string(portal))
 	}
-	if clientSt.cls.seqFn != "" || clientSt.cls.verify {
+	if clientSt.cls.seqFn != "" || verify {
 		// currval or lastval, in the text or maybe in user code
 		// (seqcheck.go).
 		ss.queueDiscardSequences()
-		ss.seqGuard = ss.seqGuard || clientSt.cls.verify && seqHad
+		ss.seqGuard = ss.seqGuard || verify && seqHad
 	}
-	if clientSt.cls.verify && ss.pinned == "" {
+	if verify && ss.pinned == "" {
 		ss.snapshotState(true, clientSt.Query)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
