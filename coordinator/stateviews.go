@@ -120,4 +120,3 @@ func (ss *session) noteViewDDL(verify bool, sql string) {
 		ss.srv.viewEpoch.Add(1)
 	}
 }
-
