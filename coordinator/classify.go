@@ -105,6 +105,9 @@ type class struct {
 	// hidden: it makes or runs a body pgfleet does not plan (a view,
 	// function, procedure, rule, trigger or DO block; see views.go).
 	hidden bool
+	// ddl: a statement starts with CREATE, ALTER, DROP, COMMENT, GRANT or
+	// REVOKE (objectDDL checks it further on the extended protocol).
+	ddl bool
 }
 
 // classify scans sql lexically (comments, quotes and dollar quotes skipped)
@@ -123,6 +126,10 @@ func classify(sql string) class {
 				c.resetNotLast = true
 			}
 			nops := len(c.ops)
+			switch lx.words[0] {
+			case "CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE":
+				c.ddl = true
+			}
 			if quietStatement(lx.words[0]) {
 				quiet++
 			}

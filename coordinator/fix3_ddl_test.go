@@ -56,6 +56,15 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 	}
 	exec(t, c, "ROLLBACK", simple)
 
+	// With the extended protocol: refused, nothing changed.
+	if err := c.PgConn().ExecParams(ctx, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'",
+		nil, nil, nil, nil).Read().Err; sqlState(err) != "0A000" {
+		t.Errorf("CREATE OR REPLACE FUNCTION with the extended protocol: %v, want 0A000", err)
+	}
+	if got := queryString(t, c, "SELECT od_f()::text"); got != "1" {
+		t.Errorf("od_f() after the refused DDL: %s, want 1", got)
+	}
+
 	// Outside: every worker.
 	exec(t, c, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'", simple)
 	for id := 1; id <= 8; id++ {

@@ -462,3 +462,32 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return true, nil
 }
+
+// extendedObjectDDL refuses, with more than one active node, DDL on
+// functions, types, domains, collations and schemas sent with the extended
+// protocol: only the simple protocol runs it on every node (objectDDL).
+func (ss *session) extendedObjectDDL(sql string) error {
+	snap := ss.srv.catalog.Load()
+	if !ss.routes || snap == nil {
+		return nil
+	}
+	active := 0
+	for _, n := range snap.Nodes {
+		if n.Active {
+			active++
+		}
+	}
+	if active < 2 {
+		return nil
+	}
+	other, err := shards.ClassifyObjectDDL(sql, snap)
+	if err != nil {
+		return err
+	}
+	if other != "" {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"DDL on types, domains, collations, schemas or functions is not supported with the extended query protocol").
+			WithHint("Send it as a simple query (outside a transaction block): it then runs on every worker, all or nothing.")
+	}
+	return nil
+}

@@ -892,6 +892,9 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
 	}
+	if err == nil && st.cls.ddl {
+		err = ss.extendedObjectDDL(st.Query)
+	}
 	if err != nil {
 		ss.synthError(err)
 		return nil
