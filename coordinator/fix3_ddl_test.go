@@ -25,7 +25,7 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		for _, s := range cl.Servers {
 			w := connect(t, s.Addr())
 			for _, q := range []string{"DROP TABLE IF EXISTS od_t, od_s2.t, od_s.t", "DROP FUNCTION IF EXISTS od_f(), od_f2()",
-				"DROP DOMAIN IF EXISTS od_pos", "DROP TYPE IF EXISTS od_mood, od_mood2", "DROP SCHEMA IF EXISTS od_s, od_s2, od_e, od_e2"} {
+				"DROP DOMAIN IF EXISTS od_pos", "DROP TYPE IF EXISTS od_mood, od_mood2", "DROP SCHEMA IF EXISTS od_s, od_s2, od_e, od_e2, od_e3"} {
 				_, _ = w.Exec(ctx, q)
 			}
 		}
@@ -55,6 +55,12 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		t.Errorf("ALTER DOMAIN in a transaction block: %v, want 0A000", err)
 	}
 	exec(t, c, "ROLLBACK", simple)
+
+	// In a batch: a change refused, a new object made.
+	if _, err := c.Exec(ctx, "SELECT 1; ALTER TYPE od_mood RENAME VALUE 'b' TO 'x'", simple); sqlState(err) != "0A000" {
+		t.Errorf("ALTER TYPE in a batch: %v, want 0A000", err)
+	}
+	exec(t, c, "CREATE SCHEMA od_e3; SELECT 1", simple)
 
 	// With the extended protocol: refused, nothing changed.
 	if err := c.PgConn().ExecParams(ctx, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'",
@@ -212,7 +218,8 @@ func TestSessionStateHiddenInUserCode(t *testing.T) {
 		exec(t, a, q, simple)
 		a.Close(ctx)
 		b := connect(t, srv.Addr())
-		if got := queryString(t, b, "SELECT (SELECT count(*) FROM pg_proc WHERE proname = 'st_tf') + (SELECT count(*) FROM pg_type WHERE typname = 'st_ttyp')"); got != "0" {
+		if got := queryString(t, b, "SELECT (SELECT count(*) FROM pg_proc WHERE proname = 'st_tf' AND pronamespace = pg_my_temp_schema()) + "+
+			"(SELECT count(*) FROM pg_type WHERE typname = 'st_ttyp' AND typnamespace = pg_my_temp_schema())"); got != "0" {
 			t.Errorf("after %q in another session, a fresh client sees %s temporary objects", q, got)
 		}
 		b.Close(ctx)

@@ -356,7 +356,7 @@ var objectWords = []string{"COMMENT", "GRANT", "REVOKE"}
 // runDDL runs DDL on distributed and reference tables on every shard and
 // the default node's table, all or nothing. handled is false when the
 // statement changes no catalog table.
-func (ss *session) runDDL(sql string) (handled bool, err error) {
+func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	snap := ss.srv.catalog.Load()
 	if !ss.routes || snap == nil {
 		return false, nil
@@ -365,6 +365,13 @@ func (ss *session) runDDL(sql string) (handled bool, err error) {
 	n, _, _, _ := lx.statement()
 	if n == 0 {
 		return false, nil
+	}
+	if cls.ddl && cls.count > 1 {
+		// A batch whose later statement changes a function, type, ...:
+		// objectDDL sees only batches that start with DDL.
+		if _, err := ss.objectDDLBatch(sql, snap); err != nil {
+			return true, ss.queryError(err)
+		}
 	}
 	objectOnly := slices.ContainsFunc(objectWords, func(w string) bool { return strings.EqualFold(lx.words[0], w) })
 	if !objectOnly && !slices.ContainsFunc(ddlWords, func(w string) bool {
@@ -442,6 +449,12 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 		return false, nil
 	}
 	if ss.inTxn() {
+		if shards.NewObjectDDL(sql) && ss.currentNode() == ss.srv.defaultNode.Load() {
+			// Made on the default node only: missing elsewhere (made
+			// there by create_distributed_table, or an error), never
+			// different; DDL outside transaction blocks starts there.
+			return false, nil
+		}
 		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"DDL on types, domains, collations, schemas or functions is not supported inside a transaction block").
 			WithHint("Run it outside BEGIN ... COMMIT: it runs on every worker, all or nothing."))
@@ -484,10 +497,26 @@ func (ss *session) extendedObjectDDL(sql string) error {
 	if err != nil {
 		return err
 	}
-	if other != "" {
+	if other != "" && !(shards.NewObjectDDL(sql) && ss.currentNode() == ss.srv.defaultNode.Load()) {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"DDL on types, domains, collations, schemas or functions is not supported with the extended query protocol").
 			WithHint("Send it as a simple query (outside a transaction block): it then runs on every worker, all or nothing.")
 	}
 	return nil
+}
+
+// objectDDLBatch refuses (with more than one active node) a batch of
+// several statements among which one changes or drops a function, type,
+// domain, collation or schema (shards.ClassifyObjectDDL).
+func (ss *session) objectDDLBatch(sql string, snap *metadata.Snapshot) (string, error) {
+	active := 0
+	for _, n := range snap.Nodes {
+		if n.Active {
+			active++
+		}
+	}
+	if active < 2 {
+		return "", nil
+	}
+	return shards.ClassifyObjectDDL(sql, snap)
 }

@@ -614,7 +614,7 @@ func (ss *session) simpleQuery(body []byte) error {
 			return ss.queryError(err)
 		}
 	}
-	if handled, err := ss.runDDL(text); handled {
+	if handled, err := ss.runDDL(text, &cls); handled {
 		return err
 	}
 	// Statements on no distributed table run on the default node, or on

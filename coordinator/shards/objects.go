@@ -46,8 +46,11 @@ var objectTypes = map[pg_query.ObjectType]bool{
 // statement for the other nodes ("" for a statement on no such object),
 // or a 0A000 error for DDL on these objects that cannot reach every
 // worker: DROP ... CASCADE, a batch of several statements among which one
-// is such DDL, and (with snap) ALTER SCHEMA ... RENAME of a schema holding
-// distributed or reference tables.
+// changes or drops such an object, and (with snap) ALTER SCHEMA ... RENAME
+// of a schema holding distributed or reference tables. In a batch, a plain
+// CREATE of a new object (no OR REPLACE) passes: made on the default node
+// only, it is missing elsewhere (an error there, or made by
+// create_distributed_table), never different.
 func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err error) {
 	tree, perr := pg_query.Parse(sql)
 	if perr != nil || len(tree.Stmts) == 0 {
@@ -55,6 +58,9 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 	}
 	if len(tree.Stmts) > 1 {
 		for _, st := range tree.Stmts {
+			if NewObject(st.Stmt) {
+				continue
+			}
 			one, _ := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{st}})
 			if o, e := ClassifyObjectDDL(one, snap); o != "" || e != nil {
 				return "", pgerr.New(pgerr.FeatureNotSupported,
@@ -243,4 +249,25 @@ func RunObjectDDL(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		return "", pgerr.New(pgerr.Internal, "no command tag for %q", sql)
 	}
 	return tag, nil
+}
+
+// NewObject reports a CREATE of a new type, domain, collation, schema or
+// function (no OR REPLACE).
+func NewObject(n *pg_query.Node) bool {
+	switch {
+	case n.GetCreateFunctionStmt() != nil:
+		return !n.GetCreateFunctionStmt().Replace
+	case n.GetCreateEnumStmt() != nil, n.GetCompositeTypeStmt() != nil, n.GetCreateRangeStmt() != nil,
+		n.GetCreateDomainStmt() != nil, n.GetCreateSchemaStmt() != nil:
+		return true
+	case n.GetDefineStmt() != nil:
+		return n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_COLLATION && !n.GetDefineStmt().Replace
+	}
+	return false
+}
+
+// NewObjectDDL reports whether sql is one statement that is a NewObject.
+func NewObjectDDL(sql string) bool {
+	tree, err := pg_query.Parse(sql)
+	return err == nil && len(tree.Stmts) == 1 && NewObject(tree.Stmts[0].Stmt)
 }
