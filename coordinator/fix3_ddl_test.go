@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -310,5 +312,43 @@ func TestViewsChangingSessionState(t *testing.T) {
 			}
 			b.Close(ctx)
 		}
+	}
+}
+
+// TestWriteToDroppedShardIsRetryable: a coordinator whose catalog lags
+// behind undistribute_table routes a write to a shard that no longer
+// exists: the client gets 40001 (retry), not 42P01, and the retry lands
+// in the table.
+func TestWriteToDroppedShardIsRetryable(t *testing.T) {
+	cl := pgtest.Shared(t)
+	a := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	ca := connect(t, a.Addr())
+	testTable(t, ca, "ws13", "(id int PRIMARY KEY, v text)", "SELECT create_distributed_table('ws13', 'id', shard_count => 4)")
+	b := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.CatalogPoll = time.Hour })
+	cb := connect(t, b.Addr())
+	for id := 1; id <= 4; id++ {
+		exec(t, cb, "INSERT INTO ws13 (id, v) VALUES ($1, 'b')", id)
+	}
+	exec(t, ca, "SELECT undistribute_table('ws13')", simple)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		id := 10
+		if mode == simple {
+			id = 11
+		}
+		_, err := cb.Exec(ctx, "INSERT INTO ws13 (id, v) VALUES ($1, 'late')", mode, id)
+		if mode == simple && sqlState(err) != "40001" {
+			t.Errorf("first write through the lagging coordinator: %v, want 40001", err)
+		}
+		if err != nil && sqlState(err) != "40001" {
+			t.Fatalf("write through the lagging coordinator (mode %v): %v, want success or 40001", mode, err)
+		}
+		if err != nil {
+			exec(t, cb, "INSERT INTO ws13 (id, v) VALUES ($1, 'late')", mode, id)
+		}
+	}
+	if got := queryString(t, ca, "SELECT count(*)::text FROM ws13"); got != "6" {
+		t.Errorf("rows: %s, want 6", got)
 	}
 }
