@@ -327,11 +327,23 @@ func TestWriteToDroppedShardIsRetryable(t *testing.T) {
 	ca := connect(t, a.Addr())
 	testTable(t, ca, "ws13", "(id int PRIMARY KEY, v text)", "SELECT create_distributed_table('ws13', 'id', shard_count => 4)")
 	b := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.CatalogPoll = time.Hour })
+	r := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.CatalogPoll = time.Hour })
 	cb := connect(t, b.Addr())
+	cr := connect(t, r.Addr())
 	for id := 1; id <= 4; id++ {
 		exec(t, cb, "INSERT INTO ws13 (id, v) VALUES ($1, 'b')", id)
 	}
+	if got := queryString(t, cr, "SELECT count(*)::text FROM ws13"); got != "4" {
+		t.Fatalf("rows before: %s", got)
+	}
 	exec(t, ca, "SELECT undistribute_table('ws13')", simple)
+	// A multi-shard read through a lagging coordinator.
+	if _, err := cr.Exec(ctx, "SELECT count(*) FROM ws13", simple); sqlState(err) != "40001" {
+		t.Errorf("multi-shard read through the lagging coordinator: %v, want 40001", err)
+	}
+	if got := queryString(t, cr, "SELECT count(*)::text FROM ws13"); got != "4" {
+		t.Errorf("rows read on retry: %s, want 4", got)
+	}
 	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
 		id := 10
 		if mode == simple {
