@@ -114,9 +114,12 @@ func (ss *session) stVerify(st *Statement) bool {
 }
 
 // noteViewDDL dates the viewSet when user code (DO, CALL, a function) whose
-// text mentions views ran: it may have made one.
+// text mentions creating or replacing views ran: it may have made one.
 func (ss *session) noteViewDDL(verify bool, sql string) {
-	if verify && strings.Contains(strings.ToLower(sql), "view") {
+	if !verify {
+		return
+	}
+	if l := strings.ToLower(sql); strings.Contains(l, "view") && (strings.Contains(l, "create") || strings.Contains(l, "replace")) {
 		ss.srv.viewEpoch.Add(1)
 	}
 }
