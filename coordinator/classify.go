@@ -105,6 +105,9 @@ type class struct {
 	// hidden: it makes or runs a body pgfleet does not plan (a view,
 	// function, procedure, rule, trigger or DO block; see views.go).
 	hidden bool
+	// ddl: a statement starts with CREATE, ALTER, DROP, COMMENT, GRANT or
+	// REVOKE (objectDDL checks it further on the extended protocol).
+	ddl bool
 }
 
 // classify scans sql lexically (comments, quotes and dollar quotes skipped)
@@ -123,6 +126,10 @@ func classify(sql string) class {
 				c.resetNotLast = true
 			}
 			nops := len(c.ops)
+			switch lx.words[0] {
+			case "CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE":
+				c.ddl = true
+			}
 			if quietStatement(lx.words[0]) {
 				quiet++
 			}
@@ -302,6 +309,9 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		skip := 1
 		switch name {
 		case "LOCAL":
+			if strings.EqualFold(settingName(stmt, 2), "seed") {
+				setPin("SET seed") // seeds random() for the session, not the transaction
+			}
 			if n := settingName(stmt, 2); strings.Contains(n, ".") {
 				c.ops = append(c.ops, paramOp{kind: opPlaceholder, name: n})
 				return
@@ -341,6 +351,9 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			}
 		}
 		name = strings.ToLower(name)
+		if name == "seed" {
+			setPin("SET seed") // random()'s state, which no RESET undoes
+		}
 		if setsDefault(w, stmt) {
 			// SET name TO DEFAULT, SET name = DEFAULT, SET TIME ZONE
 			// DEFAULT or LOCAL: a RESET.
@@ -552,6 +565,7 @@ var sessionFuncs = map[string]string{
 	"SET_CONFIG":                  "set_config()",
 	"DBLINK_CONNECT":              "dblink connection",
 	"LO_OPEN":                     "large object descriptor",
+	"SETSEED":                     "setseed()", // random()'s state: a fresh session's is unseeded
 }
 
 // lexer walks SQL text statement by statement. It keeps the first few words
@@ -565,6 +579,7 @@ type lexer struct {
 	punct          bool   // the statement has tokens other than words
 	sawUserCall    bool   // a call of a function that is not built in
 	sawSQLText     bool   // a call of a built-in that runs SQL given as text
+	sawAllTables   bool   // a call of a built-in that reads every table (schema_to_xml)
 	prev           string // the word before the current one, "" after punctuation
 }
 
@@ -791,6 +806,9 @@ func (lx *lexer) noteCall(w string) {
 		if f&runsSQLText != 0 {
 			lx.sawSQLText = true
 		}
+		if f&readsAllTables != 0 {
+			lx.sawAllTables = true
+		}
 		return
 	}
 	// A table's or alias's column list: INSERT INTO t (...), AS x (...),
@@ -812,12 +830,20 @@ var builtins = func() map[string]uint8 {
 	for _, n := range []string{"QUERY_TO_XML", "QUERY_TO_XMLSCHEMA", "QUERY_TO_XML_AND_XMLSCHEMA",
 		"TABLE_TO_XML", "TABLE_TO_XMLSCHEMA", "TABLE_TO_XML_AND_XMLSCHEMA", "CURSOR_TO_XML", "CURSOR_TO_XMLSCHEMA",
 		"SCHEMA_TO_XML", "SCHEMA_TO_XMLSCHEMA", "SCHEMA_TO_XML_AND_XMLSCHEMA",
-		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA"} {
+		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA", "TS_STAT", "TS_REWRITE"} {
 		m[n] = runsSQLText
+	}
+	// These read every table of a schema or database, none named.
+	for _, n := range []string{"SCHEMA_TO_XML", "SCHEMA_TO_XMLSCHEMA", "SCHEMA_TO_XML_AND_XMLSCHEMA",
+		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA"} {
+		m[n] |= readsAllTables
 	}
 	return m
 }()
 
 // runsSQLText marks built-in functions that run a query or read a table
 // named in a string argument.
-const runsSQLText = 1
+const (
+	runsSQLText    = 1
+	readsAllTables = 2
+)

@@ -364,23 +364,40 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 // definition, which runDDL sends to every shard.
 var ddlWords = []string{"CREATE", "ALTER", "DROP", "TRUNCATE"}
 
+// objectWords start the statements that may change a function, type,
+// domain, collation or schema (COMMENT ON, GRANT, REVOKE) and no table
+// runDDL handles.
+var objectWords = []string{"COMMENT", "GRANT", "REVOKE"}
+
 // runDDL runs DDL on distributed and reference tables on every shard and
 // the default node's table, all or nothing. handled is false when the
 // statement changes no catalog table.
-func (ss *session) runDDL(sql string) (handled bool, err error) {
+func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	snap := ss.srv.catalog.Load()
 	if !ss.routes || snap == nil {
 		return false, nil
 	}
 	lx := lexer{s: sql}
-	if n, _, _, _ := lx.statement(); n == 0 || !slices.ContainsFunc(ddlWords, func(w string) bool {
+	n, _, _, _ := lx.statement()
+	if n == 0 {
+		return false, nil
+	}
+	if cls.ddl && cls.count > 1 {
+		// A batch whose later statement changes a function, type, ...:
+		// objectDDL sees only batches that start with DDL.
+		if _, err := ss.objectDDLBatch(sql, snap); err != nil {
+			return true, ss.queryError(err)
+		}
+	}
+	objectOnly := slices.ContainsFunc(objectWords, func(w string) bool { return strings.EqualFold(lx.words[0], w) })
+	if !objectOnly && !slices.ContainsFunc(ddlWords, func(w string) bool {
 		return strings.EqualFold(lx.words[0], w)
 	}) {
 		return false, nil
 	}
 	ss.srv.ddlEpoch.Add(1) // CREATE FUNCTION, ALTER TABLE ... SET DEFAULT, ...
-	if handled, err := ss.objectDDL(sql, snap); handled {
-		return true, err
+	if handled, err := ss.objectDDL(sql, snap); handled || objectOnly {
+		return handled, err
 	}
 	if len(snap.Tables) == 0 {
 		return false, nil
@@ -462,11 +479,11 @@ func (ss *session) tableExists(e *shards.TableExistsError) error {
 	return nil
 }
 
-// objectDDL runs DDL on types, domains, collations and schemas
-// (shards.ObjectDDL) on every active node, all or nothing, so that tables
-// distributed later, and their shards, find them on every worker. Inside a
-// transaction block it runs on the transaction's worker only, as before
-// (create_distributed_table still creates the types a table uses).
+// objectDDL runs DDL on types, domains, collations, schemas and functions
+// (shards.ClassifyObjectDDL) on every active node, all or nothing, so that
+// tables distributed later, their shards and queries on them find the same
+// objects on every worker. Inside a transaction block it is refused with
+// 0A000 (it would reach the transaction's worker only).
 func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool, err error) {
 	active := 0
 	for _, n := range snap.Nodes {
@@ -474,12 +491,26 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 			active++
 		}
 	}
-	if active < 2 || ss.inTxn() {
+	if active < 2 {
 		return false, nil
 	}
-	other, ok := shards.ObjectDDL(sql)
-	if !ok {
+	other, err := shards.ClassifyObjectDDL(sql, snap)
+	if err != nil {
+		return true, ss.queryError(err)
+	}
+	if other == "" {
 		return false, nil
+	}
+	if ss.inTxn() {
+		if shards.NewObjectDDL(sql) && ss.currentNode() == ss.srv.defaultNode.Load() {
+			// Made on the default node only: missing elsewhere (made
+			// there by create_distributed_table, or an error), never
+			// different; DDL outside transaction blocks starts there.
+			return false, nil
+		}
+		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"DDL on types, domains, collations, schemas or functions is not supported inside a transaction block").
+			WithHint("Run it outside BEGIN ... COMMIT: it runs on every worker, all or nothing."))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -530,4 +561,49 @@ func checkDDLValues(ctx context.Context, c *pgx.Conn, sql string) error {
 		}
 	}
 	return nil
+}
+
+// extendedObjectDDL refuses, with more than one active node, DDL on
+// functions, types, domains, collations and schemas sent with the extended
+// protocol: only the simple protocol runs it on every node (objectDDL).
+func (ss *session) extendedObjectDDL(sql string) error {
+	snap := ss.srv.catalog.Load()
+	if !ss.routes || snap == nil {
+		return nil
+	}
+	active := 0
+	for _, n := range snap.Nodes {
+		if n.Active {
+			active++
+		}
+	}
+	if active < 2 {
+		return nil
+	}
+	other, err := shards.ClassifyObjectDDL(sql, snap)
+	if err != nil {
+		return err
+	}
+	if other != "" && !(shards.NewObjectDDL(sql) && ss.currentNode() == ss.srv.defaultNode.Load()) {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"DDL on types, domains, collations, schemas or functions is not supported with the extended query protocol").
+			WithHint("Send it as a simple query (outside a transaction block): it then runs on every worker, all or nothing.")
+	}
+	return nil
+}
+
+// objectDDLBatch refuses (with more than one active node) a batch of
+// several statements among which one changes or drops a function, type,
+// domain, collation or schema (shards.ClassifyObjectDDL).
+func (ss *session) objectDDLBatch(sql string, snap *metadata.Snapshot) (string, error) {
+	active := 0
+	for _, n := range snap.Nodes {
+		if n.Active {
+			active++
+		}
+	}
+	if active < 2 {
+		return "", nil
+	}
+	return shards.ClassifyObjectDDL(sql, snap)
 }

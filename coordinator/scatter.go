@@ -987,7 +987,7 @@ func (r *scatterRun) acquire() error {
 	ss.cancelMu.Lock()
 	ss.scatterTargets = r.conns
 	ss.cancelMu.Unlock()
-	if (r.port != nil && r.port.st.cls.verify) || (r.port == nil && ss.verifyNext) {
+	if (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext) {
 		// User code may read sequence state: none of another client's
 		// (seqcheck.go).
 		for _, sc := range r.conns {
@@ -1016,7 +1016,7 @@ func (r *scatterRun) release() {
 	// state on the shards' connections where no snapshot was taken: they
 	// are closed rather than given to another session, and the session
 	// keeps its transaction's connection for good.
-	userCode := (r.port != nil && r.port.st.cls.verify) || (r.port == nil && ss.verifyNext)
+	userCode := (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext)
 	for i, sc := range r.conns {
 		if sc == nil {
 			continue

@@ -88,6 +88,13 @@ func (ss *session) queueDiscardSequences() {
 // seqGuard holds (multi-shard statements).
 func (ss *session) guardSeq(err error) error {
 	var we *workerError
+	if errors.As(err, &we) && we.pg.Code == pgerr.UndefinedTable {
+		// A shard dropped by a concurrent catalog change: 40001.
+		err = newWorkerError(ss.staleShardBody(we.body))
+		if !errors.As(err, &we) {
+			return err
+		}
+	}
 	if !ss.seqGuard || !errors.As(err, &we) || we.pg.Code != pgerr.ObjectNotInPrerequisite {
 		return err
 	}

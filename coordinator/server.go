@@ -77,8 +77,10 @@ type Server struct {
 	metaPool    *pgxpool.Pool
 	// ddlEpoch counts DDL statements run through this coordinator; with
 	// the catalog version it dates mutable's verdicts.
-	ddlEpoch atomic.Int64
-	mutable  mutableCache
+	ddlEpoch  atomic.Int64
+	viewEpoch atomic.Int64 // user code that may have made a view ran
+	views     atomic.Pointer[viewSet]
+	mutable   mutableCache
 	// castsOK: computed distribution values whose casts were found to call
 	// no volatile function, with the catalog version and DDL epoch.
 	castsMu     sync.Mutex

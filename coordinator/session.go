@@ -585,6 +585,10 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	text := string(sql)
 	cls := classify(text)
+	if !cls.verify && ss.pinned == "" && ss.viewVerify(text, nil) {
+		cls.verify = true // it reads a view that may change session state
+	}
+	ss.noteViewDDL(cls.verify, text)
 	if cls.txn != "" && ss.localTxn(&cls, text) {
 		return nil
 	}
@@ -636,7 +640,7 @@ func (ss *session) simpleQuery(body []byte) error {
 			return ss.queryError(err)
 		}
 	}
-	if handled, err := ss.runDDL(text); handled {
+	if handled, err := ss.runDDL(text, &cls); handled {
 		return err
 	}
 	// Statements on no distributed table run on the default node, or on
@@ -757,7 +761,7 @@ func (ss *session) heldNode() int32 {
 // a transaction, the worker's transaction is made to fail too, as
 // PostgreSQL's would, so that COMMIT rolls back.
 func (ss *session) queryError(err error) error {
-	er := pgerr.Flatten(err)
+	er := pgerr.Flatten(ss.staleShardErr(err))
 	b, _ := er.Encode(nil)
 	if ss.sc == nil {
 		if ss.pendingBegin != "" {
@@ -946,6 +950,9 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
 	}
+	if err == nil && st.cls.ddl {
+		err = ss.extendedObjectDDL(st.Query)
+	}
 	if err != nil {
 		ss.synthError(err)
 		return nil
@@ -1043,6 +1050,7 @@ func (ss *session) bind(body []byte) error {
 		ss.seqUsed = true
 	}
 	clientSt := st
+	verify := clientSt.cls.verify || (ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt))
 	if len(ss.scatterPortals) > 0 {
 		delete(ss.scatterPortals, string(portal))
 	}
@@ -1052,7 +1060,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if err == errScatter {
-		ss.seqGuard = ss.seqGuard || clientSt.cls.verify && seqHad
+		ss.seqGuard = ss.seqGuard || verify && seqHad
 		ss.scatterBind(string(portal), string(name), clientSt, params)
 		return nil
 	}
@@ -1074,13 +1082,13 @@ func (ss *session) bind(body []byte) error {
 	if ss.txBegin != "" {
 		ss.notePortal(string(portal))
 	}
-	if clientSt.cls.seqFn != "" || clientSt.cls.verify {
+	if clientSt.cls.seqFn != "" || verify {
 		// currval or lastval, in the text or maybe in user code
 		// (seqcheck.go).
 		ss.queueDiscardSequences()
-		ss.seqGuard = ss.seqGuard || clientSt.cls.verify && seqHad
+		ss.seqGuard = ss.seqGuard || verify && seqHad
 	}
-	if clientSt.cls.verify && ss.pinned == "" {
+	if verify && ss.pinned == "" {
 		ss.snapshotState(true, clientSt.Query)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
@@ -1368,7 +1376,7 @@ func (ss *session) drain() error {
 				ss.staleStmt(e.cst)
 			}
 			if !e.abort {
-				body := ss.clientNames(e, f.Body)
+				body := ss.staleShardBody(ss.clientNames(e, f.Body))
 				if ss.seqGuard && errCode(body) == pgerr.ObjectNotInPrerequisite {
 					body = seqGuardError(body)
 				}
@@ -1804,7 +1812,7 @@ func errCode(body []byte) string {
 // stateSQL reads the parts of a server connection's session state that a
 // function, procedure or DO block can change without the statement's text
 // showing it: settings made for the session, the role and session user,
-// temporary relations, SQL-level prepared statements, holdable cursors,
+// temporary objects (relations, functions, types, operators, ...), SQL-level prepared statements, holdable cursors,
 // LISTEN channels and advisory locks.
 //
 // Placeholder settings (custom names like app.tenant that no module
@@ -1815,7 +1823,17 @@ func errCode(body []byte) string {
 const stateSQL = `SELECT concat_ws(' | ',
  (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session'),
  current_user, session_user,
- (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()),
+ (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_type WHERE typnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_operator WHERE oprnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_collation WHERE collnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_conversion WHERE connamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_opfamily WHERE opfnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_opclass WHERE opcnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_ts_config WHERE cfgnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_ts_dict WHERE dictnamespace = pg_catalog.pg_my_temp_schema()) +
+ (SELECT count(*) FROM pg_catalog.pg_statistic_ext WHERE stxnamespace = pg_catalog.pg_my_temp_schema()),
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
  (SELECT string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),

@@ -20,6 +20,9 @@ type Statement struct {
 	// paramTail is the Parse body after the query: parameter count and types.
 	paramTail []byte
 	plan      atomic.Pointer[stmtPlan]
+	// viewChk: whether the text names a view that may change session
+	// state (stateviews.go), for the viewSet it was checked against.
+	viewChk atomic.Pointer[viewCheck]
 	// descs are the first RowDescription (nil row: NoData) clients were
 	// given for the statement, per settings key (names resolve by
 	// search_path); stale is set once the statement's result changed (a

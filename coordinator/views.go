@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -56,6 +57,8 @@ func hiddenKind(w []string) string {
 		return "a rule"
 	case "TRIGGER":
 		return "a trigger"
+	case "POLICY":
+		return "a row-level security policy"
 	}
 	return ""
 }
@@ -86,10 +89,28 @@ func catalogWords(snap *metadata.Snapshot) map[string]string {
 }
 
 // mentionedTable returns a catalog table whose name appears as a word
-// anywhere in sql, bodies and strings included (conservative), or "".
+// anywhere in sql, bodies and strings included (conservative), or "". A
+// name written with Unicode escapes (U&"\0064") is decoded; one whose
+// escapes cannot be decoded here (UESCAPE) counts as naming any table.
 func mentionedTable(sql string, names map[string]string) string {
 	for i := 0; i < len(sql); {
 		c := sql[i]
+		if (c == 'U' || c == 'u') && i+2 < len(sql) && sql[i+1] == '&' && (sql[i+2] == '"' || sql[i+2] == '\'') {
+			name, next, ok := unicodeEscaped(sql, i+2)
+			if !ok {
+				for _, t := range names {
+					return t
+				}
+			}
+			if t, found := names[strings.ToLower(name)]; found {
+				return t
+			}
+			if found := mentionedTable(name, names); found != "" {
+				return found
+			}
+			i = next
+			continue
+		}
 		if !isIdentStart(c) {
 			i++
 			continue
@@ -125,10 +146,16 @@ func (ss *session) refuseHidden(sql string) error {
 		n, start, end, more := lx.statement()
 		if n > 0 {
 			kind := hiddenKind(lx.words[:n])
+			all := lx.sawAllTables
 			if kind == "" && lx.sawSQLText {
 				kind = "a query given as text (query_to_xml and the like)"
 			}
-			lx.sawSessionFunc, lx.sawUserCall, lx.sawSQLText = "", false, false
+			lx.sawSessionFunc, lx.sawUserCall, lx.sawSQLText, lx.sawAllTables = "", false, false, false
+			if all {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"schema_to_xml and database_to_xml are not supported: they would read the empty copies of the distributed and reference tables on the default node").
+					WithHint("Use table_to_xml or query_to_xml on the tables you need.")
+			}
 			if kind != "" {
 				if t := mentionedTable(sql[start:end], catalogWords(snap)); t != "" {
 					return pgerr.New(pgerr.FeatureNotSupported,
@@ -147,7 +174,7 @@ func (ss *session) refuseHidden(sql string) error {
 // table that views, materialized views, rules or functions on the default
 // node already use: after the move they would read its empty local copy.
 func refuseDependents(ctx context.Context, home *pgx.Conn, table string) error {
-	var views, funcs *string
+	var views, funcs, policies *string
 	err := home.QueryRow(ctx, `
 SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
           FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
@@ -156,10 +183,14 @@ SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
        (SELECT string_agg(DISTINCT p.oid::regprocedure::text, ', ')
           FROM pg_catalog.pg_proc p
          WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
-           AND (p.prosrc ~* ('\m' || t.relname || '\M')
+           AND (p.prosrc ~* ('\m' || t.relname || '\M') OR p.prosrc ~* 'U&'
                 OR EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass
-                           AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid)))
-  FROM pg_catalog.pg_class t WHERE t.oid = pg_catalog.to_regclass($1)`, table).Scan(&views, &funcs)
+                           AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid))),
+       (SELECT string_agg(DISTINCT pol.polname || ' on ' || pol.polrelid::regclass::text, ', ')
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_policy pol ON pol.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_policy'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
+           AND d.refobjid = t.oid AND pol.polrelid <> t.oid)
+  FROM pg_catalog.pg_class t WHERE t.oid = pg_catalog.to_regclass($1)`, table).Scan(&views, &funcs, &policies)
 	if err == pgx.ErrNoRows {
 		return nil // the function itself reports a missing table
 	}
@@ -170,9 +201,65 @@ SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
 		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the views %s use it, and would read its empty local copy", table, *views).
 			WithHint("Drop the views first and query the table directly; pgfleet does not plan through views yet.")
 	}
+	if policies != nil {
+		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the row-level security policies %s use it, and would read its empty local copy", table, *policies).
+			WithHint("Drop the policies first; pgfleet does not plan through policies yet.")
+	}
 	if funcs != nil {
 		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the functions %s name it, and would read its empty local copy", table, *funcs).
 			WithHint("Drop the functions first; pgfleet does not plan through functions yet.")
 	}
 	return nil
+}
+
+// unicodeEscaped decodes the U& quoted name or string whose opening quote
+// is at sql[q]; ok is false for a UESCAPE clause or a malformed escape.
+func unicodeEscaped(sql string, q int) (decoded string, next int, ok bool) {
+	quote := sql[q]
+	var raw strings.Builder
+	i := q + 1
+	for ; i < len(sql); i++ {
+		if sql[i] == quote {
+			if i+1 < len(sql) && sql[i+1] == quote {
+				raw.WriteByte(quote)
+				i++
+				continue
+			}
+			break
+		}
+		raw.WriteByte(sql[i])
+	}
+	next = i + 1
+	rest := strings.TrimLeft(sql[min(next, len(sql)):], " \t\r\n")
+	if len(rest) >= 7 && strings.EqualFold(rest[:7], "UESCAPE") {
+		return "", next, false
+	}
+	r := raw.String()
+	var out strings.Builder
+	for k := 0; k < len(r); k++ {
+		if r[k] != '\\' {
+			out.WriteByte(r[k])
+			continue
+		}
+		if k+1 < len(r) && r[k+1] == '\\' {
+			out.WriteByte('\\')
+			k++
+			continue
+		}
+		digits := 4
+		if k+1 < len(r) && r[k+1] == '+' {
+			digits = 6
+			k++
+		}
+		if k+digits >= len(r) {
+			return "", next, false
+		}
+		v, err := strconv.ParseUint(r[k+1:k+1+digits], 16, 32)
+		if err != nil {
+			return "", next, false
+		}
+		out.WriteRune(rune(v))
+		k += digits
+	}
+	return out.String(), next, true
 }

@@ -84,6 +84,7 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 	all[id] = conns[newKey]
 	n := &nodes{conns: all, addrs: map[int32]string{}}
 	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup("addnode", n, store), schemas: map[int32]bool{}}
+	o.g.beginStmt = opBeginSQL
 	o.learn(snap)
 	fail := func(err error) (*metadata.Snapshot, int32, error) {
 		err = o.fail(ctx, err)

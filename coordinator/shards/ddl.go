@@ -134,7 +134,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 		}
 	}
 	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup("ddl", n, store), schemas: map[int32]bool{}}
-	o.g.beginStmt = "BEGIN; SET LOCAL pgfleet.internal = 'on'"
+	o.g.beginStmt = "BEGIN; SET LOCAL pgfleet.internal = 'on'; " + opLockTimeout
 	o.learn(snap)
 
 	// The default node's transaction first: DROP INDEX finds its tables

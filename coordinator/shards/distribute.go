@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -212,22 +213,32 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot read the columns of %s on node %s", name, o.nodes.describe(o.home)))
 	}
 
+	// Every shard is locked on every node, in node order, before the first
+	// copy or DROP: the operation either holds all its locks or changes
+	// nothing (each wait bounded by opLockTimeout).
+	byNode := map[int32][]string{}
 	for _, sh := range shards {
-		shardName := metadata.ShardName(r.name, sh.ID)
-		shardIdent := pgx.Identifier{r.schema, shardName}.Sanitize()
-		shardQual := r.schema + "." + shardName
+		shardQual := r.schema + "." + metadata.ShardName(r.name, sh.ID)
 		if len(sh.Nodes) == 0 {
 			return nil, o.fail(ctx, pgerr.New(pgerr.ObjectNotInPrerequisite, "shard %s has no placements", shardQual))
 		}
 		for _, node := range sh.Nodes {
-			tx, err := o.g.begin(ctx, node)
-			if err != nil {
-				return nil, o.fail(ctx, err)
-			}
-			if _, err := tx.conn.Exec(ctx, "LOCK TABLE "+shardIdent+" IN EXCLUSIVE MODE"); err != nil {
-				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot lock shard %s on node %s", shardQual, o.nodes.describe(node)))
-			}
+			byNode[node] = append(byNode[node], pgx.Identifier{r.schema, metadata.ShardName(r.name, sh.ID)}.Sanitize())
 		}
+	}
+	for _, node := range slices.Sorted(maps.Keys(byNode)) {
+		tx, err := o.g.begin(ctx, node)
+		if err != nil {
+			return nil, o.fail(ctx, err)
+		}
+		if _, err := tx.conn.Exec(ctx, "LOCK TABLE "+strings.Join(byNode[node], ", ")+" IN EXCLUSIVE MODE"); err != nil {
+			return nil, o.fail(ctx, o.nodes.wrap(err, "cannot lock the shards of %s on node %s", name, o.nodes.describe(node)))
+		}
+	}
+	for _, sh := range shards {
+		shardName := metadata.ShardName(r.name, sh.ID)
+		shardIdent := pgx.Identifier{r.schema, shardName}.Sanitize()
+		shardQual := r.schema + "." + shardName
 		src := sh.Nodes[0]
 		if slices.Contains(sh.Nodes, o.home) {
 			src = o.home
@@ -307,6 +318,7 @@ func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn
 		return nil, nil, err
 	}
 	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n, store), schemas: map[int32]bool{}}
+	o.g.beginStmt = opBeginSQL
 	o.learn(snap)
 	return o, snap, nil
 }
@@ -502,6 +514,10 @@ func (o *op) reload(ctx context.Context) (*metadata.Snapshot, error) {
 // to recovery), the catalog entry stays: recovery may commit the shards.
 func (o *op) fail(ctx context.Context, err error) error {
 	problems := o.g.rollback(ctx)
+	if e := toPgErr(err); e.Code == pgerr.LockNotAvailable && e.Hint == "" {
+		e.Hint = "Concurrent writes or another operation held a lock it needed (on several workers, perhaps waiting on each other); nothing was changed: retry it."
+		err = e
+	}
 	if o.recorded != "" && o.g.inDoubt {
 		problems = append(problems, fmt.Sprintf("table %s stays in the catalog until the outcome is known", o.recorded))
 		o.recorded = ""

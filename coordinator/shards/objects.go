@@ -3,6 +3,9 @@ package shards
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,11 +28,70 @@ import (
 // CREATE in a block that ignores duplicate_object), and ok false for any
 // other statement, or several.
 func ObjectDDL(sql string) (other string, ok bool) {
-	tree, err := pg_query.Parse(sql)
-	if err != nil || len(tree.Stmts) != 1 {
-		return "", false
+	other, err := ClassifyObjectDDL(sql, nil)
+	return other, err == nil && other != ""
+}
+
+// objectTypes are the objects that must be the same on every worker: the
+// types, domains and collations of shards' columns, the functions queries
+// call on the shards, and the schemas of these.
+var objectTypes = map[pg_query.ObjectType]bool{
+	pg_query.ObjectType_OBJECT_TYPE: true, pg_query.ObjectType_OBJECT_DOMAIN: true,
+	pg_query.ObjectType_OBJECT_DOMCONSTRAINT: true, pg_query.ObjectType_OBJECT_COLLATION: true,
+	pg_query.ObjectType_OBJECT_SCHEMA: true, pg_query.ObjectType_OBJECT_FUNCTION: true,
+	pg_query.ObjectType_OBJECT_PROCEDURE: true, pg_query.ObjectType_OBJECT_ROUTINE: true,
+}
+
+// ClassifyObjectDDL is ObjectDDL for the coordinator: it returns the
+// statement for the other nodes ("" for a statement on no such object),
+// or a 0A000 error for DDL on these objects that cannot reach every
+// worker: DROP ... CASCADE, a batch of several statements among which one
+// changes or drops such an object, and (with snap) ALTER SCHEMA ... RENAME
+// of a schema holding distributed or reference tables. In a batch, a plain
+// CREATE of a new object (no OR REPLACE) passes: made on the default node
+// only, it is missing elsewhere (an error there, or made by
+// create_distributed_table), never different.
+func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err error) {
+	tree, perr := pg_query.Parse(sql)
+	if perr != nil || len(tree.Stmts) == 0 {
+		return "", nil
+	}
+	if len(tree.Stmts) > 1 {
+		for _, st := range tree.Stmts {
+			if NewObject(st.Stmt) {
+				continue
+			}
+			one, _ := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{st}})
+			if o, e := ClassifyObjectDDL(one, snap); o != "" || e != nil {
+				return "", pgerr.New(pgerr.FeatureNotSupported,
+					"DDL on types, domains, collations, schemas or functions in a batch of several statements is not supported").
+					WithHint("Send it as a statement of its own, so that it reaches every worker.")
+			}
+		}
+		return "", nil
 	}
 	n := tree.Stmts[0].Stmt
+	if s := n.GetRenameStmt(); s != nil && s.RenameType == pg_query.ObjectType_OBJECT_SCHEMA && snap != nil {
+		for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
+			if strings.HasPrefix(name, s.Subname+".") {
+				return "", unsupportedDDL("ALTER SCHEMA %s RENAME is not supported: it has %s", s.Subname, describeTable(snap.Tables[name])).
+					WithHint("Undistribute its distributed and reference tables first (undistribute_table), rename, then distribute them again.")
+			}
+		}
+	}
+	if d := n.GetDropStmt(); d != nil && d.Behavior == pg_query.DropBehavior_DROP_CASCADE && objectTypes[d.RemoveType] &&
+		d.RemoveType != pg_query.ObjectType_OBJECT_SCHEMA { // DROP SCHEMA ... CASCADE: DDLTables
+		return "", unsupportedDDL("DROP %s ... CASCADE is not supported: it would not reach every worker", objectName(d.RemoveType)).
+			WithHint("Drop the objects that depend on it first, then drop it without CASCADE.")
+	}
+	other, ok := objectDDL(tree, n)
+	if !ok {
+		return "", nil
+	}
+	return other, nil
+}
+
+func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok bool) {
 	deparse := func() (string, bool) {
 		s, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
 		return s, err == nil
@@ -40,6 +102,16 @@ func ObjectDDL(sql string) (other string, ok bool) {
 			return "", false
 		}
 		return "DO $pgfleet$ BEGIN " + s + "; EXCEPTION WHEN duplicate_object OR duplicate_schema THEN NULL; END $pgfleet$", true
+	}
+	// A comment on an object another node lacks stays missing there. (An
+	// ALTER of such an object fails, all or nothing: an error inside it,
+	// such as a domain CHECK's missing function, must not be ignored.)
+	ignoreMissing := func() (string, bool) {
+		s, ok := deparse()
+		if !ok {
+			return "", false
+		}
+		return "DO $pgfleet$ BEGIN " + s + "; EXCEPTION WHEN undefined_object OR undefined_function OR invalid_schema_name THEN NULL; END $pgfleet$", true
 	}
 	bestEffort := func() (string, bool) {
 		s, ok := deparse()
@@ -68,6 +140,37 @@ func ObjectDDL(sql string) (other string, ok bool) {
 			a.SkipIfNewValExists = true
 		}
 		return deparse()
+	case n.GetAlterDomainStmt() != nil, n.GetAlterFunctionStmt() != nil, n.GetAlterCollationStmt() != nil,
+		n.GetAlterTypeStmt() != nil:
+		return deparse()
+	case n.GetAlterTableStmt() != nil && n.GetAlterTableStmt().Objtype == pg_query.ObjectType_OBJECT_TYPE:
+		return deparse() // ALTER TYPE composite ADD/DROP/ALTER ATTRIBUTE
+	case n.GetRenameStmt() != nil:
+		r := n.GetRenameStmt()
+		if objectTypes[r.RenameType] || r.RenameType == pg_query.ObjectType_OBJECT_ATTRIBUTE {
+			return deparse()
+		}
+		return "", false
+	case n.GetAlterObjectSchemaStmt() != nil:
+		if objectTypes[n.GetAlterObjectSchemaStmt().ObjectType] {
+			return deparse()
+		}
+		return "", false
+	case n.GetAlterOwnerStmt() != nil:
+		if objectTypes[n.GetAlterOwnerStmt().ObjectType] {
+			return deparse()
+		}
+		return "", false
+	case n.GetCommentStmt() != nil:
+		if objectTypes[n.GetCommentStmt().Objtype] {
+			return ignoreMissing()
+		}
+		return "", false
+	case n.GetGrantStmt() != nil:
+		if objectTypes[n.GetGrantStmt().Objtype] {
+			return deparse()
+		}
+		return "", false
 	case n.GetDropStmt() != nil:
 		d := n.GetDropStmt()
 		if d.Behavior == pg_query.DropBehavior_DROP_CASCADE {
@@ -102,7 +205,7 @@ func RunObjectDDL(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		n.addrs[nd.ID] = nd.Addr()
 	}
 	g := newGroup("ddl", n, store)
-	g.beginStmt = "BEGIN"
+	g.beginStmt = "BEGIN; " + opLockTimeout
 	tx, err := g.begin(ctx, defaultNode)
 	if err != nil {
 		return "", err
@@ -146,4 +249,25 @@ func RunObjectDDL(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		return "", pgerr.New(pgerr.Internal, "no command tag for %q", sql)
 	}
 	return tag, nil
+}
+
+// NewObject reports a CREATE of a new type, domain, collation, schema or
+// function (no OR REPLACE).
+func NewObject(n *pg_query.Node) bool {
+	switch {
+	case n.GetCreateFunctionStmt() != nil:
+		return !n.GetCreateFunctionStmt().Replace
+	case n.GetCreateEnumStmt() != nil, n.GetCompositeTypeStmt() != nil, n.GetCreateRangeStmt() != nil,
+		n.GetCreateDomainStmt() != nil, n.GetCreateSchemaStmt() != nil:
+		return true
+	case n.GetDefineStmt() != nil:
+		return n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_COLLATION && !n.GetDefineStmt().Replace
+	}
+	return false
+}
+
+// NewObjectDDL reports whether sql is one statement that is a NewObject.
+func NewObjectDDL(sql string) bool {
+	tree, err := pg_query.Parse(sql)
+	return err == nil && len(tree.Stmts) == 1 && NewObject(tree.Stmts[0].Stmt)
 }

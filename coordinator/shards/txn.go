@@ -29,6 +29,16 @@ const GIDPrefix = "pgfleet_"
 const beginSQL = `BEGIN; SET LOCAL datestyle = 'ISO, MDY'; SET LOCAL intervalstyle = 'postgres';
 SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'; SET LOCAL pgfleet.internal = 'on'`
 
+// opLockTimeout bounds each lock wait of catalog moves and DDL
+// (create_distributed_table, undistribute_table, citus_add_node, DDL on
+// catalog tables): their locks on several workers, taken while writes that
+// span workers hold row locks, can form a deadlock across workers that no
+// single PostgreSQL detects. It ends as 55P03 with a hint to retry.
+const opLockTimeout = "SET LOCAL lock_timeout = '10s'"
+
+// opBeginSQL opens the transactions of catalog moves.
+const opBeginSQL = beginSQL + "; " + opLockTimeout
+
 // cleanupTimeout bounds the rollbacks after a failure, which run even when
 // the caller's context is done.
 const cleanupTimeout = 30 * time.Second

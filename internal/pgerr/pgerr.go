@@ -41,6 +41,7 @@ const (
 	DuplicateObject          = "42710"
 	UndefinedObject          = "42704"
 	UndefinedTable           = "42P01"
+	LockNotAvailable         = "55P03"
 
 	InvalidTextRepresentation = "22P02"
 	NumericValueOutOfRange    = "22003"

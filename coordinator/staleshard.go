@@ -1,0 +1,90 @@
+package coordinator
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// firstShardID is where the catalog's shard ids start (metadata/store.go).
+const firstShardID = 102008
+
+// staleShard returns, for a worker's 42P01 "relation "t_102050" does not
+// exist" on a shard name pgfleet generated that the current catalog no
+// longer has (a concurrent undistribute_table, create_distributed_table or
+// move dropped it between routing and running), the error as a
+// serialization failure (40001) the client can retry; nil for any other
+// error. Rare path: it runs only on a 42P01.
+func staleShard(msg string, snap *metadata.Snapshot) *pgerr.Error {
+	const pre, post = `relation "`, `" does not exist`
+	if !strings.HasPrefix(msg, pre) || !strings.HasSuffix(msg, post) {
+		return nil
+	}
+	rel := msg[len(pre) : len(msg)-len(post)]
+	bare := rel[strings.LastIndexByte(rel, '.')+1:]
+	i := strings.LastIndexByte(bare, '_')
+	if i <= 0 {
+		return nil
+	}
+	id, err := strconv.ParseInt(bare[i+1:], 10, 64)
+	if err != nil || id < firstShardID {
+		return nil
+	}
+	if snap != nil {
+		for _, shards := range snap.Shards {
+			for _, sh := range shards {
+				if sh.ID == id {
+					return nil // the shard is there: a real error
+				}
+			}
+		}
+	}
+	return pgerr.New(pgerr.SerializationFailure,
+		"shard %s was moved or dropped by a concurrent change of its table's distribution", rel).
+		WithHint("Retry the statement (or the transaction): it will use the table as it is now.")
+}
+
+// staleShardBody maps a worker's ErrorResponse body with staleShard; it
+// returns body unchanged when it does not apply.
+func (ss *session) staleShardBody(body []byte) []byte {
+	if errCode(body) != pgerr.UndefinedTable {
+		return body
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil {
+		return body
+	}
+	ss.srv.refreshCatalog(context.Background())
+	e := staleShard(er.Message, ss.srv.catalog.Load())
+	if e == nil {
+		return body
+	}
+	er.Code, er.Message, er.Hint = e.Code, e.Message, e.Hint
+	b, err := er.Encode(nil)
+	if err != nil {
+		return body
+	}
+	return b[5:]
+}
+
+// staleShardErr is staleShard for errors of coordinator-driven writes.
+func (ss *session) staleShardErr(err error) error {
+	er := pgerr.Flatten(err)
+	if er == nil || er.Code != pgerr.UndefinedTable {
+		return err
+	}
+	ss.srv.refreshCatalog(context.Background())
+	msg := er.Message
+	if i := strings.LastIndex(msg, `relation "`); i > 0 {
+		msg = msg[i:]
+	}
+	if e := staleShard(msg, ss.srv.catalog.Load()); e != nil {
+		return e
+	}
+	return err
+}
