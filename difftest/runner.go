@@ -428,6 +428,9 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 				return
 			}
 			ru.logs = append(ru.logs, fmt.Sprintf("   (oracle: executions 1-%d only, the coordinator refused execution %d)", ca.execs, ca.execs+1))
+			if ru.cfg.Trace != nil {
+				fmt.Fprintln(ru.cfg.Trace, ru.logs[len(ru.logs)-1])
+			}
 		}
 		ru.realign(ctx, ca.txStatus)
 		return
