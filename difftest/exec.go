@@ -22,6 +22,12 @@ type answer struct {
 	message  string
 	txStatus byte
 	fatal    error // a non-SQL error (connection lost, timeout)
+
+	// Prepared statements only: how many executions succeeded before an
+	// error, and the transaction status after the last of them. The
+	// answer's fields, rows and tag are theirs.
+	execs   int
+	execsTx byte
 }
 
 type field struct {
@@ -79,9 +85,13 @@ func run(ctx context.Context, conn *pgconn.PgConn, st *stmt, latin1 bool, timeou
 			}
 			vals, _, formats := bindValues(params, latin1)
 			r := conn.ExecPrepared(ctx, name, vals, formats, nil).Read()
-			a.add(r.FieldDescriptions, r.Rows, r.CommandTag)
 			a.setErr(r.Err)
-			err = r.Err
+			if err = r.Err; err != nil {
+				break
+			}
+			a.add(r.FieldDescriptions, r.Rows, r.CommandTag)
+			a.execs++
+			a.execsTx = conn.TxStatus()
 		}
 		if a.fatal == nil {
 			// Dropping the statement can fail only in an aborted transaction

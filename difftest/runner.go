@@ -413,6 +413,25 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 	ca := run(ctx, ru.coord.conn, st, latin1, ru.cfg.Timeout)
 	if ca.refused() {
 		ru.st.Refusals[st.family+": "+refusalReason(ca.message)]++
+		if st.proto == preparedProto && ca.execs > 0 {
+			// The executions before the refused one ran on the coordinator
+			// (and may have written): the oracle runs them too, and their
+			// answers are compared.
+			pre := *st
+			pre.more = st.more[:ca.execs-1]
+			oa := run(ctx, ru.oracle.conn, &pre, latin1, ru.cfg.Timeout)
+			done := ca
+			done.sqlstate, done.message, done.txStatus = "", "", ca.execsTx
+			if d := diff(&pre, done, oa); d != "" {
+				ru.fail(fmt.Sprintf("statement %d: %s\nthe coordinator refused execution %d; executions before it: %s\n--- coordinator:\n%s--- oracle:\n%s",
+					ru.n, st.describe(), ca.execs+1, d, ca.describe(latin1), oa.describe(latin1)))
+				return
+			}
+			ru.logs = append(ru.logs, fmt.Sprintf("   (oracle: executions 1-%d only, the coordinator refused execution %d)", ca.execs, ca.execs+1))
+			if ru.cfg.Trace != nil {
+				fmt.Fprintln(ru.cfg.Trace, ru.logs[len(ru.logs)-1])
+			}
+		}
 		ru.realign(ctx, ca.txStatus)
 		return
 	}
