@@ -133,7 +133,7 @@ func classify(sql string) class {
 			if quietStatement(lx.words[0]) {
 				quiet++
 			}
-			if lx.sawSessionFunc != "" && c.pin == "" {
+			if lx.sawSessionFunc != "" && c.pin == "" && !definesView(lx.words[:n]) {
 				c.pin = lx.sawSessionFunc
 			}
 			if lx.sawSeqFunc != "" {
@@ -584,6 +584,30 @@ type lexer struct {
 }
 
 const maxWords = 12
+
+// definesView reports whether a statement's first words create a view
+// (CREATE [OR REPLACE] [TEMP|TEMPORARY] [RECURSIVE] VIEW): its query is
+// stored, not run, so a session function it names changes nothing now.
+// (CREATE MATERIALIZED VIEW runs its query and is not one.)
+func definesView(w []string) bool {
+	i := 0
+	next := func(k string) bool {
+		if i < len(w) && strings.EqualFold(w[i], k) {
+			i++
+			return true
+		}
+		return false
+	}
+	if !next("CREATE") {
+		return false
+	}
+	if next("OR") && !next("REPLACE") {
+		return false
+	}
+	_ = next("TEMP") || next("TEMPORARY")
+	_ = next("RECURSIVE")
+	return next("VIEW")
+}
 
 // startsWith reports whether the first statement's first word is w (upper
 // case), comments and white space skipped.

@@ -65,6 +65,9 @@ func TestClassify(t *testing.T) {
 		// Quoting and schemas do not hide session effects (issue 8, class 13).
 		{sql: `SELECT "set_config"('search_path', 'x', false)`, stmt: 1, pin: "set_config()"},
 		{sql: `SELECT pg_catalog."set_config" ('a.b', 'x', false)`, stmt: 1, pin: "set_config()"},
+		// A view stores its query; a materialized view runs it.
+		{sql: "CREATE OR REPLACE VIEW v AS SELECT set_config('search_path', 'x', false)", stmt: 1},
+		{sql: "CREATE MATERIALIZED VIEW m AS SELECT set_config('search_path', 'x', false)", stmt: 1, pin: "set_config()"},
 		{sql: `SET "role" = 'bob'`, stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
 		{sql: `SET SESSION ROLE bob`, stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
 		{sql: `set session_authorization = 'bob'`, stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
