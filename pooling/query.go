@@ -12,30 +12,43 @@ import (
 // the coordinator's own small questions on rare paths (a transaction's
 // characteristics, the session's settings), not for client statements.
 func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
+	var rows [][]string
+	err := c.run(sql, deadline, nil, func(body []byte) {
+		var dr pgproto3.DataRow
+		if dr.Decode(body) == nil {
+			row := make([]string, len(dr.Values))
+			for i, v := range dr.Values {
+				row[i] = string(v)
+			}
+			rows = append(rows, row)
+		}
+	})
+	return rows, err
+}
+
+// run sends sql as a simple query and reads the answer up to ReadyForQuery:
+// rows go to onRow (if any), ParameterStatus is noted (and passed to
+// onStatus), a COPY FROM STDIN is refused. It returns the first error the
+// server reported, or the connection's error.
+func (c *ServerConn) run(sql string, deadline time.Time, onStatus, onRow func(body []byte)) error {
 	q := pgproto3.Query{String: sql}
 	b, _ := q.Encode(c.wbuf)
 	c.wbuf = b
 	_ = c.conn.SetDeadline(deadline)
 	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
 	if err := c.Flush(); err != nil {
-		return nil, err
+		return err
 	}
-	var rows [][]string
 	var first error
 	for {
 		f, err := c.Next()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		switch f.Type {
 		case 'D':
-			var dr pgproto3.DataRow
-			if dr.Decode(f.Body) == nil {
-				row := make([]string, len(dr.Values))
-				for i, v := range dr.Values {
-					row[i] = string(v)
-				}
-				rows = append(rows, row)
+			if onRow != nil {
+				onRow(f.Body)
 			}
 		case 'E':
 			if first == nil {
@@ -46,15 +59,18 @@ func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
 			}
 		case 'S':
 			c.NoteParameterStatus(f.Body)
-		case 'G':
+			if onStatus != nil {
+				onStatus(f.Body)
+			}
+		case 'G': // COPY FROM STDIN in an internal statement: refuse it.
 			fail := pgproto3.CopyFail{Message: "pgfleet internal statement"}
 			c.wbuf, _ = fail.Encode(c.wbuf)
 			if err := c.Flush(); err != nil {
-				return nil, err
+				return err
 			}
 		case 'Z':
 			c.TxStatus = f.Body[0]
-			return rows, first
+			return first
 		}
 	}
 }

@@ -121,44 +121,7 @@ func (c *ServerConn) NoteParameterStatus(body []byte) {
 // returns the first error the server reported. ParameterStatus messages are
 // recorded and also passed to onStatus when it is not nil.
 func (c *ServerConn) Exec(sql string, deadline time.Time, onStatus func(body []byte)) error {
-	q := pgproto3.Query{String: sql}
-	b, _ := q.Encode(c.wbuf)
-	c.wbuf = b
-	_ = c.conn.SetDeadline(deadline)
-	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
-	if err := c.Flush(); err != nil {
-		return err
-	}
-	var first error
-	for {
-		f, err := c.Next()
-		if err != nil {
-			return err
-		}
-		switch f.Type {
-		case 'E':
-			if first == nil {
-				var er pgproto3.ErrorResponse
-				_ = er.Decode(f.Body)
-				first = &pgconn.PgError{Severity: er.Severity, Code: er.Code, Message: er.Message,
-					Detail: er.Detail, Hint: er.Hint}
-			}
-		case 'S':
-			c.NoteParameterStatus(f.Body)
-			if onStatus != nil {
-				onStatus(f.Body)
-			}
-		case 'G': // COPY FROM STDIN in an internal statement: refuse it.
-			fail := pgproto3.CopyFail{Message: "pgfleet internal statement"}
-			c.wbuf, _ = fail.Encode(c.wbuf)
-			if err := c.Flush(); err != nil {
-				return err
-			}
-		case 'Z':
-			c.TxStatus = f.Body[0]
-			return first
-		}
-	}
+	return c.run(sql, deadline, onStatus, nil)
 }
 
 // alive reports whether an idle connection still looks usable: nothing is
