@@ -2,12 +2,8 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/planner"
@@ -60,49 +56,29 @@ func (ss *session) unparsed(sql string) error {
 			pool.Release(sc)
 		}
 	}
-	b := sc.Buf()
-	b, _ = (&pgproto3.Parse{Query: sql}).Encode(b)
-	b, _ = (&pgproto3.Sync{}).Encode(b)
-	sc.SetBuf(b)
-	if err := sc.Flush(); err != nil {
+	werr, err := parseOnly(sc, sql, nil)
+	if err != nil {
 		sc.MarkBroken()
 		release()
 		return lostWorker(sc.Addr, err)
 	}
-	var werr error
-	for {
-		f, err := sc.Next()
-		if err != nil {
-			sc.MarkBroken()
-			release()
-			return lostWorker(sc.Addr, err)
-		}
-		switch f.Type {
-		case 'E':
-			werr = newWorkerError(f.Body)
-		case 'S':
-			sc.NoteParameterStatus(f.Body)
-		case 'Z':
-			sc.TxStatus = f.Body[0]
-			release()
-			var pe *pgconn.PgError
-			if werr == nil || !errors.As(werr, &pe) {
-				return refuse
-			}
-			if pe.Code == pgerr.SyntaxError && pe.Position == 0 {
-				// "cannot insert multiple commands into a prepared
-				// statement": a query string of several statements.
-				return refuse
-			}
-			if pe.Code != pgerr.SyntaxError && !strings.HasPrefix(pe.Code, "22") {
-				// Parse analysis (42P01 for a table the default node
-				// resolves otherwise, ...): not the lexer's verdict on the
-				// text, which is all this check may pass on.
-				return refuse
-			}
-			return werr
-		}
+	release()
+	if werr == nil {
+		return refuse
 	}
+	pe := werr.pg
+	if pe.Code == pgerr.SyntaxError && pe.Position == 0 {
+		// "cannot insert multiple commands into a prepared statement": a
+		// query string of several statements.
+		return refuse
+	}
+	if pe.Code != pgerr.SyntaxError && !strings.HasPrefix(pe.Code, "22") {
+		// Parse analysis (42P01 for a table the default node resolves
+		// otherwise, ...): not the lexer's verdict on the text, which is
+		// all this check may pass on.
+		return refuse
+	}
+	return werr
 }
 
 // unparsedPlan reports whether p is the plan of a statement pg_query could

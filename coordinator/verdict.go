@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // workerVerdict is the error for a statement the planner refused (0A000):
@@ -35,29 +37,36 @@ func (ss *session) workerVerdict(query string, paramTail []byte, refusal error) 
 	if err != nil {
 		return refusal
 	}
+	werr, err := parseOnly(sc, query, paramTail)
+	pool.Release(sc)
+	if err == nil && werr != nil && passThrough(werr.pg.Code) {
+		return werr
+	}
+	return refusal
+}
+
+// parseOnly sends a Parse of query (paramTail: the Parse body after the
+// query, the parameter types; nil for none) and a Sync on sc, and reads the
+// answer up to ReadyForQuery: the worker's error, if the Parse failed. Parse
+// runs parse analysis and nothing else. A lost connection is err.
+func parseOnly(sc *pooling.ServerConn, query string, paramTail []byte) (*workerError, error) {
 	body := append([]byte{0}, query...)
 	body = append(body, 0)
 	if paramTail == nil {
 		paramTail = []byte{0, 0}
 	}
 	body = append(body, paramTail...)
-	b := sc.Buf()
-	b = append(b, 'P', 0, 0, 0, 0)
-	b = append(b, body...)
-	n := len(body) + 4
-	b[len(b)-len(body)-4], b[len(b)-len(body)-3], b[len(b)-len(body)-2], b[len(b)-len(body)-1] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	b := wire.AppendFrame(sc.Buf(), 'P', body)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
-		pool.Release(sc)
-		return refusal
+		return nil, err
 	}
 	var werr *workerError
 	for {
 		f, err := sc.Next()
 		if err != nil {
-			pool.Release(sc)
-			return refusal
+			return nil, err
 		}
 		switch f.Type {
 		case 'E':
@@ -66,11 +75,7 @@ func (ss *session) workerVerdict(query string, paramTail []byte, refusal error) 
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
 			sc.TxStatus = f.Body[0]
-			pool.Release(sc)
-			if werr != nil && passThrough(werr.pg.Code) {
-				return werr
-			}
-			return refusal
+			return werr, nil
 		}
 	}
 }
