@@ -484,7 +484,7 @@ func clockFree(p *planner.Plan, v *planner.Value, in distInput) error {
 	}
 	for _, s := range []string{string(in.val), v.Expr} {
 		for _, w := range timeWords {
-			if containsFoldASCII(s, w) {
+			if planner.ContainsFold(s, w) {
 				return pgerr.New(pgerr.FeatureNotSupported,
 					"the distribution value %s of %s may be read as the current time ('%s'), which each connection reads differently", v.Expr, p.DistTable, w).
 					WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType)
@@ -492,24 +492,6 @@ func clockFree(p *planner.Plan, v *planner.Value, in distInput) error {
 		}
 	}
 	return nil
-}
-
-func containsFoldASCII(s, needle string) bool {
-	n := len(needle)
-outer:
-	for i := 0; i+n <= len(s); i++ {
-		for j := 0; j < n; j++ {
-			c := s[i+j]
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			if c != needle[j] {
-				continue outer
-			}
-		}
-		return true
-	}
-	return false
 }
 
 // errAskElsewhere refuses a value PostgreSQL could not compute on a

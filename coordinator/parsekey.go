@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // PostgreSQL reads a prepared statement's constants once, under the
@@ -168,7 +169,7 @@ func readAffects(g int, sql string) bool {
 	case grpEscape:
 		return strings.IndexByte(sql, '\\') >= 0
 	case grpNull:
-		return containsFoldASCII(sql, "null")
+		return planner.ContainsFold(sql, "null")
 	}
 	for _, c := range stringConstants(sql) {
 		switch g {
@@ -258,7 +259,7 @@ func (ss *session) noteReported(params map[string]string) {
 // or more (20200102, J2458851), or a word read as the current day or time.
 func timeLike(c string) bool {
 	for _, w := range []string{"now", "today", "tomorrow", "yesterday", "allballs"} {
-		if containsFoldASCII(c, w) {
+		if planner.ContainsFold(c, w) {
 			return true
 		}
 	}

@@ -58,13 +58,13 @@ var catalogFunctions = map[string]bool{
 // MentionsFunction reports whether sql may call a catalog function, a cheap
 // test that spares parsing for every other statement.
 func MentionsFunction(sql string) bool {
-	return containsFold(sql, "citus_") || containsFold(sql, "distribute") || containsFold(sql, "reference_table") ||
-		containsFold(sql, "master_get")
+	return ContainsFold(sql, "citus_") || ContainsFold(sql, "distribute") || ContainsFold(sql, "reference_table") ||
+		ContainsFold(sql, "master_get")
 }
 
-// containsFold is a case-insensitive strings.Contains for an ASCII,
+// ContainsFold is a case-insensitive strings.Contains for an ASCII,
 // lower-case needle, without allocating.
-func containsFold(s, needle string) bool {
+func ContainsFold(s, needle string) bool {
 	n := len(needle)
 outer:
 	for i := 0; i+n <= len(s); i++ {
@@ -89,7 +89,7 @@ outer:
 // name can hide from a text scan only in a Unicode-escaped identifier
 // (U&"\0074x1"), so any U& plans.
 func MentionsTable(sql string, cat *metadata.Snapshot) bool {
-	if len(cat.Tables) > 0 && containsFold(sql, "u&") {
+	if len(cat.Tables) > 0 && ContainsFold(sql, "u&") {
 		return true
 	}
 	for name := range cat.Tables {
@@ -97,7 +97,7 @@ func MentionsTable(sql string, cat *metadata.Snapshot) bool {
 		if strings.ToLower(rel) != rel || !isASCII(rel) {
 			return true // a quoted mixed-case or non-ASCII name: plan to be sure
 		}
-		if containsFold(sql, rel) {
+		if ContainsFold(sql, rel) {
 			return true
 		}
 	}
