@@ -3,6 +3,7 @@ package planner
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -445,11 +446,17 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	// subqueries and CTEs are not analysed yet.
 	ctes := cteNames(stmt)
 	var nested error
+	var nestedRefs []string // reference tables read in subqueries and CTEs
 	Walk(stmt, func(m proto.Message) {
 		if rv, ok := m.(*pg_query.RangeVar); ok && !b.topLevel[rv] && nested == nil {
-			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
+			t := lookup(b.cat, rv, ctes)
+			switch {
+			case t == nil:
+			case t.Kind == metadata.Distributed:
 				nested = unsupported("distributed table %s in a subquery or CTE is not supported yet", t.Name).
 					WithHint("Move the distributed table to the top-level FROM, joined on its distribution column, or run the subquery first.")
+			case !slices.Contains(nestedRefs, t.Name):
+				nestedRefs = append(nestedRefs, t.Name)
 			}
 		}
 	})
@@ -473,6 +480,12 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				dist = append(dist, t)
 			}
 		}
+	}
+	if len(p.Tables) == 0 {
+		// Only reference tables, all in subqueries or CTEs
+		// (SELECT (SELECT count(*) FROM r1), (SELECT count(*) FROM r2)):
+		// they say where the statement can run.
+		p.Tables = nestedRefs
 	}
 	sort.Strings(p.Tables)
 	sort.Slice(dist, func(i, j int) bool { return dist[i].Name < dist[j].Name })
