@@ -60,3 +60,60 @@ func TestScalarSubqueriesOverReferenceTables(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidEncodingInFailedTransaction: PostgreSQL checks a Query's or
+// Parse's text against the client encoding as it arrives, before the
+// failed transaction's 25P02; the coordinator, answering a failed
+// transaction itself, gives the same 22021, and the transaction stays
+// failed.
+func TestInvalidEncodingInFailedTransaction(t *testing.T) {
+	cl := pgtest.Shared(t)
+	co := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c0 := connect(t, co.Addr())
+	exec(t, c0, "DROP TABLE IF EXISTS enc_dist")
+	exec(t, c0, "CREATE TABLE enc_dist (id int PRIMARY KEY)")
+	exec(t, c0, "SELECT create_distributed_table('enc_dist', 'id')", pgx.QueryExecModeSimpleProtocol)
+	t.Cleanup(func() {
+		_, _ = c0.Exec(ctx, "SELECT undistribute_table('enc_dist')", pgx.QueryExecModeSimpleProtocol)
+		_, _ = c0.Exec(ctx, "DROP TABLE IF EXISTS enc_dist")
+	})
+	bad := "SELECT 'caf\xc3'''"
+	// The transaction fails on the coordinator (a refusal before any
+	// worker saw the transaction, or after one did), or on a worker.
+	for _, fail := range []string{"BEGIN", "BEGIN; SELECT 1", "BEGIN; SELECT 1/0"} {
+		for _, via := range []string{"coordinator", "postgres"} {
+			addr := co.Addr()
+			if via == "postgres" {
+				addr = cl.Servers[0].Addr()
+			}
+			c := connect(t, addr).PgConn()
+			if _, err := c.Exec(ctx, fail).ReadAll(); err != nil && sqlState(err) != "22012" {
+				t.Fatalf("%s: %s: %v", via, fail, err)
+			}
+			switch {
+			case fail == "BEGIN; SELECT 1/0":
+			case via == "coordinator":
+				// A refusal fails the transaction.
+				if _, err := c.Exec(ctx, "SELECT * FROM enc_dist; SELECT 1").ReadAll(); sqlState(err) != "0A000" {
+					t.Fatalf("refusal: %v", err)
+				}
+			default:
+				_, _ = c.Exec(ctx, "SELECT 1/0").ReadAll()
+			}
+			what := via + " after " + fail
+			if _, err := c.Exec(ctx, bad).ReadAll(); sqlState(err) != "22021" {
+				t.Errorf("%s: invalid UTF-8 Query in a failed transaction: %v, want 22021", what, err)
+			}
+			if _, err := c.Prepare(ctx, "", bad, nil); sqlState(err) != "22021" {
+				t.Errorf("%s: invalid UTF-8 Parse in a failed transaction: %v, want 22021", what, err)
+			}
+			if _, err := c.Exec(ctx, "SELECT 1").ReadAll(); sqlState(err) != "25P02" {
+				t.Errorf("%s: the transaction is no longer failed: %v", what, err)
+			}
+			if _, err := c.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -42,6 +43,7 @@ type session struct {
 	// in '...' escapes), client_encoding is not the server's (text arrives
 	// to be converted).
 	scsOff, foreignEnc bool
+	utf8Client         bool // client_encoding and server_encoding are UTF8
 	// embedsASCII: the client_encoding has multibyte characters whose
 	// later bytes can be ASCII (SJIS, BIG5, ...), which the COPY splitter
 	// cannot read in the client's bytes.
@@ -583,6 +585,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Query message")
 	}
+	if err := ss.checkEncoding(sql); err != nil {
+		return ss.queryError(err)
+	}
 	text := string(sql)
 	cls := classify(text)
 	if !cls.verify && ss.pinned == "" && ss.viewVerify(text, nil) {
@@ -727,12 +732,51 @@ func (ss *session) simpleQuery(body []byte) error {
 	return ss.relayCycle('Q', body, cp, node)
 }
 
+// checkEncoding gives the error PostgreSQL gives for text that is not
+// valid in the session's encoding, which it checks as a message arrives,
+// before anything else (a failed transaction's 25P02 included). Workers
+// check what they receive; the coordinator checks only where it answers
+// itself: in a failed transaction, and only when the client's encoding is
+// the servers' UTF8 (other encodings are converted, and checked, by the
+// worker).
+func (ss *session) checkEncoding(text []byte) error {
+	if !ss.utf8Client || !(ss.txFailed || ss.txStatus() == 'E') || utf8.Valid(text) {
+		return nil
+	}
+	i := 0
+	for i < len(text) {
+		r, n := utf8.DecodeRune(text[i:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		i += n
+	}
+	// PostgreSQL shows the bytes of the character the first byte
+	// announces (pg_utf_mblen), as far as the text goes.
+	l := 1
+	switch b := text[i]; {
+	case b >= 0xf0 && b < 0xf8:
+		l = 4
+	case b >= 0xe0:
+		l = 3
+	case b >= 0xc0:
+		l = 2
+	}
+	l = min(l, len(text)-i)
+	var hex []string
+	for _, b := range text[i : i+l] {
+		hex = append(hex, fmt.Sprintf("0x%02x", b))
+	}
+	return pgerr.New(pgerr.CharacterNotInRepertoire, "invalid byte sequence for encoding \"UTF8\": %s", strings.Join(hex, " "))
+}
+
 // noteStrings records how the session's settings read string constants,
 // from the ParameterStatus values of a connection in its settings.
 func (ss *session) noteStrings(sc *pooling.ServerConn) {
 	ss.scsOff = sc.Params["standard_conforming_strings"] == "off"
 	ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]
 	ss.foreignEnc = ce != "" && se != "" && !strings.EqualFold(ce, se)
+	ss.utf8Client = !ss.foreignEnc && strings.EqualFold(se, "UTF8")
 	ss.embedsASCII = encodingEmbedsASCII(ce)
 	ss.noteReported(sc.Params)
 }
@@ -927,6 +971,14 @@ func (ss *session) parse(body []byte) error {
 	name, rest, ok := wire.CBytes(body)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
+	}
+	if q, _, _ := wire.CBytes(rest); ss.checkEncoding(q) != nil || ss.checkEncoding(name) != nil {
+		if err := ss.checkEncoding(name); err != nil {
+			ss.synthError(err)
+		} else {
+			ss.synthError(ss.checkEncoding(q))
+		}
+		return nil
 	}
 	ss.parseKey = ss.readKeyNow()
 	if len(name) > 0 {

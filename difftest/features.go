@@ -37,6 +37,16 @@ const (
 	featExprErrors      = "expr-errors"             // not in issue 8: multi-shard queries evaluate expressions on rows PostgreSQL never projects
 )
 
+// switches lists every feature that is not a statement family. Each is on
+// by default unless knownBug names it.
+var switches = []string{
+	featLatin1, featSCSOff, featNumericIntLit, featCastChain, featVarcharPad,
+	featBinaryCrossType, featBPCharParam, featParamCast, featZonelessTZ,
+	featStartTx, featSearchPathStart, featSavepointRefuse, featErrorOrder,
+	featReadOnly, featResetStartup, featDateStylePart, featAbortedPlan,
+	featExprErrors,
+}
+
 // knownBug lists the features off by default, with the issue-8 class each
 // reaches.
 var knownBug = map[string]string{
@@ -60,8 +70,8 @@ func defaultFeatures() features {
 	for _, fam := range families {
 		f[fam.name] = !fam.offByDefault
 	}
-	for name := range knownBug {
-		f[name] = false
+	for _, name := range switches {
+		f[name] = knownBug[name] == ""
 	}
 	return f
 }
@@ -72,9 +82,7 @@ func allFeatures() []string {
 	for _, fam := range families {
 		names = append(names, fam.name)
 	}
-	for name := range knownBug {
-		names = append(names, name)
-	}
+	names = append(names, switches...)
 	sort.Strings(names)
 	return names
 }

@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -36,6 +37,21 @@ func TestFeatures(t *testing.T) {
 	for name := range knownBug {
 		if f.on(name) {
 			t.Errorf("known-bug feature %s is on by default", name)
+		}
+	}
+	// Every switch is a known feature, on by default unless it reaches a
+	// known bug (a fixed class must stay exercised).
+	for _, name := range switches {
+		if _, known := f[name]; !known {
+			t.Errorf("feature %s is not known to -enable", name)
+		}
+		if knownBug[name] == "" && !f.on(name) {
+			t.Errorf("feature %s is off by default but not a known bug", name)
+		}
+	}
+	for name := range knownBug {
+		if !slices.Contains(switches, name) {
+			t.Errorf("known-bug feature %s is not in switches", name)
 		}
 	}
 	if err := f.apply("chain,latin1", "insert"); err != nil {
