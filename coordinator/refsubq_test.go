@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -61,24 +62,48 @@ func TestScalarSubqueriesOverReferenceTables(t *testing.T) {
 	}
 }
 
-// TestInvalidEncodingInFailedTransaction: PostgreSQL checks a Query's or
-// Parse's text against the client encoding as it arrives, before the
-// failed transaction's 25P02; the coordinator, answering a failed
-// transaction itself, gives the same 22021, and the transaction stays
-// failed.
-func TestInvalidEncodingInFailedTransaction(t *testing.T) {
+// TestInvalidEncodingCheckedFirst: PostgreSQL checks a Query's or Parse's
+// text against the client encoding as it arrives, before the failed
+// transaction's 25P02 and before any row is written; the coordinator,
+// answering a failed transaction itself or splitting a statement between
+// workers, gives the same 22021 (and the transaction stays failed).
+func TestInvalidEncodingCheckedFirst(t *testing.T) {
 	cl := pgtest.Shared(t)
 	co := pgtest.Coordinator(t, cl, nil)
 	ctx := context.Background()
 	c0 := connect(t, co.Addr())
 	exec(t, c0, "DROP TABLE IF EXISTS enc_dist")
-	exec(t, c0, "CREATE TABLE enc_dist (id int PRIMARY KEY)")
+	exec(t, c0, "CREATE TABLE enc_dist (id int PRIMARY KEY, t text)")
 	exec(t, c0, "SELECT create_distributed_table('enc_dist', 'id')", pgx.QueryExecModeSimpleProtocol)
 	t.Cleanup(func() {
 		_, _ = c0.Exec(ctx, "SELECT undistribute_table('enc_dist')", pgx.QueryExecModeSimpleProtocol)
 		_, _ = c0.Exec(ctx, "DROP TABLE IF EXISTS enc_dist")
 	})
 	bad := "SELECT 'caf\xc3'''"
+	// A multi-row INSERT over several shards with a duplicate key in one
+	// row and bad text in another: the text is reported, nothing written.
+	exec(t, c0, "INSERT INTO enc_dist (id) VALUES (1)")
+	for _, via := range []string{"coordinator", "postgres"} {
+		c := c0.PgConn()
+		if via == "postgres" {
+			c = connect(t, cl.Servers[0].Addr()).PgConn()
+			if _, err := c.Exec(ctx, "CREATE TEMP TABLE enc_dist (id int PRIMARY KEY, t text); INSERT INTO enc_dist (id) VALUES (1)").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ins := "INSERT INTO enc_dist (id, t) VALUES (1, 'a')"
+		for i := 2; i <= 20; i++ {
+			ins += fmt.Sprintf(", (%d, 'x')", i)
+		}
+		ins += ", (21, 'caf\xc3''')"
+		if _, err := c.Exec(ctx, ins).ReadAll(); sqlState(err) != "22021" {
+			t.Errorf("%s: multi-row INSERT with a duplicate key and bad text: %v, want 22021", via, err)
+		}
+	}
+	var n int
+	if err := c0.QueryRow(ctx, "SELECT count(*) FROM enc_dist").Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d rows after the failed INSERT (%v), want 1", n, err)
+	}
 	// The transaction fails on the coordinator (a refusal before any
 	// worker saw the transaction, or after one did), or on a worker.
 	for _, fail := range []string{"BEGIN", "BEGIN; SELECT 1", "BEGIN; SELECT 1/0"} {

@@ -732,15 +732,16 @@ func (ss *session) simpleQuery(body []byte) error {
 	return ss.relayCycle('Q', body, cp, node)
 }
 
-// checkEncoding gives the error PostgreSQL gives for text that is not
-// valid in the session's encoding, which it checks as a message arrives,
-// before anything else (a failed transaction's 25P02 included). Workers
-// check what they receive; the coordinator checks only where it answers
-// itself: in a failed transaction, and only when the client's encoding is
-// the servers' UTF8 (other encodings are converted, and checked, by the
-// worker).
+// checkEncoding gives the error PostgreSQL gives for a statement text
+// that is not valid in the session's encoding, which it checks as the
+// message arrives, before anything else: before a failed transaction's
+// 25P02, and before any row of a statement the coordinator splits between
+// workers (where another worker's error would come first). It checks only
+// when the client's encoding is the servers' UTF8; other encodings are
+// converted, and checked, by the worker. The check costs one pass over
+// the text (ASCII a word at a time).
 func (ss *session) checkEncoding(text []byte) error {
-	if !ss.utf8Client || !(ss.txFailed || ss.txStatus() == 'E') || utf8.Valid(text) {
+	if !ss.utf8Client || utf8.Valid(text) {
 		return nil
 	}
 	i := 0
