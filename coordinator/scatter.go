@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -69,13 +70,15 @@ func newWorkerError(body []byte) *workerError {
 func (e *workerError) Error() string { return e.pg.Error() }
 func (e *workerError) Unwrap() error { return e.pg }
 
-// appendError appends err as an ErrorResponse.
-func appendError(dst []byte, err error) []byte {
+// appendError appends err as an ErrorResponse naming the user's tables.
+func appendError(dst []byte, snap *metadata.Snapshot, err error) []byte {
 	var we *workerError
 	if errors.As(err, &we) {
-		return wire.AppendFrame(dst, 'E', we.body)
+		return wire.AppendFrame(dst, 'E', userNamesBody(snap, we.body))
 	}
-	b, _ := pgerr.Flatten(err).Encode(dst)
+	er := pgerr.Flatten(err)
+	userNames(snap, er)
+	b, _ := er.Encode(dst)
 	return b
 }
 
@@ -400,11 +403,11 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	}
 	if err != nil && ss.inTxn() {
 		// The transaction fails, as on PostgreSQL (its worker's too).
-		ss.out = appendError(ss.out, ss.guardSeq(err))
+		ss.out = appendError(ss.out, ss.srv.catalog.Load(), ss.guardSeq(err))
 		return ss.failTxn()
 	}
 	if err != nil {
-		ss.out = appendError(ss.out, ss.guardSeq(err))
+		ss.out = appendError(ss.out, ss.srv.catalog.Load(), ss.guardSeq(err))
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
@@ -429,7 +432,7 @@ func (ss *session) failTxn() error {
 // the rows already sent: the rest of the batch is skipped and, in a
 // transaction block, the transaction fails, as on PostgreSQL.
 func (ss *session) scatterFailed(err error) {
-	ss.out = appendError(ss.out, ss.guardSeq(err))
+	ss.out = appendError(ss.out, ss.srv.catalog.Load(), ss.guardSeq(err))
 	ss.skipping = true
 	if ss.sc == nil && ss.pendingBegin != "" {
 		ss.pendingFailed = true

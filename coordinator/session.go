@@ -557,6 +557,7 @@ func (ss *session) pin(reason string) {
 // would have.
 func (ss *session) synthError(err error) {
 	er := pgerr.Flatten(err)
+	userNames(ss.srv.catalog.Load(), er)
 	b, _ := er.Encode(nil)
 	ss.push(expect{kind: eSynth, synth: b})
 	ss.skipping = true
@@ -807,6 +808,7 @@ func (ss *session) heldNode() int32 {
 // PostgreSQL's would, so that COMMIT rolls back.
 func (ss *session) queryError(err error) error {
 	er := pgerr.Flatten(ss.staleShardErr(err))
+	userNames(ss.srv.catalog.Load(), er)
 	b, _ := er.Encode(nil)
 	if ss.sc == nil {
 		if ss.pendingBegin != "" {
@@ -1429,7 +1431,7 @@ func (ss *session) drain() error {
 				ss.staleStmt(e.cst)
 			}
 			if !e.abort {
-				body := ss.staleShardBody(ss.clientNames(e, f.Body))
+				body := userNamesBody(ss.srv.catalog.Load(), ss.staleShardBody(ss.clientNames(e, f.Body)))
 				if ss.seqGuard && errCode(body) == pgerr.ObjectNotInPrerequisite {
 					body = seqGuardError(body)
 				}

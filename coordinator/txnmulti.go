@@ -236,7 +236,9 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 		if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
 			return true, err
 		}
-		ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
+		er := pgerr.Flatten(err)
+		userNames(ss.srv.catalog.Load(), er)
+		ss.out, _ = er.Encode(ss.out)
 	} else {
 		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 		ss.out, _ = cc.Encode(ss.out)

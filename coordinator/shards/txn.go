@@ -370,7 +370,7 @@ func toPgErr(err error) *pgerr.Error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return &pgerr.Error{Severity: "ERROR", Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+		return pgerr.FromWorker(pe)
 	}
 	code := pgerr.ConnectionFailure
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -66,6 +66,17 @@ type Error struct {
 	Message  string
 	Detail   string
 	Hint     string
+	// What a worker's error names (FromWorker keeps them): the client
+	// sees them as PostgreSQL sends them, shard names mapped back.
+	Schema, Table, Column, DataType, Constraint string
+}
+
+// FromWorker copies a worker's error: its SQLSTATE, message, detail, hint
+// and the objects it names.
+func FromWorker(pe *pgconn.PgError) *Error {
+	return &Error{Severity: "ERROR", Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint,
+		Schema: pe.SchemaName, Table: pe.TableName, Column: pe.ColumnName, DataType: pe.DataTypeName,
+		Constraint: pe.ConstraintName}
 }
 
 func (e *Error) Error() string { return e.Message + " (SQLSTATE " + e.Code + ")" }
@@ -100,14 +111,16 @@ func Flatten(err error) *pgproto3.ErrorResponse {
 			sev = "ERROR"
 		}
 		return &pgproto3.ErrorResponse{Severity: sev, SeverityUnlocalized: sev, Code: pe.Code,
-			Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+			Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint, SchemaName: pe.Schema,
+			TableName: pe.Table, ColumnName: pe.Column, DataTypeName: pe.DataType, ConstraintName: pe.Constraint}
 	}
 	var wpe *pgconn.PgError
 	if errors.As(err, &wpe) {
 		return &pgproto3.ErrorResponse{Severity: wpe.Severity, SeverityUnlocalized: wpe.Severity,
 			Code: wpe.Code, Message: wpe.Message, Detail: wpe.Detail, Hint: wpe.Hint,
 			Position: wpe.Position, Where: wpe.Where, SchemaName: wpe.SchemaName,
-			TableName: wpe.TableName, ColumnName: wpe.ColumnName, ConstraintName: wpe.ConstraintName}
+			TableName: wpe.TableName, ColumnName: wpe.ColumnName, DataTypeName: wpe.DataTypeName,
+			ConstraintName: wpe.ConstraintName}
 	}
 	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: Internal,
 		Message: "internal error in pgfleet", Detail: err.Error(),
