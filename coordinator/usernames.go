@@ -1,0 +1,136 @@
+package coordinator
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// Errors name the user's tables, not their shards. A worker reports a
+// unique violation on shard accounts_102009 with constraint
+// accounts_pkey_102009; PostgreSQL would say accounts and accounts_pkey,
+// and ORMs map errors by those names. The table and constraint fields are
+// mapped whole; the message and detail only inside double quotes, where
+// PostgreSQL quotes identifiers (a key value in a detail is not quoted and
+// stays as it is). A name is a shard's when it ends in _N for N the id of
+// a shard in the catalog: the shard table's own name, or one PostgreSQL or
+// pgfleet derived from it (indexes, constraints), which carry the suffix.
+
+// userNames maps shard names in er to the user's names; it reports whether
+// it changed anything.
+func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
+	if snap == nil {
+		return false
+	}
+	ids := shardIDs(snap, er)
+	if len(ids) == 0 {
+		return false
+	}
+	changed := false
+	one := func(s *string, quoted bool) {
+		var out string
+		if quoted {
+			out = unshardQuoted(*s, ids)
+		} else {
+			out = unshardName(*s, ids)
+		}
+		if out != *s {
+			*s, changed = out, true
+		}
+	}
+	one(&er.TableName, false)
+	one(&er.ConstraintName, false)
+	one(&er.Message, true)
+	one(&er.Detail, true)
+	return changed
+}
+
+// userNamesBody maps the shard names in an ErrorResponse body.
+func userNamesBody(snap *metadata.Snapshot, body []byte) []byte {
+	if snap == nil || !bytes.ContainsRune(body, '_') {
+		return body
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil || !userNames(snap, &er) {
+		return body
+	}
+	b, err := er.Encode(nil)
+	if err != nil {
+		return body
+	}
+	return b[5:]
+}
+
+// shardIDs collects the catalog's shard ids that end a name in er's
+// fields; nil when none could.
+func shardIDs(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) map[int64]bool {
+	var want []int64
+	for _, s := range []string{er.TableName, er.ConstraintName, er.Message, er.Detail} {
+		for i := strings.IndexByte(s, '_'); i >= 0; {
+			j := i + 1
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			if id, err := strconv.ParseInt(s[i+1:j], 10, 64); err == nil && j > i+1 {
+				want = append(want, id)
+			}
+			k := strings.IndexByte(s[j:], '_')
+			if k < 0 {
+				break
+			}
+			i = j + k
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	ids := map[int64]bool{}
+	for _, shards := range snap.Shards {
+		for _, sh := range shards {
+			for _, w := range want {
+				if sh.ID == w {
+					ids[w] = true
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// unshardName drops a shard id suffix (_N) from a name.
+func unshardName(name string, ids map[int64]bool) string {
+	i := strings.LastIndexByte(name, '_')
+	if i <= 0 || i == len(name)-1 {
+		return name
+	}
+	id, err := strconv.ParseInt(name[i+1:], 10, 64)
+	if err != nil || !ids[id] || name[i+1] == '0' || name[i+1] == '+' || name[i+1] == '-' {
+		return name
+	}
+	return name[:i]
+}
+
+// unshardQuoted maps every double-quoted name in s.
+func unshardQuoted(s string, ids map[int64]bool) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(s[i+1:], '"')
+		if j < 0 {
+			break
+		}
+		b.WriteString(s[:i+1])
+		b.WriteString(unshardName(s[i+1:i+1+j], ids))
+		b.WriteByte('"')
+		s = s[i+1+j+1:]
+	}
+	b.WriteString(s)
+	return b.String()
+}

@@ -1,0 +1,36 @@
+package coordinator
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+func TestUserNames(t *testing.T) {
+	snap := &metadata.Snapshot{Shards: map[string][]metadata.Shard{
+		"public.acc": {{ID: 102008}, {ID: 102009}},
+		"s.ref":      {{ID: 7}},
+	}}
+	for _, tc := range []struct{ in, want pgproto3.ErrorResponse }{
+		{pgproto3.ErrorResponse{TableName: "acc_102009", ConstraintName: "acc_pkey_102009",
+			Message: `duplicate key value violates unique constraint "acc_pkey_102009"`, Detail: "Key (id)=(1) already exists."},
+			pgproto3.ErrorResponse{TableName: "acc", ConstraintName: "acc_pkey",
+				Message: `duplicate key value violates unique constraint "acc_pkey"`, Detail: "Key (id)=(1) already exists."}},
+		// Unknown ids, unquoted text and key values stay.
+		{pgproto3.ErrorResponse{TableName: "acc_5", Message: `relation "acc_5" and acc_102009`, Detail: "Key (t)=(acc_102009) already exists."},
+			pgproto3.ErrorResponse{TableName: "acc_5", Message: `relation "acc_5" and acc_102009`, Detail: "Key (t)=(acc_102009) already exists."}},
+		{pgproto3.ErrorResponse{Message: `insert on "public.ref_7" and "x_07" and "_7" and "ref_7_"`},
+			pgproto3.ErrorResponse{Message: `insert on "public.ref" and "x_07" and "_7" and "ref_7_"`}},
+		{pgproto3.ErrorResponse{Detail: `Key (id)=(2) is not present in table "acc_102008".`},
+			pgproto3.ErrorResponse{Detail: `Key (id)=(2) is not present in table "acc".`}},
+	} {
+		got := tc.in
+		userNames(snap, &got)
+		if got.TableName != tc.want.TableName || got.ConstraintName != tc.want.ConstraintName ||
+			got.Message != tc.want.Message || got.Detail != tc.want.Detail {
+			t.Errorf("userNames(%+v)\n got %+v\nwant %+v", tc.in, got, tc.want)
+		}
+	}
+}
