@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -43,6 +44,10 @@ func (s *Server) serveConn(c net.Conn) {
 		ss.fatal(err)
 		return
 	}
+	if err := ss.checkTransport(startup); err != nil {
+		ss.fatal(err)
+		return
+	}
 	if err := ss.authenticate(startup); err != nil {
 		ss.fatal(err)
 		return
@@ -73,10 +78,14 @@ func (s *Server) serveConn(c net.Conn) {
 // or a client that went away during startup).
 var errQuietClose = errors.New("closed")
 
-// readStartup reads startup packets until a StartupMessage, answering SSL and
-// GSS encryption requests with 'N' and serving cancel requests.
+// readStartup reads startup packets until a StartupMessage, serving cancel
+// requests and answering encryption requests as PostgreSQL does: an
+// SSLRequest gets 'S' and a TLS handshake when the coordinator has a
+// certificate, 'N' otherwise; a GSSENCRequest always gets 'N'. Each may
+// come once; a repeated one is an unsupported protocol version.
 func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
-	for i := 0; i < 3; i++ {
+	sslDone, gssDone := false, false
+	for {
 		body, err := ss.r.ReadStartup(maxStartupPacket)
 		if err != nil {
 			var ne net.Error
@@ -90,7 +99,7 @@ func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
 		}
 		code := binary.BigEndian.Uint32(body)
 		switch {
-		case code == codeSSLRequest || code == codeGSSEncRequest:
+		case code == codeSSLRequest && !sslDone || code == codeGSSEncRequest && !gssDone:
 			if len(body) != 4 {
 				return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid length of encryption request packet")
 			}
@@ -99,9 +108,24 @@ func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
 				// could have injected them (CVE-2021-23214).
 				return nil, pgerr.Fatal(pgerr.ProtocolViolation, "received unencrypted data after SSL request")
 			}
-			if _, err := ss.conn.Write([]byte{'N'}); err != nil {
-				return nil, errQuietClose
+			if code == codeGSSEncRequest {
+				gssDone = true
+				if _, err := ss.conn.Write([]byte{'N'}); err != nil {
+					return nil, errQuietClose
+				}
+				continue
 			}
+			sslDone = true
+			if ss.srv.cfg.TLS == nil {
+				if _, err := ss.conn.Write([]byte{'N'}); err != nil {
+					return nil, errQuietClose
+				}
+				continue
+			}
+			if err := ss.startTLS(); err != nil {
+				return nil, err
+			}
+			gssDone = true // as PostgreSQL: no GSS encryption inside TLS
 		case code == codeCancelRequest:
 			var cr pgproto3.CancelRequest
 			if err := cr.Decode(body); err == nil {
@@ -137,7 +161,45 @@ func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
 				"unsupported frontend protocol %d.%d: server supports 3.0", code>>16, code&0xffff)
 		}
 	}
-	return nil, pgerr.Fatal(pgerr.ProtocolViolation, "too many encryption requests during startup")
+}
+
+// startTLS answers an SSLRequest with 'S' and runs the server side of the
+// TLS handshake (under the startup deadline set on the connection); the
+// session then reads and writes through TLS.
+func (ss *session) startTLS() error {
+	if _, err := ss.conn.Write([]byte{'S'}); err != nil {
+		return errQuietClose
+	}
+	tc := tls.Server(ss.conn, ss.srv.cfg.TLS)
+	if err := tc.Handshake(); err != nil {
+		// The client may not speak TLS any more: nothing it could read.
+		ss.srv.log.Debug("TLS handshake failed", "remote", ss.conn.RemoteAddr().String(), "err", err.Error())
+		return errQuietClose
+	}
+	ss.conn = tc
+	ss.r = wire.NewPooledReader(tc, 8192)
+	ss.tls = true
+	return nil
+}
+
+// checkTransport refuses a plaintext client when TLS is required, with
+// the error PostgreSQL gives under a pg_hba.conf of hostssl lines only.
+func (ss *session) checkTransport(sm *pgproto3.StartupMessage) error {
+	if !ss.srv.cfg.TLSRequired || ss.tls {
+		return nil
+	}
+	user := sm.Parameters["user"]
+	db := sm.Parameters["database"]
+	if db == "" {
+		db = user
+	}
+	host := ss.conn.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	e := pgerr.Fatal(pgerr.InvalidAuthorization, "no pg_hba.conf entry for host \"%s\", user \"%s\", database \"%s\", no encryption", host, user, db)
+	e.Hint = "This pgfleet coordinator accepts only TLS connections (--tls-required): connect with sslmode=require, verify-ca or verify-full."
+	return e
 }
 
 func decodeStartup(body []byte) (*pgproto3.StartupMessage, error) {
