@@ -454,6 +454,30 @@ func TestWorkerTLS(t *testing.T) {
 			t.Errorf("worker %s: %d plaintext of %d coordinator connections", s.Addr(), plain, all)
 		}
 	}
+	// A cancel request reaches a hostssl-only worker (PostgreSQL serves
+	// cancel requests before pg_hba.conf, so the coordinator sends them in
+	// plain text as libpq does).
+	sleepErr := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, "SELECT pg_sleep(60) FROM tls_items WHERE id = 1")
+		sleepErr <- err
+	}()
+	for sleeping := false; !sleeping; {
+		for _, wc := range wconns {
+			var n int
+			if err := wc.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(60)%' AND state = 'active'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			sleeping = sleeping || n > 0
+		}
+		time.Sleep(10 * time.Millisecond) // polling, not a deadline
+	}
+	if err := c.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sleepErr; sqlState(err) != "57014" {
+		t.Errorf("cancelled statement: %v, want 57014", err)
+	}
 	// An idle pooled TLS connection whose worker backend ended is noticed
 	// when it is next taken (the check peeks at the socket under TLS) and
 	// replaced: the client sees no error.
