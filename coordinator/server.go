@@ -114,6 +114,11 @@ type Server struct {
 	closed   bool
 	wg       sync.WaitGroup
 	http     *http.Server
+
+	// tlsEndPoint is the tls-server-end-point channel binding of the
+	// certificate clients get (RFC 5929), for SCRAM-SHA-256-PLUS; nil
+	// without TLS or when it cannot be known in advance.
+	tlsEndPoint []byte
 }
 
 type poolKey struct{ worker, database, user string }
@@ -211,7 +216,7 @@ func New(cfg Config) (*Server, error) {
 	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered)
 	return &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
-		stmts: stmtRegistry{m: map[string]*Statement{}}}, nil
+		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS)}, nil
 }
 
 func isLoopback(addr string) bool {

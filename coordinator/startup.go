@@ -4,15 +4,20 @@ import (
 	"context"
 	"crypto/md5"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
 	"crypto/subtle"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -274,8 +279,17 @@ func (ss *session) authSCRAM(user string) error {
 	if err != nil {
 		return err
 	}
+	// Over TLS, SCRAM-SHA-256-PLUS is offered first, as PostgreSQL does:
+	// channel binding to our certificate lets the client detect a man in
+	// the middle who has a certificate of his own.
 	conv := srv.NewConversation()
-	req := pgproto3.AuthenticationSASL{AuthMechanisms: []string{"SCRAM-SHA-256"}}
+	mechs := []string{"SCRAM-SHA-256"}
+	if ss.tls && ss.srv.tlsEndPoint != nil {
+		conv = srv.NewConversationWithChannelBinding(scram.ChannelBinding{
+			Type: scram.ChannelBindingTLSServerEndpoint, Data: ss.srv.tlsEndPoint})
+		mechs = []string{"SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"}
+	}
+	req := pgproto3.AuthenticationSASL{AuthMechanisms: mechs}
 	ss.out, _ = req.Encode(ss.out)
 	if err := ss.flush(); err != nil {
 		return errQuietClose
@@ -285,8 +299,18 @@ func (ss *session) authSCRAM(user string) error {
 		return authFailed(user)
 	}
 	var init pgproto3.SASLInitialResponse
-	if init.Decode(f.Body) != nil || init.AuthMechanism != "SCRAM-SHA-256" {
+	if init.Decode(f.Body) != nil || !slices.Contains(mechs, init.AuthMechanism) {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "client selected an invalid SASL authentication mechanism")
+	}
+	// The mechanism and the GS2 header's channel binding flag must agree
+	// (PostgreSQL's read_client_first_message).
+	binds := len(init.Data) > 0 && init.Data[0] == 'p'
+	if plus := init.AuthMechanism == "SCRAM-SHA-256-PLUS"; plus && !binds {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed SCRAM message").
+			WithHint("The client selected SCRAM-SHA-256-PLUS, but the SCRAM message does not include channel binding data.")
+	} else if !plus && binds {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed SCRAM message").
+			WithHint("The client selected SCRAM-SHA-256 without channel binding, but the SCRAM message includes channel binding data.")
 	}
 	first, err := conv.Step(string(init.Data))
 	if err != nil {
@@ -312,6 +336,34 @@ func (ss *session) authSCRAM(user string) error {
 	fin := pgproto3.AuthenticationSASLFinal{Data: []byte(final)}
 	ss.out, _ = fin.Encode(ss.out)
 	return nil
+}
+
+// serverEndPoint is the tls-server-end-point channel binding data of the
+// certificate cfg serves (RFC 5929: its hash under its signature's hash
+// function, SHA-256 for MD5 and SHA-1), or nil when cfg may serve more than
+// one certificate or the algorithm has no defined binding.
+func serverEndPoint(cfg *tls.Config) []byte {
+	if cfg == nil || len(cfg.Certificates) != 1 || cfg.GetCertificate != nil || len(cfg.Certificates[0].Certificate) == 0 {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		return nil
+	}
+	var h hash.Hash
+	switch leaf.SignatureAlgorithm {
+	case x509.MD5WithRSA, x509.SHA1WithRSA, x509.ECDSAWithSHA1, x509.DSAWithSHA1,
+		x509.SHA256WithRSA, x509.SHA256WithRSAPSS, x509.ECDSAWithSHA256:
+		h = sha256.New()
+	case x509.SHA384WithRSA, x509.SHA384WithRSAPSS, x509.ECDSAWithSHA384:
+		h = sha512.New384()
+	case x509.SHA512WithRSA, x509.SHA512WithRSAPSS, x509.ECDSAWithSHA512:
+		h = sha512.New()
+	default:
+		return nil // Ed25519: no binding defined; offer SCRAM-SHA-256 only
+	}
+	h.Write(leaf.Raw)
+	return h.Sum(nil)
 }
 
 // scramCredentials derives SCRAM-SHA-256 stored credentials from a password,

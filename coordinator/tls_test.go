@@ -496,3 +496,53 @@ func TestWorkerTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestClientTLSChannelBinding: over TLS with users, SCRAM-SHA-256-PLUS is
+// offered (channel binding to the coordinator's certificate, as PostgreSQL
+// does): pgx and psql with channel_binding=require connect with the right
+// password only; plain SCRAM still works over TLS, and over plain text a
+// client requiring channel binding is turned away.
+func TestClientTLSChannelBinding(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ca, opt := clientTLS(t, false)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) {
+		opt(c)
+		c.Users = map[string]string{"postgres": "s3cret"}
+	})
+	ctx := context.Background()
+	_, port, _ := net.SplitHostPort(srv.Addr())
+	conn := func(pw, extra string) string {
+		return fmt.Sprintf("host=127.0.0.1 port=%s user=postgres password=%s dbname=postgres %s", port, pw, extra)
+	}
+	for _, extra := range []string{
+		"sslmode=require channel_binding=require",
+		"sslmode=verify-full sslrootcert=" + ca + " channel_binding=require",
+		"sslmode=require", // channel_binding=prefer
+		"sslmode=require channel_binding=disable",
+		"sslmode=disable",
+	} {
+		c, err := pgx.Connect(ctx, conn("s3cret", extra))
+		if err != nil {
+			t.Errorf("%s: %v", extra, err)
+			continue
+		}
+		if got := queryString(t, c, "SELECT current_user::text"); got != "postgres" {
+			t.Errorf("%s: current_user %q", extra, got)
+		}
+		c.Close(ctx)
+		if _, err := pgx.Connect(ctx, conn("wrong", extra)); sqlState(err) != "28P01" {
+			t.Errorf("%s, wrong password: %v, want 28P01", extra, err)
+		}
+	}
+	if _, err := pgx.Connect(ctx, conn("s3cret", "sslmode=disable channel_binding=require")); err == nil {
+		t.Error("channel_binding=require over plain text connected")
+	}
+	if psql, err := osexec.LookPath("psql"); err == nil {
+		cmd := osexec.Command(psql, conn("s3cret", "sslmode=verify-full sslrootcert="+ca+" channel_binding=require"),
+			"-X", "-At", "-c", `\conninfo`, "-c", "SELECT current_user")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "SSL connection") || !strings.HasSuffix(string(out), "\npostgres\n") {
+			t.Errorf("psql channel_binding=require: %v\n%s", err, out)
+		}
+	}
+}
