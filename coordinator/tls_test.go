@@ -175,6 +175,37 @@ func TestClientTLSRequired(t *testing.T) {
 		}
 		c.Close(ctx)
 	}
+	t.Run("cancel needs no TLS", func(t *testing.T) {
+		// pgx sends cancel requests in plain text, as libpq before 17 does;
+		// PostgreSQL serves them before pg_hba.conf, and so must we.
+		c, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%s user=postgres dbname=postgres sslmode=require", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(ctx, "SELECT pg_sleep(60)")
+			done <- err
+		}()
+		w := connect(t, cl.Servers[0].Addr())
+		for {
+			var n int
+			if err := w.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' AND state = 'active'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // polling, not a deadline
+		}
+		if err := c.PgConn().CancelRequest(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; sqlState(err) != "57014" {
+			t.Errorf("cancelled statement: %v, want 57014", err)
+		}
+	})
 	t.Run("GSSENCRequest N then SSLRequest S", func(t *testing.T) {
 		c := rawStartup(t, srv.Addr(), packet(80877104, nil))
 		one := make([]byte, 1)
