@@ -22,12 +22,11 @@ import (
 func (s *Server) openCatalog(ctx context.Context) error {
 	url := s.cfg.MetadataURL
 	if url == "" {
-		host, port, _ := net.SplitHostPort(s.cfg.Workers[0])
 		pw := s.cfg.Users["postgres"]
 		if pw == "" {
 			pw = s.cfg.WorkerPassword
 		}
-		url = fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable", host, port)
+		url = s.cfg.WorkerTLS.ConnString(s.cfg.Workers[0]) + " user=postgres dbname=postgres"
 		if pw != "" {
 			url += " password=" + quoteConnValue(pw)
 		}

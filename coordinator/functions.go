@@ -178,7 +178,7 @@ func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Co
 		pw = ss.srv.cfg.WorkerPassword
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=disable", host, port))
+	cfg, err := pgx.ParseConfig(ss.srv.cfg.WorkerTLS.ConnString(addr))
 	if err != nil {
 		return nil, err
 	}

@@ -197,7 +197,7 @@ func (s *Server) recoverNode(ctx context.Context, n metadata.Node, grace time.Du
 // the password the coordinator uses for its catalog: resolving another
 // user's prepared transaction needs a superuser.
 func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=disable connect_timeout=10", n.Host, n.Port))
+	cfg, err := pgx.ParseConfig(s.cfg.WorkerTLS.ConnString(n.Addr()) + " connect_timeout=10")
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,15 +28,28 @@ import (
 type Config struct {
 	Listen  string   // client address, host:port
 	Workers []string // worker host:port; the first is the default node
-	// Auth is "trust", "scram-sha-256" or "md5". Empty means trust when
-	// Listen is a loopback address and no users are given, scram-sha-256
-	// otherwise.
+	// Auth is "trust", "scram-sha-256" or "md5". Empty means scram-sha-256
+	// when users are given and trust when none are, which New allows only
+	// on a loopback Listen: without users, a coordinator reachable from
+	// other hosts refuses to start unless Auth is "trust" explicitly.
 	Auth string
 	// Users maps user names to passwords, for client authentication and for
 	// the coordinator's own connections to workers.
 	Users map[string]string
 	// WorkerPassword is used for server connections of users not in Users.
 	WorkerPassword string
+
+	// TLS, when set, lets clients encrypt their connections: an SSLRequest
+	// is answered 'S' and the handshake follows. Nil answers 'N'.
+	TLS *tls.Config
+	// TLSRequired refuses clients that did not negotiate TLS (28000, as a
+	// hostssl-only pg_hba.conf would); it needs TLS.
+	TLSRequired bool
+	// WorkerTLS is libpq's sslmode and sslrootcert for every connection
+	// the coordinator makes to a worker (pools, per-statement connections,
+	// recovery, and the metadata database when MetadataURL is empty). The
+	// zero value is sslmode=disable.
+	WorkerTLS pooling.WorkerTLS
 
 	PoolSize       int           // server connections per worker, database and user
 	PoolTimeout    time.Duration // longest wait for a server connection
@@ -100,6 +114,11 @@ type Server struct {
 	closed   bool
 	wg       sync.WaitGroup
 	http     *http.Server
+
+	// tlsEndPoint is the tls-server-end-point channel binding of the
+	// certificate clients get (RFC 5929), for SCRAM-SHA-256-PLUS; nil
+	// without TLS or when it cannot be known in advance.
+	tlsEndPoint []byte
 }
 
 type poolKey struct{ worker, database, user string }
@@ -142,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	explicitTrust := cfg.Auth == "trust"
 	if cfg.Auth == "" {
 		if len(cfg.Users) == 0 {
 			cfg.Auth = "trust"
@@ -152,6 +172,12 @@ func New(cfg Config) (*Server, error) {
 	switch cfg.Auth {
 	case "trust":
 		if !isLoopback(cfg.Listen) && len(cfg.Users) == 0 {
+			if !explicitTrust {
+				return nil, fmt.Errorf("refusing to listen on %s without authentication: with no users, trust "+
+					"authentication is allowed only on loopback addresses; give users (--user name:password; clients "+
+					"then authenticate with SCRAM-SHA-256), listen on 127.0.0.1, or pass --auth trust to let in "+
+					"anyone who can reach %s", cfg.Listen, cfg.Listen)
+			}
 			cfg.Logger.Warn("trust authentication on a non-loopback address: anyone who can reach it can connect", "listen", cfg.Listen)
 		}
 	case "scram-sha-256", "md5":
@@ -160,6 +186,15 @@ func New(cfg Config) (*Server, error) {
 		}
 	default:
 		return nil, fmt.Errorf("unknown auth method %q: use trust, scram-sha-256 or md5", cfg.Auth)
+	}
+	if cfg.TLSRequired && cfg.TLS == nil {
+		return nil, errors.New("TLS is required of clients but no certificate is configured (--tls-cert, --tls-key)")
+	}
+	if cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil {
+		return nil, errors.New("TLS configuration without a certificate")
+	}
+	if err := cfg.WorkerTLS.Check(); err != nil {
+		return nil, err
 	}
 	reg := cfg.Registry
 	if reg == nil {
@@ -181,7 +216,7 @@ func New(cfg Config) (*Server, error) {
 	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered)
 	return &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
-		stmts: stmtRegistry{m: map[string]*Statement{}}}, nil
+		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS)}, nil
 }
 
 func isLoopback(addr string) bool {
@@ -342,7 +377,8 @@ func (s *Server) pool(worker, database, user string) *pooling.Pool {
 		pw = s.cfg.WorkerPassword
 	}
 	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
-		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize}, s.pm)
+		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize,
+		TLS: s.cfg.WorkerTLS}, s.pm)
 	s.pools[k] = p
 	return p
 }

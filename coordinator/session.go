@@ -33,6 +33,7 @@ type session struct {
 	pid            uint32
 	secret         []byte
 	ready          bool // startup is over: relay ParameterStatus as it changes
+	tls            bool // conn is the TLS connection negotiated at startup
 
 	params   sessionParams
 	pending  []paramOp // session changes made in the current transaction

@@ -4,14 +4,20 @@ import (
 	"context"
 	"crypto/md5"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -40,6 +46,10 @@ func (s *Server) serveConn(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
 	startup, err := ss.readStartup()
 	if err != nil {
+		ss.fatal(err)
+		return
+	}
+	if err := ss.checkTransport(startup); err != nil {
 		ss.fatal(err)
 		return
 	}
@@ -73,10 +83,14 @@ func (s *Server) serveConn(c net.Conn) {
 // or a client that went away during startup).
 var errQuietClose = errors.New("closed")
 
-// readStartup reads startup packets until a StartupMessage, answering SSL and
-// GSS encryption requests with 'N' and serving cancel requests.
+// readStartup reads startup packets until a StartupMessage, serving cancel
+// requests and answering encryption requests as PostgreSQL does: an
+// SSLRequest gets 'S' and a TLS handshake when the coordinator has a
+// certificate, 'N' otherwise; a GSSENCRequest always gets 'N'. Each may
+// come once; a repeated one is an unsupported protocol version.
 func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
-	for i := 0; i < 3; i++ {
+	sslDone, gssDone := false, false
+	for {
 		body, err := ss.r.ReadStartup(maxStartupPacket)
 		if err != nil {
 			var ne net.Error
@@ -90,7 +104,7 @@ func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
 		}
 		code := binary.BigEndian.Uint32(body)
 		switch {
-		case code == codeSSLRequest || code == codeGSSEncRequest:
+		case code == codeSSLRequest && !sslDone || code == codeGSSEncRequest && !gssDone:
 			if len(body) != 4 {
 				return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid length of encryption request packet")
 			}
@@ -99,9 +113,24 @@ func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
 				// could have injected them (CVE-2021-23214).
 				return nil, pgerr.Fatal(pgerr.ProtocolViolation, "received unencrypted data after SSL request")
 			}
-			if _, err := ss.conn.Write([]byte{'N'}); err != nil {
-				return nil, errQuietClose
+			if code == codeGSSEncRequest {
+				gssDone = true
+				if _, err := ss.conn.Write([]byte{'N'}); err != nil {
+					return nil, errQuietClose
+				}
+				continue
 			}
+			sslDone = true
+			if ss.srv.cfg.TLS == nil {
+				if _, err := ss.conn.Write([]byte{'N'}); err != nil {
+					return nil, errQuietClose
+				}
+				continue
+			}
+			if err := ss.startTLS(); err != nil {
+				return nil, err
+			}
+			gssDone = true // as PostgreSQL: no GSS encryption inside TLS
 		case code == codeCancelRequest:
 			var cr pgproto3.CancelRequest
 			if err := cr.Decode(body); err == nil {
@@ -137,7 +166,45 @@ func (ss *session) readStartup() (*pgproto3.StartupMessage, error) {
 				"unsupported frontend protocol %d.%d: server supports 3.0", code>>16, code&0xffff)
 		}
 	}
-	return nil, pgerr.Fatal(pgerr.ProtocolViolation, "too many encryption requests during startup")
+}
+
+// startTLS answers an SSLRequest with 'S' and runs the server side of the
+// TLS handshake (under the startup deadline set on the connection); the
+// session then reads and writes through TLS.
+func (ss *session) startTLS() error {
+	if _, err := ss.conn.Write([]byte{'S'}); err != nil {
+		return errQuietClose
+	}
+	tc := tls.Server(ss.conn, ss.srv.cfg.TLS)
+	if err := tc.Handshake(); err != nil {
+		// The client may not speak TLS any more: nothing it could read.
+		ss.srv.log.Debug("TLS handshake failed", "remote", ss.conn.RemoteAddr().String(), "err", err.Error())
+		return errQuietClose
+	}
+	ss.conn = tc
+	ss.r = wire.NewPooledReader(tc, 8192)
+	ss.tls = true
+	return nil
+}
+
+// checkTransport refuses a plaintext client when TLS is required, with
+// the error PostgreSQL gives under a pg_hba.conf of hostssl lines only.
+func (ss *session) checkTransport(sm *pgproto3.StartupMessage) error {
+	if !ss.srv.cfg.TLSRequired || ss.tls {
+		return nil
+	}
+	user := sm.Parameters["user"]
+	db := sm.Parameters["database"]
+	if db == "" {
+		db = user
+	}
+	host := ss.conn.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	e := pgerr.Fatal(pgerr.InvalidAuthorization, "no pg_hba.conf entry for host \"%s\", user \"%s\", database \"%s\", no encryption", host, user, db)
+	e.Hint = "This pgfleet coordinator accepts only TLS connections (--tls-required): connect with sslmode=require, verify-ca or verify-full."
+	return e
 }
 
 func decodeStartup(body []byte) (*pgproto3.StartupMessage, error) {
@@ -212,8 +279,17 @@ func (ss *session) authSCRAM(user string) error {
 	if err != nil {
 		return err
 	}
+	// Over TLS, SCRAM-SHA-256-PLUS is offered first, as PostgreSQL does:
+	// channel binding to our certificate lets the client detect a man in
+	// the middle who has a certificate of his own.
 	conv := srv.NewConversation()
-	req := pgproto3.AuthenticationSASL{AuthMechanisms: []string{"SCRAM-SHA-256"}}
+	mechs := []string{"SCRAM-SHA-256"}
+	if ss.tls && ss.srv.tlsEndPoint != nil {
+		conv = srv.NewConversationWithChannelBinding(scram.ChannelBinding{
+			Type: scram.ChannelBindingTLSServerEndpoint, Data: ss.srv.tlsEndPoint})
+		mechs = []string{"SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"}
+	}
+	req := pgproto3.AuthenticationSASL{AuthMechanisms: mechs}
 	ss.out, _ = req.Encode(ss.out)
 	if err := ss.flush(); err != nil {
 		return errQuietClose
@@ -223,8 +299,18 @@ func (ss *session) authSCRAM(user string) error {
 		return authFailed(user)
 	}
 	var init pgproto3.SASLInitialResponse
-	if init.Decode(f.Body) != nil || init.AuthMechanism != "SCRAM-SHA-256" {
+	if init.Decode(f.Body) != nil || !slices.Contains(mechs, init.AuthMechanism) {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "client selected an invalid SASL authentication mechanism")
+	}
+	// The mechanism and the GS2 header's channel binding flag must agree
+	// (PostgreSQL's read_client_first_message).
+	binds := len(init.Data) > 0 && init.Data[0] == 'p'
+	if plus := init.AuthMechanism == "SCRAM-SHA-256-PLUS"; plus && !binds {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed SCRAM message").
+			WithHint("The client selected SCRAM-SHA-256-PLUS, but the SCRAM message does not include channel binding data.")
+	} else if !plus && binds {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed SCRAM message").
+			WithHint("The client selected SCRAM-SHA-256 without channel binding, but the SCRAM message includes channel binding data.")
 	}
 	first, err := conv.Step(string(init.Data))
 	if err != nil {
@@ -250,6 +336,34 @@ func (ss *session) authSCRAM(user string) error {
 	fin := pgproto3.AuthenticationSASLFinal{Data: []byte(final)}
 	ss.out, _ = fin.Encode(ss.out)
 	return nil
+}
+
+// serverEndPoint is the tls-server-end-point channel binding data of the
+// certificate cfg serves (RFC 5929: its hash under its signature's hash
+// function, SHA-256 for MD5 and SHA-1), or nil when cfg may serve more than
+// one certificate or the algorithm has no defined binding.
+func serverEndPoint(cfg *tls.Config) []byte {
+	if cfg == nil || len(cfg.Certificates) != 1 || cfg.GetCertificate != nil || len(cfg.Certificates[0].Certificate) == 0 {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		return nil
+	}
+	var h hash.Hash
+	switch leaf.SignatureAlgorithm {
+	case x509.MD5WithRSA, x509.SHA1WithRSA, x509.ECDSAWithSHA1, x509.DSAWithSHA1,
+		x509.SHA256WithRSA, x509.SHA256WithRSAPSS, x509.ECDSAWithSHA256:
+		h = sha256.New()
+	case x509.SHA384WithRSA, x509.SHA384WithRSAPSS, x509.ECDSAWithSHA384:
+		h = sha512.New384()
+	case x509.SHA512WithRSA, x509.SHA512WithRSAPSS, x509.ECDSAWithSHA512:
+		h = sha512.New()
+	default:
+		return nil // Ed25519: no binding defined; offer SCRAM-SHA-256 only
+	}
+	h.Write(leaf.Raw)
+	return h.Sum(nil)
 }
 
 // scramCredentials derives SCRAM-SHA-256 stored credentials from a password,

@@ -23,6 +23,7 @@ type Config struct {
 	ConnectTimeout time.Duration
 	ResetTimeout   time.Duration // longest a ROLLBACK on release may take
 	StmtCacheSize  int           // prepared statements kept per connection
+	TLS            WorkerTLS     // sslmode and root certificate toward the worker
 }
 
 // ErrAcquireTimeout is returned (wrapped in a pgerr.Error) when no connection

@@ -2,7 +2,6 @@ package pooling
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"syscall"
 	"time"
@@ -39,11 +38,10 @@ type ServerConn struct {
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
-	host, port, err := net.SplitHostPort(cfg.Addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return nil, err
 	}
-	pc, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%s sslmode=disable", host, port))
+	pc, err := pgconn.ParseConfig(cfg.TLS.ConnString(cfg.Addr))
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +64,7 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 		return nil, err
 	}
 	_ = h.Conn.SetDeadline(time.Time{})
-	if tc, ok := h.Conn.(*net.TCPConn); ok {
+	if tc, ok := rawConn(h.Conn).(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
 	return &ServerConn{conn: h.Conn, R: wire.NewReader(h.Conn, 32*1024), PID: h.PID, Secret: h.SecretKey,
@@ -131,7 +129,7 @@ func (c *ServerConn) alive() bool {
 	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 {
 		return false
 	}
-	sc, ok := c.conn.(syscall.Conn)
+	sc, ok := rawConn(c.conn).(syscall.Conn)
 	if !ok {
 		return true
 	}

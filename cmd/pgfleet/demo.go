@@ -5,16 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgcluster"
+	"github.com/pgfleet/pgfleet/internal/tlscert"
 )
 
 func demo(args []string) error {
@@ -25,6 +28,8 @@ func demo(args []string) error {
 	port := fs.Int("port", 6432, "port of the first coordinator (the next ones count up; taken ports are skipped)")
 	shardCount := fs.Int("shards", 32, "shards per distributed table (with --pgbench-scale)")
 	scale := fs.Int("pgbench-scale", 0, "load pgbench's schema at this scale: pgbench_accounts distributed by aid, tellers and branches as reference tables")
+	withTLS := fs.Bool("tls", false, "offer TLS to clients with a throwaway CA and server certificate made in the demo's directory\n"+
+		"(the printed URLs use sslmode=verify-full with that CA as sslrootcert)")
 	var cf coordinatorFlags
 	cf.register(fs)
 	_ = fs.Parse(args)
@@ -33,6 +38,9 @@ func demo(args []string) error {
 	}
 	if *nWorkers < 1 || *nCoords < 1 {
 		return fmt.Errorf("--workers and --coordinators must be at least 1")
+	}
+	if *withTLS && (cf.tlsCert != "" || cf.tlsKey != "") {
+		return fmt.Errorf("--tls makes its own certificate: give either --tls or --tls-cert and --tls-key")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -43,6 +51,16 @@ func demo(args []string) error {
 		return err
 	}
 	defer cl.Stop()
+	caFile := ""
+	if *withTLS {
+		// The coordinators listen on 127.0.0.1; localhost and ::1 are
+		// there for clients that name the host so.
+		files, err := tlscert.Make(cl.Dir, "127.0.0.1", "localhost", "::1")
+		if err != nil {
+			return fmt.Errorf("making the demo's certificates: %w", err)
+		}
+		cf.tlsCert, cf.tlsKey, caFile = files.Cert, files.Key, files.CA
+	}
 	var workers []string
 	for i, s := range cl.Servers {
 		workers = append(workers, s.Addr())
@@ -77,15 +95,15 @@ func demo(args []string) error {
 			return err
 		}
 		coords = append(coords, c)
-		fmt.Printf("  coordinator %d: postgres://postgres@%s/postgres?sslmode=disable\n", i+1, c.Addr())
+		fmt.Printf("  coordinator %d: %s\n", i+1, demoURL(c.Addr(), caFile))
 	}
 	if *scale > 0 {
 		fmt.Printf("  loading pgbench scale %d and distributing it over %d shards...\n", *scale, *shardCount)
-		if err := loadPgbench(ctx, coords[0].Addr(), *scale, *shardCount); err != nil {
+		if err := loadPgbench(ctx, demoURL(coords[0].Addr(), caFile), *scale, *shardCount); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("ready: psql \"postgres://postgres@%s/postgres?sslmode=disable\"  (Ctrl-C stops the cluster", coords[0].Addr())
+	fmt.Printf("ready: psql \"%s\"  (Ctrl-C stops the cluster", demoURL(coords[0].Addr(), caFile))
 	if *dataDir == "" {
 		fmt.Printf(" and removes %s)\n", cl.Dir)
 	} else {
@@ -99,17 +117,16 @@ func demo(args []string) error {
 // loadPgbench runs pgbench -i through the coordinator (the tables are plain
 // tables on the default node then), and distributes them as the Citus
 // benchmark did.
-func loadPgbench(ctx context.Context, addr string, scale, shards int) error {
-	url := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+func loadPgbench(ctx context.Context, connURL string, scale, shards int) error {
 	pgbench, err := exec.LookPath("pgbench")
 	if err != nil {
 		return fmt.Errorf("--pgbench-scale needs pgbench (Debian: apt-get install postgresql-client): %w", err)
 	}
-	out, err := exec.CommandContext(ctx, pgbench, "-i", "-q", "-s", strconv.Itoa(scale), url).CombinedOutput()
+	out, err := exec.CommandContext(ctx, pgbench, "-i", "-q", "-s", strconv.Itoa(scale), connURL).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pgbench -i: %w\n%s", err, out)
 	}
-	c, err := pgx.Connect(ctx, url)
+	c, err := pgx.Connect(ctx, connURL)
 	if err != nil {
 		return err
 	}
@@ -125,6 +142,17 @@ func loadPgbench(ctx context.Context, addr string, scale, shards int) error {
 		}
 	}
 	return nil
+}
+
+// demoURL is the libpq URL of a demo coordinator: with TLS (caFile not
+// empty), one that checks the coordinator's certificate against the demo's
+// CA and its host name.
+func demoURL(addr, caFile string) string {
+	if caFile == "" {
+		return "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	}
+	return "postgres://postgres@" + addr + "/postgres?sslmode=verify-full&sslrootcert=" +
+		strings.ReplaceAll(url.QueryEscape(caFile), "%2F", "/") // a path needs no escaped slashes
 }
 
 // plural is "1 thing" or "n things".

@@ -9,17 +9,20 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 const usage = `pgfleet: a fleet of PostgreSQL-compatible coordinators in front of plain PostgreSQL workers.
@@ -81,16 +84,29 @@ type coordinatorFlags struct {
 	users          listFlag
 	workerPassword string
 	logLevel       string
+
+	tlsCert, tlsKey   string
+	tlsRequired       bool
+	workerSSLMode     string
+	workerSSLRootCert string
 }
 
 func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.poolSize, "pool-size", envInt("PGFLEET_POOL_SIZE", 16), "server connections per worker, database and user")
 	fs.DurationVar(&f.poolTimeout, "pool-timeout", envDuration("PGFLEET_POOL_TIMEOUT", 5*time.Second), "longest a statement waits for a server connection")
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 10*time.Second, "longest a client may take to connect and authenticate")
-	fs.StringVar(&f.auth, "auth", os.Getenv("PGFLEET_AUTH"), "client authentication: trust, scram-sha-256 or md5 (default: trust on loopback without users, else scram-sha-256)")
+	fs.StringVar(&f.auth, "auth", os.Getenv("PGFLEET_AUTH"), "client authentication: trust, scram-sha-256 or md5 (default: scram-sha-256 when users are given; without users, trust\n"+
+		"on a loopback --listen, and a non-loopback --listen refuses to start unless --auth trust is given)")
 	fs.Var(&f.users, "user", "name:password of a user (repeatable; also $PGFLEET_USERS, comma-separated)")
 	fs.StringVar(&f.workerPassword, "worker-password", os.Getenv("PGFLEET_WORKER_PASSWORD"), "password for server connections of users not given with --user")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.tlsCert, "tls-cert", os.Getenv("PGFLEET_TLS_CERT"), "PEM certificate (chain) offered to clients that ask for TLS (with --tls-key; without them an SSLRequest is answered N)")
+	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("PGFLEET_TLS_KEY"), "PEM private key of --tls-cert")
+	fs.BoolVar(&f.tlsRequired, "tls-required", envBool("PGFLEET_TLS_REQUIRED"), "refuse clients that do not use TLS (FATAL 28000, as a hostssl-only pg_hba.conf); needs --tls-cert")
+	fs.StringVar(&f.workerSSLMode, "worker-sslmode", envStr("PGFLEET_WORKER_SSLMODE", "disable"),
+		"libpq sslmode of every connection to the workers and the metadata database: disable, allow, prefer, require, verify-ca or verify-full")
+	fs.StringVar(&f.workerSSLRootCert, "worker-sslrootcert", os.Getenv("PGFLEET_WORKER_SSLROOTCERT"),
+		"PEM file of the CAs that sign the workers' certificates (libpq sslrootcert; verify-ca and verify-full\nwithout it use the system's CAs; with require it verifies as verify-ca)")
 }
 
 func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.Config, error) {
@@ -110,9 +126,31 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 		return coordinator.Config{}, fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	return coordinator.Config{Listen: listen, Workers: workers, Auth: f.auth, Users: users,
+	cfg := coordinator.Config{Listen: listen, Workers: workers, Auth: f.auth, Users: users,
 		WorkerPassword: f.workerPassword, PoolSize: f.poolSize, PoolTimeout: f.poolTimeout,
-		StartupTimeout: f.startupTimeout, Logger: log}, nil
+		StartupTimeout: f.startupTimeout, Logger: log, TLSRequired: f.tlsRequired,
+		WorkerTLS: pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert}}
+	if f.tlsCert != "" || f.tlsKey != "" {
+		if f.tlsCert == "" || f.tlsKey == "" {
+			return coordinator.Config{}, fmt.Errorf("--tls-cert and --tls-key go together")
+		}
+		tc, err := serverTLS(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return coordinator.Config{}, err
+		}
+		cfg.TLS = tc
+	}
+	return cfg, nil
+}
+
+// serverTLS loads a certificate and key for client connections. TLS 1.2 is
+// the oldest version offered, as PostgreSQL's ssl_min_protocol_version.
+func serverTLS(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 func serve(args []string) error {
@@ -172,6 +210,11 @@ func envStr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+func envBool(k string) bool {
+	v, _ := strconv.ParseBool(os.Getenv(k))
+	return v
 }
 
 func envInt(k string, def int) int {

@@ -13,14 +13,15 @@ const mod = "github.com/pgfleet/pgfleet/"
 // forbidden lists, per package, the packages it must not depend on,
 // directly or not.
 var forbidden = map[string][]string{
-	"internal/pgerr": {"internal/wire", "pooling", "coordinator", "planner", "metadata", "bench"},
-	"internal/wire":  {"pooling", "coordinator", "planner", "metadata", "bench"},
-	"pooling":        {"coordinator", "planner", "metadata", "bench"},
-	"planner":        {"coordinator", "pooling", "bench"},
-	"metadata":       {"coordinator", "planner", "pooling", "bench"},
-	"coordinator":    {"bench"},
-	"bench":          {"coordinator", "pooling", "planner", "metadata"},
-	"difftest":       {"coordinator", "pooling", "planner", "metadata"}, // the oracle comparison talks over the wire only
+	"internal/pgerr":   {"internal/wire", "pooling", "coordinator", "planner", "metadata", "bench"},
+	"internal/wire":    {"pooling", "coordinator", "planner", "metadata", "bench"},
+	"internal/tlscert": {"internal/wire", "pooling", "coordinator", "planner", "metadata", "bench"},
+	"pooling":          {"coordinator", "planner", "metadata", "bench"},
+	"planner":          {"coordinator", "pooling", "bench"},
+	"metadata":         {"coordinator", "planner", "pooling", "bench"},
+	"coordinator":      {"bench"},
+	"bench":            {"coordinator", "pooling", "planner", "metadata"},
+	"difftest":         {"coordinator", "pooling", "planner", "metadata"}, // the oracle comparison talks over the wire only
 }
 
 func TestDependencyDirection(t *testing.T) {
