@@ -600,6 +600,14 @@ func (ss *session) simpleQuery(body []byte) error {
 	if ss.pendingFailed {
 		return ss.queryError(pendingFailedError(&cls))
 	}
+	if ss.sc != nil && ss.sc.TxStatus == 'E' && !cls.mayEndFailed() {
+		// As PostgreSQL: a failed transaction reads nothing but its end,
+		// and answers 25P02 before analysing a statement (pgfleet's
+		// planning included); only a syntax error comes first. The
+		// worker holding the failed transaction gives exactly that
+		// answer and runs nothing.
+		return ss.relayCycle('Q', body, nil, ss.node)
+	}
 	ss.seqDiscard = false
 	if cls.seqFn != "" && ss.seqUsed {
 		return ss.queryError(errSeqState(cls.seqFn))
@@ -944,6 +952,12 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParseSt = st
 	}
 	sp, err := ss.stmtPlan(st)
+	if err != nil && ss.txStatus() == 'E' && !st.cls.mayEndFailed() {
+		// As PostgreSQL: a failed transaction answers 25P02 before it
+		// analyses a statement (a syntax error, which comes first, is
+		// not a planning error: such text plans for the default node).
+		err = errFailedTxn
+	}
 	if err != nil {
 		err = ss.workerVerdict(st.Query, st.paramTail, err)
 	}
@@ -1989,6 +2003,9 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 	}
 	return true
 }
+
+var errFailedTxn = pgerr.New(pgerr.InFailedSQLTransaction,
+	"current transaction is aborted, commands ignored until end of transaction block")
 
 // pendingFailedError answers a statement in a failed transaction the
 // worker has not seen: 25P02, or for ROLLBACK TO the error PostgreSQL gives

@@ -1,0 +1,101 @@
+package coordinator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestLatin1CopyIntoReferenceTable: COPY into a reference table from a
+// session in client_encoding LATIN1 stores what PostgreSQL stores (the
+// check that the copies agree used to fail with 08006: it ran as a simple
+// query, which pgx refuses outside UTF8).
+func TestLatin1CopyIntoReferenceTable(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	plain := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "f8_ref_latin1", "(k text PRIMARY KEY, v int)", "SELECT create_reference_table('f8_ref_latin1')")
+	exec(t, plain, "DROP TABLE IF EXISTS f8_ref_latin1_plain")
+	exec(t, plain, "CREATE TABLE f8_ref_latin1_plain (k text PRIMARY KEY, v int)")
+	t.Cleanup(func() { _, _ = plain.Exec(context.Background(), "DROP TABLE IF EXISTS f8_ref_latin1_plain") })
+	data := "na\xefve caf\xe9,9\n\xdf\xfc4z,42\n" // naïve café, ßü4z in LATIN1
+	var tags, rows [2]string
+	for i, side := range []struct {
+		c     *pgx.Conn
+		table string
+	}{{c, "f8_ref_latin1"}, {plain, "f8_ref_latin1_plain"}} {
+		if _, err := side.c.PgConn().Exec(ctx, "SET client_encoding = 'LATIN1'").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		tag, err := side.c.PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY "+side.table+" FROM STDIN WITH (FORMAT csv)")
+		tags[i] = tag.String()
+		if err != nil {
+			tags[i] = "E" + sqlState(err) + " " + err.Error()
+		}
+		if _, err := side.c.PgConn().Exec(ctx, "RESET client_encoding").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		rows[i] = tableRows(t, side.c, "SELECT k, v FROM "+side.table+" ORDER BY k")
+	}
+	if tags[0] != tags[1] || rows[0] != rows[1] {
+		t.Errorf("COPY under LATIN1:\n got %s\n%s\nPostgreSQL %s\n%s", tags[0], rows[0], tags[1], rows[1])
+	}
+}
+
+// TestFailedTransactionAnswersFirst: in a failed transaction PostgreSQL
+// answers 25P02 before it analyses a statement (only a syntax error comes
+// first); a statement pgfleet would plan and reject (42702, an ambiguous
+// ORDER BY; 42703) gets 25P02 as well, in the simple and the extended
+// protocol, on a distributed and on a reference table (one shard, so that
+// the transaction stays on one worker and its savepoint is allowed).
+func TestFailedTransactionAnswersFirst(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	o := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "f8_abort_d", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('f8_abort_d', 'k', shard_count => 1)")
+	testTable(t, c, "f8_abort_r", "(k int PRIMARY KEY, v int)", "SELECT create_reference_table('f8_abort_r')")
+	for _, tb := range []string{"f8_abort_d", "f8_abort_r"} {
+		exec(t, o, "DROP TABLE IF EXISTS "+tb)
+		exec(t, o, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v int)")
+	}
+	t.Cleanup(func() {
+		_, _ = o.Exec(context.Background(), "DROP TABLE IF EXISTS f8_abort_d, f8_abort_r")
+	})
+	for _, x := range []*pgx.Conn{c, o} {
+		exec(t, x, "INSERT INTO f8_abort_d (k, v) VALUES (1, 1), (2, 2), (3, 3)")
+		exec(t, x, "INSERT INTO f8_abort_r (k, v) VALUES (1, 1)")
+	}
+	bad := []string{
+		"SELECT k, (k)::text FROM f8_abort_d ORDER BY k",
+		"SELECT nosuch FROM f8_abort_d WHERE k = 1",
+		"SELECT k, (k)::text FROM f8_abort_r ORDER BY k",
+		"SELECT k, (k)::text FROM f8_abort_d ORDER BY k; SELECT 1",
+		"SELEC 1",
+	}
+	for _, extended := range []bool{false, true} {
+		for _, q := range bad {
+			if extended && strings.Contains(q, ";") {
+				continue
+			}
+			for _, first := range []string{"SELECT 1/0", "SELECT v/0 FROM f8_abort_d WHERE k = 2", "SELECT count(*)/0 FROM f8_abort_d"} {
+				again := q // in a healthy transaction: the planner's answer
+				if strings.Contains(q, ";") {
+					again = "SELECT 1" // several statements over a distributed table are refused
+				}
+				s := []string{"BEGIN", "SAVEPOINT a", "SELECT * FROM f8_abort_d WHERE k = 1", first, q, "ROLLBACK TO a", "SELECT v FROM f8_abort_d WHERE k = 3", again, "COMMIT"}
+				got := script(t, c, extended, s...)
+				want := script(t, o, extended, s...)
+				if got != want {
+					t.Errorf("extended %v %q:\n got %s\nwant %s", extended, s, got, want)
+				}
+			}
+		}
+	}
+}
