@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -95,6 +96,55 @@ func TestFailedTransactionAnswersFirst(t *testing.T) {
 				if got != want {
 					t.Errorf("extended %v %q:\n got %s\nwant %s", extended, s, got, want)
 				}
+			}
+		}
+	}
+}
+
+// TestScatterLimitExpressionErrors: a multi-shard SELECT with LIMIT whose
+// select list fails on rows PostgreSQL never reaches (it stops at the
+// LIMIT; each shard stops at its own) answers PostgreSQL's rows or 0A000,
+// never the shards' 22003; without LIMIT, and for an invalid LIMIT, the
+// error is PostgreSQL's.
+func TestScatterLimitExpressionErrors(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	o := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "f8_lim", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('f8_lim', 'k', shard_count => 4)")
+	exec(t, o, "DROP TABLE IF EXISTS f8_lim")
+	exec(t, o, "CREATE TABLE f8_lim (k int PRIMARY KEY, v int)")
+	t.Cleanup(func() { _, _ = o.Exec(context.Background(), "DROP TABLE IF EXISTS f8_lim") })
+	var vals []string
+	for k := 2; k <= 2000; k++ {
+		vals = append(vals, fmt.Sprintf("(%d, 2147483647)", k))
+	}
+	for _, x := range []*pgx.Conn{c, o} {
+		exec(t, x, "INSERT INTO f8_lim (k, v) VALUES (1, 1)")
+		exec(t, x, "INSERT INTO f8_lim (k, v) VALUES "+strings.Join(vals, ", "))
+	}
+	exec(t, o, "ANALYZE f8_lim")
+	for _, q := range []string{
+		"SELECT k, v + 1 FROM f8_lim ORDER BY k LIMIT 1",
+		"SELECT k, v + 1 AS e FROM f8_lim ORDER BY k LIMIT 1 OFFSET 0",
+		"SELECT v + 1 FROM f8_lim LIMIT 1",
+		"SELECT k FROM f8_lim WHERE v + 1 > 0 ORDER BY k LIMIT 1",
+	} {
+		for _, extended := range []bool{false, true} {
+			got := script(t, c, extended, q)
+			want := script(t, o, extended, q)
+			if got != want && got != "E0A000|I" {
+				t.Errorf("extended %v %q: got %s, PostgreSQL %s", extended, q, got, want)
+			}
+		}
+	}
+	for _, q := range []string{
+		"SELECT k, v + 1 FROM f8_lim ORDER BY k",
+		"SELECT k FROM f8_lim ORDER BY k LIMIT -1",
+	} {
+		for _, extended := range []bool{false, true} {
+			if got, want := script(t, c, extended, q), script(t, o, extended, q); got != want {
+				t.Errorf("extended %v %q: got %s, PostgreSQL %s", extended, q, got, want)
 			}
 		}
 	}

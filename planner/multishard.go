@@ -62,6 +62,10 @@ type Merge struct {
 	Kind   MergeKind `json:"kind"`
 	Limit  *Value    `json:"limit,omitempty"`  // Concat
 	Offset *Value    `json:"offset,omitempty"` // Concat
+	// ShardLimit: the shards stop at limit+offset rows each, so together
+	// they evaluate the select list (and WHERE) on other rows than
+	// PostgreSQL, which stops at limit+offset rows in all.
+	ShardLimit bool `json:"shard_limit,omitempty"`
 	// Columns is the number of partial columns (0 when the select list has
 	// a *, then known from the shards' row description); the last Hidden
 	// of them are sort keys that are not output.
@@ -849,6 +853,7 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 				m.Offset = off
 			}
 			pushLimit(partial, limited)
+			m.ShardLimit = limited
 			return m, partial, nil
 		}
 	}
@@ -949,7 +954,7 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 		partial.SortClause = nil
 	}
 	pushLimit(partial, limited)
-	m := &Merge{Kind: SQLMerge, Hidden: len(hidden), tmpl: tmpl, fill: star && distinctAll, RowIDs: !distinctAll}
+	m := &Merge{Kind: SQLMerge, Hidden: len(hidden), tmpl: tmpl, fill: star && distinctAll, RowIDs: !distinctAll, ShardLimit: limited}
 	if m.RowIDs {
 		tmpl.TargetList = []*pg_query.Node{resTarget(colRef("r"))}
 		for k := 1; k <= len(sel.TargetList); k++ {
