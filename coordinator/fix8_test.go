@@ -149,3 +149,53 @@ func TestScatterLimitExpressionErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitInsertErrorPrecedence: a multi-row INSERT whose rows go to
+// several shards reports the error PostgreSQL reports first: a constant
+// that fails parse analysis or planning (22008 for a bad date,
+// -2147483648::int4 folded to 22003) before a duplicate key in another
+// shard's rows (23505) and before the read-only check (25006).
+func TestSplitInsertErrorPrecedence(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	o := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "f8_order", "(k int PRIMARY KEY, v int, d date)", "SELECT create_distributed_table('f8_order', 'k', shard_count => 8)")
+	exec(t, o, "DROP TABLE IF EXISTS f8_order")
+	exec(t, o, "CREATE TABLE f8_order (k int PRIMARY KEY, v int, d date)")
+	t.Cleanup(func() { _, _ = o.Exec(context.Background(), "DROP TABLE IF EXISTS f8_order") })
+	var rows []string
+	for k := 1; k <= 40; k++ {
+		rows = append(rows, fmt.Sprintf("(%d, %d, '2020-01-01')", k, k))
+	}
+	for _, x := range []*pgx.Conn{c, o} {
+		exec(t, x, "INSERT INTO f8_order (k, v, d) VALUES "+strings.Join(rows, ", "))
+	}
+	var fresh []string
+	for k := 101; k <= 140; k++ {
+		fresh = append(fresh, fmt.Sprintf("(%d, %d, '2020-01-01')", k, k))
+	}
+	vals := strings.Join(fresh, ", ")
+	cases := [][]string{
+		{"INSERT INTO f8_order (k, v, d) VALUES " + vals + ", (200, -2147483648::int4, NULL), (5, 0, NULL)"},
+		{"INSERT INTO f8_order (k, v, d) VALUES (5, 0, NULL), " + vals + ", (200, -2147483648::int4, NULL)"},
+		{"INSERT INTO f8_order (k, v, d) VALUES (5, 0, NULL), " + vals + ", (200, 0, '2020-13-45')"},
+		{"INSERT INTO f8_order (k, v, d) VALUES (5, 0, NULL), " + vals},
+		{"SET default_transaction_read_only = on", "INSERT INTO f8_order (k, v, d) VALUES " + vals + ", (200, 0, '2020-02-30'::date)", "RESET default_transaction_read_only"},
+		{"SET default_transaction_read_only = on", "INSERT INTO f8_order (k, v, d) VALUES " + vals + ", (200, -2147483648::int4, NULL)", "RESET default_transaction_read_only"},
+		{"SET default_transaction_read_only = on", "INSERT INTO f8_order (k, v, d) VALUES " + vals, "RESET default_transaction_read_only"},
+	}
+	for _, s := range cases {
+		for range 3 { // the shards run in no fixed order
+			got := script(t, c, false, s...)
+			want := script(t, o, false, s...)
+			if got != want {
+				t.Errorf("%.120q...:\n got %s\nwant %s", s, got, want)
+				break
+			}
+		}
+	}
+	if got, want := tableRows(t, c, "SELECT k, v, d FROM f8_order ORDER BY k"), tableRows(t, o, "SELECT k, v, d FROM f8_order ORDER BY k"); got != want {
+		t.Errorf("rows differ:\n got %s\nwant %s", got, want)
+	}
+}

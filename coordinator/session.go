@@ -686,7 +686,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	case planner.CopyIn:
 		return ss.copySplit(p, lits)
 	case planner.InsertSplit:
-		return ss.insertSplit(p, lits)
+		return ss.insertSplit(p, lits, text)
 	case planner.MultiShard:
 		return ss.scatterSimple(p, lits)
 	}
