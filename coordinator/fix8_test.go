@@ -199,3 +199,52 @@ func TestSplitInsertErrorPrecedence(t *testing.T) {
 		t.Errorf("rows differ:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestSavepointAfterRefusal: savepoint statements in a transaction that
+// failed by the coordinator's own refusal (0A000) or by a multi-shard
+// error, before or after BEGIN reached a worker, answer as PostgreSQL's
+// do when the statement that failed them had failed there: SAVEPOINT
+// 25P02, ROLLBACK TO a savepoint that was never made 3B001, ROLLBACK TO a
+// real one brings the transaction back.
+func TestSavepointAfterRefusal(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	o := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "f8_sp", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('f8_sp', 'k', shard_count => 1)")
+	exec(t, o, "DROP TABLE IF EXISTS f8_sp")
+	exec(t, o, "CREATE TABLE f8_sp (k int PRIMARY KEY, v int)")
+	t.Cleanup(func() { _, _ = o.Exec(context.Background(), "DROP TABLE IF EXISTS f8_sp") })
+	for _, x := range []*pgx.Conn{c, o} {
+		exec(t, x, "INSERT INTO f8_sp (k, v) VALUES (1, 1), (2, 2)")
+	}
+	// refused on the coordinator (0A000); the oracle fails it with 22012.
+	const refused = "UPDATE f8_sp SET v = v + 1 WHERE v > 0"
+	fails := []string{refused, "SELECT count(*)/0 FROM f8_sp", "SELECT 1/0"}
+	for _, extended := range []bool{false, true} {
+		for _, f := range fails {
+			for i, s := range [][]string{
+				{"BEGIN", f, "SAVEPOINT s0", "ROLLBACK TO SAVEPOINT s0", "RELEASE SAVEPOINT s0", "ROLLBACK TO s0", "COMMIT"},
+				{"BEGIN", "SAVEPOINT s0", f, "SAVEPOINT s1", "ROLLBACK TO SAVEPOINT s1", "RELEASE s1", "ROLLBACK TO s0", "SELECT v FROM f8_sp WHERE k = 2", "COMMIT"},
+				{"BEGIN", "SELECT v FROM f8_sp WHERE k = 1", "SAVEPOINT s0", f, "RELEASE SAVEPOINT s0", "ROLLBACK TO s0", "SELECT v FROM f8_sp WHERE k = 2", "COMMIT"},
+				{"BEGIN", "SAVEPOINT s0", "SAVEPOINT s1", f, "ROLLBACK TO s1", f, "ROLLBACK TO s0", "UPDATE f8_sp SET v = 7 WHERE k = 1", "COMMIT", "SELECT v FROM f8_sp WHERE k = 1"},
+				{"BEGIN", f, "ROLLBACK TO SAVEPOINT s0", "SAVEPOINT s0", "ROLLBACK", "SELECT 1"},
+			} {
+				os := make([]string, len(s))
+				for j, q := range s {
+					os[j] = q
+					if q == refused {
+						os[j] = "SELECT 1/0"
+					}
+				}
+				got := strings.ReplaceAll(script(t, c, extended, s...), "E0A000", "E22012")
+				want := script(t, o, extended, os...)
+				if got != want {
+					t.Errorf("extended %v, script %d %q:\n got %s\nwant %s", extended, i, s, got, want)
+				}
+				exec(t, o, "UPDATE f8_sp SET v = k")
+				exec(t, c, "UPDATE f8_sp SET v = 1 WHERE k = 1")
+			}
+		}
+	}
+}
