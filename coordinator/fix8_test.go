@@ -248,3 +248,52 @@ func TestSavepointAfterRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodingAfterRolledBackSet: a SET client_encoding undone by ROLLBACK
+// (or made for good by COMMIT) decides how the next statement's text key
+// is hashed: every row is found again by its key afterwards.
+func TestEncodingAfterRolledBackSet(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	testTable(t, c, "f8_enc", "(k text PRIMARY KEY, v int)", "SELECT create_distributed_table('f8_enc', 'k', shard_count => 8)")
+	run := func(sql string) {
+		t.Helper()
+		if _, err := c.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%q: %v", sql, err)
+		}
+	}
+	latin1 := map[string]string{"é": "\xe9", "ü": "\xfc", "ßa": "\xdfa", "Ñ": "\xd1"}
+	i := 0
+	for _, s := range []struct{ start, inTx, end string }{
+		{"LATIN1", "UTF8", "ROLLBACK"},
+		{"UTF8", "LATIN1", "ROLLBACK"},
+		{"UTF8", "LATIN1", "COMMIT"},
+		{"LATIN1", "UTF8", "COMMIT"},
+	} {
+		run("SET client_encoding = '" + s.start + "'")
+		run("BEGIN")
+		run("SET client_encoding = '" + s.inTx + "'")
+		run("SELECT 1")
+		run(s.end)
+		enc := s.start
+		if s.end == "COMMIT" {
+			enc = s.inTx
+		}
+		for utf, lat := range latin1 {
+			i++
+			key := utf
+			if enc == "LATIN1" {
+				key = lat
+			}
+			run(fmt.Sprintf("INSERT INTO f8_enc (k, v) VALUES ('%s%d', %d)", key, i, i))
+			run("RESET client_encoding")
+			if got := tableRows(t, c, fmt.Sprintf("SELECT v FROM f8_enc WHERE k = '%s%d'", utf, i)); got != fmt.Sprintf("%d\n", i) {
+				t.Errorf("%v: key %q inserted under %s, read back by key: %q", s, utf, enc, got)
+			}
+			run("SET client_encoding = '" + enc + "'")
+		}
+		run("RESET client_encoding")
+	}
+}
