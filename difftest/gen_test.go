@@ -38,6 +38,13 @@ func TestFeatures(t *testing.T) {
 			t.Errorf("known-bug feature %s is on by default", name)
 		}
 	}
+	// A switch that is not a known bug runs by default (a fix that drops
+	// it from knownBug turns it on).
+	for _, name := range switches {
+		if _, bug := knownBug[name]; !bug && !f.on(name) {
+			t.Errorf("feature %s is neither a known bug nor on by default", name)
+		}
+	}
 	if err := f.apply("chain,latin1", "insert"); err != nil {
 		t.Fatal(err)
 	}
