@@ -79,6 +79,7 @@ func TestFailedTransactionAnswersFirst(t *testing.T) {
 		"SELECT k, (k)::text FROM f8_abort_r ORDER BY k",
 		"SELECT k, (k)::text FROM f8_abort_d ORDER BY k; SELECT 1",
 		"SELEC 1",
+		"SELECT v FROM f8_abort_d WHERE k = 1 AND 'x' <> ('\xc3' || '\x9f')", // not UTF-8: 22021 first
 	}
 	for _, extended := range []bool{false, true} {
 		for _, q := range bad {

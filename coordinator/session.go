@@ -951,11 +951,23 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st
 	}
-	sp, err := ss.stmtPlan(st)
-	if err != nil && ss.txStatus() == 'E' && !st.cls.mayEndFailed() {
+	if ss.sc != nil && ss.sc.TxStatus == 'E' && !st.cls.mayEndFailed() {
 		// As PostgreSQL: a failed transaction answers 25P02 before it
-		// analyses a statement (a syntax error, which comes first, is
-		// not a planning error: such text plans for the default node).
+		// analyses a statement (pgfleet's planning included), after
+		// the message's encoding check (22021) and the syntax check
+		// (42601). The worker holding the failed transaction gives
+		// exactly that answer.
+		if !ss.acquireExt(ss.node) {
+			return nil
+		}
+		ss.setStmt(ss.prepareOn(st, eRelay), string(name), st)
+		return nil
+	}
+	failed := ss.txStatus() == 'E' // before planning, which may ask the held connection
+	sp, err := ss.stmtPlan(st)
+	if err != nil && failed && !st.cls.mayEndFailed() {
+		// A failed transaction the worker has not seen (its BEGIN is
+		// still the coordinator's): 25P02 before planning errors.
 		err = errFailedTxn
 	}
 	if err != nil {
