@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -296,5 +297,47 @@ func TestEncodingAfterRolledBackSet(t *testing.T) {
 			run("SET client_encoding = '" + enc + "'")
 		}
 		run("RESET client_encoding")
+	}
+}
+
+// TestReadOnlyCopy: COPY FROM into a distributed or reference table in a
+// read-only session gets PostgreSQL's 25006 before any data is read:
+// with no rows (it used to answer COPY 0), rows a WHERE filters out, or
+// rows that would fail to parse (it used to answer 22P04 or 22P02).
+func TestReadOnlyCopy(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	o := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "f8_rocopy", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('f8_rocopy', 'k', shard_count => 4)")
+	testTable(t, c, "f8_rocopy_ref", "(k int PRIMARY KEY, v int)", "SELECT create_reference_table('f8_rocopy_ref')")
+	exec(t, o, "DROP TABLE IF EXISTS f8_rocopy, f8_rocopy_ref")
+	exec(t, o, "CREATE TABLE f8_rocopy (k int PRIMARY KEY, v int)")
+	exec(t, o, "CREATE TABLE f8_rocopy_ref (k int PRIMARY KEY, v int)")
+	t.Cleanup(func() { _, _ = o.Exec(context.Background(), "DROP TABLE IF EXISTS f8_rocopy, f8_rocopy_ref") })
+	for _, table := range []string{"f8_rocopy", "f8_rocopy_ref"} {
+		for _, data := range []string{"", "1\t2\n", "1\t2\t3\n", "x\t1\n", "1\t2\n3\t4\n5\t6\n7\t8\n"} {
+			for _, opt := range []string{"", " WHERE v > 100"} {
+				for _, ro := range []string{"on", "off"} {
+					var res [2]string
+					for i, pc := range []*pgconn.PgConn{c.PgConn(), o.PgConn()} {
+						if _, err := pc.Exec(ctx, "SET default_transaction_read_only = "+ro).ReadAll(); err != nil {
+							t.Fatal(err)
+						}
+						tag, err := pc.CopyFrom(ctx, strings.NewReader(data), "COPY "+table+" FROM STDIN"+opt)
+						res[i] = tag.String() + " " + sqlState(err)
+						for _, q := range []string{"RESET default_transaction_read_only", "TRUNCATE " + table} {
+							if _, err := pc.Exec(ctx, q).ReadAll(); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+					if res[0] != res[1] {
+						t.Errorf("read only %s, COPY %s%s %q: got %s, PostgreSQL %s", ro, table, opt, data, res[0], res[1])
+					}
+				}
+			}
+		}
 	}
 }
