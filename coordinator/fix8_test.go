@@ -106,8 +106,8 @@ func TestFailedTransactionAnswersFirst(t *testing.T) {
 // TestScatterLimitExpressionErrors: a multi-shard SELECT with LIMIT whose
 // select list fails on rows PostgreSQL never reaches (it stops at the
 // LIMIT; each shard stops at its own) answers PostgreSQL's rows or 0A000,
-// never the shards' 22003; without LIMIT, and for an invalid LIMIT, the
-// error is PostgreSQL's.
+// never the shards' 22003; without LIMIT, for an invalid LIMIT, and when
+// the failing expression is sorted by, the error is PostgreSQL's.
 func TestScatterLimitExpressionErrors(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, nil)
@@ -143,6 +143,7 @@ func TestScatterLimitExpressionErrors(t *testing.T) {
 	for _, q := range []string{
 		"SELECT k, v + 1 FROM f8_lim ORDER BY k",
 		"SELECT k FROM f8_lim ORDER BY k LIMIT -1",
+		"SELECT k, v + 1 FROM f8_lim ORDER BY v + 1, k LIMIT 1", // sorted by it: every row evaluated
 	} {
 		for _, extended := range []bool{false, true} {
 			if got, want := script(t, c, extended, q), script(t, o, extended, q); got != want {
