@@ -108,6 +108,17 @@ type class struct {
 	// ddl: a statement starts with CREATE, ALTER, DROP, COMMENT, GRANT or
 	// REVOKE (objectDDL checks it further on the extended protocol).
 	ddl bool
+	// endLike: a statement starts with COMMIT, END, ROLLBACK, ABORT or
+	// PREPARE, so it may be one a failed transaction accepts.
+	endLike bool
+}
+
+// mayEndFailed reports whether a statement of the string may be one a
+// failed transaction accepts (COMMIT, ROLLBACK, ROLLBACK TO SAVEPOINT,
+// PREPARE TRANSACTION and the like); false means every statement would get
+// 25P02 there.
+func (c *class) mayEndFailed() bool {
+	return c.endLike
 }
 
 // classify scans sql lexically (comments, quotes and dollar quotes skipped)
@@ -129,6 +140,8 @@ func classify(sql string) class {
 			switch lx.words[0] {
 			case "CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE":
 				c.ddl = true
+			case "COMMIT", "END", "ROLLBACK", "ABORT", "PREPARE":
+				c.endLike = true
 			}
 			if quietStatement(lx.words[0]) {
 				quiet++

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
@@ -63,6 +64,10 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		return ss.queryError(err)
 	}
 	l.ForeignEncoding = ss.foreignEnc
+	if err := readOnlyCopy(ctx, conns); err != nil {
+		l.Abort()
+		return ss.queryError(err)
+	}
 	resp := pgproto3.CopyInResponse{OverallFormat: 0}
 	ss.out, _ = resp.Encode(ss.out)
 	if err := ss.flush(); err != nil {
@@ -185,4 +190,23 @@ func utf8Name(enc string) bool {
 // bytes the hash reads.
 func textLike(typ string) bool {
 	return typ == "text" || typ == "varchar" || typ == "bpchar"
+}
+
+// readOnlyCopy answers 25006 as PostgreSQL does for COPY FROM in a
+// read-only transaction (default_transaction_read_only, a standby): before
+// it reads any data, so whatever the data (none, bad rows, rows no shard
+// would take) the client gets that error. The node connections have the
+// session's settings; one of them is asked, one round trip per COPY.
+func readOnlyCopy(ctx context.Context, conns map[int32]*pgx.Conn) error {
+	for _, c := range conns {
+		var ro string
+		if err := c.QueryRow(ctx, "SELECT pg_catalog.current_setting('transaction_read_only')", pgx.QueryExecModeExec).Scan(&ro); err != nil {
+			return pgerr.New(pgerr.ConnectionFailure, "checking transaction_read_only for COPY: %v", err)
+		}
+		if ro == "on" {
+			return pgerr.New(pgerr.ReadOnlySQLTransaction, "cannot execute COPY FROM in a read-only transaction")
+		}
+		return nil
+	}
+	return nil
 }

@@ -290,7 +290,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 // insertSplit runs a multi-row INSERT into a distributed table: rows of one
 // shard go through the session's usual path; rows of several shards are
 // inserted shard by shard in one distributed transaction.
-func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
+func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) error {
 	snap := ss.srv.catalog.Load()
 	all := snap.Shards[p.DistTable]
 	groups := map[int][]int{}
@@ -352,7 +352,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal) error {
 	}
 	n, err := shards.ExecGroups(ctx, ss.srv.store, snap, conns, byNode)
 	if err != nil {
-		return ss.queryError(err)
+		return ss.queryError(ss.analysisFirst(text, err))
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte("INSERT 0 " + strconv.FormatInt(n, 10))}
 	ss.out, _ = cc.Encode(ss.out)
@@ -606,4 +606,34 @@ func (ss *session) objectDDLBatch(sql string, snap *metadata.Snapshot) (string, 
 		return "", nil
 	}
 	return shards.ClassifyObjectDDL(sql, snap)
+}
+
+// analysisFirst answers a statement split over shards that failed on one
+// of them (err). PostgreSQL analyses and plans the whole statement before
+// it executes a row or checks that the transaction may write, so an error
+// there (a bad constant: '2020-13-01'::date, 22008; -2147483648::int4,
+// 22003, folded by the planner) is its answer, whichever error a shard
+// reported first. EXPLAIN of the statement on the default node, whose
+// table of the same name has the same columns and is read under the
+// session's settings, runs exactly those steps and nothing else (no row,
+// no read-only check); its error, if any, is the client's answer. One
+// round trip, on this error path only.
+func (ss *session) analysisFirst(text string, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, perr := ss.poolFor(ss.srv.defaultNode.Load())
+	if perr != nil {
+		return err
+	}
+	sc, perr := ss.checkout(ctx, pool)
+	if perr != nil {
+		return err
+	}
+	_, qerr := queryText(sc, "EXPLAIN (COSTS OFF) "+text)
+	pool.Release(sc)
+	var we *workerError
+	if errors.As(qerr, &we) {
+		return we
+	}
+	return err
 }

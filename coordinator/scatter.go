@@ -890,6 +890,7 @@ func (r *scatterRun) run() error {
 		return errQuietClose
 	}
 	if r.err != nil {
+		r.err = beyondLimit(r.x.Merge, r.err)
 		if r.merging() && r.x.Merge.RowIDs && r.x.Merge.Columns == 0 && r.port == nil {
 			// Perhaps because the table changed since its columns were
 			// counted (a Bind with too few result formats).
@@ -906,6 +907,24 @@ func (r *scatterRun) run() error {
 	}
 	r.complete(r.sent)
 	return nil
+}
+
+// beyondLimit turns a data exception (SQLSTATE class 22: an overflow, a
+// division by zero, a bad cast) from a shard of a statement whose shards
+// stop at limit+offset rows each into a refusal: together they evaluated
+// the select list and WHERE on more rows than PostgreSQL, which stops at
+// limit+offset rows in all and may never reach the failing one. (An
+// invalid LIMIT or OFFSET value, 2201W or 2201X, fails there too.)
+func beyondLimit(m *planner.Merge, err error) error {
+	var we *workerError
+	if !m.ShardLimit || !errors.As(err, &we) || !strings.HasPrefix(we.pg.Code, "22") ||
+		we.pg.Code == "2201W" || we.pg.Code == "2201X" {
+		return err
+	}
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"a shard of this multi-shard query with LIMIT failed: %s (SQLSTATE %s); PostgreSQL stops at the LIMIT and may never evaluate the row that failed",
+		we.pg.Message, we.pg.Code).
+		WithHint("Exclude the rows the expression fails on in WHERE.")
 }
 
 // forgetColumns drops the partial column count learnt for a select list

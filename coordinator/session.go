@@ -607,6 +607,14 @@ func (ss *session) simpleQuery(body []byte) error {
 	if ss.pendingFailed {
 		return ss.queryError(pendingFailedError(&cls))
 	}
+	if ss.sc != nil && ss.sc.TxStatus == 'E' && !cls.mayEndFailed() {
+		// As PostgreSQL: a failed transaction reads nothing but its end,
+		// and answers 25P02 before analysing a statement (pgfleet's
+		// planning included); only a syntax error comes first. The
+		// worker holding the failed transaction gives exactly that
+		// answer and runs nothing.
+		return ss.relayCycle('Q', body, nil, ss.node)
+	}
 	ss.seqDiscard = false
 	if cls.seqFn != "" && ss.seqUsed {
 		return ss.queryError(errSeqState(cls.seqFn))
@@ -685,7 +693,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	case planner.CopyIn:
 		return ss.copySplit(p, lits)
 	case planner.InsertSplit:
-		return ss.insertSplit(p, lits)
+		return ss.insertSplit(p, lits, text)
 	case planner.MultiShard:
 		return ss.scatterSimple(p, lits)
 	}
@@ -999,7 +1007,25 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st
 	}
+	if ss.sc != nil && ss.sc.TxStatus == 'E' && !st.cls.mayEndFailed() {
+		// As PostgreSQL: a failed transaction answers 25P02 before it
+		// analyses a statement (pgfleet's planning included), after
+		// the message's encoding check (22021) and the syntax check
+		// (42601). The worker holding the failed transaction gives
+		// exactly that answer.
+		if !ss.acquireExt(ss.node) {
+			return nil
+		}
+		ss.setStmt(ss.prepareOn(st, eRelay), string(name), st)
+		return nil
+	}
+	failed := ss.txStatus() == 'E' // before planning, which may ask the held connection
 	sp, err := ss.stmtPlan(st)
+	if err != nil && failed && !st.cls.mayEndFailed() {
+		// A failed transaction the worker has not seen (its BEGIN is
+		// still the coordinator's): 25P02 before planning errors.
+		err = errFailedTxn
+	}
 	if err != nil {
 		err = ss.workerVerdict(st.Query, st.paramTail, err)
 	}
@@ -2045,6 +2071,9 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 	}
 	return true
 }
+
+var errFailedTxn = pgerr.New(pgerr.InFailedSQLTransaction,
+	"current transaction is aborted, commands ignored until end of transaction block")
 
 // pendingFailedError answers a statement in a failed transaction the
 // worker has not seen: 25P02, or for ROLLBACK TO the error PostgreSQL gives

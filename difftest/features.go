@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -37,26 +38,18 @@ const (
 	featExprErrors      = "expr-errors"             // not in issue 8: multi-shard queries evaluate expressions on rows PostgreSQL never projects
 )
 
-// switches lists every feature that is not a statement family. Each is on
-// by default unless knownBug names it.
+// switches are the features that are not statement families; each is on
+// by default unless it is in knownBug.
 var switches = []string{
-	featLatin1, featSCSOff, featNumericIntLit, featCastChain, featVarcharPad,
-	featBinaryCrossType, featBPCharParam, featParamCast, featZonelessTZ,
-	featStartTx, featSearchPathStart, featSavepointRefuse, featErrorOrder,
-	featReadOnly, featResetStartup, featDateStylePart, featAbortedPlan,
-	featExprErrors,
+	featLatin1, featSCSOff, featNumericIntLit, featCastChain, featVarcharPad, featBinaryCrossType,
+	featBPCharParam, featParamCast, featZonelessTZ, featStartTx, featSearchPathStart,
+	featSavepointRefuse, featErrorOrder, featReadOnly, featResetStartup, featDateStylePart,
+	featAbortedPlan, featExprErrors,
 }
 
 // knownBug lists the features off by default, with the issue-8 class each
 // reaches.
-var knownBug = map[string]string{
-	featLatin1:          "class 5 (client_encoding=LATIN1): seed 2 with the fixed features on stores another value than PostgreSQL after statement 2569 (a prepared UPDATE with bpchar parameters); not yet found",
-	featReadOnly:        "class 3 fixed (25006); still on: a multi-row INSERT over shards under read-only reports 25006 where PostgreSQL reports a bad literal (22008) first",
-	featAbortedPlan:     "new: in a failed transaction, SELECT k, (k)::text FROM t ORDER BY k gets the planner's 42702; PostgreSQL 25P02",
-	featExprErrors:      "new: SELECT c0 + 1 ... ORDER BY k LIMIT 1 over shards fails with 22003 on a row PostgreSQL never projects",
-	featErrorOrder:      "new: a multi-row INSERT with an error in a constant (-2147483648::int4, 22003) and a duplicate key in another shard reports 23505; PostgreSQL 22003",
-	featSavepointRefuse: "new: ROLLBACK TO SAVEPOINT in a transaction the coordinator failed itself (a refusal, or a multi-shard error before BEGIN reached a worker) gives 25P02; PostgreSQL 3B001 or the rollback",
-}
+var knownBug = map[string]string{}
 
 // features is the set of enabled features.
 type features map[string]bool
@@ -71,7 +64,10 @@ func defaultFeatures() features {
 		f[fam.name] = !fam.offByDefault
 	}
 	for _, name := range switches {
-		f[name] = knownBug[name] == ""
+		f[name] = true
+	}
+	for name := range knownBug {
+		f[name] = false
 	}
 	return f
 }
@@ -83,6 +79,11 @@ func allFeatures() []string {
 		names = append(names, fam.name)
 	}
 	names = append(names, switches...)
+	for name := range knownBug {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
 	sort.Strings(names)
 	return names
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // protocol is how a statement is sent.
@@ -182,8 +183,11 @@ func (b *builder) literal(t colType, v value, isKey bool) string {
 			if isIntText(s) {
 				c = append(c, q(" "+s)+"::int::text", s+"::text", s+"::int8::"+t.sql())
 			}
-			if len(s) >= 2 {
-				c = append(c, "("+q(s[:1])+" || "+q(s[1:])+")")
+			// Split after the first character, not byte: half a UTF-8
+			// sequence is not text (22021 on both sides, which is not
+			// what this spelling is for).
+			if _, n := utf8.DecodeRuneInString(s); len(s) > n {
+				c = append(c, "("+q(s[:n])+" || "+q(s[n:])+")")
 			}
 		}
 		return pick(c...)

@@ -457,7 +457,29 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 			delete(ru.g.set, st.reset)
 		}
 	}
+	ru.followReported()
 	ru.txState(ca.txStatus)
+}
+
+// followReported takes the settings that decide how statements are written
+// (client_encoding, standard_conforming_strings) from the oracle's
+// ParameterStatus: a SET in a transaction that rolls back (or a ROLLBACK TO
+// before it) is undone there, which the generator's own record of SETs
+// cannot see.
+func (ru *runner) followReported() {
+	for _, name := range []string{"client_encoding", "standard_conforming_strings"} {
+		v := ru.oracle.conn.ParameterStatus(name)
+		if v == "" {
+			continue
+		}
+		if name == "client_encoding" && v == "UTF8" || name == "standard_conforming_strings" && v == "on" {
+			if _, ok := ru.g.set[name]; ok {
+				ru.g.set[name] = v
+			}
+			continue
+		}
+		ru.g.set[name] = v
+	}
 }
 
 var (
@@ -507,6 +529,7 @@ func (ru *runner) realign(ctx context.Context, coordStatus byte) {
 		run(ctx, ru.oracle.conn, &stmt{proto: simpleProto, sql: sql}, false, ru.cfg.Timeout)
 		ru.logs = append(ru.logs, "   (oracle: "+sql+" to follow the coordinator's refusal)")
 	}
+	ru.followReported()
 	ru.txState(coordStatus)
 }
 

@@ -62,6 +62,13 @@ type Merge struct {
 	Kind   MergeKind `json:"kind"`
 	Limit  *Value    `json:"limit,omitempty"`  // Concat
 	Offset *Value    `json:"offset,omitempty"` // Concat
+	// ShardLimit: the shards stop at limit+offset rows each, so together
+	// they evaluate the select list (and WHERE) on other rows than
+	// PostgreSQL, which may stop at limit+offset rows in all: with no
+	// ORDER BY, or one of plain columns an index scan can give in order.
+	// (Sorting by a computed expression evaluates it on every row, on
+	// the shards and on PostgreSQL alike: not set then.)
+	ShardLimit bool `json:"shard_limit,omitempty"`
 	// Columns is the number of partial columns (0 when the select list has
 	// a *, then known from the shards' row description); the last Hidden
 	// of them are sort keys that are not output.
@@ -731,6 +738,30 @@ func (a *analysis) groupExpr(g *pg_query.Node) *pg_query.Node {
 	return g
 }
 
+// plainSort reports whether every ORDER BY item of sel is a column (named,
+// or by position or output name a select-list column), which PostgreSQL
+// may read in order from an index and stop at the LIMIT; an expression is
+// computed on every row to sort.
+func plainSort(sel *pg_query.SelectStmt) bool {
+	column := func(n *pg_query.Node) bool {
+		cr := n.GetColumnRef()
+		return cr != nil && cr.Fields[len(cr.Fields)-1].GetAStar() == nil
+	}
+	for _, sb := range sel.SortClause {
+		n := sb.GetSortBy().GetNode()
+		if i, ok := position(n); ok {
+			if i < 1 || i > len(sel.TargetList) || !column(sel.TargetList[i-1].GetResTarget().GetVal()) {
+				return false
+			}
+			continue
+		}
+		if !column(n) {
+			return false
+		}
+	}
+	return true
+}
+
 // position reports whether n is an integer constant (a select-list
 // position in ORDER BY, GROUP BY and DISTINCT ON).
 func position(n *pg_query.Node) (int, bool) {
@@ -849,6 +880,7 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 				m.Offset = off
 			}
 			pushLimit(partial, limited)
+			m.ShardLimit = limited && plainSort(sel)
 			return m, partial, nil
 		}
 	}
@@ -949,7 +981,7 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 		partial.SortClause = nil
 	}
 	pushLimit(partial, limited)
-	m := &Merge{Kind: SQLMerge, Hidden: len(hidden), tmpl: tmpl, fill: star && distinctAll, RowIDs: !distinctAll}
+	m := &Merge{Kind: SQLMerge, Hidden: len(hidden), tmpl: tmpl, fill: star && distinctAll, RowIDs: !distinctAll, ShardLimit: limited && plainSort(sel)}
 	if m.RowIDs {
 		tmpl.TargetList = []*pg_query.Node{resTarget(colRef("r"))}
 		for k := 1; k <= len(sel.TargetList); k++ {

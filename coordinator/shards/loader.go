@@ -256,7 +256,7 @@ func (l *Loader) sameCopies(ctx context.Context) error {
 			return err
 		}
 		var got string
-		if err := tx.conn.QueryRow(ctx, q, pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil {
+		if err := tx.conn.QueryRow(ctx, q, pgx.QueryExecModeExec).Scan(&got); err != nil {
 			return l.nodes.wrap(err, "checking the copy of %s on node %s", l.table.Name, l.nodes.describe(node))
 		}
 		if i == 0 {

@@ -33,6 +33,7 @@ const (
 	InvalidTransactionState  = "25000"
 	InFailedSQLTransaction   = "25P02"
 	CharacterNotInRepertoire = "22021"
+	ReadOnlySQLTransaction   = "25006"
 	InvalidSavepointSpec     = "3B001"
 	SerializationFailure     = "40001"
 	DeadlockDetected         = "40P01"
