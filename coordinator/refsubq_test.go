@@ -142,3 +142,32 @@ func TestInvalidEncodingCheckedFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestLatin1TextNotCheckedAsUTF8: a session in client_encoding LATIN1 (at
+// startup, or SET and then through RESET ALL rolled back) sends bytes that
+// are not UTF-8; they are LATIN1 text, converted by the worker, never 22021.
+func TestLatin1TextNotCheckedAsUTF8(t *testing.T) {
+	cl := pgtest.Shared(t)
+	co := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	for _, startup := range []bool{true, false} {
+		params := map[string]string{}
+		if startup {
+			params["client_encoding"] = "LATIN1"
+		}
+		c := connectWith(t, co.Addr(), params).PgConn()
+		script := []string{"BEGIN", "RESET ALL", "ROLLBACK"}
+		if !startup {
+			script = append([]string{"SET client_encoding TO LATIN1"}, script...)
+		}
+		for _, q := range append(script, "SELECT 'k\xfce'::text") {
+			res, err := c.Exec(ctx, q).ReadAll()
+			if err != nil {
+				t.Fatalf("startup %v: %s: %v", startup, q, err)
+			}
+			if q[0] == 'S' && q[1] == 'E' && q[2] == 'L' && string(res[0].Rows[0][0]) != "k\xfce" {
+				t.Errorf("startup %v: got %q", startup, res[0].Rows[0][0])
+			}
+		}
+	}
+}
