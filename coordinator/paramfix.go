@@ -112,6 +112,11 @@ func (ss *session) fixParams() error {
 // after the cycle, ahead of the cycle's ReadyForQuery when that is still
 // unsent.
 func (ss *session) statusBeforeReady(body []byte) {
+	if ss.sc != nil {
+		// The held connection's report is the session's again
+		// (client_encoding put back after RESET ALL).
+		ss.noteStrings(ss.sc)
+	}
 	if !ss.ready {
 		return
 	}

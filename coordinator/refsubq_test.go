@@ -150,6 +150,15 @@ func TestLatin1TextNotCheckedAsUTF8(t *testing.T) {
 	cl := pgtest.Shared(t)
 	co := pgtest.Coordinator(t, cl, nil)
 	ctx := context.Background()
+	c0 := connect(t, co.Addr())
+	exec(t, c0, "DROP TABLE IF EXISTS lat_d")
+	exec(t, c0, "CREATE TABLE lat_d (k text PRIMARY KEY)")
+	exec(t, c0, "SELECT create_distributed_table('lat_d', 'k')", pgx.QueryExecModeSimpleProtocol)
+	t.Cleanup(func() {
+		_, _ = c0.Exec(ctx, "SELECT undistribute_table('lat_d')", pgx.QueryExecModeSimpleProtocol)
+		_, _ = c0.Exec(ctx, "DROP TABLE IF EXISTS lat_d")
+	})
+	inserted := 0
 	for _, startup := range []bool{true, false} {
 		params := map[string]string{}
 		if startup {
@@ -169,5 +178,15 @@ func TestLatin1TextNotCheckedAsUTF8(t *testing.T) {
 				t.Errorf("startup %v: got %q", startup, res[0].Rows[0][0])
 			}
 		}
+		// Keys in LATIN1 land in the shard of their server-encoded value.
+		for _, k := range []string{"\xfc", "k\xfce", "\xe9t\xe9", "na\xefve"} {
+			if _, err := c.Exec(ctx, fmt.Sprintf("INSERT INTO lat_d (k) VALUES ('%s%v')", k, startup)).ReadAll(); err != nil {
+				t.Fatalf("startup %v: insert: %v", startup, err)
+			}
+			inserted++
+		}
+	}
+	if total, _, _ := shardRows(t, cl.Servers[0].Addr(), "public.lat_d", "k"); total != inserted {
+		t.Errorf("%d of %d rows in the shard PostgreSQL's hash gives", total, inserted)
 	}
 }
