@@ -136,7 +136,7 @@ func (p *Pool) Acquire(ctx context.Context) (*ServerConn, error) {
 
 // check returns c if it is still usable, or closes it and returns nil.
 func (p *Pool) check(c *ServerConn) *ServerConn {
-	if time.Since(c.lastUsed) < 100*time.Millisecond || c.alive() {
+	if c.alive() { // one non-blocking peek: a connection dead since its last use is never handed out
 		return c
 	}
 	p.discard(c)
