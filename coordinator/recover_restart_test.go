@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -193,6 +194,148 @@ func TestCommitDecisionAfterStall(t *testing.T) {
 		if got := queryString(t, c, "SELECT n FROM rr WHERE aid = $1", k); got != "101" {
 			t.Errorf("key %d: n = %s, want 101", k, got)
 		}
+	}
+	if n := e.preparedLeft(t); n != 0 {
+		t.Errorf("%d prepared transactions left", n)
+	}
+}
+
+// awaitWrite runs sql on a new session of addr until it succeeds, through
+// the errors of a worker being down, and returns when it did.
+func awaitWrite(t *testing.T, ctx context.Context, addr, sql string, args ...any) time.Time {
+	t.Helper()
+	b := connect(t, addr)
+	defer func() { _ = b.Close(context.Background()) }()
+	var errs []string
+	for {
+		bctx, bcancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := b.Exec(bctx, sql, args...)
+		timedOut := bctx.Err() != nil
+		bcancel()
+		if err == nil {
+			return time.Now()
+		}
+		errs = append(errs, sqlState(err)+" "+err.Error())
+		if ctx.Err() != nil || timedOut {
+			t.Fatalf("%s did not complete: %d errors, the last %v", sql, len(errs), errs[len(errs)-1])
+		}
+		if b.IsClosed() {
+			b = connect(t, addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDecidedAutocommitWriteAcrossWorkerRestart: as
+// TestDecidedCommitAcrossWorkerRestart, for an autocommit write of a
+// reference table (two-phase commit over every copy, package shards): the
+// worker of a copy restarts between the decision and its COMMIT PREPARED,
+// and another client's write of the same row completes within a second of
+// the worker's return; both copies have both writes.
+func TestDecidedAutocommitWriteAcrossWorkerRestart(t *testing.T) {
+	e := newRestartEnv(t, nil)
+	c := connect(t, e.srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE rref (id int PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO rref VALUES (1, 100)", simple)
+	exec(t, c, "SELECT create_reference_table('rref')", simple)
+
+	w2 := e.cl.Servers[1]
+	var up time.Time
+	upDone := make(chan struct{})
+	fired := false
+	defer shards.SetTestHookBeforeCommit(func(base string) {
+		if fired {
+			return
+		}
+		fired = true
+		w2.Stop()
+		go func() {
+			defer close(upDone)
+			time.Sleep(time.Second)
+			if err := w2.Restart(context.Background()); err != nil {
+				t.Errorf("restarting worker 2: %v", err)
+			}
+			up = time.Now()
+		}()
+	})()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	writeErr := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, "UPDATE rref SET n = n + 1 WHERE id = 1")
+		writeErr <- err
+	}()
+	for i := 0; !fired && i < 1000; i++ { // the hook runs in c's session
+		time.Sleep(5 * time.Millisecond)
+	}
+	done := awaitWrite(t, ctx, e.srv.Addr(), "UPDATE rref SET n = n + 10 WHERE id = 1")
+	<-upDone
+	if err := <-writeErr; err != nil {
+		t.Errorf("the write across the restart: %v", err)
+	}
+	t.Logf("other client's write completed %v after worker 2 answered again", done.Sub(up).Round(time.Millisecond))
+	if lag := done.Sub(up); lag > time.Second {
+		t.Errorf("the other client's write completed %v after worker 2 was back, want within 1s", lag)
+	}
+	for _, w := range e.cl.Servers {
+		wc := connect(t, w.Addr())
+		shard := queryString(t, wc, `SELECT relname::text FROM pg_class WHERE relname ~ '^rref_[0-9]+$'`)
+		if got := queryString(t, wc, "SELECT n FROM "+shard+" WHERE id = 1"); got != "111" {
+			t.Errorf("copy on %s: n = %s, want 111", w.Addr(), got)
+		}
+		_ = wc.Close(context.Background())
+	}
+	if n := e.preparedLeft(t); n != 0 {
+		t.Errorf("%d prepared transactions left", n)
+	}
+}
+
+// TestDecidedCommitFinishedByAnotherCoordinator: a coordinator stops
+// between a transaction block's commit decision and its COMMIT PREPAREDs
+// (as if killed). Another coordinator's recovery, whose grace for
+// undecided transactions is an hour, commits the decided one at once, so
+// a client of the other coordinator writing the same row waits a round,
+// not the grace; when the first coordinator wakes up its client gets
+// COMMIT.
+func TestDecidedCommitFinishedByAnotherCoordinator(t *testing.T) {
+	e := newRestartEnv(t, nil)
+	other := pgtest.Coordinator(t, e.cl, func(c *coordinator.Config) {
+		c.RecoveryInterval = 200 * time.Millisecond
+		c.RecoveryGrace = time.Hour
+	})
+	stopped := make(chan struct{})
+	resume := make(chan struct{})
+	e.srv.SetDecideHooks(nil, func(string) {
+		close(stopped)
+		<-resume
+	})
+	a := connect(t, e.srv.Addr())
+	exec(t, a, "BEGIN")
+	exec(t, a, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+	exec(t, a, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+	commitErr := make(chan error, 1)
+	go func() {
+		_, err := a.Exec(context.Background(), "COMMIT")
+		commitErr <- err
+	}()
+	<-stopped
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	awaitWrite(t, ctx, other.Addr(), "UPDATE rr SET n = n + 10 WHERE aid = $1", e.k2)
+	t.Logf("the other coordinator's client wrote the row %v after the first coordinator stopped", time.Since(start).Round(time.Millisecond))
+	close(resume)
+	if err := <-commitErr; err != nil {
+		t.Errorf("COMMIT on the coordinator that stopped: %v", err)
+	}
+	c := connect(t, other.Addr())
+	if got := queryString(t, c, "SELECT n FROM rr WHERE aid = $1", e.k1); got != "101" {
+		t.Errorf("k1: n = %s, want 101", got)
+	}
+	if got := queryString(t, c, "SELECT n FROM rr WHERE aid = $1", e.k2); got != "111" {
+		t.Errorf("k2: n = %s, want 111", got)
 	}
 	if n := e.preparedLeft(t); n != 0 {
 		t.Errorf("%d prepared transactions left", n)

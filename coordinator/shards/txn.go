@@ -301,6 +301,9 @@ func (g *group) commit(ctx context.Context) error {
 			return withProblems(err, g.rollback(ctx))
 		}
 	}
+	if h := testHookBeforeCommit; h != nil && g.decided {
+		h(g.base)
+	}
 	var failed []string
 	var first error
 	for _, tx := range g.txs {
@@ -323,6 +326,20 @@ func (g *group) commit(ctx context.Context) error {
 	e.Hint = "pgfleet's recovery completes the commit within seconds of the node answering again; to do it now, run " +
 		strings.Join(failed, "; ") + "."
 	return e
+}
+
+// testHookBeforeCommit runs between a group's commit decision and its
+// COMMIT PREPAREDs; nil but in tests (SetTestHookBeforeCommit).
+var testHookBeforeCommit func(base string)
+
+// SetTestHookBeforeCommit makes f run between every group's commit decision
+// and its COMMIT PREPAREDs, for tests that put a fault there (a worker
+// restarting); it returns a function that removes it. Not for concurrent
+// use with running groups.
+func SetTestHookBeforeCommit(f func(base string)) (restore func()) {
+	old := testHookBeforeCommit
+	testHookBeforeCommit = f
+	return func() { testHookBeforeCommit = old }
 }
 
 // CommitRetryWindow is how long a coordinator keeps retrying a COMMIT
