@@ -125,7 +125,28 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	// two such transactions can each wait for the other's worker. Wait
 	// briefly, then fail with a retryable deadlock error.
 	jctx, cancel := context.WithTimeout(ctx, joinWait)
-	sc, err := ss.checkout(jctx, pool)
+	defer cancel()
+	var sc *pooling.ServerConn
+	for attempt := 1; ; attempt++ {
+		sc, err = ss.checkout(jctx, pool)
+		if err != nil {
+			break
+		}
+		err = sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil)
+		if err == nil && sc.TxStatus == 'T' {
+			break
+		}
+		sc.MarkBroken()
+		pool.Release(sc)
+		var wpe *pgconn.PgError
+		if err != nil && !errors.As(err, &wpe) && attempt < checkoutAttempts {
+			continue // a dead connection: the BEGIN did not run; take another
+		}
+		if err == nil {
+			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
+		}
+		return err
+	}
 	waited := jctx.Err() != nil
 	cancel()
 	var pe *pgerr.Error
@@ -137,14 +158,7 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
-	if err := sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil || sc.TxStatus != 'T' {
-		sc.MarkBroken()
-		pool.Release(sc)
-		if err == nil {
-			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
-		}
-		return err
-	}
+
 	ss.parked = append(ss.parked, cur)
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
 	return nil

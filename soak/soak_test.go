@@ -139,7 +139,12 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			codes[errCode(err)]++
 			if _, ok := sample[errCode(err)]; !ok {
-				sample[errCode(err)] = err.Error()
+				m := err.Error()
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Detail != "" {
+					m += " (detail: " + pe.Detail + ")"
+				}
+				sample[errCode(err)] = m
 			}
 		}
 	}
