@@ -132,10 +132,15 @@ func TestSoak(t *testing.T) {
 		lost   []string
 	)
 	nextID.Store(1_000_000)
-	record := func(o op, err error) {
+	runStart := time.Now()
+	var stalls []string // operations that hit the client's timeout
+	record := func(o op, err error, began time.Time, what string) {
 		mu.Lock()
 		defer mu.Unlock()
 		ops = append(ops, o)
+		if err != nil && errCode(err) == "timeout" {
+			stalls = append(stalls, fmt.Sprintf("%s began at +%v: %v", what, began.Sub(runStart).Round(time.Millisecond), err))
+		}
 		if err != nil {
 			codes[errCode(err)]++
 			if _, ok := sample[errCode(err)]; !ok {
@@ -178,14 +183,16 @@ func TestSoak(t *testing.T) {
 						b = r.Int64N(accounts) + 1
 					}
 					o := op{id: nextID.Add(1), from: a, to: b, amount: r.Int64N(50) + 1}
+					began := time.Now()
 					err := transfer(runCtx, conn, mode, o, &o.out)
 					if o.out == acked {
 						mine = append(mine, o.id)
 					}
-					record(o, err)
+					record(o, err, began, fmt.Sprintf("transfer via %s", c.addr))
 				case p < 7: // a single-row autocommit insert
 					a := r.Int64N(accounts) + 1
 					o := op{id: nextID.Add(1), from: a, to: a}
+					began := time.Now()
 					sctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
 					_, err := conn.Exec(sctx, "INSERT INTO soak_ev (id, src, dst, amount) VALUES ($1, $2, $3, 0)", mode, o.id, a, a)
 					cancel()
@@ -193,7 +200,7 @@ func TestSoak(t *testing.T) {
 					if o.out == acked {
 						mine = append(mine, o.id)
 					}
-					record(o, err)
+					record(o, err, began, fmt.Sprintf("insert via %s", c.addr))
 				default: // read back one of this client's acknowledged events
 					if len(mine) == 0 {
 						continue
@@ -221,7 +228,7 @@ func TestSoak(t *testing.T) {
 			}
 		}(i)
 	}
-	faults := f.chaos(runCtx, rand.New(rand.NewPCG(seed, 1<<40)))
+	faults := f.chaos(runCtx, rand.New(rand.NewPCG(seed, 1<<40)), runStart)
 	wg.Wait()
 	<-faults.done
 
@@ -320,6 +327,9 @@ func TestSoak(t *testing.T) {
 	t.Logf("%v: %d writes (%d transfers across accounts): %d acknowledged, %d failed, %d unknown (%d of them committed); %d reads; faults: %d worker restarts, %d coordinator kills; errors by SQLSTATE: %s",
 		*flagDuration, len(ops), nTransfers, nAcked, nFailed, nUnknown, nUnknownPresent, reads.Load(),
 		faults.restarts, faults.kills, strings.Join(codeList, " "))
+	if len(stalls) > 0 {
+		t.Logf("%d operations hit the client's timeout:\n%s\nfaults:\n%s", len(stalls), strings.Join(stalls, "\n"), strings.Join(faults.events, "\n"))
+	}
 	for _, c := range []string{"XX000", "08006", "conn", "57P01"} {
 		if m, ok := sample[c]; ok {
 			t.Logf("first %s error: %s", c, m)
@@ -542,11 +552,12 @@ func (f *fleet) awaitNoPrepared(limit time.Duration) {
 type faultLog struct {
 	done            chan struct{}
 	restarts, kills int
+	events          []string // what happened when, for stalls to be read against
 }
 
 // chaos restarts a worker or kills and restarts a coordinator at random
 // times until ctx is done.
-func (f *fleet) chaos(ctx context.Context, r *rand.Rand) *faultLog {
+func (f *fleet) chaos(ctx context.Context, r *rand.Rand, start time.Time) *faultLog {
 	fl := &faultLog{done: make(chan struct{})}
 	go func() {
 		defer close(fl.done)
@@ -559,6 +570,7 @@ func (f *fleet) chaos(ctx context.Context, r *rand.Rand) *faultLog {
 			}
 			if r.IntN(2) == 0 {
 				w := f.cl.Servers[r.IntN(len(f.cl.Servers))]
+				fl.events = append(fl.events, fmt.Sprintf("+%v worker %s stops", time.Since(start).Round(time.Millisecond), w.Addr()))
 				w.Stop()
 				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
 				rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -567,12 +579,15 @@ func (f *fleet) chaos(ctx context.Context, r *rand.Rand) *faultLog {
 				}
 				cancel()
 				fl.restarts++
+				fl.events = append(fl.events, fmt.Sprintf("+%v worker %s is back", time.Since(start).Round(time.Millisecond), w.Addr()))
 			} else {
 				c := f.coords[r.IntN(len(f.coords))]
+				fl.events = append(fl.events, fmt.Sprintf("+%v coordinator %s killed", time.Since(start).Round(time.Millisecond), c.addr))
 				f.kill(c)
 				time.Sleep(time.Duration(200+r.IntN(1800)) * time.Millisecond)
 				f.start(c)
 				fl.kills++
+				fl.events = append(fl.events, fmt.Sprintf("+%v coordinator %s is back", time.Since(start).Round(time.Millisecond), c.addr))
 			}
 		}
 	}()
