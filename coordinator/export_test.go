@@ -11,3 +11,17 @@ func (s *Server) RecoverPrepared(ctx context.Context, grace time.Duration) (comm
 	st := s.recoverPrepared(ctx, grace)
 	return st.committed, st.aborted
 }
+
+// SetDecideHooks sets the hooks around a transaction block's commit
+// decision (see testHooks); call before clients connect.
+func (s *Server) SetDecideHooks(after func(ctx context.Context, base string, err error) error, beforeCommit func(base string)) {
+	s.hooks.afterDecide, s.hooks.beforeCommitPrepared = after, beforeCommit
+}
+
+// SetDecideTimeout sets the bound of recording a commit decision and
+// returns a function restoring it.
+func SetDecideTimeout(d time.Duration) (restore func()) {
+	old := decideTimeout
+	decideTimeout = d
+	return func() { decideTimeout = old }
+}

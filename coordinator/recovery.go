@@ -19,25 +19,32 @@ import (
 // a worker connection) between PREPARE TRANSACTION and COMMIT PREPARED
 // leaves prepared transactions on the workers, holding their locks. Every
 // coordinator looks for them every RecoveryInterval and resolves each one
-// from the decision table in the metadata database: commit if its
-// distributed transaction's commit decision is recorded, otherwise record
-// an abort decision (which a commit decision recorded first beats, by the
-// table's primary key) and roll it back. A coordinator commits only after
+// from the decision table in the metadata database. A prepared transaction
+// whose distributed transaction has a decision is resolved at once
+// (decidedMinAge aside): committed if the decision is to commit, rolled back
+// if it is to abort; anyone may finish a decided transaction, and its
+// locks are released as soon as a recovery round sees it. One without a
+// decision may belong to a live coordinator about to decide: it is left
+// alone until it is older than RecoveryGrace, then recovery records an
+// abort decision (which a commit decision recorded first beats, by the
+// table's primary key) and rolls it back. A coordinator commits only after
 // its commit decision is durable and recovery rolls back only after its
 // abort decision is, so no distributed transaction is committed on some
 // nodes and rolled back on others.
 
 const (
-	defaultRecoveryInterval = 30 * time.Second
+	defaultRecoveryInterval = 5 * time.Second
 	defaultRecoveryGrace    = time.Minute
-	// recoveryRoundTimeout bounds one round over all nodes.
+	// recoveryRoundTimeout bounds one round over all nodes. It must stay
+	// well below shards.ForgetCommitAge: a round forgets only decisions
+	// older than that, which were recorded before the round listed any
+	// node.
 	recoveryRoundTimeout = 2 * time.Minute
-	// decisionRetention is how long a decision is kept once no prepared
-	// transaction of its distributed transaction remains. It must exceed
-	// the longest a group may take from PREPARE to its commit decision
-	// (ten minutes, in package shards), so that an abort decision outlives
-	// every attempt to decide the other way.
-	decisionRetention = time.Hour
+	// decidedMinAge is the age at which recovery finishes a decided
+	// prepared transaction: younger ones are being finished by their
+	// coordinator right now (a race both sides survive, but each would log
+	// it).
+	decidedMinAge = time.Second
 )
 
 // recoveryStats counts what one round resolved.
@@ -72,24 +79,70 @@ func (s *Server) recoveryLoop(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
+// preparedXact is one of pgfleet's prepared transactions on a node.
+type preparedXact struct {
+	node       metadata.Node
+	gid, base  string
+	db         string
+	old, ready bool // older than the grace; older than decidedMinAge
+}
+
 // recoverPrepared is one recovery round over the nodes of the catalog: it
-// resolves pgfleet's prepared transactions older than grace (younger ones
-// may belong to a coordinator that is about to commit them), and forgets
-// decisions nobody can need any more. Errors are logged; what failed is
-// tried again next round.
+// resolves pgfleet's prepared transactions that have a decision, and those
+// without one older than grace (younger ones may belong to a coordinator
+// that is about to decide), and forgets decisions nobody can need any
+// more. Errors are logged; what failed is tried again next round.
 func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recoveryStats {
 	var st recoveryStats
 	snap := s.catalog.Load()
 	if snap == nil || s.store == nil {
 		return st
 	}
+	conns := map[string]*pgx.Conn{} // by node address and database
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close(context.Background())
+		}
+	}()
 	present := map[string]bool{} // bases with a prepared transaction left, of any age
 	complete := true
+	var all []preparedXact
 	for _, n := range snap.Nodes {
-		if err := s.recoverNode(ctx, n, grace, present, &st); err != nil {
+		ps, err := s.listPrepared(ctx, n, grace, conns)
+		if err != nil {
 			complete = false
 			if ctx.Err() == nil {
 				s.log.Warn("recovery of prepared transactions", "node", n.Addr(), "err", err)
+			}
+			continue
+		}
+		for _, p := range ps {
+			present[p.base] = true
+		}
+		all = append(all, ps...)
+	}
+	var bases []string
+	for _, p := range all {
+		if p.ready {
+			bases = append(bases, p.base)
+		}
+	}
+	decided, err := s.store.Decisions(ctx, bases)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("recovery: reading transaction decisions", "err", err)
+		}
+		return st
+	}
+	for _, p := range all {
+		d, ok := decided[p.base]
+		if !p.ready || !ok && !p.old {
+			continue
+		}
+		if err := s.resolvePrepared(ctx, p, d, conns, &st); err != nil {
+			complete = false
+			if ctx.Err() == nil {
+				s.log.Warn("recovery of prepared transactions", "node", p.node.Addr(), "err", err)
 			}
 		}
 	}
@@ -100,7 +153,7 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 	for b := range present {
 		keep = append(keep, b)
 	}
-	if n, err := s.store.ForgetDecisions(ctx, decisionRetention, keep); err != nil {
+	if n, err := s.store.ForgetDecisions(ctx, shards.ForgetCommitAge, shards.ForgetAbortAge, keep); err != nil {
 		s.log.Warn("recovery: forgetting old transaction decisions", "err", err)
 	} else if n > 0 {
 		s.log.Debug("recovery: forgot old transaction decisions", "count", n)
@@ -108,89 +161,92 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 	return st
 }
 
-// recoverNode resolves the prepared transactions older than grace on one
-// node, adding the base of every pgfleet prepared transaction it sees to
-// present. It returns the errors of what it could not resolve.
-func (s *Server) recoverNode(ctx context.Context, n metadata.Node, grace time.Duration,
-	present map[string]bool, st *recoveryStats) error {
-	conns := map[string]*pgx.Conn{}
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close(context.Background())
-		}
-	}()
-	conn, err := s.adminConn(ctx, n, "postgres")
-	if err != nil {
-		return err
+// recoveryConn returns a connection to a database of a node, kept in
+// conns for the round.
+func (s *Server) recoveryConn(ctx context.Context, n metadata.Node, db string, conns map[string]*pgx.Conn) (*pgx.Conn, error) {
+	key := n.Addr() + "/" + db
+	if c := conns[key]; c != nil && !c.IsClosed() {
+		return c, nil
 	}
-	conns["postgres"] = conn
-	rows, err := conn.Query(ctx, `SELECT gid, database::text, prepared < now() - make_interval(secs => $1)
-		FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE $2 ORDER BY prepared`,
-		grace.Seconds(), strings.ReplaceAll(shards.GIDPrefix, "_", `\_`)+"%")
+	c, err := s.adminConn(ctx, n, db)
 	if err != nil {
-		return fmt.Errorf("listing prepared transactions: %w", err)
+		return nil, err
 	}
-	type prepared struct{ gid, base, db string }
-	var due []prepared
+	conns[key] = c
+	return c, nil
+}
+
+// listPrepared lists pgfleet's prepared transactions on one node.
+func (s *Server) listPrepared(ctx context.Context, n metadata.Node, grace time.Duration,
+	conns map[string]*pgx.Conn) ([]preparedXact, error) {
+	conn, err := s.recoveryConn(ctx, n, "postgres", conns)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT gid, database::text, prepared < now() - make_interval(secs => $1),
+		prepared < now() - make_interval(secs => $2)
+		FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE $3 ORDER BY prepared`,
+		grace.Seconds(), decidedMinAge.Seconds(), strings.ReplaceAll(shards.GIDPrefix, "_", `\_`)+"%")
+	if err != nil {
+		return nil, fmt.Errorf("listing prepared transactions: %w", err)
+	}
+	defer rows.Close()
+	var out []preparedXact
 	for rows.Next() {
-		var p prepared
-		var old bool
-		if err := rows.Scan(&p.gid, &p.db, &old); err != nil {
-			rows.Close()
-			return fmt.Errorf("listing prepared transactions: %w", err)
+		p := preparedXact{node: n}
+		if err := rows.Scan(&p.gid, &p.db, &p.old, &p.ready); err != nil {
+			return nil, fmt.Errorf("listing prepared transactions: %w", err)
 		}
 		var ok bool
 		if p.base, ok = gidBase(p.gid); !ok {
 			continue // not one of ours after all
 		}
-		present[p.base] = true
-		if old {
-			due = append(due, p)
-		}
+		p.ready = p.ready || p.old
+		out = append(out, p)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("listing prepared transactions: %w", err)
+		return nil, fmt.Errorf("listing prepared transactions: %w", err)
 	}
+	return out, nil
+}
 
-	var errs []error
-	for _, p := range due {
+// resolvePrepared commits or rolls back one prepared transaction: by d,
+// its distributed transaction's decision, or, without one (d is 0), by the
+// decision that stands after recording an abort decision.
+func (s *Server) resolvePrepared(ctx context.Context, p preparedXact, d byte,
+	conns map[string]*pgx.Conn, st *recoveryStats) error {
+	if d == 0 {
 		// Abort records the abort decision unless the commit decision is
 		// recorded, and returns the decision that stands.
-		d, err := s.store.Abort(ctx, p.base)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p.gid, err))
-			continue
-		}
-		c := conns[p.db]
-		if c == nil {
-			if c, err = s.adminConn(ctx, n, p.db); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", p.gid, err))
-				continue
-			}
-			conns[p.db] = c
-		}
-		decision, sql := "abort", "ROLLBACK PREPARED '"+p.gid+"'"
-		if d == metadata.CommitDecision {
-			decision, sql = "commit", "COMMIT PREPARED '"+p.gid+"'"
-		}
-		if _, err := c.Exec(ctx, sql); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
-				continue // resolved meanwhile, by its coordinator or another recovery
-			}
-			errs = append(errs, fmt.Errorf("%s: %w", sql, err))
-			continue
-		}
-		s.log.Info("recovery resolved a prepared transaction", "gid", p.gid, "node", n.Addr(),
-			"database", p.db, "decision", decision)
-		s.metrics.recovered.WithLabelValues(decision).Inc()
-		if d == metadata.CommitDecision {
-			st.committed++
-		} else {
-			st.aborted++
+		var err error
+		if d, err = s.store.Abort(ctx, p.base); err != nil {
+			return fmt.Errorf("%s: %w", p.gid, err)
 		}
 	}
-	return errors.Join(errs...)
+	c, err := s.recoveryConn(ctx, p.node, p.db, conns)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.gid, err)
+	}
+	decision, sql := "abort", "ROLLBACK PREPARED '"+p.gid+"'"
+	if d == metadata.CommitDecision {
+		decision, sql = "commit", "COMMIT PREPARED '"+p.gid+"'"
+	}
+	if _, err := c.Exec(ctx, sql); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == pgerr.UndefinedObject || pe.Code == pgerr.ObjectNotInPrerequisite) {
+			return nil // resolved meanwhile (or right now) by its coordinator or another recovery
+		}
+		return fmt.Errorf("%s: %w", sql, err)
+	}
+	s.log.Info("recovery resolved a prepared transaction", "gid", p.gid, "node", p.node.Addr(),
+		"database", p.db, "decision", decision)
+	s.metrics.recovered.WithLabelValues(decision).Inc()
+	if d == metadata.CommitDecision {
+		st.committed++
+	} else {
+		st.aborted++
+	}
+	return nil
 }
 
 // adminConn connects to a database of a node as the postgres user, with

@@ -64,11 +64,12 @@ type Config struct {
 	CatalogPoll time.Duration
 	// RecoveryInterval is how often the coordinator resolves prepared
 	// transactions that a crashed coordinator left on the workers, from the
-	// decisions in the metadata database (default 30s; negative: never).
+	// decisions in the metadata database (default 5s; negative: never).
 	RecoveryInterval time.Duration
-	// RecoveryGrace is the age a prepared transaction must reach before
-	// recovery resolves it (default 1m), so that a live coordinator's
-	// transactions are left to it.
+	// RecoveryGrace is the age a prepared transaction without a decision
+	// must reach before recovery rolls it back (default 1m), so that a live
+	// coordinator's transactions are left to it. Decided ones are finished
+	// at once.
 	RecoveryGrace time.Duration
 
 	MetricsListen string // address for /metrics and /healthz; "" disables
@@ -107,6 +108,8 @@ type Server struct {
 	stopWatch   chan struct{}
 	recoveryEnd chan struct{} // closed when the recovery loop has returned
 
+	hooks testHooks
+
 	mu       sync.Mutex
 	pools    map[poolKey]*pooling.Pool
 	sessions map[uint32]*session // by backend pid we gave the client
@@ -122,6 +125,17 @@ type Server struct {
 }
 
 type poolKey struct{ worker, database, user string }
+
+// testHooks let tests put faults at the points where they matter; set
+// before any client connects, nil in production.
+type testHooks struct {
+	// afterDecide sees the answer to a transaction block's commit decision
+	// and may replace it (a lost answer, a stall past its deadline).
+	afterDecide func(ctx context.Context, base string, err error) error
+	// beforeCommitPrepared runs between a transaction block's commit
+	// decision and its COMMIT PREPAREDs.
+	beforeCommitPrepared func(base string)
+}
 
 type metrics struct {
 	clients prometheus.Gauge

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -60,11 +61,16 @@ type session struct {
 	portals map[string]*Statement // portal -> statement it was bound from
 	// The last Parse body seen, so that a client re-parsing the same unnamed
 	// statement (as libpq's PQexecParams does) skips the registry.
-	lastParse    []byte
-	lastParseSt  *Statement
-	queue        []expect
-	qhead        int
-	skipping     bool // after an error in an extended batch: ignore until Sync
+	lastParse   []byte
+	lastParseSt *Statement
+	queue       []expect
+	qhead       int
+	skipping    bool // after an error in an extended batch: ignore until Sync
+	// lost is the error of a cycle whose server connection was lost
+	// outside a transaction (lostCycle); the run loop answers it, and
+	// lostEnd says whether the client's Sync or Query is answered with it.
+	lost         *pgerr.Error
+	lostEnd      bool
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
 	// cancelMu keeps the server connection from going back to the pool
@@ -288,6 +294,18 @@ func (ss *session) run() {
 		default:
 			err = pgerr.Fatal(pgerr.ProtocolViolation, "invalid frontend message type %d", f.Type)
 		}
+		if ss.lost != nil {
+			// The server connection was lost outside a transaction: the
+			// client gets the error and keeps its session.
+			ss.out, _ = pgerr.Flatten(ss.lost).Encode(ss.out)
+			if ss.lostEnd {
+				ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+			} else {
+				ss.skipping = true
+			}
+			ss.lost, ss.lostEnd = nil, false
+			continue
+		}
 		if err != nil {
 			ss.fatal(err)
 			return
@@ -383,42 +401,59 @@ func (ss *session) poolFor(node int32) (*pooling.Pool, error) {
 // checkout takes a connection from pool and brings its settings up to the
 // session's; on failure the connection goes back broken.
 func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
-	sc, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if sc.ParamsKey != ss.params.key {
-		// RESET ALL leaves the role and session authorization alone.
-		sql := "RESET SESSION AUTHORIZATION;RESET ROLE;" + ss.params.key
-		if ss.params.key == "" {
-			sql += "RESET ALL"
+	for attempt := 1; ; attempt++ {
+		sc, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
 		}
-		var onStatus func([]byte)
-		if ss.ready {
-			onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
-		}
-		if err := sc.Exec(sql, time.Now().Add(pool.Config().ResetTimeout), onStatus); err != nil {
-			sc.MarkBroken()
-			pool.Release(sc)
-			var pe *pgerr.Error
-			if errors.As(err, &pe) {
-				return nil, err
+		if sc.ParamsKey != ss.params.key {
+			// RESET ALL leaves the role and session authorization alone.
+			sql := "RESET SESSION AUTHORIZATION;RESET ROLE;" + ss.params.key
+			if ss.params.key == "" {
+				sql += "RESET ALL"
 			}
-			fe := pgerr.Flatten(err)
-			ss.srv.log.Warn("applying session settings on a worker connection", "worker", sc.Addr, "err", err)
-			return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
-				Message: "cannot apply session settings on worker: " + fe.Message,
-				Hint:    "Check the settings in the connection string and the session's SET statements."}
+			var onStatus func([]byte)
+			if ss.ready {
+				onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
+			}
+			if err := sc.Exec(sql, time.Now().Add(pool.Config().ResetTimeout), onStatus); err != nil {
+				sc.MarkBroken()
+				pool.Release(sc)
+				var pe *pgerr.Error
+				if errors.As(err, &pe) {
+					return nil, err
+				}
+				var wpe *pgconn.PgError
+				if !errors.As(err, &wpe) {
+					// The connection was dead (the worker restarted, the
+					// backend was terminated): nothing of the client's
+					// was sent on it, so another one may serve.
+					if attempt < checkoutAttempts {
+						continue
+					}
+					return nil, pgerr.New(pgerr.ConnectionFailure, "lost connection to worker %s while applying session settings: %v", sc.Addr, err).
+						WithHint("Retry the statement; it was not run.")
+				}
+				fe := pgerr.Flatten(err)
+				ss.srv.log.Warn("applying session settings on a worker connection", "worker", sc.Addr, "err", err)
+				return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
+					Message: "cannot apply session settings on worker: " + fe.Message,
+					Hint:    "Check the settings in the connection string and the session's SET statements."}
+			}
+			sc.ParamsKey = ss.params.key
 		}
-		sc.ParamsKey = ss.params.key
+		if ss.sc == nil {
+			// A side connection (a value to compute, a scatter) must not
+			// overwrite what the held one says of the session's settings.
+			ss.noteStrings(sc)
+		}
+		return sc, nil
 	}
-	if ss.sc == nil {
-		// A side connection (a value to compute, a scatter) must not
-		// overwrite what the held one says of the session's settings.
-		ss.noteStrings(sc)
-	}
-	return sc, nil
 }
+
+// checkoutAttempts bounds how many dead connections a checkout goes
+// through before it reports the worker unreachable.
+const checkoutAttempts = 3
 
 // ensureBegun sends the BEGIN the coordinator answered itself ahead of the
 // first Bind or Execute that does work on the held connection, as hidden
@@ -557,6 +592,9 @@ func (ss *session) pin(reason string) {
 // what the batch did and reports the transaction as failed, as PostgreSQL
 // would have.
 func (ss *session) synthError(err error) {
+	if ss.lost != nil {
+		return // answered by the run loop
+	}
 	er := pgerr.Flatten(err)
 	userNames(ss.srv.catalog.Load(), er)
 	b, _ := er.Encode(nil)
@@ -816,6 +854,9 @@ func (ss *session) heldNode() int32 {
 // a transaction, the worker's transaction is made to fail too, as
 // PostgreSQL's would, so that COMMIT rolls back.
 func (ss *session) queryError(err error) error {
+	if ss.lost != nil {
+		return ss.lost // answered by the run loop
+	}
 	er := pgerr.Flatten(ss.staleShardErr(err))
 	userNames(ss.srv.catalog.Load(), er)
 	b, _ := er.Encode(nil)
@@ -863,9 +904,27 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 // startPending sends the BEGIN the coordinator answered itself on the held
 // connection, as a simple query.
 func (ss *session) startPending() error {
-	if err := ss.sc.Exec(ss.pendingBegin, time.Now().Add(ss.pool.Config().ResetTimeout), nil); err != nil || ss.sc.TxStatus != 'T' {
+	for attempt := 1; ; attempt++ {
+		err := ss.sc.Exec(ss.pendingBegin, time.Now().Add(ss.pool.Config().ResetTimeout), nil)
+		if err == nil && ss.sc.TxStatus == 'T' {
+			break
+		}
 		ss.sc.MarkBroken()
+		addr := ss.sc.Addr
 		ss.releaseServer()
+		var pe *pgconn.PgError
+		if err != nil && !errors.As(err, &pe) {
+			// The connection was dead: the BEGIN did not run, and
+			// nothing else of the client's was sent on it.
+			if attempt < checkoutAttempts {
+				if aerr := ss.acquire(context.Background(), ss.node); aerr != nil {
+					return aerr
+				}
+				continue
+			}
+			return pgerr.New(pgerr.ConnectionFailure, "lost connection to worker %s while starting the transaction: %v", addr, err).
+				WithHint("Retry the statement; it was not run.")
+		}
 		if err == nil {
 			err = pgerr.New(pgerr.InvalidTransactionState, "the worker did not start the transaction")
 		}
@@ -879,7 +938,7 @@ func (ss *session) startPending() error {
 // roundTrip sends what is queued for the server and relays its answers.
 func (ss *session) roundTrip() error {
 	if err := ss.sc.Flush(); err != nil {
-		return ss.lostServer(err)
+		return ss.lostCycle(err)
 	}
 	if err := ss.drain(); err != nil {
 		return err
@@ -1419,6 +1478,47 @@ func (ss *session) lostServer(err error) error {
 		Hint:    "The statement's outcome is unknown; reconnect and check before retrying."}
 }
 
+// lostCycle handles the loss of the server connection (an error reading or
+// writing it, or the worker's FATAL) during a client's cycle. Outside a
+// transaction, with no session state on the connection, the session
+// survives: the statement gets 08006 (its outcome is unknown, as with any
+// lost connection; the client may check and retry), and the next one takes
+// a new connection. Inside a transaction, or when the connection held
+// session state, or when another cycle is queued behind this one, it ends
+// the session as lostServer does.
+func (ss *session) lostCycle(err error) error {
+	sc := ss.sc
+	if sc.TxStatus != 'I' || len(ss.parked) > 0 || ss.pendingBegin != "" || ss.txBegin != "" ||
+		ss.pinned != "" || ss.verifyState {
+		return ss.lostServer(err)
+	}
+	rest := ss.queue[ss.qhead:]
+	end := -1
+	for i, e := range rest {
+		if e.kind == eRelay && (e.term == tQuery || e.term == tSync) {
+			end = i
+			break
+		}
+	}
+	if end >= 0 && end != len(rest)-1 {
+		return ss.lostServer(err) // a later cycle is queued too
+	}
+	addr := sc.Addr
+	sc.MarkBroken()
+	ss.releaseServer()
+	ss.queue, ss.qhead = ss.queue[:0], 0
+	ss.needSync, ss.batchWork, ss.resetQueued, ss.seqGuard = false, false, false, false
+	ss.paramFix, ss.loadFix = ss.paramFix[:0], false
+	if len(ss.portals) > 0 {
+		clear(ss.portals)
+	}
+	ss.lost = &pgerr.Error{Severity: "ERROR", Code: pgerr.ConnectionFailure,
+		Message: fmt.Sprintf("lost connection to worker %s: %v", addr, err),
+		Hint:    "The statement's outcome is unknown; check before retrying it. The session is intact: the next statement uses a new connection."}
+	ss.lostEnd = end >= 0
+	return ss.lost
+}
+
 // drain relays the server's answers until every queued expectation is met.
 func (ss *session) drain() error {
 	sc := ss.sc
@@ -1431,7 +1531,15 @@ func (ss *session) drain() error {
 		}
 		f, err := sc.Next()
 		if err != nil {
-			return ss.lostServer(err)
+			return ss.lostCycle(err)
+		}
+		if f.Type == 'E' && fatalSeverity(f.Body) {
+			// The worker ends the connection (57P01 when it shuts down or
+			// the backend is terminated): that is not the client's server
+			// going away, so it is not relayed as is.
+			var er pgproto3.ErrorResponse
+			_ = er.Decode(f.Body)
+			return ss.lostCycle(fmt.Errorf("%s: %s (SQLSTATE %s)", er.Severity, er.Message, er.Code))
 		}
 		relay := e.kind == eRelay
 		switch f.Type {

@@ -125,7 +125,28 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	// two such transactions can each wait for the other's worker. Wait
 	// briefly, then fail with a retryable deadlock error.
 	jctx, cancel := context.WithTimeout(ctx, joinWait)
-	sc, err := ss.checkout(jctx, pool)
+	defer cancel()
+	var sc *pooling.ServerConn
+	for attempt := 1; ; attempt++ {
+		sc, err = ss.checkout(jctx, pool)
+		if err != nil {
+			break
+		}
+		err = sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil)
+		if err == nil && sc.TxStatus == 'T' {
+			break
+		}
+		sc.MarkBroken()
+		pool.Release(sc)
+		var wpe *pgconn.PgError
+		if err != nil && !errors.As(err, &wpe) && attempt < checkoutAttempts {
+			continue // a dead connection: the BEGIN did not run; take another
+		}
+		if err == nil {
+			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
+		}
+		return err
+	}
 	waited := jctx.Err() != nil
 	cancel()
 	var pe *pgerr.Error
@@ -137,14 +158,7 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
-	if err := sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil || sc.TxStatus != 'T' {
-		sc.MarkBroken()
-		pool.Release(sc)
-		if err == nil {
-			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
-		}
-		return err
-	}
+
 	ss.parked = append(ss.parked, cur)
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
 	return nil
@@ -359,20 +373,22 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		return "", nil, pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
 			maxDecisionDelay).WithHint("Retry the transaction.")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), txCleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
 	defer cancel()
-	if err := ss.srv.store.Decide(ctx, base); err != nil {
+	decideStart := time.Now()
+	err = ss.srv.store.Decide(ctx, base)
+	if h := ss.srv.hooks.afterDecide; h != nil {
+		err = h(ctx, base, err)
+	}
+	if err != nil {
 		var refused *pgerr.Error
 		if errors.As(err, &refused) {
 			return "", nil, withCleanup(err, rollback())
 		}
-		// The answer may have been lost after the insert committed:
-		// settle it by trying to record an abort.
-		d, aerr := ss.srv.store.Abort(ctx, base)
-		for aerr != nil && ctx.Err() == nil {
-			time.Sleep(time.Second)
-			d, aerr = ss.srv.store.Abort(ctx, base)
-		}
+		// The answer may have been lost after the insert committed (or the
+		// coordinator stalled past ctx's deadline): settle it by trying to
+		// record an abort, under fresh contexts.
+		d, aerr := shards.SettleDecision(context.Background(), ss.srv.store, base, decideStart)
 		switch {
 		case aerr != nil:
 			var left []string
@@ -390,24 +406,71 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		}
 	}
 	committed = true
-	for _, c := range all {
-		err := c.sc.Exec("COMMIT PREPARED '"+gid(c)+"'", time.Now().Add(txCleanupTimeout), nil)
+	if h := ss.srv.hooks.beforeCommitPrepared; h != nil {
+		h(base)
+	}
+	for i := range all {
+		err := ss.commitPrepared(&all[i], gid(all[i]))
 		if err == nil {
 			continue
 		}
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
-			continue // recovery committed it, from the decision
-		}
-		if !errors.As(err, &pe) {
-			c.sc.MarkBroken()
-		}
 		n := pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: pgerr.ConnectionFailure,
-			Message: fmt.Sprintf("the transaction is committed, but COMMIT PREPARED '%s' on worker %s failed: %v", gid(c), c.sc.Addr, err),
-			Hint:    "pgfleet's recovery completes the commit within a minute or two."}
+			Message: fmt.Sprintf("the transaction is committed, but COMMIT PREPARED '%s' on worker %s failed: %v", gid(all[i]), ss.srv.nodeAddr(all[i].node), err),
+			Hint:    "pgfleet's recovery completes the commit within seconds of the worker answering again."}
 		extra, _ = n.Encode(extra)
 	}
 	return "COMMIT", extra, nil
+}
+
+// decideTimeout bounds recording a commit decision; a variable for tests.
+var decideTimeout = txCleanupTimeout
+
+// commitPrepared commits the prepared transaction gid of c, whose commit
+// is decided. While the worker does not answer (restarting, the
+// connection lost) it retries on a new connection of c's pool, pausing
+// briefly between attempts, for up to shards.CommitRetryWindow: the
+// prepared transaction holds its row locks until it commits, so it
+// commits as soon as the worker answers again. c.sc is the connection it
+// ends with (nil if none could be had), for release. A prepared transaction
+// that is gone was committed by recovery, from the decision.
+func (ss *session) commitPrepared(c *txConn, gid string) error {
+	deadline := time.Now().Add(shards.CommitRetryWindow)
+	sql := "COMMIT PREPARED '" + gid + "'"
+	pause := 10 * time.Millisecond
+	var err error
+	for {
+		if c.sc != nil {
+			if err = c.sc.Exec(sql, deadline, nil); err == nil {
+				return nil
+			}
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) {
+				if pe.Code == pgerr.UndefinedObject {
+					return nil
+				}
+			} else {
+				// Lost: a new connection may commit it.
+				c.sc.MarkBroken()
+				c.pool.Release(c.sc)
+				c.sc = nil
+			}
+		}
+		if time.Until(deadline) < pause {
+			return err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, shards.CommitBackoff)
+		if c.sc == nil {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			sc, aerr := c.pool.Acquire(ctx)
+			cancel()
+			if aerr != nil {
+				err = aerr
+				continue
+			}
+			c.sc = sc
+		}
+	}
 }
 
 // chainBegin is the BEGIN of the transaction that AND CHAIN starts after
@@ -518,12 +581,16 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 		// worker's connection: none goes back to the pool.
 		ss.verifyState = false
 		for _, c := range all {
-			c.sc.MarkBroken()
+			if c.sc != nil {
+				c.sc.MarkBroken()
+			}
 		}
 	}
 	if len(ss.pending) > 0 || ss.txSet || ss.paramsUnsure {
 		for _, c := range all {
-			c.sc.ParamsKey = "\x00unknown"
+			if c.sc != nil {
+				c.sc.ParamsKey = "\x00unknown"
+			}
 		}
 	}
 	if committed && !ss.txFailed {

@@ -42,7 +42,13 @@ func WithDecision(ctx context.Context, base string) context.Context {
 // under READ COMMITTED it waits for a concurrent insert of the same base
 // and returns the row that won, which DO NOTHING with a later SELECT in the
 // same statement would not see.
-const decisionSQL = `INSERT INTO pgfleet.transaction_decisions AS d (gid_base, decision) VALUES ($1, $2)
+//
+// decided_at is the time of the insert (clock_timestamp), not of its
+// transaction's start: a catalog change's transaction may have begun before
+// the prepared transactions it decides existed, and ForgetDecisions relies
+// on a decision being younger than every PREPARE it covers.
+const decisionSQL = `INSERT INTO pgfleet.transaction_decisions AS d (gid_base, decision, decided_at)
+	VALUES ($1, $2, pg_catalog.clock_timestamp())
 	ON CONFLICT (gid_base) DO UPDATE SET decision = d.decision RETURNING decision::text`
 
 // decide records want for base unless a decision is stored, through q (the
@@ -109,17 +115,58 @@ func (s *Store) Decision(ctx context.Context, base string) (byte, error) {
 	return d[0], nil
 }
 
-// ForgetDecisions deletes the decisions older than age, except those of
-// the bases in keep: the caller passes every base that still has a
-// prepared transaction on some node, so that a decision goes only when
-// nothing can need it any more. It returns how many it deleted.
-func (s *Store) ForgetDecisions(ctx context.Context, age time.Duration, keep []string) (int64, error) {
+// Decisions returns the decisions stored for the bases given; a base with
+// none is absent from the map. One query, for a recovery round.
+func (s *Store) Decisions(ctx context.Context, bases []string) (map[string]byte, error) {
+	out := make(map[string]byte, len(bases))
+	if len(bases) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT gid_base, decision::text FROM pgfleet.transaction_decisions
+		WHERE gid_base = ANY ($1::text[])`, bases)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: decisions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var b, d string
+		if err := rows.Scan(&b, &d); err != nil {
+			return nil, fmt.Errorf("metadata: decisions: %w", err)
+		}
+		if len(d) != 1 {
+			return nil, fmt.Errorf("metadata: decisions: %q stored for %s", d, b)
+		}
+		out[b] = d[0]
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("metadata: decisions: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetDecisions deletes the commit decisions older than commitAge and
+// the abort decisions older than abortAge, except those of the bases in
+// keep: the caller passes every base that still has a prepared transaction
+// on some node, so that a decision goes only when nothing can need it any
+// more. It returns how many it deleted.
+//
+// The ages are lower bounds that make forgetting safe against what the
+// caller cannot see. commitAge must exceed the time one recovery round takes
+// to list every node (a decision younger than the round's start may cover
+// a prepared transaction on a node listed before it was prepared) and the
+// time a coordinator may take to learn a decision whose answer it lost
+// (shards.SettleDecision trusts an abort answer only within it). abortAge
+// must exceed the longest a coordinator may take from PREPARE to its
+// commit decision, so that an abort decision outlives every attempt to
+// decide the other way.
+func (s *Store) ForgetDecisions(ctx context.Context, commitAge, abortAge time.Duration, keep []string) (int64, error) {
 	if keep == nil {
 		keep = []string{}
 	}
 	tag, err := s.pool.Exec(ctx, `DELETE FROM pgfleet.transaction_decisions
-		WHERE decided_at < now() - make_interval(secs => $1) AND gid_base <> ALL ($2::text[])`,
-		age.Seconds(), keep)
+		WHERE decided_at < pg_catalog.clock_timestamp() - make_interval(secs => CASE decision WHEN 'c' THEN $1::float8 ELSE $2::float8 END)
+		AND gid_base <> ALL ($3::text[])`,
+		commitAge.Seconds(), abortAge.Seconds(), keep)
 	if err != nil {
 		return 0, fmt.Errorf("metadata: forget decisions: %w", err)
 	}

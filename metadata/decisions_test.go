@@ -102,19 +102,30 @@ func TestStoreDecisions(t *testing.T) {
 	// Without a decision in ctx a change records none.
 	s.ok("drop c")(st.DropTable(ctx, "public.c"))
 
-	// Old decisions go, except those still needed.
+	// Decisions reads several at once; a base without one is absent.
+	ds, err := st.Decisions(ctx, []string{"pgfleet_x_1", "pgfleet_x_2", "pgfleet_x_3"})
+	if err != nil || len(ds) != 2 || ds["pgfleet_x_1"] != metadata.CommitDecision || ds["pgfleet_x_2"] != metadata.AbortDecision {
+		t.Errorf("Decisions = %v, %v; want x_1 commit, x_2 abort", ds, err)
+	}
+
+	// Old decisions go, except those still needed; abort decisions are
+	// kept longer than commit decisions.
 	time.Sleep(10 * time.Millisecond)
-	n, err := st.ForgetDecisions(ctx, time.Millisecond, []string{"pgfleet_x_1"})
+	n, err := st.ForgetDecisions(ctx, time.Millisecond, time.Hour, []string{"pgfleet_x_1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 { // x_2, x_4, x_6
-		t.Errorf("forgot %d decisions, want 3", n)
+	if n != 1 { // x_4
+		t.Errorf("forgot %d decisions, want 1", n)
 	}
-	if decision("pgfleet_x_1") != metadata.CommitDecision || decision("pgfleet_x_2") != 0 {
+	if decision("pgfleet_x_1") != metadata.CommitDecision || decision("pgfleet_x_4") != 0 || decision("pgfleet_x_2") != metadata.AbortDecision {
 		t.Error("ForgetDecisions kept or dropped the wrong ones")
 	}
-	if n, err := st.ForgetDecisions(ctx, time.Hour, nil); err != nil || n != 0 {
+	n, err = st.ForgetDecisions(ctx, time.Millisecond, time.Millisecond, []string{"pgfleet_x_1"})
+	if err != nil || n != 2 { // x_2, x_6
+		t.Errorf("ForgetDecisions of aborts = %d, %v; want 2", n, err)
+	}
+	if n, err := st.ForgetDecisions(ctx, time.Hour, time.Hour, nil); err != nil || n != 0 {
 		t.Errorf("ForgetDecisions of an hour = %d, %v; want none", n, err)
 	}
 }

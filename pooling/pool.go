@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -137,7 +138,7 @@ func (p *Pool) Acquire(ctx context.Context) (*ServerConn, error) {
 
 // check returns c if it is still usable, or closes it and returns nil.
 func (p *Pool) check(c *ServerConn) *ServerConn {
-	if time.Since(c.lastUsed) < 100*time.Millisecond || c.alive() {
+	if c.alive() { // one non-blocking peek: a connection dead since its last use is never handed out
 		return c
 	}
 	p.discard(c)
@@ -149,9 +150,11 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 	if err != nil {
 		<-p.slots
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
+		if errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "57") {
 			// The worker refused us (no such database, role, password):
-			// the client gets the worker's own answer.
+			// the client gets the worker's own answer. Not so a worker
+			// starting up or shutting down (57P03, 57P01): that is not
+			// the client's server, which a 57 code would say.
 			return nil, &pgerr.Error{Severity: "ERROR", Code: pe.Code, Message: pe.Message,
 				Detail: pe.Detail, Hint: pe.Hint}
 		}

@@ -158,8 +158,10 @@ func serve(args []string) error {
 	listen := fs.String("listen", envStr("PGFLEET_LISTEN", "127.0.0.1:6432"), "address for clients")
 	metrics := fs.String("metrics-listen", os.Getenv("PGFLEET_METRICS_LISTEN"), "address for /metrics and /healthz (empty: off)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown (for profiling)")
-	recovery := fs.Duration("recovery-interval", envDuration("PGFLEET_RECOVERY_INTERVAL", 30*time.Second),
+	recovery := fs.Duration("recovery-interval", envDuration("PGFLEET_RECOVERY_INTERVAL", 5*time.Second),
 		"how often to commit or roll back prepared transactions left by a crashed coordinator (0: never)")
+	grace := fs.Duration("recovery-grace", envDuration("PGFLEET_RECOVERY_GRACE", time.Minute),
+		"age at which recovery rolls back a prepared transaction whose commit was not decided (decided ones are committed at once)")
 	var workers listFlag
 	fs.Var(&workers, "worker", "worker host:port (repeatable; the first is the default node; also $PGFLEET_WORKERS)")
 	var cf coordinatorFlags
@@ -177,6 +179,7 @@ func serve(args []string) error {
 	}
 	cfg.MetricsListen = *metrics
 	cfg.RecoveryInterval = *recovery
+	cfg.RecoveryGrace = *grace
 	if *recovery <= 0 {
 		cfg.RecoveryInterval = -1 // the Config's zero value means the default
 	}

@@ -50,6 +50,9 @@ const cleanupTimeout = 30 * time.Second
 // group might still decide to commit.
 const maxDecisionDelay = 10 * time.Minute
 
+// Decider is what SettleDecision needs of the metadata store.
+type Decider = decider
+
 // decider records the decisions of distributed transactions durably, in the
 // metadata database: a group's commit point is its commit decision, and
 // recovery resolves what a crashed coordinator left prepared from it.
@@ -89,6 +92,8 @@ type group struct {
 	by        map[int32]*nodeTx
 	// prepareStart is when the first PREPARE TRANSACTION was sent.
 	prepareStart time.Time
+	// decideStart is when the commit decision was sent (SettleDecision).
+	decideStart time.Time
 	// decided: the commit decision is recorded (by decide, or by the
 	// caller's catalog change under metadata.WithDecision). From then on
 	// nothing may roll a prepared transaction back.
@@ -171,6 +176,7 @@ func (g *group) decide(ctx context.Context) error {
 		return pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
 			maxDecisionDelay).WithHint("Retry the statement.")
 	}
+	g.decideStart = time.Now()
 	err := g.store.Decide(ctx, g.base)
 	if err == nil {
 		g.decided = true
@@ -190,12 +196,11 @@ func (g *group) settle(ctx context.Context, cause error) error {
 	if errors.As(cause, &refused) {
 		return cause // the store refused before committing anything (ErrAborted, say)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	d, err := g.store.Abort(ctx, g.base)
-	for err != nil && sleep(ctx, time.Second) {
-		d, err = g.store.Abort(ctx, g.base)
+	since := g.decideStart
+	if since.IsZero() {
+		since = g.prepareStart // a catalog change's decision: attempted after it
 	}
+	d, err := SettleDecision(ctx, g.store, g.base, since)
 	if err == nil {
 		if d == metadata.CommitDecision {
 			g.decided = true
@@ -219,6 +224,57 @@ func (g *group) settle(ctx context.Context, cause error) error {
 	e.Detail = "Prepared transactions left: " + strings.Join(left, ", ") + "."
 	e.Hint = "pgfleet's recovery commits or rolls them back once the metadata database answers."
 	return e
+}
+
+// ForgetCommitAge is the youngest age at which recovery forgets a commit
+// decision that no prepared transaction references any more
+// (metadata.Store.ForgetDecisions), and ForgetAbortAge that of an abort
+// decision, which must outlive every attempt to decide the other way
+// (maxDecisionDelay, and a coordinator stalled between its check and its
+// insert).
+const (
+	ForgetCommitAge = 5 * time.Minute
+	ForgetAbortAge  = time.Hour
+)
+
+// settleTrust is how long after a commit decision was attempted an abort
+// answer to SettleDecision is trusted: until then recovery cannot have
+// forgotten a commit decision the attempt recorded (ForgetCommitAge, with a
+// margin for clock rates).
+const settleTrust = ForgetCommitAge - time.Minute
+
+// settleAttempt bounds one lookup of SettleDecision.
+const settleAttempt = 10 * time.Second
+
+// SettleDecision learns the decision of the distributed transaction base
+// after recording its commit decision, attempted at since, failed in a way
+// that may have recorded it (a lost answer, an expired context): it records
+// an abort decision unless one is stored and returns the decision that
+// stands. Every lookup runs under a fresh context, bounded by
+// cleanupTimeout from now, not from since: after a stall of the
+// coordinator the caller's context has expired, but the decision is still
+// there to read. It fails when the metadata database does not answer, and
+// when the answer is abort but came so late that a commit decision the
+// attempt recorded may have been committed by recovery and forgotten since.
+func SettleDecision(ctx context.Context, store decider, base string, since time.Time) (byte, error) {
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(cleanupTimeout)
+	for {
+		actx, cancel := context.WithTimeout(ctx, settleAttempt)
+		d, err := store.Abort(actx, base)
+		cancel()
+		if err == nil {
+			if d != metadata.CommitDecision && time.Since(since) > settleTrust {
+				return 0, fmt.Errorf("the decision was read %v after the commit decision was attempted, too late to tell an abort from a commit already completed and forgotten",
+					time.Since(since).Round(time.Second))
+			}
+			return d, nil
+		}
+		if time.Until(deadline) < time.Second {
+			return 0, err
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // sleep waits for d or until ctx is done, and reports whether d passed.
@@ -245,19 +301,16 @@ func (g *group) commit(ctx context.Context) error {
 			return withProblems(err, g.rollback(ctx))
 		}
 	}
+	if h := testHookBeforeCommit; h != nil && g.decided {
+		h(g.base)
+	}
 	var failed []string
 	var first error
 	for _, tx := range g.txs {
 		if tx.done || !tx.prepared {
 			continue
 		}
-		if _, err := tx.conn.Exec(ctx, "COMMIT PREPARED '"+tx.gid+"'"); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
-				// Gone: recovery committed it, from the decision.
-				tx.done = true
-				continue
-			}
+		if err := commitPrepared(ctx, tx); err != nil {
 			failed = append(failed, fmt.Sprintf("COMMIT PREPARED '%s' on node %s", tx.gid, g.nodes.describe(tx.node)))
 			if first == nil {
 				first = err
@@ -270,9 +323,87 @@ func (g *group) commit(ctx context.Context) error {
 		return nil
 	}
 	e := g.nodes.wrap(first, "the change is committed, but %s failed", failed[0])
-	e.Hint = "pgfleet's recovery completes the commit within a minute or two; to do it now, run " +
+	e.Hint = "pgfleet's recovery completes the commit within seconds of the node answering again; to do it now, run " +
 		strings.Join(failed, "; ") + "."
 	return e
+}
+
+// testHookBeforeCommit runs between a group's commit decision and its
+// COMMIT PREPAREDs; nil but in tests (SetTestHookBeforeCommit).
+var testHookBeforeCommit func(base string)
+
+// SetTestHookBeforeCommit makes f run between every group's commit decision
+// and its COMMIT PREPAREDs, for tests that put a fault there (a worker
+// restarting); it returns a function that removes it. Not for concurrent
+// use with running groups.
+func SetTestHookBeforeCommit(f func(base string)) (restore func()) {
+	old := testHookBeforeCommit
+	testHookBeforeCommit = f
+	return func() { testHookBeforeCommit = old }
+}
+
+// CommitRetryWindow is how long a coordinator keeps retrying a COMMIT
+// PREPARED of a decided transaction whose worker does not answer
+// (restarting, its connection lost) before leaving it to recovery; its row
+// locks are held until it commits, so it is retried as soon as the worker
+// answers again.
+const CommitRetryWindow = 30 * time.Second
+
+// CommitBackoff is the longest pause between two attempts of a COMMIT
+// PREPARED retried; the first pauses are shorter.
+const CommitBackoff = 200 * time.Millisecond
+
+// commitPrepared commits tx's prepared transaction, whose commit is
+// decided, retrying on a new connection with the same configuration while
+// the node does not answer, for up to CommitRetryWindow. A prepared
+// transaction that is gone was committed by recovery, from the decision.
+func commitPrepared(ctx context.Context, tx *nodeTx) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CommitRetryWindow)
+	defer cancel()
+	sql := "COMMIT PREPARED '" + tx.gid + "'"
+	conn := tx.conn
+	var fresh *pgx.Conn
+	defer func() {
+		if fresh != nil {
+			_ = fresh.Close(context.Background())
+		}
+	}()
+	pause := 10 * time.Millisecond
+	var err error
+	for {
+		if conn != nil {
+			if _, err = conn.Exec(ctx, sql); err == nil {
+				tx.done = true
+				return nil
+			}
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
+				tx.done = true // gone: recovery committed it, from the decision
+				return nil
+			}
+		}
+		if !sleep(ctx, pause) {
+			if err == nil {
+				err = ctx.Err()
+			}
+			return err
+		}
+		pause = min(2*pause, CommitBackoff)
+		if conn == nil || conn.IsClosed() {
+			// Lost (the node restarting, say): a new connection, as the
+			// same user to the same database, may commit it.
+			if fresh != nil {
+				_ = fresh.Close(context.Background())
+			}
+			dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+			c, derr := pgx.ConnectConfig(dctx, tx.conn.Config())
+			dcancel()
+			fresh, conn = c, c
+			if derr != nil {
+				fresh, conn, err = nil, nil, derr
+			}
+		}
+	}
 }
 
 // rollback rolls back every transaction not committed yet, prepared or not,

@@ -30,6 +30,7 @@ type Server struct {
 	LogFile string
 	cmd     *exec.Cmd
 	done    chan struct{}
+	opts    Options // what Start was given, with the port it chose
 }
 
 // URL is a libpq URL for the server's postgres database.
@@ -168,6 +169,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 		s, err := launch(ctx, bin, data, logFile, port, cred, o)
 		if err == nil {
+			s.opts = o
+			s.opts.Port = port
 			return s, nil
 		}
 		lastErr = err
@@ -280,6 +283,22 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Signal(syscall.SIGQUIT)
 		<-s.done
 	}
+}
+
+// Restart starts a stopped server again, on the same port and data
+// directory (for tests of a worker restarting).
+func (s *Server) Restart(ctx context.Context) error {
+	select {
+	case <-s.done:
+	default:
+		return fmt.Errorf("postgres %s is running", s.Name)
+	}
+	ns, err := Start(ctx, s.opts)
+	if err != nil {
+		return err
+	}
+	s.cmd, s.done = ns.cmd, ns.done
+	return nil
 }
 
 // Cluster is a set of servers sharing one parent directory.

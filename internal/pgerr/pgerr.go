@@ -7,6 +7,9 @@ package pgerr
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -101,9 +104,26 @@ func (e *Error) WithHint(format string, args ...any) *Error {
 	return e
 }
 
+// connErrorCode classifies an error of a connection to a worker by what it
+// is, not its text: a failed connection attempt is 08001, a connection that
+// broke (end of stream, reset, a network timeout) 08006; anything else "".
+func connErrorCode(err error) string {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return SQLClientUnableToConnect
+	}
+	var ne net.Error
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.As(err, &ne) {
+		return ConnectionFailure
+	}
+	return ""
+}
+
 // Flatten turns any error into the ErrorResponse a client sees. Errors from a
 // worker keep their code, detail, hint and position; errors pgfleet did not
-// classify become XX000 with the original text as detail.
+// classify become XX000 with the original text as detail, except failed
+// worker connections (08001, 08006).
 func Flatten(err error) *pgproto3.ErrorResponse {
 	var pe *Error
 	if errors.As(err, &pe) {
@@ -122,6 +142,13 @@ func Flatten(err error) *pgproto3.ErrorResponse {
 			Position: wpe.Position, Where: wpe.Where, SchemaName: wpe.SchemaName,
 			TableName: wpe.TableName, ColumnName: wpe.ColumnName, DataTypeName: wpe.DataTypeName,
 			ConstraintName: wpe.ConstraintName}
+	}
+	if code := connErrorCode(err); code != "" {
+		// A worker connection failed (lost, refused, timed out): that is
+		// what the client is told, not an internal error.
+		return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code,
+			Message: "lost connection to a worker: " + err.Error(),
+			Hint:    "The statement's outcome is unknown; check before retrying it."}
 	}
 	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: Internal,
 		Message: "internal error in pgfleet", Detail: err.Error(),
