@@ -52,6 +52,9 @@ type session struct {
 	node   int32                   // the held connection's node
 	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
 	pinned string                  // why the session keeps sc for good; "" if it does not
+	// dials counts the pool slots held by connections dialled for a
+	// statement (dialNode), given back as they close.
+	dials atomic.Int32
 
 	stmts   map[string]*Statement // client statement name -> statement
 	portals map[string]*Statement // portal -> statement it was bound from
@@ -354,7 +357,7 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 		return err
 	}
 	ss.pool, ss.node = pool, node
-	sc, err := ss.checkout(ctx, pool)
+	sc, err := ss.checkout(ctx, pool, ss.holding())
 	if err != nil {
 		return err
 	}
@@ -377,10 +380,23 @@ func (ss *session) poolFor(node int32) (*pooling.Pool, error) {
 	return pool, nil
 }
 
-// checkout takes a connection from pool and brings its settings up to the
-// session's; on failure the connection goes back broken.
-func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
-	sc, err := pool.Acquire(ctx)
+// holding counts the worker connections the session holds: its current one,
+// the parked ones of its transaction and the slots of connections dialled
+// for a statement (dialNode). A checkout passes it (or more, for connections
+// it takes one after another) as its class (pooling.Pool).
+func (ss *session) holding() int {
+	n := len(ss.parked) + int(ss.dials.Load())
+	if ss.sc != nil {
+		n++
+	}
+	return n
+}
+
+// checkout takes a connection from pool for a session holding held
+// connections (its class) and brings its settings up to the session's; on
+// failure the connection goes back broken.
+func (ss *session) checkout(ctx context.Context, pool *pooling.Pool, held int) (*pooling.ServerConn, error) {
+	sc, err := pool.Acquire(ctx, held)
 	if err != nil {
 		return nil, err
 	}

@@ -121,18 +121,26 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
-	// This transaction holds connections while it waits for another one:
-	// two such transactions can each wait for the other's worker. Wait
-	// briefly, then fail with a retryable deadlock error.
-	jctx, cancel := context.WithTimeout(ctx, joinWait)
-	sc, err := ss.checkout(jctx, pool)
-	waited := jctx.Err() != nil
+	// This transaction holds connections while it waits for another one.
+	// Its class (the connections it holds) lets it into connections that
+	// transactions holding fewer cannot take (pooling.Pool), so no two
+	// transactions wait for each other's connections forever, as long as
+	// the class stays below the pools' span (a pool of at least as many
+	// connections as there are workers). Beyond it, a wait cycle is
+	// possible: wait briefly, then fail with a retryable deadlock error.
+	held := ss.holding()
+	jctx, cancel := ctx, context.CancelFunc(func() {})
+	if held >= pool.Span() {
+		jctx, cancel = context.WithTimeout(ctx, joinWait)
+	}
+	sc, err := ss.checkout(jctx, pool, held)
+	waited := jctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	var pe *pgerr.Error
-	if err != nil && (waited || errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections) {
+	if err != nil && held >= pool.Span() && (waited || errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections) {
 		return &pgerr.Error{Severity: "ERROR", Code: pgerr.DeadlockDetected,
-			Message: fmt.Sprintf("no connection to worker %s became free within %v while this transaction holds connections on other workers (a possible wait cycle with another transaction across workers)", to, joinWait),
-			Hint:    "Retry the transaction. If it happens often, raise the coordinator's --pool-size so that concurrent transactions across workers each find a connection."}
+			Message: fmt.Sprintf("no connection to worker %s became free within %v while this transaction holds connections on %d other workers, more than the pool's reserve covers (a possible wait cycle with another transaction across workers)", to, joinWait, held),
+			Hint:    "Retry the transaction. If it happens often, raise the coordinator's --pool-size to at least the number of workers."}
 	}
 	if err != nil {
 		return err
@@ -150,8 +158,9 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	return nil
 }
 
-// joinWait bounds how long a transaction that holds connections waits for
-// one to another worker (see joinWorker).
+// joinWait bounds how long a transaction that holds connections on more
+// workers than the pools' reserve covers waits for one to another worker
+// (see joinWorker).
 const joinWait = time.Second
 
 func (ss *session) setCurrent(c txConn) {

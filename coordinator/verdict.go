@@ -33,7 +33,7 @@ func (ss *session) workerVerdict(query string, paramTail []byte, refusal error) 
 	if err != nil {
 		return refusal
 	}
-	sc, err := ss.checkout(ctx, pool)
+	sc, err := ss.checkout(ctx, pool, ss.holding())
 	if err != nil {
 		return refusal
 	}
