@@ -183,3 +183,32 @@ func tooMany(err error) bool {
 	var pe *pgerr.Error
 	return errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections && pe.Hint != ""
 }
+
+// BenchmarkAcquireRelease is the checkout of a routed statement: an idle
+// connection out and back.
+func BenchmarkAcquireRelease(b *testing.B) {
+	cl := pgtest.Shared(b)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 4}, nil)
+	defer p.Close()
+	ctx := context.Background()
+	for range 2 { // two connections open and idle
+		c, err := p.Acquire(ctx, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Release(c)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c, err := p.Acquire(ctx, 0)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			p.Release(c)
+		}
+	})
+}
