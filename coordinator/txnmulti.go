@@ -121,6 +121,28 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
+	sc := ss.spare(node)
+	if sc == nil {
+		if sc, err = ss.joinCheckout(ctx, pool, to); err != nil {
+			return err
+		}
+	}
+	if err := sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil || sc.TxStatus != 'T' {
+		sc.MarkBroken()
+		pool.Release(sc)
+		if err == nil {
+			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
+		}
+		return err
+	}
+	ss.parked = append(ss.parked, cur)
+	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
+	return nil
+}
+
+// joinCheckout takes a connection to worker to (pool) for a transaction
+// that holds connections to others.
+func (ss *session) joinCheckout(ctx context.Context, pool *pooling.Pool, to string) (*pooling.ServerConn, error) {
 	// This transaction holds connections while it waits for another one.
 	// Its class (the connections it holds) lets it into connections that
 	// transactions holding fewer cannot take (pooling.Pool), so no two
@@ -138,24 +160,11 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	cancel()
 	var pe *pgerr.Error
 	if err != nil && held >= pool.Span() && (waited || errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections) {
-		return &pgerr.Error{Severity: "ERROR", Code: pgerr.DeadlockDetected,
+		return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.DeadlockDetected,
 			Message: fmt.Sprintf("no connection to worker %s became free within %v while this transaction holds connections on %d other workers, more than the pool's reserve covers (a possible wait cycle with another transaction across workers)", to, joinWait, held),
 			Hint:    "Retry the transaction. If it happens often, raise the coordinator's --pool-size to at least the number of workers."}
 	}
-	if err != nil {
-		return err
-	}
-	if err := sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil || sc.TxStatus != 'T' {
-		sc.MarkBroken()
-		pool.Release(sc)
-		if err == nil {
-			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
-		}
-		return err
-	}
-	ss.parked = append(ss.parked, cur)
-	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
-	return nil
+	return sc, err
 }
 
 // joinWait bounds how long a transaction that holds connections on more
@@ -541,9 +550,13 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.cancelTarget.Store(nil)
 	ss.sc = nil
 	ss.cancelMu.Unlock()
+	ss.spanHint = ss.spanHint[:0]
 	for _, c := range all {
 		c.pool.Release(c.sc)
+		ss.spanHint = append(ss.spanHint, c.node)
 	}
+	slices.Sort(ss.spanHint)
+	ss.dropSpares()
 	clear(ss.parked)
 	ss.parked = ss.parked[:0]
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false
