@@ -20,6 +20,7 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 const (
@@ -256,8 +257,14 @@ type slotConn struct {
 }
 
 func (c *slotConn) Close() error {
+	f := c.free.Swap(nil)
+	if f != nil {
+		// pgx has sent Terminate: the slot is free once the worker's
+		// backend is gone.
+		pooling.DrainClosed(c.Conn)
+	}
 	err := c.Conn.Close()
-	if f := c.free.Swap(nil); f != nil {
+	if f != nil {
 		(*f)()
 	}
 	return err
