@@ -625,7 +625,7 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := ss.checkout(context.Background(), pool, ss.holding())
+	sc, err := ss.sideCheckout(context.Background(), pool)
 	if err != nil {
 		return nil, err
 	}
@@ -968,6 +968,7 @@ func (r *scatterRun) acquire() error {
 	n := len(r.x.Workers)
 	r.pools, r.conns, r.pending, r.parsed = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n), make([]bool, n)
 	r.txIdx = -1
+	ss.dropSpares() // (side checkouts do not go beyond the classes' reserve)
 	held := ss.holding() // the class of the next checkout (pooling.Pool)
 	for i, w := range r.x.Workers {
 		if ss.sc != nil && w.Node == ss.node && r.txIdx < 0 {

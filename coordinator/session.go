@@ -456,6 +456,17 @@ func (ss *session) holding() int {
 	return n
 }
 
+// sideCheckout takes a connection beside the ones the session holds (a
+// value to compute, a statement to describe), in the class of what it
+// holds. Spare connections go back first: they are an optimization and
+// would raise the class beyond what the pools' reserve covers.
+func (ss *session) sideCheckout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
+	if len(ss.spares) > 0 {
+		ss.dropSpares()
+	}
+	return ss.checkout(ctx, pool, ss.holding())
+}
+
 // checkout takes a connection from pool for a session holding held
 // connections (its class) and brings its settings up to the session's; on
 // failure the connection goes back broken.
