@@ -968,7 +968,7 @@ func (r *scatterRun) acquire() error {
 	n := len(r.x.Workers)
 	r.pools, r.conns, r.pending, r.parsed = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n), make([]bool, n)
 	r.txIdx = -1
-	ss.dropSpares() // (side checkouts do not go beyond the classes' reserve)
+	ss.dropSpares()      // (side checkouts do not go beyond the classes' reserve)
 	held := ss.holding() // the class of the next checkout (pooling.Pool)
 	for i, w := range r.x.Workers {
 		if ss.sc != nil && w.Node == ss.node && r.txIdx < 0 {
