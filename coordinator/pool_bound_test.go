@@ -99,7 +99,14 @@ func TestWorkerConnectionsBounded(t *testing.T) {
 			defer run.Done()
 			c, err := pgx.Connect(ctx, url)
 			if err != nil {
-				t.Error(err)
+				// Startup checks the database out on a worker: under this
+				// load it may find no connection in time (53300).
+				mu.Lock()
+				defer mu.Unlock()
+				codes["connect "+sqlState(err)]++
+				if sqlState(err) != "53300" {
+					t.Errorf("client %d: %v", i, err)
+				}
 				return
 			}
 			defer c.Close(ctx)
