@@ -121,6 +121,13 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 	}
 	s.plans.reset()
 	s.scatter.reset()
+	active := int32(0)
+	for _, n := range snap.Nodes {
+		if n.Active {
+			active++
+		}
+	}
+	s.span.Store(max(active, int32(len(s.cfg.Workers))))
 	if id := nodeID(snap, s.cfg.Workers[0]); id != 0 {
 		s.defaultNode.Store(id)
 	}

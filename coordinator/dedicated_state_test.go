@@ -19,7 +19,10 @@ import (
 // (adversary 2, items 1 and 2).
 func TestDedicatedConnectionsKeepRoleAndSettings(t *testing.T) {
 	cl := pgtest.Shared(t)
-	a := pgtest.Coordinator(t, cl, nil)
+	// (Pool sizes: with 2 workers the last connection of each pool serves
+	// only sessions that hold another worker's (pooling.Pool's classes);
+	// the pinned sessions here hold connections for good.)
+	a := pgtest.Coordinator(t, cl, poolSize(6))
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	for _, s := range cl.Servers {

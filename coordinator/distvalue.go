@@ -396,7 +396,7 @@ func (ss *session) inferredType(sp *stmtPlan, st *Statement, k int) (uint32, err
 	if err != nil {
 		return 0, err
 	}
-	sc, err := ss.checkout(ctx, pool)
+	sc, err := ss.sideCheckout(ctx, pool)
 	if err != nil {
 		return 0, err
 	}
@@ -563,7 +563,7 @@ func (ss *session) askConn(ctx context.Context, p *planner.Plan, v *planner.Valu
 	if err != nil {
 		return askConnection{}, err
 	}
-	sc, err := ss.checkout(ctx, pool)
+	sc, err := ss.sideCheckout(ctx, pool)
 	if err != nil {
 		return askConnection{}, err
 	}

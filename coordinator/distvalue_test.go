@@ -128,7 +128,10 @@ func (e *distEnv) placed() {
 
 func newDistEnv(t *testing.T) *distEnv {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
+	// (Pool sizes: with 2 workers the last connection of each pool serves
+	// only sessions that hold another worker's (pooling.Pool's classes);
+	// the pinned sessions here hold connections for good.)
+	srv := pgtest.Coordinator(t, cl, poolSize(6))
 	c := connect(t, srv.Addr())
 	for _, tb := range distTables {
 		testTable(t, c, "dv_"+tb.name, tb.cols, fmt.Sprintf("SELECT create_distributed_table('dv_%s', 'id', shard_count => 8)", tb.name))

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +20,7 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 const (
@@ -192,10 +195,38 @@ func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Co
 			WithHint("Run it in a session that has not used SET ROLE, SET SESSION AUTHORIZATION, set_config() or functions changing settings (plain SET is fine).")
 	}
 	cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
+	// The connection counts in the pool's bound for (worker, database,
+	// user), in the class of what the session holds, like a checkout: it
+	// takes a slot (closing an idle pooled connection if none is free) and
+	// gives it back when it closes.
+	release, err := ss.srv.pool(addr, ss.database, ss.user).Reserve(ctx, ss.holding())
+	if err != nil {
+		return nil, err
+	}
+	ss.dials.Add(1)
+	var once sync.Once
+	free := func() {
+		once.Do(func() {
+			ss.dials.Add(-1)
+			release()
+		})
+	}
+	var last *slotConn
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		last = &slotConn{Conn: nc}
+		return last, nil
+	}
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
+		free()
 		return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", addr, err)
 	}
+	last.free.Store(&free) // the connection that made it (earlier attempts are closed)
 	// The connection runs the client's SQL and data on the session's
 	// behalf: it reads them under the session's settings (TimeZone,
 	// DateStyle, standard_conforming_strings, search_path, ...) and, with
@@ -216,6 +247,27 @@ func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Co
 			Message: "cannot apply session settings on worker " + addr + ": " + fe.Message}
 	}
 	return c, nil
+}
+
+// slotConn is the network connection of a dialled worker connection: closing
+// it gives its pool slot back.
+type slotConn struct {
+	net.Conn
+	free atomic.Pointer[func()]
+}
+
+func (c *slotConn) Close() error {
+	f := c.free.Swap(nil)
+	if f != nil {
+		// pgx has sent Terminate: the slot is free once the worker's
+		// backend is gone.
+		pooling.DrainClosed(c.Conn)
+	}
+	err := c.Conn.Close()
+	if f != nil {
+		(*f)()
+	}
+	return err
 }
 
 // writeRows answers a simple query with a small text result and
@@ -625,7 +677,7 @@ func (ss *session) analysisFirst(text string, err error) error {
 	if perr != nil {
 		return err
 	}
-	sc, perr := ss.checkout(ctx, pool)
+	sc, perr := ss.sideCheckout(ctx, pool)
 	if perr != nil {
 		return err
 	}

@@ -628,7 +628,7 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := ss.checkout(context.Background(), pool)
+	sc, err := ss.sideCheckout(context.Background(), pool)
 	if err != nil {
 		return nil, err
 	}
@@ -982,13 +982,16 @@ func (r *scatterRun) value(v *planner.Value, none int64, code, what string) (int
 	return n, nil
 }
 
-// acquire takes a connection to every worker, in node order (so that two
-// sessions never wait for each other's connections).
+// acquire takes a connection to every worker, in node order, each in the
+// class of the connections the session holds by then (pooling.Pool), so
+// that sessions never wait for each other's connections forever.
 func (r *scatterRun) acquire() error {
 	ss := r.ss
 	n := len(r.x.Workers)
 	r.pools, r.conns, r.pending, r.parsed = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n), make([]bool, n)
 	r.txIdx = -1
+	ss.dropSpares()      // (side checkouts do not go beyond the classes' reserve)
+	held := ss.holding() // the class of the next checkout (pooling.Pool)
 	for i, w := range r.x.Workers {
 		if ss.sc != nil && w.Node == ss.node && r.txIdx < 0 {
 			// In a transaction block: the transaction's own connection,
@@ -1000,10 +1003,11 @@ func (r *scatterRun) acquire() error {
 		if err != nil {
 			return err
 		}
-		sc, err := ss.checkout(context.Background(), pool)
+		sc, err := ss.checkout(context.Background(), pool, held)
 		if err != nil {
 			return err
 		}
+		held++
 		r.pools[i], r.conns[i] = pool, sc
 	}
 	ss.cancelMu.Lock()

@@ -409,6 +409,12 @@ func twinTables(t *testing.T, c, direct *pgx.Conn, p, schema string, tables, dis
 // (pool 8) and runs distribute through it; they are dropped first and at
 // cleanup. It returns pgbench, the coordinator's URL and a connection to it.
 func pgbenchTables(t *testing.T, distribute ...string) (pgbench, url string, c *pgx.Conn) {
+	return pgbenchTablesPool(t, 8, distribute...)
+}
+
+// pgbenchTablesPool is pgbenchTables through a coordinator with the given
+// pool size.
+func pgbenchTablesPool(t *testing.T, pool int, distribute ...string) (pgbench, url string, c *pgx.Conn) {
 	pgbench, err := osexec.LookPath("pgbench")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -417,7 +423,7 @@ func pgbenchTables(t *testing.T, distribute ...string) (pgbench, url string, c *
 		t.Skip("pgbench not found")
 	}
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	srv := pgtest.Coordinator(t, cl, poolSize(pool))
 	ctx := context.Background()
 	c = connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol

@@ -110,6 +110,10 @@ type Server struct {
 
 	hooks testHooks
 
+	// span is the number of workers a transaction can hold connections
+	// to at once (the catalog's active nodes): the pools' class reserve.
+	span atomic.Int32
+
 	mu       sync.Mutex
 	pools    map[poolKey]*pooling.Pool
 	sessions map[uint32]*session // by backend pid we gave the client
@@ -228,9 +232,11 @@ func New(cfg Config) (*Server, error) {
 			[]string{"decision"}),
 	}
 	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered)
-	return &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
-		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS)}, nil
+		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS)}
+	s.span.Store(int32(len(cfg.Workers)))
+	return s, nil
 }
 
 func isLoopback(addr string) bool {
@@ -392,7 +398,7 @@ func (s *Server) pool(worker, database, user string) *pooling.Pool {
 	}
 	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
 		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize,
-		TLS: s.cfg.WorkerTLS}, s.pm)
+		TLS: s.cfg.WorkerTLS, Span: &s.span}, s.pm)
 	s.pools[k] = p
 	return p
 }

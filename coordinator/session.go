@@ -56,6 +56,14 @@ type session struct {
 	node   int32                   // the held connection's node
 	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
 	pinned string                  // why the session keeps sc for good; "" if it does not
+	// dials counts the pool slots held by connections dialled for a
+	// statement (dialNode), given back as they close.
+	dials atomic.Int32
+	// spanHint: the nodes, in order, of the session's last transaction
+	// block when it spanned several workers; spares: connections to them
+	// taken at the next one's start, not in its transaction yet (takeSpares).
+	spanHint []int32
+	spares   []txConn
 
 	stmts   map[string]*Statement // client statement name -> statement
 	portals map[string]*Statement // portal -> statement it was bound from
@@ -315,6 +323,7 @@ func (ss *session) run() {
 
 // end releases what the session holds when the client goes away.
 func (ss *session) end() {
+	ss.dropSpares()
 	for _, c := range ss.parked {
 		if ss.verifyState {
 			c.sc.MarkBroken() // user code may have changed its session state
@@ -374,14 +383,72 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
+	spares := len(ss.spanHint) > 1 && ss.pendingBegin != "" && ss.pinned == "" && len(ss.spares) == 0
+	if spares {
+		ss.takeSpares(ctx, node, func(n int32) bool { return n < node })
+	}
 	ss.pool, ss.node = pool, node
-	sc, err := ss.checkout(ctx, pool)
+	sc, err := ss.checkout(ctx, pool, ss.holding())
 	if err != nil {
+		ss.dropSpares()
 		return err
 	}
 	ss.sc = sc
 	ss.cancelTarget.Store(sc)
+	if spares {
+		ss.takeSpares(ctx, node, func(n int32) bool { return n > node })
+	}
 	return nil
+}
+
+// takeSpares takes, in node order, a connection to each node of spanHint
+// that want selects, for a transaction that is likely to span them as the
+// session's last one did (txnmulti.go's joinWorker uses them). Taking every
+// connection a transaction will need in node order, before it holds
+// another worker's, keeps transactions that wait for the last connections
+// of a pool from holding the others' (see pooling.Pool): throughput holds
+// when clients outnumber the pool. A spare that cannot be had is left to
+// joinWorker.
+func (ss *session) takeSpares(ctx context.Context, node int32, want func(int32) bool) {
+	for _, n := range ss.spanHint {
+		if n == node || !want(n) {
+			continue
+		}
+		pool, err := ss.poolFor(n)
+		if err != nil {
+			return
+		}
+		sc, err := ss.checkout(ctx, pool, ss.holding())
+		if err != nil {
+			return
+		}
+		ss.spares = append(ss.spares, txConn{node: n, pool: pool, sc: sc})
+	}
+}
+
+// spare takes the spare connection to node, if the session holds one in
+// the session's settings.
+func (ss *session) spare(node int32) *pooling.ServerConn {
+	for i, c := range ss.spares {
+		if c.node == node {
+			ss.spares = slices.Delete(ss.spares, i, i+1)
+			if c.sc.ParamsKey != ss.params.key {
+				c.pool.Release(c.sc)
+				return nil
+			}
+			return c.sc
+		}
+	}
+	return nil
+}
+
+// dropSpares gives back the spare connections the transaction did not use.
+func (ss *session) dropSpares() {
+	for _, c := range ss.spares {
+		c.pool.Release(c.sc)
+	}
+	clear(ss.spares)
+	ss.spares = ss.spares[:0]
 }
 
 // poolFor is the session's pool for a node: (worker, database, user).
@@ -398,11 +465,35 @@ func (ss *session) poolFor(node int32) (*pooling.Pool, error) {
 	return pool, nil
 }
 
-// checkout takes a connection from pool and brings its settings up to the
-// session's; on failure the connection goes back broken.
-func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
+// holding counts the worker connections the session holds: its current one,
+// the parked ones of its transaction and the slots of connections dialled
+// for a statement (dialNode). A checkout passes it (or more, for connections
+// it takes one after another) as its class (pooling.Pool).
+func (ss *session) holding() int {
+	n := len(ss.parked) + len(ss.spares) + int(ss.dials.Load())
+	if ss.sc != nil {
+		n++
+	}
+	return n
+}
+
+// sideCheckout takes a connection beside the ones the session holds (a
+// value to compute, a statement to describe), in the class of what it
+// holds. Spare connections go back first: they are an optimization and
+// would raise the class beyond what the pools' reserve covers.
+func (ss *session) sideCheckout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
+	if len(ss.spares) > 0 {
+		ss.dropSpares()
+	}
+	return ss.checkout(ctx, pool, ss.holding())
+}
+
+// checkout takes a connection from pool for a session holding held
+// connections (its class) and brings its settings up to the session's; on
+// failure the connection goes back broken.
+func (ss *session) checkout(ctx context.Context, pool *pooling.Pool, held int) (*pooling.ServerConn, error) {
 	for attempt := 1; ; attempt++ {
-		sc, err := pool.Acquire(ctx)
+		sc, err := pool.Acquire(ctx, held)
 		if err != nil {
 			return nil, err
 		}
@@ -555,6 +646,9 @@ func (ss *session) localTxn(cls *class, sql string) bool {
 }
 
 func (ss *session) releaseServer() {
+	if len(ss.spares) > 0 {
+		ss.dropSpares()
+	}
 	ss.cancelMu.Lock()
 	ss.cancelTarget.Store(nil)
 	ss.cancelMu.Unlock()
@@ -1802,6 +1896,12 @@ func (ss *session) endOfCycle(status byte) {
 	ss.batchWork = false
 	if status != 'I' {
 		return
+	}
+	if len(ss.spares) > 0 {
+		ss.dropSpares()
+	}
+	if ss.txBegin != "" && len(ss.parked) == 0 {
+		ss.spanHint = ss.spanHint[:0] // the transaction stayed on one worker
 	}
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk = "", false, false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false

@@ -326,7 +326,10 @@ func TestSequenceStateInUserCode(t *testing.T) {
 // included), or those are refused with 0A000.
 func TestSetConfigInDoBlock(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	// (Pool sizes: with 2 workers the last connection of each pool serves
+	// only sessions that hold another worker's (pooling.Pool's classes);
+	// the pinned sessions here hold connections for good.)
+	srv := pgtest.Coordinator(t, cl, poolSize(3))
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	admin := connect(t, srv.Addr())

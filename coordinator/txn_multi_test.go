@@ -5,6 +5,7 @@ import (
 	"fmt"
 	osexec "os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -206,7 +207,13 @@ func TestTransactionAcrossWorkersPgbench(t *testing.T) {
 // reference tables, and checks that no transaction failed and that the
 // balances agree.
 func tpcbAcrossWorkers(t *testing.T, modes ...string) {
-	pgbench, url, c := pgbenchTables(t,
+	tpcbAcrossWorkersPool(t, 8, []string{"-c", "4", "-j", "2", "-T", "3"}, modes...)
+}
+
+// tpcbAcrossWorkersPool is tpcbAcrossWorkers with the given pool size and
+// pgbench client options.
+func tpcbAcrossWorkersPool(t *testing.T, pool int, clients []string, modes ...string) {
+	pgbench, url, c := pgbenchTablesPool(t, pool,
 		"SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 8)",
 		"SELECT create_distributed_table('pgbench_history', 'aid', shard_count => 8)",
 		"SELECT create_reference_table('pgbench_branches')",
@@ -216,7 +223,8 @@ func tpcbAcrossWorkers(t *testing.T, modes ...string) {
 	failed := regexp.MustCompile(`number of failed transactions: (\d+)`)
 	done := regexp.MustCompile(`number of transactions actually processed: (\d+)`)
 	for _, mode := range modes {
-		out, err := osexec.Command(pgbench, "-n", "-M", mode, "-c", "4", "-j", "2", "-T", "3", url).CombinedOutput()
+		args := append(append([]string{"-n", "-M", mode}, clients...), url)
+		out, err := osexec.Command(pgbench, args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("pgbench -M %s: %v\n%s", mode, err, out)
 			continue
@@ -225,7 +233,14 @@ func tpcbAcrossWorkers(t *testing.T, modes ...string) {
 		if d == nil || string(d[1]) == "0" || (f != nil && string(f[1]) != "0") {
 			t.Errorf("pgbench -M %s:\n%s", mode, out)
 		}
-		t.Logf("tpcb-like across workers, pgbench -M %s, 4 clients: %s", mode, regexp.MustCompile(`tps = [0-9.]+`).Find(out))
+		if m := regexp.MustCompile(`number of transactions per client: (\d+)`).FindSubmatch(out); m != nil {
+			// -t: every client commits every one of its transactions.
+			per, _ := strconv.Atoi(string(m[1]))
+			if n, _ := strconv.Atoi(string(d[1])); n != per*clientCount(clients) {
+				t.Errorf("pgbench -M %s: %d transactions processed, want %d:\n%s", mode, n, per*clientCount(clients), out)
+			}
+		}
+		t.Logf("tpcb-like across workers, pgbench -M %s %v, pool %d: %s", mode, clients, pool, regexp.MustCompile(`tps = [0-9.]+`).Find(out))
 	}
 	// Every transfer is in all four tables or in none.
 	var acc, tel, br, hist int64
@@ -239,6 +254,97 @@ func tpcbAcrossWorkers(t *testing.T, modes ...string) {
 	}
 	if acc != tel || acc != br || acc != hist {
 		t.Errorf("balances disagree: accounts %d, tellers %d, branches %d, history %d", acc, tel, br, hist)
+	}
+}
+
+func clientCount(opts []string) int {
+	for i, o := range opts {
+		if o == "-c" && i+1 < len(opts) {
+			n, _ := strconv.Atoi(opts[i+1])
+			return n
+		}
+	}
+	return 1
+}
+
+// TestTransactionAcrossWorkersPoolQuarter: tpcb-like (every transaction
+// spans both workers) with four times as many clients as each worker's pool
+// has connections: no transaction waits for connections forever or fails
+// (it used to: each worker's connections held by transactions waiting for
+// the other worker's, 40P01 after a second), every client commits all its
+// transactions and the balances agree.
+func TestTransactionAcrossWorkersPoolQuarter(t *testing.T) {
+	tpcbAcrossWorkersPool(t, 2, []string{"-c", "8", "-j", "2", "-t", "25"}, "simple", "extended")
+}
+
+// TestTransactionAcrossWorkersSmallPool: clients far outnumbering the pools
+// run transactions that take one worker then the other, in both orders
+// (distinct rows, so no lock waits): every one commits.
+func TestTransactionAcrossWorkersSmallPool(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	a := connect(t, srv.Addr())
+	drop := func() {
+		_, _ = a.Exec(ctx, "SELECT undistribute_table('mws_acc')", simple)
+		_, _ = a.Exec(ctx, "DROP TABLE IF EXISTS mws_acc", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, a, "CREATE TABLE mws_acc (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, a, "INSERT INTO mws_acc SELECT g, 0 FROM generate_series(1, 200) g", simple)
+	exec(t, a, "SELECT create_distributed_table('mws_acc', 'aid', shard_count => 4)", simple)
+	const clients, txns = 10, 15
+	byWorker := map[string][]int{}
+	for k := 1; k <= 200; k++ {
+		w := workerOfAid(t, a, "mws_acc", k)
+		byWorker[w] = append(byWorker[w], k)
+	}
+	var keys [][]int
+	for _, ks := range byWorker {
+		if len(ks) < clients {
+			t.Fatalf("%d keys on a worker, want %d", len(ks), clients)
+		}
+		keys = append(keys, ks)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("keys on %d workers, want 2", len(keys))
+	}
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		c := connect(t, srv.Addr())
+		first, second := keys[0][i], keys[1][i]
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		go func() {
+			for j := 0; j < txns; j++ {
+				tx, err := c.Begin(ctx)
+				if err == nil {
+					_, err = tx.Exec(ctx, "UPDATE mws_acc SET n = n + 1 WHERE aid = $1", first)
+				}
+				if err == nil {
+					_, err = tx.Exec(ctx, "UPDATE mws_acc SET n = n + 1 WHERE aid = $1", second)
+				}
+				if err == nil {
+					err = tx.Commit(ctx)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("client %d, transaction %d: %w", i, j, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < clients; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got := queryString(t, a, "SELECT sum(n)::text FROM mws_acc", simple); got != strconv.Itoa(2*clients*txns) {
+		t.Errorf("sum %s, want %d", got, 2*clients*txns)
 	}
 }
 

@@ -121,16 +121,12 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
-	// This transaction holds connections while it waits for another one:
-	// two such transactions can each wait for the other's worker. Wait
-	// briefly, then fail with a retryable deadlock error.
-	jctx, cancel := context.WithTimeout(ctx, joinWait)
-	defer cancel()
 	var sc *pooling.ServerConn
 	for attempt := 1; ; attempt++ {
-		sc, err = ss.checkout(jctx, pool)
-		if err != nil {
-			break
+		if sc = ss.spare(node); sc == nil {
+			if sc, err = ss.joinCheckout(ctx, pool, to); err != nil {
+				return err
+			}
 		}
 		err = sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil)
 		if err == nil && sc.TxStatus == 'T' {
@@ -147,25 +143,41 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		}
 		return err
 	}
-	waited := jctx.Err() != nil
-	cancel()
-	var pe *pgerr.Error
-	if err != nil && (waited || errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections) {
-		return &pgerr.Error{Severity: "ERROR", Code: pgerr.DeadlockDetected,
-			Message: fmt.Sprintf("no connection to worker %s became free within %v while this transaction holds connections on other workers (a possible wait cycle with another transaction across workers)", to, joinWait),
-			Hint:    "Retry the transaction. If it happens often, raise the coordinator's --pool-size so that concurrent transactions across workers each find a connection."}
-	}
-	if err != nil {
-		return err
-	}
-
 	ss.parked = append(ss.parked, cur)
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
 	return nil
 }
 
-// joinWait bounds how long a transaction that holds connections waits for
-// one to another worker (see joinWorker).
+// joinCheckout takes a connection to worker to (pool) for a transaction
+// that holds connections to others.
+func (ss *session) joinCheckout(ctx context.Context, pool *pooling.Pool, to string) (*pooling.ServerConn, error) {
+	// This transaction holds connections while it waits for another one.
+	// Its class (the connections it holds) lets it into connections that
+	// transactions holding fewer cannot take (pooling.Pool), so no two
+	// transactions wait for each other's connections forever, as long as
+	// the class stays below the pools' span (a pool of at least as many
+	// connections as there are workers). Beyond it, a wait cycle is
+	// possible: wait briefly, then fail with a retryable deadlock error.
+	held := ss.holding()
+	jctx, cancel := ctx, context.CancelFunc(func() {})
+	if held >= pool.Span() {
+		jctx, cancel = context.WithTimeout(ctx, joinWait)
+	}
+	sc, err := ss.checkout(jctx, pool, held)
+	waited := jctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	var pe *pgerr.Error
+	if err != nil && held >= pool.Span() && (waited || errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections) {
+		return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.DeadlockDetected,
+			Message: fmt.Sprintf("no connection to worker %s became free within %v while this transaction holds connections on %d other workers, more than the pool's reserve covers (a possible wait cycle with another transaction across workers)", to, joinWait, held),
+			Hint:    "Retry the transaction. If it happens often, raise the coordinator's --pool-size to at least the number of workers."}
+	}
+	return sc, err
+}
+
+// joinWait bounds how long a transaction that holds connections on more
+// workers than the pools' reserve covers waits for one to another worker
+// (see joinWorker).
 const joinWait = time.Second
 
 func (ss *session) setCurrent(c txConn) {
@@ -462,7 +474,7 @@ func (ss *session) commitPrepared(c *txConn, gid string) error {
 		pause = min(2*pause, shards.CommitBackoff)
 		if c.sc == nil {
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			sc, aerr := c.pool.Acquire(ctx)
+			sc, aerr := c.pool.Acquire(ctx, ss.holding())
 			cancel()
 			if aerr != nil {
 				err = aerr
@@ -601,9 +613,13 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.cancelTarget.Store(nil)
 	ss.sc = nil
 	ss.cancelMu.Unlock()
+	ss.spanHint = ss.spanHint[:0]
 	for _, c := range all {
 		c.pool.Release(c.sc)
+		ss.spanHint = append(ss.spanHint, c.node)
 	}
+	slices.Sort(ss.spanHint)
+	ss.dropSpares()
 	clear(ss.parked)
 	ss.parked = ss.parked[:0]
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false

@@ -47,7 +47,7 @@ func (ss *session) unparsed(sql string) error {
 		if pool, err = ss.poolFor(ss.srv.defaultNode.Load()); err != nil {
 			return err
 		}
-		if sc, err = ss.checkout(ctx, pool); err != nil {
+		if sc, err = ss.sideCheckout(ctx, pool); err != nil {
 			return err
 		}
 	}

@@ -33,7 +33,7 @@ func (ss *session) workerVerdict(query string, paramTail []byte, refusal error) 
 	if err != nil {
 		return refusal
 	}
-	sc, err := ss.checkout(ctx, pool)
+	sc, err := ss.sideCheckout(ctx, pool)
 	if err != nil {
 		return refusal
 	}

@@ -34,7 +34,7 @@ func TestDialWorkerShuttingDown(t *testing.T) {
 	defer p.Close()
 	var pe *pgerr.Error
 	for i := 0; ; i++ {
-		_, err = p.Acquire(ctx)
+		_, err = p.Acquire(ctx, 0)
 		if errors.As(err, &pe) && pe.Code == pgerr.SQLClientUnableToConnect {
 			break
 		}

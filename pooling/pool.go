@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,6 +27,10 @@ type Config struct {
 	ResetTimeout   time.Duration // longest a ROLLBACK on release may take
 	StmtCacheSize  int           // prepared statements kept per connection
 	TLS            WorkerTLS     // sslmode and root certificate toward the worker
+	// Span is the number of pools one client may hold connections of at
+	// once (the workers a transaction can span); nil or < 1 counts as 1.
+	// It sizes the reserve of the acquisition classes (see Acquire).
+	Span *atomic.Int32
 }
 
 // ErrAcquireTimeout is returned (wrapped in a pgerr.Error) when no connection
@@ -60,13 +66,39 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Pool is a bounded set of server connections to one worker for one
 // (database, user). Acquire hands out a connection; Release takes it back,
-// resetting it or closing it.
+// resetting it or closing it. Reserve takes a slot of the same budget for a
+// connection dialled elsewhere.
+//
+// Checkouts are ordered by class so that clients holding connections of
+// several pools cannot wait for each other forever (structured buffer pools,
+// as in store-and-forward networks): a client that already holds j
+// connections acquires in class j, and class j may take a connection only
+// while fewer than Size - (W-1-j) are in use, W being min(Span, Size). The
+// last connections of each pool are thus kept for clients that hold others,
+// and one that holds a connection of every other pool can always take the
+// last one. Deadlock-free: among waiters in a state where every holder waits,
+// take the highest class k; every connection in use was taken at a class
+// below k (its holder's class is now higher and at most k), which capped the
+// count in use at Size - (W-k), below class k's limit: it could go on. Waiters
+// of a higher class are served first, each class in arrival order.
 type Pool struct {
-	cfg                      Config
-	idle                     chan *ServerConn
-	slots                    chan struct{} // one token per open connection
-	open                     prometheus.Gauge
+	cfg Config
+
+	mu      sync.Mutex
+	idle    []*ServerConn // newest last
+	open    int           // slots taken: connections open or being dialled, reserved slots
+	busy    int           // slots not idle (open - len(idle))
+	waiters []*waiter     // by class, highest first, then arrival
+
+	gauge                    prometheus.Gauge
 	waits, timeouts, dropped prometheus.Counter
+}
+
+// waiter is a checkout waiting for its class's limit. It is handed an idle
+// connection or, as nil, a slot to fill.
+type waiter struct {
+	class int
+	ch    chan *ServerConn
 }
 
 // NewPool makes an empty pool; connections are opened on demand.
@@ -86,54 +118,133 @@ func NewPool(cfg Config, m *Metrics) *Pool {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Pool{cfg: cfg, idle: make(chan *ServerConn, cfg.Size), slots: make(chan struct{}, cfg.Size),
-		open: m.Open.WithLabelValues(cfg.Addr), waits: m.Waits.WithLabelValues(cfg.Addr),
+	return &Pool{cfg: cfg, idle: make([]*ServerConn, 0, cfg.Size),
+		gauge: m.Open.WithLabelValues(cfg.Addr), waits: m.Waits.WithLabelValues(cfg.Addr),
 		timeouts: m.Timeouts.WithLabelValues(cfg.Addr), dropped: m.Dropped.WithLabelValues(cfg.Addr)}
 }
 
 // Config returns the pool's configuration.
 func (p *Pool) Config() Config { return p.cfg }
 
-// Acquire returns a connection, waiting at most the acquire timeout. The error
-// is a *pgerr.Error a client can be shown.
-func (p *Pool) Acquire(ctx context.Context) (*ServerConn, error) {
-	for {
-		select {
-		case c := <-p.idle:
-			if c = p.check(c); c != nil {
-				return c, nil
-			}
-			continue
-		default:
+// Span is W of the class scheme: min(Config.Span, Size). A client holding
+// Span-1 or fewer connections of the pools can always be served.
+func (p *Pool) Span() int {
+	w := 1
+	if p.cfg.Span != nil {
+		if s := int(p.cfg.Span.Load()); s > 1 {
+			w = s
 		}
-		select {
-		case p.slots <- struct{}{}:
-			return p.dial(ctx)
-		default:
-		}
-		break
 	}
+	return min(w, p.cfg.Size)
+}
+
+// limit is how many slots may be busy for class to take one more. Called
+// with mu held.
+func (p *Pool) limit(class int) int {
+	if r := p.Span() - 1 - class; r > 0 {
+		return p.cfg.Size - r
+	}
+	return p.cfg.Size
+}
+
+// Acquire returns a connection for a client holding held connections of the
+// pools already (its class), waiting at most the acquire timeout. The error
+// is a *pgerr.Error a client can be shown.
+func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
+	for {
+		c, err := p.take(ctx, held, false)
+		if err != nil {
+			return nil, err
+		}
+		if c == nil {
+			return p.dial(ctx)
+		}
+		if c = p.check(c); c != nil {
+			return c, nil
+		}
+	}
+}
+
+// take gets a busy slot for class: an idle connection, or nil for a slot
+// to fill (preferred over an idle connection when reserve is set).
+func (p *Pool) take(ctx context.Context, class int, reserve bool) (*ServerConn, error) {
+	p.mu.Lock()
+	if p.busy < p.limit(class) {
+		p.busy++
+		n := len(p.idle)
+		if n == 0 || (reserve && p.open < p.cfg.Size) {
+			p.open++
+			p.mu.Unlock()
+			return nil, nil
+		}
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	w := &waiter{class: class, ch: make(chan *ServerConn, 1)}
+	i := len(p.waiters)
+	for i > 0 && p.waiters[i-1].class < class {
+		i--
+	}
+	p.waiters = append(p.waiters, nil)
+	copy(p.waiters[i+1:], p.waiters[i:])
+	p.waiters[i] = w
+	p.mu.Unlock()
 	p.waits.Inc()
 	t := time.NewTimer(p.cfg.AcquireTimeout)
 	defer t.Stop()
-	for {
-		select {
-		case c := <-p.idle:
-			if c = p.check(c); c != nil {
-				return c, nil
-			}
-		case p.slots <- struct{}{}:
-			return p.dial(ctx)
-		case <-t.C:
-			p.timeouts.Inc()
-			return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
-				Message: fmt.Sprintf("%v to worker %s after %v: all %d connections of its pool are busy",
-					ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, p.cfg.Size),
-				Hint: "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
-		case <-ctx.Done():
-			return nil, pgerr.New(pgerr.QueryCanceled, "canceled while waiting for a server connection to worker %s", p.cfg.Addr)
+	var err error
+	select {
+	case c := <-w.ch:
+		return c, nil
+	case <-t.C:
+		p.timeouts.Inc()
+		err = &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
+			Message: fmt.Sprintf("%v to worker %s after %v: all %d connections of its pool are busy",
+				ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, p.cfg.Size),
+			Hint: "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
+	case <-ctx.Done():
+		err = pgerr.New(pgerr.QueryCanceled, "canceled while waiting for a server connection to worker %s", p.cfg.Addr)
+	}
+	p.mu.Lock()
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.mu.Unlock()
+			return nil, err
 		}
 	}
+	p.mu.Unlock()
+	return <-w.ch, nil // served meanwhile
+}
+
+// serve hands what the pool can give to the waiters now allowed to take it.
+// Called with mu held.
+func (p *Pool) serve() {
+	for len(p.waiters) > 0 && p.busy < p.limit(p.waiters[0].class) {
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.busy++
+		if n := len(p.idle); n > 0 {
+			w.ch <- p.idle[n-1]
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+		} else {
+			p.open++
+			w.ch <- nil
+		}
+	}
+}
+
+// free gives back a busy slot whose connection is gone.
+func (p *Pool) free() {
+	p.mu.Lock()
+	p.open--
+	p.busy--
+	p.serve()
+	p.mu.Unlock()
 }
 
 // check returns c if it is still usable, or closes it and returns nil.
@@ -148,7 +259,7 @@ func (p *Pool) check(c *ServerConn) *ServerConn {
 func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
-		<-p.slots
+		p.free()
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "57") {
 			// The worker refused us (no such database, role, password):
@@ -163,7 +274,7 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 			Hint:    "Check that the worker is running and accepts this user and database."}
 	}
 	c.pool = p
-	p.open.Inc()
+	p.gauge.Inc()
 	return c, nil
 }
 
@@ -183,28 +294,68 @@ func (p *Pool) Release(c *ServerConn) {
 		return
 	}
 	c.lastUsed = time.Now()
-	p.idle <- c // never blocks: at most Size connections exist
+	p.mu.Lock()
+	if len(p.waiters) > 0 && p.busy-1 < p.limit(p.waiters[0].class) {
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.mu.Unlock()
+		w.ch <- c // handed over busy
+		return
+	}
+	p.busy--
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
 }
 
 // Discard closes c and frees its slot.
 func (p *Pool) discard(c *ServerConn) {
 	c.close()
-	p.open.Dec()
+	p.gauge.Dec()
 	p.dropped.Inc()
-	<-p.slots
+	p.free()
+}
+
+// Reserve takes a slot of the pool's budget, as Acquire would for a client
+// holding held connections, for a connection to the worker opened
+// elsewhere; it closes an idle connection if no slot is free. The returned
+// func gives the slot back (once; later calls do nothing).
+func (p *Pool) Reserve(ctx context.Context, held int) (func(), error) {
+	c, err := p.take(ctx, held, true)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		c.close() // its slot is ours now
+	} else {
+		p.gauge.Inc()
+	}
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			p.gauge.Dec()
+			p.free()
+		}
+	}, nil
+}
+
+// Stats reports the slots taken (open or dialling connections and
+// reservations), those not idle, and the checkouts waiting.
+func (p *Pool) Stats() (open, busy, waiting int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open, p.busy, len(p.waiters)
 }
 
 // Close closes the idle connections. Connections in use are closed when
 // released.
 func (p *Pool) Close() {
-	for {
-		select {
-		case c := <-p.idle:
-			c.close()
-			p.open.Dec()
-			<-p.slots
-		default:
-			return
-		}
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.open -= len(idle)
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.close()
+		p.gauge.Dec()
 	}
 }

@@ -3,6 +3,7 @@ package pooling_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,17 +20,17 @@ func TestPoolBoundsAndReset(t *testing.T) {
 		Size: 2, AcquireTimeout: 200 * time.Millisecond}, nil)
 	defer p.Close()
 	ctx := context.Background()
-	a, err := p.Acquire(ctx)
+	a, err := p.Acquire(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.Acquire(ctx)
+	b, err := p.Acquire(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A third checkout waits, then fails with a typed, client-ready error.
 	start := time.Now()
-	_, err = p.Acquire(ctx)
+	_, err = p.Acquire(ctx, 0)
 	var pe *pgerr.Error
 	if !errors.As(err, &pe) || pe.Code != pgerr.TooManyConnections {
 		t.Fatalf("third checkout: %v, want SQLSTATE %s", err, pgerr.TooManyConnections)
@@ -45,7 +46,7 @@ func TestPoolBoundsAndReset(t *testing.T) {
 		t.Fatalf("status %q after BEGIN", a.TxStatus)
 	}
 	p.Release(a)
-	c, err := p.Acquire(ctx)
+	c, err := p.Acquire(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +61,154 @@ func TestPoolBoundsAndReset(t *testing.T) {
 	p.Release(c)
 	p.Release(b)
 	for i := 0; i < 2; i++ {
-		x, err := p.Acquire(ctx)
+		x, err := p.Acquire(ctx, 0)
 		if err != nil {
 			t.Fatalf("after release: %v", err)
 		}
 		defer p.Release(x)
 	}
+}
+
+// TestPoolClasses: with a span of 2, the last connection is kept for a
+// client that holds one already (class 1); a waiter of a higher class is
+// served first.
+func TestPoolClasses(t *testing.T) {
+	cl := pgtest.Shared(t)
+	var span atomic.Int32
+	span.Store(2)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 2, AcquireTimeout: 300 * time.Millisecond, Span: &span}, nil)
+	defer p.Close()
+	ctx := context.Background()
+	a, err := p.Acquire(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Class 0 may not take the last connection; class 1 may.
+	if _, err := p.Acquire(ctx, 0); !tooMany(err) {
+		t.Fatalf("class 0 with 1 of 2 busy: %v, want 53300", err)
+	}
+	b, err := p.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("class 1 with 1 of 2 busy: %v", err)
+	}
+	if _, err := p.Acquire(ctx, 1); !tooMany(err) {
+		t.Fatalf("class 1 with 2 of 2 busy: %v, want 53300", err)
+	}
+	p.Release(a)
+	p.Release(b)
+
+	// A class-0 waiter, then a class-1 waiter: a release serves class 1.
+	q := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 2, AcquireTimeout: time.Minute, Span: &span}, nil)
+	defer q.Close()
+	a, _ = q.Acquire(ctx, 0)
+	b, err = q.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, hold := make(chan int, 2), make(chan struct{})
+	for class := 0; class < 2; class++ {
+		go func() {
+			c, err := q.Acquire(ctx, class)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- class
+			if class == 1 {
+				<-hold // keep it until the class-0 waiter is asked for
+			}
+			q.Release(c)
+		}()
+		for _, _, w := q.Stats(); w <= class; _, _, w = q.Stats() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	q.Release(b)
+	if c := <-got; c != 1 {
+		t.Fatalf("class %d served first, want class 1", c)
+	}
+	// 2 busy (a, the class-1 waiter's): the class-0 waiter needs 2 released.
+	q.Release(a)
+	close(hold) // let the class-1 holder release
+	if c := <-got; c != 0 {
+		t.Fatalf("got %d, want the class-0 waiter", c)
+	}
+}
+
+// TestPoolReserve: Reserve takes a slot of the pool's budget, closing an
+// idle connection when none is free, and gives it back once.
+func TestPoolReserve(t *testing.T) {
+	cl := pgtest.Shared(t)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 2, AcquireTimeout: 300 * time.Millisecond}, nil)
+	defer p.Close()
+	ctx := context.Background()
+	a, err := p.Acquire(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(b) // idle
+	free, err := p.Reserve(ctx, 0)
+	if err != nil {
+		t.Fatalf("reserve with an idle connection: %v", err)
+	}
+	if open, busy, _ := p.Stats(); open != 2 || busy != 2 {
+		t.Fatalf("open %d busy %d after reserve, want 2 2 (the idle connection closed)", open, busy)
+	}
+	if _, err := p.Acquire(ctx, 0); !tooMany(err) {
+		t.Fatalf("checkout with every slot taken: %v, want 53300", err)
+	}
+	if _, err := p.Reserve(ctx, 0); !tooMany(err) {
+		t.Fatalf("reserve with every slot taken: %v, want 53300", err)
+	}
+	free()
+	free()
+	if open, busy, _ := p.Stats(); open != 1 || busy != 1 {
+		t.Fatalf("open %d busy %d after giving the slot back twice, want 1 1", open, busy)
+	}
+	c, err := p.Acquire(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(c)
+	p.Release(a)
+}
+
+func tooMany(err error) bool {
+	var pe *pgerr.Error
+	return errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections && pe.Hint != ""
+}
+
+// BenchmarkAcquireRelease is the checkout of a routed statement: an idle
+// connection out and back.
+func BenchmarkAcquireRelease(b *testing.B) {
+	cl := pgtest.Shared(b)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 4}, nil)
+	defer p.Close()
+	ctx := context.Background()
+	for range 2 { // two connections open and idle
+		c, err := p.Acquire(ctx, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Release(c)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c, err := p.Acquire(ctx, 0)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			p.Release(c)
+		}
+	})
 }

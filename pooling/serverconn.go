@@ -2,6 +2,7 @@ package pooling
 
 import (
 	"context"
+	"io"
 	"net"
 	"syscall"
 	"time"
@@ -183,6 +184,14 @@ func SendCancel(ctx context.Context, addr string, pid uint32, secret []byte) err
 	return nil
 }
 
+// DrainClosed waits briefly for the worker to close conn after a Terminate:
+// its backend has left pg_stat_activity and max_connections by then, so the
+// slot it frees is free on the worker too.
+func DrainClosed(conn net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, conn)
+}
+
 func (c *ServerConn) close() {
 	if c.conn == nil {
 		return
@@ -190,7 +199,9 @@ func (c *ServerConn) close() {
 	t := pgproto3.Terminate{}
 	b, _ := t.Encode(nil)
 	_ = c.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = c.conn.Write(b)
+	if _, err := c.conn.Write(b); err == nil {
+		DrainClosed(c.conn)
+	}
 	_ = c.conn.Close()
 	c.conn = nil
 }
