@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -42,6 +44,26 @@ type Config struct {
 	StartupTimeout time.Duration // longest a client may take to start up
 	StmtCacheSize  int           // prepared statements per server connection
 
+	// MaxClientConnections bounds the client connections open at once,
+	// those still starting up included (default 10000); a client over it
+	// gets FATAL 53300 "sorry, too many clients already", as from
+	// PostgreSQL's max_connections.
+	MaxClientConnections int
+	// MaxMessageSize bounds one message from an authenticated client
+	// (default 256 MiB, at most 1 GiB): a query, Bind with its parameters,
+	// a CopyData. The data-less messages are bounded by PostgreSQL's 10000
+	// bytes, and before authentication nothing longer than PostgreSQL's
+	// authentication messages (64 KiB, SASL 1 KiB) is read. A longer message
+	// ends the session with FATAL 08P01 "invalid message length" before its
+	// body is read; bodies are read as they arrive, never allocated from
+	// the length word.
+	MaxMessageSize int
+	// IdleInTransactionTimeout ends a session idle in a transaction block
+	// for longer (FATAL 25P03, as idle_in_transaction_session_timeout does)
+	// and rolls its transaction back; 0: no limit beyond what the session
+	// sets itself.
+	IdleInTransactionTimeout time.Duration
+
 	// MetadataURL is the libpq URL of the database holding the shard
 	// catalog; empty means the first worker's postgres database.
 	MetadataURL string
@@ -61,6 +83,12 @@ type Config struct {
 	Logger        *slog.Logger
 	Registry      *prometheus.Registry // nil: a new one
 }
+
+// Defaults of Config's limits.
+const (
+	DefaultMaxClientConnections = 10000
+	DefaultMaxMessageSize       = 256 << 20
+)
 
 // Server is one coordinator.
 type Server struct {
@@ -98,6 +126,10 @@ type Server struct {
 	sessions map[uint32]*session // by backend pid we gave the client
 	conns    map[net.Conn]struct{}
 	closed   bool
+	// draining: Shutdown has begun (no new sessions; sessions end when
+	// idle outside a transaction); stopping: its deadline has passed.
+	draining atomic.Bool
+	stopping atomic.Bool
 	wg       sync.WaitGroup
 	http     *http.Server
 }
@@ -138,6 +170,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 10 * time.Second
+	}
+	if cfg.MaxClientConnections <= 0 {
+		cfg.MaxClientConnections = DefaultMaxClientConnections
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if cfg.MaxMessageSize > wire.MaxMessageLen {
+		return nil, fmt.Errorf("max message size %d is over PostgreSQL's 1 GiB", cfg.MaxMessageSize)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -263,18 +304,35 @@ func (s *Server) acceptLoop() {
 			c.Close()
 			return
 		}
+		n := len(s.conns)
+		if n >= 2*s.cfg.MaxClientConnections {
+			// Far over the limit: do not even read a startup packet.
+			s.mu.Unlock()
+			s.refuse(c)
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.serveConn(c)
+			s.serveConn(c, n >= s.cfg.MaxClientConnections)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
 			c.Close()
 		}()
 	}
+}
+
+// refuse tells a client over twice the connection limit so and closes its
+// connection at once.
+func (s *Server) refuse(c net.Conn) {
+	er := pgerr.Flatten(pgerr.Fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
+	b, _ := er.Encode(nil)
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.Write(b)
+	c.Close()
 }
 
 // Close stops accepting, closes client connections and waits for sessions to

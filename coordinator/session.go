@@ -250,9 +250,7 @@ func (ss *session) run() {
 		}
 		f, err := ss.r.Next()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) {
-				ss.fatal(pgerr.Fatal(pgerr.ProtocolViolation, "%v", err))
-			}
+			ss.fatal(clientReadError(err))
 			return
 		}
 		if ss.skipping && f.Type != 'S' && f.Type != 'X' && f.Type != 'H' {
@@ -290,6 +288,26 @@ func (ss *session) run() {
 			return
 		}
 	}
+}
+
+// clientReadError is what the client is told when reading its next message
+// failed: nothing when it went away, FATAL 08P01 otherwise (a message over
+// the limits: PostgreSQL closes the connection too, though it only logs the
+// message).
+func clientReadError(err error) error {
+	var le *wire.LengthError
+	switch {
+	case errors.As(err, &le):
+		e := pgerr.Fatal(pgerr.ProtocolViolation, "invalid message length")
+		e.Detail = fmt.Sprintf("Message type %q of %d bytes is longer than the limit of %d bytes.", le.Type, le.Len-4, le.Max)
+		if le.Max >= 1<<20 {
+			e.Hint = "The coordinator's --max-message-size bounds queries, Bind parameters and COPY data."
+		}
+		return e
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
+		return errQuietClose
+	}
+	return pgerr.Fatal(pgerr.ProtocolViolation, "%v", err)
 }
 
 // end releases what the session holds when the client goes away.
@@ -1648,7 +1666,7 @@ func (ss *session) copyIn() error {
 		f, err := ss.r.Next()
 		if err != nil {
 			sc.MarkBroken()
-			return errQuietClose
+			return clientReadError(err)
 		}
 		switch f.Type {
 		case 'd':
