@@ -79,7 +79,7 @@ type Config struct {
 	// transactions are left to it.
 	RecoveryGrace time.Duration
 
-	MetricsListen string // address for /metrics and /healthz; "" disables
+	MetricsListen string // address for /metrics, /healthz and /readyz; "" disables
 	Logger        *slog.Logger
 	Registry      *prometheus.Registry // nil: a new one
 }
@@ -130,8 +130,11 @@ type Server struct {
 	// idle outside a transaction); stopping: its deadline has passed.
 	draining atomic.Bool
 	stopping atomic.Bool
+	ready    readiness
 	wg       sync.WaitGroup
 	http     *http.Server
+	// metricsAddr is where /metrics, /healthz and /readyz listen.
+	metricsAddr string
 }
 
 type poolKey struct{ worker, database, user string }
@@ -261,12 +264,14 @@ func (s *Server) Start() error {
 	if s.cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/healthz", s.healthz)
+		mux.HandleFunc("/readyz", s.readyz)
 		mln, err := net.Listen("tcp", s.cfg.MetricsListen)
 		if err != nil {
 			ln.Close()
 			return err
 		}
+		s.metricsAddr = mln.Addr().String()
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = s.http.Serve(mln) }()
 	}
@@ -274,6 +279,10 @@ func (s *Server) Start() error {
 	go s.acceptLoop()
 	return nil
 }
+
+// MetricsAddr is the address of /metrics, /healthz and /readyz ("" when
+// off).
+func (s *Server) MetricsAddr() string { return s.metricsAddr }
 
 // Addr is the address clients connect to.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
