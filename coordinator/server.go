@@ -295,7 +295,7 @@ func (s *Server) acceptLoop() {
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
-			if closed {
+			if closed || s.draining.Load() {
 				return
 			}
 			var ne net.Error
@@ -344,24 +344,121 @@ func (s *Server) refuse(c net.Conn) {
 	c.Close()
 }
 
+// adminShutdown is what a session ended by Shutdown is told, as PostgreSQL
+// tells it.
+func adminShutdown() error {
+	return pgerr.Fatal(pgerr.AdminShutdown, "terminating connection due to administrator command")
+}
+
+// Shutdown stops the coordinator gracefully: it stops accepting clients
+// (a client still starting up gets 57P03), ends every session waiting
+// outside a transaction with FATAL 57P01 "terminating connection due to
+// administrator command" at once and every other session when it next
+// waits outside a transaction, so running statements and open transactions
+// may finish. When ctx ends first, the rest are ended as by PostgreSQL's
+// fast shutdown: waiting sessions get 57P01, running statements are cut
+// off (their worker connections broken, so their transactions roll back)
+// and their sessions get 57P01 too. Then it closes as Close does.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.endWaiting(false)
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.stopping.Store(true)
+		s.mu.Lock()
+		busy := make([]*session, 0, len(s.sessions))
+		for _, ss := range s.sessions {
+			busy = append(busy, ss)
+		}
+		s.mu.Unlock()
+		// Break their worker connections, so that their statements fail
+		// now, then cancel what the workers run for them (a backend
+		// notices a lost client only when it next writes, so its locks
+		// would outlive the shutdown). The broken connections are closed,
+		// never reused, so the cancels reach nobody else.
+		var targets []*pooling.ServerConn
+		for _, ss := range busy {
+			targets = append(targets, ss.interrupt()...)
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var cwg sync.WaitGroup
+		for _, sc := range targets {
+			cwg.Add(1)
+			go func() { defer cwg.Done(); _ = sc.Cancel(cctx) }()
+		}
+		cwg.Wait()
+		cancel()
+		// Only now end the sessions idle in a transaction: their rollback
+		// would let a cancelled statement waiting on their locks go on.
+		s.endWaiting(true)
+		// Give the sessions cut off a moment to tell their clients.
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return s.Close()
+}
+
+// endWaiting ends the sessions waiting for their clients outside a
+// transaction (all: in one too) with FATAL 57P01.
+func (s *Server) endWaiting(all bool) {
+	s.mu.Lock()
+	var ended []*session
+	for _, ss := range s.sessions {
+		if ss.wait.CompareAndSwap(waitRest, waitKilled) || (all && ss.wait.CompareAndSwap(waitTxn, waitKilled)) {
+			ended = append(ended, ss)
+		}
+	}
+	s.mu.Unlock()
+	msg, _ := pgerr.Flatten(adminShutdown()).Encode(nil)
+	for _, ss := range ended {
+		// The session is blocked reading and has written everything it
+		// had: the connection is ours to write. Then wake its read.
+		_ = ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = ss.conn.Write(msg)
+		_ = ss.conn.SetReadDeadline(time.Now())
+	}
+}
+
+// interrupt breaks the session's worker connections, so that a statement
+// running there fails now, and returns them.
+func (ss *session) interrupt() []*pooling.ServerConn {
+	var scs []*pooling.ServerConn
+	if sc := ss.cancelTarget.Load(); sc != nil {
+		sc.Interrupt()
+		scs = append(scs, sc)
+	}
+	ss.cancelMu.Lock()
+	for _, sc := range ss.scatterTargets {
+		sc.Interrupt()
+		scs = append(scs, sc)
+	}
+	ss.cancelMu.Unlock()
+	return scs
+}
+
 // Close stops accepting, closes client connections and waits for sessions to
 // end, then closes the pools.
 func (s *Server) Close() error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
 	s.closed = true
 	for c := range s.conns {
 		c.Close()
 	}
 	// A session waiting on its worker would not notice its client is gone.
 	for _, ss := range s.sessions {
-		if sc := ss.cancelTarget.Load(); sc != nil {
-			sc.Interrupt()
-		}
-		ss.cancelMu.Lock()
-		for _, sc := range ss.scatterTargets {
-			sc.Interrupt()
-		}
-		ss.cancelMu.Unlock()
+		ss.interrupt()
 	}
 	s.mu.Unlock()
 	if s.ln != nil {

@@ -64,6 +64,10 @@ type session struct {
 	skipping     bool // after an error in an extended batch: ignore until Sync
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
+	// wait says whether the session is waiting for its client's next
+	// message, and whether at rest (outside a transaction and a batch);
+	// Shutdown ends a waiting session by swapping in waitKilled.
+	wait atomic.Int32
 	// cancelMu keeps the server connection from going back to the pool
 	// while a cancel request for it is being sent, so that a cancel never
 	// reaches the next client's statement.
@@ -240,15 +244,42 @@ func (ss *session) fatal(err error) {
 	_ = ss.flush()
 }
 
+// A session's wait states (session.wait).
+const (
+	waitBusy   = iota // running a message, or reading one that has begun
+	waitRest          // waiting for a message, outside a transaction and a batch
+	waitTxn           // waiting for a message inside a transaction or batch
+	waitKilled        // ended by Shutdown, which told the client
+)
+
 func (ss *session) run() {
 	defer ss.end()
+	s := ss.srv
 	for {
-		if len(ss.out) > 0 && ss.r.Buffered() == 0 {
-			if ss.flush() != nil {
+		var waited int32
+		if ss.r.Buffered() == 0 {
+			if len(ss.out) > 0 && ss.flush() != nil {
+				return
+			}
+			waited = waitTxn
+			if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
+				waited = waitRest
+			}
+			ss.wait.Store(waited)
+			// Shutdown stores draining before it looks at wait, and the
+			// session stores wait before it looks at draining: one of the
+			// two sees the other, and the swap decides who tells the client.
+			if s.draining.Load() && (waited == waitRest || s.stopping.Load()) {
+				if ss.wait.CompareAndSwap(waited, waitBusy) {
+					ss.fatal(adminShutdown())
+				}
 				return
 			}
 		}
 		f, err := ss.r.Next()
+		if waited != waitBusy && !ss.wait.CompareAndSwap(waited, waitBusy) {
+			return // Shutdown ended the session
+		}
 		if err != nil {
 			ss.fatal(clientReadError(err))
 			return
@@ -284,6 +315,11 @@ func (ss *session) run() {
 			err = pgerr.Fatal(pgerr.ProtocolViolation, "invalid frontend message type %d", f.Type)
 		}
 		if err != nil {
+			if s.stopping.Load() {
+				// Shutdown's deadline cut the statement off (its worker
+				// connections were broken): say why.
+				err = adminShutdown()
+			}
 			ss.fatal(err)
 			return
 		}
