@@ -131,6 +131,7 @@ type Server struct {
 	draining atomic.Bool
 	stopping atomic.Bool
 	ready    readiness
+	idleZero idleDefaults
 	wg       sync.WaitGroup
 	http     *http.Server
 	// metricsAddr is where /metrics, /healthz and /readyz listen.

@@ -127,6 +127,11 @@ type session struct {
 	txBegin     string
 	txSet       bool
 	txSavepoint bool
+	// idleOff: the transaction's connections have their idle-in-transaction
+	// timer off, and idleTimeout is what the coordinator enforces instead
+	// (idletxn.go).
+	idleOff     bool
+	idleTimeout time.Duration
 	// chainAsk: the transaction was chained from a failed one on the
 	// current worker (txBegin ""); joinWorker asks that worker for its
 	// characteristics.
@@ -276,9 +281,23 @@ func (ss *session) run() {
 				return
 			}
 		}
+		var limit time.Duration
+		if waited == waitTxn {
+			if limit = ss.idleLimit(); limit > 0 {
+				_ = ss.conn.SetReadDeadline(time.Now().Add(limit))
+			}
+		}
 		f, err := ss.r.Next()
 		if waited != waitBusy && !ss.wait.CompareAndSwap(waited, waitBusy) {
 			return // Shutdown ended the session
+		}
+		if limit > 0 {
+			_ = ss.conn.SetReadDeadline(time.Time{})
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				ss.fatal(idleInTransactionTimeout())
+				return
+			}
 		}
 		if err != nil {
 			ss.fatal(clientReadError(err))

@@ -137,7 +137,25 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
-	if err := sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil || sc.TxStatus != 'T' {
+	if len(ss.parked) == 0 {
+		if err := ss.idleTimerOff(cur); err != nil {
+			sc.MarkBroken()
+			pool.Release(sc)
+			return err
+		}
+	}
+	var err2 error
+	if ss.idleOff || !ss.idleZeroKnown(pool) {
+		// The BEGIN and the idle timer's read, in one round trip.
+		var rows [][]string
+		rows, err2 = sc.Query(ss.txBegin+";"+idleOffSQL, time.Now().Add(pool.Config().ResetTimeout))
+		if err2 == nil {
+			ss.noteIdleSetting(pool, rows)
+		}
+	} else {
+		err2 = sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil)
+	}
+	if err := err2; err != nil || sc.TxStatus != 'T' {
 		sc.MarkBroken()
 		pool.Release(sc)
 		if err == nil {
@@ -538,6 +556,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	clear(ss.parked)
 	ss.parked = ss.parked[:0]
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false
+	ss.idleOff, ss.idleTimeout = false, 0
 	ss.chainAsk = false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false

@@ -32,6 +32,7 @@ const (
 	ConfigurationLimitExceed = "53400"
 	InvalidTransactionState  = "25000"
 	InFailedSQLTransaction   = "25P02"
+	IdleInTransactionTimeout = "25P03"
 	InvalidSavepointSpec     = "3B001"
 	SerializationFailure     = "40001"
 	DeadlockDetected         = "40P01"
