@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -268,4 +269,34 @@ func asPgError(err error, pe **pgconn.PgError) bool {
 		return false
 	}
 	return errors.As(err, pe)
+}
+
+// TestLargeMessageNotKept: after a large statement (simple and extended
+// protocol) the session does not keep copies of it while it idles.
+func TestLargeMessageNotKept(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	exec(t, c, "SELECT 1")
+	idle := liveHeap()
+	long := strings.Repeat("x", 32<<20)
+	for i := 0; i < 2; i++ {
+		var n int
+		if err := c.QueryRow(context.Background(), "SELECT length($1::text) + length('"+long+"') + "+fmt.Sprint(i), pgx.QueryExecModeExec, "a").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(context.Background(), "SELECT length('"+long+"') + "+fmt.Sprint(i), pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long = ""
+	// PostgreSQL keeps a session's unnamed statement until the next one.
+	if got := queryString(t, c, "SELECT $1::text", "small"); got != "small" {
+		t.Fatal(got)
+	}
+	if used := liveHeap(); used > idle+16<<20 {
+		t.Errorf("heap grew from %d MiB to %d MiB after 32 MiB statements", idle>>20, used>>20)
+	} else {
+		t.Logf("heap %d MiB idle, %d MiB after", idle>>20, used>>20)
+	}
 }

@@ -266,6 +266,9 @@ func (ss *session) run() {
 			if len(ss.out) > 0 && ss.flush() != nil {
 				return
 			}
+			if cap(ss.qbuf)|cap(ss.lastParse) > maxKeptBuf {
+				ss.shrink()
+			}
 			waited = waitTxn
 			if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
 				waited = waitRest
@@ -343,6 +346,23 @@ func (ss *session) run() {
 			return
 		}
 	}
+}
+
+// maxKeptBuf bounds the buffers a session keeps between messages (a
+// rewritten query, the last Parse): after a larger message they are
+// dropped, so that one large statement does not stay in a session's memory.
+const maxKeptBuf = 1 << 20
+
+func (ss *session) shrink() {
+	if cap(ss.qbuf) > maxKeptBuf {
+		ss.qbuf = nil
+	}
+	if cap(ss.lastParse) > maxKeptBuf {
+		ss.lastParse, ss.lastParseSt = nil, nil
+	}
+	// Answered expectations past the queue's end still point at their
+	// statements.
+	clear(ss.queue[len(ss.queue):cap(ss.queue)])
 }
 
 // clientReadError is what the client is told when reading its next message
