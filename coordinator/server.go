@@ -372,32 +372,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		s.stopping.Store(true)
-		s.mu.Lock()
-		busy := make([]*session, 0, len(s.sessions))
-		for _, ss := range s.sessions {
-			busy = append(busy, ss)
-		}
-		s.mu.Unlock()
-		// Break their worker connections, so that their statements fail
-		// now, then cancel what the workers run for them (a backend
-		// notices a lost client only when it next writes, so its locks
-		// would outlive the shutdown). The broken connections are closed,
-		// never reused, so the cancels reach nobody else.
-		var targets []*pooling.ServerConn
-		for _, ss := range busy {
-			targets = append(targets, ss.interrupt()...)
-		}
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var cwg sync.WaitGroup
-		for _, sc := range targets {
-			cwg.Add(1)
-			go func() { defer cwg.Done(); _ = sc.Cancel(cctx) }()
-		}
-		cwg.Wait()
-		cancel()
-		// Only now end the sessions idle in a transaction: their rollback
-		// would let a cancelled statement waiting on their locks go on.
-		s.endWaiting(true)
+		s.stopNow()
 		// Give the sessions cut off a moment to tell their clients.
 		select {
 		case <-done:
@@ -405,6 +380,58 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	return s.Close()
+}
+
+// stopNow ends every session at Shutdown's deadline, as PostgreSQL's fast
+// shutdown does. Running statements are cancelled first and given a moment
+// to end on their workers (the session turns the worker's 57014 into
+// 57P01), so that no cancelled statement can take a lock that a rolled-back
+// transaction frees and go on to commit; connections still busy after that
+// are broken. Only then are the sessions idle in a transaction ended,
+// rolling their transactions back.
+func (s *Server) stopNow() {
+	s.mu.Lock()
+	var busy []*session
+	for _, ss := range s.sessions {
+		if ss.wait.Load() == waitBusy {
+			busy = append(busy, ss)
+		}
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	var wg sync.WaitGroup
+	for _, ss := range busy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss.cancelMu.Lock()
+			defer ss.cancelMu.Unlock()
+			ss.cancelScatter(ctx)
+			if t := ss.cancelTarget.Load(); t != nil {
+				_ = sendCancel(ctx, t)
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	for i := 0; i < 200 && len(busy) > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		s.mu.Lock()
+		left := busy[:0]
+		for _, ss := range busy {
+			if s.sessions[ss.pid] == ss {
+				left = append(left, ss)
+			}
+		}
+		busy = left
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	for _, ss := range s.sessions {
+		ss.interrupt()
+	}
+	s.mu.Unlock()
+	s.endWaiting(true)
 }
 
 // endWaiting ends the sessions waiting for their clients outside a
@@ -429,20 +456,16 @@ func (s *Server) endWaiting(all bool) {
 }
 
 // interrupt breaks the session's worker connections, so that a statement
-// running there fails now, and returns them.
-func (ss *session) interrupt() []*pooling.ServerConn {
-	var scs []*pooling.ServerConn
+// running there fails now.
+func (ss *session) interrupt() {
 	if sc := ss.cancelTarget.Load(); sc != nil {
 		sc.Interrupt()
-		scs = append(scs, sc)
 	}
 	ss.cancelMu.Lock()
 	for _, sc := range ss.scatterTargets {
 		sc.Interrupt()
-		scs = append(scs, sc)
 	}
 	ss.cancelMu.Unlock()
-	return scs
 }
 
 // Close stops accepting, closes client connections and waits for sessions to

@@ -291,8 +291,15 @@ func (ss *session) run() {
 			}
 		}
 		f, err := ss.r.Next()
-		if waited != waitBusy && !ss.wait.CompareAndSwap(waited, waitBusy) {
-			return // Shutdown ended the session
+		if waited != waitBusy {
+			if !ss.wait.CompareAndSwap(waited, waitBusy) {
+				return // Shutdown ended the session
+			}
+			if s.stopping.Load() {
+				// Past Shutdown's deadline nothing new starts.
+				ss.fatal(adminShutdown())
+				return
+			}
 		}
 		if limit > 0 {
 			_ = ss.conn.SetReadDeadline(time.Time{})
@@ -473,6 +480,10 @@ func (ss *session) poolFor(node int32) (*pooling.Pool, error) {
 // checkout takes a connection from pool and brings its settings up to the
 // session's; on failure the connection goes back broken.
 func (ss *session) checkout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
+	if ss.srv.stopping.Load() {
+		// Past Shutdown's deadline nothing new starts on a worker.
+		return nil, adminShutdown()
+	}
 	sc, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -1463,6 +1474,11 @@ func (ss *session) drain() error {
 			ss.endOfCycle(f.Body[0])
 			continue
 		case 'E':
+			if ss.srv.stopping.Load() && errCode(f.Body) == pgerr.QueryCanceled {
+				// Shutdown's deadline cancelled the statement: the client is
+				// told what PostgreSQL's fast shutdown says.
+				return adminShutdown()
+			}
 			if e.cst != nil && (e.term == tBind || e.term == tDescribe) && errCode(f.Body) == pgerr.FeatureNotSupported {
 				// "cached plan must not change result type": the worker's
 				// statement was prepared before a table changed.

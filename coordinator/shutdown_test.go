@@ -28,13 +28,14 @@ func refusing(t *testing.T, addr string) {
 	}
 }
 
-// waitingOnLock waits until a backend of the worker waits for a lock.
-func waitingOnLock(t *testing.T, direct *pgx.Conn) {
+// waitingOnLock waits until a backend of the worker running a statement
+// on table waits for a lock.
+func waitingOnLock(t *testing.T, direct *pgx.Conn, table string) {
 	t.Helper()
 	for i := 0; ; i++ {
 		var n int
-		if err := direct.QueryRow(context.Background(),
-			"SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&n); err != nil {
+		if err := direct.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l
+			JOIN pg_stat_activity a USING (pid) WHERE NOT l.granted AND a.query LIKE '%' || $1 || '%'`, table).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -70,7 +71,7 @@ func TestGracefulShutdown(t *testing.T) {
 		_, err := running.Exec(ctx, "INSERT INTO gs_t VALUES (1) ON CONFLICT (id) DO UPDATE SET id = 2")
 		ranErr <- err
 	}()
-	waitingOnLock(t, direct)
+	waitingOnLock(t, direct, "gs_t")
 
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -134,7 +135,7 @@ func TestShutdownDeadline(t *testing.T) {
 		_, err := running.Exec(ctx, "BEGIN; INSERT INTO gsd_t VALUES (5); INSERT INTO gsd_t VALUES (1); COMMIT")
 		ranErr <- err
 	}()
-	waitingOnLock(t, direct)
+	waitingOnLock(t, direct, "gsd_t")
 
 	sctx, cancel := context.WithCancel(ctx)
 	shut := make(chan error, 1)
