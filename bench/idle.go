@@ -715,7 +715,8 @@ func (b *idleBench) startCoordinator(ctx context.Context) (*child, *relayRun, er
 			return nil, err
 		}
 		maddr = fmt.Sprintf("127.0.0.1:%d", mport)
-		return []string{"--metrics-listen", maddr}, nil
+		return []string{"--metrics-listen", maddr,
+			"--max-client-connections", fmt.Sprint(b.o.Clients + 100)}, nil
 	}
 	ch, rr, err := startCoordinatorWith(ctx, b.exe, b.dir, []string{b.worker.Addr()}, b.o.PoolSize, metrics,
 		[]string{"GODEBUG=gctrace=1"})

@@ -79,7 +79,7 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		fr, err := ss.r.Next()
 		if err != nil {
 			l.Abort()
-			return errQuietClose
+			return clientReadError(err)
 		}
 		switch fr.Type {
 		case 'd':

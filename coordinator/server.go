@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -56,6 +58,26 @@ type Config struct {
 	StartupTimeout time.Duration // longest a client may take to start up
 	StmtCacheSize  int           // prepared statements per server connection
 
+	// MaxClientConnections bounds the client connections open at once,
+	// those still starting up included (default 10000); a client over it
+	// gets FATAL 53300 "sorry, too many clients already", as from
+	// PostgreSQL's max_connections.
+	MaxClientConnections int
+	// MaxMessageSize bounds one message from an authenticated client
+	// (default 256 MiB, at most 1 GiB): a query, Bind with its parameters,
+	// a CopyData. The data-less messages are bounded by PostgreSQL's 10000
+	// bytes, and before authentication nothing longer than PostgreSQL's
+	// authentication messages (64 KiB, SASL 1 KiB) is read. A longer message
+	// ends the session with FATAL 08P01 "invalid message length" before its
+	// body is read; bodies are read as they arrive, never allocated from
+	// the length word.
+	MaxMessageSize int
+	// IdleInTransactionTimeout ends a session idle in a transaction block
+	// for longer (FATAL 25P03, as idle_in_transaction_session_timeout does)
+	// and rolls its transaction back; 0: no limit beyond what the session
+	// sets itself.
+	IdleInTransactionTimeout time.Duration
+
 	// MetadataURL is the libpq URL of the database holding the shard
 	// catalog; empty means the first worker's postgres database.
 	MetadataURL string
@@ -72,10 +94,16 @@ type Config struct {
 	// at once.
 	RecoveryGrace time.Duration
 
-	MetricsListen string // address for /metrics and /healthz; "" disables
+	MetricsListen string // address for /metrics, /healthz and /readyz; "" disables
 	Logger        *slog.Logger
 	Registry      *prometheus.Registry // nil: a new one
 }
+
+// Defaults of Config's limits.
+const (
+	DefaultMaxClientConnections = 10000
+	DefaultMaxMessageSize       = 256 << 20
+)
 
 // Server is one coordinator.
 type Server struct {
@@ -119,6 +147,12 @@ type Server struct {
 	sessions map[uint32]*session // by backend pid we gave the client
 	conns    map[net.Conn]struct{}
 	closed   bool
+	// draining: Shutdown has begun (no new sessions; sessions end when
+	// idle outside a transaction); stopping: its deadline has passed.
+	draining atomic.Bool
+	stopping atomic.Bool
+	ready    readiness
+	idleZero idleDefaults
 	wg       sync.WaitGroup
 	http     *http.Server
 
@@ -126,6 +160,8 @@ type Server struct {
 	// certificate clients get (RFC 5929), for SCRAM-SHA-256-PLUS; nil
 	// without TLS or when it cannot be known in advance.
 	tlsEndPoint []byte
+	// metricsAddr is where /metrics, /healthz and /readyz listen.
+	metricsAddr string
 }
 
 type poolKey struct{ worker, database, user string }
@@ -175,6 +211,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 10 * time.Second
+	}
+	if cfg.MaxClientConnections <= 0 {
+		cfg.MaxClientConnections = DefaultMaxClientConnections
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if cfg.MaxMessageSize > wire.MaxMessageLen {
+		return nil, fmt.Errorf("max message size %d is over PostgreSQL's 1 GiB", cfg.MaxMessageSize)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -275,12 +320,14 @@ func (s *Server) Start() error {
 	if s.cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/healthz", s.healthz)
+		mux.HandleFunc("/readyz", s.readyz)
 		mln, err := net.Listen("tcp", s.cfg.MetricsListen)
 		if err != nil {
 			ln.Close()
 			return err
 		}
+		s.metricsAddr = mln.Addr().String()
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = s.http.Serve(mln) }()
 	}
@@ -288,6 +335,10 @@ func (s *Server) Start() error {
 	go s.acceptLoop()
 	return nil
 }
+
+// MetricsAddr is the address of /metrics, /healthz and /readyz ("" when
+// off).
+func (s *Server) MetricsAddr() string { return s.metricsAddr }
 
 // Addr is the address clients connect to.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
@@ -300,7 +351,7 @@ func (s *Server) acceptLoop() {
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
-			if closed {
+			if closed || s.draining.Load() {
 				return
 			}
 			var ne net.Error
@@ -318,12 +369,19 @@ func (s *Server) acceptLoop() {
 			c.Close()
 			return
 		}
+		n := len(s.conns)
+		if n >= 2*s.cfg.MaxClientConnections {
+			// Far over the limit: do not even read a startup packet.
+			s.mu.Unlock()
+			s.refuse(c)
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.serveConn(c)
+			s.serveConn(c, n >= s.cfg.MaxClientConnections)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
@@ -332,24 +390,154 @@ func (s *Server) acceptLoop() {
 	}
 }
 
+// refuse tells a client over twice the connection limit so and closes its
+// connection at once.
+func (s *Server) refuse(c net.Conn) {
+	er := pgerr.Flatten(pgerr.Fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
+	b, _ := er.Encode(nil)
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.Write(b)
+	c.Close()
+}
+
+// adminShutdown is what a session ended by Shutdown is told, as PostgreSQL
+// tells it.
+func adminShutdown() error {
+	return pgerr.Fatal(pgerr.AdminShutdown, "terminating connection due to administrator command")
+}
+
+// Shutdown stops the coordinator gracefully: it stops accepting clients
+// (a client still starting up gets 57P03), ends every session waiting
+// outside a transaction with FATAL 57P01 "terminating connection due to
+// administrator command" at once and every other session when it next
+// waits outside a transaction, so running statements and open transactions
+// may finish. When ctx ends first, the rest are ended as by PostgreSQL's
+// fast shutdown: waiting sessions get 57P01, running statements are cut
+// off (their worker connections broken, so their transactions roll back)
+// and their sessions get 57P01 too. Then it closes as Close does.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.endWaiting(false)
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.stopping.Store(true)
+		s.stopNow()
+		// Give the sessions cut off a moment to tell their clients.
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return s.Close()
+}
+
+// stopNow ends every session at Shutdown's deadline, as PostgreSQL's fast
+// shutdown does. Running statements are cancelled first and given a moment
+// to end on their workers (the session turns the worker's 57014 into
+// 57P01), so that no cancelled statement can take a lock that a rolled-back
+// transaction frees and go on to commit; connections still busy after that
+// are broken. Only then are the sessions idle in a transaction ended,
+// rolling their transactions back.
+func (s *Server) stopNow() {
+	s.mu.Lock()
+	var busy []*session
+	for _, ss := range s.sessions {
+		if ss.wait.Load() == waitBusy {
+			busy = append(busy, ss)
+		}
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	var wg sync.WaitGroup
+	for _, ss := range busy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss.cancelMu.Lock()
+			defer ss.cancelMu.Unlock()
+			ss.cancelScatter(ctx)
+			if t := ss.cancelTarget.Load(); t != nil {
+				_ = sendCancel(ctx, t)
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	for i := 0; i < 200 && len(busy) > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		s.mu.Lock()
+		left := busy[:0]
+		for _, ss := range busy {
+			if s.sessions[ss.pid] == ss {
+				left = append(left, ss)
+			}
+		}
+		busy = left
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	for _, ss := range s.sessions {
+		ss.interrupt()
+	}
+	s.mu.Unlock()
+	s.endWaiting(true)
+}
+
+// endWaiting ends the sessions waiting for their clients outside a
+// transaction (all: in one too) with FATAL 57P01.
+func (s *Server) endWaiting(all bool) {
+	s.mu.Lock()
+	var ended []*session
+	for _, ss := range s.sessions {
+		if ss.wait.CompareAndSwap(waitRest, waitKilled) || (all && ss.wait.CompareAndSwap(waitTxn, waitKilled)) {
+			ended = append(ended, ss)
+		}
+	}
+	s.mu.Unlock()
+	msg, _ := pgerr.Flatten(adminShutdown()).Encode(nil)
+	for _, ss := range ended {
+		// The session is blocked reading and has written everything it
+		// had: the connection is ours to write. Then wake its read.
+		_ = ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = ss.conn.Write(msg)
+		_ = ss.conn.SetReadDeadline(time.Now())
+	}
+}
+
+// interrupt breaks the session's worker connections, so that a statement
+// running there fails now.
+func (ss *session) interrupt() {
+	if sc := ss.cancelTarget.Load(); sc != nil {
+		sc.Interrupt()
+	}
+	ss.cancelMu.Lock()
+	for _, sc := range ss.scatterTargets {
+		sc.Interrupt()
+	}
+	ss.cancelMu.Unlock()
+}
+
 // Close stops accepting, closes client connections and waits for sessions to
 // end, then closes the pools.
 func (s *Server) Close() error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
 	s.closed = true
 	for c := range s.conns {
 		c.Close()
 	}
 	// A session waiting on its worker would not notice its client is gone.
 	for _, ss := range s.sessions {
-		if sc := ss.cancelTarget.Load(); sc != nil {
-			sc.Interrupt()
-		}
-		ss.cancelMu.Lock()
-		for _, sc := range ss.scatterTargets {
-			sc.Interrupt()
-		}
-		ss.cancelMu.Unlock()
+		ss.interrupt()
 	}
 	s.mu.Unlock()
 	if s.ln != nil {

@@ -81,6 +81,10 @@ type session struct {
 	lostEnd      bool
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
+	// wait says whether the session is waiting for its client's next
+	// message, and whether at rest (outside a transaction and a batch);
+	// Shutdown ends a waiting session by swapping in waitKilled.
+	wait atomic.Int32
 	// cancelMu keeps the server connection from going back to the pool
 	// while a cancel request for it is being sent, so that a cancel never
 	// reaches the next client's statement.
@@ -140,6 +144,11 @@ type session struct {
 	txBegin     string
 	txSet       bool
 	txSavepoint bool
+	// idleOff: the transaction's connections have their idle-in-transaction
+	// timer off, and idleTimeout is what the coordinator enforces instead
+	// (idletxn.go).
+	idleOff     bool
+	idleTimeout time.Duration
 	// chainAsk: the transaction was chained from a failed one on the
 	// current worker (txBegin ""); joinWorker asks that worker for its
 	// characteristics.
@@ -257,19 +266,68 @@ func (ss *session) fatal(err error) {
 	_ = ss.flush()
 }
 
+// A session's wait states (session.wait).
+const (
+	waitBusy   = iota // running a message, or reading one that has begun
+	waitRest          // waiting for a message, outside a transaction and a batch
+	waitTxn           // waiting for a message inside a transaction or batch
+	waitKilled        // ended by Shutdown, which told the client
+)
+
 func (ss *session) run() {
 	defer ss.end()
+	s := ss.srv
 	for {
-		if len(ss.out) > 0 && ss.r.Buffered() == 0 {
-			if ss.flush() != nil {
+		var waited int32
+		if ss.r.Buffered() == 0 {
+			if len(ss.out) > 0 && ss.flush() != nil {
+				return
+			}
+			if cap(ss.qbuf)|cap(ss.lastParse) > maxKeptBuf {
+				ss.shrink()
+			}
+			waited = waitTxn
+			if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
+				waited = waitRest
+			}
+			ss.wait.Store(waited)
+			// Shutdown stores draining before it looks at wait, and the
+			// session stores wait before it looks at draining: one of the
+			// two sees the other, and the swap decides who tells the client.
+			if s.draining.Load() && (waited == waitRest || s.stopping.Load()) {
+				if ss.wait.CompareAndSwap(waited, waitBusy) {
+					ss.fatal(adminShutdown())
+				}
 				return
 			}
 		}
-		f, err := ss.r.Next()
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) {
-				ss.fatal(pgerr.Fatal(pgerr.ProtocolViolation, "%v", err))
+		var limit time.Duration
+		if waited == waitTxn {
+			if limit = ss.idleLimit(); limit > 0 {
+				_ = ss.conn.SetReadDeadline(time.Now().Add(limit))
 			}
+		}
+		f, err := ss.r.Next()
+		if waited != waitBusy {
+			if !ss.wait.CompareAndSwap(waited, waitBusy) {
+				return // Shutdown ended the session
+			}
+			if s.stopping.Load() {
+				// Past Shutdown's deadline nothing new starts.
+				ss.fatal(adminShutdown())
+				return
+			}
+		}
+		if limit > 0 {
+			_ = ss.conn.SetReadDeadline(time.Time{})
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				ss.fatal(idleInTransactionTimeout())
+				return
+			}
+		}
+		if err != nil {
+			ss.fatal(clientReadError(err))
 			return
 		}
 		if ss.skipping && f.Type != 'S' && f.Type != 'X' && f.Type != 'H' {
@@ -315,10 +373,52 @@ func (ss *session) run() {
 			continue
 		}
 		if err != nil {
+			if s.stopping.Load() {
+				// Shutdown's deadline cut the statement off (its worker
+				// connections were broken): say why.
+				err = adminShutdown()
+			}
 			ss.fatal(err)
 			return
 		}
 	}
+}
+
+// maxKeptBuf bounds the buffers a session keeps between messages (a
+// rewritten query, the last Parse): after a larger message they are
+// dropped, so that one large statement does not stay in a session's memory.
+const maxKeptBuf = 1 << 20
+
+func (ss *session) shrink() {
+	if cap(ss.qbuf) > maxKeptBuf {
+		ss.qbuf = nil
+	}
+	if cap(ss.lastParse) > maxKeptBuf {
+		ss.lastParse, ss.lastParseSt = nil, nil
+	}
+	// Answered expectations past the queue's end still point at their
+	// statements.
+	clear(ss.queue[len(ss.queue):cap(ss.queue)])
+}
+
+// clientReadError is what the client is told when reading its next message
+// failed: nothing when it went away, FATAL 08P01 otherwise (a message over
+// the limits: PostgreSQL closes the connection too, though it only logs the
+// message).
+func clientReadError(err error) error {
+	var le *wire.LengthError
+	switch {
+	case errors.As(err, &le):
+		e := pgerr.Fatal(pgerr.ProtocolViolation, "invalid message length")
+		e.Detail = fmt.Sprintf("Message type %q of %d bytes is longer than the limit of %d bytes.", le.Type, le.Len-4, le.Max)
+		if le.Max >= 1<<20 {
+			e.Hint = "The coordinator's --max-message-size bounds queries, Bind parameters and COPY data."
+		}
+		return e
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
+		return errQuietClose
+	}
+	return pgerr.Fatal(pgerr.ProtocolViolation, "%v", err)
 }
 
 // end releases what the session holds when the client goes away.
@@ -492,6 +592,10 @@ func (ss *session) sideCheckout(ctx context.Context, pool *pooling.Pool) (*pooli
 // connections (its class) and brings its settings up to the session's; on
 // failure the connection goes back broken.
 func (ss *session) checkout(ctx context.Context, pool *pooling.Pool, held int) (*pooling.ServerConn, error) {
+	if ss.srv.stopping.Load() {
+		// Past Shutdown's deadline nothing new starts on a worker.
+		return nil, adminShutdown()
+	}
 	for attempt := 1; ; attempt++ {
 		sc, err := pool.Acquire(ctx, held)
 		if err != nil {
@@ -1654,6 +1758,11 @@ func (ss *session) drain() error {
 			ss.endOfCycle(f.Body[0])
 			continue
 		case 'E':
+			if ss.srv.stopping.Load() && errCode(f.Body) == pgerr.QueryCanceled {
+				// Shutdown's deadline cancelled the statement: the client is
+				// told what PostgreSQL's fast shutdown says.
+				return adminShutdown()
+			}
 			if e.cst != nil && (e.term == tBind || e.term == tDescribe) && errCode(f.Body) == pgerr.FeatureNotSupported {
 				// "cached plan must not change result type": the worker's
 				// statement was prepared before a table changed.
@@ -1938,7 +2047,7 @@ func (ss *session) copyIn() error {
 		f, err := ss.r.Next()
 		if err != nil {
 			sc.MarkBroken()
-			return errQuietClose
+			return clientReadError(err)
 		}
 		switch f.Type {
 		case 'd':

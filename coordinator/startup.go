@@ -32,21 +32,42 @@ const (
 	codeSSLRequest    = 80877103
 	codeGSSEncRequest = 80877104
 	codeCancelRequest = 80877102
-	maxStartupPacket  = 10000
+	maxStartupPacket  = 10000 // PostgreSQL's MAX_STARTUP_PACKET_LENGTH
+
+	// PostgreSQL's bounds on authentication messages (auth.c): a password
+	// (PG_MAX_AUTH_TOKEN_LENGTH) and a SASL message
+	// (PG_MAX_SASL_MESSAGE_LENGTH). A longer one fails the authentication
+	// before its body is read.
+	maxPasswordMessage = 65535
+	maxSASLMessage     = 1024
 )
 
 // serveConn runs one client connection from its first byte to its end.
-func (s *Server) serveConn(c net.Conn) {
+// tooMany: the client is over --max-client-connections.
+func (s *Server) serveConn(c net.Conn, tooMany bool) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
 	// The client's read buffer goes back to a shared pool whenever the
 	// session waits for the client, so an idle session does not hold it.
 	ss := &session{srv: s, conn: c, r: wire.NewPooledReader(c, 8192)}
+	// Until the client has authenticated nothing longer than an
+	// authentication message is read.
+	ss.r.SetLimits(maxPasswordMessage, wire.SmallMessageLen)
 	_ = c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
 	startup, err := ss.readStartup()
 	if err != nil {
 		ss.fatal(err)
+		return
+	}
+	if tooMany {
+		// As PostgreSQL: the startup packet is read (a cancel request is
+		// still served), then the client is told.
+		ss.fatal(pgerr.Fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
+		return
+	}
+	if s.draining.Load() {
+		ss.fatal(pgerr.Fatal(pgerr.CannotConnectNow, "the database system is shutting down"))
 		return
 	}
 	if err := ss.checkTransport(startup); err != nil {
@@ -57,6 +78,7 @@ func (s *Server) serveConn(c net.Conn) {
 		ss.fatal(err)
 		return
 	}
+	ss.r.SetLimits(s.cfg.MaxMessageSize, wire.SmallMessageLen)
 	if err := ss.begin(startup); err != nil {
 		ss.fatal(err)
 		return
@@ -241,6 +263,7 @@ func (ss *session) authMD5(user string) error {
 	if err := ss.flush(); err != nil {
 		return errQuietClose
 	}
+	ss.r.SetLimits(maxPasswordMessage, wire.SmallMessageLen)
 	f, err := ss.r.Next()
 	if err != nil || f.Type != 'p' {
 		return authFailed(user)
@@ -294,6 +317,7 @@ func (ss *session) authSCRAM(user string) error {
 	if err := ss.flush(); err != nil {
 		return errQuietClose
 	}
+	ss.r.SetLimits(maxSASLMessage, wire.SmallMessageLen)
 	f, err := ss.r.Next()
 	if err != nil || f.Type != 'p' {
 		return authFailed(user)

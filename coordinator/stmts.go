@@ -85,7 +85,17 @@ type stmtRegistry struct {
 	mu   sync.RWMutex
 	m    map[string]*Statement // key: Parse body after the statement name
 	next uint64
+	size int // bytes of the keys in m
 }
+
+// maxSharedStatement: a statement text longer than this is not shared
+// between sessions (each Parse of it makes a new statement), so that the
+// registry never keeps a large statement after its sessions let it go;
+// maxRegistryBytes bounds the texts the registry keeps.
+const (
+	maxSharedStatement = 1 << 20
+	maxRegistryBytes   = 64 << 20
+)
 
 // maxStatements bounds the registry; past it the registry starts afresh
 // (names stay unique, so server connections' caches stay correct).
@@ -109,14 +119,17 @@ func (r *stmtRegistry) intern(rest []byte) *Statement {
 	if st = r.m[string(rest)]; st != nil {
 		return st
 	}
-	if len(r.m) >= maxStatements {
-		r.m = map[string]*Statement{}
+	if len(r.m) >= maxStatements || r.size+len(rest) > maxRegistryBytes {
+		r.m, r.size = map[string]*Statement{}, 0
 	}
 	r.next++
 	name := "pgfleet_" + strconv.FormatUint(r.next, 10)
 	body := append(append([]byte(name), 0), rest...)
 	st = &Statement{Name: name, Query: q, parse: wire.AppendFrame(nil, 'P', body), cls: classify(q),
 		paramTail: append([]byte(nil), rest[len(q)+1:]...)}
-	r.m[string(rest)] = st
+	if len(rest) <= maxSharedStatement {
+		r.m[string(rest)] = st
+		r.size += len(rest)
+	}
 	return st
 }

@@ -121,6 +121,13 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if err != nil {
 		return err
 	}
+	if len(ss.parked) == 0 {
+		// The first worker this transaction takes in: the idle timer
+		// goes off on the one it holds (see idleTimerOff).
+		if err := ss.idleTimerOff(cur); err != nil {
+			return err
+		}
+	}
 	var sc *pooling.ServerConn
 	for attempt := 1; ; attempt++ {
 		if sc = ss.spare(node); sc == nil {
@@ -128,7 +135,16 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 				return err
 			}
 		}
-		err = sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil)
+		if ss.idleOff || !ss.idleZeroKnown(pool) {
+			// The BEGIN and the idle timer's read, in one round trip.
+			var rows [][]string
+			rows, err = sc.Query(ss.txBegin+";"+idleOffSQL, time.Now().Add(pool.Config().ResetTimeout))
+			if err == nil {
+				ss.noteIdleSetting(pool, rows)
+			}
+		} else {
+			err = sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil)
+		}
 		if err == nil && sc.TxStatus == 'T' {
 			break
 		}
@@ -623,6 +639,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	clear(ss.parked)
 	ss.parked = ss.parked[:0]
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false
+	ss.idleOff, ss.idleTimeout = false, 0
 	ss.chainAsk = false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false

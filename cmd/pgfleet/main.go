@@ -89,6 +89,9 @@ type coordinatorFlags struct {
 	tlsRequired       bool
 	workerSSLMode     string
 	workerSSLRootCert string
+	maxClients        int
+	maxMessage        sizeFlag
+	idleInTxn         time.Duration
 }
 
 func (f *coordinatorFlags) register(fs *flag.FlagSet) {
@@ -107,6 +110,52 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 		"libpq sslmode of every connection to the workers and the metadata database: disable, allow, prefer, require, verify-ca or verify-full")
 	fs.StringVar(&f.workerSSLRootCert, "worker-sslrootcert", os.Getenv("PGFLEET_WORKER_SSLROOTCERT"),
 		"PEM file of the CAs that sign the workers' certificates (libpq sslrootcert; verify-ca and verify-full\nwithout it use the system's CAs; with require it verifies as verify-ca)")
+	fs.IntVar(&f.maxClients, "max-client-connections", envInt("PGFLEET_MAX_CLIENT_CONNECTIONS", coordinator.DefaultMaxClientConnections),
+		"client connections open at once, those starting up included; more get 53300 \"sorry, too many clients already\"")
+	f.maxMessage = sizeFlag(coordinator.DefaultMaxMessageSize)
+	fs.Var(&f.maxMessage, "max-message-size",
+		"longest message from an authenticated client (a query, Bind with its parameters, CopyData), e.g. 64MiB, up to 1GiB; before authentication PostgreSQL's own bounds (64 KiB) apply")
+	fs.DurationVar(&f.idleInTxn, "idle-in-transaction-timeout", envDuration("PGFLEET_IDLE_IN_TRANSACTION_TIMEOUT", 0),
+		"end a session idle in a transaction block for longer, rolling it back (FATAL 25P03; 0: off; a session's own idle_in_transaction_session_timeout applies too)")
+}
+
+// sizeFlag is a byte count given as 1048576, 64KiB, 256MiB or 1GiB (kB, MB
+// and GB are taken as PostgreSQL takes them, as powers of 1024).
+type sizeFlag int
+
+func (f *sizeFlag) String() string {
+	n := int(*f)
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprint(n)
+}
+func (f *sizeFlag) Set(v string) error {
+	v = strings.TrimSpace(v)
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"kB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSpace(strings.TrimSuffix(v, u.suffix)), u.mult
+			break
+		}
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil || n <= 0 {
+		return fmt.Errorf("want a positive size such as 256MiB")
+	}
+	if n > (1<<30)/mult {
+		return fmt.Errorf("at most 1GiB")
+	}
+	*f = sizeFlag(n * mult)
+	return nil
 }
 
 func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.Config, error) {
@@ -129,7 +178,8 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 	cfg := coordinator.Config{Listen: listen, Workers: workers, Auth: f.auth, Users: users,
 		WorkerPassword: f.workerPassword, PoolSize: f.poolSize, PoolTimeout: f.poolTimeout,
 		StartupTimeout: f.startupTimeout, Logger: log, TLSRequired: f.tlsRequired,
-		WorkerTLS: pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert}}
+		WorkerTLS:            pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert},
+		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn}
 	if f.tlsCert != "" || f.tlsKey != "" {
 		if f.tlsCert == "" || f.tlsKey == "" {
 			return coordinator.Config{}, fmt.Errorf("--tls-cert and --tls-key go together")
@@ -156,7 +206,10 @@ func serverTLS(certFile, keyFile string) (*tls.Config, error) {
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	listen := fs.String("listen", envStr("PGFLEET_LISTEN", "127.0.0.1:6432"), "address for clients")
-	metrics := fs.String("metrics-listen", os.Getenv("PGFLEET_METRICS_LISTEN"), "address for /metrics and /healthz (empty: off)")
+	metrics := fs.String("metrics-listen", os.Getenv("PGFLEET_METRICS_LISTEN"),
+		"address for /metrics, /healthz (alive) and /readyz (catalog, metadata database and workers answer; 503 otherwise) (empty: off)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", envDuration("PGFLEET_SHUTDOWN_TIMEOUT", 30*time.Second),
+		"on SIGTERM or SIGINT, how long running statements and open transactions may take to finish before their sessions are ended (57P01) and rolled back; a second signal ends them at once")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown (for profiling)")
 	recovery := fs.Duration("recovery-interval", envDuration("PGFLEET_RECOVERY_INTERVAL", 5*time.Second),
 		"how often to commit or roll back prepared transactions left by a crashed coordinator (0: never)")
@@ -201,11 +254,25 @@ func serve(args []string) error {
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	cfg.Logger.Info("coordinator ready", "listen", srv.Addr(), "workers", strings.Join(workers, ","), "pool_size", cfg.PoolSize)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
-	cfg.Logger.Info("shutting down")
-	return srv.Close()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	sig := <-sigs
+	cfg.Logger.Info("shutting down: no new clients; sessions end when their transactions do",
+		"signal", sig.String(), "deadline", shutdownTimeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigs:
+			cfg.Logger.Info("second signal: ending every session now", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err = srv.Shutdown(ctx)
+	cfg.Logger.Info("shut down")
+	return err
 }
 
 func envStr(k, def string) string {

@@ -37,6 +37,7 @@ const (
 	InFailedSQLTransaction   = "25P02"
 	CharacterNotInRepertoire = "22021"
 	ReadOnlySQLTransaction   = "25006"
+	IdleInTransactionTimeout = "25P03"
 	InvalidSavepointSpec     = "3B001"
 	SerializationFailure     = "40001"
 	DeadlockDetected         = "40P01"

@@ -11,9 +11,26 @@ import (
 	"sync"
 )
 
-// MaxMessageLen bounds one message body; PostgreSQL's own limit for most
-// messages is 1 GB.
+// MaxMessageLen bounds one message body unless SetLimits says otherwise;
+// PostgreSQL's own limit for its large messages is 1 GB.
 const MaxMessageLen = 1 << 30
+
+// SmallMessageLen is PostgreSQL's bound (PQ_SMALL_MESSAGE_LIMIT) on the
+// client messages that carry no data: Sync, Flush, Execute, Describe,
+// Close, Terminate, CopyDone and CopyFail.
+const SmallMessageLen = 10000
+
+// LengthError is a message whose length word is out of bounds. Nothing of
+// its body was read or allocated; the stream is out of sync after it.
+type LengthError struct {
+	Type byte
+	Len  int // the length word, which counts itself
+	Max  int // the largest body allowed
+}
+
+func (e *LengthError) Error() string {
+	return fmt.Sprintf("invalid message length %d for message type %q", e.Len, e.Type)
+}
 
 // Frame is one message: its type byte and body (without the length word).
 // Body aliases the reader's buffer when it fits and is valid only until the
@@ -46,6 +63,9 @@ type Reader struct {
 	bufp    *[]byte    // the pooled buffer held now
 	drained bool       // the last read returned less than it asked for
 	idle    *[idleBufSize]byte
+
+	limit int // largest body accepted
+	small int // largest body of a data-less client message; 0: no such check
 }
 
 // idleBufSize is the buffer a pooled Reader waits for input with: enough for
@@ -58,14 +78,35 @@ const minBufSize = 16
 // NewReader wraps r with a buffer of size bytes that it keeps.
 func NewReader(r io.Reader, size int) *Reader {
 	size = max(size, minBufSize)
-	return &Reader{rd: r, buf: make([]byte, size), size: size}
+	return &Reader{rd: r, buf: make([]byte, size), size: size, limit: MaxMessageLen}
 }
 
 // NewPooledReader wraps r with a buffer of size bytes from a shared pool,
 // given back while the reader waits for input (see Reader).
 func NewPooledReader(r io.Reader, size int) *Reader {
 	size = max(size, minBufSize)
-	return &Reader{rd: r, size: size, pool: bufPool(size), drained: true, idle: new([idleBufSize]byte)}
+	return &Reader{rd: r, size: size, pool: bufPool(size), drained: true, idle: new([idleBufSize]byte),
+		limit: MaxMessageLen}
+}
+
+// SetLimits bounds the bodies Next accepts: limit for every message (at most
+// MaxMessageLen), and, when small > 0, small for the client messages
+// PostgreSQL reads with its small limit (every type but Query, Parse, Bind,
+// FunctionCall and CopyData). A longer message fails with *LengthError
+// before any of its body is read.
+func (r *Reader) SetLimits(limit, small int) {
+	r.limit = min(max(limit, 0), MaxMessageLen)
+	r.small = small
+}
+
+// largeType reports whether PostgreSQL reads a client message of type typ
+// with its large limit (PQ_LARGE_MESSAGE_LIMIT).
+func largeType(typ byte) bool {
+	switch typ {
+	case 'Q', 'P', 'B', 'F', 'd':
+		return true
+	}
+	return false
 }
 
 var (
@@ -219,8 +260,12 @@ func (r *Reader) Next() (Frame, error) {
 	hdr := r.buf[r.r : r.r+5]
 	typ := hdr[0]
 	n := int(binary.BigEndian.Uint32(hdr[1:5]))
-	if n < 4 || n-4 > MaxMessageLen {
-		return Frame{}, fmt.Errorf("invalid message length %d for message type %q", n, typ)
+	if n < 4 || n-4 > r.limit || (n-4 > r.small && r.small > 0 && !largeType(typ)) {
+		lim := r.limit
+		if !largeType(typ) && r.small > 0 {
+			lim = min(lim, r.small)
+		}
+		return Frame{}, &LengthError{Type: typ, Len: n, Max: lim}
 	}
 	n -= 4
 	if 5+n <= r.size {

@@ -1,0 +1,114 @@
+package coordinator
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// Idle-in-transaction timeouts.
+//
+// A session's idle_in_transaction_session_timeout (its SET, startup
+// options, or the worker's default) is applied on its server connections
+// like any setting, so in a transaction on one worker the worker enforces
+// it, as PostgreSQL does: the client gets FATAL 25P03 and the transaction
+// is rolled back. In a transaction over several workers, the connections
+// parked while the client works on another worker are idle in transaction
+// to their backends, which would end them (and so the transaction) although
+// the client never paused. So the first time a transaction takes in a
+// second worker, the coordinator reads the setting on the transaction's
+// connection and turns the timer off on it and on every connection it takes
+// in (set_config(..., true): for the transaction only), and enforces the
+// value itself on the client connection while the transaction lasts. The
+// read costs one round trip on that path only, and none when the setting is
+// known to be 0: the session never set it and the pool's default was read
+// as 0 before. Gap: SHOW in such a transaction gives 0.
+//
+// Config.IdleInTransactionTimeout is the coordinator's own bound, for every
+// session, enforced the same way.
+
+// idleOffSQL reads idle_in_transaction_session_timeout and turns it off for
+// the current transaction.
+const idleOffSQL = "SELECT pg_catalog.current_setting('idle_in_transaction_session_timeout'), " +
+	"pg_catalog.set_config('idle_in_transaction_session_timeout', '0', true)"
+
+// idleDefaults records the pools whose connections, with no SET of the
+// setting, were seen with idle_in_transaction_session_timeout 0.
+type idleDefaults struct{ zero sync.Map } // *pooling.Pool -> struct{}
+
+// idleZeroKnown reports whether the session's connections from pool are
+// known to have the timer off.
+func (ss *session) idleZeroKnown(pool *pooling.Pool) bool {
+	if planner.ContainsFold(ss.params.key, "idle_in_transaction") {
+		return false
+	}
+	_, ok := ss.srv.idleZero.zero.Load(pool)
+	return ok
+}
+
+// noteIdleSetting takes the value idleOffSQL read on a connection of pool.
+func (ss *session) noteIdleSetting(pool *pooling.Pool, rows [][]string) {
+	if len(rows) == 0 || len(rows[0]) == 0 {
+		return
+	}
+	v := rows[0][0]
+	if v == "0" {
+		if !planner.ContainsFold(ss.params.key, "idle_in_transaction") {
+			ss.srv.idleZero.zero.Store(pool, struct{}{})
+		}
+		return
+	}
+	ss.idleOff = true
+	if d := pgDuration(v); d > 0 && (ss.idleTimeout == 0 || d < ss.idleTimeout) {
+		ss.idleTimeout = d
+	}
+}
+
+// idleTimerOff turns the timer off on the transaction's connection c before
+// the transaction first takes in another worker.
+func (ss *session) idleTimerOff(c txConn) error {
+	if ss.idleZeroKnown(c.pool) {
+		return nil
+	}
+	rows, err := c.sc.Query(idleOffSQL, time.Now().Add(c.pool.Config().ResetTimeout))
+	if err != nil {
+		return err
+	}
+	ss.noteIdleSetting(c.pool, rows)
+	return nil
+}
+
+// idleLimit is how long the session may wait for its client inside a
+// transaction (0: no limit).
+func (ss *session) idleLimit() time.Duration {
+	d := ss.srv.cfg.IdleInTransactionTimeout
+	if ss.idleTimeout > 0 && (d == 0 || ss.idleTimeout < d) {
+		d = ss.idleTimeout
+	}
+	return d
+}
+
+func idleInTransactionTimeout() error {
+	return pgerr.Fatal(pgerr.IdleInTransactionTimeout, "terminating connection due to idle-in-transaction timeout")
+}
+
+// pgDuration reads a time setting as current_setting() gives it: a number
+// and a unit (ms, s, min, h, d; none: ms). 0 when it cannot.
+func pgDuration(v string) time.Duration {
+	i := 0
+	for i < len(v) && (v[i] >= '0' && v[i] <= '9') {
+		i++
+	}
+	n, err := strconv.ParseInt(v[:i], 10, 64)
+	if err != nil {
+		return 0
+	}
+	unit := map[string]time.Duration{"": time.Millisecond, "ms": time.Millisecond, "s": time.Second,
+		"min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[strings.TrimSpace(v[i:])]
+	return time.Duration(n) * unit
+}

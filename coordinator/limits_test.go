@@ -1,0 +1,302 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// liveHeap is the heap still in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// header is a message header claiming a body of n bytes.
+func header(typ byte, n int) []byte {
+	b := []byte{typ, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[1:], uint32(n+4))
+	return b
+}
+
+// flood sends what it can of n bytes on c (the coordinator may close it
+// first) and leaves c open.
+func flood(c net.Conn, n int) {
+	chunk := make([]byte, 1<<20)
+	_ = c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+	for sent := 0; sent < n; sent += len(chunk) {
+		if _, err := c.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
+// receiveError reads messages until an ErrorResponse and returns it.
+func receiveError(t *testing.T, c net.Conn, fe *pgproto3.Frontend) *pgproto3.ErrorResponse {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Errorf("waiting for an error: %v", err)
+			return nil
+		}
+		if e, ok := m.(*pgproto3.ErrorResponse); ok {
+			return e
+		}
+	}
+}
+
+const floodLimit = 100 << 20 // the bound above idle
+
+// TestUnauthenticatedMessageLimits: clients that claim 1 GiB messages
+// before authenticating (SCRAM's SASLInitialResponse, the startup packet)
+// and send what they can get PostgreSQL's answer (28P01 for the SASL
+// message, 08P01 for the startup packet), and the coordinator's heap stays
+// within 100 MiB of its idle size while their connections are open. Before
+// the limits each session kept what its client had sent of the body.
+func TestUnauthenticatedMessageLimits(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) {
+		c.Auth = "scram-sha-256"
+		c.Users = map[string]string{"postgres": "secret"}
+		c.StartupTimeout = time.Minute // the limits, not the deadline, must stop them
+	})
+	idle := liveHeap()
+	const clients = 6
+	var floods, readers sync.WaitGroup
+	errs := make([]*pgproto3.ErrorResponse, clients)
+	for i := 0; i < clients; i++ {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fe := pgproto3.NewFrontend(c, c)
+		if i%2 == 1 {
+			// A startup packet claiming 1 GiB.
+			lw := []byte{0, 0, 0, 0}
+			binary.BigEndian.PutUint32(lw, 1<<30)
+			if _, err := c.Write(lw); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
+				Parameters: map[string]string{"user": "postgres", "database": "postgres"}})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := m.(*pgproto3.AuthenticationSASL); !ok {
+				t.Fatalf("want AuthenticationSASL, got %T", m)
+			}
+			// A SASLInitialResponse claiming 1 GiB.
+			if _, err := c.Write(header('p', 1<<30-1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		readers.Add(1)
+		go func(i int) { defer readers.Done(); errs[i] = receiveError(t, c, fe) }(i)
+		floods.Add(1)
+		go func() { defer floods.Done(); flood(c, 64<<20) }()
+	}
+	floods.Wait()
+	if used := liveHeap(); used > idle+floodLimit {
+		t.Errorf("heap grew from %d MiB idle to %d MiB under %d clients claiming 1 GiB",
+			idle>>20, used>>20, clients)
+	} else {
+		t.Logf("heap %d MiB idle, %d MiB with %d flooding clients open", idle>>20, used>>20, clients)
+	}
+	readers.Wait()
+	for i, e := range errs {
+		want := "28P01" // PostgreSQL fails the authentication
+		if i%2 == 1 {
+			want = "08P01" // invalid length of startup packet
+		}
+		if e == nil || e.Code != want || e.Severity != "FATAL" {
+			t.Errorf("client %d: got %+v, want FATAL %s", i, e, want)
+		}
+	}
+	// The coordinator still serves.
+	c := connectURL(t, "postgres://postgres:secret@"+srv.Addr()+"/postgres?sslmode=disable")
+	if got := queryString(t, c, "SELECT 'ok'"); got != "ok" {
+		t.Errorf("after the flood: %q", got)
+	}
+}
+
+func connectURL(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// hijacked is an authenticated client connection at the message level.
+func hijacked(t *testing.T, addr string) (net.Conn, *pgproto3.Frontend) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, pgtest.URL(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Conn.Close() })
+	return hc.Conn, hc.Frontend
+}
+
+// TestMessageLimitsAfterAuthentication: an authenticated client's Query
+// header claiming 1 GiB ends its session with FATAL 08P01 before the body
+// is read, and the heap stays within 100 MiB of idle while such clients
+// send what they can; a Sync longer than PostgreSQL's 10000 bytes is
+// refused likewise; --max-message-size bounds queries and leaves shorter
+// ones alone.
+func TestMessageLimitsAfterAuthentication(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	idle := liveHeap()
+	const clients = 4
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		c, fe := hijacked(t, srv.Addr())
+		if _, err := c.Write(header('Q', 1<<30-1)); err != nil {
+			t.Fatal(err)
+		}
+		if e := receiveError(t, c, fe); e == nil || e.Code != "08P01" || e.Severity != "FATAL" ||
+			e.Message != "invalid message length" {
+			t.Errorf("Query of 1 GiB: got %+v, want FATAL 08P01 invalid message length", e)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); flood(c, 64<<20) }()
+	}
+	wg.Wait()
+	if used := liveHeap(); used > idle+floodLimit {
+		t.Errorf("heap grew from %d MiB idle to %d MiB under %d clients claiming 1 GiB queries",
+			idle>>20, used>>20, clients)
+	} else {
+		t.Logf("heap %d MiB idle, %d MiB with %d flooding clients open", idle>>20, used>>20, clients)
+	}
+
+	c, fe := hijacked(t, srv.Addr())
+	if _, err := c.Write(header('S', 20000)); err != nil {
+		t.Fatal(err)
+	}
+	if e := receiveError(t, c, fe); e == nil || e.Code != "08P01" {
+		t.Errorf("Sync of 20000 bytes: got %+v, want 08P01", e)
+	}
+
+	small := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.MaxMessageSize = 1 << 20 })
+	ok := connect(t, small.Addr())
+	long := strings.Repeat("x", 512<<10)
+	if got := queryString(t, ok, "SELECT length('"+long+"')::text"); got != "524288" {
+		t.Errorf("a 512 KiB query under a 1 MiB limit: %q", got)
+	}
+	over := connect(t, small.Addr())
+	_, err := over.Exec(context.Background(), "SELECT length('"+long+long+"')::text")
+	if sqlState(err) != "08P01" {
+		t.Errorf("a 1 MiB query under a 1 MiB limit: got %v, want 08P01", err)
+	}
+}
+
+// TestMaxClientConnections: the client over --max-client-connections gets
+// PostgreSQL's FATAL 53300 "sorry, too many clients already"; once one
+// leaves, a new client gets in.
+func TestMaxClientConnections(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.MaxClientConnections = 3 })
+	var held []*pgx.Conn
+	for i := 0; i < 3; i++ {
+		held = append(held, connect(t, srv.Addr()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := pgx.Connect(ctx, pgtest.URL(srv.Addr()))
+	var pe *pgconn.PgError
+	if !asPgError(err, &pe) || pe.Code != "53300" || pe.Message != "sorry, too many clients already" {
+		t.Fatalf("fourth client: got %v, want 53300 sorry, too many clients already", err)
+	}
+	// The three still work.
+	for _, c := range held {
+		if got := queryString(t, c, "SELECT 'ok'"); got != "ok" {
+			t.Errorf("held client: %q", got)
+		}
+	}
+	_ = held[0].Close(ctx)
+	// The coordinator notices the close when its session ends; try until it has.
+	for i := 0; ; i++ {
+		c, err := pgx.Connect(ctx, pgtest.URL(srv.Addr()))
+		if err == nil {
+			_ = c.Close(ctx)
+			break
+		}
+		if !asPgError(err, &pe) || pe.Code != "53300" || i == 100 {
+			t.Fatalf("after a client left: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func asPgError(err error, pe **pgconn.PgError) bool {
+	if err == nil {
+		return false
+	}
+	return errors.As(err, pe)
+}
+
+// TestLargeMessageNotKept: after a large statement (simple and extended
+// protocol) the session does not keep copies of it while it idles.
+func TestLargeMessageNotKept(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	exec(t, c, "SELECT 1")
+	idle := liveHeap()
+	long := strings.Repeat("x", 32<<20)
+	for i := 0; i < 2; i++ {
+		var n int
+		if err := c.QueryRow(context.Background(), "SELECT length($1::text) + length('"+long+"') + "+fmt.Sprint(i), pgx.QueryExecModeExec, "a").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(context.Background(), "SELECT length('"+long+"') + "+fmt.Sprint(i), pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long = ""
+	// PostgreSQL keeps a session's unnamed statement until the next one.
+	if got := queryString(t, c, "SELECT $1::text", "small"); got != "small" {
+		t.Fatal(got)
+	}
+	if used := liveHeap(); used > idle+16<<20 {
+		t.Errorf("heap grew from %d MiB to %d MiB after 32 MiB statements", idle>>20, used>>20)
+	} else {
+		t.Logf("heap %d MiB idle, %d MiB after", idle>>20, used>>20)
+	}
+}
