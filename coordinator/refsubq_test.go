@@ -190,3 +190,44 @@ func TestLatin1TextNotCheckedAsUTF8(t *testing.T) {
 		t.Errorf("%d of %d rows in the shard PostgreSQL's hash gives", total, inserted)
 	}
 }
+
+// TestStatementErrorBeforeParameterError: PostgreSQL parses a statement
+// before it converts the Bind's parameters, so a constant that does not
+// read under the session's DateStyle (22008) is reported before a
+// distribution-value parameter out of range for its declared type (22003).
+func TestStatementErrorBeforeParameterError(t *testing.T) {
+	cl := pgtest.Shared(t)
+	co := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c0 := connect(t, co.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c0, "DROP TABLE IF EXISTS bv_dist")
+	exec(t, c0, "CREATE TABLE bv_dist (k int8 PRIMARY KEY, d date)")
+	exec(t, c0, "SELECT create_distributed_table('bv_dist', 'k')", simple)
+	t.Cleanup(func() {
+		_, _ = c0.Exec(ctx, "SELECT undistribute_table('bv_dist')", simple)
+		_, _ = c0.Exec(ctx, "DROP TABLE IF EXISTS bv_dist")
+	})
+	for _, via := range []string{"coordinator", "postgres"} {
+		addr := co.Addr()
+		if via == "postgres" {
+			addr = cl.Servers[1].Addr()
+		}
+		c := connectWith(t, addr, map[string]string{"DateStyle": "ISO, YMD"}).PgConn()
+		if via == "postgres" {
+			if _, err := c.Exec(ctx, "CREATE TEMP TABLE bv_dist (k int8 PRIMARY KEY, d date)").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tc := range []struct{ sql, val, want string }{
+			{"UPDATE bv_dist SET d = '12/19/2001' WHERE k = $1", "1099511627776", "22008"},
+			{"UPDATE bv_dist SET d = '2001-12-19' WHERE k = $1", "1099511627776", "22003"},
+			{"SELECT k FROM bv_dist WHERE k = $1 AND d = '12/19/2001'", "x", "22008"},
+		} {
+			res := c.ExecParams(ctx, tc.sql, [][]byte{[]byte(tc.val)}, []uint32{21}, nil, nil).Read()
+			if sqlState(res.Err) != tc.want {
+				t.Errorf("%s: %s with $1 = %s: %v, want %s", via, tc.sql, tc.val, res.Err, tc.want)
+			}
+		}
+	}
+}

@@ -1408,7 +1408,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if err != nil {
-		ss.synthError(err)
+		ss.synthError(ss.bindVerdict(clientSt, err))
 		return nil
 	}
 	if len(portal) > 0 && len(ss.portalNode) > 0 && !ss.portalFree(string(portal), node) {

@@ -24,7 +24,30 @@ import (
 // nil for the simple protocol.
 func (ss *session) workerVerdict(query string, paramTail []byte, refusal error) error {
 	var pe *pgerr.Error
-	if !errors.As(refusal, &pe) || pe.Code != pgerr.FeatureNotSupported || ss.inTxn() || !ss.routes {
+	if !errors.As(refusal, &pe) || pe.Code != pgerr.FeatureNotSupported {
+		return refusal
+	}
+	return ss.parseVerdict(query, paramTail, refusal)
+}
+
+// bindVerdict is the error for a Bind whose parameters the coordinator
+// could not convert (the distribution value, 22003, 22P02, ...): PostgreSQL
+// parses a statement before it sees parameters, so an error of the
+// statement itself (a constant that does not read under the session's
+// DateStyle) comes first. Asked as workerVerdict asks, on this error path
+// only.
+func (ss *session) bindVerdict(st *Statement, err error) error {
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "22") {
+		return err
+	}
+	return ss.parseVerdict(st.Query, st.paramTail, err)
+}
+
+// parseVerdict is what the default node's Parse of query says, if it fails
+// with an analysis or data error, else err.
+func (ss *session) parseVerdict(query string, paramTail []byte, refusal error) error {
+	if ss.inTxn() || !ss.routes {
 		return refusal
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
