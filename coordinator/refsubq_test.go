@@ -72,13 +72,7 @@ func TestInvalidEncodingCheckedFirst(t *testing.T) {
 	co := pgtest.Coordinator(t, cl, nil)
 	ctx := context.Background()
 	c0 := connect(t, co.Addr())
-	exec(t, c0, "DROP TABLE IF EXISTS enc_dist")
-	exec(t, c0, "CREATE TABLE enc_dist (id int PRIMARY KEY, t text)")
-	exec(t, c0, "SELECT create_distributed_table('enc_dist', 'id')", pgx.QueryExecModeSimpleProtocol)
-	t.Cleanup(func() {
-		_, _ = c0.Exec(ctx, "SELECT undistribute_table('enc_dist')", pgx.QueryExecModeSimpleProtocol)
-		_, _ = c0.Exec(ctx, "DROP TABLE IF EXISTS enc_dist")
-	})
+	testTable(t, c0, "enc_dist", "(id int PRIMARY KEY, t text)", "SELECT create_distributed_table('enc_dist', 'id')")
 	bad := "SELECT 'caf\xc3'''"
 	// A multi-row INSERT over several shards with a duplicate key in one
 	// row and bad text in another: the text is reported, nothing written.
@@ -150,14 +144,7 @@ func TestLatin1TextNotCheckedAsUTF8(t *testing.T) {
 	cl := pgtest.Shared(t)
 	co := pgtest.Coordinator(t, cl, nil)
 	ctx := context.Background()
-	c0 := connect(t, co.Addr())
-	exec(t, c0, "DROP TABLE IF EXISTS lat_d")
-	exec(t, c0, "CREATE TABLE lat_d (k text PRIMARY KEY)")
-	exec(t, c0, "SELECT create_distributed_table('lat_d', 'k')", pgx.QueryExecModeSimpleProtocol)
-	t.Cleanup(func() {
-		_, _ = c0.Exec(ctx, "SELECT undistribute_table('lat_d')", pgx.QueryExecModeSimpleProtocol)
-		_, _ = c0.Exec(ctx, "DROP TABLE IF EXISTS lat_d")
-	})
+	testTable(t, connect(t, co.Addr()), "lat_d", "(k text PRIMARY KEY)", "SELECT create_distributed_table('lat_d', 'k')")
 	inserted := 0
 	for _, startup := range []bool{true, false} {
 		params := map[string]string{}
@@ -199,15 +186,7 @@ func TestStatementErrorBeforeParameterError(t *testing.T) {
 	cl := pgtest.Shared(t)
 	co := pgtest.Coordinator(t, cl, nil)
 	ctx := context.Background()
-	c0 := connect(t, co.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	exec(t, c0, "DROP TABLE IF EXISTS bv_dist")
-	exec(t, c0, "CREATE TABLE bv_dist (k int8 PRIMARY KEY, d date)")
-	exec(t, c0, "SELECT create_distributed_table('bv_dist', 'k')", simple)
-	t.Cleanup(func() {
-		_, _ = c0.Exec(ctx, "SELECT undistribute_table('bv_dist')", simple)
-		_, _ = c0.Exec(ctx, "DROP TABLE IF EXISTS bv_dist")
-	})
+	testTable(t, connect(t, co.Addr()), "bv_dist", "(k int8 PRIMARY KEY, d date)", "SELECT create_distributed_table('bv_dist', 'k')")
 	for _, via := range []string{"coordinator", "postgres"} {
 		addr := co.Addr()
 		if via == "postgres" {
