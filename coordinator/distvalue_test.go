@@ -194,6 +194,10 @@ func TestDistributionValueConstants(t *testing.T) {
 	e.same(`SELECT v FROM {t}text WHERE id = 'it\'s'`, nil, nil, nil)
 	e.same(`SELECT v FROM {t}text WHERE id = 'x\\'`, nil, nil, nil)
 	e.same(`INSERT INTO {t}text (id, v) VALUES ('a\tb', 'scs3'), ('c\'d', 'scs4')`, nil, nil, nil)
+	// An unterminated string ending in a backslash: PostgreSQL's syntax
+	// error (escapeStrings once read past the end: XX000, connection lost).
+	e.same(`SELECT v FROM {t}text WHERE id = 'x\`, nil, nil, nil)
+	e.same(`SELECT v FROM {t}text WHERE id = 'x\'`, nil, nil, nil)
 	// A prepared statement is planned once for every session: with a
 	// backslash, under this setting, it is refused rather than misread.
 	if got := rawRun(e.c.PgConn(), `SELECT v FROM dv_text WHERE id = 'it\'s' AND v = $1`, [][]byte{[]byte("scs2")}, []uint32{25}, nil); got.State != "0A000" {

@@ -73,6 +73,7 @@ func FuzzReaderNext(f *testing.F) {
 	f.Add([]byte("Q\xff\xff\xff\xff"), []byte(nil), uint8(1), false)
 	f.Add([]byte("Q\x00\x00\x00\x03"), []byte(nil), uint8(1), false)
 	f.Add([]byte("Q\x00\x00"), []byte(nil), uint8(1), true)
+	f.Add([]byte{'P', 0, 0, 0, 4, 'S', 0, 0, 0, 4}, []byte{0}, uint8(10), true)
 	f.Fuzz(func(t *testing.T, data, cuts []byte, size uint8, pooled bool) {
 		want, end := refFrames(data)
 		src := &chunkReader{data: data, cuts: cuts}
