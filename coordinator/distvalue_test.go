@@ -186,6 +186,8 @@ func TestDistributionValueConstants(t *testing.T) {
 	e.same("SELECT v FROM {t}int8 WHERE id = 26", nil, nil, nil)
 	e.same("INSERT INTO {t}int4 (id, v) VALUES (3000000000, 'too big')", nil, nil, nil) // 22003
 	e.same("INSERT INTO {t}int8 (id, v) VALUES (0x10, 'hex')", nil, nil, nil)           // 42601 on PostgreSQL 15
+	e.same("SELECT v FROM {t}int8 WHERE id = $0", nil, nil, nil)                        // 42P02, not a "?" from the deparser
+	e.same("UPDATE {t}int8 SET v = v WHERE id = 5 AND v = $0", nil, nil, nil)
 
 	// standard_conforming_strings = off: a backslash escapes.
 	e.same("SET standard_conforming_strings = off", nil, nil, nil)

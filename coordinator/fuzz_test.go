@@ -50,7 +50,7 @@ func (c *fuzzConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *fuzzConn) Write(p []byte) (int, error)        { return c.out.Write(p) }
+func (c *fuzzConn) Write(p []byte) (int, error)      { return c.out.Write(p) }
 func (c *fuzzConn) SetDeadline(time.Time) error      { return nil }
 func (c *fuzzConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *fuzzConn) SetWriteDeadline(time.Time) error { return nil }

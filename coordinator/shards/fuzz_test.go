@@ -5,8 +5,8 @@ import (
 	"errors"
 	"reflect"
 	"runtime"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 )
