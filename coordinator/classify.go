@@ -759,7 +759,7 @@ func (lx *lexer) skipQuoted(q byte, backslash bool) {
 	for lx.i < len(s) {
 		c := s[lx.i]
 		if backslash && c == '\\' {
-			lx.i += 2
+			lx.i = min(lx.i+2, len(s)) // never past the end: callers slice up to lx.i
 			continue
 		}
 		lx.i++

@@ -155,18 +155,6 @@ func BenchmarkClassifySelect(b *testing.B) {
 	}
 }
 
-func FuzzClassify(f *testing.F) {
-	for _, s := range []string{"SELECT 1", "SET a = 'b'; RESET ALL", "SELECT $x$ ; $x$", "/* /* */", "E'\\", `"a""b"`, "$1$", "DEALLOCATE"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, sql string) {
-		c := classify(sql)
-		if c.count < 0 || len(c.ops) > c.count {
-			t.Fatalf("classify(%q): %d ops for %d statements", sql, len(c.ops), c.count)
-		}
-	})
-}
-
 func TestPublicPath(t *testing.T) {
 	cases := map[string]bool{
 		`SET search_path TO public`:                  true,

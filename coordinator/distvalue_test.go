@@ -189,6 +189,8 @@ func TestDistributionValueConstants(t *testing.T) {
 	e.same("SELECT v FROM {t}int8 WHERE id = 26", nil, nil, nil)
 	e.same("INSERT INTO {t}int4 (id, v) VALUES (3000000000, 'too big')", nil, nil, nil) // 22003
 	e.same("INSERT INTO {t}int8 (id, v) VALUES (0x10, 'hex')", nil, nil, nil)           // 42601 on PostgreSQL 15
+	e.same("SELECT v FROM {t}int8 WHERE id = $0", nil, nil, nil)                        // 42P02, not a "?" from the deparser
+	e.same("UPDATE {t}int8 SET v = v WHERE id = 5 AND v = $0", nil, nil, nil)
 
 	// standard_conforming_strings = off: a backslash escapes.
 	e.same("SET standard_conforming_strings = off", nil, nil, nil)
@@ -197,6 +199,10 @@ func TestDistributionValueConstants(t *testing.T) {
 	e.same(`SELECT v FROM {t}text WHERE id = 'it\'s'`, nil, nil, nil)
 	e.same(`SELECT v FROM {t}text WHERE id = 'x\\'`, nil, nil, nil)
 	e.same(`INSERT INTO {t}text (id, v) VALUES ('a\tb', 'scs3'), ('c\'d', 'scs4')`, nil, nil, nil)
+	// An unterminated string ending in a backslash: PostgreSQL's syntax
+	// error (escapeStrings once read past the end: XX000, connection lost).
+	e.same(`SELECT v FROM {t}text WHERE id = 'x\`, nil, nil, nil)
+	e.same(`SELECT v FROM {t}text WHERE id = 'x\'`, nil, nil, nil)
 	// A prepared statement is planned once for every session: with a
 	// backslash, under this setting, it is refused rather than misread.
 	if got := rawRun(e.c.PgConn(), `SELECT v FROM dv_text WHERE id = 'it\'s' AND v = $1`, [][]byte{[]byte("scs2")}, []uint32{25}, nil); got.State != "0A000" {

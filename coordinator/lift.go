@@ -41,6 +41,11 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 			}
 			lx := lexer{s: sql, i: i}
 			lx.dollarQuote()
+			if lx.i == i+1 {
+				// A lone $ (no valid statement has one): a literal after
+				// it would lift to $$1, which starts a dollar quote.
+				return "", nil, false
+			}
 			i = lx.i
 			prevWord, afterBy = false, false
 			continue
@@ -191,6 +196,11 @@ func spliceFrom(sql string, lits []literal, first int) (string, int) {
 			lx := lexer{s: sql, i: i}
 			lx.dollarQuote()
 			i = lx.i
+		case isIdentStart(c):
+			// An identifier may hold $: a$1 is a name, not a placeholder.
+			for i < len(sql) && isIdentChar(sql[i]) {
+				i++
+			}
 		default:
 			i++
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -827,7 +828,14 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(err)
 	}
 	text := string(sql)
-	cls := classify(text)
+	ctext := text
+	if ss.scsOff && strings.IndexByte(text, '\\') >= 0 {
+		// A backslash escapes in a plain string under this setting: the
+		// classifier reads the text as the worker will ('a\'' ; SET ...
+		// is two statements).
+		ctext = escapeStrings(text)
+	}
+	cls := classify(ctext)
 	if !cls.verify && ss.pinned == "" && ss.viewVerify(text, nil) {
 		cls.verify = true // it reads a view that may change session state
 	}
@@ -1274,6 +1282,15 @@ func (ss *session) parse(body []byte) error {
 			return nil
 		}
 		ss.setStmt(ss.prepareOn(st, eRelay), string(name), st)
+		return nil
+	}
+	if ss.scsOff && strings.IndexByte(st.Query, '\\') >= 0 && !reflect.DeepEqual(classify(escapeStrings(st.Query)), st.cls) {
+		// The statement is classified once for every session, as text
+		// under standard_conforming_strings on; here its backslashes
+		// escape, and it reads otherwise (a call hidden in a string).
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"a prepared statement that reads differently with standard_conforming_strings off is not supported").
+			WithHint("Turn standard_conforming_strings on (the default), or use the simple query protocol."))
 		return nil
 	}
 	failed := ss.txStatus() == 'E' // before planning, which may ask the held connection

@@ -209,6 +209,23 @@ func itoa(v int64) string {
 	return string(b[i:])
 }
 
+// zeroParam reports whether sql refers to parameter $0, which parses but
+// which no statement can have.
+func zeroParam(sql string, tree *pg_query.ParseResult) bool {
+	if !strings.Contains(sql, "$0") {
+		return false
+	}
+	found := false
+	for _, raw := range tree.Stmts {
+		Walk(raw.Stmt, func(m proto.Message) {
+			if p, ok := m.(*pg_query.ParamRef); ok && p.Number <= 0 {
+				found = true
+			}
+		})
+	}
+	return found
+}
+
 // pg16Number reports whether sql holds, at a numeric constant's location, a
 // literal PostgreSQL 16 reads and PostgreSQL 15 rejects ("trailing junk
 // after numeric literal"): hexadecimal, octal or binary integers (0x64) and

@@ -222,9 +222,10 @@ func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 		// Let the worker report the syntax error, with its position.
 		return &Plan{Kind: Default, SyntaxError: true}, nil
 	}
-	if pg16Number(sql, tree) {
+	if pg16Number(sql, tree) || zeroParam(sql, tree) {
 		// 0x64 or 1_000: PostgreSQL 15 says "trailing junk after numeric
-		// literal"; the worker is sent the text as is, to say so.
+		// literal"; $0: "there is no parameter $0" (deparsed, it would be
+		// a "?"). The worker is sent the text as is, to say so.
 		return &Plan{Kind: Default, SyntaxError: true}, nil
 	}
 	if len(tree.Stmts) == 1 {

@@ -166,15 +166,18 @@ func (r *Reader) fill(n int) error {
 		// Nothing buffered and the socket was empty at the last read: the
 		// next read is a wait. Wait without the full buffer.
 		r.giveBack()
-		m, err := r.rd.Read(r.idle[:])
-		if m < 0 || m > idleBufSize {
+		// At most what the full buffer holds: a reader smaller than the
+		// idle buffer would otherwise drop the rest.
+		idle := r.idle[:min(idleBufSize, r.size)]
+		m, err := r.rd.Read(idle)
+		if m < 0 || m > len(idle) {
 			panic("wire: reader returned an impossible count")
 		}
 		if m > 0 {
 			r.take()
-			r.w = copy(r.buf, r.idle[:m])
+			r.w = copy(r.buf, idle[:m])
 		}
-		r.drained = m < idleBufSize
+		r.drained = m < len(idle)
 		if err != nil {
 			r.err = err
 		}

@@ -39,38 +39,6 @@ func TestReaderRejectsBadLength(t *testing.T) {
 	}
 }
 
-func FuzzReader(f *testing.F) {
-	f.Add(AppendFrame(nil, 'Q', []byte("SELECT 1\x00")))
-	f.Add([]byte{'P', 0, 0, 0, 4, 'S', 0, 0, 0, 4})
-	f.Add([]byte{0, 0, 0, 8, 4, 210, 22, 47})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		r := NewReader(bytes.NewReader(in), 32)
-		for i := 0; i < 100; i++ {
-			f, err := r.Next()
-			if err != nil {
-				return
-			}
-			if len(f.Body) > len(in) {
-				t.Fatalf("body longer than input")
-			}
-		}
-		_, _ = NewReader(bytes.NewReader(in), 32).ReadStartup(10000)
-		// A pooled reader over a stream that returns a few bytes at a time
-		// reads the same frames as a plain one over the whole input.
-		a, b := NewReader(bytes.NewReader(in), 32), NewPooledReader(iotest.HalfReader(bytes.NewReader(in)), 32)
-		for i := 0; i < 100; i++ {
-			fa, erra := a.Next()
-			fb, errb := b.Next()
-			if (erra == nil) != (errb == nil) || fa.Type != fb.Type || !bytes.Equal(fa.Body, fb.Body) {
-				t.Fatalf("frame %d: plain %q %q %v, pooled %q %q %v", i, fa.Type, fa.Body, erra, fb.Type, fb.Body, errb)
-			}
-			if erra != nil {
-				return
-			}
-		}
-	})
-}
-
 // chunks is a stream that returns one chunk per Read, as a socket returns
 // what has arrived, and records whether r held a full buffer and how much
 // it asked for at each Read.
