@@ -345,11 +345,19 @@ func FuzzLiftLiterals(f *testing.F) {
 		if !ok2 && !comments {
 			t.Fatalf("splice(lift(%q)) failed (lifted %q)", sql, norm)
 		}
+		// A collapsed list is rendered with one space after each comma:
+		// the same text up to whitespace between tokens.
 		cn, cl := collapseLists(norm, lits)
-		if cb, ok3 := spliceLiterals(cn, cl); ok2 && (!ok3 || cb != back) {
+		if cb, ok3 := spliceLiterals(cn, cl); ok2 && (!ok3 || !sameTokens(cb, back)) {
 			t.Fatalf("collapsed %q splices to %q, %v; uncollapsed gives %q", cn, cb, ok3, back)
 		}
 	})
+}
+
+// sameTokens reports whether a and b differ at most in the whitespace
+// between their tokens.
+func sameTokens(a, b string) bool {
+	return strings.Join(strings.Fields(a), " ") == strings.Join(strings.Fields(b), " ")
 }
 
 // fuzzCatalog: accounts int8 and orders text distributed (4 shards),

@@ -18,6 +18,11 @@ type literal struct {
 // (ORDER BY 1 names a column) and escape or dollar quoted strings stay in
 // place. ok is false when nothing was lifted.
 func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
+	if strings.Contains(sql, ").") {
+		// Field selection, (x).f: a constant there, (0).a, would be
+		// deparsed as $1.a and spliced back as 0.a, which does not parse.
+		return "", nil, false
+	}
 	var b strings.Builder
 	last := 0
 	prevWord := false // the last significant character ends a word

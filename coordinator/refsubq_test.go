@@ -210,3 +210,24 @@ func TestStatementErrorBeforeParameterError(t *testing.T) {
 		}
 	}
 }
+
+// TestShardStatementThatWouldNotParse: pg_query deparses (0).a as 0.a,
+// which does not parse; the statement is never sent so rewritten, and the
+// client gets PostgreSQL's own error (42809) for it (fuzz finding).
+func TestShardStatementThatWouldNotParse(t *testing.T) {
+	cl := pgtest.Shared(t)
+	co := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, co.Addr())
+	testTable(t, c, "np_dist", "(k int8 PRIMARY KEY)", "SELECT create_distributed_table('np_dist', 'k')")
+	direct := connect(t, cl.Servers[1].Addr())
+	exec(t, direct, "CREATE TEMP TABLE np_dist (k int8 PRIMARY KEY)")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		for _, q := range []string{"SELECT (0).a FROM np_dist", "SELECT (0).a FROM np_dist WHERE k = 1"} {
+			_, want := direct.Exec(ctx, q, mode)
+			if _, err := c.Exec(ctx, q, mode); sqlState(err) != sqlState(want) || want == nil {
+				t.Errorf("%v: %s: %v, PostgreSQL %v", mode, q, err, want)
+			}
+		}
+	}
+}

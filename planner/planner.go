@@ -217,6 +217,21 @@ func unsupported(format string, args ...any) *pgerr.Error {
 // Build plans one statement text against a catalog snapshot. It parses the
 // text once; callers cache the result by text.
 func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
+	p, err := build(sql, cat)
+	if err == nil && len(p.ShardSQL) > 0 {
+		// pg_query's deparser is not perfect ((0).a came out as 0.a): a
+		// shard statement that does not parse is never sent. The refusal
+		// lets the session ask the default node, which gives PostgreSQL's
+		// own error when the statement is wrong anyway.
+		if _, perr := pg_query.Parse(p.ShardSQL[0]); perr != nil {
+			return nil, unsupported("this statement cannot be rewritten for its shards").
+				WithHint("Write it another way, and report it to pgfleet's developers with the statement.")
+		}
+	}
+	return p, err
+}
+
+func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
 		// Let the worker report the syntax error, with its position.
