@@ -354,10 +354,29 @@ func FuzzLiftLiterals(f *testing.F) {
 	})
 }
 
-// sameTokens reports whether a and b differ at most in the whitespace
-// between their tokens.
+// sameTokens reports whether a and b differ at most in whitespace outside
+// quotes (a collapsed list is written "1, 2"; the client may write "1,2").
 func sameTokens(a, b string) bool {
-	return strings.Join(strings.Fields(a), " ") == strings.Join(strings.Fields(b), " ")
+	strip := func(s string) string {
+		var out strings.Builder
+		var quote byte
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case quote != 0:
+				if c == quote {
+					quote = 0
+				}
+			case c == '\'' || c == '"':
+				quote = c
+			case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+				continue
+			}
+			out.WriteByte(c)
+		}
+		return out.String()
+	}
+	return strip(a) == strip(b)
 }
 
 // fuzzCatalog: accounts int8 and orders text distributed (4 shards),
