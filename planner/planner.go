@@ -716,10 +716,19 @@ func (b *builder) pinnedValue(quals []*pg_query.Node, dist []*metadata.Table) (*
 			}
 		}
 	}
+	// Two constants for one class (a.k = 81 AND b.k = 2 with a.k = b.k)
+	// select no row anywhere, unless they are equal and hash alike: either
+	// routes correctly. The first column by name decides, so that planning
+	// is deterministic.
+	cols := make([]string, 0, len(values))
+	for col := range values {
+		cols = append(cols, col)
+	}
+	sort.Strings(cols)
 	classValue := map[string]*Value{}
-	for col, v := range values {
+	for _, col := range cols {
 		if _, ok := classValue[find(col)]; !ok {
-			classValue[find(col)] = v
+			classValue[find(col)] = values[col]
 		}
 	}
 	// Every occurrence of a distributed table (a self-join has two) must be
