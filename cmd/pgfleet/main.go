@@ -168,6 +168,11 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 		if !ok || name == "" {
 			return coordinator.Config{}, fmt.Errorf("--user %q: want name:password", u)
 		}
+		if pw == "" {
+			// PostgreSQL never accepts an empty password; neither does
+			// pgfleet, which would otherwise let anyone in as name.
+			return coordinator.Config{}, fmt.Errorf("--user %q: the password is empty", name)
+		}
 		users[name] = pw
 	}
 	var lvl slog.Level

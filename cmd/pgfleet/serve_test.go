@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -127,5 +128,20 @@ func TestServeSIGTERM(t *testing.T) {
 	var n int
 	if err := direct.QueryRow(ctx, "SELECT count(*) FROM sigterm_t").Scan(&n); err != nil || n != 2 {
 		t.Errorf("rows committed during shutdown: %d %v, want 2", n, err)
+	}
+}
+
+// TestEmptyPasswordRefused: a --user with an empty password would let
+// anyone in as that user; PostgreSQL never accepts an empty password, and
+// pgfleet refuses to start with one.
+func TestEmptyPasswordRefused(t *testing.T) {
+	f := coordinatorFlags{users: []string{"x:"}}
+	if _, err := f.config("0.0.0.0:7496", []string{"127.0.0.1:5432"}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("--user x: gave %v, want a refusal naming the empty password", err)
+	}
+	f = coordinatorFlags{users: []string{"x:pw:with:colons"}, logLevel: "info"}
+	cfg, err := f.config("127.0.0.1:7496", []string{"127.0.0.1:5432"})
+	if err != nil || cfg.Users["x"] != "pw:with:colons" {
+		t.Errorf("--user x:pw:with:colons: %v, %q", err, cfg.Users["x"])
 	}
 }
