@@ -124,6 +124,9 @@ func TestClientTLS(t *testing.T) {
 func TestClientTLSPsql(t *testing.T) {
 	psql, err := osexec.LookPath("psql")
 	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("psql not on PATH (scripts/test installs it with PostgreSQL)")
+		}
 		t.Skip("psql not on PATH")
 	}
 	cl := pgtest.Shared(t)
