@@ -235,7 +235,14 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 	if v.Assign {
 		// An INSERT stores the value with the column's type modifier.
 		if typ, err = ss.srv.columnType(sc, p.DistTable); err != nil {
-			ac.abort()
+			var e *pgerr.Error
+			if errors.As(err, &e) && e.Code == pgerr.ConnectionFailure {
+				ac.abort()
+				return 0, err
+			}
+			if derr := ac.done(); derr != nil {
+				return 0, derr
+			}
 			return 0, err
 		}
 	}
@@ -306,7 +313,10 @@ type columnTypes struct {
 }
 
 // columnType is the distribution column's type as an INSERT stores it
-// ("character varying(4)"), read from the worker once per catalog version.
+// ("character varying(4)"), read once per catalog version from sc's worker:
+// from the table there (the default node) or one of its shards (the
+// others; a session may hold a connection to any worker). It never guesses:
+// without the column it refuses.
 func (s *Server) columnType(sc *pooling.ServerConn, table string) (string, error) {
 	snap := s.catalog.Load()
 	key := strconv.FormatInt(snap.Version, 10) + "\x00" + table
@@ -317,18 +327,28 @@ func (s *Server) columnType(sc *pooling.ServerConn, table string) (string, error
 		return t, nil
 	}
 	tb := snap.Table(table)
-	if tb == nil {
+	dot := strings.IndexByte(table, '.')
+	if tb == nil || dot < 0 {
 		return "", errCatalogMoved
 	}
-	rows, err := queryText(sc, "SELECT pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass("+
-		quoteLiteral(table)+") AND attname = "+quoteLiteral(tb.DistColumn)+" AND NOT attisdropped")
+	rel := table[dot+1:]
+	names := []string{quoteLiteral(rel)}
+	for _, sh := range snap.Shards[table] {
+		names = append(names, quoteLiteral(metadata.ShardName(rel, sh.ID)))
+	}
+	rows, err := queryText(sc, "SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a"+
+		" JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"+
+		" WHERE n.nspname = "+quoteLiteral(table[:dot])+" AND c.relname IN ("+strings.Join(names, ", ")+")"+
+		" AND a.attname = "+quoteLiteral(tb.DistColumn)+" AND NOT a.attisdropped LIMIT 1")
 	if err != nil {
 		return "", err
 	}
-	t = tb.DistType
-	if len(rows) == 1 && rows[0][0] != nil {
-		t = *rows[0][0]
+	if len(rows) != 1 || rows[0][0] == nil {
+		return "", pgerr.New(pgerr.FeatureNotSupported,
+			"pgfleet cannot read the type of %s.%s on worker %s to compute the distribution value", table, tb.DistColumn, sc.Addr).
+			WithHint("Write the distribution value as a constant of the column's type %s without trailing spaces.", tb.DistType)
 	}
+	t = *rows[0][0]
 	s.colTypes.mu.Lock()
 	if s.colTypes.m == nil || len(s.colTypes.m) > 1000 {
 		s.colTypes.m = map[string]string{}

@@ -401,3 +401,57 @@ func TestDistributionValueCopy(t *testing.T) {
 	e.same("SELECT v FROM {t}int8 WHERE id = 42", nil, nil, nil)
 	e.placed()
 }
+
+// TestVarcharPadHeldOnOtherWorker: a transaction holding a connection to a
+// worker other than the default node inserts 'wxyz   ' into varchar(4).
+// The column's type (with its length) was read from that worker, where
+// only shards exist, found nothing and fell back to plain varchar: the
+// value was hashed with its spaces and the row stored in the wrong shard
+// (difftest seed 20261209, statement 4633). The type is read from a shard
+// there now.
+func TestVarcharPadHeldOnOtherWorker(t *testing.T) {
+	e := newDistEnv(t)
+	ctx := context.Background()
+	meta := connect(t, e.meta)
+	// A key whose shard is not on the default node (the metadata worker).
+	var key string
+	for i := 0; i < 200 && key == ""; i++ {
+		k := fmt.Sprintf("h%03d", i)
+		var addr string
+		if err := meta.QueryRow(ctx, `SELECT n.host || ':' || n.port FROM pgfleet.shards s
+			JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+			WHERE s.table_name = 'public.dv_vc' AND pg_catalog.hashtext($1) BETWEEN s.min_hash AND s.max_hash`, k).Scan(&addr); err != nil {
+			t.Fatal(err)
+		}
+		if addr != e.meta {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatal("no key of dv_vc has its shard on the second worker")
+	}
+	for _, pre := range []string{"dv_", "dvo_"} {
+		exec(t, e.c, "INSERT INTO "+pre+"vc (id, v) VALUES ('wxyz', 'first')")
+	}
+	for _, pre := range []string{"dv_", "dvo_"} {
+		tx, err := e.c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT v FROM "+pre+"vc WHERE id = '"+key+"'", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+		tag, err := tx.Exec(ctx, "INSERT INTO "+pre+"vc (id, v) VALUES ('wxyz   ', 'padded') ON CONFLICT DO NOTHING", pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatalf("%s: %v", pre, err)
+		}
+		if tag.String() != "INSERT 0 0" {
+			t.Errorf("%s: %s, want INSERT 0 0 ('wxyz' is there)", pre, tag)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.same("SELECT id, v FROM {t}vc WHERE id = 'wxyz'", nil, nil, nil)
+	e.placed()
+}
