@@ -300,3 +300,113 @@ func TestLargeMessageNotKept(t *testing.T) {
 		t.Logf("heap %d MiB idle, %d MiB after", idle>>20, used>>20)
 	}
 }
+
+// bigQuery is a Query message of about n bytes whose answer is its
+// literal's length.
+func bigQuery(n int) (msg []byte, length int) {
+	length = n - 64
+	body := "SELECT length('" + strings.Repeat("x", length) + "')::text\x00"
+	return append(header('Q', len(body)), body...), length
+}
+
+// receiveRow reads until ReadyForQuery and returns the first DataRow's
+// first value, or the error.
+func receiveRow(t *testing.T, c net.Conn, fe *pgproto3.Frontend) (string, *pgproto3.ErrorResponse) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var val string
+	var perr *pgproto3.ErrorResponse
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			if perr != nil {
+				return val, perr
+			}
+			t.Fatalf("waiting for an answer: %v", err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.DataRow:
+			val = string(m.Values[0])
+		case *pgproto3.ErrorResponse:
+			e := *m
+			perr = &e
+			if e.Severity == "FATAL" {
+				return val, perr
+			}
+		case *pgproto3.ReadyForQuery:
+			return val, perr
+		}
+	}
+}
+
+// TestMessageMemory: large messages of all sessions together stay within
+// --message-memory. With room for one 4 MiB query at a time, a second
+// session's 4 MiB query waits while the first is being sent and, past the
+// wait, ends with FATAL 53200 without its body being read; once the first
+// is answered the memory is back and the next large query runs.
+func TestMessageMemory(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) {
+		c.MaxMessageSize = 4 << 20
+		c.MessageMemory = 6 << 20
+		c.MessageMemoryWait = time.Second
+	})
+	q, n := bigQuery(4 << 20)
+
+	a, afe := hijacked(t, srv.Addr())
+	if _, err := a.Write(q[:1<<20]); err != nil { // header and part of the body
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // a's reader has reserved its body
+	b, bfe := hijacked(t, srv.Addr())
+	go func() { _, _ = b.Write(q) }()
+	start := time.Now()
+	if _, e := receiveRow(t, b, bfe); e == nil || e.Code != "53200" || e.Severity != "FATAL" {
+		t.Errorf("second 4 MiB query while the first is read: got %+v, want FATAL 53200", e)
+	} else if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Errorf("53200 after %v, before the 1s wait", waited)
+	} else {
+		t.Logf("53200 after %v: %s %s", waited.Round(time.Millisecond), e.Message, e.Detail)
+	}
+
+	if _, err := a.Write(q[1<<20:]); err != nil {
+		t.Fatal(err)
+	}
+	if v, e := receiveRow(t, a, afe); e != nil || v != fmt.Sprint(n) {
+		t.Fatalf("first query: %q %+v", v, e)
+	}
+	// a's body is given back when it reads its next message.
+	if _, err := a.Write(append(header('Q', len("SELECT 'small'\x00")), "SELECT 'small'\x00"...)); err != nil {
+		t.Fatal(err)
+	}
+	if v, e := receiveRow(t, a, afe); e != nil || v != "small" {
+		t.Fatalf("small query: %q %+v", v, e)
+	}
+	c, cfe := hijacked(t, srv.Addr())
+	if _, err := c.Write(q); err != nil {
+		t.Fatal(err)
+	}
+	if v, e := receiveRow(t, c, cfe); e != nil || v != fmt.Sprint(n) {
+		t.Errorf("4 MiB query after the first was answered: %q %+v", v, e)
+	}
+	// A session that ends holding its share gives it back.
+	d, _ := hijacked(t, srv.Addr())
+	if _, err := d.Write(q[:1<<20]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	d.Close()
+	time.Sleep(time.Second)
+	e, efe := hijacked(t, srv.Addr())
+	if _, err := e.Write(q); err != nil {
+		t.Fatal(err)
+	}
+	if v, perr := receiveRow(t, e, efe); perr != nil || v != fmt.Sprint(n) {
+		t.Errorf("4 MiB query after a session ended midway through one: %q %+v", v, perr)
+	}
+	// Config: a message memory below the largest message is refused.
+	if _, err := coordinator.New(coordinator.Config{Listen: "127.0.0.1:0", Workers: []string{"127.0.0.1:1"},
+		MaxMessageSize: 8 << 20, MessageMemory: 4 << 20}); err == nil || !strings.Contains(err.Error(), "message memory") {
+		t.Errorf("New with message memory below the max message size: %v, want refused", err)
+	}
+}

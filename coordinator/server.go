@@ -72,6 +72,15 @@ type Config struct {
 	// body is read; bodies are read as they arrive, never allocated from
 	// the length word.
 	MaxMessageSize int
+	// MessageMemory bounds the memory that large client messages (bodies
+	// over the 8 KiB read buffer) take across all sessions at once (default
+	// 512 MiB, at least MaxMessageSize): a session reserves a body's size
+	// before reading it and gives it back with its next message. A session
+	// that cannot get its share within MessageMemoryWait (default 30s)
+	// ends with FATAL 53200 out of memory, as a backend that cannot
+	// allocate would.
+	MessageMemory     int64
+	MessageMemoryWait time.Duration
 	// IdleInTransactionTimeout ends a session idle in a transaction block
 	// for longer (FATAL 25P03, as idle_in_transaction_session_timeout does)
 	// and rolls its transaction back; 0: no limit beyond what the session
@@ -103,6 +112,7 @@ type Config struct {
 const (
 	DefaultMaxClientConnections = 10000
 	DefaultMaxMessageSize       = 256 << 20
+	DefaultMessageMemory        = 512 << 20
 )
 
 // Server is one coordinator.
@@ -111,8 +121,10 @@ type Server struct {
 	log     *slog.Logger
 	ln      net.Listener
 	metrics *metrics
-	pm      *pooling.Metrics
-	stmts   stmtRegistry
+	// msgMemory is Config.MessageMemory, shared by the sessions' readers.
+	msgMemory *wire.Budget
+	pm        *pooling.Metrics
+	stmts     stmtRegistry
 
 	catalog     atomic.Pointer[metadata.Snapshot]
 	defaultNode atomic.Int32
@@ -221,6 +233,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxMessageSize > wire.MaxMessageLen {
 		return nil, fmt.Errorf("max message size %d is over PostgreSQL's 1 GiB", cfg.MaxMessageSize)
 	}
+	if cfg.MessageMemory <= 0 {
+		cfg.MessageMemory = max(DefaultMessageMemory, int64(cfg.MaxMessageSize))
+	}
+	if cfg.MessageMemory < int64(cfg.MaxMessageSize) {
+		return nil, fmt.Errorf("message memory %d is less than the max message size %d: a message of the largest size could never be read",
+			cfg.MessageMemory, cfg.MaxMessageSize)
+	}
+	if cfg.MessageMemoryWait <= 0 {
+		cfg.MessageMemoryWait = 30 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -279,7 +301,8 @@ func New(cfg Config) (*Server, error) {
 	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
-		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS)}
+		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
+		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait)}
 	s.span.Store(int32(len(cfg.Workers)))
 	return s, nil
 }

@@ -390,6 +390,10 @@ func (ss *session) run() {
 // dropped, so that one large statement does not stay in a session's memory.
 const maxKeptBuf = 1 << 20
 
+// largeRelay: a relayed message with a longer body is written to the worker
+// from where it lies rather than copied into the output buffer.
+const largeRelay = 64 << 10
+
 func (ss *session) shrink() {
 	if cap(ss.qbuf) > maxKeptBuf {
 		ss.qbuf = nil
@@ -408,12 +412,23 @@ func (ss *session) shrink() {
 // message).
 func clientReadError(err error) error {
 	var le *wire.LengthError
+	var be *wire.BudgetError
 	switch {
 	case errors.As(err, &le):
 		e := pgerr.Fatal(pgerr.ProtocolViolation, "invalid message length")
 		e.Detail = fmt.Sprintf("Message type %q of %d bytes is longer than the limit of %d bytes.", le.Type, le.Len-4, le.Max)
 		if le.Max >= 1<<20 {
 			e.Hint = "The coordinator's --max-message-size bounds queries, Bind parameters and COPY data."
+		}
+		return e
+	case errors.As(err, &be):
+		e := pgerr.Fatal(pgerr.OutOfMemory, "out of memory")
+		if be.Wait > 0 {
+			e.Detail = fmt.Sprintf("Message type %q of %d bytes waited %v for memory: the coordinator's --message-memory (%d MiB) was taken by other sessions' large messages.",
+				be.Type, be.Len, be.Wait, be.Budget>>20)
+			e.Hint = "Retry; if this happens often, raise --message-memory or send smaller statements."
+		} else {
+			e.Detail = fmt.Sprintf("Message type %q of %d bytes is larger than the coordinator's --message-memory (%d MiB).", be.Type, be.Len, be.Budget>>20)
 		}
 		return e
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
@@ -1102,7 +1117,11 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		ss.verifyNext = false
 		ss.snapshotState(false, string(body))
 	}
-	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
+	if len(body) > largeRelay {
+		ss.sc.AppendLarge(typ, body) // written from the client's message, not copied
+	} else {
+		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
+	}
 	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject})
 	return ss.roundTrip()
 }

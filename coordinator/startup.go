@@ -79,6 +79,8 @@ func (s *Server) serveConn(c net.Conn, tooMany bool) {
 		return
 	}
 	ss.r.SetLimits(s.cfg.MaxMessageSize, wire.SmallMessageLen)
+	ss.r.SetBudget(s.msgMemory)
+	defer ss.r.Release()
 	if err := ss.begin(startup); err != nil {
 		ss.fatal(err)
 		return

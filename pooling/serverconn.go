@@ -2,6 +2,7 @@ package pooling
 
 import (
 	"context"
+	"encoding/binary"
 	"io"
 	"net"
 	"syscall"
@@ -19,6 +20,7 @@ type ServerConn struct {
 	conn   net.Conn
 	R      *wire.Reader
 	wbuf   []byte
+	segs   [][]byte // output before wbuf, written as they are (AppendLarge)
 	PID    uint32
 	Secret []byte
 	Addr   string
@@ -79,8 +81,28 @@ func (c *ServerConn) Buf() []byte { return c.wbuf }
 // SetBuf stores the output buffer after appending.
 func (c *ServerConn) SetBuf(b []byte) { c.wbuf = b }
 
-// Flush writes the pending output in one write.
+// AppendLarge adds a message whose body is written from where it lies
+// instead of being copied into the output buffer (a large client message
+// would otherwise be held twice). body must not change until Flush.
+func (c *ServerConn) AppendLarge(typ byte, body []byte) {
+	c.wbuf = append(c.wbuf, typ, 0, 0, 0, 0)
+	binary.BigEndian.PutUint32(c.wbuf[len(c.wbuf)-4:], uint32(len(body)+4))
+	c.segs = append(c.segs, c.wbuf, body)
+	c.wbuf = nil // later messages go after body, in a new buffer
+}
+
+// Flush writes the pending output in one write (a vectored one after
+// AppendLarge).
 func (c *ServerConn) Flush() error {
+	if len(c.segs) > 0 {
+		bufs := net.Buffers(append(c.segs, c.wbuf))
+		_, err := bufs.WriteTo(c.conn)
+		c.segs, c.wbuf = nil, make([]byte, 0, 4096)
+		if err != nil {
+			c.broken = true
+		}
+		return err
+	}
 	if len(c.wbuf) == 0 {
 		return nil
 	}

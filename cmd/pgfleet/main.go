@@ -91,6 +91,7 @@ type coordinatorFlags struct {
 	workerSSLRootCert string
 	maxClients        int
 	maxMessage        sizeFlag
+	messageMemory     sizeFlag
 	idleInTxn         time.Duration
 }
 
@@ -115,6 +116,9 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	f.maxMessage = sizeFlag(coordinator.DefaultMaxMessageSize)
 	fs.Var(&f.maxMessage, "max-message-size",
 		"longest message from an authenticated client (a query, Bind with its parameters, CopyData), e.g. 64MiB, up to 1GiB; before authentication PostgreSQL's own bounds (64 KiB) apply")
+	fs.Var(&f.messageMemory, "message-memory",
+		"memory that large client messages (over 8 KiB) may take across all sessions at once; a session waits up to 30s for its share, then\n"+
+			"ends with 53200 out of memory (default 512MiB, or --max-message-size when larger; at least --max-message-size)")
 	fs.DurationVar(&f.idleInTxn, "idle-in-transaction-timeout", envDuration("PGFLEET_IDLE_IN_TRANSACTION_TIMEOUT", 0),
 		"end a session idle in a transaction block for longer, rolling it back (FATAL 25P03; 0: off; a session's own idle_in_transaction_session_timeout applies too)")
 }
@@ -184,7 +188,8 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 		WorkerPassword: f.workerPassword, PoolSize: f.poolSize, PoolTimeout: f.poolTimeout,
 		StartupTimeout: f.startupTimeout, Logger: log, TLSRequired: f.tlsRequired,
 		WorkerTLS:            pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert},
-		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn}
+		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn,
+		MessageMemory: int64(f.messageMemory)}
 	if f.tlsCert != "" || f.tlsKey != "" {
 		if f.tlsCert == "" || f.tlsKey == "" {
 			return coordinator.Config{}, fmt.Errorf("--tls-cert and --tls-key go together")

@@ -61,6 +61,7 @@ const (
 	BadCopyFileFormat = "22P04"
 	DuplicateTable    = "42P07"
 	SyntaxError       = "42601"
+	OutOfMemory       = "53200"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,

@@ -66,6 +66,9 @@ type Reader struct {
 
 	limit int // largest body accepted
 	small int // largest body of a data-less client message; 0: no such check
+
+	budget *Budget // nil: large bodies are not counted
+	held   int64   // what the last large body holds of budget
 }
 
 // idleBufSize is the buffer a pooled Reader waits for input with: enough for
@@ -254,6 +257,7 @@ func (r *Reader) readFull(p []byte) error {
 
 // Next returns the next frame. The body is valid until the next call.
 func (r *Reader) Next() (Frame, error) {
+	r.Release()
 	if err := r.fill(5); err != nil {
 		if err == io.EOF && r.w > r.r {
 			err = io.ErrUnexpectedEOF
@@ -281,6 +285,9 @@ func (r *Reader) Next() (Frame, error) {
 		// first that may move, refill or give back the buffer.
 		return Frame{Type: typ, Body: body}, nil
 	}
+	if err := r.reserve(typ, n); err != nil {
+		return Frame{}, err
+	}
 	r.r += 5
 	// The body grows as its bytes arrive (at most doubling per step), so a
 	// header that claims a huge body costs memory only for what is sent.
@@ -294,6 +301,7 @@ func (r *Reader) Next() (Frame, error) {
 		}
 		body = body[:len(body)+step]
 		if err := r.readFull(body[len(body)-step:]); err != nil {
+			r.Release()
 			return Frame{}, unexpected(err)
 		}
 	}
