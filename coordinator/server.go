@@ -74,7 +74,7 @@ type Config struct {
 	MaxMessageSize int
 	// MessageMemory bounds the memory that large client messages (bodies
 	// over the 8 KiB read buffer) take across all sessions at once (default
-	// 512 MiB, at least MaxMessageSize): a session reserves a body's size
+	// 256 MiB, at least MaxMessageSize): a session reserves a body's size
 	// before reading it and gives it back with its next message. A session
 	// that cannot get its share within MessageMemoryWait (default 30s)
 	// ends with FATAL 53200 out of memory, as a backend that cannot
@@ -112,7 +112,7 @@ type Config struct {
 const (
 	DefaultMaxClientConnections = 10000
 	DefaultMaxMessageSize       = 256 << 20
-	DefaultMessageMemory        = 512 << 20
+	DefaultMessageMemory        = 256 << 20
 )
 
 // Server is one coordinator.

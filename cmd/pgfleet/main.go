@@ -118,7 +118,7 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 		"longest message from an authenticated client (a query, Bind with its parameters, CopyData), e.g. 64MiB, up to 1GiB; before authentication PostgreSQL's own bounds (64 KiB) apply")
 	fs.Var(&f.messageMemory, "message-memory",
 		"memory that large client messages (over 8 KiB) may take across all sessions at once; a session waits up to 30s for its share, then\n"+
-			"ends with 53200 out of memory (default 512MiB, or --max-message-size when larger; at least --max-message-size)")
+			"ends with 53200 out of memory (default 256MiB, or --max-message-size when larger; at least --max-message-size)")
 	fs.DurationVar(&f.idleInTxn, "idle-in-transaction-timeout", envDuration("PGFLEET_IDLE_IN_TRANSACTION_TIMEOUT", 0),
 		"end a session idle in a transaction block for longer, rolling it back (FATAL 25P03; 0: off; a session's own idle_in_transaction_session_timeout applies too)")
 }
