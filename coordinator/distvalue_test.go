@@ -412,24 +412,7 @@ func TestDistributionValueCopy(t *testing.T) {
 func TestVarcharPadHeldOnOtherWorker(t *testing.T) {
 	e := newDistEnv(t)
 	ctx := context.Background()
-	meta := connect(t, e.meta)
-	// A key whose shard is not on the default node (the metadata worker).
-	var key string
-	for i := 0; i < 200 && key == ""; i++ {
-		k := fmt.Sprintf("h%03d", i)
-		var addr string
-		if err := meta.QueryRow(ctx, `SELECT n.host || ':' || n.port FROM pgfleet.shards s
-			JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
-			WHERE s.table_name = 'public.dv_vc' AND pg_catalog.hashtext($1) BETWEEN s.min_hash AND s.max_hash`, k).Scan(&addr); err != nil {
-			t.Fatal(err)
-		}
-		if addr != e.meta {
-			key = k
-		}
-	}
-	if key == "" {
-		t.Fatal("no key of dv_vc has its shard on the second worker")
-	}
+	key := e.keyElsewhere("public.dv_vc", "hashtext", func(i int) string { return fmt.Sprintf("h%03d", i) })
 	for _, pre := range []string{"dv_", "dvo_"} {
 		exec(t, e.c, "INSERT INTO "+pre+"vc (id, v) VALUES ('wxyz', 'first')")
 	}
@@ -454,4 +437,54 @@ func TestVarcharPadHeldOnOtherWorker(t *testing.T) {
 	}
 	e.same("SELECT id, v FROM {t}vc WHERE id = 'wxyz'", nil, nil, nil)
 	e.placed()
+}
+
+// keyElsewhere returns the first of the keys key(0), key(1), ... of table
+// whose shard is not on the default node (the metadata worker); hashFn is
+// the column type's hash function.
+func (e *distEnv) keyElsewhere(table, hashFn string, key func(int) string) string {
+	e.t.Helper()
+	meta := connect(e.t, e.meta)
+	for i := 0; i < 200; i++ {
+		var addr string
+		if err := meta.QueryRow(context.Background(), `SELECT n.host || ':' || n.port FROM pgfleet.shards s
+			JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+			WHERE s.table_name = $1 AND pg_catalog.`+hashFn+`($2) BETWEEN s.min_hash AND s.max_hash`, table, key(i)).Scan(&addr); err != nil {
+			e.t.Fatal(err)
+		}
+		if addr != e.meta {
+			return key(i)
+		}
+	}
+	e.t.Fatalf("no key of %s has its shard on the second worker", table)
+	return ""
+}
+
+// TestUnparsedLatin1AfterSetInTransaction: a transaction on the second
+// worker sets client_encoding LATIN1, then sends a statement pgfleet
+// cannot parse with LATIN1 text. Asking the default node to parse it on a
+// pooled connection (without the transaction's SET) read the text as
+// UTF-8 and answered 22021 where PostgreSQL reads it as LATIN1 (difftest
+// seed 20261209, statement 12575). Such a statement is refused now.
+func TestUnparsedLatin1AfterSetInTransaction(t *testing.T) {
+	e := newDistEnv(t)
+	ctx := context.Background()
+	key := e.keyElsewhere("public.dv_int4", "hashint4", func(i int) string { return fmt.Sprint(i + 1) })
+	pc := e.c.PgConn()
+	var codes []string
+	for _, q := range []string{"BEGIN", "SELECT v FROM dv_int4 WHERE id = " + key, "SET client_encoding TO 'LATIN1'",
+		"XX INSERT INTO dv_int4 (id, v) VALUES (1, 'na\xefve')", "ROLLBACK", "SET client_encoding TO 'UTF8'"} {
+		_, err := pc.Exec(ctx, q).ReadAll()
+		codes = append(codes, sqlState(err))
+	}
+	if want := []string{"", "", "", "0A000", "", ""}; !reflect.DeepEqual(codes, want) {
+		t.Errorf("SQLSTATEs %q, want %q (PostgreSQL: 42601 for the statement; 0A000 is pgfleet's refusal)", codes, want)
+	}
+	// Outside a transaction the default node still gives PostgreSQL's error.
+	for _, q := range []string{"SET client_encoding TO 'LATIN1'", "XX INSERT INTO dv_int4 (id, v) VALUES (1, 'na\xefve')", "SET client_encoding TO 'UTF8'"} {
+		_, err := pc.Exec(ctx, q).ReadAll()
+		if got := sqlState(err); q[0] == 'X' && got != "42601" {
+			t.Errorf("%q outside a transaction: %q, want 42601", q, got)
+		}
+	}
 }

@@ -38,7 +38,10 @@ func (ss *session) unparsed(sql string) error {
 	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync || ss.node != ss.srv.defaultNode.Load() {
 		// (Another worker holds only shards: the statement's tables would
 		// not resolve there.)
-		if ss.settingsUnknown {
+		if ss.settingsUnknown || ss.txSet || len(ss.pending) > 0 {
+			// A pooled connection would lack what the session changed
+			// where pgfleet cannot follow, or a SET of this transaction
+			// (client_encoding: the text would be read as UTF-8).
 			return refuse
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
