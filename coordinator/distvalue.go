@@ -139,7 +139,9 @@ func fastHash(p *planner.Plan, v *planner.Value, in distInput, foreignEnc bool) 
 				x = int64(binary.BigEndian.Uint64(in.val))
 			}
 		} else if x, err = metadata.ParseInt(s, in.val); err != nil {
-			return 0, false, err
+			// PostgreSQL reports it at Bind, after any error of Parse
+			// (a constant the column rejects): it decides which.
+			return 0, true, nil
 		}
 		if v.Cast != "" {
 			if lo, hi := metadata.IntRange(v.Cast); x < lo || x > hi {
@@ -180,7 +182,7 @@ func fastHash(p *planner.Plan, v *planner.Value, in distInput, foreignEnc bool) 
 		}
 		u, err := metadata.ParseUUID(string(in.val))
 		if err != nil {
-			return 0, false, err
+			return 0, true, nil // as for integers
 		}
 		return metadata.HashUUID(u), false, nil
 	}
@@ -272,7 +274,7 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 		ac.abort()
 		return 0, lostWorker(sc.Addr, err)
 	}
-	h, failed := anyShard, false
+	h, failed, dataErr := anyShard, false, false
 	for {
 		f, err := sc.Next()
 		if err != nil {
@@ -287,6 +289,8 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 			}
 		case 'E':
 			failed = true
+			var e pgproto3.ErrorResponse
+			dataErr = e.Decode(f.Body) == nil && strings.HasPrefix(e.Code, "22")
 		case 'S':
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
@@ -295,7 +299,12 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 				return 0, err
 			}
 			if failed {
-				if ac.strict {
+				// Outside the client's transaction a failure proves
+				// nothing, unless it is a built-in type's input or cast
+				// rejecting the value (22003 for -32769 as int2): then
+				// the worker rejects it too, after any error PostgreSQL
+				// reports first (a constant the column refuses, 22008).
+				if ac.strict && !(dataErr && !v.Computed && in.src != "") {
 					return 0, errAskElsewhere(p, v)
 				}
 				return anyShard, nil // the worker gives PostgreSQL's answer

@@ -488,3 +488,60 @@ func TestUnparsedLatin1AfterSetInTransaction(t *testing.T) {
 		}
 	}
 }
+
+// sameInTx is same for a statement run in a transaction after pre, each
+// side in its own transaction (an error aborts it), rolled back after.
+func (e *distEnv) sameInTx(pre, sql string, args [][]byte, oids []uint32, formats []int16) {
+	e.t.Helper()
+	e.inTx(false, pre, sql, args, oids, formats)
+}
+
+// inTx is sameInTx; refusable allows pgfleet's 0A000.
+func (e *distEnv) inTx(refusable bool, pre, sql string, args [][]byte, oids []uint32, formats []int16) {
+	e.t.Helper()
+	var outs [2]oracleRun
+	for i, prefix := range []string{"dv_", "dvo_"} {
+		for _, q := range []string{"BEGIN", strings.ReplaceAll(pre, "{t}", prefix)} {
+			if r := rawRun(e.c.PgConn(), q, nil, nil, nil); r.State != "" {
+				e.t.Fatalf("%s: %s", q, r.State)
+			}
+		}
+		outs[i] = rawRun(e.c.PgConn(), strings.ReplaceAll(sql, "{t}", prefix), args, oids, formats)
+		rawRun(e.c.PgConn(), "ROLLBACK", nil, nil, nil)
+	}
+	if !reflect.DeepEqual(outs[0], outs[1]) && !(refusable && outs[0].State == "0A000") {
+		e.t.Errorf("after BEGIN; %s: %s %q (oids %v):\n got %+v\nwant %+v (plain PostgreSQL)", pre, sql, args, oids, outs[0], outs[1])
+	}
+}
+
+// TestDistributionValueErrorOrder: a parameter its declared type rejects
+// (-32769 as int2) fails at Bind, after any error of Parse (a constant the
+// column rejects: '05/15/2001' as a date under DMY). The coordinator read
+// the parameter itself and answered 22003 where PostgreSQL answers 22008
+// (difftest seed 20261209, statement 150843); in a transaction it now asks
+// PostgreSQL, and the worker decides which error comes first.
+func TestDistributionValueErrorOrder(t *testing.T) {
+	e := newDistEnv(t)
+	exec(t, e.c, "SET DateStyle TO DMY")
+	t.Cleanup(func() { exec(t, e.c, "RESET DateStyle") })
+	const ins = "INSERT INTO {t}int4 (id, v) VALUES ($1, '%s'::date::text)"
+	const uuidSel = "SELECT count(*) FROM {t}int4 WHERE v = '%s'::date::text AND $1::uuid IS NOT NULL"
+	for _, pre := range []string{"SELECT 1", "SELECT v FROM {t}int4 WHERE id = 1", "SELECT v FROM {t}int4 WHERE id = 2", "SELECT count(*) FROM {t}int4"} {
+		for _, date := range []string{"05/15/2001", "15/05/2001"} {
+			for _, v := range []string{"-32769", "32768", "x", "7"} {
+				e.sameInTx(pre, fmt.Sprintf(ins, date), [][]byte{[]byte(v)}, []uint32{21}, []int16{0})
+				e.sameInTx(pre, fmt.Sprintf(ins, date), [][]byte{[]byte(v)}, []uint32{0}, []int16{0})
+			}
+			e.sameInTx(pre, fmt.Sprintf(uuidSel, date), [][]byte{[]byte("not-a-uuid")}, []uint32{2950}, []int16{0})
+		}
+		// A computed value failing outside the transaction proves
+		// nothing (its casts may be the transaction's): refused or right.
+		e.inTx(true, pre, "INSERT INTO {t}text (id, v) VALUES ($1::uuid::text, '05/15/2001'::date::text)", [][]byte{[]byte("zz")}, []uint32{0}, []int16{0})
+	}
+	// Outside a transaction too.
+	for _, v := range []string{"-32769", "x"} {
+		e.same(fmt.Sprintf(ins, "05/15/2001"), [][]byte{[]byte(v)}, []uint32{21}, []int16{0})
+		e.same(fmt.Sprintf(ins, "15/05/2001"), [][]byte{[]byte(v)}, []uint32{21}, []int16{0})
+	}
+	e.placed()
+}
