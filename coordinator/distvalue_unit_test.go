@@ -36,8 +36,10 @@ func TestFastHash(t *testing.T) {
 		{"binary int8 out of int4", p4, bare, distInput{src: "int8", val: be(8, 3000000000), binary: true}, anyShard, false, false},
 		{"binary wrong length", p8, bare, distInput{src: "int8", val: be(4, 1), binary: true}, anyShard, false, false},
 		{"numeric asks", p8, bare, distInput{src: "numeric", val: []byte("100.0")}, 0, true, false},
-		{"bad int8 text", p8, bare, distInput{src: "int8", val: []byte("abc")}, 0, false, true},
-		{"cast out of range", p8, &planner.Value{Param: 1, Cast: "int2"}, distInput{src: "unspecified", val: []byte("70000")}, 0, false, true}, // 22003, as the worker's Bind
+		// A value its type rejects is asked: PostgreSQL decides which error
+		// comes first (a Parse error before this Bind's 22P02 or 22003).
+		{"bad int8 text", p8, bare, distInput{src: "int8", val: []byte("abc")}, 0, true, false},
+		{"cast out of range", p8, &planner.Value{Param: 1, Cast: "int2"}, distInput{src: "unspecified", val: []byte("70000")}, 0, true, false},
 		{"bpchar against text", pt, bare, distInput{src: "bpchar", val: []byte("a  ")}, metadata.HashTextString("a"), false, false},
 		{"varchar against text", pt, bare, distInput{src: "varchar", val: []byte("a  "), binary: true}, metadata.HashTextString("a  "), false, false},
 		{"bpchar against varchar", pv, bare, distInput{src: "bpchar", val: []byte("a ")}, 0, false, true},

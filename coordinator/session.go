@@ -264,7 +264,23 @@ func (ss *session) fatal(err error) {
 	er := pgerr.Flatten(err)
 	ss.out, _ = er.Encode(ss.out)
 	_ = ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = ss.flush()
+	if ss.flush() == nil {
+		ss.linger()
+	}
+}
+
+// linger lets a client that is still sending (the rest of a message over
+// the limit) read the FATAL before the connection closes: closing a socket
+// with unread input resets it, and the reset can discard the error the
+// client has not read yet. The write side is shut, then input is read and
+// dropped until the client closes, for at most a second and 64 MiB.
+func (ss *session) linger() {
+	cw, ok := ss.conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = ss.conn.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, ss.conn, 64<<20)
 }
 
 // A session's wait states (session.wait).
