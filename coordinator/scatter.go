@@ -35,8 +35,6 @@ import (
 var errScatter = errors.New("multi-shard statement")
 
 const (
-	// maxGatherBytes bounds the partial rows a merge gathers.
-	maxGatherBytes = 64 << 20
 	// codeProgramLimitExceeded is SQLSTATE 54000.
 	codeProgramLimitExceeded = "54000"
 	// firstNormalOID: types below it are built in, with the same OID and
@@ -155,8 +153,11 @@ type planRuntime struct {
 	mu       sync.Mutex
 	checked  bool
 	checkErr error
-	merges   map[string]mergeStmt
-	ncols    int // partial columns, once known (the select list has a *)
+	// collations: a gathered table's columns whose collation is not the
+	// database default, and theirs (qualified, quoted).
+	collations map[string]string
+	merges     map[string]mergeStmt
+	ncols      int // partial columns, once known (the select list has a *)
 }
 
 type mergeStmt struct {
@@ -282,6 +283,29 @@ func errTxnIsolation(level string) error {
 			"use READ COMMITTED (the default), run the query outside the transaction block, or pin it to one shard with WHERE <distribution column> = <value>.")
 }
 
+// timeWordValue reports whether a constant or text parameter of the
+// statement reads as the current moment ('now', 'today', ...) when given
+// to a date/time type.
+func (r *scatterRun) timeWordValue() bool {
+	for _, l := range r.lits {
+		if planner.TimeWord(l.value) {
+			return true
+		}
+	}
+	if r.port != nil {
+		for k := 0; ; k++ {
+			v, format, null, ok := bindParam(r.port.params, k)
+			if !ok {
+				break
+			}
+			if !null && format == 0 && len(v) < 16 && planner.TimeWord(string(v)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // txnStateSQL reads, on every connection of a multi-shard statement in a
 // transaction block, the isolation levels and the settings made with SET
 // (SET LOCAL included) but those of the transaction's characteristics.
@@ -299,6 +323,15 @@ func (r *scatterRun) txnCheck() error {
 	ss := r.ss
 	if !ss.inTxn() {
 		return nil
+	}
+	if r.x.TxTime != "" || r.timeWordValue() {
+		what := r.x.TxTime
+		if what == "" {
+			what = "a date/time input such as 'now' or 'today'"
+		}
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"%s in a multi-shard query in a transaction block is not supported: its other workers' connections would read their own time, not the transaction's", what).
+			WithHint("Read the time first (SELECT now()) and pass it as a parameter, or run the query outside the transaction block.")
 	}
 	level := ""
 	if ss.sc == nil {
@@ -1084,7 +1117,12 @@ func (r *scatterRun) check() error {
 	} else {
 		q = "SELECT NULL::text"
 	}
-	if len(x.CheckCollation) > 0 {
+	if x.Merge.Gather {
+		// The gathered statement applies the columns' own collations.
+		q += ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname), ',') " +
+			"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace " +
+			"WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(x.CheckRelations[0]) + ") AND a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100))"
+	} else if len(x.CheckCollation) > 0 {
 		cols := "true"
 		if x.CheckCollation[0] != "*" {
 			cols = "attname::text = ANY (" + textArray(x.CheckCollation) + ")"
@@ -1103,6 +1141,13 @@ func (r *scatterRun) check() error {
 		return err
 	}
 	rt.checked = true
+	if x.Merge.Gather && len(rows) == 1 && rows[0][1] != nil {
+		if rt.collations, err = parseCollations(*rows[0][1]); err != nil {
+			rt.checkErr = err
+			return err
+		}
+		rows[0][1] = nil
+	}
 	if len(rows) == 1 && rows[0][0] != nil {
 		rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
 			"the multi-shard query calls %s, an aggregate or window function the coordinator cannot combine across shards", *rows[0][0]).
@@ -1113,6 +1158,58 @@ func (r *scatterRun) check() error {
 			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")
 	}
 	return rt.checkErr
+}
+
+// parseCollations reads "column collation,..." (each part as quote_ident
+// gives it: a name with a space or comma is quoted) into a map from column
+// name to the collation, kept quoted.
+func parseCollations(s string) (map[string]string, error) {
+	out := map[string]string{}
+	lx := s
+	for lx != "" {
+		col, rest, ok := cutIdent(lx)
+		if !ok || !strings.HasPrefix(rest, " ") {
+			return nil, pgerr.New(pgerr.Internal, "unreadable column collations %q", s)
+		}
+		rest = rest[1:]
+		nsp, rest, ok := cutIdent(rest)
+		if !ok || !strings.HasPrefix(rest, ".") {
+			return nil, pgerr.New(pgerr.Internal, "unreadable column collations %q", s)
+		}
+		coll, rest, ok := cutIdent(rest[1:])
+		if !ok {
+			return nil, pgerr.New(pgerr.Internal, "unreadable column collations %q", s)
+		}
+		name := col
+		if strings.HasPrefix(col, `"`) {
+			name = strings.ReplaceAll(col[1:len(col)-1], `""`, `"`)
+		}
+		out[name] = nsp + "." + coll
+		lx = strings.TrimPrefix(rest, ",")
+	}
+	return out, nil
+}
+
+// cutIdent cuts one identifier as quote_ident writes it off the front of s.
+func cutIdent(s string) (ident, rest string, ok bool) {
+	if strings.HasPrefix(s, `"`) {
+		for i := 1; i < len(s); i++ {
+			if s[i] != '"' {
+				continue
+			}
+			if i+1 < len(s) && s[i+1] == '"' {
+				i++
+				continue
+			}
+			return s[:i+1], s[i+1:], true
+		}
+		return "", "", false
+	}
+	i := strings.IndexAny(s, " .,")
+	if i < 0 {
+		i = len(s)
+	}
+	return s[:i], s[i:], i > 0
 }
 
 // textArray is a text[] literal of the strings.
@@ -1488,10 +1585,16 @@ func (r *scatterRun) gather(row []byte) {
 		r.size += len(row)
 	}
 	r.rows++
-	if r.size > maxGatherBytes {
-		r.err = pgerr.New(codeProgramLimitExceeded,
-			"the shards' partial results of this multi-shard query exceed %d MiB, more than the coordinator merges", maxGatherBytes>>20).
-			WithHint("Add a filter or a LIMIT, aggregate on the shards (GROUP BY), or drop ORDER BY / DISTINCT so that rows stream.")
+	if limit := r.ss.srv.cfg.MaxGather; int64(r.size) > limit {
+		if r.x.Merge.Gather {
+			r.err = pgerr.New(codeProgramLimitExceeded,
+				"this multi-shard query runs over all rows of %s, which exceed %s, more than the coordinator gathers (--max-gather)", r.x.Table, sizeText(limit)).
+				WithHint("Pin it to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
+		} else {
+			r.err = pgerr.New(codeProgramLimitExceeded,
+				"the shards' partial results of this multi-shard query exceed %s, more than the coordinator merges (--max-gather)", sizeText(limit)).
+				WithHint("Add a filter or a LIMIT, aggregate on the shards (GROUP BY), or drop ORDER BY / DISTINCT so that rows stream.")
+		}
 		r.cols, r.kept, r.offs = nil, nil, nil
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		r.ss.cancelMu.Lock()
@@ -1499,6 +1602,14 @@ func (r *scatterRun) gather(row []byte) {
 		r.ss.cancelMu.Unlock()
 		cancel()
 	}
+}
+
+// sizeText is a byte count as people read it (64 MiB, 1000 bytes).
+func sizeText(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // complete ends the result with CommandComplete.
@@ -1561,6 +1672,11 @@ func (r *scatterRun) merge() error {
 			if ok {
 				what = "type " + t.name
 			}
+			if m.Gather {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"this multi-shard query runs over the gathered rows of %s, whose column %s is of %s; gathering it is not supported yet", r.x.Table, f.Name, what).
+					WithHint("Select the other columns in a subquery, or pin the query to one shard with WHERE <distribution column> = <value>.")
+			}
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"a multi-shard query that sorts, groups, dedupes or aggregates values of %s is not supported yet", what).
 				WithHint("Multi-shard queries return arrays and user-defined types, but cannot merge by them.")
@@ -1570,11 +1686,24 @@ func (r *scatterRun) merge() error {
 		key.WriteString(strconv.FormatUint(uint64(f.DataTypeOID), 10))
 		key.WriteByte(',')
 	}
+	var cols []string // a gathering merge's column names
+	if m.Gather {
+		cols = make([]string, n)
+		for i, f := range pd.Fields {
+			cols[i] = string(f.Name)
+			key.WriteString(cols[i])
+			key.WriteByte(0)
+		}
+	}
 	rt := ss.srv.scatter.get(r.p)
 	rt.mu.Lock()
 	ms, ok := rt.merges[key.String()]
 	if !ok {
-		ms.sql, ms.err = m.Render(names)
+		if m.Gather {
+			ms.sql, ms.err = m.RenderGather(names, cols, rt.collations)
+		} else {
+			ms.sql, ms.err = m.Render(names)
+		}
 		rt.merges[key.String()] = ms
 	}
 	rt.mu.Unlock()

@@ -250,23 +250,26 @@ func TestScatterReview(t *testing.T) {
 		{sql: "SELECT sum(1 / (id - 150)) FROM {d}", sameErr: true},
 		{sql: "SELECT id FROM {d} ORDER BY 1 / (id - 7) LIMIT 3", sameErr: true},
 		{sql: "SELECT 1 / (count(*) - 300) FROM {d}", sameErr: true},
-		// Refused.
-		{sql: "SELECT count(DISTINCT g) FROM {d}", refuse: true},
+		// Gathered: the statement runs once over the table's rows.
+		{sql: "SELECT count(DISTINCT g) FROM {d}"},
+		{sql: "WITH c AS (SELECT * FROM {d}) SELECT count(*) FROM c"},
+		{sql: "SELECT g, (SELECT name FROM {r} WHERE k = g) FROM {d} GROUP BY g"},
+		{sql: "SELECT * FROM {r} r LEFT JOIN {d} d ON d.g = r.k"},
+		// Refused: two distributed tables not joined on their
+		// distribution columns.
 		{sql: "SELECT id FROM {d} UNION SELECT id FROM {d2}", refuse: true},
-		{sql: "WITH c AS (SELECT * FROM {d}) SELECT count(*) FROM c", refuse: true},
-		{sql: "SELECT g, (SELECT name FROM {r} WHERE k = g) FROM {d} GROUP BY g", refuse: true},
 		{sql: "SELECT count(*) FROM {d} JOIN {d2} USING (id)", refuse: true},
 		{sql: "SELECT count(*) FROM {d} NATURAL JOIN {d2}", refuse: true},
 		{sql: "SELECT d.id FROM {d} d, LATERAL (SELECT * FROM {d2} e WHERE e.id = d.id) l", refuse: true},
-		{sql: "SELECT * FROM {r} r LEFT JOIN {d} d ON d.g = r.k", refuse: true},
 		// PostgreSQL rejects these itself (42803): its answer, not 0A000.
 		{sql: "SELECT g, x, count(*) FROM {d} GROUP BY g", sameErr: true},
 		{sql: "SELECT x AS g, count(*) FROM {d} GROUP BY g", sameErr: true},
-		{sql: "SELECT g, count(*) OVER () FROM {d}", refuse: true},
-		{sql: "SELECT string_agg(t, ',') FROM {d}", refuse: true},
-		// A collation from FROM or WITH that the merge's arrays would lose.
-		{sql: "SELECT v.c, count(*) FROM {d} JOIN (VALUES ('a' COLLATE \"en-x-icu\", 1), ('B', 2), ('b', 3), ('A', 4)) v(c, k) ON v.k = {d}.g GROUP BY v.c ORDER BY v.c", refuse: true},
-		{sql: "WITH c AS (SELECT name COLLATE \"C\" AS n, k FROM {r}) SELECT c.n FROM {d} JOIN c ON c.k = {d}.g ORDER BY c.n LIMIT 3", refuse: true},
+		{sql: "SELECT g, count(*) OVER () FROM {d}"},
+		{sql: "SELECT string_agg(t, ',' ORDER BY id) FROM {d}"},
+		// A collation from FROM or WITH that a merge's arrays would lose:
+		// gathered, the statement keeps it.
+		{sql: "SELECT v.c, count(*) FROM {d} JOIN (VALUES ('a' COLLATE \"en-x-icu\", 1), ('B', 2), ('b', 3), ('A', 4)) v(c, k) ON v.k = {d}.g GROUP BY v.c ORDER BY v.c", ordered: true},
+		{sql: "WITH c AS (SELECT name COLLATE \"C\" AS n, k FROM {r}) SELECT c.n FROM {d} JOIN c ON c.k = {d}.g ORDER BY c.n LIMIT 3", ordered: true},
 		// Anonymous records: the merge cannot unnest them.
 		{sql: "SELECT (g, id) FROM {d} ORDER BY (g, id) LIMIT 5", refuse: true},
 		{sql: "SELECT DISTINCT (g, b) FROM {d}", refuse: true},
@@ -278,23 +281,25 @@ func TestScatterReview(t *testing.T) {
 		{sql: "SELECT count(*), count(b.id) FROM {d} a LEFT JOIN {d} b ON b.id = a.id AND b.g > 2"},
 		// Router: a self-join pinned on one side must not be routed when
 		// the other side is joined off the distribution column.
-		{sql: "SELECT count(*) FROM {d} a JOIN {d} b ON a.g = b.g WHERE a.id = 5", refuse: true},
+		{sql: "SELECT count(*) FROM {d} a JOIN {d} b ON a.g = b.g WHERE a.id = 5"},
 		{sql: "SELECT a.id, b.id FROM {d} a LEFT JOIN {d} b ON b.id = a.id WHERE a.id = 5"},
 		{sql: "SELECT count(*) FROM {d} a LEFT JOIN {d2} b ON b.id = 5", refuse: true},
-		// Self-joins not on the distribution column.
-		{sql: "SELECT count(*) FROM {d} a JOIN {d} b ON a.g = b.g", refuse: true},
-		{sql: "SELECT count(*) FROM {d} a, {d} b WHERE a.id = b.x", refuse: true},
+		// Self-joins not on the distribution column: gathered.
+		{sql: "SELECT count(*) FROM {d} a JOIN {d} b ON a.g = b.g"},
+		{sql: "SELECT count(*) FROM {d} a, {d} b WHERE a.id = b.x"},
 		{sql: "SELECT count(*) FROM {d} a JOIN {d2} b ON a.id = b.id JOIN {d} c ON c.g = b.y", refuse: true},
-		{sql: "SELECT count(*) FROM {d} a LEFT JOIN {d} b ON a.id = b.g", refuse: true},
-		// A subquery in LIMIT would run in the merge, without the tables.
-		{sql: "SELECT id FROM {d} ORDER BY id LIMIT (SELECT count(*) FROM {r})", refuse: true},
-		{sql: "SELECT id FROM {d} LIMIT (SELECT count(*) FROM {r})", refuse: true},
-		{sql: "SELECT g, count(*) FROM {d} GROUP BY g ORDER BY g OFFSET (SELECT min(k) FROM {r})", refuse: true},
-		// Each worker has its own now().
-		{sql: "SELECT DISTINCT now() FROM {d}", refuse: true},
-		{sql: "SELECT now(), count(*) FROM {d} GROUP BY 1", refuse: true},
-		{sql: "SELECT id, current_timestamp FROM {d}", refuse: true},
-		{sql: "SELECT max(statement_timestamp()) FROM {d}", refuse: true},
+		{sql: "SELECT count(*) FROM {d} a LEFT JOIN {d} b ON a.id = b.g"},
+		// A subquery in LIMIT would run in the merge, without the tables:
+		// gathered.
+		{sql: "SELECT id FROM {d} ORDER BY id LIMIT (SELECT count(*) FROM {r})", ordered: true},
+		{sql: "SELECT id FROM {d} LIMIT (SELECT count(*) FROM {r})", count: true},
+		{sql: "SELECT g, count(*) FROM {d} GROUP BY g ORDER BY g OFFSET (SELECT min(k) FROM {r})", ordered: true},
+		// Each worker has its own now(): gathered, one worker computes it
+		// once (TestGatherNow checks the values).
+		{sql: "SELECT DISTINCT now() FROM {d}", count: true},
+		{sql: "SELECT now(), count(*) FROM {d} GROUP BY 1", count: true},
+		{sql: "SELECT id, current_timestamp FROM {d}", count: true},
+		{sql: "SELECT max(statement_timestamp()) FROM {d}", count: true},
 	}
 	reviewRun(t, c, direct, rename, cases)
 	reviewProtocol(t, rename, addr, pgAddr)

@@ -81,6 +81,11 @@ type Config struct {
 	// allocate would.
 	MessageMemory     int64
 	MessageMemoryWait time.Duration
+	// MaxGather bounds the rows one multi-shard query gathers on the
+	// coordinator to merge them (partial results, or a table's rows when
+	// the whole statement runs over them): past it the query fails with
+	// 54000. Default 64 MiB.
+	MaxGather int64
 	// IdleInTransactionTimeout ends a session idle in a transaction block
 	// for longer (FATAL 25P03, as idle_in_transaction_session_timeout does)
 	// and rolls its transaction back; 0: no limit beyond what the session
@@ -113,6 +118,7 @@ const (
 	DefaultMaxClientConnections = 10000
 	DefaultMaxMessageSize       = 256 << 20
 	DefaultMessageMemory        = 256 << 20
+	DefaultMaxGather            = 64 << 20
 )
 
 // Server is one coordinator.
@@ -232,6 +238,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxMessageSize > wire.MaxMessageLen {
 		return nil, fmt.Errorf("max message size %d is over PostgreSQL's 1 GiB", cfg.MaxMessageSize)
+	}
+	if cfg.MaxGather <= 0 {
+		cfg.MaxGather = DefaultMaxGather
 	}
 	if cfg.MessageMemory <= 0 {
 		cfg.MessageMemory = max(DefaultMessageMemory, int64(cfg.MaxMessageSize))

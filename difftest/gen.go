@@ -60,6 +60,7 @@ func init() {
 		{name: "join-ref", weight: 4, gen: (*gen).joinRef},
 		{name: "scatter-select", weight: 6, gen: (*gen).scatterSelect},
 		{name: "scatter-agg", weight: 6, gen: (*gen).scatterAgg},
+		{name: "gather", weight: 4, gen: (*gen).gather},
 		{name: "copy", weight: 2, gen: (*gen).copyIn},
 		{name: "copy-where", weight: 1, gen: (*gen).copyWhere},
 		{name: "txn", weight: 6, gen: (*gen).txn},
@@ -602,6 +603,59 @@ func (g *gen) scatterAgg() *stmt {
 			sql += " ORDER BY " + group
 			s.ordered = true
 		}
+	}
+	s.sql, s.params = sql, b.params
+	return s
+}
+
+// gather draws a read over one distributed table that the coordinator
+// cannot push down to the shards (windows, self-joins off the key, set
+// operations, subqueries, aggregates without a partial form): it gathers
+// the table's rows and runs the statement once on a worker.
+func (g *gen) gather() *stmt {
+	t := g.distTable()
+	d := g.name(t)
+	b, p := g.newBuilder()
+	s := &stmt{proto: p}
+	where := func(qual string) string {
+		if g.r.IntN(2) == 0 {
+			return " WHERE " + g.valuePred(b, t, qual)
+		}
+		return ""
+	}
+	var sql string
+	switch g.r.IntN(8) {
+	case 0:
+		sql = fmt.Sprintf("SELECT k, g, row_number() OVER (PARTITION BY g ORDER BY k), sum(g) OVER (ORDER BY k) AS running, lag(t) OVER (ORDER BY k) FROM %s%s ORDER BY k", d, where(""))
+		s.ordered = true
+	case 1:
+		sql = fmt.Sprintf("SELECT count(*), count(b.t), count(DISTINCT a.k) FROM %s a JOIN %s b ON a.g = b.g%s", d, d, g.pick("", " AND a.k <> b.k"))
+		if g.r.IntN(2) == 0 {
+			sql += " WHERE " + g.valuePred(b, t, "b.")
+		}
+	case 2:
+		sql = fmt.Sprintf("SELECT g, t FROM %s%s %s SELECT g, t FROM %s%s", d, where(""), g.pick("UNION", "UNION ALL", "INTERSECT", "EXCEPT", "EXCEPT ALL"), d, where(""))
+	case 3:
+		sql = fmt.Sprintf("SELECT k, t FROM %s WHERE g %s (SELECT g FROM %s%s) ORDER BY k", d, g.pick("IN", "NOT IN", "= ANY", "<> ALL"), d, where(""))
+		s.ordered = true
+	case 4:
+		sql = fmt.Sprintf("SELECT k, g - (SELECT max(g) FROM %s) AS below, (SELECT count(*) FROM %s x WHERE x.g = %s.g) AS peers FROM %s WHERE %s", d, d, d, d, g.keyEq(b, t, ""))
+	case 5:
+		aggs := []string{"count(DISTINCT t)", "stddev(g)", "var_pop(g)", "string_agg(t, ',' ORDER BY k)",
+			"percentile_cont(0.5) WITHIN GROUP (ORDER BY g)", "mode() WITHIN GROUP (ORDER BY g)", "array_agg(g ORDER BY k)"}
+		sel := g.pick(aggs...) + ", " + g.pick(aggs...)
+		if g.r.IntN(2) == 0 {
+			sql = fmt.Sprintf("SELECT g, %s FROM %s%s GROUP BY g ORDER BY g", sel, d, where(""))
+			s.ordered = true
+		} else {
+			sql = fmt.Sprintf("SELECT %s FROM %s%s", sel, d, where(""))
+		}
+	case 6:
+		sql = fmt.Sprintf("WITH c AS (SELECT g, count(*) AS n FROM %s%s GROUP BY g) SELECT max(n), min(g), count(*) FROM c", d, where(""))
+	default:
+		r0 := g.s.references()[0]
+		sql = fmt.Sprintf("SELECT r.t, count(DISTINCT d.k), rank() OVER (ORDER BY r.t) FROM %s d JOIN %s r ON d.g = r.k GROUP BY r.t ORDER BY r.t", d, g.name(r0))
+		s.ordered = true
 	}
 	s.sql, s.params = sql, b.params
 	return s

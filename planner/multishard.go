@@ -32,6 +32,11 @@ type Scatter struct {
 	// have another one.
 	CheckCollation []string `json:"check_collation,omitempty"`
 	CheckRelations []string `json:"check_relations,omitempty"`
+	// TxTime is a value the statement reads that PostgreSQL fixes for the
+	// whole transaction (now(), CURRENT_DATE, 'now'), "" if none: in a
+	// transaction block the statement's connections would each read their
+	// own moment, not the transaction's start, so it is refused there.
+	TxTime string `json:"tx_time,omitempty"`
 }
 
 // WorkerQuery is the statement one worker runs: the partial query over each
@@ -88,6 +93,9 @@ type Merge struct {
 	// Aggregates: the partial columns that hold partial aggregates, how
 	// each output aggregate combines them.
 	Aggregates []AggMerge `json:"aggregates,omitempty"`
+	// Gather: the whole statement runs over the table's gathered rows
+	// (see gather.go; RenderGather makes the statement).
+	Gather bool `json:"gather,omitempty"`
 	// SQL is the merge statement rendered with unknown column types (for
 	// reading plans; Render makes the real one).
 	SQL string `json:"sql,omitempty"`
@@ -238,6 +246,7 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	if !a.local {
 		sc.CheckFuncs = a.funcs()
 	}
+	sc.TxTime = txTime(stmt)
 	p.Scatter = sc
 	return p, nil
 }
@@ -498,6 +507,40 @@ func stableTime(n proto.Message) string {
 				pg_query.SQLValueFunctionOp_SVFOP_CURRENT_CATALOG, pg_query.SQLValueFunctionOp_SVFOP_CURRENT_SCHEMA:
 			default:
 				name = sqlValueNames[v.Op]
+			}
+		}
+	})
+	return name
+}
+
+// txTime finds a value fixed for the whole transaction in PostgreSQL (now(),
+// CURRENT_TIMESTAMP, CURRENT_DATE, 'now'::timestamptz, ...); "" if none.
+// In a transaction block a multi-shard statement's connections other than
+// the transaction's would each read their own moment, not the
+// transaction's start.
+func txTime(n proto.Message) string {
+	name := ""
+	Walk(n, func(m proto.Message) {
+		if name != "" {
+			return
+		}
+		switch v := m.(type) {
+		case *pg_query.FuncCall:
+			if f, builtin := funcName(v); builtin && (f == "now" || f == "transaction_timestamp") {
+				name = f + "()"
+			}
+		case *pg_query.SQLValueFunction:
+			switch v.Op {
+			case pg_query.SQLValueFunctionOp_SVFOP_CURRENT_DATE, pg_query.SQLValueFunctionOp_SVFOP_CURRENT_TIME,
+				pg_query.SQLValueFunctionOp_SVFOP_CURRENT_TIME_N, pg_query.SQLValueFunctionOp_SVFOP_CURRENT_TIMESTAMP,
+				pg_query.SQLValueFunctionOp_SVFOP_CURRENT_TIMESTAMP_N, pg_query.SQLValueFunctionOp_SVFOP_LOCALTIME,
+				pg_query.SQLValueFunctionOp_SVFOP_LOCALTIME_N, pg_query.SQLValueFunctionOp_SVFOP_LOCALTIMESTAMP,
+				pg_query.SQLValueFunctionOp_SVFOP_LOCALTIMESTAMP_N:
+				name = sqlValueNames[v.Op]
+			}
+		case *pg_query.A_Const:
+			if s := v.GetSval(); s != nil && TimeWord(s.Sval) {
+				name = "'" + s.Sval + "'"
 			}
 		}
 	})

@@ -404,7 +404,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetSelectStmt() != nil:
 		s := stmt.GetSelectStmt()
 		if s.Op != pg_query.SetOperation_SETOP_NONE {
-			return nil, unsupported("UNION, INTERSECT and EXCEPT over distributed or reference tables are not supported yet")
+			return b.gather(stmt, unsupported("UNION, INTERSECT and EXCEPT over distributed or reference tables are not supported yet"))
 		}
 		if s.IntoClause != nil {
 			return nil, unsupported("SELECT INTO from distributed or reference tables is not supported yet")
@@ -477,7 +477,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		}
 	})
 	if nested != nil {
-		return nil, nested
+		return b.gather(stmt, nested)
 	}
 	// A data-modifying WITH that writes a reference table would run on
 	// the one copy the statement is routed to.
@@ -539,8 +539,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	}
 	for _, t := range dist[1:] {
 		if t.ColocationID != dist[0].ColocationID {
-			return nil, unsupported("joining %s and %s, which are not colocated, is not supported yet", dist[0].Name, t.Name).
-				WithHint("Distribute them with the same shard count and colocate_with.")
+			return b.gather(stmt, unsupported("joining %s and %s, which are not colocated, is not supported yet", dist[0].Name, t.Name).
+				WithHint("Distribute them with the same shard count and colocate_with."))
 		}
 	}
 	var val *Value
@@ -562,7 +562,11 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		var up *unpinned
 		if errors.As(err, &up) {
 			if stmt.GetSelectStmt() != nil {
-				return b.multiShard(stmt, p, dist)
+				plan, err := b.multiShard(stmt, p, dist)
+				if isUnsupported(err) {
+					return b.gather(stmt, err)
+				}
+				return plan, err
 			}
 			err = unsupported("the %s on %s has no equality on its distribution column %q, so it would need every shard; multi-shard %ss are not supported yet",
 				StatementName(stmt), up.table.Name, up.table.DistColumn, StatementName(stmt)).
@@ -570,6 +574,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		}
 	}
 	if err != nil {
+		if stmt.GetSelectStmt() != nil && isUnsupported(err) {
+			return b.gather(stmt, err) // a self-join not on the distribution column
+		}
 		return nil, err
 	}
 	if val.Param > 0 {
@@ -594,6 +601,12 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// isUnsupported reports whether err is a refusal (0A000).
+func isUnsupported(err error) bool {
+	var pe *pgerr.Error
+	return err != nil && errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported
 }
 
 // StatementName names a statement for messages: "alter_table_stmt"

@@ -92,6 +92,7 @@ type coordinatorFlags struct {
 	maxClients        int
 	maxMessage        sizeFlag
 	messageMemory     sizeFlag
+	maxGather         sizeFlag
 	idleInTxn         time.Duration
 }
 
@@ -119,6 +120,10 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.messageMemory, "message-memory",
 		"memory that large client messages (over 8 KiB) may take across all sessions at once; a session waits up to 30s for its share, then\n"+
 			"ends with 53200 out of memory (default 256MiB, or --max-message-size when larger; at least --max-message-size)")
+	f.maxGather = sizeFlag(coordinator.DefaultMaxGather)
+	fs.Var(&f.maxGather, "max-gather",
+		"rows one multi-shard query may gather on the coordinator to merge them (partial results, or all rows of a table for a statement\n"+
+			"that runs whole over them: window functions, count(DISTINCT), UNION, subqueries); past it the query fails with 54000")
 	fs.DurationVar(&f.idleInTxn, "idle-in-transaction-timeout", envDuration("PGFLEET_IDLE_IN_TRANSACTION_TIMEOUT", 0),
 		"end a session idle in a transaction block for longer, rolling it back (FATAL 25P03; 0: off; a session's own idle_in_transaction_session_timeout applies too)")
 }
@@ -189,7 +194,7 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 		StartupTimeout: f.startupTimeout, Logger: log, TLSRequired: f.tlsRequired,
 		WorkerTLS:            pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert},
 		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn,
-		MessageMemory: int64(f.messageMemory)}
+		MessageMemory: int64(f.messageMemory), MaxGather: int64(f.maxGather)}
 	if f.tlsCert != "" || f.tlsKey != "" {
 		if f.tlsCert == "" || f.tlsKey == "" {
 			return coordinator.Config{}, fmt.Errorf("--tls-cert and --tls-key go together")

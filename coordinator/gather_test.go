@@ -1,0 +1,302 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// gatherEnv: ga (distributed, 8 shards over both workers) and gr (a
+// reference table), and their oracles gao and gro, plain tables on the
+// default node holding the same rows.
+func gatherEnv(t *testing.T, opts ...func(*coordinator.Config)) *pgx.Conn {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
+		cfg.PoolSize = 6
+		for _, o := range opts {
+			o(cfg)
+		}
+	})
+	c := connect(t, srv.Addr())
+	const cols = "(id int PRIMARY KEY, g int, t text, n numeric(10,2), ts timestamptz, v varchar(5))"
+	testTable(t, c, "ga", cols, "SELECT create_distributed_table('ga', 'id', shard_count => 8)")
+	testTable(t, c, "gr", "(id int PRIMARY KEY, name text)", "SELECT create_reference_table('gr')")
+	for _, o := range []string{"gao " + cols, "gro (id int PRIMARY KEY, name text)"} {
+		name := strings.Fields(o)[0]
+		exec(t, c, "DROP TABLE IF EXISTS "+name)
+		exec(t, c, "CREATE TABLE "+o)
+		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	}
+	texts := []string{"a", "b", "é", "ß", "Ünïcö", "a b", "", "zz"}
+	var rows []string
+	for i := 1; i <= 60; i++ {
+		g, t, n, v := "NULL", "NULL", "NULL", "NULL"
+		if i%7 != 0 {
+			g = fmt.Sprint(i % 4)
+		}
+		if i%5 != 0 {
+			t = "'" + texts[i%len(texts)] + "'"
+		}
+		if i%6 != 0 {
+			n = fmt.Sprintf("%d.%02d", (i*37)%100-50, i%100)
+		}
+		if i%9 != 0 {
+			v = fmt.Sprintf("'v%d'", i%3)
+		}
+		rows = append(rows, fmt.Sprintf("(%d, %s, %s, %s, '2024-01-%02d %02d:30:00+00', %s)", i, g, t, n, i%28+1, i%24, v))
+	}
+	for _, tb := range []string{"ga", "gao"} {
+		exec(t, c, "INSERT INTO "+tb+" (id, g, t, n, ts, v) VALUES "+strings.Join(rows, ", "))
+	}
+	for _, tb := range []string{"gr", "gro"} {
+		exec(t, c, "INSERT INTO "+tb+" (id, name) VALUES (0, 'zero'), (1, 'one'), (2, 'two'), (5, 'five')")
+	}
+	return c
+}
+
+// gatherQueries are what applications and BI tools send that no merge of
+// per-shard results answers: {t} is the distributed table (or its
+// oracle), {r} the reference table.
+var gatherQueries = []string{
+	"SELECT g, count(DISTINCT t) FROM {t} GROUP BY g ORDER BY g",
+	"SELECT id, rank() OVER (PARTITION BY g ORDER BY n DESC, id) FROM {t} ORDER BY id",
+	"SELECT g, string_agg(t, ',' ORDER BY id) FROM {t} GROUP BY g ORDER BY g",
+	"SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY n), percentile_disc(0.9) WITHIN GROUP (ORDER BY id) FROM {t}",
+	"SELECT mode() WITHIN GROUP (ORDER BY g) FROM {t}",
+	"SELECT stddev(n), variance(n), stddev_pop(id), var_samp(g) FROM {t}",
+	"SELECT id FROM {t} WHERE g = 1 UNION SELECT id FROM {t} WHERE n > 5 ORDER BY 1",
+	"SELECT id FROM {t} INTERSECT SELECT id FROM {t} WHERE t LIKE 'a%' ORDER BY 1",
+	"SELECT id FROM {t} EXCEPT ALL SELECT id FROM {t} WHERE g IS NOT NULL ORDER BY 1",
+	"SELECT id FROM {t} WHERE n > (SELECT avg(n) FROM {t}) ORDER BY id",
+	"SELECT * FROM (SELECT g, count(*) c FROM {t} GROUP BY g) s WHERE c > 1 ORDER BY g",
+	"WITH x AS (SELECT g, sum(n) s FROM {t} GROUP BY g) SELECT * FROM x ORDER BY s DESC NULLS LAST, g",
+	"SELECT id FROM {t} a WHERE EXISTS (SELECT 1 FROM {t} b WHERE b.g = a.g AND b.id <> a.id AND b.n > a.n) ORDER BY id",
+	"SELECT id FROM {t} a WHERE NOT EXISTS (SELECT 1 FROM {r} r WHERE r.id = a.g) ORDER BY id",
+	"SELECT (SELECT count(*) FROM {t}), (SELECT max(id) FROM {t} WHERE g = 2)",
+	"SELECT g AS grp, count(*) FROM {t} GROUP BY grp ORDER BY grp",
+	"SELECT array_agg(id ORDER BY id) FROM {t} WHERE t IS NULL",
+	"SELECT a.id, b.id FROM {t} a JOIN {t} b ON a.g = b.g AND a.id < b.id WHERE a.id < 20 ORDER BY 1, 2",
+	"SELECT r.name, count(DISTINCT x.g), string_agg(DISTINCT x.v, '|') FROM {t} x JOIN {r} r ON r.id = x.g GROUP BY r.name ORDER BY 1",
+	"SELECT r.name, x.id FROM {r} r LEFT JOIN {t} x ON x.g = r.id AND x.id < 10 ORDER BY 1, 2",
+	"SELECT g, count(*) FROM {t} GROUP BY ROLLUP (g) ORDER BY g NULLS LAST, 2",
+	"SELECT g, count(DISTINCT id) FROM {t} GROUP BY 1 ORDER BY 1 DESC",
+	"SELECT date_trunc('day', ts), count(DISTINCT g) FROM {t} GROUP BY 1 ORDER BY 1 LIMIT 5",
+	"SELECT count(DISTINCT g) FROM {t} WHERE id < 0",
+	"SELECT sum(10 / g) OVER (ORDER BY id) FROM {t}",
+	"SELECT x, y FROM {t} AS a(x, y) WHERE x IN (SELECT id FROM {t} WHERE v = 'v1') ORDER BY x DESC LIMIT 4 OFFSET 1",
+	"SELECT v, length(v), v || '.', pg_typeof(v), n::text FROM {t} WHERE id IN (SELECT max(id) FROM {t} GROUP BY g) ORDER BY 1, 2, 5",
+	"SELECT t, count(*) OVER w FROM {t} WINDOW w AS (PARTITION BY t) ORDER BY t, 2 LIMIT 10",
+}
+
+// TestGather: each query gives through the coordinator exactly what
+// PostgreSQL gives on the oracle tables (rows in order, or the SQLSTATE),
+// in both protocols, in and out of a transaction block.
+func TestGather(t *testing.T) {
+	c := gatherEnv(t)
+	ctx := context.Background()
+	run := func(sql string, mode pgx.QueryExecMode, args ...any) oracleRun {
+		rows, err := c.Query(ctx, sql, append([]any{mode}, args...)...)
+		if err != nil {
+			if sqlState(err) == "0A000" {
+				t.Log(err)
+			}
+			return oracleRun{State: sqlState(err)}
+		}
+		var out oracleRun
+		for rows.Next() {
+			vals, _ := rows.Values()
+			row := make([]string, len(vals))
+			for i, v := range vals {
+				row[i] = fmt.Sprint(v)
+			}
+			out.Rows = append(out.Rows, row)
+		}
+		if err := rows.Err(); err != nil {
+			if sqlState(err) == "0A000" {
+				t.Log(err)
+			}
+			return oracleRun{State: sqlState(err)}
+		}
+		out.Tag = rows.CommandTag().String()
+		return out
+	}
+	both := func(q string, mode pgx.QueryExecMode, args ...any) {
+		t.Helper()
+		got := run(strings.NewReplacer("{t}", "ga", "{r}", "gr").Replace(q), mode, args...)
+
+		want := run(strings.NewReplacer("{t}", "gao", "{r}", "gro").Replace(q), mode, args...)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s (%v):\n got %+v\nwant %+v (plain PostgreSQL)", q, mode, got, want)
+		}
+		if got.State == "0A000" {
+			t.Errorf("%s: refused", q)
+		}
+	}
+	for _, q := range gatherQueries {
+		both(q, pgx.QueryExecModeSimpleProtocol)
+		both(q, pgx.QueryExecModeCacheStatement)
+	}
+	// Parameters, as the client's own.
+	both("SELECT id, lag(n) OVER (ORDER BY id) FROM {t} WHERE g > $1 ORDER BY id", pgx.QueryExecModeCacheStatement, 1)
+	both("SELECT g, count(DISTINCT t) FILTER (WHERE id > $2) FROM {t} WHERE g <> $1 GROUP BY g ORDER BY g", pgx.QueryExecModeExec, 2, 10)
+	// The session's settings apply where the statement runs.
+	exec(t, c, "SET TimeZone TO 'Asia/Kolkata'")
+	both("SELECT date_trunc('day', ts)::text, count(DISTINCT g) FROM {t} GROUP BY 1 ORDER BY 1", pgx.QueryExecModeSimpleProtocol)
+	exec(t, c, "RESET TimeZone")
+	// In a transaction block (READ COMMITTED): the transaction's own
+	// write is seen (each side in its own transaction).
+	for _, q := range []string{
+		"SELECT g, count(DISTINCT v), string_agg(t, ',' ORDER BY id) FROM {t} GROUP BY g ORDER BY g",
+		"SELECT id, rank() OVER (ORDER BY n DESC NULLS LAST, id) FROM {t} WHERE g = 3 ORDER BY id",
+	} {
+		var outs [2]oracleRun
+		for i, tb := range []string{"ga", "gao"} {
+			exec(t, c, "BEGIN")
+			exec(t, c, "INSERT INTO "+tb+" (id, g, t, n, ts, v) VALUES (1001, 3, 'tx', 1.5, now(), 'v9')")
+			outs[i] = run(strings.ReplaceAll(q, "{t}", tb), pgx.QueryExecModeSimpleProtocol)
+			exec(t, c, "ROLLBACK")
+		}
+		if !reflect.DeepEqual(outs[0], outs[1]) || outs[0].State != "" {
+			t.Errorf("in a transaction: %s:\n got %+v\nwant %+v (plain PostgreSQL)", q, outs[0], outs[1])
+		}
+	}
+	both("SELECT count(*), count(DISTINCT id) FROM {t} WHERE id > 1000", pgx.QueryExecModeSimpleProtocol)
+}
+
+// TestGatherNow: a transaction-time value (now(), CURRENT_DATE, 'now') in
+// a multi-shard statement is one value outside a transaction block (the
+// gathered statement runs once); inside one, where the statement's other
+// connections would read their own time rather than the transaction's
+// start, it is refused, gathered or not.
+func TestGatherNow(t *testing.T) {
+	c := gatherEnv(t)
+	ctx := context.Background()
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(DISTINCT x) FROM (SELECT now() AS x, rank() OVER (ORDER BY id) FROM ga) s").Scan(&n); err != nil || n != 1 {
+		t.Errorf("distinct now() over the gathered rows: %d, %v; want 1", n, err)
+	}
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{"SELECT max(now()), count(*) FROM ga a JOIN ga b ON a.g = b.g", []any{simple}},
+		{"SELECT count(*) FROM ga WHERE ts < now()", []any{simple}},
+		{"SELECT count(*) FROM ga WHERE ts < 'now'::timestamptz", []any{simple}},
+		{"SELECT id, CURRENT_DATE FROM ga", []any{simple}},
+		{"SELECT count(*) FROM ga WHERE ts < $1", []any{pgx.QueryExecModeExec, "now"}},
+	} {
+		for _, first := range []string{"", "INSERT INTO ga (id) VALUES (5001)"} {
+			exec(t, c, "BEGIN")
+			if first != "" {
+				exec(t, c, first)
+			}
+			_, err := c.Exec(ctx, q.sql, q.args...)
+			exec(t, c, "ROLLBACK")
+			if sqlState(err) != "0A000" {
+				t.Errorf("in a transaction block after %q: %s %v: %v, want 0A000", first, q.sql, q.args[1:], err)
+			}
+		}
+		if _, err := c.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Errorf("outside a transaction block: %s: %v", q.sql, err)
+		}
+	}
+}
+
+// TestGatherRefused: what gathering cannot answer is refused with 0A000
+// and a hint, never answered wrongly.
+func TestGatherRefused(t *testing.T) {
+	c := gatherEnv(t)
+	testTable(t, c, "gb", "(k text PRIMARY KEY, id int)", "SELECT create_distributed_table('gb', 'k', shard_count => 4)")
+	ctx := context.Background()
+	for _, q := range []string{
+		"SELECT * FROM ga a JOIN gb b ON a.id = b.id ORDER BY 1",                      // not colocated
+		"SELECT id FROM ga WHERE id IN (SELECT id FROM gb) ORDER BY 1",                // another distributed table
+		"SELECT row_to_json(a), rank() OVER (ORDER BY id) FROM ga a",                  // the whole row
+		"SELECT id, rank() OVER (ORDER BY id) FROM ga WHERE g IN (SELECT g FROM gao)", // a local table
+		"SELECT id FROM ga UNION SELECT id FROM ga FOR UPDATE",
+		"SELECT a.xmin, count(DISTINCT a.t) FROM ga a GROUP BY 1", // a system column: the gathered rows have none
+		"SELECT id, rank() OVER (ORDER BY ctid) FROM ga",
+	} {
+		_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+		if sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+	// An empty table gathers no rows.
+	var n int
+	var s *string
+	if err := c.QueryRow(ctx, "SELECT count(DISTINCT id), string_agg(k, ',' ORDER BY k) FROM gb").Scan(&n, &s); err != nil || n != 0 || s != nil {
+		t.Errorf("over an empty table: %d, %v, %v; want 0, NULL", n, s, err)
+	}
+}
+
+// TestGatherLimit: past --max-gather a gathering query fails with 54000
+// and says what to do; the session goes on.
+func TestGatherLimit(t *testing.T) {
+	c := gatherEnv(t, func(cfg *coordinator.Config) { cfg.MaxGather = 2000 })
+	ctx := context.Background()
+	_, err := c.Exec(ctx, "SELECT count(DISTINCT t) FROM ga")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "54000" || !strings.Contains(pe.Message, "public.ga") || pe.Hint == "" {
+		t.Fatalf("got %v, want 54000 naming the table, with a hint", err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(DISTINCT t) FROM ga WHERE id = 3").Scan(&n); err != nil || n != 1 {
+		t.Errorf("after it, a routed query: %d, %v", n, err)
+	}
+}
+
+// TestGatherCollation: gathered columns keep their own collations (the
+// gathered rows would otherwise compare in the database default).
+func TestGatherCollation(t *testing.T) {
+	c := gatherEnv(t)
+	const cols = `(id int PRIMARY KEY, c text COLLATE "C", "I cu" text COLLATE "en-x-icu", d text)`
+	testTable(t, c, "gcoll", cols, "SELECT create_distributed_table('gcoll', 'id', shard_count => 4)")
+	exec(t, c, "DROP TABLE IF EXISTS gcollo")
+	exec(t, c, "CREATE TABLE gcollo "+cols)
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS gcollo") })
+	for _, tb := range []string{"gcoll", "gcollo"} {
+		var vals []string
+		for i, s := range []string{"b", "B", "a", "A", "é", "e", "Z", "_x", "1"} {
+			vals = append(vals, fmt.Sprintf("(%d, '%s', '%s', '%s')", i, s, s, s))
+		}
+		exec(t, c, "INSERT INTO "+tb+` (id, c, "I cu", d) VALUES `+strings.Join(vals, ", "))
+	}
+	ctx := context.Background()
+	for _, q := range []string{
+		`SELECT c, rank() OVER (ORDER BY c), string_agg(d, ',') OVER (ORDER BY c) FROM {t} ORDER BY c`,
+		`SELECT "I cu", d, row_number() OVER (ORDER BY "I cu", id) FROM {t} ORDER BY 3`,
+		`SELECT d, count(DISTINCT c) FROM {t} GROUP BY d ORDER BY d`,
+		`SELECT x.c FROM {t} x WHERE x.c > (SELECT min(c) FROM {t}) ORDER BY x.c DESC LIMIT 4`,
+	} {
+		var got, want [][]any
+		for i, tb := range []string{"gcoll", "gcollo"} {
+			rows, err := c.Query(ctx, strings.ReplaceAll(q, "{t}", tb))
+			if err != nil {
+				t.Fatalf("%s on %s: %v", q, tb, err)
+			}
+			all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+			if err != nil {
+				t.Fatalf("%s on %s: %v", q, tb, err)
+			}
+			if i == 0 {
+				got = all
+			} else {
+				want = all
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %v\nwant %v (plain PostgreSQL)", q, got, want)
+		}
+	}
+}
