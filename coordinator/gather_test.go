@@ -226,6 +226,7 @@ func TestGatherRefused(t *testing.T) {
 		"SELECT id FROM ga UNION SELECT id FROM ga FOR UPDATE",
 		"SELECT a.xmin, count(DISTINCT a.t) FROM ga a GROUP BY 1", // a system column: the gathered rows have none
 		"SELECT id, rank() OVER (ORDER BY ctid) FROM ga",
+		"SELECT count(DISTINCT g) FROM ga TABLESAMPLE BERNOULLI (50) REPEATABLE (1)", // the gathered rows are no table to sample
 	} {
 		_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
 		if sqlState(err) != "0A000" {

@@ -56,6 +56,8 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 			if x.Ctequery.GetSelectStmt() == nil {
 				refuse = cause // a data-modifying WITH
 			}
+		case *pg_query.RangeTableSample:
+			refuse = cause // gathered rows are not a table to sample
 		case *pg_query.RangeVar:
 			t := lookup(b.cat, x, ctes)
 			switch {
