@@ -301,3 +301,99 @@ func TestGatherCollation(t *testing.T) {
 		}
 	}
 }
+
+// TestGatherTypes: what a binary round trip through arrays would not keep
+// is refused: domains (gathered as their base type), xml (its declaration
+// dropped), text in a client_encoding other than the server's (converted
+// both ways); and a user's unnest(int[]) is not the one the merge calls.
+func TestGatherTypes(t *testing.T) {
+	c := gatherEnv(t)
+	ctx := context.Background()
+	exec(t, c, "DROP DOMAIN IF EXISTS gposint")
+	exec(t, c, "CREATE DOMAIN gposint AS int CHECK (VALUE > 0)")
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP DOMAIN IF EXISTS gposint") })
+	testTable(t, c, "gdom", "(id int PRIMARY KEY, p gposint)", "SELECT create_distributed_table('gdom', 'id', shard_count => 4)")
+	testTable(t, c, "gxml", "(id int PRIMARY KEY, x xml)", "SELECT create_distributed_table('gxml', 'id', shard_count => 4)")
+	testTable(t, c, "gone", "(id int PRIMARY KEY)", "SELECT create_distributed_table('gone', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO gdom (id, p) VALUES (1, 5), (2, 6)")
+	exec(t, c, `INSERT INTO gxml (id, x) VALUES (1, '<?xml version="1.0" encoding="ISO-8859-1"?><a>x</a>')`)
+	exec(t, c, "INSERT INTO gone (id) VALUES (1), (2), (3)")
+	for _, q := range []string{
+		"SELECT pg_typeof(p)::text, count(DISTINCT id) FROM gdom GROUP BY 1",
+		"SELECT x::text, rank() OVER (ORDER BY id) FROM gxml",
+	} {
+		if _, err := c.Exec(ctx, q); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+
+	exec(t, c, "CREATE OR REPLACE FUNCTION unnest(int[]) RETURNS SETOF int LANGUAGE sql AS 'SELECT 42'")
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP FUNCTION IF EXISTS unnest(int[])") })
+	var sum, n int
+	if err := c.QueryRow(ctx, "SELECT sum(id), count(DISTINCT id) FROM gone").Scan(&sum, &n); err != nil || sum != 6 || n != 3 {
+		t.Errorf("gathered one-column table beside a user's unnest(int[]): %d, %d, %v; want 6, 3", sum, n, err)
+	}
+	var ids []int32
+	rows, _ := c.Query(ctx, "SELECT DISTINCT id FROM gone ORDER BY 1")
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || !reflect.DeepEqual(ids, []int32{1, 2, 3}) {
+		t.Errorf("merged one column beside a user's unnest(int[]): %v, %v; want [1 2 3]", ids, err)
+	}
+	exec(t, c, "DROP FUNCTION unnest(int[])")
+
+	exec(t, c, "SET client_encoding TO 'SJIS'")
+	defer exec(t, c, "RESET client_encoding")
+	// (pgx sends the simple protocol only in UTF8.)
+	if _, err := c.Exec(ctx, "SELECT count(DISTINCT t) FROM ga"); sqlState(err) != "0A000" {
+		t.Errorf("gathering text under SJIS: %v, want 0A000", err)
+	}
+	if _, err := c.Exec(ctx, "SELECT t, count(*) FROM ga WHERE t IN ('a', 'b') GROUP BY t"); sqlState(err) != "0A000" {
+		t.Errorf("merging text under SJIS: %v, want 0A000", err)
+	}
+	if err := c.QueryRow(ctx, "SELECT count(DISTINCT id) FROM gone").Scan(&n); err != nil || n != 3 {
+		t.Errorf("gathering integers under SJIS: %d, %v; want 3", n, err)
+	}
+}
+
+// TestUnicodeEscapesForeignEncoding: U&'' and E'' escapes in a LATIN1
+// session mean what PostgreSQL reads them as, or are refused: pgfleet's
+// deparser writes them out as UTF-8, which the worker would read as LATIN1.
+func TestUnicodeEscapesForeignEncoding(t *testing.T) {
+	c := gatherEnv(t)
+	ctx := context.Background()
+	exec(t, c, "INSERT INTO ga (id, t) VALUES (901, 'Äpfel'), (902, 'Äther')")
+	exec(t, c, "INSERT INTO gao (id, t) VALUES (901, 'Äpfel'), (902, 'Äther')")
+	if _, err := c.PgConn().Exec(ctx, "SET client_encoding = 'LATIN1'").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.PgConn().Exec(ctx, "RESET client_encoding").ReadAll() }()
+	for _, q := range []string{
+		`SELECT length(U&'\00C4'), count(*) FROM {t} WHERE id = 901`,
+		`SELECT count(*) FROM {t} WHERE t LIKE U&'\00C4%'`,
+		`SELECT count(*) FROM {t} WHERE t LIKE E'\u00C4%' AND id = 902`,
+		`SELECT id FROM {t} WHERE t = U&'\00C4pfel' AND id = 901`,
+	} {
+		for _, simple := range []bool{true, false} {
+			var res [2]string
+			for i, tb := range []string{"ga", "gao"} {
+				sql := strings.ReplaceAll(q, "{t}", tb)
+				var rr []*pgconn.Result
+				var err error
+				if simple {
+					rr, err = c.PgConn().Exec(ctx, sql).ReadAll()
+				} else {
+					r := c.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+					rr, err = []*pgconn.Result{r}, r.Err
+				}
+				if err != nil {
+					res[i] = "error " + sqlState(err)
+				} else {
+					res[i] = fmt.Sprint(rr[0].Rows)
+				}
+			}
+			if res[0] != res[1] && res[0] != "error 0A000" {
+				t.Errorf("%s (simple %v): %s, PostgreSQL %s", q, simple, res[0], res[1])
+			}
+		}
+	}
+}

@@ -47,6 +47,9 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err == nil && ss.embedsASCII && sp.plan.Kind != planner.Default && !ascii([]byte(st.Query)) {
 		err = errASCIITrail
 	}
+	if err == nil && ss.decodedEscapes(sp.plan, st.Query) {
+		err = errDecodedEscapes
+	}
 	return sp, err
 }
 

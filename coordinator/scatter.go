@@ -156,6 +156,9 @@ type planRuntime struct {
 	// collations: a gathered table's columns whose collation is not the
 	// database default, and theirs (qualified, quoted).
 	collations map[string]string
+	// encoded: a gathered table has columns whose binary form is in the
+	// client_encoding (text and the like).
+	encoded bool
 	merges     map[string]mergeStmt
 	ncols      int // partial columns, once known (the select list has a *)
 }
@@ -894,6 +897,9 @@ func (r *scatterRun) run() error {
 	if err := r.check(); err != nil {
 		return err
 	}
+	if err := r.checkEncoding(); err != nil {
+		return err
+	}
 	if r.merging() && r.x.Merge.RowIDs {
 		if err := r.layout(); err != nil {
 			return err
@@ -1122,6 +1128,18 @@ func (r *scatterRun) check() error {
 		q += ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname), ',') " +
 			"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace " +
 			"WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(x.CheckRelations[0]) + ") AND a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100))"
+		// Columns whose values a binary round trip through arrays would
+		// not keep as the table holds them: domains (a RowDescription
+		// names the base type), enums, composites and other types not
+		// built in, arrays, xml (its receive drops the encoding
+		// declaration) and types without binary I/O.
+		q += ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' (' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ')', ', ' ORDER BY a.attnum) " +
+			"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " +
+			"WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(x.CheckRelations[0]) + ") AND a.attnum > 0 AND NOT a.attisdropped " +
+			"AND (t.typtype <> 'b' OR t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace OR t.typcategory = 'A' OR t.typsend = 0 OR t.typreceive = 0 " +
+			"OR t.typname IN ('xml', 'aclitem')))"
+		q += ", (SELECT pg_catalog.string_agg(t.typname::text, ',') FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " +
+			"WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(x.CheckRelations[0]) + ") AND a.attnum > 0 AND NOT a.attisdropped)"
 	} else if len(x.CheckCollation) > 0 {
 		cols := "true"
 		if x.CheckCollation[0] != "*" {
@@ -1141,12 +1159,25 @@ func (r *scatterRun) check() error {
 		return err
 	}
 	rt.checked = true
-	if x.Merge.Gather && len(rows) == 1 && rows[0][1] != nil {
-		if rt.collations, err = parseCollations(*rows[0][1]); err != nil {
-			rt.checkErr = err
-			return err
+	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 4 {
+		if rows[0][3] != nil {
+			for _, tn := range strings.Split(*rows[0][3], ",") {
+				rt.encoded = rt.encoded || !encodingFree[tn]
+			}
 		}
-		rows[0][1] = nil
+		if rows[0][2] != nil {
+			rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
+				"this multi-shard query runs over the gathered rows of %s, whose columns %s are of types the coordinator cannot gather yet", x.Table, *rows[0][2]).
+				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
+			return rt.checkErr
+		}
+		if rows[0][1] != nil {
+			if rt.collations, err = parseCollations(*rows[0][1]); err != nil {
+				rt.checkErr = err
+				return err
+			}
+			rows[0][1] = nil
+		}
 	}
 	if len(rows) == 1 && rows[0][0] != nil {
 		rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
@@ -1158,6 +1189,40 @@ func (r *scatterRun) check() error {
 			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")
 	}
 	return rt.checkErr
+}
+
+// checkEncoding refuses gathering text in a client_encoding other than the
+// server's before any row moves: the workers would send it converted (and
+// fail on a character the client's encoding lacks, where PostgreSQL, which
+// never sends it, answers).
+func (r *scatterRun) checkEncoding() error {
+	if !r.x.Merge.Gather {
+		return nil
+	}
+	sc := r.conns[r.descIdx]
+	ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]
+	if strings.EqualFold(ce, se) {
+		return nil
+	}
+	rt := r.ss.srv.scatter.get(r.p)
+	rt.mu.Lock()
+	encoded := rt.encoded
+	rt.mu.Unlock()
+	if !encoded {
+		return nil
+	}
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"this multi-shard query gathers the text of %s, which is not supported with client_encoding %s", r.x.Table, ce).
+		WithHint("Use client_encoding UTF8 for this query, or pin it to one shard with WHERE <distribution column> = <value>.")
+}
+
+// encodingFree are the types whose binary form the client_encoding does
+// not touch.
+var encodingFree = map[string]bool{
+	"int2": true, "int4": true, "int8": true, "float4": true, "float8": true, "numeric": true, "bool": true,
+	"date": true, "time": true, "timetz": true, "timestamp": true, "timestamptz": true, "interval": true,
+	"uuid": true, "bytea": true, "oid": true, "money": true, "char": true, "inet": true, "cidr": true,
+	"macaddr": true, "macaddr8": true, "bit": true, "varbit": true, "pg_lsn": true,
 }
 
 // parseCollations reads "column collation,..." (each part as quote_ident
@@ -1675,7 +1740,7 @@ func (r *scatterRun) merge() error {
 			if m.Gather {
 				return pgerr.New(pgerr.FeatureNotSupported,
 					"this multi-shard query runs over the gathered rows of %s, whose column %s is of %s; gathering it is not supported yet", r.x.Table, f.Name, what).
-					WithHint("Select the other columns in a subquery, or pin the query to one shard with WHERE <distribution column> = <value>.")
+					WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
 			}
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"a multi-shard query that sorts, groups, dedupes or aggregates values of %s is not supported yet", what).
@@ -1685,6 +1750,18 @@ func (r *scatterRun) merge() error {
 		oids = append(oids, t.array)
 		key.WriteString(strconv.FormatUint(uint64(f.DataTypeOID), 10))
 		key.WriteByte(',')
+	}
+	if ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]; !strings.EqualFold(ce, se) {
+		// Text in binary is in the client's encoding both ways: a round
+		// trip can change it (SJIS) or fail on characters the client's
+		// encoding lacks, where PostgreSQL never converts them.
+		for _, c := range shipped {
+			if !encodingFree[names[c-1]] {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"this multi-shard query merges values of type %s on the coordinator, which is not supported with client_encoding %s", names[c-1], ce).
+					WithHint("Use client_encoding UTF8 for this query, or pin it to one shard with WHERE <distribution column> = <value>.")
+			}
+		}
 	}
 	var cols []string // a gathering merge's column names
 	if m.Gather {

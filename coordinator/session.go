@@ -947,6 +947,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	if err == nil && ss.embedsASCII && p.Kind != planner.Default && !ascii(sql) {
 		err = errASCIITrail
 	}
+	if err == nil && ss.decodedEscapes(p, ptext) {
+		err = errDecodedEscapes
+	}
 	if err != nil {
 		// The statement runs nowhere: a refused PREPARE (or other
 		// pinning statement) leaves the session as it was.

@@ -117,3 +117,34 @@ func (ss *session) unparsedPlan(p *planner.Plan, sql string) bool {
 var errASCIITrail = pgerr.New(pgerr.FeatureNotSupported,
 	"statements with non-ASCII text on distributed or reference tables are not supported in this client_encoding").
 	WithHint("Use client_encoding UTF8, or send non-ASCII values as parameters.")
+
+// errDecodedEscapes refuses a statement whose escapes (U&'\00C4',
+// E'\u00C4') pgfleet's deparser writes out as UTF-8 characters in a
+// session whose client_encoding is another: the worker would read their
+// bytes in the client's encoding.
+var errDecodedEscapes = pgerr.New(pgerr.FeatureNotSupported,
+	"Unicode escapes in statements on distributed or reference tables are not supported in this client_encoding").
+	WithHint("Use client_encoding UTF8, or send such values as parameters.")
+
+// decodedEscapes reports whether p's statements for the workers have
+// non-ASCII text that the ASCII statement sql did not: escapes the
+// deparser wrote out as UTF-8.
+func (ss *session) decodedEscapes(p *planner.Plan, sql string) bool {
+	if !ss.foreignEnc || p.Kind == planner.Default || !ascii([]byte(sql)) {
+		return false
+	}
+	if len(p.ShardSQL) > 0 && !ascii([]byte(p.ShardSQL[0])) { // (all from one tree)
+		return true
+	}
+	if p.Scatter != nil {
+		for _, w := range p.Scatter.Workers {
+			if !ascii([]byte(w.SQL)) {
+				return true
+			}
+		}
+		if p.Scatter.Merge != nil && !ascii([]byte(p.Scatter.Merge.SQL)) {
+			return true
+		}
+	}
+	return false
+}

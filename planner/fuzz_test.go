@@ -23,6 +23,8 @@ func FuzzBuild(f *testing.F) {
 		"WITH x AS (DELETE FROM history WHERE aid = 3 RETURNING *) SELECT * FROM x", "SELECT citus_add_node('h', 5432)",
 		"SELECT * FROM accounts a JOIN history h ON a.aid = h.aid WHERE a.aid = 5 ORDER BY 1 LIMIT 3",
 		"SELECT aid, sum(delta) FROM history GROUP BY aid HAVING sum(delta) > 0 ORDER BY 2 DESC LIMIT 10",
+		"SELECT bid, count(DISTINCT aid), rank() OVER (ORDER BY bid) FROM accounts a JOIN branches b USING (bid) GROUP BY bid",
+		"SELECT aid FROM accounts x(a, b) WHERE a IN (SELECT aid FROM accounts WHERE abalance > $1) UNION SELECT 1",
 	} {
 		f.Add(s)
 	}
@@ -70,6 +72,19 @@ func FuzzBuild(f *testing.F) {
 				t.Fatalf("Build(%q): router plan without a distribution value", sql)
 			}
 		}
+		if m := mergeOf(p); m != nil && m.Gather && strings.IndexByte(sql, 0) < 0 {
+			// The statement run over the gathered rows, plain and with a
+			// collated column, parses (deparsing it must not crash).
+			for _, colls := range []map[string]string{nil, {"c2": `pg_catalog."C"`}} {
+				s, err := m.RenderGather([]string{"int8", "text", "numeric"}, []string{"aid", "c2", "abalance"}, colls)
+				if err != nil {
+					continue
+				}
+				if _, err := pg_query.Parse(s); err != nil {
+					t.Fatalf("Build(%q): gathering statement does not parse: %v\n%s", sql, err, s)
+				}
+			}
+		}
 		if p.Kind == InsertSplit && len(p.Rows) > 0 {
 			rows := []int{len(p.Rows) - 1, 0}
 			if s, err := p.SplitInsert(0, rows); err == nil {
@@ -79,6 +94,13 @@ func FuzzBuild(f *testing.F) {
 			}
 		}
 	})
+}
+
+func mergeOf(p *Plan) *Merge {
+	if p.Scatter == nil {
+		return nil
+	}
+	return p.Scatter.Merge
 }
 
 func samePlan(a, b *Plan) bool {

@@ -262,7 +262,11 @@ func (m *Merge) RenderGather(types, names []string, collations map[string]string
 			}
 			sel = append(sel, c)
 		}
-		tree, err := pg_query.Parse("SELECT " + strings.Join(sel, ", ") + " FROM unnest(" + strings.Join(from, ", ") + ") AS u(" + strings.Join(cs, ", ") + ")")
+		fn := "unnest" // see qualifyUnnest
+		if len(names) == 1 {
+			fn = "pg_catalog.unnest"
+		}
+		tree, err := pg_query.Parse("SELECT " + strings.Join(sel, ", ") + " FROM " + fn + "(" + strings.Join(from, ", ") + ") AS u(" + strings.Join(cs, ", ") + ")")
 		if err != nil || len(tree.Stmts) != 1 {
 			return "", pgerr.New(pgerr.Internal, "the gathered columns' collations: %v", err)
 		}
@@ -290,6 +294,7 @@ func (m *Merge) RenderGather(types, names []string, collations map[string]string
 					alias.Colnames = append(alias.Colnames, pg_query.MakeStrNode(names[i]))
 				}
 			}
+			qualifyUnnest(un)
 			// The statement's own column aliases first (too many of them
 			// fail as on the table).
 			alias.Colnames = append(append([]*pg_query.Node{}, rv.Alias.Colnames...), alias.Colnames...)

@@ -475,6 +475,16 @@ func (b *builder) checkOccurrences(sel *pg_query.SelectStmt) (map[string]bool, e
 	return nullable, nil
 }
 
+// qualifyUnnest makes unnest of one array pg_catalog's: a user's
+// unnest(int[]) matches int[] better than pg_catalog.unnest(anyarray).
+// With several arrays, unqualified unnest in FROM is PostgreSQL's syntax
+// for ROWS FROM of pg_catalog.unnest of each, whatever else is named so.
+func qualifyUnnest(un *pg_query.FuncCall) {
+	if len(un.Args) == 1 {
+		un.Funcname = []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("unnest")}
+	}
+}
+
 // hasSubLink reports whether an expression has a subquery.
 func hasSubLink(n *pg_query.Node) bool {
 	found := false
@@ -1476,6 +1486,7 @@ func (m *Merge) Render(types []string) (string, error) {
 		arg("c" + strconv.Itoa(i))
 	}
 	arrays := int32(len(un.Args))
+	qualifyUnnest(un)
 	var err error
 	eachNode(s, func(x *pg_query.Node) bool {
 		if err != nil {
