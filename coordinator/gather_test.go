@@ -355,7 +355,7 @@ func TestGatherTypes(t *testing.T) {
 	}
 }
 
-// TestUnicodeEscapesForeignEncoding: U&'' and E'' escapes in a LATIN1
+// TestUnicodeEscapesForeignEncoding: U&” and E” escapes in a LATIN1
 // session mean what PostgreSQL reads them as, or are refused: pgfleet's
 // deparser writes them out as UTF-8, which the worker would read as LATIN1.
 func TestUnicodeEscapesForeignEncoding(t *testing.T) {

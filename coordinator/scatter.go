@@ -159,8 +159,8 @@ type planRuntime struct {
 	// encoded: a gathered table has columns whose binary form is in the
 	// client_encoding (text and the like).
 	encoded bool
-	merges     map[string]mergeStmt
-	ncols      int // partial columns, once known (the select list has a *)
+	merges  map[string]mergeStmt
+	ncols   int // partial columns, once known (the select list has a *)
 }
 
 type mergeStmt struct {
