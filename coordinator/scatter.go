@@ -159,6 +159,10 @@ type planRuntime struct {
 	// encoded: a gathered table has columns whose binary form is in the
 	// client_encoding (text and the like).
 	encoded bool
+	// badTypes: a gathered table's columns that it cannot gather, refused
+	// at the merge (after the workers' verdicts on the statement: 42803
+	// comes before this 0A000).
+	badTypes error
 	merges  map[string]mergeStmt
 	ncols   int // partial columns, once known (the select list has a *)
 }
@@ -1166,10 +1170,9 @@ func (r *scatterRun) check() error {
 			}
 		}
 		if rows[0][2] != nil {
-			rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
+			rt.badTypes = pgerr.New(pgerr.FeatureNotSupported,
 				"this multi-shard query runs over the gathered rows of %s, whose columns %s are of types the coordinator cannot gather yet", x.Table, *rows[0][2]).
 				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
-			return rt.checkErr
 		}
 		if rows[0][1] != nil {
 			if rt.collations, err = parseCollations(*rows[0][1]); err != nil {
@@ -1774,6 +1777,10 @@ func (r *scatterRun) merge() error {
 	}
 	rt := ss.srv.scatter.get(r.p)
 	rt.mu.Lock()
+	if rt.badTypes != nil {
+		rt.mu.Unlock()
+		return rt.badTypes
+	}
 	ms, ok := rt.merges[key.String()]
 	if !ok {
 		if m.Gather {
