@@ -163,8 +163,8 @@ type planRuntime struct {
 	// at the merge (after the workers' verdicts on the statement: 42803
 	// comes before this 0A000).
 	badTypes error
-	merges  map[string]mergeStmt
-	ncols   int // partial columns, once known (the select list has a *)
+	merges   map[string]mergeStmt
+	ncols    int // partial columns, once known (the select list has a *)
 }
 
 type mergeStmt struct {
