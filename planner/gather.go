@@ -150,44 +150,13 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		// The columns' collations are read once (check) and applied.
 		CheckCollation: []string{"*"},
 		CheckRelations: []string{quoteIdent(schema) + "." + quoteIdent(metadata.ShardName(rel, shards[0].ID))}}
-	byNode := map[int32][]int{}
-	var nodes []int32
-	for i, sh := range shards {
-		if len(sh.Nodes) == 0 {
-			return nil, pgerr.New(pgerr.Internal, "shard %d of %s has no placement", sh.ID, dist.Name)
-		}
-		n := sh.Nodes[0]
-		if _, ok := byNode[n]; !ok {
-			nodes = append(nodes, n)
-		}
-		byNode[n] = append(byNode[n], i)
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
 	all := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
 		TargetList: []*pg_query.Node{resTarget(&pg_query.Node{Node: &pg_query.Node_ColumnRef{ColumnRef: &pg_query.ColumnRef{
 			Fields: []*pg_query.Node{{Node: &pg_query.Node_AStar{AStar: &pg_query.A_Star{}}}}}}})},
 		FromClause:  []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{Schemaname: schema, Relname: rel, Inh: true, Relpersistence: "p"}}}},
 		LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}
-	for _, n := range nodes {
-		branches, err := b.shardTrees(all, byNode[n])
-		if err != nil {
-			return nil, err
-		}
-		var union *pg_query.SelectStmt
-		for _, branch := range branches {
-			s := branch.GetSelectStmt()
-			if union == nil {
-				union = s
-				continue
-			}
-			union = &pg_query.SelectStmt{Op: pg_query.SetOperation_SETOP_UNION, All: true, Larg: union, Rarg: s,
-				LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}
-		}
-		sql, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}})
-		if err != nil {
-			return nil, err
-		}
-		sc.Workers = append(sc.Workers, WorkerQuery{Node: n, Shards: byNode[n], SQL: sql})
+	if sc.Workers, err = b.workerQueries(all, shards, dist.Name); err != nil {
+		return nil, err
 	}
 	// For reading plans: the uses of the table as placeholders.
 	m.SQL, _ = deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: tmpl}})

@@ -198,40 +198,9 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	}
 	p.ShardSQL = []string{first}
 	sc := &Scatter{Table: dist[0].Name, Merge: m}
-	byNode := map[int32][]int{}
-	var nodes []int32
-	for i, sh := range shards {
-		if len(sh.Nodes) == 0 {
-			return nil, pgerr.New(pgerr.Internal, "shard %d of %s has no placement", sh.ID, dist[0].Name)
-		}
-		n := sh.Nodes[0]
-		if _, ok := byNode[n]; !ok {
-			nodes = append(nodes, n)
-		}
-		byNode[n] = append(byNode[n], i)
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
 	partialNode := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: partial}}
-	for _, n := range nodes {
-		branches, err := b.shardTrees(partialNode, byNode[n])
-		if err != nil {
-			return nil, err
-		}
-		var union *pg_query.SelectStmt
-		for _, branch := range branches {
-			s := branch.GetSelectStmt()
-			if union == nil {
-				union = s
-				continue
-			}
-			union = &pg_query.SelectStmt{Op: pg_query.SetOperation_SETOP_UNION, All: true, Larg: union, Rarg: s,
-				LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}
-		}
-		sql, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}})
-		if err != nil {
-			return nil, err
-		}
-		sc.Workers = append(sc.Workers, WorkerQuery{Node: n, Shards: byNode[n], SQL: sql})
+	if sc.Workers, err = b.workerQueries(partialNode, shards, dist[0].Name); err != nil {
+		return nil, err
 	}
 	if m.Kind == SQLMerge {
 		m.version = b.tree.Version
@@ -249,6 +218,47 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	sc.TxTime = txTime(stmt)
 	p.Scatter = sc
 	return p, nil
+}
+
+// workerQueries is stmt for each worker: renamed to each of its shards of
+// table and glued with UNION ALL, workers in node order.
+func (b *builder) workerQueries(stmt *pg_query.Node, shards []metadata.Shard, table string) ([]WorkerQuery, error) {
+	byNode := map[int32][]int{}
+	var nodes []int32
+	for i, sh := range shards {
+		if len(sh.Nodes) == 0 {
+			return nil, pgerr.New(pgerr.Internal, "shard %d of %s has no placement", sh.ID, table)
+		}
+		n := sh.Nodes[0]
+		if _, ok := byNode[n]; !ok {
+			nodes = append(nodes, n)
+		}
+		byNode[n] = append(byNode[n], i)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
+	var out []WorkerQuery
+	for _, n := range nodes {
+		branches, err := b.shardTrees(stmt, byNode[n])
+		if err != nil {
+			return nil, err
+		}
+		var union *pg_query.SelectStmt
+		for _, branch := range branches {
+			s := branch.GetSelectStmt()
+			if union == nil {
+				union = s
+				continue
+			}
+			union = &pg_query.SelectStmt{Op: pg_query.SetOperation_SETOP_UNION, All: true, Larg: union, Rarg: s,
+				LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}
+		}
+		sql, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, WorkerQuery{Node: n, Shards: byNode[n], SQL: sql})
+	}
+	return out, nil
 }
 
 // shardTrees is stmt renamed for each of the shard indexes, as rewrite
