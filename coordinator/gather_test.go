@@ -97,49 +97,64 @@ var gatherQueries = []string{
 	"SELECT t, count(*) OVER w FROM {t} WINDOW w AS (PARTITION BY t) ORDER BY t, 2 LIMIT 10",
 }
 
+// gatherRun runs sql and returns its rows as text, tag and SQLSTATE; a
+// 0A000 is logged.
+func gatherRun(t *testing.T, c *pgx.Conn, sql string, mode pgx.QueryExecMode, args ...any) oracleRun {
+	ctx := context.Background()
+	rows, err := c.Query(ctx, sql, append([]any{mode}, args...)...)
+	if err != nil {
+		if sqlState(err) == "0A000" {
+			t.Log(err)
+		}
+		return oracleRun{State: sqlState(err)}
+	}
+	var out oracleRun
+	for rows.Next() {
+		vals, _ := rows.Values()
+		row := make([]string, len(vals))
+		for i, v := range vals {
+			row[i] = fmt.Sprint(v)
+		}
+		out.Rows = append(out.Rows, row)
+	}
+	if err := rows.Err(); err != nil {
+		if sqlState(err) == "0A000" {
+			t.Log(err)
+		}
+		return oracleRun{State: sqlState(err)}
+	}
+	out.Tag = rows.CommandTag().String()
+	return out
+}
+
+// gatherBoth checks that q gives through the coordinator, with the
+// distributed and reference tables (fleet replaces the placeholders),
+// exactly what PostgreSQL gives over the oracle tables (oracle), and is
+// not refused.
+func gatherBoth(t *testing.T, c *pgx.Conn, fleet, oracle *strings.Replacer, q string, mode pgx.QueryExecMode, args ...any) {
+	t.Helper()
+	got := gatherRun(t, c, fleet.Replace(q), mode, args...)
+	want := gatherRun(t, c, oracle.Replace(q), mode, args...)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s (%v):\n got %+v\nwant %+v (plain PostgreSQL)", q, mode, got, want)
+	}
+	if got.State == "0A000" {
+		t.Errorf("%s: refused", q)
+	}
+}
+
 // TestGather: each query gives through the coordinator exactly what
 // PostgreSQL gives on the oracle tables (rows in order, or the SQLSTATE),
 // in both protocols, in and out of a transaction block.
 func TestGather(t *testing.T) {
 	c := gatherEnv(t)
-	ctx := context.Background()
 	run := func(sql string, mode pgx.QueryExecMode, args ...any) oracleRun {
-		rows, err := c.Query(ctx, sql, append([]any{mode}, args...)...)
-		if err != nil {
-			if sqlState(err) == "0A000" {
-				t.Log(err)
-			}
-			return oracleRun{State: sqlState(err)}
-		}
-		var out oracleRun
-		for rows.Next() {
-			vals, _ := rows.Values()
-			row := make([]string, len(vals))
-			for i, v := range vals {
-				row[i] = fmt.Sprint(v)
-			}
-			out.Rows = append(out.Rows, row)
-		}
-		if err := rows.Err(); err != nil {
-			if sqlState(err) == "0A000" {
-				t.Log(err)
-			}
-			return oracleRun{State: sqlState(err)}
-		}
-		out.Tag = rows.CommandTag().String()
-		return out
+		return gatherRun(t, c, sql, mode, args...)
 	}
+	fleet, oracle := strings.NewReplacer("{t}", "ga", "{r}", "gr"), strings.NewReplacer("{t}", "gao", "{r}", "gro")
 	both := func(q string, mode pgx.QueryExecMode, args ...any) {
 		t.Helper()
-		got := run(strings.NewReplacer("{t}", "ga", "{r}", "gr").Replace(q), mode, args...)
-
-		want := run(strings.NewReplacer("{t}", "gao", "{r}", "gro").Replace(q), mode, args...)
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s (%v):\n got %+v\nwant %+v (plain PostgreSQL)", q, mode, got, want)
-		}
-		if got.State == "0A000" {
-			t.Errorf("%s: refused", q)
-		}
+		gatherBoth(t, c, fleet, oracle, q, mode, args...)
 	}
 	for _, q := range gatherQueries {
 		both(q, pgx.QueryExecModeSimpleProtocol)
@@ -217,10 +232,11 @@ func TestGatherNow(t *testing.T) {
 func TestGatherRefused(t *testing.T) {
 	c := gatherEnv(t)
 	testTable(t, c, "gb", "(k text PRIMARY KEY, id int)", "SELECT create_distributed_table('gb', 'k', shard_count => 4)")
+	testTable(t, c, "g1", "(k text PRIMARY KEY, id int)", "SELECT create_distributed_table('g1', 'k', shard_count => 1)")
 	ctx := context.Background()
 	for _, q := range []string{
-		"SELECT * FROM ga a JOIN gb b ON a.id = b.id ORDER BY 1",                      // not colocated
-		"SELECT id FROM ga WHERE id IN (SELECT id FROM gb) ORDER BY 1",                // another distributed table
+		"SELECT * FROM ga a JOIN g1 b ON a.id = b.id ORDER BY 1", // g1 has no shard on one of ga's workers
+		"SELECT id FROM g1 WHERE id IN (SELECT id FROM ga) ORDER BY 1",
 		"SELECT row_to_json(a), rank() OVER (ORDER BY id) FROM ga a",                  // the whole row
 		"SELECT id, rank() OVER (ORDER BY id) FROM ga WHERE g IN (SELECT g FROM gao)", // a local table
 		"SELECT id FROM ga UNION SELECT id FROM ga FOR UPDATE",
@@ -395,5 +411,126 @@ func TestUnicodeEscapesForeignEncoding(t *testing.T) {
 				t.Errorf("%s (simple %v): %s, PostgreSQL %s", q, simple, res[0], res[1])
 			}
 		}
+	}
+}
+
+// gatherTablesEnv adds to gatherEnv gc (colocated with ga), gb
+// (distributed on another column, 3 shards: not colocated) and their
+// oracles gco and gbo.
+func gatherTablesEnv(t *testing.T, opts ...func(*coordinator.Config)) *pgx.Conn {
+	c := gatherEnv(t, opts...)
+	const bcols = "(bid bigint PRIMARY KEY, id int, kind text, score float8, at date)"
+	const ccols = "(id int, seq int, note text, PRIMARY KEY (id, seq))"
+	testTable(t, c, "gb", bcols, "SELECT create_distributed_table('gb', 'bid', shard_count => 3)")
+	testTable(t, c, "gc", ccols, "SELECT create_distributed_table('gc', 'id', colocate_with => 'ga')")
+	for _, o := range []string{"gbo " + bcols, "gco " + ccols} {
+		name := strings.Fields(o)[0]
+		exec(t, c, "DROP TABLE IF EXISTS "+name)
+		exec(t, c, "CREATE TABLE "+o)
+		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	}
+	kinds := []string{"view", "click", "Ärger", "buy", "", "日本"}
+	var brows, crows []string
+	for i := 1; i <= 90; i++ {
+		id, kind, score, at := fmt.Sprint(i%70), "'"+kinds[i%len(kinds)]+"'", fmt.Sprintf("%d.25", i%11-5), fmt.Sprintf("'2024-%02d-01'", i%12+1)
+		if i%8 == 0 {
+			id = "NULL"
+		}
+		if i%13 == 0 {
+			kind, score = "NULL", "NULL"
+		}
+		brows = append(brows, fmt.Sprintf("(%d, %s, %s, %s, %s)", 1000+i*7, id, kind, score, at))
+		if i <= 75 {
+			note := "'n" + fmt.Sprint(i%4) + "'"
+			if i%10 == 0 {
+				note = "NULL"
+			}
+			crows = append(crows, fmt.Sprintf("(%d, %d, %s)", i%40+1, i, note))
+		}
+	}
+	for _, tb := range []string{"gb", "gbo"} {
+		exec(t, c, "INSERT INTO "+tb+" (bid, id, kind, score, at) VALUES "+strings.Join(brows, ", "))
+	}
+	for _, tb := range []string{"gc", "gco"} {
+		exec(t, c, "INSERT INTO "+tb+" (id, seq, note) VALUES "+strings.Join(crows, ", "))
+	}
+	return c
+}
+
+// gatherTablesQueries read several distributed tables in ways no merge of
+// per-shard results answers: joins off the distribution column, tables not
+// colocated, subqueries over another distributed table. {t} ga, {b} gb
+// (not colocated), {c} gc (colocated with ga), {r} the reference table.
+var gatherTablesQueries = []string{
+	"SELECT a.id, b.bid, b.kind FROM {t} a JOIN {b} b ON b.id = a.id WHERE a.g = 1 ORDER BY 1, 2",
+	"SELECT a.g, count(b.bid), sum(b.score) FROM {t} a LEFT JOIN {b} b ON b.id = a.id GROUP BY a.g ORDER BY a.g NULLS FIRST",
+	"SELECT b.kind, count(DISTINCT a.t) FROM {b} b JOIN {t} a USING (id) GROUP BY b.kind ORDER BY 1 NULLS LAST",
+	"SELECT id FROM {t} WHERE id IN (SELECT id FROM {b} WHERE score > 2) ORDER BY id",
+	"SELECT id FROM {t} a WHERE NOT EXISTS (SELECT 1 FROM {b} b WHERE b.id = a.id) ORDER BY id",
+	"SELECT id FROM {t} WHERE id NOT IN (SELECT id FROM {b}) ORDER BY id",
+	"SELECT bid, (SELECT t FROM {t} a WHERE a.id = b.id) FROM {b} b WHERE bid < 1200 ORDER BY bid",
+	"SELECT id FROM {t} UNION SELECT id FROM {b} ORDER BY 1 NULLS FIRST",
+	"SELECT id FROM {b} EXCEPT ALL SELECT id FROM {c} ORDER BY 1 NULLS LAST",
+	"SELECT a.id, c.seq, c.note FROM {t} a JOIN {c} c ON c.id = a.g ORDER BY 1, 2",
+	"SELECT a.id, count(c.seq), string_agg(c.note, ',' ORDER BY c.seq) FROM {t} a JOIN {c} c ON c.id = a.id GROUP BY a.id ORDER BY 1",
+	"SELECT a.id, rank() OVER (PARTITION BY a.g ORDER BY c.seq) FROM {t} a JOIN {c} c ON c.id = a.id ORDER BY 1, 2",
+	"WITH s AS (SELECT id, max(score) m FROM {b} GROUP BY id) SELECT a.id, s.m, r.name FROM {t} a JOIN s USING (id) LEFT JOIN {r} r ON r.id = a.g ORDER BY 1",
+	"SELECT * FROM {b} b FULL JOIN {c} c ON c.seq = b.id WHERE coalesce(b.bid, 0) < 1100 OR c.seq < 5 ORDER BY b.bid, c.id, c.seq",
+	"SELECT count(*) FROM {t} a, {b} b, {c} c WHERE a.id = b.id AND c.id = a.id AND b.kind <> ''",
+	"SELECT x.id, y.kind FROM {t} AS x(id, grp) JOIN {b} AS y(bx, by_id) ON y.by_id = x.id WHERE x.grp = 2 ORDER BY 1, 2",
+	"SELECT id, kind FROM {b} b WHERE score = (SELECT max(score) FROM {b} b2 WHERE b2.kind = b.kind) ORDER BY 1, 2",
+	"SELECT a.id FROM {t} a WHERE a.id = 7 AND EXISTS (SELECT 1 FROM {c} c WHERE c.id = a.id AND c.note = 'n3')",
+	"SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM {b}), (SELECT count(*) FROM {c})",
+	"SELECT a.id, b.at FROM {t} a JOIN {b} b ON b.id = a.id AND b.at > date '2024-06-01' WHERE a.t = 'é' ORDER BY 1, 2",
+}
+
+// TestGatherTables: statements over several distributed tables that the
+// merge of per-shard results refuses gather all their tables' rows in one
+// pass and give PostgreSQL's answer, in both protocols, with parameters,
+// in a transaction block (seeing the transaction's own write) and under
+// the gathering limit.
+func TestGatherTables(t *testing.T) {
+	c := gatherTablesEnv(t)
+	fleet := strings.NewReplacer("{t}", "ga", "{b}", "gb", "{c}", "gc", "{r}", "gr")
+	oracle := strings.NewReplacer("{t}", "gao", "{b}", "gbo", "{c}", "gco", "{r}", "gro")
+	for _, q := range gatherTablesQueries {
+		gatherBoth(t, c, fleet, oracle, q, pgx.QueryExecModeSimpleProtocol)
+		gatherBoth(t, c, fleet, oracle, q, pgx.QueryExecModeCacheStatement)
+	}
+	gatherBoth(t, c, fleet, oracle, "SELECT a.id, b.bid FROM {t} a JOIN {b} b ON b.id = a.id WHERE b.score > $1 AND a.t <> $2 ORDER BY 1, 2",
+		pgx.QueryExecModeCacheStatement, 1.5, "a")
+	// Errors come from the one statement PostgreSQL would run.
+	gatherBoth(t, c, fleet, oracle, "SELECT a.id / (b.id - b.id) FROM {t} a JOIN {b} b ON b.id = a.id", pgx.QueryExecModeSimpleProtocol)
+	gatherBoth(t, c, fleet, oracle, "SELECT x.id FROM {t} AS x(id, g, t, n, ts, v, extra) JOIN {b} b USING (id)", pgx.QueryExecModeSimpleProtocol)
+
+	// The transaction's own write is seen.
+	q := "SELECT a.id, count(b.bid), max(b.kind) FROM {t} a JOIN {b} b ON b.id = a.id WHERE a.id > 60 GROUP BY a.id ORDER BY 1"
+	var outs [2]oracleRun
+	for i, r := range []*strings.Replacer{fleet, oracle} {
+		exec(t, c, "BEGIN")
+		exec(t, c, r.Replace("INSERT INTO {t} (id, g) VALUES (61, 1)"))
+		outs[i] = gatherRun(t, c, r.Replace(q), pgx.QueryExecModeSimpleProtocol)
+		exec(t, c, "ROLLBACK")
+	}
+	if !reflect.DeepEqual(outs[0], outs[1]) || outs[0].State != "" || len(outs[0].Rows) == 0 {
+		t.Errorf("in a transaction: %s:\n got %+v\nwant %+v (plain PostgreSQL)", q, outs[0], outs[1])
+	}
+}
+
+// TestGatherTablesLimit: the limit counts every gathered table's rows.
+func TestGatherTablesLimit(t *testing.T) {
+	c := gatherTablesEnv(t, func(cfg *coordinator.Config) { cfg.MaxGather = 6000 })
+	ctx := context.Background()
+	// ga alone fits, ga with gb does not.
+	if _, err := c.Exec(ctx, "SELECT count(DISTINCT t) FROM ga"); err != nil {
+		t.Fatalf("one table under the limit: %v", err)
+	}
+	_, err := c.Exec(ctx, "SELECT count(*) FROM ga a JOIN gb b ON b.id = a.g")
+	if sqlState(err) != "54000" || !strings.Contains(err.Error(), "public.ga, public.gb") {
+		t.Fatalf("two tables over the limit: %v, want 54000 naming both", err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM ga").Scan(&n); err != nil || n != 60 {
+		t.Fatalf("session after the refusal: %d, %v", n, err)
 	}
 }

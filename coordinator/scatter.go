@@ -155,7 +155,7 @@ type planRuntime struct {
 	checkErr error
 	// collations: a gathered table's columns whose collation is not the
 	// database default, and theirs (qualified, quoted).
-	collations map[string]string
+	collations []map[string]string // per gathered table
 	// encoded: a gathered table has columns whose binary form is in the
 	// client_encoding (text and the like).
 	encoded bool
@@ -1128,22 +1128,9 @@ func (r *scatterRun) check() error {
 		q = "SELECT NULL::text"
 	}
 	if x.Merge.Gather {
-		// The gathered statement applies the columns' own collations.
-		q += ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname), ',') " +
-			"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace " +
-			"WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(x.CheckRelations[0]) + ") AND a.attnum > 0 AND NOT a.attisdropped AND a.attcollation NOT IN (0, 100))"
-		// Columns whose values a binary round trip through arrays would
-		// not keep as the table holds them: domains (a RowDescription
-		// names the base type), enums, composites and other types not
-		// built in, arrays, xml (its receive drops the encoding
-		// declaration) and types without binary I/O.
-		q += ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' (' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ')', ', ' ORDER BY a.attnum) " +
-			"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " +
-			"WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(x.CheckRelations[0]) + ") AND a.attnum > 0 AND NOT a.attisdropped " +
-			"AND (t.typtype <> 'b' OR t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace OR t.typcategory = 'A' OR t.typsend = 0 OR t.typreceive = 0 " +
-			"OR t.typname IN ('xml', 'aclitem')))"
-		q += ", (SELECT pg_catalog.string_agg(t.typname::text, ',') FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " +
-			"WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(x.CheckRelations[0]) + ") AND a.attnum > 0 AND NOT a.attisdropped)"
+		for _, rel := range x.CheckRelations {
+			q += gatherCheckSQL(rel)
+		}
 	} else if len(x.CheckCollation) > 0 {
 		cols := "true"
 		if x.CheckCollation[0] != "*" {
@@ -1163,24 +1150,32 @@ func (r *scatterRun) check() error {
 		return err
 	}
 	rt.checked = true
-	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 4 {
-		if rows[0][3] != nil {
-			for _, tn := range strings.Split(*rows[0][3], ",") {
-				rt.encoded = rt.encoded || !encodingFree[tn]
+	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 1+3*len(x.CheckRelations) {
+		var bad []string
+		rt.collations = make([]map[string]string, len(x.CheckRelations))
+		for k := range x.CheckRelations {
+			colls, types, names := rows[0][1+3*k], rows[0][2+3*k], rows[0][3+3*k]
+			if names != nil {
+				for _, tn := range strings.Split(*names, ",") {
+					rt.encoded = rt.encoded || !encodingFree[tn]
+				}
+			}
+			if types != nil {
+				bad = append(bad, *types+" of "+x.Merge.Tables[k])
+			}
+			if colls != nil {
+				if rt.collations[k], err = parseCollations(*colls); err != nil {
+					rt.checkErr = err
+					return err
+				}
 			}
 		}
-		if rows[0][2] != nil {
+		if bad != nil {
 			rt.badTypes = pgerr.New(pgerr.FeatureNotSupported,
-				"this multi-shard query runs over the gathered rows of %s, whose columns %s are of types the coordinator cannot gather yet", x.Table, *rows[0][2]).
+				"this multi-shard query runs over gathered rows, whose columns %s are of types the coordinator cannot gather yet", strings.Join(bad, "; ")).
 				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
 		}
-		if rows[0][1] != nil {
-			if rt.collations, err = parseCollations(*rows[0][1]); err != nil {
-				rt.checkErr = err
-				return err
-			}
-			rows[0][1] = nil
-		}
+		rows[0][1] = nil
 	}
 	if len(rows) == 1 && rows[0][0] != nil {
 		rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
@@ -1192,6 +1187,26 @@ func (r *scatterRun) check() error {
 			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")
 	}
 	return rt.checkErr
+}
+
+// gatherCheckSQL reads three things of a gathered table (rel, one of its
+// shards) as three columns: its columns' collations where they are not
+// the default (the gathered statement applies them); its columns whose
+// values a binary round trip through arrays would not keep as the table
+// holds them: domains (a RowDescription names the base type), enums,
+// composites and other types not built in, arrays, xml (its receive
+// drops the encoding declaration) and types without binary I/O; and its
+// columns' type names.
+func gatherCheckSQL(rel string) string {
+	attrs := "WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(rel) + ") AND a.attnum > 0 AND NOT a.attisdropped"
+	return ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname), ',') " +
+		"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace " +
+		attrs + " AND a.attcollation NOT IN (0, 100))" +
+		", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' (' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ')', ', ' ORDER BY a.attnum) " +
+		"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs +
+		" AND (t.typtype <> 'b' OR t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace OR t.typcategory = 'A' OR t.typsend = 0 OR t.typreceive = 0 " +
+		"OR t.typname IN ('xml', 'aclitem')))" +
+		", (SELECT pg_catalog.string_agg(t.typname::text, ',') FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs + ")"
 }
 
 // checkEncoding refuses gathering text in a client_encoding other than the
@@ -1215,7 +1230,7 @@ func (r *scatterRun) checkEncoding() error {
 		return nil
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
-		"this multi-shard query gathers the text of %s, which is not supported with client_encoding %s", r.x.Table, ce).
+		"this multi-shard query gathers the text of %s, which is not supported with client_encoding %s", strings.Join(r.x.Merge.Tables, ", "), ce).
 		WithHint("Use client_encoding UTF8 for this query, or pin it to one shard with WHERE <distribution column> = <value>.")
 }
 
@@ -1656,7 +1671,7 @@ func (r *scatterRun) gather(row []byte) {
 	if limit := r.ss.srv.cfg.MaxGather; int64(r.size) > limit {
 		if r.x.Merge.Gather {
 			r.err = pgerr.New(codeProgramLimitExceeded,
-				"this multi-shard query runs over all rows of %s, which exceed %s, more than the coordinator gathers (--max-gather)", r.x.Table, sizeText(limit)).
+				"this multi-shard query runs over all rows of %s, which exceed %s, more than the coordinator gathers (--max-gather)", strings.Join(r.x.Merge.Tables, ", "), sizeText(limit)).
 				WithHint("Pin it to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
 		} else {
 			r.err = pgerr.New(codeProgramLimitExceeded,
@@ -1742,7 +1757,7 @@ func (r *scatterRun) merge() error {
 			}
 			if m.Gather {
 				return pgerr.New(pgerr.FeatureNotSupported,
-					"this multi-shard query runs over the gathered rows of %s, whose column %s is of %s; gathering it is not supported yet", r.x.Table, f.Name, what).
+					"this multi-shard query runs over the gathered rows of %s, whose column %s is of %s; gathering it is not supported yet", strings.Join(r.x.Merge.Tables, ", "), f.Name, what).
 					WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
 			}
 			return pgerr.New(pgerr.FeatureNotSupported,

@@ -75,8 +75,19 @@ func FuzzBuild(f *testing.F) {
 		if m := mergeOf(p); m != nil && m.Gather && strings.IndexByte(sql, 0) < 0 {
 			// The statement run over the gathered rows, plain and with a
 			// collated column, parses (deparsing it must not crash).
-			for _, colls := range []map[string]string{nil, {"c2": `pg_catalog."C"`}} {
-				s, err := m.RenderGather([]string{"int8", "text", "numeric"}, []string{"aid", "c2", "abalance"}, colls)
+			for _, coll := range []map[string]string{nil, {"c2": `pg_catalog."C"`}} {
+				// Each gathered table with the same three columns (after
+				// its separator when there are several).
+				var types, names []string
+				colls := make([]map[string]string, len(m.Tables))
+				for k := range m.Tables {
+					if len(m.Tables) > 1 {
+						types, names = append(types, "bool"), append(names, GatherSeparator(k))
+					}
+					types, names = append(types, "int8", "text", "numeric"), append(names, "aid", "c2", "abalance")
+					colls[k] = coll
+				}
+				s, err := m.RenderGather(types, names, colls)
 				if err != nil {
 					continue
 				}

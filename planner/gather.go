@@ -2,7 +2,9 @@ package planner
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -22,13 +24,44 @@ import (
 // table then behave exactly as on PostgreSQL, errors included: the shards
 // evaluate nothing. The rows gathered are bounded (54000 past the limit).
 
-// gatherTable is the placeholder schema of a gathered table's uses in the
-// merge template; Render replaces them with the rows.
+// gatherTable is the placeholder name of the first gathered table's uses
+// in the merge template (the k-th one's is gatherRel(k)); RenderGather
+// replaces them with the rows.
 const gatherTable = "gathered"
 
+// gatherRel is the placeholder name of the k-th gathered table (from 0).
+func gatherRel(k int) string {
+	if k == 0 {
+		return gatherTable
+	}
+	return fmt.Sprintf("%s_%d", gatherTable, k+1)
+}
+
+// gatherIndex is the k of a placeholder name, or -1.
+func gatherIndex(rel string) int {
+	if rel == gatherTable {
+		return 0
+	}
+	if n, ok := strings.CutPrefix(rel, gatherTable+"_"); ok {
+		if k, err := strconv.Atoi(n); err == nil && k >= 2 {
+			return k - 1
+		}
+	}
+	return -1
+}
+
+// GatherSeparator is the name of the column that, in the rows gathered
+// for several tables at once, precedes the k-th table's columns (from 0)
+// and is true in that table's rows.
+func GatherSeparator(k int) string { return fmt.Sprintf("?gather %d", k+1) }
+
 // gather plans stmt by gathering, or returns cause (the refusal it
-// replaces) when it cannot: stmt must be a SELECT reading exactly one
-// distributed table, besides reference tables, CTEs and functions.
+// replaces) when it cannot: stmt must be a SELECT reading distributed
+// tables, reference tables, CTEs and functions. Several distributed tables
+// (joined on anything, in subqueries, colocated or not) are gathered in one
+// pass: each worker returns all their rows in one result, each table's
+// columns after a separator column that is true in its rows (the other
+// tables' columns NULL there).
 func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	sel := stmt.GetSelectStmt()
 	if sel == nil {
@@ -40,7 +73,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 			return nil, cause // which uses are the CTE's is a question of scope
 		}
 	}
-	var dist *metadata.Table
+	var dists []*metadata.Table // in the order of first use
 	var refuse error
 	maxParam := int32(0)
 	Walk(stmt, func(m proto.Message) {
@@ -66,10 +99,8 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 				refuse = unsupported("%s reads %s, which is not a distributed or reference table, besides distributed tables", StatementName(stmt), x.Relname).
 					WithHint("Read the local table in a statement of its own.")
 			case t.Kind == metadata.Reference:
-			case dist == nil:
-				dist = t
-			case dist.Name != t.Name:
-				refuse = cause
+			case !slices.ContainsFunc(dists, func(d *metadata.Table) bool { return d.Name == t.Name }):
+				dists = append(dists, t)
 			}
 		case *pg_query.ParamRef:
 			if x.Number > maxParam {
@@ -80,12 +111,17 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	if refuse != nil {
 		return nil, refuse
 	}
-	if dist == nil {
+	if len(dists) == 0 {
 		return nil, cause
 	}
-	shards := b.cat.Shards[dist.Name]
-	if len(shards) == 0 {
-		return nil, pgerr.New(pgerr.Internal, "%s has no shards", dist.Name)
+	for _, d := range dists {
+		if len(b.cat.Shards[d.Name]) == 0 {
+			return nil, pgerr.New(pgerr.Internal, "%s has no shards", d.Name)
+		}
+	}
+	dist := dists[0]
+	index := func(name string) int {
+		return slices.IndexFunc(dists, func(d *metadata.Table) bool { return d.Name == name })
 	}
 
 	// The template: the statement, each use of the table a placeholder
@@ -112,9 +148,9 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 			return
 		}
 		aliases = append(aliases, rv.Alias.Aliasname)
-		rv.Schemaname, rv.Relname = mergeSchema, gatherTable
+		rv.Schemaname, rv.Relname = mergeSchema, gatherRel(index(t.Name))
 		if !rv.Inh {
-			refuse = unsupported("ONLY %s in a multi-shard query is not supported", dist.Name)
+			refuse = unsupported("ONLY %s in a multi-shard query is not supported", t.Name)
 		}
 	})
 	if refuse != nil {
@@ -145,17 +181,25 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	for k := 1; k <= int(maxParam); k++ {
 		m.Params = append(m.Params, k)
 	}
-	schema, rel, _ := strings.Cut(dist.Name, ".")
 	sc := &Scatter{Table: dist.Name, Merge: m,
 		// The columns' collations are read once (check) and applied.
-		CheckCollation: []string{"*"},
-		CheckRelations: []string{quoteIdent(schema) + "." + quoteIdent(metadata.ShardName(rel, shards[0].ID))}}
-	all := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
-		TargetList: []*pg_query.Node{resTarget(&pg_query.Node{Node: &pg_query.Node_ColumnRef{ColumnRef: &pg_query.ColumnRef{
-			Fields: []*pg_query.Node{{Node: &pg_query.Node_AStar{AStar: &pg_query.A_Star{}}}}}}})},
-		FromClause:  []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{Schemaname: schema, Relname: rel, Inh: true, Relpersistence: "p"}}}},
-		LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}
-	if sc.Workers, err = b.workerQueries(all, shards, dist.Name); err != nil {
+		CheckCollation: []string{"*"}}
+	for _, d := range dists {
+		m.Tables = append(m.Tables, d.Name)
+		schema, rel, _ := strings.Cut(d.Name, ".")
+		sc.CheckRelations = append(sc.CheckRelations, quoteIdent(schema)+"."+quoteIdent(metadata.ShardName(rel, b.cat.Shards[d.Name][0].ID)))
+	}
+	if len(dists) == 1 {
+		schema, rel, _ := strings.Cut(dist.Name, ".")
+		all := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
+			TargetList: []*pg_query.Node{resTarget(&pg_query.Node{Node: &pg_query.Node_ColumnRef{ColumnRef: &pg_query.ColumnRef{
+				Fields: []*pg_query.Node{{Node: &pg_query.Node_AStar{AStar: &pg_query.A_Star{}}}}}}})},
+			FromClause:  []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{Schemaname: schema, Relname: rel, Inh: true, Relpersistence: "p"}}}},
+			LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}
+		if sc.Workers, err = b.workerQueries(all, b.cat.Shards[dist.Name], dist.Name); err != nil {
+			return nil, err
+		}
+	} else if sc.Workers, err = b.gatherWorkers(dists); err != nil {
 		return nil, err
 	}
 	// For reading plans: the uses of the table as placeholders.
@@ -163,6 +207,71 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	sc.TxTime = txTime(stmt)
 	p.Scatter = sc
 	return p, nil
+}
+
+// gatherWorkers are the statements that gather several tables' rows at
+// once: on each worker, per table, the rows of its shards there, that
+// table's separator true and the other tables' columns NULL of their types
+// (from an empty read of one of their shards on the same worker):
+//
+//	SELECT true AS "?gather 1", g1.*, false AS "?gather 2", g2.*
+//	  FROM (SELECT * FROM a_1 UNION ALL SELECT * FROM a_3) g1
+//	  LEFT JOIN (SELECT * FROM b_5 WHERE false) g2 ON true
+//	UNION ALL
+//	SELECT false, g1.*, true, g2.* FROM (...) g1 ... (b's rows)
+func (b *builder) gatherWorkers(dists []*metadata.Table) ([]WorkerQuery, error) {
+	// Per node, per table: its shards there, qualified and quoted.
+	on := map[int32][][]string{}
+	first := map[int32][]int{} // the first table's shard indexes there
+	var nodes []int32
+	for k, d := range dists {
+		schema, rel, _ := strings.Cut(d.Name, ".")
+		for i, sh := range b.cat.Shards[d.Name] {
+			if len(sh.Nodes) == 0 {
+				return nil, pgerr.New(pgerr.Internal, "shard %d of %s has no placement", sh.ID, d.Name)
+			}
+			n := sh.Nodes[0]
+			if _, ok := on[n]; !ok {
+				on[n] = make([][]string, len(dists))
+				nodes = append(nodes, n)
+			}
+			on[n][k] = append(on[n][k], quoteIdent(schema)+"."+quoteIdent(metadata.ShardName(rel, sh.ID)))
+			if k == 0 {
+				first[n] = append(first[n], i)
+			}
+		}
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
+	var out []WorkerQuery
+	for _, n := range nodes {
+		var branches []string
+		for k := range dists {
+			if len(on[n][k]) == 0 {
+				continue
+			}
+			var sel, from []string
+			for j, d := range dists {
+				g := fmt.Sprintf("g%d", j+1)
+				sel = append(sel, fmt.Sprintf("%t AS %s", j == k, quoteIdent(GatherSeparator(j))), g+".*")
+				if len(on[n][j]) == 0 {
+					return nil, unsupported("%s has no shard on the worker holding shards of %s, which this multi-shard query gathers together", d.Name, dists[k].Name).
+						WithHint("Distribute the tables over the same workers, or read them in statements of their own.")
+				}
+				if j == k {
+					continue
+				}
+				from = append(from, fmt.Sprintf("LEFT JOIN (SELECT * FROM %s WHERE false) %s ON true", on[n][j][0], g))
+			}
+			var parts []string
+			for _, s := range on[n][k] {
+				parts = append(parts, "SELECT * FROM "+s)
+			}
+			branches = append(branches, fmt.Sprintf("SELECT %s FROM (%s) g%d %s",
+				strings.Join(sel, ", "), strings.Join(parts, " UNION ALL "), k+1, strings.Join(from, " ")))
+		}
+		out = append(out, WorkerQuery{Node: n, Shards: first[n], SQL: strings.Join(branches, " UNION ALL ")})
+	}
+	return out, nil
 }
 
 // systemColumn: the gathered rows have none of these.
@@ -207,39 +316,92 @@ func wholeRows(s *pg_query.SelectStmt, aliases []string) error {
 	return err
 }
 
-// RenderGather is a gathering merge's statement for the table's columns
-// (names) of the given types: each use of the table becomes unnest of the
-// column arrays, $1 .. $n, under the use's alias; the statement's own
-// parameters follow.
+// RenderGather is a gathering merge's statement for the gathered columns
+// (names) of the given types: each use of a gathered table becomes unnest
+// of the column arrays, $1 .. $n, under the use's alias; the statement's
+// own parameters follow. With several tables, the columns are theirs one
+// after the other, each table's after its separator (GatherSeparator),
+// and a use of a table reads the rows where its separator is true.
 //
-// collations maps a column name to its collation (qualified and quoted)
-// where that is not the database default: unnest's columns have the
-// default, so those columns are selected with COLLATE from a subquery.
-func (m *Merge) RenderGather(types, names []string, collations map[string]string) (string, error) {
-	if !m.Gather || len(types) != len(names) {
+// collations maps, per gathered table, a column name to its collation
+// (qualified and quoted) where that is not the database default: unnest's
+// columns have the default, so those columns are selected with COLLATE
+// from a subquery.
+func (m *Merge) RenderGather(types, names []string, collations []map[string]string) (string, error) {
+	if !m.Gather || len(types) != len(names) || len(collations) != len(m.Tables) {
 		return "", pgerr.New(pgerr.Internal, "no gathering merge for these columns")
 	}
-	var collated *pg_query.Node // SELECT c1, c2 COLLATE x, ... FROM unnest(...) u(c1, ...)
-	if len(collations) > 0 {
-		var sel, from, cs []string
+	// Per table: its columns' positions (from 0), and its separator's (-1
+	// for one table).
+	cols := make([][]int, len(m.Tables))
+	seps := make([]int, len(m.Tables))
+	if len(m.Tables) == 1 {
+		seps[0] = -1
+		for i := range names {
+			cols[0] = append(cols[0], i)
+		}
+	} else {
+		// A column of the user's named like a separator would make the
+		// split ambiguous.
+		named := 0
+		for _, n := range names {
+			if strings.HasPrefix(n, "?gather ") {
+				named++
+			}
+		}
+		if named != len(m.Tables) {
+			return "", unsupported("a column of %s is named like the coordinator's gathering separators (?gather n)", strings.Join(m.Tables, ", ")).
+				WithHint("Rename the column, or read the tables in statements of their own.")
+		}
+		k := -1
 		for i, n := range names {
+			if k+1 < len(m.Tables) && n == GatherSeparator(k+1) && types[i] == "bool" {
+				k++
+				seps[k] = i
+				continue
+			}
+			if k < 0 {
+				break
+			}
+			cols[k] = append(cols[k], i)
+		}
+		if k != len(m.Tables)-1 {
+			return "", pgerr.New(pgerr.Internal, "the gathered rows of %s came without their separators", strings.Join(m.Tables, ", "))
+		}
+	}
+	// A use of table k reads from[k]: nil for unnest itself (one table, no
+	// collations), else a subquery.
+	from := make([]*pg_query.Node, len(m.Tables))
+	var args, us []string
+	for i := range names {
+		args = append(args, fmt.Sprintf("$%d", i+1))
+		us = append(us, fmt.Sprintf("c%d", i+1))
+	}
+	fn := "unnest" // see qualifyUnnest
+	if len(names) == 1 {
+		fn = "pg_catalog.unnest"
+	}
+	for k := range m.Tables {
+		if seps[k] < 0 && len(collations[k]) == 0 {
+			continue
+		}
+		var sel []string
+		for _, i := range cols[k] {
 			c := fmt.Sprintf("c%d", i+1)
-			cs = append(cs, c)
-			from = append(from, fmt.Sprintf("$%d", i+1))
-			if coll, ok := collations[n]; ok {
+			if coll, ok := collations[k][names[i]]; ok {
 				c += " COLLATE " + coll
 			}
 			sel = append(sel, c)
 		}
-		fn := "unnest" // see qualifyUnnest
-		if len(names) == 1 {
-			fn = "pg_catalog.unnest"
+		q := "SELECT " + strings.Join(sel, ", ") + " FROM " + fn + "(" + strings.Join(args, ", ") + ") AS u(" + strings.Join(us, ", ") + ")"
+		if seps[k] >= 0 {
+			q += fmt.Sprintf(" WHERE c%d", seps[k]+1)
 		}
-		tree, err := pg_query.Parse("SELECT " + strings.Join(sel, ", ") + " FROM " + fn + "(" + strings.Join(from, ", ") + ") AS u(" + strings.Join(cs, ", ") + ")")
+		tree, err := pg_query.Parse(q)
 		if err != nil || len(tree.Stmts) != 1 {
-			return "", pgerr.New(pgerr.Internal, "the gathered columns' collations: %v", err)
+			return "", pgerr.New(pgerr.Internal, "the gathered columns of %s: %v", m.Tables[k], err)
 		}
-		collated = tree.Stmts[0].Stmt
+		from[k] = tree.Stmts[0].Stmt
 	}
 	s := proto.Clone(m.tmpl).(*pg_query.SelectStmt)
 	arrays := int32(len(types))
@@ -249,29 +411,32 @@ func (m *Merge) RenderGather(types, names []string, collations map[string]string
 			v.ParamRef.Number += arrays
 		case *pg_query.Node_RangeVar:
 			rv := v.RangeVar
-			if rv.Schemaname != mergeSchema || rv.Relname != gatherTable {
+			k := gatherIndex(rv.Relname)
+			if rv.Schemaname != mergeSchema || k < 0 || k >= len(m.Tables) {
 				return true
+			}
+			// The statement's own column aliases first (too many of them
+			// fail as on the table).
+			alias := &pg_query.Alias{Aliasname: rv.Alias.Aliasname}
+			alias.Colnames = append(alias.Colnames, rv.Alias.Colnames...)
+			for j, i := range cols[k] {
+				if j >= len(rv.Alias.Colnames) {
+					alias.Colnames = append(alias.Colnames, pg_query.MakeStrNode(names[i]))
+				}
+			}
+			if from[k] != nil {
+				x.Node = &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
+					Subquery: proto.Clone(from[k]).(*pg_query.Node), Alias: alias}}
+				return false
 			}
 			// Unqualified: PostgreSQL reads unnest of several arrays in FROM as
 			// ROWS FROM of one unnest per array, whatever else is named unnest.
 			un := &pg_query.FuncCall{Funcname: []*pg_query.Node{pg_query.MakeStrNode("unnest")},
 				Funcformat: pg_query.CoercionForm_COERCE_EXPLICIT_CALL, Location: -1}
-			alias := &pg_query.Alias{Aliasname: rv.Alias.Aliasname}
 			for i := range types {
 				un.Args = append(un.Args, &pg_query.Node{Node: &pg_query.Node_ParamRef{ParamRef: &pg_query.ParamRef{Number: int32(i + 1), Location: -1}}})
-				if i >= len(rv.Alias.Colnames) {
-					alias.Colnames = append(alias.Colnames, pg_query.MakeStrNode(names[i]))
-				}
 			}
 			qualifyUnnest(un)
-			// The statement's own column aliases first (too many of them
-			// fail as on the table).
-			alias.Colnames = append(append([]*pg_query.Node{}, rv.Alias.Colnames...), alias.Colnames...)
-			if collated != nil {
-				x.Node = &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
-					Subquery: proto.Clone(collated).(*pg_query.Node), Alias: alias}}
-				return false
-			}
 			x.Node = &pg_query.Node_RangeFunction{RangeFunction: &pg_query.RangeFunction{
 				Functions: []*pg_query.Node{{Node: &pg_query.Node_List{List: &pg_query.List{Items: []*pg_query.Node{
 					{Node: &pg_query.Node_FuncCall{FuncCall: un}}, {}}}}}},

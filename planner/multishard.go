@@ -96,6 +96,8 @@ type Merge struct {
 	// Gather: the whole statement runs over the table's gathered rows
 	// (see gather.go; RenderGather makes the statement).
 	Gather bool `json:"gather,omitempty"`
+	// Tables: the gathered tables, in the order of their columns.
+	Tables []string `json:"tables,omitempty"`
 	// SQL is the merge statement rendered with unknown column types (for
 	// reading plans; Render makes the real one).
 	SQL string `json:"sql,omitempty"`

@@ -1,0 +1,72 @@
+package planner
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRenderGather: the statement run over gathered rows, for one table
+// and for several (each use reads its table's rows, after its separator).
+func TestRenderGather(t *testing.T) {
+	cat := testCatalog()
+	for _, c := range []struct {
+		query        string
+		types, names []string
+		colls        []map[string]string
+		want         string // the rendered statement, or the error's text
+	}{
+		{
+			query: "SELECT count(DISTINCT abalance) FROM accounts WHERE bid > $1",
+			types: []string{"int8", "int4"}, names: []string{"aid", "abalance"},
+			colls: []map[string]string{nil},
+			want:  "SELECT count(DISTINCT abalance) FROM unnest($1, $2) accounts(aid, abalance) WHERE bid > $3",
+		},
+		{
+			query: "SELECT count(DISTINCT t) FROM accounts a(x)",
+			types: []string{"int8", "text"}, names: []string{"aid", "t"},
+			colls: []map[string]string{{"t": `pg_catalog."C"`}},
+			want:  `SELECT count(DISTINCT t) FROM (SELECT c1, c2 COLLATE pg_catalog."C" FROM unnest($1, $2) u(c1, c2)) a(x, t)`,
+		},
+		{
+			query: "SELECT a.aid, o.id FROM accounts a JOIN orders o ON o.id = a.aid::text WHERE o.id <> $1",
+			types: []string{"bool", "int8", "bool", "text", "int4"},
+			names: []string{"?gather 1", "aid", "?gather 2", "id", "aid"},
+			colls: []map[string]string{nil, {"id": `pg_catalog."C"`}},
+			want: `SELECT a.aid, o.id FROM (SELECT c2 FROM unnest($1, $2, $3, $4, $5) u(c1, c2, c3, c4, c5) WHERE c1) a(aid) ` +
+				`JOIN (SELECT c4 COLLATE pg_catalog."C", c5 FROM unnest($1, $2, $3, $4, $5) u(c1, c2, c3, c4, c5) WHERE c3) o(id, aid) ON o.id = a.aid::text WHERE o.id <> $6`,
+		},
+		{
+			query: "SELECT * FROM accounts a JOIN orders o ON o.id = a.aid::text",
+			types: []string{"bool", "int8", "bool", "bool", "text"},
+			names: []string{"?gather 1", "aid", "?gather 2", "?gather 3", "id"},
+			colls: []map[string]string{nil, nil},
+			want:  "a column of public.accounts, public.orders is named like the coordinator's gathering separators",
+		},
+		{
+			query: "SELECT * FROM accounts a JOIN orders o ON o.id = a.aid::text",
+			types: []string{"int8", "text"}, names: []string{"aid", "id"},
+			colls: []map[string]string{nil, nil},
+			want:  "a column of public.accounts, public.orders is named like",
+		},
+	} {
+		p, err := Build(c.query, cat)
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		m := mergeOf(p)
+		if m == nil || !m.Gather {
+			t.Fatalf("%s: not gathered", c.query)
+		}
+		got, err := m.RenderGather(c.types, c.names, c.colls)
+		if err != nil {
+			got = err.Error()
+			if !strings.Contains(got, c.want) {
+				t.Errorf("%s:\n got error %s\nwant %s", c.query, got, c.want)
+			}
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.query, got, c.want)
+		}
+	}
+}
