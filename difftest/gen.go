@@ -61,6 +61,7 @@ func init() {
 		{name: "scatter-select", weight: 6, gen: (*gen).scatterSelect},
 		{name: "scatter-agg", weight: 6, gen: (*gen).scatterAgg},
 		{name: "gather", weight: 4, gen: (*gen).gather},
+		{name: "gather-tables", weight: 3, gen: (*gen).gatherTables},
 		{name: "copy", weight: 2, gen: (*gen).copyIn},
 		{name: "copy-where", weight: 1, gen: (*gen).copyWhere},
 		{name: "txn", weight: 6, gen: (*gen).txn},
@@ -655,6 +656,49 @@ func (g *gen) gather() *stmt {
 	default:
 		r0 := g.s.references()[0]
 		sql = fmt.Sprintf("SELECT r.t, count(DISTINCT d.k), rank() OVER (ORDER BY r.t) FROM %s d JOIN %s r ON d.g = r.k GROUP BY r.t ORDER BY r.t", d, g.name(r0))
+		s.ordered = true
+	}
+	s.sql, s.params = sql, b.params
+	return s
+}
+
+// gatherTables draws a read over two distributed tables (colocated or
+// not, with any distribution types) that no shard can answer alone: joins
+// and subqueries on g or t, set operations; the coordinator gathers both
+// tables' rows in one pass.
+func (g *gen) gatherTables() *stmt {
+	t1, t2 := g.distTable(), g.distTable()
+	for t2 == t1 && len(g.s.distributed()) > 1 {
+		t2 = g.distTable()
+	}
+	d1, d2 := g.name(t1), g.name(t2)
+	b, p := g.newBuilder()
+	s := &stmt{proto: p}
+	where := func(t *table, qual string) string {
+		if g.r.IntN(2) == 0 {
+			return " WHERE " + g.valuePred(b, t, qual)
+		}
+		return ""
+	}
+	var sql string
+	switch g.r.IntN(7) {
+	case 0:
+		sql = fmt.Sprintf("SELECT a.g, count(*), count(DISTINCT b.t), max(b.k) FROM %s a JOIN %s b ON a.g = b.g%s GROUP BY a.g ORDER BY a.g", d1, d2, where(t1, "a."))
+		s.ordered = true
+	case 1:
+		sql = fmt.Sprintf("SELECT k, t FROM %s WHERE g %s (SELECT g FROM %s%s) ORDER BY k", d1, g.pick("IN", "NOT IN", "= ANY", "<> ALL"), d2, where(t2, ""))
+		s.ordered = true
+	case 2:
+		sql = fmt.Sprintf("SELECT t, g FROM %s%s %s SELECT t, g FROM %s%s", d1, where(t1, ""), g.pick("UNION", "UNION ALL", "INTERSECT", "EXCEPT", "EXCEPT ALL"), d2, where(t2, ""))
+	case 3:
+		sql = fmt.Sprintf("SELECT count(*), count(b.k), sum(a.g) FROM %s a %s JOIN %s b ON a.t = b.t%s", d1, g.pick("LEFT", "RIGHT", "FULL", "INNER"), d2, where(t1, "a."))
+	case 4:
+		sql = fmt.Sprintf("SELECT a.k, (SELECT count(*) FROM %s b WHERE b.g = a.g) AS peers FROM %s a WHERE %s", d2, d1, g.keyEq(b, t1, "a."))
+	case 5:
+		sql = fmt.Sprintf("SELECT a.k FROM %s a WHERE %sEXISTS (SELECT 1 FROM %s b WHERE b.g = a.g AND b.t %s a.t) ORDER BY a.k", d1, g.pick("", "NOT "), d2, g.pick("=", "<>", "<"))
+		s.ordered = true
+	default:
+		sql = fmt.Sprintf("WITH x AS (SELECT g, count(*) AS n FROM %s GROUP BY g) SELECT a.g, x.n, rank() OVER (ORDER BY x.n DESC, a.g) FROM (SELECT DISTINCT g FROM %s) a JOIN x ON x.g = a.g ORDER BY a.g", d2, d1)
 		s.ordered = true
 	}
 	s.sql, s.params = sql, b.params
