@@ -248,6 +248,11 @@ func TestCorpus(t *testing.T) {
 		results = append(results, runCorpusStmt(ctx, cc, oc, st))
 	}
 
+	// The writes left the same contents on both sides.
+	if bad := compareTables(ctx, cc, oc, data); len(bad) > 0 {
+		t.Errorf("after the corpus, the fleet's tables differ from the oracle's:\n%s", strings.Join(bad, "\n"))
+	}
+
 	report, rate := corpusReport(results, time.Since(start))
 	t.Log("\n" + report)
 	if path := os.Getenv("PGFLEET_CORPUS_REPORT"); path != "" {

@@ -435,7 +435,6 @@ SELECT * FROM orders LIMIT 0;
 SELECT event_id, kind FROM events ORDER BY event_id DESC FETCH FIRST 5 ROWS ONLY;
 
 -- name: fetch-with-ties
--- ordered
 SELECT product_id, list_price FROM products ORDER BY list_price DESC NULLS LAST FETCH FIRST 3 ROWS WITH TIES;
 
 -- name: order-by-group-sum
