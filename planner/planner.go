@@ -332,6 +332,21 @@ func qualified(parts []string) string {
 	return ""
 }
 
+// readsDistributed reports whether stmt names a distributed table
+// anywhere.
+func (b *builder) readsDistributed(stmt *pg_query.Node) bool {
+	ctes := cteNames(stmt)
+	found := false
+	Walk(stmt, func(m proto.Message) {
+		if rv, ok := m.(*pg_query.RangeVar); ok && !found {
+			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
+				found = true
+			}
+		}
+	})
+	return found
+}
+
 func lookup(cat *metadata.Snapshot, rv *pg_query.RangeVar, ctes map[string]bool) *metadata.Table {
 	if rv.Schemaname == "" {
 		if ctes[rv.Relname] {
@@ -403,8 +418,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	switch {
 	case stmt.GetSelectStmt() != nil:
 		s := stmt.GetSelectStmt()
-		if s.Op != pg_query.SetOperation_SETOP_NONE {
-			return b.gather(stmt, unsupported("UNION, INTERSECT and EXCEPT over distributed or reference tables are not supported yet"))
+		if s.Op != pg_query.SetOperation_SETOP_NONE && b.readsDistributed(stmt) {
+			return b.gather(stmt, unsupported("UNION, INTERSECT and EXCEPT over distributed tables are not supported here").
+				WithHint("Run each side in a statement of its own."))
 		}
 		if s.IntoClause != nil {
 			return nil, unsupported("SELECT INTO from distributed or reference tables is not supported yet")
@@ -435,7 +451,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		if target != nil && target.Kind == metadata.Distributed {
 			for _, rt := range u.TargetList {
 				if rt.GetResTarget().GetName() == target.DistColumn {
-					return nil, unsupported("modifying the distribution column %q of %s is not supported", target.DistColumn, target.Name)
+					return nil, unsupported("modifying the distribution column %q of %s is not supported", target.DistColumn, target.Name).
+						WithHint("A row's distribution column decides its shard and cannot change: DELETE the row and INSERT it with the new value.")
 				}
 			}
 		}
