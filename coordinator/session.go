@@ -972,6 +972,8 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.copySplit(p, lits)
 	case planner.InsertSplit:
 		return ss.insertSplit(p, lits, text)
+	case planner.MultiShardWrite:
+		return ss.multiShardWrite(p, lits, text)
 	case planner.MultiShard:
 		return ss.scatterSimple(p, lits)
 	}

@@ -50,6 +50,7 @@ func init() {
 		{name: "point-select", weight: 14, gen: (*gen).pointSelect},
 		{name: "point-update", weight: 6, gen: (*gen).pointUpdate},
 		{name: "point-delete", weight: 3, gen: (*gen).pointDelete},
+		{name: "multi-write", weight: 2, gen: (*gen).multiWrite},
 		{name: "insert", weight: 8, gen: (*gen).insert},
 		{name: "insert-multi", weight: 4, gen: (*gen).insertMulti},
 		{name: "upsert", weight: 3, gen: (*gen).upsert},
@@ -313,6 +314,27 @@ func (g *gen) pointDelete() *stmt {
 	t := g.distTable()
 	b, p := g.newBuilder()
 	return g.finish(b, p, fmt.Sprintf("DELETE FROM %s WHERE %s%s", g.name(t), g.keyEq(b, t, ""), g.returning(t)))
+}
+
+// multiWrite draws an UPDATE or DELETE with no equality on the
+// distribution column: it runs on every shard, all or nothing. Deletes
+// take a narrow predicate, so that the tables keep rows.
+func (g *gen) multiWrite() *stmt {
+	t := g.distTable()
+	b, p := g.newBuilder()
+	d := g.name(t)
+	grp := fmt.Sprint(g.r.IntN(6))
+	switch g.r.IntN(4) {
+	case 0:
+		return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s", d, g.assignment(b, t, ""), g.valuePred(b, t, "")))
+	case 1:
+		return g.finish(b, p, fmt.Sprintf("UPDATE %s SET g = g + 1, t = t || 'x' WHERE g = %s", d, grp))
+	case 2:
+		r0 := g.s.references()[0]
+		return g.finish(b, p, fmt.Sprintf("UPDATE %s x SET %s FROM %s r WHERE r.k = x.g AND r.g %s", d, g.assignment(b, t, ""), g.name(r0), g.pick("IS NULL", "> 2", "< 3")))
+	default:
+		return g.finish(b, p, fmt.Sprintf("DELETE FROM %s WHERE g = %s AND %s", d, grp, g.valuePred(b, t, "")))
+	}
 }
 
 // rowValues renders one row's VALUES tuple.

@@ -43,6 +43,11 @@ const (
 	// that no equality pins to one shard group. Every shard runs a partial
 	// query and the coordinator merges the results (Scatter).
 	MultiShard Kind = "multi-shard"
+	// MultiShardWrite: an UPDATE or DELETE of a distributed table that no
+	// equality pins to one shard, reading no other distributed table: it
+	// runs on every shard (ShardSQL), all of them in one distributed
+	// transaction.
+	MultiShardWrite Kind = "multi-shard-write"
 	// Function: a call of a catalog function (create_distributed_table,
 	// citus_add_node, ...) that the coordinator runs itself. Requires a
 	// plain SELECT fn(args) whose arguments are constants.
@@ -584,6 +589,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 					return b.gather(stmt, err)
 				}
 				return plan, err
+			}
+			if insert == nil && target != nil && up.table.Name == target.Name {
+				return b.multiShardWrite(stmt, p, dist)
 			}
 			err = unsupported("the %s on %s has no equality on its distribution column %q, so it would need every shard; multi-shard %ss are not supported yet",
 				StatementName(stmt), up.table.Name, up.table.DistColumn, StatementName(stmt)).
@@ -1170,6 +1178,70 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 	return p, nil
 }
 
+// multiShardWrite plans an UPDATE or DELETE of a distributed table on
+// every shard: each shard's statement does to its rows what the statement
+// does to them on one table, provided it reads no other distributed table
+// (a subquery over one is refused before this), no value PostgreSQL fixes
+// for the statement or transaction (each worker would read its own), and
+// returns no rows.
+func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata.Table) (*Plan, error) {
+	t := dist[0]
+	what := StatementName(stmt)
+	if len(dist) > 1 {
+		return nil, unsupported("a multi-shard %s of %s that reads another distributed table is not supported yet", what, t.Name).
+			WithHint("Add WHERE %s = <value>, or read the other table first and pass its values as constants.", t.DistColumn)
+	}
+	var returning, with bool
+	switch {
+	case stmt.GetUpdateStmt() != nil:
+		u := stmt.GetUpdateStmt()
+		returning, with = len(u.ReturningList) > 0, u.WithClause != nil
+	case stmt.GetDeleteStmt() != nil:
+		d := stmt.GetDeleteStmt()
+		returning, with = len(d.ReturningList) > 0, d.WithClause != nil
+	}
+	if returning {
+		return nil, unsupported("RETURNING in a multi-shard %s of %s is not supported yet", what, t.Name).
+			WithHint("Add WHERE %s = <value>, or read the rows in a SELECT of their own.", t.DistColumn)
+	}
+	if with {
+		return nil, unsupported("WITH in a multi-shard %s of %s is not supported yet", what, t.Name).
+			WithHint("Add WHERE %s = <value>, or write the WITH query into the statement.", t.DistColumn)
+	}
+	if name := writeTime(stmt); name != "" {
+		return nil, unsupported("a multi-shard %s of %s reading %s is not supported: each worker would give its own value", what, t.Name, name).
+			WithHint("Pass the value as a constant or a parameter, or add WHERE %s = <value>.", t.DistColumn)
+	}
+	p.Kind, p.DistTable, p.DistType = MultiShardWrite, t.Name, t.DistType
+	n := len(b.cat.Shards[t.Name])
+	p.ShardSQL = make([]string, n)
+	var err error
+	for i := range n {
+		if p.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// writeTime names a value the statement reads that PostgreSQL fixes for
+// the whole statement or transaction (txTime, statement_timestamp()), ""
+// if none.
+func writeTime(n proto.Message) string {
+	if name := txTime(n); name != "" {
+		return name
+	}
+	name := ""
+	Walk(n, func(m proto.Message) {
+		if f, ok := m.(*pg_query.FuncCall); ok && name == "" {
+			if fn, builtin := funcName(f); builtin && fn == "statement_timestamp" {
+				name = fn + "()"
+			}
+		}
+	})
+	return name
+}
+
 // explainPlan plans EXPLAIN of a statement as that statement, with the
 // EXPLAIN kept around it on every shard.
 func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
@@ -1183,7 +1255,8 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 			WithHint("Run the query itself, or EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
 	}
 	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite {
-		return nil, unsupported("EXPLAIN of this statement is not supported yet")
+		return nil, unsupported("EXPLAIN of this statement is not supported yet").
+			WithHint("EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
 	}
 	p.Explain, p.ExplainText = true, true
 	for _, o := range ex.Options {

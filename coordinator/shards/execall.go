@@ -3,6 +3,8 @@ package shards
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -93,7 +95,10 @@ func ExecGroups(ctx context.Context, store *metadata.Store, snap *metadata.Snaps
 	g := newGroup("write", n, store)
 	g.beginStmt = "BEGIN"
 	var total int64
-	for id, stmts := range byNode {
+	// Workers in one order, so that two of these writes over the same
+	// rows wait for each other instead of deadlocking across workers.
+	for _, id := range slices.Sorted(maps.Keys(byNode)) {
+		stmts := byNode[id]
 		tx, err := g.begin(ctx, id)
 		if err != nil {
 			g.rollback(ctx)

@@ -1,0 +1,131 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestMultiShardWrite: an UPDATE or DELETE without an equality on the
+// distribution column changes exactly the rows PostgreSQL changes (command
+// tag and table contents against an oracle table), on every shard or on
+// none: an error on one shard leaves every shard as it was, and no
+// prepared transaction is left behind.
+func TestMultiShardWrite(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 4 })
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	const cols = "(id int PRIMARY KEY, g int, v numeric(8,2) CHECK (v < 1000), t text)"
+	testTable(t, c, "mw", cols, "SELECT create_distributed_table('mw', 'id', shard_count => 6)")
+	testTable(t, c, "mwr", "(g int PRIMARY KEY, bonus numeric)", "SELECT create_reference_table('mwr')")
+	for _, o := range []string{"mwo " + cols, "mwro (g int PRIMARY KEY, bonus numeric)"} {
+		name := strings.Fields(o)[0]
+		exec(t, c, "DROP TABLE IF EXISTS "+name)
+		exec(t, c, "CREATE TABLE "+o)
+		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	}
+	var rows []string
+	for i := 1; i <= 80; i++ {
+		g := fmt.Sprint(i % 5)
+		if i%11 == 0 {
+			g = "NULL"
+		}
+		rows = append(rows, fmt.Sprintf("(%d, %s, %d.%02d, '%s')", i, g, i%13-4, i%100, []string{"a", "é", "日本", ""}[i%4]))
+	}
+	for _, tb := range []string{"mw", "mwo"} {
+		exec(t, c, "INSERT INTO "+tb+" (id, g, v, t) VALUES "+strings.Join(rows, ", "))
+	}
+	for _, tb := range []string{"mwr", "mwro"} {
+		exec(t, c, "INSERT INTO "+tb+" (g, bonus) VALUES (1, 0.5), (2, 1.25), (4, -3)")
+	}
+	fleet, oracle := strings.NewReplacer("{t}", "mw", "{r}", "mwr"), strings.NewReplacer("{t}", "mwo", "{r}", "mwro")
+	contents := func(tb string) oracleRun {
+		return gatherRun(t, c, "SELECT * FROM "+tb+" ORDER BY id", simple)
+	}
+	same := func(what string) {
+		t.Helper()
+		if got, want := contents("mw"), contents("mwo"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %s: contents differ:\n got %v\nwant %v", what, got, want)
+		}
+	}
+	for _, q := range []string{
+		"UPDATE {t} SET v = v + 1 WHERE g = 2",
+		"UPDATE {t} SET t = t || '!', v = -v WHERE t <> '' AND id % 3 = 0",
+		"UPDATE {t} AS x SET v = x.v + r.bonus FROM {r} r WHERE r.g = x.g",
+		"UPDATE {t} SET g = NULL WHERE g IN (SELECT g FROM {r} WHERE bonus < 0)",
+		"UPDATE {t} SET v = 0 WHERE false",
+		"DELETE FROM {t} WHERE v < 0 AND g IS NOT NULL",
+		"DELETE FROM {t} x USING {r} r WHERE r.g = x.g AND r.bonus > 1",
+		"UPDATE {t} SET v = 1.5",
+	} {
+		got := gatherRun(t, c, fleet.Replace(q), simple)
+		want := gatherRun(t, c, oracle.Replace(q), simple)
+		if !reflect.DeepEqual(got, want) || got.State != "" {
+			t.Fatalf("%s:\n got %+v\nwant %+v (plain PostgreSQL)", q, got, want)
+		}
+		same(q)
+	}
+	// An error on one shard: every shard stays as it was.
+	exec(t, c, "UPDATE mw SET v = id WHERE id < 40", simple)
+	exec(t, c, "UPDATE mwo SET v = id WHERE id < 40", simple)
+	for _, q := range []struct{ sql, state string }{
+		{"UPDATE {t} SET v = 100 / (id - 43)", "22012"}, // division by zero on one row
+		{"UPDATE {t} SET v = v * 30", "23514"},          // the CHECK fails for ids over 33
+		{"UPDATE {t} SET nope = 1", "42703"},
+		{"DELETE FROM {t} WHERE 1 / (id - 50) > 0", "22012"},
+	} {
+		_, err := c.Exec(ctx, fleet.Replace(q.sql), simple)
+		_, oerr := c.Exec(ctx, oracle.Replace(q.sql), simple)
+		if sqlState(err) != q.state || sqlState(oerr) != q.state {
+			t.Errorf("%s: %v (PostgreSQL: %v), want %s", q.sql, err, oerr, q.state)
+		}
+		same(q.sql)
+	}
+	// Refused with a hint, nothing changed.
+	for _, q := range []struct {
+		sql  string
+		mode pgx.QueryExecMode
+	}{
+		{"UPDATE mw SET v = 2 WHERE g = 1 RETURNING id", simple},
+		{"UPDATE mw SET t = now()::text", simple},
+		{"UPDATE mw SET t = 'now'::timestamptz::text", simple},
+		{"DELETE FROM mw WHERE id IN (SELECT id FROM mw WHERE g = 1)", simple},
+		{"UPDATE mw SET v = 3 WHERE g = $1", pgx.QueryExecModeCacheStatement},
+	} {
+		var args []any
+		if q.mode != simple {
+			args = []any{1}
+		}
+		_, err := c.Exec(ctx, q.sql, append([]any{q.mode}, args...)...)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+			t.Errorf("%s: %v, want 0A000 with a hint", q.sql, err)
+		}
+		same(q.sql)
+	}
+	exec(t, c, "BEGIN")
+	_, err := c.Exec(ctx, "UPDATE mw SET v = 4", simple)
+	exec(t, c, "ROLLBACK")
+	if sqlState(err) != "0A000" {
+		t.Errorf("in a transaction block: %v, want 0A000", err)
+	}
+	same("a refusal in a transaction block")
+	for _, w := range cl.Servers {
+		wc := connect(t, w.Addr())
+		if n := queryString(t, wc, "SELECT count(*) FROM pg_prepared_xacts"); n != "0" {
+			t.Errorf("worker %s: %s prepared transactions left", w.Addr(), n)
+		}
+		wc.Close(ctx)
+	}
+}
