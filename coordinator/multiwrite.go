@@ -20,7 +20,7 @@ import (
 // every shard.
 func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string) error {
 	what, _, _ := strings.Cut(p.ShardSQL[0], " ") // UPDATE or DELETE
-	if ss.inTxn() { // its two-phase commit would not be undone by ROLLBACK
+	if ss.inTxn() {                               // its two-phase commit would not be undone by ROLLBACK
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard %s of %s is not supported inside a transaction block yet", what, p.DistTable).
 			WithHint("Run it outside BEGIN ... COMMIT (it commits on every shard or on none), or add WHERE <distribution column> = <value>."))
