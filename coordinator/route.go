@@ -1,9 +1,12 @@
 package coordinator
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/planner"
@@ -38,6 +41,10 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 		}
 	}
 	sp, err := ss.srv.stmtPlan(st)
+	var cn *planner.ColumnsNeeded
+	if errors.As(err, &cn) {
+		sp, err = ss.insertPlan(st, cn)
+	}
 	if err == nil {
 		err = ss.checkPath(sp.plan)
 	}
@@ -105,10 +112,73 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 		return defaultPlan, nil, nil
 	}
 	p, lits, err := ss.srv.planSimple(sql)
+	var cn *planner.ColumnsNeeded
+	if errors.As(err, &cn) {
+		var full string
+		if full, err = ss.withColumns(sql, cn); err == nil {
+			p, lits, err = ss.srv.planSimple(full)
+		}
+	}
 	if err == nil {
 		err = ss.checkPath(p)
 	}
 	return p, lits, err
+}
+
+// withColumns is an INSERT without a column list into a distributed table
+// with the list PostgreSQL takes, read from the table on the default node
+// (which has the shards' columns) every time: a plan keeps no column list
+// that DDL through another coordinator could have changed.
+func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
+	if err != nil {
+		return "", err
+	}
+	sc, err := ss.sideCheckout(ctx, pool)
+	if err != nil {
+		return "", err
+	}
+	schema, rel, _ := strings.Cut(cn.Table, ".")
+	rows, err := queryText(sc, "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass("+
+		quoteLiteral(quoteIdent(schema)+"."+quoteIdent(rel))+") AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
+	if err != nil && !errors.As(err, new(*workerError)) {
+		sc.MarkBroken()
+	}
+	pool.Release(sc)
+	if err != nil {
+		return "", err
+	}
+	var cols []string
+	for _, r := range rows {
+		if len(r) == 1 && r[0] != nil {
+			cols = append(cols, *r[0])
+		}
+	}
+	if len(cols) == 0 {
+		return "", errCatalogMoved
+	}
+	return planner.WithColumns(sql, cols)
+}
+
+// insertPlan plans a prepared INSERT without a column list (withColumns),
+// at every use: the plan is not kept on the statement.
+func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPlan, error) {
+	full, err := ss.withColumns(st.Query, cn)
+	if err != nil {
+		return nil, err
+	}
+	snap := ss.srv.catalog.Load()
+	p, err := ss.srv.plan(full)
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind != planner.Router {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "a multi-row INSERT into %s needs the simple query protocol", cn.Table).
+			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
+	}
+	return &stmtPlan{version: snap.Version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL))}, nil
 }
 
 // shardStmt is the statement st becomes on shard index idx.

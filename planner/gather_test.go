@@ -70,3 +70,29 @@ func TestRenderGather(t *testing.T) {
 		}
 	}
 }
+
+// TestWithColumns: an INSERT without a column list gets the table's first
+// columns, as many as its rows have.
+func TestWithColumns(t *testing.T) {
+	cols := []string{"aid", "bid", "abalance", "filler"}
+	for _, c := range []struct{ sql, want string }{
+		{"INSERT INTO accounts VALUES (1, 2)", "INSERT INTO accounts (aid, bid) VALUES (1, 2)"},
+		{"INSERT INTO accounts AS a VALUES ($1, 2, 3), (4, 5, DEFAULT) ON CONFLICT (aid) DO UPDATE SET bid = excluded.bid RETURNING a.*",
+			"INSERT INTO accounts AS a (aid, bid, abalance) VALUES ($1, 2, 3), (4, 5, DEFAULT) ON CONFLICT (aid) DO UPDATE SET bid = excluded.bid RETURNING a.*"},
+		{"INSERT INTO accounts VALUES (1), (2, 3)", "INSERT INTO accounts (aid, bid) VALUES (1), (2, 3)"},
+		{"INSERT INTO public.accounts VALUES (1, 2, 3, 'x', 5)", "INSERT INTO public.accounts (aid, bid, abalance, filler) VALUES (1, 2, 3, 'x', 5)"},
+	} {
+		got, err := WithColumns(c.sql, cols)
+		if err != nil || got != c.want {
+			t.Errorf("%s:\n got %s, %v\nwant %s", c.sql, got, err, c.want)
+		}
+		if _, err := Build(got, testCatalog()); err != nil && strings.Contains(err.Error(), "column list") {
+			t.Errorf("%s: still needs its columns: %v", got, err)
+		}
+	}
+	for _, sql := range []string{"INSERT INTO accounts (aid) VALUES (1)", "INSERT INTO accounts SELECT 1", "SELECT 1"} {
+		if _, err := WithColumns(sql, cols); err == nil {
+			t.Errorf("%s: no error", sql)
+		}
+	}
+}

@@ -964,8 +964,8 @@ func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([
 		}
 	}
 	if len(ins.Cols) == 0 {
-		return nil, unsupported("INSERT into distributed table %s needs a column list", t.Name).
-			WithHint("Write INSERT INTO %s (%s, ...) VALUES (...).", t.Name, t.DistColumn)
+		return nil, &ColumnsNeeded{Table: t.Name, err: unsupported("INSERT into distributed table %s needs a column list here", t.Name).
+			WithHint("Write INSERT INTO %s (%s, ...) VALUES (...).", t.Name, t.DistColumn)}
 	}
 	if pos < 0 {
 		return nil, pgerr.New("23502", "INSERT into %s must give its distribution column %q", t.Name, t.DistColumn)
@@ -987,6 +987,43 @@ func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([
 		vals = append(vals, v)
 	}
 	return vals, nil
+}
+
+// ColumnsNeeded is Build's answer to an INSERT into a distributed table
+// without a column list: which value is the distribution column's depends
+// on the table's columns, which the catalog does not hold. The caller
+// reads them from PostgreSQL (in order, dropped ones left out) and plans
+// WithColumns(sql, columns) instead; as an error, it is a refusal.
+type ColumnsNeeded struct {
+	Table string
+	err   *pgerr.Error
+}
+
+func (e *ColumnsNeeded) Error() string { return e.err.Error() }
+func (e *ColumnsNeeded) Unwrap() error { return e.err }
+
+// WithColumns is an INSERT without a column list (ColumnsNeeded) with the
+// list PostgreSQL would take: the table's first columns, as many as the
+// VALUES rows have (all of them if a row has more, for PostgreSQL's own
+// error).
+func WithColumns(sql string, columns []string) (string, error) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetInsertStmt() == nil {
+		return "", pgerr.New(pgerr.Internal, "not one INSERT statement")
+	}
+	ins := tree.Stmts[0].Stmt.GetInsertStmt()
+	sel := ins.SelectStmt.GetSelectStmt()
+	if len(ins.Cols) > 0 || sel == nil || len(sel.ValuesLists) == 0 {
+		return "", pgerr.New(pgerr.Internal, "not an INSERT ... VALUES without a column list")
+	}
+	n := 0
+	for _, l := range sel.ValuesLists {
+		n = max(n, len(l.GetList().GetItems()))
+	}
+	for _, c := range columns[:min(n, len(columns))] {
+		ins.Cols = append(ins.Cols, &pg_query.Node{Node: &pg_query.Node_ResTarget{ResTarget: &pg_query.ResTarget{Name: c, Location: -1}}})
+	}
+	return deparse(tree.Version, tree.Stmts[0].Stmt)
 }
 
 // SplitInsert is a multi-row INSERT (InsertSplit) cut down to the given
