@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -112,11 +113,18 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 		return defaultPlan, nil, nil
 	}
 	p, lits, err := ss.srv.planSimple(sql)
+	// An INSERT without a column list gets one; then a distribution
+	// column given by an expression gets its value.
 	var cn *planner.ColumnsNeeded
 	if errors.As(err, &cn) {
-		var full string
-		if full, err = ss.withColumns(sql, cn); err == nil {
-			p, lits, err = ss.srv.planSimple(full)
+		if sql, err = ss.withColumns(sql, cn); err == nil {
+			p, lits, err = ss.srv.planSimple(sql)
+		}
+	}
+	var vn *planner.ValuesNeeded
+	if errors.As(err, &vn) {
+		if sql, err = ss.withDistValues(sql, vn); err == nil {
+			p, lits, err = ss.srv.planSimple(sql)
 		}
 	}
 	if err == nil {
@@ -160,6 +168,90 @@ func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, e
 		return "", errCatalogMoved
 	}
 	return planner.WithColumns(sql, cols)
+}
+
+// withDistValues is an INSERT whose distribution column is given by
+// expressions (planner.ValuesNeeded) with each expression's value in its
+// place, as Citus does: PostgreSQL evaluates them once, under the
+// session's settings, in a read-only transaction that is rolled back (a
+// function that writes is refused; one that changes settings changes
+// nothing), and each value goes back as a constant of the expression's
+// type, so that the worker assigns it to the column as PostgreSQL would
+// have. Outside transaction blocks only: there the expressions would run
+// outside the transaction, and read another moment's time.
+func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string, error) {
+	if ss.inTxn() || ss.pinned != "" || ss.settingsUnknown || ss.foreignEnc {
+		return "", vn.Unwrap()
+	}
+	exprs, err := planner.DistExprs(sql, ss.srv.catalog.Load(), false)
+	if err != nil {
+		return "", err
+	}
+	var sel, inner []string
+	for i, e := range exprs {
+		if e == "" {
+			continue
+		}
+		v := "v" + strconv.Itoa(i)
+		inner = append(inner, "("+e+") AS "+v)
+		sel = append(sel, v+"::text", "pg_catalog.pg_typeof("+v+")::text")
+	}
+	for _, e := range exprs {
+		if strings.Contains(strings.ToLower(e), "pg_advisory") {
+			return "", vn.Unwrap()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
+	if err != nil {
+		return "", err
+	}
+	sc, err := ss.sideCheckout(ctx, pool)
+	if err != nil {
+		return "", err
+	}
+	rows, err := queryText(sc, "BEGIN READ ONLY")
+	if err == nil {
+		rows, err = queryText(sc, "SELECT "+strings.Join(sel, ", ")+" FROM (SELECT "+strings.Join(inner, ", ")+" OFFSET 0) s")
+		if _, rerr := queryText(sc, "ROLLBACK"); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil && !errors.As(err, new(*workerError)) || sc.TxStatus != 'I' {
+		sc.MarkBroken()
+	}
+	pool.Release(sc)
+	var we *workerError
+	if errors.As(err, &we) && we.pg.Code == "25006" {
+		return "", pgerr.New(pgerr.FeatureNotSupported,
+			"the distribution column's expression calls a function that writes, which the coordinator cannot evaluate apart from the INSERT").
+			WithHint("Give the distribution column a constant or a parameter.")
+	}
+	if err != nil {
+		return "", ss.analysisFirst(sql, err)
+	}
+	if len(rows) != 1 || len(rows[0]) != len(sel) {
+		return "", pgerr.New(pgerr.Internal, "no values for the distribution column")
+	}
+	vals := make([]string, len(exprs))
+	k := 0
+	for i, e := range exprs {
+		if e == "" {
+			continue
+		}
+		v, typ := rows[0][2*k], rows[0][2*k+1]
+		k++
+		if typ == nil {
+			return "", pgerr.New(pgerr.Internal, "no type for the distribution column's value")
+		}
+		if v == nil {
+			vals[i] = "NULL::" + *typ
+		} else {
+			vals[i] = quoteLiteral(*v) + "::" + *typ
+		}
+	}
+	return planner.WithDistValues(sql, ss.srv.catalog.Load(), vals)
 }
 
 // insertPlan plans a prepared INSERT without a column list (withColumns),

@@ -345,6 +345,10 @@ func (g *gen) rowValues(b *builder, t *table, row []value) string {
 			b.keys = t.keys
 			parts[i] = b.key(t.cols[i].typ, v)
 			b.keys = nil
+			if t.cols[i].typ.isInt() && !t.reference && g.r.IntN(6) == 0 {
+				// An expression the coordinator has PostgreSQL evaluate.
+				parts[i] = "(" + parts[i] + " + 0)"
+			}
 		} else {
 			parts[i] = b.val(t.cols[i].typ, v)
 		}

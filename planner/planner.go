@@ -978,8 +978,8 @@ func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([
 		}
 		v := distValue(version, row[pos], t.DistType, true)
 		if v == nil {
-			return nil, unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT", t.DistColumn, t.Name).
-				WithHint("Constants, parameters and casts of them are supported.")
+			return nil, &ValuesNeeded{err: unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT here", t.DistColumn, t.Name).
+				WithHint("Constants, parameters and casts of them are supported; other expressions only in the simple query protocol, outside a transaction block when they read the time.")}
 		}
 		if v.Null {
 			return nil, pgerr.New("23502", "cannot insert NULL into the distribution column %q of %s", t.DistColumn, t.Name)
