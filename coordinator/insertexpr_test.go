@@ -46,9 +46,9 @@ func TestInsertExpressions(t *testing.T) {
 		"INSERT INTO {t} VALUES (10 * 3, 'e'), (31, 'f')",
 		"INSERT INTO {t} (v, id) VALUES ('g', 7 * 6) ON CONFLICT (id) DO UPDATE SET v = excluded.v || '!' RETURNING id, v",
 		"INSERT INTO {t} (v, id) VALUES ('h', 7 * 6) ON CONFLICT (id) DO UPDATE SET v = excluded.v || '!' RETURNING id, v",
-		"INSERT INTO {t} (id, v) VALUES (1 / 0, 'z')",                  // 22012
-		"INSERT INTO {t} (id, v) VALUES ('5'::text, 'z')",              // 42804: text is not assigned to bigint
-		"INSERT INTO {t} (id, v) VALUES (2.5 * 3, 'y') RETURNING id",   // numeric 7.5 assigned: 8
+		"INSERT INTO {t} (id, v) VALUES (1 / 0, 'z')",                   // 22012
+		"INSERT INTO {t} (id, v) VALUES ('5'::text, 'z')",               // 42804: text is not assigned to bigint
+		"INSERT INTO {t} (id, v) VALUES (2.5 * 3, 'y') RETURNING id",    // numeric 7.5 assigned: 8
 		"INSERT INTO {t} (id, v) VALUES (9223372036854775807 + 1, 'o')", // 22003
 		"SELECT * FROM {t} ORDER BY id",
 	} {
