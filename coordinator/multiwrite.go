@@ -19,7 +19,7 @@ import (
 // nothing, as InsertSplit's rows do. The command tag counts the rows of
 // every shard.
 func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string) error {
-	what, _, _ := strings.Cut(p.ShardSQL[0], " ") // UPDATE or DELETE
+	what, _, _ := strings.Cut(p.ShardSQL[0], " ") // UPDATE, DELETE or INSERT
 	if ss.inTxn() {                               // its two-phase commit would not be undone by ROLLBACK
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard %s of %s is not supported inside a transaction block yet", what, p.DistTable).
@@ -59,7 +59,11 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	if err != nil {
 		return ss.queryError(ss.analysisFirst(text, err))
 	}
-	cc := pgproto3.CommandComplete{CommandTag: []byte(what + " " + strconv.FormatInt(n, 10))}
+	tag := what + " " + strconv.FormatInt(n, 10)
+	if what == "INSERT" {
+		tag = "INSERT 0 " + strconv.FormatInt(n, 10)
+	}
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return nil

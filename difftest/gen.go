@@ -51,6 +51,7 @@ func init() {
 		{name: "point-update", weight: 6, gen: (*gen).pointUpdate},
 		{name: "point-delete", weight: 3, gen: (*gen).pointDelete},
 		{name: "multi-write", weight: 2, gen: (*gen).multiWrite},
+		{name: "insert-select", weight: 1, gen: (*gen).insertSelect},
 		{name: "insert", weight: 8, gen: (*gen).insert},
 		{name: "insert-multi", weight: 4, gen: (*gen).insertMulti},
 		{name: "upsert", weight: 3, gen: (*gen).upsert},
@@ -334,6 +335,39 @@ func (g *gen) multiWrite() *stmt {
 		return g.finish(b, p, fmt.Sprintf("UPDATE %s x SET %s FROM %s r WHERE r.k = x.g AND r.g %s", d, g.assignment(b, t, ""), g.name(r0), g.pick("IS NULL", "> 2", "< 3")))
 	default:
 		return g.finish(b, p, fmt.Sprintf("DELETE FROM %s WHERE g = %s AND %s", d, grp, g.valuePred(b, t, "")))
+	}
+}
+
+// insertSelect draws an INSERT ... SELECT between colocated tables, the
+// target's key the source's (pushed down shard by shard), or one that
+// cannot push down (refused).
+func (g *gen) insertSelect() *stmt {
+	var pairs [][2]*table
+	for _, t := range g.s.distributed() {
+		if t.colocate != "" {
+			for _, base := range g.s.distributed() {
+				if base.name == t.colocate {
+					pairs = append(pairs, [2]*table{base, t}, [2]*table{t, base})
+				}
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return g.multiWrite()
+	}
+	pr := pairs[g.r.IntN(len(pairs))]
+	src, dst := pr[0], pr[1]
+	b, p := g.newBuilder()
+	conflict := g.pick(" ON CONFLICT DO NOTHING", " ON CONFLICT (k) DO UPDATE SET g = excluded.g, t = excluded.t", "")
+	switch g.r.IntN(4) {
+	case 0:
+		return g.finish(b, p, fmt.Sprintf("INSERT INTO %s (k, g, t) SELECT k, g, t FROM %s WHERE %s%s", g.name(dst), g.name(src), g.valuePred(b, src, ""), conflict))
+	case 1:
+		return g.finish(b, p, fmt.Sprintf("INSERT INTO %s (t, k, g) SELECT s.t || '+', s.k, r.g FROM %s s JOIN %s r ON r.k = s.g%s", g.name(dst), g.name(src), g.name(g.s.references()[0]), conflict))
+	case 2:
+		return g.finish(b, p, fmt.Sprintf("INSERT INTO %s (k, g) SELECT k, count(*) FROM %s GROUP BY k HAVING count(*) > 0%s", g.name(dst), g.name(src), conflict))
+	default:
+		return g.finish(b, p, fmt.Sprintf("INSERT INTO %s (k, g) SELECT k, g FROM %s ORDER BY k LIMIT 3%s", g.name(dst), g.name(src), conflict))
 	}
 }
 

@@ -440,8 +440,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		target = b.addRangeVar(insert.Relation)
 		if insert.SelectStmt != nil && insert.SelectStmt.GetSelectStmt() != nil &&
 			len(insert.SelectStmt.GetSelectStmt().ValuesLists) == 0 {
-			return nil, unsupported("INSERT ... SELECT into distributed or reference tables is not supported yet").
-				WithHint("Insert the rows before distributing the table (they move into the shards), or use a multi-row INSERT ... VALUES or COPY.")
+			return b.insertSelect(stmt, insert, target)
 		}
 		if err := conflictMovesRow(insert, target); err != nil {
 			return nil, err
