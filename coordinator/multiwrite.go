@@ -33,6 +33,11 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 				WithHint("Pass the moment as a timestamp constant, or add WHERE <distribution column> = <value>."))
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
+		return ss.queryError(err)
+	}
 	snap := ss.srv.catalog.Load()
 	all := snap.Shards[p.DistTable]
 	if len(all) != len(p.ShardSQL) {
@@ -48,8 +53,6 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		}
 		byNode[all[i].Nodes[0]] = append(byNode[all[i].Nodes[0]], sql)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {

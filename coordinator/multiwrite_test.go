@@ -26,7 +26,7 @@ func TestMultiShardWrite(t *testing.T) {
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
-	const cols = "(id int PRIMARY KEY, g int, v numeric(8,2) CHECK (v < 1000), t text)"
+	const cols = "(id int PRIMARY KEY, g int, v numeric(8,2) CHECK (v < 1000), t text, ts timestamptz DEFAULT now(), k int DEFAULT 42)"
 	testTable(t, c, "mw", cols, "SELECT create_distributed_table('mw', 'id', shard_count => 6)")
 	testTable(t, c, "mwr", "(g int PRIMARY KEY, bonus numeric)", "SELECT create_reference_table('mwr')")
 	for _, o := range []string{"mwo " + cols, "mwro (g int PRIMARY KEY, bonus numeric)"} {
@@ -41,11 +41,16 @@ func TestMultiShardWrite(t *testing.T) {
 		if i%11 == 0 {
 			g = "NULL"
 		}
-		rows = append(rows, fmt.Sprintf("(%d, %s, %d.%02d, '%s')", i, g, i%13-4, i%100, []string{"a", "é", "日本", ""}[i%4]))
+		rows = append(rows, fmt.Sprintf("(%d, %s, %d.%02d, '%s', '2024-05-01 10:00:00+00')", i, g, i%13-4, i%100, []string{"a", "é", "日本", ""}[i%4]))
 	}
 	for _, tb := range []string{"mw", "mwo"} {
-		exec(t, c, "INSERT INTO "+tb+" (id, g, v, t) VALUES "+strings.Join(rows, ", "))
+		exec(t, c, "INSERT INTO "+tb+" (id, g, v, t, ts) VALUES "+strings.Join(rows, ", "))
 	}
+	exec(t, c, "CREATE TABLE IF NOT EXISTS mw_local (g int)")
+	exec(t, c, "CREATE SEQUENCE IF NOT EXISTS mw_seq")
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS mw_local; DROP SEQUENCE IF EXISTS mw_seq", simple)
+	})
 	for _, tb := range []string{"mwr", "mwro"} {
 		exec(t, c, "INSERT INTO "+tb+" (g, bonus) VALUES (1, 0.5), (2, 1.25), (4, -3)")
 	}
@@ -68,6 +73,7 @@ func TestMultiShardWrite(t *testing.T) {
 		"DELETE FROM {t} WHERE v < 0 AND g IS NOT NULL",
 		"DELETE FROM {t} x USING {r} r WHERE r.g = x.g AND r.bonus > 1",
 		"UPDATE {t} SET v = 1.5",
+		"UPDATE {t} SET k = DEFAULT WHERE g = 3", // an immutable default
 	} {
 		got := gatherRun(t, c, fleet.Replace(q), simple)
 		want := gatherRun(t, c, oracle.Replace(q), simple)
@@ -102,6 +108,13 @@ func TestMultiShardWrite(t *testing.T) {
 		{"UPDATE mw SET t = 'now'::timestamptz::text", simple},
 		{"DELETE FROM mw WHERE id IN (SELECT id FROM mw WHERE g = 1)", simple},
 		{"UPDATE mw SET v = 3 WHERE g = $1", pgx.QueryExecModeCacheStatement},
+		// Each shard would answer for itself (adversary findings):
+		{"DELETE FROM mw WHERE ctid = '(0,1)'", simple},                  // every shard has a (0,1)
+		{"UPDATE mw SET ts = DEFAULT", simple},                           // now() per worker
+		{"UPDATE mw SET k = txid_current()::int", simple},                // one per worker transaction
+		{"UPDATE mw SET k = nextval('mw_seq')", simple},                  // a sequence on each worker
+		{"UPDATE mw SET v = 1 FROM mw_local l WHERE l.g = mw.g", simple}, // only the default node has it
+		{"DELETE FROM mw WHERE g IN (SELECT g FROM mw_local)", simple},
 	} {
 		var args []any
 		if q.mode != simple {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -24,12 +25,23 @@ type mutableCache struct {
 	ok map[*planner.Mutability][2]int64
 }
 
+// multiShard marks the table named to errCopiesDiffer as a multi-shard
+// write's.
+const multiShard = "\x00multi-shard "
+
 // dateTimeOIDs are the parameter types whose text input 'now', 'today', ...
 // reads the clock (0: the worker infers the type).
 var dateTimeOIDs = []uint32{0, 1082, 1083, 1114, 1184, 1266}
 
-// errCopiesDiffer refuses a write each copy would compute differently.
+// errCopiesDiffer refuses a write each copy (or shard, for a multi-shard
+// write: see multiShard) would compute differently.
 func errCopiesDiffer(table, what string) error {
+	if strings.HasPrefix(table, multiShard) {
+		table = strings.TrimPrefix(table, multiShard)
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard write to %s with %s is not supported: each worker would compute its own value", table, what).
+			WithHint("Compute the value first (SELECT it) and write it as a constant or parameter, or add WHERE <distribution column> = <value>; functions in multi-shard writes must be IMMUTABLE (or random()).")
+	}
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"a write to reference table %s with %s is not supported: each copy would compute its own value", table, what).
 		WithHint("Compute the value first (SELECT it) and write it as a constant or parameter; functions in writes to reference tables must be IMMUTABLE.")
@@ -47,6 +59,9 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 	table := ""
 	if len(p.Tables) > 0 {
 		table = p.Tables[0]
+	}
+	if p.Kind == planner.MultiShardWrite {
+		table = multiShard + p.DistTable
 	}
 	for _, l := range lits {
 		if planner.TimeWord(l.value) {
@@ -88,7 +103,7 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 		return err
 	}
 	if m.Defaults {
-		if err := srv.immutableDefaults(ctx, m); err != nil {
+		if err := srv.immutableDefaults(ctx, m, table); err != nil {
 			return err
 		}
 	}
@@ -116,7 +131,7 @@ func (s *Server) immutableCalls(ctx context.Context, table string, m *planner.Mu
 		(SELECT min(o.oprname) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
 			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Funcs, m.Ops).Scan(&fn, &op)
 	if err != nil {
-		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", table, err)
+		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", strings.TrimPrefix(table, multiShard), err)
 	}
 	switch {
 	case fn != nil:
@@ -129,7 +144,7 @@ func (s *Server) immutableCalls(ctx context.Context, table string, m *planner.Mu
 
 // immutableDefaults refuses a write whose rows take a column DEFAULT (or
 // identity) that is not immutable.
-func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability) error {
+func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, label string) error {
 	rows, err := s.metaPool.Query(ctx, `SELECT a.attname::text, a.attidentity::text, a.attgenerated::text,
 			coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
 		FROM pg_catalog.pg_attribute a
@@ -154,6 +169,8 @@ func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability) e
 		switch {
 		case slices.Contains(m.DefaultCols, c.name):
 			takes = true
+		case m.OnlyDefaultCols:
+			takes = false
 		case m.Listed != nil:
 			takes = !slices.Contains(m.Listed, c.name)
 		default:
@@ -163,25 +180,25 @@ func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability) e
 			continue // a generated column's expression is immutable
 		}
 		if c.identity != "" {
-			return errCopiesDiffer(m.Table, "the identity column "+c.name)
+			return errCopiesDiffer(label, "the identity column "+c.name)
 		}
 		if c.def == "" {
 			continue
 		}
 		dm, err := planner.ExprMutability(c.def)
 		if err != nil {
-			return errCopiesDiffer(m.Table, "the default of column "+c.name)
+			return errCopiesDiffer(label, "the default of column "+c.name)
 		}
 		if dm == nil {
 			continue
 		}
 		if dm.Fixed != "" {
-			return errCopiesDiffer(m.Table, "the default "+c.def+" of column "+c.name)
+			return errCopiesDiffer(label, "the default "+c.def+" of column "+c.name)
 		}
-		if err := s.immutableCalls(ctx, m.Table, dm); err != nil {
+		if err := s.immutableCalls(ctx, label, dm); err != nil {
 			var pe *pgerr.Error
 			if errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported {
-				return errCopiesDiffer(m.Table, "the default "+c.def+" of column "+c.name)
+				return errCopiesDiffer(label, "the default "+c.def+" of column "+c.name)
 			}
 			return err
 		}

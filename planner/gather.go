@@ -150,7 +150,8 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		aliases = append(aliases, rv.Alias.Aliasname)
 		rv.Schemaname, rv.Relname = mergeSchema, gatherRel(index(t.Name))
 		if !rv.Inh {
-			refuse = unsupported("ONLY %s in a multi-shard query is not supported", t.Name)
+			refuse = unsupported("ONLY %s in a multi-shard query is not supported", t.Name).
+				WithHint("Leave out ONLY (a distributed table has no inheritance children), or add WHERE <distribution column> = <value>.")
 		}
 	})
 	if refuse != nil {

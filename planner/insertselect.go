@@ -111,7 +111,11 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 		return nil, errInsertSelect("the SELECT's value for " + target.DistColumn + " is not the distribution column of a colocated table it reads")
 	}
 
-	p := &Plan{Kind: MultiShardWrite, DistTable: target.Name, DistType: target.DistType}
+	if err := b.shardLocal(stmt, "INSERT ... SELECT", target); err != nil {
+		return nil, err
+	}
+	p := &Plan{Kind: MultiShardWrite, DistTable: target.Name, DistType: target.DistType,
+		Mutability: perRowMutability(stmt, target.Name)}
 	seen := map[string]bool{}
 	ctes := cteNames(stmt)
 	Walk(stmt, func(m proto.Message) {

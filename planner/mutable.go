@@ -34,6 +34,9 @@ type Mutability struct {
 	Listed      []string `json:"listed,omitempty"`
 	Given       int      `json:"given,omitempty"`
 	DefaultCols []string `json:"default_cols,omitempty"`
+	// OnlyDefaultCols: no column but DefaultCols takes its default (an
+	// UPDATE's SET col = DEFAULT).
+	OnlyDefaultCols bool `json:"only_default_cols,omitempty"`
 	DefaultPos  []int    `json:"default_pos,omitempty"`
 }
 
@@ -130,7 +133,7 @@ func mutability(n *pg_query.Node) *Mutability {
 	case n.GetUpdateStmt() != nil:
 		if d := setDefaults(n.GetUpdateStmt().TargetList); d != nil {
 			m.Defaults = true
-			m.Listed = []string{}
+			m.OnlyDefaultCols = true
 			m.DefaultCols = d
 		}
 	}

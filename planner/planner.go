@@ -1248,7 +1248,11 @@ func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata
 		return nil, unsupported("a multi-shard %s of %s reading %s is not supported: each worker would give its own value", what, t.Name, name).
 			WithHint("Pass the value as a constant or a parameter, or add WHERE %s = <value>.", t.DistColumn)
 	}
+	if err := b.shardLocal(stmt, what, t); err != nil {
+		return nil, err
+	}
 	p.Kind, p.DistTable, p.DistType = MultiShardWrite, t.Name, t.DistType
+	p.Mutability = perRowMutability(stmt, t.Name)
 	n := len(b.cat.Shards[t.Name])
 	p.ShardSQL = make([]string, n)
 	var err error
@@ -1258,6 +1262,56 @@ func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata
 		}
 	}
 	return p, nil
+}
+
+// shardLocal refuses, in a statement run on every shard of t, what each
+// shard would answer for itself rather than for the table: a system
+// column (each shard has its own ctid (0,1)) and a table that is neither
+// distributed nor reference (only the default node has it).
+func (b *builder) shardLocal(stmt *pg_query.Node, what string, t *metadata.Table) error {
+	ctes := cteNames(stmt)
+	var err error
+	Walk(stmt, func(m proto.Message) {
+		if err != nil {
+			return
+		}
+		switch x := m.(type) {
+		case *pg_query.ColumnRef:
+			if last := x.Fields[len(x.Fields)-1].GetString_().GetSval(); systemColumn[last] {
+				err = unsupported("system column %s in a multi-shard %s of %s is not supported: each shard has its own", last, what, t.Name).
+					WithHint("Name rows by their columns, or add WHERE %s = <value>.", t.DistColumn)
+			}
+		case *pg_query.RangeVar:
+			if lookup(b.cat, x, ctes) == nil && !(x.Schemaname == "" && ctes[x.Relname]) {
+				err = unsupported("a multi-shard %s of %s reading %s, which is not a distributed or reference table, is not supported", what, t.Name, x.Relname).
+					WithHint("Read %s first and pass its values as constants, make it a reference table, or add WHERE %s = <value>.", x.Relname, t.DistColumn)
+			}
+		}
+	})
+	return err
+}
+
+// perRowFuncs are volatile functions PostgreSQL evaluates for each row
+// anyway: every shard computing its own is what PostgreSQL does.
+var perRowFuncs = map[string]bool{"random": true, "random_normal": true, "gen_random_uuid": true, "clock_timestamp": true, "timeofday": true}
+
+// perRowMutability is what the coordinator checks in a write run on every
+// shard (as for a reference table's copies: the functions and defaults it
+// calls must be IMMUTABLE, the worker's catalog says), less the functions
+// that differ from row to row on PostgreSQL too.
+func perRowMutability(stmt *pg_query.Node, table string) *Mutability {
+	m := mutability(stmt)
+	if m == nil {
+		return nil
+	}
+	m.Funcs = slices.DeleteFunc(m.Funcs, func(f string) bool { return perRowFuncs[f] })
+	if m.Defaults {
+		m.Table = table
+	}
+	if len(m.Funcs) == 0 && len(m.Ops) == 0 && m.Fixed == "" && !m.Defaults {
+		return nil
+	}
+	return m
 }
 
 // writeTime names a value the statement reads that PostgreSQL fixes for
