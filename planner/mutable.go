@@ -36,8 +36,8 @@ type Mutability struct {
 	DefaultCols []string `json:"default_cols,omitempty"`
 	// OnlyDefaultCols: no column but DefaultCols takes its default (an
 	// UPDATE's SET col = DEFAULT).
-	OnlyDefaultCols bool `json:"only_default_cols,omitempty"`
-	DefaultPos  []int    `json:"default_pos,omitempty"`
+	OnlyDefaultCols bool  `json:"only_default_cols,omitempty"`
+	DefaultPos      []int `json:"default_pos,omitempty"`
 }
 
 // timeWords are the date/time input strings whose value is the moment they
