@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -20,10 +23,10 @@ import (
 // every shard.
 func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string) error {
 	what, _, _ := strings.Cut(p.ShardSQL[0], " ") // UPDATE, DELETE or INSERT
-	if ss.inTxn() {                               // its two-phase commit would not be undone by ROLLBACK
+	if ss.inTxn() && ss.pinned != "" {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard %s of %s is not supported inside a transaction block yet", what, p.DistTable).
-			WithHint("Run it outside BEGIN ... COMMIT (it commits on every shard or on none), or add WHERE <distribution column> = <value>."))
+			"a multi-shard %s of %s is not supported in a transaction block of a session pinned to one worker connection (%s)", what, p.DistTable, ss.pinned).
+			WithHint("Run it outside BEGIN ... COMMIT, or reconnect."))
 	}
 	for _, l := range lits {
 		if planner.TimeWord(l.value) {
@@ -35,6 +38,10 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if ss.inTxn() && ss.txStatus() == 'E' {
+		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+	}
 	if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
 		return ss.queryError(err)
 	}
@@ -53,6 +60,9 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		}
 		byNode[all[i].Nodes[0]] = append(byNode[all[i].Nodes[0]], sql)
 	}
+	if ss.inTxn() {
+		return ss.multiShardWriteInTxn(what, byNode)
+	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
@@ -69,5 +79,68 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	return nil
+}
+
+// multiShardWriteInTxn runs a multi-shard write inside a transaction block:
+// every worker holding a shard is joined into the transaction (in node
+// order, its BEGIN replayed there) and runs its shards' statements; the
+// transaction's COMMIT commits them all (two-phase commit across its
+// workers), its ROLLBACK undoes them, and an error on any shard fails it,
+// as on PostgreSQL. Under REPEATABLE READ or SERIALIZABLE it is refused:
+// each worker would read its own snapshot, taken at another moment.
+func (ss *session) multiShardWriteInTxn(what string, byNode map[int32][]string) error {
+	ctx := context.Background()
+	var total int64
+	var msgs []byte
+	for k, node := range slices.Sorted(maps.Keys(byNode)) {
+		if err := ss.acquire(ctx, node); err != nil {
+			return ss.queryError(err)
+		}
+		if ss.pendingBegin != "" {
+			if err := ss.startPending(); err != nil {
+				return ss.queryError(err)
+			}
+		}
+		if k == 0 {
+			rows, err := queryText(ss.sc, "SELECT pg_catalog.current_setting('transaction_isolation')")
+			if err != nil {
+				return ss.queryError(err)
+			}
+			level := ""
+			if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil {
+				level = *rows[0][0]
+			}
+			if level == "" || !readCommitted(level) {
+				return ss.queryError(errTxnIsolation(level))
+			}
+		}
+		for _, sql := range byNode[node] {
+			c, err := ss.refCaptureRun(wire.AppendFrame(nil, 'Q', append([]byte(sql), 0)))
+			if err != nil {
+				return ss.lostServer(err)
+			}
+			msgs = append(msgs, c.msgs...)
+			if c.werr != nil {
+				// The worker's transaction failed: so does the client's.
+				ss.txFailed = true
+				ss.out = append(ss.out, msgs...)
+				ss.out = wire.AppendFrame(ss.out, 'E', c.werr)
+				ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+				return nil
+			}
+			if i := strings.LastIndexByte(c.tag, ' '); i >= 0 {
+				n, _ := strconv.ParseInt(c.tag[i+1:], 10, 64)
+				total += n
+			}
+		}
+	}
+	tag := what + " " + strconv.FormatInt(total, 10)
+	if what == "INSERT" {
+		tag = "INSERT 0 " + strconv.FormatInt(total, 10)
+	}
+	ss.out = append(ss.out, msgs...)
+	ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
 	return nil
 }

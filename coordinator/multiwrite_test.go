@@ -127,13 +127,46 @@ func TestMultiShardWrite(t *testing.T) {
 		}
 		same(q.sql)
 	}
+	// In a transaction block: the write joins every worker into the
+	// transaction; ROLLBACK undoes it everywhere, COMMIT keeps it, and the
+	// transaction sees its own write in between.
+	for _, end := range []string{"ROLLBACK", "COMMIT"} {
+		var outs [2]oracleRun
+		for i, r := range []*strings.Replacer{fleet, oracle} {
+			exec(t, c, "BEGIN")
+			exec(t, c, r.Replace("INSERT INTO {t} (id, g, v, ts) VALUES (90, 2, 0, '2024-01-01')"), simple)
+			got := gatherRun(t, c, r.Replace("UPDATE {t} SET v = v + 2 WHERE g = 2"), simple)
+			// A read routed to each worker (a multi-shard read is refused
+			// in a transaction spanning workers).
+			seen := gatherRun(t, c, r.Replace("SELECT v FROM {t} WHERE id = 90"), simple)
+			seen2 := gatherRun(t, c, r.Replace("SELECT v FROM {t} WHERE id = 91"), simple)
+			seen.Rows = append(seen.Rows, seen2.Rows...)
+			outs[i] = oracleRun{Rows: append(got.Rows, seen.Rows...), State: got.State + seen.State, Tag: got.Tag}
+			exec(t, c, end)
+		}
+		if !reflect.DeepEqual(outs[0], outs[1]) || outs[0].State != "" {
+			t.Errorf("in a transaction block ending with %s:\n got %+v\nwant %+v", end, outs[0], outs[1])
+		}
+		same("a multi-shard UPDATE in a transaction block ending with " + end)
+	}
+	// A failing shard fails the transaction; nothing stays.
 	exec(t, c, "BEGIN")
-	_, err := c.Exec(ctx, "UPDATE mw SET v = 4", simple)
+	_, err := c.Exec(ctx, "UPDATE mw SET v = 100 / (id - 43)", simple)
+	if sqlState(err) != "22012" {
+		t.Errorf("failing multi-shard UPDATE in a transaction block: %v, want 22012", err)
+	}
+	if _, err := c.Exec(ctx, "SELECT 1", simple); sqlState(err) != "25P02" {
+		t.Errorf("after the failure: %v, want 25P02", err)
+	}
+	exec(t, c, "ROLLBACK")
+	same("a failed multi-shard UPDATE in a transaction block")
+	exec(t, c, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+	_, err = c.Exec(ctx, "UPDATE mw SET v = 4", simple)
 	exec(t, c, "ROLLBACK")
 	if sqlState(err) != "0A000" {
-		t.Errorf("in a transaction block: %v, want 0A000", err)
+		t.Errorf("under REPEATABLE READ: %v, want 0A000", err)
 	}
-	same("a refusal in a transaction block")
+	same("a refusal under REPEATABLE READ")
 	for _, w := range cl.Servers {
 		wc := connect(t, w.Addr())
 		if n := queryString(t, wc, "SELECT count(*) FROM pg_prepared_xacts"); n != "0" {
