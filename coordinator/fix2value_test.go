@@ -73,8 +73,9 @@ func TestUnparsedNotOnShell(t *testing.T) {
 }
 
 // TestDistributionValueClock: a distribution value PostgreSQL reads as the
-// current time is refused, not evaluated on another connection (whose
-// 'now' is another moment).
+// current time from a constant ('now') is refused, not evaluated on another
+// connection (whose 'now' is another moment); a function of the clock is
+// evaluated once, apart from the INSERT, and the row placed by that value.
 func TestDistributionValueClock(t *testing.T) {
 	e := newDistEnv(t)
 	for _, q := range []string{
@@ -84,9 +85,6 @@ func TestDistributionValueClock(t *testing.T) {
 		"INSERT INTO {t}text (id, v) VALUES ('yesterday 10:00'::timestamp::text, 'a')",
 		"SELECT v FROM {t}text WHERE id = 'now'::timestamptz::text",
 		"SELECT v FROM {t}int8 WHERE id = extract(epoch FROM 'now'::timestamptz)::int8",
-		"INSERT INTO {t}text (id, v) VALUES (now()::text, 'a')",
-		"INSERT INTO {t}text (id, v) VALUES (CURRENT_DATE::text, 'a')",
-		"INSERT INTO {t}text (id, v) VALUES (random()::text, 'a')",
 		"INSERT INTO {t}text (id, v) VALUES ('today'::date::text, 'a'), ('x', 'b')",
 		"UPDATE {t}text SET v = 'u' WHERE id = 'now'::date::text",
 		"DELETE FROM {t}text WHERE id = 'now'::timestamptz::text",
@@ -99,6 +97,31 @@ func TestDistributionValueClock(t *testing.T) {
 				t.Errorf("%s: %+v, want 0A000", q, got)
 			}
 		}
+	}
+	// A function of the clock (or random()) is not a value the router
+	// reads: PostgreSQL evaluates it once, apart from the INSERT (as
+	// Citus does), and the row goes where that value belongs.
+	for _, q := range []string{
+		"INSERT INTO {t}text (id, v) VALUES (now()::text, 'clock')",
+		"INSERT INTO {t}text (id, v) VALUES (CURRENT_DATE::text, 'clock')",
+		"INSERT INTO {t}text (id, v) VALUES (random()::text, 'clock')",
+	} {
+		if got := rawRun(e.c.PgConn(), replaceT(q, "dv_"), nil, nil, nil); got.State != "" || got.Tag != "INSERT 0 1" {
+			t.Errorf("%s: %+v, want INSERT 0 1", q, got)
+		}
+	}
+	clock := rawRun(e.c.PgConn(), "SELECT id FROM dv_text WHERE v = 'clock'", nil, nil, nil)
+	if len(clock.Rows) != 3 {
+		t.Errorf("the clock rows: %+v, want 3", clock)
+	}
+	for _, r := range clock.Rows {
+		// A read routed by the value finds the row.
+		if got := rawRun(e.c.PgConn(), "SELECT v FROM dv_text WHERE id = $1", [][]byte{[]byte(r[0])}, []uint32{25}, nil); len(got.Rows) != 1 {
+			t.Errorf("routed read of %q: %+v", r[0], got)
+		}
+	}
+	if got := rawRun(e.c.PgConn(), "DELETE FROM dv_text WHERE v = 'clock'", nil, nil, nil); got.Tag != "DELETE 3" {
+		t.Errorf("the clock rows: %+v, want DELETE 3", got)
 	}
 	p := func(s string) [][]byte { return [][]byte{[]byte(s)} }
 	for _, c := range []struct {

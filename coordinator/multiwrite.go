@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/binary"
 	"maps"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -46,22 +48,30 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		return ss.queryError(err)
 	}
 	snap := ss.srv.catalog.Load()
-	all := snap.Shards[p.DistTable]
-	if len(all) != len(p.ShardSQL) {
-		return ss.queryError(errCatalogMoved)
-	}
-	byNode := map[int32][]string{}
-	for i, sql := range p.ShardSQL {
-		if len(all[i].Nodes) == 0 {
-			return ss.queryError(errCatalogMoved)
-		}
-		if lits != nil {
-			sql, _ = spliceLiterals(sql, lits)
-		}
-		byNode[all[i].Nodes[0]] = append(byNode[all[i].Nodes[0]], sql)
+	byNode, err := writeGroups(p, snap, lits)
+	if err != nil {
+		return ss.queryError(err)
 	}
 	if ss.inTxn() {
-		return ss.multiShardWriteInTxn(what, byNode)
+		tag, msgs, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
+			return wire.AppendFrame(nil, 'Q', append([]byte(sql), 0))
+		})
+		switch {
+		case err != nil:
+			return ss.lostServer(err)
+		case fail != nil:
+			return ss.queryError(fail)
+		}
+		ss.out = append(ss.out, msgs...)
+		if werr != nil {
+			// The worker's transaction failed: so does the client's.
+			ss.txFailed = true
+			ss.out = wire.AppendFrame(ss.out, 'E', werr)
+		} else {
+			ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
+		}
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+		return nil
 	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
@@ -72,62 +82,65 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	if err != nil {
 		return ss.queryError(ss.analysisFirst(text, err))
 	}
-	tag := what + " " + strconv.FormatInt(n, 10)
-	if what == "INSERT" {
-		tag = "INSERT 0 " + strconv.FormatInt(n, 10)
-	}
-	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+	cc := pgproto3.CommandComplete{CommandTag: []byte(writeTag(what, n))}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return nil
 }
 
-// multiShardWriteInTxn runs a multi-shard write inside a transaction block:
-// every worker holding a shard is joined into the transaction (in node
-// order, its BEGIN replayed there) and runs its shards' statements; the
-// transaction's COMMIT commits them all (two-phase commit across its
-// workers), its ROLLBACK undoes them, and an error on any shard fails it,
-// as on PostgreSQL. Under REPEATABLE READ or SERIALIZABLE it is refused:
-// each worker would read its own snapshot, taken at another moment.
-func (ss *session) multiShardWriteInTxn(what string, byNode map[int32][]string) error {
+
+// writeTag is a multi-shard write's command tag.
+func writeTag(what string, n int64) string {
+	if what == "INSERT" {
+		return "INSERT 0 " + strconv.FormatInt(n, 10)
+	}
+	return what + " " + strconv.FormatInt(n, 10)
+}
+
+// writeInTxn runs a multi-shard write inside a transaction block: every
+// worker holding a shard is joined into the transaction (in node order,
+// its BEGIN replayed there) and runs its shards' statements (msgs makes
+// the messages that run one, up to ReadyForQuery); the transaction's
+// COMMIT commits them all (two-phase commit across its workers), its
+// ROLLBACK undoes them, and an error on a shard fails it, as on
+// PostgreSQL. Under REPEATABLE READ or SERIALIZABLE it is refused: each
+// worker would read its own snapshot, taken at another moment. It returns
+// the command tag and the workers' notices, or the worker's error (werr,
+// an ErrorResponse body: the transaction failed), or a refusal before
+// anything ran on a shard (fail), or a lost connection (err).
+func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(sql string) []byte) (tag string, notices, werr []byte, fail, err error) {
 	ctx := context.Background()
 	var total int64
-	var msgs []byte
 	for k, node := range slices.Sorted(maps.Keys(byNode)) {
 		if err := ss.acquire(ctx, node); err != nil {
-			return ss.queryError(err)
+			return "", notices, nil, err, nil
 		}
 		if ss.pendingBegin != "" {
 			if err := ss.startPending(); err != nil {
-				return ss.queryError(err)
+				return "", notices, nil, err, nil
 			}
 		}
 		if k == 0 {
 			rows, err := queryText(ss.sc, "SELECT pg_catalog.current_setting('transaction_isolation')")
 			if err != nil {
-				return ss.queryError(err)
+				return "", notices, nil, err, nil
 			}
 			level := ""
 			if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil {
 				level = *rows[0][0]
 			}
 			if level == "" || !readCommitted(level) {
-				return ss.queryError(errTxnIsolation(level))
+				return "", notices, nil, errTxnIsolation(level), nil
 			}
 		}
 		for _, sql := range byNode[node] {
-			c, err := ss.refCaptureRun(wire.AppendFrame(nil, 'Q', append([]byte(sql), 0)))
+			c, err := ss.refCaptureRun(msgs(sql))
 			if err != nil {
-				return ss.lostServer(err)
+				return "", notices, nil, nil, err
 			}
-			msgs = append(msgs, c.msgs...)
+			notices = append(notices, c.msgs...)
 			if c.werr != nil {
-				// The worker's transaction failed: so does the client's.
-				ss.txFailed = true
-				ss.out = append(ss.out, msgs...)
-				ss.out = wire.AppendFrame(ss.out, 'E', c.werr)
-				ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
-				return nil
+				return "", notices, c.werr, nil, nil
 			}
 			if i := strings.LastIndexByte(c.tag, ' '); i >= 0 {
 				n, _ := strconv.ParseInt(c.tag[i+1:], 10, 64)
@@ -135,12 +148,180 @@ func (ss *session) multiShardWriteInTxn(what string, byNode map[int32][]string) 
 			}
 		}
 	}
-	tag := what + " " + strconv.FormatInt(total, 10)
-	if what == "INSERT" {
-		tag = "INSERT 0 " + strconv.FormatInt(total, 10)
+	return writeTag(what, total), notices, nil, nil, nil
+}
+
+// writeGroups are a multi-shard write's statements by node.
+func writeGroups(p *planner.Plan, snap *metadata.Snapshot, lits []literal) (map[int32][]string, error) {
+	all := snap.Shards[p.DistTable]
+	if len(all) != len(p.ShardSQL) {
+		return nil, errCatalogMoved
 	}
-	ss.out = append(ss.out, msgs...)
-	ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+	byNode := map[int32][]string{}
+	for i, sql := range p.ShardSQL {
+		if len(all[i].Nodes) == 0 {
+			return nil, errCatalogMoved
+		}
+		if lits != nil {
+			sql, _ = spliceLiterals(sql, lits)
+		}
+		byNode[all[i].Nodes[0]] = append(byNode[all[i].Nodes[0]], sql)
+	}
+	return byNode, nil
+}
+
+// multiWriteBind answers Bind of a multi-shard write over the extended
+// protocol: the portal is kept in the session and runs at Execute, as a
+// reference-table write's does (refext.go).
+func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
+	sp, err := ss.stmtPlan(st)
+	if err != nil {
+		ss.synthError(err)
+		return
+	}
+	switch {
+	case ss.pinned != "" && ss.inTxn():
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard write to %s is not supported in a transaction block of a session pinned to one worker connection (%s)", sp.plan.DistTable, ss.pinned).
+			WithHint("Run it outside BEGIN ... COMMIT, or reconnect."))
+		return
+	case ss.sc != nil && ss.sc.TxStatus == 'E' && !ss.needSync:
+		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+		return
+	}
+	_, results, ok := bindResults(params)
+	if !ok {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
+		return
+	}
+	if nr := int(binary.BigEndian.Uint16(results)); nr > 1 {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "bind message has %d result formats but query has 0 columns", nr))
+		return
+	}
+	if ss.scatterPortals == nil {
+		ss.scatterPortals = map[string]*scatterPortal{}
+	}
+	cp := append([]byte(nil), params[:len(params)-len(results)]...)
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, write: true}
+	delete(ss.portals, portal)
+	ss.push(expect{kind: eSynth, synth: msgBindComplete})
+}
+
+// multiWriteExecute runs a multi-shard write portal: outside a
+// transaction block in one two-phase commit group of its own, inside one
+// joined into the transaction (writeInTxn). Its parameters go to every
+// shard's statement as the client bound them.
+func (ss *session) multiWriteExecute(sp *scatterPortal) error {
+	if sp.done {
+		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(zeroRows(sp.tag), 0))})
+		return nil
+	}
+	sp.done = true
+	p := sp.sp.plan
+	what, _, _ := strings.Cut(p.ShardSQL[0], " ")
+	inTxn := ss.inTxn()
+	// As a reference-table write's portal (refExecute, refExecuteInTxn):
+	// what only Parse or Describe used the held connection for is
+	// answered with a hidden Sync; other work in the same pipeline is not
+	// supported yet.
+	hiddenSync := func() error {
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		return ss.roundTrip()
+	}
+	if inTxn {
+		if ss.sc != nil && ss.needSync {
+			if ss.batchWork {
+				ss.synthError(errRefPipeline)
+				return nil
+			}
+			if err := hiddenSync(); err != nil {
+				return err
+			}
+		}
+		if ss.sc != nil && ss.sc.TxStatus != 'T' {
+			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+				"current transaction is aborted, commands ignored until end of transaction block"))
+			return nil
+		}
+	} else {
+		if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
+			if err := hiddenSync(); err != nil {
+				return err
+			}
+		}
+		if ss.sc != nil && (ss.needSync || ss.batchWork) {
+			ss.synthError(errRefPipeline)
+			return nil
+		}
+	}
+	// Nothing is queued for a server now: answers so far go out first.
+	ss.emitSynth()
+	formats, values, ok := bindValues(sp.params)
+	if !ok {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	oids := paramOIDs(sp.st.paramTail)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	snap := ss.srv.catalog.Load()
+	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version {
+		ss.synthError(errCatalogMoved)
+		return nil
+	}
+	if err := ss.sameOnEveryCopy(ctx, p, nil, values, formats, oids); err != nil {
+		ss.txFailed = ss.txFailed || inTxn
+		ss.synthError(err)
+		return nil
+	}
+	byNode, err := writeGroups(p, snap, nil)
+	if err != nil {
+		ss.synthError(err)
+		return nil
+	}
+	if inTxn {
+		tag, notices, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
+			parse := append(append([]byte{0}, sql...), 0)
+			parse = append(parse, sp.st.paramTail...)
+			if len(sp.st.paramTail) == 0 {
+				parse = append(parse, 0, 0)
+			}
+			b := wire.AppendFrame(nil, 'P', parse)
+			b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), 0, 0))
+			b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+			return append(b, 'S', 0, 0, 0, 4)
+		})
+		switch {
+		case err != nil:
+			return ss.lostServer(err)
+		case fail != nil:
+			ss.txFailed = true
+			ss.synthError(fail)
+			return nil
+		case werr != nil:
+			ss.txFailed = true
+			ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'E', werr)...)})
+			ss.skipping = true
+			return nil
+		}
+		sp.tag = []byte(tag)
+		ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'C', append([]byte(tag), 0))...)})
+		return nil
+	}
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
+	if err != nil {
+		ss.synthError(err)
+		return nil
+	}
+	n, err := shards.ExecGroupsParams(ctx, ss.srv.store, snap, conns, byNode, &shards.Params{OIDs: oids, Formats: formats, Values: values})
+	if err != nil {
+		ss.synthError(err)
+		return nil
+	}
+	ss.refDone = true // it committed on its own: see errAfterRefWrite
+	sp.tag = []byte(writeTag(what, n))
+	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(slices.Clone(sp.tag), 0))})
 	return nil
 }

@@ -104,11 +104,11 @@ func identByte(c byte) bool {
 }
 
 var errRefPipeline = pgerr.New(pgerr.FeatureNotSupported,
-	"a reference-table write after other statements in the same pipeline is not supported yet").
+	"a reference-table or multi-shard write after other statements in the same pipeline is not supported yet").
 	WithHint("Send Sync before it.")
 
 var errAfterRefWrite = pgerr.New(pgerr.FeatureNotSupported,
-	"statements after a reference-table write in the same pipeline outside a transaction block are not supported yet (the write commits on its own)").
+	"statements after a reference-table or multi-shard write in the same pipeline outside a transaction block are not supported yet (the write commits on its own)").
 	WithHint("Send Sync after the write, or wrap the statements in BEGIN ... COMMIT.")
 
 // refExecute runs a reference-table write portal.

@@ -88,16 +88,13 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.InsertSplit || p.Kind == planner.MultiShardWrite {
+	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.InsertSplit {
 		what := p.Func
 		switch p.Kind {
 		case planner.CopyIn:
 			what = "COPY into " + p.Tables[0]
 		case planner.InsertSplit:
 			what = "a multi-row INSERT into " + p.Tables[0]
-		case planner.MultiShardWrite:
-			w, _, _ := strings.Cut(p.ShardSQL[0], " ")
-			what = "a multi-shard " + w + " of " + p.DistTable
 		}
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s needs the simple query protocol", what).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
@@ -298,6 +295,9 @@ func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, e
 	}
 	if p.Kind == planner.MultiShard {
 		return nil, 0, errScatter
+	}
+	if p.Kind == planner.MultiShardWrite {
+		return nil, 0, errMultiWrite
 	}
 	var hash int32
 	if p.Kind == planner.Router {

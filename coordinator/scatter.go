@@ -34,6 +34,9 @@ import (
 // the session runs itself.
 var errScatter = errors.New("multi-shard statement")
 
+// errMultiWrite says a Bind is of a multi-shard write (multiwrite.go).
+var errMultiWrite = errors.New("multi-shard write")
+
 const (
 	// codeProgramLimitExceeded is SQLSTATE 54000.
 	codeProgramLimitExceeded = "54000"
@@ -108,11 +111,13 @@ type scatterPortal struct {
 	// its command tag once done.
 	ref bool
 	tag []byte
+	// write: a multi-shard write (multiwrite.go), run on every shard.
+	write bool
 }
 
 // describe is the portal's RowDescription, with its result formats.
 func (sp *scatterPortal) describe() []byte {
-	if sp.ref || sp.desc.rowDesc == nil {
+	if sp.ref || sp.write || sp.desc.rowDesc == nil {
 		return msgNoData
 	}
 	return wire.AppendFrame(nil, 'T', withFormats(sp.desc.rowDesc, sp.results))

@@ -1451,7 +1451,7 @@ func (ss *session) bind(body []byte) error {
 		delete(ss.scatterPortals, string(portal))
 	}
 	st, node, err := ss.routeBind(st, params)
-	if clientSt.cls.seqFn != "" && (err == errScatter || err == errAllNodes) {
+	if clientSt.cls.seqFn != "" && (err == errScatter || err == errAllNodes || err == errMultiWrite) {
 		ss.synthError(errSeqState(clientSt.cls.seqFn))
 		return nil
 	}
@@ -1462,6 +1462,10 @@ func (ss *session) bind(body []byte) error {
 	}
 	if err == errAllNodes {
 		ss.refBind(string(portal), clientSt, params)
+		return nil
+	}
+	if err == errMultiWrite {
+		ss.multiWriteBind(string(portal), clientSt, params)
 		return nil
 	}
 	if err != nil {
@@ -1602,6 +1606,9 @@ func (ss *session) execute(body []byte) error {
 		if sp := ss.scatterPortals[string(portal)]; sp != nil {
 			if sp.ref {
 				return ss.refExecute(sp)
+			}
+			if sp.write {
+				return ss.multiWriteExecute(sp)
 			}
 			return ss.scatterExecute(string(portal), sp, body)
 		}

@@ -85,6 +85,24 @@ func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Sn
 // affected in all. store records the commit decision.
 func ExecGroups(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
 	byNode map[int32][]string) (int64, error) {
+	return ExecGroupsParams(ctx, store, snap, conns, byNode, nil)
+}
+
+// Params are the parameters of the statements ExecGroupsParams runs, as a
+// client's Bind gave them.
+type Params struct {
+	OIDs    []uint32
+	Formats []int16
+	Values  [][]byte
+}
+
+// ExecGroupsParams is ExecGroups for statements with parameters ($1 ...),
+// every statement given the same ones.
+func ExecGroupsParams(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	byNode map[int32][]string, params *Params) (int64, error) {
+	if params == nil {
+		params = &Params{}
+	}
 	if store == nil {
 		return 0, errNoStore
 	}
@@ -105,7 +123,7 @@ func ExecGroups(ctx context.Context, store *metadata.Store, snap *metadata.Snaps
 			return 0, err
 		}
 		for _, sql := range stmts {
-			res := tx.conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+			res := tx.conn.PgConn().ExecParams(ctx, sql, params.Values, params.OIDs, params.Formats, nil).Read()
 			if res.Err != nil {
 				g.rollback(ctx)
 				return 0, n.wrap(res.Err, "on node %s", n.describe(id))
