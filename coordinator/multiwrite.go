@@ -88,7 +88,6 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	return nil
 }
 
-
 // writeTag is a multi-shard write's command tag.
 func writeTag(what string, n int64) string {
 	if what == "INSERT" {
