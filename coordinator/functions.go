@@ -397,19 +397,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	conns, done, err := ss.nodeConns(ctx)
-	defer done()
-	if err != nil {
-		return ss.queryError(err)
-	}
-	n, err := shards.ExecGroups(ctx, ss.srv.store, snap, conns, byNode)
-	if err != nil {
-		return ss.queryError(ss.analysisFirst(text, err))
-	}
-	cc := pgproto3.CommandComplete{CommandTag: []byte("INSERT 0 " + strconv.FormatInt(n, 10))}
-	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
-	return nil
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, "INSERT")
 }
 
 // ddlWords are the statements that may change a distributed table's

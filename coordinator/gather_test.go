@@ -15,6 +15,19 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
+// plainTables creates plain tables (definitions "name (columns)") through
+// c, on the default node: the oracles that distributed tables are
+// compared with. They are dropped first and at cleanup.
+func plainTables(t *testing.T, c *pgx.Conn, defs ...string) {
+	t.Helper()
+	for _, d := range defs {
+		name := strings.Fields(d)[0]
+		exec(t, c, "DROP TABLE IF EXISTS "+name)
+		exec(t, c, "CREATE TABLE "+d)
+		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	}
+}
+
 // gatherEnv: ga (distributed, 8 shards over both workers) and gr (a
 // reference table), and their oracles gao and gro, plain tables on the
 // default node holding the same rows.
@@ -30,12 +43,7 @@ func gatherEnv(t *testing.T, opts ...func(*coordinator.Config)) *pgx.Conn {
 	const cols = "(id int PRIMARY KEY, g int, t text, n numeric(10,2), ts timestamptz, v varchar(5))"
 	testTable(t, c, "ga", cols, "SELECT create_distributed_table('ga', 'id', shard_count => 8)")
 	testTable(t, c, "gr", "(id int PRIMARY KEY, name text)", "SELECT create_reference_table('gr')")
-	for _, o := range []string{"gao " + cols, "gro (id int PRIMARY KEY, name text)"} {
-		name := strings.Fields(o)[0]
-		exec(t, c, "DROP TABLE IF EXISTS "+name)
-		exec(t, c, "CREATE TABLE "+o)
-		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
-	}
+	plainTables(t, c, "gao "+cols, "gro (id int PRIMARY KEY, name text)")
 	texts := []string{"a", "b", "é", "ß", "Ünïcö", "a b", "", "zz"}
 	var rows []string
 	for i := 1; i <= 60; i++ {
@@ -423,12 +431,7 @@ func gatherTablesEnv(t *testing.T, opts ...func(*coordinator.Config)) *pgx.Conn 
 	const ccols = "(id int, seq int, note text, PRIMARY KEY (id, seq))"
 	testTable(t, c, "gb", bcols, "SELECT create_distributed_table('gb', 'bid', shard_count => 3)")
 	testTable(t, c, "gc", ccols, "SELECT create_distributed_table('gc', 'id', colocate_with => 'ga')")
-	for _, o := range []string{"gbo " + bcols, "gco " + ccols} {
-		name := strings.Fields(o)[0]
-		exec(t, c, "DROP TABLE IF EXISTS "+name)
-		exec(t, c, "CREATE TABLE "+o)
-		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
-	}
+	plainTables(t, c, "gbo "+bcols, "gco "+ccols)
 	kinds := []string{"view", "click", "Ärger", "buy", "", "日本"}
 	var brows, crows []string
 	for i := 1; i <= 90; i++ {

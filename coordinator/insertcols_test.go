@@ -25,9 +25,7 @@ func TestInsertWithoutColumns(t *testing.T) {
 	simple, ext := pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement
 	const cols = "(a text, id int PRIMARY KEY, b numeric, c int DEFAULT 7)"
 	testTable(t, c, "ic", cols, "SELECT create_distributed_table('ic', 'id', shard_count => 5)")
-	exec(t, c, "DROP TABLE IF EXISTS ico")
-	exec(t, c, "CREATE TABLE ico "+cols)
-	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS ico") })
+	plainTables(t, c, "ico "+cols)
 	fleet, oracle := strings.NewReplacer("{t}", "ic"), strings.NewReplacer("{t}", "ico")
 	both := func(q string, mode pgx.QueryExecMode, args ...any) {
 		t.Helper()

@@ -29,9 +29,7 @@ func TestInsertExpressions(t *testing.T) {
 	const cols = "(id bigint PRIMARY KEY, v text)"
 	testTable(t, c, "ie", cols, "SELECT create_distributed_table('ie', 'id', shard_count => 7)")
 	testTable(t, c, "ied", "(d int PRIMARY KEY, n int)", "SELECT create_distributed_table('ied', 'd', shard_count => 3)")
-	exec(t, c, "DROP TABLE IF EXISTS ieo")
-	exec(t, c, "CREATE TABLE ieo "+cols)
-	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS ieo") })
+	plainTables(t, c, "ieo "+cols)
 	fleet, oracle := strings.NewReplacer("{t}", "ie"), strings.NewReplacer("{t}", "ieo")
 	both := func(q string) {
 		t.Helper()

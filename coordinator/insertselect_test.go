@@ -32,12 +32,7 @@ func TestInsertSelect(t *testing.T) {
 	testTable(t, c, "isd", dcols, "SELECT create_distributed_table('isd', 'id', colocate_with => 'iss')")
 	testTable(t, c, "isn", "(k int PRIMARY KEY, id int)", "SELECT create_distributed_table('isn', 'k', shard_count => 3)")
 	testTable(t, c, "isr", "(g int PRIMARY KEY, name text)", "SELECT create_reference_table('isr')")
-	for _, o := range []string{"isso " + scols, "isdo " + dcols, "isro (g int PRIMARY KEY, name text)"} {
-		name := strings.Fields(o)[0]
-		exec(t, c, "DROP TABLE IF EXISTS "+name)
-		exec(t, c, "CREATE TABLE "+o)
-		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
-	}
+	plainTables(t, c, "isso "+scols, "isdo "+dcols, "isro (g int PRIMARY KEY, name text)")
 	var rows []string
 	for i := 1; i <= 50; i++ {
 		g := fmt.Sprint(i % 4)

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/binary"
 	"maps"
 	"slices"
 	"strconv"
@@ -73,6 +72,14 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
 		return nil
 	}
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, what)
+}
+
+// writeGroupsSimple runs statements of a simple Query (text) outside a
+// transaction block, by node, in one two-phase commit group of their own,
+// and answers the client with a tag for what (INSERT, UPDATE, DELETE)
+// counting their rows.
+func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapshot, byNode map[int32][]string, text, what string) error {
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
@@ -189,22 +196,7 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		return
 	}
-	_, results, ok := bindResults(params)
-	if !ok {
-		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
-		return
-	}
-	if nr := int(binary.BigEndian.Uint16(results)); nr > 1 {
-		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "bind message has %d result formats but query has 0 columns", nr))
-		return
-	}
-	if ss.scatterPortals == nil {
-		ss.scatterPortals = map[string]*scatterPortal{}
-	}
-	cp := append([]byte(nil), params[:len(params)-len(results)]...)
-	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, write: true}
-	delete(ss.portals, portal)
-	ss.push(expect{kind: eSynth, synth: msgBindComplete})
+	ss.keepWritePortal(portal, st, sp, params, false)
 }
 
 // multiWriteExecute runs a multi-shard write portal: outside a

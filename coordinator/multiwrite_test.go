@@ -29,12 +29,7 @@ func TestMultiShardWrite(t *testing.T) {
 	const cols = "(id int PRIMARY KEY, g int, v numeric(8,2) CHECK (v < 1000), t text, ts timestamptz DEFAULT now(), k int DEFAULT 42)"
 	testTable(t, c, "mw", cols, "SELECT create_distributed_table('mw', 'id', shard_count => 6)")
 	testTable(t, c, "mwr", "(g int PRIMARY KEY, bonus numeric)", "SELECT create_reference_table('mwr')")
-	for _, o := range []string{"mwo " + cols, "mwro (g int PRIMARY KEY, bonus numeric)"} {
-		name := strings.Fields(o)[0]
-		exec(t, c, "DROP TABLE IF EXISTS "+name)
-		exec(t, c, "CREATE TABLE "+o)
-		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
-	}
+	plainTables(t, c, "mwo "+cols, "mwro (g int PRIMARY KEY, bonus numeric)")
 	var rows []string
 	for i := 1; i <= 80; i++ {
 		g := fmt.Sprint(i % 5)
@@ -186,11 +181,7 @@ func TestMultiShardWriteExtended(t *testing.T) {
 	const cols = "(id int PRIMARY KEY, g int, v numeric, t text, d date)"
 	testTable(t, c, "mx", cols, "SELECT create_distributed_table('mx', 'id', shard_count => 5)")
 	testTable(t, c, "mx2", cols, "SELECT create_distributed_table('mx2', 'id', colocate_with => 'mx')")
-	for _, tb := range []string{"mxo", "mx2o"} {
-		exec(t, c, "DROP TABLE IF EXISTS "+tb)
-		exec(t, c, "CREATE TABLE "+tb+" "+cols)
-		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+tb) })
-	}
+	plainTables(t, c, "mxo "+cols, "mx2o "+cols)
 	var rows []string
 	for i := 1; i <= 40; i++ {
 		rows = append(rows, fmt.Sprintf("(%d, %d, %d.25, 't%d', '2024-01-%02d')", i, i%4, i%9-3, i%3, i%28+1))

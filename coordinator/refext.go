@@ -51,6 +51,13 @@ func (ss *session) refBind(portal string, st *Statement, params []byte) {
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		return
 	}
+	ss.keepWritePortal(portal, st, sp, params, true)
+}
+
+// keepWritePortal keeps the Bind of a write that runs at Execute on every
+// copy (ref) or every shard (a multi-shard write) as a portal of the
+// session. The write returns no rows: one result format at the most.
+func (ss *session) keepWritePortal(portal string, st *Statement, sp *stmtPlan, params []byte, ref bool) {
 	_, results, ok := bindResults(params)
 	if !ok {
 		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
@@ -63,9 +70,8 @@ func (ss *session) refBind(portal string, st *Statement, params []byte) {
 	if ss.scatterPortals == nil {
 		ss.scatterPortals = map[string]*scatterPortal{}
 	}
-	split := len(params) - len(results)
-	cp := append([]byte(nil), params[:split]...)
-	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, ref: true}
+	cp := append([]byte(nil), params[:len(params)-len(results)]...)
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, ref: ref, write: !ref}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // stmtPlan is a statement's plan under one catalog version, with the
@@ -135,23 +136,13 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 // (which has the shards' columns) every time: a plan keeps no column list
 // that DDL through another coordinator could have changed.
 func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
-	if err != nil {
-		return "", err
-	}
-	sc, err := ss.sideCheckout(ctx, pool)
-	if err != nil {
-		return "", err
-	}
 	schema, rel, _ := strings.Cut(cn.Table, ".")
-	rows, err := queryText(sc, "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass("+
-		quoteLiteral(quoteIdent(schema)+"."+quoteIdent(rel))+") AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
-	if err != nil && !errors.As(err, new(*workerError)) {
-		sc.MarkBroken()
-	}
-	pool.Release(sc)
+	var rows [][]*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		rows, err = queryText(sc, "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass("+
+			quoteLiteral(quoteIdent(schema)+"."+quoteIdent(rel))+") AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -198,27 +189,18 @@ func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string,
 			return "", vn.Unwrap()
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
-	if err != nil {
-		return "", err
-	}
-	sc, err := ss.sideCheckout(ctx, pool)
-	if err != nil {
-		return "", err
-	}
-	rows, err := queryText(sc, "BEGIN READ ONLY")
-	if err == nil {
+	var rows [][]*string
+	err = ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+		if _, err := queryText(sc, "BEGIN READ ONLY"); err != nil {
+			return err
+		}
+		var err error
 		rows, err = queryText(sc, "SELECT "+strings.Join(sel, ", ")+" FROM (SELECT "+strings.Join(inner, ", ")+" OFFSET 0) s")
 		if _, rerr := queryText(sc, "ROLLBACK"); rerr != nil && err == nil {
 			err = rerr
 		}
-	}
-	if err != nil && !errors.As(err, new(*workerError)) || sc.TxStatus != 'I' {
-		sc.MarkBroken()
-	}
-	pool.Release(sc)
+		return err
+	})
 	var we *workerError
 	if errors.As(err, &we) && we.pg.Code == "25006" {
 		return "", pgerr.New(pgerr.FeatureNotSupported,
@@ -249,6 +231,30 @@ func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string,
 		}
 	}
 	return planner.WithDistValues(sql, ss.srv.catalog.Load(), vals)
+}
+
+// onDefaultNode runs f on a connection of the default node's pool in the
+// session's settings (not the session's own: f reads the catalog or runs
+// something apart from the session's transaction). The connection goes
+// back broken unless f's error, if any, is the worker's and the connection
+// is idle.
+func (ss *session) onDefaultNode(f func(sc *pooling.ServerConn) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
+	if err != nil {
+		return err
+	}
+	sc, err := ss.sideCheckout(ctx, pool)
+	if err != nil {
+		return err
+	}
+	err = f(sc)
+	if err != nil && !errors.As(err, new(*workerError)) || sc.TxStatus != 'I' {
+		sc.MarkBroken()
+	}
+	pool.Release(sc)
+	return err
 }
 
 // insertPlan plans a prepared INSERT without a column list (withColumns),
