@@ -89,13 +89,15 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.InsertSplit {
+	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.InsertSplit || p.Kind == planner.CopyOut {
 		what := p.Func
 		switch p.Kind {
 		case planner.CopyIn:
 			what = "COPY into " + p.Tables[0]
 		case planner.InsertSplit:
 			what = "a multi-row INSERT into " + p.Tables[0]
+		case planner.CopyOut:
+			what = "COPY from " + p.Tables[0]
 		}
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s needs the simple query protocol", what).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
@@ -139,8 +141,12 @@ func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, e
 	schema, rel, _ := strings.Cut(cn.Table, ".")
 	var rows [][]*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
-		rows, err = queryText(sc, "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass("+
-			quoteLiteral(quoteIdent(schema)+"."+quoteIdent(rel))+") AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
+		q := "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass(" +
+			quoteLiteral(quoteIdent(schema)+"."+quoteIdent(rel)) + ") AND attnum > 0 AND NOT attisdropped"
+		if cn.Copy {
+			q += " AND attgenerated = ''"
+		}
+		rows, err = queryText(sc, q+" ORDER BY attnum")
 		return err
 	})
 	if err != nil {
@@ -260,6 +266,10 @@ func (ss *session) onDefaultNode(f func(sc *pooling.ServerConn) error) error {
 // insertPlan plans a prepared INSERT without a column list (withColumns),
 // at every use: the plan is not kept on the statement.
 func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPlan, error) {
+	if cn.Copy {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "COPY from %s needs the simple query protocol", cn.Table).
+			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
+	}
 	full, err := ss.withColumns(st.Query, cn)
 	if err != nil {
 		return nil, err

@@ -974,6 +974,8 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.insertSplit(p, lits, text)
 	case planner.MultiShardWrite:
 		return ss.multiShardWrite(p, lits, text)
+	case planner.CopyOut:
+		return ss.copyOut(p, lits, text)
 	case planner.MultiShard:
 		return ss.scatterSimple(p, lits)
 	}

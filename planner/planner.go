@@ -48,6 +48,10 @@ const (
 	// runs on every shard (ShardSQL), all of them in one distributed
 	// transaction.
 	MultiShardWrite Kind = "multi-shard-write"
+	// CopyOut: COPY a distributed table TO STDOUT: each worker in turn
+	// copies its shards' rows (Scatter.Workers, the first with the header
+	// if one is asked for) and the coordinator relays them as one COPY.
+	CopyOut Kind = "copy-out"
 	// Function: a call of a catalog function (create_distributed_table,
 	// citus_add_node, ...) that the coordinator runs itself. Requires a
 	// plain SELECT fn(args) whose arguments are constants.
@@ -995,7 +999,10 @@ func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([
 // WithColumns(sql, columns) instead; as an error, it is a refusal.
 type ColumnsNeeded struct {
 	Table string
-	err   *pgerr.Error
+	// Copy: a COPY TO without a column list, which copies every column
+	// but the generated ones (an INSERT's list has those too).
+	Copy bool
+	err  *pgerr.Error
 }
 
 func (e *ColumnsNeeded) Error() string { return e.err.Error() }
@@ -1004,9 +1011,19 @@ func (e *ColumnsNeeded) Unwrap() error { return e.err }
 // WithColumns is an INSERT without a column list (ColumnsNeeded) with the
 // list PostgreSQL would take: the table's first columns, as many as the
 // VALUES rows have (all of them if a row has more, for PostgreSQL's own
-// error).
+// error); or a COPY TO without one with the columns given.
 func WithColumns(sql string, columns []string) (string, error) {
 	tree, err := pg_query.Parse(sql)
+	if err == nil && len(tree.Stmts) == 1 && tree.Stmts[0].Stmt.GetCopyStmt() != nil {
+		c := tree.Stmts[0].Stmt.GetCopyStmt()
+		if len(c.Attlist) > 0 || c.Relation == nil {
+			return "", pgerr.New(pgerr.Internal, "not a COPY of a table without a column list")
+		}
+		for _, col := range columns {
+			c.Attlist = append(c.Attlist, pg_query.MakeStrNode(col))
+		}
+		return deparse(tree.Version, tree.Stmts[0].Stmt)
+	}
 	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetInsertStmt() == nil {
 		return "", pgerr.New(pgerr.Internal, "not one INSERT statement")
 	}
@@ -1138,7 +1155,7 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 	}
 	if !c.IsFrom {
 		if t.Kind != metadata.Reference {
-			return nil, unsupported("COPY TO from distributed table %s is not supported yet", t.Name)
+			return b.copyOut(c, t)
 		}
 		sql, err := b.rewrite(stmt, -1)
 		if err != nil {

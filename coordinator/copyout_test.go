@@ -1,0 +1,93 @@
+package coordinator_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestCopyOut: COPY of a distributed table TO STDOUT gives the lines
+// PostgreSQL gives for the same rows (in any order; the header once, first),
+// in text and csv, with a column list and without (generated columns left
+// out), and PostgreSQL's errors.
+func TestCopyOut(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 4 })
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	const cols = "(id int PRIMARY KEY, t text, n numeric, ts timestamptz, twice int GENERATED ALWAYS AS (id * 2) STORED)"
+	testTable(t, c, "co", cols, "SELECT create_distributed_table('co', 'id', shard_count => 5)")
+	testTable(t, c, "coe", "(id int PRIMARY KEY)", "SELECT create_distributed_table('coe', 'id', shard_count => 3)")
+	plainTables(t, c, "coo "+cols)
+	var rows []string
+	texts := []string{"plain", "tab\there", "new\nline", `back\slash`, "quote\"s,comma", "é日本", ""}
+	for i := 1; i <= 60; i++ {
+		tx := "NULL"
+		if i%9 != 0 {
+			tx = "'" + strings.ReplaceAll(texts[i%len(texts)], "'", "''") + "'"
+		}
+		rows = append(rows, fmt.Sprintf("(%d, %s, %d.%d, '2024-03-%02d 12:00:00+00')", i, tx, i%7-3, i%10, i%28+1))
+	}
+	for _, tb := range []string{"co", "coo"} {
+		exec(t, c, "INSERT INTO "+tb+" (id, t, n, ts) VALUES "+strings.Join(rows, ", "))
+	}
+	copyLines := func(sql string) ([]string, string, error) {
+		var buf bytes.Buffer
+		tag, err := c.PgConn().CopyTo(ctx, &buf, sql)
+		return strings.SplitAfter(buf.String(), "\n"), tag.String(), err
+	}
+	for _, q := range []string{
+		"COPY {t} TO STDOUT",
+		"COPY {t} (t, id) TO STDOUT WITH (FORMAT csv, HEADER, FORCE_QUOTE *)",
+		"COPY {t} TO STDOUT WITH (FORMAT csv, HEADER true, DELIMITER ';', NULL 'nil')",
+		"COPY {t} (id, n) TO STDOUT (DELIMITER '|')",
+		"COPY public.{t} TO STDOUT",
+	} {
+		got, gotTag, err := copyLines(strings.ReplaceAll(q, "{t}", "co"))
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		want, wantTag, werr := copyLines(strings.ReplaceAll(q, "{t}", "coo"))
+		if werr != nil {
+			t.Fatalf("%s on PostgreSQL: %v", q, werr)
+		}
+		if gotTag != wantTag {
+			t.Errorf("%s: tag %q, want %q", q, gotTag, wantTag)
+		}
+		if strings.Contains(q, "HEADER") {
+			if got[0] != want[0] {
+				t.Errorf("%s: header %q, want %q", q, got[0], want[0])
+			}
+			got, want = got[1:], want[1:]
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: lines differ:\n got %q\nwant %q", q, got, want)
+		}
+	}
+	// An empty table, and errors as PostgreSQL's.
+	if got, tag, err := copyLines("COPY coe TO STDOUT WITH (FORMAT csv, HEADER)"); err != nil || tag != "COPY 0" || strings.Join(got, "") != "id\n" {
+		t.Errorf("empty table: %q %q %v", got, tag, err)
+	}
+	for _, q := range []struct{ sql, state string }{
+		{"COPY co (nope) TO STDOUT", "42703"},
+		{"COPY co (id, twice) TO STDOUT", "42P10"}, // a generated column
+		{"COPY co TO STDOUT (FORMAT binary)", "0A000"},
+	} {
+		if _, _, err := copyLines(q.sql); sqlState(err) != q.state {
+			t.Errorf("%s: %v, want %s", q.sql, err, q.state)
+		}
+	}
+	if _, err := c.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("session after COPY: %v", err)
+	}
+}

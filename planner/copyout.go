@@ -1,0 +1,75 @@
+package planner
+
+import (
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// copyOut plans COPY t [(columns)] TO STDOUT [WITH (options)] of a
+// distributed table: each worker runs COPY (SELECT columns FROM shard
+// UNION ALL ...) TO STDOUT with the same options, the first worker alone
+// with HEADER, and the coordinator relays the rows as one COPY (in no
+// particular order, as PostgreSQL's own COPY TO). The binary format, whose
+// stream has a header and a trailer of its own, is refused.
+func (b *builder) copyOut(c *pg_query.CopyStmt, t *metadata.Table) (*Plan, error) {
+	header := -1 // the HEADER option's index
+	for i, opt := range c.Options {
+		d := opt.GetDefElem()
+		if d == nil {
+			continue
+		}
+		val := strings.ToLower(defElemValue(d))
+		switch d.Defname {
+		case "format":
+			if val != "text" && val != "csv" {
+				return nil, unsupported("COPY %s TO STDOUT in format %s is not supported yet", t.Name, val).
+					WithHint("Use FORMAT text or csv.")
+			}
+		case "header":
+			header = i
+		case "delimiter", "null", "quote", "escape", "force_quote", "encoding":
+		default:
+			return nil, unsupported("COPY option %s from distributed table %s is not supported yet", d.Defname, t.Name).
+				WithHint("Use FORMAT, HEADER, DELIMITER, NULL, QUOTE, ESCAPE, FORCE_QUOTE or ENCODING.")
+		}
+	}
+	if len(c.Attlist) == 0 {
+		// Every column but the generated ones: the caller reads which.
+		return nil, &ColumnsNeeded{Table: t.Name, Copy: true, err: unsupported("COPY %s TO STDOUT needs a column list here", t.Name).
+			WithHint("Write COPY %s (column, ...) TO STDOUT.", t.Name)}
+	}
+	// SELECT columns FROM t: renamed per shard by workerQueries.
+	sel := &pg_query.SelectStmt{LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT,
+		FromClause: []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: proto.Clone(c.Relation).(*pg_query.RangeVar)}}}}
+	for _, a := range c.Attlist {
+		sel.TargetList = append(sel.TargetList, resTarget(&pg_query.Node{Node: &pg_query.Node_ColumnRef{ColumnRef: &pg_query.ColumnRef{
+			Fields: []*pg_query.Node{pg_query.MakeStrNode(a.GetString_().GetSval())}}}}))
+	}
+	selects, err := b.workerQueries(&pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: sel}}, b.cat.Shards[t.Name], t.Name)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Kind: CopyOut, Tables: []string{t.Name}, DistTable: t.Name, DistType: t.DistType, ReadOnly: true,
+		Scatter: &Scatter{Table: t.Name}}
+	for i, w := range selects {
+		tree, err := pg_query.Parse(w.SQL)
+		if err != nil || len(tree.Stmts) != 1 {
+			return nil, unsupported("COPY %s TO STDOUT cannot be rewritten for its shards", t.Name)
+		}
+		cp := proto.Clone(c).(*pg_query.CopyStmt)
+		cp.Relation, cp.Attlist, cp.Query = nil, nil, tree.Stmts[0].Stmt
+		if header >= 0 && i > 0 {
+			cp.Options = append(cp.Options[:header:header], cp.Options[header+1:]...)
+		}
+		sql, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_CopyStmt{CopyStmt: cp}})
+		if err != nil {
+			return nil, err
+		}
+		p.Scatter.Workers = append(p.Scatter.Workers, WorkerQuery{Node: w.Node, Shards: w.Shards, SQL: sql})
+	}
+	return p, nil
+}
