@@ -537,3 +537,65 @@ func TestGatherTablesLimit(t *testing.T) {
 		t.Fatalf("session after the refusal: %d, %v", n, err)
 	}
 }
+
+// TestExplainMultiShard: EXPLAIN of a multi-shard query shows the
+// coordinator's part (workers, shards, merge or gathering) and the first
+// worker's plan of its statement; what it cannot show is refused.
+func TestExplainMultiShard(t *testing.T) {
+	c := gatherTablesEnv(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	lines := func(sql string) []string {
+		t.Helper()
+		rows, err := c.Query(ctx, sql, simple)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return out
+	}
+	for _, q := range []struct {
+		sql  string
+		want []string // substrings of lines, in order
+	}{
+		{"EXPLAIN SELECT * FROM ga WHERE g = 1", []string{"pgfleet multi-shard query over public.ga: 2 workers, 8 shards",
+			"Result: the workers' rows, concatenated", "Worker ", "Worker ", "Plan of worker", "Append"}},
+		{"EXPLAIN (COSTS OFF) SELECT g, count(*) FROM ga GROUP BY g", []string{"pgfleet multi-shard query", "Merge of the workers' partial rows", "Plan of worker", "Append"}},
+		{"EXPLAIN (COSTS OFF, VERBOSE) SELECT a.id FROM ga a JOIN gb b ON b.id = a.id", []string{"pgfleet multi-shard query",
+			"Gathering: every row of public.ga, public.gb", "Plan of worker", "Append"}},
+		{"EXPLAIN SELECT id FROM ga ORDER BY id LIMIT 3", []string{"pgfleet multi-shard query", "Plan of worker", "Limit"}},
+	} {
+		got := lines(q.sql)
+		i := 0
+		for _, l := range got {
+			if i < len(q.want) && strings.Contains(l, q.want[i]) {
+				i++
+			}
+		}
+		if i < len(q.want) {
+			t.Errorf("%s: no line with %q in order:\n%s", q.sql, q.want[i], strings.Join(got, "\n"))
+		}
+	}
+	for _, q := range []struct {
+		sql  string
+		mode pgx.QueryExecMode
+	}{
+		{"EXPLAIN ANALYZE SELECT count(*) FROM ga", simple},
+		{"EXPLAIN (FORMAT JSON) SELECT count(*) FROM ga", simple},
+		{"EXPLAIN SELECT count(*) FROM ga", pgx.QueryExecModeCacheStatement},
+	} {
+		// Query, not Exec: pgx sends an Exec without arguments in the
+		// simple protocol.
+		rows, err := c.Query(ctx, q.sql, q.mode)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if sqlState(err) != "0A000" {
+			t.Errorf("%s (%v): %v, want 0A000", q.sql, q.mode, err)
+		}
+	}
+}

@@ -102,6 +102,10 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s needs the simple query protocol", what).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
 	}
+	if p.Kind == planner.MultiShard && p.Explain {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN of a multi-shard query needs the simple query protocol").
+			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
+	}
 	sp := &stmtPlan{version: version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL))}
 	st.plan.Store(sp)
 	return sp, nil

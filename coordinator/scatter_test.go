@@ -190,7 +190,7 @@ INSERT INTO %[1]s_other SELECT g, g %% 7 + 1 FROM generate_series(1, 50) g;`
 		"SELECT cname FROM sg_acc ORDER BY cname LIMIT 3",
 		"SELECT * FROM sg_br WHERE bid IN (SELECT bid FROM sg_acc)",
 		"SELECT bid, count(*) FROM sg_acc GROUP BY ROLLUP (bid)",
-		"EXPLAIN SELECT count(*) FROM sg_acc",
+		"EXPLAIN ANALYZE SELECT count(*) FROM sg_acc",
 		"UPDATE sg_acc SET abalance = 0 WHERE bid = 1 RETURNING aid",
 	} {
 		for _, mode := range scatterModes {

@@ -977,6 +977,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	case planner.CopyOut:
 		return ss.copyOut(p, lits, text)
 	case planner.MultiShard:
+		if p.Explain {
+			return ss.explainScatter(p, lits)
+		}
 		return ss.scatterSimple(p, lits)
 	}
 	if p.Kind != planner.Default {

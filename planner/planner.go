@@ -168,6 +168,9 @@ type Plan struct {
 	Explain        bool `json:"explain,omitempty"`
 	ExplainAnalyze bool `json:"explain_analyze,omitempty"`
 	ExplainText    bool `json:"explain_text,omitempty"`
+	// ExplainPrefix: for a multi-shard query, the EXPLAIN and its options
+	// to put before the first worker's statement.
+	ExplainPrefix string `json:"explain_prefix,omitempty"`
 	// Rows: each VALUES row's distribution value (InsertSplit).
 	Rows      []*Value `json:"rows,omitempty"`
 	Returning bool     `json:"returning,omitempty"`
@@ -1357,11 +1360,7 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind == MultiShard {
-		return nil, unsupported("EXPLAIN of a multi-shard query is not supported yet").
-			WithHint("Run the query itself, or EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
-	}
-	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite {
+	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard {
 		return nil, unsupported("EXPLAIN of this statement is not supported yet").
 			WithHint("EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
 	}
@@ -1378,6 +1377,27 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 		case "format":
 			p.ExplainText = strings.EqualFold(val, "text")
 		}
+	}
+	if p.Kind == MultiShard {
+		// The coordinator describes the merge and the workers, and the
+		// first worker explains its statement (ExplainPrefix before it).
+		if p.ExplainAnalyze || !p.ExplainText {
+			return nil, unsupported("EXPLAIN ANALYZE, or EXPLAIN in a format other than text, of a multi-shard query is not supported yet").
+				WithHint("Use EXPLAIN without ANALYZE in text format, or run the query itself.")
+		}
+		one := proto.Clone(ex).(*pg_query.ExplainStmt)
+		one.Query = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
+			TargetList: []*pg_query.Node{resTarget(pg_query.MakeAConstIntNode(1, -1))}, LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}
+		text, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_ExplainStmt{ExplainStmt: one}})
+		if err != nil {
+			return nil, err
+		}
+		prefix, ok := strings.CutSuffix(text, "SELECT 1")
+		if !ok {
+			return nil, unsupported("this EXPLAIN cannot be rewritten for the workers")
+		}
+		p.ExplainPrefix = prefix
+		return p, nil
 	}
 	for i := range p.ShardSQL {
 		idx := i

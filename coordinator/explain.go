@@ -1,0 +1,75 @@
+package coordinator
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// explainScatter answers EXPLAIN (text, without ANALYZE) of a multi-shard
+// query: first the coordinator's part, one line each (the workers and
+// their shards, how their rows become the result), then the first
+// worker's own EXPLAIN of its statement, relayed as the plan of a routed
+// statement is.
+func (ss *session) explainScatter(p *planner.Plan, lits []literal) error {
+	x := p.Scatter
+	node, err := ss.srv.firstShardNode(p)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	first := -1
+	shards := 0
+	for i, w := range x.Workers {
+		shards += len(w.Shards)
+		if w.Node == node {
+			first = i
+		}
+	}
+	if first < 0 {
+		return ss.queryError(errCatalogMoved)
+	}
+	lines := []string{fmt.Sprintf("pgfleet multi-shard query over %s: %d workers, %d shards", x.Table, len(x.Workers), shards)}
+	m := x.Merge
+	switch {
+	case m.Gather:
+		lines = append(lines, fmt.Sprintf("  Gathering: every row of %s, then the statement once on worker %s:", strings.Join(m.Tables, ", "), ss.srv.nodeAddr(node)),
+			"    "+m.SQL)
+	case m.Kind == planner.SQLMerge:
+		lines = append(lines, fmt.Sprintf("  Merge of the workers' partial rows on worker %s:", ss.srv.nodeAddr(node)), "    "+m.SQL)
+	default:
+		what := "  Result: the workers' rows, concatenated"
+		if m.Limit != nil || m.Offset != nil {
+			what += " (LIMIT and OFFSET counted by the coordinator)"
+		}
+		lines = append(lines, what)
+	}
+	for _, w := range x.Workers {
+		lines = append(lines, fmt.Sprintf("  Worker %s: shards %s", ss.srv.nodeAddr(w.Node), shardList(w.Shards)))
+	}
+	lines = append(lines, fmt.Sprintf("  Plan of worker %s:", ss.srv.nodeAddr(node)))
+	var inject []byte
+	for _, l := range lines {
+		inject = append(inject, explainRow(l)...)
+	}
+	sql := x.Workers[first].SQL
+	if lits != nil {
+		sql, _ = spliceLiterals(sql, lits) // some may be the merge's alone
+	}
+	ss.inject = inject
+	body := append(append(ss.qbuf[:0], p.ExplainPrefix+sql...), 0)
+	ss.qbuf = body
+	return ss.relayCycle('Q', body, nil, node)
+}
+
+// shardList is shard indexes as EXPLAIN shows them: 0, 2, 4.
+func shardList(idx []int) string {
+	var b strings.Builder
+	for i, x := range idx {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, x)
+	}
+	return b.String()
+}
