@@ -235,6 +235,20 @@ func TestMultiShardWriteExtended(t *testing.T) {
 			}
 		}
 	}
+	// Prepared (Parse, Describe) in a transaction block that holds a
+	// worker: described there, on a shard it holds (difftest seed 1: the
+	// first shard's statement was sent there, 42P01).
+	for id := 1; id <= 8; id++ {
+		exec(t, c, "BEGIN")
+		exec(t, c, "SELECT * FROM mx WHERE id = $1", id)
+		name := fmt.Sprintf("held%d", id)
+		if _, err := c.PgConn().Prepare(ctx, name, "UPDATE mx SET v = v WHERE g = $1", nil); err != nil {
+			t.Errorf("prepare holding the worker of id %d: %v", id, err)
+		} else if r := c.PgConn().ExecPrepared(ctx, name, [][]byte{[]byte("1")}, nil, nil).Read(); r.Err != nil {
+			t.Errorf("execute holding the worker of id %d: %v", id, r.Err)
+		}
+		exec(t, c, "ROLLBACK")
+	}
 	// A batch (pgx.Batch: one pipeline) with a multi-shard write in a
 	// transaction block, rolled back.
 	b := &pgx.Batch{}

@@ -365,8 +365,9 @@ func (ss *session) routeDescribe(st *Statement) (*Statement, int32, error) {
 		}
 	}
 found:
-	if p.Kind != planner.Router {
-		idx = 0
+	if idx >= len(p.ShardSQL) || p.Kind != planner.Router && p.Kind != planner.MultiShardWrite && idx != 0 {
+		// One statement for every copy: the first shard's, where it is.
+		idx, node = 0, shards[0].Nodes[0]
 	}
 	return s.shardStmt(sp, idx, st), node, nil
 }
