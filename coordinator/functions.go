@@ -384,7 +384,8 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	}
 	if p.Returning {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"RETURNING in a multi-row INSERT into %s whose rows belong to several shards is not supported yet", p.DistTable))
+			"RETURNING in a multi-row INSERT into %s whose rows belong to several shards is not supported yet", p.DistTable).
+			WithHint("Insert the rows one per statement, or read them back with a SELECT."))
 	}
 	byNode := map[int32][]string{}
 	for _, idx := range order {

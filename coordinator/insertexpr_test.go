@@ -58,6 +58,26 @@ func TestInsertExpressions(t *testing.T) {
 			t.Errorf("routed read of id %d: %q, want %q", id, got, want)
 		}
 	}
+	// Adversary findings: a char(n) value keeps its length (it was cast to
+	// char(1)); values whose text under the session's settings is not the
+	// value (floats under extra_float_digits 0, timestamptz under a
+	// DateStyle with zone abbreviations) are refused, not rounded.
+	both("INSERT INTO {t} (id, v) VALUES (length(upper('ab')::char(5) || 'x') + 2000, upper('ab')::char(5)) RETURNING id, v, length(v)")
+	testTable(t, c, "iec", "(k char(5) PRIMARY KEY, v int)", "SELECT create_distributed_table('iec', 'k', shard_count => 3)")
+	if got := queryString(t, c, "INSERT INTO iec (k, v) VALUES (upper('abc')::char(5), 1) RETURNING k", simple); got != "ABC  " {
+		t.Errorf("char(5) distribution value: %q, want %q", got, "ABC  ")
+	}
+	if got := queryString(t, c, "SELECT v FROM iec WHERE k = 'ABC'"); got != "1" {
+		t.Errorf("routed read of the char(5) value: %q", got)
+	}
+	exec(t, c, "SET extra_float_digits = 0")
+	if _, err := c.Exec(ctx, "INSERT INTO ie (id, v) VALUES (1234567890123456.7::float8 * 1, 'f')", simple); sqlState(err) != "0A000" {
+		t.Errorf("float under extra_float_digits 0: %v, want 0A000", err)
+	}
+	exec(t, c, "RESET extra_float_digits")
+	if got := queryString(t, c, "INSERT INTO ie (id, v) VALUES (1234567890123456.7::float8 * 1, 'f') RETURNING id", simple); got != "1234567890123457" {
+		t.Errorf("float distribution value: %s, want 1234567890123457", got)
+	}
 	// Volatile and time: one value, and the row is where its value says.
 	var id int64
 	if err := c.QueryRow(ctx, "INSERT INTO ie (id, v) VALUES ((random() * 1e12)::bigint, 'r') RETURNING id", simple).Scan(&id); err != nil {

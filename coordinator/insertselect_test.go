@@ -89,6 +89,8 @@ func TestInsertSelect(t *testing.T) {
 		"INSERT INTO isd (id, g) SELECT id, 50 FROM iss ORDER BY id LIMIT 3",   // LIMIT
 		"INSERT INTO isd (id, g) SELECT id, rank() OVER (ORDER BY v) FROM iss", // crosses shards
 		"INSERT INTO isd SELECT id, 51 FROM iss",                               // no column list
+		// DO UPDATE runs on each shard: its subquery would read one.
+		"INSERT INTO isd (id, g) SELECT id, 1 FROM iss ON CONFLICT (id, g) DO UPDATE SET total = (SELECT max(v) FROM iss)",
 	} {
 		_, err := c.Exec(ctx, q, simple)
 		var pe *pgconn.PgError

@@ -192,8 +192,11 @@ func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string,
 		}
 		v := "v" + strconv.Itoa(i)
 		inner = append(inner, "("+e+") AS "+v)
-		sel = append(sel, v+"::text", "pg_catalog.pg_typeof("+v+")::text")
+		// The type without a modifier: char(5)'s name alone would be char(1).
+		sel = append(sel, v+"::text", "pg_catalog.format_type(pg_catalog.pg_typeof("+v+"), -1)")
 	}
+	// Settings under which a value's text is not the value.
+	sel = append(sel, "pg_catalog.current_setting('extra_float_digits')", "pg_catalog.current_setting('DateStyle')")
 	for _, e := range exprs {
 		if strings.Contains(strings.ToLower(e), "pg_advisory") {
 			return "", vn.Unwrap()
@@ -223,6 +226,7 @@ func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string,
 	if len(rows) != 1 || len(rows[0]) != len(sel) {
 		return "", pgerr.New(pgerr.Internal, "no values for the distribution column")
 	}
+	floatDigits, dateStyle := rows[0][len(sel)-2], rows[0][len(sel)-1]
 	vals := make([]string, len(exprs))
 	k := 0
 	for i, e := range exprs {
@@ -233,6 +237,22 @@ func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string,
 		k++
 		if typ == nil {
 			return "", pgerr.New(pgerr.Internal, "no type for the distribution column's value")
+		}
+		lossy := ""
+		switch *typ {
+		case "real", "double precision":
+			if floatDigits != nil && strings.HasPrefix(*floatDigits, "-") || floatDigits != nil && *floatDigits == "0" {
+				lossy = "extra_float_digits " + *floatDigits
+			}
+		case "timestamp with time zone", "time with time zone":
+			if dateStyle != nil && !strings.HasPrefix(*dateStyle, "ISO") {
+				lossy = "DateStyle " + *dateStyle // zone abbreviations
+			}
+		}
+		if lossy != "" {
+			return "", pgerr.New(pgerr.FeatureNotSupported,
+				"the distribution column's expression gives a %s, whose text under %s is not its value", *typ, lossy).
+				WithHint("Give the distribution column a constant or a parameter, or use the default setting.")
 		}
 		if v == nil {
 			vals[i] = "NULL::" + *typ

@@ -50,6 +50,21 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 	if err := conflictMovesRow(ins, target); err != nil {
 		return nil, err
 	}
+	if oc := ins.OnConflictClause; oc != nil {
+		// DO UPDATE runs on each shard: a subquery there would read one
+		// shard of a distributed table.
+		var dist bool
+		Walk(oc, func(m proto.Message) {
+			if rv, ok := m.(*pg_query.RangeVar); ok {
+				if t := lookup(b.cat, rv, nil); t != nil && t.Kind == metadata.Distributed {
+					dist = true
+				}
+			}
+		})
+		if dist {
+			return nil, errInsertSelect("its ON CONFLICT clause reads a distributed table")
+		}
+	}
 	var cross string
 	Walk(sel, func(m proto.Message) {
 		switch x := m.(type) {

@@ -479,9 +479,13 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetExplainStmt() != nil:
 		return b.explainPlan(stmt)
 	default:
-		e := unsupported("%s on distributed or reference tables is not supported yet", StatementName(stmt))
-		if stmt.GetPrepareStmt() != nil {
+		e := unsupported("%s on distributed or reference tables is not supported yet", StatementName(stmt)).
+			WithHint("Send the SELECT, INSERT, UPDATE or DELETE itself.")
+		switch {
+		case stmt.GetPrepareStmt() != nil:
 			e = e.WithHint("Use the protocol's prepared statements (Parse/Bind, as drivers and pgbench -M prepared do); they are routed at Bind.")
+		case stmt.GetDeclareCursorStmt() != nil:
+			e = e.WithHint("Run the query itself (psql: \\unset FETCH_COUNT), or pin it to one shard with WHERE <distribution column> = <value>.")
 		}
 		return nil, e
 	}
