@@ -112,8 +112,10 @@ func writeTag(what string, n int64) string {
 // PostgreSQL. Under REPEATABLE READ or SERIALIZABLE it is refused: each
 // worker would read its own snapshot, taken at another moment. It returns
 // the command tag and the workers' notices, or the worker's error (werr,
-// an ErrorResponse body: the transaction failed), or a refusal before
-// anything ran on a shard (fail), or a lost connection (err).
+// an ErrorResponse body: the transaction failed), or the coordinator's
+// refusal or a worker it could not join (fail: the caller fails the
+// transaction, so that what ran on other workers is rolled back with it),
+// or a lost connection (err).
 func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(sql string) []byte) (tag string, notices, werr []byte, fail, err error) {
 	ctx := context.Background()
 	var total int64
