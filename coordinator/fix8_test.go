@@ -222,7 +222,7 @@ func TestSavepointAfterRefusal(t *testing.T) {
 		exec(t, x, "INSERT INTO f8_sp (k, v) VALUES (1, 1), (2, 2)")
 	}
 	// refused on the coordinator (0A000); the oracle fails it with 22012.
-	const refused = "UPDATE f8_sp SET v = v + 1 WHERE v > 0 RETURNING k"
+	const refused = "WITH w AS (SELECT 0 AS z) UPDATE f8_sp SET v = v + 1 WHERE v > (SELECT z FROM w)"
 	fails := []string{refused, "SELECT count(*)/0 FROM f8_sp", "SELECT 1/0"}
 	for _, extended := range []bool{false, true} {
 		for _, f := range fails {

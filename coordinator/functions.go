@@ -398,7 +398,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	return ss.writeGroupsSimple(ctx, snap, byNode, text, "INSERT")
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, "INSERT", false)
 }
 
 // ddlWords are the statements that may change a distributed table's

@@ -72,24 +72,38 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
 		return nil
 	}
-	return ss.writeGroupsSimple(ctx, snap, byNode, text, what)
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, what, p.Returning)
 }
 
 // writeGroupsSimple runs statements of a simple Query (text) outside a
 // transaction block, by node, in one two-phase commit group of their own,
 // and answers the client with a tag for what (INSERT, UPDATE, DELETE)
 // counting their rows.
-func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapshot, byNode map[int32][]string, text, what string) error {
+func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapshot, byNode map[int32][]string, text, what string, returning bool) error {
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
 		return ss.queryError(err)
 	}
-	n, err := shards.ExecGroups(ctx, ss.srv.store, snap, conns, byNode)
+	r, err := shards.ExecGroupsRows(ctx, ss.srv.store, snap, conns, byNode, nil)
 	if err != nil {
 		return ss.queryError(ss.analysisFirst(text, err))
 	}
-	cc := pgproto3.CommandComplete{CommandTag: []byte(writeTag(what, n))}
+	if returning {
+		// Every shard's RETURNING rows, under the first one's columns.
+		rd := pgproto3.RowDescription{}
+		for _, f := range r.Fields {
+			rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(f.Name), TableOID: f.TableOID,
+				TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
+				TypeModifier: f.TypeModifier, Format: f.Format})
+		}
+		ss.out, _ = rd.Encode(ss.out)
+		for _, row := range r.Rows {
+			dr := pgproto3.DataRow{Values: row}
+			ss.out, _ = dr.Encode(ss.out)
+		}
+	}
+	cc := pgproto3.CommandComplete{CommandTag: []byte(writeTag(what, r.Affected))}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return nil
@@ -119,6 +133,8 @@ func writeTag(what string, n int64) string {
 func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(sql string) []byte) (tag string, notices, werr []byte, fail, err error) {
 	ctx := context.Background()
 	var total int64
+	var rd []byte  // RETURNING: the first shard's columns
+	var rows []byte // and every shard's rows (DataRow messages)
 	for k, node := range slices.Sorted(maps.Keys(byNode)) {
 		if err := ss.acquire(ctx, node); err != nil {
 			return "", notices, nil, err, nil
@@ -150,11 +166,22 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 			if c.werr != nil {
 				return "", notices, c.werr, nil, nil
 			}
+			if c.rd != nil && rd == nil {
+				rd = c.rd
+			}
+			for _, r := range c.rows {
+				dr := pgproto3.DataRow{Values: r}
+				rows, _ = dr.Encode(rows)
+			}
 			if i := strings.LastIndexByte(c.tag, ' '); i >= 0 {
 				n, _ := strconv.ParseInt(c.tag[i+1:], 10, 64)
 				total += n
 			}
 		}
+	}
+	if rd != nil {
+		// RETURNING: its rows go out before the tag, after the notices.
+		notices = append(wire.AppendFrame(notices, 'T', rd), rows...)
 	}
 	return writeTag(what, total), notices, nil, nil, nil
 }
@@ -196,6 +223,12 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 	case ss.sc != nil && ss.sc.TxStatus == 'E' && !ss.needSync:
 		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block"))
+		return
+	}
+	if sp.plan.Returning {
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"RETURNING in a multi-shard write to %s with the extended query protocol is not supported yet", sp.plan.DistTable).
+			WithHint("Write without RETURNING, or use the simple query protocol."))
 		return
 	}
 	ss.keepWritePortal(portal, st, sp, params, false)

@@ -191,7 +191,7 @@ INSERT INTO %[1]s_other SELECT g, g %% 7 + 1 FROM generate_series(1, 50) g;`
 		"SELECT * FROM sg_br WHERE bid IN (SELECT bid FROM sg_acc)",
 		"SELECT bid, count(*) FROM sg_acc GROUP BY ROLLUP (bid)",
 		"EXPLAIN ANALYZE SELECT count(*) FROM sg_acc",
-		"UPDATE sg_acc SET abalance = 0 WHERE bid = 1 RETURNING aid",
+		"WITH b AS (SELECT 1 AS bid) UPDATE sg_acc SET abalance = 0 WHERE bid IN (SELECT bid FROM b)",
 	} {
 		for _, mode := range scatterModes {
 			if _, err := scatterQuery(ctx, c, mode, q, nil); sqlState(err) != "0A000" {

@@ -327,14 +327,14 @@ func (g *gen) multiWrite() *stmt {
 	grp := fmt.Sprint(g.r.IntN(6))
 	switch g.r.IntN(4) {
 	case 0:
-		return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s", d, g.assignment(b, t, ""), g.valuePred(b, t, "")))
+		return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s%s", d, g.assignment(b, t, ""), g.valuePred(b, t, ""), g.returning(t)))
 	case 1:
 		return g.finish(b, p, fmt.Sprintf("UPDATE %s SET g = g + 1, t = t || 'x' WHERE g = %s", d, grp))
 	case 2:
 		r0 := g.s.references()[0]
 		return g.finish(b, p, fmt.Sprintf("UPDATE %s x SET %s FROM %s r WHERE r.k = x.g AND r.g %s", d, g.assignment(b, t, ""), g.name(r0), g.pick("IS NULL", "> 2", "< 3")))
 	default:
-		return g.finish(b, p, fmt.Sprintf("DELETE FROM %s WHERE g = %s AND %s", d, grp, g.valuePred(b, t, "")))
+		return g.finish(b, p, fmt.Sprintf("DELETE FROM %s WHERE g = %s AND %s%s", d, grp, g.valuePred(b, t, ""), g.returning(t)))
 	}
 }
 

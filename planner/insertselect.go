@@ -34,8 +34,6 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 	}
 	sel := ins.SelectStmt.GetSelectStmt()
 	switch {
-	case len(ins.ReturningList) > 0:
-		return nil, errInsertSelect("it has RETURNING")
 	case ins.WithClause != nil || sel.WithClause != nil:
 		return nil, errInsertSelect("it has WITH")
 	case sel.Op != pg_query.SetOperation_SETOP_NONE:
@@ -130,7 +128,7 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 		return nil, err
 	}
 	p := &Plan{Kind: MultiShardWrite, DistTable: target.Name, DistType: target.DistType,
-		Mutability: perRowMutability(stmt, target.Name)}
+		Mutability: perRowMutability(stmt, target.Name), Returning: len(ins.ReturningList) > 0}
 	seen := map[string]bool{}
 	ctes := cteNames(stmt)
 	Walk(stmt, func(m proto.Message) {

@@ -1242,8 +1242,8 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 // every shard: each shard's statement does to its rows what the statement
 // does to them on one table, provided it reads no other distributed table
 // (a subquery over one is refused before this), no value PostgreSQL fixes
-// for the statement or transaction (each worker would read its own), and
-// returns no rows.
+// for the statement or transaction (each worker would read its own).
+// RETURNING gives every shard's rows.
 func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata.Table) (*Plan, error) {
 	t := dist[0]
 	what := StatementName(stmt)
@@ -1260,10 +1260,6 @@ func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata
 		d := stmt.GetDeleteStmt()
 		returning, with = len(d.ReturningList) > 0, d.WithClause != nil
 	}
-	if returning {
-		return nil, unsupported("RETURNING in a multi-shard %s of %s is not supported yet", what, t.Name).
-			WithHint("Add WHERE %s = <value>, or read the rows in a SELECT of their own.", t.DistColumn)
-	}
 	if with {
 		return nil, unsupported("WITH in a multi-shard %s of %s is not supported yet", what, t.Name).
 			WithHint("Add WHERE %s = <value>, or write the WITH query into the statement.", t.DistColumn)
@@ -1275,7 +1271,7 @@ func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata
 	if err := b.shardLocal(stmt, what, t); err != nil {
 		return nil, err
 	}
-	p.Kind, p.DistTable, p.DistType = MultiShardWrite, t.Name, t.DistType
+	p.Kind, p.DistTable, p.DistType, p.Returning = MultiShardWrite, t.Name, t.DistType, returning
 	p.Mutability = perRowMutability(stmt, t.Name)
 	n := len(b.cat.Shards[t.Name])
 	p.ShardSQL = make([]string, n)

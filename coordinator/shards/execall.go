@@ -100,11 +100,31 @@ type Params struct {
 // every statement given the same ones.
 func ExecGroupsParams(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
 	byNode map[int32][]string, params *Params) (int64, error) {
+	r, err := ExecGroupsRows(ctx, store, snap, conns, byNode, params)
+	if err != nil {
+		return 0, err
+	}
+	return r.Affected, nil
+}
+
+// GroupsResult is what the statements of ExecGroupsRows did: the rows
+// they affected in all and the rows they returned (RETURNING; in text),
+// with the first statement's columns.
+type GroupsResult struct {
+	Affected int64
+	Fields   []pgconn.FieldDescription
+	Rows     [][][]byte
+}
+
+// ExecGroupsRows is ExecGroupsParams that keeps the rows the statements
+// return.
+func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	byNode map[int32][]string, params *Params) (*GroupsResult, error) {
 	if params == nil {
 		params = &Params{}
 	}
 	if store == nil {
-		return 0, errNoStore
+		return nil, errNoStore
 	}
 	n := &nodes{conns: conns, addrs: map[int32]string{}}
 	for _, nd := range snap.Nodes {
@@ -112,7 +132,7 @@ func ExecGroupsParams(ctx context.Context, store *metadata.Store, snap *metadata
 	}
 	g := newGroup("write", n, store)
 	g.beginStmt = "BEGIN"
-	var total int64
+	out := &GroupsResult{}
 	// Workers in one order, so that two of these writes over the same
 	// rows wait for each other instead of deadlocking across workers.
 	for _, id := range slices.Sorted(maps.Keys(byNode)) {
@@ -120,23 +140,27 @@ func ExecGroupsParams(ctx context.Context, store *metadata.Store, snap *metadata
 		tx, err := g.begin(ctx, id)
 		if err != nil {
 			g.rollback(ctx)
-			return 0, err
+			return nil, err
 		}
 		for _, sql := range stmts {
 			res := tx.conn.PgConn().ExecParams(ctx, sql, params.Values, params.OIDs, params.Formats, nil).Read()
 			if res.Err != nil {
 				g.rollback(ctx)
-				return 0, n.wrap(res.Err, "on node %s", n.describe(id))
+				return nil, n.wrap(res.Err, "on node %s", n.describe(id))
 			}
-			total += res.CommandTag.RowsAffected()
+			out.Affected += res.CommandTag.RowsAffected()
+			if out.Fields == nil {
+				out.Fields = res.FieldDescriptions
+			}
+			out.Rows = append(out.Rows, res.Rows...)
 		}
 	}
 	if err := g.prepare(ctx); err != nil {
 		g.rollback(ctx)
-		return 0, err
+		return nil, err
 	}
 	if err := g.commit(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return total, nil
+	return out, nil
 }
