@@ -133,7 +133,7 @@ func writeTag(what string, n int64) string {
 func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(sql string) []byte) (tag string, notices, werr []byte, fail, err error) {
 	ctx := context.Background()
 	var total int64
-	var rd []byte  // RETURNING: the first shard's columns
+	var rd []byte   // RETURNING: the first shard's columns
 	var rows []byte // and every shard's rows (DataRow messages)
 	for k, node := range slices.Sorted(maps.Keys(byNode)) {
 		if err := ss.acquire(ctx, node); err != nil {
