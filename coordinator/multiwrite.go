@@ -85,7 +85,11 @@ func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapsho
 	if err != nil {
 		return ss.queryError(err)
 	}
-	r, err := shards.ExecGroupsRows(ctx, ss.srv.store, snap, conns, byNode, nil)
+	limit := int64(0)
+	if returning {
+		limit = ss.srv.cfg.MaxGather
+	}
+	r, err := shards.ExecGroupsRows(ctx, ss.srv.store, snap, conns, byNode, nil, limit)
 	if err != nil {
 		return ss.queryError(ss.analysisFirst(text, err))
 	}
@@ -172,6 +176,11 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 			for _, r := range c.rows {
 				dr := pgproto3.DataRow{Values: r}
 				rows, _ = dr.Encode(rows)
+			}
+			if limit := ss.srv.cfg.MaxGather; int64(len(rows)) > limit {
+				return "", notices, nil, pgerr.New(codeProgramLimitExceeded,
+					"the rows this statement returns exceed %s, more than the coordinator holds (--max-gather)", sizeText(limit)).
+					WithHint("Return fewer rows (a narrower WHERE or fewer columns), or write without RETURNING."), nil
 			}
 			if i := strings.LastIndexByte(c.tag, ' '); i >= 0 {
 				n, _ := strconv.ParseInt(c.tag[i+1:], 10, 64)

@@ -170,6 +170,23 @@ func TestMultiShardWrite(t *testing.T) {
 		t.Errorf("under REPEATABLE READ: %v, want 0A000", err)
 	}
 	same("a refusal under REPEATABLE READ")
+	// RETURNING's rows are bounded by --max-gather: past it, 54000 and
+	// nothing written, in and out of a transaction block.
+	small := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 2; cfg.MaxGather = 300 })
+	sc := connect(t, small.Addr())
+	for _, txn := range []bool{false, true} {
+		if txn {
+			exec(t, sc, "BEGIN")
+		}
+		_, err := sc.Exec(ctx, "UPDATE mw SET k = k + 1 RETURNING *", simple)
+		if txn {
+			exec(t, sc, "ROLLBACK")
+		}
+		if sqlState(err) != "54000" {
+			t.Errorf("RETURNING past --max-gather (transaction block %v): %v, want 54000", txn, err)
+		}
+		same("RETURNING past --max-gather")
+	}
 	for _, w := range cl.Servers {
 		wc := connect(t, w.Addr())
 		if n := queryString(t, wc, "SELECT count(*) FROM pg_prepared_xacts"); n != "0" {

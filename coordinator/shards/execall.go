@@ -100,7 +100,7 @@ type Params struct {
 // every statement given the same ones.
 func ExecGroupsParams(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
 	byNode map[int32][]string, params *Params) (int64, error) {
-	r, err := ExecGroupsRows(ctx, store, snap, conns, byNode, params)
+	r, err := ExecGroupsRows(ctx, store, snap, conns, byNode, params, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -117,9 +117,10 @@ type GroupsResult struct {
 }
 
 // ExecGroupsRows is ExecGroupsParams that keeps the rows the statements
-// return.
+// return, up to limit bytes of values (0: none kept); past it, everything
+// is rolled back and the error is 54000.
 func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
-	byNode map[int32][]string, params *Params) (*GroupsResult, error) {
+	byNode map[int32][]string, params *Params, limit int64) (*GroupsResult, error) {
 	if params == nil {
 		params = &Params{}
 	}
@@ -133,6 +134,7 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 	g := newGroup("write", n, store)
 	g.beginStmt = "BEGIN"
 	out := &GroupsResult{}
+	var size int64
 	// Workers in one order, so that two of these writes over the same
 	// rows wait for each other instead of deadlocking across workers.
 	for _, id := range slices.Sorted(maps.Keys(byNode)) {
@@ -151,6 +153,16 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 			out.Affected += res.CommandTag.RowsAffected()
 			if out.Fields == nil {
 				out.Fields = res.FieldDescriptions
+			}
+			for _, row := range res.Rows {
+				for _, v := range row {
+					size += int64(len(v)) + 4
+				}
+			}
+			if size > limit && len(res.Rows) > 0 {
+				g.rollback(ctx)
+				return nil, pgerr.New("54000", "the rows this statement returns exceed %d bytes, more than the coordinator holds (--max-gather)", limit).
+					WithHint("Return fewer rows (a narrower WHERE or fewer columns), or write without RETURNING.")
 			}
 			out.Rows = append(out.Rows, res.Rows...)
 		}
