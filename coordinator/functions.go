@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
@@ -321,17 +322,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	tag := d.tag(res)
 	d.strip(res)
 	if (d.returning || d.verb == "") && len(res.FieldDescriptions) > 0 {
-		rd := pgproto3.RowDescription{}
-		for _, f := range res.FieldDescriptions {
-			rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(f.Name), TableOID: f.TableOID,
-				TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
-				TypeModifier: f.TypeModifier, Format: f.Format})
-		}
-		ss.out, _ = rd.Encode(ss.out)
-		for _, r := range res.Rows {
-			dr := pgproto3.DataRow{Values: r}
-			ss.out, _ = dr.Encode(ss.out)
-		}
+		ss.out = appendRows(ss.out, res.FieldDescriptions, res.Rows)
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
@@ -677,4 +668,20 @@ func (ss *session) analysisFirst(text string, err error) error {
 		return we
 	}
 	return err
+}
+
+// appendRows appends a RowDescription of fields and a DataRow per row.
+func appendRows(out []byte, fields []pgconn.FieldDescription, rows [][][]byte) []byte {
+	rd := pgproto3.RowDescription{}
+	for _, f := range fields {
+		rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(f.Name), TableOID: f.TableOID,
+			TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
+			TypeModifier: f.TypeModifier, Format: f.Format})
+	}
+	out, _ = rd.Encode(out)
+	for _, r := range rows {
+		dr := pgproto3.DataRow{Values: r}
+		out, _ = dr.Encode(out)
+	}
+	return out
 }

@@ -95,17 +95,7 @@ func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapsho
 	}
 	if returning {
 		// Every shard's RETURNING rows, under the first one's columns.
-		rd := pgproto3.RowDescription{}
-		for _, f := range r.Fields {
-			rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(f.Name), TableOID: f.TableOID,
-				TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
-				TypeModifier: f.TypeModifier, Format: f.Format})
-		}
-		ss.out, _ = rd.Encode(ss.out)
-		for _, row := range r.Rows {
-			dr := pgproto3.DataRow{Values: row}
-			ss.out, _ = dr.Encode(ss.out)
-		}
+		ss.out = appendRows(ss.out, r.Fields, r.Rows)
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(writeTag(what, r.Affected))}
 	ss.out, _ = cc.Encode(ss.out)
