@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -20,7 +19,7 @@ import (
 // out), and PostgreSQL's errors.
 func TestCopyOut(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 4 })
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	const cols = "(id int PRIMARY KEY, t text, n numeric, ts timestamptz, twice int GENERATED ALWAYS AS (id * 2) STORED)"

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -18,7 +17,7 @@ import (
 // read routed on its distribution value.
 func TestInsertWithoutColumns(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 4 })
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	simple, ext := pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -22,7 +21,7 @@ import (
 // hint and nothing written.
 func TestInsertExpressions(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 4 })
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol

@@ -238,51 +238,15 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 // joined into the transaction (writeInTxn). Its parameters go to every
 // shard's statement as the client bound them.
 func (ss *session) multiWriteExecute(sp *scatterPortal) error {
-	if sp.done {
-		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(zeroRows(sp.tag), 0))})
+	if ss.portalRan(sp) {
 		return nil
 	}
-	sp.done = true
 	p := sp.sp.plan
 	what, _, _ := strings.Cut(p.ShardSQL[0], " ")
 	inTxn := ss.inTxn()
-	// As a reference-table write's portal (refExecute, refExecuteInTxn):
-	// what only Parse or Describe used the held connection for is
-	// answered with a hidden Sync; other work in the same pipeline is not
-	// supported yet.
-	hiddenSync := func() error {
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		return ss.roundTrip()
+	if ok, err := ss.writePortalReady(inTxn); !ok {
+		return err
 	}
-	if inTxn {
-		if ss.sc != nil && ss.needSync {
-			if ss.batchWork {
-				ss.synthError(errRefPipeline)
-				return nil
-			}
-			if err := hiddenSync(); err != nil {
-				return err
-			}
-		}
-		if ss.sc != nil && ss.sc.TxStatus != 'T' {
-			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
-				"current transaction is aborted, commands ignored until end of transaction block"))
-			return nil
-		}
-	} else {
-		if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
-			if err := hiddenSync(); err != nil {
-				return err
-			}
-		}
-		if ss.sc != nil && (ss.needSync || ss.batchWork) {
-			ss.synthError(errRefPipeline)
-			return nil
-		}
-	}
-	// Nothing is queued for a server now: answers so far go out first.
-	ss.emitSynth()
 	formats, values, ok := bindValues(sp.params)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")

@@ -23,7 +23,7 @@ import (
 // prepared transaction is left behind.
 func TestMultiShardWrite(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 4 })
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
@@ -201,7 +201,7 @@ func TestMultiShardWrite(t *testing.T) {
 // out of transaction blocks) change exactly what PostgreSQL changes.
 func TestMultiShardWriteExtended(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.PoolSize = 4 })
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	const cols = "(id int PRIMARY KEY, g int, v numeric, t text, d date)"

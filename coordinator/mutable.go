@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -25,25 +24,26 @@ type mutableCache struct {
 	ok map[*planner.Mutability][2]int64
 }
 
-// multiShard marks the table named to errCopiesDiffer as a multi-shard
-// write's.
-const multiShard = "\x00multi-shard "
-
 // dateTimeOIDs are the parameter types whose text input 'now', 'today', ...
 // reads the clock (0: the worker infers the type).
 var dateTimeOIDs = []uint32{0, 1082, 1083, 1114, 1184, 1266}
 
-// errCopiesDiffer refuses a write each copy (or shard, for a multi-shard
-// write: see multiShard) would compute differently.
-func errCopiesDiffer(table, what string) error {
-	if strings.HasPrefix(table, multiShard) {
-		table = strings.TrimPrefix(table, multiShard)
+// writeTarget is what a write that every copy of a reference table, or
+// every shard of a distributed one (shards), computes for itself.
+type writeTarget struct {
+	table  string
+	shards bool
+}
+
+// differ refuses a write each copy (or shard) would compute differently.
+func (w writeTarget) differ(what string) error {
+	if w.shards {
 		return pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard write to %s with %s is not supported: each worker would compute its own value", table, what).
+			"a multi-shard write to %s with %s is not supported: each worker would compute its own value", w.table, what).
 			WithHint("Compute the value first (SELECT it) and write it as a constant or parameter, or add WHERE <distribution column> = <value>; functions in multi-shard writes must be IMMUTABLE (or random()).")
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
-		"a write to reference table %s with %s is not supported: each copy would compute its own value", table, what).
+		"a write to reference table %s with %s is not supported: each copy would compute its own value", w.table, what).
 		WithHint("Compute the value first (SELECT it) and write it as a constant or parameter; functions in writes to reference tables must be IMMUTABLE.")
 }
 
@@ -56,16 +56,16 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 	if m == nil {
 		return nil // writes nothing: SELECT ... FOR UPDATE
 	}
-	table := ""
+	table := writeTarget{}
 	if len(p.Tables) > 0 {
-		table = p.Tables[0]
+		table.table = p.Tables[0]
 	}
 	if p.Kind == planner.MultiShardWrite {
-		table = multiShard + p.DistTable
+		table = writeTarget{table: p.DistTable, shards: true}
 	}
 	for _, l := range lits {
 		if planner.TimeWord(l.value) {
-			return errCopiesDiffer(table, "'"+l.value+"'")
+			return table.differ("'" + l.value + "'")
 		}
 	}
 	for i, v := range params {
@@ -81,11 +81,11 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 			oid = oids[i]
 		}
 		if f == 0 && v != nil && planner.TimeWord(string(v)) && slices.Contains(dateTimeOIDs, oid) {
-			return errCopiesDiffer(table, "'"+string(v)+"'")
+			return table.differ("'" + string(v) + "'")
 		}
 	}
 	if m.Fixed != "" {
-		return errCopiesDiffer(table, m.Fixed)
+		return table.differ(m.Fixed)
 	}
 	srv := ss.srv
 	snap := srv.catalog.Load()
@@ -97,7 +97,7 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 		return nil
 	}
 	if srv.metaPool == nil {
-		return errCopiesDiffer(table, "expressions that cannot be checked")
+		return table.differ("expressions that cannot be checked")
 	}
 	if err := srv.immutableCalls(ctx, table, m); err != nil {
 		return err
@@ -121,7 +121,7 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 // name: which one the worker picks is its business). Operators that are
 // only STABLE (timestamptz arithmetic, say) give every copy the same value
 // under the session's settings, which every copy has.
-func (s *Server) immutableCalls(ctx context.Context, table string, m *planner.Mutability) error {
+func (s *Server) immutableCalls(ctx context.Context, table writeTarget, m *planner.Mutability) error {
 	if len(m.Funcs) == 0 && len(m.Ops) == 0 {
 		return nil
 	}
@@ -131,20 +131,20 @@ func (s *Server) immutableCalls(ctx context.Context, table string, m *planner.Mu
 		(SELECT min(o.oprname) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
 			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Funcs, m.Ops).Scan(&fn, &op)
 	if err != nil {
-		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", strings.TrimPrefix(table, multiShard), err)
+		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", table.table, err)
 	}
 	switch {
 	case fn != nil:
-		return errCopiesDiffer(table, "the function "+*fn+"()")
+		return table.differ("the function " + *fn + "()")
 	case op != nil:
-		return errCopiesDiffer(table, "the volatile operator "+*op)
+		return table.differ("the volatile operator " + *op)
 	}
 	return nil
 }
 
 // immutableDefaults refuses a write whose rows take a column DEFAULT (or
 // identity) that is not immutable.
-func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, label string) error {
+func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, target writeTarget) error {
 	rows, err := s.metaPool.Query(ctx, `SELECT a.attname::text, a.attidentity::text, a.attgenerated::text,
 			coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
 		FROM pg_catalog.pg_attribute a
@@ -180,25 +180,25 @@ func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, l
 			continue // a generated column's expression is immutable
 		}
 		if c.identity != "" {
-			return errCopiesDiffer(label, "the identity column "+c.name)
+			return target.differ("the identity column " + c.name)
 		}
 		if c.def == "" {
 			continue
 		}
 		dm, err := planner.ExprMutability(c.def)
 		if err != nil {
-			return errCopiesDiffer(label, "the default of column "+c.name)
+			return target.differ("the default of column " + c.name)
 		}
 		if dm == nil {
 			continue
 		}
 		if dm.Fixed != "" {
-			return errCopiesDiffer(label, "the default "+c.def+" of column "+c.name)
+			return target.differ("the default " + c.def + " of column " + c.name)
 		}
-		if err := s.immutableCalls(ctx, label, dm); err != nil {
+		if err := s.immutableCalls(ctx, target, dm); err != nil {
 			var pe *pgerr.Error
 			if errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported {
-				return errCopiesDiffer(label, "the default "+c.def+" of column "+c.name)
+				return target.differ("the default " + c.def + " of column " + c.name)
 			}
 			return err
 		}

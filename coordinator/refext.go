@@ -119,31 +119,15 @@ var errAfterRefWrite = pgerr.New(pgerr.FeatureNotSupported,
 
 // refExecute runs a reference-table write portal.
 func (ss *session) refExecute(sp *scatterPortal) error {
-	if sp.done {
-		// PostgreSQL answers a portal that ran to completion with no rows.
-		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(zeroRows(sp.tag), 0))})
+	if ss.portalRan(sp) {
 		return nil
 	}
-	sp.done = true
 	if ss.inTxn() {
 		return ss.refExecuteInTxn(sp)
 	}
-	if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
-		// Only Parse or Describe used the held connection in this batch:
-		// answer them with a hidden Sync, which gives the connection back.
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
-			return err
-		}
+	if ok, err := ss.writePortalReady(false); !ok {
+		return err
 	}
-	if ss.sc != nil && (ss.needSync || ss.batchWork) {
-		ss.synthError(errRefPipeline)
-		return nil
-	}
-	// Nothing is queued for a server (a pinned session may still hold its
-	// idle connection): answers so far go out first.
-	ss.emitSynth()
 	formats, values, ok := bindValues(sp.params)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
@@ -186,26 +170,9 @@ func (ss *session) refExecute(sp *scatterPortal) error {
 // block: on every worker holding a copy, in node order, each joined into
 // the transaction.
 func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
-	if ss.sc != nil && ss.needSync {
-		if ss.batchWork {
-			ss.synthError(errRefPipeline)
-			return nil
-		}
-		// Only Parse or Describe used the connection in this batch: answer
-		// them with a hidden Sync (the transaction block stays open).
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
-			return err
-		}
+	if ok, err := ss.writePortalReady(true); !ok {
+		return err
 	}
-	if ss.sc != nil && ss.sc.TxStatus != 'T' {
-		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
-			"current transaction is aborted, commands ignored until end of transaction block"))
-		return nil
-	}
-	// Nothing is queued for a server now: answers so far go out first.
-	ss.emitSynth()
 	snap := ss.srv.catalog.Load()
 	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version || len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
 		ss.synthError(errCatalogMoved)
@@ -260,6 +227,63 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	sp.tag = []byte(tag)
 	ss.push(expect{kind: eSynth, synth: append(slices.Clone(last.msgs), wire.AppendFrame(nil, 'C', append([]byte(tag), 0))...)})
 	return nil
+}
+
+// portalRan answers an Execute of a write portal that ran to completion
+// (as PostgreSQL: its tag with no rows) and reports whether it did; else
+// the portal is marked as run.
+func (ss *session) portalRan(sp *scatterPortal) bool {
+	if sp.done {
+		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(zeroRows(sp.tag), 0))})
+		return true
+	}
+	sp.done = true
+	return false
+}
+
+// writePortalReady readies the session to run a write portal on every
+// copy or shard at Execute: what only Parse or Describe used the held
+// connection for in this batch is answered with a hidden Sync (outside a
+// transaction block that gives the connection back; inside, the block
+// stays open); other work in the same pipeline, or a failed transaction,
+// is answered with an error instead (ok false). Then the answers so far
+// go out. err is a lost connection.
+func (ss *session) writePortalReady(inTxn bool) (ok bool, err error) {
+	hiddenSync := func() error {
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		return ss.roundTrip()
+	}
+	if inTxn {
+		if ss.sc != nil && ss.needSync {
+			if ss.batchWork {
+				ss.synthError(errRefPipeline)
+				return false, nil
+			}
+			if err := hiddenSync(); err != nil {
+				return false, err
+			}
+		}
+		if ss.sc != nil && ss.sc.TxStatus != 'T' {
+			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+				"current transaction is aborted, commands ignored until end of transaction block"))
+			return false, nil
+		}
+	} else {
+		if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
+			if err := hiddenSync(); err != nil {
+				return false, err
+			}
+		}
+		if ss.sc != nil && (ss.needSync || ss.batchWork) {
+			ss.synthError(errRefPipeline)
+			return false, nil
+		}
+	}
+	// Nothing is queued for a server now (a pinned session may still hold
+	// its idle connection).
+	ss.emitSynth()
+	return true, nil
 }
 
 // zeroRows is a command tag with its row count made 0.

@@ -673,6 +673,14 @@ func (g *gen) scatterAgg() *stmt {
 	return s
 }
 
+// maybeWhere is " WHERE <a predicate on t's values>" half the time, else "".
+func (g *gen) maybeWhere(b *builder, t *table, qual string) string {
+	if g.r.IntN(2) == 0 {
+		return " WHERE " + g.valuePred(b, t, qual)
+	}
+	return ""
+}
+
 // gather draws a read over one distributed table that the coordinator
 // cannot push down to the shards (windows, self-joins off the key, set
 // operations, subqueries, aggregates without a partial form): it gathers
@@ -682,16 +690,10 @@ func (g *gen) gather() *stmt {
 	d := g.name(t)
 	b, p := g.newBuilder()
 	s := &stmt{proto: p}
-	where := func(qual string) string {
-		if g.r.IntN(2) == 0 {
-			return " WHERE " + g.valuePred(b, t, qual)
-		}
-		return ""
-	}
 	var sql string
 	switch g.r.IntN(8) {
 	case 0:
-		sql = fmt.Sprintf("SELECT k, g, row_number() OVER (PARTITION BY g ORDER BY k), sum(g) OVER (ORDER BY k) AS running, lag(t) OVER (ORDER BY k) FROM %s%s ORDER BY k", d, where(""))
+		sql = fmt.Sprintf("SELECT k, g, row_number() OVER (PARTITION BY g ORDER BY k), sum(g) OVER (ORDER BY k) AS running, lag(t) OVER (ORDER BY k) FROM %s%s ORDER BY k", d, g.maybeWhere(b, t, ""))
 		s.ordered = true
 	case 1:
 		sql = fmt.Sprintf("SELECT count(*), count(b.t), count(DISTINCT a.k) FROM %s a JOIN %s b ON a.g = b.g%s", d, d, g.pick("", " AND a.k <> b.k"))
@@ -699,9 +701,9 @@ func (g *gen) gather() *stmt {
 			sql += " WHERE " + g.valuePred(b, t, "b.")
 		}
 	case 2:
-		sql = fmt.Sprintf("SELECT g, t FROM %s%s %s SELECT g, t FROM %s%s", d, where(""), g.pick("UNION", "UNION ALL", "INTERSECT", "EXCEPT", "EXCEPT ALL"), d, where(""))
+		sql = fmt.Sprintf("SELECT g, t FROM %s%s %s SELECT g, t FROM %s%s", d, g.maybeWhere(b, t, ""), g.pick("UNION", "UNION ALL", "INTERSECT", "EXCEPT", "EXCEPT ALL"), d, g.maybeWhere(b, t, ""))
 	case 3:
-		sql = fmt.Sprintf("SELECT k, t FROM %s WHERE g %s (SELECT g FROM %s%s) ORDER BY k", d, g.pick("IN", "NOT IN", "= ANY", "<> ALL"), d, where(""))
+		sql = fmt.Sprintf("SELECT k, t FROM %s WHERE g %s (SELECT g FROM %s%s) ORDER BY k", d, g.pick("IN", "NOT IN", "= ANY", "<> ALL"), d, g.maybeWhere(b, t, ""))
 		s.ordered = true
 	case 4:
 		sql = fmt.Sprintf("SELECT k, g - (SELECT max(g) FROM %s) AS below, (SELECT count(*) FROM %s x WHERE x.g = %s.g) AS peers FROM %s WHERE %s", d, d, d, d, g.keyEq(b, t, ""))
@@ -710,13 +712,13 @@ func (g *gen) gather() *stmt {
 			"percentile_cont(0.5) WITHIN GROUP (ORDER BY g)", "mode() WITHIN GROUP (ORDER BY g)", "array_agg(g ORDER BY k)"}
 		sel := g.pick(aggs...) + ", " + g.pick(aggs...)
 		if g.r.IntN(2) == 0 {
-			sql = fmt.Sprintf("SELECT g, %s FROM %s%s GROUP BY g ORDER BY g", sel, d, where(""))
+			sql = fmt.Sprintf("SELECT g, %s FROM %s%s GROUP BY g ORDER BY g", sel, d, g.maybeWhere(b, t, ""))
 			s.ordered = true
 		} else {
-			sql = fmt.Sprintf("SELECT %s FROM %s%s", sel, d, where(""))
+			sql = fmt.Sprintf("SELECT %s FROM %s%s", sel, d, g.maybeWhere(b, t, ""))
 		}
 	case 6:
-		sql = fmt.Sprintf("WITH c AS (SELECT g, count(*) AS n FROM %s%s GROUP BY g) SELECT max(n), min(g), count(*) FROM c", d, where(""))
+		sql = fmt.Sprintf("WITH c AS (SELECT g, count(*) AS n FROM %s%s GROUP BY g) SELECT max(n), min(g), count(*) FROM c", d, g.maybeWhere(b, t, ""))
 	default:
 		r0 := g.s.references()[0]
 		sql = fmt.Sprintf("SELECT r.t, count(DISTINCT d.k), rank() OVER (ORDER BY r.t) FROM %s d JOIN %s r ON d.g = r.k GROUP BY r.t ORDER BY r.t", d, g.name(r0))
@@ -738,24 +740,18 @@ func (g *gen) gatherTables() *stmt {
 	d1, d2 := g.name(t1), g.name(t2)
 	b, p := g.newBuilder()
 	s := &stmt{proto: p}
-	where := func(t *table, qual string) string {
-		if g.r.IntN(2) == 0 {
-			return " WHERE " + g.valuePred(b, t, qual)
-		}
-		return ""
-	}
 	var sql string
 	switch g.r.IntN(7) {
 	case 0:
-		sql = fmt.Sprintf("SELECT a.g, count(*), count(DISTINCT b.t), max(b.k) FROM %s a JOIN %s b ON a.g = b.g%s GROUP BY a.g ORDER BY a.g", d1, d2, where(t1, "a."))
+		sql = fmt.Sprintf("SELECT a.g, count(*), count(DISTINCT b.t), max(b.k) FROM %s a JOIN %s b ON a.g = b.g%s GROUP BY a.g ORDER BY a.g", d1, d2, g.maybeWhere(b, t1, "a."))
 		s.ordered = true
 	case 1:
-		sql = fmt.Sprintf("SELECT k, t FROM %s WHERE g %s (SELECT g FROM %s%s) ORDER BY k", d1, g.pick("IN", "NOT IN", "= ANY", "<> ALL"), d2, where(t2, ""))
+		sql = fmt.Sprintf("SELECT k, t FROM %s WHERE g %s (SELECT g FROM %s%s) ORDER BY k", d1, g.pick("IN", "NOT IN", "= ANY", "<> ALL"), d2, g.maybeWhere(b, t2, ""))
 		s.ordered = true
 	case 2:
-		sql = fmt.Sprintf("SELECT t, g FROM %s%s %s SELECT t, g FROM %s%s", d1, where(t1, ""), g.pick("UNION", "UNION ALL", "INTERSECT", "EXCEPT", "EXCEPT ALL"), d2, where(t2, ""))
+		sql = fmt.Sprintf("SELECT t, g FROM %s%s %s SELECT t, g FROM %s%s", d1, g.maybeWhere(b, t1, ""), g.pick("UNION", "UNION ALL", "INTERSECT", "EXCEPT", "EXCEPT ALL"), d2, g.maybeWhere(b, t2, ""))
 	case 3:
-		sql = fmt.Sprintf("SELECT count(*), count(b.k), sum(a.g) FROM %s a %s JOIN %s b ON a.t = b.t%s", d1, g.pick("LEFT", "RIGHT", "FULL", "INNER"), d2, where(t1, "a."))
+		sql = fmt.Sprintf("SELECT count(*), count(b.k), sum(a.g) FROM %s a %s JOIN %s b ON a.t = b.t%s", d1, g.pick("LEFT", "RIGHT", "FULL", "INNER"), d2, g.maybeWhere(b, t1, "a."))
 	case 4:
 		sql = fmt.Sprintf("SELECT a.k, (SELECT count(*) FROM %s b WHERE b.g = a.g) AS peers FROM %s a WHERE %s", d2, d1, g.keyEq(b, t1, "a."))
 	case 5:

@@ -161,17 +161,8 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		return nil, err
 	}
 
-	p := &Plan{Kind: MultiShard, DistTable: dist.Name, DistType: dist.DistType, ReadOnly: true}
-	seen := map[string]bool{}
-	Walk(stmt, func(m proto.Message) {
-		if rv, ok := m.(*pg_query.RangeVar); ok {
-			if t := lookup(b.cat, rv, ctes); t != nil && !seen[t.Name] {
-				seen[t.Name] = true
-				p.Tables = append(p.Tables, t.Name)
-			}
-		}
-	})
-	sort.Strings(p.Tables)
+	p := &Plan{Kind: MultiShard, DistTable: dist.Name, DistType: dist.DistType, ReadOnly: true,
+		Tables: tableNames(stmt, b.cat)}
 	first, err := b.rewrite(stmt, 0)
 	if err != nil {
 		return nil, err

@@ -129,17 +129,7 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 	}
 	p := &Plan{Kind: MultiShardWrite, DistTable: target.Name, DistType: target.DistType,
 		Mutability: perRowMutability(stmt, target.Name), Returning: len(ins.ReturningList) > 0}
-	seen := map[string]bool{}
-	ctes := cteNames(stmt)
-	Walk(stmt, func(m proto.Message) {
-		if rv, ok := m.(*pg_query.RangeVar); ok {
-			if t := lookup(b.cat, rv, ctes); t != nil && !seen[t.Name] {
-				seen[t.Name] = true
-				p.Tables = append(p.Tables, t.Name)
-			}
-		}
-	})
-	slices.Sort(p.Tables)
+	p.Tables = tableNames(stmt, b.cat)
 	n := len(b.cat.Shards[target.Name])
 	p.ShardSQL = make([]string, n)
 	for i := range n {

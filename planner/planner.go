@@ -347,16 +347,15 @@ func qualified(parts []string) string {
 // readsDistributed reports whether stmt names a distributed table
 // anywhere.
 func (b *builder) readsDistributed(stmt *pg_query.Node) bool {
-	ctes := cteNames(stmt)
-	found := false
-	Walk(stmt, func(m proto.Message) {
-		if rv, ok := m.(*pg_query.RangeVar); ok && !found {
-			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
-				found = true
-			}
-		}
+	return slices.ContainsFunc(catalogTables(stmt, b.cat), func(name string) bool {
+		return b.cat.Table(name).Kind == metadata.Distributed
 	})
-	return found
+}
+
+// tableNames are the catalog tables stmt names, each once, sorted (a
+// plan's Tables).
+func tableNames(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
+	return slices.Compact(slices.Sorted(slices.Values(catalogTables(stmt, cat))))
 }
 
 func lookup(cat *metadata.Snapshot, rv *pg_query.RangeVar, ctes map[string]bool) *metadata.Table {
