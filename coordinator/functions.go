@@ -35,7 +35,8 @@ const (
 // query and answers with its result.
 func (ss *session) runFunction(p *planner.Plan) error {
 	if ss.inTxn() {
-		return ss.queryError(pgerr.New("25001", "%s cannot run inside a transaction block", p.Func))
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s inside a transaction block is not supported", p.Func).
+			WithHint("Run it outside BEGIN ... COMMIT (and on its own, not in a query string with other statements)."))
 	}
 	s := ss.srv
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -458,8 +459,9 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		return false, nil
 	}
 	if ss.inTxn() {
-		return true, ss.queryError(pgerr.New("25001",
-			"DDL on distributed or reference tables cannot run inside a transaction block yet"))
+		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"DDL on distributed or reference tables inside a transaction block is not supported").
+			WithHint("Run it outside BEGIN ... COMMIT, on its own: it runs on every shard, all or nothing."))
 	}
 	if conns == nil {
 		if conns, done, err = ss.nodeConns(ctx); err != nil {

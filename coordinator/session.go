@@ -78,8 +78,11 @@ type session struct {
 	// lost is the error of a cycle whose server connection was lost
 	// outside a transaction (lostCycle); the run loop answers it, and
 	// lostEnd says whether the client's Sync or Query is answered with it.
-	lost         *pgerr.Error
-	lostEnd      bool
+	lost    *pgerr.Error
+	lostEnd bool
+	// multi follows the output of a query string of several statements
+	// run one at a time (multistmt.go).
+	multi        *multiOut
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
 	// wait says whether the session is waiting for its client's next
@@ -246,6 +249,10 @@ func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
 func (ss *session) flush() error {
 	if len(ss.out) == 0 {
 		return nil
+	}
+	if ss.multi != nil {
+		ss.multi.scan(ss.out)
+		ss.multi.start, ss.multi.scanned = 0, 0
 	}
 	_, err := ss.conn.Write(ss.out)
 	if cap(ss.out) > 1<<20 {
@@ -867,6 +874,13 @@ func (ss *session) simpleQuery(body []byte) error {
 		ctext = escapeStrings(text)
 	}
 	cls := classify(ctext)
+	if cls.count > 1 && ss.routes {
+		if snap := ss.srv.catalog.Load(); snap != nil {
+			if parts := planner.Split(ctext, snap); parts != nil {
+				return ss.multiStatement(parts)
+			}
+		}
+	}
 	if !cls.verify && ss.pinned == "" && ss.viewVerify(text, nil) {
 		cls.verify = true // it reads a view that may change session state
 	}

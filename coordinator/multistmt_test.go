@@ -1,0 +1,244 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// stringRun is what a client sees of a simple Query string: each
+// statement's tag, rows or error, the notices, and the transaction status
+// of the ReadyForQuery.
+type stringRun struct {
+	Results []string
+	Notices []string
+	Status  byte
+}
+
+// runString sends sql as one Query message on pc, whose notices go to
+// *notices.
+func runString(t *testing.T, pc *pgconn.PgConn, notices *[]string, sql string) stringRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	*notices = nil
+	var out stringRun
+	mrr := pc.Exec(ctx, sql)
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
+		var rows []string
+		for rr.NextRow() {
+			var cells []string
+			for _, v := range rr.Values() {
+				if v == nil {
+					cells = append(cells, "NULL")
+				} else {
+					cells = append(cells, string(v))
+				}
+			}
+			rows = append(rows, strings.Join(cells, "|"))
+		}
+		tag, err := rr.Close()
+		if err != nil {
+			if sqlState(err) == "0A000" {
+				t.Log(err) // a refusal says why
+			}
+			out.Results = append(out.Results, "error "+sqlState(err))
+			continue
+		}
+		out.Results = append(out.Results, fmt.Sprintf("%s %v", tag, rows))
+	}
+	if err := mrr.Close(); err != nil {
+		if sqlState(err) == "0A000" {
+			t.Log(err) // a refusal says why
+		}
+		out.Results = append(out.Results, "error "+sqlState(err))
+	}
+	out.Notices = *notices
+	out.Status = pc.TxStatus()
+	return out
+}
+
+// noticeConn connects to addr and collects the notices it receives.
+func noticeConn(t *testing.T, addr string) (*pgconn.PgConn, *[]string) {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(pgtest.URL(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices := new([]string)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		*notices = append(*notices, n.Severity+" "+n.Code+" "+n.Message)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close(context.Background()) })
+	return pc, notices
+}
+
+// TestMultiStatementString: a simple Query string of several statements
+// naming distributed and reference tables gives exactly what PostgreSQL
+// gives for the same string over plain tables (each statement's answer,
+// the notices, the ReadyForQuery status) and leaves the same rows: one
+// implicit transaction, rolled back whole at the first error; the
+// string's BEGIN, COMMIT and ROLLBACK as PostgreSQL takes them.
+func TestMultiStatementString(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	testTable(t, c, "ms", "(id int PRIMARY KEY, v text)", "SELECT create_distributed_table('ms', 'id', shard_count => 4)")
+	testTable(t, c, "msr", "(k int PRIMARY KEY, name text)", "SELECT create_reference_table('msr')")
+	plainTables(t, c, "mso (id int PRIMARY KEY, v text)", "msro (k int PRIMARY KEY, name text)")
+	fleet := strings.NewReplacer("{t}", "ms", "{r}", "msr")
+	oracle := strings.NewReplacer("{t}", "mso", "{r}", "msro")
+	// One connection for the fleet's tables, one for the oracle's: a
+	// string may leave its connection in a transaction block.
+	pc, notices := noticeConn(t, srv.Addr())
+	po, onotices := noticeConn(t, srv.Addr())
+	both := func(q string) {
+		t.Helper()
+		got := runString(t, pc, notices, fleet.Replace(q))
+		want := runString(t, po, onotices, oracle.Replace(q))
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v (plain PostgreSQL)", q, got, want)
+		}
+		for _, r := range got.Results {
+			if r == "error 0A000" {
+				t.Errorf("%s: refused", q)
+			}
+		}
+		// The rows left behind are the same.
+		if got.Status != 'I' {
+			return // the block the string opened is still open
+		}
+		got = runString(t, pc, notices, fleet.Replace("SELECT * FROM {t} ORDER BY id; SELECT * FROM {r} ORDER BY k"))
+		want = runString(t, po, onotices, oracle.Replace("SELECT * FROM {t} ORDER BY id; SELECT * FROM {r} ORDER BY k"))
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("after %s:\n got %+v\nwant %+v (plain PostgreSQL)", q, got, want)
+		}
+	}
+	for _, q := range []string{
+		"INSERT INTO {t} VALUES (1, 'a'); SELECT * FROM {t} WHERE id = 1",
+		"INSERT INTO {r} VALUES (1, 'one'), (2, 'two'); SELECT name FROM {r} ORDER BY k",
+		"SELECT t.id, r.name FROM {t} t JOIN {r} r ON r.k = t.id; SELECT count(*) FROM {t}",
+		// The first error rolls back what came before it; nothing after
+		// it runs.
+		"INSERT INTO {t} VALUES (2, 'b'); INSERT INTO {t} VALUES (1, 'dup'); INSERT INTO {t} VALUES (3, 'c')",
+		"INSERT INTO {t} VALUES (4, 'd'); INSERT INTO {r} VALUES (3, 'three'); SELECT 1/0; INSERT INTO {t} VALUES (5, 'e')",
+		"SELECT count(*) FROM {t} WHERE v LIKE 'a%'; UPDATE {t} SET v = v || '!'; DELETE FROM {t} WHERE id = 1; INSERT INTO {t} VALUES (1, 'a')",
+		"UPDATE {t} SET v = 'x'; SELECT * FROM {t} WHERE id = 99999999999",
+		// The string's own transaction control.
+		"BEGIN; INSERT INTO {t} VALUES (6, 'f'); INSERT INTO {t} VALUES (7, 'g'); COMMIT",
+		"BEGIN; INSERT INTO {t} VALUES (8, 'h'); ROLLBACK; SELECT count(*) FROM {t}",
+		"INSERT INTO {t} VALUES (9, 'i'); COMMIT; INSERT INTO {t} VALUES (10, 'j'); SELECT 1/0",
+		"INSERT INTO {t} VALUES (11, 'k'); ROLLBACK; SELECT count(*) FROM {t}",
+		"SELECT * FROM {t} WHERE id = 6; SAVEPOINT a; INSERT INTO {t} VALUES (12, 'l')",
+		"SELECT * FROM {t} WHERE id = 6; COMMIT AND CHAIN",
+		"START TRANSACTION ISOLATION LEVEL READ COMMITTED; INSERT INTO {t} VALUES (13, 'm'); SELECT count(*) FROM {t}; END",
+		"INSERT INTO {t} VALUES (14, 'n'); BEGIN; INSERT INTO {t} VALUES (15, 'o'); COMMIT; SELECT count(*) FROM {t}",
+		"SELECT v FROM {t} WHERE id = 6; SELECT 2; SELECT name FROM {r} ORDER BY k",
+		// Settings and statements on no table between them.
+		"SELECT v FROM {t} WHERE id = 7; SET LOCAL statement_timeout = '5s'; SHOW statement_timeout",
+		"SELECT * FROM {t} WHERE id = 7; SELECT * FROM no_such_table; SELECT 3",
+		// Results larger than the coordinator's output buffer (sent to
+		// the client before the statement ends): the error after them
+		// still ends the string and rolls it back.
+		"SELECT id, repeat(v, 20000) FROM {t} ORDER BY id; INSERT INTO {t} VALUES (16, 'big'); SELECT 1/0",
+		"INSERT INTO {t} VALUES (17, 'big'); SELECT id, repeat(v, 20000) FROM {t} WHERE id > 1 ORDER BY id; SELECT id FROM {t} WHERE id = 17",
+	} {
+		both(q)
+	}
+	// A string that ends inside the block it opened: the block stays
+	// open, and the client's ROLLBACK undoes everything in it (the
+	// statements before the BEGIN too).
+	both("INSERT INTO {t} VALUES (20, 'p'); BEGIN; INSERT INTO {t} VALUES (21, 'q'); SELECT count(*) FROM {t}")
+	both("INSERT INTO {t} VALUES (22, 'r'); ROLLBACK")
+	both("SELECT count(*) FROM {t} WHERE id >= 20")
+	// A failed block fails the rest of the string (25P02) and stays
+	// failed until ROLLBACK; a string starting with ROLLBACK ends it.
+	both("BEGIN; INSERT INTO {t} VALUES (30, 's'); SELECT 1/0; INSERT INTO {t} VALUES (31, 't'); COMMIT")
+	both("SELECT * FROM {t}; SELECT 1")
+	both("ROLLBACK")
+	both("ROLLBACK; INSERT INTO {t} VALUES (32, 'u'); SELECT count(*) FROM {t}")
+	// Inside a block the client opened, the statements join it.
+	for _, tb := range []string{"ms", "mso"} {
+		runString(t, pc, notices, "BEGIN")
+		got := runString(t, pc, notices, "INSERT INTO "+tb+" VALUES (40, 'v'); SELECT count(*) FROM "+tb+" WHERE id = 40")
+		if got.Status != 'T' || !reflect.DeepEqual(got.Results, []string{"INSERT 0 1 []", "SELECT 1 [1]"}) {
+			t.Errorf("%s: a string inside a block: %+v", tb, got)
+		}
+		runString(t, pc, notices, "ROLLBACK")
+	}
+	both("SELECT count(*) FROM {t} WHERE id = 40")
+
+	// A statement refused after others of the string ran (here a
+	// multi-shard read in a transaction that spans workers) ends the
+	// string like any error: what ran before it is rolled back.
+	before := runString(t, pc, notices, "SELECT * FROM ms ORDER BY id")
+	for _, q := range []string{
+		"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms",
+		"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); SELECT count(*) FROM ms",
+	} {
+		got := runString(t, pc, notices, q)
+		if got.Status != 'I' || got.Results[len(got.Results)-1] != "error 0A000" {
+			t.Errorf("%s: %+v, want a refusal last", q, got)
+		}
+	}
+	if after := runString(t, pc, notices, "SELECT * FROM ms ORDER BY id"); !reflect.DeepEqual(after, before) {
+		t.Errorf("the refused strings changed the table:\n%+v\n%+v", before, after)
+	}
+	if n := runString(t, pc, notices, "SELECT count(*) FROM msr WHERE k = 50"); n.Results[0] != "SELECT 1 [0]" {
+		t.Errorf("the refused string's reference-table write stayed: %+v", n)
+	}
+}
+
+// TestMultiStatementFunctions: a catalog function in a query string with
+// other statements is refused with 0A000 and a hint before anything in the
+// string runs (it commits on its own; the implicit transaction could not
+// undo it), and so is one inside a transaction block.
+func TestMultiStatementFunctions(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	testTable(t, c, "msf", "(id int PRIMARY KEY)", "SELECT create_distributed_table('msf', 'id', shard_count => 2)")
+	ctx := context.Background()
+	for _, q := range []string{
+		"CREATE TABLE msf_new (id int); SELECT create_distributed_table('msf_new', 'id')",
+		"INSERT INTO msf VALUES (1); SELECT create_reference_table('msf_other')",
+	} {
+		_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+			t.Errorf("%s: %v, want 0A000 with a hint", q, err)
+		}
+	}
+	if n := queryString(t, c, "SELECT count(*)::text FROM msf"); n != "0" {
+		t.Errorf("the refused string's INSERT ran: %s rows", n)
+	}
+	if n := queryString(t, c, "SELECT count(*)::text FROM pg_class WHERE relname = 'msf_new'"); n != "0" {
+		t.Errorf("the refused string's CREATE TABLE ran")
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, "SELECT create_reference_table('msf_other')", pgx.QueryExecModeSimpleProtocol)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+		t.Errorf("a catalog function in a transaction block: %v, want 0A000 with a hint", err)
+	}
+	_ = tx.Rollback(ctx)
+}
