@@ -140,6 +140,7 @@ func TestMultiStatementString(t *testing.T) {
 		"INSERT INTO {t} VALUES (4, 'd'); INSERT INTO {r} VALUES (3, 'three'); SELECT 1/0; INSERT INTO {t} VALUES (5, 'e')",
 		"SELECT count(*) FROM {t} WHERE v LIKE 'a%'; UPDATE {t} SET v = v || '!'; DELETE FROM {t} WHERE id = 1; INSERT INTO {t} VALUES (1, 'a')",
 		"UPDATE {t} SET v = 'x'; SELECT * FROM {t} WHERE id = 99999999999",
+		"UPDATE {t} SET v = v || '#'; SELECT count(*) FROM {t} WHERE v LIKE '%#'; UPDATE {t} SET v = rtrim(v, '#')",
 		// The string's own transaction control.
 		"BEGIN; INSERT INTO {t} VALUES (6, 'f'); INSERT INTO {t} VALUES (7, 'g'); COMMIT",
 		"BEGIN; INSERT INTO {t} VALUES (8, 'h'); ROLLBACK; SELECT count(*) FROM {t}",
@@ -185,11 +186,11 @@ func TestMultiStatementString(t *testing.T) {
 	both("SELECT count(*) FROM {t} WHERE id = 40")
 
 	// A statement refused after others of the string ran (here a
-	// multi-shard read in a transaction that spans workers) ends the
+	// multi-row INSERT over several shards in a transaction block) ends the
 	// string like any error: what ran before it is rolled back.
 	before := runString(t, pc, notices, "SELECT * FROM ms ORDER BY id")
 	for _, q := range []string{
-		"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms",
+		"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms WHERE v LIKE '%?'; INSERT INTO ms VALUES (60, 'a'), (61, 'b'), (62, 'c'), (63, 'd')",
 		"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); SELECT count(*) FROM ms",
 	} {
 		got := runString(t, pc, notices, q)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,11 +232,6 @@ func (ss *session) scatterAllowed() error {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard query is not supported in a session pinned to one worker connection (%s)", ss.pinned).
 			WithHint("Reconnect, or pin the query to one shard with WHERE <distribution column> = <value>.")
-	}
-	if len(ss.parked) > 0 {
-		return pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard query is not supported yet in a transaction that spans several workers").
-			WithHint("Run it before the transaction touches a second worker, or outside the transaction block.")
 	}
 	if ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E' {
 		return pgerr.New(pgerr.InFailedSQLTransaction,
@@ -829,9 +825,13 @@ type scatterRun struct {
 	pending []bool // sent to and not yet read up to ReadyForQuery
 	parsed  []bool // a Parse of the worker's statement was sent
 	descIdx int    // the connection holding the first shard
-	// txIdx is the connection that is the session's transaction's (-1:
-	// none); txLost: it was left in an unknown state.
+	// txIdx is the connection that is the session's transaction's
+	// current one (-1: none); parked marks the transaction's other
+	// workers' connections (txnmulti.go), which the query reads on too,
+	// to see the transaction's writes there; txLost: one of them was left
+	// in an unknown state.
 	txIdx  int
+	parked []bool
 	txLost bool
 
 	rowDesc     []byte // what the client is told the result looks like
@@ -1040,11 +1040,25 @@ func (r *scatterRun) acquire() error {
 	r.txIdx = -1
 	ss.dropSpares()      // (side checkouts do not go beyond the classes' reserve)
 	held := ss.holding() // the class of the next checkout (pooling.Pool)
+	userCode := (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext)
+	if userCode && len(ss.parked) > 0 {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard query that calls functions which may change session state is not supported in a transaction that spans several workers").
+			WithHint("Run it before the transaction touches a second worker, or outside the transaction block.")
+	}
+	if len(ss.parked) > 0 {
+		r.parked = make([]bool, n)
+	}
 	for i, w := range r.x.Workers {
 		if ss.sc != nil && w.Node == ss.node && r.txIdx < 0 {
 			// In a transaction block: the transaction's own connection,
 			// which sees its writes.
 			r.pools[i], r.conns[i], r.txIdx = ss.pool, ss.sc, i
+			continue
+		}
+		if k := ss.parkedOn(w.Node); k >= 0 && !slices.Contains(r.conns[:i], ss.parked[k].sc) {
+			// Another worker of the transaction: its connection there.
+			r.pools[i], r.conns[i], r.parked[i] = ss.parked[k].pool, ss.parked[k].sc, true
 			continue
 		}
 		pool, err := ss.poolFor(w.Node)
@@ -1101,7 +1115,7 @@ func (r *scatterRun) release() {
 		if userCode && i == r.txIdx {
 			ss.pin("session state changed by a function")
 		}
-		if i == r.txIdx {
+		if i == r.txIdx || r.parked != nil && r.parked[i] {
 			// The session keeps it; left mid-answer, the transaction is lost.
 			r.txLost = r.txLost || r.pending[i]
 			continue

@@ -40,7 +40,7 @@ INSERT INTO %[1]s_acc SELECT g, g %% 7 + 1, (g * 37) %% 1000 - 300 FROM generate
 		"SELECT count(*), sum(abalance) FROM {acc}",
 		"SELECT aid, abalance FROM {acc} ORDER BY aid DESC LIMIT 3",
 		"SELECT bid, count(*) FROM {acc} GROUP BY bid ORDER BY bid",
-		"SELECT aid FROM {acc} WHERE abalance = 4242",
+		"SELECT aid FROM {acc} WHERE abalance = 4242 ORDER BY aid",
 	}
 	compare := func(what string, mode pgx.QueryExecMode, before []step) {
 		t.Helper()
@@ -139,6 +139,55 @@ INSERT INTO %[1]s_acc SELECT g, g %% 7 + 1, (g * 37) %% 1000 - 300 FROM generate
 			}
 			if got, err := count(mode); err != nil || got != hex("200") {
 				t.Errorf("%s (%v): after ROLLBACK: count %q, %v, want 200", what, mode, got, err)
+			}
+		}
+
+		// A transaction that spans both workers (rows of five shards):
+		// the query reads on the transaction's connection to each, and
+		// sees all its writes; an error in it fails the transaction,
+		// whose ROLLBACK undoes the writes everywhere; COMMIT keeps them.
+		for _, end := range []string{"ROLLBACK", "error", "COMMIT"} {
+			what := "spanning, then " + end
+			if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			var steps []step
+			for _, aid := range []int{1001, 1002, 1003, 1004, 1005} {
+				ins := step{"INSERT INTO {acc} (aid, bid, abalance) VALUES ($1, 3, 4242)", []any{aid}}
+				if _, err := c.Exec(ctx, strings.ReplaceAll(ins.sql, "{acc}", "stx_acc"), mode, aid); err != nil {
+					t.Fatalf("%s (%v): %v", what, mode, err)
+				}
+				steps = append(steps, ins)
+			}
+			upd := step{"UPDATE {acc} SET abalance = abalance + 1 WHERE aid = $1", []any{7}}
+			if _, err := c.Exec(ctx, strings.ReplaceAll(upd.sql, "{acc}", "stx_acc"), mode, 7); err != nil {
+				t.Fatalf("%s (%v): %v", what, mode, err)
+			}
+			compare(what, mode, append(steps, upd))
+			if got, err := count(mode); err != nil || got != hex("205") {
+				t.Errorf("%s (%v): count %q, %v, want 205", what, mode, got, err)
+			}
+			switch end {
+			case "error":
+				if _, err := scatterQuery(ctx, c, mode, "SELECT sum(100 / (aid - 1003)) FROM stx_acc", nil); sqlState(err) != "22012" {
+					t.Errorf("%s (%v): %v, want 22012", what, mode, err)
+				}
+				mustFail(what, mode, "25P02") // and rolls back
+			default:
+				if _, err := c.Exec(ctx, end); err != nil {
+					t.Fatalf("%s (%v): %v", what, mode, err)
+				}
+			}
+			want := "0"
+			if end == "COMMIT" {
+				want = "5"
+			}
+			if got := queryString(t, c, "SELECT count(*)::text FROM stx_acc WHERE aid > 1000"); got != want {
+				t.Errorf("%s (%v): %s rows left, want %s", what, mode, got, want)
+			}
+			if end == "COMMIT" {
+				exec(t, c, "DELETE FROM stx_acc WHERE aid > 1000", simple)
+				exec(t, c, "UPDATE stx_acc SET abalance = abalance - 1 WHERE aid = 7", simple)
 			}
 		}
 

@@ -36,6 +36,17 @@ type txConn struct {
 	sc   *pooling.ServerConn
 }
 
+// parkedOn is the index in ss.parked of the transaction's connection to
+// node, or -1.
+func (ss *session) parkedOn(node int32) int {
+	for i, p := range ss.parked {
+		if p.node == node {
+			return i
+		}
+	}
+	return -1
+}
+
 const (
 	// txPrepareTimeout bounds one PREPARE TRANSACTION (deferred triggers
 	// and constraints run in it); the decision must come within
@@ -110,12 +121,11 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		return errMultiRefused("transactions across workers need the metadata database to record commit decisions", "")
 	}
 	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
-	for i, p := range ss.parked {
-		if p.node == node {
-			ss.parked[i] = cur
-			ss.setCurrent(p)
-			return nil
-		}
+	if i := ss.parkedOn(node); i >= 0 {
+		p := ss.parked[i]
+		ss.parked[i] = cur
+		ss.setCurrent(p)
+		return nil
 	}
 	pool, err := ss.poolFor(node)
 	if err != nil {
