@@ -52,7 +52,7 @@ func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Sn
 			g.rollback(ctx)
 			return nil, err
 		}
-		res := tx.conn.PgConn().ExecParams(ctx, sql, paramValues, paramOIDs, paramFormats, nil).Read()
+		res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, paramValues, paramOIDs, paramFormats, nil))
 		if res.Err != nil {
 			g.rollback(ctx)
 			return nil, n.wrap(res.Err, "on node %s", n.describe(id))
@@ -145,7 +145,7 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 			return nil, err
 		}
 		for _, sql := range stmts {
-			res := tx.conn.PgConn().ExecParams(ctx, sql, params.Values, params.OIDs, params.Formats, nil).Read()
+			res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, params.Values, params.OIDs, params.Formats, nil))
 			if res.Err != nil {
 				g.rollback(ctx)
 				return nil, n.wrap(res.Err, "on node %s", n.describe(id))
@@ -175,4 +175,17 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 		return nil, err
 	}
 	return out, nil
+}
+
+// readAll reads a statement's result as pgconn's Read does, but keeps its
+// columns when it has no rows (Read takes them from the first row): a
+// write with RETURNING that returns nothing still describes its columns,
+// as PostgreSQL does.
+func readAll(rr *pgconn.ResultReader) *pgconn.Result {
+	fields := slices.Clone(rr.FieldDescriptions())
+	res := rr.Read()
+	if res.FieldDescriptions == nil {
+		res.FieldDescriptions = fields
+	}
+	return res
 }
