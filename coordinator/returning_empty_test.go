@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -77,4 +78,44 @@ func TestReturningNoRows(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOnConflictOnConstraint: INSERT ... ON CONFLICT ON CONSTRAINT names
+// the table's constraint, which each shard has under its own name: routed,
+// over several shards, INSERT ... SELECT, reference tables, both protocols
+// (regression: 42704 from the shard).
+func TestOnConflictOnConstraint(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	testTable(t, c, "oc", "(k bigint PRIMARY KEY, v text)", "SELECT create_distributed_table('oc', 'k', shard_count => 4)")
+	testTable(t, c, "oc2", "(k bigint, v text, CONSTRAINT oc2_k_uniq_with_a_rather_long_name_to_be_shortened_on_shards UNIQUE (k))",
+		"SELECT create_distributed_table('oc2', 'k', colocate_with => 'oc')")
+	testTable(t, c, "ocr", "(k int PRIMARY KEY, v text)", "SELECT create_reference_table('ocr')")
+	plainTables(t, c, "oco (k bigint PRIMARY KEY, v text)",
+		"oco2 (k bigint, v text, CONSTRAINT oco2_k_uniq_with_a_rather_long_name_to_be_shortened_on_shards UNIQUE (k))",
+		"ocro (k int PRIMARY KEY, v text)")
+	fleet := strings.NewReplacer("{t}", "oc", "{t2}", "oc2", "{r}", "ocr")
+	oracle := strings.NewReplacer("{t}", "oco", "{t2}", "oco2", "{r}", "ocro")
+	simple, ext := pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement
+	for _, q := range []string{
+		"INSERT INTO {t} VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')",
+		"INSERT INTO {t} VALUES (1, 'x') ON CONFLICT ON CONSTRAINT {t}_pkey DO NOTHING",
+		"INSERT INTO {t} VALUES (2, 'x') ON CONFLICT ON CONSTRAINT {t}_pkey DO UPDATE SET v = excluded.v RETURNING *",
+		"INSERT INTO {t} VALUES (3, 'y'), (4, 'y'), (5, 'y') ON CONFLICT ON CONSTRAINT {t}_pkey DO UPDATE SET v = excluded.v || {t}.v",
+		"INSERT INTO {t} VALUES (6, 'z') ON CONFLICT ON CONSTRAINT no_such_constraint DO NOTHING",
+		"INSERT INTO {t2} (k, v) SELECT k, v FROM {t} ON CONFLICT ON CONSTRAINT {t2}_k_uniq_with_a_rather_long_name_to_be_shortened_on_shards DO NOTHING",
+		"INSERT INTO {t2} (k, v) SELECT k, v || '2' FROM {t} ON CONFLICT ON CONSTRAINT {t2}_k_uniq_with_a_rather_long_name_to_be_shortened_on_shards DO UPDATE SET v = excluded.v",
+		"INSERT INTO {r} VALUES (1, 'a') ON CONFLICT ON CONSTRAINT {r}_pkey DO NOTHING",
+		"INSERT INTO {r} VALUES (1, 'b') ON CONFLICT ON CONSTRAINT {r}_pkey DO UPDATE SET v = excluded.v",
+		"SELECT * FROM {t} ORDER BY k",
+		"SELECT * FROM {t2} ORDER BY k",
+		"SELECT * FROM {r} ORDER BY k",
+	} {
+		gatherBoth(t, c, fleet, oracle, q, simple)
+	}
+	gatherBoth(t, c, fleet, oracle, "INSERT INTO {t} VALUES ($1, $2) ON CONFLICT ON CONSTRAINT {t}_pkey DO UPDATE SET v = excluded.v RETURNING k, v", ext, 1, "p")
+	gatherBoth(t, c, fleet, oracle, "INSERT INTO {r} VALUES ($1, $2) ON CONFLICT ON CONSTRAINT {r}_pkey DO UPDATE SET v = excluded.v", ext, 1, "p")
+	gatherBoth(t, c, fleet, oracle, "SELECT * FROM {t} ORDER BY k", simple)
+	gatherBoth(t, c, fleet, oracle, "SELECT * FROM {r} ORDER BY k", simple)
 }

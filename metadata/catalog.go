@@ -2,9 +2,11 @@ package metadata
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Node is a PostgreSQL worker.
@@ -95,6 +97,36 @@ func ShardIndex(shards []Shard, h int32) int {
 // relation name with the shard id appended ("accounts_102008").
 func ShardName(relname string, shardID int64) string {
 	return fmt.Sprintf("%s_%d", relname, shardID)
+}
+
+// ShardObjectName is the name on a shard of a table's index or constraint
+// name: name with the shard id appended ("accounts_pkey_102008"),
+// shortened as Suffixed does.
+func ShardObjectName(name string, shardID int64) string {
+	return Suffixed(name, fmt.Sprintf("_%d", shardID))
+}
+
+// MaxIdentLen is PostgreSQL's NAMEDATALEN - 1: the longest identifier, in
+// bytes, that it keeps without truncating.
+const MaxIdentLen = 63
+
+// Suffixed appends suffix to name, shortening name and adding a hash of it
+// when the result would be longer than PostgreSQL keeps.
+func Suffixed(name, suffix string) string {
+	if len(name)+len(suffix) <= MaxIdentLen {
+		return name + suffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	hash := fmt.Sprintf("_%08x", h.Sum32())
+	keep := MaxIdentLen - len(suffix) - len(hash)
+	if keep < 0 {
+		keep = 0
+	}
+	for keep > 0 && !utf8.RuneStart(name[keep]) {
+		keep--
+	}
+	return name[:keep] + hash + suffix
 }
 
 // CopiesMarker is the comment a write to a reference table carries in

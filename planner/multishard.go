@@ -287,6 +287,8 @@ func (b *builder) shardTrees(stmt *pg_query.Node, idxs []int) ([]*pg_query.Node,
 			refs = append(refs, ref{rv, rv.Relname, b.cat.Shards[t.Name], t.Kind == metadata.Reference})
 		}
 	})
+	ins := base.GetInsertStmt()
+	conname := ins.GetOnConflictClause().GetInfer().GetConname()
 	out := make([]*pg_query.Node, 0, len(idxs))
 	for _, idx := range idxs {
 		for _, r := range refs {
@@ -296,6 +298,10 @@ func (b *builder) shardTrees(stmt *pg_query.Node, idxs []int) ([]*pg_query.Node,
 			}
 			if i < 0 || i >= len(r.shards) {
 				return nil, pgerr.New(pgerr.Internal, "no shard %d for table %s", i, r.rel)
+			}
+			if conname != "" && r.rv == ins.Relation {
+				ins.OnConflictClause.Infer.Conname = conname
+				shardConstraint(ins, r.shards[i].ID)
 			}
 			r.rv.Relname = metadata.ShardName(r.rel, r.shards[i].ID)
 		}

@@ -1098,9 +1098,21 @@ func (b *builder) rewriteTree(stmt *pg_query.Node, idx int) (*pg_query.Node, err
 		if rv.Alias == nil && aliases {
 			rv.Alias = &pg_query.Alias{Aliasname: rv.Relname}
 		}
+		if ins := clone.GetInsertStmt(); ins != nil && ins.Relation == rv {
+			shardConstraint(ins, shards[i].ID)
+		}
 		rv.Relname = metadata.ShardName(rv.Relname, shards[i].ID)
 	})
 	return clone, err
+}
+
+// shardConstraint renames the constraint of an INSERT's ON CONFLICT ON
+// CONSTRAINT to its name on the target's shard, which has the shard id
+// appended as the shard's table has.
+func shardConstraint(ins *pg_query.InsertStmt, shardID int64) {
+	if inf := ins.GetOnConflictClause().GetInfer(); inf != nil && inf.Conname != "" {
+		inf.Conname = metadata.ShardObjectName(inf.Conname, shardID)
+	}
 }
 
 // functionCall recognises SELECT fn(args) of a catalog function.

@@ -414,8 +414,8 @@ func (o *op) recordedIfUnsure(err error, name string) {
 func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node int32, where string) error {
 	shardName := metadata.ShardName(def.Name, sh.ID)
 	shardQual := def.Schema + "." + shardName
-	if len(shardName) > maxIdentLen {
-		return pgerr.New(pgerr.NameTooLong, "shard name %q is longer than %d bytes", shardName, maxIdentLen).
+	if len(shardName) > metadata.MaxIdentLen {
+		return pgerr.New(pgerr.NameTooLong, "shard name %q is longer than %d bytes", shardName, metadata.MaxIdentLen).
 			WithHint("Rename table %s to a shorter name first.", def.CatalogName())
 	}
 	at := o.nodes.describe(node)

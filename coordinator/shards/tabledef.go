@@ -4,18 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 )
-
-// maxIdentLen is PostgreSQL's NAMEDATALEN - 1: the longest identifier, in
-// bytes, that it keeps without truncating.
-const maxIdentLen = 63
 
 // Def is what a shard of a table needs of the table's definition, read from
 // pg_catalog: its columns, constraints and indexes. Features a shard cannot
@@ -177,24 +172,9 @@ func nameSuffix(table, shardName string) string {
 	return "_" + shardName
 }
 
-// suffixed appends suffix to name, shortening name and adding a hash of it
-// when the result would be longer than PostgreSQL keeps.
-func suffixed(name, suffix string) string {
-	if len(name)+len(suffix) <= maxIdentLen {
-		return name + suffix
-	}
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	hash := fmt.Sprintf("_%08x", h.Sum32())
-	keep := maxIdentLen - len(suffix) - len(hash)
-	if keep < 0 {
-		keep = 0
-	}
-	for keep > 0 && !utf8.RuneStart(name[keep]) {
-		keep--
-	}
-	return name[:keep] + hash + suffix
-}
+// suffixed appends suffix to name within PostgreSQL's identifier length
+// (metadata.Suffixed).
+func suffixed(name, suffix string) string { return metadata.Suffixed(name, suffix) }
 
 // relation is what pg_class says of a table.
 type relation struct {
