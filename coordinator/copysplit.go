@@ -23,7 +23,8 @@ import (
 func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 	if ss.inTxn() {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"COPY into %s inside a transaction block is not supported yet", p.Tables[0]))
+			"COPY into %s inside a transaction block is not supported yet", p.Tables[0]).
+			WithHint("Run the COPY outside BEGIN ... COMMIT: it commits on every worker at once, all or nothing."))
 	}
 	f, options, err := copyFormat(p.Copy, lits)
 	if err != nil {
@@ -132,7 +133,8 @@ func copyFormat(o *planner.CopyOptions, lits []literal) (shards.CopyFormat, stri
 	}
 	one := func(name, v string, dst *byte) error {
 		if len(v) != 1 {
-			return pgerr.New(pgerr.FeatureNotSupported, "COPY %s must be a single one-byte character", name)
+			return pgerr.New(pgerr.FeatureNotSupported, "COPY %s must be a single one-byte character", name).
+				WithHint("Use a single ASCII character.")
 		}
 		*dst = v[0]
 		opts = append(opts, name+" "+quoteLiteral(v))

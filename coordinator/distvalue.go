@@ -186,7 +186,8 @@ func fastHash(p *planner.Plan, v *planner.Value, in distInput, foreignEnc bool) 
 		}
 		return metadata.HashUUID(u), false, nil
 	}
-	return 0, false, pgerr.New(pgerr.FeatureNotSupported, "pgfleet cannot hash values of type %s", col)
+	return 0, false, pgerr.New(pgerr.FeatureNotSupported, "pgfleet cannot hash values of type %s", col).
+		WithHint("Distribute the table by a column of a built-in scalar type (integer, text, uuid, date, ...).")
 }
 
 func ascii(b []byte) bool {

@@ -117,7 +117,8 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		case "create_distributed_table":
 			col := arg(1, "distribution_column", "")
 			if t := arg(2, "distribution_type", "hash"); t != "hash" {
-				return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "distribution_type %q is not supported; only hash", t))
+				return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "distribution_type %q is not supported; only hash", t).
+					WithHint("Leave distribution_type out (or say 'hash')."))
 			}
 			n := 0
 			if v := arg(4, "shard_count", ""); v != "" {

@@ -432,7 +432,8 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 		return ss.queryError(err)
 	}
 	if ss.sc != nil && ss.sc.TxStatus != 'T' {
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "a multi-shard query cannot run while the session holds a worker connection"))
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "a multi-shard query cannot run while the session holds a worker connection").
+			WithHint("End the transaction first, or pin the query to one shard with WHERE <distribution column> = <value>."))
 	}
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
 	err := r.run()
@@ -585,7 +586,8 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 	sp.done = true
 	_, rest, _ := wire.CBytes(body)
 	if len(rest) >= 4 && binary.BigEndian.Uint32(rest) != 0 {
-		ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching a multi-shard result in parts (Execute with a row limit) is not supported yet"))
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching a multi-shard result in parts (Execute with a row limit) is not supported yet").
+			WithHint("Fetch the whole result (no fetch size / row limit), or add LIMIT ... OFFSET to the query."))
 		return nil
 	}
 	if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
@@ -1005,7 +1007,8 @@ func (r *scatterRun) value(v *planner.Value, none int64, code, what string) (int
 			case format == 1 && len(b) == 4:
 				text = strconv.FormatInt(int64(int32(binary.BigEndian.Uint32(b))), 10)
 			case format == 1:
-				return 0, pgerr.New(pgerr.FeatureNotSupported, "a binary %s parameter of %d bytes is not supported in a multi-shard query", what, len(b))
+				return 0, pgerr.New(pgerr.FeatureNotSupported, "a binary %s parameter of %d bytes is not supported in a multi-shard query", what, len(b)).
+					WithHint("Send the parameter in text format, or as a bigint.")
 			default:
 				text = string(b)
 			}

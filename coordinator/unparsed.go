@@ -22,13 +22,12 @@ import (
 // unparsed returns the error for sql, a statement naming a catalog table
 // that pgfleet could not parse: PostgreSQL's own error, or 0A000.
 func (ss *session) unparsed(sql string) error {
-	refuse := pgerr.New(pgerr.FeatureNotSupported,
-		"pgfleet cannot parse this statement, which may use a distributed or reference table")
+	hint := "Write string constants without continuation lines, or send the values as parameters."
 	if ss.foreignEnc {
-		refuse = refuse.WithHint("Use client_encoding UTF8 for statements with non-ASCII text on distributed or reference tables, or send such values as parameters.")
-	} else {
-		refuse = refuse.WithHint("Write string constants without continuation lines, or send the values as parameters.")
+		hint = "Use client_encoding UTF8 for statements with non-ASCII text on distributed or reference tables, or send such values as parameters."
 	}
+	refuse := pgerr.New(pgerr.FeatureNotSupported,
+		"pgfleet cannot parse this statement, which may use a distributed or reference table").WithHint("%s", hint)
 	// The session's own connection when it holds one between round trips
 	// (its lexing settings are the session's true ones, set_config()
 	// included; a syntax error aborts its transaction as on PostgreSQL),

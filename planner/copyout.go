@@ -58,7 +58,8 @@ func (b *builder) copyOut(c *pg_query.CopyStmt, t *metadata.Table) (*Plan, error
 	for i, w := range selects {
 		tree, err := pg_query.Parse(w.SQL)
 		if err != nil || len(tree.Stmts) != 1 {
-			return nil, unsupported("COPY %s TO STDOUT cannot be rewritten for its shards", t.Name)
+			return nil, unsupported("COPY %s TO STDOUT cannot be rewritten for its shards", t.Name).
+				WithHint("Use COPY (SELECT ...) TO STDOUT with psql, or SELECT the rows.")
 		}
 		cp := proto.Clone(c).(*pg_query.CopyStmt)
 		cp.Relation, cp.Attlist, cp.Query = nil, nil, tree.Stmts[0].Stmt

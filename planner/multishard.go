@@ -355,7 +355,8 @@ func (b *builder) checkCTEs(sel *pg_query.SelectStmt) error {
 	}
 	for _, c := range sel.WithClause.Ctes {
 		if q := c.GetCommonTableExpr().GetCtequery(); q != nil && q.GetSelectStmt() == nil {
-			return unsupported("a data-modifying WITH query in a multi-shard SELECT is not supported")
+			return unsupported("a data-modifying WITH query in a multi-shard SELECT is not supported").
+				WithHint("Run the write and the SELECT as separate statements (in one transaction block if they must be atomic).")
 		}
 	}
 	return nil
@@ -632,7 +633,8 @@ func (a *analysis) check() error {
 			switch x := n.Node.(type) {
 			case *pg_query.Node_SubLink:
 				if a.subLinkAgg(x.SubLink) {
-					err = unsupported("aggregates inside subqueries in the select list, HAVING or ORDER BY of a multi-shard query are not supported")
+					err = unsupported("aggregates inside subqueries in the select list, HAVING or ORDER BY of a multi-shard query are not supported").
+						WithHint("Move the subquery into FROM (a derived table or CTE) and join it.")
 				}
 				return false
 			case *pg_query.Node_FuncCall:
@@ -647,7 +649,8 @@ func (a *analysis) check() error {
 					a.agg = true
 				}
 			case *pg_query.Node_GroupingFunc:
-				err = unsupported("GROUPING() over several shards is not supported yet")
+				err = unsupported("GROUPING() over several shards is not supported yet").
+					WithHint("Compute the groupings with UNION ALL of plain GROUP BY queries.")
 			case *pg_query.Node_JsonObjectAgg, *pg_query.Node_JsonArrayAgg:
 				a.agg = true // refused by the aggregate merge
 			}
@@ -659,7 +662,8 @@ func (a *analysis) check() error {
 	}
 	for _, g := range sel.GroupClause {
 		if g.GetGroupingSet() != nil {
-			return unsupported("GROUPING SETS, ROLLUP and CUBE over several shards are not supported yet")
+			return unsupported("GROUPING SETS, ROLLUP and CUBE over several shards are not supported yet").
+				WithHint("Use UNION ALL of plain GROUP BY queries, or pin the query to one shard with WHERE <distribution column> = <value>.")
 		}
 	}
 	if len(sel.GroupClause) > 0 || sel.HavingClause != nil {
@@ -883,7 +887,8 @@ func (a *analysis) checkPositions() error {
 	}
 	for _, n := range items {
 		if n != nil && n.GetParamRef() != nil {
-			return unsupported("a parameter in ORDER BY, GROUP BY or DISTINCT ON of a multi-shard query is not supported")
+			return unsupported("a parameter in ORDER BY, GROUP BY or DISTINCT ON of a multi-shard query is not supported").
+				WithHint("Write the sort or grouping key in the statement's text.")
 		}
 	}
 	return nil
@@ -957,7 +962,8 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 	}
 
 	if len(sel.TargetList) == 0 {
-		return nil, nil, unsupported("a multi-shard query with an empty select list is supported only without ORDER BY and DISTINCT")
+		return nil, nil, unsupported("a multi-shard query with an empty select list is supported only without ORDER BY and DISTINCT").
+			WithHint("Select at least one column.")
 	}
 	// Sort keys and DISTINCT ON items become output columns (c_k) or hidden
 	// columns the shards compute.
@@ -1342,7 +1348,8 @@ func (a *analysis) mergeExpr(n *pg_query.Node) (*pg_query.Node, error) {
 				return false
 			}
 			if fc.AggWithinGroup {
-				err = unsupported("%s(...) WITHIN GROUP over several shards is not supported", name)
+				err = unsupported("%s(...) WITHIN GROUP over several shards is not supported", name).
+					WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or compute it over a subquery in FROM.")
 				return false
 			}
 			var cols []int
@@ -1372,7 +1379,8 @@ func (a *analysis) mergeExpr(n *pg_query.Node) (*pg_query.Node, error) {
 				WithHint("GROUP BY every column the select list, HAVING and ORDER BY use outside aggregates.")
 			return false
 		case *pg_query.Node_SubLink:
-			err = unsupported("subqueries in the select list, HAVING or ORDER BY of a multi-shard aggregate query are not supported yet")
+			err = unsupported("subqueries in the select list, HAVING or ORDER BY of a multi-shard aggregate query are not supported yet").
+				WithHint("Move the subquery into FROM (a derived table or CTE) and join it.")
 			return false
 		case *pg_query.Node_JsonObjectAgg, *pg_query.Node_JsonArrayAgg:
 			err = unsupported("JSON_OBJECTAGG and JSON_ARRAYAGG over several shards are not supported yet").
@@ -1607,7 +1615,8 @@ func (g AggMerge) expr(types []string) (*pg_query.Node, error) {
 			return nil, unsupported("avg of real values over several shards is not supported: PostgreSQL accumulates them in double precision").
 				WithHint("Write avg(x::float8), which PostgreSQL computes the same way.")
 		default:
-			return nil, unsupported("avg of %s values over several shards is not supported", typ(0))
+			return nil, unsupported("avg of %s values over several shards is not supported", typ(0)).
+				WithHint("Cast the argument: avg(x::numeric) or avg(x::float8).")
 		}
 		return &pg_query.Node{Node: &pg_query.Node_AExpr{AExpr: &pg_query.A_Expr{Kind: pg_query.A_Expr_Kind_AEXPR_OP,
 			Name: []*pg_query.Node{pg_query.MakeStrNode("/")}, Lexpr: call("sum", col(0)), Rexpr: count, Location: -1}}}, nil

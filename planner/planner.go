@@ -434,7 +434,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				WithHint("Run each side in a statement of its own."))
 		}
 		if s.IntoClause != nil {
-			return nil, unsupported("SELECT INTO from distributed or reference tables is not supported yet")
+			return nil, unsupported("SELECT INTO from distributed or reference tables is not supported yet").
+				WithHint("Create the table first, then INSERT INTO it ... SELECT, or SELECT the rows and COPY them in.")
 		}
 		readOnly = len(s.LockingClause) == 0
 		for _, f := range s.FromClause {
@@ -566,7 +567,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		return p, nil
 	}
 	if target != nil && target.Kind == metadata.Reference {
-		return nil, unsupported("writing reference table %s with distributed tables in the same statement is not supported", target.Name)
+		return nil, unsupported("writing reference table %s with distributed tables in the same statement is not supported", target.Name).
+			WithHint("Read the distributed rows first, then write the reference table with their values.")
 	}
 	for _, t := range dist[1:] {
 		if t.ColocationID != dist[0].ColocationID {
@@ -964,7 +966,8 @@ func valueOf(n *pg_query.Node) *Value {
 func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([]*Value, error) {
 	sel := ins.SelectStmt.GetSelectStmt()
 	if sel == nil || len(sel.ValuesLists) == 0 {
-		return nil, unsupported("INSERT into %s without VALUES is not supported yet", t.Name)
+		return nil, unsupported("INSERT into %s without VALUES is not supported yet", t.Name).
+			WithHint("Use INSERT ... VALUES, or INSERT ... SELECT from a table colocated with it.")
 	}
 	pos := -1
 	for i, c := range ins.Cols {
@@ -1146,7 +1149,8 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 		}
 		v := valueOf(a)
 		if v == nil || v.Param > 0 || v.Null {
-			return nil, unsupported("the arguments of %s must be constants", name)
+			return nil, unsupported("the arguments of %s must be constants", name).
+				WithHint("Write the arguments as literals in the statement's text (simple query protocol).")
 		}
 		if key == "" {
 			p.Args = append(p.Args, v.Const)
@@ -1165,11 +1169,13 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 	c := stmt.GetCopyStmt()
 	if c.Relation == nil {
-		return nil, unsupported("COPY (query) over distributed or reference tables is not supported yet")
+		return nil, unsupported("COPY (query) over distributed or reference tables is not supported yet").
+			WithHint("COPY the table itself (COPY t TO STDOUT, with a column list), or SELECT the rows.")
 	}
 	t := b.addRangeVar(c.Relation)
 	if c.Filename != "" || c.IsProgram {
-		return nil, unsupported("COPY with a server-side file or program on %s is not supported; use COPY ... FROM STDIN (psql: \\copy)", t.Name)
+		return nil, unsupported("COPY with a server-side file or program on %s is not supported", t.Name).
+			WithHint("Use COPY ... FROM STDIN or TO STDOUT (psql: \\copy).")
 	}
 	if !c.IsFrom {
 		if t.Kind != metadata.Reference {
@@ -1198,12 +1204,14 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 				o.CSV = true
 			case "text":
 			default:
-				return nil, unsupported("COPY FORMAT %s into %s is not supported yet; use text or csv", val, t.Name)
+				return nil, unsupported("COPY FORMAT %s into %s is not supported yet", val, t.Name).
+					WithHint("Use FORMAT text or csv.")
 			}
 		case "header":
 			o.Header = d.Arg == nil || val == "true" || val == "1" || strings.EqualFold(val, "on")
 			if strings.EqualFold(val, "match") {
-				return nil, unsupported("COPY HEADER MATCH into %s is not supported yet", t.Name)
+				return nil, unsupported("COPY HEADER MATCH into %s is not supported yet", t.Name).
+					WithHint("Use HEADER true (the header line is skipped).")
 			}
 		case "delimiter":
 			o.Delimiter = val
@@ -1218,7 +1226,8 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 			o.Encoding = val
 		case "freeze":
 		default:
-			return nil, unsupported("COPY option %s into %s is not supported yet", d.Defname, t.Name)
+			return nil, unsupported("COPY option %s into %s is not supported yet", d.Defname, t.Name).
+				WithHint("Leave the option out: FORMAT, HEADER, DELIMITER, NULL, QUOTE, ESCAPE and ENCODING are supported.")
 		}
 	}
 	if c.WhereClause != nil {
@@ -1405,7 +1414,8 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		prefix, ok := strings.CutSuffix(text, "SELECT 1")
 		if !ok {
-			return nil, unsupported("this EXPLAIN cannot be rewritten for the workers")
+			return nil, unsupported("this EXPLAIN cannot be rewritten for the workers").
+				WithHint("Use plain EXPLAIN or EXPLAIN (FORMAT TEXT).")
 		}
 		p.ExplainPrefix = prefix
 		return p, nil

@@ -462,14 +462,16 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 	for _, c := range s.Cmds {
 		cmd := c.GetAlterTableCmd()
 		if cmd == nil {
-			return nil, unsupportedDDL("ALTER TABLE on %s: unexpected command", describeTable(t))
+			return nil, unsupportedDDL("ALTER TABLE on %s: unexpected command", describeTable(t)).
+				WithHint("Report it to pgfleet's developers with the statement.")
 		}
 		isDist := t.Kind == metadata.Distributed && cmd.Name == t.DistColumn && cmd.Name != ""
 		switch cmd.Subtype {
 		case pg_query.AlterTableType_AT_AddColumn:
 			cd := cmd.Def.GetColumnDef()
 			if cd == nil {
-				return nil, unsupportedDDL("ALTER TABLE ... ADD COLUMN on %s: unexpected definition", describeTable(t))
+				return nil, unsupportedDDL("ALTER TABLE ... ADD COLUMN on %s: unexpected definition", describeTable(t)).
+					WithHint("Report it to pgfleet's developers with the statement.")
 			}
 			if err := d.checkColumn(t, cd); err != nil {
 				return nil, err
@@ -493,13 +495,15 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 		case pg_query.AlterTableType_AT_AddConstraint:
 			c := cmd.Def.GetConstraint()
 			if c == nil {
-				return nil, unsupportedDDL("ALTER TABLE ... ADD CONSTRAINT on %s: unexpected definition", describeTable(t))
+				return nil, unsupportedDDL("ALTER TABLE ... ADD CONSTRAINT on %s: unexpected definition", describeTable(t)).
+					WithHint("Report it to pgfleet's developers with the statement.")
 			}
 			if err := d.checkConstraint(t, c, ""); err != nil {
 				return nil, err
 			}
 		default:
-			return nil, unsupportedDDL("ALTER TABLE ... %s on %s is not supported", alterName(cmd.Subtype), describeTable(t))
+			return nil, unsupportedDDL("ALTER TABLE ... %s on %s is not supported", alterName(cmd.Subtype), describeTable(t)).
+				WithHint("undistribute_table(), make the change, then distribute the table again.")
 		}
 	}
 	return d, nil
@@ -515,7 +519,8 @@ func (d *ddl) checkColumn(t *metadata.Table, cd *pg_query.ColumnDef) error {
 		}
 	}
 	if cd.Identity != "" {
-		return unsupportedDDL("identity column %q on %s is not supported", cd.Colname, describeTable(t))
+		return unsupportedDDL("identity column %q on %s is not supported", cd.Colname, describeTable(t)).
+			WithHint("Add a plain column and give its values explicitly.")
 	}
 	if hasNextval(cd.RawDefault) {
 		return sequenceDefault(t, cd.Colname)
@@ -548,11 +553,14 @@ func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col str
 		}
 		return nil
 	case pg_query.ConstrType_CONSTR_IDENTITY:
-		return unsupportedDDL("identity column %q on %s is not supported", col, describeTable(t))
+		return unsupportedDDL("identity column %q on %s is not supported", col, describeTable(t)).
+			WithHint("Keep the column plain and give its values explicitly.")
 	case pg_query.ConstrType_CONSTR_FOREIGN:
-		return unsupportedDDL("foreign keys on %s are not supported", describeTable(t))
+		return unsupportedDDL("foreign keys on %s are not supported", describeTable(t)).
+			WithHint("pgfleet does not check references across shards yet: check them in the application, or keep the tables undistributed.")
 	case pg_query.ConstrType_CONSTR_EXCLUSION:
-		return unsupportedDDL("adding an exclusion constraint to %s is not supported", describeTable(t))
+		return unsupportedDDL("adding an exclusion constraint to %s is not supported", describeTable(t)).
+			WithHint("undistribute_table(), add the constraint, then distribute the table again.")
 	case pg_query.ConstrType_CONSTR_CHECK:
 		typ = "c"
 		planner.Walk(c.RawExpr, func(m proto.Message) {
@@ -584,7 +592,8 @@ func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col str
 				WithHint("Shards can enforce uniqueness only over columns that include the distribution column.")
 		}
 	default:
-		return unsupportedDDL("constraint of kind %s on %s is not supported", strings.TrimPrefix(c.Contype.String(), "CONSTR_"), describeTable(t))
+		return unsupportedDDL("constraint of kind %s on %s is not supported", strings.TrimPrefix(c.Contype.String(), "CONSTR_"), describeTable(t)).
+			WithHint("Use CHECK, NOT NULL, UNIQUE or PRIMARY KEY constraints (unique ones including the distribution column).")
 	}
 	if c.Conname == "" {
 		slices.Sort(cols)
@@ -625,7 +634,8 @@ func analyzeRename(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *
 				break
 			}
 			if t.Kind == metadata.Distributed && s.Subname == t.DistColumn {
-				return nil, unsupportedDDL("renaming the distribution column %q of %s is not supported", s.Subname, describeTable(t))
+				return nil, unsupportedDDL("renaming the distribution column %q of %s is not supported", s.Subname, describeTable(t)).
+					WithHint("undistribute_table(), rename the column, then distribute the table again.")
 			}
 		}
 		d := &ddl{kind: "ALTER TABLE", stmt: n}
@@ -633,7 +643,8 @@ func analyzeRename(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *
 		return d, nil
 	case pg_query.ObjectType_OBJECT_TABLE:
 		if t := catalogTable(snap, s.Relation); t != nil {
-			return nil, unsupportedDDL("ALTER TABLE ... RENAME TO on %s is not supported", describeTable(t))
+			return nil, unsupportedDDL("ALTER TABLE ... RENAME TO on %s is not supported", describeTable(t)).
+				WithHint("undistribute_table(), rename the table, then distribute it again.")
 		}
 	}
 	return nil, refuseNamed(n, snap, "ALTER "+objectName(s.RenameType)+" ... RENAME")
@@ -699,7 +710,8 @@ func analyzeDrop(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *me
 		for _, names := range objects {
 			if len(names) > 1 {
 				if t := tableByNames(snap, names[:len(names)-1]); t != nil {
-					return nil, unsupportedDDL("DROP %s on %s is not supported", objectName(s.RemoveType), describeTable(t))
+					return nil, unsupportedDDL("DROP %s on %s is not supported", objectName(s.RemoveType), describeTable(t)).
+						WithHint("Drop the table itself, or undistribute_table() first.")
 				}
 			}
 		}
@@ -718,7 +730,8 @@ func refuseIndex(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, k
 			return err
 		}
 		if t != nil {
-			return unsupportedDDL("%s of index %q of %s is not supported", kind, index, describeTable(t))
+			return unsupportedDDL("%s of index %q of %s is not supported", kind, index, describeTable(t)).
+				WithHint("Drop and create the index instead.")
 		}
 	}
 	return nil
@@ -758,7 +771,8 @@ func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
 		case *pg_query.Constraint:
 			// A foreign key of another table may reference a catalog table.
 			if pt := catalogTable(snap, m.Pktable); pt != nil && refused == nil && m.Contype == pg_query.ConstrType_CONSTR_FOREIGN {
-				refused = unsupportedDDL("foreign keys referencing %s are not supported", describeTable(pt))
+				refused = unsupportedDDL("foreign keys referencing %s are not supported", describeTable(pt)).
+					WithHint("pgfleet does not check references across shards yet: check them in the application.")
 			}
 		}
 	})
@@ -774,7 +788,8 @@ func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
 	if t == nil {
 		return nil
 	}
-	return unsupportedDDL("%s on %s is not supported", kind, describeTable(t))
+	return unsupportedDDL("%s on %s is not supported", kind, describeTable(t)).
+		WithHint("undistribute_table(), run it, then distribute the table again.")
 }
 
 func unsupportedDDL(format string, args ...any) *pgerr.Error {

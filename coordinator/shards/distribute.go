@@ -38,7 +38,8 @@ func HashFunction(c *Column) (string, error) {
 	}
 	if !c.Deterministic {
 		return "", pgerr.New(pgerr.FeatureNotSupported,
-			"distribution column %q has a nondeterministic collation, which is not supported yet", c.Name)
+			"distribution column %q has a nondeterministic collation, which is not supported yet", c.Name).
+			WithHint("Give the column a deterministic collation (COLLATE \"C\" or the database default), or distribute by another column.")
 	}
 	return fn, nil
 }
@@ -364,7 +365,8 @@ func (o *op) lockSource(ctx context.Context, table string) (*Def, error) {
 		return nil, err
 	}
 	if def.Schema == "pgfleet" {
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName())
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName()).
+			WithHint("Distribute your own tables only.")
 	}
 	if _, err := home.Exec(ctx, "LOCK TABLE "+def.Ident()+" IN EXCLUSIVE MODE"); err != nil {
 		return nil, o.nodes.wrap(err, "cannot lock %s on node %s", def.CatalogName(), o.nodes.describe(o.home))

@@ -224,13 +224,16 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 	name := r.schema + "." + r.name
 	switch {
 	case r.kind == "p" || r.partition:
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is partitioned or a partition; distributing partitioned tables is not supported yet", name)
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is partitioned or a partition; distributing partitioned tables is not supported yet", name).
+			WithHint("Distribute a plain table (shards already split it by hash).")
 	case r.kind != "r":
 		return nil, pgerr.New(pgerr.WrongObjectType, "%q is not a table", name)
 	case r.persistence == "t":
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is a temporary table, which cannot be distributed", name)
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is a temporary table, which cannot be distributed", name).
+			WithHint("Create it without TEMPORARY to distribute it.")
 	case r.rowSecurity:
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s has row-level security enabled; row-level security on distributed tables is not supported yet", name)
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s has row-level security enabled; row-level security on distributed tables is not supported yet", name).
+			WithHint("Disable row-level security on it (ALTER TABLE ... DISABLE ROW LEVEL SECURITY) to distribute it.")
 	}
 	d := &Def{OID: r.oid, Schema: r.schema, Name: r.name, Unlogged: r.persistence == "u", Options: r.options}
 
@@ -239,7 +242,8 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 		UNION ALL SELECT inhrelid::regclass::text FROM pg_catalog.pg_inherits WHERE inhparent = $1 LIMIT 1`,
 		r.oid).Scan(&other)
 	if err == nil {
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s takes part in inheritance (with %s); distributing inheritance hierarchies is not supported yet", name, other)
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s takes part in inheritance (with %s); distributing inheritance hierarchies is not supported yet", name, other).
+			WithHint("Distribute a table without INHERITS.")
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
@@ -258,7 +262,8 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 		WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) ORDER BY conrelid <> $1, conname LIMIT 1`,
 		r.oid).Scan(&fk, &fkTable, &outgoing)
 	if err == nil {
-		e := pgerr.New(pgerr.FeatureNotSupported, "foreign keys on distributed tables are not supported yet")
+		e := pgerr.New(pgerr.FeatureNotSupported, "foreign keys on distributed tables are not supported yet").
+			WithHint("Drop the foreign key before distributing the table; pgfleet does not check references across shards yet.")
 		if outgoing {
 			e.Detail = fmt.Sprintf("%s has foreign key %q.", name, fk)
 		} else {
@@ -315,7 +320,8 @@ func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {
 		case identity != "":
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"column %q of %s is an identity column; identity columns on distributed tables are not supported yet",
-				c.Name, d.CatalogName())
+				c.Name, d.CatalogName()).
+				WithHint("Make it a plain column (ALTER TABLE ... ALTER COLUMN ... DROP IDENTITY) and give its values explicitly.")
 		case sequence:
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"column %q of %s takes its default from a sequence (%s); sequence defaults on distributed tables are not supported yet",
@@ -324,7 +330,8 @@ func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {
 			c.Generated = expr
 		case generated != "":
 			return pgerr.New(pgerr.FeatureNotSupported, "column %q of %s is a generated column of kind %q, which is not supported",
-				c.Name, d.CatalogName(), generated)
+				c.Name, d.CatalogName(), generated).
+				WithHint("Use a stored generated column (GENERATED ALWAYS AS (...) STORED).")
 		default:
 			c.Default = expr
 		}
