@@ -435,7 +435,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		if s.IntoClause != nil {
 			return nil, unsupported("SELECT INTO from distributed or reference tables is not supported yet").
-				WithHint("Create the table first, then INSERT INTO it ... SELECT, or SELECT the rows and COPY them in.")
+				WithHint("Create the table and distribute it colocated with the source (create_distributed_table(..., colocate_with => ...)), then INSERT INTO it ... SELECT.")
 		}
 		readOnly = len(s.LockingClause) == 0
 		for _, f := range s.FromClause {

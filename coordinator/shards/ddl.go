@@ -788,8 +788,14 @@ func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
 	if t == nil {
 		return nil
 	}
-	return unsupportedDDL("%s on %s is not supported", kind, describeTable(t)).
-		WithHint("undistribute_table(), run it, then distribute the table again.")
+	hint := "The statement would run on one worker, which holds only part of the table (or none): undistribute_table() first if it must run."
+	switch {
+	case strings.HasPrefix(kind, "CREATE TABLE AS"), strings.HasPrefix(kind, "SELECT INTO"):
+		hint = "Create the new table and distribute it colocated with the source (create_distributed_table(..., colocate_with => ...)), then fill it with INSERT INTO ... SELECT."
+	case strings.Contains(kind, "VIEW"):
+		hint = "Query the tables directly (views over distributed tables are not supported yet)."
+	}
+	return unsupportedDDL("%s on %s is not supported", kind, describeTable(t)).WithHint("%s", hint)
 }
 
 func unsupportedDDL(format string, args ...any) *pgerr.Error {
