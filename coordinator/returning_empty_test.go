@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -118,4 +119,53 @@ func TestOnConflictOnConstraint(t *testing.T) {
 	gatherBoth(t, c, fleet, oracle, "INSERT INTO {r} VALUES ($1, $2) ON CONFLICT ON CONSTRAINT {r}_pkey DO UPDATE SET v = excluded.v", ext, 1, "p")
 	gatherBoth(t, c, fleet, oracle, "SELECT * FROM {t} ORDER BY k", simple)
 	gatherBoth(t, c, fleet, oracle, "SELECT * FROM {r} ORDER BY k", simple)
+}
+
+// TestWorkerErrorsAsPostgreSQL: a worker's error in a statement the
+// coordinator runs on several shards (reference-table writes, multi-row
+// INSERT, multi-shard UPDATE, COPY) reaches the client as PostgreSQL gives
+// it: the same SQLSTATE, message, detail and constraint and table names,
+// without shard names or where it ran (regression: "on node 1 (...): "
+// before the message).
+func TestWorkerErrorsAsPostgreSQL(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	testTable(t, c, "we", "(k bigint PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('we', 'k', shard_count => 4)")
+	testTable(t, c, "wer", "(k int PRIMARY KEY, v int NOT NULL)", "SELECT create_reference_table('wer')")
+	plainTables(t, c, "weo (k bigint PRIMARY KEY, v int NOT NULL)", "wero (k int PRIMARY KEY, v int NOT NULL)")
+	fleet := strings.NewReplacer("{t}", "we", "{r}", "wer")
+	oracle := strings.NewReplacer("{t}", "weo", "{r}", "wero")
+	ctx := context.Background()
+	errOf := func(q string, names *strings.Replacer) string {
+		_, err := c.Exec(ctx, names.Replace(q), pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprint(err)
+		}
+		// The oracle's table names read as the fleet's.
+		un := strings.NewReplacer("weo", "we", "wero", "wer")
+		return fmt.Sprintf("%s %q %q %q %q", pe.Code, un.Replace(pe.Message), un.Replace(pe.Detail), un.Replace(pe.ConstraintName), un.Replace(pe.TableName))
+	}
+	for _, q := range []string{
+		"INSERT INTO {t} VALUES (1, 1), (2, 2), (3, 3), (4, 4)",
+		"INSERT INTO {r} VALUES (1, 1), (2, 2)",
+	} {
+		exec(t, c, fleet.Replace(q))
+		exec(t, c, oracle.Replace(q))
+	}
+	for _, q := range []string{
+		"INSERT INTO {t} VALUES (5, 5), (6, 6), (1, 7)",
+		"INSERT INTO {t} VALUES (5, 5), (6, NULL), (7, 7)",
+		"INSERT INTO {r} VALUES (1, 1)",
+		"INSERT INTO {r} VALUES (3, NULL)",
+		"UPDATE {r} SET v = 1 / (k - 2)",
+		"UPDATE {t} SET v = 1 / (k - 3)",
+		"UPDATE {t} SET v = NULL WHERE k > 2",
+	} {
+		got, want := errOf(q, fleet), errOf(q, oracle)
+		if got != want {
+			t.Errorf("%s:\n got %s\nwant %s (plain PostgreSQL)", q, got, want)
+		}
+	}
 }

@@ -55,7 +55,7 @@ func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Sn
 		res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, paramValues, paramOIDs, paramFormats, nil))
 		if res.Err != nil {
 			g.rollback(ctx)
-			return nil, n.wrap(res.Err, "on node %s", n.describe(id))
+			return nil, n.stmtErr(res.Err, "on node %s", n.describe(id))
 		}
 		if first == nil {
 			first = res
@@ -148,7 +148,7 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 			res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, params.Values, params.OIDs, params.Formats, nil))
 			if res.Err != nil {
 				g.rollback(ctx)
-				return nil, n.wrap(res.Err, "on node %s", n.describe(id))
+				return nil, n.stmtErr(res.Err, "on node %s", n.describe(id))
 			}
 			out.Affected += res.CommandTag.RowsAffected()
 			if out.Fields == nil {

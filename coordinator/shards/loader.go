@@ -195,7 +195,7 @@ func (l *Loader) flush(ctx context.Context, idx int) error {
 		}
 		tag, err := tx.conn.PgConn().CopyFrom(ctx, bytes.NewReader(l.bufs[idx]), l.copySQL[idx])
 		if err != nil {
-			return l.nodes.wrap(err, "COPY into shard %s_%d on node %s", l.table.Name, l.shards[idx].ID, l.nodes.describe(node))
+			return l.nodes.stmtErr(err, "COPY into shard %s_%d on node %s", l.table.Name, l.shards[idx].ID, l.nodes.describe(node))
 		}
 		// The rows stored, which a WHERE may make fewer than those sent;
 		// every copy of a reference table stores the same rows.

@@ -490,6 +490,17 @@ func (n *nodes) wrap(err error, format string, args ...any) *pgerr.Error {
 	return e
 }
 
+// stmtErr is the error of a client's statement that ran on a worker: a
+// worker's own error as PostgreSQL gives it (shard names are mapped back
+// for the client), a failure to reach the worker with where it happened.
+func (n *nodes) stmtErr(err error, format string, args ...any) *pgerr.Error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return toPgErr(err)
+	}
+	return n.wrap(err, format, args...)
+}
+
 // toPgErr returns a copy of err as a *pgerr.Error: pgfleet's own errors and
 // workers' errors keep their SQLSTATE, anything else is a connection failure
 // (or a cancellation), as errors talking to a worker are.
