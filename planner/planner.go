@@ -694,13 +694,59 @@ func (b *builder) addFrom(n *pg_query.Node, quals []*pg_query.Node) []*pg_query.
 		j := n.GetJoinExpr()
 		quals = b.addFrom(j.Larg, quals)
 		quals = b.addFrom(j.Rarg, quals)
+		on := []*pg_query.Node{j.Quals}
+		on = append(on, b.usingEqualities(j)...)
 		if j.Jointype == pg_query.JoinType_JOIN_INNER {
-			quals = append(quals, j.Quals)
+			quals = append(quals, on...)
 		} else {
-			b.outerQuals = append(b.outerQuals, j.Quals)
+			b.outerQuals = append(b.outerQuals, on...)
 		}
 	}
 	return quals
+}
+
+// usingEqualities spells out what a join's USING (x, ...) says of the
+// distribution columns it names: l.x = r.x for each distributed table
+// occurrence l on the left whose distribution column is x and each r on
+// the right. (The merged column equals each side's column in the joined
+// rows; when one side is itself a join, its merged x equals each of its
+// tables' x there too.)
+func (b *builder) usingEqualities(j *pg_query.JoinExpr) []*pg_query.Node {
+	var out []*pg_query.Node
+	for _, u := range j.UsingClause {
+		x := u.GetString_().GetSval()
+		left, right := b.distOccurrences(j.Larg, x), b.distOccurrences(j.Rarg, x)
+		for _, l := range left {
+			for _, r := range right {
+				out = append(out, &pg_query.Node{Node: &pg_query.Node_AExpr{AExpr: &pg_query.A_Expr{
+					Kind: pg_query.A_Expr_Kind_AEXPR_OP, Name: []*pg_query.Node{pg_query.MakeStrNode("=")},
+					Lexpr: pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeStrNode(l), pg_query.MakeStrNode(x)}, -1),
+					Rexpr: pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeStrNode(r), pg_query.MakeStrNode(x)}, -1),
+				}}})
+			}
+		}
+	}
+	return out
+}
+
+// distOccurrences names the occurrences (alias or relation name) of
+// distributed tables in a FROM item whose distribution column is col.
+func (b *builder) distOccurrences(n *pg_query.Node, col string) []string {
+	if j := n.GetJoinExpr(); j != nil {
+		return append(b.distOccurrences(j.Larg, col), b.distOccurrences(j.Rarg, col)...)
+	}
+	rv := n.GetRangeVar()
+	if rv == nil {
+		return nil
+	}
+	name := rv.Relname
+	if rv.Alias != nil && rv.Alias.Aliasname != "" {
+		name = rv.Alias.Aliasname
+	}
+	if t := b.scope[name]; t != nil && t.Kind == metadata.Distributed && t.DistColumn == col {
+		return []string{name}
+	}
+	return nil
 }
 
 func (b *builder) addRangeVar(rv *pg_query.RangeVar) *metadata.Table {

@@ -930,6 +930,24 @@ SELECT c.customer_id, c.name, s.spent FROM customers c JOIN (SELECT customer_id,
 -- ordered
 SELECT c.customer_id, o.order_id, o.total FROM customers c JOIN orders o USING (customer_id) ORDER BY o.total DESC NULLS LAST, c.customer_id, o.order_id LIMIT 15;
 
+-- name: join-using-pinned
+-- ordered
+SELECT o.order_id, c.name, o.total FROM customers c JOIN orders o USING (customer_id) WHERE c.customer_id = 17 ORDER BY o.order_id;
+
+-- name: join-using-two-columns-pinned
+SELECT count(*), sum(li.qty), min(li.price) FROM orders o JOIN line_items li USING (customer_id, order_id) WHERE o.customer_id = 25;
+
+-- name: join-using-merged-column-pinned
+-- ordered
+SELECT customer_id, order_id, line_no FROM orders JOIN line_items USING (customer_id, order_id) WHERE customer_id = 12 ORDER BY 2, 3;
+
+-- name: join-using-left-three
+-- ordered
+SELECT c.customer_id, count(o.order_id), count(li.line_no) FROM customers c LEFT JOIN orders o USING (customer_id) LEFT JOIN line_items li USING (customer_id, order_id) WHERE c.customer_id = 3 GROUP BY c.customer_id ORDER BY 1;
+
+-- name: join-using-full-pinned
+SELECT count(*) FROM customers c FULL JOIN orders o USING (customer_id) WHERE o.customer_id = 42;
+
 ------------------------------------------------------------------------
 -- DISTINCT, CASE, dates, casts, string functions
 ------------------------------------------------------------------------
