@@ -171,6 +171,46 @@ type planRuntime struct {
 	badTypes error
 	merges   map[string]mergeStmt
 	ncols    int // partial columns, once known (the select list has a *)
+	// textCols: the gathered rows' columns (by position) that go through
+	// the merge as text (gatherCheckSQL), and rowCols the number of
+	// columns of those rows, both as the catalog said at the check.
+	textCols map[int]textCol
+	rowCols  int
+}
+
+// textCol is a gathered column that goes through the merge as text: its
+// type's oid, and its name (format_type) to cast it back.
+type textCol struct {
+	oid  uint32
+	name string
+}
+
+// noteTextCols records the text columns a gathered table's check listed
+// (lines of position, type oid and type name), its columns starting at
+// offset in the gathered rows.
+func (rt *planRuntime) noteTextCols(offset int, list *string) error {
+	if list == nil {
+		return nil
+	}
+	for _, line := range strings.Split(*list, "\n") {
+		pos, rest, ok1 := strings.Cut(line, " ")
+		oid, name, ok2 := strings.Cut(rest, " ")
+		p, err1 := strconv.Atoi(pos)
+		o, err2 := strconv.ParseUint(oid, 10, 32)
+		if !ok1 || !ok2 || err1 != nil || err2 != nil || name == "" {
+			return pgerr.New(pgerr.FeatureNotSupported, "a gathered column's type %q cannot be named back", line).
+				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>.")
+		}
+		rt.textCols[offset+p] = textCol{oid: uint32(o), name: name}
+	}
+	return nil
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 type mergeStmt struct {
@@ -835,6 +875,10 @@ type scatterRun struct {
 	txIdx  int
 	parked []bool
 	txLost bool
+	// textCols, rowCols: a gathering's columns that go as text, and its
+	// rows' width (planRuntime), read after the check.
+	textCols map[int]textCol
+	rowCols  int
 
 	rowDesc     []byte // what the client is told the result looks like
 	partialDesc []byte // the shards' partial rows
@@ -907,6 +951,12 @@ func (r *scatterRun) run() error {
 	}
 	if err := r.check(); err != nil {
 		return err
+	}
+	if r.x.Merge.Gather {
+		rt := ss.srv.scatter.get(r.p)
+		rt.mu.Lock()
+		r.textCols, r.rowCols = rt.textCols, rt.rowCols
+		rt.mu.Unlock()
 	}
 	if err := r.checkEncoding(); err != nil {
 		return err
@@ -1172,11 +1222,23 @@ func (r *scatterRun) check() error {
 		return err
 	}
 	rt.checked = true
-	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 1+3*len(x.CheckRelations) {
+	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 1+5*len(x.CheckRelations) {
 		var bad []string
 		rt.collations = make([]map[string]string, len(x.CheckRelations))
+		rt.textCols = map[int]textCol{}
+		offset := 0
 		for k := range x.CheckRelations {
-			colls, types, names := rows[0][1+3*k], rows[0][2+3*k], rows[0][3+3*k]
+			colls, types, names := rows[0][1+5*k], rows[0][2+5*k], rows[0][3+5*k]
+			count, texts := rows[0][4+5*k], rows[0][5+5*k]
+			if len(x.CheckRelations) > 1 {
+				offset++ // the table's separator
+			}
+			if err := rt.noteTextCols(offset, texts); err != nil {
+				rt.checkErr = err
+				return err
+			}
+			n, _ := strconv.Atoi(ptrString(count))
+			offset += n
 			if names != nil {
 				for _, tn := range strings.Split(*names, ",") {
 					rt.encoded = rt.encoded || !encodingFree[tn]
@@ -1191,6 +1253,10 @@ func (r *scatterRun) check() error {
 					return err
 				}
 			}
+		}
+		rt.rowCols = offset
+		if len(rt.textCols) > 0 {
+			rt.encoded = true // text in the client's encoding
 		}
 		if bad != nil {
 			rt.badTypes = pgerr.New(pgerr.FeatureNotSupported,
@@ -1211,14 +1277,23 @@ func (r *scatterRun) check() error {
 	return rt.checkErr
 }
 
-// gatherCheckSQL reads three things of a gathered table (rel, one of its
-// shards) as three columns: its columns' collations where they are not
-// the default (the gathered statement applies them); its columns whose
-// values a binary round trip through arrays would not keep as the table
-// holds them: domains (a RowDescription names the base type), enums,
-// composites and other types not built in, arrays, xml (its receive
-// drops the encoding declaration) and types without binary I/O; and its
-// columns' type names.
+// gatherCheckSQL reads five things of a gathered table (rel, one of its
+// shards) as five columns: its columns' collations where they are not the
+// default (the gathered statement applies them); its columns that cannot
+// be gathered at all (textShipped says which others go as text); its
+// columns' type names; its number of columns; and, one per line, the
+// position (from 0), type oid as a RowDescription gives it (a domain's
+// base type) and type name (format_type) of each column that goes as text.
+//
+// A column goes through the merge as a binary array element of its type
+// when it has one (built-in base types with binary I/O). Those that have
+// none go as text and are cast back to their type by the merge statement,
+// under the same session settings, when their text round trip is exact:
+// enums, arrays of built-in non-float, non-geometric base types or of
+// enums, and domains over built-in non-float, non-geometric base types.
+// The rest is refused: xml (its binary receive, and its text output, drop
+// an encoding declaration), composites, float and geometric arrays (their
+// text depends on extra_float_digits), other user-defined types.
 func gatherCheckSQL(rel string) string {
 	attrs := "WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(rel) + ") AND a.attnum > 0 AND NOT a.attisdropped"
 	return ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname), ',') " +
@@ -1226,9 +1301,33 @@ func gatherCheckSQL(rel string) string {
 		attrs + " AND a.attcollation NOT IN (0, 100))" +
 		", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' (' || pg_catalog.format_type(a.atttypid, a.atttypmod) || ')', ', ' ORDER BY a.attnum) " +
 		"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs +
-		" AND (t.typtype <> 'b' OR t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace OR t.typcategory = 'A' OR t.typsend = 0 OR t.typreceive = 0 " +
-		"OR t.typname IN ('xml', 'aclitem')))" +
-		", (SELECT pg_catalog.string_agg(t.typname::text, ',') FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs + ")"
+		" AND " + binaryMissing + " AND NOT " + textShipped + ")" +
+		", (SELECT pg_catalog.string_agg(t.typname::text, ',') FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs + ")" +
+		", (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a " + attrs + ")" +
+		", (SELECT pg_catalog.string_agg(x.ord || ' ' || x.oid || ' ' || x.name, E'\\n' ORDER BY x.ord) FROM (SELECT pg_catalog.row_number() OVER (ORDER BY a.attnum) - 1 AS ord, " +
+		"(CASE t.typtype WHEN 'd' THEN t.typbasetype ELSE a.atttypid END)::pg_catalog.int8 AS oid, pg_catalog.format_type(a.atttypid, a.atttypmod) AS name, (" + binaryMissing + " AND " + textShipped + ") AS text " +
+		"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs + ") x WHERE x.text)"
+}
+
+// binaryMissing: a column of type t (pg_type) cannot go through the merge
+// as a binary array element of its type.
+const binaryMissing = "(t.typtype <> 'b' OR t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace OR t.typcategory = 'A' OR t.typsend = 0 OR t.typreceive = 0 " +
+	"OR t.typname IN ('xml', 'aclitem'))"
+
+// textShipped: a column of type t that binaryMissing leaves out goes
+// through the merge as text (gatherCheckSQL).
+var textShipped = "(t.typtype = 'e' " +
+	"OR (t.typcategory = 'A' AND EXISTS (SELECT FROM pg_catalog.pg_type e WHERE e.oid = t.typelem AND (e.typtype = 'e' OR " + plainBuiltin("e") + "))) " +
+	"OR (t.typtype = 'd' AND EXISTS (SELECT FROM pg_catalog.pg_type b WHERE b.oid = t.typbasetype AND " + plainBuiltin("b") + ")))"
+
+// plainBuiltin: a built-in base type whose text reads back as the same
+// value under the settings the merge shares with the workers: not a float
+// or geometric type (extra_float_digits), timestamptz or timetz (a
+// DateStyle may print zone abbreviations), xml (its text drops an
+// encoding declaration), or an array.
+func plainBuiltin(t string) string {
+	return "(" + t + ".typtype = 'b' AND " + t + ".typnamespace = 'pg_catalog'::pg_catalog.regnamespace AND " + t + ".typcategory NOT IN ('A', 'G') AND " +
+		t + ".typname NOT IN ('float4', 'float8', 'aclitem', 'xml', 'timestamptz', 'timetz') AND " + t + ".typinput <> 0)"
 }
 
 // checkEncoding refuses gathering text in a client_encoding other than the
@@ -1389,6 +1488,16 @@ func (r *scatterRun) send(i int, sc *pooling.ServerConn) {
 			f := r.clientFormat(j)
 			if r.shipped[j] >= 0 {
 				f = 1
+			}
+			results = binary.BigEndian.AppendUint16(results, f)
+		}
+	case r.merging() && len(r.textCols) > 0:
+		// Partial rows in binary but for the columns that go as text.
+		results = binary.BigEndian.AppendUint16(nil, uint16(r.rowCols))
+		for j := 0; j < r.rowCols; j++ {
+			f := uint16(1)
+			if _, ok := r.textCols[j]; ok {
+				f = 0
 			}
 			results = binary.BigEndian.AppendUint16(results, f)
 		}
@@ -1763,13 +1872,29 @@ func (r *scatterRun) merge() error {
 		return err
 	}
 	names := make([]string, n)
-	var oids []uint32 // parameter types: the arrays, then the statement's
+	var casts []string // a gathering's columns that come as text: their types
+	var oids []uint32  // parameter types: the arrays, then the statement's
 	var key strings.Builder
 	if m.RowIDs {
 		oids = append(oids, oidInt4Array)
 	}
+	if len(r.textCols) > 0 {
+		if n != r.rowCols {
+			return r.changed()
+		}
+		casts = make([]string, n)
+	}
 	for _, c := range shipped {
 		f := pd.Fields[c-1]
+		if tc, ok := r.textCols[c-1]; ok {
+			if f.DataTypeOID != tc.oid {
+				return r.changed()
+			}
+			names[c-1], casts[c-1] = "text", tc.name
+			oids = append(oids, oidTextArray)
+			key.WriteString("t" + tc.name + ",")
+			continue
+		}
 		t, ok := types[f.DataTypeOID]
 		// Anonymous records cannot be unnested without a column list.
 		if !ok || f.DataTypeOID >= firstNormalOID || t.array == 0 || t.name == "record" {
@@ -1821,7 +1946,7 @@ func (r *scatterRun) merge() error {
 	ms, ok := rt.merges[key.String()]
 	if !ok {
 		if m.Gather {
-			ms.sql, ms.err = m.RenderGather(names, cols, rt.collations)
+			ms.sql, ms.err = m.RenderGather(names, cols, rt.collations, casts)
 		} else {
 			ms.sql, ms.err = m.Render(names)
 		}
@@ -1909,7 +2034,11 @@ func (r *scatterRun) merge() error {
 		b = appendArray(b, oidInt4, r.rows, false, ids)
 	}
 	for k, c := range shipped {
-		b = appendArray(b, pd.Fields[c-1].DataTypeOID, r.rows, r.nulls[k], r.cols[k])
+		elem := pd.Fields[c-1].DataTypeOID
+		if _, ok := r.textCols[c-1]; ok {
+			elem = oidText // it came as text
+		}
+		b = appendArray(b, elem, r.rows, r.nulls[k], r.cols[k])
 	}
 	for _, v := range values {
 		if v == nil {
@@ -2089,7 +2218,10 @@ func rowValues(row []byte, dst [][]byte) ([][]byte, bool) {
 }
 
 // oidInt4Array is int4[].
-const oidInt4Array = 1007
+const (
+	oidInt4Array = 1007
+	oidTextArray = 1009
+)
 
 // appendArray appends a one-dimensional array parameter in binary: its
 // length word, header and the gathered elements.

@@ -319,8 +319,8 @@ func wholeRows(s *pg_query.SelectStmt, aliases []string) error {
 // (qualified and quoted) where that is not the database default: unnest's
 // columns have the default, so those columns are selected with COLLATE
 // from a subquery.
-func (m *Merge) RenderGather(types, names []string, collations []map[string]string) (string, error) {
-	if !m.Gather || len(types) != len(names) || len(collations) != len(m.Tables) {
+func (m *Merge) RenderGather(types, names []string, collations []map[string]string, casts []string) (string, error) {
+	if !m.Gather || len(types) != len(names) || len(collations) != len(m.Tables) || casts != nil && len(casts) != len(names) {
 		return "", pgerr.New(pgerr.Internal, "no gathering merge for these columns")
 	}
 	// Per table: its columns' positions (from 0), and its separator's (-1
@@ -373,13 +373,23 @@ func (m *Merge) RenderGather(types, names []string, collations []map[string]stri
 	if len(names) == 1 {
 		fn = "pg_catalog.unnest"
 	}
+	cast := func(i int) string {
+		if casts == nil {
+			return ""
+		}
+		return casts[i]
+	}
 	for k := range m.Tables {
-		if seps[k] < 0 && len(collations[k]) == 0 {
+		if seps[k] < 0 && len(collations[k]) == 0 && !slices.ContainsFunc(cols[k], func(i int) bool { return cast(i) != "" }) {
 			continue
 		}
 		var sel []string
 		for _, i := range cols[k] {
 			c := fmt.Sprintf("c%d", i+1)
+			if t := cast(i); t != "" {
+				// It came as text: back to its type.
+				c += "::" + t
+			}
 			if coll, ok := collations[k][names[i]]; ok {
 				c += " COLLATE " + coll
 			}

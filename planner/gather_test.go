@@ -13,7 +13,8 @@ func TestRenderGather(t *testing.T) {
 		query        string
 		types, names []string
 		colls        []map[string]string
-		want         string // the rendered statement, or the error's text
+		casts        []string // columns that come as text: their types
+		want         string   // the rendered statement, or the error's text
 	}{
 		{
 			query: "SELECT count(DISTINCT abalance) FROM accounts WHERE bid > $1",
@@ -34,6 +35,21 @@ func TestRenderGather(t *testing.T) {
 			colls: []map[string]string{nil, {"id": `pg_catalog."C"`}},
 			want: `SELECT a.aid, o.id FROM (SELECT c2 FROM unnest($1, $2, $3, $4, $5) u(c1, c2, c3, c4, c5) WHERE c1) a(aid) ` +
 				`JOIN (SELECT c4 COLLATE pg_catalog."C", c5 FROM unnest($1, $2, $3, $4, $5) u(c1, c2, c3, c4, c5) WHERE c3) o(id, aid) ON o.id = a.aid::text WHERE o.id <> $6`,
+		},
+		{
+			// Columns that come as text are cast back to their types.
+			query: "SELECT count(DISTINCT abalance) FROM accounts WHERE bid > $1",
+			types: []string{"int8", "text", "text"}, names: []string{"aid", "abalance", "tags"},
+			colls: []map[string]string{{"tags": `pg_catalog."C"`}}, casts: []string{"", "public.mood", "character varying(5)[]"},
+			want: `SELECT count(DISTINCT abalance) FROM (SELECT c1, c2::public.mood, c3::varchar(5)[] COLLATE pg_catalog."C" FROM unnest($1, $2, $3) u(c1, c2, c3)) accounts(aid, abalance, tags) WHERE bid > $4`,
+		},
+		{
+			query: "SELECT a.aid, o.id FROM accounts a JOIN orders o ON o.id = a.aid::text",
+			types: []string{"bool", "int8", "bool", "text", "text"},
+			names: []string{"?gather 1", "aid", "?gather 2", "id", "aid"},
+			colls: []map[string]string{nil, nil}, casts: []string{"", "", "", "", "int[]"},
+			want: `SELECT a.aid, o.id FROM (SELECT c2 FROM unnest($1, $2, $3, $4, $5) u(c1, c2, c3, c4, c5) WHERE c1) a(aid) ` +
+				`JOIN (SELECT c4, c5::int[] FROM unnest($1, $2, $3, $4, $5) u(c1, c2, c3, c4, c5) WHERE c3) o(id, aid) ON o.id = a.aid::text`,
 		},
 		{
 			query: "SELECT * FROM accounts a JOIN orders o ON o.id = a.aid::text",
@@ -57,7 +73,7 @@ func TestRenderGather(t *testing.T) {
 		if m == nil || !m.Gather {
 			t.Fatalf("%s: not gathered", c.query)
 		}
-		got, err := m.RenderGather(c.types, c.names, c.colls)
+		got, err := m.RenderGather(c.types, c.names, c.colls, c.casts)
 		if err != nil {
 			got = err.Error()
 			if !strings.Contains(got, c.want) {
