@@ -508,8 +508,13 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 			}
 		}
 	})
+	var nestedVal *Value
+	var nestedDist []*metadata.Table
 	if nested != nil {
-		return b.gather(stmt, nested)
+		var ok bool
+		if nestedVal, nestedDist, ok = b.nestedPinned(stmt, ctes); !ok {
+			return b.gather(stmt, nested)
+		}
 	}
 	// A data-modifying WITH that writes a reference table would run on
 	// the one copy the statement is routed to.
@@ -520,7 +525,11 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	p := &Plan{ReadOnly: readOnly}
 	var dist []*metadata.Table
 	seen := map[string]bool{}
+	all := make([]*metadata.Table, 0, len(b.scope)+len(nestedDist))
 	for _, t := range b.scope {
+		all = append(all, t)
+	}
+	for _, t := range append(all, nestedDist...) {
 		if !seen[t.Name] {
 			seen[t.Name] = true
 			p.Tables = append(p.Tables, t.Name)
@@ -590,9 +599,18 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 			return p, nil
 		}
 		val = vals[0]
+	} else if nestedVal != nil && !slices.ContainsFunc(dist, func(t *metadata.Table) bool { return b.inScope(t) }) {
+		// Distributed tables in subqueries only, all pinned to one value.
+		val = nestedVal
 	} else {
 		val, err = b.pinnedValue(quals, dist)
+		if err == nil && nestedVal != nil && !sameValue(val, nestedVal) {
+			return b.gather(stmt, nested)
+		}
 		var up *unpinned
+		if errors.As(err, &up) && nestedVal != nil {
+			return b.gather(stmt, nested)
+		}
 		if errors.As(err, &up) {
 			if stmt.GetSelectStmt() != nil {
 				plan, err := b.multiShard(stmt, p, dist)
@@ -637,6 +655,83 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// nestedPinned reports whether every query level of stmt below its own
+// (subqueries, CTEs, derived tables) that reads distributed tables pins
+// each of them, through equalities ANDed in that level's WHERE and join
+// conditions, to one and the same constant or parameter; it returns that
+// value and the tables. Each such level then reads only rows of the one
+// shard of its tables that holds the value, and with the statement's own
+// tables pinned to it too (and all colocated), the statement runs on that
+// shard alone as it would over the whole tables. Levels that correlate
+// with an outer one, or pin another value, are not taken (ok is false).
+func (b *builder) nestedPinned(stmt *pg_query.Node, ctes map[string]bool) (val *Value, tables []*metadata.Table, ok bool) {
+	top := stmt.GetSelectStmt()
+	covered := map[*pg_query.RangeVar]bool{}
+	ok = true
+	Walk(stmt, func(m proto.Message) {
+		s, isSel := m.(*pg_query.SelectStmt)
+		if !isSel || s == top || !ok {
+			return
+		}
+		sub := &builder{cat: b.cat, tree: b.tree, scope: map[string]*metadata.Table{}, topLevel: map[*pg_query.RangeVar]bool{}}
+		var quals []*pg_query.Node
+		for _, f := range s.FromClause {
+			quals = sub.addFrom(f, quals)
+		}
+		quals = append(quals, s.WhereClause)
+		var dist []*metadata.Table
+		for _, t := range sub.scope {
+			if t.Kind == metadata.Distributed {
+				dist = append(dist, t)
+			}
+		}
+		for rv := range sub.topLevel {
+			covered[rv] = true
+		}
+		if len(dist) == 0 {
+			return
+		}
+		v, err := sub.pinnedValue(quals, dist)
+		if err != nil || v == nil || v.Computed || v.Null || (val != nil && !sameValue(val, v)) {
+			ok = false
+			return
+		}
+		val = v
+		tables = append(tables, dist...)
+	})
+	if !ok || val == nil {
+		return nil, nil, false
+	}
+	// Every distributed table read anywhere is in a level taken above or
+	// in the statement's own.
+	Walk(stmt, func(m proto.Message) {
+		if rv, isRV := m.(*pg_query.RangeVar); isRV && !covered[rv] && !b.topLevel[rv] {
+			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
+				ok = false
+			}
+		}
+	})
+	return val, tables, ok
+}
+
+// sameValue reports whether two pinned values are written alike (the same
+// parameter, or the same constant of the same kind and cast), so that
+// they hash alike.
+func sameValue(a, c *Value) bool {
+	return a.Param == c.Param && a.Const == c.Const && a.Lit == c.Lit && a.Cast == c.Cast &&
+		!a.Computed && !c.Computed && a.Null == c.Null && a.Expr == c.Expr
+}
+
+// inScope reports whether t is read at the statement's own level.
+func (b *builder) inScope(t *metadata.Table) bool {
+	for _, s := range b.scope {
+		if s == t {
+			return true
+		}
+	}
+	return false
 }
 
 // isUnsupported reports whether err is a refusal (0A000).

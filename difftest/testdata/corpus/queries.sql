@@ -637,6 +637,27 @@ SELECT * FROM m WHERE n > 100;
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10)
 SELECT i, (SELECT count(*) FROM regions WHERE region_id = i) FROM n;
 
+-- name: subquery-pinned-same-value
+-- ordered
+SELECT order_id, total FROM orders WHERE customer_id = 17 AND order_id IN (SELECT order_id FROM line_items WHERE customer_id = 17 AND qty > 1) ORDER BY order_id;
+
+-- name: subquery-pinned-exists-and-scalar
+-- ordered
+SELECT c.customer_id, c.name, (SELECT count(*) FROM orders o WHERE o.customer_id = 25) AS n FROM customers c WHERE c.customer_id = 25 AND EXISTS (SELECT 1 FROM line_items li WHERE li.customer_id = 25) ORDER BY 1;
+
+-- name: subquery-pinned-not-in
+SELECT count(*) FROM orders WHERE customer_id = 12 AND order_id NOT IN (SELECT order_id FROM line_items WHERE customer_id = 12);
+
+-- name: cte-pinned-derived
+-- ordered
+WITH o AS (SELECT order_id, total FROM orders WHERE customer_id = 33) SELECT o.order_id, o.total, d.lines FROM o JOIN (SELECT order_id, count(*) AS lines FROM line_items WHERE customer_id = 33 GROUP BY order_id) d USING (order_id) ORDER BY 1;
+
+-- name: subquery-pinned-other-value
+SELECT count(*) FROM orders WHERE customer_id = 17 AND order_id IN (SELECT order_id FROM line_items WHERE customer_id = 18);
+
+-- name: subquery-only-pinned
+SELECT (SELECT max(total) FROM orders WHERE customer_id = 40), (SELECT count(*) FROM line_items WHERE customer_id = 40);
+
 -- name: cte-single-shard
 WITH mine AS (SELECT * FROM orders WHERE customer_id = 33)
 SELECT order_id, total FROM mine WHERE total IS NOT NULL;
@@ -719,6 +740,18 @@ UPDATE line_items SET price = price * 1.05 WHERE customer_id = 11;
 
 -- name: r-after-update-numeric
 SELECT count(*), sum(price), sum(qty * price) FROM line_items;
+
+-- name: w-update-pinned-subquery
+UPDATE orders SET note = 'has big lines' WHERE customer_id = 14 AND order_id IN (SELECT order_id FROM line_items WHERE customer_id = 14 AND qty >= 3) RETURNING order_id, note;
+
+-- name: r-after-update-pinned-subquery
+SELECT order_id, note FROM orders WHERE customer_id = 14;
+
+-- name: w-delete-pinned-exists
+DELETE FROM line_items li WHERE li.customer_id = 15 AND EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = 15 AND o.status = 'cancelled');
+
+-- name: r-after-delete-pinned-exists
+SELECT count(*) FROM line_items WHERE customer_id = 15;
 
 -- name: w-update-multi-shard
 UPDATE orders SET status = 'archived' WHERE placed_at < '2019-02-01 00:00:00+00';
