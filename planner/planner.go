@@ -619,7 +619,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				}
 				return plan, err
 			}
-			if insert == nil && target != nil && up.table.Name == target.Name {
+			if insert == nil && target != nil && target.Kind == metadata.Distributed {
+				// (Every distributed table read is in the target's
+				// class, with no value: the target is unpinned too.)
 				return b.multiShardWrite(stmt, p, dist)
 			}
 			err = unsupported("the %s on %s has no equality on its distribution column %q, so it would need every shard; multi-shard %ss are not supported yet",
@@ -1406,12 +1408,16 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 // for the statement or transaction (each worker would read its own).
 // RETURNING gives every shard's rows.
 func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata.Table) (*Plan, error) {
-	t := dist[0]
-	what := StatementName(stmt)
-	if len(dist) > 1 {
-		return nil, unsupported("a multi-shard %s of %s that reads another distributed table is not supported yet", what, t.Name).
-			WithHint("Add WHERE %s = <value>, or read the other table first and pass its values as constants.", t.DistColumn)
+	// Other distributed tables it reads (UPDATE ... FROM, DELETE ...
+	// USING) are colocated with it and joined on their distribution
+	// columns (pinnedValue found them in one class): each shard's
+	// statement reads their shards of the same index, where a row's
+	// partners are.
+	t := b.scope[b.targetName(stmt)]
+	if t == nil || t.Kind != metadata.Distributed {
+		return nil, pgerr.New(pgerr.Internal, "no distributed target for a multi-shard write")
 	}
+	what := StatementName(stmt)
 	var returning, with bool
 	switch {
 	case stmt.GetUpdateStmt() != nil:
@@ -1443,6 +1449,23 @@ func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata
 		}
 	}
 	return p, nil
+}
+
+// targetName is the scope name of an UPDATE's or DELETE's target.
+func (b *builder) targetName(stmt *pg_query.Node) string {
+	var rv *pg_query.RangeVar
+	if u := stmt.GetUpdateStmt(); u != nil {
+		rv = u.Relation
+	} else if d := stmt.GetDeleteStmt(); d != nil {
+		rv = d.Relation
+	}
+	if rv == nil {
+		return ""
+	}
+	if rv.Alias != nil && rv.Alias.Aliasname != "" {
+		return rv.Alias.Aliasname
+	}
+	return rv.Relname
 }
 
 // shardLocal refuses, in a statement run on every shard of t, what each

@@ -742,16 +742,28 @@ UPDATE line_items SET price = price * 1.05 WHERE customer_id = 11;
 SELECT count(*), sum(price), sum(qty * price) FROM line_items;
 
 -- name: w-update-pinned-subquery
-UPDATE orders SET note = 'has big lines' WHERE customer_id = 14 AND order_id IN (SELECT order_id FROM line_items WHERE customer_id = 14 AND qty >= 3) RETURNING order_id, note;
+UPDATE orders SET note = 'has lines' WHERE customer_id = 17 AND order_id IN (SELECT order_id FROM line_items WHERE customer_id = 17 AND qty >= 1) RETURNING order_id, note;
 
 -- name: r-after-update-pinned-subquery
-SELECT order_id, note FROM orders WHERE customer_id = 14;
+SELECT order_id, note FROM orders WHERE customer_id = 17;
 
 -- name: w-delete-pinned-exists
 DELETE FROM line_items li WHERE li.customer_id = 15 AND EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = 15 AND o.status = 'cancelled');
 
 -- name: r-after-delete-pinned-exists
 SELECT count(*) FROM line_items WHERE customer_id = 15;
+
+-- name: w-update-from-colocated
+UPDATE orders o SET note = 'gold: ' || c.name FROM customers c WHERE c.customer_id = o.customer_id AND c.tier = 'gold' AND o.total > 400;
+
+-- name: r-after-update-from-colocated
+SELECT customer_id, order_id, note FROM orders WHERE note LIKE 'gold: %';
+
+-- name: w-delete-using-colocated
+DELETE FROM line_items li USING orders o WHERE o.customer_id = li.customer_id AND o.order_id = li.order_id AND o.status = 'cancelled' AND li.qty > 2 RETURNING li.customer_id, li.order_id, li.line_no;
+
+-- name: r-after-delete-using-colocated
+SELECT count(*), sum(qty) FROM line_items;
 
 -- name: w-update-multi-shard
 UPDATE orders SET status = 'archived' WHERE placed_at < '2019-02-01 00:00:00+00';
