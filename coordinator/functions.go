@@ -370,17 +370,31 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 		ss.qbuf = body
 		return ss.relayCycle('Q', body, nil, all[order[0]].Nodes[0])
 	}
-	if ss.inTxn() { // its two-phase commit would not be undone by ROLLBACK
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-row INSERT into %s whose rows belong to several shards is not supported inside a transaction block yet", p.DistTable).
-			WithHint("Insert the rows outside BEGIN ... COMMIT, or one row (one distribution value) per statement."))
+	// Each worker runs its rows' statement in a transaction of its own:
+	// what it would compute for itself (now(), CURRENT_TIMESTAMP, a STABLE
+	// default such as DEFAULT now()) would differ between rows that
+	// PostgreSQL gives one value.
+	mctx, mcancel := context.WithTimeout(context.Background(), time.Minute)
+	err := ss.sameOnEveryCopy(mctx, p, lits, nil, nil, nil)
+	mcancel()
+	if err != nil {
+		return ss.queryError(err)
 	}
-	if p.Returning {
+	if p.Returning && !p.RowPerValue {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"RETURNING in a multi-row INSERT into %s whose rows belong to several shards is not supported yet", p.DistTable).
-			WithHint("Insert the rows one per statement, or read them back with a SELECT."))
+			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable).
+			WithHint("Insert the rows one distribution value per statement, or read them back with a SELECT."))
 	}
+	if ss.inTxn() && ss.pinned != "" {
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-row INSERT into %s whose rows belong to several shards is not supported in a transaction block of a session pinned to one worker connection (%s)", p.DistTable, ss.pinned).
+			WithHint("Insert the rows outside BEGIN ... COMMIT, or one distribution value per statement."))
+	}
+	// Each worker runs its shards' statements; RETURNING rows come back
+	// in the order the statements run (by node, then shard), each
+	// statement's in its rows' order, and go out in the VALUES order.
 	byNode := map[int32][]string{}
+	rowsOf := map[int32][]int{}
 	for _, idx := range order {
 		sql, err := sqlFor(idx)
 		if err != nil {
@@ -388,10 +402,25 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 		}
 		node := all[idx].Nodes[0]
 		byNode[node] = append(byNode[node], sql)
+		rowsOf[node] = append(rowsOf[node], groups[idx]...)
+	}
+	var places []int
+	if p.Returning {
+		for _, node := range slices.Sorted(maps.Keys(rowsOf)) {
+			places = append(places, rowsOf[node]...)
+		}
+	}
+	if ss.inTxn() {
+		// Joined into the client's transaction, as a multi-shard write.
+		if ss.txStatus() == 'E' {
+			return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
+				"current transaction is aborted, commands ignored until end of transaction block"))
+		}
+		return ss.writeInTxnSimple("INSERT", byNode, places)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	return ss.writeGroupsSimple(ctx, snap, byNode, text, "INSERT", false)
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, "INSERT", p.Returning, places)
 }
 
 // ddlWords are the statements that may change a distributed table's

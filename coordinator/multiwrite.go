@@ -52,34 +52,60 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		return ss.queryError(err)
 	}
 	if ss.inTxn() {
-		tag, msgs, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
-			return wire.AppendFrame(nil, 'Q', append([]byte(sql), 0))
-		})
-		switch {
-		case err != nil:
-			return ss.lostServer(err)
-		case fail != nil:
-			return ss.queryError(fail)
-		}
-		ss.out = append(ss.out, msgs...)
-		if werr != nil {
-			// The worker's transaction failed: so does the client's.
-			ss.txFailed = true
-			ss.out = wire.AppendFrame(ss.out, 'E', werr)
-		} else {
-			ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
-		}
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
-		return nil
+		return ss.writeInTxnSimple(what, byNode, nil)
 	}
-	return ss.writeGroupsSimple(ctx, snap, byNode, text, what, p.Returning)
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, what, p.Returning, nil)
+}
+
+// writeInTxnSimple runs the statements of a simple Query by node inside
+// the client's transaction block (writeInTxn) and answers the client;
+// order as for writeInTxn.
+func (ss *session) writeInTxnSimple(what string, byNode map[int32][]string, order []int) error {
+	tag, msgs, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
+		return wire.AppendFrame(nil, 'Q', append([]byte(sql), 0))
+	}, order)
+	switch {
+	case err != nil:
+		return ss.lostServer(err)
+	case fail != nil:
+		return ss.queryError(fail)
+	}
+	ss.out = append(ss.out, msgs...)
+	if werr != nil {
+		// The worker's transaction failed: so does the client's.
+		ss.txFailed = true
+		ss.out = wire.AppendFrame(ss.out, 'E', werr)
+	} else {
+		ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
+	}
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+	return nil
+}
+
+// inOrder puts the RETURNING rows of several statements, read in the
+// order they ran, back in the order of the rows that made them: order[k]
+// is the place of the k-th row read (a multi-row INSERT over several
+// shards, whose statements each return one row per VALUES row, in order).
+func inOrder(rows [][][]byte, order []int) ([][][]byte, error) {
+	if order == nil {
+		return rows, nil
+	}
+	if len(rows) != len(order) {
+		return nil, pgerr.New(pgerr.Internal, "the shards returned %d rows for %d inserted", len(rows), len(order))
+	}
+	out := make([][][]byte, len(rows))
+	for k, r := range rows {
+		out[order[k]] = r
+	}
+	return out, nil
 }
 
 // writeGroupsSimple runs statements of a simple Query (text) outside a
 // transaction block, by node, in one two-phase commit group of their own,
 // and answers the client with a tag for what (INSERT, UPDATE, DELETE)
-// counting their rows.
-func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapshot, byNode map[int32][]string, text, what string, returning bool) error {
+// counting their rows; order (if not nil) puts RETURNING rows in order
+// (inOrder).
+func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapshot, byNode map[int32][]string, text, what string, returning bool, order []int) error {
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
@@ -95,7 +121,11 @@ func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapsho
 	}
 	if returning {
 		// Every shard's RETURNING rows, under the first one's columns.
-		ss.out = appendRows(ss.out, r.Fields, r.Rows)
+		rows, err := inOrder(r.Rows, order)
+		if err != nil {
+			return ss.queryError(err)
+		}
+		ss.out = appendRows(ss.out, r.Fields, rows)
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(writeTag(what, r.Affected))}
 	ss.out, _ = cc.Encode(ss.out)
@@ -124,11 +154,12 @@ func writeTag(what string, n int64) string {
 // refusal or a worker it could not join (fail: the caller fails the
 // transaction, so that what ran on other workers is rolled back with it),
 // or a lost connection (err).
-func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(sql string) []byte) (tag string, notices, werr []byte, fail, err error) {
+func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(sql string) []byte, order []int) (tag string, notices, werr []byte, fail, err error) {
 	ctx := context.Background()
 	var total int64
-	var rd []byte   // RETURNING: the first shard's columns
-	var rows []byte // and every shard's rows (DataRow messages)
+	var rd []byte         // RETURNING: the first shard's columns
+	var rows [][][]byte   // and every shard's rows
+	var size int64        // their size
 	for k, node := range slices.Sorted(maps.Keys(byNode)) {
 		if err := ss.acquire(ctx, node); err != nil {
 			return "", notices, nil, err, nil
@@ -164,10 +195,12 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 				rd = c.rd
 			}
 			for _, r := range c.rows {
-				dr := pgproto3.DataRow{Values: r}
-				rows, _ = dr.Encode(rows)
+				for _, v := range r {
+					size += int64(len(v)) + 4
+				}
 			}
-			if limit := ss.srv.cfg.MaxGather; int64(len(rows)) > limit {
+			rows = append(rows, c.rows...)
+			if limit := ss.srv.cfg.MaxGather; size > limit {
 				return "", notices, nil, pgerr.New(codeProgramLimitExceeded,
 					"the rows this statement returns exceed %s, more than the coordinator holds (--max-gather)", sizeText(limit)).
 					WithHint("Return fewer rows (a narrower WHERE or fewer columns), or write without RETURNING."), nil
@@ -180,7 +213,14 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 	}
 	if rd != nil {
 		// RETURNING: its rows go out before the tag, after the notices.
-		notices = append(wire.AppendFrame(notices, 'T', rd), rows...)
+		if rows, err = inOrder(rows, order); err != nil {
+			return "", notices, nil, err, nil
+		}
+		notices = wire.AppendFrame(notices, 'T', rd)
+		for _, r := range rows {
+			dr := pgproto3.DataRow{Values: r}
+			notices, _ = dr.Encode(notices)
+		}
 	}
 	return writeTag(what, total), notices, nil, nil, nil
 }
@@ -280,7 +320,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 			b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), 0, 0))
 			b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
 			return append(b, 'S', 0, 0, 0, 4)
-		})
+		}, nil)
 		switch {
 		case err != nil:
 			return ss.lostServer(err)

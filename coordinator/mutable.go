@@ -40,7 +40,7 @@ func (w writeTarget) differ(what string) error {
 	if w.shards {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard write to %s with %s is not supported: each worker would compute its own value", w.table, what).
-			WithHint("Compute the value first (SELECT it) and write it as a constant or parameter, or add WHERE <distribution column> = <value>; functions in multi-shard writes must be IMMUTABLE (or random()).")
+			WithHint("Compute the value first (SELECT it) and write it as a constant or parameter, or write the rows of one distribution value per statement (WHERE <distribution column> = <value>); functions in multi-shard writes must be IMMUTABLE (or random()).")
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"a write to reference table %s with %s is not supported: each copy would compute its own value", w.table, what).
@@ -60,7 +60,7 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 	if len(p.Tables) > 0 {
 		table.table = p.Tables[0]
 	}
-	if p.Kind == planner.MultiShardWrite {
+	if p.Kind == planner.MultiShardWrite || p.Kind == planner.InsertSplit {
 		table = writeTarget{table: p.DistTable, shards: true}
 	}
 	for _, l := range lits {

@@ -114,7 +114,7 @@ func TestInvalidEncodingCheckedFirst(t *testing.T) {
 			case fail == "BEGIN; SELECT 1/0":
 			case via == "coordinator":
 				// A refusal fails the transaction.
-				if _, err := c.Exec(ctx, "SELECT * FROM enc_dist; SELECT 1").ReadAll(); sqlState(err) != "0A000" {
+				if _, err := c.Exec(ctx, "SELECT * FROM enc_dist FOR UPDATE").ReadAll(); sqlState(err) != "0A000" {
 					t.Fatalf("refusal: %v", err)
 				}
 			default:

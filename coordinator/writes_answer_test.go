@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -167,5 +168,59 @@ func TestWorkerErrorsAsPostgreSQL(t *testing.T) {
 		if got != want {
 			t.Errorf("%s:\n got %s\nwant %s (plain PostgreSQL)", q, got, want)
 		}
+	}
+}
+
+// TestMultiRowInsertAcrossShards: a multi-row INSERT whose rows belong to
+// several shards returns its RETURNING rows in the VALUES order, as
+// PostgreSQL does, in and out of transaction blocks (inside one it joins
+// the client's transaction: ROLLBACK undoes it); one that would make each
+// worker compute its own transaction time (now(), DEFAULT now()) is
+// refused with a hint (regression: the rows on different workers got
+// different timestamps where PostgreSQL gives them one).
+func TestMultiRowInsertAcrossShards(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	const cols = "(id int PRIMARY KEY, v text, n int DEFAULT 7, ts timestamptz DEFAULT now())"
+	testTable(t, c, "mri", cols, "SELECT create_distributed_table('mri', 'id', shard_count => 8)")
+	plainTables(t, c, "mrio "+cols)
+	fleet, oracle := strings.NewReplacer("{t}", "mri"), strings.NewReplacer("{t}", "mrio")
+	simple := pgx.QueryExecModeSimpleProtocol
+	ordered := func(q string) {
+		t.Helper()
+		got := gatherRun(t, c, fleet.Replace(q), simple)
+		want := gatherRun(t, c, oracle.Replace(q), simple)
+		if !reflect.DeepEqual(got, want) || got.State != "" {
+			t.Errorf("%s:\n got %+v\nwant %+v (plain PostgreSQL)", q, got, want)
+		}
+	}
+	ordered("INSERT INTO {t} (id, v, ts) VALUES (5, 'e', '2026-01-01'), (1, 'a', '2026-01-01'), (9, 'i', '2026-01-01'), (2, 'b', '2026-01-01'), (14, 'n', '2026-01-01') RETURNING id, v, n")
+	ordered("INSERT INTO {t} (id, v, ts) VALUES (30, 'x', '2026-01-02'), (31, 'y', '2026-01-02'), (32, 'z', '2026-01-02'), (33, 'w', '2026-01-02') ON CONFLICT (id) DO UPDATE SET v = excluded.v || '!' RETURNING *")
+	ordered("INSERT INTO {t} (id, v, ts) VALUES (1, 'a2', '2026-01-03'), (40, 'q', '2026-01-03'), (9, 'i2', '2026-01-03') ON CONFLICT (id) DO UPDATE SET v = excluded.v RETURNING id, v")
+	ordered("BEGIN; INSERT INTO {t} (id, v, ts) VALUES (50, 'p', '2026-01-04'), (51, 'q', '2026-01-04'), (52, 'r', '2026-01-04') RETURNING id; ROLLBACK")
+	ordered("BEGIN; INSERT INTO {t} (id, v, ts) VALUES (60, 'p', '2026-01-04'), (61, 'q', '2026-01-04'), (62, 'r', '2026-01-04'); COMMIT")
+	ordered("SELECT * FROM {t} ORDER BY id")
+	ctx := context.Background()
+	for _, q := range []string{
+		"INSERT INTO mri (id, v) VALUES (70, 'a'), (71, 'b'), (72, 'c'), (73, 'd')",
+		"INSERT INTO mri (id, v, ts) VALUES (74, 'a', now()), (75, 'b', now()), (76, 'c', now()), (77, 'd', now())",
+		"INSERT INTO mri (id, v, ts) VALUES (78, 'a', CURRENT_TIMESTAMP), (79, 'b', CURRENT_TIMESTAMP), (80, 'c', '2026-01-01'), (81, 'd', '2026-01-01')",
+		"INSERT INTO mri (id, v, ts) VALUES (82, 'a', 'now'), (83, 'b', 'now'), (84, 'c', 'now'), (85, 'd', 'now')",
+		"INSERT INTO mri (id, v, ts) VALUES (86, 'a', '2026-01-01'), (87, 'b', '2026-01-01'), (88, 'c', '2026-01-01') ON CONFLICT DO NOTHING RETURNING id",
+	} {
+		_, err := c.Exec(ctx, q, simple)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+			t.Errorf("%s: %v, want 0A000 with a hint", q, err)
+		}
+	}
+	if n := queryString(t, c, "SELECT count(*)::text FROM mri WHERE id >= 70"); n != "0" {
+		t.Errorf("refused INSERTs left %s rows", n)
+	}
+	// Rows of one shard, or one distribution value, take now() as usual.
+	exec(t, c, "INSERT INTO mri (id, v) VALUES (90, 'a'), (90, 'b') ON CONFLICT (id) DO NOTHING", simple)
+	if n := queryString(t, c, "SELECT count(*)::text FROM mri WHERE id = 90 AND ts IS NOT NULL"); n != "1" {
+		t.Errorf("single-shard multi-row INSERT with DEFAULT now(): %s rows", n)
 	}
 }

@@ -174,6 +174,10 @@ type Plan struct {
 	// Rows: each VALUES row's distribution value (InsertSplit).
 	Rows      []*Value `json:"rows,omitempty"`
 	Returning bool     `json:"returning,omitempty"`
+	// RowPerValue: the INSERT's RETURNING gives one row per VALUES row, in
+	// their order (no ON CONFLICT DO NOTHING, no DO UPDATE ... WHERE), so
+	// the rows of several shards' statements can be put back in order.
+	RowPerValue bool `json:"row_per_value,omitempty"`
 	stmt      *pg_query.Node
 	b         *builder
 	// Copy: the COPY's columns and format (CopyIn).
@@ -595,6 +599,12 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		if len(vals) > 1 {
 			p.Kind, p.DistTable, p.DistType, p.Rows = InsertSplit, target.Name, target.DistType, vals
 			p.Returning = len(insert.ReturningList) > 0
+			oc := insert.OnConflictClause
+			p.RowPerValue = p.Returning && (oc == nil || oc.Action == pg_query.OnConflictAction_ONCONFLICT_UPDATE && oc.WhereClause == nil)
+			// Rows on several workers: what each would compute for itself
+			// (now(), a STABLE default) is checked as for multi-shard
+			// writes.
+			p.Mutability = perRowMutability(stmt, target.Name)
 			p.stmt, p.b = stmt, b
 			return p, nil
 		}
