@@ -77,7 +77,51 @@ func TestCopyOut(t *testing.T) {
 	if got, tag, err := copyLines("COPY coe TO STDOUT WITH (FORMAT csv, HEADER)"); err != nil || tag != "COPY 0" || strings.Join(got, "") != "id\n" {
 		t.Errorf("empty table: %q %q %v", got, tag, err)
 	}
+	// COPY (query): routed to one shard, over a reference table, or the
+	// shards' rows as they come.
+	testTable(t, c, "cor", "(k int PRIMARY KEY, name text)", "SELECT create_reference_table('cor')")
+	plainTables(t, c, "coro (k int PRIMARY KEY, name text)")
+	for _, tb := range []string{"cor", "coro"} {
+		exec(t, c, "INSERT INTO "+tb+" VALUES (1, 'one'), (2, 'two, \"2\"'), (3, NULL)")
+	}
+	names := strings.NewReplacer("{t}", "co", "{r}", "cor")
+	oracle := strings.NewReplacer("{t}", "coo", "{r}", "coro")
+	for _, q := range []struct {
+		sql     string
+		ordered bool
+	}{
+		{"COPY (SELECT id, t, n FROM {t} WHERE id = 7) TO STDOUT", true},
+		{"COPY (SELECT c.id, c.t, r.name FROM {t} c JOIN {r} r ON r.k = c.id % 4 WHERE c.id = 9) TO STDOUT WITH (FORMAT csv, HEADER)", true},
+		{"COPY (SELECT * FROM {r} ORDER BY k DESC) TO STDOUT (FORMAT csv, HEADER, FORCE_QUOTE *)", true},
+		{"COPY (SELECT id, upper(t), ts FROM {t} WHERE n > 0) TO STDOUT WITH (FORMAT csv, HEADER)", false},
+		{"COPY (SELECT c.id, r.name FROM {t} c LEFT JOIN {r} r ON r.k = c.id) TO STDOUT", false},
+	} {
+		got, gotTag, err := copyLines(names.Replace(q.sql))
+		if err != nil {
+			t.Errorf("%s: %v", q.sql, err)
+			continue
+		}
+		want, wantTag, werr := copyLines(oracle.Replace(q.sql))
+		if werr != nil {
+			t.Fatalf("%s on PostgreSQL: %v", q.sql, werr)
+		}
+		if !q.ordered {
+			if strings.Contains(q.sql, "HEADER") {
+				if got[0] != want[0] {
+					t.Errorf("%s: header %q, want %q", q.sql, got[0], want[0])
+				}
+				got, want = got[1:], want[1:]
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+		}
+		if gotTag != wantTag || !slices.Equal(got, want) {
+			t.Errorf("%s:\n got %s %q\nwant %s %q", q.sql, gotTag, got, wantTag, want)
+		}
+	}
 	for _, q := range []struct{ sql, state string }{
+		{"COPY (SELECT id FROM co ORDER BY id) TO STDOUT", "0A000"},
+		{"COPY (SELECT nope FROM co WHERE id = 1) TO STDOUT", "42703"},
 		{"COPY co (nope) TO STDOUT", "42703"},
 		{"COPY co (id, twice) TO STDOUT", "42P10"}, // a generated column
 		{"COPY co TO STDOUT (FORMAT binary)", "0A000"},

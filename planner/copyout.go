@@ -74,3 +74,82 @@ func (b *builder) copyOut(c *pg_query.CopyStmt, t *metadata.Table) (*Plan, error
 	}
 	return p, nil
 }
+
+// copyQuery plans COPY (query) TO STDOUT over distributed or reference
+// tables as its query is planned: routed to one shard, or one copy of
+// reference tables, COPY runs there with the query rewritten for it; a
+// multi-shard query whose rows are the shards' rows as they come (no
+// ORDER BY, LIMIT, DISTINCT, aggregate or gathering) runs as COPY of
+// each worker's query in turn, as COPY t TO STDOUT does. Anything else
+// is refused.
+func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, error) {
+	refuse := unsupported("COPY (query) TO STDOUT is supported over distributed tables when the query is answered by one shard, or by the shards' rows as they come").
+		WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, drop ORDER BY/LIMIT/DISTINCT/aggregates from it, or SELECT the rows.")
+	if c.IsFrom || c.Filename != "" || c.IsProgram || c.Query == nil {
+		return nil, unsupported("COPY (query) over distributed or reference tables is supported only TO STDOUT").
+			WithHint("Use COPY (query) TO STDOUT (psql: \\copy (query) to 'file').")
+	}
+	header := -1
+	for i, opt := range c.Options {
+		d := opt.GetDefElem()
+		if d == nil {
+			continue
+		}
+		switch d.Defname {
+		case "format":
+			if v := strings.ToLower(defElemValue(d)); v != "text" && v != "csv" {
+				return nil, unsupported("COPY (query) TO STDOUT in format %s over distributed or reference tables is not supported yet", v).
+					WithHint("Use FORMAT text or csv.")
+			}
+		case "header":
+			header = i
+		}
+	}
+	inner, err := b.plan(c.Query)
+	if err != nil {
+		return nil, err
+	}
+	switch inner.Kind {
+	case Router, ReferenceRead:
+		if !inner.ReadOnly {
+			return nil, refuse
+		}
+		p := *inner
+		p.ShardSQL = make([]string, len(inner.ShardSQL))
+		for i := range p.ShardSQL {
+			idx := i
+			if inner.Kind == ReferenceRead {
+				idx = -1
+			}
+			if p.ShardSQL[i], err = b.rewrite(stmt, idx); err != nil {
+				return nil, err
+			}
+		}
+		return &p, nil
+	case MultiShard:
+		x := inner.Scatter
+		if x == nil || x.Merge.Kind != Concat || x.Merge.Limit != nil || x.Merge.Offset != nil || x.Merge.Hidden > 0 || !inner.ReadOnly {
+			return nil, refuse
+		}
+		p := &Plan{Kind: CopyOut, Tables: inner.Tables, DistTable: inner.DistTable, DistType: inner.DistType, ReadOnly: true,
+			Scatter: &Scatter{Table: x.Table}}
+		for i, w := range x.Workers {
+			tree, err := pg_query.Parse(w.SQL)
+			if err != nil || len(tree.Stmts) != 1 {
+				return nil, refuse
+			}
+			cp := proto.Clone(c).(*pg_query.CopyStmt)
+			cp.Query = tree.Stmts[0].Stmt
+			if header >= 0 && i > 0 {
+				cp.Options = append(cp.Options[:header:header], cp.Options[header+1:]...)
+			}
+			sql, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_CopyStmt{CopyStmt: cp}})
+			if err != nil {
+				return nil, err
+			}
+			p.Scatter.Workers = append(p.Scatter.Workers, WorkerQuery{Node: w.Node, Shards: w.Shards, SQL: sql})
+		}
+		return p, nil
+	}
+	return nil, refuse
+}

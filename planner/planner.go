@@ -1231,7 +1231,7 @@ func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
 func (b *builder) rewriteTree(stmt *pg_query.Node, idx int) (*pg_query.Node, error) {
 	clone := proto.Clone(stmt).(*pg_query.Node)
 	ctes := cteNames(clone)
-	aliases := clone.GetCopyStmt() == nil // COPY takes no alias
+	aliases := clone.GetCopyStmt() == nil || clone.GetCopyStmt().Query != nil // COPY t takes no alias
 	var err error
 	Walk(clone, func(m proto.Message) {
 		rv, ok := m.(*pg_query.RangeVar)
@@ -1322,8 +1322,7 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 	c := stmt.GetCopyStmt()
 	if c.Relation == nil {
-		return nil, unsupported("COPY (query) over distributed or reference tables is not supported yet").
-			WithHint("COPY the table itself (COPY t TO STDOUT, with a column list), or SELECT the rows.")
+		return b.copyQuery(stmt, c)
 	}
 	t := b.addRangeVar(c.Relation)
 	if c.Filename != "" || c.IsProgram {
