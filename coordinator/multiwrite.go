@@ -157,9 +157,9 @@ func writeTag(what string, n int64) string {
 func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(sql string) []byte, order []int) (tag string, notices, werr []byte, fail, err error) {
 	ctx := context.Background()
 	var total int64
-	var rd []byte         // RETURNING: the first shard's columns
-	var rows [][][]byte   // and every shard's rows
-	var size int64        // their size
+	var rd []byte       // RETURNING: the first shard's columns
+	var rows [][][]byte // and every shard's rows
+	var size int64      // their size
 	for k, node := range slices.Sorted(maps.Keys(byNode)) {
 		if err := ss.acquire(ctx, node); err != nil {
 			return "", notices, nil, err, nil

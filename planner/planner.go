@@ -178,8 +178,8 @@ type Plan struct {
 	// their order (no ON CONFLICT DO NOTHING, no DO UPDATE ... WHERE), so
 	// the rows of several shards' statements can be put back in order.
 	RowPerValue bool `json:"row_per_value,omitempty"`
-	stmt      *pg_query.Node
-	b         *builder
+	stmt        *pg_query.Node
+	b           *builder
 	// Copy: the COPY's columns and format (CopyIn).
 	Copy *CopyOptions `json:"copy,omitempty"`
 	// Unqualified: a catalog table is named without its schema and was
