@@ -93,6 +93,7 @@ type scatterDesc struct {
 	rowDesc   []byte // RowDescription body; nil: NoData
 	ncols     int
 	workers   []*Statement // by Scatter.Workers
+	fallback  []*Statement // by the plan's Fallback.Scatter.Workers
 	gen       uint64       // scatterCache generation it was made in
 	// changed: the shards' result is no longer this (a table changed).
 	// Statements prepared with it fail as PostgreSQL's do; the next Parse
@@ -475,8 +476,13 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "a multi-shard query cannot run while the session holds a worker connection").
 			WithHint("End the transaction first, or pin the query to one shard with WHERE <distribution column> = <value>."))
 	}
+	mark := len(ss.out)
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
 	err := r.run()
+	if r.fallBack(err, mark) {
+		r = &scatterRun{ss: ss, p: p.Fallback, x: p.Fallback.Scatter, lits: lits}
+		err = r.run()
+	}
 	if errors.Is(err, errQuietClose) {
 		return err
 	}
@@ -659,8 +665,13 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		ss.scatterFailed(errCatalogMoved)
 		return nil
 	}
+	mark := len(ss.out)
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, port: sp}
 	err := r.run()
+	if r.fallBack(err, mark) {
+		r = &scatterRun{ss: ss, p: p.Fallback, x: p.Fallback.Scatter, port: sp, stmts: sp.desc.fallback}
+		err = r.run()
+	}
 	if errors.Is(err, errQuietClose) {
 		return err
 	}
@@ -782,6 +793,11 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	for _, w := range p.Scatter.Workers {
 		d.workers = append(d.workers, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), tail...)))
 	}
+	if p.Fallback != nil {
+		for _, w := range p.Fallback.Scatter.Workers {
+			d.fallback = append(d.fallback, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), tail...)))
+		}
+	}
 	sp.scatter.Store(d)
 	return d, nil
 }
@@ -875,6 +891,9 @@ type scatterRun struct {
 	txIdx  int
 	parked []bool
 	txLost bool
+	// stmts: the workers' prepared statements when not the portal's
+	// (its plan's fallback, extended protocol).
+	stmts []*Statement
 	// textCols, rowCols: a gathering's columns that go as text, and its
 	// rows' width (planRuntime), read after the check.
 	textCols map[int]textCol
@@ -900,6 +919,39 @@ type scatterRun struct {
 }
 
 func (r *scatterRun) merging() bool { return r.x.Merge.Kind == planner.SQLMerge }
+
+// workerStmt is worker i's prepared statement (extended protocol).
+func (r *scatterRun) workerStmt(i int) *Statement {
+	if r.stmts != nil {
+		return r.stmts[i]
+	}
+	return r.port.desc.workers[i]
+}
+
+// mergeLimit is the refusal of what a merge of partial results cannot do
+// (sort or group by values it cannot ship, a collation, an aggregate it
+// cannot combine) where gathering the tables can: a plan with a fallback
+// (planner.Plan.Fallback) runs that instead.
+type mergeLimit struct{ err *pgerr.Error }
+
+func (m *mergeLimit) Error() string { return m.err.Error() }
+func (m *mergeLimit) Unwrap() error { return m.err }
+
+// fallBack reports whether the run ended on a mergeLimit that the plan's
+// fallback (gathering) can answer; the client has been sent nothing of
+// the run but workers' notices, which are taken back (from mark on).
+func (r *scatterRun) fallBack(err error, mark int) bool {
+	if r.p.Fallback == nil || r.gone || r.txLost || !errors.As(err, new(*mergeLimit)) {
+		return false
+	}
+	if r.port != nil && (r.port.desc.fallback == nil || len(r.port.desc.fallback) != len(r.p.Fallback.Scatter.Workers)) {
+		return false
+	}
+	if len(r.ss.out) >= mark {
+		r.ss.out = r.ss.out[:mark]
+	}
+	return true
+}
 
 // changed is the error for shards' rows of another shape than expected (a
 // table changed): for a prepared statement, PostgreSQL's; else a retry.
@@ -1266,13 +1318,13 @@ func (r *scatterRun) check() error {
 		rows[0][1] = nil
 	}
 	if len(rows) == 1 && rows[0][0] != nil {
-		rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
+		rt.checkErr = &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
 			"the multi-shard query calls %s, an aggregate or window function the coordinator cannot combine across shards", *rows[0][0]).
-			WithHint("Supported across shards: count, sum, min, max, avg, bool_and, bool_or, bit_and, bit_or, bit_xor; or GROUP BY the distribution column.")
+			WithHint("Supported across shards: count, sum, min, max, avg, bool_and, bool_or, bit_and, bit_or, bit_xor; or GROUP BY the distribution column.")}
 	} else if len(rows) == 1 && rows[0][1] != nil {
-		rt.checkErr = pgerr.New(pgerr.FeatureNotSupported,
+		rt.checkErr = &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
 			"the multi-shard query sorts, groups or compares column %s, whose collation is not the database default; merging its shards' results is not supported yet", *rows[0][1]).
-			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")
+			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")}
 	}
 	return rt.checkErr
 }
@@ -1518,7 +1570,7 @@ func (r *scatterRun) send(i int, sc *pooling.ServerConn) {
 		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, splice(w.SQL, r.lits)...), 0, 0, 0))
 		b = appendBind(b, "", nil, results)
 	} else {
-		st := r.port.desc.workers[i]
+		st := r.workerStmt(i)
 		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
 			ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
 			if ev != "" {
@@ -1609,7 +1661,7 @@ func (r *scatterRun) read(i int) error {
 			}
 		case 'E':
 			if parsing {
-				sc.Stmts.Drop(r.port.desc.workers[i].Name) // the Parse failed
+				sc.Stmts.Drop(r.workerStmt(i).Name) // the Parse failed
 			}
 			if r.err == nil {
 				r.err = newWorkerError(f.Body)
@@ -1907,9 +1959,9 @@ func (r *scatterRun) merge() error {
 					"this multi-shard query runs over the gathered rows of %s, whose column %s is of %s; gathering it is not supported yet", strings.Join(r.x.Merge.Tables, ", "), f.Name, what).
 					WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
 			}
-			return pgerr.New(pgerr.FeatureNotSupported,
+			return &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
 				"a multi-shard query that sorts, groups, dedupes or aggregates values of %s is not supported yet", what).
-				WithHint("Multi-shard queries return arrays and user-defined types, but cannot merge by them.")
+				WithHint("Multi-shard queries return arrays and user-defined types, but cannot merge by them.")}
 		}
 		names[c-1] = t.name
 		oids = append(oids, t.array)

@@ -224,3 +224,59 @@ func TestMultiRowInsertAcrossShards(t *testing.T) {
 		t.Errorf("single-shard multi-row INSERT with DEFAULT now(): %s rows", n)
 	}
 }
+
+// TestRenamedColumns: a range variable that renames its table's columns
+// (orders AS o(oid, cid)) gives the distribution column's name to another
+// column, so the name routes nothing and joins nothing: reads give
+// PostgreSQL's answer, writes that would place rows by it are refused
+// (regression: routed by the renamed column, 0 rows for 1; INSERT ...
+// SELECT stored rows in the wrong shards; UPDATE ... FROM changed none).
+func TestRenamedColumns(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	testTable(t, c, "rco", "(cid int, oid int, amount int, PRIMARY KEY (cid, oid))", "SELECT create_distributed_table('rco', 'cid', shard_count => 4)")
+	testTable(t, c, "rci", "(cid int, iid int, oid int, PRIMARY KEY (cid, iid))", "SELECT create_distributed_table('rci', 'cid', colocate_with => 'rco')")
+	plainTables(t, c, "rcoo (cid int, oid int, amount int, PRIMARY KEY (cid, oid))", "rcio (cid int, iid int, oid int, PRIMARY KEY (cid, iid))")
+	var orows, irows []string
+	for g := 1; g <= 40; g++ {
+		orows = append(orows, fmt.Sprintf("(%d, %d, %d)", g%7, g, g*3))
+		if g <= 30 {
+			irows = append(irows, fmt.Sprintf("(%d, %d, %d)", g%5, g, g%9))
+		}
+	}
+	for _, tb := range []string{"rco", "rcoo"} {
+		exec(t, c, "INSERT INTO "+tb+" VALUES "+strings.Join(orows, ", "))
+	}
+	for _, tb := range []string{"rci", "rcio"} {
+		exec(t, c, "INSERT INTO "+tb+" VALUES "+strings.Join(irows, ", "))
+	}
+	fleet := strings.NewReplacer("{o}", "rco", "{i}", "rci")
+	oracle := strings.NewReplacer("{o}", "rcoo", "{i}", "rcio")
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, q := range []string{
+		"SELECT * FROM {o} AS o(oid, cid) WHERE o.cid = 5",
+		"SELECT count(*) FROM {o} o JOIN {i} AS i(iid, cid) ON o.cid = i.cid",
+		"SELECT count(*) FROM {o} o JOIN {i} AS i(iid, cid) USING (cid)",
+		"SELECT cid, count(*) FROM {o} AS o(oid, cid) GROUP BY cid ORDER BY cid",
+		"SELECT count(*) FROM {o} AS a(oid, cid) JOIN {o} b ON a.cid = b.cid",
+		"SELECT o.oid FROM {o} AS o(x, oid) WHERE o.oid = 3 ORDER BY 1",
+	} {
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+			gatherBoth(t, c, fleet, oracle, q, mode)
+		}
+	}
+	ctx := context.Background()
+	for _, q := range []string{
+		"INSERT INTO rci (cid, iid, oid) SELECT cid, oid + 1000, oid FROM rco AS o(oid, cid) WHERE o.oid < 3",
+		"UPDATE rci i SET oid = 77 FROM rco AS o(oid, cid) WHERE o.cid = i.cid AND i.cid < 3",
+		"DELETE FROM rci i USING rco AS o(oid, cid) WHERE o.cid = i.cid AND i.cid < 3",
+	} {
+		_, err := c.Exec(ctx, q, simple)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+			t.Errorf("%s: %v, want 0A000 with a hint", q, err)
+		}
+	}
+	gatherBoth(t, c, fleet, oracle, "SELECT * FROM {i} ORDER BY cid, iid", simple)
+}

@@ -169,8 +169,8 @@ func (b *builder) sourceDistColumn(sel *pg_query.SelectStmt, cr *pg_query.Column
 			return // a subquery or function: its tables are not in scope
 		}
 		t := lookup(b.cat, x, nil)
-		if t == nil || t.Kind != metadata.Distributed || t.ColocationID != target.ColocationID || t.DistColumn != col {
-			return
+		if t == nil || t.Kind != metadata.Distributed || t.ColocationID != target.ColocationID || t.DistColumn != col || colAliases(x) {
+			return // (renamed columns: which is the distribution column is not known)
 		}
 		switch {
 		case len(qual) == 0:

@@ -406,10 +406,12 @@ func (b *builder) checkOccurrences(sel *pg_query.SelectStmt) (map[string]bool, e
 	var occs []occ
 	nullable := map[string]bool{}
 	quals := []*pg_query.Node{sel.WhereClause}
+	renamed := false
 	var visit func(n *pg_query.Node, null bool)
 	visit = func(n *pg_query.Node, null bool) {
 		if rv := n.GetRangeVar(); rv != nil {
 			if t := lookup(b.cat, rv, nil); t != nil && t.Kind == metadata.Distributed {
+				renamed = renamed || colAliases(rv)
 				name := rv.Relname
 				if rv.Alias != nil && rv.Alias.Aliasname != "" {
 					name = rv.Alias.Aliasname
@@ -439,6 +441,10 @@ func (b *builder) checkOccurrences(sel *pg_query.SelectStmt) (map[string]bool, e
 	}
 	if !dup {
 		return nullable, nil
+	}
+	if renamed {
+		return nil, unsupported("a distributed table read more than once, with its columns renamed, is not supported here").
+			WithHint("Drop the column aliases (AS t(a, b)) and alias the columns in the select list.")
 	}
 	// resolve finds the occurrence whose distribution column cr names.
 	resolve := func(n *pg_query.Node) int {

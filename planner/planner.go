@@ -178,6 +178,13 @@ type Plan struct {
 	// their order (no ON CONFLICT DO NOTHING, no DO UPDATE ... WHERE), so
 	// the rows of several shards' statements can be put back in order.
 	RowPerValue bool `json:"row_per_value,omitempty"`
+	// Fallback: a multi-shard query whose merge of partial results may
+	// find at run time what it cannot do (sort or group by an enum or an
+	// array, a collation, a user-defined aggregate) is also planned by
+	// gathering its tables; the executor runs that instead then.
+	// (Printed as GatherFallback: a gathering plan is printed elsewhere.)
+	Fallback       *Plan `json:"-"`
+	GatherFallback bool  `json:"gather_fallback,omitempty"`
 	stmt        *pg_query.Node
 	b           *builder
 	// Copy: the COPY's columns and format (CopyIn).
@@ -420,12 +427,22 @@ type builder struct {
 	// distribution columns keep both sides on one shard group, but their
 	// constants restrict nothing.
 	outerQuals []*pg_query.Node
+	// renamed: scope names whose range variable renames the table's
+	// columns (orders AS o(a, b)): which of them is the distribution
+	// column is not known here, so none is taken for it.
+	renamed map[string]bool
+}
+
+// colAliases reports whether rv renames its table's columns.
+func colAliases(rv *pg_query.RangeVar) bool {
+	return rv.Alias != nil && len(rv.Alias.Colnames) > 0
 }
 
 func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	b.scope = map[string]*metadata.Table{}
 	b.topLevel = map[*pg_query.RangeVar]bool{}
 	b.outerQuals = nil
+	b.renamed = nil
 	var quals []*pg_query.Node
 	readOnly := false
 	var insert *pg_query.InsertStmt
@@ -627,6 +644,11 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				if isUnsupported(err) {
 					return b.gather(stmt, err)
 				}
+				if err == nil && plan.Scatter != nil && plan.Scatter.Merge.Kind == SQLMerge && !plan.Scatter.Merge.Gather {
+					if fb, ferr := b.gather(stmt, errNoFallback); ferr == nil {
+						plan.Fallback, plan.GatherFallback = fb, true
+					}
+				}
 				return plan, err
 			}
 			if insert == nil && target != nil && target.Kind == metadata.Distributed {
@@ -746,6 +768,9 @@ func (b *builder) inScope(t *metadata.Table) bool {
 	return false
 }
 
+// errNoFallback: a multi-shard query cannot also be planned by gathering.
+var errNoFallback = errors.New("no gathering plan")
+
 // isUnsupported reports whether err is a refusal (0A000).
 func isUnsupported(err error) bool {
 	var pe *pgerr.Error
@@ -850,7 +875,7 @@ func (b *builder) distOccurrences(n *pg_query.Node, col string) []string {
 	if rv.Alias != nil && rv.Alias.Aliasname != "" {
 		name = rv.Alias.Aliasname
 	}
-	if t := b.scope[name]; t != nil && t.Kind == metadata.Distributed && t.DistColumn == col {
+	if t := b.scope[name]; t != nil && t.Kind == metadata.Distributed && t.DistColumn == col && !b.renamed[name] {
 		return []string{name}
 	}
 	return nil
@@ -870,6 +895,12 @@ func (b *builder) addRangeVar(rv *pg_query.RangeVar) *metadata.Table {
 		name = rv.Alias.Aliasname
 	}
 	b.scope[name] = t
+	if colAliases(rv) {
+		if b.renamed == nil {
+			b.renamed = map[string]bool{}
+		}
+		b.renamed[name] = true
+	}
 	return t
 }
 
@@ -1056,6 +1087,9 @@ func (b *builder) distColumn(n *pg_query.Node) (string, bool) {
 	occ := ""
 	switch len(parts) {
 	case 1:
+		if len(b.renamed) > 0 {
+			return "", false // the name may be a renamed column's
+		}
 		for name, cand := range b.scope {
 			if cand.Kind == metadata.Distributed && cand.DistColumn == col {
 				if t != nil {
@@ -1068,7 +1102,7 @@ func (b *builder) distColumn(n *pg_query.Node) (string, bool) {
 		occ = parts[len(parts)-2]
 		t = b.scope[occ]
 	}
-	if t == nil || t.Kind != metadata.Distributed || t.DistColumn != col {
+	if t == nil || t.Kind != metadata.Distributed || t.DistColumn != col || b.renamed[occ] {
 		return "", false
 	}
 	return occ + "." + col, true
