@@ -185,8 +185,8 @@ type Plan struct {
 	// (Printed as GatherFallback: a gathering plan is printed elsewhere.)
 	Fallback       *Plan `json:"-"`
 	GatherFallback bool  `json:"gather_fallback,omitempty"`
-	stmt        *pg_query.Node
-	b           *builder
+	stmt           *pg_query.Node
+	b              *builder
 	// Copy: the COPY's columns and format (CopyIn).
 	Copy *CopyOptions `json:"copy,omitempty"`
 	// Unqualified: a catalog table is named without its schema and was
