@@ -185,13 +185,13 @@ func TestMultiStatementString(t *testing.T) {
 	}
 	both("SELECT count(*) FROM {t} WHERE id = 40")
 
-	// A statement refused after others of the string ran (here a
-	// multi-row INSERT over several shards in a transaction block) ends the
+	// A statement refused after others of the string ran (a multi-row
+	// INSERT over several shards with now(), DDL in a transaction) ends the
 	// string like any error: what ran before it is rolled back.
 	before := runString(t, pc, notices, "SELECT * FROM ms ORDER BY id")
 	for _, q := range []string{
-		"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms WHERE v LIKE '%?'; INSERT INTO ms VALUES (60, 'a'), (61, 'b'), (62, 'c'), (63, 'd')",
-		"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); SELECT count(*) FROM ms",
+		"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms WHERE v LIKE '%?'; INSERT INTO ms VALUES (60, now()::text), (61, now()::text), (62, 'c'), (63, 'd')",
+		"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); ALTER TABLE ms ADD COLUMN z int",
 	} {
 		got := runString(t, pc, notices, q)
 		if got.Status != 'I' || got.Results[len(got.Results)-1] != "error 0A000" {
