@@ -340,6 +340,7 @@ func TestGatherTypes(t *testing.T) {
 	testTable(t, c, "gxml", "(id int PRIMARY KEY, x xml)", "SELECT create_distributed_table('gxml', 'id', shard_count => 4)")
 	testTable(t, c, "gone", "(id int PRIMARY KEY)", "SELECT create_distributed_table('gone', 'id', shard_count => 4)")
 	testTable(t, c, "gflt", "(id int PRIMARY KEY, f float8[], p point[])", "SELECT create_distributed_table('gflt', 'id', shard_count => 4)")
+	testTable(t, c, "gdts", "(id int PRIMARY KEY, d date[])", "SELECT create_distributed_table('gdts', 'id', shard_count => 4)")
 	exec(t, c, "INSERT INTO gdom (id, p) VALUES (1, 5), (2, 6)")
 	exec(t, c, `INSERT INTO gxml (id, x) VALUES (1, '<?xml version="1.0" encoding="ISO-8859-1"?><a>x</a>')`)
 	exec(t, c, "INSERT INTO gone (id) VALUES (1), (2), (3)")
@@ -353,7 +354,8 @@ func TestGatherTypes(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT pg_typeof(p)::text, count(DISTINCT id) FROM gdom GROUP BY 1", pgx.QueryExecModeSimpleProtocol).Scan(&typ, &n2); err != nil || typ != "gposint" || n2 != 2 {
 		t.Errorf("a gathered domain column: %s %d, %v; want gposint 2", typ, n2, err)
 	}
-	for _, q := range []string{"SELECT x::text, rank() OVER (ORDER BY id) FROM gxml", "SELECT f, count(*) OVER () FROM gflt", "SELECT id, count(*) OVER () FROM gflt"} {
+	for _, q := range []string{"SELECT x::text, rank() OVER (ORDER BY id) FROM gxml", "SELECT f, count(*) OVER () FROM gflt", "SELECT id, count(*) OVER () FROM gflt",
+		"SELECT count(DISTINCT d) FROM gdts"} {
 		if _, err := c.Exec(ctx, q); sqlState(err) != "0A000" {
 			t.Errorf("%s: %v, want 0A000", q, err)
 		}

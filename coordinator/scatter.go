@@ -1374,12 +1374,13 @@ var textShipped = "(t.typtype = 'e' " +
 
 // plainBuiltin: a built-in base type whose text reads back as the same
 // value under the settings the merge shares with the workers: not a float
-// or geometric type (extra_float_digits), timestamptz or timetz (a
-// DateStyle may print zone abbreviations), xml (its text drops an
-// encoding declaration), or an array.
+// or geometric type (extra_float_digits), a date/time type (a DateStyle
+// with the YMD order prints dates it does not read back; zone
+// abbreviations), xml (its text drops an encoding declaration), or an
+// array.
 func plainBuiltin(t string) string {
-	return "(" + t + ".typtype = 'b' AND " + t + ".typnamespace = 'pg_catalog'::pg_catalog.regnamespace AND " + t + ".typcategory NOT IN ('A', 'G') AND " +
-		t + ".typname NOT IN ('float4', 'float8', 'aclitem', 'xml', 'timestamptz', 'timetz') AND " + t + ".typinput <> 0)"
+	return "(" + t + ".typtype = 'b' AND " + t + ".typnamespace = 'pg_catalog'::pg_catalog.regnamespace AND " + t + ".typcategory NOT IN ('A', 'G', 'D') AND " +
+		t + ".typname NOT IN ('float4', 'float8', 'aclitem', 'xml') AND " + t + ".typinput <> 0)"
 }
 
 // checkEncoding refuses gathering text in a client_encoding other than the
