@@ -32,6 +32,7 @@ type multiOut struct {
 	start   int
 	scanned int
 	failed  bool
+	flushes int // how many times ss.out was sent and emptied
 }
 
 // scan reads the frames of out from m.scanned on.
@@ -69,7 +70,8 @@ func (ss *session) multiStatement(parts []planner.Part) error {
 	ss.multi = m
 	defer func() { ss.multi = nil }()
 	implicit, failed := false, false
-	for _, pt := range parts {
+	var held []byte // the last statement's CommandComplete, sent after the commit
+	for k, pt := range parts {
 		switch {
 		case implicit && pt.Txn == planner.TxnBegin:
 			if pt.Options {
@@ -101,12 +103,24 @@ func (ss *session) multiStatement(parts []planner.Part) error {
 		if failed {
 			break
 		}
+		begin, flushes := len(ss.out), m.flushes
 		if stop, err := ss.partRun(pt.SQL, false); stop {
 			return err
 		}
 		if m.failed {
 			failed = true
 			break
+		}
+		if k == len(parts)-1 && implicit {
+			// As PostgreSQL: the implicit transaction commits before the
+			// last statement's CommandComplete, so that an error of the
+			// commit comes instead of it, not after it.
+			if m.flushes != flushes {
+				begin = 0
+			}
+			held = takeLastTag(ss.out, begin)
+			ss.out = ss.out[:len(ss.out)-len(held)]
+			m.start, m.scanned = len(ss.out), len(ss.out)
 		}
 	}
 	if implicit {
@@ -119,9 +133,32 @@ func (ss *session) multiStatement(parts []planner.Part) error {
 		if stop, err := ss.partRun(end, true); stop {
 			return err
 		}
+		if !m.failed {
+			ss.out = append(ss.out, held...)
+		}
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
+}
+
+// takeLastTag returns a copy of the CommandComplete frame that ends
+// out[from:], or nil.
+func takeLastTag(out []byte, from int) []byte {
+	last := -1
+	for r := from; r+5 <= len(out); {
+		n := 1 + int(binary.BigEndian.Uint32(out[r+1:]))
+		if r+n > len(out) {
+			return nil
+		}
+		if out[r] == 'C' && r+n == len(out) {
+			last = r
+		}
+		r += n
+	}
+	if last < 0 {
+		return nil
+	}
+	return append([]byte(nil), out[last:]...)
 }
 
 // partRun runs one statement of a query string of several through

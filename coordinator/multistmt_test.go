@@ -174,6 +174,45 @@ func TestMultiStatementString(t *testing.T) {
 	both("SELECT * FROM {t}; SELECT 1")
 	both("ROLLBACK")
 	both("ROLLBACK; INSERT INTO {t} VALUES (32, 'u'); SELECT count(*) FROM {t}")
+	// A transaction failed by the coordinator's own refusal or a
+	// multi-shard error ends with a string that starts with ROLLBACK, whose
+	// next statements run (adversary: 25P02 for the whole string).
+	for _, fail := range []string{"SELECT count(*) / 0 FROM {t}", "SELECT * FROM {t} FOR UPDATE"} {
+		for _, end := range []string{"ROLLBACK; SELECT 3", "COMMIT; SELECT 3", "ABORT; SELECT count(*) FROM {t}"} {
+			got, want := runString(t, pc, notices, "BEGIN"), runString(t, po, onotices, "BEGIN")
+			got = runString(t, pc, notices, fleet.Replace(fail))
+			want = runString(t, po, onotices, oracle.Replace("SELECT 1/0"))
+			if got.Status != 'E' || want.Status != 'E' {
+				t.Fatalf("%s: %+v / %+v", fail, got, want)
+			}
+			got, want = runString(t, pc, notices, fleet.Replace(end)), runString(t, po, onotices, oracle.Replace(end))
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s then %s:\n got %+v\nwant %+v (plain PostgreSQL)", fail, end, got, want)
+			}
+		}
+	}
+	// An error at the implicit transaction's commit (a deferred
+	// constraint) comes instead of the last statement's CommandComplete.
+	for _, tb := range []string{"msd", "msdo"} {
+		exec(t, c, "DROP TABLE IF EXISTS "+tb)
+		exec(t, c, "CREATE TABLE "+tb+" (k int, u int, CONSTRAINT "+tb+"_u UNIQUE (k, u) DEFERRABLE INITIALLY DEFERRED)")
+		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+tb) })
+	}
+	exec(t, c, "SELECT create_distributed_table('msd', 'k', shard_count => 4)")
+	for _, tb := range []string{"msd", "msdo"} {
+		exec(t, c, "INSERT INTO "+tb+" VALUES (2, 1)")
+	}
+	dfleet, doracle := strings.NewReplacer("{d}", "msd"), strings.NewReplacer("{d}", "msdo")
+	for _, q := range []string{
+		"INSERT INTO {d} VALUES (2, 1); SELECT 42",
+		"SELECT 41; INSERT INTO {d} VALUES (2, 1)",
+		"SELECT count(*) FROM {d}; INSERT INTO {d} VALUES (2, 1)",
+	} {
+		got, want := runString(t, pc, notices, dfleet.Replace(q)), runString(t, po, onotices, doracle.Replace(q))
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v (plain PostgreSQL)", q, got, want)
+		}
+	}
 	// Inside a block the client opened, the statements join it.
 	for _, tb := range []string{"ms", "mso"} {
 		runString(t, pc, notices, "BEGIN")

@@ -74,7 +74,7 @@ func (ss *session) writeInTxnSimple(what string, byNode map[int32][]string, orde
 	if werr != nil {
 		// The worker's transaction failed: so does the client's.
 		ss.txFailed = true
-		ss.out = wire.AppendFrame(ss.out, 'E', werr)
+		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), werr))
 	} else {
 		ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
 	}
@@ -330,7 +330,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 			return nil
 		case werr != nil:
 			ss.txFailed = true
-			ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'E', werr)...)})
+			ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'E', userNamesBody(ss.srv.catalog.Load(), werr))...)})
 			ss.skipping = true
 			return nil
 		}

@@ -253,6 +253,7 @@ func (ss *session) flush() error {
 	if ss.multi != nil {
 		ss.multi.scan(ss.out)
 		ss.multi.start, ss.multi.scanned = 0, 0
+		ss.multi.flushes++
 	}
 	_, err := ss.conn.Write(ss.out)
 	if cap(ss.out) > 1<<20 {
@@ -876,7 +877,8 @@ func (ss *session) simpleQuery(body []byte) error {
 	cls := classify(ctext)
 	if cls.count > 1 && ss.routes {
 		if snap := ss.srv.catalog.Load(); snap != nil {
-			if parts := planner.Split(ctext, snap); parts != nil {
+			failed := ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E'
+			if parts := planner.Split(ctext, snap, failed); parts != nil {
 				return ss.multiStatement(parts)
 			}
 		}

@@ -792,7 +792,7 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	case last.werr != nil:
 		ss.txFailed = true
 		ss.out = append(ss.out, last.msgs...)
-		ss.out = wire.AppendFrame(ss.out, 'E', last.werr)
+		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), last.werr))
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
 		return nil
 	}

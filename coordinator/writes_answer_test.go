@@ -280,3 +280,55 @@ func TestRenamedColumns(t *testing.T) {
 	}
 	gatherBoth(t, c, fleet, oracle, "SELECT * FROM {i} ORDER BY cid, iid", simple)
 }
+
+// TestWorkerErrorsInTransactions: a worker's error in a multi-row INSERT
+// over several shards, a multi-shard write or a reference-table write
+// inside a transaction block (or a query string of several statements),
+// and a deferred constraint's error at the commit of a write over several
+// workers, reach the client as PostgreSQL gives them (adversary: the
+// shard's constraint name, and "cannot prepare the transaction on node
+// ..." before the message).
+func TestWorkerErrorsInTransactions(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	testTable(t, c, "wt", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('wt', 'k', shard_count => 4)")
+	testTable(t, c, "wtr", "(k int PRIMARY KEY, v int)", "SELECT create_reference_table('wtr')")
+	testTable(t, c, "wtd", "(k int, u int, CONSTRAINT wtd_u UNIQUE (k, u) DEFERRABLE INITIALLY DEFERRED)", "SELECT create_distributed_table('wtd', 'k', shard_count => 4)")
+	plainTables(t, c, "wto (k int PRIMARY KEY, v int)", "wtro (k int PRIMARY KEY, v int)", "wtdo (k int, u int, CONSTRAINT wtdo_u UNIQUE (k, u) DEFERRABLE INITIALLY DEFERRED)")
+	for _, q := range []string{"INSERT INTO {t} VALUES (1, 1), (2, 2), (3, 3)", "INSERT INTO {r} VALUES (1, 1)", "INSERT INTO {d} VALUES (2, 1)"} {
+		for _, names := range []*strings.Replacer{strings.NewReplacer("{t}", "wt", "{r}", "wtr", "{d}", "wtd"), strings.NewReplacer("{t}", "wto", "{r}", "wtro", "{d}", "wtdo")} {
+			exec(t, c, names.Replace(q))
+		}
+	}
+	pc, _ := noticeConn(t, srv.Addr())
+	un := strings.NewReplacer("wtdo", "wtd", "wtro", "wtr", "wto", "wt")
+	errOf := func(q string, names *strings.Replacer) string {
+		ctx := context.Background()
+		_, err := pc.Exec(ctx, names.Replace(q)).ReadAll()
+		status := pc.TxStatus()
+		if _, rerr := pc.Exec(ctx, "ROLLBACK").ReadAll(); rerr != nil {
+			t.Fatalf("ROLLBACK after %s: %v", q, rerr)
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return fmt.Sprintf("no error: %v", err)
+		}
+		return fmt.Sprintf("%s %q %q %q %c", pe.Code, un.Replace(pe.Message), un.Replace(pe.Detail), un.Replace(pe.ConstraintName), status)
+	}
+	fleet := strings.NewReplacer("{t}", "wt", "{r}", "wtr", "{d}", "wtd")
+	oracle := strings.NewReplacer("{t}", "wto", "{r}", "wtro", "{d}", "wtdo")
+	for _, q := range []string{
+		"BEGIN; INSERT INTO {t} VALUES (5, 5), (6, 6), (1, 7)",
+		"BEGIN; UPDATE {t} SET v = 1 / (k - 2)",
+		"BEGIN; INSERT INTO {r} VALUES (1, 1)",
+		"INSERT INTO {t} VALUES (7, 7), (8, 8), (2, 9) RETURNING k",
+		"INSERT INTO {d} VALUES (2, 1), (3, 77), (4, 78)",
+		"BEGIN; INSERT INTO {d} VALUES (2, 1); INSERT INTO {d} VALUES (3, 77); COMMIT",
+	} {
+		got, want := errOf(q, fleet), errOf(q, oracle)
+		if got != want {
+			t.Errorf("%s:\n got %s\nwant %s (plain PostgreSQL)", q, got, want)
+		}
+	}
+}

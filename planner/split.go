@@ -41,7 +41,11 @@ type Part struct {
 // the string. Otherwise (one statement, none of pgfleet's, or a string that
 // does not parse: the worker reports its syntax error before running
 // anything, as PostgreSQL would) it returns nil.
-func Split(sql string, cat *metadata.Snapshot) []Part {
+//
+// With force, it returns the statements of any string of several that
+// parses (a session whose transaction failed runs them one at a time, so
+// that a leading ROLLBACK ends it as PostgreSQL's does).
+func Split(sql string, cat *metadata.Snapshot, force bool) []Part {
 	tree, err := pg_query.Parse(sql)
 	if err != nil || len(tree.Stmts) < 2 {
 		return nil
@@ -86,7 +90,7 @@ func Split(sql string, cat *metadata.Snapshot) []Part {
 		}
 		parts = append(parts, pt)
 	}
-	if !needed {
+	if !needed && !force {
 		return nil
 	}
 	return parts

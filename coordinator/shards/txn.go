@@ -144,7 +144,9 @@ func (g *group) prepare(ctx context.Context) error {
 		tag, err := tx.conn.Exec(ctx, "PREPARE TRANSACTION '"+tx.gid+"'")
 		if err != nil {
 			tx.done = true // a failed PREPARE rolls the transaction back
-			return g.nodes.wrap(err, "cannot prepare the transaction on node %s", g.nodes.describe(tx.node))
+			// A deferred constraint or trigger fails here: its error as
+			// PostgreSQL gives it at COMMIT.
+			return g.nodes.stmtErr(err, "cannot prepare the transaction on node %s", g.nodes.describe(tx.node))
 		}
 		if tag.String() != "PREPARE TRANSACTION" {
 			// PREPARE of a transaction that had failed rolls it back.
