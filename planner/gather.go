@@ -294,7 +294,7 @@ func wholeRows(s *pg_query.SelectStmt, aliases []string) error {
 		whole := len(f) == 1 && name != ""
 		star := len(f) == 2 && f[1].GetAStar() != nil && !top[cr]
 		if last := f[len(f)-1].GetString_().GetSval(); systemColumn[last] {
-			err = unsupported("system column %s in a multi-shard query that gathers rows is not supported", last).
+			err = unsupported("system column %s in a multi-shard query is not supported: each shard has its own", last).
 				WithHint("Name it in a query pinned to one shard.")
 			return
 		}

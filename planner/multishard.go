@@ -161,6 +161,18 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	if err != nil {
 		return nil, err
 	}
+	// Each shard's table has its own row type and system columns: a whole
+	// row as a value would not combine across shards (UNION of different
+	// row types), ctid would repeat.
+	var aliases []string
+	for name, t := range b.scope {
+		if t.Kind == metadata.Distributed {
+			aliases = append(aliases, name)
+		}
+	}
+	if err := wholeRows(sel, aliases); err != nil {
+		return nil, err
+	}
 	for _, n := range []*pg_query.Node{sel.LimitCount, sel.LimitOffset} {
 		if n != nil && hasSubLink(n) {
 			return nil, unsupported("a subquery in LIMIT or OFFSET of a multi-shard query is not supported").
