@@ -48,11 +48,17 @@ func (ss *session) explainScatter(p *planner.Plan, lits []literal) error {
 		lines = append(lines, fmt.Sprintf("  Worker %s: shards %s", ss.srv.nodeAddr(w.Node), shardList(w.Shards)))
 	}
 	lines = append(lines, fmt.Sprintf("  Plan of worker %s:", ss.srv.nodeAddr(node)))
+	return ss.explainOn(p, lines, x.Workers[first].SQL, lits, node)
+}
+
+// explainOn sends the coordinator's lines of an EXPLAIN, then the
+// worker's own EXPLAIN of its statement sql, relayed as the plan of a
+// routed statement is.
+func (ss *session) explainOn(p *planner.Plan, lines []string, sql string, lits []literal, node int32) error {
 	var inject []byte
 	for _, l := range lines {
 		inject = append(inject, explainRow(l)...)
 	}
-	sql := x.Workers[first].SQL
 	if lits != nil {
 		sql, _ = spliceLiterals(sql, lits) // some may be the merge's alone
 	}
@@ -60,6 +66,35 @@ func (ss *session) explainScatter(p *planner.Plan, lits []literal) error {
 	body := append(append(ss.qbuf[:0], p.ExplainPrefix+sql...), 0)
 	ss.qbuf = body
 	return ss.relayCycle('Q', body, nil, node)
+}
+
+// explainMultiWrite answers EXPLAIN (text, without ANALYZE) of a
+// multi-shard UPDATE, DELETE or INSERT ... SELECT: the workers and their
+// shards, then the plan of the first shard's statement on its worker.
+func (ss *session) explainMultiWrite(p *planner.Plan, lits []literal) error {
+	what, _, _ := strings.Cut(p.ShardSQL[0], " ")
+	snap := ss.srv.catalog.Load()
+	all := snap.Shards[p.DistTable]
+	if len(all) != len(p.ShardSQL) || len(all) == 0 || len(all[0].Nodes) == 0 {
+		return ss.queryError(errCatalogMoved)
+	}
+	byNode := map[int32][]int{}
+	var nodes []int32
+	for i, sh := range all {
+		n := sh.Nodes[0]
+		if _, ok := byNode[n]; !ok {
+			nodes = append(nodes, n)
+		}
+		byNode[n] = append(byNode[n], i)
+	}
+	lines := []string{fmt.Sprintf("pgfleet multi-shard %s of %s: %d workers, %d shards, one statement per shard, committed together (two-phase commit)",
+		what, p.DistTable, len(nodes), len(all))}
+	for _, n := range nodes {
+		lines = append(lines, fmt.Sprintf("  Worker %s: shards %s", ss.srv.nodeAddr(n), shardList(byNode[n])))
+	}
+	node := all[0].Nodes[0]
+	lines = append(lines, fmt.Sprintf("  Plan of shard 0 on worker %s:", ss.srv.nodeAddr(node)))
+	return ss.explainOn(p, lines, p.ShardSQL[0], lits, node)
 }
 
 // shardList is shard indexes as EXPLAIN shows them: 0, 2, 4.

@@ -989,6 +989,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	case planner.InsertSplit:
 		return ss.insertSplit(p, lits, text)
 	case planner.MultiShardWrite:
+		if p.Explain {
+			return ss.explainMultiWrite(p, lits)
+		}
 		return ss.multiShardWrite(p, lits, text)
 	case planner.CopyOut:
 		return ss.copyOut(p, lits, text)

@@ -1587,7 +1587,7 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard {
+	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard && p.Kind != MultiShardWrite {
 		return nil, unsupported("EXPLAIN of this statement is not supported yet").
 			WithHint("EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
 	}
@@ -1605,12 +1605,13 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 			p.ExplainText = strings.EqualFold(val, "text")
 		}
 	}
-	if p.Kind == MultiShard {
-		// The coordinator describes the merge and the workers, and the
-		// first worker explains its statement (ExplainPrefix before it).
+	if p.Kind == MultiShard || p.Kind == MultiShardWrite {
+		// The coordinator describes the merge (or the write) and the
+		// workers, and the first worker explains its statement
+		// (ExplainPrefix before it).
 		if p.ExplainAnalyze || !p.ExplainText {
-			return nil, unsupported("EXPLAIN ANALYZE, or EXPLAIN in a format other than text, of a multi-shard query is not supported yet").
-				WithHint("Use EXPLAIN without ANALYZE in text format, or run the query itself.")
+			return nil, unsupported("EXPLAIN ANALYZE, or EXPLAIN in a format other than text, of a multi-shard statement is not supported yet").
+				WithHint("Use EXPLAIN without ANALYZE in text format, or run the statement itself.")
 		}
 		one := proto.Clone(ex).(*pg_query.ExplainStmt)
 		one.Query = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
