@@ -2,14 +2,12 @@ package coordinator_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -92,10 +90,7 @@ func TestInsertSelect(t *testing.T) {
 		"INSERT INTO isd (id, g) SELECT id, 1 FROM iss ON CONFLICT (id, g) DO UPDATE SET total = (SELECT max(v) FROM iss)",
 	} {
 		_, err := c.Exec(ctx, q, simple)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
-			t.Errorf("%s: %v, want 0A000 with a hint", q, err)
-		}
+		wantRefusal(t, q, err)
 	}
 	same("refusals")
 }

@@ -210,10 +210,7 @@ func TestMultiRowInsertAcrossShards(t *testing.T) {
 		"INSERT INTO mri (id, v, ts) VALUES (86, 'a', '2026-01-01'), (87, 'b', '2026-01-01'), (88, 'c', '2026-01-01') ON CONFLICT DO NOTHING RETURNING id",
 	} {
 		_, err := c.Exec(ctx, q, simple)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
-			t.Errorf("%s: %v, want 0A000 with a hint", q, err)
-		}
+		wantRefusal(t, q, err)
 	}
 	if n := queryString(t, c, "SELECT count(*)::text FROM mri WHERE id >= 70"); n != "0" {
 		t.Errorf("refused INSERTs left %s rows", n)
@@ -273,10 +270,7 @@ func TestRenamedColumns(t *testing.T) {
 		"DELETE FROM rci i USING rco AS o(oid, cid) WHERE o.cid = i.cid AND i.cid < 3",
 	} {
 		_, err := c.Exec(ctx, q, simple)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
-			t.Errorf("%s: %v, want 0A000 with a hint", q, err)
-		}
+		wantRefusal(t, q, err)
 	}
 	gatherBoth(t, c, fleet, oracle, "SELECT * FROM {i} ORDER BY cid, iid", simple)
 }
@@ -330,5 +324,14 @@ func TestWorkerErrorsInTransactions(t *testing.T) {
 		if got != want {
 			t.Errorf("%s:\n got %s\nwant %s (plain PostgreSQL)", q, got, want)
 		}
+	}
+}
+
+// wantRefusal fails the test unless err is a refusal: 0A000 with a hint.
+func wantRefusal(t *testing.T, what string, err error) {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+		t.Errorf("%s: %v, want 0A000 with a hint", what, err)
 	}
 }
