@@ -161,16 +161,7 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	if err != nil {
 		return nil, err
 	}
-	// Each shard's table has its own row type and system columns: a whole
-	// row as a value would not combine across shards (UNION of different
-	// row types), ctid would repeat.
-	var aliases []string
-	for name, t := range b.scope {
-		if t.Kind == metadata.Distributed {
-			aliases = append(aliases, name)
-		}
-	}
-	if err := wholeRows(sel, aliases); err != nil {
+	if err := b.shardRows(sel); err != nil {
 		return nil, err
 	}
 	for _, n := range []*pg_query.Node{sel.LimitCount, sel.LimitOffset} {
@@ -403,6 +394,36 @@ func (b *builder) checkJoins(n *pg_query.Node) error {
 			WithHint("Put the distributed table on the preserved side (FROM dist LEFT JOIN ref), or pin the query to one shard.")
 	}
 	return nil
+}
+
+// shardRows refuses what differs from shard to shard in a multi-shard
+// query's rows: a whole row of a distributed table in the select list
+// (each shard's row type is its own, and the shards' rows would not
+// combine), and system columns (each shard has its own ctid (0,1)). A
+// whole row inside an expression (t::text, row_to_json(t)) reads the same
+// on every shard.
+func (b *builder) shardRows(sel *pg_query.SelectStmt) error {
+	for _, rt := range sel.TargetList {
+		cr := rt.GetResTarget().GetVal().GetColumnRef()
+		if cr == nil || len(cr.Fields) != 1 {
+			continue
+		}
+		name := cr.Fields[0].GetString_().GetSval()
+		if t := b.scope[name]; t != nil && t.Kind == metadata.Distributed {
+			return unsupported("the whole row of %s as a column of a multi-shard query is not supported: each shard's row type is its own", name).
+				WithHint("Select %s.* or name the columns.", name)
+		}
+	}
+	var err error
+	Walk(sel, func(m proto.Message) {
+		if cr, ok := m.(*pg_query.ColumnRef); ok && err == nil {
+			if last := cr.Fields[len(cr.Fields)-1].GetString_().GetSval(); systemColumn[last] {
+				err = unsupported("system column %s in a multi-shard query is not supported: each shard has its own", last).
+					WithHint("Name it in a query pinned to one shard.")
+			}
+		}
+	})
+	return err
 }
 
 // checkOccurrences refuses a distributed table read more than once (a
