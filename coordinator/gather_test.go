@@ -669,6 +669,15 @@ func TestGatherTextColumns(t *testing.T) {
 			gatherBoth(t, c, fleet, oracle, q, mode)
 		}
 	}
+	// An enum parameter over the extended protocol: the enum has another
+	// OID on each worker (adversary: 42883 operator does not exist, the
+	// first worker's OID sent to the others).
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec} {
+		gatherBoth(t, c, fleet, oracle, "SELECT id FROM {t} WHERE mood = $1 ORDER BY id", mode, "ok")
+		gatherBoth(t, c, fleet, oracle, "SELECT count(*), min(id) FROM {t} WHERE mood = $1", mode, "happy")
+		gatherBoth(t, c, fleet, oracle, "SELECT id, $1::gmood FROM {t} WHERE id < 3 ORDER BY id", mode, "sad")
+		gatherBoth(t, c, fleet, oracle, "SELECT count(DISTINCT tenant) FROM {t} WHERE mood = $1", mode, "ok")
+	}
 	// A merge of the shards' partial results cannot sort or group by such
 	// values, nor by a column of another collation, nor combine a
 	// user-defined aggregate: the query gathers instead (its plan's

@@ -727,12 +727,12 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 		return nil, err
 	}
 	b := sc.Buf()
-	tail := st.paramTail
+	tail := workerParamTail(paramOIDs(st.paramTail), p.ShardSQL[0])
 	if old != nil {
 		// Described again (a table may have changed): with the parameter
 		// types clients were given, which stay, as PostgreSQL keeps a
 		// prepared statement's.
-		tail = paramTail(old.paramOIDs)
+		tail = workerParamTail(old.paramOIDs, p.ShardSQL[0])
 	}
 	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL[0]...), 0), tail...))
 	b = wire.AppendFrame(b, 'D', []byte{'S', 0})
@@ -789,13 +789,12 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	// Statements of their own (not interned by text): a server connection
 	// that prepared the text for an older description (before the table
 	// changed) must not run it for this one.
-	tail = paramTail(d.paramOIDs)
 	for _, w := range p.Scatter.Workers {
-		d.workers = append(d.workers, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), tail...)))
+		d.workers = append(d.workers, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), workerParamTail(d.paramOIDs, w.SQL)...)))
 	}
 	if p.Fallback != nil {
 		for _, w := range p.Fallback.Scatter.Workers {
-			d.fallback = append(d.fallback, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), tail...)))
+			d.fallback = append(d.fallback, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), workerParamTail(d.paramOIDs, w.SQL)...)))
 		}
 	}
 	sp.scatter.Store(d)
@@ -844,6 +843,46 @@ func paramTail(oids []uint32) []byte {
 		b = binary.BigEndian.AppendUint32(b, o)
 	}
 	return b
+}
+
+// workerParamTail is paramTail for a worker's statement sql: a type that
+// is not built in has another OID on each worker (types are created on
+// each, in its own OID sequence, and may have been dropped and created
+// again since a statement was described), so it is left for the worker to
+// infer from the statement, as the first one did; a parameter the
+// statement does not use (a gathering's statements use none) is text,
+// which takes any value.
+func workerParamTail(oids []uint32, sql string) []byte {
+	w := make([]uint32, len(oids))
+	for i, o := range oids {
+		switch {
+		case o < firstNormalOID:
+			w[i] = o
+		case usesParam(sql, i+1):
+			w[i] = 0
+		default:
+			w[i] = oidText
+		}
+	}
+	return paramTail(w)
+}
+
+// usesParam reports whether sql has the parameter $k (by its text: a $k
+// inside a string constant counts too, which leaves its type to infer).
+func usesParam(sql string, k int) bool {
+	p := "$" + strconv.Itoa(k)
+	for i := strings.Index(sql, p); i >= 0; {
+		end := i + len(p)
+		if end == len(sql) || sql[end] < '0' || sql[end] > '9' {
+			return true
+		}
+		j := strings.Index(sql[end:], p)
+		if j < 0 {
+			return false
+		}
+		i = end + j
+	}
+	return false
 }
 
 // firstShardNode is the node holding a multi-shard plan's first shard.
@@ -2021,7 +2060,11 @@ func (r *scatterRun) merge() error {
 			if k > len(r.port.desc.paramOIDs) {
 				return pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", k)
 			}
-			oids = append(oids, r.port.desc.paramOIDs[k-1])
+			oid := r.port.desc.paramOIDs[k-1]
+			if oid >= firstNormalOID {
+				oid = 0 // (workerParamTail)
+			}
+			oids = append(oids, oid)
 			v, format, isNull, ok := bindParam(r.port.params, k-1)
 			if !ok {
 				return pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
