@@ -249,8 +249,9 @@ func (c *scatterCache) generation() uint64 {
 // errResultChanged: the shards' statement no longer returns what the
 // client was told (a table changed). As on PostgreSQL, the client must
 // prepare the statement again; that Parse gets a fresh description.
-var errResultChanged = pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type").
-	WithHint("Prepare the statement again.")
+//
+// It is PostgreSQL's own error, word for word (no hint), not a refusal.
+var errResultChanged = &pgerr.Error{Severity: "ERROR", Code: pgerr.FeatureNotSupported, Message: "cached plan must not change result type"}
 
 // pgType is a built-in type: its name and its array type.
 type pgType struct {

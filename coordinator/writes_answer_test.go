@@ -319,6 +319,9 @@ func TestWorkerErrorsInTransactions(t *testing.T) {
 		"INSERT INTO {t} VALUES (7, 7), (8, 8), (2, 9) RETURNING k",
 		"INSERT INTO {d} VALUES (2, 1), (3, 77), (4, 78)",
 		"BEGIN; INSERT INTO {d} VALUES (2, 1); INSERT INTO {d} VALUES (3, 77); COMMIT",
+		// Rows on both workers: the deferred violation comes at PREPARE
+		// TRANSACTION, with its constraint and table (adversary: lost).
+		"BEGIN; INSERT INTO {d} VALUES (2, 1); INSERT INTO {d} VALUES (3, 77); INSERT INTO {d} VALUES (4, 78); INSERT INTO {d} VALUES (5, 79); INSERT INTO {d} VALUES (6, 80); COMMIT",
 	} {
 		got, want := errOf(q, fleet), errOf(q, oracle)
 		if got != want {

@@ -1584,7 +1584,16 @@ func writeTime(n proto.Message) string {
 func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	ex := stmt.GetExplainStmt()
 	p, err := b.plan(ex.Query)
-	if err != nil {
+	var cn *ColumnsNeeded
+	var vn *ValuesNeeded
+	switch {
+	case errors.As(err, &cn):
+		// The session completes such an INSERT from PostgreSQL only when
+		// it runs: EXPLAIN of it says what to write instead.
+		return nil, cn.err
+	case errors.As(err, &vn):
+		return nil, vn.err
+	case err != nil:
 		return nil, err
 	}
 	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard && p.Kind != MultiShardWrite {

@@ -54,8 +54,7 @@ func (c *ServerConn) run(sql string, deadline time.Time, onStatus, onRow func(bo
 			if first == nil {
 				var er pgproto3.ErrorResponse
 				_ = er.Decode(f.Body)
-				first = &pgconn.PgError{Severity: er.Severity, Code: er.Code, Message: er.Message,
-					Detail: er.Detail, Hint: er.Hint}
+				first = pgconn.ErrorResponseToPgError(&er) // every field: constraint, table, ...
 			}
 		case 'S':
 			c.NoteParameterStatus(f.Body)
