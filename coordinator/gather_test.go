@@ -691,6 +691,9 @@ func TestGatherTextColumns(t *testing.T) {
 		"SELECT id, moods FROM {t} ORDER BY moods DESC NULLS LAST, id LIMIT 3",
 		"SELECT code, count(*) FROM {t} GROUP BY code ORDER BY code",
 		"SELECT tenant, gconcat(note ORDER BY id) FROM {t} GROUP BY tenant ORDER BY tenant",
+		// Grouped by the distribution column, each shard aggregates: the
+		// aggregate exists on every worker (adversary: only on the first).
+		"SELECT id, gconcat(note) FROM {t} GROUP BY id ORDER BY id",
 		"SELECT note FROM {t} ORDER BY note COLLATE \"C\" NULLS FIRST, id",
 	} {
 		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeCacheStatement} {

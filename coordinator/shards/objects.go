@@ -18,7 +18,7 @@ import (
 // ObjectDDL recognises DDL on the objects tables' columns and queries are
 // made of: CREATE TYPE (enum, composite, range), ALTER TYPE (an enum's
 // values), CREATE DOMAIN, CREATE COLLATION, CREATE SCHEMA (without
-// elements), CREATE [OR REPLACE] FUNCTION/PROCEDURE and DROP of these
+// elements), CREATE [OR REPLACE] FUNCTION/PROCEDURE/AGGREGATE and DROP of these
 // (without CASCADE). Functions are created on the other nodes with
 // check_function_bodies off and where they can be (best effort). They run on
 // every node (RunObjectDDL), so that shards and their queries find them
@@ -40,6 +40,7 @@ var objectTypes = map[pg_query.ObjectType]bool{
 	pg_query.ObjectType_OBJECT_DOMCONSTRAINT: true, pg_query.ObjectType_OBJECT_COLLATION: true,
 	pg_query.ObjectType_OBJECT_SCHEMA: true, pg_query.ObjectType_OBJECT_FUNCTION: true,
 	pg_query.ObjectType_OBJECT_PROCEDURE: true, pg_query.ObjectType_OBJECT_ROUTINE: true,
+	pg_query.ObjectType_OBJECT_AGGREGATE: true,
 }
 
 // ClassifyObjectDDL is ObjectDDL for the coordinator: it returns the
@@ -127,6 +128,8 @@ func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok b
 	switch {
 	case n.GetCreateFunctionStmt() != nil:
 		return bestEffort()
+	case n.GetDefineStmt() != nil && n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_AGGREGATE:
+		return bestEffort() // as its state and final functions
 	case n.GetCreateEnumStmt() != nil, n.GetCompositeTypeStmt() != nil, n.GetCreateRangeStmt() != nil,
 		n.GetCreateDomainStmt() != nil:
 		return ignoreDuplicate()
@@ -261,7 +264,8 @@ func NewObject(n *pg_query.Node) bool {
 		n.GetCreateDomainStmt() != nil, n.GetCreateSchemaStmt() != nil:
 		return true
 	case n.GetDefineStmt() != nil:
-		return n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_COLLATION && !n.GetDefineStmt().Replace
+		k := n.GetDefineStmt().Kind
+		return (k == pg_query.ObjectType_OBJECT_COLLATION || k == pg_query.ObjectType_OBJECT_AGGREGATE) && !n.GetDefineStmt().Replace
 	}
 	return false
 }
