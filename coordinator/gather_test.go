@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -667,6 +668,22 @@ func TestGatherTextColumns(t *testing.T) {
 	} {
 		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheDescribe} {
 			gatherBoth(t, c, fleet, oracle, q, mode)
+		}
+	}
+	// A gathered query's notices (from a function it calls) reach the
+	// client as PostgreSQL sends them (adversary: dropped).
+	exec(t, c, "CREATE OR REPLACE FUNCTION gnote(int) RETURNS int LANGUAGE plpgsql AS $$BEGIN RAISE NOTICE 'row %', $1; RETURN $1; END$$")
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP FUNCTION IF EXISTS gnote(int)") })
+	pc, notices := noticeConn(t, c.PgConn().Conn().RemoteAddr().String())
+	for _, q := range []string{
+		"SELECT gnote(id), mood FROM {t} ORDER BY mood, id",
+		"SELECT count(DISTINCT gnote(tenant)) FROM {t}",
+	} {
+		got, want := runString(t, pc, notices, fleet.Replace(q)), runString(t, pc, notices, oracle.Replace(q))
+		slices.Sort(got.Notices)
+		slices.Sort(want.Notices)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v (plain PostgreSQL)", q, got, want)
 		}
 	}
 	// An enum parameter over the extended protocol: the enum has another

@@ -2207,6 +2207,12 @@ func (r *scatterRun) merge() error {
 			r.write('D', out)
 		case '1':
 			parsing = false
+		case 'N':
+			// The statement's own notices (a gathering evaluates the
+			// whole query here, functions that RAISE NOTICE included).
+			if merr == nil && !r.gone {
+				r.write('N', f.Body)
+			}
 		case 'E':
 			if parsing {
 				sc.Stmts.Drop(stmtName) // the Parse failed
