@@ -1275,7 +1275,7 @@ func (r *scatterRun) release() {
 // database's default.
 func (r *scatterRun) check() error {
 	x := r.x
-	if len(x.CheckFuncs) == 0 && len(x.CheckCollation) == 0 {
+	if len(x.CheckFuncs) == 0 && len(x.CheckCollation) == 0 && len(x.LimitFuncs) == 0 {
 		return nil
 	}
 	rt := r.ss.srv.scatter.get(r.p)
@@ -1365,6 +1365,25 @@ func (r *scatterRun) check() error {
 		rt.checkErr = &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
 			"the multi-shard query sorts, groups or compares column %s, whose collation is not the database default; merging its shards' results is not supported yet", *rows[0][1]).
 			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")}
+	}
+	if rt.checkErr == nil && len(x.LimitFuncs) > 0 {
+		// Each shard stops at the LIMIT on its own, evaluating the select
+		// list on more rows than PostgreSQL: a VOLATILE function there
+		// would run more often (its side effects, notices, nextval).
+		rows, err := queryText(sc, "SELECT pg_catalog.string_agg(DISTINCT proname::text, ', ') FROM pg_catalog.pg_proc WHERE provolatile = 'v' AND proname::text = ANY ("+
+			textArray(x.LimitFuncs)+")")
+		if err != nil {
+			rt.checked = false
+			if !errors.As(err, new(*workerError)) {
+				r.pending[r.descIdx] = true
+			}
+			return err
+		}
+		if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil {
+			rt.checkErr = &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
+				"the multi-shard query calls %s, a volatile function, in its select list under a LIMIT: each shard would call it on more rows than PostgreSQL does", *rows[0][0]).
+				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or call the function in a query of its own over the rows returned.")}
+		}
 	}
 	return rt.checkErr
 }

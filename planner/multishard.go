@@ -32,6 +32,11 @@ type Scatter struct {
 	// have another one.
 	CheckCollation []string `json:"check_collation,omitempty"`
 	CheckRelations []string `json:"check_relations,omitempty"`
+	// LimitFuncs: the functions the select list calls when each shard
+	// stops at the LIMIT on its own: a VOLATILE one among them would run
+	// on more rows than PostgreSQL's (which evaluates the select list
+	// after its LIMIT), so the plan's gathering fallback runs instead.
+	LimitFuncs []string `json:"limit_funcs,omitempty"`
 	// TxTime is a value the statement reads that PostgreSQL fixes for the
 	// whole transaction (now(), CURRENT_DATE, 'now'), "" if none: in a
 	// transaction block the statement's connections would each read their
@@ -219,6 +224,9 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	}
 	if !a.local {
 		sc.CheckFuncs = a.funcs()
+	}
+	if m.ShardLimit || m.Kind == Concat && m.Limit != nil {
+		sc.LimitFuncs = targetFuncs(sel)
 	}
 	sc.TxTime = txTime(stmt)
 	p.Scatter = sc
@@ -803,6 +811,25 @@ func (a *analysis) funcs() []string {
 		})
 	}
 	var out []string
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// targetFuncs lists the functions a select list calls, by name.
+func targetFuncs(sel *pg_query.SelectStmt) []string {
+	seen := map[string]bool{}
+	for _, t := range sel.TargetList {
+		Walk(t, func(m proto.Message) {
+			if fc, ok := m.(*pg_query.FuncCall); ok {
+				name, _ := funcName(fc)
+				seen[name] = true
+			}
+		})
+	}
+	out := make([]string, 0, len(seen))
 	for n := range seen {
 		out = append(out, n)
 	}

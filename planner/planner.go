@@ -644,7 +644,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				if isUnsupported(err) {
 					return b.gather(stmt, err)
 				}
-				if err == nil && plan.Scatter != nil && plan.Scatter.Merge.Kind == SQLMerge && !plan.Scatter.Merge.Gather {
+				if err == nil && plan.Scatter != nil && !plan.Scatter.Merge.Gather &&
+					(plan.Scatter.Merge.Kind == SQLMerge || len(plan.Scatter.LimitFuncs) > 0) {
 					if fb, ferr := b.gather(stmt, errNoFallback); ferr == nil {
 						plan.Fallback, plan.GatherFallback = fb, true
 					}
