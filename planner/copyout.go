@@ -55,14 +55,28 @@ func (b *builder) copyOut(c *pg_query.CopyStmt, t *metadata.Table) (*Plan, error
 	}
 	p := &Plan{Kind: CopyOut, Tables: []string{t.Name}, DistTable: t.Name, DistType: t.DistType, ReadOnly: true,
 		Scatter: &Scatter{Table: t.Name}}
-	for i, w := range selects {
+	base := proto.Clone(c).(*pg_query.CopyStmt)
+	base.Relation, base.Attlist = nil, nil
+	p.Scatter.Workers, err = b.copyWorkers(base, header, selects, unsupported("COPY %s TO STDOUT cannot be rewritten for its shards", t.Name).
+		WithHint("Use COPY (SELECT ...) TO STDOUT with psql, or SELECT the rows."))
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// copyWorkers is, for each worker's query, COPY (query) with c's options
+// (HEADER, the option at index header, on the first worker only); refuse
+// when a worker's query does not parse back.
+func (b *builder) copyWorkers(c *pg_query.CopyStmt, header int, workers []WorkerQuery, refuse error) ([]WorkerQuery, error) {
+	var out []WorkerQuery
+	for i, w := range workers {
 		tree, err := pg_query.Parse(w.SQL)
 		if err != nil || len(tree.Stmts) != 1 {
-			return nil, unsupported("COPY %s TO STDOUT cannot be rewritten for its shards", t.Name).
-				WithHint("Use COPY (SELECT ...) TO STDOUT with psql, or SELECT the rows.")
+			return nil, refuse
 		}
 		cp := proto.Clone(c).(*pg_query.CopyStmt)
-		cp.Relation, cp.Attlist, cp.Query = nil, nil, tree.Stmts[0].Stmt
+		cp.Query = tree.Stmts[0].Stmt
 		if header >= 0 && i > 0 {
 			cp.Options = append(cp.Options[:header:header], cp.Options[header+1:]...)
 		}
@@ -70,9 +84,9 @@ func (b *builder) copyOut(c *pg_query.CopyStmt, t *metadata.Table) (*Plan, error
 		if err != nil {
 			return nil, err
 		}
-		p.Scatter.Workers = append(p.Scatter.Workers, WorkerQuery{Node: w.Node, Shards: w.Shards, SQL: sql})
+		out = append(out, WorkerQuery{Node: w.Node, Shards: w.Shards, SQL: sql})
 	}
-	return p, nil
+	return out, nil
 }
 
 // copyQuery plans COPY (query) TO STDOUT over distributed or reference
@@ -133,21 +147,8 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 		}
 		p := &Plan{Kind: CopyOut, Tables: inner.Tables, DistTable: inner.DistTable, DistType: inner.DistType, ReadOnly: true,
 			Scatter: &Scatter{Table: x.Table}}
-		for i, w := range x.Workers {
-			tree, err := pg_query.Parse(w.SQL)
-			if err != nil || len(tree.Stmts) != 1 {
-				return nil, refuse
-			}
-			cp := proto.Clone(c).(*pg_query.CopyStmt)
-			cp.Query = tree.Stmts[0].Stmt
-			if header >= 0 && i > 0 {
-				cp.Options = append(cp.Options[:header:header], cp.Options[header+1:]...)
-			}
-			sql, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_CopyStmt{CopyStmt: cp}})
-			if err != nil {
-				return nil, err
-			}
-			p.Scatter.Workers = append(p.Scatter.Workers, WorkerQuery{Node: w.Node, Shards: w.Shards, SQL: sql})
+		if p.Scatter.Workers, err = b.copyWorkers(c, header, x.Workers, refuse); err != nil {
+			return nil, err
 		}
 		return p, nil
 	}
