@@ -370,6 +370,9 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 		ss.qbuf = body
 		return ss.relayCycle('Q', body, nil, all[order[0]].Nodes[0])
 	}
+	if err := ss.txnWriteRefusal("INSERT", p.DistTable); err != nil {
+		return ss.queryError(err)
+	}
 	// Each worker runs its rows' statement in a transaction of its own:
 	// what it would compute for itself (now(), CURRENT_TIMESTAMP, a STABLE
 	// default such as DEFAULT now()) would differ between rows that
@@ -384,11 +387,6 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable).
 			WithHint("Insert the rows one distribution value per statement, or read them back with a SELECT."))
-	}
-	if ss.inTxn() && ss.pinned != "" {
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-row INSERT into %s whose rows belong to several shards is not supported in a transaction block of a session pinned to one worker connection (%s)", p.DistTable, ss.pinned).
-			WithHint("Insert the rows outside BEGIN ... COMMIT, or one distribution value per statement."))
 	}
 	// Each worker runs its shards' statements; RETURNING rows come back
 	// in the order the statements run (by node, then shard), each
@@ -412,10 +410,6 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	}
 	if ss.inTxn() {
 		// Joined into the client's transaction, as a multi-shard write.
-		if ss.txStatus() == 'E' {
-			return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
-				"current transaction is aborted, commands ignored until end of transaction block"))
-		}
 		return ss.writeInTxnSimple("INSERT", byNode, places)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -24,10 +24,8 @@ import (
 // every shard.
 func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string) error {
 	what, _, _ := strings.Cut(p.ShardSQL[0], " ") // UPDATE, DELETE or INSERT
-	if ss.inTxn() && ss.pinned != "" {
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard %s of %s is not supported in a transaction block of a session pinned to one worker connection (%s)", what, p.DistTable, ss.pinned).
-			WithHint("Run it outside BEGIN ... COMMIT, or reconnect."))
+	if err := ss.txnWriteRefusal(what, p.DistTable); err != nil {
+		return ss.queryError(err)
 	}
 	for _, l := range lits {
 		if planner.TimeWord(l.value) {
@@ -39,10 +37,6 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if ss.inTxn() && ss.txStatus() == 'E' {
-		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
-			"current transaction is aborted, commands ignored until end of transaction block"))
-	}
 	if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
 		return ss.queryError(err)
 	}
@@ -55,6 +49,25 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		return ss.writeInTxnSimple(what, byNode, nil)
 	}
 	return ss.writeGroupsSimple(ctx, snap, byNode, text, what, p.Returning, nil)
+}
+
+// txnWriteRefusal is why a write over several shards cannot join the
+// client's transaction block (nil outside one): the session is pinned to
+// one worker connection, or the transaction failed (25P02, before the
+// statement is looked at, as PostgreSQL answers).
+func (ss *session) txnWriteRefusal(what, table string) error {
+	switch {
+	case !ss.inTxn():
+		return nil
+	case ss.txStatus() == 'E':
+		return pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block")
+	case ss.pinned != "":
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard %s of %s is not supported in a transaction block of a session pinned to one worker connection (%s)", what, table, ss.pinned).
+			WithHint("Run it outside BEGIN ... COMMIT, or reconnect.")
+	}
+	return nil
 }
 
 // writeInTxnSimple runs the statements of a simple Query by node inside

@@ -434,12 +434,6 @@ func (r *scatterRun) txnCheck() error {
 	if first != nil {
 		return first
 	}
-	str := func(s *string) string {
-		if s == nil {
-			return ""
-		}
-		return *s
-	}
 	if ss.sc == nil {
 		// Deferred BEGIN: the transaction's worker is not known yet; any
 		// worker's default must be READ COMMITTED.
@@ -458,7 +452,7 @@ func (r *scatterRun) txnCheck() error {
 		return errTxnIsolation(*txn[0])
 	}
 	for _, st := range states {
-		if str(st[2]) != str(txn[2]) {
+		if ptrString(st[2]) != ptrString(txn[2]) {
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"a multi-shard query is not supported in a transaction block after SET or SET LOCAL changed a setting").
 				WithHint("The query's connections to other workers have the session's settings as of its last commit: " +
@@ -856,16 +850,22 @@ func paramTail(oids []uint32) []byte {
 func workerParamTail(oids []uint32, sql string) []byte {
 	w := make([]uint32, len(oids))
 	for i, o := range oids {
-		switch {
-		case o < firstNormalOID:
-			w[i] = o
-		case usesParam(sql, i+1):
-			w[i] = 0
-		default:
-			w[i] = oidText
-		}
+		w[i] = workerParamOID(o, usesParam(sql, i+1))
 	}
 	return paramTail(w)
+}
+
+// workerParamOID is the type a worker's statement that uses (or not) a
+// parameter the client's statement has as oid is prepared with
+// (workerParamTail).
+func workerParamOID(oid uint32, used bool) uint32 {
+	switch {
+	case oid < firstNormalOID:
+		return oid
+	case used:
+		return 0
+	}
+	return oidText
 }
 
 // usesParam reports whether sql has the parameter $k (by its text: a $k
@@ -1043,12 +1043,6 @@ func (r *scatterRun) run() error {
 	}
 	if err := r.check(); err != nil {
 		return err
-	}
-	if r.x.Merge.Gather {
-		rt := ss.srv.scatter.get(r.p)
-		rt.mu.Lock()
-		r.textCols, r.rowCols = rt.textCols, rt.rowCols
-		rt.mu.Unlock()
 	}
 	if err := r.checkEncoding(); err != nil {
 		return err
@@ -1281,6 +1275,8 @@ func (r *scatterRun) check() error {
 	rt := r.ss.srv.scatter.get(r.p)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	// The run takes the gathering's text columns as the check found them.
+	defer func() { r.textCols, r.rowCols = rt.textCols, rt.rowCols }()
 	if rt.checked {
 		return rt.checkErr
 	}
@@ -2080,11 +2076,7 @@ func (r *scatterRun) merge() error {
 			if k > len(r.port.desc.paramOIDs) {
 				return pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", k)
 			}
-			oid := r.port.desc.paramOIDs[k-1]
-			if oid >= firstNormalOID {
-				oid = 0 // (workerParamTail)
-			}
-			oids = append(oids, oid)
+			oids = append(oids, workerParamOID(r.port.desc.paramOIDs[k-1], true))
 			v, format, isNull, ok := bindParam(r.port.params, k-1)
 			if !ok {
 				return pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")

@@ -546,11 +546,8 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	p := &Plan{ReadOnly: readOnly}
 	var dist []*metadata.Table
 	seen := map[string]bool{}
-	all := make([]*metadata.Table, 0, len(b.scope)+len(nestedDist))
-	for _, t := range b.scope {
-		all = append(all, t)
-	}
-	for _, t := range append(all, nestedDist...) {
+	topDist := false // the statement's own level reads a distributed table
+	add := func(t *metadata.Table) {
 		if !seen[t.Name] {
 			seen[t.Name] = true
 			p.Tables = append(p.Tables, t.Name)
@@ -558,6 +555,13 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				dist = append(dist, t)
 			}
 		}
+	}
+	for _, t := range b.scope {
+		add(t)
+		topDist = topDist || t.Kind == metadata.Distributed
+	}
+	for _, t := range nestedDist {
+		add(t)
 	}
 	if len(p.Tables) == 0 {
 		// Only reference tables, all in subqueries or CTEs
@@ -626,7 +630,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 			return p, nil
 		}
 		val = vals[0]
-	} else if nestedVal != nil && !slices.ContainsFunc(dist, func(t *metadata.Table) bool { return b.inScope(t) }) {
+	} else if nestedVal != nil && !topDist {
 		// Distributed tables in subqueries only, all pinned to one value.
 		val = nestedVal
 	} else {
@@ -757,16 +761,6 @@ func (b *builder) nestedPinned(stmt *pg_query.Node, ctes map[string]bool) (val *
 func sameValue(a, c *Value) bool {
 	return a.Param == c.Param && a.Const == c.Const && a.Lit == c.Lit && a.Cast == c.Cast &&
 		!a.Computed && !c.Computed && a.Null == c.Null && a.Expr == c.Expr
-}
-
-// inScope reports whether t is read at the statement's own level.
-func (b *builder) inScope(t *metadata.Table) bool {
-	for _, s := range b.scope {
-		if s == t {
-			return true
-		}
-	}
-	return false
 }
 
 // errNoFallback: a multi-shard query cannot also be planned by gathering.
