@@ -26,6 +26,8 @@ type stmtPlan struct {
 	paramTypes atomic.Pointer[[]uint32]
 	// scatter: a multi-shard statement's description, made once.
 	scatter atomic.Pointer[scatterDesc]
+	// seq: an INSERT whose sequence values the coordinator binds.
+	seq *seqBind
 }
 
 // stmtPlan returns st's plan for the current catalog, planning it once per
@@ -44,8 +46,12 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 	}
 	sp, err := ss.srv.stmtPlan(st)
 	var cn *planner.ColumnsNeeded
-	if errors.As(err, &cn) {
+	var sn *planner.SequencesNeeded
+	switch {
+	case errors.As(err, &cn):
 		sp, err = ss.insertPlan(st, cn)
+	case errors.As(err, &sn):
+		sp, err = ss.seqPlan(st, st.Query, sn, true)
 	}
 	if err == nil {
 		err = ss.checkPath(sp.plan)
@@ -122,6 +128,12 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 	var cn *planner.ColumnsNeeded
 	if errors.As(err, &cn) {
 		if sql, err = ss.withColumns(sql, cn); err == nil {
+			p, lits, err = ss.srv.planSimple(sql)
+		}
+	}
+	var sn *planner.SequencesNeeded
+	if errors.As(err, &sn) {
+		if sql, err = ss.withSequences(sql, sn); err == nil {
 			p, lits, err = ss.srv.planSimple(sql)
 		}
 	}
@@ -300,6 +312,10 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 	}
 	snap := ss.srv.catalog.Load()
 	p, err := ss.srv.plan(full)
+	var sn *planner.SequencesNeeded
+	if errors.As(err, &sn) {
+		return ss.seqPlan(st, full, sn, false)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -323,49 +339,61 @@ func (s *Server) shardStmt(sp *stmtPlan, idx int, st *Statement) *Statement {
 
 // routeBind picks, for a Bind of st with the given parameters section, the
 // statement to bind on the worker and the node it runs on.
-func (ss *session) routeBind(st *Statement, params []byte) (*Statement, int32, error) {
+// A statement whose sequence values the coordinator binds gets them here:
+// the parameters section to bind comes back with them.
+func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, int32, []byte, error) {
 	s := ss.srv
 	sp, err := ss.stmtPlan(st)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, params, err
 	}
 	p := sp.plan
 	if p.Kind == planner.Default {
-		return st, ss.homeNode(st.Query), nil
+		return st, ss.homeNode(st.Query), params, nil
 	}
 	if p.Kind == planner.MultiShard {
-		return nil, 0, errScatter
+		return nil, 0, params, errScatter
 	}
 	if p.Kind == planner.MultiShardWrite {
-		return nil, 0, errMultiWrite
+		return nil, 0, params, errMultiWrite
+	}
+	if sp.seq != nil {
+		if params, err = ss.bindSequences(sp.seq, name, params); err != nil {
+			return nil, 0, params, err
+		}
 	}
 	var hash int32
 	if p.Kind == planner.Router {
 		if hash, err = ss.bindHash(sp, st, params); err != nil {
-			return nil, 0, err
+			return nil, 0, params, err
 		}
 	}
 	tgt, err := s.route(p, hash, ss.heldNode(), ss.pid)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, params, err
 	}
-	return s.shardStmt(sp, tgt.index, st), tgt.node, nil
+	return s.shardStmt(sp, tgt.index, st), tgt.node, params, nil
 }
 
 // routeDescribe picks a shard statement to describe st with: one on the
 // node the session holds, if any, else the first shard's.
-func (ss *session) routeDescribe(st *Statement) (*Statement, int32, error) {
+// hide is how many of the shard statement's parameters are the
+// coordinator's (sequence values), not the client's.
+func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide int, _ error) {
 	s := ss.srv
 	sp, err := ss.stmtPlan(st)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	p := sp.plan
 	if p.Kind == planner.Default {
-		return st, ss.homeNode(st.Query), nil
+		return st, ss.homeNode(st.Query), 0, nil
 	}
 	if p.Kind == planner.MultiShard {
-		return nil, 0, errScatter
+		return nil, 0, 0, errScatter
+	}
+	if sp.seq != nil {
+		hide = sp.seq.count
 	}
 	snap := s.catalog.Load()
 	table := p.DistTable
@@ -389,7 +417,7 @@ found:
 		// One statement for every copy: the first shard's, where it is.
 		idx, node = 0, shards[0].Nodes[0]
 	}
-	return s.shardStmt(sp, idx, st), node, nil
+	return s.shardStmt(sp, idx, st), node, hide, nil
 }
 
 // currentNode is the held connection's node, else the default node.

@@ -242,6 +242,9 @@ type expect struct {
 	check    bool
 	reclosed bool
 	capture  bool // a hidden state snapshot: its row is stateBase
+	// hide: the last parameters of a described statement are the
+	// coordinator's (sequence values), left out of its description.
+	hide int
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -1474,7 +1477,7 @@ func (ss *session) bind(body []byte) error {
 	if len(ss.scatterPortals) > 0 {
 		delete(ss.scatterPortals, string(portal))
 	}
-	st, node, err := ss.routeBind(st, params)
+	st, node, params, err := ss.routeBind(st, name, params)
 	if clientSt.cls.seqFn != "" && (err == errScatter || err == errAllNodes || err == errMultiWrite) {
 		ss.synthError(errSeqState(clientSt.cls.seqFn))
 		return nil
@@ -1562,7 +1565,7 @@ func (ss *session) describe(body []byte) error {
 			return nil
 		}
 		clientSt := st
-		st, node, err := ss.routeDescribe(st)
+		st, node, hide, err := ss.routeDescribe(st)
 		if err == errScatter {
 			ss.scatterDescribe(clientSt)
 			return nil
@@ -1582,7 +1585,7 @@ func (ss *session) describe(body []byte) error {
 		}
 		b := append(append([]byte{'S'}, st.Name...), 0)
 		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'D', b))
-		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name), cst: clientSt})
+		ss.push(expect{kind: eRelay, term: tDescribe, stmt: st, name: string(name), cst: clientSt, hide: hide})
 		return nil
 	case 'P':
 		if ss.localPortalSt != nil && string(name) == ss.localPortal {
@@ -1934,6 +1937,11 @@ func (ss *session) drain() error {
 		case '3':
 			if e.term == tClose {
 				ss.qhead++
+			}
+		case 't':
+			if e.hide > 0 {
+				ss.out = wire.AppendFrame(ss.out, 't', hideSeqParams(f.Body, e.hide))
+				continue
 			}
 		case 'T', 'n':
 			if e.term == tDescribe {

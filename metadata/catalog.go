@@ -39,6 +39,29 @@ type Table struct {
 	DistType     string // PostgreSQL type name of DistColumn: int2, int4, int8, text, varchar, uuid
 	ColocationID int32
 	ShardCount   int
+	// Sequences are the columns whose values come from a sequence (serial,
+	// identity): the coordinator draws them on the default node, where the
+	// table and its sequences live, and gives them to the shards, whose
+	// columns have no default.
+	Sequences []SeqColumn
+}
+
+// SeqColumn is a column of a table whose default is its sequence's next
+// value: a serial column (Identity 0), or an identity column generated
+// BY DEFAULT ('d') or ALWAYS ('a').
+type SeqColumn struct {
+	Column   string
+	Identity byte
+}
+
+// Sequence returns the table's sequence column named col, or nil.
+func (t *Table) Sequence(col string) *SeqColumn {
+	for i := range t.Sequences {
+		if t.Sequences[i].Column == col {
+			return &t.Sequences[i]
+		}
+	}
+	return nil
 }
 
 // Shard is one piece of a table: the rows whose hash lies in

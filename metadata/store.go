@@ -46,6 +46,9 @@ CREATE TABLE IF NOT EXISTS pgfleet.tables (
 	colocation_id int,
 	shard_count int NOT NULL
 );
+-- Sequence columns: the identity kind ('s' for a serial default, 'd', 'a')
+-- followed by the column's name.
+ALTER TABLE pgfleet.tables ADD COLUMN IF NOT EXISTS sequences text[] NOT NULL DEFAULT '{}';
 CREATE TABLE IF NOT EXISTS pgfleet.shards (
 	shardid bigint PRIMARY KEY,
 	table_name text NOT NULL REFERENCES pgfleet.tables ON DELETE CASCADE,
@@ -381,8 +384,8 @@ func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWit
 		}
 
 		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables
-			(name, kind, dist_column, dist_type, colocation_id, shard_count)
-			VALUES ($1, 'h', $2, $3, $4, $5)`, t.Name, t.DistColumn, t.DistType, group, count); err != nil {
+			(name, kind, dist_column, dist_type, colocation_id, shard_count, sequences)
+			VALUES ($1, 'h', $2, $3, $4, $5, $6)`, t.Name, t.DistColumn, t.DistType, group, count, seqText(t.Sequences)); err != nil {
 			return err
 		}
 		return insertShards(ctx, tx, t.Name, HashRanges(count), placements)
@@ -395,7 +398,7 @@ func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWit
 
 // CreateReferenceTable records a reference table: one shard covering the
 // whole hash space, with a placement on every active node.
-func (s *Store) CreateReferenceTable(ctx context.Context, name string) (*Snapshot, Shard, error) {
+func (s *Store) CreateReferenceTable(ctx context.Context, name string, seqs ...SeqColumn) (*Snapshot, Shard, error) {
 	if name == "" {
 		return nil, Shard{}, pgerr.New(pgerr.InvalidParameterValue, "table name is required")
 	}
@@ -411,8 +414,8 @@ func (s *Store) CreateReferenceTable(ctx context.Context, name string) (*Snapsho
 			return pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot create reference table %s: there are no active nodes", name).
 				WithHint("Add a worker node first.")
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables (name, kind, shard_count)
-			VALUES ($1, 'n', 1)`, name); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables (name, kind, shard_count, sequences)
+			VALUES ($1, 'n', 1, $2)`, name, seqText(seqs)); err != nil {
 			return err
 		}
 		return insertShards(ctx, tx, name, [][2]int32{{math.MinInt32, math.MaxInt32}}, [][]int32{nodes})
@@ -576,16 +579,26 @@ func load(ctx context.Context, q querier) (*Snapshot, error) {
 	}
 
 	rows, err = q.Query(ctx, `SELECT name, kind::text, coalesce(dist_column, ''), coalesce(dist_type, ''),
-		coalesce(colocation_id, 0), shard_count FROM pgfleet.tables ORDER BY name`)
+		coalesce(colocation_id, 0), shard_count, sequences FROM pgfleet.tables ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
 		t := &Table{}
 		var kind string
-		if err := rows.Scan(&t.Name, &kind, &t.DistColumn, &t.DistType, &t.ColocationID, &t.ShardCount); err != nil {
+		var seqs []string
+		if err := rows.Scan(&t.Name, &kind, &t.DistColumn, &t.DistType, &t.ColocationID, &t.ShardCount, &seqs); err != nil {
 			rows.Close()
 			return nil, err
+		}
+		for _, sq := range seqs {
+			if len(sq) > 1 {
+				c := SeqColumn{Column: sq[1:]}
+				if sq[0] != 's' {
+					c.Identity = sq[0]
+				}
+				t.Sequences = append(t.Sequences, c)
+			}
 		}
 		if len(kind) == 1 {
 			t.Kind = TableKind(kind[0])
@@ -615,4 +628,17 @@ func load(ctx context.Context, q querier) (*Snapshot, error) {
 		return nil, err
 	}
 	return snap, nil
+}
+
+// seqText is the catalog's form of sequence columns (see schemaDDL).
+func seqText(seqs []SeqColumn) []string {
+	out := []string{}
+	for _, c := range seqs {
+		k := c.Identity
+		if k == 0 {
+			k = 's'
+		}
+		out = append(out, string(k)+c.Column)
+	}
+	return out
 }

@@ -84,11 +84,11 @@ func WithDistValues(sql string, cat *metadata.Snapshot, vals []string) (string, 
 		if vals[i] == "" {
 			continue
 		}
-		tree, err := pg_query.Parse("SELECT " + vals[i])
-		if err != nil || len(tree.Stmts) != 1 {
-			return "", pgerr.New(pgerr.Internal, "unreadable value %s", vals[i])
+		e, err := parseExpr(vals[i])
+		if err != nil {
+			return "", err
 		}
-		l.GetList().Items[pos] = tree.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val
+		l.GetList().Items[pos] = e
 	}
 	return deparse(version, &pg_query.Node{Node: &pg_query.Node_InsertStmt{InsertStmt: ins}})
 }

@@ -466,6 +466,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetInsertStmt() != nil:
 		insert = stmt.GetInsertStmt()
 		target = b.addRangeVar(insert.Relation)
+		if err := seqCheck(stmt, target); err != nil {
+			return nil, err
+		}
 		if insert.SelectStmt != nil && insert.SelectStmt.GetSelectStmt() != nil &&
 			len(insert.SelectStmt.GetSelectStmt().ValuesLists) == 0 {
 			return b.insertSelect(stmt, insert, target)
@@ -476,6 +479,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetUpdateStmt() != nil:
 		u := stmt.GetUpdateStmt()
 		target = b.addRangeVar(u.Relation)
+		if err := seqCheck(stmt, target); err != nil {
+			return nil, err
+		}
 		for _, f := range u.FromClause {
 			quals = b.addFrom(f, quals)
 		}
@@ -1368,6 +1374,9 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		return &Plan{Kind: ReferenceRead, Tables: []string{t.Name}, ReadOnly: true, ShardSQL: []string{sql}}, nil
 	}
+	if err := seqCheck(stmt, t); err != nil {
+		return nil, err
+	}
 	o := &CopyOptions{}
 	for _, a := range c.Attlist {
 		o.Columns = append(o.Columns, a.GetString_().GetSval())
@@ -1581,6 +1590,7 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	p, err := b.plan(ex.Query)
 	var cn *ColumnsNeeded
 	var vn *ValuesNeeded
+	var sn *SequencesNeeded
 	switch {
 	case errors.As(err, &cn):
 		// The session completes such an INSERT from PostgreSQL only when
@@ -1588,6 +1598,8 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 		return nil, cn.err
 	case errors.As(err, &vn):
 		return nil, vn.err
+	case errors.As(err, &sn):
+		return nil, sn.err
 	case err != nil:
 		return nil, err
 	}

@@ -477,6 +477,9 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 				return nil, err
 			}
 		case pg_query.AlterTableType_AT_DropColumn:
+			if t.Sequence(cmd.Name) != nil {
+				return nil, seqColumnDDL(t, cmd.Name, "dropping")
+			}
 			if isDist {
 				return nil, unsupportedDDL("dropping the distribution column %q of %s is not supported", cmd.Name, describeTable(t)).
 					WithHint("Undistribute the table first: SELECT undistribute_table('%s').", t.Name)
@@ -487,6 +490,9 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 					WithHint("Undistribute the table first: SELECT undistribute_table('%s').", t.Name)
 			}
 		case pg_query.AlterTableType_AT_ColumnDefault:
+			if t.Sequence(cmd.Name) != nil {
+				return nil, seqColumnDDL(t, cmd.Name, "changing the default of")
+			}
 			if hasNextval(cmd.Def) {
 				return nil, sequenceDefault(t, cmd.Name)
 			}
@@ -514,13 +520,13 @@ func (d *ddl) checkColumn(t *metadata.Table, cd *pg_query.ColumnDef) error {
 	if names := cd.TypeName.GetNames(); len(names) == 1 {
 		switch typ := names[0].GetString_().GetSval(); typ {
 		case "serial", "serial4", "bigserial", "serial8", "smallserial", "serial2":
-			return unsupportedDDL("ADD COLUMN %q %s on %s is not supported: sequence defaults on distributed and reference tables are not supported yet",
-				cd.Colname, typ, describeTable(t)).WithHint("Give the column a type without a sequence and give its values explicitly.")
+			return unsupportedDDL("ADD COLUMN %q %s on %s is not supported yet: a sequence column is taken on when the table is distributed",
+				cd.Colname, typ, describeTable(t)).WithHint("undistribute_table(), add the column, then distribute the table again; or give the column a type without a sequence.")
 		}
 	}
 	if cd.Identity != "" {
-		return unsupportedDDL("identity column %q on %s is not supported", cd.Colname, describeTable(t)).
-			WithHint("Add a plain column and give its values explicitly.")
+		return unsupportedDDL("adding identity column %q to %s is not supported yet: a sequence column is taken on when the table is distributed", cd.Colname, describeTable(t)).
+			WithHint("undistribute_table(), add the column, then distribute the table again; or add a plain column.")
 	}
 	if hasNextval(cd.RawDefault) {
 		return sequenceDefault(t, cd.Colname)
@@ -602,9 +608,16 @@ func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col str
 	return nil
 }
 
+// seqColumnDDL refuses a change to a column whose values the coordinator
+// draws from its sequence (the catalog would no longer say so).
+func seqColumnDDL(t *metadata.Table, col, what string) error {
+	return unsupportedDDL("%s column %q of %s, whose values come from a sequence, is not supported yet", what, col, describeTable(t)).
+		WithHint("undistribute_table(), make the change, then distribute the table again.")
+}
+
 func sequenceDefault(t *metadata.Table, col string) error {
-	return unsupportedDDL("a sequence default (nextval) for column %q of %s is not supported: sequence defaults on distributed and reference tables are not supported yet",
-		col, describeTable(t)).WithHint("Give the column's values explicitly.")
+	return unsupportedDDL("a new sequence default (nextval) for column %q of %s is not supported yet: a sequence column is taken on when the table is distributed",
+		col, describeTable(t)).WithHint("undistribute_table(), set the default, then distribute the table again; or give the column's values explicitly.")
 }
 
 // hasNextval reports whether an expression calls nextval().
@@ -636,6 +649,9 @@ func analyzeRename(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *
 			if t.Kind == metadata.Distributed && s.Subname == t.DistColumn {
 				return nil, unsupportedDDL("renaming the distribution column %q of %s is not supported", s.Subname, describeTable(t)).
 					WithHint("undistribute_table(), rename the column, then distribute the table again.")
+			}
+			if t.Sequence(s.Subname) != nil {
+				return nil, seqColumnDDL(t, s.Subname, "renaming")
 			}
 		}
 		d := &ddl{kind: "ALTER TABLE", stmt: n}

@@ -120,7 +120,7 @@ func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 	}
 
 	snap, shards, err := store.CreateDistributedTable(ctx, metadata.Table{Name: name, Kind: metadata.Distributed,
-		DistColumn: col.Name, DistType: col.TypeName, ShardCount: shardCount}, colocateWith)
+		DistColumn: col.Name, DistType: col.TypeName, ShardCount: shardCount, Sequences: def.Sequences()}, colocateWith)
 	if err != nil {
 		o.recordedIfUnsure(err, name)
 		return nil, o.fail(ctx, err)
@@ -152,7 +152,7 @@ func CreateReference(ctx context.Context, store *metadata.Store, conns map[int32
 	if err := o.checkNodes(ctx, activeNodes(snap)); err != nil {
 		return nil, o.fail(ctx, err)
 	}
-	snap, shard, err := store.CreateReferenceTable(ctx, name)
+	snap, shard, err := store.CreateReferenceTable(ctx, name, def.Sequences()...)
 	if err != nil {
 		o.recordedIfUnsure(err, name)
 		return nil, o.fail(ctx, err)

@@ -399,8 +399,9 @@ func TestDistributeRefusals(t *testing.T) {
 	e.exec(0, `CREATE TABLE plain (id bigint PRIMARY KEY, amount numeric, email text UNIQUE)`)
 	e.exec(0, `CREATE TABLE parent (id bigint PRIMARY KEY)`)
 	e.exec(0, `CREATE TABLE child (id bigint PRIMARY KEY, parent_id bigint REFERENCES parent)`)
-	e.exec(0, `CREATE TABLE serial_t (id bigserial PRIMARY KEY)`)
-	e.exec(0, `CREATE TABLE ident_t (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY)`)
+	e.exec(0, `CREATE SEQUENCE loose_seq`)
+	e.exec(0, `CREATE TABLE loose_t (id bigint DEFAULT nextval('loose_seq') PRIMARY KEY)`)
+	e.exec(0, `CREATE TABLE seqexpr_t (id bigserial PRIMARY KEY, code text DEFAULT 'c' || nextval('seqexpr_t_id_seq'))`)
 	e.exec(0, `CREATE TABLE trig_t (id bigint)`)
 	e.exec(0, `CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'`)
 	e.exec(0, `CREATE TRIGGER noop BEFORE INSERT ON trig_t FOR EACH ROW EXECUTE FUNCTION noop()`)
@@ -419,8 +420,8 @@ func TestDistributeRefusals(t *testing.T) {
 		{"plain", "id", pgerr.FeatureNotSupported, `constraint "plain_email_key" does not include the distribution column "id"`},
 		{"child", "id", pgerr.FeatureNotSupported, "foreign keys on distributed tables are not supported yet"},
 		{"parent", "id", pgerr.FeatureNotSupported, "foreign keys on distributed tables are not supported yet"},
-		{"serial_t", "id", pgerr.FeatureNotSupported, "sequence defaults on distributed tables are not supported yet"},
-		{"ident_t", "id", pgerr.FeatureNotSupported, "identity columns on distributed tables are not supported yet"},
+		{"loose_t", "id", pgerr.FeatureNotSupported, `column "id" of public.loose_t takes its default from a sequence (nextval('loose_seq'::regclass)) other than its own`},
+		{"seqexpr_t", "id", pgerr.FeatureNotSupported, `column "code" of public.seqexpr_t takes its default from a sequence`},
 		{"trig_t", "id", pgerr.FeatureNotSupported, "triggers on distributed tables are not supported yet"},
 		{"part_t", "id", pgerr.FeatureNotSupported, "partitioned"},
 		{"view_t", "id", pgerr.WrongObjectType, "is not a table"},

@@ -38,6 +38,11 @@ type Column struct {
 	Generated     string // the expression of GENERATED ALWAYS AS (...) STORED, "" if none
 	Collation     string // quoted, qualified collation when it is not the type's default, else ""
 	Deterministic bool   // the column's collation is deterministic (true for types without one)
+	// Sequence: the column takes its values from its own sequence, as a
+	// serial column ('s') or an identity column BY DEFAULT ('d') or ALWAYS
+	// ('a'); 0 otherwise. Shards get the column without a default: the
+	// coordinator draws the values (metadata.SeqColumn).
+	Sequence byte
 }
 
 // Constraint is a table constraint a shard gets under its own name.
@@ -64,7 +69,22 @@ func (d *Def) CatalogName() string { return d.Schema + "." + d.Name }
 // Ident is the table's quoted, schema-qualified name for SQL.
 func (d *Def) Ident() string { return pgx.Identifier{d.Schema, d.Name}.Sanitize() }
 
-// Column returns the column with the name, or nil.
+// Sequences are the columns that take their values from their own
+// sequence, for the catalog.
+func (d *Def) Sequences() []metadata.SeqColumn {
+	var out []metadata.SeqColumn
+	for _, c := range d.Columns {
+		switch c.Sequence {
+		case 's':
+			out = append(out, metadata.SeqColumn{Column: c.Name})
+		case 'a', 'd':
+			out = append(out, metadata.SeqColumn{Column: c.Name, Identity: c.Sequence})
+		}
+	}
+	return out
+}
+
+// Column returns the column named name, or nil.
 func (d *Def) Column(name string) *Column {
 	for i := range d.Columns {
 		if d.Columns[i].Name == name {
@@ -214,7 +234,7 @@ func lookup(ctx context.Context, conn *pgx.Conn, table string) (*relation, error
 // connection's search_path) from pg_catalog. It fails with 42P01 if there is
 // no such relation, 42809 if it is not an ordinary table, and 0A000 for
 // features shards cannot have yet: foreign keys (from or to the table),
-// identity columns, sequence defaults (serial), triggers, row-level
+// sequence defaults other than a column's own sequence, triggers, row-level
 // security, inheritance, partitioning and temporary tables.
 func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 	r, err := lookup(ctx, conn, table)
@@ -296,36 +316,37 @@ func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {
 			coalesce(co.collisdeterministic, true),
 			EXISTS (SELECT FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid
 				WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = ad.oid
-				AND dep.refclassid = 'pg_catalog.pg_class'::regclass AND s.relkind = 'S')
+				AND dep.refclassid = 'pg_catalog.pg_class'::regclass AND s.relkind = 'S'),
+			coalesce(pg_catalog.pg_get_serial_sequence($2, a.attname), '')
 		FROM pg_catalog.pg_attribute a
 		JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 		LEFT JOIN pg_catalog.pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 		LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
 		LEFT JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, d.OID)
+		ORDER BY a.attnum`, d.OID, d.Ident())
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var c Column
-		var expr, generated, identity string
+		var expr, generated, identity, owned string
 		var sequence bool
 		if err := rows.Scan(&c.Name, &c.Type, &c.TypeName, &c.NotNull, &expr, &generated, &identity,
-			&c.Collation, &c.Deterministic, &sequence); err != nil {
+			&c.Collation, &c.Deterministic, &sequence, &owned); err != nil {
 			return err
 		}
 		switch {
 		case identity != "":
-			return pgerr.New(pgerr.FeatureNotSupported,
-				"column %q of %s is an identity column; identity columns on distributed tables are not supported yet",
-				c.Name, d.CatalogName()).
-				WithHint("Make it a plain column (ALTER TABLE ... ALTER COLUMN ... DROP IDENTITY) and give its values explicitly.")
+			c.Sequence = identity[0]
+		case sequence && owned != "" && ownSequenceDefault(expr):
+			c.Sequence = 's'
 		case sequence:
 			return pgerr.New(pgerr.FeatureNotSupported,
-				"column %q of %s takes its default from a sequence (%s); sequence defaults on distributed tables are not supported yet",
-				c.Name, d.CatalogName(), expr).WithHint("Drop the column's default and give its values explicitly.")
+				"column %q of %s takes its default from a sequence (%s) other than its own serial sequence; such defaults on distributed and reference tables are not supported yet",
+				c.Name, d.CatalogName(), expr).
+				WithHint("Make the default nextval() of a sequence the column owns (ALTER SEQUENCE ... OWNED BY), as serial columns have, or drop the default.")
 		case generated == "s":
 			c.Generated = expr
 		case generated != "":
@@ -338,6 +359,17 @@ func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {
 		d.Columns = append(d.Columns, c)
 	}
 	return rows.Err()
+}
+
+// ownSequenceDefault reports whether a column default is the plain next
+// value of a sequence, as a serial column's: nextval('name'::regclass).
+func ownSequenceDefault(expr string) bool {
+	rest, ok := strings.CutPrefix(expr, "nextval('")
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutSuffix(rest, "'::regclass)")
+	return ok && !strings.Contains(strings.ReplaceAll(rest, "''", ""), "'")
 }
 
 func readConstraints(ctx context.Context, conn *pgx.Conn, d *Def) error {

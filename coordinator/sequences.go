@@ -1,0 +1,206 @@
+package coordinator
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// Sequence columns (serial, identity) of distributed and reference tables
+// (planner/sequences.go): the values an INSERT leaves to the sequence are
+// drawn on the default node, where the sequences live with the tables'
+// shells, in one round trip (nextval of the column's own sequence, as
+// pg_get_serial_sequence names it, in the session's role and settings),
+// and the statement runs with them in place: as constants in a simple
+// query, as parameters the coordinator binds after the client's in the
+// extended protocol. nextval is outside transactions in PostgreSQL too, so
+// drawing on another connection gives what PostgreSQL gives: unique values
+// in the order the rows take them, lost on rollback.
+
+// seqBind is a prepared INSERT's sequence values, bound at each Bind after
+// the client's base parameters.
+type seqBind struct {
+	table string
+	need  []planner.SeqNeed
+	base  int // the parameters the client's statement takes
+	count int // the values drawn per execution
+}
+
+// seqReady refuses to draw values where the session's own state would
+// draw them otherwise: its role or settings live on a pinned connection,
+// or its transaction has failed (PostgreSQL draws none then).
+func (ss *session) seqReady(table string) error {
+	if ss.txStatus() == 'E' {
+		return errFailedTxn
+	}
+	if ss.settingsUnknown || ss.pinned != "" {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"an INSERT into %s leaving a column to its sequence is not supported in a session pinned to one worker connection (%s)", table, ss.pinned).
+			WithHint("Give the column its value, or run the INSERT in a session that has not used SET ROLE, temporary tables or the like.")
+	}
+	return nil
+}
+
+// drawSequences draws the values need asks for, per column in row order,
+// as SQL integer constants.
+func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]string, error) {
+	schema, rel, _ := strings.Cut(table, ".")
+	ident := quoteLiteral(quoteIdent(schema) + "." + quoteIdent(rel))
+	var q strings.Builder
+	for k, n := range need {
+		if k > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		q.WriteString("SELECT " + strconv.Itoa(k) + ", i, pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(" + ident + ", " +
+			quoteLiteral(n.Column) + ")) FROM pg_catalog.generate_series(1, " + strconv.Itoa(len(n.Rows)) + ") i")
+	}
+	var rows [][]*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		rows, err = queryText(sc, q.String())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	vals := make([][]string, len(need))
+	for _, r := range rows {
+		if len(r) != 3 || r[0] == nil || r[1] == nil {
+			return nil, pgerr.New(pgerr.Internal, "unreadable sequence values")
+		}
+		k, _ := strconv.Atoi(*r[0])
+		i, _ := strconv.Atoi(*r[1])
+		if k < 0 || k >= len(need) || i != len(vals[k])+1 {
+			return nil, pgerr.New(pgerr.Internal, "sequence values out of order")
+		}
+		if r[2] == nil {
+			return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "column %q of %s no longer owns a sequence", need[k].Column, table).
+				WithHint("undistribute_table() and distribute the table again after changing its sequences.")
+		}
+		vals[k] = append(vals[k], *r[2])
+	}
+	for k, n := range need {
+		if len(vals[k]) != len(n.Rows) {
+			return nil, pgerr.New(pgerr.Internal, "%d sequence values for %d rows", len(vals[k]), len(n.Rows))
+		}
+	}
+	return vals, nil
+}
+
+// withSequences is a simple query's INSERT with the values it leaves to
+// sequences drawn and in place.
+func (ss *session) withSequences(sql string, sn *planner.SequencesNeeded) (string, error) {
+	if err := ss.seqReady(sn.Table); err != nil {
+		return "", err
+	}
+	vals, err := ss.drawSequences(sn.Table, sn.Need)
+	if err != nil {
+		return "", err
+	}
+	return planner.WithSequenceValues(sql, sn.Need, vals)
+}
+
+// seqPlan plans a prepared INSERT (sql: st's, or st's with its column
+// list) that leaves sequence columns to their default, with their values
+// as parameters after the client's; cache keeps the plan on st for the
+// catalog's version.
+func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeeded, cache bool) (*stmtPlan, error) {
+	base := max(planner.MaxParam(st.Query), len(paramOIDs(st.paramTail)))
+	filled, err := planner.WithSequenceParams(sql, sn.Need, base)
+	if err != nil {
+		return nil, err
+	}
+	snap := ss.srv.catalog.Load()
+	p, err := ss.srv.plan(filled)
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind != planner.Router {
+		return nil, pgerr.New(pgerr.FeatureNotSupported,
+			"this INSERT into %s leaving a column to its sequence needs the simple query protocol", sn.Table).
+			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode; or give the column its value.")
+	}
+	sb := &seqBind{table: sn.Table, need: sn.Need, base: base}
+	for _, n := range sn.Need {
+		sb.count += len(n.Rows)
+	}
+	sp := &stmtPlan{version: snap.Version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL)), seq: sb}
+	if cache {
+		st.plan.Store(sp)
+	}
+	return sp, nil
+}
+
+// bindSequences is a Bind's parameters section (params) with the drawn
+// sequence values appended as text parameters.
+func (ss *session) bindSequences(sb *seqBind, name []byte, params []byte) ([]byte, error) {
+	if len(params) < 2 {
+		return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	nf := int(binary.BigEndian.Uint16(params))
+	if len(params) < 2+2*nf+2 {
+		return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	formats := params[2 : 2+2*nf]
+	np := int(binary.BigEndian.Uint16(params[2+2*nf:]))
+	if np != sb.base {
+		return nil, pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d", np, name, sb.base)
+	}
+	if nf > 1 && nf != np {
+		return nil, pgerr.New(pgerr.ProtocolViolation, "bind message has %d parameter formats but %d parameters", nf, np)
+	}
+	nparams, results, ok := bindResults(params)
+	if !ok || nparams != np {
+		return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	values := params[2+2*nf+2 : len(params)-len(results)]
+	if err := ss.seqReady(sb.table); err != nil {
+		return nil, err
+	}
+	vals, err := ss.drawSequences(sb.table, sb.need)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(params)+2*(np+sb.count)+16*sb.count)
+	switch {
+	case nf == 0 || nf == 1 && binary.BigEndian.Uint16(formats) == 0:
+		out = append(out, params[:2+2*nf]...) // every parameter in text
+	case nf == 1:
+		out = binary.BigEndian.AppendUint16(out, uint16(np+sb.count))
+		for range np {
+			out = append(out, formats...)
+		}
+		out = append(out, make([]byte, 2*sb.count)...)
+	default:
+		out = binary.BigEndian.AppendUint16(out, uint16(np+sb.count))
+		out = append(out, formats...)
+		out = append(out, make([]byte, 2*sb.count)...)
+	}
+	out = binary.BigEndian.AppendUint16(out, uint16(np+sb.count))
+	out = append(out, values...)
+	for _, vs := range vals {
+		for _, v := range vs {
+			out = binary.BigEndian.AppendUint32(out, uint32(len(v)))
+			out = append(out, v...)
+		}
+	}
+	return append(out, results...), nil
+}
+
+// hideSeqParams is a ParameterDescription body without the last n
+// parameters (the coordinator's sequence values).
+func hideSeqParams(body []byte, n int) []byte {
+	if len(body) < 2 {
+		return body
+	}
+	k := int(binary.BigEndian.Uint16(body))
+	if k < n || len(body) < 2+4*k {
+		return body
+	}
+	out := binary.BigEndian.AppendUint16(nil, uint16(k-n))
+	return append(out, body[2:2+4*(k-n)]...)
+}

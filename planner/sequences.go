@@ -1,0 +1,265 @@
+package planner
+
+import (
+	"slices"
+	"strconv"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// Sequence columns (serial, identity) of distributed and reference tables.
+// A table's sequences live once, on the default node, with the table's
+// shell; its shards have the columns without a default. So the coordinator
+// draws the values an INSERT leaves to the sequence itself, nextval() on
+// the default node (values unique fleet-wide, as one PostgreSQL's), and
+// gives them to the shards as the statement's own: the statement is
+// planned again with them in place (WithSequenceValues, constants in a
+// simple query; WithSequenceParams, parameters bound at each execution in
+// the extended protocol). Where it cannot, the statement is refused:
+// INSERT ... SELECT, COPY, ON CONFLICT and UPDATE leaving a sequence column
+// to its default.
+
+// SequencesNeeded is Build's answer to an INSERT that leaves sequence
+// columns to their default. Need says how many values each column takes
+// (a column with none is left out), Rows which rows take one (in VALUES
+// order); as an error, it is a refusal.
+type SequencesNeeded struct {
+	Table string
+	Need  []SeqNeed
+	err   *pgerr.Error
+}
+
+// SeqNeed is a sequence column's share of an INSERT: the VALUES rows
+// (0-based) whose value is the sequence's next one.
+type SeqNeed struct {
+	Column string
+	Rows   []int
+}
+
+func (e *SequencesNeeded) Error() string { return e.err.Error() }
+func (e *SequencesNeeded) Unwrap() error { return e.err }
+
+// seqCheck is what a write on t does with its sequence columns: nil when
+// it gives them all, a *ColumnsNeeded for an INSERT ... VALUES without a
+// column list (whose length decides which columns it gives), a
+// *SequencesNeeded for an INSERT ... VALUES that leaves some to their
+// sequence, PostgreSQL's 428C9 for a value given to a GENERATED ALWAYS
+// column, and a refusal where the coordinator cannot draw the values.
+func seqCheck(stmt *pg_query.Node, t *metadata.Table) error {
+	if t == nil || len(t.Sequences) == 0 {
+		return nil
+	}
+	if u := stmt.GetUpdateStmt(); u != nil {
+		return seqSet(u.TargetList, t)
+	}
+	if c := stmt.GetCopyStmt(); c != nil {
+		if !c.IsFrom || len(c.Attlist) == 0 {
+			return nil
+		}
+		var cols []string
+		for _, a := range c.Attlist {
+			cols = append(cols, a.GetString_().GetSval())
+		}
+		for _, sc := range t.Sequences {
+			if !slices.Contains(cols, sc.Column) {
+				return unsupported("COPY into %s without its column %q, whose values come from a sequence, is not supported yet", t.Name, sc.Column).
+					WithHint("List %q in the COPY and give its values, or insert the rows with INSERT ... VALUES.", sc.Column)
+			}
+		}
+		return nil
+	}
+	ins := stmt.GetInsertStmt()
+	if ins == nil {
+		return nil
+	}
+	if oc := ins.OnConflictClause; oc != nil && oc.Action == pg_query.OnConflictAction_ONCONFLICT_UPDATE {
+		if err := seqSet(oc.TargetList, t); err != nil {
+			return err
+		}
+	}
+	sel := ins.SelectStmt.GetSelectStmt()
+	values := sel != nil && len(sel.ValuesLists) > 0
+	if len(ins.Cols) == 0 && values {
+		return &ColumnsNeeded{Table: t.Name, err: unsupported("INSERT into %s, which has sequence columns, needs a column list here", t.Name).
+			WithHint("Write INSERT INTO %s (...) VALUES (...).", t.Name)}
+	}
+	pos := map[string]int{}
+	for i, c := range ins.Cols {
+		pos[c.GetResTarget().GetName()] = i
+	}
+	override := ins.Override
+	var need []SeqNeed
+	for _, sc := range t.Sequences {
+		i, listed := pos[sc.Column]
+		if ins.SelectStmt == nil { // DEFAULT VALUES
+			need = append(need, SeqNeed{Column: sc.Column, Rows: []int{0}})
+			continue
+		}
+		if !values {
+			if !listed && len(ins.Cols) > 0 {
+				return unsupported("INSERT ... SELECT into %s leaving its column %q to its sequence is not supported yet", t.Name, sc.Column).
+					WithHint("Insert the rows with INSERT ... VALUES, or give %q its values in the SELECT.", sc.Column)
+			}
+			if len(ins.Cols) == 0 {
+				return unsupported("INSERT ... SELECT into %s, which has sequence columns, needs a column list", t.Name).
+					WithHint("Write INSERT INTO %s (...) SELECT ..., with the sequence columns' values in the SELECT.", t.Name)
+			}
+			if sc.Identity == 'a' && override != pg_query.OverridingKind_OVERRIDING_SYSTEM_VALUE {
+				return errIdentityAlways(sc.Column, false)
+			}
+			continue
+		}
+		n := SeqNeed{Column: sc.Column}
+		for r, l := range sel.ValuesLists {
+			items := l.GetList().GetItems()
+			switch {
+			case !listed:
+				n.Rows = append(n.Rows, r)
+			case i >= len(items):
+				// PostgreSQL's own error (more target columns than
+				// expressions) comes from the worker.
+			case items[i].GetSetToDefault() != nil:
+				n.Rows = append(n.Rows, r)
+			case sc.Identity != 0 && override == pg_query.OverridingKind_OVERRIDING_USER_VALUE:
+				n.Rows = append(n.Rows, r) // the value given is ignored
+			case sc.Identity == 'a' && override != pg_query.OverridingKind_OVERRIDING_SYSTEM_VALUE:
+				return errIdentityAlways(sc.Column, false)
+			}
+		}
+		if len(n.Rows) > 0 {
+			need = append(need, n)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	return &SequencesNeeded{Table: t.Name, Need: need,
+		err: unsupported("INSERT into %s leaving a column to its sequence is not supported here", t.Name).
+			WithHint("Give the sequence column its value (SELECT nextval(pg_get_serial_sequence('%s', '%s'))), or use a plain INSERT ... VALUES outside EXPLAIN.", t.Name, need[0].Column)}
+}
+
+// seqSet checks the SET list of an UPDATE or ON CONFLICT DO UPDATE.
+func seqSet(targets []*pg_query.Node, t *metadata.Table) error {
+	for _, n := range targets {
+		rt := n.GetResTarget()
+		sc := t.Sequence(rt.GetName())
+		if sc == nil {
+			continue
+		}
+		if rt.Val.GetSetToDefault() != nil {
+			return unsupported("setting column %q of %s, whose values come from a sequence, to DEFAULT is not supported yet", sc.Column, t.Name).
+				WithHint("Set it to nextval(pg_get_serial_sequence('%s', '%s')) read first, as a value.", t.Name, sc.Column)
+		}
+		if sc.Identity == 'a' {
+			return errIdentityAlways(sc.Column, true)
+		}
+	}
+	return nil
+}
+
+// errIdentityAlways is PostgreSQL's error for a value given to a
+// GENERATED ALWAYS identity column.
+func errIdentityAlways(col string, update bool) error {
+	var e *pgerr.Error
+	if update {
+		e = pgerr.New("428C9", "column %q can only be updated to DEFAULT", col)
+	} else {
+		e = pgerr.New("428C9", "cannot insert a non-DEFAULT value into column %q", col).
+			WithHint("Use OVERRIDING SYSTEM VALUE to override.")
+	}
+	e.Detail = "Column \"" + col + "\" is an identity column defined as GENERATED ALWAYS."
+	return e
+}
+
+// WithSequenceValues is an INSERT that left sequence columns to their
+// default (SequencesNeeded) with the values drawn in their place: vals[k]
+// are SQL expressions for need[k]'s rows, in order.
+func WithSequenceValues(sql string, need []SeqNeed, vals [][]string) (string, error) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetInsertStmt() == nil {
+		return "", pgerr.New(pgerr.Internal, "not one INSERT statement")
+	}
+	ins := tree.Stmts[0].Stmt.GetInsertStmt()
+	if ins.SelectStmt == nil {
+		// DEFAULT VALUES: one row of the sequence columns.
+		ins.SelectStmt = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
+			ValuesLists: []*pg_query.Node{{Node: &pg_query.Node_List{List: &pg_query.List{}}}}, LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}
+	}
+	rows := ins.SelectStmt.GetSelectStmt().GetValuesLists()
+	if len(need) != len(vals) {
+		return "", pgerr.New(pgerr.Internal, "%d sequence values for %d columns", len(vals), len(need))
+	}
+	for k, n := range need {
+		if len(vals[k]) != len(n.Rows) {
+			return "", pgerr.New(pgerr.Internal, "%d values for %d rows of %s", len(vals[k]), len(n.Rows), n.Column)
+		}
+		pos := -1
+		for i, c := range ins.Cols {
+			if c.GetResTarget().GetName() == n.Column {
+				pos = i
+			}
+		}
+		if pos < 0 {
+			// Left out of the column list: every row takes a value.
+			ins.Cols = append(ins.Cols, &pg_query.Node{Node: &pg_query.Node_ResTarget{ResTarget: &pg_query.ResTarget{Name: n.Column, Location: -1}}})
+			pos = len(ins.Cols) - 1
+			for _, l := range rows {
+				l.GetList().Items = append(l.GetList().Items, &pg_query.Node{Node: &pg_query.Node_SetToDefault{SetToDefault: &pg_query.SetToDefault{}}})
+			}
+		}
+		for j, r := range n.Rows {
+			if r >= len(rows) || pos >= len(rows[r].GetList().GetItems()) {
+				return "", pgerr.New(pgerr.Internal, "no row %d for %s", r, n.Column)
+			}
+			e, err := parseExpr(vals[k][j])
+			if err != nil {
+				return "", err
+			}
+			rows[r].GetList().Items[pos] = e
+		}
+	}
+	return deparse(tree.Version, tree.Stmts[0].Stmt)
+}
+
+// WithSequenceParams is WithSequenceValues for a prepared statement: each
+// value is a parameter after the statement's own (the first is $base+1),
+// bound by the coordinator at each execution.
+func WithSequenceParams(sql string, need []SeqNeed, base int) (string, error) {
+	vals := make([][]string, len(need))
+	k := base
+	for i, n := range need {
+		for range n.Rows {
+			k++
+			vals[i] = append(vals[i], "$"+strconv.Itoa(k))
+		}
+	}
+	return WithSequenceValues(sql, need, vals)
+}
+
+// MaxParam is the highest parameter number sql refers to ($n), 0 if none.
+func MaxParam(sql string) int {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	Walk(tree, func(m proto.Message) {
+		if p, ok := m.(*pg_query.ParamRef); ok {
+			n = max(n, int(p.Number))
+		}
+	})
+	return n
+}
+
+// parseExpr parses one SQL expression.
+func parseExpr(sql string) (*pg_query.Node, error) {
+	tree, err := pg_query.Parse("SELECT " + sql)
+	if err != nil || len(tree.Stmts) != 1 || len(tree.Stmts[0].Stmt.GetSelectStmt().GetTargetList()) != 1 {
+		return nil, pgerr.New(pgerr.Internal, "unreadable value %s", sql)
+	}
+	return tree.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val, nil
+}
