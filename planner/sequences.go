@@ -222,6 +222,11 @@ func WithSequenceValues(sql string, need []SeqNeed, vals [][]string) (string, er
 			rows[r].GetList().Items[pos] = e
 		}
 	}
+	// The identity columns now have the sequence's values (OVERRIDING
+	// USER VALUE ignored the ones given) or values PostgreSQL took: the
+	// statement is planned again as overriding them, and the shards'
+	// plain columns ignore the clause.
+	ins.Override = pg_query.OverridingKind_OVERRIDING_SYSTEM_VALUE
 	return deparse(tree.Version, tree.Stmts[0].Stmt)
 }
 

@@ -1,0 +1,99 @@
+package planner
+
+import (
+	"errors"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// TestSequenceInserts: what Build says of writes to tables with sequence
+// columns, and the statements WithSequenceValues and WithSequenceParams
+// make of an INSERT that leaves them to their sequence.
+func TestSequenceInserts(t *testing.T) {
+	cat := testCatalog()
+	cat.Tables["public.accounts"].Sequences = []metadata.SeqColumn{{Column: "aid"}}
+	cat.Tables["public.orders"].Sequences = []metadata.SeqColumn{{Column: "n", Identity: 'a'}}
+	cat.Tables["public.branches"].Sequences = []metadata.SeqColumn{{Column: "bid", Identity: 'd'}}
+	for _, tc := range []struct {
+		sql     string
+		need    []SeqNeed // a SequencesNeeded
+		code    string    // else an error's SQLSTATE ("" for a plan)
+		columns bool      // a ColumnsNeeded
+		values  []string  // WithSequenceValues' statement with values 11, 12, ...
+		params  string    // WithSequenceParams' statement after the client's parameters
+	}{
+		{sql: "INSERT INTO accounts (abalance) VALUES (1), (2)", need: []SeqNeed{{"aid", []int{0, 1}}},
+			values: []string{"INSERT INTO accounts (abalance, aid) OVERRIDING SYSTEM VALUE VALUES (1, 11), (2, 12)"}},
+		{sql: "INSERT INTO accounts (aid, abalance) VALUES (DEFAULT, $1), (5, $2)", need: []SeqNeed{{"aid", []int{0}}},
+			values: []string{"INSERT INTO accounts (aid, abalance) OVERRIDING SYSTEM VALUE VALUES (11, $1), (5, $2)"},
+			params: "INSERT INTO accounts (aid, abalance) OVERRIDING SYSTEM VALUE VALUES ($3, $1), (5, $2)"},
+		{sql: "INSERT INTO accounts (aid, abalance) VALUES (5, 1)"},
+		{sql: "INSERT INTO accounts DEFAULT VALUES", need: []SeqNeed{{"aid", []int{0}}},
+			values: []string{"INSERT INTO accounts (aid) OVERRIDING SYSTEM VALUE VALUES (11)"}},
+		{sql: "INSERT INTO accounts VALUES (DEFAULT, 1)", columns: true},
+		{sql: "INSERT INTO branches VALUES (DEFAULT, 1)", columns: true},
+		{sql: "INSERT INTO branches (bid, bbalance) OVERRIDING USER VALUE VALUES (7, 1)", need: []SeqNeed{{"bid", []int{0}}},
+			values: []string{"INSERT INTO branches (bid, bbalance) OVERRIDING SYSTEM VALUE VALUES (11, 1)"}},
+		{sql: "INSERT INTO branches (bid, bbalance) VALUES (7, 1)"},
+		{sql: "INSERT INTO orders (id, n) VALUES ('a', 1)", code: "428C9"},
+		{sql: "INSERT INTO orders (id, n) OVERRIDING SYSTEM VALUE VALUES ('a', 1)"},
+		{sql: "INSERT INTO orders (id) VALUES ('a')", need: []SeqNeed{{"n", []int{0}}},
+			values: []string{"INSERT INTO orders (id, n) OVERRIDING SYSTEM VALUE VALUES ('a', 11)"}},
+		{sql: "UPDATE orders SET n = 5 WHERE id = 'a'", code: "428C9"},
+		{sql: "UPDATE accounts SET aid = DEFAULT WHERE abalance = 0", code: pgerr.FeatureNotSupported},
+		{sql: "UPDATE accounts SET abalance = 1 WHERE aid = 1"},
+		{sql: "INSERT INTO accounts (abalance) SELECT abalance FROM accounts", code: pgerr.FeatureNotSupported},
+		{sql: "INSERT INTO accounts SELECT * FROM accounts", code: pgerr.FeatureNotSupported},
+		{sql: "INSERT INTO accounts (aid, abalance) VALUES (1, 1) ON CONFLICT (aid) DO UPDATE SET aid = DEFAULT", code: pgerr.FeatureNotSupported},
+		{sql: "COPY accounts (abalance) FROM STDIN", code: pgerr.FeatureNotSupported},
+		{sql: "COPY accounts FROM STDIN"},
+		{sql: "EXPLAIN INSERT INTO accounts (abalance) VALUES (1)", code: pgerr.FeatureNotSupported},
+	} {
+		_, err := Build(tc.sql, cat)
+		var sn *SequencesNeeded
+		var cn *ColumnsNeeded
+		switch {
+		case tc.need != nil:
+			if !errors.As(err, &sn) || !reflect.DeepEqual(sn.Need, tc.need) {
+				t.Errorf("%s: %v, want sequences needed %v", tc.sql, err, tc.need)
+				continue
+			}
+			var vals [][]string
+			n := 11
+			for _, x := range tc.need {
+				var v []string
+				for range x.Rows {
+					v = append(v, strconv.Itoa(n))
+					n++
+				}
+				vals = append(vals, v)
+			}
+			got, err := WithSequenceValues(tc.sql, sn.Need, vals)
+			if err != nil || got != tc.values[0] {
+				t.Errorf("%s: with values %q, %v; want %q", tc.sql, got, err, tc.values[0])
+			}
+			if tc.params != "" {
+				got, err := WithSequenceParams(tc.sql, sn.Need, MaxParam(tc.sql))
+				if err != nil || got != tc.params {
+					t.Errorf("%s: with parameters %q, %v; want %q", tc.sql, got, err, tc.params)
+				}
+			}
+		case tc.columns:
+			if !errors.As(err, &cn) {
+				t.Errorf("%s: %v, want columns needed", tc.sql, err)
+			}
+		case tc.code != "":
+			if pe := pgerr.Flatten(err); err == nil || pe.Code != tc.code || errors.As(err, &sn) || errors.As(err, &cn) {
+				t.Errorf("%s: %v, want SQLSTATE %s", tc.sql, err, tc.code)
+			}
+		default:
+			if err != nil {
+				t.Errorf("%s: %v, want a plan", tc.sql, err)
+			}
+		}
+	}
+}
