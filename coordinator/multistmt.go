@@ -124,21 +124,30 @@ func (ss *session) multiStatement(parts []planner.Part) error {
 		}
 	}
 	if implicit {
-		// Commit what the string did, or roll it back after an error;
-		// only errors of the COMMIT reach the client.
-		end := "COMMIT"
-		if failed {
-			end = "ROLLBACK"
-		}
-		if stop, err := ss.partRun(end, true); stop {
+		if stop, err := ss.endImplicit(failed, held); stop {
 			return err
-		}
-		if !m.failed {
-			ss.out = append(ss.out, held...)
 		}
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
+}
+
+// endImplicit commits what a query string did in its implicit
+// transaction, or rolls it back after an error; only errors of the COMMIT
+// reach the client, and held (the last statement's CommandComplete) comes
+// after a commit that succeeds.
+func (ss *session) endImplicit(failed bool, held []byte) (stop bool, err error) {
+	end := "COMMIT"
+	if failed {
+		end = "ROLLBACK"
+	}
+	if stop, err := ss.partRun(end, true); stop {
+		return true, err
+	}
+	if !ss.multi.failed {
+		ss.out = append(ss.out, held...)
+	}
+	return false, nil
 }
 
 // takeLastTag returns a copy of the CommandComplete frame that ends
@@ -185,7 +194,7 @@ func (ss *session) partRun(sql string, internal bool) (stop bool, err error) {
 // partError answers a statement of the string with err, the statement's
 // own failure (each comes inside the implicit transaction, which the
 // caller rolls back), and reports true.
-func (ss *session) partError(err *pgerr.Error) bool {
+func (ss *session) partError(err error) bool {
 	ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
 	ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
 	return true

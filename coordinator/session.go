@@ -82,7 +82,10 @@ type session struct {
 	lostEnd bool
 	// multi follows the output of a query string of several statements
 	// run one at a time (multistmt.go).
-	multi        *multiOut
+	multi *multiOut
+	// capture: the answer of a statement the coordinator reads itself
+	// (the SELECT of an INSERT ... SELECT it runs in two steps).
+	capture      *capture
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
 	// wait says whether the session is waiting for its client's next
@@ -252,6 +255,12 @@ func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
 func (ss *session) flush() error {
 	if len(ss.out) == 0 {
 		return nil
+	}
+	if c := ss.capture; c != nil {
+		// A statement's answer the coordinator reads itself.
+		c.take(ss.out[c.start:])
+		ss.out = ss.out[:c.start]
+		c.start = 0
 	}
 	if ss.multi != nil {
 		ss.multi.scan(ss.out)
@@ -973,6 +982,10 @@ func (ss *session) simpleQuery(body []byte) error {
 		// The statement runs nowhere: a refused PREPARE (or other
 		// pinning statement) leaves the session as it was.
 		ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
+		var sf *planner.SelectFirst
+		if errors.As(err, &sf) {
+			return ss.insertSelectRows(ptext, sf)
+		}
 		return ss.queryError(ss.workerVerdict(text, nil, err))
 	}
 	if cls.seqFn != "" {

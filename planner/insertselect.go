@@ -1,11 +1,16 @@
 package planner
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"slices"
+	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
 
@@ -185,4 +190,140 @@ func (b *builder) sourceDistColumn(sel *pg_query.SelectStmt, cr *pg_query.Column
 		visit(f)
 	}
 	return found
+}
+
+// SelectFirst is Build's answer to an INSERT ... SELECT that does not push
+// down to the shards (the SELECT reads a reference, local or non-colocated
+// table, crosses shards, or leaves sequence columns to their default; or
+// the target is a reference or local table): the coordinator runs Select
+// (the SELECT with the INSERT's WITH) first, as a query of its own in the
+// statement's transaction, and then the INSERT with the rows it gave as
+// VALUES (InsertWithRows), planned as any INSERT ... VALUES. As an error,
+// it is a refusal (why it does not push down).
+type SelectFirst struct {
+	Select string
+	// Untyped are the SELECT's columns that are a string constant or
+	// NULL (as SQL, "" for the others): PostgreSQL gives them the
+	// INSERT's column types, where the SELECT alone makes them text.
+	Untyped []string
+	err     *pgerr.Error
+}
+
+func (e *SelectFirst) Error() string { return e.err.Error() }
+func (e *SelectFirst) Unwrap() error { return e.err }
+
+// selectFirst is the SelectFirst of an INSERT ... SELECT refused for cause,
+// or cause where its SELECT cannot run first: a WITH that writes (its
+// writes and the INSERT's would be two statements), or a WITH that the
+// INSERT's ON CONFLICT or RETURNING reads.
+func (b *builder) selectFirst(ins *pg_query.InsertStmt, cause error) error {
+	var pe *pgerr.Error
+	if !errors.As(cause, &pe) {
+		return cause
+	}
+	sel := proto.Clone(ins.SelectStmt.GetSelectStmt()).(*pg_query.SelectStmt)
+	writes := false
+	Walk(ins, func(m proto.Message) {
+		switch m.(type) {
+		case *pg_query.InsertStmt, *pg_query.UpdateStmt, *pg_query.DeleteStmt, *pg_query.MergeStmt:
+			writes = writes || m != ins
+		}
+	})
+	if writes {
+		return cause
+	}
+	if ins.WithClause != nil {
+		reads := false
+		Walk(&pg_query.InsertStmt{OnConflictClause: ins.OnConflictClause, ReturningList: ins.ReturningList}, func(m proto.Message) {
+			switch m.(type) {
+			case *pg_query.RangeVar, *pg_query.SubLink:
+				reads = true
+			}
+		})
+		if reads || sel.WithClause != nil {
+			return cause
+		}
+		sel.WithClause = ins.WithClause
+	}
+	untyped, err := untypedColumns(b.tree.Version, sel)
+	if err != nil {
+		return cause
+	}
+	text, err := deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: sel}})
+	if err != nil {
+		return cause
+	}
+	return &SelectFirst{Select: text, Untyped: untyped, err: pe}
+}
+
+// untypedColumns are SelectFirst.Untyped for sel: a plain SELECT's target
+// list read for string constants and NULLs (none for a set operation,
+// whose columns PostgreSQL resolves to text, or a list with *, whose
+// columns are not known here).
+func untypedColumns(version int32, sel *pg_query.SelectStmt) ([]string, error) {
+	if sel.Op != pg_query.SetOperation_SETOP_NONE {
+		return nil, nil
+	}
+	out := make([]string, len(sel.TargetList))
+	found := false
+	for i, t := range sel.TargetList {
+		v := t.GetResTarget().GetVal()
+		if cr := v.GetColumnRef(); cr != nil && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+			return nil, nil
+		}
+		c := v.GetAConst()
+		if c == nil || !c.Isnull && c.GetSval() == nil {
+			continue
+		}
+		text, err := deparseExpr(version, v)
+		if err != nil {
+			return nil, err
+		}
+		out[i], found = text, true
+	}
+	if !found {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// InsertWithRows is an INSERT ... SELECT (SelectFirst) with rows, each a
+// list of SQL expressions, as its VALUES instead of the SELECT (and its
+// WITH, which only the SELECT read).
+func InsertWithRows(sql string, rows [][]string) (string, error) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetInsertStmt() == nil || len(rows) == 0 {
+		return "", pgerr.New(pgerr.Internal, "not one INSERT statement with rows")
+	}
+	ins := tree.Stmts[0].Stmt.GetInsertStmt()
+	ins.WithClause = nil
+	// A marker row, replaced in the text by the rows.
+	var nonce [12]byte
+	_, _ = rand.Read(nonce[:])
+	marker := "pgfleet_rows_" + hex.EncodeToString(nonce[:])
+	ins.SelectStmt = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
+		ValuesLists: []*pg_query.Node{{Node: &pg_query.Node_List{List: &pg_query.List{Items: []*pg_query.Node{
+			pg_query.MakeAConstStrNode(marker, -1)}}}}},
+		LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}
+	text, err := deparse(tree.Version, tree.Stmts[0].Stmt)
+	if err != nil {
+		return "", err
+	}
+	before, after, ok := strings.Cut(text, "VALUES ('"+marker+"')")
+	if !ok || strings.Contains(after, marker) {
+		return "", pgerr.New(pgerr.Internal, "cannot place the rows in %s", text)
+	}
+	var out strings.Builder
+	out.WriteString(before)
+	out.WriteString("VALUES ")
+	for i, r := range rows {
+		if i > 0 {
+			out.WriteString(", ")
+		}
+		out.WriteString("(")
+		out.WriteString(strings.Join(r, ", "))
+		out.WriteString(")")
+	}
+	out.WriteString(after)
+	return out.String(), nil
 }

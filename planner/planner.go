@@ -466,12 +466,20 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetInsertStmt() != nil:
 		insert = stmt.GetInsertStmt()
 		target = b.addRangeVar(insert.Relation)
-		if err := seqCheck(stmt, target); err != nil {
-			return nil, err
-		}
 		if insert.SelectStmt != nil && insert.SelectStmt.GetSelectStmt() != nil &&
 			len(insert.SelectStmt.GetSelectStmt().ValuesLists) == 0 {
-			return b.insertSelect(stmt, insert, target)
+			err := seqCheck(stmt, target)
+			var p *Plan
+			if err == nil {
+				p, err = b.insertSelect(stmt, insert, target)
+			}
+			if isUnsupported(err) {
+				return nil, b.selectFirst(insert, err)
+			}
+			return p, err
+		}
+		if err := seqCheck(stmt, target); err != nil {
+			return nil, err
 		}
 		if err := conflictMovesRow(insert, target); err != nil {
 			return nil, err
@@ -1591,7 +1599,10 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	var cn *ColumnsNeeded
 	var vn *ValuesNeeded
 	var sn *SequencesNeeded
+	var sf *SelectFirst
 	switch {
+	case errors.As(err, &sf):
+		return nil, sf.err
 	case errors.As(err, &cn):
 		// The session completes such an INSERT from PostgreSQL only when
 		// it runs: EXPLAIN of it says what to write instead.

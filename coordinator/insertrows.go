@@ -1,0 +1,355 @@
+package coordinator
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// INSERT ... SELECT that does not push down to the shards
+// (planner.SelectFirst), in a simple query: the coordinator runs the
+// SELECT as a query of its own, through the session like any query, with
+// its answer kept from the client (a capture), then the INSERT with the
+// rows as VALUES, planned and run as any INSERT ... VALUES (split by shard,
+// sequence values drawn, RETURNING in row order). Both run in one
+// transaction: the client's, or one the coordinator opens and commits, as
+// for a query string of several statements, so the statement is all or
+// nothing. The rows travel as text with the SELECT's column types
+// ('value'::type), which reads back exactly for the built-in types whose
+// text is their value under the session's settings; other types are
+// refused. They are bounded by --max-gather (54000 past it).
+
+// capture keeps a statement's answer from the client: flush moves the
+// frames written since start here instead of sending them.
+type capture struct {
+	start  int
+	frames []byte
+	limit  int64
+	over   bool
+}
+
+func (c *capture) take(b []byte) {
+	if c.over || int64(len(c.frames)+len(b)) > c.limit {
+		c.over = true
+		return
+	}
+	c.frames = append(c.frames, b...)
+}
+
+// insertSelectRows runs an INSERT ... SELECT (sql) the planner answered
+// with sf.
+func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
+	switch {
+	case ss.multi != nil:
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; in a query string of several statements it is not supported either", sf.Unwrap().Error()).
+			WithHint("Send the INSERT ... SELECT as a query of its own."))
+	case ss.scsOff:
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; with standard_conforming_strings off it is not supported either", sf.Unwrap().Error()).
+			WithHint("Turn standard_conforming_strings on (the default) for this statement."))
+	case ss.foreignEnc:
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; the coordinator carries its rows as text only in the server's encoding", sf.Unwrap().Error()).
+			WithHint("Use client_encoding %s for this statement.", ss.sc.Params["server_encoding"]))
+	}
+	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
+	ss.multi = m
+	defer func() { ss.multi = nil }()
+	implicit := !ss.inTxn()
+	if implicit {
+		if stop, err := ss.partRun("BEGIN", true); stop {
+			return err
+		}
+	}
+	failed := false
+	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather}
+	ss.capture = c
+	stop, err := ss.partRun(sf.Select, false)
+	ss.capture = nil
+	if stop {
+		return err
+	}
+	c.take(ss.out[c.start:])
+	ss.out = ss.out[:c.start]
+	m.start, m.scanned, m.failed = len(ss.out), len(ss.out), false
+	var held []byte
+	res, perr := ss.capturedRows(c)
+	switch {
+	case perr != nil:
+		failed = ss.partError(perr)
+	case res.errBody != nil:
+		ss.out = wire.AppendFrame(ss.out, 'E', res.errBody)
+		m.start, m.scanned = len(ss.out), len(ss.out)
+		failed = true
+	default:
+		begin, flushes := len(ss.out), m.flushes
+		if failed, stop, err = ss.insertRows(sql, sf, res); stop {
+			return err
+		}
+		if !failed && implicit {
+			if m.flushes != flushes {
+				begin = 0
+			}
+			held = takeLastTag(ss.out, begin)
+			ss.out = ss.out[:len(ss.out)-len(held)]
+			m.start, m.scanned = len(ss.out), len(ss.out)
+		}
+	}
+	if implicit {
+		if stop, err := ss.endImplicit(failed, held); stop {
+			return err
+		}
+	}
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	return nil
+}
+
+// selectRows is a captured SELECT's answer: its columns' types and rows
+// as text (nil for NULL), or its error.
+type selectRows struct {
+	oids    []uint32
+	rows    [][]*string
+	errBody []byte
+}
+
+// capturedRows reads a captured SELECT's answer; its notices and
+// parameter changes go to the client.
+func (ss *session) capturedRows(c *capture) (*selectRows, error) {
+	if c.over {
+		return nil, pgerr.New(codeProgramLimitExceeded,
+			"the rows of the SELECT of an INSERT ... SELECT exceed %d bytes (--max-gather)", c.limit).
+			WithHint("Insert the rows in smaller parts, or from tables colocated with the target.")
+	}
+	res := &selectRows{}
+	for b := c.frames; len(b) >= 5; {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:]))
+		if n > len(b) {
+			break
+		}
+		f, body := b[0], b[5:n]
+		b = b[n:]
+		switch f {
+		case 'T':
+			var rd pgproto3.RowDescription
+			if err := rd.Decode(body); err != nil {
+				return nil, pgerr.New(pgerr.Internal, "unreadable row description")
+			}
+			for _, fd := range rd.Fields {
+				res.oids = append(res.oids, fd.DataTypeOID)
+			}
+		case 'D':
+			var dr pgproto3.DataRow
+			if err := dr.Decode(body); err != nil {
+				return nil, pgerr.New(pgerr.Internal, "unreadable row")
+			}
+			row := make([]*string, len(dr.Values))
+			for i, v := range dr.Values {
+				if v != nil {
+					s := string(v)
+					row[i] = &s
+				}
+			}
+			res.rows = append(res.rows, row)
+		case 'E':
+			res.errBody = append([]byte(nil), body...)
+		case 'N', 'S':
+			ss.out = wire.AppendFrame(ss.out, f, body)
+		}
+	}
+	return res, nil
+}
+
+// insertRows runs the INSERT with the SELECT's rows as its VALUES, or,
+// without rows, has PostgreSQL check it (as it checks the statement when
+// the SELECT gives nothing) and answers INSERT 0 0 with the RETURNING
+// columns.
+func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRows) (failed, stop bool, err error) {
+	types, terr := ss.textTypes(res.oids)
+	if terr != nil {
+		return ss.partError(terr), false, nil
+	}
+	untyped := func(i int) string {
+		if i < len(sf.Untyped) {
+			return sf.Untyped[i]
+		}
+		return ""
+	}
+	lit := func(v *string, i int) string {
+		cast := "::" + types[i]
+		if untyped(i) != "" {
+			cast = "" // PostgreSQL reads it as the column's type
+		}
+		if v == nil {
+			return "NULL" + cast
+		}
+		return quoteLiteral(*v) + cast
+	}
+	if len(res.rows) == 0 {
+		// The constants themselves, for PostgreSQL's errors about them.
+		row := make([]string, len(types))
+		for i := range types {
+			if row[i] = untyped(i); row[i] == "" {
+				row[i] = lit(nil, i)
+			}
+		}
+		q, err := planner.InsertWithRows(sql, [][]string{row})
+		if err != nil {
+			return ss.partError(err), false, nil
+		}
+		desc, err := ss.describeOnDefault(q)
+		if err != nil {
+			return ss.partError(err), false, nil
+		}
+		if desc != nil {
+			ss.out = wire.AppendFrame(ss.out, 'T', desc)
+		}
+		ss.out = wire.AppendFrame(ss.out, 'C', []byte("INSERT 0 0\x00"))
+		ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
+		return false, false, nil
+	}
+	rows := make([][]string, len(res.rows))
+	for r, vals := range res.rows {
+		rows[r] = make([]string, len(vals))
+		for i, v := range vals {
+			rows[r][i] = lit(v, i)
+		}
+	}
+	q, err := planner.InsertWithRows(sql, rows)
+	if err != nil {
+		return ss.partError(err), false, nil
+	}
+	if stop, err := ss.partRun(q, false); stop {
+		return false, true, err
+	}
+	return ss.multi.failed, false, nil
+}
+
+// textTypes names the types of a SELECT's columns for its rows' text
+// ('value'::name), or refuses a type whose text, under the session's
+// settings, may not read back as the same value: types that are not
+// built in (their OIDs differ from worker to worker), geometric, range,
+// composite and XML values, floats under extra_float_digits below 1,
+// date/time values under a DateStyle other than ISO, intervals under
+// IntervalStyle sql_standard; arrays as their elements.
+func (ss *session) textTypes(oids []uint32) ([]string, error) {
+	if len(oids) == 0 {
+		return nil, nil
+	}
+	list := make([]string, len(oids))
+	for i, o := range oids {
+		if o >= 16384 {
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"an INSERT ... SELECT that does not push down to the shards carries the SELECT's values through the coordinator, which does not support values of types that are not built in (column %d) yet", i+1).
+				WithHint("Cast the column to a built-in type (text) in the SELECT, or insert from tables colocated with the target.")
+		}
+		list[i] = strconv.FormatUint(uint64(o), 10)
+	}
+	var rows [][]*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		rows, err = queryText(sc, `SELECT t.oid::text, pg_catalog.format_type(t.oid, NULL), t.typname::text, t.typcategory::text,
+				coalesce(e.typname::text, ''), coalesce(e.typcategory::text, ''),
+				pg_catalog.current_setting('extra_float_digits'), pg_catalog.current_setting('DateStyle'),
+				pg_catalog.current_setting('IntervalStyle')
+			FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
+			WHERE t.oid IN (`+strings.Join(list, ", ")+`)`)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	byOID := map[string][]string{}
+	for _, r := range rows {
+		vals := make([]string, len(r))
+		for i, v := range r {
+			if v != nil {
+				vals[i] = *v
+			}
+		}
+		if len(vals) == 9 {
+			byOID[vals[0]] = vals
+		}
+	}
+	out := make([]string, len(oids))
+	for i, o := range list {
+		r := byOID[o]
+		if r == nil {
+			return nil, pgerr.New(pgerr.Internal, "no type with OID %s", o)
+		}
+		name, typ, cat, etyp, ecat, efd, dateStyle, intervalStyle := r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]
+		if cat == "A" {
+			typ, cat = etyp, ecat
+		}
+		if why := textLossy(typ, cat, efd, dateStyle, intervalStyle); why != "" {
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"an INSERT ... SELECT that does not push down to the shards carries the SELECT's values through the coordinator as text, and a value of type %s %s", name, why).
+				WithHint("Cast the column to text or numeric in the SELECT, use the default settings, or insert from tables colocated with the target.")
+		}
+		out[i] = name
+	}
+	return out, nil
+}
+
+// textLossy says why a built-in type's text (typname, typcategory) may
+// not read back as its value under the settings given, "" if it does.
+func textLossy(typ, cat, efd, dateStyle, intervalStyle string) string {
+	switch {
+	case typ == "xml" || typ == "aclitem":
+		return "does not read back exactly"
+	case typ == "float4" || typ == "float8":
+		if n, err := strconv.Atoi(efd); err != nil || n < 1 {
+			return "is rounded under extra_float_digits " + efd
+		}
+	case cat == "D":
+		if !strings.HasPrefix(dateStyle, "ISO") {
+			return "may not read back under DateStyle " + dateStyle
+		}
+	case cat == "T":
+		if intervalStyle == "sql_standard" {
+			return "may not read back under IntervalStyle sql_standard"
+		}
+	case cat == "G" || cat == "R" || cat == "C" || cat == "P" || cat == "X" || cat == "Z" || cat == "E" || cat == "A":
+		return "is not supported this way yet"
+	}
+	return ""
+}
+
+// describeOnDefault has the default node parse and describe sql in the
+// session's settings (nothing runs): PostgreSQL's errors for it, or its
+// RowDescription body (nil for none).
+func (ss *session) describeOnDefault(sql string) ([]byte, error) {
+	var row []byte
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+		b := sc.Buf()
+		b, _ = (&pgproto3.Parse{Query: sql}).Encode(b)
+		b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
+		b, _ = (&pgproto3.Sync{}).Encode(b)
+		sc.SetBuf(b)
+		if err := sc.Flush(); err != nil {
+			return lostWorker(sc.Addr, err)
+		}
+		var werr error
+		for {
+			f, err := sc.Next()
+			if err != nil {
+				return lostWorker(sc.Addr, err)
+			}
+			switch f.Type {
+			case 'T':
+				row = append([]byte(nil), f.Body...)
+			case 'E':
+				werr = newWorkerError(f.Body)
+			case 'S':
+				sc.NoteParameterStatus(f.Body)
+			case 'Z':
+				sc.TxStatus = f.Body[0]
+				return werr
+			}
+		}
+	})
+	return row, err
+}
