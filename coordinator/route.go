@@ -75,8 +75,12 @@ func (ss *session) checkPath(p *planner.Plan) error {
 	if !p.Unqualified || ss.params.pathIsPublic() {
 		return nil
 	}
+	what := strings.Join(p.Tables, ", ")
+	if p.Kind == planner.Default || what == "" {
+		what = "a table with the name of a distributed or reference table"
+	}
 	return pgerr.New(pgerr.FeatureNotSupported,
-		"this session's search_path is not public, and %s is named without its schema", strings.Join(p.Tables, ", ")).
+		"this session's search_path is not public, and %s is named without its schema", what).
 		WithHint("Write the schema with the table name (public.t), or reset search_path.")
 }
 
@@ -149,16 +153,22 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 	return p, lits, err
 }
 
+// catalogIdent is a catalog table name ("schema.table", unquoted) as
+// SQL names it (quoted), for to_regclass.
+func catalogIdent(name string) string {
+	schema, rel, _ := strings.Cut(name, ".")
+	return quoteIdent(schema) + "." + quoteIdent(rel)
+}
+
 // withColumns is an INSERT without a column list into a distributed table
 // with the list PostgreSQL takes, read from the table on the default node
 // (which has the shards' columns) every time: a plan keeps no column list
 // that DDL through another coordinator could have changed.
 func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, error) {
-	schema, rel, _ := strings.Cut(cn.Table, ".")
 	var rows [][]*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
 		q := "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass(" +
-			quoteLiteral(quoteIdent(schema)+"."+quoteIdent(rel)) + ") AND attnum > 0 AND NOT attisdropped"
+			quoteLiteral(catalogIdent(cn.Table)) + ") AND attnum > 0 AND NOT attisdropped"
 		if cn.Copy {
 			q += " AND attgenerated = ''"
 		}

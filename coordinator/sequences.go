@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"encoding/binary"
+	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,23 +49,35 @@ func (ss *session) seqReady(table string) error {
 }
 
 // drawSequences draws the values need asks for, per column in row order,
-// as SQL integer constants.
+// as SQL integer constants: on the transaction's own connection to the
+// default node when it has one (it may hold a lock on the sequence, from
+// ALTER SEQUENCE, that another connection would wait for), else on a
+// pooled one.
 func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]string, error) {
-	schema, rel, _ := strings.Cut(table, ".")
-	ident := quoteLiteral(quoteIdent(schema) + "." + quoteIdent(rel))
 	var q strings.Builder
 	for k, n := range need {
 		if k > 0 {
 			q.WriteString(" UNION ALL ")
 		}
-		q.WriteString("SELECT " + strconv.Itoa(k) + ", i, pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(" + ident + ", " +
-			quoteLiteral(n.Column) + ")) FROM pg_catalog.generate_series(1, " + strconv.Itoa(len(n.Rows)) + ") i")
+		q.WriteString("SELECT " + strconv.Itoa(k) + ", i, pg_catalog.nextval(" + strconv.FormatUint(uint64(n.Sequence), 10) +
+			"::pg_catalog.oid::pg_catalog.regclass) FROM pg_catalog.generate_series(1, " + strconv.Itoa(len(n.Rows)) + ") i")
 	}
 	var rows [][]*string
-	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
-		rows, err = queryText(sc, q.String())
-		return err
-	})
+	own, err := ss.txnConnOn(ss.srv.defaultNode.Load())
+	switch {
+	case err != nil:
+		return nil, err
+	case own != nil:
+		if rows, err = queryText(own, q.String()); err != nil && !errors.As(err, new(*workerError)) {
+			own.MarkBroken()
+			return nil, lostWorker(own.Addr, err)
+		}
+	default:
+		err = ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+			rows, err = queryText(sc, q.String())
+			return err
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -78,8 +92,7 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 			return nil, pgerr.New(pgerr.Internal, "sequence values out of order")
 		}
 		if r[2] == nil {
-			return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "column %q of %s no longer owns a sequence", need[k].Column, table).
-				WithHint("undistribute_table() and distribute the table again after changing its sequences.")
+			return nil, pgerr.New(pgerr.Internal, "no value from the sequence of column %q of %s", need[k].Column, table)
 		}
 		vals[k] = append(vals[k], *r[2])
 	}
@@ -119,7 +132,7 @@ func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeede
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind != planner.Router {
+	if p.Kind != planner.Router && p.Kind != planner.ReferenceWrite {
 		return nil, pgerr.New(pgerr.FeatureNotSupported,
 			"this INSERT into %s leaving a column to its sequence needs the simple query protocol", sn.Table).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode; or give the column its value.")
@@ -203,4 +216,26 @@ func hideSeqParams(body []byte, n int) []byte {
 	}
 	out := binary.BigEndian.AppendUint16(nil, uint16(k-n))
 	return append(out, body[2:2+4*(k-n)]...)
+}
+
+// txnConnOn is the session's transaction's connection to node, idle
+// between statements, or nil: outside a transaction block, or when the
+// transaction has none there. A connection with a pipeline still running
+// on it cannot take a statement in between: refused.
+func (ss *session) txnConnOn(node int32) (*pooling.ServerConn, error) {
+	if !ss.inTxn() {
+		return nil, nil
+	}
+	if ss.sc != nil && ss.node == node {
+		if len(ss.sc.Buf()) > 0 || slices.ContainsFunc(ss.queue[ss.qhead:], func(e expect) bool { return e.kind != eSynth }) {
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"an INSERT leaving a column to its sequence after other statements of the same pipeline in a transaction block is not supported").
+				WithHint("Send Sync before the INSERT, or give the column its value.")
+		}
+		return ss.sc, nil
+	}
+	if k := ss.parkedOn(node); k >= 0 {
+		return ss.parked[k].sc, nil
+	}
+	return nil, nil
 }

@@ -128,9 +128,9 @@ func TestSequenceColumns(t *testing.T) {
 			t.Errorf("routed read of id %d: %s rows", id, got)
 		}
 	}
+	both("INSERT INTO {a} (v) SELECT v FROM {a} WHERE id < 3 ORDER BY id RETURNING *", simple)
+	both("INSERT INTO {a} SELECT id + 1000, v FROM {a} WHERE id < 3 RETURNING *", simple)
 	for _, q := range []string{
-		"INSERT INTO sqa (v) SELECT v FROM sqa",
-		"INSERT INTO sqa SELECT id + 1000, v FROM sqa",
 		"UPDATE sqb SET id = DEFAULT WHERE tenant = 1",
 		"INSERT INTO sqb (tenant, id, v) VALUES (1, 1, 'c') ON CONFLICT (tenant, id) DO UPDATE SET id = DEFAULT",
 		"ALTER TABLE sqa ALTER COLUMN id DROP DEFAULT",
@@ -163,4 +163,119 @@ func TestSequenceColumns(t *testing.T) {
 	if got := queryString(t, c, "SELECT count(*) - count(DISTINCT id) FROM sqa", simple); got != "0" {
 		t.Errorf("%s duplicate ids", got)
 	}
+}
+
+// TestSequenceColumnsRegressions: the adversary's findings. A transaction
+// that altered the sequence draws on its own connection (another would
+// wait for its lock: a hang); a default naming another sequence than the
+// column's own is refused; the values come from the default's sequence
+// even after it is renamed or re-owned; OVERRIDING USER VALUE with
+// INSERT ... SELECT, VALUES with ORDER BY or LIMIT and rows of the wrong
+// length answer as PostgreSQL; SET (id, v) = (DEFAULT, ...) is refused;
+// names with dots and spaces work; an unqualified name of a table in
+// another schema of the search_path is refused rather than read from the
+// default node's empty table.
+func TestSequenceColumnsRegressions(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	const cols = "(id bigserial PRIMARY KEY, k int, v text)"
+	testTable(t, c, "sqx", cols, "SELECT create_distributed_table('sqx', 'id', shard_count => 3)")
+	testTable(t, c, `"sq x.y"`, cols, `SELECT create_distributed_table('"sq x.y"', 'id', shard_count => 3)`)
+	testTable(t, c, "sqi", "(k int, id int GENERATED ALWAYS AS IDENTITY, v text, PRIMARY KEY (k, id))",
+		"SELECT create_distributed_table('sqi', 'k', shard_count => 3)")
+	testTable(t, c, "sqrr", "(id serial PRIMARY KEY, v text)", "SELECT create_reference_table('sqrr')")
+	plainTables(t, c, "sqxo "+cols, "sqio (k int, id int GENERATED ALWAYS AS IDENTITY, v text, PRIMARY KEY (k, id))",
+		"sqrro (id serial PRIMARY KEY, v text)")
+	exec(t, c, `DROP TABLE IF EXISTS "sq x.yo"`)
+	exec(t, c, `CREATE TABLE "sq x.yo" `+cols)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, `DROP TABLE IF EXISTS "sq x.yo"`) })
+	fleet := strings.NewReplacer("{t}", "sqx", "{q}", `"sq x.y"`, "{i}", "sqi", "{r}", "sqrr", "{seq}", "sqx_id_seq")
+	oracle := strings.NewReplacer("{t}", "sqxo", "{q}", `"sq x.yo"`, "{i}", "sqio", "{r}", "sqrro", "{seq}", "sqxo_id_seq")
+	both := func(q string, mode pgx.QueryExecMode, args ...any) {
+		t.Helper()
+		gatherBoth(t, c, fleet, oracle, q, mode, args...)
+	}
+	for _, q := range []string{
+		"BEGIN; ALTER SEQUENCE {seq} INCREMENT BY 5; INSERT INTO {t} (k, v) VALUES (1, 'a'), (2, 'b') RETURNING id; COMMIT",
+		"INSERT INTO {t} (v) VALUES ('z'), ('y'), ('x') ORDER BY 1 RETURNING id, v",
+		"INSERT INTO {t} (v) VALUES ('p'), ('q'), ('r') LIMIT 1 RETURNING id, v",
+		"INSERT INTO {t} (k, v) VALUES (1)",
+		"INSERT INTO {t} (k, v) VALUES (1, 'a'), (2)",
+		"INSERT INTO {t} (v) VALUES ('a', 'b')",
+		"INSERT INTO {q} (k, v) VALUES (1, 'dot'), (2, 'space') RETURNING *",
+		"INSERT INTO {i} (k, id, v) OVERRIDING USER VALUE SELECT k, 500 + k, v FROM {t} WHERE k IS NOT NULL ORDER BY id RETURNING k, id, v",
+		"INSERT INTO {i} (k, v) VALUES (1, 'a') RETURNING *",
+		"ALTER SEQUENCE {seq} RENAME TO {seq}_renamed",
+		"INSERT INTO {t} (v) VALUES ('after rename') RETURNING id",
+		"ALTER SEQUENCE {seq}_renamed RENAME TO {seq}",
+		"ALTER SEQUENCE {seq} OWNED BY NONE",
+		"INSERT INTO {t} (v) VALUES ('after OWNED BY NONE') RETURNING id",
+		"INSERT INTO {r} (v) VALUES ('r1') RETURNING id",
+		"SELECT * FROM {t} ORDER BY id",
+		"SELECT * FROM {q} ORDER BY id",
+		"SELECT * FROM {i} ORDER BY k, id",
+	} {
+		both(q, simple)
+	}
+	// The same in the extended protocol: a transaction that altered the
+	// sequence, and a reference table.
+	for _, tbl := range [][2]string{{"sqx", "sqx_id_seq"}, {"sqxo", "sqxo_id_seq"}} {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, tx.Conn(), "ALTER SEQUENCE "+tbl[1]+" RESTART WITH 1000")
+		if _, err := tx.Exec(ctx, "INSERT INTO "+tbl[0]+" (k, v) VALUES ($1, 'ext')", 7); err != nil {
+			t.Fatalf("%s: %v", tbl[0], err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both("INSERT INTO {r} (v) VALUES ($1)", pgx.QueryExecModeCacheStatement, "r2")
+	both("SELECT * FROM {t} ORDER BY id", simple)
+	both("SELECT * FROM {r} ORDER BY id", simple)
+	for _, q := range []string{
+		"UPDATE sqx SET (id, v) = (DEFAULT, 'x') WHERE k = 1",
+		"INSERT INTO sqx (id, k, v) VALUES (1, 1, 'a') ON CONFLICT (id) DO UPDATE SET (id, v) = (DEFAULT, 'b')",
+	} {
+		_, err := c.Exec(ctx, q, simple)
+		wantRefusal(t, q, err)
+	}
+	_, err := c.Exec(ctx, "INSERT INTO sqi (k, id, v) OVERRIDING USER VALUE VALUES ($1, $2, $3)", 1, 2, "p")
+	wantRefusal(t, "a parameter ignored by OVERRIDING USER VALUE", err)
+	// A default naming another sequence than the column's own.
+	exec(t, c, "DROP TABLE IF EXISTS sqg")
+	exec(t, c, "DROP SEQUENCE IF EXISTS sqg_global")
+	exec(t, c, "CREATE SEQUENCE sqg_global START 500")
+	exec(t, c, "CREATE TABLE sqg (id serial PRIMARY KEY, v text)")
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS sqg; DROP SEQUENCE IF EXISTS sqg_global", simple) })
+	exec(t, c, "ALTER TABLE sqg ALTER COLUMN id SET DEFAULT nextval('sqg_global')")
+	_, err = c.Exec(ctx, "SELECT create_distributed_table('sqg', 'id')", simple)
+	wantRefusal(t, "a default of another sequence", err)
+	// search_path: an unqualified name of a distributed table in another
+	// schema is refused, not read from the default node's empty table.
+	exec(t, c, "DROP SCHEMA IF EXISTS sqs CASCADE")
+	exec(t, c, "CREATE SCHEMA sqs")
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('sqs.st')", simple)
+		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS sqs CASCADE", simple)
+	})
+	exec(t, c, "CREATE TABLE sqs.st (id int PRIMARY KEY)")
+	exec(t, c, "INSERT INTO sqs.st VALUES (1), (2)")
+	exec(t, c, "SELECT create_distributed_table('sqs.st', 'id', shard_count => 2)", simple)
+	exec(t, c, "SET search_path = sqs, public")
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		var n int
+		err := c.QueryRow(ctx, "SELECT count(*) FROM st", mode).Scan(&n)
+		if err == nil && n != 2 {
+			t.Errorf("unqualified read under search_path sqs (%v): %d rows, want 2 or a refusal", mode, n)
+		} else if err != nil {
+			wantRefusal(t, "unqualified read under search_path sqs", err)
+		}
+	}
+	exec(t, c, "RESET search_path")
 }

@@ -48,10 +48,13 @@ type Table struct {
 
 // SeqColumn is a column of a table whose default is its sequence's next
 // value: a serial column (Identity 0), or an identity column generated
-// BY DEFAULT ('d') or ALWAYS ('a').
+// BY DEFAULT ('d') or ALWAYS ('a'). Sequence is the sequence's OID on the
+// default node, as the column's default names it (renaming or re-owning
+// it changes nothing, as in PostgreSQL).
 type SeqColumn struct {
 	Column   string
 	Identity byte
+	Sequence uint32
 }
 
 // Sequence returns the table's sequence column named col, or nil.

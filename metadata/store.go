@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -46,8 +47,8 @@ CREATE TABLE IF NOT EXISTS pgfleet.tables (
 	colocation_id int,
 	shard_count int NOT NULL
 );
--- Sequence columns: the identity kind ('s' for a serial default, 'd', 'a')
--- followed by the column's name.
+-- Sequence columns: the identity kind ('s' for a serial default, 'd', 'a'),
+-- the sequence's OID, ':' and the column's name.
 ALTER TABLE pgfleet.tables ADD COLUMN IF NOT EXISTS sequences text[] NOT NULL DEFAULT '{}';
 CREATE TABLE IF NOT EXISTS pgfleet.shards (
 	shardid bigint PRIMARY KEY,
@@ -592,13 +593,17 @@ func load(ctx context.Context, q querier) (*Snapshot, error) {
 			return nil, err
 		}
 		for _, sq := range seqs {
-			if len(sq) > 1 {
-				c := SeqColumn{Column: sq[1:]}
-				if sq[0] != 's' {
-					c.Identity = sq[0]
-				}
-				t.Sequences = append(t.Sequences, c)
+			oid, col, ok := strings.Cut(sq[min(1, len(sq)):], ":")
+			n, err := strconv.ParseUint(oid, 10, 32)
+			if !ok || err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("metadata: unreadable sequence column %q of %s", sq, t.Name)
 			}
+			c := SeqColumn{Column: col, Sequence: uint32(n)}
+			if sq[0] != 's' {
+				c.Identity = sq[0]
+			}
+			t.Sequences = append(t.Sequences, c)
 		}
 		if len(kind) == 1 {
 			t.Kind = TableKind(kind[0])
@@ -638,7 +643,7 @@ func seqText(seqs []SeqColumn) []string {
 		if k == 0 {
 			k = 's'
 		}
-		out = append(out, string(k)+c.Column)
+		out = append(out, string(k)+strconv.FormatUint(uint64(c.Sequence), 10)+":"+c.Column)
 	}
 	return out
 }

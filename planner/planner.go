@@ -279,7 +279,11 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 		named = append(named, catalogTables(raw.Stmt, cat)...)
 	}
 	if len(named) == 0 {
-		return &Plan{Kind: Default}, nil
+		p := &Plan{Kind: Default}
+		for _, raw := range tree.Stmts {
+			p.Unqualified = p.Unqualified || unqualified(raw.Stmt, cat)
+		}
+		return p, nil
 	}
 	if len(tree.Stmts) != 1 {
 		return nil, unsupported("a query string with several statements cannot use distributed or reference tables").
@@ -299,14 +303,22 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	return p, err
 }
 
-// unqualified reports whether stmt names a catalog table without its
-// schema (which the planner takes as public).
+// unqualified reports whether stmt names a table without its schema by
+// the name of a catalog table of any schema (the planner takes it as
+// public's, or as no catalog table when public has none of that name).
 func unqualified(stmt *pg_query.Node, cat *metadata.Snapshot) bool {
 	ctes := cteNames(stmt)
 	found := false
 	Walk(stmt, func(m proto.Message) {
-		if rv, ok := m.(*pg_query.RangeVar); ok && rv.Schemaname == "" && lookup(cat, rv, ctes) != nil {
-			found = true
+		rv, ok := m.(*pg_query.RangeVar)
+		if !ok || found || rv.Schemaname != "" || ctes[rv.Relname] {
+			return
+		}
+		for name := range cat.Tables {
+			if name[strings.IndexByte(name, '.')+1:] == rv.Relname {
+				found = true
+				return
+			}
 		}
 	})
 	return found
@@ -466,6 +478,12 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	case stmt.GetInsertStmt() != nil:
 		insert = stmt.GetInsertStmt()
 		target = b.addRangeVar(insert.Relation)
+		if sel := insert.SelectStmt.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 &&
+			(len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil || sel.WithClause != nil) {
+			// VALUES sorted or cut: a query whose rows come first.
+			return nil, b.selectFirst(insert, unsupported("INSERT ... VALUES with ORDER BY, LIMIT, OFFSET or WITH on %s is not supported here", insert.Relation.Relname).
+				WithHint("Write the rows in the order and number to insert, without ORDER BY, LIMIT or OFFSET."))
+		}
 		if insert.SelectStmt != nil && insert.SelectStmt.GetSelectStmt() != nil &&
 			len(insert.SelectStmt.GetSelectStmt().ValuesLists) == 0 {
 			err := seqCheck(stmt, target)

@@ -36,8 +36,9 @@ type SequencesNeeded struct {
 // SeqNeed is a sequence column's share of an INSERT: the VALUES rows
 // (0-based) whose value is the sequence's next one.
 type SeqNeed struct {
-	Column string
-	Rows   []int
+	Column   string
+	Sequence uint32 // the sequence's OID on the default node
+	Rows     []int
 }
 
 func (e *SequencesNeeded) Error() string { return e.err.Error() }
@@ -96,10 +97,14 @@ func seqCheck(stmt *pg_query.Node, t *metadata.Table) error {
 	for _, sc := range t.Sequences {
 		i, listed := pos[sc.Column]
 		if ins.SelectStmt == nil { // DEFAULT VALUES
-			need = append(need, SeqNeed{Column: sc.Column, Rows: []int{0}})
+			need = append(need, SeqNeed{Column: sc.Column, Sequence: sc.Sequence, Rows: []int{0}})
 			continue
 		}
 		if !values {
+			if listed && sc.Identity != 0 && override == pg_query.OverridingKind_OVERRIDING_USER_VALUE {
+				return unsupported("INSERT ... SELECT into %s with OVERRIDING USER VALUE is not supported here", t.Name).
+					WithHint("Give the identity column its values in the SELECT and leave OVERRIDING USER VALUE out.")
+			}
 			if !listed && len(ins.Cols) > 0 {
 				return unsupported("INSERT ... SELECT into %s leaving its column %q to its sequence is not supported yet", t.Name, sc.Column).
 					WithHint("Insert the rows with INSERT ... VALUES, or give %q its values in the SELECT.", sc.Column)
@@ -113,15 +118,16 @@ func seqCheck(stmt *pg_query.Node, t *metadata.Table) error {
 			}
 			continue
 		}
-		n := SeqNeed{Column: sc.Column}
+		n := SeqNeed{Column: sc.Column, Sequence: sc.Sequence}
 		for r, l := range sel.ValuesLists {
 			items := l.GetList().GetItems()
 			switch {
+			case len(items) < len(ins.Cols):
+				return pgerr.New(pgerr.SyntaxError, "INSERT has more target columns than expressions")
+			case len(items) > len(ins.Cols):
+				return pgerr.New(pgerr.SyntaxError, "INSERT has more expressions than target columns")
 			case !listed:
 				n.Rows = append(n.Rows, r)
-			case i >= len(items):
-				// PostgreSQL's own error (more target columns than
-				// expressions) comes from the worker.
 			case items[i].GetSetToDefault() != nil:
 				n.Rows = append(n.Rows, r)
 			case sc.Identity != 0 && override == pg_query.OverridingKind_OVERRIDING_USER_VALUE:
@@ -150,7 +156,15 @@ func seqSet(targets []*pg_query.Node, t *metadata.Table) error {
 		if sc == nil {
 			continue
 		}
-		if rt.Val.GetSetToDefault() != nil {
+		val := rt.Val
+		if ma := val.GetMultiAssignRef(); ma != nil {
+			// SET (a, b) = (DEFAULT, ...): this column's element.
+			val = nil
+			if row := ma.Source.GetRowExpr(); row != nil && int(ma.Colno) >= 1 && int(ma.Colno) <= len(row.Args) {
+				val = row.Args[ma.Colno-1]
+			}
+		}
+		if val.GetSetToDefault() != nil {
 			return unsupported("setting column %q of %s, whose values come from a sequence, to DEFAULT is not supported yet", sc.Column, t.Name).
 				WithHint("Set it to nextval(pg_get_serial_sequence('%s', '%s')) read first, as a value.", t.Name, sc.Column)
 		}
@@ -179,6 +193,13 @@ func errIdentityAlways(col string, update bool) error {
 // default (SequencesNeeded) with the values drawn in their place: vals[k]
 // are SQL expressions for need[k]'s rows, in order.
 func WithSequenceValues(sql string, need []SeqNeed, vals [][]string) (string, error) {
+	return withSequences(sql, need, vals, false)
+}
+
+// withSequences is WithSequenceValues; params: the values are parameters,
+// and a value they replace may not have one (PostgreSQL would still type
+// it from the column).
+func withSequences(sql string, need []SeqNeed, vals [][]string, params bool) (string, error) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetInsertStmt() == nil {
 		return "", pgerr.New(pgerr.Internal, "not one INSERT statement")
@@ -219,6 +240,10 @@ func WithSequenceValues(sql string, need []SeqNeed, vals [][]string) (string, er
 			if err != nil {
 				return "", err
 			}
+			if params && hasParam(rows[r].GetList().Items[pos]) {
+				return "", unsupported("a parameter given to an identity column with OVERRIDING USER VALUE is not supported in a prepared statement").
+					WithHint("Leave the column out of the INSERT, or use the simple query protocol.")
+			}
 			rows[r].GetList().Items[pos] = e
 		}
 	}
@@ -242,7 +267,18 @@ func WithSequenceParams(sql string, need []SeqNeed, base int) (string, error) {
 			vals[i] = append(vals[i], "$"+strconv.Itoa(k))
 		}
 	}
-	return WithSequenceValues(sql, need, vals)
+	return withSequences(sql, need, vals, true)
+}
+
+// hasParam reports whether n refers to a parameter.
+func hasParam(n *pg_query.Node) bool {
+	found := false
+	Walk(n, func(m proto.Message) {
+		if _, ok := m.(*pg_query.ParamRef); ok {
+			found = true
+		}
+	})
+	return found
 }
 
 // MaxParam is the highest parameter number sql refers to ($n), 0 if none.

@@ -41,8 +41,10 @@ type Column struct {
 	// Sequence: the column takes its values from its own sequence, as a
 	// serial column ('s') or an identity column BY DEFAULT ('d') or ALWAYS
 	// ('a'); 0 otherwise. Shards get the column without a default: the
-	// coordinator draws the values (metadata.SeqColumn).
-	Sequence byte
+	// coordinator draws the values (metadata.SeqColumn) from the sequence
+	// SequenceOID.
+	Sequence    byte
+	SequenceOID uint32
 }
 
 // Constraint is a table constraint a shard gets under its own name.
@@ -76,9 +78,9 @@ func (d *Def) Sequences() []metadata.SeqColumn {
 	for _, c := range d.Columns {
 		switch c.Sequence {
 		case 's':
-			out = append(out, metadata.SeqColumn{Column: c.Name})
+			out = append(out, metadata.SeqColumn{Column: c.Name, Sequence: c.SequenceOID})
 		case 'a', 'd':
-			out = append(out, metadata.SeqColumn{Column: c.Name, Identity: c.Sequence})
+			out = append(out, metadata.SeqColumn{Column: c.Name, Identity: c.Sequence, Sequence: c.SequenceOID})
 		}
 	}
 	return out
@@ -317,31 +319,38 @@ func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {
 			EXISTS (SELECT FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid
 				WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = ad.oid
 				AND dep.refclassid = 'pg_catalog.pg_class'::regclass AND s.relkind = 'S'),
-			coalesce(pg_catalog.pg_get_serial_sequence($2, a.attname), '')
+			coalesce((SELECT dep.objid FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_class s ON s.oid = dep.objid
+				WHERE dep.classid = 'pg_catalog.pg_class'::regclass AND dep.refclassid = 'pg_catalog.pg_class'::regclass
+				AND dep.refobjid = a.attrelid AND dep.refobjsubid = a.attnum AND dep.deptype IN ('a', 'i')
+				AND s.relkind = 'S' LIMIT 1), 0),
+			coalesce((SELECT dep.refobjid FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid
+				WHERE dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = ad.oid
+				AND dep.refclassid = 'pg_catalog.pg_class'::regclass AND s.relkind = 'S' LIMIT 1), 0)
 		FROM pg_catalog.pg_attribute a
 		JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 		LEFT JOIN pg_catalog.pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 		LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
 		LEFT JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, d.OID, d.Ident())
+		ORDER BY a.attnum`, d.OID)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var c Column
-		var expr, generated, identity, owned string
+		var expr, generated, identity string
 		var sequence bool
+		var owned, used uint32
 		if err := rows.Scan(&c.Name, &c.Type, &c.TypeName, &c.NotNull, &expr, &generated, &identity,
-			&c.Collation, &c.Deterministic, &sequence, &owned); err != nil {
+			&c.Collation, &c.Deterministic, &sequence, &owned, &used); err != nil {
 			return err
 		}
 		switch {
-		case identity != "":
-			c.Sequence = identity[0]
-		case sequence && owned != "" && ownSequenceDefault(expr):
-			c.Sequence = 's'
+		case identity != "" && owned != 0:
+			c.Sequence, c.SequenceOID = identity[0], owned
+		case sequence && owned != 0 && used == owned && ownSequenceDefault(expr):
+			c.Sequence, c.SequenceOID = 's', owned
 		case sequence:
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"column %q of %s takes its default from a sequence (%s) other than its own serial sequence; such defaults on distributed and reference tables are not supported yet",
