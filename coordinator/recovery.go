@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
@@ -36,7 +36,7 @@ const (
 	defaultRecoveryInterval = 5 * time.Second
 	defaultRecoveryGrace    = time.Minute
 	// recoveryRoundTimeout bounds one round over all nodes. It must stay
-	// well below shards.ForgetCommitAge: a round forgets only decisions
+	// well below twophase.ForgetCommitAge: a round forgets only decisions
 	// older than that, which were recorded before the round listed any
 	// node.
 	recoveryRoundTimeout = 2 * time.Minute
@@ -153,7 +153,7 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 	for b := range present {
 		keep = append(keep, b)
 	}
-	if n, err := s.store.ForgetDecisions(ctx, shards.ForgetCommitAge, shards.ForgetAbortAge, keep); err != nil {
+	if n, err := s.store.ForgetDecisions(ctx, twophase.ForgetCommitAge, twophase.ForgetAbortAge, keep); err != nil {
 		s.log.Warn("recovery: forgetting old transaction decisions", "err", err)
 	} else if n > 0 {
 		s.log.Debug("recovery: forgot old transaction decisions", "count", n)
@@ -186,7 +186,7 @@ func (s *Server) listPrepared(ctx context.Context, n metadata.Node, grace time.D
 	rows, err := conn.Query(ctx, `SELECT gid, database::text, prepared < now() - make_interval(secs => $1),
 		prepared < now() - make_interval(secs => $2)
 		FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE $3 ORDER BY prepared`,
-		grace.Seconds(), decidedMinAge.Seconds(), strings.ReplaceAll(shards.GIDPrefix, "_", `\_`)+"%")
+		grace.Seconds(), decidedMinAge.Seconds(), strings.ReplaceAll(twophase.GIDPrefix, "_", `\_`)+"%")
 	if err != nil {
 		return nil, fmt.Errorf("listing prepared transactions: %w", err)
 	}
@@ -275,7 +275,7 @@ func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string
 // and underscores, so that it may be quoted as is).
 func gidBase(gid string) (string, bool) {
 	i := strings.LastIndexByte(gid, '_')
-	if !strings.HasPrefix(gid, shards.GIDPrefix) || i <= len(shards.GIDPrefix) || i == len(gid)-1 {
+	if !strings.HasPrefix(gid, twophase.GIDPrefix) || i <= len(twophase.GIDPrefix) || i == len(gid)-1 {
 		return "", false
 	}
 	for j := 0; j < len(gid); j++ {

@@ -3,8 +3,6 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,10 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
-	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -50,9 +47,8 @@ func (ss *session) parkedOn(node int32) int {
 const (
 	// txPrepareTimeout bounds one PREPARE TRANSACTION (deferred triggers
 	// and constraints run in it); the decision must come within
-	// maxDecisionDelay of the first one.
+	// twophase.MaxDecisionDelay of the first one.
 	txPrepareTimeout = 4 * time.Minute
-	maxDecisionDelay = 10 * time.Minute
 	txCleanupTimeout = 30 * time.Second
 )
 
@@ -355,105 +351,38 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		return "ROLLBACK", nil, nil
 	}
 
-	var rb [8]byte
-	_, _ = rand.Read(rb[:])
-	base := shards.GIDPrefix + "tx_" + hex.EncodeToString(rb[:])
-	gid := func(c txConn) string { return fmt.Sprintf("%s_%d", base, c.node) }
-	prepared := make([]bool, len(all))
-	rollback := func() []string {
-		var problems []string
-		for i, c := range all {
-			if c.sc.TxStatus == 'I' && !prepared[i] {
-				continue
-			}
-			sql := "ROLLBACK"
-			if prepared[i] {
-				sql = "ROLLBACK PREPARED '" + gid(c) + "'"
-			}
-			if err := c.sc.Exec(sql, time.Now().Add(txCleanupTimeout), nil); err != nil {
-				var pe *pgconn.PgError
-				if prepared[i] && errors.As(err, &pe) && pe.Code == pgerr.UndefinedObject {
-					continue // recovery rolled it back already
-				}
-				c.sc.MarkBroken()
-				if prepared[i] {
-					problems = append(problems, fmt.Sprintf("prepared transaction '%s' remains on worker %s until recovery rolls it back",
-						gid(c), c.sc.Addr))
-				}
-			}
-		}
-		return problems
+	g := twophase.New("tx", ss.srv.store)
+	g.AfterDecide, g.BeforeCommit = ss.srv.hooks.afterDecide, ss.srv.hooks.beforeCommitPrepared
+	for i := range all {
+		g.Join(all[i].node, "worker "+all[i].sc.Addr, &poolConn{ss: ss, c: &all[i]})
 	}
-	start := time.Now()
-	for i, c := range all {
-		err := c.sc.Exec("PREPARE TRANSACTION '"+gid(c)+"'", time.Now().Add(txPrepareTimeout), nil)
-		if err == nil && c.sc.TxStatus == 'I' {
-			prepared[i] = true
-			continue
-		}
-		var pe *pgconn.PgError
-		if err != nil && !errors.As(err, &pe) {
-			// Lost: whether it prepared is unknown; without a commit
-			// decision recovery rolls it back if it did.
-			c.sc.MarkBroken()
-			rollback()
-			return "", nil, pgerr.New(pgerr.ConnectionFailure,
-				"lost connection to worker %s during PREPARE TRANSACTION: %v; the transaction was rolled back", c.sc.Addr, err)
-		}
-		rollback()
-		if err == nil {
+	if err := g.Prepare(context.Background()); err != nil {
+		problems := g.Rollback(context.Background())
+		var pe *twophase.PrepareError
+		switch {
+		case !errors.As(err, &pe):
+			return "", nil, withCleanup(err, problems)
+		case pe.Lost:
+			// Whether it prepared is unknown; without a commit decision
+			// recovery rolls it back if it did.
+			return "", nil, withCleanup(pgerr.New(pgerr.ConnectionFailure,
+				"lost connection to %s during PREPARE TRANSACTION: %v; the transaction was rolled back", pe.Part.Where, pe.Err), problems)
+		case pe.Err == nil:
 			return "ROLLBACK", nil, nil
 		}
-		return "", nil, err // the worker's error (a deferred constraint, say): rolled back everywhere
-	}
-	if time.Since(start) > maxDecisionDelay {
-		rollback()
-		return "", nil, pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
-			maxDecisionDelay).WithHint("Retry the transaction.")
+		return "", nil, withCleanup(pe.Err, problems) // the worker's error (a deferred constraint, say): rolled back everywhere
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
 	defer cancel()
-	decideStart := time.Now()
-	err = ss.srv.store.Decide(ctx, base)
-	if h := ss.srv.hooks.afterDecide; h != nil {
-		err = h(ctx, base, err)
-	}
+	failures, err := g.Commit(ctx)
 	if err != nil {
-		var refused *pgerr.Error
-		if errors.As(err, &refused) {
-			return "", nil, withCleanup(err, rollback())
-		}
-		// The answer may have been lost after the insert committed (or the
-		// coordinator stalled past ctx's deadline): settle it by trying to
-		// record an abort, under fresh contexts.
-		d, aerr := shards.SettleDecision(context.Background(), ss.srv.store, base, decideStart)
-		switch {
-		case aerr != nil:
-			var left []string
-			for _, c := range all {
-				left = append(left, fmt.Sprintf("'%s' on worker %s", gid(c), c.sc.Addr))
-			}
-			e := pgerr.New(pgerr.ConnectionFailure,
-				"the outcome of the transaction is unknown: its commit decision could not be recorded (%v) nor read (%v)", err, aerr)
-			e.Detail = "Prepared transactions left: " + strings.Join(left, ", ") + "."
-			e.Hint = "pgfleet's recovery commits or rolls them back once the metadata database answers."
-			return "", nil, e
-		case d != metadata.CommitDecision:
-			e := pgerr.New(pgerr.ConnectionFailure, "cannot record the commit decision, so the transaction was rolled back: %v", err)
-			return "", nil, withCleanup(e, rollback())
-		}
+		// Rolled back, or left to recovery when the outcome is unknown.
+		return "", nil, withCleanup(err, g.Rollback(ctx))
 	}
 	committed = true
-	if h := ss.srv.hooks.beforeCommitPrepared; h != nil {
-		h(base)
-	}
-	for i := range all {
-		err := ss.commitPrepared(&all[i], gid(all[i]))
-		if err == nil {
-			continue
-		}
+	for _, f := range failures {
 		n := pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: pgerr.ConnectionFailure,
-			Message: fmt.Sprintf("the transaction is committed, but COMMIT PREPARED '%s' on worker %s failed: %v", gid(all[i]), ss.srv.nodeAddr(all[i].node), err),
+			Message: fmt.Sprintf("the transaction is committed, but COMMIT PREPARED '%s' on %s failed: %v", f.Part.GID, f.Part.Where, f.Err),
 			Hint:    "pgfleet's recovery completes the commit within seconds of the worker answering again."}
 		extra, _ = n.Encode(extra)
 	}
@@ -463,52 +392,47 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 // decideTimeout bounds recording a commit decision; a variable for tests.
 var decideTimeout = txCleanupTimeout
 
-// commitPrepared commits the prepared transaction gid of c, whose commit
-// is decided. While the worker does not answer (restarting, the
-// connection lost) it retries on a new connection of c's pool, pausing
-// briefly between attempts, for up to shards.CommitRetryWindow: the
-// prepared transaction holds its row locks until it commits, so it
-// commits as soon as the worker answers again. c.sc is the connection it
-// ends with (nil if none could be had), for release. A prepared transaction
-// that is gone was committed by recovery, from the decision.
-func (ss *session) commitPrepared(c *txConn, gid string) error {
-	deadline := time.Now().Add(shards.CommitRetryWindow)
-	sql := "COMMIT PREPARED '" + gid + "'"
-	pause := 10 * time.Millisecond
-	var err error
-	for {
-		if c.sc != nil {
-			if err = c.sc.Exec(sql, deadline, nil); err == nil {
-				return nil
-			}
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) {
-				if pe.Code == pgerr.UndefinedObject {
-					return nil
-				}
-			} else {
-				// Lost: a new connection may commit it.
-				c.sc.MarkBroken()
-				c.pool.Release(c.sc)
-				c.sc = nil
-			}
-		}
-		if time.Until(deadline) < pause {
-			return err
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, shards.CommitBackoff)
-		if c.sc == nil {
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			sc, aerr := c.pool.Acquire(ctx, ss.holding())
-			cancel()
-			if aerr != nil {
-				err = aerr
-				continue
-			}
-			c.sc = sc
-		}
+// poolConn is a pooled connection of a transaction over several workers
+// as a two-phase commit participant. A lost one is given back broken and
+// replaced by a new connection of its pool (to commit a prepared
+// transaction); c.sc is the one it ends with, nil if none could be had.
+type poolConn struct {
+	ss   *session
+	c    *txConn
+	lost bool
+}
+
+func (p *poolConn) Exec(ctx context.Context, sql string) (string, error) {
+	deadline, ok := ctx.Deadline()
+	switch {
+	case strings.HasPrefix(sql, "PREPARE"):
+		deadline = time.Now().Add(txPrepareTimeout)
+	case !ok:
+		deadline = time.Now().Add(txCleanupTimeout)
 	}
+	tag, err := p.c.sc.ExecTag(sql, deadline)
+	var pe *pgconn.PgError
+	if err != nil && !errors.As(err, &pe) {
+		p.c.sc.MarkBroken()
+		p.lost = true
+	}
+	return tag, err
+}
+
+func (p *poolConn) Lost() bool { return p.c.sc == nil || p.lost }
+
+func (p *poolConn) Redial(ctx context.Context) error {
+	if p.c.sc != nil {
+		p.c.sc.MarkBroken()
+		p.c.pool.Release(p.c.sc)
+		p.c.sc = nil
+	}
+	sc, err := p.c.pool.Acquire(ctx, p.ss.holding())
+	if err != nil {
+		return err
+	}
+	p.c.sc, p.lost = sc, false
+	return nil
 }
 
 // chainBegin is the BEGIN of the transaction that AND CHAIN starts after

@@ -155,7 +155,7 @@ func (s *Store) Decisions(ctx context.Context, bases []string) (map[string]byte,
 // to list every node (a decision younger than the round's start may cover
 // a prepared transaction on a node listed before it was prepared) and the
 // time a coordinator may take to learn a decision whose answer it lost
-// (shards.SettleDecision trusts an abort answer only within it). abortAge
+// (twophase.SettleDecision trusts an abort answer only within it). abortAge
 // must exceed the longest a coordinator may take from PREPARE to its
 // commit decision, so that an abort decision outlives every attempt to
 // decide the other way.

@@ -13,7 +13,7 @@ import (
 // characteristics, the session's settings), not for client statements.
 func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
 	var rows [][]string
-	err := c.run(sql, deadline, nil, func(body []byte) {
+	err := c.run(sql, deadline, nil, nil, func(body []byte) {
 		var dr pgproto3.DataRow
 		if dr.Decode(body) == nil {
 			row := make([]string, len(dr.Values))
@@ -26,11 +26,20 @@ func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
 	return rows, err
 }
 
+// ExecTag runs sql as Exec does and returns the command tag of its last
+// statement.
+func (c *ServerConn) ExecTag(sql string, deadline time.Time) (string, error) {
+	var tag string
+	err := c.run(sql, deadline, nil, &tag, nil)
+	return tag, err
+}
+
 // run sends sql as a simple query and reads the answer up to ReadyForQuery:
 // rows go to onRow (if any), ParameterStatus is noted (and passed to
-// onStatus), a COPY FROM STDIN is refused. It returns the first error the
-// server reported, or the connection's error.
-func (c *ServerConn) run(sql string, deadline time.Time, onStatus, onRow func(body []byte)) error {
+// onStatus), the last command tag to tag (if not nil), a COPY FROM STDIN is
+// refused. It returns the first error the server reported, or the
+// connection's error.
+func (c *ServerConn) run(sql string, deadline time.Time, onStatus func(body []byte), tag *string, onRow func(body []byte)) error {
 	q := pgproto3.Query{String: sql}
 	b, _ := q.Encode(c.wbuf)
 	c.wbuf = b
@@ -49,6 +58,10 @@ func (c *ServerConn) run(sql string, deadline time.Time, onStatus, onRow func(bo
 		case 'D':
 			if onRow != nil {
 				onRow(f.Body)
+			}
+		case 'C':
+			if tag != nil && len(f.Body) > 0 {
+				*tag = string(f.Body[:len(f.Body)-1])
 			}
 		case 'E':
 			if first == nil {

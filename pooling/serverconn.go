@@ -142,7 +142,7 @@ func (c *ServerConn) NoteParameterStatus(body []byte) {
 // returns the first error the server reported. ParameterStatus messages are
 // recorded and also passed to onStatus when it is not nil.
 func (c *ServerConn) Exec(sql string, deadline time.Time, onStatus func(body []byte)) error {
-	return c.run(sql, deadline, onStatus, nil)
+	return c.run(sql, deadline, onStatus, nil, nil)
 }
 
 // alive reports whether an idle connection still looks usable: nothing is

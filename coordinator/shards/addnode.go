@@ -88,7 +88,7 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 	o.learn(snap)
 	fail := func(err error) (*metadata.Snapshot, int32, error) {
 		err = o.fail(ctx, err)
-		if !o.g.decided && !o.g.inDoubt {
+		if !o.g.tp.Decided && !o.g.tp.InDoubt {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			_, _ = store.RemoveNode(cctx, host, port)
 			cancel()
@@ -196,7 +196,7 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		return fail(err)
 	}
 	// The catalog change is the commit decision.
-	after, err := store.ActivateNode(metadata.WithDecision(ctx, o.g.base), id, shardIDs)
+	after, err := store.ActivateNode(metadata.WithDecision(ctx, o.g.tp.Base), id, shardIDs)
 	if err != nil {
 		// Its answer may have been lost after it committed: settle.
 		if err := o.g.settle(ctx, err); err != nil {
@@ -208,6 +208,6 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		}
 		return after, id, err
 	}
-	o.g.decided = true
+	o.g.tp.Decided = true
 	return after, id, o.g.commit(ctx)
 }

@@ -218,7 +218,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 		for i, tg := range d.targets {
 			if i == 0 {
 				// The first catalog change is the commit decision.
-				after, err := store.DropTable(metadata.WithDecision(ctx, o.g.base), tg.table.Name)
+				after, err := store.DropTable(metadata.WithDecision(ctx, o.g.tp.Base), tg.table.Name)
 				if err != nil {
 					// Its answer may have been lost after it committed: settle.
 					if err := o.g.settle(ctx, err); err != nil {
@@ -234,7 +234,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 						return "", nil, err
 					}
 				}
-				o.g.decided = true
+				o.g.tp.Decided = true
 				newSnap = after
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
@@ -276,7 +277,7 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		return nil, o.fail(ctx, err)
 	}
 	// The catalog change is the commit decision.
-	after, err := store.DropTable(metadata.WithDecision(ctx, o.g.base), name)
+	after, err := store.DropTable(metadata.WithDecision(ctx, o.g.tp.Base), name)
 	if err != nil {
 		// Its answer may have been lost after it committed: settle.
 		if err := o.g.settle(ctx, err); err != nil {
@@ -288,7 +289,7 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		}
 		return after, err
 	}
-	o.g.decided = true
+	o.g.tp.Decided = true
 	return after, o.g.commit(ctx)
 }
 
@@ -501,7 +502,7 @@ func (o *op) reload(ctx context.Context) (*metadata.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	snap, err := o.store.Load(ctx)
-	for err != nil && sleep(ctx, time.Second) {
+	for err != nil && twophase.Sleep(ctx, time.Second) {
 		snap, err = o.store.Load(ctx)
 	}
 	if err != nil {
@@ -520,7 +521,7 @@ func (o *op) fail(ctx context.Context, err error) error {
 		e.Hint = "Concurrent writes or another operation held a lock it needed (on several workers, perhaps waiting on each other); nothing was changed: retry it."
 		err = e
 	}
-	if o.recorded != "" && o.g.inDoubt {
+	if o.recorded != "" && o.g.tp.InDoubt {
 		problems = append(problems, fmt.Sprintf("table %s stays in the catalog until the outcome is known", o.recorded))
 		o.recorded = ""
 	}

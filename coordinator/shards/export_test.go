@@ -21,7 +21,7 @@ func NewTestGroup(store *metadata.Store, conns map[int32]*pgx.Conn) *TestGroup {
 }
 
 // Base is the common start of the group's global ids.
-func (t *TestGroup) Base() string { return t.g.base }
+func (t *TestGroup) Base() string { return t.g.tp.Base }
 
 // Exec runs sql in the node's transaction, beginning it if needed.
 func (t *TestGroup) Exec(ctx context.Context, node int32, sql string) error {
