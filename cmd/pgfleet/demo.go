@@ -45,6 +45,9 @@ func demo(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if err := ensurePostgres(ctx); err != nil {
+		return err
+	}
 	fmt.Printf("pgfleet demo: starting %s and %s...\n", plural(*nWorkers, "PostgreSQL worker"), plural(*nCoords, "coordinator"))
 	cl, err := pgcluster.StartCluster(ctx, *dataDir, *nWorkers)
 	if err != nil {
@@ -161,4 +164,27 @@ func plural(n int, thing string) string {
 		return "1 " + thing
 	}
 	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// ensurePostgres installs PostgreSQL's server binaries (and psql, pgbench)
+// when they are missing, as the README's test command does: on a machine
+// with apt-get, as root. Elsewhere it says what to install.
+func ensurePostgres(ctx context.Context) error {
+	_, err := pgcluster.BinDir()
+	if err == nil {
+		return nil
+	}
+	if _, aerr := exec.LookPath("apt-get"); aerr != nil || os.Geteuid() != 0 {
+		return err
+	}
+	fmt.Println("pgfleet demo: installing PostgreSQL (apt-get install postgresql postgresql-client)...")
+	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "postgresql", "postgresql-client"}} {
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("installing PostgreSQL: apt-get %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	_, err = pgcluster.BinDir()
+	return err
 }
