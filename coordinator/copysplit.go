@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,29 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		return ss.queryError(err)
 	}
 	l.ForeignEncoding = ss.foreignEnc
+	if fill := p.Copy.Fill; len(fill) > 0 {
+		// Sequence columns the COPY leaves out: drawn for each message's
+		// rows at once, as for an INSERT (sequences.go).
+		if err := ss.seqReady(p.Tables[0]); err != nil {
+			l.Abort()
+			return ss.queryError(err)
+		}
+		var cols []string
+		for _, f := range fill {
+			cols = append(cols, f.Column)
+		}
+		err := l.Fill(cols, func(n int) ([][]string, error) {
+			need := slices.Clone(fill)
+			for k := range need {
+				need[k].Rows = make([]int, n)
+			}
+			return ss.drawSequences(p.Tables[0], need)
+		})
+		if err != nil {
+			l.Abort()
+			return ss.queryError(err)
+		}
+	}
 	if err := readOnlyCopy(ctx, conns); err != nil {
 		l.Abort()
 		return ss.queryError(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -151,7 +152,7 @@ func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, t
 		LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 		WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, catalogIdent(m.Table))
+		ORDER BY a.attnum`, metadata.SQLName(m.Table))
 	if err != nil {
 		return pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", m.Table, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -153,13 +154,6 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 	return p, lits, err
 }
 
-// catalogIdent is a catalog table name ("schema.table", unquoted) as
-// SQL names it (quoted), for to_regclass.
-func catalogIdent(name string) string {
-	schema, rel, _ := strings.Cut(name, ".")
-	return quoteIdent(schema) + "." + quoteIdent(rel)
-}
-
 // withColumns is an INSERT without a column list into a distributed table
 // with the list PostgreSQL takes, read from the table on the default node
 // (which has the shards' columns) every time: a plan keeps no column list
@@ -168,7 +162,7 @@ func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, e
 	var rows [][]*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
 		q := "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass(" +
-			quoteLiteral(catalogIdent(cn.Table)) + ") AND attnum > 0 AND NOT attisdropped"
+			quoteLiteral(metadata.SQLName(cn.Table)) + ") AND attnum > 0 AND NOT attisdropped"
 		if cn.Copy {
 			q += " AND attgenerated = ''"
 		}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -183,4 +184,12 @@ func HashRanges(n int) [][2]int32 {
 		out[i] = [2]int32{int32(lo), int32(hi)}
 	}
 	return out
+}
+
+// SQLName is a catalog table name ("schema.table", as PostgreSQL spells
+// it, unquoted) as SQL names it, each part quoted: for to_regclass and
+// statements. The schema is what comes before the first dot.
+func SQLName(name string) string {
+	schema, rel, _ := strings.Cut(name, ".")
+	return `"` + strings.ReplaceAll(schema, `"`, `""`) + `"."` + strings.ReplaceAll(rel, `"`, `""`) + `"`
 }

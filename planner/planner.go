@@ -230,6 +230,9 @@ type CopyOptions struct {
 	// WhereNode is the WHERE condition's parse tree, for checks that need
 	// its function calls.
 	WhereNode *pg_query.Node `json:"-"`
+	// Fill are the sequence columns the column list leaves out: the
+	// coordinator draws their values and adds them to every row.
+	Fill []SeqNeed `json:"fill,omitempty"`
 }
 
 // unsupported is the error for SQL pgfleet cannot run correctly yet.
@@ -1400,12 +1403,14 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		return &Plan{Kind: ReferenceRead, Tables: []string{t.Name}, ReadOnly: true, ShardSQL: []string{sql}}, nil
 	}
-	if err := seqCheck(stmt, t); err != nil {
-		return nil, err
-	}
 	o := &CopyOptions{}
 	for _, a := range c.Attlist {
 		o.Columns = append(o.Columns, a.GetString_().GetSval())
+	}
+	for _, sc := range t.Sequences {
+		if len(o.Columns) > 0 && !slices.Contains(o.Columns, sc.Column) {
+			o.Fill = append(o.Fill, SeqNeed{Column: sc.Column, Sequence: sc.Sequence})
+		}
 	}
 	for _, opt := range c.Options {
 		d := opt.GetDefElem()

@@ -1,7 +1,6 @@
 package planner
 
 import (
-	"slices"
 	"strconv"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -19,9 +18,9 @@ import (
 // gives them to the shards as the statement's own: the statement is
 // planned again with them in place (WithSequenceValues, constants in a
 // simple query; WithSequenceParams, parameters bound at each execution in
-// the extended protocol). Where it cannot, the statement is refused:
-// INSERT ... SELECT, COPY, ON CONFLICT and UPDATE leaving a sequence column
-// to its default.
+// the extended protocol; added to each row of a COPY that leaves them out,
+// CopyOptions.Fill). Where it cannot, the statement is refused: ON
+// CONFLICT and UPDATE setting a sequence column to its default.
 
 // SequencesNeeded is Build's answer to an INSERT that leaves sequence
 // columns to their default. Need says how many values each column takes
@@ -56,22 +55,6 @@ func seqCheck(stmt *pg_query.Node, t *metadata.Table) error {
 	}
 	if u := stmt.GetUpdateStmt(); u != nil {
 		return seqSet(u.TargetList, t)
-	}
-	if c := stmt.GetCopyStmt(); c != nil {
-		if !c.IsFrom || len(c.Attlist) == 0 {
-			return nil
-		}
-		var cols []string
-		for _, a := range c.Attlist {
-			cols = append(cols, a.GetString_().GetSval())
-		}
-		for _, sc := range t.Sequences {
-			if !slices.Contains(cols, sc.Column) {
-				return unsupported("COPY into %s without its column %q, whose values come from a sequence, is not supported yet", t.Name, sc.Column).
-					WithHint("List %q in the COPY and give its values, or insert the rows with INSERT ... VALUES.", sc.Column)
-			}
-		}
-		return nil
 	}
 	ins := stmt.GetInsertStmt()
 	if ins == nil {

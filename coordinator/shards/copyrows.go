@@ -264,6 +264,9 @@ func copyCRError(csv bool) error {
 // than the COPY has columns is refused first, as PostgreSQL does before
 // it reads any value.
 func (s *rowSplitter) extract(line []byte) (string, bool, error) {
+	if s.field < 0 {
+		return "", false, nil // no field to read (a sequence gives the value)
+	}
 	var val string
 	var isNull, found bool
 	var verr error

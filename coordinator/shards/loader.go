@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,17 @@ type Loader struct {
 	// refName is a reference table's copy (schema-qualified, quoted),
 	// whose rows this load stored Finish compares across copies.
 	refName string
+	// columns and options are the COPY's, for the shards' statements.
+	columns []string
+	options string
+	// fill: sequence columns the COPY leaves out, added to each row from
+	// draw (n values for each, in row order); distFill is the index in
+	// fill of the distribution column, -1 if it is not one. Rows wait in
+	// waiting until the values for a message's rows are drawn at once.
+	fill     []string
+	draw     func(n int) ([][]string, error)
+	distFill int
+	waiting  [][]byte
 }
 
 // NewLoader prepares a load. columns is the COPY's column list (empty: all
@@ -70,7 +82,7 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 				return nil, err
 			}
 			rows, err := home.Query(ctx, `SELECT attname FROM pg_catalog.pg_attribute
-				WHERE attrelid = pg_catalog.to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)
+				WHERE attrelid = pg_catalog.to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, metadata.SQLName(table))
 			if err != nil {
 				return nil, n.wrap(err, "reading the columns of %s", table)
 			}
@@ -86,7 +98,7 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 			}
 			var typmod int
 			if err := home.QueryRow(ctx, `SELECT atttypmod FROM pg_catalog.pg_attribute
-				WHERE attrelid = pg_catalog.to_regclass($1) AND attname = $2`, table, t.DistColumn).Scan(&typmod); err != nil {
+				WHERE attrelid = pg_catalog.to_regclass($1) AND attname = $2`, metadata.SQLName(table), t.DistColumn).Scan(&typmod); err != nil {
 				return nil, n.wrap(err, "reading the type of %s.%s", table, t.DistColumn)
 			}
 			l.varcharLen = typmod - 4 // VARHDRSZ; -1 (no limit) becomes negative
@@ -98,36 +110,69 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 				l.split.field = i
 			}
 		}
-		if l.split.field < 0 {
-			return nil, pgerr.New("23502", "COPY into %s must include its distribution column %q", table, t.DistColumn)
-		}
 	}
 	l.split.f = f
-	rel := table[strings.IndexByte(table, '.')+1:]
-	schema := table[:strings.IndexByte(table, '.')]
+	l.columns, l.options, l.distFill = columns, options, -1
+	l.statements()
+	l.bufs = make([][]byte, len(l.shards))
+	return l, nil
+}
+
+// statements makes the shards' COPY statements.
+func (l *Loader) statements() {
+	rel := l.table.Name[strings.IndexByte(l.table.Name, '.')+1:]
+	schema := l.table.Name[:strings.IndexByte(l.table.Name, '.')]
 	colList := ""
-	if len(columns) > 0 {
-		q := make([]string, len(columns))
-		for i, c := range columns {
+	if cols := append(slices.Clip(l.columns), l.fill...); len(cols) > 0 {
+		q := make([]string, len(cols))
+		for i, c := range cols {
 			q[i] = pgx.Identifier{c}.Sanitize()
 		}
 		colList = " (" + strings.Join(q, ", ") + ")"
 	}
+	l.copySQL = l.copySQL[:0]
 	for _, sh := range l.shards {
 		name := pgx.Identifier{schema, metadata.ShardName(rel, sh.ID)}.Sanitize()
-		sql := fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, options)
-		if t.Kind == metadata.Reference {
+		sql := fmt.Sprintf("COPY %s%s FROM STDIN%s", name, colList, l.options)
+		if l.table.Kind == metadata.Reference {
 			sql += metadata.CopiesMarker(len(sh.Nodes))
 			l.refName = name
 		}
 		l.copySQL = append(l.copySQL, sql)
 	}
-	l.bufs = make([][]byte, len(l.shards))
-	return l, nil
+}
+
+// Fill adds the sequence columns cols, which the COPY leaves out, to every
+// row, with values from draw; before the first Write. A format whose
+// delimiter or NULL marker an integer can hold is refused.
+func (l *Loader) Fill(cols []string, draw func(n int) ([][]string, error)) error {
+	if !l.split.f.CSV && (l.split.f.Delimiter == '-' || strings.Trim(l.split.f.Null, "-0123456789") == "") {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"COPY into %s leaving out a sequence column, with a DELIMITER or NULL that a number can contain, is not supported", l.table.Name).
+			WithHint("Use another DELIMITER or NULL, or FORMAT csv.")
+	}
+	l.fill, l.draw = cols, draw
+	if l.table.Kind == metadata.Distributed {
+		l.distFill = slices.Index(cols, l.table.DistColumn)
+	}
+	l.statements()
+	return nil
+}
+
+// checkDistField refuses a COPY of a distributed table without its
+// distribution column (unless a sequence gives it).
+func (l *Loader) checkDistField() error {
+	if l.table.Kind == metadata.Distributed && l.split.field < 0 && l.distFill < 0 {
+		return pgerr.New("23502", "COPY into %s must include its distribution column %q", l.table.Name, l.table.DistColumn)
+	}
+	return nil
 }
 
 // Write takes one CopyData message's bytes.
 func (l *Loader) Write(ctx context.Context, data []byte) error {
+	if err := l.checkDistField(); err != nil {
+		return err
+	}
 	if l.split.ended {
 		return nil // after \. PostgreSQL ignores the rest of the data
 	}
@@ -144,8 +189,64 @@ func (l *Loader) drain(ctx context.Context, final bool) error {
 		if !ok {
 			// Keep the unread tail at the front of the buffer.
 			l.split.pending = append(l.split.pending[:0:0], l.split.pending...)
-			return nil
+			return l.drainWaiting(ctx)
 		}
+		if l.fill != nil {
+			l.waiting = append(l.waiting, bytes.Clone(row))
+			continue
+		}
+		if err := l.route(ctx, row, val, isNull); err != nil {
+			return err
+		}
+	}
+}
+
+// drainWaiting draws the sequence values of the rows waiting for them,
+// adds them to each row (before its line end) and routes the rows.
+func (l *Loader) drainWaiting(ctx context.Context) error {
+	if len(l.waiting) == 0 {
+		return nil
+	}
+	vals, err := l.draw(len(l.waiting))
+	if err != nil {
+		return err
+	}
+	f := l.split.f
+	for i, row := range l.waiting {
+		end := l.split.eol.terminator()
+		body, hasEnd := bytes.CutSuffix(row, []byte(end))
+		if !hasEnd {
+			end = ""
+		}
+		out := slices.Clip(body)
+		for k := range l.fill {
+			out = append(out, f.Delimiter)
+			if f.CSV {
+				out = append(append(append(out, f.Quote), vals[k][i]...), f.Quote)
+			} else {
+				out = append(out, vals[k][i]...)
+			}
+		}
+		out = append(out, end...)
+		val, isNull := "", false
+		if l.distFill >= 0 {
+			val = vals[l.distFill][i]
+		} else if l.table.Kind == metadata.Distributed {
+			if val, isNull, err = l.split.extract(body); err != nil {
+				return err
+			}
+		}
+		if err := l.route(ctx, out, val, isNull); err != nil {
+			return err
+		}
+	}
+	l.waiting = l.waiting[:0]
+	return nil
+}
+
+// route adds a row to its shard's buffer, writing the buffer when full.
+func (l *Loader) route(ctx context.Context, row []byte, val string, isNull bool) error {
+	{
 		idx := 0
 		if l.table.Kind == metadata.Reference && timeWordField(row, l.split.f) {
 			return pgerr.New(pgerr.FeatureNotSupported,
@@ -180,6 +281,7 @@ func (l *Loader) drain(ctx context.Context, final bool) error {
 			}
 		}
 	}
+	return nil
 }
 
 // flush writes shard idx's buffered rows to every placement.
