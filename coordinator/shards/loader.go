@@ -146,7 +146,7 @@ func (l *Loader) statements() {
 // row, with values from draw; before the first Write. A format whose
 // delimiter or NULL marker an integer can hold is refused.
 func (l *Loader) Fill(cols []string, draw func(n int) ([][]string, error)) error {
-	if !l.split.f.CSV && (l.split.f.Delimiter == '-' || strings.Trim(l.split.f.Null, "-0123456789") == "") {
+	if !l.split.f.CSV && (l.split.f.Delimiter == '-' || l.split.f.Null != "" && strings.Trim(l.split.f.Null, "-0123456789") == "") {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"COPY into %s leaving out a sequence column, with a DELIMITER or NULL that a number can contain, is not supported", l.table.Name).
 			WithHint("Use another DELIMITER or NULL, or FORMAT csv.")
