@@ -46,16 +46,17 @@ func (c *capture) take(b []byte) {
 // insertSelectRows runs an INSERT ... SELECT (sql) the planner answered
 // with sf.
 func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
+	why := pgerr.Flatten(sf.Unwrap()).Message
 	switch {
 	case ss.multi != nil:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; in a query string of several statements it is not supported either", sf.Unwrap().Error()).
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; in a query string of several statements it is not supported either", why).
 			WithHint("Send the INSERT ... SELECT as a query of its own."))
 	case ss.scsOff:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; with standard_conforming_strings off it is not supported either", sf.Unwrap().Error()).
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; with standard_conforming_strings off it is not supported either", why).
 			WithHint("Turn standard_conforming_strings on (the default) for this statement."))
 	case ss.foreignEnc:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; the coordinator carries its rows as text only in the server's encoding", sf.Unwrap().Error()).
-			WithHint("Use client_encoding %s for this statement.", ss.sc.Params["server_encoding"]))
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; the coordinator carries its rows as text only in the server's encoding", why).
+			WithHint("Use the server's client_encoding (UTF8) for this statement."))
 	}
 	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
 	ss.multi = m
@@ -83,7 +84,9 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 	case perr != nil:
 		failed = ss.partError(perr)
 	case res.errBody != nil:
-		ss.out = wire.AppendFrame(ss.out, 'E', res.errBody)
+		// Its position would point into the SELECT as the coordinator
+		// wrote it, not into the client's text.
+		ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition(res.errBody))
 		m.start, m.scanned = len(ss.out), len(ss.out)
 		failed = true
 	default:
@@ -113,6 +116,7 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 // as text (nil for NULL), or its error.
 type selectRows struct {
 	oids    []uint32
+	typmods []int32
 	rows    [][]*string
 	errBody []byte
 }
@@ -141,6 +145,7 @@ func (ss *session) capturedRows(c *capture) (*selectRows, error) {
 			}
 			for _, fd := range rd.Fields {
 				res.oids = append(res.oids, fd.DataTypeOID)
+				res.typmods = append(res.typmods, fd.TypeModifier)
 			}
 		case 'D':
 			var dr pgproto3.DataRow
@@ -169,7 +174,11 @@ func (ss *session) capturedRows(c *capture) (*selectRows, error) {
 // the SELECT gives nothing) and answers INSERT 0 0 with the RETURNING
 // columns.
 func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRows) (failed, stop bool, err error) {
-	types, terr := ss.textTypes(res.oids)
+	if len(res.oids) == 0 && len(res.rows) > 0 {
+		return ss.partError(pgerr.New(pgerr.FeatureNotSupported, "%s; a SELECT without columns is not supported this way", pgerr.Flatten(sf.Unwrap()).Message).
+			WithHint("Insert DEFAULT VALUES as many times instead.")), false, nil
+	}
+	types, terr := ss.textTypes(res.oids, res.typmods)
 	if terr != nil {
 		return ss.partError(terr), false, nil
 	}
@@ -190,27 +199,31 @@ func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRo
 		return quoteLiteral(*v) + cast
 	}
 	if len(res.rows) == 0 {
-		// The constants themselves, for PostgreSQL's errors about them.
-		row := make([]string, len(types))
+		// PostgreSQL still runs the INSERT: it checks the columns, the
+		// constants (the SELECT's own, as written), the ON CONFLICT target
+		// and a read-only transaction, and fires statement triggers. So
+		// does the default node, in the statement's transaction, with
+		// SELECT ... WHERE false; a catalog table's empty table there lets
+		// pgfleet's own statement through its guard.
+		exprs := make([]string, len(types))
 		for i := range types {
-			if row[i] = untyped(i); row[i] == "" {
-				row[i] = lit(nil, i)
+			if exprs[i] = untyped(i); exprs[i] == "" {
+				exprs[i] = lit(nil, i)
 			}
 		}
-		q, err := planner.InsertWithRows(sql, [][]string{row})
+		q, err := planner.InsertWithNoRows(sql, exprs)
 		if err != nil {
 			return ss.partError(err), false, nil
 		}
-		desc, err := ss.describeOnDefault(q)
-		if err != nil {
-			return ss.partError(err), false, nil
+		node := ss.homeNode(q)
+		if sf.Catalog {
+			node = ss.srv.defaultNode.Load()
+			q = "SET LOCAL pgfleet.internal = 'on'; " + q + "; SET LOCAL pgfleet.internal = 'off'"
 		}
-		if desc != nil {
-			ss.out = wire.AppendFrame(ss.out, 'T', desc)
+		if stop, err := ss.partRelay(q, node); stop {
+			return false, true, err
 		}
-		ss.out = wire.AppendFrame(ss.out, 'C', []byte("INSERT 0 0\x00"))
-		ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
-		return false, false, nil
+		return ss.multi.failed, false, nil
 	}
 	rows := make([][]string, len(res.rows))
 	for r, vals := range res.rows {
@@ -223,10 +236,77 @@ func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRo
 	if err != nil {
 		return ss.partError(err), false, nil
 	}
+	begin, flushes := len(ss.out), ss.multi.flushes
 	if stop, err := ss.partRun(q, false); stop {
 		return false, true, err
 	}
+	if ss.multi.flushes != flushes {
+		begin = 0 // what came before went to the client
+	}
+	ss.out = stripPositions(ss.out, begin)
+	ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
 	return ss.multi.failed, false, nil
+}
+
+// partRelay sends sql, pgfleet's own, to node in the session's transaction
+// and keeps of its answer what the client's statement answers: the SETs'
+// tags and the ReadyForQuery go.
+func (ss *session) partRelay(sql string, node int32) (stop bool, err error) {
+	m := ss.multi
+	if err := ss.relayCycle('Q', append([]byte(sql), 0), nil, node); err != nil || ss.lost != nil {
+		return true, err
+	}
+	m.scan(ss.out)
+	w, r := m.start, m.start
+	for r+5 <= len(ss.out) {
+		n := 1 + int(binary.BigEndian.Uint32(ss.out[r+1:]))
+		if r+n > len(ss.out) {
+			break
+		}
+		f := ss.out[r : r+n]
+		if f[0] != 'Z' && !(f[0] == 'C' && string(f[5:]) == "SET\x00") {
+			w += copy(ss.out[w:], f)
+		}
+		r += n
+	}
+	ss.out = stripPositions(ss.out[:w], m.start)
+	m.start, m.scanned = len(ss.out), len(ss.out)
+	return false, nil
+}
+
+// stripPositions takes the statement positions out of the ErrorResponses
+// in out[from:]: they point into the coordinator's statement, not into the
+// client's text.
+func stripPositions(out []byte, from int) []byte {
+	tail := append([]byte(nil), out[from:]...)
+	out = out[:from]
+	for r := 0; r+5 <= len(tail); {
+		n := 1 + int(binary.BigEndian.Uint32(tail[r+1:]))
+		if r+n > len(tail) {
+			return append(out, tail[r:]...)
+		}
+		if tail[r] == 'E' {
+			out = wire.AppendFrame(out, 'E', withoutPosition(tail[r+5:r+n]))
+		} else {
+			out = append(out, tail[r:r+n]...)
+		}
+		r += n
+	}
+	return out
+}
+
+// withoutPosition is an ErrorResponse body without its statement position.
+func withoutPosition(body []byte) []byte {
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil || er.Position == 0 {
+		return body
+	}
+	er.Position = 0
+	b, err := er.Encode(nil)
+	if err != nil {
+		return body
+	}
+	return b[5:]
 }
 
 // textTypes names the types of a SELECT's columns for its rows' text
@@ -236,11 +316,12 @@ func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRo
 // composite and XML values, floats under extra_float_digits below 1,
 // date/time values under a DateStyle other than ISO, intervals under
 // IntervalStyle sql_standard; arrays as their elements.
-func (ss *session) textTypes(oids []uint32) ([]string, error) {
+func (ss *session) textTypes(oids []uint32, typmods []int32) ([]string, error) {
 	if len(oids) == 0 {
 		return nil, nil
 	}
 	list := make([]string, len(oids))
+	pairs := make([]string, len(oids))
 	for i, o := range oids {
 		if o >= 16384 {
 			return nil, pgerr.New(pgerr.FeatureNotSupported,
@@ -248,21 +329,24 @@ func (ss *session) textTypes(oids []uint32) ([]string, error) {
 				WithHint("Cast the column to a built-in type (text) in the SELECT, or insert from tables colocated with the target.")
 		}
 		list[i] = strconv.FormatUint(uint64(o), 10)
+		pairs[i] = "(" + strconv.Itoa(i) + ", " + list[i] + "::pg_catalog.oid, " + strconv.Itoa(int(typmods[i])) + ")"
 	}
 	var rows [][]*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
-		rows, err = queryText(sc, `SELECT t.oid::text, pg_catalog.format_type(t.oid, NULL), t.typname::text, t.typcategory::text,
+		// The type with the column's modifier: char(5) or bit(3) alone
+		// would be char(1) and bit(1).
+		rows, err = queryText(sc, `SELECT c.i::text, pg_catalog.format_type(t.oid, c.m), t.typname::text, t.typcategory::text,
 				coalesce(e.typname::text, ''), coalesce(e.typcategory::text, ''),
 				pg_catalog.current_setting('extra_float_digits'), pg_catalog.current_setting('DateStyle'),
 				pg_catalog.current_setting('IntervalStyle')
-			FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
-			WHERE t.oid IN (`+strings.Join(list, ", ")+`)`)
+			FROM (VALUES `+strings.Join(pairs, ", ")+`) c(i, o, m) JOIN pg_catalog.pg_type t ON t.oid = c.o
+			LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'`)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	byOID := map[string][]string{}
+	byCol := map[string][]string{}
 	for _, r := range rows {
 		vals := make([]string, len(r))
 		for i, v := range r {
@@ -271,12 +355,12 @@ func (ss *session) textTypes(oids []uint32) ([]string, error) {
 			}
 		}
 		if len(vals) == 9 {
-			byOID[vals[0]] = vals
+			byCol[vals[0]] = vals
 		}
 	}
 	out := make([]string, len(oids))
 	for i, o := range list {
-		r := byOID[o]
+		r := byCol[strconv.Itoa(i)]
 		if r == nil {
 			return nil, pgerr.New(pgerr.Internal, "no type with OID %s", o)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,7 +25,7 @@ func TestInsertSelectRows(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	const (
-		dcols = "(id int PRIMARY KEY, v text, n numeric, f float8, ts timestamptz, tags text[])"
+		dcols = "(id int PRIMARY KEY, v text, n numeric, f float8, ts timestamptz, tags text[], c char(5), b bit(3))"
 		rcols = "(k int PRIMARY KEY, name text)"
 		scols = "(id bigserial PRIMARY KEY, v text)"
 	)
@@ -63,6 +64,15 @@ func TestInsertSelectRows(t *testing.T) {
 		"INSERT INTO {s} (v) SELECT v FROM {s} ORDER BY id LIMIT 2 RETURNING *",
 		"INSERT INTO {l} SELECT * FROM {d1} WHERE id < 3",
 		"INSERT INTO {d1} (id, v) SELECT 9000 + count(*), 'count' FROM {d2}",
+		// Adversary round: char(n) and bit(n) keep their length; constants
+		// compared by DISTINCT are text, constants before a * are not.
+		"INSERT INTO {d1} (id, v, c, b) SELECT k + 14000, 'abc'::char(5), 'xy'::char(5), B'101' FROM {r} WHERE k < 3 RETURNING v, c, b",
+		"INSERT INTO {d2} (id, v, b) SELECT id + 14000, c, b FROM {d1} WHERE id > 14000 RETURNING id, v, b",
+		"INSERT INTO {d1} (id, c) VALUES (14100, 'xyz'::char(3)) LIMIT 1 RETURNING c",
+		"INSERT INTO {d1} (id, n) SELECT DISTINCT k + 12000, '5' FROM {r}",
+		"INSERT INTO {d1} (id, v) SELECT '12100', s.* FROM (SELECT name FROM {r} WHERE k = 1) s RETURNING id, v",
+		"INSERT INTO {d1} (id, v) SELECT id, v FROM {d2} WHERE false ON CONFLICT (v) DO NOTHING",
+		"INSERT INTO {l} SELECT FROM {r} WHERE false",
 		"SELECT * FROM {d1} ORDER BY id",
 		"SELECT * FROM {d2} ORDER BY id",
 		"SELECT * FROM {r} ORDER BY k",
@@ -88,9 +98,44 @@ func TestInsertSelectRows(t *testing.T) {
 		}
 	}
 	both("SELECT count(*) FROM {d1} WHERE id > 10000")
+	// With no rows, PostgreSQL's INSERT runs in the statement's
+	// transaction: its locks (no wait on them), a read-only transaction,
+	// an error failing the block.
+	for _, tbl := range [][2]string{{"isd1", "isl"}, {"isd1o", "islo"}} {
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		tx, err := c.Begin(tctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, tx.Conn(), "LOCK TABLE "+tbl[1]+" IN ACCESS EXCLUSIVE MODE")
+		if _, err := tx.Exec(tctx, "INSERT INTO "+tbl[1]+" SELECT * FROM "+tbl[0]+" WHERE false", simple); err != nil {
+			t.Errorf("%s: no rows into a table the transaction locked: %v", tbl[1], err)
+		}
+		_, err = tx.Exec(tctx, "INSERT INTO "+tbl[0]+" (id, n) SELECT 1, 'abc' WHERE false", simple)
+		_, err2 := tx.Exec(tctx, "SELECT 1", simple)
+		if sqlState(err) != "22P02" || sqlState(err2) != "25P02" {
+			t.Errorf("%s: no rows with a bad constant in a block: %v, then %v; want 22P02, then 25P02", tbl[0], err, err2)
+		}
+		_ = tx.Rollback(tctx)
+		cancel()
+		tx, err = c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+tbl[0]+" (id) SELECT 1 WHERE false", simple); sqlState(err) != "25006" {
+			t.Errorf("%s: no rows in a read-only transaction: %v, want 25006", tbl[0], err)
+		}
+		_ = tx.Rollback(ctx)
+	}
+	exec(t, c, "SET client_encoding = 'LATIN1'")
+	_, err := c.Exec(ctx, "INSERT INTO isd1 (id, v) SELECT k + 13000, name FROM isr", simple)
+	wantRefusal(t, "client_encoding LATIN1", err)
+	exec(t, c, "RESET client_encoding")
+	_, err = c.Exec(ctx, "INSERT INTO isl SELECT FROM isr", simple)
+	wantRefusal(t, "a SELECT without columns", err)
 	// Refused, never rounded or read differently.
 	exec(t, c, "SET extra_float_digits = 0")
-	_, err := c.Exec(ctx, "INSERT INTO isd2 (id, f) SELECT k + 500, k / 3.0::float8 FROM isr", simple)
+	_, err = c.Exec(ctx, "INSERT INTO isd2 (id, f) SELECT k + 500, k / 3.0::float8 FROM isr", simple)
 	wantRefusal(t, "float under extra_float_digits 0", err)
 	exec(t, c, "RESET extra_float_digits")
 	exec(t, c, "SET DateStyle = 'SQL, DMY'")

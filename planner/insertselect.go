@@ -206,6 +206,9 @@ type SelectFirst struct {
 	// NULL (as SQL, "" for the others): PostgreSQL gives them the
 	// INSERT's column types, where the SELECT alone makes them text.
 	Untyped []string
+	// Catalog: the target is a distributed or reference table (else a
+	// table of the default node).
+	Catalog bool
 	err     *pgerr.Error
 }
 
@@ -216,7 +219,7 @@ func (e *SelectFirst) Unwrap() error { return e.err }
 // or cause where its SELECT cannot run first: a WITH that writes (its
 // writes and the INSERT's would be two statements), or a WITH that the
 // INSERT's ON CONFLICT or RETURNING reads.
-func (b *builder) selectFirst(ins *pg_query.InsertStmt, cause error) error {
+func (b *builder) selectFirst(ins *pg_query.InsertStmt, target *metadata.Table, cause error) error {
 	var pe *pgerr.Error
 	if !errors.As(cause, &pe) {
 		return cause
@@ -253,23 +256,32 @@ func (b *builder) selectFirst(ins *pg_query.InsertStmt, cause error) error {
 	if err != nil {
 		return cause
 	}
-	return &SelectFirst{Select: text, Untyped: untyped, err: pe}
+	return &SelectFirst{Select: text, Untyped: untyped, Catalog: target != nil, err: pe}
 }
 
 // untypedColumns are SelectFirst.Untyped for sel: a plain SELECT's target
-// list read for string constants and NULLs (none for a set operation,
-// whose columns PostgreSQL resolves to text, or a list with *, whose
-// columns are not known here).
+// list read for string constants and NULLs, as far as the first * (after
+// it the columns are not known here), that PostgreSQL leaves untyped: not
+// those DISTINCT, DISTINCT ON, GROUP BY or ORDER BY name (by position,
+// alias or the constant itself), which it resolves as text to compare
+// them; none for a set operation, whose columns it resolves as text.
 func untypedColumns(version int32, sel *pg_query.SelectStmt) ([]string, error) {
-	if sel.Op != pg_query.SetOperation_SETOP_NONE {
+	if sel.Op != pg_query.SetOperation_SETOP_NONE || len(sel.DistinctClause) > 0 && sel.DistinctClause[0].GetNode() == nil {
 		return nil, nil
+	}
+	var keys []*pg_query.Node
+	keys = append(keys, sel.GroupClause...)
+	keys = append(keys, sel.DistinctClause...)
+	for _, n := range sel.SortClause {
+		keys = append(keys, n.GetSortBy().GetNode())
 	}
 	out := make([]string, len(sel.TargetList))
 	found := false
 	for i, t := range sel.TargetList {
-		v := t.GetResTarget().GetVal()
+		rt := t.GetResTarget()
+		v := rt.GetVal()
 		if cr := v.GetColumnRef(); cr != nil && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-			return nil, nil
+			break
 		}
 		c := v.GetAConst()
 		if c == nil || !c.Isnull && c.GetSval() == nil {
@@ -279,12 +291,50 @@ func untypedColumns(version int32, sel *pg_query.SelectStmt) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i], found = text, true
+		compared := slices.ContainsFunc(keys, func(k *pg_query.Node) bool {
+			if kc := k.GetAConst(); kc != nil && kc.GetIval() != nil {
+				return int(kc.GetIval().Ival) == i+1
+			}
+			if cr := k.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && rt.Name != "" {
+				return cr.Fields[0].GetString_().GetSval() == rt.Name
+			}
+			kt, err := deparseExpr(version, k)
+			return err == nil && kt == text
+		})
+		if !compared {
+			out[i], found = text, true
+		}
 	}
 	if !found {
 		return nil, nil
 	}
 	return out, nil
+}
+
+// InsertWithNoRows is an INSERT ... SELECT (SelectFirst) whose SELECT gave
+// no rows, as PostgreSQL would run it: with SELECT exprs WHERE false in
+// its place, which checks the statement and inserts nothing.
+func InsertWithNoRows(sql string, exprs []string) (string, error) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetInsertStmt() == nil {
+		return "", pgerr.New(pgerr.Internal, "not one INSERT statement")
+	}
+	ins := tree.Stmts[0].Stmt.GetInsertStmt()
+	ins.WithClause = nil
+	where, err := parseExpr("false")
+	if err != nil {
+		return "", err
+	}
+	sel := &pg_query.SelectStmt{WhereClause: where, LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}
+	for _, e := range exprs {
+		n, err := parseExpr(e)
+		if err != nil {
+			return "", err
+		}
+		sel.TargetList = append(sel.TargetList, resTarget(n))
+	}
+	ins.SelectStmt = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: sel}}
+	return deparse(tree.Version, tree.Stmts[0].Stmt)
 }
 
 // InsertWithRows is an INSERT ... SELECT (SelectFirst) with rows, each a

@@ -484,7 +484,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		if sel := insert.SelectStmt.GetSelectStmt(); sel != nil && len(sel.ValuesLists) > 0 &&
 			(len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil || sel.WithClause != nil) {
 			// VALUES sorted or cut: a query whose rows come first.
-			return nil, b.selectFirst(insert, unsupported("INSERT ... VALUES with ORDER BY, LIMIT, OFFSET or WITH on %s is not supported here", insert.Relation.Relname).
+			return nil, b.selectFirst(insert, target, unsupported("INSERT ... VALUES with ORDER BY, LIMIT, OFFSET or WITH on %s is not supported here", insert.Relation.Relname).
 				WithHint("Write the rows in the order and number to insert, without ORDER BY, LIMIT or OFFSET."))
 		}
 		if insert.SelectStmt != nil && insert.SelectStmt.GetSelectStmt() != nil &&
@@ -495,7 +495,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				p, err = b.insertSelect(stmt, insert, target)
 			}
 			if isUnsupported(err) {
-				return nil, b.selectFirst(insert, err)
+				return nil, b.selectFirst(insert, target, err)
 			}
 			return p, err
 		}
