@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"google.golang.org/protobuf/proto"
@@ -404,7 +405,11 @@ func cteNames(stmt *pg_query.Node) map[string]bool {
 	return names
 }
 
-// Walk calls fn for every message in a pg_query parse tree, parents first.
+// Walk calls fn for every message in a pg_query parse tree, parents first,
+// children in the order of their fields' declaration (FROM before WHERE).
+// protoreflect's Range has no fixed order (protobuf-go swaps fields by the
+// binary's hash), and the planner's decisions follow the order of first
+// use, so Walk keeps its own.
 func Walk(n proto.Message, fn func(proto.Message)) {
 	if n == nil {
 		return
@@ -415,20 +420,54 @@ func Walk(n proto.Message, fn func(proto.Message)) {
 			return
 		}
 		fn(m.Interface())
-		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			switch {
-			case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
-				l := v.List()
+		w := walkInfoOf(m.Descriptor())
+		for _, od := range w.oneofs {
+			if fd := m.WhichOneof(od); fd != nil && fd.Kind() == protoreflect.MessageKind {
+				visit(m.Get(fd).Message())
+			}
+		}
+		for _, fd := range w.fields {
+			if !m.Has(fd) {
+				continue
+			}
+			if fd.IsList() {
+				l := m.Get(fd).List()
 				for i := 0; i < l.Len(); i++ {
 					visit(l.Get(i).Message())
 				}
-			case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
-				visit(v.Message())
+			} else {
+				visit(m.Get(fd).Message())
 			}
-			return true
-		})
+		}
 	}
 	visit(n.ProtoReflect())
+}
+
+// walkInfo is what Walk visits of a message type: its oneofs and its other
+// message fields (lists included, maps not), in declaration order.
+type walkInfo struct {
+	oneofs []protoreflect.OneofDescriptor
+	fields []protoreflect.FieldDescriptor
+}
+
+var walkInfos sync.Map // protoreflect.FullName -> *walkInfo
+
+func walkInfoOf(md protoreflect.MessageDescriptor) *walkInfo {
+	if w, ok := walkInfos.Load(md.FullName()); ok {
+		return w.(*walkInfo)
+	}
+	w := &walkInfo{}
+	for i := 0; i < md.Oneofs().Len(); i++ {
+		w.oneofs = append(w.oneofs, md.Oneofs().Get(i))
+	}
+	for i := 0; i < md.Fields().Len(); i++ {
+		fd := md.Fields().Get(i)
+		if fd.ContainingOneof() == nil && fd.Kind() == protoreflect.MessageKind && !fd.IsMap() {
+			w.fields = append(w.fields, fd)
+		}
+	}
+	walkInfos.Store(md.FullName(), w)
+	return w
 }
 
 type builder struct {
