@@ -176,6 +176,9 @@ type cachedPlan struct {
 
 const maxCachedPlans = 10_000
 
+// maxCachedText is the longest statement text whose plan is cached.
+const maxCachedText = 64 << 10
+
 func (c *planCache) get(sql string, version int64) *planner.Plan {
 	c.mu.RLock()
 	e := c.m[sql]
@@ -187,6 +190,9 @@ func (c *planCache) get(sql string, version int64) *planner.Plan {
 }
 
 func (c *planCache) put(sql string, version int64, p *planner.Plan) {
+	if len(sql) > maxCachedText {
+		return // a one-off (a long multi-row INSERT): its tree would stay
+	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedPlans {
 		c.m = map[string]cachedPlan{}

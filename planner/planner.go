@@ -1310,14 +1310,20 @@ func WithColumns(sql string, columns []string) (string, error) {
 // SplitInsert is a multi-row INSERT (InsertSplit) cut down to the given
 // rows (0-based, in VALUES order) and renamed to shard index idx.
 func (p *Plan) SplitInsert(idx int, rows []int) (string, error) {
-	clone := proto.Clone(p.stmt).(*pg_query.Node)
-	sel := clone.GetInsertStmt().SelectStmt.GetSelectStmt()
-	var keep []*pg_query.Node
+	// A new statement of the plan's parts with only these rows (the
+	// plan is shared, and a copy of all its rows per shard would cost
+	// rows times shards); rewrite copies it as it renames.
+	ins := p.stmt.GetInsertStmt()
+	all := ins.SelectStmt.GetSelectStmt().ValuesLists
+	keep := make([]*pg_query.Node, 0, len(rows))
 	for _, r := range rows {
-		keep = append(keep, sel.ValuesLists[r])
+		keep = append(keep, all[r])
 	}
-	sel.ValuesLists = keep
-	return p.b.rewrite(clone, idx)
+	part := &pg_query.InsertStmt{Relation: ins.Relation, Cols: ins.Cols, OnConflictClause: ins.OnConflictClause,
+		ReturningList: ins.ReturningList, WithClause: ins.WithClause, Override: ins.Override,
+		SelectStmt: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
+			ValuesLists: keep, LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}}
+	return p.b.rewrite(&pg_query.Node{Node: &pg_query.Node_InsertStmt{InsertStmt: part}}, idx)
 }
 
 // rewrite deparses stmt with pgfleet tables renamed to their shards: shard
