@@ -95,21 +95,10 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 			return err
 		}
 		if !failed && implicit {
-			if m.flushes != flushes {
-				begin = 0
-			}
-			held = takeLastTag(ss.out, begin)
-			ss.out = ss.out[:len(ss.out)-len(held)]
-			m.start, m.scanned = len(ss.out), len(ss.out)
+			held = ss.holdLastTag(begin, flushes)
 		}
 	}
-	if implicit {
-		if stop, err := ss.endImplicit(failed, held); stop {
-			return err
-		}
-	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
-	return nil
+	return ss.endString(implicit, failed, held)
 }
 
 // selectRows is a captured SELECT's answer: its columns' types and rows
@@ -400,40 +389,4 @@ func textLossy(typ, cat, efd, dateStyle, intervalStyle string) string {
 		return "is not supported this way yet"
 	}
 	return ""
-}
-
-// describeOnDefault has the default node parse and describe sql in the
-// session's settings (nothing runs): PostgreSQL's errors for it, or its
-// RowDescription body (nil for none).
-func (ss *session) describeOnDefault(sql string) ([]byte, error) {
-	var row []byte
-	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
-		b := sc.Buf()
-		b, _ = (&pgproto3.Parse{Query: sql}).Encode(b)
-		b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
-		b, _ = (&pgproto3.Sync{}).Encode(b)
-		sc.SetBuf(b)
-		if err := sc.Flush(); err != nil {
-			return lostWorker(sc.Addr, err)
-		}
-		var werr error
-		for {
-			f, err := sc.Next()
-			if err != nil {
-				return lostWorker(sc.Addr, err)
-			}
-			switch f.Type {
-			case 'T':
-				row = append([]byte(nil), f.Body...)
-			case 'E':
-				werr = newWorkerError(f.Body)
-			case 'S':
-				sc.NoteParameterStatus(f.Body)
-			case 'Z':
-				sc.TxStatus = f.Body[0]
-				return werr
-			}
-		}
-	})
-	return row, err
 }

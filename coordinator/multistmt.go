@@ -115,39 +115,46 @@ func (ss *session) multiStatement(parts []planner.Part) error {
 			// As PostgreSQL: the implicit transaction commits before the
 			// last statement's CommandComplete, so that an error of the
 			// commit comes instead of it, not after it.
-			if m.flushes != flushes {
-				begin = 0
-			}
-			held = takeLastTag(ss.out, begin)
-			ss.out = ss.out[:len(ss.out)-len(held)]
-			m.start, m.scanned = len(ss.out), len(ss.out)
+			held = ss.holdLastTag(begin, flushes)
 		}
 	}
+	return ss.endString(implicit, failed, held)
+}
+
+// holdLastTag takes out of ss.out the CommandComplete that ends the output
+// of the statement that began at begin (the start of ss.out after a
+// flush), to send after the implicit transaction commits.
+func (ss *session) holdLastTag(begin, flushes int) []byte {
+	m := ss.multi
+	if m.flushes != flushes {
+		begin = 0
+	}
+	held := takeLastTag(ss.out, begin)
+	ss.out = ss.out[:len(ss.out)-len(held)]
+	m.start, m.scanned = len(ss.out), len(ss.out)
+	return held
+}
+
+// endString ends a query string run statement by statement: an implicit
+// transaction commits what the string did, or rolls it back after an error
+// (only errors of the COMMIT reach the client, and held, the last
+// statement's CommandComplete, comes after a commit that succeeds); then
+// the one ReadyForQuery.
+func (ss *session) endString(implicit, failed bool, held []byte) error {
 	if implicit {
-		if stop, err := ss.endImplicit(failed, held); stop {
+		end := "COMMIT"
+		if failed {
+			end = "ROLLBACK"
+		}
+		if stop, err := ss.partRun(end, true); stop {
 			return err
+		}
+		if !ss.multi.failed {
+			ss.out = append(ss.out, held...)
 		}
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
-}
-
-// endImplicit commits what a query string did in its implicit
-// transaction, or rolls it back after an error; only errors of the COMMIT
-// reach the client, and held (the last statement's CommandComplete) comes
-// after a commit that succeeds.
-func (ss *session) endImplicit(failed bool, held []byte) (stop bool, err error) {
-	end := "COMMIT"
-	if failed {
-		end = "ROLLBACK"
-	}
-	if stop, err := ss.partRun(end, true); stop {
-		return true, err
-	}
-	if !ss.multi.failed {
-		ss.out = append(ss.out, held...)
-	}
-	return false, nil
 }
 
 // takeLastTag returns a copy of the CommandComplete frame that ends

@@ -46,13 +46,8 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 		}
 	}
 	sp, err := ss.srv.stmtPlan(st)
-	var cn *planner.ColumnsNeeded
-	var sn *planner.SequencesNeeded
-	switch {
-	case errors.As(err, &cn):
-		sp, err = ss.insertPlan(st, cn)
-	case errors.As(err, &sn):
-		sp, err = ss.seqPlan(st, st.Query, sn, true)
+	if err != nil {
+		sp, err = ss.completeInsert(st, err)
 	}
 	if err == nil {
 		err = ss.checkPath(sp.plan)
@@ -67,6 +62,20 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 		err = errDecodedEscapes
 	}
 	return sp, err
+}
+
+// completeInsert plans a prepared INSERT the planner asked to complete
+// (its column list, its sequence values), or returns err.
+func (ss *session) completeInsert(st *Statement, err error) (*stmtPlan, error) {
+	var cn *planner.ColumnsNeeded
+	var sn *planner.SequencesNeeded
+	switch {
+	case errors.As(err, &cn):
+		return ss.insertPlan(st, cn)
+	case errors.As(err, &sn):
+		return ss.seqPlan(st, st.Query, sn, true)
+	}
+	return nil, err
 }
 
 // checkPath refuses a plan that took an unqualified table name as public's
