@@ -49,7 +49,13 @@ CREATE TABLE IF NOT EXISTS pgfleet.tables (
 );
 -- Sequence columns: the identity kind ('s' for a serial default, 'd', 'a'),
 -- the sequence's OID, ':' and the column's name.
-ALTER TABLE pgfleet.tables ADD COLUMN IF NOT EXISTS sequences text[] NOT NULL DEFAULT '{}';
+-- (Added by a later version: checked first, so that a start takes no lock on
+-- the table when the column is there.)
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = 'pgfleet.tables'::regclass AND attname = 'sequences') THEN
+    ALTER TABLE pgfleet.tables ADD COLUMN sequences text[] NOT NULL DEFAULT '{}';
+  END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS pgfleet.shards (
 	shardid bigint PRIMARY KEY,
 	table_name text NOT NULL REFERENCES pgfleet.tables ON DELETE CASCADE,
