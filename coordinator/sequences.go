@@ -41,8 +41,12 @@ func (ss *session) seqReady(table string) error {
 		return errFailedTxn
 	}
 	if ss.settingsUnknown || ss.pinned != "" {
+		why := ss.pinned
+		if why == "" {
+			why = "its role or settings changed in ways pgfleet cannot follow"
+		}
 		return pgerr.New(pgerr.FeatureNotSupported,
-			"an INSERT into %s leaving a column to its sequence is not supported in a session pinned to one worker connection (%s)", table, ss.pinned).
+			"an INSERT into %s leaving a column to its sequence is not supported in a session pinned to one worker connection (%s)", table, why).
 			WithHint("Give the column its value, or run the INSERT in a session that has not used SET ROLE, temporary tables or the like.")
 	}
 	return nil
