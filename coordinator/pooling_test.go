@@ -17,7 +17,7 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
-func connect(t *testing.T, addr string) *pgx.Conn {
+func connect(t testing.TB, addr string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -38,7 +38,7 @@ func queryString(t *testing.T, c *pgx.Conn, sql string, args ...any) string {
 	return s
 }
 
-func exec(t *testing.T, c *pgx.Conn, sql string, args ...any) {
+func exec(t testing.TB, c *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	if _, err := c.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)

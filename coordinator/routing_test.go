@@ -473,7 +473,7 @@ func TestDDLReachesEveryShard(t *testing.T) {
 // testTable creates table (columns as in CREATE TABLE) through the
 // coordinator c, runs distribute on it, and at cleanup undistributes and
 // drops it.
-func testTable(t *testing.T, c *pgx.Conn, table, columns, distribute string) {
+func testTable(t testing.TB, c *pgx.Conn, table, columns, distribute string) {
 	t.Helper()
 	simple := pgx.QueryExecModeSimpleProtocol
 	exec(t, c, "DROP TABLE IF EXISTS "+table)
