@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"encoding/binary"
 	"strconv"
 	"strings"
 
@@ -86,7 +85,7 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 	case res.errBody != nil:
 		// Its position would point into the SELECT as the coordinator
 		// wrote it, not into the client's text.
-		ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition(res.errBody))
+		ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition('E', res.errBody))
 		m.start, m.scanned = len(ss.out), len(ss.out)
 		failed = true
 	default:
@@ -119,12 +118,11 @@ func (ss *session) capturedRows(c *capture) (*selectRows, error) {
 			WithHint("Insert the rows in smaller parts, or from tables colocated with the target.")
 	}
 	res := &selectRows{}
-	for b := c.frames; len(b) >= 5; {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:]))
-		if n > len(b) {
+	for b := c.frames; ; {
+		f, body, n, ok := wire.SplitFrame(b)
+		if !ok {
 			break
 		}
-		f, body := b[0], b[5:n]
 		b = b[n:]
 		switch f {
 		case 'T':
@@ -246,19 +244,9 @@ func (ss *session) partRelay(sql string, node int32) (stop bool, err error) {
 		return true, err
 	}
 	m.scan(ss.out)
-	w, r := m.start, m.start
-	for r+5 <= len(ss.out) {
-		n := 1 + int(binary.BigEndian.Uint32(ss.out[r+1:]))
-		if r+n > len(ss.out) {
-			break
-		}
-		f := ss.out[r : r+n]
-		if f[0] != 'Z' && !(f[0] == 'C' && string(f[5:]) == "SET\x00") {
-			w += copy(ss.out[w:], f)
-		}
-		r += n
-	}
-	ss.out = stripPositions(ss.out[:w], m.start)
+	ss.out = rewriteFrames(ss.out, m.start, func(typ byte, body []byte) ([]byte, bool) {
+		return withoutPosition(typ, body), typ != 'Z' && !(typ == 'C' && string(body) == "SET\x00")
+	})
 	m.start, m.scanned = len(ss.out), len(ss.out)
 	return false, nil
 }
@@ -267,27 +255,16 @@ func (ss *session) partRelay(sql string, node int32) (stop bool, err error) {
 // in out[from:]: they point into the coordinator's statement, not into the
 // client's text.
 func stripPositions(out []byte, from int) []byte {
-	tail := append([]byte(nil), out[from:]...)
-	out = out[:from]
-	for r := 0; r+5 <= len(tail); {
-		n := 1 + int(binary.BigEndian.Uint32(tail[r+1:]))
-		if r+n > len(tail) {
-			return append(out, tail[r:]...)
-		}
-		if tail[r] == 'E' {
-			out = wire.AppendFrame(out, 'E', withoutPosition(tail[r+5:r+n]))
-		} else {
-			out = append(out, tail[r:r+n]...)
-		}
-		r += n
-	}
-	return out
+	return rewriteFrames(out, from, func(typ byte, body []byte) ([]byte, bool) {
+		return withoutPosition(typ, body), true
+	})
 }
 
-// withoutPosition is an ErrorResponse body without its statement position.
-func withoutPosition(body []byte) []byte {
+// withoutPosition is a frame's body, an ErrorResponse's without its
+// statement position.
+func withoutPosition(typ byte, body []byte) []byte {
 	var er pgproto3.ErrorResponse
-	if er.Decode(body) != nil || er.Position == 0 {
+	if typ != 'E' || er.Decode(body) != nil || er.Position == 0 {
 		return body
 	}
 	er.Position = 0

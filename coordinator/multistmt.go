@@ -1,12 +1,12 @@
 package coordinator
 
 import (
-	"encoding/binary"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -37,15 +37,15 @@ type multiOut struct {
 
 // scan reads the frames of out from m.scanned on.
 func (m *multiOut) scan(out []byte) {
-	for m.scanned+5 <= len(out) {
-		n := int(binary.BigEndian.Uint32(out[m.scanned+1:]))
-		if m.scanned+1+n > len(out) {
+	for {
+		typ, _, n, ok := wire.SplitFrame(out[m.scanned:])
+		if !ok {
 			return
 		}
-		if out[m.scanned] == 'E' {
+		if typ == 'E' {
 			m.failed = true
 		}
-		m.scanned += 1 + n
+		m.scanned += n
 	}
 }
 
@@ -160,21 +160,16 @@ func (ss *session) endString(implicit, failed bool, held []byte) error {
 // takeLastTag returns a copy of the CommandComplete frame that ends
 // out[from:], or nil.
 func takeLastTag(out []byte, from int) []byte {
-	last := -1
-	for r := from; r+5 <= len(out); {
-		n := 1 + int(binary.BigEndian.Uint32(out[r+1:]))
-		if r+n > len(out) {
+	for r := from; ; {
+		typ, _, n, ok := wire.SplitFrame(out[r:])
+		if !ok {
 			return nil
 		}
-		if out[r] == 'C' && r+n == len(out) {
-			last = r
+		if typ == 'C' && r+n == len(out) {
+			return append([]byte(nil), out[r:]...)
 		}
 		r += n
 	}
-	if last < 0 {
-		return nil
-	}
-	return append([]byte(nil), out[last:]...)
 }
 
 // partRun runs one statement of a query string of several through
@@ -209,19 +204,28 @@ func (ss *session) partError(err error) bool {
 
 // dropFrames removes from out[from:] the frames whose type is in types.
 func dropFrames(out []byte, from int, types string) []byte {
-	w, r := from, from
-	for r+5 <= len(out) {
-		n := 1 + int(binary.BigEndian.Uint32(out[r+1:]))
-		if r+n > len(out) {
-			break
+	return rewriteFrames(out, from, func(typ byte, body []byte) ([]byte, bool) {
+		return body, strings.IndexByte(types, typ) < 0
+	})
+}
+
+// rewriteFrames rebuilds out[from:] frame by frame: fn gives each frame's
+// body to keep (its own or a new one), or keep false to drop the frame. A
+// partial frame at the end stays as it is.
+func rewriteFrames(out []byte, from int, fn func(typ byte, body []byte) (newBody []byte, keep bool)) []byte {
+	tail := append([]byte(nil), out[from:]...)
+	out = out[:from]
+	r := 0
+	for {
+		typ, body, n, ok := wire.SplitFrame(tail[r:])
+		if !ok {
+			return append(out, tail[r:]...)
 		}
-		if strings.IndexByte(types, out[r]) < 0 {
-			w += copy(out[w:], out[r:r+n])
+		if nb, keep := fn(typ, body); keep {
+			out = wire.AppendFrame(out, typ, nb)
 		}
 		r += n
 	}
-	w += copy(out[w:], out[r:]) // a partial frame, as it is
-	return out[:w]
 }
 
 // beginTag is PostgreSQL's command tag for a BEGIN or START TRANSACTION.

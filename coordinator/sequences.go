@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -211,15 +213,16 @@ func (ss *session) bindSequences(sb *seqBind, name []byte, params []byte) ([]byt
 // hideSeqParams is a ParameterDescription body without the last n
 // parameters (the coordinator's sequence values).
 func hideSeqParams(body []byte, n int) []byte {
-	if len(body) < 2 {
+	var pd pgproto3.ParameterDescription
+	if pd.Decode(body) != nil || len(pd.ParameterOIDs) < n {
 		return body
 	}
-	k := int(binary.BigEndian.Uint16(body))
-	if k < n || len(body) < 2+4*k {
+	pd.ParameterOIDs = pd.ParameterOIDs[:len(pd.ParameterOIDs)-n]
+	b, err := pd.Encode(nil)
+	if err != nil {
 		return body
 	}
-	out := binary.BigEndian.AppendUint16(nil, uint16(k-n))
-	return append(out, body[2:2+4*(k-n)]...)
+	return b[5:]
 }
 
 // txnConnOn is the session's transaction's connection to node, idle

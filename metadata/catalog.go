@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Node is a PostgreSQL worker.
@@ -191,5 +193,5 @@ func HashRanges(n int) [][2]int32 {
 // statements. The schema is what comes before the first dot.
 func SQLName(name string) string {
 	schema, rel, _ := strings.Cut(name, ".")
-	return `"` + strings.ReplaceAll(schema, `"`, `""`) + `"."` + strings.ReplaceAll(rel, `"`, `""`) + `"`
+	return pgx.Identifier{schema, rel}.Sanitize()
 }

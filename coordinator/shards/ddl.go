@@ -13,6 +13,7 @@ import (
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
@@ -175,7 +176,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 	}
 	ct, err := home.Exec(ctx, shellSQL)
 	if err != nil {
-		return "", nil, o.fail(ctx, toPgErr(err))
+		return "", nil, o.fail(ctx, twophase.ToPgErr(err))
 	}
 	tag = ct.String()
 	if d.naming() {
@@ -267,7 +268,7 @@ func (o *op) partlyDropped(ctx context.Context, left []ddlTarget, cause error) e
 		names = append(names, tg.table.Name)
 	}
 	cerr := o.g.commit(ctx)
-	e := toPgErr(cause)
+	e := twophase.ToPgErr(cause)
 	e.Message = fmt.Sprintf("the tables were dropped, but %s could not be removed from the catalog: %s",
 		strings.Join(names, ", "), e.Message)
 	e.Hint = fmt.Sprintf("Run DROP TABLE IF EXISTS %s again to remove them from the catalog.", strings.Join(names, ", "))
@@ -771,7 +772,7 @@ func indexTable(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, na
 		return nil, "", nil
 	}
 	if err != nil {
-		return nil, "", toPgErr(err)
+		return nil, "", twophase.ToPgErr(err)
 	}
 	return snap.Table(schema + "." + table), index, nil
 }

@@ -517,7 +517,7 @@ func (o *op) reload(ctx context.Context) (*metadata.Snapshot, error) {
 // to recovery), the catalog entry stays: recovery may commit the shards.
 func (o *op) fail(ctx context.Context, err error) error {
 	problems := o.g.rollback(ctx)
-	if e := toPgErr(err); e.Code == pgerr.LockNotAvailable && e.Hint == "" {
+	if e := twophase.ToPgErr(err); e.Code == pgerr.LockNotAvailable && e.Hint == "" {
 		e.Hint = "Concurrent writes or another operation held a lock it needed (on several workers, perhaps waiting on each other); nothing was changed: retry it."
 		err = e
 	}
@@ -535,7 +535,7 @@ func (o *op) fail(ctx context.Context, err error) error {
 		}
 		o.recorded = ""
 	}
-	return withProblems(err, problems)
+	return twophase.WithProblems(err, problems)
 }
 
 // notInCatalog fails with 42710 if the table is distributed or a reference

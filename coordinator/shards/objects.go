@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
@@ -219,7 +220,7 @@ func RunObjectDDL(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		g.rollback(ctx)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
-			return "", toPgErr(err)
+			return "", twophase.ToPgErr(err)
 		}
 		return "", n.wrap(err, "on node %s", n.describe(defaultNode))
 	}

@@ -126,7 +126,7 @@ func (g *group) commit(ctx context.Context) error {
 		tx.part.Conn.(*pgxConn).closeFresh()
 	}
 	if err != nil {
-		return withProblems(err, g.rollback(ctx))
+		return twophase.WithProblems(err, g.rollback(ctx))
 	}
 	if len(failed) == 0 {
 		return nil
@@ -198,13 +198,6 @@ func (c *pgxConn) closeFresh() {
 	}
 }
 
-// withProblems returns err with what a cleanup could not undo in its
-// detail.
-func withProblems(err error, problems []string) error { return twophase.WithProblems(err, problems) }
-
-// toPgErr returns a copy of err as a *pgerr.Error (twophase.ToPgErr).
-func toPgErr(err error) *pgerr.Error { return twophase.ToPgErr(err) }
-
 // nodes is the connections an operation may use and what it knows of the
 // nodes, for messages.
 type nodes struct {
@@ -230,7 +223,7 @@ func (n *nodes) describe(id int32) string {
 // wrap turns err into a *pgerr.Error whose message starts with what failed
 // where, keeping a worker's SQLSTATE, detail and hint.
 func (n *nodes) wrap(err error, format string, args ...any) *pgerr.Error {
-	e := toPgErr(err)
+	e := twophase.ToPgErr(err)
 	e.Message = fmt.Sprintf(format, args...) + ": " + e.Message
 	return e
 }
@@ -241,7 +234,7 @@ func (n *nodes) wrap(err error, format string, args ...any) *pgerr.Error {
 func (n *nodes) stmtErr(err error, format string, args ...any) *pgerr.Error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return toPgErr(err)
+		return twophase.ToPgErr(err)
 	}
 	return n.wrap(err, format, args...)
 }

@@ -343,6 +343,20 @@ func AppendFrame(dst []byte, typ byte, body []byte) []byte {
 	return append(dst, body...)
 }
 
+// SplitFrame reads the first frame of b, a buffer of whole frames as
+// AppendFrame writes them: its type, its body and its length with the
+// header (n); ok is false when b does not begin with a complete frame.
+func SplitFrame(b []byte) (typ byte, body []byte, n int, ok bool) {
+	if len(b) < 5 {
+		return 0, nil, 0, false
+	}
+	n = 1 + int(binary.BigEndian.Uint32(b[1:]))
+	if n < 5 || n > len(b) {
+		return 0, nil, 0, false
+	}
+	return b[0], b[5:n], n, true
+}
+
 // CString reads a NUL-terminated string from b, returning it and the rest.
 func CString(b []byte) (string, []byte, bool) {
 	for i, c := range b {

@@ -220,3 +220,19 @@ func TestReaderLargeBodyGrowsAsItArrives(t *testing.T) {
 		t.Errorf("500 kB body: %v, %d bytes", err, len(f.Body))
 	}
 }
+
+func TestSplitFrame(t *testing.T) {
+	b := AppendFrame(AppendFrame(nil, 'C', []byte("SET\x00")), 'Z', []byte{'I'})
+	typ, body, n, ok := SplitFrame(b)
+	if !ok || typ != 'C' || string(body) != "SET\x00" || n != 9 {
+		t.Fatalf("first frame: %c %q %d %v", typ, body, n, ok)
+	}
+	if typ, body, n, ok = SplitFrame(b[n:]); !ok || typ != 'Z' || string(body) != "I" || n != 6 {
+		t.Fatalf("second frame: %c %q %d %v", typ, body, n, ok)
+	}
+	for _, partial := range [][]byte{nil, b[:4], b[:8], {'C', 0, 0, 0, 3}} {
+		if _, _, _, ok := SplitFrame(partial); ok {
+			t.Errorf("%q read as a complete frame", partial)
+		}
+	}
+}
