@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -146,13 +143,13 @@ func (ss *session) runFunction(p *planner.Plan) error {
 	return nil
 }
 
-// nodeConns opens a connection to every active node as the session's user;
-// done closes them.
+// nodeConns lends the session a connection to every active node from its
+// pools, as pgx connections (lend.go); done gives them back.
 func (ss *session) nodeConns(ctx context.Context) (conns map[int32]*pgx.Conn, done func(), err error) {
 	conns, err = ss.openNodeConns(ctx)
 	return conns, func() {
 		for _, c := range conns {
-			_ = c.Close(context.Background())
+			pooling.Reclaim(context.Background(), c.PgConn())
 		}
 	}, err
 }
@@ -167,110 +164,13 @@ func (ss *session) openNodeConns(ctx context.Context) (map[int32]*pgx.Conn, erro
 		c, err := ss.dialNode(ctx, n.Host, n.Port)
 		if err != nil {
 			for _, o := range conns {
-				_ = o.Close(ctx)
+				pooling.Reclaim(ctx, o.PgConn())
 			}
 			return nil, err
 		}
 		conns[n.ID] = c
 	}
 	return conns, nil
-}
-
-// dialNode opens a connection to a worker as the session's user, with the
-// session's settings.
-func (ss *session) dialNode(ctx context.Context, host string, port int) (*pgx.Conn, error) {
-	pw, ok := ss.srv.cfg.Users[ss.user]
-	if !ok {
-		pw = ss.srv.cfg.WorkerPassword
-	}
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	cfg, err := pgx.ParseConfig(ss.srv.cfg.WorkerTLS.ConnString(addr))
-	if err != nil {
-		return nil, err
-	}
-	if ss.settingsUnknown {
-		// The session's role or settings live on its pinned connection
-		// (SET ROLE, SET SESSION AUTHORIZATION, set_config(), user code):
-		// a new connection would run the client's SQL and data as the
-		// login user under other settings.
-		return nil, pgerr.New(pgerr.FeatureNotSupported,
-			"this statement runs on new worker connections, which cannot take on this session's role and settings (changed by %s)", ss.pinned).
-			WithHint("Run it in a session that has not used SET ROLE, SET SESSION AUTHORIZATION, set_config() or functions changing settings (plain SET is fine).")
-	}
-	cfg.User, cfg.Database, cfg.Password = ss.user, ss.database, pw
-	// The connection counts in the pool's bound for (worker, database,
-	// user), in the class of what the session holds, like a checkout: it
-	// takes a slot (closing an idle pooled connection if none is free) and
-	// gives it back when it closes.
-	release, err := ss.srv.pool(addr, ss.database, ss.user).Reserve(ctx, ss.holding())
-	if err != nil {
-		return nil, err
-	}
-	ss.dials.Add(1)
-	var once sync.Once
-	free := func() {
-		once.Do(func() {
-			ss.dials.Add(-1)
-			release()
-		})
-	}
-	var last *slotConn
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		nc, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		last = &slotConn{Conn: nc}
-		return last, nil
-	}
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		free()
-		return nil, pgerr.New(pgerr.SQLClientUnableToConnect, "cannot connect to worker %s: %v", addr, err)
-	}
-	last.free.Store(&free) // the connection that made it (earlier attempts are closed)
-	// The connection runs the client's SQL and data on the session's
-	// behalf: it reads them under the session's settings (TimeZone,
-	// DateStyle, standard_conforming_strings, search_path, ...) and, with
-	// default_transaction_read_only, refuses writes (25006) as PostgreSQL
-	// would. The idle timeouts are the session's business, not these
-	// connections': their transactions wait between a COPY's batches and
-	// between the nodes of a two-phase commit while the client's statement
-	// runs.
-	script := ss.params.key
-	if script != "" {
-		script += ";"
-	}
-	script += "SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0"
-	if _, err := c.Exec(ctx, script); err != nil {
-		_ = c.Close(ctx)
-		fe := pgerr.Flatten(err)
-		return nil, &pgerr.Error{Severity: "ERROR", Code: fe.Code, Detail: fe.Detail,
-			Message: "cannot apply session settings on worker " + addr + ": " + fe.Message}
-	}
-	return c, nil
-}
-
-// slotConn is the network connection of a dialled worker connection: closing
-// it gives its pool slot back.
-type slotConn struct {
-	net.Conn
-	free atomic.Pointer[func()]
-}
-
-func (c *slotConn) Close() error {
-	f := c.free.Swap(nil)
-	if f != nil {
-		// pgx has sent Terminate: the slot is free once the worker's
-		// backend is gone.
-		pooling.DrainClosed(c.Conn)
-	}
-	err := c.Conn.Close()
-	if f != nil {
-		(*f)()
-	}
-	return err
 }
 
 // writeRows answers a simple query with a small text result and

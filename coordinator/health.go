@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // Health endpoints on the metrics listener. /healthz says the process is
@@ -95,13 +96,13 @@ func (s *Server) checkReady(ctx context.Context) []string {
 	return errs
 }
 
-// pingNode connects to a node as recovery does and runs a query.
+// pingNode takes a connection to a node as recovery does and runs a query.
 func (s *Server) pingNode(ctx context.Context, n metadata.Node) error {
 	c, err := s.adminConn(ctx, n, "postgres")
 	if err != nil {
 		return err
 	}
-	defer c.Close(context.Background())
+	defer pooling.Reclaim(context.Background(), c.PgConn())
 	_, err = c.Exec(ctx, "SELECT 1")
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // Recovery of distributed transactions. A coordinator that dies (or loses
@@ -101,7 +102,7 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 	conns := map[string]*pgx.Conn{} // by node address and database
 	defer func() {
 		for _, c := range conns {
-			_ = c.Close(context.Background())
+			pooling.Reclaim(context.Background(), c.PgConn())
 		}
 	}()
 	present := map[string]bool{} // bases with a prepared transaction left, of any age
@@ -249,20 +250,18 @@ func (s *Server) resolvePrepared(ctx context.Context, p preparedXact, d byte,
 	return nil
 }
 
-// adminConn connects to a database of a node as the postgres user, with
-// the password the coordinator uses for its catalog: resolving another
-// user's prepared transaction needs a superuser.
+// adminConn lends a connection to a database of a node as the postgres
+// user, from the coordinator's pool for it (with the password the
+// coordinator uses for its catalog): resolving another user's prepared
+// transaction needs a superuser. pooling.Reclaim gives it back.
 func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(s.cfg.WorkerTLS.ConnString(n.Addr()) + " connect_timeout=10")
+	pool := s.pool(n.Addr(), database, "postgres")
+	take := func() (*pooling.ServerConn, error) { return pool.Acquire(ctx, 0) }
+	sc, err := take()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("connecting to database %s on %s: %w", database, n.Addr(), err)
 	}
-	pw := s.cfg.Users["postgres"]
-	if pw == "" {
-		pw = s.cfg.WorkerPassword
-	}
-	cfg.User, cfg.Database, cfg.Password = "postgres", database, pw
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	c, err := pooling.LendPgx(ctx, sc, take, func(*pooling.ServerConn) {})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to database %s on %s: %w", database, n.Addr(), err)
 	}

@@ -57,9 +57,9 @@ type session struct {
 	node   int32                   // the held connection's node
 	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
 	pinned string                  // why the session keeps sc for good; "" if it does not
-	// dials counts the pool slots held by connections dialled for a
-	// statement (dialNode), given back as they close.
-	dials atomic.Int32
+	// lent counts the connections lent to the session's own statements
+	// over several workers (dialNode), given back as they close.
+	lent atomic.Int32
 	// spanHint: the nodes, in order, of the session's last transaction
 	// block when it spanned several workers; spares: connections to them
 	// taken at the next one's start, not in its transaction yet (takeSpares).
@@ -618,11 +618,11 @@ func (ss *session) poolFor(node int32) (*pooling.Pool, error) {
 }
 
 // holding counts the worker connections the session holds: its current one,
-// the parked ones of its transaction and the slots of connections dialled
-// for a statement (dialNode). A checkout passes it (or more, for connections
+// the parked ones of its transaction and the connections lent to its own
+// statements over several workers (dialNode). A checkout passes it (or more, for connections
 // it takes one after another) as its class (pooling.Pool).
 func (ss *session) holding() int {
-	n := len(ss.parked) + len(ss.spares) + int(ss.dials.Load())
+	n := len(ss.parked) + len(ss.spares) + int(ss.lent.Load())
 	if ss.sc != nil {
 		n++
 	}

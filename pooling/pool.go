@@ -66,8 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Pool is a bounded set of server connections to one worker for one
 // (database, user). Acquire hands out a connection; Release takes it back,
-// resetting it or closing it. Reserve takes a slot of the same budget for a
-// connection dialled elsewhere.
+// resetting it or closing it. LendPgx lends one to pgx.
 //
 // Checkouts are ordered by class so that clients holding connections of
 // several pools cannot wait for each other forever (structured buffer pools,
@@ -86,7 +85,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	idle    []*ServerConn // newest last
-	open    int           // slots taken: connections open or being dialled, reserved slots
+	open    int           // slots taken: connections open or being dialled
 	busy    int           // slots not idle (open - len(idle))
 	waiters []*waiter     // by class, highest first, then arrival
 
@@ -152,7 +151,7 @@ func (p *Pool) limit(class int) int {
 // is a *pgerr.Error a client can be shown.
 func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 	for {
-		c, err := p.take(ctx, held, false)
+		c, err := p.take(ctx, held)
 		if err != nil {
 			return nil, err
 		}
@@ -166,13 +165,13 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 }
 
 // take gets a busy slot for class: an idle connection, or nil for a slot
-// to fill (preferred over an idle connection when reserve is set).
-func (p *Pool) take(ctx context.Context, class int, reserve bool) (*ServerConn, error) {
+// to fill.
+func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	p.mu.Lock()
 	if p.busy < p.limit(class) {
 		p.busy++
 		n := len(p.idle)
-		if n == 0 || (reserve && p.open < p.cfg.Size) {
+		if n == 0 {
 			p.open++
 			p.mu.Unlock()
 			return nil, nil
@@ -315,31 +314,8 @@ func (p *Pool) discard(c *ServerConn) {
 	p.free()
 }
 
-// Reserve takes a slot of the pool's budget, as Acquire would for a client
-// holding held connections, for a connection to the worker opened
-// elsewhere; it closes an idle connection if no slot is free. The returned
-// func gives the slot back (once; later calls do nothing).
-func (p *Pool) Reserve(ctx context.Context, held int) (func(), error) {
-	c, err := p.take(ctx, held, true)
-	if err != nil {
-		return nil, err
-	}
-	if c != nil {
-		c.close() // its slot is ours now
-	} else {
-		p.gauge.Inc()
-	}
-	var done atomic.Bool
-	return func() {
-		if done.CompareAndSwap(false, true) {
-			p.gauge.Dec()
-			p.free()
-		}
-	}, nil
-}
-
-// Stats reports the slots taken (open or dialling connections and
-// reservations), those not idle, and the checkouts waiting.
+// Stats reports the slots taken (open or dialling connections), those not
+// idle, and the checkouts waiting.
 func (p *Pool) Stats() (open, busy, waiting int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

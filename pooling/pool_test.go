@@ -136,49 +136,6 @@ func TestPoolClasses(t *testing.T) {
 	}
 }
 
-// TestPoolReserve: Reserve takes a slot of the pool's budget, closing an
-// idle connection when none is free, and gives it back once.
-func TestPoolReserve(t *testing.T) {
-	cl := pgtest.Shared(t)
-	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
-		Size: 2, AcquireTimeout: 300 * time.Millisecond}, nil)
-	defer p.Close()
-	ctx := context.Background()
-	a, err := p.Acquire(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := p.Acquire(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release(b) // idle
-	free, err := p.Reserve(ctx, 0)
-	if err != nil {
-		t.Fatalf("reserve with an idle connection: %v", err)
-	}
-	if open, busy, _ := p.Stats(); open != 2 || busy != 2 {
-		t.Fatalf("open %d busy %d after reserve, want 2 2 (the idle connection closed)", open, busy)
-	}
-	if _, err := p.Acquire(ctx, 0); !tooMany(err) {
-		t.Fatalf("checkout with every slot taken: %v, want 53300", err)
-	}
-	if _, err := p.Reserve(ctx, 0); !tooMany(err) {
-		t.Fatalf("reserve with every slot taken: %v, want 53300", err)
-	}
-	free()
-	free()
-	if open, busy, _ := p.Stats(); open != 1 || busy != 1 {
-		t.Fatalf("open %d busy %d after giving the slot back twice, want 1 1", open, busy)
-	}
-	c, err := p.Acquire(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release(c)
-	p.Release(a)
-}
-
 func tooMany(err error) bool {
 	var pe *pgerr.Error
 	return errors.As(err, &pe) && pe.Code == pgerr.TooManyConnections && pe.Hint != ""

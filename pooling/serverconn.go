@@ -206,10 +206,10 @@ func SendCancel(ctx context.Context, addr string, pid uint32, secret []byte) err
 	return nil
 }
 
-// DrainClosed waits briefly for the worker to close conn after a Terminate:
+// drainClosed waits briefly for the worker to close conn after a Terminate:
 // its backend has left pg_stat_activity and max_connections by then, so the
 // slot it frees is free on the worker too.
-func DrainClosed(conn net.Conn) {
+func drainClosed(conn net.Conn) {
 	_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	_, _ = io.Copy(io.Discard, conn)
 }
@@ -222,7 +222,7 @@ func (c *ServerConn) close() {
 	b, _ := t.Encode(nil)
 	_ = c.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	if _, err := c.conn.Write(b); err == nil {
-		DrainClosed(c.conn)
+		drainClosed(c.conn)
 	}
 	_ = c.conn.Close()
 	c.conn = nil
