@@ -387,8 +387,13 @@ func (ss *session) literalHash(p *planner.Plan, v *planner.Value, lits []literal
 // bindHash hashes a Bind's distribution value: parameter v.Param as bound
 // (text or binary) with the type st declared for it, or the constant.
 func (ss *session) bindHash(sp *stmtPlan, st *Statement, params []byte) (int32, error) {
+	return ss.valueHash(sp, st, sp.plan.Value, params)
+}
+
+// valueHash is bindHash of one of the plan's distribution values (a
+// router's, or a row's of a multi-row INSERT).
+func (ss *session) valueHash(sp *stmtPlan, st *Statement, v *planner.Value, params []byte) (int32, error) {
 	p := sp.plan
-	v := p.Value
 	if v.Null {
 		return anyShard, nil
 	}

@@ -295,7 +295,10 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 		return nil
 	}
 	p := sp.sp.plan
-	what, _, _ := strings.Cut(p.ShardSQL[0], " ")
+	what := "INSERT" // a multi-row INSERT's statements are made at Execute
+	if len(p.ShardSQL) > 0 {
+		what, _, _ = strings.Cut(p.ShardSQL[0], " ")
+	}
 	inTxn := ss.inTxn()
 	if ok, err := ss.writePortalReady(inTxn); !ok {
 		return err
@@ -317,13 +320,23 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 		ss.synthError(err)
 		return nil
 	}
-	byNode, err := writeGroups(p, snap, nil)
+	var byNode map[int32][]string
+	var parts map[string]*insertPart // a multi-row INSERT's, by statement
+	var err error
+	if p.Kind == planner.InsertSplit {
+		byNode, parts, err = ss.insertParts(sp.sp, sp.st, sp.params, oids, formats, values)
+	} else {
+		byNode, err = writeGroups(p, snap, nil)
+	}
 	if err != nil {
 		ss.synthError(err)
 		return nil
 	}
 	if inTxn {
 		tag, notices, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
+			if parts != nil {
+				return parts[sql].message
+			}
 			parse := append(append([]byte{0}, sql...), 0)
 			parse = append(parse, sp.st.paramTail...)
 			if len(sp.st.paramTail) == 0 {
@@ -357,7 +370,14 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 		ss.synthError(err)
 		return nil
 	}
-	n, err := shards.ExecGroupsParams(ctx, ss.srv.store, snap, conns, byNode, &shards.Params{OIDs: oids, Formats: formats, Values: values})
+	params := &shards.Params{OIDs: oids, Formats: formats, Values: values}
+	if parts != nil {
+		params.By = map[string]*shards.Params{}
+		for sql, part := range parts {
+			params.By[sql] = part.params
+		}
+	}
+	n, err := shards.ExecGroupsParams(ctx, ss.srv.store, snap, conns, byNode, params)
 	if err != nil {
 		ss.synthError(err)
 		return nil

@@ -109,13 +109,11 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.InsertSplit || p.Kind == planner.CopyOut {
+	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.CopyOut {
 		what := p.Func
 		switch p.Kind {
 		case planner.CopyIn:
 			what = "COPY into " + p.Tables[0]
-		case planner.InsertSplit:
-			what = "a multi-row INSERT into " + p.Tables[0]
 		case planner.CopyOut:
 			what = "COPY from " + p.Tables[0]
 		}
@@ -126,7 +124,11 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN of a multi-shard query needs the simple query protocol").
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
 	}
-	sp := &stmtPlan{version: version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL))}
+	n := len(p.ShardSQL)
+	if p.Kind == planner.InsertSplit {
+		n = len(snap.Shards[p.DistTable]) // made as Binds need them (insertShardStmt)
+	}
+	sp := &stmtPlan{version: version, plan: p, shards: make([]atomic.Pointer[Statement], n)}
 	st.plan.Store(sp)
 	return sp, nil
 }
@@ -332,11 +334,16 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind != planner.Router {
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "a multi-row INSERT into %s needs the simple query protocol", cn.Table).
-			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
+	n := len(p.ShardSQL)
+	switch p.Kind {
+	case planner.Router:
+	case planner.InsertSplit:
+		n = len(snap.Shards[p.DistTable])
+	default:
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "this INSERT into %s without a column list needs the simple query protocol", cn.Table).
+			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode; or list the columns.")
 	}
-	return &stmtPlan{version: snap.Version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL))}, nil
+	return &stmtPlan{version: snap.Version, plan: p, shards: make([]atomic.Pointer[Statement], n)}, nil
 }
 
 // shardStmt is the statement st becomes on shard index idx.
@@ -369,6 +376,9 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	}
 	if p.Kind == planner.MultiShardWrite {
 		return nil, 0, params, errMultiWrite
+	}
+	if p.Kind == planner.InsertSplit {
+		return ss.insertSplitBind(sp, st, params)
 	}
 	if sp.seq != nil {
 		if params, err = ss.bindSequences(sp.seq, name, params); err != nil {
@@ -426,6 +436,10 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 		}
 	}
 found:
+	if p.Kind == planner.InsertSplit {
+		x, err := s.insertShardStmt(sp, idx, st)
+		return x, node, 0, err
+	}
 	if idx >= len(p.ShardSQL) || p.Kind != planner.Router && p.Kind != planner.MultiShardWrite && idx != 0 {
 		// One statement for every copy: the first shard's, where it is.
 		idx, node = 0, shards[0].Nodes[0]

@@ -3,6 +3,7 @@ package planner
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -1310,9 +1311,13 @@ func WithColumns(sql string, columns []string) (string, error) {
 // SplitInsert is a multi-row INSERT (InsertSplit) cut down to the given
 // rows (0-based, in VALUES order) and renamed to shard index idx.
 func (p *Plan) SplitInsert(idx int, rows []int) (string, error) {
-	// A new statement of the plan's parts with only these rows (the
-	// plan is shared, and a copy of all its rows per shard would cost
-	// rows times shards); rewrite copies it as it renames.
+	return p.b.rewrite(p.insertPart(rows), idx)
+}
+
+// insertPart is a new statement of the plan's parts with only the given
+// rows (the plan is shared, and a copy of all its rows per shard would
+// cost rows times shards); rewrite copies it as it renames.
+func (p *Plan) insertPart(rows []int) *pg_query.Node {
 	ins := p.stmt.GetInsertStmt()
 	all := ins.SelectStmt.GetSelectStmt().ValuesLists
 	keep := make([]*pg_query.Node, 0, len(rows))
@@ -1323,7 +1328,35 @@ func (p *Plan) SplitInsert(idx int, rows []int) (string, error) {
 		ReturningList: ins.ReturningList, WithClause: ins.WithClause, Override: ins.Override,
 		SelectStmt: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
 			ValuesLists: keep, LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}}
-	return p.b.rewrite(&pg_query.Node{Node: &pg_query.Node_InsertStmt{InsertStmt: part}}, idx)
+	return &pg_query.Node{Node: &pg_query.Node_InsertStmt{InsertStmt: part}}
+}
+
+// SplitInsertParams is SplitInsert for the extended protocol: the
+// statement's parameters renumbered $1, $2, ... in the order of their
+// numbers, and params lists the client's number (1-based) of each, for a
+// Bind of only the ones these rows (and the rest of the statement) use.
+func (p *Plan) SplitInsertParams(idx int, rows []int) (sql string, params []int, err error) {
+	clone, err := p.b.rewriteTree(p.insertPart(rows), idx)
+	if err != nil {
+		return "", nil, err
+	}
+	used := map[int32]int32{}
+	var refs []*pg_query.ParamRef
+	Walk(clone, func(m proto.Message) {
+		if r, ok := m.(*pg_query.ParamRef); ok {
+			used[r.Number] = 0
+			refs = append(refs, r)
+		}
+	})
+	for _, k := range slices.Sorted(maps.Keys(used)) {
+		params = append(params, int(k))
+		used[k] = int32(len(params))
+	}
+	for _, r := range refs {
+		r.Number = used[r.Number]
+	}
+	sql, err = deparse(p.b.tree.Version, clone)
+	return sql, params, err
 }
 
 // rewrite deparses stmt with pgfleet tables renamed to their shards: shard

@@ -94,6 +94,9 @@ type Params struct {
 	OIDs    []uint32
 	Formats []int16
 	Values  [][]byte
+	// By: statements that take other parameters than the rest (a
+	// multi-row INSERT's shards' statements, each with its rows').
+	By map[string]*Params
 }
 
 // ExecGroupsParams is ExecGroups for statements with parameters ($1 ...),
@@ -145,7 +148,11 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 			return nil, err
 		}
 		for _, sql := range stmts {
-			res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, params.Values, params.OIDs, params.Formats, nil))
+			ps := params
+			if q := params.By[sql]; q != nil {
+				ps = q
+			}
+			res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, ps.Values, ps.OIDs, ps.Formats, nil))
 			if res.Err != nil {
 				g.rollback(ctx)
 				return nil, n.stmtErr(res.Err, "on node %s", n.describe(id))

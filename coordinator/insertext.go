@@ -1,0 +1,150 @@
+package coordinator
+
+import (
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// A multi-row INSERT into a distributed table over the extended protocol
+// (planner.InsertSplit), as ORMs' and drivers' bulk inserts send it: at
+// Bind, each row's distribution value is read from the bound parameters.
+// Rows of one shard group make a routed statement (the whole INSERT, on
+// that shard), relayed as a router's. Rows of several become a multi-shard
+// write portal (multiwrite.go), run at Execute: one statement per shard
+// with only its rows, their parameters renumbered and bound from the
+// client's values as sent (text or binary), all shards committed together.
+
+// allRows is 0, 1, ..., n-1.
+func allRows(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}
+
+// insertShardStmt is the statement of all an InsertSplit's rows on shard
+// idx, made once per plan and shard: the routed statement when every row
+// belongs to that shard, and what Describe describes.
+func (s *Server) insertShardStmt(sp *stmtPlan, idx int, st *Statement) (*Statement, error) {
+	if idx < 0 || idx >= len(sp.shards) {
+		return nil, errCatalogMoved
+	}
+	if x := sp.shards[idx].Load(); x != nil {
+		return x, nil
+	}
+	sql, err := sp.plan.SplitInsert(idx, allRows(len(sp.plan.Rows)))
+	if err != nil {
+		return nil, err
+	}
+	x := s.stmts.intern(append(append([]byte(sql), 0), st.paramTail...))
+	sp.shards[idx].Store(x)
+	return x, nil
+}
+
+// insertGroups groups an InsertSplit's rows by shard index for a Bind's
+// parameters: the shard indexes in the order of their first row, and each
+// one's rows in VALUES order.
+func (ss *session) insertGroups(sp *stmtPlan, st *Statement, params []byte) (order []int, groups map[int][]int, err error) {
+	p := sp.plan
+	all := ss.srv.catalog.Load().Shards[p.DistTable]
+	if len(all) != len(sp.shards) {
+		return nil, nil, errCatalogMoved
+	}
+	groups = map[int][]int{}
+	for i, v := range p.Rows {
+		h, err := ss.valueHash(sp, st, v, params)
+		if err != nil {
+			return nil, nil, err
+		}
+		idx := metadata.ShardIndex(all, h)
+		if idx < 0 || len(all[idx].Nodes) == 0 {
+			return nil, nil, pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", p.DistTable, h)
+		}
+		if _, ok := groups[idx]; !ok {
+			order = append(order, idx)
+		}
+		groups[idx] = append(groups[idx], i)
+	}
+	return order, groups, nil
+}
+
+// insertSplitBind is routeBind of an InsertSplit: the routed statement
+// and its node when the rows belong to one shard, errMultiWrite when they
+// belong to several.
+func (ss *session) insertSplitBind(sp *stmtPlan, st *Statement, params []byte) (*Statement, int32, []byte, error) {
+	order, _, err := ss.insertGroups(sp, st, params)
+	if err != nil {
+		return nil, 0, params, err
+	}
+	if len(order) > 1 {
+		return nil, 0, params, errMultiWrite
+	}
+	x, err := ss.srv.insertShardStmt(sp, order[0], st)
+	if err != nil {
+		return nil, 0, params, err
+	}
+	return x, ss.srv.catalog.Load().Shards[sp.plan.DistTable][order[0]].Nodes[0], params, nil
+}
+
+// insertPart is one shard's statement of a multi-shard InsertSplit and
+// what to bind it with.
+type insertPart struct {
+	params  *shards.Params
+	message []byte // Parse, Bind, Execute and Sync of it, for the client's transaction block
+}
+
+// insertParts is a multi-shard InsertSplit portal's statements by node,
+// each shard's with only its rows, and the parameters of each: the
+// client's values (oids, formats, values as its Bind gave them) that the
+// statement uses, renumbered.
+func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids []uint32, formats []int16,
+	values [][]byte) (map[int32][]string, map[string]*insertPart, error) {
+	order, groups, err := ss.insertGroups(sp, st, params)
+	if err != nil {
+		return nil, nil, err
+	}
+	all := ss.srv.catalog.Load().Shards[sp.plan.DistTable]
+	byNode := map[int32][]string{}
+	parts := map[string]*insertPart{}
+	for _, idx := range order {
+		sql, used, err := sp.plan.SplitInsertParams(idx, groups[idx])
+		if err != nil {
+			return nil, nil, err
+		}
+		ps := &shards.Params{}
+		for _, k := range used {
+			if k > len(values) {
+				return nil, nil, pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but the statement uses $%d", len(values), k)
+			}
+			var oid uint32
+			if k <= len(oids) {
+				oid = oids[k-1]
+			}
+			var f int16
+			switch {
+			case len(formats) == 1:
+				f = formats[0]
+			case k <= len(formats):
+				f = formats[k-1]
+			}
+			// A type not built in has another OID on each worker: the
+			// worker infers it from the statement, as it did for the
+			// whole one.
+			ps.OIDs = append(ps.OIDs, workerParamOID(oid, true))
+			ps.Formats = append(ps.Formats, f)
+			ps.Values = append(ps.Values, values[k-1])
+		}
+		b, _ := (&pgproto3.Parse{Query: sql, ParameterOIDs: ps.OIDs}).Encode(nil)
+		b, _ = (&pgproto3.Bind{ParameterFormatCodes: ps.Formats, Parameters: ps.Values}).Encode(b)
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+		b, _ = (&pgproto3.Sync{}).Encode(b)
+		node := all[idx].Nodes[0]
+		byNode[node] = append(byNode[node], sql)
+		parts[sql] = &insertPart{params: ps, message: b}
+	}
+	return byNode, parts, nil
+}

@@ -1,0 +1,121 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestMultiRowInsertExtended: multi-row INSERTs into a distributed table
+// over the extended protocol (pgx's prepared statements, binary
+// parameters), as bulk inserts of ORMs and drivers send them, store what
+// plain PostgreSQL stores and fail as it fails: rows over several shards
+// (parameters used by one row, shared by rows of several shards, in ON
+// CONFLICT), rows of one shard with RETURNING, inside transaction blocks
+// that commit or roll back, a duplicate key on one shard (nothing
+// stored), a prepared statement run again with other values.
+func TestMultiRowInsertExtended(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	plain := oracleDB(t, cl.Servers[1].Addr(), "ieoracle")
+	testTable(t, c, "ie_d", "(id int8 PRIMARY KEY, v text, n numeric, b bool)", "SELECT create_distributed_table('ie_d', 'id', shard_count => 8)")
+	testTable(t, c, "ie_one", "(id int8 PRIMARY KEY, v text)", "SELECT create_distributed_table('ie_one', 'id', shard_count => 1)")
+	for _, q := range []string{"DROP TABLE IF EXISTS ie_d, ie_one",
+		"CREATE TABLE ie_d (id int8 PRIMARY KEY, v text, n numeric, b bool)", "CREATE TABLE ie_one (id int8 PRIMARY KEY, v text)"} {
+		exec(t, plain, q, simple)
+	}
+
+	type step struct {
+		sql  string
+		args []any
+	}
+	steps := []step{
+		{"INSERT INTO ie_d (id, v, n) VALUES ($1, $2, $3), ($4, $5, $6), ($7, $8, $9)",
+			[]any{int64(1), "één", "12.50", int64(2), "ß", nil, int64(3), nil, "-7"}},
+		{"INSERT INTO ie_d (id, v, n) VALUES ($1, $2, $3), ($4, $5, $6), ($7, $8, $9)",
+			[]any{int64(11), "a", "1", int64(12), "b", "2", int64(13), "c", "3"}},
+		{"INSERT INTO ie_d (id, v, b) VALUES ($1, $3, true), ($2, $3, $4)", []any{int64(21), int64(22), "shared", false}},
+		{"INSERT INTO ie_d (id, v) VALUES ($1, 'x'), ($2, 'y') ON CONFLICT (id) DO UPDATE SET v = $3 || excluded.v",
+			[]any{int64(1), int64(2), "updated-"}},
+		{"INSERT INTO ie_d (id, v) VALUES ($1, 'dup'), ($2, 'dup'), ($3, 'dup')", []any{int64(31), int64(32), int64(11)}},
+		{"INSERT INTO ie_d (id, v) VALUES ($1, 'null id'), ($2, 'x')", []any{nil, int64(41)}},
+		{"INSERT INTO ie_d VALUES ($1, $2, $3, $4), ($5, $6, $7, $8)",
+			[]any{int64(51), "no column list", "0.1", true, int64(52), "no column list", "0.2", false}},
+		{"INSERT INTO ie_d (id, v) VALUES ($1, $2), ($3, $4)", []any{int64(61), "two", int64(62)}},
+	}
+	for _, s := range steps {
+		_, gerr := c.Exec(ctx, s.sql, s.args...)
+		_, werr := plain.Exec(ctx, s.sql, s.args...)
+		if sqlState(gerr) != sqlState(werr) || (gerr == nil) != (werr == nil) {
+			t.Errorf("%s %v:\n got %v\n PostgreSQL %v", s.sql, s.args, gerr, werr)
+		}
+	}
+
+	// Rows of one shard: routed, RETURNING as PostgreSQL's.
+	q := "INSERT INTO ie_one (id, v) VALUES ($1, $2), ($3, $4) RETURNING id, v, length(v)"
+	got := rowsText(t, c, q, int64(1), "ü", int64(2), "two")
+	want := rowsText(t, plain, q, int64(1), "ü", int64(2), "two")
+	if got != want {
+		t.Errorf("RETURNING from one shard: got %q, want %q", got, want)
+	}
+	// Rows of several shards with RETURNING: refused, nothing stored.
+	if _, err := c.Exec(ctx, "INSERT INTO ie_d (id, v) VALUES ($1, 'r'), ($2, 'r') RETURNING id", int64(71), int64(72)); sqlState(err) != "0A000" {
+		t.Errorf("RETURNING from several shards: %v, want 0A000", err)
+	}
+
+	// Transaction blocks: ROLLBACK undoes every shard's rows, COMMIT keeps them.
+	for _, end := range []string{"ROLLBACK", "COMMIT"} {
+		for _, conn := range []*pgx.Conn{c, plain} {
+			exec(t, conn, "BEGIN", simple)
+			if _, err := conn.Exec(ctx, "INSERT INTO ie_d (id, v) VALUES ($1, $3), ($2, $3)", int64(81), int64(82), end); err != nil {
+				t.Fatalf("in a transaction block: %v", err)
+			}
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM ie_d WHERE id IN (81, 82)").Scan(&n); err != nil || n != 2 {
+				t.Fatalf("the transaction's own rows: %d, %v; want 2", n, err)
+			}
+			exec(t, conn, end, simple)
+		}
+	}
+
+	dump := "SELECT id, v, n::text, b FROM ie_d ORDER BY id"
+	if got, want := rowsText(t, c, dump), rowsText(t, plain, dump); got != want {
+		t.Errorf("table after the inserts:\n got %s\nwant %s", got, want)
+	}
+}
+
+// rowsText runs a query and returns its rows as text, one line each.
+func rowsText(t *testing.T, c *pgx.Conn, sql string, args ...any) string {
+	t.Helper()
+	rows, err := c.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(fmt.Sprint(v))
+		}
+		b.WriteByte('\n')
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return b.String()
+}
