@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -416,58 +417,69 @@ func (ss *session) valueHash(sp *stmtPlan, st *Statement, v *planner.Value, para
 }
 
 // inferredType is the type PostgreSQL infers for parameter k (0-based) of
-// st, read once per plan with Parse and Describe of the statement on a
-// pooled connection to the default node in the session's settings.
+// st (describeDefault).
 func (ss *session) inferredType(sp *stmtPlan, st *Statement, k int) (uint32, error) {
-	if t := sp.paramTypes.Load(); t != nil {
-		if k < len(*t) {
-			return (*t)[k], nil
-		}
-		return 0, nil
+	d, err := ss.describeDefault(sp, st)
+	if err != nil {
+		return 0, err
+	}
+	if k < len(d.params) {
+		return d.params[k], nil
+	}
+	return 0, nil
+}
+
+// stmtDescribed is a statement as PostgreSQL describes it: its parameter
+// types and its RowDescription body (nil: NoData).
+type stmtDescribed struct {
+	params  []uint32
+	rowDesc []byte
+}
+
+// describeDefault describes st once per plan with Parse and Describe on a
+// pooled connection to the default node in the session's settings: the
+// default node holds every catalog table's (empty) table with its
+// columns, so the statement as the client wrote it is analysed there as
+// it would be on one PostgreSQL.
+func (ss *session) describeDefault(sp *stmtPlan, st *Statement) (*stmtDescribed, error) {
+	if d := sp.described.Load(); d != nil {
+		return d, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	sc, err := ss.sideCheckout(ctx, pool)
 	if err != nil {
-		return 0, err
-	}
-	var oids []uint32
-	for i := 0; i < 1<<16; i++ {
-		o := paramType(st.paramTail, i)
-		if len(st.paramTail) < 2 || i >= int(binary.BigEndian.Uint16(st.paramTail)) {
-			break
-		}
-		oids = append(oids, o)
+		return nil, err
 	}
 	b := sc.Buf()
-	// The default node holds every catalog table's (empty) table with its
-	// columns, so the statement as the client wrote it parses there.
-	b, _ = (&pgproto3.Parse{Query: st.Query, ParameterOIDs: oids}).Encode(b)
+	b, _ = (&pgproto3.Parse{Query: st.Query, ParameterOIDs: paramOIDs(st.paramTail)}).Encode(b)
 	b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
 		pool.Release(sc)
-		return 0, lostWorker(sc.Addr, err)
+		return nil, lostWorker(sc.Addr, err)
 	}
-	var types []uint32
+	d := &stmtDescribed{}
 	var werr error
 	for {
 		f, err := sc.Next()
 		if err != nil {
 			pool.Release(sc)
-			return 0, lostWorker(sc.Addr, err)
+			return nil, lostWorker(sc.Addr, err)
 		}
 		switch f.Type {
 		case 't':
 			var pd pgproto3.ParameterDescription
 			if pd.Decode(f.Body) == nil {
-				types = pd.ParameterOIDs
+				d.params = pd.ParameterOIDs
 			}
+		case 'T':
+			d.rowDesc = slices.Clone(f.Body)
 		case 'E':
 			werr = newWorkerError(f.Body)
 		case 'S':
@@ -476,13 +488,10 @@ func (ss *session) inferredType(sp *stmtPlan, st *Statement, k int) (uint32, err
 			sc.TxStatus = f.Body[0]
 			pool.Release(sc)
 			if werr != nil {
-				return 0, werr // the statement fails as PostgreSQL fails it
+				return nil, werr // the statement fails as PostgreSQL fails it
 			}
-			sp.paramTypes.Store(&types)
-			if k < len(types) {
-				return types[k], nil
-			}
-			return 0, nil
+			sp.described.Store(d)
+			return d, nil
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package coordinator
 
 import (
+	"encoding/binary"
+	"maps"
+	"slices"
+
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
@@ -93,8 +97,78 @@ func (ss *session) insertSplitBind(sp *stmtPlan, st *Statement, params []byte) (
 // insertPart is one shard's statement of a multi-shard InsertSplit and
 // what to bind it with.
 type insertPart struct {
+	rows    []int // its VALUES rows
 	params  *shards.Params
 	message []byte // Parse, Bind, Execute and Sync of it, for the client's transaction block
+}
+
+// rowOrder is the VALUES row of each row a multi-row INSERT's statements
+// return (RETURNING, one per row), in the order they run: by node, then
+// as listed (writeInTxn, shards.ExecGroupsRows).
+func rowOrder(byNode map[int32][]string, parts map[string]*insertPart) []int {
+	var order []int
+	for _, node := range slices.Sorted(maps.Keys(byNode)) {
+		for _, sql := range byNode[node] {
+			order = append(order, parts[sql].rows...)
+		}
+	}
+	return order
+}
+
+// insertReturningBind keeps a multi-shard InsertSplit portal with
+// RETURNING: its rows come back one per VALUES row, in order, so the
+// shards' can be put back in place (not so with ON CONFLICT DO NOTHING or
+// DO UPDATE ... WHERE, refused as in the simple protocol); its
+// RowDescription is the statement's as the default node describes it, in
+// the Bind's result formats.
+func (ss *session) insertReturningBind(portal string, st *Statement, sp *stmtPlan, params []byte) {
+	p := sp.plan
+	if !p.RowPerValue {
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable).
+			WithHint("Insert the rows one distribution value per statement, or read them back with a SELECT."))
+		return
+	}
+	_, results, ok := bindResults(params)
+	if !ok {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
+		return
+	}
+	d, err := ss.describeDefault(sp, st)
+	if err != nil {
+		ss.synthError(err)
+		return
+	}
+	var rd pgproto3.RowDescription
+	if d.rowDesc == nil || rd.Decode(d.rowDesc) != nil {
+		ss.synthError(pgerr.New(pgerr.Internal, "no row description for INSERT ... RETURNING into %s", p.DistTable))
+		return
+	}
+	if nr := int(binary.BigEndian.Uint16(results)); nr > 1 && nr != len(rd.Fields) {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "bind message has %d result formats but query has %d columns", nr, len(rd.Fields)))
+		return
+	}
+	if ss.scatterPortals == nil {
+		ss.scatterPortals = map[string]*scatterPortal{}
+	}
+	cp := append([]byte(nil), params[:len(params)-len(results)]...)
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: slices.Clone(results), write: true,
+		desc: &scatterDesc{rowDesc: d.rowDesc, ncols: len(rd.Fields)}}
+	delete(ss.portals, portal)
+	ss.push(expect{kind: eSynth, synth: msgBindComplete})
+}
+
+// resultFormats are a Bind's result format codes (count and codes).
+func resultFormats(results []byte) []int16 {
+	if len(results) < 2 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint16(results))
+	f := make([]int16, 0, n)
+	for i := 0; i < n && 2+2*i+2 <= len(results); i++ {
+		f = append(f, int16(binary.BigEndian.Uint16(results[2+2*i:])))
+	}
+	return f
 }
 
 // insertParts is a multi-shard InsertSplit portal's statements by node,
@@ -102,7 +176,7 @@ type insertPart struct {
 // client's values (oids, formats, values as its Bind gave them) that the
 // statement uses, renumbered.
 func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids []uint32, formats []int16,
-	values [][]byte) (map[int32][]string, map[string]*insertPart, error) {
+	values [][]byte, results []int16) (map[int32][]string, map[string]*insertPart, error) {
 	order, groups, err := ss.insertGroups(sp, st, params)
 	if err != nil {
 		return nil, nil, err
@@ -115,7 +189,7 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 		if err != nil {
 			return nil, nil, err
 		}
-		ps := &shards.Params{}
+		ps := &shards.Params{Results: results}
 		for _, k := range used {
 			if k > len(values) {
 				return nil, nil, pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but the statement uses $%d", len(values), k)
@@ -139,12 +213,12 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 			ps.Values = append(ps.Values, values[k-1])
 		}
 		b, _ := (&pgproto3.Parse{Query: sql, ParameterOIDs: ps.OIDs}).Encode(nil)
-		b, _ = (&pgproto3.Bind{ParameterFormatCodes: ps.Formats, Parameters: ps.Values}).Encode(b)
+		b, _ = (&pgproto3.Bind{ParameterFormatCodes: ps.Formats, Parameters: ps.Values, ResultFormatCodes: results}).Encode(b)
 		b, _ = (&pgproto3.Execute{}).Encode(b)
 		b, _ = (&pgproto3.Sync{}).Encode(b)
 		node := all[idx].Nodes[0]
 		byNode[node] = append(byNode[node], sql)
-		parts[sql] = &insertPart{params: ps, message: b}
+		parts[sql] = &insertPart{rows: groups[idx], params: ps, message: b}
 	}
 	return byNode, parts, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -66,9 +67,70 @@ func TestMultiRowInsertExtended(t *testing.T) {
 	if got != want {
 		t.Errorf("RETURNING from one shard: got %q, want %q", got, want)
 	}
-	// Rows of several shards with RETURNING: refused, nothing stored.
-	if _, err := c.Exec(ctx, "INSERT INTO ie_d (id, v) VALUES ($1, 'r'), ($2, 'r') RETURNING id", int64(71), int64(72)); sqlState(err) != "0A000" {
-		t.Errorf("RETURNING from several shards: %v, want 0A000", err)
+	// Rows of several shards with RETURNING: in VALUES order, in binary
+	// and text, outside and inside a transaction block.
+	q = "INSERT INTO ie_d (id, v, n) VALUES ($1, $2, 1.5), ($3, $4, NULL), ($5, $2, 2) RETURNING n, id, v || '!' AS w, b"
+	args := []any{int64(73), "r", int64(71), "s", int64(72)}
+	if got, want := rowsText(t, c, q, args...), rowsText(t, plain, q, args...); got != want {
+		t.Errorf("RETURNING from several shards: got %q, want %q", got, want)
+	}
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "BEGIN", simple)
+	}
+	args = []any{int64(76), "t", int64(74), "u", int64(75)}
+	if got, want := rowsText(t, c, q, args...), rowsText(t, plain, q, args...); got != want {
+		t.Errorf("RETURNING from several shards in a transaction block: got %q, want %q", got, want)
+	}
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "COMMIT", simple)
+	}
+	// ON CONFLICT DO NOTHING returns fewer rows than VALUES: refused.
+	if _, err := c.Exec(ctx, "INSERT INTO ie_d (id, v) VALUES ($1, 'r'), ($2, 'r') ON CONFLICT DO NOTHING RETURNING id", int64(71), int64(77)); sqlState(err) != "0A000" {
+		t.Errorf("RETURNING with ON CONFLICT DO NOTHING from several shards: %v, want 0A000", err)
+	}
+	// The protocol as JDBC and libpq speak it: Describe of the portal,
+	// binary results, and a row limit (refused).
+	raw := func(conn *pgx.Conn, limit uint32) []string {
+		h, err := conn.PgConn().Hijack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Conn.Close()
+		fe := h.Frontend
+		fe.Send(&pgproto3.Parse{Query: "INSERT INTO ie_d (id, v) VALUES ($1, 'raw'), ($2, 'raw') RETURNING id, v"})
+		fe.Send(&pgproto3.Bind{ParameterFormatCodes: []int16{0}, Parameters: [][]byte{[]byte(fmt.Sprint(91 + limit*10)), []byte(fmt.Sprint(92 + limit*10))},
+			ResultFormatCodes: []int16{1, 0}})
+		fe.Send(&pgproto3.Describe{ObjectType: 'P'})
+		fe.Send(&pgproto3.Execute{MaxRows: limit})
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.RowDescription:
+				got = append(got, fmt.Sprintf("T %s:%d %s:%d", m.Fields[0].Name, m.Fields[0].Format, m.Fields[1].Name, m.Fields[1].Format))
+			case *pgproto3.DataRow:
+				got = append(got, fmt.Sprintf("D %x %s", m.Values[0], m.Values[1]))
+			case *pgproto3.CommandComplete:
+				got = append(got, "C "+string(m.CommandTag))
+			case *pgproto3.ErrorResponse:
+				got = append(got, "E "+m.Code)
+			case *pgproto3.ReadyForQuery:
+				return append(got, "Z")
+			}
+		}
+	}
+	if got, want := raw(connect(t, srv.Addr()), 0), raw(oracleDB(t, cl.Servers[1].Addr(), "ieoracle"), 0); len(want) != 5 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Describe of the portal, binary results:\n got %v\nwant %v", got, want)
+	}
+	if got := raw(connect(t, srv.Addr()), 1); len(got) < 2 || got[len(got)-2] != "E 0A000" {
+		t.Errorf("Execute with a row limit: %v, want 0A000", got)
 	}
 
 	// Transaction blocks: ROLLBACK undoes every shard's rows, COMMIT keeps them.

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/binary"
 	"maps"
 	"slices"
 	"strconv"
@@ -224,12 +225,16 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 			}
 		}
 	}
-	if rd != nil {
-		// RETURNING: its rows go out before the tag, after the notices.
+	if rd != nil || len(rows) > 0 {
+		// RETURNING: its rows go out before the tag, after the notices
+		// (and its RowDescription, which the extended protocol's
+		// statements, run without Describe, leave to the portal's).
 		if rows, err = inOrder(rows, order); err != nil {
 			return "", notices, nil, err, nil
 		}
-		notices = wire.AppendFrame(notices, 'T', rd)
+		if rd != nil {
+			notices = wire.AppendFrame(notices, 'T', rd)
+		}
 		for _, r := range rows {
 			dr := pgproto3.DataRow{Values: r}
 			notices, _ = dr.Encode(notices)
@@ -277,6 +282,10 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		return
 	}
+	if sp.plan.Kind == planner.InsertSplit && sp.plan.Returning {
+		ss.insertReturningBind(portal, st, sp, params)
+		return
+	}
 	if sp.plan.Returning {
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
 			"RETURNING in a multi-shard write to %s with the extended query protocol is not supported yet", sp.plan.DistTable).
@@ -289,8 +298,17 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 // multiWriteExecute runs a multi-shard write portal: outside a
 // transaction block in one two-phase commit group of its own, inside one
 // joined into the transaction (writeInTxn). Its parameters go to every
-// shard's statement as the client bound them.
-func (ss *session) multiWriteExecute(sp *scatterPortal) error {
+// shard's statement as the client bound them (a multi-row INSERT's:
+// insertParts).
+func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
+	if sp.desc != nil && sp.desc.rowDesc != nil && !sp.done {
+		if _, rest, _ := wire.CBytes(body); len(rest) >= 4 && binary.BigEndian.Uint32(rest) != 0 {
+			sp.done = true
+			ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching the rows of a multi-shard INSERT ... RETURNING in parts (Execute with a row limit) is not supported yet").
+				WithHint("Fetch the whole result (no fetch size / row limit)."))
+			return nil
+		}
+	}
 	if ss.portalRan(sp) {
 		return nil
 	}
@@ -324,13 +342,17 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 	var parts map[string]*insertPart // a multi-row INSERT's, by statement
 	var err error
 	if p.Kind == planner.InsertSplit {
-		byNode, parts, err = ss.insertParts(sp.sp, sp.st, sp.params, oids, formats, values)
+		byNode, parts, err = ss.insertParts(sp.sp, sp.st, sp.params, oids, formats, values, resultFormats(sp.results))
 	} else {
 		byNode, err = writeGroups(p, snap, nil)
 	}
 	if err != nil {
 		ss.synthError(err)
 		return nil
+	}
+	var order []int // RETURNING: the VALUES row of each row the shards return, in the order they run
+	if p.Returning && parts != nil {
+		order = rowOrder(byNode, parts)
 	}
 	if inTxn {
 		tag, notices, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
@@ -346,7 +368,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 			b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), 0, 0))
 			b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
 			return append(b, 'S', 0, 0, 0, 4)
-		}, nil)
+		}, order)
 		switch {
 		case err != nil:
 			return ss.lostServer(err)
@@ -377,13 +399,28 @@ func (ss *session) multiWriteExecute(sp *scatterPortal) error {
 			params.By[sql] = part.params
 		}
 	}
-	n, err := shards.ExecGroupsParams(ctx, ss.srv.store, snap, conns, byNode, params)
+	var limit int64
+	if order != nil {
+		limit = ss.srv.cfg.MaxGather
+	}
+	res, err := shards.ExecGroupsRows(ctx, ss.srv.store, snap, conns, byNode, params, limit)
 	if err != nil {
 		ss.synthError(err)
 		return nil
 	}
 	ss.refDone = true // it committed on its own: see errAfterRefWrite
-	sp.tag = []byte(writeTag(what, n))
-	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(slices.Clone(sp.tag), 0))})
+	var out []byte
+	if order != nil {
+		rows, err := inOrder(res.Rows, order)
+		if err != nil {
+			ss.synthError(err)
+			return nil
+		}
+		for _, r := range rows {
+			out, _ = (&pgproto3.DataRow{Values: r}).Encode(out)
+		}
+	}
+	sp.tag = []byte(writeTag(what, res.Affected))
+	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(out, 'C', append(slices.Clone(sp.tag), 0))})
 	return nil
 }

@@ -21,10 +21,10 @@ type stmtPlan struct {
 	version int64
 	plan    *planner.Plan
 	shards  []atomic.Pointer[Statement]
-	// paramTypes: the parameter types PostgreSQL infers for the statement
-	// (a ParameterDescription's), read once when the distribution value's
-	// parameter is used elsewhere with its type unspecified.
-	paramTypes atomic.Pointer[[]uint32]
+	// described: the statement as PostgreSQL describes it, read once when
+	// the distribution value's parameter is used elsewhere with its type
+	// unspecified, or a multi-row INSERT over several shards returns rows.
+	described atomic.Pointer[stmtDescribed]
 	// scatter: a multi-shard statement's description, made once.
 	scatter atomic.Pointer[scatterDesc]
 	// seq: an INSERT whose sequence values the coordinator binds.

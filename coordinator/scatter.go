@@ -119,7 +119,7 @@ type scatterPortal struct {
 
 // describe is the portal's RowDescription, with its result formats.
 func (sp *scatterPortal) describe() []byte {
-	if sp.ref || sp.write || sp.desc.rowDesc == nil {
+	if sp.ref || sp.desc == nil || sp.desc.rowDesc == nil {
 		return msgNoData
 	}
 	return wire.AppendFrame(nil, 'T', withFormats(sp.desc.rowDesc, sp.results))

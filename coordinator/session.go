@@ -1648,7 +1648,7 @@ func (ss *session) execute(body []byte) error {
 				return ss.refExecute(sp)
 			}
 			if sp.write {
-				return ss.multiWriteExecute(sp)
+				return ss.multiWriteExecute(sp, body)
 			}
 			return ss.scatterExecute(string(portal), sp, body)
 		}

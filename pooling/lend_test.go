@@ -3,6 +3,7 @@ package pooling_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestLendPgx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 1 || rows[0][0] != itoa(pid) || rows[0][1] != "t" {
+	if len(rows) != 1 || rows[0][0] != strconv.FormatUint(uint64(pid), 10) || rows[0][1] != "t" {
 		t.Fatalf("connection after Reclaim: %v; want backend %d with the transaction rolled back", rows, pid)
 	}
 
@@ -144,15 +145,4 @@ func TestLendPgx(t *testing.T) {
 	pooling.Reclaim(ctx, c2.PgConn())
 	pooling.Reclaim(ctx, c.PgConn())
 	stats(2, 0)
-}
-
-func itoa(n uint32) string {
-	b := []byte{}
-	for {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		n /= 10
-		if n == 0 {
-			return string(b)
-		}
-	}
 }

@@ -94,6 +94,9 @@ type Params struct {
 	OIDs    []uint32
 	Formats []int16
 	Values  [][]byte
+	// Results: the result formats of the rows statements return
+	// (RETURNING), as ExecParams takes them (none: text).
+	Results []int16
 	// By: statements that take other parameters than the rest (a
 	// multi-row INSERT's shards' statements, each with its rows').
 	By map[string]*Params
@@ -152,7 +155,7 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 			if q := params.By[sql]; q != nil {
 				ps = q
 			}
-			res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, ps.Values, ps.OIDs, ps.Formats, nil))
+			res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, ps.Values, ps.OIDs, ps.Formats, ps.Results))
 			if res.Err != nil {
 				g.rollback(ctx)
 				return nil, n.stmtErr(res.Err, "on node %s", n.describe(id))
