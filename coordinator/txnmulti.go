@@ -110,9 +110,9 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	case ss.txSet || len(ss.pending) > 0:
 		return errMultiRefused(fmt.Sprintf("this transaction made a SET on worker %s; a statement on worker %s would not see it", from, to),
 			"Make the SET outside the transaction block, or keep the transaction to rows on one worker.")
-	case ss.txSavepoint:
-		return errMultiRefused(fmt.Sprintf("this transaction has savepoints on worker %s; transactions with savepoints cannot span several workers (the statement needs worker %s)", from, to),
-			"Avoid SAVEPOINT in transactions that touch rows on several workers.")
+	case ss.txSavepoint && !ss.savepointsKnown():
+		return errMultiRefused(fmt.Sprintf("this transaction has savepoints on worker %s that pgfleet cannot set again on worker %s", from, to),
+			"Name savepoints with plain identifiers, or keep the transaction to rows on one worker.")
 	case ss.srv.store == nil:
 		return errMultiRefused("transactions across workers need the metadata database to record commit decisions", "")
 	}
@@ -141,15 +141,20 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 				return err
 			}
 		}
+		// The transaction's savepoints are set again on the worker it
+		// takes in, in order: everything the worker does comes after
+		// them, so ROLLBACK TO and RELEASE of any of them mean there what
+		// they mean on the others (multiSavepoint).
+		begin := ss.txBegin + ss.savepointReplay()
 		if ss.idleOff || !ss.idleZeroKnown(pool) {
 			// The BEGIN and the idle timer's read, in one round trip.
 			var rows [][]string
-			rows, err = sc.Query(ss.txBegin+";"+idleOffSQL, time.Now().Add(pool.Config().ResetTimeout))
+			rows, err = sc.Query(begin+";"+idleOffSQL, time.Now().Add(pool.Config().ResetTimeout))
 			if err == nil {
 				ss.noteIdleSetting(pool, rows)
 			}
 		} else {
-			err = sc.Exec(ss.txBegin, time.Now().Add(pool.Config().ResetTimeout), nil)
+			err = sc.Exec(begin, time.Now().Add(pool.Config().ResetTimeout), nil)
 		}
 		if err == nil && sc.TxStatus == 'T' {
 			break
@@ -255,12 +260,12 @@ func txnControl(sql string) string {
 }
 
 // multiCheck refuses, in a transaction over several workers, what it cannot
-// run: savepoints, PREPARE TRANSACTION, and COMMIT or ROLLBACK together
-// with other statements.
+// run: PREPARE TRANSACTION, savepoint statements together with other
+// statements, and COMMIT or ROLLBACK together with other statements.
 func (ss *session) multiCheck(cls *class, sql string) error {
-	if what := txnControl(sql); what != "" {
-		return errMultiRefused(what+" is not supported in a transaction that spans several workers",
-			"Avoid savepoints and PREPARE TRANSACTION in transactions that touch rows on several workers.")
+	if what := txnControl(sql); what != "" && !savepointOnly(cls) {
+		return errMultiRefused(what+" is not supported in a transaction that spans several workers, but as a statement of its own (PREPARE TRANSACTION not at all)",
+			"Send savepoint statements on their own; avoid PREPARE TRANSACTION in transactions that touch rows on several workers.")
 	}
 	if cls.txn != "" && cls.txn != "begin" && cls.count != 1 {
 		return errMultiRefused("COMMIT or ROLLBACK together with other statements is not supported in a transaction that spans several workers",
@@ -274,6 +279,21 @@ func (ss *session) multiCheck(cls *class, sql string) error {
 func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 	if err := ss.multiCheck(cls, sql); err != nil {
 		return true, ss.queryError(err)
+	}
+	if savepointOnly(cls) {
+		var status []byte
+		tag, err := ss.multiSavepoint(cls.sps[0], sql, func(b []byte) { status = wire.AppendFrame(status, 'S', b) })
+		ss.out = append(ss.out, status...)
+		if err != nil {
+			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
+				return true, err
+			}
+			ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
+		} else {
+			ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
+		}
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		return true, nil
 	}
 	if cls.txn != "commit" && cls.txn != "rollback" {
 		return false, nil
@@ -410,7 +430,7 @@ func (p *poolConn) Exec(ctx context.Context, sql string) (string, error) {
 	case !ok:
 		deadline = time.Now().Add(txCleanupTimeout)
 	}
-	tag, err := p.c.sc.ExecTag(sql, deadline)
+	tag, err := p.c.sc.ExecTag(sql, deadline, nil)
 	var pe *pgconn.PgError
 	if err != nil && !errors.As(err, &pe) {
 		p.c.sc.MarkBroken()
@@ -648,13 +668,13 @@ func (ss *session) multiBind(portal string, st *Statement) (local bool, err erro
 	if err := ss.multiCheck(&st.cls, st.Query); err != nil {
 		return false, err
 	}
-	if st.cls.txn != "commit" && st.cls.txn != "rollback" {
+	if st.cls.txn != "commit" && st.cls.txn != "rollback" && !savepointOnly(&st.cls) {
 		return false, nil
 	}
 	if ss.needSync {
 		if ss.batchWork {
-			return false, errMultiRefused("COMMIT or ROLLBACK after other statements in the same pipeline is not supported in a transaction that spans several workers",
-				"Send Sync before COMMIT.")
+			return false, errMultiRefused("COMMIT, ROLLBACK or a savepoint statement after other statements in the same pipeline is not supported in a transaction that spans several workers",
+				"Send Sync before it.")
 		}
 		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
 		ss.push(expect{kind: eSwallow, term: tSync})
@@ -668,8 +688,25 @@ func (ss *session) multiBind(portal string, st *Statement) (local bool, err erro
 	return true, nil
 }
 
-// multiExecute runs a COMMIT or ROLLBACK bound by multiBind.
+// multiExecute runs a COMMIT, ROLLBACK or savepoint statement bound by
+// multiBind.
 func (ss *session) multiExecute(st *Statement) error {
+	if savepointOnly(&st.cls) {
+		var out []byte
+		tag, err := ss.multiSavepoint(st.cls.sps[0], st.Query, func(b []byte) { out = wire.AppendFrame(out, 'S', b) })
+		if len(out) > 0 {
+			ss.push(expect{kind: eSynth, synth: out})
+		}
+		if err != nil {
+			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
+				return err
+			}
+			ss.synthError(err)
+			return nil
+		}
+		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append([]byte(tag), 0))})
+		return nil
+	}
 	tag, extra, err := ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
 	if len(extra) > 0 {
 		ss.push(expect{kind: eSynth, synth: extra})
@@ -735,4 +772,93 @@ func (ss *session) stateChanged() bool {
 	}
 	rows, err := queryText(ss.sc, ss.stateSQL)
 	return err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || *rows[0][0] != string(dr.Values[0])
+}
+
+// savepointOnly reports whether cls is one savepoint statement (SAVEPOINT,
+// RELEASE, ROLLBACK TO) and nothing else.
+func savepointOnly(cls *class) bool {
+	return cls.count == 1 && len(cls.sps) == 1 && len(cls.ops) == 0 && cls.txn == ""
+}
+
+// savepointsKnown reports whether the transaction's savepoints are known
+// by names that can be written again exactly (savepointReplay): plain
+// identifiers, as ORMs make them (s1, "s140311228536576_x1").
+func (ss *session) savepointsKnown() bool {
+	if ss.spLost {
+		return false
+	}
+	for _, sp := range ss.savepoints {
+		if sp.name == "" {
+			return false
+		}
+		for i := 0; i < len(sp.name); i++ {
+			c := sp.name[i]
+			if !(c == '_' || c == '$' || c == ' ' || c == '-' || c == '.' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// savepointReplay is the transaction's savepoints, oldest first, as SQL
+// to run after its BEGIN on a worker it takes in ("" without savepoints).
+func (ss *session) savepointReplay() string {
+	var b strings.Builder
+	for _, sp := range ss.savepoints {
+		b.WriteString("; SAVEPOINT ")
+		b.WriteString(quoteIdent(sp.name))
+	}
+	return b.String()
+}
+
+// multiSavepoint runs a savepoint statement (SAVEPOINT, RELEASE, ROLLBACK
+// TO) in a transaction over several workers: on each of them, the current
+// one first, so that every worker keeps the same savepoints (joinWorker
+// sets them on a worker taken in later). ROLLBACK TO undoes on each worker
+// what it did after the savepoint, and brings a failed transaction back;
+// SAVEPOINT and RELEASE in a failed transaction get 25P02 without being
+// sent, as PostgreSQL answers them. A worker's error ends the statement
+// there and fails the transaction (that worker becomes the current one, so
+// the client sees the transaction failed). onStatus gets the current
+// worker's ParameterStatus messages.
+func (ss *session) multiSavepoint(op paramOp, sql string, onStatus func([]byte)) (string, error) {
+	if op.kind != opRollbackTo && ss.txStatus() == 'E' {
+		return "", pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block")
+	}
+	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+	all := append([]txConn{cur}, ss.parked...)
+	var tag string
+	for i, c := range all {
+		var status func([]byte)
+		if i == 0 {
+			status = onStatus
+		}
+		t, err := c.sc.ExecTag(sql, time.Now().Add(10*time.Minute), status)
+		if i == 0 {
+			tag = t
+		}
+		if err == nil {
+			continue
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			c.sc.MarkBroken()
+			return "", ss.lostServer(err)
+		}
+		if i > 0 {
+			ss.parked[i-1] = cur
+			ss.setCurrent(c)
+		}
+		ss.txFailed = true
+		return "", err
+	}
+	if !ss.noteSavepoint(op) {
+		ss.savepoints, ss.spLost = ss.savepoints[:0], true
+	}
+	if op.kind == opSavepoint {
+		ss.txSavepoint = true
+	}
+	return tag, nil
 }

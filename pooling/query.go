@@ -26,11 +26,12 @@ func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
 	return rows, err
 }
 
-// ExecTag runs sql as Exec does and returns the command tag of its last
+// ExecTag runs sql as Exec does (ParameterStatus messages also passed to
+// onStatus, when not nil) and returns the command tag of its last
 // statement.
-func (c *ServerConn) ExecTag(sql string, deadline time.Time) (string, error) {
+func (c *ServerConn) ExecTag(sql string, deadline time.Time, onStatus func(body []byte)) (string, error) {
 	var tag string
-	err := c.run(sql, deadline, nil, &tag, nil)
+	err := c.run(sql, deadline, onStatus, &tag, nil)
 	return tag, err
 }
 
