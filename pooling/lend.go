@@ -32,12 +32,19 @@ type Lent struct {
 	take func() (*ServerConn, error)
 	done func(*ServerConn) // called once, when the connection goes back or is closed
 
-	sc      *ServerConn
-	nc      net.Conn // sc's network connection, or nil until the first write
-	hello   []byte   // the handshake's answer, still to be read
-	started bool
-	ended   bool // a CancelRequest was sent: reads see EOF
-	once    sync.Once
+	started bool // the first message was written (Write's own state)
+	// ready is closed once the first message is answered: pgconn may read
+	// (from its background reader) while its first write is still under
+	// way, and that read must get the handshake, not wait on the worker.
+	ready     chan struct{}
+	readyOnce sync.Once
+	mu        sync.Mutex // guards what follows, set by the first Write
+	sc        *ServerConn
+	nc        net.Conn // sc's network connection, or nil until the first write
+	hello     []byte   // the handshake's answer, still to be read
+	ended     bool     // a CancelRequest was sent: reads see EOF
+	failed    error    // the first message could not be answered
+	once      sync.Once
 }
 
 // errNotIdle: a connection can be lent only between statements.
@@ -49,14 +56,14 @@ func (c *ServerConn) lend(done func(*ServerConn)) (*Lent, error) {
 	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 || len(c.wbuf) > 0 || len(c.segs) > 0 {
 		return nil, errNotIdle
 	}
-	return &Lent{addr: c.Addr, sc: c, nc: c.conn, done: done}, nil
+	return &Lent{addr: c.Addr, sc: c, nc: c.conn, done: done, ready: make(chan struct{})}, nil
 }
 
 // lendLater makes a Lent without a connection: take supplies one if pgx
 // opens a connection through it (done as for lend); a cancel request goes
 // to the worker at addr.
 func lendLater(addr string, take func() (*ServerConn, error), done func(*ServerConn)) *Lent {
-	return &Lent{addr: addr, take: take, done: done}
+	return &Lent{addr: addr, take: take, done: done, ready: make(chan struct{})}
 }
 
 const (
@@ -68,12 +75,24 @@ const (
 // Write answers pgx's first message itself and passes the rest on.
 func (l *Lent) Write(b []byte) (int, error) {
 	if l.started {
-		if l.nc == nil {
+		nc := l.conn()
+		if nc == nil {
 			return 0, net.ErrClosed
 		}
-		return l.nc.Write(b)
+		return nc.Write(b)
 	}
 	l.started = true
+	n, err := l.first(b)
+	l.mu.Lock()
+	l.failed = err
+	l.mu.Unlock()
+	l.readyOnce.Do(func() { close(l.ready) })
+	return n, err
+}
+
+// first answers the first message pgx writes: a StartupMessage with the
+// pooled connection's handshake, a CancelRequest by sending it on.
+func (l *Lent) first(b []byte) (int, error) {
 	if len(b) < startupSize || int(binary.BigEndian.Uint32(b)) != len(b) {
 		return 0, errors.New("pooling: a lent connection's first message must be a StartupMessage or CancelRequest")
 	}
@@ -88,17 +107,23 @@ func (l *Lent) Write(b []byte) (int, error) {
 		if err := SendCancel(ctx, l.addr, req.ProcessID, req.SecretKey); err != nil {
 			return 0, err
 		}
+		l.mu.Lock()
 		l.ended = true
+		l.mu.Unlock()
 		return len(b), nil
 	case protocol30:
-		if l.sc == nil {
-			sc, err := l.take()
-			if err != nil {
+		l.mu.Lock()
+		sc := l.sc
+		l.mu.Unlock()
+		if sc == nil {
+			var err error
+			if sc, err = l.take(); err != nil {
 				return 0, err
 			}
-			l.sc, l.nc = sc, sc.conn
 		}
-		l.hello = l.sc.handshake()
+		l.mu.Lock()
+		l.sc, l.nc, l.hello = sc, sc.conn, sc.handshake()
+		l.mu.Unlock()
 		return len(b), nil
 	}
 	return 0, errors.New("pooling: a lent connection speaks protocol 3.0 only")
@@ -117,18 +142,25 @@ func (c *ServerConn) handshake() []byte {
 
 // Read gives the handshake's answer first, then what the worker sends.
 func (l *Lent) Read(b []byte) (int, error) {
+	<-l.ready
+	l.mu.Lock()
 	if len(l.hello) > 0 {
 		n := copy(b, l.hello)
 		l.hello = l.hello[n:]
+		l.mu.Unlock()
 		return n, nil
 	}
-	if l.nc == nil {
-		if l.ended {
-			return 0, io.EOF
-		}
+	nc, ended, failed := l.nc, l.ended, l.failed
+	l.mu.Unlock()
+	switch {
+	case failed != nil:
+		return 0, failed
+	case ended:
+		return 0, io.EOF
+	case nc == nil:
 		return 0, net.ErrClosed
 	}
-	return l.nc.Read(b)
+	return nc.Read(b)
 }
 
 // Close ends the connection: the worker's backend goes (pgx has sent
@@ -140,8 +172,11 @@ func (l *Lent) Close() error {
 
 // finish gives the connection back to its pool (reuse) or closes it.
 func (l *Lent) finish(reuse bool) {
+	l.readyOnce.Do(func() { close(l.ready) }) // a read waiting for a first write that never came
 	l.once.Do(func() {
+		l.mu.Lock()
 		sc := l.sc
+		l.mu.Unlock()
 		if sc == nil {
 			return
 		}
@@ -168,7 +203,7 @@ func Reclaim(ctx context.Context, pg *pgconn.PgConn) {
 		return
 	}
 	l, ok := pg.Conn().(*Lent)
-	if !ok || l.sc == nil || pg.IsBusy() {
+	if !ok || l.conn() == nil || pg.IsBusy() {
 		_ = pg.Close(ctx)
 		return
 	}
@@ -188,43 +223,51 @@ func Reclaim(ctx context.Context, pg *pgconn.PgConn) {
 
 // The rest of net.Conn is the pooled connection's.
 
+// conn is the pooled connection's network connection, nil before the
+// first write.
+func (l *Lent) conn() net.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nc
+}
+
 func (l *Lent) LocalAddr() net.Addr {
-	if l.nc == nil {
-		return &net.TCPAddr{}
+	if nc := l.conn(); nc != nil {
+		return nc.LocalAddr()
 	}
-	return l.nc.LocalAddr()
+	return &net.TCPAddr{}
 }
 
 func (l *Lent) RemoteAddr() net.Addr {
-	if l.nc == nil {
-		a, _ := net.ResolveTCPAddr("tcp", l.addr)
-		if a == nil {
-			a = &net.TCPAddr{}
-		}
-		return a
+	if nc := l.conn(); nc != nil {
+		return nc.RemoteAddr()
 	}
-	return l.nc.RemoteAddr()
+	a, _ := net.ResolveTCPAddr("tcp", l.addr)
+	if a == nil {
+		a = &net.TCPAddr{}
+	}
+	return a
 }
 
 func (l *Lent) SetDeadline(t time.Time) error {
-	if l.nc == nil {
-		return nil
+	if nc := l.conn(); nc != nil {
+		return nc.SetDeadline(t)
 	}
-	return l.nc.SetDeadline(t)
+	return nil
 }
 
 func (l *Lent) SetReadDeadline(t time.Time) error {
-	if l.nc == nil {
-		return nil
+	if nc := l.conn(); nc != nil {
+		return nc.SetReadDeadline(t)
 	}
-	return l.nc.SetReadDeadline(t)
+	return nil
 }
 
 func (l *Lent) SetWriteDeadline(t time.Time) error {
-	if l.nc == nil {
-		return nil
+	if nc := l.conn(); nc != nil {
+		return nc.SetWriteDeadline(t)
 	}
-	return l.nc.SetWriteDeadline(t)
+	return nil
 }
 
 // LendPgx opens a pgx connection over first, a connection the caller took

@@ -118,16 +118,25 @@ func TestLendPgx(t *testing.T) {
 	}
 
 	// A second connection through the same configuration (what a two-phase
-	// commit does for a lost one) is lent from the pool as well.
+	// commit does for a lost one) is lent from the pool as well. Its take
+	// is slow, as a checkout that waits is: pgconn starts its background
+	// reader while the startup write is under way, and that read gets the
+	// handshake (it once waited on the worker forever).
+	slow := func() (*pooling.ServerConn, error) {
+		time.Sleep(100 * time.Millisecond)
+		return take()
+	}
 	sc, err = take()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err = pooling.LendPgx(ctx, sc, take, done)
+	c, err = pooling.LendPgx(ctx, sc, slow, done)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := pgx.ConnectConfig(ctx, c.Config())
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c2, err := pgx.ConnectConfig(cctx, c.Config())
+	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
