@@ -182,6 +182,23 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 		return nil, nil, err
 	}
 	all := ss.srv.catalog.Load().Shards[sp.plan.DistTable]
+	// Each shard's statement has only some rows: a worker would infer a
+	// parameter's type from them alone (a $3 cast to int8 in one row and
+	// assigned to text in another), while the client encoded its value by
+	// the type PostgreSQL fixed for the whole statement. So each part is
+	// prepared with the whole statement's types: as the client was told
+	// them, else as the default node describes the statement.
+	types := oids
+	if desc := st.paramDesc.Load(); desc != nil {
+		types = *desc
+	} else if slices.Contains(oids, 0) || len(oids) < len(values) {
+		d, err := ss.describeDefault(sp, st)
+		if err != nil {
+			return nil, nil, err
+		}
+		types = d.params
+	}
+	uses := sp.plan.ParamUses()
 	byNode := map[int32][]string{}
 	parts := map[string]*insertPart{}
 	for _, idx := range order {
@@ -195,8 +212,18 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 				return nil, nil, pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but the statement uses $%d", len(values), k)
 			}
 			var oid uint32
-			if k <= len(oids) {
+			if k <= len(oids) && oids[k-1] != 0 {
 				oid = oids[k-1]
+			} else if k <= len(types) {
+				oid = types[k-1]
+			}
+			if oid >= firstNormalOID && uses[k] > 1 {
+				// A type not built in has another OID on each worker:
+				// the worker must infer it, which it does from the part's
+				// uses alone.
+				return nil, nil, pgerr.New(pgerr.FeatureNotSupported,
+					"parameter $%d of this multi-row INSERT, of a type that is not built in, is used in several places; its rows belong to several shards", k).
+					WithHint("Use the parameter once (one placeholder per value), or cast it to a built-in type.")
 			}
 			var f int16
 			switch {
@@ -205,9 +232,8 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 			case k <= len(formats):
 				f = formats[k-1]
 			}
-			// A type not built in has another OID on each worker: the
-			// worker infers it from the statement, as it did for the
-			// whole one.
+			// A type not built in (used once, so its one use is in
+			// the part) is left for the worker to infer.
 			ps.OIDs = append(ps.OIDs, workerParamOID(oid, true))
 			ps.Formats = append(ps.Formats, f)
 			ps.Values = append(ps.Values, values[k-1])

@@ -51,6 +51,15 @@ func TestMultiRowInsertExtended(t *testing.T) {
 		{"INSERT INTO ie_d VALUES ($1, $2, $3, $4), ($5, $6, $7, $8)",
 			[]any{int64(51), "no column list", "0.1", true, int64(52), "no column list", "0.2", false}},
 		{"INSERT INTO ie_d (id, v) VALUES ($1, $2), ($3, $4)", []any{int64(61), "two", int64(62)}},
+		// A parameter typed by one row's cast and assigned in rows of
+		// other shards: every shard reads it by the whole statement's
+		// type (a shard inferring text read int8's bytes as 'ABCDEFGH').
+		{"INSERT INTO ie_d (id, v) VALUES ($1, ($5::int8)::text), ($2, $5), ($3, $5), ($4, $5)",
+			[]any{int64(201), int64(202), int64(203), int64(204), int64(4702394921427289928)}},
+		{"INSERT INTO ie_d (id, n) VALUES ($1, $5::float8), ($2, $5), ($3, $5), ($4, $5)",
+			[]any{int64(211), int64(212), int64(213), int64(214), 1.5}},
+		{"INSERT INTO ie_d (id, v) VALUES ($1, $5::int || 'x'), ($2, $5), ($3, $5), ($4, $5)",
+			[]any{int64(221), int64(222), int64(223), int64(224), int32(5)}},
 	}
 	for _, s := range steps {
 		_, gerr := c.Exec(ctx, s.sql, s.args...)

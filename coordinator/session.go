@@ -1952,8 +1952,18 @@ func (ss *session) drain() error {
 				ss.qhead++
 			}
 		case 't':
+			body := f.Body
 			if e.hide > 0 {
-				ss.out = wire.AppendFrame(ss.out, 't', hideSeqParams(f.Body, e.hide))
+				body = hideSeqParams(body, e.hide)
+			}
+			if e.cst != nil && e.cst.paramDesc.Load() == nil {
+				var pd pgproto3.ParameterDescription
+				if pd.Decode(body) == nil {
+					e.cst.paramDesc.Store(&pd.ParameterOIDs)
+				}
+			}
+			if e.hide > 0 {
+				ss.out = wire.AppendFrame(ss.out, 't', body)
 				continue
 			}
 		case 'T', 'n':

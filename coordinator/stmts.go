@@ -31,6 +31,10 @@ type Statement struct {
 	// text makes a new statement.
 	descs atomic.Pointer[[]stmtDesc]
 	stale atomic.Bool
+	// paramDesc: the parameter types of the first ParameterDescription a
+	// client was given for the statement (the types PostgreSQL fixed for
+	// it, which clients encode their values by).
+	paramDesc atomic.Pointer[[]uint32]
 }
 
 // stmtDesc is a statement's result description as clients were told it

@@ -1359,6 +1359,21 @@ func (p *Plan) SplitInsertParams(idx int, rows []int) (sql string, params []int,
 	return sql, params, err
 }
 
+// ParamUses counts the uses of each parameter ($k, by number) in the
+// statement.
+func (p *Plan) ParamUses() map[int]int {
+	uses := map[int]int{}
+	if p.stmt == nil {
+		return uses
+	}
+	Walk(p.stmt, func(m proto.Message) {
+		if r, ok := m.(*pg_query.ParamRef); ok {
+			uses[int(r.Number)]++
+		}
+	})
+	return uses
+}
+
 // rewrite deparses stmt with pgfleet tables renamed to their shards: shard
 // index idx of distributed tables, and each reference table's one shard.
 func (b *builder) rewrite(stmt *pg_query.Node, idx int) (string, error) {
