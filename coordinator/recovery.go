@@ -256,7 +256,22 @@ func (s *Server) resolvePrepared(ctx context.Context, p preparedXact, d byte,
 // transaction needs a superuser. pooling.Reclaim gives it back.
 func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string) (*pgx.Conn, error) {
 	pool := s.pool(n.Addr(), database, "postgres")
-	take := func() (*pooling.ServerConn, error) { return pool.Acquire(ctx, 0) }
+	take := func() (*pooling.ServerConn, error) {
+		sc, err := pool.Acquire(ctx, 0)
+		if err != nil || sc.ParamsKey == "" {
+			return sc, err
+		}
+		// A client session of the same user left its settings
+		// (statement_timeout, lock_timeout, search_path, ...): recovery
+		// and health checks run under the server's defaults.
+		if err := sc.Exec("RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL", time.Now().Add(pool.Config().ResetTimeout), nil); err != nil {
+			sc.MarkBroken()
+			pool.Release(sc)
+			return nil, err
+		}
+		sc.ParamsKey = ""
+		return sc, nil
+	}
 	sc, err := take()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to database %s on %s: %w", database, n.Addr(), err)
