@@ -157,6 +157,35 @@ func TestMultiRowInsertExtended(t *testing.T) {
 		}
 	}
 
+	// A pipeline (pgx.Batch, one Sync) outside a transaction block whose
+	// multi-shard write comes before other statements: PostgreSQL runs
+	// them as one implicit transaction; pgfleet refuses the write before it
+	// runs, and nothing of the batch is stored (it committed the write on
+	// its own before).
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(301), int64(302))
+	b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(303), int64(1))
+	br := c.SendBatch(ctx, b)
+	if _, err := br.Exec(); sqlState(err) != "0A000" {
+		t.Errorf("multi-shard write before other statements in a batch: %v, want 0A000", err)
+	}
+	_ = br.Close()
+	var stored int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM ie_d WHERE id BETWEEN 301 AND 303").Scan(&stored); err != nil || stored != 0 {
+		t.Errorf("a refused batch stored %d rows (%v), want none", stored, err)
+	}
+	// The same write alone in its pipeline runs.
+	b = &pgx.Batch{}
+	b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(301), int64(302))
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		t.Errorf("a batch of one multi-shard write: %v", err)
+	}
+	for _, conn := range []*pgx.Conn{plain} {
+		if _, err := conn.Exec(ctx, "INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(301), int64(302)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	dump := "SELECT id, v, n::text, b FROM ie_d ORDER BY id"
 	if got, want := rowsText(t, c, dump), rowsText(t, plain, dump); got != want {
 		t.Errorf("table after the inserts:\n got %s\nwant %s", got, want)

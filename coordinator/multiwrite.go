@@ -321,6 +321,10 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	if ok, err := ss.writePortalReady(inTxn); !ok {
 		return err
 	}
+	if !inTxn && ss.moreBeforeSync() {
+		ss.synthError(errWriteBeforeMore)
+		return nil
+	}
 	formats, values, ok := bindValues(sp.params)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")

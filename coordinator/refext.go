@@ -113,6 +113,32 @@ var errRefPipeline = pgerr.New(pgerr.FeatureNotSupported,
 	"a reference-table or multi-shard write after other statements in the same pipeline is not supported yet").
 	WithHint("Send Sync before it.")
 
+// errWriteBeforeMore refuses, before it runs, a reference-table or
+// multi-shard write outside a transaction block that the client sent with
+// more statements before the Sync (a pipeline, a driver's batch): it would
+// commit on its own where PostgreSQL commits the pipeline's statements
+// together, or none of them. Nothing of the pipeline runs.
+var errWriteBeforeMore = pgerr.New(pgerr.FeatureNotSupported,
+	"a reference-table or multi-shard write followed by other statements in the same pipeline outside a transaction block is not supported yet (it would commit before them, on its own)").
+	WithHint("Send Sync after the write, or wrap the statements in BEGIN ... COMMIT.")
+
+// moreBeforeSync reports whether the client has sent, after the message
+// being handled, another statement's messages before a Sync (Flush
+// messages aside). Only what is already read is looked at: a client that
+// waits for an answer before it sends more is not a pipeline yet.
+func (ss *session) moreBeforeSync() bool {
+	for _, t := range ss.r.BufferedTypes(8) {
+		switch t {
+		case 'H':
+			continue
+		case 'S':
+			return false
+		}
+		return true
+	}
+	return false
+}
+
 var errAfterRefWrite = pgerr.New(pgerr.FeatureNotSupported,
 	"statements after a reference-table or multi-shard write in the same pipeline outside a transaction block are not supported yet (the write commits on its own)").
 	WithHint("Send Sync after the write, or wrap the statements in BEGIN ... COMMIT.")
@@ -127,6 +153,10 @@ func (ss *session) refExecute(sp *scatterPortal) error {
 	}
 	if ok, err := ss.writePortalReady(false); !ok {
 		return err
+	}
+	if ss.moreBeforeSync() {
+		ss.synthError(errWriteBeforeMore)
+		return nil
 	}
 	formats, values, ok := bindValues(sp.params)
 	if !ok {

@@ -134,6 +134,22 @@ func bufPool(size int) *sync.Pool {
 // blocking.
 func (r *Reader) Buffered() int { return r.w - r.r }
 
+// BufferedTypes returns the message types of the whole messages already
+// buffered, in order, up to max of them (without reading or consuming
+// anything): what a client sent along with the message being handled.
+func (r *Reader) BufferedTypes(max int) []byte {
+	var types []byte
+	for at := r.r; len(types) < max && r.w-at >= 5; {
+		n := int(binary.BigEndian.Uint32(r.buf[at+1:]))
+		if n < 4 {
+			break
+		}
+		types = append(types, r.buf[at])
+		at += 1 + n
+	}
+	return types
+}
+
 // holding reports whether the reader holds a full buffer (always, unless it
 // is pooled and waiting for input or has not read yet).
 func (r *Reader) holding() bool { return r.buf != nil }
