@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgfleet/pgfleet/metadata"
-	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // Health endpoints on the metrics listener. /healthz says the process is
@@ -96,13 +97,26 @@ func (s *Server) checkReady(ctx context.Context) []string {
 	return errs
 }
 
-// pingNode takes a connection to a node as recovery does and runs a query.
+// pingNode opens a new connection to a node as the postgres user and runs
+// a query: readiness is the worker accepting connections (a stopped
+// postmaster leaves the pools' connections answering), so this is the one
+// connection the coordinator opens outside its pools, at most once a
+// second per worker (answers are cached), closed at once.
 func (s *Server) pingNode(ctx context.Context, n metadata.Node) error {
-	c, err := s.adminConn(ctx, n, "postgres")
+	cfg, err := pgx.ParseConfig(s.cfg.WorkerTLS.ConnString(n.Addr()) + " connect_timeout=10")
 	if err != nil {
 		return err
 	}
-	defer pooling.Reclaim(context.Background(), c.PgConn())
+	pw := s.cfg.Users["postgres"]
+	if pw == "" {
+		pw = s.cfg.WorkerPassword
+	}
+	cfg.User, cfg.Database, cfg.Password = "postgres", "postgres", pw
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", n.Addr(), err)
+	}
+	defer c.Close(context.Background())
 	_, err = c.Exec(ctx, "SELECT 1")
 	return err
 }

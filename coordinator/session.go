@@ -122,6 +122,9 @@ type session struct {
 	verifyNext  bool
 	stateBase   []byte
 	stateSQL    string
+	// stateRolledBack: the transaction the snapshot was taken in ended
+	// with ROLLBACK (noteTag).
+	stateRolledBack bool
 	// pendingBegin is a BEGIN the coordinator answered itself: it is sent
 	// ahead of the transaction's first statement, on the worker that
 	// statement needs.
@@ -871,6 +874,11 @@ var (
 
 // simpleQuery relays a Query message: one or more statements, one cycle.
 func (ss *session) simpleQuery(body []byte) error {
+	// A statement that was refused before it ran leaves nothing to
+	// verify for the next one (whose snapshot, in the transaction the
+	// refusal failed, would fail and take the session for one whose
+	// state changed).
+	ss.verifyNext = false
 	sql, _, ok := wire.CBytes(body)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Query message")
@@ -952,7 +960,11 @@ func (ss *session) simpleQuery(body []byte) error {
 		ss.settingsDirty = true
 		ss.setGen++
 	}
-	ss.verifyNext = cls.verify && ss.pinned == ""
+	// In a failed transaction a statement of its own runs nothing but
+	// its end (ROLLBACK, COMMIT, ROLLBACK TO): no user code to verify,
+	// and no snapshot (which would fail there, and leave the session
+	// taken for one whose state changed).
+	ss.verifyNext = cls.verify && ss.pinned == "" && !(cls.count == 1 && ss.txStatus() == 'E')
 	if cls.hidden {
 		if err := ss.refuseHidden(text); err != nil {
 			return ss.queryError(err)
@@ -1528,7 +1540,8 @@ func (ss *session) bind(body []byte) error {
 		ss.queueDiscardSequences()
 		ss.seqGuard = ss.seqGuard || verify && seqHad
 	}
-	if verify && ss.pinned == "" {
+	if verify && ss.pinned == "" && ss.sc.TxStatus != 'E' {
+		// (A statement in a failed transaction runs no user code.)
 		ss.snapshotState(true, clientSt.Query)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
@@ -1933,7 +1946,7 @@ func (ss *session) drain() error {
 			if len(f.Body) >= 4 && (f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) || f.Body[0] == 'R' && f.Body[1] == 'E' && f.Body[2] == 'S') {
 				ss.noteTxnTag(f.Body)
 			}
-			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain)) || len(ss.pending) > 0 {
+			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain)) || len(ss.pending) > 0 || ss.verifyState {
 				ss.noteTag(e, f.Body)
 			}
 			if e.term == tExecute {
@@ -2066,6 +2079,11 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	c := e.cls
 	if c == nil && e.stmt != nil {
 		c = &e.stmt.cls
+	}
+	if ss.verifyState && string(tag) == "ROLLBACK" && (c == nil || c.txn == "rollback" || c.txn == "commit") {
+		// The transaction ended with ROLLBACK (a ROLLBACK TO has its
+		// savepoint statement in c.sps, and c.txn "").
+		ss.stateRolledBack = true
 	}
 	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
 		ss.chained(string(tag) == "COMMIT")
@@ -2331,7 +2349,9 @@ func errCode(body []byte) string {
 // function, procedure or DO block can change without the statement's text
 // showing it: settings made for the session, the role and session user,
 // temporary objects (relations, functions, types, operators, ...), SQL-level prepared statements, holdable cursors,
-// LISTEN channels and advisory locks.
+// LISTEN channels and advisory locks (the first column); and settings made
+// for the session (the second: a transaction's end undoes what it changed
+// of them, so after a ROLLBACK they are not compared, see verifyRelease).
 //
 // Placeholder settings (custom names like app.tenant that no module
 // defines) are not in pg_settings: those named in the statement's text are
@@ -2339,7 +2359,6 @@ func errCode(body []byte) string {
 // text does not show are cleared before the connection serves another
 // session (verifyRelease).
 const stateSQL = `SELECT concat_ws(' | ',
- (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session'),
  current_user, session_user,
  (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) +
  (SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema()) +
@@ -2355,7 +2374,8 @@ const stateSQL = `SELECT concat_ws(' | ',
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
  (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
  (SELECT string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
- (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())`
+ (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())),
+ concat_ws(' | ', (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session')`
 
 // customSettings returns, for each string literal of sql that looks like a
 // custom setting's name (two or more dotted identifiers), a read of it for
@@ -2403,6 +2423,19 @@ func customName(s string) bool {
 	return dots > 0 && !start && len(s) <= 63
 }
 
+// sameState compares a state read (stateSQL's one row) with a snapshot's
+// values: the first column always, the settings when settings is set.
+func sameState(rows [][]*string, base [][]byte, settings bool) bool {
+	if len(rows) != 1 || len(rows[0]) != 2 || len(base) != 2 {
+		return false
+	}
+	col := func(i int) bool {
+		r := rows[0][i]
+		return (r == nil) == (base[i] == nil) && (r == nil || *r == string(base[i]))
+	}
+	return col(0) && (!settings || col(1))
+}
+
 // snapshotState queues a hidden read of the connection's session state
 // ahead of a statement that may change it (classify's verify), once per
 // use of the connection: pipelined with the statement, so it costs no
@@ -2411,7 +2444,7 @@ func (ss *session) snapshotState(extended bool, sql string) {
 	if ss.verifyState {
 		return
 	}
-	ss.verifyState = true
+	ss.verifyState, ss.stateRolledBack = true, false
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateSQL = stateSQL + customSettings(sql) + ")"
 	b := ss.sc.Buf()
@@ -2436,13 +2469,17 @@ func (ss *session) snapshotState(extended bool, sql string) {
 // change and this one keeps seeing it, as on PostgreSQL. It reports whether
 // the connection may go back.
 func (ss *session) verifyRelease() bool {
-	base := ss.stateBase
-	ss.verifyState, ss.stateBase = false, ss.stateBase[:0]
+	base, rolledBack := ss.stateBase, ss.stateRolledBack
+	ss.verifyState, ss.stateBase, ss.stateRolledBack = false, ss.stateBase[:0], false
 	var dr pgproto3.DataRow
-	ok := len(base) > 0 && dr.Decode(base) == nil && len(dr.Values) == 1
+	ok := len(base) > 0 && dr.Decode(base) == nil && len(dr.Values) == 2
 	if ok {
 		rows, err := queryText(ss.sc, ss.stateSQL)
-		ok = err == nil && len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil && *rows[0][0] == string(dr.Values[0])
+		// After a ROLLBACK of the transaction the snapshot was taken in,
+		// its settings are what they were before it began, whatever user
+		// code or SET LOCAL did (the snapshot may show a SET LOCAL that
+		// is gone now); the rest is compared.
+		ok = err == nil && sameState(rows, dr.Values, !rolledBack)
 		if err != nil && ss.sc.TxStatus != 'I' {
 			ss.sc.MarkBroken()
 		}

@@ -767,11 +767,11 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 // one query, on the rare path that takes in a worker after user code.
 func (ss *session) stateChanged() bool {
 	var dr pgproto3.DataRow
-	if len(ss.stateBase) == 0 || dr.Decode(ss.stateBase) != nil || len(dr.Values) != 1 {
+	if len(ss.stateBase) == 0 || dr.Decode(ss.stateBase) != nil || len(dr.Values) != 2 {
 		return true
 	}
 	rows, err := queryText(ss.sc, ss.stateSQL)
-	return err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || *rows[0][0] != string(dr.Values[0])
+	return err != nil || !sameState(rows, dr.Values, true)
 }
 
 // savepointOnly reports whether cls is one savepoint statement (SAVEPOINT,
