@@ -219,3 +219,64 @@ func rowsText(t *testing.T, c *pgx.Conn, sql string, args ...any) string {
 	}
 	return b.String()
 }
+
+// TestWritePortalAfterOtherDDL: a multi-shard write portal bound before
+// another client's catalog change (create_distributed_table of another
+// table) runs at Execute on the current catalog; it used to fail with
+// 40001 for any table's change.
+func TestWritePortalAfterOtherDDL(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	other := connect(t, srv.Addr())
+	testTable(t, c, "wp_d", "(id int8 PRIMARY KEY, v text)", "SELECT create_distributed_table('wp_d', 'id', shard_count => 8)")
+	h, err := connect(t, srv.Addr()).PgConn().Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Conn.Close()
+	fe := h.Frontend
+	receive := func(want byte) {
+		t.Helper()
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, ok := m.(*pgproto3.ErrorResponse); ok {
+				t.Fatalf("error: %s %s", e.Code, e.Message)
+			}
+			b, _ := m.Encode(nil)
+			if b[0] == want {
+				return
+			}
+		}
+	}
+	for i, q := range []string{"INSERT INTO wp_d (id, v) VALUES ($1, 'a'), ($2, 'b'), ($3, 'c')", "UPDATE wp_d SET v = v || '!'"} {
+		var params [][]byte
+		if i == 0 {
+			params = [][]byte{[]byte("1"), []byte("2"), []byte("3")}
+		}
+		fe.Send(&pgproto3.Parse{Query: q})
+		fe.Send(&pgproto3.Bind{Parameters: params})
+		fe.Send(&pgproto3.Flush{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		receive('2') // BindComplete
+		table := fmt.Sprintf("wp_other%d", i)
+		testTable(t, other, table, "(id int PRIMARY KEY)", "SELECT create_distributed_table('"+table+"', 'id')")
+		fe.Send(&pgproto3.Execute{})
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		receive('C')
+		receive('Z')
+	}
+	var got string
+	if err := c.QueryRow(ctx, "SELECT string_agg(id || v, ',' ORDER BY id) FROM wp_d").Scan(&got); err != nil || got != "1a!,2b!,3c!" {
+		t.Errorf("rows after the portals: %q, %v; want 1a!,2b!,3c!", got, err)
+	}
+}

@@ -332,11 +332,12 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	oids := paramOIDs(sp.st.paramTail)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	snap := ss.srv.catalog.Load()
-	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version {
+	if !ss.freshPortalPlan(sp) {
 		ss.synthError(errCatalogMoved)
 		return nil
 	}
+	p = sp.sp.plan
+	snap := ss.srv.catalog.Load()
 	if err := ss.sameOnEveryCopy(ctx, p, nil, values, formats, oids); err != nil {
 		ss.txFailed = ss.txFailed || inTxn
 		ss.synthError(err)

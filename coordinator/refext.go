@@ -113,6 +113,26 @@ var errRefPipeline = pgerr.New(pgerr.FeatureNotSupported,
 	"a reference-table or multi-shard write after other statements in the same pipeline is not supported yet").
 	WithHint("Send Sync before it.")
 
+// freshPortalPlan brings a write portal's plan up to the current catalog
+// at Execute: a catalog change since its Bind (any table's: another
+// client's DDL) plans the statement again; false if it no longer plans
+// as the same kind of write to the same table (40001 for the caller).
+func (ss *session) freshPortalPlan(sp *scatterPortal) bool {
+	cur, err := ss.stmtPlan(sp.st)
+	if err != nil {
+		return false
+	}
+	if cur.version == sp.sp.version {
+		return true
+	}
+	old, p := sp.sp.plan, cur.plan
+	if p.Kind != old.Kind || p.DistTable != old.DistTable || !slices.Equal(p.Tables, old.Tables) {
+		return false
+	}
+	sp.sp = cur
+	return true
+}
+
 // errWriteBeforeMore refuses, before it runs, a reference-table or
 // multi-shard write outside a transaction block that the client sent with
 // more statements before the Sync (a pipeline, a driver's batch): it would
@@ -174,8 +194,12 @@ func (ss *session) refExecute(sp *scatterPortal) error {
 		ss.synthError(err)
 		return nil
 	}
+	if !ss.freshPortalPlan(sp) {
+		ss.synthError(errCatalogMoved)
+		return nil
+	}
 	snap := ss.srv.catalog.Load()
-	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version || len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
+	if len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
 		ss.synthError(errCatalogMoved)
 		return nil
 	}
@@ -203,8 +227,12 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	if ok, err := ss.writePortalReady(true); !ok {
 		return err
 	}
+	if !ss.freshPortalPlan(sp) {
+		ss.synthError(errCatalogMoved)
+		return nil
+	}
 	snap := ss.srv.catalog.Load()
-	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version || len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
+	if len(snap.Shards[sp.sp.plan.Tables[0]]) == 0 {
 		ss.synthError(errCatalogMoved)
 		return nil
 	}
