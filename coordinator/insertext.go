@@ -37,15 +37,16 @@ func (s *Server) insertShardStmt(sp *stmtPlan, idx int, st *Statement) (*Stateme
 	if idx < 0 || idx >= len(sp.shards) {
 		return nil, errCatalogMoved
 	}
-	if x := sp.shards[idx].Load(); x != nil {
+	if x := sp.shards[idx].get(st); x != nil {
 		return x, nil
 	}
 	sql, err := sp.plan.SplitInsert(idx, allRows(len(sp.plan.Rows)))
 	if err != nil {
 		return nil, err
 	}
-	x := s.stmts.intern(append(append([]byte(sql), 0), st.paramTail...))
-	sp.shards[idx].Store(x)
+	tail, final := workerTail(st)
+	x := s.stmts.intern(append(append([]byte(sql), 0), tail...))
+	sp.shards[idx].set(x, final)
 	return x, nil
 }
 

@@ -280,3 +280,46 @@ func TestWritePortalAfterOtherDDL(t *testing.T) {
 		t.Errorf("rows after the portals: %q, %v; want 1a!,2b!,3c!", got, err)
 	}
 }
+
+// TestPreparedInsertAfterAlterType: a prepared INSERT keeps the parameter
+// types PostgreSQL fixed when it was prepared, as PostgreSQL does: after
+// ALTER COLUMN ... TYPE the same statement, run again with the values
+// encoded by those types (binary int4), stores them cast to the new type
+// (workers preparing it again inferred int8 and text: 08P01, and int4's
+// bytes stored as 'ABCD'; adversary).
+func TestPreparedInsertAfterAlterType(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	plain := oracleDB(t, cl.Servers[1].Addr(), "atoracle")
+	testTable(t, c, "at_d", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('at_d', 'k', shard_count => 8)")
+	exec(t, plain, "DROP TABLE IF EXISTS at_d", simple)
+	exec(t, plain, "CREATE TABLE at_d (k int PRIMARY KEY, v int)", simple)
+	multi, one := "INSERT INTO at_d VALUES ($1, $2), ($3, $4)", "INSERT INTO at_d VALUES ($1, $2)"
+	k := int32(0)
+	run := func(what string) {
+		t.Helper()
+		for _, conn := range []*pgx.Conn{c, plain} {
+			if _, err := conn.Exec(ctx, multi, k+1, int32(10), k+2, int32(0x41424344)); err != nil {
+				t.Errorf("%s: multi-row: %v", what, err)
+			}
+			if _, err := conn.Exec(ctx, one, k+3, int32(0x41424344)); err != nil {
+				t.Errorf("%s: one row: %v", what, err)
+			}
+		}
+		k += 3
+	}
+	run("before")
+	for _, typ := range []string{"bigint", "text"} {
+		for _, conn := range []*pgx.Conn{c, plain} {
+			exec(t, conn, "ALTER TABLE at_d ALTER COLUMN v TYPE "+typ, simple)
+		}
+		run("after ALTER COLUMN v TYPE " + typ)
+	}
+	dump := "SELECT k, v::text FROM at_d ORDER BY k"
+	if got, want := rowsText(t, c, dump), rowsText(t, plain, dump); got != want {
+		t.Errorf("rows:\n got %s\nwant %s", got, want)
+	}
+}

@@ -55,6 +55,16 @@ func TestNoPinAfterRefusedCopyInTransaction(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM pf_d", simple).Scan(&n); err != nil || n < 2 {
 		t.Errorf("multi-shard count after a rolled-back transaction with user code: %d, %v", n, err)
 	}
+	// A setting a function made in a transaction that committed (AND
+	// CHAIN) stays after the chained transaction's ROLLBACK.
+	exec(t, c, "CREATE OR REPLACE FUNCTION pf_g() RETURNS text LANGUAGE sql AS $$ SELECT set_config('work_mem', '7MB', false) $$", simple)
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP FUNCTION IF EXISTS pf_g()", simple) })
+	for _, q := range []string{"BEGIN", "SELECT pf_g()", "COMMIT AND CHAIN", "ROLLBACK"} {
+		exec(t, c, q, simple)
+	}
+	if err := c.QueryRow(ctx, "SHOW work_mem", simple).Scan(&wm); err != nil || wm != "7MB" {
+		t.Errorf("work_mem after a function's set_config, COMMIT AND CHAIN, ROLLBACK: %q, %v; want 7MB", wm, err)
+	}
 	// A function that does change the session's settings still keeps the
 	// session on its connection, after the ROLLBACK of another transaction.
 	exec(t, c, "SELECT set_config('work_mem', '6MB', false)", simple)

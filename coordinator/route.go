@@ -20,7 +20,7 @@ import (
 type stmtPlan struct {
 	version int64
 	plan    *planner.Plan
-	shards  []atomic.Pointer[Statement]
+	shards  []shardSlot
 	// described: the statement as PostgreSQL describes it, read once when
 	// the distribution value's parameter is used elsewhere with its type
 	// unspecified, or a multi-row INSERT over several shards returns rows.
@@ -128,7 +128,7 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if p.Kind == planner.InsertSplit {
 		n = len(snap.Shards[p.DistTable]) // made as Binds need them (insertShardStmt)
 	}
-	sp := &stmtPlan{version: version, plan: p, shards: make([]atomic.Pointer[Statement], n)}
+	sp := &stmtPlan{version: version, plan: p, shards: make([]shardSlot, n)}
 	st.plan.Store(sp)
 	return sp, nil
 }
@@ -343,18 +343,82 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "this INSERT into %s without a column list needs the simple query protocol", cn.Table).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode; or list the columns.")
 	}
-	return &stmtPlan{version: snap.Version, plan: p, shards: make([]atomic.Pointer[Statement], n)}, nil
+	return &stmtPlan{version: snap.Version, plan: p, shards: make([]shardSlot, n)}, nil
+}
+
+// shardSlot is the statement a client statement becomes on one shard,
+// and whether its parameter types are final (workerTail).
+type shardSlot struct {
+	st    atomic.Pointer[Statement]
+	final atomic.Bool
+	// prev: the statement the slot held before its types were final
+	// (forgotten with it when the client's statement goes stale).
+	prev atomic.Pointer[Statement]
+}
+
+// get is the slot's statement while it serves st: final, or the client
+// has not been told st's types yet.
+func (sl *shardSlot) get(st *Statement) *Statement {
+	if x := sl.st.Load(); x != nil && (sl.final.Load() || st.paramDesc.Load() == nil) {
+		return x
+	}
+	return nil
+}
+
+// set keeps x, made with the parameter types of workerTail.
+func (sl *shardSlot) set(x *Statement, final bool) {
+	if old := sl.st.Swap(x); old != nil && old != x && !sl.final.Load() {
+		sl.prev.Store(old)
+	}
+	sl.final.Store(final)
+}
+
+// each calls f with the slot's statements.
+func (sl *shardSlot) each(f func(*Statement)) {
+	for _, x := range []*Statement{sl.st.Load(), sl.prev.Load()} {
+		if x != nil {
+			f(x)
+		}
+	}
 }
 
 // shardStmt is the statement st becomes on shard index idx.
 func (s *Server) shardStmt(sp *stmtPlan, idx int, st *Statement) *Statement {
-	if x := sp.shards[idx].Load(); x != nil {
+	if x := sp.shards[idx].get(st); x != nil {
 		return x
 	}
-	rest := append(append([]byte(sp.plan.ShardSQL[idx]), 0), st.paramTail...)
+	tail, final := workerTail(st)
+	rest := append(append([]byte(sp.plan.ShardSQL[idx]), 0), tail...)
 	x := s.stmts.intern(rest)
-	sp.shards[idx].Store(x)
+	sp.shards[idx].set(x, final)
 	return x
+}
+
+// workerTail is the parameter types the worker statements of st are
+// prepared with: the client's, and for those it left unspecified the
+// built-in types PostgreSQL fixed for the statement when the client was
+// first told them (its ParameterDescription), as PostgreSQL keeps them for
+// a prepared statement: a worker that prepares it again after the table
+// changed (ALTER COLUMN ... TYPE) reads the client's values as the client
+// encoded them, and casts them, where inferring again would read int4's
+// bytes as int8's or text. final is false while a type is left to infer
+// that the client has not been told yet.
+func workerTail(st *Statement) (tail []byte, final bool) {
+	desc := st.paramDesc.Load()
+	if desc == nil {
+		return st.paramTail, false
+	}
+	oids := paramOIDs(st.paramTail)
+	typed := make([]uint32, len(*desc))
+	for i, d := range *desc {
+		switch {
+		case i < len(oids) && oids[i] != 0:
+			typed[i] = oids[i]
+		case d < firstNormalOID:
+			typed[i] = d
+		}
+	}
+	return paramTail(typed), true
 }
 
 // routeBind picks, for a Bind of st with the given parameters section, the

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -147,7 +146,7 @@ func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeede
 	for _, n := range sn.Need {
 		sb.count += len(n.Rows)
 	}
-	sp := &stmtPlan{version: snap.Version, plan: p, shards: make([]atomic.Pointer[Statement], len(p.ShardSQL)), seq: sb}
+	sp := &stmtPlan{version: snap.Version, plan: p, shards: make([]shardSlot, len(p.ShardSQL)), seq: sb}
 	if cache {
 		st.plan.Store(sp)
 	}

@@ -122,9 +122,9 @@ type session struct {
 	verifyNext  bool
 	stateBase   []byte
 	stateSQL    string
-	// stateRolledBack: the transaction the snapshot was taken in ended
-	// with ROLLBACK (noteTag).
-	stateRolledBack bool
+	// stateRolledBack: the transaction block the snapshot was taken in
+	// (stateTxn while it lasts) ended with ROLLBACK (noteTag).
+	stateRolledBack, stateTxn bool
 	// pendingBegin is a BEGIN the coordinator answered itself: it is sent
 	// ahead of the transaction's first statement, on the worker that
 	// statement needs.
@@ -2080,10 +2080,18 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	if c == nil && e.stmt != nil {
 		c = &e.stmt.cls
 	}
-	if ss.verifyState && string(tag) == "ROLLBACK" && (c == nil || c.txn == "rollback" || c.txn == "commit") {
-		// The transaction ended with ROLLBACK (a ROLLBACK TO has its
-		// savepoint statement in c.sps, and c.txn "").
-		ss.stateRolledBack = true
+	if ss.verifyState && ss.stateTxn {
+		switch {
+		case string(tag) == "COMMIT":
+			// (COMMIT AND CHAIN: a ROLLBACK after it undoes only the
+			// chained transaction.)
+			ss.stateTxn = false
+		case string(tag) == "ROLLBACK" && (c == nil || c.txn == "rollback" || c.txn == "commit"):
+			// The transaction the snapshot was taken in ended with
+			// ROLLBACK (a ROLLBACK TO has its savepoint statement in
+			// c.sps, and c.txn "").
+			ss.stateRolledBack, ss.stateTxn = true, false
+		}
 	}
 	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
 		ss.chained(string(tag) == "COMMIT")
@@ -2319,9 +2327,11 @@ func (ss *session) staleStmt(st *Statement) {
 	ss.srv.stmts.forget(st)
 	if sp := st.plan.Load(); sp != nil {
 		for i := range sp.shards {
-			if x := sp.shards[i].Load(); x != nil && x != st {
-				ss.srv.stmts.forget(x)
-			}
+			sp.shards[i].each(func(x *Statement) {
+				if x != st {
+					ss.srv.stmts.forget(x)
+				}
+			})
 		}
 	}
 	if ss.lastParseSt == st {
@@ -2445,6 +2455,7 @@ func (ss *session) snapshotState(extended bool, sql string) {
 		return
 	}
 	ss.verifyState, ss.stateRolledBack = true, false
+	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateSQL = stateSQL + customSettings(sql) + ")"
 	b := ss.sc.Buf()
