@@ -280,25 +280,16 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 	if err := ss.multiCheck(cls, sql); err != nil {
 		return true, ss.queryError(err)
 	}
-	if savepointOnly(cls) {
-		var status []byte
-		tag, err := ss.multiSavepoint(cls.sps[0], sql, func(b []byte) { status = wire.AppendFrame(status, 'S', b) })
-		ss.out = append(ss.out, status...)
-		if err != nil {
-			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
-				return true, err
-			}
-			ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
-		} else {
-			ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
-		}
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
-		return true, nil
-	}
-	if cls.txn != "commit" && cls.txn != "rollback" {
+	var tag string
+	var extra []byte
+	switch {
+	case savepointOnly(cls):
+		tag, err = ss.multiSavepoint(cls.sps[0], sql, func(b []byte) { extra = wire.AppendFrame(extra, 'S', b) })
+	case cls.txn == "commit" || cls.txn == "rollback":
+		tag, extra, err = ss.multiEnd(cls.txn == "commit", cls.chain)
+	default:
 		return false, nil
 	}
-	tag, extra, err := ss.multiEnd(cls.txn == "commit", cls.chain)
 	ss.out = append(ss.out, extra...)
 	if err != nil {
 		if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
@@ -691,23 +682,14 @@ func (ss *session) multiBind(portal string, st *Statement) (local bool, err erro
 // multiExecute runs a COMMIT, ROLLBACK or savepoint statement bound by
 // multiBind.
 func (ss *session) multiExecute(st *Statement) error {
+	var tag string
+	var extra []byte
+	var err error
 	if savepointOnly(&st.cls) {
-		var out []byte
-		tag, err := ss.multiSavepoint(st.cls.sps[0], st.Query, func(b []byte) { out = wire.AppendFrame(out, 'S', b) })
-		if len(out) > 0 {
-			ss.push(expect{kind: eSynth, synth: out})
-		}
-		if err != nil {
-			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
-				return err
-			}
-			ss.synthError(err)
-			return nil
-		}
-		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append([]byte(tag), 0))})
-		return nil
+		tag, err = ss.multiSavepoint(st.cls.sps[0], st.Query, func(b []byte) { extra = wire.AppendFrame(extra, 'S', b) })
+	} else {
+		tag, extra, err = ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
 	}
-	tag, extra, err := ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
 	if len(extra) > 0 {
 		ss.push(expect{kind: eSynth, synth: extra})
 	}
