@@ -3,9 +3,11 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -95,4 +97,35 @@ func queryOne(c *pgx.Conn, q string, mode pgx.QueryExecMode) (string, error) {
 	}
 	rows.Close()
 	return out, rows.Err()
+}
+
+// TestSavepointNoticeAcrossWorkers: the notices a savepoint statement
+// gets from PostgreSQL (an identifier truncated) reach the client in a
+// transaction across workers too, once.
+func TestSavepointNoticeAcrossWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	admin := connect(t, srv.Addr())
+	testTable(t, admin, "spn_d", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('spn_d', 'id', shard_count => 8)")
+	exec(t, admin, "INSERT INTO spn_d SELECT g, g FROM generate_series(1, 20) g", simple)
+	cfg, err := pgx.ParseConfig(pgtest.URL(srv.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Code) }
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	long := strings.Repeat("s", 70)
+	for _, q := range []string{"BEGIN", "UPDATE spn_d SET v = v + 1", "SAVEPOINT " + long, "ROLLBACK TO " + long, "COMMIT"} {
+		exec(t, c, q, simple)
+	}
+	if len(notices) != 2 || notices[0] != "42622" || notices[1] != "42622" {
+		t.Errorf("notices: %v, want 42622 twice (SAVEPOINT and ROLLBACK TO, each once)", notices)
+	}
 }

@@ -284,7 +284,7 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 	var extra []byte
 	switch {
 	case savepointOnly(cls):
-		tag, err = ss.multiSavepoint(cls.sps[0], sql, func(b []byte) { extra = wire.AppendFrame(extra, 'S', b) })
+		tag, err = ss.multiSavepoint(cls.sps[0], sql, func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) })
 	case cls.txn == "commit" || cls.txn == "rollback":
 		tag, extra, err = ss.multiEnd(cls.txn == "commit", cls.chain)
 	default:
@@ -686,7 +686,7 @@ func (ss *session) multiExecute(st *Statement) error {
 	var extra []byte
 	var err error
 	if savepointOnly(&st.cls) {
-		tag, err = ss.multiSavepoint(st.cls.sps[0], st.Query, func(b []byte) { extra = wire.AppendFrame(extra, 'S', b) })
+		tag, err = ss.multiSavepoint(st.cls.sps[0], st.Query, func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) })
 	} else {
 		tag, extra, err = ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
 	}
@@ -802,9 +802,9 @@ func (ss *session) savepointReplay() string {
 // SAVEPOINT and RELEASE in a failed transaction get 25P02 without being
 // sent, as PostgreSQL answers them. A worker's error ends the statement
 // there and fails the transaction (that worker becomes the current one, so
-// the client sees the transaction failed). onStatus gets the current
-// worker's ParameterStatus messages.
-func (ss *session) multiSavepoint(op paramOp, sql string, onStatus func([]byte)) (string, error) {
+// the client sees the transaction failed). relay gets the current
+// worker's ParameterStatus and notice messages (the others' are the same).
+func (ss *session) multiSavepoint(op paramOp, sql string, relay func(typ byte, body []byte)) (string, error) {
 	if op.kind != opRollbackTo && ss.txStatus() == 'E' {
 		return "", pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block")
@@ -813,11 +813,11 @@ func (ss *session) multiSavepoint(op paramOp, sql string, onStatus func([]byte))
 	all := append([]txConn{cur}, ss.parked...)
 	var tag string
 	for i, c := range all {
-		var status func([]byte)
+		var r func(byte, []byte)
 		if i == 0 {
-			status = onStatus
+			r = relay
 		}
-		t, err := c.sc.ExecTag(sql, time.Now().Add(10*time.Minute), status)
+		t, err := c.sc.ExecTag(sql, time.Now().Add(10*time.Minute), r)
 		if i == 0 {
 			tag = t
 		}

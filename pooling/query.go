@@ -26,12 +26,14 @@ func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
 	return rows, err
 }
 
-// ExecTag runs sql as Exec does (ParameterStatus messages also passed to
-// onStatus, when not nil) and returns the command tag of its last
-// statement.
-func (c *ServerConn) ExecTag(sql string, deadline time.Time, onStatus func(body []byte)) (string, error) {
+// ExecTag runs sql as Exec does and returns the command tag of its last
+// statement; when relay is not nil it gets the ParameterStatus ('S') and
+// NoticeResponse ('N') messages, for a client.
+func (c *ServerConn) ExecTag(sql string, deadline time.Time, relay func(typ byte, body []byte)) (string, error) {
 	var tag string
-	err := c.run(sql, deadline, onStatus, &tag, nil)
+	c.relay = relay
+	err := c.run(sql, deadline, nil, &tag, nil)
+	c.relay = nil
 	return tag, err
 }
 
@@ -74,6 +76,13 @@ func (c *ServerConn) run(sql string, deadline time.Time, onStatus func(body []by
 			c.NoteParameterStatus(f.Body)
 			if onStatus != nil {
 				onStatus(f.Body)
+			}
+			if c.relay != nil {
+				c.relay('S', f.Body)
+			}
+		case 'N':
+			if c.relay != nil {
+				c.relay('N', f.Body)
 			}
 		case 'G': // COPY FROM STDIN in an internal statement: refuse it.
 			fail := pgproto3.CopyFail{Message: "pgfleet internal statement"}

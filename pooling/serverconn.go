@@ -38,6 +38,7 @@ type ServerConn struct {
 	pool     *Pool
 	lastUsed time.Time
 	broken   bool
+	relay    func(typ byte, body []byte) // ExecTag's, while it runs
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
