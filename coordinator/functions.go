@@ -310,7 +310,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	}
 	if ss.inTxn() {
 		// Joined into the client's transaction, as a multi-shard write.
-		return ss.writeInTxnSimple("INSERT", byNode, places)
+		return ss.writeInTxnSimple(text, "INSERT", byNode, places)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -323,3 +323,39 @@ func TestPreparedInsertAfterAlterType(t *testing.T) {
 		t.Errorf("rows:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestSplitInsertAnalysisFirstInTransaction: a multi-row INSERT over
+// several shards in a transaction block of a read-only session answers
+// PostgreSQL's first error, the analysis of a constant in the last row
+// (22008 under DateStyle YMD), not a shard's read-only refusal (25006)
+// (difftest seed 7, statement 4798).
+func TestSplitInsertAnalysisFirstInTransaction(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	admin := connect(t, srv.Addr())
+	testTable(t, admin, "af_d", "(k int PRIMARY KEY, ts timestamp)", "SELECT create_distributed_table('af_d', 'k', shard_count => 8)")
+	c, err := pgx.Connect(ctx, pgtest.URL(srv.Addr())+"&options=-c%20DateStyle%3DISO,YMD%20-c%20default_transaction_read_only%3Don")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var rows []string
+	for k := 1; k <= 12; k++ {
+		rows = append(rows, fmt.Sprintf("(%d, '2020-01-01')", k))
+	}
+	rows = append(rows, "(13, '03/05/2022 03:26:27')")
+	q := "INSERT INTO af_d (k, ts) VALUES " + strings.Join(rows, ", ")
+	for _, block := range []bool{false, true} {
+		if block {
+			exec(t, c, "BEGIN", simple)
+		}
+		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "22008" {
+			t.Errorf("in a transaction block %v: %v, want 22008", block, err)
+		}
+		if block {
+			exec(t, c, "ROLLBACK", simple)
+		}
+	}
+}

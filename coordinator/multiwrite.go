@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -47,7 +48,7 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 		return ss.queryError(err)
 	}
 	if ss.inTxn() {
-		return ss.writeInTxnSimple(what, byNode, nil)
+		return ss.writeInTxnSimple(text, what, byNode, nil)
 	}
 	return ss.writeGroupsSimple(ctx, snap, byNode, text, what, p.Returning, nil)
 }
@@ -71,10 +72,13 @@ func (ss *session) txnWriteRefusal(what, table string) error {
 	return nil
 }
 
-// writeInTxnSimple runs the statements of a simple Query by node inside
-// the client's transaction block (writeInTxn) and answers the client;
-// order as for writeInTxn.
-func (ss *session) writeInTxnSimple(what string, byNode map[int32][]string, order []int) error {
+// writeInTxnSimple runs the statements of a simple Query (text) by node
+// inside the client's transaction block (writeInTxn) and answers the
+// client; order as for writeInTxn. A worker's error is the client's unless
+// PostgreSQL would have failed the whole statement's analysis first
+// (analysisFirst: a bad constant in another shard's rows, before the
+// read-only check of default_transaction_read_only).
+func (ss *session) writeInTxnSimple(text, what string, byNode map[int32][]string, order []int) error {
 	tag, msgs, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
 		return wire.AppendFrame(nil, 'Q', append([]byte(sql), 0))
 	}, order)
@@ -88,6 +92,12 @@ func (ss *session) writeInTxnSimple(what string, byNode map[int32][]string, orde
 	if werr != nil {
 		// The worker's transaction failed: so does the client's.
 		ss.txFailed = true
+		// Only a data exception (class 22): the side connection does not
+		// see the transaction's own work, whose absence it could report.
+		var we *workerError
+		if errors.As(ss.analysisFirst(text, nil), &we) && strings.HasPrefix(we.pg.Code, "22") {
+			werr = we.body
+		}
 		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), werr))
 	} else {
 		ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
