@@ -596,6 +596,62 @@ func (ss *session) analysisFirst(text string, err error) error {
 	return err
 }
 
+// analysisFirstBound is analysisFirst for a statement of the extended
+// protocol: EXPLAIN of it is prepared with the statement's parameter types
+// (workerTail: the client's, else those it was told) and bound with the
+// client's values as sent, so the analysis and planning see what the
+// statement saw.
+func (ss *session) analysisFirstBound(st *Statement, formats []int16, values [][]byte, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, perr := ss.poolFor(ss.srv.defaultNode.Load())
+	if perr != nil {
+		return err
+	}
+	sc, perr := ss.sideCheckout(ctx, pool)
+	if perr != nil {
+		return err
+	}
+	tail, _ := workerTail(st)
+	oids := paramOIDs(tail)
+	for i, o := range oids {
+		oids[i] = workerParamOID(o, true)
+	}
+	b := sc.Buf()
+	b, _ = (&pgproto3.Parse{Query: "EXPLAIN (COSTS OFF) " + st.Query, ParameterOIDs: oids}).Encode(b)
+	b, _ = (&pgproto3.Bind{ParameterFormatCodes: formats, Parameters: values}).Encode(b)
+	b, _ = (&pgproto3.Execute{}).Encode(b)
+	b, _ = (&pgproto3.Sync{}).Encode(b)
+	sc.SetBuf(b)
+	if ferr := sc.Flush(); ferr != nil {
+		pool.Release(sc)
+		return err
+	}
+	var we *workerError
+	for {
+		f, ferr := sc.Next()
+		if ferr != nil {
+			pool.Release(sc)
+			return err
+		}
+		switch f.Type {
+		case 'E':
+			if we == nil {
+				we = newWorkerError(f.Body)
+			}
+		case 'S':
+			sc.NoteParameterStatus(f.Body)
+		case 'Z':
+			sc.TxStatus = f.Body[0]
+			pool.Release(sc)
+			if we != nil {
+				return we
+			}
+			return err
+		}
+	}
+}
+
 // appendRows appends a RowDescription of fields and a DataRow per row.
 func appendRows(out []byte, fields []pgconn.FieldDescription, rows [][][]byte) []byte {
 	rd := pgproto3.RowDescription{}

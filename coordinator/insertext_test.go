@@ -359,3 +359,33 @@ func TestSplitInsertAnalysisFirstInTransaction(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitInsertAnalysisFirstExtended: the same over the extended
+// protocol, outside and inside a transaction block: PostgreSQL's planner
+// folds -9223372036854775808::text::int8 and fails (22003) before any
+// shard's read-only refusal (difftest seed 11, statement 29546).
+func TestSplitInsertAnalysisFirstExtended(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	admin := connect(t, srv.Addr())
+	testTable(t, admin, "afx_d", "(k int8 PRIMARY KEY, v text)", "SELECT create_distributed_table('afx_d', 'k', shard_count => 8)")
+	c, err := pgx.Connect(ctx, pgtest.URL(srv.Addr())+"&options=-c%20default_transaction_read_only%3Don")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	q := "INSERT INTO afx_d (k, v) VALUES ($1, $2), ($3, $2), ($4, $2), ($5, $2), (-9223372036854775808::text::int8, $2)"
+	for _, block := range []bool{false, true} {
+		if block {
+			exec(t, c, "BEGIN", simple)
+		}
+		if _, err := c.Exec(ctx, q, int64(1), "x", int64(2), int64(3), int64(4)); sqlState(err) != "22003" {
+			t.Errorf("in a transaction block %v: %v, want 22003", block, err)
+		}
+		if block {
+			exec(t, c, "ROLLBACK", simple)
+		}
+	}
+}

@@ -393,6 +393,12 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 			return nil
 		case werr != nil:
 			ss.txFailed = true
+			// PostgreSQL's analysis error first (a data exception only:
+			// the side connection does not see the transaction's work).
+			var we *workerError
+			if errors.As(ss.analysisFirstBound(sp.st, formats, values, nil), &we) && strings.HasPrefix(we.pg.Code, "22") {
+				werr = we.body
+			}
 			ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'E', userNamesBody(ss.srv.catalog.Load(), werr))...)})
 			ss.skipping = true
 			return nil
@@ -420,7 +426,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	}
 	res, err := shards.ExecGroupsRows(ctx, ss.srv.store, snap, conns, byNode, params, limit)
 	if err != nil {
-		ss.synthError(err)
+		ss.synthError(ss.analysisFirstBound(sp.st, formats, values, err))
 		return nil
 	}
 	ss.refDone = true // it committed on its own: see errAfterRefWrite
