@@ -577,20 +577,13 @@ func (ss *session) objectDDLBatch(sql string, snap *metadata.Snapshot) (string, 
 // no read-only check); its error, if any, is the client's answer. One
 // round trip, on this error path only.
 func (ss *session) analysisFirst(text string, err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, perr := ss.poolFor(ss.srv.defaultNode.Load())
-	if perr != nil {
-		return err
-	}
-	sc, perr := ss.sideCheckout(ctx, pool)
-	if perr != nil {
-		return err
-	}
-	_, qerr := queryText(sc, "EXPLAIN (COSTS OFF) "+text)
-	pool.Release(sc)
 	var we *workerError
-	if errors.As(qerr, &we) {
+	_ = ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+		_, qerr := queryText(sc, "EXPLAIN (COSTS OFF) "+text)
+		errors.As(qerr, &we)
+		return qerr
+	})
+	if we != nil {
 		return we
 	}
 	return err
@@ -602,54 +595,47 @@ func (ss *session) analysisFirst(text string, err error) error {
 // client's values as sent, so the analysis and planning see what the
 // statement saw.
 func (ss *session) analysisFirstBound(st *Statement, formats []int16, values [][]byte, err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, perr := ss.poolFor(ss.srv.defaultNode.Load())
-	if perr != nil {
-		return err
-	}
-	sc, perr := ss.sideCheckout(ctx, pool)
-	if perr != nil {
-		return err
-	}
 	tail, _ := workerTail(st)
 	oids := paramOIDs(tail)
 	for i, o := range oids {
 		oids[i] = workerParamOID(o, true)
 	}
-	b := sc.Buf()
-	b, _ = (&pgproto3.Parse{Query: "EXPLAIN (COSTS OFF) " + st.Query, ParameterOIDs: oids}).Encode(b)
-	b, _ = (&pgproto3.Bind{ParameterFormatCodes: formats, Parameters: values}).Encode(b)
-	b, _ = (&pgproto3.Execute{}).Encode(b)
-	b, _ = (&pgproto3.Sync{}).Encode(b)
-	sc.SetBuf(b)
-	if ferr := sc.Flush(); ferr != nil {
-		pool.Release(sc)
-		return err
-	}
 	var we *workerError
-	for {
-		f, ferr := sc.Next()
-		if ferr != nil {
-			pool.Release(sc)
-			return err
+	_ = ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+		b := sc.Buf()
+		b, _ = (&pgproto3.Parse{Query: "EXPLAIN (COSTS OFF) " + st.Query, ParameterOIDs: oids}).Encode(b)
+		b, _ = (&pgproto3.Bind{ParameterFormatCodes: formats, Parameters: values}).Encode(b)
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+		b, _ = (&pgproto3.Sync{}).Encode(b)
+		sc.SetBuf(b)
+		if ferr := sc.Flush(); ferr != nil {
+			return ferr
 		}
-		switch f.Type {
-		case 'E':
-			if we == nil {
-				we = newWorkerError(f.Body)
+		for {
+			f, ferr := sc.Next()
+			if ferr != nil {
+				return ferr
 			}
-		case 'S':
-			sc.NoteParameterStatus(f.Body)
-		case 'Z':
-			sc.TxStatus = f.Body[0]
-			pool.Release(sc)
-			if we != nil {
-				return we
+			switch f.Type {
+			case 'E':
+				if we == nil {
+					we = newWorkerError(f.Body)
+				}
+			case 'S':
+				sc.NoteParameterStatus(f.Body)
+			case 'Z':
+				sc.TxStatus = f.Body[0]
+				if we != nil {
+					return we
+				}
+				return nil
 			}
-			return err
 		}
+	})
+	if we != nil {
+		return we
 	}
+	return err
 }
 
 // appendRows appends a RowDescription of fields and a DataRow per row.
