@@ -577,16 +577,10 @@ func (ss *session) objectDDLBatch(sql string, snap *metadata.Snapshot) (string, 
 // no read-only check); its error, if any, is the client's answer. One
 // round trip, on this error path only.
 func (ss *session) analysisFirst(text string, err error) error {
-	var we *workerError
-	_ = ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+	return explainError(ss.onDefaultNode(func(sc *pooling.ServerConn) error {
 		_, qerr := queryText(sc, "EXPLAIN (COSTS OFF) "+text)
-		errors.As(qerr, &we)
 		return qerr
-	})
-	if we != nil {
-		return we
-	}
-	return err
+	}), err)
 }
 
 // analysisFirstBound is analysisFirst for a statement of the extended
@@ -600,8 +594,7 @@ func (ss *session) analysisFirstBound(st *Statement, formats []int16, values [][
 	for i, o := range oids {
 		oids[i] = workerParamOID(o, true)
 	}
-	var we *workerError
-	_ = ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+	return explainError(ss.onDefaultNode(func(sc *pooling.ServerConn) error {
 		b := sc.Buf()
 		b, _ = (&pgproto3.Parse{Query: "EXPLAIN (COSTS OFF) " + st.Query, ParameterOIDs: oids}).Encode(b)
 		b, _ = (&pgproto3.Bind{ParameterFormatCodes: formats, Parameters: values}).Encode(b)
@@ -611,28 +604,16 @@ func (ss *session) analysisFirstBound(st *Statement, formats []int16, values [][
 		if ferr := sc.Flush(); ferr != nil {
 			return ferr
 		}
-		for {
-			f, ferr := sc.Next()
-			if ferr != nil {
-				return ferr
-			}
-			switch f.Type {
-			case 'E':
-				if we == nil {
-					we = newWorkerError(f.Body)
-				}
-			case 'S':
-				sc.NoteParameterStatus(f.Body)
-			case 'Z':
-				sc.TxStatus = f.Body[0]
-				if we != nil {
-					return we
-				}
-				return nil
-			}
-		}
-	})
-	if we != nil {
+		_, rerr := readText(sc)
+		return rerr
+	}), err)
+}
+
+// explainError is the worker's error of an EXPLAIN (analysisFirst), else
+// err.
+func explainError(explained, err error) error {
+	var we *workerError
+	if errors.As(explained, &we) {
 		return we
 	}
 	return err

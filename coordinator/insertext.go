@@ -98,9 +98,19 @@ func (ss *session) insertSplitBind(sp *stmtPlan, st *Statement, params []byte) (
 // insertPart is one shard's statement of a multi-shard InsertSplit and
 // what to bind it with.
 type insertPart struct {
-	rows    []int // its VALUES rows
-	params  *shards.Params
-	message []byte // Parse, Bind, Execute and Sync of it, for the client's transaction block
+	rows   []int // its VALUES rows
+	params *shards.Params
+}
+
+// messages are Parse, Bind, Execute and Sync of the part's statement sql,
+// for the client's transaction block (writeInTxn).
+func (p *insertPart) messages(sql string) []byte {
+	b, _ := (&pgproto3.Parse{Query: sql, ParameterOIDs: p.params.OIDs}).Encode(nil)
+	b, _ = (&pgproto3.Bind{ParameterFormatCodes: p.params.Formats, Parameters: p.params.Values,
+		ResultFormatCodes: p.params.Results}).Encode(b)
+	b, _ = (&pgproto3.Execute{}).Encode(b)
+	b, _ = (&pgproto3.Sync{}).Encode(b)
+	return b
 }
 
 // rowOrder is the VALUES row of each row a multi-row INSERT's statements
@@ -189,16 +199,17 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 	// the type PostgreSQL fixed for the whole statement. So each part is
 	// prepared with the whole statement's types: as the client was told
 	// them, else as the default node describes the statement.
-	types := oids
+	var described []uint32
 	if desc := st.paramDesc.Load(); desc != nil {
-		types = *desc
+		described = *desc
 	} else if slices.Contains(oids, 0) || len(oids) < len(values) {
 		d, err := ss.describeDefault(sp, st)
 		if err != nil {
 			return nil, nil, err
 		}
-		types = d.params
+		described = d.params
 	}
+	types := fixedTypes(oids, described)
 	uses := sp.plan.ParamUses()
 	byNode := map[int32][]string{}
 	parts := map[string]*insertPart{}
@@ -213,9 +224,7 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 				return nil, nil, pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but the statement uses $%d", len(values), k)
 			}
 			var oid uint32
-			if k <= len(oids) && oids[k-1] != 0 {
-				oid = oids[k-1]
-			} else if k <= len(types) {
+			if k <= len(types) {
 				oid = types[k-1]
 			}
 			if oid >= firstNormalOID && uses[k] > 1 {
@@ -239,13 +248,9 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 			ps.Formats = append(ps.Formats, f)
 			ps.Values = append(ps.Values, values[k-1])
 		}
-		b, _ := (&pgproto3.Parse{Query: sql, ParameterOIDs: ps.OIDs}).Encode(nil)
-		b, _ = (&pgproto3.Bind{ParameterFormatCodes: ps.Formats, Parameters: ps.Values, ResultFormatCodes: results}).Encode(b)
-		b, _ = (&pgproto3.Execute{}).Encode(b)
-		b, _ = (&pgproto3.Sync{}).Encode(b)
 		node := all[idx].Nodes[0]
 		byNode[node] = append(byNode[node], sql)
-		parts[sql] = &insertPart{rows: groups[idx], params: ps, message: b}
+		parts[sql] = &insertPart{rows: groups[idx], params: ps}
 	}
 	return byNode, parts, nil
 }

@@ -372,7 +372,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	if inTxn {
 		tag, notices, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
 			if parts != nil {
-				return parts[sql].message
+				return parts[sql].messages(sql)
 			}
 			parse := append(append([]byte{0}, sql...), 0)
 			parse = append(parse, sp.st.paramTail...)

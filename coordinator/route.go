@@ -408,17 +408,29 @@ func workerTail(st *Statement) (tail []byte, final bool) {
 	if desc == nil {
 		return st.paramTail, false
 	}
-	oids := paramOIDs(st.paramTail)
-	typed := make([]uint32, len(*desc))
-	for i, d := range *desc {
-		switch {
-		case i < len(oids) && oids[i] != 0:
-			typed[i] = oids[i]
-		case d < firstNormalOID:
-			typed[i] = d
+	declared := paramOIDs(st.paramTail)
+	typed := fixedTypes(declared, *desc)
+	for i, o := range typed {
+		if o >= firstNormalOID && (i >= len(declared) || declared[i] == 0) {
+			typed[i] = 0 // described, not built in: another OID on each worker
 		}
 	}
 	return paramTail(typed), true
+}
+
+// fixedTypes are a statement's parameter types as PostgreSQL fixed them:
+// the client's (declared, not 0), else those PostgreSQL described.
+func fixedTypes(declared, described []uint32) []uint32 {
+	typed := make([]uint32, max(len(declared), len(described)))
+	for i := range typed {
+		switch {
+		case i < len(declared) && declared[i] != 0:
+			typed[i] = declared[i]
+		case i < len(described):
+			typed[i] = described[i]
+		}
+	}
+	return typed
 }
 
 // routeBind picks, for a Bind of st with the given parameters section, the

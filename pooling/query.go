@@ -31,18 +31,16 @@ func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
 // NoticeResponse ('N') messages, for a client.
 func (c *ServerConn) ExecTag(sql string, deadline time.Time, relay func(typ byte, body []byte)) (string, error) {
 	var tag string
-	c.relay = relay
-	err := c.run(sql, deadline, nil, &tag, nil)
-	c.relay = nil
+	err := c.run(sql, deadline, relay, &tag, nil)
 	return tag, err
 }
 
 // run sends sql as a simple query and reads the answer up to ReadyForQuery:
-// rows go to onRow (if any), ParameterStatus is noted (and passed to
-// onStatus), the last command tag to tag (if not nil), a COPY FROM STDIN is
-// refused. It returns the first error the server reported, or the
+// rows go to onRow (if any), ParameterStatus is noted (and passed, with
+// notices, to relay), the last command tag to tag (if not nil), a COPY FROM
+// STDIN is refused. It returns the first error the server reported, or the
 // connection's error.
-func (c *ServerConn) run(sql string, deadline time.Time, onStatus func(body []byte), tag *string, onRow func(body []byte)) error {
+func (c *ServerConn) run(sql string, deadline time.Time, relay func(typ byte, body []byte), tag *string, onRow func(body []byte)) error {
 	q := pgproto3.Query{String: sql}
 	b, _ := q.Encode(c.wbuf)
 	c.wbuf = b
@@ -74,15 +72,12 @@ func (c *ServerConn) run(sql string, deadline time.Time, onStatus func(body []by
 			}
 		case 'S':
 			c.NoteParameterStatus(f.Body)
-			if onStatus != nil {
-				onStatus(f.Body)
-			}
-			if c.relay != nil {
-				c.relay('S', f.Body)
+			if relay != nil {
+				relay('S', f.Body)
 			}
 		case 'N':
-			if c.relay != nil {
-				c.relay('N', f.Body)
+			if relay != nil {
+				relay('N', f.Body)
 			}
 		case 'G': // COPY FROM STDIN in an internal statement: refuse it.
 			fail := pgproto3.CopyFail{Message: "pgfleet internal statement"}

@@ -38,7 +38,6 @@ type ServerConn struct {
 	pool     *Pool
 	lastUsed time.Time
 	broken   bool
-	relay    func(typ byte, body []byte) // ExecTag's, while it runs
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
@@ -143,7 +142,15 @@ func (c *ServerConn) NoteParameterStatus(body []byte) {
 // returns the first error the server reported. ParameterStatus messages are
 // recorded and also passed to onStatus when it is not nil.
 func (c *ServerConn) Exec(sql string, deadline time.Time, onStatus func(body []byte)) error {
-	return c.run(sql, deadline, onStatus, nil, nil)
+	var relay func(byte, []byte)
+	if onStatus != nil {
+		relay = func(typ byte, body []byte) {
+			if typ == 'S' {
+				onStatus(body)
+			}
+		}
+	}
+	return c.run(sql, deadline, relay, nil, nil)
 }
 
 // alive reports whether an idle connection still looks usable: nothing is
