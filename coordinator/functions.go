@@ -238,21 +238,9 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) error {
 	snap := ss.srv.catalog.Load()
 	all := snap.Shards[p.DistTable]
-	groups := map[int][]int{}
-	var order []int
-	for i, v := range p.Rows {
-		h, err := ss.literalHash(p, v, lits)
-		if err != nil {
-			return ss.queryError(err)
-		}
-		idx := metadata.ShardIndex(all, h)
-		if idx < 0 {
-			return ss.queryError(pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", p.DistTable, h))
-		}
-		if _, ok := groups[idx]; !ok {
-			order = append(order, idx)
-		}
-		groups[idx] = append(groups[idx], i)
+	order, groups, err := groupRows(p, all, func(v *planner.Value) (int32, error) { return ss.literalHash(p, v, lits) })
+	if err != nil {
+		return ss.queryError(err)
 	}
 	sqlFor := func(idx int) (string, error) {
 		sql, err := p.SplitInsert(idx, groups[idx])
@@ -278,7 +266,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	// default such as DEFAULT now()) would differ between rows that
 	// PostgreSQL gives one value.
 	mctx, mcancel := context.WithTimeout(context.Background(), time.Minute)
-	err := ss.sameOnEveryCopy(mctx, p, lits, nil, nil, nil)
+	err = ss.sameOnEveryCopy(mctx, p, lits, nil, nil, nil)
 	mcancel()
 	if err != nil {
 		return ss.queryError(err)

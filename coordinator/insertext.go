@@ -10,6 +10,7 @@ import (
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // A multi-row INSERT into a distributed table over the extended protocol
@@ -54,14 +55,21 @@ func (s *Server) insertShardStmt(sp *stmtPlan, idx int, st *Statement) (*Stateme
 // parameters: the shard indexes in the order of their first row, and each
 // one's rows in VALUES order.
 func (ss *session) insertGroups(sp *stmtPlan, st *Statement, params []byte) (order []int, groups map[int][]int, err error) {
-	p := sp.plan
-	all := ss.srv.catalog.Load().Shards[p.DistTable]
+	all := ss.srv.catalog.Load().Shards[sp.plan.DistTable]
 	if len(all) != len(sp.shards) {
 		return nil, nil, errCatalogMoved
 	}
+	return groupRows(sp.plan, all, func(v *planner.Value) (int32, error) { return ss.valueHash(sp, st, v, params) })
+}
+
+// groupRows groups a multi-row INSERT's rows (planner.InsertSplit) by the
+// index of the shard each one's distribution value (hashed by hash)
+// belongs to: the indexes in the order of their first row, and each one's
+// rows in VALUES order.
+func groupRows(p *planner.Plan, all []metadata.Shard, hash func(*planner.Value) (int32, error)) (order []int, groups map[int][]int, err error) {
 	groups = map[int][]int{}
 	for i, v := range p.Rows {
-		h, err := ss.valueHash(sp, st, v, params)
+		h, err := hash(v)
 		if err != nil {
 			return nil, nil, err
 		}
