@@ -449,10 +449,13 @@ func adminShutdown() error {
 // and their sessions get 57P01 too. Then it closes as Close does.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	// Idle sessions are told before the listener closes: once a client
+	// sees connections refused, every idle one has its 57P01 (a session
+	// that starts meanwhile sees draining when it waits, and ends too).
+	s.endWaiting(false)
 	if s.ln != nil {
 		s.ln.Close()
 	}
-	s.endWaiting(false)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
