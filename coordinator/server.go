@@ -539,8 +539,10 @@ func (s *Server) endWaiting(all bool) {
 	for _, ss := range ended {
 		// The session is blocked reading and has written everything it
 		// had: the connection is ours to write. Then wake its read.
+		ss.clientMu.Lock()
 		_ = ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = ss.conn.Write(msg)
+		ss.clientMu.Unlock()
 		_ = ss.conn.SetReadDeadline(time.Now())
 	}
 }

@@ -57,6 +57,10 @@ type session struct {
 	node   int32                   // the held connection's node
 	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
 	pinned string                  // why the session keeps sc for good; "" if it does not
+	// clientMu orders writes to the client by others than the session's
+	// goroutine while it waits for input: a watcher relaying
+	// notifications, Shutdown telling the client.
+	clientMu sync.Mutex
 	// lent counts the connections lent to the session's own statements
 	// over several workers (dialNode), given back as they close.
 	lent atomic.Int32
@@ -347,7 +351,14 @@ func (ss *session) run() {
 				_ = ss.conn.SetReadDeadline(time.Now().Add(limit))
 			}
 		}
+		var stopWatch func()
+		if waited != waitBusy && ss.watchesServer() {
+			stopWatch = ss.watchServer()
+		}
 		f, err := ss.r.Next()
+		if stopWatch != nil {
+			stopWatch()
+		}
 		if waited != waitBusy {
 			if !ss.wait.CompareAndSwap(waited, waitBusy) {
 				return // Shutdown ended the session
@@ -1925,7 +1936,10 @@ func (ss *session) drain() error {
 			sc.NoteParameterStatus(f.Body)
 			ss.noteStrings(sc)
 			relay = true
-		case 'N', 'A':
+		case 'N':
+			relay = true
+		case 'A':
+			ss.ownNotification(f.Body, sc.PID)
 			relay = true
 		case 'G':
 			// A Sync the client sent after the COPY's Execute reached the

@@ -306,6 +306,20 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 	return true, nil
 }
 
+// unpreparable adds what to do to a worker's refusal to prepare a
+// transaction at all (0A000: it ran LISTEN, UNLISTEN or NOTIFY, which
+// PostgreSQL commits only in one phase).
+func unpreparable(err error) error {
+	var wpe *pgconn.PgError
+	if !errors.As(err, &wpe) || wpe.Code != pgerr.FeatureNotSupported {
+		return err
+	}
+	e := pgerr.FromWorker(wpe)
+	e.Message += "; the transaction spans several workers, commits with two-phase commit, and was rolled back"
+	e.Hint = "Send NOTIFY, pg_notify(), LISTEN and UNLISTEN in a transaction of their own, or keep the transaction to rows on one worker."
+	return e
+}
+
 // multiEnd ends the transaction on every worker: ROLLBACK everywhere
 // (rollback, or a failed transaction: tag ROLLBACK), or two-phase commit:
 // PREPARE TRANSACTION on each, the commit decision in the metadata
@@ -381,7 +395,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		case pe.Err == nil:
 			return "ROLLBACK", nil, nil
 		}
-		return "", nil, withCleanup(pe.Err, problems) // the worker's error (a deferred constraint, say): rolled back everywhere
+		return "", nil, withCleanup(unpreparable(pe.Err), problems) // the worker's error (a deferred constraint, say): rolled back everywhere
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
 	defer cancel()

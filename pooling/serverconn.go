@@ -127,6 +127,9 @@ func (c *ServerConn) Next() (wire.Frame, error) {
 	return f, err
 }
 
+// SetReadDeadline sets the deadline of reads from the server (zero: none).
+func (c *ServerConn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
+
 // MarkBroken makes Release close the connection instead of reusing it.
 func (c *ServerConn) MarkBroken() { c.broken = true }
 

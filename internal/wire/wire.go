@@ -150,6 +150,25 @@ func (r *Reader) BufferedTypes(max int) []byte {
 	return types
 }
 
+// Whole blocks until the next message is buffered whole and returns its
+// type without consuming it (Next then returns it without reading). ok is
+// false for a message longer than the buffer, which only Next reads. A read
+// that fails (a deadline passed) leaves what it read buffered, so a watcher
+// can be stopped by a deadline without losing part of a message.
+func (r *Reader) Whole() (typ byte, ok bool, err error) {
+	if err := r.fill(5); err != nil {
+		return 0, false, err
+	}
+	n := int(binary.BigEndian.Uint32(r.buf[r.r+1:]))
+	if n < 4 || 1+n > r.size {
+		return r.buf[r.r], false, nil
+	}
+	if err := r.fill(1 + n); err != nil {
+		return 0, false, err
+	}
+	return r.buf[r.r], true, nil
+}
+
 // holding reports whether the reader holds a full buffer (always, unless it
 // is pooled and waiting for input or has not read yet).
 func (r *Reader) holding() bool { return r.buf != nil }

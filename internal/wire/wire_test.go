@@ -2,11 +2,15 @@ package wire
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net"
+	"os"
 	"runtime"
 	"slices"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 func TestReaderFrames(t *testing.T) {
@@ -234,5 +238,42 @@ func TestSplitFrame(t *testing.T) {
 		if _, _, _, ok := SplitFrame(partial); ok {
 			t.Errorf("%q read as a complete frame", partial)
 		}
+	}
+}
+
+// Whole waits for a whole message without consuming it; a deadline that stops
+// it midway leaves the part read buffered for Next.
+func TestReaderWholeStoppedByDeadline(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	msg := AppendFrame(nil, 'A', []byte("\x00\x00\x00\x07chan\x00payload\x00"))
+	r := NewReader(server, 64)
+	go func() { _, _ = client.Write(msg[:7]) }()
+	_ = server.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, _, err := r.Whole(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Whole on half a message = %v, want the deadline", err)
+	}
+	if r.Buffered() != 7 {
+		t.Fatalf("buffered %d bytes after the deadline, want the 7 read", r.Buffered())
+	}
+	_ = server.SetReadDeadline(time.Time{})
+	go func() { _, _ = client.Write(msg[7:]) }()
+	typ, ok, err := r.Whole()
+	if err != nil || !ok || typ != 'A' {
+		t.Fatalf("Whole = %q %v %v, want 'A' whole", typ, ok, err)
+	}
+	f, err := r.Next()
+	if err != nil || f.Type != 'A' || !bytes.Equal(f.Body, msg[5:]) {
+		t.Fatalf("Next after Whole = %q %q %v", f.Type, f.Body, err)
+	}
+	// A message longer than the buffer is not waited for whole.
+	big := AppendFrame(nil, 'D', bytes.Repeat([]byte("x"), 100))
+	go func() { _, _ = client.Write(big) }()
+	if typ, ok, err := r.Whole(); err != nil || ok || typ != 'D' {
+		t.Fatalf("Whole of a long message = %q %v %v, want 'D' not whole", typ, ok, err)
+	}
+	if f, err := r.Next(); err != nil || len(f.Body) != 100 {
+		t.Fatalf("Next of the long message = %d bytes, %v", len(f.Body), err)
 	}
 }
