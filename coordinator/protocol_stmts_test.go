@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -303,4 +304,100 @@ func protoStmtScenario(t *testing.T, addr string, concurrentTx bool, cacheSize i
 	b.expect("prepare s1 again", b.prepare("s1", "select 'b1again:' || $1::text"), "")
 	b.expect("exec s1", b.exec("s1", "d"), "", "b1again:d")
 	a.expect("exec s2", a.exec("s2", "e"), "", "shared:e")
+}
+
+// TestDeallocateExtended: DEALLOCATE of a protocol-level statement sent over
+// the extended protocol (psycopg 3 deallocates the statements its cache
+// evicts so) drops the session's statement, as in the simple protocol; it
+// got 26000 from the worker, where the statement does not live under its
+// name, and the name stayed taken (42P05 on preparing it again).
+func TestDeallocateExtended(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	pc := connect(t, srv.Addr()).PgConn()
+	code := func(err error) string {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return pe.Code
+		}
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	run := func(sql string) (string, string) {
+		r := pc.ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		return r.CommandTag.String(), code(r.Err)
+	}
+	execPrepared := func(name string) (string, string) {
+		r := pc.ExecPrepared(ctx, name, [][]byte{[]byte("d")}, nil, nil).Read()
+		if r.Err != nil || len(r.Rows) != 1 {
+			return "", code(r.Err)
+		}
+		return string(r.Rows[0][0]), ""
+	}
+	if _, err := pc.Prepare(ctx, "_pg3_1", "SELECT 'x:' || $1::text", nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, c := execPrepared("_pg3_1"); v != "x:d" {
+		t.Fatalf("prepared statement = %q %s", v, c)
+	}
+	if tag, c := run("DEALLOCATE _pg3_1"); tag != "DEALLOCATE" || c != "" {
+		t.Errorf("extended DEALLOCATE = %q %s, want tag DEALLOCATE", tag, c)
+	}
+	if _, c := execPrepared("_pg3_1"); c != "26000" {
+		t.Errorf("executing the deallocated statement: %q, want 26000", c)
+	}
+	if _, err := pc.Prepare(ctx, "_pg3_1", "SELECT 'y:' || $1::text", nil); err != nil {
+		t.Fatalf("preparing the name again: %v", err)
+	}
+	if v, _ := execPrepared("_pg3_1"); v != "y:d" {
+		t.Errorf("the statement prepared again = %q, want y:d", v)
+	}
+	if _, c := run("DEALLOCATE PREPARE nosuch"); c != "26000" {
+		t.Errorf("DEALLOCATE of a missing statement: %q, want 26000", c)
+	}
+	// Described as PostgreSQL describes it: no parameters, no result.
+	sd, err := pc.Prepare(ctx, "", "DEALLOCATE _pg3_1", nil)
+	if err != nil || len(sd.ParamOIDs) != 0 || len(sd.Fields) != 0 {
+		t.Errorf("describing a DEALLOCATE: %+v, %v", sd, err)
+	}
+	// In a failed transaction block: 25P02, nothing dropped.
+	if _, c := run("BEGIN"); c != "" {
+		t.Fatal(c)
+	}
+	if _, c := run("SELECT 1/0"); c != "22012" {
+		t.Fatalf("SELECT 1/0: %s", c)
+	}
+	if _, c := run("DEALLOCATE _pg3_1"); c != "25P02" {
+		t.Errorf("DEALLOCATE in a failed transaction: %q, want 25P02", c)
+	}
+	if _, c := run("ROLLBACK"); c != "" {
+		t.Fatal(c)
+	}
+	if v, c := execPrepared("_pg3_1"); v != "y:d" {
+		t.Errorf("statement after a refused DEALLOCATE = %q %s, want y:d", v, c)
+	}
+	// After a statement that fails in the same pipeline: skipped, as
+	// PostgreSQL skips it, nothing dropped.
+	batch := &pgconn.Batch{}
+	batch.ExecParams("SELECT 1/0", nil, nil, nil, nil)
+	batch.ExecParams("DEALLOCATE _pg3_1", nil, nil, nil, nil)
+	if _, err := pc.ExecBatch(ctx, batch).ReadAll(); code(err) != "22012" {
+		t.Errorf("pipeline of SELECT 1/0 and DEALLOCATE: %v, want 22012", err)
+	}
+	if v, c := execPrepared("_pg3_1"); v != "y:d" {
+		t.Errorf("statement after a pipeline whose DEALLOCATE was skipped = %q %s, want y:d", v, c)
+	}
+	// Inside a transaction block it works and is not undone by ROLLBACK,
+	// as on PostgreSQL.
+	run("BEGIN")
+	if tag, c := run("DEALLOCATE _pg3_1"); tag != "DEALLOCATE" || c != "" {
+		t.Errorf("DEALLOCATE in a transaction block = %q %s", tag, c)
+	}
+	run("ROLLBACK")
+	if _, c := execPrepared("_pg3_1"); c != "26000" {
+		t.Errorf("statement after DEALLOCATE and ROLLBACK: %q, want 26000", c)
+	}
 }

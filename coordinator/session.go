@@ -878,6 +878,7 @@ var (
 	msgCloseComplete = []byte{'3', 0, 0, 0, 4}
 	msgBindComplete  = []byte{'2', 0, 0, 0, 4}
 	msgNoData        = []byte{'n', 0, 0, 0, 4}
+	msgDeallocate    = wire.AppendFrame(nil, 'C', []byte("DEALLOCATE\x00"))
 	// msgAbortParse is a Parse that always fails (a syntax error).
 	msgAbortParse = wire.AppendFrame(nil, 'P', []byte("\x00pgfleet abort after client error\x00\x00\x00"))
 	msgAbortQuery = wire.AppendFrame(nil, 'Q', []byte("pgfleet abort after client error\x00"))
@@ -1279,11 +1280,10 @@ func (ss *session) deallocate(op paramOp) error {
 	}
 	if op.kind == opDeallocAll {
 		clear(ss.stmts)
-	} else if _, ok := ss.stmts[op.name]; ok {
-		delete(ss.stmts, op.name)
+	} else if err := ss.dropStatement(op.name); err == nil {
 		tag = "DEALLOCATE"
 	} else {
-		er := pgerr.Flatten(pgerr.New(pgerr.UndefinedPreparedStmt, "prepared statement %q does not exist", op.name))
+		er := pgerr.Flatten(err)
 		ss.out, _ = er.Encode(ss.out)
 		tag = ""
 	}
@@ -1293,6 +1293,25 @@ func (ss *session) deallocate(op paramOp) error {
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
+}
+
+// dropStatement is DEALLOCATE name of a protocol-level statement, which
+// lives in the session, not on a worker.
+func (ss *session) dropStatement(name string) error {
+	if _, ok := ss.stmts[name]; !ok {
+		return pgerr.New(pgerr.UndefinedPreparedStmt, "prepared statement %q does not exist", name)
+	}
+	delete(ss.stmts, name)
+	return nil
+}
+
+// localDealloc reports whether a statement of class cls is a DEALLOCATE of
+// one statement that the session answers itself, in either protocol: a
+// session that is not pinned has no SQL-level prepared statements (SQL
+// PREPARE pins), so the name is a protocol-level one (psycopg deallocates
+// its evicted statements so, over the extended protocol).
+func (ss *session) localDealloc(cls *class) bool {
+	return cls.count == 1 && len(cls.ops) == 1 && cls.ops[0].kind == opDeallocate && ss.pinned == ""
 }
 
 // acquireExt takes a server connection to node for an extended-protocol
@@ -1416,6 +1435,15 @@ func (ss *session) parse(body []byte) error {
 		ss.synthError(err)
 		return nil
 	}
+	if ss.localDealloc(&st.cls) {
+		if failed {
+			ss.synthError(errFailedTxn)
+			return nil
+		}
+		ss.push(expect{kind: eSynth, synth: msgParseComplete})
+		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
+		return nil
+	}
 	if st.cls.pin != "" {
 		ss.pin(st.cls.pin)
 	}
@@ -1472,7 +1500,7 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(err)
 		return nil
 	}
-	if ss.localTxnOK(&st.cls) {
+	if ss.localTxnOK(&st.cls) || ss.localDealloc(&st.cls) {
 		ss.localPortal = string(portal)
 		ss.localPortalSt = st
 		ss.push(expect{kind: eSynth, synth: msgBindComplete})
@@ -1656,6 +1684,18 @@ func (ss *session) execute(body []byte) error {
 	}
 	if st := ss.localPortalSt; st != nil && string(portal) == ss.localPortal {
 		ss.localPortalSt = nil
+		if ss.localDealloc(&st.cls) {
+			// As a Close: undone if an earlier message of the batch fails
+			// on a worker and PostgreSQL would have skipped this one.
+			name := st.cls.ops[0].name
+			if _, ok := ss.stmts[name]; !ok {
+				ss.synthError(ss.dropStatement(name))
+				return nil
+			}
+			ss.push(expect{kind: eSynth, synth: msgDeallocate})
+			ss.setStmt(&ss.queue[len(ss.queue)-1], name, nil)
+			return nil
+		}
 		if len(ss.parked) > 0 {
 			return ss.multiExecute(st)
 		}
