@@ -249,6 +249,120 @@ func txnEnd(w []string, punct bool) (txn string, chain bool) {
 	return "rollback", chain
 }
 
+// validBegin reports whether stmt is a BEGIN or START TRANSACTION that
+// PostgreSQL accepts: BEGIN [WORK | TRANSACTION] or START TRANSACTION, then
+// transaction modes (ISOLATION LEVEL ..., READ ONLY | READ WRITE,
+// [NOT] DEFERRABLE), each at most once, separated by white space or
+// commas, comments aside. Anything else (a syntax error, quoting, a mode
+// given twice) is not answered by the coordinator: it goes to a worker,
+// which says what PostgreSQL says (the coordinator used to answer BEGIN
+// to "begin isolation level nonsense" and fail the next statement).
+func validBegin(stmt string) bool {
+	var buf [16]string // upper-cased words and ","
+	toks := buf[:0]
+	for i := 0; i < len(stmt); {
+		ch := stmt[i]
+		switch {
+		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f':
+			i++
+		case ch == '-' && i+1 < len(stmt) && stmt[i+1] == '-':
+			for i < len(stmt) && stmt[i] != '\n' {
+				i++
+			}
+		case ch == '/' && i+1 < len(stmt) && stmt[i+1] == '*':
+			depth := 0
+			for i+1 < len(stmt) {
+				if stmt[i] == '/' && stmt[i+1] == '*' {
+					depth++
+					i += 2
+				} else if stmt[i] == '*' && stmt[i+1] == '/' {
+					depth--
+					i += 2
+					if depth == 0 {
+						break
+					}
+				} else {
+					i++
+				}
+			}
+			if depth != 0 {
+				return false
+			}
+		case len(toks) == len(buf):
+			return false // longer than any valid one
+		case ch == ',':
+			toks = append(toks, ",")
+			i++
+		case ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z':
+			st := i
+			for i < len(stmt) && (stmt[i] >= 'a' && stmt[i] <= 'z' || stmt[i] >= 'A' && stmt[i] <= 'Z' || stmt[i] == '_') {
+				i++
+			}
+			toks = append(toks, upperWord(stmt[st:i]))
+		default:
+			return false
+		}
+	}
+	at := func(i int) string {
+		if i < len(toks) {
+			return toks[i]
+		}
+		return ""
+	}
+	i := 1
+	switch {
+	case at(0) == "BEGIN" && (at(1) == "WORK" || at(1) == "TRANSACTION"):
+		i = 2
+	case at(0) == "START" && at(1) == "TRANSACTION":
+		i = 2
+	case at(0) != "BEGIN":
+		return false
+	}
+	var seen [3]bool // isolation, read, deferrable
+	for first := true; i < len(toks); first = false {
+		if !first && at(i) == "," {
+			i++
+		}
+		var mode int
+		switch {
+		case at(i) == "ISOLATION" && at(i+1) == "LEVEL":
+			mode = 0
+			switch l := at(i + 2); {
+			case l == "SERIALIZABLE":
+				i += 3
+			case l == "REPEATABLE" && at(i+3) == "READ",
+				l == "READ" && (at(i+3) == "COMMITTED" || at(i+3) == "UNCOMMITTED"):
+				i += 4
+			default:
+				return false
+			}
+		case at(i) == "READ" && (at(i+1) == "ONLY" || at(i+1) == "WRITE"):
+			mode, i = 1, i+2
+		case at(i) == "DEFERRABLE":
+			mode, i = 2, i+1
+		case at(i) == "NOT" && at(i+1) == "DEFERRABLE":
+			mode, i = 2, i+2
+		default:
+			return false
+		}
+		if seen[mode] {
+			return false
+		}
+		seen[mode] = true
+	}
+	return true
+}
+
+// upperWord is w in upper case, without allocating when it already is.
+func upperWord(w string) string {
+	for i := 0; i < len(w); i++ {
+		if w[i] >= 'a' && w[i] <= 'z' {
+			return strings.ToUpper(w)
+		}
+	}
+	return w
+}
+
 func classifyStatement(c *class, w []string, stmt string, punct bool) {
 	at := func(i int) string {
 		if i < len(w) {
@@ -266,7 +380,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 	}
 	switch at(0) {
 	case "BEGIN", "START":
-		if at(0) == "BEGIN" || at(1) == "TRANSACTION" {
+		if (at(0) == "BEGIN" || at(1) == "TRANSACTION") && validBegin(stmt) {
 			c.txn = "begin"
 		}
 	case "COMMIT", "END", "ROLLBACK", "ABORT":

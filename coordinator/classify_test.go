@@ -202,6 +202,26 @@ func TestClassifyTxnEnd(t *testing.T) {
 		{"COMMIT AND CHAIN x", "", false},
 		{`COMMIT "AND" CHAIN`, "", false},
 		{"BEGIN", "begin", false},
+		// BEGIN is answered by the coordinator only when PostgreSQL would
+		// accept it; otherwise a worker says what is wrong.
+		{"begin;", "begin", false},
+		{"BEGIN WORK", "begin", false},
+		{"start transaction", "begin", false},
+		{"begin isolation level serializable read write deferrable", "begin", false},
+		{"BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY, NOT DEFERRABLE", "begin", false},
+		{"START TRANSACTION READ ONLY,ISOLATION LEVEL READ UNCOMMITTED", "begin", false},
+		{"/* c */ BEGIN -- x\n ISOLATION /* y */ LEVEL READ COMMITTED", "begin", false},
+		{"begin isolation level nonsense", "", false},
+		{"begin garbage", "", false},
+		{"START", "", false},
+		{"BEGIN , READ ONLY", "", false},
+		{"BEGIN READ ONLY,", "", false},
+		{"BEGIN READ ONLY READ WRITE", "", false},
+		{"BEGIN ISOLATION LEVEL SERIALIZABLE, ISOLATION LEVEL READ COMMITTED", "", false},
+		{"BEGIN ISOLATION LEVEL", "", false},
+		{"BEGIN READ", "", false},
+		{`BEGIN "READ" ONLY`, "", false},
+		{"BEGIN /* unterminated", "", false},
 	}
 	for _, tc := range cases {
 		c := classify(tc.sql)

@@ -158,24 +158,29 @@ func TestMultiRowInsertExtended(t *testing.T) {
 	}
 
 	// A pipeline (pgx.Batch, one Sync) outside a transaction block whose
-	// multi-shard write comes before other statements: PostgreSQL runs
-	// them as one implicit transaction; pgfleet refuses the write before it
-	// runs, and nothing of the batch is stored (it committed the write on
-	// its own before).
-	b := &pgx.Batch{}
-	b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(301), int64(302))
-	b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(303), int64(1))
-	br := c.SendBatch(ctx, b)
-	if _, err := br.Exec(); sqlState(err) != "0A000" {
-		t.Errorf("multi-shard write before other statements in a batch: %v, want 0A000", err)
-	}
-	_ = br.Close()
-	var stored int
-	if err := c.QueryRow(ctx, "SELECT count(*) FROM ie_d WHERE id BETWEEN 301 AND 303").Scan(&stored); err != nil || stored != 0 {
-		t.Errorf("a refused batch stored %d rows (%v), want none", stored, err)
+	// multi-shard write comes before other statements: one implicit
+	// transaction, as on PostgreSQL: the second statement's duplicate key
+	// fails it and nothing of the batch is stored (the write was refused
+	// with 0A000 before pipelines could span workers).
+	for _, conn := range []*pgx.Conn{c, plain} {
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(301), int64(302))
+		b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(303), int64(1))
+		br := conn.SendBatch(ctx, b)
+		if tag, err := br.Exec(); err != nil || tag.String() != "INSERT 0 2" {
+			t.Errorf("multi-shard write before other statements in a batch: %v %v, want INSERT 0 2", tag, err)
+		}
+		if _, err := br.Exec(); sqlState(err) != "23505" {
+			t.Errorf("duplicate key after a multi-shard write in a batch: %v, want 23505", err)
+		}
+		_ = br.Close()
+		var stored int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ie_d WHERE id BETWEEN 301 AND 303").Scan(&stored); err != nil || stored != 0 {
+			t.Errorf("a failed batch stored %d rows (%v), want none", stored, err)
+		}
 	}
 	// The same write alone in its pipeline runs.
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	b.Queue("INSERT INTO ie_d (id, v) VALUES ($1, 'batch'), ($2, 'batch')", int64(301), int64(302))
 	if err := c.SendBatch(ctx, b).Close(); err != nil {
 		t.Errorf("a batch of one multi-shard write: %v", err)

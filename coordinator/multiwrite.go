@@ -327,6 +327,10 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	if len(p.ShardSQL) > 0 {
 		what, _, _ = strings.Cut(p.ShardSQL[0], " ")
 	}
+	if err := ss.implicitPipeline(); err != nil {
+		ss.synthError(err)
+		return nil
+	}
 	inTxn := ss.inTxn()
 	if ok, err := ss.writePortalReady(inTxn); !ok {
 		return err

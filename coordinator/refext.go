@@ -168,6 +168,10 @@ func (ss *session) refExecute(sp *scatterPortal) error {
 	if ss.portalRan(sp) {
 		return nil
 	}
+	if err := ss.implicitPipeline(); err != nil {
+		ss.synthError(err)
+		return nil
+	}
 	if ss.inTxn() {
 		return ss.refExecuteInTxn(sp)
 	}
@@ -314,11 +318,11 @@ func (ss *session) writePortalReady(inTxn bool) (ok bool, err error) {
 	}
 	if inTxn {
 		if ss.sc != nil && ss.needSync {
-			if ss.batchWork {
-				ss.synthError(errRefPipeline)
+			// Statements of this pipeline ran there: answered first
+			// (the block stays open).
+			if err := ss.settle(); err == errBatchFailed {
 				return false, nil
-			}
-			if err := hiddenSync(); err != nil {
+			} else if err != nil {
 				return false, err
 			}
 		}

@@ -182,25 +182,40 @@ func TestReferenceWriteExtended(t *testing.T) {
 		t.Errorf("pinned session: restored copies:\n%s\nwant\n%s", got, base)
 	}
 
-	// In a pipeline (one Sync), after another statement: refused, and the
-	// session goes on.
+	// In a pipeline (one Sync), after another statement: part of the
+	// pipeline's one transaction, on every copy; a later error in the
+	// pipeline undoes it on every copy.
 	b := &pgx.Batch{}
 	b.Queue("SELECT name FROM rx_ref WHERE id = $1", 1)
 	b.Queue("UPDATE rx_ref SET name = $1 WHERE id = $2", "batch", 6)
+	b.Queue("SELECT 1/0")
 	br := c.SendBatch(ctx, b)
 	var name string
 	if err := br.QueryRow().Scan(&name); err != nil || name != "r1" {
 		t.Errorf("batch: first statement: %q, %v", name, err)
 	}
-	if _, err := br.Exec(); sqlState(err) != "0A000" {
-		t.Errorf("batch: reference write after another statement: %v, want 0A000", err)
+	if tag, err := br.Exec(); err != nil || tag.String() != "UPDATE 1" {
+		t.Errorf("batch: reference write after another statement: %v %v, want UPDATE 1", tag, err)
+	}
+	if _, err := br.Exec(); sqlState(err) != "22012" {
+		t.Errorf("batch: error after the write: %v, want 22012", err)
 	}
 	_ = br.Close()
 	if got := copies("batch"); got != base {
-		t.Errorf("batch: copies:\n%s\nwant\n%s", got, base)
+		t.Errorf("batch: copies after a failed pipeline:\n%s\nwant\n%s", got, base)
 	}
-	if got := queryString(t, c, "SELECT name FROM rx_ref WHERE id = $1", 6); got != "r6" {
-		t.Errorf("after batch: %q", got)
+	b = &pgx.Batch{}
+	b.Queue("SELECT name FROM rx_ref WHERE id = $1", 1)
+	b.Queue("UPDATE rx_ref SET name = $1 WHERE id = $2", "batch", 6)
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		t.Errorf("batch: %v", err)
+	}
+	if got := copies("batch"); !contains(got, "6:batch:6") {
+		t.Errorf("batch: copies after the pipeline:\n%s", got)
+	}
+	exec(t, c, "UPDATE rx_ref SET name = $1 WHERE id = $2", "r6", 6)
+	if got := copies("batch: restored"); got != base {
+		t.Errorf("batch: restored copies:\n%s\nwant\n%s", got, base)
 	}
 
 	// RETURNING is refused, not answered wrongly.

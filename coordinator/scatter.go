@@ -641,6 +641,15 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 			return err
 		}
 	}
+	if ss.sc != nil && ss.needSync && ss.pinned == "" {
+		// Statements of this pipeline ran on the held connection: as
+		// part of the pipeline's transaction, which sees them
+		// (pipeline.go).
+		if err := ss.pipelineBlock(); err != nil {
+			ss.synthError(err)
+			return nil
+		}
+	}
 	if ss.sc != nil && (ss.sc.TxStatus == 'I' || ss.batchWork || ss.needSync) {
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard query after other statements in the same pipeline is not supported yet").

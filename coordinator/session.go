@@ -57,6 +57,12 @@ type session struct {
 	node   int32                   // the held connection's node
 	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
 	pinned string                  // why the session keeps sc for good; "" if it does not
+	// implicitTxn: a pipeline outside a transaction block went on to
+	// other workers; its Sync commits them all (pipeline.go). batchTxn:
+	// the pipeline up to its Sync has a transaction control or savepoint
+	// statement.
+	implicitTxn, batchTxn bool
+	workerErrs            int // worker errors relayed to the client so far (settle)
 	// clientMu orders writes to the client by others than the session's
 	// goroutine while it waits for input: a watcher relaying
 	// notifications, Shutdown telling the client.
@@ -538,6 +544,12 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 					ss.srv.nodeAddr(ss.node), ss.pinned, ss.srv.nodeAddr(node)).
 					WithHint("Session state pgfleet cannot carry to other workers keeps the session on one; reconnect, or avoid %s with distributed tables.", ss.pinned)
 			}
+			if ss.needSync && ss.pinned == "" && (ss.txBegin != "" || !ss.batchTxn) {
+				if err := ss.pipelineBlock(); err != nil {
+					return err
+				}
+				return ss.joinWorker(ctx, node)
+			}
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"this batch already runs on worker %s and the statement needs worker %s",
 				ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)).
@@ -858,6 +870,10 @@ func (ss *session) pin(reason string) {
 func (ss *session) synthError(err error) {
 	if ss.lost != nil {
 		return // answered by the run loop
+	}
+	if err == errBatchFailed {
+		ss.skipping = true // the worker's error is the answer
+		return
 	}
 	er := pgerr.Flatten(err)
 	userNames(ss.srv.catalog.Load(), er)
@@ -1500,6 +1516,14 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(err)
 		return nil
 	}
+	if st.cls.txn != "" || len(st.cls.sps) > 0 {
+		if ss.implicitTxn {
+			ss.synthError(errMultiRefused("transaction control and savepoint statements in a pipeline that runs on several workers outside a transaction block are not supported",
+				"Send BEGIN first, or Sync before the statement."))
+			return nil
+		}
+		ss.batchTxn = true
+	}
 	if ss.localTxnOK(&st.cls) || ss.localDealloc(&st.cls) {
 		ss.localPortal = string(portal)
 		ss.localPortalSt = st
@@ -1818,9 +1842,13 @@ func (ss *session) emitSynth() {
 func (ss *session) sync() error {
 	ss.skipping = false
 	ss.refDone = false
+	ss.batchTxn = false
 	ss.localPortalSt = nil
 	if len(ss.scatterPortals) > 0 {
 		clear(ss.scatterPortals)
+	}
+	if ss.implicitTxn {
+		return ss.implicitEnd()
 	}
 	if ss.sc == nil {
 		ss.emitSynth()
@@ -1937,6 +1965,7 @@ func (ss *session) drain() error {
 				ss.staleStmt(e.cst)
 			}
 			if !e.abort {
+				ss.workerErrs++
 				body := userNamesBody(ss.srv.catalog.Load(), ss.staleShardBody(ss.clientNames(e, f.Body)))
 				if ss.seqGuard && errCode(body) == pgerr.ObjectNotInPrerequisite {
 					body = seqGuardError(body)

@@ -80,11 +80,18 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 				"current transaction is aborted, commands ignored until end of transaction block")
 		}
 	}
+	if ss.needSync {
+		// Statements of this pipeline ran on the current worker: their
+		// answers first (a hidden Sync, which ends no transaction block).
+		if err := ss.settle(); err != nil {
+			return err
+		}
+		if ss.sc == nil || ss.sc.TxStatus != 'T' {
+			return errFailedTxn
+		}
+	}
 	from, to := ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)
 	switch {
-	case ss.needSync:
-		return errMultiRefused(fmt.Sprintf("a pipeline that needs worker %s after statements on worker %s before its Sync is not supported", to, from),
-			"Send Sync before a statement for rows on another worker.")
 	case ss.txBegin == "" && ss.chainAsk:
 		// The transaction was chained from a failed one on this worker,
 		// which knows its characteristics: ask it.
@@ -602,6 +609,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.chainAsk = false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false
+	ss.implicitTxn = false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
 	}
@@ -677,13 +685,7 @@ func (ss *session) multiBind(portal string, st *Statement) (local bool, err erro
 		return false, nil
 	}
 	if ss.needSync {
-		if ss.batchWork {
-			return false, errMultiRefused("COMMIT, ROLLBACK or a savepoint statement after other statements in the same pipeline is not supported in a transaction that spans several workers",
-				"Send Sync before it.")
-		}
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
+		if err := ss.settle(); err != nil {
 			return false, err
 		}
 	}

@@ -1,0 +1,190 @@
+package coordinator
+
+import (
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+)
+
+// Pipelines over several workers. A client may send many statements before
+// one Sync (a pgx Batch, a JDBC batch, psycopg's executemany and pipeline
+// mode). PostgreSQL runs them, outside a transaction block, as one implicit
+// transaction that the Sync commits and the first error rolls back whole.
+// When such a pipeline needs a second worker, the first worker's implicit
+// transaction is made explicit by a hidden BEGIN (in an implicit block
+// PostgreSQL's BEGIN keeps what already ran), the statements sent there so
+// far are answered (a hidden Sync, which no longer commits), and the
+// pipeline goes on as a transaction across workers: the next worker is
+// taken in with BEGIN, as a client's transaction block takes workers in
+// (joinWorker), and the client's Sync ends it with two-phase commit, or
+// rolls every worker back after an error (implicitEnd). The client sees
+// what PostgreSQL shows: the statements' answers, then ReadyForQuery idle.
+// Inside a client's transaction block the same hidden Sync lets a pipeline
+// go on to another worker (the block stays open).
+
+// errBatchFailed: a statement of the pipeline failed on the worker, whose
+// error the client already has; the rest of the pipeline is skipped to its
+// Sync, as PostgreSQL skips it.
+var errBatchFailed = errors.New("pgfleet: the pipeline failed on a worker")
+
+// implicitName names the hidden BEGIN's statement and portal on a worker
+// (closed right after, so that the client's unnamed ones are untouched).
+const implicitName = "pgfleet_implicit"
+
+// pipelineBlock lets a pipeline that ran statements on the current worker
+// go on to another one (see above): outside a transaction block it makes
+// the worker's implicit transaction explicit; then the worker answers what
+// it was sent. A pipeline that sent a BEGIN, COMMIT or savepoint statement
+// to the worker itself is refused (its transaction block is the client's,
+// and pgfleet cannot tell where it stands).
+func (ss *session) pipelineBlock() error {
+	implicit := ss.sc.TxStatus == 'I' && ss.txBegin == ""
+	if implicit {
+		if ss.batchTxn || ss.pendingBegin != "" || ss.srv.store == nil {
+			return errMultiRefused("this pipeline runs on one worker and a statement needs another, after transaction control statements sent with it",
+				"Send Sync before a statement for rows on another worker.")
+		}
+		b := ss.sc.Buf()
+		b, _ = (&pgproto3.Parse{Name: implicitName, Query: "BEGIN"}).Encode(b)
+		b, _ = (&pgproto3.Bind{DestinationPortal: implicitName, PreparedStatement: implicitName}).Encode(b)
+		b, _ = (&pgproto3.Execute{Portal: implicitName}).Encode(b)
+		b, _ = (&pgproto3.Close{ObjectType: 'P', Name: implicitName}).Encode(b)
+		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: implicitName}).Encode(b)
+		ss.sc.SetBuf(b)
+		ss.push(expect{kind: eSwallow, term: tParse})
+		ss.push(expect{kind: eSwallow, term: tBind})
+		ss.push(expect{kind: eSwallow, term: tExecute})
+		ss.push(expect{kind: eSwallow, term: tClose})
+		ss.push(expect{kind: eSwallow, term: tClose})
+	}
+	if err := ss.settle(); err != nil {
+		return err
+	}
+	if implicit {
+		if ss.sc == nil || ss.sc.TxStatus != 'T' {
+			ss.skipping = true // (the worker said why)
+			return errBatchFailed
+		}
+		ss.txBegin, ss.implicitTxn = "BEGIN", true
+	}
+	return nil
+}
+
+// implicitPipeline readies a multi-shard or reference-table write portal
+// outside a transaction block at Execute: when the pipeline ran statements
+// on a worker before it, or the client sent more statements after it
+// before the Sync, PostgreSQL would commit them all together, so they run
+// in a transaction block of pgfleet's, ended at the Sync (implicitEnd):
+// the worker's implicit transaction made explicit, or, with no worker
+// held yet, a BEGIN deferred as a client's is. Other cases are left as
+// they are (the write then commits on its own, or is refused).
+func (ss *session) implicitPipeline() error {
+	if ss.inTxn() && !(ss.sc != nil && ss.needSync) || ss.pinned != "" || ss.srv.store == nil {
+		return nil
+	}
+	if ss.sc != nil && ss.needSync && !ss.batchWork {
+		// Only Parse or Describe used the connection: answered, and
+		// given back outside a transaction block.
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case ss.sc != nil && ss.needSync && !(ss.txBegin == "" && ss.batchTxn):
+		return ss.pipelineBlock()
+	case ss.sc == nil && !ss.inTxn() && ss.moreBeforeSync():
+		ss.pendingBegin, ss.implicitTxn = "BEGIN", true
+	}
+	return nil
+}
+
+// settle has the current worker answer the pipeline's messages sent to it
+// so far (a hidden Sync), in a transaction block, which the Sync leaves
+// open. errBatchFailed: a message failed there (the client has the
+// worker's error); the session skips the rest of the pipeline. A
+// transaction block that had failed before stays failed ('E'), for the
+// caller to answer.
+func (ss *session) settle() error {
+	errs := ss.workerErrs
+	ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+	ss.push(expect{kind: eSwallow, term: tSync})
+	if err := ss.roundTrip(); err != nil {
+		return err
+	}
+	if ss.workerErrs != errs {
+		ss.skipping = true
+		return errBatchFailed
+	}
+	return nil
+}
+
+// implicitEnd answers the client's Sync of a pipeline that ran outside a
+// transaction block on several workers: the current worker's answers, then
+// two-phase commit of every worker's part, or, after an error anywhere,
+// ROLLBACK on every worker; then ReadyForQuery idle. A failed commit (a
+// deferred constraint, a worker lost before the decision) is the
+// pipeline's last answer, as PostgreSQL reports a failed commit at Sync.
+func (ss *session) implicitEnd() error {
+	ss.implicitTxn = false
+	if ss.needSync {
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return err
+		}
+	} else {
+		ss.emitSynth()
+	}
+	if ss.sc == nil {
+		// No worker was taken in (the first statement failed).
+		ss.pendingBegin, ss.pendingFailed = "", false
+		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		return nil
+	}
+	commit := ss.sc.TxStatus == 'T' && !ss.txFailed
+	var err error
+	if len(ss.parked) == 0 {
+		err = ss.implicitEndOne(commit)
+	} else {
+		var extra []byte
+		_, extra, err = ss.multiEnd(commit, false)
+		ss.out = append(ss.out, extra...)
+	}
+	if err != nil {
+		er := pgerr.Flatten(err)
+		if er.Severity == "FATAL" {
+			return err
+		}
+		userNames(ss.srv.catalog.Load(), er)
+		ss.out, _ = er.Encode(ss.out)
+	}
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	return nil
+}
+
+// implicitEndOne ends a pipeline's transaction block that stayed on one
+// worker: COMMIT there (its error, a deferred constraint say, is the
+// pipeline's), or ROLLBACK after an error. A connection lost meanwhile
+// leaves the outcome unknown (08006, the session ends).
+func (ss *session) implicitEndOne(commit bool) error {
+	sql := "ROLLBACK"
+	if commit {
+		sql = "COMMIT"
+	}
+	err := ss.sc.Exec(sql, time.Now().Add(10*time.Minute), nil)
+	var pe *pgconn.PgError
+	if err != nil && !errors.As(err, &pe) {
+		return ss.lostServer(err)
+	}
+	ss.multiRelease([]txConn{{node: ss.node, pool: ss.pool, sc: ss.sc}}, commit && err == nil)
+	if err != nil {
+		return pgerr.FromWorker(pe)
+	}
+	return nil
+}
