@@ -2021,7 +2021,7 @@ func (ss *session) drain() error {
 			}
 			ss.queue = q
 			ss.out = wire.AppendFrame(ss.out, 'G', f.Body)
-			if err := ss.copyIn(); err != nil {
+			if err := ss.copyIn(e.term == tQuery); err != nil {
 				return err
 			}
 			continue
@@ -2264,8 +2264,13 @@ func (ss *session) endOfCycle(status byte) {
 }
 
 // copyIn streams COPY FROM STDIN data from the client to the server until
-// CopyDone or CopyFail.
-func (ss *session) copyIn() error {
+// CopyDone or CopyFail. With early (a COPY of a simple Query), an error the
+// server sends midway ends the streaming at once, as PostgreSQL's error
+// reaches its client while it still sends (the relay then passes the error
+// and ReadyForQuery on; the client's CopyData after them is ignored, as
+// PostgreSQL ignores it); notices sent midway (a trigger's) are passed on
+// as they come.
+func (ss *session) copyIn(early bool) error {
 	if err := ss.flush(); err != nil {
 		ss.sc.MarkBroken()
 		return errQuietClose
@@ -2283,6 +2288,11 @@ func (ss *session) copyIn() error {
 			if len(sc.Buf()) >= 64<<10 {
 				if err := sc.Flush(); err != nil {
 					return ss.lostServer(err)
+				}
+				if early {
+					if stop, err := ss.copyAnswered(sc); stop || err != nil {
+						return err
+					}
 				}
 			}
 		case 'c', 'f':
@@ -2309,6 +2319,31 @@ func (ss *session) copyIn() error {
 			return nil
 		}
 	}
+}
+
+// copyAnswered looks, without waiting, at what the server sent during a
+// COPY FROM STDIN: notices go to the client now; anything else (an error)
+// stops the streaming (stop), left for the relay.
+func (ss *session) copyAnswered(sc *pooling.ServerConn) (stop bool, err error) {
+	for sc.Readable() {
+		typ, whole, err := sc.R.Whole()
+		if err != nil {
+			return true, ss.lostServer(err)
+		}
+		if typ != 'N' || !whole {
+			return true, nil
+		}
+		f, err := sc.Next()
+		if err != nil {
+			return true, ss.lostServer(err)
+		}
+		ss.out = wire.AppendFrame(ss.out, 'N', f.Body)
+		if err := ss.flush(); err != nil {
+			sc.MarkBroken()
+			return true, errQuietClose
+		}
+	}
+	return false, nil
 }
 
 // sendCancel forwards a cancel to the server connection a session holds.

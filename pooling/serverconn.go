@@ -156,6 +156,30 @@ func (c *ServerConn) Exec(sql string, deadline time.Time, onStatus func(body []b
 	return c.run(sql, deadline, relay, nil, nil)
 }
 
+// Readable reports, without blocking, whether the server has sent bytes
+// not read yet (buffered, or waiting on the socket).
+func (c *ServerConn) Readable() bool {
+	if c.R.Buffered() > 0 {
+		return true
+	}
+	sc, ok := rawConn(c.conn).(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	pending := false
+	var buf [1]byte
+	_ = raw.Read(func(fd uintptr) bool {
+		n, _, _ := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		pending = n > 0
+		return true // never wait for readiness
+	})
+	return pending
+}
+
 // alive reports whether an idle connection still looks usable: nothing is
 // waiting to be read (a worker that ended the connection sends FATAL, then
 // EOF). It peeks at the socket without blocking.
