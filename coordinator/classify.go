@@ -353,6 +353,22 @@ func validBegin(stmt string) bool {
 	return true
 }
 
+// beginHasModes reports whether a BEGIN that validBegin accepts sets
+// transaction modes (more than BEGIN [WORK | TRANSACTION] or START
+// TRANSACTION).
+func beginHasModes(sql string) bool {
+	lx := lexer{s: sql}
+	n, _, _, _ := lx.statement()
+	switch {
+	case n <= 1:
+		return false
+	case n == 2:
+		w := lx.words[1]
+		return !strings.EqualFold(w, "WORK") && !strings.EqualFold(w, "TRANSACTION")
+	}
+	return true
+}
+
 // upperWord is w in upper case, without allocating when it already is.
 func upperWord(w string) string {
 	for i := 0; i < len(w); i++ {

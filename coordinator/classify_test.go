@@ -259,3 +259,15 @@ func TestClassifySequenceState(t *testing.T) {
 		}
 	}
 }
+
+func TestBeginHasModes(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"BEGIN": false, "begin work;": false, "START TRANSACTION": false, "/* x */ BEGIN TRANSACTION": false,
+		"BEGIN ISOLATION LEVEL SERIALIZABLE": true, "begin read only": true, "START TRANSACTION DEFERRABLE": true,
+		"BEGIN TRANSACTION READ WRITE": true,
+	} {
+		if got := beginHasModes(sql); got != want {
+			t.Errorf("beginHasModes(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}

@@ -227,3 +227,47 @@ func TestBeginSyntaxError(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchBeginWithModes: a BEGIN with an isolation level and access mode
+// sent in a pipeline before a statement the worker connection has not
+// prepared yet takes effect (the statement's Parse went to the worker
+// before the BEGIN, took a snapshot, and the BEGIN failed with 25001 "SET
+// TRANSACTION ISOLATION LEVEL must be called before any query"; pgx's
+// TestConnSendBatchBeginTxOptions, now and then).
+func TestBatchBeginWithModes(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+		cfg, err := pgx.ParseConfig(pgtest.URL(srv.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DefaultQueryExecMode = mode
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		b := &pgx.Batch{}
+		b.Queue("begin isolation level repeatable read read only")
+		// A text no connection has prepared before.
+		b.Queue(fmt.Sprintf("select current_setting('transaction_isolation'), current_setting('transaction_read_only'), %d", i))
+		br := c.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			t.Fatalf("%v: BEGIN: %v", mode, err)
+		}
+		var iso, ro string
+		var n int
+		if err := br.QueryRow().Scan(&iso, &ro, &n); err != nil {
+			t.Fatalf("%v: %v", mode, err)
+		}
+		if err := br.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if iso != "repeatable read" || ro != "on" {
+			t.Errorf("%v: transaction %q read only %q, want repeatable read, on", mode, iso, ro)
+		}
+		exec(t, c, "ROLLBACK")
+	}
+}

@@ -1345,6 +1345,14 @@ func (ss *session) acquireExt(node int32) bool {
 // prepareOn queues a Parse of st on the held server connection, closing
 // the statement the cache evicts to make room.
 func (ss *session) prepareOn(st *Statement, kind uint8) *expect {
+	if ss.pendingBegin != "" && beginHasModes(ss.pendingBegin) {
+		// The client's BEGIN (answered already) sets an isolation level
+		// or access mode, which PostgreSQL accepts only before the
+		// transaction's first snapshot, and a Parse may take one: the
+		// BEGIN goes first (25001 "must be called before any query",
+		// when the connection had to prepare the statement).
+		ss.ensureBegun()
+	}
 	sc := ss.sc
 	ev, stale := sc.Stmts.Add(st.Name, ss.stmtKey())
 	if ev != "" {
