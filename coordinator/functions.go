@@ -389,6 +389,7 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		return true, ss.queryError(err)
 	}
 	ss.srv.setCatalog(newSnap)
+	ss.srv.stmtEpoch.Add(1) // the shards changed on their own connections
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')

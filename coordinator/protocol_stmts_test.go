@@ -401,3 +401,71 @@ func TestDeallocateExtended(t *testing.T) {
 		t.Errorf("statement after DEALLOCATE and ROLLBACK: %q, want 26000", c)
 	}
 }
+
+// TestStatementsAfterDDL: a client's new prepared statement after a table
+// changed gets a fresh plan, as on PostgreSQL, even when the worker
+// connection serving it prepared the same text for another session before
+// the change (the worker answered 0A000 "cached plan must not change
+// result type": pgx's TestStmtCacheInvalidationTx and ...TypesChange).
+// A statement the client itself prepared before the change still gets
+// 0A000, as on PostgreSQL.
+func TestStatementsAfterDDL(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	ctx := context.Background()
+	a := connect(t, srv.Addr())
+	b := connect(t, srv.Addr())
+	create := func(cols, vals string) {
+		exec(t, a, "DROP TABLE IF EXISTS sd_cols")
+		exec(t, a, "CREATE TABLE sd_cols ("+cols+")")
+		exec(t, a, "INSERT INTO sd_cols VALUES "+vals)
+	}
+	t.Cleanup(func() { _, _ = a.Exec(context.Background(), "DROP TABLE IF EXISTS sd_cols") })
+	const q = "SELECT * FROM sd_cols WHERE id = $1"
+	const alter = "ALTER TABLE sd_cols DROP COLUMN f1"
+	// a prepares the query and the ALTER on the one pooled connection.
+	create("id int PRIMARY KEY, f1 int, f2 int", "(1, 2, 3)")
+	var x, y, z int
+	if err := a.QueryRow(ctx, q, 1).Scan(&x, &y, &z); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, alter); err != nil {
+		t.Fatal(err)
+	}
+	// The table made again with another shape: b, new to both
+	// statements, gets fresh plans, in and out of a transaction block.
+	create("id int PRIMARY KEY, f1 int, f2 int, f3 int", "(1, 2, 3, 4)")
+	var w int
+	if err := b.QueryRow(ctx, q, 1).Scan(&x, &y, &z, &w); err != nil {
+		t.Errorf("b's new statement after the table was made again: %v", err)
+	}
+	create("id int PRIMARY KEY, f1 int, f2 int", "(1, 2, 3)")
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, alter); err != nil {
+		t.Errorf("b's ALTER in a transaction block, a's before: %v", err)
+	}
+	// b's own statement, prepared before its ALTER: 0A000 as on PostgreSQL.
+	rows, _ := tx.Query(ctx, q, 1)
+	rows.Close()
+	if sqlState(rows.Err()) != "0A000" {
+		t.Errorf("b's statement prepared before its own ALTER: %v, want 0A000", rows.Err())
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.QueryRow(ctx, q, 1).Scan(&x, &y, &z); err != nil {
+		t.Errorf("b's statement after ROLLBACK: %v", err)
+	}
+	// a's statement, prepared before the table changed shape: 0A000 once
+	// (pgx then prepares it again), then the new rows.
+	create("id int PRIMARY KEY, f2 int, f3 int, f4 int", "(1, 2, 3, 4)")
+	if err := a.QueryRow(ctx, q, 1).Scan(&x, &y, &z); sqlState(err) != "0A000" {
+		t.Errorf("a's statement after the table changed shape: %v, want 0A000", err)
+	}
+	if err := a.QueryRow(ctx, q, 1).Scan(&x, &y, &z, &w); err != nil {
+		t.Errorf("a's statement prepared again: %v", err)
+	}
+}

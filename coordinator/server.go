@@ -139,6 +139,10 @@ type Server struct {
 	// ddlEpoch counts DDL statements run through this coordinator; with
 	// the catalog version it dates mutable's verdicts.
 	ddlEpoch  atomic.Int64
+	// stmtEpoch advances when a session that sent DDL ends its
+	// transaction: statements the pools' connections prepared before are
+	// prepared again at their next use (pooling.StmtCache).
+	stmtEpoch atomic.Int64
 	viewEpoch atomic.Int64 // user code that may have made a view ran
 	views     atomic.Pointer[viewSet]
 	mutable   mutableCache
@@ -622,7 +626,7 @@ func (s *Server) pool(worker, database, user string) *pooling.Pool {
 		pw = s.cfg.WorkerPassword
 	}
 	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
-		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize,
+		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize, StmtEpoch: &s.stmtEpoch,
 		TLS: s.cfg.WorkerTLS, Span: &s.span}, s.pm)
 	s.pools[k] = p
 	return p

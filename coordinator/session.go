@@ -62,6 +62,9 @@ type session struct {
 	// the pipeline up to its Sync has a transaction control or savepoint
 	// statement.
 	implicitTxn, batchTxn bool
+	// ddlSent: a statement of the current transaction may have changed a
+	// table (DDL); its end advances the server's stmtEpoch.
+	ddlSent bool
 	workerErrs            int // worker errors relayed to the client so far (settle)
 	// clientMu orders writes to the client by others than the session's
 	// goroutine while it waits for input: a watcher relaying
@@ -993,6 +996,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	// and no snapshot (which would fail there, and leave the session
 	// taken for one whose state changed).
 	ss.verifyNext = cls.verify && ss.pinned == "" && !(cls.count == 1 && ss.txStatus() == 'E')
+	ss.ddlSent = ss.ddlSent || cls.ddl
 	if cls.hidden {
 		if err := ss.refuseHidden(text); err != nil {
 			return ss.queryError(err)
@@ -1311,6 +1315,19 @@ func (ss *session) deallocate(op paramOp) error {
 	return nil
 }
 
+// ddlDone advances the server's statement epoch at the end of a
+// transaction that sent DDL: from then on every connection prepares its
+// statements again before using them, as a client's new Parse on
+// PostgreSQL plans afresh (a statement another session prepared on the
+// connection before a table changed would answer "cached plan must not
+// change result type").
+func (ss *session) ddlDone() {
+	if ss.ddlSent {
+		ss.ddlSent = false
+		ss.srv.stmtEpoch.Add(1)
+	}
+}
+
 // dropStatement is DEALLOCATE name of a protocol-level statement, which
 // lives in the session, not on a worker.
 func (ss *session) dropStatement(name string) error {
@@ -1564,6 +1581,7 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(errSeqState(st.cls.seqFn))
 		return nil
 	}
+	ss.ddlSent = ss.ddlSent || st.cls.ddl
 	seqHad := ss.seqUsed
 	if !st.cls.quiet {
 		ss.seqUsed = true
@@ -2242,6 +2260,7 @@ func (ss *session) endOfCycle(status byte) {
 	if status != 'I' {
 		return
 	}
+	ss.ddlDone()
 	if len(ss.spares) > 0 {
 		ss.dropSpares()
 	}

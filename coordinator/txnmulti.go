@@ -610,6 +610,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false
 	ss.implicitTxn = false
+	ss.ddlDone()
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
 	}

@@ -26,7 +26,10 @@ type Config struct {
 	ConnectTimeout time.Duration
 	ResetTimeout   time.Duration // longest a ROLLBACK on release may take
 	StmtCacheSize  int           // prepared statements kept per connection
-	TLS            WorkerTLS     // sslmode and root certificate toward the worker
+	// StmtEpoch, when set, is advanced after DDL: statements the
+	// connections prepared before are prepared again at their next use.
+	StmtEpoch *atomic.Int64
+	TLS       WorkerTLS // sslmode and root certificate toward the worker
 	// Span is the number of pools one client may hold connections of at
 	// once (the workers a transaction can span); nil or < 1 counts as 1.
 	// It sizes the reserve of the acquisition classes (see Acquire).

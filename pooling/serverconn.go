@@ -72,7 +72,7 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	}
 	return &ServerConn{conn: h.Conn, R: wire.NewReader(h.Conn, 32*1024), PID: h.PID, Secret: h.SecretKey,
 		Addr: cfg.Addr, Params: h.ParameterStatuses, TxStatus: h.TxStatus,
-		Stmts: newStmtCache(cfg.StmtCacheSize), wbuf: make([]byte, 0, 4096)}, nil
+		Stmts: newStmtCache(cfg.StmtCacheSize, cfg.StmtEpoch), wbuf: make([]byte, 0, 4096)}, nil
 }
 
 // Buf returns the pending output buffer; append messages to it and call Flush.

@@ -1,5 +1,7 @@
 package pooling
 
+import "sync/atomic"
+
 // StmtCache remembers which statements a server connection has prepared, under
 // pgfleet's own statement names, and the session settings each was parsed
 // under, and evicts the least recently used when it is full. The caller
@@ -15,11 +17,17 @@ type StmtCache struct {
 	max   int
 	clock uint64
 	used  map[string]stmtEntry
+	// epoch, when set, advances after DDL: a statement prepared before
+	// may have a plan PostgreSQL now refuses to use ("cached plan must
+	// not change result type") where a client's new Parse would get a
+	// fresh one, so Has no longer finds it and it is prepared again.
+	epoch *atomic.Int64
 }
 
 type stmtEntry struct {
-	used uint64
-	key  string // settings key it was parsed under (UnknownKey: unsure)
+	used  uint64
+	key   string // settings key it was parsed under (UnknownKey: unsure)
+	epoch int64  // the DDL epoch it was parsed in
 }
 
 // UnknownKey is the settings key of a statement parsed under settings
@@ -29,16 +37,24 @@ type stmtEntry struct {
 // parses it again.
 const UnknownKey = "\x00unknown"
 
-func newStmtCache(max int) *StmtCache {
+func newStmtCache(max int, epoch *atomic.Int64) *StmtCache {
 	if max <= 0 {
 		max = 512
 	}
-	return &StmtCache{max: max, used: make(map[string]stmtEntry, 16)}
+	return &StmtCache{max: max, used: make(map[string]stmtEntry, 16), epoch: epoch}
 }
 
-// Has reports whether name is prepared under settings key, and marks it used.
+func (c *StmtCache) now() int64 {
+	if c.epoch == nil {
+		return 0
+	}
+	return c.epoch.Load()
+}
+
+// Has reports whether name is prepared under settings key (in the current
+// DDL epoch), and marks it used.
 func (c *StmtCache) Has(name, key string) bool {
-	if e, ok := c.used[name]; ok && e.key == key && key != UnknownKey {
+	if e, ok := c.used[name]; ok && e.key == key && key != UnknownKey && e.epoch == c.now() {
 		c.clock++
 		e.used = c.clock
 		c.used[name] = e
@@ -63,7 +79,7 @@ func (c *StmtCache) Add(name, key string) (evicted string, stale bool) {
 		delete(c.used, evicted)
 	}
 	c.clock++
-	c.used[name] = stmtEntry{used: c.clock, key: key}
+	c.used[name] = stmtEntry{used: c.clock, key: key, epoch: c.now()}
 	return evicted, stale
 }
 

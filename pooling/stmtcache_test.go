@@ -1,9 +1,12 @@
 package pooling
 
-import "testing"
+import (
+	"sync/atomic"
+	"testing"
+)
 
 func TestStmtCacheEvictsLeastRecentlyUsed(t *testing.T) {
-	c := newStmtCache(3)
+	c := newStmtCache(3, nil)
 	steps := []struct {
 		op, name string
 		want     string // evicted name for add, "true"/"false" for has
@@ -48,7 +51,7 @@ func TestStmtCacheEvictsLeastRecentlyUsed(t *testing.T) {
 }
 
 func TestStmtCacheKeysBySettings(t *testing.T) {
-	c := newStmtCache(4)
+	c := newStmtCache(4, nil)
 	if ev, stale := c.Add("s", "tz=utc"); ev != "" || stale {
 		t.Fatalf("first Add: %q %v", ev, stale)
 	}
@@ -71,5 +74,26 @@ func TestStmtCacheKeysBySettings(t *testing.T) {
 	}
 	if _, stale := c.Add("s", "tz=tokyo"); !stale {
 		t.Fatal("a doubted entry must be closed before its Parse")
+	}
+}
+
+// TestStmtCacheEpoch: a statement prepared before the DDL epoch advanced is
+// no longer found, and Add reports the connection's copy for a Close.
+func TestStmtCacheEpoch(t *testing.T) {
+	var epoch atomic.Int64
+	c := newStmtCache(4, &epoch)
+	c.Add("a", "k")
+	if !c.Has("a", "k") {
+		t.Fatal("a not found in its epoch")
+	}
+	epoch.Add(1)
+	if c.Has("a", "k") {
+		t.Error("a found after the epoch advanced")
+	}
+	if _, stale := c.Add("a", "k"); !stale {
+		t.Error("Add of a prepared before the epoch: not reported stale (its Close would be missing)")
+	}
+	if !c.Has("a", "k") {
+		t.Error("a not found after it was prepared again")
 	}
 }
