@@ -138,7 +138,7 @@ type Server struct {
 	metaPool    *pgxpool.Pool
 	// ddlEpoch counts DDL statements run through this coordinator; with
 	// the catalog version it dates mutable's verdicts.
-	ddlEpoch  atomic.Int64
+	ddlEpoch atomic.Int64
 	// stmtEpoch advances when a session that sent DDL ends its
 	// transaction: statements the pools' connections prepared before are
 	// prepared again at their next use (pooling.StmtCache).

@@ -64,8 +64,8 @@ type session struct {
 	implicitTxn, batchTxn bool
 	// ddlSent: a statement of the current transaction may have changed a
 	// table (DDL); its end advances the server's stmtEpoch.
-	ddlSent bool
-	workerErrs            int // worker errors relayed to the client so far (settle)
+	ddlSent    bool
+	workerErrs int // worker errors relayed to the client so far (settle)
 	// clientMu orders writes to the client by others than the session's
 	// goroutine while it waits for input: a watcher relaying
 	// notifications, Shutdown telling the client.
