@@ -108,6 +108,9 @@ type class struct {
 	// ddl: a statement starts with CREATE, ALTER, DROP, COMMENT, GRANT or
 	// REVOKE (objectDDL checks it further on the extended protocol).
 	ddl bool
+	// temp: DDL of a temporary object (TEMP, or in pg_temp), which lives
+	// on the session's pinned connection only, never on every worker.
+	temp bool
 	// endLike: a statement starts with COMMIT, END, ROLLBACK, ABORT or
 	// PREPARE, so it may be one a failed transaction accepts.
 	endLike bool
@@ -186,7 +189,7 @@ func classify(sql string) class {
 // leadingKeywords are the statements classify looks into; any other
 // statement (SELECT, INSERT, ...) costs no allocation.
 var leadingKeywords = []string{"SET", "RESET", "DISCARD", "DEALLOCATE", "LISTEN", "PREPARE", "LOAD", "DECLARE", "CREATE",
-	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DO", "CALL", "SAVEPOINT", "RELEASE"}
+	"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DO", "CALL", "SAVEPOINT", "RELEASE", "ALTER", "DROP", "COMMENT"}
 
 // quietStatement reports whether a statement starting with word w cannot
 // call a function (what follows SET is a value, not an expression).
@@ -563,6 +566,11 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		}
 		if at(i) == "TEMP" || at(i) == "TEMPORARY" || tempSchema(w) {
 			setPin("temporary object")
+			c.temp = true
+		}
+	case "ALTER", "DROP", "COMMENT":
+		if tempSchema(w) {
+			c.temp = true // the object lives on the session's connection only
 		}
 	}
 	for i := 0; i+1 < len(w); i++ {

@@ -121,3 +121,42 @@ func TestCopyNoticesMidStream(t *testing.T) {
 		t.Errorf("notices: %d, want %d", got, rows)
 	}
 }
+
+// TestTempObjectDDL: DDL of temporary functions and types (pg_temp) runs on
+// the session's own connection, as on PostgreSQL, not on every worker in
+// a two-phase commit, which PostgreSQL refuses for temporary objects
+// (pgx's TestConnCopyFromNoticeResponseReceivedMidStream: a temporary
+// trigger function); they work for the session and are gone for others.
+func TestTempObjectDDL(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	for _, q := range []string{
+		"CREATE TEMPORARY TABLE tt_sentences (t text, ts tsvector)",
+		"CREATE FUNCTION pg_temp.tt_trigger() RETURNS trigger AS $$ BEGIN new.ts := to_tsvector(new.t); RETURN new; END $$ LANGUAGE plpgsql",
+		"CREATE TRIGGER tt_update BEFORE INSERT ON tt_sentences FOR EACH ROW EXECUTE PROCEDURE pg_temp.tt_trigger()",
+		"CREATE TYPE pg_temp.tt_mood AS ENUM ('ok', 'meh')",
+		"COMMENT ON FUNCTION pg_temp.tt_trigger() IS 'temp'",
+	} {
+		if _, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("hello world\n"), "COPY tt_sentences (t) FROM STDIN"); err != nil {
+		t.Fatalf("COPY into the temporary table: %v", err)
+	}
+	if got := queryString(t, c, "SELECT ts::text FROM tt_sentences"); got != "'hello':1 'world':2" {
+		t.Errorf("the temporary trigger's work: %q", got)
+	}
+	if got := queryString(t, c, "SELECT 'meh'::pg_temp.tt_mood::text"); got != "meh" {
+		t.Errorf("the temporary type: %q", got)
+	}
+	if _, err := c.Exec(ctx, "DROP FUNCTION pg_temp.tt_trigger() CASCADE", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Errorf("DROP of the temporary function: %v", err)
+	}
+	other := connect(t, srv.Addr())
+	if _, err := other.Exec(ctx, "SELECT 'meh'::pg_temp.tt_mood"); err == nil {
+		t.Error("another session sees the temporary type")
+	}
+}

@@ -327,6 +327,11 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	if n == 0 {
 		return false, nil
 	}
+	if cls.temp && cls.count == 1 {
+		// A temporary object's DDL: the session's own connection's, as
+		// any statement (its other workers never see the object).
+		return false, nil
+	}
 	if cls.ddl && cls.count > 1 {
 		// A batch whose later statement changes a function, type, ...:
 		// objectDDL sees only batches that start with DDL.

@@ -1469,7 +1469,7 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
 	}
-	if err == nil && st.cls.ddl {
+	if err == nil && st.cls.ddl && !st.cls.temp {
 		err = ss.extendedObjectDDL(st.Query)
 	}
 	if err != nil {
