@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"slices"
 	"fmt"
 	"testing"
 	"time"
@@ -46,17 +47,56 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		exec(t, c, "INSERT INTO od_t (id, p, m) VALUES ($1, $2, 'a')", id, id)
 	}
 
-	// Inside a transaction block: refused, nothing changed.
+	// Inside a transaction block: on every worker, in the transaction:
+	// ROLLBACK undoes it everywhere, COMMIT keeps it everywhere, an error
+	// on any worker (shard rows against a new domain constraint) fails
+	// the transaction.
+	onEvery := func(q string) []string {
+		var got []string
+		for _, s := range cl.Servers {
+			got = append(got, queryString(t, connect(t, s.Addr()), q))
+		}
+		return got
+	}
 	exec(t, c, "BEGIN", simple)
-	if _, err := c.Exec(ctx, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'", simple); sqlState(err) != "0A000" {
-		t.Errorf("CREATE OR REPLACE FUNCTION in a transaction block: %v, want 0A000", err)
+	exec(t, c, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'", simple)
+	if got := queryString(t, c, "SELECT od_f()::text"); got != "3" {
+		t.Errorf("od_f() in the transaction that replaced it: %s, want 3", got)
 	}
 	exec(t, c, "ROLLBACK", simple)
+	if got := onEvery("SELECT od_f()::text"); slices.ContainsFunc(got, func(v string) bool { return v != "1" }) {
+		t.Errorf("od_f() on the workers after ROLLBACK: %v, want 1 everywhere", got)
+	}
 	exec(t, c, "BEGIN", simple)
-	if _, err := c.Exec(ctx, "ALTER DOMAIN od_pos ADD CONSTRAINT pos CHECK (VALUE > 0)", simple); sqlState(err) != "0A000" {
-		t.Errorf("ALTER DOMAIN in a transaction block: %v, want 0A000", err)
+	exec(t, c, "ALTER DOMAIN od_pos ADD CONSTRAINT pos CHECK (VALUE > 0)", simple)
+	exec(t, c, "COMMIT", simple)
+	if got := onEvery("SELECT count(*)::text FROM pg_constraint WHERE conname = 'pos'"); slices.ContainsFunc(got, func(v string) bool { return v != "1" }) {
+		t.Errorf("the domain constraint on the workers after COMMIT: %v, want it everywhere", got)
+	}
+	exec(t, c, "BEGIN", simple)
+	if _, err := c.Exec(ctx, "ALTER DOMAIN od_pos ADD CONSTRAINT big CHECK (VALUE > 4)", simple); sqlState(err) != "23514" {
+		t.Errorf("ALTER DOMAIN against shard rows in a transaction block: %v, want 23514", err)
+	}
+	if st := c.PgConn().TxStatus(); st != 'E' {
+		t.Errorf("status after the failed ALTER DOMAIN: %c, want E", st)
 	}
 	exec(t, c, "ROLLBACK", simple)
+	if got := onEvery("SELECT count(*)::text FROM pg_constraint WHERE conname = 'big'"); slices.ContainsFunc(got, func(v string) bool { return v != "0" }) {
+		t.Errorf("the failed constraint on the workers: %v, want none", got)
+	}
+	exec(t, c, "ALTER DOMAIN od_pos DROP CONSTRAINT pos", simple)
+	// A type made and changed in one transaction block (pgx's
+	// TestLoadCompositeType; migrations), then rolled back: gone everywhere.
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "CREATE TYPE od_comp AS (a int, b int)", simple)
+	exec(t, c, "ALTER TYPE od_comp DROP ATTRIBUTE a", simple)
+	if got := queryString(t, c, "SELECT count(*)::text FROM pg_attribute WHERE attrelid = 'od_comp'::regclass AND attnum > 0 AND NOT attisdropped"); got != "1" {
+		t.Errorf("attributes of the changed type in its transaction: %s, want 1", got)
+	}
+	exec(t, c, "ROLLBACK", simple)
+	if got := onEvery("SELECT (to_regtype('od_comp') IS NULL)::text"); slices.ContainsFunc(got, func(v string) bool { return v != "true" }) {
+		t.Errorf("the rolled-back type on the workers: %v, want gone everywhere", got)
+	}
 
 	// In a batch: a change refused, a new object made.
 	if _, err := c.Exec(ctx, "SELECT 1; ALTER TYPE od_mood RENAME VALUE 'b' TO 'x'", simple); sqlState(err) != "0A000" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -454,15 +455,20 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 		return false, nil
 	}
 	if ss.inTxn() {
+		if ss.pinned == "" && !ss.txSet && len(ss.pending) == 0 && (ss.sc == nil || ss.txBegin != "") {
+			return true, ss.objectDDLInTxn(sql, other, snap)
+		}
+		// A transaction that cannot take in other workers (pinned, after
+		// a SET, its BEGIN sent with other statements).
 		if shards.NewObjectDDL(sql) && ss.currentNode() == ss.srv.defaultNode.Load() {
 			// Made on the default node only: missing elsewhere (made
 			// there by create_distributed_table, or an error), never
-			// different; DDL outside transaction blocks starts there.
+			// different.
 			return false, nil
 		}
 		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"DDL on types, domains, collations, schemas or functions is not supported inside a transaction block").
-			WithHint("Run it outside BEGIN ... COMMIT: it runs on every worker, all or nothing."))
+			"DDL on types, domains, collations, schemas or functions is not supported in this transaction block: it cannot take in the other workers").
+			WithHint("Run it outside BEGIN ... COMMIT, or before SET in the transaction: it runs on every worker, all or nothing."))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -479,6 +485,76 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
 	return true, nil
+}
+
+// objectDDLInTxn runs DDL of a type, domain, collation, schema or function
+// inside the client's transaction block on every active worker, each taken
+// into the transaction (joinWorker, in node order after the default node,
+// which runs the statement as sent and gives the client its answer; the
+// others run the tolerant form ClassifyObjectDDL made). The transaction's
+// COMMIT (two-phase commit) makes it everywhere or nowhere, as outside a
+// block. An error on any worker fails the transaction there, as
+// PostgreSQL's statement would.
+func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) error {
+	def := ss.srv.defaultNode.Load()
+	nodes := []int32{def}
+	for _, id := range activeNodeIDs(snap) {
+		if id != def {
+			nodes = append(nodes, id)
+		}
+	}
+	var tag string
+	var extra []byte // the default node's notices and parameter changes
+	for i, node := range nodes {
+		if err := ss.acquire(context.Background(), node); err != nil {
+			return ss.queryError(err)
+		}
+		if ss.pendingBegin != "" {
+			if err := ss.startPending(); err != nil {
+				return ss.queryError(err)
+			}
+		}
+		text, relay := other, func(byte, []byte) {}
+		if i == 0 {
+			text = sql
+			relay = func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) }
+		}
+		t, err := ss.sc.ExecTag(text, time.Now().Add(10*time.Minute), relay)
+		if i == 0 {
+			tag = t
+		}
+		if err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				return ss.lostServer(err)
+			}
+			ss.txFailed = true
+			e := pgerr.FromWorker(pe)
+			if i > 0 {
+				e.Message += fmt.Sprintf(" (on worker %s)", ss.srv.nodeAddr(node))
+			}
+			ss.out = append(ss.out, extra...)
+			ss.out, _ = pgerr.Flatten(e).Encode(ss.out)
+			ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+			return nil
+		}
+	}
+	ss.out = append(ss.out, extra...)
+	ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	return nil
+}
+
+// activeNodeIDs lists the active nodes' IDs in order.
+func activeNodeIDs(snap *metadata.Snapshot) []int32 {
+	var ids []int32
+	for _, n := range snap.Nodes {
+		if n.Active {
+			ids = append(ids, n.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // checkDDLValues refuses (0A000) an ALTER TABLE of a distributed or
