@@ -2,8 +2,8 @@ package coordinator_test
 
 import (
 	"context"
-	"slices"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
