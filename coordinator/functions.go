@@ -498,7 +498,7 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) error {
 	def := ss.srv.defaultNode.Load()
 	nodes := []int32{def}
-	for _, id := range activeNodeIDs(snap) {
+	for _, id := range slices.Sorted(slices.Values(shards.ActiveNodes(snap))) {
 		if id != def {
 			nodes = append(nodes, id)
 		}
@@ -543,18 +543,6 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 	ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
-}
-
-// activeNodeIDs lists the active nodes' IDs in order.
-func activeNodeIDs(snap *metadata.Snapshot) []int32 {
-	var ids []int32
-	for _, n := range snap.Nodes {
-		if n.Active {
-			ids = append(ids, n.ID)
-		}
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // checkDDLValues refuses (0A000) an ALTER TABLE of a distributed or

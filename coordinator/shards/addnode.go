@@ -95,7 +95,7 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		}
 		return nil, 0, err
 	}
-	if err := o.checkNodes(ctx, append(activeNodes(snap), id)); err != nil {
+	if err := o.checkNodes(ctx, append(ActiveNodes(snap), id)); err != nil {
 		return fail(err)
 	}
 	guarded := map[int32]bool{}

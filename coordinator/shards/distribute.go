@@ -101,7 +101,7 @@ func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 			"cannot distribute %s: its distribution column %q has NULL values", name, col.Name).
 			WithHint("Every row needs a value in the distribution column."))
 	}
-	if err := o.checkNodes(ctx, activeNodes(snap)); err != nil {
+	if err := o.checkNodes(ctx, ActiveNodes(snap)); err != nil {
 		return nil, o.fail(ctx, err)
 	}
 	// colocate_with names a table as a regclass does: resolve it as the
@@ -150,7 +150,7 @@ func CreateReference(ctx context.Context, store *metadata.Store, conns map[int32
 	if err != nil {
 		return nil, err
 	}
-	if err := o.checkNodes(ctx, activeNodes(snap)); err != nil {
+	if err := o.checkNodes(ctx, ActiveNodes(snap)); err != nil {
 		return nil, o.fail(ctx, err)
 	}
 	snap, shard, err := store.CreateReferenceTable(ctx, name, def.Sequences()...)
@@ -574,8 +574,8 @@ func uniqueIncludes(def *Def, column string) error {
 	return nil
 }
 
-// activeNodes returns the ids of the snapshot's active nodes.
-func activeNodes(snap *metadata.Snapshot) []int32 {
+// ActiveNodes returns the ids of the snapshot's active nodes.
+func ActiveNodes(snap *metadata.Snapshot) []int32 {
 	var ids []int32
 	for _, n := range snap.Nodes {
 		if n.Active {

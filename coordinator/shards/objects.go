@@ -228,7 +228,7 @@ func RunObjectDDL(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 	if len(results) > 0 {
 		tag = results[len(results)-1].CommandTag.String()
 	}
-	for _, id := range activeNodes(snap) {
+	for _, id := range ActiveNodes(snap) {
 		if id == defaultNode {
 			continue
 		}
