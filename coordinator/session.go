@@ -1362,12 +1362,14 @@ func (ss *session) acquireExt(node int32) bool {
 // prepareOn queues a Parse of st on the held server connection, closing
 // the statement the cache evicts to make room.
 func (ss *session) prepareOn(st *Statement, kind uint8) *expect {
-	if ss.pendingBegin != "" && beginHasModes(ss.pendingBegin) {
+	if ss.pendingBegin != "" && !ss.pendingFailed && beginHasModes(ss.pendingBegin) {
 		// The client's BEGIN (answered already) sets an isolation level
 		// or access mode, which PostgreSQL accepts only before the
 		// transaction's first snapshot, and a Parse may take one: the
 		// BEGIN goes first (25001 "must be called before any query",
-		// when the connection had to prepare the statement).
+		// when the connection had to prepare the statement). A
+		// transaction that failed before it reached a worker stays the
+		// coordinator's (its statements get 25P02 at Bind).
 		ss.ensureBegun()
 	}
 	sc := ss.sc
