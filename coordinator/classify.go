@@ -108,6 +108,9 @@ type class struct {
 	// ddl: a statement starts with CREATE, ALTER, DROP, COMMENT, GRANT or
 	// REVOKE (objectDDL checks it further on the extended protocol).
 	ddl bool
+	// notify: a statement calls pg_notify, whose notification reaches
+	// only listeners of the worker it runs on (the default node's).
+	notify bool
 	// temp: DDL of a temporary object (TEMP, or in pg_temp), which lives
 	// on the session's pinned connection only, never on every worker.
 	temp bool
@@ -161,6 +164,9 @@ func classify(sql string) class {
 			if lx.sawSQLText {
 				c.hidden = true
 			}
+			if lx.sawNotify {
+				c.notify = true
+			}
 			if w := lx.words[:n]; interesting(w) {
 				upper := make([]string, n)
 				for i, x := range w {
@@ -175,7 +181,7 @@ func classify(sql string) class {
 				resets = resets || op.resets()
 			}
 		}
-		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText = "", "", false, false
+		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify = "", "", false, false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -731,6 +737,7 @@ type lexer struct {
 	sawUserCall    bool   // a call of a function that is not built in
 	sawSQLText     bool   // a call of a built-in that runs SQL given as text
 	sawAllTables   bool   // a call of a built-in that reads every table (schema_to_xml)
+	sawNotify      bool   // a call of pg_notify
 	prev           string // the word before the current one, "" after punctuation
 }
 
@@ -974,6 +981,9 @@ func (lx *lexer) noteCall(w string) {
 		buf[i] = c
 	}
 	name := buf[:len(w)]
+	if string(name) == "PG_NOTIFY" {
+		lx.sawNotify = true
+	}
 	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
 		lx.sawSessionFunc = why
 	}

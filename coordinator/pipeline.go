@@ -70,6 +70,13 @@ func (ss *session) pipelineBlock() error {
 			return errBatchFailed
 		}
 		ss.txBegin, ss.implicitTxn = "BEGIN", true
+		// Portals the pipeline bound there live on: an Execute of one
+		// after the pipeline moved on goes back to its worker.
+		for name := range ss.portals {
+			if _, ok := ss.portalNode[name]; !ok {
+				ss.notePortal(name)
+			}
+		}
 	}
 	return nil
 }
@@ -132,7 +139,10 @@ func (ss *session) settle() error {
 // pipeline's last answer, as PostgreSQL reports a failed commit at Sync.
 func (ss *session) implicitEnd() error {
 	ss.implicitTxn = false
-	if ss.needSync {
+	if ss.sc != nil && (ss.needSync || ss.qhead < len(ss.queue) || len(ss.sc.Buf()) > 0) {
+		// What the worker was sent (or is to be sent: the failing Parse
+		// after an error of the coordinator's, synthError) is answered
+		// first; then its status says whether the pipeline failed.
 		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
 		ss.push(expect{kind: eSwallow, term: tSync})
 		if err := ss.roundTrip(); err != nil {
@@ -186,5 +196,53 @@ func (ss *session) implicitEndOne(commit bool) error {
 	if err != nil {
 		return pgerr.FromWorker(pe)
 	}
+	return nil
+}
+
+// queryInPipeline refuses a simple Query sent inside a pipeline that runs
+// over several workers outside a transaction block (before its Sync).
+// PostgreSQL would run the query in the pipeline's implicit transaction
+// and commit both; here the pipeline's transaction is rolled back on
+// every worker, as PostgreSQL rolls it back when such a query fails, and
+// the client gets 0A000 and ReadyForQuery idle: the rest of the pipeline
+// runs afresh, as after a failed query on PostgreSQL.
+func (ss *session) queryInPipeline() error {
+	ss.implicitTxn = false
+	errs := ss.workerErrs
+	if ss.sc != nil && (ss.needSync || ss.qhead < len(ss.queue) || len(ss.sc.Buf()) > 0) {
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		if err := ss.roundTrip(); err != nil {
+			return err
+		}
+	} else {
+		ss.emitSynth()
+	}
+	var err error
+	if ss.sc != nil {
+		if len(ss.parked) == 0 {
+			err = ss.implicitEndOne(false)
+		} else {
+			_, _, err = ss.multiEnd(false, false)
+		}
+	}
+	ss.pendingBegin, ss.pendingFailed = "", false
+	if err != nil {
+		if er := pgerr.Flatten(err); er.Severity == "FATAL" {
+			return err
+		}
+	}
+	if ss.workerErrs != errs {
+		// A statement before the query failed: PostgreSQL skips the
+		// query with the rest of the pipeline, up to its Sync.
+		ss.skipping = true
+		return nil
+	}
+	ss.skipping = false
+	e := pgerr.New(pgerr.FeatureNotSupported,
+		"a simple Query inside a pipeline that runs on several workers outside a transaction block is not supported; the pipeline's statements before it were rolled back").
+		WithHint("Send Sync before the query, or wrap the pipeline in BEGIN ... COMMIT.")
+	ss.out, _ = pgerr.Flatten(e).Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
 }

@@ -3,10 +3,13 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -15,7 +18,8 @@ import (
 // returns, per statement, its rows and command tag or its SQLSTATE, then
 // the batch's own error.
 func batchRun(c *pgx.Conn, stmts []string) []string {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	b := &pgx.Batch{}
 	for _, s := range stmts {
 		b.Queue(s)
@@ -269,5 +273,152 @@ func TestBatchBeginWithModes(t *testing.T) {
 			t.Errorf("%v: transaction %q read only %q, want repeatable read, on", mode, iso, ro)
 		}
 		exec(t, c, "ROLLBACK")
+	}
+}
+
+// pipeRaw sends msgs as they are (no Sync added) and reads until the
+// zs-th ReadyForQuery: the answers as short strings ("row v", "error
+// CODE", "Z status", "C tag").
+func pipeRaw(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
+	t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	_ = c.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := c.fe.Flush(); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	var out []string
+	for zs > 0 {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			t.Fatalf("receive: %v (answers so far: %q)", err, out)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			out = append(out, "row "+string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			out = append(out, "error "+m.Code)
+		case *pgproto3.CommandComplete:
+			out = append(out, "C "+string(m.CommandTag))
+		case *pgproto3.ReadyForQuery:
+			out = append(out, "Z "+string(m.TxStatus))
+			zs--
+		}
+	}
+	return out
+}
+
+// TestPipelineAcrossWorkersEdges: what an adversary found in pipelines over
+// several workers. A SET, or a statement the coordinator refuses, after the
+// pipeline went to a second worker: the refusal and ReadyForQuery idle,
+// nothing kept (both hung, a prepared transaction left on a worker); a
+// simple Query in the middle of such a pipeline: refused, the pipeline's
+// writes before it rolled back, what follows runs (the session was left
+// in a transaction block); a named portal bound before the pipeline moved
+// on is still there; a Parse and Close of one name skipped after an error
+// leave no statement (26000, as PostgreSQL); pg_notify() in a statement on
+// a shard: 0A000 (its notification was lost on the shard's worker).
+func TestPipelineAcrossWorkersEdges(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	setup := connect(t, srv.Addr())
+	testTable(t, setup, "pe_d", "(k int PRIMARY KEY, v text)", "SELECT create_distributed_table('pe_d', 'k', shard_count => 4)")
+	// Keys 1 to 8 fall on both workers (4 shards over 2).
+	rows := func() string {
+		return queryString(t, setup, "SELECT coalesce(string_agg(k::text, ',' ORDER BY k), '') FROM pe_d")
+	}
+	many := func(from, to int) []string {
+		var s []string
+		for k := from; k <= to; k++ {
+			s = append(s, fmt.Sprintf("INSERT INTO pe_d VALUES (%d, 'p')", k))
+		}
+		return s
+	}
+
+	c := connect(t, srv.Addr())
+	for _, stmts := range [][]string{
+		append([]string{"SET statement_timeout = 1234"}, many(1, 8)...),
+		append(append(many(1, 8), "SET statement_timeout = 1234"), many(9, 16)...),
+		{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "UPDATE pe_d SET v = v || '!' RETURNING k"},
+		{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "SAVEPOINT a"},
+	} {
+		exec(t, setup, "TRUNCATE pe_d")
+		res := batchRun(c, stmts)
+		if !strings.Contains(strings.Join(res, " "), "error") {
+			t.Errorf("%q: %q, want an error", stmts, res)
+		}
+		if st := c.PgConn().TxStatus(); st != 'I' {
+			t.Errorf("%q: status %c, want I", stmts, st)
+		}
+		if got := rows(); got != "" {
+			t.Errorf("%q: rows kept %s, want none", stmts, got)
+		}
+		if got := queryString(t, c, "SELECT count(*)::text FROM pe_d"); got != "0" {
+			t.Errorf("%q: the session afterwards: %s", stmts, got)
+		}
+	}
+	if got := queryString(t, setup, "SELECT count(*)::text FROM pg_prepared_xacts"); got != "0" {
+		t.Errorf("prepared transactions left: %s", got)
+	}
+
+	exec(t, setup, "TRUNCATE pe_d")
+	p := protoDial(t, srv.Addr(), "raw")
+	ins := func(k int) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: fmt.Sprintf("INSERT INTO pe_d VALUES (%d, 'r')", k)}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	var msgs []pgproto3.FrontendMessage
+	for k := 1; k <= 6; k++ {
+		msgs = append(msgs, ins(k)...)
+	}
+	msgs = append(msgs, &pgproto3.Query{String: "SELECT 1"})
+	msgs = append(msgs, ins(30)...)
+	msgs = append(msgs, &pgproto3.Sync{})
+	got := pipeRaw(t, p, 2, msgs...)
+	if strings.Join(got, " ") != "C INSERT 0 1 C INSERT 0 1 C INSERT 0 1 C INSERT 0 1 C INSERT 0 1 C INSERT 0 1 error 0A000 Z I C INSERT 0 1 Z I" {
+		t.Errorf("a Query inside a pipeline over several workers: %q", got)
+	}
+	if got := rows(); got != "30" {
+		t.Errorf("rows after it: %s, want the statement after the Query's only", got)
+	}
+	exec(t, setup, "TRUNCATE pe_d")
+
+	// A named portal bound, then the pipeline moves on, then the portal.
+	got = pipeRaw(t, p, 0, // the rest of this pipeline follows
+		&pgproto3.Parse{Name: "pe_s1", Query: "SELECT g FROM generate_series(1, 3) g, pe_d WHERE pe_d.k = 1 ORDER BY g"},
+		&pgproto3.Parse{Query: "INSERT INTO pe_d VALUES (1, 'q')"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Bind{DestinationPortal: "pe_p1", PreparedStatement: "pe_s1"}, &pgproto3.Execute{Portal: "pe_p1", MaxRows: 1})
+	_ = got
+	var tail []pgproto3.FrontendMessage
+	for k := 2; k <= 8; k++ {
+		tail = append(tail, ins(k)...)
+	}
+	tail = append(tail, &pgproto3.Execute{Portal: "pe_p1", MaxRows: 1}, &pgproto3.Sync{})
+	got = pipeRaw(t, p, 1, tail...)
+	if !slices.Contains(got, "row 2") || slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "error") }) {
+		t.Errorf("a named portal after the pipeline moved to another worker: %q, want its next row", got)
+	}
+	if got := rows(); got != "1,2,3,4,5,6,7,8" {
+		t.Errorf("rows after the pipeline with a portal: %s", got)
+	}
+
+	// Parse and Close of one name, skipped after an error.
+	got = pipeRaw(t, p, 1, &pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Name: "pe_s3", Query: "SELECT 3"}, &pgproto3.Close{ObjectType: 'S', Name: "pe_s3"}, &pgproto3.Sync{})
+	if strings.Join(got, " ") != "error 22012 Z I" {
+		t.Errorf("skipped Parse and Close: %q", got)
+	}
+	got = pipeRaw(t, p, 1, &pgproto3.Bind{PreparedStatement: "pe_s3"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if strings.Join(got, " ") != "error 26000 Z I" {
+		t.Errorf("the statement whose Parse was skipped: %q, want 26000", got)
+	}
+
+	// pg_notify() on a shard's worker.
+	if _, err := c.Exec(ctx, "SELECT pg_notify('pe_ch', v) FROM pe_d WHERE k = 2"); sqlState(err) != "0A000" {
+		t.Errorf("pg_notify() in a routed statement: %v, want 0A000", err)
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_notify('pe_ch', 'x')"); err != nil {
+		t.Errorf("pg_notify() on its own: %v", err)
 	}
 }

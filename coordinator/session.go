@@ -910,6 +910,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	// refusal failed, would fail and take the session for one whose
 	// state changed).
 	ss.verifyNext = false
+	if ss.implicitTxn {
+		return ss.queryInPipeline()
+	}
 	sql, _, ok := wire.CBytes(body)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Query message")
@@ -1031,6 +1034,9 @@ func (ss *session) simpleQuery(body []byte) error {
 			return ss.insertSelectRows(ptext, sf)
 		}
 		return ss.queryError(ss.workerVerdict(text, nil, err))
+	}
+	if cls.notify && p.Kind != planner.Default {
+		return ss.queryError(errNotifyElsewhere)
 	}
 	if cls.seqFn != "" {
 		if p.Kind != planner.Default && p.Kind != planner.Router {
@@ -1470,6 +1476,9 @@ func (ss *session) parse(body []byte) error {
 	}
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
+	}
+	if err == nil && st.cls.notify && sp.plan.Kind != planner.Default {
+		err = errNotifyElsewhere
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {
 		err = ss.extendedObjectDDL(st.Query)
@@ -2016,10 +2025,16 @@ func (ss *session) drain() error {
 			if e.term == tQuery {
 				continue
 			}
-			for ss.qhead < len(ss.queue) && ss.queue[ss.qhead].term != tSync {
-				ss.undo(&ss.queue[ss.qhead])
-				ss.qhead++
+			// Skipped to the Sync: undone latest first (a Parse and a
+			// Close of one name put back what was there before both).
+			end := ss.qhead
+			for end < len(ss.queue) && ss.queue[end].term != tSync {
+				end++
 			}
+			for i := end - 1; i >= ss.qhead; i-- {
+				ss.undo(&ss.queue[i])
+			}
+			ss.qhead = end
 			if ss.qhead == len(ss.queue) {
 				ss.skipping = true // the Sync is still to come
 			}
@@ -2702,6 +2717,14 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 	}
 	return true
 }
+
+// errNotifyElsewhere refuses pg_notify() in a statement over distributed
+// or reference tables: it would run on the worker of the rows, whose
+// listeners are not the coordinators' (LISTEN runs on the default node),
+// and the notification would be lost.
+var errNotifyElsewhere = pgerr.New(pgerr.FeatureNotSupported,
+	"pg_notify() in a statement over distributed or reference tables is not supported: its notification would not reach listeners").
+	WithHint("Call pg_notify() (or NOTIFY) in a statement of its own.")
 
 var errFailedTxn = pgerr.New(pgerr.InFailedSQLTransaction,
 	"current transaction is aborted, commands ignored until end of transaction block")
