@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -158,5 +159,22 @@ func TestTempObjectDDL(t *testing.T) {
 	other := connect(t, srv.Addr())
 	if _, err := other.Exec(ctx, "SELECT 'meh'::pg_temp.tt_mood"); err == nil {
 		t.Error("another session sees the temporary type")
+	}
+
+	// A temporary table made in a transaction that spans workers: its
+	// COMMIT cannot be two-phase (PostgreSQL refuses to PREPARE it):
+	// 0A000 with a hint, nothing kept.
+	testTable(t, other, "tt_d", "(k int PRIMARY KEY)", "SELECT create_distributed_table('tt_d', 'k', shard_count => 4)")
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, other, "BEGIN", simple)
+	exec(t, other, "INSERT INTO tt_d VALUES (1), (2), (3), (4), (5), (6), (7), (8)", simple)
+	exec(t, other, "CREATE TEMP TABLE tt_scratch (a int)", simple)
+	_, err := other.Exec(ctx, "COMMIT", simple)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" || !strings.Contains(pe.Hint, "temporary") {
+		t.Errorf("COMMIT of a spanning transaction with a temporary table: %v, want 0A000 with a hint", err)
+	}
+	if got := queryString(t, connect(t, srv.Addr()), "SELECT count(*)::text FROM tt_d"); got != "0" {
+		t.Errorf("rows of the refused transaction: %s", got)
 	}
 }

@@ -314,8 +314,8 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 }
 
 // unpreparable adds what to do to a worker's refusal to prepare a
-// transaction at all (0A000: it ran LISTEN, UNLISTEN or NOTIFY, which
-// PostgreSQL commits only in one phase).
+// transaction at all (0A000: it ran LISTEN, UNLISTEN or NOTIFY, or used
+// temporary objects, which PostgreSQL commits only in one phase).
 func unpreparable(err error) error {
 	var wpe *pgconn.PgError
 	if !errors.As(err, &wpe) || wpe.Code != pgerr.FeatureNotSupported {
@@ -324,6 +324,9 @@ func unpreparable(err error) error {
 	e := pgerr.FromWorker(wpe)
 	e.Message += "; the transaction spans several workers, commits with two-phase commit, and was rolled back"
 	e.Hint = "Send NOTIFY, pg_notify(), LISTEN and UNLISTEN in a transaction of their own, or keep the transaction to rows on one worker."
+	if strings.Contains(wpe.Message, "temporary") {
+		e.Hint = "Make and use temporary objects outside transactions that span workers, or keep the transaction to rows on one worker."
+	}
 	return e
 }
 
