@@ -143,10 +143,11 @@ func classify(sql string) class {
 				c.resetNotLast = true
 			}
 			nops := len(c.ops)
-			switch lx.words[0] {
-			case "CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE":
+			// (In any case: "drop table t" was not taken for DDL.)
+			switch {
+			case oneOf(lx.words[0], "CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE"):
 				c.ddl = true
-			case "COMMIT", "END", "ROLLBACK", "ABORT", "PREPARE":
+			case oneOf(lx.words[0], "COMMIT", "END", "ROLLBACK", "ABORT", "PREPARE"):
 				c.endLike = true
 			}
 			if quietStatement(lx.words[0]) {
@@ -376,6 +377,16 @@ func beginHasModes(sql string) bool {
 		return !strings.EqualFold(w, "WORK") && !strings.EqualFold(w, "TRANSACTION")
 	}
 	return true
+}
+
+// oneOf reports whether w is one of the upper-case keywords ks, in any case.
+func oneOf(w string, ks ...string) bool {
+	for _, k := range ks {
+		if len(w) == len(k) && strings.EqualFold(w, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // upperWord is w in upper case, without allocating when it already is.

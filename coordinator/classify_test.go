@@ -271,3 +271,22 @@ func TestBeginHasModes(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyDDLAnyCase: DDL and transaction ends are seen in any case
+// ("drop table t" was not taken for DDL: statements prepared before it
+// were used after it; adversary).
+func TestClassifyDDLAnyCase(t *testing.T) {
+	for _, sql := range []string{"drop table t", "Create Type x AS ENUM ('a')", "alter table t add column c int", "comment on table t is 'x'", "grant select on t to u"} {
+		if c := classify(sql); !c.ddl {
+			t.Errorf("classify(%q).ddl = false", sql)
+		}
+	}
+	for _, sql := range []string{"rollback to s", "commit prepared 'x'", "end", "abort"} {
+		if c := classify(sql); !c.endLike {
+			t.Errorf("classify(%q).endLike = false", sql)
+		}
+	}
+	if c := classify("select 1"); c.ddl || c.endLike {
+		t.Errorf("classify(select 1) = %+v", c)
+	}
+}

@@ -85,6 +85,23 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		t.Errorf("the failed constraint on the workers: %v, want none", got)
 	}
 	exec(t, c, "ALTER DOMAIN od_pos DROP CONSTRAINT pos", simple)
+	// A function made in a transaction block leaves the transaction's
+	// settings as they were on every worker (check_function_bodies was
+	// left off on the others, and multi-shard queries were refused after
+	// it as after a SET; adversary).
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "CREATE FUNCTION od_f9() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 2'", simple)
+	if got := queryString(t, c, "SELECT count(*)::text FROM od_t"); got != "8" {
+		t.Errorf("a multi-shard count after CREATE FUNCTION in the transaction: %s, want 8", got)
+	}
+	if got := queryString(t, c, "SELECT string_agg(DISTINCT current_setting('check_function_bodies'), ',') FROM od_t"); got != "on" {
+		t.Errorf("check_function_bodies on the shards' workers in the transaction: %s, want on", got)
+	}
+	exec(t, c, "COMMIT", simple)
+	if got := onEvery("SELECT (to_regprocedure('od_f9()') IS NOT NULL)::text"); slices.ContainsFunc(got, func(v string) bool { return v != "true" }) {
+		t.Errorf("the function made in a transaction, on the workers: %v", got)
+	}
+	exec(t, c, "DROP FUNCTION od_f9()", simple)
 	// A type made and changed in one transaction block (pgx's
 	// TestLoadCompositeType; migrations), then rolled back: gone everywhere.
 	exec(t, c, "BEGIN", simple)

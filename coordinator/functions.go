@@ -514,7 +514,7 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 				return ss.queryError(err)
 			}
 		}
-		text, relay := other, func(byte, []byte) {}
+		text, relay := shards.InClientTxn(other), func(byte, []byte) {}
 		if i == 0 {
 			text = sql
 			relay = func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) }
@@ -534,7 +534,9 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 				e.Message += fmt.Sprintf(" (on worker %s)", ss.srv.nodeAddr(node))
 			}
 			ss.out = append(ss.out, extra...)
-			ss.out, _ = pgerr.Flatten(e).Encode(ss.out)
+			er := pgerr.Flatten(e)
+			userNames(ss.srv.catalog.Load(), er) // a shard's rows: the table's name
+			ss.out, _ = er.Encode(ss.out)
 			ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 			return nil
 		}

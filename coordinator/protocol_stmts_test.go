@@ -468,4 +468,24 @@ func TestStatementsAfterDDL(t *testing.T) {
 	if err := a.QueryRow(ctx, q, 1).Scan(&x, &y, &z, &w); err != nil {
 		t.Errorf("a's statement prepared again: %v", err)
 	}
+
+	// The table made again by statements in lower case, in the simple
+	// protocol (not taken for DDL, the epoch did not move; adversary): a
+	// new client's statement gets the new shape.
+	const q2 = "SELECT * FROM sd_cols2"
+	exec(t, a, "DROP TABLE IF EXISTS sd_cols2; CREATE TABLE sd_cols2 (a int, b text); INSERT INTO sd_cols2 VALUES (1, 'x')")
+	t.Cleanup(func() { _, _ = a.Exec(context.Background(), "DROP TABLE IF EXISTS sd_cols2") })
+	first := connect(t, srv.Addr())
+	var n int
+	var txt string
+	if err := first.QueryRow(ctx, q2).Scan(&n, &txt); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, a, "drop table sd_cols2") // lower case: was not taken for DDL
+	exec(t, a, "create table sd_cols2 (z text, a int, y int)")
+	exec(t, a, "insert into sd_cols2 values ('q', 1, 2)")
+	var m int
+	if err := connect(t, srv.Addr()).QueryRow(ctx, q2).Scan(&txt, &n, &m); err != nil || txt != "q" {
+		t.Errorf("a new client's statement after a string of DDL: %q %v", txt, err)
+	}
 }

@@ -441,6 +441,12 @@ func (ss *session) run() {
 			ss.fatal(err)
 			return
 		}
+		if ss.ddlSent && !ss.needSync && ss.txStatus() == 'I' {
+			// DDL ended outside the session's connection (the Citus
+			// functions, object DDL on every worker, a string of several
+			// statements): its transaction is over all the same.
+			ss.ddlDone()
+		}
 	}
 }
 
@@ -929,6 +935,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		ctext = escapeStrings(text)
 	}
 	cls := classify(ctext)
+	ss.ddlSent = ss.ddlSent || cls.ddl
 	if cls.count > 1 && ss.routes {
 		if snap := ss.srv.catalog.Load(); snap != nil {
 			failed := ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E'
@@ -999,7 +1006,6 @@ func (ss *session) simpleQuery(body []byte) error {
 	// and no snapshot (which would fail there, and leave the session
 	// taken for one whose state changed).
 	ss.verifyNext = cls.verify && ss.pinned == "" && !(cls.count == 1 && ss.txStatus() == 'E')
-	ss.ddlSent = ss.ddlSent || cls.ddl
 	if cls.hidden {
 		if err := ss.refuseHidden(text); err != nil {
 			return ss.queryError(err)

@@ -93,6 +93,19 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 	return other, nil
 }
 
+// bodyCheckOff starts the other nodes' form of a function's DDL: their
+// transaction is pgfleet's own outside a client's transaction block.
+const bodyCheckOff = "SET LOCAL check_function_bodies = off; "
+
+// InClientTxn is the other nodes' form of object DDL (ClassifyObjectDDL's
+// other) for a client's transaction block, whose settings it must leave
+// as they are: without turning check_function_bodies off, so a function
+// whose body the node cannot check is left out there (best effort, as
+// one that cannot be made at all).
+func InClientTxn(other string) string {
+	return strings.TrimPrefix(other, bodyCheckOff)
+}
+
 func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok bool) {
 	deparse := func() (string, bool) {
 		s, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
@@ -123,7 +136,7 @@ func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok b
 		// A function whose signature or body names what only the default
 		// node has (a local table's row type) stays missing where it cannot
 		// be created, as before: queries calling it there fail.
-		return "SET LOCAL check_function_bodies = off; DO $pgfleet$ BEGIN " + s +
+		return bodyCheckOff + "DO $pgfleet$ BEGIN " + s +
 			"; EXCEPTION WHEN OTHERS THEN NULL; END $pgfleet$", true
 	}
 	switch {
