@@ -2,6 +2,7 @@ package pooling
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -157,12 +158,17 @@ func (c *ServerConn) Exec(sql string, deadline time.Time, onStatus func(body []b
 }
 
 // Readable reports, without blocking, whether the server has sent bytes
-// not read yet (buffered, or waiting on the socket).
+// not read yet (buffered, or waiting on the socket). Over TLS only what
+// is buffered counts: bytes on the socket may be a TLS record that is no
+// message (a session ticket), and reading would wait.
 func (c *ServerConn) Readable() bool {
 	if c.R.Buffered() > 0 {
 		return true
 	}
-	sc, ok := rawConn(c.conn).(syscall.Conn)
+	if _, isTLS := c.conn.(*tls.Conn); isTLS {
+		return false
+	}
+	sc, ok := c.conn.(syscall.Conn)
 	if !ok {
 		return false
 	}
