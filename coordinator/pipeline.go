@@ -139,17 +139,8 @@ func (ss *session) settle() error {
 // pipeline's last answer, as PostgreSQL reports a failed commit at Sync.
 func (ss *session) implicitEnd() error {
 	ss.implicitTxn = false
-	if ss.sc != nil && (ss.needSync || ss.qhead < len(ss.queue) || len(ss.sc.Buf()) > 0) {
-		// What the worker was sent (or is to be sent: the failing Parse
-		// after an error of the coordinator's, synthError) is answered
-		// first; then its status says whether the pipeline failed.
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
-			return err
-		}
-	} else {
-		ss.emitSynth()
+	if err := ss.answerQueued(); err != nil {
+		return err
 	}
 	if ss.sc == nil {
 		// No worker was taken in (the first statement failed).
@@ -157,15 +148,8 @@ func (ss *session) implicitEnd() error {
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 		return nil
 	}
-	commit := ss.sc.TxStatus == 'T' && !ss.txFailed
-	var err error
-	if len(ss.parked) == 0 {
-		err = ss.implicitEndOne(commit)
-	} else {
-		var extra []byte
-		_, extra, err = ss.multiEnd(commit, false)
-		ss.out = append(ss.out, extra...)
-	}
+	extra, err := ss.endBlock(ss.sc.TxStatus == 'T' && !ss.txFailed)
+	ss.out = append(ss.out, extra...)
 	if err != nil {
 		er := pgerr.Flatten(err)
 		if er.Severity == "FATAL" {
@@ -176,6 +160,32 @@ func (ss *session) implicitEnd() error {
 	}
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
+}
+
+// answerQueued has the current worker answer what the pipeline queued for
+// it (a hidden Sync; the failing Parse of a refusal of the coordinator's,
+// synthError, included), so that its status then says whether the
+// pipeline failed; with nothing queued, the coordinator's own answers go
+// out.
+func (ss *session) answerQueued() error {
+	if ss.sc != nil && (ss.needSync || ss.qhead < len(ss.queue) || len(ss.sc.Buf()) > 0) {
+		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+		ss.push(expect{kind: eSwallow, term: tSync})
+		return ss.roundTrip()
+	}
+	ss.emitSynth()
+	return nil
+}
+
+// endBlock ends pgfleet's transaction block of a pipeline: committed
+// (two-phase over several workers) or rolled back on every worker. extra
+// holds notices for the client (a COMMIT PREPARED left to recovery).
+func (ss *session) endBlock(commit bool) (extra []byte, err error) {
+	if len(ss.parked) == 0 {
+		return nil, ss.implicitEndOne(commit)
+	}
+	_, extra, err = ss.multiEnd(commit, false)
+	return extra, err
 }
 
 // implicitEndOne ends a pipeline's transaction block that stayed on one
@@ -209,22 +219,12 @@ func (ss *session) implicitEndOne(commit bool) error {
 func (ss *session) queryInPipeline() error {
 	ss.implicitTxn = false
 	errs := ss.workerErrs
-	if ss.sc != nil && (ss.needSync || ss.qhead < len(ss.queue) || len(ss.sc.Buf()) > 0) {
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
-			return err
-		}
-	} else {
-		ss.emitSynth()
+	if err := ss.answerQueued(); err != nil {
+		return err
 	}
 	var err error
 	if ss.sc != nil {
-		if len(ss.parked) == 0 {
-			err = ss.implicitEndOne(false)
-		} else {
-			_, _, err = ss.multiEnd(false, false)
-		}
+		_, err = ss.endBlock(false)
 	}
 	ss.pendingBegin, ss.pendingFailed = "", false
 	if err != nil {
