@@ -506,13 +506,8 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 	var tag string
 	var extra []byte // the default node's notices and parameter changes
 	for i, node := range nodes {
-		if err := ss.acquire(context.Background(), node); err != nil {
+		if err := ss.takeIn(node); err != nil {
 			return ss.queryError(err)
-		}
-		if ss.pendingBegin != "" {
-			if err := ss.startPending(); err != nil {
-				return ss.queryError(err)
-			}
 		}
 		text, relay := shards.InClientTxn(other), func(byte, []byte) {}
 		if i == 0 {

@@ -96,9 +96,7 @@ func (ss *session) implicitPipeline() error {
 	if ss.sc != nil && ss.needSync && !ss.batchWork {
 		// Only Parse or Describe used the connection: answered, and
 		// given back outside a transaction block.
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
+		if err := ss.hiddenSync(); err != nil {
 			return err
 		}
 	}
@@ -119,9 +117,7 @@ func (ss *session) implicitPipeline() error {
 // caller to answer.
 func (ss *session) settle() error {
 	errs := ss.workerErrs
-	ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-	ss.push(expect{kind: eSwallow, term: tSync})
-	if err := ss.roundTrip(); err != nil {
+	if err := ss.hiddenSync(); err != nil {
 		return err
 	}
 	if ss.workerErrs != errs {
@@ -169,9 +165,7 @@ func (ss *session) implicitEnd() error {
 // out.
 func (ss *session) answerQueued() error {
 	if ss.sc != nil && (ss.needSync || ss.qhead < len(ss.queue) || len(ss.sc.Buf()) > 0) {
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		return ss.roundTrip()
+		return ss.hiddenSync()
 	}
 	ss.emitSynth()
 	return nil

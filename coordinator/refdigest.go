@@ -204,16 +204,24 @@ func (ss *session) refCaptureRun(b []byte) (*refCapture, error) {
 // copy's answer. A worker's error or a difference fails the transaction
 // block: werr is what the client gets then (an ErrorResponse body, or
 // FATAL-free pgerr), err a lost connection.
+// takeIn makes node the current worker of the client's transaction block
+// (simple protocol): taken in if it is not yet, its BEGIN sent if the
+// block has not reached a worker.
+func (ss *session) takeIn(node int32) error {
+	if err := ss.acquire(context.Background(), node); err != nil {
+		return err
+	}
+	if ss.pendingBegin != "" {
+		return ss.startPending()
+	}
+	return nil
+}
+
 func (ss *session) refInTxn(d refDigest, table string, nodes []int32, b []byte) (last *refCapture, fail error, err error) {
 	var first string
 	for i, node := range nodes {
-		if err := ss.acquire(context.Background(), node); err != nil {
+		if err := ss.takeIn(node); err != nil {
 			return nil, err, nil
-		}
-		if ss.pendingBegin != "" {
-			if err := ss.startPending(); err != nil {
-				return nil, err, nil
-			}
 		}
 		c, err := ss.refCaptureRun(b)
 		if err != nil {

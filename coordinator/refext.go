@@ -311,11 +311,6 @@ func (ss *session) portalRan(sp *scatterPortal) bool {
 // is answered with an error instead (ok false). Then the answers so far
 // go out. err is a lost connection.
 func (ss *session) writePortalReady(inTxn bool) (ok bool, err error) {
-	hiddenSync := func() error {
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		return ss.roundTrip()
-	}
 	if inTxn {
 		if ss.sc != nil && ss.needSync {
 			// Statements of this pipeline ran there: answered first
@@ -333,7 +328,7 @@ func (ss *session) writePortalReady(inTxn bool) (ok bool, err error) {
 		}
 	} else {
 		if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
-			if err := hiddenSync(); err != nil {
+			if err := ss.hiddenSync(); err != nil {
 				return false, err
 			}
 		}

@@ -635,9 +635,7 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		// Only Parse or Describe used the held connection in this batch:
 		// answer them with a hidden Sync (outside a transaction block,
 		// that ends the implicit transaction and gives the connection back).
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
+		if err := ss.hiddenSync(); err != nil {
 			return err
 		}
 	}

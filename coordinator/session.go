@@ -531,9 +531,7 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 	if ss.sc != nil && node != ss.node && ss.sc.TxStatus == 'I' && !ss.batchWork {
 		// Only a Parse or Describe of this batch used the connection: end
 		// that implicit transaction with a hidden Sync and move.
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
+		if err := ss.hiddenSync(); err != nil {
 			return err
 		}
 	}
@@ -1278,6 +1276,16 @@ func (ss *session) startPending() error {
 }
 
 // roundTrip sends what is queued for the server and relays its answers.
+// hiddenSync ends what the session sent the held connection in this batch
+// with a Sync of its own, whose ReadyForQuery the client does not see, and
+// reads the answers (outside a transaction block that ends the implicit
+// transaction; inside, the block stays open).
+func (ss *session) hiddenSync() error {
+	ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+	ss.push(expect{kind: eSwallow, term: tSync})
+	return ss.roundTrip()
+}
+
 func (ss *session) roundTrip() error {
 	if err := ss.sc.Flush(); err != nil {
 		return ss.lostCycle(err)

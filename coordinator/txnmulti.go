@@ -70,9 +70,7 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		// Only Parse or Describe used the current connection in this
 		// batch: answer them with a hidden Sync (the transaction block
 		// stays open) and move.
-		ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
-		ss.push(expect{kind: eSwallow, term: tSync})
-		if err := ss.roundTrip(); err != nil {
+		if err := ss.hiddenSync(); err != nil {
 			return err
 		}
 		if ss.sc == nil || ss.sc.TxStatus != 'T' {

@@ -168,22 +168,28 @@ func (c *ServerConn) Readable() bool {
 	if _, isTLS := c.conn.(*tls.Conn); isTLS {
 		return false
 	}
-	sc, ok := c.conn.(syscall.Conn)
-	if !ok {
-		return false
+	n, _, ok := peekSocket(c.conn)
+	return ok && n > 0
+}
+
+// peekSocket looks at nc's socket without waiting or consuming: n bytes
+// waiting (0 at EOF), or errno (EAGAIN: none); ok false when it cannot
+// look.
+func peekSocket(nc net.Conn) (n int, errno error, ok bool) {
+	sc, isSys := nc.(syscall.Conn)
+	if !isSys {
+		return 0, nil, false
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return 0, nil, false
 	}
-	pending := false
 	var buf [1]byte
-	_ = raw.Read(func(fd uintptr) bool {
-		n, _, _ := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		pending = n > 0
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, errno = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		return true // never wait for readiness
 	})
-	return pending
+	return n, errno, err == nil
 }
 
 // alive reports whether an idle connection still looks usable: nothing is
@@ -193,22 +199,11 @@ func (c *ServerConn) alive() bool {
 	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 {
 		return false
 	}
-	sc, ok := rawConn(c.conn).(syscall.Conn)
-	if !ok {
+	if _, isSys := rawConn(c.conn).(syscall.Conn); !isSys {
 		return true
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	healthy := false
-	var buf [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		healthy = n < 0 && (rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK)
-		return true // never wait for readiness
-	})
-	return err == nil && healthy
+	n, errno, ok := peekSocket(rawConn(c.conn))
+	return ok && n < 0 && (errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK)
 }
 
 // Interrupt makes a blocked read or write on c fail now (for shutdown); the
