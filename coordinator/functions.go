@@ -360,6 +360,11 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	done := func() {}
 	defer func() { done() }()
 	def := ss.srv.defaultNode.Load()
+	if errors.Is(err, shards.ErrIndexLookup) && ss.inTxn() && ss.canTakeInAll() {
+		// Which tables the indexes belong to, the transaction's default
+		// node knows (an index it made is not visible elsewhere).
+		return true, ss.tableDDLInTxn(sql, snap)
+	}
 	if errors.Is(err, shards.ErrIndexLookup) {
 		if conns, done, err = ss.nodeConns(ctx); err != nil {
 			return true, ss.queryError(err)
@@ -377,9 +382,12 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		return false, nil
 	}
 	if ss.inTxn() {
+		if ss.canTakeInAll() {
+			return true, ss.tableDDLInTxn(sql, snap)
+		}
 		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"DDL on distributed or reference tables inside a transaction block is not supported").
-			WithHint("Run it outside BEGIN ... COMMIT, on its own: it runs on every shard, all or nothing."))
+			"DDL on distributed or reference tables is not supported in this transaction block: it cannot take in the other workers").
+			WithHint("Run it outside BEGIN ... COMMIT, or before SET in the transaction: it runs on every shard, all or nothing."))
 	}
 	if conns == nil {
 		if conns, done, err = ss.nodeConns(ctx); err != nil {
@@ -455,7 +463,7 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 		return false, nil
 	}
 	if ss.inTxn() {
-		if ss.pinned == "" && !ss.txSet && len(ss.pending) == 0 && (ss.sc == nil || ss.txBegin != "") {
+		if ss.canTakeInAll() {
 			return true, ss.objectDDLInTxn(sql, other, snap)
 		}
 		// A transaction that cannot take in other workers (pinned, after
@@ -542,12 +550,100 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 	return nil
 }
 
+// canTakeInAll reports whether the session's transaction block can take
+// in every worker for DDL: not pinned, no SET in it, its BEGIN a statement
+// of its own (or not sent yet).
+func (ss *session) canTakeInAll() bool {
+	return ss.pinned == "" && !ss.txSet && len(ss.pending) == 0 && (ss.sc == nil || ss.txBegin != "")
+}
+
+// tableDDLInTxn runs DDL of distributed and reference tables (what
+// shards.DDLTables recognises: ALTER TABLE, CREATE and DROP INDEX,
+// TRUNCATE) inside the client's transaction block, as migration tools send
+// it: every active worker is taken into the transaction (the default node
+// first), and the statement runs there as outside a block (the shell,
+// then every shard's placement; shards.RunDDLInTxn), on the transaction's
+// own connections lent to pgx for the statement. The client's COMMIT makes
+// it on every worker (two-phase commit), ROLLBACK on none; an error on
+// any worker fails the transaction, as PostgreSQL's statement would. Later
+// statements of the transaction see the change on every worker; other
+// sessions wait on the tables' locks until the transaction ends, as on
+// PostgreSQL.
+func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
+	def := ss.srv.defaultNode.Load()
+	nodes := []int32{def}
+	for _, id := range slices.Sorted(slices.Values(shards.ActiveNodes(snap))) {
+		if id != def {
+			nodes = append(nodes, id)
+		}
+	}
+	for _, node := range nodes {
+		if err := ss.takeIn(node); err != nil {
+			return ss.queryError(err)
+		}
+	}
+	held := map[int32]*pooling.ServerConn{ss.node: ss.sc}
+	for _, p := range ss.parked {
+		held[p.node] = p.sc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	conns := map[int32]*pgx.Conn{}
+	var lost error
+	giveBack := func() {
+		for _, c := range conns {
+			if err := pooling.GiveBack(context.Background(), c); err != nil && lost == nil {
+				lost = err
+			}
+		}
+	}
+	var tag string
+	var err error
+	for _, node := range nodes {
+		var c *pgx.Conn
+		if c, err = pooling.Borrow(ctx, held[node]); err != nil {
+			lost = err
+			break
+		}
+		conns[node] = c
+	}
+	if err == nil {
+		if err = checkDDLValuesIn(ctx, conns[def], sql, true); err == nil {
+			tag, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql)
+		}
+	}
+	giveBack()
+	if lost != nil {
+		// A connection of the transaction was lost: it cannot commit.
+		// The session ends (its connections are released, the
+		// transaction rolled back on every worker), as when the
+		// current one is lost.
+		return ss.lostServer(lost)
+	}
+	if err != nil {
+		ss.txFailed = true
+		return ss.queryError(err)
+	}
+	ss.srv.stmtEpoch.Add(1) // the shards changed on the transaction's connections
+	ss.txScatter = &scatterCache{}
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+	ss.out, _ = cc.Encode(ss.out)
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	return nil
+}
+
 // checkDDLValues refuses (0A000) an ALTER TABLE of a distributed or
 // reference table whose ADD COLUMN ... DEFAULT or ALTER COLUMN ... TYPE
 // ... USING expression each shard or copy would compute on its own worker
 // unless PostgreSQL finds it immutable (planner.DDLValueChecks): the check
 // runs on the default node's (empty) table in a transaction rolled back.
 func checkDDLValues(ctx context.Context, c *pgx.Conn, sql string) error {
+	return checkDDLValuesIn(ctx, c, sql, false)
+}
+
+// checkDDLValuesIn is checkDDLValues on c, inside a transaction block
+// (inTxn: the check runs in a savepoint rolled back) or not.
+func checkDDLValuesIn(ctx context.Context, c *pgx.Conn, sql string, inTxn bool) error {
 	checks, word := planner.DDLValueChecks(sql)
 	if len(checks) == 0 && !word {
 		return nil
@@ -564,10 +660,14 @@ func checkDDLValues(ctx context.Context, c *pgx.Conn, sql string) error {
 		return refuse("cannot be checked")
 	}
 	pc := c.PgConn()
-	if err := pc.Exec(ctx, "BEGIN").Close(); err != nil {
+	begin, end := "BEGIN", "ROLLBACK"
+	if inTxn {
+		begin, end = "SAVEPOINT pgfleet_check", "ROLLBACK TO SAVEPOINT pgfleet_check; RELEASE SAVEPOINT pgfleet_check"
+	}
+	if err := pc.Exec(ctx, begin).Close(); err != nil {
 		return err
 	}
-	defer func() { _ = pc.Exec(context.Background(), "ROLLBACK").Close() }()
+	defer func() { _ = pc.Exec(context.Background(), end).Close() }()
 	for _, chk := range checks {
 		if _, err := pc.Exec(ctx, chk).ReadAll(); err != nil {
 			return refuse(pgerr.Flatten(err).Message)

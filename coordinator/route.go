@@ -171,15 +171,34 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 // that DDL through another coordinator could have changed.
 func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, error) {
 	var rows [][]*string
-	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
-		q := "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass(" +
-			quoteLiteral(metadata.SQLName(cn.Table)) + ") AND attnum > 0 AND NOT attisdropped"
-		if cn.Copy {
-			q += " AND attgenerated = ''"
+	q := "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass(" +
+		quoteLiteral(metadata.SQLName(cn.Table)) + ") AND attnum > 0 AND NOT attisdropped"
+	if cn.Copy {
+		q += " AND attgenerated = ''"
+	}
+	q += " ORDER BY attnum"
+	var err error
+	if ss.txScatter != nil {
+		// The transaction changed tables: their columns as it sees them,
+		// on its own connection to the default node, between statements.
+		var sc *pooling.ServerConn
+		if def := ss.srv.defaultNode.Load(); ss.sc != nil && ss.node == def {
+			sc = ss.sc
+		} else if i := ss.parkedOn(def); i >= 0 {
+			sc = ss.parked[i].sc
 		}
-		rows, err = queryText(sc, q+" ORDER BY attnum")
-		return err
-	})
+		if sc == nil || ss.needSync || len(sc.Buf()) > 0 {
+			return "", pgerr.New(pgerr.FeatureNotSupported,
+				"an INSERT or COPY without a column list into %s after this transaction changed a distributed or reference table is not supported here", cn.Table).
+				WithHint("Name the columns, or send it with the simple query protocol.")
+		}
+		rows, err = queryText(sc, q)
+	} else {
+		err = ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+			rows, err = queryText(sc, q)
+			return err
+		})
+	}
 	if err != nil {
 		return "", err
 	}

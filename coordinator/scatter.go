@@ -240,6 +240,18 @@ func (c *scatterCache) reset() {
 	c.mu.Unlock()
 }
 
+// scatterCache is where the session's multi-shard plans keep what they
+// learn at run time: the server's, shared by every session; in a
+// transaction block that changed a distributed or reference table
+// (tableDDLInTxn), the session's own until the transaction ends, for its
+// tables have a shape there no other session sees.
+func (ss *session) scatterCache() *scatterCache {
+	if ss.txScatter != nil {
+		return ss.txScatter
+	}
+	return &ss.srv.scatter
+}
+
 func (c *scatterCache) generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -707,6 +719,13 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ss.txScatter != nil {
+		// Described on another connection, which sees the tables as
+		// they were before this transaction changed them.
+		return nil, pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard statement over the extended protocol after this transaction changed a distributed or reference table is not supported").
+			WithHint("Commit the change first, or send the statement with the simple query protocol.")
+	}
 	gen := ss.srv.scatter.generation()
 	old := sp.scatter.Load()
 	if old != nil && old.changed.Load() {
@@ -1123,7 +1142,7 @@ func beyondLimit(m *planner.Merge, err error) error {
 // forgetColumns drops the partial column count learnt for a select list
 // with a *: the table may have changed since.
 func (r *scatterRun) forgetColumns() {
-	rt := r.ss.srv.scatter.get(r.p)
+	rt := r.ss.scatterCache().get(r.p)
 	rt.mu.Lock()
 	rt.ncols = 0
 	rt.mu.Unlock()
@@ -1279,7 +1298,7 @@ func (r *scatterRun) check() error {
 	if len(x.CheckFuncs) == 0 && len(x.CheckCollation) == 0 && len(x.LimitFuncs) == 0 {
 		return nil
 	}
-	rt := r.ss.srv.scatter.get(r.p)
+	rt := r.ss.scatterCache().get(r.p)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	// The run takes the gathering's text columns as the check found them.
@@ -1458,7 +1477,7 @@ func (r *scatterRun) checkEncoding() error {
 	if strings.EqualFold(ce, se) {
 		return nil
 	}
-	rt := r.ss.srv.scatter.get(r.p)
+	rt := r.ss.scatterCache().get(r.p)
 	rt.mu.Lock()
 	encoded := rt.encoded
 	rt.mu.Unlock()
@@ -1787,7 +1806,7 @@ func (r *scatterRun) layout() error {
 	case r.port != nil:
 		r.ncols = r.port.desc.ncols + m.Hidden
 	default:
-		rt := r.ss.srv.scatter.get(r.p)
+		rt := r.ss.scatterCache().get(r.p)
 		rt.mu.Lock()
 		r.ncols = rt.ncols
 		rt.mu.Unlock()
@@ -2052,7 +2071,7 @@ func (r *scatterRun) merge() error {
 			key.WriteByte(0)
 		}
 	}
-	rt := ss.srv.scatter.get(r.p)
+	rt := ss.scatterCache().get(r.p)
 	rt.mu.Lock()
 	if rt.badTypes != nil {
 		rt.mu.Unlock()

@@ -65,6 +65,10 @@ type session struct {
 	// ddlSent: a statement of the current transaction may have changed a
 	// table (DDL); its end advances the server's stmtEpoch.
 	ddlSent    bool
+	// txScatter: the transaction block changed a distributed or
+	// reference table (tableDDLInTxn); its multi-shard plans learn their
+	// run-time state here, not in the server's cache, until it ends.
+	txScatter *scatterCache
 	workerErrs int // worker errors relayed to the client so far (settle)
 	// clientMu orders writes to the client by others than the session's
 	// goroutine while it waits for input: a watcher relaying
@@ -440,6 +444,9 @@ func (ss *session) run() {
 			}
 			ss.fatal(err)
 			return
+		}
+		if ss.txScatter != nil && !ss.needSync && ss.txStatus() == 'I' {
+			ss.txScatter = nil
 		}
 		if ss.ddlSent && !ss.needSync && ss.txStatus() == 'I' {
 			// DDL ended outside the session's connection (the Citus
@@ -934,6 +941,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	cls := classify(ctext)
 	ss.ddlSent = ss.ddlSent || cls.ddl
+	ss.savepointShapes(&cls)
 	if cls.count > 1 && ss.routes {
 		if snap := ss.srv.catalog.Load(); snap != nil {
 			failed := ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E'
@@ -1335,6 +1343,14 @@ func (ss *session) deallocate(op paramOp) error {
 	return nil
 }
 
+// savepointShapes: a ROLLBACK TO SAVEPOINT may undo DDL of the
+// transaction block (txScatter): its multi-shard plans learn again.
+func (ss *session) savepointShapes(cls *class) {
+	if ss.txScatter != nil && slices.ContainsFunc(cls.sps, func(o paramOp) bool { return o.kind == opRollbackTo }) {
+		ss.txScatter = &scatterCache{}
+	}
+}
+
 // ddlDone advances the server's statement epoch at the end of a
 // transaction that sent DDL: from then on every connection prepares its
 // statements again before using them, as a client's new Parse on
@@ -1607,6 +1623,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.ddlSent = ss.ddlSent || st.cls.ddl
+	ss.savepointShapes(&st.cls)
 	seqHad := ss.seqUsed
 	if !st.cls.quiet {
 		ss.seqUsed = true

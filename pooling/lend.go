@@ -45,18 +45,22 @@ type Lent struct {
 	ended     bool     // a CancelRequest was sent: reads see EOF
 	failed    error    // the first message could not be answered
 	once      sync.Once
+	// borrowed: the connection stays the caller's (Borrow): finishing the
+	// loan never gives it back to the pool.
+	borrowed bool
 }
 
 // errNotIdle: a connection can be lent only between statements.
 var errNotIdle = errors.New("pooling: lending a connection that is not idle")
 
 // lend makes a Lent of c (which the caller took from its pool); done is
-// called once when c goes back to the pool or is closed.
-func (c *ServerConn) lend(done func(*ServerConn)) (*Lent, error) {
-	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 || len(c.wbuf) > 0 || len(c.segs) > 0 {
+// called once when c goes back to the pool or is closed. A borrowed c may
+// be inside a transaction block; it never goes back to the pool.
+func (c *ServerConn) lend(done func(*ServerConn), borrowed bool) (*Lent, error) {
+	if c.broken || (c.TxStatus != 'I' && !borrowed) || c.R.Buffered() > 0 || len(c.wbuf) > 0 || len(c.segs) > 0 {
 		return nil, errNotIdle
 	}
-	return &Lent{addr: c.Addr, sc: c, nc: c.conn, done: done, ready: make(chan struct{})}, nil
+	return &Lent{addr: c.Addr, sc: c, nc: c.conn, done: done, ready: make(chan struct{}), borrowed: borrowed}, nil
 }
 
 // lendLater makes a Lent without a connection: take supplies one if pgx
@@ -184,6 +188,9 @@ func (l *Lent) finish(reuse bool) {
 		if !reuse {
 			sc.broken = true
 		}
+		if l.borrowed {
+			return // the caller's still
+		}
 		sc.pool.Release(sc)
 		if l.done != nil {
 			l.done(sc)
@@ -283,35 +290,18 @@ func LendPgx(ctx context.Context, first *ServerConn, take func() (*ServerConn, e
 		pool.Release(sc)
 		done(sc)
 	}
-	host, port, err := net.SplitHostPort(pool.cfg.Addr)
+	cfg, err := lentConfig(pool)
 	if err != nil {
 		drop(first)
 		return nil, err
 	}
-	// Everything but the user and database comes from the pooled
-	// connection; nothing is read from the environment that could change
-	// what pgx does after its (answered) startup.
-	cfg, err := pgx.ParseConfig("host=" + host + " port=" + port + " sslmode=disable target_session_attrs=any")
-	if err != nil {
-		drop(first)
-		return nil, err
-	}
-	cfg.User, cfg.Database = pool.cfg.User, pool.cfg.Database
-	cfg.TLSConfig, cfg.Fallbacks = nil, nil
-	cfg.ValidateConnect, cfg.AfterConnect = nil, nil
-	cfg.RuntimeParams = map[string]string{}
-	// Unnamed statements only: a named one would outlive the loan on the
-	// worker and collide with the next pgx connection's of the same name.
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-	cfg.StatementCacheCapacity, cfg.DescriptionCacheCapacity = 0, 0
-	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
 	cfg.DialFunc = func(context.Context, string, string) (net.Conn, error) {
 		if first == nil {
 			return lendLater(pool.cfg.Addr, take, done), nil
 		}
 		sc := first
 		first = nil
-		l, err := sc.lend(done)
+		l, err := sc.lend(done, false)
 		if err != nil {
 			drop(sc)
 			return nil, err
@@ -323,4 +313,94 @@ func LendPgx(ctx context.Context, first *ServerConn, take func() (*ServerConn, e
 		drop(first)
 	}
 	return c, err
+}
+
+// lentConfig is the pgx configuration of a connection lent from pool:
+// everything but the user and database comes from the pooled connection;
+// nothing is read from the environment that could change what pgx does
+// after its (answered) startup. The caller sets DialFunc.
+func lentConfig(pool *Pool) (*pgx.ConnConfig, error) {
+	host, port, err := net.SplitHostPort(pool.cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig("host=" + host + " port=" + port + " sslmode=disable target_session_attrs=any")
+	if err != nil {
+		return nil, err
+	}
+	cfg.User, cfg.Database = pool.cfg.User, pool.cfg.Database
+	cfg.TLSConfig, cfg.Fallbacks = nil, nil
+	cfg.ValidateConnect, cfg.AfterConnect = nil, nil
+	cfg.RuntimeParams = map[string]string{}
+	// Unnamed statements only: a named one would outlive the loan on the
+	// worker and collide with the next pgx connection's of the same name.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.StatementCacheCapacity, cfg.DescriptionCacheCapacity = 0, 0
+	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	return cfg, nil
+}
+
+// errBorrowed: pgx tried to open a second connection through a borrowed
+// one's configuration.
+var errBorrowed = errors.New("pooling: a borrowed connection cannot be replaced")
+
+// Borrow lends c, a connection the caller holds and keeps (a client's
+// transaction block on a worker), to pgx for the coordinator's own
+// statements inside that transaction: as LendPgx, but c may be in a
+// transaction block and never goes back to the pool. GiveBack ends the
+// loan. A cancel pgx sends (its context ended) goes to the worker.
+func Borrow(ctx context.Context, c *ServerConn) (*pgx.Conn, error) {
+	cfg, err := lentConfig(c.pool)
+	if err != nil {
+		return nil, err
+	}
+	first := c
+	cfg.DialFunc = func(context.Context, string, string) (net.Conn, error) {
+		if first == nil {
+			return lendLater(c.Addr, func() (*ServerConn, error) { return nil, errBorrowed }, nil), nil
+		}
+		first = nil
+		l, err := c.lend(nil, true)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// GiveBack ends a loan Borrow made: the connection is the caller's again,
+// its transaction status and parameters as pgx left them. An error means
+// the connection was lost (or pgx left it busy) and is marked broken.
+func GiveBack(ctx context.Context, pg *pgx.Conn) error {
+	p := pg.PgConn()
+	l, ok := p.Conn().(*Lent)
+	if p.IsClosed() {
+		<-p.CleanupDone()
+		if ok && l.sc != nil {
+			l.sc.broken = true
+		}
+		return errors.New("pooling: the borrowed connection was lost")
+	}
+	if !ok || l.conn() == nil {
+		_ = p.Close(ctx)
+		return errors.New("pooling: not a borrowed connection")
+	}
+	if p.IsBusy() {
+		_ = p.Close(ctx)
+		return errors.New("pooling: the borrowed connection was left busy")
+	}
+	if err := p.SyncConn(ctx); err != nil {
+		_ = p.Close(ctx)
+		return err
+	}
+	h, err := p.Hijack()
+	if err != nil {
+		_ = p.Close(ctx)
+		return err
+	}
+	l.sc.TxStatus = h.TxStatus
+	l.sc.Params = h.ParameterStatuses
+	l.finish(true)
+	return nil
 }

@@ -160,55 +160,15 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 		return "", nil, o.fail(ctx, err)
 	}
 
-	// The shell first: its errors are the user's, as PostgreSQL says them,
-	// it takes the table's lock before any shard does, and it names what
-	// the statement leaves unnamed.
-	shellSQL, err := d.shellSQL()
+	tag, err = d.run(ctx, snap, home, n, defaultNode, func(node int32) (*pgx.Conn, error) {
+		tx, err := o.g.begin(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		return tx.conn, nil
+	})
 	if err != nil {
 		return "", nil, o.fail(ctx, err)
-	}
-	var before []shellName
-	if d.naming() {
-		if before, err = d.shellNames(ctx, home); err != nil {
-			return "", nil, o.fail(ctx, o.nodes.wrap(err, "cannot read the indexes and constraints of %s on node %s",
-				d.targets[0].table.Name, o.nodes.describe(o.home)))
-		}
-	}
-	ct, err := home.Exec(ctx, shellSQL)
-	if err != nil {
-		return "", nil, o.fail(ctx, twophase.ToPgErr(err))
-	}
-	tag = ct.String()
-	if d.naming() {
-		after, err := d.shellNames(ctx, home)
-		if err != nil {
-			return "", nil, o.fail(ctx, o.nodes.wrap(err, "cannot read the indexes and constraints of %s on node %s",
-				d.targets[0].table.Name, o.nodes.describe(o.home)))
-		}
-		d.nameUnnamed(before, after)
-	}
-
-	for _, tg := range d.targets {
-		for _, sh := range snap.Shards[tg.table.Name] {
-			shardQual := tg.schema + "." + metadata.ShardName(tg.rel, sh.ID)
-			sql, err := d.shardSQL(tg, sh.ID)
-			if err != nil {
-				return "", nil, o.fail(ctx, pgerr.New(pgerr.Internal, "cannot rewrite %s for shard %s: %v", d.kind, shardQual, err))
-			}
-			if tg.table.Kind == metadata.Reference {
-				sql += metadata.CopiesMarker(len(sh.Nodes)) // TRUNCATE is a write every copy must get
-			}
-			for _, node := range sh.Nodes {
-				tx, err := o.g.begin(ctx, node)
-				if err != nil {
-					return "", nil, o.fail(ctx, err)
-				}
-				if _, err := tx.conn.Exec(ctx, sql); err != nil {
-					return "", nil, o.fail(ctx, o.nodes.wrap(err, "%s failed on shard %s on node %s",
-						d.kind, shardQual, o.nodes.describe(node)))
-				}
-			}
-		}
 	}
 
 	if err := o.g.prepare(ctx); err != nil {
@@ -276,6 +236,108 @@ func (o *op) partlyDropped(ctx context.Context, left []ddlTarget, cause error) e
 		e.Detail = strings.TrimSpace(e.Detail + "\n" + cerr.Error())
 	}
 	return e
+}
+
+// run runs d: the statement on the shell (home, the default node homeID's
+// connection, inside a transaction), naming what it leaves unnamed, then
+// each shard's statement on every placement, on conn(node) (inside a
+// transaction of the same outcome). It returns the shell's command tag.
+func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, n *nodes, homeID int32,
+	conn func(node int32) (*pgx.Conn, error)) (tag string, err error) {
+	// The shell first: its errors are the user's, as PostgreSQL says them,
+	// it takes the table's lock before any shard does, and it names what
+	// the statement leaves unnamed.
+	shellSQL, err := d.shellSQL()
+	if err != nil {
+		return "", err
+	}
+	var before []shellName
+	if d.naming() {
+		if before, err = d.shellNames(ctx, home); err != nil {
+			return "", n.wrap(err, "cannot read the indexes and constraints of %s on node %s",
+				d.targets[0].table.Name, n.describe(homeID))
+		}
+	}
+	ct, err := home.Exec(ctx, shellSQL)
+	if err != nil {
+		return "", twophase.ToPgErr(err)
+	}
+	tag = ct.String()
+	if d.naming() {
+		after, err := d.shellNames(ctx, home)
+		if err != nil {
+			return "", n.wrap(err, "cannot read the indexes and constraints of %s on node %s",
+				d.targets[0].table.Name, n.describe(homeID))
+		}
+		d.nameUnnamed(before, after)
+	}
+
+	for _, tg := range d.targets {
+		for _, sh := range snap.Shards[tg.table.Name] {
+			shardQual := tg.schema + "." + metadata.ShardName(tg.rel, sh.ID)
+			sql, err := d.shardSQL(tg, sh.ID)
+			if err != nil {
+				return "", pgerr.New(pgerr.Internal, "cannot rewrite %s for shard %s: %v", d.kind, shardQual, err)
+			}
+			if tg.table.Kind == metadata.Reference {
+				sql += metadata.CopiesMarker(len(sh.Nodes)) // TRUNCATE is a write every copy must get
+			}
+			for _, node := range sh.Nodes {
+				c, err := conn(node)
+				if err != nil {
+					return "", err
+				}
+				if _, err := c.Exec(ctx, sql); err != nil {
+					return "", n.wrap(err, "%s failed on shard %s on node %s",
+						d.kind, shardQual, n.describe(node))
+				}
+			}
+		}
+	}
+	return tag, nil
+}
+
+// RunDDLInTxn runs a DDL statement DDLTables recognises inside a client's
+// transaction block, as RunDDL runs it (the shell on the default node, the
+// statement rewritten for every placement of every shard), on conns: the
+// transaction's connections, one per active node, each inside the block.
+// It begins, prepares and commits nothing: the client's COMMIT makes the
+// change on every node (two-phase commit) or on none. DROP TABLE, which
+// changes the catalog, is refused (0A000) before anything runs; so is
+// everything DDLTables refuses. The shell's TRUNCATE passes its guard
+// trigger as pgfleet's own write, for that statement only.
+func RunDDLInTxn(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
+	defaultNode int32, stmt string) (string, error) {
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	for _, nd := range snap.Nodes {
+		n.addrs[nd.ID] = nd.Addr()
+	}
+	home, err := n.conn(defaultNode)
+	if err != nil {
+		return "", err
+	}
+	d, err := parseDDL(ctx, home, stmt, snap)
+	if err != nil {
+		return "", err
+	}
+	if d == nil {
+		d = &ddl{text: stmt}
+	}
+	if d.drop {
+		return "", pgerr.New(pgerr.FeatureNotSupported,
+			"DROP TABLE of a distributed or reference table inside a transaction block is not supported").
+			WithHint("Run it outside BEGIN ... COMMIT: it also changes pgfleet's catalog.")
+	}
+	if d.kind == "TRUNCATE" {
+		if _, err := home.Exec(ctx, "SELECT pg_catalog.set_config('pgfleet.internal', 'on', true)"); err != nil {
+			return "", err
+		}
+	}
+	tag, err := d.run(ctx, snap, home, n, defaultNode, n.conn)
+	if err == nil && d.kind == "TRUNCATE" {
+		_, err = home.Exec(ctx, "SELECT pg_catalog.set_config('pgfleet.internal', '', true)")
+	}
+	return tag, err
 }
 
 // ddl is a DDL statement on catalog tables, analysed.
