@@ -37,6 +37,10 @@ func TestTableDDLInTransactionBlock(t *testing.T) {
 		exec(t, conn, "INSERT INTO dx_r (id, w) VALUES (1, 'x'), (2, 'y')", pgx.QueryExecModeSimpleProtocol)
 	}
 
+	// Another session's multi-shard SELECT * before and after the
+	// transaction commits sees the table as it is then.
+	other := connect(t, srv.Addr())
+	compareOracle(t, other, plain, []string{"SELECT * FROM dx_t ORDER BY id"}, nil)
 	compareOracle(t, c, plain, []string{
 		// A migration: a column, rows using it, an index; committed.
 		"BEGIN",
@@ -48,6 +52,9 @@ func TestTableDDLInTransactionBlock(t *testing.T) {
 		"ALTER TABLE dx_r ADD COLUMN k int NOT NULL DEFAULT 0",
 		"SELECT id, w, k FROM dx_r ORDER BY id",
 		"COMMIT",
+	}, nil)
+	compareOracle(t, other, plain, []string{"SELECT * FROM dx_t ORDER BY id"}, nil)
+	compareOracle(t, c, plain, []string{
 		"SELECT id, v, n FROM dx_t ORDER BY id",
 		"SELECT sum(n) FROM dx_t",
 		// Rolled back: the column stays.

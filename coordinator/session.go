@@ -446,7 +446,11 @@ func (ss *session) run() {
 			return
 		}
 		if ss.txScatter != nil && !ss.needSync && ss.txStatus() == 'I' {
+			// The transaction that changed tables ended: what every
+			// session's plans learnt of them is stale if it committed.
 			ss.txScatter = nil
+			ss.srv.plans.reset()
+			ss.srv.scatter.reset()
 		}
 		if ss.ddlSent && !ss.needSync && ss.txStatus() == 'I' {
 			// DDL ended outside the session's connection (the Citus
