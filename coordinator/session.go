@@ -69,6 +69,9 @@ type session struct {
 	// reference table (tableDDLInTxn); its multi-shard plans learn their
 	// run-time state here, not in the server's cache, until it ends.
 	txScatter *scatterCache
+	// cursors: the transaction block's cursors over distributed tables,
+	// answered by the coordinator (cursors.go).
+	cursors map[string]*coordCursor
 	workerErrs int // worker errors relayed to the client so far (settle)
 	// clientMu orders writes to the client by others than the session's
 	// goroutine while it waits for input: a watcher relaying
@@ -451,6 +454,9 @@ func (ss *session) run() {
 			ss.txScatter = nil
 			ss.srv.plans.reset()
 			ss.srv.scatter.reset()
+		}
+		if len(ss.cursors) > 0 && !ss.needSync && ss.txStatus() == 'I' {
+			clear(ss.cursors) // a transaction's cursors end with it
 		}
 		if ss.ddlSent && !ss.needSync && ss.txStatus() == 'I' {
 			// DDL ended outside the session's connection (the Citus
@@ -946,6 +952,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	cls := classify(ctext)
 	ss.ddlSent = ss.ddlSent || cls.ddl
 	ss.savepointShapes(&cls)
+	if handled, err := ss.cursorStatement(text, &cls); handled {
+		return err
+	}
 	if cls.count > 1 && ss.routes {
 		if snap := ss.srv.catalog.Load(); snap != nil {
 			failed := ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E'
@@ -1516,6 +1525,9 @@ func (ss *session) parse(body []byte) error {
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {
 		err = ss.extendedObjectDDL(st.Query)
+	}
+	if err == nil {
+		err = ss.extendedCursor(st.Query)
 	}
 	if err != nil {
 		ss.synthError(err)
@@ -2732,12 +2744,15 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 	case opRelease:
 		if i := find(); i >= 0 {
 			ss.savepoints = ss.savepoints[:i]
+			ss.cursorsAtSavepoint(opRelease, i)
 		}
 	case opRollbackTo:
 		i := find()
 		if i < 0 || ss.spLost {
+			ss.cursorsAtSavepoint(opRollbackTo, -1)
 			return false
 		}
+		ss.cursorsAtSavepoint(opRollbackTo, i)
 		undone := slices.Clone(ss.pending[ss.savepoints[i].n:])
 		ss.pending = ss.pending[:ss.savepoints[i].n]
 		for _, o := range undone {

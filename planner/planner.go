@@ -581,7 +581,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		case stmt.GetPrepareStmt() != nil:
 			e = e.WithHint("Use the protocol's prepared statements (Parse/Bind, as drivers and pgbench -M prepared do); they are routed at Bind.")
 		case stmt.GetDeclareCursorStmt() != nil:
-			e = e.WithHint("Run the query itself (psql: \\unset FETCH_COUNT), or pin it to one shard with WHERE <distribution column> = <value>.")
+			e = e.WithHint("Declare it with a simple query inside BEGIN ... COMMIT, WITHOUT HOLD, in a session not pinned to one connection (as psql's FETCH_COUNT does); or run the query itself.")
 		}
 		return nil, e
 	}
