@@ -64,14 +64,14 @@ type session struct {
 	implicitTxn, batchTxn bool
 	// ddlSent: a statement of the current transaction may have changed a
 	// table (DDL); its end advances the server's stmtEpoch.
-	ddlSent    bool
+	ddlSent bool
 	// txScatter: the transaction block changed a distributed or
 	// reference table (tableDDLInTxn); its multi-shard plans learn their
 	// run-time state here, not in the server's cache, until it ends.
 	txScatter *scatterCache
 	// cursors: the transaction block's cursors over distributed tables,
 	// answered by the coordinator (cursors.go).
-	cursors map[string]*coordCursor
+	cursors    map[string]*coordCursor
 	workerErrs int // worker errors relayed to the client so far (settle)
 	// clientMu orders writes to the client by others than the session's
 	// goroutine while it waits for input: a watcher relaying
