@@ -25,6 +25,7 @@ var forbidden = map[string][]string{
 	"coordinator/twophase": {"coordinator", "coordinator/shards", "pooling", "planner", "bench"},
 	"bench":                {"coordinator", "pooling", "planner", "metadata"},
 	"difftest":             {"coordinator", "pooling", "planner", "metadata"}, // the oracle comparison talks over the wire only
+	"compat":               {"coordinator", "pooling", "planner", "metadata"}, // real tools, over the wire
 }
 
 func TestDependencyDirection(t *testing.T) {
