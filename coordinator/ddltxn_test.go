@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -197,4 +198,85 @@ func TestTableDDLInTransactionBlock(t *testing.T) {
 	}
 	exec(t, c, "ROLLBACK")
 	exec(t, plain, "ROLLBACK")
+}
+
+// TestTableDDLInTransactionBlockEdges (from an adversary): DDL in a block
+// that runs on the default node only (DROP INDEX IF EXISTS of nothing, a
+// table whose one shard is on the default node) keeps the transaction
+// open (COMMIT committed nothing and answered ROLLBACK, later DDL ran on
+// its own); CONCURRENTLY in a block gets PostgreSQL's 25001; another
+// session's multi-shard SELECT * waiting on the transaction's lock sees
+// the table as COMMIT left it (was 08P01 from the old column count).
+func TestTableDDLInTransactionBlockEdges(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	plain := oracleDB(t, cl.Servers[1].Addr(), "ddltxn2_oracle")
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "DROP TABLE IF EXISTS de_t, de_solo, de_p")
+		exec(t, conn, "CREATE TABLE de_t (id int PRIMARY KEY, a int)")
+		exec(t, conn, "CREATE TABLE de_solo (id int PRIMARY KEY, a int)")
+		exec(t, conn, "CREATE TABLE de_p (x int)")
+	}
+	t.Cleanup(func() {
+		_, _ = plain.Exec(context.Background(), "DROP TABLE IF EXISTS de_t, de_solo, de_p")
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS de_p")
+	})
+	testTable(t, c, "de_t", "(id int PRIMARY KEY, a int)", "SELECT create_distributed_table('de_t', 'id', shard_count => 4)")
+	testTable(t, c, "de_solo", "(id int PRIMARY KEY, a int)", "SELECT create_distributed_table('de_solo', 'id', shard_count => 1)")
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "INSERT INTO de_t SELECT i, i FROM generate_series(1, 8) i", pgx.QueryExecModeSimpleProtocol)
+		exec(t, conn, "INSERT INTO de_solo SELECT i, i FROM generate_series(1, 3) i", pgx.QueryExecModeSimpleProtocol)
+	}
+	compareOracle(t, c, plain, []string{
+		"BEGIN",
+		"INSERT INTO de_p VALUES (1)",
+		"DROP INDEX IF EXISTS de_nosuch",
+		"COMMIT",
+		"SELECT count(*) FROM de_p",
+		"BEGIN",
+		"UPDATE de_t SET a = 100 WHERE id = 1",
+		"DROP INDEX IF EXISTS de_nosuch",
+		"CREATE INDEX de_t_a ON de_t (a)",
+		"ROLLBACK",
+		"SELECT a FROM de_t WHERE id = 1",
+		"SELECT count(*) FROM pg_indexes WHERE indexname = 'de_t_a'",
+		"BEGIN",
+		"ALTER TABLE de_solo ADD COLUMN y int DEFAULT 5",
+		"COMMIT",
+		"SELECT * FROM de_solo ORDER BY id",
+		"BEGIN",
+		"CREATE INDEX CONCURRENTLY de_t_c ON de_t (a)",
+		"ROLLBACK",
+		"BEGIN",
+		"DROP INDEX CONCURRENTLY IF EXISTS de_t_pkey",
+		"ROLLBACK",
+	}, nil)
+
+	// Another session's SELECT * waits on the DDL's lock, then reads the
+	// new columns.
+	other := connect(t, srv.Addr())
+	compareOracle(t, other, plain, []string{"SELECT * FROM de_t ORDER BY id LIMIT 2"}, nil)
+	exec(t, c, "BEGIN")
+	exec(t, c, "ALTER TABLE de_t ADD COLUMN x int DEFAULT 7", pgx.QueryExecModeSimpleProtocol)
+	done := make(chan string, 1)
+	go func() {
+		res, err := other.PgConn().Exec(ctx, "SELECT * FROM de_t ORDER BY id LIMIT 2").ReadAll()
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- fmt.Sprint(len(res[0].FieldDescriptions), " columns")
+	}()
+	time.Sleep(300 * time.Millisecond) // it waits on the shards' lock
+	exec(t, c, "COMMIT")
+	select {
+	case got := <-done:
+		if got != "3 columns" {
+			t.Errorf("another session's SELECT * that waited on the ALTER TABLE: %s, want 3 columns", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("another session's SELECT * still waits after the COMMIT")
+	}
 }

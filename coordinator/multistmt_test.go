@@ -224,12 +224,13 @@ func TestMultiStatementString(t *testing.T) {
 	both("SELECT count(*) FROM {t} WHERE id = 40")
 
 	// A statement refused after others of the string ran (a multi-row
-	// INSERT over several shards with now(), DDL in a transaction) ends the
-	// string like any error: what ran before it is rolled back.
+	// INSERT over several shards with now(), a DROP TABLE in the string's
+	// transaction) ends the string like any error: what ran before it is
+	// rolled back.
 	before := runString(t, pc, notices, "SELECT * FROM ms ORDER BY id")
 	for _, q := range []string{
 		"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms WHERE v LIKE '%?'; INSERT INTO ms VALUES (60, now()::text), (61, now()::text), (62, 'c'), (63, 'd')",
-		"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); ALTER TABLE ms ADD COLUMN z int",
+		"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); DROP TABLE ms",
 	} {
 		got := runString(t, pc, notices, q)
 		if got.Status != 'I' || got.Results[len(got.Results)-1] != "error 0A000" {
@@ -242,6 +243,10 @@ func TestMultiStatementString(t *testing.T) {
 	if n := runString(t, pc, notices, "SELECT count(*) FROM msr WHERE k = 50"); n.Results[0] != "SELECT 1 [0]" {
 		t.Errorf("the refused string's reference-table write stayed: %+v", n)
 	}
+	// DDL of the tables in a string runs in its transaction, as on
+	// PostgreSQL: kept with the rest, or rolled back with it.
+	both("INSERT INTO {t} VALUES (70, 'w'); ALTER TABLE {t} ADD COLUMN zz int; SELECT 1/0")
+	both("INSERT INTO {t} VALUES (71, 'w'); ALTER TABLE {t} ADD COLUMN z int DEFAULT 3; UPDATE {t} SET z = 4 WHERE id = 71; SELECT * FROM {t} WHERE id > 70")
 }
 
 // TestMultiStatementFunctions: a catalog function in a query string with

@@ -115,6 +115,54 @@ type scatterPortal struct {
 	tag []byte
 	// write: a multi-shard write (multiwrite.go), run on every shard.
 	write bool
+	// partial: run with a row limit (fetched in parts): rest are the
+	// DataRow frames the next Executes give, verb its tag's first word.
+	partial bool
+	rest    []byte
+	verb    string
+}
+
+// keepRows keeps the DataRow frames of a portal's captured answer and its
+// tag's verb; the rest (notices, parameter changes) goes to out.
+func (sp *scatterPortal) keepRows(out, frames []byte) []byte {
+	sp.verb = "SELECT"
+	for b := frames; ; {
+		typ, body, n, ok := wire.SplitFrame(b)
+		if !ok {
+			return out
+		}
+		switch typ {
+		case 'D':
+			sp.rest = append(sp.rest, b[:n]...)
+		case 'C':
+			if v, _, _ := strings.Cut(string(body), " "); v != "" {
+				sp.verb = strings.TrimRight(v, "\x00")
+			}
+		default:
+			out = append(out, b[:n]...)
+		}
+		b = b[n:]
+	}
+}
+
+// nextPart appends the portal's next limit rows (all for 0) to out, then
+// PortalSuspended when limit rows were given (PostgreSQL cannot tell then
+// whether more follow), else CommandComplete with the rows given.
+func (sp *scatterPortal) nextPart(out []byte, limit int) []byte {
+	n := 0
+	for len(sp.rest) > 0 && (limit <= 0 || n < limit) {
+		_, _, k, _ := wire.SplitFrame(sp.rest)
+		out = append(out, sp.rest[:k]...)
+		sp.rest = sp.rest[k:]
+		n++
+	}
+	if len(sp.rest) == 0 {
+		sp.rest = nil
+	}
+	if limit > 0 && n == limit {
+		return append(out, 's', 0, 0, 0, 4)
+	}
+	return wire.AppendFrame(out, 'C', fmt.Appendf(nil, "%s %d\x00", sp.verb, n))
 }
 
 // describe is the portal's RowDescription, with its result formats.
@@ -486,6 +534,15 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	mark := len(ss.out)
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
 	err := r.run()
+	if err != nil && r.stale && !ss.inTxn() && len(ss.out) == mark {
+		// A table changed while the statement waited for it (DDL
+		// committed by another session): outside a transaction block
+		// nothing ran that counts, so it runs again with the table as it
+		// is now, as PostgreSQL, whose statement waited before it read
+		// the table's columns.
+		r = &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
+		err = r.run()
+	}
 	if r.fallBack(err, mark) {
 		r = &scatterRun{ss: ss, p: p.Fallback, x: p.Fallback.Scatter, lits: lits}
 		err = r.run()
@@ -631,18 +688,28 @@ func bindResults(b []byte) (nparams int, results []byte, ok bool) {
 
 // scatterExecute runs a multi-shard portal.
 func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte) error {
+	_, rest, _ := wire.CBytes(body)
+	var limit int
+	if len(rest) >= 4 {
+		limit = int(int32(binary.BigEndian.Uint32(rest)))
+	}
 	if sp.done {
-		// PostgreSQL answers a portal that ran to completion with no rows.
-		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', []byte("SELECT 0\x00"))})
+		// PostgreSQL answers a portal that ran to completion with no
+		// rows; one fetched in parts gives its next rows.
+		var b []byte
+		if sp.partial && ss.txStatus() == 'E' {
+			ss.synthError(errFailedTxn)
+			return nil
+		}
+		if sp.partial {
+			b = sp.nextPart(nil, limit)
+		} else {
+			b = wire.AppendFrame(nil, 'C', []byte("SELECT 0\x00"))
+		}
+		ss.push(expect{kind: eSynth, synth: b})
 		return nil
 	}
 	sp.done = true
-	_, rest, _ := wire.CBytes(body)
-	if len(rest) >= 4 && binary.BigEndian.Uint32(rest) != 0 {
-		ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching a multi-shard result in parts (Execute with a row limit) is not supported yet").
-			WithHint("Fetch the whole result (no fetch size / row limit), or add LIMIT ... OFFSET to the query."))
-		return nil
-	}
 	if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
 		// Only Parse or Describe used the held connection in this batch:
 		// answer them with a hidden Sync (outside a transaction block,
@@ -680,11 +747,35 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		return nil
 	}
 	mark := len(ss.out)
+	var c *capture
+	if limit > 0 {
+		// Fetched in parts (a fetch size): the whole answer is kept,
+		// bounded by --max-gather, and given limit rows at a time.
+		c = &capture{start: mark, limit: ss.srv.cfg.MaxGather}
+		ss.capture = c
+	}
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, port: sp}
 	err := r.run()
 	if r.fallBack(err, mark) {
 		r = &scatterRun{ss: ss, p: p.Fallback, x: p.Fallback.Scatter, port: sp, stmts: sp.desc.fallback}
 		err = r.run()
+	}
+	if c != nil {
+		ss.capture = nil
+		c.take(ss.out[c.start:])
+		ss.out = ss.out[:c.start]
+		switch {
+		case err == nil && c.over:
+			err = pgerr.New(codeProgramLimitExceeded,
+				"the rows of this multi-shard result fetched in parts exceed %d bytes (--max-gather), which the coordinator keeps to give them in parts", c.limit).
+				WithHint("Fetch the whole result (no fetch size / row limit), or narrow the query.")
+		case err != nil:
+			ss.out = append(ss.out, c.frames...)
+		default:
+			sp.partial = true
+			ss.out = sp.keepRows(ss.out, c.frames)
+			ss.out = sp.nextPart(ss.out, limit)
+		}
 	}
 	if errors.Is(err, errQuietClose) {
 		return err
@@ -938,11 +1029,15 @@ func (ss *session) cancelScatter(ctx context.Context) {
 
 // scatterRun is one run of a multi-shard statement.
 type scatterRun struct {
-	ss   *session
-	p    *planner.Plan
-	x    *planner.Scatter
-	lits []literal      // simple protocol: the statement's constants
-	port *scatterPortal // extended protocol
+	// stale: the run failed because the shards' statement has other
+	// columns than the count learnt for its * (a table changed since):
+	// the count is forgotten, and the statement may run again.
+	stale bool
+	ss    *session
+	p     *planner.Plan
+	x     *planner.Scatter
+	lits  []literal      // simple protocol: the statement's constants
+	port  *scatterPortal // extended protocol
 
 	pools   []*pooling.Pool
 	conns   []*pooling.ServerConn
@@ -1107,6 +1202,8 @@ func (r *scatterRun) run() error {
 			// Perhaps because the table changed since its columns were
 			// counted (a Bind with too few result formats).
 			r.forgetColumns()
+			var we *workerError
+			r.stale = errors.As(r.err, &we) && we.pg.Code == pgerr.ProtocolViolation && strings.Contains(we.pg.Message, "result formats")
 		}
 		return r.err
 	}

@@ -398,10 +398,11 @@ func reviewProtocol(t *testing.T, rename func(string) (string, string), addr, pg
 			return msgs{&pgproto3.Bind{DestinationPortal: "p1", PreparedStatement: "s1", Parameters: [][]byte{[]byte("7")}},
 				&pgproto3.Execute{Portal: "p1"}, &pgproto3.Execute{Portal: "p1"}, &pgproto3.Close{ObjectType: 'P', Name: "p1"}, S}
 		}},
-		{"Execute with a row limit", 1, true, func(tb func(string) string) msgs {
-			return msgs{&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("7")}}, &pgproto3.Execute{MaxRows: 2}, S}
+		{"Execute with a row limit", 1, false, func(tb func(string) string) msgs {
+			return msgs{&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("7")}}, &pgproto3.Execute{MaxRows: 2},
+				&pgproto3.Execute{MaxRows: 2}, &pgproto3.Execute{}, &pgproto3.Execute{MaxRows: 2}, S}
 		}},
-		{"after the refused Execute", 1, false, func(tb func(string) string) msgs {
+		{"after the Execute in parts", 1, false, func(tb func(string) string) msgs {
 			return msgs{&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("8")}}, &pgproto3.Execute{}, S}
 		}},
 		{"binary parameters and results", 1, false, func(tb func(string) string) msgs {

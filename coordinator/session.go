@@ -1364,6 +1364,16 @@ func (ss *session) savepointShapes(cls *class) {
 	}
 }
 
+// dropPartial ends the portals fetched in parts when their transaction
+// is over.
+func (ss *session) dropPartial() {
+	for name, p := range ss.scatterPortals {
+		if p.partial {
+			delete(ss.scatterPortals, name)
+		}
+	}
+}
+
 // ddlDone advances the server's statement epoch at the end of a
 // transaction that sent DDL: from then on every connection prepares its
 // statements again before using them, as a client's new Parse on
@@ -1929,13 +1939,23 @@ func (ss *session) sync() error {
 	ss.batchTxn = false
 	ss.localPortalSt = nil
 	if len(ss.scatterPortals) > 0 {
-		clear(ss.scatterPortals)
+		// Portals end with the transaction; one being fetched in parts
+		// stays for the next Executes (JDBC's fetch size) until the
+		// transaction is over (dropPartial, at ReadyForQuery).
+		for name, p := range ss.scatterPortals {
+			if !p.partial {
+				delete(ss.scatterPortals, name)
+			}
+		}
 	}
 	if ss.implicitTxn {
 		return ss.implicitEnd()
 	}
 	if ss.sc == nil {
 		ss.emitSynth()
+		if ss.txStatus() == 'I' {
+			ss.dropPartial()
+		}
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 		return nil
 	}
@@ -2324,6 +2344,7 @@ func (ss *session) endOfCycle(status byte) {
 	if status != 'I' {
 		return
 	}
+	ss.dropPartial()
 	ss.ddlDone()
 	if len(ss.spares) > 0 {
 		ss.dropSpares()

@@ -133,14 +133,16 @@ func (l *Lent) first(b []byte) (int, error) {
 	return 0, errors.New("pooling: a lent connection speaks protocol 3.0 only")
 }
 
-// handshake is what the worker answered when c was opened, as c is now.
+// handshake is what the worker answered when c was opened, as c is now:
+// its ReadyForQuery has c's transaction status (a borrowed connection's
+// may be in a block, and GiveBack takes back what pgx last saw).
 func (c *ServerConn) handshake() []byte {
 	b, _ := (&pgproto3.AuthenticationOk{}).Encode(nil)
 	for k, v := range c.Params {
 		b, _ = (&pgproto3.ParameterStatus{Name: k, Value: v}).Encode(b)
 	}
 	b, _ = (&pgproto3.BackendKeyData{ProcessID: c.PID, SecretKey: c.Secret}).Encode(b)
-	b, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(b)
+	b, _ = (&pgproto3.ReadyForQuery{TxStatus: c.TxStatus}).Encode(b)
 	return b
 }
 

@@ -34,6 +34,7 @@ const (
 	Internal                 = "XX000"
 	ConfigurationLimitExceed = "53400"
 	InvalidTransactionState  = "25000"
+	ActiveSQLTransaction     = "25001"
 	InFailedSQLTransaction   = "25P02"
 	CharacterNotInRepertoire = "22021"
 	ReadOnlySQLTransaction   = "25006"
