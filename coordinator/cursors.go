@@ -3,6 +3,8 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -28,13 +30,20 @@ import (
 // distributed or reference table declares its cursor on the worker, as
 // before.
 
-// coordCursor is one such cursor.
+// coordCursor is one such cursor. Its position is PostgreSQL's portal's:
+// pos rows fetched forward from the start (the current row, 1-based),
+// atEnd once a forward fetch ran out of rows.
 type coordCursor struct {
 	rowDesc  []byte   // the RowDescription body
 	rows     [][]byte // DataRow bodies, in order
-	pos      int      // 0: before the first row; len(rows)+1: after the last
+	size     int      // bytes kept
+	pos      int64
+	atEnd    bool
 	noScroll bool
-	depth    int // len(ss.savepoints) when it was declared
+	failed   bool     // a FETCH failed: PostgreSQL's portal cannot run again
+	depth    int      // len(ss.savepoints) when it was declared
+	settings string   // the session's settings at DECLARE (cursorSettings)
+	tables   []string // the catalog tables its query reads
 }
 
 const (
@@ -47,42 +56,66 @@ const (
 // reference tables, and FETCH, MOVE and CLOSE of one; handled false leaves
 // the statement to the rest of the session.
 func (ss *session) cursorStatement(text string, cls *class) (handled bool, err error) {
-	if !ss.routes || ss.pinned != "" || ss.multi != nil {
+	if !ss.routes || ss.multi != nil {
 		return false, nil
 	}
-	lx := lexer{s: text}
-	if n, _, _, _ := lx.statement(); n == 0 || len(lx.words) == 0 {
-		return false, nil
-	}
-	word := strings.ToUpper(lx.words[0])
-	switch {
-	case word == "DECLARE" && cls.count == 1:
-		return ss.declareCursor(text)
-	case word == "FETCH" || word == "MOVE" || word == "CLOSE":
-	case len(ss.cursors) > 0 && cls.count > 1:
-		// A FETCH of a cursor here later in the string would reach a
-		// worker, which has no such cursor.
-		if names := cursorNames(text); ss.anyCursor(names) {
-			return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-				"FETCH, MOVE or CLOSE of a cursor over distributed tables in a query string of several statements is not supported").
-				WithHint("Send it as a statement of its own."))
+	if len(ss.cursors) == 0 {
+		if cls.count == 1 && ss.pinned == "" && startsWithWord(text, "declare") {
+			return ss.declareCursor(text)
 		}
 		return false, nil
-	default:
-		return false, nil
 	}
-	if len(ss.cursors) == 0 || cls.count > 1 {
-		return false, nil
+	if cls.count == 1 && ss.pinned == "" && startsWithWord(text, "declare") {
+		return ss.declareCursor(text)
 	}
 	tree, err := pg_query.Parse(text)
-	if err != nil || len(tree.Stmts) != 1 {
+	if err != nil {
+		return false, nil // the worker says why
+	}
+	var ours, ends bool
+	for _, raw := range tree.Stmts {
+		n := raw.Stmt
+		switch {
+		case n.GetFetchStmt() != nil:
+			ours = ours || ss.cursors[n.GetFetchStmt().Portalname] != nil
+		case n.GetClosePortalStmt() != nil:
+			name := n.GetClosePortalStmt().Portalname
+			ours = ours || name == "" || ss.cursors[name] != nil
+		case n.GetTransactionStmt() != nil:
+			switch n.GetTransactionStmt().Kind {
+			case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT, pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK,
+				pg_query.TransactionStmtKind_TRANS_STMT_PREPARE:
+				ends = true
+			}
+		}
+		if name := currentOf(n); name != "" && ss.cursors[name] != nil {
+			return true, ss.cursorError(pgerr.New(pgerr.FeatureNotSupported,
+				"WHERE CURRENT OF cursor %q, a cursor over distributed or reference tables, is not supported", name).
+				WithHint("Update or delete the row by its key."))
+		}
+	}
+	if len(tree.Stmts) > 1 && ours {
+		// The worker would get a statement of a cursor it has not.
+		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"FETCH, MOVE or CLOSE of a cursor over distributed tables in a query string of several statements is not supported").
+			WithHint("Send it as a statement of its own."))
+	}
+	if ends {
+		// The transaction ends (AND CHAIN too): its cursors with it.
+		clear(ss.cursors)
+		return false, nil
+	}
+	if !ours || len(tree.Stmts) != 1 {
 		return false, nil
 	}
 	stmt := tree.Stmts[0].Stmt
 	if cl := stmt.GetClosePortalStmt(); cl != nil {
 		if cl.Portalname == "" {
-			// CLOSE ALL: the workers' cursors too.
-			clear(ss.cursors)
+			// CLOSE ALL: the workers' cursors too (in a failed
+			// transaction the worker refuses it, and nothing closes).
+			if ss.txStatus() != 'E' {
+				clear(ss.cursors)
+			}
 			return false, nil
 		}
 		if ss.cursors[cl.Portalname] == nil {
@@ -103,15 +136,28 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 	if cur == nil {
 		return false, nil
 	}
-	if ss.txStatus() == 'E' {
+	switch {
+	case ss.txStatus() == 'E':
 		return true, ss.cursorError(errFailedTxn)
+	case cur.failed:
+		return true, ss.cursorError(pgerr.New("55000", "portal \"%s\" cannot be run", f.Portalname))
+	case cur.settings != ss.cursorSettings():
+		return true, ss.cursorError(pgerr.New(pgerr.FeatureNotSupported,
+			"FETCH of cursor \"%s\" after the session's settings changed is not supported: pgfleet kept its rows as the settings were at DECLARE", f.Portalname).
+			WithHint("Change settings before DECLARE, or declare the cursor again."))
 	}
-	rows, err := cur.fetch(f.Direction, f.HowMany)
+	var rows [][]byte
+	out := &rows
+	if f.Ismove {
+		out = nil
+	}
+	n, err := cur.fetch(f.Direction, f.HowMany, out)
 	if err != nil {
+		cur.failed = true
 		return true, ss.cursorError(err)
 	}
 	if f.Ismove {
-		ss.answerTag(fmt.Sprintf("MOVE %d", len(rows)))
+		ss.answerTag(fmt.Sprintf("MOVE %d", n))
 		return true, nil
 	}
 	ss.out = wire.AppendFrame(ss.out, 'T', cur.rowDesc)
@@ -156,6 +202,9 @@ func (ss *session) declareCursor(text string) (bool, error) {
 	if ss.txStatus() == 'E' {
 		return false, nil // the worker answers 25P02
 	}
+	if ss.cursors[d.Portalname] != nil && ss.inTxn() {
+		return true, ss.cursorFail(pgerr.New("42P03", "cursor \"%s\" already exists", d.Portalname))
+	}
 	p, _, err := ss.planSimple(query)
 	if err == nil && p.Kind == planner.Default {
 		return false, nil // the worker's cursor, as any statement
@@ -170,8 +219,6 @@ func (ss *session) declareCursor(text string) (bool, error) {
 		// which running it gives as PostgreSQL would.
 	}
 	switch {
-	case !ss.inTxn():
-		return true, ss.queryError(pgerr.New("25P01", "DECLARE CURSOR can only be used in transaction blocks"))
 	case d.Options&cursorOptBinary != 0:
 		return true, ss.cursorFail(pgerr.New(pgerr.FeatureNotSupported,
 			"DECLARE BINARY CURSOR over distributed or reference tables is not supported").
@@ -180,12 +227,16 @@ func (ss *session) declareCursor(text string) (bool, error) {
 		return true, ss.cursorFail(pgerr.New(pgerr.FeatureNotSupported,
 			"DECLARE CURSOR WITH HOLD over distributed or reference tables is not supported").
 			WithHint("Declare it WITHOUT HOLD inside the transaction block, or run the query itself."))
-	case ss.cursors[d.Portalname] != nil:
-		return true, ss.cursorFail(pgerr.New("42P03", "cursor %q already exists", d.Portalname))
+	case !ss.inTxn():
+		return true, ss.queryError(pgerr.New("25P01", "DECLARE CURSOR can only be used in transaction blocks"))
+	}
+	kept := 0
+	for _, c := range ss.cursors {
+		kept += c.size
 	}
 	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
 	ss.multi = m
-	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather}
+	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather - int64(kept)}
 	ss.capture = c
 	stop, err := ss.partRun(query, false)
 	ss.capture, ss.multi = nil, nil
@@ -196,10 +247,11 @@ func (ss *session) declareCursor(text string) (bool, error) {
 	ss.out = ss.out[:c.start]
 	if c.over {
 		return true, ss.cursorFail(pgerr.New(codeProgramLimitExceeded,
-			"the rows of cursor %q exceed %d bytes (--max-gather), which the coordinator keeps for a cursor over distributed tables", d.Portalname, c.limit).
+			"the rows of cursor \"%s\" and the transaction's other cursors exceed %d bytes (--max-gather), which the coordinator keeps for cursors over distributed tables", d.Portalname, ss.srv.cfg.MaxGather).
 			WithHint("Run the query itself (psql: \\unset FETCH_COUNT), or narrow it."))
 	}
-	cur := &coordCursor{noScroll: d.Options&cursorOptNoScroll != 0, depth: len(ss.savepoints)}
+	cur := &coordCursor{noScroll: d.Options&cursorOptNoScroll != 0, depth: len(ss.savepoints), settings: ss.cursorSettings(),
+		tables: p.Tables, size: len(c.frames)}
 	failed := false
 	for b := c.frames; ; {
 		typ, body, n, ok := wire.SplitFrame(b)
@@ -328,11 +380,12 @@ func (ss *session) cursorsAtSavepoint(kind opKind, i int) {
 	}
 }
 
-// fetch moves the cursor as FETCH (or MOVE) direction count does in
-// PostgreSQL and returns the rows it passes over.
-func (c *coordCursor) fetch(dir pg_query.FetchDirection, count int64) ([][]byte, error) {
-	n := int64(len(c.rows))
-	pos := int64(c.pos)
+// fetchAll is PostgreSQL's FETCH_ALL count.
+const fetchAll = math.MaxInt64
+
+// fetch moves the cursor as FETCH (out set) or MOVE direction count does
+// in PostgreSQL (DoPortalRunFetch) and returns the count its tag says.
+func (c *coordCursor) fetch(dir pg_query.FetchDirection, count int64, out *[][]byte) (int64, error) {
 	switch dir {
 	case pg_query.FetchDirection_FETCH_FORWARD:
 		if count < 0 {
@@ -342,86 +395,213 @@ func (c *coordCursor) fetch(dir pg_query.FetchDirection, count int64) ([][]byte,
 		if count < 0 {
 			dir, count = pg_query.FetchDirection_FETCH_FORWARD, -count
 		}
-	}
-	backward := func() error {
-		if c.noScroll {
-			return pgerr.New("55000", "cursor can only scan forward").
-				WithHint("Declare it with SCROLL option to enable backward scan.")
+	case pg_query.FetchDirection_FETCH_ABSOLUTE:
+		switch {
+		case count > 0:
+			if count-1 <= c.pos/2 {
+				if err := c.rewind(); err != nil {
+					return 0, err
+				}
+				if count > 1 {
+					c.run(count-1, nil)
+				}
+			} else {
+				pos := c.pos
+				if c.atEnd {
+					pos++ // one more fetch when off the end
+				}
+				if count <= pos {
+					if _, err := c.runBack(pos-count+1, nil); err != nil {
+						return 0, err
+					}
+				} else if count > pos+1 {
+					c.run(count-pos-1, nil)
+				}
+			}
+			return c.run(1, out), nil
+		case count < 0:
+			c.run(fetchAll, nil)
+			if count < -1 {
+				if _, err := c.runBack(-count-1, nil); err != nil {
+					return 0, err
+				}
+			}
+			return c.runBack(1, out)
+		default:
+			if err := c.rewind(); err != nil {
+				return 0, err
+			}
+			return 0, nil
 		}
+	case pg_query.FetchDirection_FETCH_RELATIVE:
+		switch {
+		case count > 0:
+			if count > 1 {
+				c.run(count-1, nil)
+			}
+			return c.run(1, out), nil
+		case count < 0:
+			if count < -1 {
+				if _, err := c.runBack(-count-1, nil); err != nil {
+					return 0, err
+				}
+			}
+			return c.runBack(1, out)
+		}
+		dir = pg_query.FetchDirection_FETCH_FORWARD
+	}
+	forward := dir == pg_query.FetchDirection_FETCH_FORWARD
+	if count == 0 {
+		onRow := c.pos > 0 && !c.atEnd
+		if out == nil { // MOVE 0: whether FETCH 0 would give a row
+			if onRow {
+				return 1, nil
+			}
+			return 0, nil
+		}
+		if !onRow {
+			if forward {
+				return 0, nil
+			}
+			return c.runBack(0, out) // NO SCROLL refuses even that
+		}
+		// Back up one row to give it again.
+		if _, err := c.runBack(1, nil); err != nil {
+			return 0, err
+		}
+		count, forward = 1, true
+	}
+	if !forward && count == fetchAll && out == nil {
+		// MOVE BACKWARD ALL: a rewind.
+		n := c.pos
+		if n > 0 && !c.atEnd {
+			n--
+		}
+		return n, c.rewind()
+	}
+	if forward {
+		return c.run(count, out), nil
+	}
+	return c.runBack(count, out)
+}
+
+// run reads up to count rows forward (PortalRunSelect forward).
+func (c *coordCursor) run(count int64, out *[][]byte) int64 {
+	if c.atEnd || count <= 0 {
+		return 0
+	}
+	n := int64(len(c.rows)) - c.pos
+	if count < n {
+		n = count
+	}
+	if out != nil {
+		*out = append(*out, c.rows[c.pos:c.pos+n]...)
+	}
+	if count == fetchAll || n < count {
+		c.atEnd = true
+	}
+	c.pos += n
+	return n
+}
+
+// runBack reads up to count rows backward (PortalRunSelect backward): a
+// NO SCROLL cursor refuses.
+func (c *coordCursor) runBack(count int64, out *[][]byte) (int64, error) {
+	if c.noScroll {
+		return 0, errNoScroll
+	}
+	if c.pos == 0 || count <= 0 {
+		return 0, nil
+	}
+	cur := c.pos // the row backward reads start before
+	if c.atEnd {
+		cur++
+	}
+	n := cur - 1
+	if count < n {
+		n = count
+	}
+	if out != nil {
+		for k := cur - 1; k >= cur-n; k-- {
+			*out = append(*out, c.rows[k-1])
+		}
+	}
+	if n > 0 && c.atEnd {
+		c.atEnd = false
+		c.pos++
+	}
+	if count == fetchAll || n < count {
+		c.pos = 0
+	} else {
+		c.pos -= n
+	}
+	return n, nil
+}
+
+// rewind goes back to the start (DoPortalRewind).
+func (c *coordCursor) rewind() error {
+	if c.pos == 0 && !c.atEnd {
 		return nil
 	}
-	one := func(target int64) ([][]byte, error) {
-		if target < pos {
-			if err := backward(); err != nil {
-				return nil, err
-			}
-		}
-		switch {
-		case target <= 0:
-			c.pos = 0
-			return nil, nil
-		case target > n:
-			c.pos = int(n + 1)
-			return nil, nil
-		}
-		c.pos = int(target)
-		return [][]byte{c.rows[target-1]}, nil
+	if c.noScroll {
+		return errNoScroll
 	}
-	switch dir {
-	case pg_query.FetchDirection_FETCH_ABSOLUTE:
-		if count < 0 {
-			return one(n + 1 + count)
-		}
-		return one(count)
-	case pg_query.FetchDirection_FETCH_RELATIVE:
-		if count == 0 {
-			if pos < 1 || pos > n {
-				return nil, nil
-			}
-			if err := backward(); err != nil { // PostgreSQL steps back to read it again
-				return nil, err
-			}
-			return [][]byte{c.rows[pos-1]}, nil
-		}
-		return one(pos + count)
-	case pg_query.FetchDirection_FETCH_FORWARD:
-		if count == 0 { // FORWARD 0: the current row again
-			return c.fetch(pg_query.FetchDirection_FETCH_RELATIVE, 0)
-		}
-		// Rows pos+1 up to pos+count; past the last, the cursor is after it.
-		last := n
-		if count <= n-pos {
-			last = pos + count
-			c.pos = int(last)
-		} else {
-			c.pos = int(n + 1)
-		}
-		if pos >= last {
-			return nil, nil
-		}
-		return c.rows[pos:last], nil
-	case pg_query.FetchDirection_FETCH_BACKWARD:
-		if err := backward(); err != nil {
-			return nil, err
-		}
-		if count == 0 {
-			return c.fetch(pg_query.FetchDirection_FETCH_RELATIVE, 0)
-		}
-		// Rows pos-1 down to pos-count; before the first, the cursor is
-		// before it.
-		first := int64(1)
-		if count < pos {
-			first = pos - count
-			c.pos = int(first)
-		} else {
-			c.pos = 0
-		}
-		var rows [][]byte
-		for k := pos - 1; k >= first; k-- {
-			rows = append(rows, c.rows[k-1])
-		}
-		return rows, nil
+	c.pos, c.atEnd = 0, false
+	return nil
+}
+
+var errNoScroll = pgerr.New("55000", "cursor can only scan forward").
+	WithHint("Declare it with SCROLL option to enable backward scan.")
+
+// startsWithWord reports whether text starts with word (lower case),
+// white space before it aside.
+func startsWithWord(text, word string) bool {
+	t := strings.TrimLeft(text, " \t\r\n")
+	return len(t) > len(word) && strings.EqualFold(t[:len(word)], word) &&
+		strings.IndexByte(" \t\r\n", t[len(word)]) >= 0
+}
+
+// currentOf is the cursor an UPDATE or DELETE ... WHERE CURRENT OF names.
+func currentOf(n *pg_query.Node) string {
+	var w *pg_query.Node
+	if u := n.GetUpdateStmt(); u != nil {
+		w = u.WhereClause
+	} else if d := n.GetDeleteStmt(); d != nil {
+		w = d.WhereClause
 	}
-	return nil, pgerr.New(pgerr.FeatureNotSupported, "this FETCH direction is not supported").
-		WithHint("Use FETCH FORWARD, BACKWARD, ABSOLUTE or RELATIVE.")
+	if c := w.GetCurrentOfExpr(); c != nil {
+		return c.CursorName
+	}
+	return ""
+}
+
+// cursorsUse refuses DDL of tables an open cursor of the session reads, as
+// PostgreSQL does (55006): the cursor's rows are its table's.
+func (ss *session) cursorsUse(tables, words []string) error {
+	for _, c := range ss.cursors {
+		for _, t := range tables {
+			if !slices.Contains(c.tables, t) {
+				continue
+			}
+			verb := strings.ToUpper(words[0])
+			switch verb {
+			case "ALTER":
+				verb = "ALTER TABLE"
+			case "CREATE":
+				verb = "CREATE INDEX"
+			case "DROP":
+				verb = "DROP INDEX"
+			}
+			_, rel, _ := strings.Cut(t, ".")
+			return pgerr.New("55006", "cannot %s \"%s\" because it is being used by active queries in this session", verb, rel)
+		}
+	}
+	return nil
+}
+
+// cursorSettings names the session's settings as they are now: its
+// settings and the SETs of its transaction so far (a ROLLBACK TO undoes
+// those), which shape the text of the rows a cursor gives.
+func (ss *session) cursorSettings() string {
+	return fmt.Sprintf("%s|%d|%t", ss.params.key, len(ss.pending), ss.settingsUnknown)
 }

@@ -133,6 +133,60 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 		"ROLLBACK",
 	}, allow)
 
+	dirs := []string{"NEXT", "PRIOR", "FIRST", "LAST", "ABSOLUTE %d", "RELATIVE %d", "FORWARD %d", "BACKWARD %d", "%d", "ALL", "FORWARD ALL", "BACKWARD ALL"}
+	// From an adversary: PostgreSQL's fetch algorithm for NO SCROLL
+	// cursors (MOVE 0 on a row, LAST, ABSOLUTE that rewinds), failed
+	// portals, transaction ends with AND CHAIN, cursors after statements
+	// that pin the session, CLOSE ALL refused in a failed transaction,
+	// DDL of a table an open cursor reads (55006).
+	compareOracle(t, c, plain, []string{
+		"BEGIN",
+		"DECLARE n NO SCROLL CURSOR FOR SELECT id FROM cu_t ORDER BY id",
+		"FETCH 2 FROM n", "MOVE 0 IN n", "MOVE FORWARD 0 IN n", "MOVE RELATIVE 0 IN n", "MOVE BACKWARD 0 IN n",
+		"FETCH ABSOLUTE 5 FROM n", "SAVEPOINT s", "FETCH ABSOLUTE 5 FROM n", "ROLLBACK TO SAVEPOINT s",
+		"FETCH 1 FROM n", // the portal failed: 55000
+		"ROLLBACK",
+		"BEGIN", "DECLARE n NO SCROLL CURSOR FOR SELECT id FROM cu_t ORDER BY id", "FETCH LAST FROM n", "ROLLBACK",
+		"BEGIN", "DECLARE n NO SCROLL CURSOR FOR SELECT id FROM cu_t ORDER BY id", "FETCH ABSOLUTE -1 FROM n", "ROLLBACK",
+		"BEGIN", "DECLARE n NO SCROLL CURSOR FOR SELECT id FROM cu_t ORDER BY id", "FETCH 1 FROM n", "FETCH FIRST FROM n", "ROLLBACK",
+		"BEGIN", "DECLARE n NO SCROLL CURSOR FOR SELECT id FROM cu_t WHERE id < 0", "FETCH 1 FROM n", "FETCH FIRST FROM n", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "FETCH 1 FROM k", "COMMIT AND CHAIN", "FETCH 1 FROM k", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "ROLLBACK AND CHAIN", "FETCH 1 FROM k", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "COMMIT; BEGIN", "FETCH 1 FROM k", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "SAVEPOINT s", "SELECT 1/0", "CLOSE ALL",
+		"ROLLBACK TO SAVEPOINT s", "FETCH 1 FROM k", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "SAVEPOINT s", "TRUNCATE cu_t", "ROLLBACK TO SAVEPOINT s",
+		"ALTER TABLE cu_t ADD COLUMN zz int", "ROLLBACK TO SAVEPOINT s", "FETCH 2 FROM k", "ROLLBACK",
+		"BEGIN", `DECLARE "a""b" CURSOR FOR SELECT id FROM cu_t`, `DECLARE "a""b" CURSOR FOR SELECT id FROM cu_t`, "ROLLBACK",
+	}, nil)
+	compareOracle(t, c, plain, []string{
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "FETCH 1 FROM k; SELECT 1", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "CLOSE ALL; SELECT 1", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id, v FROM cu_t ORDER BY id", "SET LOCAL extra_float_digits = 1", "FETCH 1 FROM k", "ROLLBACK",
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "FETCH 1 FROM k", "UPDATE cu_t SET v = 'x' WHERE CURRENT OF k", "ROLLBACK",
+	}, map[string]bool{"FETCH 1 FROM k; SELECT 1": true, "CLOSE ALL; SELECT 1": true, "FETCH 1 FROM k": true,
+		"UPDATE cu_t SET v = 'x' WHERE CURRENT OF k": true})
+
+	// Random moves over NO SCROLL cursors, a few at a time.
+	rngN := rand.New(rand.NewPCG(3, 5))
+	var nstmts []string
+	for range 60 {
+		nstmts = append(nstmts, "BEGIN", "DECLARE w NO SCROLL CURSOR FOR SELECT id FROM cu_t WHERE id % 3 = 0 ORDER BY id")
+		for range 4 {
+			d := dirs[rngN.IntN(len(dirs))]
+			if d[len(d)-1] == 'd' {
+				d = fmt.Sprintf(d, rngN.IntN(13)-4)
+			}
+			verb := "FETCH"
+			if rngN.IntN(3) == 0 {
+				verb = "MOVE"
+			}
+			nstmts = append(nstmts, verb+" "+d+" FROM w")
+		}
+		nstmts = append(nstmts, "ROLLBACK")
+	}
+	compareOracle(t, c, plain, nstmts, nil)
+
 	// An error the query meets on a row: PostgreSQL says it at the FETCH
 	// that reaches the row, pgfleet at DECLARE (it runs the query then);
 	// the code is the same, and the transaction fails either way.
@@ -148,7 +202,6 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 
 	// Random moves over a SCROLL cursor, against PostgreSQL's.
 	rng := rand.New(rand.NewPCG(7, 11))
-	dirs := []string{"NEXT", "PRIOR", "FIRST", "LAST", "ABSOLUTE %d", "RELATIVE %d", "FORWARD %d", "BACKWARD %d", "%d", "ALL", "FORWARD ALL", "BACKWARD ALL"}
 	stmts := []string{"BEGIN", "DECLARE z SCROLL CURSOR FOR SELECT id, v FROM cu_t WHERE id % 2 = 1 ORDER BY id"}
 	for range 300 {
 		d := dirs[rng.IntN(len(dirs))]
@@ -162,6 +215,12 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 		stmts = append(stmts, verb+" "+d+" FROM z")
 	}
 	compareOracle(t, c, plain, append(stmts, "COMMIT"), nil)
+	// Statements that pin the session leave its cursors (last: the
+	// session stays pinned).
+	compareOracle(t, c, plain, []string{
+		"BEGIN", "DECLARE k CURSOR FOR SELECT id FROM cu_t ORDER BY id", "CREATE TEMP TABLE cu_tmp (x int)", "PREPARE cu_q AS SELECT 1",
+		"FETCH 2 FROM k", "CLOSE k", "ROLLBACK",
+	}, nil)
 }
 
 // TestPsqlFetchCount: psql with FETCH_COUNT set (a cursor under the hood)

@@ -381,6 +381,10 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	if len(tables) == 0 {
 		return false, nil
 	}
+	if err := ss.cursorsUse(tables, lx.words[:]); err != nil {
+		ss.txFailed = ss.inTxn()
+		return true, ss.queryError(err)
+	}
 	if ss.inTxn() {
 		if ss.canTakeInAll() {
 			return true, ss.tableDDLInTxn(sql, snap)

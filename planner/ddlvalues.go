@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"fmt"
 	"regexp"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -56,7 +57,7 @@ func DDLValueChecks(sql string) (checks []string, timeWord bool) {
 			Node: &pg_query.Node_AlterTableCmd{AlterTableCmd: &pg_query.AlterTableCmd{
 				Subtype: pg_query.AlterTableType_AT_AddColumn, Behavior: pg_query.DropBehavior_DROP_RESTRICT,
 				Def: &pg_query.Node{Node: &pg_query.Node_ColumnDef{ColumnDef: &pg_query.ColumnDef{
-					Colname: "pgfleet_value_check", TypeName: proto.Clone(def.TypeName).(*pg_query.TypeName), IsLocal: true,
+					Colname: fmt.Sprintf("pgfleet_value_check_%d", len(checks)), TypeName: proto.Clone(def.TypeName).(*pg_query.TypeName), IsLocal: true,
 					Constraints: []*pg_query.Node{{Node: &pg_query.Node_Constraint{Constraint: &pg_query.Constraint{
 						Contype: pg_query.ConstrType_CONSTR_GENERATED, GeneratedWhen: "a", RawExpr: cast, Location: -1}}}},
 				}}},
