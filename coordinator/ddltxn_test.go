@@ -249,10 +249,23 @@ func TestTableDDLInTransactionBlockEdges(t *testing.T) {
 		"BEGIN",
 		"CREATE INDEX CONCURRENTLY de_t_c ON de_t (a)",
 		"ROLLBACK",
+		// Two constant defaults in one statement (each checked with a
+		// column of its own: was refused as not immutable).
+		"BEGIN",
+		"ALTER TABLE de_t ADD COLUMN p int DEFAULT 1, ADD COLUMN q int DEFAULT 2",
+		"SELECT * FROM de_t ORDER BY id",
+		"ROLLBACK",
+		// Unnamed constraints PostgreSQL names alike: which is which on
+		// the shards cannot be told, refused (0A000 allowed below).
+		"ALTER TABLE de_t ADD CHECK (a > -1), ADD CHECK (a < 100)",
 		"BEGIN",
 		"DROP INDEX CONCURRENTLY IF EXISTS de_t_pkey",
 		"ROLLBACK",
-	}, nil)
+	}, map[string]bool{"ALTER TABLE de_t ADD CHECK (a > -1), ADD CHECK (a < 100)": true})
+	if got := queryString(t, c, "SELECT count(*)::text FROM pg_constraint WHERE conname LIKE 'de_t_a_check%'"); got != "0" && got != "2" {
+		t.Errorf("constraints of the two unnamed CHECKs on the shell: %s, want none (refused) or both", got)
+	}
+	_, _ = plain.Exec(ctx, "ALTER TABLE de_t DROP CONSTRAINT IF EXISTS de_t_a_check, DROP CONSTRAINT IF EXISTS de_t_a_check1")
 
 	// Another session's SELECT * waits on the DDL's lock, then reads the
 	// new columns.

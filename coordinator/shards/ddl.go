@@ -269,7 +269,9 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 			return "", n.wrap(err, "cannot read the indexes and constraints of %s on node %s",
 				d.targets[0].table.Name, n.describe(homeID))
 		}
-		d.nameUnnamed(before, after)
+		if err := d.nameUnnamed(before, after); err != nil {
+			return "", err
+		}
 	}
 
 	for _, tg := range d.targets {
@@ -1011,7 +1013,7 @@ func (d *ddl) shellNames(ctx context.Context, home *pgx.Conn) ([]shellName, erro
 // names PostgreSQL gave them on the shell: what is new there after the
 // statement, matched by kind and columns. One that cannot be matched
 // exactly stays unnamed, for PostgreSQL to name on each shard.
-func (d *ddl) nameUnnamed(before, after []shellName) {
+func (d *ddl) nameUnnamed(before, after []shellName) error {
 	old := map[string]bool{}
 	for _, s := range before {
 		old[s.typ+"\x00"+s.name] = true
@@ -1050,11 +1052,18 @@ func (d *ddl) nameUnnamed(before, after []shellName) {
 				match = i
 			}
 		}
+		if match == -2 {
+			// Which of PostgreSQL's names is which constraint cannot be
+			// told: the shards could get them swapped.
+			return unsupportedDDL("%s adds several unnamed constraints of one kind on the same columns", d.kind).
+				WithHint("Name each constraint (ADD CONSTRAINT name CHECK ...), or add them in statements of their own.")
+		}
 		if match >= 0 {
 			u.c.Conname = added[match].name
 			named[added[match].name] = true
 		}
 	}
+	return nil
 }
 
 // shardSQL rewrites the statement for one shard of a target: the table
