@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,5 +292,21 @@ func TestTableDDLInTransactionBlockEdges(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("another session's SELECT * still waits after the COMMIT")
+	}
+}
+
+// TestTableDDLInTransactionBlockNotices: the notices DDL of distributed
+// tables gives in a block (IF EXISTS ... skipping) reach the client.
+func TestTableDDLInTransactionBlockNotices(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "dn_t", "(id int PRIMARY KEY, a int)", "SELECT create_distributed_table('dn_t', 'id', shard_count => 4)")
+	pc, notices := noticeConn(t, srv.Addr())
+	runString(t, pc, notices, "BEGIN")
+	got := runString(t, pc, notices, "ALTER TABLE dn_t DROP COLUMN IF EXISTS nope")
+	runString(t, pc, notices, "ROLLBACK")
+	if len(got.Notices) != 1 || !strings.Contains(got.Notices[0], `column "nope" of relation "dn_t" does not exist, skipping`) {
+		t.Errorf("notices of ALTER TABLE ... DROP COLUMN IF EXISTS in a block: %+v", got)
 	}
 }

@@ -603,9 +603,23 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	}
 	var tag string
 	var err error
+	var notices []byte // the shell's, as PostgreSQL would send them
+	shellOver := false
+	keep := func(n *pgconn.Notice) {
+		if shellOver {
+			return // a shard's
+		}
+		nr := pgproto3.NoticeResponse{Severity: n.Severity, SeverityUnlocalized: n.SeverityUnlocalized, Code: n.Code,
+			Message: n.Message, Detail: n.Detail, Hint: n.Hint, Where: n.Where, File: n.File, Line: n.Line, Routine: n.Routine}
+		notices, _ = nr.Encode(notices)
+	}
 	for _, node := range nodes {
 		var c *pgx.Conn
-		if c, err = pooling.Borrow(ctx, held[node]); err != nil {
+		var on func(*pgconn.Notice)
+		if node == def {
+			on = keep
+		}
+		if c, err = pooling.Borrow(ctx, held[node], on); err != nil {
 			lost = err
 			break
 		}
@@ -613,7 +627,7 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	}
 	if err == nil {
 		if err = checkDDLValuesIn(ctx, conns[def], sql, true); err == nil {
-			tag, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql)
+			tag, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql, func() { shellOver = true })
 		}
 	}
 	giveBack()
@@ -626,10 +640,12 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	}
 	if err != nil {
 		ss.txFailed = true
+		ss.out = append(ss.out, notices...)
 		return ss.queryError(err)
 	}
 	ss.srv.stmtEpoch.Add(1) // the shards changed on the transaction's connections
 	ss.txScatter = &scatterCache{}
+	ss.out = append(ss.out, notices...)
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())

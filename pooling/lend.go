@@ -351,10 +351,14 @@ var errBorrowed = errors.New("pooling: a borrowed connection cannot be replaced"
 // statements inside that transaction: as LendPgx, but c may be in a
 // transaction block and never goes back to the pool. GiveBack ends the
 // loan. A cancel pgx sends (its context ended) goes to the worker.
-func Borrow(ctx context.Context, c *ServerConn) (*pgx.Conn, error) {
+// onNotice, if not nil, gets the notices the worker sends meanwhile.
+func Borrow(ctx context.Context, c *ServerConn, onNotice func(*pgconn.Notice)) (*pgx.Conn, error) {
 	cfg, err := lentConfig(c.pool)
 	if err != nil {
 		return nil, err
+	}
+	if onNotice != nil {
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { onNotice(n) }
 	}
 	first := c
 	cfg.DialFunc = func(context.Context, string, string) (net.Conn, error) {

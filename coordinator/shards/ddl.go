@@ -160,7 +160,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 		return "", nil, o.fail(ctx, err)
 	}
 
-	tag, err = d.run(ctx, snap, home, n, defaultNode, func(node int32) (*pgx.Conn, error) {
+	tag, err = d.run(ctx, snap, home, n, defaultNode, nil, func(node int32) (*pgx.Conn, error) {
 		tx, err := o.g.begin(ctx, node)
 		if err != nil {
 			return nil, err
@@ -243,7 +243,7 @@ func (o *op) partlyDropped(ctx context.Context, left []ddlTarget, cause error) e
 // each shard's statement on every placement, on conn(node) (inside a
 // transaction of the same outcome). It returns the shell's command tag.
 func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, n *nodes, homeID int32,
-	conn func(node int32) (*pgx.Conn, error)) (tag string, err error) {
+	shellDone func(), conn func(node int32) (*pgx.Conn, error)) (tag string, err error) {
 	// The shell first: its errors are the user's, as PostgreSQL says them,
 	// it takes the table's lock before any shard does, and it names what
 	// the statement leaves unnamed.
@@ -263,6 +263,9 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 		return "", twophase.ToPgErr(err)
 	}
 	tag = ct.String()
+	if shellDone != nil {
+		shellDone()
+	}
 	if d.naming() {
 		after, err := d.shellNames(ctx, home)
 		if err != nil {
@@ -307,9 +310,11 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 // change on every node (two-phase commit) or on none. DROP TABLE, which
 // changes the catalog, is refused (0A000) before anything runs; so is
 // everything DDLTables refuses. The shell's TRUNCATE passes its guard
-// trigger as pgfleet's own write, for that statement only.
+// trigger as pgfleet's own write, for that statement only. shellDone, if
+// not nil, is called once the shell's statement ran (its notices are the
+// client's; the shards' that follow are not).
 func RunDDLInTxn(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
-	defaultNode int32, stmt string) (string, error) {
+	defaultNode int32, stmt string, shellDone func()) (string, error) {
 	n := &nodes{conns: conns, addrs: map[int32]string{}}
 	for _, nd := range snap.Nodes {
 		n.addrs[nd.ID] = nd.Addr()
@@ -344,7 +349,7 @@ func RunDDLInTxn(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*
 			return "", err
 		}
 	}
-	tag, err := d.run(ctx, snap, home, n, defaultNode, n.conn)
+	tag, err := d.run(ctx, snap, home, n, defaultNode, shellDone, n.conn)
 	if err == nil && d.kind == "TRUNCATE" {
 		_, err = home.Exec(ctx, "SELECT pg_catalog.set_config('pgfleet.internal', '', true)")
 	}
