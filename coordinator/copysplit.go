@@ -22,10 +22,11 @@ import (
 // client's rows are split by shard and loaded on every node in one
 // distributed transaction, so that either all rows are stored or none.
 func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
-	if ss.inTxn() {
+	inTxn := ss.inTxn()
+	if inTxn && (!ss.canTakeInAll() || len(p.Copy.Fill) > 0) {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"COPY into %s inside a transaction block is not supported yet", p.Tables[0]).
-			WithHint("Run the COPY outside BEGIN ... COMMIT: it commits on every worker at once, all or nothing."))
+			"COPY into %s is not supported in this transaction block (pinned, after SET, or drawing sequence values)", p.Tables[0]).
+			WithHint("Run the COPY outside BEGIN ... COMMIT (it commits on every worker at once, all or nothing), or before SET in the block."))
 	}
 	f, options, err := copyFormat(p.Copy, lits)
 	if err != nil {
@@ -55,15 +56,46 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 			return ss.queryError(err)
 		}
 	}
-	conns, done, err := ss.nodeConns(ctx)
-	defer done()
-	if err != nil {
+	var conns map[int32]*pgx.Conn
+	var giveBack func() error
+	if inTxn {
+		// Inside the client's transaction block, on its connections:
+		// its COMMIT keeps the rows on every worker, ROLLBACK none.
+		var err error
+		conns, giveBack, err = ss.borrowAll(ctx, ss.srv.catalog.Load(), nil)
+		if giveBack == nil {
+			return ss.queryError(err)
+		}
+		if err != nil {
+			return giveBack()
+		}
+	} else {
+		var done func()
+		var err error
+		conns, done, err = ss.nodeConns(ctx)
+		defer done()
+		if err != nil {
+			return ss.queryError(err)
+		}
+		giveBack = func() error { return nil }
+	}
+	// fail answers an error of the COPY: in a block, the transaction fails.
+	fail := func(err error) error {
+		if lost := giveBack(); lost != nil {
+			return lost
+		}
+		if inTxn {
+			ss.txFailed = true
+		}
 		return ss.queryError(err)
 	}
 	l, err := shards.NewLoader(ctx, ss.srv.store, ss.srv.catalog.Load(), conns, ss.srv.defaultNode.Load(),
 		p.Tables[0], p.Copy.Columns, f, options)
 	if err != nil {
-		return ss.queryError(err)
+		return fail(err)
+	}
+	if inTxn {
+		l.InClientTxn()
 	}
 	l.ForeignEncoding = ss.foreignEnc
 	if fill := p.Copy.Fill; len(fill) > 0 {
@@ -71,7 +103,7 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		// rows at once, as for an INSERT (sequences.go).
 		if err := ss.seqReady(p.Tables[0]); err != nil {
 			l.Abort()
-			return ss.queryError(err)
+			return fail(err)
 		}
 		var cols []string
 		for _, f := range fill {
@@ -86,17 +118,18 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		})
 		if err != nil {
 			l.Abort()
-			return ss.queryError(err)
+			return fail(err)
 		}
 	}
 	if err := readOnlyCopy(ctx, conns); err != nil {
 		l.Abort()
-		return ss.queryError(err)
+		return fail(err)
 	}
 	resp := pgproto3.CopyInResponse{OverallFormat: 0}
 	ss.out, _ = resp.Encode(ss.out)
 	if err := ss.flush(); err != nil {
 		l.Abort()
+		_ = giveBack()
 		return errQuietClose
 	}
 	var loadErr error
@@ -104,6 +137,7 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		fr, err := ss.r.Next()
 		if err != nil {
 			l.Abort()
+			_ = giveBack()
 			return clientReadError(err)
 		}
 		switch fr.Type {
@@ -138,11 +172,14 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		if !errors.As(loadErr, &pe) {
 			loadErr = pgerr.New(pgerr.ConnectionFailure, "COPY into %s: %v", p.Tables[0], loadErr)
 		}
-		return ss.queryError(loadErr)
+		return fail(loadErr)
+	}
+	if lost := giveBack(); lost != nil {
+		return lost
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte("COPY " + strconv.FormatInt(rows, 10))}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
 }
 

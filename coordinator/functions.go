@@ -575,34 +575,6 @@ func (ss *session) canTakeInAll() bool {
 // PostgreSQL.
 func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	def := ss.srv.defaultNode.Load()
-	nodes := []int32{def}
-	for _, id := range slices.Sorted(slices.Values(shards.ActiveNodes(snap))) {
-		if id != def {
-			nodes = append(nodes, id)
-		}
-	}
-	for _, node := range nodes {
-		if err := ss.takeIn(node); err != nil {
-			return ss.queryError(err)
-		}
-	}
-	held := map[int32]*pooling.ServerConn{ss.node: ss.sc}
-	for _, p := range ss.parked {
-		held[p.node] = p.sc
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	conns := map[int32]*pgx.Conn{}
-	var lost error
-	giveBack := func() {
-		for _, c := range conns {
-			if err := pooling.GiveBack(context.Background(), c); err != nil && lost == nil {
-				lost = err
-			}
-		}
-	}
-	var tag string
-	var err error
 	var notices []byte // the shell's, as PostgreSQL would send them
 	shellOver := false
 	keep := func(n *pgconn.Notice) {
@@ -613,30 +585,20 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 			Message: n.Message, Detail: n.Detail, Hint: n.Hint, Where: n.Where, File: n.File, Line: n.Line, Routine: n.Routine}
 		notices, _ = nr.Encode(notices)
 	}
-	for _, node := range nodes {
-		var c *pgx.Conn
-		var on func(*pgconn.Notice)
-		if node == def {
-			on = keep
-		}
-		if c, err = pooling.Borrow(ctx, held[node], on); err != nil {
-			lost = err
-			break
-		}
-		conns[node] = c
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	conns, giveBack, err := ss.borrowAll(ctx, snap, keep)
+	if giveBack == nil {
+		return ss.queryError(err)
 	}
+	var tag string
 	if err == nil {
 		if err = checkDDLValuesIn(ctx, conns[def], sql, true); err == nil {
 			tag, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql, func() { shellOver = true })
 		}
 	}
-	giveBack()
-	if lost != nil {
-		// A connection of the transaction was lost: it cannot commit.
-		// The session ends (its connections are released, the
-		// transaction rolled back on every worker), as when the
-		// current one is lost.
-		return ss.lostServer(lost)
+	if lost := giveBack(); lost != nil {
+		return lost
 	}
 	if err != nil {
 		ss.txFailed = true
@@ -650,6 +612,62 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
+}
+
+// borrowAll takes every active worker into the client's transaction block
+// (the default node first) and lends the block's connections to pgx for
+// the coordinator's own statements in it (pooling.Borrow); onNotice gets
+// the default node's notices. giveBack ends the loans; its error (a
+// connection of the transaction was lost, so it cannot commit) ends the
+// session as when the current connection is lost, and is what the caller
+// returns. giveBack nil: a worker could not be taken in (err), nothing is
+// lent; otherwise the caller calls giveBack, err or not.
+func (ss *session) borrowAll(ctx context.Context, snap *metadata.Snapshot, onNotice func(*pgconn.Notice)) (
+	conns map[int32]*pgx.Conn, giveBack func() error, err error) {
+	def := ss.srv.defaultNode.Load()
+	nodes := []int32{def}
+	for _, id := range slices.Sorted(slices.Values(shards.ActiveNodes(snap))) {
+		if id != def {
+			nodes = append(nodes, id)
+		}
+	}
+	for _, node := range nodes {
+		if err := ss.takeIn(node); err != nil {
+			return nil, nil, err
+		}
+	}
+	held := map[int32]*pooling.ServerConn{ss.node: ss.sc}
+	for _, p := range ss.parked {
+		held[p.node] = p.sc
+	}
+	conns = map[int32]*pgx.Conn{}
+	var lost error
+	giveBack = func() error {
+		for _, c := range conns {
+			if err := pooling.GiveBack(context.Background(), c); err != nil && lost == nil {
+				lost = err
+			}
+		}
+		if lost != nil {
+			// The session ends (its connections are released, the
+			// transaction rolled back on every worker).
+			return ss.lostServer(lost)
+		}
+		return nil
+	}
+	for _, node := range nodes {
+		var on func(*pgconn.Notice)
+		if node == def {
+			on = onNotice
+		}
+		c, err := pooling.Borrow(ctx, held[node], on)
+		if err != nil {
+			lost = err
+			return conns, giveBack, err
+		}
+		conns[node] = c
+	}
+	return conns, giveBack, nil
 }
 
 // checkDDLValues refuses (0A000) an ALTER TABLE of a distributed or

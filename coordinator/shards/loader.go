@@ -372,6 +372,12 @@ func (l *Loader) sameCopies(ctx context.Context) error {
 	return nil
 }
 
+// InClientTxn makes the load part of a client's transaction block: the
+// connections NewLoader got are the block's, inside it; the load begins,
+// commits and rolls back nothing (the client's COMMIT or ROLLBACK does).
+// Call it before the first Write.
+func (l *Loader) InClientTxn() { l.g.inClient = true }
+
 // Abort rolls back everything written so far.
 func (l *Loader) Abort() { l.g.rollback(context.Background()) }
 

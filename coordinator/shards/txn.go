@@ -54,6 +54,10 @@ type nodeTx struct {
 type group struct {
 	// beginStmt opens each node's transaction (beginSQL unless set).
 	beginStmt string
+	// inClient: the connections are a client's transaction block's; the
+	// group begins, prepares, commits and rolls back nothing (the
+	// client's COMMIT or ROLLBACK does).
+	inClient bool
 	nodes     *nodes
 	tp        *twophase.Group
 	by        map[int32]*nodeTx
@@ -78,6 +82,11 @@ func (g *group) begin(ctx context.Context, node int32) (*nodeTx, error) {
 	if err != nil {
 		return nil, err
 	}
+	if g.inClient {
+		tx := &nodeTx{node: node, conn: conn}
+		g.by[node] = tx
+		return tx, nil
+	}
 	stmt := g.beginStmt
 	if stmt == "" {
 		stmt = beginSQL
@@ -93,6 +102,9 @@ func (g *group) begin(ctx context.Context, node int32) (*nodeTx, error) {
 // prepare prepares every open transaction. On failure some may be prepared:
 // the caller rolls the group back.
 func (g *group) prepare(ctx context.Context) error {
+	if g.inClient {
+		return nil
+	}
 	err := g.tp.Prepare(ctx)
 	var pe *twophase.PrepareError
 	if !errors.As(err, &pe) {
@@ -121,6 +133,9 @@ func (g *group) settle(ctx context.Context, cause error) error { return g.tp.Set
 // nodes where COMMIT PREPARED failed, whose prepared transactions recovery
 // commits.
 func (g *group) commit(ctx context.Context) error {
+	if g.inClient {
+		return nil
+	}
 	failed, err := g.tp.Commit(ctx)
 	for _, tx := range g.by {
 		tx.part.Conn.(*pgxConn).closeFresh()
@@ -143,7 +158,12 @@ func (g *group) commit(ctx context.Context) error {
 
 // rollback rolls back every transaction not committed yet
 // (twophase.Group.Rollback) and returns what it could not roll back.
-func (g *group) rollback(ctx context.Context) []string { return g.tp.Rollback(ctx) }
+func (g *group) rollback(ctx context.Context) []string {
+	if g.inClient {
+		return nil
+	}
+	return g.tp.Rollback(ctx)
+}
 
 // testHookBeforeCommit runs between a group's commit decision and its
 // COMMIT PREPAREDs; nil but in tests (SetTestHookBeforeCommit).
