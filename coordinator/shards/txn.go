@@ -58,9 +58,9 @@ type group struct {
 	// group begins, prepares, commits and rolls back nothing (the
 	// client's COMMIT or ROLLBACK does).
 	inClient bool
-	nodes     *nodes
-	tp        *twophase.Group
-	by        map[int32]*nodeTx
+	nodes    *nodes
+	tp       *twophase.Group
+	by       map[int32]*nodeTx
 }
 
 func newGroup(op string, n *nodes, store Decider) *group {
