@@ -115,9 +115,18 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		t.Errorf("the rolled-back type on the workers: %v, want gone everywhere", got)
 	}
 
-	// In a batch: a change refused, a new object made.
-	if _, err := c.Exec(ctx, "SELECT 1; ALTER TYPE od_mood RENAME VALUE 'b' TO 'x'", simple); sqlState(err) != "0A000" {
-		t.Errorf("ALTER TYPE in a batch: %v, want 0A000", err)
+	// In a batch: one statement at a time in the batch's transaction,
+	// each change on every worker; an error undoes the batch everywhere.
+	exec(t, c, "SELECT 1; ALTER TYPE od_mood RENAME VALUE 'b' TO 'x'; ALTER TYPE od_mood ADD VALUE 'y'", simple)
+	if got := onEvery("SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = 'od_mood'::regtype"); slices.ContainsFunc(got, func(v string) bool { return v != "a,x,y" }) {
+		t.Errorf("od_mood's labels on the workers after a batch: %v, want a,x,y everywhere", got)
+	}
+	if _, err := c.Exec(ctx, "ALTER TYPE od_mood RENAME VALUE 'x' TO 'b'; SELECT 1/0", simple); sqlState(err) != "22012" {
+		t.Errorf("a batch failing after ALTER TYPE: %v, want 22012", err)
+	}
+	exec(t, c, "ALTER TYPE od_mood RENAME VALUE 'x' TO 'b'; SELECT 1", simple)
+	if got := onEvery("SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = 'od_mood'::regtype"); slices.ContainsFunc(got, func(v string) bool { return v != "a,b,y" }) {
+		t.Errorf("od_mood's labels on the workers after the batches: %v, want a,b,y everywhere", got)
 	}
 	exec(t, c, "CREATE SCHEMA od_e3; SELECT 1", simple)
 
@@ -163,7 +172,7 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		if got := queryString(t, w, "SELECT count(*)::text FROM pg_type WHERE typname = 'od_mood2'"); got != "1" {
 			t.Errorf("od_mood2 on %s: %s", s.Addr(), got)
 		}
-		if got := queryString(t, w, "SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = 'od_mood2'::regtype"); got != "a,c" {
+		if got := queryString(t, w, "SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = 'od_mood2'::regtype"); got != "a,c,y" {
 			t.Errorf("od_mood2 labels on %s: %s", s.Addr(), got)
 		}
 		if got := queryString(t, w, "SELECT coalesce(obj_description('od_f2()'::regprocedure, 'pg_proc'), '') || ' ' || has_function_privilege('public', 'od_f2()', 'EXECUTE')::text"); got != "three false" {

@@ -337,6 +337,14 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		// A batch whose later statement changes a function, type, ...:
 		// objectDDL sees only batches that start with DDL.
 		if _, err := ss.objectDDLBatch(sql, snap); err != nil {
+			// Run one statement at a time in the string's transaction,
+			// as PostgreSQL does: each such DDL reaches every worker
+			// in it (objectDDLInTxn).
+			if ss.multi == nil && ss.pinned == "" {
+				if parts := planner.Split(sql, snap, true); parts != nil {
+					return true, ss.multiStatement(parts)
+				}
+			}
 			return true, ss.queryError(err)
 		}
 	}
