@@ -98,6 +98,11 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		l.InClientTxn()
 	}
 	l.ForeignEncoding = ss.foreignEnc
+	if fill := p.Copy.Fill; len(fill) > 0 && f.Binary {
+		l.Abort()
+		return fail(pgerr.New(pgerr.FeatureNotSupported, "COPY into %s in binary format leaving out its sequence columns is not supported", p.Tables[0]).
+			WithHint("Send the sequence columns' values, or use FORMAT text or csv."))
+	}
 	if fill := p.Copy.Fill; len(fill) > 0 {
 		// Sequence columns the COPY leaves out: drawn for each message's
 		// rows at once, as for an INSERT (sequences.go).
@@ -126,6 +131,12 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		return fail(err)
 	}
 	resp := pgproto3.CopyInResponse{OverallFormat: 0}
+	if f.Binary {
+		resp.OverallFormat = 1
+		for range l.Columns() {
+			resp.ColumnFormatCodes = append(resp.ColumnFormatCodes, 1)
+		}
+	}
 	ss.out, _ = resp.Encode(ss.out)
 	if err := ss.flush(); err != nil {
 		l.Abort()
@@ -191,6 +202,14 @@ func copyFormat(o *planner.CopyOptions, lits []literal) (shards.CopyFormat, stri
 	var opts []string
 	if o.CSV {
 		opts = append(opts, "FORMAT csv")
+	}
+	if o.Binary {
+		if o.CSV || o.Delimiter != "" || o.Quote != "" || o.Escape != "" || o.Null != nil || o.Header {
+			return f, "", pgerr.New(pgerr.FeatureNotSupported, "COPY in binary format with text or CSV options is not supported").
+				WithHint("PostgreSQL refuses them in binary mode too: leave them out.")
+		}
+		f = shards.CopyFormat{Binary: true}
+		opts = append(opts, "FORMAT binary")
 	}
 	one := func(name, v string, dst *byte) error {
 		if len(v) != 1 {

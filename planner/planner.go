@@ -219,6 +219,7 @@ type Plan struct {
 type CopyOptions struct {
 	Columns   []string `json:"columns,omitempty"`
 	CSV       bool     `json:"csv,omitempty"`
+	Binary    bool     `json:"binary,omitempty"`
 	Header    bool     `json:"header,omitempty"`
 	Delimiter string   `json:"delimiter,omitempty"`
 	Null      *string  `json:"null,omitempty"`
@@ -1516,10 +1517,12 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 			switch strings.ToLower(val) {
 			case "csv":
 				o.CSV = true
+			case "binary":
+				o.Binary = true
 			case "text":
 			default:
 				return nil, unsupported("COPY FORMAT %s into %s is not supported yet", val, t.Name).
-					WithHint("Use FORMAT text or csv.")
+					WithHint("Use FORMAT text, csv or binary.")
 			}
 		case "header":
 			o.Header = d.Arg == nil || val == "true" || val == "1" || strings.EqualFold(val, "on")

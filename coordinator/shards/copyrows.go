@@ -2,6 +2,8 @@ package shards
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 	"strconv"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -10,6 +12,10 @@ import (
 // CopyFormat describes the text or CSV format of a COPY FROM STDIN, as its
 // options give it.
 type CopyFormat struct {
+	// Binary: PostgreSQL's binary COPY format (a header, then tuples of
+	// length-prefixed fields, then a trailer); the other fields are
+	// unused.
+	Binary    bool
 	CSV       bool
 	Delimiter byte   // tab for text, comma for CSV
 	Null      string // \N for text, empty for CSV
@@ -34,6 +40,10 @@ func DefaultCopyFormat(csv bool) CopyFormat {
 // start of a line, outside quotes); anything after it is ignored.
 type rowSplitter struct {
 	f       CopyFormat
+	// distType: the distribution column's type, whose binary value
+	// nextBinary reads (as metadata.HashValue takes it).
+	distType string
+	header   bool // binary: the header was read
 	field   int // index of the field to extract
 	ncols   int // the COPY's columns, 0 if not known
 	pending []byte
@@ -73,6 +83,9 @@ func (e eolType) terminator() string {
 // next returns the next complete row (with its line end) and the value of
 // the chosen field (isNull when it is NULL), or ok=false when data is needed.
 func (s *rowSplitter) next(final bool) (row []byte, val string, isNull bool, ok bool, err error) {
+	if s.f.Binary {
+		return s.nextBinary(final)
+	}
 	for {
 		if s.ended {
 			return nil, "", false, false, nil
@@ -453,4 +466,130 @@ func unescapeText(b []byte) (string, error) {
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// binarySignature starts PostgreSQL's binary COPY format; binaryHeader is
+// a whole header without flags or extension, which each shard's COPY gets.
+var (
+	binarySignature = []byte("PGCOPY\n\xff\r\n\x00")
+	binaryHeader    = append(append([]byte(nil), binarySignature...), 0, 0, 0, 0, 0, 0, 0, 0)
+	binaryTrailer   = []byte{0xff, 0xff}
+)
+
+// nextBinary is next for the binary format: the header first (checked and
+// dropped: each shard gets a plain one), then one tuple at a time.
+func (s *rowSplitter) nextBinary(final bool) (row []byte, val string, isNull bool, ok bool, err error) {
+	if s.ended {
+		return nil, "", false, false, nil
+	}
+	buf := s.pending
+	if !s.header {
+		if len(buf) < len(binarySignature)+8 {
+			return s.binaryShort(final)
+		}
+		if !bytes.Equal(buf[:len(binarySignature)], binarySignature) {
+			return nil, "", false, false, pgerr.New("22P04", "COPY file signature not recognized")
+		}
+		flags := binary.BigEndian.Uint32(buf[len(binarySignature):])
+		if flags&(1<<16) != 0 {
+			return nil, "", false, false, pgerr.New("22P04", "invalid COPY file header (WITH OIDS)")
+		}
+		if flags&^(1<<16)>>16 != 0 {
+			return nil, "", false, false, pgerr.New("22P04", "unrecognized critical flags in COPY file header")
+		}
+		ext := int(binary.BigEndian.Uint32(buf[len(binarySignature)+4:]))
+		if ext < 0 || len(buf) < len(binarySignature)+8+ext {
+			if ext < 0 {
+				return nil, "", false, false, pgerr.New("22P04", "invalid COPY file header (wrong length)")
+			}
+			return s.binaryShort(final)
+		}
+		s.header = true
+		s.pending = buf[len(binarySignature)+8+ext:]
+		buf = s.pending
+	}
+	if len(buf) == 0 {
+		return nil, "", false, false, nil
+	}
+	if len(buf) < 2 {
+		return s.binaryShort(final)
+	}
+	fields := int(int16(binary.BigEndian.Uint16(buf)))
+	if fields == -1 {
+		s.ended = true // the trailer; anything after it is ignored
+		s.pending = s.pending[:0]
+		return nil, "", false, false, nil
+	}
+	if s.ncols > 0 && fields != s.ncols {
+		return nil, "", false, false, pgerr.New("22P04", "row field count is %d, expected %d", fields, s.ncols)
+	}
+	at := 2
+	for i := 0; i < fields; i++ {
+		if len(buf) < at+4 {
+			return s.binaryShort(final)
+		}
+		n := int(int32(binary.BigEndian.Uint32(buf[at:])))
+		at += 4
+		if n < -1 {
+			return nil, "", false, false, pgerr.New("22P04", "invalid field size")
+		}
+		if n > 0 {
+			if len(buf) < at+n {
+				return s.binaryShort(final)
+			}
+		}
+		if i == s.field {
+			if n == -1 {
+				isNull = true
+			} else if val, err = binaryValue(s.distType, buf[at:at+n]); err != nil {
+				return nil, "", false, false, err
+			}
+		}
+		if n > 0 {
+			at += n
+		}
+	}
+	row = buf[:at]
+	s.pending = buf[at:]
+	return row, val, isNull, true, nil
+}
+
+// binaryShort: the data so far ends inside the header or a tuple: more is
+// needed, or, at the end of the data, it is cut short.
+func (s *rowSplitter) binaryShort(final bool) ([]byte, string, bool, bool, error) {
+	if final {
+		return nil, "", false, false, pgerr.New("22P04", "unexpected EOF in COPY data")
+	}
+	return nil, "", false, false, nil
+}
+
+// binaryValue is a distribution value sent in binary as the text
+// metadata.HashValue reads.
+func binaryValue(typ string, b []byte) (string, error) {
+	bad := func() (string, error) {
+		return "", pgerr.New("22P03", "incorrect binary data format")
+	}
+	switch typ {
+	case "int2":
+		if len(b) != 2 {
+			return bad()
+		}
+		return strconv.Itoa(int(int16(binary.BigEndian.Uint16(b)))), nil
+	case "int4":
+		if len(b) != 4 {
+			return bad()
+		}
+		return strconv.Itoa(int(int32(binary.BigEndian.Uint32(b)))), nil
+	case "int8":
+		if len(b) != 8 {
+			return bad()
+		}
+		return strconv.FormatInt(int64(binary.BigEndian.Uint64(b)), 10), nil
+	case "uuid":
+		if len(b) != 16 {
+			return bad()
+		}
+		return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+	}
+	return string(b), nil // text, varchar, bpchar: the string itself
 }

@@ -122,3 +122,78 @@ func TestRowSplitterChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestRowSplitterBinary: the binary format split at every byte boundary
+// gives the same tuples and distribution values; a header with an
+// extension, NULLs, the trailer and data cut short.
+func TestRowSplitterBinary(t *testing.T) {
+	tuple := func(fields ...[]byte) []byte {
+		b := []byte{0, byte(len(fields))}
+		for _, f := range fields {
+			if f == nil {
+				b = append(b, 0xff, 0xff, 0xff, 0xff)
+				continue
+			}
+			b = append(b, 0, 0, 0, byte(len(f)))
+			b = append(b, f...)
+		}
+		return b
+	}
+	header := append(append([]byte(nil), binarySignature...), 0, 0, 0, 0, 0, 0, 0, 3, 'x', 'y', 'z') // a 3-byte extension
+	t1 := tuple([]byte{0, 0, 0, 42}, []byte("a"))
+	t2 := tuple([]byte{0xff, 0xff, 0xff, 0xfe}, nil)
+	t3 := tuple(nil, []byte("c"))
+	data := append(append(append(append(append([]byte(nil), header...), t1...), t2...), t3...), binaryTrailer...)
+	data = append(data, "ignored"...)
+	for step := 1; step <= len(data); step++ {
+		s := rowSplitter{f: CopyFormat{Binary: true}, distType: "int4", ncols: 2}
+		var vals []string
+		var rows [][]byte
+		for i := 0; i < len(data); i += step {
+			s.pending = append(s.pending, data[i:min(i+step, len(data))]...)
+			for {
+				row, val, isNull, ok, err := s.next(i+step >= len(data))
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if !ok {
+					s.pending = append(s.pending[:0:0], s.pending...)
+					break
+				}
+				if isNull {
+					val = "NULL"
+				}
+				vals = append(vals, val)
+				rows = append(rows, append([]byte(nil), row...))
+			}
+		}
+		if want := []string{"42", "-2", "NULL"}; !reflect.DeepEqual(vals, want) {
+			t.Fatalf("step %d: values %v, want %v", step, vals, want)
+		}
+		if want := [][]byte{t1, t2, t3}; !reflect.DeepEqual(rows, want) {
+			t.Fatalf("step %d: rows %v, want %v", step, rows, want)
+		}
+	}
+	for _, bad := range []struct {
+		name string
+		data []byte
+		code string
+	}{
+		{"signature", append([]byte("PGCOPY\n\xff\r\n\x01"), 0, 0, 0, 0, 0, 0, 0, 0), "22P04"},
+		{"cut short", append(append([]byte(nil), header...), t1[:5]...), "22P04"},
+		{"field count", append(append([]byte(nil), header...), tuple([]byte{0, 0, 0, 1})...), "22P04"},
+		{"int4 of 3 bytes", append(append([]byte(nil), header...), tuple([]byte{0, 0, 1}, []byte("a"))...), "22P03"},
+	} {
+		s := rowSplitter{f: CopyFormat{Binary: true}, distType: "int4", ncols: 2, pending: bad.data}
+		var err error
+		for err == nil {
+			var ok bool
+			if _, _, _, ok, err = s.next(true); !ok && err == nil {
+				break
+			}
+		}
+		if e, isPg := err.(interface{ SQLState() string }); !isPg || e.SQLState() != bad.code {
+			t.Errorf("%s: %v, want %s", bad.name, err, bad.code)
+		}
+	}
+}

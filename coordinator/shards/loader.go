@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -112,6 +113,7 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 		}
 	}
 	l.split.f = f
+	l.split.distType = t.DistType
 	l.columns, l.options, l.distFill = columns, options, -1
 	l.statements()
 	l.bufs = make([][]byte, len(l.shards))
@@ -248,7 +250,7 @@ func (l *Loader) drainWaiting(ctx context.Context) error {
 func (l *Loader) route(ctx context.Context, row []byte, val string, isNull bool) error {
 	{
 		idx := 0
-		if l.table.Kind == metadata.Reference && timeWordField(row, l.split.f) {
+		if l.table.Kind == metadata.Reference && !l.split.f.Binary && timeWordField(row, l.split.f) {
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"COPY into reference table %s of 'now', 'today', 'tomorrow' or 'yesterday' is not supported: each copy would read its own time", l.table.Name).
 				WithHint("Send the time itself.")
@@ -295,7 +297,11 @@ func (l *Loader) flush(ctx context.Context, idx int) error {
 		if err != nil {
 			return err
 		}
-		tag, err := tx.conn.PgConn().CopyFrom(ctx, bytes.NewReader(l.bufs[idx]), l.copySQL[idx])
+		var data io.Reader = bytes.NewReader(l.bufs[idx])
+		if l.split.f.Binary {
+			data = io.MultiReader(bytes.NewReader(binaryHeader), data, bytes.NewReader(binaryTrailer))
+		}
+		tag, err := tx.conn.PgConn().CopyFrom(ctx, data, l.copySQL[idx])
 		if err != nil {
 			return l.nodes.stmtErr(err, "COPY into shard %s_%d on node %s", l.table.Name, l.shards[idx].ID, l.nodes.describe(node))
 		}
@@ -371,6 +377,9 @@ func (l *Loader) sameCopies(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Columns is the number of columns each row has, 0 when not known.
+func (l *Loader) Columns() int { return l.split.ncols }
 
 // InClientTxn makes the load part of a client's transaction block: the
 // connections NewLoader got are the block's, inside it; the load begins,
