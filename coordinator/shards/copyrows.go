@@ -39,17 +39,17 @@ func DefaultCopyFormat(csv bool) CopyFormat {
 // and the end-of-data marker \. ends the data (in CSV only alone at the
 // start of a line, outside quotes); anything after it is ignored.
 type rowSplitter struct {
-	f       CopyFormat
+	f CopyFormat
 	// distType: the distribution column's type, whose binary value
 	// nextBinary reads (as metadata.HashValue takes it).
 	distType string
 	header   bool // binary: the header was read
-	field   int // index of the field to extract
-	ncols   int // the COPY's columns, 0 if not known
-	pending []byte
-	skipped bool // the CSV header was skipped
-	ended   bool // saw the \. end marker (or the end of the data)
-	eol     eolType
+	field    int  // index of the field to extract
+	ncols    int  // the COPY's columns, 0 if not known
+	pending  []byte
+	skipped  bool // the CSV header was skipped
+	ended    bool // saw the \. end marker (or the end of the data)
+	eol      eolType
 	// resume is where readLine stopped in an incomplete line, so that a
 	// long line over many messages is scanned once.
 	resume *lineScan
