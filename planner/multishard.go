@@ -322,7 +322,31 @@ func (b *builder) shardTrees(stmt *pg_query.Node, idxs []int) ([]*pg_query.Node,
 }
 
 func deparse(version int32, n *pg_query.Node) (string, error) {
+	parenIndirection(n)
 	return pg_query.Deparse(&pg_query.ParseResult{Version: version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
+}
+
+// parenIndirection works around pg_query's deparser, which writes a
+// subscript or field of an ARRAY[...] constructor, a constant, CASE,
+// COALESCE and other expressions without the parentheses PostgreSQL's
+// grammar needs ((ARRAY['z','y'])[1] came out as ARRAY['z','y'][1], a
+// syntax error): their argument goes inside an A_Indirection without
+// indirection, which it parenthesises and which deparses to the argument
+// alone. Column references and parameters need none; the rest the
+// deparser parenthesises itself. Running it again changes nothing.
+func parenIndirection(n *pg_query.Node) {
+	Walk(n, func(m proto.Message) {
+		ind, ok := m.(*pg_query.A_Indirection)
+		if !ok || len(ind.Indirection) == 0 || ind.Arg == nil {
+			return
+		}
+		switch ind.Arg.Node.(type) {
+		case *pg_query.Node_ColumnRef, *pg_query.Node_ParamRef, *pg_query.Node_AIndirection, *pg_query.Node_FuncCall,
+			*pg_query.Node_AExpr, *pg_query.Node_TypeCast, *pg_query.Node_RowExpr, *pg_query.Node_SubLink:
+			return
+		}
+		ind.Arg = &pg_query.Node{Node: &pg_query.Node_AIndirection{AIndirection: &pg_query.A_Indirection{Arg: ind.Arg}}}
+	})
 }
 
 // relations names every relation a statement reads as the worker holding
