@@ -31,6 +31,7 @@ type gen struct {
 	inTx     bool
 	failedTx bool // the open transaction failed (status E)
 	sp       int  // savepoints taken in the open transaction
+	cursors  int  // cursors declared in the open transaction (c0, c1, ...)
 }
 
 // family is a kind of statement. New families go in the families table:
@@ -73,6 +74,7 @@ func init() {
 		{name: "reset", weight: 1, gen: (*gen).resetStmt},
 		{name: "multi-statement", weight: 2, gen: (*gen).multiStatement},
 		{name: "views", weight: 2, gen: (*gen).viewRead},
+		{name: "cursor", weight: 3, gen: (*gen).cursor},
 	}
 	for _, f := range families {
 		if f.offByDefault {
@@ -867,6 +869,46 @@ func (g *gen) txn() *stmt {
 	default:
 		s.sql = g.pick("COMMIT", "COMMIT", "END", "COMMIT WORK")
 	}
+	return s
+}
+
+// cursor declares a cursor over a distributed or reference table in a
+// transaction block (its rows in key order), or fetches from, moves or
+// closes one declared before (perhaps closed since: 34000 on both sides).
+func (g *gen) cursor() *stmt {
+	if !g.inTx {
+		return nil
+	}
+	s := &stmt{proto: simpleProto, ordered: true}
+	if g.cursors == 0 || g.r.IntN(5) == 0 {
+		t := g.distTable()
+		if g.r.IntN(4) == 0 {
+			t = g.refTable()
+		}
+		b := &builder{g: g}
+		where := ""
+		if g.r.IntN(3) == 0 {
+			where = " WHERE " + g.valuePred(b, t, "")
+		}
+		s.sql = fmt.Sprintf("DECLARE c%d %s CURSOR FOR SELECT %s FROM %s%s ORDER BY k", g.cursors,
+			g.pick("", "SCROLL", "NO SCROLL"), g.selectList(t, ""), g.name(t), where)
+		if len(b.params) > 0 {
+			return nil // the simple protocol only
+		}
+		g.cursors++
+		return s
+	}
+	c := g.r.IntN(g.cursors)
+	if g.r.IntN(10) == 0 {
+		s.sql = fmt.Sprintf("CLOSE c%d", c)
+		return s
+	}
+	dir := g.pick("NEXT", "PRIOR", "FIRST", "LAST", "ABSOLUTE %d", "RELATIVE %d", "FORWARD %d", "BACKWARD %d", "%d", "ALL",
+		"FORWARD ALL", "BACKWARD ALL", "FORWARD 0")
+	if strings.Contains(dir, "%d") {
+		dir = fmt.Sprintf(dir, g.r.IntN(13)-4)
+	}
+	s.sql = fmt.Sprintf("%s %s FROM c%d", g.pick("FETCH", "FETCH", "FETCH", "MOVE"), dir, c)
 	return s
 }
 

@@ -359,7 +359,7 @@ func (ru *runner) startSession(ctx context.Context) error {
 		}
 	}
 	ru.g.set = settings{}
-	ru.g.inTx, ru.g.failedTx, ru.g.sp = false, false, 0
+	ru.g.inTx, ru.g.failedTx, ru.g.sp, ru.g.cursors = false, false, 0, 0
 	ru.logs = append(ru.logs[:0], fmt.Sprintf("-- new session on %s, settings %v (startup parameters: %v)", ru.coord.addr, set, asStartup))
 	if ru.cfg.Trace != nil {
 		fmt.Fprintln(ru.cfg.Trace, ru.logs[0])
@@ -504,7 +504,7 @@ func refusalReason(msg string) string {
 func (ru *runner) txState(status byte) {
 	inTx := status == 'T' || status == 'E'
 	if !inTx {
-		ru.g.sp = 0
+		ru.g.sp, ru.g.cursors = 0, 0
 	}
 	ru.g.inTx = inTx
 	ru.g.failedTx = status == 'E'
