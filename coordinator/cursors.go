@@ -368,6 +368,15 @@ func (ss *session) extendedCursor(sql string) error {
 // the enclosing one's. i < 0: a ROLLBACK TO that could not be followed,
 // which closes them all.
 func (ss *session) cursorsAtSavepoint(kind opKind, i int) {
+	for name, p := range ss.scatterPortals {
+		// Portals bound after the savepoint go with it, as cursors.
+		switch {
+		case i < 0, kind == opRollbackTo && p.depth > i:
+			delete(ss.scatterPortals, name)
+		case kind == opRelease && p.depth > i:
+			p.depth = i
+		}
+	}
 	for name, c := range ss.cursors {
 		switch {
 		case i < 0:
@@ -578,9 +587,18 @@ func currentOf(n *pg_query.Node) string {
 // cursorsUse refuses DDL of tables an open cursor of the session reads, as
 // PostgreSQL does (55006): the cursor's rows are its table's.
 func (ss *session) cursorsUse(tables, words []string) error {
+	var open [][]string // the tables of the cursors and of the portals fetched in parts
 	for _, c := range ss.cursors {
+		open = append(open, c.tables)
+	}
+	for _, p := range ss.scatterPortals {
+		if p.partial && p.rest != nil {
+			open = append(open, p.sp.plan.Tables)
+		}
+	}
+	for _, ts := range open {
 		for _, t := range tables {
-			if !slices.Contains(c.tables, t) {
+			if !slices.Contains(ts, t) {
 				continue
 			}
 			verb := strings.ToUpper(words[0])

@@ -90,6 +90,33 @@ func TestMultiShardPortalInParts(t *testing.T) {
 		{"part, then an error", []pgproto3.FrontendMessage{bind("c6", "s1"), ex("c6", 5), &pgproto3.Parse{Query: "SELECT 1/0"}, bind("", ""), ex("", 0)}},
 		{"in the failed transaction", []pgproto3.FrontendMessage{ex("c6", 5)}},
 		{"rollback", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}},
+		// From an adversary: portals run whole or only bound live across
+		// Syncs in a block too (34000 failed the block, and COMMIT lost
+		// its writes); a plain COMMIT ends them; ROLLBACK TO drops those
+		// bound after the savepoint; a name in use gets 42P03; a simple
+		// query drops the unnamed one; DDL of a table a suspended portal
+		// reads gets 55006.
+		{"begin 3", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}},
+		{"write, run whole", []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "INSERT INTO pp_t VALUES (100, 'x')"}, bind("", ""), ex("", 0),
+			bind("w1", "s1"), ex("w1", 0), bind("w2", "s1")}},
+		{"again after Sync", []pgproto3.FrontendMessage{ex("w1", 0), ex("w2", 2)}},
+		{"name in use", []pgproto3.FrontendMessage{bind("w1", "s1")}},
+		{"rollback to nothing", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}},
+		{"begin 4", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}},
+		{"bind, savepoint, bind", []pgproto3.FrontendMessage{bind("v1", "s1"), ex("v1", 1)}},
+		{"savepoint", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT sp"}}},
+		{"bind after it", []pgproto3.FrontendMessage{bind("v2", "s1"), ex("v2", 1), bind("", "s1"), ex("", 1)}},
+		{"a simple query drops the unnamed portal", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}},
+		{"unnamed gone", []pgproto3.FrontendMessage{ex("", 1)}},
+		{"rollback to", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK TO SAVEPOINT sp"}}},
+		{"v2 gone, v1 not", []pgproto3.FrontendMessage{ex("v1", 1)}},
+		{"v2", []pgproto3.FrontendMessage{ex("v2", 1)}},
+		{"rollback to again", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK TO SAVEPOINT sp"}}},
+		{"DDL under a suspended portal", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ALTER TABLE pp_t ADD COLUMN z int"}}},
+		{"rollback to once more", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK TO SAVEPOINT sp"}}},
+		{"commit", []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}},
+		{"after a plain COMMIT", []pgproto3.FrontendMessage{ex("v1", 1)}},
+		{"count", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT count(*) FROM pp_t"}}},
 	}
 	for _, s := range steps {
 		g, w := strings.Join(got.round(s.msgs...), ","), strings.Join(want.round(s.msgs...), ",")

@@ -120,7 +120,17 @@ type scatterPortal struct {
 	partial bool
 	rest    []byte
 	verb    string
+	// depth: len(ss.savepoints) when it was bound (a ROLLBACK TO an
+	// earlier savepoint drops it); settings: the session's when its rows
+	// were made (cursorSettings).
+	depth    int
+	settings string
 }
+
+// keptAtSync: a multi-shard SELECT's portal, which lives until its
+// transaction ends (a block's across Syncs, as PostgreSQL's portals);
+// the write portals end at Sync.
+func (sp *scatterPortal) keptAtSync() bool { return !sp.ref && !sp.write }
 
 // keepRows keeps the DataRow frames of a portal's captured answer and its
 // tag's verb; the rest (notices, parameter changes) goes to out.
@@ -648,6 +658,11 @@ func (ss *session) scatterBind(portal, name string, st *Statement, params []byte
 	}
 	cp := append([]byte(nil), params...)
 	split := len(params) - len(results)
+	defer func() {
+		if p := ss.scatterPortals[portal]; p != nil {
+			p.depth = len(ss.savepoints)
+		}
+	}()
 	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, desc: desc, params: cp[:split:split], results: cp[split:]}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
@@ -697,8 +712,14 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		// PostgreSQL answers a portal that ran to completion with no
 		// rows; one fetched in parts gives its next rows.
 		var b []byte
-		if sp.partial && ss.txStatus() == 'E' {
+		if ss.txStatus() == 'E' {
 			ss.synthError(errFailedTxn)
+			return nil
+		}
+		if sp.partial && sp.rest != nil && sp.settings != ss.cursorSettings() {
+			ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+				"fetching the rest of a multi-shard result after the session's settings changed is not supported: pgfleet kept its rows as the settings were at the first Execute").
+				WithHint("Change settings before the query, or fetch the whole result at once."))
 			return nil
 		}
 		if sp.partial {
@@ -772,7 +793,7 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		case err != nil:
 			ss.out = append(ss.out, c.frames...)
 		default:
-			sp.partial = true
+			sp.partial, sp.settings = true, ss.cursorSettings()
 			ss.out = sp.keepRows(ss.out, c.frames)
 			ss.out = sp.nextPart(ss.out, limit)
 		}

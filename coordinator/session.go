@@ -458,6 +458,14 @@ func (ss *session) run() {
 		if len(ss.cursors) > 0 && !ss.needSync && ss.txStatus() == 'I' {
 			clear(ss.cursors) // a transaction's cursors end with it
 		}
+		if f.Type == 'Q' && len(ss.scatterPortals) > 0 {
+			// A simple query destroys the unnamed portal; outside a
+			// block (after its COMMIT or ROLLBACK) every portal is gone.
+			delete(ss.scatterPortals, "")
+			if ss.txStatus() == 'I' {
+				ss.dropPortals()
+			}
+		}
 		if ss.ddlSent && !ss.needSync && ss.txStatus() == 'I' {
 			// DDL ended outside the session's connection (the Citus
 			// functions, object DDL on every worker, a string of several
@@ -1364,14 +1372,10 @@ func (ss *session) savepointShapes(cls *class) {
 	}
 }
 
-// dropPartial ends the portals fetched in parts when their transaction
-// is over.
-func (ss *session) dropPartial() {
-	for name, p := range ss.scatterPortals {
-		if p.partial {
-			delete(ss.scatterPortals, name)
-		}
-	}
+// dropPortals ends the multi-shard portals when their transaction is
+// over.
+func (ss *session) dropPortals() {
+	clear(ss.scatterPortals)
 }
 
 // ddlDone advances the server's statement epoch at the end of a
@@ -1657,6 +1661,10 @@ func (ss *session) bind(body []byte) error {
 	clientSt := st
 	verify := clientSt.cls.verify || (ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt))
 	if len(ss.scatterPortals) > 0 {
+		if p := ss.scatterPortals[string(portal)]; p != nil && len(portal) > 0 && p.keptAtSync() {
+			ss.synthError(pgerr.New("42P03", "portal \"%s\" already exists", portal))
+			return nil
+		}
 		delete(ss.scatterPortals, string(portal))
 	}
 	st, node, params, err := ss.routeBind(st, name, params)
@@ -1939,11 +1947,11 @@ func (ss *session) sync() error {
 	ss.batchTxn = false
 	ss.localPortalSt = nil
 	if len(ss.scatterPortals) > 0 {
-		// Portals end with the transaction; one being fetched in parts
-		// stays for the next Executes (JDBC's fetch size) until the
-		// transaction is over (dropPartial, at ReadyForQuery).
+		// Multi-shard SELECT portals end with their transaction (a
+		// block's live on for the next Executes, JDBC's fetch size:
+		// dropPortals at ReadyForQuery idle); write portals end here.
 		for name, p := range ss.scatterPortals {
-			if !p.partial {
+			if !p.keptAtSync() {
 				delete(ss.scatterPortals, name)
 			}
 		}
@@ -1954,7 +1962,7 @@ func (ss *session) sync() error {
 	if ss.sc == nil {
 		ss.emitSynth()
 		if ss.txStatus() == 'I' {
-			ss.dropPartial()
+			ss.dropPortals()
 		}
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 		return nil
@@ -2344,7 +2352,7 @@ func (ss *session) endOfCycle(status byte) {
 	if status != 'I' {
 		return
 	}
-	ss.dropPartial()
+	ss.dropPortals()
 	ss.ddlDone()
 	if len(ss.spares) > 0 {
 		ss.dropSpares()

@@ -1542,6 +1542,13 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		case "encoding":
 			o.Encoding = val
 		case "freeze":
+			if d.Arg == nil || val == "true" || val == "1" || strings.EqualFold(val, "on") {
+				// PostgreSQL refuses it unless the table was made or
+				// truncated in the same subtransaction, which its shards
+				// were not.
+				return nil, unsupported("COPY FREEZE into %s is not supported", t.Name).
+					WithHint("Leave FREEZE out.")
+			}
 		default:
 			return nil, unsupported("COPY option %s into %s is not supported yet", d.Defname, t.Name).
 				WithHint("Leave the option out: FORMAT, HEADER, DELIMITER, NULL, QUOTE, ESCAPE and ENCODING are supported.")
