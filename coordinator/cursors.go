@@ -253,12 +253,7 @@ func (ss *session) declareCursor(text string) (bool, error) {
 	cur := &coordCursor{noScroll: d.Options&cursorOptNoScroll != 0, depth: len(ss.savepoints), settings: ss.cursorSettings(),
 		tables: p.Tables, size: len(c.frames)}
 	failed := false
-	for b := c.frames; ; {
-		typ, body, n, ok := wire.SplitFrame(b)
-		if !ok {
-			break
-		}
-		b = b[n:]
+	for typ, body := range frames(c.frames) {
 		switch typ {
 		case 'T':
 			cur.rowDesc = append([]byte(nil), body...)

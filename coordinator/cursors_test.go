@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	osexec "os/exec"
 	"strings"
 	"testing"
@@ -133,7 +132,6 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 		"ROLLBACK",
 	}, allow)
 
-	dirs := []string{"NEXT", "PRIOR", "FIRST", "LAST", "ABSOLUTE %d", "RELATIVE %d", "FORWARD %d", "BACKWARD %d", "%d", "ALL", "FORWARD ALL", "BACKWARD ALL"}
 	// From an adversary: PostgreSQL's fetch algorithm for NO SCROLL
 	// cursors (MOVE 0 on a row, LAST, ABSOLUTE that rewinds), failed
 	// portals, transaction ends with AND CHAIN, cursors after statements
@@ -172,18 +170,7 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 	var nstmts []string
 	for range 60 {
 		nstmts = append(nstmts, "BEGIN", "DECLARE w NO SCROLL CURSOR FOR SELECT id FROM cu_t WHERE id % 3 = 0 ORDER BY id")
-		for range 4 {
-			d := dirs[rngN.IntN(len(dirs))]
-			if d[len(d)-1] == 'd' {
-				d = fmt.Sprintf(d, rngN.IntN(13)-4)
-			}
-			verb := "FETCH"
-			if rngN.IntN(3) == 0 {
-				verb = "MOVE"
-			}
-			nstmts = append(nstmts, verb+" "+d+" FROM w")
-		}
-		nstmts = append(nstmts, "ROLLBACK")
+		nstmts = append(append(nstmts, randomMoves(rngN, "w", 4, 13, 4)...), "ROLLBACK")
 	}
 	compareOracle(t, c, plain, nstmts, nil)
 
@@ -203,17 +190,7 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 	// Random moves over a SCROLL cursor, against PostgreSQL's.
 	rng := rand.New(rand.NewPCG(7, 11))
 	stmts := []string{"BEGIN", "DECLARE z SCROLL CURSOR FOR SELECT id, v FROM cu_t WHERE id % 2 = 1 ORDER BY id"}
-	for range 300 {
-		d := dirs[rng.IntN(len(dirs))]
-		if d[len(d)-1] == 'd' {
-			d = fmt.Sprintf(d, rng.IntN(31)-15)
-		}
-		verb := "FETCH"
-		if rng.IntN(4) == 0 {
-			verb = "MOVE"
-		}
-		stmts = append(stmts, verb+" "+d+" FROM z")
-	}
+	stmts = append(stmts, randomMoves(rng, "z", 300, 31, 15)...)
 	compareOracle(t, c, plain, append(stmts, "COMMIT"), nil)
 	// Statements that pin the session leave its cursors (last: the
 	// session stays pinned).
@@ -223,16 +200,29 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 	}, nil)
 }
 
+// randomMoves are n random FETCH and MOVE statements of cursor name, their
+// counts drawn from spread values starting at -below.
+func randomMoves(rng *rand.Rand, name string, n, spread, below int) []string {
+	dirs := []string{"NEXT", "PRIOR", "FIRST", "LAST", "ABSOLUTE %d", "RELATIVE %d", "FORWARD %d", "BACKWARD %d", "%d", "ALL", "FORWARD ALL", "BACKWARD ALL"}
+	var out []string
+	for range n {
+		d := dirs[rng.IntN(len(dirs))]
+		if d[len(d)-1] == 'd' {
+			d = fmt.Sprintf(d, rng.IntN(spread)-below)
+		}
+		verb := "FETCH"
+		if rng.IntN(3) == 0 {
+			verb = "MOVE"
+		}
+		out = append(out, verb+" "+d+" FROM "+name)
+	}
+	return out
+}
+
 // TestPsqlFetchCount: psql with FETCH_COUNT set (a cursor under the hood)
 // prints a multi-shard query's rows as without it.
 func TestPsqlFetchCount(t *testing.T) {
-	psql, err := osexec.LookPath("psql")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("psql not on PATH (scripts/test installs it with PostgreSQL)")
-		}
-		t.Skip("psql not on PATH")
-	}
+	psql := psqlPath(t)
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, nil)
 	c := connect(t, srv.Addr())

@@ -118,12 +118,7 @@ func (ss *session) capturedRows(c *capture) (*selectRows, error) {
 			WithHint("Insert the rows in smaller parts, or from tables colocated with the target.")
 	}
 	res := &selectRows{}
-	for b := c.frames; ; {
-		f, body, n, ok := wire.SplitFrame(b)
-		if !ok {
-			break
-		}
-		b = b[n:]
+	for f, body := range frames(c.frames) {
 		switch f {
 		case 'T':
 			var rd pgproto3.RowDescription

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"iter"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -200,6 +201,19 @@ func (ss *session) partError(err error) bool {
 	ss.out, _ = pgerr.Flatten(err).Encode(ss.out)
 	ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
 	return true
+}
+
+// frames yields the whole frames of b, type and body, in order.
+func frames(b []byte) iter.Seq2[byte, []byte] {
+	return func(yield func(byte, []byte) bool) {
+		for {
+			typ, body, n, ok := wire.SplitFrame(b)
+			if !ok || !yield(typ, body) {
+				return
+			}
+			b = b[n:]
+		}
+	}
 }
 
 // dropFrames removes from out[from:] the frames whose type is in types.

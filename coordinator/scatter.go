@@ -134,25 +134,21 @@ func (sp *scatterPortal) keptAtSync() bool { return !sp.ref && !sp.write }
 
 // keepRows keeps the DataRow frames of a portal's captured answer and its
 // tag's verb; the rest (notices, parameter changes) goes to out.
-func (sp *scatterPortal) keepRows(out, frames []byte) []byte {
+func (sp *scatterPortal) keepRows(out, captured []byte) []byte {
 	sp.verb = "SELECT"
-	for b := frames; ; {
-		typ, body, n, ok := wire.SplitFrame(b)
-		if !ok {
-			return out
-		}
+	for typ, body := range frames(captured) {
 		switch typ {
 		case 'D':
-			sp.rest = append(sp.rest, b[:n]...)
+			sp.rest = wire.AppendFrame(sp.rest, typ, body)
 		case 'C':
 			if v, _, _ := strings.Cut(string(body), " "); v != "" {
 				sp.verb = strings.TrimRight(v, "\x00")
 			}
 		default:
-			out = append(out, b[:n]...)
+			out = wire.AppendFrame(out, typ, body)
 		}
-		b = b[n:]
 	}
+	return out
 }
 
 // nextPart appends the portal's next limit rows (all for 0) to out, then

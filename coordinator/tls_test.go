@@ -119,9 +119,10 @@ func TestClientTLS(t *testing.T) {
 	})
 }
 
-// TestClientTLSPsql: psql with sslmode=verify-full and the CA connects over
-// TLS (\conninfo says so) and runs queries.
-func TestClientTLSPsql(t *testing.T) {
+// psqlPath is psql's path; without it the test fails under CI (which
+// installs it) and is skipped elsewhere.
+func psqlPath(t *testing.T) string {
+	t.Helper()
 	psql, err := osexec.LookPath("psql")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -129,6 +130,13 @@ func TestClientTLSPsql(t *testing.T) {
 		}
 		t.Skip("psql not on PATH")
 	}
+	return psql
+}
+
+// TestClientTLSPsql: psql with sslmode=verify-full and the CA connects over
+// TLS (\conninfo says so) and runs queries.
+func TestClientTLSPsql(t *testing.T) {
+	psql := psqlPath(t)
 	cl := pgtest.Shared(t)
 	ca, opt := clientTLS(t, true)
 	srv := pgtest.Coordinator(t, cl, opt)

@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -24,18 +22,7 @@ type rawConn struct {
 
 func rawConnect(t *testing.T, addr string) *rawConn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pc, err := pgconn.Connect(ctx, pgtest.URL(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := pc.Hijack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hc.Conn.Close() })
-	return &rawConn{t: t, conn: hc.Conn, fe: hc.Frontend}
+	return rawConnectDB(t, addr, "postgres")
 }
 
 // round sends msgs and Sync (none after a simple Query), and returns the answers up to ReadyForQuery
