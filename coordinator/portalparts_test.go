@@ -117,6 +117,14 @@ func TestMultiShardPortalInParts(t *testing.T) {
 		{"commit", []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}},
 		{"after a plain COMMIT", []pgproto3.FrontendMessage{ex("v1", 1)}},
 		{"count", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT count(*) FROM pp_t"}}},
+		// Outside a block: a routed statement's Parse and Describe before
+		// the portal's first Execute (a hidden Sync on the worker ends
+		// only the worker's transaction), and the portal gone after the
+		// client's Sync.
+		{"routed Describe, then parts", []pgproto3.FrontendMessage{bind("q1", "s1"),
+			&pgproto3.Parse{Name: "r1", Query: "SELECT v FROM pp_t WHERE id = $1"}, &pgproto3.Describe{ObjectType: 'S', Name: "r1"},
+			ex("q1", 2), ex("q1", 2), bind("", "r1", "3"), ex("", 0), ex("q1", 2)}},
+		{"gone after the Sync", []pgproto3.FrontendMessage{ex("q1", 2)}},
 	}
 	for _, s := range steps {
 		g, w := strings.Join(got.round(s.msgs...), ","), strings.Join(want.round(s.msgs...), ",")

@@ -1957,6 +1957,7 @@ func (ss *session) sync() error {
 		}
 	}
 	if ss.implicitTxn {
+		ss.dropPortals() // the pipeline's transaction ends here
 		return ss.implicitEnd()
 	}
 	if ss.sc == nil {
@@ -2060,6 +2061,12 @@ func (ss *session) drain() error {
 					ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus0())
 				} else {
 					ss.out = wire.AppendFrame(ss.out, 'Z', f.Body)
+					if f.Body[0] == 'I' {
+						// The client's transaction is over, its
+						// multi-shard portals with it (not at a hidden
+						// Sync, which ends only the worker's).
+						ss.dropPortals()
+					}
 				}
 			}
 			ss.qhead++
@@ -2352,7 +2359,6 @@ func (ss *session) endOfCycle(status byte) {
 	if status != 'I' {
 		return
 	}
-	ss.dropPortals()
 	ss.ddlDone()
 	if len(ss.spares) > 0 {
 		ss.dropSpares()
