@@ -430,3 +430,50 @@ func TestWriteToDroppedShardIsRetryable(t *testing.T) {
 		t.Errorf("rows: %s, want 6", got)
 	}
 }
+
+// TestExtensionsOnEveryWorker: CREATE, ALTER and DROP EXTENSION reach
+// every worker (pgx's suite made hstore through a coordinator and found
+// it on the first worker only), so a distributed table can use its types;
+// inside a transaction block, ROLLBACK undoes it everywhere.
+func TestExtensionsOnEveryWorker(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	onEvery := func(q string) []string {
+		var got []string
+		for _, s := range cl.Servers {
+			got = append(got, queryString(t, connect(t, s.Addr()), q))
+		}
+		return got
+	}
+	has := "SELECT count(*)::text FROM pg_extension WHERE extname = 'citext'"
+	exec(t, c, "DROP EXTENSION IF EXISTS citext", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "SELECT undistribute_table('ext_t')", simple)
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS ext_t", simple)
+		_, _ = c.Exec(context.Background(), "DROP EXTENSION IF EXISTS citext", simple)
+	})
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "CREATE EXTENSION citext", simple)
+	exec(t, c, "ROLLBACK", simple)
+	if got := onEvery(has); slices.ContainsFunc(got, func(v string) bool { return v != "0" }) {
+		t.Errorf("citext after a rolled-back CREATE EXTENSION: %v, want on no worker", got)
+	}
+	exec(t, c, "CREATE EXTENSION citext", simple)
+	if got := onEvery(has); slices.ContainsFunc(got, func(v string) bool { return v != "1" }) {
+		t.Errorf("citext after CREATE EXTENSION: %v, want on every worker", got)
+	}
+	exec(t, c, "CREATE TABLE ext_t (id int PRIMARY KEY, name citext)", simple)
+	exec(t, c, "SELECT create_distributed_table('ext_t', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO ext_t VALUES (1, 'Alice'), (2, 'BOB'), (3, 'carol'), (4, 'Dave')", simple)
+	if got := queryString(t, c, "SELECT count(*)::text FROM ext_t WHERE name = 'bob' OR name = 'ALICE'"); got != "2" {
+		t.Errorf("citext comparisons over the shards: %s rows, want 2", got)
+	}
+	if got := queryString(t, c, "SELECT name::text FROM ext_t WHERE id = 2 AND name = 'Bob'"); got != "BOB" {
+		t.Errorf("citext comparison on one shard: %s, want BOB", got)
+	}
+	if _, err := c.Exec(context.Background(), "DROP EXTENSION citext CASCADE", simple); sqlState(err) != "0A000" {
+		t.Errorf("DROP EXTENSION ... CASCADE: %v, want 0A000", err)
+	}
+}

@@ -41,7 +41,7 @@ var objectTypes = map[pg_query.ObjectType]bool{
 	pg_query.ObjectType_OBJECT_DOMCONSTRAINT: true, pg_query.ObjectType_OBJECT_COLLATION: true,
 	pg_query.ObjectType_OBJECT_SCHEMA: true, pg_query.ObjectType_OBJECT_FUNCTION: true,
 	pg_query.ObjectType_OBJECT_PROCEDURE: true, pg_query.ObjectType_OBJECT_ROUTINE: true,
-	pg_query.ObjectType_OBJECT_AGGREGATE: true,
+	pg_query.ObjectType_OBJECT_AGGREGATE: true, pg_query.ObjectType_OBJECT_EXTENSION: true,
 }
 
 // ClassifyObjectDDL is ObjectDDL for the coordinator: it returns the
@@ -149,6 +149,14 @@ func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok b
 		return ignoreDuplicate()
 	case n.GetDefineStmt() != nil && n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_COLLATION:
 		return ignoreDuplicate()
+	case n.GetCreateExtensionStmt() != nil:
+		// Every worker needs the extension's types and functions (a
+		// distributed table's hstore column, a query's function); one
+		// that has it already keeps it.
+		n.GetCreateExtensionStmt().IfNotExists = true
+		return deparse()
+	case n.GetAlterExtensionStmt() != nil, n.GetAlterExtensionContentsStmt() != nil:
+		return deparse()
 	case n.GetCreateSchemaStmt() != nil && len(n.GetCreateSchemaStmt().SchemaElts) == 0:
 		n.GetCreateSchemaStmt().IfNotExists = true
 		return deparse()
@@ -195,7 +203,7 @@ func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok b
 		}
 		switch d.RemoveType {
 		case pg_query.ObjectType_OBJECT_TYPE, pg_query.ObjectType_OBJECT_DOMAIN, pg_query.ObjectType_OBJECT_COLLATION,
-			pg_query.ObjectType_OBJECT_SCHEMA:
+			pg_query.ObjectType_OBJECT_SCHEMA, pg_query.ObjectType_OBJECT_EXTENSION:
 			d.MissingOk = true
 			return deparse()
 		case pg_query.ObjectType_OBJECT_FUNCTION, pg_query.ObjectType_OBJECT_PROCEDURE:
