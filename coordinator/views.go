@@ -173,6 +173,7 @@ func (ss *session) refuseHidden(sql string) error {
 // refuseDependents refuses to distribute (or make a reference table of) a
 // table that views, materialized views, rules or functions on the default
 // node already use: after the move they would read its empty local copy.
+// pgfleet's own functions (the guard trigger's) are not the user's.
 func refuseDependents(ctx context.Context, home *pgx.Conn, table string) error {
 	var views, funcs, policies *string
 	err := home.QueryRow(ctx, `
@@ -182,7 +183,8 @@ SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
            AND d.refobjid = t.oid AND r.ev_class <> t.oid),
        (SELECT string_agg(DISTINCT p.oid::regprocedure::text, ', ')
           FROM pg_catalog.pg_proc p
-         WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
+         WHERE p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
+                                       WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet'))
            AND (p.prosrc ~* ('\m' || t.relname || '\M') OR p.prosrc ~* 'U&'
                 OR EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass
                            AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid))),

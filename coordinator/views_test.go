@@ -91,3 +91,17 @@ func TestViewsAndFunctionsOverDistributedTables(t *testing.T) {
 	exec(t, c, "SELECT create_distributed_table('v10_l', 'id')", simple)
 	exec(t, c, "SELECT undistribute_table('v10_l')", simple)
 }
+
+// TestDistributeTableNamedLikeGuardWords: a table whose name is a word of
+// pgfleet's own guard function (s: "table''s") distributes (it was
+// refused as named by a function).
+func TestDistributeTableNamedLikeGuardWords(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "s", "(id int PRIMARY KEY)", "SELECT create_distributed_table('s', 'id', shard_count => 2)")
+	exec(t, c, "INSERT INTO s VALUES (1), (2), (3)", pgx.QueryExecModeSimpleProtocol)
+	if got := queryString(t, c, "SELECT count(*)::text FROM s"); got != "3" {
+		t.Errorf("rows of s: %s, want 3", got)
+	}
+}
