@@ -93,7 +93,8 @@ func TestViewsAndFunctionsOverDistributedTables(t *testing.T) {
 }
 
 // TestDistributeTableNamedLikeGuardWords: a table whose name is a word of
-// pgfleet's own guard function (s: "table”s") distributes (it was
+// pgfleet's own guard function (s, from the quoted possessive in its
+// hint) distributes (it was
 // refused as named by a function).
 func TestDistributeTableNamedLikeGuardWords(t *testing.T) {
 	cl := pgtest.Shared(t)
