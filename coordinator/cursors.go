@@ -183,8 +183,19 @@ func (ss *session) answerTag(tag string) {
 // cursorError fails the transaction with err, as PostgreSQL's error in a
 // transaction block does.
 func (ss *session) cursorError(err error) error {
-	ss.txFailed = true
+	ss.failBlock()
 	return ss.queryError(err)
+}
+
+// failBlock marks the transaction block failed on the workers it holds
+// (COMMIT then rolls back on every one). A block that holds none yet (its
+// BEGIN still the coordinator's) fails through queryError's
+// pendingFailed; marking it here would outlive it, and the session's next
+// SET would be taken for one in a failed transaction.
+func (ss *session) failBlock() {
+	if ss.sc != nil && ss.inTxn() {
+		ss.txFailed = true
+	}
 }
 
 // declareCursor runs DECLARE name ... CURSOR ... FOR query when the query
@@ -268,7 +279,7 @@ func (ss *session) declareCursor(text string) (bool, error) {
 		}
 	}
 	if failed {
-		ss.txFailed = true
+		ss.failBlock()
 		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 		return true, nil
 	}
@@ -287,9 +298,7 @@ func (ss *session) declareCursor(text string) (bool, error) {
 // cursorFail answers a DECLARE refused before its query ran: inside the
 // transaction block, which fails as on any error.
 func (ss *session) cursorFail(err error) error {
-	if ss.inTxn() {
-		ss.txFailed = true
-	}
+	ss.failBlock()
 	return ss.queryError(err)
 }
 

@@ -165,6 +165,22 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 	}, map[string]bool{"FETCH 1 FROM k; SELECT 1": true, "CLOSE ALL; SELECT 1": true, "FETCH 1 FROM k": true,
 		"UPDATE cu_t SET v = 'x' WHERE CURRENT OF k": true})
 
+	// A DECLARE refused before the block reached a worker fails only
+	// that block (the difftest, seed 51: the session's next SET was taken
+	// for one in a failed transaction, and its IntervalStyle was lost).
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "COMMIT AND CHAIN", simple)
+	if _, err := c.Exec(context.Background(), "DECLARE b BINARY CURSOR FOR SELECT * FROM cu_t ORDER BY id", simple); sqlState(err) != "0A000" {
+		t.Errorf("DECLARE BINARY over a distributed table: %v, want 0A000", err)
+	}
+	exec(t, c, "COMMIT", simple)
+	compareOracle(t, c, plain, []string{
+		"SET IntervalStyle TO 'postgres_verbose'",
+		"SELECT id, interval '-1 month -2 days' FROM cu_t WHERE id = 3",
+		"SELECT id, interval '-1 month -2 days' FROM cu_t ORDER BY id LIMIT 2",
+		"RESET IntervalStyle",
+	}, nil)
+
 	// Random moves over NO SCROLL cursors, a few at a time.
 	rngN := rand.New(rand.NewPCG(3, 5))
 	var nstmts []string

@@ -390,7 +390,7 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		return false, nil
 	}
 	if err := ss.cursorsUse(tables, lx.words[:]); err != nil {
-		ss.txFailed = ss.inTxn()
+		ss.failBlock()
 		return true, ss.queryError(err)
 	}
 	if ss.inTxn() {
