@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -51,13 +52,7 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 	// ROLLBACK undoes it everywhere, COMMIT keeps it everywhere, an error
 	// on any worker (shard rows against a new domain constraint) fails
 	// the transaction.
-	onEvery := func(q string) []string {
-		var got []string
-		for _, s := range cl.Servers {
-			got = append(got, queryString(t, connect(t, s.Addr()), q))
-		}
-		return got
-	}
+	onEvery := func(q string) []string { return onEveryWorker(t, cl, q) }
 	exec(t, c, "BEGIN", simple)
 	exec(t, c, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'", simple)
 	if got := queryString(t, c, "SELECT od_f()::text"); got != "3" {
@@ -440,13 +435,7 @@ func TestExtensionsOnEveryWorker(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, nil)
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	onEvery := func(q string) []string {
-		var got []string
-		for _, s := range cl.Servers {
-			got = append(got, queryString(t, connect(t, s.Addr()), q))
-		}
-		return got
-	}
+	onEvery := func(q string) []string { return onEveryWorker(t, cl, q) }
 	has := "SELECT count(*)::text FROM pg_extension WHERE extname = 'citext'"
 	exec(t, c, "DROP EXTENSION IF EXISTS citext", simple)
 	t.Cleanup(func() {
@@ -476,4 +465,14 @@ func TestExtensionsOnEveryWorker(t *testing.T) {
 	if _, err := c.Exec(context.Background(), "DROP EXTENSION citext CASCADE", simple); sqlState(err) != "0A000" {
 		t.Errorf("DROP EXTENSION ... CASCADE: %v, want 0A000", err)
 	}
+}
+
+// onEveryWorker is q's one value on each of the cluster's servers.
+func onEveryWorker(t *testing.T, cl *pgcluster.Cluster, q string) []string {
+	t.Helper()
+	var got []string
+	for _, s := range cl.Servers {
+		got = append(got, queryString(t, connect(t, s.Addr()), q))
+	}
+	return got
 }
