@@ -62,7 +62,7 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		// Inside the client's transaction block, on its connections:
 		// its COMMIT keeps the rows on every worker, ROLLBACK none.
 		var err error
-		conns, giveBack, err = ss.borrowAll(ctx, ss.srv.catalog.Load(), nil)
+		conns, giveBack, err = ss.borrowAll(ctx, ss.srv.catalog.Load())
 		if giveBack == nil {
 			return ss.queryError(err)
 		}

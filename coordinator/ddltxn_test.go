@@ -309,4 +309,13 @@ func TestTableDDLInTransactionBlockNotices(t *testing.T) {
 	if len(got.Notices) != 1 || !strings.Contains(got.Notices[0], `column "nope" of relation "dn_t" does not exist, skipping`) {
 		t.Errorf("notices of ALTER TABLE ... DROP COLUMN IF EXISTS in a block: %+v", got)
 	}
+	// Outside a block too (an adversary: the notice was dropped there).
+	got = runString(t, pc, notices, "ALTER TABLE dn_t DROP COLUMN IF EXISTS nope")
+	if len(got.Notices) != 1 || !strings.Contains(got.Notices[0], `column "nope" of relation "dn_t" does not exist, skipping`) {
+		t.Errorf("notices of ALTER TABLE ... DROP COLUMN IF EXISTS outside a block: %+v", got)
+	}
+	got = runString(t, pc, notices, "CREATE INDEX IF NOT EXISTS dn_t_pkey ON dn_t (id)")
+	if len(got.Notices) != 1 || !strings.Contains(got.Notices[0], `relation "dn_t_pkey" already exists, skipping`) {
+		t.Errorf("notices of CREATE INDEX IF NOT EXISTS outside a block: %+v", got)
+	}
 }

@@ -409,7 +409,10 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	if err := checkDDLValues(ctx, conns[def], sql); err != nil {
 		return true, ss.queryError(err)
 	}
-	tag, newSnap, err := shards.RunDDL(ctx, ss.srv.store, snap, conns, def, sql)
+	notices, shellDone := shellNotices(conns[def])
+	tag, newSnap, err := shards.RunDDL(ctx, ss.srv.store, snap, conns, def, sql, shellDone)
+	pooling.OnNotice(conns[def], nil)
+	ss.out = append(ss.out, *notices...)
 	if err != nil {
 		ss.srv.refreshCatalog(context.Background())
 		return true, ss.queryError(err)
@@ -583,54 +586,64 @@ func (ss *session) canTakeInAll() bool {
 // PostgreSQL.
 func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	def := ss.srv.defaultNode.Load()
-	var notices []byte // the shell's, as PostgreSQL would send them
-	shellOver := false
-	keep := func(n *pgconn.Notice) {
-		if shellOver {
-			return // a shard's
-		}
-		nr := pgproto3.NoticeResponse{Severity: n.Severity, SeverityUnlocalized: n.SeverityUnlocalized, Code: n.Code,
-			Message: n.Message, Detail: n.Detail, Hint: n.Hint, Where: n.Where, File: n.File, Line: n.Line, Routine: n.Routine}
-		notices, _ = nr.Encode(notices)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	conns, giveBack, err := ss.borrowAll(ctx, snap, keep)
+	conns, giveBack, err := ss.borrowAll(ctx, snap)
 	if giveBack == nil {
 		return ss.queryError(err)
 	}
 	var tag string
+	notices := new([]byte)
 	if err == nil {
+		var shellDone func()
+		notices, shellDone = shellNotices(conns[def])
 		if err = checkDDLValuesIn(ctx, conns[def], sql, true); err == nil {
-			tag, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql, func() { shellOver = true })
+			tag, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql, shellDone)
 		}
 	}
 	if lost := giveBack(); lost != nil {
 		return lost
 	}
+	ss.out = append(ss.out, *notices...)
 	if err != nil {
-		ss.txFailed = true
-		ss.out = append(ss.out, notices...)
+		ss.failBlock()
 		return ss.queryError(err)
 	}
 	ss.srv.stmtEpoch.Add(1) // the shards changed on the transaction's connections
 	ss.txScatter = &scatterCache{}
-	ss.out = append(ss.out, notices...)
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
 	return nil
 }
 
+// shellNotices collects, as NoticeResponse frames for the client, the
+// notices the default node's connection c gets until shellDone is called
+// (those of the shell's statement: IF EXISTS ... skipping; the shards'
+// that follow are not the client's).
+func shellNotices(c *pgx.Conn) (notices *[]byte, shellDone func()) {
+	notices = new([]byte)
+	over := false
+	pooling.OnNotice(c, func(n *pgconn.Notice) {
+		if over {
+			return
+		}
+		nr := pgproto3.NoticeResponse{Severity: n.Severity, SeverityUnlocalized: n.SeverityUnlocalized, Code: n.Code,
+			Message: n.Message, Detail: n.Detail, Hint: n.Hint, Where: n.Where, File: n.File, Line: n.Line, Routine: n.Routine}
+		*notices, _ = nr.Encode(*notices)
+	})
+	return notices, func() { over = true }
+}
+
 // borrowAll takes every active worker into the client's transaction block
 // (the default node first) and lends the block's connections to pgx for
-// the coordinator's own statements in it (pooling.Borrow); onNotice gets
-// the default node's notices. giveBack ends the loans; its error (a
+// the coordinator's own statements in it (pooling.Borrow). giveBack ends
+// the loans; its error (a
 // connection of the transaction was lost, so it cannot commit) ends the
 // session as when the current connection is lost, and is what the caller
 // returns. giveBack nil: a worker could not be taken in (err), nothing is
 // lent; otherwise the caller calls giveBack, err or not.
-func (ss *session) borrowAll(ctx context.Context, snap *metadata.Snapshot, onNotice func(*pgconn.Notice)) (
+func (ss *session) borrowAll(ctx context.Context, snap *metadata.Snapshot) (
 	conns map[int32]*pgx.Conn, giveBack func() error, err error) {
 	def := ss.srv.defaultNode.Load()
 	nodes := []int32{def}
@@ -664,11 +677,7 @@ func (ss *session) borrowAll(ctx context.Context, snap *metadata.Snapshot, onNot
 		return nil
 	}
 	for _, node := range nodes {
-		var on func(*pgconn.Notice)
-		if node == def {
-			on = onNotice
-		}
-		c, err := pooling.Borrow(ctx, held[node], on)
+		c, err := pooling.Borrow(ctx, held[node])
 		if err != nil {
 			lost = err
 			return conns, giveBack, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,20 @@ type Lent struct {
 	// borrowed: the connection stays the caller's (Borrow): finishing the
 	// loan never gives it back to the pool.
 	borrowed bool
+	// notice gets the notices the worker sends (OnNotice), if set.
+	notice atomic.Pointer[func(*pgconn.Notice)]
+}
+
+// OnNotice has f called with every notice the worker sends on c, a
+// connection LendPgx or Borrow opened, from now on (nil: none).
+func OnNotice(c *pgx.Conn, f func(*pgconn.Notice)) {
+	if l, ok := c.PgConn().Conn().(*Lent); ok {
+		if f == nil {
+			l.notice.Store(nil)
+		} else {
+			l.notice.Store(&f)
+		}
+	}
 }
 
 // errNotIdle: a connection can be lent only between statements.
@@ -339,6 +354,13 @@ func lentConfig(pool *Pool) (*pgx.ConnConfig, error) {
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.StatementCacheCapacity, cfg.DescriptionCacheCapacity = 0, 0
 	cfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+	cfg.OnNotice = func(pc *pgconn.PgConn, n *pgconn.Notice) {
+		if l, ok := pc.Conn().(*Lent); ok {
+			if f := l.notice.Load(); f != nil {
+				(*f)(n)
+			}
+		}
+	}
 	return cfg, nil
 }
 
@@ -351,14 +373,10 @@ var errBorrowed = errors.New("pooling: a borrowed connection cannot be replaced"
 // statements inside that transaction: as LendPgx, but c may be in a
 // transaction block and never goes back to the pool. GiveBack ends the
 // loan. A cancel pgx sends (its context ended) goes to the worker.
-// onNotice, if not nil, gets the notices the worker sends meanwhile.
-func Borrow(ctx context.Context, c *ServerConn, onNotice func(*pgconn.Notice)) (*pgx.Conn, error) {
+func Borrow(ctx context.Context, c *ServerConn) (*pgx.Conn, error) {
 	cfg, err := lentConfig(c.pool)
 	if err != nil {
 		return nil, err
-	}
-	if onNotice != nil {
-		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { onNotice(n) }
 	}
 	first := c
 	cfg.DialFunc = func(context.Context, string, string) (net.Conn, error) {

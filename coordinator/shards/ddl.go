@@ -116,11 +116,12 @@ func DDLTables(ctx context.Context, home *pgx.Conn, stmt string, snap *metadata.
 // 0A000 before anything changes. snap nil loads the catalog from store.
 //
 // RunDDL uses the connections it is given, outside any transaction of the
-// client's: it cannot take part in a transaction block. A statement that
+// client's: it cannot take part in a transaction block. shellDone, if not
+// nil, is called once the shell's statement ran (as for RunDDLInTxn). A statement that
 // names no catalog table (the catalog may have changed since DDLTables)
 // simply runs on the default node in the same way.
 func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
-	defaultNode int32, stmt string) (tag string, newSnap *metadata.Snapshot, err error) {
+	defaultNode int32, stmt string, shellDone func()) (tag string, newSnap *metadata.Snapshot, err error) {
 	if store == nil {
 		return "", nil, pgerr.New(pgerr.Internal, "shards: no metadata store")
 	}
@@ -160,7 +161,7 @@ func RunDDL(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot,
 		return "", nil, o.fail(ctx, err)
 	}
 
-	tag, err = d.run(ctx, snap, home, n, defaultNode, nil, func(node int32) (*pgx.Conn, error) {
+	tag, err = d.run(ctx, snap, home, n, defaultNode, shellDone, func(node int32) (*pgx.Conn, error) {
 		tx, err := o.g.begin(ctx, node)
 		if err != nil {
 			return nil, err

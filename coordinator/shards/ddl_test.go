@@ -62,7 +62,7 @@ func (e *env) placements(snap *metadata.Snapshot, table string) []placement {
 
 // runDDL is RunDDL with the test's store, connections and default node.
 func (e *env) runDDL(snap *metadata.Snapshot, sql string) (string, *metadata.Snapshot, error) {
-	return shards.RunDDL(e.ctx, e.store, snap, e.conns, e.home, sql)
+	return shards.RunDDL(e.ctx, e.store, snap, e.conns, e.home, sql, nil)
 }
 
 // mustDDL runs a statement that must succeed with the tag.
@@ -391,7 +391,7 @@ func TestDDLFailureOnOneShard(t *testing.T) {
 
 	// A node that cannot be reached: nothing runs.
 	conns := map[int32]*pgx.Conn{e.ids[0]: e.w[0]}
-	_, _, err = shards.RunDDL(e.ctx, e.store, snap, conns, e.home, "ALTER TABLE items ADD COLUMN note text")
+	_, _, err = shards.RunDDL(e.ctx, e.store, snap, conns, e.home, "ALTER TABLE items ADD COLUMN note text", nil)
 	wantCode(t, err, pgerr.ConnectionFailure)
 	if got := e.column(0, "public.items", "note"); got != "" {
 		t.Errorf("the shell has column note: %s", got)
