@@ -125,6 +125,13 @@ func TestMultiShardPortalInParts(t *testing.T) {
 			&pgproto3.Parse{Name: "r1", Query: "SELECT v FROM pp_t WHERE id = $1"}, &pgproto3.Describe{ObjectType: 'S', Name: "r1"},
 			ex("q1", 2), ex("q1", 2), bind("", "r1", "3"), ex("", 0), ex("q1", 2)}},
 		{"gone after the Sync", []pgproto3.FrontendMessage{ex("q1", 2)}},
+		// Closing a statement leaves the portals made from it (as
+		// PostgreSQL 15 does).
+		{"begin 5", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}},
+		{"portal of s9", []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "s9", Query: q}, bind("p9", "s9"), ex("p9", 2)}},
+		{"close s9", []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "s9"}}},
+		{"p9 after", []pgproto3.FrontendMessage{ex("p9", 2)}},
+		{"end 5", []pgproto3.FrontendMessage{&pgproto3.Query{String: "ROLLBACK"}}},
 	}
 	for _, s := range steps {
 		g, w := strings.Join(got.round(s.msgs...), ","), strings.Join(want.round(s.msgs...), ",")
