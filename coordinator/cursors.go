@@ -250,12 +250,12 @@ func (ss *session) declareCursor(text string) (bool, error) {
 	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather - int64(kept)}
 	ss.capture = c
 	stop, err := ss.partRun(query, false)
-	ss.capture, ss.multi = nil, nil
+	ss.multi = nil
 	if stop {
+		ss.capture = nil
 		return true, err
 	}
-	c.take(ss.out[c.start:])
-	ss.out = ss.out[:c.start]
+	ss.endCapture(c)
 	if c.over {
 		return true, ss.cursorFail(pgerr.New(codeProgramLimitExceeded,
 			"the rows of cursor \"%s\" and the transaction's other cursors exceed %d bytes (--max-gather), which the coordinator keeps for cursors over distributed tables", d.Portalname, ss.srv.cfg.MaxGather).

@@ -34,6 +34,14 @@ type capture struct {
 	over   bool
 }
 
+// endCapture ends the capture c: the answer written since it started is
+// c's, not the client's.
+func (ss *session) endCapture(c *capture) {
+	ss.capture = nil
+	c.take(ss.out[c.start:])
+	ss.out = ss.out[:c.start]
+}
+
 func (c *capture) take(b []byte) {
 	if c.over || int64(len(c.frames)+len(b)) > c.limit {
 		c.over = true
@@ -70,12 +78,11 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather}
 	ss.capture = c
 	stop, err := ss.partRun(sf.Select, false)
-	ss.capture = nil
 	if stop {
+		ss.capture = nil
 		return err
 	}
-	c.take(ss.out[c.start:])
-	ss.out = ss.out[:c.start]
+	ss.endCapture(c)
 	m.start, m.scanned, m.failed = len(ss.out), len(ss.out), false
 	var held []byte
 	res, perr := ss.capturedRows(c)

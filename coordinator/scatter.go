@@ -654,12 +654,8 @@ func (ss *session) scatterBind(portal, name string, st *Statement, params []byte
 	}
 	cp := append([]byte(nil), params...)
 	split := len(params) - len(results)
-	defer func() {
-		if p := ss.scatterPortals[portal]; p != nil {
-			p.depth = len(ss.savepoints)
-		}
-	}()
-	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, desc: desc, params: cp[:split:split], results: cp[split:]}
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, desc: desc, params: cp[:split:split], results: cp[split:],
+		depth: len(ss.savepoints)}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
 }
@@ -707,11 +703,11 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 	if sp.done {
 		// PostgreSQL answers a portal that ran to completion with no
 		// rows; one fetched in parts gives its next rows.
-		var b []byte
 		if ss.txStatus() == 'E' {
 			ss.synthError(errFailedTxn)
 			return nil
 		}
+		var b []byte
 		if sp.partial && sp.rest != nil && sp.settings != ss.cursorSettings() {
 			ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
 				"fetching the rest of a multi-shard result after the session's settings changed is not supported: pgfleet kept its rows as the settings were at the first Execute").
@@ -778,9 +774,7 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		err = r.run()
 	}
 	if c != nil {
-		ss.capture = nil
-		c.take(ss.out[c.start:])
-		ss.out = ss.out[:c.start]
+		ss.endCapture(c)
 		switch {
 		case err == nil && c.over:
 			err = pgerr.New(codeProgramLimitExceeded,
@@ -801,13 +795,13 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		return ss.lostServer(err)
 	}
 	if err != nil {
-		var we *workerError
-		if errors.As(err, &we) && we.pg.Code == pgerr.ProtocolViolation && strings.Contains(we.pg.Message, "result formats") {
+		if resultFormatsMismatch(err) {
 			// The worker's statement has other columns than the Bind's
 			// result formats say.
 			err = errResultChanged
 		}
-		if err == errResultChanged || we != nil && we.pg.Code == pgerr.FeatureNotSupported {
+		var we *workerError
+		if err == errResultChanged || errors.As(err, &we) && we.pg.Code == pgerr.FeatureNotSupported {
 			// A table changed since the statement was described (or the
 			// worker says "cached plan must not change result type" of
 			// its statement prepared before): the client's statement
@@ -1219,8 +1213,7 @@ func (r *scatterRun) run() error {
 			// Perhaps because the table changed since its columns were
 			// counted (a Bind with too few result formats).
 			r.forgetColumns()
-			var we *workerError
-			r.stale = errors.As(r.err, &we) && we.pg.Code == pgerr.ProtocolViolation && strings.Contains(we.pg.Message, "result formats")
+			r.stale = resultFormatsMismatch(r.err)
 		}
 		return r.err
 	}
@@ -1251,6 +1244,14 @@ func beyondLimit(m *planner.Merge, err error) error {
 		"a shard of this multi-shard query with LIMIT failed: %s (SQLSTATE %s); PostgreSQL stops at the LIMIT and may never evaluate the row that failed",
 		we.pg.Message, we.pg.Code).
 		WithHint("Exclude the rows the expression fails on in WHERE.")
+}
+
+// resultFormatsMismatch reports whether err is a worker's 08P01 for a
+// Bind whose result formats count other columns than its statement has
+// (the table changed since its columns were counted).
+func resultFormatsMismatch(err error) bool {
+	var we *workerError
+	return errors.As(err, &we) && we.pg.Code == pgerr.ProtocolViolation && strings.Contains(we.pg.Message, "result formats")
 }
 
 // forgetColumns drops the partial column count learnt for a select list

@@ -331,14 +331,10 @@ func RunDDLInTxn(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*
 	if d == nil {
 		d = &ddl{text: stmt}
 	}
-	if tree, err := pg_query.Parse(stmt); err == nil && len(tree.Stmts) == 1 {
-		// (The analysis drops CONCURRENTLY: ask the statement as sent.)
-		if ix := tree.Stmts[0].Stmt.GetIndexStmt(); ix != nil && ix.Concurrent {
-			return "", pgerr.New(pgerr.ActiveSQLTransaction, "CREATE INDEX CONCURRENTLY cannot run inside a transaction block")
-		}
-		if dr := tree.Stmts[0].Stmt.GetDropStmt(); dr != nil && dr.Concurrent {
-			return "", pgerr.New(pgerr.ActiveSQLTransaction, "DROP INDEX CONCURRENTLY cannot run inside a transaction block")
-		}
+	if d.reshell {
+		// The analysis dropped CONCURRENTLY, which PostgreSQL refuses
+		// in a transaction block.
+		return "", pgerr.New(pgerr.ActiveSQLTransaction, "%s CONCURRENTLY cannot run inside a transaction block", d.kind)
 	}
 	if d.drop {
 		return "", pgerr.New(pgerr.FeatureNotSupported,
