@@ -219,30 +219,41 @@ func (l *Lent) finish(reuse bool) {
 // must be idle with nothing unread (it is closed otherwise); a transaction
 // left open is rolled back by Release. Connections not made over a Lent are
 // closed.
-func Reclaim(ctx context.Context, pg *pgconn.PgConn) {
-	if pg.IsClosed() {
-		// Closed by pgx, or being closed after an error (pgconn ends it
-		// in the background): the slot is free when that is over.
-		<-pg.CleanupDone()
-		return
+func Reclaim(ctx context.Context, pg *pgconn.PgConn) { _ = endLoan(ctx, pg) }
+
+// endLoan ends the loan of a connection pgx opened over a Lent: idle with
+// nothing unread, it goes back to its pool (or to the caller that
+// borrowed it) with its transaction status and parameters as pgx left
+// them; otherwise it is closed, and the error says why. A connection pgx
+// closed (after an error) has its slot freed when pgconn is done with it;
+// a borrowed one is marked broken.
+func endLoan(ctx context.Context, p *pgconn.PgConn) error {
+	l, ok := p.Conn().(*Lent)
+	if p.IsClosed() {
+		<-p.CleanupDone()
+		if ok && l.borrowed && l.sc != nil {
+			l.sc.broken = true
+		}
+		return errors.New("pooling: the lent connection was lost")
 	}
-	l, ok := pg.Conn().(*Lent)
-	if !ok || l.conn() == nil || pg.IsBusy() {
-		_ = pg.Close(ctx)
-		return
+	var err error
+	switch {
+	case !ok || l.conn() == nil:
+		err = errors.New("pooling: not a lent connection")
+	case p.IsBusy():
+		err = errors.New("pooling: the lent connection was left busy")
+	default:
+		if err = p.SyncConn(ctx); err == nil {
+			var h *pgconn.HijackedConn
+			if h, err = p.Hijack(); err == nil {
+				l.sc.TxStatus, l.sc.Params = h.TxStatus, h.ParameterStatuses
+				l.finish(true)
+				return nil
+			}
+		}
 	}
-	if err := pg.SyncConn(ctx); err != nil {
-		_ = pg.Close(ctx)
-		return
-	}
-	h, err := pg.Hijack()
-	if err != nil {
-		_ = pg.Close(ctx)
-		return
-	}
-	l.sc.TxStatus = h.TxStatus
-	l.sc.Params = h.ParameterStatuses
-	l.finish(true)
+	_ = p.Close(ctx)
+	return err
 }
 
 // The rest of net.Conn is the pooled connection's.
@@ -396,35 +407,4 @@ func Borrow(ctx context.Context, c *ServerConn) (*pgx.Conn, error) {
 // GiveBack ends a loan Borrow made: the connection is the caller's again,
 // its transaction status and parameters as pgx left them. An error means
 // the connection was lost (or pgx left it busy) and is marked broken.
-func GiveBack(ctx context.Context, pg *pgx.Conn) error {
-	p := pg.PgConn()
-	l, ok := p.Conn().(*Lent)
-	if p.IsClosed() {
-		<-p.CleanupDone()
-		if ok && l.sc != nil {
-			l.sc.broken = true
-		}
-		return errors.New("pooling: the borrowed connection was lost")
-	}
-	if !ok || l.conn() == nil {
-		_ = p.Close(ctx)
-		return errors.New("pooling: not a borrowed connection")
-	}
-	if p.IsBusy() {
-		_ = p.Close(ctx)
-		return errors.New("pooling: the borrowed connection was left busy")
-	}
-	if err := p.SyncConn(ctx); err != nil {
-		_ = p.Close(ctx)
-		return err
-	}
-	h, err := p.Hijack()
-	if err != nil {
-		_ = p.Close(ctx)
-		return err
-	}
-	l.sc.TxStatus = h.TxStatus
-	l.sc.Params = h.ParameterStatuses
-	l.finish(true)
-	return nil
-}
+func GiveBack(ctx context.Context, pg *pgx.Conn) error { return endLoan(ctx, pg.PgConn()) }
