@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
@@ -324,8 +325,7 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 }
 
 // errCatalogMoved: the table changed between planning and routing.
-var errCatalogMoved = pgerr.New("40001", "the table's distribution changed while the statement was planned").
-	WithHint("Retry the statement.")
+var errCatalogMoved = executor.ErrCatalogMoved
 
 // errAllNodes says a statement must run on every node (a reference-table
 // write): the simple-query path runs it with two-phase commit or joins every

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
@@ -31,9 +32,9 @@ func (ss *session) copyOut(p *planner.Plan, lits []literal, text string) error {
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
 		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'Q', append([]byte(text), 0)))
 		if err := sc.Flush(); err != nil {
-			return lostWorker(sc.Addr, err)
+			return executor.LostWorker(sc.Addr, err)
 		}
-		_, err := readText(sc)
+		_, err := executor.ReadText(sc)
 		return err
 	})
 	if err != nil {
@@ -84,12 +85,12 @@ func (ss *session) copyOut(p *planner.Plan, lits []literal, text string) error {
 func (ss *session) relayCopyOut(sc *pooling.ServerConn, sql string, started *bool) (n int64, werr, err error) {
 	sc.SetBuf(wire.AppendFrame(sc.Buf(), 'Q', append([]byte(sql), 0)))
 	if err := sc.Flush(); err != nil {
-		return 0, nil, lostWorker(sc.Addr, err)
+		return 0, nil, executor.LostWorker(sc.Addr, err)
 	}
 	for {
 		f, err := sc.Next()
 		if err != nil {
-			return 0, nil, lostWorker(sc.Addr, err)
+			return 0, nil, executor.LostWorker(sc.Addr, err)
 		}
 		switch f.Type {
 		case 'H':
@@ -114,7 +115,7 @@ func (ss *session) relayCopyOut(sc *pooling.ServerConn, sql string, started *boo
 			}
 		case 'E':
 			if werr == nil {
-				werr = newWorkerError(f.Body)
+				werr = executor.NewWorkerError(f.Body)
 			}
 		case 'N':
 			ss.out = wire.AppendFrame(ss.out, 'N', f.Body)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
@@ -274,14 +275,14 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
 		ac.abort()
-		return 0, lostWorker(sc.Addr, err)
+		return 0, executor.LostWorker(sc.Addr, err)
 	}
 	h, failed, dataErr := anyShard, false, false
 	for {
 		f, err := sc.Next()
 		if err != nil {
 			ac.abort()
-			return 0, lostWorker(sc.Addr, err)
+			return 0, executor.LostWorker(sc.Addr, err)
 		}
 		switch f.Type {
 		case 'D':
@@ -347,7 +348,7 @@ func (s *Server) columnType(sc *pooling.ServerConn, table string) (string, error
 	for _, sh := range snap.Shards[table] {
 		names = append(names, quoteLiteral(metadata.ShardName(rel, sh.ID)))
 	}
-	rows, err := queryText(sc, "SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a"+
+	rows, err := executor.QueryText(sc, "SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a"+
 		" JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"+
 		" WHERE n.nspname = "+quoteLiteral(table[:dot])+" AND c.relname IN ("+strings.Join(names, ", ")+")"+
 		" AND a.attname = "+quoteLiteral(tb.DistColumn)+" AND NOT a.attisdropped LIMIT 1")
@@ -462,7 +463,7 @@ func (ss *session) describeDefault(sp *stmtPlan, st *Statement) (*stmtDescribed,
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
 		pool.Release(sc)
-		return nil, lostWorker(sc.Addr, err)
+		return nil, executor.LostWorker(sc.Addr, err)
 	}
 	d := &stmtDescribed{}
 	var werr error
@@ -470,7 +471,7 @@ func (ss *session) describeDefault(sp *stmtPlan, st *Statement) (*stmtDescribed,
 		f, err := sc.Next()
 		if err != nil {
 			pool.Release(sc)
-			return nil, lostWorker(sc.Addr, err)
+			return nil, executor.LostWorker(sc.Addr, err)
 		}
 		switch f.Type {
 		case 't':
@@ -481,7 +482,7 @@ func (ss *session) describeDefault(sp *stmtPlan, st *Statement) (*stmtDescribed,
 		case 'T':
 			d.rowDesc = slices.Clone(f.Body)
 		case 'E':
-			werr = newWorkerError(f.Body)
+			werr = executor.NewWorkerError(f.Body)
 		case 'S':
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
@@ -646,7 +647,7 @@ func (ss *session) askLost(sc *pooling.ServerConn, err error) error {
 	if err == nil {
 		err = errors.New("unexpected transaction state")
 	}
-	return lostWorker(sc.Addr, err)
+	return executor.LostWorker(sc.Addr, err)
 }
 
 // builtinCast reports whether a cast type is a built-in one, whose input,

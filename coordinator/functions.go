@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -788,7 +789,7 @@ func (ss *session) objectDDLBatch(sql string, snap *metadata.Snapshot) (string, 
 // round trip, on this error path only.
 func (ss *session) analysisFirst(text string, err error) error {
 	return explainError(ss.onDefaultNode(func(sc *pooling.ServerConn) error {
-		_, qerr := queryText(sc, "EXPLAIN (COSTS OFF) "+text)
+		_, qerr := executor.QueryText(sc, "EXPLAIN (COSTS OFF) "+text)
 		return qerr
 	}), err)
 }
@@ -802,7 +803,7 @@ func (ss *session) analysisFirstBound(st *Statement, formats []int16, values [][
 	tail, _ := workerTail(st)
 	oids := paramOIDs(tail)
 	for i, o := range oids {
-		oids[i] = workerParamOID(o, true)
+		oids[i] = executor.WorkerParamOID(o, true)
 	}
 	return explainError(ss.onDefaultNode(func(sc *pooling.ServerConn) error {
 		b := sc.Buf()
@@ -814,7 +815,7 @@ func (ss *session) analysisFirstBound(st *Statement, formats []int16, values [][
 		if ferr := sc.Flush(); ferr != nil {
 			return ferr
 		}
-		_, rerr := readText(sc)
+		_, rerr := executor.ReadText(sc)
 		return rerr
 	}), err)
 }
@@ -822,7 +823,7 @@ func (ss *session) analysisFirstBound(st *Statement, formats []int16, values [][
 // explainError is the worker's error of an EXPLAIN (analysisFirst), else
 // err.
 func explainError(explained, err error) error {
-	var we *workerError
+	var we *executor.WorkerError
 	if errors.As(explained, &we) {
 		return we
 	}

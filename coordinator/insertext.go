@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
@@ -235,7 +236,7 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 			if k <= len(types) {
 				oid = types[k-1]
 			}
-			if oid >= firstNormalOID && uses[k] > 1 {
+			if oid >= executor.FirstNormalOID && uses[k] > 1 {
 				// A type not built in has another OID on each worker:
 				// the worker must infer it, which it does from the part's
 				// uses alone.
@@ -252,7 +253,7 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 			}
 			// A type not built in (used once, so its one use is in
 			// the part) is left for the worker to infer.
-			ps.OIDs = append(ps.OIDs, workerParamOID(oid, true))
+			ps.OIDs = append(ps.OIDs, executor.WorkerParamOID(oid, true))
 			ps.Formats = append(ps.Formats, f)
 			ps.Values = append(ps.Values, values[k-1])
 		}

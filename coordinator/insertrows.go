@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
@@ -303,7 +304,7 @@ func (ss *session) textTypes(oids []uint32, typmods []int32) ([]string, error) {
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
 		// The type with the column's modifier: char(5) or bit(3) alone
 		// would be char(1) and bit(1).
-		rows, err = queryText(sc, `SELECT c.i::text, pg_catalog.format_type(t.oid, c.m), t.typname::text, t.typcategory::text,
+		rows, err = executor.QueryText(sc, `SELECT c.i::text, pg_catalog.format_type(t.oid, c.m), t.typname::text, t.typcategory::text,
 				coalesce(e.typname::text, ''), coalesce(e.typcategory::text, ''),
 				pg_catalog.current_setting('extra_float_digits'), pg_catalog.current_setting('DateStyle'),
 				pg_catalog.current_setting('IntervalStyle')

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -94,9 +95,9 @@ func (ss *session) writeInTxnSimple(text, what string, byNode map[int32][]string
 		ss.txFailed = true
 		// Only a data exception (class 22): the side connection does not
 		// see the transaction's own work, whose absence it could report.
-		var we *workerError
-		if errors.As(ss.analysisFirst(text, nil), &we) && strings.HasPrefix(we.pg.Code, "22") {
-			werr = we.body
+		var we *executor.WorkerError
+		if errors.As(ss.analysisFirst(text, nil), &we) && strings.HasPrefix(we.PG.Code, "22") {
+			werr = we.Body
 		}
 		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), werr))
 	} else {
@@ -194,7 +195,7 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 			}
 		}
 		if k == 0 {
-			rows, err := queryText(ss.sc, "SELECT pg_catalog.current_setting('transaction_isolation')")
+			rows, err := executor.QueryText(ss.sc, "SELECT pg_catalog.current_setting('transaction_isolation')")
 			if err != nil {
 				return "", notices, nil, err, nil
 			}
@@ -226,7 +227,7 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 			rows = append(rows, c.rows...)
 			if limit := ss.srv.cfg.MaxGather; size > limit {
 				return "", notices, nil, pgerr.New(codeProgramLimitExceeded,
-					"the rows this statement returns exceed %s, more than the coordinator holds (--max-gather)", sizeText(limit)).
+					"the rows this statement returns exceed %s, more than the coordinator holds (--max-gather)", executor.SizeText(limit)).
 					WithHint("Return fewer rows (a narrower WHERE or fewer columns), or write without RETURNING."), nil
 			}
 			if i := strings.LastIndexByte(c.tag, ' '); i >= 0 {
@@ -399,9 +400,9 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 			ss.txFailed = true
 			// PostgreSQL's analysis error first (a data exception only:
 			// the side connection does not see the transaction's work).
-			var we *workerError
-			if errors.As(ss.analysisFirstBound(sp.st, formats, values, nil), &we) && strings.HasPrefix(we.pg.Code, "22") {
-				werr = we.body
+			var we *executor.WorkerError
+			if errors.As(ss.analysisFirstBound(sp.st, formats, values, nil), &we) && strings.HasPrefix(we.PG.Code, "22") {
+				werr = we.Body
 			}
 			ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'E', userNamesBody(ss.srv.catalog.Load(), werr))...)})
 			ss.skipping = true

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
@@ -173,9 +174,9 @@ func (ss *session) refCaptureRun(b []byte) (*refCapture, error) {
 		case 'C':
 			c.tag = string(bytes.TrimSuffix(f.Body, []byte{0}))
 		case 'E':
-			if fatalSeverity(f.Body) {
+			if executor.FatalSeverity(f.Body) {
 				sc.MarkBroken()
-				return nil, errors.New(newWorkerError(f.Body).Error())
+				return nil, errors.New(executor.NewWorkerError(f.Body).Error())
 			}
 			if c.werr == nil {
 				c.werr = slices.Clone(f.Body)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
@@ -192,10 +193,10 @@ func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, e
 				"an INSERT or COPY without a column list into %s after this transaction changed a distributed or reference table is not supported here", cn.Table).
 				WithHint("Name the columns, or send it with the simple query protocol.")
 		}
-		rows, err = queryText(sc, q)
+		rows, err = executor.QueryText(sc, q)
 	} else {
 		err = ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
-			rows, err = queryText(sc, q)
+			rows, err = executor.QueryText(sc, q)
 			return err
 		})
 	}
@@ -250,18 +251,18 @@ func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string,
 	}
 	var rows [][]*string
 	err = ss.onDefaultNode(func(sc *pooling.ServerConn) error {
-		if _, err := queryText(sc, "BEGIN READ ONLY"); err != nil {
+		if _, err := executor.QueryText(sc, "BEGIN READ ONLY"); err != nil {
 			return err
 		}
 		var err error
-		rows, err = queryText(sc, "SELECT "+strings.Join(sel, ", ")+" FROM (SELECT "+strings.Join(inner, ", ")+" OFFSET 0) s")
-		if _, rerr := queryText(sc, "ROLLBACK"); rerr != nil && err == nil {
+		rows, err = executor.QueryText(sc, "SELECT "+strings.Join(sel, ", ")+" FROM (SELECT "+strings.Join(inner, ", ")+" OFFSET 0) s")
+		if _, rerr := executor.QueryText(sc, "ROLLBACK"); rerr != nil && err == nil {
 			err = rerr
 		}
 		return err
 	})
-	var we *workerError
-	if errors.As(err, &we) && we.pg.Code == "25006" {
+	var we *executor.WorkerError
+	if errors.As(err, &we) && we.PG.Code == "25006" {
 		return "", pgerr.New(pgerr.FeatureNotSupported,
 			"the distribution column's expression calls a function that writes, which the coordinator cannot evaluate apart from the INSERT").
 			WithHint("Give the distribution column a constant or a parameter.")
@@ -326,7 +327,7 @@ func (ss *session) onDefaultNode(f func(sc *pooling.ServerConn) error) error {
 		return err
 	}
 	err = f(sc)
-	if err != nil && !errors.As(err, new(*workerError)) || sc.TxStatus != 'I' {
+	if err != nil && !errors.As(err, new(*executor.WorkerError)) || sc.TxStatus != 'I' {
 		sc.MarkBroken()
 	}
 	pool.Release(sc)
@@ -430,11 +431,11 @@ func workerTail(st *Statement) (tail []byte, final bool) {
 	declared := paramOIDs(st.paramTail)
 	typed := fixedTypes(declared, *desc)
 	for i, o := range typed {
-		if o >= firstNormalOID && (i >= len(declared) || declared[i] == 0) {
+		if o >= executor.FirstNormalOID && (i >= len(declared) || declared[i] == 0) {
 			typed[i] = 0 // described, not built in: another OID on each worker
 		}
 	}
-	return paramTail(typed), true
+	return executor.ParamTail(typed), true
 }
 
 // fixedTypes are a statement's parameter types as PostgreSQL fixed them:

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -41,42 +41,13 @@ var errMultiWrite = errors.New("multi-shard write")
 const (
 	// codeProgramLimitExceeded is SQLSTATE 54000.
 	codeProgramLimitExceeded = "54000"
-	// firstNormalOID: types below it are built in, with the same OID and
-	// binary format on every node.
-	firstNormalOID = 16384
 )
-
-// workerError is an ErrorResponse from a worker, passed to the client as
-// it came (a FATAL one as ERROR: it ended the worker connection, not the
-// client's session).
-type workerError struct {
-	body []byte
-	pg   *pgconn.PgError
-}
-
-func newWorkerError(body []byte) *workerError {
-	var er pgproto3.ErrorResponse
-	if er.Decode(body) != nil {
-		er = pgproto3.ErrorResponse{Severity: "ERROR", Code: pgerr.Internal, Message: "invalid error message from a worker"}
-	}
-	if er.SeverityUnlocalized == "FATAL" || er.SeverityUnlocalized == "PANIC" || er.Severity == "FATAL" || er.Severity == "PANIC" {
-		er.Severity, er.SeverityUnlocalized = "ERROR", "ERROR"
-		b, _ := er.Encode(nil)
-		body = b[5:]
-	} else {
-		body = append([]byte(nil), body...)
-	}
-	return &workerError{body: body, pg: pgconn.ErrorResponseToPgError(&er)}
-}
-
-func (e *workerError) Error() string { return e.pg.Error() }
-func (e *workerError) Unwrap() error { return e.pg }
 
 // appendError appends err as an ErrorResponse naming the user's tables.
 func appendError(dst []byte, snap *metadata.Snapshot, err error) []byte {
-	var we *workerError
+	var we *executor.WorkerError
 	if errors.As(err, &we) {
-		return wire.AppendFrame(dst, 'E', userNamesBody(snap, we.body))
+		return wire.AppendFrame(dst, 'E', userNamesBody(snap, we.Body))
 	}
 	er := pgerr.Flatten(err)
 	userNames(snap, er)
@@ -204,61 +175,8 @@ func withFormats(rowDesc, results []byte) []byte {
 // changes.
 type scatterCache struct {
 	mu  sync.Mutex
-	m   map[*planner.Plan]*planRuntime
+	m   map[*planner.Plan]*executor.Runtime
 	gen uint64 // counts resets: descriptions made before are stale
-}
-
-// planRuntime is what a multi-shard plan learns on its first runs: the
-// outcome of its catalog checks and its merge statements by column types.
-type planRuntime struct {
-	mu       sync.Mutex
-	checked  bool
-	checkErr error
-	// collations: a gathered table's columns whose collation is not the
-	// database default, and theirs (qualified, quoted).
-	collations []map[string]string // per gathered table
-	// encoded: a gathered table has columns whose binary form is in the
-	// client_encoding (text and the like).
-	encoded bool
-	// badTypes: a gathered table's columns that it cannot gather, refused
-	// at the merge (after the workers' verdicts on the statement: 42803
-	// comes before this 0A000).
-	badTypes error
-	merges   map[string]mergeStmt
-	ncols    int // partial columns, once known (the select list has a *)
-	// textCols: the gathered rows' columns (by position) that go through
-	// the merge as text (gatherCheckSQL), and rowCols the number of
-	// columns of those rows, both as the catalog said at the check.
-	textCols map[int]textCol
-	rowCols  int
-}
-
-// textCol is a gathered column that goes through the merge as text: its
-// type's oid, and its name (format_type) to cast it back.
-type textCol struct {
-	oid  uint32
-	name string
-}
-
-// noteTextCols records the text columns a gathered table's check listed
-// (lines of position, type oid and type name), its columns starting at
-// offset in the gathered rows.
-func (rt *planRuntime) noteTextCols(offset int, list *string) error {
-	if list == nil {
-		return nil
-	}
-	for _, line := range strings.Split(*list, "\n") {
-		pos, rest, ok1 := strings.Cut(line, " ")
-		oid, name, ok2 := strings.Cut(rest, " ")
-		p, err1 := strconv.Atoi(pos)
-		o, err2 := strconv.ParseUint(oid, 10, 32)
-		if !ok1 || !ok2 || err1 != nil || err2 != nil || name == "" {
-			return pgerr.New(pgerr.FeatureNotSupported, "a gathered column's type %q cannot be named back", line).
-				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>.")
-		}
-		rt.textCols[offset+p] = textCol{oid: uint32(o), name: name}
-	}
-	return nil
 }
 
 func ptrString(s *string) string {
@@ -268,20 +186,15 @@ func ptrString(s *string) string {
 	return *s
 }
 
-type mergeStmt struct {
-	sql string
-	err error
-}
-
-func (c *scatterCache) get(p *planner.Plan) *planRuntime {
+func (c *scatterCache) get(p *planner.Plan) *executor.Runtime {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedPlans {
-		c.m = map[*planner.Plan]*planRuntime{}
+		c.m = map[*planner.Plan]*executor.Runtime{}
 	}
 	rt := c.m[p]
 	if rt == nil {
-		rt = &planRuntime{merges: map[string]mergeStmt{}}
+		rt = &executor.Runtime{}
 		c.m[p] = rt
 	}
 	return rt
@@ -310,19 +223,6 @@ func (c *scatterCache) generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
-}
-
-// errResultChanged: the shards' statement no longer returns what the
-// client was told (a table changed). As on PostgreSQL, the client must
-// prepare the statement again; that Parse gets a fresh description.
-//
-// It is PostgreSQL's own error, word for word (no hint), not a refusal.
-var errResultChanged = &pgerr.Error{Severity: "ERROR", Code: pgerr.FeatureNotSupported, Message: "cached plan must not change result type"}
-
-// pgType is a built-in type: its name and its array type.
-type pgType struct {
-	name  string
-	array uint32
 }
 
 // scatterAllowed refuses a multi-shard statement where its separate
@@ -476,14 +376,14 @@ func (r *scatterRun) txnCheck() error {
 			for j := i; j < len(conns); j++ {
 				lost(j)
 			}
-			return lostWorker(sc.Addr, err)
+			return executor.LostWorker(sc.Addr, err)
 		}
 	}
 	var states [][]*string
 	var first error
 	for i, sc := range conns {
-		rows, err := readText(sc)
-		if err != nil && !errors.As(err, new(*workerError)) {
+		rows, err := executor.ReadText(sc)
+		if err != nil && !errors.As(err, new(*executor.WorkerError)) {
 			lost(i)
 		}
 		if err == nil && (len(rows) != 1 || len(rows[0]) != 3 || rows[0][0] == nil || rows[0][1] == nil) {
@@ -540,7 +440,7 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	mark := len(ss.out)
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
 	err := r.run()
-	if err != nil && r.stale && !ss.inTxn() && len(ss.out) == mark {
+	if err != nil && r.ex.Stale && !ss.inTxn() && len(ss.out) == mark {
 		// A table changed while the statement waited for it (DDL
 		// committed by another session): outside a transaction block
 		// nothing ran that counts, so it runs again with the table as it
@@ -795,13 +695,13 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		return ss.lostServer(err)
 	}
 	if err != nil {
-		if resultFormatsMismatch(err) {
+		if executor.FormatsMismatch(err) {
 			// The worker's statement has other columns than the Bind's
 			// result formats say.
-			err = errResultChanged
+			err = executor.ErrResultChanged
 		}
-		var we *workerError
-		if err == errResultChanged || errors.As(err, &we) && we.pg.Code == pgerr.FeatureNotSupported {
+		var we *executor.WorkerError
+		if err == executor.ErrResultChanged || errors.As(err, &we) && we.PG.Code == pgerr.FeatureNotSupported {
 			// A table changed since the statement was described (or the
 			// worker says "cached plan must not change result type" of
 			// its statement prepared before): the client's statement
@@ -866,32 +766,24 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
 		pool.Release(sc)
-		return nil, lostWorker(sc.Addr, err)
+		return nil, executor.LostWorker(sc.Addr, err)
 	}
-	for {
-		f, err := sc.Next()
-		if err != nil {
-			pool.Release(sc)
-			return nil, lostWorker(sc.Addr, err)
-		}
-		switch f.Type {
+	err = executor.Cycle(sc, func(typ byte, body []byte) {
+		switch typ {
 		case 't':
-			d.paramDesc = append([]byte(nil), f.Body...)
+			d.paramDesc = append([]byte(nil), body...)
 		case 'T':
-			d.rowDesc = append([]byte(nil), f.Body...)
+			d.rowDesc = append([]byte(nil), body...)
 		case 'E':
 			if werr == nil {
-				werr = newWorkerError(f.Body)
+				werr = executor.NewWorkerError(body)
 			}
-		case 'S':
-			sc.NoteParameterStatus(f.Body)
 		}
-		if f.Type == 'Z' {
-			sc.TxStatus = f.Body[0]
-			break
-		}
-	}
+	})
 	pool.Release(sc)
+	if err != nil {
+		return nil, err
+	}
 	if werr != nil {
 		return nil, werr
 	}
@@ -899,7 +791,7 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	if err := pd.Decode(d.paramDesc); err != nil {
 		return nil, pgerr.New(pgerr.Internal, "invalid parameter description from a worker")
 	}
-	if old != nil && !sameShape(old.rowDesc, d.rowDesc) {
+	if old != nil && !executor.SameShape(old.rowDesc, d.rowDesc) {
 		// Described before a table changed: clients may hold the old
 		// description.
 		old.changed.Store(true)
@@ -932,7 +824,7 @@ func (ss *session) resultChanged(st *Statement) error {
 	if ss.lastParseSt == st {
 		ss.lastParseSt = nil
 	}
-	return errResultChanged
+	return executor.ErrResultChanged
 }
 
 // forget drops st from the registry if it is still there.
@@ -958,16 +850,6 @@ func (r *stmtRegistry) unique(rest []byte) *Statement {
 		paramTail: append([]byte(nil), rest[len(q)+1:]...)}
 }
 
-// paramTail is the part of a Parse body after the query: parameter types.
-func paramTail(oids []uint32) []byte {
-	b := make([]byte, 2, 2+4*len(oids))
-	binary.BigEndian.PutUint16(b, uint16(len(oids)))
-	for _, o := range oids {
-		b = binary.BigEndian.AppendUint32(b, o)
-	}
-	return b
-}
-
 // workerParamTail is paramTail for a worker's statement sql: a type that
 // is not built in has another OID on each worker (types are created on
 // each, in its own OID sequence, and may have been dropped and created
@@ -978,22 +860,9 @@ func paramTail(oids []uint32) []byte {
 func workerParamTail(oids []uint32, sql string) []byte {
 	w := make([]uint32, len(oids))
 	for i, o := range oids {
-		w[i] = workerParamOID(o, usesParam(sql, i+1))
+		w[i] = executor.WorkerParamOID(o, usesParam(sql, i+1))
 	}
-	return paramTail(w)
-}
-
-// workerParamOID is the type a worker's statement that uses (or not) a
-// parameter the client's statement has as oid is prepared with
-// (workerParamTail).
-func workerParamOID(oid uint32, used bool) uint32 {
-	switch {
-	case oid < firstNormalOID:
-		return oid
-	case used:
-		return 0
-	}
-	return oidText
+	return executor.ParamTail(w)
 }
 
 // usesParam reports whether sql has the parameter $k (by its text: a $k
@@ -1023,11 +892,6 @@ func (s *Server) firstShardNode(p *planner.Plan) (int32, error) {
 	return shards[0].Nodes[0], nil
 }
 
-func lostWorker(addr string, err error) error {
-	return pgerr.New(pgerr.ConnectionFailure, "lost connection to worker %s during a multi-shard query: %v", addr, err).
-		WithHint("The query read nothing it could have changed; retry it.")
-}
-
 // cancelScatter sends a cancel request for each connection a multi-shard
 // statement runs on (the caller holds cancelMu).
 func (ss *session) cancelScatter(ctx context.Context) {
@@ -1038,22 +902,20 @@ func (ss *session) cancelScatter(ctx context.Context) {
 	}
 }
 
-// scatterRun is one run of a multi-shard statement.
+// scatterRun is one run of a multi-shard statement: the session's side of
+// it (plans, connections, the transaction's checks); the executor runs the
+// statement on the connections (executor.Scatter).
 type scatterRun struct {
-	// stale: the run failed because the shards' statement has other
-	// columns than the count learnt for its * (a table changed since):
-	// the count is forgotten, and the statement may run again.
-	stale bool
-	ss    *session
-	p     *planner.Plan
-	x     *planner.Scatter
-	lits  []literal      // simple protocol: the statement's constants
-	port  *scatterPortal // extended protocol
+	ss   *session
+	p    *planner.Plan
+	x    *planner.Scatter
+	lits []literal      // simple protocol: the statement's constants
+	port *scatterPortal // extended protocol
+	ex   executor.Scatter
 
 	pools   []*pooling.Pool
 	conns   []*pooling.ServerConn
 	pending []bool // sent to and not yet read up to ReadyForQuery
-	parsed  []bool // a Parse of the worker's statement was sent
 	descIdx int    // the connection holding the first shard
 	// txIdx is the connection that is the session's transaction's
 	// current one (-1: none); parked marks the transaction's other
@@ -1067,53 +929,18 @@ type scatterRun struct {
 	// (its plan's fallback, extended protocol).
 	stmts []*Statement
 	// textCols, rowCols: a gathering's columns that go as text, and its
-	// rows' width (planRuntime), read after the check.
-	textCols map[int]textCol
+	// rows' width (executor.Runtime), read after the check.
+	textCols map[int]executor.TextCol
 	rowCols  int
-
-	rowDesc     []byte // what the client is told the result looks like
-	partialDesc []byte // the shards' partial rows
-	err         error  // the first error; rows after it are dropped
-	gone        bool   // the client went away
-
-	// concatenation
-	limit, offset int64 // limit < 0: none
-	skipped, sent int64
-	// gathering
-	ncols   int      // partial columns (known before sending with row ids)
-	shipped []int    // per partial column: its array among cols, or -1
-	cols    [][]byte // per shipped column: array elements (length, bytes)
-	nulls   []bool
-	kept    []byte // with row ids: the rows as the shards sent them
-	offs    []int  // where each kept row starts
-	rows    int
-	size    int
+	limit    int64
+	offset   int64
 }
 
-func (r *scatterRun) merging() bool { return r.x.Merge.Kind == planner.SQLMerge }
-
-// workerStmt is worker i's prepared statement (extended protocol).
-func (r *scatterRun) workerStmt(i int) *Statement {
-	if r.stmts != nil {
-		return r.stmts[i]
-	}
-	return r.port.desc.workers[i]
-}
-
-// mergeLimit is the refusal of what a merge of partial results cannot do
-// (sort or group by values it cannot ship, a collation, an aggregate it
-// cannot combine) where gathering the tables can: a plan with a fallback
-// (planner.Plan.Fallback) runs that instead.
-type mergeLimit struct{ err *pgerr.Error }
-
-func (m *mergeLimit) Error() string { return m.err.Error() }
-func (m *mergeLimit) Unwrap() error { return m.err }
-
-// fallBack reports whether the run ended on a mergeLimit that the plan's
+// fallBack reports whether the run ended on a MergeLimit that the plan's
 // fallback (gathering) can answer; the client has been sent nothing of
 // the run but workers' notices, which are taken back (from mark on).
 func (r *scatterRun) fallBack(err error, mark int) bool {
-	if r.p.Fallback == nil || r.gone || r.txLost || !errors.As(err, new(*mergeLimit)) {
+	if r.p.Fallback == nil || r.ex.Gone || r.txLost || !errors.As(err, new(*executor.MergeLimit)) {
 		return false
 	}
 	if r.port != nil && (r.port.desc.fallback == nil || len(r.port.desc.fallback) != len(r.p.Fallback.Scatter.Workers)) {
@@ -1125,23 +952,9 @@ func (r *scatterRun) fallBack(err error, mark int) bool {
 	return true
 }
 
-// changed is the error for shards' rows of another shape than expected (a
-// table changed): for a prepared statement, PostgreSQL's; else a retry.
-func (r *scatterRun) changed() error {
-	if r.port != nil {
-		return errResultChanged
-	}
-	return errTableChanged
-}
-
-// errTableChanged: a table changed while a simple-protocol statement ran.
-var errTableChanged = pgerr.New("40001", "a table changed while the multi-shard statement ran").
-	WithHint("Retry the statement.")
-
-// run sends the statement to every worker and answers the client: in the
-// simple protocol a RowDescription, then rows and CommandComplete; in the
-// extended one rows and CommandComplete. An error it returns has not been
-// sent yet.
+// run takes connections to every worker, makes the session's checks and
+// has the executor run the statement (executor.Scatter.Run). An error it
+// returns has not been sent yet.
 func (r *scatterRun) run() error {
 	ss := r.ss
 	r.txIdx = -1
@@ -1158,7 +971,8 @@ func (r *scatterRun) run() error {
 	if r.descIdx < 0 {
 		return errCatalogMoved
 	}
-	if !r.merging() {
+	r.limit = -1
+	if r.x.Merge.Kind != planner.SQLMerge {
 		if r.limit, err = r.value(r.x.Merge.Limit, -1, "2201W", "LIMIT"); err != nil {
 			return err
 		}
@@ -1179,88 +993,86 @@ func (r *scatterRun) run() error {
 	if err := r.checkEncoding(); err != nil {
 		return err
 	}
-	if r.merging() && r.x.Merge.RowIDs {
-		if err := r.layout(); err != nil {
+	r.ex = executor.Scatter{X: r.x, FirstSQL: r.p.ShardSQL[0], Conns: r.conns, First: r.descIdx, Pending: r.pending,
+		RT: ss.scatterCache().get(r.p), Env: &ss.srv.execEnv, Limit: r.limit, Offset: r.offset,
+		TextCols: r.textCols, RowCols: r.rowCols, Sink: clientSink{ss}, Cancel: ss.cancelGather}
+	if r.port != nil {
+		b, err := r.port.bound(r.stmts)
+		if err != nil {
 			return err
 		}
+		r.ex.Bound = b
+	} else {
+		r.ex.Text = litText(r.lits)
 	}
-	for i, sc := range r.conns {
-		r.send(i, sc)
-	}
-	for i, sc := range r.conns {
-		if err := sc.Flush(); err != nil {
-			sc.MarkBroken()
-			return lostWorker(sc.Addr, err)
-		}
-		r.pending[i] = true
-	}
-	if err := r.read(r.descIdx); err != nil {
-		return err
-	}
-	for i := range r.conns {
-		if i != r.descIdx {
-			if err := r.read(i); err != nil {
-				return err
-			}
-		}
-	}
-	if r.gone {
-		return errQuietClose
-	}
-	if r.err != nil {
-		r.err = beyondLimit(r.x.Merge, r.err)
-		if r.merging() && r.x.Merge.RowIDs && r.x.Merge.Columns == 0 && r.port == nil {
-			// Perhaps because the table changed since its columns were
-			// counted (a Bind with too few result formats).
-			r.forgetColumns()
-			r.stale = resultFormatsMismatch(r.err)
-		}
-		return r.err
-	}
-	if r.merging() {
-		err := r.merge()
-		if err == errTableChanged && r.x.Merge.Columns == 0 {
-			r.forgetColumns()
-		}
-		return err
-	}
-	r.complete(r.sent)
-	return nil
+	return r.ex.Run()
 }
 
-// beyondLimit turns a data exception (SQLSTATE class 22: an overflow, a
-// division by zero, a bad cast) from a shard of a statement whose shards
-// stop at limit+offset rows each into a refusal: together they evaluated
-// the select list and WHERE on more rows than PostgreSQL, which stops at
-// limit+offset rows in all and may never reach the failing one. (An
-// invalid LIMIT or OFFSET value, 2201W or 2201X, fails there too.)
-func beyondLimit(m *planner.Merge, err error) error {
-	var we *workerError
-	if !m.ShardLimit || !errors.As(err, &we) || !strings.HasPrefix(we.pg.Code, "22") ||
-		we.pg.Code == "2201W" || we.pg.Code == "2201X" {
-		return err
+// bound is the portal as the executor runs it, with the workers'
+// statements stmts (nil: the portal's).
+func (sp *scatterPortal) bound(stmts []*Statement) (*executor.Bound, error) {
+	b, err := executor.DecodeBind(sp.params, sp.results)
+	if err != nil {
+		return nil, err
 	}
-	return pgerr.New(pgerr.FeatureNotSupported,
-		"a shard of this multi-shard query with LIMIT failed: %s (SQLSTATE %s); PostgreSQL stops at the LIMIT and may never evaluate the row that failed",
-		we.pg.Message, we.pg.Code).
-		WithHint("Exclude the rows the expression fails on in WHERE.")
+	if stmts == nil {
+		stmts = sp.desc.workers
+	}
+	b.RowDesc, b.NCols, b.ParamOIDs = sp.desc.rowDesc, sp.desc.ncols, sp.desc.paramOIDs
+	b.Stmts = make([]executor.Stmt, len(stmts))
+	for i, st := range stmts {
+		b.Stmts[i] = executor.Stmt{Name: st.Name, Parse: st.parse}
+	}
+	return b, nil
 }
 
-// resultFormatsMismatch reports whether err is a worker's 08P01 for a
-// Bind whose result formats count other columns than its statement has
-// (the table changed since its columns were counted).
-func resultFormatsMismatch(err error) bool {
-	var we *workerError
-	return errors.As(err, &we) && we.pg.Code == pgerr.ProtocolViolation && strings.Contains(we.pg.Message, "result formats")
+// clientSink is the executor's way to the session's client: messages
+// queue in ss.out, written out past 64 KiB of rows.
+type clientSink struct{ ss *session }
+
+func (k clientSink) Send(typ byte, body []byte) bool {
+	ss := k.ss
+	ss.out = wire.AppendFrame(ss.out, typ, body)
+	if typ == 'D' && len(ss.out) > 64<<10 {
+		return ss.flush() == nil
+	}
+	return true
 }
 
-// forgetColumns drops the partial column count learnt for a select list
-// with a *: the table may have changed since.
-func (r *scatterRun) forgetColumns() {
-	rt := r.ss.scatterCache().get(r.p)
-	rt.mu.Lock()
-	rt.ncols = 0
-	rt.mu.Unlock()
+// litText is a simple-protocol statement's constants (executor.Text).
+type litText []literal
+
+func (l litText) Splice(sql string) string { return splice(sql, l) }
+
+func (l litText) SpliceParams(sql string, params []int, first int) (string, error) {
+	lits := make([]literal, len(params))
+	for i, k := range params {
+		if k > len(l) {
+			return "", pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", k)
+		}
+		lits[i] = l[k-1]
+	}
+	out, _ := spliceFrom(sql, lits, first)
+	return out, nil
+}
+
+// splice puts a simple-protocol statement's constants back.
+func splice(sql string, lits []literal) string {
+	if lits == nil {
+		return sql
+	}
+	out, _ := spliceLiterals(sql, lits)
+	return out
+}
+
+// cancelGather cancels a multi-shard statement's parts on every worker
+// (its partial results grew past --max-gather).
+func (ss *session) cancelGather() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ss.cancelMu.Lock()
+	ss.cancelScatter(ctx)
+	ss.cancelMu.Unlock()
+	cancel()
 }
 
 // value reads a LIMIT or OFFSET of a concatenation: a constant or a
@@ -1316,7 +1128,7 @@ func (r *scatterRun) value(v *planner.Value, none int64, code, what string) (int
 func (r *scatterRun) acquire() error {
 	ss := r.ss
 	n := len(r.x.Workers)
-	r.pools, r.conns, r.pending, r.parsed = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n), make([]bool, n)
+	r.pools, r.conns, r.pending = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n)
 	r.txIdx = -1
 	ss.dropSpares()      // (side checkouts do not go beyond the classes' reserve)
 	held := ss.holding() // the class of the next checkout (pooling.Pool)
@@ -1414,12 +1226,12 @@ func (r *scatterRun) check() error {
 		return nil
 	}
 	rt := r.ss.scatterCache().get(r.p)
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
+	rt.Mu.Lock()
+	defer rt.Mu.Unlock()
 	// The run takes the gathering's text columns as the check found them.
-	defer func() { r.textCols, r.rowCols = rt.textCols, rt.rowCols }()
-	if rt.checked {
-		return rt.checkErr
+	defer func() { r.textCols, r.rowCols = rt.TextCols, rt.RowCols }()
+	if rt.Checked {
+		return rt.CheckErr
 	}
 	var q string
 	if len(x.CheckFuncs) > 0 {
@@ -1443,18 +1255,18 @@ func (r *scatterRun) check() error {
 		q += ", NULL::text"
 	}
 	sc := r.conns[r.descIdx]
-	rows, err := queryText(sc, q)
+	rows, err := executor.QueryText(sc, q)
 	if err != nil {
-		if !errors.As(err, new(*workerError)) {
+		if !errors.As(err, new(*executor.WorkerError)) {
 			r.pending[r.descIdx] = true // the connection is in an unknown state
 		}
 		return err
 	}
-	rt.checked = true
+	rt.Checked = true
 	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 1+5*len(x.CheckRelations) {
 		var bad []string
-		rt.collations = make([]map[string]string, len(x.CheckRelations))
-		rt.textCols = map[int]textCol{}
+		rt.Collations = make([]map[string]string, len(x.CheckRelations))
+		rt.TextCols = map[int]executor.TextCol{}
 		offset := 0
 		for k := range x.CheckRelations {
 			colls, types, names := rows[0][1+5*k], rows[0][2+5*k], rows[0][3+5*k]
@@ -1462,67 +1274,67 @@ func (r *scatterRun) check() error {
 			if len(x.CheckRelations) > 1 {
 				offset++ // the table's separator
 			}
-			if err := rt.noteTextCols(offset, texts); err != nil {
-				rt.checkErr = err
+			if err := rt.NoteTextCols(offset, texts); err != nil {
+				rt.CheckErr = err
 				return err
 			}
 			n, _ := strconv.Atoi(ptrString(count))
 			offset += n
 			if names != nil {
 				for _, tn := range strings.Split(*names, ",") {
-					rt.encoded = rt.encoded || !encodingFree[tn]
+					rt.Encoded = rt.Encoded || !executor.EncodingFree[tn]
 				}
 			}
 			if types != nil {
 				bad = append(bad, *types+" of "+x.Merge.Tables[k])
 			}
 			if colls != nil {
-				if rt.collations[k], err = parseCollations(*colls); err != nil {
-					rt.checkErr = err
+				if rt.Collations[k], err = parseCollations(*colls); err != nil {
+					rt.CheckErr = err
 					return err
 				}
 			}
 		}
-		rt.rowCols = offset
-		if len(rt.textCols) > 0 {
-			rt.encoded = true // text in the client's encoding
+		rt.RowCols = offset
+		if len(rt.TextCols) > 0 {
+			rt.Encoded = true // text in the client's encoding
 		}
 		if bad != nil {
-			rt.badTypes = pgerr.New(pgerr.FeatureNotSupported,
+			rt.BadTypes = pgerr.New(pgerr.FeatureNotSupported,
 				"this multi-shard query runs over gathered rows, whose columns %s are of types the coordinator cannot gather yet", strings.Join(bad, "; ")).
 				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
 		}
 		rows[0][1] = nil
 	}
 	if len(rows) == 1 && rows[0][0] != nil {
-		rt.checkErr = &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
+		rt.CheckErr = &executor.MergeLimit{Err: pgerr.New(pgerr.FeatureNotSupported,
 			"the multi-shard query calls %s, an aggregate or window function the coordinator cannot combine across shards", *rows[0][0]).
 			WithHint("Supported across shards: count, sum, min, max, avg, bool_and, bool_or, bit_and, bit_or, bit_xor; or GROUP BY the distribution column.")}
 	} else if len(rows) == 1 && rows[0][1] != nil {
-		rt.checkErr = &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
+		rt.CheckErr = &executor.MergeLimit{Err: pgerr.New(pgerr.FeatureNotSupported,
 			"the multi-shard query sorts, groups or compares column %s, whose collation is not the database default; merging its shards' results is not supported yet", *rows[0][1]).
 			WithHint("Pin the query to one shard, or drop ORDER BY, GROUP BY and DISTINCT on that column.")}
 	}
-	if rt.checkErr == nil && len(x.LimitFuncs) > 0 {
+	if rt.CheckErr == nil && len(x.LimitFuncs) > 0 {
 		// Each shard stops at the LIMIT on its own, evaluating the select
 		// list on more rows than PostgreSQL: a VOLATILE function there
 		// would run more often (its side effects, notices, nextval).
-		rows, err := queryText(sc, "SELECT pg_catalog.string_agg(DISTINCT proname::text, ', ') FROM pg_catalog.pg_proc WHERE provolatile = 'v' AND proname::text = ANY ("+
+		rows, err := executor.QueryText(sc, "SELECT pg_catalog.string_agg(DISTINCT proname::text, ', ') FROM pg_catalog.pg_proc WHERE provolatile = 'v' AND proname::text = ANY ("+
 			textArray(x.LimitFuncs)+")")
 		if err != nil {
-			rt.checked = false
-			if !errors.As(err, new(*workerError)) {
+			rt.Checked = false
+			if !errors.As(err, new(*executor.WorkerError)) {
 				r.pending[r.descIdx] = true
 			}
 			return err
 		}
 		if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil {
-			rt.checkErr = &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
+			rt.CheckErr = &executor.MergeLimit{Err: pgerr.New(pgerr.FeatureNotSupported,
 				"the multi-shard query calls %s, a volatile function, in its select list under a LIMIT: each shard would call it on more rows than PostgreSQL does", *rows[0][0]).
 				WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or call the function in a query of its own over the rows returned.")}
 		}
 	}
-	return rt.checkErr
+	return rt.CheckErr
 }
 
 // gatherCheckSQL reads five things of a gathered table (rel, one of its
@@ -1593,24 +1405,15 @@ func (r *scatterRun) checkEncoding() error {
 		return nil
 	}
 	rt := r.ss.scatterCache().get(r.p)
-	rt.mu.Lock()
-	encoded := rt.encoded
-	rt.mu.Unlock()
+	rt.Mu.Lock()
+	encoded := rt.Encoded
+	rt.Mu.Unlock()
 	if !encoded {
 		return nil
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"this multi-shard query gathers the text of %s, which is not supported with client_encoding %s", strings.Join(r.x.Merge.Tables, ", "), ce).
 		WithHint("Use client_encoding UTF8 for this query, or pin it to one shard with WHERE <distribution column> = <value>.")
-}
-
-// encodingFree are the types whose binary form the client_encoding does
-// not touch.
-var encodingFree = map[string]bool{
-	"int2": true, "int4": true, "int8": true, "float4": true, "float8": true, "numeric": true, "bool": true,
-	"date": true, "time": true, "timetz": true, "timestamp": true, "timestamptz": true, "interval": true,
-	"uuid": true, "bytea": true, "oid": true, "money": true, "char": true, "inet": true, "cidr": true,
-	"macaddr": true, "macaddr8": true, "bit": true, "varbit": true, "pg_lsn": true,
 }
 
 // parseCollations reads "column collation,..." (each part as quote_ident
@@ -1674,903 +1477,24 @@ func textArray(ss []string) string {
 	return "ARRAY[" + strings.Join(q, ", ") + "]::text[]"
 }
 
-// queryText runs a simple query and returns its rows as text (nil: NULL).
-// An error from the worker comes back as *workerError, with the
-// connection ready for the next statement.
-func queryText(sc *pooling.ServerConn, sql string) ([][]*string, error) {
-	q := pgproto3.Query{String: sql}
-	b, _ := q.Encode(sc.Buf())
-	sc.SetBuf(b)
-	if err := sc.Flush(); err != nil {
-		return nil, lostWorker(sc.Addr, err)
-	}
-	return readText(sc)
-}
-
-// readText reads the answer to a simple query sent on sc (see queryText).
-func readText(sc *pooling.ServerConn) ([][]*string, error) {
-	var rows [][]*string
-	var werr error
-	for {
-		f, err := sc.Next()
-		if err != nil {
-			return nil, lostWorker(sc.Addr, err)
-		}
-		switch f.Type {
-		case 'D':
-			var dr pgproto3.DataRow
-			if err := dr.Decode(f.Body); err != nil {
-				return nil, lostWorker(sc.Addr, err)
-			}
-			row := make([]*string, len(dr.Values))
-			for i, v := range dr.Values {
-				if v != nil {
-					s := string(v)
-					row[i] = &s
-				}
-			}
-			rows = append(rows, row)
-		case 'E':
-			if werr == nil {
-				werr = newWorkerError(f.Body)
-			}
-		case 'S':
-			sc.NoteParameterStatus(f.Body)
-		case 'Z':
-			sc.TxStatus = f.Body[0]
-			return rows, werr
-		}
-	}
-}
-
-// send queues the statement for worker i.
-func (r *scatterRun) send(i int, sc *pooling.ServerConn) {
-	w := r.x.Workers[i]
-	b := sc.Buf()
-	var results []byte
-	switch {
-	case r.merging() && r.x.Merge.RowIDs:
-		// The columns the merge sees in binary, the others as the client
-		// wants them.
-		results = binary.BigEndian.AppendUint16(nil, uint16(r.ncols))
-		for j := 0; j < r.ncols; j++ {
-			f := r.clientFormat(j)
-			if r.shipped[j] >= 0 {
-				f = 1
-			}
-			results = binary.BigEndian.AppendUint16(results, f)
-		}
-	case r.merging() && len(r.textCols) > 0:
-		// Partial rows in binary but for the columns that go as text.
-		results = binary.BigEndian.AppendUint16(nil, uint16(r.rowCols))
-		for j := 0; j < r.rowCols; j++ {
-			f := uint16(1)
-			if _, ok := r.textCols[j]; ok {
-				f = 0
-			}
-			results = binary.BigEndian.AppendUint16(results, f)
-		}
-	case r.merging():
-		results = []byte{0, 1, 0, 1} // partial rows in binary
-	case r.port != nil:
-		results = r.port.results
-	default:
-		results = []byte{0, 0}
-	}
-	if r.port == nil {
-		if i == r.descIdx {
-			// The result as the client sees it: the statement on the first
-			// shard, described.
-			b = wire.AppendFrame(b, 'P', append(append([]byte{0}, splice(r.p.ShardSQL[0], r.lits)...), 0, 0, 0))
-			b = wire.AppendFrame(b, 'D', []byte{'S', 0})
-		}
-		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, splice(w.SQL, r.lits)...), 0, 0, 0))
-		b = appendBind(b, "", nil, results)
-	} else {
-		st := r.workerStmt(i)
-		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
-			ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
-			if ev != "" {
-				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
-			}
-			if stale {
-				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, st.Name...), 0))
-			}
-			b = append(b, st.parse...)
-			r.parsed[i] = true
-		}
-		b = appendBind(b, st.Name, r.port.params, results)
-	}
-	if r.merging() || r.port != nil {
-		// Extended protocol: the rows' description is checked against the
-		// one the client was given.
-		b = wire.AppendFrame(b, 'D', []byte{'P', 0})
-	}
-	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
-	b = append(b, 'S', 0, 0, 0, 4)
-	sc.SetBuf(b)
-}
-
-// splice puts a simple-protocol statement's constants back.
-func splice(sql string, lits []literal) string {
-	if lits == nil {
-		return sql
-	}
-	out, _ := spliceLiterals(sql, lits)
-	return out
-}
-
-// appendBind appends a Bind of the unnamed portal; params is the parameter
-// part (formats and values; nil: none), results the result formats.
-func appendBind(b []byte, stmt string, params, results []byte) []byte {
-	if params == nil {
-		params = []byte{0, 0, 0, 0}
-	}
-	n := 4 + 1 + len(stmt) + 1 + len(params) + len(results)
-	b = append(b, 'B', byte(n>>24), byte(n>>16), byte(n>>8), byte(n), 0)
-	b = append(append(b, stmt...), 0)
-	b = append(b, params...)
-	return append(b, results...)
-}
-
-// read reads worker i's answer up to ReadyForQuery, streaming or gathering
-// its rows. It returns an error only when the client went away.
-func (r *scatterRun) read(i int) error {
-	ss := r.ss
-	sc := r.conns[i]
-	describing := r.port == nil && i == r.descIdx
-	parsing := r.parsed[i]
-	for {
-		f, err := sc.Next()
-		if err != nil {
-			sc.MarkBroken()
-			if r.err == nil {
-				r.err = lostWorker(sc.Addr, err)
-			}
-			return nil
-		}
-		switch f.Type {
-		case 'T', 'n':
-			if describing {
-				describing = false
-				if f.Type == 'T' {
-					r.rowDesc = append([]byte(nil), f.Body...)
-					if !r.merging() && r.err == nil {
-						ss.out = wire.AppendFrame(ss.out, 'T', f.Body)
-					}
-				}
-				continue
-			}
-			if f.Type == 'T' && r.partialDesc == nil {
-				r.partialDesc = append([]byte(nil), f.Body...)
-			}
-			if f.Type == 'T' && r.port != nil && !r.merging() && !sameTypes(f.Body, r.port.desc.rowDesc) && r.err == nil {
-				r.err = errResultChanged
-			}
-		case 'D':
-			if r.err != nil || r.gone {
-				continue
-			}
-			if r.merging() {
-				r.gather(f.Body)
-			} else {
-				r.emit(f.Body)
-			}
-		case 'E':
-			if parsing {
-				sc.Stmts.Drop(r.workerStmt(i).Name) // the Parse failed
-			}
-			if r.err == nil {
-				r.err = newWorkerError(f.Body)
-			}
-			if fatalSeverity(f.Body) {
-				sc.MarkBroken()
-			}
-		case '1':
-			parsing = false
-		case 'N':
-			if r.err == nil {
-				ss.out = wire.AppendFrame(ss.out, 'N', f.Body)
-			}
-		case 'S':
-			sc.NoteParameterStatus(f.Body)
-		case 'Z':
-			if len(f.Body) == 1 {
-				sc.TxStatus = f.Body[0]
-			}
-			r.pending[i] = false
-			return nil
-		}
-	}
-}
-
-// emit sends a row of a concatenation, counting off OFFSET and LIMIT.
-func (r *scatterRun) emit(row []byte) {
-	if r.skipped < r.offset {
-		r.skipped++
-		return
-	}
-	if r.limit >= 0 && r.sent >= r.limit {
-		return
-	}
-	r.sent++
-	r.write('D', row)
-}
-
-// write appends a message for the client, flushing every 64 KiB.
-func (r *scatterRun) write(typ byte, body []byte) {
-	ss := r.ss
-	if r.gone {
-		return
-	}
-	ss.out = wire.AppendFrame(ss.out, typ, body)
-	if len(ss.out) > 64<<10 {
-		if ss.flush() != nil {
-			r.gone = true
-		}
-	}
-}
-
-// layout finds, for a merge with row ids, how many columns the shards
-// return and which of them the merge sees.
-func (r *scatterRun) layout() error {
-	m := r.x.Merge
-	switch {
-	case m.Columns > 0:
-		r.ncols = m.Columns
-	case r.port != nil:
-		r.ncols = r.port.desc.ncols + m.Hidden
-	default:
-		rt := r.ss.scatterCache().get(r.p)
-		rt.mu.Lock()
-		r.ncols = rt.ncols
-		rt.mu.Unlock()
-		if r.ncols == 0 {
-			// The select list has a *: describe the worker statement once.
-			sc := r.conns[r.descIdx]
-			b := wire.AppendFrame(sc.Buf(), 'P', append(append([]byte{0}, splice(r.x.Workers[r.descIdx].SQL, r.lits)...), 0, 0, 0))
-			b = wire.AppendFrame(b, 'D', []byte{'S', 0})
-			sc.SetBuf(append(b, 'S', 0, 0, 0, 4))
-			r.pending[r.descIdx] = true
-			if err := sc.Flush(); err != nil {
-				return lostWorker(sc.Addr, err)
-			}
-			var werr error
-			for {
-				f, err := sc.Next()
-				if err != nil {
-					return lostWorker(sc.Addr, err)
-				}
-				switch f.Type {
-				case 'T':
-					r.ncols = int(binary.BigEndian.Uint16(f.Body))
-				case 'E':
-					if werr == nil {
-						werr = newWorkerError(f.Body)
-					}
-				case 'S':
-					sc.NoteParameterStatus(f.Body)
-				}
-				if f.Type == 'Z' {
-					sc.TxStatus = f.Body[0]
-					break
-				}
-			}
-			r.pending[r.descIdx] = false
-			if werr != nil {
-				return werr
-			}
-			rt.mu.Lock()
-			rt.ncols = r.ncols
-			rt.mu.Unlock()
-		}
-	}
-	if r.ncols <= m.Hidden {
-		return errCatalogMoved
-	}
-	r.shipped = make([]int, r.ncols)
-	for j := range r.shipped {
-		r.shipped[j] = -1
-	}
-	for k, c := range m.Shipped(r.ncols) {
-		r.shipped[c-1] = k
-	}
-	return nil
-}
-
-// clientFormat is the format the client asked for output column j.
-func (r *scatterRun) clientFormat(j int) uint16 {
-	if r.port == nil {
-		return 0
-	}
-	res := r.port.results
-	switch n := int(binary.BigEndian.Uint16(res)); {
-	case n == 0:
-		return 0
-	case n == 1:
-		return binary.BigEndian.Uint16(res[2:])
-	case j < n:
-		return binary.BigEndian.Uint16(res[2+2*j:])
-	}
-	return 0
-}
-
-// gather adds a partial row's values to the column arrays (and keeps the
-// row, with row ids).
-func (r *scatterRun) gather(row []byte) {
-	if len(row) < 2 {
-		r.err = pgerr.New(pgerr.Internal, "invalid DataRow from a worker")
-		return
-	}
-	n := int(binary.BigEndian.Uint16(row))
-	if r.shipped == nil {
-		r.ncols = n
-		r.shipped = make([]int, n)
-		for j := range r.shipped {
-			r.shipped[j] = j
-		}
-	}
-	if n != r.ncols {
-		r.err = r.changed()
-		return
-	}
-	if r.cols == nil {
-		k := len(r.x.Merge.Shipped(n))
-		r.cols, r.nulls = make([][]byte, k), make([]bool, k)
-	}
-	b := row[2:]
-	for j := 0; j < n; j++ {
-		if len(b) < 4 {
-			r.err = pgerr.New(pgerr.Internal, "invalid DataRow from a worker")
-			return
-		}
-		l := int32(binary.BigEndian.Uint32(b))
-		end := 4
-		if l > 0 {
-			end += int(l)
-		}
-		if end > len(b) {
-			r.err = pgerr.New(pgerr.Internal, "invalid DataRow from a worker")
-			return
-		}
-		if k := r.shipped[j]; k >= 0 {
-			if l < 0 {
-				r.nulls[k] = true
-			}
-			r.cols[k] = append(r.cols[k], b[:end]...)
-			r.size += end
-		}
-		b = b[end:]
-	}
-	if r.x.Merge.RowIDs {
-		r.offs = append(r.offs, len(r.kept))
-		r.kept = append(r.kept, row...)
-		r.size += len(row)
-	}
-	r.rows++
-	if limit := r.ss.srv.cfg.MaxGather; int64(r.size) > limit {
-		if r.x.Merge.Gather {
-			r.err = pgerr.New(codeProgramLimitExceeded,
-				"this multi-shard query runs over all rows of %s, which exceed %s, more than the coordinator gathers (--max-gather)", strings.Join(r.x.Merge.Tables, ", "), sizeText(limit)).
-				WithHint("Pin it to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
-		} else {
-			r.err = pgerr.New(codeProgramLimitExceeded,
-				"the shards' partial results of this multi-shard query exceed %s, more than the coordinator merges (--max-gather)", sizeText(limit)).
-				WithHint("Add a filter or a LIMIT, aggregate on the shards (GROUP BY), or drop ORDER BY / DISTINCT so that rows stream.")
-		}
-		r.cols, r.kept, r.offs = nil, nil, nil
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		r.ss.cancelMu.Lock()
-		r.ss.cancelScatter(ctx)
-		r.ss.cancelMu.Unlock()
-		cancel()
-	}
-}
-
-// sizeText is a byte count as people read it (64 MiB, 1000 bytes).
-func sizeText(n int64) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return strconv.FormatInt(n>>20, 10) + " MiB"
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
-}
-
-// complete ends the result with CommandComplete.
-func (r *scatterRun) complete(n int64) {
-	cc := pgproto3.CommandComplete{CommandTag: []byte("SELECT " + strconv.FormatInt(n, 10))}
-	r.ss.out, _ = cc.Encode(r.ss.out)
-}
-
-// merge runs the plan's merge statement over the gathered partial rows on
-// the first shard's connection and sends its rows.
-func (r *scatterRun) merge() error {
-	ss := r.ss
-	m := r.x.Merge
-	sc := r.conns[r.descIdx]
-	want := r.rowDesc
-	if r.port != nil {
-		want = r.port.desc.rowDesc
-	}
-	if r.partialDesc == nil || want == nil {
-		return pgerr.New(pgerr.Internal, "no row description for a multi-shard merge")
-	}
-	var pd pgproto3.RowDescription
-	if err := pd.Decode(r.partialDesc); err != nil {
-		return pgerr.New(pgerr.Internal, "invalid row description from a worker")
-	}
-	n := len(pd.Fields)
-	if r.shipped == nil {
-		r.ncols = n
-		r.shipped = make([]int, n)
-		for j := range r.shipped {
-			r.shipped[j] = j
-		}
-	}
-	if n != r.ncols || r.port != nil && m.RowIDs && !samePrefix(&pd, want, n-m.Hidden) {
-		return r.changed()
-	}
-	shipped := m.Shipped(n)
-	if r.cols == nil {
-		r.cols, r.nulls = make([][]byte, len(shipped)), make([]bool, len(shipped))
-	}
-	types, err := ss.srv.builtinTypes(sc)
-	if err != nil {
-		if !errors.As(err, new(*workerError)) {
-			r.pending[r.descIdx] = true
-		}
-		return err
-	}
-	names := make([]string, n)
-	var casts []string // a gathering's columns that come as text: their types
-	var oids []uint32  // parameter types: the arrays, then the statement's
-	var key strings.Builder
-	if m.RowIDs {
-		oids = append(oids, oidInt4Array)
-	}
-	if len(r.textCols) > 0 {
-		if n != r.rowCols {
-			return r.changed()
-		}
-		casts = make([]string, n)
-	}
-	for _, c := range shipped {
-		f := pd.Fields[c-1]
-		if tc, ok := r.textCols[c-1]; ok {
-			if f.DataTypeOID != tc.oid {
-				return r.changed()
-			}
-			names[c-1], casts[c-1] = "text", tc.name
-			oids = append(oids, oidTextArray)
-			key.WriteString("t" + tc.name + ",")
-			continue
-		}
-		t, ok := types[f.DataTypeOID]
-		// Anonymous records cannot be unnested without a column list.
-		if !ok || f.DataTypeOID >= firstNormalOID || t.array == 0 || t.name == "record" {
-			what := "a user-defined type"
-			if ok {
-				what = "type " + t.name
-			}
-			if m.Gather {
-				return pgerr.New(pgerr.FeatureNotSupported,
-					"this multi-shard query runs over the gathered rows of %s, whose column %s is of %s; gathering it is not supported yet", strings.Join(r.x.Merge.Tables, ", "), f.Name, what).
-					WithHint("Pin the query to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
-			}
-			return &mergeLimit{pgerr.New(pgerr.FeatureNotSupported,
-				"a multi-shard query that sorts, groups, dedupes or aggregates values of %s is not supported yet", what).
-				WithHint("Multi-shard queries return arrays and user-defined types, but cannot merge by them.")}
-		}
-		names[c-1] = t.name
-		oids = append(oids, t.array)
-		key.WriteString(strconv.FormatUint(uint64(f.DataTypeOID), 10))
-		key.WriteByte(',')
-	}
-	if ce, se := sc.Params["client_encoding"], sc.Params["server_encoding"]; !strings.EqualFold(ce, se) {
-		// Text in binary is in the client's encoding both ways: a round
-		// trip can change it (SJIS) or fail on characters the client's
-		// encoding lacks, where PostgreSQL never converts them.
-		for _, c := range shipped {
-			if !encodingFree[names[c-1]] {
-				return pgerr.New(pgerr.FeatureNotSupported,
-					"this multi-shard query merges values of type %s on the coordinator, which is not supported with client_encoding %s", names[c-1], ce).
-					WithHint("Use client_encoding UTF8 for this query, or pin it to one shard with WHERE <distribution column> = <value>.")
-			}
-		}
-	}
-	var cols []string // a gathering merge's column names
-	if m.Gather {
-		cols = make([]string, n)
-		for i, f := range pd.Fields {
-			cols[i] = string(f.Name)
-			key.WriteString(cols[i])
-			key.WriteByte(0)
-		}
-	}
-	rt := ss.scatterCache().get(r.p)
-	rt.mu.Lock()
-	if rt.badTypes != nil {
-		rt.mu.Unlock()
-		return rt.badTypes
-	}
-	ms, ok := rt.merges[key.String()]
-	if !ok {
-		if m.Gather {
-			ms.sql, ms.err = m.RenderGather(names, cols, rt.collations, casts)
-		} else {
-			ms.sql, ms.err = m.Render(names)
-		}
-		rt.merges[key.String()] = ms
-	}
-	rt.mu.Unlock()
-	if ms.err != nil {
-		return ms.err
-	}
-	arrays := len(oids)
-
-	// The statement's parameters the merge uses, as the client sent them
-	// (extended protocol) or spliced in as written (simple protocol).
-	var values [][]byte
-	var formats []uint16
-	sql := ms.sql
-	if r.port != nil {
-		for _, k := range m.Params {
-			if k > len(r.port.desc.paramOIDs) {
-				return pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", k)
-			}
-			oids = append(oids, workerParamOID(r.port.desc.paramOIDs[k-1], true))
-			v, format, isNull, ok := bindParam(r.port.params, k-1)
-			if !ok {
-				return pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
-			}
-			if isNull {
-				v = nil
-			} else if v == nil {
-				v = []byte{}
-			}
-			values = append(values, v)
-			formats = append(formats, uint16(format))
-		}
-	} else if len(m.Params) > 0 {
-		lits := make([]literal, len(m.Params))
-		for i, k := range m.Params {
-			if k > len(r.lits) {
-				return pgerr.New(pgerr.ProtocolViolation, "there is no parameter $%d", k)
-			}
-			lits[i] = r.lits[k-1]
-		}
-		sql, _ = spliceFrom(sql, lits, arrays+1)
-	}
-
-	// Parse (unless prepared), Bind, Describe, Execute, Sync.
-	b := sc.Buf()
-	stmtName := ""
-	parsing := false
-	if r.port != nil || len(m.Params) == 0 {
-		st := ss.srv.stmts.intern(append(append([]byte(sql), 0), paramTail(oids)...))
-		stmtName = st.Name
-		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
-			ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
-			if ev != "" {
-				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
-			}
-			if stale {
-				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, st.Name...), 0))
-			}
-			b = append(b, st.parse...)
-			parsing = true
-		}
-	} else {
-		b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, sql...), 0), paramTail(oids)...))
-	}
-	start := len(b)
-	b = append(b, 'B', 0, 0, 0, 0, 0)
-	b = append(append(b, stmtName...), 0)
-	np := arrays + len(values)
-	b = binary.BigEndian.AppendUint16(b, uint16(np))
-	for j := 0; j < arrays; j++ {
-		b = binary.BigEndian.AppendUint16(b, 1)
-	}
-	for _, f := range formats {
-		b = binary.BigEndian.AppendUint16(b, f)
-	}
-	b = binary.BigEndian.AppendUint16(b, uint16(np))
-	if m.RowIDs {
-		ids := make([]byte, 0, 8*r.rows)
-		for i := 0; i < r.rows; i++ {
-			ids = append(ids, 0, 0, 0, 4)
-			ids = binary.BigEndian.AppendUint32(ids, uint32(i))
-		}
-		b = appendArray(b, oidInt4, r.rows, false, ids)
-	}
-	for k, c := range shipped {
-		elem := pd.Fields[c-1].DataTypeOID
-		if _, ok := r.textCols[c-1]; ok {
-			elem = oidText // it came as text
-		}
-		b = appendArray(b, elem, r.rows, r.nulls[k], r.cols[k])
-	}
-	for _, v := range values {
-		if v == nil {
-			b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
-			continue
-		}
-		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-		b = append(b, v...)
-	}
-	switch {
-	case m.RowIDs:
-		// The row number in binary, the columns the merge returns as the
-		// client wants them.
-		b = binary.BigEndian.AppendUint16(b, uint16(1+len(m.Keys)))
-		b = binary.BigEndian.AppendUint16(b, 1)
-		for _, k := range m.Keys {
-			b = binary.BigEndian.AppendUint16(b, r.clientFormat(k-1))
-		}
-	case r.port != nil:
-		b = append(b, r.port.results...)
-	default:
-		b = append(b, 0, 0)
-	}
-	binary.BigEndian.PutUint32(b[start+1:], uint32(len(b)-start-1))
-	r.cols = nil
-	b = wire.AppendFrame(b, 'D', []byte{'P', 0})
-	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
-	b = append(b, 'S', 0, 0, 0, 4)
-	sc.SetBuf(b)
-	if err := sc.Flush(); err != nil {
-		sc.MarkBroken()
-		return lostWorker(sc.Addr, err)
-	}
-	r.pending[r.descIdx] = true
-	var rows int64
-	var merr error
-	var out []byte
-	for {
-		f, err := sc.Next()
-		if err != nil {
-			sc.MarkBroken()
-			if merr == nil {
-				merr = lostWorker(sc.Addr, err)
-			}
-			break
-		}
-		switch f.Type {
-		case 'T':
-			if !r.mergeTypes(f.Body, want) {
-				merr = r.changed()
-				continue
-			}
-			if r.port == nil {
-				r.write('T', want)
-			}
-		case 'D':
-			if merr != nil || r.gone {
-				continue
-			}
-			rows++
-			if !m.RowIDs {
-				r.write('D', f.Body)
-				continue
-			}
-			if out, err = r.assemble(out[:0], f.Body); err != nil {
-				merr = err
-				continue
-			}
-			r.write('D', out)
-		case '1':
-			parsing = false
-		case 'N':
-			// The statement's own notices (a gathering evaluates the
-			// whole query here, functions that RAISE NOTICE included).
-			if merr == nil && !r.gone {
-				r.write('N', f.Body)
-			}
-		case 'E':
-			if parsing {
-				sc.Stmts.Drop(stmtName) // the Parse failed
-				parsing = false
-			}
-			if merr == nil {
-				merr = newWorkerError(f.Body)
-			}
-		case 'S':
-			sc.NoteParameterStatus(f.Body)
-		}
-		if f.Type == 'Z' {
-			sc.TxStatus = f.Body[0]
-			r.pending[r.descIdx] = false
-			break
-		}
-	}
-	if r.gone {
-		return errQuietClose
-	}
-	if merr != nil {
-		return merr
-	}
-	r.complete(rows)
-	return nil
-}
-
-// mergeTypes reports whether the merge statement's columns have the types
-// the client was told of: all of them, or (with row ids) the row number
-// and the Keys.
-func (r *scatterRun) mergeTypes(got, want []byte) bool {
-	m := r.x.Merge
-	if !m.RowIDs {
-		return sameTypes(got, want)
-	}
-	var x, y pgproto3.RowDescription
-	if x.Decode(got) != nil || y.Decode(want) != nil || len(x.Fields) != 1+len(m.Keys) || x.Fields[0].DataTypeOID != oidInt4 {
-		return false
-	}
-	for i, k := range m.Keys {
-		if k > len(y.Fields) || x.Fields[1+i].DataTypeOID != y.Fields[k-1].DataTypeOID {
-			return false
-		}
-	}
-	return true
-}
-
-// assemble makes an output row from a merge row (row number, Keys) and the
-// kept shard row: the Keys from the merge, the other columns as kept.
-func (r *scatterRun) assemble(dst, mrow []byte) ([]byte, error) {
-	m := r.x.Merge
-	vals, ok := rowValues(mrow, nil)
-	if !ok || len(vals) != 1+len(m.Keys) || len(vals[0]) != 8 {
-		return nil, pgerr.New(pgerr.Internal, "invalid merge row")
-	}
-	id := int(binary.BigEndian.Uint32(vals[0][4:]))
-	if id < 0 || id >= len(r.offs) {
-		return nil, pgerr.New(pgerr.Internal, "invalid row number %d from a merge", id)
-	}
-	end := len(r.kept)
-	if id+1 < len(r.offs) {
-		end = r.offs[id+1]
-	}
-	kept, ok := rowValues(r.kept[r.offs[id]:end], nil)
-	if !ok {
-		return nil, pgerr.New(pgerr.Internal, "invalid kept row")
-	}
-	out := r.ncols - m.Hidden
-	dst = binary.BigEndian.AppendUint16(dst, uint16(out))
-	next := 0
-	for j := 0; j < out; j++ {
-		if next < len(m.Keys) && m.Keys[next] == j+1 {
-			next++
-			dst = append(dst, vals[next]...)
-			continue
-		}
-		dst = append(dst, kept[j]...)
-	}
-	return dst, nil
-}
-
-// rowValues splits a DataRow body into its values, each with its length
-// word.
-func rowValues(row []byte, dst [][]byte) ([][]byte, bool) {
-	if len(row) < 2 {
-		return nil, false
-	}
-	n := int(binary.BigEndian.Uint16(row))
-	b := row[2:]
-	for j := 0; j < n; j++ {
-		if len(b) < 4 {
-			return nil, false
-		}
-		l := int32(binary.BigEndian.Uint32(b))
-		end := 4
-		if l > 0 {
-			end += int(l)
-		}
-		if end > len(b) {
-			return nil, false
-		}
-		dst = append(dst, b[:end])
-		b = b[end:]
-	}
-	return dst, true
-}
-
-// oidInt4Array is int4[].
-const (
-	oidInt4Array = 1007
-	oidTextArray = 1009
-)
-
-// appendArray appends a one-dimensional array parameter in binary: its
-// length word, header and the gathered elements.
-func appendArray(b []byte, elem uint32, n int, hasNull bool, elems []byte) []byte {
-	hdr := 12
-	if n > 0 {
-		hdr += 8
-	}
-	b = binary.BigEndian.AppendUint32(b, uint32(hdr+len(elems)))
-	if n == 0 {
-		b = binary.BigEndian.AppendUint32(b, 0)
-	} else {
-		b = binary.BigEndian.AppendUint32(b, 1)
-	}
-	if hasNull {
-		b = binary.BigEndian.AppendUint32(b, 1)
-	} else {
-		b = binary.BigEndian.AppendUint32(b, 0)
-	}
-	b = binary.BigEndian.AppendUint32(b, elem)
-	if n > 0 {
-		b = binary.BigEndian.AppendUint32(b, uint32(n))
-		b = binary.BigEndian.AppendUint32(b, 1)
-	}
-	return append(b, elems...)
-}
-
-// sameShape reports whether two RowDescription bodies (nil: NoData) have
-// the same column names, types and type modifiers.
-func sameShape(a, b []byte) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	var x, y pgproto3.RowDescription
-	if x.Decode(a) != nil || y.Decode(b) != nil || len(x.Fields) != len(y.Fields) {
-		return false
-	}
-	for i := range x.Fields {
-		f, g := x.Fields[i], y.Fields[i]
-		if !bytes.Equal(f.Name, g.Name) || f.DataTypeOID != g.DataTypeOID || f.TypeModifier != g.TypeModifier {
-			return false
-		}
-	}
-	return true
-}
-
-// samePrefix reports whether the first n columns of a row description have
-// the types of want's columns, and want has n columns.
-func samePrefix(pd *pgproto3.RowDescription, want []byte, n int) bool {
-	var y pgproto3.RowDescription
-	if y.Decode(want) != nil || len(y.Fields) != n || len(pd.Fields) < n {
-		return false
-	}
-	for i := 0; i < n; i++ {
-		if pd.Fields[i].DataTypeOID != y.Fields[i].DataTypeOID {
-			return false
-		}
-	}
-	return true
-}
-
-// sameTypes reports whether two RowDescription bodies have the same
-// column types.
-func sameTypes(a, b []byte) bool {
-	var x, y pgproto3.RowDescription
-	if x.Decode(a) != nil || y.Decode(b) != nil || len(x.Fields) != len(y.Fields) {
-		return false
-	}
-	for i := range x.Fields {
-		if x.Fields[i].DataTypeOID != y.Fields[i].DataTypeOID {
-			return false
-		}
-	}
-	return true
-}
-
 // builtinTypes returns the built-in types (name, array type), loaded once
 // from a worker.
-func (s *Server) builtinTypes(sc *pooling.ServerConn) (map[uint32]pgType, error) {
+func (s *Server) builtinTypes(sc *pooling.ServerConn) (map[uint32]executor.Type, error) {
 	if m := s.pgTypes.Load(); m != nil {
 		return *m, nil
 	}
-	rows, err := queryText(sc, "SELECT oid::text, typname::text, typarray::text FROM pg_catalog.pg_type WHERE oid < 16384")
+	rows, err := executor.QueryText(sc, "SELECT oid::text, typname::text, typarray::text FROM pg_catalog.pg_type WHERE oid < 16384")
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[uint32]pgType, len(rows))
+	m := make(map[uint32]executor.Type, len(rows))
 	for _, row := range rows {
 		if len(row) != 3 || row[0] == nil || row[1] == nil || row[2] == nil {
 			continue
 		}
 		oid, _ := strconv.ParseUint(*row[0], 10, 32)
 		arr, _ := strconv.ParseUint(*row[2], 10, 32)
-		m[uint32(oid)] = pgType{name: *row[1], array: uint32(arr)}
+		m[uint32(oid)] = executor.Type{Name: *row[1], Array: uint32(arr)}
 	}
 	s.pgTypes.Store(&m)
 	return m, nil

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 
 	"github.com/pgfleet/pgfleet/internal/wire"
@@ -87,16 +88,16 @@ func (ss *session) queueDiscardSequences() {
 // guardSeq is err, or the 0A000 refusal for a worker's 55000 while
 // seqGuard holds (multi-shard statements).
 func (ss *session) guardSeq(err error) error {
-	var we *workerError
-	if errors.As(err, &we) && we.pg.Code == pgerr.UndefinedTable {
+	var we *executor.WorkerError
+	if errors.As(err, &we) && we.PG.Code == pgerr.UndefinedTable {
 		// A shard dropped by a concurrent catalog change: 40001.
-		err = newWorkerError(ss.staleShardBody(we.body))
+		err = executor.NewWorkerError(ss.staleShardBody(we.Body))
 		if !errors.As(err, &we) {
 			return err
 		}
 	}
-	if !ss.seqGuard || !errors.As(err, &we) || we.pg.Code != pgerr.ObjectNotInPrerequisite {
+	if !ss.seqGuard || !errors.As(err, &we) || we.PG.Code != pgerr.ObjectNotInPrerequisite {
 		return err
 	}
-	return newWorkerError(seqGuardError(we.body))
+	return executor.NewWorkerError(seqGuardError(we.Body))
 }

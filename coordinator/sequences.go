@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -73,13 +74,13 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 	case err != nil:
 		return nil, err
 	case own != nil:
-		if rows, err = queryText(own, q.String()); err != nil && !errors.As(err, new(*workerError)) {
+		if rows, err = executor.QueryText(own, q.String()); err != nil && !errors.As(err, new(*executor.WorkerError)) {
 			own.MarkBroken()
-			return nil, lostWorker(own.Addr, err)
+			return nil, executor.LostWorker(own.Addr, err)
 		}
 	default:
 		err = ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
-			rows, err = queryText(sc, q.String())
+			rows, err = executor.QueryText(sc, q.String())
 			return err
 		})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -152,9 +153,10 @@ type Server struct {
 	castsOK     map[*planner.Value][2]int64
 	metaDB      string // the catalog describes tables of this database
 	plans       planCache
-	scatter     scatterCache                      // multi-shard plans' run-time state
-	colTypes    columnTypes                       // distribution columns' types with modifiers
-	pgTypes     atomic.Pointer[map[uint32]pgType] // built-in types, for merges
+	execEnv     executor.Env                             // what the executor's runs share
+	scatter     scatterCache                             // multi-shard plans' run-time state
+	colTypes    columnTypes                              // distribution columns' types with modifiers
+	pgTypes     atomic.Pointer[map[uint32]executor.Type] // built-in types, for merges
 	stopWatch   chan struct{}
 	recoveryEnd chan struct{} // closed when the recovery loop has returned
 
@@ -317,6 +319,10 @@ func New(cfg Config) (*Server, error) {
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
 		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait)}
 	s.span.Store(int32(len(cfg.Workers)))
+	s.execEnv = executor.Env{MaxGather: cfg.MaxGather, Types: s.builtinTypes, Prepared: func(rest []byte) executor.Stmt {
+		st := s.stmts.intern(rest)
+		return executor.Stmt{Name: st.Name, Parse: st.parse}
+	}}
 	return s, nil
 }
 

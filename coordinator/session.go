@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
@@ -2040,7 +2041,7 @@ func (ss *session) drain() error {
 		if err != nil {
 			return ss.lostCycle(err)
 		}
-		if f.Type == 'E' && fatalSeverity(f.Body) {
+		if f.Type == 'E' && executor.FatalSeverity(f.Body) {
 			// The worker ends the connection (57P01 when it shuts down or
 			// the backend is terminated): that is not the client's server
 			// going away, so it is not relayed as is.
@@ -2098,7 +2099,7 @@ func (ss *session) drain() error {
 				ss.pendingFailed = true
 			}
 			ss.paramFix, ss.loadFix = ss.paramFix[:0], false
-			if fatalSeverity(f.Body) {
+			if executor.FatalSeverity(f.Body) {
 				sc.MarkBroken()
 				ss.releaseServer()
 				_ = ss.flush()
@@ -2239,15 +2240,6 @@ func (ss *session) clientNames(e *expect, body []byte) []byte {
 		return body
 	}
 	return b[5:]
-}
-
-func fatalSeverity(body []byte) bool {
-	var er pgproto3.ErrorResponse
-	if er.Decode(body) != nil {
-		return false
-	}
-	return er.SeverityUnlocalized == "FATAL" || er.SeverityUnlocalized == "PANIC" ||
-		(er.SeverityUnlocalized == "" && (er.Severity == "FATAL" || er.Severity == "PANIC"))
 }
 
 // undo forgets what a message skipped or failed by the server would have made.
@@ -2548,7 +2540,7 @@ func (ss *session) noteDesc(e *expect, f wire.Frame) {
 		}
 		return
 	}
-	if bytes.Equal(d.row, row) || sameShape(d.row, row) {
+	if bytes.Equal(d.row, row) || executor.SameShape(d.row, row) {
 		return
 	}
 	old := e.cst
@@ -2729,7 +2721,7 @@ func (ss *session) verifyRelease() bool {
 	var dr pgproto3.DataRow
 	ok := len(base) > 0 && dr.Decode(base) == nil && len(dr.Values) == 2
 	if ok {
-		rows, err := queryText(ss.sc, ss.stateSQL)
+		rows, err := executor.QueryText(ss.sc, ss.stateSQL)
 		// After a ROLLBACK of the transaction the snapshot was taken in,
 		// its settings are what they were before it began, whatever user
 		// code or SET LOCAL did (the snapshot may show a SET LOCAL that

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/xdg-go/scram"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -104,8 +105,9 @@ func (s *Server) serveConn(c net.Conn, tooMany bool) {
 }
 
 // errQuietClose ends a connection without an error message (a cancel request,
-// or a client that went away during startup).
-var errQuietClose = errors.New("closed")
+// or a client that went away during startup or a statement's run: the
+// executor's executor.ErrClientGone).
+var errQuietClose = executor.ErrClientGone
 
 // readStartup reads startup packets until a StartupMessage, serving cancel
 // requests and answering encryption requests as PostgreSQL does: an

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
@@ -770,7 +771,7 @@ func (ss *session) stateChanged() bool {
 	if len(ss.stateBase) == 0 || dr.Decode(ss.stateBase) != nil || len(dr.Values) != 2 {
 		return true
 	}
-	rows, err := queryText(ss.sc, ss.stateSQL)
+	rows, err := executor.QueryText(ss.sc, ss.stateSQL)
 	return err != nil || !sameState(rows, dr.Values, true)
 }
 

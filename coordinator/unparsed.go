@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -62,13 +63,13 @@ func (ss *session) unparsed(sql string) error {
 	if err != nil {
 		sc.MarkBroken()
 		release()
-		return lostWorker(sc.Addr, err)
+		return executor.LostWorker(sc.Addr, err)
 	}
 	release()
 	if werr == nil {
 		return refuse
 	}
-	pe := werr.pg
+	pe := werr.PG
 	if pe.Code == pgerr.SyntaxError && pe.Position == 0 {
 		// "cannot insert multiple commands into a prepared statement": a
 		// query string of several statements.

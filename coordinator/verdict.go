@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/pooling"
@@ -62,7 +63,7 @@ func (ss *session) parseVerdict(query string, paramTail []byte, refusal error) e
 	}
 	werr, err := parseOnly(sc, query, paramTail)
 	pool.Release(sc)
-	if err == nil && werr != nil && passThrough(werr.pg.Code) {
+	if err == nil && werr != nil && passThrough(werr.PG.Code) {
 		return werr
 	}
 	return refusal
@@ -72,7 +73,7 @@ func (ss *session) parseVerdict(query string, paramTail []byte, refusal error) e
 // query, the parameter types; nil for none) and a Sync on sc, and reads the
 // answer up to ReadyForQuery: the worker's error, if the Parse failed. Parse
 // runs parse analysis and nothing else. A lost connection is err.
-func parseOnly(sc *pooling.ServerConn, query string, paramTail []byte) (*workerError, error) {
+func parseOnly(sc *pooling.ServerConn, query string, paramTail []byte) (*executor.WorkerError, error) {
 	body := append([]byte{0}, query...)
 	body = append(body, 0)
 	if paramTail == nil {
@@ -85,7 +86,7 @@ func parseOnly(sc *pooling.ServerConn, query string, paramTail []byte) (*workerE
 	if err := sc.Flush(); err != nil {
 		return nil, err
 	}
-	var werr *workerError
+	var werr *executor.WorkerError
 	for {
 		f, err := sc.Next()
 		if err != nil {
@@ -93,7 +94,7 @@ func parseOnly(sc *pooling.ServerConn, query string, paramTail []byte) (*workerE
 		}
 		switch f.Type {
 		case 'E':
-			werr = newWorkerError(f.Body)
+			werr = executor.NewWorkerError(f.Body)
 		case 'S':
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
