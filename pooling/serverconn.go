@@ -263,3 +263,11 @@ func (c *ServerConn) close() {
 	_ = c.conn.Close()
 	c.conn = nil
 }
+
+// NewServerConn wraps a connection to a worker whose startup is done, with
+// the parameters it reported (the executor's tests put a fake worker on
+// the other end).
+func NewServerConn(nc net.Conn, addr string, params map[string]string) *ServerConn {
+	return &ServerConn{conn: nc, R: wire.NewReader(nc, 32*1024), Addr: addr, Params: params, TxStatus: 'I',
+		Stmts: newStmtCache(0, nil), wbuf: make([]byte, 0, 4096)}
+}

@@ -16,10 +16,13 @@ var forbidden = map[string][]string{
 	"internal/pgerr":   {"internal/wire", "pooling", "coordinator", "planner", "metadata", "bench"},
 	"internal/wire":    {"pooling", "coordinator", "planner", "metadata", "bench"},
 	"internal/tlscert": {"internal/wire", "pooling", "coordinator", "planner", "metadata", "bench"},
-	"pooling":          {"coordinator", "planner", "metadata", "bench"},
-	"planner":          {"coordinator", "pooling", "bench"},
-	"metadata":         {"coordinator", "planner", "pooling", "bench"},
-	"coordinator":      {"bench"},
+	"pooling":          {"coordinator", "planner", "metadata", "bench", "executor"},
+	"planner":          {"coordinator", "pooling", "bench", "executor"},
+	// The executor runs plans on connections it is given and answers a
+	// sink: it knows nothing of sessions, statements or the client.
+	"executor":    {"coordinator", "coordinator/shards", "bench"},
+	"metadata":    {"coordinator", "planner", "pooling", "bench", "executor"},
+	"coordinator": {"bench"},
 	// The one two-phase commit knows nothing of sessions, pools or shards:
 	// its participants bring their connections.
 	"coordinator/twophase": {"coordinator", "coordinator/shards", "pooling", "planner", "bench"},

@@ -17,7 +17,7 @@ import (
 // listed in hintedElsewhere with the reason.)
 func TestRefusalsHaveHints(t *testing.T) {
 	fset := token.NewFileSet()
-	for _, dir := range []string{"coordinator", "coordinator/shards", "planner", "metadata", "pooling"} {
+	for _, dir := range []string{"coordinator", "coordinator/shards", "planner", "metadata", "pooling", "executor"} {
 		files, err := filepath.Glob(filepath.Join("../..", dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

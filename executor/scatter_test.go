@@ -1,0 +1,293 @@
+package executor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// The executor against fake shard connections: what reaches the client,
+// in what order, and the state the connections are left in.
+
+// catalog has public.t, distributed by bigint aid over 4 shards on nodes 1
+// and 2.
+func catalog() *metadata.Snapshot {
+	s := &metadata.Snapshot{Version: 1, Tables: map[string]*metadata.Table{}, Shards: map[string][]metadata.Shard{}}
+	s.Tables["public.t"] = &metadata.Table{Name: "public.t", Kind: metadata.Distributed, DistColumn: "aid", DistType: "int8", ColocationID: 1, ShardCount: 4}
+	for i, r := range metadata.HashRanges(4) {
+		s.Shards["public.t"] = append(s.Shards["public.t"], metadata.Shard{ID: int64(102008 + i), Table: "public.t", MinHash: r[0], MaxHash: r[1], Nodes: []int32{int32(i%2 + 1)}})
+	}
+	return s
+}
+
+func plan(t *testing.T, sql string) *planner.Plan {
+	t.Helper()
+	p, err := planner.Build(sql, catalog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Kind != planner.MultiShard || len(p.Scatter.Workers) != 2 {
+		t.Fatalf("%s: plan %s with %d workers, want a multi-shard one over 2", sql, p.Kind, len(p.Scatter.Workers))
+	}
+	return p
+}
+
+func int8Field(name string, format int16) pgproto3.FieldDescription {
+	return pgproto3.FieldDescription{Name: []byte(name), DataTypeOID: 20, DataTypeSize: 8, TypeModifier: -1, Format: format}
+}
+
+func text(vals ...string) [][][]byte {
+	var rows [][][]byte
+	for _, v := range vals {
+		rows = append(rows, [][]byte{[]byte(v)})
+	}
+	return rows
+}
+
+// run runs p over one fake worker per plan worker, each answering with
+// answers[i], and returns the run and what the client got.
+func run(t *testing.T, p *planner.Plan, answers []func(q string, b *pgproto3.Bind) answer, setup func(*Scatter)) (*Scatter, *sink, error) {
+	t.Helper()
+	k := &sink{}
+	r := &Scatter{X: p.Scatter, FirstSQL: p.ShardSQL[0], Pending: make([]bool, len(answers)), Text: noText{},
+		RT: &Runtime{}, Limit: -1, Sink: k,
+		Env: &Env{MaxGather: 1 << 20, Types: func(*pooling.ServerConn) (map[uint32]Type, error) {
+			return map[uint32]Type{20: {Name: "int8", Array: 1016}, 23: {Name: "int4", Array: 1007}, 1700: {Name: "numeric", Array: 1231}}, nil
+		}, Prepared: func(rest []byte) Stmt {
+			q := string(rest[:strings.IndexByte(string(rest), 0)])
+			parse, _ := (&pgproto3.Parse{Name: "m1", Query: q}).Encode(nil)
+			return Stmt{Name: "m1", Parse: parse}
+		}}}
+	for i, a := range answers {
+		sc, _ := fakeConn(t, fmt.Sprintf("worker%d", i+1), a)
+		r.Conns = append(r.Conns, sc)
+	}
+	if setup != nil {
+		setup(r)
+	}
+	err := r.Run()
+	return r, k, err
+}
+
+type noText struct{}
+
+func (noText) Splice(sql string) string { return sql }
+func (noText) SpliceParams(sql string, params []int, first int) (string, error) {
+	return sql, nil
+}
+
+// rowsOf are the DataRows' single text values the client got, and the
+// other message types in order.
+func rowsOf(k *sink) (types string, vals []string) {
+	for _, m := range k.msgs {
+		types += m[:1]
+		if m[0] == 'D' {
+			var dr pgproto3.DataRow
+			if err := dr.Decode([]byte(m[1:])); err == nil && len(dr.Values) == 1 {
+				vals = append(vals, string(dr.Values[0]))
+			}
+		}
+		if m[0] == 'C' {
+			vals = append(vals, "tag "+strings.TrimRight(m[1:], "\x00"))
+		}
+	}
+	return types, vals
+}
+
+// TestScatterConcat: the first shard's worker is read first and describes
+// the result; OFFSET and LIMIT are counted over the workers' rows in
+// that order; every connection ends ready for the next statement.
+func TestScatterConcat(t *testing.T) {
+	p := plan(t, "SELECT aid FROM t")
+	worker := func(vals ...string) func(string, *pgproto3.Bind) answer {
+		return func(string, *pgproto3.Bind) answer {
+			return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0)}, rows: text(vals...)}
+		}
+	}
+	r, k, err := run(t, p, []func(string, *pgproto3.Bind) answer{worker("1", "2"), worker("3", "4", "5")}, func(r *Scatter) {
+		r.Limit, r.Offset = 3, 1
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, vals := rowsOf(k)
+	if types != "TDDDC" || strings.Join(vals, ",") != "2,3,4,tag SELECT 3" {
+		t.Errorf("client got %s %v, want TDDDC [2 3 4 tag SELECT 3]", types, vals)
+	}
+	for i, pending := range r.Pending {
+		if pending {
+			t.Errorf("connection %d left mid-answer", i)
+		}
+	}
+}
+
+// TestScatterWorkerError: a worker's error is the statement's, rows after
+// it are not sent, and every connection is read up to ReadyForQuery.
+func TestScatterWorkerError(t *testing.T) {
+	p := plan(t, "SELECT aid FROM t")
+	ok := func(string, *pgproto3.Bind) answer {
+		return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0)}, rows: text("1")}
+	}
+	failing := func(string, *pgproto3.Bind) answer {
+		return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0)},
+			err: &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "22012", Message: "division by zero"}}
+	}
+	// The failing worker holds the first shard: the other's rows come after
+	// its error and are dropped.
+	r, k, err := run(t, p, []func(string, *pgproto3.Bind) answer{failing, ok}, nil)
+	var we *WorkerError
+	if !errors.As(err, &we) || we.PG.Code != "22012" {
+		t.Fatalf("err = %v, want the worker's 22012", err)
+	}
+	if types, _ := rowsOf(k); strings.Contains(types, "D") || strings.Contains(types, "C") {
+		t.Errorf("client got %s after the error", types)
+	}
+	for i, pending := range r.Pending {
+		if pending {
+			t.Errorf("connection %d left mid-answer", i)
+		}
+	}
+}
+
+// TestScatterLostWorker: a worker that hangs up fails the statement with
+// 08006; its connection is left pending (the caller closes it), the
+// other's is read to the end.
+func TestScatterLostWorker(t *testing.T) {
+	p := plan(t, "SELECT aid FROM t")
+	ok := func(string, *pgproto3.Bind) answer {
+		return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0)}, rows: text("1")}
+	}
+	gone := func(string, *pgproto3.Bind) answer {
+		return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0)}, hangUp: true}
+	}
+	r, _, err := run(t, p, []func(string, *pgproto3.Bind) answer{ok, gone}, nil)
+	var pe interface{ SQLState() string }
+	if !errors.As(err, &pe) || pe.SQLState() != "08006" {
+		t.Fatalf("err = %v, want 08006", err)
+	}
+	if r.Pending[0] || !r.Pending[1] {
+		t.Errorf("pending = %v, want [false true]", r.Pending)
+	}
+}
+
+// TestScatterClientGone: once the sink says the client is gone, nothing
+// more is sent and the run ends with ErrClientGone, the workers read to
+// the end (their connections go back to the pool in sync).
+func TestScatterClientGone(t *testing.T) {
+	p := plan(t, "SELECT aid FROM t")
+	worker := func(string, *pgproto3.Bind) answer {
+		return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0)}, rows: text("1", "2", "3")}
+	}
+	r, k, err := run(t, p, []func(string, *pgproto3.Bind) answer{worker, worker}, func(r *Scatter) {
+		r.Sink.(*sink).gone = 2 // the RowDescription, then one row
+	})
+	if !errors.Is(err, ErrClientGone) {
+		t.Fatalf("err = %v, want ErrClientGone", err)
+	}
+	if types, _ := rowsOf(k); types != "TD" {
+		t.Errorf("client got %s, want TD", types)
+	}
+	if r.Pending[0] || r.Pending[1] {
+		t.Errorf("pending = %v", r.Pending)
+	}
+}
+
+// int8Array reads a one-dimensional int8[] in binary.
+func int8Array(t *testing.T, b []byte) []int64 {
+	t.Helper()
+	if len(b) < 12 || binary.BigEndian.Uint32(b[8:]) != 20 {
+		t.Fatalf("not an int8 array: %v", b)
+	}
+	if binary.BigEndian.Uint32(b) == 0 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint32(b[12:]))
+	b = b[20:]
+	var out []int64
+	for i := 0; i < n; i++ {
+		if l := int32(binary.BigEndian.Uint32(b)); l != 8 {
+			t.Fatalf("element of length %d", l)
+		}
+		out = append(out, int64(binary.BigEndian.Uint64(b[4:])))
+		b = b[12:]
+	}
+	return out
+}
+
+// TestScatterMerge: the workers' partial counts are gathered in binary and
+// handed to the merge statement, on the first shard's connection, as one
+// int8[] parameter; its row is the client's.
+func TestScatterMerge(t *testing.T) {
+	p := plan(t, "SELECT count(*) FROM t")
+	if p.Scatter.Merge.Kind != planner.SQLMerge {
+		t.Fatalf("merge %s", p.Scatter.Merge.Kind)
+	}
+	var got []int64
+	partial := func(n int64) func(string, *pgproto3.Bind) answer {
+		return func(q string, b *pgproto3.Bind) answer {
+			if strings.HasPrefix(q, "SELECT count(*) FROM") {
+				v := binary.BigEndian.AppendUint64(nil, uint64(n))
+				return answer{fields: []pgproto3.FieldDescription{int8Field("count", 1)}, rows: [][][]byte{{v}}}
+			}
+			// The merge statement: the sum of the array.
+			var sum int64
+			if b != nil && len(b.Parameters) == 1 {
+				got = int8Array(t, b.Parameters[0])
+				for _, v := range got {
+					sum += v
+				}
+			}
+			return answer{fields: []pgproto3.FieldDescription{int8Field("count", 0)}, rows: text(fmt.Sprint(sum))}
+		}
+	}
+	r, k, err := run(t, p, []func(string, *pgproto3.Bind) answer{partial(3), partial(4)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, vals := rowsOf(k)
+	if types != "TDC" || strings.Join(vals, ",") != "7,tag SELECT 1" {
+		t.Errorf("client got %s %v, want TDC [7 tag SELECT 1]", types, vals)
+	}
+	if fmt.Sprint(got) != "[3 4]" {
+		t.Errorf("merge got the partial counts %v, want [3 4]", got)
+	}
+	if r.Pending[0] || r.Pending[1] {
+		t.Errorf("pending = %v", r.Pending)
+	}
+}
+
+// TestScatterMaxGather: partial rows past Env.MaxGather stop the run with
+// 54000 and cancel the workers' statements; nothing reaches the client.
+func TestScatterMaxGather(t *testing.T) {
+	p := plan(t, "SELECT count(*) FROM t")
+	many := func(q string, b *pgproto3.Bind) answer {
+		var rows [][][]byte
+		for i := 0; i < 100; i++ {
+			rows = append(rows, [][]byte{binary.BigEndian.AppendUint64(nil, 1)})
+		}
+		return answer{fields: []pgproto3.FieldDescription{int8Field("count", 1)}, rows: rows}
+	}
+	cancelled := 0
+	_, k, err := run(t, p, []func(string, *pgproto3.Bind) answer{many, many}, func(r *Scatter) {
+		r.Env.MaxGather = 1000
+		r.Cancel = func() { cancelled++ }
+	})
+	var pe interface{ SQLState() string }
+	if !errors.As(err, &pe) || pe.SQLState() != "54000" {
+		t.Fatalf("err = %v, want 54000", err)
+	}
+	if cancelled != 1 {
+		t.Errorf("cancelled %d times, want once", cancelled)
+	}
+	if types, _ := rowsOf(k); types != "" {
+		t.Errorf("client got %s", types)
+	}
+}
