@@ -135,15 +135,16 @@ func rowOrder(byNode map[int32][]string, parts map[string]*insertPart) []int {
 	return order
 }
 
-// insertReturningBind keeps a multi-shard InsertSplit portal with
-// RETURNING: its rows come back one per VALUES row, in order, so the
+// returningBind keeps a multi-shard write portal with RETURNING: a
+// multi-row INSERT's rows come back one per VALUES row, in order, so the
 // shards' can be put back in place (not so with ON CONFLICT DO NOTHING or
-// DO UPDATE ... WHERE, refused as in the simple protocol); its
-// RowDescription is the statement's as the default node describes it, in
-// the Bind's result formats.
-func (ss *session) insertReturningBind(portal string, st *Statement, sp *stmtPlan, params []byte) {
+// DO UPDATE ... WHERE, refused as in the simple protocol); an UPDATE's or
+// DELETE's in the order the shards run, as any order PostgreSQL may give.
+// Its RowDescription is the statement's as the default node describes
+// it, in the Bind's result formats.
+func (ss *session) returningBind(portal string, st *Statement, sp *stmtPlan, params []byte) {
 	p := sp.plan
-	if !p.RowPerValue {
+	if p.Kind == planner.InsertSplit && !p.RowPerValue {
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
 			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable).
 			WithHint("Insert the rows one distribution value per statement, or read them back with a SELECT."))
@@ -161,7 +162,7 @@ func (ss *session) insertReturningBind(portal string, st *Statement, sp *stmtPla
 	}
 	var rd pgproto3.RowDescription
 	if d.rowDesc == nil || rd.Decode(d.rowDesc) != nil {
-		ss.synthError(pgerr.New(pgerr.Internal, "no row description for INSERT ... RETURNING into %s", p.DistTable))
+		ss.synthError(pgerr.New(pgerr.Internal, "no row description for a RETURNING of %s", p.DistTable))
 		return
 	}
 	if nr := int(binary.BigEndian.Uint16(results)); nr > 1 && nr != len(rd.Fields) {

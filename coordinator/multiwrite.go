@@ -293,14 +293,8 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		return
 	}
-	if sp.plan.Kind == planner.InsertSplit && sp.plan.Returning {
-		ss.insertReturningBind(portal, st, sp, params)
-		return
-	}
 	if sp.plan.Returning {
-		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
-			"RETURNING in a multi-shard write to %s with the extended query protocol is not supported yet", sp.plan.DistTable).
-			WithHint("Write without RETURNING, or use the simple query protocol."))
+		ss.returningBind(portal, st, sp, params)
 		return
 	}
 	ss.keepWritePortal(portal, st, sp, params, false)
@@ -315,7 +309,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	if sp.desc != nil && sp.desc.rowDesc != nil && !sp.done {
 		if _, rest, _ := wire.CBytes(body); len(rest) >= 4 && binary.BigEndian.Uint32(rest) != 0 {
 			sp.done = true
-			ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching the rows of a multi-shard INSERT ... RETURNING in parts (Execute with a row limit) is not supported yet").
+			ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching the RETURNING rows of a multi-shard write in parts (Execute with a row limit) is not supported yet").
 				WithHint("Fetch the whole result (no fetch size / row limit)."))
 			return nil
 		}
@@ -385,7 +379,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 				parse = append(parse, 0, 0)
 			}
 			b := wire.AppendFrame(nil, 'P', parse)
-			b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), 0, 0))
+			b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), sp.results...))
 			b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
 			return append(b, 'S', 0, 0, 0, 4)
 		}, order)
@@ -418,7 +412,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 		ss.synthError(err)
 		return nil
 	}
-	params := &shards.Params{OIDs: oids, Formats: formats, Values: values}
+	params := &shards.Params{OIDs: oids, Formats: formats, Values: values, Results: resultFormats(sp.results)}
 	if parts != nil {
 		params.By = map[string]*shards.Params{}
 		for sql, part := range parts {
@@ -426,7 +420,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 		}
 	}
 	var limit int64
-	if order != nil {
+	if p.Returning {
 		limit = ss.srv.cfg.MaxGather
 	}
 	res, err := shards.ExecGroupsRows(ctx, ss.srv.store, snap, conns, byNode, params, limit)
@@ -436,7 +430,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	}
 	ss.refDone = true // it committed on its own: see errAfterRefWrite
 	var out []byte
-	if order != nil {
+	if p.Returning {
 		rows, err := inOrder(res.Rows, order)
 		if err != nil {
 			ss.synthError(err)

@@ -104,7 +104,6 @@ func TestMultiShardWrite(t *testing.T) {
 		sql  string
 		mode pgx.QueryExecMode
 	}{
-		{"UPDATE mw SET v = 2 WHERE g = $1 RETURNING id", pgx.QueryExecModeCacheStatement}, // RETURNING: simple protocol only
 		{"UPDATE mw SET t = now()::text", simple},
 		{"UPDATE mw SET t = 'now'::timestamptz::text", simple},
 		{"DELETE FROM mw WHERE id IN (SELECT id FROM mw WHERE g = 1)", simple},
@@ -123,6 +122,40 @@ func TestMultiShardWrite(t *testing.T) {
 		_, err := c.Exec(ctx, q.sql, append([]any{q.mode}, args...)...)
 		wantRefusal(t, q.sql, err)
 		same(q.sql)
+	}
+	// RETURNING over the extended protocol, as ORMs send it (parameters,
+	// binary results where pgx knows the types, or text), in and out of a
+	// transaction block: the rows PostgreSQL returns, in the client's
+	// formats, and the same writes.
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec} {
+		for _, txn := range []bool{false, true} {
+			for _, q := range []string{
+				"UPDATE {t} SET v = v + $1 WHERE g = $2 RETURNING id, v, t, ts",
+				"DELETE FROM {t} WHERE v > $1 AND g = 4 RETURNING *",
+				"UPDATE {t} AS x SET v = x.v - r.bonus FROM {r} r WHERE r.g = x.g AND x.id > $1 RETURNING x.id, x.v * 2 AS twice, r.bonus",
+				"UPDATE {t} SET v = v WHERE id < $1 AND false RETURNING id",
+			} {
+				args := []any{1, 3}
+				if !strings.Contains(q, "$2") {
+					args = args[:1]
+				}
+				var outs [2]oracleRun
+				for i, r := range []*strings.Replacer{fleet, oracle} {
+					if txn {
+						exec(t, c, "BEGIN")
+					}
+					outs[i] = gatherRun(t, c, r.Replace(q), mode, args...)
+					slices.SortFunc(outs[i].Rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+					if txn {
+						exec(t, c, "COMMIT")
+					}
+				}
+				if !reflect.DeepEqual(outs[0], outs[1]) || outs[0].State != "" {
+					t.Fatalf("%s (mode %v, transaction block %v):\n got %+v\nwant %+v (plain PostgreSQL)", q, mode, txn, outs[0], outs[1])
+				}
+				same(q)
+			}
+		}
 	}
 	// In a transaction block: the write joins every worker into the
 	// transaction; ROLLBACK undoes it everywhere, COMMIT keeps it, and the
@@ -176,9 +209,14 @@ func TestMultiShardWrite(t *testing.T) {
 		_, err := sc.Exec(ctx, "UPDATE mw SET k = k + 1 RETURNING *", simple)
 		if txn {
 			exec(t, sc, "ROLLBACK")
+			exec(t, sc, "BEGIN")
 		}
-		if sqlState(err) != "54000" {
-			t.Errorf("RETURNING past --max-gather (transaction block %v): %v, want 54000", txn, err)
+		_, xerr := sc.Exec(ctx, "UPDATE mw SET k = k + $1 RETURNING *", 1)
+		if txn {
+			exec(t, sc, "ROLLBACK")
+		}
+		if sqlState(err) != "54000" || sqlState(xerr) != "54000" {
+			t.Errorf("RETURNING past --max-gather (transaction block %v): %v; extended protocol %v; want 54000", txn, err, xerr)
 		}
 		same("RETURNING past --max-gather")
 	}
