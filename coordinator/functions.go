@@ -219,7 +219,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	}
 	snap := ss.srv.catalog.Load()
 	res, err := shards.ExecAllParams(ctx, ss.srv.store, snap, conns, snap.Shards[p.Tables[0]][0].Nodes, d.sql,
-		nil, nil, nil, d.check(p.Tables[0]))
+		nil, nil, nil, nil, d.check(p.Tables[0]))
 	if err != nil {
 		return ss.queryError(err)
 	}

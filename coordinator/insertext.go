@@ -139,10 +139,11 @@ func rowOrder(byNode map[int32][]string, parts map[string]*insertPart) []int {
 // multi-row INSERT's rows come back one per VALUES row, in order, so the
 // shards' can be put back in place (not so with ON CONFLICT DO NOTHING or
 // DO UPDATE ... WHERE, refused as in the simple protocol); an UPDATE's or
-// DELETE's in the order the shards run, as any order PostgreSQL may give.
-// Its RowDescription is the statement's as the default node describes
-// it, in the Bind's result formats.
-func (ss *session) returningBind(portal string, st *Statement, sp *stmtPlan, params []byte) {
+// DELETE's in the order the shards run, as any order PostgreSQL may give;
+// a reference-table write's (ref) as a copy gave them (the copies' rows
+// are compared). Its RowDescription is the statement's as the default
+// node describes it, in the Bind's result formats.
+func (ss *session) returningBind(portal string, st *Statement, sp *stmtPlan, params []byte, ref bool) {
 	p := sp.plan
 	if p.Kind == planner.InsertSplit && !p.RowPerValue {
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
@@ -173,7 +174,7 @@ func (ss *session) returningBind(portal string, st *Statement, sp *stmtPlan, par
 		ss.scatterPortals = map[string]*scatterPortal{}
 	}
 	cp := append([]byte(nil), params[:len(params)-len(results)]...)
-	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: slices.Clone(results), write: true,
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: slices.Clone(results), ref: ref, write: !ref,
 		desc: &scatterDesc{rowDesc: d.rowDesc, ncols: len(rd.Fields)}}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"maps"
 	"slices"
@@ -294,7 +293,7 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 		return
 	}
 	if sp.plan.Returning {
-		ss.returningBind(portal, st, sp, params)
+		ss.returningBind(portal, st, sp, params, false)
 		return
 	}
 	ss.keepWritePortal(portal, st, sp, params, false)
@@ -306,13 +305,8 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 // shard's statement as the client bound them (a multi-row INSERT's:
 // insertParts).
 func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
-	if sp.desc != nil && sp.desc.rowDesc != nil && !sp.done {
-		if _, rest, _ := wire.CBytes(body); len(rest) >= 4 && binary.BigEndian.Uint32(rest) != 0 {
-			sp.done = true
-			ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching the RETURNING rows of a multi-shard write in parts (Execute with a row limit) is not supported yet").
-				WithHint("Fetch the whole result (no fetch size / row limit)."))
-			return nil
-		}
+	if ss.inParts(sp, body) {
+		return nil
 	}
 	if ss.portalRan(sp) {
 		return nil

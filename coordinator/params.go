@@ -1,9 +1,10 @@
 package coordinator
 
 import (
-	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"sort"
 	"strings"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 )
 
 // sessionParams is the part of a client's session that must follow it from

@@ -117,6 +117,14 @@ func (d refDigest) tag(res *pgconn.Result) string {
 	return d.verb + " " + n
 }
 
+// clientTag is the command tag the client gets for a copy's answer.
+func (d refDigest) clientTag(c *refCapture) string {
+	if d.verb == "" || d.returning {
+		return c.tag
+	}
+	return d.tag(&pgconn.Result{Rows: c.rows})
+}
+
 // strip removes the hidden last column from a result with RETURNING.
 func (d refDigest) strip(res *pgconn.Result) {
 	if !d.returning || len(res.FieldDescriptions) == 0 {
@@ -264,7 +272,6 @@ func (d refDigest) answer(out []byte, c *refCapture) []byte {
 			dr := pgproto3.DataRow{Values: r}
 			out, _ = dr.Encode(out)
 		}
-		return wire.AppendFrame(out, 'C', append([]byte(c.tag), 0))
 	}
-	return wire.AppendFrame(out, 'C', append([]byte(d.tag(&pgconn.Result{Rows: c.rows})), 0))
+	return wire.AppendFrame(out, 'C', append([]byte(d.clientTag(c)), 0))
 }

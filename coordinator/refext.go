@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
@@ -36,11 +34,6 @@ func (ss *session) refBind(portal string, st *Statement, params []byte) {
 			"EXPLAIN of a reference-table write with the extended query protocol is not supported yet").
 			WithHint("Run EXPLAIN with the simple query protocol."))
 		return
-	case hasReturning(st.Query):
-		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
-			"RETURNING in a write to reference table %s with the extended query protocol is not supported yet", sp.plan.Tables[0]).
-			WithHint("Write without RETURNING, or use the simple query protocol."))
-		return
 	case ss.pinned != "" && ss.inTxn():
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
 			"this session is pinned to one worker connection (%s); a write to reference table %s inside its transaction block cannot reach every copy",
@@ -49,6 +42,10 @@ func (ss *session) refBind(portal string, st *Statement, params []byte) {
 	case ss.sc != nil && ss.sc.TxStatus == 'E' && !ss.needSync:
 		ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block"))
+		return
+	}
+	if d, err := refDigestOf(sp.plan.ShardSQL[0], sp.plan.Tables[0]); err == nil && d.returning {
+		ss.returningBind(portal, st, sp, params, true)
 		return
 	}
 	ss.keepWritePortal(portal, st, sp, params, true)
@@ -74,39 +71,6 @@ func (ss *session) keepWritePortal(portal string, st *Statement, sp *stmtPlan, p
 	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, ref: ref, write: !ref}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
-}
-
-// hasReturning reports whether sql has the word RETURNING anywhere (a
-// string or identifier too: those statements are refused needlessly, never
-// run wrongly).
-func hasReturning(sql string) bool {
-	const w = "returning"
-	for i := 0; i+len(w) <= len(sql); i++ {
-		if !equalFoldASCII(sql[i:i+len(w)], w) {
-			continue
-		}
-		if (i == 0 || !identByte(sql[i-1])) && (i+len(w) == len(sql) || !identByte(sql[i+len(w)])) {
-			return true
-		}
-	}
-	return false
-}
-
-func equalFoldASCII(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		c := a[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func identByte(c byte) bool {
-	return c == '_' || c == '$' || c >= 0x80 || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 var errRefPipeline = pgerr.New(pgerr.FeatureNotSupported,
@@ -164,7 +128,10 @@ var errAfterRefWrite = pgerr.New(pgerr.FeatureNotSupported,
 	WithHint("Send Sync after the write, or wrap the statements in BEGIN ... COMMIT.")
 
 // refExecute runs a reference-table write portal.
-func (ss *session) refExecute(sp *scatterPortal) error {
+func (ss *session) refExecute(sp *scatterPortal, body []byte) error {
+	if ss.inParts(sp, body) {
+		return nil
+	}
 	if ss.portalRan(sp) {
 		return nil
 	}
@@ -213,15 +180,53 @@ func (ss *session) refExecute(sp *scatterPortal) error {
 		return nil
 	}
 	res, err := shards.ExecAllParams(ctx, ss.srv.store, snap, conns, snap.Shards[sp.sp.plan.Tables[0]][0].Nodes,
-		d.sql, paramOIDs(sp.st.paramTail), formats, values, d.check(sp.sp.plan.Tables[0]))
+		d.sql, paramOIDs(sp.st.paramTail), formats, values, sp.refResults(d), d.check(sp.sp.plan.Tables[0]))
 	if err != nil {
 		ss.synthError(err)
 		return nil
 	}
 	ss.refDone = true
-	sp.tag = []byte(d.tag(res))
-	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(slices.Clone(sp.tag), 0))})
+	c := &refCapture{rows: res.Rows, tag: res.CommandTag.String()}
+	sp.tag = []byte(d.clientTag(c))
+	ss.push(expect{kind: eSynth, synth: d.answer(nil, c)})
 	return nil
+}
+
+// refResults are the result formats of a reference write portal's
+// reporting form: with RETURNING, the client's for its columns and text
+// for the hidden last one, which the copies' reports compare (a binary
+// record would carry each worker's own type OIDs).
+func (sp *scatterPortal) refResults(d refDigest) []int16 {
+	if !d.returning || sp.desc == nil {
+		return nil
+	}
+	codes := resultFormats(sp.results)
+	out := make([]int16, sp.desc.ncols+1)
+	for i := 0; i < sp.desc.ncols; i++ {
+		switch {
+		case len(codes) == 1:
+			out[i] = codes[0]
+		case i < len(codes):
+			out[i] = codes[i]
+		}
+	}
+	return out
+}
+
+// inParts refuses an Execute with a row limit of a write portal that
+// returns rows (RETURNING): its rows are made at once, on every copy or
+// shard, and are not kept to be fetched in parts.
+func (ss *session) inParts(sp *scatterPortal, body []byte) bool {
+	if sp.desc == nil || sp.desc.rowDesc == nil || sp.done {
+		return false
+	}
+	if _, rest, _ := wire.CBytes(body); len(rest) < 4 || binary.BigEndian.Uint32(rest) == 0 {
+		return false
+	}
+	sp.done = true
+	ss.synthError(pgerr.New(pgerr.FeatureNotSupported, "fetching the RETURNING rows of a multi-shard or reference-table write in parts (Execute with a row limit) is not supported yet").
+		WithHint("Fetch the whole result (no fetch size / row limit)."))
+	return true
 }
 
 // refExecuteInTxn runs a reference-table write portal inside a transaction
@@ -265,7 +270,7 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 		parse = append(parse, 0, 0)
 	}
 	b := wire.AppendFrame(nil, 'P', parse)
-	b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), 0, 0))
+	b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), formatCodes(sp.refResults(d))...))
 	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
 	b = append(b, 'S', 0, 0, 0, 4)
 	last, fail, err := ss.refInTxn(d, sp.sp.plan.Tables[0], nodes, b)
@@ -285,9 +290,8 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 		ss.skipping = true
 		return nil
 	}
-	tag := d.tag(&pgconn.Result{Rows: last.rows})
-	sp.tag = []byte(tag)
-	ss.push(expect{kind: eSynth, synth: append(slices.Clone(last.msgs), wire.AppendFrame(nil, 'C', append([]byte(tag), 0))...)})
+	sp.tag = []byte(d.clientTag(last))
+	ss.push(expect{kind: eSynth, synth: d.answer(nil, last)})
 	return nil
 }
 
@@ -350,6 +354,16 @@ func zeroRows(tag []byte) []byte {
 		return slices.Clone(tag)
 	}
 	return append(slices.Clone(tag[:i+1]), '0')
+}
+
+// formatCodes is the result-format part of a Bind: the count, then each
+// code.
+func formatCodes(codes []int16) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(codes)))
+	for _, c := range codes {
+		b = binary.BigEndian.AppendUint16(b, uint16(c))
+	}
+	return b
 }
 
 // bindValues splits a Bind's parameter formats and values (the part after

@@ -144,7 +144,7 @@ func (sp *scatterPortal) nextPart(out []byte, limit int) []byte {
 
 // describe is the portal's RowDescription, with its result formats.
 func (sp *scatterPortal) describe() []byte {
-	if sp.ref || sp.desc == nil || sp.desc.rowDesc == nil {
+	if sp.desc == nil || sp.desc.rowDesc == nil {
 		return msgNoData
 	}
 	return wire.AppendFrame(nil, 'T', withFormats(sp.desc.rowDesc, sp.results))

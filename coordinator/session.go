@@ -1836,7 +1836,7 @@ func (ss *session) execute(body []byte) error {
 	if len(ss.scatterPortals) > 0 {
 		if sp := ss.scatterPortals[string(portal)]; sp != nil {
 			if sp.ref {
-				return ss.refExecute(sp)
+				return ss.refExecute(sp, body)
 			}
 			if sp.write {
 				return ss.multiWriteExecute(sp, body)

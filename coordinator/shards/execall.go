@@ -24,17 +24,18 @@ var errNoStore = pgerr.New(pgerr.Internal, "shards: no metadata store")
 // records the commit decision.
 func ExecAll(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
 	nodeIDs []int32, sql string) (*pgconn.Result, error) {
-	return ExecAllParams(ctx, store, snap, conns, nodeIDs, sql, nil, nil, nil, nil)
+	return ExecAllParams(ctx, store, snap, conns, nodeIDs, sql, nil, nil, nil, nil, nil)
 }
 
 // ExecAllParams is ExecAll of a statement with parameters ($n), given as
 // in the extended query protocol: their types (0 or missing: the worker
 // infers them), format codes (none, one for all, or one each) and values
-// (nil: NULL). check, if not nil, compares each later copy's result with
+// (nil: NULL), and the result formats of the rows it returns (none: text).
+// check, if not nil, compares each later copy's result with
 // the first's before anything commits: an error from it rolls back every
 // copy and is returned.
 func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
-	nodeIDs []int32, sql string, paramOIDs []uint32, paramFormats []int16, paramValues [][]byte,
+	nodeIDs []int32, sql string, paramOIDs []uint32, paramFormats []int16, paramValues [][]byte, resultFormats []int16,
 	check func(first, res *pgconn.Result) error) (*pgconn.Result, error) {
 	if store == nil {
 		return nil, errNoStore
@@ -52,7 +53,7 @@ func ExecAllParams(ctx context.Context, store *metadata.Store, snap *metadata.Sn
 			g.rollback(ctx)
 			return nil, err
 		}
-		res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, paramValues, paramOIDs, paramFormats, nil))
+		res := readAll(tx.conn.PgConn().ExecParams(ctx, sql, paramValues, paramOIDs, paramFormats, resultFormats))
 		if res.Err != nil {
 			g.rollback(ctx)
 			return nil, n.stmtErr(res.Err, "on node %s", n.describe(id))
