@@ -1027,13 +1027,13 @@ func (sp *scatterPortal) bound(stmts []*Statement) (*executor.Bound, error) {
 }
 
 // clientSink is the executor's way to the session's client: messages
-// queue in ss.out, written out past 64 KiB of rows.
+// queue in ss.out, written out past 64 KiB of rows or COPY data.
 type clientSink struct{ ss *session }
 
 func (k clientSink) Send(typ byte, body []byte) bool {
 	ss := k.ss
 	ss.out = wire.AppendFrame(ss.out, typ, body)
-	if typ == 'D' && len(ss.out) > 64<<10 {
+	if (typ == 'D' || typ == 'd') && len(ss.out) > 64<<10 {
 		return ss.flush() == nil
 	}
 	return true

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -16,6 +17,7 @@ type answer struct {
 	rows   [][][]byte
 	err    *pgproto3.ErrorResponse // sent at Execute instead of rows
 	hangUp bool                    // close the connection at Execute
+	copy   []string                // a simple Query's COPY TO STDOUT rows
 }
 
 // fakeWorker is a shard connection's other end: it speaks the extended
@@ -103,6 +105,25 @@ func (w *fakeWorker) serve(nc net.Conn) {
 			be.Send(&pgproto3.CloseComplete{})
 		case *pgproto3.Sync:
 			failed = false
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+			if err := be.Flush(); err != nil {
+				return
+			}
+		case *pgproto3.Query:
+			a := w.answer(m.String, nil)
+			switch {
+			case a.hangUp:
+				return
+			case a.err != nil:
+				be.Send(a.err)
+			default:
+				be.Send(&pgproto3.CopyOutResponse{OverallFormat: 0})
+				for _, r := range a.copy {
+					be.Send(&pgproto3.CopyData{Data: []byte(r + "\n")})
+				}
+				be.Send(&pgproto3.CopyDone{})
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY " + strconv.Itoa(len(a.copy)))})
+			}
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 			if err := be.Flush(); err != nil {
 				return

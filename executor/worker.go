@@ -58,6 +58,15 @@ func LostWorker(addr string, err error) error {
 // marks the connection broken and returns LostWorker's error. This is the
 // one loop the executor reads workers with.
 func Cycle(sc *pooling.ServerConn, each func(typ byte, body []byte)) error {
+	return CycleUntil(sc, func(typ byte, body []byte) error {
+		each(typ, body)
+		return nil
+	})
+}
+
+// CycleUntil is Cycle where each may stop the reading with an error,
+// which it returns: the connection is left mid-answer and marked broken.
+func CycleUntil(sc *pooling.ServerConn, each func(typ byte, body []byte) error) error {
 	for {
 		f, err := sc.Next()
 		if err != nil {
@@ -73,7 +82,10 @@ func Cycle(sc *pooling.ServerConn, each func(typ byte, body []byte)) error {
 			}
 			return nil
 		default:
-			each(f.Type, f.Body)
+			if err := each(f.Type, f.Body); err != nil {
+				sc.MarkBroken()
+				return err
+			}
 		}
 	}
 }
