@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -29,7 +30,7 @@ func (ss *session) explainScatter(p *planner.Plan, lits []literal) error {
 	if first < 0 {
 		return ss.queryError(errCatalogMoved)
 	}
-	lines := []string{fmt.Sprintf("pgfleet multi-shard query over %s: %d workers, %d shards", x.Table, len(x.Workers), shards)}
+	lines := []string{fmt.Sprintf("pgfleet multi-shard query over %s: %s, %d shards", x.Table, counted(len(x.Workers), "worker"), shards)}
 	m := x.Merge
 	switch {
 	case m.Gather:
@@ -87,14 +88,80 @@ func (ss *session) explainMultiWrite(p *planner.Plan, lits []literal) error {
 		}
 		byNode[n] = append(byNode[n], i)
 	}
-	lines := []string{fmt.Sprintf("pgfleet multi-shard %s of %s: %d workers, %d shards, one statement per shard, committed together (two-phase commit)",
-		what, p.DistTable, len(nodes), len(all))}
+	lines := []string{fmt.Sprintf("pgfleet multi-shard %s of %s: %s, %d shards, one statement per shard, committed together (two-phase commit)",
+		what, p.DistTable, counted(len(nodes), "worker"), len(all))}
 	for _, n := range nodes {
 		lines = append(lines, fmt.Sprintf("  Worker %s: shards %s", ss.srv.nodeAddr(n), shardList(byNode[n])))
 	}
 	node := all[0].Nodes[0]
 	lines = append(lines, fmt.Sprintf("  Plan of shard 0 on worker %s:", ss.srv.nodeAddr(node)))
 	return ss.explainOn(p, lines, p.ShardSQL[0], lits, node)
+}
+
+// explainInsertSplit answers EXPLAIN (text, without ANALYZE) of a
+// multi-row INSERT into a distributed table: its rows by shard and worker
+// (order: the shards in the order they run, groups: each shard's rows),
+// then the first shard's statement, with only its rows, explained on its
+// worker.
+func (ss *session) explainInsertSplit(p *planner.Plan, lits []literal, order []int, groups map[int][]int) error {
+	all := ss.srv.catalog.Load().Shards[p.DistTable]
+	if len(order) == 0 || order[len(order)-1] >= len(all) {
+		return ss.queryError(errCatalogMoved)
+	}
+	rel := p.DistTable[strings.IndexByte(p.DistTable, '.')+1:]
+	byNode := map[int32][]int{}
+	var nodes []int32
+	for _, idx := range order {
+		n := all[idx].Nodes[0]
+		if _, ok := byNode[n]; !ok {
+			nodes = append(nodes, n)
+		}
+		byNode[n] = append(byNode[n], idx)
+	}
+	rows := len(p.Rows)
+	var lines []string
+	if len(order) == 1 {
+		lines = append(lines, fmt.Sprintf("pgfleet multi-row INSERT into %s: %d rows, all in shard %s on worker %s",
+			p.DistTable, rows, metadata.ShardName(rel, all[order[0]].ID), ss.srv.nodeAddr(nodes[0])))
+	} else {
+		lines = append(lines, fmt.Sprintf("pgfleet multi-row INSERT into %s: %d rows over %d shards on %s, one statement per shard, committed together (two-phase commit)",
+			p.DistTable, rows, len(order), counted(len(nodes), "worker")))
+		for _, n := range nodes {
+			var parts []string
+			for _, idx := range byNode[n] {
+				word := "rows"
+				if len(groups[idx]) == 1 {
+					word = "row"
+				}
+				parts = append(parts, fmt.Sprintf("%d (%s %s)", idx, word, rowList(groups[idx])))
+			}
+			lines = append(lines, fmt.Sprintf("  Worker %s: shards %s", ss.srv.nodeAddr(n), strings.Join(parts, ", ")))
+		}
+	}
+	first := order[0]
+	sql, err := p.SplitInsert(first, groups[first])
+	if err != nil {
+		return ss.queryError(err)
+	}
+	lines = append(lines, fmt.Sprintf("  Plan of shard %d on worker %s:", first, ss.srv.nodeAddr(all[first].Nodes[0])))
+	return ss.explainOn(p, lines, sql, lits, all[first].Nodes[0])
+}
+
+// counted is "1 worker", "2 workers".
+func counted(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// rowList is VALUES rows (0-based) as EXPLAIN shows them, from 1: 1, 3.
+func rowList(rows []int) string {
+	one := make([]int, len(rows))
+	for i, r := range rows {
+		one[i] = r + 1
+	}
+	return shardList(one)
 }
 
 // shardList is shard indexes as EXPLAIN shows them: 0, 2, 4.

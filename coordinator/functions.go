@@ -244,6 +244,9 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	if err != nil {
 		return ss.queryError(err)
 	}
+	if p.Explain {
+		return ss.explainInsertSplit(p, lits, order, groups)
+	}
 	sqlFor := func(idx int) (string, error) {
 		sql, err := p.SplitInsert(idx, groups[idx])
 		if err == nil && lits != nil {

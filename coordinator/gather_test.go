@@ -582,6 +582,14 @@ func TestExplainMultiShard(t *testing.T) {
 		{"EXPLAIN UPDATE ga SET g = g + 1 WHERE g > 1", []string{"pgfleet multi-shard UPDATE of public.ga: 2 workers, 8 shards",
 			"Worker ", "Worker ", "Plan of shard 0 on worker", "Update on"}},
 		{"EXPLAIN (COSTS OFF) DELETE FROM ga WHERE g = 0", []string{"pgfleet multi-shard DELETE of public.ga", "Plan of shard 0", "Delete on"}},
+		// A multi-row INSERT: its rows by shard and worker, and the first
+		// shard's statement with its rows, explained.
+		{"EXPLAIN INSERT INTO ga (id, g) VALUES (1001, 1), (1002, 2), (1003, 3), (1004, 4)", []string{
+			"pgfleet multi-row INSERT into public.ga: 4 rows over ", "Worker ", "Plan of shard ", "Insert on ga_"}},
+		{"EXPLAIN (COSTS OFF) INSERT INTO ga VALUES (1001, 1), (1001, 2) ON CONFLICT (id) DO NOTHING", []string{
+			"pgfleet multi-row INSERT into public.ga: 2 rows, all in shard ga_", "Plan of shard ", "Insert on ga_", "Conflict Resolution: NOTHING"}},
+		// Without a column list, as the INSERT itself runs.
+		{"EXPLAIN INSERT INTO ga VALUES (1005, 1, 'x')", []string{"pgfleet router: shard ga_", "Insert on ga_"}},
 	} {
 		got := lines(q.sql)
 		i := 0
@@ -602,6 +610,9 @@ func TestExplainMultiShard(t *testing.T) {
 		{"EXPLAIN (FORMAT JSON) SELECT count(*) FROM ga", simple},
 		{"EXPLAIN SELECT count(*) FROM ga", pgx.QueryExecModeCacheStatement},
 		{"EXPLAIN ANALYZE UPDATE ga SET g = g + 1", simple},
+		{"EXPLAIN ANALYZE INSERT INTO ga (id) VALUES (1001), (1002)", simple},
+		{"EXPLAIN INSERT INTO ga (id) VALUES (1001), (1002)", pgx.QueryExecModeCacheStatement},
+		{"EXPLAIN INSERT INTO ga VALUES (1001), (1002)", pgx.QueryExecModeCacheStatement},
 	} {
 		// Query, not Exec: pgx sends an Exec without arguments in the
 		// simple protocol.

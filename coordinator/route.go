@@ -121,9 +121,8 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s needs the simple query protocol", what).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
 	}
-	if p.Kind == planner.MultiShard && p.Explain {
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN of a multi-shard query needs the simple query protocol").
-			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
+	if err := explainExtended(p); err != nil {
+		return nil, err
 	}
 	n := len(p.ShardSQL)
 	if p.Kind == planner.InsertSplit {
@@ -132,6 +131,17 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	sp := &stmtPlan{version: version, plan: p, shards: make([]shardSlot, n)}
 	st.plan.Store(sp)
 	return sp, nil
+}
+
+// explainExtended refuses, over the extended protocol, EXPLAIN of what the
+// coordinator explains itself over several shards (the simple protocol's
+// explainScatter, explainInsertSplit).
+func explainExtended(p *planner.Plan) error {
+	if p.Explain && (p.Kind == planner.MultiShard || p.Kind == planner.InsertSplit) {
+		return pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN of a multi-shard query or multi-row INSERT needs the simple query protocol").
+			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
+	}
+	return nil
 }
 
 // planSimple plans a simple-protocol statement for the session.
@@ -350,6 +360,9 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 	var sn *planner.SequencesNeeded
 	if errors.As(err, &sn) {
 		return ss.seqPlan(st, full, sn, false)
+	}
+	if err == nil {
+		err = explainExtended(p)
 	}
 	if err != nil {
 		return nil, err

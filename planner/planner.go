@@ -1291,10 +1291,16 @@ func WithColumns(sql string, columns []string) (string, error) {
 		}
 		return deparse(tree.Version, tree.Stmts[0].Stmt)
 	}
-	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetInsertStmt() == nil {
+	if err != nil || len(tree.Stmts) != 1 {
 		return "", pgerr.New(pgerr.Internal, "not one INSERT statement")
 	}
 	ins := tree.Stmts[0].Stmt.GetInsertStmt()
+	if ex := tree.Stmts[0].Stmt.GetExplainStmt(); ex != nil {
+		ins = ex.Query.GetInsertStmt() // EXPLAIN of the INSERT
+	}
+	if ins == nil {
+		return "", pgerr.New(pgerr.Internal, "not one INSERT statement")
+	}
 	sel := ins.SelectStmt.GetSelectStmt()
 	if len(ins.Cols) > 0 || sel == nil || len(sel.ValuesLists) == 0 {
 		return "", pgerr.New(pgerr.Internal, "not an INSERT ... VALUES without a column list")
@@ -1729,10 +1735,10 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	switch {
 	case errors.As(err, &sf):
 		return nil, sf.err
-	case errors.As(err, &cn):
-		// The session completes such an INSERT from PostgreSQL only when
-		// it runs: EXPLAIN of it says what to write instead.
-		return nil, cn.err
+	case errors.As(err, &cn) && !cn.Copy:
+		// The session completes the INSERT's column list from PostgreSQL
+		// (WithColumns reaches into the EXPLAIN) and plans it again.
+		return nil, cn
 	case errors.As(err, &vn):
 		return nil, vn.err
 	case errors.As(err, &sn):
@@ -1740,7 +1746,7 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	case err != nil:
 		return nil, err
 	}
-	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard && p.Kind != MultiShardWrite {
+	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard && p.Kind != MultiShardWrite && p.Kind != InsertSplit {
 		return nil, unsupported("EXPLAIN of this statement is not supported yet").
 			WithHint("EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
 	}
@@ -1758,10 +1764,11 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 			p.ExplainText = strings.EqualFold(val, "text")
 		}
 	}
-	if p.Kind == MultiShard || p.Kind == MultiShardWrite {
+	if p.Kind == MultiShard || p.Kind == MultiShardWrite || p.Kind == InsertSplit {
 		// The coordinator describes the merge (or the write) and the
 		// workers, and the first worker explains its statement
-		// (ExplainPrefix before it).
+		// (ExplainPrefix before it; a multi-row INSERT's, with its rows
+		// of the first shard, SplitInsert).
 		if p.ExplainAnalyze || !p.ExplainText {
 			return nil, unsupported("EXPLAIN ANALYZE, or EXPLAIN in a format other than text, of a multi-shard statement is not supported yet").
 				WithHint("Use EXPLAIN without ANALYZE in text format, or run the statement itself.")
