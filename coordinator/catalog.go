@@ -134,9 +134,27 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 	}
 }
 
-// watchCatalog reloads the catalog when its version moves, so that a table
-// another coordinator distributed is routed within a poll interval. Gossip
-// will make this push-based.
+// changedCatalog installs the snapshot of a catalog change this
+// coordinator committed and tells the fleet, whose members reload at once.
+func (s *Server) changedCatalog(snap *metadata.Snapshot) {
+	s.setCatalog(snap)
+	if f := s.fleet.Load(); f != nil {
+		f.Announce(snap.Version)
+	}
+}
+
+// kickCatalog asks watchCatalog to reload now: a member of the fleet holds
+// a newer catalog version.
+func (s *Server) kickCatalog(int64) {
+	select {
+	case s.catalogKick <- struct{}{}:
+	default: // a reload is due already
+	}
+}
+
+// watchCatalog reloads the catalog when its version moves: at once when
+// the fleet says a member holds a newer one (kickCatalog), and every poll
+// interval, the fallback when gossip is cut or off.
 func (s *Server) watchCatalog(stop <-chan struct{}) {
 	t := time.NewTicker(s.cfg.CatalogPoll)
 	defer t.Stop()
@@ -145,8 +163,9 @@ func (s *Server) watchCatalog(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			s.refreshCatalog(context.Background())
+		case <-s.catalogKick:
 		}
+		s.refreshCatalog(context.Background())
 	}
 }
 
@@ -160,6 +179,9 @@ func (s *Server) refreshCatalog(ctx context.Context) {
 	}
 	if snap, err := s.store.Load(ctx); err == nil {
 		s.setCatalog(snap)
+		if f := s.fleet.Load(); f != nil {
+			f.Held(snap.Version)
+		}
 	}
 }
 

@@ -87,7 +87,7 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			}
 			var id int32
 			if snap, id, err = shards.AddNode(ctx, s.store, conns, s.defaultNode.Load(), newKey, host, pn); err == nil {
-				s.setCatalog(snap)
+				s.changedCatalog(snap)
 				ss.writeRows([]string{p.Func}, []uint32{oidInt4}, [][]string{{strconv.Itoa(int(id))}})
 				return nil
 			}
@@ -140,7 +140,7 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		s.refreshCatalog(context.Background())
 		return ss.queryError(err)
 	}
-	s.setCatalog(snap)
+	s.changedCatalog(snap)
 	ss.writeRows([]string{p.Func}, []uint32{oidVoid}, [][]string{{""}})
 	return nil
 }
@@ -421,7 +421,7 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		ss.srv.refreshCatalog(context.Background())
 		return true, ss.queryError(err)
 	}
-	ss.srv.setCatalog(newSnap)
+	ss.srv.changedCatalog(newSnap)
 	ss.srv.stmtEpoch.Add(1) // the shards changed on their own connections
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgfleet/pgfleet/executor"
+	"github.com/pgfleet/pgfleet/fleet"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -97,8 +98,19 @@ type Config struct {
 	// catalog; empty means the first worker's postgres database.
 	MetadataURL string
 	// CatalogPoll is how often the coordinator checks the catalog version
-	// for changes made by other coordinators (default 500ms).
+	// for changes made by other coordinators (default 500ms): the
+	// fallback to gossip, which tells it at once.
 	CatalogPoll time.Duration
+	// Gossip is the address the coordinator gossips on with the rest of
+	// the fleet (hashicorp/memberlist, TCP and UDP; port 0 picks one); ""
+	// is no fleet. GossipAdvertise, when set, is the address the others
+	// reach it on. Join are members to join through.
+	Gossip          string
+	GossipAdvertise string
+	Join            []string
+	// AdvertiseSQL is the client address the fleet is told (default: the
+	// listener's).
+	AdvertiseSQL string
 	// RecoveryInterval is how often the coordinator resolves prepared
 	// transactions that a crashed coordinator left on the workers, from the
 	// decisions in the metadata database (default 5s; negative: never).
@@ -158,7 +170,9 @@ type Server struct {
 	colTypes    columnTypes                              // distribution columns' types with modifiers
 	pgTypes     atomic.Pointer[map[uint32]executor.Type] // built-in types, for merges
 	stopWatch   chan struct{}
-	recoveryEnd chan struct{} // closed when the recovery loop has returned
+	catalogKick chan struct{}               // a member holds a newer catalog
+	fleet       atomic.Pointer[fleet.Fleet] // nil: no fleet
+	recoveryEnd chan struct{}               // closed when the recovery loop has returned
 
 	hooks testHooks
 
@@ -319,6 +333,29 @@ func New(cfg Config) (*Server, error) {
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
 		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait)}
 	s.span.Store(int32(len(cfg.Workers)))
+	// The fleet, as this member sees it (0 without gossip).
+	fleetValue := func(v func(*fleet.Fleet) float64) func() float64 {
+		return func() float64 {
+			if f := s.fleet.Load(); f != nil {
+				return v(f)
+			}
+			return 0
+		}
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_fleet_members", Help: "Live coordinators in the fleet, this one included (gossip)."},
+			fleetValue(func(f *fleet.Fleet) float64 { return float64(len(f.Members())) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_messages_sent_total", Help: "Messages sent to other coordinators (catalog changes, forwarded cancel requests)."},
+			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.Sent()) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_dropped_total", Help: "Undecodable messages and member metadata from other coordinators, dropped."},
+			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.Dropped()) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_catalog_version", Help: "The catalog version this coordinator routes by."},
+			func() float64 {
+				if c := s.catalog.Load(); c != nil {
+					return float64(c.Version)
+				}
+				return 0
+			}))
 	s.execEnv = executor.Env{MaxGather: cfg.MaxGather, Types: s.builtinTypes, Prepared: func(rest []byte) executor.Stmt {
 		st := s.stmts.intern(rest)
 		return executor.Stmt{Name: st.Name, Parse: st.parse}
@@ -348,6 +385,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.stopWatch = make(chan struct{})
+	s.catalogKick = make(chan struct{}, 1)
 	go s.watchCatalog(s.stopWatch)
 	if s.cfg.RecoveryInterval > 0 {
 		s.recoveryEnd = make(chan struct{})
@@ -373,10 +411,29 @@ func (s *Server) Start() error {
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = s.http.Serve(mln) }()
 	}
+	if s.cfg.Gossip != "" {
+		sql := s.cfg.AdvertiseSQL
+		if sql == "" {
+			sql = ln.Addr().String()
+		}
+		host, _, _ := net.SplitHostPort(s.cfg.Gossip)
+		f, err := fleet.Start(fleet.Config{Bind: s.cfg.Gossip, Advertise: s.cfg.GossipAdvertise, Join: s.cfg.Join,
+			SQL: sql, Metrics: s.metricsAddr, Catalog: s.catalog.Load().Version, Local: isLoopback(net.JoinHostPort(host, "0")),
+			OnCatalog: s.kickCatalog, OnCancel: func(pid uint32, secret []byte) { s.cancelHere(pid, secret) }, Logger: s.log})
+		if err != nil {
+			ln.Close()
+			s.closeCatalog()
+			return err
+		}
+		s.fleet.Store(f)
+	}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return nil
 }
+
+// Fleet is the coordinator's fleet membership (nil without Gossip).
+func (s *Server) Fleet() *fleet.Fleet { return s.fleet.Load() }
 
 // MetricsAddr is the address of /metrics, /healthz and /readyz ("" when
 // off).
@@ -595,6 +652,9 @@ func (s *Server) Close() error {
 		_ = s.http.Shutdown(ctx)
 		cancel()
 	}
+	if f := s.fleet.Load(); f != nil {
+		f.Leave(time.Second)
+	}
 	s.wg.Wait()
 	s.closeCatalog()
 	s.mu.Lock()
@@ -646,6 +706,9 @@ func (s *Server) register(ss *session) {
 	for {
 		_, _ = rand.Read(b[:])
 		pid := binary.BigEndian.Uint32(b[:4]) & 0x7fffffff
+		if f := s.fleet.Load(); f != nil {
+			pid = withTag(pid, f.Tag())
+		}
 		if pid == 0 || s.sessions[pid] != nil {
 			continue
 		}
@@ -655,6 +718,13 @@ func (s *Server) register(ss *session) {
 		return
 	}
 }
+
+// A backend key's pid carries, in a fleet, the tag of the coordinator that
+// issued it (bits 23 to 30), so that a cancel request reaching another
+// member goes to that one.
+func withTag(pid uint32, tag uint8) uint32 { return pid&(1<<23-1) | uint32(tag)<<23 }
+
+func tagOf(pid uint32) uint8 { return uint8(pid >> 23) }
 
 func (s *Server) unregister(ss *session) {
 	s.mu.Lock()
@@ -668,4 +738,12 @@ func (s *Server) lookup(pid uint32) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sessions[pid]
+}
+
+// CatalogVersion is the catalog version the coordinator routes by.
+func (s *Server) CatalogVersion() int64 {
+	if c := s.catalog.Load(); c != nil {
+		return c.Version
+	}
+	return 0
 }

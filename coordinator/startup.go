@@ -462,12 +462,27 @@ func asFatal(err error) error {
 }
 
 // cancel forwards a client's cancel request to the worker running its
-// statement. Unknown keys are ignored, as PostgreSQL does.
+// statement, or, for a key another member of the fleet issued, to that
+// member. Unknown keys are ignored, as PostgreSQL does.
 func (s *Server) cancel(pid uint32, secret []byte) {
 	s.metrics.cancels.Inc()
+	f := s.fleet.Load()
+	if (f == nil || tagOf(pid) == f.Tag()) && s.cancelHere(pid, secret) {
+		return
+	}
+	if f != nil {
+		// Another member's key (or one of a member whose tag is this
+		// one's too): it cancels there.
+		f.Cancel(tagOf(pid), pid, secret)
+	}
+}
+
+// cancelHere cancels the statement of this coordinator's session with
+// that key, if any, and reports whether there was one.
+func (s *Server) cancelHere(pid uint32, secret []byte) bool {
 	ss := s.lookup(pid)
 	if ss == nil || subtle.ConstantTimeCompare(ss.secret, secret) != 1 {
-		return
+		return false
 	}
 	ss.cancelMu.Lock()
 	defer ss.cancelMu.Unlock()
@@ -476,9 +491,10 @@ func (s *Server) cancel(pid uint32, secret []byte) {
 	ss.cancelScatter(ctx)
 	t := ss.cancelTarget.Load()
 	if t == nil {
-		return
+		return true
 	}
 	if err := sendCancel(ctx, t); err != nil {
 		s.log.Warn("forwarding cancel request", "worker", t.Addr, "err", fmt.Sprint(err))
 	}
+	return true
 }

@@ -1,0 +1,140 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestFleetCatalogPush: three coordinators joined by gossip, none polling
+// the catalog (an hour between polls): a table distributed through one is
+// routed through the others as soon as they hear of it, and a write
+// through a second is read back through the third.
+func TestFleetCatalogPush(t *testing.T) {
+	cl := pgtest.Shared(t)
+	var coords []*coordinator.Server
+	for i := 0; i < 3; i++ {
+		coords = append(coords, pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
+			cfg.CatalogPoll = time.Hour
+			cfg.Gossip = "127.0.0.1:0"
+			if i > 0 {
+				cfg.Join = []string{coords[0].Fleet().Addr()}
+			}
+		}))
+	}
+	a, b, c := coords[0], coords[1], coords[2]
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range coords {
+		for len(s.Fleet().Members()) != 3 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees %d members, want 3", s.Addr(), len(s.Fleet().Members()))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	ctx := context.Background()
+	ca, cb, cc := connect(t, a.Addr()), connect(t, b.Addr()), connect(t, c.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	// Each change through a; the time until b and c route by it.
+	var delays []time.Duration
+	for round := 0; round < 5; round++ {
+		tb := fmt.Sprintf("fl_t%d", round)
+		exec(t, ca, "DROP TABLE IF EXISTS "+tb, simple)
+		exec(t, ca, "CREATE TABLE "+tb+" (id bigint PRIMARY KEY, v text)", simple)
+		t.Cleanup(func() {
+			_, _ = ca.Exec(context.Background(), "SELECT undistribute_table('"+tb+"')", simple)
+			_, _ = ca.Exec(context.Background(), "DROP TABLE IF EXISTS "+tb, simple)
+		})
+		exec(t, ca, "SELECT create_distributed_table('"+tb+"', 'id', shard_count => 4)", simple)
+		done := time.Now()
+		for _, s := range []*coordinator.Server{b, c} {
+			for s.CatalogVersion() != a.CatalogVersion() {
+				if time.Since(done) > 10*time.Second {
+					t.Fatalf("round %d: %s holds catalog %d, %s %d: not pushed", round, s.Addr(), s.CatalogVersion(), a.Addr(), a.CatalogVersion())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		delays = append(delays, time.Since(done))
+		// Written through b (a stale coordinator's write would be refused
+		// by the guard), read through c from the shard it went to.
+		exec(t, cb, "INSERT INTO "+tb+" (id, v) VALUES (42, 'via b')", simple)
+		var v string
+		if err := cc.QueryRow(ctx, "SELECT v FROM "+tb+" WHERE id = 42").Scan(&v); err != nil || v != "via b" {
+			t.Fatalf("round %d: read through c: %q, %v", round, v, err)
+		}
+		var shell int
+		if err := cc.QueryRow(ctx, "SELECT count(*) FROM "+tb, simple).Scan(&shell); err != nil || shell != 1 {
+			t.Fatalf("round %d: count through c: %d, %v", round, shell, err)
+		}
+	}
+	slices.Sort(delays)
+	t.Logf("catalog changes routable through the two other coordinators after: median %v, max %v (poll interval 1h)", delays[len(delays)/2], delays[len(delays)-1])
+}
+
+// TestFleetCancel: a query started through one coordinator is cancelled by
+// a CancelRequest sent to another (psql's Ctrl-C reaching another member
+// behind a load balancer).
+func TestFleetCancel(t *testing.T) {
+	cl := pgtest.Shared(t)
+	a := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.Gossip = "127.0.0.1:0" })
+	b := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
+		cfg.Gossip = "127.0.0.1:0"
+		cfg.Join = []string{a.Fleet().Addr()}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(b.Fleet().Members()) != 2 || len(a.Fleet().Members()) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the two coordinators did not join")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c := connect(t, a.Addr())
+	pid, secret := c.PgConn().PID(), c.PgConn().SecretKey()
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := c.Exec(context.Background(), "SELECT pg_sleep(20)")
+		errc <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the statement is on its worker
+	nc, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := (&pgproto3.CancelRequest{ProcessID: pid, SecretKey: secret}).Encode(nil)
+	if _, err := nc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	select {
+	case err := <-errc:
+		if sqlState(err) != "57014" {
+			t.Errorf("cancelled through the other coordinator: %v, want 57014", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the query was not cancelled through the other coordinator")
+	}
+	t.Logf("cancelled after %v", time.Since(start))
+	// A key of nobody's is ignored, as PostgreSQL ignores it.
+	nc, err = net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ = (&pgproto3.CancelRequest{ProcessID: pid ^ 1, SecretKey: secret}).Encode(nil)
+	_, _ = nc.Write(msg)
+	nc.Close()
+	var one int
+	if err := c.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Errorf("session after the cancel: %d, %v", one, err)
+	}
+}

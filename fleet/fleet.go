@@ -1,0 +1,351 @@
+// Package fleet is the coordinators' membership, by gossip
+// (hashicorp/memberlist): each coordinator advertises its client address,
+// metrics address and the catalog version it holds; one that commits a
+// catalog change tells every member at once, so that a member behind
+// reloads without waiting for its poll; a cancel request that reaches a
+// coordinator which did not issue the key goes to the one that did.
+//
+// The package knows no SQL: the coordinator gives it callbacks.
+package fleet
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Member is a coordinator as the fleet sees it.
+type Member struct {
+	Name    string `json:"-"`
+	Gossip  string `json:"-"`                 // its gossip address
+	SQL     string `json:"sql"`               // where clients connect
+	Metrics string `json:"metrics,omitempty"` // /metrics, /healthz, /readyz
+	Catalog int64  `json:"catalog"`           // the catalog version it holds
+	Tag     uint8  `json:"tag"`               // the tag in its cancel keys
+}
+
+// metaVersion is the version of the member metadata's encoding; a member
+// whose metadata has another is listed without it.
+const metaVersion = 1
+
+type meta struct {
+	V int `json:"v"`
+	Member
+}
+
+// Messages between members: a version byte, a type byte, the payload.
+const (
+	msgVersion = 1
+	msgCatalog = 'c' // payload: the version, int64
+	msgCancel  = 'x' // payload: pid uint32, secret 4 bytes
+)
+
+// Config is a member's configuration.
+type Config struct {
+	// Name is unique in the fleet; empty: host and a random suffix.
+	Name string
+	// Bind is the gossip address (TCP and UDP), host:port; port 0 picks a
+	// free one. Advertise, when set, is the address others reach it on.
+	Bind      string
+	Advertise string
+	// Join are members to join through (any one is enough).
+	Join []string
+	// SQL and Metrics are advertised to the others.
+	SQL, Metrics string
+	// Catalog is the catalog version held at start.
+	Catalog int64
+	// OnCatalog is called (on a goroutine of the package's) when a member
+	// holds a newer catalog version than this one announced last.
+	OnCatalog func(version int64)
+	// OnCancel is called with a cancel request forwarded by a member.
+	OnCancel func(pid uint32, secret []byte)
+	// Local: loopback timings (faster failure detection), for tests and
+	// the demo.
+	Local  bool
+	Logger *slog.Logger
+}
+
+// Fleet is this coordinator's membership.
+type Fleet struct {
+	cfg     Config
+	ml      *memberlist.Memberlist
+	mu      sync.Mutex
+	self    Member
+	dropped atomic.Int64 // undecodable messages and metadata
+	sent    atomic.Int64 // messages sent
+	left    sync.Once
+}
+
+// Start joins the fleet (or starts one when Join is empty or none of its
+// members answers: it is logged, and others may join this one).
+func Start(cfg Config) (*Fleet, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	host, port, err := net.SplitHostPort(cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("gossip address %q: %w", cfg.Bind, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("gossip address %q: %w", cfg.Bind, err)
+	}
+	mc := memberlist.DefaultLANConfig()
+	if cfg.Local {
+		mc = memberlist.DefaultLocalConfig()
+	}
+	if cfg.Name == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		mc.Name = fmt.Sprintf("%s-%x", mc.Name, b)
+	} else {
+		mc.Name = cfg.Name
+	}
+	mc.BindAddr, mc.BindPort = host, p
+	mc.AdvertisePort = p
+	if cfg.Advertise != "" {
+		ah, ap, err := net.SplitHostPort(cfg.Advertise)
+		if err != nil {
+			return nil, fmt.Errorf("gossip advertise address %q: %w", cfg.Advertise, err)
+		}
+		mc.AdvertiseAddr = ah
+		if mc.AdvertisePort, err = strconv.Atoi(ap); err != nil {
+			return nil, fmt.Errorf("gossip advertise address %q: %w", cfg.Advertise, err)
+		}
+	}
+	mc.Logger = log.New(slogWriter{cfg.Logger}, "", 0)
+	f := &Fleet{cfg: cfg}
+	f.self = Member{Name: mc.Name, SQL: cfg.SQL, Metrics: cfg.Metrics, Catalog: cfg.Catalog, Tag: TagOf(mc.Name)}
+	mc.Delegate = delegate{f}
+	mc.Events = events{f}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("starting gossip on %s: %w", cfg.Bind, err)
+	}
+	f.ml = ml
+	if len(cfg.Join) > 0 {
+		if _, err := ml.Join(cfg.Join); err != nil {
+			cfg.Logger.Warn("joining the fleet: none of the members answered; running alone until one joins this one", "join", cfg.Join, "err", err)
+		}
+	}
+	return f, nil
+}
+
+// TagOf is the tag a member of that name puts in its cancel keys.
+func TagOf(name string) uint8 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return uint8(h.Sum32())
+}
+
+// Tag is this member's cancel-key tag.
+func (f *Fleet) Tag() uint8 { return f.self.Tag }
+
+// Addr is this member's gossip address.
+func (f *Fleet) Addr() string {
+	n := f.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Members are the live members, this one included.
+func (f *Fleet) Members() []Member {
+	var out []Member
+	for _, n := range f.ml.Members() {
+		m, ok := f.member(n)
+		if ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Dropped counts undecodable messages and metadata from members.
+func (f *Fleet) Dropped() int64 { return f.dropped.Load() }
+
+// Sent counts the messages this member sent to others.
+func (f *Fleet) Sent() int64 { return f.sent.Load() }
+
+func (f *Fleet) member(n *memberlist.Node) (Member, bool) {
+	var m meta
+	if err := json.Unmarshal(n.Meta, &m); err != nil || m.V != metaVersion {
+		f.dropped.Add(1)
+		return Member{}, false
+	}
+	m.Member.Name = n.Name
+	m.Member.Gossip = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	return m.Member, true
+}
+
+// Announce tells every member that this one holds catalog version v (a
+// change it committed): each is sent a message at once, and the version
+// goes into this member's metadata, which gossip spreads to any that
+// missed the message.
+func (f *Fleet) Announce(v int64) {
+	f.mu.Lock()
+	if v <= f.self.Catalog {
+		f.mu.Unlock()
+		return
+	}
+	f.self.Catalog = v
+	f.mu.Unlock()
+	msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgCatalog}, uint64(v))
+	f.toOthers(func(*memberlist.Node) bool { return true }, msg)
+	go func() { _ = f.ml.UpdateNode(time.Second) }()
+}
+
+// Held records the catalog version this member loaded (from a poll or a
+// message), for its metadata.
+func (f *Fleet) Held(v int64) {
+	f.mu.Lock()
+	changed := v > f.self.Catalog
+	if changed {
+		f.self.Catalog = v
+	}
+	f.mu.Unlock()
+	if changed {
+		go func() { _ = f.ml.UpdateNode(time.Second) }()
+	}
+}
+
+// Cancel forwards a cancel request whose key carries another member's tag
+// to the members with that tag (usually one; the secret decides). It
+// reports whether any was sent to.
+func (f *Fleet) Cancel(tag uint8, pid uint32, secret []byte) bool {
+	if len(secret) != 4 {
+		return false
+	}
+	msg := binary.BigEndian.AppendUint32([]byte{msgVersion, msgCancel}, pid)
+	msg = append(msg, secret...)
+	return f.toOthers(func(n *memberlist.Node) bool { return TagOf(n.Name) == tag }, msg) > 0
+}
+
+// toOthers sends msg reliably (TCP) to the other live members that pass
+// want, all at once, and returns how many it sent to.
+func (f *Fleet) toOthers(want func(*memberlist.Node) bool, msg []byte) int {
+	self := f.ml.LocalNode().Name
+	var wg sync.WaitGroup
+	sent := 0
+	for _, n := range f.ml.Members() {
+		if n.Name == self || !want(n) {
+			continue
+		}
+		sent++
+		wg.Add(1)
+		go func(n *memberlist.Node) {
+			defer wg.Done()
+			if err := f.ml.SendReliable(n, msg); err != nil {
+				f.cfg.Logger.Warn("gossip: sending to a member", "member", n.Name, "err", err)
+				return
+			}
+			f.sent.Add(1)
+		}(n)
+	}
+	wg.Wait()
+	return sent
+}
+
+// Leave tells the fleet this member is going, then stops gossip (once).
+func (f *Fleet) Leave(timeout time.Duration) {
+	f.left.Do(func() {
+		_ = f.ml.Leave(timeout)
+		_ = f.ml.Shutdown()
+	})
+}
+
+// handle is a message from a member.
+func (f *Fleet) handle(b []byte) {
+	if len(b) < 2 || b[0] != msgVersion {
+		f.dropped.Add(1)
+		return
+	}
+	switch p := b[2:]; b[1] {
+	case msgCatalog:
+		if len(p) != 8 {
+			f.dropped.Add(1)
+			return
+		}
+		f.behind(int64(binary.BigEndian.Uint64(p)))
+	case msgCancel:
+		if len(p) != 8 {
+			f.dropped.Add(1)
+			return
+		}
+		if f.cfg.OnCancel != nil {
+			f.cfg.OnCancel(binary.BigEndian.Uint32(p), append([]byte(nil), p[4:]...))
+		}
+	default:
+		f.dropped.Add(1)
+	}
+}
+
+// behind calls OnCatalog when a member holds a newer version than this one.
+func (f *Fleet) behind(v int64) {
+	f.mu.Lock()
+	newer := v > f.self.Catalog
+	f.mu.Unlock()
+	if newer && f.cfg.OnCatalog != nil {
+		go f.cfg.OnCatalog(v)
+	}
+}
+
+type delegate struct{ f *Fleet }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	d.f.mu.Lock()
+	b, _ := json.Marshal(meta{V: metaVersion, Member: d.f.self})
+	d.f.mu.Unlock()
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+func (d delegate) NotifyMsg(b []byte)                         { d.f.handle(b) }
+func (d delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+
+// LocalState and MergeRemoteState carry nothing: the metadata has the
+// catalog version, and push/pull spreads it.
+func (d delegate) LocalState(join bool) []byte            { return nil }
+func (d delegate) MergeRemoteState(buf []byte, join bool) {}
+
+type events struct{ f *Fleet }
+
+func (e events) NotifyJoin(n *memberlist.Node)   { e.seen(n) }
+func (e events) NotifyUpdate(n *memberlist.Node) { e.seen(n) }
+func (e events) NotifyLeave(n *memberlist.Node)  {}
+
+func (e events) seen(n *memberlist.Node) {
+	if n.Name == e.f.self.Name {
+		return
+	}
+	if m, ok := e.f.member(n); ok {
+		e.f.behind(m.Catalog)
+	}
+}
+
+// slogWriter passes memberlist's log lines to slog.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(b []byte) (int, error) {
+	w.l.Debug("gossip", "msg", string(trimNL(b)))
+	return len(b), nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == '\n' {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,110 @@
+package fleet
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// node is a member under test and what its callbacks saw.
+type node struct {
+	f       *Fleet
+	mu      sync.Mutex
+	catalog []int64
+	cancels []string
+}
+
+func (n *node) seen() ([]int64, []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.catalog), slices.Clone(n.cancels)
+}
+
+func start(t *testing.T, i int, join []string) *node {
+	t.Helper()
+	n := &node{}
+	f, err := Start(Config{Name: fmt.Sprintf("c%d", i), Bind: "127.0.0.1:0", Join: join, Local: true,
+		SQL: fmt.Sprintf("127.0.0.1:%d", 6000+i), Catalog: 1,
+		OnCatalog: func(v int64) { n.mu.Lock(); n.catalog = append(n.catalog, v); n.mu.Unlock() },
+		OnCancel: func(pid uint32, secret []byte) {
+			n.mu.Lock()
+			n.cancels = append(n.cancels, fmt.Sprintf("%d/%x", pid, secret))
+			n.mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.f = f
+	t.Cleanup(func() { f.Leave(time.Second) })
+	return n
+}
+
+// eventually waits (bounded) for cond; the fleet's work is asynchronous.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestFleet(t *testing.T) {
+	a := start(t, 1, nil)
+	b := start(t, 2, []string{a.f.Addr()})
+	c := start(t, 3, []string{b.f.Addr()}) // through any member
+	for _, n := range []*node{a, b, c} {
+		eventually(t, "three members", func() bool { return len(n.f.Members()) == 3 })
+	}
+	var sqls []string
+	for _, m := range c.f.Members() {
+		sqls = append(sqls, m.SQL)
+	}
+	slices.Sort(sqls)
+	if want := []string{"127.0.0.1:6001", "127.0.0.1:6002", "127.0.0.1:6003"}; !slices.Equal(sqls, want) {
+		t.Errorf("members' SQL addresses %v, want %v", sqls, want)
+	}
+
+	// A catalog change announced by a: the others hear of it, a does not.
+	a.f.Announce(7)
+	for _, n := range []*node{b, c} {
+		eventually(t, "catalog 7 announced", func() bool { v, _ := n.seen(); return slices.Contains(v, 7) })
+	}
+	if v, _ := a.seen(); slices.Contains(v, 7) {
+		t.Errorf("the announcing member was told of its own version: %v", v)
+	}
+	// b loads it (Held): an announcement of an older version is not news.
+	b.f.Held(7)
+	before, _ := b.seen()
+	a.f.Announce(5)
+	c.f.Announce(6)
+	time.Sleep(200 * time.Millisecond)
+	if after, _ := b.seen(); len(after) != len(before) {
+		t.Errorf("b, holding 7, was told of older versions: %v", after[len(before):])
+	}
+
+	// A cancel key of c's, received by a: forwarded to c only.
+	if !a.f.Cancel(c.f.Tag(), 42, []byte{1, 2, 3, 4}) {
+		t.Fatal("no member with c's tag")
+	}
+	eventually(t, "cancel forwarded", func() bool { _, x := c.seen(); return slices.Contains(x, "42/01020304") })
+	if _, x := b.seen(); len(x) != 0 && b.f.Tag() != c.f.Tag() {
+		t.Errorf("b got c's cancel: %v", x)
+	}
+
+	// Undecodable messages are dropped and counted, not acted on.
+	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}} {
+		c.f.handle(m)
+	}
+	if got := c.f.Dropped(); got != 4 {
+		t.Errorf("dropped %d, want 4", got)
+	}
+
+	// A member that leaves is gone from the others' lists.
+	c.f.Leave(time.Second)
+	eventually(t, "c gone", func() bool { return len(a.f.Members()) == 2 })
+}
