@@ -20,7 +20,9 @@ var forbidden = map[string][]string{
 	"planner":          {"coordinator", "pooling", "bench", "executor"},
 	// The executor runs plans on connections it is given and answers a
 	// sink: it knows nothing of sessions, statements or the client.
-	"executor":    {"coordinator", "coordinator/shards", "bench"},
+	"executor": {"coordinator", "coordinator/shards", "bench"},
+	// Membership knows no SQL: the coordinator gives it callbacks.
+	"fleet":       {"coordinator", "pooling", "planner", "metadata", "executor", "bench"},
 	"metadata":    {"coordinator", "planner", "pooling", "bench", "executor"},
 	"coordinator": {"bench"},
 	// The one two-phase commit knows nothing of sessions, pools or shards:
