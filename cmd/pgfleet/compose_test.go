@@ -103,7 +103,7 @@ services:
       test: ["CMD", "pg_isready", "-p", "5433"]
   coord:
     build: .
-    command: ["serve", "--listen=0.0.0.0:6432", "--worker", "pg1:5432,pg2:5433", "--user=postgres:secret", "--auth=scram-sha-256"]
+    command: ["serve", "--listen=0.0.0.0:6432", "--worker", "pg1:5432,pg2:5433", "--user=postgres:secret", "--auth=scram-sha-256", "--gossip=0.0.0.0:7946"]
     ports: ["6432:6432"]
     depends_on:
       pg1: {condition: service_healthy}
@@ -114,6 +114,7 @@ services:
       PGFLEET_WORKERS: pg1:5432
       PGFLEET_USERS: postgres:secret
       PGFLEET_LISTEN: 0.0.0.0:7000
+      PGFLEET_JOIN: coord:7946
     ports:
       - target: 7000
         published: "7001"
@@ -159,6 +160,15 @@ func TestComposeCheckReportsMistakes(t *testing.T) {
 		{"unknown flag",
 			`"--auth=scram-sha-256"`, `"--authentication=scram-sha-256"`,
 			`coord: pgfleet serve would reject its flags: flag provided but not defined: -authentication`},
+		{"a coordinator outside the fleet",
+			`      PGFLEET_JOIN: coord:7946` + "\n", "",
+			`coord2: no --gossip: it is not part of the fleet`},
+		{"join on the wrong port",
+			`PGFLEET_JOIN: coord:7946`, `PGFLEET_JOIN: coord:7947`,
+			`coord2: --join "coord:7947", but coord gossips on port 7946`},
+		{"join names no coordinator",
+			`PGFLEET_JOIN: coord:7946`, `PGFLEET_JOIN: pg1:7946`,
+			`coord2: --join "pg1:7946" names no coordinator service`},
 		{"interpolation default is used",
 			`POSTGRES_PASSWORD: secret`, `POSTGRES_PASSWORD: ${PW:-other}`,
 			`coord: connects to pg1 as postgres with password "secret", but pg1 has POSTGRES_PASSWORD "other"`},
@@ -539,6 +549,8 @@ type serveConfig struct {
 	auth            string
 	users           map[string]string
 	workerPassword  string
+	gossip          string   // the gossip address, "" without a fleet
+	join            listFlag // members to join through
 }
 
 func resolveServe(args []string, env map[string]string) (serveConfig, []string) {
@@ -551,6 +563,8 @@ func resolveServe(args []string, env map[string]string) (serveConfig, []string) 
 	fs.Var(&workers, "worker", "")
 	var cf coordinatorFlags
 	cf.register(fs) // the real shared flags, so a renamed flag fails here
+	var ff fleetFlags
+	ff.register(fs)
 	if err := fs.Parse(args); err != nil {
 		problems = append(problems, fmt.Sprintf("pgfleet serve would reject its flags: %v", err))
 	}
@@ -579,6 +593,13 @@ func resolveServe(args []string, env map[string]string) (serveConfig, []string) 
 		_ = workers.Set(env["PGFLEET_WORKERS"])
 	}
 	c.workers = workers
+	c.gossip, c.join = pick("gossip", "PGFLEET_GOSSIP", "", ff.gossip), ff.join
+	if len(c.join) == 0 {
+		_ = c.join.Set(env["PGFLEET_JOIN"]) // as fleetFlags.apply
+	}
+	if c.gossip == "" && len(c.join) > 0 {
+		c.gossip = "0.0.0.0:7946"
+	}
 	users := cf.users
 	if !set["user"] {
 		users = nil
@@ -621,6 +642,7 @@ func checkCompose(data []byte, fsys fs.FS) []string {
 	hostPorts := map[string]string{}         // "6432/tcp" -> service
 
 	var coordinators int
+	fleet := map[string]serveConfig{} // coordinator service -> its serve config
 	for _, name := range names {
 		s := cf.Services[name]
 		bad := func(format string, args ...any) {
@@ -714,6 +736,7 @@ func checkCompose(data []byte, fsys fs.FS) []string {
 			continue
 		}
 		cfg, ps := resolveServe(args[1:], env)
+		fleet[name] = cfg
 		for _, p := range ps {
 			bad("%s", p)
 		}
@@ -817,6 +840,61 @@ func checkCompose(data []byte, fsys fs.FS) []string {
 	}
 	if coordinators == 0 {
 		problems = append(problems, "compose file has no coordinator service (one with build: or a pgfleet image)")
+	}
+	problems = append(problems, checkFleet(fleet)...)
+	return problems
+}
+
+// checkFleet: several coordinators are one fleet: each gossips, each --join
+// names another coordinator service at its gossip port, and every one is
+// reached from the others through the joins.
+func checkFleet(fleet map[string]serveConfig) []string {
+	if len(fleet) < 2 {
+		return nil
+	}
+	var problems []string
+	linked := map[string][]string{}
+	for name, cfg := range fleet {
+		if cfg.gossip == "" {
+			problems = append(problems, fmt.Sprintf("%s: no --gossip: it is not part of the fleet (catalog changes reach it only by polling, cancel requests are not forwarded)", name))
+			continue
+		}
+		for _, j := range cfg.join {
+			host, port, err := net.SplitHostPort(j)
+			target, ok := fleet[host]
+			_, gport, _ := net.SplitHostPort(target.gossip)
+			switch {
+			case err != nil:
+				problems = append(problems, fmt.Sprintf("%s: --join %q is not host:port", name, j))
+			case !ok:
+				problems = append(problems, fmt.Sprintf("%s: --join %q names no coordinator service", name, j))
+			case port != gport:
+				problems = append(problems, fmt.Sprintf("%s: --join %q, but %s gossips on port %s", name, j, host, gport))
+			default:
+				linked[name] = append(linked[name], host)
+				linked[host] = append(linked[host], name)
+			}
+		}
+	}
+	var first string
+	for name := range fleet {
+		if first == "" || name < first {
+			first = name
+		}
+	}
+	seen := map[string]bool{first: true}
+	for todo := []string{first}; len(todo) > 0; todo = todo[1:] {
+		for _, n := range linked[todo[0]] {
+			if !seen[n] {
+				seen[n] = true
+				todo = append(todo, n)
+			}
+		}
+	}
+	for name := range fleet {
+		if !seen[name] {
+			problems = append(problems, fmt.Sprintf("%s: not joined to %s's fleet (no --join linking them)", name, first))
+		}
 	}
 	return problems
 }

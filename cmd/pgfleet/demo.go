@@ -90,6 +90,14 @@ func demo(args []string) error {
 		if err != nil {
 			return err
 		}
+		if *nCoords > 1 {
+			// The coordinators are a fleet: they gossip on loopback, the
+			// later ones joining the first.
+			cfg.Gossip = "127.0.0.1:0"
+			if len(coords) > 0 {
+				cfg.Join = []string{coords[0].Fleet().Addr()}
+			}
+		}
 		c, err := coordinator.New(cfg)
 		if err != nil {
 			return err
@@ -105,6 +113,16 @@ func demo(args []string) error {
 		if err := loadPgbench(ctx, demoURL(coords[0].Addr(), caFile), *scale, *shardCount); err != nil {
 			return err
 		}
+	}
+	if len(coords) > 1 {
+		// libpq takes several hosts: it connects to the first that
+		// answers (libpq 16 and later spread clients with
+		// load_balance_hosts=random).
+		var hosts []string
+		for _, c := range coords {
+			hosts = append(hosts, c.Addr())
+		}
+		fmt.Printf("  the fleet (gossip, %s): %s\n", plural(len(coords[len(coords)-1].Fleet().Members()), "member"), demoURL(strings.Join(hosts, ","), caFile))
 	}
 	fmt.Printf("ready: psql \"%s\"  (Ctrl-C stops the cluster", demoURL(coords[0].Addr(), caFile))
 	if *dataDir == "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,7 +58,7 @@ func TestDemo(t *testing.T) {
 		exited <- cmd.Wait()
 	}()
 	var workers, coords []string
-	var ready, dir string
+	var ready, dir, fleetLine string
 	urlRe := regexp.MustCompile(`postgres://\S+`)
 	timeout := time.After(2 * time.Minute)
 	for ready == "" {
@@ -72,6 +73,8 @@ func TestDemo(t *testing.T) {
 				workers = append(workers, u)
 			case strings.HasPrefix(strings.TrimSpace(l), "coordinator "):
 				coords = append(coords, u)
+			case strings.HasPrefix(strings.TrimSpace(l), "the fleet "):
+				fleetLine = l
 			case strings.HasPrefix(l, "ready:"):
 				ready = strings.TrimSuffix(u, `"`)
 				if m := regexp.MustCompile(`removes (\S+)\)`).FindStringSubmatch(l); m != nil {
@@ -84,6 +87,12 @@ func TestDemo(t *testing.T) {
 	}
 	if len(workers) != 2 || len(coords) != 2 || dir == "" {
 		t.Fatalf("demo printed workers %v, coordinators %v, dir %q", workers, coords, dir)
+	}
+	// The coordinators are one fleet: joined by gossip, and a libpq URL
+	// naming both.
+	second, err := url.Parse(coords[1])
+	if err != nil || !strings.Contains(fleetLine, "(gossip, 2 members)") || !strings.Contains(fleetLine, ","+second.Host+"/") {
+		t.Errorf("demo's fleet line: %q", fleetLine)
 	}
 	ctx := context.Background()
 	for _, u := range coords {

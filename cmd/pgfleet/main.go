@@ -75,6 +75,31 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
+// fleetFlags are serve's flags for joining a fleet of coordinators.
+type fleetFlags struct {
+	gossip, gossipAdvertise, advertise string
+	join                               listFlag
+}
+
+func (f *fleetFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.gossip, "gossip", os.Getenv("PGFLEET_GOSSIP"),
+		"address to gossip with the fleet's other coordinators on, TCP and UDP (e.g. 0.0.0.0:7946; default: off, or 0.0.0.0:7946 with --join)")
+	fs.StringVar(&f.gossipAdvertise, "gossip-advertise", os.Getenv("PGFLEET_GOSSIP_ADVERTISE"), "address the other coordinators reach --gossip on (default: --gossip's)")
+	fs.StringVar(&f.advertise, "advertise", os.Getenv("PGFLEET_ADVERTISE"), "client address the fleet is told (default: --listen's)")
+	fs.Var(&f.join, "join", "a coordinator's gossip host:port to join the fleet through (repeatable or comma-separated; also $PGFLEET_JOIN)")
+}
+
+// apply sets the fleet's part of cfg.
+func (f *fleetFlags) apply(cfg *coordinator.Config) {
+	if len(f.join) == 0 {
+		_ = f.join.Set(os.Getenv("PGFLEET_JOIN"))
+	}
+	cfg.Gossip, cfg.GossipAdvertise, cfg.Join, cfg.AdvertiseSQL = f.gossip, f.gossipAdvertise, f.join, f.advertise
+	if cfg.Gossip == "" && len(f.join) > 0 {
+		cfg.Gossip = "0.0.0.0:7946"
+	}
+}
+
 // coordinatorFlags are the flags serve and demo share.
 type coordinatorFlags struct {
 	poolSize       int
@@ -232,6 +257,8 @@ func serve(args []string) error {
 		"age at which recovery rolls back a prepared transaction whose commit was not decided (decided ones are committed at once)")
 	var workers listFlag
 	fs.Var(&workers, "worker", "worker host:port (repeatable; the first is the default node; also $PGFLEET_WORKERS)")
+	var ff fleetFlags
+	ff.register(fs)
 	var cf coordinatorFlags
 	cf.register(fs)
 	_ = fs.Parse(args)
@@ -245,6 +272,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	ff.apply(&cfg)
 	cfg.MetricsListen = *metrics
 	cfg.RecoveryInterval = *recovery
 	cfg.RecoveryGrace = *grace
@@ -269,6 +297,9 @@ func serve(args []string) error {
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	cfg.Logger.Info("coordinator ready", "listen", srv.Addr(), "workers", strings.Join(workers, ","), "pool_size", cfg.PoolSize)
+	if f := srv.Fleet(); f != nil {
+		cfg.Logger.Info("fleet joined", "gossip", f.Addr(), "members", len(f.Members()))
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
