@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -21,22 +22,7 @@ func BenchmarkRoutedPointSelect(b *testing.B) {
 	srv := pgtest.Coordinator(b, cl, poolSize(4))
 	ctx := context.Background()
 	c := connect(b, srv.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	_, _ = c.Exec(ctx, "SELECT undistribute_table('rps')", simple)
-	exec(b, c, "DROP TABLE IF EXISTS rps")
-	exec(b, c, "CREATE TABLE rps AS SELECT g AS aid, g AS abalance FROM generate_series(1, 10000) g")
-	exec(b, c, "ALTER TABLE rps ADD PRIMARY KEY (aid)")
-	exec(b, c, "SELECT create_distributed_table('rps', 'aid', shard_count => 32)", simple)
-	b.Cleanup(func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('rps')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS rps", simple)
-	})
-	// The reference: the same rows in a plain table on the worker.
-	direct := connect(b, cl.Servers[0].Addr())
-	exec(b, direct, "DROP TABLE IF EXISTS rps_direct")
-	exec(b, direct, "CREATE TABLE rps_direct AS SELECT g AS aid, g AS abalance FROM generate_series(1, 10000) g")
-	exec(b, direct, "ALTER TABLE rps_direct ADD PRIMARY KEY (aid)")
-	b.Cleanup(func() { _, _ = direct.Exec(ctx, "DROP TABLE IF EXISTS rps_direct") })
+	direct := benchTables(b, cl, c, "rps", "g AS aid, g AS abalance")
 	for _, tc := range []struct {
 		name, sql string
 		conn      *pgx.Conn
@@ -67,21 +53,7 @@ func BenchmarkScatter(b *testing.B) {
 	srv := pgtest.Coordinator(b, cl, poolSize(4))
 	ctx := context.Background()
 	c := connect(b, srv.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	_, _ = c.Exec(ctx, "SELECT undistribute_table('sct')", simple)
-	exec(b, c, "DROP TABLE IF EXISTS sct")
-	exec(b, c, "CREATE TABLE sct AS SELECT g AS aid, g % 7 AS grp, g AS abalance FROM generate_series(1, 10000) g")
-	exec(b, c, "ALTER TABLE sct ADD PRIMARY KEY (aid)")
-	exec(b, c, "SELECT create_distributed_table('sct', 'aid', shard_count => 32)", simple)
-	b.Cleanup(func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('sct')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS sct", simple)
-	})
-	direct := connect(b, cl.Servers[0].Addr())
-	exec(b, direct, "DROP TABLE IF EXISTS sct_direct")
-	exec(b, direct, "CREATE TABLE sct_direct AS SELECT g AS aid, g % 7 AS grp, g AS abalance FROM generate_series(1, 10000) g")
-	exec(b, direct, "ALTER TABLE sct_direct ADD PRIMARY KEY (aid)")
-	b.Cleanup(func() { _, _ = direct.Exec(ctx, "DROP TABLE IF EXISTS sct_direct") })
+	direct := benchTables(b, cl, c, "sct", "g AS aid, g % 7 AS grp, g AS abalance")
 	for _, q := range []struct{ name, sql string }{
 		{"merge", "SELECT grp, count(*), sum(abalance) FROM %s WHERE aid <= $1 GROUP BY grp ORDER BY grp"},
 		{"concat", "SELECT aid, abalance FROM %s WHERE aid BETWEEN $1 AND $1 + 20"},
@@ -108,4 +80,31 @@ func BenchmarkScatter(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchTables makes table name from the select list cols over g in 1 to
+// 10,000 (aid its key), distributed by aid over 32 shards through the
+// coordinator's connection c, and name_direct with the same rows, a plain
+// table on the worker (the reference); it returns a connection straight to
+// the worker. Both tables go at cleanup.
+func benchTables(b *testing.B, cl *pgcluster.Cluster, c *pgx.Conn, name, cols string) *pgx.Conn {
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	_, _ = c.Exec(ctx, "SELECT undistribute_table('"+name+"')", simple)
+	direct := connect(b, cl.Servers[0].Addr())
+	for _, t := range []struct {
+		conn  *pgx.Conn
+		table string
+	}{{c, name}, {direct, name + "_direct"}} {
+		exec(b, t.conn, "DROP TABLE IF EXISTS "+t.table)
+		exec(b, t.conn, "CREATE TABLE "+t.table+" AS SELECT "+cols+" FROM generate_series(1, 10000) g")
+		exec(b, t.conn, "ALTER TABLE "+t.table+" ADD PRIMARY KEY (aid)")
+	}
+	exec(b, c, "SELECT create_distributed_table('"+name+"', 'aid', shard_count => 32)", simple)
+	b.Cleanup(func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('"+name+"')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+name, simple)
+		_, _ = direct.Exec(ctx, "DROP TABLE IF EXISTS "+name+"_direct")
+	})
+	return direct
 }
