@@ -613,6 +613,11 @@ func TestExplainMultiShard(t *testing.T) {
 		{"EXPLAIN ANALYZE INSERT INTO ga (id) VALUES (1001), (1002)", simple},
 		{"EXPLAIN INSERT INTO ga (id) VALUES (1001), (1002)", pgx.QueryExecModeCacheStatement},
 		{"EXPLAIN INSERT INTO ga VALUES (1001), (1002)", pgx.QueryExecModeCacheStatement},
+		// Found by an adversary: these ran the write over the extended
+		// protocol (its tag, the rows changed) instead of explaining it.
+		{"EXPLAIN UPDATE ga SET g = 777 WHERE g = 1", pgx.QueryExecModeCacheStatement},
+		{"EXPLAIN DELETE FROM ga WHERE g = 1", pgx.QueryExecModeDescribeExec},
+		{"EXPLAIN DELETE FROM ga WHERE g = 2", pgx.QueryExecModeExec},
 	} {
 		// Query, not Exec: pgx sends an Exec without arguments in the
 		// simple protocol.

@@ -135,10 +135,11 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 
 // explainExtended refuses, over the extended protocol, EXPLAIN of what the
 // coordinator explains itself over several shards (the simple protocol's
-// explainScatter, explainInsertSplit).
+// explainScatter, explainMultiWrite, explainInsertSplit): the extended
+// paths of those kinds run the statement, they do not explain it.
 func explainExtended(p *planner.Plan) error {
-	if p.Explain && (p.Kind == planner.MultiShard || p.Kind == planner.InsertSplit) {
-		return pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN of a multi-shard query or multi-row INSERT needs the simple query protocol").
+	if p.Explain && (p.Kind == planner.MultiShard || p.Kind == planner.MultiShardWrite || p.Kind == planner.InsertSplit) {
+		return pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN of a multi-shard statement or multi-row INSERT needs the simple query protocol").
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
 	}
 	return nil
