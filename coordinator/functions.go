@@ -149,7 +149,13 @@ func (ss *session) runFunction(p *planner.Plan) error {
 // pools, as pgx connections (lend.go); done gives them back.
 func (ss *session) nodeConns(ctx context.Context) (conns map[int32]*pgx.Conn, done func(), err error) {
 	conns, err = ss.openNodeConns(ctx)
+	ss.cancelMu.Lock()
+	ss.writeConns = conns // a cancel request reaches their statements
+	ss.cancelMu.Unlock()
 	return conns, func() {
+		ss.cancelMu.Lock()
+		ss.writeConns = nil
+		ss.cancelMu.Unlock()
 		for _, c := range conns {
 			pooling.Reclaim(context.Background(), c.PgConn())
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -330,4 +331,82 @@ func TestMultiShardWriteExtended(t *testing.T) {
 		t.Errorf("'now' parameter for a date: %v, want 0A000", err)
 	}
 	same("a refused 'now'")
+}
+
+// TestCancelWriteOverWorkers: a cancel request stops a multi-shard or
+// reference-table write that waits on a worker outside a transaction block
+// (it runs through pgx on the session's pooled connections, in a
+// two-phase-commit group), with 57014, nothing written, nothing prepared
+// left; found by an adversary: the request reached no worker and the write
+// committed once the lock went.
+func TestCancelWriteOverWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "cw_d", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('cw_d', 'id', shard_count => 4)")
+	testTable(t, c, "cw_r", "(id int PRIMARY KEY, v int)", "SELECT create_reference_table('cw_r')")
+	exec(t, c, "INSERT INTO cw_d SELECT g, 0 FROM generate_series(1, 40) g", simple)
+	exec(t, c, "INSERT INTO cw_r SELECT g, 0 FROM generate_series(1, 5) g", simple)
+	w := connect(t, cl.Servers[0].Addr())
+	contents := func() string {
+		return queryString(t, c, "SELECT (SELECT sum(v) FROM cw_d)::text || '/' || (SELECT sum(v) FROM cw_r)::text")
+	}
+	before := contents()
+	for _, q := range []struct {
+		sql  string
+		mode pgx.QueryExecMode
+	}{
+		{"UPDATE cw_d SET v = v + 1", simple},
+		{"UPDATE cw_d SET v = v + 1 RETURNING id", pgx.QueryExecModeCacheStatement},
+		{"UPDATE cw_r SET v = v + 1", simple},
+		{"UPDATE cw_r SET v = v + 1 RETURNING id", pgx.QueryExecModeExec},
+	} {
+		// Every shard table of both on the first worker is locked there.
+		exec(t, w, "BEGIN")
+		rows, err := w.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename ~ '^cw_[dr]_[0-9]+$'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(tables) == 0 {
+			t.Fatalf("shard tables on the first worker: %v, %v", tables, err)
+		}
+		exec(t, w, "LOCK TABLE "+strings.Join(tables, ", ")+" IN EXCLUSIVE MODE")
+		errc := make(chan error, 1)
+		go func() {
+			rows, err := c.Query(ctx, q.sql, q.mode)
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			errc <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // waiting for the lock
+		if err := c.PgConn().CancelRequest(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var err2 error
+		select {
+		case err2 = <-errc:
+		case <-time.After(10 * time.Second):
+			exec(t, w, "ROLLBACK")
+			<-errc
+			t.Fatalf("%s: not cancelled", q.sql)
+		}
+		exec(t, w, "ROLLBACK")
+		if sqlState(err2) != "57014" {
+			t.Errorf("%s: %v, want 57014", q.sql, err2)
+		}
+		if got := contents(); got != before {
+			t.Errorf("%s: after the cancel the tables are %s, were %s", q.sql, got, before)
+		}
+	}
+	for _, s := range cl.Servers {
+		wc := connect(t, s.Addr())
+		if n := queryString(t, wc, "SELECT count(*)::text FROM pg_prepared_xacts"); n != "0" {
+			t.Errorf("worker %s: %s prepared transactions left", s.Addr(), n)
+		}
+	}
 }

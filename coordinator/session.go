@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -116,7 +117,12 @@ type session struct {
 	// cancelMu keeps the server connection from going back to the pool
 	// while a cancel request for it is being sent, so that a cancel never
 	// reaches the next client's statement.
-	cancelMu     sync.Mutex
+	cancelMu sync.Mutex
+	// writeConns are the connections a statement over several workers
+	// runs on through pgx (nodeConns: multi-shard and reference writes,
+	// COPY, the Citus functions), which a cancel request reaches too;
+	// under cancelMu.
+	writeConns   map[int32]*pgx.Conn
 	qbuf         []byte // a rewritten Query body
 	routes       bool   // the session's database is the one the catalog describes
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)

@@ -489,6 +489,12 @@ func (s *Server) cancelHere(pid uint32, secret []byte) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ss.cancelScatter(ctx)
+	for node, c := range ss.writeConns {
+		pc := c.PgConn()
+		if err := pooling.SendCancel(ctx, s.nodeAddr(node), pc.PID(), pc.SecretKey()); err != nil {
+			s.log.Warn("forwarding cancel request", "worker", s.nodeAddr(node), "err", fmt.Sprint(err))
+		}
+	}
 	t := ss.cancelTarget.Load()
 	if t == nil {
 		return true
