@@ -69,6 +69,9 @@ func TestMultiShardWrite(t *testing.T) {
 		"DELETE FROM {t} x USING {r} r WHERE r.g = x.g AND r.bonus > 1",
 		"UPDATE {t} SET v = 1.5",
 		"UPDATE {t} SET k = DEFAULT WHERE g = 3", // an immutable default
+		// length(text) is immutable; a stable length(bytea, name) beside it
+		// has another argument count (was refused, found by an adversary).
+		"UPDATE {t} SET k = length(t) WHERE g = 4 RETURNING id, length(t)",
 		"UPDATE {t} SET v = v * 2 WHERE g = 1 RETURNING id, v, t",
 		"DELETE FROM {t} WHERE v > 20 AND g = 0 RETURNING *",
 		"UPDATE {t} SET v = v WHERE false RETURNING id",

@@ -119,18 +119,24 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 
 // immutableCalls refuses a write that calls a function that is not
 // IMMUTABLE or an operator whose function is VOLATILE (any overload of the
-// name: which one the worker picks is its business). Operators that are
-// only STABLE (timestamptz arithmetic, say) give every copy the same value
-// under the session's settings, which every copy has.
+// name that takes that many arguments, counting defaults and VARIADIC:
+// which one the worker picks is its business; length(text) is immutable
+// beside a stable length(bytea, name)). Operators that are only STABLE
+// (timestamptz arithmetic, say) give every copy the same value under the
+// session's settings, which every copy has.
 func (s *Server) immutableCalls(ctx context.Context, table writeTarget, m *planner.Mutability) error {
 	if len(m.Funcs) == 0 && len(m.Ops) == 0 {
 		return nil
 	}
 	var fn, op *string
 	err := s.metaPool.QueryRow(ctx, `SELECT
-		(SELECT min(proname) FROM pg_catalog.pg_proc WHERE proname = ANY($1::text[]) AND provolatile <> 'i'),
+		(SELECT min(p.proname) FROM pg_catalog.pg_proc p
+			JOIN (SELECT pg_catalog.regexp_replace(c, '/[0-9]+$', '') AS name, pg_catalog.substring(c, '/([0-9]+)$')::int AS n
+				FROM pg_catalog.unnest($1::text[]) c) x ON p.proname = x.name
+			WHERE p.provolatile <> 'i' AND (x.n BETWEEN p.pronargs - p.pronargdefaults AND p.pronargs
+				OR (p.provariadic <> 0 AND x.n >= p.pronargs - 1))),
 		(SELECT min(o.oprname) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
-			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Funcs, m.Ops).Scan(&fn, &op)
+			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Calls, m.Ops).Scan(&fn, &op)
 	if err != nil {
 		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", table.table, err)
 	}

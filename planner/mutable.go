@@ -2,6 +2,7 @@ package planner
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -19,6 +20,9 @@ type Mutability struct {
 	// as the catalog spells them).
 	Funcs []string `json:"funcs,omitempty"`
 	Ops   []string `json:"ops,omitempty"`
+	// Calls are the function calls as name/argument count ("length/1"),
+	// so that only the overloads a call could pick are checked.
+	Calls []string `json:"calls,omitempty"`
 	// Fixed is a construct that is never immutable (CURRENT_TIMESTAMP, a
 	// date/time literal such as 'now'), "" when none.
 	Fixed string `json:"fixed,omitempty"`
@@ -60,12 +64,14 @@ func TimeWord(s string) bool {
 // defaults.
 func mutability(n *pg_query.Node) *Mutability {
 	m := &Mutability{}
-	funcs, ops := map[string]bool{}, map[string]bool{}
+	funcs, ops, calls := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	Walk(n, func(msg proto.Message) {
 		switch x := msg.(type) {
 		case *pg_query.FuncCall:
 			if l := len(x.Funcname); l > 0 {
-				funcs[x.Funcname[l-1].GetString_().GetSval()] = true
+				name := x.Funcname[l-1].GetString_().GetSval()
+				funcs[name] = true
+				calls[name+"/"+strconv.Itoa(len(x.Args))] = true
 			}
 		case *pg_query.A_Expr:
 			if l := len(x.Name); l > 0 {
@@ -89,6 +95,10 @@ func mutability(n *pg_query.Node) *Mutability {
 	for o := range ops {
 		m.Ops = append(m.Ops, o)
 	}
+	for c := range calls {
+		m.Calls = append(m.Calls, c)
+	}
+	sort.Strings(m.Calls)
 	sort.Strings(m.Funcs)
 	sort.Strings(m.Ops)
 	switch {
