@@ -120,6 +120,7 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 			break
 		}
 	}
+	s.liftFences(snap)
 	s.plans.reset()
 	s.scatter.reset()
 	active := int32(0)

@@ -112,6 +112,16 @@ func (ss *session) runFunction(p *planner.Plan) error {
 				return ss.queryError(err)
 			}
 		}
+		if p.Func != "undistribute_table" {
+			// Its rows leave the default node's table: every coordinator
+			// refuses statements on it until it routes them to the new
+			// placement (fence.go).
+			release, ferr := s.fenceFleet(ctx, table)
+			if ferr != nil {
+				return ss.queryError(ferr)
+			}
+			defer func() { release(err == nil) }()
+		}
 		switch p.Func {
 		case "create_distributed_table":
 			col := arg(1, "distribution_column", "")

@@ -479,6 +479,9 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	}
 	p := sp.plan
 	if p.Kind == planner.Default {
+		if err := ss.srv.fencedIn(st.Query); err != nil && ss.routes {
+			return nil, 0, params, err // a table whose rows are moving (fence.go)
+		}
 		return st, ss.homeNode(st.Query), params, nil
 	}
 	if p.Kind == planner.MultiShard {

@@ -171,6 +171,7 @@ type Server struct {
 	pgTypes     atomic.Pointer[map[uint32]executor.Type] // built-in types, for merges
 	stopWatch   chan struct{}
 	catalogKick chan struct{}               // a member holds a newer catalog
+	fences      fences                      // tables whose rows a coordinator is moving
 	fleet       atomic.Pointer[fleet.Fleet] // nil: no fleet
 	recoveryEnd chan struct{}               // closed when the recovery loop has returned
 
@@ -419,7 +420,8 @@ func (s *Server) Start() error {
 		host, _, _ := net.SplitHostPort(s.cfg.Gossip)
 		f, err := fleet.Start(fleet.Config{Bind: s.cfg.Gossip, Advertise: s.cfg.GossipAdvertise, Join: s.cfg.Join,
 			SQL: sql, Metrics: s.metricsAddr, Catalog: s.catalog.Load().Version, Local: isLoopback(net.JoinHostPort(host, "0")),
-			OnCatalog: s.kickCatalog, OnCancel: func(pid uint32, secret []byte) { s.cancelHere(pid, secret) }, Logger: s.log})
+			OnCatalog: s.kickCatalog, OnCancel: func(pid uint32, secret []byte) { s.cancelHere(pid, secret) },
+			OnFence: s.fence, OnUnfence: s.unfence, Logger: s.log})
 		if err != nil {
 			ln.Close()
 			s.closeCatalog()

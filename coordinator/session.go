@@ -957,6 +957,11 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(err)
 	}
 	text := string(sql)
+	if ss.routes {
+		if err := ss.srv.fencedIn(text); err != nil {
+			return ss.queryError(err) // a table whose rows are moving (fence.go)
+		}
+	}
 	ctext := text
 	if ss.scsOff && strings.IndexByte(text, '\\') >= 0 {
 		// A backslash escapes in a plain string under this setting: the

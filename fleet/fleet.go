@@ -9,6 +9,7 @@
 package fleet
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -47,9 +48,12 @@ type meta struct {
 
 // Messages between members: a version byte, a type byte, the payload.
 const (
-	msgVersion = 1
-	msgCatalog = 'c' // payload: the version, int64
-	msgCancel  = 'x' // payload: pid uint32, secret 4 bytes
+	msgVersion  = 1
+	msgCatalog  = 'c' // payload: the version, int64
+	msgCancel   = 'x' // payload: pid uint32, secret 4 bytes
+	msgFence    = 'f' // payload: id uint64, lease ms uint32, sender name (len uint16), table
+	msgFenceAck = 'k' // payload: id uint64, the acknowledging member's name
+	msgUnfence  = 'u' // payload: table
 )
 
 // Config is a member's configuration.
@@ -71,6 +75,12 @@ type Config struct {
 	OnCatalog func(version int64)
 	// OnCancel is called with a cancel request forwarded by a member.
 	OnCancel func(pid uint32, secret []byte)
+	// OnFence is called (before the fence is acknowledged) when a member
+	// is about to move a table's rows: statements on it are to be refused
+	// until this member's catalog has the table, for lease at most;
+	// OnUnfence when the member gave the move up.
+	OnFence   func(table string, lease time.Duration)
+	OnUnfence func(table string)
 	// Local: loopback timings (faster failure detection), for tests and
 	// the demo.
 	Local  bool
@@ -86,6 +96,14 @@ type Fleet struct {
 	dropped atomic.Int64 // undecodable messages and metadata
 	sent    atomic.Int64 // messages sent
 	left    sync.Once
+	fences  map[uint64]*fenceWait // by id, under mu
+	nextID  atomic.Uint64
+}
+
+// fenceWait is a Fence waiting for the members' acknowledgements.
+type fenceWait struct {
+	want map[string]bool // members not acknowledged yet
+	done chan struct{}   // closed when want is empty
 }
 
 // Start joins the fleet (or starts one when Join is empty or none of its
@@ -256,6 +274,120 @@ func (f *Fleet) toOthers(want func(*memberlist.Node) bool, msg []byte) int {
 	return sent
 }
 
+// Fence asks every other live member to refuse statements on table (its
+// name as the statement may write it: the relation name alone will do)
+// until it holds a catalog that has the table, or for lease, and waits
+// until each has confirmed, or has left the fleet. A member that neither
+// confirms nor leaves before ctx ends fails the fence: the caller must not
+// move the table's rows then (and should Unfence).
+func (f *Fleet) Fence(ctx context.Context, table string, lease time.Duration) error {
+	id := f.nextID.Add(1)
+	self := f.ml.LocalNode().Name
+	msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFence}, id)
+	msg = binary.BigEndian.AppendUint32(msg, uint32(lease/time.Millisecond))
+	msg = binary.BigEndian.AppendUint16(msg, uint16(len(self)))
+	msg = append(append(msg, self...), table...)
+	w := &fenceWait{want: map[string]bool{}, done: make(chan struct{})}
+	for _, n := range f.ml.Members() {
+		if n.Name != self {
+			w.want[n.Name] = true
+		}
+	}
+	if len(w.want) == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	if f.fences == nil {
+		f.fences = map[uint64]*fenceWait{}
+	}
+	f.fences[id] = w
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.fences, id)
+		f.mu.Unlock()
+	}()
+	f.toOthers(func(n *memberlist.Node) bool { return true }, msg)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.done:
+			return nil
+		case <-tick.C:
+			// A member that left (or was found dead) is not waited for.
+			alive := map[string]bool{}
+			for _, n := range f.ml.Members() {
+				alive[n.Name] = true
+			}
+			f.mu.Lock()
+			for name := range w.want {
+				if !alive[name] {
+					delete(w.want, name)
+				}
+			}
+			empty := len(w.want) == 0
+			f.mu.Unlock()
+			if empty {
+				return nil
+			}
+		case <-ctx.Done():
+			f.mu.Lock()
+			var missing []string
+			for name := range w.want {
+				missing = append(missing, name)
+			}
+			f.mu.Unlock()
+			return fmt.Errorf("coordinators %v of the fleet did not confirm within the time allowed", missing)
+		}
+	}
+}
+
+// Unfence lifts a fence of table on every other member (the move was
+// given up).
+func (f *Fleet) Unfence(table string) {
+	f.toOthers(func(*memberlist.Node) bool { return true }, append([]byte{msgVersion, msgUnfence}, table...))
+}
+
+// fenced handles a member's fence: OnFence, then the acknowledgement.
+func (f *Fleet) fenced(p []byte) {
+	if len(p) < 14 {
+		f.dropped.Add(1)
+		return
+	}
+	id, lease := binary.BigEndian.Uint64(p), time.Duration(binary.BigEndian.Uint32(p[8:]))*time.Millisecond
+	nl := int(binary.BigEndian.Uint16(p[12:]))
+	if len(p) < 14+nl {
+		f.dropped.Add(1)
+		return
+	}
+	sender, table := string(p[14:14+nl]), string(p[14+nl:])
+	if f.cfg.OnFence != nil {
+		f.cfg.OnFence(table, lease)
+	}
+	self := f.ml.LocalNode().Name
+	ack := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFenceAck}, id)
+	ack = append(ack, self...)
+	go f.toOthers(func(n *memberlist.Node) bool { return n.Name == sender }, ack)
+}
+
+// acked handles a member's acknowledgement of a fence.
+func (f *Fleet) acked(p []byte) {
+	if len(p) < 8 {
+		f.dropped.Add(1)
+		return
+	}
+	id, name := binary.BigEndian.Uint64(p), string(p[8:])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w := f.fences[id]; w != nil && w.want[name] {
+		delete(w.want, name)
+		if len(w.want) == 0 {
+			close(w.done)
+		}
+	}
+}
+
 // Leave tells the fleet this member is going, then stops gossip (once).
 func (f *Fleet) Leave(timeout time.Duration) {
 	f.left.Do(func() {
@@ -284,6 +416,14 @@ func (f *Fleet) handle(b []byte) {
 		}
 		if f.cfg.OnCancel != nil {
 			f.cfg.OnCancel(binary.BigEndian.Uint32(p), append([]byte(nil), p[4:]...))
+		}
+	case msgFence:
+		f.fenced(p)
+	case msgFenceAck:
+		f.acked(p)
+	case msgUnfence:
+		if f.cfg.OnUnfence != nil {
+			f.cfg.OnUnfence(string(p))
 		}
 	default:
 		f.dropped.Add(1)

@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,8 @@ type node struct {
 	mu      sync.Mutex
 	catalog []int64
 	cancels []string
+	fences  []string
+	hold    chan struct{} // when set, OnFence waits for it to close
 }
 
 func (n *node) seen() ([]int64, []string) {
@@ -31,6 +35,20 @@ func start(t *testing.T, i int, join []string) *node {
 		OnCancel: func(pid uint32, secret []byte) {
 			n.mu.Lock()
 			n.cancels = append(n.cancels, fmt.Sprintf("%d/%x", pid, secret))
+			n.mu.Unlock()
+		},
+		OnFence: func(table string, lease time.Duration) {
+			n.mu.Lock()
+			n.fences = append(n.fences, fmt.Sprintf("+%s/%v", table, lease))
+			hold := n.hold
+			n.mu.Unlock()
+			if hold != nil {
+				<-hold
+			}
+		},
+		OnUnfence: func(table string) {
+			n.mu.Lock()
+			n.fences = append(n.fences, "-"+table)
 			n.mu.Unlock()
 		}})
 	if err != nil {
@@ -96,12 +114,38 @@ func TestFleet(t *testing.T) {
 		t.Errorf("b got c's cancel: %v", x)
 	}
 
+	// A fence: every other member has it before Fence returns.
+	if err := a.f.Fence(context.Background(), "accounts", 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*node{b, c} {
+		n.mu.Lock()
+		got := slices.Clone(n.fences)
+		n.mu.Unlock()
+		if !slices.Equal(got, []string{"+accounts/15s"}) {
+			t.Errorf("fences seen: %v, want [+accounts/15s]", got)
+		}
+	}
+	a.f.Unfence("accounts")
+	eventually(t, "unfenced", func() bool { n := b; n.mu.Lock(); defer n.mu.Unlock(); return slices.Contains(n.fences, "-accounts") })
+	// A member that does not confirm in time fails the fence.
+	b.mu.Lock()
+	b.hold = make(chan struct{})
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := a.f.Fence(ctx, "branches", time.Second)
+	cancel()
+	close(b.hold)
+	if err == nil || !strings.Contains(err.Error(), "c2") {
+		t.Errorf("fence with c2 not confirming: %v, want an error naming c2", err)
+	}
+
 	// Undecodable messages are dropped and counted, not acted on.
-	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}} {
+	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}, {msgVersion, msgFence, 1, 2}, {msgVersion, msgFenceAck}} {
 		c.f.handle(m)
 	}
-	if got := c.f.Dropped(); got != 4 {
-		t.Errorf("dropped %d, want 4", got)
+	if got := c.f.Dropped(); got != 6 {
+		t.Errorf("dropped %d, want 6", got)
 	}
 
 	// A member that leaves is gone from the others' lists.
