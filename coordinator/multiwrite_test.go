@@ -386,18 +386,27 @@ func TestCancelWriteOverWorkers(t *testing.T) {
 			}
 			errc <- err
 		}()
-		time.Sleep(300 * time.Millisecond) // waiting for the lock
-		if err := c.PgConn().CancelRequest(ctx); err != nil {
-			t.Fatal(err)
-		}
+		// Sent again every half second: one that comes before the write
+		// reached its workers cancels nothing, as on PostgreSQL.
 		var err2 error
-		select {
-		case err2 = <-errc:
-		case <-time.After(10 * time.Second):
-			exec(t, w, "ROLLBACK")
-			<-errc
-			t.Fatalf("%s: not cancelled", q.sql)
+		tick := time.NewTicker(500 * time.Millisecond)
+		timeout := time.After(10 * time.Second)
+	wait:
+		for {
+			select {
+			case err2 = <-errc:
+				break wait
+			case <-tick.C:
+				if err := c.PgConn().CancelRequest(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case <-timeout:
+				exec(t, w, "ROLLBACK")
+				<-errc
+				t.Fatalf("%s: not cancelled", q.sql)
+			}
 		}
+		tick.Stop()
 		exec(t, w, "ROLLBACK")
 		if sqlState(err2) != "57014" {
 			t.Errorf("%s: %v, want 57014", q.sql, err2)
