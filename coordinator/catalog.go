@@ -120,7 +120,6 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 			break
 		}
 	}
-	s.liftFences(snap)
 	s.plans.reset()
 	s.scatter.reset()
 	active := int32(0)
@@ -171,19 +170,29 @@ func (s *Server) watchCatalog(stop <-chan struct{}) {
 }
 
 // refreshCatalog reloads the snapshot if the durable version is newer.
-func (s *Server) refreshCatalog(ctx context.Context) {
+func (s *Server) refreshCatalog(ctx context.Context) { _ = s.reloadCatalog(ctx) }
+
+// reloadCatalog is refreshCatalog that says whether the catalog could be
+// read (then this coordinator holds the durable version, or a newer one).
+func (s *Server) reloadCatalog(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	v, err := s.store.Version(ctx)
-	if err != nil || v == s.catalog.Load().Version {
-		return
+	if err != nil {
+		return err
 	}
-	if snap, err := s.store.Load(ctx); err == nil {
-		s.setCatalog(snap)
-		if f := s.fleet.Load(); f != nil {
-			f.Held(snap.Version)
-		}
+	if v == s.catalog.Load().Version {
+		return nil
 	}
+	snap, err := s.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	s.setCatalog(snap)
+	if f := s.fleet.Load(); f != nil {
+		f.Held(snap.Version)
+	}
+	return nil
 }
 
 // planCache maps statement text to its plan and the catalog version it was

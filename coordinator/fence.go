@@ -2,13 +2,14 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
-	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -18,21 +19,27 @@ import (
 // read that emptied table and answer no rows. So before the move the
 // coordinator that makes it fences the table on every member of the fleet
 // (fleet.Fence, waiting for each to confirm): a member refuses statements
-// that may name it, with 40001, until its catalog has the table (the
-// move's own catalog change, pushed to it), until the move is given up
-// (fleet.Unfence), or until the fence's lease runs out (the mover renews
-// it while the move runs; a mover that died leaves a fence that lapses).
-// A member that does not confirm in time stops the move before it starts.
+// that may name it, with 40001, until the mover says the move is done
+// (fleet.Unfence; the member reloads the catalog first) or given up, or
+// until the fence's lease runs out (the mover renews it while the move
+// runs; a mover that died leaves a fence that lapses). Each fence has a
+// token of its mover's: two movers of one table (one of which fails on
+// the other's work) lift only their own. A member that does not confirm
+// in time stops the move before it starts.
 
 // fenceLease is how long a fence holds unless renewed; the mover renews it
 // every fenceLease/3.
 const fenceLease = 30 * time.Second
 
+// fenceGrace is how long a mover waits after every member confirmed its
+// fence before the rows move.
+const fenceGrace = 100 * time.Millisecond
+
 // fences are the tables fenced on this coordinator, by relation name
-// (lower case) with the end of their lease.
+// (lower case), each with its movers' tokens and their leases' ends.
 type fences struct {
 	mu    sync.Mutex
-	until map[string]time.Time
+	until map[string]map[uint64]time.Time
 	n     atomic.Int32 // len(until): the fast path reads only this
 }
 
@@ -46,39 +53,48 @@ func relName(table string) string {
 	return strings.ToLower(strings.Trim(table, `"`))
 }
 
-// fence refuses statements that may name table for lease.
-func (s *Server) fence(table string, lease time.Duration) {
+// fence refuses statements that may name table for lease (token: the
+// mover's).
+func (s *Server) fence(table string, token uint64, lease time.Duration) {
 	f := &s.fences
+	rel := relName(table)
 	f.mu.Lock()
 	if f.until == nil {
-		f.until = map[string]time.Time{}
+		f.until = map[string]map[uint64]time.Time{}
 	}
-	f.until[relName(table)] = time.Now().Add(lease)
+	if f.until[rel] == nil {
+		f.until[rel] = map[uint64]time.Time{}
+	}
+	f.until[rel][token] = time.Now().Add(lease)
 	f.n.Store(int32(len(f.until)))
 	f.mu.Unlock()
 }
 
-// unfence lifts table's fence.
-func (s *Server) unfence(table string) {
+// unfence lifts the fence token of table.
+func (s *Server) unfence(table string, token uint64) {
 	f := &s.fences
+	rel := relName(table)
 	f.mu.Lock()
-	delete(f.until, relName(table))
+	if m := f.until[rel]; m != nil {
+		delete(m, token)
+		if len(m) == 0 {
+			delete(f.until, rel)
+		}
+	}
 	f.n.Store(int32(len(f.until)))
 	f.mu.Unlock()
 }
 
-// liftFences lifts the fences of the tables snap has: their move is done.
-func (s *Server) liftFences(snap *metadata.Snapshot) {
-	f := &s.fences
-	if f.n.Load() == 0 {
-		return
-	}
-	f.mu.Lock()
-	for _, t := range snap.Tables {
-		delete(f.until, relName(t.Name))
-	}
-	f.n.Store(int32(len(f.until)))
-	f.mu.Unlock()
+// unfenced is a member's word that a fence is over: after a move that
+// committed, once this coordinator has the new catalog (if it cannot read
+// it, the fence stays until its lease lapses: the poll reloads by then).
+func (s *Server) unfenced(table string, token uint64, done bool) {
+	go func() {
+		if done && s.reloadCatalog(context.Background()) != nil {
+			return
+		}
+		s.unfence(table, token)
+	}()
 }
 
 // fencedIn refuses a statement to run on the default node that may name
@@ -91,43 +107,51 @@ func (s *Server) fencedIn(sql string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	for rel, until := range f.until {
-		if now.After(until) {
+	for rel, tokens := range f.until {
+		for token, until := range tokens {
+			if now.After(until) {
+				delete(tokens, token)
+			}
+		}
+		if len(tokens) == 0 {
 			delete(f.until, rel)
 			f.n.Store(int32(len(f.until)))
 			continue
 		}
 		if planner.ContainsFold(sql, rel) || planner.ContainsFold(sql, "u&") {
 			return pgerr.New("40001", "table %s is being distributed through a coordinator of the fleet", rel).
-				WithHint("Retry the statement: it runs on the table's new placement once this coordinator has the new catalog (milliseconds).")
+				WithHint("Retry the statement: it runs on the table's new placement once the move is done (milliseconds after it commits).")
 		}
 	}
 	return nil
 }
 
 // fenceFleet fences table here and on every other member of the fleet
-// before its rows move; release ends it: after a move that failed (done
-// false) the fences are lifted at once, after one that succeeded they go
-// as each coordinator loads the new catalog.
+// before its rows move; release ends it, after the move's catalog change
+// is installed here (done) or after a move that failed.
 func (s *Server) fenceFleet(ctx context.Context, table string) (release func(done bool), err error) {
-	s.fence(table, fenceLease)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	token := binary.BigEndian.Uint64(b[:])
+	s.fence(table, token, fenceLease)
 	f := s.fleet.Load()
 	if f == nil {
-		return func(done bool) {
-			if !done {
-				s.unfence(table)
-			}
-		}, nil
+		return func(bool) { s.unfence(table, token) }, nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = f.Fence(fctx, table, fenceLease)
+	err = f.Fence(fctx, table, token, fenceLease)
 	cancel()
 	if err != nil {
-		s.unfence(table)
-		f.Unfence(table)
+		s.unfence(table, token)
+		f.Unfence(table, token, false)
 		return nil, pgerr.New("55000", "cannot fence table %s on every coordinator of the fleet before moving its rows: %v; nothing changed", table, err).
 			WithHint("Retry once every coordinator answers (one that died leaves the fleet after failure detection).")
 	}
+	// A statement that passed a member's fence check just before the
+	// fence came may still be on its way to the default node (waiting for
+	// a pooled connection, say): give it a moment to read the rows where
+	// they are. (Not a guarantee: see docs/architecture.md.)
+	time.Sleep(fenceGrace)
 	stop := make(chan struct{})
 	go func() {
 		t := time.NewTicker(fenceLease / 3)
@@ -138,16 +162,14 @@ func (s *Server) fenceFleet(ctx context.Context, table string) (release func(don
 				return
 			case <-t.C:
 				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = f.Fence(rctx, table, fenceLease)
+				_ = f.Fence(rctx, table, token, fenceLease)
 				rcancel()
 			}
 		}
 	}()
 	return func(done bool) {
 		close(stop)
-		if !done {
-			s.unfence(table)
-			f.Unfence(table)
-		}
+		s.unfence(table, token)
+		f.Unfence(table, token, done)
 	}, nil
 }

@@ -3,13 +3,11 @@ package coordinator
 import (
 	"testing"
 	"time"
-
-	"github.com/pgfleet/pgfleet/metadata"
 )
 
 // TestFences: a fenced table's statements are refused (by name, ignoring
-// case and schema) until the catalog has the table, the fence is lifted or
-// its lease lapses; other statements run.
+// case and schema) until every mover that fenced it lifted its own fence
+// or its lease lapsed; other statements run.
 func TestFences(t *testing.T) {
 	s := &Server{}
 	state := func(sql string) string {
@@ -21,7 +19,7 @@ func TestFences(t *testing.T) {
 	if got := state("SELECT * FROM accounts"); got != "" {
 		t.Errorf("no fence: %s", got)
 	}
-	s.fence(`public."Accounts"`, time.Hour)
+	s.fence(`public."Accounts"`, 1, time.Hour)
 	for sql, want := range map[string]string{
 		"SELECT count(*) FROM ACCOUNTS":   "40001",
 		"select * from public.accounts a": "40001",
@@ -32,22 +30,21 @@ func TestFences(t *testing.T) {
 			t.Errorf("%s: %q, want %q", sql, got, want)
 		}
 	}
-	s.liftFences(&metadata.Snapshot{Tables: map[string]*metadata.Table{"public.branches": {Name: "public.branches"}}})
+	// A second mover of the same table (which will fail on the first's
+	// work) lifts only its own fence (found by an adversary: it lifted
+	// the winner's, and readers counted 0 rows).
+	s.fence("accounts", 2, time.Hour)
+	s.unfence("accounts", 2)
 	if got := state("SELECT * FROM accounts"); got != "40001" {
-		t.Errorf("another table's move lifted the fence: %q", got)
+		t.Errorf("another mover's unfence lifted the fence: %q", got)
 	}
-	s.liftFences(&metadata.Snapshot{Tables: map[string]*metadata.Table{`public."Accounts"`: {Name: `public."Accounts"`}}})
+	s.unfence("public.accounts", 1)
 	if got := state("SELECT * FROM accounts"); got != "" {
-		t.Errorf("the catalog has the table, the fence stays: %q", got)
+		t.Errorf("every mover unfenced, still refused: %q", got)
 	}
-	s.fence("accounts", 20*time.Millisecond)
+	s.fence("accounts", 3, 20*time.Millisecond)
 	time.Sleep(30 * time.Millisecond)
 	if got := state("SELECT * FROM accounts"); got != "" {
 		t.Errorf("a lapsed fence still refuses: %q", got)
-	}
-	s.fence("accounts", time.Hour)
-	s.unfence("public.accounts")
-	if got := state("SELECT * FROM accounts"); got != "" {
-		t.Errorf("an unfenced table is refused: %q", got)
 	}
 }

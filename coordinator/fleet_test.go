@@ -80,6 +80,7 @@ func TestFleetCatalogPush(t *testing.T) {
 					var n int
 					if err := rc.QueryRow(ctx, "SELECT count(*) FROM "+tb, simple).Scan(&n); err != nil {
 						r.codes[sqlState(err)]++
+						time.Sleep(time.Millisecond) // a client retrying, not spinning
 						continue
 					}
 					r.counts[n]++
@@ -89,12 +90,24 @@ func TestFleetCatalogPush(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		exec(t, ca, "SELECT create_distributed_table('"+tb+"', 'id', shard_count => 4)", simple)
 		done := time.Now()
-		for _, s := range []*coordinator.Server{b, c} {
-			for s.CatalogVersion() != a.CatalogVersion() {
-				if time.Since(done) > 10*time.Second {
-					t.Fatalf("round %d: %s holds catalog %d, %s %d: not pushed", round, s.Addr(), s.CatalogVersion(), a.Addr(), a.CatalogVersion())
+		// Routable through b and c: the new catalog pushed and the fence
+		// lifted (a routed read no longer gets 40001).
+		for _, conn := range []*pgx.Conn{cb, cc} {
+			for {
+				var n int
+				err := conn.QueryRow(ctx, "SELECT count(*) FROM "+tb+" WHERE id = 1000", simple).Scan(&n)
+				if err == nil && n == 1 {
+					break
+				}
+				if sqlState(err) != "40001" || time.Since(done) > 10*time.Second {
+					t.Fatalf("round %d: a routed read through another coordinator: %d, %v", round, n, err)
 				}
 				time.Sleep(time.Millisecond)
+			}
+		}
+		for _, s := range []*coordinator.Server{b, c} {
+			if s.CatalogVersion() != a.CatalogVersion() {
+				t.Fatalf("round %d: %s holds catalog %d, %s %d", round, s.Addr(), s.CatalogVersion(), a.Addr(), a.CatalogVersion())
 			}
 		}
 		delays = append(delays, time.Since(done))

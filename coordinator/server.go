@@ -421,7 +421,7 @@ func (s *Server) Start() error {
 		f, err := fleet.Start(fleet.Config{Bind: s.cfg.Gossip, Advertise: s.cfg.GossipAdvertise, Join: s.cfg.Join,
 			SQL: sql, Metrics: s.metricsAddr, Catalog: s.catalog.Load().Version, Local: isLoopback(net.JoinHostPort(host, "0")),
 			OnCatalog: s.kickCatalog, OnCancel: func(pid uint32, secret []byte) { s.cancelHere(pid, secret) },
-			OnFence: s.fence, OnUnfence: s.unfence, Logger: s.log})
+			OnFence: s.fence, OnUnfence: s.unfenced, Logger: s.log})
 		if err != nil {
 			ln.Close()
 			s.closeCatalog()

@@ -51,9 +51,9 @@ const (
 	msgVersion  = 1
 	msgCatalog  = 'c' // payload: the version, int64
 	msgCancel   = 'x' // payload: pid uint32, secret 4 bytes
-	msgFence    = 'f' // payload: id uint64, lease ms uint32, sender name (len uint16), table
+	msgFence    = 'f' // payload: id uint64, token uint64, lease ms uint32, sender name (len uint16), table
 	msgFenceAck = 'k' // payload: id uint64, the acknowledging member's name
-	msgUnfence  = 'u' // payload: table
+	msgUnfence  = 'u' // payload: token uint64, done byte, table
 )
 
 // Config is a member's configuration.
@@ -77,10 +77,11 @@ type Config struct {
 	OnCancel func(pid uint32, secret []byte)
 	// OnFence is called (before the fence is acknowledged) when a member
 	// is about to move a table's rows: statements on it are to be refused
-	// until this member's catalog has the table, for lease at most;
-	// OnUnfence when the member gave the move up.
-	OnFence   func(table string, lease time.Duration)
-	OnUnfence func(table string)
+	// until OnUnfence with the same token (done: the move committed, and
+	// the catalog is to be reloaded first; else it was given up), for
+	// lease at most (the mover renews it).
+	OnFence   func(table string, token uint64, lease time.Duration)
+	OnUnfence func(table string, token uint64, done bool)
 	// Local: loopback timings (faster failure detection), for tests and
 	// the demo.
 	Local  bool
@@ -280,10 +281,11 @@ func (f *Fleet) toOthers(want func(*memberlist.Node) bool, msg []byte) int {
 // until each has confirmed, or has left the fleet. A member that neither
 // confirms nor leaves before ctx ends fails the fence: the caller must not
 // move the table's rows then (and should Unfence).
-func (f *Fleet) Fence(ctx context.Context, table string, lease time.Duration) error {
+func (f *Fleet) Fence(ctx context.Context, table string, token uint64, lease time.Duration) error {
 	id := f.nextID.Add(1)
 	self := f.ml.LocalNode().Name
 	msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFence}, id)
+	msg = binary.BigEndian.AppendUint64(msg, token)
 	msg = binary.BigEndian.AppendUint32(msg, uint32(lease/time.Millisecond))
 	msg = binary.BigEndian.AppendUint16(msg, uint16(len(self)))
 	msg = append(append(msg, self...), table...)
@@ -343,27 +345,34 @@ func (f *Fleet) Fence(ctx context.Context, table string, lease time.Duration) er
 	}
 }
 
-// Unfence lifts a fence of table on every other member (the move was
-// given up).
-func (f *Fleet) Unfence(table string) {
-	f.toOthers(func(*memberlist.Node) bool { return true }, append([]byte{msgVersion, msgUnfence}, table...))
+// Unfence lifts the fence token of table on every other member: the move
+// is done (they reload the catalog first) or was given up.
+func (f *Fleet) Unfence(table string, token uint64, done bool) {
+	msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgUnfence}, token)
+	b := byte(0)
+	if done {
+		b = 1
+	}
+	msg = append(append(msg, b), table...)
+	f.toOthers(func(*memberlist.Node) bool { return true }, msg)
 }
 
 // fenced handles a member's fence: OnFence, then the acknowledgement.
 func (f *Fleet) fenced(p []byte) {
-	if len(p) < 14 {
+	if len(p) < 22 {
 		f.dropped.Add(1)
 		return
 	}
-	id, lease := binary.BigEndian.Uint64(p), time.Duration(binary.BigEndian.Uint32(p[8:]))*time.Millisecond
-	nl := int(binary.BigEndian.Uint16(p[12:]))
-	if len(p) < 14+nl {
+	id, token := binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])
+	lease := time.Duration(binary.BigEndian.Uint32(p[16:])) * time.Millisecond
+	nl := int(binary.BigEndian.Uint16(p[20:]))
+	if len(p) < 22+nl {
 		f.dropped.Add(1)
 		return
 	}
-	sender, table := string(p[14:14+nl]), string(p[14+nl:])
+	sender, table := string(p[22:22+nl]), string(p[22+nl:])
 	if f.cfg.OnFence != nil {
-		f.cfg.OnFence(table, lease)
+		f.cfg.OnFence(table, token, lease)
 	}
 	self := f.ml.LocalNode().Name
 	ack := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFenceAck}, id)
@@ -422,8 +431,12 @@ func (f *Fleet) handle(b []byte) {
 	case msgFenceAck:
 		f.acked(p)
 	case msgUnfence:
+		if len(p) < 9 {
+			f.dropped.Add(1)
+			return
+		}
 		if f.cfg.OnUnfence != nil {
-			f.cfg.OnUnfence(string(p))
+			f.cfg.OnUnfence(string(p[9:]), binary.BigEndian.Uint64(p), p[8] == 1)
 		}
 	default:
 		f.dropped.Add(1)

@@ -37,18 +37,18 @@ func start(t *testing.T, i int, join []string) *node {
 			n.cancels = append(n.cancels, fmt.Sprintf("%d/%x", pid, secret))
 			n.mu.Unlock()
 		},
-		OnFence: func(table string, lease time.Duration) {
+		OnFence: func(table string, token uint64, lease time.Duration) {
 			n.mu.Lock()
-			n.fences = append(n.fences, fmt.Sprintf("+%s/%v", table, lease))
+			n.fences = append(n.fences, fmt.Sprintf("+%s/%d/%v", table, token, lease))
 			hold := n.hold
 			n.mu.Unlock()
 			if hold != nil {
 				<-hold
 			}
 		},
-		OnUnfence: func(table string) {
+		OnUnfence: func(table string, token uint64, done bool) {
 			n.mu.Lock()
-			n.fences = append(n.fences, "-"+table)
+			n.fences = append(n.fences, fmt.Sprintf("-%s/%d/%v", table, token, done))
 			n.mu.Unlock()
 		}})
 	if err != nil {
@@ -115,25 +115,25 @@ func TestFleet(t *testing.T) {
 	}
 
 	// A fence: every other member has it before Fence returns.
-	if err := a.f.Fence(context.Background(), "accounts", 15*time.Second); err != nil {
+	if err := a.f.Fence(context.Background(), "accounts", 7, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []*node{b, c} {
 		n.mu.Lock()
 		got := slices.Clone(n.fences)
 		n.mu.Unlock()
-		if !slices.Equal(got, []string{"+accounts/15s"}) {
-			t.Errorf("fences seen: %v, want [+accounts/15s]", got)
+		if !slices.Equal(got, []string{"+accounts/7/15s"}) {
+			t.Errorf("fences seen: %v, want [+accounts/7/15s]", got)
 		}
 	}
-	a.f.Unfence("accounts")
-	eventually(t, "unfenced", func() bool { n := b; n.mu.Lock(); defer n.mu.Unlock(); return slices.Contains(n.fences, "-accounts") })
+	a.f.Unfence("accounts", 7, true)
+	eventually(t, "unfenced", func() bool { n := b; n.mu.Lock(); defer n.mu.Unlock(); return slices.Contains(n.fences, "-accounts/7/true") })
 	// A member that does not confirm in time fails the fence.
 	b.mu.Lock()
 	b.hold = make(chan struct{})
 	b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err := a.f.Fence(ctx, "branches", time.Second)
+	err := a.f.Fence(ctx, "branches", 8, time.Second)
 	cancel()
 	close(b.hold)
 	if err == nil || !strings.Contains(err.Error(), "c2") {
@@ -141,11 +141,11 @@ func TestFleet(t *testing.T) {
 	}
 
 	// Undecodable messages are dropped and counted, not acted on.
-	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}, {msgVersion, msgFence, 1, 2}, {msgVersion, msgFenceAck}} {
+	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}, {msgVersion, msgFence, 1, 2}, {msgVersion, msgFenceAck}, {msgVersion, msgUnfence, 1}} {
 		c.f.handle(m)
 	}
-	if got := c.f.Dropped(); got != 6 {
-		t.Errorf("dropped %d, want 6", got)
+	if got := c.f.Dropped(); got != 7 {
+		t.Errorf("dropped %d, want 7", got)
 	}
 
 	// A member that leaves is gone from the others' lists.
