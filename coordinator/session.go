@@ -2174,6 +2174,12 @@ func (ss *session) drain() error {
 			}
 		case '1':
 			if e.term == tParse {
+				if e.stmt != nil {
+					e.stmt.prepared.Store(true)
+				}
+				if e.clientStm != nil {
+					e.clientStm.prepared.Store(true)
+				}
 				ss.qhead++
 			}
 		case '2':
@@ -2271,7 +2277,14 @@ func (ss *session) undo(e *expect) {
 	if e.evicted != "" {
 		ss.sc.Stmts.Restore(e.evicted)
 	}
-	if e.clientStm != nil && ss.stmts[e.client] == e.clientStm {
+	if e.clientStm != nil && !e.clientStm.prepared.Load() && ss.stmts[e.client] == e.clientStm {
+		// Its first Parse on a worker failed: on PostgreSQL the client's
+		// Parse would have. One that a worker prepared before (itself, on
+		// the default node, or a shard statement of it) stays: a shard
+		// missing for a moment, during a move, fails its Parse there, and
+		// the client's statement lives on, as PostgreSQL's does when its
+		// table changes (found by an adversary: every later Bind got
+		// 26000).
 		delete(ss.stmts, e.client)
 	}
 	if e.undo {

@@ -35,6 +35,10 @@ type Statement struct {
 	// client was given for the statement (the types PostgreSQL fixed for
 	// it, which clients encode their values by).
 	paramDesc atomic.Pointer[[]uint32]
+	// prepared: a worker prepared it, or a shard statement of it, once; a
+	// later failure of a shard statement's Parse does not undo the
+	// client's statement.
+	prepared atomic.Bool
 }
 
 // stmtDesc is a statement's result description as clients were told it
