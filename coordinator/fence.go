@@ -173,3 +173,41 @@ func (s *Server) fenceFleet(ctx context.Context, table string) (release func(don
 		f.Unfence(table, token, done)
 	}, nil
 }
+
+// noteTxnStart keeps the catalog as it was when the session's transaction
+// block ran its first statement (before that statement: the catalog may
+// only be older than the statement's snapshot, never newer).
+func (ss *session) noteTxnStart() {
+	switch {
+	case !ss.inTxn():
+		ss.txSnap = nil
+	case ss.txSnap == nil:
+		ss.txSnap = ss.srv.catalog.Load()
+	}
+}
+
+// txnCatalogCheck refuses, in a transaction block, a statement on a table
+// whose rows moved (distributed, made a reference table) after the block's
+// first statement: under REPEATABLE READ or SERIALIZABLE its snapshot
+// would not see the rows in their new place, where PostgreSQL's would see
+// them in the table (found by an adversary: single-row reads found no
+// row). Under READ COMMITTED it would; it is refused there too, as the
+// coordinator does not know the level for sure, and 40001 is safe to retry.
+func (ss *session) txnCatalogCheck(p *planner.Plan) error {
+	old := ss.txSnap
+	if old == nil || p.Kind == planner.Default {
+		return nil
+	}
+	cur := ss.srv.catalog.Load()
+	if cur == old || cur.Version == old.Version {
+		return nil
+	}
+	for _, t := range p.Tables {
+		now, then := cur.Shards[t], old.Shards[t]
+		if len(now) > 0 && (len(then) == 0 || then[0].ID != now[0].ID) {
+			return pgerr.New("40001", "table %s was distributed after this transaction began; its rows are not where the transaction's snapshot would see them", t).
+				WithHint("Retry the transaction.")
+		}
+	}
+	return nil
+}

@@ -478,6 +478,10 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 		return nil, 0, params, err
 	}
 	p := sp.plan
+	ss.noteTxnStart()
+	if err := ss.txnCatalogCheck(p); err != nil {
+		return nil, 0, params, err
+	}
 	if p.Kind == planner.Default {
 		if err := ss.srv.fencedIn(st.Query); err != nil && ss.routes {
 			return nil, 0, params, err // a table whose rows are moving (fence.go)

@@ -22,6 +22,7 @@ import (
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -122,7 +123,11 @@ type session struct {
 	// runs on through pgx (nodeConns: multi-shard and reference writes,
 	// COPY, the Citus functions), which a cancel request reaches too;
 	// under cancelMu.
-	writeConns   map[int32]*pgx.Conn
+	writeConns map[int32]*pgx.Conn
+	// txSnap is the catalog when the session's transaction block ran its
+	// first statement (nil outside blocks): a table distributed since then
+	// is refused in the block (txnCatalogCheck).
+	txSnap       *metadata.Snapshot
 	qbuf         []byte // a rewritten Query body
 	routes       bool   // the session's database is the one the catalog describes
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)
@@ -957,6 +962,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(err)
 	}
 	text := string(sql)
+	ss.noteTxnStart()
 	if ss.routes {
 		if err := ss.srv.fencedIn(text); err != nil {
 			return ss.queryError(err) // a table whose rows are moving (fence.go)
@@ -1091,6 +1097,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if p.Kind == planner.Default {
 		node = ss.homeNode(text)
+	}
+	if err := ss.txnCatalogCheck(p); err != nil {
+		return ss.queryError(err)
 	}
 	switch p.Kind {
 	case planner.Function:

@@ -73,3 +73,57 @@ func TestStatementOutlivesMissingShard(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnBeganBeforeDistribution: a REPEATABLE READ transaction whose
+// snapshot predates a table's distribution gets 40001 for statements on
+// it (its snapshot would not see the rows in their shards: an adversary
+// saw routed reads find no row), keeps working on tables that did not
+// move, and a new transaction sees every row.
+func TestTxnBeganBeforeDistribution(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c, x := connect(t, srv.Addr()), connect(t, srv.Addr())
+	testTable(t, c, "tb_other", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('tb_other', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO tb_other SELECT g, g FROM generate_series(1, 20) g", simple)
+	_, _ = c.Exec(ctx, "SELECT undistribute_table('tb_rr')", simple)
+	exec(t, c, "DROP TABLE IF EXISTS tb_rr", simple)
+	exec(t, c, "CREATE TABLE tb_rr (id int PRIMARY KEY, v int)", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "SELECT undistribute_table('tb_rr')", simple)
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS tb_rr", simple)
+	})
+	exec(t, c, "INSERT INTO tb_rr SELECT g, g FROM generate_series(1, 20) g", simple)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		exec(t, x, "BEGIN ISOLATION LEVEL REPEATABLE READ", simple)
+		exec(t, x, "SELECT 1", simple) // the snapshot
+		exec(t, c, "SELECT create_distributed_table('tb_rr', 'id', shard_count => 4)", simple)
+		for id := 1; id <= 20; id++ {
+			var v int
+			err := x.QueryRow(ctx, "SELECT v FROM tb_rr WHERE id = $1", mode, id).Scan(&v)
+			if sqlState(err) != "40001" {
+				t.Fatalf("mode %v, id %d in a transaction older than the distribution: %d, %v; want 40001", mode, id, v, err)
+			}
+			exec(t, x, "ROLLBACK", simple)
+			exec(t, x, "BEGIN ISOLATION LEVEL REPEATABLE READ", simple)
+			exec(t, x, "SELECT 1", simple)
+			// A new transaction sees the row; a table that did not move
+			// is read as before.
+			if err := x.QueryRow(ctx, "SELECT v FROM tb_rr WHERE id = $1", mode, id).Scan(&v); err != nil || v != id {
+				t.Fatalf("mode %v, id %d in a new transaction: %d, %v", mode, id, v, err)
+			}
+			if err := x.QueryRow(ctx, "SELECT v FROM tb_other WHERE id = $1", mode, id).Scan(&v); err != nil || v != id {
+				t.Fatalf("mode %v, id %d of a table that did not move: %d, %v", mode, id, v, err)
+			}
+			exec(t, x, "COMMIT", simple)
+			if id < 20 {
+				exec(t, x, "BEGIN ISOLATION LEVEL REPEATABLE READ", simple)
+				exec(t, x, "SELECT 1", simple)
+				exec(t, c, "SELECT undistribute_table('tb_rr')", simple)
+				exec(t, c, "SELECT create_distributed_table('tb_rr', 'id', shard_count => 4)", simple)
+			}
+		}
+		exec(t, c, "SELECT undistribute_table('tb_rr')", simple)
+	}
+}
