@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 )
@@ -369,37 +370,11 @@ func formatCodes(codes []int16) []byte {
 // bindValues splits a Bind's parameter formats and values (the part after
 // the statement name, without the result formats).
 func bindValues(b []byte) (formats []int16, values [][]byte, ok bool) {
-	if len(b) < 2 {
+	bd, err := executor.DecodeBind(b, []byte{0, 0})
+	if err != nil {
 		return nil, nil, false
 	}
-	nf := int(binary.BigEndian.Uint16(b))
-	b = b[2:]
-	if len(b) < 2*nf+2 {
-		return nil, nil, false
-	}
-	for i := 0; i < nf; i++ {
-		formats = append(formats, int16(binary.BigEndian.Uint16(b[2*i:])))
-	}
-	b = b[2*nf:]
-	np := int(binary.BigEndian.Uint16(b))
-	b = b[2:]
-	values = make([][]byte, np)
-	for i := 0; i < np; i++ {
-		if len(b) < 4 {
-			return nil, nil, false
-		}
-		n := int32(binary.BigEndian.Uint32(b))
-		b = b[4:]
-		if n < 0 {
-			continue
-		}
-		if int(n) > len(b) {
-			return nil, nil, false
-		}
-		values[i] = b[:n:n]
-		b = b[n:]
-	}
-	return formats, values, len(b) == 0
+	return bd.Formats, bd.Values, true
 }
 
 // paramOIDs are the parameter types of a Parse's tail (count, then types).

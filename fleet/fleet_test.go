@@ -127,7 +127,12 @@ func TestFleet(t *testing.T) {
 		}
 	}
 	a.f.Unfence("accounts", 7, true)
-	eventually(t, "unfenced", func() bool { n := b; n.mu.Lock(); defer n.mu.Unlock(); return slices.Contains(n.fences, "-accounts/7/true") })
+	eventually(t, "unfenced", func() bool {
+		n := b
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return slices.Contains(n.fences, "-accounts/7/true")
+	})
 	// A member that does not confirm in time fails the fence.
 	b.mu.Lock()
 	b.hold = make(chan struct{})
