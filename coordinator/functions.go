@@ -589,7 +589,7 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 // in every worker for DDL: not pinned, no SET in it, its BEGIN a statement
 // of its own (or not sent yet).
 func (ss *session) canTakeInAll() bool {
-	return ss.pinned == "" && !ss.txSet && len(ss.pending) == 0 && (ss.sc == nil || ss.txBegin != "")
+	return ss.pinned == "" && !ss.txSet && len(ss.pending) == 0 && (ss.sc == nil || ss.begunAlone())
 }
 
 // tableDDLInTxn runs DDL of distributed and reference tables (what

@@ -1717,7 +1717,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.ensureBegun()
-	if ss.txBegin != "" {
+	if ss.begunAlone() {
 		ss.notePortal(string(portal))
 	}
 	if clientSt.cls.seqFn != "" || verify {
@@ -2388,7 +2388,7 @@ func (ss *session) endOfCycle(status byte) {
 	if len(ss.spares) > 0 {
 		ss.dropSpares()
 	}
-	if ss.txBegin != "" && len(ss.parked) == 0 {
+	if ss.begunAlone() && len(ss.parked) == 0 {
 		ss.spanHint = ss.spanHint[:0] // the transaction stayed on one worker
 	}
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk = "", false, false, false

@@ -256,6 +256,31 @@ func TestTransactionChain(t *testing.T) {
 		r.must("COMMIT")
 		check("one worker failed, rollback chain", 103, 100)
 
+		// The chained transaction has the ended one's characteristics,
+		// not those of the defaults its SETs changed: a second worker
+		// taken in after the chain gets the same (difftest seed 54 found
+		// a write refused with 25006 on it after RESET ALL of a startup
+		// default_transaction_read_only; the other way round a write
+		// went through in a READ ONLY transaction).
+		r.must("BEGIN")
+		r.must("UPDATE ch_acc SET n = n + 1 WHERE aid = $1", k1)
+		r.must("SET default_transaction_read_only = on")
+		r.must("COMMIT AND CHAIN")
+		if _, err := r.run("UPDATE ch_acc SET n = n + 1 WHERE aid = $1", k2); err != nil {
+			t.Errorf("%s: write on a second worker in a transaction chained from a read-write one: %v", r.name(), err)
+		}
+		r.must("COMMIT")
+		// The session's default is read only now.
+		r.must("BEGIN")
+		r.must("SELECT n FROM ch_acc WHERE aid = $1", k1)
+		r.must("RESET default_transaction_read_only")
+		r.must("COMMIT AND CHAIN")
+		if _, err := r.run("UPDATE ch_acc SET n = 0 WHERE aid = $1", k2); sqlState(err) != "25006" {
+			t.Errorf("%s: write on a second worker in a transaction chained from a read-only one: %v, want 25006", r.name(), err)
+		}
+		r.must("ROLLBACK")
+		check("chains after SET and RESET of default_transaction_read_only", 101, 101)
+
 		// No worker touched yet (BEGIN deferred).
 		r.must("BEGIN ISOLATION LEVEL SERIALIZABLE")
 		if tag := r.must("COMMIT AND CHAIN"); tag != "COMMIT" || r.status() != 'T' {
@@ -302,6 +327,16 @@ func TestTransactionChainOracle(t *testing.T) {
 		t.Errorf("oracle: isolation after chain of a failed transaction %q", got)
 	}
 	r.must("ROLLBACK")
+	for _, ro := range []string{"on", "off"} {
+		r.must("BEGIN")
+		r.must("SET default_transaction_read_only = " + ro)
+		r.must("COMMIT AND CHAIN")
+		want := map[string]string{"on": "off", "off": "on"}[ro]
+		if got := queryString(t, c, "SHOW transaction_read_only"); got != want {
+			t.Errorf("oracle: transaction_read_only after SET default_transaction_read_only = %s and a chain: %q, want %q", ro, got, want)
+		}
+		r.must("COMMIT")
+	}
 	if _, err := c.Exec(ctx, "COMMIT AND CHAIN"); sqlState(err) != "25P01" {
 		t.Errorf("oracle: COMMIT AND CHAIN outside: %v", err)
 	}

@@ -523,6 +523,14 @@ func chainBeginSQL(isolation string, readOnly, deferrable bool) string {
 	return b + ", NOT DEFERRABLE"
 }
 
+// begunAlone reports whether the session's transaction block began with a
+// BEGIN of its own (txBegin), or was chained from one whose
+// characteristics joinWorker asks the worker for (chainAsk): one that may
+// take in other workers.
+func (ss *session) begunAlone() bool {
+	return ss.txBegin != "" || ss.chainAsk
+}
+
 // chained follows a COMMIT AND CHAIN or ROLLBACK AND CHAIN that ran on the
 // session's one worker (which started the new transaction itself): the
 // SETs of the transaction that ended are the session's if it committed,
@@ -531,16 +539,20 @@ func chainBeginSQL(isolation string, readOnly, deferrable bool) string {
 // worker (txSet), nor do the ended transaction's savepoints. Only
 // settings the session could not follow (paramsUnsure) still do. After a
 // failed transaction the new one's characteristics are the worker's to
-// know: joinWorker asks it (chainAsk) when another worker is needed.
+// know: joinWorker asks it (chainAsk) when another worker is needed. So
+// they are after a transaction that made SETs: the new one has the ended
+// one's characteristics, which its BEGIN took from the session's defaults
+// as they were then, and a SET or RESET ALL of default_transaction_read_only
+// (or _isolation, _deferrable) since would give the same BEGIN others.
 func (ss *session) chained(committed bool) {
 	if committed && !ss.txFailed {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
 	}
-	ss.pending = ss.pending[:0]
-	ss.savepoints, ss.spLost = ss.savepoints[:0], false
-	if ss.txFailed {
+	if ss.txFailed || len(ss.pending) > 0 {
 		ss.txBegin, ss.chainAsk = "", true
 	}
+	ss.pending = ss.pending[:0]
+	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.txFailed = false
 	ss.txSavepoint = false
 	ss.txSet = ss.paramsUnsure
