@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type Config struct {
 	// once (the workers a transaction can span); nil or < 1 counts as 1.
 	// It sizes the reserve of the acquisition classes (see Acquire).
 	Span *atomic.Int32
+	// Gate, when set, bounds the connections of every pool to the same
+	// worker together: the coordinator's share of the worker's budget.
+	Gate *Gate
 }
 
 // ErrAcquireTimeout is returned (wrapped in a pgerr.Error) when no connection
@@ -87,10 +91,12 @@ type Pool struct {
 	cfg Config
 
 	mu      sync.Mutex
-	idle    []*ServerConn // newest last
-	open    int           // slots taken: connections open or being dialled
-	busy    int           // slots not idle (open - len(idle))
-	waiters []*waiter     // by class, highest first, then arrival
+	idle    []*ServerConn            // newest last
+	open    int                      // slots taken: connections open or being dialled
+	busy    int                      // slots not idle (open - len(idle))
+	waiters []*waiter                // by class, highest first, then arrival
+	conns   map[*ServerConn]struct{} // every open connection, busy or idle
+	nwait   atomic.Int32             // len(waiters), read without mu
 
 	gauge                    prometheus.Gauge
 	waits, timeouts, dropped prometheus.Counter
@@ -120,9 +126,19 @@ func NewPool(cfg Config, m *Metrics) *Pool {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Pool{cfg: cfg, idle: make([]*ServerConn, 0, cfg.Size),
+	p := &Pool{cfg: cfg, idle: make([]*ServerConn, 0, cfg.Size), conns: map[*ServerConn]struct{}{},
 		gauge: m.Open.WithLabelValues(cfg.Addr), waits: m.Waits.WithLabelValues(cfg.Addr),
 		timeouts: m.Timeouts.WithLabelValues(cfg.Addr), dropped: m.Dropped.WithLabelValues(cfg.Addr)}
+	cfg.Gate.add(p)
+	return p
+}
+
+// size is the pool's bound now: its Size, or its gate's cap when lower.
+func (p *Pool) size() int {
+	if c := p.cfg.Gate.Cap(); c >= 0 && c < p.cfg.Size {
+		return c
+	}
+	return p.cfg.Size
 }
 
 // Config returns the pool's configuration.
@@ -137,16 +153,17 @@ func (p *Pool) Span() int {
 			w = s
 		}
 	}
-	return min(w, p.cfg.Size)
+	return min(w, p.size())
 }
 
 // limit is how many slots may be busy for class to take one more. Called
 // with mu held.
 func (p *Pool) limit(class int) int {
+	n := p.size()
 	if r := p.Span() - 1 - class; r > 0 {
-		return p.cfg.Size - r
+		return n - r
 	}
-	return p.cfg.Size
+	return n
 }
 
 // Acquire returns a connection for a client holding held connections of the
@@ -171,19 +188,29 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 // to fill.
 func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	p.mu.Lock()
-	if p.busy < p.limit(class) {
-		p.busy++
-		n := len(p.idle)
-		if n == 0 {
+	for evicted := false; p.busy < p.limit(class); evicted = true {
+		if n := len(p.idle); n > 0 {
+			p.busy++
+			c := p.idle[n-1]
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return c, nil
+		}
+		if p.cfg.Gate.tryOpen() {
+			p.busy++
 			p.open++
 			p.mu.Unlock()
 			return nil, nil
 		}
-		c := p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
+		// The worker's share is taken by other pools of the gate: close
+		// one of their idle connections, once, else wait.
+		if evicted {
+			break
+		}
 		p.mu.Unlock()
-		return c, nil
+		p.cfg.Gate.evictIdle(p)
+		p.mu.Lock()
 	}
 	w := &waiter{class: class, ch: make(chan *ServerConn, 1)}
 	i := len(p.waiters)
@@ -193,6 +220,7 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	p.waiters = append(p.waiters, nil)
 	copy(p.waiters[i+1:], p.waiters[i:])
 	p.waiters[i] = w
+	p.nwait.Store(int32(len(p.waiters)))
 	p.mu.Unlock()
 	p.waits.Inc()
 	t := time.NewTimer(p.cfg.AcquireTimeout)
@@ -203,10 +231,7 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 		return c, nil
 	case <-t.C:
 		p.timeouts.Inc()
-		err = &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
-			Message: fmt.Sprintf("%v to worker %s after %v: all %d connections of its pool are busy",
-				ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, p.cfg.Size),
-			Hint: "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
+		err = p.timeoutError()
 	case <-ctx.Done():
 		err = pgerr.New(pgerr.QueryCanceled, "canceled while waiting for a server connection to worker %s", p.cfg.Addr)
 	}
@@ -214,6 +239,7 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	for i, x := range p.waiters {
 		if x == w {
 			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.nwait.Store(int32(len(p.waiters)))
 			p.mu.Unlock()
 			return nil, err
 		}
@@ -227,17 +253,55 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 func (p *Pool) serve() {
 	for len(p.waiters) > 0 && p.busy < p.limit(p.waiters[0].class) {
 		w := p.waiters[0]
-		p.waiters = p.waiters[1:]
-		p.busy++
 		if n := len(p.idle); n > 0 {
 			w.ch <- p.idle[n-1]
 			p.idle[n-1] = nil
 			p.idle = p.idle[:n-1]
-		} else {
+		} else if p.cfg.Gate.tryOpen() {
 			p.open++
 			w.ch <- nil
+		} else {
+			break // the gate's cap: a slot freed in another pool serves it
 		}
+		p.waiters = p.waiters[1:]
+		p.busy++
 	}
+	p.nwait.Store(int32(len(p.waiters)))
+}
+
+// wake serves the waiters after the gate's cap rose or a slot freed in
+// another pool of the gate.
+func (p *Pool) wake() {
+	p.mu.Lock()
+	p.serve()
+	p.mu.Unlock()
+}
+
+// wakeAsync is wake on a goroutine of its own, when anyone waits: the
+// caller may hold another pool's lock.
+func (p *Pool) wakeAsync() {
+	if p.nwait.Load() > 0 {
+		go p.wake()
+	}
+}
+
+// timeoutError is what a checkout that waited the acquire timeout in vain
+// returns.
+func (p *Pool) timeoutError() error {
+	if c := p.cfg.Gate.Cap(); c >= 0 && c < p.cfg.Size {
+		msg := fmt.Sprintf("%v to worker %s after %v: this coordinator's share of the worker's connection budget, %d, is in use",
+			ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, c)
+		if c == 0 {
+			msg = fmt.Sprintf("%v to worker %s after %v: this coordinator holds no share of the worker's connection budget now",
+				ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout)
+		}
+		return &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections, Message: msg,
+			Hint: "Retry later, shorten long transactions, or raise the worker's budget (--worker-connections, or its max_connections); see pgfleet.connection_shares in the metadata database."}
+	}
+	return &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
+		Message: fmt.Sprintf("%v to worker %s after %v: all %d connections of its pool are busy",
+			ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, p.cfg.Size),
+		Hint: "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
 }
 
 // free gives back a busy slot whose connection is gone.
@@ -247,6 +311,7 @@ func (p *Pool) free() {
 	p.busy--
 	p.serve()
 	p.mu.Unlock()
+	p.cfg.Gate.closed(p)
 }
 
 // check returns c if it is still usable, or closes it and returns nil.
@@ -277,6 +342,9 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 	}
 	c.pool = p
 	p.gauge.Inc()
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
 	return c, nil
 }
 
@@ -295,11 +363,17 @@ func (p *Pool) Release(c *ServerConn) {
 		p.discard(c)
 		return
 	}
+	if p.cfg.Gate.over() {
+		// The share shrank: this connection goes.
+		p.discard(c)
+		return
+	}
 	c.lastUsed = time.Now()
 	p.mu.Lock()
 	if len(p.waiters) > 0 && p.busy-1 < p.limit(p.waiters[0].class) {
 		w := p.waiters[0]
 		p.waiters = p.waiters[1:]
+		p.nwait.Store(int32(len(p.waiters)))
 		p.mu.Unlock()
 		w.ch <- c // handed over busy
 		return
@@ -311,6 +385,9 @@ func (p *Pool) Release(c *ServerConn) {
 
 // Discard closes c and frees its slot.
 func (p *Pool) discard(c *ServerConn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
 	c.close()
 	p.gauge.Dec()
 	p.dropped.Inc()
@@ -331,10 +408,75 @@ func (p *Pool) Close() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
+	p.mu.Unlock()
+	p.closeIdle(idle)
+}
+
+// closeIdle closes connections taken out of the idle list (with mu held,
+// by the caller) and gives their slots back.
+func (p *Pool) closeIdle(idle []*ServerConn) {
+	if len(idle) == 0 {
+		return
+	}
+	p.mu.Lock()
 	p.open -= len(idle)
+	for _, c := range idle {
+		delete(p.conns, c)
+	}
 	p.mu.Unlock()
 	for _, c := range idle {
 		c.close()
 		p.gauge.Dec()
+		if p.cfg.Gate != nil {
+			p.cfg.Gate.open.Add(-1)
+		}
+	}
+}
+
+// trimIdle closes idle connections while the gate is over its cap.
+func (p *Pool) trimIdle() {
+	var drop []*ServerConn
+	p.mu.Lock()
+	for n := len(p.idle); n > 0 && p.cfg.Gate.open.Load()-int64(len(drop)) > p.cfg.Gate.cap.Load(); n-- {
+		drop = append(drop, p.idle[n-1])
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+	}
+	p.mu.Unlock()
+	p.closeIdle(drop)
+}
+
+// dropOneIdle closes one idle connection, if the pool has one.
+func (p *Pool) dropOneIdle() bool {
+	p.mu.Lock()
+	n := len(p.idle)
+	if n == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	c := p.idle[n-1]
+	p.idle[n-1] = nil
+	p.idle = p.idle[:n-1]
+	p.mu.Unlock()
+	p.closeIdle([]*ServerConn{c})
+	return true
+}
+
+// closeAll closes the idle connections and the sockets of the busy ones,
+// whose holders find them broken and discard them.
+func (p *Pool) closeAll() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	busy := make([]*ServerConn, 0, len(p.conns))
+	for c := range p.conns {
+		if !slices.Contains(idle, c) {
+			busy = append(busy, c)
+		}
+	}
+	p.mu.Unlock()
+	p.closeIdle(idle)
+	for _, c := range busy {
+		c.shut()
 	}
 }

@@ -19,6 +19,7 @@ import (
 // client session uses it between Acquire and Release.
 type ServerConn struct {
 	conn   net.Conn
+	raw    net.Conn // conn, never cleared: shut closes it from another goroutine
 	R      *wire.Reader
 	wbuf   []byte
 	segs   [][]byte // output before wbuf, written as they are (AppendLarge)
@@ -71,7 +72,7 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	if tc, ok := rawConn(h.Conn).(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &ServerConn{conn: h.Conn, R: wire.NewReader(h.Conn, 32*1024), PID: h.PID, Secret: h.SecretKey,
+	return &ServerConn{conn: h.Conn, raw: h.Conn, R: wire.NewReader(h.Conn, 32*1024), PID: h.PID, Secret: h.SecretKey,
 		Addr: cfg.Addr, Params: h.ParameterStatuses, TxStatus: h.TxStatus,
 		Stmts: newStmtCache(cfg.StmtCacheSize, cfg.StmtEpoch), wbuf: make([]byte, 0, 4096)}, nil
 }
@@ -250,6 +251,14 @@ func drainClosed(conn net.Conn) {
 	_, _ = io.Copy(io.Discard, conn)
 }
 
+// shut closes the socket under whoever holds the connection (who then
+// finds it broken); safe from any goroutine.
+func (c *ServerConn) shut() {
+	if c.raw != nil {
+		_ = c.raw.Close()
+	}
+}
+
 func (c *ServerConn) close() {
 	if c.conn == nil {
 		return
@@ -268,6 +277,6 @@ func (c *ServerConn) close() {
 // the parameters it reported (the executor's tests put a fake worker on
 // the other end).
 func NewServerConn(nc net.Conn, addr string, params map[string]string) *ServerConn {
-	return &ServerConn{conn: nc, R: wire.NewReader(nc, 32*1024), Addr: addr, Params: params, TxStatus: 'I',
+	return &ServerConn{conn: nc, raw: nc, R: wire.NewReader(nc, 32*1024), Addr: addr, Params: params, TxStatus: 'I',
 		Stmts: newStmtCache(0, nil), wbuf: make([]byte, 0, 4096)}
 }

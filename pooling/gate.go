@@ -1,0 +1,144 @@
+package pooling
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Gate bounds the server connections this coordinator holds to one worker
+// across all its pools there (every database and user): its share of the
+// worker's fleet-wide connection budget. The cap moves at run time: raised,
+// pools may open more; lowered, idle connections above it are closed at
+// once and busy ones when they are released, and no pool opens one until
+// the count is under the cap again. A pool's own Size still bounds it too.
+//
+// A nil *Gate admits everything.
+type Gate struct {
+	cap  atomic.Int64
+	open atomic.Int64 // connections open or being dialled, all pools
+
+	mu    sync.Mutex
+	pools []*Pool
+}
+
+// NewGate makes a gate with the given cap (negative: no cap).
+func NewGate(cap int) *Gate {
+	g := &Gate{}
+	g.cap.Store(int64(cap))
+	return g
+}
+
+// Cap is the gate's cap (negative: none).
+func (g *Gate) Cap() int {
+	if g == nil {
+		return -1
+	}
+	return int(g.cap.Load())
+}
+
+// Open is the count of connections open or being dialled through the gate.
+func (g *Gate) Open() int {
+	if g == nil {
+		return 0
+	}
+	return int(g.open.Load())
+}
+
+// SetCap moves the cap. Lowered, idle connections of the gate's pools are
+// closed until the count is at the cap (busy ones close on release);
+// raised, pools with waiters are served.
+func (g *Gate) SetCap(n int) {
+	old := g.cap.Swap(int64(n))
+	pools := g.poolList()
+	if n >= 0 && (old < 0 || int64(n) < old) {
+		for _, p := range pools {
+			if g.open.Load() <= int64(n) {
+				break
+			}
+			p.trimIdle()
+		}
+		return
+	}
+	for _, p := range pools {
+		p.wake()
+	}
+}
+
+// Fence closes every connection of the gate's pools, the busy ones too
+// (their sessions see the worker gone: 08006), and sets the cap to 0: what
+// a coordinator that lost its share's lease does before the others may take
+// the share.
+func (g *Gate) Fence() {
+	g.cap.Store(0)
+	for _, p := range g.poolList() {
+		p.closeAll()
+	}
+}
+
+func (g *Gate) poolList() []*Pool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*Pool(nil), g.pools...)
+}
+
+func (g *Gate) add(p *Pool) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.pools = append(g.pools, p)
+	g.mu.Unlock()
+}
+
+// tryOpen takes a slot for a new connection if the cap allows.
+func (g *Gate) tryOpen() bool {
+	if g == nil {
+		return true
+	}
+	for {
+		n, c := g.open.Load(), g.cap.Load()
+		if c >= 0 && n >= c {
+			return false
+		}
+		if g.open.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// over reports whether the gate holds more connections than its cap.
+func (g *Gate) over() bool {
+	if g == nil {
+		return false
+	}
+	c := g.cap.Load()
+	return c >= 0 && g.open.Load() > c
+}
+
+// closed gives a slot back and serves the pools waiting for one (except
+// from, whose lock the caller may hold and which serves itself).
+func (g *Gate) closed(from *Pool) {
+	if g == nil {
+		return
+	}
+	g.open.Add(-1)
+	for _, p := range g.poolList() {
+		if p != from {
+			p.wakeAsync()
+		}
+	}
+}
+
+// evictIdle closes one idle connection of a pool other than p, making room
+// under the cap for p. It reports whether it closed one.
+func (g *Gate) evictIdle(p *Pool) bool {
+	if g == nil {
+		return false
+	}
+	for _, q := range g.poolList() {
+		if q != p && q.dropOneIdle() {
+			return true
+		}
+	}
+	return false
+}
