@@ -81,6 +81,23 @@ CREATE TABLE IF NOT EXISTS pgfleet.transaction_decisions (
 	decided_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS transaction_decisions_decided_at ON pgfleet.transaction_decisions (decided_at);
+-- Coordinators' leases on their shares of each worker's connection budget
+-- (leases.go): a share counts until its coordinator's lease lapses and the
+-- backends it recorded are ended (pids, as of recorded_at).
+CREATE TABLE IF NOT EXISTS pgfleet.coordinators (
+	name text PRIMARY KEY,
+	address text NOT NULL DEFAULT '',
+	expires timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pgfleet.connection_shares (
+	coordinator text NOT NULL REFERENCES pgfleet.coordinators ON DELETE CASCADE,
+	worker text NOT NULL,
+	share int NOT NULL CHECK (share >= 0),
+	budget int NOT NULL,
+	pids int[] NOT NULL DEFAULT '{}',
+	recorded_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (coordinator, worker)
+);
 -- The guard trigger's function: the default node's table of a distributed or
 -- reference table refuses writes that do not come from pgfleet itself.
 CREATE OR REPLACE FUNCTION pgfleet.distributed_table_guard() RETURNS trigger LANGUAGE plpgsql AS $$

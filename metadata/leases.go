@@ -1,0 +1,127 @@
+package metadata
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// leaseLockKey serializes lease renewals ("pgfleeu", next to initLockKey):
+// a renewal reads the others' shares and writes its own under it.
+const leaseLockKey int64 = 0x7067666c656575
+
+// ShareWant is what a coordinator tells RenewLease about one worker.
+type ShareWant struct {
+	Worker string  // host:port
+	Budget int     // the worker's connection budget, fleet-wide
+	Cap    int     // the cap its pools there have now
+	Open   int     // connections it holds there now
+	PIDs   []int32 // their backends
+}
+
+// Lease is what RenewLease answers.
+type Lease struct {
+	Live    int            // coordinators holding a live lease, the caller included
+	Shares  map[string]int // by worker: the cap the caller may use now
+	Expired []ExpiredShare // shares of lapsed leases, whose backends are to be ended
+}
+
+// ExpiredShare is a lapsed coordinator's share of one worker: the backends
+// it recorded there, as of Recorded (a backend started later is another's).
+type ExpiredShare struct {
+	Coordinator, Worker string
+	PIDs                []int32
+	Recorded            time.Time
+}
+
+// RenewLease renews the caller's lease for ttl (in the metadata database's
+// clock) and divides each worker's budget: the caller may use the fair
+// share (budget over the live coordinators) as far as the other
+// coordinators' recorded shares leave room, the shares of lapsed leases
+// included until ForgetLease. The share it records is never below its cap
+// or what it holds, so the sum of recorded shares bounds the connections
+// every coordinator may hold at once; a caller that lowers its cap records
+// the lower share at a later renewal, once its connections are below it.
+func (s *Store) RenewLease(ctx context.Context, name, address string, ttl time.Duration, wants []ShareWant) (Lease, error) {
+	var out Lease
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, leaseLockKey); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.coordinators (name, address, expires)
+			VALUES ($1, $2, now() + $3::bigint * interval '1 microsecond')
+			ON CONFLICT (name) DO UPDATE SET address = excluded.address, expires = excluded.expires`,
+			name, address, ttl.Microseconds()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM pgfleet.coordinators c WHERE expires <= now()
+			AND NOT EXISTS (SELECT FROM pgfleet.connection_shares s WHERE s.coordinator = c.name)`); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgfleet.coordinators WHERE expires > now()`).Scan(&out.Live); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT s.coordinator, s.worker, s.pids, s.recorded_at
+			FROM pgfleet.coordinators c JOIN pgfleet.connection_shares s ON s.coordinator = c.name
+			WHERE c.expires <= now() ORDER BY 1, 2`)
+		if err != nil {
+			return err
+		}
+		out.Expired, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExpiredShare, error) {
+			var e ExpiredShare
+			return e, r.Scan(&e.Coordinator, &e.Worker, &e.PIDs, &e.Recorded)
+		})
+		if err != nil {
+			return err
+		}
+		out.Shares = make(map[string]int, len(wants))
+		workers := make([]string, 0, len(wants))
+		for _, w := range wants {
+			var others int
+			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(share), 0) FROM pgfleet.connection_shares
+				WHERE worker = $1 AND coordinator <> $2`, w.Worker, name).Scan(&others); err != nil {
+				return err
+			}
+			grant := max(0, min(w.Budget/max(out.Live, 1), w.Budget-others))
+			record := max(grant, w.Cap, w.Open)
+			if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.connection_shares (coordinator, worker, share, budget, pids, recorded_at)
+				VALUES ($1, $2, $3, $4, coalesce($5::int[], '{}'), now())
+				ON CONFLICT (coordinator, worker) DO UPDATE SET share = excluded.share, budget = excluded.budget,
+					pids = excluded.pids, recorded_at = excluded.recorded_at`,
+				name, w.Worker, record, w.Budget, w.PIDs); err != nil {
+				return err
+			}
+			out.Shares[w.Worker] = grant
+			workers = append(workers, w.Worker)
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM pgfleet.connection_shares WHERE coordinator = $1 AND worker <> ALL($2)`, name, workers)
+		return err
+	})
+	if err != nil {
+		return Lease{}, fmt.Errorf("metadata: renew lease: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetLease removes a lapsed coordinator's lease and shares, once its
+// backends are ended: the others may take its shares then. A coordinator
+// that renewed meanwhile keeps its lease.
+func (s *Store) ForgetLease(ctx context.Context, name string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM pgfleet.coordinators WHERE name = $1 AND expires <= now()`, name)
+	if err != nil {
+		return fmt.Errorf("metadata: forget lease: %w", err)
+	}
+	return nil
+}
+
+// DropLease removes the caller's own lease and shares: it holds no
+// connection any more (a coordinator shutting down).
+func (s *Store) DropLease(ctx context.Context, name string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM pgfleet.coordinators WHERE name = $1`, name)
+	if err != nil {
+		return fmt.Errorf("metadata: drop lease: %w", err)
+	}
+	return nil
+}
