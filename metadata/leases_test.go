@@ -49,16 +49,16 @@ func TestLeases(t *testing.T) {
 		recordedLE int
 	}{
 		{"a", time.Minute, 0, 1, 12, 12},
-		{"b", time.Minute, 0, 2, 0, 12},  // a still records 12
-		{"a", time.Minute, 3, 2, 6, 12},  // a records its old cap once more
-		{"a", time.Minute, 3, 2, 6, 6},   // and then its new one
-		{"b", time.Minute, 0, 2, 6, 12},  // room for b now
-		{"c", time.Minute, 0, 3, 0, 12},  // a full fleet: nothing for c yet
-		{"a", time.Minute, 5, 3, 4, 12},  // a holds 5: records 6 (its cap)
-		{"b", time.Minute, 1, 3, 4, 12},  //
-		{"a", time.Minute, 4, 3, 4, 12},  //
-		{"b", time.Minute, 1, 3, 4, 12},  //
-		{"c", time.Minute, 0, 3, 4, 12},  // c gets its share
+		{"b", time.Minute, 0, 2, 0, 12}, // a still records 12
+		{"a", time.Minute, 3, 2, 6, 12}, // a records its old cap once more
+		{"a", time.Minute, 3, 2, 6, 6},  // and then its new one
+		{"b", time.Minute, 0, 2, 6, 12}, // room for b now
+		{"c", time.Minute, 0, 3, 0, 12}, // a full fleet: nothing for c yet
+		{"a", time.Minute, 5, 3, 4, 12}, // a holds 5: records 6 (its cap)
+		{"b", time.Minute, 1, 3, 4, 12}, //
+		{"a", time.Minute, 4, 3, 4, 12}, //
+		{"b", time.Minute, 1, 3, 4, 12}, //
+		{"c", time.Minute, 0, 3, 4, 12}, // c gets its share
 	}
 	for i, s := range steps {
 		l := renew(s.who, s.ttl, s.open)
