@@ -121,6 +121,7 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 		}
 	}
 	s.plans.reset()
+	s.kickBudget() // a node added or removed: its share
 	s.scatter.reset()
 	active := int32(0)
 	for _, n := range snap.Nodes {

@@ -25,3 +25,18 @@ func SetDecideTimeout(d time.Duration) (restore func()) {
 	decideTimeout = d
 	return func() { decideTimeout = old }
 }
+
+// Share is the coordinator's share of a worker's connection budget now.
+func (s *Server) Share(worker string) int { return s.gate(worker).Cap() }
+
+// PauseLease stops the lease's renewals, as when the metadata database is
+// out of reach; frozen also stops its lapse (a coordinator that neither
+// renews nor closes anything: a stopped process).
+func (s *Server) PauseLease(frozen bool) {
+	s.leasePaused.Store(true)
+	if frozen {
+		s.leaseTimer.Stop()
+		time.Sleep(s.cfg.LeaseTTL/4 + 50*time.Millisecond) // a renewal under way re-arms it
+		s.leaseTimer.Stop()
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/metadata"
 )
@@ -103,18 +102,9 @@ func (s *Server) checkReady(ctx context.Context) []string {
 // connection the coordinator opens outside its pools, at most once a
 // second per worker (answers are cached), closed at once.
 func (s *Server) pingNode(ctx context.Context, n metadata.Node) error {
-	cfg, err := pgx.ParseConfig(s.cfg.WorkerTLS.ConnString(n.Addr()) + " connect_timeout=10")
+	c, err := s.directConn(ctx, n.Addr())
 	if err != nil {
 		return err
-	}
-	pw := s.cfg.Users["postgres"]
-	if pw == "" {
-		pw = s.cfg.WorkerPassword
-	}
-	cfg.User, cfg.Database, cfg.Password = "postgres", "postgres", pw
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", n.Addr(), err)
 	}
 	defer c.Close(context.Background())
 	_, err = c.Exec(ctx, "SELECT 1")

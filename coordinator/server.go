@@ -56,6 +56,14 @@ type Config struct {
 	WorkerTLS pooling.WorkerTLS
 
 	PoolSize       int           // server connections per worker, database and user
+	// WorkerConnections is each worker's connection budget, which the
+	// coordinators sharing the metadata database divide between them
+	// (0: the worker's max_connections less superuser_reserved_connections
+	// and 20). LeaseTTL is the length of a coordinator's lease on its
+	// shares (0: 10s; negative: no budget, each pool bounded by PoolSize
+	// alone).
+	WorkerConnections int
+	LeaseTTL          time.Duration
 	PoolTimeout    time.Duration // longest wait for a server connection
 	StartupTimeout time.Duration // longest a client may take to start up
 	StmtCacheSize  int           // prepared statements per server connection
@@ -148,6 +156,18 @@ type Server struct {
 	catalog     atomic.Pointer[metadata.Snapshot]
 	defaultNode atomic.Int32
 	store       *metadata.Store
+
+	// The connection budget (budget.go). name is this coordinator's
+	// lease's; gates are by worker, budgets read from the workers.
+	name        string
+	gatesMu     sync.Mutex
+	gates       map[string]*pooling.Gate
+	budgets     map[string]int
+	budgetKick  chan struct{}
+	budgetEnd   chan struct{}
+	leaseTimer  *time.Timer
+	reaping     atomic.Bool
+	leasePaused atomic.Bool // tests: renewals stop, as when the metadata database is out of reach
 	metaPool    *pgxpool.Pool
 	// ddlEpoch counts DDL statements run through this coordinator; with
 	// the catalog version it dates mutable's verdicts.
@@ -223,6 +243,9 @@ type metrics struct {
 	// recovered counts prepared transactions resolved by recovery, by
 	// decision (commit, abort).
 	recovered *prometheus.CounterVec
+	// share is this coordinator's share of each worker's connection
+	// budget.
+	share *prometheus.GaugeVec
 }
 
 // New validates cfg and makes a server; Start begins listening.
@@ -238,6 +261,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.PoolTimeout <= 0 {
 		cfg.PoolTimeout = 5 * time.Second
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = defaultLeaseTTL
 	}
 	if cfg.CatalogPoll <= 0 {
 		cfg.CatalogPoll = 500 * time.Millisecond
@@ -327,12 +353,16 @@ func New(cfg Config) (*Server, error) {
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfleet_recovered_transactions_total",
 			Help: "Prepared transactions left by a coordinator that this coordinator's recovery committed or rolled back."},
 			[]string{"decision"}),
+		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pgfleet_connection_share",
+			Help: "Connections this coordinator may hold to each worker: its share of the worker's budget, divided between the coordinators."},
+			[]string{"worker"}),
 	}
-	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered)
+	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
-		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait)}
+		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait),
+		gates: map[string]*pooling.Gate{}, budgets: map[string]int{}}
 	s.span.Store(int32(len(cfg.Workers)))
 	// The fleet, as this member sees it (0 without gossip).
 	fleetValue := func(v func(*fleet.Fleet) float64) func() float64 {
@@ -412,6 +442,14 @@ func (s *Server) Start() error {
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = s.http.Serve(mln) }()
 	}
+	if s.cfg.LeaseTTL > 0 {
+		s.name = leaseName(ln.Addr().String())
+		s.budgetKick, s.budgetEnd = make(chan struct{}, 1), make(chan struct{})
+		s.leaseTimer = time.AfterFunc(time.Hour, s.leaseLapsing)
+		s.leaseTimer.Stop()
+		s.renewBudget()
+		go s.budgetLoop(s.stopWatch, s.budgetEnd)
+	}
 	if s.cfg.Gossip != "" {
 		sql := s.cfg.AdvertiseSQL
 		if sql == "" {
@@ -421,7 +459,7 @@ func (s *Server) Start() error {
 		f, err := fleet.Start(fleet.Config{Bind: s.cfg.Gossip, Advertise: s.cfg.GossipAdvertise, Join: s.cfg.Join,
 			SQL: sql, Metrics: s.metricsAddr, Catalog: s.catalog.Load().Version, Local: isLoopback(net.JoinHostPort(host, "0")),
 			OnCatalog: s.kickCatalog, OnCancel: func(pid uint32, secret []byte) { s.cancelHere(pid, secret) },
-			OnFence: s.fence, OnUnfence: s.unfenced, Logger: s.log})
+			OnFence: s.fence, OnUnfence: s.unfenced, OnMembers: s.kickBudget, Logger: s.log})
 		if err != nil {
 			ln.Close()
 			s.closeCatalog()
@@ -658,12 +696,19 @@ func (s *Server) Close() error {
 		f.Leave(time.Second)
 	}
 	s.wg.Wait()
-	s.closeCatalog()
+	if s.budgetEnd != nil {
+		close(s.stopWatch)
+		s.stopWatch = nil
+		<-s.budgetEnd
+		s.leaseTimer.Stop()
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, p := range s.pools {
 		p.Close()
 	}
+	s.mu.Unlock()
+	s.dropLease()
+	s.closeCatalog()
 	return nil
 }
 
@@ -695,7 +740,7 @@ func (s *Server) pool(worker, database, user string) *pooling.Pool {
 	}
 	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
 		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize, StmtEpoch: &s.stmtEpoch,
-		TLS: s.cfg.WorkerTLS, Span: &s.span}, s.pm)
+		TLS: s.cfg.WorkerTLS, Span: &s.span, Gate: s.gate(worker)}, s.pm)
 	s.pools[k] = p
 	return p
 }

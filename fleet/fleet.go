@@ -82,6 +82,9 @@ type Config struct {
 	// lease at most (the mover renews it).
 	OnFence   func(table string, token uint64, lease time.Duration)
 	OnUnfence func(table string, token uint64, done bool)
+	// OnMembers is called (on a goroutine of memberlist's; it must not
+	// block) when a member joins or leaves.
+	OnMembers func()
 	// Local: loopback timings (faster failure detection), for tests and
 	// the demo.
 	Local  bool
@@ -475,9 +478,18 @@ func (d delegate) MergeRemoteState(buf []byte, join bool) {}
 
 type events struct{ f *Fleet }
 
-func (e events) NotifyJoin(n *memberlist.Node)   { e.seen(n) }
+func (e events) NotifyJoin(n *memberlist.Node) {
+	e.seen(n)
+	e.members()
+}
 func (e events) NotifyUpdate(n *memberlist.Node) { e.seen(n) }
-func (e events) NotifyLeave(n *memberlist.Node)  {}
+func (e events) NotifyLeave(n *memberlist.Node)  { e.members() }
+
+func (e events) members() {
+	if f := e.f.cfg.OnMembers; f != nil {
+		f()
+	}
+}
 
 func (e events) seen(n *memberlist.Node) {
 	if n.Name == e.f.self.Name {

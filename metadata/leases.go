@@ -14,11 +14,13 @@ const leaseLockKey int64 = 0x7067666c656575
 
 // ShareWant is what a coordinator tells RenewLease about one worker.
 type ShareWant struct {
-	Worker string  // host:port
-	Budget int     // the worker's connection budget, fleet-wide
-	Cap    int     // the cap its pools there have now
-	Open   int     // connections it holds there now
-	PIDs   []int32 // their backends
+	Worker string // host:port
+	Budget int    // the worker's connection budget, fleet-wide
+	// Hold is called in the renewal with the share granted: it lowers the
+	// caller's cap to it if the cap is above (a higher one is the caller's
+	// to raise after RenewLease returns) and reports the connections the
+	// caller holds there now and their backends.
+	Hold func(share int) (open int, pids []int32)
 }
 
 // Lease is what RenewLease answers.
@@ -40,10 +42,11 @@ type ExpiredShare struct {
 // clock) and divides each worker's budget: the caller may use the fair
 // share (budget over the live coordinators) as far as the other
 // coordinators' recorded shares leave room, the shares of lapsed leases
-// included until ForgetLease. The share it records is never below its cap
-// or what it holds, so the sum of recorded shares bounds the connections
-// every coordinator may hold at once; a caller that lowers its cap records
-// the lower share at a later renewal, once its connections are below it.
+// included until ForgetLease. The share it records is never below what it
+// holds once Hold has lowered its cap, so the sum of recorded shares
+// bounds the connections every coordinator may hold at once; one that
+// holds more than its new share (busy connections close when released)
+// records the lower share at a later renewal.
 func (s *Store) RenewLease(ctx context.Context, name, address string, ttl time.Duration, wants []ShareWant) (Lease, error) {
 	var out Lease
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -85,12 +88,13 @@ func (s *Store) RenewLease(ctx context.Context, name, address string, ttl time.D
 				return err
 			}
 			grant := max(0, min(w.Budget/max(out.Live, 1), w.Budget-others))
-			record := max(grant, w.Cap, w.Open)
+			open, pids := w.Hold(grant)
+			record := max(grant, open)
 			if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.connection_shares (coordinator, worker, share, budget, pids, recorded_at)
 				VALUES ($1, $2, $3, $4, coalesce($5::int[], '{}'), now())
 				ON CONFLICT (coordinator, worker) DO UPDATE SET share = excluded.share, budget = excluded.budget,
 					pids = excluded.pids, recorded_at = excluded.recorded_at`,
-				name, w.Worker, record, w.Budget, w.PIDs); err != nil {
+				name, w.Worker, record, w.Budget, pids); err != nil {
 				return err
 			}
 			out.Shares[w.Worker] = grant
@@ -122,6 +126,32 @@ func (s *Store) DropLease(ctx context.Context, name string) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM pgfleet.coordinators WHERE name = $1`, name)
 	if err != nil {
 		return fmt.Errorf("metadata: drop lease: %w", err)
+	}
+	return nil
+}
+
+// RecordBackend adds a backend to the caller's recorded share of a worker
+// before the caller uses the connection: ended by the others if the lease
+// lapses. It fails, and the connection is not to be used, if the lease has
+// lapsed or has no share of the worker.
+func (s *Store) RecordBackend(ctx context.Context, name, worker string, pid int32) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, leaseLockKey); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE pgfleet.connection_shares s SET pids = array_append(s.pids, $3), recorded_at = now()
+			FROM pgfleet.coordinators c
+			WHERE c.name = s.coordinator AND s.coordinator = $1 AND s.worker = $2 AND c.expires > now()`, name, worker, pid)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("no live lease on a share of worker %s", worker)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("metadata: record backend: %w", err)
 	}
 	return nil
 }

@@ -26,7 +26,11 @@ func TestLeases(t *testing.T) {
 	caps := map[string]int{}
 	renew := func(name string, ttl time.Duration, open int, pids ...int32) metadata.Lease {
 		t.Helper()
-		l, err := st.RenewLease(ctx, name, name+":6432", ttl, []metadata.ShareWant{{Worker: w, Budget: budget, Cap: caps[name], Open: open, PIDs: pids}})
+		hold := func(share int) (int, []int32) {
+			caps[name] = min(caps[name], share)
+			return open, pids
+		}
+		l, err := st.RenewLease(ctx, name, name+":6432", ttl, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,18 +50,16 @@ func TestLeases(t *testing.T) {
 		ttl        time.Duration
 		open       int
 		live, cap  int
-		recordedLE int
+		recordedLE int // the sum of recorded shares
 	}{
 		{"a", time.Minute, 0, 1, 12, 12},
-		{"b", time.Minute, 0, 2, 0, 12}, // a still records 12
-		{"a", time.Minute, 3, 2, 6, 12}, // a records its old cap once more
-		{"a", time.Minute, 3, 2, 6, 6},  // and then its new one
+		{"b", time.Minute, 0, 2, 0, 12}, // a records 12: nothing for b yet
+		{"a", time.Minute, 3, 2, 6, 6},  // a gives way
 		{"b", time.Minute, 0, 2, 6, 12}, // room for b now
 		{"c", time.Minute, 0, 3, 0, 12}, // a full fleet: nothing for c yet
-		{"a", time.Minute, 5, 3, 4, 12}, // a holds 5: records 6 (its cap)
-		{"b", time.Minute, 1, 3, 4, 12}, //
-		{"a", time.Minute, 4, 3, 4, 12}, //
-		{"b", time.Minute, 1, 3, 4, 12}, //
+		{"a", time.Minute, 5, 3, 4, 11}, // a holds 5: records 5
+		{"b", time.Minute, 1, 3, 4, 9},
+		{"a", time.Minute, 4, 3, 4, 8},
 		{"c", time.Minute, 0, 3, 4, 12}, // c gets its share
 	}
 	for i, s := range steps {
@@ -65,8 +67,8 @@ func TestLeases(t *testing.T) {
 		if l.Live != s.live || l.Shares[w] != s.cap {
 			t.Fatalf("step %d (%s): live %d, share %d; want %d, %d", i, s.who, l.Live, l.Shares[w], s.live, s.cap)
 		}
-		if r := recorded(); r > s.recordedLE {
-			t.Fatalf("step %d: recorded shares sum to %d, over %d", i, r, s.recordedLE)
+		if r := recorded(); r != s.recordedLE {
+			t.Fatalf("step %d: recorded shares sum to %d, want %d", i, r, s.recordedLE)
 		}
 	}
 	// c's lease lapses: its share counts until it is forgotten, and the
@@ -112,10 +114,13 @@ func TestLeases(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 10; i++ {
-				mu.Lock()
-				c := caps[name]
-				mu.Unlock()
-				l, err := st.RenewLease(ctx, name, "", time.Minute, []metadata.ShareWant{{Worker: w, Budget: budget, Cap: c, Open: min(c, 1)}})
+				hold := func(share int) (int, []int32) {
+					mu.Lock()
+					defer mu.Unlock()
+					caps[name] = min(caps[name], share)
+					return min(caps[name], 1), nil
+				}
+				l, err := st.RenewLease(ctx, name, "", time.Minute, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
 				if err != nil {
 					t.Error(err)
 					return

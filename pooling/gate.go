@@ -17,6 +17,12 @@ type Gate struct {
 	cap  atomic.Int64
 	open atomic.Int64 // connections open or being dialled, all pools
 
+	// Record, when set, is called with the backend of every new
+	// connection before it is used; an error closes it and fails the
+	// checkout (the coordinator records its backends where the others can
+	// end them).
+	Record func(pid uint32) error
+
 	mu    sync.Mutex
 	pools []*Pool
 }
@@ -141,4 +147,20 @@ func (g *Gate) evictIdle(p *Pool) bool {
 		}
 	}
 	return false
+}
+
+// PIDs are the backend process ids of the gate's connections.
+func (g *Gate) PIDs() []int32 {
+	if g == nil {
+		return nil
+	}
+	var pids []int32
+	for _, p := range g.poolList() {
+		p.mu.Lock()
+		for c := range p.conns {
+			pids = append(pids, int32(c.PID))
+		}
+		p.mu.Unlock()
+	}
+	return pids
 }

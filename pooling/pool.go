@@ -345,6 +345,15 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 	p.mu.Lock()
 	p.conns[c] = struct{}{}
 	p.mu.Unlock()
+	if g := p.cfg.Gate; g != nil && g.Record != nil {
+		if err := g.Record(c.PID); err != nil {
+			c.broken = true
+			p.discard(c)
+			return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
+				Message: fmt.Sprintf("cannot use a new connection to worker %s: %v", p.cfg.Addr, err),
+				Hint:    "This coordinator could not record it in its lease on the worker's connection budget (is the metadata database reachable?); retry."}
+		}
+	}
 	return c, nil
 }
 

@@ -119,10 +119,16 @@ type coordinatorFlags struct {
 	messageMemory     sizeFlag
 	maxGather         sizeFlag
 	idleInTxn         time.Duration
+	workerConns       int
+	leaseTTL          time.Duration
 }
 
 func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.poolSize, "pool-size", envInt("PGFLEET_POOL_SIZE", 16), "server connections per worker, database and user")
+	fs.IntVar(&f.workerConns, "worker-connections", envInt("PGFLEET_WORKER_CONNECTIONS", 0), "each worker's connection budget, divided between the coordinators that share the metadata database\n"+
+		"(default: the worker's max_connections less superuser_reserved_connections and 20); -1: no budget, --pool-size alone bounds each pool")
+	fs.DurationVar(&f.leaseTTL, "lease", envDuration("PGFLEET_LEASE", 10*time.Second), "length of a coordinator's lease on its shares of the budget, renewed every tenth of it; a coordinator\n"+
+		"that cannot renew closes its worker connections three quarters into it, and the others take its shares when it lapses")
 	fs.DurationVar(&f.poolTimeout, "pool-timeout", envDuration("PGFLEET_POOL_TIMEOUT", 5*time.Second), "longest a statement waits for a server connection")
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 10*time.Second, "longest a client may take to connect and authenticate")
 	fs.StringVar(&f.auth, "auth", os.Getenv("PGFLEET_AUTH"), "client authentication: trust, scram-sha-256 or md5 (default: scram-sha-256 when users are given; without users, trust\n"+
@@ -219,7 +225,13 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 		StartupTimeout: f.startupTimeout, Logger: log, TLSRequired: f.tlsRequired,
 		WorkerTLS:            pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert},
 		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn,
-		MessageMemory: int64(f.messageMemory), MaxGather: int64(f.maxGather)}
+		MessageMemory: int64(f.messageMemory), MaxGather: int64(f.maxGather),
+		WorkerConnections: f.workerConns, LeaseTTL: f.leaseTTL}
+	if f.workerConns < 0 {
+		cfg.WorkerConnections, cfg.LeaseTTL = 0, -1
+	} else if f.leaseTTL < 100*time.Millisecond {
+		return coordinator.Config{}, fmt.Errorf("--lease must be at least 100ms")
+	}
 	if f.tlsCert != "" || f.tlsKey != "" {
 		if f.tlsCert == "" || f.tlsKey == "" {
 			return coordinator.Config{}, fmt.Errorf("--tls-cert and --tls-key go together")

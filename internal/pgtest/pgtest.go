@@ -83,7 +83,10 @@ func unavailable(t testing.TB, err error) {
 // free loopback port, closed when the test ends. mod may adjust the config.
 func Coordinator(t testing.TB, c *pgcluster.Cluster, mod func(*coordinator.Config)) *coordinator.Server {
 	t.Helper()
-	cfg := coordinator.Config{Listen: "127.0.0.1:0", PoolSize: 4, PoolTimeout: 2 * time.Second}
+	// The connection budget is off unless a test turns it on (with a
+	// metadata database of its own): coordinators of one test binary
+	// would divide the shared cluster's workers between them.
+	cfg := coordinator.Config{Listen: "127.0.0.1:0", PoolSize: 4, PoolTimeout: 2 * time.Second, LeaseTTL: -1}
 	for _, s := range c.Servers {
 		cfg.Workers = append(cfg.Workers, s.Addr())
 	}

@@ -1,0 +1,297 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// The fleet-wide connection budget. Each worker has a budget (by default
+// its max_connections less superuser_reserved_connections and
+// budgetReserve; --worker-connections sets it), and the coordinators that
+// share a metadata database divide it: each holds a lease there, renewed
+// every LeaseTTL/10, with its share of every worker (metadata.RenewLease),
+// and its pools to a worker never hold more than the share (a
+// pooling.Gate per worker). A newcomer gets what the others' recorded
+// shares leave and the others give way at their next renewals (told at
+// once by gossip when there is a fleet). A coordinator that cannot renew
+// closes every worker connection three quarters into its lease, before
+// anyone may take its share; the others take a lapsed lease's share only
+// after they have ended the backends it recorded.
+
+// budgetReserve is what the default budget leaves of a worker's
+// connections, beyond the superusers' reserve: maintenance sessions and
+// the coordinators' own connections outside the pools (the metadata
+// database, readiness checks, ending a lapsed coordinator's backends).
+const budgetReserve = 20
+
+// defaultLeaseTTL is how long a lease lasts unless renewed.
+const defaultLeaseTTL = 10 * time.Second
+
+// gate is the pools' gate for a worker, made on first use with no
+// connections allowed until the first renewal grants a share (with the
+// budget off, no cap).
+func (s *Server) gate(worker string) *pooling.Gate {
+	s.gatesMu.Lock()
+	defer s.gatesMu.Unlock()
+	if g := s.gates[worker]; g != nil {
+		return g
+	}
+	c := 0
+	if s.cfg.LeaseTTL < 0 {
+		c = -1
+	}
+	g := pooling.NewGate(c)
+	if c == 0 {
+		g.Record = func(pid uint32) error {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/4)
+			defer cancel()
+			return s.store.RecordBackend(ctx, s.name, worker, int32(pid))
+		}
+	}
+	s.gates[worker] = g
+	return g
+}
+
+// budgetLoop renews the lease until stop, at once when kicked.
+func (s *Server) budgetLoop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.LeaseTTL / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-s.budgetKick:
+		}
+		s.renewBudget()
+	}
+}
+
+// kickBudget has the lease renewed now: a coordinator joined or left.
+func (s *Server) kickBudget() {
+	select {
+	case s.budgetKick <- struct{}{}:
+	default:
+	}
+}
+
+// renewBudget renews the lease once, moves the gates' caps to the shares
+// granted, and ends the backends of lapsed coordinators. Past three
+// quarters of the lease without a renewal it closes every connection.
+func (s *Server) renewBudget() {
+	ttl := s.cfg.LeaseTTL
+	if s.leasePaused.Load() {
+		return
+	}
+	snap := s.catalog.Load()
+	var wants []metadata.ShareWant
+	for _, n := range snap.Nodes {
+		if !n.Active {
+			continue
+		}
+		addr := n.Addr()
+		budget, err := s.workerBudget(addr)
+		if err != nil {
+			s.log.Warn("connection budget: cannot read the worker's max_connections", "worker", addr, "err", err)
+			continue
+		}
+		g := s.gate(addr)
+		wants = append(wants, metadata.ShareWant{Worker: addr, Budget: budget, Hold: func(share int) (int, []int32) {
+			if g.Cap() > share {
+				g.SetCap(share)
+			}
+			return g.Open(), g.PIDs()
+		}})
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
+	lease, err := s.store.RenewLease(ctx, s.name, s.advertised(), ttl, wants)
+	cancel()
+	if err != nil {
+		s.log.Warn("connection budget: lease not renewed", "err", err)
+		return
+	}
+	// Three quarters into the lease (in this clock, from before the
+	// renewal began: the metadata database's lease ends later) without
+	// another renewal, every connection goes.
+	s.leaseTimer.Reset(max(0, ttl*3/4-time.Since(start)))
+	for _, w := range wants {
+		share := lease.Shares[w.Worker]
+		if g := s.gate(w.Worker); g.Cap() < share {
+			g.SetCap(share)
+		}
+		s.metrics.share.WithLabelValues(w.Worker).Set(float64(share))
+	}
+	if len(lease.Expired) > 0 && s.reaping.CompareAndSwap(false, true) {
+		go func() {
+			defer s.reaping.Store(false)
+			s.reap(lease.Expired)
+		}()
+	}
+	// A newcomer's share grows as the others give way: look again soon.
+	for _, w := range wants {
+		if lease.Shares[w.Worker] < w.Budget/max(lease.Live, 1) {
+			time.AfterFunc(ttl/50, s.kickBudget)
+			break
+		}
+	}
+}
+
+// leaseLapsing closes every worker connection: the lease was not renewed
+// for three quarters of its length.
+func (s *Server) leaseLapsing() {
+	s.log.Error("the lease on this coordinator's connection shares could not be renewed: closing every worker connection until it is")
+	for _, g := range s.allGates() {
+		g.Fence()
+	}
+}
+
+// reap ends the backends lapsed coordinators recorded, then forgets their
+// leases, so that the others may take their shares: a coordinator frozen
+// or cut off holds its connections on the workers until then.
+func (s *Server) reap(expired []metadata.ExpiredShare) {
+	if len(expired) == 0 {
+		return
+	}
+	failed := map[string]bool{}
+	for _, e := range expired {
+		if len(e.PIDs) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/4)
+		err := s.adminExec(ctx, e.Worker, `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity
+			WHERE pid = ANY($1) AND backend_start <= $2`, e.PIDs, e.Recorded)
+		cancel()
+		if err != nil {
+			s.log.Warn("connection budget: cannot end a lapsed coordinator's backends", "coordinator", e.Coordinator, "worker", e.Worker, "err", err)
+			failed[e.Coordinator] = true
+		}
+	}
+	for _, e := range expired {
+		if failed[e.Coordinator] {
+			continue
+		}
+		failed[e.Coordinator] = true // once
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/4)
+		if err := s.store.ForgetLease(ctx, e.Coordinator); err != nil {
+			s.log.Warn("connection budget: cannot forget a lapsed lease", "coordinator", e.Coordinator, "err", err)
+		} else {
+			s.log.Info("connection budget: a coordinator's lease lapsed; its shares are free", "coordinator", e.Coordinator)
+		}
+		cancel()
+	}
+}
+
+// workerBudget is the worker's connection budget: --worker-connections, or
+// read once from the worker.
+func (s *Server) workerBudget(addr string) (int, error) {
+	if s.cfg.WorkerConnections > 0 {
+		return s.cfg.WorkerConnections, nil
+	}
+	s.gatesMu.Lock()
+	b, ok := s.budgets[addr]
+	s.gatesMu.Unlock()
+	if ok {
+		return b, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := s.directConn(ctx, addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.Background())
+	var maxConn, reserved int
+	if err := c.QueryRow(ctx, `SELECT pg_catalog.current_setting('max_connections')::int,
+		pg_catalog.current_setting('superuser_reserved_connections')::int`).Scan(&maxConn, &reserved); err != nil {
+		return 0, err
+	}
+	b = max(1, maxConn-reserved-budgetReserve)
+	s.gatesMu.Lock()
+	s.budgets[addr] = b
+	s.gatesMu.Unlock()
+	return b, nil
+}
+
+func (s *Server) allGates() []*pooling.Gate {
+	s.gatesMu.Lock()
+	defer s.gatesMu.Unlock()
+	gs := make([]*pooling.Gate, 0, len(s.gates))
+	for _, g := range s.gates {
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// directConn opens a connection to a worker as the postgres user, outside
+// the pools and their shares (readiness checks, reading a budget, ending a
+// lapsed coordinator's backends); the caller closes it.
+func (s *Server) directConn(ctx context.Context, addr string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(s.cfg.WorkerTLS.ConnString(addr) + " connect_timeout=10")
+	if err != nil {
+		return nil, err
+	}
+	pw := s.cfg.Users["postgres"]
+	if pw == "" {
+		pw = s.cfg.WorkerPassword
+	}
+	cfg.User, cfg.Database, cfg.Password = "postgres", "postgres", pw
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+func (s *Server) adminExec(ctx context.Context, addr, sql string, args ...any) error {
+	c, err := s.directConn(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	_, err = c.Exec(ctx, sql, args...)
+	return err
+}
+
+// dropLease gives the shares back at shutdown, once the pools are closed.
+func (s *Server) dropLease() {
+	if s.store == nil || s.cfg.LeaseTTL < 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.store.DropLease(ctx, s.name); err != nil {
+		s.log.Warn("connection budget: lease not dropped at shutdown (it lapses)", "err", err)
+	}
+}
+
+// leaseName names this coordinator's lease: its host and client address,
+// which no other running coordinator has, so that one restarted after a
+// crash takes its own lease over (its connections died with it) instead
+// of waiting for the old one to lapse.
+func leaseName(listen string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	return host + " " + listen
+}
+
+// advertised is the client address other coordinators and users are told.
+func (s *Server) advertised() string {
+	if s.cfg.AdvertiseSQL != "" {
+		return s.cfg.AdvertiseSQL
+	}
+	if s.ln != nil {
+		return s.ln.Addr().String()
+	}
+	return s.cfg.Listen
+}
