@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/pgfleet/pgfleet/metadata"
 )
 

@@ -55,7 +55,7 @@ type Config struct {
 	// zero value is sslmode=disable.
 	WorkerTLS pooling.WorkerTLS
 
-	PoolSize       int           // server connections per worker, database and user
+	PoolSize int // server connections per worker, database and user
 	// WorkerConnections is each worker's connection budget, which the
 	// coordinators sharing the metadata database divide between them
 	// (0: the worker's max_connections less superuser_reserved_connections
@@ -64,9 +64,9 @@ type Config struct {
 	// alone).
 	WorkerConnections int
 	LeaseTTL          time.Duration
-	PoolTimeout    time.Duration // longest wait for a server connection
-	StartupTimeout time.Duration // longest a client may take to start up
-	StmtCacheSize  int           // prepared statements per server connection
+	PoolTimeout       time.Duration // longest wait for a server connection
+	StartupTimeout    time.Duration // longest a client may take to start up
+	StmtCacheSize     int           // prepared statements per server connection
 
 	// MaxClientConnections bounds the client connections open at once,
 	// those still starting up included (default 10000); a client over it
@@ -362,7 +362,7 @@ func New(cfg Config) (*Server, error) {
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
 		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait),
-		gates: map[string]*pooling.Gate{}, budgets: map[string]int{}}
+		gates:     map[string]*pooling.Gate{}, budgets: map[string]int{}}
 	s.span.Store(int32(len(cfg.Workers)))
 	// The fleet, as this member sees it (0 without gossip).
 	fleetValue := func(v func(*fleet.Fleet) float64) func() float64 {

@@ -229,7 +229,7 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 		WorkerConnections: f.workerConns, LeaseTTL: f.leaseTTL}
 	if f.workerConns < 0 {
 		cfg.WorkerConnections, cfg.LeaseTTL = 0, -1
-	} else if f.leaseTTL < 100*time.Millisecond {
+	} else if f.leaseTTL != 0 && f.leaseTTL < 100*time.Millisecond {
 		return coordinator.Config{}, fmt.Errorf("--lease must be at least 100ms")
 	}
 	if f.tlsCert != "" || f.tlsKey != "" {
