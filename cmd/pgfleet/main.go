@@ -269,6 +269,8 @@ func serve(args []string) error {
 		"age at which recovery rolls back a prepared transaction whose commit was not decided (decided ones are committed at once)")
 	var workers listFlag
 	fs.Var(&workers, "worker", "worker host:port (repeatable; the first is the default node; also $PGFLEET_WORKERS)")
+	metadataURL := fs.String("metadata", os.Getenv("PGFLEET_METADATA"),
+		"libpq URL of the database that holds the shard catalog and the coordinators' leases (default: the first worker's postgres database)")
 	var ff fleetFlags
 	ff.register(fs)
 	var cf coordinatorFlags
@@ -286,6 +288,7 @@ func serve(args []string) error {
 	}
 	ff.apply(&cfg)
 	cfg.MetricsListen = *metrics
+	cfg.MetadataURL = *metadataURL
 	cfg.RecoveryInterval = *recovery
 	cfg.RecoveryGrace = *grace
 	if *recovery <= 0 {
