@@ -62,26 +62,11 @@ func (s *Server) gate(worker string) *pooling.Gate {
 // budgetLoop renews the lease until stop, at once when kicked.
 func (s *Server) budgetLoop(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(s.cfg.LeaseTTL / 10)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		case <-s.budgetKick:
-		}
-		s.renewBudget()
-	}
+	every(stop, s.cfg.LeaseTTL/10, s.budgetKick, s.renewBudget)
 }
 
 // kickBudget has the lease renewed now: a coordinator joined or left.
-func (s *Server) kickBudget() {
-	select {
-	case s.budgetKick <- struct{}{}:
-	default:
-	}
-}
+func (s *Server) kickBudget() { poke(s.budgetKick) }
 
 // renewBudget renews the lease once, moves the gates' caps to the shares
 // granted, and ends the backends of lapsed coordinators. Past three

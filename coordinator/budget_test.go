@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,42 +48,7 @@ func TestConnectionBudget(t *testing.T) {
 			c.PoolSize, c.PoolTimeout = 16, 15*time.Second
 		})
 	}
-	var maxSeen atomic.Int64
-	stopSample := make(chan struct{})
-	sampled := make(chan struct{})
-	stopSampler := sync.OnceFunc(func() {
-		close(stopSample)
-		<-sampled
-	})
-	t.Cleanup(stopSampler)
-	go func() {
-		defer close(sampled)
-		c, err := pgx.Connect(ctx, pgtest.URL(worker))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close(ctx)
-		for {
-			select {
-			case <-stopSample:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			var n int64
-			if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = 'bgt_user'").Scan(&n); err != nil {
-				select {
-				case <-stopSample:
-				default:
-					t.Error(err)
-				}
-				return
-			}
-			if n > maxSeen.Load() {
-				maxSeen.Store(n)
-			}
-		}
-	}()
+	maxSeen, stopSampler := pgtest.SampleConnections(t, worker, "bgt_user")
 	// load runs clients through a coordinator until stop; each reports
 	// its statements' errors.
 	var wg sync.WaitGroup
@@ -201,7 +165,7 @@ func TestConnectionBudget(t *testing.T) {
 
 	stopLoad()
 	stopSampler()
-	if m := maxSeen.Load(); m > budget {
+	if m := maxSeen(); m > budget {
 		t.Errorf("the worker held %d of the coordinators' connections at once, over the budget of %d", m, budget)
 	} else if m < budget-1 {
 		t.Errorf("at most %d connections at once under load: the budget was not used", m)

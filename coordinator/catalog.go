@@ -146,10 +146,29 @@ func (s *Server) changedCatalog(snap *metadata.Snapshot) {
 
 // kickCatalog asks watchCatalog to reload now: a member of the fleet holds
 // a newer catalog version.
-func (s *Server) kickCatalog(int64) {
+func (s *Server) kickCatalog(int64) { poke(s.catalogKick) }
+
+// poke wakes a loop (every) at once; a wake-up already due is enough.
+func poke(kick chan<- struct{}) {
 	select {
-	case s.catalogKick <- struct{}{}:
-	default: // a reload is due already
+	case kick <- struct{}{}:
+	default:
+	}
+}
+
+// every runs fn every period and at once when poked through kick, until
+// stop.
+func every(stop <-chan struct{}, period time.Duration, kick <-chan struct{}, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-kick:
+		}
+		fn()
 	}
 }
 
@@ -157,17 +176,7 @@ func (s *Server) kickCatalog(int64) {
 // the fleet says a member holds a newer one (kickCatalog), and every poll
 // interval, the fallback when gossip is cut or off.
 func (s *Server) watchCatalog(stop <-chan struct{}) {
-	t := time.NewTicker(s.cfg.CatalogPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		case <-s.catalogKick:
-		}
-		s.refreshCatalog(context.Background())
-	}
+	every(stop, s.cfg.CatalogPoll, s.catalogKick, func() { s.refreshCatalog(context.Background()) })
 }
 
 // refreshCatalog reloads the snapshot if the durable version is newer.

@@ -451,10 +451,7 @@ func (s *Server) Start() error {
 		go s.budgetLoop(s.stopWatch, s.budgetEnd)
 	}
 	if s.cfg.Gossip != "" {
-		sql := s.cfg.AdvertiseSQL
-		if sql == "" {
-			sql = ln.Addr().String()
-		}
+		sql := s.advertised()
 		host, _, _ := net.SplitHostPort(s.cfg.Gossip)
 		f, err := fleet.Start(fleet.Config{Bind: s.cfg.Gossip, Advertise: s.cfg.GossipAdvertise, Join: s.cfg.Join,
 			SQL: sql, Metrics: s.metricsAddr, Catalog: s.catalog.Load().Version, Local: isLoopback(net.JoinHostPort(host, "0")),

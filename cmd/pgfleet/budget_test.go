@@ -107,30 +107,7 @@ func TestBudgetSIGSTOP(t *testing.T) {
 		}
 	}
 
-	var maxSeen atomic.Int64
-	stopSample := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		c, err := pgx.Connect(ctx, pgtest.URL(w0))
-		if err != nil {
-			return
-		}
-		defer c.Close(ctx)
-		for {
-			select {
-			case <-stopSample:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			var n int64
-			if c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = 'bstop_user'").Scan(&n) == nil && n > maxSeen.Load() {
-				maxSeen.Store(n)
-			}
-		}
-	}()
-	stopSampler := sync.OnceFunc(func() { close(stopSample); <-sampled })
-	t.Cleanup(stopSampler)
+	maxSeen, stopSampler := pgtest.SampleConnections(t, w0, "bstop_user")
 
 	_, addrA := start()
 	cmdB, addrB := start()
@@ -179,7 +156,7 @@ func TestBudgetSIGSTOP(t *testing.T) {
 	}
 	waitShare("a with b stopped", addrA, 6)
 	time.Sleep(time.Second)
-	busy := maxSeen.Load()
+	busy := maxSeen()
 	if err := cmdB.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +174,7 @@ func TestBudgetSIGSTOP(t *testing.T) {
 	if f := failed.Load(); f != nil {
 		t.Errorf("a client through the running coordinator failed: %v", f)
 	}
-	if m := maxSeen.Load(); m > 6 {
+	if m := maxSeen(); m > 6 {
 		t.Errorf("the worker held %d of the coordinators' connections at once, over the budget of 6", m)
 	}
 	if busy < 5 {
