@@ -1744,6 +1744,13 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	case errors.As(err, &sn):
 		return nil, sn.err
 	case err != nil:
+		if pe := pgerr.Flatten(err); pe.Code == pgerr.NotNullViolation {
+			// PostgreSQL explains an INSERT whose row fails its NOT NULL
+			// check only when it runs; pgfleet cannot say where a NULL
+			// distribution value would go.
+			return nil, unsupported("EXPLAIN of an INSERT with no distribution value (NULL) for a row is not supported: the row belongs to no shard").
+				WithHint("The INSERT itself fails: %s.", pe.Message)
+		}
 		return nil, err
 	}
 	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard && p.Kind != MultiShardWrite && p.Kind != InsertSplit {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
 
@@ -108,4 +109,31 @@ func jsonEqual(a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
+}
+
+// TestExplainInsertNull: an INSERT with a NULL distribution value (or none)
+// fails with PostgreSQL's not-null code; PostgreSQL explains such an
+// INSERT, and pgfleet, which cannot route the row, refuses its EXPLAIN
+// with 0A000 and a hint naming what the INSERT would do.
+func TestExplainInsertNull(t *testing.T) {
+	cat := testCatalog()
+	for _, tc := range []struct{ sql, code string }{
+		{"INSERT INTO accounts (aid, abalance) VALUES (1001, 1), (NULL, 2)", pgerr.NotNullViolation},
+		{"EXPLAIN INSERT INTO accounts (aid, abalance) VALUES (1001, 1), (NULL, 2)", pgerr.FeatureNotSupported},
+		{"EXPLAIN INSERT INTO accounts (aid) VALUES (NULL)", pgerr.FeatureNotSupported},
+		{"EXPLAIN INSERT INTO accounts (abalance) VALUES (1)", pgerr.FeatureNotSupported},
+		{"EXPLAIN INSERT INTO accounts (aid, abalance) VALUES (1, 1)", ""},
+	} {
+		_, err := Build(tc.sql, cat)
+		got := ""
+		if err != nil {
+			got = pgerr.Flatten(err).Code
+		}
+		if got != tc.code {
+			t.Errorf("%s: %v, want SQLSTATE %q", tc.sql, err, tc.code)
+		}
+		if tc.code == pgerr.FeatureNotSupported && pgerr.Flatten(err).Hint == "" {
+			t.Errorf("%s: no hint", tc.sql)
+		}
+	}
 }
