@@ -49,8 +49,8 @@ func (s *Server) gate(worker string) *pooling.Gate {
 	}
 	g := pooling.NewGate(c)
 	if c == 0 {
-		g.Record = func(pid uint32) error {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/4)
+		g.Record = func(ctx context.Context, pid uint32) error {
+			ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/2)
 			defer cancel()
 			return s.store.RecordBackend(ctx, s.name, worker, int32(pid))
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -41,8 +42,12 @@ func TestConnectionBudget(t *testing.T) {
 	exec(t, w0, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'bgt_user') THEN CREATE ROLE bgt_user LOGIN SUPERUSER; END IF; END $$", simple)
 	const budget = 9
 	worker := cl.Servers[0].Addr()
+	regA := prometheus.NewRegistry()
 	start := func() *coordinator.Server {
 		return pgtest.Coordinator(t, cl, func(c *coordinator.Config) {
+			if regA != nil {
+				c.Registry, regA = regA, nil // a's
+			}
 			c.MetadataURL = fmt.Sprintf("postgres://postgres@%s/budget_meta?sslmode=disable", worker)
 			c.WorkerConnections, c.LeaseTTL = budget, 2*time.Second
 			c.PoolSize, c.PoolTimeout = 16, 15*time.Second
@@ -95,6 +100,7 @@ func TestConnectionBudget(t *testing.T) {
 		wg.Wait()
 	})
 	t.Cleanup(stopLoad)
+	reg := regA
 	a := start()
 	waitShare("a alone", a, 9)
 	load(a, 10, stopAll, &wg)
@@ -156,6 +162,28 @@ func TestConnectionBudget(t *testing.T) {
 	e.PauseLease(true)
 	waitShare("a after e lapsed", a, 4)
 	waitShare("b after e lapsed", b, 4)
+	// a's metrics say so: its share, its pools' connections within it.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "worker" && l.GetValue() == worker {
+					got[f.GetName()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if got["pgfleet_connection_share"] != 4 {
+		t.Errorf("a's pgfleet_connection_share for the worker: %v, want 4", got["pgfleet_connection_share"])
+	}
+	inUse, ok := got["pgfleet_pool_connections_in_use"]
+	if idle := got["pgfleet_pool_connections_idle"]; !ok || inUse+idle > 4 || inUse < 1 {
+		t.Errorf("a's pools on the worker under load: %v in use, %v idle; want 1 to 4 in all (its share)", inUse, idle)
+	}
 	for _, f := range frozen {
 		if _, err := f.Exec(ctx, "SELECT 1", simple); err == nil {
 			t.Error("a transaction of a frozen coordinator whose lease lapsed still runs on its worker")

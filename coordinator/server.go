@@ -373,7 +373,7 @@ func New(cfg Config) (*Server, error) {
 			return 0
 		}
 	}
-	reg.MustRegister(
+	reg.MustRegister(newPoolCollector(s),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_fleet_members", Help: "Live coordinators in the fleet, this one included (gossip)."},
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(len(f.Members())) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_messages_sent_total", Help: "Messages sent to other coordinators (catalog changes, forwarded cancel requests)."},

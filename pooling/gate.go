@@ -1,6 +1,7 @@
 package pooling
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -21,7 +22,7 @@ type Gate struct {
 	// connection before it is used; an error closes it and fails the
 	// checkout (the coordinator records its backends where the others can
 	// end them).
-	Record func(pid uint32) error
+	Record func(ctx context.Context, pid uint32) error
 
 	mu    sync.Mutex
 	pools []*Pool
@@ -51,17 +52,19 @@ func (g *Gate) Open() int {
 }
 
 // SetCap moves the cap. Lowered, idle connections of the gate's pools are
-// closed until the count is at the cap (busy ones close on release);
+// closed (in the background) until the count is at the cap (busy ones
+// close on release);
 // raised, pools with waiters are served.
 func (g *Gate) SetCap(n int) {
 	old := g.cap.Swap(int64(n))
 	pools := g.poolList()
 	if n >= 0 && (old < 0 || int64(n) < old) {
+		excess := int(g.open.Load()) - n
 		for _, p := range pools {
-			if g.open.Load() <= int64(n) {
+			if excess <= 0 {
 				break
 			}
-			p.trimIdle()
+			excess -= p.trimIdle(excess)
 		}
 		return
 	}

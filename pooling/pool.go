@@ -346,7 +346,7 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 	p.conns[c] = struct{}{}
 	p.mu.Unlock()
 	if g := p.cfg.Gate; g != nil && g.Record != nil {
-		if err := g.Record(c.PID); err != nil {
+		if err := g.Record(ctx, c.PID); err != nil {
 			c.broken = true
 			p.discard(c)
 			return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
@@ -442,17 +442,21 @@ func (p *Pool) closeIdle(idle []*ServerConn) {
 	}
 }
 
-// trimIdle closes idle connections while the gate is over its cap.
-func (p *Pool) trimIdle() {
-	var drop []*ServerConn
+// trimIdle takes up to max idle connections out of the pool and closes
+// them on a goroutine of its own (the caller may hold a lock that should
+// not wait on the network); their slots count until they are closed. It
+// returns how many it took.
+func (p *Pool) trimIdle(max int) int {
 	p.mu.Lock()
-	for n := len(p.idle); n > 0 && p.cfg.Gate.open.Load()-int64(len(drop)) > p.cfg.Gate.cap.Load(); n-- {
-		drop = append(drop, p.idle[n-1])
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
-	}
+	k := min(max, len(p.idle))
+	drop := slices.Clone(p.idle[len(p.idle)-k:])
+	clear(p.idle[len(p.idle)-k:])
+	p.idle = p.idle[:len(p.idle)-k]
 	p.mu.Unlock()
-	p.closeIdle(drop)
+	if k > 0 {
+		go p.closeIdle(drop)
+	}
+	return k
 }
 
 // dropOneIdle closes one idle connection, if the pool has one.
