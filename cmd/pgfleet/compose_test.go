@@ -35,8 +35,9 @@ func TestComposeFile(t *testing.T) {
 		t.Error(p)
 	}
 
-	// What the header comment and the task promise: two coordinators on
-	// 6432 and 6433 (metrics on 9187 and 9188) in front of worker1, worker2.
+	// What the header comment and the task promise: three coordinators on
+	// 6432, 6433 and 6434 (metrics on 9187, 9188 and 9189) in front of
+	// worker1, worker2, and Prometheus on 9090 scraping them.
 	cf, err := parseCompose(data)
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +48,7 @@ func TestComposeFile(t *testing.T) {
 	}{
 		{"coordinator1", "6432", "9187"},
 		{"coordinator2", "6433", "9188"},
+		{"coordinator3", "6434", "9189"},
 	} {
 		s, ok := cf.Services[tc.service]
 		if !ok {
@@ -103,7 +105,7 @@ services:
       test: ["CMD", "pg_isready", "-p", "5433"]
   coord:
     build: .
-    command: ["serve", "--listen=0.0.0.0:6432", "--worker", "pg1:5432,pg2:5433", "--user=postgres:secret", "--auth=scram-sha-256", "--gossip=0.0.0.0:7946"]
+    command: ["serve", "--listen=0.0.0.0:6432", "--metrics-listen=0.0.0.0:9187", "--worker", "pg1:5432,pg2:5433", "--user=postgres:secret", "--auth=scram-sha-256", "--gossip=0.0.0.0:7946"]
     ports: ["6432:6432"]
     depends_on:
       pg1: {condition: service_healthy}
@@ -120,10 +122,20 @@ services:
         published: "7001"
     depends_on:
       pg1: {condition: service_healthy}
+  prom:
+    image: prom/prometheus:v2.55.1
+    volumes: ["./prom.yml:/etc/prometheus/prometheus.yml:ro"]
+`
+
+const goodPrometheus = `scrape_configs:
+  - job_name: pgfleet
+    static_configs:
+      - targets: ["coord:9187"]
 `
 
 func TestComposeCheckReportsMistakes(t *testing.T) {
-	fsys := fstest.MapFS{"Dockerfile": {Data: []byte(goodDockerfile)}}
+	fsys := fstest.MapFS{"Dockerfile": {Data: []byte(goodDockerfile)}, "prom.yml": {Data: []byte(goodPrometheus)},
+		"prom-wrong.yml": {Data: []byte(strings.Replace(goodPrometheus, "coord:9187", "coord:9188", 1))}}
 	for _, tc := range []struct {
 		name      string
 		old, new  string // replace old by new in goodCompose
@@ -169,6 +181,15 @@ func TestComposeCheckReportsMistakes(t *testing.T) {
 		{"join names no coordinator",
 			`PGFLEET_JOIN: coord:7946`, `PGFLEET_JOIN: pg1:7946`,
 			`coord2: --join "pg1:7946" names no coordinator service`},
+		{"prometheus scrapes a wrong port",
+			`./prom.yml:`, `./prom-wrong.yml:`,
+			`prom: prom-wrong.yml scrapes coord:9188, which is no coordinator's --metrics-listen`},
+		{"prometheus misses a coordinator",
+			`./prom.yml:`, `./prom-wrong.yml:`,
+			`prom: prom-wrong.yml does not scrape coord:9187`},
+		{"prometheus configuration missing",
+			`./prom.yml:`, `./prom-none.yml:`,
+			`prom: its configuration prom-none.yml:`},
 		{"interpolation default is used",
 			`POSTGRES_PASSWORD: secret`, `POSTGRES_PASSWORD: ${PW:-other}`,
 			`coord: connects to pg1 as postgres with password "secret", but pg1 has POSTGRES_PASSWORD "other"`},
@@ -842,6 +863,68 @@ func checkCompose(data []byte, fsys fs.FS) []string {
 		problems = append(problems, "compose file has no coordinator service (one with build: or a pgfleet image)")
 	}
 	problems = append(problems, checkFleet(fleet)...)
+	for _, name := range names {
+		if s := cf.Services[name]; s != nil && s.isPrometheus() {
+			problems = append(problems, checkPrometheus(name, s, fleet, fsys)...)
+		}
+	}
+	return problems
+}
+
+// isPrometheus: the service runs Prometheus.
+func (s *composeService) isPrometheus() bool {
+	return strings.Contains(s.Image, "prom/prometheus")
+}
+
+// checkPrometheus: a Prometheus service mounts a configuration from the
+// compose directory that scrapes every coordinator at its metrics port,
+// and nothing else.
+func checkPrometheus(name string, s *composeService, fleet map[string]serveConfig, fsys fs.FS) []string {
+	var src string
+	for _, v := range s.Volumes {
+		from, rest, _ := strings.Cut(fmt.Sprint(v), ":")
+		if to, _, _ := strings.Cut(rest, ":"); to == "/etc/prometheus/prometheus.yml" {
+			src = strings.TrimPrefix(from, "./")
+		}
+	}
+	if src == "" {
+		return []string{name + ": mounts no configuration at /etc/prometheus/prometheus.yml"}
+	}
+	data, err := fs.ReadFile(fsys, src)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: its configuration %s: %v", name, src, err)}
+	}
+	var cfg struct {
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return []string{fmt.Sprintf("%s: %s does not parse: %v", name, src, err)}
+	}
+	want := map[string]bool{}
+	for coord, sc := range fleet {
+		if _, port, err := net.SplitHostPort(sc.metrics); err == nil {
+			want[net.JoinHostPort(coord, port)] = true
+		}
+	}
+	var problems []string
+	for _, c := range cfg.ScrapeConfigs {
+		for _, st := range c.StaticConfigs {
+			for _, t := range st.Targets {
+				if !want[t] {
+					problems = append(problems, fmt.Sprintf("%s: %s scrapes %s, which is no coordinator's --metrics-listen", name, src, t))
+				}
+				delete(want, t)
+			}
+		}
+	}
+	for t := range want {
+		problems = append(problems, fmt.Sprintf("%s: %s does not scrape %s", name, src, t))
+	}
+	sort.Strings(problems)
 	return problems
 }
 
