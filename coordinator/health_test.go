@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,4 +81,46 @@ func TestReadyz(t *testing.T) {
 	if code, _ := probe(t, m, "/healthz"); code != 200 {
 		t.Errorf("/healthz with a worker down: %d", code)
 	}
+}
+
+// TestRequestMetrics: /metrics counts each client request in the latency
+// histogram (five queries: at least five, and each answered under the
+// histogram's last bucket) and reports the pools by worker.
+func TestRequestMetrics(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.MetricsListen = "127.0.0.1:0" })
+	c := connect(t, srv.Addr())
+	for i := 0; i < 5; i++ {
+		exec(t, c, "SELECT 1")
+	}
+	code, body := probe(t, srv.MetricsAddr(), "/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	value := func(prefix string) float64 {
+		t.Helper()
+		for _, line := range strings.Split(body, "\n") {
+			if rest, ok := strings.CutPrefix(line, prefix+" "); ok {
+				v, err := strconv.ParseFloat(rest, 64)
+				if err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				return v
+			}
+		}
+		t.Fatalf("/metrics has no %s:\n%s", prefix, body)
+		return 0
+	}
+	if n := value("pgfleet_request_duration_seconds_count"); n < 5 {
+		t.Errorf("requests counted: %v, want at least 5", n)
+	}
+	if n, all := value(`pgfleet_request_duration_seconds_bucket{le="2.384185791015625"}`), value("pgfleet_request_duration_seconds_count"); n != all {
+		t.Errorf("requests under 2.4 s: %v of %v", n, all)
+	}
+	w := cl.Servers[0].Addr()
+	if v := value(`pgfleet_pool_connections_idle{worker="` + w + `"}`); v < 1 {
+		t.Errorf("idle connections to %s after the queries: %v, want at least 1", w, v)
+	}
+	value(`pgfleet_pool_connections_in_use{worker="` + w + `"}`)
+	value(`pgfleet_pool_waiting{worker="` + w + `"}`)
 }

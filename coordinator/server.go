@@ -246,6 +246,9 @@ type metrics struct {
 	// share is this coordinator's share of each worker's connection
 	// budget.
 	share *prometheus.GaugeVec
+	// requests: from a client's request (a Query, or the extended-protocol
+	// messages that arrived together) to its answer written.
+	requests prometheus.Histogram
 }
 
 // New validates cfg and makes a server; Start begins listening.
@@ -356,8 +359,11 @@ func New(cfg Config) (*Server, error) {
 		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pgfleet_connection_share",
 			Help: "Connections this coordinator may hold to each worker: its share of the worker's budget, divided between the coordinators."},
 			[]string{"worker"}),
+		requests: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfleet_request_duration_seconds",
+			Help:    "Time from a client's request (a Query, or the extended-protocol messages that arrive together) to its whole answer written back.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)}),
 	}
-	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share)
+	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),

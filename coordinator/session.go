@@ -349,11 +349,19 @@ const (
 func (ss *session) run() {
 	defer ss.end()
 	s := ss.srv
+	var request time.Time // when the client's request being answered arrived
 	for {
 		var waited int32
-		if ss.r.Buffered() == 0 {
-			if len(ss.out) > 0 && ss.flush() != nil {
-				return
+		idle := ss.r.Buffered() == 0
+		if idle {
+			if len(ss.out) > 0 {
+				if ss.flush() != nil {
+					return
+				}
+				if !request.IsZero() {
+					s.metrics.requests.Observe(time.Since(request).Seconds())
+					request = time.Time{}
+				}
 			}
 			if cap(ss.qbuf)|cap(ss.lastParse) > maxKeptBuf {
 				ss.shrink()
@@ -408,6 +416,9 @@ func (ss *session) run() {
 		if err != nil {
 			ss.fatal(clientReadError(err))
 			return
+		}
+		if idle && request.IsZero() {
+			request = time.Now()
 		}
 		if ss.skipping && f.Type != 'S' && f.Type != 'X' && f.Type != 'H' {
 			continue
