@@ -177,6 +177,20 @@ func TestConnectionBudget(t *testing.T) {
 			}
 		}
 	}
+	// The fleet's view of it in the metadata database: a's and b's shares.
+	meta, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@%s/budget_meta?sslmode=disable", worker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer meta.Close(ctx)
+	var shares, conns int
+	if err := meta.QueryRow(ctx, `SELECT count(*), coalesce(sum(connections), 0) FROM pgfleet.pools
+		WHERE live AND worker = $1 AND share = 4 AND coordinator IN ($2, $3)`, worker, a.Addr(), b.Addr()).Scan(&shares, &conns); err != nil {
+		t.Fatal(err)
+	}
+	if shares != 2 || conns > 8 {
+		t.Errorf("pgfleet.pools: %d live coordinators with a share of 4 (want a and b), %d connections recorded (want at most 8)", shares, conns)
+	}
 	if got["pgfleet_connection_share"] != 4 {
 		t.Errorf("a's pgfleet_connection_share for the worker: %v, want 4", got["pgfleet_connection_share"])
 	}

@@ -98,6 +98,13 @@ CREATE TABLE IF NOT EXISTS pgfleet.connection_shares (
 	recorded_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (coordinator, worker)
 );
+-- The fleet's pools as the leases record them: each coordinator's share of
+-- each worker and the connections it holds there (as of its last renewal
+-- or new connection).
+CREATE OR REPLACE VIEW pgfleet.pools AS
+	SELECT c.address AS coordinator, s.worker, s.share, cardinality(s.pids) AS connections, s.budget,
+		c.expires > now() AS live, s.recorded_at
+	FROM pgfleet.coordinators c JOIN pgfleet.connection_shares s ON s.coordinator = c.name;
 -- The guard trigger's function: the default node's table of a distributed or
 -- reference table refuses writes that do not come from pgfleet itself.
 CREATE OR REPLACE FUNCTION pgfleet.distributed_table_guard() RETURNS trigger LANGUAGE plpgsql AS $$
