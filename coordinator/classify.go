@@ -47,6 +47,9 @@ type paramOp struct {
 	// tagText is the tag of an opNone (SET LOCAL, SET ROLE, ...), which
 	// keeps the matching of later tags in step.
 	tagText string
+	// more are SETs the same statement makes too (SET SESSION
+	// CHARACTERISTICS: one for each default_transaction_* setting).
+	more []paramOp
 }
 
 func (o paramOp) tag() string {
@@ -268,8 +271,35 @@ func txnEnd(w []string, punct bool) (txn string, chain bool) {
 // which says what PostgreSQL says (the coordinator used to answer BEGIN
 // to "begin isolation level nonsense" and fail the next statement).
 func validBegin(stmt string) bool {
-	var buf [16]string // upper-cased words and ","
-	toks := buf[:0]
+	var buf [24]string
+	toks, ok := modeTokens(stmt, buf[:0])
+	if !ok {
+		return false
+	}
+	at := func(i int) string {
+		if i < len(toks) {
+			return toks[i]
+		}
+		return ""
+	}
+	i := 1
+	switch {
+	case at(0) == "BEGIN" && (at(1) == "WORK" || at(1) == "TRANSACTION"):
+		i = 2
+	case at(0) == "START" && at(1) == "TRANSACTION":
+		i = 2
+	case at(0) != "BEGIN":
+		return false
+	}
+	_, ok = txnModes(toks[i:])
+	return ok
+}
+
+// modeTokens splits a statement of keywords and commas (BEGIN, SET
+// SESSION CHARACTERISTICS) into upper-cased words and ","; anything else
+// in it (a literal, a quoted name, more words than fit in toks) is not
+// ok.
+func modeTokens(stmt string, toks []string) ([]string, bool) {
 	for i := 0; i < len(stmt); {
 		ch := stmt[i]
 		switch {
@@ -296,10 +326,10 @@ func validBegin(stmt string) bool {
 				}
 			}
 			if depth != 0 {
-				return false
+				return nil, false
 			}
-		case len(toks) == len(buf):
-			return false // longer than any valid one
+		case len(toks) == cap(toks):
+			return nil, false // longer than any valid one
 		case ch == ',':
 			toks = append(toks, ",")
 			i++
@@ -310,57 +340,90 @@ func validBegin(stmt string) bool {
 			}
 			toks = append(toks, upperWord(stmt[st:i]))
 		default:
-			return false
+			return nil, false
 		}
 	}
+	return toks, true
+}
+
+// txnModes reads a list of transaction modes (ISOLATION LEVEL ..., READ
+// ONLY | WRITE, [NOT] DEFERRABLE, separated by commas or not, each at most
+// once) and returns the settings they give: default_transaction_isolation,
+// _read_only and _deferrable, "" for a mode not given.
+func txnModes(toks []string) (modes [3]string, ok bool) {
 	at := func(i int) string {
 		if i < len(toks) {
 			return toks[i]
 		}
 		return ""
 	}
-	i := 1
-	switch {
-	case at(0) == "BEGIN" && (at(1) == "WORK" || at(1) == "TRANSACTION"):
-		i = 2
-	case at(0) == "START" && at(1) == "TRANSACTION":
-		i = 2
-	case at(0) != "BEGIN":
-		return false
-	}
-	var seen [3]bool // isolation, read, deferrable
-	for first := true; i < len(toks); first = false {
+	for i, first := 0, true; i < len(toks); first = false {
 		if !first && at(i) == "," {
 			i++
 		}
 		var mode int
+		var v string
 		switch {
 		case at(i) == "ISOLATION" && at(i+1) == "LEVEL":
 			mode = 0
 			switch l := at(i + 2); {
 			case l == "SERIALIZABLE":
-				i += 3
-			case l == "REPEATABLE" && at(i+3) == "READ",
-				l == "READ" && (at(i+3) == "COMMITTED" || at(i+3) == "UNCOMMITTED"):
-				i += 4
+				v, i = "serializable", i+3
+			case l == "REPEATABLE" && at(i+3) == "READ":
+				v, i = "repeatable read", i+4
+			case l == "READ" && (at(i+3) == "COMMITTED" || at(i+3) == "UNCOMMITTED"):
+				v, i = "read "+strings.ToLower(at(i+3)), i+4
 			default:
-				return false
+				return modes, false
 			}
 		case at(i) == "READ" && (at(i+1) == "ONLY" || at(i+1) == "WRITE"):
-			mode, i = 1, i+2
+			mode, v = 1, "off"
+			if at(i+1) == "ONLY" {
+				v = "on"
+			}
+			i += 2
 		case at(i) == "DEFERRABLE":
-			mode, i = 2, i+1
+			mode, v, i = 2, "on", i+1
 		case at(i) == "NOT" && at(i+1) == "DEFERRABLE":
-			mode, i = 2, i+2
+			mode, v, i = 2, "off", i+2
 		default:
-			return false
+			return modes, false
 		}
-		if seen[mode] {
-			return false
+		if modes[mode] != "" {
+			return modes, false
 		}
-		seen[mode] = true
+		modes[mode] = v
 	}
-	return true
+	return modes, true
+}
+
+// txnModeSettings are the settings txnModes' results are, in order.
+var txnModeSettings = [3]string{"default_transaction_isolation", "default_transaction_read_only", "default_transaction_deferrable"}
+
+// sessionCharacteristics is what SET SESSION CHARACTERISTICS AS
+// TRANSACTION does, as PostgreSQL does it: a SET of each
+// default_transaction_* setting it names, in one op (one SET tag). ok is
+// false for a statement it cannot read.
+func sessionCharacteristics(stmt string) (paramOp, bool) {
+	var buf [24]string
+	toks, ok := modeTokens(stmt, buf[:0])
+	if !ok || len(toks) < 6 || toks[0] != "SET" || toks[1] != "SESSION" || toks[2] != "CHARACTERISTICS" ||
+		toks[3] != "AS" || toks[4] != "TRANSACTION" {
+		return paramOp{}, false
+	}
+	modes, ok := txnModes(toks[5:])
+	if !ok {
+		return paramOp{}, false
+	}
+	var ops []paramOp
+	for i, v := range modes {
+		if v != "" {
+			ops = append(ops, paramOp{kind: opSet, name: txnModeSettings[i], sql: "SET " + txnModeSettings[i] + " = '" + v + "'"})
+		}
+	}
+	op := ops[0]
+	op.more = ops[1:]
+	return op, true
 }
 
 // beginHasModes reports whether a BEGIN that validBegin accepts sets
@@ -492,6 +555,10 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 				c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
 				return
 			case "CHARACTERISTICS":
+				if op, ok := sessionCharacteristics(stmt); ok {
+					c.ops = append(c.ops, op)
+					return
+				}
 				name = "session characteristics"
 			case "TIME":
 				name = "timezone"

@@ -55,6 +55,9 @@ func (p *sessionParams) apply(op paramOp) {
 	switch op.kind {
 	case opSet:
 		p.set[op.name] = op.sql
+		for _, m := range op.more {
+			p.set[m.name] = m.sql
+		}
 	case opReset, opSetDefault:
 		p.reset(op.name)
 	case opPlaceholder:

@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -340,4 +341,99 @@ func TestTransactionChainOracle(t *testing.T) {
 	if _, err := c.Exec(ctx, "COMMIT AND CHAIN"); sqlState(err) != "25P01" {
 		t.Errorf("oracle: COMMIT AND CHAIN outside: %v", err)
 	}
+}
+
+// TestTransactionCharacteristicsOracle: statements that set transaction
+// characteristics (SET SESSION CHARACTERISTICS and the default_transaction_*
+// settings it sets, SET TRANSACTION before AND CHAIN) give through a
+// coordinator, with writes on both workers, what a plain PostgreSQL gives
+// (found by an adversary: writes accepted in READ ONLY transactions, and
+// refused in read-write ones, after RESET of a setting SET SESSION
+// CHARACTERISTICS had set, and after SET TRANSACTION READ ONLY; COMMIT AND
+// CHAIN).
+func TestTransactionCharacteristicsOracle(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, c, "chc_acc")
+	w := connect(t, cl.Servers[0].Addr())
+	_, _ = w.Exec(ctx, "DROP DATABASE IF EXISTS chc_oracle WITH (FORCE)")
+	exec(t, w, "CREATE DATABASE chc_oracle")
+	t.Cleanup(func() { _, _ = w.Exec(context.Background(), "DROP DATABASE IF EXISTS chc_oracle WITH (FORCE)") })
+	oc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@%s/chc_oracle?sslmode=disable", cl.Servers[0].Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close(ctx)
+	exec(t, oc, "CREATE TABLE chc_acc (aid bigint PRIMARY KEY, n int CHECK (n >= 0))")
+	exec(t, oc, "INSERT INTO chc_acc SELECT g, 100 FROM generate_series(1, 100) g")
+	sequences := [][]string{
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE", "RESET default_transaction_isolation",
+			"BEGIN", "SELECT n FROM chc_acc WHERE aid = $1", "SHOW transaction_isolation", "UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "COMMIT"},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "RESET default_transaction_read_only",
+			"UPDATE chc_acc SET n = n + 1 WHERE aid = $1", "BEGIN", "UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "COMMIT"},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY, DEFERRABLE", "SHOW default_transaction_deferrable",
+			"UPDATE chc_acc SET n = n + 1 WHERE aid = $1", "BEGIN", "SHOW transaction_read_only", "UPDATE chc_acc SET n = n + 1 WHERE aid = $2",
+			"ROLLBACK", "SET default_transaction_read_only = off", "UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "RESET ALL"},
+		{"BEGIN", "SELECT n FROM chc_acc WHERE aid = $1", "SET TRANSACTION READ ONLY", "COMMIT AND CHAIN",
+			"UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "ROLLBACK"},
+		{"BEGIN", "SELECT n FROM chc_acc WHERE aid = $1", "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "COMMIT AND CHAIN",
+			"SELECT n FROM chc_acc WHERE aid = $2", "SELECT current_setting('transaction_isolation') FROM chc_acc WHERE aid = $2", "COMMIT"},
+	}
+	for _, extended := range []bool{false, true} {
+		for i, seq := range sequences {
+			got := runSequence(txnRunner{t: t, c: c, extended: extended}, seq, k1, k2)
+			want := runSequence(txnRunner{t: t, c: oc, extended: extended}, seq, k1, k2)
+			for j := range seq {
+				if got[j] != want[j] {
+					t.Errorf("extended %v, sequence %d, %s: coordinator %q, PostgreSQL %q", extended, i, seq[j], got[j], want[j])
+				}
+			}
+			for _, x := range []*pgx.Conn{c, oc} {
+				_, _ = x.Exec(ctx, "ROLLBACK", pgx.QueryExecModeSimpleProtocol)
+				_, _ = x.Exec(ctx, "RESET ALL", pgx.QueryExecModeSimpleProtocol)
+			}
+		}
+	}
+}
+
+// runSequence runs statements ($1 and $2 bound to k1 and k2 where they
+// appear) and returns each one's outcome: the SQLSTATE, or the first
+// value of its first row, or its tag.
+func runSequence(r txnRunner, seq []string, k1, k2 int) []string {
+	ctx := context.Background()
+	out := make([]string, len(seq))
+	for i, q := range seq {
+		var args []any
+		switch {
+		case strings.Contains(q, "$2") && strings.Contains(q, "$1"):
+			args = []any{k1, k2}
+		case strings.Contains(q, "$2"):
+			q = strings.ReplaceAll(q, "$2", "$1")
+			args = []any{k2}
+		case strings.Contains(q, "$1"):
+			args = []any{k1}
+		}
+		if strings.HasPrefix(q, "SELECT") || strings.HasPrefix(q, "SHOW") {
+			mode := pgx.QueryExecModeExec
+			if !r.extended {
+				mode = pgx.QueryExecModeSimpleProtocol
+			}
+			var v any
+			if err := r.c.QueryRow(ctx, q, append([]any{mode}, args...)...).Scan(&v); err != nil {
+				out[i] = "error " + sqlState(err)
+			} else {
+				out[i] = fmt.Sprint(v)
+			}
+			continue
+		}
+		tag, err := r.run(q, args...)
+		if err != nil {
+			out[i] = "error " + sqlState(err)
+		} else {
+			out[i] = tag
+		}
+	}
+	return out
 }

@@ -92,8 +92,8 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	from, to := ss.srv.nodeAddr(ss.node), ss.srv.nodeAddr(node)
 	switch {
 	case ss.txBegin == "" && ss.chainAsk:
-		// The transaction was chained from a failed one on this worker,
-		// which knows its characteristics: ask it.
+		// The transaction was chained (COMMIT or ROLLBACK AND CHAIN) on
+		// this worker, which knows its characteristics: ask it.
 		b, err := chainBegin(txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
 		if err != nil {
 			return err
@@ -539,18 +539,17 @@ func (ss *session) begunAlone() bool {
 // worker (txSet), nor do the ended transaction's savepoints. Only
 // settings the session could not follow (paramsUnsure) still do. After a
 // failed transaction the new one's characteristics are the worker's to
-// know: joinWorker asks it (chainAsk) when another worker is needed. So
-// they are after a transaction that made SETs: the new one has the ended
-// one's characteristics, which its BEGIN took from the session's defaults
-// as they were then, and a SET or RESET ALL of default_transaction_read_only
-// (or _isolation, _deferrable) since would give the same BEGIN others.
+// know, and so they are after any other: the new one has the ended one's,
+// which SET TRANSACTION may have changed after its BEGIN, and which its
+// BEGIN took from the session's defaults as they were then (a SET or RESET
+// of default_transaction_read_only since would give the same BEGIN
+// others). joinWorker asks the worker (chainAsk) when another worker is
+// needed.
 func (ss *session) chained(committed bool) {
 	if committed && !ss.txFailed {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
 	}
-	if ss.txFailed || len(ss.pending) > 0 {
-		ss.txBegin, ss.chainAsk = "", true
-	}
+	ss.txBegin, ss.chainAsk = "", true
 	ss.pending = ss.pending[:0]
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.txFailed = false
