@@ -82,6 +82,10 @@ type class struct {
 	// txn is "begin", "commit" or "rollback" for a statement that starts or
 	// ends a transaction block (ROLLBACK TO SAVEPOINT is not one).
 	txn string
+	// preparedView: a statement names pg_prepared_statements, which on a
+	// pooled worker connection lists its statements (every session's that
+	// used it, under pgfleet's names), not the session's.
+	preparedView bool
 	// chain: the COMMIT or ROLLBACK is AND CHAIN (a new transaction block
 	// with the same characteristics starts at once).
 	chain bool
@@ -171,6 +175,9 @@ func classify(sql string) class {
 			if lx.sawNotify {
 				c.notify = true
 			}
+			if lx.sawPrepared {
+				c.preparedView = true
+			}
 			if w := lx.words[:n]; interesting(w) {
 				upper := make([]string, n)
 				for i, x := range w {
@@ -185,7 +192,7 @@ func classify(sql string) class {
 				resets = resets || op.resets()
 			}
 		}
-		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify = "", "", false, false, false
+		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -422,7 +429,9 @@ func sessionCharacteristics(stmt string) (paramOp, bool) {
 		}
 	}
 	op := ops[0]
-	op.more = ops[1:]
+	if len(ops) > 1 {
+		op.more = ops[1:]
+	}
 	return op, true
 }
 
@@ -810,6 +819,8 @@ type lexer struct {
 	i              int
 	words          [maxWords]string // the statement's first words, as written
 	sawSessionFunc string
+	// sawPrepared: the text names pg_prepared_statements.
+	sawPrepared bool
 	sawSeqFunc     string // "currval" or "lastval" when the statement names one
 	punct          bool   // the statement has tokens other than words
 	sawUserCall    bool   // a call of a function that is not built in
@@ -928,6 +939,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 				if why, ok := sessionFuncs[string(buf[:len(w)])]; ok {
 					lx.sawSessionFunc = why
 				}
+			}
+			if len(w) == len("pg_prepared_statements") && strings.EqualFold(w, "pg_prepared_statements") {
+				lx.sawPrepared = true
 			}
 			if lx.callFollows() {
 				lx.noteCall(w)

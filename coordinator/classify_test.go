@@ -18,6 +18,11 @@ func TestClassify(t *testing.T) {
 		{sql: "SET work_mem = '8MB'", stmt: 1, ops: []paramOp{{kind: opSet, name: "work_mem", sql: "SET work_mem = '8MB'"}}},
 		{sql: "set Search_Path to a, b;", stmt: 1, ops: []paramOp{{kind: opSet, name: "search_path", sql: "set Search_Path to a, b"}}},
 		{sql: "SET SESSION statement_timeout = 5", stmt: 1, ops: []paramOp{{kind: opSet, name: "statement_timeout", sql: "SET SESSION statement_timeout = 5"}}},
+		{sql: "set session characteristics as transaction read only, isolation level repeatable read", stmt: 1, ops: []paramOp{{kind: opSet,
+			name: "default_transaction_isolation", sql: "SET default_transaction_isolation = 'repeatable read'",
+			more: []paramOp{{kind: opSet, name: "default_transaction_read_only", sql: "SET default_transaction_read_only = 'on'"}}}}},
+		{sql: "SET SESSION CHARACTERISTICS AS TRANSACTION NOT DEFERRABLE", stmt: 1, ops: []paramOp{{kind: opSet,
+			name: "default_transaction_deferrable", sql: "SET default_transaction_deferrable = 'off'"}}},
 		{sql: "SET TIME ZONE 'UTC'", stmt: 1, ops: []paramOp{{kind: opSet, name: "timezone", sql: "SET TIME ZONE 'UTC'"}}},
 		{sql: "SET NAMES 'UTF8'", stmt: 1, ops: []paramOp{{kind: opSet, name: "client_encoding", sql: "SET NAMES 'UTF8'"}}},
 		{sql: "SET LOCAL work_mem = '1MB'", stmt: 1, ops: []paramOp{{kind: opNone, tagText: "SET"}}},
@@ -290,3 +295,4 @@ func TestClassifyDDLAnyCase(t *testing.T) {
 		t.Errorf("classify(select 1) = %+v", c)
 	}
 }
+

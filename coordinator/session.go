@@ -869,6 +869,15 @@ func (ss *session) applyLocalTxn(cls *class, sql string) string {
 	return tag
 }
 
+// errPreparedView refuses statements that read pg_prepared_statements: on
+// a pooled worker connection it lists that connection's statements, under
+// pgfleet's names and other sessions' too, not the session's.
+func errPreparedView() error {
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"pg_prepared_statements is not supported through pgfleet: the worker connection's view would list other sessions' statements, not this session's").
+		WithHint("Keep track of the session's prepared statements in the application; DEALLOCATE and DISCARD ALL work as on PostgreSQL.")
+}
+
 // localTxn answers a simple-query BEGIN, COMMIT or ROLLBACK locally when
 // localTxnOK allows it.
 func (ss *session) localTxn(cls *class, sql string) bool {
@@ -1024,6 +1033,9 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.relayCycle('Q', body, nil, ss.node)
 	}
 	ss.seqDiscard = false
+	if cls.preparedView {
+		return ss.queryError(errPreparedView())
+	}
 	if cls.seqFn != "" && ss.seqUsed {
 		return ss.queryError(errSeqState(cls.seqFn))
 	}
@@ -1542,6 +1554,10 @@ func (ss *session) parse(body []byte) error {
 			return nil
 		}
 		ss.setStmt(ss.prepareOn(st, eRelay), string(name), st)
+		return nil
+	}
+	if st.cls.preparedView {
+		ss.synthError(errPreparedView())
 		return nil
 	}
 	if ss.scsOff && strings.IndexByte(st.Query, '\\') >= 0 && !reflect.DeepEqual(classify(escapeStrings(st.Query)), st.cls) {

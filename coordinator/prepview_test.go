@@ -1,0 +1,37 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestPreparedStatementsRefused: pg_prepared_statements, which on a pooled
+// worker connection lists other sessions' statements under pgfleet's
+// names, is refused with 0A000 in both protocols (found by pgx's suite:
+// a deallocated statement stayed listed); the session goes on.
+func TestPreparedStatementsRefused(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+		for _, q := range []string{"SELECT count(*) FROM pg_prepared_statements", "select name from PG_CATALOG.Pg_Prepared_Statements"} {
+			var n any
+			err := c.QueryRow(ctx, q, mode).Scan(&n)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+				t.Errorf("%v %s: %v, want 0A000 with a hint", mode, q, err)
+			}
+		}
+		var one int
+		if err := c.QueryRow(ctx, "SELECT 1", mode).Scan(&one); err != nil || one != 1 {
+			t.Errorf("%v: the session after the refusal: %v", mode, err)
+		}
+	}
+}
