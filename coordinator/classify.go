@@ -820,14 +820,14 @@ type lexer struct {
 	words          [maxWords]string // the statement's first words, as written
 	sawSessionFunc string
 	// sawPrepared: the text names pg_prepared_statements.
-	sawPrepared bool
-	sawSeqFunc     string // "currval" or "lastval" when the statement names one
-	punct          bool   // the statement has tokens other than words
-	sawUserCall    bool   // a call of a function that is not built in
-	sawSQLText     bool   // a call of a built-in that runs SQL given as text
-	sawAllTables   bool   // a call of a built-in that reads every table (schema_to_xml)
-	sawNotify      bool   // a call of pg_notify
-	prev           string // the word before the current one, "" after punctuation
+	sawPrepared  bool
+	sawSeqFunc   string // "currval" or "lastval" when the statement names one
+	punct        bool   // the statement has tokens other than words
+	sawUserCall  bool   // a call of a function that is not built in
+	sawSQLText   bool   // a call of a built-in that runs SQL given as text
+	sawAllTables bool   // a call of a built-in that reads every table (schema_to_xml)
+	sawNotify    bool   // a call of pg_notify
+	prev         string // the word before the current one, "" after punctuation
 }
 
 const maxWords = 12

@@ -295,4 +295,3 @@ func TestClassifyDDLAnyCase(t *testing.T) {
 		t.Errorf("classify(select 1) = %+v", c)
 	}
 }
-
