@@ -907,6 +907,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if w := s[st:lx.i]; len(w) == 9 || len(w) == 10 {
 				lx.noteSeqFunc(w[1 : len(w)-1])
 			}
+			if w == `"pg_prepared_statements"` {
+				lx.sawPrepared = true
+			}
 			if lx.callFollows() {
 				// "set_config"(...): a quoted name is the name itself.
 				lx.noteCall(w[1:max(1, len(w)-1)])

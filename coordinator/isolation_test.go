@@ -198,6 +198,13 @@ func TestSessionIsolation(t *testing.T) {
 	t.Logf("session isolation: seed %d (PGFLEET_ISOLATION_SEED=%d to repeat), %v", seed, seed, duration)
 	const clients, pool = 8, 4
 	cl := pgtest.Shared(t)
+	// The session's SQL-level prepared statements, read on its worker
+	// connection: pgfleet refuses pg_prepared_statements itself (on a
+	// pooled connection it lists others' statements), a function's body
+	// reaches it.
+	w := connect(t, cl.Servers[0].Addr())
+	exec(t, w, "CREATE OR REPLACE FUNCTION iso_sql_prepared() RETURNS text LANGUAGE sql "+
+		"AS $f$SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_prepared_statements WHERE from_sql$f$")
 	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.PoolSize = pool; c.PoolTimeout = 20 * time.Second })
 	ctx := context.Background()
 	setup := connect(t, cl.Servers[0].Addr())
@@ -277,7 +284,7 @@ const isoStateSQL = `SELECT concat_ws(' | ', current_setting('search_path'), cur
  (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()),
  (SELECT coalesce(string_agg(c, ',' ORDER BY c), '') FROM pg_listening_channels() c),
  (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
- (SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_prepared_statements WHERE from_sql),
+ iso_sql_prepared(),
  (SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_cursors WHERE is_holdable), '')`
 
 func isoRead(ctx context.Context, c *pgx.Conn, extended bool) isoState {

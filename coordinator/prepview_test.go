@@ -21,7 +21,7 @@ func TestPreparedStatementsRefused(t *testing.T) {
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
-		for _, q := range []string{"SELECT count(*) FROM pg_prepared_statements", "select name from PG_CATALOG.Pg_Prepared_Statements"} {
+		for _, q := range []string{"SELECT count(*) FROM pg_prepared_statements", "select name from PG_CATALOG.Pg_Prepared_Statements", `SELECT * FROM "pg_prepared_statements"`} {
 			var n any
 			err := c.QueryRow(ctx, q, mode).Scan(&n)
 			var pe *pgconn.PgError

@@ -153,6 +153,8 @@ func (c *protoClient) expect(what string, got protoResult, code string, rows ...
 // PostgreSQL first, which shows what the answers must be.
 func TestProtocolPreparedStatementsMultiplexed(t *testing.T) {
 	cluster := pgtest.Shared(t)
+	w := connect(t, cluster.Servers[0].Addr())
+	exec(t, w, "CREATE OR REPLACE FUNCTION pst_prepared_count() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM pg_prepared_statements'")
 	t.Run("postgres", func(t *testing.T) {
 		protoStmtScenario(t, cluster.Servers[0].Addr(), true, 0)
 	})
@@ -244,7 +246,9 @@ func protoStmtScenario(t *testing.T, addr string, concurrentTx bool, cacheSize i
 	a.expect("all of them in one batch", a.batch(msgs...), "", want...)
 	if cacheSize > 0 {
 		// The test is about eviction: check that there was some.
-		r := a.simple("select count(*) from pg_prepared_statements")
+		// (pgfleet refuses pg_prepared_statements; a function reads the
+		// worker connection's own view.)
+		r := a.simple("select pst_prepared_count()")
 		if n, err := strconv.Atoi(strings.Join(r.rows, "")); r.code != "" || err != nil || n > cacheSize {
 			t.Errorf("statements prepared on a server connection: %v, want at most %d", r, cacheSize)
 		}

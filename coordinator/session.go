@@ -191,10 +191,16 @@ type session struct {
 	// (idletxn.go).
 	idleOff     bool
 	idleTimeout time.Duration
-	// chainAsk: the transaction was chained from a failed one on the
-	// current worker (txBegin ""); joinWorker asks that worker for its
-	// characteristics.
+	// chainAsk: the transaction was chained on the current worker
+	// (txBegin ""); joinWorker asks that worker for its characteristics.
 	chainAsk bool
+	// chainStarted: the transaction block began with AND CHAIN. PostgreSQL
+	// keeps such a transaction's characteristics through a failure (a
+	// ROLLBACK AND CHAIN after it starts the next with them), where those
+	// a BEGIN with modes gave are undone by the failure: every worker's
+	// transaction is started as BEGIN <modes>; COMMIT AND CHAIN (beginSQL),
+	// so that the worker keeps them as PostgreSQL does.
+	chainStarted bool
 	// savepoints: the transaction's savepoints, oldest first, each with
 	// how many of pending's changes were made before it (ROLLBACK TO
 	// keeps those only).
@@ -796,10 +802,18 @@ func (ss *session) ensureBegun() {
 	b = wire.AppendFrame(b, 'P', append(append([]byte{0}, ss.pendingBegin...), 0, 0, 0))
 	b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
 	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
-	ss.sc.SetBuf(b)
 	ss.push(expect{kind: eSwallow, term: tParse})
 	ss.push(expect{kind: eSwallow, term: tBind})
 	ss.push(expect{kind: eSwallow, term: tExecute, begin: true})
+	if ss.chainStarted {
+		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, chainAgain...), 0, 0, 0))
+		b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
+		b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+		ss.push(expect{kind: eSwallow, term: tParse})
+		ss.push(expect{kind: eSwallow, term: tBind})
+		ss.push(expect{kind: eSwallow, term: tExecute})
+	}
+	ss.sc.SetBuf(b)
 	ss.txBegin = ss.pendingBegin
 	ss.pendingBegin = ""
 }
@@ -848,7 +862,7 @@ func (ss *session) localTxnOK(cls *class) bool {
 // session's defaults, as PostgreSQL 15 starts it).
 func (ss *session) applyLocalTxn(cls *class, sql string) string {
 	if cls.txn == "begin" {
-		ss.pendingBegin = sql
+		ss.pendingBegin, ss.chainStarted = sql, false
 		if lx := (lexer{s: sql}); lx.startsWith("START") {
 			return "START TRANSACTION" // PostgreSQL's tag for START TRANSACTION
 		}
@@ -861,11 +875,11 @@ func (ss *session) applyLocalTxn(cls *class, sql string) string {
 	next := ""
 	if cls.chain {
 		next = ss.pendingBegin
-		if ss.pendingFailed {
-			next = "BEGIN"
+		if ss.pendingFailed && !ss.chainStarted {
+			next = "BEGIN" // the failure undid the BEGIN's modes
 		}
 	}
-	ss.pendingBegin, ss.pendingFailed = next, false
+	ss.pendingBegin, ss.pendingFailed, ss.chainStarted = next, false, cls.chain
 	return tag
 }
 
@@ -1314,11 +1328,25 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 	return ss.roundTrip()
 }
 
+// chainAgain follows a BEGIN on a worker in a transaction block that began
+// with AND CHAIN (chainStarted).
+const chainAgain = "COMMIT AND CHAIN"
+
+// beginSQL is the simple query that starts the session's transaction block
+// on a worker with the BEGIN begin: the BEGIN, and in a block that began
+// with AND CHAIN, a COMMIT AND CHAIN of it (see chainStarted).
+func (ss *session) beginSQL(begin string) string {
+	if ss.chainStarted {
+		return begin + ";" + chainAgain
+	}
+	return begin
+}
+
 // startPending sends the BEGIN the coordinator answered itself on the held
 // connection, as a simple query.
 func (ss *session) startPending() error {
 	for attempt := 1; ; attempt++ {
-		err := ss.sc.Exec(ss.pendingBegin, time.Now().Add(ss.pool.Config().ResetTimeout), nil)
+		err := ss.sc.Exec(ss.beginSQL(ss.pendingBegin), time.Now().Add(ss.pool.Config().ResetTimeout), nil)
 		if err == nil && ss.sc.TxStatus == 'T' {
 			break
 		}
@@ -2418,7 +2446,7 @@ func (ss *session) endOfCycle(status byte) {
 	if ss.begunAlone() && len(ss.parked) == 0 {
 		ss.spanHint = ss.spanHint[:0] // the transaction stayed on one worker
 	}
-	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk = "", false, false, false
+	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk, ss.chainStarted = "", false, false, false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {

@@ -380,6 +380,17 @@ func TestTransactionCharacteristicsOracle(t *testing.T) {
 			"UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "ROLLBACK"},
 		{"BEGIN", "SELECT n FROM chc_acc WHERE aid = $1", "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "COMMIT AND CHAIN",
 			"SELECT n FROM chc_acc WHERE aid = $2", "SELECT current_setting('transaction_isolation') FROM chc_acc WHERE aid = $2", "COMMIT"},
+		// A transaction begun by AND CHAIN keeps its characteristics
+		// through a failure; one begun by BEGIN with modes does not.
+		{"BEGIN READ ONLY", "COMMIT AND CHAIN", "SELECT 1/0", "ROLLBACK AND CHAIN", "SHOW transaction_read_only",
+			"UPDATE chc_acc SET n = n + 1 WHERE aid = $1", "ROLLBACK AND CHAIN", "SHOW transaction_read_only", "COMMIT"},
+		{"BEGIN ISOLATION LEVEL SERIALIZABLE, READ ONLY, DEFERRABLE", "COMMIT AND CHAIN", "SELECT n FROM chc_acc WHERE aid = $1",
+			"SELECT n FROM chc_acc WHERE aid = $2", "SELECT 1/0", "COMMIT AND CHAIN", "SELECT current_setting('transaction_isolation') FROM chc_acc WHERE aid = $2",
+			"SHOW transaction_deferrable", "UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "ROLLBACK"},
+		{"BEGIN READ ONLY", "SELECT n FROM chc_acc WHERE aid = $1", "SELECT 1/0", "ROLLBACK AND CHAIN", "SHOW transaction_read_only",
+			"UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "COMMIT"},
+		{"BEGIN READ ONLY", "SELECT n FROM chc_acc WHERE aid = $1", "COMMIT AND CHAIN", "UPDATE chc_acc SET n = n + 1 WHERE aid = $1",
+			"ROLLBACK AND CHAIN", "UPDATE chc_acc SET n = n + 1 WHERE aid = $2", "ROLLBACK"},
 	}
 	for _, extended := range []bool{false, true} {
 		for i, seq := range sequences {

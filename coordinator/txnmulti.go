@@ -151,7 +151,7 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		// takes in, in order: everything the worker does comes after
 		// them, so ROLLBACK TO and RELEASE of any of them mean there what
 		// they mean on the others (multiSavepoint).
-		begin := ss.txBegin + ss.savepointReplay()
+		begin := ss.beginSQL(ss.txBegin) + ss.savepointReplay()
 		if ss.idleOff || !ss.idleZeroKnown(pool) {
 			// The BEGIN and the idle timer's read, in one round trip.
 			var rows [][]string
@@ -349,7 +349,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	defer func() {
 		ss.multiRelease(all, committed)
 		if err == nil {
-			ss.pendingBegin = next
+			ss.pendingBegin, ss.chainStarted = next, chain
 		}
 	}()
 
@@ -549,7 +549,7 @@ func (ss *session) chained(committed bool) {
 	if committed && !ss.txFailed {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
 	}
-	ss.txBegin, ss.chainAsk = "", true
+	ss.txBegin, ss.chainAsk, ss.chainStarted = "", true, true
 	ss.pending = ss.pending[:0]
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.txFailed = false
@@ -619,7 +619,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.parked = ss.parked[:0]
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false
 	ss.idleOff, ss.idleTimeout = false, 0
-	ss.chainAsk = false
+	ss.chainAsk, ss.chainStarted = false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false
 	ss.implicitTxn = false
