@@ -35,3 +35,26 @@ func TestPreparedStatementsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestParseSeveralStatements: a Parse with several statements is 42601, as
+// on PostgreSQL, also when they name distributed tables (it was 0A000).
+func TestParseSeveralStatements(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	exec(t, c, "DROP TABLE IF EXISTS pss_t", pgx.QueryExecModeSimpleProtocol)
+	exec(t, c, "CREATE TABLE pss_t (id int PRIMARY KEY, n int)", pgx.QueryExecModeSimpleProtocol)
+	exec(t, c, "SELECT create_distributed_table('pss_t', 'id')", pgx.QueryExecModeSimpleProtocol)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "SELECT undistribute_table('pss_t')", pgx.QueryExecModeSimpleProtocol)
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS pss_t", pgx.QueryExecModeSimpleProtocol)
+	})
+	for _, q := range []string{"BEGIN; UPDATE pss_t SET n = n WHERE id = 2; ROLLBACK", "BEGIN; SELECT 1; COMMIT"} {
+		_, err := c.PgConn().Prepare(ctx, "", q, nil)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42601" || pe.Message != "cannot insert multiple commands into a prepared statement" {
+			t.Errorf("Parse of %q: %v, want PostgreSQL's 42601", q, err)
+		}
+	}
+}

@@ -1599,7 +1599,12 @@ func (ss *session) parse(body []byte) error {
 	}
 	failed := ss.txStatus() == 'E' // before planning, which may ask the held connection
 	sp, err := ss.stmtPlan(st)
-	if err != nil && failed && !st.cls.mayEndFailed() {
+	if err != nil && st.cls.count > 1 && pgerr.Flatten(err).Code == pgerr.FeatureNotSupported {
+		// PostgreSQL refuses several statements in one Parse after its
+		// syntax check, before anything else (a failed transaction's
+		// 25P02 included).
+		err = pgerr.New(pgerr.SyntaxError, "cannot insert multiple commands into a prepared statement")
+	} else if err != nil && failed && !st.cls.mayEndFailed() {
 		// A failed transaction the worker has not seen (its BEGIN is
 		// still the coordinator's): 25P02 before planning errors.
 		err = errFailedTxn

@@ -440,6 +440,12 @@ func (p *Pool) closeIdle(idle []*ServerConn) {
 			p.cfg.Gate.open.Add(-1)
 		}
 	}
+	if g := p.cfg.Gate; g != nil {
+		// The slots are free: serve whoever waits for one.
+		for _, q := range g.poolList() {
+			q.wakeAsync()
+		}
+	}
 }
 
 // trimIdle takes up to max idle connections out of the pool and closes
