@@ -99,10 +99,11 @@ CREATE TABLE IF NOT EXISTS pgfleet.connection_shares (
 	PRIMARY KEY (coordinator, worker)
 );
 -- The fleet's pools as the leases record them: each coordinator's share of
--- each worker and the connections it holds there (as of its last renewal
--- or new connection).
-CREATE OR REPLACE VIEW pgfleet.pools AS
-	SELECT c.address AS coordinator, s.worker, s.share, cardinality(s.pids) AS connections, s.budget,
+-- each worker and the backends it recorded there (those it held at its last
+-- renewal, and those it opened since; some may have closed since).
+DROP VIEW IF EXISTS pgfleet.pools; -- (its columns changed once)
+CREATE VIEW pgfleet.pools AS
+	SELECT c.address AS coordinator, s.worker, s.share, cardinality(s.pids) AS backends, s.budget,
 		c.expires > now() AS live, s.recorded_at
 	FROM pgfleet.coordinators c JOIN pgfleet.connection_shares s ON s.coordinator = c.name;
 -- The guard trigger's function: the default node's table of a distributed or
