@@ -145,8 +145,11 @@ func (s *Server) changedCatalog(snap *metadata.Snapshot) {
 }
 
 // kickCatalog asks watchCatalog to reload now: a member of the fleet holds
-// a newer catalog version.
-func (s *Server) kickCatalog(int64) { poke(s.catalogKick) }
+// a newer catalog version (announced at sent, when it says).
+func (s *Server) kickCatalog(v int64, sent time.Time) {
+	s.metrics.propagation.announced(v, sent)
+	poke(s.catalogKick)
+}
 
 // poke wakes a loop (every) at once; a wake-up already due is enough.
 func poke(kick chan<- struct{}) {
@@ -199,6 +202,7 @@ func (s *Server) reloadCatalog(ctx context.Context) error {
 		return err
 	}
 	s.setCatalog(snap)
+	s.metrics.propagation.holds(snap.Version, s.metrics.propagated)
 	if f := s.fleet.Load(); f != nil {
 		f.Held(snap.Version)
 	}

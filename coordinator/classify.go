@@ -86,6 +86,9 @@ type class struct {
 	// pooled worker connection lists its statements (every session's that
 	// used it, under pgfleet's names), not the session's.
 	preparedView bool
+	// showPools: SHOW POOLS, which the coordinator answers (PgBouncer's
+	// report of its pools; PostgreSQL has no setting of that name).
+	showPools bool
 	// chain: the COMMIT or ROLLBACK is AND CHAIN (a new transaction block
 	// with the same characteristics starts at once).
 	chain bool
@@ -177,6 +180,9 @@ func classify(sql string) class {
 			}
 			if lx.sawPrepared {
 				c.preparedView = true
+			}
+			if n == 2 && !lx.punct && strings.EqualFold(lx.words[0], "SHOW") && strings.EqualFold(lx.words[1], "POOLS") {
+				c.showPools = true
 			}
 			if w := lx.words[:n]; interesting(w) {
 				upper := make([]string, n)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ func TestFleetCatalogPush(t *testing.T) {
 		coords = append(coords, pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
 			cfg.CatalogPoll = time.Hour
 			cfg.Gossip = "127.0.0.1:0"
+			cfg.MetricsListen = "127.0.0.1:0"
 			if i > 0 {
 				cfg.Join = []string{coords[0].Fleet().Addr()}
 			}
@@ -143,6 +146,36 @@ func TestFleetCatalogPush(t *testing.T) {
 	}
 	slices.Sort(delays)
 	t.Logf("catalog changes routable through the two other coordinators after: median %v, max %v (poll interval 1h)", delays[len(delays)/2], delays[len(delays)-1])
+	// The others timed each change from a's announcement to holding it,
+	// and every member counted the bytes it sent.
+	for _, s := range coords {
+		_, body := probe(t, s.MetricsAddr(), "/metrics")
+		count, sum, sent := -1.0, -1.0, -1.0
+		for _, line := range strings.Split(body, "\n") {
+			name, v, _ := strings.Cut(line, " ")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch name {
+			case "pgfleet_catalog_propagation_seconds_count":
+				count = f
+			case "pgfleet_catalog_propagation_seconds_sum":
+				sum = f
+			case "pgfleet_gossip_bytes_sent_total":
+				sent = f
+			}
+		}
+		if s == a && count != 0 {
+			t.Errorf("%s, which made the changes, timed %v propagations, want 0", s.Addr(), count)
+		}
+		if s != a && count < 5 {
+			t.Errorf("%s timed %v catalog propagations, want at least 5 (one per distribution)", s.Addr(), count)
+		}
+		if sent <= 0 {
+			t.Errorf("%s: gossip bytes sent %v", s.Addr(), sent)
+		}
+		if s != a {
+			t.Logf("%s: %v propagations, mean %.1f ms; %v gossip bytes sent", s.Addr(), count, 1000*sum/count, sent)
+		}
+	}
 }
 
 // TestFleetCancel: a query started through one coordinator is cancelled by

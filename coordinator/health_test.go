@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -93,6 +96,29 @@ func TestRequestMetrics(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		exec(t, c, "SELECT 1")
 	}
+	// Statements by plan kind, in both protocols, and errors by SQLSTATE:
+	// a worker's (22012), the coordinator's own (0A000), and one raised
+	// by a function with a code of its own.
+	testTable(t, c, "rm_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('rm_t', 'k', shard_count => 4)")
+	simple := pgx.QueryExecModeSimpleProtocol
+	for i := 0; i < 3; i++ {
+		exec(t, c, "INSERT INTO rm_t VALUES ($1, 1)", i)
+		exec(t, c, "SELECT * FROM rm_t WHERE k = 1", simple)
+		exec(t, c, "SELECT count(*) FROM rm_t WHERE v = $1", 1)
+		exec(t, c, "SELECT count(*) FROM rm_t WHERE v = 1", simple)
+	}
+	for _, q := range []string{"SELECT 1/0", "SELECT name FROM pg_prepared_statements"} {
+		if _, err := c.Exec(context.Background(), q, simple); err == nil {
+			t.Fatalf("%s: no error", q)
+		}
+		if _, err := c.PgConn().ExecParams(context.Background(), q, nil, nil, nil, nil).Close(); err == nil {
+			t.Fatalf("%s over the extended protocol: no error", q)
+		}
+	}
+	_, err := c.Exec(context.Background(), `DO $$ BEGIN RAISE EXCEPTION 'mine' USING ERRCODE = 'P0123'; END $$`)
+	if sqlState(err) != "P0123" {
+		t.Fatalf("RAISE with ERRCODE P0123: %v", err)
+	}
 	code, body := probe(t, srv.MetricsAddr(), "/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics: %d", code)
@@ -123,4 +149,17 @@ func TestRequestMetrics(t *testing.T) {
 	}
 	value(`pgfleet_pool_connections_in_use{worker="` + w + `"}`)
 	value(`pgfleet_pool_waiting{worker="` + w + `"}`)
+	for kind, want := range map[string]float64{"router": 6, "multi-shard": 6} {
+		if v := value(`pgfleet_statements_total{kind="` + kind + `"}`); v != want {
+			t.Errorf("%s statements: %v, want %v\n%s", kind, v, want, body)
+		}
+	}
+	if v := value(`pgfleet_statements_total{kind="default-node"}`); v < 5 {
+		t.Errorf("default-node statements: %v, want at least 5", v)
+	}
+	for code, want := range map[string]float64{"22012": 2, "0A000": 2, "P0123": 1} {
+		if v := value(`pgfleet_errors_total{sqlstate="` + code + `"}`); v != want {
+			t.Errorf("errors %s: %v, want %v", code, v, want)
+		}
+	}
 }

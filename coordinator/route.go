@@ -482,6 +482,7 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	if err := ss.txnCatalogCheck(p); err != nil {
 		return nil, 0, params, err
 	}
+	ss.srv.metrics.kinds.count(p.Kind)
 	if p.Kind == planner.Default {
 		if err := ss.srv.fencedIn(st.Query); err != nil && ss.routes {
 			return nil, 0, params, err // a table whose rows are moving (fence.go)

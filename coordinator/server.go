@@ -249,6 +249,15 @@ type metrics struct {
 	// requests: from a client's request (a Query, or the extended-protocol
 	// messages that arrived together) to its answer written.
 	requests prometheus.Histogram
+	// statements counts statements by plan kind (kinds: its counters),
+	// errors the ErrorResponses clients got by SQLSTATE.
+	statements *prometheus.CounterVec
+	kinds      kindCounters
+	errors     *prometheus.CounterVec
+	// propagated: from a member announcing a catalog change to this
+	// coordinator holding it.
+	propagated  prometheus.Histogram
+	propagation propagation
 }
 
 // New validates cfg and makes a server; Start begins listening.
@@ -362,8 +371,18 @@ func New(cfg Config) (*Server, error) {
 		requests: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfleet_request_duration_seconds",
 			Help:    "Time from a client's request (a Query, or the extended-protocol messages that arrive together) to its whole answer written back.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)}),
+		statements: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfleet_statements_total",
+			Help: "Statements planned and run, by plan kind (a Query's statement, an extended-protocol Bind)."},
+			[]string{"kind"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfleet_errors_total",
+			Help: "Errors sent to clients, workers' and the coordinator's own, by SQLSTATE (\"other\": none of five letters or digits)."},
+			[]string{"sqlstate"}),
+		propagated: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfleet_catalog_propagation_seconds",
+			Help:    "Time from a coordinator announcing a catalog change it committed to this one holding it (the announcer's clock to this one's).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
-	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests)
+	m.kinds = newKindCounters(m.statements)
+	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests, m.statements, m.errors, m.propagated)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
@@ -384,6 +403,8 @@ func New(cfg Config) (*Server, error) {
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(len(f.Members())) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_messages_sent_total", Help: "Messages sent to other coordinators (catalog changes, forwarded cancel requests)."},
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.Sent()) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_bytes_sent_total", Help: "Bytes sent to other coordinators: memberlist's probes, gossip and state exchanges, and pgfleet's messages."},
+			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.BytesSent()) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_dropped_total", Help: "Undecodable messages and member metadata from other coordinators, dropped."},
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.Dropped()) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_catalog_version", Help: "The catalog version this coordinator routes by."},

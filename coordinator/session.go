@@ -308,6 +308,7 @@ func (ss *session) flush() error {
 		ss.multi.start, ss.multi.scanned = 0, 0
 		ss.multi.flushes++
 	}
+	ss.srv.metrics.countErrors(ss.out)
 	_, err := ss.conn.Write(ss.out)
 	if cap(ss.out) > 1<<20 {
 		ss.out = nil
@@ -1030,6 +1031,15 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.txn != "" && ss.localTxn(&cls, text) {
 		return nil
 	}
+	if cls.showPools {
+		switch {
+		case cls.count != 1:
+			return ss.queryError(errShowPools("in a query string with other statements"))
+		case ss.txStatus() == 'E':
+			return ss.queryError(pendingFailedError(&cls))
+		}
+		return ss.showPools()
+	}
 	if len(ss.parked) > 0 {
 		if done, err := ss.multiSimple(&cls, text); done {
 			return err
@@ -1138,6 +1148,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if err := ss.txnCatalogCheck(p); err != nil {
 		return ss.queryError(err)
 	}
+	ss.srv.metrics.kinds.count(p.Kind)
 	switch p.Kind {
 	case planner.Function:
 		return ss.runFunction(p)
@@ -1586,6 +1597,10 @@ func (ss *session) parse(body []byte) error {
 	}
 	if st.cls.preparedView {
 		ss.synthError(errPreparedView())
+		return nil
+	}
+	if st.cls.showPools {
+		ss.synthError(errShowPools("over the extended query protocol"))
 		return nil
 	}
 	if ss.scsOff && strings.IndexByte(st.Query, '\\') >= 0 && !reflect.DeepEqual(classify(escapeStrings(st.Query)), st.cls) {

@@ -49,7 +49,7 @@ type meta struct {
 // Messages between members: a version byte, a type byte, the payload.
 const (
 	msgVersion  = 1
-	msgCatalog  = 'c' // payload: the version, int64
+	msgCatalog  = 'c' // payload: the version, int64; the sender's clock when it sent, Unix ns, int64 (absent from older members)
 	msgCancel   = 'x' // payload: pid uint32, secret 4 bytes
 	msgFence    = 'f' // payload: id uint64, token uint64, lease ms uint32, sender name (len uint16), table
 	msgFenceAck = 'k' // payload: id uint64, the acknowledging member's name
@@ -71,8 +71,10 @@ type Config struct {
 	// Catalog is the catalog version held at start.
 	Catalog int64
 	// OnCatalog is called (on a goroutine of the package's) when a member
-	// holds a newer catalog version than this one announced last.
-	OnCatalog func(version int64)
+	// holds a newer catalog version than this one announced last; sent is
+	// when the member that committed it announced it (its clock), zero when
+	// this member learned of it otherwise (from gossiped metadata).
+	OnCatalog func(version int64, sent time.Time)
 	// OnCancel is called with a cancel request forwarded by a member.
 	OnCancel func(pid uint32, secret []byte)
 	// OnFence is called (before the fence is acknowledged) when a member
@@ -99,6 +101,7 @@ type Fleet struct {
 	self    Member
 	dropped atomic.Int64 // undecodable messages and metadata
 	sent    atomic.Int64 // messages sent
+	bytes   atomic.Int64 // bytes sent, memberlist's own traffic included
 	left    sync.Once
 	fences  map[uint64]*fenceWait // by id, under mu
 	nextID  atomic.Uint64
@@ -149,11 +152,20 @@ func Start(cfg Config) (*Fleet, error) {
 	}
 	mc.Logger = log.New(slogWriter{cfg.Logger}, "", 0)
 	f := &Fleet{cfg: cfg}
+	tr, bound, err := newTransport(host, p, mc.Logger, &f.bytes)
+	if err != nil {
+		return nil, fmt.Errorf("starting gossip on %s: %w", cfg.Bind, err)
+	}
+	mc.Transport, mc.BindPort = tr, bound
+	if cfg.Advertise == "" {
+		mc.AdvertisePort = bound
+	}
 	f.self = Member{Name: mc.Name, SQL: cfg.SQL, Metrics: cfg.Metrics, Catalog: cfg.Catalog, Tag: TagOf(mc.Name)}
 	mc.Delegate = delegate{f}
 	mc.Events = events{f}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = tr.Shutdown()
 		return nil, fmt.Errorf("starting gossip on %s: %w", cfg.Bind, err)
 	}
 	f.ml = ml
@@ -199,6 +211,10 @@ func (f *Fleet) Dropped() int64 { return f.dropped.Load() }
 // Sent counts the messages this member sent to others.
 func (f *Fleet) Sent() int64 { return f.sent.Load() }
 
+// BytesSent counts the bytes this member sent to others: memberlist's
+// probes, gossip and state exchanges, and this package's messages.
+func (f *Fleet) BytesSent() int64 { return f.bytes.Load() }
+
 func (f *Fleet) member(n *memberlist.Node) (Member, bool) {
 	var m meta
 	if err := json.Unmarshal(n.Meta, &m); err != nil || m.V != metaVersion {
@@ -223,6 +239,7 @@ func (f *Fleet) Announce(v int64) {
 	f.self.Catalog = v
 	f.mu.Unlock()
 	msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgCatalog}, uint64(v))
+	msg = binary.BigEndian.AppendUint64(msg, uint64(time.Now().UnixNano()))
 	f.toOthers(func(*memberlist.Node) bool { return true }, msg)
 	go func() { _ = f.ml.UpdateNode(time.Second) }()
 }
@@ -416,11 +433,16 @@ func (f *Fleet) handle(b []byte) {
 	}
 	switch p := b[2:]; b[1] {
 	case msgCatalog:
-		if len(p) != 8 {
+		var sent time.Time
+		switch len(p) {
+		case 16:
+			sent = time.Unix(0, int64(binary.BigEndian.Uint64(p[8:])))
+		case 8:
+		default:
 			f.dropped.Add(1)
 			return
 		}
-		f.behind(int64(binary.BigEndian.Uint64(p)))
+		f.behind(int64(binary.BigEndian.Uint64(p)), sent)
 	case msgCancel:
 		if len(p) != 8 {
 			f.dropped.Add(1)
@@ -447,12 +469,12 @@ func (f *Fleet) handle(b []byte) {
 }
 
 // behind calls OnCatalog when a member holds a newer version than this one.
-func (f *Fleet) behind(v int64) {
+func (f *Fleet) behind(v int64, sent time.Time) {
 	f.mu.Lock()
 	newer := v > f.self.Catalog
 	f.mu.Unlock()
 	if newer && f.cfg.OnCatalog != nil {
-		go f.cfg.OnCatalog(v)
+		go f.cfg.OnCatalog(v, sent)
 	}
 }
 
@@ -496,7 +518,7 @@ func (e events) seen(n *memberlist.Node) {
 		return
 	}
 	if m, ok := e.f.member(n); ok {
-		e.f.behind(m.Catalog)
+		e.f.behind(m.Catalog, time.Time{})
 	}
 }
 

@@ -15,6 +15,7 @@ type node struct {
 	f       *Fleet
 	mu      sync.Mutex
 	catalog []int64
+	sent    []time.Time // OnCatalog's sent, beside catalog
 	cancels []string
 	fences  []string
 	hold    chan struct{} // when set, OnFence waits for it to close
@@ -31,7 +32,11 @@ func start(t *testing.T, i int, join []string) *node {
 	n := &node{}
 	f, err := Start(Config{Name: fmt.Sprintf("c%d", i), Bind: "127.0.0.1:0", Join: join, Local: true,
 		SQL: fmt.Sprintf("127.0.0.1:%d", 6000+i), Catalog: 1,
-		OnCatalog: func(v int64) { n.mu.Lock(); n.catalog = append(n.catalog, v); n.mu.Unlock() },
+		OnCatalog: func(v int64, sent time.Time) {
+			n.mu.Lock()
+			n.catalog, n.sent = append(n.catalog, v), append(n.sent, sent)
+			n.mu.Unlock()
+		},
 		OnCancel: func(pid uint32, secret []byte) {
 			n.mu.Lock()
 			n.cancels = append(n.cancels, fmt.Sprintf("%d/%x", pid, secret))
@@ -87,10 +92,23 @@ func TestFleet(t *testing.T) {
 		t.Errorf("members' SQL addresses %v, want %v", sqls, want)
 	}
 
-	// A catalog change announced by a: the others hear of it, a does not.
+	// A catalog change announced by a: the others hear of it, with when a
+	// sent it; a does not.
+	sentBy := a.f.BytesSent()
+	at0 := time.Now()
 	a.f.Announce(7)
 	for _, n := range []*node{b, c} {
 		eventually(t, "catalog 7 announced", func() bool { v, _ := n.seen(); return slices.Contains(v, 7) })
+		n.mu.Lock()
+		at := n.sent[slices.Index(n.catalog, 7)]
+		n.mu.Unlock()
+		if at.Before(at0) || at.After(time.Now()) {
+			t.Errorf("catalog 7 sent at %v, want between %v and now", at, at0)
+		}
+	}
+	// Two messages of 18 bytes, in memberlist's framing.
+	if got := a.f.BytesSent() - sentBy; got < 2*18 {
+		t.Errorf("bytes sent announcing: %d, want at least 36", got)
 	}
 	if v, _ := a.seen(); slices.Contains(v, 7) {
 		t.Errorf("the announcing member was told of its own version: %v", v)
@@ -146,12 +164,15 @@ func TestFleet(t *testing.T) {
 	}
 
 	// Undecodable messages are dropped and counted, not acted on.
-	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}, {msgVersion, msgFence, 1, 2}, {msgVersion, msgFenceAck}, {msgVersion, msgUnfence, 1}} {
+	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'c', 0, 0, 0, 0, 0, 0, 0, 9, 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}, {msgVersion, msgFence, 1, 2}, {msgVersion, msgFenceAck}, {msgVersion, msgUnfence, 1}} {
 		c.f.handle(m)
 	}
-	if got := c.f.Dropped(); got != 7 {
-		t.Errorf("dropped %d, want 7", got)
+	if got := c.f.Dropped(); got != 8 {
+		t.Errorf("dropped %d, want 8", got)
 	}
+	// An older member's catalog message (the version alone) is understood.
+	c.f.handle([]byte{msgVersion, msgCatalog, 0, 0, 0, 0, 0, 0, 0, 20})
+	eventually(t, "catalog 20 from an older member", func() bool { v, _ := c.seen(); return slices.Contains(v, 20) })
 
 	// A member that leaves is gone from the others' lists.
 	c.f.Leave(time.Second)
