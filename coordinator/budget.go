@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfleet/pgfleet/fleet"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -52,7 +53,7 @@ func (s *Server) gate(worker string) *pooling.Gate {
 		g.Record = func(ctx context.Context, pid uint32) error {
 			ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/2)
 			defer cancel()
-			return s.store.RecordBackend(ctx, s.name, worker, int32(pid))
+			return s.leases.RecordBackend(ctx, s.name, worker, int32(pid))
 		}
 	}
 	s.gates[worker] = g
@@ -98,7 +99,7 @@ func (s *Server) renewBudget() {
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
-	lease, err := s.store.RenewLease(ctx, s.name, s.advertised(), ttl, wants)
+	lease, err := s.leases.RenewLease(ctx, s.name, s.advertised(), s.incarnation, ttl, wants)
 	cancel()
 	if err != nil {
 		s.log.Warn("connection budget: lease not renewed", "err", err)
@@ -128,6 +129,28 @@ func (s *Server) renewBudget() {
 			break
 		}
 	}
+}
+
+// departed revokes the lease of a coordinator that left the fleet or that
+// gossip declared dead (metadata.RevokeLease): the others take its share
+// after failure detection and one renewal, not after its lease's length.
+// A coordinator that left cleanly dropped its lease already.
+func (s *Server) departed(m fleet.Member) {
+	if s.leases == nil || m.Lease == "" || m.Lease == s.incarnation {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
+		defer cancel()
+		revoked, err := s.leases.RevokeLease(ctx, m.Lease)
+		switch {
+		case err != nil:
+			s.log.Warn("connection budget: cannot revoke a departed coordinator's lease (it lapses)", "coordinator", m.SQL, "err", err)
+		case revoked:
+			s.log.Info("connection budget: revoked the lease of a coordinator gossip declared gone", "coordinator", m.SQL)
+			s.kickBudget()
+		}
+	}()
 }
 
 // leaseLapsing closes every worker connection: the lease was not renewed
@@ -166,7 +189,7 @@ func (s *Server) reap(expired []metadata.ExpiredShare) {
 		}
 		failed[e.Coordinator] = true // once
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/4)
-		if err := s.store.ForgetLease(ctx, e.Coordinator); err != nil {
+		if err := s.leases.ForgetLease(ctx, e.Coordinator); err != nil {
 			s.log.Warn("connection budget: cannot forget a lapsed lease", "coordinator", e.Coordinator, "err", err)
 		} else {
 			s.log.Info("connection budget: a coordinator's lease lapsed; its shares are free", "coordinator", e.Coordinator)
@@ -248,12 +271,12 @@ func (s *Server) adminExec(ctx context.Context, addr, sql string, args ...any) e
 
 // dropLease gives the shares back at shutdown, once the pools are closed.
 func (s *Server) dropLease() {
-	if s.store == nil || s.cfg.LeaseTTL < 0 {
+	if s.leases == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := s.store.DropLease(ctx, s.name); err != nil {
+	if err := s.leases.DropLease(ctx, s.name); err != nil {
 		s.log.Warn("connection budget: lease not dropped at shutdown (it lapses)", "err", err)
 	}
 }

@@ -66,6 +66,16 @@ func (s *Server) openCatalog(ctx context.Context) error {
 			}
 		}
 	}
+	if s.cfg.LeaseTTL >= 0 {
+		lcfg := cfg.Copy()
+		lcfg.MaxConns, lcfg.MinConns = 2, 1
+		lp, err := pgxpool.NewWithConfig(ctx, lcfg)
+		if err != nil {
+			pool.Close()
+			return fmt.Errorf("metadata database: %w", err)
+		}
+		s.leasePool, s.leases = lp, metadata.NewStore(lp)
+	}
 	s.metaPool, s.store = pool, store
 	s.setCatalog(snap)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -160,6 +161,7 @@ type Server struct {
 	// The connection budget (budget.go). name is this coordinator's
 	// lease's; gates are by worker, budgets read from the workers.
 	name        string
+	incarnation string // this process's, random: its lease's in the fleet's member data
 	gatesMu     sync.Mutex
 	gates       map[string]*pooling.Gate
 	budgets     map[string]int
@@ -169,6 +171,11 @@ type Server struct {
 	reaping     atomic.Bool
 	leasePaused atomic.Bool // tests: renewals stop, as when the metadata database is out of reach
 	metaPool    *pgxpool.Pool
+	// leases is the store on a pool of its own (leasePool, two
+	// connections) for the lease's statements, which are on a clock: a
+	// queue of catalog and planning queries on metaPool cannot starve them.
+	leases    *metadata.Store
+	leasePool *pgxpool.Pool
 	// ddlEpoch counts DDL statements run through this coordinator; with
 	// the catalog version it dates mutable's verdicts.
 	ddlEpoch atomic.Int64
@@ -178,6 +185,7 @@ type Server struct {
 	stmtEpoch atomic.Int64
 	viewEpoch atomic.Int64 // user code that may have made a view ran
 	views     atomic.Pointer[viewSet]
+	viewsMu   sync.Mutex // one reading of the views at a time
 	mutable   mutableCache
 	// castsOK: computed distribution values whose casts were found to call
 	// no volatile function, with the catalog version and DDL epoch.
@@ -389,6 +397,9 @@ func New(cfg Config) (*Server, error) {
 		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait),
 		gates:     map[string]*pooling.Gate{}, budgets: map[string]int{}}
 	s.span.Store(int32(len(cfg.Workers)))
+	var inc [8]byte
+	_, _ = rand.Read(inc[:])
+	s.incarnation = hex.EncodeToString(inc[:])
 	// The fleet, as this member sees it (0 without gossip).
 	fleetValue := func(v func(*fleet.Fleet) float64) func() float64 {
 		return func() float64 {
@@ -483,7 +494,8 @@ func (s *Server) Start() error {
 		f, err := fleet.Start(fleet.Config{Bind: s.cfg.Gossip, Advertise: s.cfg.GossipAdvertise, Join: s.cfg.Join,
 			SQL: sql, Metrics: s.metricsAddr, Catalog: s.catalog.Load().Version, Local: isLoopback(net.JoinHostPort(host, "0")),
 			OnCatalog: s.kickCatalog, OnCancel: func(pid uint32, secret []byte) { s.cancelHere(pid, secret) },
-			OnFence: s.fence, OnUnfence: s.unfenced, OnMembers: s.kickBudget, Logger: s.log})
+			OnFence: s.fence, OnUnfence: s.unfenced, OnMembers: s.kickBudget, OnDeparted: s.departed,
+			Lease: s.incarnation, Logger: s.log})
 		if err != nil {
 			ln.Close()
 			s.closeCatalog()
@@ -747,6 +759,9 @@ func (s *Server) closeCatalog() {
 	}
 	if s.metaPool != nil {
 		s.metaPool.Close()
+	}
+	if s.leasePool != nil {
+		s.leasePool.Close()
 	}
 }
 

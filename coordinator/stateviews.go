@@ -57,6 +57,13 @@ func (s *Server) stateViews() *viewSet {
 	if vs := s.views.Load(); vs != nil && vs.stamp == stamp {
 		return vs
 	}
+	// One reading at a time: after a catalog change every session asks
+	// at once, and each reading would take a metadata connection.
+	s.viewsMu.Lock()
+	defer s.viewsMu.Unlock()
+	if vs := s.views.Load(); vs != nil && vs.stamp == stamp {
+		return vs
+	}
 	vs := &viewSet{stamp: stamp, names: map[string]string{}}
 	if s.metaPool == nil {
 		s.views.Store(vs)

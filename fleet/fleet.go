@@ -35,6 +35,7 @@ type Member struct {
 	Metrics string `json:"metrics,omitempty"` // /metrics, /healthz, /readyz
 	Catalog int64  `json:"catalog"`           // the catalog version it holds
 	Tag     uint8  `json:"tag"`               // the tag in its cancel keys
+	Lease   string `json:"lease,omitempty"`   // its process's lease on connection shares
 }
 
 // metaVersion is the version of the member metadata's encoding; a member
@@ -87,6 +88,11 @@ type Config struct {
 	// OnMembers is called (on a goroutine of memberlist's; it must not
 	// block) when a member joins or leaves.
 	OnMembers func()
+	// OnDeparted is called (likewise) with a member that left or that
+	// failure detection declared dead.
+	OnDeparted func(Member)
+	// Lease is advertised as this member's Lease.
+	Lease string
 	// Local: loopback timings (faster failure detection), for tests and
 	// the demo.
 	Local  bool
@@ -160,7 +166,7 @@ func Start(cfg Config) (*Fleet, error) {
 	if cfg.Advertise == "" {
 		mc.AdvertisePort = bound
 	}
-	f.self = Member{Name: mc.Name, SQL: cfg.SQL, Metrics: cfg.Metrics, Catalog: cfg.Catalog, Tag: TagOf(mc.Name)}
+	f.self = Member{Name: mc.Name, SQL: cfg.SQL, Metrics: cfg.Metrics, Catalog: cfg.Catalog, Tag: TagOf(mc.Name), Lease: cfg.Lease}
 	mc.Delegate = delegate{f}
 	mc.Events = events{f}
 	ml, err := memberlist.Create(mc)
@@ -505,7 +511,14 @@ func (e events) NotifyJoin(n *memberlist.Node) {
 	e.members()
 }
 func (e events) NotifyUpdate(n *memberlist.Node) { e.seen(n) }
-func (e events) NotifyLeave(n *memberlist.Node)  { e.members() }
+func (e events) NotifyLeave(n *memberlist.Node) {
+	if f := e.f.cfg.OnDeparted; f != nil && n.Name != e.f.self.Name {
+		if m, ok := e.f.member(n); ok {
+			f(m)
+		}
+	}
+	e.members()
+}
 
 func (e events) members() {
 	if f := e.f.cfg.OnMembers; f != nil {

@@ -47,66 +47,86 @@ type ExpiredShare struct {
 // bounds the connections every coordinator may hold at once; one that
 // holds more than its new share (busy connections close when released)
 // records the lower share at a later renewal.
-func (s *Store) RenewLease(ctx context.Context, name, address string, ttl time.Duration, wants []ShareWant) (Lease, error) {
+func (s *Store) RenewLease(ctx context.Context, name, address, incarnation string, ttl time.Duration, wants []ShareWant) (Lease, error) {
 	var out Lease
+	// Two batches, one round trip each: a renewal is on a clock (the
+	// lease lapses three quarters in), and a busy metadata database or
+	// coordinator makes every round trip slower.
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, leaseLockKey); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.coordinators (name, address, expires)
-			VALUES ($1, $2, now() + $3::bigint * interval '1 microsecond')
-			ON CONFLICT (name) DO UPDATE SET address = excluded.address, expires = excluded.expires`,
-			name, address, ttl.Microseconds()); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM pgfleet.coordinators c WHERE expires <= now()
-			AND NOT EXISTS (SELECT FROM pgfleet.connection_shares s WHERE s.coordinator = c.name)`); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgfleet.coordinators WHERE expires > now()`).Scan(&out.Live); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT s.coordinator, s.worker, s.pids, s.recorded_at
-			FROM pgfleet.coordinators c JOIN pgfleet.connection_shares s ON s.coordinator = c.name
-			WHERE c.expires <= now() ORDER BY 1, 2`)
-		if err != nil {
-			return err
-		}
-		out.Expired, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExpiredShare, error) {
-			var e ExpiredShare
-			return e, r.Scan(&e.Coordinator, &e.Worker, &e.PIDs, &e.Recorded)
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, leaseLockKey)
+		b.Queue(`INSERT INTO pgfleet.coordinators (name, address, expires, incarnation)
+			VALUES ($1, $2, now() + $3::bigint * interval '1 microsecond', $4)
+			ON CONFLICT (name) DO UPDATE SET address = excluded.address, expires = excluded.expires,
+				incarnation = excluded.incarnation`,
+			name, address, ttl.Microseconds(), incarnation)
+		b.Queue(`DELETE FROM pgfleet.coordinators c WHERE expires <= now()
+			AND NOT EXISTS (SELECT FROM pgfleet.connection_shares s WHERE s.coordinator = c.name)`)
+		b.Queue(`SELECT count(*) FROM pgfleet.coordinators WHERE expires > now()`).QueryRow(func(r pgx.Row) error {
+			return r.Scan(&out.Live)
 		})
-		if err != nil {
+		b.Queue(`SELECT s.coordinator, s.worker, s.pids, s.recorded_at
+			FROM pgfleet.coordinators c JOIN pgfleet.connection_shares s ON s.coordinator = c.name
+			WHERE c.expires <= now() ORDER BY 1, 2`).Query(func(rows pgx.Rows) error {
+			var err error
+			out.Expired, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExpiredShare, error) {
+				var e ExpiredShare
+				return e, r.Scan(&e.Coordinator, &e.Worker, &e.PIDs, &e.Recorded)
+			})
+			return err
+		})
+		// The caller's rows, locked before Hold reads its backends: a
+		// RecordBackend (which takes no lease lock) is either among them
+		// or waits and appends to what this renewal writes.
+		b.Queue(`SELECT FROM pgfleet.connection_shares WHERE coordinator = $1 FOR UPDATE`, name)
+		others := make([]int, len(wants))
+		for i, w := range wants {
+			b.Queue(`SELECT coalesce(sum(share), 0) FROM pgfleet.connection_shares
+				WHERE worker = $1 AND coordinator <> $2`, w.Worker, name).QueryRow(func(r pgx.Row) error {
+				return r.Scan(&others[i])
+			})
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		out.Shares = make(map[string]int, len(wants))
 		workers := make([]string, 0, len(wants))
-		for _, w := range wants {
-			var others int
-			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(share), 0) FROM pgfleet.connection_shares
-				WHERE worker = $1 AND coordinator <> $2`, w.Worker, name).Scan(&others); err != nil {
-				return err
-			}
-			grant := max(0, min(w.Budget/max(out.Live, 1), w.Budget-others))
+		b = &pgx.Batch{}
+		for i, w := range wants {
+			grant := max(0, min(w.Budget/max(out.Live, 1), w.Budget-others[i]))
 			open, pids := w.Hold(grant)
 			record := max(grant, open)
-			if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.connection_shares (coordinator, worker, share, budget, pids, recorded_at)
+			b.Queue(`INSERT INTO pgfleet.connection_shares (coordinator, worker, share, budget, pids, recorded_at)
 				VALUES ($1, $2, $3, $4, coalesce($5::int[], '{}'), now())
 				ON CONFLICT (coordinator, worker) DO UPDATE SET share = excluded.share, budget = excluded.budget,
 					pids = excluded.pids, recorded_at = excluded.recorded_at`,
-				name, w.Worker, record, w.Budget, pids); err != nil {
-				return err
-			}
+				name, w.Worker, record, w.Budget, pids)
 			out.Shares[w.Worker] = grant
 			workers = append(workers, w.Worker)
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM pgfleet.connection_shares WHERE coordinator = $1 AND worker <> ALL($2)`, name, workers)
-		return err
+		b.Queue(`DELETE FROM pgfleet.connection_shares WHERE coordinator = $1 AND worker <> ALL($2)`, name, workers)
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return Lease{}, fmt.Errorf("metadata: renew lease: %w", err)
 	}
 	return out, nil
+}
+
+// RevokeLease ends the lease of a coordinator's process (incarnation) now:
+// gossip declared it dead. It can record no backend from then on, the
+// next renewal of any other coordinator ends the backends it recorded and
+// forgets its lease, and its shares are free after that. A process that
+// is alive after all (cut off from gossip only) renews its lease at its
+// next renewal, and its backends ended meanwhile were never more than its
+// recorded share: the bound holds either way.
+func (s *Store) RevokeLease(ctx context.Context, incarnation string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE pgfleet.coordinators SET expires = now()
+		WHERE incarnation = $1 AND expires > now()`, incarnation)
+	if err != nil {
+		return false, fmt.Errorf("metadata: revoke lease: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 // ForgetLease removes a lapsed coordinator's lease and shares, once its
@@ -135,21 +155,15 @@ func (s *Store) DropLease(ctx context.Context, name string) error {
 // lapses. It fails, and the connection is not to be used, if the lease has
 // lapsed or has no share of the worker.
 func (s *Store) RecordBackend(ctx context.Context, name, worker string, pid int32) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, leaseLockKey); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, `UPDATE pgfleet.connection_shares s SET pids = array_append(s.pids, $3), recorded_at = now()
-			FROM pgfleet.coordinators c
-			WHERE c.name = s.coordinator AND s.coordinator = $1 AND s.worker = $2 AND c.expires > now()`, name, worker, pid)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("no live lease on a share of worker %s", worker)
-		}
-		return nil
-	})
+	// One statement, no lease lock: it locks the share's row, which a
+	// renewal locks before it reads the caller's backends (a backend
+	// recorded before that is among them; one after, appended to them).
+	tag, err := s.pool.Exec(ctx, `UPDATE pgfleet.connection_shares s SET pids = array_append(s.pids, $3), recorded_at = now()
+		FROM pgfleet.coordinators c
+		WHERE c.name = s.coordinator AND s.coordinator = $1 AND s.worker = $2 AND c.expires > now()`, name, worker, pid)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("no live lease on a share of worker %s", worker)
+	}
 	if err != nil {
 		return fmt.Errorf("metadata: record backend: %w", err)
 	}

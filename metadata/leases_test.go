@@ -30,7 +30,7 @@ func TestLeases(t *testing.T) {
 			caps[name] = min(caps[name], share)
 			return open, pids
 		}
-		l, err := st.RenewLease(ctx, name, name+":6432", ttl, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
+		l, err := st.RenewLease(ctx, name, name+":6432", name, ttl, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,6 +105,31 @@ func TestLeases(t *testing.T) {
 	if err := st.DropLease(ctx, "d"); err != nil {
 		t.Fatal(err)
 	}
+	// Gossip revokes e's process (incarnation "e"): its lease lapses now,
+	// it can record no backend, and the others are told to end its
+	// backends; another process under its name is not revoked.
+	renew("e", time.Minute, 0, 201)
+	if ok, err := st.RevokeLease(ctx, "e"); err != nil || !ok {
+		t.Fatalf("revoking e: %v, %v", ok, err)
+	}
+	if err := st.RecordBackend(ctx, "e", w, 202); err == nil {
+		t.Fatal("a revoked lease recorded a backend")
+	}
+	if l := renew("a", time.Minute, 4); len(l.Expired) != 1 || l.Expired[0].Coordinator != "e" || !reflect.DeepEqual(l.Expired[0].PIDs, []int32{201}) {
+		t.Fatalf("after e was revoked: expired %+v, want e's backend 201", l.Expired)
+	}
+	if ok, err := st.RevokeLease(ctx, "e"); err != nil || ok {
+		t.Fatalf("revoking e again: %v, %v; want nothing to revoke", ok, err)
+	}
+	if _, err := st.RenewLease(ctx, "e", "e:6432", "e2", time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.RevokeLease(ctx, "e"); err != nil || ok {
+		t.Fatalf("revoking e's old process after a new one renewed under its name: %v, %v; want nothing revoked", ok, err)
+	}
+	if err := st.DropLease(ctx, "e"); err != nil {
+		t.Fatal(err)
+	}
 
 	// Many at once: the recorded shares never exceed the budget.
 	var wg sync.WaitGroup
@@ -120,7 +145,7 @@ func TestLeases(t *testing.T) {
 					caps[name] = min(caps[name], share)
 					return min(caps[name], 1), nil
 				}
-				l, err := st.RenewLease(ctx, name, "", time.Minute, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
+				l, err := st.RenewLease(ctx, name, "", name, time.Minute, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
 				if err != nil {
 					t.Error(err)
 					return

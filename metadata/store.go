@@ -89,6 +89,9 @@ CREATE TABLE IF NOT EXISTS pgfleet.coordinators (
 	address text NOT NULL DEFAULT '',
 	expires timestamptz NOT NULL
 );
+-- The process holding the lease (a restarted coordinator takes its lease
+-- over under its name; gossip revokes a dead process's by this).
+ALTER TABLE pgfleet.coordinators ADD COLUMN IF NOT EXISTS incarnation text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS pgfleet.connection_shares (
 	coordinator text NOT NULL REFERENCES pgfleet.coordinators ON DELETE CASCADE,
 	worker text NOT NULL,
