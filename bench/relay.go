@@ -144,6 +144,7 @@ type relayRun struct {
 	Config       string        `json:"config,omitempty"` // pgbouncer.ini
 	Pid          int           `json:"pid"`
 	Addr         string        `json:"addr"`
+	Metrics      string        `json:"metrics,omitempty"` // a coordinator's /metrics address
 	Exit         string        `json:"exit"`
 	Killed       bool          `json:"killed,omitempty"` // did not stop on SIGTERM within 10 s
 	ExitedEarly  bool          `json:"exited_early,omitempty"`
@@ -332,15 +333,46 @@ func one(ch *child, rr *relayRun, err error) ([]*child, []*relayRun, error) {
 	return []*child{ch}, []*relayRun{rr}, nil
 }
 
-// startCoordinators starts n coordinators (startCoordinatorProcs); on an
-// error it returns those it started, for the caller to stop.
+// startCoordinators starts n coordinators (startCoordinatorProcs), each
+// with a metrics listener, and with more than one joined by gossip as a
+// fleet; on an error it returns those it started, for the caller to stop.
 func startCoordinators(ctx context.Context, exe, dir string, workers []string, pool, n, procs int) ([]*child, []*relayRun, error) {
 	var chs []*child
 	var rrs []*relayRun
+	var env []string
+	if procs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(procs))
+	}
+	join := ""
 	for i := 0; i < n; i++ {
-		ch, rr, err := startCoordinatorProcs(ctx, exe, dir, workers, pool, procs)
+		var metrics, gossip string
+		extra := func(int) ([]string, error) {
+			mp, err := pgcluster.FreePort()
+			if err != nil {
+				return nil, err
+			}
+			metrics = fmt.Sprintf("127.0.0.1:%d", mp)
+			args := []string{"--metrics-listen", metrics}
+			if n > 1 {
+				gp, err := pgcluster.FreePort()
+				if err != nil {
+					return nil, err
+				}
+				gossip = fmt.Sprintf("127.0.0.1:%d", gp)
+				args = append(args, "--gossip", gossip)
+				if join != "" {
+					args = append(args, "--join", join)
+				}
+			}
+			return args, nil
+		}
+		ch, rr, err := startCoordinatorWith(ctx, exe, dir, workers, pool, extra, env)
 		if err != nil {
 			return chs, rrs, fmt.Errorf("coordinator %d of %d: %w", i+1, n, err)
+		}
+		rr.Metrics = metrics
+		if join == "" {
+			join = gossip
 		}
 		chs, rrs = append(chs, ch), append(rrs, rr)
 	}

@@ -342,6 +342,7 @@ type routerReport struct {
 	Data              []*dataCheck    `json:"data"`                         // one per worker count
 	URLTargets        []urlTargetInfo `json:"url_targets,omitempty"`
 	HalfPeakRate      float64         `json:"half_peak_rate,omitempty"`
+	Gossip            []gossipResult  `json:"gossip,omitempty"` // per coordinator count above one
 	Configs           []*configResult `json:"configs"`
 	Targets           []targetCheck   `json:"targets"`
 	Notes             []string        `json:"notes,omitempty"`
@@ -530,6 +531,9 @@ func (b *routerBench) run(ctx context.Context) error {
 			if err := b.runHalfPeak(ctx); err != nil {
 				return err
 			}
+		}
+		if phase == 0 && b.routedErr == "" {
+			b.runGossip(ctx)
 		}
 	}
 	return nil

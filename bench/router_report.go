@@ -235,6 +235,7 @@ func (rep *routerReport) markdown(rows []*tableRow, jsonName, chartName string) 
 
 	writePerCore(&sb, rows, rep.Machine.Nproc)
 	writeMemory(&sb, rows)
+	writeGossip(&sb, rep.Gossip)
 
 	sb.WriteString("\n## Data\n\n")
 	for _, d := range rep.Data {

@@ -119,6 +119,13 @@ func TestRouterSmoke(t *testing.T) {
 	if rep.HalfPeakRate <= 0 {
 		t.Errorf("no half-peak rate")
 	}
+	// Two coordinators joined by gossip: what they send each other.
+	if len(rep.Gossip) != 1 {
+		t.Errorf("gossip measurements: %+v, want one (2 coordinators)", rep.Gossip)
+	} else if g := rep.Gossip[0]; g.Error != "" || len(g.RestBps) != 2 || g.RestBps[0] <= 0 || g.RestBps[1] <= 0 ||
+		g.Changes == 0 || g.ChangeBps[0] <= g.RestBps[0] || g.PropagationMs <= 0 {
+		t.Errorf("gossip with 2 coordinators: %+v; want bytes sent by both at rest, more by the first during changes, a propagation time", g)
+	}
 	for _, d := range rep.Data {
 		if d.RoutedAccounts != d.Naccounts || d.DirectAccounts != d.Naccounts || len(d.Problems) > 0 {
 			t.Errorf("data check %+v", d)
@@ -128,7 +135,7 @@ func TestRouterSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Per core, beside the published runs", "## Peak memory", "p99 added by the coordinator at half of peak",
+	for _, want := range []string{"## Per core, beside the published runs", "## Peak memory", "## Gossip between coordinators", "p99 added by the coordinator at half of peak",
 		filepath.Base(files[".svg"])} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("Markdown report lacks %q", want)

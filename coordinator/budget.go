@@ -134,7 +134,8 @@ func (s *Server) renewBudget() {
 // departed revokes the lease of a coordinator that left the fleet or that
 // gossip declared dead (metadata.RevokeLease): the others take its share
 // after failure detection and one renewal, not after its lease's length.
-// A coordinator that left cleanly dropped its lease already.
+// A coordinator that leaves cleanly drops its lease before it leaves
+// (Close), so there is nothing to revoke then.
 func (s *Server) departed(m fleet.Member) {
 	if s.leases == nil || m.Lease == "" || m.Lease == s.incarnation {
 		return

@@ -728,9 +728,6 @@ func (s *Server) Close() error {
 		_ = s.http.Shutdown(ctx)
 		cancel()
 	}
-	if f := s.fleet.Load(); f != nil {
-		f.Leave(time.Second)
-	}
 	s.wg.Wait()
 	if s.budgetEnd != nil {
 		close(s.stopWatch)
@@ -744,6 +741,11 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.dropLease()
+	// Then leave the fleet: the others revoke the lease of a member that
+	// leaves (gossip cannot tell a leave from a death), which is gone now.
+	if f := s.fleet.Load(); f != nil {
+		f.Leave(time.Second)
+	}
 	s.closeCatalog()
 	return nil
 }
