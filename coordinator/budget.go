@@ -116,6 +116,9 @@ func (s *Server) renewBudget() {
 		}
 		s.metrics.share.WithLabelValues(w.Worker).Set(float64(share))
 	}
+	if f := s.fleet.Load(); f != nil {
+		f.SetShares(lease.Shares)
+	}
 	if len(lease.Expired) > 0 && s.reaping.CompareAndSwap(false, true) {
 		go func() {
 			defer s.reaping.Store(false)

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -36,6 +37,9 @@ type Member struct {
 	Catalog int64  `json:"catalog"`           // the catalog version it holds
 	Tag     uint8  `json:"tag"`               // the tag in its cancel keys
 	Lease   string `json:"lease,omitempty"`   // its process's lease on connection shares
+	// Shares are its shares of the workers' connection budgets, by
+	// worker, as of its last renewal.
+	Shares map[string]int `json:"shares,omitempty"`
 }
 
 // metaVersion is the version of the member metadata's encoding; a member
@@ -257,6 +261,19 @@ func (f *Fleet) Held(v int64) {
 	changed := v > f.self.Catalog
 	if changed {
 		f.self.Catalog = v
+	}
+	f.mu.Unlock()
+	if changed {
+		go func() { _ = f.ml.UpdateNode(time.Second) }()
+	}
+}
+
+// SetShares records this member's connection shares, for its metadata.
+func (f *Fleet) SetShares(shares map[string]int) {
+	f.mu.Lock()
+	changed := !maps.Equal(shares, f.self.Shares)
+	if changed {
+		f.self.Shares = maps.Clone(shares)
 	}
 	f.mu.Unlock()
 	if changed {

@@ -18,6 +18,7 @@ type node struct {
 	sent    []time.Time // OnCatalog's sent, beside catalog
 	cancels []string
 	fences  []string
+	gone    []string      // OnDeparted's members: SQL address and lease
 	hold    chan struct{} // when set, OnFence waits for it to close
 }
 
@@ -30,8 +31,9 @@ func (n *node) seen() ([]int64, []string) {
 func start(t *testing.T, i int, join []string) *node {
 	t.Helper()
 	n := &node{}
-	f, err := Start(Config{Name: fmt.Sprintf("c%d", i), Bind: "127.0.0.1:0", Join: join, Local: true,
-		SQL: fmt.Sprintf("127.0.0.1:%d", 6000+i), Catalog: 1,
+	f, err := Start(Config{Name: fmt.Sprintf("c%d", i), Bind: "127.0.0.1:0", Join: join, Local: true, Lease: fmt.Sprintf("lease%d", i),
+		OnDeparted: func(m Member) { n.mu.Lock(); n.gone = append(n.gone, m.SQL+" "+m.Lease); n.mu.Unlock() },
+		SQL:        fmt.Sprintf("127.0.0.1:%d", 6000+i), Catalog: 1,
 		OnCatalog: func(v int64, sent time.Time) {
 			n.mu.Lock()
 			n.catalog, n.sent = append(n.catalog, v), append(n.sent, sent)
@@ -174,7 +176,23 @@ func TestFleet(t *testing.T) {
 	c.f.handle([]byte{msgVersion, msgCatalog, 0, 0, 0, 0, 0, 0, 0, 20})
 	eventually(t, "catalog 20 from an older member", func() bool { v, _ := c.seen(); return slices.Contains(v, 20) })
 
+	// Shares are advertised: the others see them in the member's data.
+	b.f.SetShares(map[string]int{"w1:5432": 7})
+	eventually(t, "b's shares seen by a", func() bool {
+		for _, m := range a.f.Members() {
+			if m.Name == "c2" && m.Shares["w1:5432"] == 7 {
+				return true
+			}
+		}
+		return false
+	})
+
 	// A member that leaves is gone from the others' lists.
 	c.f.Leave(time.Second)
 	eventually(t, "c gone", func() bool { return len(a.f.Members()) == 2 })
+	eventually(t, "a told c departed", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return slices.Equal(a.gone, []string{"127.0.0.1:6003 lease3"})
+	})
 }
