@@ -86,6 +86,10 @@ type class struct {
 	// pooled worker connection lists its statements (every session's that
 	// used it, under pgfleet's names), not the session's.
 	preparedView bool
+	// fetch: a FETCH, whose result PostgreSQL never checks against its
+	// description (a utility statement is not analysed again: prepared
+	// before its cursor, it is described with no result and returns rows).
+	fetch bool
 	// showPools: SHOW POOLS, which the coordinator answers (PgBouncer's
 	// report of its pools; PostgreSQL has no setting of that name).
 	showPools bool
@@ -180,6 +184,9 @@ func classify(sql string) class {
 			}
 			if lx.sawPrepared {
 				c.preparedView = true
+			}
+			if strings.EqualFold(lx.words[0], "FETCH") {
+				c.fetch = true
 			}
 			if n == 2 && !lx.punct && strings.EqualFold(lx.words[0], "SHOW") && strings.EqualFold(lx.words[1], "POOLS") {
 				c.showPools = true

@@ -2648,7 +2648,7 @@ func (ss *session) noteDesc(e *expect, f wire.Frame) {
 		}
 		return
 	}
-	if bytes.Equal(d.row, row) || executor.SameShape(d.row, row) {
+	if bytes.Equal(d.row, row) || executor.SameShape(d.row, row) || e.cst.cls.fetch {
 		return
 	}
 	old := e.cst
