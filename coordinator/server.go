@@ -33,7 +33,10 @@ import (
 type Config struct {
 	Listen  string   // client address, host:port
 	Workers []string // worker host:port; the first is the default node
-	// Auth is "trust", "scram-sha-256" or "md5". Empty means scram-sha-256
+	// Auth is "trust", "scram-sha-256", "md5" or "workers" (SCRAM-SHA-256
+	// against the role's verifier on the first worker, which the
+	// coordinator then logs into the workers with, authworkers.go). Empty
+	// means scram-sha-256
 	// when users are given and trust when none are, which New allows only
 	// on a loopback Listen: without users, a coordinator reachable from
 	// other hosts refuses to start unless Auth is "trust" explicitly.
@@ -162,6 +165,11 @@ type Server struct {
 	// lease's; gates are by worker, budgets read from the workers.
 	name        string
 	incarnation string // this process's, random: its lease's in the fleet's member data
+	// --auth workers (authworkers.go): the pool reading roles' verifiers
+	// and the keys clients logged in with, by user.
+	authMu      sync.Mutex
+	authPool    *pgxpool.Pool
+	scramKeys   map[string]*pooling.SCRAMKey
 	gatesMu     sync.Mutex
 	gates       map[string]*pooling.Gate
 	budgets     map[string]int
@@ -345,8 +353,9 @@ func New(cfg Config) (*Server, error) {
 		if len(cfg.Users) == 0 {
 			return nil, fmt.Errorf("auth %s needs at least one user (--user name:password)", cfg.Auth)
 		}
+	case "workers":
 	default:
-		return nil, fmt.Errorf("unknown auth method %q: use trust, scram-sha-256 or md5", cfg.Auth)
+		return nil, fmt.Errorf("unknown auth method %q: use trust, scram-sha-256, md5 or workers", cfg.Auth)
 	}
 	if cfg.TLSRequired && cfg.TLS == nil {
 		return nil, errors.New("TLS is required of clients but no certificate is configured (--tls-cert, --tls-key)")
@@ -395,7 +404,7 @@ func New(cfg Config) (*Server, error) {
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
 		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait),
-		gates:     map[string]*pooling.Gate{}, budgets: map[string]int{}}
+		gates:     map[string]*pooling.Gate{}, budgets: map[string]int{}, scramKeys: map[string]*pooling.SCRAMKey{}}
 	s.span.Store(int32(len(cfg.Workers)))
 	var inc [8]byte
 	_, _ = rand.Read(inc[:])
@@ -765,6 +774,12 @@ func (s *Server) closeCatalog() {
 	if s.leasePool != nil {
 		s.leasePool.Close()
 	}
+	s.authMu.Lock()
+	if s.authPool != nil {
+		s.authPool.Close()
+		s.authPool = nil
+	}
+	s.authMu.Unlock()
 }
 
 // pool returns the pool for (worker, database, user), making it on first use.
@@ -779,9 +794,13 @@ func (s *Server) pool(worker, database, user string) *pooling.Pool {
 	if !ok {
 		pw = s.cfg.WorkerPassword
 	}
+	var key func() *pooling.SCRAMKey
+	if s.cfg.Auth == "workers" {
+		key = func() *pooling.SCRAMKey { return s.scramKey(user) }
+	}
 	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
 		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize, StmtEpoch: &s.stmtEpoch,
-		TLS: s.cfg.WorkerTLS, Span: &s.span, Gate: s.gate(worker)}, s.pm)
+		TLS: s.cfg.WorkerTLS, Span: &s.span, Gate: s.gate(worker), SCRAM: key}, s.pm)
 	s.pools[k] = p
 	return p
 }

@@ -290,17 +290,30 @@ func (ss *session) authMD5(user string) error {
 }
 
 func (ss *session) authSCRAM(user string) error {
-	pw, known := ss.srv.cfg.Users[user]
-	if !known {
-		// Run the exchange against a random password so that unknown and
-		// known users look alike to the client.
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		pw = hex.EncodeToString(b[:])
-	}
-	creds, err := scramCredentials(pw)
-	if err != nil {
-		return err
+	var creds scram.StoredCredentials
+	var role *verifier // --auth workers: the role's verifier on the first worker
+	known := true
+	if ss.srv.cfg.Auth == "workers" {
+		var err error
+		if creds, role, err = ss.workerCredentials(user); err != nil {
+			return pgerr.Fatal(pgerr.SQLClientUnableToConnect, "cannot read the role's credentials on the first worker: %v", err).
+				WithHint("The coordinator reads pg_authid there as the postgres user (--worker-password, or --user postgres:...).")
+		}
+		known = role != nil
+	} else {
+		pw, ok := ss.srv.cfg.Users[user]
+		if !ok {
+			// Run the exchange against a random password so that unknown
+			// and known users look alike to the client.
+			var b [16]byte
+			_, _ = rand.Read(b[:])
+			pw = hex.EncodeToString(b[:])
+		}
+		var err error
+		if creds, err = scramCredentials(pw); err != nil {
+			return err
+		}
+		known = ok
 	}
 	srv, err := scram.SHA256.NewServer(func(string) (scram.StoredCredentials, error) { return creds, nil })
 	if err != nil {
@@ -340,7 +353,8 @@ func (ss *session) authSCRAM(user string) error {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed SCRAM message").
 			WithHint("The client selected SCRAM-SHA-256 without channel binding, but the SCRAM message includes channel binding data.")
 	}
-	first, err := conv.Step(string(init.Data))
+	clientFirst := string(init.Data) // (the reader's buffer is reused by the next message)
+	first, err := conv.Step(clientFirst)
 	if err != nil {
 		return authFailed(user)
 	}
@@ -360,6 +374,11 @@ func (ss *session) authSCRAM(user string) error {
 	final, err := conv.Step(string(resp.Data))
 	if err != nil || !conv.Valid() || !known {
 		return authFailed(user)
+	}
+	if role != nil {
+		if err := ss.srv.rememberKey(user, role, clientFirst, first, string(resp.Data)); err != nil {
+			return authFailed(user)
+		}
 	}
 	fin := pgproto3.AuthenticationSASLFinal{Data: []byte(final)}
 	ss.out, _ = fin.Encode(ss.out)

@@ -38,6 +38,9 @@ type Config struct {
 	// Gate, when set, bounds the connections of every pool to the same
 	// worker together: the coordinator's share of the worker's budget.
 	Gate *Gate
+	// SCRAM, when set, gives the key a new connection logs in with when
+	// the worker asks for SCRAM-SHA-256 (nil: the password, if any).
+	SCRAM func() *SCRAMKey
 }
 
 // ErrAcquireTimeout is returned (wrapped in a pgerr.Error) when no connection
@@ -327,6 +330,11 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
 		p.free()
+		if errors.Is(err, errSCRAMSalt) {
+			return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.InvalidPassword,
+				Message: fmt.Sprintf("password authentication failed for user %q on worker %s: %v", p.cfg.User, p.cfg.Addr, errSCRAMSalt),
+				Hint: "Give the role the same password verifier on every worker: on each, ALTER ROLE ... PASSWORD with the first worker's pg_authid.rolpassword for it."}
+		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "57") {
 			// The worker refused us (no such database, role, password):

@@ -53,6 +53,13 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	pc.User, pc.Database, pc.Password = cfg.User, cfg.Database, cfg.Password
 	pc.ConnectTimeout = cfg.ConnectTimeout
 	pc.RuntimeParams = map[string]string{}
+	if cfg.SCRAM != nil {
+		if key := cfg.SCRAM(); key != nil {
+			pc.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, c net.Conn) (net.Conn, error) {
+				return newSCRAMConn(c, key), nil
+			}
+		}
+	}
 	pg, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, err
@@ -67,6 +74,9 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	if err != nil {
 		pg.Close(ctx)
 		return nil, err
+	}
+	if sc, ok := h.Conn.(*scramConn); ok && sc.done && sc.ahead.Len() == 0 {
+		h.Conn = sc.Conn // authenticated: the bare connection from here on
 	}
 	_ = h.Conn.SetDeadline(time.Time{})
 	if tc, ok := rawConn(h.Conn).(*net.TCPConn); ok {

@@ -131,8 +131,10 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 		"that cannot renew closes its worker connections three quarters into it, and the others take its shares when it lapses")
 	fs.DurationVar(&f.poolTimeout, "pool-timeout", envDuration("PGFLEET_POOL_TIMEOUT", 5*time.Second), "longest a statement waits for a server connection")
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 10*time.Second, "longest a client may take to connect and authenticate")
-	fs.StringVar(&f.auth, "auth", os.Getenv("PGFLEET_AUTH"), "client authentication: trust, scram-sha-256 or md5 (default: scram-sha-256 when users are given; without users, trust\n"+
-		"on a loopback --listen, and a non-loopback --listen refuses to start unless --auth trust is given)")
+	fs.StringVar(&f.auth, "auth", os.Getenv("PGFLEET_AUTH"), "client authentication: trust, scram-sha-256, md5, or workers (SCRAM-SHA-256 against the role's password on the first\n"+
+		"worker, read as the postgres user; the coordinator logs into the workers with the client's SCRAM key: no --user needed)\n"+
+		"(default: scram-sha-256 when users are given; without users, trust on a loopback --listen, and a non-loopback --listen\n"+
+		"refuses to start unless --auth is given)")
 	fs.Var(&f.users, "user", "name:password of a user (repeatable; also $PGFLEET_USERS, comma-separated)")
 	fs.StringVar(&f.workerPassword, "worker-password", os.Getenv("PGFLEET_WORKER_PASSWORD"), "password for server connections of users not given with --user")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
