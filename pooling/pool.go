@@ -333,7 +333,7 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 		if errors.Is(err, errSCRAMSalt) {
 			return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.InvalidPassword,
 				Message: fmt.Sprintf("password authentication failed for user %q on worker %s: %v", p.cfg.User, p.cfg.Addr, errSCRAMSalt),
-				Hint: "Give the role the same password verifier on every worker: on each, ALTER ROLE ... PASSWORD with the first worker's pg_authid.rolpassword for it."}
+				Hint:    "Give the role the same password verifier on every worker: on each, ALTER ROLE ... PASSWORD with the first worker's pg_authid.rolpassword for it."}
 		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "57") {

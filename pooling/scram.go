@@ -198,7 +198,6 @@ func hmacSHA256(key, msg []byte) []byte {
 	return h.Sum(nil)
 }
 
-
 // ClientKeyFromProof recovers the ClientKey from a SCRAM-SHA-256 exchange
 // a server verified against storedKey: the client's proof XOR the client
 // signature of the exchange's messages (RFC 5802). clientFirst is the
