@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -90,30 +91,37 @@ func (s *Server) renewBudget() {
 			continue
 		}
 		g := s.gate(addr)
+		// Room for a client holding connections to the other workers.
+		reserve := max(0, int(s.span.Load())-1)
 		wants = append(wants, metadata.ShareWant{Worker: addr, Budget: budget, Hold: func(share int) (int, []int32) {
-			if g.Cap() > share {
-				g.SetCap(share)
-			}
-			return g.Open(), g.PIDs()
+			return g.Hold(share, reserve), g.PIDs()
 		}})
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
-	lease, err := s.leases.RenewLease(ctx, s.name, s.advertised(), s.incarnation, ttl, wants)
+	lease, err := s.leases.RenewLease(ctx, s.name, s.advertised(), s.incarnation, s.leaseHeld.Load(), ttl, wants)
 	cancel()
+	if errors.Is(err, metadata.ErrLeaseLost) {
+		// Revoked or lapsed while this process could not renew (frozen,
+		// cut off): its backends may have been ended and its shares taken.
+		// Everything goes before it renews as a newcomer.
+		s.leaseHeld.Store(false)
+		s.leaseLapsing()
+		poke(s.budgetKick)
+		return
+	}
 	if err != nil {
 		s.log.Warn("connection budget: lease not renewed", "err", err)
 		return
 	}
+	s.leaseHeld.Store(true)
 	// Three quarters into the lease (in this clock, from before the
 	// renewal began: the metadata database's lease ends later) without
 	// another renewal, every connection goes.
 	s.leaseTimer.Reset(max(0, ttl*3/4-time.Since(start)))
 	for _, w := range wants {
 		share := lease.Shares[w.Worker]
-		if g := s.gate(w.Worker); g.Cap() < share {
-			g.SetCap(share)
-		}
+		s.gate(w.Worker).Raise(share)
 		s.metrics.share.WithLabelValues(w.Worker).Set(float64(share))
 	}
 	if f := s.fleet.Load(); f != nil {

@@ -169,7 +169,16 @@ func (s *Server) recoveryConn(ctx context.Context, n metadata.Node, db string, c
 	if c := conns[key]; c != nil && !c.IsClosed() {
 		return c, nil
 	}
-	c, err := s.adminConn(ctx, n, db)
+	// It holds the round's other connections meanwhile: its class, so
+	// that it does not wait behind (or take) the slot the pools keep for
+	// clients holding connections elsewhere.
+	held := 0
+	for _, c := range conns {
+		if !c.IsClosed() {
+			held++
+		}
+	}
+	c, err := s.adminConn(ctx, n, db, held)
 	if err != nil {
 		return nil, err
 	}
@@ -251,13 +260,13 @@ func (s *Server) resolvePrepared(ctx context.Context, p preparedXact, d byte,
 }
 
 // adminConn lends a connection to a database of a node as the postgres
-// user, from the coordinator's pool for it (with the password the
+// user (to a holder of held connections of the pools), from the coordinator's pool for it (with the password the
 // coordinator uses for its catalog): resolving another user's prepared
 // transaction needs a superuser. pooling.Reclaim gives it back.
-func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string) (*pgx.Conn, error) {
+func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string, held int) (*pgx.Conn, error) {
 	pool := s.pool(n.Addr(), database, "postgres")
 	take := func() (*pooling.ServerConn, error) {
-		sc, err := pool.Acquire(ctx, 0)
+		sc, err := pool.Acquire(ctx, held)
 		if err != nil || sc.ParamsKey == "" {
 			return sc, err
 		}

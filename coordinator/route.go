@@ -190,22 +190,27 @@ func (ss *session) withColumns(sql string, cn *planner.ColumnsNeeded) (string, e
 	}
 	q += " ORDER BY attnum"
 	var err error
-	if ss.txScatter != nil {
-		// The transaction changed tables: their columns as it sees them,
-		// on its own connection to the default node, between statements.
-		var sc *pooling.ServerConn
-		if def := ss.srv.defaultNode.Load(); ss.sc != nil && ss.node == def {
-			sc = ss.sc
-		} else if i := ss.parkedOn(def); i >= 0 {
-			sc = ss.parked[i].sc
-		}
-		if sc == nil || ss.needSync || len(sc.Buf()) > 0 {
-			return "", pgerr.New(pgerr.FeatureNotSupported,
-				"an INSERT or COPY without a column list into %s after this transaction changed a distributed or reference table is not supported here", cn.Table).
-				WithHint("Name the columns, or send it with the simple query protocol.")
-		}
+	// A session holding a connection to the default node asks on it,
+	// between statements: a second connection to a worker it holds would
+	// take the slot the pools keep for clients holding connections
+	// elsewhere (every client of a full pool doing so waits for the
+	// others), and a transaction that changed tables sees their columns
+	// as it has them.
+	var sc *pooling.ServerConn
+	if def := ss.srv.defaultNode.Load(); ss.sc != nil && ss.node == def {
+		sc = ss.sc
+	} else if i := ss.parkedOn(def); i >= 0 {
+		sc = ss.parked[i].sc
+	}
+	usable := sc != nil && !ss.needSync && len(sc.Buf()) == 0 && sc.TxStatus != 'E'
+	switch {
+	case usable:
 		rows, err = executor.QueryText(sc, q)
-	} else {
+	case ss.txScatter != nil:
+		return "", pgerr.New(pgerr.FeatureNotSupported,
+			"an INSERT or COPY without a column list into %s after this transaction changed a distributed or reference table is not supported here", cn.Table).
+			WithHint("Name the columns, or send it with the simple query protocol.")
+	default:
 		err = ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
 			rows, err = executor.QueryText(sc, q)
 			return err

@@ -178,6 +178,7 @@ type Server struct {
 	leaseTimer  *time.Timer
 	reaping     atomic.Bool
 	leasePaused atomic.Bool // tests: renewals stop, as when the metadata database is out of reach
+	leaseHeld   atomic.Bool // the last renewal succeeded (this process holds a lease)
 	metaPool    *pgxpool.Pool
 	// leases is the store on a pool of its own (leasePool, two
 	// connections) for the lease's statements, which are on a clock: a

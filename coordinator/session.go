@@ -308,8 +308,10 @@ func (ss *session) flush() error {
 		ss.multi.start, ss.multi.scanned = 0, 0
 		ss.multi.flushes++
 	}
-	ss.srv.metrics.countErrors(ss.out)
 	_, err := ss.conn.Write(ss.out)
+	if err == nil {
+		ss.srv.metrics.countErrors(ss.out) // what the client was sent
+	}
 	if cap(ss.out) > 1<<20 {
 		ss.out = nil
 	} else {

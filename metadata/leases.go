@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,9 +19,11 @@ type ShareWant struct {
 	Budget int    // the worker's connection budget, fleet-wide
 	// Hold is called in the renewal with the share granted: it lowers the
 	// caller's cap to it if the cap is above (a higher one is the caller's
-	// to raise after RenewLease returns) and reports the connections the
-	// caller holds there now and their backends.
-	Hold func(share int) (open int, pids []int32)
+	// to raise after RenewLease returns) and reports how many connections
+	// the caller may hold there until its next renewal (at least those it
+	// holds now; never more than it recorded last, unless the grant is)
+	// and the backends of those it holds.
+	Hold func(share int) (hold int, pids []int32)
 }
 
 // Lease is what RenewLease answers.
@@ -47,14 +50,24 @@ type ExpiredShare struct {
 // bounds the connections every coordinator may hold at once; one that
 // holds more than its new share (busy connections close when released)
 // records the lower share at a later renewal.
-func (s *Store) RenewLease(ctx context.Context, name, address, incarnation string, ttl time.Duration, wants []ShareWant) (Lease, error) {
+// ErrLeaseLost: RenewLease was told the caller holds a live lease, and it
+// does not (it lapsed, or gossip revoked it, and maybe the others forgot
+// it and took its shares). Nothing was written: the caller must close
+// every connection it holds before it renews again, since its backends no
+// longer count in any recorded share.
+var ErrLeaseLost = errors.New("metadata: this coordinator's lease lapsed or was revoked")
+
+func (s *Store) RenewLease(ctx context.Context, name, address, incarnation string, held bool, ttl time.Duration, wants []ShareWant) (Lease, error) {
 	var out Lease
+	var live bool
 	// Two batches, one round trip each: a renewal is on a clock (the
 	// lease lapses three quarters in), and a busy metadata database or
 	// coordinator makes every round trip slower.
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, leaseLockKey)
+		b.Queue(`SELECT EXISTS (SELECT FROM pgfleet.coordinators WHERE name = $1 AND incarnation = $2 AND expires > now())`,
+			name, incarnation).QueryRow(func(r pgx.Row) error { return r.Scan(&live) })
 		b.Queue(`INSERT INTO pgfleet.coordinators (name, address, expires, incarnation)
 			VALUES ($1, $2, now() + $3::bigint * interval '1 microsecond', $4)
 			ON CONFLICT (name) DO UPDATE SET address = excluded.address, expires = excluded.expires,
@@ -89,6 +102,9 @@ func (s *Store) RenewLease(ctx context.Context, name, address, incarnation strin
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
+		if held && !live {
+			return ErrLeaseLost // rolled back
+		}
 		out.Shares = make(map[string]int, len(wants))
 		workers := make([]string, 0, len(wants))
 		b = &pgx.Batch{}
@@ -107,6 +123,9 @@ func (s *Store) RenewLease(ctx context.Context, name, address, incarnation strin
 		b.Queue(`DELETE FROM pgfleet.connection_shares WHERE coordinator = $1 AND worker <> ALL($2)`, name, workers)
 		return tx.SendBatch(ctx, b).Close()
 	})
+	if errors.Is(err, ErrLeaseLost) {
+		return Lease{}, err
+	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("metadata: renew lease: %w", err)
 	}

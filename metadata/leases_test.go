@@ -2,6 +2,7 @@ package metadata_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"sync"
 	"testing"
@@ -30,7 +31,7 @@ func TestLeases(t *testing.T) {
 			caps[name] = min(caps[name], share)
 			return open, pids
 		}
-		l, err := st.RenewLease(ctx, name, name+":6432", name, ttl, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
+		l, err := st.RenewLease(ctx, name, name+":6432", name, false, ttl, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +122,12 @@ func TestLeases(t *testing.T) {
 	if ok, err := st.RevokeLease(ctx, "e"); err != nil || ok {
 		t.Fatalf("revoking e again: %v, %v; want nothing to revoke", ok, err)
 	}
-	if _, err := st.RenewLease(ctx, "e", "e:6432", "e2", time.Minute, nil); err != nil {
+	// e's process, renewing as one that held a lease, is told it lost it
+	// (and nothing is written); as a newcomer it gets a lease again.
+	if _, err := st.RenewLease(ctx, "e", "e:6432", "e", true, time.Minute, nil); !errors.Is(err, metadata.ErrLeaseLost) {
+		t.Fatalf("e renewing after its revocation: %v, want ErrLeaseLost", err)
+	}
+	if _, err := st.RenewLease(ctx, "e", "e:6432", "e2", false, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := st.RevokeLease(ctx, "e"); err != nil || ok {
@@ -145,7 +151,7 @@ func TestLeases(t *testing.T) {
 					caps[name] = min(caps[name], share)
 					return min(caps[name], 1), nil
 				}
-				l, err := st.RenewLease(ctx, name, "", name, time.Minute, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
+				l, err := st.RenewLease(ctx, name, "", name, false, time.Minute, []metadata.ShareWant{{Worker: w, Budget: budget, Hold: hold}})
 				if err != nil {
 					t.Error(err)
 					return

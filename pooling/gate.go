@@ -17,6 +17,19 @@ import (
 type Gate struct {
 	cap  atomic.Int64
 	open atomic.Int64 // connections open or being dialled, all pools
+	// ceil bounds the connections opened for clients that hold a
+	// connection to another worker (class > 0), at or above cap: when the
+	// share shrinks below what busy clients hold, those clients (whose
+	// transactions free connections on every worker when they end) still
+	// get one, within what the coordinator recorded (Hold). Negative: none.
+	ceil atomic.Int64
+	// capMu orders opening a slot against Hold's reading of the count.
+	capMu sync.Mutex
+	// waiting counts the checkouts waiting in every pool of the gate.
+	waiting atomic.Int64
+	// epoch advances at each Fence: a connection dialled from before it is
+	// closed before use (its slot predates the fence).
+	epoch atomic.Int64
 
 	// Record, when set, is called with the backend of every new
 	// connection before it is used; an error closes it and fails the
@@ -32,6 +45,7 @@ type Gate struct {
 func NewGate(cap int) *Gate {
 	g := &Gate{}
 	g.cap.Store(int64(cap))
+	g.ceil.Store(int64(cap))
 	return g
 }
 
@@ -41,6 +55,14 @@ func (g *Gate) Cap() int {
 		return -1
 	}
 	return int(g.cap.Load())
+}
+
+// Epoch counts the gate's fences.
+func (g *Gate) Epoch() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.epoch.Load()
 }
 
 // Open is the count of connections open or being dialled through the gate.
@@ -78,7 +100,11 @@ func (g *Gate) SetCap(n int) {
 // a coordinator that lost its share's lease does before the others may take
 // the share.
 func (g *Gate) Fence() {
+	g.epoch.Add(1)
+	g.capMu.Lock()
 	g.cap.Store(0)
+	g.ceil.Store(0)
+	g.capMu.Unlock()
 	for _, p := range g.poolList() {
 		p.closeAll()
 	}
@@ -99,20 +125,76 @@ func (g *Gate) add(p *Pool) {
 	g.mu.Unlock()
 }
 
-// tryOpen takes a slot for a new connection if the cap allows.
-func (g *Gate) tryOpen() bool {
+// tryOpen takes a slot for a new connection for a client of class (the
+// connections it holds to other workers) if the cap allows, or for class
+// > 0 the ceiling.
+func (g *Gate) tryOpen(class int) bool {
 	if g == nil {
 		return true
 	}
-	for {
-		n, c := g.open.Load(), g.cap.Load()
-		if c >= 0 && n >= c {
-			return false
-		}
-		if g.open.CompareAndSwap(n, n+1) {
-			return true
-		}
+	g.capMu.Lock()
+	defer g.capMu.Unlock()
+	n, c := g.open.Load(), g.cap.Load()
+	if e := g.ceil.Load(); class > 0 && c >= 0 && e > c {
+		c = e
 	}
+	if c >= 0 && n >= c {
+		return false
+	}
+	g.open.Add(1)
+	return true
+}
+
+// Ceil is the gate's ceiling (negative: none).
+func (g *Gate) Ceil() int {
+	if g == nil {
+		return -1
+	}
+	return int(g.ceil.Load())
+}
+
+// Hold lowers the cap to share if it is above and returns what the
+// coordinator must record as its share of the worker: at least share and
+// every connection open, and room for reserve more connections for clients
+// holding connections elsewhere, but never above the ceiling, which it
+// then lowers to that. A ceiling raised by a larger share is the caller's
+// to raise (Raise) once the share is recorded.
+func (g *Gate) Hold(share, reserve int) int {
+	if g.Cap() > share {
+		g.SetCap(share)
+	}
+	g.capMu.Lock()
+	defer g.capMu.Unlock()
+	e := g.ceil.Load()
+	rec := max(int64(share), min(g.open.Load()+int64(reserve), e))
+	if e < 0 {
+		rec = max(int64(share), g.open.Load()+int64(reserve))
+	}
+	g.ceil.Store(rec)
+	return int(rec)
+}
+
+// Raise moves the cap and the ceiling up to share (a share recorded).
+func (g *Gate) Raise(share int) {
+	g.capMu.Lock()
+	if g.ceil.Load() < int64(share) {
+		g.ceil.Store(int64(share))
+	}
+	g.capMu.Unlock()
+	if g.Cap() < share {
+		g.SetCap(share)
+	}
+}
+
+// starving reports whether the gate is full and pools other than p have
+// checkouts waiting (two atomic loads when they do not). Called with p's
+// mu held.
+func (g *Gate) starving(p *Pool) bool {
+	if g == nil || g.waiting.Load() <= int64(p.nwait.Load()) {
+		return false
+	}
+	c := g.cap.Load()
+	return c >= 0 && g.open.Load() >= c
 }
 
 // over reports whether the gate holds more connections than its cap.

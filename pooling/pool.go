@@ -159,10 +159,14 @@ func (p *Pool) Span() int {
 	return min(w, p.size())
 }
 
-// limit is how many slots may be busy for class to take one more. Called
-// with mu held.
+// limit is how many slots may be busy for class to take one more: under
+// the pool's size and the gate's cap, or for a client holding connections
+// elsewhere its ceiling (Gate.Hold). Called with mu held.
 func (p *Pool) limit(class int) int {
 	n := p.size()
+	if e := p.cfg.Gate.Ceil(); class > 0 && e > n {
+		n = min(e, p.cfg.Size)
+	}
 	if r := p.Span() - 1 - class; r > 0 {
 		return n - r
 	}
@@ -174,12 +178,13 @@ func (p *Pool) limit(class int) int {
 // is a *pgerr.Error a client can be shown.
 func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 	for {
+		epoch := p.cfg.Gate.Epoch()
 		c, err := p.take(ctx, held)
 		if err != nil {
 			return nil, err
 		}
 		if c == nil {
-			return p.dial(ctx)
+			return p.dial(ctx, epoch)
 		}
 		if c = p.check(c); c != nil {
 			return c, nil
@@ -200,7 +205,7 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 			p.mu.Unlock()
 			return c, nil
 		}
-		if p.cfg.Gate.tryOpen() {
+		if p.cfg.Gate.tryOpen(class) {
 			p.busy++
 			p.open++
 			p.mu.Unlock()
@@ -223,7 +228,7 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	p.waiters = append(p.waiters, nil)
 	copy(p.waiters[i+1:], p.waiters[i:])
 	p.waiters[i] = w
-	p.nwait.Store(int32(len(p.waiters)))
+	p.setWaiting()
 	p.mu.Unlock()
 	p.waits.Inc()
 	t := time.NewTimer(p.cfg.AcquireTimeout)
@@ -242,7 +247,7 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	for i, x := range p.waiters {
 		if x == w {
 			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
-			p.nwait.Store(int32(len(p.waiters)))
+			p.setWaiting()
 			p.mu.Unlock()
 			return nil, err
 		}
@@ -260,7 +265,7 @@ func (p *Pool) serve() {
 			w.ch <- p.idle[n-1]
 			p.idle[n-1] = nil
 			p.idle = p.idle[:n-1]
-		} else if p.cfg.Gate.tryOpen() {
+		} else if p.cfg.Gate.tryOpen(w.class) {
 			p.open++
 			w.ch <- nil
 		} else {
@@ -269,7 +274,16 @@ func (p *Pool) serve() {
 		p.waiters = p.waiters[1:]
 		p.busy++
 	}
-	p.nwait.Store(int32(len(p.waiters)))
+	p.setWaiting()
+}
+
+// setWaiting publishes len(waiters), to the gate's count too. Called with
+// mu held.
+func (p *Pool) setWaiting() {
+	n := int32(len(p.waiters))
+	if old := p.nwait.Swap(n); old != n && p.cfg.Gate != nil {
+		p.cfg.Gate.waiting.Add(int64(n - old))
+	}
 }
 
 // wake serves the waiters after the gate's cap rose or a slot freed in
@@ -326,7 +340,8 @@ func (p *Pool) check(c *ServerConn) *ServerConn {
 	return nil
 }
 
-func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
+// dial fills a slot taken under the gate's epoch.
+func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
 		p.free()
@@ -362,6 +377,16 @@ func (p *Pool) dial(ctx context.Context) (*ServerConn, error) {
 				Hint:    "This coordinator could not record it in its lease on the worker's connection budget (is the metadata database reachable?); retry."}
 		}
 	}
+	if g := p.cfg.Gate; g != nil && g.Epoch() != epoch {
+		// The gate was fenced (the coordinator lost its lease) while this
+		// connection was being made (checked after its record: a record
+		// may have reached a lease renewed since): it is not the coordinator's to use.
+		c.broken = true
+		p.discard(c)
+		return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
+			Message: fmt.Sprintf("cannot use a new connection to worker %s: this coordinator lost its lease on the worker's connection budget meanwhile", p.cfg.Addr),
+			Hint:    "Retry: the coordinator takes a share again at its next renewal."}
+	}
 	return c, nil
 }
 
@@ -380,19 +405,24 @@ func (p *Pool) Release(c *ServerConn) {
 		p.discard(c)
 		return
 	}
-	if p.cfg.Gate.over() {
-		// The share shrank: this connection goes.
-		p.discard(c)
-		return
-	}
+	// Over the cap (the share shrank) the connection goes, unless a client
+	// holding connections elsewhere waits for it (within the ceiling).
+	over := p.cfg.Gate.over()
 	c.lastUsed = time.Now()
 	p.mu.Lock()
-	if len(p.waiters) > 0 && p.busy-1 < p.limit(p.waiters[0].class) {
+	if len(p.waiters) > 0 && p.busy-1 < p.limit(p.waiters[0].class) && (!over || p.waiters[0].class > 0) {
 		w := p.waiters[0]
 		p.waiters = p.waiters[1:]
-		p.nwait.Store(int32(len(p.waiters)))
+		p.setWaiting()
 		p.mu.Unlock()
 		w.ch <- c // handed over busy
+		return
+	}
+	if over || p.cfg.Gate.starving(p) {
+		// (A connection kept idle here while the gate is full would keep
+		// another pool's waiters waiting: it goes, and they are served.)
+		p.mu.Unlock()
+		p.discard(c)
 		return
 	}
 	p.busy--
