@@ -155,9 +155,9 @@ func (g *Gate) Ceil() int {
 
 // Hold lowers the cap to share if it is above and returns what the
 // coordinator must record as its share of the worker: at least share and
-// every connection open, and room for reserve more connections for clients
-// holding connections elsewhere, but never above the ceiling, which it
-// then lowers to that. A ceiling raised by a larger share is the caller's
+// every connection open, and while more is open than share, room for
+// reserve more connections for clients holding connections elsewhere, but
+// never above the ceiling; the ceiling becomes that. A ceiling raised by a larger share is the caller's
 // to raise (Raise) once the share is recorded.
 func (g *Gate) Hold(share, reserve int) int {
 	if g.Cap() > share {
@@ -165,10 +165,16 @@ func (g *Gate) Hold(share, reserve int) int {
 	}
 	g.capMu.Lock()
 	defer g.capMu.Unlock()
-	e := g.ceil.Load()
-	rec := max(int64(share), min(g.open.Load()+int64(reserve), e))
-	if e < 0 {
-		rec = max(int64(share), g.open.Load()+int64(reserve))
+	// The reserve is kept only while more is open than the share: at or
+	// under it, the pools' own reserve (a class 0 client leaves the last
+	// slot of a pool) serves such clients, and the record is the share,
+	// so that shares converge to the fair ones under load.
+	rec := int64(share)
+	if open := g.open.Load(); open > rec {
+		rec = open + int64(reserve)
+		if e := g.ceil.Load(); e >= 0 {
+			rec = max(int64(share), min(rec, e))
+		}
 	}
 	g.ceil.Store(rec)
 	return int(rec)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +32,8 @@ import (
 // to the whole budget once gossip declares it dead (its lease is revoked:
 // sooner than the lease's 10 s), and the killed one's clients reconnect to
 // them. A
-// restarted coordinator rejoins and gets a share. Samplers on both
+// restarted coordinator rejoins and gets a share. Then one is frozen
+// (SIGSTOP) past failure detection and resumed. Samplers on both
 // workers count the clients' server connections every 10 ms: never more
 // than the budget. Every acknowledged write is there at the end.
 func TestFleetSIGKILL(t *testing.T) {
@@ -125,6 +127,8 @@ func TestFleetSIGKILL(t *testing.T) {
 		rows, err := meta.Query(ctx, `SELECT c.address, s.share FROM pgfleet.connection_shares s
 			JOIN pgfleet.coordinators c ON c.name = s.coordinator WHERE s.worker = $1 AND c.expires > now()`, w0)
 		if err != nil {
+			t.Logf("reading the shares: %v", err)
+			time.Sleep(200 * time.Millisecond)
 			return out
 		}
 		for rows.Next() {
@@ -212,12 +216,14 @@ func TestFleetSIGKILL(t *testing.T) {
 		ackMu   sync.Mutex
 		acked   []int64
 		killed  atomic.Bool
+		frozen  atomic.Bool // b, stopped
+		live    atomic.Value
 		failed  atomic.Value
 		moved   atomic.Int64
 		wg      sync.WaitGroup
 		stopRun = make(chan struct{})
 	)
-	live := []string{a.addr, b.addr}
+	live.Store([]string{a.addr, b.addr})
 	for i := 0; i < 300; i++ {
 		addr := []string{a.addr, b.addr, c.addr}[i%3]
 		wg.Add(1)
@@ -244,14 +250,16 @@ func TestFleetSIGKILL(t *testing.T) {
 					continue
 				}
 				var pe *pgconn.PgError
-				if addr != c.addr || !killed.Load() || errors.As(err, &pe) && pe.Code != "08006" && pe.Code != "57P01" {
+				disturbed := addr == c.addr && killed.Load() || addr == b.addr && frozen.Load()
+				if !disturbed || addr == c.addr && errors.As(err, &pe) && pe.Code != "08006" && pe.Code != "57P01" {
 					failed.Store(fmt.Sprintf("a client of %s: %v", addr, err))
 					return
 				}
 				// The coordinator was killed: its write's outcome is
 				// unknown (not acknowledged); go on through another.
 				conn.Close(ctx)
-				addr = live[id%2]
+				to := live.Load().([]string)
+				addr = to[id%int64(len(to))]
 				if conn, err = connect(addr); err != nil {
 					failed.Store(fmt.Sprintf("reconnecting to %s: %v", addr, err))
 					return
@@ -292,6 +300,25 @@ func TestFleetSIGKILL(t *testing.T) {
 		t.Fatalf("a write through the restarted coordinator: %v", err)
 	}
 	cc.Close(ctx)
+	time.Sleep(time.Second)
+
+	// b frozen (SIGSTOP) past failure detection: the others revoke its
+	// lease, end its backends and take its share; resumed, b finds its
+	// lease lost, closes everything and rejoins as a newcomer (it had
+	// recorded backends over the budget others had taken: an adversary
+	// saw 32 of 30). Its clients move to the others.
+	live.Store([]string{a.addr, c2.addr})
+	frozen.Store(true)
+	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.cmd.Process.Signal(syscall.SIGCONT) })
+	waitShares("b frozen", map[string]int{a.addr: budget / 2, c2.addr: budget / 2})
+	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	took = waitShares("b resumed", map[string]int{a.addr: budget / 3, b.addr: budget / 3, c2.addr: budget / 3})
+	t.Logf("b, frozen past failure detection and resumed, has its share again after %v", took.Round(time.Millisecond))
 	time.Sleep(time.Second)
 	close(stopRun)
 	wg.Wait()
