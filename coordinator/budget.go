@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/fleet"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -56,6 +57,7 @@ func (s *Server) gate(worker string) *pooling.Gate {
 			defer cancel()
 			return s.leases.RecordBackend(ctx, s.name, worker, int32(pid))
 		}
+		g.BeforeDial = s.leaseCurrent
 	}
 	s.gates[worker] = g
 	return g
@@ -74,6 +76,7 @@ func (s *Server) kickBudget() { poke(s.budgetKick) }
 // granted, and ends the backends of lapsed coordinators. Past three
 // quarters of the lease without a renewal it closes every connection.
 func (s *Server) renewBudget() {
+	defer s.renewalDone()
 	ttl := s.cfg.LeaseTTL
 	if s.leasePaused.Load() {
 		return
@@ -115,6 +118,7 @@ func (s *Server) renewBudget() {
 		return
 	}
 	s.leaseHeld.Store(true)
+	s.lastRenew.Store(start.UnixNano())
 	// Three quarters into the lease (in this clock, from before the
 	// renewal began: the metadata database's lease ends later) without
 	// another renewal, every connection goes.
@@ -163,6 +167,38 @@ func (s *Server) departed(m fleet.Member) {
 			s.kickBudget()
 		}
 	}()
+}
+
+// renewalDone wakes the dials waiting for a renewal (leaseCurrent).
+func (s *Server) renewalDone() {
+	next := make(chan struct{})
+	close(*s.renewed.Swap(&next))
+}
+
+// leaseCurrent returns once this coordinator's last renewal is recent
+// (within a quarter of the lease: two and a half renewal intervals), else
+// has one run and waits for it. A process that was frozen or cut off
+// longer may have lost its lease (gossip revokes a dead member's at once)
+// and its share: it must not open a connection before it knows, even for
+// a moment (an adversary saw them counted on a worker over the budget
+// until the record failed).
+func (s *Server) leaseCurrent(ctx context.Context) error {
+	ttl := s.cfg.LeaseTTL
+	for try := 0; try < 3; try++ {
+		if time.Since(time.Unix(0, s.lastRenew.Load())) <= ttl/4 {
+			return nil
+		}
+		ch := *s.renewed.Load()
+		poke(s.budgetKick)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(ttl / 2):
+		}
+	}
+	return pgerr.New(pgerr.TooManyConnections, "cannot open a connection to a worker: this coordinator could not renew its lease on the workers' connection budget").
+		WithHint("Retry; see the coordinator's log (is the metadata database reachable?).")
 }
 
 // leaseLapsing closes every worker connection: the lease was not renewed

@@ -177,8 +177,10 @@ type Server struct {
 	budgetEnd   chan struct{}
 	leaseTimer  *time.Timer
 	reaping     atomic.Bool
-	leasePaused atomic.Bool // tests: renewals stop, as when the metadata database is out of reach
-	leaseHeld   atomic.Bool // the last renewal succeeded (this process holds a lease)
+	leasePaused atomic.Bool                   // tests: renewals stop, as when the metadata database is out of reach
+	leaseHeld   atomic.Bool                   // the last renewal succeeded (this process holds a lease)
+	lastRenew   atomic.Int64                  // when the last successful renewal began, Unix ns
+	renewed     atomic.Pointer[chan struct{}] // closed when a renewal ends
 	metaPool    *pgxpool.Pool
 	// leases is the store on a pool of its own (leasePool, two
 	// connections) for the lease's statements, which are on a clock: a
@@ -493,6 +495,8 @@ func (s *Server) Start() error {
 	if s.cfg.LeaseTTL > 0 {
 		s.name = leaseName(ln.Addr().String())
 		s.budgetKick, s.budgetEnd = make(chan struct{}, 1), make(chan struct{})
+		ch := make(chan struct{})
+		s.renewed.Store(&ch)
 		s.leaseTimer = time.AfterFunc(time.Hour, s.leaseLapsing)
 		s.leaseTimer.Stop()
 		s.renewBudget()

@@ -36,6 +36,10 @@ type Gate struct {
 	// checkout (the coordinator records its backends where the others can
 	// end them).
 	Record func(ctx context.Context, pid uint32) error
+	// BeforeDial, when set, is called before a new connection is dialled;
+	// an error gives the slot back and fails the checkout (the coordinator
+	// opens no connection while it does not know its lease is current).
+	BeforeDial func(ctx context.Context) error
 
 	mu    sync.Mutex
 	pools []*Pool

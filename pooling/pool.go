@@ -342,6 +342,12 @@ func (p *Pool) check(c *ServerConn) *ServerConn {
 
 // dial fills a slot taken under the gate's epoch.
 func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
+	if g := p.cfg.Gate; g != nil && g.BeforeDial != nil {
+		if err := g.BeforeDial(ctx); err != nil {
+			p.free()
+			return nil, err
+		}
+	}
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
 		p.free()
