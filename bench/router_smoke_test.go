@@ -57,7 +57,7 @@ func TestRouterSmoke(t *testing.T) {
 
 	o := DefaultRouterOptions()
 	o.Targets = []URLTarget{{Name: "plain", URL: "postgres://postgres@" + plain.Addr() + "/postgres?sslmode=disable"}}
-	o.Scale, o.Clients, o.Jobs, o.Duration, o.Warmup, o.Runs = 1, 4, 2, time.Second, time.Second, 1
+	o.Scale, o.Clients, o.Jobs, o.Duration, o.Warmup, o.Runs = 1, 4, 2, 2*time.Second, time.Second, 1
 	o.Shards, o.Coordinators = 4, []int{2}
 	o.Modes, o.Workloads = []string{modePrepared, modeSimple}, []string{workloadPointSelect, workloadWrite}
 	o.NoPgbouncer, o.Executable, o.OutDir = true, exe, t.TempDir()

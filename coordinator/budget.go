@@ -156,15 +156,27 @@ func (s *Server) departed(m fleet.Member) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
-		defer cancel()
-		revoked, err := s.leases.RevokeLease(ctx, m.Lease)
-		switch {
-		case err != nil:
-			s.log.Warn("connection budget: cannot revoke a departed coordinator's lease (it lapses)", "coordinator", m.SQL, "err", err)
-		case revoked:
-			s.log.Info("connection budget: revoked the lease of a coordinator gossip declared gone", "coordinator", m.SQL)
-			s.kickBudget()
+		// Revoked once it has not been renewed for two renewal intervals
+		// (gossip under load may suspect a live member: that one keeps
+		// renewing, and keeps its lease); tried again a few times, for a
+		// death detected sooner than that.
+		ttl := s.cfg.LeaseTTL
+		for try := 0; try < 4; try++ {
+			if try > 0 {
+				time.Sleep(ttl / 10)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), ttl/2)
+			revoked, err := s.leases.RevokeLease(ctx, m.Lease, ttl-2*ttl/10)
+			cancel()
+			switch {
+			case err != nil:
+				s.log.Warn("connection budget: cannot revoke a departed coordinator's lease (it lapses)", "coordinator", m.SQL, "err", err)
+				return
+			case revoked:
+				s.log.Info("connection budget: revoked the lease of a coordinator gossip declared gone", "coordinator", m.SQL)
+				s.kickBudget()
+				return
+			}
 		}
 	}()
 }

@@ -139,9 +139,15 @@ func (s *Store) RenewLease(ctx context.Context, name, address, incarnation strin
 // is alive after all (cut off from gossip only) renews its lease at its
 // next renewal, and its backends ended meanwhile were never more than its
 // recorded share: the bound holds either way.
-func (s *Store) RevokeLease(ctx context.Context, incarnation string) (bool, error) {
+//
+// Only a lease not renewed lately is revoked: one that expires before
+// now + within (a lease renewed since then is still being renewed, and its
+// coordinator is alive though gossip may not think so: a suspicion under
+// load is not revoked).
+func (s *Store) RevokeLease(ctx context.Context, incarnation string, within time.Duration) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE pgfleet.coordinators SET expires = now()
-		WHERE incarnation = $1 AND expires > now()`, incarnation)
+		WHERE incarnation = $1 AND expires > now() AND expires < now() + $2::bigint * interval '1 microsecond'`,
+		incarnation, within.Microseconds())
 	if err != nil {
 		return false, fmt.Errorf("metadata: revoke lease: %w", err)
 	}

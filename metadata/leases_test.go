@@ -110,7 +110,10 @@ func TestLeases(t *testing.T) {
 	// it can record no backend, and the others are told to end its
 	// backends; another process under its name is not revoked.
 	renew("e", time.Minute, 0, 201)
-	if ok, err := st.RevokeLease(ctx, "e"); err != nil || !ok {
+	if ok, err := st.RevokeLease(ctx, "e", 50*time.Second); err != nil || ok {
+		t.Fatalf("revoking e, renewed just now: %v, %v; want nothing revoked (it is alive)", ok, err)
+	}
+	if ok, err := st.RevokeLease(ctx, "e", time.Hour); err != nil || !ok {
 		t.Fatalf("revoking e: %v, %v", ok, err)
 	}
 	if err := st.RecordBackend(ctx, "e", w, 202); err == nil {
@@ -119,7 +122,7 @@ func TestLeases(t *testing.T) {
 	if l := renew("a", time.Minute, 4); len(l.Expired) != 1 || l.Expired[0].Coordinator != "e" || !reflect.DeepEqual(l.Expired[0].PIDs, []int32{201}) {
 		t.Fatalf("after e was revoked: expired %+v, want e's backend 201", l.Expired)
 	}
-	if ok, err := st.RevokeLease(ctx, "e"); err != nil || ok {
+	if ok, err := st.RevokeLease(ctx, "e", time.Hour); err != nil || ok {
 		t.Fatalf("revoking e again: %v, %v; want nothing to revoke", ok, err)
 	}
 	// e's process, renewing as one that held a lease, is told it lost it
@@ -130,7 +133,7 @@ func TestLeases(t *testing.T) {
 	if _, err := st.RenewLease(ctx, "e", "e:6432", "e2", false, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.RevokeLease(ctx, "e"); err != nil || ok {
+	if ok, err := st.RevokeLease(ctx, "e", time.Hour); err != nil || ok {
 		t.Fatalf("revoking e's old process after a new one renewed under its name: %v, %v; want nothing revoked", ok, err)
 	}
 	if err := st.DropLease(ctx, "e"); err != nil {
