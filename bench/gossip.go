@@ -51,8 +51,13 @@ func (b *routerBench) gossip(ctx context.Context, n int) gossipResult {
 	g := gossipResult{Coordinators: n, WindowSeconds: window.Seconds()}
 	chs, rrs, err := startCoordinators(ctx, b.exe, b.dir, b.workerAddrs(), b.o.PoolSize, n, b.o.CoordinatorProcs)
 	defer func() {
-		for _, ch := range chs {
+		for i, ch := range chs {
 			ch.Stop(syscall.SIGTERM, 10*time.Second)
+			// Their warnings and errors are the run's problems too.
+			if lines, total := logProblems(ch.LogPath, 5); total > 0 {
+				b.rep.Problems = append(b.rep.Problems, fmt.Sprintf("gossip with %d coordinators: coordinator %s: %d warning/error lines in its log, first: %s",
+					n, rrs[i].Addr, total, lines[0]))
+			}
 		}
 	}()
 	if err != nil {

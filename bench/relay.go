@@ -352,7 +352,10 @@ func startCoordinators(ctx context.Context, exe, dir string, workers []string, p
 				return nil, err
 			}
 			metrics = fmt.Sprintf("127.0.0.1:%d", mp)
-			args := []string{"--metrics-listen", metrics}
+			// A long lease: on a machine the benchmark saturates, a
+			// coordinator's renewals may lag for seconds, and the others
+			// would revoke its lease and end its backends mid-run.
+			args := []string{"--metrics-listen", metrics, "--lease", "60s"}
 			if n > 1 {
 				gp, err := pgcluster.FreePort()
 				if err != nil {

@@ -61,6 +61,9 @@ func TestRouterSmoke(t *testing.T) {
 	o.Shards, o.Coordinators = 4, []int{2}
 	o.Modes, o.Workloads = []string{modePrepared, modeSimple}, []string{workloadPointSelect, workloadWrite}
 	o.NoPgbouncer, o.Executable, o.OutDir = true, exe, t.TempDir()
+	if d := os.Getenv("SMOKE_OUT"); d != "" {
+		o.OutDir = d
+	}
 	var out, log bytes.Buffer
 	o.Stdout, o.Stderr = &out, &log
 	if err := RunRouter(ctx, o); err != nil {
