@@ -481,10 +481,13 @@ func (b *routerBench) cleanup() {
 func (b *routerBench) stopWorkers() {
 	first := len(b.rep.Workers) - len(b.workers)
 	for i, w := range b.workers {
-		w.Stop()
+		// Read before the stop: what a fast shutdown logs (connections
+		// and autovacuum workers ended by the administrator command) is
+		// the harness's doing, not the run's.
 		if wi := &b.rep.Workers[first+i]; first >= 0 {
 			wi.Log, wi.NLog = logProblemsFrom(w.LogFile, b.logStart[i], 10)
 		}
+		w.Stop()
 	}
 	b.workers, b.logStart = nil, nil
 }
