@@ -169,6 +169,8 @@ func (s *Server) departed(m fleet.Member) {
 			revoked, err := s.leases.RevokeLease(ctx, m.Lease, ttl-2*ttl/10)
 			cancel()
 			switch {
+			case err != nil && s.shuttingDown():
+				return // this coordinator's pools are closing
 			case err != nil:
 				s.log.Warn("connection budget: cannot revoke a departed coordinator's lease (it lapses)", "coordinator", m.SQL, "err", err)
 				return
@@ -211,6 +213,16 @@ func (s *Server) leaseCurrent(ctx context.Context) error {
 	}
 	return pgerr.New(pgerr.TooManyConnections, "cannot open a connection to a worker: this coordinator could not renew its lease on the workers' connection budget").
 		WithHint("Retry; see the coordinator's log (is the metadata database reachable?).")
+}
+
+// shuttingDown reports whether Shutdown or Close has begun.
+func (s *Server) shuttingDown() bool {
+	if s.draining.Load() {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // leaseLapsing closes every worker connection: the lease was not renewed
