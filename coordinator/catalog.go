@@ -69,6 +69,16 @@ func (s *Server) openCatalog(ctx context.Context) error {
 	if s.cfg.LeaseTTL >= 0 {
 		lcfg := cfg.Copy()
 		lcfg.MaxConns, lcfg.MinConns = 2, 1
+		// A renewal holds the lease lock in its transaction: a coordinator
+		// frozen in the middle of one (SIGSTOP, a paused VM) would block
+		// every other's renewal until all leases lapsed. The server ends
+		// such a session, and the lock goes with it.
+		params := map[string]string{}
+		for k, v := range lcfg.ConnConfig.RuntimeParams {
+			params[k] = v
+		}
+		lcfg.ConnConfig.RuntimeParams = params
+		params["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(s.cfg.LeaseTTL/5, 100*time.Millisecond).Milliseconds(), 10)
 		lp, err := pgxpool.NewWithConfig(ctx, lcfg)
 		if err != nil {
 			pool.Close()

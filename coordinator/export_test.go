@@ -40,3 +40,16 @@ func (s *Server) PauseLease(frozen bool) {
 		s.leaseTimer.Stop()
 	}
 }
+
+// FreezeInRenewal takes the lease lock on a connection of the lease pool
+// and leaves its transaction open, as a coordinator frozen in the middle
+// of a renewal would; end gives the connection back.
+func (s *Server) FreezeInRenewal(ctx context.Context) (end func(), err error) {
+	tx, err := s.leasePool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	end = func() { _ = tx.Rollback(context.Background()) }
+	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock(31638886994503029)")
+	return end, err // tx left open, idle in transaction
+}
