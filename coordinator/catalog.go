@@ -296,11 +296,11 @@ func (s *Server) plan(sql string) (*planner.Plan, error) {
 	return p, nil
 }
 
-var defaultPlan = &planner.Plan{Kind: planner.Default}
+var defaultPlan = &planner.Plan{Root: &planner.DefaultNode{}}
 
 // gathers reports whether a plan gathers a whole table's rows.
 func gathers(p *planner.Plan) bool {
-	return p.Scatter != nil && p.Scatter.Merge != nil && p.Scatter.Merge.Gather
+	return p.Scatter() != nil && p.Scatter().Merge != nil && p.Scatter().Merge.Gather
 }
 
 // planSimple plans a simple-protocol statement. Its constants are lifted
@@ -321,19 +321,19 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 		// back exactly where it came from; else the text is planned as is
 		// (-7 lifts to -$1, which is not a value the router can read).
 		p, err := s.plan(norm)
-		if err == nil && !p.SyntaxError && gathers(p) {
+		if err == nil && !p.SyntaxError() && gathers(p) {
 			// Lifted constants can hide what the text says (GROUP BY b % 3
 			// with the select list's b % 3 as another parameter): the text
 			// as written may plan without gathering the whole table.
-			if lp, lerr := s.plan(sql); lerr == nil && !lp.SyntaxError && !gathers(lp) {
+			if lp, lerr := s.plan(sql); lerr == nil && !lp.SyntaxError() && !gathers(lp) {
 				return lp, nil, nil
 			}
 		}
-		if err == nil && !p.SyntaxError {
-			if len(p.ShardSQL) == 0 {
+		if err == nil && !p.SyntaxError() {
+			if len(p.ShardSQL()) == 0 {
 				return p, lits, nil
 			}
-			if _, ok := spliceLiterals(p.ShardSQL[0], lits); ok {
+			if _, ok := spliceLiterals(p.ShardSQL()[0], lits); ok {
 				return p, lits, nil
 			}
 		}
@@ -345,22 +345,22 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 // target is where a routed statement runs and what it runs there.
 type target struct {
 	node  int32
-	index int // shard index into plan.ShardSQL
+	index int // shard index into plan.ShardSQL()
 }
 
 // route picks the node and shard for a plan given the distribution value's
 // hash (router plans) and the node the session already holds, if any.
 func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (target, error) {
 	snap := s.catalog.Load()
-	switch p.Kind {
-	case planner.Router:
-		shards := snap.Shards[p.DistTable]
+	switch p.Kind() {
+	case planner.KindRouter:
+		shards := snap.Shards[p.DistTable()]
 		idx := metadata.ShardIndex(shards, hash)
-		if idx < 0 || idx >= len(p.ShardSQL) || len(shards[idx].Nodes) == 0 {
+		if idx < 0 || idx >= len(p.ShardSQL()) || len(shards[idx].Nodes) == 0 {
 			return target{}, errCatalogMoved
 		}
 		return target{node: shards[idx].Nodes[0], index: idx}, nil
-	case planner.ReferenceRead, planner.ReferenceWrite:
+	case planner.KindReferenceRead, planner.KindReferenceWrite:
 		if len(p.Tables) == 0 {
 			// A reference table only under a data-modifying WITH.
 			return target{}, pgerr.New(pgerr.FeatureNotSupported,
@@ -371,8 +371,8 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 			return target{}, errCatalogMoved
 		}
 	}
-	switch p.Kind {
-	case planner.ReferenceRead:
+	switch p.Kind() {
+	case planner.KindReferenceRead:
 		nodes := snap.Shards[p.Tables[0]][0].Nodes
 		for _, n := range nodes {
 			if n == held {
@@ -380,7 +380,7 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 			}
 		}
 		return target{node: nodes[int(pid)%len(nodes)]}, nil
-	case planner.ReferenceWrite:
+	case planner.KindReferenceWrite:
 		nodes := snap.Shards[p.Tables[0]][0].Nodes
 		if len(nodes) == 1 {
 			return target{node: nodes[0]}, nil
@@ -404,13 +404,13 @@ var errAllNodes = pgerr.New(pgerr.FeatureNotSupported,
 // describeTarget says where a routed statement runs, for EXPLAIN.
 func (s *Server) describeTarget(p *planner.Plan, t target, lits []literal) string {
 	snap := s.catalog.Load()
-	switch p.Kind {
-	case planner.Router:
-		sh := snap.Shards[p.DistTable][t.index]
-		rel := p.DistTable[strings.IndexByte(p.DistTable, '.')+1:]
+	switch p.Kind() {
+	case planner.KindRouter:
+		sh := snap.Shards[p.DistTable()][t.index]
+		rel := p.DistTable()[strings.IndexByte(p.DistTable(), '.')+1:]
 		return fmt.Sprintf("pgfleet router: shard %s (%s = %s, hash range %d..%d) on worker %s",
-			metadata.ShardName(rel, sh.ID), p.DistTable, describeValue(p, lits), sh.MinHash, sh.MaxHash, s.nodeAddr(t.node))
-	case planner.ReferenceWrite:
+			metadata.ShardName(rel, sh.ID), p.DistTable(), describeValue(p.Root.(*planner.Route).Value, lits), sh.MinHash, sh.MaxHash, s.nodeAddr(t.node))
+	case planner.KindReferenceWrite:
 		return fmt.Sprintf("pgfleet reference-table write: every copy (%d workers) with two-phase commit; plan from worker %s",
 			len(snap.Shards[p.Tables[0]][0].Nodes), s.nodeAddr(t.node))
 	default:
@@ -418,21 +418,21 @@ func (s *Server) describeTarget(p *planner.Plan, t target, lits []literal) strin
 	}
 }
 
-func describeValue(p *planner.Plan, lits []literal) string {
-	if p.Value.Param > 0 && p.Value.Param <= len(lits) {
-		if p.Value.Computed || p.Value.Cast != "" {
-			e, _ := spliceFrom(p.Value.Expr, lits[p.Value.Param-1:p.Value.Param], 1)
+func describeValue(v *planner.Value, lits []literal) string {
+	if v.Param > 0 && v.Param <= len(lits) {
+		if v.Computed || v.Cast != "" {
+			e, _ := spliceFrom(v.Expr, lits[v.Param-1:v.Param], 1)
 			return e
 		}
-		return lits[p.Value.Param-1].token
+		return lits[v.Param-1].token
 	}
-	if p.Value.Computed {
-		return p.Value.Expr
+	if v.Computed {
+		return v.Expr
 	}
-	if p.Value.Param > 0 {
-		return fmt.Sprintf("$%d", p.Value.Param)
+	if v.Param > 0 {
+		return fmt.Sprintf("$%d", v.Param)
 	}
-	return p.Value.Const
+	return v.Const
 }
 
 // explainRow is a DataRow of EXPLAIN's one text column.

@@ -17,10 +17,10 @@ import (
 // PostgreSQL's verdict on the statement. Outside transaction blocks
 // (inside one the workers' connections would not see the transaction's
 // writes).
-func (ss *session) copyOut(p *planner.Plan, lits []literal, text string) error {
+func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, text string) error {
 	if ss.inTxn() {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"COPY from distributed table %s TO STDOUT is not supported inside a transaction block yet", p.DistTable).
+			"COPY from distributed table %s TO STDOUT is not supported inside a transaction block yet", x.Table).
 			WithHint("Run it outside BEGIN ... COMMIT, or SELECT the rows."))
 	}
 	// PostgreSQL's own verdict on the statement first (a generated or
@@ -39,7 +39,7 @@ func (ss *session) copyOut(p *planner.Plan, lits []literal, text string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	c := &executor.CopyOut{Workers: p.Scatter.Workers, Sink: clientSink{ss}, Lease: ss.lease(ctx)}
+	c := &executor.CopyOut{Workers: x.Workers, Sink: clientSink{ss}, Lease: ss.lease(ctx)}
 	if lits != nil {
 		c.Text = litText(lits)
 	}

@@ -21,27 +21,27 @@ import (
 // copySplit runs COPY FROM STDIN into a distributed or reference table: the
 // client's rows are split by shard and loaded on every node in one
 // distributed transaction, so that either all rows are stored or none.
-func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
+func (ss *session) copySplit(p *planner.Plan, x *planner.CopyIn, lits []literal) error {
 	inTxn := ss.inTxn()
-	if inTxn && (!ss.canTakeInAll() || len(p.Copy.Fill) > 0) {
+	if inTxn && (!ss.canTakeInAll() || len(x.Copy.Fill) > 0) {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"COPY into %s is not supported in this transaction block (pinned, after SET, or drawing sequence values)", p.Tables[0]).
 			WithHint("Run the COPY outside BEGIN ... COMMIT (it commits on every worker at once, all or nothing), or before SET in the block."))
 	}
-	f, options, err := copyFormat(p.Copy, lits)
+	f, options, err := copyFormat(x.Copy, lits)
 	if err != nil {
 		return ss.queryError(err)
 	}
-	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Distributed && p.Copy.Encoding != "" &&
-		!utf8Name(p.Copy.Encoding) && textLike(t.DistType) {
+	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Distributed && x.Copy.Encoding != "" &&
+		!utf8Name(x.Copy.Encoding) && textLike(t.DistType) {
 		// The splitter hashes the distribution column's bytes as the
 		// client sent them, which is only right in the server's encoding.
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"COPY into %s with ENCODING %s is not supported: its distribution column is text", p.Tables[0], p.Copy.Encoding).
+			"COPY into %s with ENCODING %s is not supported: its distribution column is text", p.Tables[0], x.Copy.Encoding).
 			WithHint("Send the data in UTF8."))
 	}
 	if t := ss.srv.catalog.Load().Table(p.Tables[0]); t != nil && t.Kind == metadata.Distributed &&
-		(encodingEmbedsASCII(p.Copy.Encoding) || p.Copy.Encoding == "" && ss.embedsASCII) {
+		(encodingEmbedsASCII(x.Copy.Encoding) || x.Copy.Encoding == "" && ss.embedsASCII) {
 		// PostgreSQL converts such data to the server's encoding before
 		// it finds lines and fields; the splitter reads the client's
 		// bytes, where a character's second byte can be a backslash.
@@ -90,7 +90,7 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		return ss.queryError(err)
 	}
 	l, err := shards.NewLoader(ctx, ss.srv.store, ss.srv.catalog.Load(), conns, ss.srv.defaultNode.Load(),
-		p.Tables[0], p.Copy.Columns, f, options)
+		p.Tables[0], x.Copy.Columns, f, options)
 	if err != nil {
 		return fail(err)
 	}
@@ -98,12 +98,12 @@ func (ss *session) copySplit(p *planner.Plan, lits []literal) error {
 		l.InClientTxn()
 	}
 	l.ForeignEncoding = ss.foreignEnc
-	if fill := p.Copy.Fill; len(fill) > 0 && f.Binary {
+	if fill := x.Copy.Fill; len(fill) > 0 && f.Binary {
 		l.Abort()
 		return fail(pgerr.New(pgerr.FeatureNotSupported, "COPY into %s in binary format leaving out its sequence columns is not supported", p.Tables[0]).
 			WithHint("Send the sequence columns' values, or use FORMAT text or csv."))
 	}
-	if fill := p.Copy.Fill; len(fill) > 0 {
+	if fill := x.Copy.Fill; len(fill) > 0 {
 		// Sequence columns the COPY leaves out: drawn for each message's
 		// rows at once, as for an INSERT (sequences.go).
 		if err := ss.seqReady(p.Tables[0]); err != nil {

@@ -217,7 +217,7 @@ func (ss *session) declareCursor(text string) (bool, error) {
 		return true, ss.cursorFail(pgerr.New("42P03", "cursor \"%s\" already exists", d.Portalname))
 	}
 	p, _, err := ss.planSimple(query)
-	if err == nil && p.Kind == planner.Default {
+	if err == nil && p.Kind() == planner.KindDefault {
 		return false, nil // the worker's cursor, as any statement
 	}
 	if err != nil {

@@ -56,8 +56,8 @@ func errNotComparable(p *planner.Plan, src string, oid uint32) error {
 		src = "of type " + src
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
-		"a parameter %s compared with the distribution column of %s (%s) can match rows of several shards", src, p.DistTable, p.DistType).
-		WithHint("Send the parameter with the column's type %s, or with its type unspecified.", p.DistType)
+		"a parameter %s compared with the distribution column of %s (%s) can match rows of several shards", src, p.DistTable(), p.DistType()).
+		WithHint("Send the parameter with the column's type %s, or with its type unspecified.", p.DistType())
 }
 
 // litSource is the type PostgreSQL gives a literal of a simple query.
@@ -105,7 +105,7 @@ func fastHash(p *planner.Plan, v *planner.Value, in distInput, foreignEnc bool) 
 	if in.isNull {
 		return anyShard, false, nil // matches no row; an INSERT fails on the worker
 	}
-	col := p.DistType
+	col := p.DistType()
 	if v.Computed {
 		return 0, true, nil
 	}
@@ -213,7 +213,7 @@ func (ss *session) distHash(p *planner.Plan, v *planner.Value, in distInput) (in
 		// as it is: the equality must still be the column's (numeric for
 		// integers, text for text, ...). A cast decides the type itself,
 		// and the planner checked it.
-		if !metadata.Comparable(p.DistType, in.src) || in.src == "" {
+		if !metadata.Comparable(p.DistType(), in.src) || in.src == "" {
 			return 0, errNotComparable(p, in.src, in.oid)
 		}
 	}
@@ -236,10 +236,10 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 		return anyShard, err
 	}
 	sc := ac.sc
-	typ := p.DistType
+	typ := p.DistType()
 	if v.Assign {
 		// An INSERT stores the value with the column's type modifier.
-		if typ, err = ss.srv.columnType(sc, p.DistTable); err != nil {
+		if typ, err = ss.srv.columnType(sc, p.DistTable()); err != nil {
 			var e *pgerr.Error
 			if errors.As(err, &e) && e.Code == pgerr.ConnectionFailure {
 				ac.abort()
@@ -266,7 +266,7 @@ func (ss *session) askHash(p *planner.Plan, v *planner.Value, in distInput) (int
 			bind.Parameters = [][]byte{in.val}
 		}
 	}
-	parse.Query = "SELECT pg_catalog." + metadata.HashFunction(p.DistType) + "(CAST((" + expr + ") AS " + typ + "))"
+	parse.Query = "SELECT pg_catalog." + metadata.HashFunction(p.DistType()) + "(CAST((" + expr + ") AS " + typ + "))"
 	b := sc.Buf()
 	b, _ = parse.Encode(b)
 	b, _ = bind.Encode(b)
@@ -384,12 +384,6 @@ func (ss *session) literalHash(p *planner.Plan, v *planner.Value, lits []literal
 		return ss.distHash(p, v, distInput{src: litSource(l.token), val: []byte(l.value), lit: &l})
 	}
 	return ss.distHash(p, v, constInput(v))
-}
-
-// bindHash hashes a Bind's distribution value: parameter v.Param as bound
-// (text or binary) with the type st declared for it, or the constant.
-func (ss *session) bindHash(sp *stmtPlan, st *Statement, params []byte) (int32, error) {
-	return ss.valueHash(sp, st, sp.plan.Value, params)
 }
 
 // valueHash is bindHash of one of the plan's distribution values (a
@@ -531,8 +525,8 @@ func clockFree(p *planner.Plan, v *planner.Value, in distInput) error {
 		for _, w := range timeWords {
 			if planner.ContainsFold(s, w) {
 				return pgerr.New(pgerr.FeatureNotSupported,
-					"the distribution value %s of %s may be read as the current time ('%s'), which each connection reads differently", v.Expr, p.DistTable, w).
-					WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType)
+					"the distribution value %s of %s may be read as the current time ('%s'), which each connection reads differently", v.Expr, p.DistTable(), w).
+					WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType())
 			}
 		}
 	}
@@ -544,8 +538,8 @@ func clockFree(p *planner.Plan, v *planner.Value, in distInput) error {
 // what that connection does not (a type it created).
 func errAskElsewhere(p *planner.Plan, v *planner.Value) error {
 	return pgerr.New(pgerr.FeatureNotSupported,
-		"the distribution value %s of %s cannot be computed outside this transaction", v.Expr, p.DistTable).
-		WithHint("Send the statement on its own (after Sync), or write the value as a constant or parameter of the column's type %s.", p.DistType)
+		"the distribution value %s of %s cannot be computed outside this transaction", v.Expr, p.DistTable()).
+		WithHint("Send the statement on its own (after Sync), or write the value as a constant or parameter of the column's type %s.", p.DistType())
 }
 
 // askConnection is where askHash evaluates a value: the session's own
@@ -587,8 +581,8 @@ func (ss *session) askConn(ctx context.Context, p *planner.Plan, v *planner.Valu
 		// them on the held one.
 		if ss.settingsUnknown || ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || sc.ParamsKey != ss.params.key {
 			return askConnection{}, pgerr.New(pgerr.FeatureNotSupported,
-				"the distribution value %s of %s needs PostgreSQL to compute it, which is not supported in an extended-protocol batch after the session's settings changed", v.Expr, p.DistTable).
-				WithHint("Send Sync before the statement, or write the value as a constant or parameter of the column's type %s.", p.DistType)
+				"the distribution value %s of %s needs PostgreSQL to compute it, which is not supported in an extended-protocol batch after the session's settings changed", v.Expr, p.DistTable()).
+				WithHint("Send Sync before the statement, or write the value as a constant or parameter of the column's type %s.", p.DistType())
 		}
 		for _, t := range v.Casts {
 			if strings.HasPrefix(strings.TrimPrefix(t, "pg_catalog."), "reg") {
@@ -598,11 +592,11 @@ func (ss *session) askConn(ctx context.Context, p *planner.Plan, v *planner.Valu
 	} else if ss.settingsUnknown {
 		return askConnection{}, pgerr.New(pgerr.FeatureNotSupported,
 			"the distribution value %s needs PostgreSQL to compute it, which is not supported after a function changed the session's settings", v.Expr).
-			WithHint("Change settings with SET, or write the value as a plain constant or parameter of the column's type %s.", p.DistType)
+			WithHint("Change settings with SET, or write the value as a plain constant or parameter of the column's type %s.", p.DistType())
 	} else if ss.inTxn() && (ss.txSet || len(ss.pending) > 0) {
 		return askConnection{}, pgerr.New(pgerr.FeatureNotSupported,
 			"the distribution value %s needs PostgreSQL to compute it, which is not supported after SET in a transaction block", v.Expr).
-			WithHint("Write the value as a plain constant or parameter of the column's type %s.", p.DistType)
+			WithHint("Write the value as a plain constant or parameter of the column's type %s.", p.DistType())
 	}
 	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
 	if err != nil {
@@ -688,8 +682,8 @@ func (s *Server) stableCasts(p *planner.Plan, v *planner.Value) error {
 		return nil
 	}
 	refuse := pgerr.New(pgerr.FeatureNotSupported,
-		"the distribution value %s of %s casts to a type whose functions pgfleet cannot show to be stable", v.Expr, p.DistTable).
-		WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType)
+		"the distribution value %s of %s casts to a type whose functions pgfleet cannot show to be stable", v.Expr, p.DistTable()).
+		WithHint("Compute the value first (SELECT it) and send it as a constant or parameter of the column's type %s.", p.DistType())
 	if s.metaPool == nil {
 		return refuse
 	}

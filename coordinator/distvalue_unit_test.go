@@ -14,10 +14,10 @@ func TestFastHash(t *testing.T) {
 		binary.BigEndian.PutUint64(b, uint64(v))
 		return b[8-n:]
 	}
-	p8 := &planner.Plan{DistTable: "public.t", DistType: "int8"}
-	p4 := &planner.Plan{DistTable: "public.t", DistType: "int4"}
-	pt := &planner.Plan{DistTable: "public.t", DistType: "text"}
-	pv := &planner.Plan{DistTable: "public.t", DistType: "varchar"}
+	p8 := &planner.Plan{Root: &planner.Route{Table: "public.t", DistType: "int8"}}
+	p4 := &planner.Plan{Root: &planner.Route{Table: "public.t", DistType: "int4"}}
+	pt := &planner.Plan{Root: &planner.Route{Table: "public.t", DistType: "text"}}
+	pv := &planner.Plan{Root: &planner.Route{Table: "public.t", DistType: "varchar"}}
 	bare := &planner.Value{Param: 1}
 	ins := &planner.Value{Param: 1, Assign: true}
 	cases := []struct {
@@ -61,7 +61,7 @@ func TestFastHash(t *testing.T) {
 
 // The hot path (a Bind's int8 parameter, text or binary) allocates nothing.
 func TestFastHashAllocs(t *testing.T) {
-	p := &planner.Plan{DistTable: "public.t", DistType: "int8"}
+	p := &planner.Plan{Root: &planner.Route{Table: "public.t", DistType: "int8"}}
 	v := &planner.Value{Param: 1}
 	text := distInput{src: "unspecified", val: []byte("12345")}
 	bin := distInput{src: "int8", val: []byte{0, 0, 0, 0, 0, 0, 0, 9}, binary: true}

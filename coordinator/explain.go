@@ -14,7 +14,7 @@ import (
 // worker's own EXPLAIN of its statement, relayed as the plan of a routed
 // statement is.
 func (ss *session) explainScatter(p *planner.Plan, lits []literal) error {
-	x := p.Scatter
+	x := p.Scatter()
 	node, err := ss.srv.firstShardNode(p)
 	if err != nil {
 		return ss.queryError(err)
@@ -64,7 +64,7 @@ func (ss *session) explainOn(p *planner.Plan, lines []string, sql string, lits [
 		sql, _ = spliceLiterals(sql, lits) // some may be the merge's alone
 	}
 	ss.inject = inject
-	body := append(append(ss.qbuf[:0], p.ExplainPrefix+sql...), 0)
+	body := append(append(ss.qbuf[:0], p.Explain.Prefix+sql...), 0)
 	ss.qbuf = body
 	return ss.relayCycle('Q', body, nil, node)
 }
@@ -73,10 +73,10 @@ func (ss *session) explainOn(p *planner.Plan, lines []string, sql string, lits [
 // multi-shard UPDATE, DELETE or INSERT ... SELECT: the workers and their
 // shards, then the plan of the first shard's statement on its worker.
 func (ss *session) explainMultiWrite(p *planner.Plan, lits []literal) error {
-	what, _, _ := strings.Cut(p.ShardSQL[0], " ")
+	what, _, _ := strings.Cut(p.ShardSQL()[0], " ")
 	snap := ss.srv.catalog.Load()
-	all := snap.Shards[p.DistTable]
-	if len(all) != len(p.ShardSQL) || len(all) == 0 || len(all[0].Nodes) == 0 {
+	all := snap.Shards[p.DistTable()]
+	if len(all) != len(p.ShardSQL()) || len(all) == 0 || len(all[0].Nodes) == 0 {
 		return ss.queryError(errCatalogMoved)
 	}
 	byNode := map[int32][]int{}
@@ -89,13 +89,13 @@ func (ss *session) explainMultiWrite(p *planner.Plan, lits []literal) error {
 		byNode[n] = append(byNode[n], i)
 	}
 	lines := []string{fmt.Sprintf("pgfleet multi-shard %s of %s: %s, %d shards, one statement per shard, committed together (two-phase commit)",
-		what, p.DistTable, counted(len(nodes), "worker"), len(all))}
+		what, p.DistTable(), counted(len(nodes), "worker"), len(all))}
 	for _, n := range nodes {
 		lines = append(lines, fmt.Sprintf("  Worker %s: shards %s", ss.srv.nodeAddr(n), shardList(byNode[n])))
 	}
 	node := all[0].Nodes[0]
 	lines = append(lines, fmt.Sprintf("  Plan of shard 0 on worker %s:", ss.srv.nodeAddr(node)))
-	return ss.explainOn(p, lines, p.ShardSQL[0], lits, node)
+	return ss.explainOn(p, lines, p.ShardSQL()[0], lits, node)
 }
 
 // explainInsertSplit answers EXPLAIN (text, without ANALYZE) of a
@@ -104,11 +104,12 @@ func (ss *session) explainMultiWrite(p *planner.Plan, lits []literal) error {
 // then the first shard's statement, with only its rows, explained on its
 // worker.
 func (ss *session) explainInsertSplit(p *planner.Plan, lits []literal, order []int, groups map[int][]int) error {
-	all := ss.srv.catalog.Load().Shards[p.DistTable]
+	x := p.Root.(*planner.InsertSplit)
+	all := ss.srv.catalog.Load().Shards[p.DistTable()]
 	if len(order) == 0 || order[len(order)-1] >= len(all) {
 		return ss.queryError(errCatalogMoved)
 	}
-	rel := p.DistTable[strings.IndexByte(p.DistTable, '.')+1:]
+	rel := p.DistTable()[strings.IndexByte(p.DistTable(), '.')+1:]
 	byNode := map[int32][]int{}
 	var nodes []int32
 	for _, idx := range order {
@@ -118,14 +119,14 @@ func (ss *session) explainInsertSplit(p *planner.Plan, lits []literal, order []i
 		}
 		byNode[n] = append(byNode[n], idx)
 	}
-	rows := len(p.Rows)
+	rows := len(x.Rows)
 	var lines []string
 	if len(order) == 1 {
 		lines = append(lines, fmt.Sprintf("pgfleet multi-row INSERT into %s: %d rows, all in shard %s on worker %s",
-			p.DistTable, rows, metadata.ShardName(rel, all[order[0]].ID), ss.srv.nodeAddr(nodes[0])))
+			p.DistTable(), rows, metadata.ShardName(rel, all[order[0]].ID), ss.srv.nodeAddr(nodes[0])))
 	} else {
 		lines = append(lines, fmt.Sprintf("pgfleet multi-row INSERT into %s: %d rows over %d shards on %s, one statement per shard, committed together (two-phase commit)",
-			p.DistTable, rows, len(order), counted(len(nodes), "worker")))
+			p.DistTable(), rows, len(order), counted(len(nodes), "worker")))
 		for _, n := range nodes {
 			var parts []string
 			for _, idx := range byNode[n] {
@@ -139,7 +140,7 @@ func (ss *session) explainInsertSplit(p *planner.Plan, lits []literal, order []i
 		}
 	}
 	first := order[0]
-	sql, err := p.SplitInsert(first, groups[first])
+	sql, err := x.SplitInsert(first, groups[first])
 	if err != nil {
 		return ss.queryError(err)
 	}

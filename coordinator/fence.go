@@ -195,7 +195,7 @@ func (ss *session) noteTxnStart() {
 // coordinator does not know the level for sure, and 40001 is safe to retry.
 func (ss *session) txnCatalogCheck(p *planner.Plan) error {
 	old := ss.txSnap
-	if old == nil || p.Kind == planner.Default {
+	if old == nil || p.Kind() == planner.KindDefault {
 		return nil
 	}
 	cur := ss.srv.catalog.Load()

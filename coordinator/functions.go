@@ -32,27 +32,27 @@ const (
 
 // runFunction runs a Citus-compatible catalog function called with a simple
 // query and answers with its result.
-func (ss *session) runFunction(p *planner.Plan) error {
+func (ss *session) runFunction(fn *planner.Function) error {
 	if ss.inTxn() {
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s inside a transaction block is not supported", p.Func).
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s inside a transaction block is not supported", fn.Name).
 			WithHint("Run it outside BEGIN ... COMMIT (and on its own, not in a query string with other statements)."))
 	}
 	s := ss.srv
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	arg := func(i int, name, def string) string {
-		if v, ok := p.NamedArgs[name]; ok {
+		if v, ok := fn.NamedArgs[name]; ok {
 			return v
 		}
-		if i < len(p.Args) {
-			return p.Args[i]
+		if i < len(fn.Args) {
+			return fn.Args[i]
 		}
 		return def
 	}
 	var snap *metadata.Snapshot
 	var err error
 	var conns map[int32]*pgx.Conn
-	switch p.Func {
+	switch fn.Name {
 	case "citus_get_active_worker_nodes", "master_get_active_worker_nodes":
 		var rows [][]string
 		for _, n := range s.catalog.Load().Nodes {
@@ -66,9 +66,9 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		host, port := arg(0, "nodename", ""), arg(1, "nodeport", "5432")
 		pn, perr := strconv.Atoi(port)
 		if host == "" || perr != nil {
-			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a host name and a port", p.Func))
+			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a host name and a port", fn.Name))
 		}
-		if p.Func == "citus_add_node" {
+		if fn.Name == "citus_add_node" {
 			// Reference tables are copied to the new node as it is added.
 			conns, done, cerr := ss.nodeConns(ctx)
 			defer done()
@@ -88,7 +88,7 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			var id int32
 			if snap, id, err = shards.AddNode(ctx, s.store, conns, s.defaultNode.Load(), newKey, host, pn); err == nil {
 				s.changedCatalog(snap)
-				ss.writeRows([]string{p.Func}, []uint32{oidInt4}, [][]string{{strconv.Itoa(int(id))}})
+				ss.writeRows([]string{fn.Name}, []uint32{oidInt4}, [][]string{{strconv.Itoa(int(id))}})
 				return nil
 			}
 		} else {
@@ -97,7 +97,7 @@ func (ss *session) runFunction(p *planner.Plan) error {
 	case "create_distributed_table", "create_reference_table", "undistribute_table":
 		table := arg(0, "table_name", "")
 		if table == "" {
-			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a table name", p.Func))
+			return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "%s needs a table name", fn.Name))
 		}
 		var cerr error
 		var done func()
@@ -107,12 +107,12 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			return ss.queryError(cerr)
 		}
 		def := s.defaultNode.Load()
-		if p.Func != "undistribute_table" {
+		if fn.Name != "undistribute_table" {
 			if err := refuseDependents(ctx, conns[def], table); err != nil {
 				return ss.queryError(err)
 			}
 		}
-		if p.Func != "undistribute_table" {
+		if fn.Name != "undistribute_table" {
 			// Its rows leave the default node's table: every coordinator
 			// refuses statements on it until it routes them to the new
 			// placement (fence.go).
@@ -122,7 +122,7 @@ func (ss *session) runFunction(p *planner.Plan) error {
 			}
 			defer func() { release(err == nil) }()
 		}
-		switch p.Func {
+		switch fn.Name {
 		case "create_distributed_table":
 			col := arg(1, "distribution_column", "")
 			if t := arg(2, "distribution_type", "hash"); t != "hash" {
@@ -151,7 +151,7 @@ func (ss *session) runFunction(p *planner.Plan) error {
 		return ss.queryError(err)
 	}
 	s.changedCatalog(snap)
-	ss.writeRows([]string{p.Func}, []uint32{oidVoid}, [][]string{{""}})
+	ss.writeRows([]string{fn.Name}, []uint32{oidVoid}, [][]string{{""}})
 	return nil
 }
 
@@ -225,7 +225,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	if err != nil {
 		return ss.queryError(err)
 	}
-	sql := p.ShardSQL[0]
+	sql := p.ShardSQL()[0]
 	if lits != nil {
 		sql, _ = spliceLiterals(sql, lits)
 	}
@@ -253,18 +253,18 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 // insertSplit runs a multi-row INSERT into a distributed table: rows of one
 // shard go through the session's usual path; rows of several shards are
 // inserted shard by shard in one distributed transaction.
-func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) error {
+func (ss *session) insertSplit(p *planner.Plan, x *planner.InsertSplit, lits []literal, text string) error {
 	snap := ss.srv.catalog.Load()
-	all := snap.Shards[p.DistTable]
-	order, groups, err := groupRows(p, all, func(v *planner.Value) (int32, error) { return ss.literalHash(p, v, lits) })
+	all := snap.Shards[p.DistTable()]
+	order, groups, err := groupRows(x, all, func(v *planner.Value) (int32, error) { return ss.literalHash(p, v, lits) })
 	if err != nil {
 		return ss.queryError(err)
 	}
-	if p.Explain {
+	if p.Explain != nil {
 		return ss.explainInsertSplit(p, lits, order, groups)
 	}
 	sqlFor := func(idx int) (string, error) {
-		sql, err := p.SplitInsert(idx, groups[idx])
+		sql, err := x.SplitInsert(idx, groups[idx])
 		if err == nil && lits != nil {
 			sql, _ = spliceLiterals(sql, lits)
 		}
@@ -279,7 +279,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 		ss.qbuf = body
 		return ss.relayCycle('Q', body, nil, all[order[0]].Nodes[0])
 	}
-	if err := ss.txnWriteRefusal("INSERT", p.DistTable); err != nil {
+	if err := ss.txnWriteRefusal("INSERT", p.DistTable()); err != nil {
 		return ss.queryError(err)
 	}
 	// Each worker runs its rows' statement in a transaction of its own:
@@ -292,9 +292,9 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	if err != nil {
 		return ss.queryError(err)
 	}
-	if p.Returning && !p.RowPerValue {
+	if x.Returning && !x.RowPerValue {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable).
+			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable()).
 			WithHint("Insert the rows one distribution value per statement, or read them back with a SELECT."))
 	}
 	// Each worker runs its shards' statements; RETURNING rows come back
@@ -312,7 +312,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 		rowsOf[node] = append(rowsOf[node], groups[idx]...)
 	}
 	var places []int
-	if p.Returning {
+	if x.Returning {
 		for _, node := range slices.Sorted(maps.Keys(rowsOf)) {
 			places = append(places, rowsOf[node]...)
 		}
@@ -323,7 +323,7 @@ func (ss *session) insertSplit(p *planner.Plan, lits []literal, text string) err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	return ss.writeGroupsSimple(ctx, snap, byNode, text, "INSERT", p.Returning, places)
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, "INSERT", x.Returning, places)
 }
 
 // ddlWords are the statements that may change a distributed table's

@@ -430,18 +430,18 @@ func FuzzLiftRoute(f *testing.F) {
 		}
 		norm, lits = collapseLists(norm, lits)
 		pb, errB := planner.Build(norm, cat)
-		if errB != nil || pb.SyntaxError {
+		if errB != nil || pb.SyntaxError() {
 			return // planSimple plans the text as written
 		}
-		if len(pb.ShardSQL) > 0 {
-			if _, ok := spliceLiterals(pb.ShardSQL[0], lits); !ok {
+		if len(pb.ShardSQL()) > 0 {
+			if _, ok := spliceLiterals(pb.ShardSQL()[0], lits); !ok {
 				return
 			}
 		}
-		if errA != nil || pa.SyntaxError || pa.Kind != planner.Router || pb.Kind != planner.Router || pa.DistTable != pb.DistTable {
+		if errA != nil || pa.SyntaxError() || pa.Kind() != planner.KindRouter || pb.Kind() != planner.KindRouter || pa.DistTable() != pb.DistTable() {
 			return
 		}
-		va, vb := pa.Value, pb.Value
+		va, vb := pa.Root.(*planner.Route).Value, pb.Root.(*planner.Route).Value
 		if va == nil || vb == nil || va.Null || vb.Null || va.Param != 0 {
 			return
 		}
@@ -466,12 +466,12 @@ func FuzzLiftRoute(f *testing.F) {
 		if errHA != nil {
 			return
 		}
-		idx := metadata.ShardIndex(cat.Shards[pa.DistTable], ha)
-		if idx < 0 || idx >= len(pa.ShardSQL) || idx >= len(pb.ShardSQL) {
+		idx := metadata.ShardIndex(cat.Shards[pa.DistTable()], ha)
+		if idx < 0 || idx >= len(pa.ShardSQL()) || idx >= len(pb.ShardSQL()) {
 			return
 		}
-		sa := normalSQL(pa.ShardSQL[idx])
-		spliced, _ := spliceLiterals(pb.ShardSQL[idx], lits)
+		sa := normalSQL(pa.ShardSQL()[idx])
+		spliced, _ := spliceLiterals(pb.ShardSQL()[idx], lits)
 		if sb := normalSQL(spliced); sa != sb {
 			t.Fatalf("%q: the shard is sent\n%s\nas written, but lifted\n%s", sql, sa, sb)
 		}

@@ -42,7 +42,7 @@ func (s *Server) insertShardStmt(sp *stmtPlan, idx int, st *Statement) (*Stateme
 	if x := sp.shards[idx].get(st); x != nil {
 		return x, nil
 	}
-	sql, err := sp.plan.SplitInsert(idx, allRows(len(sp.plan.Rows)))
+	sql, err := sp.plan.Root.(*planner.InsertSplit).SplitInsert(idx, allRows(len(sp.plan.Root.(*planner.InsertSplit).Rows)))
 	if err != nil {
 		return nil, err
 	}
@@ -56,27 +56,27 @@ func (s *Server) insertShardStmt(sp *stmtPlan, idx int, st *Statement) (*Stateme
 // parameters: the shard indexes in the order of their first row, and each
 // one's rows in VALUES order.
 func (ss *session) insertGroups(sp *stmtPlan, st *Statement, params []byte) (order []int, groups map[int][]int, err error) {
-	all := ss.srv.catalog.Load().Shards[sp.plan.DistTable]
+	all := ss.srv.catalog.Load().Shards[sp.plan.DistTable()]
 	if len(all) != len(sp.shards) {
 		return nil, nil, errCatalogMoved
 	}
-	return groupRows(sp.plan, all, func(v *planner.Value) (int32, error) { return ss.valueHash(sp, st, v, params) })
+	return groupRows(sp.plan.Root.(*planner.InsertSplit), all, func(v *planner.Value) (int32, error) { return ss.valueHash(sp, st, v, params) })
 }
 
 // groupRows groups a multi-row INSERT's rows (planner.InsertSplit) by the
 // index of the shard each one's distribution value (hashed by hash)
 // belongs to: the indexes in the order of their first row, and each one's
 // rows in VALUES order.
-func groupRows(p *planner.Plan, all []metadata.Shard, hash func(*planner.Value) (int32, error)) (order []int, groups map[int][]int, err error) {
+func groupRows(x *planner.InsertSplit, all []metadata.Shard, hash func(*planner.Value) (int32, error)) (order []int, groups map[int][]int, err error) {
 	groups = map[int][]int{}
-	for i, v := range p.Rows {
+	for i, v := range x.Rows {
 		h, err := hash(v)
 		if err != nil {
 			return nil, nil, err
 		}
 		idx := metadata.ShardIndex(all, h)
 		if idx < 0 || len(all[idx].Nodes) == 0 {
-			return nil, nil, pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", p.DistTable, h)
+			return nil, nil, pgerr.New(pgerr.Internal, "no shard of %s holds hash %d", x.Table, h)
 		}
 		if _, ok := groups[idx]; !ok {
 			order = append(order, idx)
@@ -101,7 +101,7 @@ func (ss *session) insertSplitBind(sp *stmtPlan, st *Statement, params []byte) (
 	if err != nil {
 		return nil, 0, params, err
 	}
-	return x, ss.srv.catalog.Load().Shards[sp.plan.DistTable][order[0]].Nodes[0], params, nil
+	return x, ss.srv.catalog.Load().Shards[sp.plan.DistTable()][order[0]].Nodes[0], params, nil
 }
 
 // insertPart is one shard's statement of a multi-shard InsertSplit and
@@ -145,9 +145,9 @@ func rowOrder(byNode map[int32][]string, parts map[string]*insertPart) []int {
 // node describes it, in the Bind's result formats.
 func (ss *session) returningBind(portal string, st *Statement, sp *stmtPlan, params []byte, ref bool) {
 	p := sp.plan
-	if p.Kind == planner.InsertSplit && !p.RowPerValue {
+	if x, ok := p.Root.(*planner.InsertSplit); ok && !x.RowPerValue {
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
-			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable).
+			"RETURNING in a multi-row INSERT ... ON CONFLICT DO NOTHING (or DO UPDATE ... WHERE) into %s whose rows belong to several shards is not supported yet", p.DistTable()).
 			WithHint("Insert the rows one distribution value per statement, or read them back with a SELECT."))
 		return
 	}
@@ -163,7 +163,7 @@ func (ss *session) returningBind(portal string, st *Statement, sp *stmtPlan, par
 	}
 	var rd pgproto3.RowDescription
 	if d.rowDesc == nil || rd.Decode(d.rowDesc) != nil {
-		ss.synthError(pgerr.New(pgerr.Internal, "no row description for a RETURNING of %s", p.DistTable))
+		ss.synthError(pgerr.New(pgerr.Internal, "no row description for a RETURNING of %s", p.DistTable()))
 		return
 	}
 	if nr := int(binary.BigEndian.Uint16(results)); nr > 1 && nr != len(rd.Fields) {
@@ -203,7 +203,7 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 	if err != nil {
 		return nil, nil, err
 	}
-	all := ss.srv.catalog.Load().Shards[sp.plan.DistTable]
+	all := ss.srv.catalog.Load().Shards[sp.plan.DistTable()]
 	// Each shard's statement has only some rows: a worker would infer a
 	// parameter's type from them alone (a $3 cast to int8 in one row and
 	// assigned to text in another), while the client encoded its value by
@@ -221,11 +221,12 @@ func (ss *session) insertParts(sp *stmtPlan, st *Statement, params []byte, oids 
 		described = d.params
 	}
 	types := fixedTypes(oids, described)
-	uses := sp.plan.ParamUses()
+	x := sp.plan.Root.(*planner.InsertSplit)
+	uses := x.ParamUses()
 	byNode := map[int32][]string{}
 	parts := map[string]*insertPart{}
 	for _, idx := range order {
-		sql, used, err := sp.plan.SplitInsertParams(idx, groups[idx])
+		sql, used, err := x.SplitInsertParams(idx, groups[idx])
 		if err != nil {
 			return nil, nil, err
 		}

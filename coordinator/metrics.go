@@ -11,8 +11,8 @@ import (
 )
 
 // planKinds are the plan kinds statements are counted by.
-var planKinds = []planner.Kind{planner.Default, planner.Router, planner.ReferenceRead, planner.ReferenceWrite,
-	planner.InsertSplit, planner.CopyIn, planner.MultiShard, planner.MultiShardWrite, planner.CopyOut, planner.Function}
+var planKinds = []planner.Kind{planner.KindDefault, planner.KindRouter, planner.KindReferenceRead, planner.KindReferenceWrite,
+	planner.KindInsertSplit, planner.KindCopyIn, planner.KindMultiShard, planner.KindMultiShardWrite, planner.KindCopyOut, planner.KindFunction}
 
 // kindCounters are pgfleet_statements_total's counters by plan kind, made
 // once: counting a statement is one atomic add.

@@ -25,15 +25,15 @@ import (
 // nothing, as InsertSplit's rows do. The command tag counts the rows of
 // every shard.
 func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string) error {
-	what, _, _ := strings.Cut(p.ShardSQL[0], " ") // UPDATE, DELETE or INSERT
-	if err := ss.txnWriteRefusal(what, p.DistTable); err != nil {
+	what, _, _ := strings.Cut(p.ShardSQL()[0], " ") // UPDATE, DELETE or INSERT
+	if err := ss.txnWriteRefusal(what, p.DistTable()); err != nil {
 		return ss.queryError(err)
 	}
 	for _, l := range lits {
 		if planner.TimeWord(l.value) {
 			// A lifted 'now': each worker would read its own moment.
 			return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-				"a multi-shard %s of %s reading '%s' is not supported: each worker would give its own value", what, p.DistTable, l.value).
+				"a multi-shard %s of %s reading '%s' is not supported: each worker would give its own value", what, p.DistTable(), l.value).
 				WithHint("Pass the moment as a timestamp constant, or add WHERE <distribution column> = <value>."))
 		}
 	}
@@ -50,7 +50,7 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	if ss.inTxn() {
 		return ss.writeInTxnSimple(text, what, byNode, nil)
 	}
-	return ss.writeGroupsSimple(ctx, snap, byNode, text, what, p.Returning, nil)
+	return ss.writeGroupsSimple(ctx, snap, byNode, text, what, p.Returning(), nil)
 }
 
 // txnWriteRefusal is why a write over several shards cannot join the
@@ -255,12 +255,12 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 
 // writeGroups are a multi-shard write's statements by node.
 func writeGroups(p *planner.Plan, snap *metadata.Snapshot, lits []literal) (map[int32][]string, error) {
-	all := snap.Shards[p.DistTable]
-	if len(all) != len(p.ShardSQL) {
+	all := snap.Shards[p.DistTable()]
+	if len(all) != len(p.ShardSQL()) {
 		return nil, errCatalogMoved
 	}
 	byNode := map[int32][]string{}
-	for i, sql := range p.ShardSQL {
+	for i, sql := range p.ShardSQL() {
 		if len(all[i].Nodes) == 0 {
 			return nil, errCatalogMoved
 		}
@@ -284,7 +284,7 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 	switch {
 	case ss.pinned != "" && ss.inTxn():
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard write to %s is not supported in a transaction block of a session pinned to one worker connection (%s)", sp.plan.DistTable, ss.pinned).
+			"a multi-shard write to %s is not supported in a transaction block of a session pinned to one worker connection (%s)", sp.plan.DistTable(), ss.pinned).
 			WithHint("Run it outside BEGIN ... COMMIT, or reconnect."))
 		return
 	case ss.sc != nil && ss.sc.TxStatus == 'E' && !ss.needSync:
@@ -292,7 +292,7 @@ func (ss *session) multiWriteBind(portal string, st *Statement, params []byte) {
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		return
 	}
-	if sp.plan.Returning {
+	if sp.plan.Returning() {
 		ss.returningBind(portal, st, sp, params, false)
 		return
 	}
@@ -313,8 +313,8 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	}
 	p := sp.sp.plan
 	what := "INSERT" // a multi-row INSERT's statements are made at Execute
-	if len(p.ShardSQL) > 0 {
-		what, _, _ = strings.Cut(p.ShardSQL[0], " ")
+	if len(p.ShardSQL()) > 0 {
+		what, _, _ = strings.Cut(p.ShardSQL()[0], " ")
 	}
 	if err := ss.implicitPipeline(); err != nil {
 		ss.synthError(err)
@@ -349,7 +349,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	var byNode map[int32][]string
 	var parts map[string]*insertPart // a multi-row INSERT's, by statement
 	var err error
-	if p.Kind == planner.InsertSplit {
+	if p.Kind() == planner.KindInsertSplit {
 		byNode, parts, err = ss.insertParts(sp.sp, sp.st, sp.params, oids, formats, values, resultFormats(sp.results))
 	} else {
 		byNode, err = writeGroups(p, snap, nil)
@@ -359,7 +359,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 		return nil
 	}
 	var order []int // RETURNING: the VALUES row of each row the shards return, in the order they run
-	if p.Returning && parts != nil {
+	if p.Returning() && parts != nil {
 		order = rowOrder(byNode, parts)
 	}
 	if inTxn {
@@ -414,7 +414,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 		}
 	}
 	var limit int64
-	if p.Returning {
+	if p.Returning() {
 		limit = ss.srv.cfg.MaxGather
 	}
 	res, err := shards.ExecGroupsRows(ctx, ss.srv.store, snap, conns, byNode, params, limit)
@@ -424,7 +424,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	}
 	ss.refDone = true // it committed on its own: see errAfterRefWrite
 	var out []byte
-	if p.Returning {
+	if p.Returning() {
 		rows, err := inOrder(res.Rows, order)
 		if err != nil {
 			ss.synthError(err)

@@ -53,7 +53,7 @@ func (w writeTarget) differ(what string) error {
 // literals; textParams the extended protocol's text parameters with their
 // declared types.
 func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []literal, params [][]byte, formats []int16, oids []uint32) error {
-	m := p.Mutability
+	m := p.Mutability()
 	if m == nil {
 		return nil // writes nothing: SELECT ... FOR UPDATE
 	}
@@ -61,8 +61,8 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 	if len(p.Tables) > 0 {
 		table.table = p.Tables[0]
 	}
-	if p.Kind == planner.MultiShardWrite || p.Kind == planner.InsertSplit {
-		table = writeTarget{table: p.DistTable, shards: true}
+	if p.Kind() == planner.KindMultiShardWrite || p.Kind() == planner.KindInsertSplit {
+		table = writeTarget{table: p.DistTable(), shards: true}
 	}
 	for _, l := range lits {
 		if planner.TimeWord(l.value) {

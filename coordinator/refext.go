@@ -30,7 +30,7 @@ func (ss *session) refBind(portal string, st *Statement, params []byte) {
 		return
 	}
 	switch {
-	case sp.plan.Explain:
+	case sp.plan.Explain != nil:
 		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
 			"EXPLAIN of a reference-table write with the extended query protocol is not supported yet").
 			WithHint("Run EXPLAIN with the simple query protocol."))
@@ -45,7 +45,7 @@ func (ss *session) refBind(portal string, st *Statement, params []byte) {
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		return
 	}
-	if d, err := refDigestOf(sp.plan.ShardSQL[0], sp.plan.Tables[0]); err == nil && d.returning {
+	if d, err := refDigestOf(sp.plan.ShardSQL()[0], sp.plan.Tables[0]); err == nil && d.returning {
 		ss.returningBind(portal, st, sp, params, true)
 		return
 	}
@@ -91,7 +91,7 @@ func (ss *session) freshPortalPlan(sp *scatterPortal) bool {
 		return true
 	}
 	old, p := sp.sp.plan, cur.plan
-	if p.Kind != old.Kind || p.DistTable != old.DistTable || !slices.Equal(p.Tables, old.Tables) {
+	if p.Kind() != old.Kind() || p.DistTable() != old.DistTable() || !slices.Equal(p.Tables, old.Tables) {
 		return false
 	}
 	sp.sp = cur
@@ -175,7 +175,7 @@ func (ss *session) refExecute(sp *scatterPortal, body []byte) error {
 		ss.synthError(errCatalogMoved)
 		return nil
 	}
-	d, err := refDigestOf(sp.sp.plan.ShardSQL[0], sp.sp.plan.Tables[0])
+	d, err := refDigestOf(sp.sp.plan.ShardSQL()[0], sp.sp.plan.Tables[0])
 	if err != nil {
 		ss.synthError(err)
 		return nil
@@ -259,7 +259,7 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	slices.Sort(nodes)
 	// Every copy runs the write's reporting form (unnamed statement and
 	// portal); the copies' reports must agree (refdigest.go).
-	d, err := refDigestOf(sp.sp.plan.ShardSQL[0], sp.sp.plan.Tables[0])
+	d, err := refDigestOf(sp.sp.plan.ShardSQL()[0], sp.sp.plan.Tables[0])
 	if err != nil {
 		ss.txFailed = true
 		ss.synthError(err)

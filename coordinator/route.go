@@ -56,7 +56,7 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err == nil && ss.unparsedPlan(sp.plan, st.Query) {
 		err = ss.unparsed(st.Query)
 	}
-	if err == nil && ss.embedsASCII && sp.plan.Kind != planner.Default && !ascii([]byte(st.Query)) {
+	if err == nil && ss.embedsASCII && sp.plan.Kind() != planner.KindDefault && !ascii([]byte(st.Query)) {
 		err = errASCIITrail
 	}
 	if err == nil && ss.decodedEscapes(sp.plan, st.Query) {
@@ -87,7 +87,7 @@ func (ss *session) checkPath(p *planner.Plan) error {
 		return nil
 	}
 	what := strings.Join(p.Tables, ", ")
-	if p.Kind == planner.Default || what == "" {
+	if p.Kind() == planner.KindDefault || what == "" {
 		what = "a table with the name of a distributed or reference table"
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
@@ -110,12 +110,15 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind == planner.Function || p.Kind == planner.CopyIn || p.Kind == planner.CopyOut {
-		what := p.Func
-		switch p.Kind {
-		case planner.CopyIn:
+	if p.Kind() == planner.KindFunction || p.Kind() == planner.KindCopyIn || p.Kind() == planner.KindCopyOut {
+		what := ""
+		if fn, ok := p.Root.(*planner.Function); ok {
+			what = fn.Name
+		}
+		switch p.Kind() {
+		case planner.KindCopyIn:
 			what = "COPY into " + p.Tables[0]
-		case planner.CopyOut:
+		case planner.KindCopyOut:
 			what = "COPY from " + p.Tables[0]
 		}
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s needs the simple query protocol", what).
@@ -124,9 +127,9 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if err := explainExtended(p); err != nil {
 		return nil, err
 	}
-	n := len(p.ShardSQL)
-	if p.Kind == planner.InsertSplit {
-		n = len(snap.Shards[p.DistTable]) // made as Binds need them (insertShardStmt)
+	n := len(p.ShardSQL())
+	if p.Kind() == planner.KindInsertSplit {
+		n = len(snap.Shards[p.DistTable()]) // made as Binds need them (insertShardStmt)
 	}
 	sp := &stmtPlan{version: version, plan: p, shards: make([]shardSlot, n)}
 	st.plan.Store(sp)
@@ -138,7 +141,7 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 // explainScatter, explainMultiWrite, explainInsertSplit): the extended
 // paths of those kinds run the statement, they do not explain it.
 func explainExtended(p *planner.Plan) error {
-	if p.Explain && (p.Kind == planner.MultiShard || p.Kind == planner.MultiShardWrite || p.Kind == planner.InsertSplit) {
+	if p.Explain != nil && (p.Kind() == planner.KindMultiShard || p.Kind() == planner.KindMultiShardWrite || p.Kind() == planner.KindInsertSplit) {
 		return pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN of a multi-shard statement or multi-row INSERT needs the simple query protocol").
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode.")
 	}
@@ -373,11 +376,11 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 	if err != nil {
 		return nil, err
 	}
-	n := len(p.ShardSQL)
-	switch p.Kind {
-	case planner.Router:
-	case planner.InsertSplit:
-		n = len(snap.Shards[p.DistTable])
+	n := len(p.ShardSQL())
+	switch p.Kind() {
+	case planner.KindRouter:
+	case planner.KindInsertSplit:
+		n = len(snap.Shards[p.DistTable()])
 	default:
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "this INSERT into %s without a column list needs the simple query protocol", cn.Table).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode; or list the columns.")
@@ -427,7 +430,7 @@ func (s *Server) shardStmt(sp *stmtPlan, idx int, st *Statement) *Statement {
 		return x
 	}
 	tail, final := workerTail(st)
-	rest := append(append([]byte(sp.plan.ShardSQL[idx]), 0), tail...)
+	rest := append(append([]byte(sp.plan.ShardSQL()[idx]), 0), tail...)
 	x := s.stmts.intern(rest)
 	sp.shards[idx].set(x, final)
 	return x
@@ -487,21 +490,22 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	if err := ss.txnCatalogCheck(p); err != nil {
 		return nil, 0, params, err
 	}
-	ss.srv.metrics.kinds.count(p.Kind)
-	if p.Kind == planner.Default {
+	ss.srv.metrics.kinds.count(p.Kind())
+	var r *planner.Route
+	switch x := p.Root.(type) {
+	case *planner.DefaultNode:
 		if err := ss.srv.fencedIn(st.Query); err != nil && ss.routes {
 			return nil, 0, params, err // a table whose rows are moving (fence.go)
 		}
 		return st, ss.homeNode(st.Query), params, nil
-	}
-	if p.Kind == planner.MultiShard {
+	case *planner.Scatter:
 		return nil, 0, params, errScatter
-	}
-	if p.Kind == planner.MultiShardWrite {
+	case *planner.MultiShardWrite:
 		return nil, 0, params, errMultiWrite
-	}
-	if p.Kind == planner.InsertSplit {
+	case *planner.InsertSplit:
 		return ss.insertSplitBind(sp, st, params)
+	case *planner.Route:
+		r = x
 	}
 	if sp.seq != nil {
 		if params, err = ss.bindSequences(sp.seq, name, params); err != nil {
@@ -509,8 +513,8 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 		}
 	}
 	var hash int32
-	if p.Kind == planner.Router {
-		if hash, err = ss.bindHash(sp, st, params); err != nil {
+	if r != nil {
+		if hash, err = ss.valueHash(sp, st, r.Value, params); err != nil {
 			return nil, 0, params, err
 		}
 	}
@@ -532,17 +536,17 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 		return nil, 0, 0, err
 	}
 	p := sp.plan
-	if p.Kind == planner.Default {
+	if p.Kind() == planner.KindDefault {
 		return st, ss.homeNode(st.Query), 0, nil
 	}
-	if p.Kind == planner.MultiShard {
+	if p.Kind() == planner.KindMultiShard {
 		return nil, 0, 0, errScatter
 	}
 	if sp.seq != nil {
 		hide = sp.seq.count
 	}
 	snap := s.catalog.Load()
-	table := p.DistTable
+	table := p.DistTable()
 	if table == "" {
 		table = p.Tables[0]
 	}
@@ -559,11 +563,11 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 		}
 	}
 found:
-	if p.Kind == planner.InsertSplit {
+	if p.Kind() == planner.KindInsertSplit {
 		x, err := s.insertShardStmt(sp, idx, st)
 		return x, node, 0, err
 	}
-	if idx >= len(p.ShardSQL) || p.Kind != planner.Router && p.Kind != planner.MultiShardWrite && idx != 0 {
+	if idx >= len(p.ShardSQL()) || p.Kind() != planner.KindRouter && p.Kind() != planner.KindMultiShardWrite && idx != 0 {
 		// One statement for every copy: the first shard's, where it is.
 		idx, node = 0, shards[0].Nodes[0]
 	}

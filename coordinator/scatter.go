@@ -438,7 +438,7 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 			WithHint("End the transaction first, or pin the query to one shard with WHERE <distribution column> = <value>."))
 	}
 	mark := len(ss.out)
-	r := &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
+	r := &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
 	err := r.run()
 	if err != nil && r.ex.Stale && !ss.inTxn() && len(ss.out) == mark {
 		// A table changed while the statement waited for it (DDL
@@ -446,11 +446,11 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 		// nothing ran that counts, so it runs again with the table as it
 		// is now, as PostgreSQL, whose statement waited before it read
 		// the table's columns.
-		r = &scatterRun{ss: ss, p: p, x: p.Scatter, lits: lits}
+		r = &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
 		err = r.run()
 	}
 	if r.fallBack(err, mark) {
-		r = &scatterRun{ss: ss, p: p.Fallback, x: p.Fallback.Scatter, lits: lits}
+		r = &scatterRun{ss: ss, p: p.Scatter().Fallback, x: p.Scatter().Fallback.Scatter(), lits: lits}
 		err = r.run()
 	}
 	if errors.Is(err, errQuietClose) {
@@ -667,10 +667,10 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		c = &capture{start: mark, limit: ss.srv.cfg.MaxGather}
 		ss.capture = c
 	}
-	r := &scatterRun{ss: ss, p: p, x: p.Scatter, port: sp}
+	r := &scatterRun{ss: ss, p: p, x: p.Scatter(), port: sp}
 	err := r.run()
 	if r.fallBack(err, mark) {
-		r = &scatterRun{ss: ss, p: p.Fallback, x: p.Fallback.Scatter, port: sp, stmts: sp.desc.fallback}
+		r = &scatterRun{ss: ss, p: p.Scatter().Fallback, x: p.Scatter().Fallback.Scatter(), port: sp, stmts: sp.desc.fallback}
 		err = r.run()
 	}
 	if c != nil {
@@ -750,14 +750,14 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 		return nil, err
 	}
 	b := sc.Buf()
-	tail := workerParamTail(paramOIDs(st.paramTail), p.ShardSQL[0])
+	tail := workerParamTail(paramOIDs(st.paramTail), p.ShardSQL()[0])
 	if old != nil {
 		// Described again (a table may have changed): with the parameter
 		// types clients were given, which stay, as PostgreSQL keeps a
 		// prepared statement's.
-		tail = workerParamTail(old.paramOIDs, p.ShardSQL[0])
+		tail = workerParamTail(old.paramOIDs, p.ShardSQL()[0])
 	}
-	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL[0]...), 0), tail...))
+	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL()[0]...), 0), tail...))
 	b = wire.AppendFrame(b, 'D', []byte{'S', 0})
 	b = append(b, 'S', 0, 0, 0, 4)
 	sc.SetBuf(b)
@@ -804,11 +804,11 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	// Statements of their own (not interned by text): a server connection
 	// that prepared the text for an older description (before the table
 	// changed) must not run it for this one.
-	for _, w := range p.Scatter.Workers {
+	for _, w := range p.Scatter().Workers {
 		d.workers = append(d.workers, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), workerParamTail(d.paramOIDs, w.SQL)...)))
 	}
-	if p.Fallback != nil {
-		for _, w := range p.Fallback.Scatter.Workers {
+	if fb := p.Scatter().Fallback; fb != nil {
+		for _, w := range fb.Scatter().Workers {
 			d.fallback = append(d.fallback, ss.srv.stmts.unique(append(append([]byte(w.SQL), 0), workerParamTail(d.paramOIDs, w.SQL)...)))
 		}
 	}
@@ -885,7 +885,7 @@ func usesParam(sql string, k int) bool {
 
 // firstShardNode is the node holding a multi-shard plan's first shard.
 func (s *Server) firstShardNode(p *planner.Plan) (int32, error) {
-	shards := s.catalog.Load().Shards[p.Scatter.Table]
+	shards := s.catalog.Load().Shards[p.Scatter().Table]
 	if len(shards) == 0 || len(shards[0].Nodes) == 0 {
 		return 0, errCatalogMoved
 	}
@@ -940,10 +940,10 @@ type scatterRun struct {
 // fallback (gathering) can answer; the client has been sent nothing of
 // the run but workers' notices, which are taken back (from mark on).
 func (r *scatterRun) fallBack(err error, mark int) bool {
-	if r.p.Fallback == nil || r.ex.Gone || r.txLost || !errors.As(err, new(*executor.MergeLimit)) {
+	if r.x.Fallback == nil || r.ex.Gone || r.txLost || !errors.As(err, new(*executor.MergeLimit)) {
 		return false
 	}
-	if r.port != nil && (r.port.desc.fallback == nil || len(r.port.desc.fallback) != len(r.p.Fallback.Scatter.Workers)) {
+	if r.port != nil && (r.port.desc.fallback == nil || len(r.port.desc.fallback) != len(r.x.Fallback.Scatter().Workers)) {
 		return false
 	}
 	if len(r.ss.out) >= mark {
@@ -993,7 +993,7 @@ func (r *scatterRun) run() error {
 	if err := r.checkEncoding(); err != nil {
 		return err
 	}
-	r.ex = executor.Scatter{X: r.x, FirstSQL: r.p.ShardSQL[0], Conns: r.conns, First: r.descIdx, Pending: r.pending,
+	r.ex = executor.Scatter{X: r.x, FirstSQL: r.p.ShardSQL()[0], Conns: r.conns, First: r.descIdx, Pending: r.pending,
 		RT: ss.scatterCache().get(r.p), Env: &ss.srv.execEnv, Limit: r.limit, Offset: r.offset,
 		TextCols: r.textCols, RowCols: r.rowCols, Sink: clientSink{ss}, Cancel: ss.cancelGather}
 	if r.port != nil {

@@ -1119,7 +1119,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if err == nil && ss.unparsedPlan(p, text) {
 		err = ss.unparsed(text)
 	}
-	if err == nil && ss.embedsASCII && p.Kind != planner.Default && !ascii(sql) {
+	if err == nil && ss.embedsASCII && p.Kind() != planner.KindDefault && !ascii(sql) {
 		err = errASCIITrail
 	}
 	if err == nil && ss.decodedEscapes(p, ptext) {
@@ -1135,52 +1135,55 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 		return ss.queryError(ss.workerVerdict(text, nil, err))
 	}
-	if cls.notify && p.Kind != planner.Default {
+	if cls.notify && p.Kind() != planner.KindDefault {
 		return ss.queryError(errNotifyElsewhere)
 	}
 	if cls.seqFn != "" {
-		if p.Kind != planner.Default && p.Kind != planner.Router {
+		if p.Kind() != planner.KindDefault && p.Kind() != planner.KindRouter {
 			return ss.queryError(errSeqState(cls.seqFn))
 		}
 		ss.seqDiscard = true
 	}
-	if p.Kind == planner.Default {
+	if p.Kind() == planner.KindDefault {
 		node = ss.homeNode(text)
 	}
 	if err := ss.txnCatalogCheck(p); err != nil {
 		return ss.queryError(err)
 	}
-	ss.srv.metrics.kinds.count(p.Kind)
-	switch p.Kind {
-	case planner.Function:
-		return ss.runFunction(p)
-	case planner.CopyIn:
-		return ss.copySplit(p, lits)
-	case planner.InsertSplit:
-		return ss.insertSplit(p, lits, text)
-	case planner.MultiShardWrite:
-		if p.Explain {
+	ss.srv.metrics.kinds.count(p.Kind())
+	var r *planner.Route
+	switch x := p.Root.(type) {
+	case *planner.Function:
+		return ss.runFunction(x)
+	case *planner.CopyIn:
+		return ss.copySplit(p, x, lits)
+	case *planner.InsertSplit:
+		return ss.insertSplit(p, x, lits, text)
+	case *planner.MultiShardWrite:
+		if p.Explain != nil {
 			return ss.explainMultiWrite(p, lits)
 		}
 		return ss.multiShardWrite(p, lits, text)
-	case planner.CopyOut:
-		return ss.copyOut(p, lits, text)
-	case planner.MultiShard:
-		if p.Explain {
+	case *planner.CopyOut:
+		return ss.copyOut(p, x, lits, text)
+	case *planner.Scatter:
+		if p.Explain != nil {
 			return ss.explainScatter(p, lits)
 		}
 		return ss.scatterSimple(p, lits)
+	case *planner.Route:
+		r = x
 	}
-	if p.Kind != planner.Default {
+	if p.Kind() != planner.KindDefault {
 		var hash int32
-		if p.Kind == planner.Router {
-			hash, err = ss.literalHash(p, p.Value, lits)
+		if r != nil {
+			hash, err = ss.literalHash(p, r.Value, lits)
 			if err != nil {
 				return ss.queryError(err)
 			}
 		}
 		tgt, err := ss.srv.route(p, hash, ss.heldNode(), ss.pid)
-		if err == errAllNodes && p.Explain && !p.ExplainAnalyze {
+		if err == errAllNodes && p.Explain != nil && !p.Explain.Analyze {
 			// Planning a write shows the same plan on every copy.
 			tgt, err = target{node: ss.srv.catalog.Load().Shards[p.Tables[0]][0].Nodes[0]}, nil
 		}
@@ -1191,22 +1194,22 @@ func (ss *session) simpleQuery(body []byte) error {
 			ss.seqDiscard = false
 			return ss.queryError(errSeqState(cls.seqFn))
 		}
-		if err == errAllNodes && !ss.inTxn() && !p.Explain {
+		if err == errAllNodes && !ss.inTxn() && p.Explain == nil {
 			return ss.writeAllNodes(p, lits)
 		}
 		// Inside one, it runs on every worker holding a copy, each
 		// joined into the transaction, and commits with it.
-		if err == errAllNodes && !p.Explain && ss.pinned == "" {
+		if err == errAllNodes && p.Explain == nil && ss.pinned == "" {
 			return ss.refWriteInTxn(p, lits)
 		}
 		if err != nil {
 			return ss.queryError(err)
 		}
 		node = tgt.node
-		if p.Explain && p.ExplainText {
+		if p.Explain != nil && p.Explain.Text {
 			ss.inject = explainRow(ss.srv.describeTarget(p, tgt, lits))
 		}
-		shardSQL := p.ShardSQL[tgt.index]
+		shardSQL := p.ShardSQL()[tgt.index]
 		if lits != nil {
 			shardSQL, _ = spliceLiterals(shardSQL, lits)
 		}
@@ -1632,7 +1635,7 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
 	}
-	if err == nil && st.cls.notify && sp.plan.Kind != planner.Default {
+	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {
@@ -1658,7 +1661,7 @@ func (ss *session) parse(body []byte) error {
 		ss.pin(st.cls.pin)
 	}
 	var e *expect
-	if sp.plan.Kind != planner.Default || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0)) {
+	if sp.plan.Kind() != planner.KindDefault || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0)) {
 		if ss.txStatus() == 'E' && st.cls.txn == "" && !(len(st.cls.sps) == 1 && st.cls.sps[0].kind == opRollbackTo) {
 			// As PostgreSQL: a failed transaction parses only its end.
 			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,

@@ -745,7 +745,7 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	snap := ss.srv.catalog.Load()
 	nodes := slices.Clone(snap.Shards[p.Tables[0]][0].Nodes)
 	slices.Sort(nodes)
-	sql := p.ShardSQL[0]
+	sql := p.ShardSQL()[0]
 	if lits != nil {
 		sql, _ = spliceLiterals(sql, lits)
 	}

@@ -87,7 +87,7 @@ func (ss *session) unparsed(sql string) error {
 // unparsedPlan reports whether p is the plan of a statement pg_query could
 // not parse that may name a catalog table.
 func (ss *session) unparsedPlan(p *planner.Plan, sql string) bool {
-	if !p.SyntaxError {
+	if !p.SyntaxError() {
 		return false
 	}
 	snap := ss.srv.catalog.Load()
@@ -105,7 +105,7 @@ func (ss *session) unparsedPlan(p *planner.Plan, sql string) bool {
 				b[i] = 'x'
 			}
 		}
-		if q, err := planner.Build(string(b), snap); err == nil && q.Kind == planner.Default && !q.SyntaxError {
+		if q, err := planner.Build(string(b), snap); err == nil && q.Kind() == planner.KindDefault && !q.SyntaxError() {
 			return false // names none: the default node runs it as before
 		}
 	}
@@ -130,19 +130,24 @@ var errDecodedEscapes = pgerr.New(pgerr.FeatureNotSupported,
 // non-ASCII text that the ASCII statement sql did not: escapes the
 // deparser wrote out as UTF-8.
 func (ss *session) decodedEscapes(p *planner.Plan, sql string) bool {
-	if !ss.foreignEnc || p.Kind == planner.Default || !ascii([]byte(sql)) {
+	if !ss.foreignEnc || p.Kind() == planner.KindDefault || !ascii([]byte(sql)) {
 		return false
 	}
-	if len(p.ShardSQL) > 0 && !ascii([]byte(p.ShardSQL[0])) { // (all from one tree)
+	if len(p.ShardSQL()) > 0 && !ascii([]byte(p.ShardSQL()[0])) { // (all from one tree)
 		return true
 	}
-	if p.Scatter != nil {
-		for _, w := range p.Scatter.Workers {
-			if !ascii([]byte(w.SQL)) {
-				return true
-			}
+	var workers []planner.WorkerQuery
+	switch x := p.Root.(type) {
+	case *planner.Scatter:
+		if x.Merge != nil && !ascii([]byte(x.Merge.SQL)) {
+			return true
 		}
-		if p.Scatter.Merge != nil && !ascii([]byte(p.Scatter.Merge.SQL)) {
+		workers = x.Workers
+	case *planner.CopyOut:
+		workers = x.Workers
+	}
+	for _, w := range workers {
+		if !ascii([]byte(w.SQL)) {
 			return true
 		}
 	}

@@ -34,8 +34,8 @@ func plan(t *testing.T, sql string) *planner.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Kind != planner.MultiShard || len(p.Scatter.Workers) != 2 {
-		t.Fatalf("%s: plan %s with %d workers, want a multi-shard one over 2", sql, p.Kind, len(p.Scatter.Workers))
+	if p.Kind() != planner.KindMultiShard || len(p.Scatter().Workers) != 2 {
+		t.Fatalf("%s: plan %s with %d workers, want a multi-shard one over 2", sql, p.Kind(), len(p.Scatter().Workers))
 	}
 	return p
 }
@@ -57,7 +57,7 @@ func text(vals ...string) [][][]byte {
 func run(t *testing.T, p *planner.Plan, answers []func(q string, b *pgproto3.Bind) answer, setup func(*Scatter)) (*Scatter, *sink, error) {
 	t.Helper()
 	k := &sink{}
-	r := &Scatter{X: p.Scatter, FirstSQL: p.ShardSQL[0], Pending: make([]bool, len(answers)), Text: noText{},
+	r := &Scatter{X: p.Scatter(), FirstSQL: p.ShardSQL()[0], Pending: make([]bool, len(answers)), Text: noText{},
 		RT: &Runtime{}, Limit: -1, Sink: k,
 		Env: &Env{MaxGather: 1 << 20, Types: func(*pooling.ServerConn) (map[uint32]Type, error) {
 			return map[uint32]Type{20: {Name: "int8", Array: 1016}, 23: {Name: "int4", Array: 1007}, 1700: {Name: "numeric", Array: 1231}}, nil
@@ -227,8 +227,8 @@ func int8Array(t *testing.T, b []byte) []int64 {
 // int8[] parameter; its row is the client's.
 func TestScatterMerge(t *testing.T) {
 	p := plan(t, "SELECT count(*) FROM t")
-	if p.Scatter.Merge.Kind != planner.SQLMerge {
-		t.Fatalf("merge %s", p.Scatter.Merge.Kind)
+	if p.Scatter().Merge.Kind != planner.SQLMerge {
+		t.Fatalf("merge %s", p.Scatter().Merge.Kind)
 	}
 	var got []int64
 	partial := func(n int64) func(string, *pgproto3.Bind) answer {

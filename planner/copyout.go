@@ -53,11 +53,11 @@ func (b *builder) copyOut(c *pg_query.CopyStmt, t *metadata.Table) (*Plan, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Kind: CopyOut, Tables: []string{t.Name}, DistTable: t.Name, DistType: t.DistType, ReadOnly: true,
-		Scatter: &Scatter{Table: t.Name}}
+	x := &CopyOut{Table: t.Name, DistType: t.DistType}
+	p := &Plan{Root: x, Tables: []string{t.Name}, ReadOnly: true}
 	base := proto.Clone(c).(*pg_query.CopyStmt)
 	base.Relation, base.Attlist = nil, nil
-	p.Scatter.Workers, err = b.copyWorkers(base, header, selects, unsupported("COPY %s TO STDOUT cannot be rewritten for its shards", t.Name).
+	x.Workers, err = b.copyWorkers(base, header, selects, unsupported("COPY %s TO STDOUT cannot be rewritten for its shards", t.Name).
 		WithHint("Use COPY (SELECT ...) TO STDOUT with psql, or SELECT the rows."))
 	if err != nil {
 		return nil, err
@@ -123,34 +123,39 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 	if err != nil {
 		return nil, err
 	}
-	switch inner.Kind {
-	case Router, ReferenceRead:
-		if !inner.ReadOnly {
-			return nil, refuse
-		}
-		p := *inner
-		p.ShardSQL = make([]string, len(inner.ShardSQL))
-		for i := range p.ShardSQL {
-			idx := i
-			if inner.Kind == ReferenceRead {
-				idx = -1
-			}
-			if p.ShardSQL[i], err = b.rewrite(stmt, idx); err != nil {
+	if !inner.ReadOnly {
+		return nil, refuse
+	}
+	switch r := inner.Root.(type) {
+	case *Route:
+		x := *r
+		x.ShardSQL = make([]string, len(r.ShardSQL))
+		for i := range x.ShardSQL {
+			if x.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
 				return nil, err
 			}
 		}
+		p := *inner
+		p.Root = &x
 		return &p, nil
-	case MultiShard:
-		x := inner.Scatter
-		if x == nil || x.Merge.Kind != Concat || x.Merge.Limit != nil || x.Merge.Offset != nil || x.Merge.Hidden > 0 || !inner.ReadOnly {
-			return nil, refuse
-		}
-		p := &Plan{Kind: CopyOut, Tables: inner.Tables, DistTable: inner.DistTable, DistType: inner.DistType, ReadOnly: true,
-			Scatter: &Scatter{Table: x.Table}}
-		if p.Scatter.Workers, err = b.copyWorkers(c, header, x.Workers, refuse); err != nil {
+	case *ReferenceRead:
+		sql, err := b.rewrite(stmt, -1)
+		if err != nil {
 			return nil, err
 		}
-		return p, nil
+		p := *inner
+		p.Root = &ReferenceRead{ShardSQL: []string{sql}}
+		return &p, nil
+	case *Scatter:
+		m := r.Merge
+		if m.Kind != Concat || m.Limit != nil || m.Offset != nil || m.Hidden > 0 {
+			return nil, refuse
+		}
+		x := &CopyOut{Table: r.Table, DistType: r.DistType}
+		if x.Workers, err = b.copyWorkers(c, header, r.Workers, refuse); err != nil {
+			return nil, err
+		}
+		return &Plan{Root: x, Tables: inner.Tables, ReadOnly: true}, nil
 	}
 	return nil, refuse
 }

@@ -53,10 +53,10 @@ func FuzzBuild(f *testing.F) {
 		if p2, err2 := Build(sql, cat); err2 != nil || !samePlan(p, p2) {
 			t.Fatalf("Build(%q) is not deterministic", sql)
 		}
-		if p.SyntaxError {
+		if p.SyntaxError() {
 			return
 		}
-		for i, s := range p.ShardSQL {
+		for i, s := range p.ShardSQL() {
 			if strings.IndexByte(sql, 0) >= 0 {
 				break
 			}
@@ -64,11 +64,11 @@ func FuzzBuild(f *testing.F) {
 				t.Fatalf("Build(%q): shard statement %d does not parse: %v\n%s", sql, i, err, s)
 			}
 		}
-		if p.Kind == Router {
-			if n := len(cat.Shards[p.DistTable]); n == 0 || len(p.ShardSQL) != n {
-				t.Fatalf("Build(%q): router plan on %q with %d statements for %d shards", sql, p.DistTable, len(p.ShardSQL), n)
+		if r, ok := p.Root.(*Route); ok {
+			if n := len(cat.Shards[r.Table]); n == 0 || len(r.ShardSQL) != n {
+				t.Fatalf("Build(%q): router plan on %q with %d statements for %d shards", sql, r.Table, len(r.ShardSQL), n)
 			}
-			if p.Value == nil {
+			if r.Value == nil {
 				t.Fatalf("Build(%q): router plan without a distribution value", sql)
 			}
 		}
@@ -96,9 +96,9 @@ func FuzzBuild(f *testing.F) {
 				}
 			}
 		}
-		if p.Kind == InsertSplit && len(p.Rows) > 0 {
-			rows := []int{len(p.Rows) - 1, 0}
-			if s, err := p.SplitInsert(0, rows); err == nil {
+		if x, ok := p.Root.(*InsertSplit); ok && len(x.Rows) > 0 {
+			rows := []int{len(x.Rows) - 1, 0}
+			if s, err := x.SplitInsert(0, rows); err == nil {
 				if _, err := pg_query.Parse(s); err != nil {
 					t.Fatalf("Build(%q): split INSERT does not parse: %v\n%s", sql, err, s)
 				}
@@ -108,20 +108,20 @@ func FuzzBuild(f *testing.F) {
 }
 
 func mergeOf(p *Plan) *Merge {
-	if p.Scatter == nil {
+	if p.Scatter() == nil {
 		return nil
 	}
-	return p.Scatter.Merge
+	return p.Scatter().Merge
 }
 
 func samePlan(a, b *Plan) bool {
-	ja, err1 := json.Marshal(a)
-	jb, err2 := json.Marshal(b)
-	if err1 != nil || err2 != nil || string(ja) != string(jb) || len(a.ShardSQL) != len(b.ShardSQL) {
+	ja, err1 := json.Marshal(flatten(a))
+	jb, err2 := json.Marshal(flatten(b))
+	if err1 != nil || err2 != nil || string(ja) != string(jb) || Format(a) != Format(b) || len(a.ShardSQL()) != len(b.ShardSQL()) {
 		return false
 	}
-	for i := range a.ShardSQL {
-		if a.ShardSQL[i] != b.ShardSQL[i] {
+	for i := range a.ShardSQL() {
+		if a.ShardSQL()[i] != b.ShardSQL()[i] {
 			return false
 		}
 	}

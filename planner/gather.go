@@ -161,19 +161,16 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		return nil, err
 	}
 
-	p := &Plan{Kind: MultiShard, DistTable: dist.Name, DistType: dist.DistType, ReadOnly: true,
-		Tables: tableNames(stmt, b.cat)}
 	first, err := b.rewrite(stmt, 0)
 	if err != nil {
 		return nil, err
 	}
-	p.ShardSQL = []string{first}
 
 	m := &Merge{Kind: SQLMerge, Gather: true, tmpl: tmpl, version: b.tree.Version}
 	for k := 1; k <= int(maxParam); k++ {
 		m.Params = append(m.Params, k)
 	}
-	sc := &Scatter{Table: dist.Name, Merge: m,
+	sc := &Scatter{Table: dist.Name, DistType: dist.DistType, First: []string{first}, Merge: m,
 		// The columns' collations are read once (check) and applied.
 		CheckCollation: []string{"*"}}
 	for _, d := range dists {
@@ -197,8 +194,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	// For reading plans: the uses of the table as placeholders.
 	m.SQL, _ = deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: tmpl}})
 	sc.TxTime = txTime(stmt)
-	p.Scatter = sc
-	return p, nil
+	return &Plan{Root: sc, ReadOnly: true, Tables: tableNames(stmt, b.cat)}, nil
 }
 
 // gatherWorkers are the statements that gather several tables' rows at

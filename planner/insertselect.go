@@ -109,12 +109,12 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 		return nil, err
 	}
 	var src string
+	r, _ := sp.Root.(*Scatter)
 	switch {
-	case sp.Kind == Router:
-		src = sp.DistTable
-	case sp.Kind == MultiShard && sp.Scatter != nil && sp.Scatter.Merge != nil && sp.Scatter.Merge.Kind == Concat &&
-		sp.Scatter.Merge.Limit == nil && sp.Scatter.Merge.Offset == nil:
-		src = sp.Scatter.Table
+	case sp.Kind() == KindRouter:
+		src = sp.DistTable()
+	case r != nil && r.Merge != nil && r.Merge.Kind == Concat && r.Merge.Limit == nil && r.Merge.Offset == nil:
+		src = r.Table
 	default:
 		return nil, errInsertSelect("the SELECT is not answered shard by shard")
 	}
@@ -132,17 +132,16 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 	if err := b.shardLocal(stmt, "INSERT ... SELECT", target); err != nil {
 		return nil, err
 	}
-	p := &Plan{Kind: MultiShardWrite, DistTable: target.Name, DistType: target.DistType,
+	x := &MultiShardWrite{Table: target.Name, DistType: target.DistType,
 		Mutability: perRowMutability(stmt, target.Name), Returning: len(ins.ReturningList) > 0}
-	p.Tables = tableNames(stmt, b.cat)
 	n := len(b.cat.Shards[target.Name])
-	p.ShardSQL = make([]string, n)
+	x.ShardSQL = make([]string, n)
 	for i := range n {
-		if p.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
+		if x.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
 			return nil, err
 		}
 	}
-	return p, nil
+	return &Plan{Root: x, Tables: tableNames(stmt, b.cat)}, nil
 }
 
 // sourceDistColumn reports whether cr names the distribution column of a

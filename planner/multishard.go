@@ -20,9 +20,18 @@ import (
 type Scatter struct {
 	// Table is the distributed table whose shard indexes the workers read;
 	// colocated tables join in at the same index.
-	Table   string        `json:"table"`
-	Workers []WorkerQuery `json:"workers"`
-	Merge   *Merge        `json:"merge"`
+	Table    string        `json:"table"`
+	DistType string        `json:"-"`
+	Workers  []WorkerQuery `json:"workers"`
+	Merge    *Merge        `json:"merge"`
+	// First is the statement renamed to the first shard (one entry): its
+	// description is the result's.
+	First []string `json:"-"`
+	// Fallback: a multi-shard query whose merge of partial results may
+	// find at run time what it cannot do (sort or group by an enum or an
+	// array, a collation, a user-defined aggregate) is also planned by
+	// gathering its tables; the executor runs that instead then.
+	Fallback *Plan `json:"-"`
 	// Checks made once per plan in a worker's catalog before the first run.
 	// CheckFuncs: none of these functions may be an aggregate or a window
 	// function (the merge would treat it as a plain function).
@@ -197,8 +206,6 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 			}
 		}
 	}
-	p.Kind = MultiShard
-	p.DistTable, p.DistType = dist[0].Name, dist[0].DistType
 	p.ReadOnly = true
 	shards := b.cat.Shards[dist[0].Name]
 	// The statement on the first shard describes the result to clients.
@@ -206,8 +213,7 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	if err != nil {
 		return nil, err
 	}
-	p.ShardSQL = []string{first}
-	sc := &Scatter{Table: dist[0].Name, Merge: m}
+	sc := &Scatter{Table: dist[0].Name, DistType: dist[0].DistType, First: []string{first}, Merge: m}
 	partialNode := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: partial}}
 	if sc.Workers, err = b.workerQueries(partialNode, shards, dist[0].Name); err != nil {
 		return nil, err
@@ -229,7 +235,7 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 		sc.LimitFuncs = targetFuncs(sel)
 	}
 	sc.TxTime = txTime(stmt)
-	p.Scatter = sc
+	p.Root = sc
 	return p, nil
 }
 

@@ -43,7 +43,7 @@ func TestMergeRender(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.query, err)
 		}
-		got, err := p.Scatter.Merge.Render(c.types)
+		got, err := p.Scatter().Merge.Render(c.types)
 		if err != nil {
 			got = err.Error()
 		}
@@ -111,7 +111,7 @@ func TestMultiShardRefused(t *testing.T) {
 		"SELECT v.c FROM accounts JOIN (VALUES ('a' COLLATE \"C\", 1)) v(c, k) ON v.k = bid ORDER BY v.c LIMIT 3",
 	} {
 		p, err := Build(q, cat)
-		if err != nil || p.Scatter == nil || !p.Scatter.Merge.Gather {
+		if err != nil || p.Scatter() == nil || !p.Scatter().Merge.Gather {
 			t.Errorf("%s: %+v, %v; want a gathering plan", q, p, err)
 		}
 	}
@@ -120,7 +120,7 @@ func TestMultiShardRefused(t *testing.T) {
 		"SELECT now(), count(*) FROM accounts WHERE abalance < 0",
 		"SELECT a.aid, count(*) FROM accounts a LEFT JOIN accounts b ON b.aid = a.aid GROUP BY a.aid",
 	} {
-		if p, err := Build(q, cat); err != nil || p.Kind != MultiShard {
+		if p, err := Build(q, cat); err != nil || p.Kind() != KindMultiShard {
 			t.Errorf("%s: %v", q, err)
 		}
 	}

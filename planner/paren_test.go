@@ -25,13 +25,13 @@ func TestIndirectionParentheses(t *testing.T) {
 			t.Errorf("%s: %v", q, err)
 			continue
 		}
-		for _, sql := range p.ShardSQL {
+		for _, sql := range p.ShardSQL() {
 			if _, err := pg_query.Parse(sql); err != nil {
 				t.Errorf("%s: shard statement %s: %v", q, sql, err)
 			}
 		}
-		if strings.Contains(q, "(ARRAY['z','y'])[1]") && !strings.Contains(p.ShardSQL[0], "(ARRAY['z', 'y'])[1]") {
-			t.Errorf("%s: shard statement %s", q, p.ShardSQL[0])
+		if strings.Contains(q, "(ARRAY['z','y'])[1]") && !strings.Contains(p.ShardSQL()[0], "(ARRAY['z', 'y'])[1]") {
+			t.Errorf("%s: shard statement %s", q, p.ShardSQL()[0])
 		}
 	}
 }

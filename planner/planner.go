@@ -23,41 +23,41 @@ type Kind string
 const (
 	// Default: the statement names no table pgfleet distributes; it runs
 	// unchanged on the default node.
-	Default Kind = "default-node"
+	KindDefault Kind = "default-node"
 	// Router: every distributed table is pinned to one shard group by
 	// equality of its distribution column to one value (a constant, or a
 	// parameter resolved at Bind); reference tables may join in. It runs on
 	// the node holding that shard group.
-	Router Kind = "router"
+	KindRouter Kind = "router"
 	// ReferenceRead: reads reference tables only; any node can answer.
-	ReferenceRead Kind = "reference-read"
+	KindReferenceRead Kind = "reference-read"
 	// ReferenceWrite: writes a reference table; every node must apply it.
-	ReferenceWrite Kind = "reference-write"
+	KindReferenceWrite Kind = "reference-write"
 	// InsertSplit: a multi-row INSERT into a distributed table whose
 	// distribution values are constants or parameters (Rows); the
 	// coordinator groups the rows by shard (SplitInsert).
-	InsertSplit Kind = "insert-split"
+	KindInsertSplit Kind = "insert-split"
 	// CopyIn: COPY FROM STDIN into a distributed or reference table; the
 	// coordinator splits the rows by shard.
-	CopyIn Kind = "copy-in"
+	KindCopyIn Kind = "copy-in"
 	// MultiShard: a read-only SELECT over distributed tables (colocated and
 	// joined on their distribution columns, reference tables joining in)
 	// that no equality pins to one shard group. Every shard runs a partial
 	// query and the coordinator merges the results (Scatter).
-	MultiShard Kind = "multi-shard"
+	KindMultiShard Kind = "multi-shard"
 	// MultiShardWrite: an UPDATE or DELETE of a distributed table that no
 	// equality pins to one shard, reading no other distributed table: it
 	// runs on every shard (ShardSQL), all of them in one distributed
 	// transaction.
-	MultiShardWrite Kind = "multi-shard-write"
+	KindMultiShardWrite Kind = "multi-shard-write"
 	// CopyOut: COPY a distributed table TO STDOUT: each worker in turn
 	// copies its shards' rows (Scatter.Workers, the first with the header
 	// if one is asked for) and the coordinator relays them as one COPY.
-	CopyOut Kind = "copy-out"
+	KindCopyOut Kind = "copy-out"
 	// Function: a call of a catalog function (create_distributed_table,
 	// citus_add_node, ...) that the coordinator runs itself. Requires a
 	// plain SELECT fn(args) whose arguments are constants.
-	Function Kind = "function"
+	KindFunction Kind = "function"
 )
 
 // catalogFunctions are the Citus-compatible functions the coordinator runs.
@@ -156,63 +156,38 @@ type Value struct {
 	Assign bool `json:"assign,omitempty"`
 }
 
-// Plan is a distributed plan: data, printable, no closures.
+// Plan is a distributed plan: data, printable, no closures. Root is what
+// runs (a typed primitive, primitive.go); the rest is what every kind
+// shares.
 type Plan struct {
-	Kind      Kind     `json:"kind"`
-	Tables    []string `json:"tables,omitempty"`     // pgfleet tables named, sorted
-	DistTable string   `json:"dist_table,omitempty"` // router: the table whose shard is chosen
-	DistType  string   `json:"dist_type,omitempty"`
-	Value     *Value   `json:"value,omitempty"`
-	ReadOnly  bool     `json:"read_only"`
-	// Explain: the statement is EXPLAIN of a routed statement; ShardSQL
-	// holds the EXPLAIN, rewritten. ExplainAnalyze: it runs the statement.
-	// ExplainText: its output is text, one plan line per row.
-	Explain        bool `json:"explain,omitempty"`
-	ExplainAnalyze bool `json:"explain_analyze,omitempty"`
-	ExplainText    bool `json:"explain_text,omitempty"`
-	// ExplainPrefix: for a multi-shard query, the EXPLAIN and its options
-	// to put before the first worker's statement.
-	ExplainPrefix string `json:"explain_prefix,omitempty"`
-	// Rows: each VALUES row's distribution value (InsertSplit).
-	Rows      []*Value `json:"rows,omitempty"`
-	Returning bool     `json:"returning,omitempty"`
-	// RowPerValue: the INSERT's RETURNING gives one row per VALUES row, in
-	// their order (no ON CONFLICT DO NOTHING, no DO UPDATE ... WHERE), so
-	// the rows of several shards' statements can be put back in order.
-	RowPerValue bool `json:"row_per_value,omitempty"`
-	// Fallback: a multi-shard query whose merge of partial results may
-	// find at run time what it cannot do (sort or group by an enum or an
-	// array, a collation, a user-defined aggregate) is also planned by
-	// gathering its tables; the executor runs that instead then.
-	// (Printed as GatherFallback: a gathering plan is printed elsewhere.)
-	Fallback       *Plan `json:"-"`
-	GatherFallback bool  `json:"gather_fallback,omitempty"`
-	stmt           *pg_query.Node
-	b              *builder
-	// Copy: the COPY's columns and format (CopyIn).
-	Copy *CopyOptions `json:"copy,omitempty"`
+	Root     Primitive
+	Tables   []string // pgfleet tables named, sorted
+	ReadOnly bool
+	// Explain: the statement is EXPLAIN of Root's statement (nil when it
+	// is not). For a routed or reference statement Root's statements hold
+	// the EXPLAIN, rewritten.
+	Explain *Explain
 	// Unqualified: a catalog table is named without its schema and was
 	// taken as public's; sessions with another search_path must not use
 	// the plan.
-	Unqualified bool `json:"unqualified,omitempty"`
-	// SyntaxError: the text did not parse; the default node will say why.
-	SyntaxError bool `json:"syntax_error,omitempty"`
-	// Function: the catalog function, its positional and named arguments.
-	Func      string            `json:"func,omitempty"`
-	Args      []string          `json:"args,omitempty"`
-	NamedArgs map[string]string `json:"named_args,omitempty"`
-	// Mutability: what a write to a reference table (ReferenceWrite, or
-	// CopyIn into one) calls and which defaults it takes, which decide
-	// whether every copy would store the same values; nil when the
-	// statement writes nothing (SELECT ... FOR UPDATE) or the table is
-	// distributed.
-	Mutability *Mutability `json:"mutability,omitempty"`
-	// Scatter: how a multi-shard SELECT runs and merges (MultiShard).
-	Scatter *Scatter `json:"scatter,omitempty"`
-	// ShardSQL is the statement rewritten for each shard index (router and
-	// multi-shard, which describes the result with the first) or for the
-	// reference shard (one entry). Empty for Default.
-	ShardSQL []string `json:"-"`
+	Unqualified bool
+}
+
+// Explain is how a statement is explained.
+type Explain struct {
+	// Analyze: it runs the statement. Text: its output is text, one plan
+	// line per row.
+	Analyze bool
+	Text    bool
+	// Prefix: for a multi-shard statement, the EXPLAIN and its options to
+	// put before the first worker's statement.
+	Prefix string
+}
+
+// SyntaxError: the text did not parse; the default node will say why.
+func (p *Plan) SyntaxError() bool {
+	d, ok := p.Root.(*DefaultNode)
+	return ok && d.SyntaxError
 }
 
 // CopyOptions are the column list and format options of a COPY.
@@ -247,12 +222,15 @@ func unsupported(format string, args ...any) *pgerr.Error {
 // text once; callers cache the result by text.
 func Build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	p, err := build(sql, cat)
-	if err == nil && len(p.ShardSQL) > 0 {
+	if err != nil {
+		return p, err
+	}
+	if sql := p.ShardSQL(); len(sql) > 0 {
 		// pg_query's deparser is not perfect ((0).a came out as 0.a): a
 		// shard statement that does not parse is never sent. The refusal
 		// lets the session ask the default node, which gives PostgreSQL's
 		// own error when the statement is wrong anyway.
-		if _, perr := pg_query.Parse(p.ShardSQL[0]); perr != nil {
+		if _, perr := pg_query.Parse(sql[0]); perr != nil {
 			return nil, unsupported("this statement cannot be rewritten for its shards").
 				WithHint("Write it another way, and report it to pgfleet's developers with the statement.")
 		}
@@ -264,13 +242,13 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
 		// Let the worker report the syntax error, with its position.
-		return &Plan{Kind: Default, SyntaxError: true}, nil
+		return &Plan{Root: &DefaultNode{SyntaxError: true}}, nil
 	}
 	if pg16Number(sql, tree) || zeroParam(sql, tree) {
 		// 0x64 or 1_000: PostgreSQL 15 says "trailing junk after numeric
 		// literal"; $0: "there is no parameter $0" (deparsed, it would be
 		// a "?"). The worker is sent the text as is, to say so.
-		return &Plan{Kind: Default, SyntaxError: true}, nil
+		return &Plan{Root: &DefaultNode{SyntaxError: true}}, nil
 	}
 	if len(tree.Stmts) == 1 {
 		if p, err := functionCall(tree.Stmts[0].Stmt); p != nil || err != nil {
@@ -278,14 +256,14 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 		}
 	}
 	if len(cat.Tables) == 0 {
-		return &Plan{Kind: Default}, nil
+		return &Plan{Root: &DefaultNode{}}, nil
 	}
 	var named []string
 	for _, raw := range tree.Stmts {
 		named = append(named, catalogTables(raw.Stmt, cat)...)
 	}
 	if len(named) == 0 {
-		p := &Plan{Kind: Default}
+		p := &Plan{Root: &DefaultNode{}}
 		for _, raw := range tree.Stmts {
 			p.Unqualified = p.Unqualified || unqualified(raw.Stmt, cat)
 		}
@@ -649,31 +627,33 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	sort.Slice(dist, func(i, j int) bool { return dist[i].Name < dist[j].Name })
 
 	if len(dist) == 0 {
-		if target != nil && target.Kind == metadata.Reference {
-			p.Kind = ReferenceWrite
-		} else {
-			p.Kind = ReferenceRead
-		}
-		if !readOnly && p.Kind == ReferenceRead {
-			p.Kind = ReferenceWrite // SELECT ... FOR UPDATE locks rows on every copy
-		}
-		if p.Kind == ReferenceWrite && stmt.GetSelectStmt() == nil {
-			if p.Mutability = mutability(stmt); p.Mutability == nil {
-				p.Mutability = &Mutability{} // a write, whose literals are still to check
-			} else if p.Mutability.Defaults && target != nil {
-				p.Mutability.Table = target.Name
-			}
-		}
 		sql, err := b.rewrite(stmt, -1)
 		if err != nil {
 			return nil, err
 		}
-		if p.Kind == ReferenceWrite && target != nil {
+		// A write, or SELECT ... FOR UPDATE, which locks rows on every
+		// copy.
+		if target == nil || target.Kind != metadata.Reference {
+			if readOnly {
+				p.Root = &ReferenceRead{ShardSQL: []string{sql}}
+				return p, nil
+			}
+		}
+		w := &AllCopiesWrite{}
+		if stmt.GetSelectStmt() == nil {
+			if w.Mutability = mutability(stmt); w.Mutability == nil {
+				w.Mutability = &Mutability{} // a write, whose literals are still to check
+			} else if w.Mutability.Defaults && target != nil {
+				w.Mutability.Table = target.Name
+			}
+		}
+		if target != nil {
 			if sh := b.cat.Shards[target.Name]; len(sh) > 0 {
 				sql += metadata.CopiesMarker(len(sh[0].Nodes))
 			}
 		}
-		p.ShardSQL = []string{sql}
+		w.ShardSQL = []string{sql}
+		p.Root = w
 		return p, nil
 	}
 	if target != nil && target.Kind == metadata.Reference {
@@ -694,15 +674,15 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 			return nil, err
 		}
 		if len(vals) > 1 {
-			p.Kind, p.DistTable, p.DistType, p.Rows = InsertSplit, target.Name, target.DistType, vals
-			p.Returning = len(insert.ReturningList) > 0
+			x := &InsertSplit{Table: target.Name, DistType: target.DistType, Rows: vals, stmt: stmt, b: b}
+			x.Returning = len(insert.ReturningList) > 0
 			oc := insert.OnConflictClause
-			p.RowPerValue = p.Returning && (oc == nil || oc.Action == pg_query.OnConflictAction_ONCONFLICT_UPDATE && oc.WhereClause == nil)
+			x.RowPerValue = x.Returning && (oc == nil || oc.Action == pg_query.OnConflictAction_ONCONFLICT_UPDATE && oc.WhereClause == nil)
 			// Rows on several workers: what each would compute for itself
 			// (now(), a STABLE default) is checked as for multi-shard
 			// writes.
-			p.Mutability = perRowMutability(stmt, target.Name)
-			p.stmt, p.b = stmt, b
+			x.Mutability = perRowMutability(stmt, target.Name)
+			p.Root = x
 			return p, nil
 		}
 		val = vals[0]
@@ -724,10 +704,10 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				if isUnsupported(err) {
 					return b.gather(stmt, err)
 				}
-				if err == nil && plan.Scatter != nil && !plan.Scatter.Merge.Gather &&
-					(plan.Scatter.Merge.Kind == SQLMerge || len(plan.Scatter.LimitFuncs) > 0) {
+				if x := plan.Scatter(); err == nil && x != nil && !x.Merge.Gather &&
+					(x.Merge.Kind == SQLMerge || len(x.LimitFuncs) > 0) {
 					if fb, ferr := b.gather(stmt, errNoFallback); ferr == nil {
-						plan.Fallback, plan.GatherFallback = fb, true
+						x.Fallback = fb
 					}
 				}
 				return plan, err
@@ -760,15 +740,15 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		uses := countParam(stmt, val.Param)
 		val.Shared = uses > 1 && uses > bare
 	}
-	p.Kind = Router
-	p.DistTable, p.DistType, p.Value = dist[0].Name, dist[0].DistType, val
+	x := &Route{Table: dist[0].Name, DistType: dist[0].DistType, Value: val}
 	n := len(b.cat.Shards[dist[0].Name])
-	p.ShardSQL = make([]string, n)
+	x.ShardSQL = make([]string, n)
 	for i := 0; i < n; i++ {
-		if p.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
+		if x.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
 			return nil, err
 		}
 	}
+	p.Root = x
 	return p, nil
 }
 
@@ -1317,14 +1297,14 @@ func WithColumns(sql string, columns []string) (string, error) {
 
 // SplitInsert is a multi-row INSERT (InsertSplit) cut down to the given
 // rows (0-based, in VALUES order) and renamed to shard index idx.
-func (p *Plan) SplitInsert(idx int, rows []int) (string, error) {
+func (p *InsertSplit) SplitInsert(idx int, rows []int) (string, error) {
 	return p.b.rewrite(p.insertPart(rows), idx)
 }
 
 // insertPart is a new statement of the plan's parts with only the given
 // rows (the plan is shared, and a copy of all its rows per shard would
 // cost rows times shards); rewrite copies it as it renames.
-func (p *Plan) insertPart(rows []int) *pg_query.Node {
+func (p *InsertSplit) insertPart(rows []int) *pg_query.Node {
 	ins := p.stmt.GetInsertStmt()
 	all := ins.SelectStmt.GetSelectStmt().ValuesLists
 	keep := make([]*pg_query.Node, 0, len(rows))
@@ -1342,7 +1322,7 @@ func (p *Plan) insertPart(rows []int) *pg_query.Node {
 // statement's parameters renumbered $1, $2, ... in the order of their
 // numbers, and params lists the client's number (1-based) of each, for a
 // Bind of only the ones these rows (and the rest of the statement) use.
-func (p *Plan) SplitInsertParams(idx int, rows []int) (sql string, params []int, err error) {
+func (p *InsertSplit) SplitInsertParams(idx int, rows []int) (sql string, params []int, err error) {
 	clone, err := p.b.rewriteTree(p.insertPart(rows), idx)
 	if err != nil {
 		return "", nil, err
@@ -1368,7 +1348,7 @@ func (p *Plan) SplitInsertParams(idx int, rows []int) (sql string, params []int,
 
 // ParamUses counts the uses of each parameter ($k, by number) in the
 // statement.
-func (p *Plan) ParamUses() map[int]int {
+func (p *InsertSplit) ParamUses() map[int]int {
 	uses := map[int]int{}
 	if p.stmt == nil {
 		return uses
@@ -1458,7 +1438,8 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 	if !catalogFunctions[name] {
 		return nil, nil
 	}
-	p := &Plan{Kind: Function, Func: name}
+	x := &Function{Name: name}
+	p := &Plan{Root: x}
 	for _, a := range fc.Args {
 		key := ""
 		if na := a.GetNamedArgExpr(); na != nil {
@@ -1470,12 +1451,12 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 				WithHint("Write the arguments as literals in the statement's text (simple query protocol).")
 		}
 		if key == "" {
-			p.Args = append(p.Args, v.Const)
+			x.Args = append(x.Args, v.Const)
 		} else {
-			if p.NamedArgs == nil {
-				p.NamedArgs = map[string]string{}
+			if x.NamedArgs == nil {
+				x.NamedArgs = map[string]string{}
 			}
-			p.NamedArgs[key] = v.Const
+			x.NamedArgs[key] = v.Const
 		}
 	}
 	return p, nil
@@ -1501,7 +1482,7 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Plan{Kind: ReferenceRead, Tables: []string{t.Name}, ReadOnly: true, ShardSQL: []string{sql}}, nil
+		return &Plan{Root: &ReferenceRead{ShardSQL: []string{sql}}, Tables: []string{t.Name}, ReadOnly: true}, nil
 	}
 	o := &CopyOptions{}
 	for _, a := range c.Attlist {
@@ -1572,7 +1553,8 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		o.Where, o.WhereNode = where, c.WhereClause
 	}
-	p := &Plan{Kind: CopyIn, Tables: []string{t.Name}, Copy: o}
+	x := &CopyIn{Table: t.Name, Copy: o}
+	p := &Plan{Root: x, Tables: []string{t.Name}}
 	if t.Kind == metadata.Reference {
 		var m Mutability
 		if o.WhereNode != nil {
@@ -1583,7 +1565,7 @@ func (b *builder) copyPlan(stmt *pg_query.Node) (*Plan, error) {
 		if len(o.Columns) > 0 {
 			m.Defaults, m.Listed, m.Table = true, o.Columns, t.Name
 		}
-		p.Mutability = &m
+		x.Mutability = &m
 	}
 	return p, nil
 }
@@ -1625,16 +1607,16 @@ func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata
 	if err := b.shardLocal(stmt, what, t); err != nil {
 		return nil, err
 	}
-	p.Kind, p.DistTable, p.DistType, p.Returning = MultiShardWrite, t.Name, t.DistType, returning
-	p.Mutability = perRowMutability(stmt, t.Name)
+	x := &MultiShardWrite{Table: t.Name, DistType: t.DistType, Returning: returning, Mutability: perRowMutability(stmt, t.Name)}
 	n := len(b.cat.Shards[t.Name])
-	p.ShardSQL = make([]string, n)
+	x.ShardSQL = make([]string, n)
 	var err error
 	for i := range n {
-		if p.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
+		if x.ShardSQL[i], err = b.rewrite(stmt, i); err != nil {
 			return nil, err
 		}
 	}
+	p.Root = x
 	return p, nil
 }
 
@@ -1753,11 +1735,13 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 		}
 		return nil, err
 	}
-	if p.Kind != Router && p.Kind != ReferenceRead && p.Kind != ReferenceWrite && p.Kind != MultiShard && p.Kind != MultiShardWrite && p.Kind != InsertSplit {
+	switch p.Root.(type) {
+	case *Route, *ReferenceRead, *AllCopiesWrite, *Scatter, *MultiShardWrite, *InsertSplit:
+	default:
 		return nil, unsupported("EXPLAIN of this statement is not supported yet").
 			WithHint("EXPLAIN it with WHERE <distribution column> = <value> to see one shard's plan.")
 	}
-	p.Explain, p.ExplainText = true, true
+	p.Explain = &Explain{Text: true}
 	for _, o := range ex.Options {
 		d := o.GetDefElem()
 		if d == nil {
@@ -1766,17 +1750,32 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 		val := defElemValue(d)
 		switch d.Defname {
 		case "analyze":
-			p.ExplainAnalyze = d.Arg == nil || val == "true" || strings.EqualFold(val, "on")
+			p.Explain.Analyze = d.Arg == nil || val == "true" || strings.EqualFold(val, "on")
 		case "format":
-			p.ExplainText = strings.EqualFold(val, "text")
+			p.Explain.Text = strings.EqualFold(val, "text")
 		}
 	}
-	if p.Kind == MultiShard || p.Kind == MultiShardWrite || p.Kind == InsertSplit {
+	var sql []string // the statements to rewrite as the EXPLAIN
+	idx := -1        // -1: the reference shards
+	switch r := p.Root.(type) {
+	case *Route:
+		x := *r
+		x.ShardSQL = make([]string, len(r.ShardSQL))
+		p.Root, sql, idx = &x, x.ShardSQL, 0
+	case *ReferenceRead:
+		x := &ReferenceRead{ShardSQL: make([]string, 1)}
+		p.Root, sql = x, x.ShardSQL
+	case *AllCopiesWrite:
+		x := *r
+		x.ShardSQL = make([]string, 1)
+		p.Root, sql = &x, x.ShardSQL
+	}
+	if sql == nil {
 		// The coordinator describes the merge (or the write) and the
 		// workers, and the first worker explains its statement
 		// (ExplainPrefix before it; a multi-row INSERT's, with its rows
 		// of the first shard, SplitInsert).
-		if p.ExplainAnalyze || !p.ExplainText {
+		if p.Explain.Analyze || !p.Explain.Text {
 			return nil, unsupported("EXPLAIN ANALYZE, or EXPLAIN in a format other than text, of a multi-shard statement is not supported yet").
 				WithHint("Use EXPLAIN without ANALYZE in text format, or run the statement itself.")
 		}
@@ -1792,15 +1791,15 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 			return nil, unsupported("this EXPLAIN cannot be rewritten for the workers").
 				WithHint("Use plain EXPLAIN or EXPLAIN (FORMAT TEXT).")
 		}
-		p.ExplainPrefix = prefix
+		p.Explain.Prefix = prefix
 		return p, nil
 	}
-	for i := range p.ShardSQL {
-		idx := i
-		if p.Kind != Router {
-			idx = -1
+	for i := range sql {
+		at := idx
+		if idx >= 0 {
+			at = i
 		}
-		if p.ShardSQL[i], err = b.rewrite(stmt, idx); err != nil {
+		if sql[i], err = b.rewrite(stmt, at); err != nil {
 			return nil, err
 		}
 	}

@@ -81,7 +81,7 @@ func Split(sql string, cat *metadata.Snapshot, force bool) []Part {
 			}
 		}
 		if fp, ferr := functionCall(raw.Stmt); fp != nil {
-			pt.Function, needed = fp.Func, true
+			pt.Function, needed = fp.Root.(*Function).Name, true
 		} else if ferr != nil {
 			pt.Function, needed = "a catalog function", true
 		}

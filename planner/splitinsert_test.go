@@ -28,10 +28,11 @@ func TestSplitInsertParams(t *testing.T) {
 	}
 	for _, c := range cases {
 		p, err := Build(c.sql, cat)
-		if err != nil || p.Kind != InsertSplit {
+		x, ok := p.Root.(*InsertSplit)
+		if err != nil || !ok {
 			t.Fatalf("%s: %v %v", c.sql, p, err)
 		}
-		sql, params, err := p.SplitInsertParams(0, c.rows)
+		sql, params, err := x.SplitInsertParams(0, c.rows)
 		if err != nil {
 			t.Fatalf("%s: %v", c.sql, err)
 		}
