@@ -346,7 +346,20 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 type target struct {
 	node  int32
 	index int // shard index into plan.ShardSQL()
+	// copies: a reference-table write that every copy must apply (node
+	// is the first copy's).
+	copies bool
 }
+
+// where says how a bound statement runs (routeBind, routeDescribe).
+type where uint8
+
+const (
+	onNode        where = iota // relayed to one node
+	onShards                   // a multi-shard read (scatter.go)
+	onCopies                   // a write to every copy of a reference table (refext.go)
+	onShardWrites              // a multi-shard write, or a multi-row INSERT's rows of several shards (multiwrite.go)
+)
 
 // route picks the node and shard for a plan given the distribution value's
 // hash (router plans) and the node the session already holds, if any.
@@ -382,10 +395,7 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 		return target{node: nodes[int(pid)%len(nodes)]}, nil
 	case planner.KindReferenceWrite:
 		nodes := snap.Shards[p.Tables[0]][0].Nodes
-		if len(nodes) == 1 {
-			return target{node: nodes[0]}, nil
-		}
-		return target{}, errAllNodes
+		return target{node: nodes[0], copies: len(nodes) > 1}, nil
 	}
 	return target{node: s.defaultNode.Load()}, nil
 }
@@ -393,10 +403,10 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 // errCatalogMoved: the table changed between planning and routing.
 var errCatalogMoved = executor.ErrCatalogMoved
 
-// errAllNodes says a statement must run on every node (a reference-table
-// write): the simple-query path runs it with two-phase commit or joins every
-// copy's worker into the transaction, the extended path likewise at Execute
-// (refext.go). Where neither can, it is the refusal.
+// errAllNodes refuses a write to every copy of a reference table
+// (target.copies) where it cannot run: the simple-query path runs one with
+// two-phase commit or joins every copy's worker into the transaction, the
+// extended path likewise at Execute (refext.go).
 var errAllNodes = pgerr.New(pgerr.FeatureNotSupported,
 	"this reference-table write cannot run on every copy here (EXPLAIN ANALYZE of it, or a transaction block in a session pinned to one worker connection)").
 	WithHint("Write reference tables outside the transaction block, or reconnect; EXPLAIN without ANALYZE shows the plan.")

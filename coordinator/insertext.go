@@ -87,21 +87,21 @@ func groupRows(x *planner.InsertSplit, all []metadata.Shard, hash func(*planner.
 }
 
 // insertSplitBind is routeBind of an InsertSplit: the routed statement
-// and its node when the rows belong to one shard, errMultiWrite when they
+// and its node when the rows belong to one shard, onShardWrites when they
 // belong to several.
-func (ss *session) insertSplitBind(sp *stmtPlan, st *Statement, params []byte) (*Statement, int32, []byte, error) {
+func (ss *session) insertSplitBind(sp *stmtPlan, st *Statement, params []byte) (*Statement, int32, []byte, where, error) {
 	order, _, err := ss.insertGroups(sp, st, params)
 	if err != nil {
-		return nil, 0, params, err
+		return nil, 0, params, onNode, err
 	}
 	if len(order) > 1 {
-		return nil, 0, params, errMultiWrite
+		return nil, 0, params, onShardWrites, nil
 	}
 	x, err := ss.srv.insertShardStmt(sp, order[0], st)
 	if err != nil {
-		return nil, 0, params, err
+		return nil, 0, params, onNode, err
 	}
-	return x, ss.srv.catalog.Load().Shards[sp.plan.DistTable()][order[0]].Nodes[0], params, nil
+	return x, ss.srv.catalog.Load().Shards[sp.plan.DistTable()][order[0]].Nodes[0], params, onNode, nil
 }
 
 // insertPart is one shard's statement of a multi-shard InsertSplit and

@@ -14,7 +14,7 @@ import (
 )
 
 // Reference-table writes over the extended query protocol. A Bind of a
-// write to a table copied to several workers (routeBind's errAllNodes) is
+// write to a table copied to several workers (routeBind's onCopies) is
 // kept in the session as a portal (a scatterPortal with ref set) and runs
 // at Execute on every copy: outside a transaction block in one two-phase
 // commit group, as writeAllNodes does for the simple protocol; inside one

@@ -476,32 +476,33 @@ func fixedTypes(declared, described []uint32) []uint32 {
 }
 
 // routeBind picks, for a Bind of st with the given parameters section, the
-// statement to bind on the worker and the node it runs on.
+// statement to bind on the worker and the node it runs on, or says it
+// runs otherwise (where; the statement is then nil).
 // A statement whose sequence values the coordinator binds gets them here:
 // the parameters section to bind comes back with them.
-func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, int32, []byte, error) {
+func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, int32, []byte, where, error) {
 	s := ss.srv
 	sp, err := ss.stmtPlan(st)
 	if err != nil {
-		return nil, 0, params, err
+		return nil, 0, params, onNode, err
 	}
 	p := sp.plan
 	ss.noteTxnStart()
 	if err := ss.txnCatalogCheck(p); err != nil {
-		return nil, 0, params, err
+		return nil, 0, params, onNode, err
 	}
 	ss.srv.metrics.kinds.count(p.Kind())
 	var r *planner.Route
 	switch x := p.Root.(type) {
 	case *planner.DefaultNode:
 		if err := ss.srv.fencedIn(st.Query); err != nil && ss.routes {
-			return nil, 0, params, err // a table whose rows are moving (fence.go)
+			return nil, 0, params, onNode, err // a table whose rows are moving (fence.go)
 		}
-		return st, ss.homeNode(st.Query), params, nil
+		return st, ss.homeNode(st.Query), params, onNode, nil
 	case *planner.Scatter:
-		return nil, 0, params, errScatter
+		return nil, 0, params, onShards, nil
 	case *planner.MultiShardWrite:
-		return nil, 0, params, errMultiWrite
+		return nil, 0, params, onShardWrites, nil
 	case *planner.InsertSplit:
 		return ss.insertSplitBind(sp, st, params)
 	case *planner.Route:
@@ -509,38 +510,42 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	}
 	if sp.seq != nil {
 		if params, err = ss.bindSequences(sp.seq, name, params); err != nil {
-			return nil, 0, params, err
+			return nil, 0, params, onNode, err
 		}
 	}
 	var hash int32
 	if r != nil {
 		if hash, err = ss.valueHash(sp, st, r.Value, params); err != nil {
-			return nil, 0, params, err
+			return nil, 0, params, onNode, err
 		}
 	}
 	tgt, err := s.route(p, hash, ss.heldNode(), ss.pid)
 	if err != nil {
-		return nil, 0, params, err
+		return nil, 0, params, onNode, err
 	}
-	return s.shardStmt(sp, tgt.index, st), tgt.node, params, nil
+	if tgt.copies {
+		return nil, 0, params, onCopies, nil
+	}
+	return s.shardStmt(sp, tgt.index, st), tgt.node, params, onNode, nil
 }
 
 // routeDescribe picks a shard statement to describe st with: one on the
-// node the session holds, if any, else the first shard's.
+// node the session holds, if any, else the first shard's; a multi-shard
+// read is described otherwise (onShards, no statement).
 // hide is how many of the shard statement's parameters are the
 // coordinator's (sequence values), not the client's.
-func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide int, _ error) {
+func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide int, _ where, _ error) {
 	s := ss.srv
 	sp, err := ss.stmtPlan(st)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, onNode, err
 	}
 	p := sp.plan
-	if p.Kind() == planner.KindDefault {
-		return st, ss.homeNode(st.Query), 0, nil
-	}
-	if p.Kind() == planner.KindMultiShard {
-		return nil, 0, 0, errScatter
+	switch p.Root.(type) {
+	case *planner.DefaultNode:
+		return st, ss.homeNode(st.Query), 0, onNode, nil
+	case *planner.Scatter:
+		return nil, 0, 0, onShards, nil
 	}
 	if sp.seq != nil {
 		hide = sp.seq.count
@@ -565,13 +570,13 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 found:
 	if p.Kind() == planner.KindInsertSplit {
 		x, err := s.insertShardStmt(sp, idx, st)
-		return x, node, 0, err
+		return x, node, 0, onNode, err
 	}
 	if idx >= len(p.ShardSQL()) || p.Kind() != planner.KindRouter && p.Kind() != planner.KindMultiShardWrite && idx != 0 {
 		// One statement for every copy: the first shard's, where it is.
 		idx, node = 0, shards[0].Nodes[0]
 	}
-	return s.shardStmt(sp, idx, st), node, hide, nil
+	return s.shardStmt(sp, idx, st), node, hide, onNode, nil
 }
 
 // currentNode is the held connection's node, else the default node.

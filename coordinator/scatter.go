@@ -31,13 +31,6 @@ import (
 // one of those connections combines with the plan's merge statement, which
 // takes each partial column as an array parameter.
 
-// errScatter: routeBind or routeDescribe met a multi-shard statement, which
-// the session runs itself.
-var errScatter = errors.New("multi-shard statement")
-
-// errMultiWrite says a Bind is of a multi-shard write (multiwrite.go).
-var errMultiWrite = errors.New("multi-shard write")
-
 const (
 	// codeProgramLimitExceeded is SQLSTATE 54000.
 	codeProgramLimitExceeded = "54000"

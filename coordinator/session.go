@@ -1183,27 +1183,27 @@ func (ss *session) simpleQuery(body []byte) error {
 			}
 		}
 		tgt, err := ss.srv.route(p, hash, ss.heldNode(), ss.pid)
-		if err == errAllNodes && p.Explain != nil && !p.Explain.Analyze {
-			// Planning a write shows the same plan on every copy.
-			tgt, err = target{node: ss.srv.catalog.Load().Shards[p.Tables[0]][0].Nodes[0]}, nil
-		}
-		// Inside a transaction block (even one whose BEGIN is still
-		// deferred) a write to every node would commit on its own, and
-		// ROLLBACK could not undo it: refused (errAllNodes).
-		if err == errAllNodes && cls.seqFn != "" {
-			ss.seqDiscard = false
-			return ss.queryError(errSeqState(cls.seqFn))
-		}
-		if err == errAllNodes && !ss.inTxn() && p.Explain == nil {
-			return ss.writeAllNodes(p, lits)
-		}
-		// Inside one, it runs on every worker holding a copy, each
-		// joined into the transaction, and commits with it.
-		if err == errAllNodes && p.Explain == nil && ss.pinned == "" {
-			return ss.refWriteInTxn(p, lits)
-		}
 		if err != nil {
 			return ss.queryError(err)
+		}
+		if tgt.copies {
+			switch {
+			case p.Explain != nil && !p.Explain.Analyze:
+				// Planning a write shows the same plan on every copy:
+				// the first copy's.
+			case cls.seqFn != "":
+				ss.seqDiscard = false
+				return ss.queryError(errSeqState(cls.seqFn))
+			case !ss.inTxn() && p.Explain == nil:
+				return ss.writeAllNodes(p, lits)
+			case p.Explain == nil && ss.pinned == "":
+				// In a transaction block (even one whose BEGIN is still
+				// deferred) it runs on every worker holding a copy, each
+				// joined into the transaction, and commits with it.
+				return ss.refWriteInTxn(p, lits)
+			default:
+				return ss.queryError(errAllNodes)
+			}
 		}
 		node = tgt.node
 		if p.Explain != nil && p.Explain.Text {
@@ -1768,21 +1768,21 @@ func (ss *session) bind(body []byte) error {
 		}
 		delete(ss.scatterPortals, string(portal))
 	}
-	st, node, params, err := ss.routeBind(st, name, params)
-	if clientSt.cls.seqFn != "" && (err == errScatter || err == errAllNodes || err == errMultiWrite) {
+	st, node, params, runs, err := ss.routeBind(st, name, params)
+	if err == nil && runs != onNode && clientSt.cls.seqFn != "" {
 		ss.synthError(errSeqState(clientSt.cls.seqFn))
 		return nil
 	}
-	if err == errScatter {
+	switch {
+	case err != nil:
+	case runs == onShards:
 		ss.seqGuard = ss.seqGuard || verify && seqHad
 		ss.scatterBind(string(portal), string(name), clientSt, params)
 		return nil
-	}
-	if err == errAllNodes {
+	case runs == onCopies:
 		ss.refBind(string(portal), clientSt, params)
 		return nil
-	}
-	if err == errMultiWrite {
+	case runs == onShardWrites:
 		ss.multiWriteBind(string(portal), clientSt, params)
 		return nil
 	}
@@ -1857,8 +1857,8 @@ func (ss *session) describe(body []byte) error {
 			return nil
 		}
 		clientSt := st
-		st, node, hide, err := ss.routeDescribe(st)
-		if err == errScatter {
+		st, node, hide, runs, err := ss.routeDescribe(st)
+		if err == nil && runs == onShards {
 			ss.scatterDescribe(clientSt)
 			return nil
 		}
