@@ -7,7 +7,6 @@ import (
 
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
-	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -27,7 +26,7 @@ func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, 
 	// unknown column): the default node's table of that name has the
 	// shards' columns and no rows.
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
-		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'Q', append([]byte(text), 0)))
+		sc.SetBuf(appendQuery(sc.Buf(), text))
 		if err := sc.Flush(); err != nil {
 			return executor.LostWorker(sc.Addr, err)
 		}
@@ -49,7 +48,7 @@ func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, 
 		}
 		return ss.queryError(err)
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 

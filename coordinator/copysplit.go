@@ -190,7 +190,7 @@ func (ss *session) copySplit(p *planner.Plan, x *planner.CopyIn, lits []literal)
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte("COPY " + strconv.FormatInt(rows, 10))}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 

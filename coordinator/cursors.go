@@ -177,7 +177,7 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 func (ss *session) answerTag(tag string) {
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 }
 
 // cursorError fails the transaction with err, as PostgreSQL's error in a
@@ -280,7 +280,7 @@ func (ss *session) declareCursor(text string) (bool, error) {
 	}
 	if failed {
 		ss.failBlock()
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return true, nil
 	}
 	if cur.rowDesc == nil {

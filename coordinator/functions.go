@@ -209,7 +209,7 @@ func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte("SELECT " + strconv.Itoa(len(rows)))}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	ss.out = readyForQuery(ss.out, 'I')
 }
 
 // writeAllNodes runs a reference-table write on every copy, atomically, and
@@ -246,7 +246,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	ss.out = readyForQuery(ss.out, 'I')
 	return nil
 }
 
@@ -441,7 +441,7 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	ss.srv.stmtEpoch.Add(1) // the shards changed on their own connections
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	ss.out = readyForQuery(ss.out, 'I')
 	return true, nil
 }
 
@@ -471,7 +471,7 @@ func (ss *session) tableExists(e *shards.TableExistsError) error {
 	ss.out, _ = n.Encode(ss.out)
 	cc := pgproto3.CommandComplete{CommandTag: []byte("CREATE TABLE")}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 
@@ -526,7 +526,7 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	ss.out = readyForQuery(ss.out, 'I')
 	return true, nil
 }
 
@@ -575,13 +575,13 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 			er := pgerr.Flatten(e)
 			userNames(ss.srv.catalog.Load(), er) // a shard's rows: the table's name
 			ss.out, _ = er.Encode(ss.out)
-			ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+			ss.out = readyForQuery(ss.out, ss.txStatus())
 			return nil
 		}
 	}
 	ss.out = append(ss.out, extra...)
-	ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = commandComplete(ss.out, tag)
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 
@@ -633,7 +633,7 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	ss.txScatter = &scatterCache{}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 

@@ -154,7 +154,7 @@ func (ss *session) endString(implicit, failed bool, held []byte) error {
 			ss.out = append(ss.out, held...)
 		}
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 

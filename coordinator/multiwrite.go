@@ -80,7 +80,7 @@ func (ss *session) txnWriteRefusal(what, table string) error {
 // read-only check of default_transaction_read_only).
 func (ss *session) writeInTxnSimple(text, what string, byNode map[int32][]string, order []int) error {
 	tag, msgs, werr, fail, err := ss.writeInTxn(what, byNode, func(sql string) []byte {
-		return wire.AppendFrame(nil, 'Q', append([]byte(sql), 0))
+		return appendQuery(nil, sql)
 	}, order)
 	switch {
 	case err != nil:
@@ -100,9 +100,9 @@ func (ss *session) writeInTxnSimple(text, what string, byNode map[int32][]string
 		}
 		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), werr))
 	} else {
-		ss.out = wire.AppendFrame(ss.out, 'C', append([]byte(tag), 0))
+		ss.out = commandComplete(ss.out, tag)
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+	ss.out = readyForQuery(ss.out, ss.sc.TxStatus)
 	return nil
 }
 
@@ -153,7 +153,7 @@ func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapsho
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(writeTag(what, r.Affected))}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'I')
+	ss.out = readyForQuery(ss.out, 'I')
 	return nil
 }
 
@@ -374,8 +374,8 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 			}
 			b := wire.AppendFrame(nil, 'P', parse)
 			b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), sp.results...))
-			b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
-			return append(b, 'S', 0, 0, 0, 4)
+			b = appendExecute(b)
+			return appendSync(b)
 		}, order)
 		switch {
 		case err != nil:
@@ -397,7 +397,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 			return nil
 		}
 		sp.tag = []byte(tag)
-		ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'C', append([]byte(tag), 0))...)})
+		ss.push(expect{kind: eSynth, synth: append(notices, commandComplete(nil, tag)...)})
 		return nil
 	}
 	conns, done, err := ss.nodeConns(ctx)
@@ -435,6 +435,6 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 		}
 	}
 	sp.tag = []byte(writeTag(what, res.Affected))
-	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(out, 'C', append(slices.Clone(sp.tag), 0))})
+	ss.push(expect{kind: eSynth, synth: commandComplete(out, string(sp.tag))})
 	return nil
 }

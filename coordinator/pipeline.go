@@ -141,7 +141,7 @@ func (ss *session) implicitEnd() error {
 	if ss.sc == nil {
 		// No worker was taken in (the first statement failed).
 		ss.pendingBegin, ss.pendingFailed = "", false
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return nil
 	}
 	extra, err := ss.endBlock(ss.sc.TxStatus == 'T' && !ss.txFailed)
@@ -154,7 +154,7 @@ func (ss *session) implicitEnd() error {
 		userNames(ss.srv.catalog.Load(), er)
 		ss.out, _ = er.Encode(ss.out)
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 
@@ -237,6 +237,6 @@ func (ss *session) queryInPipeline() error {
 		"a simple Query inside a pipeline that runs on several workers outside a transaction block is not supported; the pipeline's statements before it were rolled back").
 		WithHint("Send Sync before the query, or wrap the pipeline in BEGIN ... COMMIT.")
 	ss.out, _ = pgerr.Flatten(e).Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }

@@ -273,5 +273,5 @@ func (d refDigest) answer(out []byte, c *refCapture) []byte {
 			out, _ = dr.Encode(out)
 		}
 	}
-	return wire.AppendFrame(out, 'C', append([]byte(d.clientTag(c)), 0))
+	return commandComplete(out, d.clientTag(c))
 }

@@ -272,8 +272,8 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	}
 	b := wire.AppendFrame(nil, 'P', parse)
 	b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), formatCodes(sp.refResults(d))...))
-	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
-	b = append(b, 'S', 0, 0, 0, 4)
+	b = appendExecute(b)
+	b = appendSync(b)
 	last, fail, err := ss.refInTxn(d, sp.sp.plan.Tables[0], nodes, b)
 	switch {
 	case err != nil:
@@ -301,7 +301,7 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 // the portal is marked as run.
 func (ss *session) portalRan(sp *scatterPortal) bool {
 	if sp.done {
-		ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append(zeroRows(sp.tag), 0))})
+		ss.push(expect{kind: eSynth, synth: commandComplete(nil, string(zeroRows(sp.tag)))})
 		return true
 	}
 	sp.done = true

@@ -132,7 +132,7 @@ func (sp *scatterPortal) nextPart(out []byte, limit int) []byte {
 	if limit > 0 && n == limit {
 		return append(out, 's', 0, 0, 0, 4)
 	}
-	return wire.AppendFrame(out, 'C', fmt.Appendf(nil, "%s %d\x00", sp.verb, n))
+	return commandComplete(out, fmt.Sprintf("%s %d", sp.verb, n))
 }
 
 // describe is the portal's RowDescription, with its result formats.
@@ -460,7 +460,7 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	if err != nil {
 		ss.out = appendError(ss.out, ss.srv.catalog.Load(), ss.guardSeq(err))
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 
@@ -471,7 +471,7 @@ func (ss *session) failTxn() error {
 		if ss.pendingBegin != "" {
 			ss.pendingFailed = true
 		}
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return nil
 	}
 	ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortQuery...))
@@ -610,7 +610,7 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		if sp.partial {
 			b = sp.nextPart(nil, limit)
 		} else {
-			b = wire.AppendFrame(nil, 'C', []byte("SELECT 0\x00"))
+			b = commandComplete(nil, "SELECT 0")
 		}
 		ss.push(expect{kind: eSynth, synth: b})
 		return nil
@@ -751,8 +751,8 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 		tail = workerParamTail(old.paramOIDs, p.ShardSQL()[0])
 	}
 	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL()[0]...), 0), tail...))
-	b = wire.AppendFrame(b, 'D', []byte{'S', 0})
-	b = append(b, 'S', 0, 0, 0, 4)
+	b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
+	b = appendSync(b)
 	sc.SetBuf(b)
 	d := &scatterDesc{gen: gen}
 	var werr error

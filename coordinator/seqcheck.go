@@ -9,8 +9,6 @@ import (
 
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
-
-	"github.com/pgfleet/pgfleet/internal/wire"
 )
 
 // currval() and lastval() answer from state PostgreSQL keeps per
@@ -76,9 +74,7 @@ func (ss *session) discardSequences() error {
 // connection ahead of a Bind of a statement that reads sequence state.
 func (ss *session) queueDiscardSequences() {
 	b := ss.sc.Buf()
-	b = wire.AppendFrame(b, 'P', []byte("\x00DISCARD SEQUENCES\x00\x00\x00"))
-	b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
-	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+	b = appendRun(b, "DISCARD SEQUENCES", nil)
 	ss.sc.SetBuf(b)
 	ss.push(expect{kind: eSwallow, term: tParse})
 	ss.push(expect{kind: eSwallow, term: tBind})

@@ -464,7 +464,7 @@ func (ss *session) run() {
 			// client gets the error and keeps its session.
 			ss.out, _ = pgerr.Flatten(ss.lost).Encode(ss.out)
 			if ss.lostEnd {
-				ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+				ss.out = readyForQuery(ss.out, ss.txStatus())
 			} else {
 				ss.skipping = true
 			}
@@ -802,16 +802,12 @@ func (ss *session) ensureBegun() {
 		return
 	}
 	b := ss.sc.Buf()
-	b = wire.AppendFrame(b, 'P', append(append([]byte{0}, ss.pendingBegin...), 0, 0, 0))
-	b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
-	b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+	b = appendRun(b, ss.pendingBegin, nil)
 	ss.push(expect{kind: eSwallow, term: tParse})
 	ss.push(expect{kind: eSwallow, term: tBind})
 	ss.push(expect{kind: eSwallow, term: tExecute, begin: true})
 	if ss.chainStarted {
-		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, chainAgain...), 0, 0, 0))
-		b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
-		b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+		b = appendRun(b, chainAgain, nil)
 		ss.push(expect{kind: eSwallow, term: tParse})
 		ss.push(expect{kind: eSwallow, term: tBind})
 		ss.push(expect{kind: eSwallow, term: tExecute})
@@ -904,7 +900,7 @@ func (ss *session) localTxn(cls *class, sql string) bool {
 	tag := ss.applyLocalTxn(cls, sql)
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return true
 }
 
@@ -978,7 +974,7 @@ var (
 	msgDeallocate    = wire.AppendFrame(nil, 'C', []byte("DEALLOCATE\x00"))
 	// msgAbortParse is a Parse that always fails (a syntax error).
 	msgAbortParse = wire.AppendFrame(nil, 'P', []byte("\x00pgfleet abort after client error\x00\x00\x00"))
-	msgAbortQuery = wire.AppendFrame(nil, 'Q', []byte("pgfleet abort after client error\x00"))
+	msgAbortQuery = appendQuery(nil, "pgfleet abort after client error")
 )
 
 // simpleQuery relays a Query message: one or more statements, one cycle.
@@ -1304,7 +1300,7 @@ func (ss *session) queryError(err error) error {
 			ss.pendingFailed = true
 		}
 		ss.out = append(ss.out, b...)
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return nil
 	}
 	ss.push(expect{kind: eSynth, synth: b})
@@ -1398,7 +1394,7 @@ func (ss *session) startPending() error {
 // reads the answers (outside a transaction block that ends the implicit
 // transaction; inside, the block stays open).
 func (ss *session) hiddenSync() error {
-	ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+	ss.sc.SetBuf(appendSync(ss.sc.Buf()))
 	ss.push(expect{kind: eSwallow, term: tSync})
 	return ss.roundTrip()
 }
@@ -1432,7 +1428,7 @@ func (ss *session) deallocate(op paramOp) error {
 		er := pgerr.Flatten(pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block"))
 		ss.out, _ = er.Encode(ss.out)
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, 'E')
+		ss.out = readyForQuery(ss.out, 'E')
 		return nil
 	}
 	if op.kind == opDeallocAll {
@@ -1448,7 +1444,7 @@ func (ss *session) deallocate(op paramOp) error {
 		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 		ss.out, _ = cc.Encode(ss.out)
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 
@@ -2021,7 +2017,7 @@ func (ss *session) flushRequest() error {
 		ss.emitSynth()
 		return ss.flush()
 	}
-	ss.sc.SetBuf(append(ss.sc.Buf(), 'H', 0, 0, 0, 4))
+	ss.sc.SetBuf(appendFlush(ss.sc.Buf()))
 	if err := ss.sc.Flush(); err != nil {
 		return ss.lostServer(err)
 	}
@@ -2066,10 +2062,10 @@ func (ss *session) sync() error {
 		if ss.txStatus() == 'I' {
 			ss.dropPortals()
 		}
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return nil
 	}
-	ss.sc.SetBuf(append(ss.sc.Buf(), 'S', 0, 0, 0, 4))
+	ss.sc.SetBuf(appendSync(ss.sc.Buf()))
 	ss.push(expect{kind: eRelay, term: tSync})
 	return ss.roundTrip()
 }
@@ -2159,7 +2155,7 @@ func (ss *session) drain() error {
 				ss.seqGuard = false // the client's cycle is over
 				if f.Body[0] == 'I' && ss.pendingBegin != "" {
 					// The worker has not seen the client's BEGIN yet.
-					ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus0())
+					ss.out = readyForQuery(ss.out, ss.txStatus0())
 				} else {
 					ss.out = wire.AppendFrame(ss.out, 'Z', f.Body)
 					if f.Body[0] == 'I' {
@@ -2531,7 +2527,7 @@ func (ss *session) copyIn(early bool) error {
 			// In the extended protocol the server holds CommandComplete
 			// back until Sync or Flush, which the client sends only after
 			// it has it: a Flush (answered by nothing) breaks the wait.
-			sc.SetBuf(append(sc.Buf(), 'H', 0, 0, 0, 4))
+			sc.SetBuf(appendFlush(sc.Buf()))
 			if err := sc.Flush(); err != nil {
 				return ss.lostServer(err)
 			}
@@ -2609,8 +2605,8 @@ func pinChangesSettings(reason string) bool {
 // not sent: rows of another shape must never reach a client that decodes
 // them by the old description.
 func (ss *session) checkDesc(st, cst *Statement) (bool, error) {
-	b := append(append([]byte{'S'}, st.Name...), 0)
-	ss.sc.SetBuf(append(wire.AppendFrame(ss.sc.Buf(), 'D', b), 'H', 0, 0, 0, 4))
+	b, _ := (&pgproto3.Describe{ObjectType: 'S', Name: st.Name}).Encode(ss.sc.Buf())
+	ss.sc.SetBuf(appendFlush(b))
 	ss.push(expect{kind: eSwallow, term: tDescribe, stmt: st, cst: cst, check: true})
 	if err := ss.sc.Flush(); err != nil {
 		return false, ss.lostServer(err)
@@ -2809,14 +2805,12 @@ func (ss *session) snapshotState(extended bool, sql string) {
 	ss.stateSQL = stateSQL + customSettings(sql) + ")"
 	b := ss.sc.Buf()
 	if extended {
-		b = wire.AppendFrame(b, 'P', append(append([]byte{0}, ss.stateSQL...), 0, 0, 0))
-		b = wire.AppendFrame(b, 'B', []byte{0, 0, 0, 0, 0, 0, 0, 0})
-		b = wire.AppendFrame(b, 'E', []byte{0, 0, 0, 0, 0})
+		b = appendRun(b, ss.stateSQL, nil)
 		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
 		ss.push(expect{kind: eSwallow, term: tBind, abort: true})
 		ss.push(expect{kind: eSwallow, term: tExecute, abort: true, capture: true})
 	} else {
-		b = wire.AppendFrame(b, 'Q', append([]byte(ss.stateSQL), 0))
+		b = appendQuery(b, ss.stateSQL)
 		ss.push(expect{kind: eSwallow, term: tQuery, abort: true, capture: true})
 	}
 	ss.sc.SetBuf(b)

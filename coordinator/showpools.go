@@ -59,7 +59,7 @@ func (ss *session) showPools() error {
 		ss.out, _ = dr.Encode(ss.out)
 	}
 	ss.out, _ = (&pgproto3.CommandComplete{CommandTag: []byte("SHOW")}).Encode(ss.out)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
 }
 

@@ -308,7 +308,7 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 		ss.out, _ = cc.Encode(ss.out)
 	}
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.txStatus())
+	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return true, nil
 }
 
@@ -730,7 +730,7 @@ func (ss *session) multiExecute(st *Statement) error {
 		ss.synthError(err)
 		return nil
 	}
-	ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'C', append([]byte(tag), 0))})
+	ss.push(expect{kind: eSynth, synth: commandComplete(nil, tag)})
 	return nil
 }
 
@@ -755,7 +755,7 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	if err != nil {
 		return ss.queryError(err)
 	}
-	q := wire.AppendFrame(nil, 'Q', append([]byte(d.sql), 0))
+	q := appendQuery(nil, d.sql)
 	last, fail, err := ss.refInTxn(d, p.Tables[0], nodes, q)
 	switch {
 	case err != nil:
@@ -766,11 +766,11 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 		ss.txFailed = true
 		ss.out = append(ss.out, last.msgs...)
 		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), last.werr))
-		ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+		ss.out = readyForQuery(ss.out, ss.sc.TxStatus)
 		return nil
 	}
 	ss.out = d.answer(ss.out, last)
-	ss.out = append(ss.out, 'Z', 0, 0, 0, 5, ss.sc.TxStatus)
+	ss.out = readyForQuery(ss.out, ss.sc.TxStatus)
 	return nil
 }
 

@@ -704,7 +704,10 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 				if isUnsupported(err) {
 					return b.gather(stmt, err)
 				}
-				if x := plan.Scatter(); err == nil && x != nil && !x.Merge.Gather &&
+				if err != nil {
+					return nil, err
+				}
+				if x := plan.Scatter(); x != nil && !x.Merge.Gather &&
 					(x.Merge.Kind == SQLMerge || len(x.LimitFuncs) > 0) {
 					if fb, ferr := b.gather(stmt, errNoFallback); ferr == nil {
 						x.Fallback = fb
