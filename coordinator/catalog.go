@@ -329,6 +329,14 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 				return lp, nil, nil
 			}
 		}
+		if err == nil && p.Scatter() != nil && p.Scatter().Merge.Kind == planner.SQLMerge && repeated(lits) {
+			// A merge statement compares expressions as PostgreSQL does
+			// (DISTINCT ON (v * 2) ... ORDER BY v * 2): two parameters for
+			// one constant are different expressions there, so the text
+			// is planned as written.
+			p, err := s.plan(sql)
+			return p, nil, err
+		}
 		if err == nil && !p.SyntaxError() {
 			if len(p.ShardSQL()) == 0 {
 				return p, lits, nil
@@ -340,6 +348,18 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 	}
 	p, err := s.plan(sql)
 	return p, nil, err
+}
+
+// repeated reports whether two of the lifted literals are the same token.
+func repeated(lits []literal) bool {
+	for i := range lits {
+		for j := range i {
+			if lits[i].token == lits[j].token {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // target is where a routed statement runs and what it runs there.

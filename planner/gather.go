@@ -68,11 +68,6 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		return nil, cause
 	}
 	ctes := cteNames(stmt)
-	for name := range ctes {
-		if b.cat.Table("public."+name) != nil {
-			return nil, cause // which uses are the CTE's is a question of scope
-		}
-	}
 	var dists []*metadata.Table // in the order of first use
 	var refuse error
 	maxParam := int32(0)
@@ -94,7 +89,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		case *pg_query.RangeVar:
 			t := lookup(b.cat, x, ctes)
 			switch {
-			case t == nil && x.Schemaname == "" && ctes[x.Relname]:
+			case t == nil && ctes.refs[x]:
 			case t == nil:
 				refuse = unsupported("%s reads %s, which is not a distributed or reference table, besides distributed tables", StatementName(stmt), x.Relname).
 					WithHint("Read the local table in a statement of its own.")

@@ -59,7 +59,7 @@ func (b *builder) insertSelect(stmt *pg_query.Node, ins *pg_query.InsertStmt, ta
 		var dist bool
 		Walk(oc, func(m proto.Message) {
 			if rv, ok := m.(*pg_query.RangeVar); ok {
-				if t := lookup(b.cat, rv, nil); t != nil && t.Kind == metadata.Distributed {
+				if t := lookup(b.cat, rv, b.ctes); t != nil && t.Kind == metadata.Distributed {
 					dist = true
 				}
 			}
@@ -172,7 +172,7 @@ func (b *builder) sourceDistColumn(sel *pg_query.SelectStmt, cr *pg_query.Column
 		if x == nil {
 			return // a subquery or function: its tables are not in scope
 		}
-		t := lookup(b.cat, x, nil)
+		t := lookup(b.cat, x, b.ctes)
 		if t == nil || t.Kind != metadata.Distributed || t.ColocationID != target.ColocationID || t.DistColumn != col || colAliases(x) {
 			return // (renamed columns: which is the distribution column is not known)
 		}

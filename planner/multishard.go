@@ -340,7 +340,43 @@ func deparse(version int32, n *pg_query.Node) (string, error) {
 // indirection, which it parenthesises and which deparses to the argument
 // alone. Column references and parameters need none; the rest the
 // deparser parenthesises itself. Running it again changes nothing.
+//
+// x AT TIME ZONE z (a call of timezone written in SQL syntax) likewise
+// comes out without parentheses, around itself or its operands:
+// (x AT TIME ZONE 'UTC')::date became x AT TIME ZONE 'UTC'::date, a cast
+// of the zone, and x AT TIME ZONE ('UTC' || '+3') lost the
+// concatenation's. Each of them goes inside such an A_Indirection too
+// (operands that are a column, a parameter or a constant need none).
 func parenIndirection(n *pg_query.Node) {
+	paren := func(x *pg_query.Node) *pg_query.Node {
+		return &pg_query.Node{Node: &pg_query.Node_AIndirection{AIndirection: &pg_query.A_Indirection{Arg: x}}}
+	}
+	done := map[*pg_query.FuncCall]bool{} // in parentheses already
+	eachNode(n, func(x *pg_query.Node) bool {
+		if ind := x.GetAIndirection(); ind != nil && len(ind.Indirection) == 0 {
+			if fc := ind.GetArg().GetFuncCall(); fc != nil {
+				done[fc] = true
+			}
+			return true
+		}
+		fc := x.GetFuncCall()
+		if fc == nil || done[fc] || fc.Funcformat != pg_query.CoercionForm_COERCE_SQL_SYNTAX || len(fc.Args) != 2 {
+			return true
+		}
+		if name, _ := funcName(fc); name != "timezone" {
+			return true
+		}
+		done[fc] = true
+		for i, a := range fc.Args {
+			switch a.Node.(type) {
+			case *pg_query.Node_ColumnRef, *pg_query.Node_ParamRef, *pg_query.Node_AConst, *pg_query.Node_AIndirection:
+			default:
+				fc.Args[i] = paren(a)
+			}
+		}
+		x.Node = paren(&pg_query.Node{Node: x.Node}).Node
+		return true
+	})
 	Walk(n, func(m proto.Message) {
 		ind, ok := m.(*pg_query.A_Indirection)
 		if !ok || len(ind.Indirection) == 0 || ind.Arg == nil {
@@ -371,7 +407,7 @@ func (b *builder) relations(stmt *pg_query.Node) []string {
 		if t := lookup(b.cat, rv, ctes); t != nil {
 			schema = t.Name[:strings.IndexByte(t.Name, '.')]
 			rel = metadata.ShardName(rel, b.cat.Shards[t.Name][0].ID)
-		} else if rv.Schemaname == "" && ctes[rv.Relname] {
+		} else if ctes.refs[rv] {
 			return
 		}
 		name := quoteIdent(rel)
@@ -481,7 +517,7 @@ func (b *builder) checkOccurrences(sel *pg_query.SelectStmt) (map[string]bool, e
 	var visit func(n *pg_query.Node, null bool)
 	visit = func(n *pg_query.Node, null bool) {
 		if rv := n.GetRangeVar(); rv != nil {
-			if t := lookup(b.cat, rv, nil); t != nil && t.Kind == metadata.Distributed {
+			if t := lookup(b.cat, rv, b.ctes); t != nil && t.Kind == metadata.Distributed {
 				renamed = renamed || colAliases(rv)
 				name := rv.Relname
 				if rv.Alias != nil && rv.Alias.Aliasname != "" {
@@ -662,7 +698,7 @@ func (b *builder) hasDist(n *pg_query.Node) bool {
 	found := false
 	Walk(n, func(m proto.Message) {
 		if rv, ok := m.(*pg_query.RangeVar); ok {
-			if t := lookup(b.cat, rv, nil); t != nil && t.Kind == metadata.Distributed {
+			if t := lookup(b.cat, rv, b.ctes); t != nil && t.Kind == metadata.Distributed {
 				found = true
 			}
 		}

@@ -279,7 +279,7 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	if err := refuseShardNames(tree.Stmts[0].Stmt, cat); err != nil {
 		return nil, err
 	}
-	b := &builder{cat: cat, tree: tree}
+	b := &builder{cat: cat, tree: tree, ctes: cteNames(tree.Stmts[0].Stmt)}
 	p, err := b.plan(tree.Stmts[0].Stmt)
 	if p != nil {
 		p.Unqualified = unqualified(tree.Stmts[0].Stmt, cat)
@@ -295,7 +295,7 @@ func unqualified(stmt *pg_query.Node, cat *metadata.Snapshot) bool {
 	found := false
 	Walk(stmt, func(m proto.Message) {
 		rv, ok := m.(*pg_query.RangeVar)
-		if !ok || found || rv.Schemaname != "" || ctes[rv.Relname] {
+		if !ok || found || rv.Schemaname != "" || ctes.refs[rv] {
 			return
 		}
 		for name := range cat.Tables {
@@ -365,9 +365,9 @@ func tableNames(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
 	return slices.Compact(slices.Sorted(slices.Values(catalogTables(stmt, cat))))
 }
 
-func lookup(cat *metadata.Snapshot, rv *pg_query.RangeVar, ctes map[string]bool) *metadata.Table {
+func lookup(cat *metadata.Snapshot, rv *pg_query.RangeVar, ctes *CTEs) *metadata.Table {
 	if rv.Schemaname == "" {
-		if ctes[rv.Relname] {
+		if ctes != nil && ctes.refs[rv] {
 			return nil
 		}
 		return cat.Table("public." + rv.Relname)
@@ -375,15 +375,102 @@ func lookup(cat *metadata.Snapshot, rv *pg_query.RangeVar, ctes map[string]bool)
 	return cat.Table(rv.Schemaname + "." + rv.Relname)
 }
 
-func cteNames(stmt *pg_query.Node) map[string]bool {
-	names := map[string]bool{}
-	Walk(stmt, func(m proto.Message) {
-		if c, ok := m.(*pg_query.CommonTableExpr); ok {
-			names[c.Ctename] = true
-		}
-	})
-	return names
+// CTEs is what a statement's WITH clauses name: the range variables
+// that refer to one of its CTEs (refs) and every CTE name (names).
+type CTEs struct {
+	refs  map[*pg_query.RangeVar]bool
+	names map[string]bool
 }
+
+// cteNames finds stmt's CTEs and the range variables that refer to them,
+// as PostgreSQL scopes them: a CTE is visible in its WITH's statement
+// (subqueries included) and in the CTEs after it, in itself and all the
+// others only under WITH RECURSIVE, nowhere outside that statement; the
+// target of INSERT, UPDATE, DELETE or MERGE is always a table. So in
+// WITH t AS (SELECT * FROM t) SELECT * FROM t, the inner t is the table.
+func cteNames(stmt *pg_query.Node) *CTEs {
+	return CTEScope(stmt)
+}
+
+// CTEScope is cteNames for other packages (DDL checks).
+func CTEScope(stmt proto.Message) *CTEs {
+	c := &CTEs{refs: map[*pg_query.RangeVar]bool{}, names: map[string]bool{}}
+	if stmt == nil {
+		return c
+	}
+	var visit func(m protoreflect.Message, visible []string)
+	visit = func(m protoreflect.Message, visible []string) {
+		if !m.IsValid() {
+			return
+		}
+		var with *pg_query.WithClause
+		var target *pg_query.RangeVar
+		switch x := m.Interface().(type) {
+		case *pg_query.RangeVar:
+			if x.Schemaname == "" && slices.Contains(visible, x.Relname) {
+				c.refs[x] = true
+			}
+			return
+		case *pg_query.SelectStmt:
+			with = x.WithClause
+		case *pg_query.InsertStmt:
+			with, target = x.WithClause, x.Relation
+		case *pg_query.UpdateStmt:
+			with, target = x.WithClause, x.Relation
+		case *pg_query.DeleteStmt:
+			with, target = x.WithClause, x.Relation
+		case *pg_query.MergeStmt:
+			with, target = x.WithClause, x.Relation
+		}
+		if with != nil {
+			all := slices.Clone(visible)
+			for _, n := range with.Ctes {
+				name := n.GetCommonTableExpr().GetCtename()
+				all = append(all, name)
+				c.names[name] = true
+			}
+			for i, n := range with.Ctes {
+				sees := all
+				if !with.Recursive {
+					sees = all[:len(visible)+i]
+				}
+				if q := n.GetCommonTableExpr().GetCtequery(); q != nil {
+					visit(q.ProtoReflect(), sees)
+				}
+			}
+			visible = all
+		}
+		child := func(cm protoreflect.Message) {
+			if i := cm.Interface(); (with == nil || i != proto.Message(with)) && (target == nil || i != proto.Message(target)) {
+				visit(cm, visible)
+			}
+		}
+		w := walkInfoOf(m.Descriptor())
+		for _, od := range w.oneofs {
+			if fd := m.WhichOneof(od); fd != nil && fd.Kind() == protoreflect.MessageKind {
+				child(m.Get(fd).Message())
+			}
+		}
+		for _, fd := range w.fields {
+			if !m.Has(fd) {
+				continue
+			}
+			if fd.IsList() {
+				l := m.Get(fd).List()
+				for i := 0; i < l.Len(); i++ {
+					child(l.Get(i).Message())
+				}
+			} else {
+				child(m.Get(fd).Message())
+			}
+		}
+	}
+	visit(stmt.ProtoReflect(), nil)
+	return c
+}
+
+// Refers reports whether rv names one of the statement's CTEs.
+func (c *CTEs) Refers(rv *pg_query.RangeVar) bool { return c != nil && c.refs[rv] }
 
 // Walk calls fn for every message in a pg_query parse tree, parents first,
 // children in the order of their fields' declaration (FROM before WHERE).
@@ -453,6 +540,8 @@ func walkInfoOf(md protoreflect.MessageDescriptor) *walkInfo {
 type builder struct {
 	cat  *metadata.Snapshot
 	tree *pg_query.ParseResult
+	// ctes: which range variables of the statement name its CTEs.
+	ctes *CTEs
 	// scope: range variables of the top level, by the name columns use.
 	scope map[string]*metadata.Table
 	// topLevel marks the RangeVars in the top-level FROM (or target).
@@ -764,7 +853,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 // tables pinned to it too (and all colocated), the statement runs on that
 // shard alone as it would over the whole tables. Levels that correlate
 // with an outer one, or pin another value, are not taken (ok is false).
-func (b *builder) nestedPinned(stmt *pg_query.Node, ctes map[string]bool) (val *Value, tables []*metadata.Table, ok bool) {
+func (b *builder) nestedPinned(stmt *pg_query.Node, ctes *CTEs) (val *Value, tables []*metadata.Table, ok bool) {
 	top := stmt.GetSelectStmt()
 	covered := map[*pg_query.RangeVar]bool{}
 	ok = true
@@ -773,7 +862,7 @@ func (b *builder) nestedPinned(stmt *pg_query.Node, ctes map[string]bool) (val *
 		if !isSel || s == top || !ok {
 			return
 		}
-		sub := &builder{cat: b.cat, tree: b.tree, scope: map[string]*metadata.Table{}, topLevel: map[*pg_query.RangeVar]bool{}}
+		sub := &builder{cat: b.cat, tree: b.tree, ctes: b.ctes, scope: map[string]*metadata.Table{}, topLevel: map[*pg_query.RangeVar]bool{}}
 		var quals []*pg_query.Node
 		for _, f := range s.FromClause {
 			quals = sub.addFrom(f, quals)
@@ -940,7 +1029,7 @@ func (b *builder) addRangeVar(rv *pg_query.RangeVar) *metadata.Table {
 		return nil
 	}
 	b.topLevel[rv] = true
-	t := lookup(b.cat, rv, nil)
+	t := lookup(b.cat, rv, b.ctes)
 	if t == nil {
 		return nil
 	}
@@ -1658,7 +1747,7 @@ func (b *builder) shardLocal(stmt *pg_query.Node, what string, t *metadata.Table
 					WithHint("Name rows by their columns, or add WHERE %s = <value>.", t.DistColumn)
 			}
 		case *pg_query.RangeVar:
-			if lookup(b.cat, x, ctes) == nil && !(x.Schemaname == "" && ctes[x.Relname]) {
+			if lookup(b.cat, x, ctes) == nil && !ctes.refs[x] {
 				err = unsupported("a multi-shard %s of %s reading %s, which is not a distributed or reference table, is not supported", what, t.Name, x.Relname).
 					WithHint("Read %s first and pass its values as constants, make it a reference table, or add WHERE %s = <value>.", x.Relname, t.DistColumn)
 			}
@@ -1835,7 +1924,7 @@ var valueKeepingCasts = map[string]bool{
 
 // modifyingCTEWrites refuses a statement whose WITH clause holds an
 // INSERT, UPDATE, DELETE or MERGE of a pgfleet table.
-func modifyingCTEWrites(cat *metadata.Snapshot, stmt *pg_query.Node, ctes map[string]bool) error {
+func modifyingCTEWrites(cat *metadata.Snapshot, stmt *pg_query.Node, ctes *CTEs) error {
 	var with *pg_query.WithClause
 	switch {
 	case stmt.GetSelectStmt() != nil:

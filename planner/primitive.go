@@ -125,38 +125,26 @@ func (*Function) Kind() Kind        { return KindFunction }
 func (p *Plan) Kind() Kind { return p.Root.Kind() }
 
 // DistTable is the distributed table whose shards the plan's root chooses
-// among ("" for the kinds that have none).
-func (p *Plan) DistTable() string {
-	switch r := p.Root.(type) {
-	case *Route:
-		return r.Table
-	case *InsertSplit:
-		return r.Table
-	case *Scatter:
-		return r.Table
-	case *MultiShardWrite:
-		return r.Table
-	case *CopyOut:
-		return r.Table
-	}
-	return ""
-}
+// among ("" for the kinds that have none); DistType is the type of its
+// distribution column.
+func (p *Plan) DistTable() string { t, _ := p.dist(); return t }
 
-// DistType is the type of DistTable's distribution column.
-func (p *Plan) DistType() string {
+func (p *Plan) DistType() string { _, t := p.dist(); return t }
+
+func (p *Plan) dist() (table, typ string) {
 	switch r := p.Root.(type) {
 	case *Route:
-		return r.DistType
+		return r.Table, r.DistType
 	case *InsertSplit:
-		return r.DistType
+		return r.Table, r.DistType
 	case *Scatter:
-		return r.DistType
+		return r.Table, r.DistType
 	case *MultiShardWrite:
-		return r.DistType
+		return r.Table, r.DistType
 	case *CopyOut:
-		return r.DistType
+		return r.Table, r.DistType
 	}
-	return ""
+	return "", ""
 }
 
 // ShardSQL is the statement for each shard index (Route,
@@ -209,6 +197,9 @@ func (p *Plan) Returning() bool {
 
 // Scatter is the root when it is a multi-shard query, else nil.
 func (p *Plan) Scatter() *Scatter {
+	if p == nil {
+		return nil
+	}
 	s, _ := p.Root.(*Scatter)
 	return s
 }

@@ -19,7 +19,7 @@ func unqualifyColumns(stmt *pg_query.Node, cat *metadata.Snapshot) error {
 	ctes := cteNames(stmt)
 	schemaOf := map[string]string{} // relation name -> schema, renamed tables without an alias
 	taken := map[string]bool{}      // names that are also other range entries
-	for n := range ctes {
+	for n := range ctes.names {
 		taken[n] = true
 	}
 	Walk(stmt, func(m proto.Message) {

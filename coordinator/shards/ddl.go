@@ -854,12 +854,10 @@ func indexTable(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, na
 
 // refuseNamed fails with 0A000 if a statement names a catalog table.
 func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
-	ctes := map[string]bool{}
+	ctes := planner.CTEScope(n)
 	var refused error
 	planner.Walk(n, func(m proto.Message) {
 		switch m := m.(type) {
-		case *pg_query.CommonTableExpr:
-			ctes[m.Ctename] = true
 		case *pg_query.Constraint:
 			// A foreign key of another table may reference a catalog table.
 			if pt := catalogTable(snap, m.Pktable); pt != nil && refused == nil && m.Contype == pg_query.ConstrType_CONSTR_FOREIGN {
@@ -873,7 +871,7 @@ func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
 	}
 	var t *metadata.Table
 	planner.Walk(n, func(m proto.Message) {
-		if rv, ok := m.(*pg_query.RangeVar); ok && t == nil && !(rv.Schemaname == "" && ctes[rv.Relname]) {
+		if rv, ok := m.(*pg_query.RangeVar); ok && t == nil && !ctes.Refers(rv) {
 			t = catalogTable(snap, rv)
 		}
 	})
