@@ -75,6 +75,7 @@ func init() {
 		{name: "multi-statement", weight: 2, gen: (*gen).multiStatement},
 		{name: "views", weight: 2, gen: (*gen).viewRead},
 		{name: "cursor", weight: 3, gen: (*gen).cursor},
+		{name: "cte-scope", weight: 2, gen: (*gen).cteScope},
 	}
 	for _, f := range families {
 		if f.offByDefault {
@@ -243,7 +244,8 @@ func (g *gen) expression(t *table, qual string) string {
 	case kText, kVarchar, kBPChar:
 		return g.pick("upper("+q+")", "length("+q+")", q+" || '|'", "octet_length("+q+")", "quote_literal("+q+")")
 	case kTimestamptz:
-		return g.pick(q+"::text", "extract(hour from "+q+")", q+" AT TIME ZONE 'UTC'", "to_char("+q+", 'YYYY-MM-DD HH24:MI TZ')", "date_trunc('day', "+q+")")
+		return g.pick(q+"::text", "extract(hour from "+q+")", q+" AT TIME ZONE 'UTC'", "to_char("+q+", 'YYYY-MM-DD HH24:MI TZ')", "date_trunc('day', "+q+")",
+			"("+q+" AT TIME ZONE 'UTC')::date", "("+q+" AT TIME ZONE 'Asia/Kolkata')::text", q+" AT TIME ZONE ('Etc/GMT' || '+3')")
 	case kTimestamp, kDate:
 		return g.pick(q+"::text", q+" + interval '1 day'", "to_char("+q+", 'DD Mon YYYY')", "extract(dow from "+q+")")
 	case kInterval:
@@ -545,6 +547,12 @@ func (g *gen) scatterSelect() *stmt {
 	if g.r.IntN(6) == 0 {
 		sql = fmt.Sprintf("SELECT DISTINCT ON (g) g, k, t FROM %s ORDER BY g %s, k", g.name(t), g.pick("", "DESC", "NULLS FIRST", "DESC NULLS LAST"))
 		s.ordered = true
+	} else if g.r.IntN(8) == 0 {
+		// The same constant twice: lifted, two parameters would be two
+		// expressions to a merge.
+		m := g.r.IntN(4) + 2
+		sql = fmt.Sprintf("SELECT DISTINCT ON (g %% %d) g %% %d AS r, k FROM %s ORDER BY g %% %d, k", m, m, g.name(t), m)
+		s.ordered = true
 	} else if g.r.IntN(4) == 0 {
 		sql = fmt.Sprintf("SELECT DISTINCT g FROM %s", g.name(t))
 		if g.r.IntN(2) == 0 {
@@ -725,6 +733,34 @@ func (g *gen) gather() *stmt {
 		r0 := g.s.references()[0]
 		sql = fmt.Sprintf("SELECT r.t, count(DISTINCT d.k), rank() OVER (ORDER BY r.t) FROM %s d JOIN %s r ON d.g = r.k GROUP BY r.t ORDER BY r.t", d, g.name(r0))
 		s.ordered = true
+	}
+	s.sql, s.params = sql, b.params
+	return s
+}
+
+// cteScope draws statements with a CTE named as a table, which hides the
+// table only where PostgreSQL's scope says: inside the CTE itself (unless
+// RECURSIVE) and in earlier sibling CTEs the name is still the table.
+func (g *gen) cteScope() *stmt {
+	t := g.distTable()
+	if g.r.IntN(3) == 0 {
+		t = g.refTable()
+	}
+	n := t.name
+	b, p := g.newBuilder()
+	s := &stmt{proto: p}
+	var sql string
+	switch g.r.IntN(5) {
+	case 0:
+		sql = fmt.Sprintf("WITH %s AS (SELECT * FROM %s WHERE %s) SELECT count(*), count(DISTINCT g) FROM %s", n, n, g.valuePred(b, t, ""), n)
+	case 1:
+		sql = fmt.Sprintf("WITH a AS (SELECT k, g FROM %s), %s AS (SELECT 1 AS k) SELECT count(*), count(g) FROM a", n, n)
+	case 2:
+		sql = fmt.Sprintf("SELECT count(*) FROM %s WHERE g IN (WITH %s AS (SELECT g FROM %s WHERE %s) SELECT g FROM %s)", n, n, n, g.valuePred(b, t, ""), n)
+	case 3:
+		sql = fmt.Sprintf("WITH %s AS (SELECT 7 AS k) SELECT k FROM %s", n, n)
+	default:
+		sql = fmt.Sprintf("WITH x AS (SELECT count(*) AS c FROM %s) SELECT c, (WITH %s AS (SELECT 1) SELECT count(*) FROM %s) FROM x", n, n, n)
 	}
 	s.sql, s.params = sql, b.params
 	return s
