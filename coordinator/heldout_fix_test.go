@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -72,4 +73,31 @@ func TestCTEScopeAndDeparseOracle(t *testing.T) {
 		"SELECT DISTINCT ON (v * 2) id FROM ho_t ORDER BY v * 2, id",
 		"SELECT DISTINCT ON (v % 3, v * 2) v % 3, id FROM ho_t ORDER BY v % 3, v * 2, id DESC",
 	}, nil)
+}
+
+// TestSearchPathRefusalNamesUnqualified: under a search_path other than
+// public a statement naming a catalog table without its schema is
+// refused (it might mean another schema's table); the message names the
+// tables written without a schema, not the qualified ones beside them
+// (it named every table of the statement).
+func TestSearchPathRefusalNamesUnqualified(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	exec(t, c, "DROP TABLE IF EXISTS sp_a, sp_b")
+	testTable(t, c, "sp_a", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('sp_a', 'id', shard_count => 4)")
+	testTable(t, c, "sp_b", "(id int PRIMARY KEY, w int)", "SELECT create_distributed_table('sp_b', 'id', colocate_with => 'sp_a')")
+	exec(t, c, "SET search_path = app, public", pgx.QueryExecModeSimpleProtocol)
+	_, err := c.Exec(context.Background(), "SELECT a.v FROM public.sp_a a JOIN sp_b b ON a.id = b.id WHERE a.id = 1", pgx.QueryExecModeSimpleProtocol)
+	if sqlState(err) != "0A000" {
+		t.Fatalf("got %v, want 0A000", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "sp_b is named without its schema") || strings.Contains(msg, "sp_a") {
+		t.Errorf("message %q: want it to name sp_b alone", msg)
+	}
+	var n int
+	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM public.sp_a a JOIN public.sp_b b ON a.id = b.id", pgx.QueryExecModeSimpleProtocol).Scan(&n); err != nil {
+		t.Fatalf("qualified names under that search_path: %v", err)
+	}
 }

@@ -83,13 +83,10 @@ func (ss *session) completeInsert(st *Statement, err error) (*stmtPlan, error) {
 // in a session whose search_path says otherwise: it could read another
 // schema's table.
 func (ss *session) checkPath(p *planner.Plan) error {
-	if !p.Unqualified || ss.params.pathIsPublic() {
+	if len(p.Unqualified) == 0 || ss.params.pathIsPublic() {
 		return nil
 	}
-	what := strings.Join(p.Tables, ", ")
-	if p.Kind() == planner.KindDefault || what == "" {
-		what = "a table with the name of a distributed or reference table"
-	}
+	what := strings.Join(p.Unqualified, ", ")
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"this session's search_path is not public, and %s is named without its schema", what).
 		WithHint("Write the schema with the table name (public.t), or reset search_path.")

@@ -167,10 +167,10 @@ type Plan struct {
 	// is not). For a routed or reference statement Root's statements hold
 	// the EXPLAIN, rewritten.
 	Explain *Explain
-	// Unqualified: a catalog table is named without its schema and was
-	// taken as public's; sessions with another search_path must not use
-	// the plan.
-	Unqualified bool
+	// Unqualified: the names, as written, of catalog tables named without
+	// their schema and taken as public's; sessions with another
+	// search_path must not use the plan.
+	Unqualified []string
 }
 
 // Explain is how a statement is explained.
@@ -265,7 +265,7 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	if len(named) == 0 {
 		p := &Plan{Root: &DefaultNode{}}
 		for _, raw := range tree.Stmts {
-			p.Unqualified = p.Unqualified || unqualified(raw.Stmt, cat)
+			p.Unqualified = append(p.Unqualified, unqualified(raw.Stmt, cat)...)
 		}
 		return p, nil
 	}
@@ -287,20 +287,20 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	return p, err
 }
 
-// unqualified reports whether stmt names a table without its schema by
-// the name of a catalog table of any schema (the planner takes it as
+// unqualified lists the names stmt gives without a schema that are the
+// name of a catalog table of any schema (the planner takes each as
 // public's, or as no catalog table when public has none of that name).
-func unqualified(stmt *pg_query.Node, cat *metadata.Snapshot) bool {
+func unqualified(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
 	ctes := cteNames(stmt)
-	found := false
+	var found []string
 	Walk(stmt, func(m proto.Message) {
 		rv, ok := m.(*pg_query.RangeVar)
-		if !ok || found || rv.Schemaname != "" || ctes.refs[rv] {
+		if !ok || rv.Schemaname != "" || ctes.refs[rv] || slices.Contains(found, rv.Relname) {
 			return
 		}
 		for name := range cat.Tables {
 			if name[strings.IndexByte(name, '.')+1:] == rv.Relname {
-				found = true
+				found = append(found, rv.Relname)
 				return
 			}
 		}

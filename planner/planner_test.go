@@ -75,7 +75,7 @@ type printed struct {
 
 func flatten(p *Plan) printed {
 	pr := printed{Kind: p.Kind(), Tables: p.Tables, DistTable: p.DistTable(), DistType: p.DistType(), ReadOnly: p.ReadOnly,
-		Unqualified: p.Unqualified, SyntaxError: p.SyntaxError(), Mutability: p.Mutability(), Shards: len(p.ShardSQL())}
+		Unqualified: len(p.Unqualified) > 0, SyntaxError: p.SyntaxError(), Mutability: p.Mutability(), Shards: len(p.ShardSQL())}
 	if e := p.Explain; e != nil {
 		pr.Explain, pr.ExplainAnalyze, pr.ExplainText, pr.ExplainPrefix = true, e.Analyze, e.Text, e.Prefix
 	}
