@@ -329,11 +329,11 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 				return lp, nil, nil
 			}
 		}
-		if err == nil && p.Scatter() != nil && p.Scatter().Merge.Kind == planner.SQLMerge && repeated(lits) {
+		if err == nil && p.Scatter() != nil && p.Scatter().Merge.Kind == planner.SQLMerge && p.Scatter().ParamKeys {
 			// A merge statement compares expressions as PostgreSQL does
-			// (DISTINCT ON (v * 2) ... ORDER BY v * 2): two parameters for
-			// one constant are different expressions there, so the text
-			// is planned as written.
+			// (DISTINCT ON (v * 2) ... ORDER BY v * 2): lifted, each
+			// constant is a parameter of its own, a different expression
+			// (v * 03 and v * 3 too), so the text is planned as written.
 			p, err := s.plan(sql)
 			return p, nil, err
 		}
@@ -348,18 +348,6 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 	}
 	p, err := s.plan(sql)
 	return p, nil, err
-}
-
-// repeated reports whether two of the lifted literals are the same token.
-func repeated(lits []literal) bool {
-	for i := range lits {
-		for j := range i {
-			if lits[i].token == lits[j].token {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // target is where a routed statement runs and what it runs there.

@@ -23,6 +23,9 @@ import (
 //   - DISTINCT ON (v * 2) ... ORDER BY v * 2 over several shards: the
 //     constants lifted into two parameters made the merge's two
 //     expressions differ (42P10).
+//   - (a AND b) IS NULL, (NOT x)::int and the like reached the shards
+//     without their parentheses: other counts, and a DELETE that removed
+//     rows PostgreSQL keeps.
 func TestCTEScopeAndDeparseOracle(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, nil)
@@ -45,7 +48,8 @@ func TestCTEScopeAndDeparseOracle(t *testing.T) {
 		exec(t, conn, "SET TimeZone = 'UTC'", pgx.QueryExecModeSimpleProtocol)
 		exec(t, conn, "INSERT INTO ho_t SELECT g, g % 7, timestamptz '2026-03-28 22:30:00+00' + g * interval '37 minutes' FROM generate_series(1, 60) g", pgx.QueryExecModeSimpleProtocol)
 		exec(t, conn, "INSERT INTO ho_u SELECT g, 'w' || g FROM generate_series(1, 60, 3) g", pgx.QueryExecModeSimpleProtocol)
-		exec(t, conn, "INSERT INTO ho_r VALUES (1, 'one'), (2, 'two'), (3, 'three')", pgx.QueryExecModeSimpleProtocol)
+		exec(t, conn, "INSERT INTO ho_r VALUES (1, 'one'), (2, 'two'), (3, 'three'), (4, NULL)", pgx.QueryExecModeSimpleProtocol)
+		exec(t, conn, "INSERT INTO ho_t VALUES (61, NULL, NULL), (62, NULL, timestamptz '2026-01-02 03:04:05+00')", pgx.QueryExecModeSimpleProtocol)
 	}
 	compareOracle(t, c, plain, []string{
 		// CTE scope.
@@ -69,9 +73,32 @@ func TestCTEScopeAndDeparseOracle(t *testing.T) {
 		"SELECT (at AT TIME ZONE 'UTC')::date AS d, count(*) FROM ho_t GROUP BY 1 ORDER BY 1",
 		"SELECT CAST((at AT TIME ZONE 'Europe/Paris') AS date), id FROM ho_t WHERE v = 3 ORDER BY id",
 		"SELECT (timestamptz '2026-01-01 00:00+00' AT TIME ZONE 'UTC')::date, name FROM ho_r WHERE id = 1",
+		"SELECT id, at AT TIME ZONE ('UT' || 'C') AT TIME ZONE 'Asia/Tokyo' FROM ho_t ORDER BY id LIMIT 2",
 		// DISTINCT ON of an expression with a constant, over every shard.
 		"SELECT DISTINCT ON (v * 2) id FROM ho_t ORDER BY v * 2, id",
 		"SELECT DISTINCT ON (v % 3, v * 2) v % 3, id FROM ho_t ORDER BY v % 3, v * 2, id DESC",
+		"SELECT DISTINCT ON (v % 03) id FROM ho_t ORDER BY v % 3, id",
+		// Parentheses the deparser left out around operands: a boolean
+		// expression under IS NULL, a cast or a comparison, a negative
+		// constant under ^, in reads and writes, routed, multi-shard and
+		// reference.
+		"SELECT count(*) FROM ho_t WHERE (NOT (v > 2)) IS NULL",
+		"SELECT count(*) FROM ho_t WHERE (v > 2 AND id > 30) IS NOT NULL",
+		"SELECT count(*) FROM ho_t WHERE (v > 2 OR id > 50) IS NULL",
+		"SELECT sum((v > 2 OR id > 50)::int), sum((NOT (v > 2))::int) FROM ho_t",
+		"SELECT (v = 3) IN (true), (-2) ^ 2, (-v) ^ 2 FROM ho_t WHERE id = 3",
+		"SELECT count(*) FROM ho_r WHERE (id > 1 AND name LIKE 't%') IS NULL",
+		"SELECT id FROM ho_t WHERE id = 61 AND (NOT (v > 2)) IS NULL",
+		"DELETE FROM ho_t WHERE id = 60 AND (NOT (v > 2)) IS NULL",
+		"UPDATE ho_r SET name = name || '!' WHERE (id > 1 AND name LIKE 't%') IS NOT NULL AND id < 4",
+		"SELECT id, name FROM ho_r ORDER BY id",
+		"SELECT count(*) FROM ho_t",
+		// DDL rewritten for the shards too: the constraint the shards get
+		// is the one written.
+		"ALTER TABLE ho_t ADD CONSTRAINT ho_ck CHECK ((v > 100 AND id > 0) IS NOT TRUE)",
+		"INSERT INTO ho_t VALUES (70, 200, NULL)",
+		"INSERT INTO ho_t VALUES (71, 50, NULL)",
+		"SELECT count(*) FROM ho_t WHERE id >= 70",
 	}, nil)
 }
 

@@ -63,16 +63,15 @@ func DDLValueChecks(sql string) (checks []string, timeWord bool) {
 				}}},
 			}},
 		}}}
-		out, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version,
-			Stmts: []*pg_query.RawStmt{{Stmt: &pg_query.Node{Node: &pg_query.Node_AlterTableStmt{AlterTableStmt: chk}}}}})
+		out, err := deparse(tree.Version, &pg_query.Node{Node: &pg_query.Node_AlterTableStmt{AlterTableStmt: chk}})
 		if err != nil {
 			// Cannot be checked: refused by the caller as a time word would be.
 			return nil, true
 		}
 		checks = append(checks, out)
-		if e, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: &pg_query.Node{
+		if e, err := deparse(tree.Version, &pg_query.Node{
 			Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{TargetList: []*pg_query.Node{
-				pg_query.MakeResTargetNodeWithVal(expr, -1)}}}}}}}); err != nil || timeWordRE.MatchString(e) {
+				pg_query.MakeResTargetNodeWithVal(expr, -1)}}}}); err != nil || timeWordRE.MatchString(e) {
 			timeWord = true
 		}
 	}

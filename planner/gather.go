@@ -189,6 +189,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	// For reading plans: the uses of the table as placeholders.
 	m.SQL, _ = deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: tmpl}})
 	sc.TxTime = txTime(stmt)
+	sc.ParamKeys = paramKeys(stmt)
 	return &Plan{Root: sc, ReadOnly: true, Tables: tableNames(stmt, b.cat)}, nil
 }
 

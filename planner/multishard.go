@@ -46,6 +46,12 @@ type Scatter struct {
 	// on more rows than PostgreSQL's (which evaluates the select list
 	// after its LIMIT), so the plan's gathering fallback runs instead.
 	LimitFuncs []string `json:"limit_funcs,omitempty"`
+	// ParamKeys: a parameter is part of an expression the statement
+	// groups, sorts, dedupes or partitions by. PostgreSQL matches such
+	// expressions to each other (DISTINCT ON (v * 2) ... ORDER BY v * 2),
+	// so a plan of a text whose constants were lifted into parameters
+	// (two parameters: two expressions) is not that text's plan.
+	ParamKeys bool `json:"param_keys,omitempty"`
 	// TxTime is a value the statement reads that PostgreSQL fixes for the
 	// whole transaction (now(), CURRENT_DATE, 'now'), "" if none: in a
 	// transaction block the statement's connections would each read their
@@ -235,8 +241,35 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 		sc.LimitFuncs = targetFuncs(sel)
 	}
 	sc.TxTime = txTime(stmt)
+	sc.ParamKeys = paramKeys(stmt)
 	p.Root = sc
 	return p, nil
+}
+
+// paramKeys reports whether a parameter is in a GROUP BY, ORDER BY,
+// DISTINCT ON or window clause of any query level of stmt.
+func paramKeys(stmt *pg_query.Node) bool {
+	found := false
+	has := func(nodes ...[]*pg_query.Node) {
+		for _, l := range nodes {
+			for _, n := range l {
+				Walk(n, func(m proto.Message) {
+					if _, ok := m.(*pg_query.ParamRef); ok {
+						found = true
+					}
+				})
+			}
+		}
+	}
+	Walk(stmt, func(m proto.Message) {
+		switch x := m.(type) {
+		case *pg_query.SelectStmt:
+			has(x.DistinctClause, x.GroupClause, x.SortClause, x.WindowClause)
+		case *pg_query.WindowDef:
+			has(x.PartitionClause, x.OrderClause)
+		}
+	})
+	return found
 }
 
 // workerQueries is stmt for each worker: renamed to each of its shards of
@@ -327,54 +360,88 @@ func (b *builder) shardTrees(stmt *pg_query.Node, idxs []int) ([]*pg_query.Node,
 	return out, nil
 }
 
+// Deparse writes a statement's parse tree as SQL that parses back to the
+// same tree (pg_query's deparser with the workarounds below), leaving n as
+// it was. Every statement pgfleet composes from a parse tree goes through
+// it.
+func Deparse(version int32, n *pg_query.Node) (string, error) { return deparse(version, n) }
+
 func deparse(version int32, n *pg_query.Node) (string, error) {
+	n = proto.Clone(n).(*pg_query.Node) // the workarounds change the tree
 	parenIndirection(n)
 	return pg_query.Deparse(&pg_query.ParseResult{Version: version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
 }
 
-// parenIndirection works around pg_query's deparser, which writes a
-// subscript or field of an ARRAY[...] constructor, a constant, CASE,
-// COALESCE and other expressions without the parentheses PostgreSQL's
-// grammar needs ((ARRAY['z','y'])[1] came out as ARRAY['z','y'][1], a
-// syntax error): their argument goes inside an A_Indirection without
-// indirection, which it parenthesises and which deparses to the argument
-// alone. Column references and parameters need none; the rest the
-// deparser parenthesises itself. Running it again changes nothing.
-//
-// x AT TIME ZONE z (a call of timezone written in SQL syntax) likewise
-// comes out without parentheses, around itself or its operands:
-// (x AT TIME ZONE 'UTC')::date became x AT TIME ZONE 'UTC'::date, a cast
-// of the zone, and x AT TIME ZONE ('UTC' || '+3') lost the
-// concatenation's. Each of them goes inside such an A_Indirection too
-// (operands that are a column, a parameter or a constant need none).
+// parenIndirection works around pg_query's deparser, which writes
+// operands without the parentheses PostgreSQL's grammar needs for them:
+// (a AND b) IS NULL came out as a AND b IS NULL, (NOT x)::int as NOT
+// x::int, (x AT TIME ZONE 'UTC')::date as x AT TIME ZONE 'UTC'::date,
+// (-2) ^ 2 as -2 ^ 2, each a valid statement that means something else,
+// and (ARRAY['z','y'])[1] as ARRAY['z','y'][1], a syntax error. Each
+// operand of an operator (A_Expr, AND/OR/NOT, IS [NOT] NULL, IS TRUE and
+// the like, a cast, COLLATE, a subquery comparison, a function written in
+// SQL syntax such as AT TIME ZONE) that is itself such an expression, or
+// a negative constant, goes inside an A_Indirection without indirection
+// (two for the kinds of argument it does not parenthesise), which the
+// deparser parenthesises and which deparses to the operand alone; so does the argument of a subscript or field selection that is
+// not a column, a parameter or another expression the deparser
+// parenthesises itself. Parentheses are not in the parse tree, so the
+// statement parses back to the tree it came from. Running it again
+// changes nothing.
 func parenIndirection(n *pg_query.Node) {
 	paren := func(x *pg_query.Node) *pg_query.Node {
+		// The deparser parenthesises an A_Indirection's argument when it
+		// is an A_Expr, a function call, a cast or another A_Indirection.
+		switch x.Node.(type) {
+		case *pg_query.Node_AExpr, *pg_query.Node_FuncCall, *pg_query.Node_TypeCast:
+		default:
+			x = &pg_query.Node{Node: &pg_query.Node_AIndirection{AIndirection: &pg_query.A_Indirection{Arg: x}}}
+		}
 		return &pg_query.Node{Node: &pg_query.Node_AIndirection{AIndirection: &pg_query.A_Indirection{Arg: x}}}
 	}
-	done := map[*pg_query.FuncCall]bool{} // in parentheses already
+	wrap := func(slot **pg_query.Node) {
+		if *slot != nil && compoundOperand(*slot) {
+			*slot = paren(*slot)
+		}
+	}
 	eachNode(n, func(x *pg_query.Node) bool {
-		if ind := x.GetAIndirection(); ind != nil && len(ind.Indirection) == 0 {
-			if fc := ind.GetArg().GetFuncCall(); fc != nil {
-				done[fc] = true
+		switch v := x.Node.(type) {
+		case *pg_query.Node_AExpr:
+			wrap(&v.AExpr.Lexpr)
+			if l := v.AExpr.Rexpr.GetList(); l != nil {
+				for i := range l.Items {
+					wrap(&l.Items[i])
+				}
+			} else {
+				wrap(&v.AExpr.Rexpr)
 			}
-			return true
-		}
-		fc := x.GetFuncCall()
-		if fc == nil || done[fc] || fc.Funcformat != pg_query.CoercionForm_COERCE_SQL_SYNTAX || len(fc.Args) != 2 {
-			return true
-		}
-		if name, _ := funcName(fc); name != "timezone" {
-			return true
-		}
-		done[fc] = true
-		for i, a := range fc.Args {
-			switch a.Node.(type) {
-			case *pg_query.Node_ColumnRef, *pg_query.Node_ParamRef, *pg_query.Node_AConst, *pg_query.Node_AIndirection:
-			default:
-				fc.Args[i] = paren(a)
+		case *pg_query.Node_BoolExpr:
+			for i := range v.BoolExpr.Args {
+				wrap(&v.BoolExpr.Args[i])
+			}
+		case *pg_query.Node_NullTest:
+			wrap(&v.NullTest.Arg)
+		case *pg_query.Node_BooleanTest:
+			wrap(&v.BooleanTest.Arg)
+		case *pg_query.Node_TypeCast:
+			wrap(&v.TypeCast.Arg)
+		case *pg_query.Node_CollateClause:
+			wrap(&v.CollateClause.Arg)
+		case *pg_query.Node_SubLink:
+			wrap(&v.SubLink.Testexpr)
+		case *pg_query.Node_XmlExpr:
+			if v.XmlExpr.Op == pg_query.XmlExprOp_IS_DOCUMENT {
+				for i := range v.XmlExpr.Args {
+					wrap(&v.XmlExpr.Args[i])
+				}
+			}
+		case *pg_query.Node_FuncCall:
+			if v.FuncCall.Funcformat == pg_query.CoercionForm_COERCE_SQL_SYNTAX {
+				for i := range v.FuncCall.Args {
+					wrap(&v.FuncCall.Args[i])
+				}
 			}
 		}
-		x.Node = paren(&pg_query.Node{Node: x.Node}).Node
 		return true
 	})
 	Walk(n, func(m proto.Message) {
@@ -382,13 +449,42 @@ func parenIndirection(n *pg_query.Node) {
 		if !ok || len(ind.Indirection) == 0 || ind.Arg == nil {
 			return
 		}
-		switch ind.Arg.Node.(type) {
+		switch a := ind.Arg.Node.(type) {
 		case *pg_query.Node_ColumnRef, *pg_query.Node_ParamRef, *pg_query.Node_AIndirection, *pg_query.Node_FuncCall,
-			*pg_query.Node_AExpr, *pg_query.Node_TypeCast, *pg_query.Node_RowExpr, *pg_query.Node_SubLink:
+			*pg_query.Node_AExpr, *pg_query.Node_TypeCast, *pg_query.Node_RowExpr:
 			return
+		case *pg_query.Node_SubLink:
+			if a.SubLink.SubLinkType != pg_query.SubLinkType_EXISTS_SUBLINK {
+				return
+			}
 		}
 		ind.Arg = &pg_query.Node{Node: &pg_query.Node_AIndirection{AIndirection: &pg_query.A_Indirection{Arg: ind.Arg}}}
 	})
+}
+
+// compoundOperand reports whether n, as an operand, needs parentheses
+// that pg_query's deparser may leave out (parenIndirection).
+func compoundOperand(n *pg_query.Node) bool {
+	switch v := n.Node.(type) {
+	case *pg_query.Node_AExpr, *pg_query.Node_BoolExpr, *pg_query.Node_NullTest, *pg_query.Node_BooleanTest,
+		*pg_query.Node_CollateClause:
+		return true
+	case *pg_query.Node_SubLink:
+		t := v.SubLink.SubLinkType
+		return t != pg_query.SubLinkType_EXPR_SUBLINK && t != pg_query.SubLinkType_ARRAY_SUBLINK && t != pg_query.SubLinkType_EXISTS_SUBLINK
+	case *pg_query.Node_FuncCall:
+		return v.FuncCall.Funcformat == pg_query.CoercionForm_COERCE_SQL_SYNTAX
+	case *pg_query.Node_XmlExpr:
+		return v.XmlExpr.Op == pg_query.XmlExprOp_IS_DOCUMENT
+	case *pg_query.Node_AConst:
+		switch c := v.AConst.Val.(type) {
+		case *pg_query.A_Const_Ival:
+			return c.Ival.Ival < 0
+		case *pg_query.A_Const_Fval:
+			return strings.HasPrefix(c.Fval.Fval, "-")
+		}
+	}
+	return false
 }
 
 // relations names every relation a statement reads as the worker holding

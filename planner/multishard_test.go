@@ -24,7 +24,7 @@ func TestMergeRender(t *testing.T) {
 			"SELECT sum(c1), sum(c1) / (NULLIF(sum(c2), 0)) FROM unnest($1, $2) p(c1, c2)"},
 		{"SELECT avg(f) FROM accounts",
 			[]string{"float8", "int8"},
-			"SELECT sum(c1) / CAST(NULLIF(sum(c2), 0) AS double precision) FROM unnest($1, $2) p(c1, c2)"},
+			"SELECT sum(c1) / (NULLIF(sum(c2), 0))::double precision FROM unnest($1, $2) p(c1, c2)"},
 		{"SELECT avg(r) FROM accounts", []string{"float4", "int8"}, "avg of real values over several shards is not supported"},
 		{"SELECT aid FROM accounts WHERE abalance > $1 ORDER BY abalance DESC LIMIT $2 OFFSET $3",
 			[]string{"int8", "int4"},

@@ -75,7 +75,7 @@ func RefDigestSQL(sql string) (out, verb string, returning, ok bool) {
 	row := &pg_query.Node{Node: &pg_query.Node_RowExpr{RowExpr: &pg_query.RowExpr{Args: []*pg_query.Node{star},
 		RowFormat: pg_query.CoercionForm_COERCE_EXPLICIT_CALL, Location: -1}}}
 	*list = append(*list, pg_query.MakeResTargetNodeWithNameAndVal(RefDigestColumn, row, -1))
-	d, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: tree.Stmts[0].Stmt}}})
+	d, err := deparse(tree.Version, tree.Stmts[0].Stmt)
 	if err != nil {
 		return "", "", false, false
 	}

@@ -966,7 +966,7 @@ func (d *ddl) shellSQL() (string, error) {
 }
 
 func (d *ddl) deparse(n *pg_query.Node) (string, error) {
-	return pg_query.Deparse(&pg_query.ParseResult{Version: d.version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
+	return planner.Deparse(d.version, n)
 }
 
 // naming reports whether the statement leaves indexes or constraints for

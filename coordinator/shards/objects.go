@@ -14,6 +14,7 @@ import (
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // ObjectDDL recognises DDL on the objects tables' columns and queries are
@@ -63,7 +64,7 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 			if NewObject(st.Stmt) {
 				continue
 			}
-			one, _ := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{st}})
+			one, _ := planner.Deparse(tree.Version, st.Stmt)
 			if o, e := ClassifyObjectDDL(one, snap); o != "" || e != nil {
 				return "", pgerr.New(pgerr.FeatureNotSupported,
 					"DDL on types, domains, collations, schemas or functions in a batch of several statements is not supported").
@@ -108,7 +109,7 @@ func InClientTxn(other string) string {
 
 func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok bool) {
 	deparse := func() (string, bool) {
-		s, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
+		s, err := planner.Deparse(tree.Version, n)
 		return s, err == nil
 	}
 	ignoreDuplicate := func() (string, bool) {
