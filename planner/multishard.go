@@ -369,7 +369,33 @@ func Deparse(version int32, n *pg_query.Node) (string, error) { return deparse(v
 func deparse(version int32, n *pg_query.Node) (string, error) {
 	n = proto.Clone(n).(*pg_query.Node) // the workarounds change the tree
 	parenIndirection(n)
-	return pg_query.Deparse(&pg_query.ParseResult{Version: version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
+	out, err := pg_query.Deparse(&pg_query.ParseResult{Version: version, Stmts: []*pg_query.RawStmt{{Stmt: n}}})
+	if err != nil {
+		return out, err
+	}
+	return lockSpacing(n, out), nil
+}
+
+// lockSpacing puts back the space pg_query's deparser leaves out between
+// FOR UPDATE OF's last relation and NOWAIT or SKIP LOCKED (OF tNOWAIT
+// names a relation tnowait; OF tSKIP LOCKED does not parse).
+func lockSpacing(n *pg_query.Node, sql string) string {
+	Walk(n, func(m proto.Message) {
+		lc, ok := m.(*pg_query.LockingClause)
+		if !ok || len(lc.LockedRels) == 0 || lc.WaitPolicy == pg_query.LockWaitPolicy_LockWaitBlock {
+			return
+		}
+		last := lc.LockedRels[len(lc.LockedRels)-1].GetRangeVar().GetRelname()
+		if last == "" {
+			return
+		}
+		for _, name := range []string{last, `"` + strings.ReplaceAll(last, `"`, `""`) + `"`} {
+			for _, w := range []string{"NOWAIT", "SKIP LOCKED"} {
+				sql = strings.ReplaceAll(sql, name+w, name+" "+w)
+			}
+		}
+	})
+	return sql
 }
 
 // parenIndirection works around pg_query's deparser, which writes
@@ -412,8 +438,22 @@ func parenIndirection(n *pg_query.Node) {
 				for i := range l.Items {
 					wrap(&l.Items[i])
 				}
+			} else if fc := v.AExpr.Rexpr.GetFuncCall(); fc != nil && escapeCall(fc) {
+				// LIKE, ILIKE or SIMILAR TO pattern ESCAPE e: the pattern
+				// and the escape are the call's arguments.
+				for i := range fc.Args {
+					wrap(&fc.Args[i])
+				}
 			} else {
 				wrap(&v.AExpr.Rexpr)
+			}
+		case *pg_query.Node_JsonIsPredicate:
+			wrap(&v.JsonIsPredicate.Expr)
+		case *pg_query.Node_IndexElem:
+			// An index expression is written in parentheses unless it
+			// is a function call, which a SQL-syntax one is not.
+			if fc := v.IndexElem.Expr.GetFuncCall(); fc != nil && fc.Funcformat == pg_query.CoercionForm_COERCE_SQL_SYNTAX {
+				v.IndexElem.Expr = &pg_query.Node{Node: &pg_query.Node_AIndirection{AIndirection: &pg_query.A_Indirection{Arg: v.IndexElem.Expr}}}
 			}
 		case *pg_query.Node_BoolExpr:
 			for i := range v.BoolExpr.Args {
@@ -454,12 +494,19 @@ func parenIndirection(n *pg_query.Node) {
 			*pg_query.Node_AExpr, *pg_query.Node_TypeCast, *pg_query.Node_RowExpr:
 			return
 		case *pg_query.Node_SubLink:
-			if a.SubLink.SubLinkType != pg_query.SubLinkType_EXISTS_SUBLINK {
-				return
+			if a.SubLink.SubLinkType == pg_query.SubLinkType_EXPR_SUBLINK {
+				return // (SELECT ...) is written in parentheses
 			}
 		}
 		ind.Arg = &pg_query.Node{Node: &pg_query.Node_AIndirection{AIndirection: &pg_query.A_Indirection{Arg: ind.Arg}}}
 	})
+}
+
+// escapeCall reports whether fc is the call LIKE ... ESCAPE or SIMILAR TO
+// ... ESCAPE is written as (like_escape, similar_to_escape).
+func escapeCall(fc *pg_query.FuncCall) bool {
+	name, builtin := funcName(fc)
+	return builtin && (name == "like_escape" || name == "similar_to_escape" || name == "similar_escape")
 }
 
 // compoundOperand reports whether n, as an operand, needs parentheses
@@ -476,6 +523,8 @@ func compoundOperand(n *pg_query.Node) bool {
 		return v.FuncCall.Funcformat == pg_query.CoercionForm_COERCE_SQL_SYNTAX
 	case *pg_query.Node_XmlExpr:
 		return v.XmlExpr.Op == pg_query.XmlExprOp_IS_DOCUMENT
+	case *pg_query.Node_JsonIsPredicate:
+		return true
 	case *pg_query.Node_AConst:
 		switch c := v.AConst.Val.(type) {
 		case *pg_query.A_Const_Ival:
