@@ -66,6 +66,17 @@ func TestWritesDuringDistribution(t *testing.T) {
 					}
 				}(w)
 			}
+			// The writers are under way (25 acknowledged) before the
+			// function starts: on a loaded machine they may otherwise
+			// have written little when it ends.
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				n := len(acked)
+				mu.Unlock()
+				if n >= 25 {
+					break
+				}
+			}
 			_, err := c.Exec(ctx, "SELECT "+fmt.Sprintf(fn, table), simple)
 			close(stop)
 			wg.Wait()
