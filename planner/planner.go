@@ -440,30 +440,11 @@ func CTEScope(stmt proto.Message) *CTEs {
 			}
 			visible = all
 		}
-		child := func(cm protoreflect.Message) {
+		eachChild(m, func(cm protoreflect.Message) {
 			if i := cm.Interface(); (with == nil || i != proto.Message(with)) && (target == nil || i != proto.Message(target)) {
 				visit(cm, visible)
 			}
-		}
-		w := walkInfoOf(m.Descriptor())
-		for _, od := range w.oneofs {
-			if fd := m.WhichOneof(od); fd != nil && fd.Kind() == protoreflect.MessageKind {
-				child(m.Get(fd).Message())
-			}
-		}
-		for _, fd := range w.fields {
-			if !m.Has(fd) {
-				continue
-			}
-			if fd.IsList() {
-				l := m.Get(fd).List()
-				for i := 0; i < l.Len(); i++ {
-					child(l.Get(i).Message())
-				}
-			} else {
-				child(m.Get(fd).Message())
-			}
-		}
+		})
 	}
 	visit(stmt.ProtoReflect(), nil)
 	return c
@@ -487,27 +468,33 @@ func Walk(n proto.Message, fn func(proto.Message)) {
 			return
 		}
 		fn(m.Interface())
-		w := walkInfoOf(m.Descriptor())
-		for _, od := range w.oneofs {
-			if fd := m.WhichOneof(od); fd != nil && fd.Kind() == protoreflect.MessageKind {
-				visit(m.Get(fd).Message())
-			}
-		}
-		for _, fd := range w.fields {
-			if !m.Has(fd) {
-				continue
-			}
-			if fd.IsList() {
-				l := m.Get(fd).List()
-				for i := 0; i < l.Len(); i++ {
-					visit(l.Get(i).Message())
-				}
-			} else {
-				visit(m.Get(fd).Message())
-			}
-		}
+		eachChild(m, visit)
 	}
 	visit(n.ProtoReflect())
+}
+
+// eachChild calls fn for each message m holds (oneofs, then the other
+// message fields, lists element by element), in declaration order.
+func eachChild(m protoreflect.Message, fn func(protoreflect.Message)) {
+	w := walkInfoOf(m.Descriptor())
+	for _, od := range w.oneofs {
+		if fd := m.WhichOneof(od); fd != nil && fd.Kind() == protoreflect.MessageKind {
+			fn(m.Get(fd).Message())
+		}
+	}
+	for _, fd := range w.fields {
+		if !m.Has(fd) {
+			continue
+		}
+		if fd.IsList() {
+			l := m.Get(fd).List()
+			for i := 0; i < l.Len(); i++ {
+				fn(l.Get(i).Message())
+			}
+		} else {
+			fn(m.Get(fd).Message())
+		}
+	}
 }
 
 // walkInfo is what Walk visits of a message type: its oneofs and its other
