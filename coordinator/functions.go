@@ -34,21 +34,17 @@ const (
 // query and answers with its result.
 func (ss *session) runFunction(fn *planner.Function) error {
 	if ss.inTxn() {
+		switch fn.Name {
+		case "create_distributed_table", "create_reference_table":
+			return ss.citusInTxn(fn)
+		}
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s inside a transaction block is not supported", fn.Name).
 			WithHint("Run it outside BEGIN ... COMMIT (and on its own, not in a query string with other statements)."))
 	}
 	s := ss.srv
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	arg := func(i int, name, def string) string {
-		if v, ok := fn.NamedArgs[name]; ok {
-			return v
-		}
-		if i < len(fn.Args) {
-			return fn.Args[i]
-		}
-		return def
-	}
+	arg := func(i int, name, def string) string { return funcArg(fn, i, name, def) }
 	var snap *metadata.Snapshot
 	var err error
 	var conns map[int32]*pgx.Conn
@@ -124,22 +120,11 @@ func (ss *session) runFunction(fn *planner.Function) error {
 		}
 		switch fn.Name {
 		case "create_distributed_table":
-			col := arg(1, "distribution_column", "")
-			if t := arg(2, "distribution_type", "hash"); t != "hash" {
-				return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "distribution_type %q is not supported; only hash", t).
-					WithHint("Leave distribution_type out (or say 'hash')."))
+			call, cerr := parseCitusCall(fn)
+			if cerr != nil {
+				return ss.queryError(cerr)
 			}
-			n := 0
-			if v := arg(4, "shard_count", ""); v != "" {
-				if n, err = strconv.Atoi(v); err != nil || n < 1 {
-					return ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "shard_count must be a positive integer"))
-				}
-			}
-			coloc := arg(3, "colocate_with", "default")
-			if coloc == "default" {
-				coloc = ""
-			}
-			snap, err = shards.Distribute(ctx, s.store, conns, def, table, col, n, coloc)
+			snap, err = shards.Distribute(ctx, s.store, conns, def, table, call.column, call.count, call.colocate)
 		case "create_reference_table":
 			snap, err = shards.CreateReference(ctx, s.store, conns, def, table)
 		default:

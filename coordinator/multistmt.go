@@ -51,12 +51,14 @@ func (m *multiOut) scan(out []byte) {
 }
 
 // multiStatement runs the statements of a query string of several (see
-// above). The coordinator's catalog functions are refused in such a string
-// before anything runs: they commit on their own, and the implicit
-// transaction could not undo them.
+// above). create_distributed_table and create_reference_table run when
+// the implicit transaction commits (citustxn.go); the coordinator's other
+// catalog functions are refused in such a string before anything runs:
+// they commit on their own, and the implicit transaction could not undo
+// them.
 func (ss *session) multiStatement(parts []planner.Part) error {
 	for _, pt := range parts {
-		if pt.Function != "" {
+		if pt.Function != "" && pt.Function != "create_distributed_table" && pt.Function != "create_reference_table" {
 			return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 				"%s cannot run in a query string with several statements", pt.Function).
 				WithHint("Send it as a query of its own, after the statements it depends on have run."))

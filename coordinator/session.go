@@ -206,6 +206,10 @@ type session struct {
 	// keeps those only).
 	savepoints []savepointMark
 	spLost     bool // a ROLLBACK TO that could not be followed: pending is forgotten
+	// citusPending: create_distributed_table and create_reference_table
+	// called in the transaction block, which run when it commits
+	// (citustxn.go).
+	citusPending []citusCall
 	// portalNode: the worker each portal of such a transaction was bound
 	// on (portals live on the connection that bound them).
 	portalNode map[string]int32
@@ -1038,7 +1042,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 		return ss.showPools()
 	}
-	if len(ss.parked) > 0 {
+	if len(ss.parked) > 0 || len(ss.citusPending) > 0 {
 		if done, err := ss.multiSimple(&cls, text); done {
 			return err
 		}
@@ -1657,7 +1661,7 @@ func (ss *session) parse(body []byte) error {
 		ss.pin(st.cls.pin)
 	}
 	var e *expect
-	if sp.plan.Kind() != planner.KindDefault || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0)) {
+	if sp.plan.Kind() != planner.KindDefault || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0 || len(ss.citusPending) > 0)) {
 		if ss.txStatus() == 'E' && st.cls.txn == "" && !(len(st.cls.sps) == 1 && st.cls.sps[0].kind == opRollbackTo) {
 			// As PostgreSQL: a failed transaction parses only its end.
 			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
@@ -1723,7 +1727,7 @@ func (ss *session) bind(body []byte) error {
 		ss.push(expect{kind: eSynth, synth: msgBindComplete})
 		return nil
 	}
-	if len(ss.parked) > 0 {
+	if len(ss.parked) > 0 || len(ss.citusPending) > 0 {
 		local, err := ss.multiBind(string(portal), st)
 		if err != nil {
 			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
@@ -2469,6 +2473,7 @@ func (ss *session) endOfCycle(status byte) {
 	}
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk, ss.chainStarted = "", false, false, false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
+	ss.citusPending = nil
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {
 			ss.params.applyOps(ss.pending, ss.sc.Params)

@@ -341,6 +341,21 @@ func unpreparable(err error) error {
 // with the characteristics PostgreSQL gives it: the worker is asked for
 // them (chainBegin).
 func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err error) {
+	// create_distributed_table and create_reference_table called in the
+	// block run now, before it commits (citustxn.go).
+	var moves *citusMoves
+	var movesErr error
+	if calls := ss.citusPending; len(calls) > 0 {
+		ss.citusPending = nil
+		if commit && ss.txStatus() != 'E' {
+			if moves, movesErr = ss.citusRun(calls); movesErr != nil {
+				if pgerr.Flatten(movesErr).Severity == "FATAL" {
+					return "", nil, movesErr
+				}
+				commit, chain = false, false
+			}
+		}
+	}
 	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
 	all = append(all, txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
 	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
@@ -382,11 +397,25 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 				c.sc.MarkBroken()
 			}
 		}
+		if movesErr != nil {
+			return "", nil, movesErr
+		}
 		return "ROLLBACK", nil, nil
 	}
 
 	g := twophase.New("tx", ss.srv.store)
 	g.AfterDecide, g.BeforeCommit = ss.srv.hooks.afterDecide, ss.srv.hooks.beforeCommitPrepared
+	if moves != nil {
+		// The catalog's tables follow the block's outcome.
+		defer func() {
+			if problems := moves.end(ss.srv, committed, g.InDoubt); len(problems) > 0 {
+				if err == nil {
+					tag, err = "", pgerr.New(pgerr.InvalidTransactionState, "the transaction was rolled back")
+				}
+				err = withCleanup(err, problems)
+			}
+		}()
+	}
 	for i := range all {
 		g.Join(all[i].node, "worker "+all[i].sc.Addr, &poolConn{ss: ss, c: &all[i]})
 	}

@@ -73,10 +73,28 @@ func HashFunction(c *Column) (string, error) {
 // transactions left to commit.
 func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
 	table, column string, shardCount int, colocateWith string) (*metadata.Snapshot, error) {
+	return distribute(ctx, store, conns, defaultNode, table, column, shardCount, colocateWith, false)
+}
+
+// DistributeInTxn is Distribute inside a client's transaction block: conns
+// are the block's own connections to every active node, and the shards are
+// created and filled, and the table emptied, in the block's transactions on
+// them, which the client's COMMIT commits (two-phase commit) and its
+// ROLLBACK undoes. The catalog change commits here, as Distribute's does
+// before its shards: the caller removes it again (store.DropTable) if the
+// block does not commit, unless the outcome is in doubt. On error nothing
+// is recorded; the caller fails the block.
+func DistributeInTxn(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	table, column string, shardCount int, colocateWith string) (*metadata.Snapshot, error) {
+	return distribute(ctx, store, conns, defaultNode, table, column, shardCount, colocateWith, true)
+}
+
+func distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	table, column string, shardCount int, colocateWith string, inClient bool) (*metadata.Snapshot, error) {
 	if shardCount < 0 || shardCount > metadata.MaxShardCount {
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "shard_count must be between 1 and %d", metadata.MaxShardCount)
 	}
-	o, snap, def, name, err := startNew(ctx, store, conns, defaultNode, "distribute", table)
+	o, snap, def, name, err := startNew(ctx, store, conns, defaultNode, "distribute", table, inClient)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +164,19 @@ func Distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 // as for Distribute.
 func CreateReference(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
 	table string) (*metadata.Snapshot, error) {
-	o, snap, def, name, err := startNew(ctx, store, conns, defaultNode, "reference", table)
+	return createReference(ctx, store, conns, defaultNode, table, false)
+}
+
+// CreateReferenceInTxn is CreateReference inside a client's transaction
+// block, as DistributeInTxn is Distribute.
+func CreateReferenceInTxn(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	table string) (*metadata.Snapshot, error) {
+	return createReference(ctx, store, conns, defaultNode, table, true)
+}
+
+func createReference(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	table string, inClient bool) (*metadata.Snapshot, error) {
+	o, snap, def, name, err := startNew(ctx, store, conns, defaultNode, "reference", table, inClient)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +208,7 @@ func CreateReference(ctx context.Context, store *metadata.Store, conns map[int32
 // table distributed with its rows in the shards.
 func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
 	defaultNode int32, table string) (*metadata.Snapshot, error) {
-	o, loaded, err := start(ctx, store, conns, defaultNode, "undistribute")
+	o, loaded, err := start(ctx, store, conns, defaultNode, "undistribute", false)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +337,7 @@ type op struct {
 
 // start checks the arguments and loads the catalog.
 func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
-	name string) (*op, *metadata.Snapshot, error) {
+	name string, inClient bool) (*op, *metadata.Snapshot, error) {
 	if store == nil {
 		return nil, nil, pgerr.New(pgerr.Internal, "shards: no metadata store")
 	}
@@ -321,6 +351,7 @@ func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn
 	}
 	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n, store), schemas: map[int32]bool{}}
 	o.g.beginStmt = opBeginSQL
+	o.g.inClient = inClient
 	o.learn(snap)
 	return o, snap, nil
 }
@@ -329,8 +360,8 @@ func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn
 // table on the default node, reads its definition and checks the catalog
 // does not have it yet. On error everything is rolled back.
 func startNew(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
-	opName, table string) (*op, *metadata.Snapshot, *Def, string, error) {
-	o, snap, err := start(ctx, store, conns, defaultNode, opName)
+	opName, table string, inClient bool) (*op, *metadata.Snapshot, *Def, string, error) {
+	o, snap, err := start(ctx, store, conns, defaultNode, opName, inClient)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
@@ -536,6 +567,41 @@ func (o *op) fail(ctx context.Context, err error) error {
 		o.recorded = ""
 	}
 	return twophase.WithProblems(err, problems)
+}
+
+// CheckInTxn checks, on c, the default node's connection of a client's
+// transaction block, what DistributeInTxn (column not "") or
+// CreateReferenceInTxn (column "") checks before it changes anything: the
+// table exists and is not one of pgfleet's, it is not in the catalog, and
+// the column exists, has a supported type and is in every unique
+// constraint. It locks the table against writes in the block, as the
+// operation does, and returns its catalog name.
+func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table, column string) (string, error) {
+	def, err := TableDef(ctx, c, table)
+	if err != nil {
+		return "", err
+	}
+	if def.Schema == "pgfleet" {
+		return "", pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName()).
+			WithHint("Distribute your own tables only.")
+	}
+	if _, err := c.Exec(ctx, "LOCK TABLE "+def.Ident()+" IN EXCLUSIVE MODE"); err != nil {
+		return "", err
+	}
+	if err := notInCatalog(snap, def.CatalogName()); err != nil {
+		return "", err
+	}
+	if column == "" {
+		return def.CatalogName(), nil
+	}
+	col := def.Column(column)
+	if col == nil {
+		return "", pgerr.New(pgerr.UndefinedColumn, "column %q of relation %q does not exist", column, def.CatalogName())
+	}
+	if _, err := HashFunction(col); err != nil {
+		return "", err
+	}
+	return def.CatalogName(), uniqueIncludes(def, col.Name)
 }
 
 // notInCatalog fails with 42710 if the table is distributed or a reference

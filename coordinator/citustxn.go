@@ -1,0 +1,217 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// create_distributed_table and create_reference_table inside a transaction
+// block (or a query string of several statements, whose implicit
+// transaction is one), as migration tools send them: CREATE TABLE t ...;
+// SELECT create_distributed_table('t', 'id'); CREATE INDEX ON t ...
+//
+// The call checks what it can at once (the table, the column, the catalog;
+// an error fails the block, as PostgreSQL's would), locks the table against
+// other writers in the block, takes every worker into the block and
+// answers; the move itself waits for the block's COMMIT. Until then the
+// table is the default node's, in the block's own transaction there, so
+// later statements of the block read and write it there, and DDL on it
+// (an index, a constraint) is part of the definition the shards get. At
+// COMMIT the calls run in order on the block's connections
+// (shards.DistributeInTxn: shards created and filled, the table emptied
+// and guarded), each table fenced on every coordinator, and the block
+// commits with two-phase commit on every worker, all or nothing: an error
+// of a call (a NULL in the distribution column inserted after it, say) is
+// the COMMIT's, and nothing of the block remains. As outside a block, the
+// catalog change commits just before the shards do; it is removed again
+// if the block does not commit (kept while the outcome is in doubt:
+// recovery may commit it). ROLLBACK forgets the calls.
+
+// citusCall is a create_distributed_table or create_reference_table call's
+// arguments.
+type citusCall struct {
+	fn       string // create_distributed_table or create_reference_table
+	table    string // the table as the call names it
+	name     string // its catalog name, once checked
+	column   string // the distribution column ("" for a reference table)
+	count    int    // shard_count (0: the default or the colocated table's)
+	colocate string // colocate_with ("" for the default)
+}
+
+// funcArg is a Citus function's argument i, or the one named name, or def.
+func funcArg(fn *planner.Function, i int, name, def string) string {
+	if v, ok := fn.NamedArgs[name]; ok {
+		return v
+	}
+	if i < len(fn.Args) {
+		return fn.Args[i]
+	}
+	return def
+}
+
+// parseCitusCall reads the arguments of create_distributed_table or
+// create_reference_table.
+func parseCitusCall(fn *planner.Function) (citusCall, error) {
+	c := citusCall{fn: fn.Name, table: funcArg(fn, 0, "table_name", "")}
+	if c.table == "" {
+		return c, pgerr.New(pgerr.InvalidParameterValue, "%s needs a table name", fn.Name)
+	}
+	if fn.Name != "create_distributed_table" {
+		return c, nil
+	}
+	c.column = funcArg(fn, 1, "distribution_column", "")
+	if t := funcArg(fn, 2, "distribution_type", "hash"); t != "hash" {
+		return c, pgerr.New(pgerr.FeatureNotSupported, "distribution_type %q is not supported; only hash", t).
+			WithHint("Leave distribution_type out (or say 'hash').")
+	}
+	if v := funcArg(fn, 4, "shard_count", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return c, pgerr.New(pgerr.InvalidParameterValue, "shard_count must be a positive integer")
+		}
+		c.count = n
+	}
+	if c.colocate = funcArg(fn, 3, "colocate_with", "default"); c.colocate == "default" {
+		c.colocate = ""
+	}
+	return c, nil
+}
+
+// citusInTxn answers create_distributed_table or create_reference_table
+// called in a transaction block: checked and recorded, to run at COMMIT.
+func (ss *session) citusInTxn(fn *planner.Function) error {
+	call, err := parseCitusCall(fn)
+	if err == nil && fn.Name == "create_distributed_table" && call.column == "" {
+		err = pgerr.New(pgerr.InvalidParameterValue, "create_distributed_table needs a distribution column")
+	}
+	switch {
+	case ss.txStatus() == 'E':
+		return ss.queryError(pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+	case err != nil:
+		ss.failBlock()
+		return ss.queryError(err)
+	case !ss.canTakeInAll() || len(ss.savepoints) > 0:
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"%s is not supported in a transaction block that has set transaction modes, savepoints or session settings only its worker knows", fn.Name).
+			WithHint("Call it right after BEGIN (before SAVEPOINT, SET LOCAL or SET ROLE), or outside the block."))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	snap := ss.srv.catalog.Load()
+	conns, giveBack, err := ss.borrowAll(ctx, snap)
+	if giveBack == nil {
+		return ss.queryError(err)
+	}
+	if err == nil {
+		call.name, err = shards.CheckInTxn(ctx, conns[ss.srv.defaultNode.Load()], snap, call.table, call.column)
+	}
+	if lost := giveBack(); lost != nil {
+		return lost
+	}
+	for _, p := range ss.citusPending {
+		if err == nil && p.name == call.name {
+			err = pgerr.New(pgerr.DuplicateObject, "table %s is already distributed in this transaction", call.name)
+		}
+	}
+	if err != nil {
+		ss.failBlock()
+		return ss.queryError(err)
+	}
+	ss.citusPending = append(ss.citusPending, call)
+	rd := pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte(fn.Name), DataTypeOID: oidVoid,
+		DataTypeSize: 4, TypeModifier: -1}}}
+	ss.out, _ = rd.Encode(ss.out)
+	ss.out, _ = (&pgproto3.DataRow{Values: [][]byte{{}}}).Encode(ss.out)
+	ss.out = commandComplete(ss.out, "SELECT 1")
+	ss.out = readyForQuery(ss.out, ss.txStatus())
+	return nil
+}
+
+// citusMoves is what citusRun did for a block's COMMIT: the catalog it
+// left, the tables it recorded there, and the fences it holds.
+type citusMoves struct {
+	snap     *metadata.Snapshot
+	recorded []string
+	releases []func(done bool)
+}
+
+// citusRun runs the block's pending calls on its connections, in order,
+// before its two-phase commit (see above). On error what it recorded is
+// undone and the caller rolls the block back.
+func (ss *session) citusRun(calls []citusCall) (*citusMoves, error) {
+	s := ss.srv
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	m := &citusMoves{}
+	for _, c := range calls {
+		release, err := s.fenceFleet(ctx, c.name)
+		if err != nil {
+			return nil, withCleanup(err, m.end(s, false, false))
+		}
+		m.releases = append(m.releases, release)
+	}
+	conns, giveBack, err := ss.borrowAll(ctx, s.catalog.Load())
+	if giveBack == nil {
+		return nil, withCleanup(err, m.end(s, false, false))
+	}
+	def := s.defaultNode.Load()
+	for _, c := range calls {
+		if err != nil {
+			break
+		}
+		var snap *metadata.Snapshot
+		if c.fn == "create_reference_table" {
+			snap, err = shards.CreateReferenceInTxn(ctx, s.store, conns, def, c.name)
+		} else {
+			snap, err = shards.DistributeInTxn(ctx, s.store, conns, def, c.name, c.column, c.count, c.colocate)
+		}
+		if err == nil {
+			m.snap, m.recorded = snap, append(m.recorded, c.name)
+		}
+	}
+	if lost := giveBack(); lost != nil {
+		m.end(s, false, false)
+		return nil, lost
+	}
+	if err != nil {
+		return nil, withCleanup(err, m.end(s, false, false))
+	}
+	return m, nil
+}
+
+// end follows the block's two-phase commit: committed, the new catalog is
+// the coordinator's (and the fleet's); not, the tables recorded leave the
+// catalog again, unless the outcome is in doubt (recovery may commit the
+// shards). The fences go either way.
+// It returns what it could not undo.
+func (m *citusMoves) end(s *Server, committed, inDoubt bool) (problems []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), txCleanupTimeout)
+	defer cancel()
+	switch {
+	case committed:
+		s.changedCatalog(m.snap)
+	case !inDoubt:
+		for i := len(m.recorded) - 1; i >= 0; i-- {
+			if _, err := s.store.DropTable(ctx, m.recorded[i]); err != nil {
+				problems = append(problems, fmt.Sprintf("table %s could not be removed from the catalog: %v", m.recorded[i], err))
+			}
+		}
+		fallthrough
+	default:
+		s.refreshCatalog(ctx)
+	}
+	for _, r := range m.releases {
+		r(committed)
+	}
+	return problems
+}
