@@ -63,35 +63,7 @@ func TestWorkerConnectionsBounded(t *testing.T) {
 		exec(t, admin, q, simple)
 	}
 
-	// The sampler.
-	stop := make(chan struct{})
-	var most [2]atomic.Int32
-	var samples atomic.Int32
-	var sampler sync.WaitGroup
-	for i, w := range workers {
-		sampler.Add(1)
-		go func() {
-			defer sampler.Done()
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				var n int32
-				if err := w.QueryRow(ctx, "SELECT count(*)::int FROM pg_stat_activity WHERE usename = 'wcb_user'", simple).Scan(&n); err != nil {
-					t.Error(err)
-					return
-				}
-				samples.Add(1)
-				if n > most[i].Load() {
-					most[i].Store(n)
-				}
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-			}
-		}()
-	}
+	stopSampler := connSampler(t, workers, "wcb_user", 100*time.Millisecond)
 
 	// The clients. Each write's rows are recorded as committed or not.
 	url := "postgres://wcb_user@" + srv.Addr() + "/postgres?sslmode=disable"
@@ -163,12 +135,11 @@ func TestWorkerConnectionsBounded(t *testing.T) {
 		}()
 	}
 	run.Wait()
-	close(stop)
-	sampler.Wait()
+	most, samples := stopSampler()
 	t.Logf("%d samples; most connections of the clients' user: worker 1 %d, worker 2 %d; errors by SQLSTATE %v",
-		samples.Load(), most[0].Load(), most[1].Load(), codes)
-	for i := range most {
-		if n := most[i].Load(); n > pool {
+		samples, most[0], most[1], codes)
+	for i, n := range most {
+		if n > pool {
 			t.Errorf("worker %d had %d connections of the clients' user, more than the pool's %d", i+1, n, pool)
 		}
 	}
@@ -204,4 +175,48 @@ func TestWorkerConnectionsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	refCopies(t, workers, "wcb_ref_"+shard, "after")
+}
+
+// connSampler counts, every period, the connections of user on each
+// worker (pg_stat_activity) and keeps the most seen; stop ends it and
+// returns them with the number of samples taken.
+func connSampler(t *testing.T, workers []*pgx.Conn, user string, period time.Duration) (stop func() (most []int32, samples int32)) {
+	ctx := context.Background()
+	done := make(chan struct{})
+	most := make([]atomic.Int32, len(workers))
+	var n atomic.Int32
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(period)
+			defer tick.Stop()
+			for {
+				var c int32
+				if err := w.QueryRow(ctx, "SELECT count(*)::int FROM pg_stat_activity WHERE usename = $1", pgx.QueryExecModeSimpleProtocol, user).Scan(&c); err != nil {
+					t.Error(err)
+					return
+				}
+				n.Add(1)
+				if c > most[i].Load() {
+					most[i].Store(c)
+				}
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	return func() ([]int32, int32) {
+		close(done)
+		wg.Wait()
+		out := make([]int32, len(most))
+		for i := range most {
+			out[i] = most[i].Load()
+		}
+		return out, n.Load()
+	}
 }

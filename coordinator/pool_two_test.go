@@ -53,34 +53,7 @@ func TestPoolOfTwoDuringCitusFunctions(t *testing.T) {
 	drop()
 	t.Cleanup(drop)
 
-	stop := make(chan struct{})
-	var most [2]atomic.Int32
-	var samples atomic.Int32
-	var sampler sync.WaitGroup
-	for i, w := range workers {
-		sampler.Add(1)
-		go func() {
-			defer sampler.Done()
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				var n int32
-				if err := w.QueryRow(ctx, "SELECT count(*)::int FROM pg_stat_activity WHERE usename = 'p2_user'", simple).Scan(&n); err != nil {
-					t.Error(err)
-					return
-				}
-				samples.Add(1)
-				if n > most[i].Load() {
-					most[i].Store(n)
-				}
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-			}
-		}()
-	}
+	stopSampler := connSampler(t, workers, "p2_user", 10*time.Millisecond)
 
 	url := "postgres://p2_user@" + srv.Addr() + "/postgres?sslmode=disable"
 	var run sync.WaitGroup
@@ -162,18 +135,17 @@ func TestPoolOfTwoDuringCitusFunctions(t *testing.T) {
 		}()
 	}
 	run.Wait()
-	close(stop)
-	sampler.Wait()
+	most, samples := stopSampler()
 	t.Logf("%d samples; most connections of the clients' user: worker 1 %d, worker 2 %d; %d retries after 53300",
-		samples.Load(), most[0].Load(), most[1].Load(), retried.Load())
-	if samples.Load() < 10 {
-		t.Fatalf("only %d samples: the sampler did not watch the statements", samples.Load())
+		samples, most[0], most[1], retried.Load())
+	if samples < 10 {
+		t.Fatalf("only %d samples: the sampler did not watch the statements", samples)
 	}
-	if most[0].Load() == 0 && most[1].Load() == 0 {
+	if most[0] == 0 && most[1] == 0 {
 		t.Fatal("the sampler never saw a connection of the clients' user: it counts the wrong thing")
 	}
-	for i := range most {
-		if n := most[i].Load(); n > pool {
+	for i, n := range most {
+		if n > pool {
 			t.Errorf("worker %d had %d connections of the clients' user, more than the pool's %d", i+1, n, pool)
 		}
 	}
