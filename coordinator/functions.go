@@ -199,11 +199,11 @@ func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
 
 // writeAllNodes runs a reference-table write on every copy, atomically, and
 // answers with the first copy's result.
-func (ss *session) writeAllNodes(p *planner.Plan, lits []literal) error {
+func (ss *session) writeAllNodes(p *planner.Plan, lits []literal, text string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
-		return ss.queryError(err)
+		return ss.runFrozen(p.Mutability(), text, err)
 	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
@@ -275,7 +275,7 @@ func (ss *session) insertSplit(p *planner.Plan, x *planner.InsertSplit, lits []l
 	err = ss.sameOnEveryCopy(mctx, p, lits, nil, nil, nil)
 	mcancel()
 	if err != nil {
-		return ss.queryError(err)
+		return ss.runFrozen(p.Mutability(), text, err)
 	}
 	if x.Returning && !x.RowPerValue {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,

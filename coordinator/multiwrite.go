@@ -40,7 +40,7 @@ func (ss *session) multiShardWrite(p *planner.Plan, lits []literal, text string)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := ss.sameOnEveryCopy(ctx, p, lits, nil, nil, nil); err != nil {
-		return ss.queryError(err)
+		return ss.runFrozen(p.Mutability(), text, err)
 	}
 	snap := ss.srv.catalog.Load()
 	byNode, err := writeGroups(p, snap, lits)

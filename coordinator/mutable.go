@@ -152,38 +152,12 @@ func (s *Server) immutableCalls(ctx context.Context, table writeTarget, m *plann
 // immutableDefaults refuses a write whose rows take a column DEFAULT (or
 // identity) that is not immutable.
 func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, target writeTarget) error {
-	rows, err := s.metaPool.Query(ctx, `SELECT a.attname::text, a.attidentity::text, a.attgenerated::text,
-			coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
-		FROM pg_catalog.pg_attribute a
-		LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-		LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-		WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, metadata.SQLName(m.Table))
+	cols, err := s.columnDefaults(ctx, m.Table)
 	if err != nil {
-		return pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", m.Table, err)
-	}
-	type col struct{ name, identity, generated, def string }
-	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (col, error) {
-		var c col
-		err := r.Scan(&c.name, &c.identity, &c.generated, &c.def)
-		return c, err
-	})
-	if err != nil {
-		return pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", m.Table, err)
+		return err
 	}
 	for i, c := range cols {
-		var takes bool
-		switch {
-		case slices.Contains(m.DefaultCols, c.name):
-			takes = true
-		case m.OnlyDefaultCols:
-			takes = false
-		case m.Listed != nil:
-			takes = !slices.Contains(m.Listed, c.name)
-		default:
-			takes = m.Given < 0 || i >= m.Given || slices.Contains(m.DefaultPos, i)
-		}
-		if !takes || c.generated != "" {
+		if !takesDefault(m, i, c.name) || c.generated != "" {
 			continue // a generated column's expression is immutable
 		}
 		if c.identity != "" {
@@ -211,4 +185,46 @@ func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, t
 		}
 	}
 	return nil
+}
+
+// tableColumn is a column of a table and its default (pg_get_expr's
+// text, the type's default for a domain; "" for none).
+type tableColumn struct{ name, identity, generated, def string }
+
+// columnDefaults reads table's columns, in order, with their defaults.
+func (s *Server) columnDefaults(ctx context.Context, table string) ([]tableColumn, error) {
+	rows, err := s.metaPool.Query(ctx, `SELECT a.attname::text, a.attidentity::text, a.attgenerated::text,
+			coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
+		FROM pg_catalog.pg_attribute a
+		LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, metadata.SQLName(table))
+	if err != nil {
+		return nil, pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tableColumn, error) {
+		var c tableColumn
+		err := r.Scan(&c.name, &c.identity, &c.generated, &c.def)
+		return c, err
+	})
+	if err != nil {
+		return nil, pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", table, err)
+	}
+	return cols, nil
+}
+
+// takesDefault reports whether the rows of the write m may take the
+// DEFAULT of column name, the i-th (0-based) of its table.
+func takesDefault(m *planner.Mutability, i int, name string) bool {
+	switch {
+	case slices.Contains(m.DefaultCols, name):
+		return true
+	case m.OnlyDefaultCols:
+		return false
+	case m.Listed != nil:
+		return !slices.Contains(m.Listed, name)
+	default:
+		return m.Given < 0 || i >= m.Given || slices.Contains(m.DefaultPos, i)
+	}
 }

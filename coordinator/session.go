@@ -1133,6 +1133,10 @@ func (ss *session) simpleQuery(body []byte) error {
 		if errors.As(err, &sf) {
 			return ss.insertSelectRows(ptext, sf)
 		}
+		var tr *planner.TimeRead
+		if errors.As(err, &tr) {
+			return ss.runFrozen(nil, text, tr.Err)
+		}
 		return ss.queryError(ss.workerVerdict(text, nil, err))
 	}
 	if cls.notify && p.Kind() != planner.KindDefault {
@@ -1195,7 +1199,7 @@ func (ss *session) simpleQuery(body []byte) error {
 				ss.seqDiscard = false
 				return ss.queryError(errSeqState(cls.seqFn))
 			case !ss.inTxn() && p.Explain == nil:
-				return ss.writeAllNodes(p, lits)
+				return ss.writeAllNodes(p, lits, text)
 			case p.Explain == nil && ss.pinned == "":
 				// In a transaction block (even one whose BEGIN is still
 				// deferred) it runs on every worker holding a copy, each

@@ -1680,8 +1680,8 @@ func (b *builder) multiShardWrite(stmt *pg_query.Node, p *Plan, dist []*metadata
 			WithHint("Add WHERE %s = <value>, or write the WITH query into the statement.", t.DistColumn)
 	}
 	if name := writeTime(stmt); name != "" {
-		return nil, unsupported("a multi-shard %s of %s reading %s is not supported: each worker would give its own value", what, t.Name, name).
-			WithHint("Pass the value as a constant or a parameter, or add WHERE %s = <value>.", t.DistColumn)
+		return nil, &TimeRead{unsupported("a multi-shard %s of %s reading %s is not supported: each worker would give its own value", what, t.Name, name).
+			WithHint("Pass the value as a constant or a parameter, or add WHERE %s = <value>.", t.DistColumn)}
 	}
 	if err := b.shardLocal(stmt, what, t); err != nil {
 		return nil, err

@@ -1,0 +1,74 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// frozenWrite is the coordinator's answer to a write over several shards
+// or reference-table copies refused because each would read the
+// transaction's time for itself (now(), CURRENT_TIMESTAMP, a DEFAULT
+// now() the rows take): outside a transaction block the statement's one
+// moment is read once, from PostgreSQL, and written into the statement as
+// constants (planner.FillDefaults, planner.FreezeTime), so every row
+// stores what PostgreSQL would store, the same moment. It returns the
+// statement to run instead, or ok false (the refusal stands: inside a
+// transaction block, whose time began on its first worker; with
+// standard_conforming_strings off, whose strings pg_query reads otherwise;
+// or a refusal for something else).
+func (ss *session) frozenWrite(m *planner.Mutability, text string, refusal error) (string, bool) {
+	var pe *pgerr.Error
+	if ss.inTxn() || ss.scsOff || !errors.As(refusal, &pe) || pe.Code != pgerr.FeatureNotSupported || ss.srv.metaPool == nil {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sql := text
+	if m != nil && m.Defaults {
+		cols, err := ss.srv.columnDefaults(ctx, m.Table)
+		if err != nil {
+			return "", false
+		}
+		var names []string
+		var fill []planner.ColumnDefault
+		for i, c := range cols {
+			names = append(names, c.name)
+			if c.def != "" && c.identity == "" && c.generated == "" && takesDefault(m, i, c.name) && planner.ReadsTime(c.def) {
+				fill = append(fill, planner.ColumnDefault{Name: c.name, Expr: c.def})
+			}
+		}
+		if len(fill) > 0 {
+			filled, ok, err := planner.FillDefaults(sql, names, fill)
+			if err != nil || !ok {
+				return "", false
+			}
+			sql = filled
+		}
+	}
+	if !planner.ReadsTime(sql) {
+		return "", false
+	}
+	var moment string
+	if err := ss.srv.metaPool.QueryRow(ctx, `SELECT pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'`).Scan(&moment); err != nil {
+		return "", false
+	}
+	frozen, n, err := planner.FreezeTime(sql, moment)
+	if err != nil || n == 0 {
+		return "", false
+	}
+	return frozen, true
+}
+
+// runFrozen runs a write with the transaction's time frozen
+// (frozenWrite) if it can, or answers the refusal. m is the plan's
+// Mutability, nil when the planner refused the statement (TimeRead).
+func (ss *session) runFrozen(m *planner.Mutability, text string, refusal error) error {
+	if sql, ok := ss.frozenWrite(m, text, refusal); ok {
+		return ss.simpleQuery(append([]byte(sql), 0))
+	}
+	return ss.queryError(refusal)
+}

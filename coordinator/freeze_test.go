@@ -1,0 +1,63 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestWritesReadTheTimeOnce: multi-row INSERTs over several shards and
+// into reference tables that take DEFAULT now() / CURRENT_DATE /
+// LOCALTIMESTAMP(2), and multi-shard UPDATEs and DELETEs that read now(),
+// answer as plain PostgreSQL does: one moment for the whole statement, on
+// every shard and every copy, under the session's TimeZone. Before, they
+// were refused (0A000). Inside a transaction block they still are.
+func TestWritesReadTheTimeOnce(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	plain := oracleDB(t, cl.Servers[1].Addr(), "freezeoracle")
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	const cols = "(id int PRIMARY KEY, t timestamptz DEFAULT now(), d date DEFAULT CURRENT_DATE, v int, lt timestamp(2) DEFAULT LOCALTIMESTAMP(2))"
+	exec(t, plain, "DROP TABLE IF EXISTS fz_t, fz_r")
+	testTable(t, c, "fz_t", cols, "SELECT create_distributed_table('fz_t', 'id', shard_count => 8)")
+	testTable(t, c, "fz_r", "(id int PRIMARY KEY, t timestamptz DEFAULT now(), note text)", "SELECT create_reference_table('fz_r')")
+	exec(t, plain, "CREATE TABLE fz_t "+cols)
+	exec(t, plain, "CREATE TABLE fz_r (id int PRIMARY KEY, t timestamptz DEFAULT now(), note text)")
+	t.Cleanup(func() { _, _ = plain.Exec(ctx, "DROP TABLE IF EXISTS fz_t, fz_r") })
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "SET TimeZone = 'Pacific/Kiritimati'", simple) // UTC+14: another date than UTC's for hours a day
+	}
+	compareOracle(t, c, plain, []string{
+		"INSERT INTO fz_t (id, v) VALUES (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6), (7, 7), (8, 8)",
+		"SELECT count(*), count(DISTINCT t), count(DISTINCT d), count(DISTINCT lt), bool_and(d = t::date), bool_and(lt = t::timestamp(2)) FROM fz_t",
+		"INSERT INTO fz_t VALUES (20, DEFAULT, DEFAULT, 20), (21, DEFAULT, '2020-01-01', 21), (22, '2021-01-01 00:00+00', DEFAULT, 22)",
+		"SELECT id, t = (SELECT t FROM fz_t WHERE id = 20), d = (SELECT t FROM fz_t WHERE id = 20)::date FROM fz_t WHERE id >= 20 ORDER BY id",
+		"INSERT INTO fz_t (id, v, t) VALUES (30, 30, now() - interval '1 day'), (31, 31, CURRENT_TIMESTAMP(0) - interval '1 day') RETURNING id, t <= now() - interval '1 day'",
+		"SELECT count(DISTINCT date_trunc('second', t)) FROM fz_t WHERE id >= 30",
+		"UPDATE fz_t SET t = now() + interval '1 hour', v = v * 2 WHERE v <= 8",
+		"SELECT count(DISTINCT t), bool_and(t > now()) FROM fz_t WHERE v <= 16 AND id < 20",
+		"DELETE FROM fz_t WHERE t > now() + interval '30 minutes' AND id % 2 = 0",
+		"SELECT id FROM fz_t ORDER BY id",
+		"INSERT INTO fz_r (id) VALUES (1), (2), (3)",
+		"INSERT INTO fz_r VALUES (4, DEFAULT, 'four')",
+		"SELECT count(DISTINCT t) FROM fz_r WHERE id <= 3",
+		"UPDATE fz_r SET note = 'at ' || (now() > t)::text WHERE id = 1",
+		"SELECT note FROM fz_r WHERE id = 1",
+		// A transaction block's time began on its first worker: refused.
+		"BEGIN; UPDATE fz_t SET t = now(); ROLLBACK",
+	}, map[string]bool{"BEGIN; UPDATE fz_t SET t = now(); ROLLBACK": true})
+	var workers []*pgx.Conn
+	for _, s := range cl.Servers {
+		workers = append(workers, connect(t, s.Addr()))
+	}
+	var shard string
+	if err := workers[0].QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.fz_r'").Scan(&shard); err != nil {
+		t.Fatal(err)
+	}
+	refCopies(t, workers, "fz_r_"+shard, "after writes that read now()")
+}
