@@ -72,3 +72,33 @@ func (ss *session) runFrozen(m *planner.Mutability, text string, refusal error) 
 	}
 	return ss.queryError(refusal)
 }
+
+// frozenPortal gives a write portal refused because its shards or copies
+// would each read the transaction's time (sameOnEveryCopy's refusal) the
+// plan of its statement with the moment frozen (frozenWrite), for this
+// portal only, checked again; it returns the error to answer, nil when
+// the portal may run. The statement keeps its parameters. INSERTs whose
+// sequence values the coordinator binds keep the refusal.
+func (ss *session) frozenPortal(ctx context.Context, sp *scatterPortal, refusal error, values [][]byte, formats []int16, oids []uint32) error {
+	if sp.sp.seq != nil {
+		return refusal
+	}
+	sql, ok := ss.frozenWrite(sp.sp.plan.Mutability(), sp.st.Query, refusal)
+	if !ok {
+		return refusal
+	}
+	snap := ss.srv.catalog.Load()
+	p, err := planner.Build(sql, snap)
+	if err != nil || p.Kind() != sp.sp.plan.Kind() || p.DistTable() != sp.sp.plan.DistTable() {
+		return refusal
+	}
+	if err := ss.sameOnEveryCopy(ctx, p, nil, values, formats, oids); err != nil {
+		return err
+	}
+	n := len(p.ShardSQL())
+	if p.Kind() == planner.KindInsertSplit {
+		n = len(snap.Shards[p.DistTable()])
+	}
+	sp.sp = &stmtPlan{version: snap.Version, plan: p, shards: make([]shardSlot, n)}
+	return nil
+}

@@ -51,6 +51,31 @@ func TestWritesReadTheTimeOnce(t *testing.T) {
 		// A transaction block's time began on its first worker: refused.
 		"BEGIN; UPDATE fz_t SET t = now(); ROLLBACK",
 	}, map[string]bool{"BEGIN; UPDATE fz_t SET t = now(); ROLLBACK": true})
+	// The block the refusal failed is still open, as on PostgreSQL.
+	exec(t, c, "ROLLBACK", simple)
+
+	// The extended protocol, as drivers send bulk inserts.
+	for _, conn := range []*pgx.Conn{c, plain} {
+		if _, err := conn.Exec(ctx, "INSERT INTO fz_t (id, v) VALUES ($1, $2), ($3, $4), ($5, $6), ($7, $8)", 40, 1, 41, 2, 42, 3, 43, 4); err != nil {
+			t.Fatalf("extended multi-row INSERT: %v", err)
+		}
+		if _, err := conn.Exec(ctx, "INSERT INTO fz_r (id, note) VALUES ($1, $2)", 40, "forty"); err != nil {
+			t.Fatalf("extended reference INSERT: %v", err)
+		}
+	}
+	compareOracle(t, c, plain, []string{
+		"SELECT count(*), count(DISTINCT t), count(DISTINCT d), count(DISTINCT lt), bool_and(d = t::date) FROM fz_t WHERE id BETWEEN 40 AND 43",
+		"SELECT note, t <= now() FROM fz_r WHERE id = 40",
+	}, nil)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO fz_t (id, v) VALUES ($1, $2), ($3, $4), ($5, $6), ($7, $8)", 50, 1, 51, 2, 52, 3, 53, 4); sqlState(err) != "0A000" {
+		t.Errorf("in a transaction block: %v, want 0A000 (its time began on its first worker)", err)
+	}
+	_ = tx.Rollback(ctx)
+
 	var workers []*pgx.Conn
 	for _, s := range cl.Servers {
 		workers = append(workers, connect(t, s.Addr()))

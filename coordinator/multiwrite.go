@@ -342,9 +342,12 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	p = sp.sp.plan
 	snap := ss.srv.catalog.Load()
 	if err := ss.sameOnEveryCopy(ctx, p, nil, values, formats, oids); err != nil {
-		ss.txFailed = ss.txFailed || inTxn
-		ss.synthError(err)
-		return nil
+		if err = ss.frozenPortal(ctx, sp, err, values, formats, oids); err != nil {
+			ss.txFailed = ss.txFailed || inTxn
+			ss.synthError(err)
+			return nil
+		}
+		p = sp.sp.plan
 	}
 	var byNode map[int32][]string
 	var parts map[string]*insertPart // a multi-row INSERT's, by statement

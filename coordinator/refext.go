@@ -156,18 +156,20 @@ func (ss *session) refExecute(sp *scatterPortal, body []byte) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := ss.sameOnEveryCopy(ctx, sp.sp.plan, nil, values, formats, paramOIDs(sp.st.paramTail)); err != nil {
-		ss.synthError(err)
+	if !ss.freshPortalPlan(sp) {
+		ss.synthError(errCatalogMoved)
 		return nil
+	}
+	if err := ss.sameOnEveryCopy(ctx, sp.sp.plan, nil, values, formats, paramOIDs(sp.st.paramTail)); err != nil {
+		if err = ss.frozenPortal(ctx, sp, err, values, formats, paramOIDs(sp.st.paramTail)); err != nil {
+			ss.synthError(err)
+			return nil
+		}
 	}
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {
 		ss.synthError(err)
-		return nil
-	}
-	if !ss.freshPortalPlan(sp) {
-		ss.synthError(errCatalogMoved)
 		return nil
 	}
 	snap := ss.srv.catalog.Load()
