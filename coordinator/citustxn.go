@@ -30,8 +30,9 @@ import (
 // (shards.DistributeInTxn: shards created and filled, the table emptied
 // and guarded), each table fenced on every coordinator, and the block
 // commits with two-phase commit on every worker, all or nothing: an error
-// of a call (a NULL in the distribution column inserted after it, say) is
-// the COMMIT's, and nothing of the block remains. As outside a block, the
+// of a call (a unique constraint without the distribution column added
+// after it, say) is the COMMIT's, and nothing of the block remains. As
+// outside a block, the
 // catalog change commits just before the shards do; it is removed again
 // if the block does not commit (kept while the outcome is in doubt:
 // recovery may commit it). ROLLBACK forgets the calls.

@@ -1297,7 +1297,10 @@ func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([
 			WithHint("Write INSERT INTO %s (%s, ...) VALUES (...).", t.Name, t.DistColumn)}
 	}
 	if pos < 0 {
-		return nil, pgerr.New("23502", "INSERT into %s must give its distribution column %q", t.Name, t.DistColumn)
+		// PostgreSQL stores its default there, or NULL, or fails with 23502
+		// (NOT NULL): only the column's definition says which.
+		return nil, unsupported("INSERT into %s leaving its distribution column %q to its default is not supported here", t.Name, t.DistColumn).
+			WithHint("Give %s a value in the INSERT.", t.DistColumn)
 	}
 	var vals []*Value
 	for _, l := range sel.ValuesLists {
@@ -1310,9 +1313,10 @@ func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([
 			return nil, &ValuesNeeded{err: unsupported("the distribution column %q of %s must be a constant or a parameter in INSERT here", t.DistColumn, t.Name).
 				WithHint("Constants, parameters and casts of them are supported; other expressions only in the simple query protocol, outside a transaction block when they read the time.")}
 		}
-		if v.Null {
-			return nil, pgerr.New("23502", "cannot insert NULL into the distribution column %q of %s", t.DistColumn, t.Name)
-		}
+		// A NULL goes to the shard of hash 0 (anyShard), whose worker
+		// stores it, as PostgreSQL does, or fails it with 23502 under NOT
+		// NULL. No equality matches it, so only queries over every shard
+		// see the row, as on PostgreSQL.
 		vals = append(vals, v)
 	}
 	return vals, nil
@@ -1805,13 +1809,6 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	case errors.As(err, &sn):
 		return nil, sn.err
 	case err != nil:
-		if pe := pgerr.Flatten(err); pe.Code == pgerr.NotNullViolation {
-			// PostgreSQL explains an INSERT whose row fails its NOT NULL
-			// check only when it runs; pgfleet cannot say where a NULL
-			// distribution value would go.
-			return nil, unsupported("EXPLAIN of an INSERT with no distribution value (NULL) for a row is not supported: the row belongs to no shard").
-				WithHint("The INSERT itself fails: %s.", pe.Message)
-		}
 		return nil, err
 	}
 	switch p.Root.(type) {

@@ -57,8 +57,9 @@ func HashFunction(c *Column) (string, error) {
 // shows. It returns the catalog as the change left it.
 //
 // The table must exist on the default node (42P01), not be in the catalog
-// already (42710), have the column (42703) of a supported type (0A000) with
-// no NULLs (23502), and have primary key, unique and exclusion constraints
+// already (42710), have the column (42703) of a supported type (0A000)
+// (rows with a NULL there go to the shard of hash 0, as an INSERT's), and
+// have primary key, unique and exclusion constraints
 // only on column sets that include it (0A000). It is locked against writes
 // for the duration. All or nothing: on any failure the shard tables created
 // so far are rolled back, the catalog entry is removed and the rows stay in
@@ -110,15 +111,6 @@ func distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 		return nil, o.fail(ctx, err)
 	}
 	colIdent := pgx.Identifier{col.Name}.Sanitize()
-	var nulls bool
-	if err := o.homeConn().QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+def.Ident()+" WHERE "+colIdent+" IS NULL)").Scan(&nulls); err != nil {
-		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot read %s on node %s", name, o.nodes.describe(o.home)))
-	}
-	if nulls {
-		return nil, o.fail(ctx, pgerr.New(pgerr.NotNullViolation,
-			"cannot distribute %s: its distribution column %q has NULL values", name, col.Name).
-			WithHint("Every row needs a value in the distribution column."))
-	}
 	if err := o.checkNodes(ctx, ActiveNodes(snap)); err != nil {
 		return nil, o.fail(ctx, err)
 	}
@@ -148,6 +140,11 @@ func distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 	o.learn(snap)
 	for _, sh := range shards {
 		where := fmt.Sprintf(" WHERE %s(%s) BETWEEN %d AND %d", fn, colIdent, sh.MinHash, sh.MaxHash)
+		if sh.MinHash <= 0 && 0 <= sh.MaxHash {
+			// Rows with a NULL distribution value go where an INSERT's
+			// NULL goes, the shard of hash 0.
+			where += " OR " + colIdent + " IS NULL"
+		}
 		for _, node := range sh.Nodes {
 			if err := o.placeShard(ctx, def, sh, node, where); err != nil {
 				return nil, o.fail(ctx, err)

@@ -255,10 +255,14 @@ func (l *Loader) route(ctx context.Context, row []byte, val string, isNull bool)
 				"COPY into reference table %s of 'now', 'today', 'tomorrow' or 'yesterday' is not supported: each copy would read its own time", l.table.Name).
 				WithHint("Send the time itself.")
 		}
-		if l.table.Kind == metadata.Distributed {
-			if isNull {
-				return pgerr.New("23502", "null value in the distribution column %q of %s", l.table.DistColumn, l.table.Name)
+		if l.table.Kind == metadata.Distributed && isNull {
+			// The shard of hash 0, as an INSERT's NULL goes: its worker
+			// stores the row, or fails it under NOT NULL (23502), as
+			// PostgreSQL does.
+			if idx = metadata.ShardIndex(l.shards, 0); idx < 0 {
+				return pgerr.New(pgerr.Internal, "no shard of %s holds hash 0", l.table.Name)
 			}
+		} else if l.table.Kind == metadata.Distributed {
 			if l.ForeignEncoding && !isASCII(val) && (metadata.IsText(l.table.DistType) || metadata.IsBPChar(l.table.DistType)) {
 				return pgerr.New(pgerr.FeatureNotSupported,
 					"COPY into %s with a non-ASCII distribution value in a client_encoding other than the server's is not supported", l.table.Name).

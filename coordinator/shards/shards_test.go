@@ -384,14 +384,34 @@ func TestDistributeFailureAddingConstraint(t *testing.T) {
 	e.verifyUntouched("public.t", "id", want, nil)
 }
 
+// TestDistributeNulls: rows with a NULL distribution value move to the
+// shard of hash 0, where an INSERT's NULL goes; every row is moved once.
 func TestDistributeNulls(t *testing.T) {
 	e := newEnv(t)
 	e.exec(0, `CREATE TABLE t (k text, v int)`)
-	e.exec(0, `INSERT INTO t VALUES ('a', 1), (NULL, 2), ('b', 3)`)
-	want := e.rowsOf(0, "public.t", "v")
-	_, err := shards.Distribute(e.ctx, e.store, e.conns, e.home, "t", "k", 4, "")
-	wantCode(t, err, pgerr.NotNullViolation, `"k" has NULL values`)
-	e.verifyUntouched("public.t", "v", want, nil)
+	e.exec(0, `INSERT INTO t VALUES ('a', 1), (NULL, 2), ('b', 3), (NULL, 4)`)
+	snap, err := shards.Distribute(e.ctx, e.store, e.conns, e.home, "t", "k", 4, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total, nulls int64
+	for _, sh := range snap.Shards["public.t"] {
+		name := "public." + metadata.ShardName("t", sh.ID)
+		i := e.worker(sh.Nodes[0])
+		total += e.int(i, "SELECT count(*) FROM "+name)
+		n := e.int(i, "SELECT count(*) FROM "+name+" WHERE k IS NULL")
+		nulls += n
+		if zero := sh.MinHash <= 0 && 0 <= sh.MaxHash; n > 0 && !zero {
+			t.Errorf("shard %s (hashes %d..%d) has %d NULL rows: they belong to the shard of hash 0", name, sh.MinHash, sh.MaxHash, n)
+		}
+	}
+	if total != 4 || nulls != 2 {
+		t.Errorf("the shards hold %d rows, %d of them NULL; want 4 and 2", total, nulls)
+	}
+	if n := e.int(0, "SELECT count(*) FROM public.t"); n != 0 {
+		t.Errorf("the shell still has %d rows", n)
+	}
+	e.noPreparedXacts()
 }
 
 func TestDistributeRefusals(t *testing.T) {
