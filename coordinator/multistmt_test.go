@@ -249,34 +249,43 @@ func TestMultiStatementString(t *testing.T) {
 	both("INSERT INTO {t} VALUES (71, 'w'); ALTER TABLE {t} ADD COLUMN z int DEFAULT 3; UPDATE {t} SET z = 4 WHERE id = 71; SELECT * FROM {t} WHERE id > 70")
 }
 
-// TestMultiStatementFunctions: a catalog function in a query string with
-// other statements is refused with 0A000 and a hint before anything in the
-// string runs (it commits on its own; the implicit transaction could not
-// undo it), and so is one inside a transaction block.
+// TestMultiStatementFunctions: create_distributed_table and
+// create_reference_table in a query string with other statements run in its
+// implicit transaction (citustxn.go): the table is distributed with the
+// rest, and an error of the call rolls the string back. The other catalog
+// functions commit on their own and are refused with 0A000 and a hint before
+// anything in the string runs, and inside a transaction block.
 func TestMultiStatementFunctions(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	testTable(t, c, "msf", "(id int PRIMARY KEY)", "SELECT create_distributed_table('msf', 'id', shard_count => 2)")
 	ctx := context.Background()
-	for _, q := range []string{
-		"CREATE TABLE msf_new (id int); SELECT create_distributed_table('msf_new', 'id')",
-		"INSERT INTO msf VALUES (1); SELECT create_reference_table('msf_other')",
-	} {
-		_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
-		wantRefusal(t, q, err)
+	simple := pgx.QueryExecModeSimpleProtocol
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('msf_new')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS msf_new", simple)
+	})
+	exec(t, c, "CREATE TABLE msf_new (id int); INSERT INTO msf_new VALUES (1), (2); SELECT create_distributed_table('msf_new', 'id')", simple)
+	if n := queryString(t, c, "SELECT count(*)::text FROM citus_tables WHERE table_name::text = 'msf_new'"); n != "1" {
+		t.Errorf("msf_new is not distributed after its string: %s", n)
 	}
+	if n := queryString(t, c, "SELECT count(*)::text FROM msf_new"); n != "2" {
+		t.Errorf("msf_new holds %s rows, want 2", n)
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO msf VALUES (1); SELECT create_reference_table('msf_other')", simple); sqlState(err) != "42P01" {
+		t.Errorf("create_reference_table of a missing table in a string: %v, want 42P01", err)
+	}
+	_, err := c.Exec(ctx, "INSERT INTO msf VALUES (2); SELECT undistribute_table('msf')", simple)
+	wantRefusal(t, "undistribute_table in a string", err)
 	if n := queryString(t, c, "SELECT count(*)::text FROM msf"); n != "0" {
-		t.Errorf("the refused string's INSERT ran: %s rows", n)
-	}
-	if n := queryString(t, c, "SELECT count(*)::text FROM pg_class WHERE relname = 'msf_new'"); n != "0" {
-		t.Errorf("the refused string's CREATE TABLE ran")
+		t.Errorf("the failed strings' INSERTs ran: %s rows", n)
 	}
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(ctx, "SELECT create_reference_table('msf_other')", pgx.QueryExecModeSimpleProtocol)
+	_, err = tx.Exec(ctx, "SELECT undistribute_table('msf')", simple)
 	wantRefusal(t, "a catalog function in a transaction block", err)
 	_ = tx.Rollback(ctx)
 }

@@ -202,15 +202,31 @@ func TestMultiRowInsertAcrossShards(t *testing.T) {
 	ordered("BEGIN; INSERT INTO {t} (id, v, ts) VALUES (60, 'p', '2026-01-04'), (61, 'q', '2026-01-04'), (62, 'r', '2026-01-04'); COMMIT")
 	ordered("SELECT * FROM {t} ORDER BY id")
 	ctx := context.Background()
+	// Rows over several shards that take now() (a DEFAULT or the
+	// statement's) get one moment, read once (freeze.go).
 	for _, q := range []string{
 		"INSERT INTO mri (id, v) VALUES (70, 'a'), (71, 'b'), (72, 'c'), (73, 'd')",
 		"INSERT INTO mri (id, v, ts) VALUES (74, 'a', now()), (75, 'b', now()), (76, 'c', now()), (77, 'd', now())",
-		"INSERT INTO mri (id, v, ts) VALUES (78, 'a', CURRENT_TIMESTAMP), (79, 'b', CURRENT_TIMESTAMP), (80, 'c', '2026-01-01'), (81, 'd', '2026-01-01')",
+	} {
+		exec(t, c, q, simple)
+	}
+	if n := queryString(t, c, "SELECT count(DISTINCT ts)::text || '/' || count(*)::text FROM mri WHERE id BETWEEN 70 AND 73"); n != "1/4" {
+		t.Errorf("rows 70-73 with DEFAULT now(): %s distinct moments/rows, want 1/4", n)
+	}
+	if n := queryString(t, c, "SELECT count(DISTINCT ts)::text || '/' || count(*)::text FROM mri WHERE id BETWEEN 74 AND 77"); n != "1/4" {
+		t.Errorf("rows 74-77 with now(): %s distinct moments/rows, want 1/4", n)
+	}
+	exec(t, c, "DELETE FROM mri WHERE id BETWEEN 70 AND 77", simple)
+	for _, q := range []string{
+		"BEGIN; INSERT INTO mri (id, v, ts) VALUES (78, 'a', CURRENT_TIMESTAMP), (79, 'b', CURRENT_TIMESTAMP), (80, 'c', '2026-01-01'), (81, 'd', '2026-01-01'); COMMIT",
 		"INSERT INTO mri (id, v, ts) VALUES (82, 'a', 'now'), (83, 'b', 'now'), (84, 'c', 'now'), (85, 'd', 'now')",
 		"INSERT INTO mri (id, v, ts) VALUES (86, 'a', '2026-01-01'), (87, 'b', '2026-01-01'), (88, 'c', '2026-01-01') ON CONFLICT DO NOTHING RETURNING id",
 	} {
 		_, err := c.Exec(ctx, q, simple)
 		wantRefusal(t, q, err)
+		if strings.HasPrefix(q, "BEGIN") {
+			exec(t, c, "ROLLBACK", simple) // the refusal failed the block, as an error does on PostgreSQL
+		}
 	}
 	if n := queryString(t, c, "SELECT count(*)::text FROM mri WHERE id >= 70"); n != "0" {
 		t.Errorf("refused INSERTs left %s rows", n)

@@ -1370,3 +1370,80 @@ DELETE FROM events WHERE event_id = 900011;
 
 -- name: r-after-delete-event
 SELECT count(*), count(customer_id) FROM events;
+
+------------------------------------------------------------------------
+-- Writes over several shards that read the transaction's time, and NULL
+-- distribution values (notes starts empty). The moment differs between
+-- the two databases: the reads compare what PostgreSQL makes equal.
+------------------------------------------------------------------------
+
+-- name: time-insert-defaults
+INSERT INTO notes (note_id, customer_id, body) VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c'), (4, 4, 'd'), (5, 5, 'e'), (6, 6, 'f');
+
+-- name: time-insert-defaults-one-moment
+SELECT count(*), count(DISTINCT created), count(DISTINCT day), bool_and(day = created::date), bool_and(created <= now()) FROM notes;
+
+-- name: time-insert-default-keyword
+INSERT INTO notes VALUES (7, 7, 'g', DEFAULT, DEFAULT), (8, 8, 'h', DEFAULT, '2020-02-02');
+
+-- name: time-insert-default-keyword-check
+-- ordered
+SELECT note_id, created = (SELECT created FROM notes WHERE note_id = 7), day FROM notes WHERE note_id IN (7, 8) AND day = '2020-02-02' OR note_id = 7 AND day = created::date ORDER BY note_id;
+
+-- name: time-update-now
+UPDATE notes SET created = now() + interval '1 hour', body = upper(body) WHERE note_id <= 4;
+
+-- name: time-update-now-check
+SELECT count(DISTINCT created), bool_and(created > now()), string_agg(body, ',' ORDER BY body) FROM notes WHERE note_id <= 4;
+
+-- name: time-update-current-date
+UPDATE notes SET day = CURRENT_DATE - 1 WHERE note_id > 4;
+
+-- name: time-update-current-date-check
+SELECT count(DISTINCT day), bool_and(day = CURRENT_DATE - 1) FROM notes WHERE note_id > 4;
+
+-- name: time-delete-now
+DELETE FROM notes WHERE created > now() + interval '30 minutes' AND note_id % 2 = 0;
+
+-- name: time-delete-now-check
+-- ordered
+SELECT note_id FROM notes ORDER BY note_id;
+
+-- name: null-dist-insert
+INSERT INTO notes (note_id, customer_id, body) VALUES (10, NULL, 'no customer'), (11, 7, 'seven'), (12, NULL, 'none either');
+
+-- name: null-dist-is-null
+SELECT note_id, body FROM notes WHERE customer_id IS NULL;
+
+-- name: null-dist-equals-null
+SELECT count(*) FROM notes WHERE customer_id = NULL;
+
+-- name: null-dist-in-list
+SELECT note_id FROM notes WHERE customer_id IN (NULL, 7);
+
+-- name: null-dist-join
+SELECT n.note_id, c.name FROM notes n JOIN customers c USING (customer_id);
+
+-- name: null-dist-left-join
+-- ordered
+SELECT n.note_id, c.customer_id IS NULL FROM notes n LEFT JOIN customers c USING (customer_id) ORDER BY n.note_id;
+
+-- name: null-dist-group
+-- ordered
+SELECT customer_id IS NULL AS no_customer, count(*), count(customer_id) FROM notes GROUP BY 1 ORDER BY 1;
+
+-- name: null-dist-order-nulls-first
+-- ordered
+SELECT note_id, customer_id FROM notes ORDER BY customer_id NULLS FIRST, note_id;
+
+-- name: null-dist-update
+UPDATE notes SET body = body || '!' WHERE customer_id IS NULL;
+
+-- name: null-dist-update-check
+SELECT note_id, body FROM notes WHERE customer_id IS NULL;
+
+-- name: null-dist-not-null-column
+INSERT INTO orders (order_id, customer_id, status) VALUES (990001, NULL, 'lost');
+
+-- name: null-dist-not-null-column-check
+SELECT count(*) FROM orders WHERE order_id = 990001;

@@ -60,6 +60,16 @@ CREATE TABLE events (
     score       double precision
 );
 
+-- notes: distributed on a nullable column, with defaults that read the
+-- transaction's time; starts empty (the corpus's writes fill it).
+CREATE TABLE notes (
+    note_id     bigint,
+    customer_id bigint,
+    body        text,
+    created     timestamptz DEFAULT now(),
+    day         date DEFAULT CURRENT_DATE
+);
+
 -- fleet-only
 SELECT create_reference_table('regions');
 -- fleet-only
@@ -72,3 +82,5 @@ SELECT create_distributed_table('orders', 'customer_id', colocate_with => 'custo
 SELECT create_distributed_table('line_items', 'customer_id', colocate_with => 'customers');
 -- fleet-only
 SELECT create_distributed_table('events', 'event_id', colocate_with => 'none', shard_count => 3);
+-- fleet-only
+SELECT create_distributed_table('notes', 'customer_id', colocate_with => 'customers');
