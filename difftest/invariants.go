@@ -164,7 +164,9 @@ func (ch *checker) checkTable(ctx context.Context, t *table) ([]string, error) {
 			}
 			continue
 		}
-		wrong, err := query(ctx, c, fmt.Sprintf("SELECT k FROM %s WHERE %s(k) NOT BETWEEN %s AND %s",
+		// A NULL key belongs to the shard of hash 0 (as an INSERT's NULL
+		// goes).
+		wrong, err := query(ctx, c, fmt.Sprintf("SELECT k FROM %s WHERE %s(k) NOT BETWEEN %s AND %s OR (k IS NULL AND 0 NOT BETWEEN %[3]s AND %[4]s)",
 			shard, t.key().typ.hashFunc(), p.lo, p.hi))
 		if err != nil {
 			return nil, err
