@@ -67,12 +67,50 @@ func TestWritesReadTheTimeOnce(t *testing.T) {
 		"SELECT count(*), count(DISTINCT t), count(DISTINCT d), count(DISTINCT lt), bool_and(d = t::date) FROM fz_t WHERE id BETWEEN 40 AND 43",
 		"SELECT note, t <= now() FROM fz_r WHERE id = 40",
 	}, nil)
+	// Multi-shard UPDATE and DELETE reading now() over the extended
+	// protocol (planned with a placeholder moment, run with their own).
+	for _, conn := range []*pgx.Conn{c, plain} {
+		if _, err := conn.Exec(ctx, "UPDATE fz_t SET t = now() - $1::interval, v = v + 1 WHERE id BETWEEN 40 AND 43", "1 hour"); err != nil {
+			t.Fatalf("extended multi-shard UPDATE: %v", err)
+		}
+		rows, err := conn.Query(ctx, "UPDATE fz_t SET v = v + 1 WHERE id BETWEEN 40 AND 43 AND t < now() RETURNING t < now(), t = now() - interval '1 hour'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var before, exact bool
+			if err := rows.Scan(&before, &exact); err != nil {
+				t.Fatal(err)
+			}
+			if !before || exact && conn == c {
+				t.Errorf("RETURNING over the extended protocol: t < now() %v, t = now() - 1 hour %v (a later statement's now())", before, exact)
+			}
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		if _, err := conn.Exec(ctx, "DELETE FROM fz_t WHERE id BETWEEN $1 AND $2 AND t < now() - interval '30 minutes' AND v % 2 = 0", 40, 43); err != nil {
+			t.Fatalf("extended multi-shard DELETE: %v", err)
+		}
+	}
+	compareOracle(t, c, plain, []string{
+		"SELECT id, v FROM fz_t WHERE id BETWEEN 40 AND 43 ORDER BY id",
+		"SELECT count(DISTINCT t), bool_and(t < now() - interval '59 minutes') FROM fz_t WHERE id BETWEEN 40 AND 43",
+	}, nil)
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO fz_t (id, v) VALUES ($1, $2), ($3, $4), ($5, $6), ($7, $8)", 50, 1, 51, 2, 52, 3, 53, 4); sqlState(err) != "0A000" {
 		t.Errorf("in a transaction block: %v, want 0A000 (its time began on its first worker)", err)
+	}
+	_ = tx.Rollback(ctx)
+	tx, err = c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE fz_t SET t = now() WHERE v > $1", 0); sqlState(err) != "0A000" {
+		t.Errorf("an extended multi-shard UPDATE reading now() in a transaction block: %v, want 0A000", err)
 	}
 	_ = tx.Rollback(ctx)
 

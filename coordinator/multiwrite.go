@@ -255,6 +255,9 @@ func (ss *session) writeInTxn(what string, byNode map[int32][]string, msgs func(
 
 // writeGroups are a multi-shard write's statements by node.
 func writeGroups(p *planner.Plan, snap *metadata.Snapshot, lits []literal) (map[int32][]string, error) {
+	if x, ok := p.Root.(*planner.MultiShardWrite); ok && x.TimeFrozen {
+		return nil, pgerr.New(pgerr.Internal, "a multi-shard write planned with a placeholder moment reached execution")
+	}
 	all := snap.Shards[p.DistTable()]
 	if len(all) != len(p.ShardSQL()) {
 		return nil, errCatalogMoved
@@ -340,6 +343,16 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 		return nil
 	}
 	p = sp.sp.plan
+	if x, ok := p.Root.(*planner.MultiShardWrite); ok && x.TimeFrozen {
+		// Planned with a placeholder moment: planned again with the
+		// moment it runs at, or refused (in a transaction block).
+		if err := ss.frozenPortal(ctx, sp, ss.timeRefusal(sp.st.Query), values, formats, oids); err != nil {
+			ss.txFailed = ss.txFailed || inTxn
+			ss.synthError(err)
+			return nil
+		}
+		p = sp.sp.plan
+	}
 	snap := ss.srv.catalog.Load()
 	if err := ss.sameOnEveryCopy(ctx, p, nil, values, formats, oids); err != nil {
 		if err = ss.frozenPortal(ctx, sp, err, values, formats, oids); err != nil {

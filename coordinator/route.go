@@ -104,6 +104,20 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 		return p, nil
 	}
 	p, err := s.plan(st.Query)
+	var tr *planner.TimeRead
+	if errors.As(err, &tr) {
+		// A multi-shard write that reads the transaction's time: planned
+		// with a placeholder moment, to describe and bind it; it runs
+		// planned again with its own (frozenPortal).
+		if frozen, n, ferr := planner.FreezeTime(st.Query, planner.TimePlaceholder); ferr == nil && n > 0 {
+			if fp, perr := planner.Build(frozen, snap); perr == nil {
+				if x, ok := fp.Root.(*planner.MultiShardWrite); ok {
+					x.TimeFrozen = true
+					p, err = fp, nil
+				}
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,10 @@ type TimeRead struct{ Err *pgerr.Error }
 func (e *TimeRead) Error() string { return e.Err.Error() }
 func (e *TimeRead) Unwrap() error { return e.Err }
 
+// TimePlaceholder is the moment a prepared statement's plan holds until
+// it runs (MultiShardWrite.TimeFrozen).
+const TimePlaceholder = "2000-01-01 00:00:00+00"
+
 // timeFuncs are the functions that read the transaction's (or, outside a
 // transaction block, the statement's, the same) start time.
 var timeFuncs = []string{"now", "transaction_timestamp", "statement_timestamp"}

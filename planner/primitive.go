@@ -89,6 +89,11 @@ type MultiShardWrite struct {
 	ShardSQL   []string
 	Returning  bool
 	Mutability *Mutability
+	// TimeFrozen: the statement reads the transaction's time, frozen in
+	// ShardSQL at TimePlaceholder (a prepared statement's plan, to
+	// describe and bind it): the executor plans it again with the moment
+	// it runs at (FreezeTime) and never runs these statements.
+	TimeFrozen bool `json:"time_frozen,omitempty"`
 }
 
 // CopyOut is COPY of a distributed table (or of a query whose shards'
