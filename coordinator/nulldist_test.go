@@ -58,3 +58,59 @@ func TestNullDistributionValues(t *testing.T) {
 		"INSERT INTO nd_t (v) VALUES ('left out')",
 	}, map[string]bool{"INSERT INTO nd_t (v) VALUES ('left out')": true})
 }
+
+// TestLocalTableBesideDistributed: a statement that reads a distributed or
+// reference table and a table that is neither (a local table, a temporary
+// table: they exist on the default node only) was sent where the shards
+// are and failed with 42P01 there, where PostgreSQL answers; it is refused
+// with 0A000 and a hint. FOR UPDATE OF <alias> is not such a table.
+func TestLocalTableBesideDistributed(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	plain := oracleDB(t, cl.Servers[1].Addr(), "localoracle")
+	ctx := context.Background()
+	exec(t, plain, "DROP TABLE IF EXISTS lb_d, lb_r, lb_local")
+	testTable(t, c, "lb_d", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('lb_d', 'id', shard_count => 4)")
+	testTable(t, c, "lb_r", "(id int PRIMARY KEY, name text)", "SELECT create_reference_table('lb_r')")
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "DROP TABLE IF EXISTS lb_local")
+		exec(t, conn, "CREATE TABLE lb_local (id int, w text)")
+		exec(t, conn, "INSERT INTO lb_local VALUES (1, 'one'), (2, 'two'), (7, 'seven')", pgx.QueryExecModeSimpleProtocol)
+	}
+	exec(t, plain, "CREATE TABLE lb_d (id int PRIMARY KEY, v int)")
+	exec(t, plain, "CREATE TABLE lb_r (id int PRIMARY KEY, name text)")
+	t.Cleanup(func() {
+		_, _ = plain.Exec(ctx, "DROP TABLE IF EXISTS lb_d, lb_r, lb_local")
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS lb_local")
+	})
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "INSERT INTO lb_d SELECT g, g * 10 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
+		exec(t, conn, "INSERT INTO lb_r VALUES (1, 'r1'), (7, 'r7')", pgx.QueryExecModeSimpleProtocol)
+	}
+	joins := []string{
+		"SELECT d.v, l.w FROM lb_d d JOIN lb_local l USING (id) WHERE d.id = 7",
+		"SELECT count(*) FROM lb_d d JOIN lb_local l USING (id)",
+		"SELECT count(*) FROM lb_r r JOIN lb_local l USING (id)",
+		"SELECT count(*) FROM lb_d WHERE id IN (SELECT id FROM lb_local)",
+	}
+	allowed := map[string]bool{}
+	for _, q := range joins {
+		allowed[q] = true
+	}
+	compareOracle(t, c, plain, append(joins,
+		"SELECT * FROM lb_d a WHERE id = 3 FOR UPDATE OF a",
+		"SELECT count(*) FROM lb_local",
+		"SELECT v FROM lb_d WHERE id = 7",
+	), allowed)
+	for _, q := range append(joins, "UPDATE lb_d SET v = v + 1 WHERE id = 7 AND EXISTS (SELECT 1 FROM lb_local l WHERE l.id = 7)") {
+		_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+		wantRefusal(t, q, err)
+	}
+	// A temporary table (its session is pinned to its connection).
+	tc := connect(t, srv.Addr())
+	exec(t, tc, "CREATE TEMP TABLE lb_temp (id int)")
+	q := "SELECT count(*) FROM lb_d d JOIN lb_temp t USING (id)"
+	_, err := tc.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+	wantRefusal(t, q, err)
+}

@@ -284,6 +284,11 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	if p != nil {
 		p.Unqualified = unqualified(tree.Stmts[0].Stmt, cat)
 	}
+	if err == nil && len(p.Tables) > 0 {
+		if lerr := localBeside(cat, tree.Stmts[0].Stmt, b.ctes); lerr != nil {
+			return nil, lerr
+		}
+	}
 	return p, err
 }
 
@@ -390,6 +395,27 @@ type CTEs struct {
 // WITH t AS (SELECT * FROM t) SELECT * FROM t, the inner t is the table.
 func cteNames(stmt *pg_query.Node) *CTEs {
 	return CTEScope(stmt)
+}
+
+// localBeside refuses a statement on distributed or reference tables that
+// also reads a relation that is not one (a local or temporary table, a
+// view, a system catalog): it exists on the default node only, or differs
+// on each worker, and the statement runs where the shards are.
+func localBeside(cat *metadata.Snapshot, stmt *pg_query.Node, ctes *CTEs) error {
+	var err error
+	locked := map[*pg_query.RangeVar]bool{} // FOR UPDATE OF a: a name in the FROM, not a relation
+	Walk(stmt, func(m proto.Message) {
+		if lc, ok := m.(*pg_query.LockingClause); ok {
+			for _, r := range lc.LockedRels {
+				locked[r.GetRangeVar()] = true
+			}
+		}
+		if rv, ok := m.(*pg_query.RangeVar); ok && err == nil && !locked[rv] && !ctes.refs[rv] && lookup(cat, rv, ctes) == nil {
+			err = unsupported("%s reads %s, which is not a distributed or reference table, beside distributed or reference tables", StatementName(stmt), rv.Relname).
+				WithHint("Read %s in a statement of its own, or make it a distributed or reference table (create_distributed_table, create_reference_table).", rv.Relname)
+		}
+	})
+	return err
 }
 
 // CTEScope is cteNames for other packages (DDL checks).
