@@ -114,6 +114,23 @@ func TestWritesReadTheTimeOnce(t *testing.T) {
 	}
 	_ = tx.Rollback(ctx)
 
+	// A now() of another schema, which search_path may put before
+	// pg_catalog's: only PostgreSQL can resolve the call, so the
+	// statement is not frozen (it was, and stored the real time where
+	// PostgreSQL stores the function's; found by an adversary).
+	exec(t, c, "CREATE SCHEMA IF NOT EXISTS fz_s", simple)
+	exec(t, c, "CREATE OR REPLACE FUNCTION fz_s.now() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT '2001-02-03 04:05:06+00'::timestamptz $$", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS fz_s.now()", simple)
+		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS fz_s", simple)
+	})
+	exec(t, c, "SET search_path = fz_s, pg_catalog, public", simple)
+	if _, err := c.Exec(ctx, "UPDATE public.fz_t SET t = now() WHERE v > 0", simple); sqlState(err) != "0A000" {
+		t.Errorf("UPDATE ... now() with a now() of another schema on the search_path: %v, want 0A000", err)
+	}
+	exec(t, c, "RESET search_path", simple)
+	exec(t, c, "DROP FUNCTION fz_s.now()", simple)
+
 	var workers []*pgx.Conn
 	for _, s := range cl.Servers {
 		workers = append(workers, connect(t, s.Addr()))
