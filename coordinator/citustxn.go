@@ -2,10 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
@@ -46,6 +48,8 @@ type citusCall struct {
 	column   string // the distribution column ("" for a reference table)
 	count    int    // shard_count (0: the default or the colocated table's)
 	colocate string // colocate_with ("" for the default)
+	oid      uint32 // the table, found again at COMMIT (it may be renamed)
+	attnum   int16  // the distribution column, likewise (0: none)
 }
 
 // funcArg is a Citus function's argument i, or the one named name, or def.
@@ -114,13 +118,18 @@ func (ss *session) citusInTxn(fn *planner.Function) error {
 		return ss.queryError(err)
 	}
 	if err == nil {
-		call.name, err = shards.CheckInTxn(ctx, conns[ss.srv.defaultNode.Load()], snap, call.table, call.column)
+		home := conns[ss.srv.defaultNode.Load()]
+		call.name, call.oid, err = shards.CheckInTxn(ctx, home, snap, call.table, call.column)
+		if err == nil && call.column != "" {
+			err = home.QueryRow(ctx, "SELECT attnum FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attname = $2",
+				call.oid, call.column).Scan(&call.attnum)
+		}
 	}
 	if lost := giveBack(); lost != nil {
 		return lost
 	}
 	for _, p := range ss.citusPending {
-		if err == nil && p.name == call.name {
+		if err == nil && p.oid == call.oid {
 			err = pgerr.New(pgerr.DuplicateObject, "table %s is already distributed in this transaction", call.name)
 		}
 	}
@@ -154,30 +163,48 @@ func (ss *session) citusRun(calls []citusCall) (*citusMoves, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	m := &citusMoves{}
-	for _, c := range calls {
-		release, err := s.fenceFleet(ctx, c.name)
-		if err != nil {
-			return nil, withCleanup(err, m.end(s, false, false))
-		}
-		m.releases = append(m.releases, release)
-	}
 	conns, giveBack, err := ss.borrowAll(ctx, s.catalog.Load())
 	if giveBack == nil {
-		return nil, withCleanup(err, m.end(s, false, false))
+		return nil, err
 	}
 	def := s.defaultNode.Load()
 	for _, c := range calls {
 		if err != nil {
 			break
 		}
+		// The table as it is now: the block may have renamed it (or its
+		// column) since the call, or dropped it (nothing to move).
+		var table, name string
+		var column *string
+		qerr := conns[def].QueryRow(ctx, `SELECT c.oid::pg_catalog.regclass::text, n.nspname || '.' || c.relname,
+				(SELECT a.attname::text FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum = $2 AND NOT a.attisdropped)
+			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`,
+			c.oid, c.attnum).Scan(&table, &name, &column)
+		switch {
+		case errors.Is(qerr, pgx.ErrNoRows):
+			continue
+		case qerr != nil:
+			err = qerr
+			continue
+		case c.fn == "create_distributed_table" && column == nil:
+			err = pgerr.New(pgerr.FeatureNotSupported, "the distribution column of %s was dropped after %s in this transaction", name, c.fn).
+				WithHint("Call %s again with another column, or keep the column.", c.fn)
+			continue
+		}
+		release, ferr := s.fenceFleet(ctx, name)
+		if ferr != nil {
+			err = ferr
+			continue
+		}
+		m.releases = append(m.releases, release)
 		var snap *metadata.Snapshot
 		if c.fn == "create_reference_table" {
-			snap, err = shards.CreateReferenceInTxn(ctx, s.store, conns, def, c.name)
+			snap, err = shards.CreateReferenceInTxn(ctx, s.store, conns, def, table)
 		} else {
-			snap, err = shards.DistributeInTxn(ctx, s.store, conns, def, c.name, c.column, c.count, c.colocate)
+			snap, err = shards.DistributeInTxn(ctx, s.store, conns, def, table, *column, c.count, c.colocate)
 		}
 		if err == nil {
-			m.snap, m.recorded = snap, append(m.recorded, c.name)
+			m.snap, m.recorded = snap, append(m.recorded, name)
 		}
 	}
 	if lost := giveBack(); lost != nil {
@@ -199,6 +226,7 @@ func (m *citusMoves) end(s *Server, committed, inDoubt bool) (problems []string)
 	ctx, cancel := context.WithTimeout(context.Background(), txCleanupTimeout)
 	defer cancel()
 	switch {
+	case committed && m.snap == nil: // every table was dropped in the block
 	case committed:
 		s.changedCatalog(m.snap)
 	case !inDoubt:

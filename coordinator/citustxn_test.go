@@ -29,7 +29,7 @@ func TestCitusFunctionsInTransactions(t *testing.T) {
 	for _, s := range cl.Servers {
 		workers = append(workers, connect(t, s.Addr()))
 	}
-	tables := []string{"ct_a", "ct_null", "ct_rb", "ct_ref", "ct_d", "ct_bad", "ct_old"}
+	tables := []string{"ct_a", "ct_null", "ct_rb", "ct_ref", "ct_d", "ct_bad", "ct_old", "ct_gone", "ct_renamed", "ct_chain", "ct_mixed"}
 	drop := func() {
 		for _, tb := range tables {
 			_, _ = c.Exec(ctx, "SELECT undistribute_table('"+tb+"')", simple)
@@ -238,6 +238,43 @@ func TestCitusFunctionsInTransactions(t *testing.T) {
 	}
 	if rows, _ := shardRows("ct_old"); rows != 1000 {
 		t.Errorf("ct_old: %d rows on the shards, want 1000", rows)
+	}
+
+	// The block renames the table or its column after the call, or drops
+	// the table: the COMMIT distributes what the table is then (it failed
+	// with 42P01 or 42703), or has nothing to move. Found by an adversary.
+	exec(t, c, `CREATE TABLE ct_gone (id int); SELECT create_distributed_table('ct_gone', 'id'); DROP TABLE ct_gone`, simple)
+	exec(t, c, `CREATE TABLE ct_name (id int, v text); INSERT INTO ct_name VALUES (1, 'a'), (2, 'b');
+		SELECT create_distributed_table('ct_name', 'id'); ALTER TABLE ct_name RENAME TO ct_renamed;
+		ALTER TABLE ct_renamed RENAME COLUMN id TO key`, simple)
+	if !inCatalog("ct_renamed") || inCatalog("ct_name") || inCatalog("ct_gone") {
+		t.Error("after the renames the catalog does not have ct_renamed (only)")
+	}
+	if v := queryString(t, c, "SELECT v FROM ct_renamed WHERE key = 2"); v != "b" {
+		t.Errorf("routed read of ct_renamed by its renamed column: %q", v)
+	}
+	if rows, _ := shardRows("ct_renamed"); rows != 2 {
+		t.Errorf("ct_renamed: %d rows on the shards, want 2", rows)
+	}
+	// A mixed-case name.
+	exec(t, c, `CREATE TABLE "CT_Mixed" (id int); INSERT INTO "CT_Mixed" VALUES (5); SELECT create_distributed_table('"CT_Mixed"', 'id')`, simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, `SELECT undistribute_table('"CT_Mixed"')`, simple)
+		_, _ = c.Exec(ctx, `DROP TABLE IF EXISTS "CT_Mixed"`, simple)
+	})
+	if n := count(c, `SELECT count(*)::int FROM "CT_Mixed" WHERE id = 5`); n != 1 {
+		t.Errorf(`"CT_Mixed": %d rows, want 1`, n)
+	}
+	// COMMIT AND CHAIN: the chained block writes the table where it now
+	// is (it got 40001, "distributed after this transaction began").
+	exec(t, c, "CREATE TABLE ct_chain (id int, v text)", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "SELECT create_distributed_table('ct_chain', 'id')", simple)
+	exec(t, c, "COMMIT AND CHAIN", simple)
+	exec(t, c, "INSERT INTO ct_chain VALUES (1, 'a')", simple)
+	exec(t, c, "COMMIT", simple)
+	if n := count(c, "SELECT count(*)::int FROM ct_chain"); n != 1 || !inCatalog("ct_chain") {
+		t.Errorf("ct_chain after COMMIT AND CHAIN: %d rows, in the catalog %v; want 1, true", n, inCatalog("ct_chain"))
 	}
 	noPrepared("at the end")
 }

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,10 @@ func TestNullDistributionValues(t *testing.T) {
 			t.Fatalf("COPY with a NULL key: %v", err)
 		}
 	}
+	// COPY leaving the distribution column out: its default, NULL or
+	// 23502 on PostgreSQL; refused (it was 23502).
+	_, err := c.PgConn().CopyFrom(ctx, strings.NewReader("x\n"), "COPY nd_t (v) FROM STDIN")
+	wantRefusal(t, "COPY without the distribution column", err)
 	compareOracle(t, c, plain, []string{
 		"INSERT INTO nd_t (id, v) VALUES (NULL, 'simple')",
 		"INSERT INTO nd_t (id, v) VALUES (1, 'a'), (NULL, 'multi'), (2, 'b'), (3, 'c')",

@@ -365,6 +365,9 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		ss.multiRelease(all, committed)
 		if err == nil {
 			ss.pendingBegin, ss.chainStarted = next, chain
+			// A chained block's catalog is the one of its first
+			// statement (noteTxnStart), not the ended block's.
+			ss.txSnap = nil
 		}
 	}()
 
@@ -579,6 +582,7 @@ func (ss *session) chained(committed bool) {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
 	}
 	ss.txBegin, ss.chainAsk, ss.chainStarted = "", true, true
+	ss.txSnap = nil // the chained block's catalog is its first statement's
 	ss.pending = ss.pending[:0]
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.txFailed = false

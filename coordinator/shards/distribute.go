@@ -573,32 +573,32 @@ func (o *op) fail(ctx context.Context, err error) error {
 // the column exists, has a supported type and is in every unique
 // constraint. It locks the table against writes in the block, as the
 // operation does, and returns its catalog name.
-func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table, column string) (string, error) {
+func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table, column string) (name string, oid uint32, err error) {
 	def, err := TableDef(ctx, c, table)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if def.Schema == "pgfleet" {
-		return "", pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName()).
+		return "", 0, pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName()).
 			WithHint("Distribute your own tables only.")
 	}
 	if _, err := c.Exec(ctx, "LOCK TABLE "+def.Ident()+" IN EXCLUSIVE MODE"); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if err := notInCatalog(snap, def.CatalogName()); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if column == "" {
-		return def.CatalogName(), nil
+		return def.CatalogName(), def.OID, nil
 	}
 	col := def.Column(column)
 	if col == nil {
-		return "", pgerr.New(pgerr.UndefinedColumn, "column %q of relation %q does not exist", column, def.CatalogName())
+		return "", 0, pgerr.New(pgerr.UndefinedColumn, "column %q of relation %q does not exist", column, def.CatalogName())
 	}
 	if _, err := HashFunction(col); err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return def.CatalogName(), uniqueIncludes(def, col.Name)
+	return def.CatalogName(), def.OID, uniqueIncludes(def, col.Name)
 }
 
 // notInCatalog fails with 42710 if the table is distributed or a reference

@@ -162,10 +162,13 @@ func (l *Loader) Fill(cols []string, draw func(n int) ([][]string, error)) error
 }
 
 // checkDistField refuses a COPY of a distributed table without its
-// distribution column (unless a sequence gives it).
+// distribution column (unless a sequence gives it): PostgreSQL would
+// store its default there, or NULL, or fail with 23502 (NOT NULL), which
+// only the column's definition says.
 func (l *Loader) checkDistField() error {
 	if l.table.Kind == metadata.Distributed && l.split.field < 0 && l.distFill < 0 {
-		return pgerr.New("23502", "COPY into %s must include its distribution column %q", l.table.Name, l.table.DistColumn)
+		return pgerr.New(pgerr.FeatureNotSupported, "COPY into %s leaving its distribution column %q to its default is not supported", l.table.Name, l.table.DistColumn).
+			WithHint("Include %s in the COPY's columns.", l.table.DistColumn)
 	}
 	return nil
 }
