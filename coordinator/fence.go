@@ -118,12 +118,46 @@ func (s *Server) fencedIn(sql string) error {
 			f.n.Store(int32(len(f.until)))
 			continue
 		}
-		if planner.ContainsFold(sql, rel) || planner.ContainsFold(sql, "u&") {
+		if containsWordFold(sql, rel) || planner.ContainsFold(sql, "u&") {
 			return pgerr.New("40001", "table %s is being distributed through a coordinator of the fleet", rel).
 				WithHint("Retry the statement: it runs on the table's new placement once the move is done (milliseconds after it commits).")
 		}
 	}
 	return nil
+}
+
+// containsWordFold reports whether s contains word (lower case) ignoring
+// case, not as part of a longer identifier (a table named e is in
+// "FROM e" and "public.e" and '"e"', not in "SELECT 1"; found by an
+// adversary: every statement with an e was refused while e moved).
+func containsWordFold(s, word string) bool {
+	ident := func(c byte) bool {
+		return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+	}
+	for from := 0; from+len(word) <= len(s); {
+		i := indexFold(s[from:], word)
+		if i < 0 {
+			return false
+		}
+		i += from
+		end := i + len(word)
+		if (i == 0 || !ident(s[i-1])) && (end == len(s) || !ident(s[end])) {
+			return true
+		}
+		from = i + 1
+	}
+	return false
+}
+
+// indexFold is the index of word (lower case) in s ignoring ASCII case,
+// or -1.
+func indexFold(s, word string) int {
+	for i := 0; i+len(word) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(word)], word) {
+			return i
+		}
+	}
+	return -1
 }
 
 // fenceFleet fences table here and on every other member of the fleet

@@ -30,6 +30,23 @@ func TestFences(t *testing.T) {
 			t.Errorf("%s: %q, want %q", sql, got, want)
 		}
 	}
+	// A short name fences the statements that name it, not every
+	// statement that has its letters.
+	s.fence("e", 3, time.Hour)
+	for sql, want := range map[string]string{
+		"SELECT 1":                               "",
+		"select count(*) from plain_local":       "",
+		"SELECT * FROM e":                        "40001",
+		`SELECT * FROM public."E" WHERE x = 1`:   "40001",
+		"SELECT 'e'::regclass":                   "40001",
+		"UPDATE e SET v = 1":                     "40001",
+		"SELECT * FROM accounts_e, e_x, x_e, ée": "", // longer identifiers: neither e nor accounts
+	} {
+		if got := state(sql); got != want {
+			t.Errorf("fence of e: %s: %q, want %q", sql, got, want)
+		}
+	}
+	s.unfence("e", 3)
 	// A second mover of the same table (which will fail on the first's
 	// work) lifts only its own fence (found by an adversary: it lifted
 	// the winner's, and readers counted 0 rows).
