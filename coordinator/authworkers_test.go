@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -122,6 +123,20 @@ func TestAuthWorkers(t *testing.T) {
 		t.Errorf("the old password after ALTER ROLE: %v, want 28P01", err)
 	}
 	exec(t, w2, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'aw_user'")
+	// pg_terminate_backend only signals: wait until the backends are gone
+	// (under load one still answered, with 57P01, the statement below).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var left int
+		if err := w2.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = 'aw_user'").Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backends of aw_user still run 10 s after pg_terminate_backend", left)
+		}
+	}
 	cn, err := login("aw_user", "new-horse")
 	if err != nil {
 		t.Fatalf("the new password: %v", err)
