@@ -128,3 +128,33 @@ func TestSearchPathRefusalNamesUnqualified(t *testing.T) {
 		t.Fatalf("qualified names under that search_path: %v", err)
 	}
 }
+
+// TestParseDuplicateNameInFailedBlock: a Parse reusing a statement name in
+// a failed transaction block gets 25P02, as on PostgreSQL, which answers
+// the failed block before it stores the statement (it got 42P05).
+func TestParseDuplicateNameInFailedBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	for _, addr := range []string{srv.Addr(), cl.Servers[0].Addr()} {
+		c := connect(t, addr)
+		pc := c.PgConn()
+		if _, err := pc.Prepare(ctx, "dup_s1", "SELECT 1", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := pc.Exec(ctx, "BEGIN").Close(); err != nil {
+			t.Fatal(err)
+		}
+		_ = pc.Exec(ctx, "SELECT 1/0").Close()
+		_, err := pc.Prepare(ctx, "dup_s1", "SELECT 2", nil)
+		if sqlState(err) != "25P02" {
+			t.Errorf("%s: Parse of a used name in a failed block: %v, want 25P02", addr, err)
+		}
+		if err := pc.Exec(ctx, "ROLLBACK").Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pc.Prepare(ctx, "dup_s1", "SELECT 2", nil); sqlState(err) != "42P05" {
+			t.Errorf("%s: Parse of a used name after the block: %v, want 42P05", addr, err)
+		}
+	}
+}

@@ -1578,12 +1578,6 @@ func (ss *session) parse(body []byte) error {
 		return nil
 	}
 	ss.parseKey = ss.readKeyNow()
-	if len(name) > 0 {
-		if _, dup := ss.stmts[string(name)]; dup {
-			ss.synthError(pgerr.New(pgerr.DuplicatePreparedStmt, "prepared statement %q already exists", name))
-			return nil
-		}
-	}
 	st := ss.lastParseSt
 	if st == nil || st.stale.Load() || !bytes.Equal(rest, ss.lastParse) {
 		if st = ss.srv.stmts.intern(rest); st == nil {
@@ -1591,6 +1585,19 @@ func (ss *session) parse(body []byte) error {
 		}
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st
+	}
+	if len(name) > 0 {
+		if _, dup := ss.stmts[string(name)]; dup {
+			if ss.sc != nil && ss.sc.TxStatus == 'E' && !st.cls.mayEndFailed() {
+				// PostgreSQL answers a failed transaction before it
+				// stores the statement (found by an adversary).
+				ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+					"current transaction is aborted, commands ignored until end of transaction block"))
+				return nil
+			}
+			ss.synthError(pgerr.New(pgerr.DuplicatePreparedStmt, "prepared statement %q already exists", name))
+			return nil
+		}
 	}
 	if ss.sc != nil && ss.sc.TxStatus == 'E' && !st.cls.mayEndFailed() {
 		// As PostgreSQL: a failed transaction answers 25P02 before it
