@@ -158,3 +158,22 @@ func TestParseDuplicateNameInFailedBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareTransactionRefusalEndsBlock: PREPARE TRANSACTION in a block
+// over several workers is refused, and, as a failed PREPARE TRANSACTION on
+// PostgreSQL, the refusal ends the block rolled back (it left it open and
+// failed: the next statement got 25P02).
+func TestPrepareTransactionRefusalEndsBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "ptx_t", "(id int PRIMARY KEY)", "SELECT create_distributed_table('ptx_t', 'id', shard_count => 4)")
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "INSERT INTO ptx_t SELECT generate_series(1, 8)", simple) // rows on both workers
+	_, err := c.Exec(context.Background(), "PREPARE TRANSACTION 'ptx_gid'", simple)
+	wantRefusal(t, "PREPARE TRANSACTION over several workers", err)
+	if got := queryString(t, c, "SELECT count(*)::text FROM ptx_t"); got != "0" {
+		t.Errorf("after the refused PREPARE TRANSACTION: %s rows, want 0 (rolled back) and no failed block", got)
+	}
+}

@@ -284,6 +284,13 @@ func (ss *session) multiCheck(cls *class, sql string) error {
 // workers when it is COMMIT or ROLLBACK or refused; done says so.
 func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 	if err := ss.multiCheck(cls, sql); err != nil {
+		if cls.count == 1 && txnControl(sql) == "PREPARE TRANSACTION" {
+			// A PREPARE TRANSACTION that fails ends the block on
+			// PostgreSQL, rolled back: so does its refusal.
+			if _, _, rerr := ss.multiEnd(false, false); rerr != nil {
+				err = withCleanup(err, []string{rerr.Error()})
+			}
+		}
 		return true, ss.queryError(err)
 	}
 	var tag string
