@@ -34,10 +34,12 @@ import (
 // commits with two-phase commit on every worker, all or nothing: an error
 // of a call (a unique constraint without the distribution column added
 // after it, say) is the COMMIT's, and nothing of the block remains. As
-// outside a block, the
-// catalog change commits just before the shards do; it is removed again
-// if the block does not commit (kept while the outcome is in doubt:
-// recovery may commit it). ROLLBACK forgets the calls.
+// outside a block, the catalog change commits just before the shards do;
+// it is removed again if the block does not commit (kept while the
+// outcome is in doubt: recovery may commit it). ROLLBACK forgets the
+// calls. The COMMIT finds each table by its OID and the distribution
+// column by its number: the block may have renamed them since the call
+// (or dropped the table: nothing to move).
 
 // citusCall is a create_distributed_table or create_reference_table call's
 // arguments.
