@@ -47,6 +47,25 @@ func TestFences(t *testing.T) {
 		}
 	}
 	s.unfence("e", 3)
+	// A name with a letter that lowers to another number of bytes (the
+	// Kelvin sign to k, İ to i̇).
+	s.fence(`"Kt"`, 4, time.Hour)
+	for sql, want := range map[string]string{
+		`SELECT count(*) FROM "Kt"`: "40001",
+		`SELECT count(*) FROM "kt"`: "40001",
+		"SELECT 'é'":                "",
+		"SELECT 1":                  "",
+	} {
+		if got := state(sql); got != want {
+			t.Errorf("fence of a non-ASCII name: %s: %q, want %q", sql, got, want)
+		}
+	}
+	s.unfence(`"Kt"`, 4)
+	s.fence(`"İz"`, 5, time.Hour)
+	if got := state(`SELECT * FROM "İz"`); got != "40001" {
+		t.Errorf("fence of İz: %q, want 40001", got)
+	}
+	s.unfence(`"İz"`, 5)
 	// A second mover of the same table (which will fail on the first's
 	// work) lifts only its own fence (found by an adversary: it lifted
 	// the winner's, and readers counted 0 rows).

@@ -86,7 +86,10 @@ func (ss *session) runFrozen(m *planner.Mutability, text string, refusal error) 
 // the portal may run. The statement keeps its parameters. INSERTs whose
 // sequence values the coordinator binds keep the refusal.
 func (ss *session) frozenPortal(ctx context.Context, sp *scatterPortal, refusal error, values [][]byte, formats []int16, oids []uint32) error {
-	if sp.sp.seq != nil {
+	if sp.sp.seq != nil || planner.ContainsFold(sp.st.Query, "statement_timestamp") {
+		// Over the extended protocol statement_timestamp() is the
+		// Execute's moment, later than now(), the Parse's (found by an
+		// adversary): one frozen moment cannot give both.
 		return refusal
 	}
 	sql, ok := ss.frozenWrite(sp.sp.plan.Mutability(), sp.st.Query, refusal)
