@@ -52,6 +52,34 @@ type citusCall struct {
 	colocate string // colocate_with ("" for the default)
 	oid      uint32 // the table, found again at COMMIT (it may be renamed)
 	attnum   int16  // the distribution column, likewise (0: none)
+	// The table's fence on the fleet, from the call to the block's end:
+	// a reader that waited on a lock the block took could otherwise read
+	// the emptied table after the COMMIT (found by an adversary). The
+	// block itself passes it (ownFences).
+	release func(done bool)
+	token   uint64
+}
+
+// releaseCitus lifts the fences of calls (done: the block committed).
+func releaseCitus(calls []citusCall, done bool) {
+	for _, c := range calls {
+		if c.release != nil {
+			c.release(done)
+		}
+	}
+}
+
+// ownFences are the tokens of the fences the session's block holds, nil
+// when none.
+func (ss *session) ownFences() map[uint64]bool {
+	if len(ss.citusPending) == 0 {
+		return nil
+	}
+	own := map[uint64]bool{}
+	for _, c := range ss.citusPending {
+		own[c.token] = true
+	}
+	return own
 }
 
 // funcArg is a Citus function's argument i, or the one named name, or def.
@@ -134,6 +162,9 @@ func (ss *session) citusInTxn(fn *planner.Function) error {
 		if err == nil && p.oid == call.oid {
 			err = pgerr.New(pgerr.DuplicateObject, "table %s is already distributed in this transaction", call.name)
 		}
+	}
+	if err == nil {
+		call.release, call.token, err = ss.srv.fenceFleetToken(ctx, call.name)
 	}
 	if err != nil {
 		ss.failBlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -215,8 +216,10 @@ func TestCitusFunctionsInTransactions(t *testing.T) {
 	}
 
 	// A table that exists with rows is distributed in a block while
-	// another session reads it: the reader sees every row before the
-	// COMMIT (on the default node) and after it (on the shards).
+	// another session reads it: from the call to the block's end the
+	// table is fenced (40001, retryable, as while a move outside a block
+	// runs), and after the COMMIT the reader sees every row, on the
+	// shards.
 	exec(t, c, "CREATE TABLE ct_old (id int PRIMARY KEY, v int)", simple)
 	exec(t, c, "INSERT INTO ct_old SELECT g, g FROM generate_series(1, 1000) g", simple)
 	reader := connect(t, srv.Addr())
@@ -227,8 +230,8 @@ func TestCitusFunctionsInTransactions(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT create_distributed_table('ct_old', 'id')", simple); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(reader, "SELECT count(*)::int FROM ct_old"); n != 1000 {
-		t.Errorf("another session during the block: %d rows, want 1000", n)
+	if _, err := reader.Exec(ctx, "SELECT count(*)::int FROM ct_old", simple); sqlState(err) != "40001" {
+		t.Errorf("another session during the block: %v, want 40001", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -238,6 +241,41 @@ func TestCitusFunctionsInTransactions(t *testing.T) {
 	}
 	if rows, _ := shardRows("ct_old"); rows != 1000 {
 		t.Errorf("ct_old: %d rows on the shards, want 1000", rows)
+	}
+
+	// A block that takes the table's ACCESS EXCLUSIVE lock after the call
+	// (a column renamed): a reader that waited on it read the table the
+	// COMMIT had emptied (0 rows, found by an adversary). The table is
+	// fenced from the call on: the reader gets 40001 at once, and every
+	// row after the COMMIT.
+	exec(t, c, "CREATE TABLE ct_lock (id int PRIMARY KEY, v int)", simple)
+	exec(t, c, "INSERT INTO ct_lock SELECT g, g FROM generate_series(1, 1000) g", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('ct_lock')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ct_lock", simple)
+	})
+	tx, err = c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"SELECT create_distributed_table('ct_lock', 'id')", "ALTER TABLE ct_lock RENAME COLUMN v TO w",
+		"SELECT count(*) FROM ct_lock"} {
+		if _, err := tx.Exec(ctx, q, simple); err != nil {
+			t.Fatalf("%s in the block: %v", q, err)
+		}
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	var n int
+	err = reader.QueryRow(rctx, "SELECT count(*)::int FROM ct_lock", simple).Scan(&n)
+	rcancel()
+	if sqlState(err) != "40001" {
+		t.Errorf("a reader while the block holds the table: %d rows, %v; want 40001", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(reader, "SELECT sum(w)::int FROM ct_lock"); n != 500500 {
+		t.Errorf("after the COMMIT: sum %d, want 500500", n)
 	}
 
 	// The block renames the table or its column after the call, or drops

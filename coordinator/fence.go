@@ -99,7 +99,12 @@ func (s *Server) unfenced(table string, token uint64, done bool) {
 
 // fencedIn refuses a statement to run on the default node that may name
 // a fenced table (by its text: errs towards refusing).
-func (s *Server) fencedIn(sql string) error {
+func (s *Server) fencedIn(sql string) error { return s.fencedInExcept(sql, nil) }
+
+// fencedInExcept is fencedIn, passing the fences whose tokens are all in
+// own (the session's own block, which will move the table's rows at its
+// COMMIT and reads and writes it where it is until then).
+func (s *Server) fencedInExcept(sql string, own map[uint64]bool) error {
 	f := &s.fences
 	if f.n.Load() == 0 {
 		return nil
@@ -116,6 +121,13 @@ func (s *Server) fencedIn(sql string) error {
 		if len(tokens) == 0 {
 			delete(f.until, rel)
 			f.n.Store(int32(len(f.until)))
+			continue
+		}
+		mine := own != nil
+		for token := range tokens {
+			mine = mine && own[token]
+		}
+		if mine {
 			continue
 		}
 		if containsWordFold(sql, rel) || planner.ContainsFold(sql, "u&") || !ascii([]byte(sql)) && containsWordFold(strings.ToLower(sql), rel) {
@@ -169,28 +181,36 @@ func indexFold(s, word string) int {
 // before its rows move; release ends it, after the move's catalog change
 // is installed here (done) or after a move that failed.
 func (s *Server) fenceFleet(ctx context.Context, table string) (release func(done bool), err error) {
+	release, _, err = s.fenceFleetToken(ctx, table)
+	return release, err
+}
+
+// fenceFleetToken is fenceFleet, with the fence's token (a session that
+// holds a fence may pass it: ownFence).
+func (s *Server) fenceFleetToken(ctx context.Context, table string) (release func(done bool), token uint64, err error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	token := binary.BigEndian.Uint64(b[:])
+	token = binary.BigEndian.Uint64(b[:])
 	s.fence(table, token, fenceLease)
 	f := s.fleet.Load()
-	if f == nil {
-		return func(bool) { s.unfence(table, token) }, nil
+	if f != nil {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = f.Fence(fctx, table, token, fenceLease)
+		cancel()
+		if err != nil {
+			s.unfence(table, token)
+			f.Unfence(table, token, false)
+			return nil, 0, pgerr.New("55000", "cannot fence table %s on every coordinator of the fleet before moving its rows: %v; nothing changed", table, err).
+				WithHint("Retry once every coordinator answers (one that died leaves the fleet after failure detection).")
+		}
+		// A statement that passed a member's fence check just before the
+		// fence came may still be on its way to the default node (waiting
+		// for a pooled connection, say): give it a moment to read the rows
+		// where they are. (Not a guarantee: see docs/architecture.md.)
+		time.Sleep(fenceGrace)
 	}
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = f.Fence(fctx, table, token, fenceLease)
-	cancel()
-	if err != nil {
-		s.unfence(table, token)
-		f.Unfence(table, token, false)
-		return nil, pgerr.New("55000", "cannot fence table %s on every coordinator of the fleet before moving its rows: %v; nothing changed", table, err).
-			WithHint("Retry once every coordinator answers (one that died leaves the fleet after failure detection).")
-	}
-	// A statement that passed a member's fence check just before the
-	// fence came may still be on its way to the default node (waiting for
-	// a pooled connection, say): give it a moment to read the rows where
-	// they are. (Not a guarantee: see docs/architecture.md.)
-	time.Sleep(fenceGrace)
+	// The lease is renewed here and on the members while the move (or
+	// the transaction block that will move the rows) lasts.
 	stop := make(chan struct{})
 	go func() {
 		t := time.NewTicker(fenceLease / 3)
@@ -200,17 +220,25 @@ func (s *Server) fenceFleet(ctx context.Context, table string) (release func(don
 			case <-stop:
 				return
 			case <-t.C:
-				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = f.Fence(rctx, table, token, fenceLease)
-				rcancel()
+				s.fence(table, token, fenceLease)
+				if f != nil {
+					rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_ = f.Fence(rctx, table, token, fenceLease)
+					rcancel()
+				}
 			}
 		}
 	}()
+	var once sync.Once
 	return func(done bool) {
-		close(stop)
-		s.unfence(table, token)
-		f.Unfence(table, token, done)
-	}, nil
+		once.Do(func() {
+			close(stop)
+			s.unfence(table, token)
+			if f != nil {
+				f.Unfence(table, token, done)
+			}
+		})
+	}, token, nil
 }
 
 // noteTxnStart keeps the catalog as it was when the session's transaction

@@ -97,6 +97,11 @@ func TestWritesReadTheTimeOnce(t *testing.T) {
 		"SELECT id, v FROM fz_t WHERE id BETWEEN 40 AND 43 ORDER BY id",
 		"SELECT count(DISTINCT t), bool_and(t < now() - interval '59 minutes') FROM fz_t WHERE id BETWEEN 40 AND 43",
 	}, nil)
+	// Over the extended protocol statement_timestamp() is the Execute's
+	// moment, later than now(): not frozen, refused.
+	if _, err := c.Exec(ctx, "UPDATE fz_t SET t = statement_timestamp() WHERE v > $1", 0); sqlState(err) != "0A000" {
+		t.Errorf("an extended multi-shard UPDATE with statement_timestamp(): %v, want 0A000", err)
+	}
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

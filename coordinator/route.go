@@ -506,7 +506,7 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	var r *planner.Route
 	switch x := p.Root.(type) {
 	case *planner.DefaultNode:
-		if err := ss.srv.fencedIn(st.Query); err != nil && ss.routes {
+		if err := ss.srv.fencedInExcept(st.Query, ss.ownFences()); err != nil && ss.routes {
 			return nil, 0, params, onNode, err // a table whose rows are moving (fence.go)
 		}
 		return st, ss.homeNode(st.Query), params, onNode, nil

@@ -565,6 +565,8 @@ func clientReadError(err error) error {
 
 // end releases what the session holds when the client goes away.
 func (ss *session) end() {
+	releaseCitus(ss.citusPending, false)
+	ss.citusPending = nil
 	ss.dropSpares()
 	for _, c := range ss.parked {
 		if ss.verifyState {
@@ -1001,7 +1003,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	text := string(sql)
 	ss.noteTxnStart()
 	if ss.routes {
-		if err := ss.srv.fencedIn(text); err != nil {
+		if err := ss.srv.fencedInExcept(text, ss.ownFences()); err != nil {
 			return ss.queryError(err) // a table whose rows are moving (fence.go)
 		}
 	}
@@ -2484,6 +2486,7 @@ func (ss *session) endOfCycle(status byte) {
 	}
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk, ss.chainStarted = "", false, false, false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
+	releaseCitus(ss.citusPending, false)
 	ss.citusPending = nil
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {

@@ -352,15 +352,15 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	// block run now, before it commits (citustxn.go).
 	var moves *citusMoves
 	var movesErr error
-	if calls := ss.citusPending; len(calls) > 0 {
-		ss.citusPending = nil
-		if commit && ss.txStatus() != 'E' {
-			if moves, movesErr = ss.citusRun(calls); movesErr != nil {
-				if pgerr.Flatten(movesErr).Severity == "FATAL" {
-					return "", nil, movesErr
-				}
-				commit, chain = false, false
+	calls := ss.citusPending
+	ss.citusPending = nil
+	if len(calls) > 0 && commit && ss.txStatus() != 'E' {
+		if moves, movesErr = ss.citusRun(calls); movesErr != nil {
+			if pgerr.Flatten(movesErr).Severity == "FATAL" {
+				releaseCitus(calls, false)
+				return "", nil, movesErr
 			}
+			commit, chain = false, false
 		}
 	}
 	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
@@ -368,6 +368,9 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
 	committed := false
 	next := ""
+	// The calls' fences go once the outcome is known (after the catalog
+	// change, deferred below, when it committed).
+	defer func() { releaseCitus(calls, committed) }()
 	defer func() {
 		ss.multiRelease(all, committed)
 		if err == nil {
