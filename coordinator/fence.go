@@ -144,7 +144,7 @@ func (s *Server) fencedInExcept(sql string, own map[uint64]bool) error {
 // adversary).
 
 // containsWordFold reports whether s contains word (lower case) ignoring
-// case, not as part of a longer identifier (a table named e is in
+// ASCII case (planner.IndexFold), not as part of a longer identifier (a table named e is in
 // "FROM e" and "public.e" and '"e"', not in "SELECT 1"; found by an
 // adversary: every statement with an e was refused while e moved).
 func containsWordFold(s, word string) bool {
@@ -152,7 +152,7 @@ func containsWordFold(s, word string) bool {
 		return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
 	}
 	for from := 0; from+len(word) <= len(s); {
-		i := indexFold(s[from:], word)
+		i := planner.IndexFold(s[from:], word)
 		if i < 0 {
 			return false
 		}
@@ -164,17 +164,6 @@ func containsWordFold(s, word string) bool {
 		from = i + 1
 	}
 	return false
-}
-
-// indexFold is the index of word (lower case) in s ignoring ASCII case,
-// or -1.
-func indexFold(s, word string) int {
-	for i := 0; i+len(word) <= len(s); i++ {
-		if strings.EqualFold(s[i:i+len(word)], word) {
-			return i
-		}
-	}
-	return -1
 }
 
 // fenceFleet fences table here and on every other member of the fleet

@@ -111,16 +111,3 @@ func (ss *session) frozenPortal(ctx context.Context, sp *scatterPortal, refusal 
 	sp.sp = &stmtPlan{version: snap.Version, plan: p, shards: make([]shardSlot, n)}
 	return nil
 }
-
-// timeRefusal is the planner's refusal of a statement that reads the
-// transaction's time over several shards (planner.TimeRead), planned
-// without a placeholder.
-func (ss *session) timeRefusal(sql string) error {
-	_, err := planner.Build(sql, ss.srv.catalog.Load())
-	var tr *planner.TimeRead
-	if errors.As(err, &tr) {
-		return tr.Err
-	}
-	return pgerr.New(pgerr.FeatureNotSupported, "a multi-shard write reading the transaction's time is not supported here").
-		WithHint("Pass the moment as a constant or a parameter.")
-}

@@ -346,7 +346,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 	if x, ok := p.Root.(*planner.MultiShardWrite); ok && x.TimeFrozen {
 		// Planned with a placeholder moment: planned again with the
 		// moment it runs at, or refused (in a transaction block).
-		if err := ss.frozenPortal(ctx, sp, ss.timeRefusal(sp.st.Query), values, formats, oids); err != nil {
+		if err := ss.frozenPortal(ctx, sp, sp.sp.timeRead, values, formats, oids); err != nil {
 			ss.txFailed = ss.txFailed || inTxn
 			ss.synthError(err)
 			return nil

@@ -30,6 +30,11 @@ type stmtPlan struct {
 	scatter atomic.Pointer[scatterDesc]
 	// seq: an INSERT whose sequence values the coordinator binds.
 	seq *seqBind
+	// timeRead: the planner's refusal of a multi-shard write reading the
+	// transaction's time, planned with a placeholder moment
+	// (MultiShardWrite.TimeFrozen): what its execution answers when the
+	// moment cannot be frozen.
+	timeRead error
 }
 
 // stmtPlan returns st's plan for the current catalog, planning it once per
@@ -104,6 +109,7 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 		return p, nil
 	}
 	p, err := s.plan(st.Query)
+	var timeRead error
 	var tr *planner.TimeRead
 	if errors.As(err, &tr) {
 		// A multi-shard write that reads the transaction's time: planned
@@ -113,7 +119,7 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 			if fp, perr := planner.Build(frozen, snap); perr == nil {
 				if x, ok := fp.Root.(*planner.MultiShardWrite); ok {
 					x.TimeFrozen = true
-					p, err = fp, nil
+					p, err, timeRead = fp, nil, tr.Err
 				}
 			}
 		}
@@ -142,7 +148,7 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if p.Kind() == planner.KindInsertSplit {
 		n = len(snap.Shards[p.DistTable()]) // made as Binds need them (insertShardStmt)
 	}
-	sp := &stmtPlan{version: version, plan: p, shards: make([]shardSlot, n)}
+	sp := &stmtPlan{version: version, plan: p, shards: make([]shardSlot, n), timeRead: timeRead}
 	st.plan.Store(sp)
 	return sp, nil
 }

@@ -76,7 +76,10 @@ func MentionsFunction(sql string) bool {
 
 // ContainsFold is a case-insensitive strings.Contains for an ASCII,
 // lower-case needle, without allocating.
-func ContainsFold(s, needle string) bool {
+func ContainsFold(s, needle string) bool { return IndexFold(s, needle) >= 0 }
+
+// IndexFold is ContainsFold's index of the first match, or -1.
+func IndexFold(s, needle string) int {
 	n := len(needle)
 outer:
 	for i := 0; i+n <= len(s); i++ {
@@ -89,9 +92,9 @@ outer:
 				continue outer
 			}
 		}
-		return true
+		return i
 	}
-	return false
+	return -1
 }
 
 // MentionsTable reports whether sql may name one of the catalog's tables
