@@ -155,7 +155,9 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 		keep = append(keep, b)
 	}
 	if n, err := s.store.ForgetDecisions(ctx, twophase.ForgetCommitAge, twophase.ForgetAbortAge, keep); err != nil {
-		s.log.Warn("recovery: forgetting old transaction decisions", "err", err)
+		if ctx.Err() == nil { // not a shutdown
+			s.log.Warn("recovery: forgetting old transaction decisions", "err", err)
+		}
 	} else if n > 0 {
 		s.log.Debug("recovery: forgot old transaction decisions", "count", n)
 	}
