@@ -300,6 +300,19 @@ func TestPreparedParsedSettings(t *testing.T) {
 			t.Errorf("prepared INSERT after SET DateStyle stored %q, PostgreSQL %q", got, want)
 		}
 	}
+	// After a change of TimeZone alone, a constant that names its own
+	// offset is read the same (pgx's TestTimestamptzCodecPOSIXTimezones);
+	// one that does not gets PostgreSQL's reading or 0A000.
+	prep("own", "SELECT '2024-07-01 00:00:00+00'::timestamptz = '2024-07-01 00:00:00+00'::timestamptz, '2024-07-01 00:00:00+00'::timestamptz::text")
+	prep("bare", "SELECT '2024-07-01 00:00:00'::timestamptz::text")
+	e.same("SET TimeZone = 'XXX16'", nil, nil, nil)
+	if r := pc.ExecPrepared(ctx, "own", nil, nil, nil).Read(); r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][1]) != "2024-06-30 08:00:00-16" {
+		t.Errorf("prepared constant with its own offset after SET TimeZone: %v %q, want 2024-06-30 08:00:00-16", r.Err, r.Rows)
+	}
+	if r := pc.ExecPrepared(ctx, "bare", nil, nil, nil).Read(); sqlState(r.Err) != "0A000" &&
+		!(r.Err == nil && len(r.Rows) == 1 && string(r.Rows[0][0]) == "2024-06-29 23:00:00-16") {
+		t.Errorf("prepared constant without offset after SET TimeZone: %v %q, want PostgreSQL's 2024-06-29 23:00:00-16 or 0A000", r.Err, r.Rows)
+	}
 	// Statements without string constants run under any settings.
 	for _, pre := range []string{"dv_", "dvo_"} {
 		if r := pc.ExecPrepared(ctx, "sel_"+pre, [][]byte{[]byte("5")}, nil, nil).Read(); r.Err != nil {

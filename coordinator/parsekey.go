@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"regexp"
 	"strings"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -26,6 +27,7 @@ import (
 // the session's SET statements.
 var readGroups = [...][]string{
 	grpTime:   {"timezone_abbreviations", "lc_monetary"},
+	grpZone:   nil,
 	grpEnc:    nil,
 	grpEscape: {"backslash_quote"},
 	grpArray:  {"array_nulls"},
@@ -39,12 +41,13 @@ var reportedRead = [...]struct {
 	name  string
 	group int
 }{
-	{"DateStyle", grpTime}, {"TimeZone", grpTime}, {"IntervalStyle", grpTime},
+	{"DateStyle", grpTime}, {"TimeZone", grpZone}, {"IntervalStyle", grpTime},
 	{"client_encoding", grpEnc}, {"standard_conforming_strings", grpEscape},
 }
 
 const (
 	grpTime = iota
+	grpZone // TimeZone alone: constants that name their own offset are read the same
 	grpEnc
 	grpEscape
 	grpArray
@@ -177,6 +180,10 @@ func readAffects(g int, sql string) bool {
 			if timeLike(c) {
 				return true
 			}
+		case grpZone:
+			if timeLike(c) && !ownOffset(c) {
+				return true
+			}
 		case grpArray:
 			if strings.IndexByte(c, '{') >= 0 {
 				return true
@@ -284,4 +291,37 @@ func timeLike(c string) bool {
 		}
 	}
 	return false
+}
+
+// ownOffset reports whether string constant c (quotes included) is one
+// date and time, or one time, followed by its own UTC offset
+// ('2024-07-01 00:00:00+00', '10:30-05:30', '2024-07-01T00:00Z'): the
+// session's TimeZone does not change how PostgreSQL reads it.
+func ownOffset(c string) bool {
+	v := unquote(c)
+	if strings.ContainsAny(v, "\\'") {
+		return false // escapes: not worth reading
+	}
+	return ownOffsetRE.MatchString(v)
+}
+
+var ownOffsetRE = regexp.MustCompile(`(?i)^\s*(\d{4}-\d{2}-\d{2}[ T])?\d{1,2}:\d{2}(:\d{2}(\.\d{1,6})?)?\s*([+-]\d{1,2}(:?\d{2}){0,2}|z|utc|gmt)\s*$`)
+
+// unquote is the text of a string constant as stringConstants gives it
+// ('...', E'...', $tag$...$tag$), without its quotes.
+func unquote(c string) string {
+	if strings.HasPrefix(c, "$") {
+		if i := strings.IndexByte(c[1:], '$'); i >= 0 {
+			tag := c[:i+2]
+			if len(c) >= 2*len(tag) && strings.HasSuffix(c, tag) {
+				return c[len(tag) : len(c)-len(tag)]
+			}
+		}
+		return c
+	}
+	c = strings.TrimLeft(c, "EeUu&")
+	if len(c) >= 2 && c[0] == '\'' && c[len(c)-1] == '\'' {
+		return c[1 : len(c)-1]
+	}
+	return c
 }

@@ -14,6 +14,18 @@ func TestTimeLike(t *testing.T) {
 	}
 }
 
+// TestOwnOffset: constants whose reading no TimeZone changes.
+func TestOwnOffset(t *testing.T) {
+	for c, want := range map[string]bool{"'2024-07-01 00:00:00+00'": true, "'2024-07-01T00:00Z'": true,
+		"E'10:30-05:30'": true, "$$2024-07-01 00:00:00.5 UTC$$": true, "'2024-07-01 00:00:00'": false,
+		"'2024-07-01'": false, "'2024-07-01-05'": false, "'now'": false, "'2024-07-01 00:00 America/New_York'": false,
+		"'[2024-01-01 00:00+00,2024-02-01 00:00)'": false, "'12:00'": false} {
+		if got := ownOffset(c); got != want {
+			t.Errorf("ownOffset(%s) = %v, want %v", c, got, want)
+		}
+	}
+}
+
 // TestStringConstants: the constants of a statement, comments and quoted
 // names apart.
 func TestStringConstants(t *testing.T) {
