@@ -2,12 +2,15 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgcluster"
@@ -181,10 +184,35 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		t.Errorf("rows after the renames: %s, want 8", got)
 	}
 
-	// Refused: DROP ... CASCADE, renaming a schema with a distributed table.
-	if _, err := c.Exec(ctx, "DROP DOMAIN od_pos CASCADE", simple); sqlState(err) != "0A000" {
-		t.Errorf("DROP DOMAIN ... CASCADE: %v, want 0A000", err)
+	// DROP ... CASCADE of what nothing depends on drops it everywhere, in
+	// a block too (migration tools' down steps); of what a table depends
+	// on: 0A000 naming the dependents, and nothing dropped anywhere.
+	exec(t, c, "CREATE TYPE od_unused AS ENUM ('u')", simple)
+	exec(t, c, "CREATE FUNCTION od_g() RETURNS int LANGUAGE sql AS 'SELECT 1'", simple)
+	exec(t, c, "DROP TYPE od_unused CASCADE", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "DROP FUNCTION IF EXISTS od_g CASCADE", simple)
+	exec(t, c, "COMMIT", simple)
+	exec(t, c, "DROP FUNCTION IF EXISTS od_missing CASCADE", simple)
+	_, err := c.Exec(ctx, "DROP DOMAIN od_pos CASCADE", simple)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" || !strings.Contains(pe.Detail, "od_t") {
+		t.Errorf("DROP DOMAIN ... CASCADE of a distributed table's column type: %+v, want 0A000 with a detail naming od_t", err)
 	}
+	if pe != nil && strings.Contains(pe.Detail, "od_t_") {
+		t.Errorf("DROP DOMAIN ... CASCADE: the detail names shards: %q", pe.Detail)
+	}
+	for _, s := range cl.Servers {
+		w := connect(t, s.Addr())
+		if got := queryString(t, w, "SELECT count(*)::text FROM pg_type WHERE typname IN ('od_unused', 'od_pos')"); got != "1" {
+			t.Errorf("on %s after the drops: %s of od_unused and od_pos, want od_pos only", s.Addr(), got)
+		}
+		if got := queryString(t, w, "SELECT count(*)::text FROM pg_proc WHERE proname = 'od_g'"); got != "0" {
+			t.Errorf("od_g on %s after DROP FUNCTION ... CASCADE: %s", s.Addr(), got)
+		}
+	}
+
+	// Refused: renaming a schema with a distributed table.
 	exec(t, c, "CREATE SCHEMA od_s", simple)
 	testTable(t, c, "od_s.t", "(id int PRIMARY KEY)", "SELECT create_distributed_table('od_s.t', 'id', shard_count => 4)")
 	exec(t, c, "INSERT INTO od_s.t (id) VALUES (1), (2), (3)", simple)

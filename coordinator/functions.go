@@ -482,6 +482,9 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	if other == "" {
 		return false, nil
 	}
+	if r, ok := shards.CascadeAsRestrict(sql); ok {
+		sql = r // what depends on it differs from node to node
+	}
 	if ss.inTxn() {
 		if ss.canTakeInAll() {
 			return true, ss.objectDDLInTxn(sql, other, snap)
@@ -507,7 +510,7 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	}
 	tag, err := shards.RunObjectDDL(ctx, ss.srv.store, snap, conns, ss.srv.defaultNode.Load(), sql, other)
 	if err != nil {
-		return true, ss.queryError(err)
+		return true, ss.queryError(ss.cascadeRefused(err))
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
@@ -557,7 +560,7 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 				e.Message += fmt.Sprintf(" (on worker %s)", ss.srv.nodeAddr(node))
 			}
 			ss.out = append(ss.out, extra...)
-			er := pgerr.Flatten(e)
+			er := pgerr.Flatten(ss.cascadeRefused(e))
 			userNames(ss.srv.catalog.Load(), er) // a shard's rows: the table's name
 			ss.out, _ = er.Encode(ss.out)
 			ss.out = readyForQuery(ss.out, ss.txStatus())

@@ -2,11 +2,14 @@ package coordinator
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
 
@@ -133,4 +136,27 @@ func unshardQuoted(s string, ids map[int64]bool) string {
 	}
 	b.WriteString(s)
 	return b.String()
+}
+
+// cascadeRefused is shards.CascadeRefused with the detail's list of
+// dependents in the user's names: a shard's line ("column p of table
+// t_102008 depends on type d") becomes its table's, once.
+func (ss *session) cascadeRefused(err error) error {
+	e, ok := shards.CascadeRefused(err).(*pgerr.Error)
+	if !ok || e == err || e.Detail == "" {
+		return err
+	}
+	ids := shardIDs(ss.srv.catalog.Load(), &pgproto3.ErrorResponse{Detail: e.Detail})
+	var lines []string
+	for _, l := range strings.Split(e.Detail, "\n") {
+		words := strings.Fields(l)
+		for i, w := range words {
+			words[i] = unshardName(w, ids)
+		}
+		if l = strings.Join(words, " "); !slices.Contains(lines, l) {
+			lines = append(lines, l)
+		}
+	}
+	e.Detail = strings.Join(lines, "\n")
+	return e
 }

@@ -82,16 +82,62 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 			}
 		}
 	}
-	if d := n.GetDropStmt(); d != nil && d.Behavior == pg_query.DropBehavior_DROP_CASCADE && objectTypes[d.RemoveType] &&
-		d.RemoveType != pg_query.ObjectType_OBJECT_SCHEMA { // DROP SCHEMA ... CASCADE: DDLTables
-		return "", unsupportedDDL("DROP %s ... CASCADE is not supported: it would not reach every worker", objectName(d.RemoveType)).
-			WithHint("Drop the objects that depend on it first, then drop it without CASCADE.")
+	if d := cascadeDrop(n); d != nil {
+		d.Behavior = pg_query.DropBehavior_DROP_RESTRICT // CascadeAsRestrict
 	}
 	other, ok := objectDDL(tree, n)
 	if !ok {
 		return "", nil
 	}
 	return other, nil
+}
+
+// cascadeDrop is n if it is DROP ... CASCADE of a type, domain, collation,
+// function or extension (DROP SCHEMA ... CASCADE: DDLTables).
+func cascadeDrop(n *pg_query.Node) *pg_query.DropStmt {
+	if d := n.GetDropStmt(); d != nil && d.Behavior == pg_query.DropBehavior_DROP_CASCADE && objectTypes[d.RemoveType] &&
+		d.RemoveType != pg_query.ObjectType_OBJECT_SCHEMA {
+		return d
+	}
+	return nil
+}
+
+// CascadeAsRestrict gives DROP ... CASCADE of a type, domain, collation,
+// function or extension its RESTRICT form (ok false for any other
+// statement). pgfleet runs that form on every node: what depends on the
+// object differs from node to node (shards, local tables), so a cascade
+// would drop different things on each. When nothing depends on the
+// object both forms do the same; when something does, PostgreSQL's 2BP01
+// becomes CascadeRefused's 0A000.
+func CascadeAsRestrict(sql string) (string, bool) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return "", false
+	}
+	d := cascadeDrop(tree.Stmts[0].Stmt)
+	if d == nil {
+		return "", false
+	}
+	d.Behavior = pg_query.DropBehavior_DROP_RESTRICT
+	s, err := planner.Deparse(tree.Version, tree.Stmts[0].Stmt)
+	return s, err == nil
+}
+
+// CascadeRefused is the answer to DROP ... CASCADE run in its RESTRICT
+// form (CascadeAsRestrict) when objects depend on what it drops: 0A000
+// with PostgreSQL's detail, which lists them; other errors pass.
+func CascadeRefused(err error) error {
+	if err == nil {
+		return nil
+	}
+	pe := pgerr.Flatten(err)
+	if pe.Code != pgerr.DependentObjectsStillExist {
+		return err
+	}
+	return &pgerr.Error{Severity: "ERROR", Code: pgerr.FeatureNotSupported,
+		Message: "DROP ... CASCADE is not supported when other objects depend on what it drops: " + pe.Message,
+		Detail:  pe.Detail,
+		Hint:    "Drop the objects that depend on it first (the detail lists them), then drop it."}
 }
 
 // bodyCheckOff starts the other nodes' form of a function's DDL: their

@@ -9,9 +9,9 @@ func TestObjectDDL(t *testing.T) {
 		{"CREATE SCHEMA s", "CREATE SCHEMA IF NOT EXISTS s"},
 		{"DROP TYPE mood", "DROP TYPE IF EXISTS mood"},
 		{"DROP FUNCTION f(int)", "SET LOCAL check_function_bodies = off; DO $pgfleet$ BEGIN DROP FUNCTION IF EXISTS f(int); EXCEPTION WHEN OTHERS THEN NULL; END $pgfleet$"},
-		// Not propagated: CASCADE, schema elements, several statements,
-		// other DDL.
-		{"DROP TYPE mood CASCADE", ""},
+		// CASCADE in its RESTRICT form (CascadeAsRestrict).
+		{"DROP TYPE mood CASCADE", "DROP TYPE IF EXISTS mood"},
+		// Not propagated: schema elements, several statements, other DDL.
 		{"CREATE SCHEMA s CREATE TABLE t (a int)", ""},
 		{"CREATE TYPE a AS ENUM ('x'); CREATE TYPE b AS ENUM ('y')", ""},
 		{"CREATE TABLE t (a int)", ""},
@@ -21,6 +21,23 @@ func TestObjectDDL(t *testing.T) {
 		got, ok := ObjectDDL(c.sql)
 		if ok != (c.other != "") || got != c.other {
 			t.Errorf("%s:\n got %q (%v)\nwant %q", c.sql, got, ok, c.other)
+		}
+	}
+}
+
+func TestCascadeAsRestrict(t *testing.T) {
+	for sql, want := range map[string]string{
+		"DROP FUNCTION IF EXISTS f CASCADE":       "DROP FUNCTION IF EXISTS f",
+		"drop type a.mood, b cascade":             "DROP TYPE a.mood, b",
+		"DROP FUNCTION f(int)":                    "",
+		"DROP TABLE t CASCADE":                    "",
+		"DROP SCHEMA s CASCADE":                   "",
+		"DROP TYPE a CASCADE; DROP TYPE b":        "",
+		"DROP EXTENSION IF EXISTS hstore CASCADE": "DROP EXTENSION IF EXISTS hstore",
+	} {
+		got, ok := CascadeAsRestrict(sql)
+		if ok != (want != "") || got != want {
+			t.Errorf("CascadeAsRestrict(%q) = %q, %v; want %q", sql, got, ok, want)
 		}
 	}
 }

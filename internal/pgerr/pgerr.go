@@ -63,6 +63,8 @@ const (
 	DuplicateTable    = "42P07"
 	SyntaxError       = "42601"
 	OutOfMemory       = "53200"
+
+	DependentObjectsStillExist = "2BP01"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
