@@ -125,6 +125,9 @@ type class struct {
 	// notify: a statement calls pg_notify, whose notification reaches
 	// only listeners of the worker it runs on (the default node's).
 	notify bool
+	// terminate: a statement calls pg_terminate_backend, and may end its
+	// own worker backend (drain relays that FATAL as PostgreSQL would).
+	terminate bool
 	// temp: DDL of a temporary object (TEMP, or in pg_temp), which lives
 	// on the session's pinned connection only, never on every worker.
 	temp bool
@@ -182,6 +185,9 @@ func classify(sql string) class {
 			if lx.sawNotify {
 				c.notify = true
 			}
+			if lx.sawTerminate {
+				c.terminate = true
+			}
 			if lx.sawPrepared {
 				c.preparedView = true
 			}
@@ -206,6 +212,7 @@ func classify(sql string) class {
 			}
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
+		lx.sawTerminate = false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -840,6 +847,7 @@ type lexer struct {
 	sawSQLText   bool   // a call of a built-in that runs SQL given as text
 	sawAllTables bool   // a call of a built-in that reads every table (schema_to_xml)
 	sawNotify    bool   // a call of pg_notify
+	sawTerminate bool   // a call of pg_terminate_backend
 	prev         string // the word before the current one, "" after punctuation
 }
 
@@ -1089,8 +1097,11 @@ func (lx *lexer) noteCall(w string) {
 		buf[i] = c
 	}
 	name := buf[:len(w)]
-	if string(name) == "PG_NOTIFY" {
+	switch string(name) {
+	case "PG_NOTIFY":
 		lx.sawNotify = true
+	case "PG_TERMINATE_BACKEND":
+		lx.sawTerminate = true
 	}
 	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
 		lx.sawSessionFunc = why

@@ -107,3 +107,34 @@ func TestWorkerConnectionKilledMidStatement(t *testing.T) {
 		_ = c.Close(ctx)
 	}
 }
+
+// TestTerminateOwnBackend: a statement that terminates its own backend
+// (pg_terminate_backend(pg_backend_pid()), pgx's
+// TestBeginTxFatalErrorKillsConn) ends the client's session with
+// PostgreSQL's FATAL 57P01, in both protocols, inside a transaction block
+// too; other sessions go on.
+func TestTerminateOwnBackend(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	other := connect(t, srv.Addr())
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		for _, inBlock := range []bool{false, true} {
+			c := connect(t, srv.Addr())
+			if inBlock {
+				exec(t, c, "BEGIN", mode)
+			}
+			_, err := c.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())", mode)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "57P01" || pe.Severity != "FATAL" {
+				t.Errorf("%v (block %v): terminating its own backend: %v, want FATAL 57P01", mode, inBlock, err)
+			}
+			if _, err := c.Exec(ctx, "SELECT 1", mode); err == nil || !c.IsClosed() {
+				t.Errorf("%v (block %v): the session after terminating its own backend: %v, closed %v; want it ended", mode, inBlock, err, c.IsClosed())
+			}
+			if got := queryString(t, other, "SELECT 1", mode); got != "1" {
+				t.Errorf("another session: %q", got)
+			}
+		}
+	}
+}

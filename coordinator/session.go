@@ -68,6 +68,9 @@ type session struct {
 	// ddlSent: a statement of the current transaction may have changed a
 	// table (DDL); its end advances the server's stmtEpoch.
 	ddlSent bool
+	// terminates: a statement of the client's cycle calls
+	// pg_terminate_backend (drain).
+	terminates bool
 	// txScatter: the transaction block changed a distributed or
 	// reference table (tableDDLInTxn); its multi-shard plans learn their
 	// run-time state here, not in the server's cache, until it ends.
@@ -1016,6 +1019,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	cls := classify(ctext)
 	ss.ddlSent = ss.ddlSent || cls.ddl
+	ss.terminates = ss.terminates || cls.terminate
 	ss.savepointShapes(&cls)
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
@@ -1767,6 +1771,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.ddlSent = ss.ddlSent || st.cls.ddl
+	ss.terminates = ss.terminates || st.cls.terminate
 	ss.savepointShapes(&st.cls)
 	seqHad := ss.seqUsed
 	if !st.cls.quiet {
@@ -2160,6 +2165,14 @@ func (ss *session) drain() error {
 			// going away, so it is not relayed as is.
 			var er pgproto3.ErrorResponse
 			_ = er.Decode(f.Body)
+			if ss.terminates && er.Code == pgerr.AdminShutdown {
+				// The client's statement terminated its own backend
+				// (pg_terminate_backend(pg_backend_pid())): PostgreSQL
+				// ends that session, so pgfleet ends this one.
+				sc.MarkBroken()
+				ss.releaseServer()
+				return &pgerr.Error{Severity: "FATAL", Code: er.Code, Message: er.Message}
+			}
 			return ss.lostCycle(fmt.Errorf("%s: %s (SQLSTATE %s)", er.Severity, er.Message, er.Code))
 		}
 		relay := e.kind == eRelay
@@ -2169,7 +2182,7 @@ func (ss *session) drain() error {
 				return ss.lostServer(errors.New("invalid ReadyForQuery"))
 			}
 			if e.kind != eSwallow {
-				ss.seqGuard = false // the client's cycle is over
+				ss.seqGuard, ss.terminates = false, false // the client's cycle is over
 				if f.Body[0] == 'I' && ss.pendingBegin != "" {
 					// The worker has not seen the client's BEGIN yet.
 					ss.out = readyForQuery(ss.out, ss.txStatus0())
