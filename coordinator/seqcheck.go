@@ -34,10 +34,13 @@ import (
 // code run by triggers or defaults of ordinary statements.
 
 // seqGuardError turns a worker's 55000 error body into the 0A000 refusal,
-// the worker's message kept as detail.
+// the worker's message kept as detail, when currval or lastval raised it
+// (the error's routine, which no lc_messages translates); any other
+// 55000 (a cursor that can only scan forward, RAISE ... USING ERRCODE)
+// is the statement's own answer.
 func seqGuardError(body []byte) []byte {
 	var er pgproto3.ErrorResponse
-	if er.Decode(body) != nil {
+	if er.Decode(body) != nil || er.Routine != "currval_oid" && er.Routine != "lastval" {
 		return body
 	}
 	e := pgerr.New(pgerr.FeatureNotSupported, "currval() or lastval() in user code is not supported after statements that may have called nextval(): pgfleet runs them on pooled worker connections, which keep sequence state apart").

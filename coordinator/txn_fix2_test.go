@@ -2,11 +2,13 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -256,6 +258,7 @@ func TestSequenceStateInUserCode(t *testing.T) {
 	exec(t, admin, "INSERT INTO su_d (id) VALUES (1), (2), (3), (4), (5), (6)", simple)
 	exec(t, admin, "CREATE FUNCTION su_cv() RETURNS bigint LANGUAGE sql AS 'SELECT currval(''su_sq'')'", simple)
 	exec(t, admin, "CREATE FUNCTION su_lv() RETURNS bigint LANGUAGE plpgsql AS 'BEGIN RETURN lastval(); END'", simple)
+	exec(t, admin, "CREATE FUNCTION su_raise() RETURNS int LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'mine' USING ERRCODE = '55000'; END$$", simple)
 	oracle := connect(t, cl.Servers[0].Addr())
 	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
 		other := connect(t, srv.Addr())
@@ -309,6 +312,15 @@ func TestSequenceStateInUserCode(t *testing.T) {
 			}
 			if err != nil && sqlState(err) != "0A000" {
 				t.Errorf("%v multi-shard after nextval: %s(): %v; want %d or 0A000", mode, fn, err, n)
+			}
+		}
+		// Another 55000 user code raises after nextval is its own answer,
+		// not the currval refusal (found by running plpgsql.sql).
+		for _, sql := range []string{"SELECT su_raise()", "DO $$ BEGIN RAISE EXCEPTION 'mine' USING ERRCODE = '55000'; END $$"} {
+			_, err := c.Exec(ctx, sql, mode)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "55000" || pe.Message != "mine" {
+				t.Errorf("%v after nextval: %s: %v, want PostgreSQL's 55000 \"mine\"", mode, sql, err)
 			}
 		}
 		// nextval and currval in the same call of user code: its own value.
