@@ -84,11 +84,12 @@ func (ss *session) pipelineBlock() error {
 // implicitPipeline readies a multi-shard or reference-table write portal
 // outside a transaction block at Execute: when the pipeline ran statements
 // on a worker before it, or the client sent more statements after it
-// before the Sync, PostgreSQL would commit them all together, so they run
-// in a transaction block of pgfleet's, ended at the Sync (implicitEnd):
-// the worker's implicit transaction made explicit, or, with no worker
-// held yet, a BEGIN deferred as a client's is. Other cases are left as
-// they are (the write then commits on its own, or is refused).
+// before the Sync (pipelineGoesOn), PostgreSQL would commit them all
+// together, so they run in a transaction block of pgfleet's, ended at the
+// Sync (implicitEnd): the worker's implicit transaction made explicit, or,
+// with no worker held yet, a BEGIN deferred as a client's is. A write
+// followed by the Sync alone commits on its own, as PostgreSQL commits it
+// at that Sync; a pinned session's is refused when more follows.
 func (ss *session) implicitPipeline() error {
 	if ss.inTxn() && !(ss.sc != nil && ss.needSync) || ss.pinned != "" || ss.srv.store == nil {
 		return nil
@@ -103,10 +104,34 @@ func (ss *session) implicitPipeline() error {
 	switch {
 	case ss.sc != nil && ss.needSync && !(ss.txBegin == "" && ss.batchTxn):
 		return ss.pipelineBlock()
-	case ss.sc == nil && !ss.inTxn() && ss.moreBeforeSync():
-		ss.pendingBegin, ss.implicitTxn = "BEGIN", true
+	case ss.sc == nil && !ss.inTxn():
+		more, err := ss.pipelineGoesOn()
+		if err != nil {
+			return err
+		}
+		if more {
+			ss.pendingBegin, ss.implicitTxn = "BEGIN", true
+		}
 	}
 	return nil
+}
+
+// pipelineGoesOn reports whether the client sends more than a Sync after
+// the message being handled, waiting for its next message when none is
+// read yet: a client cannot expect an answer before its Sync or Flush, so
+// it sends one of them or more statements (psycopg's executemany writes
+// its pipeline in parts as it goes). A Flush counts as more: the client
+// wants answers before the Sync, and may send statements after reading
+// them that PostgreSQL would commit with what ran before.
+func (ss *session) pipelineGoesOn() (bool, error) {
+	if ss.moreBeforeSync() {
+		return true, nil
+	}
+	typ, _, err := ss.r.Whole()
+	if err != nil {
+		return false, pgerr.Fatal(pgerr.ConnectionFailure, "reading the client's next message: %v", err)
+	}
+	return typ != 'S', nil
 }
 
 // settle has the current worker answer the pipeline's messages sent to it

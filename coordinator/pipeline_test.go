@@ -432,3 +432,55 @@ func TestPipelineAcrossWorkersEdges(t *testing.T) {
 		t.Errorf("pg_notify() on its own: %v", err)
 	}
 }
+
+// TestWritePipelineSentInParts: a pipeline whose first statement is a
+// reference-table or multi-shard write, sent in parts (psycopg's
+// executemany writes its pipeline as it goes: the write's Execute reached
+// pgfleet before the next statement did), is one implicit transaction as
+// on PostgreSQL: a later statement's error rolls the write back, and
+// without one everything commits at the Sync. Before, the write committed
+// on its own and the next statement got 0A000: half the batch kept.
+func TestWritePipelineSentInParts(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	setup := connect(t, srv.Addr())
+	testTable(t, setup, "wp_r", "(k int PRIMARY KEY, v text)", "SELECT create_reference_table('wp_r')")
+	testTable(t, setup, "wp_d", "(k int PRIMARY KEY, v text)", "SELECT create_distributed_table('wp_d', 'k', shard_count => 4)")
+	p := protoDial(t, srv.Addr(), "parts")
+	write := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	for _, c := range []struct{ table, first string }{
+		{"wp_r", "INSERT INTO wp_r VALUES (1, 'a')"},
+		{"wp_d", "INSERT INTO wp_d VALUES (1, 'a'), (2, 'a'), (3, 'a'), (4, 'a')"},
+		{"wp_d", "UPDATE wp_d SET v = 'b'"},
+	} {
+		for _, fails := range []bool{true, false} {
+			exec(t, setup, "TRUNCATE "+c.table)
+			if strings.HasPrefix(c.first, "UPDATE") {
+				exec(t, setup, "INSERT INTO wp_d VALUES (1, 'a'), (2, 'a'), (3, 'a'), (4, 'a')")
+			}
+			before := queryString(t, setup, "SELECT coalesce(string_agg(k || v, ',' ORDER BY k), '') FROM "+c.table)
+			got := pipeRaw(t, p, 0, write(c.first)...) // sent, no Sync yet
+			time.Sleep(100 * time.Millisecond)
+			second := "INSERT INTO " + c.table + " VALUES (10, 'z')"
+			if fails {
+				second = "INSERT INTO " + c.table + " VALUES (10, 'z'), (10, 'z')" // 23505
+			}
+			got = append(got, pipeRaw(t, p, 1, append(write(second), &pgproto3.Sync{})...)...)
+			after := queryString(t, setup, "SELECT coalesce(string_agg(k || v, ',' ORDER BY k), '') FROM "+c.table)
+			switch {
+			case fails && (!slices.Contains(got, "error 23505") || after != before):
+				t.Errorf("%s, then a failing statement, sent in parts: %q; rows %q, want 23505 and the rows before (%q)", c.first, got, after, before)
+			case !fails && (slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "error") }) || !strings.Contains(after, "10z") || after == before+",10z"):
+				t.Errorf("%s, then another statement, sent in parts: %q; rows %q, want both applied", c.first, got, after)
+			}
+			if got[len(got)-1] != "Z I" {
+				t.Errorf("%s in parts: %q, want ReadyForQuery idle last", c.first, got)
+			}
+		}
+	}
+	if got := queryString(t, setup, "SELECT count(*)::text FROM pg_prepared_xacts"); got != "0" {
+		t.Errorf("prepared transactions left: %s", got)
+	}
+}
