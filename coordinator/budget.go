@@ -315,16 +315,7 @@ func (s *Server) allGates() []*pooling.Gate {
 // the pools and their shares (readiness checks, reading a budget, ending a
 // lapsed coordinator's backends); the caller closes it.
 func (s *Server) directConn(ctx context.Context, addr string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(s.cfg.WorkerTLS.ConnString(addr) + " connect_timeout=10")
-	if err != nil {
-		return nil, err
-	}
-	pw := s.cfg.Users["postgres"]
-	if pw == "" {
-		pw = s.cfg.WorkerPassword
-	}
-	cfg.User, cfg.Database, cfg.Password = "postgres", "postgres", pw
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	c, err := s.directConnDB(ctx, addr, "postgres")
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
 	}

@@ -222,6 +222,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	pools    map[poolKey]*pooling.Pool
+	types    map[typesKey]*pooling.TypeOIDs // typeoids.go
+	typesDBs map[string]*typesDB
 	sessions map[uint32]*session // by backend pid we gave the client
 	conns    map[net.Conn]struct{}
 	closed   bool
@@ -805,7 +807,7 @@ func (s *Server) pool(worker, database, user string) *pooling.Pool {
 	}
 	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
 		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize, StmtEpoch: &s.stmtEpoch,
-		TLS: s.cfg.WorkerTLS, Span: &s.span, Gate: s.gate(worker), SCRAM: key}, s.pm)
+		TLS: s.cfg.WorkerTLS, Span: &s.span, Gate: s.gate(worker), SCRAM: key, Types: s.typeOIDs(worker, database)}, s.pm)
 	s.pools[k] = p
 	return p
 }

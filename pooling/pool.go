@@ -41,6 +41,9 @@ type Config struct {
 	// SCRAM, when set, gives the key a new connection logs in with when
 	// the worker asks for SCRAM-SHA-256 (nil: the password, if any).
 	SCRAM func() *SCRAMKey
+	// Types, when set, translates the OIDs of user types between this
+	// worker's database and the default node's (types.go).
+	Types *TypeOIDs
 }
 
 // ErrAcquireTimeout is returned (wrapped in a pgerr.Error) when no connection

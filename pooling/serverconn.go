@@ -97,6 +97,10 @@ func (c *ServerConn) SetBuf(b []byte) { c.wbuf = b }
 // instead of being copied into the output buffer (a large client message
 // would otherwise be held twice). body must not change until Flush.
 func (c *ServerConn) AppendLarge(typ byte, body []byte) {
+	if t := c.Types(); t != nil && typ == 'P' && len(body) > 0 {
+		body = t.parseBody(body, true)
+	}
+	c.translateOut()
 	c.wbuf = append(c.wbuf, typ, 0, 0, 0, 0)
 	binary.BigEndian.PutUint32(c.wbuf[len(c.wbuf)-4:], uint32(len(body)+4))
 	c.segs = append(c.segs, c.wbuf, body)
@@ -106,6 +110,7 @@ func (c *ServerConn) AppendLarge(typ byte, body []byte) {
 // Flush writes the pending output in one write (a vectored one after
 // AppendLarge).
 func (c *ServerConn) Flush() error {
+	c.translateOut()
 	if len(c.segs) > 0 {
 		bufs := net.Buffers(append(c.segs, c.wbuf))
 		_, err := bufs.WriteTo(c.conn)
@@ -130,11 +135,25 @@ func (c *ServerConn) Flush() error {
 	return err
 }
 
+// translateOut gives the Parse messages in the output buffer the
+// worker's type OIDs (types.go), when its tables may hold a type of the
+// default node's that the worker has under another OID. (AppendLarge
+// translates the buffer before it moves on to a new one.)
+func (c *ServerConn) translateOut() {
+	if t := c.Types(); t != nil && len(c.wbuf) > 0 {
+		if tb := t.Load(); tb == nil || len(tb.Out) > 0 {
+			t.translateOut(c.wbuf)
+		}
+	}
+}
+
 // Next reads the next message from the server.
 func (c *ServerConn) Next() (wire.Frame, error) {
 	f, err := c.R.Next()
 	if err != nil {
 		c.broken = true
+	} else if (f.Type == 'T' || f.Type == 't') && c.pool != nil && c.pool.cfg.Types != nil {
+		c.pool.cfg.Types.translateIn(f.Type, f.Body)
 	}
 	return f, err
 }

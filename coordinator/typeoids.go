@@ -1,0 +1,200 @@
+package coordinator
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// Type OIDs across workers (pooling/types.go): every worker's database
+// gets a pooling.TypeOIDs, shared by its pools, whose tables map the
+// worker's user types to the default node's by schema and name (a shard's
+// row type, t_102008, to its table's, t). They are read from pg_type on
+// every active node when a connection meets an OID they do not hold (a
+// type made since), at most every typesEvery per database; an OID no node
+// names the same stays as it is.
+
+const typesEvery = 200 * time.Millisecond
+
+// typesKey names one worker's database.
+type typesKey struct{ addr, db string }
+
+// typesDB is the reading state of one database's tables.
+type typesDB struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+// typeOIDs returns the translation of a worker's database, making it on
+// first use (the caller holds s.mu).
+func (s *Server) typeOIDs(addr, db string) *pooling.TypeOIDs {
+	k := typesKey{addr, db}
+	if t := s.types[k]; t != nil {
+		return t
+	}
+	if s.types == nil {
+		s.types = map[typesKey]*pooling.TypeOIDs{}
+		s.typesDBs = map[string]*typesDB{}
+	}
+	d := s.typesDBs[db]
+	if d == nil {
+		d = &typesDB{}
+		s.typesDBs[db] = d
+	}
+	t := &pooling.TypeOIDs{}
+	t.Miss = func(oid uint32) { s.typesMiss(d, db, t, oid) }
+	s.types[k] = t
+	return t
+}
+
+// typesMiss reads the database's tables again for an OID t does not hold,
+// unless they were read within typesEvery; an OID still unknown then is
+// kept as it is from now on (until the next reading).
+func (s *Server) typesMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	known := func(tb *pooling.OIDTables) bool {
+		_, in := tb.In[oid]
+		_, out := tb.Out[oid]
+		return in || out || tb.Canon[oid]
+	}
+	if tb := t.Load(); tb != nil && known(tb) {
+		return // read by another session meanwhile
+	}
+	if time.Since(d.last) >= typesEvery {
+		d.last = time.Now()
+		if err := s.readTypes(db); err != nil {
+			s.log.Warn("reading type OIDs of the workers (user types are shown with each worker's own OIDs)", "database", db, "err", err)
+		}
+	}
+	tb := t.Load()
+	if tb == nil {
+		tb = &pooling.OIDTables{}
+	}
+	if known(tb) {
+		return
+	}
+	// Unknown everywhere: kept as it is, in both directions.
+	nt := &pooling.OIDTables{In: maps.Clone(tb.In), Out: tb.Out, Canon: maps.Clone(tb.Canon)}
+	if nt.In == nil {
+		nt.In = map[uint32]uint32{}
+	}
+	if nt.Canon == nil {
+		nt.Canon = map[uint32]bool{}
+	}
+	nt.In[oid], nt.Canon[oid] = oid, true
+	t.Store(nt)
+}
+
+const typesSQL = `SELECT t.oid, n.nspname, t.typname FROM pg_catalog.pg_type t
+  JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+ WHERE t.oid >= 16384 AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'`
+
+// readTypes reads the user types of database db on every active node and
+// stores each node's tables.
+func (s *Server) readTypes(db string) error {
+	snap := s.catalog.Load()
+	if snap == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type named struct{ nsp, name string }
+	byNode := map[string]map[named]uint32{}
+	for _, n := range snap.Nodes {
+		if !n.Active {
+			continue
+		}
+		c, err := s.directConnDB(ctx, n.Addr(), db)
+		if err != nil {
+			return err
+		}
+		rows, err := c.Query(ctx, typesSQL)
+		m := map[named]uint32{}
+		if err == nil {
+			for rows.Next() {
+				var oid uint32
+				var k named
+				if err = rows.Scan(&oid, &k.nsp, &k.name); err != nil {
+					break
+				}
+				m[k] = oid
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		c.Close(context.Background())
+		if err != nil {
+			return err
+		}
+		byNode[n.Addr()] = m
+	}
+	canon := byNode[s.nodeAddr(s.defaultNode.Load())]
+	if canon == nil {
+		return nil
+	}
+	ids := map[int64]bool{}
+	for _, shards := range snap.Shards {
+		for _, sh := range shards {
+			ids[sh.ID] = true
+		}
+	}
+	for addr, m := range byNode {
+		tb := &pooling.OIDTables{In: make(map[uint32]uint32, len(m)), Out: map[uint32]uint32{}, Canon: make(map[uint32]bool, len(canon))}
+		for k, oid := range m {
+			// A shard's row type (or its array's) is its table's (the
+			// default node holds shards too); any other type the default
+			// node's of its name.
+			var c uint32
+			ok := false
+			if base := unshardName(k.name, ids); base != k.name {
+				c, ok = canon[named{k.nsp, base}]
+			} else if len(k.name) > 1 && k.name[0] == '_' {
+				if base := unshardName(k.name[1:], ids); base != k.name[1:] {
+					c, ok = canon[named{k.nsp, "_" + base}]
+				}
+			}
+			if !ok {
+				c, ok = canon[k]
+			}
+			if !ok {
+				c = oid
+			}
+			tb.In[oid] = c
+		}
+		for k, c := range canon {
+			tb.Canon[c] = true
+			if w, ok := m[k]; ok && w != c {
+				tb.Out[c] = w
+			} else if _, taken := tb.In[c]; !ok && taken {
+				tb.Out[c] = pooling.NoType
+			}
+		}
+		s.mu.Lock()
+		t := s.typeOIDs(addr, db)
+		s.mu.Unlock()
+		t.Store(tb)
+	}
+	return nil
+}
+
+// directConnDB is directConn to database db.
+func (s *Server) directConnDB(ctx context.Context, addr, db string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(s.cfg.WorkerTLS.ConnString(addr) + " connect_timeout=10")
+	if err != nil {
+		return nil, err
+	}
+	pw := s.cfg.Users["postgres"]
+	if pw == "" {
+		pw = s.cfg.WorkerPassword
+	}
+	cfg.User, cfg.Database, cfg.Password = "postgres", db, pw
+	return pgx.ConnectConfig(ctx, cfg)
+}
