@@ -217,6 +217,12 @@ func logProblemsFrom(path string, offset int64, max int) (lines []string, total 
 }
 
 func isProblemLine(l string) bool {
+	if strings.Contains(l, "canceling statement due to user request") {
+		// A client's cancel (or a client gone mid-statement, whose
+		// statement the coordinator cancels) as a timed run ends: the
+		// client's doing, not a fault.
+		return false
+	}
 	for _, m := range []string{"level=WARN", "level=ERROR", " WARNING ", " ERROR ", " FATAL ", "panic:", "fatal error:",
 		"WARNING:  ", "ERROR:  ", "FATAL:  ", "PANIC:  "} {
 		if strings.Contains(l, m) {

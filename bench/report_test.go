@@ -122,6 +122,8 @@ func TestIsProblemLine(t *testing.T) {
 		{"2026-11-29 22:01:13.600 UTC [18300] ERROR:  prepared statement \"P_1\" does not exist", true},
 		{"2026-11-29 22:01:13.600 UTC [18300] LOG:  could not receive data from client: Connection reset by peer", false},
 		{"2026-11-29 22:01:13.600 UTC [18300] FATAL:  terminating connection due to administrator command", true},
+		{"2026-12-03 11:35:07.697 UTC [24281] ERROR:  canceling statement due to user request", false},
+		{"2026-12-03 11:35:07.697 UTC [24281] ERROR:  canceling statement due to statement timeout", true},
 	}
 	for _, tc := range tests {
 		if got := isProblemLine(tc.line); got != tc.want {

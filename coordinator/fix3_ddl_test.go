@@ -128,14 +128,15 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 	}
 	exec(t, c, "CREATE SCHEMA od_e3; SELECT 1", simple)
 
-	// With the extended protocol: refused, nothing changed.
+	// With the extended protocol: every worker too (bridge.go).
 	if err := c.PgConn().ExecParams(ctx, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'",
-		nil, nil, nil, nil).Read().Err; sqlState(err) != "0A000" {
-		t.Errorf("CREATE OR REPLACE FUNCTION with the extended protocol: %v, want 0A000", err)
+		nil, nil, nil, nil).Read().Err; err != nil {
+		t.Errorf("CREATE OR REPLACE FUNCTION with the extended protocol: %v", err)
 	}
-	if got := queryString(t, c, "SELECT od_f()::text"); got != "1" {
-		t.Errorf("od_f() after the refused DDL: %s, want 1", got)
+	if got := onEvery("SELECT od_f()::text"); slices.ContainsFunc(got, func(v string) bool { return v != "3" }) {
+		t.Errorf("od_f() on the workers after CREATE OR REPLACE over the extended protocol: %v, want 3 everywhere", got)
 	}
+	exec(t, c, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 1'", simple)
 
 	// Outside: every worker.
 	exec(t, c, "CREATE OR REPLACE FUNCTION od_f() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 3'", simple)
@@ -201,6 +202,26 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 	}
 	if pe != nil && strings.Contains(pe.Detail, "od_t_") {
 		t.Errorf("DROP DOMAIN ... CASCADE: the detail names shards: %q", pe.Detail)
+	}
+	// Without CASCADE: PostgreSQL's own 2BP01.
+	if _, err := c.Exec(ctx, "DROP DOMAIN od_pos", simple); sqlState(err) != "2BP01" {
+		t.Errorf("DROP DOMAIN of a column's type: %v, want 2BP01", err)
+	}
+	// DROP TABLE ... CASCADE of a distributed table: dropped everywhere
+	// when nothing depends on it; 0A000 naming the view that does.
+	testTable(t, c, "od_drop", "(id int PRIMARY KEY)", "SELECT create_distributed_table('od_drop', 'id', shard_count => 4)")
+	home := connect(t, cl.Servers[0].Addr()) // (pgfleet refuses such a view itself)
+	exec(t, home, "CREATE VIEW od_drop_v AS SELECT id FROM od_drop", simple)
+	_, err = c.Exec(ctx, "DROP TABLE od_drop CASCADE", simple)
+	if !errors.As(err, &pe) || pe.Code != "0A000" || !strings.Contains(pe.Detail, "od_drop_v") {
+		t.Errorf("DROP TABLE ... CASCADE with a view on it: %+v, want 0A000 naming the view", err)
+	}
+	exec(t, home, "DROP VIEW od_drop_v", simple)
+	exec(t, c, "DROP TABLE od_drop CASCADE", simple)
+	for _, s := range cl.Servers {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM pg_class WHERE relname LIKE 'od_drop%'"); got != "0" {
+			t.Errorf("on %s after DROP TABLE ... CASCADE: %s relations left", s.Addr(), got)
+		}
 	}
 	for _, s := range cl.Servers {
 		w := connect(t, s.Addr())

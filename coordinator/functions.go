@@ -420,6 +420,9 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	ss.out = append(ss.out, *notices...)
 	if err != nil {
 		ss.srv.refreshCatalog(context.Background())
+		if shards.TableCascade(sql) {
+			err = ss.cascadeRefused(err) // run as RESTRICT (analyzeDrop)
+		}
 		return true, ss.queryError(err)
 	}
 	ss.srv.changedCatalog(newSnap)
@@ -482,12 +485,13 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	if other == "" {
 		return false, nil
 	}
+	cascade := false
 	if r, ok := shards.CascadeAsRestrict(sql); ok {
-		sql = r // what depends on it differs from node to node
+		sql, cascade = r, true // what depends on it differs from node to node
 	}
 	if ss.inTxn() {
 		if ss.canTakeInAll() {
-			return true, ss.objectDDLInTxn(sql, other, snap)
+			return true, ss.objectDDLInTxn(sql, other, snap, cascade)
 		}
 		// A transaction that cannot take in other workers (pinned, after
 		// a SET, its BEGIN sent with other statements).
@@ -510,7 +514,10 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	}
 	tag, err := shards.RunObjectDDL(ctx, ss.srv.store, snap, conns, ss.srv.defaultNode.Load(), sql, other)
 	if err != nil {
-		return true, ss.queryError(ss.cascadeRefused(err))
+		if cascade {
+			err = ss.cascadeRefused(err)
+		}
+		return true, ss.queryError(err)
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
@@ -526,7 +533,7 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 // COMMIT (two-phase commit) makes it everywhere or nowhere, as outside a
 // block. An error on any worker fails the transaction there, as
 // PostgreSQL's statement would.
-func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) error {
+func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot, cascade bool) error {
 	def := ss.srv.defaultNode.Load()
 	nodes := []int32{def}
 	for _, id := range slices.Sorted(slices.Values(shards.ActiveNodes(snap))) {
@@ -560,7 +567,11 @@ func (ss *session) objectDDLInTxn(sql, other string, snap *metadata.Snapshot) er
 				e.Message += fmt.Sprintf(" (on worker %s)", ss.srv.nodeAddr(node))
 			}
 			ss.out = append(ss.out, extra...)
-			er := pgerr.Flatten(ss.cascadeRefused(e))
+			var err error = e
+			if cascade {
+				err = ss.cascadeRefused(e)
+			}
+			er := pgerr.Flatten(err)
 			userNames(ss.srv.catalog.Load(), er) // a shard's rows: the table's name
 			ss.out, _ = er.Encode(ss.out)
 			ss.out = readyForQuery(ss.out, ss.txStatus())

@@ -68,6 +68,12 @@ type session struct {
 	// ddlSent: a statement of the current transaction may have changed a
 	// table (DDL); its end advances the server's stmtEpoch.
 	ddlSent bool
+	// bridgeOf: the statements the coordinator runs itself over the
+	// extended protocol, by kind (bridge.go); bridged: their portals;
+	// bridging: such a statement runs (its answer is kept in out).
+	bridgeOf map[*Statement]uint8
+	bridged  map[string]*bridgePortal
+	bridging bool
 	// terminates: a statement of the client's cycle calls
 	// pg_terminate_backend (drain).
 	terminates bool
@@ -301,7 +307,7 @@ type expect struct {
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
 
 func (ss *session) flush() error {
-	if len(ss.out) == 0 {
+	if len(ss.out) == 0 || ss.bridging {
 		return nil
 	}
 	if c := ss.capture; c != nil {
@@ -1634,6 +1640,14 @@ func (ss *session) parse(body []byte) error {
 			WithHint("Turn standard_conforming_strings on (the default), or use the simple query protocol."))
 		return nil
 	}
+	if k := ss.bridgeKind(st); k != bridgeNone || len(ss.bridgeOf) > 0 {
+		ss.noteBridge(st, k)
+		if k != bridgeNone {
+			ss.push(expect{kind: eSynth, synth: msgParseComplete})
+			ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
+			return nil
+		}
+	}
 	failed := ss.txStatus() == 'E' // before planning, which may ask the held connection
 	sp, err := ss.stmtPlan(st)
 	if err != nil && st.cls.count > 1 && pgerr.Flatten(err).Code == pgerr.FeatureNotSupported {
@@ -1717,6 +1731,9 @@ func (ss *session) bind(body []byte) error {
 	if !ok1 || !ok2 {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
 	}
+	if len(ss.bridged) > 0 {
+		delete(ss.bridged, string(portal))
+	}
 	st := ss.stmts[string(name)]
 	if st == nil {
 		ss.synthError(noStatement(name))
@@ -1728,6 +1745,10 @@ func (ss *session) bind(body []byte) error {
 	}
 	if err := ss.parsedUnder(name, st); err != nil {
 		ss.synthError(err)
+		return nil
+	}
+	if k := ss.bridgeOf[st]; k != bridgeNone {
+		ss.bridgeBind(string(portal), st, k, params)
 		return nil
 	}
 	if st.cls.txn != "" || len(st.cls.sps) > 0 {
@@ -1874,6 +1895,10 @@ func (ss *session) describe(body []byte) error {
 			ss.synthError(ss.resultChanged(st))
 			return nil
 		}
+		if k := ss.bridgeOf[st]; k != bridgeNone {
+			ss.bridgeDescribe(st, k, true, nil)
+			return nil
+		}
 		clientSt := st
 		st, node, hide, runs, err := ss.routeDescribe(st)
 		if err == nil && runs == onShards {
@@ -1902,6 +1927,10 @@ func (ss *session) describe(body []byte) error {
 			ss.push(expect{kind: eSynth, synth: msgNoData})
 			return nil
 		}
+		if bp := ss.bridged[string(name)]; bp != nil {
+			ss.bridgeDescribe(bp.st, bp.kind, false, bp.results)
+			return nil
+		}
 		if len(ss.scatterPortals) > 0 {
 			if sp := ss.scatterPortals[string(name)]; sp != nil {
 				ss.push(expect{kind: eSynth, synth: sp.describe()})
@@ -1926,6 +1955,10 @@ func (ss *session) execute(body []byte) error {
 	portal, _, ok := wire.CBytes(body)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Execute message")
+	}
+	if bp := ss.bridged[string(portal)]; bp != nil {
+		delete(ss.bridged, string(portal)) // run to completion
+		return ss.bridgeExecute(bp)
 	}
 	if st := ss.localPortalSt; st != nil && string(portal) == ss.localPortal {
 		ss.localPortalSt = nil
@@ -2005,6 +2038,10 @@ func (ss *session) close(body []byte) error {
 		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), nil)
 	case 'P':
 		delete(ss.portals, string(name))
+		if ss.bridgeClose(string(name)) {
+			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
+			return nil
+		}
 		if sp := ss.scatterPortals[string(name)]; sp != nil {
 			delete(ss.scatterPortals, string(name))
 			ss.push(expect{kind: eSynth, synth: msgCloseComplete})
@@ -2062,6 +2099,9 @@ func (ss *session) emitSynth() {
 
 func (ss *session) sync() error {
 	ss.skipping = false
+	if len(ss.bridged) > 0 {
+		clear(ss.bridged)
+	}
 	ss.refDone = false
 	ss.batchTxn = false
 	ss.localPortalSt = nil

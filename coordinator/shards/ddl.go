@@ -754,8 +754,10 @@ func analyzeDrop(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *me
 		for _, names := range objects {
 			if t := tableByNames(snap, names); t != nil {
 				if s.Behavior == pg_query.DropBehavior_DROP_CASCADE {
-					return nil, unsupportedDDL("DROP TABLE ... CASCADE of %s is not supported", describeTable(t)).
-						WithHint("Drop the objects that depend on it first, then DROP TABLE without CASCADE.")
+					// Run as RESTRICT (TableCascade): what depends on the
+					// table differs between its shell and its shards.
+					s.Behavior = pg_query.DropBehavior_DROP_RESTRICT
+					d.reshell = true
 				}
 				d.addTarget(t, "")
 			}
@@ -1137,4 +1139,17 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 		return "", fmt.Errorf("unexpected statement %s", planner.StatementName(d.stmt))
 	}
 	return d.deparse(out)
+}
+
+// TableCascade reports whether sql is DROP TABLE ... CASCADE, which runs
+// as RESTRICT on a distributed or reference table (analyzeDrop): the
+// same when nothing depends on the table, PostgreSQL's 2BP01 (made 0A000
+// by CascadeRefused) when something does.
+func TableCascade(sql string) bool {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return false
+	}
+	d := tree.Stmts[0].Stmt.GetDropStmt()
+	return d != nil && d.RemoveType == pg_query.ObjectType_OBJECT_TABLE && d.Behavior == pg_query.DropBehavior_DROP_CASCADE
 }

@@ -1,0 +1,559 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
+)
+
+// Statements the coordinator runs itself, over the extended protocol.
+// DDL on distributed and reference tables and on the objects every worker
+// needs (types, functions, ...), the Citus functions, DECLARE of a cursor
+// over distributed tables and FETCH, MOVE or CLOSE of such a cursor run
+// through the simple query path, which does them on every worker. JDBC
+// sends every statement over the extended protocol, as do postgres.js and
+// psycopg's named cursors; they got 0A000 or a worker's error
+// ("function create_distributed_table does not exist"). Such a statement
+// (session.bridgeOf, decided at each Parse: a FETCH bridges while its
+// cursor is the coordinator's) is answered by the coordinator at
+// Parse, Bind and Describe; its Execute runs the statement's text, the
+// Bind's parameters written in as constants, through simpleQuery, and the
+// simple answer becomes the extended one: no RowDescription (Describe
+// gave it) and no ReadyForQuery (the Sync gives it), DataRows in the
+// Bind's result formats. Outside a transaction block such a statement
+// commits on its own, so it must be the pipeline's only one (0A000
+// otherwise, before it runs).
+
+// session.bridgeOf values.
+const (
+	bridgeNone uint8 = iota
+	bridgeDDL
+	bridgeFunc
+	bridgeDeclare
+	bridgeCursor // FETCH, MOVE or CLOSE of a coordinator's cursor
+)
+
+// bridgePortal is a Bind of a bridged statement.
+type bridgePortal struct {
+	st      *Statement
+	kind    uint8
+	text    string // the statement with the Bind's values as constants
+	results []byte // the Bind's result formats (count and codes)
+}
+
+// bridgeKind decides at Parse whether st runs through the simple query
+// path (one of the bridge kinds) or as any statement (bridgeNone).
+func (ss *session) bridgeKind(st *Statement) uint8 {
+	snap := ss.srv.catalog.Load()
+	if !ss.routes || snap == nil || st.cls.count != 1 {
+		return bridgeNone
+	}
+	text := st.Query
+	switch {
+	case st.cls.ddl && !st.cls.temp:
+		active := 0
+		for _, n := range snap.Nodes {
+			if n.Active {
+				active++
+			}
+		}
+		if active >= 2 {
+			if other, err := shards.ClassifyObjectDDL(text, snap); other != "" || err != nil {
+				return bridgeDDL
+			}
+		}
+		if len(snap.Tables) > 0 {
+			tables, err := shards.DDLTables(context.Background(), nil, text, snap)
+			var exists *shards.TableExistsError
+			if len(tables) > 0 || errors.Is(err, shards.ErrIndexLookup) || errors.As(err, &exists) {
+				return bridgeDDL
+			}
+		}
+	case startsWithWord(text, "declare"):
+		if ss.pinned != "" {
+			return bridgeNone
+		}
+		query := cursorQuery(text)
+		if query == "" {
+			return bridgeNone
+		}
+		p, _, err := ss.planSimple(query)
+		if err != nil && pgerr.Flatten(err).Code == pgerr.FeatureNotSupported || err == nil && p.Kind() != planner.KindDefault {
+			return bridgeDeclare
+		}
+	case len(ss.cursors) > 0 && (startsWithWord(text, "fetch") || startsWithWord(text, "move") || startsWithWord(text, "close")):
+		if ss.cursors[bridgeCursorName(text)] != nil {
+			return bridgeCursor
+		}
+	case planner.MentionsFunction(text):
+		tree, err := pg_query.Parse(text)
+		if err != nil || len(tree.Stmts) != 1 {
+			return bridgeNone
+		}
+		if name := catalogCall(tree.Stmts[0].Stmt); name != "" {
+			return bridgeFunc
+		}
+	}
+	return bridgeNone
+}
+
+// bridgeCursorName is the cursor a FETCH, MOVE or CLOSE names.
+func bridgeCursorName(text string) string {
+	tree, err := pg_query.Parse(text)
+	if err != nil || len(tree.Stmts) != 1 {
+		return ""
+	}
+	n := tree.Stmts[0].Stmt
+	if f := n.GetFetchStmt(); f != nil {
+		return f.Portalname
+	}
+	if c := n.GetClosePortalStmt(); c != nil {
+		return c.Portalname
+	}
+	return ""
+}
+
+// catalogCall is the Citus function a SELECT calls (functionCall's
+// shape), or "".
+func catalogCall(n *pg_query.Node) string {
+	sel := n.GetSelectStmt()
+	if sel == nil || len(sel.TargetList) != 1 || sel.WhereClause != nil || len(sel.FromClause) > 1 {
+		return ""
+	}
+	fc := sel.TargetList[0].GetResTarget().GetVal().GetFuncCall()
+	if len(sel.FromClause) == 1 {
+		rf := sel.FromClause[0].GetRangeFunction()
+		if rf == nil || len(rf.Functions) != 1 {
+			return ""
+		}
+		fc = rf.Functions[0].GetList().GetItems()[0].GetFuncCall()
+	}
+	if fc == nil {
+		return ""
+	}
+	name := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
+	if _, ok := functionColumns(name); !ok {
+		return ""
+	}
+	return name
+}
+
+// functionColumns are the result columns of a Citus function the
+// coordinator runs (runFunction): their names and type OIDs.
+func functionColumns(name string) ([]string, bool) {
+	switch name {
+	case "citus_get_active_worker_nodes", "master_get_active_worker_nodes":
+		return []string{"node_name", "node_port"}, true
+	case "citus_add_node", "citus_remove_node", "create_distributed_table", "create_reference_table", "undistribute_table":
+		return []string{name}, true
+	}
+	return nil, false
+}
+
+// functionTypes are functionColumns' types.
+func functionTypes(name string) []uint32 {
+	switch name {
+	case "citus_get_active_worker_nodes", "master_get_active_worker_nodes":
+		return []uint32{oidText, oidInt8}
+	case "citus_add_node":
+		return []uint32{oidInt4}
+	}
+	return []uint32{oidVoid}
+}
+
+// rowDescription is a RowDescription body of text columns as writeRows
+// makes them.
+func rowDescription(cols []string, oids []uint32) []byte {
+	rd := pgproto3.RowDescription{}
+	for i, c := range cols {
+		rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(c), DataTypeOID: oids[i],
+			DataTypeSize: -1, TypeModifier: -1})
+	}
+	b, _ := rd.Encode(nil)
+	return b[5:]
+}
+
+// bridgeRowDesc is the RowDescription body of a bridged statement's
+// result, nil for none.
+func (ss *session) bridgeRowDesc(st *Statement, kind uint8) []byte {
+	switch kind {
+	case bridgeFunc:
+		tree, err := pg_query.Parse(st.Query)
+		if err != nil || len(tree.Stmts) != 1 {
+			return nil
+		}
+		name := catalogCall(tree.Stmts[0].Stmt)
+		cols, _ := functionColumns(name)
+		return rowDescription(cols, functionTypes(name))
+	case bridgeCursor:
+		if !startsWithWord(st.Query, "fetch") {
+			return nil
+		}
+		if cur := ss.cursors[bridgeCursorName(st.Query)]; cur != nil {
+			return cur.rowDesc
+		}
+	}
+	return nil
+}
+
+// bridgeParams is the number of parameters a bridged statement takes (the
+// highest $n, or the Parse's declared types if more) and their types
+// (declared, or text).
+func bridgeParams(st *Statement) []uint32 {
+	oids := paramOIDs(st.paramTail)
+	n := len(oids)
+	for _, r := range paramRefs(st.Query) {
+		n = max(n, r.n)
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = oidText
+		if i < len(oids) && oids[i] != 0 {
+			out[i] = oids[i]
+		}
+	}
+	return out
+}
+
+// paramRef is a $n in a statement's text.
+type paramRef struct{ n, at, end int }
+
+// paramRefs are the parameter references of sql, in text order.
+func paramRefs(sql string) []paramRef {
+	sr, err := pg_query.Scan(sql)
+	if err != nil {
+		return nil
+	}
+	var refs []paramRef
+	for _, t := range sr.Tokens {
+		if t.Token == pg_query.Token_PARAM {
+			n, err := strconv.Atoi(sql[t.Start+1 : t.End])
+			if err == nil {
+				refs = append(refs, paramRef{n: n, at: int(t.Start), end: int(t.End)})
+			}
+		}
+	}
+	return refs
+}
+
+// bridgeText writes the Bind's values into the statement as constants.
+func bridgeText(st *Statement, params []byte) (string, error) {
+	formats, values, ok := bindValues(params)
+	if !ok {
+		return "", pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	types := bridgeParams(st)
+	if len(values) != len(types) {
+		return "", pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d",
+			len(values), st.Name, len(types))
+	}
+	refs := paramRefs(st.Query)
+	if len(refs) == 0 {
+		return st.Query, nil
+	}
+	declared := paramOIDs(st.paramTail)
+	var b strings.Builder
+	last := 0
+	for _, r := range refs {
+		b.WriteString(st.Query[last:r.at])
+		last = r.end
+		i := r.n - 1
+		if i < 0 || i >= len(values) {
+			return "", pgerr.New("42P02", "there is no parameter $%d", r.n)
+		}
+		f := int16(0)
+		if len(formats) == 1 {
+			f = formats[0]
+		} else if i < len(formats) {
+			f = formats[i]
+		}
+		oid := uint32(0)
+		if i < len(declared) {
+			oid = declared[i]
+		}
+		lit, err := constant(values[i], f, oid)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(lit)
+	}
+	b.WriteString(st.Query[last:])
+	return b.String(), nil
+}
+
+// builtinTypeNames name the types a constant can be cast to by OID.
+var builtinTypeNames = map[uint32]string{
+	16: "boolean", 20: "bigint", 21: "smallint", 23: "integer", 25: "text", 26: "oid", 700: "real",
+	701: "double precision", 1043: "varchar", 1700: "numeric", 2205: "regclass", 18: "\"char\"", 19: "name",
+	1082: "date", 1114: "timestamp", 1184: "timestamptz", 2950: "uuid", 114: "json", 3802: "jsonb",
+}
+
+// constant is a parameter's value as a SQL constant: quoted text, cast to
+// its declared type when that is a built-in one (an undeclared type is
+// inferred from where it stands, as PostgreSQL infers a parameter's).
+func constant(v []byte, format int16, oid uint32) (string, error) {
+	if v == nil {
+		if name, ok := builtinTypeNames[oid]; ok {
+			return "NULL::" + name, nil
+		}
+		return "NULL", nil
+	}
+	text := string(v)
+	if format == 1 {
+		var ok bool
+		if text, ok = binaryText(v, oid); !ok {
+			return "", pgerr.New(pgerr.FeatureNotSupported,
+				"a binary parameter of type %d for a statement the coordinator runs itself is not supported", oid).
+				WithHint("Send the parameter in text format.")
+		}
+	}
+	q := "'" + strings.ReplaceAll(text, "'", "''") + "'"
+	if strings.IndexByte(text, '\\') >= 0 {
+		q = "E'" + strings.ReplaceAll(strings.ReplaceAll(text, "\\", "\\\\"), "'", "''") + "'"
+	}
+	if name, ok := builtinTypeNames[oid]; ok {
+		return q + "::" + name, nil
+	}
+	return q, nil
+}
+
+// binaryText is a binary parameter's text, for the types it can tell.
+func binaryText(v []byte, oid uint32) (string, bool) {
+	switch oid {
+	case 25, 1043, 19, 0:
+		return string(v), oid != 0
+	case 16:
+		if len(v) == 1 {
+			return strconv.FormatBool(v[0] != 0), true
+		}
+	case 21:
+		if len(v) == 2 {
+			return strconv.Itoa(int(int16(binary.BigEndian.Uint16(v)))), true
+		}
+	case 23:
+		if len(v) == 4 {
+			return strconv.Itoa(int(int32(binary.BigEndian.Uint32(v)))), true
+		}
+	case 20:
+		if len(v) == 8 {
+			return strconv.FormatInt(int64(binary.BigEndian.Uint64(v)), 10), true
+		}
+	case 26:
+		if len(v) == 4 {
+			return strconv.FormatUint(uint64(binary.BigEndian.Uint32(v)), 10), true
+		}
+	}
+	return "", false
+}
+
+// bridgeBind answers Bind of a bridged statement.
+func (ss *session) bridgeBind(portal string, st *Statement, kind uint8, params []byte) {
+	_, results, ok := bindResults(params)
+	if !ok {
+		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
+		return
+	}
+	text, err := bridgeText(st, params)
+	if err != nil {
+		ss.synthError(err)
+		return
+	}
+	if kind == bridgeCursor && binaryResults(results) {
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"FETCH in binary format from a cursor over distributed or reference tables is not supported").
+			WithHint("Fetch in text format."))
+		return
+	}
+	if ss.bridged == nil {
+		ss.bridged = map[string]*bridgePortal{}
+	}
+	ss.bridged[portal] = &bridgePortal{st: st, kind: kind, text: text, results: append([]byte(nil), results...)}
+	delete(ss.portals, portal)
+	ss.push(expect{kind: eSynth, synth: msgBindComplete})
+}
+
+// binaryResults reports whether result formats ask for binary.
+func binaryResults(results []byte) bool {
+	if len(results) < 2 {
+		return false
+	}
+	n := int(binary.BigEndian.Uint16(results))
+	for i := 0; i < n && 2+2*i+2 <= len(results); i++ {
+		if binary.BigEndian.Uint16(results[2+2*i:]) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// bridgeDescribe answers Describe of a bridged statement (params: with
+// its ParameterDescription) or portal (results: the Bind's formats).
+func (ss *session) bridgeDescribe(st *Statement, kind uint8, params bool, results []byte) {
+	var b []byte
+	if params {
+		pd := pgproto3.ParameterDescription{ParameterOIDs: bridgeParams(st)}
+		b, _ = pd.Encode(b)
+	}
+	if rd := ss.bridgeRowDesc(st, kind); rd != nil {
+		if results != nil {
+			rd = withFormats(rd, results)
+		}
+		b = wire.AppendFrame(b, 'T', rd)
+	} else {
+		b = append(b, msgNoData...)
+	}
+	ss.push(expect{kind: eSynth, synth: b})
+}
+
+var errBridgeMore = pgerr.New(pgerr.FeatureNotSupported,
+	"this statement, which the coordinator runs on every worker and which commits on its own outside a transaction block, is not supported with other statements before the same Sync").
+	WithHint("Send Sync right after it (or before it), or run it inside BEGIN ... COMMIT.")
+
+// bridgeExecute runs a bridged portal through the simple query path and
+// answers as the extended protocol does.
+func (ss *session) bridgeExecute(bp *bridgePortal) error {
+	if !ss.inTxn() {
+		if ss.sc != nil && ss.needSync && ss.batchWork {
+			ss.synthError(errBridgeMore) // statements of this pipeline ran before it
+			return nil
+		}
+		more, err := ss.pipelineGoesOn()
+		if err != nil {
+			return err
+		}
+		if more {
+			ss.synthError(errBridgeMore)
+			return nil
+		}
+	}
+	if err := ss.answerQueued(); err != nil {
+		return err
+	}
+	unnamed, hadUnnamed := ss.stmts[""]
+	mark := len(ss.out)
+	ss.bridging = true
+	err := ss.simpleQuery(append([]byte(bp.text), 0))
+	ss.bridging = false
+	if hadUnnamed {
+		ss.stmts[""] = unnamed // a simple Query would have dropped it
+	}
+	if err != nil {
+		return err
+	}
+	answer, failed, cerr := extendedAnswer(ss.out[mark:], bp.results)
+	ss.out = append(ss.out[:mark], answer...)
+	if cerr != nil {
+		ss.synthError(cerr)
+		return nil
+	}
+	if failed {
+		ss.skipping = true // the rest of the pipeline, to its Sync
+	}
+	return nil
+}
+
+// extendedAnswer turns a simple query's answer into an Execute's: without
+// RowDescription and ReadyForQuery, DataRows in the result formats asked
+// for. failed: it holds an error.
+func extendedAnswer(simple, results []byte) (out []byte, failed bool, err error) {
+	var oids []uint32
+	for typ, body := range frames(simple) {
+		switch typ {
+		case 'T':
+			var rd pgproto3.RowDescription
+			if rd.Decode(body) == nil {
+				for _, f := range rd.Fields {
+					oids = append(oids, f.DataTypeOID)
+				}
+			}
+		case 'Z':
+		case 'D':
+			if binaryResults(results) {
+				b, cerr := binaryRow(body, oids, results)
+				if cerr != nil {
+					return nil, false, cerr
+				}
+				body = b
+			}
+			out = wire.AppendFrame(out, 'D', body)
+		case 'E':
+			failed = true
+			out = wire.AppendFrame(out, typ, body)
+		default:
+			out = wire.AppendFrame(out, typ, body)
+		}
+	}
+	return out, failed, nil
+}
+
+// binaryRow re-encodes a text DataRow of a Citus function's result in the
+// binary formats asked for.
+func binaryRow(body []byte, oids []uint32, results []byte) ([]byte, error) {
+	var dr pgproto3.DataRow
+	if err := dr.Decode(body); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint16(results))
+	for i, v := range dr.Values {
+		f := uint16(0)
+		if n == 1 {
+			f = binary.BigEndian.Uint16(results[2:])
+		} else if i < n {
+			f = binary.BigEndian.Uint16(results[2+2*i:])
+		}
+		if f == 0 || v == nil || i >= len(oids) {
+			continue
+		}
+		switch oids[i] {
+		case oidVoid:
+			dr.Values[i] = []byte{}
+		case oidText:
+		case oidInt4, oidInt8:
+			x, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return nil, err
+			}
+			if oids[i] == oidInt4 {
+				dr.Values[i] = binary.BigEndian.AppendUint32(nil, uint32(x))
+			} else {
+				dr.Values[i] = binary.BigEndian.AppendUint64(nil, uint64(x))
+			}
+		default:
+			return nil, pgerr.New(pgerr.FeatureNotSupported, "binary format for type %d in this result is not supported", oids[i]).
+				WithHint("Ask for text format.")
+		}
+	}
+	b, _ := dr.Encode(nil)
+	return b[5:], nil
+}
+
+// bridgeClose forgets a bridged portal.
+func (ss *session) bridgeClose(portal string) bool {
+	if _, ok := ss.bridged[portal]; !ok {
+		return false
+	}
+	delete(ss.bridged, portal)
+	return true
+}
+
+// noteBridge records st's bridge kind at its Parse.
+func (ss *session) noteBridge(st *Statement, kind uint8) {
+	if kind == bridgeNone {
+		delete(ss.bridgeOf, st)
+		return
+	}
+	if ss.bridgeOf == nil {
+		ss.bridgeOf = map[*Statement]uint8{}
+	}
+	ss.bridgeOf[st] = kind
+}

@@ -1,0 +1,142 @@
+package coordinator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestCoordinatorStatementsOverExtended: what only the simple protocol
+// ran before (DDL on distributed tables and on types, the Citus functions,
+// cursors over distributed tables) runs over the extended protocol, as
+// JDBC, postgres.js and psycopg's named cursors send it: the same rows on
+// every worker, PostgreSQL's answers (NoData, a void column, the cursor's
+// rows, the errors' SQLSTATEs).
+func TestCoordinatorStatementsOverExtended(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	pc := c.PgConn()
+	simple := pgx.QueryExecModeSimpleProtocol
+	ext := func(sql string, args ...string) (rows []string, tag string, err error) {
+		t.Helper()
+		var vals [][]byte
+		for _, a := range args {
+			vals = append(vals, []byte(a))
+		}
+		r := pc.ExecParams(ctx, sql, vals, nil, nil, nil).Read()
+		for _, row := range r.Rows {
+			var cols []string
+			for _, v := range row {
+				cols = append(cols, string(v))
+			}
+			rows = append(rows, strings.Join(cols, "|"))
+		}
+		return rows, r.CommandTag.String(), r.Err
+	}
+	mustExt := func(sql string, args ...string) ([]string, string) {
+		t.Helper()
+		rows, tag, err := ext(sql, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return rows, tag
+	}
+	onWorkers := func(sql string) []string {
+		var out []string
+		for _, s := range cl.Servers {
+			out = append(out, queryString(t, connect(t, s.Addr()), sql))
+		}
+		return out
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"DROP TABLE IF EXISTS bx_orders", "DROP TYPE IF EXISTS bx_status"} {
+			_, _ = c.Exec(context.Background(), sql, simple)
+		}
+	})
+	exec(t, c, "DROP TABLE IF EXISTS bx_orders", simple)
+	exec(t, c, "DROP TYPE IF EXISTS bx_status", simple)
+
+	// A type, a table, and its distribution, all over the extended protocol.
+	if _, tag := mustExt("CREATE TYPE bx_status AS ENUM ('new', 'paid')"); tag != "CREATE TYPE" {
+		t.Errorf("CREATE TYPE: tag %q", tag)
+	}
+	if got := onWorkers("SELECT count(*)::text FROM pg_type WHERE typname = 'bx_status'"); strings.Join(got, ",") != "1,1" {
+		t.Errorf("the type on the workers: %v, want it on both", got)
+	}
+	mustExt("CREATE TABLE bx_orders (id int PRIMARY KEY, customer int, status bx_status)")
+	mustExt("INSERT INTO bx_orders SELECT g, g % 7, 'new' FROM generate_series(1, 40) g")
+	rows, tag := mustExt("SELECT create_distributed_table($1, $2)", "bx_orders", "id")
+	if strings.Join(rows, ",") != "" || len(rows) != 1 || tag != "SELECT 1" {
+		t.Errorf("create_distributed_table with parameters: rows %q, tag %q; want one empty (void) row, SELECT 1", rows, tag)
+	}
+	if got := onWorkers("SELECT count(*)::text FROM pg_class WHERE relname LIKE 'bx_orders_%' AND relkind = 'r'"); got[0] == "0" || got[1] == "0" {
+		t.Errorf("shards on the workers: %v, want some on both", got)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM bx_orders"); got != "40" {
+		t.Errorf("rows after distribution: %s, want 40", got)
+	}
+
+	// ALTER TABLE on the distributed table: every shard; its error.
+	mustExt("ALTER TABLE bx_orders ADD COLUMN note text DEFAULT 'x'")
+	if got := queryString(t, c, "SELECT count(*)::text FROM bx_orders WHERE note = 'x'"); got != "40" {
+		t.Errorf("rows with the new column's default: %s, want 40", got)
+	}
+	if _, _, err := ext("ALTER TABLE bx_orders ADD COLUMN must int NOT NULL"); sqlState(err) != "23502" {
+		t.Errorf("ALTER TABLE violated by the shards' rows: %v, want 23502", err)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM bx_orders"); got != "40" {
+		t.Errorf("the session after the failed ALTER: %s rows, want 40", got)
+	}
+
+	// A cursor over the distributed table, as psycopg's named cursor: DECLARE
+	// with a parameter, FETCH in parts, CLOSE, in a transaction block.
+	exec(t, c, "BEGIN", simple)
+	mustExt(`DECLARE "bx_cur" CURSOR FOR SELECT id, status FROM bx_orders WHERE customer = $1 ORDER BY id`, "3")
+	var got []string
+	for {
+		rows, tag := mustExt(`FETCH FORWARD 2 FROM "bx_cur"`)
+		if !strings.HasPrefix(tag, "FETCH") {
+			t.Fatalf("FETCH: tag %q", tag)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		got = append(got, rows...)
+	}
+	if strings.Join(got, ",") != "3|new,10|new,17|new,24|new,31|new,38|new" {
+		t.Errorf("the cursor's rows: %q", got)
+	}
+	mustExt(`CLOSE "bx_cur"`)
+	exec(t, c, "COMMIT", simple)
+
+	// Outside a transaction block, with another statement before the
+	// Sync: refused before it runs (it would commit on its own).
+	p := protoDial(t, srv.Addr(), "bx")
+	res := pipeRaw(t, p, 1,
+		&pgproto3.Parse{Query: "ALTER TABLE bx_orders ADD COLUMN extra int"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if strings.Join(res, " ") != "error 0A000 Z I" {
+		t.Errorf("DDL in a pipeline with another statement: %q, want 0A000", res)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM information_schema.columns WHERE table_name = 'bx_orders' AND column_name = 'extra'"); got != "0" {
+		t.Errorf("the refused ALTER ran: %s", got)
+	}
+	// Alone before its Sync: PostgreSQL's answers (JDBC's Describe portal: NoData).
+	res = pipeRaw(t, p, 1,
+		&pgproto3.Parse{Query: "ALTER TABLE bx_orders ADD COLUMN extra int"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{}, &pgproto3.Sync{})
+	if strings.Join(res, " ") != "C ALTER TABLE Z I" {
+		t.Errorf("DDL alone before its Sync: %q", res)
+	}
+	mustExt("DROP TABLE bx_orders")
+	if got := onWorkers("SELECT count(*)::text FROM pg_class WHERE relname LIKE 'bx_orders%'"); strings.Join(got, ",") != "0,0" {
+		t.Errorf("after DROP TABLE over the extended protocol: %v", got)
+	}
+}
