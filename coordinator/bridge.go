@@ -14,6 +14,7 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // Statements the coordinator runs itself, over the extended protocol.
@@ -60,6 +61,8 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 	}
 	text := st.Query
 	switch {
+	case st.cls.ddl && dropDatabase(text) != "":
+		return bridgeDDL // the pools' idle connections to it close first
 	case st.cls.ddl && !st.cls.temp:
 		active := 0
 		for _, n := range snap.Nodes {
@@ -556,4 +559,35 @@ func (ss *session) noteBridge(st *Statement, kind uint8) {
 		ss.bridgeOf = map[*Statement]uint8{}
 	}
 	ss.bridgeOf[st] = kind
+}
+
+// dropDatabase is the database DROP DATABASE names, or "".
+func dropDatabase(sql string) string {
+	if !startsWithWord(sql, "drop") || !planner.ContainsFold(sql, "database") {
+		return ""
+	}
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return ""
+	}
+	if d := tree.Stmts[0].Stmt.GetDropdbStmt(); d != nil {
+		return d.Dbname
+	}
+	return ""
+}
+
+// closeIdle closes the pools' idle connections to database db, on every
+// worker.
+func (s *Server) closeIdle(db string) {
+	s.mu.Lock()
+	var pools []*pooling.Pool
+	for k, p := range s.pools {
+		if k.database == db {
+			pools = append(pools, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range pools {
+		p.Close()
+	}
 }

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -138,5 +139,45 @@ func TestCoordinatorStatementsOverExtended(t *testing.T) {
 	mustExt("DROP TABLE bx_orders")
 	if got := onWorkers("SELECT count(*)::text FROM pg_class WHERE relname LIKE 'bx_orders%'"); strings.Join(got, ",") != "0,0" {
 		t.Errorf("after DROP TABLE over the extended protocol: %v", got)
+	}
+}
+
+// TestDropDatabaseAfterUse: a database used through the coordinator, then
+// dropped through it once its clients left (a test runner's teardown, as
+// Django's and Rails'), is dropped: the pools' idle connections to it no
+// longer make PostgreSQL refuse ("is being accessed by other users",
+// 55006). In both protocols.
+func TestDropDatabaseAfterUse(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	for i, extended := range []bool{false, true} {
+		db := fmt.Sprintf("bx_db%d", i)
+		exec(t, c, "DROP DATABASE IF EXISTS "+db, simple)
+		exec(t, c, "CREATE DATABASE "+db, simple)
+		u := strings.Replace(pgtest.URL(srv.Addr()), "/postgres?", "/"+db+"?", 1)
+		for k := 0; k < 3; k++ {
+			uc, err := pgx.Connect(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exec(t, uc, "CREATE TABLE IF NOT EXISTS t (a int)")
+			exec(t, uc, "INSERT INTO t VALUES (1)")
+			uc.Close(ctx)
+		}
+		var err error
+		if extended {
+			err = c.PgConn().ExecParams(ctx, "DROP DATABASE "+db, nil, nil, nil, nil).Read().Err
+		} else {
+			_, err = c.Exec(ctx, "DROP DATABASE "+db, simple)
+		}
+		if err != nil {
+			t.Errorf("DROP DATABASE after its clients left (extended %v): %v", extended, err)
+		}
+		if got := queryString(t, c, "SELECT count(*)::text FROM pg_database WHERE datname = $1", db); got != "0" {
+			t.Errorf("%s still exists", db)
+		}
 	}
 }

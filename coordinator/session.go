@@ -1117,6 +1117,13 @@ func (ss *session) simpleQuery(body []byte) error {
 			return ss.queryError(err)
 		}
 	}
+	if cls.ddl && cls.count == 1 {
+		if db := dropDatabase(text); db != "" {
+			// The pools' idle connections to it would make PostgreSQL
+			// refuse: "being accessed by other users".
+			ss.srv.closeIdle(db)
+		}
+	}
 	if handled, err := ss.runDDL(text, &cls); handled {
 		return err
 	}
