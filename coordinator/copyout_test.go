@@ -95,6 +95,9 @@ func TestCopyOut(t *testing.T) {
 		{"COPY (SELECT * FROM {r} ORDER BY k DESC) TO STDOUT (FORMAT csv, HEADER, FORCE_QUOTE *)", true},
 		{"COPY (SELECT id, upper(t), ts FROM {t} WHERE n > 0) TO STDOUT WITH (FORMAT csv, HEADER)", false},
 		{"COPY (SELECT c.id, r.name FROM {t} c LEFT JOIN {r} r ON r.k = c.id) TO STDOUT", false},
+		// Binary, answered by one shard or one copy (psycopg's cursor.copy).
+		{"COPY (SELECT id, t, n FROM {t} WHERE id = 7) TO STDOUT (FORMAT binary)", true},
+		{"COPY (SELECT * FROM {r} ORDER BY k) TO STDOUT (FORMAT binary)", true},
 	} {
 		got, gotTag, err := copyLines(names.Replace(q.sql))
 		if err != nil {
@@ -125,6 +128,7 @@ func TestCopyOut(t *testing.T) {
 		{"COPY co (nope) TO STDOUT", "42703"},
 		{"COPY co (id, twice) TO STDOUT", "42P10"}, // a generated column
 		{"COPY co TO STDOUT (FORMAT binary)", "0A000"},
+		{"COPY (SELECT id FROM co WHERE n > 0) TO STDOUT (FORMAT binary)", "0A000"},
 	} {
 		if _, _, err := copyLines(q.sql); sqlState(err) != q.state {
 			t.Errorf("%s: %v, want %s", q.sql, err, q.state)

@@ -104,6 +104,7 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 			WithHint("Use COPY (query) TO STDOUT (psql: \\copy (query) to 'file').")
 	}
 	header := -1
+	var format error // a format the shards' streams cannot be joined in
 	for i, opt := range c.Options {
 		d := opt.GetDefElem()
 		if d == nil {
@@ -112,8 +113,8 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 		switch d.Defname {
 		case "format":
 			if v := strings.ToLower(defElemValue(d)); v != "text" && v != "csv" {
-				return nil, unsupported("COPY (query) TO STDOUT in format %s over distributed or reference tables is not supported yet", v).
-					WithHint("Use FORMAT text or csv.")
+				format = unsupported("COPY (query) TO STDOUT in format %s over several shards is not supported yet", v).
+					WithHint("Use FORMAT text or csv, or pin the query to one shard with WHERE <distribution column> = <value>.")
 			}
 		case "header":
 			header = i
@@ -150,6 +151,9 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 		m := r.Merge
 		if m.Kind != Concat || m.Limit != nil || m.Offset != nil || m.Hidden > 0 {
 			return nil, refuse
+		}
+		if format != nil {
+			return nil, format // one worker's COPY runs whole (Route, ReferenceRead)
 		}
 		x := &CopyOut{Table: r.Table, DistType: r.DistType}
 		if x.Workers, err = b.copyWorkers(c, header, r.Workers, refuse); err != nil {
