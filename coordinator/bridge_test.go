@@ -117,6 +117,45 @@ func TestCoordinatorStatementsOverExtended(t *testing.T) {
 	mustExt(`CLOSE "bx_cur"`)
 	exec(t, c, "COMMIT", simple)
 
+	// A cursor is a portal: psycopg's named cursor describes it by its
+	// name after DECLARE, then FETCHes.
+	pc0 := protoDial(t, srv.Addr(), "bx0")
+	pc0.fe.Send(&pgproto3.Query{String: "BEGIN"})
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Query: `DECLARE "bx_c2" CURSOR FOR SELECT id, customer FROM bx_orders ORDER BY id`}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Describe{ObjectType: 'P', Name: "bx_c2"},
+		&pgproto3.Parse{Query: `FETCH FORWARD 2 FROM "bx_c2"`}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+	} {
+		pc0.fe.Send(m)
+	}
+	if err := pc0.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for zs := 0; zs < 2; {
+		msg, err := pc0.fe.Receive()
+		if err != nil {
+			t.Fatalf("receive: %v (so far %q)", err, seen)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.RowDescription:
+			var names []string
+			for _, f := range m.Fields {
+				names = append(names, string(f.Name))
+			}
+			seen = append(seen, "T "+strings.Join(names, ","))
+		case *pgproto3.DataRow:
+			seen = append(seen, "D "+string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			seen = append(seen, "E "+m.Code+" "+m.Message)
+		case *pgproto3.ReadyForQuery:
+			zs++
+		}
+	}
+	if got := strings.Join(seen, "; "); got != "T id,customer; D 1; D 2" {
+		t.Errorf("Describe of a cursor's portal, then FETCH: %q, want its columns and rows", got)
+	}
+
 	// Outside a transaction block, with another statement before the
 	// Sync: refused before it runs (it would commit on its own).
 	p := protoDial(t, srv.Addr(), "bx")

@@ -1938,6 +1938,12 @@ func (ss *session) describe(body []byte) error {
 			ss.bridgeDescribe(bp.st, bp.kind, false, bp.results)
 			return nil
 		}
+		if cur := ss.cursors[string(name)]; cur != nil && len(name) > 0 {
+			// A cursor is a portal: psycopg's named cursor describes it
+			// by its name after DECLARE.
+			ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'T', cur.rowDesc)})
+			return nil
+		}
 		if len(ss.scatterPortals) > 0 {
 			if sp := ss.scatterPortals[string(name)]; sp != nil {
 				ss.push(expect{kind: eSynth, synth: sp.describe()})

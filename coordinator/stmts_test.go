@@ -2,11 +2,13 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -156,8 +158,10 @@ func TestCachedStatementAfterAlterType(t *testing.T) {
 					for try := 0; ; try++ {
 						got, err := read(c, tbl, id)
 						if err != nil {
-							if sqlState(err) != "0A000" {
-								t.Fatalf("%s: client %d %s id %d: %v", what, ci, tbl, id, err)
+							var pe *pgconn.PgError
+							if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Routine != "RevalidateCachedQuery" {
+								// (postgres.js prepares again on this routine)
+								t.Fatalf("%s: client %d %s id %d: %v (routine %q), want PostgreSQL's 0A000 from RevalidateCachedQuery", what, ci, tbl, id, err, routineOf(err))
 							}
 							errs++
 							if errs > 1 {
@@ -192,4 +196,13 @@ func TestCachedStatementAfterAlterType(t *testing.T) {
 	exec(t, admin, "CREATE TABLE st8_l (id int PRIMARY KEY, v numeric)", simple)
 	exec(t, admin, "INSERT INTO st8_l (id, v) VALUES "+rows, simple)
 	check("after DROP and CREATE")
+}
+
+// routineOf is an error's routine field, if it is a server's.
+func routineOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Routine
+	}
+	return ""
 }

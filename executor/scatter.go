@@ -180,8 +180,10 @@ var (
 	// ErrResultChanged: the shards' statement no longer returns what the
 	// client was told (a table changed). As on PostgreSQL, the client must
 	// prepare the statement again. It is PostgreSQL's own error, word for
-	// word (no hint), not a refusal.
-	ErrResultChanged = &pgerr.Error{Severity: "ERROR", Code: pgerr.FeatureNotSupported, Message: "cached plan must not change result type"}
+	// word (no hint), not a refusal, with its routine, by which
+	// postgres.js knows to prepare the statement again.
+	ErrResultChanged = &pgerr.Error{Severity: "ERROR", Code: pgerr.FeatureNotSupported, Message: "cached plan must not change result type",
+		Routine: "RevalidateCachedQuery"}
 	// ErrTableChanged: a table changed while a simple-protocol statement ran.
 	ErrTableChanged = pgerr.New("40001", "a table changed while the multi-shard statement ran").
 			WithHint("Retry the statement.")

@@ -78,6 +78,10 @@ type Error struct {
 	// What a worker's error names (FromWorker keeps them): the client
 	// sees them as PostgreSQL sends them, shard names mapped back.
 	Schema, Table, Column, DataType, Constraint string
+	// Routine is the function of PostgreSQL's that raises the error, for
+	// errors pgfleet gives in PostgreSQL's place (clients key on some:
+	// postgres.js prepares again after RevalidateCachedQuery's).
+	Routine string
 }
 
 // FromWorker copies a worker's error: its SQLSTATE, message, detail, hint
@@ -85,7 +89,7 @@ type Error struct {
 func FromWorker(pe *pgconn.PgError) *Error {
 	return &Error{Severity: "ERROR", Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint,
 		Schema: pe.SchemaName, Table: pe.TableName, Column: pe.ColumnName, DataType: pe.DataTypeName,
-		Constraint: pe.ConstraintName}
+		Constraint: pe.ConstraintName, Routine: pe.Routine}
 }
 
 func (e *Error) Error() string { return e.Message + " (SQLSTATE " + e.Code + ")" }
@@ -138,7 +142,8 @@ func Flatten(err error) *pgproto3.ErrorResponse {
 		}
 		return &pgproto3.ErrorResponse{Severity: sev, SeverityUnlocalized: sev, Code: pe.Code,
 			Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint, SchemaName: pe.Schema,
-			TableName: pe.Table, ColumnName: pe.Column, DataTypeName: pe.DataType, ConstraintName: pe.Constraint}
+			TableName: pe.Table, ColumnName: pe.Column, DataTypeName: pe.DataType, ConstraintName: pe.Constraint,
+			Routine: pe.Routine}
 	}
 	var wpe *pgconn.PgError
 	if errors.As(err, &wpe) {
@@ -146,7 +151,7 @@ func Flatten(err error) *pgproto3.ErrorResponse {
 			Code: wpe.Code, Message: wpe.Message, Detail: wpe.Detail, Hint: wpe.Hint,
 			Position: wpe.Position, Where: wpe.Where, SchemaName: wpe.SchemaName,
 			TableName: wpe.TableName, ColumnName: wpe.ColumnName, DataTypeName: wpe.DataTypeName,
-			ConstraintName: wpe.ConstraintName}
+			ConstraintName: wpe.ConstraintName, File: wpe.File, Line: wpe.Line, Routine: wpe.Routine}
 	}
 	if code := connErrorCode(err); code != "" {
 		// A worker connection failed (lost, refused, timed out): that is
