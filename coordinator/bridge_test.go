@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -217,6 +218,35 @@ func TestDropDatabaseAfterUse(t *testing.T) {
 		}
 		if got := queryString(t, c, "SELECT count(*)::text FROM pg_database WHERE datname = $1", db); got != "0" {
 			t.Errorf("%s still exists", db)
+		}
+	}
+}
+
+// TestTimeoutBetweenParseAndDescribe: a client that pauses between Parse
+// and Describe longer than statement_timeout gets 57014, as from
+// PostgreSQL, whose timer starts at the Parse (pgx's
+// Test*HandlesTimeoutBetweenParseAndDescribe). The coordinator passes
+// what a client sent on when it pauses mid-batch, where it waited for the
+// Sync and the worker saw no pause.
+func TestTimeoutBetweenParseAndDescribe(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	for _, target := range []string{cl.Servers[0].Addr(), srv.Addr()} {
+		p := protoDial(t, target, "pd")
+		if got := strings.Join(pipeRaw(t, p, 1, &pgproto3.Query{String: "SET statement_timeout = '100ms'"}), " "); got != "C SET Z I" {
+			t.Fatalf("%s: SET: %q", target, got)
+		}
+		pipeRaw(t, p, 0, &pgproto3.Parse{Name: "pd_s", Query: "SELECT $1::varchar"})
+		time.Sleep(250 * time.Millisecond)
+		got := strings.Join(pipeRaw(t, p, 1, &pgproto3.Describe{ObjectType: 'S', Name: "pd_s"}, &pgproto3.Sync{}), " ")
+		if got != "error 57014 Z I" {
+			t.Errorf("%s: Describe 250 ms after Parse with statement_timeout 100ms: %q, want 57014", target, got)
+		}
+		// Without a pause: no timeout.
+		got = strings.Join(pipeRaw(t, p, 1, &pgproto3.Parse{Name: "pd_t", Query: "SELECT 1"}, &pgproto3.Describe{ObjectType: 'S', Name: "pd_t"},
+			&pgproto3.Bind{PreparedStatement: "pd_t"}, &pgproto3.Execute{}, &pgproto3.Sync{}), " ")
+		if got != "row 1 C SELECT 1 Z I" {
+			t.Errorf("%s: a batch without a pause: %q", target, got)
 		}
 	}
 }

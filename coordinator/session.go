@@ -375,6 +375,13 @@ func (ss *session) run() {
 	for {
 		var waited int32
 		idle := ss.r.Buffered() == 0
+		if idle && ss.needSync && ss.sc != nil && len(ss.sc.Buf()) > 0 {
+			// The client paused in the middle of a batch: what it sent
+			// goes to the worker now, which then sees the pause as
+			// PostgreSQL would (statement_timeout counts from the Parse).
+			// An error there comes back when the answers are read.
+			_ = ss.sc.Flush()
+		}
 		if idle {
 			if len(ss.out) > 0 {
 				if ss.flush() != nil {
