@@ -42,6 +42,7 @@ const (
 	bridgeFunc
 	bridgeDeclare
 	bridgeCursor // FETCH, MOVE or CLOSE of a coordinator's cursor
+	bridgeSignal // pg_cancel_backend or pg_terminate_backend (signal.go)
 )
 
 // bridgePortal is a Bind of a bridged statement.
@@ -61,6 +62,8 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 	}
 	text := st.Query
 	switch {
+	case !st.cls.ddl && parseSignalCall(text) != nil:
+		return bridgeSignal
 	case st.cls.ddl && dropDatabase(text) != "":
 		return bridgeDDL // the pools' idle connections to it close first
 	case st.cls.ddl && !st.cls.temp:
@@ -198,6 +201,10 @@ func (ss *session) bridgeRowDesc(st *Statement, kind uint8) []byte {
 		name := catalogCall(tree.Stmts[0].Stmt)
 		cols, _ := functionColumns(name)
 		return rowDescription(cols, functionTypes(name))
+	case bridgeSignal:
+		if call := parseSignalCall(st.Query); call != nil {
+			return signalRowDesc(call.column)
+		}
 	case bridgeCursor:
 		if !startsWithWord(st.Query, "fetch") {
 			return nil
@@ -212,7 +219,7 @@ func (ss *session) bridgeRowDesc(st *Statement, kind uint8) []byte {
 // bridgeParams is the number of parameters a bridged statement takes (the
 // highest $n, or the Parse's declared types if more) and their types
 // (declared, or text).
-func bridgeParams(st *Statement) []uint32 {
+func bridgeParams(st *Statement, kind uint8) []uint32 {
 	oids := paramOIDs(st.paramTail)
 	n := len(oids)
 	for _, r := range paramRefs(st.Query) {
@@ -223,6 +230,16 @@ func bridgeParams(st *Statement) []uint32 {
 		out[i] = oidText
 		if i < len(oids) && oids[i] != 0 {
 			out[i] = oids[i]
+		}
+	}
+	if call := parseSignalCall(st.Query); kind == bridgeSignal && call != nil {
+		// The function's argument types, as PostgreSQL infers them.
+		types := signalTypes(call.fn)
+		for i, a := range call.args {
+			if p := constOrParam(a).GetParamRef(); p != nil && int(p.Number) <= n && i < len(types) &&
+				(int(p.Number) > len(oids) || oids[p.Number-1] == 0) {
+				out[p.Number-1] = types[i]
+			}
 		}
 	}
 	return out
@@ -250,12 +267,12 @@ func paramRefs(sql string) []paramRef {
 }
 
 // bridgeText writes the Bind's values into the statement as constants.
-func bridgeText(st *Statement, params []byte) (string, error) {
+func bridgeText(st *Statement, kind uint8, params []byte) (string, error) {
 	formats, values, ok := bindValues(params)
 	if !ok {
 		return "", pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
 	}
-	types := bridgeParams(st)
+	types := bridgeParams(st, kind)
 	if len(values) != len(types) {
 		return "", pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d",
 			len(values), st.Name, len(types))
@@ -280,11 +297,11 @@ func bridgeText(st *Statement, params []byte) (string, error) {
 		} else if i < len(formats) {
 			f = formats[i]
 		}
-		oid := uint32(0)
+		oid := uint32(0) // undeclared: inferred where it stands, as a parameter's type is
 		if i < len(declared) {
 			oid = declared[i]
 		}
-		lit, err := constant(values[i], f, oid)
+		lit, err := constant(values[i], f, oid, types[i])
 		if err != nil {
 			return "", err
 		}
@@ -304,7 +321,7 @@ var builtinTypeNames = map[uint32]string{
 // constant is a parameter's value as a SQL constant: quoted text, cast to
 // its declared type when that is a built-in one (an undeclared type is
 // inferred from where it stands, as PostgreSQL infers a parameter's).
-func constant(v []byte, format int16, oid uint32) (string, error) {
+func constant(v []byte, format int16, oid, described uint32) (string, error) {
 	if v == nil {
 		if name, ok := builtinTypeNames[oid]; ok {
 			return "NULL::" + name, nil
@@ -314,9 +331,9 @@ func constant(v []byte, format int16, oid uint32) (string, error) {
 	text := string(v)
 	if format == 1 {
 		var ok bool
-		if text, ok = binaryText(v, oid); !ok {
+		if text, ok = binaryText(v, described); !ok {
 			return "", pgerr.New(pgerr.FeatureNotSupported,
-				"a binary parameter of type %d for a statement the coordinator runs itself is not supported", oid).
+				"a binary parameter of type %d for a statement the coordinator runs itself is not supported", described).
 				WithHint("Send the parameter in text format.")
 		}
 	}
@@ -366,7 +383,7 @@ func (ss *session) bridgeBind(portal string, st *Statement, kind uint8, params [
 		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
 		return
 	}
-	text, err := bridgeText(st, params)
+	text, err := bridgeText(st, kind, params)
 	if err != nil {
 		ss.synthError(err)
 		return
@@ -404,7 +421,7 @@ func binaryResults(results []byte) bool {
 func (ss *session) bridgeDescribe(st *Statement, kind uint8, params bool, results []byte) {
 	var b []byte
 	if params {
-		pd := pgproto3.ParameterDescription{ParameterOIDs: bridgeParams(st)}
+		pd := pgproto3.ParameterDescription{ParameterOIDs: bridgeParams(st, kind)}
 		b, _ = pd.Encode(b)
 	}
 	if rd := ss.bridgeRowDesc(st, kind); rd != nil {
@@ -520,6 +537,11 @@ func binaryRow(body []byte, oids []uint32, results []byte) ([]byte, error) {
 		switch oids[i] {
 		case oidVoid:
 			dr.Values[i] = []byte{}
+		case oidBool:
+			dr.Values[i] = []byte{0}
+			if string(v) == "t" {
+				dr.Values[i] = []byte{1}
+			}
 		case oidText:
 		case oidInt4, oidInt8:
 			x, err := strconv.ParseInt(string(v), 10, 64)

@@ -823,6 +823,7 @@ func (s *Server) register(ss *session) {
 		if f := s.fleet.Load(); f != nil {
 			pid = withTag(pid, f.Tag())
 		}
+		pid |= minSessionPID // above any worker's process ID (signal.go)
 		if pid == 0 || s.sessions[pid] != nil {
 			continue
 		}

@@ -74,6 +74,9 @@ type session struct {
 	bridgeOf map[*Statement]uint8
 	bridged  map[string]*bridgePortal
 	bridging bool
+	// terminated: pg_terminate_backend of this session's process ID
+	// (signal.go): it ends with FATAL 57P01.
+	terminated atomic.Bool
 	// terminates: a statement of the client's cycle calls
 	// pg_terminate_backend (drain).
 	terminates bool
@@ -373,6 +376,10 @@ func (ss *session) run() {
 	s := ss.srv
 	var request time.Time // when the client's request being answered arrived
 	for {
+		if ss.terminated.Load() {
+			ss.fatal(adminShutdown()) // pg_terminate_backend (signal.go)
+			return
+		}
 		var waited int32
 		idle := ss.r.Buffered() == 0
 		if idle && ss.needSync && ss.sc != nil && len(ss.sc.Buf()) > 0 {
@@ -400,6 +407,14 @@ func (ss *session) run() {
 				waited = waitRest
 			}
 			ss.wait.Store(waited)
+			// terminateSession stores terminated before it looks at wait,
+			// as Shutdown with draining below.
+			if ss.terminated.Load() {
+				if ss.wait.CompareAndSwap(waited, waitBusy) {
+					ss.fatal(adminShutdown())
+				}
+				return
+			}
 			// Shutdown stores draining before it looks at wait, and the
 			// session stores wait before it looks at draining: one of the
 			// two sees the other, and the swap decides who tells the client.
@@ -1122,6 +1137,11 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.hidden {
 		if err := ss.refuseHidden(text); err != nil {
 			return ss.queryError(err)
+		}
+	}
+	if cls.count == 1 && planner.ContainsFold(text, "_backend") {
+		if handled, err := ss.signalSession(text); handled {
+			return err
 		}
 	}
 	if cls.ddl && cls.count == 1 {
@@ -2260,7 +2280,7 @@ func (ss *session) drain() error {
 			ss.endOfCycle(f.Body[0])
 			continue
 		case 'E':
-			if ss.srv.stopping.Load() && errCode(f.Body) == pgerr.QueryCanceled {
+			if (ss.srv.stopping.Load() || ss.terminated.Load()) && errCode(f.Body) == pgerr.QueryCanceled {
 				// Shutdown's deadline cancelled the statement: the client is
 				// told what PostgreSQL's fast shutdown says.
 				return adminShutdown()

@@ -1,0 +1,118 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestSignalSessionByPID: pg_cancel_backend and pg_terminate_backend of
+// the process ID a client was told (BackendKeyData: pgx's PgConn().PID())
+// act on that client's session as PostgreSQL's act on a backend (pgx's
+// TestFatalRxError, TestFatalTxError, pgconn's TestConnCheckConn): in both
+// protocols, the ID a parameter or a constant; cancel cancels its
+// statement; terminate ends it with FATAL 57P01, idle or running a
+// statement; an ID of no session gets false and PostgreSQL's warning; a
+// role without the privileges gets 42501.
+func TestSignalSessionByPID(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	ctl := connect(t, srv.Addr())
+	boolOf := func(sql string, mode pgx.QueryExecMode, args ...any) (bool, error) {
+		var v bool
+		err := ctl.QueryRow(ctx, sql, append([]any{mode}, args...)...).Scan(&v)
+		return v, err
+	}
+	fatal := func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "57P01" && pe.Severity == "FATAL"
+	}
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		arg := func(pid uint32) (string, []any) {
+			if mode == simple {
+				return fmt.Sprint(pid), nil
+			}
+			return "$1", []any{pid}
+		}
+		// Cancel a running statement.
+		c := connect(t, srv.Addr())
+		pid := c.PgConn().PID()
+		if pid < 1<<22 {
+			t.Fatalf("session process ID %d below 2^22", pid)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(ctx, "SELECT pg_sleep(30)")
+			done <- err
+		}()
+		time.Sleep(300 * time.Millisecond)
+		a, args := arg(pid)
+		if v, err := boolOf("SELECT pg_cancel_backend("+a+")", mode, args...); err != nil || !v {
+			t.Errorf("%v: pg_cancel_backend: %v, %v", mode, v, err)
+		}
+		if err := <-done; sqlState(err) != "57014" {
+			t.Errorf("%v: the cancelled statement: %v, want 57014", mode, err)
+		}
+		// Terminate an idle session: its next statement fails, it is closed.
+		if v, err := boolOf("SELECT pg_terminate_backend("+a+")", mode, args...); err != nil || !v {
+			t.Errorf("%v: pg_terminate_backend of an idle session: %v, %v", mode, v, err)
+		}
+		if err := c.QueryRow(ctx, "SELECT 1").Scan(new(int)); err == nil || !c.IsClosed() {
+			t.Errorf("%v: the terminated session's next statement: %v (closed %v)", mode, err, c.IsClosed())
+		}
+		// Terminate a session running a statement: FATAL 57P01 is its answer.
+		c = connect(t, srv.Addr())
+		pid = c.PgConn().PID()
+		go func() {
+			var n int32
+			var s string
+			done <- c.QueryRow(ctx, "SELECT 1::int4, pg_sleep(30)::varchar").Scan(&n, &s)
+		}()
+		time.Sleep(300 * time.Millisecond)
+		a, args = arg(pid)
+		if v, err := boolOf("SELECT pg_terminate_backend("+a+", 5000)", mode, args...); err != nil || !v {
+			t.Errorf("%v: pg_terminate_backend with a timeout of a busy session: %v, %v", mode, v, err)
+		}
+		if err := <-done; !fatal(err) || !c.IsClosed() {
+			t.Errorf("%v: the terminated session's statement: %v (closed %v), want FATAL 57P01", mode, err, c.IsClosed())
+		}
+		// No such session.
+		a, args = arg(1<<22 + 12345)
+		if v, err := boolOf("SELECT pg_terminate_backend("+a+")", mode, args...); err != nil || v {
+			t.Errorf("%v: pg_terminate_backend of no session: %v, %v, want false", mode, v, err)
+		}
+	}
+	// Its own: the session ends.
+	c := connect(t, srv.Addr())
+	if _, err := c.Exec(ctx, "SELECT pg_terminate_backend($1)", c.PgConn().PID()); !fatal(err) {
+		t.Errorf("pg_terminate_backend of its own session: %v, want FATAL 57P01", err)
+	}
+	// Privileges, as PostgreSQL's: a plain role cannot end a superuser's.
+	for _, s := range cl.Servers {
+		exec(t, connect(t, s.Addr()), "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sig_user') THEN CREATE ROLE sig_user LOGIN; END IF; END $$", simple)
+	}
+	u, err := pgx.Connect(ctx, "postgres://sig_user@"+srv.Addr()+"/postgres?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close(ctx)
+	var v bool
+	if err := u.QueryRow(ctx, "SELECT pg_terminate_backend($1)", ctl.PgConn().PID()).Scan(&v); sqlState(err) != "42501" {
+		t.Errorf("a plain role terminating a superuser's session: %v, %v; want 42501", v, err)
+	}
+	if err := ctl.QueryRow(ctx, "SELECT pg_terminate_backend($1)", u.PgConn().PID()).Scan(&v); err != nil || !v {
+		t.Errorf("a superuser terminating a plain role's session: %v, %v", v, err)
+	}
+	if err := ctl.QueryRow(ctx, "SELECT 1").Scan(new(int)); err != nil {
+		t.Errorf("the superuser's session afterwards: %v", err)
+	}
+}
