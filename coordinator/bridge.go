@@ -177,8 +177,7 @@ func functionTypes(name string) []uint32 {
 	return []uint32{oidVoid}
 }
 
-// rowDescription is a RowDescription body of text columns as writeRows
-// makes them.
+// rowDescription is the RowDescription body writeRows sends.
 func rowDescription(cols []string, oids []uint32) []byte {
 	rd := pgproto3.RowDescription{}
 	for i, c := range cols {

@@ -56,7 +56,8 @@ func (ss *session) runFunction(fn *planner.Function) error {
 				rows = append(rows, []string{n.Host, strconv.Itoa(n.Port)})
 			}
 		}
-		ss.writeRows([]string{"node_name", "node_port"}, []uint32{oidText, oidInt8}, rows)
+		cols, _ := functionColumns(fn.Name)
+		ss.writeRows(cols, functionTypes(fn.Name), rows)
 		return nil
 	case "citus_add_node", "citus_remove_node":
 		host, port := arg(0, "nodename", ""), arg(1, "nodeport", "5432")
@@ -84,7 +85,8 @@ func (ss *session) runFunction(fn *planner.Function) error {
 			var id int32
 			if snap, id, err = shards.AddNode(ctx, s.store, conns, s.defaultNode.Load(), newKey, host, pn); err == nil {
 				s.changedCatalog(snap)
-				ss.writeRows([]string{fn.Name}, []uint32{oidInt4}, [][]string{{strconv.Itoa(int(id))}})
+				cols, _ := functionColumns(fn.Name)
+				ss.writeRows(cols, functionTypes(fn.Name), [][]string{{strconv.Itoa(int(id))}})
 				return nil
 			}
 		} else {
@@ -136,7 +138,8 @@ func (ss *session) runFunction(fn *planner.Function) error {
 		return ss.queryError(err)
 	}
 	s.changedCatalog(snap)
-	ss.writeRows([]string{fn.Name}, []uint32{oidVoid}, [][]string{{""}})
+	cols, _ := functionColumns(fn.Name)
+	ss.writeRows(cols, functionTypes(fn.Name), [][]string{{""}})
 	return nil
 }
 
@@ -179,12 +182,7 @@ func (ss *session) openNodeConns(ctx context.Context) (map[int32]*pgx.Conn, erro
 // writeRows answers a simple query with a small text result and
 // ReadyForQuery.
 func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
-	rd := pgproto3.RowDescription{}
-	for i, c := range cols {
-		rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(c), DataTypeOID: oids[i],
-			DataTypeSize: -1, TypeModifier: -1})
-	}
-	ss.out, _ = rd.Encode(ss.out)
+	ss.out = wire.AppendFrame(ss.out, 'T', rowDescription(cols, oids))
 	for _, r := range rows {
 		dr := pgproto3.DataRow{}
 		for _, v := range r {
