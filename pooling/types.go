@@ -1,6 +1,7 @@
 package pooling
 
 import (
+	"bytes"
 	"encoding/binary"
 	"sync/atomic"
 )
@@ -134,10 +135,11 @@ func (t *TypeOIDs) out(oid uint32) (uint32, bool) {
 func (t *TypeOIDs) parseBody(body []byte, copy bool) []byte {
 	at := 0
 	for k := 0; k < 2; k++ { // the statement's name, its text
-		for at < len(body) && body[at] != 0 {
-			at++
+		i := bytes.IndexByte(body[at:], 0)
+		if i < 0 {
+			return body
 		}
-		at++
+		at += i + 1
 	}
 	if at+2 > len(body) {
 		return body
