@@ -260,3 +260,39 @@ func TestPsqlFetchCount(t *testing.T) {
 		t.Errorf("psql with FETCH_COUNT=7 printed\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestDescribeFetchAfterItsCursor: a FETCH prepared on a pooled
+// connection while a session's cursor existed, then described for another
+// session once the cursor is gone, crashed the worker (PostgreSQL 15's
+// FetchStatementTargetList: every session on it lost its connection;
+// found by running pgx's suite through a coordinator). FETCH statements
+// are parsed again at every use; the second session gets what PostgreSQL
+// gives for a FETCH of no cursor: no columns.
+func TestDescribeFetchAfterItsCursor(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	// A worker crash ends every backend on it: this one would see it.
+	w := connect(t, cl.Servers[0].Addr())
+	a := connect(t, srv.Addr())
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "DECLARE df_c CURSOR FOR SELECT 1 AS x", simple)
+	sd, err := a.PgConn().Prepare(ctx, "df_1", "fetch all in df_c", nil)
+	if err != nil || len(sd.Fields) != 1 {
+		t.Fatalf("FETCH prepared while its cursor exists: %v %v", sd, err)
+	}
+	exec(t, a, "ROLLBACK", simple)
+	for i, c := range []*pgx.Conn{connect(t, srv.Addr()), a} {
+		sd, err := c.PgConn().Prepare(ctx, fmt.Sprintf("df_%d", i+2), "fetch all in df_c", nil)
+		if err != nil || len(sd.Fields) != 0 {
+			t.Errorf("session %d: FETCH of a cursor gone, described: %v, %v; want no columns", i, sd, err)
+		}
+	}
+	if got := queryString(t, a, "SELECT 2"); got != "2" {
+		t.Errorf("the session afterwards: %q", got)
+	}
+	if _, err := w.Exec(ctx, "SELECT 1"); err != nil {
+		t.Errorf("a connection to the worker opened before: %v (the worker crashed)", err)
+	}
+}

@@ -1574,7 +1574,18 @@ func (ss *session) prepareOn(st *Statement, kind uint8) *expect {
 		ss.ensureBegun()
 	}
 	sc := ss.sc
-	ev, stale := sc.Stmts.Add(st.Name, ss.stmtKey())
+	key := ss.stmtKey()
+	if st.cls.fetch {
+		// A FETCH is parsed again at every use, never reused from the
+		// connection's cache: PostgreSQL 15 crashes (the whole worker
+		// restarts) on a Describe of a FETCH prepared while its cursor
+		// existed once that cursor is gone (FetchStatementTargetList),
+		// which a statement another session left on the connection
+		// would be. Parsed here, in the client's transaction, its
+		// result is its cursor's now, or none.
+		key = pooling.UnknownKey
+	}
+	ev, stale := sc.Stmts.Add(st.Name, key)
 	if ev != "" {
 		b := append(append([]byte{'S'}, ev...), 0)
 		sc.SetBuf(wire.AppendFrame(sc.Buf(), 'C', b))
