@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -25,8 +26,8 @@ import (
 // sends every statement over the extended protocol, as do postgres.js and
 // psycopg's named cursors; they got 0A000 or a worker's error
 // ("function create_distributed_table does not exist"). Such a statement
-// (session.bridgeOf, decided at each Parse: a FETCH bridges while its
-// cursor is the coordinator's) is answered by the coordinator at
+// (bridgeNow, decided at each Parse, Bind and Describe: a table may have
+// been distributed since, a FETCH's cursor declared over one) is answered by the coordinator at
 // Parse, Bind and Describe; its Execute runs the statement's text, the
 // Bind's parameters written in as constants, through simpleQuery, and the
 // simple answer becomes the extended one: no RowDescription (Describe
@@ -35,7 +36,7 @@ import (
 // commits on its own, so it must be the pipeline's only one (0A000
 // otherwise, before it runs).
 
-// session.bridgeOf values.
+// bridgeKind's values.
 const (
 	bridgeNone uint8 = iota
 	bridgeDDL
@@ -51,6 +52,11 @@ type bridgePortal struct {
 	kind    uint8
 	text    string // the statement with the Bind's values as constants
 	results []byte // the Bind's result formats (count and codes)
+	// ran: executed; rows are the DataRow frames later Executes give
+	// (a row limit), tag its CommandComplete body.
+	ran  bool
+	rows []byte
+	tag  string
 }
 
 // bridgeKind decides at Parse whether st runs through the simple query
@@ -231,17 +237,106 @@ func bridgeParams(st *Statement, kind uint8) []uint32 {
 			out[i] = oids[i]
 		}
 	}
-	if call := parseSignalCall(st.Query); kind == bridgeSignal && call != nil {
-		// The function's argument types, as PostgreSQL infers them.
-		types := signalTypes(call.fn)
-		for i, a := range call.args {
-			if p := constOrParam(a).GetParamRef(); p != nil && int(p.Number) <= n && i < len(types) &&
-				(int(p.Number) > len(oids) || oids[p.Number-1] == 0) {
-				out[p.Number-1] = types[i]
+	undeclared := func(n int32) bool {
+		return n >= 1 && int(n) <= len(out) && (int(n) > len(oids) || oids[n-1] == 0)
+	}
+	tree, err := pg_query.Parse(st.Query)
+	if err != nil || len(tree.Stmts) != 1 {
+		return out
+	}
+	// As PostgreSQL infers them: a parameter cast to a built-in type
+	// ($1::int) is of that type; a function's arguments of its
+	// parameters' types.
+	planner.Walk(tree.Stmts[0].Stmt, func(m proto.Message) {
+		tc, ok := m.(*pg_query.TypeCast)
+		if !ok {
+			return
+		}
+		if p := tc.Arg.GetParamRef(); p != nil && undeclared(p.Number) {
+			if oid := castOID(tc.TypeName); oid != 0 {
+				out[p.Number-1] = oid
+			}
+		}
+	})
+	var fc *pg_query.FuncCall
+	if sel := tree.Stmts[0].Stmt.GetSelectStmt(); sel != nil && len(sel.TargetList) == 1 {
+		fc = sel.TargetList[0].GetResTarget().GetVal().GetFuncCall()
+	}
+	if fc == nil {
+		return out
+	}
+	name := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
+	for i, a := range fc.Args {
+		arg := ""
+		if na := a.GetNamedArgExpr(); na != nil {
+			arg, a = na.Name, na.Arg
+		}
+		if p := a.GetParamRef(); p != nil && undeclared(p.Number) {
+			if oid := argOID(name, i, arg); oid != 0 {
+				out[p.Number-1] = oid
 			}
 		}
 	}
 	return out
+}
+
+// castTypes are the built-in types a parameter's cast may name, by name.
+var castTypes = map[string][2]uint32{ // the type, its array
+	"int4": {23, 1007}, "integer": {23, 1007}, "int": {23, 1007}, "int8": {20, 1016}, "bigint": {20, 1016},
+	"int2": {21, 1005}, "smallint": {21, 1005}, "text": {25, 1009}, "varchar": {1043, 1015}, "bool": {16, 1000},
+	"boolean": {16, 1000}, "numeric": {1700, 1231}, "float8": {701, 1022}, "float4": {700, 1021}, "uuid": {2950, 2951},
+	"date": {1082, 1182}, "timestamp": {1114, 1115}, "timestamptz": {1184, 1185}, "json": {114, 199}, "jsonb": {3802, 3807},
+	"regclass": {2205, 2210}, "oid": {26, 1028}, "bytea": {17, 1001},
+}
+
+// castOID is the OID of a cast's built-in type, or 0.
+func castOID(tn *pg_query.TypeName) uint32 {
+	if tn == nil || len(tn.Names) == 0 || len(tn.ArrayBounds) > 1 {
+		return 0
+	}
+	name := tn.Names[len(tn.Names)-1].GetString_().GetSval()
+	if len(tn.Names) == 2 && tn.Names[0].GetString_().GetSval() != "pg_catalog" {
+		return 0
+	}
+	t, ok := castTypes[name]
+	if !ok {
+		return 0
+	}
+	if len(tn.ArrayBounds) == 1 {
+		return t[1]
+	}
+	return t[0]
+}
+
+// argOID is the type of argument i (or the one named name) of a function
+// the coordinator runs itself: int4 for the numbers, text for the rest
+// (names of tables and columns).
+func argOID(fn string, i int, name string) uint32 {
+	switch fn {
+	case "pg_terminate_backend", "pg_cancel_backend":
+		if t := signalTypes(fn); name == "" && i < len(t) {
+			return t[i]
+		}
+		if name == "timeout" {
+			return oidInt8
+		}
+		if name == "pid" {
+			return oidInt4
+		}
+		return 0
+	case "create_distributed_table":
+		if name == "shard_count" {
+			return oidInt4
+		}
+	case "citus_add_node", "citus_remove_node":
+		if i == 1 && name == "" || name == "nodeport" {
+			return oidInt4
+		}
+	}
+	if _, ok := functionColumns(fn); ok {
+		return oidText
+	}
+	return 0
 }
 
 // paramRef is a $n in a statement's text.
@@ -440,8 +535,14 @@ var errBridgeMore = pgerr.New(pgerr.FeatureNotSupported,
 
 // bridgeExecute runs a bridged portal through the simple query path and
 // answers as the extended protocol does.
-func (ss *session) bridgeExecute(bp *bridgePortal) error {
-	if !ss.inTxn() {
+func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
+	if bp.ran {
+		ss.push(expect{kind: eSynth, synth: bp.next(maxRows, false)})
+		return nil
+	}
+	// In a transaction block (its BEGIN maybe sent in this batch, the
+	// worker's status not read back yet), or outside one.
+	if !ss.inTxn() && (ss.txBegin == "" || ss.implicitTxn) {
 		if ss.sc != nil && ss.needSync && ss.batchWork {
 			ss.synthError(errBridgeMore) // statements of this pipeline ran before it
 			return nil
@@ -470,15 +571,58 @@ func (ss *session) bridgeExecute(bp *bridgePortal) error {
 		return err
 	}
 	answer, failed, cerr := extendedAnswer(ss.out[mark:], bp.results)
-	ss.out = append(ss.out[:mark], answer...)
+	ss.out = ss.out[:mark]
 	if cerr != nil {
 		ss.synthError(cerr)
 		return nil
 	}
 	if failed {
+		ss.out = append(ss.out, answer...)
 		ss.skipping = true // the rest of the pipeline, to its Sync
+		return nil
 	}
+	// The rows wait in the portal for Executes with a row limit.
+	bp.ran = true
+	for typ, body := range frames(answer) {
+		switch typ {
+		case 'D':
+			bp.rows = wire.AppendFrame(bp.rows, typ, body)
+		case 'C':
+			bp.tag = strings.TrimRight(string(body), "\x00")
+		default:
+			ss.out = wire.AppendFrame(ss.out, typ, body)
+		}
+	}
+	ss.out = append(ss.out, bp.next(maxRows, true)...)
 	return nil
+}
+
+// next is a bridged portal's answer to an Execute with a row limit (0:
+// none): its next rows, then PortalSuspended while rows are left, else
+// CommandComplete (the statement's own tag when one Execute took it all,
+// else the verb and this Execute's count, as PostgreSQL tags a portal run
+// in parts).
+func (bp *bridgePortal) next(maxRows int, first bool) []byte {
+	var out []byte
+	n := 0
+	for len(bp.rows) >= 5 && (maxRows <= 0 || n < maxRows) {
+		l := 1 + int(binary.BigEndian.Uint32(bp.rows[1:5]))
+		out = append(out, bp.rows[:l]...)
+		bp.rows = bp.rows[l:]
+		n++
+	}
+	if len(bp.rows) > 0 {
+		return append(out, 's', 0, 0, 0, 4)
+	}
+	tag := bp.tag
+	if !first {
+		if verb, _, ok := strings.Cut(bp.tag, " "); ok && (verb == "FETCH" || verb == "SELECT" || verb == "MOVE") {
+			tag = verb + " " + strconv.Itoa(n)
+		}
+	}
+	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
+	out, _ = cc.Encode(out)
+	return out
 }
 
 // extendedAnswer turns a simple query's answer into an Execute's: without
@@ -570,16 +714,28 @@ func (ss *session) bridgeClose(portal string) bool {
 	return true
 }
 
-// noteBridge records st's bridge kind at its Parse.
-func (ss *session) noteBridge(st *Statement, kind uint8) {
-	if kind == bridgeNone {
-		delete(ss.bridgeOf, st)
-		return
+// bridgeNow is st's bridge kind at a Bind or Describe: decided again for
+// a statement that may be one (the catalog or the session's cursors may
+// have changed since its Parse: a table distributed, a cursor declared
+// over one), without cost for the others.
+func (ss *session) bridgeNow(st *Statement) uint8 {
+	switch st.bridgeable.Load() {
+	case 1:
+		return bridgeNone
+	case 0:
+		q := st.Query
+		may := st.cls.ddl || st.cls.fetch || startsWithWord(q, "declare") || startsWithWord(q, "move") ||
+			startsWithWord(q, "close") || planner.MentionsFunction(q) || planner.ContainsFold(q, "_backend")
+		v := int32(1)
+		if may {
+			v = 2
+		}
+		st.bridgeable.Store(v)
+		if !may {
+			return bridgeNone
+		}
 	}
-	if ss.bridgeOf == nil {
-		ss.bridgeOf = map[*Statement]uint8{}
-	}
-	ss.bridgeOf[st] = kind
+	return ss.bridgeKind(st)
 }
 
 // dropDatabase is the database DROP DATABASE names, or "".
@@ -611,4 +767,12 @@ func (s *Server) closeIdle(db string) {
 	for _, p := range pools {
 		p.Close()
 	}
+}
+
+// executeMaxRows is an Execute message's row limit (0: none).
+func executeMaxRows(body []byte) int {
+	if _, rest, ok := wire.CBytes(body); ok && len(rest) >= 4 {
+		return int(int32(binary.BigEndian.Uint32(rest)))
+	}
+	return 0
 }

@@ -250,3 +250,114 @@ func TestTimeoutBetweenParseAndDescribe(t *testing.T) {
 		}
 	}
 }
+
+// rawAnswers sends msgs and reads to the zs-th ReadyForQuery: "D first
+// column", "C tag", "s" (PortalSuspended), "E code", "Z status".
+func rawAnswers(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
+	t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	_ = c.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := c.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for zs > 0 {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			t.Fatalf("receive: %v (so far %q)", err, out)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			out = append(out, "D "+string(m.Values[0]))
+		case *pgproto3.CommandComplete:
+			out = append(out, "C "+string(m.CommandTag))
+		case *pgproto3.PortalSuspended:
+			out = append(out, "s")
+		case *pgproto3.ErrorResponse:
+			out = append(out, "E "+m.Code)
+		case *pgproto3.ReadyForQuery:
+			out = append(out, "Z "+string(m.TxStatus))
+			zs--
+		}
+	}
+	return out
+}
+
+// TestCoordinatorStatementsOverExtendedEdges: what the adversary found in
+// them. In a block whose BEGIN went to a worker in the same pipeline, DDL
+// runs in the block (it was refused as if outside one); a statement
+// prepared before its table was distributed, or before its cursor was one
+// over a distributed table, runs as what it is now; Execute's row limit
+// on a FETCH of such a cursor gives its rows in parts; Describe gives the
+// parameters PostgreSQL would (a Go int for shard_count, a cast).
+func TestCoordinatorStatementsOverExtendedEdges(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "bxe_d", "(id int PRIMARY KEY, v text)", "SELECT create_distributed_table('bxe_d', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO bxe_d SELECT g, 'v' || g FROM generate_series(1, 10) g", simple)
+	p := protoDial(t, srv.Addr(), "bxe")
+	ext := func(sql string, maxRows uint32, portal string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{DestinationPortal: portal}, &pgproto3.Execute{Portal: portal, MaxRows: maxRows}}
+	}
+	join := func(s []string) string { return strings.Join(s, " ") }
+
+	// DDL in a block, after a statement that went to a worker in the same pipeline.
+	rawAnswers(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+	msgs := append(ext("SELECT v FROM bxe_d WHERE id = 1", 0, ""), ext("ALTER TABLE bxe_d ADD COLUMN x int", 0, "")...)
+	if got := join(rawAnswers(t, p, 1, append(msgs, &pgproto3.Sync{})...)); got != "D v1 C SELECT 1 C ALTER TABLE Z T" {
+		t.Errorf("DDL after a routed statement in a block's pipeline: %q", got)
+	}
+	rawAnswers(t, p, 1, &pgproto3.Query{String: "ROLLBACK"})
+	if got := queryString(t, c, "SELECT count(*)::text FROM information_schema.columns WHERE table_name = 'bxe_d' AND column_name = 'x'"); got != "0" {
+		t.Errorf("the rolled back ALTER left its column: %s", got)
+	}
+
+	// FETCH of a cursor over the distributed table, with a row limit.
+	rawAnswers(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+	rawAnswers(t, p, 1, append(ext("DECLARE bxe_c CURSOR FOR SELECT id FROM bxe_d ORDER BY id", 0, ""), &pgproto3.Sync{})...)
+	got := rawAnswers(t, p, 1, &pgproto3.Parse{Query: "FETCH 5 FROM bxe_c"}, &pgproto3.Bind{DestinationPortal: "bxe_p"},
+		&pgproto3.Execute{Portal: "bxe_p", MaxRows: 2}, &pgproto3.Execute{Portal: "bxe_p", MaxRows: 2},
+		&pgproto3.Execute{Portal: "bxe_p", MaxRows: 2}, &pgproto3.Execute{Portal: "bxe_p"}, &pgproto3.Sync{})
+	if join(got) != "D 1 D 2 s D 3 D 4 s D 5 C FETCH 1 C FETCH 0 Z T" {
+		t.Errorf("FETCH in parts: %q, want PostgreSQL's D 1 D 2 s D 3 D 4 s D 5 C FETCH 1 C FETCH 0", got)
+	}
+	rawAnswers(t, p, 1, &pgproto3.Query{String: "COMMIT"})
+
+	// A statement prepared while its table was local, run after it was
+	// distributed; a FETCH prepared for a worker's cursor, run for one
+	// over a distributed table.
+	exec(t, c, "DROP TABLE IF EXISTS bxe_l", simple)
+	exec(t, c, "CREATE TABLE bxe_l (a int PRIMARY KEY)", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "SELECT undistribute_table('bxe_l')", simple)
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS bxe_l", simple)
+	})
+	exec(t, c, "INSERT INTO bxe_l SELECT generate_series(1, 5)", simple)
+	rawAnswers(t, p, 1, &pgproto3.Parse{Name: "bxe_decl", Query: "DECLARE bxe_c2 CURSOR FOR SELECT a FROM bxe_l ORDER BY a"},
+		&pgproto3.Parse{Name: "bxe_fetch", Query: "FETCH 2 FROM bxe_c2"}, &pgproto3.Sync{})
+	exec(t, c, "SELECT create_distributed_table('bxe_l', 'a', shard_count => 4)", simple)
+	rawAnswers(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+	got = rawAnswers(t, p, 1, &pgproto3.Bind{PreparedStatement: "bxe_decl"}, &pgproto3.Execute{},
+		&pgproto3.Bind{PreparedStatement: "bxe_fetch"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if join(got) != "C DECLARE CURSOR D 1 D 2 C FETCH 2 Z T" {
+		t.Errorf("prepared DECLARE and FETCH after the table was distributed: %q", got)
+	}
+	rawAnswers(t, p, 1, &pgproto3.Query{String: "COMMIT"})
+
+	// Parameter types as PostgreSQL infers them.
+	sd, err := c.PgConn().Prepare(ctx, "bxe_cdt", "SELECT create_distributed_table($1, $2, shard_count => $3)", nil)
+	if err != nil || fmt.Sprint(sd.ParamOIDs) != "[25 25 23]" {
+		t.Errorf("create_distributed_table's parameters: %v, %v; want [25 25 23]", sd, err)
+	}
+	exec(t, c, "BEGIN", simple)
+	sd, err = c.PgConn().Prepare(ctx, "bxe_dc", "DECLARE bxe_c3 CURSOR FOR SELECT id FROM bxe_d WHERE id > $1::int AND v <> $2", nil)
+	if err != nil || fmt.Sprint(sd.ParamOIDs) != "[23 25]" {
+		t.Errorf("DECLARE's parameters: %v, %v; want [23 25]", sd, err)
+	}
+	exec(t, c, "ROLLBACK", simple)
+}

@@ -68,10 +68,9 @@ type session struct {
 	// ddlSent: a statement of the current transaction may have changed a
 	// table (DDL); its end advances the server's stmtEpoch.
 	ddlSent bool
-	// bridgeOf: the statements the coordinator runs itself over the
-	// extended protocol, by kind (bridge.go); bridged: their portals;
-	// bridging: such a statement runs (its answer is kept in out).
-	bridgeOf map[*Statement]uint8
+	// bridged: the portals of statements the coordinator runs itself
+	// over the extended protocol (bridge.go); bridging: such a statement
+	// runs (its answer is kept in out).
 	bridged  map[string]*bridgePortal
 	bridging bool
 	// terminated: pg_terminate_backend of this session's process ID
@@ -1685,13 +1684,10 @@ func (ss *session) parse(body []byte) error {
 			WithHint("Turn standard_conforming_strings on (the default), or use the simple query protocol."))
 		return nil
 	}
-	if k := ss.bridgeKind(st); k != bridgeNone || len(ss.bridgeOf) > 0 {
-		ss.noteBridge(st, k)
-		if k != bridgeNone {
-			ss.push(expect{kind: eSynth, synth: msgParseComplete})
-			ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
-			return nil
-		}
+	if k := ss.bridgeNow(st); k != bridgeNone {
+		ss.push(expect{kind: eSynth, synth: msgParseComplete})
+		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
+		return nil
 	}
 	failed := ss.txStatus() == 'E' // before planning, which may ask the held connection
 	sp, err := ss.stmtPlan(st)
@@ -1792,7 +1788,7 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(err)
 		return nil
 	}
-	if k := ss.bridgeOf[st]; k != bridgeNone {
+	if k := ss.bridgeNow(st); k != bridgeNone {
 		ss.bridgeBind(string(portal), st, k, params)
 		return nil
 	}
@@ -1940,7 +1936,7 @@ func (ss *session) describe(body []byte) error {
 			ss.synthError(ss.resultChanged(st))
 			return nil
 		}
-		if k := ss.bridgeOf[st]; k != bridgeNone {
+		if k := ss.bridgeNow(st); k != bridgeNone {
 			ss.bridgeDescribe(st, k, true, nil)
 			return nil
 		}
@@ -2008,8 +2004,7 @@ func (ss *session) execute(body []byte) error {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Execute message")
 	}
 	if bp := ss.bridged[string(portal)]; bp != nil {
-		delete(ss.bridged, string(portal)) // run to completion
-		return ss.bridgeExecute(bp)
+		return ss.bridgeExecute(bp, executeMaxRows(body))
 	}
 	if st := ss.localPortalSt; st != nil && string(portal) == ss.localPortal {
 		ss.localPortalSt = nil
@@ -2150,8 +2145,8 @@ func (ss *session) emitSynth() {
 
 func (ss *session) sync() error {
 	ss.skipping = false
-	if len(ss.bridged) > 0 {
-		clear(ss.bridged)
+	if len(ss.bridged) > 0 && !ss.inTxn() {
+		clear(ss.bridged) // (a block's live on, as its portals do)
 	}
 	ss.refDone = false
 	ss.batchTxn = false

@@ -39,6 +39,10 @@ type Statement struct {
 	// later failure of a shard statement's Parse does not undo the
 	// client's statement.
 	prepared atomic.Bool
+	// bridgeable: whether it may be a statement the coordinator runs
+	// itself over the extended protocol (bridge.go): 0 not known yet, 1
+	// no, 2 maybe.
+	bridgeable atomic.Int32
 }
 
 // stmtDesc is a statement's result description as clients were told it
