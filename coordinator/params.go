@@ -144,6 +144,19 @@ func (p *sessionParams) pathIsPublic() bool {
 	return true
 }
 
+// pathSQL is the SET statement of the session's search_path ("": none).
+func (p *sessionParams) pathSQL() string {
+	if sql, ok := p.set["search_path"]; ok {
+		return sql
+	}
+	for _, s := range p.startup {
+		if strings.HasPrefix(s, `SET "search_path" = `) {
+			return s
+		}
+	}
+	return ""
+}
+
 func (p *sessionParams) rebuild() {
 	p.readKeys = readKeys(p.set)
 	if len(p.startup) == 0 && len(p.set) == 0 {

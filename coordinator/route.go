@@ -91,6 +91,9 @@ func (ss *session) checkPath(p *planner.Plan) error {
 	if len(p.Unqualified) == 0 || ss.params.pathIsPublic() {
 		return nil
 	}
+	if ss.srv.resolveToPublic(ss.params.pathSQL(), ss.user, p.Unqualified) {
+		return nil // PostgreSQL finds them in public all the same
+	}
 	what := strings.Join(p.Unqualified, ", ")
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"this session's search_path is not public, and %s is named without its schema", what).

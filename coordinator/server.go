@@ -222,6 +222,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	pools    map[poolKey]*pooling.Pool
+	paths    pathCache                      // searchpath.go
 	types    map[typesKey]*pooling.TypeOIDs // typeoids.go
 	typesDBs map[string]*typesDB
 	sessions map[uint32]*session // by backend pid we gave the client
