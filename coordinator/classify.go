@@ -126,8 +126,9 @@ type class struct {
 	// only listeners of the worker it runs on (the default node's).
 	notify bool
 	// terminate: a statement calls pg_terminate_backend, and may end its
-	// own worker backend (drain relays that FATAL as PostgreSQL would).
-	terminate bool
+	// own worker backend (drain relays that FATAL as PostgreSQL would);
+	// signal: it calls that or pg_cancel_backend (signal.go).
+	terminate, signal bool
 	// temp: DDL of a temporary object (TEMP, or in pg_temp), which lives
 	// on the session's pinned connection only, never on every worker.
 	temp bool
@@ -188,6 +189,9 @@ func classify(sql string) class {
 			if lx.sawTerminate {
 				c.terminate = true
 			}
+			if lx.sawSignal {
+				c.signal = true
+			}
 			if lx.sawPrepared {
 				c.preparedView = true
 			}
@@ -212,7 +216,7 @@ func classify(sql string) class {
 			}
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
-		lx.sawTerminate = false
+		lx.sawTerminate, lx.sawSignal = false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -848,6 +852,7 @@ type lexer struct {
 	sawAllTables bool   // a call of a built-in that reads every table (schema_to_xml)
 	sawNotify    bool   // a call of pg_notify
 	sawTerminate bool   // a call of pg_terminate_backend
+	sawSignal    bool   // a call of it or pg_cancel_backend
 	prev         string // the word before the current one, "" after punctuation
 }
 
@@ -1101,7 +1106,9 @@ func (lx *lexer) noteCall(w string) {
 	case "PG_NOTIFY":
 		lx.sawNotify = true
 	case "PG_TERMINATE_BACKEND":
-		lx.sawTerminate = true
+		lx.sawTerminate, lx.sawSignal = true, true
+	case "PG_CANCEL_BACKEND":
+		lx.sawSignal = true
 	}
 	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
 		lx.sawSessionFunc = why

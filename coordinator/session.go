@@ -1138,7 +1138,7 @@ func (ss *session) simpleQuery(body []byte) error {
 			return ss.queryError(err)
 		}
 	}
-	if cls.count == 1 && planner.ContainsFold(text, "_backend") {
+	if cls.count == 1 && cls.signal {
 		if handled, err := ss.signalSession(text); handled {
 			return err
 		}
