@@ -102,7 +102,9 @@ func (s *Server) readTypes(db string) error {
 	if snap == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Short: a session that met an unknown OID waits for this (a worker
+	// out of reach leaves the OID as it is).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	type named struct{ nsp, name string }
 	byNode := map[string]map[named]uint32{}
