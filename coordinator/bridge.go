@@ -466,8 +466,54 @@ func binaryText(v []byte, oid uint32) (string, bool) {
 		if len(v) == 4 {
 			return strconv.FormatUint(uint64(binary.BigEndian.Uint32(v)), 10), true
 		}
+	case 1007, 1016: // int4[], int8[] of one dimension (pgx's []int32 of process IDs)
+		return intArrayText(v, oid)
 	}
 	return "", false
+}
+
+// intArrayText is a binary int4[] or int8[] of at most one dimension as
+// text ('{1,2,NULL}').
+func intArrayText(v []byte, oid uint32) (string, bool) {
+	if len(v) < 12 {
+		return "", false
+	}
+	ndim := int32(binary.BigEndian.Uint32(v))
+	elem := binary.BigEndian.Uint32(v[8:])
+	size := 4
+	if oid == 1016 {
+		size = 8
+	}
+	if ndim == 0 {
+		return "{}", true
+	}
+	if ndim != 1 || len(v) < 20 || (size == 4 && elem != 23) || (size == 8 && elem != 20) {
+		return "", false
+	}
+	n := int(int32(binary.BigEndian.Uint32(v[12:])))
+	v = v[20:]
+	parts := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		if len(v) < 4 {
+			return "", false
+		}
+		l := int32(binary.BigEndian.Uint32(v))
+		v = v[4:]
+		switch {
+		case l == -1:
+			parts = append(parts, "NULL")
+		case int(l) == size && len(v) >= size:
+			if size == 4 {
+				parts = append(parts, strconv.Itoa(int(int32(binary.BigEndian.Uint32(v)))))
+			} else {
+				parts = append(parts, strconv.FormatInt(int64(binary.BigEndian.Uint64(v)), 10))
+			}
+			v = v[size:]
+		default:
+			return "", false
+		}
+	}
+	return "{" + strings.Join(parts, ",") + "}", true
 }
 
 // bridgeBind answers Bind of a bridged statement.

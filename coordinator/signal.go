@@ -38,6 +38,9 @@ const minSessionPID = 1 << 22
 type signalCall struct {
 	fn, column string
 	args       []*pg_query.Node
+	// over: for SELECT f(n) FROM unnest(array) n, the array (a constant
+	// or a parameter); the call's first argument is n.
+	over *pg_query.Node
 }
 
 // parseSignalCall recognises SELECT pg_cancel_backend(x) or SELECT
@@ -52,7 +55,7 @@ func parseSignalCall(sql string) *signalCall {
 		return nil
 	}
 	sel := tree.Stmts[0].Stmt.GetSelectStmt()
-	if sel == nil || len(sel.TargetList) != 1 || len(sel.FromClause) > 0 || sel.WhereClause != nil ||
+	if sel == nil || len(sel.TargetList) != 1 || len(sel.FromClause) > 1 || sel.WhereClause != nil ||
 		sel.GroupClause != nil || sel.HavingClause != nil || sel.WithClause != nil || len(sel.DistinctClause) > 0 ||
 		len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.ValuesLists) > 0 ||
 		sel.Op != pg_query.SetOperation_SETOP_NONE || len(sel.LockingClause) > 0 {
@@ -77,8 +80,31 @@ func parseSignalCall(sql string) *signalCall {
 	default:
 		return nil
 	}
-	for _, a := range fc.Args {
-		if a.GetNamedArgExpr() != nil || constOrParam(a) == nil {
+	var over *pg_query.Node
+	if len(sel.FromClause) == 1 {
+		// SELECT f(n) FROM unnest(array) n: a signal per element.
+		rf := sel.FromClause[0].GetRangeFunction()
+		if rf == nil || rf.Lateral || rf.Ordinality || rf.IsRowsfrom || len(rf.Functions) != 1 || rf.Alias == nil ||
+			len(rf.Alias.Colnames) > 0 || len(rf.Coldeflist) > 0 {
+			return nil
+		}
+		items := rf.Functions[0].GetList().GetItems()
+		uf := items[0].GetFuncCall()
+		if uf == nil || len(uf.Args) != 1 || len(uf.Funcname) > 2 || constOrParam(uf.Args[0]) == nil {
+			return nil
+		}
+		if n := uf.Funcname[len(uf.Funcname)-1].GetString_().GetSval(); n != "unnest" ||
+			len(uf.Funcname) == 2 && uf.Funcname[0].GetString_().GetSval() != "pg_catalog" {
+			return nil
+		}
+		cr := fc.Args[0].GetColumnRef()
+		if cr == nil || len(cr.Fields) != 1 || cr.Fields[0].GetString_().GetSval() != rf.Alias.Aliasname {
+			return nil
+		}
+		over = uf.Args[0]
+	}
+	for i, a := range fc.Args {
+		if a.GetNamedArgExpr() != nil || constOrParam(a) == nil && !(i == 0 && over != nil) {
 			return nil
 		}
 	}
@@ -86,7 +112,31 @@ func parseSignalCall(sql string) *signalCall {
 	if col == "" {
 		col = fn
 	}
-	return &signalCall{fn: fn, column: col, args: fc.Args}
+	return &signalCall{fn: fn, column: col, args: fc.Args, over: over}
+}
+
+// intArray is a constant array argument's elements ('{1,2,3}'), ok false
+// for anything else (a NULL element too).
+func intArray(n *pg_query.Node) ([]int64, bool) {
+	c := constOrParam(n).GetAConst()
+	if c == nil || c.GetSval() == nil {
+		return nil, false
+	}
+	v := strings.TrimSpace(c.GetSval().Sval)
+	if len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
+		return nil, false
+	}
+	var out []int64
+	if inner := strings.TrimSpace(v[1 : len(v)-1]); inner != "" {
+		for _, f := range strings.Split(inner, ",") {
+			x, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				return nil, false
+			}
+			out = append(out, x)
+		}
+	}
+	return out, true
 }
 
 // constOrParam is n, or the node a cast of n is of, when it is a constant
@@ -145,9 +195,23 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 	if call == nil {
 		return false, nil
 	}
-	pid, null, ok := intArg(call.args[0])
-	if !ok || null || pid < minSessionPID || pid > 1<<31-1 {
-		return false, nil // a worker's process, or NULL: the worker answers
+	var pids []int64
+	if call.over != nil {
+		var ok bool
+		if pids, ok = intArray(call.over); !ok {
+			return false, nil
+		}
+	} else {
+		pid, null, ok := intArg(call.args[0])
+		if !ok || null {
+			return false, nil
+		}
+		pids = []int64{pid}
+	}
+	for _, pid := range pids {
+		if pid < minSessionPID || pid > 1<<31-1 {
+			return false, nil // a worker's process: the worker answers
+		}
 	}
 	var timeout int64
 	if len(call.args) == 2 {
@@ -161,47 +225,64 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 		timeout = t
 	}
 	terminate := call.fn == "pg_terminate_backend"
-	s := ss.srv
-	answer := func(v bool, notice string) error {
+	var notices []byte
+	results := make([]bool, len(pids))
+	for i, pid := range pids {
+		v, notice, err := ss.signalOne(uint32(pid), terminate, timeout)
+		if err != nil {
+			return true, ss.queryError(err)
+		}
 		if notice != "" {
 			n := pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: "01000", Message: notice}
-			ss.out, _ = n.Encode(ss.out)
+			notices, _ = n.Encode(notices)
 		}
-		ss.out = wireRow(ss.out, signalRowDesc(call.column), v)
-		ss.out = readyForQuery(ss.out, ss.txStatus())
-		return nil
+		results[i] = v
 	}
-	if f := s.fleet.Load(); f != nil && tagOf(uint32(pid)) != f.Tag() {
-		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+	ss.out = append(ss.out, notices...)
+	if ss.terminated.Load() {
+		return true, adminShutdown() // its own: PostgreSQL's backend ends before it answers
+	}
+	ss.out = boolRows(ss.out, signalRowDesc(call.column), results)
+	ss.out = readyForQuery(ss.out, ss.txStatus())
+	return true, nil
+}
+
+// signalOne signals the session with process ID pid: its result, a
+// warning for the client, or an error (privileges; a session of another
+// coordinator). Terminating its own session is left to the caller.
+func (ss *session) signalOne(pid uint32, terminate bool, timeout int64) (bool, string, error) {
+	s := ss.srv
+	if f := s.fleet.Load(); f != nil && tagOf(pid) != f.Tag() {
+		return false, "", pgerr.New(pgerr.FeatureNotSupported,
 			"process %d is a session of another coordinator of the fleet", pid).
-			WithHint("Run %s through the coordinator the session is connected to.", call.fn))
+			WithHint("Run pg_cancel_backend or pg_terminate_backend through the coordinator the session is connected to.")
 	}
-	target := s.lookup(uint32(pid))
+	target := s.lookup(pid)
 	if target == nil {
-		return true, answer(false, "PID "+strconv.FormatInt(pid, 10)+" is not a PostgreSQL backend process")
+		return false, "PID " + strconv.FormatUint(uint64(pid), 10) + " is not a PostgreSQL backend process", nil
 	}
 	if err := ss.maySignal(target, terminate); err != nil {
-		return true, ss.queryError(err)
+		return false, "", err
 	}
 	if !terminate {
 		s.cancelHere(target.pid, target.secret)
-		return true, answer(true, "")
+		return true, "", nil
 	}
 	if target == ss {
-		// PostgreSQL's backend ends itself before it answers.
-		return true, adminShutdown()
+		ss.terminated.Store(true) // PostgreSQL's backend ends itself before it answers
+		return true, "", nil
 	}
 	s.terminateSession(target)
 	if timeout > 0 {
-		for deadline := time.Now().Add(time.Duration(timeout) * time.Millisecond); s.lookup(uint32(pid)) == target; {
+		for deadline := time.Now().Add(time.Duration(timeout) * time.Millisecond); s.lookup(pid) == target; {
 			if time.Now().After(deadline) {
-				return true, answer(false, "backend with PID "+strconv.FormatInt(pid, 10)+" did not terminate within "+
-					strconv.FormatInt(timeout, 10)+" milliseconds")
+				return false, "backend with PID " + strconv.FormatUint(uint64(pid), 10) + " did not terminate within " +
+					strconv.FormatInt(timeout, 10) + " milliseconds", nil
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	return true, answer(true, "")
+	return true, "", nil
 }
 
 // maySignal checks the caller's privileges over the target session as
@@ -256,17 +337,19 @@ func (s *Server) terminateSession(target *session) {
 	s.cancelHere(target.pid, target.secret)
 }
 
-// wireRow appends a one-column boolean result: RowDescription, the row,
-// CommandComplete.
-func wireRow(out, rowDesc []byte, v bool) []byte {
+// boolRows appends a one-column boolean result: RowDescription, the
+// rows, CommandComplete.
+func boolRows(out, rowDesc []byte, vs []bool) []byte {
 	out = wire.AppendFrame(out, 'T', rowDesc)
-	val := []byte("f")
-	if v {
-		val = []byte("t")
+	for _, v := range vs {
+		val := []byte("f")
+		if v {
+			val = []byte("t")
+		}
+		dr := pgproto3.DataRow{Values: [][]byte{val}}
+		out, _ = dr.Encode(out)
 	}
-	dr := pgproto3.DataRow{Values: [][]byte{val}}
-	out, _ = dr.Encode(out)
-	cc := pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}
+	cc := pgproto3.CommandComplete{CommandTag: []byte("SELECT " + strconv.Itoa(len(vs)))}
 	out, _ = cc.Encode(out)
 	return out
 }

@@ -91,6 +91,46 @@ func TestSignalSessionByPID(t *testing.T) {
 			t.Errorf("%v: pg_terminate_backend of no session: %v, %v, want false", mode, v, err)
 		}
 	}
+	// Several by an array of IDs (pgxpool's and database/sql's idle
+	// checks): a row per ID, every session ended.
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		var victims []*pgx.Conn
+		var pids []uint32
+		for i := 0; i < 3; i++ {
+			v := connect(t, srv.Addr())
+			victims = append(victims, v)
+			pids = append(pids, v.PgConn().PID())
+		}
+		var rows pgx.Rows
+		var err error
+		if mode == simple {
+			rows, err = ctl.Query(ctx, fmt.Sprintf("select pg_terminate_backend(n) from unnest('{%d,%d,%d}'::int[]) n", pids[0], pids[1], pids[2]), mode)
+		} else {
+			rows, err = ctl.Query(ctx, "select pg_terminate_backend(n) from unnest($1::int[]) n", mode, pids)
+		}
+		var got []bool
+		if err == nil {
+			for rows.Next() {
+				var v bool
+				if err = rows.Scan(&v); err != nil {
+					break
+				}
+				got = append(got, v)
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil || fmt.Sprint(got) != "[true true true]" {
+			t.Errorf("%v: pg_terminate_backend over unnest of three IDs: %v, %v", mode, got, err)
+		}
+		for i, v := range victims {
+			if err := v.QueryRow(ctx, "SELECT 1").Scan(new(int)); err == nil || !v.IsClosed() {
+				t.Errorf("%v: session %d after its termination: %v", mode, i, err)
+			}
+		}
+	}
 	// Its own: the session ends.
 	c := connect(t, srv.Addr())
 	if _, err := c.Exec(ctx, "SELECT pg_terminate_backend($1)", c.PgConn().PID()); !fatal(err) {
