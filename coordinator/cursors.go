@@ -44,6 +44,22 @@ type coordCursor struct {
 	depth    int      // len(ss.savepoints) when it was declared
 	settings string   // the session's settings at DECLARE (cursorSettings)
 	tables   []string // the catalog tables its query reads
+	// hold: WITH HOLD, it outlives its transaction once that commits
+	// (pending until then).
+	hold, pending bool
+}
+
+// endCursors drops the cursors a transaction's end ends: all but the WITH
+// HOLD ones, and those of them declared in it unless it committed.
+func (ss *session) endCursors(committed bool) {
+	for name, c := range ss.cursors {
+		switch {
+		case !c.hold, c.pending && !committed:
+			delete(ss.cursors, name)
+		default:
+			c.pending = false
+		}
+	}
 }
 
 const (
@@ -72,7 +88,7 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 	if err != nil {
 		return false, nil // the worker says why
 	}
-	var ours, ends bool
+	var ours, ends, commits bool
 	for _, raw := range tree.Stmts {
 		n := raw.Stmt
 		switch {
@@ -83,8 +99,9 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 			ours = ours || name == "" || ss.cursors[name] != nil
 		case n.GetTransactionStmt() != nil:
 			switch n.GetTransactionStmt().Kind {
-			case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT, pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK,
-				pg_query.TransactionStmtKind_TRANS_STMT_PREPARE:
+			case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT:
+				ends, commits = true, ss.txStatus() != 'E'
+			case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK, pg_query.TransactionStmtKind_TRANS_STMT_PREPARE:
 				ends = true
 			}
 		}
@@ -101,8 +118,9 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 			WithHint("Send it as a statement of its own."))
 	}
 	if ends {
-		// The transaction ends (AND CHAIN too): its cursors with it.
-		clear(ss.cursors)
+		// The transaction ends (AND CHAIN too): its cursors with it, but
+		// for those WITH HOLD it commits or committed before.
+		ss.endCursors(commits && len(tree.Stmts) == 1)
 		return false, nil
 	}
 	if !ours || len(tree.Stmts) != 1 {
@@ -234,11 +252,7 @@ func (ss *session) declareCursor(text string) (bool, error) {
 		return true, ss.cursorFail(pgerr.New(pgerr.FeatureNotSupported,
 			"DECLARE BINARY CURSOR over distributed or reference tables is not supported").
 			WithHint("Declare it without BINARY, or run the query itself."))
-	case d.Options&cursorOptHold != 0:
-		return true, ss.cursorFail(pgerr.New(pgerr.FeatureNotSupported,
-			"DECLARE CURSOR WITH HOLD over distributed or reference tables is not supported").
-			WithHint("Declare it WITHOUT HOLD inside the transaction block, or run the query itself."))
-	case !ss.inTxn():
+	case !ss.inTxn() && d.Options&cursorOptHold == 0:
 		return true, ss.queryError(pgerr.New("25P01", "DECLARE CURSOR can only be used in transaction blocks"))
 	}
 	kept := 0
@@ -261,8 +275,9 @@ func (ss *session) declareCursor(text string) (bool, error) {
 			"the rows of cursor \"%s\" and the transaction's other cursors exceed %d bytes (--max-gather), which the coordinator keeps for cursors over distributed tables", d.Portalname, ss.srv.cfg.MaxGather).
 			WithHint("Run the query itself (psql: \\unset FETCH_COUNT), or narrow it."))
 	}
+	hold := d.Options&cursorOptHold != 0
 	cur := &coordCursor{noScroll: d.Options&cursorOptNoScroll != 0, depth: len(ss.savepoints), settings: ss.cursorSettings(),
-		tables: p.Tables, size: len(c.frames)}
+		tables: p.Tables, size: len(c.frames), hold: hold, pending: hold && ss.inTxn()}
 	failed := false
 	for typ, body := range frames(c.frames) {
 		switch typ {

@@ -522,7 +522,7 @@ func (ss *session) run() {
 			ss.srv.scatter.reset()
 		}
 		if len(ss.cursors) > 0 && !ss.needSync && ss.txStatus() == 'I' {
-			clear(ss.cursors) // a transaction's cursors end with it
+			ss.endCursors(false) // a transaction's cursors end with it (WITH HOLD ones of earlier ones stay)
 		}
 		if f.Type == 'Q' && len(ss.scatterPortals) > 0 {
 			// A simple query destroys the unnamed portal; outside a
