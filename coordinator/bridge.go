@@ -104,7 +104,8 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 			return bridgeDeclare
 		}
 	case len(ss.cursors) > 0 && (startsWithWord(text, "fetch") || startsWithWord(text, "move") || startsWithWord(text, "close")):
-		if ss.cursors[bridgeCursorName(text)] != nil {
+		// (CLOSE ALL closes the coordinator's cursors too.)
+		if name := bridgeCursorName(text); ss.cursors[name] != nil || name == "" && startsWithWord(text, "close") {
 			return bridgeCursor
 		}
 	case planner.MentionsFunction(text):

@@ -156,6 +156,11 @@ func TestCoordinatorStatementsOverExtended(t *testing.T) {
 	if got := strings.Join(seen, "; "); got != "T id,customer; D 1; D 2" {
 		t.Errorf("Describe of a cursor's portal, then FETCH: %q, want its columns and rows", got)
 	}
+	// CLOSE ALL over the extended protocol closes the coordinator's cursor.
+	if got := strings.Join(rawAnswers(t, pc0, 1, &pgproto3.Parse{Query: "CLOSE ALL"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: `FETCH 1 FROM "bx_c2"`}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}), " "); got != "C CLOSE CURSOR ALL E 34000 Z E" {
+		t.Errorf("CLOSE ALL, then FETCH: %q, want 34000", got)
+	}
 
 	// Outside a transaction block, with another statement before the
 	// Sync: refused before it runs (it would commit on its own).
