@@ -114,6 +114,12 @@ func TestSearchPathRefusalNamesUnqualified(t *testing.T) {
 	exec(t, c, "DROP TABLE IF EXISTS sp_a, sp_b")
 	testTable(t, c, "sp_a", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('sp_a', 'id', shard_count => 4)")
 	testTable(t, c, "sp_b", "(id int PRIMARY KEY, w int)", "SELECT create_distributed_table('sp_b', 'id', colocate_with => 'sp_a')")
+	// (A table of that name in the schema before public: PostgreSQL would
+	// read it. Without one the statement runs: TestSearchPathFindsPublic.)
+	exec(t, c, "DROP SCHEMA IF EXISTS app CASCADE", pgx.QueryExecModeSimpleProtocol)
+	exec(t, c, "CREATE SCHEMA app", pgx.QueryExecModeSimpleProtocol)
+	exec(t, c, "CREATE TABLE app.sp_b (id int, w int)", pgx.QueryExecModeSimpleProtocol)
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS app CASCADE", pgx.QueryExecModeSimpleProtocol) })
 	exec(t, c, "SET search_path = app, public", pgx.QueryExecModeSimpleProtocol)
 	_, err := c.Exec(context.Background(), "SELECT a.v FROM public.sp_a a JOIN sp_b b ON a.id = b.id WHERE a.id = 1", pgx.QueryExecModeSimpleProtocol)
 	if sqlState(err) != "0A000" {

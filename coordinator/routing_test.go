@@ -231,8 +231,13 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 		}
 	}
 
-	// With another schema first in search_path, an unqualified name could
-	// mean another table: refused, while the qualified name works.
+	// With another schema first in search_path holding a table of that
+	// name, the unqualified name means that table: refused, while the
+	// qualified name works.
+	exec(t, c, "DROP SCHEMA IF EXISTS other_schema CASCADE", simple)
+	exec(t, c, "CREATE SCHEMA other_schema", simple)
+	exec(t, c, "CREATE TABLE other_schema.rt_acc (aid int, v text)", simple)
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS other_schema CASCADE", simple) })
 	exec(t, c, "SET search_path TO other_schema, public")
 	if _, err := c.Exec(ctx, "SELECT v FROM rt_acc WHERE aid = 1", simple); sqlState(err) != "0A000" {
 		t.Errorf("unqualified name with search_path set: %v, want 0A000", err)
