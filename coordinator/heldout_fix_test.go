@@ -119,7 +119,9 @@ func TestSearchPathRefusalNamesUnqualified(t *testing.T) {
 	exec(t, c, "DROP SCHEMA IF EXISTS app CASCADE", pgx.QueryExecModeSimpleProtocol)
 	exec(t, c, "CREATE SCHEMA app", pgx.QueryExecModeSimpleProtocol)
 	exec(t, c, "CREATE TABLE app.sp_b (id int, w int)", pgx.QueryExecModeSimpleProtocol)
-	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS app CASCADE", pgx.QueryExecModeSimpleProtocol) })
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS app CASCADE", pgx.QueryExecModeSimpleProtocol)
+	})
 	exec(t, c, "SET search_path = app, public", pgx.QueryExecModeSimpleProtocol)
 	_, err := c.Exec(context.Background(), "SELECT a.v FROM public.sp_a a JOIN sp_b b ON a.id = b.id WHERE a.id = 1", pgx.QueryExecModeSimpleProtocol)
 	if sqlState(err) != "0A000" {
