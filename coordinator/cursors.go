@@ -231,7 +231,7 @@ func (ss *session) declareCursor(text string) (bool, error) {
 	if ss.txStatus() == 'E' {
 		return false, nil // the worker answers 25P02
 	}
-	if ss.cursors[d.Portalname] != nil && ss.inTxn() {
+	if ss.cursors[d.Portalname] != nil {
 		return true, ss.cursorFail(pgerr.New("42P03", "cursor \"%s\" already exists", d.Portalname))
 	}
 	p, _, err := ss.planSimple(query)
@@ -608,6 +608,9 @@ func currentOf(n *pg_query.Node) string {
 func (ss *session) cursorsUse(tables, words []string) error {
 	var open [][]string // the tables of the cursors and of the portals fetched in parts
 	for _, c := range ss.cursors {
+		if c.hold && !c.pending {
+			continue // materialized at its commit, as PostgreSQL's: it holds no table
+		}
 		open = append(open, c.tables)
 	}
 	for _, p := range ss.scatterPortals {

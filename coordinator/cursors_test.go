@@ -133,6 +133,12 @@ func TestCursorsOverDistributedTables(t *testing.T) {
 		"FETCH PRIOR FROM ho",
 		"FETCH ALL FROM ho",
 		"CLOSE ho",
+		// A name in use, outside a block too; DISCARD ALL closes them all.
+		"DECLARE d1 CURSOR WITH HOLD FOR SELECT id FROM cu_t ORDER BY id",
+		"DECLARE d1 CURSOR WITH HOLD FOR SELECT id FROM cu_t ORDER BY id DESC",
+		"FETCH 1 FROM d1",
+		"DISCARD ALL",
+		"FETCH 1 FROM d1",
 		"BEGIN",
 		"DECLARE b BINARY CURSOR FOR SELECT * FROM cu_t ORDER BY id",
 		"ROLLBACK",

@@ -233,6 +233,21 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 		}
 	}
 
+	// DROP SCHEMA ... CASCADE: on every worker too (it reached the first
+	// one only, leaving the schema's types on the others), as RESTRICT.
+	exec(t, c, "CREATE SCHEMA od_zx", simple)
+	exec(t, c, "CREATE TYPE od_zx.e AS ENUM ('a')", simple)
+	if _, err := c.Exec(ctx, "DROP SCHEMA od_zx CASCADE", simple); sqlState(err) != "0A000" {
+		t.Errorf("DROP SCHEMA ... CASCADE of a schema with a type: %v, want 0A000", err)
+	}
+	exec(t, c, "DROP TYPE od_zx.e", simple)
+	exec(t, c, "DROP SCHEMA od_zx CASCADE", simple)
+	for _, s := range cl.Servers {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM pg_namespace WHERE nspname = 'od_zx'"); got != "0" {
+			t.Errorf("schema od_zx left on %s", s.Addr())
+		}
+	}
+
 	// Refused: renaming a schema with a distributed table.
 	exec(t, c, "CREATE SCHEMA od_s", simple)
 	testTable(t, c, "od_s.t", "(id int PRIMARY KEY)", "SELECT create_distributed_table('od_s.t', 'id', shard_count => 4)")

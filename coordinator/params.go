@@ -21,7 +21,12 @@ type sessionParams struct {
 	// startupVal: the startup packet's settings by lower-case name.
 	startupVal map[string]string
 	set        map[string]string // name -> SET statement, from the session's SETs
-	key        string
+	// rolePath: the search_path the session started with when it is not
+	// the default (ALTER ROLE/DATABASE ... SET search_path), as a SET
+	// statement; its connections have it from the role, so it is not
+	// replayed on them.
+	rolePath string
+	key      string
 	// readKeys are the session's SETs of the settings under which
 	// PostgreSQL reads a statement's constants, by group (parsekey.go).
 	readKeys [nGroups]string
@@ -141,10 +146,14 @@ func (p *sessionParams) pathIsPublic() bool {
 			return publicPath(s)
 		}
 	}
+	if p.rolePath != "" {
+		return publicPath(p.rolePath)
+	}
 	return true
 }
 
-// pathSQL is the SET statement of the session's search_path ("": none).
+// pathSQL is the SET statement of the session's search_path ("": the
+// default).
 func (p *sessionParams) pathSQL() string {
 	if sql, ok := p.set["search_path"]; ok {
 		return sql
@@ -154,7 +163,7 @@ func (p *sessionParams) pathSQL() string {
 			return s
 		}
 	}
-	return ""
+	return p.rolePath
 }
 
 func (p *sessionParams) rebuild() {

@@ -88,10 +88,21 @@ func (ss *session) completeInsert(st *Statement, err error) (*stmtPlan, error) {
 // in a session whose search_path says otherwise: it could read another
 // schema's table.
 func (ss *session) checkPath(p *planner.Plan) error {
-	if len(p.Unqualified) == 0 || ss.params.pathIsPublic() {
+	if len(p.Unqualified) == 0 {
 		return nil
 	}
-	if ss.srv.resolveToPublic(ss.params.pathSQL(), ss.user, p.Unqualified) {
+	path := ss.params.pathSQL()
+	if ss.params.pathIsPublic() {
+		// "$user" (the default path's first schema) is a schema only when
+		// one of the role's name exists.
+		if path != "" && !strings.Contains(path, "$user") || !ss.srv.userSchema(ss.user) {
+			return nil
+		}
+		if path == "" {
+			path = `SET search_path = "$user", public`
+		}
+	}
+	if ss.srv.resolveToPublic(path, ss.user, p.Unqualified) {
 		return nil // PostgreSQL finds them in public all the same
 	}
 	what := strings.Join(p.Unqualified, ", ")

@@ -24,7 +24,72 @@ type pathKey struct{ path, user, name string }
 type pathCache struct {
 	mu    sync.Mutex
 	stamp [2]int64
+	at    time.Time // answers older than pathTTL are asked again
 	m     map[pathKey]bool
+}
+
+// pathTTL bounds how long an answer stands: a table made through another
+// coordinator of the fleet, or on the workers directly, moves no catalog
+// version here.
+const pathTTL = 2 * time.Second
+
+// userSchemas: whether a schema of each role's name exists, as of at.
+type userSchemas struct {
+	stamp [2]int64
+	at    time.Time
+	m     map[string]bool
+}
+
+// userSchema reports whether a schema named user exists on the default
+// node, where the default search_path ("$user", public) would look first.
+// Read without a lock; asked again after a catalog change, this
+// coordinator's DDL or pathTTL.
+func (s *Server) userSchema(user string) bool {
+	var stamp [2]int64
+	if snap := s.catalog.Load(); snap != nil {
+		stamp[0] = snap.Version
+	}
+	stamp[1] = s.ddlEpoch.Load()
+	cur := s.userSchemas.Load()
+	fresh := cur != nil && cur.stamp == stamp && time.Since(cur.at) < pathTTL
+	v, known := false, false
+	if cur != nil {
+		v, known = cur.m[user]
+	}
+	if fresh && known {
+		return v
+	}
+	if s.metaPool == nil {
+		return false
+	}
+	if !s.userSchemaMu.TryLock() {
+		if known {
+			return v // another session is asking: the answer of a moment ago
+		}
+		s.userSchemaMu.Lock()
+	}
+	defer s.userSchemaMu.Unlock()
+	if cur = s.userSchemas.Load(); cur != nil && cur.stamp == stamp && time.Since(cur.at) < pathTTL {
+		if v, ok := cur.m[user]; ok {
+			return v
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var exists bool
+	if err := s.metaPool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)", user).Scan(&exists); err != nil {
+		return true // not known: look the names up
+	}
+	next := &userSchemas{stamp: stamp, at: time.Now(), m: map[string]bool{user: exists}}
+	if cur != nil && cur.stamp == stamp && time.Since(cur.at) < pathTTL {
+		next.at = cur.at
+		for k, v := range cur.m {
+			next.m[k] = v
+		}
+		next.m[user] = exists
+	}
+	s.userSchemas.Store(next)
+	return exists
 }
 
 // resolveToPublic reports whether every name resolves to a table in
@@ -40,8 +105,8 @@ func (s *Server) resolveToPublic(pathSQL, user string, names []string) bool {
 	stamp[1] = s.ddlEpoch.Load()
 	c := &s.paths
 	c.mu.Lock()
-	if c.stamp != stamp || len(c.m) > 4096 {
-		c.stamp, c.m = stamp, map[pathKey]bool{}
+	if c.stamp != stamp || len(c.m) > 4096 || time.Since(c.at) > pathTTL {
+		c.stamp, c.at, c.m = stamp, time.Now(), map[pathKey]bool{}
 	}
 	var ask []string
 	for _, n := range names {

@@ -44,4 +44,51 @@ func TestSearchPathFindsPublic(t *testing.T) {
 		}
 		s.Close(ctx)
 	}
+
+	// The default search_path ("$user", public) with a schema of the
+	// role's name holding a table of that name: PostgreSQL reads that one.
+	exec(t, c, "DROP SCHEMA IF EXISTS postgres CASCADE", simple)
+	exec(t, c, "CREATE SCHEMA postgres", simple)
+	exec(t, c, "CREATE TABLE postgres.sp_d (id int)", simple)
+	s := connect(t, srv.Addr())
+	var n int
+	if err := s.QueryRow(ctx, "SELECT count(*) FROM sp_d", simple).Scan(&n); sqlState(err) != "0A000" {
+		t.Errorf("default search_path with a schema postgres holding sp_d: %d, %v; want 0A000", n, err)
+	}
+	exec(t, c, "DROP TABLE postgres.sp_d", simple)
+	exec(t, c, "DROP SCHEMA postgres", simple)
+	if err := s.QueryRow(ctx, "SELECT count(*) FROM sp_d", simple).Scan(&n); err != nil || n != 20 {
+		t.Errorf("default search_path, schema postgres dropped: %d, %v; want 20", n, err)
+	}
+
+	// A search_path the role sets (ALTER ROLE ... SET) counts as the
+	// session's own.
+	for _, w := range cl.Servers {
+		wc := connect(t, w.Addr())
+		exec(t, wc, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sp_alice') THEN CREATE ROLE sp_alice LOGIN SUPERUSER; END IF; END $$", simple)
+		exec(t, wc, "ALTER ROLE sp_alice SET search_path = sp_other, public", simple)
+	}
+	a, err := pgx.Connect(ctx, "postgres://sp_alice@"+srv.Addr()+"/postgres?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	if err := a.QueryRow(ctx, "SELECT count(*) FROM sp_d", simple).Scan(&n); sqlState(err) != "0A000" {
+		t.Errorf("role search_path sp_other, public (sp_other.sp_d exists): %d, %v; want 0A000", n, err)
+	}
+	// (Another role: a pooled connection keeps the role's settings of
+	// when it was opened, as PgBouncer's.)
+	for _, w := range cl.Servers {
+		wc := connect(t, w.Addr())
+		exec(t, wc, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sp_bob') THEN CREATE ROLE sp_bob LOGIN SUPERUSER; END IF; END $$", simple)
+		exec(t, wc, "ALTER ROLE sp_bob SET search_path = nothere, public", simple)
+	}
+	a2, err := pgx.Connect(ctx, "postgres://sp_bob@"+srv.Addr()+"/postgres?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close(ctx)
+	if err := a2.QueryRow(ctx, "SELECT count(*) FROM sp_d", simple).Scan(&n); err != nil || n != 20 {
+		t.Errorf("role search_path nothere, public: %d, %v; want 20", n, err)
+	}
 }

@@ -220,14 +220,16 @@ type Server struct {
 	// to at once (the catalog's active nodes): the pools' class reserve.
 	span atomic.Int32
 
-	mu       sync.Mutex
-	pools    map[poolKey]*pooling.Pool
-	paths    pathCache                      // searchpath.go
-	types    map[typesKey]*pooling.TypeOIDs // typeoids.go
-	typesDBs map[string]*typesDB
-	sessions map[uint32]*session // by backend pid we gave the client
-	conns    map[net.Conn]struct{}
-	closed   bool
+	mu           sync.Mutex
+	pools        map[poolKey]*pooling.Pool
+	paths        pathCache                      // searchpath.go
+	userSchemas  atomic.Pointer[userSchemas]    // searchpath.go
+	userSchemaMu sync.Mutex                     // one asking at a time
+	types        map[typesKey]*pooling.TypeOIDs // typeoids.go
+	typesDBs     map[string]*typesDB
+	sessions     map[uint32]*session // by backend pid we gave the client
+	conns        map[net.Conn]struct{}
+	closed       bool
 	// draining: Shutdown has begun (no new sessions; sessions end when
 	// idle outside a transaction); stopping: its deadline has passed.
 	draining atomic.Bool

@@ -2562,6 +2562,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 		ss.lastParseSt = nil
 		if op.kind == opDiscardAll {
 			ss.pending = append(ss.pending, op)
+			clear(ss.cursors) // its cursors too, WITH HOLD ones included
 		}
 	case opDeallocate:
 		delete(ss.stmts, op.name)

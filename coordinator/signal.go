@@ -208,10 +208,19 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 		}
 		pids = []int64{pid}
 	}
+	workers := 0
 	for _, pid := range pids {
 		if pid < minSessionPID || pid > 1<<31-1 {
-			return false, nil // a worker's process: the worker answers
+			workers++
 		}
+	}
+	switch {
+	case workers == len(pids) && len(pids) > 0:
+		return false, nil // workers' processes: the worker answers
+	case workers > 0:
+		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"%s of both pgfleet sessions' process IDs and workers' backends in one statement is not supported", call.fn).
+			WithHint("Signal the sessions (the IDs clients were told, 4194304 and above) and the workers' backends in separate statements."))
 	}
 	var timeout int64
 	if len(call.args) == 2 {

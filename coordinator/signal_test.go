@@ -131,6 +131,10 @@ func TestSignalSessionByPID(t *testing.T) {
 			}
 		}
 	}
+	// Session IDs and worker backends in one statement: refused, nothing signalled.
+	if _, err := ctl.Exec(ctx, fmt.Sprintf("SELECT pg_terminate_backend(n) FROM unnest('{%d,1}'::int[]) n", ctl.PgConn().PID()), simple); sqlState(err) != "0A000" {
+		t.Errorf("a session's ID and a worker backend's in one array: %v, want 0A000", err)
+	}
 	// Its own: the session ends.
 	c := connect(t, srv.Addr())
 	if _, err := c.Exec(ctx, "SELECT pg_terminate_backend($1)", c.PgConn().PID()); !fatal(err) {

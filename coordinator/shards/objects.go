@@ -93,10 +93,10 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 }
 
 // cascadeDrop is n if it is DROP ... CASCADE of a type, domain, collation,
-// function or extension (DROP SCHEMA ... CASCADE: DDLTables).
+// function, extension or schema (a schema's run on the default node alone
+// left its types on the other workers).
 func cascadeDrop(n *pg_query.Node) *pg_query.DropStmt {
-	if d := n.GetDropStmt(); d != nil && d.Behavior == pg_query.DropBehavior_DROP_CASCADE && objectTypes[d.RemoveType] &&
-		d.RemoveType != pg_query.ObjectType_OBJECT_SCHEMA {
+	if d := n.GetDropStmt(); d != nil && d.Behavior == pg_query.DropBehavior_DROP_CASCADE && objectTypes[d.RemoveType] {
 		return d
 	}
 	return nil
