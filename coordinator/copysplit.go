@@ -146,6 +146,12 @@ func (ss *session) copySplit(p *planner.Plan, x *planner.CopyIn, lits []literal)
 	var loadErr error
 	for done := false; !done; {
 		fr, err := ss.r.Next()
+		if ss.terminated.Load() {
+			// pg_terminate_backend (signal.go): nothing of the COPY stays.
+			l.Abort()
+			_ = giveBack()
+			return adminShutdown()
+		}
 		if err != nil {
 			l.Abort()
 			_ = giveBack()

@@ -457,7 +457,12 @@ func (ss *session) run() {
 			}
 		}
 		if err != nil {
-			ss.fatal(clientReadError(err))
+			if ss.terminated.Load() {
+				err = adminShutdown() // pg_terminate_backend woke the read
+			} else {
+				err = clientReadError(err)
+			}
+			ss.fatal(err)
 			return
 		}
 		if idle && request.IsZero() {
@@ -2624,6 +2629,10 @@ func (ss *session) copyIn(early bool) error {
 	sc := ss.sc
 	for {
 		f, err := ss.r.Next()
+		if ss.terminated.Load() {
+			sc.MarkBroken() // pg_terminate_backend (signal.go): the worker's COPY is abandoned
+			return adminShutdown()
+		}
 		if err != nil {
 			sc.MarkBroken()
 			return clientReadError(err)

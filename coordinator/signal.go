@@ -344,6 +344,9 @@ func (s *Server) terminateSession(target *session) {
 		return
 	}
 	s.cancelHere(target.pid, target.secret)
+	// A session reading its client mid-statement (COPY FROM STDIN, the
+	// next message of a pipeline) is woken to see it ended.
+	_ = target.conn.SetReadDeadline(time.Now())
 }
 
 // boolRows appends a one-column boolean result: RowDescription, the

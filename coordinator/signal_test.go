@@ -131,6 +131,33 @@ func TestSignalSessionByPID(t *testing.T) {
 			}
 		}
 	}
+	// Terminated in the middle of COPY FROM STDIN into a distributed table:
+	// FATAL 57P01, nothing of it stored (it committed its rows).
+	testTable(t, ctl, "sig_copy", "(id int PRIMARY KEY)", "SELECT create_distributed_table('sig_copy', 'id', shard_count => 4)")
+	cp := connect(t, srv.Addr())
+	copyDone := make(chan error, 1)
+	go func() {
+		i := 0
+		_, err := cp.CopyFrom(ctx, pgx.Identifier{"sig_copy"}, []string{"id"}, pgx.CopyFromFunc(func() ([]any, error) {
+			if i == 100 {
+				return nil, nil
+			}
+			i++
+			time.Sleep(10 * time.Millisecond)
+			return []any{i}, nil
+		}))
+		copyDone <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := ctl.Exec(ctx, "SELECT pg_terminate_backend($1)", cp.PgConn().PID()); err != nil {
+		t.Errorf("pg_terminate_backend of a session in COPY: %v", err)
+	}
+	if err := <-copyDone; !fatal(err) {
+		t.Errorf("the terminated session's COPY: %v, want FATAL 57P01", err)
+	}
+	if got := queryString(t, ctl, "SELECT count(*)::text FROM sig_copy"); got != "0" {
+		t.Errorf("rows of the terminated COPY: %s, want 0", got)
+	}
 	// Session IDs and worker backends in one statement: refused, nothing signalled.
 	if _, err := ctl.Exec(ctx, fmt.Sprintf("SELECT pg_terminate_backend(n) FROM unnest('{%d,1}'::int[]) n", ctl.PgConn().PID()), simple); sqlState(err) != "0A000" {
 		t.Errorf("a session's ID and a worker backend's in one array: %v, want 0A000", err)
