@@ -157,8 +157,8 @@ func TestCoordinatorStatementsOverExtended(t *testing.T) {
 		t.Errorf("Describe of a cursor's portal, then FETCH: %q, want its columns and rows", got)
 	}
 	// CLOSE ALL over the extended protocol closes the coordinator's cursor.
-	if got := strings.Join(rawAnswers(t, pc0, 1, &pgproto3.Parse{Query: "CLOSE ALL"}, &pgproto3.Bind{}, &pgproto3.Execute{},
-		&pgproto3.Parse{Query: `FETCH 1 FROM "bx_c2"`}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}), " "); got != "C CLOSE CURSOR ALL E 34000 Z E" {
+	if got := strings.Join(pipeRaw(t, pc0, 1, &pgproto3.Parse{Query: "CLOSE ALL"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: `FETCH 1 FROM "bx_c2"`}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}), " "); got != "C CLOSE CURSOR ALL error 34000 Z E" {
 		t.Errorf("CLOSE ALL, then FETCH: %q, want 34000", got)
 	}
 
@@ -256,40 +256,6 @@ func TestTimeoutBetweenParseAndDescribe(t *testing.T) {
 	}
 }
 
-// rawAnswers sends msgs and reads to the zs-th ReadyForQuery: "D first
-// column", "C tag", "s" (PortalSuspended), "E code", "Z status".
-func rawAnswers(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
-	t.Helper()
-	for _, m := range msgs {
-		c.fe.Send(m)
-	}
-	_ = c.conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if err := c.fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for zs > 0 {
-		msg, err := c.fe.Receive()
-		if err != nil {
-			t.Fatalf("receive: %v (so far %q)", err, out)
-		}
-		switch m := msg.(type) {
-		case *pgproto3.DataRow:
-			out = append(out, "D "+string(m.Values[0]))
-		case *pgproto3.CommandComplete:
-			out = append(out, "C "+string(m.CommandTag))
-		case *pgproto3.PortalSuspended:
-			out = append(out, "s")
-		case *pgproto3.ErrorResponse:
-			out = append(out, "E "+m.Code)
-		case *pgproto3.ReadyForQuery:
-			out = append(out, "Z "+string(m.TxStatus))
-			zs--
-		}
-	}
-	return out
-}
-
 // TestCoordinatorStatementsOverExtendedEdges: what the adversary found in
 // them. In a block whose BEGIN went to a worker in the same pipeline, DDL
 // runs in the block (it was refused as if outside one); a statement
@@ -312,26 +278,26 @@ func TestCoordinatorStatementsOverExtendedEdges(t *testing.T) {
 	join := func(s []string) string { return strings.Join(s, " ") }
 
 	// DDL in a block, after a statement that went to a worker in the same pipeline.
-	rawAnswers(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "BEGIN"})
 	msgs := append(ext("SELECT v FROM bxe_d WHERE id = 1", 0, ""), ext("ALTER TABLE bxe_d ADD COLUMN x int", 0, "")...)
-	if got := join(rawAnswers(t, p, 1, append(msgs, &pgproto3.Sync{})...)); got != "D v1 C SELECT 1 C ALTER TABLE Z T" {
+	if got := join(pipeRaw(t, p, 1, append(msgs, &pgproto3.Sync{})...)); got != "row v1 C SELECT 1 C ALTER TABLE Z T" {
 		t.Errorf("DDL after a routed statement in a block's pipeline: %q", got)
 	}
-	rawAnswers(t, p, 1, &pgproto3.Query{String: "ROLLBACK"})
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "ROLLBACK"})
 	if got := queryString(t, c, "SELECT count(*)::text FROM information_schema.columns WHERE table_name = 'bxe_d' AND column_name = 'x'"); got != "0" {
 		t.Errorf("the rolled back ALTER left its column: %s", got)
 	}
 
 	// FETCH of a cursor over the distributed table, with a row limit.
-	rawAnswers(t, p, 1, &pgproto3.Query{String: "BEGIN"})
-	rawAnswers(t, p, 1, append(ext("DECLARE bxe_c CURSOR FOR SELECT id FROM bxe_d ORDER BY id", 0, ""), &pgproto3.Sync{})...)
-	got := rawAnswers(t, p, 1, &pgproto3.Parse{Query: "FETCH 5 FROM bxe_c"}, &pgproto3.Bind{DestinationPortal: "bxe_p"},
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+	pipeRaw(t, p, 1, append(ext("DECLARE bxe_c CURSOR FOR SELECT id FROM bxe_d ORDER BY id", 0, ""), &pgproto3.Sync{})...)
+	got := pipeRaw(t, p, 1, &pgproto3.Parse{Query: "FETCH 5 FROM bxe_c"}, &pgproto3.Bind{DestinationPortal: "bxe_p"},
 		&pgproto3.Execute{Portal: "bxe_p", MaxRows: 2}, &pgproto3.Execute{Portal: "bxe_p", MaxRows: 2},
 		&pgproto3.Execute{Portal: "bxe_p", MaxRows: 2}, &pgproto3.Execute{Portal: "bxe_p"}, &pgproto3.Sync{})
-	if join(got) != "D 1 D 2 s D 3 D 4 s D 5 C FETCH 1 C FETCH 0 Z T" {
-		t.Errorf("FETCH in parts: %q, want PostgreSQL's D 1 D 2 s D 3 D 4 s D 5 C FETCH 1 C FETCH 0", got)
+	if join(got) != "row 1 row 2 s row 3 row 4 s row 5 C FETCH 1 C FETCH 0 Z T" {
+		t.Errorf("FETCH in parts: %q, want PostgreSQL's", got)
 	}
-	rawAnswers(t, p, 1, &pgproto3.Query{String: "COMMIT"})
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "COMMIT"})
 
 	// A statement prepared while its table was local, run after it was
 	// distributed; a FETCH prepared for a worker's cursor, run for one
@@ -343,16 +309,16 @@ func TestCoordinatorStatementsOverExtendedEdges(t *testing.T) {
 		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS bxe_l", simple)
 	})
 	exec(t, c, "INSERT INTO bxe_l SELECT generate_series(1, 5)", simple)
-	rawAnswers(t, p, 1, &pgproto3.Parse{Name: "bxe_decl", Query: "DECLARE bxe_c2 CURSOR FOR SELECT a FROM bxe_l ORDER BY a"},
+	pipeRaw(t, p, 1, &pgproto3.Parse{Name: "bxe_decl", Query: "DECLARE bxe_c2 CURSOR FOR SELECT a FROM bxe_l ORDER BY a"},
 		&pgproto3.Parse{Name: "bxe_fetch", Query: "FETCH 2 FROM bxe_c2"}, &pgproto3.Sync{})
 	exec(t, c, "SELECT create_distributed_table('bxe_l', 'a', shard_count => 4)", simple)
-	rawAnswers(t, p, 1, &pgproto3.Query{String: "BEGIN"})
-	got = rawAnswers(t, p, 1, &pgproto3.Bind{PreparedStatement: "bxe_decl"}, &pgproto3.Execute{},
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+	got = pipeRaw(t, p, 1, &pgproto3.Bind{PreparedStatement: "bxe_decl"}, &pgproto3.Execute{},
 		&pgproto3.Bind{PreparedStatement: "bxe_fetch"}, &pgproto3.Execute{}, &pgproto3.Sync{})
-	if join(got) != "C DECLARE CURSOR D 1 D 2 C FETCH 2 Z T" {
+	if join(got) != "C DECLARE CURSOR row 1 row 2 C FETCH 2 Z T" {
 		t.Errorf("prepared DECLARE and FETCH after the table was distributed: %q", got)
 	}
-	rawAnswers(t, p, 1, &pgproto3.Query{String: "COMMIT"})
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "COMMIT"})
 
 	// Parameter types as PostgreSQL infers them.
 	sd, err := c.PgConn().Prepare(ctx, "bxe_cdt", "SELECT create_distributed_table($1, $2, shard_count => $3)", nil)

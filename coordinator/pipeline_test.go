@@ -278,7 +278,7 @@ func TestBatchBeginWithModes(t *testing.T) {
 
 // pipeRaw sends msgs as they are (no Sync added) and reads until the
 // zs-th ReadyForQuery: the answers as short strings ("row v", "error
-// CODE", "Z status", "C tag").
+// CODE", "Z status", "C tag", "s" for PortalSuspended).
 func pipeRaw(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
 	t.Helper()
 	for _, m := range msgs {
@@ -301,6 +301,8 @@ func pipeRaw(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMess
 			out = append(out, "error "+m.Code)
 		case *pgproto3.CommandComplete:
 			out = append(out, "C "+string(m.CommandTag))
+		case *pgproto3.PortalSuspended:
+			out = append(out, "s")
 		case *pgproto3.ReadyForQuery:
 			out = append(out, "Z "+string(m.TxStatus))
 			zs--
