@@ -234,13 +234,16 @@ func TestObjectDDLEveryWorkerOrRefused(t *testing.T) {
 	}
 
 	// DROP SCHEMA ... CASCADE: on every worker too (it reached the first
-	// one only, leaving the schema's types on the others), as RESTRICT.
+	// one only, leaving the schema's types on the others); refused when an
+	// object outside the schema depends on what it holds.
 	exec(t, c, "CREATE SCHEMA od_zx", simple)
 	exec(t, c, "CREATE TYPE od_zx.e AS ENUM ('a')", simple)
+	exec(t, c, "CREATE TABLE od_zx.l (k od_zx.e)", simple)
+	exec(t, c, "CREATE TABLE od_outside (k od_zx.e)", simple)
 	if _, err := c.Exec(ctx, "DROP SCHEMA od_zx CASCADE", simple); sqlState(err) != "0A000" {
-		t.Errorf("DROP SCHEMA ... CASCADE of a schema with a type: %v, want 0A000", err)
+		t.Errorf("DROP SCHEMA ... CASCADE of a schema whose type a table outside uses: %v, want 0A000", err)
 	}
-	exec(t, c, "DROP TYPE od_zx.e", simple)
+	exec(t, c, "DROP TABLE od_outside", simple)
 	exec(t, c, "DROP SCHEMA od_zx CASCADE", simple)
 	for _, s := range cl.Servers {
 		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM pg_namespace WHERE nspname = 'od_zx'"); got != "0" {

@@ -487,6 +487,11 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	if r, ok := shards.CascadeAsRestrict(sql); ok {
 		sql, cascade = r, true // what depends on it differs from node to node
 	}
+	if schemas, ok := shards.SchemaCascade(sql); ok {
+		if err := ss.srv.outsideDependents(schemas); err != nil {
+			return true, ss.queryError(err)
+		}
+	}
 	if ss.inTxn() {
 		if ss.canTakeInAll() {
 			return true, ss.objectDDLInTxn(sql, other, snap, cascade)
@@ -860,4 +865,47 @@ func appendRows(out []byte, fields []pgconn.FieldDescription, rows [][][]byte) [
 		out, _ = dr.Encode(out)
 	}
 	return out
+}
+
+// outsideDependents refuses DROP SCHEMA ... CASCADE when an object outside
+// the schemas depends on one inside them (a column of another schema's
+// table of one of their types, a view over one of their tables): the
+// cascade would drop it too, differently on each node (shards, shells).
+// Asked of the default node.
+func (s *Server) outsideDependents(schemas []string) error {
+	if s.metaPool == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := s.metaPool.Query(ctx, `SELECT DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
+  FROM pg_catalog.pg_depend d
+ WHERE d.deptype IN ('n', 'a')
+   AND (pg_catalog.pg_identify_object(d.refclassid, d.refobjid, 0)).schema = ANY($1)
+   AND d.classid <> 'pg_catalog.pg_namespace'::pg_catalog.regclass
+   AND coalesce((pg_catalog.pg_identify_object(d.classid, d.objid, 0)).schema, '') <> ALL($1)
+ ORDER BY 1 LIMIT 10`, schemas)
+	if err != nil {
+		return err
+	}
+	var objs []string
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			rows.Close()
+			return err
+		}
+		objs = append(objs, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(objs) == 0 {
+		return nil
+	}
+	return &pgerr.Error{Severity: "ERROR", Code: pgerr.FeatureNotSupported,
+		Message: "DROP SCHEMA ... CASCADE is not supported when objects outside the schema depend on what it holds",
+		Detail:  strings.Join(objs, "\n"),
+		Hint:    "Drop those objects first (the detail lists them), then the schema."}
 }

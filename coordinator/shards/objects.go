@@ -85,6 +85,17 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 	if d := cascadeDrop(n); d != nil {
 		d.Behavior = pg_query.DropBehavior_DROP_RESTRICT // CascadeAsRestrict
 	}
+	if d := n.GetDropStmt(); d != nil && d.RemoveType == pg_query.ObjectType_OBJECT_SCHEMA && snap != nil {
+		for _, o := range d.Objects {
+			schema := o.GetString_().GetSval()
+			for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
+				if strings.HasPrefix(name, schema+".") {
+					return "", unsupportedDDL("DROP SCHEMA %s is not supported: it has %s", schema, describeTable(snap.Tables[name])).
+						WithHint("Drop its distributed and reference tables first.")
+				}
+			}
+		}
+	}
 	other, ok := objectDDL(tree, n)
 	if !ok {
 		return "", nil
@@ -93,13 +104,35 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 }
 
 // cascadeDrop is n if it is DROP ... CASCADE of a type, domain, collation,
-// function, extension or schema (a schema's run on the default node alone
-// left its types on the other workers).
+// function or extension (a schema's runs as written: SchemaCascade).
 func cascadeDrop(n *pg_query.Node) *pg_query.DropStmt {
-	if d := n.GetDropStmt(); d != nil && d.Behavior == pg_query.DropBehavior_DROP_CASCADE && objectTypes[d.RemoveType] {
+	if d := n.GetDropStmt(); d != nil && d.Behavior == pg_query.DropBehavior_DROP_CASCADE && objectTypes[d.RemoveType] &&
+		d.RemoveType != pg_query.ObjectType_OBJECT_SCHEMA {
 		return d
 	}
 	return nil
+}
+
+// SchemaCascade is the schemas DROP SCHEMA ... CASCADE names (ok false for
+// any other statement). It runs on every node as written (IF EXISTS on
+// the others), after the caller made sure that nothing outside them
+// depends on what they hold (the drop is then the same everywhere);
+// schemas holding distributed or reference tables are refused before
+// (ClassifyObjectDDL).
+func SchemaCascade(sql string) ([]string, bool) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return nil, false
+	}
+	d := tree.Stmts[0].Stmt.GetDropStmt()
+	if d == nil || d.RemoveType != pg_query.ObjectType_OBJECT_SCHEMA || d.Behavior != pg_query.DropBehavior_DROP_CASCADE {
+		return nil, false
+	}
+	var out []string
+	for _, o := range d.Objects {
+		out = append(out, o.GetString_().GetSval())
+	}
+	return out, true
 }
 
 // CascadeAsRestrict gives DROP ... CASCADE of a type, domain, collation,
@@ -245,7 +278,7 @@ func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok b
 		return "", false
 	case n.GetDropStmt() != nil:
 		d := n.GetDropStmt()
-		if d.Behavior == pg_query.DropBehavior_DROP_CASCADE {
+		if d.Behavior == pg_query.DropBehavior_DROP_CASCADE && d.RemoveType != pg_query.ObjectType_OBJECT_SCHEMA {
 			return "", false
 		}
 		switch d.RemoveType {

@@ -31,7 +31,7 @@ func TestCascadeAsRestrict(t *testing.T) {
 		"drop type a.mood, b cascade":             "DROP TYPE a.mood, b",
 		"DROP FUNCTION f(int)":                    "",
 		"DROP TABLE t CASCADE":                    "",
-		"DROP SCHEMA s CASCADE":                   "DROP SCHEMA s",
+		"DROP SCHEMA s CASCADE":                   "",
 		"DROP TYPE a CASCADE; DROP TYPE b":        "",
 		"DROP EXTENSION IF EXISTS hstore CASCADE": "DROP EXTENSION IF EXISTS hstore",
 	} {
