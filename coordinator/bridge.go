@@ -136,29 +136,12 @@ func bridgeCursorName(text string) string {
 	return ""
 }
 
-// catalogCall is the Citus function a SELECT calls (functionCall's
-// shape), or "".
+// catalogCall is the Citus function a SELECT calls, or "".
 func catalogCall(n *pg_query.Node) string {
-	sel := n.GetSelectStmt()
-	if sel == nil || len(sel.TargetList) != 1 || sel.WhereClause != nil || len(sel.FromClause) > 1 {
-		return ""
+	if fc := planner.CatalogCall(n); fc != nil {
+		return fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
 	}
-	fc := sel.TargetList[0].GetResTarget().GetVal().GetFuncCall()
-	if len(sel.FromClause) == 1 {
-		rf := sel.FromClause[0].GetRangeFunction()
-		if rf == nil || len(rf.Functions) != 1 {
-			return ""
-		}
-		fc = rf.Functions[0].GetList().GetItems()[0].GetFuncCall()
-	}
-	if fc == nil {
-		return ""
-	}
-	name := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
-	if _, ok := functionColumns(name); !ok {
-		return ""
-	}
-	return name
+	return ""
 }
 
 // functionColumns are the result columns of a Citus function the
@@ -432,10 +415,7 @@ func constant(v []byte, format int16, oid, described uint32) (string, error) {
 				WithHint("Send the parameter in text format.")
 		}
 	}
-	q := "'" + strings.ReplaceAll(text, "'", "''") + "'"
-	if strings.IndexByte(text, '\\') >= 0 {
-		q = "E'" + strings.ReplaceAll(strings.ReplaceAll(text, "\\", "\\\\"), "'", "''") + "'"
-	}
+	q := quoteLiteral(text)
 	if name, ok := builtinTypeNames[oid]; ok {
 		return q + "::" + name, nil
 	}

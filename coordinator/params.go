@@ -26,7 +26,13 @@ type sessionParams struct {
 	// statement; its connections have it from the role, so it is not
 	// replayed on them.
 	rolePath string
-	key      string
+	// path, pathPublic, pathUser: the search_path's SET statement (""
+	// for the default), whether it leaves unqualified names on public,
+	// and whether it looks in a schema of the role's name first
+	// ("$user"); derived by rebuild.
+	path                 string
+	pathPublic, pathUser bool
+	key                  string
 	// readKeys are the session's SETs of the settings under which
 	// PostgreSQL reads a statement's constants, by group (parsekey.go).
 	readKeys [nGroups]string
@@ -137,36 +143,26 @@ func publicPath(setting string) bool {
 
 // pathIsPublic reports whether the session's search_path leaves
 // unqualified table names on public.
-func (p *sessionParams) pathIsPublic() bool {
-	if sql, ok := p.set["search_path"]; ok {
-		return publicPath(sql)
-	}
-	for _, s := range p.startup {
-		if strings.HasPrefix(s, `SET "search_path" = `) {
-			return publicPath(s)
-		}
-	}
-	if p.rolePath != "" {
-		return publicPath(p.rolePath)
-	}
-	return true
-}
+func (p *sessionParams) pathIsPublic() bool { return p.pathPublic }
 
-// pathSQL is the SET statement of the session's search_path ("": the
-// default).
-func (p *sessionParams) pathSQL() string {
-	if sql, ok := p.set["search_path"]; ok {
-		return sql
-	}
+// derivePath sets path, pathPublic and pathUser from the session's SET,
+// its startup packet and its role's setting, in that order.
+func (p *sessionParams) derivePath() {
+	p.path = p.rolePath
 	for _, s := range p.startup {
 		if strings.HasPrefix(s, `SET "search_path" = `) {
-			return s
+			p.path = s
 		}
 	}
-	return p.rolePath
+	if sql, ok := p.set["search_path"]; ok {
+		p.path = sql
+	}
+	p.pathPublic = p.path == "" || publicPath(p.path)
+	p.pathUser = p.pathPublic && (p.path == "" || strings.Contains(p.path, "$user"))
 }
 
 func (p *sessionParams) rebuild() {
+	p.derivePath()
 	p.readKeys = readKeys(p.set)
 	if len(p.startup) == 0 && len(p.set) == 0 {
 		p.key = ""

@@ -91,11 +91,11 @@ func (ss *session) checkPath(p *planner.Plan) error {
 	if len(p.Unqualified) == 0 {
 		return nil
 	}
-	path := ss.params.pathSQL()
-	if ss.params.pathIsPublic() {
+	path := ss.params.path
+	if ss.params.pathPublic {
 		// "$user" (the default path's first schema) is a schema only when
 		// one of the role's name exists.
-		if path != "" && !strings.Contains(path, "$user") || !ss.srv.userSchema(ss.user) {
+		if !ss.params.pathUser || !ss.srv.userSchema(ss.user) {
 			return nil
 		}
 		if path == "" {

@@ -458,6 +458,7 @@ func (ss *session) begin(sm *pgproto3.StartupMessage) error {
 		if rows, err := ss.sc.Query("SELECT pg_catalog.current_setting('search_path')", time.Now().Add(s.cfg.StartupTimeout)); err == nil &&
 			len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != `"$user", public` {
 			ss.params.rolePath = "SET search_path = " + rows[0][0]
+			ss.params.derivePath()
 		}
 	}
 	ok := pgproto3.AuthenticationOk{}

@@ -1527,29 +1527,36 @@ func shardConstraint(ins *pg_query.InsertStmt, shardID int64) {
 	}
 }
 
-// functionCall recognises SELECT fn(args) of a catalog function.
-func functionCall(stmt *pg_query.Node) (*Plan, error) {
+// CatalogCall is the call of SELECT fn(args) or SELECT * FROM fn(args)
+// when fn is a catalog function the coordinator runs, or nil.
+func CatalogCall(stmt *pg_query.Node) *pg_query.FuncCall {
 	sel := stmt.GetSelectStmt()
 	if sel == nil || len(sel.TargetList) != 1 || sel.WhereClause != nil || len(sel.FromClause) > 1 {
-		return nil, nil
+		return nil
 	}
 	var fc *pg_query.FuncCall
 	if len(sel.FromClause) == 1 { // SELECT * FROM fn(...)
 		rf := sel.FromClause[0].GetRangeFunction()
 		if rf == nil || len(rf.Functions) != 1 || sel.TargetList[0].GetResTarget().GetVal().GetColumnRef() == nil {
-			return nil, nil
+			return nil
 		}
 		fc = rf.Functions[0].GetList().GetItems()[0].GetFuncCall()
 	} else {
 		fc = sel.TargetList[0].GetResTarget().GetVal().GetFuncCall()
 	}
+	if fc == nil || !catalogFunctions[fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()] {
+		return nil
+	}
+	return fc
+}
+
+// functionCall recognises SELECT fn(args) of a catalog function.
+func functionCall(stmt *pg_query.Node) (*Plan, error) {
+	fc := CatalogCall(stmt)
 	if fc == nil {
 		return nil, nil
 	}
 	name := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
-	if !catalogFunctions[name] {
-		return nil, nil
-	}
 	x := &Function{Name: name}
 	p := &Plan{Root: x}
 	for _, a := range fc.Args {
