@@ -104,7 +104,7 @@ func TestGooseMigrations(t *testing.T) {
 			}
 			var k int
 			if err := c.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
-				WHERE table_schema = 'public' AND table_name ~ '^gz_accounts_[0-9]+$' AND column_name = $1`, col).Scan(&k); err != nil {
+				WHERE table_schema = 'pgfleet_shards' AND table_name ~ '^gz_accounts_[0-9]+$' AND column_name = $1`, col).Scan(&k); err != nil {
 				t.Fatal(err)
 			}
 			n += k

@@ -55,7 +55,7 @@ func TestCitusFunctionsInTransactions(t *testing.T) {
 	shardRows := func(table string) (rows, shards int) {
 		t.Helper()
 		for _, w := range workers {
-			names, err := w.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename ~ $1", "^"+table+"_[0-9]+$")
+			names, err := w.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename ~ $1", "^"+table+"_[0-9]+$")
 			if err != nil {
 				t.Fatal(err)
 			}

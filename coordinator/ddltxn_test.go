@@ -120,8 +120,8 @@ func TestTableDDLInTransactionBlock(t *testing.T) {
 	}, nil)
 
 	// Every shard has what the transactions committed, and only that.
-	shardCols := "SELECT count(*)::text FROM information_schema.columns WHERE table_schema = 'public' AND table_name ~ '^dx_t_[0-9]+$' AND column_name = %s"
-	shardIdx := "SELECT count(*)::text FROM pg_indexes WHERE schemaname = 'public' AND tablename ~ '^dx_t_[0-9]+$' AND indexname ~ %s"
+	shardCols := "SELECT count(*)::text FROM information_schema.columns WHERE table_schema = 'pgfleet_shards' AND table_name ~ '^dx_t_[0-9]+$' AND column_name = %s"
+	shardIdx := "SELECT count(*)::text FROM pg_indexes WHERE schemaname = 'pgfleet_shards' AND tablename ~ '^dx_t_[0-9]+$' AND indexname ~ %s"
 	count := func(q string) int {
 		n := 0
 		for _, s := range cl.Servers {
@@ -145,7 +145,7 @@ func TestTableDDLInTransactionBlock(t *testing.T) {
 		{"shard indexes dx_t_n", fmt.Sprintf(shardIdx, "'^dx_t_n'"), 0},
 		{"shard indexes on label", fmt.Sprintf(shardIdx, "'^dx_t_label_idx'"), 4},
 		{"shard constraints dx_small", "SELECT count(*)::text FROM pg_constraint WHERE conname ~ '^dx_small'", 0},
-		{"reference copies with column k", "SELECT count(*)::text FROM information_schema.columns WHERE table_schema = 'public' AND table_name ~ '^dx_r_[0-9]+$' AND column_name = 'k'", 2},
+		{"reference copies with column k", "SELECT count(*)::text FROM information_schema.columns WHERE table_schema = 'pgfleet_shards' AND table_name ~ '^dx_r_[0-9]+$' AND column_name = 'k'", 2},
 	} {
 		if got := count(chk.q); got != chk.want {
 			t.Errorf("%s on the workers: %d, want %d", chk.what, got, chk.want)

@@ -343,14 +343,15 @@ func (s *Server) columnType(sc *pooling.ServerConn, table string) (string, error
 	if tb == nil || dot < 0 {
 		return "", errCatalogMoved
 	}
-	rel := table[dot+1:]
-	names := []string{quoteLiteral(rel)}
+	rel := table[len(tb.Schema())+1:]
+	// The table (on the default node) or any of its shards.
+	names := []string{"(" + quoteLiteral(tb.Schema()) + ", " + quoteLiteral(rel) + ")"}
 	for _, sh := range snap.Shards[table] {
-		names = append(names, quoteLiteral(metadata.ShardName(rel, sh.ID)))
+		names = append(names, "("+quoteLiteral(tb.ShardsIn())+", "+quoteLiteral(metadata.ShardName(rel, sh.ID))+")")
 	}
 	rows, err := executor.QueryText(sc, "SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a"+
 		" JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"+
-		" WHERE n.nspname = "+quoteLiteral(table[:dot])+" AND c.relname IN ("+strings.Join(names, ", ")+")"+
+		" WHERE (n.nspname::text, c.relname::text) IN ("+strings.Join(names, ", ")+")"+
 		" AND a.attname = "+quoteLiteral(tb.DistColumn)+" AND NOT a.attisdropped LIMIT 1")
 	if err != nil {
 		return "", err

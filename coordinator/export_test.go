@@ -53,3 +53,7 @@ func (s *Server) FreezeInRenewal(ctx context.Context) (end func(), err error) {
 	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock(31638886994503029)")
 	return end, err // tx left open, idle in transaction
 }
+
+// ReloadCatalog reads the catalog now (a change made in the metadata
+// database by hand, which no coordinator announced).
+func (s *Server) ReloadCatalog(ctx context.Context) error { return s.reloadCatalog(ctx) }

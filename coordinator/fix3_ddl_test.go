@@ -380,7 +380,7 @@ func TestUndistributeLockWaitBounded(t *testing.T) {
 	}
 	holder := connect(t, addr)
 	exec(t, holder, "BEGIN", simple)
-	exec(t, holder, fmt.Sprintf("LOCK TABLE ul_t_%d IN ROW EXCLUSIVE MODE", shard), simple)
+	exec(t, holder, fmt.Sprintf("LOCK TABLE pgfleet_shards.ul_t_%d IN ROW EXCLUSIVE MODE", shard), simple)
 	_, err := c.Exec(ctx, "SELECT undistribute_table('ul_t')", simple)
 	exec(t, holder, "ROLLBACK", simple)
 	if sqlState(err) != "55P03" {

@@ -144,5 +144,5 @@ func TestWritesReadTheTimeOnce(t *testing.T) {
 	if err := workers[0].QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.fz_r'").Scan(&shard); err != nil {
 		t.Fatal(err)
 	}
-	refCopies(t, workers, "fz_r_"+shard, "after writes that read now()")
+	refCopies(t, workers, "pgfleet_shards.fz_r_"+shard, "after writes that read now()")
 }

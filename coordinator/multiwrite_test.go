@@ -370,7 +370,7 @@ func TestCancelWriteOverWorkers(t *testing.T) {
 	} {
 		// Every shard table of both on the first worker is locked there.
 		exec(t, w, "BEGIN")
-		rows, err := w.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename ~ '^cw_[dr]_[0-9]+$'")
+		rows, err := w.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename ~ '^cw_[dr]_[0-9]+$'")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -174,7 +174,7 @@ func TestWorkerConnectionsBounded(t *testing.T) {
 	if err := meta.QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.wcb_ref'").Scan(&shard); err != nil {
 		t.Fatal(err)
 	}
-	refCopies(t, workers, "wcb_ref_"+shard, "after")
+	refCopies(t, workers, "pgfleet_shards.wcb_ref_"+shard, "after")
 }
 
 // connSampler counts, every period, the connections of user on each

@@ -281,7 +281,7 @@ func TestDecidedAutocommitWriteAcrossWorkerRestart(t *testing.T) {
 	}
 	for _, w := range e.cl.Servers {
 		wc := connect(t, w.Addr())
-		shard := queryString(t, wc, `SELECT relname::text FROM pg_class WHERE relname ~ '^rref_[0-9]+$'`)
+		shard := queryString(t, wc, `SELECT c.oid::regclass::text FROM pg_class c WHERE relname ~ '^rref_[0-9]+$'`)
 		if got := queryString(t, wc, "SELECT n FROM "+shard+" WHERE id = 1"); got != "111" {
 			t.Errorf("copy on %s: n = %s, want 111", w.Addr(), got)
 		}

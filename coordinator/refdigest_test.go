@@ -70,7 +70,7 @@ func TestReferenceCopiesNeverDiverge(t *testing.T) {
 	if err := meta.QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.rd_ref'").Scan(&shard); err != nil {
 		t.Fatal(err)
 	}
-	copyTable := "rd_ref_" + shard
+	copyTable := "pgfleet_shards.rd_ref_" + shard
 	var workers []*pgx.Conn
 	for _, s := range cl.Servers {
 		workers = append(workers, connect(t, s.Addr()))

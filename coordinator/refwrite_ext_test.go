@@ -36,7 +36,7 @@ func TestReferenceWriteExtended(t *testing.T) {
 	if err := meta.QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.rx_ref'").Scan(&shard); err != nil {
 		t.Fatal(err)
 	}
-	copyTable := "rx_ref_" + shard
+	copyTable := "pgfleet_shards.rx_ref_" + shard
 	var workers []*pgx.Conn
 	for _, s := range cl.Servers {
 		workers = append(workers, connect(t, s.Addr()))

@@ -254,7 +254,7 @@ func TestRoutingThroughCoordinators(t *testing.T) {
 	}
 	for _, s := range cl.Servers {
 		var name string
-		if err := connect(t, s.Addr()).QueryRow(ctx, "SELECT name FROM rt_ref_"+refShard(t, meta)+" WHERE bid = 2").Scan(&name); err != nil || name != "branch 2!" {
+		if err := connect(t, s.Addr()).QueryRow(ctx, "SELECT name FROM pgfleet_shards.rt_ref_"+refShard(t, meta)+" WHERE bid = 2").Scan(&name); err != nil || name != "branch 2!" {
 			t.Errorf("copy on %s: %q, %v", s.Addr(), name, err)
 		}
 	}
@@ -376,7 +376,7 @@ func shardRows(t *testing.T, metaAddr, table, col string) (total, shards, nodes 
 		seen[s.addr] = true
 		w := connect(t, s.addr)
 		var cnt, wrong int
-		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE %s(%s) NOT BETWEEN %d AND %d) FROM %s_%d", hashFn, col, s.lo, s.hi, rel, s.id)
+		q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE %s(%s) NOT BETWEEN %d AND %d) FROM pgfleet_shards.%s_%d", hashFn, col, s.lo, s.hi, rel, s.id)
 		if err := w.QueryRow(ctx, q).Scan(&cnt, &wrong); err != nil {
 			t.Fatalf("shard %d on %s: %v", s.id, s.addr, err)
 		}

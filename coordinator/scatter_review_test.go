@@ -490,7 +490,7 @@ func reviewResultChange(t *testing.T, c *pgx.Conn, addr string, workers []string
 		}
 		for _, a := range workers {
 			w := connect(t, a)
-			rows, err := w.Query(ctx, "SELECT relname::text FROM pg_class WHERE relname LIKE 'rv_d2_%' AND relkind = 'r'", simple)
+			rows, err := w.Query(ctx, "SELECT oid::regclass::text FROM pg_class WHERE relname LIKE 'rv_d2_%' AND relkind = 'r'", simple)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -302,7 +302,7 @@ func (ss *session) maySignal(target *session, terminate bool) error {
 	}
 	var callerSuper, targetSuper, member bool
 	if ss.srv.metaPool == nil {
-		return pgerr.New("42501", "cannot check the privileges to signal process %d", target.pid)
+		return pgerr.New(pgerr.InsufficientPrivilege, "cannot check the privileges to signal process %d", target.pid)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -321,9 +321,9 @@ func (ss *session) maySignal(target *session, terminate bool) error {
 	case callerSuper:
 		return nil
 	case targetSuper:
-		return pgerr.New("42501", "must be a superuser to %s", what)
+		return pgerr.New(pgerr.InsufficientPrivilege, "must be a superuser to %s", what)
 	case !member:
-		return pgerr.New("42501", "must be a member of the role %s or member of pg_signal_backend", whose)
+		return pgerr.New(pgerr.InsufficientPrivilege, "must be a member of the role %s or member of pg_signal_backend", whose)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func TestStatementOutlivesMissingShard(t *testing.T) {
 		t.Fatalf("shards on the second worker: %v, %v", shards, err)
 	}
 	for _, s := range shards {
-		exec(t, w, "ALTER TABLE "+s+" RENAME TO "+s+"_away")
+		exec(t, w, "ALTER TABLE pgfleet_shards."+s+" RENAME TO "+s+"_away")
 	}
 	failed := 0
 	for id := 10; id < 20; id++ {
@@ -65,7 +65,7 @@ func TestStatementOutlivesMissingShard(t *testing.T) {
 		t.Fatal("no statement reached a missing shard")
 	}
 	for _, s := range shards {
-		exec(t, w, "ALTER TABLE "+s+"_away RENAME TO "+s)
+		exec(t, w, "ALTER TABLE pgfleet_shards."+s+"_away RENAME TO "+s)
 	}
 	for id := 10; id < 20; id++ {
 		if _, err := c.Exec(ctx, upd, id, id); err != nil {

@@ -158,7 +158,7 @@ func TestTransactionAcrossWorkers(t *testing.T) {
 	for _, w := range cl.Servers {
 		d := connect(t, w.Addr())
 		var shard string
-		if err := d.QueryRow(ctx, `SELECT relname FROM pg_class WHERE relname LIKE 'mw\_ref\_%' AND relkind = 'r' LIMIT 1`).Scan(&shard); err != nil {
+		if err := d.QueryRow(ctx, `SELECT oid::regclass::text FROM pg_class WHERE relname LIKE 'mw\_ref\_%' AND relkind = 'r' LIMIT 1`).Scan(&shard); err != nil {
 			shard = "mw_ref"
 		}
 		var total int

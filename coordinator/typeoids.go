@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -142,11 +143,20 @@ func (s *Server) readTypes(db string) error {
 	if canon == nil {
 		return nil
 	}
-	ids := map[int64]bool{}
-	for _, shards := range snap.Shards {
+	ids := map[int64]string{}
+	for table, shards := range snap.Shards {
 		for _, sh := range shards {
-			ids[sh.ID] = true
+			ids[sh.ID] = table
 		}
+	}
+	// rowType is the table's row type (in its schema) of a shard's row type
+	// (arrays with the "_" prefix), or ok false.
+	rowType := func(k named, prefix string) (named, bool) {
+		base, table := unshard(strings.TrimPrefix(k.name, prefix), ids)
+		if t := snap.Tables[table]; t != nil && len(k.name) > len(prefix) && strings.HasPrefix(k.name, prefix) && k.nsp == t.ShardsIn() {
+			return named{t.Schema(), prefix + base}, true
+		}
+		return named{}, false
 	}
 	for addr, m := range byNode {
 		tb := &pooling.OIDTables{In: make(map[uint32]uint32, len(m)), Out: map[uint32]uint32{}, Canon: make(map[uint32]bool, len(canon))}
@@ -156,12 +166,10 @@ func (s *Server) readTypes(db string) error {
 			// node's of its name.
 			var c uint32
 			ok := false
-			if base := unshardName(k.name, ids); base != k.name {
-				c, ok = canon[named{k.nsp, base}]
-			} else if len(k.name) > 1 && k.name[0] == '_' {
-				if base := unshardName(k.name[1:], ids); base != k.name[1:] {
-					c, ok = canon[named{k.nsp, "_" + base}]
-				}
+			if t, is := rowType(k, ""); is {
+				c, ok = canon[t]
+			} else if t, is := rowType(k, "_"); is {
+				c, ok = canon[t]
 			}
 			if !ok {
 				c, ok = canon[k]

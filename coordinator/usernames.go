@@ -34,6 +34,14 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 		return false
 	}
 	changed := false
+	if er.SchemaName != "" {
+		// The schema of a shard's table, wherever its shards are.
+		if _, table := unshard(er.TableName, ids); table != "" {
+			if sch := snap.Tables[table].Schema(); sch != er.SchemaName {
+				er.SchemaName, changed = sch, true
+			}
+		}
+	}
 	one := func(s *string, quoted bool) {
 		var out string
 		if quoted {
@@ -69,8 +77,8 @@ func userNamesBody(snap *metadata.Snapshot, body []byte) []byte {
 }
 
 // shardIDs collects the catalog's shard ids that end a name in er's
-// fields; nil when none could.
-func shardIDs(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) map[int64]bool {
+// fields, with their tables' names; nil when none could.
+func shardIDs(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) map[int64]string {
 	var want []int64
 	for _, s := range []string{er.TableName, er.ConstraintName, er.Message, er.Detail} {
 		for i := strings.IndexByte(s, '_'); i >= 0; {
@@ -91,34 +99,58 @@ func shardIDs(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) map[int64]boo
 	if len(want) == 0 {
 		return nil
 	}
-	ids := map[int64]bool{}
-	for _, shards := range snap.Shards {
+	return shardTables(snap, want)
+}
+
+// shardTables maps those of ids that are the catalog's shards to their
+// tables' names; nil when none is.
+func shardTables(snap *metadata.Snapshot, ids []int64) map[int64]string {
+	var out map[int64]string
+	for table, shards := range snap.Shards {
 		for _, sh := range shards {
-			for _, w := range want {
-				if sh.ID == w {
-					ids[w] = true
+			if slices.Contains(ids, sh.ID) {
+				if out == nil {
+					out = map[int64]string{}
 				}
+				out[sh.ID] = table
 			}
 		}
 	}
-	return ids
+	return out
 }
 
-// unshardName drops a shard id suffix (_N) from a name.
-func unshardName(name string, ids map[int64]bool) string {
+// unshard splits a shard id suffix (_N) off a name: the name without it
+// and the shard's table, or name and "" when it has none of ids.
+func unshard(name string, ids map[int64]string) (string, string) {
 	i := strings.LastIndexByte(name, '_')
-	if i <= 0 || i == len(name)-1 {
-		return name
+	if i <= 0 || i == len(name)-1 || name[i+1] == '0' || name[i+1] == '+' || name[i+1] == '-' {
+		return name, ""
 	}
 	id, err := strconv.ParseInt(name[i+1:], 10, 64)
-	if err != nil || !ids[id] || name[i+1] == '0' || name[i+1] == '+' || name[i+1] == '-' {
+	if err != nil || ids[id] == "" {
+		return name, ""
+	}
+	return name[:i], ids[id]
+}
+
+// unshardName drops a shard id suffix (_N) from a name. A name qualified
+// with the shards' schema (metadata.ShardsSchema.accounts_102008) becomes
+// the table's schema-qualified name.
+func unshardName(name string, ids map[int64]string) string {
+	base, table := unshard(name, ids)
+	if table == "" {
 		return name
 	}
-	return name[:i]
+	if dot := strings.LastIndexByte(base, '.'); dot >= 0 {
+		if base[:dot] == metadata.ShardsSchema && strings.HasSuffix(table, "."+base[dot+1:]) {
+			return table
+		}
+	}
+	return base
 }
 
 // unshardQuoted maps every double-quoted name in s.
-func unshardQuoted(s string, ids map[int64]bool) string {
+func unshardQuoted(s string, ids map[int64]string) string {
 	var b strings.Builder
 	for {
 		i := strings.IndexByte(s, '"')

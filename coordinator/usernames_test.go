@@ -60,6 +60,10 @@ func TestErrorsNameUserTables(t *testing.T) {
 				what, pe.Code, pe.TableName, pe.ConstraintName, pe.Message, pe.Detail,
 				we.Code, we.TableName, we.ConstraintName, we.Message, we.Detail)
 		}
+		// The table's schema, not the shards' (PostgreSQL's is the temporary one).
+		if we.SchemaName != "" && pe.SchemaName != "public" {
+			t.Errorf("%s: schema %q, want public", what, pe.SchemaName)
+		}
 	}
 	run := func(conn *pgx.Conn, sql string, mode pgx.QueryExecMode, args ...any) error {
 		_, err := conn.Exec(ctx, sql, append([]any{mode}, args...)...)

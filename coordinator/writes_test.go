@@ -370,7 +370,7 @@ func TestReferenceWritesStayIdentical(t *testing.T) {
 		}
 		var copies []string
 		for _, s := range cl.Servers {
-			copies = append(copies, tableRows(t, connect(t, s.Addr()), "SELECT * FROM "+table+"_"+shard+" ORDER BY id"))
+			copies = append(copies, tableRows(t, connect(t, s.Addr()), "SELECT * FROM pgfleet_shards."+table+"_"+shard+" ORDER BY id"))
 		}
 		if copies[0] != copies[1] || copies[0] == "" {
 			t.Errorf("copies of %s differ:\n%s\n---\n%s", table, copies[0], copies[1])
@@ -607,7 +607,7 @@ func TestAddNodeCopiesReferenceTables(t *testing.T) {
 	}
 	var copies []string
 	for _, s := range append(cl.Servers, third.Servers...) {
-		copies = append(copies, tableRows(t, connect(t, s.Addr()), "SELECT id, name, k FROM an_r_"+shard+" ORDER BY id"))
+		copies = append(copies, tableRows(t, connect(t, s.Addr()), "SELECT id, name, k FROM pgfleet_shards.an_r_"+shard+" ORDER BY id"))
 	}
 	if copies[0] != copies[1] || copies[0] != copies[2] {
 		t.Errorf("copies differ: %d, %d and %d bytes", len(copies[0]), len(copies[1]), len(copies[2]))
@@ -642,18 +642,18 @@ func TestAddNodeCopiesReferenceTables(t *testing.T) {
 	exec(t, c, "UPDATE an_r SET name = 'changed' WHERE id = 7", simple)
 	exec(t, c, "UPDATE an_r SET name = $1 WHERE id = 8", "changed")
 	for _, s := range append(cl.Servers, third.Servers...) {
-		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM an_r_"+shard+" WHERE name = 'changed'"); got != "2" {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM pgfleet_shards.an_r_"+shard+" WHERE name = 'changed'"); got != "2" {
 			t.Errorf("%s: %s changed rows, want 2", s.Addr(), got)
 		}
 		// A write planned for the two old copies (a coordinator that has
 		// not seen the new node) is refused by every copy.
-		if _, err := connect(t, s.Addr()).Exec(ctx, "UPDATE an_r_"+shard+" SET name = 'stale' WHERE id = 9 /* pgfleet:copies=2 */", simple); sqlState(err) != "40001" {
+		if _, err := connect(t, s.Addr()).Exec(ctx, "UPDATE pgfleet_shards.an_r_"+shard+" SET name = 'stale' WHERE id = 9 /* pgfleet:copies=2 */", simple); sqlState(err) != "40001" {
 			t.Errorf("%s: a write for 2 copies: %v, want 40001", s.Addr(), err)
 		}
 	}
 	exec(t, c, "TRUNCATE an_r", simple)
 	for _, s := range append(cl.Servers, third.Servers...) {
-		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM an_r_"+shard); got != "0" {
+		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM pgfleet_shards.an_r_"+shard); got != "0" {
 			t.Errorf("%s: %s rows after TRUNCATE", s.Addr(), got)
 		}
 	}

@@ -95,6 +95,7 @@ type placement struct {
 	shard  int64
 	lo, hi string
 	addr   string
+	schema string // of the shard tables
 }
 
 // check verifies the invariants and returns a description of each
@@ -128,8 +129,10 @@ func (ch *checker) checkTable(ctx context.Context, t *table) ([]string, error) {
 		return nil, err
 	}
 	slices.Sort(want)
-	catalog, err := query(ctx, ch.meta, fmt.Sprintf(`SELECT s.shardid, s.min_hash, s.max_hash, n.host || ':' || n.port
-		FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+	catalog, err := query(ctx, ch.meta, fmt.Sprintf(`SELECT s.shardid, s.min_hash, s.max_hash, n.host || ':' || n.port,
+			coalesce(t.shard_schema, 'public')
+		FROM pgfleet.shards s JOIN pgfleet.tables t ON t.name = s.table_name
+		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
 		WHERE s.table_name = 'public.%s' ORDER BY s.shardid, n.port`, t.name))
 	if err != nil {
 		return nil, err
@@ -142,7 +145,7 @@ func (ch *checker) checkTable(ctx context.Context, t *table) ([]string, error) {
 		f := strings.Split(row, "\x00|")
 		var p placement
 		fmt.Sscan(f[0], &p.shard)
-		p.lo, p.hi, p.addr = f[1], f[2], f[3]
+		p.lo, p.hi, p.addr, p.schema = f[1], f[2], f[3], f[4]
 		pls = append(pls, p)
 	}
 	var union []string
@@ -151,7 +154,7 @@ func (ch *checker) checkTable(ctx context.Context, t *table) ([]string, error) {
 		if c == nil {
 			return nil, fmt.Errorf("placement of %s on unknown node %s", t.name, p.addr)
 		}
-		shard := fmt.Sprintf("public.%s_%d", t.name, p.shard)
+		shard := fmt.Sprintf("%s.%s_%d", p.schema, t.name, p.shard)
 		got, err := query(ctx, c, fmt.Sprintf("SELECT %s FROM %s", cols, shard))
 		if err != nil {
 			return nil, err

@@ -47,6 +47,27 @@ type Table struct {
 	// table and its sequences live, and gives them to the shards, whose
 	// columns have no default.
 	Sequences []SeqColumn
+	// ShardSchema is the schema of the table's shards on the workers:
+	// ShardsSchema, or "" for a table distributed before shards had a
+	// schema of their own (its shards are in the table's schema).
+	ShardSchema string
+}
+
+// ShardsSchema is where a table's shards live on the workers: a schema of
+// their own, out of the user's search_path, so that psql's \dt, ORMs'
+// introspection and migration tools see the user's tables and not
+// accounts_102008 beside them.
+const ShardsSchema = "pgfleet_shards"
+
+// Schema is the table's schema ("public" for "public.accounts").
+func (t *Table) Schema() string { return t.Name[:strings.LastIndexByte(t.Name, '.')] }
+
+// ShardsIn is the schema that holds the table's shards.
+func (t *Table) ShardsIn() string {
+	if t.ShardSchema != "" {
+		return t.ShardSchema
+	}
+	return t.Schema()
 }
 
 // SeqColumn is a column of a table whose default is its sequence's next

@@ -56,6 +56,13 @@ DO $$ BEGIN
     ALTER TABLE pgfleet.tables ADD COLUMN sequences text[] NOT NULL DEFAULT '{}';
   END IF;
 END $$;
+-- The schema of the table's shards on the workers (ShardsSchema); NULL: the
+-- table's own, for tables distributed before shards had a schema of their own.
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = 'pgfleet.tables'::regclass AND attname = 'shard_schema') THEN
+    ALTER TABLE pgfleet.tables ADD COLUMN shard_schema text;
+  END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS pgfleet.shards (
 	shardid bigint PRIMARY KEY,
 	table_name text NOT NULL REFERENCES pgfleet.tables ON DELETE CASCADE,
@@ -419,8 +426,8 @@ func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWit
 		}
 
 		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables
-			(name, kind, dist_column, dist_type, colocation_id, shard_count, sequences)
-			VALUES ($1, 'h', $2, $3, $4, $5, $6)`, t.Name, t.DistColumn, t.DistType, group, count, seqText(t.Sequences)); err != nil {
+			(name, kind, dist_column, dist_type, colocation_id, shard_count, sequences, shard_schema)
+			VALUES ($1, 'h', $2, $3, $4, $5, $6, $7)`, t.Name, t.DistColumn, t.DistType, group, count, seqText(t.Sequences), ShardsSchema); err != nil {
 			return err
 		}
 		return insertShards(ctx, tx, t.Name, HashRanges(count), placements)
@@ -449,8 +456,8 @@ func (s *Store) CreateReferenceTable(ctx context.Context, name string, seqs ...S
 			return pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot create reference table %s: there are no active nodes", name).
 				WithHint("Add a worker node first.")
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables (name, kind, shard_count, sequences)
-			VALUES ($1, 'n', 1, $2)`, name, seqText(seqs)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.tables (name, kind, shard_count, sequences, shard_schema)
+			VALUES ($1, 'n', 1, $2, $3)`, name, seqText(seqs), ShardsSchema); err != nil {
 			return err
 		}
 		return insertShards(ctx, tx, name, [][2]int32{{math.MinInt32, math.MaxInt32}}, [][]int32{nodes})
@@ -614,7 +621,7 @@ func load(ctx context.Context, q querier) (*Snapshot, error) {
 	}
 
 	rows, err = q.Query(ctx, `SELECT name, kind::text, coalesce(dist_column, ''), coalesce(dist_type, ''),
-		coalesce(colocation_id, 0), shard_count, sequences FROM pgfleet.tables ORDER BY name`)
+		coalesce(colocation_id, 0), shard_count, sequences, coalesce(shard_schema, '') FROM pgfleet.tables ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +629,7 @@ func load(ctx context.Context, q querier) (*Snapshot, error) {
 		t := &Table{}
 		var kind string
 		var seqs []string
-		if err := rows.Scan(&t.Name, &kind, &t.DistColumn, &t.DistType, &t.ColocationID, &t.ShardCount, &seqs); err != nil {
+		if err := rows.Scan(&t.Name, &kind, &t.DistColumn, &t.DistType, &t.ColocationID, &t.ShardCount, &seqs, &t.ShardSchema); err != nil {
 			rows.Close()
 			return nil, err
 		}

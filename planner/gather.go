@@ -139,7 +139,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		if t.Kind == metadata.Reference {
 			// Its copy on the worker (the logical table there, on the
 			// default node, is empty).
-			rv.Relname = metadata.ShardName(rv.Relname, b.cat.Shards[t.Name][0].ID)
+			toShard(rv, t, rv.Relname, b.cat.Shards[t.Name][0].ID)
 			return
 		}
 		aliases = append(aliases, rv.Alias.Aliasname)
@@ -170,8 +170,8 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		CheckCollation: []string{"*"}}
 	for _, d := range dists {
 		m.Tables = append(m.Tables, d.Name)
-		schema, rel, _ := strings.Cut(d.Name, ".")
-		sc.CheckRelations = append(sc.CheckRelations, quoteIdent(schema)+"."+quoteIdent(metadata.ShardName(rel, b.cat.Shards[d.Name][0].ID)))
+		_, rel, _ := strings.Cut(d.Name, ".")
+		sc.CheckRelations = append(sc.CheckRelations, quoteIdent(d.ShardsIn())+"."+quoteIdent(metadata.ShardName(rel, b.cat.Shards[d.Name][0].ID)))
 	}
 	if len(dists) == 1 {
 		schema, rel, _ := strings.Cut(dist.Name, ".")
@@ -209,7 +209,7 @@ func (b *builder) gatherWorkers(dists []*metadata.Table) ([]WorkerQuery, error) 
 	first := map[int32][]int{} // the first table's shard indexes there
 	var nodes []int32
 	for k, d := range dists {
-		schema, rel, _ := strings.Cut(d.Name, ".")
+		schema, rel := d.ShardsIn(), d.Name[len(d.Schema())+1:]
 		for i, sh := range b.cat.Shards[d.Name] {
 			if len(sh.Nodes) == 0 {
 				return nil, pgerr.New(pgerr.Internal, "shard %d of %s has no placement", sh.ID, d.Name)

@@ -321,6 +321,7 @@ func (b *builder) shardTrees(stmt *pg_query.Node, idxs []int) ([]*pg_query.Node,
 	type ref struct {
 		rv     *pg_query.RangeVar
 		rel    string
+		t      *metadata.Table
 		shards []metadata.Shard
 		one    bool // a reference table: its one shard
 	}
@@ -334,7 +335,7 @@ func (b *builder) shardTrees(stmt *pg_query.Node, idxs []int) ([]*pg_query.Node,
 			if rv.Alias == nil {
 				rv.Alias = &pg_query.Alias{Aliasname: rv.Relname}
 			}
-			refs = append(refs, ref{rv, rv.Relname, b.cat.Shards[t.Name], t.Kind == metadata.Reference})
+			refs = append(refs, ref{rv, rv.Relname, t, b.cat.Shards[t.Name], t.Kind == metadata.Reference})
 		}
 	})
 	ins := base.GetInsertStmt()
@@ -353,7 +354,7 @@ func (b *builder) shardTrees(stmt *pg_query.Node, idxs []int) ([]*pg_query.Node,
 				ins.OnConflictClause.Infer.Conname = conname
 				shardConstraint(ins, r.shards[i].ID)
 			}
-			r.rv.Relname = metadata.ShardName(r.rel, r.shards[i].ID)
+			toShard(r.rv, r.t, r.rel, r.shards[i].ID)
 		}
 		out = append(out, proto.Clone(base).(*pg_query.Node))
 	}
@@ -550,7 +551,7 @@ func (b *builder) relations(stmt *pg_query.Node) []string {
 		}
 		schema, rel := rv.Schemaname, rv.Relname
 		if t := lookup(b.cat, rv, ctes); t != nil {
-			schema = t.Name[:strings.IndexByte(t.Name, '.')]
+			schema = t.ShardsIn()
 			rel = metadata.ShardName(rel, b.cat.Shards[t.Name][0].ID)
 		} else if ctes.refs[rv] {
 			return

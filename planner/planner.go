@@ -1513,9 +1513,20 @@ func (b *builder) rewriteTree(stmt *pg_query.Node, idx int) (*pg_query.Node, err
 		if ins := clone.GetInsertStmt(); ins != nil && ins.Relation == rv {
 			shardConstraint(ins, shards[i].ID)
 		}
-		rv.Relname = metadata.ShardName(rv.Relname, shards[i].ID)
+		toShard(rv, t, rv.Relname, shards[i].ID)
 	})
 	return clone, err
+}
+
+// toShard makes rv name shard id of table t (relation name rel): the
+// shard's name, in the shards' schema when they have their own (a table
+// distributed before they had keeps the user's qualification, and its
+// shards are found where its name is).
+func toShard(rv *pg_query.RangeVar, t *metadata.Table, rel string, id int64) {
+	rv.Relname = metadata.ShardName(rel, id)
+	if t.ShardSchema != "" {
+		rv.Catalogname, rv.Schemaname = "", t.ShardSchema
+	}
 }
 
 // shardConstraint renames the constraint of an INSERT's ON CONFLICT ON

@@ -136,9 +136,10 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		if err != nil {
 			return fail(o.nodes.wrap(err, "cannot read the definition of %s on node %s", name, o.nodes.describe(o.home)))
 		}
+		shardSchema := snap.Tables[name].ShardsIn()
 		shardName := metadata.ShardName(def.Name, sh.ID)
-		shardIdent := pgx.Identifier{def.Schema, shardName}.Sanitize()
-		shardQual := def.Schema + "." + shardName
+		shardIdent := pgx.Identifier{shardSchema, shardName}.Sanitize()
+		shardQual := shardSchema + "." + shardName
 		src := slices.Min(sh.Nodes)
 		srcTx, err := begin(src)
 		if err != nil {
@@ -151,6 +152,11 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		if err := ensureSchema(ctx, newTx.conn, def.Schema); err != nil {
 			return fail(o.nodes.wrap(err, "cannot create schema %q on node %s", def.Schema, at))
 		}
+		if shardSchema == metadata.ShardsSchema {
+			if err := ensureShardsSchema(ctx, newTx.conn); err != nil {
+				return fail(o.nodes.wrap(err, "cannot create schema %s on node %s", shardSchema, at))
+			}
+		}
 		types, err := columnTypes(ctx, o.homeConn(), def.OID)
 		if err != nil {
 			return fail(o.nodes.wrap(err, "cannot read the types of %s on node %s", name, o.nodes.describe(o.home)))
@@ -158,7 +164,7 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		if err := ensureTypes(ctx, newTx.conn, types); err != nil {
 			return fail(o.nodes.wrap(err, "cannot create the types of %s on node %s", name, at))
 		}
-		stmts := def.CreateSQL(shardName)
+		stmts := def.CreateSQL(shardSchema, shardName)
 		if _, err := newTx.conn.Exec(ctx, stmts[0]); err != nil {
 			return fail(o.nodes.wrap(err, "cannot create %s on node %s", shardQual, at))
 		}

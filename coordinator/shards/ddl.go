@@ -280,7 +280,7 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 
 	for _, tg := range d.targets {
 		for _, sh := range snap.Shards[tg.table.Name] {
-			shardQual := tg.schema + "." + metadata.ShardName(tg.rel, sh.ID)
+			shardQual := tg.table.ShardsIn() + "." + metadata.ShardName(tg.rel, sh.ID)
 			sql, err := d.shardSQL(tg, sh.ID)
 			if err != nil {
 				return "", pgerr.New(pgerr.Internal, "cannot rewrite %s for shard %s: %v", d.kind, shardQual, err)
@@ -1080,7 +1080,7 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 		return suffixed(s, suffix)
 	}
 	toShard := func(rv *pg_query.RangeVar) {
-		rv.Catalogname, rv.Schemaname, rv.Relname = "", tg.schema, shard
+		rv.Catalogname, rv.Schemaname, rv.Relname = "", tg.table.ShardsIn(), shard
 	}
 	var out *pg_query.Node
 	switch s := d.stmt.Node.(type) {
@@ -1120,12 +1120,12 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 	case *pg_query.Node_TruncateStmt:
 		out = &pg_query.Node{Node: &pg_query.Node_TruncateStmt{TruncateStmt: &pg_query.TruncateStmt{
 			Relations: []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{
-				Schemaname: tg.schema, Relname: shard, Inh: true, Relpersistence: "p"}}}},
+				Schemaname: tg.table.ShardsIn(), Relname: shard, Inh: true, Relpersistence: "p"}}}},
 			RestartSeqs: s.TruncateStmt.RestartSeqs,
 			Behavior:    s.TruncateStmt.Behavior,
 		}}}
 	case *pg_query.Node_DropStmt:
-		obj := []*pg_query.Node{pg_query.MakeStrNode(tg.schema), pg_query.MakeStrNode(shard)}
+		obj := []*pg_query.Node{pg_query.MakeStrNode(tg.table.ShardsIn()), pg_query.MakeStrNode(shard)}
 		if s.DropStmt.RemoveType == pg_query.ObjectType_OBJECT_INDEX {
 			obj[1] = pg_query.MakeStrNode(name(tg.index))
 		}

@@ -18,7 +18,8 @@ func rewriteSnap() *metadata.Snapshot {
 		Tables: map[string]*metadata.Table{
 			"public.items": {Name: "public.items", Kind: metadata.Distributed, DistColumn: "id", DistType: "int8", ShardCount: 2},
 			"app.kinds":    {Name: "app.kinds", Kind: metadata.Reference},
-			"public.Mixed": {Name: "public.Mixed", Kind: metadata.Distributed, DistColumn: "Key", DistType: "text", ShardCount: 1},
+			"public.Mixed": {Name: "public.Mixed", Kind: metadata.Distributed, DistColumn: "Key", DistType: "text", ShardCount: 1,
+				ShardSchema: metadata.ShardsSchema},
 		},
 		Shards: map[string][]metadata.Shard{
 			"public.items": {{ID: 102008, Table: "public.items", MinHash: -1 << 31, MaxHash: -1, Nodes: []int32{1}},
@@ -52,10 +53,10 @@ func TestDDLRewrite(t *testing.T) {
 				"VALIDATE CONSTRAINT v_102008, ALTER COLUMN qty TYPE bigint USING qty::bigint, ALTER COLUMN qty SET DEFAULT 0, " +
 				"ALTER COLUMN qty DROP DEFAULT, ALTER COLUMN qty SET NOT NULL, ALTER COLUMN qty DROP NOT NULL, DROP old, ADD CHECK (qty > 0)"},
 		{`CREATE UNIQUE INDEX "Idx" ON "Mixed" ("Key", "Other") INCLUDE (x) NULLS NOT DISTINCT WITH (fillfactor = 70)`, "public.Mixed", "",
-			`CREATE UNIQUE INDEX "Idx_102011" ON public."Mixed_102011" USING btree ("Key", "Other") INCLUDE (x) NULLS NOT DISTINCT WITH (fillfactor=70)`},
+			`CREATE UNIQUE INDEX "Idx_102011" ON pgfleet_shards."Mixed_102011" USING btree ("Key", "Other") INCLUDE (x) NULLS NOT DISTINCT WITH (fillfactor=70)`},
 		{`ALTER TABLE "Mixed" ADD COLUMN IF NOT EXISTS "New" int, DROP COLUMN IF EXISTS "Old", ADD CONSTRAINT "Pk" PRIMARY KEY ("Key")`, "public.Mixed", "",
-			`ALTER TABLE public."Mixed_102011" ADD COLUMN IF NOT EXISTS "New" int, DROP IF EXISTS "Old", ADD CONSTRAINT "Pk_102011" PRIMARY KEY ("Key")`},
-		{`DROP TABLE "Mixed"`, "public.Mixed", "", `DROP TABLE public."Mixed_102011"`},
+			`ALTER TABLE pgfleet_shards."Mixed_102011" ADD COLUMN IF NOT EXISTS "New" int, DROP IF EXISTS "Old", ADD CONSTRAINT "Pk_102011" PRIMARY KEY ("Key")`},
+		{`DROP TABLE "Mixed"`, "public.Mixed", "", `DROP TABLE pgfleet_shards."Mixed_102011"`},
 		{"ALTER TABLE items RENAME COLUMN qty TO amount", "public.items", "",
 			"ALTER TABLE public.items_102008 RENAME COLUMN qty TO amount"},
 		{"ALTER TABLE app.kinds RENAME CONSTRAINT a TO b", "app.kinds", "",

@@ -38,7 +38,7 @@ type placement struct {
 	w    int    // worker index
 	id   int64  // shard id
 	rel  string // items_102008
-	qual string // public.items_102008
+	qual string // pgfleet_shards.items_102008
 }
 
 func (p placement) String() string { return fmt.Sprintf("%s on worker %d", p.qual, p.w) }
@@ -46,7 +46,8 @@ func (p placement) String() string { return fmt.Sprintf("%s on worker %d", p.qua
 // placements lists every placement of a table's shards.
 func (e *env) placements(snap *metadata.Snapshot, table string) []placement {
 	e.t.Helper()
-	schema, rel, _ := strings.Cut(table, ".")
+	_, rel, _ := strings.Cut(table, ".")
+	schema := snap.Tables[table].ShardsIn()
 	var out []placement
 	for _, sh := range snap.Shards[table] {
 		for _, node := range sh.Nodes {
@@ -79,10 +80,12 @@ func (e *env) mustDDL(snap *metadata.Snapshot, sql, wantTag string) *metadata.Sn
 	return after
 }
 
-// indexes lists the indexes of a table (schema public) on worker i.
-func (e *env) indexes(i int, rel string) []string {
+// indexes lists the indexes of a table (a qualified name, or one in schema
+// public) on worker i.
+func (e *env) indexes(i int, qualified string) []string {
 	e.t.Helper()
-	return e.strings(i, `SELECT indexname::text FROM pg_indexes WHERE schemaname = 'public' AND tablename = $1 ORDER BY 1`, rel)
+	return e.strings(i, `SELECT c.relname::text FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+		WHERE x.indrelid = to_regclass($1) ORDER BY 1`, qualified)
 }
 
 // constraints lists the constraints of a table on worker i.
@@ -117,7 +120,7 @@ func TestDDLIndexes(t *testing.T) {
 	// under its own.
 	snap = e.mustDDL(snap, "CREATE INDEX items_name_idx ON items (name)", "CREATE INDEX")
 	for _, p := range items {
-		if got := e.indexes(p.w, p.rel); !slices.Contains(got, fmt.Sprintf("items_name_idx_%d", p.id)) {
+		if got := e.indexes(p.w, p.qual); !slices.Contains(got, fmt.Sprintf("items_name_idx_%d", p.id)) {
 			t.Errorf("%s has indexes %v, want items_name_idx_%d", p, got, p.id)
 		}
 	}
@@ -142,7 +145,7 @@ func TestDDLIndexes(t *testing.T) {
 	// CONCURRENTLY on a reference table: both copies and the shell.
 	snap = e.mustDDL(snap, "CREATE UNIQUE INDEX CONCURRENTLY kinds_label_key ON kinds (label)", "CREATE INDEX")
 	for _, p := range kinds {
-		if got := e.indexes(p.w, p.rel); !slices.Contains(got, fmt.Sprintf("kinds_label_key_%d", p.id)) {
+		if got := e.indexes(p.w, p.qual); !slices.Contains(got, fmt.Sprintf("kinds_label_key_%d", p.id)) {
 			t.Errorf("%s has indexes %v, want kinds_label_key_%d", p, got, p.id)
 		}
 	}
@@ -181,7 +184,7 @@ func TestDDLIndexes(t *testing.T) {
 	}
 	snap = e.mustDDL(snap, "DROP INDEX CONCURRENTLY items_qty_idx, kinds_label_key", "DROP INDEX")
 	for _, p := range append(items, kinds...) {
-		for _, ix := range e.indexes(p.w, p.rel) {
+		for _, ix := range e.indexes(p.w, p.qual) {
 			if strings.HasPrefix(ix, "items_qty_idx") || strings.HasPrefix(ix, "kinds_label_key") {
 				t.Errorf("%s still has index %s", p, ix)
 			}
@@ -337,7 +340,7 @@ func TestDDLAlterTable(t *testing.T) {
 func (e *env) verifyNoChange(items []placement, prefix string, except placement, keep string) {
 	e.t.Helper()
 	for _, p := range items {
-		names := append(e.indexes(p.w, p.rel), e.constraints(p.w, p.qual)...)
+		names := append(e.indexes(p.w, p.qual), e.constraints(p.w, p.qual)...)
 		for _, n := range names {
 			if strings.HasPrefix(n, prefix) && !(p == except && n == keep) {
 				e.t.Errorf("%s has %s after the failure", p, n)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -226,10 +227,12 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 	if _, err := home.Exec(ctx, "LOCK TABLE "+shell+" IN EXCLUSIVE MODE"); err != nil {
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot lock %s on node %s", name, o.nodes.describe(o.home)))
 	}
-	if snap.Table(name) == nil {
+	t := snap.Table(name)
+	if t == nil {
 		return nil, o.fail(ctx, pgerr.New(pgerr.UndefinedTable, "table %s is not distributed", name))
 	}
 	shards := snap.Shards[name]
+	shardSchema := t.ShardsIn()
 	var placed []int32
 	for _, sh := range shards {
 		placed = append(placed, sh.Nodes...)
@@ -247,12 +250,12 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 	// nothing (each wait bounded by opLockTimeout).
 	byNode := map[int32][]string{}
 	for _, sh := range shards {
-		shardQual := r.schema + "." + metadata.ShardName(r.name, sh.ID)
+		shardQual := shardSchema + "." + metadata.ShardName(r.name, sh.ID)
 		if len(sh.Nodes) == 0 {
 			return nil, o.fail(ctx, pgerr.New(pgerr.ObjectNotInPrerequisite, "shard %s has no placements", shardQual))
 		}
 		for _, node := range sh.Nodes {
-			byNode[node] = append(byNode[node], pgx.Identifier{r.schema, metadata.ShardName(r.name, sh.ID)}.Sanitize())
+			byNode[node] = append(byNode[node], pgx.Identifier{shardSchema, metadata.ShardName(r.name, sh.ID)}.Sanitize())
 		}
 	}
 	for _, node := range slices.Sorted(maps.Keys(byNode)) {
@@ -266,8 +269,8 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 	}
 	for _, sh := range shards {
 		shardName := metadata.ShardName(r.name, sh.ID)
-		shardIdent := pgx.Identifier{r.schema, shardName}.Sanitize()
-		shardQual := r.schema + "." + shardName
+		shardIdent := pgx.Identifier{shardSchema, shardName}.Sanitize()
+		shardQual := shardSchema + "." + shardName
 		src := sh.Nodes[0]
 		if slices.Contains(sh.Nodes, o.home) {
 			src = o.home
@@ -329,6 +332,8 @@ type op struct {
 	g        *group
 	recorded string         // catalog name to remove again on failure
 	schemas  map[int32]bool // nodes that have the table's schema and types
+	// shardsSchema: nodes known to have metadata.ShardsSchema.
+	shardsSchema map[int32]bool
 	types    []userType     // the types the table's columns use (nil: not read yet)
 }
 
@@ -346,7 +351,8 @@ func start(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n, store), schemas: map[int32]bool{}}
+	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup(name, n, store), schemas: map[int32]bool{},
+		shardsSchema: map[int32]bool{}}
 	o.g.beginStmt = opBeginSQL
 	o.g.inClient = inClient
 	o.learn(snap)
@@ -444,7 +450,7 @@ func (o *op) recordedIfUnsure(err error, name string) {
 // when where is empty), and adds its constraints and indexes.
 func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node int32, where string) error {
 	shardName := metadata.ShardName(def.Name, sh.ID)
-	shardQual := def.Schema + "." + shardName
+	shardQual := metadata.ShardsSchema + "." + shardName
 	if len(shardName) > metadata.MaxIdentLen {
 		return pgerr.New(pgerr.NameTooLong, "shard name %q is longer than %d bytes", shardName, metadata.MaxIdentLen).
 			WithHint("Rename table %s to a shorter name first.", def.CatalogName())
@@ -470,11 +476,17 @@ func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node i
 		}
 		o.schemas[node] = true
 	}
-	stmts := def.CreateSQL(shardName)
+	if !o.shardsSchema[node] {
+		if err := ensureShardsSchema(ctx, tx.conn); err != nil {
+			return o.nodes.wrap(err, "cannot create schema %s for shard %s on node %s", metadata.ShardsSchema, shardName, at)
+		}
+		o.shardsSchema[node] = true
+	}
+	stmts := def.CreateSQL(metadata.ShardsSchema, shardName)
 	if _, err := tx.conn.Exec(ctx, stmts[0]); err != nil {
 		return o.nodes.wrap(err, "cannot create shard %s on node %s", shardQual, at)
 	}
-	target := pgx.Identifier{def.Schema, shardName}.Sanitize()
+	target := pgx.Identifier{metadata.ShardsSchema, shardName}.Sanitize()
 	cols := def.copyColumns()
 	selectSQL := "SELECT " + cols + " FROM " + def.Ident() + where
 	if node == o.home {
@@ -659,6 +671,27 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
 		return nil
 	}
 	_, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	return err
+}
+
+// ensureShardsSchema creates metadata.ShardsSchema on a node when it is not
+// there, open to every role (USAGE and CREATE, as shards of any role's
+// tables are made in it; it is in no one's search_path, and pgfleet names
+// it in every statement on a shard).
+func ensureShardsSchema(ctx context.Context, conn *pgx.Conn) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)",
+		metadata.ShardsSchema).Scan(&exists); err != nil || exists {
+		return err
+	}
+	ident := pgx.Identifier{metadata.ShardsSchema}.Sanitize()
+	_, err := conn.Exec(ctx, "CREATE SCHEMA "+ident+"; GRANT USAGE, CREATE ON SCHEMA "+ident+" TO PUBLIC")
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgerr.InsufficientPrivilege {
+		return pgerr.New(pgerr.InsufficientPrivilege, "permission denied to create schema %s for shards: %s", metadata.ShardsSchema, pe.Message).
+			WithHint("Have a superuser run CREATE SCHEMA %s; GRANT USAGE, CREATE ON SCHEMA %s TO PUBLIC in this database on every worker, or distribute the table as a role that may create schemas.",
+				metadata.ShardsSchema, metadata.ShardsSchema)
+	}
 	return err
 }
 

@@ -122,8 +122,8 @@ func NewLoader(ctx context.Context, store *metadata.Store, snap *metadata.Snapsh
 
 // statements makes the shards' COPY statements.
 func (l *Loader) statements() {
-	rel := l.table.Name[strings.IndexByte(l.table.Name, '.')+1:]
-	schema := l.table.Name[:strings.IndexByte(l.table.Name, '.')]
+	rel := l.table.Name[len(l.table.Schema())+1:]
+	schema := l.table.ShardsIn()
 	colList := ""
 	if cols := append(slices.Clip(l.columns), l.fill...); len(cols) > 0 {
 		q := make([]string, len(cols))

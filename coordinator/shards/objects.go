@@ -76,8 +76,8 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 	n := tree.Stmts[0].Stmt
 	if s := n.GetRenameStmt(); s != nil && s.RenameType == pg_query.ObjectType_OBJECT_SCHEMA && snap != nil {
 		for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
-			if strings.HasPrefix(name, s.Subname+".") {
-				return "", unsupportedDDL("ALTER SCHEMA %s RENAME is not supported: it has %s", s.Subname, describeTable(snap.Tables[name])).
+			if holds(snap.Tables[name], s.Subname) {
+				return "", unsupportedDDL("ALTER SCHEMA %s RENAME is not supported: it has %s", s.Subname, describeHeld(snap.Tables[name], s.Subname)).
 					WithHint("Undistribute its distributed and reference tables first (undistribute_table), rename, then distribute them again.")
 			}
 		}
@@ -89,8 +89,8 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 		for _, o := range d.Objects {
 			schema := o.GetString_().GetSval()
 			for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
-				if strings.HasPrefix(name, schema+".") {
-					return "", unsupportedDDL("DROP SCHEMA %s is not supported: it has %s", schema, describeTable(snap.Tables[name])).
+				if holds(snap.Tables[name], schema) {
+					return "", unsupportedDDL("DROP SCHEMA %s is not supported: it has %s", schema, describeHeld(snap.Tables[name], schema)).
 						WithHint("Drop its distributed and reference tables first.")
 				}
 			}
@@ -101,6 +101,19 @@ func ClassifyObjectDDL(sql string, snap *metadata.Snapshot) (other string, err e
 		return "", nil
 	}
 	return other, nil
+}
+
+// holds says whether schema holds table t or its shards.
+func holds(t *metadata.Table, schema string) bool {
+	return t.Schema() == schema || t.ShardsIn() == schema
+}
+
+// describeHeld names what schema holds of t: the table, or its shards.
+func describeHeld(t *metadata.Table, schema string) string {
+	if t.Schema() == schema {
+		return describeTable(t)
+	}
+	return "the shards of " + describeTable(t)
 }
 
 // cascadeDrop is n if it is DROP ... CASCADE of a type, domain, collation,

@@ -27,7 +27,8 @@ func (e *env) verifyDistributed(snap *metadata.Snapshot, catalog, key, hashfn, t
 	if tab.Kind != metadata.Distributed || tab.DistColumn != key || tab.DistType != typ || tab.ShardCount != wantShards {
 		t.Errorf("catalog entry %+v, want distributed by %s (%s) with %d shards", *tab, key, typ, wantShards)
 	}
-	schema, rel, _ := strings.Cut(catalog, ".")
+	_, rel, _ := strings.Cut(catalog, ".")
+	schema := snap.Tables[catalog].ShardsIn()
 	shardList := snap.Shards[catalog]
 	if len(shardList) != wantShards {
 		t.Fatalf("%d shards, want %d", len(shardList), wantShards)
@@ -111,7 +112,8 @@ func (e *env) verifyUntouched(catalog, key string, want []string, others [][]str
 		if others != nil {
 			allowed = others[i]
 		}
-		if got := e.relations(i, schema, rel+"_"); !slices.Equal(got, allowed) {
+		got := append(e.relations(i, schema, rel+"_"), e.relations(i, metadata.ShardsSchema, rel+"_")...)
+		if !slices.Equal(got, allowed) {
 			t.Errorf("worker %d has tables %v, want %v", i, got, allowed)
 		}
 	}
@@ -165,17 +167,17 @@ func TestDistributeInt8(t *testing.T) {
 		name := metadata.ShardName("accounts", sh.ID)
 		sfx := fmt.Sprintf("_%d", sh.ID)
 		idx := e.strings(i, `SELECT indexname || ': ' || indexdef FROM pg_indexes
-			WHERE schemaname = 'public' AND tablename = $1 ORDER BY 1`, name)
+			WHERE schemaname = 'pgfleet_shards' AND tablename = $1 ORDER BY 1`, name)
 		wantIdx := []string{
-			"accounts_owner_idx" + sfx + ": CREATE INDEX accounts_owner_idx" + sfx + " ON public." + name +
+			"accounts_owner_idx" + sfx + ": CREATE INDEX accounts_owner_idx" + sfx + " ON pgfleet_shards." + name +
 				" USING btree (owner) WHERE (balance > (0)::numeric)",
-			"accounts_pkey" + sfx + ": CREATE UNIQUE INDEX accounts_pkey" + sfx + " ON public." + name + " USING btree (id)",
+			"accounts_pkey" + sfx + ": CREATE UNIQUE INDEX accounts_pkey" + sfx + " ON pgfleet_shards." + name + " USING btree (id)",
 		}
 		if !slices.Equal(idx, wantIdx) {
 			t.Errorf("indexes of %s:\n%v\nwant\n%v", name, strings.Join(idx, "\n"), strings.Join(wantIdx, "\n"))
 		}
 		cons := e.strings(i, `SELECT conname || ' ' || contype::text || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
-			WHERE conrelid = $1::regclass ORDER BY 1`, "public."+name)
+			WHERE conrelid = $1::regclass ORDER BY 1`, "pgfleet_shards."+name)
 		wantCons := []string{
 			"accounts_pkey" + sfx + " p PRIMARY KEY (id)",
 			"balance_not_negative" + sfx + " c CHECK ((balance >= (0)::numeric))",
@@ -184,7 +186,7 @@ func TestDistributeInt8(t *testing.T) {
 			t.Errorf("constraints of %s: %v, want %v", name, cons, wantCons)
 		}
 		coll := e.strings(i, `SELECT collname::text FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
-			WHERE attrelid = $1::regclass AND attname = 'note'`, "public."+name)
+			WHERE attrelid = $1::regclass AND attname = 'note'`, "pgfleet_shards."+name)
 		if !slices.Equal(coll, []string{"C"}) {
 			t.Errorf("collation of %s.note: %v", name, coll)
 		}
@@ -198,7 +200,7 @@ func TestDistributeInt8(t *testing.T) {
 	var balance string
 	var twice int64
 	var created bool
-	if err := tx.QueryRow(e.ctx, fmt.Sprintf(`INSERT INTO public.%s (id, owner) VALUES (123456, 'x')
+	if err := tx.QueryRow(e.ctx, fmt.Sprintf(`INSERT INTO pgfleet_shards.%s (id, owner) VALUES (123456, 'x')
 		RETURNING balance::text, twice, created IS NOT NULL`, metadata.ShardName("accounts", sh.ID))).
 		Scan(&balance, &twice, &created); err != nil {
 		t.Fatal(err)
@@ -206,7 +208,7 @@ func TestDistributeInt8(t *testing.T) {
 	if balance != "0.00" || twice != 246912 || !created {
 		t.Errorf("defaults on a shard: balance %s, twice %d, created set %v", balance, twice, created)
 	}
-	if _, err := tx.Exec(e.ctx, fmt.Sprintf(`INSERT INTO public.%s (id, owner, balance) VALUES (1234567, 'x', -1)`,
+	if _, err := tx.Exec(e.ctx, fmt.Sprintf(`INSERT INTO pgfleet_shards.%s (id, owner, balance) VALUES (1234567, 'x', -1)`,
 		metadata.ShardName("accounts", sh.ID))); err == nil {
 		t.Error("a shard accepted a row that violates the CHECK constraint")
 	}
@@ -263,7 +265,7 @@ func TestDistributeTextAndUUID(t *testing.T) {
 	}
 	var keys []string
 	for _, sh := range snap.Shards["public.Mixed Case"] {
-		name := fmt.Sprintf(`public."Mixed Case_%d"`, sh.ID)
+		name := fmt.Sprintf(`pgfleet_shards."Mixed Case_%d"`, sh.ID)
 		i := e.worker(sh.Nodes[0])
 		if bad := e.int(i, fmt.Sprintf("SELECT count(*) FROM %s WHERE hashtext(k) NOT BETWEEN %d AND %d",
 			name, sh.MinHash, sh.MaxHash)); bad != 0 {
@@ -311,9 +313,9 @@ func TestColocateWith(t *testing.T) {
 	// A join of colocated shards on one node sees matching rows.
 	for i := range sa {
 		w := e.worker(sa[i].Nodes[0])
-		n := e.int(w, fmt.Sprintf("SELECT count(*) FROM a_%d JOIN b_%d ON b_%d.a_id = a_%d.id",
+		n := e.int(w, fmt.Sprintf("SELECT count(*) FROM pgfleet_shards.a_%d JOIN pgfleet_shards.b_%d ON b_%d.a_id = a_%d.id",
 			sa[i].ID, sb[i].ID, sb[i].ID, sa[i].ID))
-		m := e.int(w, fmt.Sprintf("SELECT count(*) FROM b_%d WHERE a_id BETWEEN 1 AND 1000", sb[i].ID))
+		m := e.int(w, fmt.Sprintf("SELECT count(*) FROM pgfleet_shards.b_%d WHERE a_id BETWEEN 1 AND 1000", sb[i].ID))
 		if n != m {
 			t.Errorf("shard pair %d: %d rows of b join a, want %d", i, n, m)
 		}
@@ -333,13 +335,13 @@ func TestDistributeFailureCreatingShard(t *testing.T) {
 
 	// Shard 3 goes to the second worker; a table there has its name.
 	blocker := metadata.ShardName("t", e.nextShardID()+3)
-	e.exec(1, "CREATE TABLE "+blocker+" (x int)")
+	e.exec(1, "CREATE SCHEMA pgfleet_shards; CREATE TABLE pgfleet_shards."+blocker+" (x int)")
 	_, err := shards.Distribute(e.ctx, e.store, e.conns, e.home, "t", "id", 8, "")
-	wantCode(t, err, "42P07", "public."+blocker, fmt.Sprintf("node %d (%s)", e.ids[1], e.cl.Servers[1].Addr()))
+	wantCode(t, err, "42P07", "pgfleet_shards."+blocker, fmt.Sprintf("node %d (%s)", e.ids[1], e.cl.Servers[1].Addr()))
 	e.verifyUntouched("public.t", "id", want, [][]string{nil, {blocker}})
 
 	// With the obstacle gone it works, and the connections are fine.
-	e.exec(1, "DROP TABLE "+blocker)
+	e.exec(1, "DROP TABLE pgfleet_shards."+blocker)
 	snap, err := shards.Distribute(e.ctx, e.store, e.conns, e.home, "t", "id", 8, "")
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +361,7 @@ func TestDistributeFailureCopyingRows(t *testing.T) {
 	want := e.rowsOf(0, "public.t", "id")
 
 	_, err := shards.Distribute(e.ctx, e.store, e.conns, e.home, "t", "id", 4, "")
-	pe := wantCode(t, err, "23514", "cannot fill shard public.t_", fmt.Sprintf("node %d", e.ids[1]))
+	pe := wantCode(t, err, "23514", "cannot fill shard pgfleet_shards.t_", fmt.Sprintf("node %d", e.ids[1]))
 	t.Logf("error: %s", pe.Message)
 	e.verifyUntouched("public.t", "id", want, nil)
 	for i, c := range e.w {
@@ -380,7 +382,7 @@ func TestDistributeFailureAddingConstraint(t *testing.T) {
 	want := e.rowsOf(0, "public.t", "id")
 
 	_, err := shards.Distribute(e.ctx, e.store, e.conns, e.home, "t", "id", 4, "")
-	wantCode(t, err, "23514", "cannot create the constraints and indexes of shard public.t_")
+	wantCode(t, err, "23514", "cannot create the constraints and indexes of shard pgfleet_shards.t_")
 	e.verifyUntouched("public.t", "id", want, nil)
 }
 
@@ -396,7 +398,7 @@ func TestDistributeNulls(t *testing.T) {
 	}
 	var total, nulls int64
 	for _, sh := range snap.Shards["public.t"] {
-		name := "public." + metadata.ShardName("t", sh.ID)
+		name := "pgfleet_shards." + metadata.ShardName("t", sh.ID)
 		i := e.worker(sh.Nodes[0])
 		total += e.int(i, "SELECT count(*) FROM "+name)
 		n := e.int(i, "SELECT count(*) FROM "+name+" WHERE k IS NULL")
@@ -493,12 +495,12 @@ func TestReferenceTable(t *testing.T) {
 	if len(list) != 1 || !slices.Equal(list[0].Nodes, e.ids) {
 		t.Fatalf("shards %+v, want one on nodes %v", list, e.ids)
 	}
-	name := "public." + metadata.ShardName("countries", list[0].ID)
+	name := "pgfleet_shards." + metadata.ShardName("countries", list[0].ID)
 	for i := range e.w {
 		if got := e.rowsOf(i, name, "code"); !slices.Equal(got, want) {
 			t.Errorf("worker %d: %s has %d rows, want the %d of the table", i, name, len(got), len(want))
 		}
-		idx := e.strings(i, `SELECT indexname::text FROM pg_indexes WHERE schemaname = 'public' AND tablename = $1 ORDER BY 1`,
+		idx := e.strings(i, `SELECT indexname::text FROM pg_indexes WHERE schemaname = 'pgfleet_shards' AND tablename = $1 ORDER BY 1`,
 			metadata.ShardName("countries", list[0].ID))
 		wantIdx := []string{fmt.Sprintf("countries_name_idx_%d", list[0].ID), fmt.Sprintf("countries_pkey_%d", list[0].ID)}
 		if !slices.Equal(idx, wantIdx) {
@@ -587,7 +589,7 @@ func TestUndistributeFailure(t *testing.T) {
 	// A row in the shell that collides with a shard's row: copying back fails.
 	e.exec(0, `BEGIN; SET LOCAL pgfleet.internal = on; INSERT INTO t VALUES (1000, 'in the shell'); COMMIT`)
 	_, err = shards.Undistribute(e.ctx, e.store, snap, e.conns, e.home, "t")
-	wantCode(t, err, "23505", "shard public.t_")
+	wantCode(t, err, "23505", "shard pgfleet_shards.t_")
 	e.exec(0, `BEGIN; SET LOCAL pgfleet.internal = on; DELETE FROM t; COMMIT`)
 	// Still distributed, rows still in the shards.
 	e.verifyDistributed(snap, "public.t", "id", "hashint8", "int8", want, 4)
@@ -646,7 +648,7 @@ func TestTableDef(t *testing.T) {
 	}
 
 	// The statements make an equivalent table.
-	for _, s := range def.CreateSQL("things_7") {
+	for _, s := range def.CreateSQL("public", "things_7") {
 		e.exec(0, s)
 	}
 	describe := func(rel string) []string {

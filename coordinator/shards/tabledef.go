@@ -113,7 +113,7 @@ func (d *Def) copyColumns() string {
 }
 
 // CreateSQL returns the statements that create an equivalent table named
-// shardName in the table's schema. The first creates the table with its
+// shardName in schema. The first creates the table with its
 // columns (types, collations, defaults, generated expressions, NOT NULL);
 // the others add its constraints and create its indexes, and may run after
 // the table has been filled, which is faster and does not re-check
@@ -122,9 +122,9 @@ func (d *Def) copyColumns() string {
 // accounts_pkey_102008), or "_"+shardName if shardName does not start with
 // the table's name; a name that would be longer than 63 bytes is shortened
 // and made unique with a hash of the original, as Citus does.
-func (d *Def) CreateSQL(shardName string) []string {
+func (d *Def) CreateSQL(schema, shardName string) []string {
 	suffix := nameSuffix(d.Name, shardName)
-	target := pgx.Identifier{d.Schema, shardName}.Sanitize()
+	target := pgx.Identifier{schema, shardName}.Sanitize()
 
 	var b strings.Builder
 	b.WriteString("CREATE ")

@@ -65,6 +65,7 @@ const (
 	OutOfMemory       = "53200"
 
 	DependentObjectsStillExist = "2BP01"
+	InsufficientPrivilege      = "42501"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
