@@ -334,7 +334,7 @@ type op struct {
 	schemas  map[int32]bool // nodes that have the table's schema and types
 	// shardsSchema: nodes known to have metadata.ShardsSchema.
 	shardsSchema map[int32]bool
-	types    []userType     // the types the table's columns use (nil: not read yet)
+	types        []userType // the types the table's columns use (nil: not read yet)
 }
 
 // start checks the arguments and loads the catalog.
