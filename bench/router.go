@@ -1053,8 +1053,8 @@ func (b *routerBench) checkData(ctx context.Context, direct bool) error {
 	return nil
 }
 
-// countRows counts the rows of tables (public.<name(t)>) in a worker's
-// postgres database.
+// countRows counts the rows of tables (name(t): schema.table, or a table
+// in public) in a worker's postgres database.
 func countRows[T any](ctx context.Context, w *pgcluster.Server, tables []T, name func(T) string) ([]int64, error) {
 	if len(tables) == 0 {
 		return nil, nil
@@ -1066,7 +1066,11 @@ func countRows[T any](ctx context.Context, w *pgcluster.Server, tables []T, name
 	defer c.Close(context.Background())
 	out := make([]int64, len(tables))
 	for i, t := range tables {
-		if err := c.QueryRow(ctx, "SELECT count(*) FROM public."+pgx.Identifier{name(t)}.Sanitize()).Scan(&out[i]); err != nil {
+		ident := pgx.Identifier{"public", name(t)}
+		if schema, rel, ok := strings.Cut(name(t), "."); ok {
+			ident = pgx.Identifier{schema, rel}
+		}
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM "+ident.Sanitize()).Scan(&out[i]); err != nil {
 			return nil, fmt.Errorf("counting %s on %s: %w", name(t), w.Name, err)
 		}
 	}

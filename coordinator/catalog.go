@@ -104,7 +104,7 @@ SELECT t.name::regclass AS table_name,
 FROM pgfleet.tables t JOIN pg_catalog.pg_class c ON c.oid = t.name::regclass;
 CREATE OR REPLACE VIEW public.citus_shards AS
 SELECT t.name::regclass AS table_name, s.shardid,
-       split_part(t.name, '.', 2) || '_' || s.shardid AS shard_name,
+       coalesce(t.shard_schema || '.', '') || split_part(t.name, '.', 2) || '_' || s.shardid AS shard_name,
        CASE t.kind WHEN 'h' THEN 'distributed' ELSE 'reference' END AS citus_table_type,
        t.colocation_id, n.host AS nodename, n.port AS nodeport, NULL::bigint AS shard_size
 FROM pgfleet.shards s JOIN pgfleet.tables t ON t.name = s.table_name
