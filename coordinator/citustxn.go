@@ -230,6 +230,7 @@ func (ss *session) citusRun(calls []citusCall) (*citusMoves, error) {
 			continue
 		}
 		m.releases = append(m.releases, release)
+		s.ensureShardsSchema(ctx, ss.database, nodeAddrs(s.catalog.Load())...)
 		var snap *metadata.Snapshot
 		if c.fn == "create_reference_table" {
 			snap, err = shards.CreateReferenceInTxn(ctx, s.store, conns, def, table)

@@ -1,6 +1,10 @@
 package coordinator
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/pgfleet/pgfleet/metadata"
+)
 
 // opKind is a change to a session's parameters made by one statement.
 type opKind uint8
@@ -180,7 +184,7 @@ func classify(sql string) class {
 			if lx.sawUserCall {
 				c.verify = true
 			}
-			if lx.sawSQLText {
+			if lx.sawSQLText || lx.sawShards {
 				c.hidden = true
 			}
 			if lx.sawNotify {
@@ -853,6 +857,7 @@ type lexer struct {
 	sawNotify    bool   // a call of pg_notify
 	sawTerminate bool   // a call of pg_terminate_backend
 	sawSignal    bool   // a call of it or pg_cancel_backend
+	sawShards    bool   // the word pgfleet_shards (metadata.ShardsSchema)
 	prev         string // the word before the current one, "" after punctuation
 }
 
@@ -936,6 +941,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if w == `"pg_prepared_statements"` {
 				lx.sawPrepared = true
 			}
+			if w == `"`+metadata.ShardsSchema+`"` {
+				lx.sawShards = true
+			}
 			if lx.callFollows() {
 				// "set_config"(...): a quoted name is the name itself.
 				lx.noteCall(w[1:max(1, len(w)-1)])
@@ -971,6 +979,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			}
 			if len(w) == len("pg_prepared_statements") && strings.EqualFold(w, "pg_prepared_statements") {
 				lx.sawPrepared = true
+			}
+			if len(w) == len(metadata.ShardsSchema) && strings.EqualFold(w, metadata.ShardsSchema) {
+				lx.sawShards = true
 			}
 			if lx.callFollows() {
 				lx.noteCall(w)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,7 @@ func (ss *session) runFunction(fn *planner.Function) error {
 				}
 				conns[newKey] = nc
 			}
+			s.ensureShardsSchema(ctx, ss.database, net.JoinHostPort(host, strconv.Itoa(pn)))
 			var id int32
 			if snap, id, err = shards.AddNode(ctx, s.store, conns, s.defaultNode.Load(), newKey, host, pn); err == nil {
 				s.changedCatalog(snap)
@@ -119,6 +121,9 @@ func (ss *session) runFunction(fn *planner.Function) error {
 				return ss.queryError(ferr)
 			}
 			defer func() { release(err == nil) }()
+		}
+		if fn.Name != "undistribute_table" {
+			s.ensureShardsSchema(ctx, ss.database, nodeAddrs(s.catalog.Load())...)
 		}
 		switch fn.Name {
 		case "create_distributed_table":
@@ -863,6 +868,17 @@ func appendRows(out []byte, fields []pgconn.FieldDescription, rows [][][]byte) [
 	for _, r := range rows {
 		dr := pgproto3.DataRow{Values: r}
 		out, _ = dr.Encode(out)
+	}
+	return out
+}
+
+// nodeAddrs lists the addresses of the catalog's active nodes.
+func nodeAddrs(snap *metadata.Snapshot) []string {
+	var out []string
+	for _, n := range snap.Nodes {
+		if n.Active {
+			out = append(out, n.Addr())
+		}
 	}
 	return out
 }

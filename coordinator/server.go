@@ -200,19 +200,22 @@ type Server struct {
 	mutable   mutableCache
 	// castsOK: computed distribution values whose casts were found to call
 	// no volatile function, with the catalog version and DDL epoch.
-	castsMu     sync.Mutex
-	castsOK     map[*planner.Value][2]int64
-	metaDB      string // the catalog describes tables of this database
-	plans       planCache
-	execEnv     executor.Env                             // what the executor's runs share
-	scatter     scatterCache                             // multi-shard plans' run-time state
-	colTypes    columnTypes                              // distribution columns' types with modifiers
-	pgTypes     atomic.Pointer[map[uint32]executor.Type] // built-in types, for merges
-	stopWatch   chan struct{}
-	catalogKick chan struct{}               // a member holds a newer catalog
-	fences      fences                      // tables whose rows a coordinator is moving
-	fleet       atomic.Pointer[fleet.Fleet] // nil: no fleet
-	recoveryEnd chan struct{}               // closed when the recovery loop has returned
+	castsMu  sync.Mutex
+	castsOK  map[*planner.Value][2]int64
+	metaDB   string // the catalog describes tables of this database
+	plans    planCache
+	execEnv  executor.Env // what the executor's runs share
+	scatter  scatterCache // multi-shard plans' run-time state
+	colTypes columnTypes  // distribution columns' types with modifiers
+	// shardsSchema: the nodes and databases (addr+"/"+db) where
+	// ensureShardsSchema made sure of schema pgfleet_shards.
+	shardsSchema sync.Map
+	pgTypes      atomic.Pointer[map[uint32]executor.Type] // built-in types, for merges
+	stopWatch    chan struct{}
+	catalogKick  chan struct{}               // a member holds a newer catalog
+	fences       fences                      // tables whose rows a coordinator is moving
+	fleet        atomic.Pointer[fleet.Fleet] // nil: no fleet
+	recoveryEnd  chan struct{}               // closed when the recovery loop has returned
 
 	hooks testHooks
 

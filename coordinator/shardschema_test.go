@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	osexec "os/exec"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -150,5 +152,104 @@ func TestShardsOfOlderTables(t *testing.T) {
 	exec(t, c, "SELECT undistribute_table('so_old')", simple)
 	if got := queryString(t, c, "SELECT count(*) || ' ' || sum(v) FROM so_old"); got != "43 1676" {
 		t.Errorf("after undistribute_table: %s, want 43 1676", got)
+	}
+}
+
+// TestShardsSchemaIsTheSuperusers: the shards' schema is made by the
+// superuser the coordinator reaches workers as, whoever distributes first
+// (made by the session's role, that role would own it and could drop every
+// other role's shards); what would change it through a coordinator, from
+// a statement or a DO block, is refused; reads of shards work.
+func TestShardsSchemaIsTheSuperusers(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	admin := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	for i := range cl.Servers { // roles are each server's
+		exec(t, connect(t, cl.Servers[i].Addr()), "CREATE ROLE so_app LOGIN; GRANT CREATE ON DATABASE postgres TO so_app", simple)
+	}
+	exec(t, admin, "CREATE SCHEMA so_app AUTHORIZATION so_app", simple)
+	cfg, err := pgx.ParseConfig(pgtest.URL(srv.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User = "so_app"
+	app, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(ctx)
+	exec(t, app, "CREATE TABLE so_app.t (id int PRIMARY KEY)", simple)
+	exec(t, app, "SELECT create_distributed_table('so_app.t', 'id', shard_count => 2)", simple)
+	exec(t, app, "INSERT INTO so_app.t SELECT generate_series(1, 10)", simple)
+	if got := queryString(t, app, "SELECT count(*)::text FROM so_app.t"); got != "10" {
+		t.Errorf("so_app's table: %s rows, want 10", got)
+	}
+	for i := range cl.Servers {
+		w := connect(t, cl.Servers[i].Addr())
+		if got := queryString(t, w, "SELECT coalesce((SELECT nspowner::regrole::text || ' ' || nspacl::text FROM pg_namespace WHERE nspname = 'pgfleet_shards'), 'missing')"); got != "postgres {postgres=UC/postgres,=UC/postgres}" {
+			t.Errorf("worker %d: pgfleet_shards is %s, want the superuser's with USAGE and CREATE for every role", i, got)
+		}
+	}
+
+	testTable(t, admin, "so_guard", "(id int PRIMARY KEY)", "SELECT create_distributed_table('so_guard', 'id', shard_count => 2)")
+	exec(t, admin, "INSERT INTO so_guard VALUES (1), (2), (3)", simple)
+	shard := queryString(t, connect(t, cl.Servers[0].Addr()), "SELECT min(shardid)::text FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) WHERE table_name = 'public.so_guard' AND nodeid = (SELECT min(nodeid) FROM pgfleet.nodes)")
+	for _, sql := range []string{
+		"DO $$ BEGIN EXECUTE 'ALTER SCHEMA pgfleet_shards RENAME TO x'; END $$",
+		"DROP TABLE pgfleet_shards.so_guard_" + shard,
+		"TRUNCATE PGFLEET_SHARDS.so_guard_" + shard,
+		`INSERT INTO "pgfleet_shards".so_guard_` + shard + " VALUES (1000)",
+		"CREATE FUNCTION so_f() RETURNS void LANGUAGE sql AS 'DROP TABLE pgfleet_shards.so_guard_" + shard + "'",
+	} {
+		if _, err := admin.Exec(ctx, sql, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", sql, err)
+		}
+	}
+	if got := queryString(t, admin, "SELECT count(*)::text FROM so_guard"); got != "3" {
+		t.Errorf("rows after the refused statements: %s, want 3", got)
+	}
+	queryString(t, admin, "SELECT count(*)::text FROM pgfleet_shards.so_guard_"+shard) // a read of a shard works
+
+	// Another role cannot drop the shards, even on the worker directly.
+	wcfg, err := pgx.ParseConfig(pgtest.URL(cl.Servers[0].Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcfg.User = "so_app"
+	wapp, err := pgx.ConnectConfig(ctx, wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wapp.Close(ctx)
+	if _, err := wapp.Exec(ctx, "DROP TABLE pgfleet_shards.so_guard_"+shard, simple); sqlState(err) != "42501" {
+		t.Errorf("so_app dropping postgres's shard on the worker: %v, want 42501", err)
+	}
+}
+
+// TestDottedTableName: a table whose name has a dot is found in its schema
+// (COPY, joins that gather, error fields).
+func TestDottedTableName(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, `"so.d"`, "(id int PRIMARY KEY, k int)", `SELECT create_distributed_table('"so.d"', 'id', shard_count => 4)`)
+	testTable(t, c, `"so.r"`, "(k int)", `SELECT create_reference_table('"so.r"')`)
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("1\t1\n2\t2\n3\t2\n"), `COPY "so.d" FROM STDIN`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("2\n"), `COPY "so.r" FROM STDIN`); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, c, `SELECT string_agg(d.id::text, ',' ORDER BY d.id) FROM "so.d" d JOIN "so.r" p ON p.k = d.k`); got != "2,3" {
+		t.Errorf("join with a reference table not on the distribution column: %s, want 2,3", got)
+	}
+	_, err := c.Exec(ctx, `INSERT INTO "so.d" VALUES (1, 1)`, simple)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" || pe.SchemaName != "public" || pe.TableName != "so.d" {
+		t.Errorf("duplicate key: %v (%+v), want 23505 on public.\"so.d\"", err, pe)
 	}
 }

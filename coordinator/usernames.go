@@ -35,9 +35,13 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 	}
 	changed := false
 	if er.SchemaName != "" {
-		// The schema of a shard's table, wherever its shards are.
 		if _, table := unshard(er.TableName, ids); table != "" {
-			if sch := snap.Tables[table].Schema(); sch != er.SchemaName {
+			t := snap.Tables[table]
+			if t == nil || er.SchemaName != t.ShardsIn() {
+				// A table whose name only ends like a shard's.
+				return false
+			}
+			if sch := t.Schema(); sch != er.SchemaName {
 				er.SchemaName, changed = sch, true
 			}
 		}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -130,6 +131,35 @@ func mentionedTable(sql string, names map[string]string) string {
 	return ""
 }
 
+// shardsWord is mentionedTable's map for the shards' schema.
+var shardsWord = map[string]string{metadata.ShardsSchema: metadata.ShardsSchema}
+
+// readsOnly says whether a statement's first words are those of a read:
+// SELECT, TABLE, VALUES, SHOW, EXPLAIN without ANALYZE, COPY ... TO, or
+// WITH whose first words write nothing.
+func readsOnly(w []string) bool {
+	if len(w) == 0 {
+		return false
+	}
+	switch strings.ToUpper(w[0]) {
+	case "SELECT", "TABLE", "VALUES", "SHOW":
+		return true
+	case "EXPLAIN":
+		return !slices.ContainsFunc(w, func(s string) bool { return strings.EqualFold(s, "ANALYZE") || strings.EqualFold(s, "ANALYSE") })
+	case "COPY":
+		return !slices.ContainsFunc(w, func(s string) bool { return strings.EqualFold(s, "FROM") })
+	case "WITH":
+		return len(w) < maxWords && !slices.ContainsFunc(w, func(s string) bool {
+			switch strings.ToUpper(s) {
+			case "INSERT", "UPDATE", "DELETE", "MERGE":
+				return true
+			}
+			return false
+		})
+	}
+	return false
+}
+
 // refuseHidden refuses a statement that makes (or runs) a view, function,
 // procedure, rule, trigger or DO block naming a distributed or reference
 // table.
@@ -150,7 +180,14 @@ func (ss *session) refuseHidden(sql string) error {
 			if kind == "" && lx.sawSQLText {
 				kind = "a query given as text (query_to_xml and the like)"
 			}
-			lx.sawSessionFunc, lx.sawUserCall, lx.sawSQLText, lx.sawAllTables = "", false, false, false
+			// Shards are pgfleet's: a body, or a statement other than a
+			// read, that names their schema could drop, rename or change
+			// them under the catalog (on the default node only).
+			if (kind != "" || lx.sawShards && !readsOnly(lx.words[:n])) && mentionedTable(sql[start:end], shardsWord) != "" {
+				return pgerr.New(pgerr.FeatureNotSupported, "statements that change schema %s are not supported: it holds the shards of distributed and reference tables", metadata.ShardsSchema).
+					WithHint("Change the distributed or reference table itself (its shards follow), or read the shards with SELECT.")
+			}
+			lx.sawSessionFunc, lx.sawUserCall, lx.sawSQLText, lx.sawAllTables, lx.sawShards = "", false, false, false, false
 			if all {
 				return pgerr.New(pgerr.FeatureNotSupported,
 					"schema_to_xml and database_to_xml are not supported: they would read the empty copies of the distributed and reference tables on the default node").

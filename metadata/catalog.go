@@ -59,8 +59,10 @@ type Table struct {
 // accounts_102008 beside them.
 const ShardsSchema = "pgfleet_shards"
 
-// Schema is the table's schema ("public" for "public.accounts").
-func (t *Table) Schema() string { return t.Name[:strings.LastIndexByte(t.Name, '.')] }
+// Schema is the table's schema ("public" for "public.accounts"): Name up
+// to its first dot (a table's name may have dots, "public.d.t"; a schema
+// with one is not told apart).
+func (t *Table) Schema() string { return t.Name[:strings.IndexByte(t.Name, '.')] }
 
 // ShardsIn is the schema that holds the table's shards.
 func (t *Table) ShardsIn() string {

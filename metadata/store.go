@@ -32,6 +32,9 @@ const initLockKey int64 = 0x7067666c656574
 // constraint on a constant admits no second one and Init inserts the first.
 const schemaDDL = `
 CREATE SCHEMA IF NOT EXISTS pgfleet;
+-- Every role may use its functions (the guard triggers on the tables a role
+-- distributes call them); its tables stay the owner's.
+GRANT USAGE ON SCHEMA pgfleet TO PUBLIC;
 CREATE TABLE IF NOT EXISTS pgfleet.nodes (
 	nodeid serial PRIMARY KEY,
 	host text NOT NULL,

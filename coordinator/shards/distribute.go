@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -674,24 +673,25 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
 	return err
 }
 
-// ensureShardsSchema creates metadata.ShardsSchema on a node when it is not
-// there, open to every role (USAGE and CREATE, as shards of any role's
-// tables are made in it; it is in no one's search_path, and pgfleet names
-// it in every statement on a shard).
+// ensureShardsSchema makes sure metadata.ShardsSchema is on a node. The
+// coordinator makes it as the superuser before an operation places shards
+// (Server.ensureShardsSchema); when it could not, it is made here only by
+// a superuser session: made by another role, it would be that role's, and
+// a schema's owner may drop every other role's shards in it.
 func ensureShardsSchema(ctx context.Context, conn *pgx.Conn) error {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)",
-		metadata.ShardsSchema).Scan(&exists); err != nil || exists {
+	var exists, super bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1),
+		(SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)`,
+		metadata.ShardsSchema).Scan(&exists, &super); err != nil || exists {
 		return err
 	}
 	ident := pgx.Identifier{metadata.ShardsSchema}.Sanitize()
-	_, err := conn.Exec(ctx, "CREATE SCHEMA "+ident+"; GRANT USAGE, CREATE ON SCHEMA "+ident+" TO PUBLIC")
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == pgerr.InsufficientPrivilege {
-		return pgerr.New(pgerr.InsufficientPrivilege, "permission denied to create schema %s for shards: %s", metadata.ShardsSchema, pe.Message).
-			WithHint("Have a superuser run CREATE SCHEMA %s; GRANT USAGE, CREATE ON SCHEMA %s TO PUBLIC in this database on every worker, or distribute the table as a role that may create schemas.",
-				metadata.ShardsSchema, metadata.ShardsSchema)
+	if !super {
+		return pgerr.New(pgerr.InsufficientPrivilege, "schema %s, where shards live, is missing and only a superuser may create it", metadata.ShardsSchema).
+			WithHint("Have a superuser run CREATE SCHEMA %s; GRANT USAGE, CREATE ON SCHEMA %s TO PUBLIC in this database on every worker (pgfleet does so itself when it can log in to the workers as postgres).",
+				ident, ident)
 	}
+	_, err := conn.Exec(ctx, "CREATE SCHEMA "+ident+"; GRANT USAGE, CREATE ON SCHEMA "+ident+" TO PUBLIC")
 	return err
 }
 
