@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,12 +244,11 @@ func TestDecidedAutocommitWriteAcrossWorkerRestart(t *testing.T) {
 	w2 := e.cl.Servers[1]
 	var up time.Time
 	upDone := make(chan struct{})
-	fired := false
+	var fired atomic.Bool // set in c's session
 	defer shards.SetTestHookBeforeCommit(func(base string) {
-		if fired {
+		if fired.Swap(true) {
 			return
 		}
-		fired = true
 		w2.Stop()
 		go func() {
 			defer close(upDone)
@@ -267,7 +267,7 @@ func TestDecidedAutocommitWriteAcrossWorkerRestart(t *testing.T) {
 		_, err := c.Exec(ctx, "UPDATE rref SET n = n + 1 WHERE id = 1")
 		writeErr <- err
 	}()
-	for i := 0; !fired && i < 1000; i++ { // the hook runs in c's session
+	for i := 0; !fired.Load() && i < 1000; i++ {
 		time.Sleep(5 * time.Millisecond)
 	}
 	done := awaitWrite(t, ctx, e.srv.Addr(), "UPDATE rref SET n = n + 10 WHERE id = 1")

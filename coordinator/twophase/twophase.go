@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -171,29 +172,59 @@ func (e *PrepareError) Error() string {
 
 func (e *PrepareError) Unwrap() error { return e.Err }
 
-// Prepare prepares every part not prepared yet, in turn. On failure
-// (a *PrepareError) some may be prepared: the caller rolls the group back.
+// Prepare prepares every part not prepared yet, all at once (each on its
+// own connection, so the phase costs one round trip, not one per worker).
+// On failure (the *PrepareError of the first part, in Parts' order, that
+// failed) some may be prepared: the caller rolls the group back.
 func (g *Group) Prepare(ctx context.Context) error {
 	if g.prepareStart.IsZero() {
 		g.prepareStart = time.Now()
 	}
-	for _, p := range g.Parts {
-		if p.Done || p.Prepared {
-			continue
-		}
+	errs := make([]error, len(g.Parts))
+	g.each(func(i int, p *Part) bool { return !p.Done && !p.Prepared }, func(i int, p *Part) {
 		tag, err := p.Conn.Exec(ctx, "PREPARE TRANSACTION '"+p.GID+"'")
-		if err != nil {
+		switch {
+		case err != nil:
 			p.Done = true
 			var pe *pgconn.PgError
-			return &PrepareError{Part: p, Err: err, Lost: !errors.As(err, &pe)}
-		}
-		if tag != "PREPARE TRANSACTION" {
+			errs[i] = &PrepareError{Part: p, Err: err, Lost: !errors.As(err, &pe)}
+		case tag != "PREPARE TRANSACTION":
 			p.Done = true // PREPARE of a transaction that had failed rolls it back
-			return &PrepareError{Part: p}
+			errs[i] = &PrepareError{Part: p}
+		default:
+			p.Prepared = true
 		}
-		p.Prepared = true
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// each runs fn for the parts that want says, concurrently when there are
+// several (each part has its own connection), and waits for them all.
+func (g *Group) each(want func(int, *Part) bool, fn func(int, *Part)) {
+	var picked []int
+	for i, p := range g.Parts {
+		if want(i, p) {
+			picked = append(picked, i)
+		}
+	}
+	if len(picked) == 1 {
+		fn(picked[0], g.Parts[picked[0]])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, i := range picked {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i, g.Parts[i])
+		}()
+	}
+	wg.Wait()
 }
 
 // Decide records the decision to commit: after it returns nil the group
@@ -308,7 +339,7 @@ type CommitFailure struct {
 
 // Commit records the commit decision unless it is recorded already (on
 // failure the caller rolls back, or leaves the group to recovery when
-// InDoubt), then commits every prepared part, retrying each whose worker
+// InDoubt), then commits every prepared part (all at once), retrying each whose worker
 // does not answer for up to CommitRetryWindow. The decision is the commit:
 // the parts whose COMMIT PREPARED still failed are returned, for recovery
 // to complete (the caller tells the client the transaction is committed).
@@ -324,16 +355,18 @@ func (g *Group) Commit(ctx context.Context) ([]CommitFailure, error) {
 	if g.BeforeCommit != nil && g.Decided {
 		g.BeforeCommit(g.Base)
 	}
+	// All at once, as Prepare.
+	errs := make([]error, len(g.Parts))
+	g.each(func(i int, p *Part) bool { return !p.Done && p.Prepared }, func(i int, p *Part) {
+		if errs[i] = commitPrepared(ctx, p); errs[i] == nil {
+			p.Done = true
+		}
+	})
 	var failed []CommitFailure
-	for _, p := range g.Parts {
-		if p.Done || !p.Prepared {
-			continue
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, CommitFailure{Part: g.Parts[i], Err: err})
 		}
-		if err := commitPrepared(ctx, p); err != nil {
-			failed = append(failed, CommitFailure{Part: p, Err: err})
-			continue
-		}
-		p.Done = true
 	}
 	return failed, nil
 }

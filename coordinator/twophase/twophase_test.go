@@ -5,7 +5,9 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -16,16 +18,44 @@ import (
 // fakeConn is a worker connection that logs what it is sent and answers
 // from a script: sql prefix -> error (nil: the statement's own tag).
 type fakeConn struct {
-	log     *[]string
+	log     *fakeLog
 	name    string
 	fail    map[string]error
 	tag     map[string]string
 	lost    bool
 	redials int
+	gate    func(sql string) // called before answering, when set
+}
+
+// fakeLog is what every connection of a group was sent: the group sends
+// to its connections concurrently.
+type fakeLog struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (l *fakeLog) add(s string) {
+	l.mu.Lock()
+	l.sent = append(l.sent, s)
+	l.mu.Unlock()
+}
+
+// of is what connection name was sent, in order.
+func of(log []string, name string) []string {
+	var out []string
+	for _, s := range log {
+		if strings.HasPrefix(s, name+": ") {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (c *fakeConn) Exec(_ context.Context, sql string) (string, error) {
-	*c.log = append(*c.log, c.name+": "+sql)
+	if c.gate != nil {
+		c.gate(sql)
+	}
+	c.log.add(c.name + ": " + sql)
 	for prefix, err := range c.fail {
 		if strings.HasPrefix(sql, prefix) {
 			delete(c.fail, prefix) // once
@@ -48,7 +78,7 @@ func (c *fakeConn) Exec(_ context.Context, sql string) (string, error) {
 func (c *fakeConn) Lost() bool { return c.lost }
 
 func (c *fakeConn) Redial(context.Context) error {
-	*c.log = append(*c.log, c.name+": redial")
+	c.log.add(c.name + ": redial")
 	c.redials++
 	c.lost = false
 	return nil
@@ -87,11 +117,11 @@ func TestGroup(t *testing.T) {
 		{name: "worker error at PREPARE", fail: map[string]map[string]error{"b": {"PREPARE": deferred}}, wantErr: "duplicate key",
 			wantLog: []string{"a: PREPARE TRANSACTION", "b: PREPARE TRANSACTION", "a: ROLLBACK PREPARED"}},
 		{name: "first worker fails", fail: map[string]map[string]error{"a": {"PREPARE": deferred}}, wantErr: "duplicate key",
-			wantLog: []string{"a: PREPARE TRANSACTION", "b: ROLLBACK"}},
+			wantLog: []string{"a: PREPARE TRANSACTION", "b: PREPARE TRANSACTION", "b: ROLLBACK PREPARED"}},
 		{name: "lost at PREPARE", fail: map[string]map[string]error{"b": {"PREPARE": lostErr}}, wantErr: "lost connection to b", lost: true,
 			wantLog: []string{"a: PREPARE TRANSACTION", "b: PREPARE TRANSACTION", "a: ROLLBACK PREPARED"}},
 		{name: "failed transaction", tag: map[string]map[string]string{"a": {"PREPARE": "ROLLBACK"}}, wantErr: "had failed",
-			wantLog: []string{"a: PREPARE TRANSACTION", "b: ROLLBACK"}},
+			wantLog: []string{"a: PREPARE TRANSACTION", "b: PREPARE TRANSACTION", "b: ROLLBACK PREPARED"}},
 		{name: "recovery aborted first", store: fakeStore{decideErr: metadata.ErrAborted}, wantErr: "abort",
 			wantLog: []string{"a: PREPARE TRANSACTION", "b: PREPARE TRANSACTION", "b: ROLLBACK PREPARED", "a: ROLLBACK PREPARED"}},
 		{name: "decision answer lost, commit stands", store: fakeStore{decideErr: lostErr, stands: metadata.CommitDecision}, decided: true,
@@ -104,12 +134,12 @@ func TestGroup(t *testing.T) {
 			wantLog: []string{"a: PREPARE TRANSACTION", "b: PREPARE TRANSACTION", "a: COMMIT PREPARED", "b: COMMIT PREPARED"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log []string
+			var flog fakeLog
 			store := tc.store
 			g := New("test", &store)
 			conns := map[string]*fakeConn{}
 			for i, name := range []string{"a", "b"} {
-				c := &fakeConn{log: &log, name: name, fail: tc.fail[name], tag: tc.tag[name]}
+				c := &fakeConn{log: &flog, name: name, fail: tc.fail[name], tag: tc.tag[name]}
 				if c.fail == nil {
 					c.fail = map[string]error{}
 				}
@@ -135,11 +165,16 @@ func TestGroup(t *testing.T) {
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("error %v, want one with %q", err, tc.wantErr)
 			}
+			log := flog.sent
 			for i := range log {
 				log[i], _, _ = strings.Cut(log[i], " '")
 			}
-			if !reflect.DeepEqual(log, tc.wantLog) {
-				t.Errorf("sent\n%q\nwant\n%q", log, tc.wantLog)
+			// Each connection's statements in order (the group sends a
+			// phase to all of them at once).
+			for _, name := range []string{"a", "b"} {
+				if got, want := of(log, name), of(tc.wantLog, name); !reflect.DeepEqual(got, want) {
+					t.Errorf("sent to %s\n%q\nwant\n%q", name, got, want)
+				}
 			}
 			if g.Decided != tc.decided || g.InDoubt != tc.inDoubt || len(failures) != tc.failures {
 				t.Errorf("decided %v in doubt %v failures %d, want %v %v %d", g.Decided, g.InDoubt, len(failures), tc.decided, tc.inDoubt, tc.failures)
@@ -153,5 +188,39 @@ func TestGroup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPhasesAllAtOnce: PREPARE TRANSACTION and COMMIT PREPARED go to every
+// worker before any answers: each fake connection answers only once the
+// other has been sent the same statement (a group that sent them in turn
+// would wait for its first answer forever; the test gives up after 5 s).
+func TestPhasesAllAtOnce(t *testing.T) {
+	var flog fakeLog
+	store := fakeStore{}
+	g := New("test", &store)
+	arrived := map[string]chan struct{}{}
+	for _, kind := range []string{"PREPARE", "COMMIT"} {
+		arrived["a "+kind], arrived["b "+kind] = make(chan struct{}), make(chan struct{})
+	}
+	for i, name := range []string{"a", "b"} {
+		other := map[string]string{"a": "b", "b": "a"}[name]
+		c := &fakeConn{log: &flog, name: name, fail: map[string]error{}, gate: func(sql string) {
+			kind, _, _ := strings.Cut(sql, " ")
+			close(arrived[name+" "+kind])
+			select {
+			case <-arrived[other+" "+kind]:
+			case <-time.After(5 * time.Second):
+				t.Errorf("%s: %s answered only after the other worker's", name, kind)
+			}
+		}}
+		g.Join(int32(i+1), name, c)
+	}
+	ctx := context.Background()
+	if err := g.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if failures, err := g.Commit(ctx); err != nil || len(failures) != 0 {
+		t.Fatalf("commit: %v %v", failures, err)
 	}
 }
