@@ -2,11 +2,16 @@ package coordinator
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -17,6 +22,9 @@ import (
 // (inside one the workers' connections would not see the transaction's
 // writes).
 func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, text string) error {
+	if x.Query != "" {
+		return ss.copyMerged(x, splice(x.Query, lits), text)
+	}
 	if ss.inTxn() {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"COPY from distributed table %s TO STDOUT is not supported inside a transaction block yet", x.Table).
@@ -71,4 +79,79 @@ func (ss *session) lease(ctx context.Context) executor.Lease {
 			pool.Release(sc)
 		}, nil
 	}
+}
+
+// copyMerged runs COPY (query) TO STDOUT whose query needs the
+// coordinator's merge: the query (its constants back in place) runs as the
+// SELECT it is (in the session,
+// its transaction block included), and the coordinator writes its rows as
+// COPY does in x.Format (copyformat.go), after PostgreSQL's verdict on the
+// statement (its options) on the default node. The rows are gathered
+// first, bounded by --max-gather.
+func (ss *session) copyMerged(x *planner.CopyOut, query, text string) error {
+	switch {
+	case ss.multi != nil:
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"COPY (query) TO STDOUT over several shards with ORDER BY, LIMIT, DISTINCT or aggregates is not supported in a query string of several statements").
+			WithHint("Send the COPY as a query of its own."))
+	case ss.foreignEnc:
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"COPY (query) TO STDOUT over several shards with ORDER BY, LIMIT, DISTINCT or aggregates is supported only in the server's encoding").
+			WithHint("Use the server's client_encoding (UTF8) for this statement, or SELECT the rows."))
+	}
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+		sc.SetBuf(appendQuery(sc.Buf(), text))
+		if err := sc.Flush(); err != nil {
+			return executor.LostWorker(sc.Addr, err)
+		}
+		_, err := executor.ReadText(sc)
+		return err
+	})
+	if err != nil {
+		return ss.queryError(err)
+	}
+	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
+	ss.multi = m
+	defer func() { ss.multi = nil }()
+	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather}
+	ss.capture = c
+	if stop, err := ss.partRun(query, false); stop {
+		ss.capture = nil
+		return err
+	}
+	ss.endCapture(c)
+	if c.over {
+		return ss.queryError(pgerr.New(codeProgramLimitExceeded,
+			"the rows of COPY (query) TO STDOUT exceed %d bytes (--max-gather), which the coordinator gathers for a query it merges", c.limit).
+			WithHint("Copy the rows in parts (WHERE ranges), or drop ORDER BY/LIMIT/DISTINCT so that the shards' rows stream."))
+	}
+	res, err := ss.capturedRows(c)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	if res.errBody != nil {
+		ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition('E', res.errBody))
+		if ss.inTxn() {
+			ss.failBlock()
+		}
+		ss.out = readyForQuery(ss.out, ss.txStatus())
+		return nil
+	}
+	ss.out, _ = (&pgproto3.CopyOutResponse{ColumnFormatCodes: make([]uint16, len(res.names))}).Encode(ss.out)
+	line := func(vals []*string, header bool) {
+		start := len(ss.out)
+		ss.out = append(ss.out, 'd', 0, 0, 0, 0)
+		ss.out = appendCopyLine(ss.out, x.Format, res.names, vals, header)
+		binary.BigEndian.PutUint32(ss.out[start+1:], uint32(len(ss.out)-start-1))
+	}
+	if x.Format.Header {
+		line(nil, true)
+	}
+	for _, row := range res.rows {
+		line(row, false)
+	}
+	ss.out, _ = (&pgproto3.CopyDone{}).Encode(ss.out)
+	ss.out, _ = (&pgproto3.CommandComplete{CommandTag: []byte(fmt.Sprintf("COPY %d", len(res.rows)))}).Encode(ss.out)
+	ss.out = readyForQuery(ss.out, ss.txStatus())
+	return nil
 }

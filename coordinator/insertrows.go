@@ -111,6 +111,7 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 // selectRows is a captured SELECT's answer: its columns' types and rows
 // as text (nil for NULL), or its error.
 type selectRows struct {
+	names   []string
 	oids    []uint32
 	typmods []int32
 	rows    [][]*string
@@ -134,6 +135,7 @@ func (ss *session) capturedRows(c *capture) (*selectRows, error) {
 				return nil, pgerr.New(pgerr.Internal, "unreadable row description")
 			}
 			for _, fd := range rd.Fields {
+				res.names = append(res.names, string(fd.Name))
 				res.oids = append(res.oids, fd.DataTypeOID)
 				res.typmods = append(res.typmods, fd.TypeModifier)
 			}

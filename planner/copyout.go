@@ -150,7 +150,20 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 	case *Scatter:
 		m := r.Merge
 		if m.Kind != Concat || m.Limit != nil || m.Offset != nil || m.Hidden > 0 {
-			return nil, refuse
+			// The coordinator runs the query and writes its rows as COPY.
+			if format != nil {
+				return nil, format
+			}
+			f, err := copyFormat(c.Options)
+			if err != nil {
+				return nil, err
+			}
+			q, err := deparse(b.tree.Version, c.Query)
+			if err != nil {
+				return nil, refuse
+			}
+			return &Plan{Root: &CopyOut{Table: r.Table, DistType: r.DistType, Query: q, Format: f},
+				Tables: inner.Tables, ReadOnly: true}, nil
 		}
 		if format != nil {
 			return nil, format // one worker's COPY runs whole (Route, ReferenceRead)
@@ -162,4 +175,76 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 		return &Plan{Root: x, Tables: inner.Tables, ReadOnly: true}, nil
 	}
 	return nil, refuse
+}
+
+// copyFormat reads COPY ... TO's options (text or CSV; PostgreSQL has
+// checked them, on the default node, before the coordinator runs the
+// statement) into the format the coordinator writes rows in.
+func copyFormat(opts []*pg_query.Node) (*CopyFormat, error) {
+	f := &CopyFormat{}
+	set := map[string]string{}
+	for _, opt := range opts {
+		d := opt.GetDefElem()
+		if d == nil {
+			continue
+		}
+		switch d.Defname {
+		case "format", "delimiter", "null", "header", "quote", "escape":
+			set[d.Defname] = defElemValue(d)
+		case "force_quote":
+			if d.Arg.GetAStar() != nil {
+				f.ForceAll = true
+			}
+			for _, n := range d.Arg.GetList().GetItems() {
+				f.ForceQuote = append(f.ForceQuote, n.GetString_().GetSval())
+			}
+		default:
+			return nil, unsupported("COPY (query) TO STDOUT with option %s over several shards is not supported", d.Defname).
+				WithHint("Leave it out, or pin the query to one shard with WHERE <distribution column> = <value>.")
+		}
+	}
+	f.CSV = strings.EqualFold(set["format"], "csv")
+	f.Delimiter, f.Null = '\t', `\N`
+	if f.CSV {
+		f.Delimiter, f.Null, f.Quote = ',', "", '"'
+	}
+	if v, ok := set["delimiter"]; ok && len(v) == 1 {
+		f.Delimiter = v[0]
+	}
+	if v, ok := set["null"]; ok {
+		f.Null = v
+	}
+	if v, ok := set["quote"]; ok && len(v) == 1 {
+		f.Quote = v[0]
+	}
+	f.Escape = f.Quote
+	if v, ok := set["escape"]; ok && len(v) == 1 {
+		f.Escape = v[0]
+	}
+	if v, ok := set["header"]; ok {
+		h, known := parseBool(v)
+		if !known {
+			return nil, unsupported("COPY (query) TO STDOUT with HEADER %s over several shards is not supported", v).
+				WithHint("Use HEADER true or false.")
+		}
+		f.Header = h
+	}
+	return f, nil
+}
+
+// parseBool reads a boolean option as PostgreSQL's parse_bool does (no
+// value: true).
+func parseBool(v string) (value, ok bool) {
+	v = strings.ToLower(v)
+	switch {
+	case v == "" || v == "1" || v == "on":
+		return true, true
+	case v == "0" || v == "of" || v == "off":
+		return false, true
+	case strings.HasPrefix("true", v) || strings.HasPrefix("yes", v):
+		return true, true
+	case strings.HasPrefix("false", v) || strings.HasPrefix("no", v):
+		return false, true
+	}
+	return false, false
 }

@@ -71,6 +71,8 @@ type printed struct {
 	Scatter        *Scatter          `json:"scatter,omitempty"`
 	Shards         int               `json:"shards,omitempty"`
 	First          string            `json:"first_shard_sql,omitempty"`
+	CopyQuery      string            `json:"copy_query,omitempty"`
+	CopyFormat     *CopyFormat       `json:"copy_format,omitempty"`
 }
 
 func flatten(p *Plan) printed {
@@ -94,6 +96,7 @@ func flatten(p *Plan) printed {
 		pr.Scatter, pr.GatherFallback = r, r.Fallback != nil
 	case *CopyOut:
 		pr.Scatter = &Scatter{Table: r.Table, Workers: r.Workers}
+		pr.CopyQuery, pr.CopyFormat = r.Query, r.Format
 	}
 	if pr.Scatter != nil {
 		pr.Shards = 0

@@ -100,10 +100,30 @@ type MultiShardWrite struct {
 // rows are the result as they come) TO STDOUT: each worker in turn copies
 // its shards' rows (Workers, the first with the header if one is asked
 // for) and the coordinator relays them as one COPY.
+//
+// For COPY (query) TO STDOUT whose query needs the coordinator's merge
+// (ORDER BY, aggregates, LIMIT, ...), Workers is empty: the coordinator
+// runs Query as the SELECT it is and writes its rows as COPY does, in
+// Format.
 type CopyOut struct {
 	Table    string
 	DistType string
 	Workers  []WorkerQuery
+	Query    string      `json:",omitempty"`
+	Format   *CopyFormat `json:",omitempty"`
+}
+
+// CopyFormat is what COPY ... TO STDOUT's options ask of the text or CSV
+// the coordinator writes itself (PostgreSQL's defaults filled in).
+type CopyFormat struct {
+	CSV        bool
+	Delimiter  byte
+	Null       string
+	Header     bool
+	Quote      byte
+	Escape     byte
+	ForceQuote []string // CSV: columns quoted even when they need not be
+	ForceAll   bool     // FORCE_QUOTE *
 }
 
 // Function is a call of a catalog function (create_distributed_table,
@@ -300,6 +320,10 @@ func (x *MultiShardWrite) print(w *printer) {
 }
 
 func (x *CopyOut) print(w *printer) {
+	if x.Query != "" {
+		w.line("CopyOut %s: the coordinator writes the rows of %s as COPY %+v", x.Table, x.Query, *x.Format)
+		return
+	}
 	w.line("CopyOut %s: each worker's shards in turn", x.Table)
 	w.depth++
 	for _, q := range x.Workers {
