@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -36,20 +38,47 @@ type refDigest struct {
 }
 
 func refDigestOf(sql, table string) (refDigest, error) {
+	if v, ok := refDigests.m.Load(sql); ok {
+		return v.(refDigest), refDigestErr(v.(refDigest), table)
+	}
 	out, verb, ret, ok := planner.RefDigestSQL(sql)
-	if !ok {
-		return refDigest{}, pgerr.New(pgerr.FeatureNotSupported,
-			"this write to reference table %s cannot be checked to store the same rows on every copy", table).
-			WithHint("Write it as a single INSERT, UPDATE or DELETE, without MERGE or a data-modifying WITH.")
-	}
-	// The copies marker (metadata.CopiesMarker), which deparsing drops,
-	// goes with the statement: the copies' guard reads it.
-	if i := strings.Index(sql, " /* pgfleet:copies="); i >= 0 && verb != "" {
-		if j := strings.Index(sql[i+3:], "*/"); j >= 0 {
-			out += sql[i : i+3+j+2]
+	d := refDigest{}
+	if ok {
+		// The copies marker (metadata.CopiesMarker), which deparsing drops,
+		// goes with the statement: the copies' guard reads it.
+		if i := strings.Index(sql, " /* pgfleet:copies="); i >= 0 && verb != "" {
+			if j := strings.Index(sql[i+3:], "*/"); j >= 0 {
+				out += sql[i : i+3+j+2]
+			}
 		}
+		d = refDigest{sql: out, verb: verb, returning: ret}
 	}
-	return refDigest{sql: out, verb: verb, returning: ret}, nil
+	if refDigests.n.Add(1) <= maxRefDigests {
+		refDigests.m.Store(sql, d)
+	}
+	return d, refDigestErr(d, table)
+}
+
+// refDigests keeps the reporting forms of the statements met (a pure
+// function of the text, which parsing and deparsing make costly: half a
+// coordinator's CPU in pgbench's tpcb-like before), up to maxRefDigests
+// texts. Statements carry placeholders, not constants (refWriteInTxn
+// splices the constants into the reporting form), so the texts are the
+// application's statement shapes.
+var refDigests struct {
+	m sync.Map // text -> refDigest (sql "": the write cannot be checked)
+	n atomic.Int64
+}
+
+const maxRefDigests = 4096
+
+func refDigestErr(d refDigest, table string) error {
+	if d.sql != "" {
+		return nil
+	}
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"this write to reference table %s cannot be checked to store the same rows on every copy", table).
+		WithHint("Write it as a single INSERT, UPDATE or DELETE, without MERGE or a data-modifying WITH.")
 }
 
 func errRefDiffer(table string) error {

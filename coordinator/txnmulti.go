@@ -788,15 +788,15 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	snap := ss.srv.catalog.Load()
 	nodes := slices.Clone(snap.Shards[p.Tables[0]][0].Nodes)
 	slices.Sort(nodes)
-	sql := p.ShardSQL()[0]
-	if lits != nil {
-		sql, _ = spliceLiterals(sql, lits)
-	}
 	// Every copy runs the write's reporting form; the copies' reports
-	// must agree (refdigest.go).
-	d, err := refDigestOf(sql, p.Tables[0])
+	// must agree (refdigest.go). Made of the statement with its
+	// placeholders (once per shape), then given the constants.
+	d, err := refDigestOf(p.ShardSQL()[0], p.Tables[0])
 	if err != nil {
 		return ss.queryError(err)
+	}
+	if lits != nil {
+		d.sql, _ = spliceFrom(d.sql, lits, 1)
 	}
 	q := appendQuery(nil, d.sql)
 	last, fail, err := ss.refInTxn(d, p.Tables[0], nodes, q)
