@@ -1327,8 +1327,24 @@ func (ss *session) noteStrings(sc *pooling.ServerConn) {
 // whose multibyte characters can hold ASCII bytes (pg_encoding_embeds_ascii
 // is true for them), as PostgreSQL spells the names in ParameterStatus or
 // a user in COPY's ENCODING option.
+// Called at every checkout: it allocates nothing.
 func encodingEmbedsASCII(enc string) bool {
-	switch strings.ToUpper(strings.NewReplacer("-", "", "_", "").Replace(enc)) {
+	var buf [16]byte
+	n := 0
+	for i := 0; i < len(enc); i++ {
+		c := enc[i]
+		switch {
+		case c == '-' || c == '_':
+			continue
+		case n == len(buf):
+			return false // longer than any of the names below
+		case c >= 'a' && c <= 'z':
+			c -= 'a' - 'A'
+		}
+		buf[n] = c
+		n++
+	}
+	switch string(buf[:n]) {
 	case "SJIS", "SHIFTJIS", "SHIFTJIS2004", "MSKANJI", "WIN932", "WINDOWS932", "BIG5", "WIN950", "WINDOWS950", "GBK", "WIN936", "WINDOWS936", "UHC", "WIN949", "WINDOWS949", "GB18030", "JOHAB":
 		return true
 	}
