@@ -33,15 +33,7 @@ func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, 
 	// PostgreSQL's own verdict on the statement first (a generated or
 	// unknown column): the default node's table of that name has the
 	// shards' columns and no rows.
-	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
-		sc.SetBuf(appendQuery(sc.Buf(), text))
-		if err := sc.Flush(); err != nil {
-			return executor.LostWorker(sc.Addr, err)
-		}
-		_, err := executor.ReadText(sc)
-		return err
-	})
-	if err != nil {
+	if err := ss.copyVerdict(text); err != nil {
 		return ss.queryError(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -58,6 +50,20 @@ func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, 
 	}
 	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
+}
+
+// copyVerdict runs a COPY ... TO STDOUT statement as written on the
+// default node, whose tables of the catalog's names are empty: PostgreSQL's
+// verdict on it (its columns, its options) at the cost of no rows.
+func (ss *session) copyVerdict(text string) error {
+	return ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+		sc.SetBuf(appendQuery(sc.Buf(), text))
+		if err := sc.Flush(); err != nil {
+			return executor.LostWorker(sc.Addr, err)
+		}
+		_, err := executor.ReadText(sc)
+		return err
+	})
 }
 
 // lease lends the executor a connection to a worker, checked out of its
@@ -99,15 +105,7 @@ func (ss *session) copyMerged(x *planner.CopyOut, query, text string) error {
 			"COPY (query) TO STDOUT over several shards with ORDER BY, LIMIT, DISTINCT or aggregates is supported only in the server's encoding").
 			WithHint("Use the server's client_encoding (UTF8) for this statement, or SELECT the rows."))
 	}
-	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
-		sc.SetBuf(appendQuery(sc.Buf(), text))
-		if err := sc.Flush(); err != nil {
-			return executor.LostWorker(sc.Addr, err)
-		}
-		_, err := executor.ReadText(sc)
-		return err
-	})
-	if err != nil {
+	if err := ss.copyVerdict(text); err != nil {
 		return ss.queryError(err)
 	}
 	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}

@@ -556,18 +556,7 @@ func TestExplainMultiShard(t *testing.T) {
 	c := gatherTablesEnv(t)
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
-	lines := func(sql string) []string {
-		t.Helper()
-		rows, err := c.Query(ctx, sql, simple)
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return out
-	}
+	lines := func(sql string) []string { t.Helper(); return queryStrings(t, c, sql) }
 	before := queryString(t, c, "SELECT coalesce(sum(g), 0)::text || '/' || count(*) FROM ga")
 	for _, q := range []struct {
 		sql  string

@@ -38,6 +38,21 @@ func queryString(t *testing.T, c *pgx.Conn, sql string, args ...any) string {
 	return s
 }
 
+// queryStrings runs a query of one text column (in the simple protocol)
+// and returns its rows.
+func queryStrings(t *testing.T, c *pgx.Conn, sql string) []string {
+	t.Helper()
+	rows, err := c.Query(context.Background(), sql, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
+}
+
 func exec(t testing.TB, c *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	if _, err := c.Exec(context.Background(), sql, args...); err != nil {

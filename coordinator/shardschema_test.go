@@ -30,18 +30,7 @@ func TestShardsOutOfSight(t *testing.T) {
 	exec(t, c, "INSERT INTO so_d SELECT g, 'v' || g FROM generate_series(1, 40) g", simple)
 	exec(t, c, "INSERT INTO so_r VALUES (1, 'a'), (2, 'b')", simple)
 
-	list := func(conn *pgx.Conn, sql string) []string {
-		t.Helper()
-		rows, err := conn.Query(context.Background(), sql, simple)
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return out
-	}
+	list := func(conn *pgx.Conn, sql string) []string { t.Helper(); return queryStrings(t, conn, sql) }
 	want := []string{"so_d", "so_r"}
 	for _, q := range []string{
 		`SELECT c.relname::text FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p')
