@@ -261,6 +261,9 @@ func (ss *session) refInTxn(d refDigest, table string, nodes []int32, b []byte) 
 		if err := ss.takeIn(node); err != nil {
 			return nil, err, nil
 		}
+		if !slices.Contains(ss.wroteOn, node) {
+			ss.wroteOn = append(ss.wroteOn, node)
+		}
 		c, err := ss.refCaptureRun(b)
 		if err != nil {
 			return nil, nil, err

@@ -193,7 +193,11 @@ type session struct {
 	// opened the transaction ("" if the client's BEGIN went to a worker
 	// directly, with other statements), and whether a SET or SAVEPOINT
 	// was made in it (which keeps it on its workers).
-	parked      []txConn
+	parked []txConn
+	// wroteOn: nodes the transaction over several workers surely wrote on
+	// (reference-table writes mark theirs); with two or more, COMMIT goes
+	// straight to two-phase commit without asking (commitOnePhase).
+	wroteOn     []int32
 	txBegin     string
 	txSet       bool
 	txSavepoint bool

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -372,6 +373,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	// change, deferred below, when it committed).
 	defer func() { releaseCitus(calls, committed) }()
 	defer func() {
+		ss.wroteOn = ss.wroteOn[:0]
 		ss.multiRelease(all, committed)
 		if err == nil {
 			ss.pendingBegin, ss.chainStarted = next, chain
@@ -416,6 +418,12 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		return "ROLLBACK", nil, nil
 	}
 
+	if moves == nil {
+		if done, tag, err := commitOnePhase(all, ss.wroteOn); done {
+			committed = err == nil && tag == "COMMIT"
+			return tag, nil, err
+		}
+	}
 	g := twophase.New("tx", ss.srv.store)
 	g.AfterDecide, g.BeforeCommit = ss.srv.hooks.afterDecide, ss.srv.hooks.beforeCommitPrepared
 	if moves != nil {
@@ -463,6 +471,87 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		extra, _ = n.Encode(extra)
 	}
 	return "COMMIT", extra, nil
+}
+
+// commitOnePhase commits a transaction over several workers without
+// two-phase commit when at most one of them wrote: each worker is asked
+// (all at once) whether its transaction has a transaction id (PostgreSQL
+// assigns one at the first write, row lock included) and its isolation
+// level. With none or one that wrote and none SERIALIZABLE (where even a
+// read-only transaction may fail at commit), the writer commits first with
+// COMMIT, then the others: their transactions changed nothing, so the
+// outcome is the writer's, as a transaction on one worker; a failed COMMIT
+// of the writer rolls the others back and is the client's answer. done is
+// false when two-phase commit is needed (two writers, SERIALIZABLE, an
+// answer that could not be had); known lists workers known to have
+// written, and with two of them nothing is asked.
+func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err error) {
+	if len(known) >= 2 {
+		return false, "", nil
+	}
+	const q = "SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation')"
+	deadline := time.Now().Add(txCleanupTimeout)
+	wrote := make([]bool, len(all))
+	ok := make([]bool, len(all))
+	var wg sync.WaitGroup
+	for i := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rows, err := all[i].sc.Query(q, deadline)
+			if err != nil || len(rows) != 1 || len(rows[0]) != 2 || rows[0][1] == "serializable" {
+				return
+			}
+			wrote[i], ok[i] = rows[0][0] == "t", true
+		}()
+	}
+	wg.Wait()
+	writer := -1
+	for i := range all {
+		switch {
+		case !ok[i]:
+			return false, "", nil // two-phase commit, whose PREPARE finds what failed
+		case wrote[i] && writer >= 0:
+			return false, "", nil
+		case wrote[i]:
+			writer = i
+		}
+	}
+	tag = "COMMIT"
+	if writer >= 0 {
+		t, err := all[writer].sc.ExecTag("COMMIT", time.Now().Add(txCleanupTimeout), nil)
+		var pe *pgconn.PgError
+		switch {
+		case err != nil && !errors.As(err, &pe):
+			all[writer].sc.MarkBroken()
+			err = pgerr.New(pgerr.ConnectionFailure, "lost connection to worker %s during COMMIT: %v; the transaction's writes were all on that worker, and whether they committed is unknown", all[writer].sc.Addr, err).
+				WithHint("Check whether the transaction's writes are there before running it again.")
+		case err == nil && t != "COMMIT":
+			tag = t // ROLLBACK: the worker's transaction had failed
+		}
+		if err != nil || tag != "COMMIT" {
+			for i := range all {
+				if i != writer && all[i].sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+					all[i].sc.MarkBroken()
+				}
+			}
+			return true, tag, err
+		}
+	}
+	for i := range all {
+		if i == writer {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if all[i].sc.Exec("COMMIT", time.Now().Add(txCleanupTimeout), nil) != nil {
+				all[i].sc.MarkBroken() // nothing of the transaction was there
+			}
+		}()
+	}
+	wg.Wait()
+	return true, tag, nil
 }
 
 // decideTimeout bounds recording a commit decision; a variable for tests.
