@@ -12,10 +12,25 @@ import (
 // given as text in a client encoding that embeds no ASCII in multibyte
 // characters (UTF8; the caller refuses others).
 
+// forcedColumns says which columns FORCE_QUOTE names: * all of them, a
+// name the first column of that name (as PostgreSQL matches it).
+func forcedColumns(f *planner.CopyFormat, names []string) []bool {
+	out := make([]bool, len(names))
+	for i := range out {
+		out[i] = f.ForceAll
+	}
+	for _, q := range f.ForceQuote {
+		if i := slices.Index(names, q); i >= 0 {
+			out[i] = true
+		}
+	}
+	return out
+}
+
 // appendCopyLine appends one line of COPY output: the values (nil for
-// NULL) of a row, or the column names of the header (header true).
-func appendCopyLine(b []byte, f *planner.CopyFormat, names []string, vals []*string, header bool) []byte {
-	force := func(i int) bool { return f.ForceAll || slices.Contains(f.ForceQuote, names[i]) }
+// NULL) of a row, or the column names of the header (header true); force
+// is forcedColumns'.
+func appendCopyLine(b []byte, f *planner.CopyFormat, names []string, force []bool, vals []*string, header bool) []byte {
 	n := len(vals)
 	if header {
 		n = len(names)
@@ -34,7 +49,7 @@ func appendCopyLine(b []byte, f *planner.CopyFormat, names []string, vals []*str
 			v = *vals[i]
 		}
 		if f.CSV {
-			b = appendCSV(b, f, v, !header && force(i), n == 1)
+			b = appendCSV(b, f, v, !header && force[i], n == 1)
 		} else {
 			b = appendCopyText(b, f.Delimiter, v)
 		}

@@ -52,6 +52,13 @@ func TestCopyQueryMerged(t *testing.T) {
 		"COPY (SELECT id FROM cm_t WHERE id > 100 ORDER BY id) TO STDOUT WITH (HEADER)",
 		"COPY (SELECT g, 10 / (g - g) FROM cm_t GROUP BY g ORDER BY g) TO STDOUT",
 		"COPY (SELECT g FROM cm_t ORDER BY g) TO STDOUT WITH (FORMAT csv, DELIMITER 'xy')",
+		// The adversary's: the options' check ran the query again, outside
+		// the transaction, on the default node's empty tables.
+		"COPY (SELECT count(*), 100 / count(*) FROM cm_t) TO STDOUT",
+		"COPY (SELECT sum(id) FROM cm_t HAVING 1 / count(*) > 0) TO STDOUT",
+		"COPY (SELECT id AS dup, s AS dup FROM cm_t WHERE id < 3 ORDER BY id) TO STDOUT WITH (FORMAT csv, FORCE_QUOTE (dup))",
+		"COPY (SELECT id FROM cm_t ORDER BY id LIMIT 2) TO STDOUT WITH (FORMAT csv, FORCE_QUOTE (nope))",
+		"COPY (SELECT id FROM cm_t ORDER BY id LIMIT 2) TO STDOUT WITH (HEADER match)",
 	} {
 		got, gotErr := copyTo(c, sql)
 		want, wantErr := copyTo(plain, sql)
@@ -62,6 +69,21 @@ func TestCopyQueryMerged(t *testing.T) {
 	// Binary over several shards with a merge: refused before anything.
 	if _, err := copyTo(c, "COPY (SELECT id FROM cm_t ORDER BY id) TO STDOUT WITH (FORMAT binary)"); err != "0A000" {
 		t.Errorf("binary with a merge: %s, want 0A000", err)
+	}
+	// After DDL in the block, which holds the table's lock: the rows as
+	// the block sees them, not a wait on the block's own lock.
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "BEGIN", simple)
+		exec(t, conn, "ALTER TABLE cm_t ADD COLUMN z int DEFAULT 7", simple)
+	}
+	const afterDDL = "COPY (SELECT id, z FROM cm_t ORDER BY id LIMIT 2) TO STDOUT"
+	got, gotErr := copyTo(c, afterDDL)
+	want, wantErr := copyTo(plain, afterDDL)
+	if got != want || gotErr != wantErr {
+		t.Errorf("%s after ALTER TABLE in the block:\n got %q %s\nwant %q %s", afterDDL, got, gotErr, want, wantErr)
+	}
+	for _, conn := range []*pgx.Conn{c, plain} {
+		exec(t, conn, "ROLLBACK", simple)
 	}
 	// In a transaction block: the block's own writes are copied.
 	exec(t, c, "BEGIN", simple)

@@ -5,7 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -52,6 +56,25 @@ func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, 
 	return nil
 }
 
+// copyVerdictSQL is the COPY (query) TO STDOUT statement text with its
+// query replaced by SELECT NULL AS <name>, ... of names.
+func copyVerdictSQL(text string, names []string) (string, error) {
+	tree, err := pg_query.Parse(text)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetCopyStmt() == nil {
+		return "", pgerr.New(pgerr.Internal, "cannot read the COPY statement again")
+	}
+	cols := make([]string, len(names))
+	for i, n := range names {
+		cols[i] = "NULL AS " + pgx.Identifier{n}.Sanitize()
+	}
+	sel, err := pg_query.Parse("SELECT " + strings.Join(cols, ", "))
+	if err != nil || len(sel.Stmts) != 1 {
+		return "", pgerr.New(pgerr.Internal, "cannot compose the COPY statement's check")
+	}
+	tree.Stmts[0].Stmt.GetCopyStmt().Query = sel.Stmts[0].Stmt
+	return planner.Deparse(tree.Version, tree.Stmts[0].Stmt)
+}
+
 // copyVerdict runs a COPY ... TO STDOUT statement as written on the
 // default node, whose tables of the catalog's names are empty: PostgreSQL's
 // verdict on it (its columns, its options) at the cost of no rows.
@@ -89,11 +112,10 @@ func (ss *session) lease(ctx context.Context) executor.Lease {
 
 // copyMerged runs COPY (query) TO STDOUT whose query needs the
 // coordinator's merge: the query (its constants back in place) runs as the
-// SELECT it is (in the session,
-// its transaction block included), and the coordinator writes its rows as
-// COPY does in x.Format (copyformat.go), after PostgreSQL's verdict on the
-// statement (its options) on the default node. The rows are gathered
-// first, bounded by --max-gather.
+// SELECT it is, in the session and its transaction block, and the
+// coordinator writes its rows as COPY does in x.Format (copyformat.go),
+// after PostgreSQL's verdict on the options (copyVerdictSQL). The rows are
+// gathered first, bounded by --max-gather.
 func (ss *session) copyMerged(x *planner.CopyOut, query, text string) error {
 	switch {
 	case ss.multi != nil:
@@ -104,9 +126,6 @@ func (ss *session) copyMerged(x *planner.CopyOut, query, text string) error {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"COPY (query) TO STDOUT over several shards with ORDER BY, LIMIT, DISTINCT or aggregates is supported only in the server's encoding").
 			WithHint("Use the server's client_encoding (UTF8) for this statement, or SELECT the rows."))
-	}
-	if err := ss.copyVerdict(text); err != nil {
-		return ss.queryError(err)
 	}
 	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
 	ss.multi = m
@@ -135,11 +154,26 @@ func (ss *session) copyMerged(x *planner.CopyOut, query, text string) error {
 		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return nil
 	}
+	// PostgreSQL's verdict on the options (FORCE_QUOTE's columns among
+	// them), on the statement with a query of the result's column names
+	// that reads nothing: it takes no lock the client's transaction could
+	// hold and runs nothing of the query a second time.
+	verdict, err := copyVerdictSQL(text, res.names)
+	if err == nil {
+		err = ss.copyVerdict(verdict)
+	}
+	if err != nil {
+		if ss.inTxn() {
+			ss.failBlock()
+		}
+		return ss.queryError(err)
+	}
 	ss.out, _ = (&pgproto3.CopyOutResponse{ColumnFormatCodes: make([]uint16, len(res.names))}).Encode(ss.out)
+	force := forcedColumns(x.Format, res.names)
 	line := func(vals []*string, header bool) {
 		start := len(ss.out)
 		ss.out = append(ss.out, 'd', 0, 0, 0, 0)
-		ss.out = appendCopyLine(ss.out, x.Format, res.names, vals, header)
+		ss.out = appendCopyLine(ss.out, x.Format, res.names, force, vals, header)
 		binary.BigEndian.PutUint32(ss.out[start+1:], uint32(len(ss.out)-start-1))
 	}
 	if x.Format.Header {

@@ -177,9 +177,9 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 	return nil, refuse
 }
 
-// copyFormat reads COPY ... TO's options (text or CSV; PostgreSQL has
-// checked them, on the default node, before the coordinator runs the
-// statement) into the format the coordinator writes rows in.
+// copyFormat reads COPY ... TO's options (text or CSV) into the format the
+// coordinator writes rows in; PostgreSQL checks them (the coordinator's
+// verdict) before any row goes out.
 func copyFormat(opts []*pg_query.Node) (*CopyFormat, error) {
 	f := &CopyFormat{}
 	set := map[string]string{}
@@ -222,12 +222,7 @@ func copyFormat(opts []*pg_query.Node) (*CopyFormat, error) {
 		f.Escape = v[0]
 	}
 	if v, ok := set["header"]; ok {
-		h, known := parseBool(v)
-		if !known {
-			return nil, unsupported("COPY (query) TO STDOUT with HEADER %s over several shards is not supported", v).
-				WithHint("Use HEADER true or false.")
-		}
-		f.Header = h
+		f.Header, _ = parseBool(v) // PostgreSQL refuses any other (the coordinator's verdict)
 	}
 	return f, nil
 }
