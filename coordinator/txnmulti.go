@@ -489,7 +489,9 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 	if len(known) >= 2 {
 		return false, "", nil
 	}
-	const q = "SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation')"
+	// Under no statement_timeout of the client's: the question must not
+	// fail the transaction it is about (which then ends anyway).
+	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation')"
 	deadline := time.Now().Add(txCleanupTimeout)
 	wrote := make([]bool, len(all))
 	ok := make([]bool, len(all))
