@@ -130,13 +130,10 @@ func (ss *session) copyMerged(x *planner.CopyOut, query, text string) error {
 	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
 	ss.multi = m
 	defer func() { ss.multi = nil }()
-	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather}
-	ss.capture = c
-	if stop, err := ss.partRun(query, false); stop {
-		ss.capture = nil
+	c, stop, err := ss.captureRun(query, ss.srv.cfg.MaxGather)
+	if stop {
 		return err
 	}
-	ss.endCapture(c)
 	if c.over {
 		return ss.queryError(pgerr.New(codeProgramLimitExceeded,
 			"the rows of COPY (query) TO STDOUT exceed %d bytes (--max-gather), which the coordinator gathers for a query it merges", c.limit).

@@ -261,15 +261,11 @@ func (ss *session) declareCursor(text string) (bool, error) {
 	}
 	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
 	ss.multi = m
-	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather - int64(kept)}
-	ss.capture = c
-	stop, err := ss.partRun(query, false)
+	c, stop, err := ss.captureRun(query, ss.srv.cfg.MaxGather-int64(kept))
 	ss.multi = nil
 	if stop {
-		ss.capture = nil
 		return true, err
 	}
-	ss.endCapture(c)
 	if c.over {
 		return true, ss.cursorFail(pgerr.New(codeProgramLimitExceeded,
 			"the rows of cursor \"%s\" and the transaction's other cursors exceed %d bytes (--max-gather), which the coordinator keeps for cursors over distributed tables", d.Portalname, ss.srv.cfg.MaxGather).

@@ -35,6 +35,20 @@ type capture struct {
 	over   bool
 }
 
+// captureRun runs sql as a part of the query string ss.multi (which the
+// caller set up) with its answer captured, up to limit bytes, instead of
+// written for the client; stop and err as partRun's.
+func (ss *session) captureRun(sql string, limit int64) (c *capture, stop bool, err error) {
+	c = &capture{start: len(ss.out), limit: limit}
+	ss.capture = c
+	if stop, err = ss.partRun(sql, false); stop {
+		ss.capture = nil
+		return nil, true, err
+	}
+	ss.endCapture(c)
+	return c, false, nil
+}
+
 // endCapture ends the capture c: the answer written since it started is
 // c's, not the client's.
 func (ss *session) endCapture(c *capture) {
@@ -76,14 +90,10 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 		}
 	}
 	failed := false
-	c := &capture{start: len(ss.out), limit: ss.srv.cfg.MaxGather}
-	ss.capture = c
-	stop, err := ss.partRun(sf.Select, false)
+	c, stop, err := ss.captureRun(sf.Select, ss.srv.cfg.MaxGather)
 	if stop {
-		ss.capture = nil
 		return err
 	}
-	ss.endCapture(c)
 	m.start, m.scanned, m.failed = len(ss.out), len(ss.out), false
 	var held []byte
 	res, perr := ss.capturedRows(c)

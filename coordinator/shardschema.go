@@ -4,9 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/coordinator/shards"
 )
 
 // ensureShardsSchema makes sure, before shards are placed on the nodes at
@@ -39,14 +37,5 @@ func (s *Server) makeShardsSchema(ctx context.Context, addr, db string) error {
 		return err
 	}
 	defer c.Close(context.Background())
-	var exists bool
-	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)",
-		metadata.ShardsSchema).Scan(&exists); err != nil || exists {
-		return err
-	}
-	ident := pgx.Identifier{metadata.ShardsSchema}.Sanitize()
-	// IF NOT EXISTS: another coordinator may be making it too.
-	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident+"; GRANT USAGE, CREATE ON SCHEMA "+ident+" TO PUBLIC",
-		pgx.QueryExecModeSimpleProtocol)
-	return err
+	return shards.MakeShardsSchema(ctx, c)
 }

@@ -495,19 +495,13 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 	deadline := time.Now().Add(txCleanupTimeout)
 	wrote := make([]bool, len(all))
 	ok := make([]bool, len(all))
-	var wg sync.WaitGroup
-	for i := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rows, err := all[i].sc.Query(q, deadline)
-			if err != nil || len(rows) != 1 || len(rows[0]) != 2 || rows[0][1] == "serializable" {
-				return
-			}
-			wrote[i], ok[i] = rows[0][0] == "t", true
-		}()
-	}
-	wg.Wait()
+	allAtOnce(len(all), func(i int) {
+		rows, err := all[i].sc.Query(q, deadline)
+		if err != nil || len(rows) != 1 || len(rows[0]) != 2 || rows[0][1] == "serializable" {
+			return
+		}
+		wrote[i], ok[i] = rows[0][0] == "t", true
+	})
 	writer := -1
 	for i := range all {
 		switch {
@@ -540,20 +534,26 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 			return true, tag, err
 		}
 	}
-	for i := range all {
-		if i == writer {
-			continue
+	allAtOnce(len(all), func(i int) {
+		if i != writer && all[i].sc.Exec("COMMIT", time.Now().Add(txCleanupTimeout), nil) != nil {
+			all[i].sc.MarkBroken() // nothing of the transaction was there
 		}
+	})
+	return true, tag, nil
+}
+
+// allAtOnce runs fn(0) ... fn(n-1) concurrently (each on its own
+// connection) and waits for them all.
+func allAtOnce(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if all[i].sc.Exec("COMMIT", time.Now().Add(txCleanupTimeout), nil) != nil {
-				all[i].sc.MarkBroken() // nothing of the transaction was there
-			}
+			fn(i)
 		}()
 	}
 	wg.Wait()
-	return true, tag, nil
 }
 
 // decideTimeout bounds recording a commit decision; a variable for tests.

@@ -685,13 +685,29 @@ func ensureShardsSchema(ctx context.Context, conn *pgx.Conn) error {
 		metadata.ShardsSchema).Scan(&exists, &super); err != nil || exists {
 		return err
 	}
-	ident := pgx.Identifier{metadata.ShardsSchema}.Sanitize()
 	if !super {
+		ident := pgx.Identifier{metadata.ShardsSchema}.Sanitize()
 		return pgerr.New(pgerr.InsufficientPrivilege, "schema %s, where shards live, is missing and only a superuser may create it", metadata.ShardsSchema).
 			WithHint("Have a superuser run CREATE SCHEMA %s; GRANT USAGE, CREATE ON SCHEMA %s TO PUBLIC in this database on every worker (pgfleet does so itself when it can log in to the workers as postgres).",
 				ident, ident)
 	}
-	_, err := conn.Exec(ctx, "CREATE SCHEMA "+ident+"; GRANT USAGE, CREATE ON SCHEMA "+ident+" TO PUBLIC")
+	return MakeShardsSchema(ctx, conn)
+}
+
+// MakeShardsSchema creates metadata.ShardsSchema in conn's database unless
+// it is there, with USAGE and CREATE for every role (shards of any role's
+// tables go in it; it is in no one's search_path, and pgfleet names it in
+// every statement on a shard). IF NOT EXISTS: another coordinator may be
+// making it too.
+func MakeShardsSchema(ctx context.Context, conn *pgx.Conn) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)",
+		metadata.ShardsSchema).Scan(&exists); err != nil || exists {
+		return err
+	}
+	ident := pgx.Identifier{metadata.ShardsSchema}.Sanitize()
+	_, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident+"; GRANT USAGE, CREATE ON SCHEMA "+ident+" TO PUBLIC",
+		pgx.QueryExecModeSimpleProtocol)
 	return err
 }
 
