@@ -290,6 +290,14 @@ func (b *builder) workerQueries(stmt *pg_query.Node, shards []metadata.Shard, ta
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i] < nodes[j] })
 	var out []WorkerQuery
 	for _, n := range nodes {
+		if one := b.unionOf(stmt, table, shards, byNode[n]); one != nil {
+			sql, err := deparse(b.tree.Version, one)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, WorkerQuery{Node: n, Shards: byNode[n], SQL: sql})
+			continue
+		}
 		branches, err := b.shardTrees(stmt, byNode[n])
 		if err != nil {
 			return nil, err
@@ -311,6 +319,143 @@ func (b *builder) workerQueries(stmt *pg_query.Node, shards []metadata.Shard, ta
 		out = append(out, WorkerQuery{Node: n, Shards: byNode[n], SQL: sql})
 	}
 	return out, nil
+}
+
+// unionOf is stmt reading the worker's shards idxs of table as one
+// relation, or nil when stmt is not a query of that table alone:
+//
+//	SELECT bid, count(*) FROM (SELECT * FROM a_1 UNION ALL SELECT * FROM a_3) a
+//	  WHERE aid BETWEEN 1 AND 1000 GROUP BY bid
+//
+// rather than the query on each shard glued with UNION ALL. Both give the
+// worker's part of the answer: a partial query is right over any set of
+// whole shards (rows of one distribution value share a shard), and
+// PostgreSQL flattens the union into one scan per shard under a single
+// aggregate, sort or limit, each given the WHERE clause; planning it
+// costs a fraction of planning the query once per shard (2.6 times the
+// executions per second with 16 shards, simple protocol), and executing
+// it less (1.13 times, prepared). Kept to a single table read by name,
+// with no subquery, CTE or other relation, and none of what a subquery
+// in FROM reads differently from a table: its whole row (a record, not
+// the table's type), system columns, column aliases of the table.
+func (b *builder) unionOf(stmt *pg_query.Node, table string, shards []metadata.Shard, idxs []int) *pg_query.Node {
+	sel := stmt.GetSelectStmt()
+	if sel == nil || sel.Op > pg_query.SetOperation_SETOP_NONE || sel.WithClause != nil ||
+		len(sel.LockingClause) > 0 || len(sel.FromClause) != 1 || len(sel.ValuesLists) > 0 || sel.IntoClause != nil {
+		return nil
+	}
+	rv := sel.FromClause[0].GetRangeVar()
+	if rv == nil || !shapes(sel) {
+		return nil
+	}
+	t := lookup(b.cat, rv, nil)
+	if t == nil || t.Name != table || t.Kind == metadata.Reference {
+		return nil
+	}
+	alias := rv.Alias
+	if alias == nil {
+		alias = &pg_query.Alias{Aliasname: rv.Relname}
+	}
+	if len(alias.Colnames) > 0 {
+		return nil // they rename the table's columns in order
+	}
+	// The union reads the columns the statement names (a role may have
+	// SELECT on those only), or all of them for a *.
+	outNames := map[string]bool{}
+	for _, tg := range sel.TargetList {
+		if n := tg.GetResTarget().GetName(); n != "" {
+			outNames[n] = true
+		}
+	}
+	plain, star := true, false
+	var cols []string
+	seen := map[string]bool{}
+	Walk(stmt, func(m proto.Message) {
+		switch x := m.(type) {
+		case *pg_query.RangeVar:
+			plain = plain && x == rv
+		case *pg_query.SubLink, *pg_query.RangeSubselect, *pg_query.RangeFunction, *pg_query.RangeTableSample,
+			*pg_query.RangeTableFunc, *pg_query.JoinExpr, *pg_query.WithClause:
+			plain = false
+		case *pg_query.ColumnRef:
+			f := x.Fields
+			switch {
+			case len(f) == 2 && f[0].GetString_().GetSval() != alias.Aliasname, len(f) > 2, len(f) == 0:
+				plain = false
+			case f[len(f)-1].GetAStar() != nil:
+				star = true
+			default:
+				name := f[len(f)-1].GetString_().GetSval()
+				if name == "" || len(f) == 1 && outNames[name] {
+					plain = false // a name of the select list's, perhaps no column
+				} else if !seen[name] {
+					seen[name] = true
+					cols = append(cols, name)
+				}
+			}
+		}
+	})
+	if !plain || wholeRows(sel, []string{alias.Aliasname}) != nil {
+		return nil
+	}
+	var target []*pg_query.Node
+	if star {
+		target = []*pg_query.Node{{Node: &pg_query.Node_ResTarget{ResTarget: &pg_query.ResTarget{
+			Val: &pg_query.Node{Node: &pg_query.Node_ColumnRef{ColumnRef: &pg_query.ColumnRef{
+				Fields: []*pg_query.Node{{Node: &pg_query.Node_AStar{AStar: &pg_query.A_Star{}}}}}}}}}}}
+	} else {
+		for _, c := range cols {
+			target = append(target, &pg_query.Node{Node: &pg_query.Node_ResTarget{ResTarget: &pg_query.ResTarget{
+				Val: &pg_query.Node{Node: &pg_query.Node_ColumnRef{ColumnRef: &pg_query.ColumnRef{
+					Fields: []*pg_query.Node{{Node: &pg_query.Node_String_{String_: &pg_query.String{Sval: c}}}}}}}}}})
+		}
+	}
+	var union *pg_query.SelectStmt
+	for _, idx := range idxs {
+		if idx < 0 || idx >= len(shards) {
+			return nil
+		}
+		srv := &pg_query.RangeVar{Schemaname: rv.Schemaname, Relname: rv.Relname, Inh: true, Relpersistence: "p"}
+		toShard(srv, t, rv.Relname, shards[idx].ID)
+		one := &pg_query.SelectStmt{
+			TargetList:  target,
+			FromClause:  []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: srv}}},
+			LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}
+		if union == nil {
+			union = one
+			continue
+		}
+		union = &pg_query.SelectStmt{Op: pg_query.SetOperation_SETOP_UNION, All: true, Larg: union, Rarg: one,
+			LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}
+	}
+	if union == nil {
+		return nil
+	}
+	out := proto.Clone(stmt).(*pg_query.Node)
+	out.GetSelectStmt().FromClause = []*pg_query.Node{{Node: &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
+		Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}},
+		Alias:    proto.Clone(alias).(*pg_query.Alias)}}}}
+	return out
+}
+
+// shapes reports whether sel does more than read rows (groups,
+// aggregates, sorts, dedupes or limits them), which a union of its
+// shards saves planning and running once per shard; a plain read is the
+// same work either way and keeps the per-shard form.
+func shapes(sel *pg_query.SelectStmt) bool {
+	if len(sel.GroupClause) > 0 || len(sel.DistinctClause) > 0 || len(sel.SortClause) > 0 ||
+		sel.HavingClause != nil || sel.LimitCount != nil || sel.LimitOffset != nil {
+		return true
+	}
+	found := false
+	for _, t := range sel.TargetList {
+		Walk(t, func(m proto.Message) {
+			if _, ok := m.(*pg_query.FuncCall); ok {
+				found = true
+			}
+		})
+	}
+	return found
 }
 
 // shardTrees is stmt renamed for each of the shard indexes, as rewrite
