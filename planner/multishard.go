@@ -395,7 +395,7 @@ func (b *builder) unionOf(stmt *pg_query.Node, table string, shards []metadata.S
 			}
 		}
 	})
-	if !plain || wholeRows(sel, []string{alias.Aliasname}) != nil {
+	if !plain || wholeRows(sel, []string{alias.Aliasname}) != nil || !namesAreColumns(sel) || !groupedByColumns(sel) {
 		return nil
 	}
 	var target []*pg_query.Node
@@ -436,6 +436,99 @@ func (b *builder) unionOf(stmt *pg_query.Node, table string, shards []metadata.S
 		Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}},
 		Alias:    proto.Clone(alias).(*pg_query.Alias)}}}}
 	return out
+}
+
+// namesAreColumns reports whether every bare name sel sorts, dedupes or
+// groups by is also read as a column (in its select list, WHERE or
+// HAVING). ORDER BY and DISTINCT ON may name a select list entry by the
+// name PostgreSQL gives it (lower(s) is "lower", an expression
+// "?column?"), which the union would try to read as a column.
+func namesAreColumns(sel *pg_query.SelectStmt) bool {
+	read := map[string]bool{}
+	for _, n := range append(append([]*pg_query.Node{}, sel.TargetList...), sel.WhereClause, sel.HavingClause) {
+		Walk(n, func(m proto.Message) {
+			if cr, ok := m.(*pg_query.ColumnRef); ok && len(cr.Fields) > 0 {
+				read[cr.Fields[len(cr.Fields)-1].GetString_().GetSval()] = true
+			}
+		})
+	}
+	ok := true
+	for _, l := range [][]*pg_query.Node{sel.SortClause, sel.DistinctClause, sel.GroupClause} {
+		for _, n := range l {
+			Walk(n, func(m proto.Message) {
+				if cr, isRef := m.(*pg_query.ColumnRef); isRef && len(cr.Fields) == 1 {
+					if name := cr.Fields[0].GetString_().GetSval(); name != "" && !read[name] {
+						ok = false
+					}
+				}
+			})
+		}
+	}
+	return ok
+}
+
+// groupedByColumns reports whether a grouped sel reads, outside its
+// aggregates, only columns it groups by. PostgreSQL also lets a query
+// grouped by a table's primary key read the table's other columns (they
+// depend on the key), which a union of shards, with no key, refuses
+// (42803); so anything else, and any call not known to be an aggregate,
+// keeps the query per shard.
+func groupedByColumns(sel *pg_query.SelectStmt) bool {
+	if len(sel.GroupClause) == 0 {
+		return true
+	}
+	grouped := map[string]bool{}
+	inAgg := map[*pg_query.ColumnRef]bool{} // or in an expression grouped by
+	for _, g := range sel.GroupClause {
+		cr := g.GetColumnRef()
+		if k := g.GetAConst().GetIval(); k != nil && k.Ival >= 1 && int(k.Ival) <= len(sel.TargetList) {
+			// GROUP BY 1: the select list's first expression is grouped
+			// by, and with it the columns in it there.
+			val := sel.TargetList[k.Ival-1].GetResTarget().GetVal()
+			Walk(val, func(m proto.Message) {
+				if c, ok := m.(*pg_query.ColumnRef); ok {
+					inAgg[c] = true
+				}
+			})
+			cr = val.GetColumnRef()
+		}
+		if cr == nil || len(cr.Fields) == 0 {
+			continue // an expression: its columns elsewhere count as not grouped
+		}
+		if name := cr.Fields[len(cr.Fields)-1].GetString_().GetSval(); name != "" {
+			grouped[name] = true
+		}
+	}
+	clauses := append(append(append([]*pg_query.Node{}, sel.TargetList...), sel.SortClause...), sel.DistinctClause...)
+	clauses = append(append(clauses, sel.HavingClause), sel.WindowClause...)
+	for _, n := range clauses {
+		Walk(n, func(m proto.Message) {
+			fc, ok := m.(*pg_query.FuncCall)
+			if !ok || fc.Over != nil || len(fc.Funcname) == 0 {
+				return
+			}
+			name := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
+			if handledAggs[name] || otherAggs[name] || fc.AggStar || fc.AggDistinct || len(fc.AggOrder) > 0 || fc.AggFilter != nil {
+				Walk(fc, func(m proto.Message) {
+					if cr, ok := m.(*pg_query.ColumnRef); ok {
+						inAgg[cr] = true
+					}
+				})
+			}
+		})
+	}
+	ok := true
+	for _, n := range clauses {
+		Walk(n, func(m proto.Message) {
+			if cr, isRef := m.(*pg_query.ColumnRef); isRef && !inAgg[cr] && len(cr.Fields) > 0 {
+				last := cr.Fields[len(cr.Fields)-1]
+				if last.GetAStar() != nil || !grouped[last.GetString_().GetSval()] {
+					ok = false
+				}
+			}
+		})
+	}
+	return ok
 }
 
 // shapes reports whether sel does more than read rows (groups,
