@@ -175,6 +175,8 @@ type refCapture struct {
 	tag  string
 	werr []byte // the worker's ErrorResponse body, if it failed
 	msgs []byte // notices and parameter status frames, in order
+	// parsed: a ParseComplete came (the statement's Parse, if sent, ran).
+	parsed bool
 }
 
 // refCaptureRun sends b (a Query, or Parse/Bind/Execute/Sync) on the held
@@ -208,6 +210,8 @@ func (ss *session) refCaptureRun(b []byte) (*refCapture, error) {
 				}
 			}
 			c.rows = append(c.rows, vals)
+		case '1':
+			c.parsed = true
 		case 'C':
 			c.tag = string(bytes.TrimSuffix(f.Body, []byte{0}))
 		case 'E':
@@ -237,8 +241,9 @@ func (ss *session) refCaptureRun(b []byte) (*refCapture, error) {
 }
 
 // refInTxn runs reference write d on every copy's worker (nodes, in
-// order), each joined into the transaction block, with b the messages
-// that run it; it compares the copies' reports and returns the last
+// order), each joined into the transaction block, with the messages build
+// makes for the worker's connection (and the name of the statement whose
+// Parse they carry, "" if none); it compares the copies' reports and returns the last
 // copy's answer. A worker's error or a difference fails the transaction
 // block: werr is what the client gets then (an ErrorResponse body, or
 // FATAL-free pgerr), err a lost connection.
@@ -255,7 +260,7 @@ func (ss *session) takeIn(node int32) error {
 	return nil
 }
 
-func (ss *session) refInTxn(d refDigest, table string, nodes []int32, b []byte) (last *refCapture, fail error, err error) {
+func (ss *session) refInTxn(d refDigest, table string, nodes []int32, build func() (b []byte, parse string)) (last *refCapture, fail error, err error) {
 	var first string
 	for i, node := range nodes {
 		if err := ss.takeIn(node); err != nil {
@@ -264,9 +269,13 @@ func (ss *session) refInTxn(d refDigest, table string, nodes []int32, b []byte) 
 		if !slices.Contains(ss.wroteOn, node) {
 			ss.wroteOn = append(ss.wroteOn, node)
 		}
+		b, parse := build()
 		c, err := ss.refCaptureRun(b)
 		if err != nil {
 			return nil, nil, err
+		}
+		if parse != "" && !c.parsed {
+			ss.sc.Stmts.Drop(parse) // the Parse failed, or never ran
 		}
 		if c.werr != nil {
 			return c, nil, nil

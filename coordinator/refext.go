@@ -259,24 +259,50 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	}
 	nodes := slices.Clone(snap.Shards[sp.sp.plan.Tables[0]][0].Nodes)
 	slices.Sort(nodes)
-	// Every copy runs the write's reporting form (unnamed statement and
-	// portal); the copies' reports must agree (refdigest.go).
+	// Every copy runs the write's reporting form; the copies' reports
+	// must agree (refdigest.go). Without RETURNING its result is a count
+	// and a digest whatever the table's columns, so it is prepared once
+	// per worker connection under a name every session shares (parsed
+	// and planned once, not at every execution); with RETURNING its
+	// columns follow the table's, and a statement prepared before an
+	// ALTER TABLE would fail ("cached plan must not change result type")
+	// for a client that prepared its own after: parsed every time then.
 	d, err := refDigestOf(sp.sp.plan.ShardSQL()[0], sp.sp.plan.Tables[0])
 	if err != nil {
 		ss.txFailed = true
 		ss.synthError(err)
 		return nil
 	}
-	parse := append(append([]byte{0}, d.sql...), 0)
-	parse = append(parse, sp.st.paramTail...)
+	rest := append(append([]byte(d.sql), 0), sp.st.paramTail...)
 	if len(sp.st.paramTail) == 0 {
-		parse = append(parse, 0, 0)
+		rest = append(rest, 0, 0)
 	}
-	b := wire.AppendFrame(nil, 'P', parse)
-	b = wire.AppendFrame(b, 'B', append(append([]byte{0, 0}, sp.params...), formatCodes(sp.refResults(d))...))
-	b = appendExecute(b)
-	b = appendSync(b)
-	last, fail, err := ss.refInTxn(d, sp.sp.plan.Tables[0], nodes, b)
+	st := &Statement{parse: wire.AppendFrame(nil, 'P', append([]byte{0}, rest...))} // unnamed
+	if !d.returning {
+		st = ss.srv.stmts.intern(rest)
+	}
+	bind := append(append([]byte{0}, st.Name...), 0)
+	bind = append(append(bind, sp.params...), formatCodes(sp.refResults(d))...)
+	build := func() ([]byte, string) {
+		sc, key := ss.sc, ss.stmtKey()
+		var b []byte
+		parse := ""
+		if st.Name == "" {
+			b = append(b, st.parse...) // unnamed
+		} else if !sc.Stmts.Has(st.Name, key) {
+			ev, stale := sc.Stmts.Add(st.Name, key)
+			if ev != "" {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, ev...), 0))
+			}
+			if stale {
+				b = wire.AppendFrame(b, 'C', append(append([]byte{'S'}, st.Name...), 0))
+			}
+			b, parse = append(b, st.parse...), st.Name
+		}
+		b = wire.AppendFrame(b, 'B', bind)
+		return appendSync(appendExecute(b)), parse
+	}
+	last, fail, err := ss.refInTxn(d, sp.sp.plan.Tables[0], nodes, build)
 	switch {
 	case err != nil:
 		return ss.lostServer(err)

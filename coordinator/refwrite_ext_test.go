@@ -311,3 +311,129 @@ func contains(list, item string) bool {
 func TestReferenceWriteExtendedPgbench(t *testing.T) {
 	tpcbAcrossWorkers(t, "extended", "prepared")
 }
+
+// TestReferenceWriteInTxnPrepared: a reference-table write of the extended
+// protocol in a transaction block runs on each copy as a statement the
+// worker connection prepared once (refExecuteInTxn). It keeps running
+// after the table changes under it, a Parse the worker refused is made
+// again, and a write with RETURNING, whose columns follow the table's,
+// gives a client that prepared it after an ALTER TABLE the new columns.
+func TestReferenceWriteInTxnPrepared(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	prepared := pgx.QueryExecModeCacheStatement
+	testTable(t, c, "rp_ref", "(id int PRIMARY KEY, n bigint, x int)", "SELECT create_reference_table('rp_ref')")
+	exec(t, c, "INSERT INTO rp_ref SELECT g, 0, 0 FROM generate_series(1, 5) g", simple)
+	var shard string
+	if err := connect(t, cl.Servers[0].Addr()).QueryRow(ctx, "SELECT shardid::text FROM pgfleet.shards WHERE table_name = 'public.rp_ref'").Scan(&shard); err != nil {
+		t.Fatal(err)
+	}
+	copies := func(what, want string) {
+		t.Helper()
+		for _, s := range cl.Servers {
+			got := queryString(t, connect(t, s.Addr()), "SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM pgfleet_shards.rp_ref_"+shard)
+			if got != want {
+				t.Errorf("%s: copy on %s is %s, want %s", what, s.Addr(), got, want)
+			}
+		}
+	}
+	txn := func(what, sql string, args ...any) error {
+		t.Helper()
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, sql, append([]any{prepared}, args...)...); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	const upd = "UPDATE rp_ref SET n = n + $1 WHERE id = $2"
+	for i := 1; i <= 3; i++ {
+		if err := txn("update", upd, int64(10), i); err != nil {
+			t.Fatalf("update %d: %v", i, err)
+		}
+	}
+	copies("three updates", "1:10,2:10,3:10,4:0,5:0")
+
+	// The column the statement writes goes away and comes back.
+	const updx = "UPDATE rp_ref SET x = x + $1 WHERE id = $2"
+	if err := txn("x", updx, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A client of a coordinator whose connections never ran it prepares
+	// it now and runs it after the DROP: the workers refuse the Parse
+	// itself, which is then not taken as done.
+	other := connect(t, pgtest.Coordinator(t, cl, poolSize(1)).Addr())
+	if _, err := other.Prepare(ctx, "updx", updx); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c, "ALTER TABLE rp_ref DROP COLUMN x", simple)
+	if err := txn("x after DROP COLUMN", updx, 1, 1); sqlState(err) != "42703" {
+		t.Errorf("writing a dropped column: %v, want 42703", err)
+	}
+	otherTxn := func(sql string, args ...any) error {
+		tx, err := other.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, sql, append([]any{prepared}, args...)...); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	if err := otherTxn("updx", 1, 1); sqlState(err) != "42703" {
+		t.Errorf("writing a dropped column, fresh connections: %v, want 42703", err)
+	}
+	exec(t, c, "ALTER TABLE rp_ref ADD COLUMN x int DEFAULT 0", simple)
+	if err := txn("x after ADD COLUMN", updx, 2, 1); err != nil {
+		t.Errorf("writing the column added again: %v", err)
+	}
+	if err := otherTxn("updx", 3, 1); err != nil {
+		t.Errorf("writing the column added again, on the connections whose Parse failed: %v", err)
+	}
+	if err := txn("update after the changes", upd, int64(1), 2); err != nil {
+		t.Errorf("update after the changes: %v", err)
+	}
+	copies("after the changes", "1:10,2:11,3:10,4:0,5:0")
+	if got := queryString(t, c, "SELECT x::text FROM rp_ref WHERE id = 1"); got != "5" {
+		t.Errorf("x of row 1: %s, want 5", got)
+	}
+
+	// RETURNING *: a client preparing it after ADD COLUMN gets the column.
+	const ret = "UPDATE rp_ref SET n = n + $1 WHERE id = $2 RETURNING *"
+	if err := txn("returning", ret, int64(1), 3); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c, "ALTER TABLE rp_ref ADD COLUMN y text DEFAULT 'y'", simple)
+	fresh := connect(t, srv.Addr())
+	tx, err := fresh.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, ret, prepared, int64(1), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	for _, f := range rows.FieldDescriptions() {
+		cols = append(cols, f.Name)
+	}
+	for rows.Next() {
+	}
+	if err := rows.Err(); err != nil {
+		t.Errorf("RETURNING * prepared after ADD COLUMN: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cols, ","); got != "id,n,x,y" {
+		t.Errorf("RETURNING * prepared after ADD COLUMN: columns %s, want id,n,x,y", got)
+	}
+	copies("after RETURNING", "1:10,2:11,3:12,4:0,5:0")
+}

@@ -890,7 +890,7 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 		d.sql, _ = spliceFrom(d.sql, lits, 1)
 	}
 	q := appendQuery(nil, d.sql)
-	last, fail, err := ss.refInTxn(d, p.Tables[0], nodes, q)
+	last, fail, err := ss.refInTxn(d, p.Tables[0], nodes, func() ([]byte, string) { return q, "" })
 	switch {
 	case err != nil:
 		return ss.lostServer(err)
