@@ -175,8 +175,8 @@ type refCapture struct {
 	tag  string
 	werr []byte // the worker's ErrorResponse body, if it failed
 	msgs []byte // notices and parameter status frames, in order
-	// parsed: a ParseComplete came (the statement's Parse, if sent, ran).
-	parsed bool
+	// parses counts the ParseCompletes (a Parse sent ran).
+	parses int
 }
 
 // refCaptureRun sends b (a Query, or Parse/Bind/Execute/Sync) on the held
@@ -211,7 +211,7 @@ func (ss *session) refCaptureRun(b []byte) (*refCapture, error) {
 			}
 			c.rows = append(c.rows, vals)
 		case '1':
-			c.parsed = true
+			c.parses++
 		case 'C':
 			c.tag = string(bytes.TrimSuffix(f.Body, []byte{0}))
 		case 'E':
@@ -243,7 +243,8 @@ func (ss *session) refCaptureRun(b []byte) (*refCapture, error) {
 // refInTxn runs reference write d on every copy's worker (nodes, in
 // order), each joined into the transaction block, with the messages build
 // makes for the worker's connection (and the name of the statement whose
-// Parse they carry, "" if none); it compares the copies' reports and returns the last
+// Parse they carry, "" if none), of the extended protocol when ahead (a
+// BEGIN goes before them); it compares the copies' reports and returns the last
 // copy's answer. A worker's error or a difference fails the transaction
 // block: werr is what the client gets then (an ErrorResponse body, or
 // FATAL-free pgerr), err a lost connection.
@@ -260,21 +261,41 @@ func (ss *session) takeIn(node int32) error {
 	return nil
 }
 
-func (ss *session) refInTxn(d refDigest, table string, nodes []int32, build func() (b []byte, parse string)) (last *refCapture, fail error, err error) {
+func (ss *session) refInTxn(d refDigest, table string, nodes []int32, build func(ahead bool) (b []byte, parse string)) (last *refCapture, fail error, err error) {
 	var first string
 	for i, node := range nodes {
-		if err := ss.takeIn(node); err != nil {
+		// A worker the transaction takes in here gets its BEGIN with the
+		// write, in one round trip (joinPipe).
+		var begin []byte
+		ss.joinPipe = &begin
+		err := ss.takeIn(node)
+		ss.joinPipe = nil
+		if err != nil {
 			return nil, err, nil
+		}
+		b, parse := build(begin != nil)
+		c, err := ss.refCaptureRun(append(begin, b...))
+		if err != nil {
+			return nil, nil, err
+		}
+		ahead := 0
+		if begin != nil {
+			ahead = 1
+			if ss.sc.TxStatus != 'T' && ss.sc.TxStatus != 'E' {
+				// The BEGIN failed there (the write did not run): the
+				// worker leaves the transaction, which fails.
+				ss.unjoin()
+				ss.txFailed = true
+				if c.werr != nil {
+					return c, nil, nil
+				}
+				return nil, pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", ss.srv.nodeAddr(node)), nil
+			}
 		}
 		if !slices.Contains(ss.wroteOn, node) {
 			ss.wroteOn = append(ss.wroteOn, node)
 		}
-		b, parse := build()
-		c, err := ss.refCaptureRun(b)
-		if err != nil {
-			return nil, nil, err
-		}
-		if parse != "" && !c.parsed {
+		if parse != "" && c.parses <= ahead {
 			ss.sc.Stmts.Drop(parse) // the Parse failed, or never ran
 		}
 		if c.werr != nil {

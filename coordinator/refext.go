@@ -283,7 +283,7 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	}
 	bind := append(append([]byte{0}, st.Name...), 0)
 	bind = append(append(bind, sp.params...), formatCodes(sp.refResults(d))...)
-	build := func() ([]byte, string) {
+	build := func(bool) ([]byte, string) {
 		sc, key := ss.sc, ss.stmtKey()
 		var b []byte
 		parse := ""

@@ -173,6 +173,11 @@ type session struct {
 	// statement needs.
 	pendingBegin  string
 	pendingFailed bool // a statement failed in the pending transaction
+	// joinPipe, while set, takes the BEGIN of a worker the transaction
+	// takes in (joinWorker) as messages to send ahead of the statement
+	// that needs the worker, in one round trip, instead of running it
+	// first (refInTxn); the caller then checks that it ran.
+	joinPipe *[]byte
 	// localPortal is a portal bound by the coordinator itself (a BEGIN,
 	// COMMIT or ROLLBACK answered locally) and its statement.
 	localPortal   string

@@ -153,6 +153,14 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		// them, so ROLLBACK TO and RELEASE of any of them mean there what
 		// they mean on the others (multiSavepoint).
 		begin := ss.beginSQL(ss.txBegin) + ss.savepointReplay()
+		if ss.joinPipe != nil && !ss.idleOff && ss.idleZeroKnown(pool) && oneStatement(begin) {
+			// The BEGIN goes ahead of the statement (Parse, Bind and
+			// Execute, no Sync): if it fails, PostgreSQL skips the
+			// statement up to the Sync, so nothing runs outside the
+			// transaction block (the caller undoes the join then).
+			*ss.joinPipe = appendRun(nil, begin, nil)
+			break
+		}
 		if ss.idleOff || !ss.idleZeroKnown(pool) {
 			// The BEGIN and the idle timer's read, in one round trip.
 			var rows [][]string
@@ -180,6 +188,24 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	ss.parked = append(ss.parked, cur)
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
 	return nil
+}
+
+// oneStatement reports whether sql (a BEGIN the client sent, as
+// beginSQL and savepointReplay make it) is one statement, which a Parse
+// takes: no semicolon but trailing ones.
+func oneStatement(sql string) bool {
+	return !strings.Contains(strings.TrimRight(sql, "; \t\r\n"), ";")
+}
+
+// unjoin takes back the worker joinWorker took in last, whose BEGIN sent
+// ahead (joinPipe) did not start the transaction there: the connection
+// holds nothing of the transaction and goes back to its pool.
+func (ss *session) unjoin() {
+	c := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+	prev := ss.parked[len(ss.parked)-1]
+	ss.parked = ss.parked[:len(ss.parked)-1]
+	ss.setCurrent(prev)
+	c.pool.Release(c.sc)
 }
 
 // joinCheckout takes a connection to worker to (pool) for a transaction
@@ -889,8 +915,19 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	if lits != nil {
 		d.sql, _ = spliceFrom(d.sql, lits, 1)
 	}
-	q := appendQuery(nil, d.sql)
-	last, fail, err := ss.refInTxn(d, p.Tables[0], nodes, func() ([]byte, string) { return q, "" })
+	build := func(ahead bool) ([]byte, string) {
+		if !ahead {
+			return appendQuery(nil, d.sql), ""
+		}
+		// After a BEGIN's Parse, Bind and Execute (joinPipe): the same
+		// statement as Parse, Bind, Describe and Execute, so that a BEGIN
+		// that fails skips it up to the Sync (a Query would run).
+		b, _ := (&pgproto3.Parse{Query: d.sql}).Encode(nil)
+		b, _ = (&pgproto3.Bind{}).Encode(b)
+		b, _ = (&pgproto3.Describe{ObjectType: 'P'}).Encode(b)
+		return appendSync(appendExecute(b)), ""
+	}
+	last, fail, err := ss.refInTxn(d, p.Tables[0], nodes, build)
 	switch {
 	case err != nil:
 		return ss.lostServer(err)
