@@ -340,9 +340,10 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 			}
 		}
 	}
-	txn := func(what, sql string, args ...any) error {
+	// txnOn runs sql prepared in a transaction block of its own on conn.
+	txnOn := func(conn *pgx.Conn, sql string, args ...any) error {
 		t.Helper()
-		tx, err := c.Begin(ctx)
+		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,6 +353,7 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 		}
 		return tx.Commit(ctx)
 	}
+	txn := func(what, sql string, args ...any) error { return txnOn(c, sql, args...) }
 	const upd = "UPDATE rp_ref SET n = n + $1 WHERE id = $2"
 	for i := 1; i <= 3; i++ {
 		if err := txn("update", upd, int64(10), i); err != nil {
@@ -376,17 +378,7 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 	if err := txn("x after DROP COLUMN", updx, 1, 1); sqlState(err) != "42703" {
 		t.Errorf("writing a dropped column: %v, want 42703", err)
 	}
-	otherTxn := func(sql string, args ...any) error {
-		tx, err := other.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, sql, append([]any{prepared}, args...)...); err != nil {
-			_ = tx.Rollback(ctx)
-			return err
-		}
-		return tx.Commit(ctx)
-	}
+	otherTxn := func(sql string, args ...any) error { return txnOn(other, sql, args...) }
 	if err := otherTxn("updx", 1, 1); sqlState(err) != "42703" {
 		t.Errorf("writing a dropped column, fresh connections: %v, want 42703", err)
 	}
