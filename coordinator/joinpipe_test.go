@@ -2,6 +2,8 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -102,5 +104,155 @@ func TestReferenceWriteTakesInWorker(t *testing.T) {
 		if got := queryString(t, connect(t, s.Addr()), "SELECT count(*)::text FROM pg_prepared_xacts"); got != "0" {
 			t.Errorf("%s: %s prepared transactions left", s.Addr(), got)
 		}
+	}
+}
+
+// TestStatementsAfterDDLInTransaction: after DDL in a transaction block,
+// a statement the worker connection prepared before (for another
+// session) is parsed again, as the client's own Parse would be on
+// PostgreSQL: a new overload of a function it calls is the one called,
+// and a column type a ROLLBACK TO SAVEPOINT put back is the one its
+// parameters take. Found by the adversary round on shared reference
+// write statements; routed statements share names the same way.
+func TestStatementsAfterDDLInTransaction(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	prepared := pgx.QueryExecModeCacheStatement
+	c := connect(t, srv.Addr())
+	testTable(t, c, "ov_ref", "(k int, v int)", "SELECT create_reference_table('ov_ref')")
+	testTable(t, c, "ov_dist", "(id int, v int)", "SELECT create_distributed_table('ov_dist', 'id', shard_count => 2)")
+	drop := "DROP FUNCTION IF EXISTS ov_f(numeric); DROP FUNCTION IF EXISTS ov_f(int); DROP FUNCTION IF EXISTS ov_g(numeric); DROP FUNCTION IF EXISTS ov_g(int)"
+	exec(t, c, drop, simple)
+	exec(t, c, "CREATE FUNCTION ov_f(numeric) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 100'", simple)
+	exec(t, c, "CREATE FUNCTION ov_g(numeric) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 100'", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, drop, simple) })
+	// write runs ddl (if any) and sql with k in a transaction block.
+	write := func(conn *pgx.Conn, ddl, sql string, k int) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ddl != "" {
+			if _, err := tx.Exec(ctx, ddl, simple); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := tx.Query(ctx, sql, prepared, strconv.Itoa(k), "1")
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ sql, fn, rows string }{
+		{"INSERT INTO ov_ref VALUES ($1::int, ov_f($2::int))", "ov_f", "SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM ov_ref"},
+		{"INSERT INTO ov_dist VALUES ($1::int, ov_g($2::int))", "ov_g", "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM ov_dist"},
+	} {
+		for k := 1; k <= 2; k++ {
+			write(c, "", tc.sql, k) // fn(numeric): 100
+		}
+		write(connect(t, srv.Addr()), "CREATE FUNCTION "+tc.fn+"(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 200'", tc.sql, 3)
+		if got := queryString(t, c, tc.rows); got != "1:100,2:100,3:200" {
+			t.Errorf("%s: rows %s, want 1:100,2:100,3:200 (%s(int) once it exists)", tc.sql, got, tc.fn)
+		}
+	}
+
+	// A column type changed and put back by ROLLBACK TO SAVEPOINT.
+	testTable(t, c, "rb_ref", "(k int, v int)", "SELECT create_reference_table('rb_ref')")
+	describe := pgx.QueryExecModeDescribeExec // a Parse of the client's at every execution
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		sql  string
+		args []any
+	}{
+		{"INSERT INTO rb_ref VALUES ($1, $2)", []any{1, 10}},
+		{"SAVEPOINT s", nil},
+		{"ALTER TABLE rb_ref ALTER COLUMN v TYPE text", nil},
+		{"INSERT INTO rb_ref VALUES ($1, $2)", []any{2, "abc"}},
+		{"ROLLBACK TO SAVEPOINT s", nil},
+		{"INSERT INTO rb_ref VALUES ($1, $2)", []any{3, 30}},
+	}
+	for _, st := range steps {
+		if _, err := tx.Exec(ctx, st.sql, append([]any{describe}, st.args...)...); err != nil {
+			t.Fatalf("%s %v: %v", st.sql, st.args, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, c, "SELECT string_agg(k || ':' || v, ',' ORDER BY k) || ' ' || pg_typeof(min(v))::text FROM rb_ref"); got != "1:10,3:30 integer" {
+		t.Errorf("rows after ROLLBACK TO SAVEPOINT undid the ALTER: %s, want 1:10,3:30 integer", got)
+	}
+}
+
+// TestBeginTextEndingInComment: the client's BEGIN text, which the
+// coordinator sends again to each worker the transaction takes in with
+// what must follow it (savepoints to set again, COMMIT AND CHAIN), may
+// end in a -- comment. Found by the adversary round: the comment hid
+// the savepoint (3B001) and the chained READ ONLY.
+func TestBeginTextEndingInComment(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "bc_dist", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('bc_dist', 'id', shard_count => 2)")
+	testTable(t, c, "bc_ref", "(id int PRIMARY KEY, v int)", "SELECT create_reference_table('bc_ref')")
+	exec(t, c, "INSERT INTO bc_dist SELECT g, 0 FROM generate_series(1, 20) g", simple)
+	// A key on the second worker: the reference write then takes in the first.
+	var key int
+	for k := 1; k <= 20 && key == 0; k++ {
+		if queryString(t, c, "SELECT inet_server_port()::text FROM bc_dist WHERE id = $1", k) == queryString(t, connect(t, cl.Servers[1].Addr()), "SELECT inet_server_port()::text") {
+			key = k
+		}
+	}
+	if key == 0 {
+		t.Fatal("no key on the second worker")
+	}
+	run := func(sqls ...string) error {
+		for _, q := range sqls {
+			if _, err := c.Exec(ctx, q, simple); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	}
+	if err := run("BEGIN -- c", fmt.Sprintf("UPDATE bc_dist SET v = 1 WHERE id = %d", key), "SAVEPOINT s1",
+		"INSERT INTO bc_ref VALUES (1, 1)", "ROLLBACK TO SAVEPOINT s1", "INSERT INTO bc_ref VALUES (2, 2)", "COMMIT"); err != nil {
+		t.Errorf("savepoint after a BEGIN ending in a comment: %v", err)
+		_ = run("ROLLBACK")
+	}
+	if got := queryString(t, c, "SELECT string_agg(id::text, ',' ORDER BY id) FROM bc_ref"); got != "2" {
+		t.Errorf("reference rows: %s, want 2", got)
+	}
+	if err := run("BEGIN READ ONLY -- c", "COMMIT AND CHAIN", fmt.Sprintf("SELECT v FROM bc_dist WHERE id = %d", key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("SELECT 1/0"); sqlState(err) != "22012" {
+		t.Errorf("1/0: %v", err)
+	}
+	if err := run("ROLLBACK AND CHAIN"); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, c, "SELECT current_setting('transaction_read_only')"); got != "on" {
+		t.Errorf("transaction_read_only after ROLLBACK AND CHAIN: %s, want on", got)
+	}
+	if err := run("INSERT INTO bc_ref VALUES (3, 3)"); sqlState(err) != "25006" {
+		t.Errorf("reference write in the chained READ ONLY transaction: %v, want 25006", err)
+	}
+	_ = run("ROLLBACK")
+	if got := queryString(t, c, "SELECT string_agg(id::text, ',' ORDER BY id) FROM bc_ref"); got != "2" {
+		t.Errorf("reference rows: %s, want 2", got)
 	}
 }

@@ -164,7 +164,7 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		if ss.idleOff || !ss.idleZeroKnown(pool) {
 			// The BEGIN and the idle timer's read, in one round trip.
 			var rows [][]string
-			rows, err = sc.Query(begin+";"+idleOffSQL, time.Now().Add(pool.Config().ResetTimeout))
+			rows, err = sc.Query(begin+"\n;"+idleOffSQL, time.Now().Add(pool.Config().ResetTimeout))
 			if err == nil {
 				ss.noteIdleSetting(pool, rows)
 			}
@@ -989,7 +989,7 @@ func (ss *session) savepointsKnown() bool {
 func (ss *session) savepointReplay() string {
 	var b strings.Builder
 	for _, sp := range ss.savepoints {
-		b.WriteString("; SAVEPOINT ")
+		b.WriteString("\n; SAVEPOINT ") // (the newline ends a -- comment the BEGIN text ends with)
 		b.WriteString(quoteIdent(sp.name))
 	}
 	return b.String()
