@@ -486,7 +486,9 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 		return true, ss.queryError(err)
 	}
 	if other == "" {
-		return false, nil
+		// New objects in a batch of several statements are made on the
+		// default node only.
+		return ss.overloadsElsewhere(sql)
 	}
 	cascade := false
 	if r, ok := shards.CascadeAsRestrict(sql); ok {
@@ -507,7 +509,7 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 			// Made on the default node only: missing elsewhere (made
 			// there by create_distributed_table, or an error), never
 			// different.
-			return false, nil
+			return ss.overloadsElsewhere(sql)
 		}
 		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"DDL on types, domains, collations, schemas or functions is not supported in this transaction block: it cannot take in the other workers").
@@ -531,6 +533,37 @@ func (ss *session) objectDDL(sql string, snap *metadata.Snapshot) (handled bool,
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = readyForQuery(ss.out, 'I')
 	return true, nil
+}
+
+// overloadsElsewhere refuses sql, made on the default node only, when it
+// creates a function or aggregate of a name the default node already has
+// (any schema, any arguments): a statement calling that name on another
+// worker, which does not get the new one, would call the old one there,
+// a different answer rather than a missing function (handled: refused).
+func (ss *session) overloadsElsewhere(sql string) (handled bool, err error) {
+	names := shards.NewRoutines(sql)
+	if len(names) == 0 {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conns, done, err := ss.nodeConns(ctx)
+	defer done()
+	if err != nil {
+		return true, ss.queryError(err)
+	}
+	var taken *string
+	if err := conns[ss.srv.defaultNode.Load()].QueryRow(ctx,
+		"SELECT pg_catalog.string_agg(DISTINCT proname::text, ', ') FROM pg_catalog.pg_proc WHERE proname::text = ANY($1::text[])",
+		names).Scan(&taken); err != nil {
+		return true, ss.queryError(err)
+	}
+	if taken == nil {
+		return false, nil
+	}
+	return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+		"creating a function or aggregate named like an existing one (%s) in a batch of several statements, or in this transaction block, is not supported: it would be made on the default node only, and the other workers would call the existing one", *taken).
+		WithHint("Send it as a statement of its own (outside a transaction block after SET), so that it reaches every worker."))
 }
 
 // objectDDLInTxn runs DDL of a type, domain, collation, schema or function

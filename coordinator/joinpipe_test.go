@@ -256,3 +256,45 @@ func TestBeginTextEndingInComment(t *testing.T) {
 		t.Errorf("reference rows: %s, want 2", got)
 	}
 }
+
+// TestOverloadInBatchRefused: a batch of several statements that creates
+// functions makes them on the default node only; one that would add an
+// overload of an existing function is refused (the other workers would
+// call the old one: found beside the adversary round), new names still
+// go through.
+func TestOverloadInBatchRefused(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	drop := "DROP FUNCTION IF EXISTS bo_f(numeric); DROP FUNCTION IF EXISTS bo_f(int); DROP FUNCTION IF EXISTS bo_a(); DROP FUNCTION IF EXISTS bo_b()"
+	for _, s := range cl.Servers {
+		exec(t, connect(t, s.Addr()), drop, simple)
+	}
+	t.Cleanup(func() {
+		for _, s := range cl.Servers {
+			if w, err := pgx.Connect(ctx, pgtest.URL(s.Addr())); err == nil {
+				_, _ = w.Exec(ctx, drop, simple)
+				_ = w.Close(ctx)
+			}
+		}
+	})
+	exec(t, c, "CREATE FUNCTION bo_f(numeric) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 100'", simple)
+	_, err := c.Exec(ctx, "CREATE FUNCTION bo_f(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 200'; "+
+		"CREATE FUNCTION bo_a() RETURNS int LANGUAGE sql AS 'SELECT 1'", simple)
+	if sqlState(err) != "0A000" {
+		t.Errorf("a batch adding an overload: %v, want 0A000", err)
+	}
+	exec(t, c, "CREATE FUNCTION bo_a() RETURNS int LANGUAGE sql AS 'SELECT 1'; CREATE FUNCTION bo_b() RETURNS int LANGUAGE sql AS 'SELECT 2'", simple)
+	for i, s := range cl.Servers {
+		want := "bo_f(numeric)"
+		if i == 0 {
+			want = "bo_a(),bo_b(),bo_f(numeric)" // the batch of new names: the default node
+		}
+		got := queryString(t, connect(t, s.Addr()), "SELECT string_agg(oid::regprocedure::text, ',' ORDER BY 1) FROM pg_proc WHERE proname LIKE 'bo\\_%'")
+		if got != want {
+			t.Errorf("functions on %s: %s, want %s", s.Addr(), got, want)
+		}
+	}
+}

@@ -385,6 +385,33 @@ func NewObject(n *pg_query.Node) bool {
 	return false
 }
 
+// NewRoutines are the names (unqualified) of the functions and aggregates
+// that sql, one statement or several, creates as new objects (NewObject).
+func NewRoutines(sql string) []string {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, st := range tree.Stmts {
+		n := st.Stmt
+		if !NewObject(n) {
+			continue
+		}
+		var fn []*pg_query.Node
+		switch {
+		case n.GetCreateFunctionStmt() != nil:
+			fn = n.GetCreateFunctionStmt().Funcname
+		case n.GetDefineStmt() != nil && n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_AGGREGATE:
+			fn = n.GetDefineStmt().Defnames
+		}
+		if len(fn) > 0 {
+			names = append(names, fn[len(fn)-1].GetString_().GetSval())
+		}
+	}
+	return names
+}
+
 // NewObjectDDL reports whether sql is one statement that is a NewObject.
 func NewObjectDDL(sql string) bool {
 	tree, err := pg_query.Parse(sql)
