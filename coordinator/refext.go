@@ -11,6 +11,7 @@ import (
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // Reference-table writes over the extended query protocol. A Bind of a
@@ -285,6 +286,16 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	bind = append(append(bind, sp.params...), formatCodes(sp.refResults(d))...)
 	build := func(bool) ([]byte, string) {
 		sc, key := ss.sc, ss.stmtKey()
+		if ss.ddlSent {
+			// After DDL in this block the statement another session
+			// prepared on the connection may mean something else (a new
+			// overload of a function it calls, which PostgreSQL does not
+			// invalidate plans for; column types a ROLLBACK TO SAVEPOINT
+			// put back): parsed afresh until the block ends and the
+			// epoch moves (ddlDone). Its result, a count and a digest,
+			// does not change with the table.
+			key = pooling.UnknownKey
+		}
 		var b []byte
 		parse := ""
 		if st.Name == "" {

@@ -2734,14 +2734,7 @@ func sendCancel(ctx context.Context, sc *pooling.ServerConn) error { return sc.C
 // transaction or pipeline (or a set_config() of a pinned session) may have
 // changed them.
 func (ss *session) stmtKey() string {
-	// After DDL in the current transaction (ddlSent) a statement prepared
-	// on the connection before it may mean something else now (a new
-	// overload of a function it calls, which PostgreSQL does not
-	// invalidate plans for; a column type a ROLLBACK TO SAVEPOINT put
-	// back, with the statement prepared in between): parsed afresh, as
-	// a client's own Parse would be, until the transaction ends and the
-	// epoch moves (ddlDone).
-	if ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown || ss.ddlSent {
+	if ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown {
 		return pooling.UnknownKey
 	}
 	return ss.sc.ParamsKey
