@@ -27,14 +27,7 @@ func TestReferenceWriteTakesInWorker(t *testing.T) {
 	testTable(t, c, "jp_ref", "(id int PRIMARY KEY, n int)", "SELECT create_reference_table('jp_ref')")
 	exec(t, c, "INSERT INTO jp_dist SELECT g, 0 FROM generate_series(1, 20) g", simple)
 	exec(t, c, "INSERT INTO jp_ref SELECT g, 0 FROM generate_series(1, 3) g", simple)
-	// A key on each worker (the shard's server port).
-	keys := map[string]int{}
-	for k := 1; k <= 20 && len(keys) < 2; k++ {
-		keys[queryString(t, c, "SELECT inet_server_port()::text FROM jp_dist WHERE id = $1", k)] = k
-	}
-	if len(keys) != 2 {
-		t.Fatalf("keys by worker: %v", keys)
-	}
+	keys := keysByWorker(t, c, "jp_dist", 20)
 	var on []int
 	for _, k := range keys {
 		on = append(on, k)
@@ -105,6 +98,20 @@ func TestReferenceWriteTakesInWorker(t *testing.T) {
 			t.Errorf("%s: %s prepared transactions left", s.Addr(), got)
 		}
 	}
+}
+
+// keysByWorker is a key of table (an int distribution column id, keys 1
+// to n) on each of two workers, by the worker's port.
+func keysByWorker(t *testing.T, c *pgx.Conn, table string, n int) map[string]int {
+	t.Helper()
+	keys := map[string]int{}
+	for k := 1; k <= n && len(keys) < 2; k++ {
+		keys[queryString(t, c, "SELECT inet_server_port()::text FROM "+table+" WHERE id = $1", k)] = k
+	}
+	if len(keys) != 2 {
+		t.Fatalf("keys of %s by worker: %v", table, keys)
+	}
+	return keys
 }
 
 // TestStatementsAfterDDLInTransaction: after DDL in a transaction block,
@@ -210,15 +217,7 @@ func TestBeginTextEndingInComment(t *testing.T) {
 	testTable(t, c, "bc_ref", "(id int PRIMARY KEY, v int)", "SELECT create_reference_table('bc_ref')")
 	exec(t, c, "INSERT INTO bc_dist SELECT g, 0 FROM generate_series(1, 20) g", simple)
 	// A key on the second worker: the reference write then takes in the first.
-	var key int
-	for k := 1; k <= 20 && key == 0; k++ {
-		if queryString(t, c, "SELECT inet_server_port()::text FROM bc_dist WHERE id = $1", k) == queryString(t, connect(t, cl.Servers[1].Addr()), "SELECT inet_server_port()::text") {
-			key = k
-		}
-	}
-	if key == 0 {
-		t.Fatal("no key on the second worker")
-	}
+	key := keysByWorker(t, c, "bc_dist", 20)[queryString(t, connect(t, cl.Servers[1].Addr()), "SELECT inet_server_port()::text")]
 	run := func(sqls ...string) error {
 		for _, q := range sqls {
 			if _, err := c.Exec(ctx, q, simple); err != nil {
