@@ -385,7 +385,7 @@ func (r *Scatter) send(i int, sc *pooling.ServerConn) {
 			b, _ = (&pgproto3.Parse{Query: r.text(r.FirstSQL)}).Encode(b)
 			b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
 		}
-		b, _ = (&pgproto3.Parse{Query: r.text(w.SQL)}).Encode(b)
+		b, _ = (&pgproto3.Parse{Query: r.text(w.TextSQL())}).Encode(b)
 		b, _ = (&pgproto3.Bind{ResultFormatCodes: results}).Encode(b)
 	} else {
 		st := r.Bound.Stmts[i]
@@ -518,7 +518,7 @@ func (r *Scatter) layout() error {
 		if r.ncols == 0 {
 			// The select list has a *: describe the worker statement once.
 			sc := r.Conns[r.First]
-			b, _ := (&pgproto3.Parse{Query: r.text(r.X.Workers[r.First].SQL)}).Encode(sc.Buf())
+			b, _ := (&pgproto3.Parse{Query: r.text(r.X.Workers[r.First].TextSQL())}).Encode(sc.Buf())
 			b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
 			b, _ = (&pgproto3.Sync{}).Encode(b)
 			sc.SetBuf(b)
