@@ -281,9 +281,17 @@ func (ss *session) refInTxn(d refDigest, table string, nodes []int32, build func
 		ahead := 0
 		if begin != nil {
 			ahead = 1
+		}
+		if parse != "" && c.parses <= ahead {
+			ss.sc.Stmts.Drop(parse) // the Parse failed, or never ran
+		}
+		if begin != nil {
 			if ss.sc.TxStatus != 'T' && ss.sc.TxStatus != 'E' {
 				// The BEGIN failed there (the write did not run): the
-				// worker leaves the transaction, which fails.
+				// worker leaves the transaction, which fails. The Close
+				// and Parse after the BEGIN were skipped too, so the
+				// connection's statement cache may be wrong: closed.
+				ss.sc.MarkBroken()
 				ss.unjoin()
 				ss.txFailed = true
 				if c.werr != nil {
@@ -294,9 +302,6 @@ func (ss *session) refInTxn(d refDigest, table string, nodes []int32, build func
 		}
 		if !slices.Contains(ss.wroteOn, node) {
 			ss.wroteOn = append(ss.wroteOn, node)
-		}
-		if parse != "" && c.parses <= ahead {
-			ss.sc.Stmts.Drop(parse) // the Parse failed, or never ran
 		}
 		if c.werr != nil {
 			return c, nil, nil

@@ -199,7 +199,8 @@ func oneStatement(sql string) bool {
 
 // unjoin takes back the worker joinWorker took in last, whose BEGIN sent
 // ahead (joinPipe) did not start the transaction there: the connection
-// holds nothing of the transaction and goes back to its pool.
+// holds nothing of the transaction and goes back to its pool (which
+// closes it if it is marked broken).
 func (ss *session) unjoin() {
 	c := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
 	prev := ss.parked[len(ss.parked)-1]
