@@ -353,10 +353,9 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 		}
 		return tx.Commit(ctx)
 	}
-	txn := func(what, sql string, args ...any) error { return txnOn(c, sql, args...) }
 	const upd = "UPDATE rp_ref SET n = n + $1 WHERE id = $2"
 	for i := 1; i <= 3; i++ {
-		if err := txn("update", upd, int64(10), i); err != nil {
+		if err := txnOn(c, upd, int64(10), i); err != nil {
 			t.Fatalf("update %d: %v", i, err)
 		}
 	}
@@ -364,7 +363,7 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 
 	// The column the statement writes goes away and comes back.
 	const updx = "UPDATE rp_ref SET x = x + $1 WHERE id = $2"
-	if err := txn("x", updx, 1, 1); err != nil {
+	if err := txnOn(c, updx, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	// A client of a coordinator whose connections never ran it prepares
@@ -375,7 +374,7 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec(t, c, "ALTER TABLE rp_ref DROP COLUMN x", simple)
-	if err := txn("x after DROP COLUMN", updx, 1, 1); sqlState(err) != "42703" {
+	if err := txnOn(c, updx, 1, 1); sqlState(err) != "42703" {
 		t.Errorf("writing a dropped column: %v, want 42703", err)
 	}
 	otherTxn := func(sql string, args ...any) error { return txnOn(other, sql, args...) }
@@ -383,13 +382,13 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 		t.Errorf("writing a dropped column, fresh connections: %v, want 42703", err)
 	}
 	exec(t, c, "ALTER TABLE rp_ref ADD COLUMN x int DEFAULT 0", simple)
-	if err := txn("x after ADD COLUMN", updx, 2, 1); err != nil {
+	if err := txnOn(c, updx, 2, 1); err != nil {
 		t.Errorf("writing the column added again: %v", err)
 	}
 	if err := otherTxn("updx", 3, 1); err != nil {
 		t.Errorf("writing the column added again, on the connections whose Parse failed: %v", err)
 	}
-	if err := txn("update after the changes", upd, int64(1), 2); err != nil {
+	if err := txnOn(c, upd, int64(1), 2); err != nil {
 		t.Errorf("update after the changes: %v", err)
 	}
 	copies("after the changes", "1:10,2:11,3:10,4:0,5:0")
@@ -399,7 +398,7 @@ func TestReferenceWriteInTxnPrepared(t *testing.T) {
 
 	// RETURNING *: a client preparing it after ADD COLUMN gets the column.
 	const ret = "UPDATE rp_ref SET n = n + $1 WHERE id = $2 RETURNING *"
-	if err := txn("returning", ret, int64(1), 3); err != nil {
+	if err := txnOn(c, ret, int64(1), 3); err != nil {
 		t.Fatal(err)
 	}
 	exec(t, c, "ALTER TABLE rp_ref ADD COLUMN y text DEFAULT 'y'", simple)
