@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -433,6 +434,19 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	mark := len(ss.out)
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
 	err := r.run()
+	if err != nil && r.ex.Unbound && !r.ex.Gone && !r.txLost {
+		// The prepared form failed before any row (its Parse or Bind):
+		// the text has PostgreSQL's own answer. Only its notices were
+		// sent, which are taken back.
+		if r.ex.UnboundParse {
+			r.ex.RT.Mu.Lock()
+			r.ex.RT.Unbindable = true
+			r.ex.RT.Mu.Unlock()
+		}
+		ss.out = ss.out[:mark]
+		r = &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits, noBind: true}
+		err = r.run()
+	}
 	if err != nil && r.ex.Stale && !ss.inTxn() && len(ss.out) == mark {
 		// A table changed while the statement waited for it (DDL
 		// committed by another session): outside a transaction block
@@ -903,6 +917,9 @@ type scatterRun struct {
 	p    *planner.Plan
 	x    *planner.Scatter
 	lits []literal      // simple protocol: the statement's constants
+	// noBind: the constants go spliced into the text, not bound to the
+	// workers' prepared statements (bindParams).
+	noBind bool
 	port *scatterPortal // extended protocol
 	ex   executor.Scatter
 
@@ -997,8 +1014,142 @@ func (r *scatterRun) run() error {
 		r.ex.Bound = b
 	} else {
 		r.ex.Text = litText(r.lits)
+		if !r.noBind {
+			r.ex.Params = r.bindParams()
+		}
 	}
 	return r.ex.Run()
+}
+
+// bindParams is the run's prepared form (executor.TextParams): each
+// worker's statement prepared, the constants bound as parameters, typed
+// as PostgreSQL's parser types them, so that the workers plan it once
+// rather than at every execution. nil (the text runs) unless the plan
+// allows it (planner.Bindable), every constant is a plain number or
+// string, no sum of two of them can fail, and the statement runs on
+// pooled connections only: a failed Parse or Bind (which the text then
+// answers) must not touch the session's transaction.
+func (r *scatterRun) bindParams() *executor.TextParams {
+	b := r.x.Bind
+	if b == nil || len(r.lits) == 0 || r.x.Merge.Kind != planner.SQLMerge || r.txIdx >= 0 || slices.Contains(r.parked, true) {
+		return nil
+	}
+	var sig [64]byte
+	if len(r.lits) > len(sig) {
+		return nil
+	}
+	for i, l := range r.lits {
+		t := literalType(l)
+		if t == 0 {
+			return nil
+		}
+		sig[i] = t
+	}
+	for _, s := range b.Sums {
+		if s.A < 1 || s.B < 1 || s.A > len(r.lits) || s.B > len(r.lits) || !sumFits(r.lits[s.A-1], r.lits[s.B-1], s.Op) {
+			return nil
+		}
+	}
+	rt := r.ex.RT
+	rt.Mu.Lock()
+	if rt.Unbindable {
+		rt.Mu.Unlock()
+		return nil
+	}
+	stmts := rt.BindStmts[string(sig[:len(r.lits)])]
+	rt.Mu.Unlock()
+	if stmts == nil {
+		stmts = make([]executor.Stmt, len(r.x.Workers))
+		for i, w := range r.x.Workers {
+			oids := make([]uint32, len(r.lits))
+			for k := range r.lits {
+				switch {
+				case !usesParam(w.SQL, k+1):
+					oids[k] = pgtype.TextOID // takes any value
+				case sig[k] == 'i':
+					oids[k] = pgtype.Int4OID
+				case sig[k] == 'l':
+					oids[k] = pgtype.Int8OID
+				case sig[k] == 'n':
+					oids[k] = pgtype.NumericOID
+				}
+				// a string: unknown, as its literal
+			}
+			stmts[i] = r.ss.srv.execEnv.Prepared(append(append([]byte(w.SQL), 0), executor.ParamTail(oids)...))
+		}
+		rt.Mu.Lock()
+		if rt.BindStmts == nil || len(rt.BindStmts) >= 16 {
+			rt.BindStmts = map[string][]executor.Stmt{}
+		}
+		rt.BindStmts[string(sig[:len(r.lits)])] = stmts
+		rt.Mu.Unlock()
+	}
+	values := make([][]byte, len(r.lits))
+	for i, l := range r.lits {
+		values[i] = []byte(l.value)
+	}
+	return &executor.TextParams{Stmts: stmts, Values: values}
+}
+
+// literalType is how PostgreSQL's parser types a lifted constant: 'i'
+// int4, 'l' int8, 'n' numeric for a number (by its digits), 's' unknown
+// for a plain string; 0 for anything else (a collapsed IN list).
+func literalType(l literal) byte {
+	tok := l.token
+	switch {
+	case len(tok) >= 2 && tok[0] == '\'' && tok[len(tok)-1] == '\'':
+		return 's'
+	case tok == "" || tok[0] < '0' || tok[0] > '9':
+		return 0
+	}
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c < '0' || c > '9' {
+			if c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-' {
+				return 'n'
+			}
+			return 0
+		}
+	}
+	v, err := strconv.ParseInt(tok, 10, 64)
+	switch {
+	case err != nil:
+		return 'n' // beyond int8: numeric
+	case v <= math.MaxInt32:
+		return 'i'
+	}
+	return 'l'
+}
+
+// sumFits reports whether a op b (two lifted constants, planner.ParamSum)
+// is evaluated without error: both numbers, and the sum of integers
+// within its type (int4, or int8 if either is).
+func sumFits(a, b literal, op byte) bool {
+	ta, tb := literalType(a), literalType(b)
+	if ta == 0 || ta == 's' || tb == 0 || tb == 's' {
+		return false
+	}
+	if ta == 'n' || tb == 'n' {
+		return true // numeric: exact, unbounded for any literal
+	}
+	x, err1 := strconv.ParseInt(a.token, 10, 64)
+	y, err2 := strconv.ParseInt(b.token, 10, 64)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	if op == '-' {
+		if y == math.MinInt64 {
+			return false
+		}
+		y = -y
+	}
+	s := x + y
+	if (y > 0 && s < x) || (y < 0 && s > x) {
+		return false // beyond int8
+	}
+	if ta == 'i' && tb == 'i' {
+		return s >= math.MinInt32 && s <= math.MaxInt32
+	}
+	return true
 }
 
 // bound is the portal as the executor runs it, with the workers'

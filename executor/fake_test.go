@@ -29,6 +29,9 @@ type fakeWorker struct {
 	mu     sync.Mutex
 	binds  []pgproto3.Bind
 	done   chan struct{}
+	// fail, when set, may fail a Parse or Bind ("parse", "bind") of a
+	// statement's text; the worker then skips to Sync.
+	fail func(step, query string) *pgproto3.ErrorResponse
 }
 
 // fakeConn starts a fake worker and returns the coordinator's connection
@@ -65,9 +68,19 @@ func (w *fakeWorker) serve(nc net.Conn) {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.Parse:
+			if e := w.failAt("parse", m.Query); e != nil {
+				be.Send(e)
+				failed = true
+				continue
+			}
 			stmts[m.Name] = m.Query
 			be.Send(&pgproto3.ParseComplete{})
 		case *pgproto3.Bind:
+			if e := w.failAt("bind", stmts[m.PreparedStatement]); e != nil {
+				be.Send(e)
+				failed = true
+				continue
+			}
 			b := *m
 			b.Parameters = append([][]byte(nil), m.Parameters...)
 			w.mu.Lock()
@@ -132,6 +145,16 @@ func (w *fakeWorker) serve(nc net.Conn) {
 			return
 		}
 	}
+}
+
+func (w *fakeWorker) failAt(step, query string) *pgproto3.ErrorResponse {
+	w.mu.Lock()
+	f := w.fail
+	w.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(step, query)
 }
 
 // sink is a fake client: the messages it was sent, in order.

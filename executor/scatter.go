@@ -64,6 +64,14 @@ type Bound struct {
 	Stmts []Stmt
 }
 
+// TextParams is how a simple-protocol statement's workers run their
+// statements prepared: Stmts by the plan's Workers, and the constants as
+// text parameters (no NULL among them).
+type TextParams struct {
+	Stmts  []Stmt
+	Values [][]byte
+}
+
 // DecodeBind reads the parameter and result parts of a Bind (after the
 // portal and statement names).
 func DecodeBind(params, results []byte) (*Bound, error) {
@@ -132,6 +140,11 @@ type Runtime struct {
 	TextCols map[int]TextCol
 	RowCols  int
 	merges   map[string]mergeStmt
+	// Unbindable: the plan's prepared form for the simple protocol
+	// (TextParams) failed at its Parse, so its text runs. BindStmts are
+	// its workers' statements by their parameter types.
+	Unbindable bool
+	BindStmts  map[string][]Stmt
 }
 
 // TextCol is a gathered column that goes through the merge as text: its
@@ -210,6 +223,14 @@ type Scatter struct {
 	// Text: simple protocol (the statement's constants). Bound: extended.
 	Text  Text
 	Bound *Bound
+	// Params: a simple-protocol statement whose workers run their
+	// statements prepared, its constants bound as parameters (planner.
+	// Bindable); nil: spliced into the text.
+	Params *TextParams
+	// Unbound: the run failed at the Parse or Bind of Params' statements
+	// (before any row): the caller runs the text instead, which has
+	// PostgreSQL's own answer. UnboundParse: at the Parse.
+	Unbound, UnboundParse bool
 	// RT is the plan's run-time state; Env the server's.
 	RT  *Runtime
 	Env *Env
@@ -385,8 +406,17 @@ func (r *Scatter) send(i int, sc *pooling.ServerConn) {
 			b, _ = (&pgproto3.Parse{Query: r.text(r.FirstSQL)}).Encode(b)
 			b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
 		}
-		b, _ = (&pgproto3.Parse{Query: r.text(w.TextSQL())}).Encode(b)
-		b, _ = (&pgproto3.Bind{ResultFormatCodes: results}).Encode(b)
+		if p := r.Params; p != nil {
+			st := p.Stmts[i]
+			if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+				b = addStmt(b, sc, st)
+				r.parsed[i] = true
+			}
+			b, _ = (&pgproto3.Bind{PreparedStatement: st.Name, Parameters: p.Values, ResultFormatCodes: results}).Encode(b)
+		} else {
+			b, _ = (&pgproto3.Parse{Query: r.text(w.TextSQL())}).Encode(b)
+			b, _ = (&pgproto3.Bind{ResultFormatCodes: results}).Encode(b)
+		}
 	} else {
 		st := r.Bound.Stmts[i]
 		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
@@ -425,7 +455,12 @@ func addStmt(b []byte, sc *pooling.ServerConn, st Stmt) []byte {
 func (r *Scatter) read(i int) {
 	sc := r.Conns[i]
 	describing := r.Bound == nil && i == r.First
-	parsing := r.parsed[i]
+	// parses: ParseCompletes due before the prepared statement's own (the
+	// description's); bound: its BindComplete came.
+	parses, parsing, bound := 0, r.parsed[i], false
+	if describing {
+		parses = 1
+	}
 	err := Cycle(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'T', 'n':
@@ -455,17 +490,31 @@ func (r *Scatter) read(i int) {
 				r.emit(body)
 			}
 		case 'E':
-			if parsing {
-				sc.Stmts.Drop(r.Bound.Stmts[i].Name) // the Parse failed
+			switch {
+			case parsing:
+				sc.Stmts.Drop(r.stmtName(i)) // the Parse failed, or was skipped
+			case r.Params != nil && !bound:
+				// Refused at Bind (a value, or a result type changed
+				// since): prepared afresh next time.
+				sc.Stmts.Doubt(r.stmtName(i))
 			}
 			if r.err == nil {
 				r.err = NewWorkerError(body)
+				if r.Params != nil && !bound {
+					r.Unbound, r.UnboundParse = true, parsing && parses == 0
+				}
 			}
 			if FatalSeverity(body) {
 				sc.MarkBroken()
 			}
 		case '1':
-			parsing = false
+			if parses > 0 {
+				parses--
+			} else {
+				parsing = false
+			}
+		case '2':
+			bound = true
 		case 'N':
 			if r.err == nil {
 				r.Sink.Send('N', body)
@@ -479,6 +528,14 @@ func (r *Scatter) read(i int) {
 		return
 	}
 	r.Pending[i] = false
+}
+
+// stmtName is the name worker i's statement is prepared under.
+func (r *Scatter) stmtName(i int) string {
+	if r.Params != nil {
+		return r.Params.Stmts[i].Name
+	}
+	return r.Bound.Stmts[i].Name
 }
 
 // emit sends a row of a concatenation, counting off OFFSET and LIMIT.

@@ -291,3 +291,122 @@ func TestScatterMaxGather(t *testing.T) {
 		t.Errorf("client got %s", types)
 	}
 }
+
+// TestScatterParams: a simple-protocol statement run prepared on the
+// workers (TextParams) binds its constants there; a worker's error at
+// that statement's Parse or Bind marks the run Unbound (the caller runs
+// the text instead), at its Parse UnboundParse too, and leaves the
+// connection to prepare it afresh; an error after BindComplete is the
+// statement's own answer.
+func TestScatterParams(t *testing.T) {
+	p := plan(t, "SELECT count(*) FROM t WHERE aid > $1")
+	partial := func(q string, b *pgproto3.Bind) answer {
+		if strings.Contains(q, "unnest") { // the merge
+			return answer{fields: []pgproto3.FieldDescription{int8Field("count", 0)}, rows: text("7")}
+		}
+		v := binary.BigEndian.AppendUint64(nil, 3)
+		return answer{fields: []pgproto3.FieldDescription{int8Field("count", 1)}, rows: [][][]byte{{v}}}
+	}
+	failure := &pgproto3.ErrorResponse{Severity: "ERROR", Code: "22P02", Message: "invalid input syntax"}
+	for _, tc := range []struct {
+		name                  string
+		step                  string // where a worker fails its statement
+		first                 bool   // the first shard's worker (it describes first), not the other
+		unbound, unboundParse bool
+	}{
+		{name: "ok"},
+		{name: "bind", step: "bind", unbound: true},
+		{name: "parse", step: "parse", unbound: true, unboundParse: true},
+		{name: "execute", step: "execute"},
+		{name: "first parse", step: "parse", first: true, unbound: true, unboundParse: true},
+		{name: "first bind", step: "bind", first: true, unbound: true},
+		// The description's Parse (the text) fails: the statement's is
+		// skipped, not refused.
+		{name: "describe", step: "describe", first: true, unbound: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := &sink{}
+			params := &TextParams{Values: [][]byte{[]byte("5")}}
+			for i, w := range p.Scatter().Workers {
+				name := fmt.Sprintf("b%d", i)
+				parse, _ := (&pgproto3.Parse{Name: name, Query: w.SQL}).Encode(nil)
+				params.Stmts = append(params.Stmts, Stmt{Name: name, Parse: parse})
+			}
+			r := &Scatter{X: p.Scatter(), FirstSQL: p.ShardSQL()[0], Pending: make([]bool, 2), Text: noText{},
+				Params: params, RT: &Runtime{}, Limit: -1, Sink: k,
+				Env: &Env{MaxGather: 1 << 20, Types: func(*pooling.ServerConn) (map[uint32]Type, error) {
+					return map[uint32]Type{20: {Name: "int8", Array: 1016}}, nil
+				}, Prepared: func(rest []byte) Stmt {
+					q := string(rest[:strings.IndexByte(string(rest), 0)])
+					parse, _ := (&pgproto3.Parse{Name: "m1", Query: q}).Encode(nil)
+					return Stmt{Name: "m1", Parse: parse}
+				}}}
+			var workers []*fakeWorker
+			for i := range 2 {
+				sc, w := fakeConn(t, fmt.Sprintf("worker%d", i+1), partial)
+				r.Conns = append(r.Conns, sc)
+				workers = append(workers, w)
+			}
+			second := 1 - r.First
+			if tc.first {
+				second = r.First
+			}
+			stmt := params.Stmts[second].Name
+			workers[second].fail = func(step, q string) *pgproto3.ErrorResponse {
+				if step == tc.step && q == p.Scatter().Workers[second].SQL || tc.step == "describe" && step == "parse" && q == r.FirstSQL {
+					return failure
+				}
+				return nil
+			}
+			if tc.step == "execute" {
+				workers[second].answer = func(q string, b *pgproto3.Bind) answer {
+					if q == p.Scatter().Workers[second].SQL {
+						return answer{err: failure}
+					}
+					return partial(q, b)
+				}
+			}
+			err := r.Run()
+			if r.Unbound != tc.unbound || r.UnboundParse != tc.unboundParse {
+				t.Errorf("Unbound %v, UnboundParse %v; want %v, %v", r.Unbound, r.UnboundParse, tc.unbound, tc.unboundParse)
+			}
+			if tc.step == "" {
+				types, vals := rowsOf(k)
+				if err != nil || types != "TDC" || strings.Join(vals, ",") != "7,tag SELECT 1" {
+					t.Errorf("client got %s %v (%v), want TDC [7 tag SELECT 1]", types, vals, err)
+				}
+				for i, w := range workers {
+					w.mu.Lock()
+					var bound bool
+					for _, b := range w.binds {
+						if b.PreparedStatement == params.Stmts[i].Name && len(b.Parameters) == 1 && string(b.Parameters[0]) == "5" {
+							bound = true
+						}
+					}
+					w.mu.Unlock()
+					if !bound {
+						t.Errorf("worker %d: no Bind of %s with the constant", i+1, params.Stmts[i].Name)
+					}
+				}
+			} else if sqlState(err) != "22P02" {
+				t.Errorf("error %v, want the worker's 22P02", err)
+			}
+			// Refused or skipped, it is prepared afresh next time.
+			if has := r.Conns[second].Stmts.Has(stmt, r.Conns[second].ParamsKey); has != (tc.step == "" || tc.step == "execute") {
+				t.Errorf("after a failure at %q the connection's cache has %s: %v", tc.step, stmt, has)
+			}
+			if r.Pending[0] || r.Pending[1] {
+				t.Errorf("pending = %v", r.Pending)
+			}
+		})
+	}
+}
+
+// sqlState is err's SQLSTATE, "" if it has none.
+func sqlState(err error) string {
+	var we *WorkerError
+	if errors.As(err, &we) {
+		return we.PG.Code
+	}
+	return ""
+}

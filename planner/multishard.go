@@ -57,6 +57,11 @@ type Scatter struct {
 	// transaction block the statement's connections would each read their
 	// own moment, not the transaction's start, so it is refused there.
 	TxTime string `json:"tx_time,omitempty"`
+	// Bind: a simple-protocol statement's constants (lifted into the
+	// plan's parameters) may be bound as parameters of the workers'
+	// statements (SQL, prepared) rather than spliced into their text
+	// (bindable.go); nil when not.
+	Bind *Bindable `json:"-"`
 }
 
 // WorkerQuery is the statement one worker runs: the partial query over each
@@ -239,6 +244,9 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	if sc.Workers, err = b.workerQueries(partialNode, shards, dist[0].Name); err != nil {
 		return nil, err
 	}
+	if m.Kind == SQLMerge && unionForm(sc.Workers) {
+		sc.Bind = bindable(partialNode)
+	}
 	if m.Kind == SQLMerge {
 		m.version = b.tree.Version
 		if m.Columns > 0 {
@@ -333,6 +341,17 @@ func (b *builder) workerQueries(stmt *pg_query.Node, shards []metadata.Shard, ta
 		out = append(out, wq)
 	}
 	return out, nil
+}
+
+// unionForm reports whether every worker reads its shards as one relation
+// (unionOf).
+func unionForm(ws []WorkerQuery) bool {
+	for _, w := range ws {
+		if w.PerShard == "" {
+			return false
+		}
+	}
+	return len(ws) > 0
 }
 
 // unionOf is stmt reading the worker's shards idxs of table as one

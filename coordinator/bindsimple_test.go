@@ -1,0 +1,138 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestScatterSimpleBound: a simple-protocol multi-shard query that merges
+// partial results runs on the workers as a prepared statement, its
+// constants bound as parameters (planner.Bindable), and answers exactly as
+// PostgreSQL on an unsharded twin: rows, column types and errors, those
+// at the binding of a value (22P02, which the text then answers), at the
+// folding of constants (22003, 22012, which keep the text) and in a
+// transaction block.
+func TestScatterSimpleBound(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	direct := connect(t, cl.Servers[0].Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+
+	const schema = `
+CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, n numeric, s text, d date);
+INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 31) %% 500 - 200 END,
+	i / 7.0, 's' || i, DATE '2020-01-01' + i
+	FROM generate_series(1, 600) i;`
+	rename := twinTables(t, c, direct, "bs", schema, []string{"t"}, []string{
+		"SELECT create_distributed_table('bs_t', 'id', shard_count => 12)",
+	})
+	cases := []string{
+		"SELECT g, count(*), sum(v), avg(v) FROM {t} WHERE id BETWEEN 100 AND 100 + 299 GROUP BY g ORDER BY g",
+		"SELECT g, count(*) FROM {t} WHERE id BETWEEN 500 AND 500 - 1 GROUP BY g ORDER BY g",
+		"SELECT g, max(s) FROM {t} WHERE s > 's5' AND s <> 's55' GROUP BY g ORDER BY g",
+		"SELECT count(*), sum(n) FROM {t} WHERE v < 1.5 AND v >= -7",
+		"SELECT count(*) FROM {t} WHERE v > 2.5e1",
+		"SELECT count(*) FROM {t} WHERE id < 5000000000 AND id > 2147483648 - 2147483600",
+		"SELECT count(*) FROM {t} WHERE id = ANY(ARRAY[1, 2, 3, 500]) OR id IN (7, 8, 9) OR v > ALL(ARRAY[290, 280])",
+		"SELECT count(*) FROM {t} WHERE v IS DISTINCT FROM 12 AND d < '2020-03-01'",
+		"SELECT count(*) FROM {t} WHERE id > '12'::int AND d >= '2020-02-01'::date",
+		"SELECT g, v + 1000 FROM {t} WHERE v IS NOT NULL ORDER BY v DESC, id LIMIT 5",
+		"SELECT DISTINCT g FROM {t} WHERE n > 80.5 ORDER BY g",
+		"SELECT id FROM {t} ORDER BY id DESC LIMIT 3 OFFSET 2",
+		"SELECT g, sum(v) FROM {t} WHERE s = 'nothing' GROUP BY g",
+		"SELECT count(*) FROM {t} WHERE s = 'it''s'",
+		// Errors: a value its type refuses (at Bind of the prepared form,
+		// so the text answers), and constants PostgreSQL folds.
+		"SELECT count(*) FROM {t} WHERE v = 'abc'",
+		"SELECT count(*) FROM {t} WHERE d > '2020-13-45'",
+		"SELECT count(*) FROM {t} WHERE id < 2147483647 + 1",
+		"SELECT count(*) FROM {t} WHERE id < 0 AND v = 1 / 0",
+		"SELECT count(*) FROM {t} WHERE id < 0 AND v = 2147483647 + 1",
+		"SELECT count(*) FROM {t} WHERE v = 12345678901",
+	}
+	check := func(sqlT string) {
+		t.Helper()
+		sqlC, sqlD := rename(sqlT)
+		for round := 0; round < 3; round++ {
+			got, errC := scatterQuery(ctx, c, simple, sqlC, nil)
+			want, errD := scatterQuery(ctx, direct, simple, sqlD, nil)
+			if errD != nil || errC != nil {
+				if sqlState(errC) != sqlState(errD) || errD == nil || errC == nil || !sameMessage(errC, errD) {
+					t.Errorf("%s: got %v, want %v", sqlT, errC, errD)
+				}
+				continue
+			}
+			sameResult(t, sqlT, got, want, strings.Contains(sqlT, "ORDER BY"))
+		}
+	}
+	for _, q := range cases {
+		check(q)
+	}
+
+	// A column's type changes under the workers' prepared statements:
+	// their result type with it (refused at Bind, then prepared afresh).
+	grouped := "SELECT g, sum(v), max(v) FROM {t} WHERE id > 10 GROUP BY g ORDER BY g"
+	check(grouped)
+	aC, aD := rename("ALTER TABLE {t} ALTER COLUMN v TYPE bigint")
+	exec(t, c, aC, simple)
+	exec(t, direct, aD, simple)
+	check(grouped)
+
+	// The workers ran it prepared: the last statement of a worker
+	// connection shows $n where the constants were.
+	sqlC, _ := rename("SELECT g, count(*) FROM {t} WHERE id BETWEEN 200 AND 200 + 50 GROUP BY g")
+	exec(t, c, sqlC, simple)
+	prepared := 0
+	for i := range cl.Servers {
+		var n int
+		w := connect(t, cl.Servers[i].Addr())
+		if err := w.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%UNION ALL%' AND query LIKE '%BETWEEN $1 AND ($2 + $3)%' AND pid <> pg_backend_pid()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		prepared += n
+	}
+	if prepared == 0 {
+		t.Errorf("no worker connection ran the multi-shard query prepared")
+	}
+
+	// In a transaction block: before and after a write there.
+	for _, tc := range []struct{ write, q string }{
+		{"", "SELECT count(*), sum(v) FROM {t} WHERE id > 300"},
+		{"UPDATE {t} SET v = v + 1 WHERE id = 301", "SELECT count(*), sum(v) FROM {t} WHERE id > 300"},
+		{"", "SELECT count(*) FROM {t} WHERE v = 'abc'"},
+		{"UPDATE {t} SET v = v + 1 WHERE id = 302", "SELECT count(*) FROM {t} WHERE v = 'abc'"},
+	} {
+		exec(t, c, "BEGIN", simple)
+		exec(t, direct, "BEGIN", simple)
+		if tc.write != "" {
+			wC, wD := rename(tc.write)
+			exec(t, c, wC, simple)
+			exec(t, direct, wD, simple)
+		}
+		check(tc.q)
+		// After an error the block has failed on both.
+		_, errC := c.Exec(ctx, "SELECT 1", simple)
+		_, errD := direct.Exec(ctx, "SELECT 1", simple)
+		if sqlState(errC) != sqlState(errD) {
+			t.Errorf("after %q in a block: %v, want %v", tc.q, errC, errD)
+		}
+		exec(t, c, "ROLLBACK", simple)
+		exec(t, direct, "ROLLBACK", simple)
+	}
+}
+
+// sameMessage reports whether two errors carry the same message, detail
+// and context (a Bind names the parameter there).
+func sameMessage(a, b error) bool {
+	var x, y *pgconn.PgError
+	return errors.As(a, &x) && errors.As(b, &y) && x.Message == y.Message && x.Where == y.Where && x.Detail == y.Detail
+}
