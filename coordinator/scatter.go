@@ -916,12 +916,12 @@ type scatterRun struct {
 	ss   *session
 	p    *planner.Plan
 	x    *planner.Scatter
-	lits []literal      // simple protocol: the statement's constants
+	lits []literal // simple protocol: the statement's constants
 	// noBind: the constants go spliced into the text, not bound to the
 	// workers' prepared statements (bindParams).
 	noBind bool
-	port *scatterPortal // extended protocol
-	ex   executor.Scatter
+	port   *scatterPortal // extended protocol
+	ex     executor.Scatter
 
 	pools   []*pooling.Pool
 	conns   []*pooling.ServerConn
