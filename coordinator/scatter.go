@@ -438,11 +438,12 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 		// The prepared form failed before any row (its Parse or Bind):
 		// the text has PostgreSQL's own answer. Only its notices were
 		// sent, which are taken back.
+		r.ex.RT.Mu.Lock()
 		if r.ex.UnboundParse {
-			r.ex.RT.Mu.Lock()
 			r.ex.RT.Unbindable = true
-			r.ex.RT.Mu.Unlock()
 		}
+		delete(r.ex.RT.BindDescs, r.descKey)
+		r.ex.RT.Mu.Unlock()
 		ss.out = ss.out[:mark]
 		r = &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits, noBind: true}
 		err = r.run()
@@ -918,8 +919,10 @@ type scatterRun struct {
 	x    *planner.Scatter
 	lits []literal // simple protocol: the statement's constants
 	// noBind: the constants go spliced into the text, not bound to the
-	// workers' prepared statements (bindParams).
-	noBind bool
+	// workers' prepared statements (bindParams). descKey: the bound run's
+	// key to its result's description (executor.Runtime.BindDescs).
+	noBind  bool
+	descKey string
 	port   *scatterPortal // extended protocol
 	ex     executor.Scatter
 
@@ -1018,7 +1021,17 @@ func (r *scatterRun) run() error {
 			r.ex.Params = r.bindParams()
 		}
 	}
-	return r.ex.Run()
+	err = r.ex.Run()
+	if err == nil && r.ex.Params != nil && r.ex.Params.RowDesc == nil {
+		rt := r.ex.RT
+		rt.Mu.Lock()
+		if rt.BindDescs == nil || len(rt.BindDescs) >= 64 {
+			rt.BindDescs = map[string][]byte{}
+		}
+		rt.BindDescs[r.descKey] = r.ex.RowDesc()
+		rt.Mu.Unlock()
+	}
+	return err
 }
 
 // bindParams is the run's prepared form (executor.TextParams): each
@@ -1050,6 +1063,9 @@ func (r *scatterRun) bindParams() *executor.TextParams {
 			return nil
 		}
 	}
+	// The result's description depends on the constants' types and the
+	// session's settings (search_path).
+	r.descKey = string(sig[:len(r.lits)]) + "\x00" + r.ss.params.key
 	rt := r.ex.RT
 	rt.Mu.Lock()
 	if rt.Unbindable {
@@ -1057,6 +1073,7 @@ func (r *scatterRun) bindParams() *executor.TextParams {
 		return nil
 	}
 	stmts := rt.BindStmts[string(sig[:len(r.lits)])]
+	desc := rt.BindDescs[r.descKey]
 	rt.Mu.Unlock()
 	if stmts == nil {
 		stmts = make([]executor.Stmt, len(r.x.Workers))
@@ -1088,7 +1105,7 @@ func (r *scatterRun) bindParams() *executor.TextParams {
 	for i, l := range r.lits {
 		values[i] = []byte(l.value)
 	}
-	return &executor.TextParams{Stmts: stmts, Values: values}
+	return &executor.TextParams{Stmts: stmts, Values: values, RowDesc: desc}
 }
 
 // literalType is how PostgreSQL's parser types a lifted constant: 'i'

@@ -28,6 +28,7 @@ type fakeWorker struct {
 	answer func(query string, bind *pgproto3.Bind) answer
 	mu     sync.Mutex
 	binds  []pgproto3.Bind
+	parses []string // the texts of the Parses it got
 	done   chan struct{}
 	// fail, when set, may fail a Parse or Bind ("parse", "bind") of a
 	// statement's text; the worker then skips to Sync.
@@ -68,6 +69,9 @@ func (w *fakeWorker) serve(nc net.Conn) {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.Parse:
+			w.mu.Lock()
+			w.parses = append(w.parses, m.Query)
+			w.mu.Unlock()
 			if e := w.failAt("parse", m.Query); e != nil {
 				be.Send(e)
 				failed = true
@@ -82,7 +86,10 @@ func (w *fakeWorker) serve(nc net.Conn) {
 				continue
 			}
 			b := *m
-			b.Parameters = append([][]byte(nil), m.Parameters...)
+			b.Parameters = nil
+			for _, v := range m.Parameters {
+				b.Parameters = append(b.Parameters, append([]byte(nil), v...)) // the message's bytes are reused
+			}
 			w.mu.Lock()
 			w.binds = append(w.binds, b)
 			w.mu.Unlock()
@@ -145,6 +152,18 @@ func (w *fakeWorker) serve(nc net.Conn) {
 			return
 		}
 	}
+}
+
+// parsedText reports whether the worker got a Parse of query.
+func (w *fakeWorker) parsedText(query string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, q := range w.parses {
+		if q == query {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *fakeWorker) failAt(step, query string) *pgproto3.ErrorResponse {

@@ -70,7 +70,17 @@ type Bound struct {
 type TextParams struct {
 	Stmts  []Stmt
 	Values [][]byte
+	// RowDesc is the result's description as an earlier run of the text
+	// got it (with constants of the same types, under the same settings),
+	// nil: the text is described in this run.
+	RowDesc []byte
 }
+
+// described reports whether the run has the result's description already.
+func (r *Scatter) described() bool { return r.Params != nil && r.Params.RowDesc != nil }
+
+// RowDesc is the result's description the run told the client.
+func (r *Scatter) RowDesc() []byte { return r.rowDesc }
 
 // DecodeBind reads the parameter and result parts of a Bind (after the
 // portal and statement names).
@@ -145,6 +155,9 @@ type Runtime struct {
 	// its workers' statements by their parameter types.
 	Unbindable bool
 	BindStmts  map[string][]Stmt
+	// BindDescs: the results' descriptions of its bound runs, by their
+	// constants' types and the session's settings (TextParams.RowDesc).
+	BindDescs map[string][]byte
 }
 
 // TextCol is a gathered column that goes through the merge as text: its
@@ -277,6 +290,9 @@ func (r *Scatter) merging() bool { return r.X.Merge.Kind == planner.SQLMerge }
 // sent yet.
 func (r *Scatter) Run() error {
 	r.parsed = make([]bool, len(r.Conns))
+	if r.described() {
+		r.rowDesc = r.Params.RowDesc
+	}
 	if r.merging() && r.X.Merge.RowIDs {
 		if err := r.layout(); err != nil {
 			return err
@@ -400,7 +416,7 @@ func (r *Scatter) send(i int, sc *pooling.ServerConn) {
 	}
 	b := sc.Buf()
 	if r.Bound == nil {
-		if i == r.First {
+		if i == r.First && !r.described() {
 			// The result as the client sees it: the statement on the first
 			// shard, described.
 			b, _ = (&pgproto3.Parse{Query: r.text(r.FirstSQL)}).Encode(b)
@@ -454,7 +470,7 @@ func addStmt(b []byte, sc *pooling.ServerConn, st Stmt) []byte {
 // its rows; the first error is kept in r.err.
 func (r *Scatter) read(i int) {
 	sc := r.Conns[i]
-	describing := r.Bound == nil && i == r.First
+	describing := r.Bound == nil && i == r.First && !r.described()
 	// parses: ParseCompletes due before the prepared statement's own (the
 	// description's); bound: its BindComplete came.
 	parses, parsing, bound := 0, r.parsed[i], false
@@ -925,6 +941,9 @@ func (r *Scatter) merge() error {
 		case 'T':
 			if !r.mergeTypes(body, want) {
 				merr = r.changed()
+				// A description kept from an earlier run may be stale:
+				// the caller runs the text, described anew.
+				r.Unbound = r.described()
 				return
 			}
 			if r.Bound == nil {

@@ -312,6 +312,7 @@ func TestScatterParams(t *testing.T) {
 		name                  string
 		step                  string // where a worker fails its statement
 		first                 bool   // the first shard's worker (it describes first), not the other
+		desc                  pgproto3.FieldDescription
 		unbound, unboundParse bool
 	}{
 		{name: "ok"},
@@ -323,10 +324,18 @@ func TestScatterParams(t *testing.T) {
 		// The description's Parse (the text) fails: the statement's is
 		// skipped, not refused.
 		{name: "describe", step: "describe", first: true, unbound: true},
+		// The description kept from an earlier run: not asked again; if
+		// the merge's types differ from it, the text runs.
+		{name: "cached", desc: int8Field("count", 0)},
+		{name: "stale", desc: pgproto3.FieldDescription{Name: []byte("count"), DataTypeOID: 23, DataTypeSize: 4, TypeModifier: -1}, unbound: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := &sink{}
 			params := &TextParams{Values: [][]byte{[]byte("5")}}
+			if tc.desc.Name != nil {
+				params.RowDesc, _ = (&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{tc.desc}}).Encode(nil)
+				params.RowDesc = params.RowDesc[5:]
+			}
 			for i, w := range p.Scatter().Workers {
 				name := fmt.Sprintf("b%d", i)
 				parse, _ := (&pgproto3.Parse{Name: name, Query: w.SQL}).Encode(nil)
@@ -370,7 +379,11 @@ func TestScatterParams(t *testing.T) {
 			if r.Unbound != tc.unbound || r.UnboundParse != tc.unboundParse {
 				t.Errorf("Unbound %v, UnboundParse %v; want %v, %v", r.Unbound, r.UnboundParse, tc.unbound, tc.unboundParse)
 			}
-			if tc.step == "" {
+			if tc.name == "stale" {
+				if err != ErrTableChanged || len(k.msgs) > 0 {
+					t.Errorf("stale description: %v, client got %d messages; want ErrTableChanged and nothing", err, len(k.msgs))
+				}
+			} else if tc.step == "" {
 				types, vals := rowsOf(k)
 				if err != nil || types != "TDC" || strings.Join(vals, ",") != "7,tag SELECT 1" {
 					t.Errorf("client got %s %v (%v), want TDC [7 tag SELECT 1]", types, vals, err)
@@ -388,11 +401,14 @@ func TestScatterParams(t *testing.T) {
 						t.Errorf("worker %d: no Bind of %s with the constant", i+1, params.Stmts[i].Name)
 					}
 				}
+				if desc := workers[r.First].parsedText(r.FirstSQL); desc == (params.RowDesc != nil) {
+					t.Errorf("the first shard's text described: %v, with a description kept: %v", desc, params.RowDesc != nil)
+				}
 			} else if sqlState(err) != "22P02" {
 				t.Errorf("error %v, want the worker's 22P02", err)
 			}
 			// Refused or skipped, it is prepared afresh next time.
-			if has := r.Conns[second].Stmts.Has(stmt, r.Conns[second].ParamsKey); has != (tc.step == "" || tc.step == "execute") {
+			if has := r.Conns[second].Stmts.Has(stmt, r.Conns[second].ParamsKey); has != (tc.step == "" || tc.step == "execute") && tc.name != "stale" {
 				t.Errorf("after a failure at %q the connection's cache has %s: %v", tc.step, stmt, has)
 			}
 			if r.Pending[0] || r.Pending[1] {
