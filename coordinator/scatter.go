@@ -923,8 +923,8 @@ type scatterRun struct {
 	// key to its result's description (executor.Runtime.BindDescs).
 	noBind  bool
 	descKey string
-	port   *scatterPortal // extended protocol
-	ex     executor.Scatter
+	port    *scatterPortal // extended protocol
+	ex      executor.Scatter
 
 	pools   []*pooling.Pool
 	conns   []*pooling.ServerConn
