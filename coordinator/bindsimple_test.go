@@ -52,7 +52,11 @@ INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 3
 		"SELECT count(*) FROM {t} WHERE s = 'it''s'",
 		// Errors: a value its type refuses (at Bind of the prepared form,
 		// so the text answers), and constants PostgreSQL folds.
+		// (The same texts with good values first: their description is
+		// kept, so the bad value fails at Bind, not at the description.)
+		"SELECT count(*) FROM {t} WHERE v = '12'",
 		"SELECT count(*) FROM {t} WHERE v = 'abc'",
+		"SELECT count(*) FROM {t} WHERE d > '2020-12-31'",
 		"SELECT count(*) FROM {t} WHERE d > '2020-13-45'",
 		"SELECT count(*) FROM {t} WHERE id < 2147483647 + 1",
 		"SELECT count(*) FROM {t} WHERE id < 0 AND v = 1 / 0",
