@@ -27,58 +27,14 @@ func TestScatterSimpleBound(t *testing.T) {
 	direct := connect(t, cl.Servers[0].Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
 
-	const schema = `
-CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, n numeric, s text, d date);
-INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 31) %% 500 - 200 END,
-	i / 7.0, 's' || i, DATE '2020-01-01' + i
-	FROM generate_series(1, 600) i;`
-	rename := twinTables(t, c, direct, "bs", schema, []string{"t"}, []string{
+	rename := twinTables(t, c, direct, "bs", bindSchema, []string{"t"}, []string{
 		"SELECT create_distributed_table('bs_t', 'id', shard_count => 12)",
 	})
-	cases := []string{
-		"SELECT g, count(*), sum(v), avg(v) FROM {t} WHERE id BETWEEN 100 AND 100 + 299 GROUP BY g ORDER BY g",
-		"SELECT g, count(*) FROM {t} WHERE id BETWEEN 500 AND 500 - 1 GROUP BY g ORDER BY g",
-		"SELECT g, max(s) FROM {t} WHERE s > 's5' AND s <> 's55' GROUP BY g ORDER BY g",
-		"SELECT count(*), sum(n) FROM {t} WHERE v < 1.5 AND v >= -7",
-		"SELECT count(*) FROM {t} WHERE v > 2.5e1",
-		"SELECT count(*) FROM {t} WHERE id < 5000000000 AND id > 2147483648 - 2147483600",
-		"SELECT count(*) FROM {t} WHERE id = ANY(ARRAY[1, 2, 3, 500]) OR id IN (7, 8, 9) OR v > ALL(ARRAY[290, 280])",
-		"SELECT count(*) FROM {t} WHERE v IS DISTINCT FROM 12 AND d < '2020-03-01'",
-		"SELECT count(*) FROM {t} WHERE id > '12'::int AND d >= '2020-02-01'::date",
-		"SELECT g, v + 1000 FROM {t} WHERE v IS NOT NULL ORDER BY v DESC, id LIMIT 5",
-		"SELECT DISTINCT g FROM {t} WHERE n > 80.5 ORDER BY g",
-		"SELECT id FROM {t} ORDER BY id DESC LIMIT 3 OFFSET 2",
-		"SELECT g, sum(v) FROM {t} WHERE s = 'nothing' GROUP BY g",
-		"SELECT count(*) FROM {t} WHERE s = 'it''s'",
-		// Errors: a value its type refuses (at Bind of the prepared form,
-		// so the text answers), and constants PostgreSQL folds.
-		// (The same texts with good values first: their description is
-		// kept, so the bad value fails at Bind, not at the description.)
-		"SELECT count(*) FROM {t} WHERE v = '12'",
-		"SELECT count(*) FROM {t} WHERE v = 'abc'",
-		"SELECT count(*) FROM {t} WHERE d > '2020-12-31'",
-		"SELECT count(*) FROM {t} WHERE d > '2020-13-45'",
-		"SELECT count(*) FROM {t} WHERE id < 2147483647 + 1",
-		"SELECT count(*) FROM {t} WHERE id < 0 AND v = 1 / 0",
-		"SELECT count(*) FROM {t} WHERE id < 0 AND v = 2147483647 + 1",
-		"SELECT count(*) FROM {t} WHERE v = 12345678901",
-	}
 	check := func(sqlT string) {
 		t.Helper()
-		sqlC, sqlD := rename(sqlT)
-		for round := 0; round < 3; round++ {
-			got, errC := scatterQuery(ctx, c, simple, sqlC, nil)
-			want, errD := scatterQuery(ctx, direct, simple, sqlD, nil)
-			if errD != nil || errC != nil {
-				if sqlState(errC) != sqlState(errD) || errD == nil || errC == nil || !sameMessage(errC, errD) {
-					t.Errorf("%s: got %v, want %v", sqlT, errC, errD)
-				}
-				continue
-			}
-			sameResult(t, sqlT, got, want, strings.Contains(sqlT, "ORDER BY"))
-		}
+		compareSimple(t, c, direct, rename, sqlT)
 	}
-	for _, q := range cases {
+	for _, q := range boundCases {
 		check(q)
 	}
 
@@ -139,4 +95,63 @@ INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 3
 func sameMessage(a, b error) bool {
 	var x, y *pgconn.PgError
 	return errors.As(a, &x) && errors.As(b, &y) && x.Message == y.Message && x.Where == y.Where && x.Detail == y.Detail
+}
+
+// bindSchema is the table of boundCases.
+const bindSchema = `
+CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, n numeric, s text, d date);
+INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 31) %% 500 - 200 END,
+	i / 7.0, 's' || i, DATE '2020-01-01' + i
+	FROM generate_series(1, 600) i;`
+
+// boundCases are simple-protocol multi-shard queries with constants, of
+// bs_t (bindSchema), some of which fail.
+var boundCases = []string{
+	"SELECT g, count(*), sum(v), avg(v) FROM {t} WHERE id BETWEEN 100 AND 100 + 299 GROUP BY g ORDER BY g",
+	"SELECT g, count(*) FROM {t} WHERE id BETWEEN 500 AND 500 - 1 GROUP BY g ORDER BY g",
+	"SELECT g, max(s) FROM {t} WHERE s > 's5' AND s <> 's55' GROUP BY g ORDER BY g",
+	"SELECT count(*), sum(n) FROM {t} WHERE v < 1.5 AND v >= -7",
+	"SELECT count(*) FROM {t} WHERE v > 2.5e1",
+	"SELECT count(*) FROM {t} WHERE id < 5000000000 AND id > 2147483648 - 2147483600",
+	"SELECT count(*) FROM {t} WHERE id = ANY(ARRAY[1, 2, 3, 500]) OR id IN (7, 8, 9) OR v > ALL(ARRAY[290, 280])",
+	"SELECT count(*) FROM {t} WHERE v IS DISTINCT FROM 12 AND d < '2020-03-01'",
+	"SELECT count(*) FROM {t} WHERE id > '12'::int AND d >= '2020-02-01'::date",
+	"SELECT g, v + 1000 FROM {t} WHERE v IS NOT NULL ORDER BY v DESC, id LIMIT 5",
+	"SELECT DISTINCT g FROM {t} WHERE n > 80.5 ORDER BY g",
+	"SELECT id FROM {t} ORDER BY id DESC LIMIT 3 OFFSET 2",
+	"SELECT g, sum(v) FROM {t} WHERE s = 'nothing' GROUP BY g",
+	"SELECT count(*) FROM {t} WHERE s = 'it''s'",
+	// Errors: a value its type refuses (at Bind of the prepared form,
+	// so the text answers), and constants PostgreSQL folds.
+	// (The same texts with good values first: their description is
+	// kept, so the bad value fails at Bind, not at the description.)
+	"SELECT count(*) FROM {t} WHERE v = '12'",
+	"SELECT count(*) FROM {t} WHERE v = 'abc'",
+	"SELECT count(*) FROM {t} WHERE d > '2020-12-31'",
+	"SELECT count(*) FROM {t} WHERE d > '2020-13-45'",
+	"SELECT count(*) FROM {t} WHERE id < 2147483647 + 1",
+	"SELECT count(*) FROM {t} WHERE id < 0 AND v = 1 / 0",
+	"SELECT count(*) FROM {t} WHERE id < 0 AND v = 2147483647 + 1",
+	"SELECT count(*) FROM {t} WHERE v = 12345678901",
+}
+
+// compareSimple runs sqlT ({t}: the table, renamed by rename) three times
+// in the simple protocol through c and on the plain twin through direct:
+// the same rows (in order if it sorts), or the same error.
+func compareSimple(t *testing.T, c, direct *pgx.Conn, rename func(string) (string, string), sqlT string) {
+	t.Helper()
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	sqlC, sqlD := rename(sqlT)
+	for round := 0; round < 3; round++ {
+		got, errC := scatterQuery(ctx, c, simple, sqlC, nil)
+		want, errD := scatterQuery(ctx, direct, simple, sqlD, nil)
+		if errD != nil || errC != nil {
+			if sqlState(errC) != sqlState(errD) || errD == nil || errC == nil || !sameMessage(errC, errD) {
+				t.Errorf("%s: got %v, want %v", sqlT, errC, errD)
+			}
+			continue
+		}
+		sameResult(t, sqlT, got, want, strings.Contains(sqlT, "ORDER BY"))
+	}
 }

@@ -1044,7 +1044,9 @@ func (r *scatterRun) run() error {
 // answers) must not touch the session's transaction.
 func (r *scatterRun) bindParams() *executor.TextParams {
 	b := r.x.Bind
-	if b == nil || len(r.lits) == 0 || r.x.Merge.Kind != planner.SQLMerge || r.txIdx >= 0 || slices.Contains(r.parked, true) {
+	// (A merge, or one worker's rows as they come: either way nothing
+	// reaches the client before the workers' Binds are answered.)
+	if b == nil || len(r.lits) == 0 || r.x.Merge.Kind != planner.SQLMerge && !r.x.Whole || r.txIdx >= 0 || slices.Contains(r.parked, true) {
 		return nil
 	}
 	var sig [64]byte

@@ -33,43 +33,7 @@ INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 3
 	rename := twinTables(t, c, direct, "us", schema, []string{"t"}, []string{
 		"SELECT create_distributed_table('us_t', 'id', shard_count => 12)",
 	})
-	cases := []struct {
-		sql     string
-		ordered bool
-	}{
-		{sql: "SELECT count(*) FROM {t}"},
-		{sql: "SELECT g, count(*), sum(v), avg(v), min(v), max(secret) FROM {t} WHERE id BETWEEN 100 AND 400 GROUP BY g ORDER BY g", ordered: true},
-		{sql: "SELECT x.g, max(x.v) FROM {t} x GROUP BY x.g ORDER BY 1", ordered: true},
-		{sql: "SELECT g AS k, count(*) FROM {t} GROUP BY k ORDER BY k", ordered: true},
-		{sql: "SELECT b, count(*) FROM {t} AS x(a, b) GROUP BY b ORDER BY b", ordered: true},
-		{sql: "SELECT count(*) FROM public.{t} WHERE public.{t}.v > 0"},
-		{sql: "SELECT id, v FROM {t} WHERE v IS NOT NULL ORDER BY v DESC, id LIMIT 7 OFFSET 3", ordered: true},
-		{sql: "SELECT DISTINCT g FROM {t} WHERE v > 100 ORDER BY g", ordered: true},
-		{sql: "SELECT DISTINCT ON (g) g, id, v FROM {t} ORDER BY g, v DESC NULLS LAST, id", ordered: true},
-		{sql: "SELECT g FROM {t} GROUP BY g HAVING sum(v) > 0 ORDER BY sum(v) DESC, g LIMIT 3", ordered: true},
-		{sql: "SELECT id, count(*) FROM {t} GROUP BY id HAVING id % 50 = 0 ORDER BY 2, 1 LIMIT 5", ordered: true},
-		{sql: "SELECT * FROM {t} ORDER BY id DESC LIMIT 2", ordered: true},
-		{sql: "SELECT count(*) FROM {t} WHERE false"},
-		// Grouped by the primary key, the other columns may be read
-		// (found by the adversary round: the union has no key, 42803).
-		{sql: "SELECT id, v, count(*) FROM {t} GROUP BY id ORDER BY id LIMIT 3", ordered: true},
-		{sql: "SELECT id, secret FROM {t} GROUP BY id ORDER BY id DESC LIMIT 3", ordered: true},
-		{sql: "SELECT id, v FROM {t} GROUP BY id HAVING v > 290 ORDER BY id", ordered: true},
-		{sql: "SELECT id FROM {t} GROUP BY id ORDER BY v DESC NULLS LAST, id LIMIT 3", ordered: true},
-		{sql: "SELECT x.id, x.v FROM {t} x GROUP BY x.id ORDER BY x.id LIMIT 2", ordered: true},
-		{sql: "SELECT id, v FROM {t} GROUP BY 1 ORDER BY 1 LIMIT 2", ordered: true},
-		{sql: "SELECT * FROM {t} GROUP BY id ORDER BY id LIMIT 1", ordered: true},
-		{sql: "SELECT g % 3, count(*), sum(v) FROM {t} GROUP BY 1 ORDER BY 1", ordered: true},
-		// ORDER BY and DISTINCT ON by the name PostgreSQL gives a select
-		// list entry (found by the adversary round: read as a column, 42703).
-		{sql: "SELECT id, abs(v) FROM {t} ORDER BY abs DESC NULLS LAST, id LIMIT 3", ordered: true},
-		{sql: "SELECT DISTINCT lower(secret) FROM {t} ORDER BY lower LIMIT 2", ordered: true},
-		{sql: "SELECT DISTINCT ON (abs) abs(v), id FROM {t} ORDER BY abs, id LIMIT 4", ordered: true},
-		{sql: "SELECT DISTINCT ON (\"?column?\") g % 2, id FROM {t} ORDER BY \"?column?\", id", ordered: true},
-		{sql: "SELECT coalesce(v, 0) FROM {t} ORDER BY coalesce, 1 LIMIT 2", ordered: true},
-		{sql: "SELECT v AS g, g AS v FROM {t} ORDER BY g, v LIMIT 5", ordered: true},
-	}
-	for _, tc := range cases {
+	for _, tc := range unionCases {
 		sqlC, sqlD := rename(tc.sql)
 		for _, mode := range scatterModes {
 			for round := 0; round < 2; round++ {
@@ -136,4 +100,44 @@ INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 3
 			}
 		}
 	}
+}
+
+// unionCases are multi-shard queries of one table that groups,
+// aggregates, sorts or limits ({t}: the table), with whether their rows
+// come in a defined order.
+var unionCases = []struct {
+	sql     string
+	ordered bool
+}{
+	{sql: "SELECT count(*) FROM {t}"},
+	{sql: "SELECT g, count(*), sum(v), avg(v), min(v), max(secret) FROM {t} WHERE id BETWEEN 100 AND 400 GROUP BY g ORDER BY g", ordered: true},
+	{sql: "SELECT x.g, max(x.v) FROM {t} x GROUP BY x.g ORDER BY 1", ordered: true},
+	{sql: "SELECT g AS k, count(*) FROM {t} GROUP BY k ORDER BY k", ordered: true},
+	{sql: "SELECT b, count(*) FROM {t} AS x(a, b) GROUP BY b ORDER BY b", ordered: true},
+	{sql: "SELECT count(*) FROM public.{t} WHERE public.{t}.v > 0"},
+	{sql: "SELECT id, v FROM {t} WHERE v IS NOT NULL ORDER BY v DESC, id LIMIT 7 OFFSET 3", ordered: true},
+	{sql: "SELECT DISTINCT g FROM {t} WHERE v > 100 ORDER BY g", ordered: true},
+	{sql: "SELECT DISTINCT ON (g) g, id, v FROM {t} ORDER BY g, v DESC NULLS LAST, id", ordered: true},
+	{sql: "SELECT g FROM {t} GROUP BY g HAVING sum(v) > 0 ORDER BY sum(v) DESC, g LIMIT 3", ordered: true},
+	{sql: "SELECT id, count(*) FROM {t} GROUP BY id HAVING id % 50 = 0 ORDER BY 2, 1 LIMIT 5", ordered: true},
+	{sql: "SELECT * FROM {t} ORDER BY id DESC LIMIT 2", ordered: true},
+	{sql: "SELECT count(*) FROM {t} WHERE false"},
+	// Grouped by the primary key, the other columns may be read
+	// (found by the adversary round: the union has no key, 42803).
+	{sql: "SELECT id, v, count(*) FROM {t} GROUP BY id ORDER BY id LIMIT 3", ordered: true},
+	{sql: "SELECT id, secret FROM {t} GROUP BY id ORDER BY id DESC LIMIT 3", ordered: true},
+	{sql: "SELECT id, v FROM {t} GROUP BY id HAVING v > 290 ORDER BY id", ordered: true},
+	{sql: "SELECT id FROM {t} GROUP BY id ORDER BY v DESC NULLS LAST, id LIMIT 3", ordered: true},
+	{sql: "SELECT x.id, x.v FROM {t} x GROUP BY x.id ORDER BY x.id LIMIT 2", ordered: true},
+	{sql: "SELECT id, v FROM {t} GROUP BY 1 ORDER BY 1 LIMIT 2", ordered: true},
+	{sql: "SELECT * FROM {t} GROUP BY id ORDER BY id LIMIT 1", ordered: true},
+	{sql: "SELECT g % 3, count(*), sum(v) FROM {t} GROUP BY 1 ORDER BY 1", ordered: true},
+	// ORDER BY and DISTINCT ON by the name PostgreSQL gives a select
+	// list entry (found by the adversary round: read as a column, 42703).
+	{sql: "SELECT id, abs(v) FROM {t} ORDER BY abs DESC NULLS LAST, id LIMIT 3", ordered: true},
+	{sql: "SELECT DISTINCT lower(secret) FROM {t} ORDER BY lower LIMIT 2", ordered: true},
+	{sql: "SELECT DISTINCT ON (abs) abs(v), id FROM {t} ORDER BY abs, id LIMIT 4", ordered: true},
+	{sql: "SELECT DISTINCT ON (\"?column?\") g % 2, id FROM {t} ORDER BY \"?column?\", id", ordered: true},
+	{sql: "SELECT coalesce(v, 0) FROM {t} ORDER BY coalesce, 1 LIMIT 2", ordered: true},
+	{sql: "SELECT v AS g, g AS v FROM {t} ORDER BY g, v LIMIT 5", ordered: true},
 }

@@ -292,6 +292,9 @@ func (r *Scatter) Run() error {
 	r.parsed = make([]bool, len(r.Conns))
 	if r.described() {
 		r.rowDesc = r.Params.RowDesc
+		if !r.merging() {
+			r.Sink.Send('T', r.rowDesc)
+		}
 	}
 	if r.merging() && r.X.Merge.RowIDs {
 		if err := r.layout(); err != nil {
@@ -443,7 +446,7 @@ func (r *Scatter) send(i int, sc *pooling.ServerConn) {
 			Parameters: r.Bound.Values, ResultFormatCodes: results}
 		b, _ = bind.Encode(b)
 	}
-	if r.merging() || r.Bound != nil {
+	if r.merging() || r.Bound != nil || r.Params != nil {
 		// Extended protocol: the rows' description is checked against the
 		// one the client was given.
 		b, _ = (&pgproto3.Describe{ObjectType: 'P'}).Encode(b)
@@ -495,6 +498,11 @@ func (r *Scatter) read(i int) {
 			}
 			if typ == 'T' && r.Bound != nil && !r.merging() && !sameTypes(body, r.Bound.RowDesc) && r.err == nil {
 				r.err = ErrResultChanged
+			}
+			if typ == 'T' && r.Params != nil && !r.merging() && !sameTypes(body, r.rowDesc) && r.err == nil {
+				// The description kept from an earlier run is stale:
+				// the caller runs the text, described anew.
+				r.err, r.Unbound = ErrTableChanged, true
 			}
 		case 'D':
 			if r.err != nil || r.Gone {

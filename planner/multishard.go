@@ -62,6 +62,10 @@ type Scatter struct {
 	// statements (SQL, prepared) rather than spliced into their text
 	// (bindable.go); nil when not.
 	Bind *Bindable `json:"-"`
+	// Whole: the table's shards are all on one worker, which runs the
+	// whole statement over their union (unionOf); its rows are the
+	// result (Merge is a Concat without LIMIT).
+	Whole bool `json:"whole,omitempty"`
 }
 
 // WorkerQuery is the statement one worker runs: the partial query over each
@@ -243,6 +247,23 @@ func (b *builder) multiShard(stmt *pg_query.Node, p *Plan, dist []*metadata.Tabl
 	partialNode := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: partial}}
 	if sc.Workers, err = b.workerQueries(partialNode, shards, dist[0].Name); err != nil {
 		return nil, err
+	}
+	if len(sc.Workers) == 1 {
+		// Every shard on one worker: the whole statement runs there over
+		// their union, and its rows are the answer (no merge).
+		if whole := b.unionOf(stmt, dist[0].Name, shards, sc.Workers[0].Shards); whole != nil {
+			sql, err := deparse(b.tree.Version, whole)
+			if err != nil {
+				return nil, err
+			}
+			sc.Workers[0] = WorkerQuery{Node: sc.Workers[0].Node, Shards: sc.Workers[0].Shards, SQL: sql}
+			sc.Merge, sc.Whole = &Merge{Kind: Concat}, true
+			sc.Bind = bindable(whole)
+			sc.TxTime = txTime(stmt)
+			sc.ParamKeys = paramKeys(stmt)
+			p.Root = sc
+			return p, nil
+		}
 	}
 	if m.Kind == SQLMerge && unionForm(sc.Workers) {
 		sc.Bind = bindable(partialNode)
