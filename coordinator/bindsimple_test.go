@@ -3,12 +3,15 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -64,6 +67,36 @@ func TestScatterSimpleBound(t *testing.T) {
 		t.Errorf("no worker connection ran the multi-shard query prepared")
 	}
 
+	// PostgreSQL's folding errors, also where the workers would use a
+	// generic plan at once.
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		exec(t, c, "SET plan_cache_mode = "+mode, simple)
+		exec(t, direct, "SET plan_cache_mode = "+mode, simple)
+		for _, q := range foldCases {
+			check(strings.Replace(q, "id < 0", "id < 10", 1)) // a good value first
+			check(q)
+		}
+	}
+	exec(t, c, "RESET plan_cache_mode", simple)
+	exec(t, direct, "RESET plan_cache_mode", simple)
+
+	// An ALTER through another coordinator: a string compared with the
+	// column takes the column's new type, as in the text (found by the
+	// adversary round: a string bound as a parameter kept the type its
+	// statement was prepared with).
+	c2 := connect(t, pgtest.Coordinator(t, cl, nil).Addr())
+	dateQ := "SELECT count(*) FROM {t} WHERE d < '2020-01-05 12:00' AND id < 100"
+	check(dateQ)
+	aC, aD = rename("ALTER TABLE {t} ALTER COLUMN d TYPE timestamp")
+	exec(t, c2, aC, simple)
+	exec(t, direct, aD, simple)
+	check(dateQ)
+
+	// A cancel while a worker waits for a lock at the Bind is the
+	// statement's answer (57014), not a reason to run the text instead
+	// (found by the adversary round: it ran again and answered).
+	cancelAtBind(t, c, cl, rename)
+
 	// In a transaction block: before and after a write there.
 	for _, tc := range []struct{ write, q string }{
 		{"", "SELECT count(*), sum(v) FROM {t} WHERE id > 300"},
@@ -99,9 +132,9 @@ func sameMessage(a, b error) bool {
 
 // bindSchema is the table of boundCases.
 const bindSchema = `
-CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, n numeric, s text, d date);
+CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, n numeric, s text, d date, f float8);
 INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 31) %% 500 - 200 END,
-	i / 7.0, 's' || i, DATE '2020-01-01' + i
+	i / 7.0, 's' || i, DATE '2020-01-01' + i, i / 3.0
 	FROM generate_series(1, 600) i;`
 
 // boundCases are simple-protocol multi-shard queries with constants, of
@@ -133,6 +166,36 @@ var boundCases = []string{
 	"SELECT count(*) FROM {t} WHERE id < 0 AND v = 1 / 0",
 	"SELECT count(*) FROM {t} WHERE id < 0 AND v = 2147483647 + 1",
 	"SELECT count(*) FROM {t} WHERE v = 12345678901",
+	// IN lists of 64 items or more are planned as one literal
+	// (collapseLists): never bound (found by the adversary round: an
+	// empty string was bound, 0 rows).
+	"SELECT count(*) FROM {t} WHERE s IN (" + listOf("'s%d'", 70) + ")",
+	"SELECT count(*) FROM {t} WHERE s NOT IN (" + listOf("'s%d'", 70) + ")",
+	"SELECT g, count(*) FROM {t} WHERE id IN (" + listOf("%d", 80) + ") GROUP BY g ORDER BY g LIMIT 3",
+	"SELECT count(*), max(f) FROM {t} WHERE f < 1.5 OR f > 150.25",
+}
+
+// listOf is n items of format (with the item's number, from 1), joined
+// by commas.
+func listOf(format string, n int) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf(format, i+1)
+	}
+	return strings.Join(items, ", ")
+}
+
+// foldCases fail on PostgreSQL while it plans them (it folds their
+// constants), though no row reaches the failing expression: a generic
+// plan of the bound statement would evaluate it only for a row (found by
+// the adversary round).
+var foldCases = []string{
+	"SELECT count(*) FROM {t} WHERE id < 0 AND v < 40000::int2",
+	"SELECT count(*) FROM {t} WHERE id < 0 AND f < 1e400",
+	"SELECT count(*) FROM {t} WHERE id < 0 AND n < 9e131071 + 9e131071",
+	"SELECT count(*) FROM {t} WHERE id < 0 AND v = 2147483647 + 1",
+	"SELECT count(*) FROM {t} WHERE id < 0 AND s ~ '('",
+	"SELECT count(*) FROM {t} WHERE id < 0 AND f > 1e-400",
 }
 
 // compareSimple runs sqlT ({t}: the table, renamed by rename) three times
@@ -153,5 +216,46 @@ func compareSimple(t *testing.T, c, direct *pgx.Conn, rename func(string) (strin
 			continue
 		}
 		sameResult(t, sqlT, got, want, strings.Contains(sqlT, "ORDER BY"))
+	}
+}
+
+// cancelAtBind cancels a bound multi-shard query of bs_t through c while a
+// worker's shard is locked, and expects 57014; the lock is held until the
+// query returns (or 10 s), so a query run again after the cancel would
+// only return once it is released, with rows.
+func cancelAtBind(t *testing.T, c *pgx.Conn, cl *pgcluster.Cluster, rename func(string) (string, string)) {
+	t.Helper()
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	q, _ := rename("SELECT g, count(*) FROM {t} WHERE id > 5 GROUP BY g")
+	for i := 0; i < 3; i++ { // prepared on the workers, described
+		exec(t, c, q, simple)
+	}
+	w := connect(t, cl.Servers[0].Addr())
+	var shard string
+	if err := w.QueryRow(ctx, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'pgfleet_shards' AND tablename LIKE 'bs\\_t\\_%' LIMIT 1").Scan(&shard); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, w, "BEGIN", simple)
+	exec(t, w, "LOCK TABLE "+shard+" IN ACCESS EXCLUSIVE MODE", simple)
+	released := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(released)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		_, _ = w.Exec(ctx, "ROLLBACK", simple)
+	}()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = c.PgConn().CancelRequest(ctx)
+	}()
+	_, err := c.Exec(ctx, q, simple)
+	close(done)
+	<-released
+	if sqlState(err) != "57014" {
+		t.Errorf("a query cancelled while a shard is locked: %v, want 57014", err)
 	}
 }

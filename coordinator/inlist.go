@@ -66,7 +66,7 @@ func collapseLists(norm string, lits []literal) (string, []literal) {
 					}
 					tok.WriteString(l.token)
 				}
-				out = append(out, literal{token: tok.String()})
+				out = append(out, literal{token: tok.String(), list: true})
 				want, i, last = k+n, end, end
 				continue
 			}

@@ -9,6 +9,9 @@ import (
 type literal struct {
 	token string // as written, quotes included
 	value string // its value (string literals unquoted)
+	// list: an IN list's items as written, "1, 2, 3" (collapseLists),
+	// not one value.
+	list bool
 }
 
 // liftLiterals replaces the numeric and plain string literals of sql with

@@ -1038,10 +1038,11 @@ func (r *scatterRun) run() error {
 // worker's statement prepared, the constants bound as parameters, typed
 // as PostgreSQL's parser types them, so that the workers plan it once
 // rather than at every execution. nil (the text runs) unless the plan
-// allows it (planner.Bindable), every constant is a plain number or
-// string, no sum of two of them can fail, and the statement runs on
-// pooled connections only: a failed Parse or Bind (which the text then
-// answers) must not touch the session's transaction.
+// allows it (planner.Bindable), every constant is a number whose meaning
+// and conversions cannot depend on being a parameter (literalType), no
+// sum of two of them can fail, and the statement runs on pooled
+// connections only: a failed Parse or Bind (which the text then answers)
+// must not touch the session's transaction.
 func (r *scatterRun) bindParams() *executor.TextParams {
 	b := r.x.Bind
 	// (A merge, or one worker's rows as they come: either way nothing
@@ -1092,7 +1093,6 @@ func (r *scatterRun) bindParams() *executor.TextParams {
 				case sig[k] == 'n':
 					oids[k] = pgtype.NumericOID
 				}
-				// a string: unknown, as its literal
 			}
 			stmts[i] = r.ss.srv.execEnv.Prepared(append(append([]byte(w.SQL), 0), executor.ParamTail(oids)...))
 		}
@@ -1110,29 +1110,42 @@ func (r *scatterRun) bindParams() *executor.TextParams {
 	return &executor.TextParams{Stmts: stmts, Values: values, RowDesc: desc}
 }
 
-// literalType is how PostgreSQL's parser types a lifted constant: 'i'
-// int4, 'l' int8, 'n' numeric for a number (by its digits), 's' unknown
-// for a plain string; 0 for anything else (a collapsed IN list).
+// literalType is how PostgreSQL's parser types a lifted constant that may
+// be bound as a parameter: 'i' int4, 'l' int8 (integers, by their
+// digits), 'n' numeric for a decimal of at most 18 characters without an
+// exponent; 0 for anything else, which is not bound:
+//   - a string: a parameter of unknown type has its type fixed when the
+//     statement is prepared, and keeps it after an ALTER of the column
+//     it is compared with (on another coordinator, say), where the
+//     text's literal would take the new type;
+//   - a larger or smaller numeric (1e400, 0.000...1): its implicit cast to
+//     float4 or float8 may fail, which PostgreSQL does while planning the
+//     text and a generic plan only for a row that needs it;
+//   - an integer beyond int8, and an IN list collapsed into one literal.
 func literalType(l literal) byte {
 	tok := l.token
-	switch {
-	case len(tok) >= 2 && tok[0] == '\'' && tok[len(tok)-1] == '\'':
-		return 's'
-	case tok == "" || tok[0] < '0' || tok[0] > '9':
+	if l.list || tok == "" || tok[0] < '0' || tok[0] > '9' || len(tok) > 19 {
 		return 0
 	}
+	dot := false
 	for i := 0; i < len(tok); i++ {
-		if c := tok[i]; c < '0' || c > '9' {
-			if c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-' {
-				return 'n'
-			}
+		switch c := tok[i]; {
+		case c == '.' && !dot:
+			dot = true
+		case c < '0' || c > '9':
 			return 0
 		}
+	}
+	if dot {
+		if len(tok) > 18 {
+			return 0
+		}
+		return 'n'
 	}
 	v, err := strconv.ParseInt(tok, 10, 64)
 	switch {
 	case err != nil:
-		return 'n' // beyond int8: numeric
+		return 0 // beyond int8: numeric
 	case v <= math.MaxInt32:
 		return 'i'
 	}
@@ -1140,15 +1153,12 @@ func literalType(l literal) byte {
 }
 
 // sumFits reports whether a op b (two lifted constants, planner.ParamSum)
-// is evaluated without error: both numbers, and the sum of integers
-// within its type (int4, or int8 if either is).
+// is evaluated without error: two integers whose sum or difference is
+// within their type (int4, or int8 if either is).
 func sumFits(a, b literal, op byte) bool {
 	ta, tb := literalType(a), literalType(b)
-	if ta == 0 || ta == 's' || tb == 0 || tb == 's' {
+	if ta != 'i' && ta != 'l' || tb != 'i' && tb != 'l' {
 		return false
-	}
-	if ta == 'n' || tb == 'n' {
-		return true // numeric: exact, unbounded for any literal
 	}
 	x, err1 := strconv.ParseInt(a.token, 10, 64)
 	y, err2 := strconv.ParseInt(b.token, 10, 64)

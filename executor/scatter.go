@@ -523,8 +523,9 @@ func (r *Scatter) read(i int) {
 				sc.Stmts.Doubt(r.stmtName(i))
 			}
 			if r.err == nil {
-				r.err = NewWorkerError(body)
-				if r.Params != nil && !bound {
+				we := NewWorkerError(body)
+				r.err = we
+				if r.Params != nil && !bound && constantError(we.PG.Code) {
 					r.Unbound, r.UnboundParse = true, parsing && parses == 0
 				}
 			}
@@ -552,6 +553,17 @@ func (r *Scatter) read(i int) {
 		return
 	}
 	r.Pending[i] = false
+}
+
+// constantError reports whether an error at the Parse or Bind of a
+// statement bound to a simple-protocol statement's constants (TextParams)
+// may come of binding them: a data exception (class 22), an error of the
+// statement's analysis (class 42), or a result type changed since the
+// statement was prepared (0A000). Others (a cancel, a lock or statement
+// timeout, a deadlock, a lost connection) are the statement's answer, as
+// they would be the text's.
+func constantError(code string) bool {
+	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "42") || code == pgerr.FeatureNotSupported
 }
 
 // stmtName is the name worker i's statement is prepared under.

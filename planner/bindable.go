@@ -10,23 +10,24 @@ import (
 // as parameters of a statement the workers keep prepared rather than
 // spliced back into a text they plan at every execution. It holds for a
 // worker statement in which every parameter is a value compared with a
-// column (col < $1, col BETWEEN $1 AND $2 + $3, col IN ($1, $2), a cast of
-// one), a column's operand (col + $1), or a LIMIT or OFFSET:
+// column (col < $1, col BETWEEN $1 AND $2 + $3, col IN ($1, $2)), a
+// column's operand (col + $1), or a LIMIT or OFFSET:
 //
 //   - there the statement's meaning does not depend on whether the value
 //     is a constant or a parameter, given the parameter the constant's
-//     type (int4, int8 or numeric by its digits, unknown for a string, as
-//     PostgreSQL's parser types them): operators resolve alike, and a
-//     string is converted by its type's input function either way;
+//     type (the coordinator binds only numbers, typed int4, int8 or
+//     numeric as PostgreSQL's parser types them): operators resolve
+//     alike, before and after an ALTER of the column;
 //   - PostgreSQL folds an expression of constants alone when it plans (an
 //     error there fails the statement even if no row needs it), while a
 //     prepared generic plan evaluates it when a row does; so no
-//     expression may be of constants alone but $a + $b and $a - $b, which
-//     the coordinator checks cannot fail for the values it binds (Sums).
+//     expression may be of constants alone (a cast, 40000::int2, is one)
+//     but $a + $b and $a - $b, which the coordinator checks cannot fail
+//     for the values it binds (Sums).
 //
-// Errors at Parse or Bind of the prepared form (a string its type refuses,
-// a parameter PostgreSQL cannot type) are left to the text, which the
-// coordinator runs instead then: its error is PostgreSQL's own.
+// Errors at Parse or Bind of the prepared form that a constant may cause
+// are left to the text, which the coordinator runs instead then: its
+// error is PostgreSQL's own.
 type Bindable struct {
 	// Sums: $A Op $B, Op '+' or '-'.
 	Sums []ParamSum `json:"sums,omitempty"`
@@ -53,9 +54,6 @@ func bindable(stmt *pg_query.Node) *Bindable {
 	// side marks the parameters of a constant operand (n) of an operator
 	// whose other operand reads a column; false if n is not one.
 	side := func(n *pg_query.Node) bool {
-		if tc := n.GetTypeCast(); tc != nil && tc.TypeName != nil && len(tc.TypeName.Typmods) == 0 && len(tc.TypeName.ArrayBounds) == 0 {
-			n = tc.Arg
-		}
 		if p := n.GetParamRef(); p != nil {
 			safe[p] = true
 			return true

@@ -17,7 +17,7 @@ func TestBindable(t *testing.T) {
 		want string // "-": not bindable; else the sums
 	}{
 		{"SELECT g, count(*) FROM t WHERE aid BETWEEN $1 AND $2 + $3 GROUP BY g", "[{2 3 43}]"},
-		{"SELECT count(*) FROM t WHERE s > $1 AND s <> $2::text AND v IN ($3, $4)", "[]"},
+		{"SELECT count(*) FROM t WHERE s > $1 AND v IN ($3, $4)", "[]"},
 		{"SELECT count(*) FROM t WHERE $1 < v AND v IS DISTINCT FROM $2 AND v = ANY($3)", "[]"},
 		{"SELECT v + $1 FROM t ORDER BY v LIMIT $2 OFFSET $3", "[]"},
 		{"SELECT v FROM t ORDER BY v LIMIT $1 - $2", "[{1 2 45}]"},
@@ -33,6 +33,9 @@ func TestBindable(t *testing.T) {
 		{"SELECT count(*) FROM t WHERE $1 = $2", "-"},
 		{"SELECT $1, count(*) FROM t", "-"},
 		{"SELECT count(*) FROM t WHERE v::varchar(3) = $1::varchar(3)", "-"},
+		// A cast is a function PostgreSQL folds: 40000::int2 fails the text.
+		{"SELECT count(*) FROM t WHERE v < $1::int2", "-"},
+		{"SELECT count(*) FROM t WHERE v IN ($1::int2, $2)", "-"},
 		{"SELECT count(*) FROM t WHERE v + $1 = $2", "-"},
 		{"SELECT count(*) FROM t WHERE s LIKE $1", "-"},
 		{"SELECT count(*) FROM t WHERE (v, g) = ($1, $2)", "-"},
