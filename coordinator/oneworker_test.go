@@ -2,7 +2,6 @@ package coordinator_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -24,11 +23,7 @@ func TestOneWorkerWhole(t *testing.T) {
 	c := connect(t, srv.Addr())
 	direct := connect(t, cl.Servers[0].Addr())
 
-	const schema = `
-CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, secret text);
-INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 31) %% 500 - 200 END, 's' || i
-	FROM generate_series(1, 600) i;`
-	rename := twinTables(t, c, direct, "ow", schema, []string{"t"}, []string{
+	rename := twinTables(t, c, direct, "ow", unionSchema, []string{"t"}, []string{
 		"SELECT create_distributed_table('ow_t', 'id', shard_count => 12)",
 	})
 	extra := []struct {
@@ -39,24 +34,7 @@ INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 3
 		{sql: "SELECT g, avg(v)::numeric(10,3), sum(v) FILTER (WHERE v > 0) FROM {t} GROUP BY g ORDER BY 1", ordered: true},
 		{sql: "SELECT max(secret COLLATE \"C\"), min(v) FROM {t}"},
 	}
-	all := append(append(extra[:0:0], unionCases...), extra...)
-	for _, tc := range all {
-		sqlC, sqlD := rename(tc.sql)
-		for _, mode := range scatterModes {
-			for round := 0; round < 2; round++ {
-				got, err := scatterQuery(ctx, c, mode, sqlC, nil)
-				if err != nil {
-					t.Errorf("%s (%v): %v", tc.sql, mode, err)
-					break
-				}
-				want, err := scatterQuery(ctx, direct, mode, sqlD, nil)
-				if err != nil {
-					t.Fatalf("%s on PostgreSQL (%v): %v", tc.sql, mode, err)
-				}
-				sameResult(t, fmt.Sprintf("%s (%v)", tc.sql, mode), got, want, tc.ordered)
-			}
-		}
-	}
+	compareModes(t, c, direct, rename, append(append(extra[:0:0], unionCases...), extra...))
 	// No merge: the worker's statement is the answer.
 	plan := strings.Join(queryStrings(t, c, "EXPLAIN SELECT g, count(*) FROM ow_t GROUP BY g ORDER BY g"), "\n")
 	if strings.Contains(plan, "unnest") || strings.Count(plan, "Aggregate") != 1 {

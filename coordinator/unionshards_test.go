@@ -26,30 +26,10 @@ func TestUnionOfShards(t *testing.T) {
 	direct := connect(t, cl.Servers[0].Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
 
-	const schema = `
-CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, secret text);
-INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 31) %% 500 - 200 END, 's' || i
-	FROM generate_series(1, 600) i;`
-	rename := twinTables(t, c, direct, "us", schema, []string{"t"}, []string{
+	rename := twinTables(t, c, direct, "us", unionSchema, []string{"t"}, []string{
 		"SELECT create_distributed_table('us_t', 'id', shard_count => 12)",
 	})
-	for _, tc := range unionCases {
-		sqlC, sqlD := rename(tc.sql)
-		for _, mode := range scatterModes {
-			for round := 0; round < 2; round++ {
-				got, err := scatterQuery(ctx, c, mode, sqlC, nil)
-				if err != nil {
-					t.Errorf("%s (%v): %v", tc.sql, mode, err)
-					break
-				}
-				want, err := scatterQuery(ctx, direct, mode, sqlD, nil)
-				if err != nil {
-					t.Fatalf("%s on PostgreSQL (%v): %v", tc.sql, mode, err)
-				}
-				sameResult(t, fmt.Sprintf("%s (%v)", tc.sql, mode), got, want, tc.ordered)
-			}
-		}
-	}
+	compareModes(t, c, direct, rename, unionCases)
 	// The plan reads the shards as one relation (and keeps the query per
 	// shard where a union would read otherwise).
 	// (The worker's plan: one aggregate over its 6 shards, or one each.)
@@ -140,4 +120,38 @@ var unionCases = []struct {
 	{sql: "SELECT DISTINCT ON (\"?column?\") g % 2, id FROM {t} ORDER BY \"?column?\", id", ordered: true},
 	{sql: "SELECT coalesce(v, 0) FROM {t} ORDER BY coalesce, 1 LIMIT 2", ordered: true},
 	{sql: "SELECT v AS g, g AS v FROM {t} ORDER BY g, v LIMIT 5", ordered: true},
+}
+
+// unionSchema is the table of unionCases.
+const unionSchema = `
+CREATE TABLE %[1]s_t (id bigint PRIMARY KEY, g int, v int, secret text);
+INSERT INTO %[1]s_t SELECT i, i %% 6, CASE WHEN i %% 9 = 0 THEN NULL ELSE (i * 31) %% 500 - 200 END, 's' || i
+	FROM generate_series(1, 600) i;`
+
+// compareModes runs each case ({t}: the table, renamed by rename) twice in
+// every protocol through c and on the plain twin through direct, and
+// expects the same result.
+func compareModes(t *testing.T, c, direct *pgx.Conn, rename func(string) (string, string), cases []struct {
+	sql     string
+	ordered bool
+}) {
+	t.Helper()
+	ctx := context.Background()
+	for _, tc := range cases {
+		sqlC, sqlD := rename(tc.sql)
+		for _, mode := range scatterModes {
+			for round := 0; round < 2; round++ {
+				got, err := scatterQuery(ctx, c, mode, sqlC, nil)
+				if err != nil {
+					t.Errorf("%s (%v): %v", tc.sql, mode, err)
+					break
+				}
+				want, err := scatterQuery(ctx, direct, mode, sqlD, nil)
+				if err != nil {
+					t.Fatalf("%s on PostgreSQL (%v): %v", tc.sql, mode, err)
+				}
+				sameResult(t, fmt.Sprintf("%s (%v)", tc.sql, mode), got, want, tc.ordered)
+			}
+		}
+	}
 }
