@@ -60,6 +60,7 @@ type scatterDesc struct {
 	workers   []*Statement // by Scatter.Workers
 	fallback  []*Statement // by the plan's Fallback.Scatter.Workers
 	gen       uint64       // scatterCache generation it was made in
+	epoch     int64        // the server's stmtEpoch it was made in (DDL through this coordinator)
 	// changed: the shards' result is no longer this (a table changed).
 	// Statements prepared with it fail as PostgreSQL's do; the next Parse
 	// of the text makes a new Statement, described afresh.
@@ -510,9 +511,10 @@ func (ss *session) scatterFailed(err error) {
 	}
 }
 
-// scatterDescribe answers Describe of a multi-shard statement.
-func (ss *session) scatterDescribe(st *Statement) {
-	desc, err := ss.scatterDesc(st)
+// scatterDescribe answers Describe of the client's multi-shard statement
+// name.
+func (ss *session) scatterDescribe(name string, st *Statement) {
+	desc, _, err := ss.scatterDesc(name, st)
 	if err != nil {
 		ss.synthError(err)
 		return
@@ -533,12 +535,12 @@ func (ss *session) scatterBind(portal, name string, st *Statement, params []byte
 		ss.synthError(err)
 		return
 	}
-	sp, err := ss.stmtPlan(st)
+	desc, st, err := ss.scatterDesc(name, st)
 	if err != nil {
 		ss.synthError(err)
 		return
 	}
-	desc, err := ss.scatterDesc(st)
+	sp, err := ss.stmtPlan(st)
 	if err != nil {
 		ss.synthError(err)
 		return
@@ -722,40 +724,46 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 	return nil
 }
 
-// scatterDesc describes a multi-shard statement of the extended protocol
-// on the worker holding its first shard, once per plan.
-func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
+// scatterDesc describes the client's multi-shard statement name (st) of
+// the extended protocol on the worker holding its first shard, once per
+// plan, and again after DDL. It returns the statement to run, a new one
+// for st when the client prepared st after the DDL that changed its
+// result (refreshStmt).
+func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *Statement, error) {
 	sp, err := ss.stmtPlan(st)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	if ss.txScatter != nil {
 		// Described on another connection, which sees the tables as
 		// they were before this transaction changed them.
-		return nil, pgerr.New(pgerr.FeatureNotSupported,
+		return nil, st, pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard statement over the extended protocol after this transaction changed a distributed or reference table is not supported").
 			WithHint("Commit the change first, or send the statement with the simple query protocol.")
 	}
-	gen := ss.srv.scatter.generation()
+	gen, epoch := ss.srv.scatter.generation(), ss.srv.stmtEpoch.Load()
 	old := sp.scatter.Load()
 	if old != nil && old.changed.Load() {
-		return nil, ss.resultChanged(st)
+		if fresh := ss.refreshStmt(name, st); fresh != nil {
+			return ss.scatterDesc(name, fresh)
+		}
+		return nil, st, ss.resultChanged(st)
 	}
-	if old != nil && old.gen == gen {
-		return old, nil
+	if old != nil && old.gen == gen && old.epoch == epoch {
+		return old, st, nil
 	}
 	p := sp.plan
 	node, err := ss.srv.firstShardNode(p)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	pool, err := ss.poolFor(node)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	sc, err := ss.sideCheckout(context.Background(), pool)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	b := sc.Buf()
 	tail := workerParamTail(paramOIDs(st.paramTail), p.ShardSQL()[0])
@@ -769,12 +777,12 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
 	b = appendSync(b)
 	sc.SetBuf(b)
-	d := &scatterDesc{gen: gen}
+	d := &scatterDesc{gen: gen, epoch: epoch}
 	var werr error
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
 		pool.Release(sc)
-		return nil, executor.LostWorker(sc.Addr, err)
+		return nil, st, executor.LostWorker(sc.Addr, err)
 	}
 	err = executor.Cycle(sc, func(typ byte, body []byte) {
 		switch typ {
@@ -790,20 +798,23 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 	})
 	pool.Release(sc)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	if werr != nil {
-		return nil, werr
+		return nil, st, werr
 	}
 	var pd pgproto3.ParameterDescription
 	if err := pd.Decode(d.paramDesc); err != nil {
-		return nil, pgerr.New(pgerr.Internal, "invalid parameter description from a worker")
+		return nil, st, pgerr.New(pgerr.Internal, "invalid parameter description from a worker")
 	}
 	if old != nil && !executor.SameShape(old.rowDesc, d.rowDesc) {
 		// Described before a table changed: clients may hold the old
 		// description.
 		old.changed.Store(true)
-		return nil, ss.resultChanged(st)
+		if fresh := ss.refreshStmt(name, st); fresh != nil {
+			return ss.scatterDesc(name, fresh)
+		}
+		return nil, st, ss.resultChanged(st)
 	}
 	d.paramOIDs = pd.ParameterOIDs
 	if d.rowDesc != nil {
@@ -821,7 +832,26 @@ func (ss *session) scatterDesc(st *Statement) (*scatterDesc, error) {
 		}
 	}
 	sp.scatter.Store(d)
-	return d, nil
+	return d, st, nil
+}
+
+// refreshStmt gives the client's statement name a new Statement for st's
+// text when the client prepared it after the last DDL through this
+// coordinator, and st's result changed: on PostgreSQL such a statement
+// was analysed with the table as it is now, and answers. The old one is
+// stale for every session (prepared before, they fail as PostgreSQL's
+// do). nil when the client's statement is older than that DDL.
+func (ss *session) refreshStmt(name string, st *Statement) *Statement {
+	if ss.stmts[name] != st || ss.parsedEpoch[name] != ss.srv.stmtEpoch.Load() {
+		return nil
+	}
+	ss.staleStmt(st)
+	fresh := ss.srv.stmts.intern(append(append([]byte(st.Query), 0), st.paramTail...))
+	if fresh == nil || fresh == st {
+		return nil
+	}
+	ss.stmts[name] = fresh
+	return fresh
 }
 
 // resultChanged answers a Describe, Bind or Execute of a statement

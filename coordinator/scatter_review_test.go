@@ -517,7 +517,9 @@ func reviewResultChange(t *testing.T, c *pgx.Conn, addr string, workers []string
 		before := prepare(old)
 		alter("ADD COLUMN z int DEFAULT 5", direct)
 		alter("ALTER COLUMN y TYPE bigint", direct)
-		if got := run(old); strings.Join(got, " ") != "E 0A000 Z I" {
+		// (Changed on the shards behind the coordinator's back, the
+		// change shows at Execute, after BindComplete: still no rows.)
+		if got := strings.Join(run(old), " "); got != "E 0A000 Z I" && !(direct && got == "2 E 0A000 Z I") {
 			t.Errorf("%s prepared before ALTER TABLE: %q (before: %q)", q, got, before)
 		}
 		// The first Describe after the change may tell the client to

@@ -153,10 +153,13 @@ type session struct {
 	settingsUnknown bool
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
-	setGen   uint64
-	parsed   map[string]readKey
-	parseKey readKey                   // the reading settings as the current Parse arrived
-	reported [len(reportedRead)]string // reportedRead's values, as last reported
+	setGen uint64
+	parsed map[string]readKey
+	// parsedEpoch: the server's stmtEpoch when the client prepared each
+	// statement (refreshStmt).
+	parsedEpoch map[string]int64
+	parseKey    readKey                   // the reading settings as the current Parse arrived
+	reported    [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
 	// in front of it (nil: none), compared before sc goes back to the pool
@@ -1641,12 +1644,17 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 	if st == nil {
 		delete(ss.stmts, name)
 		delete(ss.parsed, name)
+		delete(ss.parsedEpoch, name)
 	} else {
 		ss.stmts[name] = st
 		if ss.parsed == nil {
 			ss.parsed = map[string]readKey{}
 		}
+		if ss.parsedEpoch == nil {
+			ss.parsedEpoch = map[string]int64{}
+		}
 		ss.parsed[name] = ss.parseKey
+		ss.parsedEpoch[name] = ss.srv.stmtEpoch.Load()
 	}
 }
 
@@ -1973,7 +1981,7 @@ func (ss *session) describe(body []byte) error {
 		clientSt := st
 		st, node, hide, runs, err := ss.routeDescribe(st)
 		if err == nil && runs == onShards {
-			ss.scatterDescribe(clientSt)
+			ss.scatterDescribe(string(name), clientSt)
 			return nil
 		}
 		if err != nil {
