@@ -59,8 +59,7 @@ type scatterDesc struct {
 	ncols     int
 	workers   []*Statement // by Scatter.Workers
 	fallback  []*Statement // by the plan's Fallback.Scatter.Workers
-	gen       uint64       // scatterCache generation it was made in
-	epoch     int64        // the server's stmtEpoch it was made in (DDL through this coordinator)
+	stamp     descStamp    // when it was made
 	// changed: the shards' result is no longer this (a table changed).
 	// Statements prepared with it fail as PostgreSQL's do; the next Parse
 	// of the text makes a new Statement, described afresh.
@@ -171,7 +170,7 @@ func withFormats(rowDesc, results []byte) []byte {
 type scatterCache struct {
 	mu  sync.Mutex
 	m   map[*planner.Plan]*executor.Runtime
-	gen uint64 // counts resets: descriptions made before are stale
+	gen atomic.Uint64 // counts resets: descriptions made before are stale
 }
 
 func ptrString(s *string) string {
@@ -198,7 +197,7 @@ func (c *scatterCache) get(p *planner.Plan) *executor.Runtime {
 func (c *scatterCache) reset() {
 	c.mu.Lock()
 	c.m = nil
-	c.gen++
+	c.gen.Add(1)
 	c.mu.Unlock()
 }
 
@@ -215,9 +214,7 @@ func (ss *session) scatterCache() *scatterCache {
 }
 
 func (c *scatterCache) generation() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen
+	return c.gen.Load()
 }
 
 // scatterAllowed refuses a multi-shard statement where its separate
@@ -741,7 +738,7 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 			"a multi-shard statement over the extended protocol after this transaction changed a distributed or reference table is not supported").
 			WithHint("Commit the change first, or send the statement with the simple query protocol.")
 	}
-	gen, epoch := ss.srv.scatter.generation(), ss.srv.stmtEpoch.Load()
+	stamp := ss.srv.descStamp()
 	old := sp.scatter.Load()
 	if old != nil && old.changed.Load() {
 		if fresh := ss.refreshStmt(name, st); fresh != nil {
@@ -749,7 +746,7 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 		}
 		return nil, st, ss.resultChanged(st)
 	}
-	if old != nil && old.gen == gen && old.epoch == epoch {
+	if old != nil && old.stamp == stamp {
 		return old, st, nil
 	}
 	p := sp.plan
@@ -777,7 +774,7 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 	b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
 	b = appendSync(b)
 	sc.SetBuf(b)
-	d := &scatterDesc{gen: gen, epoch: epoch}
+	d := &scatterDesc{stamp: stamp}
 	var werr error
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
@@ -835,14 +832,28 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 	return d, st, nil
 }
 
+// descStamp dates a multi-shard statement's description: the DDL epoch
+// of this coordinator (stmtEpoch) and the generation of the server's
+// multi-shard cache (a catalog change). A description of another stamp
+// is made again.
+type descStamp struct {
+	epoch int64
+	gen   uint64
+}
+
+func (s *Server) descStamp() descStamp {
+	return descStamp{epoch: s.stmtEpoch.Load(), gen: s.scatter.generation()}
+}
+
 // refreshStmt gives the client's statement name a new Statement for st's
 // text when the client prepared it after the last DDL through this
-// coordinator, and st's result changed: on PostgreSQL such a statement
-// was analysed with the table as it is now, and answers. The old one is
-// stale for every session (prepared before, they fail as PostgreSQL's
-// do). nil when the client's statement is older than that DDL.
+// coordinator and the last catalog change, and st's result changed: on
+// PostgreSQL such a statement was analysed with the table as it is now,
+// and answers (its description, asked for since, was made afresh). The
+// old one is stale for every session (prepared before, they fail as
+// PostgreSQL's do). nil when the client's statement is older than either.
 func (ss *session) refreshStmt(name string, st *Statement) *Statement {
-	if ss.stmts[name] != st || ss.parsedEpoch[name] != ss.srv.stmtEpoch.Load() {
+	if ss.stmts[name] != st || ss.parsedEpoch[name] != ss.srv.descStamp() {
 		return nil
 	}
 	ss.staleStmt(st)

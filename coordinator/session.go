@@ -155,9 +155,9 @@ type session struct {
 	// is each client statement's reading settings at its Parse (parsekey.go).
 	setGen uint64
 	parsed map[string]readKey
-	// parsedEpoch: the server's stmtEpoch when the client prepared each
-	// statement (refreshStmt).
-	parsedEpoch map[string]int64
+	// parsedEpoch: when the client prepared each statement, as the
+	// server's DDL epoch and multi-shard cache generation (refreshStmt).
+	parsedEpoch map[string]descStamp
 	parseKey    readKey                   // the reading settings as the current Parse arrived
 	reported    [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
@@ -1651,10 +1651,10 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 			ss.parsed = map[string]readKey{}
 		}
 		if ss.parsedEpoch == nil {
-			ss.parsedEpoch = map[string]int64{}
+			ss.parsedEpoch = map[string]descStamp{}
 		}
 		ss.parsed[name] = ss.parseKey
-		ss.parsedEpoch[name] = ss.srv.stmtEpoch.Load()
+		ss.parsedEpoch[name] = ss.srv.descStamp()
 	}
 }
 
