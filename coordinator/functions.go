@@ -363,6 +363,15 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		return false, nil
 	}
 	ss.srv.ddlEpoch.Add(1) // CREATE FUNCTION, ALTER TABLE ... SET DEFAULT, ...
+	// Whether a table is distributed is the durable catalog's answer: a
+	// table another coordinator has just distributed is not in this
+	// one's snapshot until gossip or the poll brings it, and DDL run here
+	// as on a plain table would change the first worker's table only,
+	// not its shards. One read of the catalog's version per DDL statement
+	// (if the metadata database does not answer, the snapshot stands, as
+	// for every other statement).
+	ss.srv.refreshCatalog(context.Background())
+	snap = ss.srv.catalog.Load()
 	if handled, err := ss.objectDDL(sql, snap); handled || objectOnly {
 		return handled, err
 	}
