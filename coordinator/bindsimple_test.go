@@ -248,8 +248,15 @@ func cancelAtBind(t *testing.T, c *pgx.Conn, cl *pgcluster.Cluster, rename func(
 		}
 		_, _ = w.Exec(ctx, "ROLLBACK", simple)
 	}()
+	watch := connect(t, cl.Servers[0].Addr())
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		// Once a worker backend waits for the lock (at the Bind), cancel.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			var n int
+			if watch.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n) == nil && n > 0 {
+				break
+			}
+		}
 		_ = c.PgConn().CancelRequest(ctx)
 	}()
 	_, err := c.Exec(ctx, q, simple)
