@@ -126,21 +126,31 @@ func containsName(list []string, n string) bool {
 	return false
 }
 
+// parsedAt is when the client prepared a statement: the settings that
+// read its constants, and the server's DDL epoch and multi-shard cache
+// generation (refreshStmt).
+type parsedAt struct {
+	key   readKey
+	stamp descStamp
+}
+
 // parsedUnder refuses a Bind of client statement name (st) when settings
 // that read its constants changed since PostgreSQL would have read them in
 // a way that could give them other values.
 func (ss *session) parsedUnder(name []byte, st *Statement) error {
-	then, ok := ss.parsed[string(name)] // no allocation: a map index
+	at, ok := ss.parsed[string(name)] // no allocation: a map index
 	if !ok {
 		return nil
 	}
+	then := at.key
 	now := ss.readKeyNow()
 	if then == now {
 		return nil
 	}
 	if then.gen == now.gen && then.path != now.path {
 		// PostgreSQL parses it again, under the settings of now.
-		ss.parsed[string(name)] = now
+		at.key = now
+		ss.parsed[string(name)] = at
 		return nil
 	}
 	var changed [nGroups]bool

@@ -853,7 +853,7 @@ func (s *Server) descStamp() descStamp {
 // old one is stale for every session (prepared before, they fail as
 // PostgreSQL's do). nil when the client's statement is older than either.
 func (ss *session) refreshStmt(name string, st *Statement) *Statement {
-	if ss.stmts[name] != st || ss.parsedEpoch[name] != ss.srv.descStamp() {
+	if ss.stmts[name] != st || ss.parsed[name].stamp != ss.srv.descStamp() {
 		return nil
 	}
 	ss.staleStmt(st)
@@ -963,7 +963,7 @@ type scatterRun struct {
 	// workers' prepared statements (bindParams). descKey: the bound run's
 	// key to its result's description (executor.Runtime.BindDescs).
 	noBind  bool
-	descKey string
+	descKey executor.BindKey
 	port    *scatterPortal // extended protocol
 	ex      executor.Scatter
 
@@ -1067,7 +1067,7 @@ func (r *scatterRun) run() error {
 		rt := r.ex.RT
 		rt.Mu.Lock()
 		if rt.BindDescs == nil || len(rt.BindDescs) >= 64 {
-			rt.BindDescs = map[string][]byte{}
+			rt.BindDescs = map[executor.BindKey][]byte{}
 		}
 		rt.BindDescs[r.descKey] = r.ex.RowDesc()
 		rt.Mu.Unlock()
@@ -1091,7 +1091,7 @@ func (r *scatterRun) bindParams() *executor.TextParams {
 	if b == nil || len(r.lits) == 0 || r.x.Merge.Kind != planner.SQLMerge && !r.x.Whole || r.txIdx >= 0 || slices.Contains(r.parked, true) {
 		return nil
 	}
-	var sig [64]byte
+	var sig [len(executor.BindKey{}.Types)]byte
 	if len(r.lits) > len(sig) {
 		return nil
 	}
@@ -1109,7 +1109,7 @@ func (r *scatterRun) bindParams() *executor.TextParams {
 	}
 	// The result's description depends on the constants' types and the
 	// session's settings (search_path).
-	r.descKey = string(sig[:len(r.lits)]) + "\x00" + r.ss.params.key
+	r.descKey = executor.BindKey{Types: sig, Settings: r.ss.params.key}
 	rt := r.ex.RT
 	rt.Mu.Lock()
 	if rt.Unbindable {

@@ -153,13 +153,10 @@ type session struct {
 	settingsUnknown bool
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
-	setGen uint64
-	parsed map[string]readKey
-	// parsedEpoch: when the client prepared each statement, as the
-	// server's DDL epoch and multi-shard cache generation (refreshStmt).
-	parsedEpoch map[string]descStamp
-	parseKey    readKey                   // the reading settings as the current Parse arrived
-	reported    [len(reportedRead)]string // reportedRead's values, as last reported
+	setGen   uint64
+	parsed   map[string]parsedAt
+	parseKey readKey                   // the reading settings as the current Parse arrived
+	reported [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
 	// in front of it (nil: none), compared before sc goes back to the pool
@@ -1644,17 +1641,12 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 	if st == nil {
 		delete(ss.stmts, name)
 		delete(ss.parsed, name)
-		delete(ss.parsedEpoch, name)
 	} else {
 		ss.stmts[name] = st
 		if ss.parsed == nil {
-			ss.parsed = map[string]readKey{}
+			ss.parsed = map[string]parsedAt{}
 		}
-		if ss.parsedEpoch == nil {
-			ss.parsedEpoch = map[string]descStamp{}
-		}
-		ss.parsed[name] = ss.parseKey
-		ss.parsedEpoch[name] = ss.srv.descStamp()
+		ss.parsed[name] = parsedAt{key: ss.parseKey, stamp: ss.srv.descStamp()}
 	}
 }
 

@@ -157,7 +157,14 @@ type Runtime struct {
 	BindStmts  map[string][]Stmt
 	// BindDescs: the results' descriptions of its bound runs, by their
 	// constants' types and the session's settings (TextParams.RowDesc).
-	BindDescs map[string][]byte
+	BindDescs map[BindKey][]byte
+}
+
+// BindKey is a bound run's constants' types (a byte each) and the
+// session's settings key: a map key read without building a string.
+type BindKey struct {
+	Types    [64]byte
+	Settings string
 }
 
 // TextCol is a gathered column that goes through the merge as text: its
@@ -1158,18 +1165,38 @@ func samePrefix(pd *pgproto3.RowDescription, want []byte, n int) bool {
 }
 
 // sameTypes reports whether two RowDescription bodies have the same
-// column types.
+// column types, read in place (it runs for every result of a run).
 func sameTypes(a, b []byte) bool {
-	var x, y pgproto3.RowDescription
-	if x.Decode(a) != nil || y.Decode(b) != nil || len(x.Fields) != len(y.Fields) {
+	if len(a) < 2 || len(b) < 2 || binary.BigEndian.Uint16(a) != binary.BigEndian.Uint16(b) {
 		return false
 	}
-	for i := range x.Fields {
-		if x.Fields[i].DataTypeOID != y.Fields[i].DataTypeOID {
+	n := int(binary.BigEndian.Uint16(a))
+	a, b = a[2:], b[2:]
+	for i := 0; i < n; i++ {
+		var ta, tb uint32
+		var ok bool
+		if a, ta, ok = nextFieldType(a); !ok {
+			return false
+		}
+		if b, tb, ok = nextFieldType(b); !ok {
+			return false
+		}
+		if ta != tb {
 			return false
 		}
 	}
 	return true
+}
+
+// nextFieldType reads a field of a RowDescription body in place: its type
+// OID, and the fields after it.
+func nextFieldType(b []byte) (rest []byte, oid uint32, ok bool) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 || len(b) < i+1+18 { // table OID, attnum, type OID, size, modifier, format
+		return nil, 0, false
+	}
+	f := b[i+1:]
+	return f[18:], binary.BigEndian.Uint32(f[6:]), true
 }
 
 // EncodingFree are the types whose binary form the client_encoding does

@@ -54,3 +54,32 @@ func TestAssemble(t *testing.T) {
 		t.Error("a row number out of range was accepted")
 	}
 }
+
+// TestSameTypes: two row descriptions compare by their columns' types
+// only (names, tables and formats aside); a short or malformed one is
+// never the same.
+func TestSameTypes(t *testing.T) {
+	enc := func(fields ...pgproto3.FieldDescription) []byte {
+		b, _ := (&pgproto3.RowDescription{Fields: fields}).Encode(nil)
+		return b[5:]
+	}
+	i8 := pgproto3.FieldDescription{Name: []byte("a"), TableOID: 7, TableAttributeNumber: 1, DataTypeOID: 20, DataTypeSize: 8, TypeModifier: -1}
+	i4 := pgproto3.FieldDescription{Name: []byte("bb"), DataTypeOID: 23, DataTypeSize: 4, TypeModifier: -1, Format: 1}
+	renamed := i8
+	renamed.Name, renamed.TableOID, renamed.Format = []byte("other"), 0, 1
+	for _, tc := range []struct {
+		a, b []byte
+		want bool
+	}{
+		{enc(i8, i4), enc(renamed, i4), true},
+		{enc(i8, i4), enc(i4, i8), false},
+		{enc(i8), enc(i8, i4), false},
+		{enc(), enc(), true},
+		{enc(i8, i4), enc(i8, i4)[:10], false},
+		{nil, enc(), false},
+	} {
+		if got := sameTypes(tc.a, tc.b); got != tc.want {
+			t.Errorf("sameTypes(%x, %x) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
