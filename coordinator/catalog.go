@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -143,6 +144,7 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 	s.plans.reset()
 	s.kickBudget() // a node added or removed: its share
 	s.scatter.reset()
+	s.stmtEpoch.Add(1) // DDL elsewhere (ddlEnded): statements are prepared again
 	active := int32(0)
 	for _, n := range snap.Nodes {
 		if n.Active {
@@ -163,6 +165,35 @@ func (s *Server) changedCatalog(snap *metadata.Snapshot) {
 		f.Announce(snap.Version)
 	}
 }
+
+// ddlEnded tells the fleet that a transaction that sent DDL ended, before
+// its client hears so: the catalog version moves (metadata.Store.Touch),
+// and every coordinator, on installing it, prepares its statements again
+// and describes its multi-shard ones afresh, as a Parse after the DDL on
+// PostgreSQL would be analysed anew. One that has not learnt of it yet
+// finds out when a worker's result differs from its description
+// (resultMoved). A catalog out of reach costs the fleet that, not the
+// client its DDL.
+func (s *Server) ddlEnded() {
+	if s.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	snap, err := s.store.Touch(ctx)
+	if err != nil {
+		slog.Warn("telling the fleet of DDL failed; other coordinators learn of it when a worker's answer differs from their description", "err", err)
+		return
+	}
+	s.changedCatalog(snap)
+}
+
+// resultMoved records that a statement's result changed under this
+// coordinator without its knowing of the DDL (run elsewhere, its news not
+// here yet): statements clients prepared before now count as prepared
+// before the change (refreshStmt), and pooled connections prepare theirs
+// again.
+func (s *Server) resultMoved() { s.stmtEpoch.Add(1) }
 
 // kickCatalog asks watchCatalog to reload now: a member of the fleet holds
 // a newer catalog version (announced at sent, when it says).

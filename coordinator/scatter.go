@@ -714,6 +714,7 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 			// its statement prepared before): the client's statement
 			// fails from now on, as it would on PostgreSQL.
 			sp.desc.changed.Store(true)
+			ss.srv.resultMoved()
 			ss.resultChanged(sp.st)
 		}
 		ss.scatterFailed(err)
@@ -762,13 +763,17 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 	if err != nil {
 		return nil, st, err
 	}
+	key := ss.stmtKeyOn(sc)
 	b := sc.Buf()
 	tail := workerParamTail(paramOIDs(st.paramTail), p.ShardSQL()[0])
+	// Described again (a table may have changed, or the catalog, which
+	// plans the statement anew): with the parameter types clients were
+	// given, which stay, as PostgreSQL keeps a prepared statement's.
+	// Clients encode their values by them.
 	if old != nil {
-		// Described again (a table may have changed): with the parameter
-		// types clients were given, which stay, as PostgreSQL keeps a
-		// prepared statement's.
 		tail = workerParamTail(old.paramOIDs, p.ShardSQL()[0])
+	} else if told := st.paramDesc.Load(); told != nil {
+		tail = workerParamTail(*told, p.ShardSQL()[0])
 	}
 	b = wire.AppendFrame(b, 'P', append(append(append([]byte{0}, p.ShardSQL()[0]...), 0), tail...))
 	b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
@@ -804,16 +809,27 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 	if err := pd.Decode(d.paramDesc); err != nil {
 		return nil, st, pgerr.New(pgerr.Internal, "invalid parameter description from a worker")
 	}
-	if old != nil && !executor.SameShape(old.rowDesc, d.rowDesc) {
+	told := st.descFor(key)
+	if key == pooling.UnknownKey {
+		told = nil
+	}
+	if old != nil && !executor.SameShape(old.rowDesc, d.rowDesc) || told != nil && !executor.SameShape(told.row, d.rowDesc) {
 		// Described before a table changed: clients may hold the old
 		// description.
-		old.changed.Store(true)
+		if old != nil {
+			old.changed.Store(true)
+		}
 		if fresh := ss.refreshStmt(name, st); fresh != nil {
 			return ss.scatterDesc(name, fresh)
 		}
+		ss.staleStmt(st)
 		return nil, st, ss.resultChanged(st)
 	}
 	d.paramOIDs = pd.ParameterOIDs
+	st.paramDesc.CompareAndSwap(nil, &d.paramOIDs)
+	if told == nil && key != pooling.UnknownKey {
+		st.addDesc(key, d.rowDesc)
+	}
 	if d.rowDesc != nil {
 		d.ncols = int(binary.BigEndian.Uint16(d.rowDesc))
 	}

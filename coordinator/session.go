@@ -1555,6 +1555,7 @@ func (ss *session) ddlDone() {
 	if ss.ddlSent {
 		ss.ddlSent = false
 		ss.srv.stmtEpoch.Add(1)
+		ss.srv.ddlEnded()
 	}
 }
 
@@ -2733,11 +2734,14 @@ func sendCancel(ctx context.Context, sc *pooling.ServerConn) error { return sc.C
 // connection now: its ParamsKey, or UnknownKey while a SET earlier in the
 // transaction or pipeline (or a set_config() of a pinned session) may have
 // changed them.
-func (ss *session) stmtKey() string {
+func (ss *session) stmtKey() string { return ss.stmtKeyOn(ss.sc) }
+
+// stmtKeyOn is stmtKey for a connection the session checked out.
+func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
 	if ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown {
 		return pooling.UnknownKey
 	}
-	return ss.sc.ParamsKey
+	return sc.ParamsKey
 }
 
 // pinChangesSettings reports whether a pin's reason may have changed the

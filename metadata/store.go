@@ -490,6 +490,14 @@ func (s *Store) DropTable(ctx context.Context, name string) (*Snapshot, error) {
 	})
 }
 
+// Touch bumps the catalog version and changes nothing else. DDL run on the
+// workers tells the fleet by it that a statement prepared before may have
+// another result now: every coordinator holding the catalog reloads it and
+// describes its statements afresh.
+func (s *Store) Touch(ctx context.Context) (*Snapshot, error) {
+	return s.change(ctx, "touch", func(pgx.Tx) error { return nil })
+}
+
 // change runs fn in one transaction that first bumps catalog_version, which
 // also serializes changes across coordinators, and returns the catalog as
 // the transaction leaves it. When ctx carries a distributed transaction

@@ -1,0 +1,129 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestScatterAfterAlterElsewhere: an ALTER TABLE through one coordinator
+// changes a column's type; another coordinator's multi-shard statements of
+// the extended protocol then answer as PostgreSQL does: one the client
+// prepared before fails with 0A000, one it prepares after answers in the
+// new types. Found while testing DDL through a second coordinator:
+//   - "alone": the first execution of each statement after the ALTER
+//     failed with 0A000, the reading coordinator not told of the DDL;
+//   - "catalog": after a catalog change as well, a statement prepared
+//     before was bound with the parameter types of the new description,
+//     not the ones its client encodes its values by (08P01 "insufficient
+//     data left in message"), or answered in types it was not told of;
+//   - "deaf": a coordinator that never hears of the DDL (no gossip, no
+//     poll) may fail a statement prepared after it once with 0A000, never
+//     answers in types it did not describe, and answers the next time.
+func TestScatterAfterAlterElsewhere(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	srv2 := pgtest.Coordinator(t, cl, nil)
+	for _, tc := range []struct {
+		name                string
+		catalogChange, deaf bool
+	}{{"alone", false, false}, {"catalog", true, false}, {"deaf", false, true}} {
+		t.Run(tc.name, func(t *testing.T) { alterElsewhere(t, cl, srv.Addr(), srv2.Addr(), tc.name, tc.catalogChange, tc.deaf) })
+	}
+}
+
+func alterElsewhere(t *testing.T, cl *pgcluster.Cluster, addr, addr2, p string, catalogChange, deaf bool) {
+	ctx := context.Background()
+	c2 := connect(t, addr2)
+	direct := connect(t, cl.Servers[0].Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	rename := twinTables(t, connect(t, addr), direct, p, `
+CREATE TABLE %[1]s_t (id int PRIMARY KEY, k int);
+INSERT INTO %[1]s_t SELECT g, g * 7 FROM generate_series(1, 100) g;
+CREATE TABLE %[1]s_u (id int PRIMARY KEY, k int);`, []string{"t", "u"}, []string{
+		"SELECT create_distributed_table('" + p + "_t', 'id', shard_count => 8)",
+	})
+	if deaf {
+		addr = pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.CatalogPoll = time.Hour }).Addr()
+	}
+	c := connect(t, addr)
+	queries := []string{
+		"SELECT id, k FROM {t} WHERE k > $1 ORDER BY id LIMIT 3",
+		"SELECT k % 3, sum(k), max(k) FROM {t} WHERE id > $1 GROUP BY 1 ORDER BY 1",
+	}
+	cBefore := connect(t, addr)
+	dBefore := connect(t, cl.Servers[0].Addr())
+	run := func(conn *pgx.Conn, mode pgx.QueryExecMode, sql string) (scatterResult, error) {
+		return scatterQuery(ctx, conn, mode, sql, []any{int64(5)})
+	}
+	for _, q := range queries {
+		qC, qD := rename(q)
+		for i := 0; i < 3; i++ {
+			if _, err := run(c, pgx.QueryExecModeExec, qC); err != nil {
+				t.Fatalf("%s before the ALTER: %v", q, err)
+			}
+		}
+		if _, err := run(cBefore, pgx.QueryExecModeCacheStatement, qC); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run(dBefore, pgx.QueryExecModeCacheStatement, qD); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(t, c2, "SELECT 1", simple)
+	time.Sleep(time.Second) // the second coordinator's poll has the distribution
+	aC, aD := rename("ALTER TABLE {t} ALTER COLUMN k TYPE int8")
+	exec(t, c2, aC, simple)
+	exec(t, direct, aD, simple)
+	if catalogChange {
+		uC, _ := rename("SELECT create_distributed_table('{u}', 'id', shard_count => 4)")
+		exec(t, c2, uC, simple)
+	}
+	if !deaf {
+		time.Sleep(1500 * time.Millisecond) // the first coordinator's poll
+	}
+
+	fresh := connect(t, addr)
+	for _, q := range queries {
+		qC, qD := rename(q)
+		for _, tc := range []struct {
+			conn *pgx.Conn
+			mode pgx.QueryExecMode
+			what string
+		}{
+			{c, pgx.QueryExecModeExec, "unnamed, the same connection"},
+			{c, pgx.QueryExecModeExec, "unnamed, the same connection again"},
+			{fresh, pgx.QueryExecModeCacheStatement, "named, a new connection"},
+			{fresh, pgx.QueryExecModeExec, "unnamed, a new connection"},
+		} {
+			want, err := run(direct, tc.mode, qD)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := run(tc.conn, tc.mode, qC)
+			if err != nil && deaf && sqlState(err) == "0A000" {
+				// Not told of the DDL, the coordinator described the
+				// statement as before it; the worker said otherwise.
+				tc.conn.DeallocateAll(ctx)
+				got, err = run(tc.conn, tc.mode, qC)
+			}
+			if err != nil {
+				t.Errorf("%s after the ALTER (%s): %v", q, tc.what, err)
+				continue
+			}
+			sameResult(t, fmt.Sprintf("%s (%s)", q, tc.what), got, want, true)
+		}
+		_, errC := run(cBefore, pgx.QueryExecModeCacheStatement, qC)
+		_, errD := run(dBefore, pgx.QueryExecModeCacheStatement, qD)
+		if sqlState(errC) != sqlState(errD) {
+			t.Errorf("%s prepared before the ALTER: %v, want %v", q, errC, errD)
+		}
+	}
+}
