@@ -127,3 +127,40 @@ CREATE TABLE %[1]s_u (id int PRIMARY KEY, k int);`, []string{"t", "u"}, []string
 		}
 	}
 }
+
+// TestDDLTellsTheFleet: a transaction that changed a table moves the
+// durable catalog version, which the fleet watches, once it ends; DDL of
+// a temporary object, which no other session sees, does not.
+func TestDDLTellsTheFleet(t *testing.T) {
+	cl := pgtest.Start(t, 1)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	meta := connect(t, cl.Servers[0].Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	version := func() int64 {
+		var v int64
+		if err := meta.QueryRow(context.Background(), "SELECT version FROM pgfleet.catalog_version").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	exec(t, c, "CREATE TABLE tf_t (id int)", simple)
+	v := version()
+	exec(t, c, "CREATE TEMP TABLE tf_tmp (id int)", simple)
+	exec(t, c, "ALTER TABLE pg_temp.tf_tmp ADD COLUMN k int", simple)
+	if got := version(); got != v {
+		t.Errorf("temporary object's DDL moved the catalog version from %d to %d", v, got)
+	}
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "ALTER TABLE tf_t ADD COLUMN k int", simple)
+	if got := version(); got != v {
+		t.Errorf("the version moved to %d before the transaction ended", got)
+	}
+	exec(t, c, "COMMIT", simple)
+	if got := version(); got != v+1 {
+		t.Errorf("after ALTER TABLE: version %d, want %d", got, v+1)
+	}
+	if got := srv.CatalogVersion(); got != v+1 {
+		t.Errorf("the coordinator holds version %d, want %d", got, v+1)
+	}
+}

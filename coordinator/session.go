@@ -66,8 +66,10 @@ type session struct {
 	// statement.
 	implicitTxn, batchTxn bool
 	// ddlSent: a statement of the current transaction may have changed a
-	// table (DDL); its end advances the server's stmtEpoch.
-	ddlSent bool
+	// table (DDL); its end advances the server's stmtEpoch. ddlShared:
+	// such a statement was not about a temporary object, and its end
+	// tells the fleet (Server.ddlEnded).
+	ddlSent, ddlShared bool
 	// bridged: the portals of statements the coordinator runs itself
 	// over the extended protocol (bridge.go); bridging: such a statement
 	// runs (its answer is kept in out).
@@ -1060,6 +1062,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	cls := classify(ctext)
 	ss.ddlSent = ss.ddlSent || cls.ddl
+	ss.ddlShared = ss.ddlShared || cls.ddl && !cls.temp
 	ss.terminates = ss.terminates || cls.terminate
 	ss.savepointShapes(&cls)
 	if handled, err := ss.cursorStatement(text, &cls); handled {
@@ -1555,7 +1558,10 @@ func (ss *session) ddlDone() {
 	if ss.ddlSent {
 		ss.ddlSent = false
 		ss.srv.stmtEpoch.Add(1)
-		ss.srv.ddlEnded()
+		if ss.ddlShared {
+			ss.srv.ddlEnded() // not for a temporary object's, which no other session sees
+		}
+		ss.ddlShared = false
 	}
 }
 
@@ -1864,6 +1870,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.ddlSent = ss.ddlSent || st.cls.ddl
+	ss.ddlShared = ss.ddlShared || st.cls.ddl && !st.cls.temp
 	ss.terminates = ss.terminates || st.cls.terminate
 	ss.savepointShapes(&st.cls)
 	seqHad := ss.seqUsed
