@@ -164,3 +164,90 @@ func TestDDLTellsTheFleet(t *testing.T) {
 		t.Errorf("the coordinator holds version %d, want %d", got, v+1)
 	}
 }
+
+// TestSelectStarWaitsOnAlterElsewhere: a multi-shard SELECT * of the simple
+// protocol whose constants are bound waits on an ALTER TABLE ... ADD COLUMN
+// made through another coordinator, which this one never hears of; it
+// then answers with the new column, as PostgreSQL (found while testing DDL
+// through a second coordinator: the run again after the shards' statement
+// changed kept the description from before, two columns for rows of three).
+func TestSelectStarWaitsOnAlterElsewhere(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprint(workers, " workers"), func(t *testing.T) { selectStarWaits(t, workers) })
+	}
+}
+
+func selectStarWaits(t *testing.T, workers int) {
+	cl := pgtest.Start(t, workers)
+	ctx := context.Background()
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE sw_t (id int PRIMARY KEY, a int)", simple)
+	exec(t, c, "SELECT create_distributed_table('sw_t', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO sw_t SELECT g, g FROM generate_series(1, 8) g", simple)
+	deafAddr := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.CatalogPoll = time.Hour }).Addr()
+	deaf := connect(t, deafAddr)
+	width := func() (int, error) {
+		res, err := deaf.PgConn().Exec(ctx, "SELECT * FROM sw_t ORDER BY id LIMIT 2").ReadAll()
+		if err != nil {
+			return 0, err
+		}
+		for _, row := range res[0].Rows {
+			if len(row) != len(res[0].FieldDescriptions) {
+				return 0, fmt.Errorf("a row of %d values under a description of %d columns", len(row), len(res[0].FieldDescriptions))
+			}
+		}
+		return len(res[0].FieldDescriptions), nil
+	}
+	for i := 0; i < 3; i++ {
+		if n, err := width(); err != nil || n != 2 {
+			t.Fatalf("before the ALTER: %d columns, %v", n, err)
+		}
+	}
+	// A temporary table's DDL through the reading coordinator: its
+	// connections prepare their statements again (and wait on the
+	// ALTER's lock at the Parse, not at the Bind).
+	exec(t, connect(t, deafAddr), "CREATE TEMP TABLE sw_tmp (x int)", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "ALTER TABLE sw_t ADD COLUMN x int DEFAULT 7", simple)
+	type answer struct {
+		n   int
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		n, err := width()
+		done <- answer{n, err}
+	}()
+	waitForLock(t, cl)
+	exec(t, c, "COMMIT", simple)
+	select {
+	case got := <-done:
+		if got.err != nil || got.n != 3 {
+			t.Errorf("SELECT * that waited on the ALTER: %d columns, %v; want 3", got.n, got.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("SELECT * still waits after the COMMIT")
+	}
+}
+
+// waitForLock waits (5 s at most) until a backend of a worker of cl waits
+// for a lock.
+func waitForLock(t *testing.T, cl *pgcluster.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	var watch []*pgx.Conn
+	for _, s := range cl.Servers {
+		watch = append(watch, connect(t, s.Addr()))
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, w := range watch {
+			var n int
+			if w.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n) == nil && n > 0 {
+				return
+			}
+		}
+	}
+	t.Fatal("no worker backend waits for a lock")
+}

@@ -451,7 +451,10 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 		// committed by another session): outside a transaction block
 		// nothing ran that counts, so it runs again with the table as it
 		// is now, as PostgreSQL, whose statement waited before it read
-		// the table's columns.
+		// the table's columns. Nor is the description kept from before.
+		r.ex.RT.Mu.Lock()
+		delete(r.ex.RT.BindDescs, r.descKey)
+		r.ex.RT.Mu.Unlock()
 		r = &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
 		err = r.run()
 	}
