@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgcluster"
@@ -250,4 +251,165 @@ func waitForLock(t *testing.T, cl *pgcluster.Cluster) {
 		}
 	}
 	t.Fatal("no worker backend waits for a lock")
+}
+
+// TestParseAfterAlterTypes: a statement a client prepares after an ALTER
+// TABLE that changed a column's type is analysed with the new type, its
+// parameters' included, as on PostgreSQL, though another client prepared
+// the same text before; on the coordinator the DDL went through and on
+// another (found by an adversary round: a new Parse was given the
+// statement interned before, with its old parameter types, so that
+// `k = $1` compared as date with k a timestamp, and an INSERT stored the
+// date of a timestamp).
+func TestParseAfterAlterTypes(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	ctx := context.Background()
+	srv := pgtest.Coordinator(t, cl, nil)
+	srv2 := pgtest.Coordinator(t, cl, nil)
+	direct := connect(t, cl.Servers[0].Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, through := range []string{"same", "other"} {
+		t.Run(through, func(t *testing.T) {
+			p := "pa_" + through
+			ddl := connect(t, srv.Addr())
+			if through == "other" {
+				ddl = connect(t, srv2.Addr())
+			}
+			rename := twinTables(t, connect(t, srv.Addr()), direct, p, `
+CREATE TABLE %[1]s_t (id int PRIMARY KEY, k date);
+INSERT INTO %[1]s_t VALUES (1, '2024-01-01'), (2, '2024-01-02');`, []string{"t"}, []string{
+				"SELECT create_distributed_table('" + p + "_t', 'id', shard_count => 4)",
+			})
+			texts := []string{
+				"SELECT id FROM {t} WHERE k = $1 ORDER BY id",
+				"INSERT INTO {t} (id, k) VALUES ($1, $2)",
+				"UPDATE {t} SET k = $2 WHERE id = $1",
+			}
+			// Another client prepares and runs each text before the ALTER.
+			before := connect(t, srv.Addr())
+			for _, q := range texts {
+				qC, _ := rename(q)
+				sd, err := before.Prepare(ctx, "", qC)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sd.ParamOIDs[len(sd.ParamOIDs)-1] != pgtype.DateOID {
+					t.Fatalf("%s before the ALTER: parameter types %v", q, sd.ParamOIDs)
+				}
+			}
+			if _, err := before.Exec(ctx, rename2(rename, texts[0]), "2024-01-01"); err != nil {
+				t.Fatal(err)
+			}
+			aC, aD := rename("ALTER TABLE {t} ALTER COLUMN k TYPE timestamp")
+			exec(t, ddl, aC, simple)
+			exec(t, direct, aD, simple)
+			if through == "other" {
+				time.Sleep(1500 * time.Millisecond) // the poll (no gossip here)
+			}
+			after := connect(t, srv.Addr())
+			for _, q := range texts {
+				qC, _ := rename(q)
+				sd, err := after.Prepare(ctx, "", qC)
+				if err != nil {
+					t.Fatalf("%s after the ALTER: %v", q, err)
+				}
+				if got := sd.ParamOIDs[len(sd.ParamOIDs)-1]; got != pgtype.TimestampOID {
+					t.Errorf("%s after the ALTER: last parameter of type %d, want timestamp (%d)", q, got, pgtype.TimestampOID)
+				}
+			}
+			iC, iD := rename(texts[1])
+			uC, uD := rename(texts[2])
+			for _, step := range []struct {
+				c   *pgx.Conn
+				sql string
+			}{{after, iC}, {direct, iD}} {
+				if _, err := step.c.Exec(ctx, step.sql, 3, "2024-01-01 12:34"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, step := range []struct {
+				c   *pgx.Conn
+				sql string
+			}{{after, uC}, {direct, uD}} {
+				if _, err := step.c.Exec(ctx, step.sql, 2, "2024-01-02 08:00"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sC, sD := rename("SELECT id || ' ' || k::text FROM {t} ORDER BY id")
+			if got, want := queryStrings(t, after, sC), queryStrings(t, direct, sD); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("rows after the writes: %v, want %v", got, want)
+			}
+			qC, qD := rename(texts[0])
+			var got, want []int32
+			for _, step := range []struct {
+				c   *pgx.Conn
+				sql string
+				out *[]int32
+			}{{after, qC, &got}, {direct, qD, &want}} {
+				rows, err := step.c.Query(ctx, step.sql, "2024-01-01 12:34")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+				if err != nil {
+					t.Fatal(err)
+				}
+				*step.out = ids
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) || len(want) != 1 {
+				t.Errorf("k = '2024-01-01 12:34': ids %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func rename2(rename func(string) (string, string), q string) string {
+	c, _ := rename(q)
+	return c
+}
+
+// TestParseAfterAlterInBlock: in the transaction block that changed a
+// column's type, a statement the client prepares next has the new type,
+// though the text was prepared before by another client.
+func TestParseAfterAlterInBlock(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	for _, distributed := range []bool{true, false} {
+		t.Run(fmt.Sprint("distributed ", distributed), func(t *testing.T) { parseInBlock(t, srv.Addr(), distributed) })
+	}
+}
+
+func parseInBlock(t *testing.T, addr string, distributed bool) {
+	ctx := context.Background()
+	c := connect(t, addr)
+	simple := pgx.QueryExecModeSimpleProtocol
+	tbl := "pb_plain"
+	if distributed {
+		tbl = "pb_t"
+	}
+	exec(t, c, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, k date)", simple)
+	if distributed {
+		exec(t, c, "SELECT create_distributed_table('pb_t', 'id', shard_count => 4)", simple)
+	}
+	exec(t, c, "INSERT INTO "+tbl+" VALUES (1, '2024-01-01')", simple)
+	ins := "INSERT INTO " + tbl + " (id, k) VALUES ($1, $2)"
+	if _, err := connect(t, addr).Exec(ctx, ins, 2, "2024-01-02"); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "ALTER TABLE "+tbl+" ALTER COLUMN k TYPE timestamp", simple)
+	sd, err := c.Prepare(ctx, "", ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sd.ParamOIDs[1]; got != pgtype.TimestampOID {
+		t.Errorf("prepared in the block after the ALTER: parameter of type %d, want timestamp", got)
+	}
+	if _, err := c.Exec(ctx, ins, 1001, "2024-01-03 12:34"); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c, "COMMIT", simple)
+	if got := queryString(t, c, "SELECT k::text FROM "+tbl+" WHERE id = 1001"); got != "2024-01-03 12:34:00" {
+		t.Errorf("the row written in the block: k = %s, want 2024-01-03 12:34:00", got)
+	}
 }

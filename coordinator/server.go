@@ -416,6 +416,7 @@ func New(cfg Config) (*Server, error) {
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),
 		msgMemory: wire.NewBudget(cfg.MessageMemory, cfg.MessageMemoryWait),
 		gates:     map[string]*pooling.Gate{}, budgets: map[string]int{}, scramKeys: map[string]*pooling.SCRAMKey{}}
+	s.stmts.epoch = &s.stmtEpoch
 	s.span.Store(int32(len(cfg.Workers)))
 	var inc [8]byte
 	_, _ = rand.Read(inc[:])

@@ -1672,9 +1672,15 @@ func (ss *session) parse(body []byte) error {
 	}
 	ss.parseKey = ss.readKeyNow()
 	st := ss.lastParseSt
-	if st == nil || st.stale.Load() || !bytes.Equal(rest, ss.lastParse) {
+	if st == nil || st.stale.Load() || !ss.srv.stmts.current(st) || ss.ddlShared || !bytes.Equal(rest, ss.lastParse) {
 		if st = ss.srv.stmts.intern(rest); st == nil {
 			return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
+		}
+		if ss.ddlShared {
+			// After DDL in this transaction, which no other session
+			// sees yet: a statement of the session's own, analysed
+			// with the tables as the transaction has them.
+			st = ss.srv.stmts.unique(rest)
 		}
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st

@@ -39,6 +39,8 @@ type Statement struct {
 	// later failure of a shard statement's Parse does not undo the
 	// client's statement.
 	prepared atomic.Bool
+	// epoch: the server's stmtEpoch when it was made (stmtRegistry.epoch).
+	epoch int64
 	// bridgeable: whether it may be a statement the coordinator runs
 	// itself over the extended protocol (bridge.go): 0 not known yet, 1
 	// no, 2 maybe.
@@ -98,6 +100,11 @@ type stmtRegistry struct {
 	m    map[string]*Statement // key: Parse body after the statement name
 	next uint64
 	size int // bytes of the keys in m
+	// epoch is the server's stmtEpoch: a statement interned before DDL
+	// (here or anywhere in the fleet) is not given to a new Parse, which
+	// PostgreSQL analyses with the tables as they are now (its parameter
+	// types included); the sessions that prepared it keep it.
+	epoch *atomic.Int64
 }
 
 // maxSharedStatement: a statement text longer than this is not shared
@@ -113,13 +120,25 @@ const (
 // (names stay unique, so server connections' caches stay correct).
 const maxStatements = 100_000
 
+// epochNow is the statement epoch statements are interned under now.
+func (r *stmtRegistry) epochNow() int64 {
+	if r.epoch == nil {
+		return 0
+	}
+	return r.epoch.Load()
+}
+
+// current reports whether a new Parse of st's text may be given st.
+func (r *stmtRegistry) current(st *Statement) bool { return st.epoch == r.epochNow() }
+
 // intern returns the statement for a Parse body's query and parameter types
 // (the bytes after the statement name).
 func (r *stmtRegistry) intern(rest []byte) *Statement {
+	epoch := r.epochNow()
 	r.mu.RLock()
 	st := r.m[string(rest)]
 	r.mu.RUnlock()
-	if st != nil {
+	if st != nil && st.epoch == epoch {
 		return st
 	}
 	q, _, ok := wire.CString(rest)
@@ -128,8 +147,12 @@ func (r *stmtRegistry) intern(rest []byte) *Statement {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if st = r.m[string(rest)]; st != nil {
+	if st = r.m[string(rest)]; st != nil && st.epoch == epoch {
 		return st
+	}
+	if st != nil {
+		delete(r.m, string(rest))
+		r.size -= len(rest)
 	}
 	if len(r.m) >= maxStatements || r.size+len(rest) > maxRegistryBytes {
 		r.m, r.size = map[string]*Statement{}, 0
@@ -138,7 +161,7 @@ func (r *stmtRegistry) intern(rest []byte) *Statement {
 	name := "pgfleet_" + strconv.FormatUint(r.next, 10)
 	body := append(append([]byte(name), 0), rest...)
 	st = &Statement{Name: name, Query: q, parse: wire.AppendFrame(nil, 'P', body), cls: classify(q),
-		paramTail: append([]byte(nil), rest[len(q)+1:]...)}
+		paramTail: append([]byte(nil), rest[len(q)+1:]...), epoch: epoch}
 	if len(rest) <= maxSharedStatement {
 		r.m[string(rest)] = st
 		r.size += len(rest)
