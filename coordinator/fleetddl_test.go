@@ -413,3 +413,39 @@ func parseInBlock(t *testing.T, addr string, distributed bool) {
 		t.Errorf("the row written in the block: k = %s, want 2024-01-03 12:34:00", got)
 	}
 }
+
+// TestFailedParseLeavesNoName: a multi-shard statement whose Parse fails
+// (an operator that does not exist) defines no name, as on PostgreSQL: the
+// name can be prepared again, and the unnamed statement is gone (found by
+// an adversary round: 42P05 "already exists", and a Bind ran the failed
+// statement again).
+func TestFailedParseLeavesNoName(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	ctx := context.Background()
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE fp_t (id int PRIMARY KEY, v text)", simple)
+	exec(t, c, "SELECT create_distributed_table('fp_t', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO fp_t VALUES (1, 'a'), (2, 'b')", simple)
+	pc := connect(t, srv.Addr()).PgConn()
+	for _, name := range []string{"x", ""} {
+		if _, err := pc.Prepare(ctx, name, "SELECT sum(v) FROM fp_t", nil); sqlState(err) != "42883" {
+			t.Fatalf("Parse %q of sum(text): %v, want 42883", name, err)
+		}
+		if name == "" {
+			res := pc.ExecPrepared(ctx, "", nil, nil, nil).Read()
+			if sqlState(res.Err) != "26000" {
+				t.Errorf("Bind of the unnamed statement after its failed Parse: %v, want 26000", res.Err)
+			}
+			continue
+		}
+		if _, err := pc.Prepare(ctx, name, "SELECT count(*) FROM fp_t", nil); err != nil {
+			t.Fatalf("Parse %q again: %v", name, err)
+		}
+		res := pc.ExecPrepared(ctx, name, nil, nil, nil).Read()
+		if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "2" {
+			t.Errorf("count(*) prepared under the name again: %v %v", res.Rows, res.Err)
+		}
+	}
+}

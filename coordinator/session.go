@@ -1657,6 +1657,10 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 	}
 }
 
+// atParse names no client statement: a statement described at its
+// Parse, before the client's name is bound to it (scatterDesc).
+const atParse = "\x00parse"
+
 func (ss *session) parse(body []byte) error {
 	name, rest, ok := wire.CBytes(body)
 	if !ok {
@@ -1782,6 +1786,25 @@ func (ss *session) parse(body []byte) error {
 			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
 				"current transaction is aborted, commands ignored until end of transaction block"))
 			return nil
+		}
+		if _, multi := sp.plan.Root.(*planner.Scatter); multi && ss.txScatter == nil {
+			// PostgreSQL analyses a statement at Parse: one the workers
+			// refuse (an operator that does not exist, say) defines no
+			// name. Described once per plan, as for its Describe.
+			_, _, err := ss.scatterDesc(atParse, st)
+			if errors.Is(err, executor.ErrResultChanged) {
+				// Described before a table changed, and forgotten now:
+				// this Parse makes a new statement.
+				if fresh := ss.srv.stmts.intern(rest); fresh != nil && fresh != st {
+					st = fresh
+					ss.lastParseSt = fresh
+					_, _, err = ss.scatterDesc(atParse, st)
+				}
+			}
+			if err != nil {
+				ss.synthError(err)
+				return nil
+			}
 		}
 		// A routed statement is prepared on its shard's node at Bind, when
 		// the distribution value is known.
