@@ -502,6 +502,14 @@ func (r *Scatter) read(i int) {
 			}
 			if typ == 'T' && r.partialDesc == nil {
 				r.partialDesc = append([]byte(nil), body...)
+			} else if typ == 'T' && r.merging() && !sameTypes(body, r.partialDesc) && r.err == nil {
+				// Two workers' partial rows of other types: DDL committed
+				// between their statements' starts (PostgreSQL orders a
+				// reader wholly before or after it).
+				r.err = ErrTableChanged
+				if r.Bound != nil {
+					r.err = ErrResultChanged // the client's statement was prepared before
+				}
 			}
 			if typ == 'T' && r.Bound != nil && !r.merging() && !sameTypes(body, r.Bound.RowDesc) && r.err == nil {
 				r.err = ErrResultChanged
