@@ -591,6 +591,20 @@ func (r *Scatter) stmtName(i int) string {
 
 // emit sends a row of a concatenation, counting off OFFSET and LIMIT.
 func (r *Scatter) emit(row []byte) {
+	desc := r.rowDesc
+	if r.Bound != nil {
+		desc = r.Bound.RowDesc
+	}
+	if len(desc) >= 2 && len(row) >= 2 && binary.BigEndian.Uint16(desc) != binary.BigEndian.Uint16(row) {
+		// A worker's rows are wider or narrower than the description:
+		// a column was added or dropped between the workers' statements'
+		// starts (PostgreSQL orders a reader wholly before or after it).
+		r.err = ErrTableChanged
+		if r.Bound != nil {
+			r.err = ErrResultChanged
+		}
+		return
+	}
 	if r.skipped < r.Offset {
 		r.skipped++
 		return

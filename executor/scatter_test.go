@@ -454,3 +454,27 @@ func TestScatterMixedPartials(t *testing.T) {
 		t.Errorf("the client got rows: %s", types)
 	}
 }
+
+// TestScatterConcatMixedWidth: a worker whose rows have another number of
+// columns than the description (a column added between the workers'
+// statements' starts) ends the run with 40001; its rows do not reach the
+// client.
+func TestScatterConcatMixedWidth(t *testing.T) {
+	p := plan(t, "SELECT * FROM t")
+	one := func(string, *pgproto3.Bind) answer {
+		return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0)}, rows: text("1", "2")}
+	}
+	two := func(string, *pgproto3.Bind) answer {
+		return answer{fields: []pgproto3.FieldDescription{int8Field("aid", 0), int8Field("x", 0)},
+			rows: [][][]byte{{[]byte("3"), []byte("7")}}}
+	}
+	_, k, err := run(t, p, []func(string, *pgproto3.Bind) answer{one, two}, nil)
+	if err != ErrTableChanged {
+		t.Errorf("rows of two widths: %v, want %v", err, ErrTableChanged)
+	}
+	for _, m := range k.msgs {
+		if m[0] == 'D' && binary.BigEndian.Uint16([]byte(m[1:3])) != 1 {
+			t.Errorf("the client got a row of %d columns under a description of one", binary.BigEndian.Uint16([]byte(m[1:3])))
+		}
+	}
+}
