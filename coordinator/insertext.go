@@ -47,7 +47,7 @@ func (s *Server) insertShardStmt(sp *stmtPlan, idx int, st *Statement) (*Stateme
 		return nil, err
 	}
 	tail, final := workerTail(st)
-	x := s.stmts.intern(append(append([]byte(sql), 0), tail...))
+	x := s.stmts.derive(st, append(append([]byte(sql), 0), tail...))
 	sp.shards[idx].set(x, final)
 	return x, nil
 }

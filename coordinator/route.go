@@ -462,7 +462,7 @@ func (s *Server) shardStmt(sp *stmtPlan, idx int, st *Statement) *Statement {
 	}
 	tail, final := workerTail(st)
 	rest := append(append([]byte(sp.plan.ShardSQL()[idx]), 0), tail...)
-	x := s.stmts.intern(rest)
+	x := s.stmts.derive(st, rest)
 	sp.shards[idx].set(x, final)
 	return x
 }

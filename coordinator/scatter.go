@@ -918,6 +918,25 @@ func (r *stmtRegistry) unique(rest []byte) *Statement {
 		paramTail: append([]byte(nil), rest[len(q)+1:]...)}
 }
 
+// own is a statement of one session's, made after DDL in its open
+// transaction: it and its shard statements (derive) are parsed afresh
+// on the transaction's connections, which see the tables as the
+// transaction has them.
+func (r *stmtRegistry) own(rest []byte) *Statement {
+	st := r.unique(rest)
+	st.own = true
+	return st
+}
+
+// derive is a statement made from parent's (a shard's form of it): a
+// session's own for an own parent, else interned.
+func (r *stmtRegistry) derive(parent *Statement, rest []byte) *Statement {
+	if parent.own {
+		return r.own(rest)
+	}
+	return r.intern(rest)
+}
+
 // workerParamTail is paramTail for a worker's statement sql: a type that
 // is not built in has another OID on each worker (types are created on
 // each, in its own OID sequence, and may have been dropped and created

@@ -1684,7 +1684,7 @@ func (ss *session) parse(body []byte) error {
 			// After DDL in this transaction, which no other session
 			// sees yet: a statement of the session's own, analysed
 			// with the tables as the transaction has them.
-			st = ss.srv.stmts.unique(rest)
+			st = ss.srv.stmts.own(rest)
 		}
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st

@@ -41,6 +41,8 @@ type Statement struct {
 	prepared atomic.Bool
 	// epoch: the server's stmtEpoch when it was made (stmtRegistry.epoch).
 	epoch int64
+	// own: one session's, not interned (stmtRegistry.own).
+	own bool
 	// bridgeable: whether it may be a statement the coordinator runs
 	// itself over the extended protocol (bridge.go): 0 not known yet, 1
 	// no, 2 maybe.
