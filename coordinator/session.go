@@ -1677,7 +1677,7 @@ func (ss *session) parse(body []byte) error {
 	ss.parseKey = ss.readKeyNow()
 	st := ss.lastParseSt
 	if st == nil || st.stale.Load() || !ss.srv.stmts.current(st) || ss.ddlShared || !bytes.Equal(rest, ss.lastParse) {
-		if st = ss.srv.stmts.intern(rest); st == nil {
+		if _, _, ok := wire.CString(rest); !ok {
 			return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
 		}
 		if ss.ddlShared {
@@ -1685,6 +1685,8 @@ func (ss *session) parse(body []byte) error {
 			// sees yet: a statement of the session's own, analysed
 			// with the tables as the transaction has them.
 			st = ss.srv.stmts.own(rest)
+		} else if st = ss.srv.stmts.intern(rest); st == nil {
+			return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Parse message")
 		}
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st
@@ -1795,7 +1797,7 @@ func (ss *session) parse(body []byte) error {
 			if errors.Is(err, executor.ErrResultChanged) {
 				// Described before a table changed, and forgotten now:
 				// this Parse makes a new statement.
-				if fresh := ss.srv.stmts.intern(rest); fresh != nil && fresh != st {
+				if fresh := ss.srv.stmts.derive(st, rest); fresh != nil && fresh != st {
 					st = fresh
 					ss.lastParseSt = fresh
 					_, _, err = ss.scatterDesc(atParse, st)
