@@ -1657,6 +1657,18 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 	}
 }
 
+// parseFailed answers a Parse with err. PostgreSQL drops the unnamed
+// statement before it analyses a new one, so a failed Parse of it leaves
+// none (put back if the Parse turns out skipped, after an earlier error of
+// the batch).
+func (ss *session) parseFailed(name []byte, err error) {
+	n := len(ss.queue)
+	ss.synthError(err)
+	if len(name) == 0 && len(ss.queue) > n {
+		ss.setStmt(&ss.queue[n], "", nil)
+	}
+}
+
 // atParse names no client statement: a statement described at its
 // Parse, before the client's name is bound to it (scatterDesc).
 const atParse = "\x00parse"
@@ -1717,18 +1729,18 @@ func (ss *session) parse(body []byte) error {
 		return nil
 	}
 	if st.cls.preparedView {
-		ss.synthError(errPreparedView())
+		ss.parseFailed(name, errPreparedView())
 		return nil
 	}
 	if st.cls.showPools {
-		ss.synthError(errShowPools("over the extended query protocol"))
+		ss.parseFailed(name, errShowPools("over the extended query protocol"))
 		return nil
 	}
 	if ss.scsOff && strings.IndexByte(st.Query, '\\') >= 0 && !reflect.DeepEqual(classify(escapeStrings(st.Query)), st.cls) {
 		// The statement is classified once for every session, as text
 		// under standard_conforming_strings on; here its backslashes
 		// escape, and it reads otherwise (a call hidden in a string).
-		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+		ss.parseFailed(name, pgerr.New(pgerr.FeatureNotSupported,
 			"a prepared statement that reads differently with standard_conforming_strings off is not supported").
 			WithHint("Turn standard_conforming_strings on (the default), or use the simple query protocol."))
 		return nil
@@ -1766,12 +1778,12 @@ func (ss *session) parse(body []byte) error {
 		err = ss.extendedCursor(st.Query)
 	}
 	if err != nil {
-		ss.synthError(err)
+		ss.parseFailed(name, err)
 		return nil
 	}
 	if ss.localDealloc(&st.cls) {
 		if failed {
-			ss.synthError(errFailedTxn)
+			ss.parseFailed(name, errFailedTxn)
 			return nil
 		}
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
@@ -1785,7 +1797,7 @@ func (ss *session) parse(body []byte) error {
 	if sp.plan.Kind() != planner.KindDefault || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0 || len(ss.citusPending) > 0)) {
 		if ss.txStatus() == 'E' && st.cls.txn == "" && !(len(st.cls.sps) == 1 && st.cls.sps[0].kind == opRollbackTo) {
 			// As PostgreSQL: a failed transaction parses only its end.
-			ss.synthError(pgerr.New(pgerr.InFailedSQLTransaction,
+			ss.parseFailed(name, pgerr.New(pgerr.InFailedSQLTransaction,
 				"current transaction is aborted, commands ignored until end of transaction block"))
 			return nil
 		}
@@ -1804,7 +1816,7 @@ func (ss *session) parse(body []byte) error {
 				}
 			}
 			if err != nil {
-				ss.synthError(err)
+				ss.parseFailed(name, err)
 				return nil
 			}
 		}
@@ -2397,6 +2409,14 @@ func (ss *session) drain() error {
 			}
 			for i := end - 1; i >= ss.qhead; i-- {
 				ss.undo(&ss.queue[i])
+			}
+			if ss.qhead < end {
+				if e := &ss.queue[ss.qhead]; e.undo && e.name == "" && e.term == tParse {
+					// The failed Parse of the unnamed statement:
+					// PostgreSQL dropped the one before it first.
+					delete(ss.stmts, "")
+					delete(ss.parsed, "")
+				}
 			}
 			ss.qhead = end
 			if ss.qhead == len(ss.queue) {
