@@ -132,6 +132,9 @@ func containsName(list []string, n string) bool {
 type parsedAt struct {
 	key   readKey
 	stamp descStamp
+	// told: the client was given the multi-shard statement's
+	// description (scatterDescribe); it is never given another.
+	told bool
 }
 
 // parsedUnder refuses a Bind of client statement name (st) when settings

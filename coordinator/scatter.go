@@ -514,10 +514,14 @@ func (ss *session) scatterFailed(err error) {
 // scatterDescribe answers Describe of the client's multi-shard statement
 // name.
 func (ss *session) scatterDescribe(name string, st *Statement) {
-	desc, _, err := ss.scatterDesc(name, st)
+	desc, st, err := ss.scatterDesc(name, st)
 	if err != nil {
 		ss.synthError(err)
 		return
+	}
+	if pa, ok := ss.parsed[name]; ok && ss.stmts[name] == st {
+		pa.told = true
+		ss.parsed[name] = pa
 	}
 	b := wire.AppendFrame(nil, 't', desc.paramDesc)
 	if desc.rowDesc == nil {
@@ -716,8 +720,8 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 			// worker says "cached plan must not change result type" of
 			// its statement prepared before): the client's statement
 			// fails from now on, as it would on PostgreSQL.
+			ss.srv.resultMoved() // first: a session that sees changed sees the new epoch too
 			sp.desc.changed.Store(true)
-			ss.srv.resultMoved()
 			ss.resultChanged(sp.st)
 		}
 		ss.scatterFailed(err)
@@ -872,7 +876,9 @@ func (s *Server) descStamp() descStamp {
 // old one is stale for every session (prepared before, they fail as
 // PostgreSQL's do). nil when the client's statement is older than either.
 func (ss *session) refreshStmt(name string, st *Statement) *Statement {
-	if ss.stmts[name] != st || ss.parsed[name].stamp != ss.srv.descStamp() {
+	if pa := ss.parsed[name]; ss.stmts[name] != st || pa.stamp != ss.srv.descStamp() || pa.told {
+		// (A client told the old description encodes its values and
+		// reads its rows by it: PostgreSQL's 0A000 rather than another.)
 		return nil
 	}
 	ss.staleStmt(st)
