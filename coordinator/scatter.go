@@ -468,6 +468,12 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	if r.txLost {
 		return ss.lostServer(err)
 	}
+	if resultTypeChanged(err) {
+		// A worker's statement prepared for the run (or the merge's)
+		// saw a table change under it again: a simple query has no
+		// prepared statement of the client's to fail, so retry.
+		err = executor.ErrTableChanged
+	}
 	if err != nil && ss.inTxn() {
 		// The transaction fails, as on PostgreSQL (its worker's too).
 		ss.out = appendError(ss.out, ss.srv.catalog.Load(), ss.guardSeq(err))
@@ -478,6 +484,16 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	}
 	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return nil
+}
+
+// resultTypeChanged reports whether err is PostgreSQL's "cached plan must
+// not change result type", a worker's or the executor's own.
+func resultTypeChanged(err error) bool {
+	if err == executor.ErrResultChanged {
+		return true
+	}
+	var we *executor.WorkerError
+	return errors.As(err, &we) && we.PG.Code == pgerr.FeatureNotSupported && we.PG.Message == executor.ErrResultChanged.Message
 }
 
 // failTxn makes the session's transaction fail after a simple query's
