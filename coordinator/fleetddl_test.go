@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgfleet/pgfleet/coordinator"
@@ -461,4 +462,27 @@ func TestFailedParseLeavesNoName(t *testing.T) {
 			t.Errorf("count(*) prepared under the name again: %v %v", res.Rows, res.Err)
 		}
 	}
+}
+
+// TestRoutedParseRefused: a routed statement PostgreSQL refuses at Parse
+// is refused at a Parse sent alone (libpq's PQprepare) and defines no
+// name (found by an adversary round: ParseComplete, then 42P05 for the
+// name's next Parse).
+func TestRoutedParseRefused(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE rp_t (id int PRIMARY KEY, k int, v text)", simple)
+	exec(t, c, "SELECT create_distributed_table('rp_t', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO rp_t VALUES (3, 3, 'c')", simple)
+	r := rawConnect(t, srv.Addr())
+	for _, tc := range []struct{ sql, code string }{
+		{"SELECT sum(v) FROM rp_t WHERE id = 3", "E42883"},
+		{"INSERT INTO rp_t (id, k) VALUES ($1, 'x')", "E22P02"},
+	} {
+		r.expect(tc.sql, r.round(&pgproto3.Parse{Name: "z", Query: tc.sql}), tc.code+",ZI")
+	}
+	r.expect("Parse z again", r.round(&pgproto3.Parse{Name: "z", Query: "SELECT k FROM rp_t WHERE id = 3"}), "ZI")
+	r.expect("Bind z", r.round(&pgproto3.Bind{PreparedStatement: "z"}, &pgproto3.Execute{}), "3,C SELECT 1,ZI")
 }

@@ -1669,6 +1669,53 @@ func (ss *session) parseFailed(name []byte, err error) {
 	}
 }
 
+// checkAtParse has a worker parse a routed statement's shard form the first
+// time any session parses its text (per statement epoch), on a pooled
+// connection: PostgreSQL analyses a statement at Parse, and one it refuses
+// (an operator that does not exist, a constant of the wrong type) defines
+// no name. Later Parses, and sessions whose open transaction or pinned
+// connection a pooled one would not see as they do, are answered by the
+// coordinator alone, the error left to the Bind.
+func (ss *session) checkAtParse(st *Statement) error {
+	if st.checked.Load() || st.prepared.Load() || ss.sc != nil || ss.pinned != "" || ss.ddlShared ||
+		st.cls.txn != "" || len(st.cls.sps) > 0 || st.cls.ddl {
+		return nil
+	}
+	x, node, _, runs, err := ss.routeDescribe(st)
+	if err != nil || runs != onNode || x == nil {
+		return err
+	}
+	pool, err := ss.poolFor(node)
+	if err != nil {
+		return err
+	}
+	sc, err := ss.sideCheckout(context.Background(), pool)
+	if err != nil {
+		return err
+	}
+	b := wire.AppendFrame(sc.Buf(), 'P', append(append(append([]byte{0}, x.Query...), 0), x.paramTail...))
+	sc.SetBuf(appendSync(b))
+	if err := sc.Flush(); err != nil {
+		sc.MarkBroken()
+		pool.Release(sc)
+		return executor.LostWorker(sc.Addr, err)
+	}
+	var werr error
+	err = executor.Cycle(sc, func(typ byte, body []byte) {
+		if typ == 'E' && werr == nil {
+			werr = executor.NewWorkerError(body)
+		}
+	})
+	pool.Release(sc)
+	if err != nil {
+		return err
+	}
+	if werr == nil {
+		st.checked.Store(true)
+	}
+	return werr
+}
+
 // atParse names no client statement: a statement described at its
 // Parse, before the client's name is bound to it (scatterDesc).
 const atParse = "\x00parse"
@@ -1819,6 +1866,9 @@ func (ss *session) parse(body []byte) error {
 				ss.parseFailed(name, err)
 				return nil
 			}
+		} else if err := ss.checkAtParse(st); err != nil {
+			ss.parseFailed(name, err)
+			return nil
 		}
 		// A routed statement is prepared on its shard's node at Bind, when
 		// the distribution value is known.

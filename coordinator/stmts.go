@@ -43,6 +43,9 @@ type Statement struct {
 	epoch int64
 	// own: one session's, not interned (stmtRegistry.own).
 	own bool
+	// checked: a worker parsed its shard form at a client's Parse
+	// (checkAtParse).
+	checked atomic.Bool
 	// bridgeable: whether it may be a statement the coordinator runs
 	// itself over the extended protocol (bridge.go): 0 not known yet, 1
 	// no, 2 maybe.
