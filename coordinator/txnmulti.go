@@ -109,8 +109,8 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	}
 	switch {
 	case ss.txBegin == "":
-		return errMultiRefused(fmt.Sprintf("this transaction runs on worker %s and the statement needs worker %s, but its BEGIN was sent over the extended query protocol or together with other statements", from, to),
-			"Send BEGIN as a simple query of its own (psql, libpq's PQexec; pgx's Begin) to let a transaction span several workers.")
+		return errMultiRefused(fmt.Sprintf("this transaction runs on worker %s and the statement needs worker %s, but its BEGIN was sent together with other statements", from, to),
+			"Send BEGIN as a statement of its own to let a transaction span several workers.")
 	case ss.pinned != "":
 		return errMultiRefused(fmt.Sprintf("this session is pinned to one worker connection (%s); its transaction cannot take in worker %s", ss.pinned, to),
 			"Reconnect, or keep the transaction to rows on one worker.")
