@@ -2,7 +2,6 @@ package coordinator_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -20,75 +19,8 @@ import (
 // its description shared from before).
 func TestScatterAfterAlter(t *testing.T) {
 	cl := pgtest.Start(t, 2)
-	srv := pgtest.Coordinator(t, cl, nil)
-	ctx := context.Background()
-	c := connect(t, srv.Addr())
-	direct := connect(t, cl.Servers[0].Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	rename := twinTables(t, c, direct, "sa", `
-CREATE TABLE %[1]s_t (id int PRIMARY KEY, k int);
-INSERT INTO %[1]s_t SELECT g, g * 7 FROM generate_series(1, 100) g;`, []string{"t"}, []string{
-		"SELECT create_distributed_table('sa_t', 'id', shard_count => 8)",
-	})
-	queries := []string{
-		"SELECT id, k FROM {t} WHERE k > $1 ORDER BY id LIMIT 3",
-		"SELECT k % 3, sum(k), max(k) FROM {t} WHERE id > $1 GROUP BY 1 ORDER BY 1",
-	}
-	// Named statements prepared before the ALTER, on both.
-	cBefore := connect(t, srv.Addr())
-	dBefore := connect(t, cl.Servers[0].Addr())
-	run := func(conn *pgx.Conn, mode pgx.QueryExecMode, sql string) (scatterResult, error) {
-		return scatterQuery(ctx, conn, mode, sql, []any{int64(5)})
-	}
-	for _, q := range queries {
-		qC, qD := rename(q)
-		for i := 0; i < 3; i++ {
-			if _, err := run(c, pgx.QueryExecModeExec, qC); err != nil {
-				t.Fatalf("%s before the ALTER: %v", q, err)
-			}
-		}
-		if _, err := run(cBefore, pgx.QueryExecModeCacheStatement, qC); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := run(dBefore, pgx.QueryExecModeCacheStatement, qD); err != nil {
-			t.Fatal(err)
-		}
-	}
-	aC, aD := rename("ALTER TABLE {t} ALTER COLUMN k TYPE int8")
-	exec(t, c, aC, simple)
-	exec(t, direct, aD, simple)
-
-	fresh := connect(t, srv.Addr())
-	for _, q := range queries {
-		qC, qD := rename(q)
-		for _, tc := range []struct {
-			conn *pgx.Conn
-			mode pgx.QueryExecMode
-			what string
-		}{
-			{c, pgx.QueryExecModeExec, "unnamed, the same connection"},
-			{c, pgx.QueryExecModeExec, "unnamed, the same connection again"},
-			{fresh, pgx.QueryExecModeCacheStatement, "named, a new connection"},
-			{fresh, pgx.QueryExecModeExec, "unnamed, a new connection"},
-		} {
-			want, err := run(direct, tc.mode, qD)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := run(tc.conn, tc.mode, qC)
-			if err != nil {
-				t.Errorf("%s after the ALTER (%s): %v", q, tc.what, err)
-				continue
-			}
-			sameResult(t, fmt.Sprintf("%s (%s)", q, tc.what), got, want, true)
-		}
-		// Prepared before: PostgreSQL's own answer.
-		_, errC := run(cBefore, pgx.QueryExecModeCacheStatement, qC)
-		_, errD := run(dBefore, pgx.QueryExecModeCacheStatement, qD)
-		if sqlState(errC) != sqlState(errD) {
-			t.Errorf("%s prepared before the ALTER: %v, want %v", q, errC, errD)
-		}
-	}
+	addr := pgtest.Coordinator(t, cl, nil).Addr()
+	alterElsewhere(t, cl, addr, addr, "sa", false, false)
 }
 
 // TestAlterThroughLaggingCoordinator: an ALTER TABLE sent through a
