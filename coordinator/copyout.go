@@ -105,7 +105,7 @@ func (ss *session) lease(ctx context.Context) executor.Lease {
 			if broken {
 				sc.MarkBroken()
 			}
-			pool.Release(sc)
+			ss.sideRelease(pool, sc)
 		}, nil
 	}
 }

@@ -457,7 +457,7 @@ func (ss *session) describeDefault(sp *stmtPlan, st *Statement) (*stmtDescribed,
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
-		pool.Release(sc)
+		ss.sideRelease(pool, sc)
 		return nil, executor.LostWorker(sc.Addr, err)
 	}
 	d := &stmtDescribed{}
@@ -465,7 +465,7 @@ func (ss *session) describeDefault(sp *stmtPlan, st *Statement) (*stmtDescribed,
 	for {
 		f, err := sc.Next()
 		if err != nil {
-			pool.Release(sc)
+			ss.sideRelease(pool, sc)
 			return nil, executor.LostWorker(sc.Addr, err)
 		}
 		switch f.Type {
@@ -482,7 +482,7 @@ func (ss *session) describeDefault(sp *stmtPlan, st *Statement) (*stmtDescribed,
 			sc.NoteParameterStatus(f.Body)
 		case 'Z':
 			sc.TxStatus = f.Body[0]
-			pool.Release(sc)
+			ss.sideRelease(pool, sc)
 			if werr != nil {
 				return nil, werr // the statement fails as PostgreSQL fails it
 			}
@@ -614,7 +614,7 @@ func (ss *session) askConn(ctx context.Context, p *planner.Plan, v *planner.Valu
 // the pooled connection goes back.
 func (ac askConnection) done() error {
 	if ac.pool != nil {
-		ac.pool.Release(ac.sc)
+		ac.ss.sideRelease(ac.pool, ac.sc)
 		return nil
 	}
 	if ac.savepoint {
@@ -629,7 +629,7 @@ func (ac askConnection) done() error {
 // abort gives up after a lost connection.
 func (ac askConnection) abort() {
 	if ac.pool != nil {
-		ac.pool.Release(ac.sc)
+		ac.ss.sideRelease(ac.pool, ac.sc)
 		return
 	}
 	ac.sc.MarkBroken()

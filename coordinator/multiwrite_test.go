@@ -364,7 +364,10 @@ func TestCancelWriteOverWorkers(t *testing.T) {
 		mode pgx.QueryExecMode
 	}{
 		{"UPDATE cw_d SET v = v + 1", simple},
+		// Described (a multi-shard statement) or parsed (a routed one) by
+		// a worker at its Parse, which waits for the lock too.
 		{"UPDATE cw_d SET v = v + 1 RETURNING id", pgx.QueryExecModeCacheStatement},
+		{"UPDATE cw_d SET v = v + 1 WHERE id = $1 RETURNING id", pgx.QueryExecModeCacheStatement},
 		{"UPDATE cw_r SET v = v + 1", simple},
 		{"UPDATE cw_r SET v = v + 1 RETURNING id", pgx.QueryExecModeExec},
 	} {
@@ -379,9 +382,22 @@ func TestCancelWriteOverWorkers(t *testing.T) {
 			t.Fatalf("shard tables on the first worker: %v, %v", tables, err)
 		}
 		exec(t, w, "LOCK TABLE "+strings.Join(tables, ", ")+" IN EXCLUSIVE MODE")
+		var args []any
+		if strings.Contains(q.sql, "$1") {
+			// A row of a shard on the first worker.
+			id := ""
+			for _, tb := range tables {
+				if id == "" && strings.Contains(tb, "cw_d_") {
+					id = queryString(t, w, "SELECT coalesce(min(id)::text, '') FROM "+tb)
+				}
+			}
+			args = append(args, q.mode, id)
+		} else {
+			args = append(args, q.mode)
+		}
 		errc := make(chan error, 1)
 		go func() {
-			rows, err := c.Query(ctx, q.sql, q.mode)
+			rows, err := c.Query(ctx, q.sql, args...)
 			if err == nil {
 				rows.Close()
 				err = rows.Err()

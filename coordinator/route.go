@@ -380,7 +380,7 @@ func (ss *session) onDefaultNode(f func(sc *pooling.ServerConn) error) error {
 	if err != nil && !errors.As(err, new(*executor.WorkerError)) || sc.TxStatus != 'I' {
 		sc.MarkBroken()
 	}
-	pool.Release(sc)
+	ss.sideRelease(pool, sc)
 	return err
 }
 

@@ -806,7 +806,7 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 	var werr error
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
-		pool.Release(sc)
+		ss.sideRelease(pool, sc)
 		return nil, st, executor.LostWorker(sc.Addr, err)
 	}
 	err = executor.Cycle(sc, func(typ byte, body []byte) {
@@ -821,7 +821,7 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 			}
 		}
 	})
-	pool.Release(sc)
+	ss.sideRelease(pool, sc)
 	if err != nil {
 		return nil, st, err
 	}
@@ -1002,9 +1002,10 @@ func (s *Server) firstShardNode(p *planner.Plan) (int32, error) {
 }
 
 // cancelScatter sends a cancel request for each connection a multi-shard
-// statement runs on (the caller holds cancelMu).
+// statement runs on, and each the session took beside its own (the caller
+// holds cancelMu).
 func (ss *session) cancelScatter(ctx context.Context) {
-	for _, sc := range ss.scatterTargets {
+	for _, sc := range slices.Concat(ss.scatterTargets, ss.sideTargets) {
 		if err := sendCancel(ctx, sc); err != nil {
 			ss.srv.log.Warn("forwarding cancel request", "worker", sc.Addr, "err", fmt.Sprint(err))
 		}

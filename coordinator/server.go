@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -720,7 +721,7 @@ func (ss *session) interrupt() {
 		sc.Interrupt()
 	}
 	ss.cancelMu.Lock()
-	for _, sc := range ss.scatterTargets {
+	for _, sc := range slices.Concat(ss.scatterTargets, ss.sideTargets) {
 		sc.Interrupt()
 	}
 	ss.cancelMu.Unlock()

@@ -190,6 +190,9 @@ type session struct {
 	// scatterTargets are the connections a multi-shard statement is
 	// running on (guarded by cancelMu), for cancel requests.
 	scatterTargets []*pooling.ServerConn
+	// sideTargets: connections taken beside the session's (sideCheckout),
+	// under cancelMu.
+	sideTargets []*pooling.ServerConn
 	// refDone: a reference-table write of this extended batch committed
 	// outside a transaction block (refext.go); until Sync, other
 	// statements are refused.
@@ -775,11 +778,30 @@ func (ss *session) holding() int {
 // value to compute, a statement to describe), in the class of what it
 // holds. Spare connections go back first: they are an optimization and
 // would raise the class beyond what the pools' reserve covers.
+// A cancel request reaches it until sideRelease gives it back: a Parse
+// there may wait on a lock as the statement would.
 func (ss *session) sideCheckout(ctx context.Context, pool *pooling.Pool) (*pooling.ServerConn, error) {
 	if len(ss.spares) > 0 {
 		ss.dropSpares()
 	}
-	return ss.checkout(ctx, pool, ss.holding())
+	sc, err := ss.checkout(ctx, pool, ss.holding())
+	if err != nil {
+		return nil, err
+	}
+	ss.cancelMu.Lock()
+	ss.sideTargets = append(ss.sideTargets, sc)
+	ss.cancelMu.Unlock()
+	return sc, nil
+}
+
+// sideRelease gives back a connection from sideCheckout.
+func (ss *session) sideRelease(pool *pooling.Pool, sc *pooling.ServerConn) {
+	ss.cancelMu.Lock()
+	if i := slices.Index(ss.sideTargets, sc); i >= 0 {
+		ss.sideTargets = slices.Delete(ss.sideTargets, i, i+1)
+	}
+	ss.cancelMu.Unlock()
+	pool.Release(sc)
 }
 
 // checkout takes a connection from pool for a session holding held
@@ -1697,7 +1719,7 @@ func (ss *session) checkAtParse(st *Statement) error {
 	sc.SetBuf(appendSync(b))
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
-		pool.Release(sc)
+		ss.sideRelease(pool, sc)
 		return executor.LostWorker(sc.Addr, err)
 	}
 	var werr error
@@ -1706,7 +1728,7 @@ func (ss *session) checkAtParse(st *Statement) error {
 			werr = executor.NewWorkerError(body)
 		}
 	})
-	pool.Release(sc)
+	ss.sideRelease(pool, sc)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func (ss *session) unparsed(sql string) error {
 	}
 	release := func() {
 		if pool != nil {
-			pool.Release(sc)
+			ss.sideRelease(pool, sc)
 		}
 	}
 	werr, err := parseOnly(sc, sql, nil)

@@ -62,7 +62,7 @@ func (ss *session) parseVerdict(query string, paramTail []byte, refusal error) e
 		return refusal
 	}
 	werr, err := parseOnly(sc, query, paramTail)
-	pool.Release(sc)
+	ss.sideRelease(pool, sc)
 	if err == nil && werr != nil && passThrough(werr.PG.Code) {
 		return werr
 	}
