@@ -579,7 +579,12 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 				c.ops = append(c.ops, paramOp{kind: opPlaceholder, name: n})
 				return
 			}
-			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
+			// (Named, for touchesPath: SET LOCAL search_path.)
+			n := strings.ToLower(settingName(stmt, 2))
+			if n == "schema" {
+				n = "search_path"
+			}
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET", name: n})
 			return
 		case "TRANSACTION":
 			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
@@ -599,6 +604,8 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 				name = "session characteristics"
 			case "TIME":
 				name = "timezone"
+			case "SCHEMA":
+				name = "search_path"
 			default:
 				name = settingName(stmt, 2)
 			}

@@ -451,7 +451,11 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 // its schema under a search_path other than public might name another
 // table: refused.
 func (ss *session) tableExists(e *shards.TableExistsError) error {
-	if e.Unqualified && !ss.params.pathIsPublic() {
+	public, err := ss.pathPublicNow()
+	if err != nil {
+		return ss.queryError(err)
+	}
+	if e.Unqualified && !public {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"this session's search_path is not public, and CREATE TABLE names %s without its schema", e.Table).
 			WithHint("Write the schema with the table name (public.t), or reset search_path."))

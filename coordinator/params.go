@@ -141,10 +141,6 @@ func publicPath(setting string) bool {
 	return true
 }
 
-// pathIsPublic reports whether the session's search_path leaves
-// unqualified table names on public.
-func (p *sessionParams) pathIsPublic() bool { return p.pathPublic }
-
 // derivePath sets path, pathPublic and pathUser from the session's SET,
 // its startup packet and its role's setting, in that order.
 func (p *sessionParams) derivePath() {

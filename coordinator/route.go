@@ -91,21 +91,35 @@ func (ss *session) checkPath(p *planner.Plan) error {
 	if len(p.Unqualified) == 0 {
 		return nil
 	}
-	path := ss.params.path
-	if ss.params.pathPublic {
+	what := strings.Join(p.Unqualified, ", ")
+	path, user, public, withUser := ss.params.path, ss.user, ss.params.pathPublic, ss.params.pathUser
+	if ss.settingsUnknown || ss.pathTouched {
+		var known bool
+		var err error
+		if path, user, known, err = ss.askPath(); err != nil {
+			return err
+		}
+		if !known {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"search_path may have changed earlier in this pipeline, and %s is named without its schema", what).
+				WithHint("Write the schema with the table name (public.t), or send a Sync after the SET.")
+		}
+		public = publicPath(path)
+		withUser = public && strings.Contains(path, "$user")
+	}
+	if public {
 		// "$user" (the default path's first schema) is a schema only when
 		// one of the role's name exists.
-		if !ss.params.pathUser || !ss.srv.userSchema(ss.user) {
+		if !withUser || !ss.srv.userSchema(user) {
 			return nil
 		}
 		if path == "" {
 			path = `SET search_path = "$user", public`
 		}
 	}
-	if ss.srv.resolveToPublic(path, ss.user, p.Unqualified) {
+	if ss.srv.resolveToPublic(path, user, p.Unqualified) {
 		return nil // PostgreSQL finds them in public all the same
 	}
-	what := strings.Join(p.Unqualified, ", ")
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"this session's search_path is not public, and %s is named without its schema", what).
 		WithHint("Write the schema with the table name (public.t), or reset search_path.")

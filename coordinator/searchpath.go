@@ -1,12 +1,16 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/executor"
 )
 
 // A session whose search_path is not plainly public (SET search_path =
@@ -170,4 +174,91 @@ func (s *Server) askSchemas(pathSQL, user string, names []string) ([]string, err
 		}
 	}
 	return out, nil
+}
+
+// pathAnswer is what the session's connection said of its search_path
+// and role, at setGen gen and ReadyForQuery count cycle.
+type pathAnswer struct {
+	gen, cycle uint64
+	path, user string
+}
+
+// touchesPath reports whether ops may change search_path: SET, SET
+// LOCAL, RESET of it, RESET ALL, DISCARD ALL.
+func touchesPath(ops []paramOp) bool {
+	for _, op := range ops {
+		if op.name == "search_path" || op.kind == opResetAll || op.kind == opDiscardAll {
+			return true
+		}
+	}
+	return false
+}
+
+// pathAskSQL reads the connection's search_path and role, under names of
+// its own: the client's unnamed statement and portal stay as they are.
+var pathAskSQL = func() []byte {
+	const name = "pgfleet.path"
+	b, _ := (&pgproto3.Parse{Name: name, Query: "SELECT pg_catalog.current_setting('search_path'), CURRENT_USER::text"}).Encode(nil)
+	b, _ = (&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name}).Encode(b)
+	b, _ = (&pgproto3.Execute{Portal: name}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: 'P', Name: name}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
+	b, _ = (&pgproto3.Sync{}).Encode(b)
+	return b
+}()
+
+// askPath asks the session's connection for the search_path (as a SET
+// statement) and role that unqualified names resolve by now: after a
+// statement that may have changed them in the current transaction or query
+// (SET LOCAL, a SET not committed yet), or where pgfleet cannot follow them
+// (set_config(), SET ROLE). It asks once per change; while the connection
+// is busy with the client's pipeline the answer is not known (ok false).
+func (ss *session) askPath() (path, user string, ok bool, err error) {
+	if a := ss.pathAsk; a.gen == ss.setGen && a.cycle == ss.cycles && a.path != "" {
+		return a.path, a.user, true, nil
+	}
+	sc := ss.sc
+	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync {
+		return "", "", false, nil
+	}
+	sc.SetBuf(append(sc.Buf(), pathAskSQL...))
+	if err := sc.Flush(); err != nil {
+		return "", "", false, ss.lostServer(err)
+	}
+	var werr error
+	var row [][]byte
+	err = executor.Cycle(sc, func(typ byte, body []byte) {
+		switch typ {
+		case 'D':
+			var dr pgproto3.DataRow
+			if dr.Decode(body) == nil && len(dr.Values) == 2 {
+				row = [][]byte{bytes.Clone(dr.Values[0]), bytes.Clone(dr.Values[1])}
+			}
+		case 'E':
+			if werr == nil {
+				werr = executor.NewWorkerError(body)
+			}
+		}
+	})
+	if err != nil {
+		return "", "", false, ss.lostServer(err)
+	}
+	if werr != nil {
+		return "", "", false, werr // a failed transaction: the statement fails as it would
+	}
+	if row == nil {
+		return "", "", false, nil
+	}
+	ss.pathAsk = pathAnswer{gen: ss.setGen, cycle: ss.cycles, path: "SET search_path = " + string(row[0]), user: string(row[1])}
+	return ss.pathAsk.path, ss.pathAsk.user, true, nil
+}
+
+// pathPublicNow reports whether the session's search_path now leaves
+// unqualified names on public (publicPath).
+func (ss *session) pathPublicNow() (bool, error) {
+	if !ss.settingsUnknown && !ss.pathTouched {
+		return ss.params.pathPublic, nil
+	}
+	path, _, known, err := ss.askPath()
+	return known && publicPath(path), err
 }

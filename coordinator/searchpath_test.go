@@ -2,9 +2,11 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -90,5 +92,110 @@ func TestSearchPathFindsPublic(t *testing.T) {
 	defer a2.Close(ctx)
 	if err := a2.QueryRow(ctx, "SELECT count(*) FROM sp_d", simple).Scan(&n); err != nil || n != 20 {
 		t.Errorf("role search_path nothere, public: %d, %v; want 20", n, err)
+	}
+}
+
+// TestSearchPathInTransaction: a search_path changed inside a transaction
+// block (SET, SET LOCAL, SET SCHEMA, set_config()), in a multi-statement
+// query or by set_config() outside one, is the one names resolve by: a
+// distributed table's name that PostgreSQL would take as another schema's
+// table is read and written there, or refused (0A000), never taken as
+// public's (an adversary round read and wrote public.spt_d).
+func TestSearchPathInTransaction(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	cached := pgx.QueryExecModeCacheStatement
+	c := connect(t, srv.Addr())
+	testTable(t, c, "spt_d", "(id int PRIMARY KEY, v text)", "SELECT create_distributed_table('spt_d', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO spt_d VALUES (1, 'public')", simple)
+	exec(t, c, "DROP SCHEMA IF EXISTS spt_s CASCADE", simple)
+	exec(t, c, "CREATE SCHEMA spt_s", simple)
+	exec(t, c, "CREATE TABLE spt_s.spt_d (id int, v text)", simple)
+	exec(t, c, "INSERT INTO spt_s.spt_d VALUES (1, 's')", simple)
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS spt_s, spt_s2 CASCADE", simple) })
+
+	type step struct {
+		sql  string
+		mode pgx.QueryExecMode
+	}
+	read := func(m pgx.QueryExecMode) step { return step{"SELECT v FROM spt_d WHERE id = 1", m} }
+	count := func(m pgx.QueryExecMode) step { return step{"SELECT count(*)::text || min(v) FROM spt_d", m} }
+	for _, tc := range []struct {
+		name  string
+		steps []step // the last is the probe
+		want  string // the probe's answer on PostgreSQL ("" for a write)
+	}{
+		{"SET LOCAL", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, read(simple)}, "s"},
+		{"SET LOCAL extended", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, read(cached)}, "s"},
+		{"SET LOCAL scatter", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, count(simple)}, "1s"},
+		{"SET LOCAL scatter extended", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, count(cached)}, "1s"},
+		{"SET in block", []step{{"BEGIN", simple}, {"SET search_path TO spt_s", simple}, read(simple)}, "s"},
+		{"SET in block extended", []step{{"BEGIN", simple}, {"SET search_path = spt_s", cached}, read(cached)}, "s"},
+		{"SET SCHEMA in block", []step{{"BEGIN", simple}, {"SET SCHEMA 'spt_s'", simple}, read(simple)}, "s"},
+		{"after a write", []step{{"BEGIN", simple}, {"UPDATE spt_d SET v = 'public' WHERE id = 1", simple}, {"SET LOCAL search_path TO spt_s", simple}, read(simple)}, "s"},
+		{"set_config local", []step{{"BEGIN", simple}, {"SELECT set_config('search_path', 'spt_s', true)", simple}, read(simple)}, "s"},
+		{"set_config", []step{{"SELECT set_config('search_path', 'spt_s', false)", simple}, read(simple)}, "s"},
+		{"set_config extended", []step{{"SELECT set_config('search_path', 'spt_s', false)", cached}, read(cached)}, "s"},
+		{"one query", []step{{"SET search_path TO spt_s; SELECT v FROM spt_d WHERE id = 1", simple}}, "s"},
+		{"one query, SET LOCAL", []step{{"BEGIN; SET LOCAL search_path TO spt_s; SELECT v FROM spt_d WHERE id = 1", simple}}, "s"},
+		{"prepared before", []step{read(cached), {"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, read(cached)}, "s"},
+		{"prepared before, SET", []step{read(cached), {"SET search_path TO spt_s", simple}, read(cached)}, "s"},
+		{"SET LOCAL then write", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"INSERT INTO spt_d VALUES (2, 'x')", simple}}, ""},
+		{"SET LOCAL then write extended", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"UPDATE spt_d SET v = 'x' WHERE id = 1", cached}}, ""},
+		{"SET then scatter write", []step{{"BEGIN", simple}, {"SET search_path TO spt_s", simple}, {"UPDATE spt_d SET v = 'x'", simple}}, ""},
+		// Back to public: read as public's.
+		{"after COMMIT of SET LOCAL", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"COMMIT", simple}, read(simple)}, "public"},
+		{"after ROLLBACK of SET", []step{{"BEGIN", simple}, {"SET search_path TO spt_s", simple}, {"ROLLBACK", simple}, read(cached)}, "public"},
+		{"SET LOCAL to a path finding public", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO nothere, public", simple}, read(simple)}, "public"},
+		{"CREATE TABLE after SET LOCAL", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s2, public", simple}, {"CREATE SCHEMA spt_s2", simple}, {"CREATE TABLE spt_d (id int, v text)", simple}}, ""},
+		{"SET back in block", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"SET LOCAL search_path TO public", simple}, read(simple)}, "public"},
+	} {
+		s := connect(t, srv.Addr())
+		var got string
+		var err error
+		for i, st := range tc.steps {
+			if i < len(tc.steps)-1 {
+				if _, err := s.Exec(ctx, st.sql, st.mode); err != nil {
+					t.Fatalf("%s: %s: %v", tc.name, st.sql, err)
+				}
+				continue
+			}
+			switch {
+			case tc.want == "":
+				_, err = s.Exec(ctx, st.sql, st.mode)
+			case strings.Contains(st.sql, ";"):
+				// The last statement's answer.
+				var res []*pgconn.Result
+				res, err = s.PgConn().Exec(ctx, st.sql).ReadAll()
+				if err == nil {
+					last := res[len(res)-1]
+					if len(last.Rows) != 1 {
+						t.Fatalf("%s: %d rows", tc.name, len(last.Rows))
+					}
+					got = string(last.Rows[0][0])
+				}
+			default:
+				err = s.QueryRow(ctx, st.sql, st.mode).Scan(&got)
+			}
+		}
+		t.Logf("%s: %q %v", tc.name, got, err)
+		switch {
+		case err != nil && sqlState(err) != "0A000":
+			t.Errorf("%s: %v, want %q or 0A000", tc.name, err, tc.want)
+		case err == nil && got != tc.want:
+			t.Errorf("%s: got %q, want %q (or 0A000)", tc.name, got, tc.want)
+		}
+		if tc.want == "" && err == nil {
+			exec(t, s, "COMMIT", simple)
+		}
+		s.Close(ctx)
+		// Nothing was written to public's table, whatever the answer.
+		if v := queryString(t, c, "SELECT string_agg(id || v, ',' ORDER BY id) FROM public.spt_d"); v != "1public" {
+			t.Fatalf("%s: public.spt_d holds %s, want 1public", tc.name, v)
+		}
+		exec(t, c, "DELETE FROM spt_s.spt_d WHERE id <> 1", simple)
+		exec(t, c, "UPDATE spt_s.spt_d SET v = 's'", simple)
 	}
 }

@@ -153,6 +153,14 @@ type session struct {
 	// way statements are parsed under settings no key names (stmtKey).
 	settingsDirty   bool
 	settingsUnknown bool
+	// pathTouched: a statement that may change search_path (SET, SET
+	// LOCAL, RESET) was sent since the last ReadyForQuery 'I'; until then
+	// names resolve by what the session's connection says (pathNow).
+	pathTouched bool
+	// cycles counts ReadyForQuery messages; pathAsk is the search_path
+	// and role the connection gave at setGen and cycles.
+	cycles  uint64
+	pathAsk pathAnswer
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
 	setGen   uint64
@@ -1166,6 +1174,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.pin != "" || len(cls.ops) > 0 {
 		ss.settingsDirty = true
 		ss.setGen++
+		ss.pathTouched = ss.pathTouched || touchesPath(cls.ops)
 	}
 	// In a failed transaction a statement of its own runs nothing but
 	// its end (ROLLBACK, COMMIT, ROLLBACK TO): no user code to verify,
@@ -2212,6 +2221,7 @@ func (ss *session) execute(body []byte) error {
 	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
 		ss.settingsDirty = true
 		ss.setGen++
+		ss.pathTouched = ss.pathTouched || touchesPath(st.cls.ops)
 		if st.cls.pin != "" {
 			ss.pin(st.cls.pin)
 		}
@@ -2733,6 +2743,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 // endOfCycle runs at ReadyForQuery.
 func (ss *session) endOfCycle(status byte) {
 	ss.sc.TxStatus = status
+	ss.cycles++
 	ss.needSync = false
 	ss.batchWork = false
 	if status != 'I' {
@@ -2760,7 +2771,7 @@ func (ss *session) endOfCycle(status byte) {
 		ss.sc.ParamsKey = pooling.UnknownKey
 		ss.paramsUnsure = false
 	}
-	ss.settingsDirty = false
+	ss.settingsDirty, ss.pathTouched = false, false
 	ss.txFailed = false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
