@@ -144,6 +144,18 @@ func TestSearchPathInTransaction(t *testing.T) {
 		{"prepared before, SET", []step{read(cached), {"SET search_path TO spt_s", simple}, read(cached)}, "s"},
 		{"SET LOCAL then write", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"INSERT INTO spt_d VALUES (2, 'x')", simple}}, ""},
 		{"SET LOCAL then write extended", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"UPDATE spt_d SET v = 'x' WHERE id = 1", cached}}, ""},
+		{"TRUNCATE", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"TRUNCATE spt_d", simple}}, ""},
+		{"DELETE", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"DELETE FROM spt_d", simple}}, ""},
+		{"INSERT SELECT", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"INSERT INTO spt_d SELECT id + 10, v FROM spt_d", simple}}, ""},
+		{"COPY", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"COPY spt_d FROM PROGRAM 'echo 3,c' (FORMAT csv)", simple}}, ""},
+		{"ALTER TABLE", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"ALTER TABLE spt_d ADD COLUMN w int", simple}}, ""},
+		{"CREATE INDEX", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"CREATE INDEX spt_d_v ON spt_d (v)", simple}}, ""},
+		{"set_config then ALTER TABLE", []step{{"SELECT set_config('search_path', 'spt_s', false)", simple}, {"ALTER TABLE spt_d ADD COLUMN w int", simple}}, ""},
+		{"set_config then TRUNCATE", []step{{"SELECT set_config('search_path', 'spt_s', false)", simple}, {"TRUNCATE spt_d", simple}}, ""},
+		{"set_config then CREATE INDEX", []step{{"SELECT set_config('search_path', 'spt_s', false)", simple}, {"CREATE INDEX spt_d_v ON spt_d (v)", simple}}, ""},
+		{"set_config then COPY", []step{{"SELECT set_config('search_path', 'spt_s', false)", simple}, {"COPY spt_d FROM STDIN (FORMAT csv)", simple}}, ""},
+		{"one query ALTER TABLE", []step{{"SET search_path TO spt_s; ALTER TABLE spt_d ADD COLUMN w int", simple}}, ""},
+		{"one query TRUNCATE", []step{{"SET search_path TO spt_s; TRUNCATE spt_d", simple}}, ""},
 		{"SET then scatter write", []step{{"BEGIN", simple}, {"SET search_path TO spt_s", simple}, {"UPDATE spt_d SET v = 'x'", simple}}, ""},
 		// Back to public: read as public's.
 		{"after COMMIT of SET LOCAL", []step{{"BEGIN", simple}, {"SET LOCAL search_path TO spt_s", simple}, {"COMMIT", simple}, read(simple)}, "public"},
@@ -163,6 +175,8 @@ func TestSearchPathInTransaction(t *testing.T) {
 				continue
 			}
 			switch {
+			case strings.Contains(st.sql, "FROM STDIN"):
+				_, err = s.PgConn().CopyFrom(ctx, strings.NewReader("3,c\n"), st.sql)
 			case tc.want == "":
 				_, err = s.Exec(ctx, st.sql, st.mode)
 			case strings.Contains(st.sql, ";"):
@@ -195,7 +209,21 @@ func TestSearchPathInTransaction(t *testing.T) {
 		if v := queryString(t, c, "SELECT string_agg(id || v, ',' ORDER BY id) FROM public.spt_d"); v != "1public" {
 			t.Fatalf("%s: public.spt_d holds %s, want 1public", tc.name, v)
 		}
+		if n := queryString(t, c, "SELECT count(*)::text FROM pg_indexes WHERE indexname LIKE 'spt_d_v%'"); n != "0" && tc.name != "CREATE INDEX" {
+			t.Errorf("%s: %s indexes spt_d_v", tc.name, n)
+		}
+		rows, err := c.Query(ctx, "SELECT * FROM public.spt_d", simple)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(rows.FieldDescriptions()); n != 2 {
+			t.Errorf("%s: public.spt_d has %d columns, want 2", tc.name, n)
+		}
+		rows.Close()
+		exec(t, c, "ALTER TABLE spt_s.spt_d DROP COLUMN IF EXISTS w", simple)
+		exec(t, c, "DROP INDEX IF EXISTS spt_s.spt_d_v", simple)
 		exec(t, c, "DELETE FROM spt_s.spt_d WHERE id <> 1", simple)
+		exec(t, c, "INSERT INTO spt_s.spt_d SELECT 1, 's' WHERE NOT EXISTS (SELECT FROM spt_s.spt_d)", simple)
 		exec(t, c, "UPDATE spt_s.spt_d SET v = 's'", simple)
 	}
 }
