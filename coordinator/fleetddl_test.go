@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -490,4 +491,55 @@ func TestRoutedParseRefused(t *testing.T) {
 	}
 	r.expect("Parse z again", r.round(&pgproto3.Parse{Name: "z", Query: "SELECT k FROM rp_t WHERE id = 3"}), "ZI")
 	r.expect("Bind z", r.round(&pgproto3.Bind{PreparedStatement: "z"}, &pgproto3.Execute{}), "3,C SELECT 1,ZI")
+}
+
+// TestRoutedParseRefusedInTransaction: a routed statement's Parse that
+// PostgreSQL refuses fails the transaction block it comes in, whether the
+// session's transaction holds a connection on the statement's worker or
+// not, so that COMMIT rolls back; and a pinned session's refused Parse
+// defines no name (adversary rounds: ParseComplete, and a COMMIT that
+// committed what PostgreSQL rolls back).
+func TestRoutedParseRefusedInTransaction(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE rpt_t (id int PRIMARY KEY, k int, v text)", simple)
+	exec(t, c, "SELECT create_distributed_table('rpt_t', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO rpt_t SELECT g, g, 'x' FROM generate_series(1, 8) g", simple)
+	r := rawConnect(t, srv.Addr())
+	for i, bad := range []string{
+		"SELECT nosuch FROM rpt_t WHERE id = $1",
+		"SELECT nosuch FROM rpt_t WHERE id = 1",
+		"SELECT nosuch FROM rpt_t WHERE id = 2",
+		"UPDATE rpt_t SET k = 'x' WHERE id = $1",
+	} {
+		for _, write := range []int{1, 2, 5, 6} {
+			r.expect("BEGIN", r.round(&pgproto3.Query{String: "BEGIN"}), "C BEGIN,ZT")
+			w := fmt.Sprintf("UPDATE rpt_t SET v = 'y' WHERE id = %d", write)
+			r.expect(w, r.round(&pgproto3.Query{String: w}), "C UPDATE 1,ZT")
+			name := fmt.Sprintf("b%d_%d", i, write)
+			got := strings.Join(r.round(&pgproto3.Parse{Name: name, Query: bad}), ",")
+			if !strings.HasPrefix(got, "E42703,") && !strings.HasPrefix(got, "E22P02,") || !strings.HasSuffix(got, ",ZE") {
+				t.Errorf("%s after a write to %d in a transaction: %s, want its error and ZE", bad, write, got)
+			}
+			r.expect("COMMIT", r.round(&pgproto3.Query{String: "COMMIT"}), "C ROLLBACK,ZI")
+			r.expect("Describe "+name, r.round(&pgproto3.Describe{ObjectType: 'S', Name: name}), "E26000,ZI")
+		}
+	}
+	if n := queryString(t, c, "SELECT count(*)::text FROM rpt_t WHERE v = 'y'"); n != "0" {
+		t.Errorf("%s rows of rolled-back transactions committed", n)
+	}
+	// A pinned session (a temporary table): the refused Parse defines no
+	// name, which a valid Parse then defines.
+	r.expect("CREATE TEMP TABLE", r.round(&pgproto3.Query{String: "CREATE TEMP TABLE rpt_tmp (x int)"}), "C CREATE TABLE,ZI")
+	for i, bad := range []string{"SELECT nosuch FROM rpt_t WHERE id = $1", "SELECT nosuch FROM rpt_t WHERE id = 2"} {
+		name := fmt.Sprintf("p%d", i)
+		got := strings.Join(r.round(&pgproto3.Parse{Name: name, Query: bad}), ",")
+		if !strings.HasPrefix(got, "E42703,") {
+			t.Errorf("pinned: %s: %s, want 42703", bad, got)
+		}
+		r.expect("Parse "+name+" again", r.round(&pgproto3.Parse{Name: name, Query: "SELECT k FROM rpt_t WHERE id = 3"}), "ZI")
+		r.expect("Describe "+name, r.round(&pgproto3.Describe{ObjectType: 'S', Name: name}), "ZI")
+	}
 }

@@ -1701,20 +1701,47 @@ func (ss *session) parseFailed(name []byte, err error) {
 }
 
 // checkAtParse has a worker parse a routed statement's shard form the first
-// time any session parses its text (per statement epoch), on a pooled
-// connection: PostgreSQL analyses a statement at Parse, and one it refuses
-// (an operator that does not exist, a constant of the wrong type) defines
-// no name. Later Parses, and sessions whose open transaction or pinned
-// connection a pooled one would not see as they do, are answered by the
-// coordinator alone, the error left to the Bind.
+// time any session parses its text (per statement epoch): PostgreSQL
+// analyses a statement at Parse, and one it refuses (a column that does not
+// exist, a constant of the wrong type) defines no name and, in a
+// transaction block, fails the transaction. A session that holds a
+// connection on the statement's worker (its transaction, its pinned
+// connection) has it parsed there, between round trips, where its own
+// changes and locks are; otherwise a pooled connection parses it, unless
+// the session's transaction or settings are such that one would not see
+// the tables as the session does (its DDL, a SET of the transaction, a
+// pinned connection's temporary objects). Those, and later Parses, are
+// answered by the coordinator alone, the error left to the Bind.
 func (ss *session) checkAtParse(st *Statement) error {
-	if st.checked.Load() || st.prepared.Load() || ss.sc != nil || ss.pinned != "" || ss.ddlShared ||
-		st.cls.txn != "" || len(st.cls.sps) > 0 || st.cls.ddl {
+	if st.checked.Load() || st.prepared.Load() || st.cls.txn != "" || len(st.cls.sps) > 0 || st.cls.ddl {
 		return nil
 	}
 	x, node, _, runs, err := ss.routeDescribe(st)
 	if err != nil || runs != onNode || x == nil {
 		return err
+	}
+	body := append(append(append([]byte{0}, x.Query...), 0), x.paramTail...)
+	if ss.sc != nil && node == ss.node {
+		if ss.qhead != len(ss.queue) || ss.needSync {
+			return nil // the client's pipeline is on the connection
+		}
+		werr, err := ss.parseOn(ss.sc, body)
+		if err != nil {
+			return ss.lostServer(err)
+		}
+		if werr != nil {
+			return werr
+		}
+		if !ss.ddlSent && ss.pinned == "" && !ss.settingsDirty && !ss.txSet && len(ss.pending) == 0 {
+			st.checked.Store(true) // as a pooled connection would have found it
+		}
+		return nil
+	}
+	if ss.pinned != "" || ss.ddlSent || ss.ddlShared || ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.pathTouched {
+		return nil
+	}
+	if ss.parkedOn(node) >= 0 {
+		return nil // the transaction's locks there would hold a pooled connection up
 	}
 	pool, err := ss.poolFor(node)
 	if err != nil {
@@ -1724,27 +1751,38 @@ func (ss *session) checkAtParse(st *Statement) error {
 	if err != nil {
 		return err
 	}
-	b := wire.AppendFrame(sc.Buf(), 'P', append(append(append([]byte{0}, x.Query...), 0), x.paramTail...))
-	sc.SetBuf(appendSync(b))
-	if err := sc.Flush(); err != nil {
+	werr, err := ss.parseOn(sc, body)
+	if err != nil {
 		sc.MarkBroken()
-		ss.sideRelease(pool, sc)
+	}
+	ss.sideRelease(pool, sc)
+	if err != nil {
 		return executor.LostWorker(sc.Addr, err)
 	}
-	var werr error
-	err = executor.Cycle(sc, func(typ byte, body []byte) {
+	if werr != nil {
+		return werr
+	}
+	st.checked.Store(true)
+	return nil
+}
+
+// parseOn parses a statement (a Parse body after its name) on sc under a
+// name of its own, closed at once, and returns the worker's error.
+func (ss *session) parseOn(sc *pooling.ServerConn, body []byte) (*executor.WorkerError, error) {
+	const name = "pgfleet.check"
+	b := wire.AppendFrame(sc.Buf(), 'P', append([]byte(name), body...))
+	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
+	sc.SetBuf(appendSync(b))
+	if err := sc.Flush(); err != nil {
+		return nil, err
+	}
+	var werr *executor.WorkerError
+	err := executor.Cycle(sc, func(typ byte, body []byte) {
 		if typ == 'E' && werr == nil {
 			werr = executor.NewWorkerError(body)
 		}
 	})
-	ss.sideRelease(pool, sc)
-	if err != nil {
-		return err
-	}
-	if werr == nil {
-		st.checked.Store(true)
-	}
-	return werr
+	return werr, err
 }
 
 // atParse names no client statement: a statement described at its
