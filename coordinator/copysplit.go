@@ -106,7 +106,7 @@ func (ss *session) copySplit(p *planner.Plan, x *planner.CopyIn, lits []literal)
 	if fill := x.Copy.Fill; len(fill) > 0 {
 		// Sequence columns the COPY leaves out: drawn for each message's
 		// rows at once, as for an INSERT (sequences.go).
-		if err := ss.seqReady(p.Tables[0]); err != nil {
+		if err := ss.seqReady(p.Tables[0], nil); err != nil {
 			l.Abort()
 			return fail(err)
 		}

@@ -38,9 +38,26 @@ type seqBind struct {
 // seqReady refuses to draw values where the session's own state would
 // draw them otherwise: its role or settings live on a pinned connection,
 // or its transaction has failed (PostgreSQL draws none then).
-func (ss *session) seqReady(table string) error {
+func (ss *session) seqReady(table string, need []planner.SeqNeed) error {
 	if ss.txStatus() == 'E' {
 		return errFailedTxn
+	}
+	for _, n := range need {
+		if n.Sequence != 0 {
+			continue
+		}
+		// nextval('name'): the name is resolved by the session's
+		// search_path, which a pooled connection has as of the session's
+		// last transaction.
+		switch {
+		case ss.pathTouched && !strings.Contains(n.Name, "."):
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"nextval('%s') in an INSERT into %s is not supported after a change of search_path in this transaction", n.Name, table).
+				WithHint("Write the sequence with its schema (nextval('public.s')), or draw the value first.")
+		case strings.IndexByte(n.Name, '\\') >= 0:
+			return pgerr.New(pgerr.FeatureNotSupported, "nextval() of a sequence name with a backslash in an INSERT into %s is not supported", table).
+				WithHint("Draw the value first (SELECT nextval(...)) and pass it as a parameter.")
+		}
 	}
 	if ss.settingsUnknown || ss.pinned != "" {
 		why := ss.pinned
@@ -65,8 +82,12 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 		if k > 0 {
 			q.WriteString(" UNION ALL ")
 		}
-		q.WriteString("SELECT " + strconv.Itoa(k) + ", i, pg_catalog.nextval(" + strconv.FormatUint(uint64(n.Sequence), 10) +
-			"::pg_catalog.oid::pg_catalog.regclass) FROM pg_catalog.generate_series(1, " + strconv.Itoa(len(n.Rows)) + ") i")
+		seq := strconv.FormatUint(uint64(n.Sequence), 10) + "::pg_catalog.oid"
+		if n.Sequence == 0 {
+			seq = "'" + strings.ReplaceAll(n.Name, "'", "''") + "'"
+		}
+		q.WriteString("SELECT " + strconv.Itoa(k) + ", i, pg_catalog.nextval(" + seq + "::pg_catalog.regclass), " +
+			seq + "::pg_catalog.regclass::pg_catalog.oid FROM pg_catalog.generate_series(1, " + strconv.Itoa(len(n.Rows)) + ") i")
 	}
 	var rows [][]*string
 	own, err := ss.txnConnOn(ss.srv.defaultNode.Load())
@@ -88,14 +109,23 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 		return nil, err
 	}
 	vals := make([][]string, len(need))
+	seqs := make([]string, len(need))
 	for _, r := range rows {
-		if len(r) != 3 || r[0] == nil || r[1] == nil {
+		if len(r) != 4 || r[0] == nil || r[1] == nil || r[3] == nil {
 			return nil, pgerr.New(pgerr.Internal, "unreadable sequence values")
 		}
 		k, _ := strconv.Atoi(*r[0])
 		i, _ := strconv.Atoi(*r[1])
 		if k < 0 || k >= len(need) || i != len(vals[k])+1 {
 			return nil, pgerr.New(pgerr.Internal, "sequence values out of order")
+		}
+		if seqs[k] = *r[3]; slices.Index(seqs, seqs[k]) != k {
+			// PostgreSQL draws row by row, each in column order: the
+			// values would not be the ones it gives (the drawn ones are
+			// lost, as a failed INSERT's are).
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"an INSERT into %s that draws from one sequence for two columns is not supported", table).
+				WithHint("Draw the values first (SELECT nextval(...)) and give them as constants or parameters.")
 		}
 		if r[2] == nil {
 			return nil, pgerr.New(pgerr.Internal, "no value from the sequence of column %q of %s", need[k].Column, table)
@@ -113,7 +143,7 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 // withSequences is a simple query's INSERT with the values it leaves to
 // sequences drawn and in place.
 func (ss *session) withSequences(sql string, sn *planner.SequencesNeeded) (string, error) {
-	if err := ss.seqReady(sn.Table); err != nil {
+	if err := ss.seqReady(sn.Table, sn.Need); err != nil {
 		return "", err
 	}
 	vals, err := ss.drawSequences(sn.Table, sn.Need)
@@ -177,7 +207,7 @@ func (ss *session) bindSequences(sb *seqBind, name []byte, params []byte) ([]byt
 		return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
 	}
 	values := params[2+2*nf+2 : len(params)-len(results)]
-	if err := ss.seqReady(sb.table); err != nil {
+	if err := ss.seqReady(sb.table, sb.need); err != nil {
 		return nil, err
 	}
 	vals, err := ss.drawSequences(sb.table, sb.need)

@@ -296,3 +296,81 @@ func TestSequenceColumnsRegressions(t *testing.T) {
 	}
 	exec(t, c, "RESET search_path")
 }
+
+// TestNextvalInInsert: nextval('name') as a value of INSERT ... VALUES into
+// a distributed or reference table draws from the sequence on the default
+// node, whichever worker the row goes to, in both protocols (an adversary
+// round got 42P01 for rows of shards on other workers); other sequence
+// calls in statements on those tables are refused with 0A000, never run
+// against another connection's or worker's sequence.
+func TestNextvalInInsert(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE nv_d (id int PRIMARY KEY, n bigint)", simple)
+	exec(t, c, "SELECT create_distributed_table('nv_d', 'id', shard_count => 4)", simple)
+	exec(t, c, "CREATE TABLE nv_r (id int PRIMARY KEY, n bigint)", simple)
+	exec(t, c, "SELECT create_reference_table('nv_r')", simple)
+	exec(t, c, "CREATE SEQUENCE nv_s", simple)
+	id := 0
+	for _, m := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		for k := 0; k < 4; k++ {
+			id++
+			if _, err := c.Exec(ctx, "INSERT INTO nv_d (id, n) VALUES ($1, nextval('nv_s'))", m, id); err != nil {
+				t.Errorf("%v: INSERT of row %d: %v", m, id, err)
+			}
+		}
+		id++
+		if _, err := c.Exec(ctx, "INSERT INTO nv_r (id, n) VALUES ($1, nextval('public.nv_s'::regclass))", m, id); err != nil {
+			t.Errorf("%v: INSERT into the reference table: %v", m, err)
+		}
+	}
+	exec(t, c, "INSERT INTO nv_d (id, n) VALUES (nextval('nv_s'), 0), (nextval('nv_s'), 0)", simple)
+	// Every value once, in the order drawn, from the one sequence.
+	got := queryString(t, c, "SELECT string_agg(n::text, ',' ORDER BY n) FROM (SELECT n FROM nv_d WHERE n > 0 UNION ALL SELECT n FROM nv_r UNION ALL SELECT id FROM nv_d WHERE n = 0) x")
+	if want := "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"; got != want {
+		t.Errorf("drawn values %s, want %s", got, want)
+	}
+	if v := queryString(t, c, "SELECT last_value::text FROM nv_s"); v != "17" {
+		t.Errorf("the sequence's last value is %s, want 17", v)
+	}
+	var pe *pgconn.PgError
+	if _, err := c.Exec(ctx, "INSERT INTO nv_d (id, n) VALUES (100, nextval('nosuch'))", simple); !errors.As(err, &pe) || pe.Code != "42P01" {
+		t.Errorf("nextval of no sequence: %v, want 42P01", err)
+	}
+	for _, q := range []string{
+		"SELECT nextval('nv_s') FROM nv_d WHERE id = 1",
+		"SELECT * FROM nv_d WHERE n < currval('nv_s')",
+		"UPDATE nv_d SET n = nextval('nv_s') WHERE id = 2",
+		"INSERT INTO nv_d (id, n) VALUES (200, nextval('nv_s') + 1)",
+		"INSERT INTO nv_d (id, n) SELECT 300, nextval('nv_s')",
+	} {
+		for _, m := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+			if _, err := c.Exec(ctx, q, m); sqlState(err) != "0A000" {
+				t.Errorf("%v: %s: %v, want 0A000", m, q, err)
+			}
+		}
+	}
+	if v := queryString(t, c, "SELECT last_value::text FROM nv_s"); v != "17" {
+		t.Errorf("after the refused statements the sequence's last value is %s, want 17", v)
+	}
+	// One sequence for two columns: PostgreSQL draws row by row.
+	exec(t, c, "CREATE TABLE nv_two (id serial, n bigint PRIMARY KEY)", simple)
+	exec(t, c, "SELECT create_distributed_table('nv_two', 'n', shard_count => 4)", simple)
+	for _, m := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		for _, q := range []string{
+			"INSERT INTO nv_d (id, n) VALUES (nextval('nv_s'), nextval('nv_s'))",
+			"INSERT INTO nv_two (n) VALUES (nextval('nv_two_id_seq')), (nextval('nv_two_id_seq'))",
+		} {
+			if _, err := c.Exec(ctx, q, m); sqlState(err) != "0A000" {
+				t.Errorf("%v: %s: %v, want 0A000", m, q, err)
+			}
+		}
+	}
+	exec(t, c, "INSERT INTO nv_two (n) VALUES (nextval('nv_s')), (nextval('nv_s'))", simple)
+	if got := queryString(t, c, "SELECT count(DISTINCT n) || ' ' || count(DISTINCT id) || ' ' || (min(n) > 17) FROM nv_two"); got != "2 2 true" {
+		t.Errorf("nv_two: %s distinct values, ids, and values past 17; want 2 2 true", got)
+	}
+}

@@ -1,6 +1,8 @@
 package planner
 
 import (
+	"errors"
+	"slices"
 	"strconv"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -37,7 +39,11 @@ type SequencesNeeded struct {
 type SeqNeed struct {
 	Column   string
 	Sequence uint32 // the sequence's OID on the default node
-	Rows     []int
+	// Name is the sequence as a nextval('name') the INSERT calls as a
+	// row's value names it (Sequence is 0 then), resolved by the
+	// session's search_path on the default node.
+	Name string
+	Rows []int
 }
 
 func (e *SequencesNeeded) Error() string { return e.err.Error() }
@@ -50,6 +56,132 @@ func (e *SequencesNeeded) Unwrap() error { return e.err }
 // sequence, PostgreSQL's 428C9 for a value given to a GENERATED ALWAYS
 // column, and a refusal where the coordinator cannot draw the values.
 func seqCheck(stmt *pg_query.Node, t *metadata.Table) error {
+	err := columnSeqCheck(stmt, t)
+	if t == nil || err != nil && !errors.As(err, new(*SequencesNeeded)) {
+		return err
+	}
+	named, err2 := namedSeqNeeds(stmt.GetInsertStmt(), t)
+	if err2 != nil || len(named) == 0 {
+		if err2 != nil {
+			return err2
+		}
+		return err
+	}
+	var sn *SequencesNeeded
+	if !errors.As(err, &sn) {
+		sn = &SequencesNeeded{Table: t.Name, err: unsupported("INSERT into %s calling nextval() for a value is not supported here", t.Name).
+			WithHint("Use the simple query protocol, or draw the value first (SELECT nextval(...)) and pass it as a parameter.")}
+	}
+	sn.Need = append(sn.Need, named...)
+	return sn
+}
+
+// seqFuncs are PostgreSQL's sequence functions. A sequence that is not a
+// sequence column's lives on the default node only, and currval's and
+// lastval's state on one connection: in a statement on distributed or
+// reference tables they are refused (refuseSeqCalls), but a nextval('name')
+// that is a row's whole value in INSERT ... VALUES, which the coordinator
+// draws as it draws a sequence column's (namedSeqNeeds).
+var seqFuncs = map[string]bool{"nextval": true, "currval": true, "setval": true, "lastval": true}
+
+// namedNextval returns name for an expression that is nextval('name')
+// (its argument a string constant, cast to regclass or text or not).
+func namedNextval(e *pg_query.Node) (string, bool) {
+	fc := e.GetFuncCall()
+	if fc == nil || len(fc.Args) != 1 || fc.AggStar || fc.AggDistinct || fc.Over != nil || fc.AggFilter != nil || len(fc.AggOrder) > 0 {
+		return "", false
+	}
+	if name, builtin := funcName(fc); !builtin || name != "nextval" {
+		return "", false
+	}
+	a := fc.Args[0]
+	if tc := a.GetTypeCast(); tc != nil {
+		names := ListNames(&pg_query.List{Items: tc.TypeName.GetNames()})
+		if len(names) == 0 || len(tc.TypeName.GetArrayBounds()) > 0 {
+			return "", false
+		}
+		if n := names[len(names)-1]; n != "regclass" && n != "text" || len(names) > 1 && names[0] != "pg_catalog" {
+			return "", false
+		}
+		a = tc.Arg
+	}
+	sv := a.GetAConst().GetSval()
+	if sv == nil {
+		return "", false
+	}
+	return sv.Sval, true
+}
+
+// namedSeqNeeds lists the nextval('name') calls that are whole values of
+// an INSERT ... VALUES into t, by column and sequence, rows in order. An
+// INSERT without a column list has its list completed first.
+func namedSeqNeeds(ins *pg_query.InsertStmt, t *metadata.Table) ([]SeqNeed, error) {
+	sel := ins.GetSelectStmt().GetSelectStmt()
+	if sel == nil || len(sel.ValuesLists) == 0 {
+		return nil, nil
+	}
+	var need []SeqNeed
+	for r, l := range sel.ValuesLists {
+		for i, it := range l.GetList().GetItems() {
+			name, ok := namedNextval(it)
+			if !ok {
+				continue
+			}
+			if len(ins.Cols) == 0 {
+				return nil, &ColumnsNeeded{Table: t.Name, err: unsupported("INSERT into %s calling nextval() needs a column list here", t.Name).
+					WithHint("Write INSERT INTO %s (...) VALUES (...).", t.Name)}
+			}
+			if i >= len(ins.Cols) {
+				return nil, pgerr.New(pgerr.SyntaxError, "INSERT has more expressions than target columns")
+			}
+			col := ins.Cols[i].GetResTarget().GetName()
+			k := slices.IndexFunc(need, func(n SeqNeed) bool { return n.Column == col && n.Name == name })
+			if k < 0 {
+				need = append(need, SeqNeed{Column: col, Name: name})
+				k = len(need) - 1
+			}
+			need[k].Rows = append(need[k].Rows, r)
+		}
+	}
+	return need, nil
+}
+
+// refuseSeqCalls refuses a sequence function in a statement on distributed
+// or reference tables (see seqFuncs), but the nextval('name') calls
+// namedSeqNeeds takes.
+func refuseSeqCalls(stmt *pg_query.Node) error {
+	switch {
+	case stmt.GetSelectStmt() != nil, stmt.GetInsertStmt() != nil, stmt.GetUpdateStmt() != nil, stmt.GetDeleteStmt() != nil:
+	default:
+		return nil
+	}
+	drawn := map[*pg_query.FuncCall]bool{}
+	if sel := stmt.GetInsertStmt().GetSelectStmt().GetSelectStmt(); sel != nil {
+		for _, l := range sel.ValuesLists {
+			for _, it := range l.GetList().GetItems() {
+				if _, ok := namedNextval(it); ok {
+					drawn[it.GetFuncCall()] = true
+				}
+			}
+		}
+	}
+	bad := ""
+	Walk(stmt, func(m proto.Message) {
+		if fc, ok := m.(*pg_query.FuncCall); ok && !drawn[fc] {
+			if name, builtin := funcName(fc); builtin && seqFuncs[name] && bad == "" {
+				bad = name
+			}
+		}
+	})
+	if bad == "" {
+		return nil
+	}
+	return unsupported("%s() in a statement on distributed or reference tables is not supported", bad).
+		WithHint("Draw the value in a statement of its own (SELECT %s(...)) and pass it as a constant or parameter; a sequence column left to its default, or nextval('name') as a value of INSERT ... VALUES, is drawn by pgfleet.", bad)
+}
+
+// columnSeqCheck is seqCheck for t's sequence columns.
+func columnSeqCheck(stmt *pg_query.Node, t *metadata.Table) error {
 	if t == nil || len(t.Sequences) == 0 {
 		return nil
 	}

@@ -58,6 +58,26 @@ func TestSequenceInserts(t *testing.T) {
 		{sql: "UPDATE orders SET (n, id) = (DEFAULT, 'a')", code: pgerr.FeatureNotSupported},
 		{sql: "UPDATE orders SET (n, id) = (SELECT 1, 'a')", code: "428C9"},
 		{sql: "INSERT INTO branches (bid, bbalance) OVERRIDING USER VALUE SELECT 1, 2", code: pgerr.FeatureNotSupported},
+		// nextval('name') as a row's value is drawn; other sequence calls
+		// are refused.
+		{sql: "INSERT INTO accounts (aid, abalance) VALUES (5, nextval('s')), (6, 2), (7, nextval('s'))", need: []SeqNeed{{Column: "abalance", Name: "s", Rows: []int{0, 2}}},
+			values: []string{"INSERT INTO accounts (aid, abalance) OVERRIDING SYSTEM VALUE VALUES (5, 11), (6, 2), (7, 12)"},
+			params: "INSERT INTO accounts (aid, abalance) OVERRIDING SYSTEM VALUE VALUES (5, $1), (6, 2), (7, $2)"},
+		{sql: "INSERT INTO accounts (abalance) VALUES (pg_catalog.nextval('public.s'::regclass))",
+			need:   []SeqNeed{{Column: "aid", Sequence: 501, Rows: []int{0}}, {Column: "abalance", Name: "public.s", Rows: []int{0}}},
+			values: []string{"INSERT INTO accounts (abalance, aid) OVERRIDING SYSTEM VALUE VALUES (12, 11)"}},
+		{sql: "INSERT INTO accounts (aid, abalance) VALUES (nextval('s'), $1)", need: []SeqNeed{{Column: "aid", Name: "s", Rows: []int{0}}},
+			values: []string{"INSERT INTO accounts (aid, abalance) OVERRIDING SYSTEM VALUE VALUES (11, $1)"},
+			params: "INSERT INTO accounts (aid, abalance) OVERRIDING SYSTEM VALUE VALUES ($2, $1)"},
+		{sql: "INSERT INTO branches VALUES (1, nextval('s'))", columns: true},
+		{sql: "INSERT INTO accounts (aid, abalance) VALUES (1, nextval('s') + 1)", code: pgerr.FeatureNotSupported},
+		{sql: "INSERT INTO accounts (aid, abalance) VALUES (1, nextval(s))", code: pgerr.FeatureNotSupported},
+		{sql: "INSERT INTO accounts (aid, abalance) SELECT 1, nextval('s')", code: pgerr.FeatureNotSupported},
+		{sql: "SELECT nextval('s') FROM accounts", code: pgerr.FeatureNotSupported},
+		{sql: "SELECT * FROM accounts WHERE aid = currval('s')", code: pgerr.FeatureNotSupported},
+		{sql: "UPDATE accounts SET abalance = nextval('s') WHERE aid = 1", code: pgerr.FeatureNotSupported},
+		{sql: "DELETE FROM accounts WHERE aid = lastval()", code: pgerr.FeatureNotSupported},
+		{sql: "SELECT setval('s', 5) FROM accounts", code: pgerr.FeatureNotSupported},
 	} {
 		_, err := Build(tc.sql, cat)
 		var sn *SequencesNeeded
