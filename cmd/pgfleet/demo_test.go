@@ -14,25 +14,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pgfleet/pgfleet/internal/pgcluster"
 )
 
 // TestDemo runs the README's first command as a user would: the demo
 // binary starts workers and a coordinator, psql-style clients work through
 // it, and SIGTERM leaves no server and no directory behind.
 func TestDemo(t *testing.T) {
-	if _, err := pgcluster.BinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	bin := filepath.Join(t.TempDir(), "pgfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "demo", "--workers", "2", "--coordinators", "2", "--port", "0",
+	cmd := exec.Command(buildDemo(t), "demo", "--workers", "2", "--coordinators", "2", "--port", "0",
 		"--pgbench-scale", "1", "--shards", "4")
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

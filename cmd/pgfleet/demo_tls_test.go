@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"os"
@@ -9,68 +8,22 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pgfleet/pgfleet/internal/pgcluster"
 )
 
 // TestDemoTLS: `pgfleet demo --tls` makes a throwaway CA in its directory
 // and prints URLs with sslmode=verify-full and that CA, which pgx and psql
 // use over TLS; the CA goes with the directory on exit.
 func TestDemoTLS(t *testing.T) {
-	if _, err := pgcluster.BinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+	d := startDemo(t, buildDemo(t), "--workers", "1", "--coordinators", "1", "--port", "0", "--tls")
+	url := d.URL
+	m := regexp.MustCompile(`removes (\S+)\)`).FindStringSubmatch(d.Line)
+	if m == nil {
+		t.Fatalf("ready line without the directory: %s", d.Line)
 	}
-	bin := filepath.Join(t.TempDir(), "pgfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "demo", "--workers", "1", "--coordinators", "1", "--port", "0", "--tls")
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	readyCh := make(chan [2]string, 1) // the URL and the directory, from the ready line
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if l := sc.Text(); strings.HasPrefix(l, "ready:") {
-				if m := regexp.MustCompile(`psql "([^"]+)".*removes (\S+)\)`).FindStringSubmatch(l); m != nil {
-					readyCh <- [2]string{m[1], m[2]}
-				} else {
-					readyCh <- [2]string{"", l}
-				}
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
-	var url, dir string
-	select {
-	case r := <-readyCh:
-		url, dir = r[0], r[1]
-	case <-time.After(2 * time.Minute):
-		t.Fatal("demo not ready within 2 minutes")
-	}
-	if url == "" {
-		t.Fatalf("ready line without a psql URL and directory: %s", dir)
-	}
+	dir := m[1]
 	ca := filepath.Join(dir, "ca.crt")
 	if !strings.HasSuffix(url, "?sslmode=verify-full&sslrootcert="+ca) {
 		t.Fatalf("URL %s, want sslmode=verify-full&sslrootcert=%s", url, ca)
@@ -94,16 +47,7 @@ func TestDemoTLS(t *testing.T) {
 			t.Errorf("psql %s: %v\n%s", url, err, out)
 		}
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("demo exit: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("demo did not stop within 30s of SIGTERM")
-	}
-	exited <- nil // for the cleanup
+	d.stop(t)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("demo left %s (and its CA key) behind", dir)
 	}

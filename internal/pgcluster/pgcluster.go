@@ -159,10 +159,19 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 	_ = osUser
-	port := o.Port
+	// A server started again on its data keeps its port: a catalog in
+	// it (pgfleet's nodes) names the others by address.
+	portFile := filepath.Join(o.Dir, o.Name+".port")
+	fixed := o.Port
+	if b, err := os.ReadFile(portFile); fixed == 0 && err == nil {
+		if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p > 0 {
+			fixed = p
+		}
+	}
+	port := fixed
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		if o.Port == 0 {
+		if fixed == 0 {
 			if port, err = FreePort(); err != nil {
 				return nil, err
 			}
@@ -171,10 +180,17 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		if err == nil {
 			s.opts = o
 			s.opts.Port = port
+			if err := os.WriteFile(portFile, []byte(strconv.Itoa(port)+"\n"), 0o644); err != nil {
+				s.Stop()
+				return nil, err
+			}
 			return s, nil
 		}
 		lastErr = err
-		if o.Port != 0 {
+		if fixed != 0 {
+			if o.Port == 0 {
+				lastErr = fmt.Errorf("%s was on port %d before (%s), and cannot start there again: %w", o.Name, port, portFile, err)
+			}
 			break
 		}
 	}
