@@ -218,7 +218,7 @@ func (ss *session) askPath() (path, user string, ok bool, err error) {
 		return a.path, a.user, true, nil
 	}
 	sc := ss.sc
-	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync {
+	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync || len(sc.Buf()) > 0 {
 		return "", "", false, nil
 	}
 	sc.SetBuf(append(sc.Buf(), pathAskSQL...))

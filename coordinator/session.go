@@ -1722,7 +1722,7 @@ func (ss *session) checkAtParse(st *Statement) error {
 	}
 	body := append(append(append([]byte{0}, x.Query...), 0), x.paramTail...)
 	if ss.sc != nil && node == ss.node {
-		if ss.qhead != len(ss.queue) || ss.needSync {
+		if ss.qhead != len(ss.queue) || ss.needSync || len(ss.sc.Buf()) > 0 {
 			return nil // the client's pipeline is on the connection
 		}
 		werr, err := ss.parseOn(ss.sc, body)
