@@ -92,21 +92,26 @@ func (ss *session) checkPath(p *planner.Plan) error {
 		return nil
 	}
 	what := strings.Join(p.Unqualified, ", ")
-	path, user, public, withUser := ss.params.path, ss.user, ss.params.pathPublic, ss.params.pathUser
-	if ss.settingsUnknown || ss.pathTouched {
-		var known bool
-		var err error
-		if path, user, known, err = ss.askPath(); err != nil {
+	if ss.namesOnOwn() {
+		a, known, err := ss.ownResolve(p.Unqualified)
+		if err != nil {
 			return err
 		}
 		if !known {
 			return pgerr.New(pgerr.FeatureNotSupported,
-				"search_path may have changed earlier in this pipeline, and %s is named without its schema", what).
-				WithHint("Write the schema with the table name (public.t), or send a Sync after the SET.")
+				"this session's tables or search_path may have changed earlier in this pipeline, and %s is named without its schema", what).
+				WithHint("Write the schema with the table name (public.t), or send a Sync first.")
 		}
-		public = publicPath(path)
-		withUser = public && strings.Contains(path, "$user")
+		for _, n := range p.Unqualified {
+			if !a.public[n] {
+				return pgerr.New(pgerr.FeatureNotSupported,
+					"in this session, %s named without its schema is not the distributed table public.%s", n, n).
+					WithHint("Write the schema with the table name (public.t), or reset search_path.")
+			}
+		}
+		return nil
 	}
+	path, user, public, withUser := ss.params.path, ss.user, ss.params.pathPublic, ss.params.pathUser
 	if public {
 		// "$user" (the default path's first schema) is a schema only when
 		// one of the role's name exists.

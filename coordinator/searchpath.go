@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/executor"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // A session whose search_path is not plainly public (SET search_path =
@@ -176,63 +177,114 @@ func (s *Server) askSchemas(pathSQL, user string, names []string) ([]string, err
 	return out, nil
 }
 
-// pathAnswer is what the session's connection said of its search_path
-// and role, at setGen gen and ReadyForQuery count cycle.
-type pathAnswer struct {
+// ownAnswer is what the session's connection said, at setGen gen and
+// ReadyForQuery count cycle: its current_schema() (where CREATE puts an
+// unqualified name) and, per name, whether it resolves to public's table.
+type ownAnswer struct {
 	gen, cycle uint64
-	path, user string
+	current    string
+	public     map[string]bool
 }
 
-// touchesPath reports whether ops may change search_path: SET, SET
-// LOCAL, RESET of it, RESET ALL, DISCARD ALL.
+// touchesPath reports whether ops may change how names resolve: SET, SET
+// LOCAL, RESET of search_path, RESET ALL, DISCARD ALL, SET LOCAL ROLE or
+// SESSION AUTHORIZATION ("$user").
 func touchesPath(ops []paramOp) bool {
 	for _, op := range ops {
-		if op.name == "search_path" || op.kind == opResetAll || op.kind == opDiscardAll {
+		switch {
+		case op.name == "search_path", op.name == "role", op.name == "session", op.name == "session_authorization",
+			op.kind == opResetAll, op.kind == opDiscardAll:
 			return true
 		}
 	}
 	return false
 }
 
-// pathAskSQL reads the connection's search_path and role, under names of
-// its own: the client's unnamed statement and portal stay as they are.
-var pathAskSQL = func() []byte {
-	const name = "pgfleet.path"
-	b, _ := (&pgproto3.Parse{Name: name, Query: "SELECT pg_catalog.current_setting('search_path'), CURRENT_USER::text"}).Encode(nil)
+// namesOnOwn reports whether unqualified names may resolve on the session's
+// connection otherwise than on a pooled one in its settings: a change of
+// search_path or role the session made in this transaction or query
+// (touchesPath) or where pgfleet cannot follow (set_config(), SET ROLE), a
+// table or schema made in its transaction (DDL), user code that ran in it
+// (a function may SET LOCAL), a pinned connection's temporary tables.
+func (ss *session) namesOnOwn() bool {
+	return ss.settingsUnknown || ss.pathTouched || ss.sc != nil && (ss.ddlSent || ss.verifyState || ss.pinned != "")
+}
+
+// ownResolve asks the session's connection where each name resolves and
+// what its current schema is, once per settings change and ReadyForQuery.
+// While the connection is busy with the client's pipeline, or the session
+// holds none, the answer is not known (ok false).
+func (ss *session) ownResolve(names []string) (*ownAnswer, bool, error) {
+	a := &ss.own
+	if a.gen != ss.setGen || a.cycle != ss.cycles {
+		*a = ownAnswer{gen: ss.setGen, cycle: ss.cycles}
+	}
+	var ask []string
+	for _, n := range names {
+		if _, known := a.public[n]; !known {
+			ask = append(ask, n)
+		}
+	}
+	if a.public != nil && len(ask) == 0 {
+		return a, true, nil
+	}
+	sc := ss.sc
+	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync || len(sc.Buf()) > 0 {
+		return nil, false, nil
+	}
+	q := "SELECT pg_catalog.current_schema()::text"
+	for _, n := range ask {
+		q += ", (SELECT n.nspname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" +
+			" WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(" + escapedLiteral(n) + ")))"
+	}
+	row, err := ss.askOwn(sc, q)
+	if err != nil || len(row) != 1+len(ask) {
+		return nil, false, err
+	}
+	if a.public == nil {
+		a.public = map[string]bool{}
+	}
+	a.current = string(row[0])
+	for i, n := range ask {
+		a.public[n] = string(row[1+i]) == "public"
+	}
+	return a, true, nil
+}
+
+// escapedLiteral is s as an E'' string constant, read alike whatever
+// standard_conforming_strings is.
+func escapedLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// askOwn runs a one-row query on the session's connection, under names of
+// its own (the client's unnamed statement and portal stay as they are),
+// and returns the row (a NULL as empty). A worker's error comes back as
+// *executor.WorkerError: in a failed transaction, the one a statement of
+// the client's would get.
+func (ss *session) askOwn(sc *pooling.ServerConn, query string) ([][]byte, error) {
+	const name = "pgfleet.ask"
+	b, _ := (&pgproto3.Parse{Name: name, Query: query}).Encode(sc.Buf())
 	b, _ = (&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name}).Encode(b)
 	b, _ = (&pgproto3.Execute{Portal: name}).Encode(b)
 	b, _ = (&pgproto3.Close{ObjectType: 'P', Name: name}).Encode(b)
 	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
-	return b
-}()
-
-// askPath asks the session's connection for the search_path (as a SET
-// statement) and role that unqualified names resolve by now: after a
-// statement that may have changed them in the current transaction or query
-// (SET LOCAL, a SET not committed yet), or where pgfleet cannot follow them
-// (set_config(), SET ROLE). It asks once per change; while the connection
-// is busy with the client's pipeline the answer is not known (ok false).
-func (ss *session) askPath() (path, user string, ok bool, err error) {
-	if a := ss.pathAsk; a.gen == ss.setGen && a.cycle == ss.cycles && a.path != "" {
-		return a.path, a.user, true, nil
-	}
-	sc := ss.sc
-	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync || len(sc.Buf()) > 0 {
-		return "", "", false, nil
-	}
-	sc.SetBuf(append(sc.Buf(), pathAskSQL...))
+	sc.SetBuf(b)
 	if err := sc.Flush(); err != nil {
-		return "", "", false, ss.lostServer(err)
+		return nil, ss.lostServer(err)
 	}
 	var werr error
 	var row [][]byte
-	err = executor.Cycle(sc, func(typ byte, body []byte) {
+	err := executor.Cycle(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'D':
 			var dr pgproto3.DataRow
-			if dr.Decode(body) == nil && len(dr.Values) == 2 {
-				row = [][]byte{bytes.Clone(dr.Values[0]), bytes.Clone(dr.Values[1])}
+			if dr.Decode(body) == nil {
+				row = make([][]byte, len(dr.Values))
+				for i, v := range dr.Values {
+					row[i] = bytes.Clone(v)
+				}
 			}
 		case 'E':
 			if werr == nil {
@@ -241,24 +293,17 @@ func (ss *session) askPath() (path, user string, ok bool, err error) {
 		}
 	})
 	if err != nil {
-		return "", "", false, ss.lostServer(err)
+		return nil, ss.lostServer(err)
 	}
-	if werr != nil {
-		return "", "", false, werr // a failed transaction: the statement fails as it would
-	}
-	if row == nil {
-		return "", "", false, nil
-	}
-	ss.pathAsk = pathAnswer{gen: ss.setGen, cycle: ss.cycles, path: "SET search_path = " + string(row[0]), user: string(row[1])}
-	return ss.pathAsk.path, ss.pathAsk.user, true, nil
+	return row, werr
 }
 
-// pathPublicNow reports whether the session's search_path now leaves
-// unqualified names on public (publicPath).
+// pathPublicNow reports whether the session puts an unqualified name it
+// creates in public now.
 func (ss *session) pathPublicNow() (bool, error) {
-	if !ss.settingsUnknown && !ss.pathTouched {
+	if !ss.namesOnOwn() {
 		return ss.params.pathPublic, nil
 	}
-	path, _, known, err := ss.askPath()
-	return known && publicPath(path), err
+	a, known, err := ss.ownResolve(nil)
+	return known && a.current == "public", err
 }

@@ -227,3 +227,70 @@ func TestSearchPathInTransaction(t *testing.T) {
 		exec(t, c, "UPDATE spt_s.spt_d SET v = 's'", simple)
 	}
 }
+
+// TestNamesResolveOnOwnConnection: where the session's own connection may
+// resolve a name otherwise than a pooled one (a schema or table made in
+// its transaction, a temporary table, a function's or DO block's SET
+// LOCAL, SET LOCAL ROLE to a role with a schema of its name), a
+// distributed table's unqualified name is read and written where
+// PostgreSQL would, or refused; never taken as public's (an adversary
+// round wrote public's table in each of these).
+func TestNamesResolveOnOwnConnection(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	exec(t, c, "CREATE TABLE onr_d (id int PRIMARY KEY, v text)", simple)
+	exec(t, c, "SELECT create_distributed_table('onr_d', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO onr_d SELECT g, 'public' FROM generate_series(1, 4) g", simple)
+	other := func(schema string) string {
+		return "CREATE TABLE " + schema + ".onr_d (id int, v text); INSERT INTO " + schema + ".onr_d SELECT g, 'other' FROM generate_series(1, 4) g"
+	}
+	exec(t, c, "CREATE SCHEMA onr_s2; "+other("onr_s2"), simple)
+	exec(t, c, "CREATE FUNCTION onr_setp() RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('search_path', 'onr_s2', true); END$$", simple)
+	for _, w := range cl.Servers {
+		exec(t, connect(t, w.Addr()), "CREATE ROLE onr_alice SUPERUSER", simple)
+	}
+	exec(t, c, "CREATE SCHEMA onr_alice; "+other("onr_alice"), simple)
+	for _, tc := range []struct {
+		name  string
+		setup []string
+		txn   bool
+	}{
+		{"schema made in the transaction", []string{"CREATE SCHEMA onr_s", other("onr_s"), "SET LOCAL search_path = onr_s, public"}, true},
+		{"$user schema made in the transaction", []string{"CREATE SCHEMA postgres", other("postgres")}, true},
+		{"temporary table renamed", []string{"CREATE TEMP TABLE onr_x (id int, v text)", "INSERT INTO onr_x SELECT g, 'other' FROM generate_series(1, 4) g", "ALTER TABLE onr_x RENAME TO onr_d"}, false},
+		{"function's SET LOCAL", []string{"SELECT onr_setp()"}, true},
+		{"DO block's SET LOCAL", []string{"DO $$BEGIN SET LOCAL search_path = onr_s2; END$$"}, true},
+		{"SET LOCAL ROLE", []string{"SET LOCAL ROLE onr_alice"}, true},
+	} {
+		s := connect(t, srv.Addr())
+		if tc.txn {
+			exec(t, s, "BEGIN", simple)
+		}
+		for _, q := range tc.setup {
+			exec(t, s, q, simple)
+		}
+		for id := 1; id <= 4; id++ {
+			var v string
+			err := s.QueryRow(ctx, "SELECT v FROM onr_d WHERE id = $1", simple, id).Scan(&v)
+			if code := sqlState(err); err != nil && code != "0A000" && code != "25P02" || err == nil && v != "other" {
+				t.Errorf("%s: row %d: %q, %v; want other, or 0A000", tc.name, id, v, err)
+			}
+			_, err = s.Exec(ctx, "INSERT INTO onr_d VALUES ($1, 'w')", simple, id+100)
+			if code := sqlState(err); err != nil && code != "0A000" && code != "25P02" {
+				t.Errorf("%s: INSERT of row %d: %v, want success or 0A000", tc.name, id+100, err)
+			}
+		}
+		if tc.txn {
+			_, _ = s.Exec(ctx, "COMMIT", simple)
+		}
+		s.Close(ctx)
+		if got := queryString(t, c, "SELECT string_agg(id || v, ',' ORDER BY id) FROM public.onr_d"); got != "1public,2public,3public,4public" {
+			t.Errorf("%s: public.onr_d holds %s", tc.name, got)
+			exec(t, c, "DELETE FROM public.onr_d WHERE id > 100", simple)
+		}
+		exec(t, c, "DROP SCHEMA IF EXISTS onr_s, postgres CASCADE", simple)
+	}
+}

@@ -157,10 +157,10 @@ type session struct {
 	// LOCAL, RESET) was sent since the last ReadyForQuery 'I'; until then
 	// names resolve by what the session's connection says (pathNow).
 	pathTouched bool
-	// cycles counts ReadyForQuery messages; pathAsk is the search_path
-	// and role the connection gave at setGen and cycles.
-	cycles  uint64
-	pathAsk pathAnswer
+	// cycles counts ReadyForQuery messages; own is what the session's
+	// connection said of how names resolve (searchpath.go).
+	cycles uint64
+	own    ownAnswer
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
 	setGen   uint64
