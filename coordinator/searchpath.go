@@ -251,7 +251,7 @@ func (ss *session) ownResolve(names []string) (*ownAnswer, bool, error) {
 	return a, true, nil
 }
 
-// escapedLiteral is s as an E” string constant, read alike whatever
+// escapedLiteral is s as an escape string constant (E'...'), read alike whatever
 // standard_conforming_strings is.
 func escapedLiteral(s string) string {
 	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
