@@ -530,6 +530,36 @@ func TestRoutedParseRefusedInTransaction(t *testing.T) {
 	if n := queryString(t, c, "SELECT count(*)::text FROM rpt_t WHERE v = 'y'"); n != "0" {
 		t.Errorf("%s rows of rolled-back transactions committed", n)
 	}
+	// In a pipeline, before its Sync: after a write outside a block (its
+	// implicit transaction rolls back) and in one (COMMIT rolls back),
+	// wherever the write and the refused statement's rows are.
+	for _, block := range []bool{false, true} {
+		for w := 40; w < 44; w++ {
+			for bad := 1; bad <= 4; bad++ {
+				if block {
+					r.expect("BEGIN", r.round(&pgproto3.Query{String: "BEGIN"}), "C BEGIN,ZT")
+				}
+				name := fmt.Sprintf("pipe%v_%d_%d", block, w, bad)
+				got := strings.Join(r.round(
+					&pgproto3.Parse{Query: fmt.Sprintf("INSERT INTO rpt_t VALUES (%d, 0, 'pipe')", w)}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Parse{Name: name, Query: fmt.Sprintf("SELECT nosuch FROM rpt_t WHERE id = %d", bad)}), ",")
+				want := "C INSERT 0 1,E42703,ZI"
+				if block {
+					want = "C INSERT 0 1,E42703,ZE"
+				}
+				if got != want {
+					t.Errorf("pipeline (block %v), a write to %d, then a refused Parse of row %d: %s, want %s", block, w, bad, got, want)
+				}
+				if block {
+					r.expect("COMMIT", r.round(&pgproto3.Query{String: "COMMIT"}), "C ROLLBACK,ZI")
+				}
+				r.expect("Parse "+name+" again", r.round(&pgproto3.Parse{Name: name, Query: "SELECT 1"}), "ZI")
+			}
+		}
+	}
+	if n := queryString(t, c, "SELECT count(*)::text FROM rpt_t WHERE v = 'pipe'"); n != "0" {
+		t.Errorf("%s rows of rolled-back pipelines committed", n)
+	}
 	// A pinned session (a temporary table): the refused Parse defines no
 	// name, which a valid Parse then defines.
 	r.expect("CREATE TEMP TABLE", r.round(&pgproto3.Query{String: "CREATE TEMP TABLE rpt_tmp (x int)"}), "C CREATE TABLE,ZI")

@@ -210,10 +210,14 @@ func (ss *session) namesOnOwn() bool {
 	return ss.settingsUnknown || ss.pathTouched || ss.sc != nil && (ss.ddlSent || ss.verifyState || ss.pinned != "")
 }
 
-// ownResolve asks the session's connection where each name resolves and
-// what its current schema is, once per settings change and ReadyForQuery.
-// While the connection is busy with the client's pipeline, or the session
-// holds none, the answer is not known (ok false).
+// ownResolve asks the session's connection to the default node (where the
+// tables' shells are) where each name resolves and what its current schema
+// is, once per settings change and ReadyForQuery. A session whose
+// transaction holds no connection there made nothing there: its own
+// connection is asked for its search_path and role, and the names are
+// looked up under them on the default node. While the connection is busy
+// with the client's pipeline, or the session holds none, the answer is not
+// known (ok false).
 func (ss *session) ownResolve(names []string) (*ownAnswer, bool, error) {
 	a := &ss.own
 	if a.gen != ss.setGen || a.cycle != ss.cycles {
@@ -228,27 +232,64 @@ func (ss *session) ownResolve(names []string) (*ownAnswer, bool, error) {
 	if a.public != nil && len(ask) == 0 {
 		return a, true, nil
 	}
-	sc := ss.sc
-	if sc == nil || ss.qhead != len(ss.queue) || ss.needSync || len(sc.Buf()) > 0 {
+	sc, onDefault := ss.ownConn()
+	if sc == nil {
 		return nil, false, nil
 	}
-	q := "SELECT pg_catalog.current_schema()::text"
-	for _, n := range ask {
-		q += ", (SELECT n.nspname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" +
-			" WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(" + escapedLiteral(n) + ")))"
-	}
-	row, err := ss.askOwn(sc, q)
-	if err != nil || len(row) != 1+len(ask) {
-		return nil, false, err
+	public := make([]bool, len(ask))
+	current := ""
+	if onDefault {
+		q := "SELECT pg_catalog.current_schema()::text"
+		for _, n := range ask {
+			q += ", (SELECT n.nspname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace" +
+				" WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(" + escapedLiteral(n) + ")))"
+		}
+		row, err := ss.askOwn(sc, q)
+		if err != nil || len(row) != 1+len(ask) {
+			return nil, false, err
+		}
+		current = string(row[0])
+		for i := range ask {
+			public[i] = string(row[1+i]) == "public"
+		}
+	} else {
+		row, err := ss.askOwn(sc, "SELECT pg_catalog.current_setting('search_path'), CURRENT_USER::text")
+		if err != nil || len(row) != 2 {
+			return nil, false, err
+		}
+		path, user := "SET search_path = "+string(row[0]), string(row[1])
+		if publicPath(path) && (!strings.Contains(path, "$user") || !ss.srv.userSchema(user)) {
+			current = "public"
+		}
+		for i, n := range ask {
+			public[i] = ss.srv.resolveToPublic(path, user, []string{n})
+		}
 	}
 	if a.public == nil {
 		a.public = map[string]bool{}
 	}
-	a.current = string(row[0])
+	a.current = current
 	for i, n := range ask {
-		a.public[n] = string(row[1+i]) == "public"
+		a.public[n] = public[i]
 	}
 	return a, true, nil
+}
+
+// ownConn is the connection ownResolve asks, between the client's round
+// trips: the session's to the default node (its transaction's), else the
+// one it holds; nil if none is free.
+func (ss *session) ownConn() (sc *pooling.ServerConn, onDefault bool) {
+	if ss.qhead != len(ss.queue) || ss.needSync || ss.sc == nil || len(ss.sc.Buf()) > 0 {
+		return nil, false
+	}
+	def := ss.srv.defaultNode.Load()
+	if ss.node == def {
+		return ss.sc, true
+	}
+	if i := ss.parkedOn(def); i >= 0 {
+		return ss.parked[i].sc, true
+	}
+	return ss.sc, false
 }
 
 // escapedLiteral is s as an escape string constant (E'...'), read alike whatever

@@ -1712,44 +1712,54 @@ func (ss *session) parseFailed(name []byte, err error) {
 // the tables as the session does (its DDL, a SET of the transaction, a
 // pinned connection's temporary objects). Those, and later Parses, are
 // answered by the coordinator alone, the error left to the Bind.
-func (ss *session) checkAtParse(st *Statement) error {
+//
+// When the client's pipeline is on the session's connection, the check goes
+// into it, its answer the client's (handled: the Parse is answered so).
+func (ss *session) checkAtParse(st *Statement, name []byte) (handled bool, _ error) {
 	if st.checked.Load() || st.prepared.Load() || st.cls.txn != "" || len(st.cls.sps) > 0 || st.cls.ddl {
-		return nil
+		return false, nil
 	}
 	x, node, _, runs, err := ss.routeDescribe(st)
 	if err != nil || runs != onNode || x == nil {
-		return err
+		return false, err
 	}
 	body := append(append(append([]byte{0}, x.Query...), 0), x.paramTail...)
 	if ss.sc != nil && node == ss.node {
 		if ss.qhead != len(ss.queue) || ss.needSync || len(ss.sc.Buf()) > 0 {
-			return nil // the client's pipeline is on the connection
+			// In the pipeline: the worker's ParseComplete or error is
+			// the client's; a failure undoes the name.
+			ss.sc.SetBuf(appendCheckParse(ss.sc.Buf(), body))
+			ss.push(expect{kind: eRelay, term: tParse})
+			ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
+			ss.push(expect{kind: eSwallow, term: tClose})
+			ss.needSync = true
+			return true, nil
 		}
 		werr, err := ss.parseOn(ss.sc, body)
 		if err != nil {
-			return ss.lostServer(err)
+			return false, ss.lostServer(err)
 		}
 		if werr != nil {
-			return werr
+			return false, werr
 		}
 		if !ss.ddlSent && ss.pinned == "" && !ss.settingsDirty && !ss.txSet && len(ss.pending) == 0 {
 			st.checked.Store(true) // as a pooled connection would have found it
 		}
-		return nil
+		return false, nil
 	}
 	if ss.pinned != "" || ss.ddlSent || ss.ddlShared || ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.pathTouched {
-		return nil
+		return false, nil
 	}
 	if ss.parkedOn(node) >= 0 {
-		return nil // the transaction's locks there would hold a pooled connection up
+		return false, nil // the transaction's locks there would hold a pooled connection up
 	}
 	pool, err := ss.poolFor(node)
 	if err != nil {
-		return err
+		return false, err
 	}
 	sc, err := ss.sideCheckout(context.Background(), pool)
 	if err != nil {
-		return err
+		return false, err
 	}
 	werr, err := ss.parseOn(sc, body)
 	if err != nil {
@@ -1757,22 +1767,28 @@ func (ss *session) checkAtParse(st *Statement) error {
 	}
 	ss.sideRelease(pool, sc)
 	if err != nil {
-		return executor.LostWorker(sc.Addr, err)
+		return false, executor.LostWorker(sc.Addr, err)
 	}
 	if werr != nil {
-		return werr
+		return false, werr
 	}
 	st.checked.Store(true)
-	return nil
+	return false, nil
 }
 
-// parseOn parses a statement (a Parse body after its name) on sc under a
-// name of its own, closed at once, and returns the worker's error.
-func (ss *session) parseOn(sc *pooling.ServerConn, body []byte) (*executor.WorkerError, error) {
+// appendCheckParse appends a Parse of a statement (a Parse body after its
+// name) under a name of its own, and its Close.
+func appendCheckParse(b, body []byte) []byte {
 	const name = "pgfleet.check"
-	b := wire.AppendFrame(sc.Buf(), 'P', append([]byte(name), body...))
+	b = wire.AppendFrame(b, 'P', append([]byte(name), body...))
 	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
-	sc.SetBuf(appendSync(b))
+	return b
+}
+
+// parseOn parses a statement (a Parse body after its name) on sc with
+// appendCheckParse and returns the worker's error.
+func (ss *session) parseOn(sc *pooling.ServerConn, body []byte) (*executor.WorkerError, error) {
+	sc.SetBuf(appendSync(appendCheckParse(sc.Buf(), body)))
 	if err := sc.Flush(); err != nil {
 		return nil, err
 	}
@@ -1935,8 +1951,10 @@ func (ss *session) parse(body []byte) error {
 				ss.parseFailed(name, err)
 				return nil
 			}
-		} else if err := ss.checkAtParse(st); err != nil {
+		} else if handled, err := ss.checkAtParse(st, name); err != nil {
 			ss.parseFailed(name, err)
+			return nil
+		} else if handled {
 			return nil
 		}
 		// A routed statement is prepared on its shard's node at Bind, when
