@@ -95,7 +95,16 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 	case err != nil:
 		return nil, err
 	case own != nil:
-		if rows, err = executor.QueryText(own, q.String()); err != nil && !errors.As(err, new(*executor.WorkerError)) {
+		draw := func() (err error) {
+			rows, err = executor.QueryText(own, q.String())
+			return err
+		}
+		if own == ss.sc {
+			err = draw() // the session's cancel target already
+		} else {
+			err = ss.cancelable(own, draw) // a parked one of the transaction
+		}
+		if err != nil && !errors.As(err, new(*executor.WorkerError)) {
 			own.MarkBroken()
 			return nil, executor.LostWorker(own.Addr, err)
 		}

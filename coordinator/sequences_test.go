@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -372,5 +373,75 @@ func TestNextvalInInsert(t *testing.T) {
 	exec(t, c, "INSERT INTO nv_two (n) VALUES (nextval('nv_s')), (nextval('nv_s'))", simple)
 	if got := queryString(t, c, "SELECT count(DISTINCT n) || ' ' || count(DISTINCT id) || ' ' || (min(n) > 17) FROM nv_two"); got != "2 2 true" {
 		t.Errorf("nv_two: %s distinct values, ids, and values past 17; want 2 2 true", got)
+	}
+}
+
+// TestCancelSequenceDraw: a sequence value drawn on the transaction's
+// connection to the default node while the session holds another worker's
+// waits, as on PostgreSQL, for a lock on the sequence, and a cancel request
+// reaches it (57014; an adversary round waited until the lock was gone).
+func TestCancelSequenceDraw(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE cs_d (id int PRIMARY KEY, n bigint)", simple)
+	exec(t, c, "SELECT create_distributed_table('cs_d', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO cs_d SELECT g, 0 FROM generate_series(1, 8) g", simple)
+	exec(t, c, "CREATE SEQUENCE cs_s", simple)
+	// A row on each worker: the second's is written last.
+	onWorker := func(i int) string {
+		w := connect(t, cl.Servers[i].Addr())
+		for _, tb := range queryStrings(t, w, "SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename ~ '^cs_d_[0-9]+$'") {
+			if id := queryString(t, w, "SELECT coalesce(min(id)::text, '') FROM "+tb); id != "" {
+				return id
+			}
+		}
+		return ""
+	}
+	first, second := onWorker(0), onWorker(1)
+	if first == "" || second == "" {
+		t.Fatalf("rows on the workers: %q, %q", first, second)
+	}
+	lock := connect(t, cl.Servers[0].Addr())
+	exec(t, lock, "BEGIN", simple)
+	exec(t, lock, "ALTER SEQUENCE cs_s RESTART WITH 5000", simple)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		exec(t, c, "BEGIN", simple)
+		exec(t, c, "UPDATE cs_d SET n = 1 WHERE id = "+first, simple)
+		exec(t, c, "UPDATE cs_d SET n = 1 WHERE id = "+second, simple)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(ctx, "INSERT INTO cs_d (id, n) VALUES (100, nextval('cs_s'))", mode)
+			errc <- err
+		}()
+		var err error
+		tick := time.NewTicker(500 * time.Millisecond)
+		timeout := time.After(10 * time.Second)
+	wait:
+		for {
+			select {
+			case err = <-errc:
+				break wait
+			case <-tick.C:
+				if err := c.PgConn().CancelRequest(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case <-timeout:
+				exec(t, lock, "ROLLBACK", simple)
+				<-errc
+				t.Fatalf("%v: the draw waiting on the sequence's lock was not cancelled", mode)
+			}
+		}
+		tick.Stop()
+		if sqlState(err) != "57014" {
+			t.Errorf("%v: %v, want 57014", mode, err)
+		}
+		exec(t, c, "ROLLBACK", simple)
+	}
+	exec(t, lock, "ROLLBACK", simple)
+	if n := queryString(t, c, "SELECT count(*)::text FROM cs_d WHERE n <> 0 OR id = 100"); n != "0" {
+		t.Errorf("%s rows written by the cancelled transactions", n)
 	}
 }

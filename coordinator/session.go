@@ -804,12 +804,27 @@ func (ss *session) sideCheckout(ctx context.Context, pool *pooling.Pool) (*pooli
 
 // sideRelease gives back a connection from sideCheckout.
 func (ss *session) sideRelease(pool *pooling.Pool, sc *pooling.ServerConn) {
+	ss.untarget(sc)
+	pool.Release(sc)
+}
+
+// cancelable runs f with sc, a connection of the session's other than the
+// one it holds (a parked one of its transaction), as a cancel target.
+func (ss *session) cancelable(sc *pooling.ServerConn, f func() error) error {
+	ss.cancelMu.Lock()
+	ss.sideTargets = append(ss.sideTargets, sc)
+	ss.cancelMu.Unlock()
+	defer ss.untarget(sc)
+	return f()
+}
+
+// untarget takes sc out of the cancel targets.
+func (ss *session) untarget(sc *pooling.ServerConn) {
 	ss.cancelMu.Lock()
 	if i := slices.Index(ss.sideTargets, sc); i >= 0 {
 		ss.sideTargets = slices.Delete(ss.sideTargets, i, i+1)
 	}
 	ss.cancelMu.Unlock()
-	pool.Release(sc)
 }
 
 // checkout takes a connection from pool for a session holding held
