@@ -78,6 +78,14 @@ func (ss *session) seqReady(table string, need []planner.SeqNeed) error {
 // pooled one.
 func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]string, error) {
 	var q strings.Builder
+	// nextval('name') is PostgreSQL's only where no function of that name
+	// is the user's (one taking text would be called instead): then the
+	// first row says so, and nothing is drawn.
+	const userNextval = "EXISTS (SELECT FROM pg_catalog.pg_proc WHERE proname = 'nextval' AND pronamespace <> 'pg_catalog'::pg_catalog.regnamespace)"
+	named := slices.ContainsFunc(need, func(n planner.SeqNeed) bool { return n.Sequence == 0 })
+	if named {
+		q.WriteString("SELECT -1, " + userNextval + "::int, NULL::bigint, 0::pg_catalog.oid UNION ALL ")
+	}
 	for k, n := range need {
 		if k > 0 {
 			q.WriteString(" UNION ALL ")
@@ -88,6 +96,9 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 		}
 		q.WriteString("SELECT " + strconv.Itoa(k) + ", i, pg_catalog.nextval(" + seq + "::pg_catalog.regclass), " +
 			seq + "::pg_catalog.regclass::pg_catalog.oid FROM pg_catalog.generate_series(1, " + strconv.Itoa(len(n.Rows)) + ") i")
+		if named {
+			q.WriteString(" WHERE NOT " + userNextval)
+		}
 	}
 	var rows [][]*string
 	own, err := ss.txnConnOn(ss.srv.defaultNode.Load())
@@ -125,6 +136,14 @@ func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]stri
 		}
 		k, _ := strconv.Atoi(*r[0])
 		i, _ := strconv.Atoi(*r[1])
+		if k == -1 {
+			if i != 0 {
+				return nil, pgerr.New(pgerr.FeatureNotSupported,
+					"an INSERT into %s calling nextval() where a function nextval of the database's own exists is not supported", table).
+					WithHint("Draw the value first (SELECT nextval(...)) and give it as a constant or parameter.")
+			}
+			continue
+		}
 		if k < 0 || k >= len(need) || i != len(vals[k])+1 {
 			return nil, pgerr.New(pgerr.Internal, "sequence values out of order")
 		}

@@ -357,6 +357,18 @@ func TestNextvalInInsert(t *testing.T) {
 	if v := queryString(t, c, "SELECT last_value::text FROM nv_s"); v != "17" {
 		t.Errorf("after the refused statements the sequence's last value is %s, want 17", v)
 	}
+	// A function nextval(text) of the user's is what PostgreSQL calls for
+	// nextval('nv_s'): refused, nothing drawn.
+	exec(t, c, "CREATE FUNCTION public.nextval(text) RETURNS bigint LANGUAGE sql AS 'SELECT 424242::bigint'", simple)
+	for _, m := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		if _, err := c.Exec(ctx, "INSERT INTO nv_d (id, n) VALUES (400, nextval('nv_s'))", m); sqlState(err) != "0A000" {
+			t.Errorf("%v: nextval('nv_s') with a user's nextval(text): %v, want 0A000", m, err)
+		}
+	}
+	exec(t, c, "DROP FUNCTION public.nextval(text)", simple)
+	if v := queryString(t, c, "SELECT last_value::text FROM nv_s"); v != "17" {
+		t.Errorf("after the user's nextval was refused the sequence's last value is %s, want 17", v)
+	}
 	// One sequence for two columns: PostgreSQL draws row by row.
 	exec(t, c, "CREATE TABLE nv_two (id serial, n bigint PRIMARY KEY)", simple)
 	exec(t, c, "SELECT create_distributed_table('nv_two', 'n', shard_count => 4)", simple)
