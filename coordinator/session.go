@@ -60,6 +60,9 @@ type session struct {
 	node   int32                   // the held connection's node
 	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
 	pinned string                  // why the session keeps sc for good; "" if it does not
+	// tempObjects: the session made temporary objects (on its pinned
+	// connection), which may shadow a table's name.
+	tempObjects bool
 	// implicitTxn: a pipeline outside a transaction block went on to
 	// other workers; its Sync commits them all (pipeline.go). batchTxn:
 	// the pipeline up to its Sync has a transaction control or savepoint
@@ -1023,6 +1026,9 @@ func (ss *session) releaseIfIdle() {
 }
 
 func (ss *session) pin(reason string) {
+	if reason == "temporary object" {
+		ss.tempObjects = true
+	}
 	if pinChangesSettings(reason) {
 		ss.settingsUnknown = true
 		ss.setGen++
