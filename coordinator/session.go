@@ -1066,6 +1066,9 @@ func (ss *session) synthError(err error) {
 	if ss.sc != nil {
 		ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortParse...))
 		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
+		// The server skips to a Sync now, which it must be sent, even
+		// after a Flush answered everything before it.
+		ss.needSync = true
 	}
 }
 

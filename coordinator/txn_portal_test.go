@@ -137,3 +137,66 @@ func TestPortalAcrossWorkers(t *testing.T) {
 		}
 	}
 }
+
+// until sends msgs and reads the answers up to the first message of type
+// stop (or an error it fails on, with a 10 s deadline), in round's form.
+func (r *rawConn) until(stop string, msgs ...pgproto3.FrontendMessage) []string {
+	r.t.Helper()
+	for _, m := range msgs {
+		r.fe.Send(m)
+	}
+	_ = r.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := r.fe.Flush(); err != nil {
+		r.t.Fatal(err)
+	}
+	var out []string
+	for {
+		m, err := r.fe.Receive()
+		if err != nil {
+			r.t.Fatalf("receive: %v (so far %v)", err, out)
+		}
+		var got string
+		switch m := m.(type) {
+		case *pgproto3.ParseComplete:
+			got = "1"
+		case *pgproto3.BindComplete:
+			got = "2"
+		case *pgproto3.ErrorResponse:
+			got = "E" + m.Code
+		case *pgproto3.CommandComplete:
+			got = "C " + string(m.CommandTag)
+		case *pgproto3.ReadyForQuery:
+			got = "Z" + string(m.TxStatus)
+		}
+		if got != "" {
+			out = append(out, got)
+		}
+		if strings.HasPrefix(got, stop) && got != "" {
+			return out
+		}
+	}
+}
+
+// TestRefusedParseAfterFlush: a pipeline outside a block that wrote on
+// several workers, then had a Parse refused, each answered after a Flush,
+// is answered at its Sync at once and rolled back (an adversary round
+// waited 30 s: the worker that failed the transaction for the refusal was
+// sent no Sync, and skipped the ROLLBACK).
+func TestRefusedParseAfterFlush(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE fl_t (id int PRIMARY KEY, v text)", simple)
+	exec(t, c, "SELECT create_distributed_table('fl_t', 'id', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO fl_t SELECT g, 'x' FROM generate_series(1, 10) g", simple)
+	r := rawConnect(t, srv.Addr())
+	for id := 1; id <= 4; id++ {
+		r.expect("UPDATE, Flush", r.until("C", &pgproto3.Parse{Query: "UPDATE fl_t SET v = v || 'z'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{}), "1,2,C UPDATE 10")
+		r.expect("refused Parse, Flush", r.until("E", &pgproto3.Parse{Name: "bad", Query: fmt.Sprintf("SELECT nosuch FROM fl_t WHERE id = %d", id)}, &pgproto3.Flush{}), "E42703")
+		r.expect("Sync", r.until("Z", &pgproto3.Sync{}), "ZI")
+		if n := queryString(t, c, "SELECT count(*)::text FROM fl_t WHERE v <> 'x'"); n != "0" {
+			t.Fatalf("row %d: %s rows of the failed pipeline's UPDATE committed", id, n)
+		}
+	}
+}
