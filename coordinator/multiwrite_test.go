@@ -404,27 +404,7 @@ func TestCancelWriteOverWorkers(t *testing.T) {
 			}
 			errc <- err
 		}()
-		// Sent again every half second: one that comes before the write
-		// reached its workers cancels nothing, as on PostgreSQL.
-		var err2 error
-		tick := time.NewTicker(500 * time.Millisecond)
-		timeout := time.After(10 * time.Second)
-	wait:
-		for {
-			select {
-			case err2 = <-errc:
-				break wait
-			case <-tick.C:
-				if err := c.PgConn().CancelRequest(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-timeout:
-				exec(t, w, "ROLLBACK")
-				<-errc
-				t.Fatalf("%s: not cancelled", q.sql)
-			}
-		}
-		tick.Stop()
+		err2 := cancelUntil(t, c, errc, q.sql, func() { exec(t, w, "ROLLBACK") })
 		exec(t, w, "ROLLBACK")
 		if sqlState(err2) != "57014" {
 			t.Errorf("%s: %v, want 57014", q.sql, err2)
@@ -437,6 +417,31 @@ func TestCancelWriteOverWorkers(t *testing.T) {
 		wc := connect(t, s.Addr())
 		if n := queryString(t, wc, "SELECT count(*)::text FROM pg_prepared_xacts"); n != "0" {
 			t.Errorf("worker %s: %s prepared transactions left", s.Addr(), n)
+		}
+	}
+}
+
+// cancelUntil sends c's cancel request every half second until errc gives
+// the outcome of the statement c runs (one sent before the statement
+// reached its workers cancels nothing, as on PostgreSQL); after 10 s it
+// calls release, which ends what the statement waits for, and fails.
+func cancelUntil(t *testing.T, c *pgx.Conn, errc chan error, what string, release func()) error {
+	t.Helper()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-tick.C:
+			if err := c.PgConn().CancelRequest(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			release()
+			<-errc
+			t.Fatalf("%s: not cancelled", what)
 		}
 	}
 }

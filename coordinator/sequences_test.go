@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -428,25 +427,7 @@ func TestCancelSequenceDraw(t *testing.T) {
 			_, err := c.Exec(ctx, "INSERT INTO cs_d (id, n) VALUES (100, nextval('cs_s'))", mode)
 			errc <- err
 		}()
-		var err error
-		tick := time.NewTicker(500 * time.Millisecond)
-		timeout := time.After(10 * time.Second)
-	wait:
-		for {
-			select {
-			case err = <-errc:
-				break wait
-			case <-tick.C:
-				if err := c.PgConn().CancelRequest(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-timeout:
-				exec(t, lock, "ROLLBACK", simple)
-				<-errc
-				t.Fatalf("%v: the draw waiting on the sequence's lock was not cancelled", mode)
-			}
-		}
-		tick.Stop()
+		err := cancelUntil(t, c, errc, fmt.Sprintf("%v: the draw waiting on the sequence's lock", mode), func() { exec(t, lock, "ROLLBACK", simple) })
 		if sqlState(err) != "57014" {
 			t.Errorf("%v: %v, want 57014", mode, err)
 		}

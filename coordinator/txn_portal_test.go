@@ -30,16 +30,10 @@ func rawConnect(t *testing.T, addr string) *rawConn {
 // type (errors with their SQLSTATE, CommandComplete with its tag).
 func (r *rawConn) round(msgs ...pgproto3.FrontendMessage) []string {
 	r.t.Helper()
-	for _, m := range msgs {
-		r.fe.Send(m)
-	}
 	if _, q := msgs[len(msgs)-1].(*pgproto3.Query); !q {
-		r.fe.Send(&pgproto3.Sync{})
+		msgs = append(msgs, &pgproto3.Sync{})
 	}
-	_ = r.conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if err := r.fe.Flush(); err != nil {
-		r.t.Fatal(err)
-	}
+	r.send(20*time.Second, msgs...)
 	var out []string
 	for {
 		m, err := r.fe.Receive()
@@ -142,13 +136,7 @@ func TestPortalAcrossWorkers(t *testing.T) {
 // stop (or an error it fails on, with a 10 s deadline), in round's form.
 func (r *rawConn) until(stop string, msgs ...pgproto3.FrontendMessage) []string {
 	r.t.Helper()
-	for _, m := range msgs {
-		r.fe.Send(m)
-	}
-	_ = r.conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := r.fe.Flush(); err != nil {
-		r.t.Fatal(err)
-	}
+	r.send(10*time.Second, msgs...)
 	var out []string
 	for {
 		m, err := r.fe.Receive()
@@ -198,5 +186,17 @@ func TestRefusedParseAfterFlush(t *testing.T) {
 		if n := queryString(t, c, "SELECT count(*)::text FROM fl_t WHERE v <> 'x'"); n != "0" {
 			t.Fatalf("row %d: %s rows of the failed pipeline's UPDATE committed", id, n)
 		}
+	}
+}
+
+// send sends msgs, with a deadline for them and their answers.
+func (r *rawConn) send(d time.Duration, msgs ...pgproto3.FrontendMessage) {
+	r.t.Helper()
+	for _, m := range msgs {
+		r.fe.Send(m)
+	}
+	_ = r.conn.SetDeadline(time.Now().Add(d))
+	if err := r.fe.Flush(); err != nil {
+		r.t.Fatal(err)
 	}
 }
