@@ -156,9 +156,10 @@ type session struct {
 	// way statements are parsed under settings no key names (stmtKey).
 	settingsDirty   bool
 	settingsUnknown bool
-	// pathTouched: a statement that may change search_path (SET, SET
-	// LOCAL, RESET) was sent since the last ReadyForQuery 'I'; until then
-	// names resolve by what the session's connection says (pathNow).
+	// pathTouched: a statement that may change how names resolve (SET,
+	// SET LOCAL, RESET of search_path or the role; touchesPath) was sent
+	// since the last ReadyForQuery 'I'; until then they resolve by what
+	// the session's connection says (namesOnOwn).
 	pathTouched bool
 	// cycles counts ReadyForQuery messages; own is what the session's
 	// connection said of how names resolve (searchpath.go).
