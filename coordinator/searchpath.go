@@ -177,13 +177,14 @@ func (s *Server) askSchemas(pathSQL, user string, names []string) ([]string, err
 	return out, nil
 }
 
-// ownAnswer is what the session's connection said, at setGen gen and
-// ReadyForQuery count cycle: its current_schema() (where CREATE puts an
-// unqualified name) and, per name, whether it resolves to public's table.
+// ownAnswer is what the session's connection said, at setGen gen,
+// ReadyForQuery count cycle and nameGen names: its current_schema() (where
+// CREATE puts an unqualified name) and, per name, whether it resolves to
+// public's table.
 type ownAnswer struct {
-	gen, cycle uint64
-	current    string
-	public     map[string]bool
+	gen, cycle, names uint64
+	current           string
+	public            map[string]bool
 }
 
 // touchesPath reports whether ops may change how names resolve: SET, SET
@@ -212,7 +213,8 @@ func (ss *session) namesOnOwn() bool {
 
 // ownResolve asks the session's connection to the default node (where the
 // tables' shells are) where each name resolves and what its current schema
-// is, once per settings change and ReadyForQuery. A session whose
+// is, once per settings change, ReadyForQuery, and statement that may make
+// tables or run user code. A session whose
 // transaction holds no connection there made nothing there: its own
 // connection is asked for its search_path and role, and the names are
 // looked up under them on the default node. While the connection is busy
@@ -220,8 +222,8 @@ func (ss *session) namesOnOwn() bool {
 // known (ok false).
 func (ss *session) ownResolve(names []string) (*ownAnswer, bool, error) {
 	a := &ss.own
-	if a.gen != ss.setGen || a.cycle != ss.cycles {
-		*a = ownAnswer{gen: ss.setGen, cycle: ss.cycles}
+	if a.gen != ss.setGen || a.cycle != ss.cycles || a.names != ss.nameGen {
+		*a = ownAnswer{gen: ss.setGen, cycle: ss.cycles, names: ss.nameGen}
 	}
 	var ask []string
 	for _, n := range names {

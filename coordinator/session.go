@@ -161,10 +161,11 @@ type session struct {
 	// since the last ReadyForQuery 'I'; until then they resolve by what
 	// the session's connection says (namesOnOwn).
 	pathTouched bool
-	// cycles counts ReadyForQuery messages; own is what the session's
+	// cycles counts ReadyForQuery messages, nameGen the statements sent
+	// that may make tables or run user code; own is what the session's
 	// connection said of how names resolve (searchpath.go).
-	cycles uint64
-	own    ownAnswer
+	cycles, nameGen uint64
+	own             ownAnswer
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
 	setGen   uint64
@@ -1118,6 +1119,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	cls := classify(ctext)
 	ss.ddlSent = ss.ddlSent || cls.ddl
 	ss.ddlShared = ss.ddlShared || cls.ddl && !cls.temp
+	if cls.ddl || cls.verify {
+		ss.nameGen++ // names may resolve otherwise after it (ownResolve)
+	}
 	ss.terminates = ss.terminates || cls.terminate
 	ss.savepointShapes(&cls)
 	if handled, err := ss.cursorStatement(text, &cls); handled {
@@ -2076,6 +2080,9 @@ func (ss *session) bind(body []byte) error {
 	}
 	ss.ddlSent = ss.ddlSent || st.cls.ddl
 	ss.ddlShared = ss.ddlShared || st.cls.ddl && !st.cls.temp
+	if st.cls.ddl || st.cls.verify {
+		ss.nameGen++
+	}
 	ss.terminates = ss.terminates || st.cls.terminate
 	ss.savepointShapes(&st.cls)
 	seqHad := ss.seqUsed
