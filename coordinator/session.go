@@ -801,9 +801,7 @@ func (ss *session) sideCheckout(ctx context.Context, pool *pooling.Pool) (*pooli
 	if err != nil {
 		return nil, err
 	}
-	ss.cancelMu.Lock()
-	ss.sideTargets = append(ss.sideTargets, sc)
-	ss.cancelMu.Unlock()
+	ss.target(sc)
 	return sc, nil
 }
 
@@ -816,11 +814,16 @@ func (ss *session) sideRelease(pool *pooling.Pool, sc *pooling.ServerConn) {
 // cancelable runs f with sc, a connection of the session's other than the
 // one it holds (a parked one of its transaction), as a cancel target.
 func (ss *session) cancelable(sc *pooling.ServerConn, f func() error) error {
+	ss.target(sc)
+	defer ss.untarget(sc)
+	return f()
+}
+
+// target makes sc a cancel target beside the session's own connection.
+func (ss *session) target(sc *pooling.ServerConn) {
 	ss.cancelMu.Lock()
 	ss.sideTargets = append(ss.sideTargets, sc)
 	ss.cancelMu.Unlock()
-	defer ss.untarget(sc)
-	return f()
 }
 
 // untarget takes sc out of the cancel targets.
@@ -1771,12 +1774,12 @@ func (ss *session) checkAtParse(st *Statement, name []byte) (handled bool, _ err
 		if werr != nil {
 			return false, werr
 		}
-		if !ss.ddlSent && ss.pinned == "" && !ss.settingsDirty && !ss.txSet && len(ss.pending) == 0 {
+		if ss.pooledAlike() {
 			st.checked.Store(true) // as a pooled connection would have found it
 		}
 		return false, nil
 	}
-	if ss.pinned != "" || ss.ddlSent || ss.ddlShared || ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.pathTouched {
+	if !ss.pooledAlike() {
 		return false, nil
 	}
 	if ss.parkedOn(node) >= 0 {
@@ -1803,6 +1806,13 @@ func (ss *session) checkAtParse(st *Statement, name []byte) (handled bool, _ err
 	}
 	st.checked.Store(true)
 	return false, nil
+}
+
+// pooledAlike reports whether a pooled connection in the session's
+// settings sees the tables as the session does: nothing of its own
+// (pinned), no DDL or SET of its transaction.
+func (ss *session) pooledAlike() bool {
+	return ss.pinned == "" && !ss.ddlSent && !ss.ddlShared && !ss.settingsDirty && !ss.txSet && len(ss.pending) == 0 && !ss.pathTouched
 }
 
 // appendCheckParse appends a Parse of a statement (a Parse body after its
