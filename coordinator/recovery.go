@@ -123,8 +123,15 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 		all = append(all, ps...)
 	}
 	var bases []string
+	recorded := map[recordKey][]string{} // hashes of groups decided by a commit record
 	for _, p := range all {
-		if p.ready {
+		if !p.ready {
+			continue
+		}
+		if node, hash, ok := twophase.RecordOf(p.base); ok {
+			k := recordKey{node, p.db}
+			recorded[k] = append(recorded[k], hash)
+		} else {
 			bases = append(bases, p.base)
 		}
 	}
@@ -135,9 +142,21 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 		}
 		return st
 	}
+	unread := map[recordKey]bool{} // records that could not be read: left for the next round
+	for k, hashes := range recorded {
+		if err := s.readRecords(ctx, snap, k, hashes, conns, decided); err != nil {
+			complete, unread[k] = false, true
+			if ctx.Err() == nil {
+				s.log.Warn("recovery: reading commit records", "node", k.node, "database", k.db, "err", err)
+			}
+		}
+	}
 	for _, p := range all {
 		d, ok := decided[p.base]
 		if !p.ready || !ok && !p.old {
+			continue
+		}
+		if node, _, rec := twophase.RecordOf(p.base); rec && unread[recordKey{node, p.db}] {
 			continue
 		}
 		if err := s.resolvePrepared(ctx, p, d, conns, &st); err != nil {
@@ -154,6 +173,7 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 	for b := range present {
 		keep = append(keep, b)
 	}
+	s.forgetRecords(ctx, snap, keep, conns)
 	if n, err := s.store.ForgetDecisions(ctx, twophase.ForgetCommitAge, twophase.ForgetAbortAge, keep); err != nil {
 		if ctx.Err() == nil { // not a shutdown
 			s.log.Warn("recovery: forgetting old transaction decisions", "err", err)
@@ -231,7 +251,12 @@ func (s *Server) resolvePrepared(ctx context.Context, p preparedXact, d byte,
 		// Abort records the abort decision unless the commit decision is
 		// recorded, and returns the decision that stands.
 		var err error
-		if d, err = s.store.Abort(ctx, p.base); err != nil {
+		if node, _, ok := twophase.RecordOf(p.base); ok {
+			d, err = s.recoveryRecordAbort(ctx, node, p, conns)
+		} else {
+			d, err = s.store.Abort(ctx, p.base)
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w", p.gid, err)
 		}
 	}
@@ -311,4 +336,85 @@ func gidBase(gid string) (string, bool) {
 		}
 	}
 	return gid[:i], true
+}
+
+// readRecords reads the commit records of the hashes given from their
+// node and database into decided (by base; a record missing is no entry).
+func (s *Server) readRecords(ctx context.Context, snap *metadata.Snapshot, k recordKey, hashes []string,
+	conns map[string]*pgx.Conn, decided map[string]byte) error {
+	n := snap.Node(k.node)
+	if n == nil {
+		return fmt.Errorf("node %d, which keeps the commit records, is not in the catalog", k.node)
+	}
+	c, err := s.recoveryConn(ctx, *n, k.db, conns)
+	if err != nil {
+		return err
+	}
+	rows, err := c.Query(ctx, twophase.RecordsLookupSQL, hashes)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h string
+		var secret *string
+		if err := rows.Scan(&h, &secret); err != nil {
+			return err
+		}
+		decided[twophase.Record{Node: k.node, Hash: h}.Base()] = twophase.RecordDecision(h, secret)
+	}
+	err = rows.Err()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == pgerr.UndefinedTable || pe.Code == pgerr.InvalidSchemaName) {
+		return nil // no table, no record
+	}
+	return err
+}
+
+// recoveryRecordAbort records an abort for p's group, decided by a record
+// on node, unless its commit record is there, and returns the decision
+// that stands.
+func (s *Server) recoveryRecordAbort(ctx context.Context, node int32, p preparedXact, conns map[string]*pgx.Conn) (byte, error) {
+	n := s.catalog.Load().Node(node)
+	if n == nil {
+		return 0, fmt.Errorf("node %d, which keeps the commit record, is not in the catalog", node)
+	}
+	c, err := s.recoveryConn(ctx, *n, p.db, conns)
+	if err != nil {
+		return 0, err
+	}
+	return recordAbort(ctx, c, p.base)
+}
+
+// forgetRecords deletes, in every database this coordinator has kept
+// commit records in, the records nobody can need any more: as
+// metadata.Store.ForgetDecisions, keeping those of the bases in keep.
+func (s *Server) forgetRecords(ctx context.Context, snap *metadata.Snapshot, keep []string, conns map[string]*pgx.Conn) {
+	hashes := []string{}
+	for _, b := range keep {
+		if _, h, ok := twophase.RecordOf(b); ok {
+			hashes = append(hashes, h)
+		}
+	}
+	s.records.mu.Lock()
+	var tables []recordKey
+	for k, t := range s.records.m {
+		if t.ok {
+			tables = append(tables, k)
+		}
+	}
+	s.records.mu.Unlock()
+	for _, k := range tables {
+		n := snap.Node(k.node)
+		if n == nil {
+			continue
+		}
+		c, err := s.recoveryConn(ctx, *n, k.db, conns)
+		if err == nil {
+			_, err = c.Exec(ctx, twophase.RecordsForgetSQL, twophase.ForgetCommitAge.Seconds(), twophase.ForgetAbortAge.Seconds(), hashes)
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("recovery: forgetting old commit records", "node", n.Addr(), "database", k.db, "err", err)
+		}
+	}
 }

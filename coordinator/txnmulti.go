@@ -451,7 +451,13 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 			return tag, nil, err
 		}
 	}
-	g := twophase.New("tx", ss.srv.store)
+	g, last, recorded := (*twophase.Group)(nil), 0, false
+	if moves == nil {
+		g, last, recorded = ss.recordedGroup(all)
+	}
+	if !recorded {
+		g = twophase.New("tx", ss.srv.store)
+	}
 	g.AfterDecide, g.BeforeCommit = ss.srv.hooks.afterDecide, ss.srv.hooks.beforeCommitPrepared
 	if moves != nil {
 		// The catalog's tables follow the block's outcome.
@@ -465,7 +471,10 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		}()
 	}
 	for i := range all {
-		g.Join(all[i].node, "worker "+all[i].sc.Addr, &poolConn{ss: ss, c: &all[i]})
+		p := g.Join(all[i].node, "worker "+all[i].sc.Addr, &poolConn{ss: ss, c: &all[i]})
+		if recorded && i == last {
+			g.SetLast(p)
+		}
 	}
 	if err := g.Prepare(context.Background()); err != nil {
 		problems := g.Rollback(context.Background())
@@ -599,7 +608,9 @@ type poolConn struct {
 func (p *poolConn) Exec(ctx context.Context, sql string) (string, error) {
 	deadline, ok := ctx.Deadline()
 	switch {
-	case strings.HasPrefix(sql, "PREPARE"):
+	case strings.HasPrefix(sql, "PREPARE"), strings.HasPrefix(sql, "INSERT INTO "+twophase.RecordsTable):
+		// Deferred triggers and constraints run in PREPARE, and in the
+		// commit of a group's last part (with its record).
 		deadline = time.Now().Add(txPrepareTimeout)
 	case !ok:
 		deadline = time.Now().Add(txCleanupTimeout)

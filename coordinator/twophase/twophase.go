@@ -6,6 +6,9 @@
 // multi-row INSERT, DDL, reference-table writes, the Citus functions) run
 // their commit through it, each over its own kind of connection (Conn).
 //
+// A group's decision may instead be a record its last part writes and
+// commits in one phase (record.go).
+//
 // Once the commit decision is recorded the group commits, and recovery
 // commits what it leaves prepared; before, recovery may abort it (its
 // decision wins by the decisions table's primary key), and the group rolls
@@ -133,6 +136,10 @@ type Group struct {
 	// COMMIT PREPAREDs.
 	AfterDecide  func(ctx context.Context, base string, err error) error
 	BeforeCommit func(base string)
+	// Last, in a group made by NewRecorded, is the part that is not
+	// prepared: it commits with the group's record (record.go).
+	Last   *Part
+	record Record
 }
 
 // New starts a group for an operation (a word in its prepared
@@ -172,7 +179,7 @@ func (e *PrepareError) Error() string {
 
 func (e *PrepareError) Unwrap() error { return e.Err }
 
-// Prepare prepares every part not prepared yet, all at once (each on its
+// Prepare prepares every part not prepared yet but the Last, all at once (each on its
 // own connection, so the phase costs one round trip, not one per worker).
 // On failure (the *PrepareError of the first part, in Parts' order, that
 // failed) some may be prepared: the caller rolls the group back.
@@ -181,7 +188,7 @@ func (g *Group) Prepare(ctx context.Context) error {
 		g.prepareStart = time.Now()
 	}
 	errs := make([]error, len(g.Parts))
-	g.each(func(i int, p *Part) bool { return !p.Done && !p.Prepared }, func(i int, p *Part) {
+	g.each(func(i int, p *Part) bool { return !p.Done && !p.Prepared && p != g.Last }, func(i int, p *Part) {
 		tag, err := p.Conn.Exec(ctx, "PREPARE TRANSACTION '"+p.GID+"'")
 		switch {
 		case err != nil:
@@ -337,13 +344,19 @@ type CommitFailure struct {
 	Err  error
 }
 
-// Commit records the commit decision unless it is recorded already (on
+// Commit records the commit decision unless it is recorded already (in
+// the metadata database, or with the last part's record and commit; on
 // failure the caller rolls back, or leaves the group to recovery when
 // InDoubt), then commits every prepared part (all at once), retrying each whose worker
 // does not answer for up to CommitRetryWindow. The decision is the commit:
 // the parts whose COMMIT PREPARED still failed are returned, for recovery
 // to complete (the caller tells the client the transaction is committed).
 func (g *Group) Commit(ctx context.Context) ([]CommitFailure, error) {
+	if g.Last != nil && !g.Last.Done && !g.Decided {
+		if err := g.commitLast(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range g.Parts {
 		if p.Prepared && !p.Done && !g.Decided {
 			if err := g.Decide(ctx); err != nil {

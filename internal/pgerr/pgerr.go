@@ -66,6 +66,8 @@ const (
 
 	DependentObjectsStillExist = "2BP01"
 	InsufficientPrivilege      = "42501"
+	UniqueViolation            = "23505"
+	InvalidSchemaName          = "3F000"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,

@@ -1,0 +1,193 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// Commit records (twophase/record.go): a transaction block over several
+// workers keeps its commit decision in a table of one of its own workers'
+// database, written and committed with that worker's transaction, instead
+// of in the metadata database after preparing every worker.
+
+// recordsRetry is how long after failing to make a database's records
+// table the coordinator tries again; meanwhile its transactions record
+// their decisions in the metadata database.
+const recordsRetry = time.Minute
+
+// recordTable is a database of a node where RecordsTable exists (ok), or
+// where making it failed at failedAt.
+type recordTable struct {
+	node     int32
+	db       string
+	ok       bool
+	failedAt time.Time
+}
+
+// recordTables are the databases of nodes this coordinator has kept
+// commit records in, by node and database: recovery forgets old records
+// there.
+type recordTables struct {
+	mu sync.Mutex
+	m  map[recordKey]*recordTable
+}
+
+type recordKey struct {
+	node int32
+	db   string
+}
+
+// recordsReady reports whether node's database db has the records table,
+// making it if this coordinator has not seen it yet (as the superuser, on
+// a connection of its own: once per database and process).
+func (s *Server) recordsReady(n metadata.Node, db string) bool {
+	k := recordKey{n.ID, db}
+	s.records.mu.Lock()
+	t := s.records.m[k]
+	if t != nil && (t.ok || time.Since(t.failedAt) < recordsRetry) {
+		s.records.mu.Unlock()
+		return t.ok
+	}
+	if s.records.m == nil {
+		s.records.m = map[recordKey]*recordTable{}
+	}
+	if t == nil {
+		t = &recordTable{node: n.ID, db: db}
+		s.records.m[k] = t
+	}
+	s.records.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.makeRecordsTable(ctx, n, db)
+	s.records.mu.Lock()
+	defer s.records.mu.Unlock()
+	if err != nil {
+		t.failedAt = time.Now()
+		s.log.Warn("cannot make the commit records table; transactions over several workers record their decisions in the metadata database",
+			"node", n.Addr(), "database", db, "err", err)
+		return false
+	}
+	t.ok = true
+	return true
+}
+
+func (s *Server) makeRecordsTable(ctx context.Context, n metadata.Node, db string) error {
+	c, err := s.directConnDB(ctx, n.Addr(), db)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return makeRecordsTable(ctx, c)
+}
+
+// makeRecordsTable makes the records table on c's database unless it
+// exists (two coordinators making it at once: one of them fails, and
+// finds it there).
+func makeRecordsTable(ctx context.Context, c *pgx.Conn) error {
+	exists := func() (bool, error) {
+		var ok bool
+		err := c.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", twophase.RecordsTable).Scan(&ok)
+		return ok, err
+	}
+	if ok, err := exists(); err != nil || ok {
+		return err
+	}
+	_, err := c.Exec(ctx, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		if ok, _ := exists(); ok {
+			return nil
+		}
+	}
+	return err
+}
+
+// recordAbort records an abort for a group decided by a record unless
+// its commit record is there, on c (a superuser's connection to the
+// record's node and database), and returns the decision that stands.
+func recordAbort(ctx context.Context, c *pgx.Conn, base string) (byte, error) {
+	_, hash, ok := twophase.RecordOf(base)
+	if !ok {
+		return 0, fmt.Errorf("%s is not decided by a commit record", base)
+	}
+	var secret *string
+	err := c.QueryRow(ctx, twophase.RecordAbortSQL, hash).Scan(&secret)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == pgerr.UndefinedTable || pe.Code == pgerr.InvalidSchemaName) {
+		// No table: no record could be written; one is made, so that
+		// the abort record stands against a commit still to come.
+		if err = makeRecordsTable(ctx, c); err == nil {
+			err = c.QueryRow(ctx, twophase.RecordAbortSQL, hash).Scan(&secret)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return twophase.RecordDecision(hash, secret), nil
+}
+
+// recordStore settles, for a session, the decision of a group decided by
+// a record whose last part's answer was lost (twophase.Decider).
+type recordStore struct {
+	s  *Server
+	db string
+}
+
+func (r *recordStore) Decide(context.Context, string) error {
+	return errors.New("a group decided by a commit record is decided by its last part")
+}
+
+func (r *recordStore) Abort(ctx context.Context, base string) (byte, error) {
+	node, _, ok := twophase.RecordOf(base)
+	if !ok {
+		return 0, fmt.Errorf("%s is not decided by a commit record", base)
+	}
+	n := r.s.catalog.Load().Node(node)
+	if n == nil {
+		return 0, fmt.Errorf("node %d of the commit record is not in the catalog", node)
+	}
+	c, err := r.s.directConnDB(ctx, n.Addr(), r.db)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.Background())
+	return recordAbort(ctx, c, base)
+}
+
+// recordedGroup starts the two-phase commit of a transaction block over
+// all: decided by a commit record on the lowest node that wrote (where
+// every write to a reference table takes its locks first, so that it is
+// the first to release them), or on the lowest node when none is known to
+// have written. ok is false when the block must record its decision in
+// the metadata database: the session keeps state on its connections
+// (pinned, temporary objects: a worker refuses to prepare those, and the
+// last part would commit them), or the node's records table cannot be
+// made.
+func (ss *session) recordedGroup(all []txConn) (g *twophase.Group, last int, ok bool) {
+	if len(all) < 2 || ss.pinned != "" || ss.tempObjects {
+		return nil, 0, false
+	}
+	last = 0
+	for i, c := range all {
+		if slices.Contains(ss.wroteOn, c.node) {
+			last = i
+			break
+		}
+	}
+	n := ss.srv.catalog.Load().Node(all[last].node)
+	if n == nil || !ss.srv.recordsReady(*n, ss.database) {
+		return nil, 0, false
+	}
+	return twophase.NewRecorded(twophase.NewRecord(n.ID), &recordStore{s: ss.srv, db: ss.database}), last, true
+}

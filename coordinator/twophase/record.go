@@ -1,0 +1,180 @@
+package twophase
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// A group may keep its commit decision on one of its own workers instead
+// of the metadata database: that part (the group's Last) is not prepared;
+// once every other part is, it writes a commit record into a table of its
+// own database (RecordsTable) and commits, in one round trip. Its commit is
+// the group's commit point; the other parts are then committed with COMMIT
+// PREPARED. The group saves the last part's PREPARE and COMMIT PREPARED and
+// the separate decision transaction, and the last part's locks go one
+// round trip earlier.
+//
+// The record's key is a hash of a secret only the coordinator knows, and
+// the prepared transactions' global ids carry the hash
+// ("pgfleet_lx<node>_<hash>_<node>"): every client role can insert into
+// the table (the record is written in the client's own transaction), but
+// only the coordinator can write a record whose secret matches. Recovery
+// finds the record on the node the id names; a record whose secret does
+// not match, or an abort record (secret NULL), is an abort, and so is no
+// record at all once recovery has inserted an abort record for the hash,
+// which a commit record inserted first beats by the primary key, as in the
+// metadata database's decisions table.
+
+// RecordsTable is the table commit records are kept in, in each database
+// of a worker that decides groups.
+const RecordsTable = "pgfleet_txn.commits"
+
+// RecordsDDL makes RecordsTable; it is run by a superuser, once per
+// database, before the database's first record.
+const RecordsDDL = `CREATE SCHEMA IF NOT EXISTS pgfleet_txn;
+CREATE TABLE IF NOT EXISTS pgfleet_txn.commits (
+	h text PRIMARY KEY,
+	secret text,
+	recorded_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp());
+GRANT USAGE ON SCHEMA pgfleet_txn TO PUBLIC;
+GRANT INSERT ON pgfleet_txn.commits TO PUBLIC`
+
+// RecordAbortSQL records an abort for hash $1 unless a record is stored,
+// and returns the secret of the record that stands (NULL for an abort): a
+// no-op DO UPDATE, so that it waits for a concurrent insert of the same
+// hash and returns the row that won (metadata's decisionSQL does the
+// same).
+const RecordAbortSQL = `INSERT INTO pgfleet_txn.commits AS c (h, secret) VALUES ($1, NULL)
+	ON CONFLICT (h) DO UPDATE SET secret = c.secret RETURNING secret`
+
+// RecordsLookupSQL returns the records of the hashes $1.
+const RecordsLookupSQL = `SELECT h, secret FROM pgfleet_txn.commits WHERE h = ANY ($1::text[])`
+
+// RecordsForgetSQL deletes the commit records older than $1 seconds and
+// the others older than $2, except those of the hashes $3 (see
+// metadata.Store.ForgetDecisions for why those ages).
+const RecordsForgetSQL = `DELETE FROM pgfleet_txn.commits
+	WHERE recorded_at < pg_catalog.clock_timestamp() - make_interval(secs => CASE WHEN secret IS NULL THEN $2::float8 ELSE $1::float8 END)
+	AND h <> ALL ($3::text[])`
+
+// recordOp starts the operation word of a group decided by a record.
+const recordOp = "lx"
+
+// Record is a commit record's key and secret.
+type Record struct {
+	Node   int32 // the worker it is kept on
+	Hash   string
+	Secret string
+}
+
+// NewRecord makes a record kept on node.
+func NewRecord(node int32) Record {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	secret := hex.EncodeToString(b[:])
+	return Record{Node: node, Hash: recordHash(secret), Secret: secret}
+}
+
+func recordHash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Base is the distributed transaction's id in its parts' global ids.
+func (r Record) Base() string {
+	return GIDPrefix + recordOp + strconv.Itoa(int(r.Node)) + "_" + r.Hash
+}
+
+// RecordOf returns the node and hash a group's base names when the group
+// is decided by a record (ok false otherwise: the metadata database keeps
+// its decision).
+func RecordOf(base string) (node int32, hash string, ok bool) {
+	rest, found := strings.CutPrefix(base, GIDPrefix+recordOp)
+	if !found {
+		return 0, "", false
+	}
+	num, hash, found := strings.Cut(rest, "_")
+	n, err := strconv.ParseInt(num, 10, 32)
+	if !found || err != nil || n <= 0 || len(hash) != 32 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return 0, "", false
+	}
+	return int32(n), hash, true
+}
+
+// RecordDecision is the decision a stored record of hash stands for: a
+// commit when its secret matches the hash, an abort otherwise (NULL, or
+// a record someone else wrote).
+func RecordDecision(hash string, secret *string) byte {
+	if secret != nil && subtle.ConstantTimeCompare([]byte(recordHash(*secret)), []byte(hash)) == 1 {
+		return metadata.CommitDecision
+	}
+	return metadata.AbortDecision
+}
+
+// NewRecorded starts a group decided by a record kept on rec.Node; store
+// settles the decision when the last part's answer is lost (its Abort
+// records an abort unless the record is there). The caller joins the
+// parts, then names the one on rec.Node with SetLast.
+func NewRecorded(rec Record, store Decider) *Group {
+	return &Group{Base: rec.Base(), Store: store, record: rec}
+}
+
+// SetLast makes p the part that commits last, in one phase, with the
+// group's record.
+func (g *Group) SetLast(p *Part) { g.Last = p }
+
+// commitLast writes the record in the last part's transaction and commits
+// it: the commit decision. On error nothing is committed, or the outcome
+// is unknown (InDoubt), as Decide.
+func (g *Group) commitLast(ctx context.Context) error {
+	p := g.Last
+	if !g.prepareStart.IsZero() && time.Since(g.prepareStart) > MaxDecisionDelay {
+		return pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
+			MaxDecisionDelay).WithHint("Retry the transaction.")
+	}
+	g.decideStart = time.Now()
+	sql := "INSERT INTO " + RecordsTable + " (h, secret) VALUES ('" + g.record.Hash + "', '" + g.record.Secret + "'); COMMIT"
+	tag, err := p.Conn.Exec(ctx, sql)
+	if err == nil && tag != "COMMIT" {
+		err = &pgconn.PgError{Severity: "ERROR", Code: pgerr.InFailedSQLTransaction,
+			Message: fmt.Sprintf("the transaction on %s had failed and was rolled back", p.Where)}
+	}
+	if g.AfterDecide != nil {
+		err = g.AfterDecide(ctx, g.Base, err)
+	}
+	var pe *pgconn.PgError
+	switch {
+	case err == nil:
+		p.Done = true
+		g.Decided = true
+		return nil
+	case errors.As(err, &pe) && pe.Severity == "ERROR" && !p.Conn.Lost():
+		// The worker refused the record or the commit: its transaction
+		// did not commit (Rollback ends it, if the error left it open).
+		if pe.Code == pgerr.UniqueViolation && pe.TableName == "commits" && pe.SchemaName == "pgfleet_txn" {
+			return metadata.ErrAborted
+		}
+		return err
+	}
+	// The answer is lost, or came with a FATAL after a commit that may
+	// have happened: the record says (Settle waits for the transaction
+	// to end if it is still open).
+	err = g.Settle(ctx, err)
+	if g.Decided {
+		p.Done = true
+	}
+	return err
+}
