@@ -211,7 +211,7 @@ type Server struct {
 	// shardsSchema: the nodes and databases (addr+"/"+db) where
 	// ensureShardsSchema made sure of schema pgfleet_shards.
 	shardsSchema sync.Map
-	records      recordTables // records.go
+	records      recordTables                             // records.go
 	pgTypes      atomic.Pointer[map[uint32]executor.Type] // built-in types, for merges
 	stopWatch    chan struct{}
 	catalogKick  chan struct{}               // a member holds a newer catalog
