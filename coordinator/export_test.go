@@ -18,6 +18,10 @@ func (s *Server) SetDecideHooks(after func(ctx context.Context, base string, err
 	s.hooks.afterDecide, s.hooks.beforeCommitPrepared = after, beforeCommit
 }
 
+// SetBeforeDecideHook sets the hook between a transaction block's
+// PREPAREs and its commit decision; call before clients connect.
+func (s *Server) SetBeforeDecideHook(before func(base string)) { s.hooks.beforeDecide = before }
+
 // SetDecideTimeout sets the bound of recording a commit decision and
 // returns a function restoring it.
 func SetDecideTimeout(d time.Duration) (restore func()) {

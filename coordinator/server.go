@@ -263,6 +263,9 @@ type testHooks struct {
 	// beforeCommitPrepared runs between a transaction block's commit
 	// decision and its COMMIT PREPAREDs.
 	beforeCommitPrepared func(base string)
+	// beforeDecide runs between a transaction block's PREPAREs and its
+	// commit decision.
+	beforeDecide func(base string)
 }
 
 type metrics struct {

@@ -458,7 +458,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	if !recorded {
 		g = twophase.New("tx", ss.srv.store)
 	}
-	g.AfterDecide, g.BeforeCommit = ss.srv.hooks.afterDecide, ss.srv.hooks.beforeCommitPrepared
+	g.AfterDecide, g.BeforeCommit, g.BeforeDecide = ss.srv.hooks.afterDecide, ss.srv.hooks.beforeCommitPrepared, ss.srv.hooks.beforeDecide
 	if moves != nil {
 		// The catalog's tables follow the block's outcome.
 		defer func() {

@@ -145,6 +145,9 @@ func (g *Group) commitLast(ctx context.Context) error {
 		return pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
 			MaxDecisionDelay).WithHint("Retry the transaction.")
 	}
+	if g.BeforeDecide != nil {
+		g.BeforeDecide(g.Base)
+	}
 	g.decideStart = time.Now()
 	sql := "INSERT INTO " + RecordsTable + " (h, secret) VALUES ('" + g.record.Hash + "', '" + g.record.Secret + "'); COMMIT"
 	tag, err := p.Conn.Exec(ctx, sql)

@@ -136,6 +136,8 @@ type Group struct {
 	// COMMIT PREPAREDs.
 	AfterDecide  func(ctx context.Context, base string, err error) error
 	BeforeCommit func(base string)
+	// BeforeDecide runs before the commit decision is recorded (tests).
+	BeforeDecide func(base string)
 	// Last, in a group made by NewRecorded, is the part that is not
 	// prepared: it commits with the group's record (record.go).
 	Last   *Part
@@ -252,6 +254,9 @@ func (g *Group) Decide(ctx context.Context) error {
 		// decide to commit. Without a decision recovery aborts it too.
 		return pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
 			MaxDecisionDelay).WithHint("Retry the transaction.")
+	}
+	if g.BeforeDecide != nil {
+		g.BeforeDecide(g.Base)
 	}
 	g.decideStart = time.Now()
 	err := g.Store.Decide(ctx, g.Base)

@@ -1,0 +1,240 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// nodeID is the catalog's id of the worker at addr ("host:port").
+func nodeID(t *testing.T, meta *pgx.Conn, addr string) int32 {
+	t.Helper()
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	return int32(atoi(t, queryString(t, meta, "SELECT nodeid::text FROM pgfleet.nodes WHERE port = "+port)))
+}
+
+// TestRecordedCommit: a transaction block that wrote on two workers
+// commits the first worker's part in one phase, with a commit record in
+// the same transaction, after preparing the second's: between the two,
+// the first has no prepared transaction and holds the record, the second
+// holds a prepared transaction named after it. A deferred constraint that
+// fails at that commit rolls back the prepared part too, and the client
+// gets the constraint's error; a recovery that records an abort before the
+// coordinator's record is written wins, and the client gets 40001 with
+// nothing committed.
+func TestRecordedCommit(t *testing.T) {
+	e := newRestartEnv(t, nil)
+	w1, w2 := connect(t, e.cl.Servers[0].Addr()), connect(t, e.cl.Servers[1].Addr())
+	n1 := nodeID(t, w1, e.cl.Servers[0].Addr())
+	c := connect(t, e.srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	value := func(k int) string { return queryString(t, c, "SELECT n FROM rr WHERE aid = $1", k) }
+	prepared := func(w *pgx.Conn, base string) int {
+		return atoi(t, queryString(t, w, "SELECT count(*) FROM pg_prepared_xacts WHERE starts_with(gid, $1)", base+"_"))
+	}
+
+	t.Run("commit", func(t *testing.T) {
+		var seen []string
+		ran := false
+		e.srv.SetDecideHooks(nil, func(base string) {
+			ran = true
+			node, hash, ok := twophase.RecordOf(base)
+			if !ok || node != n1 {
+				seen = append(seen, fmt.Sprintf("base %s is not decided by a record on node %d", base, n1))
+				return
+			}
+			if n := prepared(w1, base); n != 0 {
+				seen = append(seen, fmt.Sprintf("%d prepared transactions on the first worker", n))
+			}
+			if n := prepared(w2, base); n != 1 {
+				seen = append(seen, fmt.Sprintf("%d prepared transactions on the second worker, want 1", n))
+			}
+			var secret *string
+			if err := w1.QueryRow(context.Background(), "SELECT secret FROM pgfleet_txn.commits WHERE h = $1", hash).Scan(&secret); err != nil {
+				seen = append(seen, "the record: "+err.Error())
+			} else if twophase.RecordDecision(hash, secret) != metadata.CommitDecision {
+				seen = append(seen, "the record does not stand for a commit")
+			}
+		})
+		defer e.srv.SetDecideHooks(nil, nil)
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+		exec(t, c, "COMMIT")
+		if !ran {
+			t.Error("COMMIT PREPARED was not reached")
+		}
+		if len(seen) > 0 {
+			t.Errorf("between the commit record and COMMIT PREPARED: %v", seen)
+		}
+		if value(e.k1) != "101" || value(e.k2) != "101" {
+			t.Errorf("after COMMIT: %s and %s, want 101 and 101", value(e.k1), value(e.k2))
+		}
+	})
+
+	t.Run("deferred constraint fails at the record's commit", func(t *testing.T) {
+		exec(t, c, "CREATE TABLE rdef (aid bigint PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v int)", simple)
+		exec(t, c, "SELECT create_distributed_table('rdef', 'aid', colocate_with => 'rr')", simple)
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+		exec(t, c, "INSERT INTO rdef VALUES ($1, 1)", e.k1)
+		exec(t, c, "INSERT INTO rdef VALUES ($1, 2)", e.k1)
+		_, err := c.Exec(context.Background(), "COMMIT")
+		if sqlState(err) != "23505" {
+			t.Errorf("COMMIT with a deferred duplicate on the first worker: %s %v, want 23505", sqlState(err), err)
+		}
+		if value(e.k2) != "101" {
+			t.Errorf("the second worker's write: n = %s, want 101 (rolled back)", value(e.k2))
+		}
+		if n := queryString(t, c, "SELECT count(*) FROM rdef"); n != "0" {
+			t.Errorf("%s rows in rdef, want 0", n)
+		}
+	})
+
+	t.Run("recovery records an abort first", func(t *testing.T) {
+		other := pgtest.Coordinator(t, e.cl, func(c *coordinator.Config) { c.RecoveryInterval = -1 })
+		ran := false
+		e.srv.SetBeforeDecideHook(func(base string) {
+			if ran {
+				return
+			}
+			ran = true
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, a := other.RecoverPrepared(ctx, 0); a != 1 {
+				t.Errorf("the other coordinator's recovery rolled back %d prepared transactions, want 1", a)
+			}
+		})
+		defer e.srv.SetBeforeDecideHook(nil)
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+		_, err := c.Exec(context.Background(), "COMMIT")
+		if sqlState(err) != "40001" {
+			t.Errorf("COMMIT after recovery aborted the transaction: %s %v, want 40001", sqlState(err), err)
+		}
+		if !ran {
+			t.Fatal("the hook did not run")
+		}
+		if value(e.k1) != "101" || value(e.k2) != "101" {
+			t.Errorf("after the aborted COMMIT: %s and %s, want 101 and 101", value(e.k1), value(e.k2))
+		}
+	})
+	if n := e.preparedLeft(t); n != 0 {
+		t.Errorf("%d prepared transactions left", n)
+	}
+}
+
+// TestRecoverRecorded leaves prepared transactions on the second worker
+// as a coordinator that died around its record on the first would, in a
+// database of their own, and runs recovery rounds: the one whose record
+// is there is committed at once; one whose record someone else wrote
+// (without the secret) is rolled back; one without a record is left alone
+// within the grace, then rolled back with an abort record that a commit
+// record arriving late cannot beat.
+func TestRecoverRecorded(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.RecoveryInterval = -1 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := fmt.Sprintf("pgfleet_records_%d", os.Getpid())
+	var conns []*pgx.Conn
+	for _, w := range cl.Servers {
+		admin := connect(t, w.Addr())
+		exec(t, admin, "DROP DATABASE IF EXISTS "+db)
+		exec(t, admin, "CREATE DATABASE "+db)
+		t.Cleanup(func() {
+			rows, _ := admin.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE database = $1", db)
+			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+			if c, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db)); err == nil {
+				for _, g := range gids {
+					_, _ = c.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
+				}
+				_ = c.Close(context.Background())
+			}
+			_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+		})
+		c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		exec(t, c, "CREATE TABLE r (id int)")
+		conns = append(conns, c)
+	}
+	first, second := conns[0], conns[1]
+	exec(t, first, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
+	n1 := nodeID(t, connect(t, cl.Servers[0].Addr()), cl.Servers[0].Addr())
+
+	// prepare leaves the second worker's part of a group decided by a
+	// record on the first prepared, inserting id.
+	prepare := func(id int) twophase.Record {
+		t.Helper()
+		rec := twophase.NewRecord(n1)
+		exec(t, second, fmt.Sprintf("BEGIN; INSERT INTO r VALUES (%d); PREPARE TRANSACTION '%s_2'", id, rec.Base()), pgx.QueryExecModeSimpleProtocol)
+		return rec
+	}
+	record := func(id int, h, secret string) error {
+		_, err := first.Exec(ctx, fmt.Sprintf("BEGIN; INSERT INTO r VALUES (%d); INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('%s', '%s'); COMMIT",
+			id, h, secret), pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			_, _ = first.Exec(ctx, "ROLLBACK")
+		}
+		return err
+	}
+	rows := func(c *pgx.Conn, id int) string {
+		return queryString(t, c, "SELECT count(*) FROM r WHERE id = $1", id)
+	}
+	left := func(rec twophase.Record) string {
+		return queryString(t, second, "SELECT count(*) FROM pg_prepared_xacts WHERE starts_with(gid, $1)", rec.Base()+"_")
+	}
+
+	committed := prepare(1)
+	if err := record(1, committed.Hash, committed.Secret); err != nil {
+		t.Fatal(err)
+	}
+	forged := prepare(2)
+	if err := record(2, forged.Hash, "not the secret"); err != nil {
+		t.Fatal(err)
+	}
+	undecided := prepare(3)
+
+	time.Sleep(1100 * time.Millisecond) // decided ones are left to their coordinator for a second
+	if c, a := srv.RecoverPrepared(ctx, time.Hour); c != 1 || a != 1 {
+		t.Errorf("recovery within the grace committed %d and rolled back %d, want 1 and 1", c, a)
+	}
+	if left(committed) != "0" || left(forged) != "0" || left(undecided) != "1" {
+		t.Errorf("prepared transactions left: %s of the recorded one, %s of the forged one, %s of the undecided one; want 0, 0, 1",
+			left(committed), left(forged), left(undecided))
+	}
+	if rows(second, 1) != "1" || rows(second, 2) != "0" {
+		t.Errorf("the second worker has %s rows of the recorded one and %s of the forged one, want 1 and 0", rows(second, 1), rows(second, 2))
+	}
+
+	if _, a := srv.RecoverPrepared(ctx, 0); a != 1 {
+		t.Errorf("recovery past the grace rolled back %d, want 1", a)
+	}
+	if left(undecided) != "0" || rows(second, 3) != "0" {
+		t.Errorf("the undecided one: %s prepared left, %s rows; want 0 and 0", left(undecided), rows(second, 3))
+	}
+	if got := queryString(t, first, "SELECT coalesce(secret, 'NULL') FROM pgfleet_txn.commits WHERE h = $1", undecided.Hash); got != "NULL" {
+		t.Errorf("the undecided one's record: %s, want an abort (NULL)", got)
+	}
+	// Its coordinator, waking up, cannot commit its part.
+	if err := record(3, undecided.Hash, undecided.Secret); sqlState(err) != "23505" {
+		t.Errorf("a commit record after recovery's abort: %s %v, want 23505", sqlState(err), err)
+	}
+	if rows(first, 3) != "0" {
+		t.Errorf("the first worker has %s rows of the aborted one, want 0", rows(first, 3))
+	}
+}
