@@ -82,6 +82,14 @@ func TestRecordedCommit(t *testing.T) {
 		}
 	})
 
+	t.Run("the records table is pgfleet's own", func(t *testing.T) {
+		for _, sql := range []string{"SELECT create_distributed_table('pgfleet_txn.commits', 'h')", "SELECT create_reference_table('pgfleet_txn.commits')"} {
+			if _, err := c.Exec(context.Background(), sql, simple); sqlState(err) != "0A000" {
+				t.Errorf("%s: %s %v, want 0A000", sql, sqlState(err), err)
+			}
+		}
+	})
+
 	t.Run("deferred constraint fails at the record's commit", func(t *testing.T) {
 		exec(t, c, "CREATE TABLE rdef (aid bigint PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v int)", simple)
 		exec(t, c, "SELECT create_distributed_table('rdef', 'aid', colocate_with => 'rr')", simple)

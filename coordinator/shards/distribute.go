@@ -398,7 +398,7 @@ func (o *op) lockSource(ctx context.Context, table string) (*Def, error) {
 	if err != nil {
 		return nil, err
 	}
-	if def.Schema == "pgfleet" {
+	if ownSchema(def.Schema) {
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName()).
 			WithHint("Distribute your own tables only.")
 	}
@@ -589,7 +589,7 @@ func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table
 	if err != nil {
 		return "", 0, err
 	}
-	if def.Schema == "pgfleet" {
+	if ownSchema(def.Schema) {
 		return "", 0, pgerr.New(pgerr.FeatureNotSupported, "%s is one of pgfleet's own tables", def.CatalogName()).
 			WithHint("Distribute your own tables only.")
 	}
@@ -754,4 +754,10 @@ func GuardSQL(ident string, on bool) string {
 			" FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.distributed_table_guard()"
 	}
 	return "DROP TRIGGER IF EXISTS " + GuardTrigger + " ON " + ident
+}
+
+// ownSchema reports whether a table in schema is one of pgfleet's own: the
+// catalog's (pgfleet) or the commit records' (pgfleet_txn).
+func ownSchema(schema string) bool {
+	return schema == "pgfleet" || schema == "pgfleet_txn"
 }
