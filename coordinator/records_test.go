@@ -245,4 +245,19 @@ func TestRecoverRecorded(t *testing.T) {
 	if rows(first, 3) != "0" {
 		t.Errorf("the first worker has %s rows of the aborted one, want 0", rows(first, 3))
 	}
+
+	// The record's transaction commits synchronously, whatever the
+	// session's synchronous_commit (but a stricter one stays).
+	for set, want := range map[string]string{"off": "on", "local": "local", "remote_apply": "remote_apply", "on": "on"} {
+		tx, err := first.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, tx.Conn(), "SET LOCAL synchronous_commit = "+set)
+		exec(t, tx.Conn(), twophase.RecordSyncSQL)
+		if got := queryString(t, tx.Conn(), "SHOW synchronous_commit"); got != want {
+			t.Errorf("synchronous_commit %s: %s after RecordSyncSQL, want %s", set, got, want)
+		}
+		_ = tx.Rollback(ctx)
+	}
 }

@@ -70,6 +70,17 @@ const RecordsForgetSQL = `DELETE FROM pgfleet_txn.commits
 	WHERE recorded_at < pg_catalog.clock_timestamp() - make_interval(secs => CASE WHEN secret IS NULL THEN $2::float8 ELSE $1::float8 END)
 	AND h <> ALL ($3::text[])`
 
+// RecordSyncSQL makes the transaction it runs in commit synchronously when
+// the session's synchronous_commit is off: the record must be durable
+// before any other part commits (PREPARE TRANSACTION and COMMIT PREPARED
+// are always flushed; a commit under synchronous_commit off is not).
+const RecordSyncSQL = `SELECT pg_catalog.set_config('synchronous_commit', 'on', true) WHERE pg_catalog.current_setting('synchronous_commit') = 'off'`
+
+// commitSQL writes the record and commits the last part, in one round trip.
+func (r Record) commitSQL() string {
+	return RecordSyncSQL + "; INSERT INTO " + RecordsTable + " (h, secret) VALUES ('" + r.Hash + "', '" + r.Secret + "'); COMMIT"
+}
+
 // recordOp starts the operation word of a group decided by a record.
 const recordOp = "lx"
 
@@ -149,8 +160,7 @@ func (g *Group) commitLast(ctx context.Context) error {
 		g.BeforeDecide(g.Base)
 	}
 	g.decideStart = time.Now()
-	sql := "INSERT INTO " + RecordsTable + " (h, secret) VALUES ('" + g.record.Hash + "', '" + g.record.Secret + "'); COMMIT"
-	tag, err := p.Conn.Exec(ctx, sql)
+	tag, err := p.Conn.Exec(ctx, g.record.commitSQL())
 	if err == nil && tag != "COMMIT" {
 		err = &pgconn.PgError{Severity: "ERROR", Code: pgerr.InFailedSQLTransaction,
 			Message: fmt.Sprintf("the transaction on %s had failed and was rolled back", p.Where)}

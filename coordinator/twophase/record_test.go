@@ -17,7 +17,7 @@ import (
 // (b) is prepared, and commits or rolls b back by what the record says.
 func TestRecordedGroup(t *testing.T) {
 	lostErr := errors.New("connection reset")
-	const record = "INSERT INTO pgfleet_txn.commits (h, secret) VALUES ("
+	const record = "the record and COMMIT"
 	deferred := &pgconn.PgError{Severity: "ERROR", Code: "23503", Message: "insert or update on table \"o\" violates foreign key constraint"}
 	recordTaken := &pgconn.PgError{Severity: "ERROR", Code: "23505", SchemaName: "pgfleet_txn", TableName: "commits",
 		Message: "duplicate key value violates unique constraint \"commits_pkey\""}
@@ -38,19 +38,19 @@ func TestRecordedGroup(t *testing.T) {
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: ROLLBACK"}},
 		{name: "other part lost at PREPARE", fail: map[string]map[string]error{"b": {"PREPARE": lostErr}}, wantErr: "lost connection to b",
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: ROLLBACK"}},
-		{name: "last part's commit fails", fail: map[string]map[string]error{"a": {"INSERT": deferred}}, wantErr: "foreign key", code: "23503",
+		{name: "last part's commit fails", fail: map[string]map[string]error{"a": {"SELECT": deferred}}, wantErr: "foreign key", code: "23503",
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: " + record, "b: ROLLBACK PREPARED", "a: ROLLBACK"}},
-		{name: "recovery recorded an abort first", fail: map[string]map[string]error{"a": {"INSERT": recordTaken}}, wantErr: "aborted by recovery", code: "40001",
+		{name: "recovery recorded an abort first", fail: map[string]map[string]error{"a": {"SELECT": recordTaken}}, wantErr: "aborted by recovery", code: "40001",
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: " + record, "b: ROLLBACK PREPARED", "a: ROLLBACK"}},
-		{name: "last part's transaction had failed", tag: map[string]string{"INSERT": "ROLLBACK"}, wantErr: "had failed",
+		{name: "last part's transaction had failed", tag: map[string]string{"SELECT": "ROLLBACK"}, wantErr: "had failed",
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: " + record, "b: ROLLBACK PREPARED", "a: ROLLBACK"}},
-		{name: "answer lost, the record stands", fail: map[string]map[string]error{"a": {"INSERT": lostErr}},
+		{name: "answer lost, the record stands", fail: map[string]map[string]error{"a": {"SELECT": lostErr}},
 			store: fakeStore{stands: metadata.CommitDecision}, decided: true, aborting: true,
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: " + record, "b: COMMIT PREPARED"}},
-		{name: "FATAL after the commit, the record stands", fail: map[string]map[string]error{"a": {"INSERT": fatal}},
+		{name: "FATAL after the commit, the record stands", fail: map[string]map[string]error{"a": {"SELECT": fatal}},
 			store: fakeStore{stands: metadata.CommitDecision}, decided: true, aborting: true,
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: " + record, "b: COMMIT PREPARED"}},
-		{name: "answer lost, no record", fail: map[string]map[string]error{"a": {"INSERT": lostErr}},
+		{name: "answer lost, no record", fail: map[string]map[string]error{"a": {"SELECT": lostErr}},
 			store: fakeStore{stands: metadata.AbortDecision}, wantErr: "cannot record the commit decision", aborting: true,
 			wantLog: []string{"b: PREPARE TRANSACTION", "a: " + record, "b: ROLLBACK PREPARED"}},
 	} {
@@ -59,7 +59,7 @@ func TestRecordedGroup(t *testing.T) {
 			store := &countingStore{fakeStore: tc.store}
 			rec := NewRecord(1)
 			g := NewRecorded(rec, store)
-			tags := map[string]string{"INSERT": "COMMIT"}
+			tags := map[string]string{"SELECT": "COMMIT"}
 			for k, v := range tc.tag {
 				tags[k] = v
 			}
@@ -92,9 +92,12 @@ func TestRecordedGroup(t *testing.T) {
 				t.Errorf("SQLSTATE %s, want %s", ToPgErr(err).Code, tc.code)
 			}
 			log := flog.sent
+			want := "a: " + RecordSyncSQL + "; INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('" + rec.Hash + "', '" + rec.Secret + "'); COMMIT"
 			for i := range log {
+				if log[i] == want {
+					log[i] = "a: " + record
+				}
 				log[i], _, _ = strings.Cut(log[i], " '")
-				log[i], _, _ = strings.Cut(log[i], "'")
 			}
 			for _, name := range []string{"a", "b"} {
 				if got, want := of(log, name), of(tc.wantLog, name); !reflect.DeepEqual(got, want) {
