@@ -10,8 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -38,6 +40,13 @@ func (s *Server) openCatalog(ctx context.Context) error {
 		return fmt.Errorf("metadata database: %w", err)
 	}
 	cfg.MaxConns = 4
+	// Commit decisions and catalog changes are durable before anything
+	// acts on them, whatever the database's synchronous_commit (a
+	// stricter one stays).
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, twophase.SyncCommitSQL(false))
+		return err
+	}
 	s.metaDB = cfg.ConnConfig.Database
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -22,6 +22,13 @@ func (s *Server) SetDecideHooks(after func(ctx context.Context, base string, err
 // PREPAREs and its commit decision; call before clients connect.
 func (s *Server) SetBeforeDecideHook(before func(base string)) { s.hooks.beforeDecide = before }
 
+// MetadataSetting is a setting of the metadata pool's sessions.
+func (s *Server) MetadataSetting(name string) (string, error) {
+	var v string
+	err := s.metaPool.QueryRow(context.Background(), "SELECT pg_catalog.current_setting($1)", name).Scan(&v)
+	return v, err
+}
+
 // SetDecideTimeout sets the bound of recording a commit decision and
 // returns a function restoring it.
 func SetDecideTimeout(d time.Duration) (restore func()) {

@@ -143,6 +143,20 @@ func TestRecordedCommit(t *testing.T) {
 	}
 }
 
+// TestMetadataCommitsSynchronously: the metadata database's sessions
+// commit synchronously (decisions, catalog changes) although the test
+// clusters' servers run with synchronous_commit off.
+func TestMetadataCommitsSynchronously(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	if server := queryString(t, connect(t, cl.Servers[0].Addr()), "SHOW synchronous_commit"); server != "off" {
+		t.Fatalf("the test cluster runs with synchronous_commit %s, want off (the case this test is about)", server)
+	}
+	if got, err := srv.MetadataSetting("synchronous_commit"); err != nil || got != "on" {
+		t.Errorf("metadata sessions' synchronous_commit: %q %v, want on", got, err)
+	}
+}
+
 // TestRecoverRecorded leaves prepared transactions on the second worker
 // as a coordinator that died around its record on the first would, in a
 // database of their own, and runs recovery rounds: the one whose record
@@ -254,9 +268,9 @@ func TestRecoverRecorded(t *testing.T) {
 			t.Fatal(err)
 		}
 		exec(t, tx.Conn(), "SET LOCAL synchronous_commit = "+set)
-		exec(t, tx.Conn(), twophase.RecordSyncSQL)
+		exec(t, tx.Conn(), twophase.SyncCommitSQL(true))
 		if got := queryString(t, tx.Conn(), "SHOW synchronous_commit"); got != want {
-			t.Errorf("synchronous_commit %s: %s after RecordSyncSQL, want %s", set, got, want)
+			t.Errorf("synchronous_commit %s: %s after SyncCommitSQL(true), want %s", set, got, want)
 		}
 		_ = tx.Rollback(ctx)
 	}

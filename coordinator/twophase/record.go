@@ -70,15 +70,19 @@ const RecordsForgetSQL = `DELETE FROM pgfleet_txn.commits
 	WHERE recorded_at < pg_catalog.clock_timestamp() - make_interval(secs => CASE WHEN secret IS NULL THEN $2::float8 ELSE $1::float8 END)
 	AND h <> ALL ($3::text[])`
 
-// RecordSyncSQL makes the transaction it runs in commit synchronously when
-// the session's synchronous_commit is off: the record must be durable
-// before any other part commits (PREPARE TRANSACTION and COMMIT PREPARED
-// are always flushed; a commit under synchronous_commit off is not).
-const RecordSyncSQL = `SELECT pg_catalog.set_config('synchronous_commit', 'on', true) WHERE pg_catalog.current_setting('synchronous_commit') = 'off'`
+// SyncCommitSQL makes the transaction it runs in (local), or the session,
+// commit synchronously when synchronous_commit is off (a stricter setting
+// stays): a decision must be durable before any part commits by it
+// (PREPARE TRANSACTION and COMMIT PREPARED are always flushed; a commit
+// under synchronous_commit off is not).
+func SyncCommitSQL(local bool) string {
+	return "SELECT pg_catalog.set_config('synchronous_commit', 'on', " + strconv.FormatBool(local) +
+		") WHERE pg_catalog.current_setting('synchronous_commit') = 'off'"
+}
 
 // commitSQL writes the record and commits the last part, in one round trip.
 func (r Record) commitSQL() string {
-	return RecordSyncSQL + "; INSERT INTO " + RecordsTable + " (h, secret) VALUES ('" + r.Hash + "', '" + r.Secret + "'); COMMIT"
+	return SyncCommitSQL(true) + "; INSERT INTO " + RecordsTable + " (h, secret) VALUES ('" + r.Hash + "', '" + r.Secret + "'); COMMIT"
 }
 
 // recordOp starts the operation word of a group decided by a record.

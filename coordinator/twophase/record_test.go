@@ -92,7 +92,7 @@ func TestRecordedGroup(t *testing.T) {
 				t.Errorf("SQLSTATE %s, want %s", ToPgErr(err).Code, tc.code)
 			}
 			log := flog.sent
-			want := "a: " + RecordSyncSQL + "; INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('" + rec.Hash + "', '" + rec.Secret + "'); COMMIT"
+			want := "a: " + SyncCommitSQL(true) + "; INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('" + rec.Hash + "', '" + rec.Secret + "'); COMMIT"
 			for i := range log {
 				if log[i] == want {
 					log[i] = "a: " + record
