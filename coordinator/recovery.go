@@ -383,8 +383,16 @@ func (s *Server) recoveryRecordAbort(ctx context.Context, node int32, p prepared
 	if err != nil {
 		return 0, err
 	}
-	return recordAbort(ctx, c, p.base)
+	// The insert waits for a transaction that wrote the record and is
+	// still committing (a deferred trigger waiting on a lock, say): not
+	// for the whole round, which has other transactions to resolve.
+	actx, cancel := context.WithTimeout(ctx, recordAbortTimeout)
+	defer cancel()
+	return recordAbort(actx, c, p.base)
 }
+
+// recordAbortTimeout bounds one abort record's insert in a recovery round.
+const recordAbortTimeout = 10 * time.Second
 
 // forgetRecords deletes, in every database this coordinator has kept
 // commit records in, the records nobody can need any more: as
