@@ -35,8 +35,16 @@ func TestOnePhaseCommit(t *testing.T) {
 		ids[i] = n
 	}
 	meta := connect(t, cl.Servers[0].Addr())
+	// Decisions: in the metadata database, or commit records on a worker.
 	decisions := func() int {
 		n, _ := strconv.Atoi(queryString(t, meta, "SELECT count(*)::text FROM pgfleet.transaction_decisions"))
+		for i := range cl.Servers {
+			w := connect(t, cl.Servers[i].Addr())
+			if queryString(t, w, "SELECT (pg_catalog.to_regclass('pgfleet_txn.commits') IS NOT NULL)::text") == "true" {
+				k, _ := strconv.Atoi(queryString(t, w, "SELECT count(*)::text FROM pgfleet_txn.commits"))
+				n += k
+			}
+		}
 		return n
 	}
 	prepared := func() string {

@@ -166,23 +166,25 @@ func (r *recordStore) Abort(ctx context.Context, base string) (byte, error) {
 }
 
 // recordedGroup starts the two-phase commit of a transaction block over
-// all: decided by a commit record on the lowest node that wrote (where
-// every write to a reference table takes its locks first, so that it is
-// the first to release them), or on the lowest node when none is known to
-// have written. ok is false when the block must record its decision in
-// the metadata database: the session keeps state on its connections
-// (pinned, temporary objects: a worker refuses to prepare those, and the
-// last part would commit them), or the node's records table cannot be
-// made.
+// all: decided by a commit record on the lowest node that wrote, or on the
+// lowest node when none is known to have written, but never on the
+// default node. NOTIFY runs there, where the fleet's listeners are: it
+// stays prepared, so that PostgreSQL refuses a NOTIFY or LISTEN in the
+// block (committed in one phase, a notification would reach listeners
+// before the other workers' parts are visible). ok is false when the block
+// must record its decision in the metadata database: the session keeps
+// state on its connections (pinned, temporary objects: a worker refuses
+// to prepare those, and the last part would commit them), or the node's
+// records table cannot be made.
 func (ss *session) recordedGroup(all []txConn) (g *twophase.Group, last int, ok bool) {
 	if len(all) < 2 || ss.pinned != "" || ss.tempObjects {
 		return nil, 0, false
 	}
-	last = 0
+	def := ss.srv.defaultNode.Load()
+	last = -1
 	for i, c := range all {
-		if slices.Contains(ss.wroteOn, c.node) {
+		if c.node != def && (last < 0 || slices.Contains(ss.wroteOn, c.node) && !slices.Contains(ss.wroteOn, all[last].node)) {
 			last = i
-			break
 		}
 	}
 	n := ss.srv.catalog.Load().Node(all[last].node)

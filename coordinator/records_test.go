@@ -35,7 +35,9 @@ func nodeID(t *testing.T, meta *pgx.Conn, addr string) int32 {
 func TestRecordedCommit(t *testing.T) {
 	e := newRestartEnv(t, nil)
 	w1, w2 := connect(t, e.cl.Servers[0].Addr()), connect(t, e.cl.Servers[1].Addr())
-	n1 := nodeID(t, w1, e.cl.Servers[0].Addr())
+	// The first worker is the default node (NOTIFY runs there), which is
+	// always prepared: the record is kept on the second.
+	n2 := nodeID(t, w1, e.cl.Servers[1].Addr())
 	c := connect(t, e.srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
 	value := func(k int) string { return queryString(t, c, "SELECT n FROM rr WHERE aid = $1", k) }
@@ -49,18 +51,18 @@ func TestRecordedCommit(t *testing.T) {
 		e.srv.SetDecideHooks(nil, func(base string) {
 			ran = true
 			node, hash, ok := twophase.RecordOf(base)
-			if !ok || node != n1 {
-				seen = append(seen, fmt.Sprintf("base %s is not decided by a record on node %d", base, n1))
+			if !ok || node != n2 {
+				seen = append(seen, fmt.Sprintf("base %s is not decided by a record on node %d", base, n2))
 				return
 			}
-			if n := prepared(w1, base); n != 0 {
-				seen = append(seen, fmt.Sprintf("%d prepared transactions on the first worker", n))
+			if n := prepared(w1, base); n != 1 {
+				seen = append(seen, fmt.Sprintf("%d prepared transactions on the first worker, want 1", n))
 			}
-			if n := prepared(w2, base); n != 1 {
-				seen = append(seen, fmt.Sprintf("%d prepared transactions on the second worker, want 1", n))
+			if n := prepared(w2, base); n != 0 {
+				seen = append(seen, fmt.Sprintf("%d prepared transactions on the second worker", n))
 			}
 			var secret *string
-			if err := w1.QueryRow(context.Background(), "SELECT secret FROM pgfleet_txn.commits WHERE h = $1", hash).Scan(&secret); err != nil {
+			if err := w2.QueryRow(context.Background(), "SELECT secret FROM pgfleet_txn.commits WHERE h = $1", hash).Scan(&secret); err != nil {
 				seen = append(seen, "the record: "+err.Error())
 			} else if twophase.RecordDecision(hash, secret) != metadata.CommitDecision {
 				seen = append(seen, "the record does not stand for a commit")
@@ -83,6 +85,7 @@ func TestRecordedCommit(t *testing.T) {
 	})
 
 	t.Run("the records table is pgfleet's own", func(t *testing.T) {
+		exec(t, w1, twophase.RecordsDDL, simple) // as if the first worker kept records
 		for _, sql := range []string{"SELECT create_distributed_table('pgfleet_txn.commits', 'h')", "SELECT create_reference_table('pgfleet_txn.commits')"} {
 			if _, err := c.Exec(context.Background(), sql, simple); sqlState(err) != "0A000" {
 				t.Errorf("%s: %s %v, want 0A000", sql, sqlState(err), err)
@@ -90,22 +93,27 @@ func TestRecordedCommit(t *testing.T) {
 		}
 	})
 
-	t.Run("deferred constraint fails at the record's commit", func(t *testing.T) {
+	t.Run("deferred constraint fails", func(t *testing.T) {
 		exec(t, c, "CREATE TABLE rdef (aid bigint PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v int)", simple)
 		exec(t, c, "SELECT create_distributed_table('rdef', 'aid', colocate_with => 'rr')", simple)
-		exec(t, c, "BEGIN")
-		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
-		exec(t, c, "INSERT INTO rdef VALUES ($1, 1)", e.k1)
-		exec(t, c, "INSERT INTO rdef VALUES ($1, 2)", e.k1)
-		_, err := c.Exec(context.Background(), "COMMIT")
-		if sqlState(err) != "23505" {
-			t.Errorf("COMMIT with a deferred duplicate on the first worker: %s %v, want 23505", sqlState(err), err)
-		}
-		if value(e.k2) != "101" {
-			t.Errorf("the second worker's write: n = %s, want 101 (rolled back)", value(e.k2))
-		}
-		if n := queryString(t, c, "SELECT count(*) FROM rdef"); n != "0" {
-			t.Errorf("%s rows in rdef, want 0", n)
+		// On the second worker at the record's commit, on the first at its
+		// PREPARE: either way nothing commits.
+		for _, keys := range [][2]int{{e.k1, e.k2}, {e.k2, e.k1}} {
+			write, dup := keys[0], keys[1]
+			exec(t, c, "BEGIN")
+			exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", write)
+			exec(t, c, "INSERT INTO rdef VALUES ($1, 1)", dup)
+			exec(t, c, "INSERT INTO rdef VALUES ($1, 2)", dup)
+			_, err := c.Exec(context.Background(), "COMMIT")
+			if sqlState(err) != "23505" {
+				t.Errorf("COMMIT with a deferred duplicate of %d: %s %v, want 23505", dup, sqlState(err), err)
+			}
+			if value(write) != "101" {
+				t.Errorf("the other worker's write: n = %s, want 101 (rolled back)", value(write))
+			}
+			if n := queryString(t, c, "SELECT count(*) FROM rdef"); n != "0" {
+				t.Errorf("%s rows in rdef, want 0", n)
+			}
 		}
 	})
 
