@@ -177,31 +177,7 @@ func TestRecoverRecorded(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.RecoveryInterval = -1 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := fmt.Sprintf("pgfleet_records_%d", os.Getpid())
-	var conns []*pgx.Conn
-	for _, w := range cl.Servers {
-		admin := connect(t, w.Addr())
-		exec(t, admin, "DROP DATABASE IF EXISTS "+db)
-		exec(t, admin, "CREATE DATABASE "+db)
-		t.Cleanup(func() {
-			rows, _ := admin.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE database = $1", db)
-			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-			if c, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db)); err == nil {
-				for _, g := range gids {
-					_, _ = c.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
-				}
-				_ = c.Close(context.Background())
-			}
-			_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
-		})
-		c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		exec(t, c, "CREATE TABLE r (id int)")
-		conns = append(conns, c)
-	}
+	conns := scratchDB(t, cl, fmt.Sprintf("pgfleet_records_%d", os.Getpid()))
 	first, second := conns[0], conns[1]
 	exec(t, first, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
 	n1 := nodeID(t, connect(t, cl.Servers[0].Addr()), cl.Servers[0].Addr())

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 	"github.com/pgfleet/pgfleet/metadata"
@@ -36,33 +37,7 @@ func TestRecoverPrepared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	db := fmt.Sprintf("pgfleet_recovery_%d", os.Getpid())
-	var conns []*pgx.Conn
-	for _, w := range cl.Servers {
-		admin := connect(t, w.Addr())
-		exec(t, admin, "DROP DATABASE IF EXISTS "+db)
-		exec(t, admin, "CREATE DATABASE "+db)
-		t.Cleanup(func() {
-			// Whatever the test left prepared would keep the database.
-			rows, _ := admin.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE database = $1", db)
-			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-			c, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db))
-			if err == nil {
-				for _, g := range gids {
-					_, _ = c.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
-				}
-				_ = c.Close(context.Background())
-			}
-			_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
-		})
-		c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		exec(t, c, "CREATE TABLE r (id int)")
-		conns = append(conns, c)
-	}
+	conns := scratchDB(t, cl, fmt.Sprintf("pgfleet_recovery_%d", os.Getpid()))
 	pool, err := pgxpool.New(ctx, pgtest.URL(cl.Servers[0].Addr())) // the coordinator's metadata database
 	if err != nil {
 		t.Fatal(err)
@@ -165,4 +140,38 @@ func TestRecoverPrepared(t *testing.T) {
 	if counted["commit"] < 2 || counted["abort"] < 2 {
 		t.Errorf("pgfleet_recovered_transactions_total = %v, want commit and abort at 2 at least", counted)
 	}
+}
+
+// scratchDB makes database db on every worker of cl, with a table r (id
+// int), and returns a connection to it on each; the cleanup rolls back
+// what a test left prepared there and drops it.
+func scratchDB(t *testing.T, cl *pgcluster.Cluster, db string) []*pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	var conns []*pgx.Conn
+	for _, w := range cl.Servers {
+		admin := connect(t, w.Addr())
+		exec(t, admin, "DROP DATABASE IF EXISTS "+db)
+		exec(t, admin, "CREATE DATABASE "+db)
+		t.Cleanup(func() {
+			// Whatever the test left prepared would keep the database.
+			rows, _ := admin.Query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = $1", db)
+			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+			if c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db)); err == nil {
+				for _, g := range gids {
+					_, _ = c.Exec(ctx, "ROLLBACK PREPARED '"+g+"'")
+				}
+				_ = c.Close(ctx)
+			}
+			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+		})
+		c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", w.Addr(), db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		exec(t, c, "CREATE TABLE r (id int)")
+		conns = append(conns, c)
+	}
+	return conns
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -156,14 +155,9 @@ func (g *Group) SetLast(p *Part) { g.Last = p }
 // is unknown (InDoubt), as Decide.
 func (g *Group) commitLast(ctx context.Context) error {
 	p := g.Last
-	if !g.prepareStart.IsZero() && time.Since(g.prepareStart) > MaxDecisionDelay {
-		return pgerr.New("40001", "the distributed transaction took more than %s from PREPARE to its commit decision and was rolled back",
-			MaxDecisionDelay).WithHint("Retry the transaction.")
+	if err := g.startDecision(); err != nil {
+		return err
 	}
-	if g.BeforeDecide != nil {
-		g.BeforeDecide(g.Base)
-	}
-	g.decideStart = time.Now()
 	tag, err := p.Conn.Exec(ctx, g.record.commitSQL())
 	if err == nil && tag != "COMMIT" {
 		err = &pgconn.PgError{Severity: "ERROR", Code: pgerr.InFailedSQLTransaction,

@@ -249,6 +249,23 @@ func (g *Group) Decide(ctx context.Context) error {
 	if g.Store == nil {
 		return pgerr.New(pgerr.Internal, "no metadata store to record the commit decision in")
 	}
+	if err := g.startDecision(); err != nil {
+		return err
+	}
+	err := g.Store.Decide(ctx, g.Base)
+	if g.AfterDecide != nil {
+		err = g.AfterDecide(ctx, g.Base, err)
+	}
+	if err == nil {
+		g.Decided = true
+		return nil
+	}
+	return g.Settle(ctx, err)
+}
+
+// startDecision is called right before the commit decision is recorded
+// (by Decide, or by the last part's record).
+func (g *Group) startDecision() error {
 	if !g.prepareStart.IsZero() && time.Since(g.prepareStart) > MaxDecisionDelay {
 		// Recovery may have aborted it and forgotten that since: never
 		// decide to commit. Without a decision recovery aborts it too.
@@ -259,15 +276,7 @@ func (g *Group) Decide(ctx context.Context) error {
 		g.BeforeDecide(g.Base)
 	}
 	g.decideStart = time.Now()
-	err := g.Store.Decide(ctx, g.Base)
-	if g.AfterDecide != nil {
-		err = g.AfterDecide(ctx, g.Base, err)
-	}
-	if err == nil {
-		g.Decided = true
-		return nil
-	}
-	return g.Settle(ctx, err)
+	return nil
 }
 
 // Settle learns the decision after recording the commit decision failed
