@@ -32,6 +32,7 @@ type recordTable struct {
 	node     int32
 	db       string
 	ok       bool
+	making   bool // a session is making it now
 	failedAt time.Time
 }
 
@@ -50,12 +51,18 @@ type recordKey struct {
 
 // recordsReady reports whether node's database db has the records table,
 // making it if this coordinator has not seen it yet (as the superuser, on
-// a connection of its own: once per database and process).
+// a connection of its own: once per database and process). The commit
+// that made it sure of the table records its decision in the metadata
+// database all the same: its transaction began before, and may not see
+// a table made since (name lookups in a transaction see another
+// session's DDL only once they take a lock).
 func (s *Server) recordsReady(n metadata.Node, db string) bool {
 	k := recordKey{n.ID, db}
 	s.records.mu.Lock()
 	t := s.records.m[k]
-	if t != nil && (t.ok || time.Since(t.failedAt) < recordsRetry) {
+	if t != nil && (t.ok || t.making || time.Since(t.failedAt) < recordsRetry) {
+		// (While another session makes it, this one decides in the
+		// metadata database.)
 		s.records.mu.Unlock()
 		return t.ok
 	}
@@ -66,6 +73,7 @@ func (s *Server) recordsReady(n metadata.Node, db string) bool {
 		t = &recordTable{node: n.ID, db: db}
 		s.records.m[k] = t
 	}
+	t.making = true
 	s.records.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -73,6 +81,7 @@ func (s *Server) recordsReady(n metadata.Node, db string) bool {
 	err := s.makeRecordsTable(ctx, n, db)
 	s.records.mu.Lock()
 	defer s.records.mu.Unlock()
+	t.making = false
 	if err != nil {
 		t.failedAt = time.Now()
 		s.log.Warn("cannot make the commit records table; transactions over several workers record their decisions in the metadata database",
@@ -80,7 +89,7 @@ func (s *Server) recordsReady(n metadata.Node, db string) bool {
 		return false
 	}
 	t.ok = true
-	return true
+	return false
 }
 
 func (s *Server) makeRecordsTable(ctx context.Context, n metadata.Node, db string) error {
@@ -98,7 +107,8 @@ func (s *Server) makeRecordsTable(ctx context.Context, n metadata.Node, db strin
 func makeRecordsTable(ctx context.Context, c *pgx.Conn) error {
 	exists := func() (bool, error) {
 		var ok bool
-		err := c.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", twophase.RecordsTable).Scan(&ok)
+		err := c.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regprocedure($2) IS NOT NULL",
+			twophase.RecordsTable, twophase.RecordFunction).Scan(&ok)
 		return ok, err
 	}
 	if ok, err := exists(); err != nil || ok {
@@ -165,6 +175,18 @@ func (r *recordStore) Abort(ctx context.Context, base string) (byte, error) {
 	return recordAbort(ctx, c, base)
 }
 
+// recordsLost forgets that node's database db has the records table, after
+// a commit found it (or its function) missing: the next commit makes it
+// again.
+func (s *Server) recordsLost(node int32, db string) {
+	s.records.mu.Lock()
+	defer s.records.mu.Unlock()
+	if t := s.records.m[recordKey{node, db}]; t != nil && t.ok {
+		t.ok = false
+		t.failedAt = time.Time{}
+	}
+}
+
 // recordedGroup starts the two-phase commit of a transaction block over
 // all: decided by a commit record on the lowest node that wrote, or on the
 // lowest node when none is known to have written, but never on the
@@ -177,7 +199,10 @@ func (r *recordStore) Abort(ctx context.Context, base string) (byte, error) {
 // to prepare those, and the last part would commit them), or the node's
 // records table cannot be made.
 func (ss *session) recordedGroup(all []txConn) (g *twophase.Group, last int, ok bool) {
-	if len(all) < 2 || ss.pinned != "" || ss.tempObjects {
+	// A SET in the block or user code may have made the transaction read
+	// only after its writes (SET TRANSACTION READ ONLY), where the record
+	// cannot be written but PREPARE works.
+	if len(all) < 2 || ss.pinned != "" || ss.tempObjects || ss.txSet || len(ss.pending) > 0 || ss.paramsUnsure || ss.verifyState {
 		return nil, 0, false
 	}
 	def := ss.srv.defaultNode.Load()

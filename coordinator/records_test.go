@@ -46,6 +46,13 @@ func TestRecordedCommit(t *testing.T) {
 	}
 
 	t.Run("commit", func(t *testing.T) {
+		// The coordinator's first commit over the workers makes sure of
+		// the records table, and records its own decision in the metadata
+		// database (its transaction may not see the table yet).
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 0 WHERE aid = $1", e.k1)
+		exec(t, c, "UPDATE rr SET n = n + 0 WHERE aid = $1", e.k2)
+		exec(t, c, "COMMIT")
 		var seen []string
 		ran := false
 		e.srv.SetDecideHooks(nil, func(base string) {
@@ -115,6 +122,126 @@ func TestRecordedCommit(t *testing.T) {
 				t.Errorf("%s rows in rdef, want 0", n)
 			}
 		}
+	})
+
+	t.Run("read only after the writes", func(t *testing.T) {
+		// PostgreSQL commits it; the record could not be written in it.
+		for _, set := range []string{"SET TRANSACTION READ ONLY", "SET LOCAL transaction_read_only = on"} {
+			exec(t, c, "BEGIN")
+			exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+			exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+			exec(t, c, set)
+			if _, err := c.Exec(context.Background(), "COMMIT"); err != nil {
+				t.Errorf("COMMIT after %s: %v", set, err)
+			}
+		}
+		if value(e.k1) != "103" || value(e.k2) != "103" {
+			t.Errorf("after two read-only commits: %s and %s, want 103 and 103", value(e.k1), value(e.k2))
+		}
+		exec(t, c, "UPDATE rr SET n = 101 WHERE aid IN ($1, $2)", e.k1, e.k2)
+	})
+
+	t.Run("the secret is in no statement text", func(t *testing.T) {
+		// The record's commit waits in a deferred unique check behind
+		// another transaction: meanwhile the worker shows its statements.
+		other := connect(t, e.srv.Addr())
+		exec(t, other, "BEGIN")
+		exec(t, other, "INSERT INTO rdef VALUES ($1, 0)", e.k2)
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+		exec(t, c, "INSERT INTO rdef VALUES ($1, 1)", e.k2)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(context.Background(), "COMMIT")
+			done <- err
+		}()
+		waiting := ""
+		for i := 0; i < 200 && waiting == ""; i++ {
+			time.Sleep(25 * time.Millisecond)
+			waiting = queryString(t, w2, "SELECT coalesce(string_agg(query, ' | '), '') FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+		}
+		texts := queryString(t, w2, "SELECT coalesce(string_agg(query, ' | '), '') FROM pg_stat_activity WHERE query LIKE '%record(%'")
+		exec(t, other, "ROLLBACK")
+		if err := <-done; err != nil {
+			t.Errorf("COMMIT once the other transaction rolled back: %v", err)
+		}
+		if waiting != "COMMIT" {
+			t.Errorf("statements waiting on the second worker: %q, want COMMIT", waiting)
+		}
+		if strings.Contains(texts, "record('") {
+			t.Errorf("the record's secret is in pg_stat_activity: %s", texts)
+		}
+		if value(e.k1) != "102" || queryString(t, c, "SELECT v FROM rdef WHERE aid = $1", e.k2) != "1" {
+			t.Errorf("after COMMIT: n = %s, want 102, and rdef's row", value(e.k1))
+		}
+		exec(t, c, "UPDATE rr SET n = 101 WHERE aid = $1", e.k1)
+		exec(t, c, "DELETE FROM rdef")
+	})
+
+	t.Run("the records table dropped by hand", func(t *testing.T) {
+		exec(t, w2, "DROP SCHEMA pgfleet_txn CASCADE")
+		for i, want := range []string{"3F000", ""} {
+			exec(t, c, "BEGIN")
+			exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+			exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+			_, err := c.Exec(context.Background(), "COMMIT")
+			if got := sqlState(err); got != want && !(i == 0 && got == "42883") {
+				t.Errorf("COMMIT %d after the drop: %s %v, want %q", i+1, got, err, want)
+			}
+		}
+		// The first rolled back on both workers, the second committed.
+		if value(e.k1) != "102" || value(e.k2) != "102" {
+			t.Errorf("after the drop: %s and %s, want 102 and 102", value(e.k1), value(e.k2))
+		}
+		exec(t, c, "UPDATE rr SET n = 101 WHERE aid IN ($1, $2)", e.k1, e.k2)
+	})
+
+	t.Run("the record's answer lost", func(t *testing.T) {
+		// Settled from the record: it stands, so the block commits.
+		lost := 0
+		e.srv.SetDecideHooks(func(ctx context.Context, base string, err error) error {
+			if err != nil {
+				return err
+			}
+			lost++
+			return fmt.Errorf("the answer was lost")
+		}, nil)
+		defer e.srv.SetDecideHooks(nil, nil)
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+		if _, err := c.Exec(context.Background(), "COMMIT"); err != nil || lost != 1 {
+			t.Errorf("COMMIT whose record's answer was lost (%d times): %v", lost, err)
+		}
+		if value(e.k1) != "102" || value(e.k2) != "102" {
+			t.Errorf("after COMMIT: %s and %s, want 102 and 102", value(e.k1), value(e.k2))
+		}
+		exec(t, c, "UPDATE rr SET n = 101 WHERE aid IN ($1, $2)", e.k1, e.k2)
+	})
+
+	t.Run("another coordinator finishes it", func(t *testing.T) {
+		// The coordinator stops after the record: another's recovery
+		// commits the prepared part from it, without waiting the grace.
+		other := pgtest.Coordinator(t, e.cl, func(c *coordinator.Config) { c.RecoveryInterval = -1 })
+		e.srv.SetDecideHooks(nil, func(base string) {
+			time.Sleep(1100 * time.Millisecond) // recovery leaves a decided one to its coordinator for a second
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if c, a := other.RecoverPrepared(ctx, time.Hour); c != 1 || a != 0 {
+				t.Errorf("the other coordinator's recovery committed %d and rolled back %d, want 1 and 0", c, a)
+			}
+		})
+		defer e.srv.SetDecideHooks(nil, nil)
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+		if _, err := c.Exec(context.Background(), "COMMIT"); err != nil {
+			t.Errorf("COMMIT finished by another coordinator: %v", err)
+		}
+		if value(e.k1) != "102" || value(e.k2) != "102" {
+			t.Errorf("after COMMIT: %s and %s, want 102 and 102", value(e.k1), value(e.k2))
+		}
+		exec(t, c, "UPDATE rr SET n = 101 WHERE aid IN ($1, $2)", e.k1, e.k2)
 	})
 
 	t.Run("recovery records an abort first", func(t *testing.T) {
@@ -190,9 +317,15 @@ func TestRecoverRecorded(t *testing.T) {
 		exec(t, second, fmt.Sprintf("BEGIN; INSERT INTO r VALUES (%d); PREPARE TRANSACTION '%s_2'", id, rec.Base()), pgx.QueryExecModeSimpleProtocol)
 		return rec
 	}
+	// record commits id on the first worker with a record, as the last
+	// part does (secret), or as someone without the secret might write
+	// one (h and a wrong secret, as a superuser).
 	record := func(id int, h, secret string) error {
-		_, err := first.Exec(ctx, fmt.Sprintf("BEGIN; INSERT INTO r VALUES (%d); INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('%s', '%s'); COMMIT",
-			id, h, secret), pgx.QueryExecModeSimpleProtocol)
+		write := fmt.Sprintf("SELECT pgfleet_txn.record('%s')", secret)
+		if h != "" {
+			write = fmt.Sprintf("INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('%s', '%s')", h, secret)
+		}
+		_, err := first.Exec(ctx, fmt.Sprintf("BEGIN; INSERT INTO r VALUES (%d); %s; COMMIT", id, write), pgx.QueryExecModeSimpleProtocol)
 		if err != nil {
 			_, _ = first.Exec(ctx, "ROLLBACK")
 		}
@@ -206,7 +339,7 @@ func TestRecoverRecorded(t *testing.T) {
 	}
 
 	committed := prepare(1)
-	if err := record(1, committed.Hash, committed.Secret); err != nil {
+	if err := record(1, "", committed.Secret); err != nil {
 		t.Fatal(err)
 	}
 	forged := prepare(2)
@@ -237,11 +370,38 @@ func TestRecoverRecorded(t *testing.T) {
 		t.Errorf("the undecided one's record: %s, want an abort (NULL)", got)
 	}
 	// Its coordinator, waking up, cannot commit its part.
-	if err := record(3, undecided.Hash, undecided.Secret); sqlState(err) != "23505" {
+	if err := record(3, "", undecided.Secret); sqlState(err) != "23505" {
 		t.Errorf("a commit record after recovery's abort: %s %v, want 23505", sqlState(err), err)
 	}
 	if rows(first, 3) != "0" {
 		t.Errorf("the first worker has %s rows of the aborted one, want 0", rows(first, 3))
+	}
+
+	// A role without privileges can write a record only under the hash
+	// of a secret it knows, and neither read nor write the table itself.
+	role := fmt.Sprintf("pgfleet_records_role_%d", os.Getpid())
+	exec(t, first, "DROP ROLE IF EXISTS "+role)
+	exec(t, first, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		_, _ = connect(t, cl.Servers[0].Addr()).Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+	})
+	rc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", role, cl.Servers[0].Addr(), first.Config().Database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(context.Background())
+	mine := twophase.NewRecord(n1)
+	for sql, want := range map[string]string{
+		fmt.Sprintf("INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('%s', 'x')", forged.Hash): "42501",
+		"SELECT count(*) FROM pgfleet_txn.commits":                                                 "42501",
+		fmt.Sprintf("SELECT pgfleet_txn.record('%s')", mine.Secret):                                "",
+	} {
+		if _, err := rc.Exec(ctx, sql); sqlState(err) != want {
+			t.Errorf("as %s: %s: %s %v, want %q", role, sql, sqlState(err), err, want)
+		}
+	}
+	if got := queryString(t, first, "SELECT h FROM pgfleet_txn.commits WHERE secret = $1", mine.Secret); got != mine.Hash {
+		t.Errorf("the record written through the function has hash %s, want %s", got, mine.Hash)
 	}
 
 	// The record's transaction commits synchronously, whatever the

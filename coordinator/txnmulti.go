@@ -495,6 +495,10 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
 	defer cancel()
 	failures, err := g.Commit(ctx)
+	var pe *pgconn.PgError
+	if recorded && errors.As(err, &pe) && (pe.Code == pgerr.UndefinedFunction || pe.Code == pgerr.UndefinedTable || pe.Code == pgerr.InvalidSchemaName) {
+		ss.srv.recordsLost(all[last].node, ss.database) // dropped by hand: made again for the next commit
+	}
 	if err != nil {
 		// Rolled back, or left to recovery when the outcome is unknown.
 		return "", nil, withCleanup(err, g.Rollback(ctx))
@@ -608,14 +612,29 @@ type poolConn struct {
 func (p *poolConn) Exec(ctx context.Context, sql string) (string, error) {
 	deadline, ok := ctx.Deadline()
 	switch {
-	case strings.HasPrefix(sql, "PREPARE"), strings.HasPrefix(sql, "INSERT INTO "+twophase.RecordsTable):
-		// Deferred triggers and constraints run in PREPARE, and in the
-		// commit of a group's last part (with its record).
+	case strings.HasPrefix(sql, "PREPARE"):
 		deadline = time.Now().Add(txPrepareTimeout)
 	case !ok:
 		deadline = time.Now().Add(txCleanupTimeout)
 	}
 	tag, err := p.c.sc.ExecTag(sql, deadline, nil)
+	var pe *pgconn.PgError
+	if err != nil && !errors.As(err, &pe) {
+		p.c.sc.MarkBroken()
+		p.lost = true
+	}
+	return tag, err
+}
+
+// ExecParams runs the commit of a group's last part, with its record
+// (twophase.ParamsConn): deferred triggers and constraints run in it, as
+// in PREPARE, under the same bound.
+func (p *poolConn) ExecParams(_ context.Context, stmts []twophase.Stmt) (string, error) {
+	ps := make([]pooling.Stmt, len(stmts))
+	for i, s := range stmts {
+		ps[i] = pooling.Stmt{SQL: s.SQL, Args: s.Args}
+	}
+	tag, err := p.c.sc.ExecParams(ps, time.Now().Add(txPrepareTimeout))
 	var pe *pgconn.PgError
 	if err != nil && !errors.As(err, &pe) {
 		p.c.sc.MarkBroken()

@@ -91,3 +91,59 @@ func (c *ServerConn) run(sql string, deadline time.Time, relay func(typ byte, bo
 		}
 	}
 }
+
+// Stmt is a statement with its parameters, in text format, for ExecParams.
+type Stmt struct {
+	SQL  string
+	Args []string
+}
+
+// ExecParams runs stmts in one round trip of the extended protocol (the
+// unnamed statement and portal, text parameters, one Sync), so that the
+// parameters appear in no statement text (pg_stat_activity shows $1). It
+// returns the command tag of the last statement that ran and the first
+// error the server reported; after an error the server skips the rest.
+func (c *ServerConn) ExecParams(stmts []Stmt, deadline time.Time) (string, error) {
+	b := c.wbuf
+	for _, s := range stmts {
+		b, _ = (&pgproto3.Parse{Query: s.SQL}).Encode(b)
+		params := make([][]byte, len(s.Args))
+		for i, a := range s.Args {
+			params[i] = []byte(a)
+		}
+		b, _ = (&pgproto3.Bind{Parameters: params}).Encode(b)
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+	}
+	b, _ = (&pgproto3.Sync{}).Encode(b)
+	c.wbuf = b
+	_ = c.conn.SetDeadline(deadline)
+	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
+	if err := c.Flush(); err != nil {
+		return "", err
+	}
+	var tag string
+	var first error
+	for {
+		f, err := c.Next()
+		if err != nil {
+			return "", err
+		}
+		switch f.Type {
+		case 'C':
+			if len(f.Body) > 0 {
+				tag = string(f.Body[:len(f.Body)-1])
+			}
+		case 'E':
+			if first == nil {
+				var er pgproto3.ErrorResponse
+				_ = er.Decode(f.Body)
+				first = pgconn.ErrorResponseToPgError(&er)
+			}
+		case 'S':
+			c.NoteParameterStatus(f.Body)
+		case 'Z':
+			c.TxStatus = f.Body[0]
+			return tag, first
+		}
+	}
+}

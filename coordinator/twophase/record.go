@@ -28,28 +28,42 @@ import (
 //
 // The record's key is a hash of a secret only the coordinator knows, and
 // the prepared transactions' global ids carry the hash
-// ("pgfleet_lx<node>_<hash>_<node>"): every client role can insert into
-// the table (the record is written in the client's own transaction), but
-// only the coordinator can write a record whose secret matches. Recovery
-// finds the record on the node the id names; a record whose secret does
-// not match, or an abort record (secret NULL), is an abort, and so is no
-// record at all once recovery has inserted an abort record for the hash,
-// which a commit record inserted first beats by the primary key, as in the
-// metadata database's decisions table.
+// ("pgfleet_lx<node>_<hash>_<node>"). The record is written in the
+// client's own transaction, as the client's role, through a function that
+// stores it under the hash of the secret it is given: a role that reads
+// the hash from pg_prepared_xacts can neither forge that record nor hold
+// its key locked, and the secret travels as a parameter, in no statement
+// text. Recovery finds the record on the node the id names; a record whose
+// secret does not match, or an abort record (secret NULL), is an abort,
+// and so is no record at all once recovery has inserted an abort record
+// for the hash, which a commit record inserted first beats by the primary
+// key, as in the metadata database's decisions table.
 
 // RecordsTable is the table commit records are kept in, in each database
 // of a worker that decides groups.
 const RecordsTable = "pgfleet_txn.commits"
 
-// RecordsDDL makes RecordsTable; it is run by a superuser, once per
-// database, before the database's first record.
+// RecordsDDL makes RecordsTable and RecordFunction; it is run by a
+// superuser, once per database, before the database's first record. Only
+// the function, which runs as its owner, writes commit records for other
+// roles, and only under the hash of the secret it is given: a role can
+// neither write a record for another transaction's hash nor lock one.
 const RecordsDDL = `CREATE SCHEMA IF NOT EXISTS pgfleet_txn;
 CREATE TABLE IF NOT EXISTS pgfleet_txn.commits (
 	h text PRIMARY KEY,
 	secret text,
 	recorded_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp());
-GRANT USAGE ON SCHEMA pgfleet_txn TO PUBLIC;
-GRANT INSERT ON pgfleet_txn.commits TO PUBLIC`
+REVOKE ALL ON pgfleet_txn.commits FROM PUBLIC;
+CREATE OR REPLACE FUNCTION pgfleet_txn.record(secret text) RETURNS void
+	LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+	AS $$INSERT INTO pgfleet_txn.commits (h, secret)
+		VALUES (pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(secret, 'UTF8')), 'hex'), 32), secret)$$;
+REVOKE ALL ON FUNCTION pgfleet_txn.record(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgfleet_txn.record(text) TO PUBLIC;
+GRANT USAGE ON SCHEMA pgfleet_txn TO PUBLIC`
+
+// RecordFunction writes a commit record (see RecordsDDL).
+const RecordFunction = "pgfleet_txn.record(text)"
 
 // RecordAbortSQL records an abort for hash $1 unless a record is stored,
 // and returns the secret of the record that stands (NULL for an abort): a
@@ -79,9 +93,26 @@ func SyncCommitSQL(local bool) string {
 		") WHERE pg_catalog.current_setting('synchronous_commit') = 'off'"
 }
 
-// commitSQL writes the record and commits the last part, in one round trip.
-func (r Record) commitSQL() string {
-	return SyncCommitSQL(true) + "; INSERT INTO " + RecordsTable + " (h, secret) VALUES ('" + r.Hash + "', '" + r.Secret + "'); COMMIT"
+// Stmt is a statement with text parameters.
+type Stmt struct {
+	SQL  string
+	Args []string
+}
+
+// ParamsConn is a Conn that can also run statements with parameters, in
+// one round trip: the last part's, whose record's secret must appear in no
+// statement text (pg_stat_activity shows statements to their role).
+type ParamsConn interface {
+	Conn
+	// ExecParams runs stmts in one round trip and returns the command
+	// tag of the last one that ran; after an error the rest are skipped.
+	ExecParams(ctx context.Context, stmts []Stmt) (string, error)
+}
+
+// commitStmts write the record and commit the last part, in one round
+// trip; the secret is a parameter.
+func (r Record) commitStmts() []Stmt {
+	return []Stmt{{SQL: SyncCommitSQL(true)}, {SQL: "SELECT pgfleet_txn.record($1)", Args: []string{r.Secret}}, {SQL: "COMMIT"}}
 }
 
 // recordOp starts the operation word of a group decided by a record.
@@ -146,9 +177,14 @@ func NewRecorded(rec Record, store Decider) *Group {
 	return &Group{Base: rec.Base(), Store: store, record: rec}
 }
 
-// SetLast makes p the part that commits last, in one phase, with the
-// group's record.
-func (g *Group) SetLast(p *Part) { g.Last = p }
+// SetLast makes p, whose connection must be a ParamsConn, the part that
+// commits last, in one phase, with the group's record.
+func (g *Group) SetLast(p *Part) {
+	if _, ok := p.Conn.(ParamsConn); !ok {
+		panic("twophase: the last part's connection cannot run statements with parameters")
+	}
+	g.Last = p
+}
 
 // commitLast writes the record in the last part's transaction and commits
 // it: the commit decision. On error nothing is committed, or the outcome
@@ -158,7 +194,7 @@ func (g *Group) commitLast(ctx context.Context) error {
 	if err := g.startDecision(); err != nil {
 		return err
 	}
-	tag, err := p.Conn.Exec(ctx, g.record.commitSQL())
+	tag, err := p.Conn.(ParamsConn).ExecParams(ctx, g.record.commitStmts())
 	if err == nil && tag != "COMMIT" {
 		err = &pgconn.PgError{Severity: "ERROR", Code: pgerr.InFailedSQLTransaction,
 			Message: fmt.Sprintf("the transaction on %s had failed and was rolled back", p.Where)}

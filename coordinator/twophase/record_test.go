@@ -92,8 +92,11 @@ func TestRecordedGroup(t *testing.T) {
 				t.Errorf("SQLSTATE %s, want %s", ToPgErr(err).Code, tc.code)
 			}
 			log := flog.sent
-			want := "a: " + SyncCommitSQL(true) + "; INSERT INTO pgfleet_txn.commits (h, secret) VALUES ('" + rec.Hash + "', '" + rec.Secret + "'); COMMIT"
+			want := "a: " + SyncCommitSQL(true) + "; SELECT pgfleet_txn.record($1); COMMIT [" + rec.Secret + "]"
 			for i := range log {
+				if strings.Contains(strings.TrimSuffix(log[i], " ["+rec.Secret+"]"), rec.Secret) {
+					t.Errorf("the secret is in a statement's text: %s", log[i])
+				}
 				if log[i] == want {
 					log[i] = "a: " + record
 				}
@@ -162,4 +165,14 @@ func TestRecordOf(t *testing.T) {
 			t.Errorf("secret %v: %q, want abort", secret, d)
 		}
 	}
+}
+
+// ExecParams logs the statements' texts joined, then their arguments.
+func (c *fakeConn) ExecParams(ctx context.Context, stmts []Stmt) (string, error) {
+	var sqls, args []string
+	for _, st := range stmts {
+		sqls = append(sqls, st.SQL)
+		args = append(args, st.Args...)
+	}
+	return c.Exec(ctx, strings.Join(sqls, "; ")+" ["+strings.Join(args, " ")+"]")
 }

@@ -68,6 +68,7 @@ const (
 	InsufficientPrivilege      = "42501"
 	UniqueViolation            = "23505"
 	InvalidSchemaName          = "3F000"
+	UndefinedFunction          = "42883"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
