@@ -139,6 +139,9 @@ type class struct {
 	// endLike: a statement starts with COMMIT, END, ROLLBACK, ABORT or
 	// PREPARE, so it may be one a failed transaction accepts.
 	endLike bool
+	// twoPhase: a statement is PREPARE TRANSACTION, COMMIT PREPARED or
+	// ROLLBACK PREPARED (refuseOwnGID).
+	twoPhase bool
 }
 
 // mayEndFailed reports whether a statement of the string may be one a
@@ -171,6 +174,10 @@ func classify(sql string) class {
 				c.ddl = true
 			case oneOf(lx.words[0], "COMMIT", "END", "ROLLBACK", "ABORT", "PREPARE"):
 				c.endLike = true
+				if n > 1 && (oneOf(lx.words[0], "PREPARE") && oneOf(lx.words[1], "TRANSACTION") ||
+					oneOf(lx.words[0], "COMMIT", "ROLLBACK") && oneOf(lx.words[1], "PREPARED")) {
+					c.twoPhase = true
+				}
 			}
 			if quietStatement(lx.words[0]) {
 				quiet++

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -101,27 +102,64 @@ func (s *Server) makeRecordsTable(ctx context.Context, n metadata.Node, db strin
 	return makeRecordsTable(ctx, c)
 }
 
-// makeRecordsTable makes the records table on c's database unless it
-// exists (two coordinators making it at once: one of them fails, and
-// finds it there).
+// makeRecordsTable makes the records table on c's database unless it is
+// there. The schema, table and function must be a superuser's, with no
+// trigger or rule on the table and no one else allowed to create in the
+// schema (recordsTrusted): otherwise a role that made them first would
+// run its code as the superuser, or read and forge records. Two
+// coordinators making them at once: one of them fails, and finds them
+// there.
 func makeRecordsTable(ctx context.Context, c *pgx.Conn) error {
-	exists := func() (bool, error) {
-		var ok bool
-		err := c.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regprocedure($2) IS NOT NULL",
-			twophase.RecordsTable, twophase.RecordFunction).Scan(&ok)
-		return ok, err
-	}
-	if ok, err := exists(); err != nil || ok {
+	if err := recordsTrusted(ctx, c); !errors.Is(err, errNoRecords) {
 		return err
 	}
 	_, err := c.Exec(ctx, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		if ok, _ := exists(); ok {
-			return nil
-		}
+	if terr := recordsTrusted(ctx, c); terr == nil || !errors.Is(terr, errNoRecords) {
+		return terr
 	}
 	return err
 }
+
+// errNoRecords: the database has no schema pgfleet_txn.
+var errNoRecords = errors.New("no schema pgfleet_txn")
+
+// recordsTrusted checks, as a superuser on c, that schema pgfleet_txn,
+// its table commits and its function record are what pgfleet made:
+// errNoRecords without the schema, an error saying what is wrong when
+// something else is there. Recovery reads and writes the table as the
+// superuser only after this check.
+func recordsTrusted(ctx context.Context, c *pgx.Conn) error {
+	var schema, ok bool
+	err := c.QueryRow(ctx, recordsTrustedSQL).Scan(&schema, &ok)
+	switch {
+	case err != nil:
+		return err
+	case !schema:
+		return errNoRecords
+	case !ok:
+		return errors.New("schema pgfleet_txn is not pgfleet's: its schema, table commits or function record is missing or not a superuser's, " +
+			"the table has triggers or rules, or another role may create objects in the schema; drop the schema as a superuser and pgfleet makes it again")
+	}
+	return nil
+}
+
+// recordsTrustedSQL: whether schema pgfleet_txn exists, and whether it is
+// as RecordsDDL makes it (everything owned by superusers, nothing that
+// runs code on the table, no one else creating in the schema).
+const recordsTrustedSQL = `SELECT n.oid IS NOT NULL, n.oid IS NOT NULL
+	AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) n.nspowner)
+	AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+		AND NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) a.grantee), false))
+	AND EXISTS (SELECT FROM pg_catalog.pg_class t
+		WHERE t.relnamespace OPERATOR(pg_catalog.=) n.oid AND t.relname OPERATOR(pg_catalog.=) 'commits' AND t.relkind OPERATOR(pg_catalog.=) 'r'
+		AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) t.relowner)
+		AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) t.oid)
+		AND NOT EXISTS (SELECT FROM pg_catalog.pg_rewrite w WHERE w.ev_class OPERATOR(pg_catalog.=) t.oid)
+		AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy p WHERE p.polrelid OPERATOR(pg_catalog.=) t.oid))
+	AND EXISTS (SELECT FROM pg_catalog.pg_proc f
+		WHERE f.pronamespace OPERATOR(pg_catalog.=) n.oid AND f.proname OPERATOR(pg_catalog.=) 'record' AND f.prosecdef
+		AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) f.proowner))
+	FROM (SELECT NULL) x LEFT JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) 'pgfleet_txn'`
 
 // recordAbort records an abort for a group decided by a record unless
 // its commit record is there, on c (a superuser's connection to the
@@ -131,17 +169,13 @@ func recordAbort(ctx context.Context, c *pgx.Conn, base string) (byte, error) {
 	if !ok {
 		return 0, fmt.Errorf("%s is not decided by a commit record", base)
 	}
-	var secret *string
-	err := c.QueryRow(ctx, twophase.RecordAbortSQL, hash).Scan(&secret)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == pgerr.UndefinedTable || pe.Code == pgerr.InvalidSchemaName) {
-		// No table: no record could be written; one is made, so that
-		// the abort record stands against a commit still to come.
-		if err = makeRecordsTable(ctx, c); err == nil {
-			err = c.QueryRow(ctx, twophase.RecordAbortSQL, hash).Scan(&secret)
-		}
+	// Without the table no record could be written: it is made, so that
+	// the abort record stands against a commit still to come.
+	if err := makeRecordsTable(ctx, c); err != nil {
+		return 0, err
 	}
-	if err != nil {
+	var secret *string
+	if err := c.QueryRow(ctx, twophase.RecordAbortSQL, hash).Scan(&secret); err != nil {
 		return 0, err
 	}
 	return twophase.RecordDecision(hash, secret), nil
@@ -218,3 +252,27 @@ func (ss *session) recordedGroup(all []txConn) (g *twophase.Group, last int, ok 
 	}
 	return twophase.NewRecorded(twophase.NewRecord(n.ID), &recordStore{s: ss.srv, db: ss.database}), last, true
 }
+
+// refuseOwnGID refuses a client's PREPARE TRANSACTION, COMMIT PREPARED or
+// ROLLBACK PREPARED of a global id in pgfleet's namespace: one would pass
+// for pgfleet's own with recovery (which resolves it by a record or
+// decision that does not exist), the others would end one of pgfleet's
+// parts behind its coordinator's back (a half commit). A text that does
+// not parse is left to the worker, which gives the syntax error.
+func refuseOwnGID(sql string) error {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return nil
+	}
+	for _, raw := range tree.Stmts {
+		ts := raw.GetStmt().GetTransactionStmt()
+		if ts != nil && strings.HasPrefix(ts.Gid, twophase.GIDPrefix) {
+			return pgerr.New(reservedName, "transaction identifier %q is reserved for pgfleet's own prepared transactions", ts.Gid).
+				WithHint("Use a transaction identifier that does not start with %q.", twophase.GIDPrefix)
+		}
+	}
+	return nil
+}
+
+// reservedName is SQLSTATE 42939 (reserved_name).
+const reservedName = "42939"

@@ -419,3 +419,89 @@ func TestRecoverRecorded(t *testing.T) {
 		_ = tx.Rollback(ctx)
 	}
 }
+
+// TestRecordsNotTrusted: a role that made schema pgfleet_txn itself (a
+// table of that name with a trigger) before pgfleet did cannot have
+// recovery run its code as the superuser: recovery neither reads nor
+// writes such a table, and leaves the prepared transaction that names it
+// alone.
+func TestRecordsNotTrusted(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.RecoveryInterval = -1 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conns := scratchDB(t, cl, fmt.Sprintf("pgfleet_untrusted_%d", os.Getpid()))
+	first, second := conns[0], conns[1]
+	db := first.Config().Database
+	role := fmt.Sprintf("pgfleet_untrusted_role_%d", os.Getpid())
+	exec(t, first, "DROP ROLE IF EXISTS "+role)
+	exec(t, first, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		_, _ = connect(t, cl.Servers[0].Addr()).Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+		_, _ = connect(t, cl.Servers[0].Addr()).Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+	})
+	exec(t, first, "GRANT CREATE ON DATABASE "+db+" TO "+role)
+	exec(t, first, "CREATE TABLE ran (who text)")
+	exec(t, first, "GRANT INSERT ON ran TO "+role)
+	rc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", role, cl.Servers[0].Addr(), db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(context.Background())
+	for _, sql := range []string{
+		"CREATE SCHEMA pgfleet_txn",
+		"CREATE TABLE pgfleet_txn.commits (h text PRIMARY KEY, secret text, recorded_at timestamptz DEFAULT now())",
+		`CREATE FUNCTION pgfleet_txn.record(secret text) RETURNS void LANGUAGE sql AS $$ SELECT $$`,
+		`CREATE FUNCTION pgfleet_txn.spy() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN INSERT INTO public.ran VALUES (current_user); RETURN NEW; END $$`,
+		"CREATE TRIGGER spy BEFORE INSERT ON pgfleet_txn.commits FOR EACH ROW EXECUTE FUNCTION pgfleet_txn.spy()",
+	} {
+		exec(t, rc, sql, pgx.QueryExecModeSimpleProtocol)
+	}
+	n1 := nodeID(t, connect(t, cl.Servers[0].Addr()), cl.Servers[0].Addr())
+	rec := twophase.NewRecord(n1)
+	exec(t, second, "BEGIN; INSERT INTO r VALUES (5); PREPARE TRANSACTION '"+rec.Base()+"_2'", pgx.QueryExecModeSimpleProtocol)
+
+	time.Sleep(1100 * time.Millisecond)
+	if c, a := srv.RecoverPrepared(ctx, 0); c != 0 || a != 0 {
+		t.Errorf("recovery resolved %d and %d prepared transactions from a table a role made, want none", c, a)
+	}
+	if got := queryString(t, first, "SELECT count(*) FROM ran"); got != "0" {
+		t.Errorf("the role's trigger ran %s times during recovery", got)
+	}
+	if got := queryString(t, second, "SELECT count(*) FROM pg_prepared_xacts WHERE gid = $1", rec.Base()+"_2"); got != "1" {
+		t.Errorf("%s prepared transactions left, want 1 (in doubt)", got)
+	}
+	if got := queryString(t, first, "SELECT rolsuper::text FROM pg_roles WHERE rolname = $1", role); got != "false" {
+		t.Errorf("the role's rolsuper: %s", got)
+	}
+}
+
+// TestOwnGIDRefused: a client cannot prepare, commit or roll back a
+// prepared transaction in pgfleet's namespace, however it spells the id.
+func TestOwnGIDRefused(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, sql := range []string{
+		"PREPARE TRANSACTION 'pgfleet_lx9_0123456789abcdef0123456789abcdef_1'",
+		`PREPARE TRANSACTION E'\x70gfleet_tx_0123_1'`,
+		"COMMIT PREPARED 'pgfleet_tx_0123_1'",
+		"ROLLBACK PREPARED 'pgfleet_tx_0123_1'",
+	} {
+		if strings.HasPrefix(sql, "PREPARE") {
+			exec(t, c, "BEGIN", simple)
+			exec(t, c, "SELECT 1", simple)
+		}
+		_, err := c.Exec(context.Background(), sql, simple)
+		if sqlState(err) != "42939" {
+			t.Errorf("%s: %s %v, want 42939", sql, sqlState(err), err)
+		}
+		_, _ = c.Exec(context.Background(), "ROLLBACK", simple)
+	}
+	// Other ids reach the worker.
+	if _, err := c.Exec(context.Background(), "COMMIT PREPARED 'no_such_gid'", simple); sqlState(err) != "42704" {
+		t.Errorf("COMMIT PREPARED of another id: %s %v, want the worker's 42704", sqlState(err), err)
+	}
+}

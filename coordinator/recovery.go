@@ -144,8 +144,10 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 	}
 	unread := map[recordKey]bool{} // records that could not be read: left for the next round
 	for k, hashes := range recorded {
+		// (Their prepared transactions were listed, so forgetting stays
+		// safe: their bases are kept.)
 		if err := s.readRecords(ctx, snap, k, hashes, conns, decided); err != nil {
-			complete, unread[k] = false, true
+			unread[k] = true
 			if ctx.Err() == nil {
 				s.log.Warn("recovery: reading commit records", "node", k.node, "database", k.db, "err", err)
 			}
@@ -350,6 +352,11 @@ func (s *Server) readRecords(ctx context.Context, snap *metadata.Snapshot, k rec
 	if err != nil {
 		return err
 	}
+	if err := recordsTrusted(ctx, c); errors.Is(err, errNoRecords) {
+		return nil // no table, no record
+	} else if err != nil {
+		return err
+	}
 	rows, err := c.Query(ctx, twophase.RecordsLookupSQL, hashes)
 	if err != nil {
 		return err
@@ -363,12 +370,7 @@ func (s *Server) readRecords(ctx context.Context, snap *metadata.Snapshot, k rec
 		}
 		decided[twophase.Record{Node: k.node, Hash: h}.Base()] = twophase.RecordDecision(h, secret)
 	}
-	err = rows.Err()
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == pgerr.UndefinedTable || pe.Code == pgerr.InvalidSchemaName) {
-		return nil // no table, no record
-	}
-	return err
+	return rows.Err()
 }
 
 // recoveryRecordAbort records an abort for p's group, decided by a record
@@ -418,6 +420,9 @@ func (s *Server) forgetRecords(ctx context.Context, snap *metadata.Snapshot, kee
 			continue
 		}
 		c, err := s.recoveryConn(ctx, *n, k.db, conns)
+		if err == nil {
+			err = recordsTrusted(ctx, c)
+		}
 		if err == nil {
 			_, err = c.Exec(ctx, twophase.RecordsForgetSQL, twophase.ForgetCommitAge.Seconds(), twophase.ForgetAbortAge.Seconds(), hashes)
 		}

@@ -1218,6 +1218,11 @@ func (ss *session) simpleQuery(body []byte) error {
 			return ss.queryError(err)
 		}
 	}
+	if cls.twoPhase {
+		if err := refuseOwnGID(text); err != nil {
+			return ss.queryError(err)
+		}
+	}
 	if cls.count == 1 && cls.signal {
 		if handled, err := ss.signalSession(text); handled {
 			return err
@@ -1938,6 +1943,9 @@ func (ss *session) parse(body []byte) error {
 	}
 	if err == nil && st.cls.hidden {
 		err = ss.refuseHidden(st.Query)
+	}
+	if err == nil && st.cls.twoPhase {
+		err = refuseOwnGID(st.Query)
 	}
 	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere
