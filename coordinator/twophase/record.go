@@ -214,6 +214,14 @@ func (g *Group) commitLast(ctx context.Context) error {
 		if pe.Code == pgerr.UniqueViolation && pe.TableName == "commits" && pe.SchemaName == "pgfleet_txn" {
 			return metadata.ErrAborted
 		}
+		if pe.Code == pgerr.ReadOnlySQLTransaction && strings.Contains(pe.Where, "record") {
+			// User code (a column default, a constraint's function) made
+			// the transaction read only after its writes, which the
+			// coordinator did not see; PostgreSQL would commit it.
+			return pgerr.New(pgerr.ReadOnlySQLTransaction,
+				"a function made the transaction read only after its writes on %s, so its commit over several workers could not be recorded; it was rolled back on every worker", p.Where).
+				WithHint("Do not set transaction_read_only from functions in transactions that write on several workers, or use SET TRANSACTION READ ONLY, which pgfleet sees.")
+		}
 		return err
 	}
 	// The answer is lost, or came with a FATAL after a commit that may
