@@ -110,6 +110,9 @@ func (s *Server) makeRecordsTable(ctx context.Context, n metadata.Node, db strin
 // coordinators making them at once: one of them fails, and finds them
 // there.
 func makeRecordsTable(ctx context.Context, c *pgx.Conn) error {
+	if _, err := c.Exec(ctx, catalogPath); err != nil {
+		return err
+	}
 	if err := recordsTrusted(ctx, c); !errors.Is(err, errNoRecords) {
 		return err
 	}
@@ -259,7 +262,17 @@ func (ss *session) recordedGroup(all []txConn) (g *twophase.Group, last int, ok 
 // decision that does not exist), the others would end one of pgfleet's
 // parts behind its coordinator's back (a half commit). A text that does
 // not parse is left to the worker, which gives the syntax error.
-func refuseOwnGID(sql string) error {
+//
+// The parse reads strings as standard_conforming_strings on does. When
+// the session may read them otherwise (the setting off, or a string of
+// several statements that may turn it off first), a backslash could spell
+// the id another way: such a statement is refused.
+func refuseOwnGID(sql string, scsUnsure bool) error {
+	if scsUnsure && strings.IndexByte(sql, '\\') >= 0 {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"PREPARE TRANSACTION, COMMIT PREPARED and ROLLBACK PREPARED with a backslash are not supported with standard_conforming_strings off, or in a string of several statements").
+			WithHint("Turn standard_conforming_strings on (the default), and send the statement on its own.")
+	}
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
 		return nil

@@ -504,4 +504,66 @@ func TestOwnGIDRefused(t *testing.T) {
 	if _, err := c.Exec(context.Background(), "COMMIT PREPARED 'no_such_gid'", simple); sqlState(err) != "42704" {
 		t.Errorf("COMMIT PREPARED of another id: %s %v, want the worker's 42704", sqlState(err), err)
 	}
+	// With standard_conforming_strings off a backslash escapes: 'pgfleet\_x'
+	// is pgfleet_x there. Refused then, and in a string that may turn it
+	// off first.
+	if _, err := c.Exec(context.Background(), `SET standard_conforming_strings = off; ROLLBACK PREPARED 'pgfleet\_x'`, simple); sqlState(err) != "0A000" {
+		t.Errorf("ROLLBACK PREPARED with a backslash after turning standard_conforming_strings off: %s %v, want 0A000", sqlState(err), err)
+	}
+	exec(t, c, "SET standard_conforming_strings = off", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "SELECT 1", simple)
+	if _, err := c.Exec(context.Background(), `PREPARE TRANSACTION 'pgfleet\_x'`, simple); sqlState(err) != "0A000" {
+		t.Errorf("PREPARE TRANSACTION with a backslash, standard_conforming_strings off: %s %v, want 0A000", sqlState(err), err)
+	}
+	_, _ = c.Exec(context.Background(), "ROLLBACK", simple)
+	exec(t, c, "RESET standard_conforming_strings", simple)
+}
+
+// TestRecoveryResolvesInCatalog: recovery, as the superuser, resolves its
+// functions in pg_catalog only: a role's make_interval(text) in schema
+// public of the database it lists prepared transactions from is not
+// called (it would run with the superuser's rights).
+func TestRecoveryResolvesInCatalog(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.RecoveryInterval = -1 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := connect(t, cl.Servers[0].Addr())
+	role := fmt.Sprintf("pgfleet_path_role_%d", os.Getpid())
+	for _, sql := range []string{
+		"DROP FUNCTION IF EXISTS public.make_interval(text)",
+		"DROP FUNCTION IF EXISTS public.pgfleet_path_log()",
+		"DROP TABLE IF EXISTS public.pgfleet_path_ran",
+		"DROP ROLE IF EXISTS " + role,
+		"CREATE ROLE " + role + " LOGIN",
+		"CREATE TABLE public.pgfleet_path_ran (who text)",
+		"GRANT INSERT ON public.pgfleet_path_ran TO " + role,
+		"GRANT CREATE ON SCHEMA public TO " + role,
+	} {
+		exec(t, admin, sql)
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"DROP FUNCTION IF EXISTS public.make_interval(text)", "DROP FUNCTION IF EXISTS public.pgfleet_path_log()",
+			"DROP TABLE IF EXISTS public.pgfleet_path_ran",
+			"REVOKE CREATE ON SCHEMA public FROM " + role, "DROP ROLE IF EXISTS " + role} {
+			_, _ = connect(t, cl.Servers[0].Addr()).Exec(context.Background(), sql)
+		}
+	})
+	rc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", role, cl.Servers[0].Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(context.Background())
+	// (Immutable, so that it runs when the statement is planned, even
+	// with no row; the insert is in a volatile function it calls.)
+	exec(t, rc, `CREATE FUNCTION public.pgfleet_path_log() RETURNS void LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO public.pgfleet_path_ran VALUES (current_user); END $$`, pgx.QueryExecModeSimpleProtocol)
+	exec(t, rc, `CREATE FUNCTION public.make_interval(secs text) RETURNS interval LANGUAGE plpgsql IMMUTABLE AS $$
+		BEGIN PERFORM public.pgfleet_path_log(); RETURN pg_catalog.make_interval(secs => secs::float8); END $$`,
+		pgx.QueryExecModeSimpleProtocol)
+	srv.RecoverPrepared(ctx, time.Hour)
+	if got := queryString(t, admin, "SELECT coalesce(string_agg(who, ' '), '') FROM public.pgfleet_path_ran"); got != "" {
+		t.Errorf("a role's make_interval ran during recovery, as %q", got)
+	}
 }

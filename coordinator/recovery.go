@@ -217,9 +217,10 @@ func (s *Server) listPrepared(ctx context.Context, n metadata.Node, grace time.D
 	if err != nil {
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, `SELECT gid, database::text, prepared < now() - make_interval(secs => $1),
-		prepared < now() - make_interval(secs => $2)
-		FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE $3 ORDER BY prepared`,
+	rows, err := conn.Query(ctx, `SELECT gid, database::pg_catalog.text,
+		prepared OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => $1::pg_catalog.float8)),
+		prepared OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => $2::pg_catalog.float8))
+		FROM pg_catalog.pg_prepared_xacts WHERE gid OPERATOR(pg_catalog.~~) $3::pg_catalog.text ORDER BY prepared`,
 		grace.Seconds(), decidedMinAge.Seconds(), strings.ReplaceAll(twophase.GIDPrefix, "_", `\_`)+"%")
 	if err != nil {
 		return nil, fmt.Errorf("listing prepared transactions: %w", err)
@@ -296,18 +297,22 @@ func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string
 	pool := s.pool(n.Addr(), database, "postgres")
 	take := func() (*pooling.ServerConn, error) {
 		sc, err := pool.Acquire(ctx, held)
-		if err != nil || sc.ParamsKey == "" {
+		if err != nil {
 			return sc, err
 		}
 		// A client session of the same user left its settings
 		// (statement_timeout, lock_timeout, search_path, ...): recovery
-		// and health checks run under the server's defaults.
-		if err := sc.Exec("RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL", time.Now().Add(pool.Config().ResetTimeout), nil); err != nil {
+		// and health checks run under the server's defaults, but for the
+		// search path, which is pg_catalog's alone. As the superuser, a
+		// name that resolved through a schema another role can create in
+		// (public, "$user", a database's own default) would run that
+		// role's function or operator with the superuser's rights.
+		if err := sc.Exec("RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;"+catalogPath, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil {
 			sc.MarkBroken()
 			pool.Release(sc)
 			return nil, err
 		}
-		sc.ParamsKey = ""
+		sc.ParamsKey = pooling.UnknownKey // the next client's checkout resets it
 		return sc, nil
 	}
 	sc, err := take()
@@ -392,6 +397,10 @@ func (s *Server) recoveryRecordAbort(ctx context.Context, node int32, p prepared
 	defer cancel()
 	return recordAbort(actx, c, p.base)
 }
+
+// catalogPath makes pg_catalog the only schema a superuser's connection
+// resolves names in (pg_temp last, for tables only).
+const catalogPath = "SET search_path = pg_catalog, pg_temp"
 
 // recordAbortTimeout bounds one abort record's insert in a recovery round.
 const recordAbortTimeout = 10 * time.Second

@@ -1219,7 +1219,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 	}
 	if cls.twoPhase {
-		if err := refuseOwnGID(text); err != nil {
+		if err := refuseOwnGID(text, ss.scsOff || cls.count > 1); err != nil {
 			return ss.queryError(err)
 		}
 	}
@@ -1945,7 +1945,7 @@ func (ss *session) parse(body []byte) error {
 		err = ss.refuseHidden(st.Query)
 	}
 	if err == nil && st.cls.twoPhase {
-		err = refuseOwnGID(st.Query)
+		err = refuseOwnGID(st.Query, ss.scsOff)
 	}
 	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere

@@ -206,5 +206,7 @@ func (s *Server) directConnDB(ctx context.Context, addr, db string) (*pgx.Conn, 
 		pw = s.cfg.WorkerPassword
 	}
 	cfg.User, cfg.Database, cfg.Password = "postgres", db, pw
+	// The superuser resolves names in pg_catalog only (see catalogPath).
+	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
 	return pgx.ConnectConfig(ctx, cfg)
 }

@@ -74,14 +74,14 @@ const RecordAbortSQL = `INSERT INTO pgfleet_txn.commits AS c (h, secret) VALUES 
 	ON CONFLICT (h) DO UPDATE SET secret = c.secret RETURNING secret`
 
 // RecordsLookupSQL returns the records of the hashes $1.
-const RecordsLookupSQL = `SELECT h, secret FROM pgfleet_txn.commits WHERE h = ANY ($1::text[])`
+const RecordsLookupSQL = `SELECT h, secret FROM pgfleet_txn.commits WHERE h = ANY ($1::pg_catalog.text[])`
 
 // RecordsForgetSQL deletes the commit records older than $1 seconds and
 // the others older than $2, except those of the hashes $3 (see
 // metadata.Store.ForgetDecisions for why those ages).
 const RecordsForgetSQL = `DELETE FROM pgfleet_txn.commits
-	WHERE recorded_at < pg_catalog.clock_timestamp() - make_interval(secs => CASE WHEN secret IS NULL THEN $2::float8 ELSE $1::float8 END)
-	AND h <> ALL ($3::text[])`
+	WHERE recorded_at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => CASE WHEN secret IS NULL THEN $2::pg_catalog.float8 ELSE $1::pg_catalog.float8 END)
+	AND h <> ALL ($3::pg_catalog.text[])`
 
 // SyncCommitSQL makes the transaction it runs in (local), or the session,
 // commit synchronously when synchronous_commit is off (a stricter setting
