@@ -567,3 +567,38 @@ func TestRecoveryResolvesInCatalog(t *testing.T) {
 		t.Errorf("a role's make_interval ran during recovery, as %q", got)
 	}
 }
+
+// TestRecoveryIgnoresDatabaseRole: a database whose default role is
+// another (ALTER DATABASE ... SET role, which its owner may run) does not
+// make recovery act as that role there: it reads the commit record as
+// the superuser and commits the prepared part.
+func TestRecoveryIgnoresDatabaseRole(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.RecoveryInterval = -1 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conns := scratchDB(t, cl, fmt.Sprintf("pgfleet_dbrole_%d", os.Getpid()))
+	first, second := conns[0], conns[1]
+	db := first.Config().Database
+	role := fmt.Sprintf("pgfleet_dbrole_role_%d", os.Getpid())
+	admin := connect(t, cl.Servers[0].Addr())
+	exec(t, admin, "DROP ROLE IF EXISTS "+role)
+	exec(t, admin, "CREATE ROLE "+role)
+	exec(t, first, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
+	exec(t, admin, "ALTER DATABASE "+db+" SET role = "+role)
+	t.Cleanup(func() {
+		_, _ = connect(t, cl.Servers[0].Addr()).Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+		_, _ = connect(t, cl.Servers[0].Addr()).Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+	})
+	n1 := nodeID(t, admin, cl.Servers[0].Addr())
+	rec := twophase.NewRecord(n1)
+	exec(t, second, "BEGIN; INSERT INTO r VALUES (7); PREPARE TRANSACTION '"+rec.Base()+"_2'", pgx.QueryExecModeSimpleProtocol)
+	exec(t, first, "SELECT pgfleet_txn.record($1)", rec.Secret)
+	time.Sleep(1100 * time.Millisecond)
+	if c, a := srv.RecoverPrepared(ctx, time.Hour); c != 1 || a != 0 {
+		t.Errorf("recovery committed %d and rolled back %d, want 1 and 0", c, a)
+	}
+	if got := queryString(t, second, "SELECT count(*) FROM r WHERE id = 7"); got != "1" {
+		t.Errorf("%s rows of the recorded transaction on the second worker, want 1", got)
+	}
+}

@@ -307,7 +307,9 @@ func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string
 		// name that resolved through a schema another role can create in
 		// (public, "$user", a database's own default) would run that
 		// role's function or operator with the superuser's rights.
-		if err := sc.Exec("RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;"+catalogPath, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil {
+		// SET ROLE NONE, not RESET ROLE: a database's owner may have made
+		// its default role another (ALTER DATABASE ... SET role).
+		if err := sc.Exec("RESET SESSION AUTHORIZATION;SET ROLE NONE;RESET ALL;"+catalogPath, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil {
 			sc.MarkBroken()
 			pool.Release(sc)
 			return nil, err

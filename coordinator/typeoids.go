@@ -206,7 +206,9 @@ func (s *Server) directConnDB(ctx context.Context, addr, db string) (*pgx.Conn, 
 		pw = s.cfg.WorkerPassword
 	}
 	cfg.User, cfg.Database, cfg.Password = "postgres", db, pw
-	// The superuser resolves names in pg_catalog only (see catalogPath).
+	// The superuser resolves names in pg_catalog only (see catalogPath),
+	// as itself (a database's owner may have set another default role).
 	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
+	cfg.RuntimeParams["role"] = "none"
 	return pgx.ConnectConfig(ctx, cfg)
 }
