@@ -27,11 +27,9 @@ import (
 // their decisions in the metadata database.
 const recordsRetry = time.Minute
 
-// recordTable is a database of a node where RecordsTable exists (ok), or
-// where making it failed at failedAt.
+// recordTable is a database of a node (its recordKey) where RecordsTable
+// exists (ok), or where making it failed at failedAt.
 type recordTable struct {
-	node     int32
-	db       string
 	ok       bool
 	making   bool // a session is making it now
 	failedAt time.Time
@@ -71,7 +69,7 @@ func (s *Server) recordsReady(n metadata.Node, db string) bool {
 		s.records.m = map[recordKey]*recordTable{}
 	}
 	if t == nil {
-		t = &recordTable{node: n.ID, db: db}
+		t = &recordTable{}
 		s.records.m[k] = t
 	}
 	t.making = true
@@ -117,8 +115,8 @@ func makeRecordsTable(ctx context.Context, c *pgx.Conn) error {
 		return err
 	}
 	_, err := c.Exec(ctx, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
-	if terr := recordsTrusted(ctx, c); terr == nil || !errors.Is(terr, errNoRecords) {
-		return terr
+	if terr := recordsTrusted(ctx, c); !errors.Is(terr, errNoRecords) {
+		return terr // (what a failed DDL left, or a coordinator made meanwhile, is checked)
 	}
 	return err
 }
@@ -280,12 +278,9 @@ func refuseOwnGID(sql string, scsUnsure bool) error {
 	for _, raw := range tree.Stmts {
 		ts := raw.GetStmt().GetTransactionStmt()
 		if ts != nil && strings.HasPrefix(ts.Gid, twophase.GIDPrefix) {
-			return pgerr.New(reservedName, "transaction identifier %q is reserved for pgfleet's own prepared transactions", ts.Gid).
+			return pgerr.New(pgerr.ReservedName, "transaction identifier %q is reserved for pgfleet's own prepared transactions", ts.Gid).
 				WithHint("Use a transaction identifier that does not start with %q.", twophase.GIDPrefix)
 		}
 	}
 	return nil
 }
-
-// reservedName is SQLSTATE 42939 (reserved_name).
-const reservedName = "42939"

@@ -42,8 +42,13 @@ func (c *ServerConn) ExecTag(sql string, deadline time.Time, relay func(typ byte
 // connection's error.
 func (c *ServerConn) run(sql string, deadline time.Time, relay func(typ byte, body []byte), tag *string, onRow func(body []byte)) error {
 	q := pgproto3.Query{String: sql}
-	b, _ := q.Encode(c.wbuf)
-	c.wbuf = b
+	c.wbuf, _ = q.Encode(c.wbuf)
+	return c.await(deadline, relay, tag, onRow)
+}
+
+// await sends what is buffered and reads the answer up to ReadyForQuery,
+// as run describes.
+func (c *ServerConn) await(deadline time.Time, relay func(typ byte, body []byte), tag *string, onRow func(body []byte)) error {
 	_ = c.conn.SetDeadline(deadline)
 	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
 	if err := c.Flush(); err != nil {
@@ -114,36 +119,8 @@ func (c *ServerConn) ExecParams(stmts []Stmt, deadline time.Time) (string, error
 		b, _ = (&pgproto3.Bind{Parameters: params}).Encode(b)
 		b, _ = (&pgproto3.Execute{}).Encode(b)
 	}
-	b, _ = (&pgproto3.Sync{}).Encode(b)
-	c.wbuf = b
-	_ = c.conn.SetDeadline(deadline)
-	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
-	if err := c.Flush(); err != nil {
-		return "", err
-	}
+	c.wbuf, _ = (&pgproto3.Sync{}).Encode(b)
 	var tag string
-	var first error
-	for {
-		f, err := c.Next()
-		if err != nil {
-			return "", err
-		}
-		switch f.Type {
-		case 'C':
-			if len(f.Body) > 0 {
-				tag = string(f.Body[:len(f.Body)-1])
-			}
-		case 'E':
-			if first == nil {
-				var er pgproto3.ErrorResponse
-				_ = er.Decode(f.Body)
-				first = pgconn.ErrorResponseToPgError(&er)
-			}
-		case 'S':
-			c.NoteParameterStatus(f.Body)
-		case 'Z':
-			c.TxStatus = f.Body[0]
-			return tag, first
-		}
-	}
+	err := c.await(deadline, nil, &tag, nil)
+	return tag, err
 }

@@ -69,6 +69,7 @@ const (
 	UniqueViolation            = "23505"
 	InvalidSchemaName          = "3F000"
 	UndefinedFunction          = "42883"
+	ReservedName               = "42939"
 )
 
 // Error is a client-visible error: a SQLSTATE, a message and, where it helps,
