@@ -150,7 +150,8 @@ func functionColumns(name string) ([]string, bool) {
 	switch name {
 	case "citus_get_active_worker_nodes", "master_get_active_worker_nodes":
 		return []string{"node_name", "node_port"}, true
-	case "citus_add_node", "citus_remove_node", "create_distributed_table", "create_reference_table", "undistribute_table":
+	case "citus_add_node", "citus_remove_node", "create_distributed_table", "create_reference_table", "undistribute_table",
+		"citus_move_shard_placement", "master_move_shard_placement":
 		return []string{name}, true
 	}
 	return nil, false

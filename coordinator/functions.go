@@ -94,6 +94,14 @@ func (ss *session) runFunction(fn *planner.Function) error {
 		} else {
 			snap, err = s.store.RemoveNode(ctx, host, pn)
 		}
+	case "citus_move_shard_placement", "master_move_shard_placement":
+		var done func()
+		conns, done, err = ss.nodeConns(ctx)
+		defer done()
+		if err != nil {
+			return ss.queryError(err)
+		}
+		snap, err = ss.moveShard(ctx, fn, conns)
 	case "create_distributed_table", "create_reference_table", "undistribute_table":
 		table := arg(0, "table_name", "")
 		if table == "" {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,18 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 	ids := shardIDs(snap, er)
 	if len(ids) == 0 {
 		return false
+	}
+	if er.Code == pgerr.UndefinedTable {
+		if table := missingShard(er.Message, ids); table != "" {
+			// The shard left this worker after the statement was routed
+			// (a shard move, or a table undistributed or dropped through
+			// another coordinator): its placement is elsewhere now.
+			*er = pgproto3.ErrorResponse{Severity: er.Severity, SeverityUnlocalized: er.SeverityUnlocalized,
+				Code: pgerr.SerializationFailure,
+				Message: fmt.Sprintf("a shard of table %s moved to another worker while this statement was on its way", table),
+				Hint:    "Retry the statement (or the transaction): it runs where the shard is now."}
+			return true
+		}
 	}
 	changed := false
 	if er.SchemaName != "" {
@@ -195,4 +208,16 @@ func (ss *session) cascadeRefused(err error) error {
 	}
 	e.Detail = strings.Join(lines, "\n")
 	return e
+}
+
+// missingShard returns the table of the catalog shard that msg (a 42P01
+// "relation ... does not exist") names, or "".
+func missingShard(msg string, ids map[int64]string) string {
+	for id, table := range ids {
+		rel := table[strings.IndexByte(table, '.')+1:]
+		if strings.Contains(msg, `"`+metadata.ShardName(rel, id)+`"`) || strings.Contains(msg, "."+metadata.ShardName(rel, id)+`"`) {
+			return table
+		}
+	}
+	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -489,6 +490,73 @@ func (s *Store) DropTable(ctx context.Context, name string) (*Snapshot, error) {
 		return nil
 	})
 }
+
+// MovePlacements moves the placements of shards from node from to node to,
+// all or nothing: every shard must be in the catalog with a placement on
+// from and none on to (55000 otherwise: another move or a table change got
+// there first), and to must be an active node. Under WithDecision it is the
+// commit decision of the move's transaction on the workers.
+func (s *Store) MovePlacements(ctx context.Context, shards []int64, from, to int32) (*Snapshot, error) {
+	return s.change(ctx, "move placements", func(tx pgx.Tx) error {
+		var active bool
+		err := tx.QueryRow(ctx, `SELECT active FROM pgfleet.nodes WHERE nodeid = $1`, to).Scan(&active)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !active {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite, "node %d is not an active node of the catalog", to)
+		}
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE pgfleet.placements p SET nodeid = $3
+			WHERE p.shardid = ANY($1) AND p.nodeid = $2
+			AND NOT EXISTS (SELECT FROM pgfleet.placements q WHERE q.shardid = p.shardid AND q.nodeid = $3)`,
+			shards, from, to)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != int64(len(shards)) {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite,
+				"the placements of shards %v changed while they were moved from node %d to node %d", shards, from, to).
+				WithHint("Nothing was moved; look at citus_shards and run the move again.")
+		}
+		return nil
+	})
+}
+
+// HoldMoveLock takes the lock that lets one move at a time work on the
+// shard group of colocation id colocation and hash range starting at
+// minHash, fleet-wide (a session-level advisory lock in the metadata
+// database, on a connection the move keeps). It fails with 55006 when
+// another move holds it. release gives it back; the lock also ends with
+// its connection, when the coordinator that holds it dies.
+func (s *Store) HoldMoveLock(ctx context.Context, colocation, minHash int32) (release func(), err error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: move lock: %w", err)
+	}
+	key := moveLockClass<<48 ^ int64(colocation)<<32 | int64(uint32(minHash))
+	var got bool
+	if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+		c.Release()
+		return nil, fmt.Errorf("metadata: move lock: %w", err)
+	}
+	if !got {
+		c.Release()
+		return nil, pgerr.New(pgerr.ObjectInUse, "another move of this shard group is running").
+			WithHint("Wait for it to end; citus_shards shows where the shards are.")
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key); err != nil {
+			// The lock must not stay with a pooled connection.
+			_ = c.Conn().Close(ctx)
+		}
+		c.Release()
+	}, nil
+}
+
+// moveLockClass is the top 16 bits of the advisory lock keys of shard moves.
+const moveLockClass int64 = 0x706d // "pm"
 
 // Touch bumps the catalog version and changes nothing else. DDL run on the
 // workers tells the fleet by it that a statement prepared before may have

@@ -201,7 +201,7 @@ func launch(ctx context.Context, bin, data, logFile string, port int, cred *sysc
 	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "max_prepared_transactions=100",
-		"-c", "shared_buffers=128MB"}
+		"-c", "shared_buffers=128MB", "-c", "wal_level=logical"}
 	for _, c := range o.Config {
 		args = append(args, "-c", c)
 	}

@@ -44,6 +44,8 @@ const (
 	DeadlockDetected         = "40P01"
 	InvalidCatalogName       = "3D000"
 	ObjectNotInPrerequisite  = "55000"
+	ObjectInUse              = "55006"
+	DataCorrupted            = "XX001"
 	IdleSessionTimeout       = "57P05"
 	DuplicateObject          = "42710"
 	UndefinedObject          = "42704"

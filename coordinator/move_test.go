@@ -1,0 +1,219 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestMoveShard moves a colocated shard group between the two workers and
+// back, once with logical replication and once holding writes, while
+// clients of two coordinators insert and update rows of the group through
+// both (the second coordinator learns of each move only by polling the
+// catalog, so some of its statements reach the old placement). Every
+// acknowledged insert and update is there exactly once afterwards; a
+// statement that reached the retired placement failed with 40001, nothing
+// else failed; the catalog, the workers' tables and the replication
+// objects agree with where the group is.
+func TestMoveShard(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	late := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.CatalogPoll = 300 * time.Millisecond })
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	workers := []*pgx.Conn{connect(t, cl.Servers[0].Addr()), connect(t, cl.Servers[1].Addr())}
+	drop := func() {
+		for _, tb := range []string{"mv_a", "mv_b", "mv_nokey"} {
+			_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+tb, simple)
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE mv_a (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", simple)
+	exec(t, c, "CREATE TABLE mv_b (id bigint PRIMARY KEY, w text)", simple)
+	exec(t, c, "CREATE TABLE mv_nokey (id bigint, w text)", simple)
+	exec(t, c, "SELECT create_distributed_table('mv_a', 'id', shard_count => 4)", simple)
+	exec(t, c, "SELECT create_distributed_table('mv_b', 'id', colocate_with => 'mv_a')", simple)
+	exec(t, c, "SELECT create_distributed_table('mv_nokey', 'id', colocate_with => 'mv_a')", simple)
+	exec(t, c, "INSERT INTO mv_a SELECT g, 0 FROM generate_series(1, 2000) g", simple)
+	exec(t, c, "INSERT INTO mv_b SELECT g, 'b' || g FROM generate_series(1, 2000) g", simple)
+
+	// The group of id 1's shard, where it is and where it goes.
+	var shard int64
+	var host string
+	var port int
+	if err := workers[0].QueryRow(ctx, `SELECT s.shardid, n.host, n.port FROM pgfleet.shards s
+		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+		WHERE s.table_name = 'public.mv_a' AND hashint8(1) BETWEEN s.min_hash AND s.max_hash`).Scan(&shard, &host, &port); err != nil {
+		t.Fatal(err)
+	}
+	var shardB int64
+	if err := workers[0].QueryRow(ctx, `SELECT shardid FROM pgfleet.shards WHERE table_name = 'public.mv_b'
+		AND min_hash = (SELECT min_hash FROM pgfleet.shards WHERE shardid = $1)`, shard).Scan(&shardB); err != nil {
+		t.Fatal(err)
+	}
+	addrOf := func(i int) (string, int) { return cl.Servers[i].Host, cl.Servers[i].Port }
+	src := 0
+	if port != cl.Servers[0].Port {
+		src = 1
+	}
+	placement := func() (int, int) {
+		t.Helper()
+		var n int
+		var p int
+		if err := workers[0].QueryRow(ctx, `SELECT count(*)::int, min(n.port) FROM pgfleet.shards s JOIN pgfleet.placements pl USING (shardid)
+			JOIN pgfleet.nodes n USING (nodeid) JOIN pgfleet.tables t ON t.name = s.table_name
+			WHERE t.colocation_id = (SELECT colocation_id FROM pgfleet.tables WHERE name = 'public.mv_a')
+			AND s.min_hash = (SELECT min_hash FROM pgfleet.shards WHERE shardid = $1)`, shard).Scan(&n, &p); err != nil {
+			t.Fatal(err)
+		}
+		return n, p
+	}
+
+	// Refusals first: nothing moves.
+	h0, p0 := addrOf(src)
+	h1, p1 := addrOf(1 - src)
+	for _, tc := range []struct{ sql, code string }{
+		{"SELECT citus_move_shard_placement(999999999, '" + h0 + "', " + strconv.Itoa(p0) + ", '" + h1 + "', " + strconv.Itoa(p1) + ")", "42704"},
+		{fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, h0, p0, h0, p0), "22023"},
+		{fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, h1, p1, h0, p0), "55000"},
+		{fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, 'nohost', 1)", shard, h0, p0), "42704"},
+		{fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, 'force_logical')", shard, h0, p0, h1, p1), "55000"},
+		{fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, 'fast')", shard, h0, p0, h1, p1), "22023"},
+	} {
+		if _, err := c.Exec(ctx, tc.sql, simple); sqlState(err) != tc.code {
+			t.Errorf("%s: got %v, want SQLSTATE %s", tc.sql, err, tc.code)
+		}
+	}
+	if n, p := placement(); n != 3 || p != p0 {
+		t.Fatalf("after the refusals the group has %d placements, on port %d; want 3 on %d", n, p, p0)
+	}
+	// mv_nokey has no primary key: logical replication cannot carry its
+	// updates (force_logical was refused above); it leaves the group.
+	exec(t, c, "SELECT undistribute_table('mv_nokey')", simple)
+
+	// Writers through both coordinators: inserts of new ids, and updates
+	// of the first 2,000 rows, counted when acknowledged.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var inserted, updated, retried atomic.Int64
+	var failures sync.Map
+	writer := func(w int, addr string) {
+		defer wg.Done()
+		conn, err := pgx.Connect(ctx, pgtest.URL(addr))
+		if err != nil {
+			failures.Store(fmt.Sprint(w), err)
+			return
+		}
+		defer conn.Close(ctx)
+		mode := pgx.QueryExecModeExec
+		if w%2 == 1 {
+			mode = simple
+		}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var err error
+			if i%2 == 0 {
+				_, err = conn.Exec(ctx, "INSERT INTO mv_a (id, v) VALUES ($1, 0)", mode, int64(1_000_000*(w+1)+i))
+				if err == nil {
+					inserted.Add(1)
+				}
+			} else {
+				_, err = conn.Exec(ctx, "UPDATE mv_a SET v = v + 1 WHERE id = $1", mode, int64(i%2000+1))
+				if err == nil {
+					updated.Add(1)
+				}
+			}
+			if sqlState(err) == "40001" {
+				retried.Add(1)
+				i-- // not applied: again
+				continue
+			}
+			if err != nil {
+				failures.Store(fmt.Sprint(w, i), err)
+				return
+			}
+		}
+	}
+	for w := 0; w < 4; w++ {
+		addr := srv.Addr()
+		if w >= 2 {
+			addr = late.Addr()
+		}
+		wg.Add(1)
+		go writer(w, addr)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, move := range []struct {
+		from, to int
+		mode     string
+	}{{src, 1 - src, "force_logical"}, {1 - src, src, "block_writes"}, {src, 1 - src, "auto"}} {
+		fh, fp := addrOf(move.from)
+		th, tp := addrOf(move.to)
+		if _, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, shard_transfer_mode => '%s')",
+			shard, fh, fp, th, tp, move.mode), simple); err != nil {
+			t.Fatalf("moving shard %d from port %d to %d (%s): %v", shard, fp, tp, move.mode, err)
+		}
+		if n, p := placement(); n != 2 || p != tp {
+			t.Fatalf("after the %s move the group has %d placements, on port %d; want 2 on %d", move.mode, n, p, tp)
+		}
+		for i, w := range workers {
+			var tables, subs, pubs, slots, prepared int
+			if err := w.QueryRow(ctx, `SELECT
+				(SELECT count(*)::int FROM pg_tables WHERE tablename IN ($1, $2)),
+				(SELECT count(*)::int FROM pg_subscription), (SELECT count(*)::int FROM pg_publication),
+				(SELECT count(*)::int FROM pg_replication_slots), (SELECT count(*)::int FROM pg_prepared_xacts)`,
+				fmt.Sprintf("mv_a_%d", shard), fmt.Sprintf("mv_b_%d", shardB)).Scan(&tables, &subs, &pubs, &slots, &prepared); err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if i == move.to {
+				want = 2
+			}
+			if tables != want || subs+pubs+slots+prepared != 0 {
+				t.Errorf("after the %s move worker %d has %d of the group's shard tables (want %d), %d subscriptions, %d publications, %d slots, %d prepared transactions",
+					move.mode, i, tables, want, subs, pubs, slots, prepared)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	failures.Range(func(k, v any) bool {
+		t.Errorf("writer %v: %v", k, v)
+		return true
+	})
+	if inserted.Load() == 0 || updated.Load() == 0 {
+		t.Fatalf("the writers wrote nothing (%d inserts, %d updates)", inserted.Load(), updated.Load())
+	}
+	var rows, sum, bRows int64
+	if err := c.QueryRow(ctx, "SELECT count(*), sum(v) FROM mv_a", simple).Scan(&rows, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM mv_b", simple).Scan(&bRows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2000+inserted.Load() || sum != updated.Load() || bRows != 2000 {
+		t.Errorf("mv_a has %d rows and sum(v) %d, mv_b %d rows; acknowledged: %d rows, %d updates, mv_b 2000 rows",
+			rows, sum, bRows, 2000+inserted.Load(), updated.Load())
+	}
+	var one string
+	if err := c.QueryRow(ctx, "SELECT w FROM mv_b WHERE id = 1", simple).Scan(&one); err != nil || one != "b1" {
+		t.Errorf("mv_b id 1 through the coordinator: %q, %v", one, err)
+	}
+	t.Logf("%d inserts, %d updates acknowledged; %d statements retried after 40001", inserted.Load(), updated.Load(), retried.Load())
+}

@@ -1,0 +1,574 @@
+package shards
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// Transfer modes of a shard move, as Citus' shard_transfer_mode names them.
+const (
+	// TransferAuto copies with logical replication when it can (the source
+	// has wal_level = logical, every table of the group has a replica
+	// identity, pgfleet can log in as a superuser), else as block_writes.
+	TransferAuto = "auto"
+	// TransferLogical copies with logical replication or fails.
+	TransferLogical = "force_logical"
+	// TransferBlockWrites copies while the group's shards on the source are
+	// locked against writes (reads go on).
+	TransferBlockWrites = "block_writes"
+)
+
+// MoveConfig is what a shard move needs beyond the session's connections.
+type MoveConfig struct {
+	Mode string
+	// Admin opens a new superuser connection to a node's database, for
+	// logical replication (publication, subscription, the catch-up marker
+	// and the comparison); nil allows block_writes only. The move closes
+	// the connections it opens.
+	Admin func(ctx context.Context, node int32) (*pgx.Conn, error)
+	// SourceDSN is the connection string by which the target node's
+	// subscription reaches the source node's database.
+	SourceDSN func(node int32) string
+}
+
+// moveMember is one shard of the colocated group a move carries.
+type moveMember struct {
+	table *metadata.Table
+	shard metadata.Shard
+	def   *Def
+	name  string // the shard's relation name
+	ident string // its quoted, qualified name
+}
+
+func (m *moveMember) qual() string { return m.table.ShardsIn() + "." + m.name }
+
+// ColocatedShards returns the shards that move together with shard id: the
+// shard of the same hash range of every distributed table colocated with
+// its table, ordered by table name. Reference tables' shards are not moved
+// (0A000); an unknown id is 42704.
+func ColocatedShards(snap *metadata.Snapshot, id int64) ([]metadata.Shard, []*metadata.Table, error) {
+	var table *metadata.Table
+	var sh metadata.Shard
+	for name, shards := range snap.Shards {
+		for _, s := range shards {
+			if s.ID == id {
+				table, sh = snap.Tables[name], s
+			}
+		}
+	}
+	if table == nil {
+		return nil, nil, pgerr.New(pgerr.UndefinedObject, "shard %d is not in the catalog", id).
+			WithHint("citus_shards lists the shards and their placements.")
+	}
+	if table.Kind != metadata.Distributed {
+		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "shard %d belongs to reference table %s, which has a copy on every node", id, table.Name).
+			WithHint("Move shards of distributed tables; a new node gets its reference tables from citus_add_node.")
+	}
+	var names []string
+	for name, t := range snap.Tables {
+		if t.Kind == metadata.Distributed && t.ColocationID == table.ColocationID && t.ShardCount == table.ShardCount {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var shards []metadata.Shard
+	var tables []*metadata.Table
+	for _, name := range names {
+		i := metadata.ShardIndex(snap.Shards[name], sh.MinHash)
+		if i < 0 || snap.Shards[name][i].MinHash != sh.MinHash || snap.Shards[name][i].MaxHash != sh.MaxHash {
+			return nil, nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "table %s is colocated with %s but has no shard of hash range %d..%d",
+				name, table.Name, sh.MinHash, sh.MaxHash)
+		}
+		shards = append(shards, snap.Shards[name][i])
+		tables = append(tables, snap.Tables[name])
+	}
+	return shards, tables, nil
+}
+
+// MoveShard is citus_move_shard_placement: it moves the placement of shard
+// id, and of every shard colocated with it, from node from to node to.
+// conns are the session's connections to every active node. The rows go to
+// the target with logical replication while writes go on, or under a lock
+// that holds writes (cfg.Mode); the switch itself holds the group's writes
+// for a moment:
+//
+//   - the group's shards on the source are locked EXCLUSIVE (reads go on);
+//   - with logical replication, a marker row committed on the source after
+//     the lock is waited for on the target: every write committed before it
+//     has been applied there;
+//   - the row counts are compared, and the source's shards are dropped in
+//     the locked transaction, which is prepared (two-phase commit);
+//   - the catalog change (store.MovePlacements) is the commit decision; the
+//     prepared transactions commit after it.
+//
+// A writer that waited for the lock, or a coordinator whose catalog is a
+// moment behind, finds the source's shard gone (42P01, which coordinators
+// report as 40001: retry) and never writes to a retired placement. Before
+// the decision a failure undoes everything (the target's tables are
+// dropped); after it, recovery commits what is prepared.
+func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	id int64, from, to int32, cfg MoveConfig) (*metadata.Snapshot, error) {
+	switch cfg.Mode {
+	case "", TransferAuto:
+		cfg.Mode = TransferAuto
+	case TransferLogical, TransferBlockWrites:
+	default:
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "invalid shard_transfer_mode %q", cfg.Mode).
+			WithHint("Use auto, force_logical or block_writes.")
+	}
+	o, snap, err := start(ctx, store, conns, defaultNode, "move", false)
+	if err != nil {
+		return nil, err
+	}
+	shards, tables, err := ColocatedShards(snap, id)
+	if err != nil {
+		return nil, err
+	}
+	if from == to {
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "the source and the target node are the same node %s", o.nodes.describe(from))
+	}
+	if n := snap.Node(to); n == nil || !n.Active {
+		return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "node %s is not an active node", o.nodes.describe(to)).
+			WithHint("Add it with citus_add_node first.")
+	}
+	var members []*moveMember
+	var ids []int64
+	for i, sh := range shards {
+		if !slices.Contains(sh.Nodes, from) {
+			return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "shard %d of %s has no placement on node %s",
+				sh.ID, tables[i].Name, o.nodes.describe(from)).WithHint("citus_shards lists the shards and their placements.")
+		}
+		if slices.Contains(sh.Nodes, to) {
+			return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "shard %d of %s already has a placement on node %s",
+				sh.ID, tables[i].Name, o.nodes.describe(to))
+		}
+		rel := tables[i].Name[strings.IndexByte(tables[i].Name, '.')+1:]
+		name := metadata.ShardName(rel, sh.ID)
+		members = append(members, &moveMember{table: tables[i], shard: sh, name: name,
+			ident: pgx.Identifier{tables[i].ShardsIn(), name}.Sanitize()})
+		ids = append(ids, sh.ID)
+	}
+	release, err := store.HoldMoveLock(ctx, tables[0].ColocationID, shards[0].MinHash)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := o.checkNodes(ctx, []int32{from, to}); err != nil {
+		return nil, err
+	}
+	for _, m := range members {
+		if m.def, err = TableDef(ctx, o.homeConn(), m.table.Name); err != nil {
+			return nil, o.nodes.wrap(err, "cannot read the definition of %s on node %s", m.table.Name, o.nodes.describe(o.home))
+		}
+	}
+	mv := &move{o: o, members: members, from: from, to: to, cfg: cfg}
+	defer mv.closeAdmin()
+	logical, err := mv.canReplicate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if logical {
+		if err := mv.replicate(ctx); err != nil {
+			return nil, mv.fail(ctx, err)
+		}
+	}
+	if err := mv.cutOver(ctx, logical); err != nil {
+		return nil, mv.fail(ctx, err)
+	}
+	// The catalog change is the commit decision.
+	after, err := store.MovePlacements(metadata.WithDecision(ctx, o.g.tp.Base), ids, from, to)
+	if err != nil {
+		// Its answer may have been lost after it committed: settle.
+		if serr := o.g.settle(ctx, err); serr != nil {
+			return nil, mv.fail(ctx, serr)
+		}
+		after, err = o.reload(ctx)
+	} else {
+		o.g.tp.Decided = true
+	}
+	cerr := o.g.commit(ctx)
+	mv.done = true
+	mv.cleanup(ctx)
+	if cerr != nil {
+		return after, cerr
+	}
+	return after, err
+}
+
+// move is one run of MoveShard.
+type move struct {
+	o        *op
+	members  []*moveMember
+	from, to int32
+	cfg      MoveConfig
+	// name is the publication's, the subscription's, its slot's and the
+	// marker table's ("" until replication starts).
+	name  string
+	admin map[int32]*pgx.Conn
+	// made: the target's tables were created outside the move's
+	// transaction (logical replication), and are dropped if it fails.
+	made bool
+	done bool // decided to commit: the source's tables go, the target's stay
+}
+
+// adminConn returns the move's superuser connection to node, opening it
+// on first use.
+func (mv *move) adminConn(ctx context.Context, node int32) (*pgx.Conn, error) {
+	if c := mv.admin[node]; c != nil && !c.IsClosed() {
+		return c, nil
+	}
+	c, err := mv.cfg.Admin(ctx, node)
+	if err != nil {
+		return nil, mv.o.nodes.wrap(err, "cannot connect to node %s as pgfleet's superuser", mv.o.nodes.describe(node))
+	}
+	if mv.admin == nil {
+		mv.admin = map[int32]*pgx.Conn{}
+	}
+	mv.admin[node] = c
+	return c, nil
+}
+
+func (mv *move) closeAdmin() {
+	for _, c := range mv.admin {
+		_ = c.Close(context.Background())
+	}
+}
+
+// canReplicate decides between logical replication and block_writes.
+func (mv *move) canReplicate(ctx context.Context) (bool, error) {
+	if mv.cfg.Mode == TransferBlockWrites {
+		return false, nil
+	}
+	why, err := mv.whyNotLogical(ctx)
+	if err != nil {
+		return false, err
+	}
+	if why == "" {
+		return true, nil
+	}
+	if mv.cfg.Mode == TransferLogical {
+		return false, pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot move with logical replication: %s", why).
+			WithHint("Use shard_transfer_mode => 'block_writes', which holds the group's writes while the rows are copied.")
+	}
+	return false, nil
+}
+
+// whyNotLogical says what stops logical replication, or "".
+func (mv *move) whyNotLogical(ctx context.Context) (string, error) {
+	if mv.cfg.Admin == nil || mv.cfg.SourceDSN == nil {
+		return "pgfleet has no superuser login to the workers", nil
+	}
+	src, err := mv.adminConn(ctx, mv.from)
+	if err != nil {
+		return "", err
+	}
+	if _, err := mv.adminConn(ctx, mv.to); err != nil {
+		return "", err
+	}
+	var level string
+	if err := src.QueryRow(ctx, "SELECT pg_catalog.current_setting('wal_level')").Scan(&level); err != nil {
+		return "", mv.o.nodes.wrap(err, "cannot read the settings of node %s", mv.o.nodes.describe(mv.from))
+	}
+	if level != "logical" {
+		return fmt.Sprintf("node %s has wal_level = %s (logical is needed, and a restart to set it)", mv.o.nodes.describe(mv.from), level), nil
+	}
+	// UPDATE and DELETE on a published table need a replica identity, or
+	// the client's writes would fail while the move runs.
+	for _, m := range mv.members {
+		var ok bool
+		if err := src.QueryRow(ctx, `SELECT c.relreplident = 'f'
+			OR c.relreplident = 'd' AND EXISTS (SELECT FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+			OR c.relreplident = 'i' AND EXISTS (SELECT FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
+			FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, m.ident).Scan(&ok); err != nil {
+			return "", mv.o.nodes.wrap(err, "cannot read shard %s on node %s", m.qual(), mv.o.nodes.describe(mv.from))
+		}
+		if !ok {
+			return fmt.Sprintf("table %s has no primary key or replica identity", m.table.Name), nil
+		}
+	}
+	return "", nil
+}
+
+// makeTarget creates the group's shard tables on the target on conn, with
+// the schemas and types their columns need; constraints and indexes too
+// unless later, when it returns their statements.
+func (mv *move) makeTarget(ctx context.Context, conn *pgx.Conn, later bool) ([][]string, error) {
+	o, at := mv.o, mv.o.nodes.describe(mv.to)
+	var rest [][]string
+	for _, m := range mv.members {
+		if err := ensureSchema(ctx, conn, m.def.Schema); err != nil {
+			return nil, o.nodes.wrap(err, "cannot create schema %q on node %s", m.def.Schema, at)
+		}
+		if m.table.ShardsIn() == metadata.ShardsSchema {
+			if err := ensureShardsSchema(ctx, conn); err != nil {
+				return nil, o.nodes.wrap(err, "cannot create schema %s on node %s", metadata.ShardsSchema, at)
+			}
+		}
+		types, err := columnTypes(ctx, o.homeConn(), m.def.OID)
+		if err != nil {
+			return nil, o.nodes.wrap(err, "cannot read the types of %s on node %s", m.table.Name, o.nodes.describe(o.home))
+		}
+		if err := ensureTypes(ctx, conn, types); err != nil {
+			return nil, o.nodes.wrap(err, "cannot create the types of %s on node %s", m.table.Name, at)
+		}
+		stmts := m.def.CreateSQL(m.table.ShardsIn(), m.name)
+		if !later {
+			stmts = []string{strings.Join(stmts, ";\n")}
+		}
+		if _, err := conn.Exec(ctx, stmts[0]); err != nil {
+			return nil, o.nodes.wrap(err, "cannot create shard %s on node %s", m.qual(), at)
+		}
+		rest = append(rest, stmts[1:])
+	}
+	return rest, nil
+}
+
+// replicate copies the group's rows to the target with logical
+// replication and returns once the initial copy is done; the subscription
+// goes on applying the source's writes.
+func (mv *move) replicate(ctx context.Context) error {
+	o := mv.o
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	mv.name = fmt.Sprintf("pgfleet_move_%d_%s", mv.members[0].shard.ID, hex.EncodeToString(b[:]))
+	src, err := mv.adminConn(ctx, mv.from)
+	if err != nil {
+		return err
+	}
+	dst, err := mv.adminConn(ctx, mv.to)
+	if err != nil {
+		return err
+	}
+	mv.made = true
+	if _, err := mv.makeTarget(ctx, dst, false); err != nil {
+		return err
+	}
+	marker := mv.markerIdent()
+	for node, c := range map[int32]*pgx.Conn{mv.from: src, mv.to: dst} {
+		if _, err := c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS pgfleet; CREATE TABLE "+marker+" (token text PRIMARY KEY)"); err != nil {
+			return o.nodes.wrap(err, "cannot create the move's marker table on node %s", o.nodes.describe(node))
+		}
+	}
+	tables := []string{marker}
+	for _, m := range mv.members {
+		tables = append(tables, m.ident)
+	}
+	if _, err := src.Exec(ctx, "CREATE PUBLICATION "+mv.name+" FOR TABLE "+strings.Join(tables, ", ")); err != nil {
+		return o.nodes.wrap(err, "cannot create the move's publication on node %s", o.nodes.describe(mv.from))
+	}
+	if _, err := dst.Exec(ctx, "CREATE SUBSCRIPTION "+mv.name+" CONNECTION "+quoteLiteral(mv.cfg.SourceDSN(mv.from))+
+		" PUBLICATION "+mv.name+" WITH (copy_data = true)"); err != nil {
+		return o.nodes.wrap(err, "cannot subscribe node %s to node %s", o.nodes.describe(mv.to), o.nodes.describe(mv.from))
+	}
+	// The initial copy: every table of the subscription ready.
+	started := time.Now()
+	for {
+		var notReady, all, syncErrors int64
+		var running bool
+		err := dst.QueryRow(ctx, `SELECT
+			(SELECT count(*) FILTER (WHERE r.srsubstate <> 'r') FROM pg_catalog.pg_subscription_rel r WHERE r.srsubid = s.oid),
+			(SELECT count(*) FROM pg_catalog.pg_subscription_rel r WHERE r.srsubid = s.oid),
+			coalesce((SELECT sync_error_count + apply_error_count FROM pg_catalog.pg_stat_subscription_stats t WHERE t.subid = s.oid), 0),
+			EXISTS (SELECT FROM pg_catalog.pg_stat_subscription t WHERE t.subid = s.oid AND t.pid IS NOT NULL)
+			FROM pg_catalog.pg_subscription s WHERE s.subname = $1`, mv.name).Scan(&notReady, &all, &syncErrors, &running)
+		if err != nil {
+			return o.nodes.wrap(err, "cannot read the move's subscription on node %s", o.nodes.describe(mv.to))
+		}
+		if notReady == 0 && all == int64(len(tables)) {
+			return nil
+		}
+		if syncErrors > 0 {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite, "logical replication from node %s to node %s failed (the target's log says why)",
+				o.nodes.describe(mv.from), o.nodes.describe(mv.to)).
+				WithHint("Check that node %s can reach node %s as pgfleet's user, or use shard_transfer_mode => 'block_writes'.",
+					o.nodes.describe(mv.to), o.nodes.describe(mv.from))
+		}
+		if !running && time.Since(started) > 30*time.Second {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite, "the move's subscription on node %s has not started in 30 s",
+				o.nodes.describe(mv.to)).WithHint("Check max_logical_replication_workers and max_worker_processes on node %s, or use shard_transfer_mode => 'block_writes'.",
+				o.nodes.describe(mv.to))
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (mv *move) markerIdent() string { return pgx.Identifier{"pgfleet", mv.name}.Sanitize() }
+
+// cutOver locks the group on the source, brings the target level with it
+// (copying the rows there under the lock, or waiting for replication to
+// apply every write committed before it), compares the row counts, drops
+// the source's shards and prepares both nodes' transactions.
+func (mv *move) cutOver(ctx context.Context, logical bool) error {
+	o := mv.o
+	src, err := o.g.begin(ctx, mv.from)
+	if err != nil {
+		return err
+	}
+	idents := make([]string, len(mv.members))
+	for i, m := range mv.members {
+		idents[i] = m.ident
+	}
+	if _, err := src.conn.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN EXCLUSIVE MODE"); err != nil {
+		return o.nodes.wrap(err, "cannot lock the shards on node %s", o.nodes.describe(mv.from))
+	}
+	dst, err := o.g.begin(ctx, mv.to)
+	if err != nil {
+		return err
+	}
+	at := o.nodes.describe(mv.to)
+	copied := make([]int64, len(mv.members))
+	if logical {
+		if err := mv.catchUp(ctx); err != nil {
+			return err
+		}
+	} else {
+		rest, err := mv.makeTarget(ctx, dst.conn, true)
+		if err != nil {
+			return err
+		}
+		for i, m := range mv.members {
+			cols := m.def.copyColumns()
+			n, srcErr, dstErr := streamCopy(ctx, src.conn, "COPY (SELECT "+cols+" FROM "+m.ident+") TO STDOUT",
+				dst.conn, "COPY "+m.ident+columnList(cols)+" FROM STDIN")
+			if srcErr != nil {
+				return o.nodes.wrap(srcErr, "cannot read shard %s on node %s", m.qual(), o.nodes.describe(mv.from))
+			}
+			if dstErr != nil {
+				return o.nodes.wrap(dstErr, "cannot copy shard %s to node %s", m.qual(), at)
+			}
+			copied[i] = n
+			if len(rest[i]) > 0 {
+				if _, err := dst.conn.Exec(ctx, strings.Join(rest[i], ";\n")); err != nil {
+					return o.nodes.wrap(err, "cannot create the constraints and indexes of shard %s on node %s", m.qual(), at)
+				}
+			}
+		}
+	}
+	for i, m := range mv.members {
+		var want, got int64
+		if err := src.conn.QueryRow(ctx, "SELECT count(*) FROM "+m.ident).Scan(&want); err != nil {
+			return o.nodes.wrap(err, "cannot count shard %s on node %s", m.qual(), o.nodes.describe(mv.from))
+		}
+		if err := dst.conn.QueryRow(ctx, "SELECT count(*) FROM "+m.ident).Scan(&got); err != nil {
+			return o.nodes.wrap(err, "cannot count shard %s on node %s", m.qual(), at)
+		}
+		if want != got || !logical && copied[i] != want {
+			return pgerr.New(pgerr.DataCorrupted, "shard %s has %d rows on node %s and %d on node %s after the copy; nothing was moved",
+				m.qual(), want, o.nodes.describe(mv.from), got, at)
+		}
+	}
+	if _, err := src.conn.Exec(ctx, "DROP TABLE "+strings.Join(idents, ", ")); err != nil {
+		return o.nodes.wrap(err, "cannot drop the shards on node %s", o.nodes.describe(mv.from))
+	}
+	return o.g.prepare(ctx)
+}
+
+// catchUp commits a marker row on the source (after the lock: every write
+// to the group committed before it) and waits until the target has
+// applied it.
+func (mv *move) catchUp(ctx context.Context) error {
+	o := mv.o
+	src, err := mv.adminConn(ctx, mv.from)
+	if err != nil {
+		return err
+	}
+	dst, err := mv.adminConn(ctx, mv.to)
+	if err != nil {
+		return err
+	}
+	if _, err := src.Exec(ctx, "INSERT INTO "+mv.markerIdent()+" VALUES ('cut-over')"); err != nil {
+		return o.nodes.wrap(err, "cannot write the move's marker on node %s", o.nodes.describe(mv.from))
+	}
+	deadline := time.Now().Add(moveCatchUpTimeout)
+	for {
+		var seen bool
+		if err := dst.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+mv.markerIdent()+")").Scan(&seen); err != nil {
+			return o.nodes.wrap(err, "cannot read the move's marker on node %s", o.nodes.describe(mv.to))
+		}
+		if seen {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return pgerr.New(pgerr.LockNotAvailable, "node %s did not catch up with node %s within %s of the cut-over; nothing was moved",
+				o.nodes.describe(mv.to), o.nodes.describe(mv.from), moveCatchUpTimeout).
+				WithHint("Retry when the nodes are less busy.")
+		}
+		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// moveCatchUpTimeout bounds the wait for the target at the cut-over, while
+// the group's writes are held.
+const moveCatchUpTimeout = 10 * time.Second
+
+// fail undoes a move that was not decided: its transactions roll back and
+// replication's objects and the target's tables go.
+func (mv *move) fail(ctx context.Context, err error) error {
+	err = mv.o.fail(ctx, err)
+	mv.cleanup(ctx)
+	return err
+}
+
+// cleanup drops what replication made, and after a move that failed the
+// target's tables. Failures are logged: a subscription left behind keeps
+// a replication slot on the source, which holds its WAL.
+func (mv *move) cleanup(ctx context.Context) {
+	if !mv.made {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	warn := func(node int32, what string, err error) {
+		slog.Warn("shard move: cleanup failed", "node", mv.o.nodes.describe(node), "what", what, "err", err)
+	}
+	exec := func(node int32, what, sql string) {
+		c, err := mv.adminConn(ctx, node)
+		if err == nil {
+			_, err = c.Exec(ctx, sql)
+		}
+		if err != nil {
+			warn(node, what, err)
+		}
+	}
+	if mv.name != "" {
+		exec(mv.to, "subscription "+mv.name, "DROP SUBSCRIPTION IF EXISTS "+mv.name)
+		exec(mv.from, "publication "+mv.name, "DROP PUBLICATION IF EXISTS "+mv.name)
+		for _, node := range []int32{mv.from, mv.to} {
+			exec(node, "marker "+mv.name, "DROP TABLE IF EXISTS "+mv.markerIdent())
+		}
+	}
+	if !mv.done && !mv.o.g.tp.InDoubt {
+		for _, m := range mv.members {
+			exec(mv.to, "shard "+m.qual(), "DROP TABLE IF EXISTS "+m.ident)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return pgerr.New(pgerr.QueryCanceled, "canceling the shard move: %v", context.Cause(ctx))
+	case <-t.C:
+		return nil
+	}
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
