@@ -40,7 +40,7 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 			// (a shard move, or a table undistributed or dropped through
 			// another coordinator): its placement is elsewhere now.
 			*er = pgproto3.ErrorResponse{Severity: er.Severity, SeverityUnlocalized: er.SeverityUnlocalized,
-				Code: pgerr.SerializationFailure,
+				Code:    pgerr.SerializationFailure,
 				Message: fmt.Sprintf("a shard of table %s moved to another worker while this statement was on its way", table),
 				Hint:    "Retry the statement (or the transaction): it runs where the shard is now."}
 			return true
