@@ -182,6 +182,27 @@ func (s *Store) Load(ctx context.Context) (*Snapshot, error) {
 	return snap, nil
 }
 
+// LoadSettled is Load with no catalog change in flight: it waits for one
+// that is committing and then fails (40001, to be tried again), so that
+// what it returns is not about to change under a change that began before
+// it. Recovery reads placements with it before it drops a table a move
+// left.
+func (s *Store) LoadSettled(ctx context.Context) (*Snapshot, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: load: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT FROM pgfleet.catalog_version FOR SHARE`); err != nil {
+		return nil, fmt.Errorf("metadata: load: %w", err)
+	}
+	snap, err := load(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: load: %w", err)
+	}
+	return snap, tx.Commit(ctx)
+}
+
 // Version returns the catalog version, which every change bumps by one. A
 // coordinator compares it with its snapshot's to notice changes made by
 // others.
@@ -494,10 +515,14 @@ func (s *Store) DropTable(ctx context.Context, name string) (*Snapshot, error) {
 // MovePlacements moves the placements of shards from node from to node to,
 // all or nothing: every shard must be in the catalog with a placement on
 // from and none on to (55000 otherwise: another move or a table change got
-// there first), and to must be an active node. Under WithDecision it is the
+// there first), to must be an active node, and lock (HoldMoveLock) must
+// still be held. Under WithDecision it is the
 // commit decision of the move's transaction on the workers.
-func (s *Store) MovePlacements(ctx context.Context, shards []int64, from, to int32) (*Snapshot, error) {
+func (s *Store) MovePlacements(ctx context.Context, lock *MoveLock, shards []int64, from, to int32) (*Snapshot, error) {
 	return s.change(ctx, "move placements", func(tx pgx.Tx) error {
+		if err := lock.heldBy(ctx, tx); err != nil {
+			return err
+		}
 		var active bool
 		err := tx.QueryRow(ctx, `SELECT active FROM pgfleet.nodes WHERE nodeid = $1`, to).Scan(&active)
 		if errors.Is(err, pgx.ErrNoRows) || err == nil && !active {
@@ -522,37 +547,63 @@ func (s *Store) MovePlacements(ctx context.Context, shards []int64, from, to int
 	})
 }
 
+// MoveLock is a move's hold on its shard group (HoldMoveLock).
+type MoveLock struct {
+	key int64
+	pid uint32 // the metadata database's backend that holds it
+	// Release gives the lock back.
+	Release func()
+}
+
 // HoldMoveLock takes the lock that lets one move at a time work on the
 // shard group of colocation id colocation and hash range starting at
-// minHash, fleet-wide (a session-level advisory lock in the metadata
-// database, on a connection the move keeps). It fails with 55006 when
-// another move holds it. release gives it back; the lock also ends with
-// its connection, when the coordinator that holds it dies.
-func (s *Store) HoldMoveLock(ctx context.Context, colocation, minHash int32) (release func(), err error) {
+// minHash, fleet-wide: a session-level advisory lock in the metadata
+// database, on a connection the move keeps, so that the lock ends with
+// the coordinator that holds it. It fails with 55006 when another move, or
+// recovery cleaning up after a move, holds it.
+func (s *Store) HoldMoveLock(ctx context.Context, colocation, minHash int32) (*MoveLock, error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("metadata: move lock: %w", err)
 	}
-	key := moveLockClass<<48 ^ int64(colocation)<<32 | int64(uint32(minHash))
+	l := &MoveLock{key: moveLockClass<<48 ^ int64(colocation)<<32 | int64(uint32(minHash))}
 	var got bool
-	if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+	if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1), pg_catalog.pg_backend_pid()`, l.key).Scan(&got, &l.pid); err != nil {
 		c.Release()
 		return nil, fmt.Errorf("metadata: move lock: %w", err)
 	}
 	if !got {
 		c.Release()
-		return nil, pgerr.New(pgerr.ObjectInUse, "another move of this shard group is running").
+		return nil, pgerr.New(pgerr.ObjectInUse, "another move of this shard group is running, or recovery is cleaning up after one").
 			WithHint("Wait for it to end; citus_shards shows where the shards are.")
 	}
-	return func() {
+	l.Release = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key); err != nil {
+		if _, err := c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, l.key); err != nil {
 			// The lock must not stay with a pooled connection.
 			_ = c.Conn().Close(ctx)
 		}
 		c.Release()
-	}, nil
+	}
+	return l, nil
+}
+
+// heldBy fails unless the move's lock is still held by its connection: a
+// move whose connection ended may have been cleaned up after (its target's
+// tables dropped), and must not switch the placements.
+func (l *MoveLock) heldBy(ctx context.Context, tx pgx.Tx) error {
+	var held bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory'
+		AND pid = $1 AND classid = $2 AND objid = $3 AND objsubid = 1 AND granted)`,
+		l.pid, uint32(l.key>>32), uint32(l.key)).Scan(&held); err != nil {
+		return err
+	}
+	if !held {
+		return pgerr.New(pgerr.ObjectNotInPrerequisite, "the move lost its lock on the shard group (its connection to the metadata database ended); nothing was moved").
+			WithHint("Run the move again.")
+	}
+	return nil
 }
 
 // moveLockClass is the top 16 bits of the advisory lock keys of shard moves.

@@ -416,3 +416,78 @@ func TestStoreConcurrentChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestMovePlacements: a move's catalog change moves every placement of its
+// group or none, only while the move holds its lock; a second move of the
+// group is refused while the first holds it, and a move whose lock
+// connection ended cannot switch the placements.
+func TestMovePlacements(t *testing.T) {
+	pool, _ := storeDB(t)
+	ctx := context.Background()
+	st := metadata.NewStore(pool)
+	if err := st.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.AddNode(ctx, "h1", 5432)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, err = st.AddNode(ctx, "h2", 5432); err != nil {
+		t.Fatal(err)
+	}
+	snap, shards, err := st.CreateDistributedTable(ctx, metadata.Table{Name: "public.m", Kind: metadata.Distributed,
+		DistColumn: "id", DistType: "int8", ShardCount: 2}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := shards[0]
+	from := sh.Nodes[0]
+	to := snap.Nodes[0].ID
+	if to == from {
+		to = snap.Nodes[1].ID
+	}
+	lock, err := st.HoldMoveLock(ctx, snap.Tables["public.m"].ColocationID, sh.MinHash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.HoldMoveLock(ctx, snap.Tables["public.m"].ColocationID, sh.MinHash); err == nil {
+		t.Fatal("a second move of the group got the lock")
+	} else {
+		wantCode(t, err, "55006")
+	}
+	// A shard not on from: nothing moves.
+	if _, err := st.MovePlacements(ctx, lock, []int64{sh.ID, shards[1].ID}, from, to); shards[1].Nodes[0] != from {
+		wantCode(t, err, "55000")
+	}
+	after, err := st.MovePlacements(ctx, lock, []int64{sh.ID}, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.Shards["public.m"][0].Nodes; len(got) != 1 || got[0] != to {
+		t.Fatalf("placements after the move: %v, want [%d]", got, to)
+	}
+	lock.Release()
+
+	// A lock whose connection ended no longer lets its move decide.
+	lock, err = st.HoldMoveLock(ctx, snap.Tables["public.m"].ColocationID, sh.MinHash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := st.MovePlacements(ctx, lock, []int64{sh.ID}, to, from); err == nil {
+		t.Fatal("a move whose lock was lost switched the placements")
+	} else {
+		wantCode(t, err, "55000")
+	}
+	final, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := final.Shards["public.m"][0].Nodes; len(got) != 1 || got[0] != to {
+		t.Fatalf("placements after the refused move: %v, want [%d]", got, to)
+	}
+}

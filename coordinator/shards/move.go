@@ -135,6 +135,21 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 	if err != nil {
 		return nil, err
 	}
+	// One move of the group at a time; the catalog is read again under
+	// the lock, settled: no other move can change the group's placements
+	// until this one ends.
+	lock, err := store.HoldMoveLock(ctx, tables[0].ColocationID, shards[0].MinHash)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	if snap, err = store.LoadSettled(ctx); err != nil {
+		return nil, err
+	}
+	o.learn(snap)
+	if shards, tables, err = ColocatedShards(snap, id); err != nil {
+		return nil, err
+	}
 	if from == to {
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "the source and the target node are the same node %s", o.nodes.describe(from))
 	}
@@ -159,11 +174,6 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 			ident: pgx.Identifier{tables[i].ShardsIn(), name}.Sanitize()})
 		ids = append(ids, sh.ID)
 	}
-	release, err := store.HoldMoveLock(ctx, tables[0].ColocationID, shards[0].MinHash)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	if err := o.checkNodes(ctx, []int32{from, to}); err != nil {
 		return nil, err
 	}
@@ -174,6 +184,9 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 	}
 	mv := &move{o: o, members: members, from: from, to: to, cfg: cfg}
 	defer mv.closeAdmin()
+	if err := mv.dropLeftovers(ctx); err != nil {
+		return nil, err
+	}
 	logical, err := mv.canReplicate(ctx)
 	if err != nil {
 		return nil, err
@@ -187,7 +200,7 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 		return nil, mv.fail(ctx, err)
 	}
 	// The catalog change is the commit decision.
-	after, err := store.MovePlacements(metadata.WithDecision(ctx, o.g.tp.Base), ids, from, to)
+	after, err := store.MovePlacements(metadata.WithDecision(ctx, o.g.tp.Base), lock, ids, from, to)
 	if err != nil {
 		// Its answer may have been lost after it committed: settle.
 		if serr := o.g.settle(ctx, err); serr != nil {
@@ -243,6 +256,35 @@ func (mv *move) closeAdmin() {
 	for _, c := range mv.admin {
 		_ = c.Close(context.Background())
 	}
+}
+
+// dropLeftovers drops tables of the group's shards on the target that a
+// move which stopped half way left there: the settled catalog places none
+// of them there, and no other move runs.
+func (mv *move) dropLeftovers(ctx context.Context) error {
+	conn := mv.o.nodes.conns[mv.to]
+	if mv.cfg.Admin != nil {
+		c, err := mv.adminConn(ctx, mv.to)
+		if err != nil {
+			return err
+		}
+		conn = c
+	}
+	var idents []string
+	for _, m := range mv.members {
+		// (Only in pgfleet's own schema: an old table's shards are in
+		// the user's schema, beside the user's tables.)
+		if m.table.ShardsIn() == metadata.ShardsSchema {
+			idents = append(idents, m.ident)
+		}
+	}
+	if len(idents) == 0 {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+strings.Join(idents, ", ")); err != nil {
+		return mv.o.nodes.wrap(err, "cannot drop what an earlier move left on node %s", mv.o.nodes.describe(mv.to))
+	}
+	return nil
 }
 
 // canReplicate decides between logical replication and block_writes.
