@@ -217,3 +217,95 @@ func TestMoveShard(t *testing.T) {
 	}
 	t.Logf("%d inserts, %d updates acknowledged; %d statements retried after 40001", inserted.Load(), updated.Load(), retried.Load())
 }
+
+// TestMoveLeftovers: what a move that stopped half way leaves (a
+// subscription and its slot, a publication, marker tables, the target's
+// copy of a shard) is removed by the next recovery round, and the source's
+// shard and the catalog stay as they were; a copy left on a target without
+// replication does not stop the next move there.
+func TestMoveLeftovers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	workers := []*pgx.Conn{connect(t, cl.Servers[0].Addr()), connect(t, cl.Servers[1].Addr())}
+	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ml_a", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ml_a", simple) })
+	exec(t, c, "CREATE TABLE ml_a (id bigint PRIMARY KEY, v int)", simple)
+	exec(t, c, "SELECT create_distributed_table('ml_a', 'id', shard_count => 2)", simple)
+	exec(t, c, "INSERT INTO ml_a SELECT g, g FROM generate_series(1, 500) g", simple)
+	var shard int64
+	var port int
+	if err := workers[0].QueryRow(ctx, `SELECT s.shardid, n.port FROM pgfleet.shards s
+		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+		WHERE s.table_name = 'public.ml_a' AND hashint8(1) BETWEEN s.min_hash AND s.max_hash`).Scan(&shard, &port); err != nil {
+		t.Fatal(err)
+	}
+	src := 0
+	if port != cl.Servers[0].Port {
+		src = 1
+	}
+	dst := 1 - src
+	shardIdent := fmt.Sprintf("pgfleet_shards.ml_a_%d", shard)
+	name := fmt.Sprintf("pgfleet_move_%d_dead", shard)
+	// What a coordinator that died during a logical move leaves.
+	exec(t, workers[dst], "CREATE TABLE "+shardIdent+" (id bigint PRIMARY KEY, v int)")
+	for _, w := range workers {
+		exec(t, w, "CREATE SCHEMA IF NOT EXISTS pgfleet; CREATE TABLE pgfleet."+name+" (token text PRIMARY KEY)")
+	}
+	exec(t, workers[src], "CREATE PUBLICATION "+name+" FOR TABLE pgfleet."+name+", "+shardIdent)
+	exec(t, workers[dst], fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION 'host=%s port=%d user=postgres dbname=postgres' PUBLICATION %s",
+		name, cl.Servers[src].Host, cl.Servers[src].Port, name))
+	leftovers := func() (n int) {
+		t.Helper()
+		for i, w := range workers {
+			var k int
+			if err := w.QueryRow(ctx, `SELECT (SELECT count(*)::int FROM pg_subscription) + (SELECT count(*)::int FROM pg_publication)
+				+ (SELECT count(*)::int FROM pg_replication_slots) + (SELECT count(*)::int FROM pg_tables WHERE tablename = $1)`,
+				name).Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			n += k
+			if i == dst {
+				if err := w.QueryRow(ctx, "SELECT count(*)::int FROM pg_tables WHERE schemaname || '.' || tablename = $1", shardIdent).Scan(&k); err != nil {
+					t.Fatal(err)
+				}
+				n += k
+			}
+		}
+		return n
+	}
+	if n := leftovers(); n < 6 {
+		t.Fatalf("the simulated leftovers are not all there (%d objects)", n)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for leftovers() > 0 && time.Now().Before(deadline) {
+		srv.RecoverPrepared(ctx, time.Minute)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := leftovers(); n != 0 {
+		t.Fatalf("%d objects of the stopped move are left after recovery", n)
+	}
+	var rows, sum int64
+	if err := c.QueryRow(ctx, "SELECT count(*), sum(v) FROM ml_a", simple).Scan(&rows, &sum); err != nil || rows != 500 || sum != 125250 {
+		t.Fatalf("ml_a after recovery: %d rows, sum %d, %v; want 500, 125250", rows, sum, err)
+	}
+	var left int
+	if err := workers[src].QueryRow(ctx, "SELECT count(*)::int FROM "+shardIdent).Scan(&left); err != nil || left == 0 {
+		t.Fatalf("the source's shard after recovery: %d rows, %v", left, err)
+	}
+
+	// A copy left on the target by a move that died before replicating.
+	exec(t, workers[dst], "CREATE TABLE "+shardIdent+" (id bigint PRIMARY KEY, v int)")
+	exec(t, workers[dst], "INSERT INTO "+shardIdent+" VALUES (-1, -1)")
+	for _, mode := range []string{"block_writes", "force_logical"} {
+		exec(t, workers[dst], "CREATE TABLE IF NOT EXISTS "+shardIdent+" (id bigint PRIMARY KEY, v int)")
+		exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, '%s')", shard,
+			cl.Servers[src].Host, cl.Servers[src].Port, cl.Servers[dst].Host, cl.Servers[dst].Port, mode), simple)
+		if err := c.QueryRow(ctx, "SELECT count(*), sum(v) FROM ml_a", simple).Scan(&rows, &sum); err != nil || rows != 500 || sum != 125250 {
+			t.Fatalf("ml_a after the %s move: %d rows, sum %d, %v; want 500, 125250", mode, rows, sum, err)
+		}
+		src, dst = dst, src
+	}
+}
