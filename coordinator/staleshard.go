@@ -16,8 +16,9 @@ const firstShardID = 102008
 
 // staleShard returns, for a worker's 42P01 "relation "t_102050" does not
 // exist" on a shard name pgfleet generated that the current catalog no
-// longer has (a concurrent undistribute_table, create_distributed_table or
-// move dropped it between routing and running), the error as a
+// longer has, or no longer has on the worker it was routed to (a
+// concurrent undistribute_table, create_distributed_table or shard move
+// dropped it between routing and running), the error as a
 // serialization failure (40001) the client can retry; nil for any other
 // error. Rare path: it runs only on a 42P01.
 func staleShard(msg string, snap *metadata.Snapshot) *pgerr.Error {
@@ -36,14 +37,17 @@ func staleShard(msg string, snap *metadata.Snapshot) *pgerr.Error {
 		return nil
 	}
 	if snap != nil {
-		for _, shards := range snap.Shards {
+		for table, shards := range snap.Shards {
 			for _, sh := range shards {
-				if sh.ID == id {
-					return nil // the shard is there: a real error
+				if sh.ID == id && bare != metadata.ShardName(table[strings.IndexByte(table, '.')+1:], id) {
+					return nil // another relation with a shard's id
 				}
 			}
 		}
 	}
+	// A shard of the catalog that is not where the statement was routed
+	// was moved since (citus_move_shard_placement); one the catalog no
+	// longer has was dropped with its table's distribution.
 	return pgerr.New(pgerr.SerializationFailure,
 		"shard %s was moved or dropped by a concurrent change of its table's distribution", rel).
 		WithHint("Retry the statement (or the transaction): it will use the table as it is now.")

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"bytes"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,14 +34,10 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 		return false
 	}
 	if er.Code == pgerr.UndefinedTable {
-		if table := missingShard(er.Message, ids); table != "" {
-			// The shard left this worker after the statement was routed
-			// (a shard move, or a table undistributed or dropped through
-			// another coordinator): its placement is elsewhere now.
-			*er = pgproto3.ErrorResponse{Severity: er.Severity, SeverityUnlocalized: er.SeverityUnlocalized,
-				Code:    pgerr.SerializationFailure,
-				Message: fmt.Sprintf("a shard of table %s moved to another worker while this statement was on its way", table),
-				Hint:    "Retry the statement (or the transaction): it runs where the shard is now."}
+		if e := staleShard(er.Message, snap); e != nil {
+			// On paths that map names only (scatter, pipelines): the
+			// shard left the worker after the statement was routed.
+			er.Code, er.Message, er.Hint = e.Code, e.Message, e.Hint
 			return true
 		}
 	}
@@ -208,16 +203,4 @@ func (ss *session) cascadeRefused(err error) error {
 	}
 	e.Detail = strings.Join(lines, "\n")
 	return e
-}
-
-// missingShard returns the table of the catalog shard that msg (a 42P01
-// "relation ... does not exist") names, or "".
-func missingShard(msg string, ids map[int64]string) string {
-	for id, table := range ids {
-		rel := table[strings.IndexByte(table, '.')+1:]
-		if strings.Contains(msg, `"`+metadata.ShardName(rel, id)+`"`) || strings.Contains(msg, "."+metadata.ShardName(rel, id)+`"`) {
-			return table
-		}
-	}
-	return ""
 }
