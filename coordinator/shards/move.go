@@ -191,11 +191,13 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 	if err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	if logical {
 		if err := mv.replicate(ctx); err != nil {
 			return nil, mv.fail(ctx, err)
 		}
 	}
+	held := time.Now()
 	if err := mv.cutOver(ctx, logical); err != nil {
 		return nil, mv.fail(ctx, err)
 	}
@@ -212,6 +214,8 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 	}
 	cerr := o.g.commit(ctx)
 	mv.done = true
+	slog.Info("shard group moved", "shards", ids, "from", o.nodes.describe(from), "to", o.nodes.describe(to),
+		"logical", logical, "copy", held.Sub(began).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond))
 	mv.cleanup(ctx)
 	if cerr != nil {
 		return after, cerr
