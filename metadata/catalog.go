@@ -18,6 +18,9 @@ type Node struct {
 	Host   string
 	Port   int
 	Active bool
+	// ShouldHaveShards: new distributed tables and the rebalancer put
+	// shards on the node (citus_drain_node clears it).
+	ShouldHaveShards bool
 }
 
 // Addr is host:port.

@@ -67,6 +67,13 @@ DO $$ BEGIN
     ALTER TABLE pgfleet.tables ADD COLUMN shard_schema text;
   END IF;
 END $$;
+-- Whether new distributed tables and the rebalancer put shards on the node
+-- (Citus' shouldhaveshards; citus_drain_node clears it).
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = 'pgfleet.nodes'::regclass AND attname = 'should_have_shards') THEN
+    ALTER TABLE pgfleet.nodes ADD COLUMN should_have_shards bool NOT NULL DEFAULT true;
+  END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS pgfleet.shards (
 	shardid bigint PRIMARY KEY,
 	table_name text NOT NULL REFERENCES pgfleet.tables ON DELETE CASCADE,
@@ -434,13 +441,13 @@ func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWit
 				return pgerr.New(pgerr.Internal, "colocated table %s has %d shards, not %d", template, i, count)
 			}
 		} else {
-			nodes, err := activeNodes(ctx, tx)
+			nodes, err := shardNodes(ctx, tx)
 			if err != nil {
 				return err
 			}
 			if len(nodes) == 0 {
-				return pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot distribute table %s: there are no active nodes", t.Name).
-					WithHint("Add a worker node first.")
+				return pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot distribute table %s: there are no active nodes that should have shards", t.Name).
+					WithHint("Add a worker node first, or set shouldhaveshards on one (citus_set_node_property).")
 			}
 			for i := range placements {
 				placements[i] = []int32{nodes[i%len(nodes)]}
@@ -674,6 +681,29 @@ func checkNew(ctx context.Context, tx pgx.Tx, name string) error {
 	return pgerr.New(pgerr.DuplicateObject, "table %s is already distributed", name)
 }
 
+// shardNodes returns the ids of the active nodes that take the shards of
+// new distributed tables, in order.
+func shardNodes(ctx context.Context, tx pgx.Tx) ([]int32, error) {
+	rows, err := tx.Query(ctx, `SELECT nodeid FROM pgfleet.nodes WHERE active AND should_have_shards ORDER BY nodeid`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int32])
+}
+
+// SetShouldHaveShards sets whether new distributed tables and the
+// rebalancer put shards on the node (citus_set_node_property's
+// shouldhaveshards); 42704 for a node not in the catalog.
+func (s *Store) SetShouldHaveShards(ctx context.Context, id int32, on bool) (*Snapshot, error) {
+	return s.change(ctx, "set node property", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE pgfleet.nodes SET should_have_shards = $2 WHERE nodeid = $1`, id, on)
+		if err == nil && tag.RowsAffected() == 0 {
+			return pgerr.New(pgerr.UndefinedObject, "node %d is not in the catalog", id)
+		}
+		return err
+	})
+}
+
 // activeNodes returns the ids of the active nodes in order.
 func activeNodes(ctx context.Context, tx pgx.Tx) ([]int32, error) {
 	rows, err := tx.Query(ctx, `SELECT nodeid FROM pgfleet.nodes WHERE active ORDER BY nodeid`)
@@ -734,13 +764,13 @@ func load(ctx context.Context, q querier) (*Snapshot, error) {
 		return nil, err
 	}
 
-	rows, err := q.Query(ctx, `SELECT nodeid, host, port, active FROM pgfleet.nodes ORDER BY nodeid`)
+	rows, err := q.Query(ctx, `SELECT nodeid, host, port, active, should_have_shards FROM pgfleet.nodes ORDER BY nodeid`)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
 		var n Node
-		if err := rows.Scan(&n.ID, &n.Host, &n.Port, &n.Active); err != nil {
+		if err := rows.Scan(&n.ID, &n.Host, &n.Port, &n.Active, &n.ShouldHaveShards); err != nil {
 			rows.Close()
 			return nil, err
 		}
