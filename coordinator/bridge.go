@@ -151,8 +151,11 @@ func functionColumns(name string) ([]string, bool) {
 	case "citus_get_active_worker_nodes", "master_get_active_worker_nodes":
 		return []string{"node_name", "node_port"}, true
 	case "citus_add_node", "citus_remove_node", "create_distributed_table", "create_reference_table", "undistribute_table",
-		"citus_move_shard_placement", "master_move_shard_placement":
+		"citus_move_shard_placement", "master_move_shard_placement", "rebalance_table_shards", "citus_drain_node",
+		"citus_set_node_property":
 		return []string{name}, true
+	case "get_rebalance_table_shards_plan":
+		return []string{"table_name", "shardid", "shard_size", "sourcename", "sourceport", "targetname", "targetport"}, true
 	}
 	return nil, false
 }
@@ -164,6 +167,8 @@ func functionTypes(name string) []uint32 {
 		return []uint32{oidText, oidInt8}
 	case "citus_add_node":
 		return []uint32{oidInt4}
+	case "get_rebalance_table_shards_plan":
+		return []uint32{oidText, oidInt8, oidInt8, oidText, oidInt4, oidText, oidInt4}
 	}
 	return []uint32{oidVoid}
 }

@@ -94,6 +94,31 @@ func (ss *session) runFunction(fn *planner.Function) error {
 		} else {
 			snap, err = s.store.RemoveNode(ctx, host, pn)
 		}
+	case "get_rebalance_table_shards_plan":
+		plan, perr := rebalancePlan(fn, s.catalog.Load())
+		if perr != nil {
+			return ss.queryError(perr)
+		}
+		snap := s.catalog.Load()
+		var rows [][]string
+		for _, m := range plan {
+			from, to := snap.Node(m.From), snap.Node(m.To)
+			rows = append(rows, []string{m.Table, strconv.FormatInt(m.Shard, 10), "0",
+				from.Host, strconv.Itoa(from.Port), to.Host, strconv.Itoa(to.Port)})
+		}
+		cols, _ := functionColumns(fn.Name)
+		ss.writeRows(cols, functionTypes(fn.Name), rows)
+		return nil
+	case "citus_set_node_property":
+		snap, err = ss.setNodeProperty(ctx, fn)
+	case "rebalance_table_shards", "citus_drain_node":
+		var done func()
+		conns, done, err = ss.nodeConns(ctx)
+		defer done()
+		if err != nil {
+			return ss.queryError(err)
+		}
+		snap, err = ss.rebalance(ctx, fn, conns)
 	case "citus_move_shard_placement", "master_move_shard_placement":
 		var done func()
 		conns, done, err = ss.nodeConns(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -64,8 +65,15 @@ func (ss *session) moveShard(ctx context.Context, fn *planner.Function, conns ma
 		}
 		mode = funcArg(fn, 5, "shard_transfer_mode", shards.TransferAuto)
 	}
-	addr := func(n int32) string { return snap.Node(n).Addr() }
-	s.ensureShardsSchema(ctx, ss.database, addr(to))
+	s.ensureShardsSchema(ctx, ss.database, snap.Node(to).Addr())
+	return shards.MoveShard(ctx, s.store, conns, s.defaultNode.Load(), id, from, to, ss.moveConfig(mode))
+}
+
+// moveConfig is how this session's moves reach the nodes as pgfleet's
+// superuser (shards.MoveConfig).
+func (ss *session) moveConfig(mode string) shards.MoveConfig {
+	s := ss.srv
+	addr := func(n int32) string { return s.catalog.Load().Node(n).Addr() }
 	cfg := shards.MoveConfig{
 		Mode: mode,
 		Admin: func(ctx context.Context, n int32) (*pgx.Conn, error) {
@@ -87,8 +95,144 @@ func (ss *session) moveShard(ctx context.Context, fn *planner.Function, conns ma
 	if s.cfg.Auth == "workers" && s.superuserPassword() == "" {
 		cfg.Admin, cfg.SourceDSN = nil, nil // no superuser login of its own
 	}
-	return shards.MoveShard(ctx, s.store, conns, s.defaultNode.Load(), id, from, to, cfg)
+	return cfg
 }
+
+// rebalancePlan plans get_rebalance_table_shards_plan(relation,
+// threshold, max_shard_moves, excluded_shard_list, drain_only) or
+// rebalance_table_shards(relation, threshold, max_shard_moves,
+// excluded_shard_list, shard_transfer_mode, drain_only) on snap (the
+// threshold is not used: shard groups are spread by count).
+func rebalancePlan(fn *planner.Function, snap *metadata.Snapshot) ([]shards.PlannedMove, error) {
+	var opt shards.RebalanceOptions
+	drainAt := 4
+	if fn.Name == "rebalance_table_shards" {
+		drainAt = 5
+	}
+	if rel := funcArg(fn, 0, "relation", ""); rel != "" {
+		opt.Table = catalogTableName(rel)
+	}
+	if v := funcArg(fn, 2, "max_shard_moves", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, pgerr.New(pgerr.InvalidParameterValue, "max_shard_moves must be a non-negative integer")
+		}
+		if opt.MaxMoves = n; n == 0 {
+			return nil, nil
+		}
+	}
+	if v := strings.Trim(funcArg(fn, 3, "excluded_shard_list", ""), "{} "); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				return nil, pgerr.New(pgerr.InvalidTextRepresentation, "excluded_shard_list must be an array of shard ids, as '{102008,102009}'")
+			}
+			opt.Excluded = append(opt.Excluded, id)
+		}
+	}
+	switch strings.ToLower(funcArg(fn, drainAt, "drain_only", "false")) {
+	case "true", "t", "on", "yes", "1":
+		opt.DrainOnly = true
+	}
+	return shards.RebalancePlan(snap, opt)
+}
+
+// catalogTableName is a table name as a Citus function takes it, as the
+// catalog spells it: unqualified names are taken to be in public.
+func catalogTableName(rel string) string {
+	parts := strings.Split(rel, ".")
+	for i, p := range parts {
+		if strings.HasPrefix(p, `"`) && strings.HasSuffix(p, `"`) && len(p) > 1 {
+			parts[i] = strings.ReplaceAll(p[1:len(p)-1], `""`, `"`)
+		} else {
+			parts[i] = strings.ToLower(p)
+		}
+	}
+	if len(parts) == 1 {
+		return "public." + parts[0]
+	}
+	return strings.Join(parts, ".")
+}
+
+// rebalance runs rebalance_table_shards (the plan's moves, one after the
+// other, each announced to the fleet as it commits) or
+// citus_drain_node(nodename, nodeport [, shard_transfer_mode]), which
+// first stops the node from taking shards, then moves every shard group
+// off it. A failed move stops the run; those before it stay done.
+func (ss *session) rebalance(ctx context.Context, fn *planner.Function, conns map[int32]*pgx.Conn) (*metadata.Snapshot, error) {
+	s := ss.srv
+	snap := s.catalog.Load()
+	mode := funcArg(fn, 4, "shard_transfer_mode", shards.TransferAuto)
+	var plan []shards.PlannedMove
+	var err error
+	if fn.Name == "citus_drain_node" {
+		mode = funcArg(fn, 2, "shard_transfer_mode", shards.TransferAuto)
+		id, nerr := ss.nodeArg(fn, snap)
+		if nerr != nil {
+			return nil, nerr
+		}
+		if snap, err = s.store.SetShouldHaveShards(ctx, id, false); err != nil {
+			return nil, err
+		}
+		s.changedCatalog(snap)
+		plan, err = shards.RebalancePlan(snap, shards.RebalanceOptions{DrainOnly: true})
+	} else {
+		plan, err = rebalancePlan(fn, snap)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range plan {
+		s.ensureShardsSchema(ctx, ss.database, snap.Node(m.To).Addr())
+		after, err := shards.MoveShard(ctx, s.store, conns, s.defaultNode.Load(), m.Shard, m.From, m.To, ss.moveConfig(mode))
+		if after != nil {
+			s.changedCatalog(after)
+			snap = after
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return snap, nil
+}
+
+// nodeArg is the node a function's (nodename, nodeport) arguments name.
+func (ss *session) nodeArg(fn *planner.Function, snap *metadata.Snapshot) (int32, error) {
+	host, port := funcArg(fn, 0, "nodename", ""), funcArg(fn, 1, "nodeport", "5432")
+	p, err := strconv.Atoi(port)
+	if host == "" || err != nil {
+		return 0, pgerr.New(pgerr.InvalidParameterValue, "%s needs a node name and port", fn.Name)
+	}
+	id := nodeID(snap, net.JoinHostPort(host, strconv.Itoa(p)))
+	if id == 0 {
+		return 0, pgerr.New(pgerr.UndefinedObject, "node %s:%d is not in the catalog", host, p).
+			WithHint("citus_get_active_worker_nodes() lists the nodes.")
+	}
+	return id, nil
+}
+
+// setNodeProperty is citus_set_node_property(nodename, nodeport,
+// 'shouldhaveshards', value), the one property pgfleet keeps.
+func (ss *session) setNodeProperty(ctx context.Context, fn *planner.Function) (*metadata.Snapshot, error) {
+	id, err := ss.nodeArg(fn, ss.srv.catalog.Load())
+	if err != nil {
+		return nil, err
+	}
+	if p := strings.ToLower(funcArg(fn, 2, "property", "")); p != "shouldhaveshards" {
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "node property %q is not supported", p).
+			WithHint("pgfleet keeps shouldhaveshards only.")
+	}
+	var on bool
+	switch strings.ToLower(funcArg(fn, 3, "value", "")) {
+	case "true", "t", "on", "yes", "1":
+		on = true
+	case "false", "f", "off", "no", "0":
+	default:
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "citus_set_node_property needs a boolean value")
+	}
+	return ss.srv.store.SetShouldHaveShards(ctx, id, on)
+}
+
 
 // superuserPassword is the password of pgfleet's own postgres logins to
 // the workers.

@@ -104,59 +104,7 @@ func TestMoveShard(t *testing.T) {
 
 	// Writers through both coordinators: inserts of new ids, and updates
 	// of the first 2,000 rows, counted when acknowledged.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var inserted, updated, retried atomic.Int64
-	var failures sync.Map
-	writer := func(w int, addr string) {
-		defer wg.Done()
-		conn, err := pgx.Connect(ctx, pgtest.URL(addr))
-		if err != nil {
-			failures.Store(fmt.Sprint(w), err)
-			return
-		}
-		defer conn.Close(ctx)
-		mode := pgx.QueryExecModeExec
-		if w%2 == 1 {
-			mode = simple
-		}
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var err error
-			if i%2 == 0 {
-				_, err = conn.Exec(ctx, "INSERT INTO mv_a (id, v) VALUES ($1, 0)", mode, int64(1_000_000*(w+1)+i))
-				if err == nil {
-					inserted.Add(1)
-				}
-			} else {
-				_, err = conn.Exec(ctx, "UPDATE mv_a SET v = v + 1 WHERE id = $1", mode, int64(i%2000+1))
-				if err == nil {
-					updated.Add(1)
-				}
-			}
-			if sqlState(err) == "40001" {
-				retried.Add(1)
-				i-- // not applied: again
-				continue
-			}
-			if err != nil {
-				failures.Store(fmt.Sprint(w, i), err)
-				return
-			}
-		}
-	}
-	for w := 0; w < 4; w++ {
-		addr := srv.Addr()
-		if w >= 2 {
-			addr = late.Addr()
-		}
-		wg.Add(1)
-		go writer(w, addr)
-	}
+	w := startWriters(t, "mv_a", 2000, srv.Addr(), srv.Addr(), late.Addr(), late.Addr())
 	time.Sleep(300 * time.Millisecond)
 	for _, move := range []struct {
 		from, to int
@@ -191,31 +139,114 @@ func TestMoveShard(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
-	failures.Range(func(k, v any) bool {
-		t.Errorf("writer %v: %v", k, v)
-		return true
-	})
-	if inserted.Load() == 0 || updated.Load() == 0 {
-		t.Fatalf("the writers wrote nothing (%d inserts, %d updates)", inserted.Load(), updated.Load())
-	}
-	var rows, sum, bRows int64
-	if err := c.QueryRow(ctx, "SELECT count(*), sum(v) FROM mv_a", simple).Scan(&rows, &sum); err != nil {
-		t.Fatal(err)
-	}
+	w.stop()
+	var bRows int64
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM mv_b", simple).Scan(&bRows); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 2000+inserted.Load() || sum != updated.Load() || bRows != 2000 {
-		t.Errorf("mv_a has %d rows and sum(v) %d, mv_b %d rows; acknowledged: %d rows, %d updates, mv_b 2000 rows",
-			rows, sum, bRows, 2000+inserted.Load(), updated.Load())
+	w.check(c)
+	if bRows != 2000 {
+		t.Errorf("mv_b has %d rows, want 2000", bRows)
 	}
 	var one string
 	if err := c.QueryRow(ctx, "SELECT w FROM mv_b WHERE id = 1", simple).Scan(&one); err != nil || one != "b1" {
 		t.Errorf("mv_b id 1 through the coordinator: %q, %v", one, err)
 	}
-	t.Logf("%d inserts, %d updates acknowledged; %d statements retried after 40001", inserted.Load(), updated.Load(), retried.Load())
+}
+
+// writers are clients inserting rows into a table (id bigint, v int) and
+// adding 1 to v of its first rows, through coordinators, counting what is
+// acknowledged; a statement that fails with 40001 is not applied, and is
+// tried again.
+type writers struct {
+	t                          *testing.T
+	table                      string
+	rows                       int64
+	stopc                      chan struct{}
+	wg                         sync.WaitGroup
+	inserted, updated, retried atomic.Int64
+	failures                   sync.Map
+}
+
+// startWriters starts one writer per address on table, whose rows 1..rows
+// exist with v = 0.
+func startWriters(t *testing.T, table string, rows int64, addrs ...string) *writers {
+	w := &writers{t: t, table: table, rows: rows, stopc: make(chan struct{})}
+	for i, addr := range addrs {
+		w.wg.Add(1)
+		go w.run(i, addr)
+	}
+	time.Sleep(300 * time.Millisecond)
+	return w
+}
+
+func (w *writers) run(n int, addr string) {
+	defer w.wg.Done()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL(addr))
+	if err != nil {
+		w.failures.Store(fmt.Sprint(n), err)
+		return
+	}
+	defer conn.Close(ctx)
+	mode := pgx.QueryExecModeExec
+	if n%2 == 1 {
+		mode = pgx.QueryExecModeSimpleProtocol
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-w.stopc:
+			return
+		default:
+		}
+		var err error
+		if i%2 == 0 {
+			_, err = conn.Exec(ctx, "INSERT INTO "+w.table+" (id, v) VALUES ($1, 0)", mode, int64(1_000_000*(n+1)+i))
+			if err == nil {
+				w.inserted.Add(1)
+			}
+		} else {
+			_, err = conn.Exec(ctx, "UPDATE "+w.table+" SET v = v + 1 WHERE id = $1", mode, int64(i)%w.rows+1)
+			if err == nil {
+				w.updated.Add(1)
+			}
+		}
+		if sqlState(err) == "40001" {
+			w.retried.Add(1)
+			i-- // not applied: again
+			continue
+		}
+		if err != nil {
+			w.failures.Store(fmt.Sprint(n, " ", i), err)
+			return
+		}
+	}
+}
+
+// stop stops the writers and fails the test for any error but 40001.
+func (w *writers) stop() {
+	close(w.stopc)
+	w.wg.Wait()
+	w.failures.Range(func(k, v any) bool {
+		w.t.Errorf("writer %v: %v", k, v)
+		return true
+	})
+	if w.inserted.Load() == 0 || w.updated.Load() == 0 {
+		w.t.Fatalf("the writers wrote nothing (%d inserts, %d updates)", w.inserted.Load(), w.updated.Load())
+	}
+}
+
+// check compares the table through c with what was acknowledged.
+func (w *writers) check(c *pgx.Conn) {
+	w.t.Helper()
+	var rows, sum int64
+	if err := c.QueryRow(context.Background(), "SELECT count(*), sum(v) FROM "+w.table, pgx.QueryExecModeSimpleProtocol).Scan(&rows, &sum); err != nil {
+		w.t.Fatal(err)
+	}
+	if rows != w.rows+w.inserted.Load() || sum != w.updated.Load() {
+		w.t.Errorf("%s has %d rows and sum(v) %d; acknowledged: %d rows, %d updates", w.table, rows, sum, w.rows+w.inserted.Load(), w.updated.Load())
+	}
+	w.t.Logf("%d inserts, %d updates acknowledged; %d statements retried after 40001", w.inserted.Load(), w.updated.Load(), w.retried.Load())
 }
 
 // TestMoveLeftovers: what a move that stopped half way leaves (a
@@ -307,5 +338,88 @@ func TestMoveLeftovers(t *testing.T) {
 			t.Fatalf("ml_a after the %s move: %d rows, sum %d, %v; want 500, 125250", mode, rows, sum, err)
 		}
 		src, dst = dst, src
+	}
+}
+
+// TestRebalance: a third worker is added to a two-worker cluster and the
+// shard groups are rebalanced onto it, then it is drained and removed,
+// while clients of two coordinators write: the shard groups end even, the
+// plan is empty afterwards, and every acknowledged write is there once.
+func TestRebalance(t *testing.T) {
+	cl := pgtest.Start(t, 3)
+	two := func(c *coordinator.Config) { c.Workers = c.Workers[:2] }
+	srv := pgtest.Coordinator(t, cl, two)
+	late := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { two(c); c.CatalogPoll = 300 * time.Millisecond })
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	exec(t, c, "CREATE TABLE rb_a (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", simple)
+	exec(t, c, "CREATE TABLE rb_b (id bigint PRIMARY KEY, w text)", simple)
+	exec(t, c, "SELECT create_distributed_table('rb_a', 'id', shard_count => 6)", simple)
+	exec(t, c, "SELECT create_distributed_table('rb_b', 'id', colocate_with => 'rb_a')", simple)
+	exec(t, c, "INSERT INTO rb_a SELECT g, 0 FROM generate_series(1, 3000) g", simple)
+	exec(t, c, "INSERT INTO rb_b SELECT g, 'b' FROM generate_series(1, 3000) g", simple)
+	third := cl.Servers[2]
+	perNode := func() map[int]int {
+		t.Helper()
+		rows, err := c.Query(ctx, "SELECT nodeport, count(*) FROM citus_shards WHERE table_name::text IN ('rb_a', 'rb_b') GROUP BY 1", simple)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]int{}
+		for rows.Next() {
+			var port, n int
+			if err := rows.Scan(&port, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[port] = n
+		}
+		return out
+	}
+	planned := func() int {
+		t.Helper()
+		rows, err := c.Query(ctx, "SELECT * FROM get_rebalance_table_shards_plan()", simple)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		return n
+	}
+	w := startWriters(t, "rb_a", 3000, srv.Addr(), late.Addr(), srv.Addr(), late.Addr())
+	exec(t, c, fmt.Sprintf("SELECT citus_add_node('%s', %d)", third.Host, third.Port), simple)
+	if n := planned(); n != 2 {
+		t.Errorf("the plan after adding a node has %d moves, want 2", n)
+	}
+	exec(t, c, "SELECT rebalance_table_shards()", simple)
+	if got := perNode(); len(got) != 3 || got[third.Port] != 4 || got[cl.Servers[0].Port] != 4 {
+		t.Errorf("shards per node after the rebalance: %v, want 4 on each of 3", got)
+	}
+	if n := planned(); n != 0 {
+		t.Errorf("the plan after the rebalance has %d moves", n)
+	}
+	exec(t, c, fmt.Sprintf("SELECT citus_drain_node('%s', %d)", third.Host, third.Port), simple)
+	if got := perNode(); len(got) != 2 || got[third.Port] != 0 {
+		t.Errorf("shards per node after draining: %v, want none on %d", got, third.Port)
+	}
+	// A drained node takes no new table's shards.
+	exec(t, c, "CREATE TABLE rb_c (id bigint PRIMARY KEY)", simple)
+	exec(t, c, "SELECT create_distributed_table('rb_c', 'id', colocate_with => 'none')", simple)
+	var onThird int
+	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM citus_shards WHERE nodeport = $1", simple, third.Port).Scan(&onThird); err != nil || onThird != 0 {
+		t.Errorf("shards on the drained node: %d, %v", onThird, err)
+	}
+	exec(t, c, "DROP TABLE rb_c", simple)
+	exec(t, c, fmt.Sprintf("SELECT citus_remove_node('%s', %d)", third.Host, third.Port), simple)
+	w.stop()
+	w.check(c)
+	var bRows int64
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM rb_b", simple).Scan(&bRows); err != nil || bRows != 3000 {
+		t.Errorf("rb_b: %d rows, %v; want 3000", bRows, err)
 	}
 }

@@ -65,13 +65,15 @@ var catalogFunctions = map[string]bool{
 	"create_distributed_table": true, "create_reference_table": true, "undistribute_table": true,
 	"citus_add_node": true, "citus_remove_node": true, "citus_get_active_worker_nodes": true,
 	"master_get_active_worker_nodes": true, "citus_move_shard_placement": true, "master_move_shard_placement": true,
+	"rebalance_table_shards": true, "get_rebalance_table_shards_plan": true, "citus_drain_node": true,
+	"citus_set_node_property": true,
 }
 
 // MentionsFunction reports whether sql may call a catalog function, a cheap
 // test that spares parsing for every other statement.
 func MentionsFunction(sql string) bool {
 	return ContainsFold(sql, "citus_") || ContainsFold(sql, "distribute") || ContainsFold(sql, "reference_table") ||
-		ContainsFold(sql, "master_get") || ContainsFold(sql, "master_move")
+		ContainsFold(sql, "master_get") || ContainsFold(sql, "master_move") || ContainsFold(sql, "rebalance_table_shards")
 }
 
 // ContainsFold is a case-insensitive strings.Contains for an ASCII,
