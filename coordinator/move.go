@@ -233,7 +233,6 @@ func (ss *session) setNodeProperty(ctx context.Context, fn *planner.Function) (*
 	return ss.srv.store.SetShouldHaveShards(ctx, id, on)
 }
 
-
 // superuserPassword is the password of pgfleet's own postgres logins to
 // the workers.
 func (s *Server) superuserPassword() string {
