@@ -92,7 +92,20 @@ func (ss *session) runFunction(fn *planner.Function) error {
 				return nil
 			}
 		} else {
-			snap, err = s.store.RemoveNode(ctx, host, pn)
+			// The node's copies of the reference tables are dropped as it
+			// is removed (a node that cannot be reached can be removed
+			// only if it has none).
+			conns := map[int32]*pgx.Conn{}
+			for _, n := range s.catalog.Load().Nodes {
+				if !n.Active {
+					continue
+				}
+				if c, derr := ss.dialNode(ctx, n.Host, n.Port); derr == nil {
+					conns[n.ID] = c
+					defer pooling.Reclaim(context.Background(), c.PgConn())
+				}
+			}
+			snap, err = shards.RemoveNode(ctx, s.store, conns, s.defaultNode.Load(), host, pn)
 		}
 	case "get_rebalance_table_shards_plan":
 		plan, perr := rebalancePlan(fn, s.catalog.Load())

@@ -359,6 +359,9 @@ func TestRebalance(t *testing.T) {
 	exec(t, c, "SELECT create_distributed_table('rb_b', 'id', colocate_with => 'rb_a')", simple)
 	exec(t, c, "INSERT INTO rb_a SELECT g, 0 FROM generate_series(1, 3000) g", simple)
 	exec(t, c, "INSERT INTO rb_b SELECT g, 'b' FROM generate_series(1, 3000) g", simple)
+	exec(t, c, "CREATE TABLE rb_ref (k int PRIMARY KEY, name text)", simple)
+	exec(t, c, "SELECT create_reference_table('rb_ref')", simple)
+	exec(t, c, "INSERT INTO rb_ref SELECT g, 'r' || g FROM generate_series(1, 50) g", simple)
 	third := cl.Servers[2]
 	perNode := func() map[int]int {
 		t.Helper()
@@ -411,11 +414,23 @@ func TestRebalance(t *testing.T) {
 	exec(t, c, "CREATE TABLE rb_c (id bigint PRIMARY KEY)", simple)
 	exec(t, c, "SELECT create_distributed_table('rb_c', 'id', colocate_with => 'none')", simple)
 	var onThird int
-	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM citus_shards WHERE nodeport = $1", simple, third.Port).Scan(&onThird); err != nil || onThird != 0 {
+	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM citus_shards WHERE nodeport = $1 AND citus_table_type = 'distributed'", simple, third.Port).Scan(&onThird); err != nil || onThird != 0 {
 		t.Errorf("shards on the drained node: %d, %v", onThird, err)
 	}
 	exec(t, c, "DROP TABLE rb_c", simple)
 	exec(t, c, fmt.Sprintf("SELECT citus_remove_node('%s', %d)", third.Host, third.Port), simple)
+	// Its copy of the reference table went with it.
+	var left int
+	if err := connect(t, third.Addr()).QueryRow(ctx, "SELECT count(*)::int FROM pg_tables WHERE schemaname = 'pgfleet_shards'").Scan(&left); err != nil || left != 0 {
+		t.Errorf("shard tables left on the removed node: %d, %v", left, err)
+	}
+	exec(t, c, "INSERT INTO rb_ref VALUES (51, 'r51')", simple)
+	var refs int
+	for i := 0; i < 4; i++ { // reads go to either copy
+		if err := c.QueryRow(ctx, "SELECT count(*)::int FROM rb_ref", simple).Scan(&refs); err != nil || refs != 51 {
+			t.Errorf("rb_ref after the removal: %d rows, %v; want 51", refs, err)
+		}
+	}
 	w.stop()
 	w.check(c)
 	var bRows int64

@@ -294,8 +294,29 @@ func (s *Store) ActivateNode(ctx context.Context, id int32, refShards []int64) (
 // placement (of a distributed or reference table) remains on the node, and
 // with undefined_object (42704) if there is no such node.
 func (s *Store) RemoveNode(ctx context.Context, host string, port int) (*Snapshot, error) {
+	return s.RemoveNodeCopies(ctx, host, port, nil)
+}
+
+// RemoveNodeCopies is RemoveNode that first removes the node's copies of
+// the reference tables whose shards are refShards, which must be all the
+// node has (40001 if the reference tables changed meanwhile). Under
+// WithDecision it is the commit decision of the transaction that dropped
+// the copies on the node.
+func (s *Store) RemoveNodeCopies(ctx context.Context, host string, port int, refShards []int64) (*Snapshot, error) {
 	addr := Node{Host: host, Port: port}.Addr()
 	return s.change(ctx, "remove node", func(tx pgx.Tx) error {
+		if len(refShards) > 0 {
+			tag, err := tx.Exec(ctx, `DELETE FROM pgfleet.placements p USING pgfleet.shards s, pgfleet.tables t, pgfleet.nodes n
+				WHERE p.shardid = s.shardid AND s.table_name = t.name AND t.kind = 'n' AND p.nodeid = n.nodeid
+				AND n.host = $1 AND n.port = $2 AND p.shardid = ANY($3)`, host, port, refShards)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != int64(len(refShards)) {
+				return pgerr.New(pgerr.SerializationFailure, "the reference tables changed while the node's copies were dropped").
+					WithHint("Run citus_remove_node again.")
+			}
+		}
 		var id int32
 		err := tx.QueryRow(ctx, `SELECT nodeid FROM pgfleet.nodes WHERE host = $1 AND port = $2 FOR UPDATE`,
 			host, port).Scan(&id)
@@ -331,7 +352,7 @@ func (s *Store) RemoveNode(ctx context.Context, host string, port int) (*Snapsho
 			}
 			e := pgerr.New(pgerr.ObjectNotInPrerequisite,
 				"cannot remove node %s: it has placements of shards %s", addr, list)
-			return e.WithHint("Drop the tables with shards on the node first.")
+			return e.WithHint("Move them off the node first: citus_drain_node('%s', %d).", host, port)
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM pgfleet.nodes WHERE nodeid = $1`, id)
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -216,4 +217,116 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 	}
 	o.g.tp.Decided = true
 	return after, id, o.g.commit(ctx)
+}
+
+// RemoveNode is citus_remove_node(host, port): it drops the node's copies
+// of the reference tables and removes the node from the catalog, all or
+// nothing. The node must hold no shard of a distributed table
+// (citus_drain_node moves them off; 55000 otherwise), nor be the default
+// node, which keeps the tables themselves. conns has a connection to every
+// active node.
+//
+// The copies are dropped in a prepared transaction on the node, the copies
+// that stay get the guard trigger of the new number of copies in theirs
+// (taken in node order, as writers take them), and the catalog change is
+// the commit decision. A coordinator whose catalog is a moment behind
+// still writes to every old copy: the guard, or the dropped copy, fails
+// its distributed transaction whole (40001, retried), so no copy misses a
+// write; a read of the dropped copy gets 40001 too.
+func RemoveNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	host string, port int) (*metadata.Snapshot, error) {
+	if store == nil {
+		return nil, errNoStore
+	}
+	snap, err := store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var id int32
+	for _, n := range snap.Nodes {
+		if n.Host == host && n.Port == port {
+			id = n.ID
+		}
+	}
+	var refs []int64
+	type copyOf struct {
+		ident string
+		nodes []int32
+	}
+	var copies []copyOf
+	for name, t := range snap.Tables {
+		if t.Kind != metadata.Reference || len(snap.Shards[name]) != 1 || !slices.Contains(snap.Shards[name][0].Nodes, id) {
+			continue
+		}
+		sh := snap.Shards[name][0]
+		refs = append(refs, sh.ID)
+		rel := name[strings.IndexByte(name, '.')+1:]
+		copies = append(copies, copyOf{pgx.Identifier{t.ShardsIn(), metadata.ShardName(rel, sh.ID)}.Sanitize(), sh.Nodes})
+	}
+	slices.SortFunc(copies, func(a, b copyOf) int { return strings.Compare(a.ident, b.ident) })
+	distributed := false
+	for name, t := range snap.Tables {
+		for _, sh := range snap.Shards[name] {
+			distributed = distributed || t.Kind == metadata.Distributed && slices.Contains(sh.Nodes, id)
+		}
+	}
+	if id == 0 || len(refs) == 0 || distributed {
+		return store.RemoveNode(ctx, host, port) // (its errors: no such node, shards left)
+	}
+	if id == defaultNode {
+		return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "node %s:%d is the default node, which keeps the tables and the catalog", host, port)
+	}
+	n := &nodes{conns: conns, addrs: map[int32]string{}}
+	o := &op{store: store, nodes: n, home: defaultNode, g: newGroup("removenode", n, store), schemas: map[int32]bool{}}
+	o.g.beginStmt = opBeginSQL
+	o.learn(snap)
+	// Node by node in id order, as writers of reference tables take their
+	// copies: the copies that stay get the guard with one copy fewer (a
+	// write planned for the old copies is refused there too), the node's
+	// own are dropped.
+	var all []int32
+	for _, c := range copies {
+		all = append(all, c.nodes...)
+	}
+	slices.Sort(all)
+	for _, node := range slices.Compact(all) {
+		tx, err := o.g.begin(ctx, node)
+		if err != nil {
+			return nil, o.fail(ctx, err)
+		}
+		if node != id {
+			if _, err := tx.conn.Exec(ctx, copiesGuardSQL); err != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot create pgfleet's trigger function on node %s", o.nodes.describe(node)))
+			}
+		}
+		for _, c := range copies {
+			if !slices.Contains(c.nodes, node) {
+				continue
+			}
+			sql := fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.reference_copies_guard('%d')",
+				CopiesGuardTrigger, c.ident, len(c.nodes)-1)
+			if node == id {
+				sql = "DROP TABLE IF EXISTS " + c.ident
+			}
+			if _, err := tx.conn.Exec(ctx, sql); err != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot change the copy %s on node %s", c.ident, o.nodes.describe(node)))
+			}
+		}
+	}
+	if err := o.g.prepare(ctx); err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	after, err := store.RemoveNodeCopies(metadata.WithDecision(ctx, o.g.tp.Base), host, port, refs)
+	if err != nil {
+		if err := o.g.settle(ctx, err); err != nil {
+			return nil, o.fail(ctx, err)
+		}
+		after, err := o.reload(ctx)
+		if cerr := o.g.commit(ctx); cerr != nil {
+			return after, cerr
+		}
+		return after, err
+	}
+	o.g.tp.Decided = true
+	return after, o.g.commit(ctx)
 }
