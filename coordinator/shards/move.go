@@ -214,8 +214,9 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 	}
 	cerr := o.g.commit(ctx)
 	mv.done = true
-	slog.Info("shard group moved", "shards", ids, "from", o.nodes.describe(from), "to", o.nodes.describe(to),
-		"logical", logical, "copy", held.Sub(began).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond))
+	slog.Info("shard group moved", append([]any{"shards", ids, "from", o.nodes.describe(from), "to", o.nodes.describe(to),
+		"logical", logical, "copy", held.Sub(began).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond)},
+		mv.steps...)...)
 	mv.cleanup(ctx)
 	if cerr != nil {
 		return after, cerr
@@ -237,6 +238,8 @@ type move struct {
 	// transaction (logical replication), and are dropped if it fails.
 	made bool
 	done bool // decided to commit: the source's tables go, the target's stay
+	// steps: how long each step of the cut-over took, for the log.
+	steps []any
 }
 
 // adminConn returns the move's superuser connection to node, opening it
@@ -467,9 +470,15 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 	for i, m := range mv.members {
 		idents[i] = m.ident
 	}
+	step := time.Now()
+	lap := func(what string) {
+		mv.steps = append(mv.steps, what, time.Since(step).Round(time.Millisecond))
+		step = time.Now()
+	}
 	if _, err := src.conn.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN EXCLUSIVE MODE"); err != nil {
 		return o.nodes.wrap(err, "cannot lock the shards on node %s", o.nodes.describe(mv.from))
 	}
+	lap("lock")
 	dst, err := o.g.begin(ctx, mv.to)
 	if err != nil {
 		return err
@@ -480,6 +489,7 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 		if err := mv.catchUp(ctx); err != nil {
 			return err
 		}
+		lap("catch_up")
 	} else {
 		rest, err := mv.makeTarget(ctx, dst.conn, true)
 		if err != nil {
@@ -516,10 +526,17 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 				m.qual(), want, o.nodes.describe(mv.from), got, at)
 		}
 	}
+	if logical {
+		lap("count")
+	} else {
+		lap("copy") // (with the counts)
+	}
 	if _, err := src.conn.Exec(ctx, "DROP TABLE "+strings.Join(idents, ", ")); err != nil {
 		return o.nodes.wrap(err, "cannot drop the shards on node %s", o.nodes.describe(mv.from))
 	}
-	return o.g.prepare(ctx)
+	err = o.g.prepare(ctx)
+	lap("prepare")
+	return err
 }
 
 // catchUp commits a marker row on the source (after the lock: every write
@@ -535,7 +552,11 @@ func (mv *move) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := src.Exec(ctx, "INSERT INTO "+mv.markerIdent()+" VALUES ('cut-over')"); err != nil {
+	// Committed with a flush, whatever the node's synchronous_commit: the
+	// walsender sends only flushed WAL, and otherwise the marker would wait
+	// for the WAL writer (up to three wal_writer_delay) while writes are
+	// held.
+	if _, err := src.Exec(ctx, "BEGIN; SET LOCAL synchronous_commit = on; INSERT INTO "+mv.markerIdent()+" VALUES ('cut-over'); COMMIT"); err != nil {
 		return o.nodes.wrap(err, "cannot write the move's marker on node %s", o.nodes.describe(mv.from))
 	}
 	deadline := time.Now().Add(moveCatchUpTimeout)
