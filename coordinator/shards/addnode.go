@@ -199,24 +199,13 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		}
 		shardIDs = append(shardIDs, sh.ID)
 	}
-	if err := o.g.prepare(ctx); err != nil {
-		return fail(err)
-	}
 	// The catalog change is the commit decision.
-	after, err := store.ActivateNode(metadata.WithDecision(ctx, o.g.tp.Base), id, shardIDs)
-	if err != nil {
-		// Its answer may have been lost after it committed: settle.
-		if err := o.g.settle(ctx, err); err != nil {
-			return fail(err)
-		}
-		after, err := o.reload(ctx)
-		if cerr := o.g.commit(ctx); cerr != nil {
-			return after, id, cerr
-		}
-		return after, id, err
+	after, err := o.commitWith(ctx, func(err error) error { _, _, err = fail(err); return err },
+		func(ctx context.Context) (*metadata.Snapshot, error) { return store.ActivateNode(ctx, id, shardIDs) })
+	if after == nil {
+		return nil, 0, err
 	}
-	o.g.tp.Decided = true
-	return after, id, o.g.commit(ctx)
+	return after, id, err
 }
 
 // RemoveNode is citus_remove_node(host, port): it drops the node's copies
@@ -313,20 +302,8 @@ func RemoveNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 			}
 		}
 	}
-	if err := o.g.prepare(ctx); err != nil {
-		return nil, o.fail(ctx, err)
-	}
-	after, err := store.RemoveNodeCopies(metadata.WithDecision(ctx, o.g.tp.Base), host, port, refs)
-	if err != nil {
-		if err := o.g.settle(ctx, err); err != nil {
-			return nil, o.fail(ctx, err)
-		}
-		after, err := o.reload(ctx)
-		if cerr := o.g.commit(ctx); cerr != nil {
-			return after, cerr
-		}
-		return after, err
-	}
-	o.g.tp.Decided = true
-	return after, o.g.commit(ctx)
+	return o.commitWith(ctx, func(err error) error { return o.fail(ctx, err) },
+		func(ctx context.Context) (*metadata.Snapshot, error) {
+			return store.RemoveNodeCopies(ctx, host, port, refs)
+		})
 }

@@ -302,15 +302,24 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 	if _, err := home.Exec(ctx, GuardSQL(shell, false)); err != nil {
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot drop the guard of %s on node %s", name, o.nodes.describe(o.home)))
 	}
+	return o.commitWith(ctx, func(err error) error { return o.fail(ctx, err) },
+		func(ctx context.Context) (*metadata.Snapshot, error) { return store.DropTable(ctx, name) })
+}
+
+// commitWith prepares the operation's transactions and commits them with
+// change, a catalog change, as the commit decision (it runs under
+// metadata.WithDecision). If change's answer is lost, the outcome is
+// settled first. fail undoes the operation when it does not commit.
+func (o *op) commitWith(ctx context.Context, fail func(error) error,
+	change func(context.Context) (*metadata.Snapshot, error)) (*metadata.Snapshot, error) {
 	if err := o.g.prepare(ctx); err != nil {
-		return nil, o.fail(ctx, err)
+		return nil, fail(err)
 	}
-	// The catalog change is the commit decision.
-	after, err := store.DropTable(metadata.WithDecision(ctx, o.g.tp.Base), name)
+	after, err := change(metadata.WithDecision(ctx, o.g.tp.Base))
 	if err != nil {
 		// Its answer may have been lost after it committed: settle.
 		if err := o.g.settle(ctx, err); err != nil {
-			return nil, o.fail(ctx, err)
+			return nil, fail(err)
 		}
 		after, err := o.reload(ctx)
 		if cerr := o.g.commit(ctx); cerr != nil {

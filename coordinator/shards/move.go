@@ -202,25 +202,19 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 		return nil, mv.fail(ctx, err)
 	}
 	// The catalog change is the commit decision.
-	after, err := store.MovePlacements(metadata.WithDecision(ctx, o.g.tp.Base), lock, ids, from, to)
-	if err != nil {
-		// Its answer may have been lost after it committed: settle.
-		if serr := o.g.settle(ctx, err); serr != nil {
-			return nil, mv.fail(ctx, serr)
-		}
-		after, err = o.reload(ctx)
-	} else {
-		o.g.tp.Decided = true
+	failed := false
+	after, err := o.commitWith(ctx, func(err error) error { failed = true; return mv.fail(ctx, err) },
+		func(ctx context.Context) (*metadata.Snapshot, error) {
+			return store.MovePlacements(ctx, lock, ids, from, to)
+		})
+	if failed {
+		return nil, err
 	}
-	cerr := o.g.commit(ctx)
 	mv.done = true
 	slog.Info("shard group moved", append([]any{"shards", ids, "from", o.nodes.describe(from), "to", o.nodes.describe(to),
 		"logical", logical, "copy", held.Sub(began).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond)},
 		mv.steps...)...)
 	mv.cleanup(ctx)
-	if cerr != nil {
-		return after, cerr
-	}
 	return after, err
 }
 
@@ -257,6 +251,15 @@ func (mv *move) adminConn(ctx context.Context, node int32) (*pgx.Conn, error) {
 	}
 	mv.admin[node] = c
 	return c, nil
+}
+
+// adminConns returns the move's superuser connections to the source and
+// the target.
+func (mv *move) adminConns(ctx context.Context) (src, dst *pgx.Conn, err error) {
+	if src, err = mv.adminConn(ctx, mv.from); err == nil {
+		dst, err = mv.adminConn(ctx, mv.to)
+	}
+	return src, dst, err
 }
 
 func (mv *move) closeAdmin() {
@@ -391,11 +394,7 @@ func (mv *move) replicate(ctx context.Context) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	mv.name = fmt.Sprintf("pgfleet_move_%d_%s", mv.members[0].shard.ID, hex.EncodeToString(b[:]))
-	src, err := mv.adminConn(ctx, mv.from)
-	if err != nil {
-		return err
-	}
-	dst, err := mv.adminConn(ctx, mv.to)
+	src, dst, err := mv.adminConns(ctx)
 	if err != nil {
 		return err
 	}
@@ -459,7 +458,7 @@ func (mv *move) markerIdent() string { return pgx.Identifier{"pgfleet", mv.name}
 // cutOver locks the group on the source, brings the target level with it
 // (copying the rows there under the lock, or waiting for replication to
 // apply every write committed before it), compares the row counts, drops
-// the source's shards and prepares both nodes' transactions.
+// the source's shards (MoveShard then prepares both nodes' transactions).
 func (mv *move) cutOver(ctx context.Context, logical bool) error {
 	o := mv.o
 	src, err := o.g.begin(ctx, mv.from)
@@ -534,9 +533,7 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 	if _, err := src.conn.Exec(ctx, "DROP TABLE "+strings.Join(idents, ", ")); err != nil {
 		return o.nodes.wrap(err, "cannot drop the shards on node %s", o.nodes.describe(mv.from))
 	}
-	err = o.g.prepare(ctx)
-	lap("prepare")
-	return err
+	return nil
 }
 
 // catchUp commits a marker row on the source (after the lock: every write
@@ -544,11 +541,7 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 // applied it.
 func (mv *move) catchUp(ctx context.Context) error {
 	o := mv.o
-	src, err := mv.adminConn(ctx, mv.from)
-	if err != nil {
-		return err
-	}
-	dst, err := mv.adminConn(ctx, mv.to)
+	src, dst, err := mv.adminConns(ctx)
 	if err != nil {
 		return err
 	}

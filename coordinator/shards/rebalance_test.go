@@ -2,6 +2,8 @@ package shards
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/pgfleet/pgfleet/metadata"
@@ -17,7 +19,8 @@ func catalogOf(nodes map[int32]bool, tables map[string][2]any) *metadata.Snapsho
 		}
 	}
 	next := int64(100)
-	for name, spec := range tables {
+	for _, name := range slices.Sorted(maps.Keys(tables)) {
+		spec := tables[name]
 		placed := spec[1].([]int32)
 		snap.Tables[name] = &metadata.Table{Name: name, Kind: metadata.Distributed, ColocationID: spec[0].(int32), ShardCount: len(placed)}
 		for i, r := range metadata.HashRanges(len(placed)) {
