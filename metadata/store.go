@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -551,6 +552,20 @@ func (s *Store) MovePlacements(ctx context.Context, lock *MoveLock, shards []int
 		if err := lock.heldBy(ctx, tx); err != nil {
 			return err
 		}
+		// The group is what the move copied: a table that joined the
+		// colocation group meanwhile (create_distributed_table with
+		// colocate_with) has its shard of the range on the source still.
+		var group []int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(s.shardid ORDER BY s.shardid), '{}') FROM pgfleet.shards s
+			JOIN pgfleet.tables t ON t.name = s.table_name
+			WHERE t.kind = 'h' AND t.colocation_id = $1 AND s.min_hash = $2`, lock.colocation, lock.minHash).Scan(&group); err != nil {
+			return err
+		}
+		if !slices.Equal(group, slices.Sorted(slices.Values(shards))) {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite,
+				"the shard group changed while it moved (shards %v now, %v moved): a table joined or left its colocation group; nothing was moved", group, shards).
+				WithHint("Run the move again.")
+		}
 		var active bool
 		err := tx.QueryRow(ctx, `SELECT active FROM pgfleet.nodes WHERE nodeid = $1`, to).Scan(&active)
 		if errors.Is(err, pgx.ErrNoRows) || err == nil && !active {
@@ -577,7 +592,8 @@ func (s *Store) MovePlacements(ctx context.Context, lock *MoveLock, shards []int
 
 // MoveLock is a move's hold on its shard group (HoldMoveLock).
 type MoveLock struct {
-	key int64
+	colocation, minHash int32
+	key                 int64
 	pid uint32 // the metadata database's backend that holds it
 	// Release gives the lock back.
 	Release func()
@@ -594,7 +610,7 @@ func (s *Store) HoldMoveLock(ctx context.Context, colocation, minHash int32) (*M
 	if err != nil {
 		return nil, fmt.Errorf("metadata: move lock: %w", err)
 	}
-	l := &MoveLock{key: moveLockClass<<48 ^ int64(colocation)<<32 | int64(uint32(minHash))}
+	l := &MoveLock{colocation: colocation, minHash: minHash, key: moveLockClass<<48 ^ int64(colocation)<<32 | int64(uint32(minHash))}
 	var got bool
 	if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1), pg_catalog.pg_backend_pid()`, l.key).Scan(&got, &l.pid); err != nil {
 		c.Release()

@@ -466,6 +466,17 @@ func TestMovePlacements(t *testing.T) {
 	if got := after.Shards["public.m"][0].Nodes; len(got) != 1 || got[0] != to {
 		t.Fatalf("placements after the move: %v, want [%d]", got, to)
 	}
+	// A table that joins the group while it moves: the move of the shards
+	// it copied would split the group.
+	if _, _, err := st.CreateDistributedTable(ctx, metadata.Table{Name: "public.m2", Kind: metadata.Distributed,
+		DistColumn: "id", DistType: "int8"}, "public.m"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.MovePlacements(ctx, lock, []int64{sh.ID}, to, from); err == nil {
+		t.Fatal("a move of a group that changed switched the placements")
+	} else {
+		wantCode(t, err, "55000")
+	}
 	lock.Release()
 
 	// A lock whose connection ended no longer lets its move decide.
@@ -487,7 +498,7 @@ func TestMovePlacements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := final.Shards["public.m"][0].Nodes; len(got) != 1 || got[0] != to {
+	if got := final.Shards["public.m"][0].Nodes; len(got) != 1 || got[0] != to || final.Shards["public.m2"][0].Nodes[0] != to {
 		t.Fatalf("placements after the refused move: %v, want [%d]", got, to)
 	}
 }
