@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/coordinator/shards"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -437,4 +438,65 @@ func TestRebalance(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM rb_b", simple).Scan(&bRows); err != nil || bRows != 3000 {
 		t.Errorf("rb_b: %d rows, %v; want 3000", bRows, err)
 	}
+}
+
+// TestMoveDuringDDL: DDL that runs while a shard group is copied (here,
+// between the copy and the cut-over) makes a logical move fail with
+// nothing moved, and is on the target when the move runs again or holds
+// writes: the moved shard never lacks a column the table has (found by
+// an adversary: it did).
+func TestMoveDuringDDL(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	ddl := connect(t, srv.Addr())
+	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS md_a", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS md_a", simple) })
+	exec(t, c, "CREATE TABLE md_a (id bigint PRIMARY KEY, v int)", simple)
+	exec(t, c, "SELECT create_distributed_table('md_a', 'id', shard_count => 2)", simple)
+	exec(t, c, "INSERT INTO md_a SELECT g, g FROM generate_series(1, 200) g", simple)
+	var shard int64
+	var port int
+	if err := connect(t, cl.Servers[0].Addr()).QueryRow(ctx, `SELECT s.shardid, n.port FROM pgfleet.shards s
+		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+		WHERE s.table_name = 'public.md_a' AND hashint8(1) BETWEEN s.min_hash AND s.max_hash`).Scan(&shard, &port); err != nil {
+		t.Fatal(err)
+	}
+	src := 0
+	if port != cl.Servers[0].Port {
+		src = 1
+	}
+	move := func(from, to int, mode string) error {
+		_, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, '%s')", shard,
+			cl.Servers[from].Host, cl.Servers[from].Port, cl.Servers[to].Host, cl.Servers[to].Port, mode), simple)
+		return err
+	}
+	column := 0
+	restore := shards.SetTestHookBeforeCutOver(func() {
+		column++
+		exec(t, ddl, fmt.Sprintf("ALTER TABLE md_a ADD COLUMN c%d int DEFAULT %d", column, column), simple)
+	})
+	defer restore()
+	if err := move(src, 1-src, "force_logical"); sqlState(err) != "55000" {
+		t.Fatalf("a logical move with DDL before its cut-over: %v, want 55000", err)
+	}
+	restore()
+	if err := move(src, 1-src, "force_logical"); err != nil {
+		t.Fatal(err)
+	}
+	restore = shards.SetTestHookBeforeCutOver(func() {
+		column++
+		exec(t, ddl, fmt.Sprintf("ALTER TABLE md_a ADD COLUMN c%d int DEFAULT %d", column, column), simple)
+	})
+	if err := move(1-src, src, "block_writes"); err != nil {
+		t.Fatal(err)
+	}
+	restore()
+	var n, sum1, sum2 int64
+	if err := c.QueryRow(ctx, "SELECT count(*), sum(c1), sum(c2) FROM md_a", simple).Scan(&n, &sum1, &sum2); err != nil || n != 200 || sum1 != 200 || sum2 != 400 {
+		t.Fatalf("md_a after the moves: %d rows, sum(c1) %d, sum(c2) %d, %v; want 200, 200, 400", n, sum1, sum2, err)
+	}
+	exec(t, c, "INSERT INTO md_a (id, v, c1, c2) VALUES (1001, 1, 1, 2)", simple)
 }

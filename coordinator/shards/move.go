@@ -178,8 +178,10 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 		return nil, err
 	}
 	for _, m := range members {
-		if m.def, err = TableDef(ctx, o.homeConn(), m.table.Name); err != nil {
-			return nil, o.nodes.wrap(err, "cannot read the definition of %s on node %s", m.table.Name, o.nodes.describe(o.home))
+		// The shard's own definition, as the target gets it (the cut-over
+		// reads it again under the lock: DDL may run meanwhile).
+		if m.def, err = TableDef(ctx, o.nodes.conns[from], m.ident); err != nil {
+			return nil, o.nodes.wrap(err, "cannot read the definition of shard %s on node %s", m.qual(), o.nodes.describe(from))
 		}
 	}
 	mv := &move{o: o, members: members, from: from, to: to, cfg: cfg}
@@ -196,6 +198,9 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 		if err := mv.replicate(ctx); err != nil {
 			return nil, mv.fail(ctx, err)
 		}
+	}
+	if h := testHookBeforeCutOver; h != nil {
+		h()
 	}
 	held := time.Now()
 	if err := mv.cutOver(ctx, logical); err != nil {
@@ -359,17 +364,17 @@ func (mv *move) makeTarget(ctx context.Context, conn *pgx.Conn, later bool) ([][
 	o, at := mv.o, mv.o.nodes.describe(mv.to)
 	var rest [][]string
 	for _, m := range mv.members {
-		if err := ensureSchema(ctx, conn, m.def.Schema); err != nil {
-			return nil, o.nodes.wrap(err, "cannot create schema %q on node %s", m.def.Schema, at)
+		if err := ensureSchema(ctx, conn, m.table.Schema()); err != nil {
+			return nil, o.nodes.wrap(err, "cannot create schema %q on node %s", m.table.Schema(), at)
 		}
 		if m.table.ShardsIn() == metadata.ShardsSchema {
 			if err := ensureShardsSchema(ctx, conn); err != nil {
 				return nil, o.nodes.wrap(err, "cannot create schema %s on node %s", metadata.ShardsSchema, at)
 			}
 		}
-		types, err := columnTypes(ctx, o.homeConn(), m.def.OID)
+		types, err := columnTypes(ctx, o.nodes.conns[mv.from], m.def.OID)
 		if err != nil {
-			return nil, o.nodes.wrap(err, "cannot read the types of %s on node %s", m.table.Name, o.nodes.describe(o.home))
+			return nil, o.nodes.wrap(err, "cannot read the types of shard %s on node %s", m.qual(), o.nodes.describe(mv.from))
 		}
 		if err := ensureTypes(ctx, conn, types); err != nil {
 			return nil, o.nodes.wrap(err, "cannot create the types of %s on node %s", m.table.Name, at)
@@ -478,6 +483,20 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 		return o.nodes.wrap(err, "cannot lock the shards on node %s", o.nodes.describe(mv.from))
 	}
 	lap("lock")
+	// DDL on the table may have run since the definitions were read; under
+	// the lock none can. Logical replication made the target's tables
+	// from the old one: the move fails. Without it they are made now.
+	for _, m := range mv.members {
+		def, err := TableDef(ctx, src.conn, m.ident)
+		if err != nil {
+			return o.nodes.wrap(err, "cannot read the definition of shard %s on node %s", m.qual(), o.nodes.describe(mv.from))
+		}
+		if logical && !slices.Equal(def.CreateSQL(m.table.ShardsIn(), m.name), m.def.CreateSQL(m.table.ShardsIn(), m.name)) {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite, "the definition of %s changed while its shard moved (DDL ran during the move); nothing was moved", m.table.Name).
+				WithHint("Run the move again.")
+		}
+		m.def = def
+	}
 	dst, err := o.g.begin(ctx, mv.to)
 	if err != nil {
 		return err
@@ -632,3 +651,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// testHookBeforeCutOver runs before a move's cut-over; nil but in tests
+// (SetTestHookBeforeCutOver).
+var testHookBeforeCutOver func()
+
+// SetTestHookBeforeCutOver makes f run before every shard move's cut-over
+// (after its copy), for tests that change the table there; it returns a
+// function that removes it. Not for concurrent use with running moves.
+func SetTestHookBeforeCutOver(f func()) (restore func()) {
+	old := testHookBeforeCutOver
+	testHookBeforeCutOver = f
+	return func() { testHookBeforeCutOver = old }
+}

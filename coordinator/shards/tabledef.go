@@ -186,8 +186,12 @@ func (d *Def) CreateSQL(schema, shardName string) []string {
 
 // nameSuffix is what the names of a shard's constraints and indexes get
 // appended: the part shardName adds to the table's name ("_102008" for
-// accounts_102008), or "_"+shardName if it does not start with it.
+// accounts_102008), or "_"+shardName if it does not start with it;
+// nothing when shardName is the table's own name.
 func nameSuffix(table, shardName string) string {
+	if shardName == table {
+		return "" // a copy of a shard under its own name (a shard move)
+	}
 	if len(shardName) > len(table) && strings.HasPrefix(shardName, table) {
 		return shardName[len(table):]
 	}
