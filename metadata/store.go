@@ -594,7 +594,7 @@ func (s *Store) MovePlacements(ctx context.Context, lock *MoveLock, shards []int
 type MoveLock struct {
 	colocation, minHash int32
 	key                 int64
-	pid uint32 // the metadata database's backend that holds it
+	pid                 uint32 // the metadata database's backend that holds it
 	// Release gives the lock back.
 	Release func()
 }
