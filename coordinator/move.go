@@ -75,7 +75,8 @@ func (ss *session) moveConfig(mode string) shards.MoveConfig {
 	s := ss.srv
 	addr := func(n int32) string { return s.catalog.Load().Node(n).Addr() }
 	cfg := shards.MoveConfig{
-		Mode: mode,
+		Mode:     mode,
+		Database: ss.database,
 		Admin: func(ctx context.Context, n int32) (*pgx.Conn, error) {
 			return s.directConnDB(ctx, addr(n), ss.database)
 		},

@@ -138,6 +138,10 @@ func TestMoveShard(t *testing.T) {
 					move.mode, i, tables, want, subs, pubs, slots, prepared)
 			}
 		}
+		var records int
+		if err := workers[0].QueryRow(ctx, "SELECT count(*)::int FROM pgfleet.shard_moves").Scan(&records); err != nil || records != 0 {
+			t.Errorf("after the %s move: %d move records left, %v", move.mode, records, err)
+		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	w.stop()
@@ -289,6 +293,18 @@ func TestMoveLeftovers(t *testing.T) {
 	exec(t, workers[src], "CREATE PUBLICATION "+name+" FOR TABLE pgfleet."+name+", "+shardIdent)
 	exec(t, workers[dst], fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION 'host=%s port=%d user=postgres dbname=postgres' PUBLICATION %s",
 		name, cl.Servers[src].Host, cl.Servers[src].Port, name))
+	record := func(from, to int) {
+		exec(t, workers[0], `INSERT INTO pgfleet.shard_moves (name, database, shard, source, target)
+			SELECT $1, 'postgres', $2, (SELECT nodeid FROM pgfleet.nodes WHERE port = $3), (SELECT nodeid FROM pgfleet.nodes WHERE port = $4)`,
+			name, shard, cl.Servers[from].Port, cl.Servers[to].Port)
+	}
+	records := func() (n int) {
+		if err := workers[0].QueryRow(ctx, "SELECT count(*)::int FROM pgfleet.shard_moves").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	record(src, dst)
 	leftovers := func() (n int) {
 		t.Helper()
 		for i, w := range workers {
@@ -311,13 +327,27 @@ func TestMoveLeftovers(t *testing.T) {
 	if n := leftovers(); n < 6 {
 		t.Fatalf("the simulated leftovers are not all there (%d objects)", n)
 	}
+	// While the target's copy is locked (as a prepared transaction of the
+	// move would hold it), the subscription stays, and the sweep finds the
+	// move again once the lock is gone.
+	blocker, err := pgx.Connect(ctx, pgtest.URL(cl.Servers[dst].Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close(ctx)
+	exec(t, blocker, "BEGIN; LOCK "+shardIdent+" IN ACCESS SHARE MODE")
+	srv.RecoverPrepared(ctx, time.Minute)
+	if n := records(); n != 1 || leftovers() == 0 {
+		t.Fatalf("after a sweep that could not drop the target's copy: %d records, %d objects; want the record kept", n, leftovers())
+	}
+	exec(t, blocker, "COMMIT")
 	deadline := time.Now().Add(20 * time.Second)
-	for leftovers() > 0 && time.Now().Before(deadline) {
+	for (leftovers() > 0 || records() > 0) && time.Now().Before(deadline) {
 		srv.RecoverPrepared(ctx, time.Minute)
 		time.Sleep(100 * time.Millisecond)
 	}
-	if n := leftovers(); n != 0 {
-		t.Fatalf("%d objects of the stopped move are left after recovery", n)
+	if n, r := leftovers(), records(); n != 0 || r != 0 {
+		t.Fatalf("%d objects and %d records of the stopped move are left after recovery", n, r)
 	}
 	var rows, sum int64
 	if err := c.QueryRow(ctx, "SELECT count(*), sum(v) FROM ml_a", simple).Scan(&rows, &sum); err != nil || rows != 500 || sum != 125250 {
@@ -326,6 +356,27 @@ func TestMoveLeftovers(t *testing.T) {
 	var left int
 	if err := workers[src].QueryRow(ctx, "SELECT count(*)::int FROM "+shardIdent).Scan(&left); err != nil || left == 0 {
 		t.Fatalf("the source's shard after recovery: %d rows, %v", left, err)
+	}
+
+	// A new move while a stopped move's replication is still there: it
+	// goes first.
+	for _, w := range workers {
+		exec(t, w, "CREATE TABLE pgfleet."+name+" (token text PRIMARY KEY)")
+	}
+	exec(t, workers[dst], "CREATE TABLE "+shardIdent+" (id bigint PRIMARY KEY, v int)")
+	exec(t, workers[src], "CREATE PUBLICATION "+name+" FOR TABLE pgfleet."+name+", "+shardIdent)
+	exec(t, workers[dst], fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION 'host=%s port=%d user=postgres dbname=postgres' PUBLICATION %s",
+		name, cl.Servers[src].Host, cl.Servers[src].Port, name))
+	record(src, dst)
+	exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, 'force_logical')", shard,
+		cl.Servers[src].Host, cl.Servers[src].Port, cl.Servers[dst].Host, cl.Servers[dst].Port), simple)
+	src, dst = dst, src
+	if n := leftovers(); n != 0 {
+		t.Fatalf("%d objects of the stopped move are left after a new move", n)
+	}
+	srv.RecoverPrepared(ctx, time.Minute) // its record, with nothing left to drop
+	if r := records(); r != 0 {
+		t.Fatalf("%d move records left after a new move and a sweep", r)
 	}
 
 	// A copy left on the target by a move that died before replicating.

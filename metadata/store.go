@@ -100,6 +100,17 @@ CREATE TABLE IF NOT EXISTS pgfleet.transaction_decisions (
 	decided_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS transaction_decisions_decided_at ON pgfleet.transaction_decisions (decided_at);
+-- Shard moves that made replication objects on the workers (a publication,
+-- a subscription and its slot, marker tables, the target's copies), until
+-- they are dropped: recovery drops what a move that stopped left.
+CREATE TABLE IF NOT EXISTS pgfleet.shard_moves (
+	name text PRIMARY KEY,
+	database text NOT NULL,
+	shard bigint NOT NULL,
+	source int NOT NULL,
+	target int NOT NULL,
+	started timestamptz NOT NULL DEFAULT now()
+);
 -- Coordinators' leases on their shares of each worker's connection budget
 -- (leases.go): a share counts until its coordinator's lease lapses and the
 -- backends it recorded are ended (pids, as of recorded_at).
@@ -631,6 +642,51 @@ func (s *Store) HoldMoveLock(ctx context.Context, colocation, minHash int32) (*M
 		c.Release()
 	}
 	return l, nil
+}
+
+// MoveRecord is a shard move that made replication objects on the
+// workers (pgfleet.shard_moves): name is its publication's, subscription's
+// and marker tables' name, in database, for the group of shard, from
+// source to target.
+type MoveRecord struct {
+	Name, Database string
+	Shard          int64
+	Source, Target int32
+}
+
+// RecordMove records a move before it makes its replication objects.
+func (s *Store) RecordMove(ctx context.Context, m MoveRecord) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO pgfleet.shard_moves (name, database, shard, source, target) VALUES ($1, $2, $3, $4, $5)`,
+		m.Name, m.Database, m.Shard, m.Source, m.Target)
+	if err != nil {
+		return fmt.Errorf("metadata: record move: %w", err)
+	}
+	return nil
+}
+
+// ForgetMove removes a move's record once its replication objects are gone.
+func (s *Store) ForgetMove(ctx context.Context, name string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM pgfleet.shard_moves WHERE name = $1`, name); err != nil {
+		return fmt.Errorf("metadata: forget move: %w", err)
+	}
+	return nil
+}
+
+// Moves lists the recorded moves, oldest first.
+func (s *Store) Moves(ctx context.Context) ([]MoveRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, database, shard, source, target FROM pgfleet.shard_moves ORDER BY started`)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: moves: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MoveRecord, error) {
+		var m MoveRecord
+		err := r.Scan(&m.Name, &m.Database, &m.Shard, &m.Source, &m.Target)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: moves: %w", err)
+	}
+	return out, nil
 }
 
 // heldBy fails unless the move's lock is still held by its connection: a

@@ -32,6 +32,9 @@ const (
 // MoveConfig is what a shard move needs beyond the session's connections.
 type MoveConfig struct {
 	Mode string
+	// Database is the nodes' database the move is in, for its record
+	// (metadata.MoveRecord).
+	Database string
 	// Admin opens a new superuser connection to a node's database, for
 	// logical replication (publication, subscription, the catch-up marker
 	// and the comparison); nil allows block_writes only. The move closes
@@ -279,11 +282,14 @@ func (mv *move) closeAdmin() {
 func (mv *move) dropLeftovers(ctx context.Context) error {
 	conn := mv.o.nodes.conns[mv.to]
 	if mv.cfg.Admin != nil {
-		c, err := mv.adminConn(ctx, mv.to)
+		src, dst, err := mv.adminConns(ctx)
 		if err != nil {
 			return err
 		}
-		conn = c
+		if err := mv.dropReplication(ctx, src, dst); err != nil {
+			return err
+		}
+		conn = dst
 	}
 	var idents []string
 	for _, m := range mv.members {
@@ -298,6 +304,54 @@ func (mv *move) dropLeftovers(ctx context.Context) error {
 	}
 	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+strings.Join(idents, ", ")); err != nil {
 		return mv.o.nodes.wrap(err, "cannot drop what an earlier move left on node %s", mv.o.nodes.describe(mv.to))
+	}
+	return nil
+}
+
+// dropReplication drops what earlier moves of the group left of their
+// replication on the two nodes (they hold no lock: this move does):
+// subscriptions first, which take their slots and table copies' syncs
+// with them, then publications and marker tables.
+func (mv *move) dropReplication(ctx context.Context, src, dst *pgx.Conn) error {
+	var patterns []string
+	for _, m := range mv.members {
+		patterns = append(patterns, fmt.Sprintf(`pgfleet\_move\_%d\_%%`, m.shard.ID))
+	}
+	list := func(c *pgx.Conn, sql string) ([]string, error) {
+		rows, err := c.Query(ctx, sql, patterns)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	drop := func(node int32, c *pgx.Conn, what, listSQL, dropSQL string) error {
+		names, err := list(c, listSQL)
+		for _, name := range names {
+			if err == nil {
+				_, err = c.Exec(ctx, fmt.Sprintf(dropSQL, pgx.Identifier{name}.Sanitize()))
+			}
+		}
+		if err != nil {
+			return mv.o.nodes.wrap(err, "cannot drop the %s an earlier move left on node %s", what, mv.o.nodes.describe(node))
+		}
+		return nil
+	}
+	const tables = `SELECT tablename::text FROM pg_catalog.pg_tables WHERE schemaname = 'pgfleet' AND tablename::text LIKE ANY ($1)`
+	for _, step := range []struct {
+		node            int32
+		c               *pgx.Conn
+		what, list, sql string
+	}{
+		{mv.to, dst, "subscriptions", `SELECT s.subname::text FROM pg_catalog.pg_subscription s
+			WHERE s.subdbid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database()) AND s.subname::text LIKE ANY ($1)`,
+			"DROP SUBSCRIPTION %s"},
+		{mv.from, src, "publications", `SELECT pubname::text FROM pg_catalog.pg_publication WHERE pubname::text LIKE ANY ($1)`, "DROP PUBLICATION %s"},
+		{mv.from, src, "marker tables", tables, "DROP TABLE pgfleet.%s"},
+		{mv.to, dst, "marker tables", tables, "DROP TABLE pgfleet.%s"},
+	} {
+		if err := drop(step.node, step.c, step.what, step.list, step.sql); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -401,6 +455,12 @@ func (mv *move) replicate(ctx context.Context) error {
 	mv.name = fmt.Sprintf("pgfleet_move_%d_%s", mv.members[0].shard.ID, hex.EncodeToString(b[:]))
 	src, dst, err := mv.adminConns(ctx)
 	if err != nil {
+		return err
+	}
+	// Recorded first: if this coordinator stops, recovery finds what the
+	// move made by its record.
+	if err := o.store.RecordMove(ctx, metadata.MoveRecord{Name: mv.name, Database: mv.cfg.Database,
+		Shard: mv.members[0].shard.ID, Source: mv.from, Target: mv.to}); err != nil {
 		return err
 	}
 	mv.made = true
@@ -604,24 +664,24 @@ func (mv *move) fail(ctx context.Context, err error) error {
 }
 
 // cleanup drops what replication made, and after a move that failed the
-// target's tables. Failures are logged: a subscription left behind keeps
-// a replication slot on the source, which holds its WAL.
+// target's tables, then forgets the move's record. Failures are logged and
+// the record stays: recovery's sweep tries again (a subscription left
+// behind keeps a replication slot on the source, which holds its WAL).
 func (mv *move) cleanup(ctx context.Context) {
 	if !mv.made {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	warn := func(node int32, what string, err error) {
-		slog.Warn("shard move: cleanup failed", "node", mv.o.nodes.describe(node), "what", what, "err", err)
-	}
+	clean := true
 	exec := func(node int32, what, sql string) {
 		c, err := mv.adminConn(ctx, node)
 		if err == nil {
 			_, err = c.Exec(ctx, sql)
 		}
 		if err != nil {
-			warn(node, what, err)
+			clean = false
+			slog.Warn("shard move: cleanup failed; recovery tries again", "node", mv.o.nodes.describe(node), "what", what, "err", err)
 		}
 	}
 	if mv.name != "" {
@@ -634,6 +694,13 @@ func (mv *move) cleanup(ctx context.Context) {
 	if !mv.done && !mv.o.g.tp.InDoubt {
 		for _, m := range mv.members {
 			exec(mv.to, "shard "+m.qual(), "DROP TABLE IF EXISTS "+m.ident)
+		}
+	} else if !mv.done {
+		clean = false // recovery decides; its sweep drops the copies if the move did not commit
+	}
+	if clean && mv.name != "" {
+		if err := mv.o.store.ForgetMove(ctx, mv.name); err != nil {
+			slog.Warn("shard move: forgetting its record failed; recovery tries again", "move", mv.name, "err", err)
 		}
 	}
 }
