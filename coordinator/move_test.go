@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -50,24 +51,13 @@ func TestMoveShard(t *testing.T) {
 	exec(t, c, "INSERT INTO mv_b SELECT g, 'b' || g FROM generate_series(1, 2000) g", simple)
 
 	// The group of id 1's shard, where it is and where it goes.
-	var shard int64
-	var host string
-	var port int
-	if err := workers[0].QueryRow(ctx, `SELECT s.shardid, n.host, n.port FROM pgfleet.shards s
-		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
-		WHERE s.table_name = 'public.mv_a' AND hashint8(1) BETWEEN s.min_hash AND s.max_hash`).Scan(&shard, &host, &port); err != nil {
-		t.Fatal(err)
-	}
+	shard, src := shardOfOne(t, workers[0], cl, "mv_a")
 	var shardB int64
 	if err := workers[0].QueryRow(ctx, `SELECT shardid FROM pgfleet.shards WHERE table_name = 'public.mv_b'
 		AND min_hash = (SELECT min_hash FROM pgfleet.shards WHERE shardid = $1)`, shard).Scan(&shardB); err != nil {
 		t.Fatal(err)
 	}
 	addrOf := func(i int) (string, int) { return cl.Servers[i].Host, cl.Servers[i].Port }
-	src := 0
-	if port != cl.Servers[0].Port {
-		src = 1
-	}
 	placement := func() (int, int) {
 		t.Helper()
 		var n int
@@ -271,17 +261,7 @@ func TestMoveLeftovers(t *testing.T) {
 	exec(t, c, "CREATE TABLE ml_a (id bigint PRIMARY KEY, v int)", simple)
 	exec(t, c, "SELECT create_distributed_table('ml_a', 'id', shard_count => 2)", simple)
 	exec(t, c, "INSERT INTO ml_a SELECT g, g FROM generate_series(1, 500) g", simple)
-	var shard int64
-	var port int
-	if err := workers[0].QueryRow(ctx, `SELECT s.shardid, n.port FROM pgfleet.shards s
-		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
-		WHERE s.table_name = 'public.ml_a' AND hashint8(1) BETWEEN s.min_hash AND s.max_hash`).Scan(&shard, &port); err != nil {
-		t.Fatal(err)
-	}
-	src := 0
-	if port != cl.Servers[0].Port {
-		src = 1
-	}
+	shard, src := shardOfOne(t, workers[0], cl, "ml_a")
 	dst := 1 - src
 	shardIdent := fmt.Sprintf("pgfleet_shards.ml_a_%d", shard)
 	name := fmt.Sprintf("pgfleet_move_%d_dead", shard)
@@ -508,17 +488,7 @@ func TestMoveDuringDDL(t *testing.T) {
 	exec(t, c, "CREATE TABLE md_a (id bigint PRIMARY KEY, v int)", simple)
 	exec(t, c, "SELECT create_distributed_table('md_a', 'id', shard_count => 2)", simple)
 	exec(t, c, "INSERT INTO md_a SELECT g, g FROM generate_series(1, 200) g", simple)
-	var shard int64
-	var port int
-	if err := connect(t, cl.Servers[0].Addr()).QueryRow(ctx, `SELECT s.shardid, n.port FROM pgfleet.shards s
-		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
-		WHERE s.table_name = 'public.md_a' AND hashint8(1) BETWEEN s.min_hash AND s.max_hash`).Scan(&shard, &port); err != nil {
-		t.Fatal(err)
-	}
-	src := 0
-	if port != cl.Servers[0].Port {
-		src = 1
-	}
+	shard, src := shardOfOne(t, connect(t, cl.Servers[0].Addr()), cl, "md_a")
 	move := func(from, to int, mode string) error {
 		_, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, '%s')", shard,
 			cl.Servers[from].Host, cl.Servers[from].Port, cl.Servers[to].Host, cl.Servers[to].Port, mode), simple)
@@ -550,4 +520,25 @@ func TestMoveDuringDDL(t *testing.T) {
 		t.Fatalf("md_a after the moves: %d rows, sum(c1) %d, sum(c2) %d, %v; want 200, 200, 400", n, sum1, sum2, err)
 	}
 	exec(t, c, "INSERT INTO md_a (id, v, c1, c2) VALUES (1001, 1, 1, 2)", simple)
+}
+
+// shardOfOne returns the shard of table (schema public) that holds id 1,
+// and the index in cl.Servers of the worker it is on; w reaches the
+// metadata database.
+func shardOfOne(t *testing.T, w *pgx.Conn, cl *pgcluster.Cluster, table string) (int64, int) {
+	t.Helper()
+	var shard int64
+	var port int
+	if err := w.QueryRow(context.Background(), `SELECT s.shardid, n.port FROM pgfleet.shards s
+		JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+		WHERE s.table_name = 'public.' || $1 AND hashint8(1) BETWEEN s.min_hash AND s.max_hash`, table).Scan(&shard, &port); err != nil {
+		t.Fatal(err)
+	}
+	for i, srv := range cl.Servers {
+		if srv.Port == port {
+			return shard, i
+		}
+	}
+	t.Fatalf("shard %d is on port %d, no worker of the cluster", shard, port)
+	return 0, 0
 }
