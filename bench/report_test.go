@@ -124,6 +124,7 @@ func TestIsProblemLine(t *testing.T) {
 		{"2026-11-29 22:01:13.600 UTC [18300] FATAL:  terminating connection due to administrator command", true},
 		{"2026-12-03 11:35:07.697 UTC [24281] ERROR:  canceling statement due to user request", false},
 		{"2026-12-03 11:35:07.697 UTC [24281] ERROR:  canceling statement due to statement timeout", true},
+		{"2026-12-04 11:33:52.773 UTC [13223] ERROR:  canceling autovacuum task", false},
 	}
 	for _, tc := range tests {
 		if got := isProblemLine(tc.line); got != tc.want {
