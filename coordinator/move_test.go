@@ -520,6 +520,37 @@ func TestMoveDuringDDL(t *testing.T) {
 		t.Fatalf("md_a after the moves: %d rows, sum(c1) %d, sum(c2) %d, %v; want 200, 200, 400", n, sum1, sum2, err)
 	}
 	exec(t, c, "INSERT INTO md_a (id, v, c1, c2) VALUES (1001, 1, 1, 2)", simple)
+
+	// DDL with IF EXISTS that waits for the shard behind the cut-over's
+	// lock and finds it dropped fails (40001), and does not skip the
+	// shard's new placement (found by an adversary: it did, and the
+	// column was missing there for good). A lock held on the shard lets
+	// the move and the DDL queue up in that order.
+	shardIdent := fmt.Sprintf("pgfleet_shards.md_a_%d", shard)
+	holder := connect(t, cl.Servers[src].Addr())
+	exec(t, holder, "BEGIN; LOCK "+shardIdent+" IN ROW EXCLUSIVE MODE")
+	moved, altered := make(chan error, 1), make(chan error, 1)
+	go func() { moved <- move(src, 1-src, "block_writes") }()
+	time.Sleep(300 * time.Millisecond)
+	go func() {
+		_, err := ddl.Exec(ctx, "ALTER TABLE IF EXISTS md_a ADD COLUMN z int DEFAULT 9", simple)
+		altered <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	exec(t, holder, "COMMIT")
+	if err := <-moved; err != nil {
+		t.Fatalf("the move: %v", err)
+	}
+	if err := <-altered; err != nil {
+		if sqlState(err) != "40001" {
+			t.Fatalf("ALTER TABLE IF EXISTS behind the cut-over: %v, want success or 40001", err)
+		}
+		exec(t, ddl, "ALTER TABLE IF EXISTS md_a ADD COLUMN z int DEFAULT 9", simple)
+	}
+	var z int64
+	if err := c.QueryRow(ctx, "SELECT sum(z) FROM md_a", simple).Scan(&z); err != nil || z != 201*9 {
+		t.Fatalf("sum(z) after the DDL: %d, %v; want %d", z, err, 201*9)
+	}
 }
 
 // shardOfOne returns the shard of table (schema public) that holds id 1,

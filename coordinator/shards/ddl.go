@@ -1093,6 +1093,7 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 	case *pg_query.Node_AlterTableStmt:
 		c := proto.Clone(s.AlterTableStmt).(*pg_query.AlterTableStmt)
 		toShard(c.Relation)
+		c.MissingOk = false // (see below)
 		for _, n := range c.Cmds {
 			cmd := n.GetAlterTableCmd()
 			switch cmd.Subtype {
@@ -1113,6 +1114,7 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 	case *pg_query.Node_RenameStmt:
 		c := proto.Clone(s.RenameStmt).(*pg_query.RenameStmt)
 		toShard(c.Relation)
+		c.MissingOk = false
 		if c.RenameType == pg_query.ObjectType_OBJECT_TABCONSTRAINT {
 			c.Subname, c.Newname = name(c.Subname), name(c.Newname)
 		}
@@ -1133,7 +1135,14 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 			Objects:    []*pg_query.Node{pg_query.MakeListNode(obj)},
 			RemoveType: s.DropStmt.RemoveType,
 			Behavior:   s.DropStmt.Behavior,
-			MissingOk:  s.DropStmt.MissingOk,
+			// IF EXISTS is the user's table's (its shell's), and a target
+			// exists only where the table, or its index, does. A shard of
+			// it that is missing has moved since the targets were taken
+			// (a shard move's cut-over): the statement must fail there
+			// (42P01, which the client gets as 40001 to retry), not skip
+			// the shard's new placement (found by an adversary: an ALTER
+			// TABLE IF EXISTS left a moved shard without its column).
+			MissingOk: false,
 		}}}
 	default:
 		return "", fmt.Errorf("unexpected statement %s", planner.StatementName(d.stmt))

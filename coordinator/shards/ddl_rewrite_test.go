@@ -62,7 +62,13 @@ func TestDDLRewrite(t *testing.T) {
 		{"ALTER TABLE app.kinds RENAME CONSTRAINT a TO b", "app.kinds", "",
 			"ALTER TABLE app.kinds_102010 RENAME CONSTRAINT a_102010 TO b_102010"},
 		{"TRUNCATE items, plain, app.kinds RESTART IDENTITY", "app.kinds", "", "TRUNCATE app.kinds_102010 RESTART IDENTITY"},
-		{"DROP TABLE IF EXISTS plain, items", "public.items", "", "DROP TABLE IF EXISTS public.items_102008"},
+		// IF EXISTS is the table's: a shard of it must be there (a missing
+		// one moved), its columns and constraints keep theirs.
+		{"DROP TABLE IF EXISTS plain, items", "public.items", "", "DROP TABLE public.items_102008"},
+		{"ALTER TABLE IF EXISTS items ADD COLUMN z int, DROP COLUMN IF EXISTS y", "public.items", "",
+			"ALTER TABLE public.items_102008 ADD COLUMN z int, DROP IF EXISTS y"},
+		{"ALTER TABLE IF EXISTS items RENAME COLUMN qty TO amount", "public.items", "",
+			"ALTER TABLE public.items_102008 RENAME COLUMN qty TO amount"},
 	} {
 		d, err := parseDDL(context.Background(), nil, tc.sql, rewriteSnap())
 		if err != nil || d == nil {
