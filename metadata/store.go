@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -617,30 +616,25 @@ type MoveLock struct {
 // the coordinator that holds it. It fails with 55006 when another move, or
 // recovery cleaning up after a move, holds it.
 func (s *Store) HoldMoveLock(ctx context.Context, colocation, minHash int32) (*MoveLock, error) {
-	c, err := s.pool.Acquire(ctx)
+	// A connection of its own, not the pool's: a move holds it for as long
+	// as it runs, and the pool's few serve every commit decision.
+	c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("metadata: move lock: %w", err)
 	}
 	l := &MoveLock{colocation: colocation, minHash: minHash, key: moveLockClass<<48 ^ int64(colocation)<<32 | int64(uint32(minHash))}
 	var got bool
 	if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1), pg_catalog.pg_backend_pid()`, l.key).Scan(&got, &l.pid); err != nil {
-		c.Release()
+		_ = c.Close(context.Background())
 		return nil, fmt.Errorf("metadata: move lock: %w", err)
 	}
 	if !got {
-		c.Release()
+		_ = c.Close(context.Background())
 		return nil, pgerr.New(pgerr.ObjectInUse, "another move of this shard group is running, or recovery is cleaning up after one").
 			WithHint("Wait for it to end; citus_shards shows where the shards are.")
 	}
-	l.Release = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, l.key); err != nil {
-			// The lock must not stay with a pooled connection.
-			_ = c.Conn().Close(ctx)
-		}
-		c.Release()
-	}
+	// Closing the connection ends the lock.
+	l.Release = func() { _ = c.Close(context.Background()) }
 	return l, nil
 }
 
