@@ -108,11 +108,11 @@ func (ss *session) runFunction(fn *planner.Function) error {
 			snap, err = shards.RemoveNode(ctx, s.store, conns, s.defaultNode.Load(), host, pn)
 		}
 	case "get_rebalance_table_shards_plan":
-		plan, perr := rebalancePlan(fn, s.catalog.Load())
+		snap := s.catalog.Load() // the plan's nodes are this catalog's
+		plan, perr := rebalancePlan(fn, snap)
 		if perr != nil {
 			return ss.queryError(perr)
 		}
-		snap := s.catalog.Load()
 		var rows [][]string
 		for _, m := range plan {
 			from, to := snap.Node(m.From), snap.Node(m.To)
