@@ -26,17 +26,6 @@ func (ss *session) moveShard(ctx context.Context, fn *planner.Function, conns ma
 	if err != nil {
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "%s needs a shard id", fn.Name)
 	}
-	node := func(host, port string) (int32, error) {
-		p, err := strconv.Atoi(port)
-		if err != nil || host == "" {
-			return 0, pgerr.New(pgerr.InvalidParameterValue, "%s needs the source and target nodes' names and ports", fn.Name)
-		}
-		if n := nodeID(snap, net.JoinHostPort(host, strconv.Itoa(p))); n != 0 {
-			return n, nil
-		}
-		return 0, pgerr.New(pgerr.UndefinedObject, "node %s:%d is not in the catalog", host, p).
-			WithHint("citus_get_active_worker_nodes() lists the nodes.")
-	}
 	byID := func(v string) (int32, error) {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || snap.Node(int32(n)) == nil {
@@ -57,10 +46,10 @@ func (ss *session) moveShard(ctx context.Context, fn *planner.Function, conns ma
 		}
 		mode = funcArg(fn, 3, "shard_transfer_mode", shards.TransferAuto)
 	} else {
-		if from, err = node(funcArg(fn, 1, "source_node_name", ""), funcArg(fn, 2, "source_node_port", "")); err != nil {
+		if from, err = nodeAt(fn, snap, funcArg(fn, 1, "source_node_name", ""), funcArg(fn, 2, "source_node_port", "")); err != nil {
 			return nil, err
 		}
-		if to, err = node(funcArg(fn, 3, "target_node_name", ""), funcArg(fn, 4, "target_node_port", "")); err != nil {
+		if to, err = nodeAt(fn, snap, funcArg(fn, 3, "target_node_name", ""), funcArg(fn, 4, "target_node_port", "")); err != nil {
 			return nil, err
 		}
 		mode = funcArg(fn, 5, "shard_transfer_mode", shards.TransferAuto)
@@ -131,9 +120,8 @@ func rebalancePlan(fn *planner.Function, snap *metadata.Snapshot) ([]shards.Plan
 			opt.Excluded = append(opt.Excluded, id)
 		}
 	}
-	switch strings.ToLower(funcArg(fn, drainAt, "drain_only", "false")) {
-	case "true", "t", "on", "yes", "1":
-		opt.DrainOnly = true
+	if v := funcArg(fn, drainAt, "drain_only", "false"); v != "" {
+		opt.DrainOnly, _ = planner.ParseBool(v)
 	}
 	return shards.RebalancePlan(snap, opt)
 }
@@ -199,10 +187,14 @@ func (ss *session) rebalance(ctx context.Context, fn *planner.Function, conns ma
 
 // nodeArg is the node a function's (nodename, nodeport) arguments name.
 func (ss *session) nodeArg(fn *planner.Function, snap *metadata.Snapshot) (int32, error) {
-	host, port := funcArg(fn, 0, "nodename", ""), funcArg(fn, 1, "nodeport", "5432")
+	return nodeAt(fn, snap, funcArg(fn, 0, "nodename", ""), funcArg(fn, 1, "nodeport", "5432"))
+}
+
+// nodeAt is the catalog's node at host and port, arguments of fn.
+func nodeAt(fn *planner.Function, snap *metadata.Snapshot, host, port string) (int32, error) {
 	p, err := strconv.Atoi(port)
 	if host == "" || err != nil {
-		return 0, pgerr.New(pgerr.InvalidParameterValue, "%s needs a node name and port", fn.Name)
+		return 0, pgerr.New(pgerr.InvalidParameterValue, "%s needs node names and ports", fn.Name)
 	}
 	id := nodeID(snap, net.JoinHostPort(host, strconv.Itoa(p)))
 	if id == 0 {
@@ -223,12 +215,9 @@ func (ss *session) setNodeProperty(ctx context.Context, fn *planner.Function) (*
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "node property %q is not supported", p).
 			WithHint("pgfleet keeps shouldhaveshards only.")
 	}
-	var on bool
-	switch strings.ToLower(funcArg(fn, 3, "value", "")) {
-	case "true", "t", "on", "yes", "1":
-		on = true
-	case "false", "f", "off", "no", "0":
-	default:
+	v := funcArg(fn, 3, "value", "")
+	on, ok := planner.ParseBool(v)
+	if v == "" || !ok {
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "citus_set_node_property needs a boolean value")
 	}
 	return ss.srv.store.SetShouldHaveShards(ctx, id, on)

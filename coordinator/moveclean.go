@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -86,7 +87,7 @@ func (s *Server) cleanupMove(ctx context.Context, snap *metadata.Snapshot, m met
 	var drops []string
 	if group, tables, err := shards.ColocatedShards(settled, m.Shard); err == nil && target != nil {
 		for i, sh := range group {
-			if !containsNode(sh.Nodes, target.ID) {
+			if !slices.Contains(sh.Nodes, target.ID) {
 				rel := tables[i].Name[strings.IndexByte(tables[i].Name, '.')+1:]
 				drops = append(drops, pgx.Identifier{tables[i].ShardsIn(), metadata.ShardName(rel, sh.ID)}.Sanitize())
 			}
@@ -105,13 +106,4 @@ func (s *Server) cleanupMove(ctx context.Context, snap *metadata.Snapshot, m met
 			s.log.Warn("recovery: forgetting a shard move", "move", m.Name, "err", err)
 		}
 	}
-}
-
-func containsNode(nodes []int32, id int32) bool {
-	for _, n := range nodes {
-		if n == id {
-			return true
-		}
-	}
-	return false
 }

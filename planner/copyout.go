@@ -222,14 +222,14 @@ func copyFormat(opts []*pg_query.Node) (*CopyFormat, error) {
 		f.Escape = v[0]
 	}
 	if v, ok := set["header"]; ok {
-		f.Header, _ = parseBool(v) // PostgreSQL refuses any other (the coordinator's verdict)
+		f.Header, _ = ParseBool(v) // PostgreSQL refuses any other (the coordinator's verdict)
 	}
 	return f, nil
 }
 
-// parseBool reads a boolean option as PostgreSQL's parse_bool does (no
+// ParseBool reads a boolean option as PostgreSQL's parse_bool does (no
 // value: true).
-func parseBool(v string) (value, ok bool) {
+func ParseBool(v string) (value, ok bool) {
 	v = strings.ToLower(v)
 	switch {
 	case v == "" || v == "1" || v == "on":

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
@@ -512,8 +513,8 @@ func (mv *move) replicate(ctx context.Context) error {
 				o.nodes.describe(mv.to)).WithHint("Check max_logical_replication_workers and max_worker_processes on node %s, or use shard_transfer_mode => 'block_writes'.",
 				o.nodes.describe(mv.to))
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-			return err
+		if !twophase.Sleep(ctx, 20*time.Millisecond) {
+			return canceled(ctx)
 		}
 	}
 }
@@ -645,8 +646,8 @@ func (mv *move) catchUp(ctx context.Context) error {
 				o.nodes.describe(mv.to), o.nodes.describe(mv.from), moveCatchUpTimeout).
 				WithHint("Retry when the nodes are less busy.")
 		}
-		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
-			return err
+		if !twophase.Sleep(ctx, 2*time.Millisecond) {
+			return canceled(ctx)
 		}
 	}
 }
@@ -705,15 +706,9 @@ func (mv *move) cleanup(ctx context.Context) {
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return pgerr.New(pgerr.QueryCanceled, "canceling the shard move: %v", context.Cause(ctx))
-	case <-t.C:
-		return nil
-	}
+// canceled is the error of a move whose statement was cancelled.
+func canceled(ctx context.Context) error {
+	return pgerr.New(pgerr.QueryCanceled, "canceling the shard move: %v", context.Cause(ctx))
 }
 
 // quoteLiteral quotes s as an SQL string literal.
