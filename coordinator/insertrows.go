@@ -24,7 +24,9 @@ import (
 // nothing. The rows travel as text with the SELECT's column types
 // ('value'::type), which reads back exactly for the built-in types whose
 // text is their value under the session's settings; other types are
-// refused. They are bounded by --max-gather (54000 past it).
+// refused. They are bounded by --max-gather (54000 past it). A large set
+// of rows goes in INSERTs of a part each (insertBatches) where that means
+// the same as one INSERT, so that no plan holds them all.
 
 // capture keeps a statement's answer from the client: flush moves the
 // frames written since start here instead of sending them.
@@ -228,11 +230,17 @@ func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRo
 		return ss.multi.failed, false, nil
 	}
 	rows := make([][]string, len(res.rows))
+	size := 0
 	for r, vals := range res.rows {
 		rows[r] = make([]string, len(vals))
 		for i, v := range vals {
 			rows[r][i] = lit(v, i)
+			size += len(rows[r][i])
 		}
+		res.rows[r] = nil
+	}
+	if sf.Batchable && (len(rows) > batchRows || size > batchBytes) {
+		return ss.insertBatches(sql, rows)
 	}
 	q, err := planner.InsertWithRows(sql, rows)
 	if err != nil {
@@ -248,6 +256,78 @@ func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRo
 	ss.out = stripPositions(ss.out, begin)
 	ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
 	return ss.multi.failed, false, nil
+}
+
+// The rows of an INSERT ... SELECT that may go in parts (Batchable) go in
+// INSERTs of at most batchRows rows and about batchBytes of values each:
+// the coordinator plans a statement's every row, and its plan of a large
+// one takes memory many times the statement's size.
+const (
+	batchRows  = 1000
+	batchBytes = 1 << 20
+)
+
+// insertBatches runs the INSERT (sql) with rows as its VALUES in parts,
+// each in the session's transaction, and answers as one INSERT: the first
+// part's RETURNING description, every part's rows in order, and one
+// command tag with their total.
+func (ss *session) insertBatches(sql string, rows [][]string) (failed, stop bool, err error) {
+	var total int64
+	described := false
+	for len(rows) > 0 {
+		n, size := 0, 0
+		for n < len(rows) && n < batchRows && (n == 0 || size < batchBytes) {
+			for _, v := range rows[n] {
+				size += len(v)
+			}
+			n++
+		}
+		q, err := planner.InsertWithRows(sql, rows[:n])
+		if err != nil {
+			return ss.partError(err), false, nil
+		}
+		clear(rows[:n]) // planned: their text can go
+		rows = rows[n:]
+		c, stop, err := ss.captureRun(q, ss.srv.cfg.MaxGather)
+		if stop {
+			return false, true, err
+		}
+		if c.over {
+			return ss.partError(pgerr.New(codeProgramLimitExceeded,
+				"the RETURNING rows of a part of an INSERT ... SELECT exceed %d bytes (--max-gather)", c.limit).
+				WithHint("Insert the rows in smaller parts, or without RETURNING.")), false, nil
+		}
+		for typ, body := range frames(c.frames) {
+			switch typ {
+			case 'T':
+				if described {
+					continue
+				}
+				described = true
+			case 'C':
+				_, count, _ := strings.Cut(strings.TrimSuffix(string(body), "\x00"), "INSERT 0 ")
+				k, err := strconv.ParseInt(count, 10, 64)
+				if err != nil {
+					return ss.partError(pgerr.New(pgerr.Internal, "unexpected command tag %q of a part of an INSERT ... SELECT", body)), false, nil
+				}
+				total += k
+				continue
+			case 'E':
+				body, failed = withoutPosition(typ, body), true
+			}
+			ss.out = wire.AppendFrame(ss.out, typ, body)
+		}
+		ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
+		if failed {
+			return true, false, nil
+		}
+		if err := ss.flush(); err != nil {
+			return false, true, err
+		}
+	}
+	ss.out = wire.AppendFrame(ss.out, 'C', append(strconv.AppendInt([]byte("INSERT 0 "), total, 10), 0))
+	ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
+	return false, false, nil
 }
 
 // partRelay sends sql, pgfleet's own, to node in the session's transaction

@@ -102,3 +102,81 @@ func TestInsertSelect(t *testing.T) {
 	wantRefusal(t, q, err)
 	same("refusals")
 }
+
+// TestInsertSelectBatches: an INSERT ... SELECT whose rows go through the
+// coordinator in several INSERTs (over 1,000 rows or 1 MiB) answers as one
+// statement: the rows, the RETURNING rows in order and the tag are plain
+// PostgreSQL's; an error in a late part, or a row that ON CONFLICT DO
+// UPDATE would update twice (which goes as one statement), leaves nothing.
+func TestInsertSelectBatches(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	const cols = "(id int PRIMARY KEY, k int, note text)"
+	testTable(t, c, "ibs", "(id int, k int, note text)", "SELECT create_distributed_table('ibs', 'k', shard_count => 3)")
+	testTable(t, c, "ibd", cols, "SELECT create_distributed_table('ibd', 'id', shard_count => 5)")
+	plainTables(t, c, "ibso (id int, k int, note text)", "ibdo "+cols)
+	for _, tb := range []string{"ibs", "ibso"} {
+		// 2,600 rows, ids 1..2600; one note of 600 kB makes a part of its
+		// own by size.
+		exec(t, c, "INSERT INTO "+tb+" SELECT g, g % 7, CASE WHEN g = 1500 THEN repeat('x', 600000) ELSE 'n' || g END FROM generate_series(1, 2600) g")
+	}
+	fleet := strings.NewReplacer("{s}", "ibs", "{d}", "ibd")
+	oracle := strings.NewReplacer("{s}", "ibso", "{d}", "ibdo")
+	same := func(what string) {
+		t.Helper()
+		q := "SELECT id, k, md5(note) FROM {d} ORDER BY id"
+		got := gatherRun(t, c, fleet.Replace(q), simple)
+		want := gatherRun(t, c, oracle.Replace(q), simple)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %s: contents differ: %d rows, want %d", what, len(got.Rows), len(want.Rows))
+		}
+	}
+	for _, q := range []string{
+		"INSERT INTO {d} SELECT id, k, note FROM {s} WHERE id > 100",
+		"INSERT INTO {d} SELECT id - 100, -k, left(note, 10) FROM {s} WHERE id <= 100 ORDER BY id DESC RETURNING id, k, length(note)",
+		"INSERT INTO {d} SELECT id, k, 'again' FROM {s} ON CONFLICT DO NOTHING",
+		"INSERT INTO {d} SELECT id + 5000, k, 'new' FROM {s} ORDER BY id ON CONFLICT (id) DO NOTHING",
+		"INSERT INTO {d} SELECT id + 10000, k, 'r' FROM {s} ORDER BY id RETURNING id, note",
+	} {
+		got := gatherRun(t, c, fleet.Replace(q), simple)
+		want := gatherRun(t, c, oracle.Replace(q), simple)
+		if !reflect.DeepEqual(got, want) || got.State != "" {
+			t.Fatalf("%s:\n got %d rows, tag %q, state %q\nwant %d rows, tag %q, state %q (plain PostgreSQL)",
+				q, len(got.Rows), got.Tag, got.State, len(want.Rows), want.Tag, want.State)
+		}
+		same(q)
+	}
+	// Errors in a late part: nothing of the statement stays.
+	for _, q := range []struct{ sql, state string }{
+		// id 2600 - 2500 = 100 is there already: the third part fails.
+		{"INSERT INTO {d} SELECT id + 20000 - CASE WHEN id = 2600 THEN 22500 ELSE 0 END, k, 'dup' FROM {s} ORDER BY id", "23505"},
+		// Two rows for one target row, 2,000 rows apart.
+		{"INSERT INTO {d} SELECT CASE WHEN id = 2500 THEN 30001 ELSE id + 30000 END, k, 'u' FROM {s} ON CONFLICT (id) DO UPDATE SET note = excluded.note", "21000"},
+	} {
+		_, err := c.Exec(ctx, fleet.Replace(q.sql), simple)
+		_, oerr := c.Exec(ctx, oracle.Replace(q.sql), simple)
+		if sqlState(err) != q.state || sqlState(oerr) != q.state {
+			t.Errorf("%s: %v (PostgreSQL: %v), want %s", q.sql, err, oerr, q.state)
+		}
+		same(q.sql)
+	}
+	// In a transaction block: the rows are the transaction's.
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO ibd SELECT id + 40000, k, note FROM ibs", simple); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM ibd WHERE id > 40000", simple).Scan(&n); err != nil || n != 2600 {
+		t.Fatalf("inside the transaction: %d rows (%v), want 2600", n, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	same("a rolled back transaction")
+}

@@ -208,7 +208,14 @@ type SelectFirst struct {
 	// Catalog: the target is a distributed or reference table (else a
 	// table of the default node).
 	Catalog bool
-	err     *pgerr.Error
+	// Batchable: the rows may go in INSERTs of a part of them each, in
+	// the one transaction, and mean what one INSERT of them all means.
+	// Not with ON CONFLICT DO UPDATE (one statement fails on a row it
+	// would update twice; two would update it twice), nor into a table of
+	// the default node (its statement triggers fire once per statement).
+	// A distributed table's statement is one per shard already.
+	Batchable bool
+	err       *pgerr.Error
 }
 
 func (e *SelectFirst) Error() string { return e.err.Error() }
@@ -255,7 +262,8 @@ func (b *builder) selectFirst(ins *pg_query.InsertStmt, target *metadata.Table, 
 	if err != nil {
 		return cause
 	}
-	return &SelectFirst{Select: text, Untyped: untyped, Catalog: target != nil, err: pe}
+	update := ins.OnConflictClause != nil && ins.OnConflictClause.Action == pg_query.OnConflictAction_ONCONFLICT_UPDATE
+	return &SelectFirst{Select: text, Untyped: untyped, Catalog: target != nil, Batchable: target != nil && !update, err: pe}
 }
 
 // untypedColumns are SelectFirst.Untyped for sel: a plain SELECT's target

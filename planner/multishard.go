@@ -2026,25 +2026,9 @@ func eachNode(n proto.Message, fn func(*pg_query.Node) bool) {
 			}
 			m = nd.ProtoReflect()
 		}
-		// Fields in declaration order (Range's order is not fixed), so
-		// that partial columns are numbered the same in every build.
-		fds := m.Descriptor().Fields()
-		for i := 0; i < fds.Len(); i++ {
-			fd := fds.Get(i)
-			if !m.Has(fd) {
-				continue
-			}
-			v := m.Get(fd)
-			switch {
-			case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
-				l := v.List()
-				for i := 0; i < l.Len(); i++ {
-					visit(l.Get(i).Message())
-				}
-			case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
-				visit(v.Message())
-			}
-		}
+		// In declaration order (Range's order is not fixed), so that
+		// partial columns are numbered the same in every build.
+		eachChild(m, visit)
 	}
 	visit(n.ProtoReflect())
 }

@@ -538,12 +538,36 @@ type walkInfo struct {
 	fields []protoreflect.FieldDescriptor
 }
 
-var walkInfos sync.Map // protoreflect.FullName -> *walkInfo
+// walkInfos holds the walkInfo of every message of pg_query's parse tree
+// by its index in the file, made once: a walk looks one up per message it
+// visits.
+var walkInfos = func() []*walkInfo {
+	msgs := (&pg_query.Node{}).ProtoReflect().Descriptor().ParentFile().Messages()
+	out := make([]*walkInfo, msgs.Len())
+	for i := range out {
+		out[i] = newWalkInfo(msgs.Get(i))
+	}
+	return out
+}()
+
+// otherWalkInfos: messages outside pg_query's file (none in a parse tree).
+var otherWalkInfos sync.Map // protoreflect.MessageDescriptor -> *walkInfo
 
 func walkInfoOf(md protoreflect.MessageDescriptor) *walkInfo {
-	if w, ok := walkInfos.Load(md.FullName()); ok {
+	if md.Parent() == nodeFile {
+		return walkInfos[md.Index()]
+	}
+	if w, ok := otherWalkInfos.Load(md); ok {
 		return w.(*walkInfo)
 	}
+	w := newWalkInfo(md)
+	otherWalkInfos.Store(md, w)
+	return w
+}
+
+var nodeFile protoreflect.Descriptor = (&pg_query.Node{}).ProtoReflect().Descriptor().ParentFile()
+
+func newWalkInfo(md protoreflect.MessageDescriptor) *walkInfo {
 	w := &walkInfo{}
 	for i := 0; i < md.Oneofs().Len(); i++ {
 		w.oneofs = append(w.oneofs, md.Oneofs().Get(i))
@@ -554,7 +578,6 @@ func walkInfoOf(md protoreflect.MessageDescriptor) *walkInfo {
 			w.fields = append(w.fields, fd)
 		}
 	}
-	walkInfos.Store(md.FullName(), w)
 	return w
 }
 
