@@ -286,6 +286,8 @@ type metrics struct {
 	statements *prometheus.CounterVec
 	kinds      kindCounters
 	errors     *prometheus.CounterVec
+	// staleRetries: requests run again after meeting a moved shard.
+	staleRetries prometheus.Counter
 	// propagated: from a member announcing a catalog change to this
 	// coordinator holding it.
 	propagated  prometheus.Histogram
@@ -410,12 +412,14 @@ func New(cfg Config) (*Server, error) {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfleet_errors_total",
 			Help: "Errors sent to clients, workers' and the coordinator's own, by SQLSTATE (\"other\": none of five letters or digits)."},
 			[]string{"sqlstate"}),
+		staleRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_stale_shard_retries_total",
+			Help: "Requests outside a transaction block run again because a shard move's cut-over dropped a shard they were routed to."}),
 		propagated: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfleet_catalog_propagation_seconds",
 			Help:    "Time from a coordinator announcing a catalog change it committed to this one holding it (the announcer's clock to this one's).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	m.kinds = newKindCounters(m.statements)
-	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests, m.statements, m.errors, m.propagated)
+	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests, m.statements, m.errors, m.staleRetries, m.propagated)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),

@@ -105,7 +105,11 @@ type session struct {
 	spanHint []int32
 	spares   []txConn
 
-	stmts   map[string]*Statement // client statement name -> statement
+	stmts map[string]*Statement // client statement name -> statement
+	// replay: the request being answered, to run again if it met a moved
+	// shard (replay.go); flushes counts the answers written to the client.
+	replay  replay
+	flushes int
 	portals map[string]*Statement // portal -> statement it was bound from
 	// The last Parse body seen, so that a client re-parsing the same unnamed
 	// statement (as libpq's PQexecParams does) skips the registry.
@@ -350,6 +354,7 @@ func (ss *session) flush() error {
 		ss.multi.start, ss.multi.scanned = 0, 0
 		ss.multi.flushes++
 	}
+	ss.flushes++
 	_, err := ss.conn.Write(ss.out)
 	if err == nil {
 		ss.srv.metrics.countErrors(ss.out) // what the client was sent
@@ -407,7 +412,8 @@ func (ss *session) run() {
 			return
 		}
 		var waited int32
-		idle := ss.r.Buffered() == 0
+		replaying := len(ss.replay.queue) > 0
+		idle := !replaying && ss.r.Buffered() == 0
 		if idle && ss.needSync && ss.sc != nil && len(ss.sc.Buf()) > 0 {
 			// The client paused in the middle of a batch: what it sent
 			// goes to the worker now, which then sees the pause as
@@ -461,7 +467,13 @@ func (ss *session) run() {
 		if waited != waitBusy && ss.watchesServer() {
 			stopWatch = ss.watchServer()
 		}
-		f, err := ss.r.Next()
+		var f wire.Frame
+		var err error
+		if replaying {
+			f, ss.replay.queue = ss.replay.queue[0], ss.replay.queue[1:]
+		} else {
+			f, err = ss.r.Next()
+		}
 		if stopWatch != nil {
 			stopWatch()
 		}
@@ -495,6 +507,9 @@ func (ss *session) run() {
 		if idle && request.IsZero() {
 			request = time.Now()
 		}
+		if !replaying {
+			ss.noteRequest(f)
+		}
 		if ss.skipping && f.Type != 'S' && f.Type != 'X' && f.Type != 'H' {
 			continue
 		}
@@ -524,6 +539,12 @@ func (ss *session) run() {
 			return
 		default:
 			err = pgerr.Fatal(pgerr.ProtocolViolation, "invalid frontend message type %d", f.Type)
+		}
+		if ss.replay.on && (f.Type == 'Q' || f.Type == 'S') && len(ss.replay.queue) == 0 {
+			if err == nil && ss.lost == nil && ss.retryStale() {
+				continue
+			}
+			ss.replay.on = false
 		}
 		if ss.lost != nil {
 			// The server connection was lost outside a transaction: the

@@ -68,6 +68,7 @@ func (ss *session) staleShardBody(body []byte) []byte {
 	if e == nil {
 		return body
 	}
+	ss.replay.stale++
 	er.Code, er.Message, er.Hint = e.Code, e.Message, e.Hint
 	b, err := er.Encode(nil)
 	if err != nil {
@@ -88,6 +89,7 @@ func (ss *session) staleShardErr(err error) error {
 		msg = msg[i:]
 	}
 	if e := staleShard(msg, ss.srv.catalog.Load()); e != nil {
+		ss.replay.stale++
 		return e
 	}
 	return err

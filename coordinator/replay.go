@@ -1,0 +1,130 @@
+package coordinator
+
+import (
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+)
+
+// Statements that meet a moved shard run again. A shard move's cut-over
+// drops the source's shards while statements routed to them wait for its
+// lock; each then fails with 42P01 on the worker, which staleShard makes a
+// 40001. When that statement ran outside a transaction block, on its own,
+// it failed whole and changed nothing, so the coordinator can run it again
+// on the placement the catalog now has: the client sees a pause, not an
+// error. The session keeps a copy of the client's messages of each such
+// request (a Query, or the extended-protocol messages up to Sync) and,
+// when the request's whole answer is that error (nothing but parse, bind
+// and description acknowledgements before it, nothing sent to the client
+// yet), drops the answer and takes the messages again from the copy, at
+// most staleRetries times. Not replayed: a request inside a transaction
+// block (its earlier statements ran on the old placement; the client
+// retries the transaction), one with a named Parse (it would exist twice),
+// DDL, COPY, function calls and Flush, and requests over replayMax bytes.
+
+// staleRetries is how many times one request runs again.
+const staleRetries = 3
+
+// replayMax bounds the messages a session keeps of a request.
+const replayMax = 64 << 10
+
+// replay is a session's copy of the client's request being answered.
+type replay struct {
+	on      bool // a request that started outside a transaction block is being answered
+	broken  bool // it cannot run again
+	msgs    []byte
+	mark    int // len(ss.out) when the request began
+	flushes int // ss.flushes then
+	stale   int // 40001s made of a moved shard's 42P01 since
+	tries   int
+	queue   []wire.Frame // messages to take again, before the client's next
+}
+
+// noteRequest keeps f, a message the client sent, in the copy of the
+// request it belongs to, or starts one.
+func (ss *session) noteRequest(f wire.Frame) {
+	r := &ss.replay
+	if !r.on {
+		if !ss.routes || ss.needSync || ss.skipping || ss.implicitTxn || ss.inTxn() {
+			return
+		}
+		switch f.Type {
+		case 'Q', 'P', 'B', 'D', 'E', 'C':
+		default:
+			return
+		}
+		*r = replay{on: true, msgs: r.msgs[:0], mark: len(ss.out), flushes: ss.flushes, queue: r.queue[:0]}
+	}
+	if r.broken {
+		return
+	}
+	switch f.Type {
+	case 'Q':
+		text, _, _ := wire.CBytes(f.Body)
+		r.broken = classify(string(text)).ddl
+	case 'P':
+		name, rest, _ := wire.CBytes(f.Body)
+		text, _, _ := wire.CBytes(rest)
+		r.broken = len(name) > 0 || classify(string(text)).ddl
+	case 'B':
+		_, rest, _ := wire.CBytes(f.Body)
+		name, _, _ := wire.CBytes(rest)
+		if st := ss.stmts[string(name)]; st != nil && st.cls.ddl {
+			r.broken = true
+		}
+	case 'D', 'E', 'C', 'S':
+	default:
+		r.broken = true
+	}
+	if len(r.msgs)+5+len(f.Body) > replayMax {
+		r.broken = true
+	}
+	if !r.broken {
+		r.msgs = wire.AppendFrame(r.msgs, f.Type, f.Body)
+	}
+}
+
+// retryStale is called when the request ends (its Query or Sync has been
+// answered): it reports whether the request is to run again, and if so
+// has dropped its answer and queued its messages.
+func (ss *session) retryStale() bool {
+	r := &ss.replay
+	if r.broken || r.stale == 0 || r.tries >= staleRetries || ss.flushes != r.flushes ||
+		ss.inTxn() || ss.needSync || ss.skipping || !onlyStaleError(ss.out[r.mark:]) {
+		return false
+	}
+	r.tries++
+	r.stale = 0
+	ss.out = ss.out[:r.mark]
+	r.queue = r.queue[:0]
+	for typ, body := range frames(r.msgs) {
+		r.queue = append(r.queue, wire.Frame{Type: typ, Body: body})
+	}
+	ss.srv.metrics.staleRetries.Inc()
+	return true
+}
+
+// onlyStaleError reports whether out, a request's answer, is
+// acknowledgements of parsing, binding and describing, one 40001, and the
+// ReadyForQuery: no rows, no command completed, nothing else the client
+// must see.
+func onlyStaleError(out []byte) bool {
+	errs, ready := 0, false
+	for typ, body := range frames(out) {
+		if ready {
+			return false
+		}
+		switch typ {
+		case '1', '2', '3', 'n', 't', 'T':
+		case 'E':
+			if errCode(body) != pgerr.SerializationFailure {
+				return false
+			}
+			errs++
+		case 'Z':
+			ready = true
+		default:
+			return false
+		}
+	}
+	return errs == 1 && ready
+}
