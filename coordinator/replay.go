@@ -1,14 +1,20 @@
 package coordinator
 
 import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // Statements that meet a moved shard run again. A shard move's cut-over
 // drops the source's shards while statements routed to them wait for its
 // lock; each then fails with 42P01 on the worker, which staleShard makes a
-// 40001. When that statement ran outside a transaction block, on its own,
+// 40001 (on every path an error takes to the client). When that statement ran outside a transaction block, on its own,
 // it failed whole and changed nothing, so the coordinator can run it again
 // on the placement the catalog now has: the client sees a pause, not an
 // error. The session keeps a copy of the client's messages of each such
@@ -19,7 +25,8 @@ import (
 // most staleRetries times. Not replayed: a request inside a transaction
 // block (its earlier statements ran on the old placement; the client
 // retries the transaction), one with a named Parse (it would exist twice),
-// DDL, COPY, function calls and Flush, and requests over replayMax bytes.
+// DDL, COPY, function calls and Flush, multi-shard reads and catalog
+// functions (notePlan), and requests over replayMax bytes.
 
 // staleRetries is how many times one request runs again.
 const staleRetries = 3
@@ -34,7 +41,6 @@ type replay struct {
 	msgs    []byte
 	mark    int // len(ss.out) when the request began
 	flushes int // ss.flushes then
-	stale   int // 40001s made of a moved shard's 42P01 since
 	tries   int
 	queue   []wire.Frame // messages to take again, before the client's next
 }
@@ -83,18 +89,33 @@ func (ss *session) noteRequest(f wire.Frame) {
 	}
 }
 
+// notePlan marks the request as one that cannot run again when it ran a
+// plan of kind k whose failure may leave something done: a multi-shard
+// read (each worker's statement commits on its own, and a function it
+// calls may have written), a catalog function, COPY. A routed statement
+// fails whole on its one worker, and multi-shard writes commit in one
+// distributed transaction or not at all.
+func (ss *session) notePlan(k planner.Kind) {
+	switch k {
+	case planner.KindMultiShard, planner.KindFunction, planner.KindCopyIn, planner.KindCopyOut:
+		ss.replay.broken = true
+	}
+}
+
 // retryStale is called when the request ends (its Query or Sync has been
 // answered): it reports whether the request is to run again, and if so
 // has dropped its answer and queued its messages.
 func (ss *session) retryStale() bool {
 	r := &ss.replay
-	if r.broken || r.stale == 0 || r.tries >= staleRetries || ss.flushes != r.flushes ||
+	if r.broken || r.tries >= staleRetries || ss.flushes != r.flushes ||
 		ss.inTxn() || ss.needSync || ss.skipping || !onlyStaleError(ss.out[r.mark:]) {
 		return false
 	}
 	r.tries++
-	r.stale = 0
 	ss.out = ss.out[:r.mark]
+	// The move's catalog change committed before its shards left the
+	// source: reading the catalog now routes the request to the target.
+	ss.srv.refreshCatalog(context.Background())
 	r.queue = r.queue[:0]
 	for typ, body := range frames(r.msgs) {
 		r.queue = append(r.queue, wire.Frame{Type: typ, Body: body})
@@ -104,9 +125,9 @@ func (ss *session) retryStale() bool {
 }
 
 // onlyStaleError reports whether out, a request's answer, is
-// acknowledgements of parsing, binding and describing, one 40001, and the
-// ReadyForQuery: no rows, no command completed, nothing else the client
-// must see.
+// acknowledgements of parsing, binding and describing, staleShard's 40001,
+// and the ReadyForQuery: no rows, no command completed, nothing else the
+// client must see.
 func onlyStaleError(out []byte) bool {
 	errs, ready := 0, false
 	for typ, body := range frames(out) {
@@ -116,7 +137,8 @@ func onlyStaleError(out []byte) bool {
 		switch typ {
 		case '1', '2', '3', 'n', 't', 'T':
 		case 'E':
-			if errCode(body) != pgerr.SerializationFailure {
+			var er pgproto3.ErrorResponse
+			if errCode(body) != pgerr.SerializationFailure || er.Decode(body) != nil || !strings.HasSuffix(er.Message, staleShardSuffix) {
 				return false
 			}
 			errs++

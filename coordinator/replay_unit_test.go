@@ -12,7 +12,7 @@ import (
 // acknowledgements, one 40001 and the ReadyForQuery.
 func TestOnlyStaleError(t *testing.T) {
 	errFrame := func(code string) []byte {
-		b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", Code: code, Message: "m"}).Encode(nil)
+		b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", Code: code, Message: `shard "t_102010"` + staleShardSuffix}).Encode(nil)
 		return b
 	}
 	frame := func(typ byte, body string) []byte { return wire.AppendFrame(nil, typ, []byte(body)) }
@@ -33,6 +33,10 @@ func TestOnlyStaleError(t *testing.T) {
 		{"extended", cat(frame('1', ""), frame('2', ""), errFrame("40001"), ready), true},
 		{"described", cat(frame('1', ""), frame('t', "\x00\x00"), frame('n', ""), errFrame("40001"), ready), true},
 		{"another error", cat(errFrame("42P01"), ready), false},
+		{"another 40001", cat(func() []byte {
+			b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", Code: "40001", Message: "could not serialize access due to concurrent update"}).Encode(nil)
+			return b
+		}(), ready), false},
 		{"a row first", cat(frame('D', "\x00\x00"), errFrame("40001"), ready), false},
 		{"a command first", cat(frame('C', "SET\x00"), errFrame("40001"), ready), false},
 		{"a notice", cat(frame('N', "Mx\x00\x00"), errFrame("40001"), ready), false},

@@ -542,6 +542,7 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 		return nil, 0, params, onNode, err
 	}
 	ss.srv.metrics.kinds.count(p.Kind())
+	ss.notePlan(p.Kind())
 	var r *planner.Route
 	switch x := p.Root.(type) {
 	case *planner.DefaultNode:

@@ -1306,6 +1306,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(err)
 	}
 	ss.srv.metrics.kinds.count(p.Kind())
+	ss.notePlan(p.Kind())
 	var r *planner.Route
 	switch x := p.Root.(type) {
 	case *planner.Function:

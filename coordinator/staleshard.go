@@ -48,10 +48,13 @@ func staleShard(msg string, snap *metadata.Snapshot) *pgerr.Error {
 	// A shard of the catalog that is not where the statement was routed
 	// was moved since (citus_move_shard_placement); one the catalog no
 	// longer has was dropped with its table's distribution.
-	return pgerr.New(pgerr.SerializationFailure,
-		"shard %s was moved or dropped by a concurrent change of its table's distribution", rel).
+	return pgerr.New(pgerr.SerializationFailure, "shard %s%s", rel, staleShardSuffix).
 		WithHint("Retry the statement (or the transaction): it will use the table as it is now.")
 }
+
+// staleShardSuffix ends staleShard's message, by which a request that met
+// a moved shard is known (replay.go).
+const staleShardSuffix = " was moved or dropped by a concurrent change of its table's distribution"
 
 // staleShardBody maps a worker's ErrorResponse body with staleShard; it
 // returns body unchanged when it does not apply.
@@ -68,7 +71,6 @@ func (ss *session) staleShardBody(body []byte) []byte {
 	if e == nil {
 		return body
 	}
-	ss.replay.stale++
 	er.Code, er.Message, er.Hint = e.Code, e.Message, e.Hint
 	b, err := er.Encode(nil)
 	if err != nil {
@@ -89,8 +91,7 @@ func (ss *session) staleShardErr(err error) error {
 		msg = msg[i:]
 	}
 	if e := staleShard(msg, ss.srv.catalog.Load()); e != nil {
-		ss.replay.stale++
-		return e
+			return e
 	}
 	return err
 }

@@ -2,13 +2,19 @@ package difftest
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -105,4 +111,132 @@ func TestDifferential(t *testing.T) {
 	if n := len(stats.Mismatches); n > 0 {
 		t.Errorf("seed %d: %d mismatches (first above); rerun: go test ./difftest -run TestDifferential -count=1 -args -seed %d", seed, n, seed)
 	}
+}
+
+// TestDifferentialMoves runs the differential tester through three
+// coordinators while a fourth client moves the shard groups of every
+// distributed table back and forth between the two workers, one group at
+// a time (citus_move_shard_placement, shard_transfer_mode auto: logical
+// replication, or writes held where a table has no replica identity). Every
+// answer must be plain PostgreSQL's, except that a statement inside a
+// transaction block may get 40001 for a shard moved under it (a statement
+// outside one runs again by itself); the invariants (each row in the shard
+// its hash gives, reference copies equal, contents equal to the oracle's,
+// no prepared transaction left) are checked between moves and at the end.
+func TestDifferentialMoves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves shards for a while")
+	}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = rand.Uint64() >> 1
+	}
+	fleet := pgtest.Start(t, 2)
+	oracle := pgtest.Start(t, 1)
+	env := Env{Oracle: oracle.Servers[0].Addr()}
+	for _, s := range fleet.Servers {
+		env.Workers = append(env.Workers, s.Addr())
+	}
+	for range 3 {
+		c := pgtest.Coordinator(t, fleet, func(c *coordinator.Config) { c.PoolSize = 8 })
+		env.Coordinators = append(env.Coordinators, c.Addr())
+	}
+	var moves, skipped atomic.Int64
+	disturb := func(ctx context.Context, quiet *sync.Mutex) error {
+		conn, err := pgx.Connect(ctx, pgtest.URL(env.Coordinators[2]))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		for i := 0; ; i++ {
+			if !sleepCtx(ctx, 300*time.Millisecond) {
+				return nil
+			}
+			// A group: the first shard of one hash range of a colocation
+			// group, where it is, and the other worker.
+			var shard int64
+			var host string
+			var port int
+			quiet.Lock()
+			err := conn.QueryRow(ctx, `SELECT s.shardid, n.host, n.port FROM pgfleet.shards s
+				JOIN pgfleet.tables t ON t.name = s.table_name JOIN pgfleet.placements p USING (shardid)
+				JOIN pgfleet.nodes n USING (nodeid) WHERE t.kind = 'h'
+				ORDER BY t.colocation_id, s.min_hash, s.shardid OFFSET $1 % greatest(1, (SELECT count(*) FROM pgfleet.shards s
+				JOIN pgfleet.tables t ON t.name = s.table_name WHERE t.kind = 'h')) LIMIT 1`, i).Scan(&shard, &host, &port)
+			if err == pgx.ErrNoRows {
+				quiet.Unlock()
+				continue
+			}
+			if err != nil {
+				quiet.Unlock()
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("finding a shard to move: %w", err)
+			}
+			to := fleet.Servers[0]
+			if to.Host == host && to.Port == port {
+				to = fleet.Servers[1]
+			}
+			_, err = conn.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, host, port, to.Host, to.Port))
+			quiet.Unlock()
+			switch code := sqlState(err); {
+			case err == nil:
+				moves.Add(1)
+			case ctx.Err() != nil:
+				return nil
+			case code == "55000" || code == "55006" || code == "42704" || code == "40001":
+				// DDL during the copy, a table dropped or redistributed
+				// meanwhile: the move changed nothing.
+				skipped.Add(1)
+			default:
+				return fmt.Errorf("moving shard %d from %s:%d to %s: %w", shard, host, port, to.Addr(), err)
+			}
+		}
+	}
+	cfg := Config{
+		Seed:          seed,
+		MaxStatements: 1500,
+		Duration:      *flagDuration,
+		MaxFailures:   1,
+		CheckEvery:    100,
+		Timeout:       30 * time.Second,
+		Disturb:       disturb,
+		Logf: func(format string, args ...any) {
+			if msg := fmt.Sprintf(format, args...); strings.HasPrefix(msg, "MISMATCH") {
+				t.Log(msg)
+			}
+		},
+	}
+	stats, err := Run(context.Background(), env, cfg)
+	t.Log("\n" + stats.Report())
+	t.Logf("%d groups moved, %d moves changed nothing", moves.Load(), skipped.Load())
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	if n := len(stats.Mismatches); n > 0 {
+		t.Errorf("seed %d: %d mismatches (first above)", seed, n)
+	}
+	if moves.Load() < 3 {
+		t.Errorf("only %d moves ran beside the statements", moves.Load())
+	}
+}
+
+// sleepCtx sleeps for d, or reports false when ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// sqlState is err's SQLSTATE, or "".
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,6 +38,14 @@ type Config struct {
 	Logf          func(format string, args ...any)
 	// Trace, if set, receives every statement and session start as it runs.
 	Trace io.Writer
+	// Disturb, if set, runs beside the sessions until the run's last
+	// statement (its ctx is cancelled then), changing the fleet under them:
+	// moving shards. It takes quiet around each change; the invariants are
+	// checked holding quiet. While it runs, a coordinator's 40001 for a
+	// moved shard is taken as a refusal (the statement changed nothing,
+	// or its transaction failed): the oracle does not run the statement.
+	// Its error ends the run.
+	Disturb func(ctx context.Context, quiet *sync.Mutex) error
 }
 
 // Stats of a run.
@@ -49,6 +58,7 @@ type Stats struct {
 	Errors     map[string]int    // SQLSTATE both sides agreed on -> count
 	ErrorStmts map[string]string // SQLSTATE -> the first statement that gave it
 	Families   map[string]int
+	Moved      int // statements that met a moved shard (Config.Disturb)
 	Elapsed    time.Duration
 }
 
@@ -68,6 +78,9 @@ func (s *Stats) Report() string {
 	}
 	if len(s.Refusals) > 0 {
 		fmt.Fprintf(&b, "0A000 refusals by family and reason:\n%s", countLines(s.Refusals))
+	}
+	if s.Moved > 0 {
+		fmt.Fprintf(&b, "statements that met a moved shard (40001): %d\n", s.Moved)
 	}
 	return b.String()
 }
@@ -98,6 +111,10 @@ type runner struct {
 	chk     *checker
 	coord   side
 	oracle  side
+	// quiet is held while invariants are checked (Config.Disturb);
+	// disturbing is closed when Disturb has returned.
+	quiet      sync.Mutex
+	disturbing chan struct{}
 	n       int      // statement number
 	startup settings // the session's startup parameters (what RESET returns to)
 	logs    []string
@@ -142,6 +159,20 @@ func Run(ctx context.Context, env Env, cfg Config) (*Stats, error) {
 	if err := ru.checkInvariants(ctx); err != nil || ru.failed() {
 		return ru.st, err
 	}
+	var disturbErr error
+	if cfg.Disturb != nil {
+		dctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			disturbErr = cfg.Disturb(dctx, &ru.quiet)
+		}()
+		defer func() {
+			stop()
+			<-done
+		}()
+		ru.disturbing = done
+	}
 	sinceCheck := 0
 	lastProgress := time.Now()
 	for {
@@ -184,6 +215,13 @@ func Run(ctx context.Context, env Env, cfg Config) (*Stats, error) {
 		ru.endSession(ctx)
 		if err := ru.checkInvariants(ctx); err != nil {
 			return ru.st, err
+		}
+	}
+	if ru.disturbing != nil {
+		select {
+		case <-ru.disturbing:
+			return ru.st, fmt.Errorf("disturbing the fleet: %w", disturbErr)
+		default:
 		}
 	}
 	return ru.st, nil
@@ -411,8 +449,13 @@ func (ru *runner) step(ctx context.Context, st *stmt) {
 		ru.logs = append(ru.logs[:1], ru.logs[len(ru.logs)-300:]...)
 	}
 	ca := run(ctx, ru.coord.conn, st, latin1, ru.cfg.Timeout)
-	if ca.refused() {
-		ru.st.Refusals[st.family+": "+refusalReason(ca.message)]++
+	moved := ru.cfg.Disturb != nil && ca.sqlstate == "40001" && strings.Contains(ca.message, "was moved or dropped by a concurrent change")
+	if ca.refused() || moved {
+		if moved {
+			ru.st.Moved++
+		} else {
+			ru.st.Refusals[st.family+": "+refusalReason(ca.message)]++
+		}
 		if st.proto == preparedProto && ca.execs > 0 {
 			// The executions before the refused one ran on the coordinator
 			// (and may have written): the oracle runs them too, and their
@@ -534,6 +577,8 @@ func (ru *runner) realign(ctx context.Context, coordStatus byte) {
 }
 
 func (ru *runner) checkInvariants(ctx context.Context) error {
+	ru.quiet.Lock()
+	defer ru.quiet.Unlock()
 	ru.st.Checks++
 	bad, err := ru.chk.check(ctx, ru.g.s)
 	if err != nil {
