@@ -91,7 +91,7 @@ func (ss *session) staleShardErr(err error) error {
 		msg = msg[i:]
 	}
 	if e := staleShard(msg, ss.srv.catalog.Load()); e != nil {
-			return e
+		return e
 	}
 	return err
 }

@@ -103,21 +103,21 @@ type side struct {
 
 // runner is the state of one run.
 type runner struct {
-	env     Env
-	cfg     Config
-	r       *rand.Rand
-	g       *gen
-	st      *Stats
-	chk     *checker
-	coord   side
-	oracle  side
+	env    Env
+	cfg    Config
+	r      *rand.Rand
+	g      *gen
+	st     *Stats
+	chk    *checker
+	coord  side
+	oracle side
 	// quiet is held while invariants are checked (Config.Disturb);
 	// disturbing is closed when Disturb has returned.
 	quiet      sync.Mutex
 	disturbing chan struct{}
-	n       int      // statement number
-	startup settings // the session's startup parameters (what RESET returns to)
-	logs    []string
+	n          int      // statement number
+	startup    settings // the session's startup parameters (what RESET returns to)
+	logs       []string
 }
 
 // Run builds a random schema and data on the fleet and the oracle, then
