@@ -156,6 +156,10 @@ func functionColumns(name string) ([]string, bool) {
 		return []string{name}, true
 	case "get_rebalance_table_shards_plan":
 		return []string{"table_name", "shardid", "shard_size", "sourcename", "sourceport", "targetname", "targetport"}, true
+	case "citus_rebalance_start", "citus_rebalance_stop", "citus_rebalance_wait":
+		return []string{name}, true
+	case "citus_rebalance_status":
+		return []string{"job_id", "state", "job_type", "description", "started_at", "finished_at", "details"}, true
 	}
 	return nil, false
 }
@@ -169,6 +173,10 @@ func functionTypes(name string) []uint32 {
 		return []uint32{oidInt4}
 	case "get_rebalance_table_shards_plan":
 		return []uint32{oidText, oidInt8, oidInt8, oidText, oidInt4, oidText, oidInt4}
+	case "citus_rebalance_start":
+		return []uint32{oidInt8}
+	case "citus_rebalance_status":
+		return []uint32{oidInt8, oidText, oidText, oidText, oidTimestamptz, oidTimestamptz, oidJSONB}
 	}
 	return []uint32{oidVoid}
 }

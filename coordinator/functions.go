@@ -29,6 +29,9 @@ const (
 	oidInt8 = 20
 	oidText = 25
 	oidVoid = 2278
+
+	oidTimestamptz = 1184
+	oidJSONB       = 3802
 )
 
 // runFunction runs a Citus-compatible catalog function called with a simple
@@ -124,6 +127,8 @@ func (ss *session) runFunction(fn *planner.Function) error {
 		return nil
 	case "citus_set_node_property":
 		snap, err = ss.setNodeProperty(ctx, fn)
+	case "citus_rebalance_start", "citus_rebalance_status", "citus_rebalance_stop", "citus_rebalance_wait":
+		return ss.rebalanceFunction(ctx, fn)
 	case "rebalance_table_shards", "citus_drain_node":
 		var done func()
 		conns, done, err = ss.nodeConns(ctx)
@@ -233,11 +238,20 @@ func (ss *session) openNodeConns(ctx context.Context) (map[int32]*pgx.Conn, erro
 // writeRows answers a simple query with a small text result and
 // ReadyForQuery.
 func (ss *session) writeRows(cols []string, oids []uint32, rows [][]string) {
+	ss.writeRowsNull(cols, oids, rows, nil)
+}
+
+// writeRowsNull is writeRows where null(row, column) makes a value NULL.
+func (ss *session) writeRowsNull(cols []string, oids []uint32, rows [][]string, null func(r, c int) bool) {
 	ss.out = wire.AppendFrame(ss.out, 'T', rowDescription(cols, oids))
-	for _, r := range rows {
+	for i, r := range rows {
 		dr := pgproto3.DataRow{}
-		for _, v := range r {
-			dr.Values = append(dr.Values, []byte(v))
+		for j, v := range r {
+			if null != nil && null(i, j) {
+				dr.Values = append(dr.Values, nil)
+			} else {
+				dr.Values = append(dr.Values, []byte(v))
+			}
 		}
 		ss.out, _ = dr.Encode(ss.out)
 	}

@@ -61,20 +61,25 @@ func (ss *session) moveShard(ctx context.Context, fn *planner.Function, conns ma
 // moveConfig is how this session's moves reach the nodes as pgfleet's
 // superuser (shards.MoveConfig).
 func (ss *session) moveConfig(mode string) shards.MoveConfig {
-	s := ss.srv
+	return ss.srv.moveConfig(ss.database, mode)
+}
+
+// moveConfig is how moves in database reach the nodes as pgfleet's
+// superuser.
+func (s *Server) moveConfig(database, mode string) shards.MoveConfig {
 	addr := func(n int32) string { return s.catalog.Load().Node(n).Addr() }
 	cfg := shards.MoveConfig{
 		Mode:     mode,
-		Database: ss.database,
+		Database: database,
 		Admin: func(ctx context.Context, n int32) (*pgx.Conn, error) {
-			return s.directConnDB(ctx, addr(n), ss.database)
+			return s.directConnDB(ctx, addr(n), database)
 		},
 		SourceDSN: func(n int32) string {
 			// The target node reaches the source as the coordinator does;
 			// a root certificate file is the coordinator's, not the node's.
 			tls := s.cfg.WorkerTLS
 			tls.RootCert = ""
-			dsn := tls.ConnString(addr(n)) + " user=postgres dbname=" + quoteConnValue(ss.database) +
+			dsn := tls.ConnString(addr(n)) + " user=postgres dbname=" + quoteConnValue(database) +
 				" application_name=pgfleet_move"
 			if pw := s.superuserPassword(); pw != "" {
 				dsn += " password=" + quoteConnValue(pw)

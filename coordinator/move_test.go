@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -587,4 +588,143 @@ func shardOfOne(t *testing.T, w *pgx.Conn, cl *pgcluster.Cluster, table string) 
 	}
 	t.Fatalf("shard %d is on port %d, no worker of the cluster", shard, port)
 	return 0, 0
+}
+
+// TestRebalanceJob: citus_rebalance_start moves shard groups in the
+// background while clients write through another coordinator; a second start
+// is refused while it runs; citus_rebalance_wait (through the other
+// coordinator) returns when it has finished, and citus_rebalance_status
+// shows it; citus_rebalance_stop cancels a job in the middle of a move,
+// which is undone; a job whose coordinator stops is taken over by the
+// other coordinator's recovery and finished there. Every write is
+// accounted for.
+func TestRebalanceJob(t *testing.T) {
+	cl := pgtest.Start(t, 3)
+	two := func(c *coordinator.Config) { c.Workers = c.Workers[:2]; c.RecoveryInterval = 300 * time.Millisecond }
+	srv := pgtest.Coordinator(t, cl, two)
+	other := pgtest.Coordinator(t, cl, two)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	o := connect(t, other.Addr())
+	exec(t, c, "CREATE TABLE rj_a (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", simple)
+	exec(t, c, "SELECT create_distributed_table('rj_a', 'id', shard_count => 6)", simple)
+	exec(t, c, "INSERT INTO rj_a SELECT g, 0 FROM generate_series(1, 3000) g", simple)
+	third := cl.Servers[2]
+	perNode := func() map[int]int {
+		t.Helper()
+		rows, err := o.Query(ctx, "SELECT nodeport, count(*) FROM citus_shards WHERE table_name::text = 'rj_a' GROUP BY 1", simple)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]int{}
+		for rows.Next() {
+			var port, n int
+			if err := rows.Scan(&port, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[port] = n
+		}
+		return out
+	}
+	type status struct {
+		id      int64
+		state   string
+		details string
+		ended   bool
+	}
+	statusOf := func(conn *pgx.Conn) status {
+		t.Helper()
+		var s status
+		var finished *time.Time
+		var typ, desc string
+		var started time.Time
+		if err := conn.QueryRow(ctx, "SELECT * FROM citus_rebalance_status()", simple).
+			Scan(&s.id, &s.state, &typ, &desc, &started, &finished, &s.details); err != nil {
+			t.Fatal(err)
+		}
+		s.ended = finished != nil
+		return s
+	}
+	start := func(args string) int64 {
+		t.Helper()
+		var id int64
+		if err := c.QueryRow(ctx, "SELECT citus_rebalance_start("+args+")", simple).Scan(&id); err != nil {
+			t.Fatalf("citus_rebalance_start(%s): %v", args, err)
+		}
+		return id
+	}
+	if _, err := c.Exec(ctx, "SELECT citus_rebalance_stop()", simple); sqlState(err) != "55000" {
+		t.Errorf("citus_rebalance_stop with no job: %v, want 55000", err)
+	}
+	var none *int64
+	if err := c.QueryRow(ctx, "SELECT citus_rebalance_start()", simple).Scan(&none); err != nil || none != nil {
+		t.Errorf("citus_rebalance_start with nothing to move: %v, %v; want NULL", none, err)
+	}
+
+	// The writers use the coordinator that does not run the jobs (it
+	// learns of each move from the catalog), which stays up throughout.
+	w := startWriters(t, "rj_a", 3000, other.Addr(), other.Addr(), other.Addr())
+	exec(t, c, fmt.Sprintf("SELECT citus_add_node('%s', %d)", third.Host, third.Port), simple)
+	id := start("")
+	if _, err := o.Exec(ctx, "SELECT citus_rebalance_start()", simple); sqlState(err) != "55000" {
+		if s := statusOf(o); err != nil || s.state != "finished" {
+			t.Errorf("a second citus_rebalance_start while job %d runs: %v, want 55000", id, err)
+		}
+	}
+	exec(t, o, "SELECT citus_rebalance_wait()", simple)
+	if s := statusOf(o); s.id != id || s.state != "finished" || !s.ended || !strings.Contains(s.details, `"moves_done":2`) {
+		t.Errorf("after citus_rebalance_wait: %+v, want job %d finished with 2 moves", s, id)
+	}
+	if got := perNode(); len(got) != 3 || got[third.Port] != 2 {
+		t.Errorf("shards per node after the rebalance: %v, want 2 on each of 3", got)
+	}
+
+	// Stopped in the middle of a move: the move is undone.
+	exec(t, c, fmt.Sprintf("SELECT citus_set_node_property('%s', %d, 'shouldhaveshards', false)", third.Host, third.Port), simple)
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	restore := shards.SetTestHookBeforeCutOver(func() {
+		once.Do(func() { close(reached) })
+		<-release
+	})
+	id = start("drain_only => true")
+	<-reached
+	exec(t, o, "SELECT citus_rebalance_stop()", simple)
+	time.Sleep(1500 * time.Millisecond) // the runner sees the request
+	close(release)
+	restore()
+	exec(t, c, "SELECT citus_rebalance_wait()", simple)
+	if s := statusOf(c); s.id != id || s.state != "cancelled" || !strings.Contains(s.details, `"moves_done":0`) {
+		t.Errorf("after citus_rebalance_stop: %+v, want job %d cancelled with no move done", s, id)
+	}
+	if got := perNode(); got[third.Port] != 2 {
+		t.Errorf("shards per node after the stopped drain: %v, want 2 still on %d", got, third.Port)
+	}
+
+	// The coordinator running the job stops in the middle of a move; the
+	// other one's recovery takes the job over and finishes it.
+	reached, release = make(chan struct{}), make(chan struct{})
+	once = sync.Once{}
+	restore = shards.SetTestHookBeforeCutOver(func() {
+		once.Do(func() { close(reached) })
+		<-release
+	})
+	id = start("drain_only => true")
+	<-reached
+	closed := make(chan error)
+	go func() { closed <- srv.Close() }()
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	<-closed
+	restore()
+	exec(t, o, "SELECT citus_rebalance_wait()", simple)
+	if s := statusOf(o); s.id != id || s.state != "finished" || !strings.Contains(s.details, `"moves_done":2`) {
+		t.Errorf("the job taken over: %+v, want job %d finished with 2 moves", s, id)
+	}
+	if got := perNode(); len(got) != 2 || got[third.Port] != 0 {
+		t.Errorf("shards per node after the drain: %v, want none on %d", got, third.Port)
+	}
+	w.stop()
+	w.check(o)
 }

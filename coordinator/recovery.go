@@ -169,6 +169,7 @@ func (s *Server) recoverPrepared(ctx context.Context, grace time.Duration) recov
 		}
 	}
 	s.cleanupMoves(ctx, snap, conns)
+	s.resumeRebalance(ctx)
 	if !complete || ctx.Err() != nil {
 		return st // a node not seen may still need a decision
 	}

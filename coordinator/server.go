@@ -218,6 +218,11 @@ type Server struct {
 	fences       fences                      // tables whose rows a coordinator is moving
 	fleet        atomic.Pointer[fleet.Fleet] // nil: no fleet
 	recoveryEnd  chan struct{}               // closed when the recovery loop has returned
+	// jobs: background rebalance runners (rebalancejob.go), told to stop
+	// by closing jobStop.
+	jobs     sync.WaitGroup
+	jobStop  chan struct{}
+	jobsOnce sync.Once
 
 	hooks testHooks
 
@@ -484,6 +489,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.stopWatch = make(chan struct{})
+	s.jobStop = make(chan struct{})
 	s.catalogKick = make(chan struct{}, 1)
 	go s.watchCatalog(s.stopWatch)
 	if s.cfg.RecoveryInterval > 0 {
@@ -761,6 +767,12 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.wg.Wait()
+	if s.jobStop != nil {
+		// A rebalance runner stops between its steps (a move under way
+		// is undone); the job stays, for another coordinator.
+		s.jobsOnce.Do(func() { close(s.jobStop) })
+		s.jobs.Wait()
+	}
 	if s.budgetEnd != nil {
 		close(s.stopWatch)
 		s.stopWatch = nil

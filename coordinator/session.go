@@ -139,6 +139,9 @@ type session struct {
 	// while a cancel request for it is being sent, so that a cancel never
 	// reaches the next client's statement.
 	cancelMu sync.Mutex
+	// waitCancel ends a wait of the session's own (citus_rebalance_wait)
+	// at a cancel request.
+	waitCancel atomic.Pointer[context.CancelFunc]
 	// writeConns are the connections a statement over several workers
 	// runs on through pgx (nodeConns: multi-shard and reference writes,
 	// COPY, the Citus functions), which a cancel request reaches too;

@@ -514,6 +514,9 @@ func (s *Server) cancelHere(pid uint32, secret []byte) bool {
 	}
 	ss.cancelMu.Lock()
 	defer ss.cancelMu.Unlock()
+	if f := ss.waitCancel.Load(); f != nil {
+		(*f)()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ss.cancelScatter(ctx)

@@ -9,8 +9,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -110,6 +112,25 @@ CREATE TABLE IF NOT EXISTS pgfleet.shard_moves (
 	target int NOT NULL,
 	started timestamptz NOT NULL DEFAULT now()
 );
+-- Background rebalances (citus_rebalance_start): at most one running or
+-- cancelling at a time; the coordinator running one holds its advisory lock
+-- (RebalanceLock), and another takes it over when it is free.
+CREATE TABLE IF NOT EXISTS pgfleet.rebalance_jobs (
+	job_id bigserial PRIMARY KEY,
+	state text NOT NULL CHECK (state IN ('running', 'cancelling', 'finished', 'cancelled', 'failed')),
+	database text NOT NULL,
+	role text NOT NULL,
+	mode text NOT NULL,
+	drain_only bool NOT NULL,
+	started_at timestamptz NOT NULL DEFAULT now(),
+	finished_at timestamptz,
+	moves_planned int NOT NULL,
+	moves_done int NOT NULL DEFAULT 0,
+	current text NOT NULL DEFAULT '',
+	error text NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX IF NOT EXISTS rebalance_jobs_active ON pgfleet.rebalance_jobs ((true))
+	WHERE state IN ('running', 'cancelling');
 -- Coordinators' leases on their shares of each worker's connection budget
 -- (leases.go): a share counts until its coordinator's lease lapses and the
 -- backends it recorded are ended (pids, as of recorded_at).
@@ -702,6 +723,137 @@ func (l *MoveLock) heldBy(ctx context.Context, tx pgx.Tx) error {
 
 // moveLockClass is the top 16 bits of the advisory lock keys of shard moves.
 const moveLockClass int64 = 0x706d // "pm"
+
+// rebalanceLockKey is the advisory lock the runner of the active
+// background rebalance holds.
+const rebalanceLockKey int64 = 0x7072<<48 | 1 // "pr"
+
+// RebalanceJob is a background rebalance (pgfleet.rebalance_jobs).
+type RebalanceJob struct {
+	ID                   int64
+	State                string // running, cancelling, finished, cancelled, failed
+	Database, Role, Mode string
+	DrainOnly            bool
+	Started, Finished    time.Time
+	Planned, Done        int
+	Current, Error       string
+}
+
+// ErrRebalanceRunning: a background rebalance is running already.
+var ErrRebalanceRunning = errors.New("metadata: a rebalance is running")
+
+// StartRebalance records a running rebalance job with planned moves and
+// takes its lock (released by the returned func); ErrRebalanceRunning when
+// one is running or cancelling.
+func (s *Store) StartRebalance(ctx context.Context, j RebalanceJob) (RebalanceJob, func(), error) {
+	release, got, err := s.holdRebalanceLock(ctx)
+	if err != nil {
+		return j, nil, err
+	}
+	if !got {
+		return j, nil, ErrRebalanceRunning
+	}
+	err = s.pool.QueryRow(ctx, `INSERT INTO pgfleet.rebalance_jobs (state, database, role, mode, drain_only, moves_planned)
+		VALUES ('running', $1, $2, $3, $4, $5) RETURNING job_id, started_at`,
+		j.Database, j.Role, j.Mode, j.DrainOnly, j.Planned).Scan(&j.ID, &j.Started)
+	if err != nil {
+		release()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" {
+			return j, nil, ErrRebalanceRunning // one whose runner died, not taken over yet
+		}
+		return j, nil, fmt.Errorf("metadata: start rebalance: %w", err)
+	}
+	j.State = "running"
+	return j, release, nil
+}
+
+// TakeOverRebalance takes the lock of the active rebalance job when its
+// runner is gone (its connection, and so its lock, ended): ok false when
+// there is no active job or its runner still holds the lock.
+func (s *Store) TakeOverRebalance(ctx context.Context) (j RebalanceJob, release func(), ok bool, err error) {
+	jobs, err := s.RebalanceJobs(ctx, true)
+	if err != nil || len(jobs) == 0 {
+		return j, nil, false, err
+	}
+	release, got, err := s.holdRebalanceLock(ctx)
+	if err != nil || !got {
+		return j, nil, false, err
+	}
+	// Read again under the lock: the runner may have ended it meanwhile.
+	jobs, err = s.RebalanceJobs(ctx, true)
+	if err != nil || len(jobs) == 0 {
+		release()
+		return j, nil, false, err
+	}
+	return jobs[0], release, true, nil
+}
+
+// holdRebalanceLock tries the rebalance lock on a connection of its own,
+// which holds it until release.
+func (s *Store) holdRebalanceLock(ctx context.Context) (release func(), got bool, err error) {
+	c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, false, fmt.Errorf("metadata: rebalance lock: %w", err)
+	}
+	if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, rebalanceLockKey).Scan(&got); err != nil || !got {
+		_ = c.Close(context.Background())
+		if err != nil {
+			return nil, false, fmt.Errorf("metadata: rebalance lock: %w", err)
+		}
+		return nil, false, nil
+	}
+	return func() { _ = c.Close(context.Background()) }, true, nil
+}
+
+// RebalanceJobs lists the rebalance jobs, newest first: the active one
+// only (running or cancelling), or all.
+func (s *Store) RebalanceJobs(ctx context.Context, active bool) ([]RebalanceJob, error) {
+	rows, err := s.pool.Query(ctx, `SELECT job_id, state, database, role, mode, drain_only, started_at,
+		coalesce(finished_at, 'epoch'), moves_planned, moves_done, current, error
+		FROM pgfleet.rebalance_jobs WHERE NOT $1 OR state IN ('running', 'cancelling') ORDER BY job_id DESC`, active)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: rebalance jobs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RebalanceJob, error) {
+		var j RebalanceJob
+		err := r.Scan(&j.ID, &j.State, &j.Database, &j.Role, &j.Mode, &j.DrainOnly, &j.Started, &j.Finished,
+			&j.Planned, &j.Done, &j.Current, &j.Error)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: rebalance jobs: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateRebalance records a running job's progress: moves done, and what
+// it does now.
+func (s *Store) UpdateRebalance(ctx context.Context, id int64, done int, current string) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE pgfleet.rebalance_jobs SET moves_done = $2, current = $3 WHERE job_id = $1`,
+		id, done, current); err != nil {
+		return fmt.Errorf("metadata: rebalance progress: %w", err)
+	}
+	return nil
+}
+
+// EndRebalance ends the job as finished, cancelled or failed (with why).
+func (s *Store) EndRebalance(ctx context.Context, id int64, state, why string) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE pgfleet.rebalance_jobs SET state = $2, error = $3, current = '', finished_at = now()
+		WHERE job_id = $1`, id, state, why); err != nil {
+		return fmt.Errorf("metadata: end rebalance: %w", err)
+	}
+	return nil
+}
+
+// CancelRebalance asks the running job to stop: false when none runs.
+func (s *Store) CancelRebalance(ctx context.Context) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE pgfleet.rebalance_jobs SET state = 'cancelling' WHERE state = 'running'`)
+	if err != nil {
+		return false, fmt.Errorf("metadata: cancel rebalance: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
 
 // Touch bumps the catalog version and changes nothing else. DDL run on the
 // workers tells the fleet by it that a statement prepared before may have

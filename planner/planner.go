@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -66,7 +67,8 @@ var catalogFunctions = map[string]bool{
 	"citus_add_node": true, "citus_remove_node": true, "citus_get_active_worker_nodes": true,
 	"master_get_active_worker_nodes": true, "citus_move_shard_placement": true, "master_move_shard_placement": true,
 	"rebalance_table_shards": true, "get_rebalance_table_shards_plan": true, "citus_drain_node": true,
-	"citus_set_node_property": true,
+	"citus_set_node_property": true, "citus_rebalance_start": true, "citus_rebalance_status": true,
+	"citus_rebalance_stop": true, "citus_rebalance_wait": true,
 }
 
 // MentionsFunction reports whether sql may call a catalog function, a cheap
@@ -1576,7 +1578,12 @@ func CatalogCall(stmt *pg_query.Node) *pg_query.FuncCall {
 	var fc *pg_query.FuncCall
 	if len(sel.FromClause) == 1 { // SELECT * FROM fn(...)
 		rf := sel.FromClause[0].GetRangeFunction()
-		if rf == nil || len(rf.Functions) != 1 || sel.TargetList[0].GetResTarget().GetVal().GetColumnRef() == nil {
+		cr := sel.TargetList[0].GetResTarget().GetVal().GetColumnRef()
+		if rf == nil || len(rf.Functions) != 1 || cr == nil || len(cr.Fields) != 1 || cr.Fields[0].GetAStar() == nil ||
+			rf.Alias != nil || rf.Ordinality || len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil ||
+			len(sel.DistinctClause) > 0 || len(sel.GroupClause) > 0 || sel.HavingClause != nil {
+			// Only SELECT * FROM fn(...): the coordinator answers with
+			// the function's columns as they are.
 			return nil
 		}
 		fc = rf.Functions[0].GetList().GetItems()[0].GetFuncCall()
@@ -1604,6 +1611,9 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 			key, a = na.Name, na.Arg
 		}
 		v := valueOf(a)
+		if b := a.GetAConst().GetBoolval(); b != nil && !a.GetAConst().Isnull {
+			v = &Value{Const: strconv.FormatBool(b.Boolval)} // true, false
+		}
 		if v == nil || v.Param > 0 || v.Null {
 			return nil, unsupported("the arguments of %s must be constants", name).
 				WithHint("Write the arguments as literals in the statement's text (simple query protocol).")
