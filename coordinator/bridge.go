@@ -152,7 +152,7 @@ func functionColumns(name string) ([]string, bool) {
 		return []string{"node_name", "node_port"}, true
 	case "citus_add_node", "citus_remove_node", "create_distributed_table", "create_reference_table", "undistribute_table",
 		"citus_move_shard_placement", "master_move_shard_placement", "rebalance_table_shards", "citus_drain_node",
-		"citus_set_node_property":
+		"citus_set_node_property", "citus_split_shard_by_split_points":
 		return []string{name}, true
 	case "get_rebalance_table_shards_plan":
 		return []string{"table_name", "shardid", "shard_size", "sourcename", "sourceport", "targetname", "targetport"}, true

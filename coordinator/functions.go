@@ -145,6 +145,14 @@ func (ss *session) runFunction(fn *planner.Function) error {
 			return ss.queryError(err)
 		}
 		snap, err = ss.moveShard(ctx, fn, conns)
+	case "citus_split_shard_by_split_points":
+		var done func()
+		conns, done, err = ss.nodeConns(ctx)
+		defer done()
+		if err != nil {
+			return ss.queryError(err)
+		}
+		snap, err = ss.splitShard(ctx, fn, conns)
 	case "create_distributed_table", "create_reference_table", "undistribute_table":
 		table := arg(0, "table_name", "")
 		if table == "" {

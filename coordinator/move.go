@@ -58,6 +58,56 @@ func (ss *session) moveShard(ctx context.Context, fn *planner.Function, conns ma
 	return shards.MoveShard(ctx, s.store, conns, s.defaultNode.Load(), id, from, to, ss.moveConfig(mode))
 }
 
+// splitShard runs citus_split_shard_by_split_points(shard_id,
+// split_points, node_ids_for_new_shards [, shard_transfer_mode]): the
+// points are hash values as text ('{-1073741825}' or ARRAY['...']), the
+// node ids one per new shard.
+func (ss *session) splitShard(ctx context.Context, fn *planner.Function, conns map[int32]*pgx.Conn) (*metadata.Snapshot, error) {
+	s := ss.srv
+	id, err := strconv.ParseInt(funcArg(fn, 0, "shard_id", ""), 10, 64)
+	if err != nil {
+		return nil, pgerr.New(pgerr.InvalidParameterValue, "%s needs a shard id", fn.Name)
+	}
+	list := func(name string, i int) ([]int64, error) {
+		v := strings.TrimSpace(funcArg(fn, i, name, ""))
+		if !strings.HasPrefix(v, "{") || !strings.HasSuffix(v, "}") {
+			return nil, pgerr.New(pgerr.InvalidParameterValue, "%s must be an array, as ARRAY['-1073741825'] or '{1,2}'", name)
+		}
+		var out []int64
+		for _, f := range strings.Split(strings.Trim(v, "{}"), ",") {
+			n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(f), `"`), 10, 32)
+			if err != nil {
+				return nil, pgerr.New(pgerr.InvalidTextRepresentation, "%s: %q is not a 32-bit integer", name, f)
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	pts, err := list("split_points", 1)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := list("node_ids_for_new_shards", 2)
+	if err != nil {
+		return nil, err
+	}
+	points := make([]int32, len(pts))
+	for i, p := range pts {
+		points[i] = int32(p)
+	}
+	nodes := make([]int32, len(ids))
+	snap := s.catalog.Load()
+	var addrs []string
+	for i, n := range ids {
+		nodes[i] = int32(n)
+		if nd := snap.Node(int32(n)); nd != nil {
+			addrs = append(addrs, nd.Addr())
+		}
+	}
+	s.ensureShardsSchema(ctx, ss.database, addrs...)
+	return shards.SplitShard(ctx, s.store, conns, s.defaultNode.Load(), id, points, nodes, funcArg(fn, 3, "shard_transfer_mode", shards.TransferAuto))
+}
+
 // moveConfig is how this session's moves reach the nodes as pgfleet's
 // superuser (shards.MoveConfig).
 func (ss *session) moveConfig(mode string) shards.MoveConfig {

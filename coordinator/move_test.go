@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -727,4 +728,182 @@ func TestRebalanceJob(t *testing.T) {
 	}
 	w.stop()
 	w.check(o)
+}
+
+// TestSplitShard: citus_split_shard_by_split_points splits the shard of
+// id 1 and its colocated shard in two, one half staying, the other on the
+// second worker, while clients of two coordinators write: no client error,
+// every acknowledged write there once; each new shard holds exactly the
+// rows its range says, under its own index names; the colocated tables
+// keep joining, a table created colocated afterwards gets the split ranges,
+// and a new shard moves like any. Bad arguments are refused.
+func TestSplitShard(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	late := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.CatalogPoll = 300 * time.Millisecond })
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	workers := []*pgx.Conn{connect(t, cl.Servers[0].Addr()), connect(t, cl.Servers[1].Addr())}
+	drop := func() {
+		for _, tb := range []string{"sp_c", "sp_b", "sp_a"} {
+			_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+tb, simple)
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE sp_a (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", simple)
+	exec(t, c, "CREATE TABLE sp_b (id bigint PRIMARY KEY, w text, UNIQUE (w, id))", simple)
+	exec(t, c, "CREATE INDEX sp_b_w_idx ON sp_b (lower(w))", simple)
+	exec(t, c, "SELECT create_distributed_table('sp_a', 'id', shard_count => 4)", simple)
+	exec(t, c, "SELECT create_distributed_table('sp_b', 'id', colocate_with => 'sp_a')", simple)
+	exec(t, c, "INSERT INTO sp_a SELECT g, 0 FROM generate_series(1, 2000) g", simple)
+	exec(t, c, "INSERT INTO sp_b SELECT g, 'b' || g FROM generate_series(1, 2000) g", simple)
+	shard, src := shardOfOne(t, workers[0], cl, "sp_a")
+	var lo, hi int64
+	var srcNode, otherNode int32
+	if err := workers[0].QueryRow(ctx, `SELECT s.min_hash, s.max_hash,
+		(SELECT nodeid FROM pgfleet.nodes WHERE port = $2), (SELECT nodeid FROM pgfleet.nodes WHERE port = $3)
+		FROM pgfleet.shards s WHERE shardid = $1`, shard, cl.Servers[src].Port, cl.Servers[1-src].Port).Scan(&lo, &hi, &srcNode, &otherNode); err != nil {
+		t.Fatal(err)
+	}
+	mid := lo + (hi-lo)/2
+	outside := lo - 1
+	if lo == math.MinInt32 {
+		outside = hi + 1
+	}
+	split := func(args string) error {
+		_, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_split_shard_by_split_points(%d, %s)", shard, args), simple)
+		return err
+	}
+	for _, tc := range []struct{ args, code string }{
+		{fmt.Sprintf("ARRAY['%d'], ARRAY[%d, %d]", hi, srcNode, otherNode), "22023"},                         // the range's end
+		{fmt.Sprintf("ARRAY['%d'], ARRAY[%d, %d]", outside, srcNode, otherNode), "22023"},                    // in another shard
+		{fmt.Sprintf("ARRAY['%d'], ARRAY[%d]", mid, srcNode), "22023"},                                       // one node for two shards
+		{fmt.Sprintf("ARRAY['%d'], ARRAY[%d, 9999]", mid, srcNode), "55000"},                                 // no such node
+		{fmt.Sprintf("ARRAY['%d', '%d'], ARRAY[%d, %d, %d]", mid, lo, srcNode, srcNode, otherNode), "22023"}, // not ascending
+		{fmt.Sprintf("ARRAY['%d'], ARRAY[%d, %d], 'force_logical'", mid, srcNode, otherNode), "0A000"},
+	} {
+		if err := split(tc.args); sqlState(err) != tc.code {
+			t.Errorf("split(%s): %v, want %s", tc.args, err, tc.code)
+		}
+	}
+
+	w := startWriters(t, "sp_a", 2000, srv.Addr(), late.Addr(), srv.Addr())
+	time.Sleep(300 * time.Millisecond)
+	if err := split(fmt.Sprintf("ARRAY['%d'], ARRAY[%d, %d]", mid, srcNode, otherNode)); err != nil {
+		t.Fatalf("split: %v", err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	w.stop()
+	w.check(c)
+
+	// The catalog: five shards each, the same ranges, the halves where
+	// asked; the old shards gone from the worker.
+	type shardRow struct {
+		id     int64
+		lo, hi int64
+		port   int
+	}
+	shardsOf := func(table string) []shardRow {
+		t.Helper()
+		rows, err := workers[0].Query(ctx, `SELECT s.shardid, s.min_hash, s.max_hash, n.port FROM pgfleet.shards s
+			JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+			WHERE s.table_name = 'public.' || $1 ORDER BY s.min_hash`, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []shardRow
+		for rows.Next() {
+			var r shardRow
+			if err := rows.Scan(&r.id, &r.lo, &r.hi, &r.port); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	a, b := shardsOf("sp_a"), shardsOf("sp_b")
+	if len(a) != 5 || len(b) != 5 {
+		t.Fatalf("after the split: %d and %d shards, want 5 each", len(a), len(b))
+	}
+	halves := 0
+	for i := range a {
+		if a[i].lo != b[i].lo || a[i].hi != b[i].hi || a[i].port != b[i].port {
+			t.Errorf("shard %d of sp_a (%v) and of sp_b (%v) are no longer colocated", i, a[i], b[i])
+		}
+		switch {
+		case a[i].lo == lo && a[i].hi == mid:
+			halves++
+			if a[i].port != cl.Servers[src].Port {
+				t.Errorf("the lower half is on port %d, want %d", a[i].port, cl.Servers[src].Port)
+			}
+		case a[i].lo == mid+1 && a[i].hi == hi:
+			halves++
+			if a[i].port != cl.Servers[1-src].Port {
+				t.Errorf("the upper half is on port %d, want %d", a[i].port, cl.Servers[1-src].Port)
+			}
+		}
+	}
+	if halves != 2 {
+		t.Errorf("the split ranges are not in the catalog: %v", a)
+	}
+	var shardCount int
+	if err := c.QueryRow(ctx, "SELECT shard_count FROM citus_tables WHERE table_name::text = 'sp_b'", simple).Scan(&shardCount); err != nil || shardCount != 5 {
+		t.Errorf("citus_tables shard_count of sp_b: %d, %v; want 5", shardCount, err)
+	}
+	var old int
+	if err := workers[src].QueryRow(ctx, "SELECT count(*)::int FROM pg_tables WHERE tablename IN ($1, $2)",
+		fmt.Sprintf("sp_a_%d", shard), fmt.Sprintf("sp_b_%d", b[0].id-1)).Scan(&old); err != nil || old != 0 {
+		t.Errorf("old shard tables left: %d, %v", old, err)
+	}
+	// Every row in its shard's range, on every shard, under its own names.
+	for _, tb := range []struct {
+		name  string
+		rows  []shardRow
+		index string
+	}{{"sp_a", a, "sp_a_pkey"}, {"sp_b", b, "sp_b_w_id_key"}} {
+		for _, r := range tb.rows {
+			wc := workers[0]
+			if r.port == cl.Servers[1].Port {
+				wc = workers[1]
+			}
+			var outside, idx int
+			if err := wc.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*)::int FROM pgfleet_shards.%s_%d WHERE hashint8(id) NOT BETWEEN %d AND %d),
+				(SELECT count(*)::int FROM pg_indexes WHERE schemaname = 'pgfleet_shards' AND indexname = '%s_%d')`,
+				tb.name, r.id, r.lo, r.hi, tb.index, r.id)).Scan(&outside, &idx); err != nil {
+				t.Fatal(err)
+			}
+			if outside != 0 || idx != 1 {
+				t.Errorf("shard %s_%d: %d rows outside its range, index %s_%d present %d times", tb.name, r.id, outside, tb.index, r.id, idx)
+			}
+		}
+	}
+	var joined int
+	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM sp_a JOIN sp_b USING (id)", simple).Scan(&joined); err != nil || joined != 2000 {
+		t.Errorf("sp_a joined with sp_b: %d, %v; want 2000", joined, err)
+	}
+	exec(t, c, "CREATE TABLE sp_c (id bigint PRIMARY KEY)", simple)
+	exec(t, c, "SELECT create_distributed_table('sp_c', 'id', colocate_with => 'sp_a')", simple)
+	exec(t, c, "INSERT INTO sp_c SELECT g FROM generate_series(1, 2000) g", simple)
+	if cs := shardsOf("sp_c"); len(cs) != 5 || cs[1].lo != a[1].lo || cs[2].hi != a[2].hi {
+		t.Errorf("sp_c colocated after the split: %v, want sp_a's ranges %v", cs, a)
+	}
+	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM sp_a JOIN sp_c USING (id)", simple).Scan(&joined); err != nil || joined != 2000 {
+		t.Errorf("sp_a joined with sp_c: %d, %v; want 2000", joined, err)
+	}
+	// A new shard moves like any.
+	var upper int64
+	for _, r := range a {
+		if r.lo == mid+1 {
+			upper = r.id
+		}
+	}
+	h0, p0 := cl.Servers[1-src].Host, cl.Servers[1-src].Port
+	h1, p1 := cl.Servers[src].Host, cl.Servers[src].Port
+	exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", upper, h0, p0, h1, p1), simple)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM sp_b", simple).Scan(&n); err != nil || n != 2000 {
+		t.Errorf("sp_b after moving a new shard: %d rows, %v", n, err)
+	}
 }

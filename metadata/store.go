@@ -467,9 +467,12 @@ func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWit
 		}
 
 		placements := make([][]int32, count)
+		ranges := HashRanges(count)
 		if template != "" {
+			// The group's ranges, which a split may have made uneven.
+			ranges = ranges[:0]
 			rows, err := tx.Query(ctx, `SELECT coalesce(array_agg(p.nodeid ORDER BY p.nodeid)
-					FILTER (WHERE p.nodeid IS NOT NULL), '{}')
+					FILTER (WHERE p.nodeid IS NOT NULL), '{}'), s.min_hash, s.max_hash
 				FROM pgfleet.shards s LEFT JOIN pgfleet.placements p USING (shardid)
 				WHERE s.table_name = $1 GROUP BY s.shardid ORDER BY s.min_hash`, template)
 			if err != nil {
@@ -478,12 +481,14 @@ func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWit
 			i := 0
 			for rows.Next() {
 				var nodes []int32
-				if err := rows.Scan(&nodes); err != nil {
+				var lo, hi int32
+				if err := rows.Scan(&nodes, &lo, &hi); err != nil {
 					rows.Close()
 					return err
 				}
 				if i < count {
 					placements[i] = nodes
+					ranges = append(ranges, [2]int32{lo, hi})
 				}
 				i++
 			}
@@ -515,7 +520,7 @@ func (s *Store) CreateDistributedTable(ctx context.Context, t Table, colocateWit
 			VALUES ($1, 'h', $2, $3, $4, $5, $6, $7)`, t.Name, t.DistColumn, t.DistType, group, count, seqText(t.Sequences), ShardsSchema); err != nil {
 			return err
 		}
-		return insertShards(ctx, tx, t.Name, HashRanges(count), placements)
+		return insertShards(ctx, tx, t.Name, ranges, placements)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -618,6 +623,73 @@ func (s *Store) MovePlacements(ctx context.Context, lock *MoveLock, shards []int
 				WithHint("Nothing was moved; look at citus_shards and run the move again.")
 		}
 		return nil
+	})
+}
+
+// NewShard is a shard a split makes: its id (NextShardIDs), table, hash
+// range and node.
+type NewShard struct {
+	ID       int64
+	Table    string
+	Min, Max int32
+	Node     int32
+}
+
+// NextShardIDs draws n shard ids from the catalog's sequence, in order.
+func (s *Store) NextShardIDs(ctx context.Context, n int) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT nextval('pgfleet.shardid_seq') FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: shard ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("metadata: shard ids: %w", err)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// SplitShards replaces the shard group old (every colocated shard of one
+// hash range, which lock holds) with news, and adds the new shards'
+// number less one to the shard count of the group's tables; only if the
+// lock is still held and the group is still old.
+func (s *Store) SplitShards(ctx context.Context, lock *MoveLock, old []int64, news []NewShard) (*Snapshot, error) {
+	return s.change(ctx, "split shards", func(tx pgx.Tx) error {
+		if err := lock.heldBy(ctx, tx); err != nil {
+			return err
+		}
+		var group []int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(s.shardid ORDER BY s.shardid), '{}') FROM pgfleet.shards s
+			JOIN pgfleet.tables t ON t.name = s.table_name
+			WHERE t.kind = 'h' AND t.colocation_id = $1 AND s.min_hash = $2`, lock.colocation, lock.minHash).Scan(&group); err != nil {
+			return err
+		}
+		if !slices.Equal(group, slices.Sorted(slices.Values(old))) {
+			return pgerr.New(pgerr.ObjectNotInPrerequisite,
+				"the shard group changed while it was split (shards %v now, %v split): a table joined or left its colocation group; nothing was split", group, old).
+				WithHint("Run the split again.")
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM pgfleet.shards WHERE shardid = ANY($1)`, old); err != nil {
+			return err
+		}
+		var ids []int64
+		var tables []string
+		var lo, hi, nodes []int32
+		for _, n := range news {
+			ids, tables, lo, hi, nodes = append(ids, n.ID), append(tables, n.Table), append(lo, n.Min), append(hi, n.Max), append(nodes, n.Node)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.shards (shardid, table_name, min_hash, max_hash)
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::int[])`, ids, tables, lo, hi); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO pgfleet.placements (shardid, nodeid) SELECT * FROM unnest($1::bigint[], $2::int[])`,
+			ids, nodes); err != nil {
+			return err
+		}
+		added := len(news)/len(old) - 1
+		_, err := tx.Exec(ctx, `UPDATE pgfleet.tables SET shard_count = shard_count + $2 WHERE kind = 'h' AND colocation_id = $1`,
+			lock.colocation, added)
+		return err
 	})
 }
 

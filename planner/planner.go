@@ -68,7 +68,7 @@ var catalogFunctions = map[string]bool{
 	"master_get_active_worker_nodes": true, "citus_move_shard_placement": true, "master_move_shard_placement": true,
 	"rebalance_table_shards": true, "get_rebalance_table_shards_plan": true, "citus_drain_node": true,
 	"citus_set_node_property": true, "citus_rebalance_start": true, "citus_rebalance_status": true,
-	"citus_rebalance_stop": true, "citus_rebalance_wait": true,
+	"citus_rebalance_stop": true, "citus_rebalance_wait": true, "citus_split_shard_by_split_points": true,
 }
 
 // MentionsFunction reports whether sql may call a catalog function, a cheap
@@ -1613,6 +1613,22 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 		v := valueOf(a)
 		if b := a.GetAConst().GetBoolval(); b != nil && !a.GetAConst().Isnull {
 			v = &Value{Const: strconv.FormatBool(b.Boolval)} // true, false
+		}
+		if ae := a.GetAArrayExpr(); ae != nil {
+			// ARRAY[constants], as an array's text ('{1,2}'): elements
+			// that need no quoting only.
+			var elems []string
+			for _, e := range ae.Elements {
+				ev := valueOf(e)
+				if ev == nil || ev.Param > 0 || ev.Null || ev.Const == "" || strings.ContainsAny(ev.Const, "{},\\\" \t\n") {
+					elems = nil
+					break
+				}
+				elems = append(elems, ev.Const)
+			}
+			if elems != nil {
+				v = &Value{Const: "{" + strings.Join(elems, ",") + "}"}
+			}
 		}
 		if v == nil || v.Param > 0 || v.Null {
 			return nil, unsupported("the arguments of %s must be constants", name).
