@@ -210,7 +210,9 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot drop the shards on node %s", o.nodes.describe(from)))
 	}
 	after, err := o.commitWith(ctx, func(err error) error { return o.fail(ctx, err) },
-		func(ctx context.Context) (*metadata.Snapshot, error) { return store.SplitShards(ctx, lock, oldIDs, news) })
+		func(ctx context.Context) (*metadata.Snapshot, error) {
+			return store.SplitShards(ctx, lock, oldIDs, news)
+		})
 	if err == nil {
 		slog.Info("shard group split", "shards", oldIDs, "ranges", ranges, "nodes", nodes, "writes_held", time.Since(began).Round(time.Millisecond))
 	}
