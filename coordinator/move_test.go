@@ -680,6 +680,14 @@ func TestRebalanceJob(t *testing.T) {
 	if got := perNode(); len(got) != 3 || got[third.Port] != 2 {
 		t.Errorf("shards per node after the rebalance: %v, want 2 on each of 3", got)
 	}
+	// Only SELECT * of the coordinator's functions: a column of them would
+	// have been answered with every column.
+	for _, q := range []string{"SELECT state FROM citus_rebalance_status()", "SELECT shardid FROM get_rebalance_table_shards_plan()",
+		"SELECT * FROM citus_rebalance_status() WHERE state = 'running'"} {
+		if _, err := o.Exec(ctx, q, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
 
 	// Stopped in the middle of a move: the move is undone.
 	exec(t, c, fmt.Sprintf("SELECT citus_set_node_property('%s', %d, 'shouldhaveshards', false)", third.Host, third.Port), simple)

@@ -11,6 +11,7 @@ import (
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
 
@@ -25,7 +26,8 @@ import (
 // nil for the simple protocol.
 func (ss *session) workerVerdict(query string, paramTail []byte, refusal error) error {
 	var pe *pgerr.Error
-	if !errors.As(refusal, &pe) || pe.Code != pgerr.FeatureNotSupported {
+	var own *planner.CoordinatorOnly
+	if !errors.As(refusal, &pe) || pe.Code != pgerr.FeatureNotSupported || errors.As(refusal, &own) {
 		return refusal
 	}
 	return ss.parseVerdict(query, paramTail, refusal)

@@ -261,6 +261,12 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 		if p, err := functionCall(tree.Stmts[0].Stmt); p != nil || err != nil {
 			return p, err
 		}
+		if MentionsFunction(sql) {
+			if name := catalogFunctionIn(tree.Stmts[0].Stmt); name != "" {
+				return nil, &CoordinatorOnly{unsupported("%s is run by the coordinator only as SELECT %s(...) or SELECT * FROM %s(...)", name, name, name).
+					WithHint("Select all its columns, on its own, and filter the rows in the client.")}
+			}
+		}
 	}
 	if len(cat.Tables) == 0 {
 		return &Plan{Root: &DefaultNode{}}, nil
@@ -1594,6 +1600,27 @@ func CatalogCall(stmt *pg_query.Node) *pg_query.FuncCall {
 		return nil
 	}
 	return fc
+}
+
+// CoordinatorOnly is a refusal of a statement that calls a function only
+// the coordinator has: the workers, which do not know it, cannot say more.
+type CoordinatorOnly struct{ Err *pgerr.Error }
+
+func (e *CoordinatorOnly) Error() string { return e.Err.Error() }
+func (e *CoordinatorOnly) Unwrap() error { return e.Err }
+
+// catalogFunctionIn names a catalog function that stmt calls anywhere, or
+// is "": PostgreSQL would find none of them (they are the coordinator's).
+func catalogFunctionIn(stmt *pg_query.Node) string {
+	name := ""
+	Walk(stmt, func(m proto.Message) {
+		if fc, ok := m.(*pg_query.FuncCall); ok && name == "" && len(fc.Funcname) > 0 {
+			if n := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval(); catalogFunctions[n] {
+				name = n
+			}
+		}
+	})
+	return name
 }
 
 // functionCall recognises SELECT fn(args) of a catalog function.
