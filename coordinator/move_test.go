@@ -488,6 +488,51 @@ func TestRebalance(t *testing.T) {
 	}
 }
 
+// TestMoveChecksum: a target whose copy differs from the source in a
+// value (here changed on the target between the copy and the cut-over;
+// the row count is the same) fails the move with XX001, nothing moved, and
+// the next move succeeds.
+func TestMoveChecksum(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS mc_a", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS mc_a", simple) })
+	exec(t, c, "CREATE TABLE mc_a (id bigint PRIMARY KEY, v int)", simple)
+	exec(t, c, "SELECT create_distributed_table('mc_a', 'id', shard_count => 2)", simple)
+	exec(t, c, "INSERT INTO mc_a SELECT g, g FROM generate_series(1, 200) g", simple)
+	shard, src := shardOfOne(t, connect(t, cl.Servers[0].Addr()), cl, "mc_a")
+	target := connect(t, cl.Servers[1-src].Addr())
+	move := func() error {
+		_, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, 'force_logical')", shard,
+			cl.Servers[src].Host, cl.Servers[src].Port, cl.Servers[1-src].Host, cl.Servers[1-src].Port), simple)
+		return err
+	}
+	restore := shards.SetTestHookBeforeCutOver(func() {
+		exec(t, target, fmt.Sprintf("UPDATE pgfleet_shards.mc_a_%d SET v = v + 1000 WHERE id = 1", shard), simple)
+	})
+	defer restore()
+	if err := move(); sqlState(err) != "XX001" {
+		t.Fatalf("a move whose target's copy differs: %v, want XX001", err)
+	}
+	restore()
+	if _, p := shardOfOne(t, connect(t, cl.Servers[0].Addr()), cl, "mc_a"); p != src {
+		t.Fatalf("the failed move moved the shard to worker %d", p)
+	}
+	var v int
+	if err := c.QueryRow(ctx, "SELECT v FROM mc_a WHERE id = 1", simple).Scan(&v); err != nil || v != 1 {
+		t.Fatalf("id 1 after the failed move: %d, %v; want 1", v, err)
+	}
+	if err := move(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SELECT v FROM mc_a WHERE id = 1", simple).Scan(&v); err != nil || v != 1 {
+		t.Fatalf("id 1 after the move: %d, %v; want 1", v, err)
+	}
+}
+
 // TestMoveDuringDDL: DDL that runs while a shard group is copied (here,
 // between the copy and the cut-over) makes a logical move fail with
 // nothing moved, and is on the target when the move runs again or holds

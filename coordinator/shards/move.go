@@ -593,28 +593,49 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 		}
 	}
 	for i, m := range mv.members {
-		var want, got int64
-		if err := src.conn.QueryRow(ctx, "SELECT count(*) FROM "+m.ident).Scan(&want); err != nil {
-			return o.nodes.wrap(err, "cannot count shard %s on node %s", m.qual(), o.nodes.describe(mv.from))
+		// Rows and a checksum of their text on each side, at once: with
+		// the source locked and the target caught up (or filled in this
+		// transaction), they are the same rows or the move stops.
+		var want, got [2]int64
+		var srcErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			srcErr = src.conn.QueryRow(ctx, checksumSQL+m.ident+" s").Scan(&want[0], &want[1])
+		}()
+		dstErr := dst.conn.QueryRow(ctx, checksumSQL+m.ident+" s").Scan(&got[0], &got[1])
+		<-done
+		if srcErr != nil {
+			return o.nodes.wrap(srcErr, "cannot count shard %s on node %s", m.qual(), o.nodes.describe(mv.from))
 		}
-		if err := dst.conn.QueryRow(ctx, "SELECT count(*) FROM "+m.ident).Scan(&got); err != nil {
-			return o.nodes.wrap(err, "cannot count shard %s on node %s", m.qual(), at)
+		if dstErr != nil {
+			return o.nodes.wrap(dstErr, "cannot count shard %s on node %s", m.qual(), at)
 		}
-		if want != got || !logical && copied[i] != want {
+		if want[0] != got[0] || !logical && copied[i] != want[0] {
 			return pgerr.New(pgerr.DataCorrupted, "shard %s has %d rows on node %s and %d on node %s after the copy; nothing was moved",
-				m.qual(), want, o.nodes.describe(mv.from), got, at)
+				m.qual(), want[0], o.nodes.describe(mv.from), got[0], at)
+		}
+		if want[1] != got[1] {
+			return pgerr.New(pgerr.DataCorrupted, "the rows of shard %s on node %s and on node %s differ after the copy (checksums %x and %x); nothing was moved",
+				m.qual(), o.nodes.describe(mv.from), at, want[1], got[1]).
+				WithHint("The nodes may read or print a type differently (their versions or settings, lc_monetary say); compare the shard's rows on both.")
 		}
 	}
 	if logical {
-		lap("count")
+		lap("compare")
 	} else {
-		lap("copy") // (with the counts)
+		lap("copy") // (with the comparison)
 	}
 	if _, err := src.conn.Exec(ctx, "DROP TABLE "+strings.Join(idents, ", ")); err != nil {
 		return o.nodes.wrap(err, "cannot drop the shards on node %s", o.nodes.describe(mv.from))
 	}
 	return nil
 }
+
+// checksumSQL, followed by a shard and an alias, counts the shard's rows
+// and folds a hash of each row's text into one value (bit_xor, in no
+// order).
+const checksumSQL = "SELECT count(*), coalesce(bit_xor(pg_catalog.hashtextextended(s::text, 0)), 0) FROM "
 
 // catchUp commits a marker row on the source (after the lock: every write
 // to the group committed before it) and waits until the target has
