@@ -64,20 +64,18 @@ func (ss *session) noteRequest(f wire.Frame) {
 		return
 	}
 	switch f.Type {
-	case 'Q':
-		text, _, _ := wire.CBytes(f.Body)
-		r.broken = classify(string(text)).ddl
 	case 'P':
-		name, rest, _ := wire.CBytes(f.Body)
-		text, _, _ := wire.CBytes(rest)
-		r.broken = len(name) > 0 || classify(string(text)).ddl
+		// (DDL is noted where the session classifies the statement:
+		// noteClass.)
+		name, _, _ := wire.CBytes(f.Body)
+		r.broken = len(name) > 0
 	case 'B':
 		_, rest, _ := wire.CBytes(f.Body)
 		name, _, _ := wire.CBytes(rest)
 		if st := ss.stmts[string(name)]; st != nil && st.cls.ddl {
 			r.broken = true
 		}
-	case 'D', 'E', 'C', 'S':
+	case 'Q', 'D', 'E', 'C', 'S':
 	default:
 		r.broken = true
 	}
@@ -86,6 +84,14 @@ func (ss *session) noteRequest(f wire.Frame) {
 	}
 	if !r.broken {
 		r.msgs = wire.AppendFrame(r.msgs, f.Type, f.Body)
+	}
+}
+
+// noteClass marks the request as one that cannot run again when a
+// statement of it, of class cls, is DDL.
+func (ss *session) noteClass(cls *class) {
+	if cls.ddl {
+		ss.replay.broken = true
 	}
 }
 

@@ -1144,6 +1144,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		ctext = escapeStrings(text)
 	}
 	cls := classify(ctext)
+	ss.noteClass(&cls)
 	ss.ddlSent = ss.ddlSent || cls.ddl
 	ss.ddlShared = ss.ddlShared || cls.ddl && !cls.temp
 	if cls.ddl || cls.verify {
@@ -1929,6 +1930,7 @@ func (ss *session) parse(body []byte) error {
 		ss.setStmt(ss.prepareOn(st, eRelay), string(name), st)
 		return nil
 	}
+	ss.noteClass(&st.cls)
 	if st.cls.preparedView {
 		ss.parseFailed(name, errPreparedView())
 		return nil
