@@ -156,10 +156,30 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		return nil, err
 	}
 
+	// The first statement (which describes the result) and the collation
+	// check read, of each table, a shard on the node of the first table's
+	// first shard: tables that are not colocated have their shards
+	// elsewhere, moves and splits included.
+	home := b.cat.Shards[dist.Name][0].Nodes
+	b.shardAt = map[string]int{}
+	for _, d := range dists {
+		i := slices.IndexFunc(b.cat.Shards[d.Name], func(sh metadata.Shard) bool {
+			return len(sh.Nodes) > 0 && len(home) > 0 && sh.Nodes[0] == home[0]
+		})
+		if i < 0 {
+			b.shardAt = nil
+			return nil, unsupported("%s has no shard on the worker holding shards of %s, which this multi-shard query gathers together", d.Name, dist.Name).
+				WithHint("Distribute the tables over the same workers, or read them in statements of their own.")
+		}
+		b.shardAt[d.Name] = i
+	}
 	first, err := b.rewrite(stmt, 0)
 	if err != nil {
+		b.shardAt = nil
 		return nil, err
 	}
+	at := b.shardAt
+	b.shardAt = nil
 
 	m := &Merge{Kind: SQLMerge, Gather: true, tmpl: tmpl, version: b.tree.Version}
 	for k := 1; k <= int(maxParam); k++ {
@@ -171,7 +191,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	for _, d := range dists {
 		m.Tables = append(m.Tables, d.Name)
 		_, rel, _ := strings.Cut(d.Name, ".")
-		sc.CheckRelations = append(sc.CheckRelations, quoteIdent(d.ShardsIn())+"."+quoteIdent(metadata.ShardName(rel, b.cat.Shards[d.Name][0].ID)))
+		sc.CheckRelations = append(sc.CheckRelations, quoteIdent(d.ShardsIn())+"."+quoteIdent(metadata.ShardName(rel, b.cat.Shards[d.Name][at[d.Name]].ID)))
 	}
 	if len(dists) == 1 {
 		schema, rel, _ := strings.Cut(dist.Name, ".")

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -110,5 +111,38 @@ func TestWithColumns(t *testing.T) {
 		if _, err := WithColumns(sql, cols); err == nil {
 			t.Errorf("%s: no error", sql)
 		}
+	}
+}
+
+// TestGatherFirstOnOneNode: the first statement of a gathering (which
+// describes the result) reads, of each table, a shard on one node, also
+// when tables that are not colocated have their first shards on different
+// nodes (after a move); a table with no shard on that node is refused.
+func TestGatherFirstOnOneNode(t *testing.T) {
+	cat := testCatalog()
+	orders := cat.Shards["public.orders"]
+	orders[0].Nodes = []int32{2} // moved: accounts' shard 0 is on node 1
+	p, err := Build("SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM orders)", cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p.ShardSQL()[0]
+	acc0 := fmt.Sprintf("accounts_%d", cat.Shards["public.accounts"][0].ID)
+	var onNode1 []string
+	for _, sh := range orders {
+		if sh.Nodes[0] == 1 {
+			onNode1 = append(onNode1, fmt.Sprintf("orders_%d", sh.ID))
+		}
+	}
+	if !strings.Contains(first, acc0) || !strings.Contains(first, onNode1[0]) {
+		t.Errorf("first statement %q: want %s and %s, shards on node 1", first, acc0, onNode1[0])
+	}
+	for i := range orders {
+		if orders[i].Nodes[0] == 1 {
+			orders[i].Nodes = []int32{2}
+		}
+	}
+	if _, err := Build("SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM orders)", cat); err == nil || !strings.Contains(err.Error(), "has no shard on the worker") {
+		t.Errorf("orders with no shard on node 1: %v, want a refusal", err)
 	}
 }

@@ -590,7 +590,11 @@ func newWalkInfo(md protoreflect.MessageDescriptor) *walkInfo {
 }
 
 type builder struct {
-	cat  *metadata.Snapshot
+	cat *metadata.Snapshot
+	// shardAt, when set, is the shard index rewrite takes for a table
+	// (by catalog name) instead of its idx: a gathering's first statement
+	// reads each table's shard on one node.
+	shardAt map[string]int
 	tree *pg_query.ParseResult
 	// ctes: which range variables of the statement name its CTEs.
 	ctes *CTEs
@@ -1536,6 +1540,9 @@ func (b *builder) rewriteTree(stmt *pg_query.Node, idx int) (*pg_query.Node, err
 		}
 		shards := b.cat.Shards[t.Name]
 		i := idx
+		if at, ok := b.shardAt[t.Name]; ok {
+			i = at
+		}
 		if t.Kind == metadata.Reference {
 			i = 0
 		}
