@@ -595,7 +595,7 @@ type builder struct {
 	// (by catalog name) instead of its idx: a gathering's first statement
 	// reads each table's shard on one node.
 	shardAt map[string]int
-	tree *pg_query.ParseResult
+	tree    *pg_query.ParseResult
 	// ctes: which range variables of the statement name its CTEs.
 	ctes *CTEs
 	// scope: range variables of the top level, by the name columns use.
