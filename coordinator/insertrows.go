@@ -270,10 +270,14 @@ const (
 // insertBatches runs the INSERT (sql) with rows as its VALUES in parts,
 // each in the session's transaction, and answers as one INSERT: the first
 // part's RETURNING description, every part's rows in order, and one
-// command tag with their total.
+// command tag with their total. As PostgreSQL, which runs an INSERT ...
+// RETURNING to its end before it sends a row, it sends nothing before the
+// last part has succeeded: the RETURNING rows wait, up to --max-gather
+// (54000 past it).
 func (ss *session) insertBatches(sql string, rows [][]string) (failed, stop bool, err error) {
 	var total int64
 	described := false
+	begin := len(ss.out)
 	for len(rows) > 0 {
 		n, size := 0, 0
 		for n < len(rows) && n < batchRows && (n == 0 || size < batchBytes) {
@@ -319,10 +323,19 @@ func (ss *session) insertBatches(sql string, rows [][]string) (failed, stop bool
 		}
 		ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
 		if failed {
+			// The parts' RETURNING rows before it never reach the client.
+			ss.out = rewriteFrames(ss.out, begin, func(typ byte, body []byte) ([]byte, bool) {
+				return body, typ != 'T' && typ != 'D'
+			})
+			ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
 			return true, false, nil
 		}
-		if err := ss.flush(); err != nil {
-			return false, true, err
+		if int64(len(ss.out)-begin) > ss.srv.cfg.MaxGather {
+			ss.out = ss.out[:begin]
+			ss.multi.start, ss.multi.scanned = len(ss.out), len(ss.out)
+			return ss.partError(pgerr.New(codeProgramLimitExceeded,
+				"the RETURNING rows of an INSERT ... SELECT exceed %d bytes (--max-gather), which the coordinator holds until the last row is in", ss.srv.cfg.MaxGather).
+				WithHint("Insert the rows in smaller parts, or without RETURNING.")), false, nil
 		}
 	}
 	ss.out = wire.AppendFrame(ss.out, 'C', append(strconv.AppendInt([]byte("INSERT 0 "), total, 10), 0))

@@ -163,6 +163,24 @@ func TestInsertSelectBatches(t *testing.T) {
 		}
 		same(q.sql)
 	}
+	// A part that fails after others returned rows: as on PostgreSQL,
+	// which runs INSERT ... RETURNING to its end before sending a row,
+	// the client gets the error and no row.
+	for _, q := range []string{
+		"INSERT INTO {d} SELECT id + 50000 - CASE WHEN id = 2600 THEN 52400 ELSE 0 END, k, 'r' FROM {s} ORDER BY id RETURNING id",
+	} {
+		for _, r := range []*strings.Replacer{fleet, oracle} {
+			res, err := c.PgConn().Exec(ctx, r.Replace(q)).ReadAll()
+			rows := 0
+			for _, rr := range res {
+				rows += len(rr.Rows)
+			}
+			if sqlState(err) != "23505" || rows != 0 {
+				t.Errorf("%s: %d rows before %v, want none and 23505", r.Replace(q), rows, err)
+			}
+		}
+		same(q)
+	}
 	// In a transaction block: the rows are the transaction's.
 	tx, err := c.Begin(ctx)
 	if err != nil {

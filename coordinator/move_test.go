@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/coordinator/shards"
@@ -189,9 +190,12 @@ func (w *writers) run(n int, addr string) {
 		return
 	}
 	defer conn.Close(ctx)
-	// An unnamed statement per call, the simple protocol, and named
-	// statements prepared once (pgx's default, as pgbench -M prepared).
-	mode := []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement}[n%3]
+	// An unnamed statement per call, the simple protocol, named
+	// statements prepared once (pgx's default, as pgbench -M prepared),
+	// and a named statement prepared, run and closed in one request (as
+	// JDBC and Npgsql send them).
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, -1}
+	mode := modes[n%len(modes)]
 	for i := 0; ; i++ {
 		select {
 		case <-w.stopc:
@@ -200,14 +204,19 @@ func (w *writers) run(n int, addr string) {
 		}
 		var err error
 		began := time.Now()
+		run := func(sql string, arg int64) error {
+			if mode == -1 {
+				return namedOnce(ctx, conn, fmt.Sprintf("w%d", i), sql, arg)
+			}
+			_, err := conn.Exec(ctx, sql, mode, arg)
+			return err
+		}
 		if i%2 == 0 {
-			_, err = conn.Exec(ctx, "INSERT INTO "+w.table+" (id, v) VALUES ($1, 0)", mode, int64(1_000_000*(n+1)+i))
-			if err == nil {
+			if err = run("INSERT INTO "+w.table+" (id, v) VALUES ($1, 0)", int64(1_000_000*(n+1)+i)); err == nil {
 				w.inserted.Add(1)
 			}
 		} else {
-			_, err = conn.Exec(ctx, "UPDATE "+w.table+" SET v = v + 1 WHERE id = $1", mode, int64(i)%w.rows+1)
-			if err == nil {
+			if err = run("UPDATE "+w.table+" SET v = v + 1 WHERE id = $1", int64(i)%w.rows+1); err == nil {
 				w.updated.Add(1)
 			}
 		}
@@ -222,6 +231,42 @@ func (w *writers) run(n int, addr string) {
 		if err != nil {
 			w.failures.Store(fmt.Sprint(n, " ", i), err)
 			return
+		}
+	}
+}
+
+// namedOnce prepares sql under name, runs it with arg and closes it, in one
+// request (Parse, Describe, Bind, Describe, Execute, Close, Sync).
+func namedOnce(ctx context.Context, conn *pgx.Conn, name, sql string, arg int64) error {
+	pl := conn.PgConn().StartPipeline(ctx)
+	pl.SendPrepare(name, sql, nil)
+	pl.SendQueryPrepared(name, [][]byte{[]byte(strconv.FormatInt(arg, 10))}, nil, nil)
+	pl.SendDeallocate(name)
+	if err := pl.Sync(); err != nil {
+		return err
+	}
+	var first error
+	for {
+		res, err := pl.GetResults()
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		switch r := res.(type) {
+		case *pgconn.ResultReader:
+			if _, err := r.Close(); err != nil && first == nil {
+				first = err
+			}
+		case *pgconn.PipelineSync:
+			if err := pl.Close(); err != nil && first == nil {
+				first = err
+			}
+			return first
+		case nil:
+			_ = pl.Close()
+			return first
 		}
 	}
 }
@@ -744,10 +789,21 @@ func TestRebalanceJob(t *testing.T) {
 	})
 	id = start("drain_only => true")
 	<-reached
-	exec(t, o, "SELECT citus_rebalance_stop()", simple)
+	stopped := make(chan error)
+	go func() {
+		_, err := o.Exec(ctx, "SELECT citus_rebalance_stop()", simple)
+		stopped <- err
+	}()
 	time.Sleep(1500 * time.Millisecond) // the runner sees the request
 	close(release)
 	restore()
+	if err := <-stopped; err != nil {
+		t.Fatalf("citus_rebalance_stop: %v", err)
+	}
+	// Stop returns when the job has ended.
+	if s := statusOf(c); s.state != "cancelled" {
+		t.Errorf("right after citus_rebalance_stop: %+v, want cancelled", s)
+	}
 	exec(t, c, "SELECT citus_rebalance_wait()", simple)
 	if s := statusOf(c); s.id != id || s.state != "cancelled" || !strings.Contains(s.details, `"moves_done":0`) {
 		t.Errorf("after citus_rebalance_stop: %+v, want job %d cancelled with no move done", s, id)

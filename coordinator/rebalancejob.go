@@ -100,6 +100,24 @@ func (ss *session) rebalanceFunction(ctx context.Context, fn *planner.Function) 
 		if !ok {
 			return ss.queryError(pgerr.New(pgerr.ObjectNotInPrerequisite, "no ongoing rebalance that can be cancelled"))
 		}
+		// It returns when the job has ended (its move under way undone),
+		// so that a new one can start at once.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ss.waitCancel.Store(&cancel)
+		defer ss.waitCancel.Store(nil)
+		for {
+			jobs, err := s.store.RebalanceJobs(ctx, true)
+			if err != nil {
+				return ss.queryError(err)
+			}
+			if len(jobs) == 0 {
+				break
+			}
+			if err := ss.sleepInterruptible(ctx, rebalancePoll/5); err != nil {
+				return ss.queryError(err)
+			}
+		}
 		ss.writeRows([]string{fn.Name}, []uint32{oidVoid}, [][]string{{""}})
 		return nil
 	case "citus_rebalance_wait":

@@ -24,8 +24,7 @@ import (
 // yet), drops the answer and takes the messages again from the copy, at
 // most staleRetries times. Not replayed: a request inside a transaction
 // block (its earlier statements ran on the old placement; the client
-// retries the transaction), one with a named Parse (it would exist twice),
-// DDL, COPY, function calls and Flush, multi-shard reads and catalog
+// retries the transaction), DDL, COPY, function calls and Flush, multi-shard reads and catalog
 // functions (notePlan), and requests over replayMax bytes.
 
 // staleRetries is how many times one request runs again.
@@ -42,6 +41,7 @@ type replay struct {
 	mark    int // len(ss.out) when the request began
 	flushes int // ss.flushes then
 	tries   int
+	names   []string     // statements the request's Parses named
 	queue   []wire.Frame // messages to take again, before the client's next
 }
 
@@ -58,7 +58,7 @@ func (ss *session) noteRequest(f wire.Frame) {
 		default:
 			return
 		}
-		*r = replay{on: true, msgs: r.msgs[:0], mark: len(ss.out), flushes: ss.flushes, queue: r.queue[:0]}
+		*r = replay{on: true, msgs: r.msgs[:0], mark: len(ss.out), flushes: ss.flushes, queue: r.queue[:0], names: r.names[:0]}
 	}
 	if r.broken {
 		return
@@ -67,8 +67,9 @@ func (ss *session) noteRequest(f wire.Frame) {
 	case 'P':
 		// (DDL is noted where the session classifies the statement:
 		// noteClass.)
-		name, _, _ := wire.CBytes(f.Body)
-		r.broken = len(name) > 0
+		if name, _, _ := wire.CBytes(f.Body); len(name) > 0 {
+			r.names = append(r.names, string(name))
+		}
 	case 'B':
 		_, rest, _ := wire.CBytes(f.Body)
 		name, _, _ := wire.CBytes(rest)
@@ -119,6 +120,13 @@ func (ss *session) retryStale() bool {
 	}
 	r.tries++
 	ss.out = ss.out[:r.mark]
+	// The statements the request's Parses made are made again: the
+	// names were free when they ran (else the Parse had failed), and are
+	// freed again.
+	for _, name := range r.names {
+		delete(ss.stmts, name)
+		delete(ss.parsed, name)
+	}
 	// The move's catalog change committed before its shards left the
 	// source: reading the catalog now routes the request to the target.
 	ss.srv.refreshCatalog(context.Background())
