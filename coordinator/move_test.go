@@ -773,7 +773,7 @@ func TestRebalanceJob(t *testing.T) {
 	// Only SELECT * of the coordinator's functions: a column of them would
 	// have been answered with every column.
 	for _, q := range []string{"SELECT state FROM citus_rebalance_status()", "SELECT shardid FROM get_rebalance_table_shards_plan()",
-		"SELECT * FROM citus_rebalance_status() WHERE state = 'running'"} {
+		"SELECT * FROM citus_rebalance_status() WHERE state = 'running'", "SELECT citus_rebalance_start(drain_only => 1 = 1)"} {
 		if _, err := o.Exec(ctx, q, simple); sqlState(err) != "0A000" {
 			t.Errorf("%s: %v, want 0A000", q, err)
 		}

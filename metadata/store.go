@@ -585,22 +585,8 @@ func (s *Store) DropTable(ctx context.Context, name string) (*Snapshot, error) {
 // commit decision of the move's transaction on the workers.
 func (s *Store) MovePlacements(ctx context.Context, lock *MoveLock, shards []int64, from, to int32) (*Snapshot, error) {
 	return s.change(ctx, "move placements", func(tx pgx.Tx) error {
-		if err := lock.heldBy(ctx, tx); err != nil {
+		if err := lock.holds(ctx, tx, shards, "move"); err != nil {
 			return err
-		}
-		// The group is what the move copied: a table that joined the
-		// colocation group meanwhile (create_distributed_table with
-		// colocate_with) has its shard of the range on the source still.
-		var group []int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(s.shardid ORDER BY s.shardid), '{}') FROM pgfleet.shards s
-			JOIN pgfleet.tables t ON t.name = s.table_name
-			WHERE t.kind = 'h' AND t.colocation_id = $1 AND s.min_hash = $2`, lock.colocation, lock.minHash).Scan(&group); err != nil {
-			return err
-		}
-		if !slices.Equal(group, slices.Sorted(slices.Values(shards))) {
-			return pgerr.New(pgerr.ObjectNotInPrerequisite,
-				"the shard group changed while it moved (shards %v now, %v moved): a table joined or left its colocation group; nothing was moved", group, shards).
-				WithHint("Run the move again.")
 		}
 		var active bool
 		err := tx.QueryRow(ctx, `SELECT active FROM pgfleet.nodes WHERE nodeid = $1`, to).Scan(&active)
@@ -655,19 +641,8 @@ func (s *Store) NextShardIDs(ctx context.Context, n int) ([]int64, error) {
 // lock is still held and the group is still old.
 func (s *Store) SplitShards(ctx context.Context, lock *MoveLock, old []int64, news []NewShard) (*Snapshot, error) {
 	return s.change(ctx, "split shards", func(tx pgx.Tx) error {
-		if err := lock.heldBy(ctx, tx); err != nil {
+		if err := lock.holds(ctx, tx, old, "split"); err != nil {
 			return err
-		}
-		var group []int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(s.shardid ORDER BY s.shardid), '{}') FROM pgfleet.shards s
-			JOIN pgfleet.tables t ON t.name = s.table_name
-			WHERE t.kind = 'h' AND t.colocation_id = $1 AND s.min_hash = $2`, lock.colocation, lock.minHash).Scan(&group); err != nil {
-			return err
-		}
-		if !slices.Equal(group, slices.Sorted(slices.Values(old))) {
-			return pgerr.New(pgerr.ObjectNotInPrerequisite,
-				"the shard group changed while it was split (shards %v now, %v split): a table joined or left its colocation group; nothing was split", group, old).
-				WithHint("Run the split again.")
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM pgfleet.shards WHERE shardid = ANY($1)`, old); err != nil {
 			return err
@@ -774,6 +749,29 @@ func (s *Store) Moves(ctx context.Context) ([]MoveRecord, error) {
 		return nil, fmt.Errorf("metadata: moves: %w", err)
 	}
 	return out, nil
+}
+
+// holds fails unless the lock is still held by its connection (heldBy)
+// and its shard group is still shards: a table that joined the colocation
+// group meanwhile (create_distributed_table with colocate_with) has its
+// shard of the range where the operation (what: move, split) did not
+// look.
+func (l *MoveLock) holds(ctx context.Context, tx pgx.Tx, shards []int64, what string) error {
+	if err := l.heldBy(ctx, tx); err != nil {
+		return err
+	}
+	var group []int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(s.shardid ORDER BY s.shardid), '{}') FROM pgfleet.shards s
+		JOIN pgfleet.tables t ON t.name = s.table_name
+		WHERE t.kind = 'h' AND t.colocation_id = $1 AND s.min_hash = $2`, l.colocation, l.minHash).Scan(&group); err != nil {
+		return err
+	}
+	if !slices.Equal(group, slices.Sorted(slices.Values(shards))) {
+		return pgerr.New(pgerr.ObjectNotInPrerequisite,
+			"the shard group changed during the %s (shards %v now, %v when it began): a table joined or left its colocation group; nothing was changed", what, group, shards).
+			WithHint("Run it again.")
+	}
+	return nil
 }
 
 // heldBy fails unless the move's lock is still held by its connection: a

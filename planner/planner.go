@@ -1665,8 +1665,8 @@ func functionCall(stmt *pg_query.Node) (*Plan, error) {
 			}
 		}
 		if v == nil || v.Param > 0 || v.Null {
-			return nil, unsupported("the arguments of %s must be constants", name).
-				WithHint("Write the arguments as literals in the statement's text (simple query protocol).")
+			return nil, &CoordinatorOnly{unsupported("the arguments of %s must be constants", name).
+				WithHint("Write the arguments as literals in the statement's text (simple query protocol).")}
 		}
 		if key == "" {
 			x.Args = append(x.Args, v.Const)

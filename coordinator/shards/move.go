@@ -57,6 +57,45 @@ type moveMember struct {
 
 func (m *moveMember) qual() string { return m.table.ShardsIn() + "." + m.name }
 
+// heldGroup is the shard group of a move or split, its lock held and the
+// catalog read again under it.
+type heldGroup struct {
+	o      *op
+	snap   *metadata.Snapshot
+	shards []metadata.Shard
+	tables []*metadata.Table
+	lock   *metadata.MoveLock
+}
+
+// holdGroup starts operation what on the group of shard id: one move or
+// split of the group at a time (its move lock, which the caller releases);
+// the catalog is read again under the lock, settled, so that nothing else
+// changes the group's placements until the operation ends.
+func holdGroup(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
+	what string, id int64) (*heldGroup, error) {
+	o, snap, err := start(ctx, store, conns, defaultNode, what, false)
+	if err != nil {
+		return nil, err
+	}
+	shards, tables, err := ColocatedShards(snap, id)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := store.HoldMoveLock(ctx, tables[0].ColocationID, shards[0].MinHash)
+	if err != nil {
+		return nil, err
+	}
+	if snap, err = store.LoadSettled(ctx); err == nil {
+		o.learn(snap)
+		shards, tables, err = ColocatedShards(snap, id)
+	}
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return &heldGroup{o: o, snap: snap, shards: shards, tables: tables, lock: lock}, nil
+}
+
 // ColocatedShards returns the shards that move together with shard id: the
 // shard of the same hash range of every distributed table colocated with
 // its table, ordered by table name. Reference tables' shards are not moved
@@ -131,29 +170,12 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "invalid shard_transfer_mode %q", cfg.Mode).
 			WithHint("Use auto, force_logical or block_writes.")
 	}
-	o, snap, err := start(ctx, store, conns, defaultNode, "move", false)
+	g, err := holdGroup(ctx, store, conns, defaultNode, "move", id)
 	if err != nil {
 		return nil, err
 	}
-	shards, tables, err := ColocatedShards(snap, id)
-	if err != nil {
-		return nil, err
-	}
-	// One move of the group at a time; the catalog is read again under
-	// the lock, settled: no other move can change the group's placements
-	// until this one ends.
-	lock, err := store.HoldMoveLock(ctx, tables[0].ColocationID, shards[0].MinHash)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Release()
-	if snap, err = store.LoadSettled(ctx); err != nil {
-		return nil, err
-	}
-	o.learn(snap)
-	if shards, tables, err = ColocatedShards(snap, id); err != nil {
-		return nil, err
-	}
+	defer g.lock.Release()
+	o, snap, shards, tables, lock := g.o, g.snap, g.shards, g.tables, g.lock
 	if from == to {
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "the source and the target node are the same node %s", o.nodes.describe(from))
 	}

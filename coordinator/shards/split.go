@@ -41,26 +41,12 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "invalid shard_transfer_mode %q", mode).
 			WithHint("Use auto, force_logical or block_writes.")
 	}
-	o, snap, err := start(ctx, store, conns, defaultNode, "split", false)
+	g, err := holdGroup(ctx, store, conns, defaultNode, "split", id)
 	if err != nil {
 		return nil, err
 	}
-	shards, tables, err := ColocatedShards(snap, id)
-	if err != nil {
-		return nil, err
-	}
-	lock, err := store.HoldMoveLock(ctx, tables[0].ColocationID, shards[0].MinHash)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Release()
-	if snap, err = store.LoadSettled(ctx); err != nil {
-		return nil, err
-	}
-	o.learn(snap)
-	if shards, tables, err = ColocatedShards(snap, id); err != nil {
-		return nil, err
-	}
+	defer g.lock.Release()
+	o, snap, shards, tables, lock := g.o, g.snap, g.shards, g.tables, g.lock
 	lo, hi := shards[0].MinHash, shards[0].MaxHash
 	if len(points) == 0 {
 		return nil, pgerr.New(pgerr.InvalidParameterValue, "split_points must name at least one hash value")
