@@ -855,7 +855,7 @@ func TestSplitShard(t *testing.T) {
 	c := connect(t, srv.Addr())
 	workers := []*pgx.Conn{connect(t, cl.Servers[0].Addr()), connect(t, cl.Servers[1].Addr())}
 	drop := func() {
-		for _, tb := range []string{"sp_c", "sp_b", "sp_a"} {
+		for _, tb := range []string{"sp_c", "sp_n", "sp_b", "sp_a"} {
 			_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+tb, simple)
 		}
 	}
@@ -868,7 +868,18 @@ func TestSplitShard(t *testing.T) {
 	exec(t, c, "SELECT create_distributed_table('sp_b', 'id', colocate_with => 'sp_a')", simple)
 	exec(t, c, "INSERT INTO sp_a SELECT g, 0 FROM generate_series(1, 2000) g", simple)
 	exec(t, c, "INSERT INTO sp_b SELECT g, 'b' || g FROM generate_series(1, 2000) g", simple)
-	shard, src := shardOfOne(t, workers[0], cl, "sp_a")
+	// The shard of hash 0, which holds the rows with a NULL distribution
+	// value too.
+	var shard int64
+	var port int
+	if err := workers[0].QueryRow(ctx, `SELECT s.shardid, n.port FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid)
+		JOIN pgfleet.nodes n USING (nodeid) WHERE s.table_name = 'public.sp_a' AND 0 BETWEEN s.min_hash AND s.max_hash`).Scan(&shard, &port); err != nil {
+		t.Fatal(err)
+	}
+	src := 0
+	if cl.Servers[1].Port == port {
+		src = 1
+	}
 	var lo, hi int64
 	var srcNode, otherNode int32
 	if err := workers[0].QueryRow(ctx, `SELECT s.min_hash, s.max_hash,
@@ -897,6 +908,11 @@ func TestSplitShard(t *testing.T) {
 			t.Errorf("split(%s): %v, want %s", tc.args, err, tc.code)
 		}
 	}
+
+	// Rows with a NULL distribution value live in the shard of hash 0.
+	exec(t, c, "CREATE TABLE sp_n (id bigint, note text)", simple)
+	exec(t, c, "SELECT create_distributed_table('sp_n', 'id', colocate_with => 'sp_a')", simple)
+	exec(t, c, "INSERT INTO sp_n VALUES (NULL, 'null 1'), (NULL, 'null 2'), (1, 'one')", simple)
 
 	w := startWriters(t, "sp_a", 2000, srv.Addr(), late.Addr(), srv.Addr())
 	time.Sleep(300 * time.Millisecond)
@@ -987,6 +1003,10 @@ func TestSplitShard(t *testing.T) {
 				t.Errorf("shard %s_%d: %d rows outside its range, index %s_%d present %d times", tb.name, r.id, outside, tb.index, r.id, idx)
 			}
 		}
+	}
+	var nulls int
+	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM sp_n WHERE id IS NULL", simple).Scan(&nulls); err != nil || nulls != 2 {
+		t.Errorf("sp_n's rows with a NULL distribution value after the split: %d, %v; want 2", nulls, err)
 	}
 	var joined int
 	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM sp_a JOIN sp_b USING (id)", simple).Scan(&joined); err != nil || joined != 2000 {

@@ -160,7 +160,13 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 			if _, err := dst.conn.Exec(ctx, stmts[0]); err != nil {
 				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot create shard %s on node %s", newName, at))
 			}
-			where := fmt.Sprintf(" WHERE %s(%s) BETWEEN %d AND %d", fn, pgx.Identifier{t.DistColumn}.Sanitize(), r[0], r[1])
+			colIdent := pgx.Identifier{t.DistColumn}.Sanitize()
+			where := fmt.Sprintf(" WHERE %s(%s) BETWEEN %d AND %d", fn, colIdent, r[0], r[1])
+			if r[0] <= 0 && 0 <= r[1] {
+				// Rows with a NULL distribution value live in the shard of
+				// hash 0 (as Distribute and an INSERT place them).
+				where += " OR " + colIdent + " IS NULL"
+			}
 			selectSQL := "SELECT " + cols + " FROM " + oldIdents[i] + where
 			var n int64
 			if to == from {
