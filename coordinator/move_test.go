@@ -1,9 +1,12 @@
 package coordinator_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
+	osexec "os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1021,6 +1024,47 @@ func TestSplitShard(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM sp_a JOIN sp_c USING (id)", simple).Scan(&joined); err != nil || joined != 2000 {
 		t.Errorf("sp_a joined with sp_c: %d, %v; want 2000", joined, err)
 	}
+	// A client that runs every statement in a transaction block: a split
+	// of the table's first shard between two of its transactions does not
+	// fail the second (it did, and every one after it, found by an
+	// adversary: the catalog of the first block was kept).
+	tc := connect(t, srv.Addr())
+	txn := func() error {
+		// Each statement prepared and run (as pgbench -M prepared does:
+		// its BEGIN too).
+		for _, q := range []string{"BEGIN", "UPDATE sp_a SET v = v WHERE id = 7", "COMMIT"} {
+			if _, err := tc.Exec(ctx, q, pgx.QueryExecModeCacheStatement); err != nil {
+				_, _ = tc.Exec(ctx, "ROLLBACK", simple)
+				return err
+			}
+		}
+		return nil
+	}
+	if err := txn(); err != nil {
+		t.Fatal(err)
+	}
+	// A block that began before the split: its statement on the table
+	// after the split fails (40001), and the client rolls back.
+	for _, q := range []string{"BEGIN", "SELECT 1"} {
+		if _, err := tc.Exec(ctx, q, pgx.QueryExecModeCacheStatement); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := a[0]
+	exec(t, c, fmt.Sprintf("SELECT citus_split_shard_by_split_points(%d, ARRAY['%d'], ARRAY[%d, %d])", first.id, first.lo+(first.hi-first.lo)/2, srcNode, srcNode), simple)
+	if _, err := tc.Exec(ctx, "UPDATE sp_a SET v = v WHERE id = 7", pgx.QueryExecModeCacheStatement); sqlState(err) != "40001" {
+		t.Errorf("a statement on the table in a block that began before the split: %v, want 40001", err)
+	}
+	if _, err := tc.Exec(ctx, "ROLLBACK", pgx.QueryExecModeCacheStatement); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := txn(); err != nil {
+			t.Fatalf("transaction %d after a split of the first shard: %v", i+1, err)
+		}
+	}
+	a = shardsOf("sp_a")
+
 	// A new shard moves like any.
 	var upper int64
 	for _, r := range a {
@@ -1035,4 +1079,53 @@ func TestSplitShard(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*)::int FROM sp_b", simple).Scan(&n); err != nil || n != 2000 {
 		t.Errorf("sp_b after moving a new shard: %d rows, %v", n, err)
 	}
+}
+
+// TestSplitUnderPgbench: pgbench -M prepared (every statement of its
+// transactions prepared, BEGIN too) while the first shard of accounts and
+// history is split: only transactions in flight at the split may fail
+// (40001), and the balances agree. Every transaction after the split
+// failed (found by an adversary): a session whose statements all run in
+// transaction blocks kept the catalog of its first block.
+func TestSplitUnderPgbench(t *testing.T) {
+	pgbench, url, c := pgbenchTablesPool(t, 8,
+		"SELECT create_distributed_table('pgbench_accounts', 'aid', shard_count => 4)",
+		"SELECT create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts')",
+		"SELECT create_reference_table('pgbench_branches')",
+		"SELECT create_reference_table('pgbench_tellers')")
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	cmd := osexec.Command(pgbench, "-n", "-M", "prepared", "-c", "4", "-j", "2", "-T", "6", url)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	var shard, lo, hi int64
+	var node int32
+	if err := c.QueryRow(ctx, `SELECT shardid, shard_min::bigint, shard_max::bigint, nodeid FROM (SELECT s.shardid, s.min_hash AS shard_min, s.max_hash AS shard_max, p.nodeid
+		FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) WHERE s.table_name = 'public.pgbench_accounts' ORDER BY s.min_hash LIMIT 1) x`, simple).Scan(&shard, &lo, &hi, &node); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, c, fmt.Sprintf("SELECT citus_split_shard_by_split_points(%d, ARRAY['%d'], ARRAY[%d, %d])", shard, lo+(hi-lo)/2, node, node), simple)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("pgbench: %v\n%s", err, out.String())
+	}
+	processed := regexp.MustCompile(`number of transactions actually processed: (\d+)`).FindStringSubmatch(out.String())
+	failed := regexp.MustCompile(`number of failed transactions: (\d+)`).FindStringSubmatch(out.String())
+	if processed == nil || failed == nil {
+		t.Fatalf("pgbench output:\n%s", out.String())
+	}
+	if n, _ := strconv.Atoi(failed[1]); n > 8 {
+		t.Errorf("%s transactions failed (%s processed), want at most the ones in flight at the split:\n%s", failed[1], processed[1], out.String())
+	}
+	var acc, hist int64
+	if err := c.QueryRow(ctx, "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT coalesce(sum(delta), 0) FROM pgbench_history)", simple).Scan(&acc, &hist); err != nil {
+		t.Fatal(err)
+	}
+	if acc != hist {
+		t.Errorf("balances disagree: accounts %d, history %d", acc, hist)
+	}
+	t.Logf("pgbench -M prepared across a split: %s processed, %s failed", processed[1], failed[1])
 }

@@ -570,6 +570,13 @@ func (ss *session) run() {
 			ss.fatal(err)
 			return
 		}
+		if ss.txSnap != nil && !ss.needSync && ss.txStatus() == 'I' {
+			// The transaction block ended: the next one keeps the catalog
+			// as it is at its own first statement (a client that runs
+			// every statement in a block never passes noteTxnStart
+			// outside one, which would forget it).
+			ss.txSnap = nil
+		}
 		if ss.txScatter != nil && !ss.needSync && ss.txStatus() == 'I' {
 			// The transaction that changed tables ended: what every
 			// session's plans learnt of them is stale if it committed.
