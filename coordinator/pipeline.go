@@ -127,6 +127,11 @@ func (ss *session) pipelineGoesOn() (bool, error) {
 	if ss.moreBeforeSync() {
 		return true, nil
 	}
+	if q := ss.replay.queue; len(q) > 0 {
+		// Running a request again (replay.go): its next message is here,
+		// not in the client's stream.
+		return q[0].Type != 'S', nil
+	}
 	typ, _, err := ss.r.Whole()
 	if err != nil {
 		return false, pgerr.Fatal(pgerr.ConnectionFailure, "reading the client's next message: %v", err)

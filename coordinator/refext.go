@@ -113,7 +113,15 @@ var errWriteBeforeMore = pgerr.New(pgerr.FeatureNotSupported,
 // messages aside). Only what is already read is looked at: a client that
 // waits for an answer before it sends more is not a pipeline yet.
 func (ss *session) moreBeforeSync() bool {
-	for _, t := range ss.r.BufferedTypes(8) {
+	types := ss.r.BufferedTypes(8)
+	if q := ss.replay.queue; len(q) > 0 {
+		// Running a request again (replay.go): its messages come first.
+		types = types[:0:0]
+		for _, f := range q[:min(len(q), 8)] {
+			types = append(types, f.Type)
+		}
+	}
+	for _, t := range types {
 		switch t {
 		case 'H':
 			continue

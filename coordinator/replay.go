@@ -27,6 +27,9 @@ import (
 // retries the transaction), DDL, COPY, function calls and Flush, multi-shard reads and catalog
 // functions (notePlan), and requests over replayMax bytes.
 
+// While a request runs again, what looks ahead at the client's next
+// messages (pipelineGoesOn, moreBeforeSync) reads the copy's.
+
 // staleRetries is how many times one request runs again.
 const staleRetries = 3
 

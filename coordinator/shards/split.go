@@ -69,7 +69,8 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 		}
 	}
 	if len(shards[0].Nodes) != 1 {
-		return nil, pgerr.New(pgerr.FeatureNotSupported, "shard %d has %d placements; only a shard with one can be split", id, len(shards[0].Nodes))
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "shard %d has %d placements; only a shard with one can be split", id, len(shards[0].Nodes)).
+			WithHint("citus_shards lists the shard's placements.")
 	}
 	from := shards[0].Nodes[0]
 	ranges := make([][2]int32, 0, len(nodes))
