@@ -14,8 +14,9 @@ import (
 // Statements that meet a moved shard run again. A shard move's cut-over
 // drops the source's shards while statements routed to them wait for its
 // lock; each then fails with 42P01 on the worker, which staleShard makes a
-// 40001 (on every path an error takes to the client). When that statement ran outside a transaction block, on its own,
-// it failed whole and changed nothing, so the coordinator can run it again
+// 40001 (on every path an error takes to the client). When that statement
+// ran outside a transaction block, on its own, it failed whole and changed
+// nothing, so the coordinator can run it again
 // on the placement the catalog now has: the client sees a pause, not an
 // error. The session keeps a copy of the client's messages of each such
 // request (a Query, or the extended-protocol messages up to Sync) and,
@@ -24,8 +25,9 @@ import (
 // yet), drops the answer and takes the messages again from the copy, at
 // most staleRetries times. Not replayed: a request inside a transaction
 // block (its earlier statements ran on the old placement; the client
-// retries the transaction), DDL, COPY, function calls and Flush, multi-shard reads and catalog
-// functions (notePlan), and requests over replayMax bytes.
+// retries the transaction), DDL, COPY, function calls and Flush,
+// multi-shard reads and catalog functions (notePlan), and requests over
+// replayMax bytes.
 
 // While a request runs again, what looks ahead at the client's next
 // messages (pipelineGoesOn, moreBeforeSync) reads the copy's.
@@ -96,6 +98,15 @@ func (ss *session) noteRequest(f wire.Frame) {
 func (ss *session) noteClass(cls *class) {
 	if cls.ddl {
 		ss.replay.broken = true
+	}
+}
+
+// end ends the request's copy; a large one's buffer goes (an idle
+// session keeps little).
+func (r *replay) end() {
+	r.on = false
+	if cap(r.msgs) > 4<<10 {
+		r.msgs, r.queue = nil, nil
 	}
 }
 

@@ -547,7 +547,7 @@ func (ss *session) run() {
 			if err == nil && ss.lost == nil && ss.retryStale() {
 				continue
 			}
-			ss.replay.on = false
+			ss.replay.end()
 		}
 		if ss.lost != nil {
 			// The server connection was lost outside a transaction: the
