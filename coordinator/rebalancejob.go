@@ -180,10 +180,10 @@ func rebalanceStatusRow(j metadata.RebalanceJob) []string {
 	}
 	finished := ""
 	if !j.Finished.IsZero() && j.Finished.Unix() != 0 {
-		finished = j.Finished.UTC().Format("2006-01-02 15:04:05.999999Z07")
+		finished = j.Finished.UTC().Format("2006-01-02 15:04:05.999999-07")
 	}
 	return []string{strconv.FormatInt(j.ID, 10), j.State, "rebalance", desc,
-		j.Started.UTC().Format("2006-01-02 15:04:05.999999Z07"), finished, string(details)}
+		j.Started.UTC().Format("2006-01-02 15:04:05.999999-07"), finished, string(details)}
 }
 
 // startRebalanceRunner runs job j on this coordinator; release gives its
