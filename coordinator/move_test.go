@@ -460,22 +460,7 @@ func TestRebalance(t *testing.T) {
 	exec(t, c, "SELECT create_reference_table('rb_ref')", simple)
 	exec(t, c, "INSERT INTO rb_ref SELECT g, 'r' || g FROM generate_series(1, 50) g", simple)
 	third := cl.Servers[2]
-	perNode := func() map[int]int {
-		t.Helper()
-		rows, err := c.Query(ctx, "SELECT nodeport, count(*) FROM citus_shards WHERE table_name::text IN ('rb_a', 'rb_b') GROUP BY 1", simple)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[int]int{}
-		for rows.Next() {
-			var port, n int
-			if err := rows.Scan(&port, &n); err != nil {
-				t.Fatal(err)
-			}
-			out[port] = n
-		}
-		return out
-	}
+	perNode := func() map[int]int { return shardsPerNode(t, c, "rb_a", "rb_b") }
 	planned := func() int {
 		t.Helper()
 		rows, err := c.Query(ctx, "SELECT * FROM get_rebalance_table_shards_plan()", simple)
@@ -663,6 +648,29 @@ func TestMoveDuringDDL(t *testing.T) {
 	}
 }
 
+// shardsPerNode counts the shards of tables on each node, by port
+// (citus_shards through conn).
+func shardsPerNode(t *testing.T, conn *pgx.Conn, tables ...string) map[int]int {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), "SELECT nodeport, count(*) FROM citus_shards WHERE table_name::text = ANY ($1) GROUP BY 1",
+		pgx.QueryExecModeSimpleProtocol, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]int{}
+	for rows.Next() {
+		var port, n int
+		if err := rows.Scan(&port, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[port] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // shardOfOne returns the shard of table (schema public) that holds id 1,
 // and the index in cl.Servers of the worker it is on; w reaches the
 // metadata database.
@@ -705,22 +713,7 @@ func TestRebalanceJob(t *testing.T) {
 	exec(t, c, "SELECT create_distributed_table('rj_a', 'id', shard_count => 6)", simple)
 	exec(t, c, "INSERT INTO rj_a SELECT g, 0 FROM generate_series(1, 3000) g", simple)
 	third := cl.Servers[2]
-	perNode := func() map[int]int {
-		t.Helper()
-		rows, err := o.Query(ctx, "SELECT nodeport, count(*) FROM citus_shards WHERE table_name::text = 'rj_a' GROUP BY 1", simple)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[int]int{}
-		for rows.Next() {
-			var port, n int
-			if err := rows.Scan(&port, &n); err != nil {
-				t.Fatal(err)
-			}
-			out[port] = n
-		}
-		return out
-	}
+	perNode := func() map[int]int { return shardsPerNode(t, o, "rj_a") }
 	type status struct {
 		id      int64
 		state   string
