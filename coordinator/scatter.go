@@ -1016,9 +1016,13 @@ func (ss *session) cancelScatter(ctx context.Context) {
 // it (plans, connections, the transaction's checks); the executor runs the
 // statement on the connections (executor.Scatter).
 type scatterRun struct {
-	ss   *session
-	p    *planner.Plan
-	x    *planner.Scatter
+	ss *session
+	p  *planner.Plan
+	x  *planner.Scatter
+	// rt is the plan's runtime state, taken once for the run: the checks
+	// fill the one the executor reads (a catalog change between them
+	// resets the cache, whose next get is a new, unchecked one).
+	rt   *executor.Runtime
 	lits []literal // simple protocol: the statement's constants
 	// noBind: the constants go spliced into the text, not bound to the
 	// workers' prepared statements (bindParams). descKey: the bound run's
@@ -1109,7 +1113,7 @@ func (r *scatterRun) run() error {
 		return err
 	}
 	r.ex = executor.Scatter{X: r.x, FirstSQL: r.p.ShardSQL()[0], Conns: r.conns, First: r.descIdx, Pending: r.pending,
-		RT: ss.scatterCache().get(r.p), Env: &ss.srv.execEnv, Limit: r.limit, Offset: r.offset,
+		RT: r.runtime(), Env: &ss.srv.execEnv, Limit: r.limit, Offset: r.offset,
 		TextCols: r.textCols, RowCols: r.rowCols, Sink: clientSink{ss}, Cancel: ss.cancelGather}
 	if r.port != nil {
 		b, err := r.port.bound(r.stmts)
@@ -1491,6 +1495,15 @@ func (r *scatterRun) release() {
 	}
 }
 
+// runtime is the run's runtime state (rt), taken from the session's cache
+// on first use.
+func (r *scatterRun) runtime() *executor.Runtime {
+	if r.rt == nil {
+		r.rt = r.ss.scatterCache().get(r.p)
+	}
+	return r.rt
+}
+
 // check makes the plan's catalog checks, once per plan: no function the
 // merge takes for a plain function is an aggregate or window function,
 // and no column the merge compares has a collation other than the
@@ -1500,7 +1513,7 @@ func (r *scatterRun) check() error {
 	if len(x.CheckFuncs) == 0 && len(x.CheckCollation) == 0 && len(x.LimitFuncs) == 0 {
 		return nil
 	}
-	rt := r.ss.scatterCache().get(r.p)
+	rt := r.runtime()
 	rt.Mu.Lock()
 	defer rt.Mu.Unlock()
 	// The run takes the gathering's text columns as the check found them.
@@ -1679,7 +1692,7 @@ func (r *scatterRun) checkEncoding() error {
 	if strings.EqualFold(ce, se) {
 		return nil
 	}
-	rt := r.ss.scatterCache().get(r.p)
+	rt := r.runtime()
 	rt.Mu.Lock()
 	encoded := rt.Encoded
 	rt.Mu.Unlock()
