@@ -393,7 +393,8 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 // target is where a routed statement runs and what it runs there.
 type target struct {
 	node  int32
-	index int // shard index into plan.ShardSQL()
+	index int   // shard index into plan.ShardSQL()
+	shard int64 // the shard's id (a routed statement's)
 	// copies: a reference-table write that every copy must apply (node
 	// is the first copy's).
 	copies bool
@@ -417,10 +418,12 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 	case planner.KindRouter:
 		shards := snap.Shards[p.DistTable()]
 		idx := metadata.ShardIndex(shards, hash)
-		if idx < 0 || idx >= len(p.ShardSQL()) || len(shards[idx].Nodes) == 0 {
+		// A plan of another shard count (a split since it was made) names
+		// other shards at the same index.
+		if idx < 0 || len(shards) != len(p.ShardSQL()) || len(shards[idx].Nodes) == 0 {
 			return target{}, errCatalogMoved
 		}
-		return target{node: shards[idx].Nodes[0], index: idx}, nil
+		return target{node: shards[idx].Nodes[0], index: idx, shard: shards[idx].ID}, nil
 	case planner.KindReferenceRead, planner.KindReferenceWrite:
 		if len(p.Tables) == 0 {
 			// A reference table only under a data-modifying WITH.

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"context"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // RecoverPrepared runs one recovery round with the given grace and returns
@@ -68,3 +70,13 @@ func (s *Server) FreezeInRenewal(ctx context.Context) (end func(), err error) {
 // ReloadCatalog reads the catalog now (a change made in the metadata
 // database by hand, which no coordinator announced).
 func (s *Server) ReloadCatalog(ctx context.Context) error { return s.reloadCatalog(ctx) }
+
+// HoldWaits is how many statements waited for a cut-over's hold here
+// (pgfleet_cutover_hold_waits_total).
+func (s *Server) HoldWaits() int64 {
+	var m dto.Metric
+	if err := s.metrics.holdWaits.Write(&m); err != nil {
+		return -1
+	}
+	return int64(m.GetCounter().GetValue())
+}

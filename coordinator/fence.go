@@ -54,8 +54,12 @@ func relName(table string) string {
 }
 
 // fence refuses statements that may name table for lease (token: the
-// mover's).
+// mover's); a hold's key (hold.go) holds its shard group instead.
 func (s *Server) fence(table string, token uint64, lease time.Duration) {
+	if strings.HasPrefix(table, holdPrefix) {
+		s.hold(table, token, lease)
+		return
+	}
 	f := &s.fences
 	rel := relName(table)
 	f.mu.Lock()
@@ -70,8 +74,12 @@ func (s *Server) fence(table string, token uint64, lease time.Duration) {
 	f.mu.Unlock()
 }
 
-// unfence lifts the fence token of table.
+// unfence lifts the fence token of table (or the hold of that key).
 func (s *Server) unfence(table string, token uint64) {
+	if strings.HasPrefix(table, holdPrefix) {
+		s.unhold(token)
+		return
+	}
 	f := &s.fences
 	rel := relName(table)
 	f.mu.Lock()
@@ -88,9 +96,11 @@ func (s *Server) unfence(table string, token uint64) {
 // unfenced is a member's word that a fence is over: after a move that
 // committed, once this coordinator has the new catalog (if it cannot read
 // it, the fence stays until its lease lapses: the poll reloads by then).
+// A hold is lifted even then: its statements meet the source's drop and
+// 40001, as without holds, rather than wait for the lease.
 func (s *Server) unfenced(table string, token uint64, done bool) {
 	go func() {
-		if done && s.reloadCatalog(context.Background()) != nil {
+		if done && s.reloadCatalog(context.Background()) != nil && !strings.HasPrefix(table, holdPrefix) {
 			return
 		}
 		s.unfence(table, token)
@@ -177,42 +187,54 @@ func (s *Server) fenceFleet(ctx context.Context, table string) (release func(don
 // fenceFleetToken is fenceFleet, with the fence's token (a session that
 // holds a fence may pass it: ownFence).
 func (s *Server) fenceFleetToken(ctx context.Context, table string) (release func(done bool), token uint64, err error) {
+	return s.leaseFleet(ctx, table, fenceLease, fenceGrace)
+}
+
+// leaseFleet sets the fence (or hold) key here and on every other member
+// of the fleet, waiting for each to confirm and then for grace, and renews
+// it every lease/3 until release; release lifts it everywhere, on the
+// members after they read the catalog when done.
+func (s *Server) leaseFleet(ctx context.Context, key string, lease, grace time.Duration) (release func(done bool), token uint64, err error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	token = binary.BigEndian.Uint64(b[:])
-	s.fence(table, token, fenceLease)
+	what := "fence table " + key
+	if strings.HasPrefix(key, holdPrefix) {
+		what = "hold the shard group"
+	}
+	s.fence(key, token, lease)
 	f := s.fleet.Load()
 	if f != nil {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = f.Fence(fctx, table, token, fenceLease)
+		err = f.Fence(fctx, key, token, lease)
 		cancel()
 		if err != nil {
-			s.unfence(table, token)
-			f.Unfence(table, token, false)
-			return nil, 0, pgerr.New("55000", "cannot fence table %s on every coordinator of the fleet before moving its rows: %v; nothing changed", table, err).
+			s.unfence(key, token)
+			f.Unfence(key, token, false)
+			return nil, 0, pgerr.New("55000", "cannot %s on every coordinator of the fleet before moving its rows: %v; nothing changed", what, err).
 				WithHint("Retry once every coordinator answers (one that died leaves the fleet after failure detection).")
 		}
-		// A statement that passed a member's fence check just before the
-		// fence came may still be on its way to the default node (waiting
-		// for a pooled connection, say): give it a moment to read the rows
-		// where they are. (Not a guarantee: see docs/architecture.md.)
-		time.Sleep(fenceGrace)
+		// A statement that passed a member's check just before the fence
+		// came may still be on its way to the worker (waiting for a
+		// pooled connection, say): give it a moment to run where it is.
+		// (Not a guarantee: see docs/architecture.md.)
+		time.Sleep(grace)
 	}
 	// The lease is renewed here and on the members while the move (or
 	// the transaction block that will move the rows) lasts.
 	stop := make(chan struct{})
 	go func() {
-		t := time.NewTicker(fenceLease / 3)
+		t := time.NewTicker(lease / 3)
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				s.fence(table, token, fenceLease)
+				s.fence(key, token, lease)
 				if f != nil {
 					rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_ = f.Fence(rctx, table, token, fenceLease)
+					_ = f.Fence(rctx, key, token, lease)
 					rcancel()
 				}
 			}
@@ -222,9 +244,14 @@ func (s *Server) fenceFleetToken(ctx context.Context, table string) (release fun
 	return func(done bool) {
 		once.Do(func() {
 			close(stop)
-			s.unfence(table, token)
+			if strings.HasPrefix(key, holdPrefix) {
+				// Here as on the members: lifted once the catalog is read.
+				s.unfenced(key, token, done)
+			} else {
+				s.unfence(key, token)
+			}
 			if f != nil {
-				f.Unfence(table, token, done)
+				f.Unfence(key, token, done)
 			}
 		})
 	}, token, nil

@@ -121,6 +121,7 @@ func (s *Server) moveConfig(database, mode string) shards.MoveConfig {
 	cfg := shards.MoveConfig{
 		Mode:     mode,
 		Database: database,
+		Hold:     s.holdGroup,
 		Admin: func(ctx context.Context, n int32) (*pgx.Conn, error) {
 			return s.directConnDB(ctx, addr(n), database)
 		},

@@ -153,8 +153,9 @@ func (ss *session) retryStale() bool {
 }
 
 // onlyStaleError reports whether out, a request's answer, is
-// acknowledgements of parsing, binding and describing, staleShard's 40001,
-// and the ReadyForQuery: no rows, no command completed, nothing else the
+// acknowledgements of parsing, binding and describing, staleShard's 40001
+// (or errCatalogMoved's: a plan of a shard count a split changed, which ran
+// nowhere), and the ReadyForQuery: no rows, no command completed, nothing else the
 // client must see.
 func onlyStaleError(out []byte) bool {
 	errs, ready := 0, false
@@ -166,7 +167,8 @@ func onlyStaleError(out []byte) bool {
 		case '1', '2', '3', 'n', 't', 'T':
 		case 'E':
 			var er pgproto3.ErrorResponse
-			if errCode(body) != pgerr.SerializationFailure || er.Decode(body) != nil || !strings.HasSuffix(er.Message, staleShardSuffix) {
+			if errCode(body) != pgerr.SerializationFailure || er.Decode(body) != nil ||
+				!strings.HasSuffix(er.Message, staleShardSuffix) && er.Message != errCatalogMoved.Message {
 				return false
 			}
 			errs++

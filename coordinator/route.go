@@ -536,6 +536,15 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	if err != nil {
 		return nil, 0, params, onNode, err
 	}
+	// A multi-shard plan names the nodes: one that waited for a cut-over
+	// is made again from the catalog the move left.
+	if waited, err := ss.awaitShards(sp.plan); err != nil {
+		return nil, 0, params, onNode, err
+	} else if waited {
+		if sp, err = ss.stmtPlan(st); err != nil {
+			return nil, 0, params, onNode, err
+		}
+	}
 	p := sp.plan
 	ss.noteTxnStart()
 	if err := ss.txnCatalogCheck(p); err != nil {
@@ -570,7 +579,7 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 			return nil, 0, params, onNode, err
 		}
 	}
-	tgt, err := s.route(p, hash, ss.heldNode(), ss.pid)
+	tgt, err := ss.routeHeld(p, hash)
 	if err != nil {
 		return nil, 0, params, onNode, err
 	}

@@ -216,6 +216,7 @@ type Server struct {
 	stopWatch    chan struct{}
 	catalogKick  chan struct{}               // a member holds a newer catalog
 	fences       fences                      // tables whose rows a coordinator is moving
+	holds        holds                       // shard groups whose move is cutting over (hold.go)
 	fleet        atomic.Pointer[fleet.Fleet] // nil: no fleet
 	recoveryEnd  chan struct{}               // closed when the recovery loop has returned
 	// jobs: background rebalance runners (rebalancejob.go), told to stop
@@ -293,6 +294,9 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	// staleRetries: requests run again after meeting a moved shard.
 	staleRetries prometheus.Counter
+	// holdWaits, holdSeconds: statements that waited for a cut-over's
+	// hold (hold.go), and their time waiting.
+	holdWaits, holdSeconds prometheus.Counter
 	// propagated: from a member announcing a catalog change to this
 	// coordinator holding it.
 	propagated  prometheus.Histogram
@@ -419,12 +423,16 @@ func New(cfg Config) (*Server, error) {
 			[]string{"sqlstate"}),
 		staleRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_stale_shard_retries_total",
 			Help: "Requests outside a transaction block run again because a shard move's cut-over dropped a shard they were routed to."}),
+		holdWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_cutover_hold_waits_total",
+			Help: "Statements that waited at this coordinator for a shard move's cut-over of their shard group to end."}),
+		holdSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_cutover_hold_seconds_total",
+			Help: "Time statements spent waiting for shard moves' cut-overs (pgfleet_cutover_hold_waits_total counts them)."}),
 		propagated: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfleet_catalog_propagation_seconds",
 			Help:    "Time from a coordinator announcing a catalog change it committed to this one holding it (the announcer's clock to this one's).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	m.kinds = newKindCounters(m.statements)
-	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests, m.statements, m.errors, m.staleRetries, m.propagated)
+	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests, m.statements, m.errors, m.staleRetries, m.holdWaits, m.holdSeconds, m.propagated)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),

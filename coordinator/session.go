@@ -151,6 +151,11 @@ type session struct {
 	// first statement (nil outside blocks): a table distributed since then
 	// is refused in the block (txnCatalogCheck).
 	txSnap       *metadata.Snapshot
+	// touched and touchedAll are the shards, and the tables with every
+	// shard, that the session's transaction reached (nil outside one): a
+	// move's hold lets such a transaction go on (hold.go).
+	touched    []int64
+	touchedAll []string
 	qbuf         []byte // a rewritten Query body
 	routes       bool   // the session's database is the one the catalog describes
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)
@@ -576,6 +581,9 @@ func (ss *session) run() {
 			// every statement in a block never passes noteTxnStart
 			// outside one, which would forget it).
 			ss.txSnap = nil
+		}
+		if (len(ss.touched) > 0 || len(ss.touchedAll) > 0) && !ss.needSync && ss.txStatus() == 'I' && !ss.implicitTxn {
+			ss.touched, ss.touchedAll = ss.touched[:0], ss.touchedAll[:0]
 		}
 		if ss.txScatter != nil && !ss.needSync && ss.txStatus() == 'I' {
 			// The transaction that changed tables ended: what every
@@ -1278,6 +1286,18 @@ func (ss *session) simpleQuery(body []byte) error {
 		ptext = escapeStrings(text)
 	}
 	p, lits, err := ss.planSimple(ptext)
+	if err == nil {
+		// A multi-shard plan names the nodes: one that waited for a
+		// cut-over is made again from the catalog the move left.
+		waited, herr := ss.awaitShards(p)
+		if herr != nil {
+			ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
+			return ss.queryError(herr)
+		}
+		if waited {
+			p, lits, err = ss.planSimple(ptext)
+		}
+	}
 	if err == nil && ss.unparsedPlan(p, text) {
 		err = ss.unparsed(text)
 	}
@@ -1349,7 +1369,7 @@ func (ss *session) simpleQuery(body []byte) error {
 				return ss.queryError(err)
 			}
 		}
-		tgt, err := ss.srv.route(p, hash, ss.heldNode(), ss.pid)
+		tgt, err := ss.routeHeld(p, hash)
 		if err != nil {
 			return ss.queryError(err)
 		}

@@ -1,0 +1,235 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// startFleet starts n coordinators on cl joined by gossip (each with
+// configure applied, if given) and waits until each sees all n.
+func startFleet(t *testing.T, cl *pgcluster.Cluster, n int, configure func(*coordinator.Config)) []*coordinator.Server {
+	t.Helper()
+	var coords []*coordinator.Server
+	for i := 0; i < n; i++ {
+		coords = append(coords, pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
+			cfg.Gossip = "127.0.0.1:0"
+			if i > 0 {
+				cfg.Join = []string{coords[0].Fleet().Addr()}
+			}
+			if configure != nil {
+				configure(cfg)
+			}
+		}))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range coords {
+		for len(s.Fleet().Members()) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees %d members, want %d", s.Addr(), len(s.Fleet().Members()), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return coords
+}
+
+// TestMoveInTransactions moves every shard group of a colocated pair of
+// tables to the other worker and back (logical replication, then holding
+// writes) while clients of three coordinators joined by gossip run
+// transaction blocks over the groups: each updates a row of one table,
+// inserts a row into the other and reads a third row, and commits; a
+// reader sums both tables in a block. Statements inside a transaction
+// block cannot be run again by the coordinator, so a cut-over must not
+// fail them: the fleet holds the group's statements while it cuts over
+// (hold.go). No client gets an error, and every acknowledged transaction
+// is there exactly once.
+func TestMoveInTransactions(t *testing.T) {
+	cl := pgtest.Shared(t)
+	coords := startFleet(t, cl, 3, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, coords[0].Addr())
+	drop := func() {
+		for _, tb := range []string{"mt_a", "mt_b"} {
+			_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+tb, simple)
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE mt_a (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", simple)
+	exec(t, c, "CREATE TABLE mt_b (id bigint PRIMARY KEY, a bigint NOT NULL)", simple)
+	exec(t, c, "SELECT create_distributed_table('mt_a', 'id', shard_count => 4)", simple)
+	exec(t, c, "SELECT create_distributed_table('mt_b', 'id', colocate_with => 'mt_a')", simple)
+	const rows = 2000
+	exec(t, c, fmt.Sprintf("INSERT INTO mt_a SELECT g, 0 FROM generate_series(1, %d) g", rows), simple)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var updates, txns atomic.Int64
+	var inserted []int64
+	var took []time.Duration
+	var failures []string
+	fail := func(who string, err error) {
+		mu.Lock()
+		failures = append(failures, fmt.Sprintf("%s: %v (SQLSTATE %s)", who, err, sqlState(err)))
+		mu.Unlock()
+	}
+	// Two writers per coordinator: one with the simple protocol, one with
+	// prepared statements (pgx's default, as pgbench -M prepared).
+	for n := 0; n < 6; n++ {
+		wc := connect(t, coords[n%3].Addr())
+		mode := pgx.QueryExecModeCacheStatement
+		if n%2 == 0 {
+			mode = simple
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int64(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := int64(1_000_000*(n+1)) + i
+				k := (i*7+int64(n)*131)%rows + 1
+				began := time.Now()
+				err := pgx.BeginTxFunc(ctx, wc, pgx.TxOptions{}, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "UPDATE mt_a SET v = v + 1 WHERE id = $1", mode, k); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, "INSERT INTO mt_b (id, a) VALUES ($1, $2)", mode, id, k); err != nil {
+						return err
+					}
+					var v int
+					return tx.QueryRow(ctx, "SELECT v FROM mt_a WHERE id = $1", mode, (k+rows/2)%rows+1).Scan(&v)
+				})
+				if err != nil {
+					fail(fmt.Sprintf("writer %d transaction %d", n, i), err)
+					return
+				}
+				mu.Lock()
+				took = append(took, time.Since(began))
+				inserted = append(inserted, id)
+				mu.Unlock()
+				updates.Add(1)
+				txns.Add(1)
+			}
+		}()
+	}
+	// A reader of both tables in a block, through the third coordinator.
+	rc := connect(t, coords[2].Addr())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := pgx.BeginTxFunc(ctx, rc, pgx.TxOptions{}, func(tx pgx.Tx) error {
+				var n, sum int64
+				if err := tx.QueryRow(ctx, "SELECT count(*), coalesce(sum(v), 0) FROM mt_a", simple).Scan(&n, &sum); err != nil {
+					return err
+				}
+				if n != rows {
+					return fmt.Errorf("mt_a has %d rows, want %d", n, rows)
+				}
+				return tx.QueryRow(ctx, "SELECT count(*) FROM mt_b", simple).Scan(&n)
+			})
+			if err != nil {
+				fail(fmt.Sprintf("reader transaction %d", i), err)
+				return
+			}
+			txns.Add(1)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+
+	workers := []*pgx.Conn{connect(t, cl.Servers[0].Addr()), connect(t, cl.Servers[1].Addr())}
+	type group struct {
+		shard int64
+		port  int
+	}
+	groups := func() []group {
+		t.Helper()
+		var gs []group
+		r, err := workers[0].Query(ctx, `SELECT s.shardid, n.port FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid)
+			JOIN pgfleet.nodes n USING (nodeid) WHERE s.table_name = 'public.mt_a' ORDER BY s.min_hash`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r.Next() {
+			var g group
+			if err := r.Scan(&g.shard, &g.port); err != nil {
+				t.Fatal(err)
+			}
+			gs = append(gs, g)
+		}
+		if err := r.Err(); err != nil || len(gs) != 4 {
+			t.Fatalf("mt_a's shards: %v, %v", gs, err)
+		}
+		return gs
+	}
+	other := func(port int) (string, int) {
+		for _, s := range cl.Servers {
+			if s.Port != port {
+				return s.Host, s.Port
+			}
+		}
+		t.Fatalf("no worker but %d", port)
+		return "", 0
+	}
+	before := groups()
+	for _, mode := range []string{"force_logical", "block_writes"} {
+		for _, g := range groups() {
+			th, tp := other(g.port)
+			if _, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '127.0.0.1', %d, '%s', %d, shard_transfer_mode => '%s')",
+				g.shard, g.port, th, tp, mode), simple); err != nil {
+				t.Fatalf("moving shard %d from port %d to %d (%s): %v", g.shard, g.port, tp, mode, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	if !slices.Equal(groups(), before) {
+		t.Errorf("after moving every group there and back the placements are %v, want %v", groups(), before)
+	}
+	if len(inserted) == 0 {
+		t.Fatal("the writers committed nothing")
+	}
+	// Every acknowledged transaction, once.
+	var nB, found, sumV int64
+	if err := c.QueryRow(ctx, "SELECT (SELECT count(*) FROM mt_b), (SELECT count(*) FROM mt_b WHERE id = ANY($1)), (SELECT sum(v) FROM mt_a)",
+		inserted).Scan(&nB, &found, &sumV); err != nil {
+		t.Fatal(err)
+	}
+	if nB != int64(len(inserted)) || found != nB || sumV != updates.Load() {
+		t.Errorf("mt_b has %d rows, %d of the %d acknowledged; sum(mt_a.v) %d, want %d", nB, found, len(inserted), sumV, updates.Load())
+	}
+	slices.Sort(took)
+	var waits []string
+	for _, s := range coords {
+		waits = append(waits, fmt.Sprint(s.HoldWaits()))
+	}
+	t.Logf("%d transactions committed (%d written): p50 %v, p99 %v, longest %v; statements held per coordinator: %s",
+		txns.Load(), len(took), took[len(took)/2], took[len(took)*99/100], took[len(took)-1], strings.Join(waits, ", "))
+}
