@@ -150,12 +150,12 @@ type session struct {
 	// txSnap is the catalog when the session's transaction block ran its
 	// first statement (nil outside blocks): a table distributed since then
 	// is refused in the block (txnCatalogCheck).
-	txSnap       *metadata.Snapshot
+	txSnap *metadata.Snapshot
 	// touched and touchedAll are the shards, and the tables with every
 	// shard, that the session's transaction reached (nil outside one): a
 	// move's hold lets such a transaction go on (hold.go).
-	touched    []int64
-	touchedAll []string
+	touched      []int64
+	touchedAll   []string
 	qbuf         []byte // a rewritten Query body
 	routes       bool   // the session's database is the one the catalog describes
 	inject       []byte // rows for the next relayed query's answer (see expect.inject)
