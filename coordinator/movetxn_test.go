@@ -233,3 +233,73 @@ func TestMoveInTransactions(t *testing.T) {
 	t.Logf("%d transactions committed (%d written): p50 %v, p99 %v, longest %v; statements held per coordinator: %s",
 		txns.Load(), len(took), took[len(took)/2], took[len(took)*99/100], took[len(took)-1], strings.Join(waits, ", "))
 }
+
+// TestMoveReadThenWrite: a transaction block that read a row of a shard
+// group and then, while a logical move of the group waits for it, updates
+// the row, commits, and so does the move. (The move once locked the
+// source's shards EXCLUSIVE, which a reader does not block, and then
+// waited for the reader to drop them, while the reader's update waited
+// for the move: a deadlock that PostgreSQL ended by failing one of them.)
+func TestMoveReadThenWrite(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS rw_a", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS rw_a", simple) })
+	exec(t, c, "CREATE TABLE rw_a (id bigint PRIMARY KEY, v int NOT NULL)", simple)
+	exec(t, c, "SELECT create_distributed_table('rw_a', 'id', shard_count => 2)", simple)
+	exec(t, c, "INSERT INTO rw_a SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	w0 := connect(t, cl.Servers[0].Addr())
+	shard, src := shardOfOne(t, w0, cl, "rw_a")
+	source := connect(t, cl.Servers[src].Addr())
+	dst := cl.Servers[1-src]
+
+	tx := connect(t, srv.Addr())
+	exec(t, tx, "BEGIN", simple)
+	var v int
+	if err := tx.QueryRow(ctx, "SELECT v FROM rw_a WHERE id = 1", simple).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	moved := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, shard_transfer_mode => 'force_logical')",
+			shard, cl.Servers[src].Host, cl.Servers[src].Port, dst.Host, dst.Port), simple)
+		moved <- err
+	}()
+	// Until the move locks, or waits to lock, the shard on the source.
+	rel := fmt.Sprintf("pgfleet_shards.rw_a_%d", shard)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		if err := source.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks
+			WHERE relation = to_regclass($1) AND mode IN ('ExclusiveLock', 'AccessExclusiveLock')`, rel).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-moved:
+			t.Fatalf("the move ended before it locked the shard: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the move did not lock the shard in 60 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE rw_a SET v = v + 1 WHERE id = 1", simple); err != nil {
+		t.Fatalf("the update in the block that read the row before the move: %v (SQLSTATE %s)", err, sqlState(err))
+	}
+	if _, err := tx.Exec(ctx, "COMMIT", simple); err != nil {
+		t.Fatalf("COMMIT: %v", err)
+	}
+	if err := <-moved; err != nil {
+		t.Fatalf("the move: %v", err)
+	}
+	if err := c.QueryRow(ctx, "SELECT v FROM rw_a WHERE id = 1", simple).Scan(&v); err != nil || v != 1 {
+		t.Errorf("after the move v = %d, %v; want 1", v, err)
+	}
+}
