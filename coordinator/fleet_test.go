@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -27,27 +28,11 @@ import (
 // fences: 0 rows up to 55 ms after the distribution returned).
 func TestFleetCatalogPush(t *testing.T) {
 	cl := pgtest.Shared(t)
-	var coords []*coordinator.Server
-	for i := 0; i < 3; i++ {
-		coords = append(coords, pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
-			cfg.CatalogPoll = time.Hour
-			cfg.Gossip = "127.0.0.1:0"
-			cfg.MetricsListen = "127.0.0.1:0"
-			if i > 0 {
-				cfg.Join = []string{coords[0].Fleet().Addr()}
-			}
-		}))
-	}
+	coords := startFleet(t, cl, 3, func(cfg *coordinator.Config) {
+		cfg.CatalogPoll = time.Hour
+		cfg.MetricsListen = "127.0.0.1:0"
+	})
 	a, b, c := coords[0], coords[1], coords[2]
-	deadline := time.Now().Add(10 * time.Second)
-	for _, s := range coords {
-		for len(s.Fleet().Members()) != 3 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s sees %d members, want 3", s.Addr(), len(s.Fleet().Members()))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	ctx := context.Background()
 	ca, cb, cc := connect(t, a.Addr()), connect(t, b.Addr()), connect(t, c.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
@@ -183,18 +168,8 @@ func TestFleetCatalogPush(t *testing.T) {
 // behind a load balancer).
 func TestFleetCancel(t *testing.T) {
 	cl := pgtest.Shared(t)
-	a := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) { cfg.Gossip = "127.0.0.1:0" })
-	b := pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
-		cfg.Gossip = "127.0.0.1:0"
-		cfg.Join = []string{a.Fleet().Addr()}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(b.Fleet().Members()) != 2 || len(a.Fleet().Members()) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the two coordinators did not join")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	coords := startFleet(t, cl, 2, nil)
+	a, b := coords[0], coords[1]
 	c := connect(t, a.Addr())
 	pid, secret := c.PgConn().PID(), c.PgConn().SecretKey()
 	errc := make(chan error, 1)
@@ -243,4 +218,32 @@ wait:
 	if err := c.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil || one != 1 {
 		t.Errorf("session after the cancel: %d, %v", one, err)
 	}
+}
+
+// startFleet starts n coordinators on cl joined by gossip (each with
+// configure applied, if given) and waits until each sees all n.
+func startFleet(t *testing.T, cl *pgcluster.Cluster, n int, configure func(*coordinator.Config)) []*coordinator.Server {
+	t.Helper()
+	var coords []*coordinator.Server
+	for i := 0; i < n; i++ {
+		coords = append(coords, pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
+			cfg.Gossip = "127.0.0.1:0"
+			if i > 0 {
+				cfg.Join = []string{coords[0].Fleet().Addr()}
+			}
+			if configure != nil {
+				configure(cfg)
+			}
+		}))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range coords {
+		for len(s.Fleet().Members()) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees %d members, want %d", s.Addr(), len(s.Fleet().Members()), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return coords
 }

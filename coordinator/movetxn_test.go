@@ -12,38 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfleet/pgfleet/coordinator"
-	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
-
-// startFleet starts n coordinators on cl joined by gossip (each with
-// configure applied, if given) and waits until each sees all n.
-func startFleet(t *testing.T, cl *pgcluster.Cluster, n int, configure func(*coordinator.Config)) []*coordinator.Server {
-	t.Helper()
-	var coords []*coordinator.Server
-	for i := 0; i < n; i++ {
-		coords = append(coords, pgtest.Coordinator(t, cl, func(cfg *coordinator.Config) {
-			cfg.Gossip = "127.0.0.1:0"
-			if i > 0 {
-				cfg.Join = []string{coords[0].Fleet().Addr()}
-			}
-			if configure != nil {
-				configure(cfg)
-			}
-		}))
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, s := range coords {
-		for len(s.Fleet().Members()) != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s sees %d members, want %d", s.Addr(), len(s.Fleet().Members()), n)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return coords
-}
 
 // TestMoveInTransactions moves every shard group of a colocated pair of
 // tables to the other worker and back (logical replication, then holding
