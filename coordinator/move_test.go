@@ -321,11 +321,7 @@ func TestMoveLeftovers(t *testing.T) {
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
 	workers := []*pgx.Conn{connect(t, cl.Servers[0].Addr()), connect(t, cl.Servers[1].Addr())}
-	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ml_a", simple)
-	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ml_a", simple) })
-	exec(t, c, "CREATE TABLE ml_a (id bigint PRIMARY KEY, v int)", simple)
-	exec(t, c, "SELECT create_distributed_table('ml_a', 'id', shard_count => 2)", simple)
-	exec(t, c, "INSERT INTO ml_a SELECT g, g FROM generate_series(1, 500) g", simple)
+	pairTable(t, c, "ml_a", 500, "g")
 	shard, src := shardOfOne(t, workers[0], cl, "ml_a")
 	dst := 1 - src
 	shardIdent := fmt.Sprintf("pgfleet_shards.ml_a_%d", shard)
@@ -531,11 +527,7 @@ func TestMoveChecksum(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
-	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS mc_a", simple)
-	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS mc_a", simple) })
-	exec(t, c, "CREATE TABLE mc_a (id bigint PRIMARY KEY, v int)", simple)
-	exec(t, c, "SELECT create_distributed_table('mc_a', 'id', shard_count => 2)", simple)
-	exec(t, c, "INSERT INTO mc_a SELECT g, g FROM generate_series(1, 200) g", simple)
+	pairTable(t, c, "mc_a", 200, "g")
 	shard, src := shardOfOne(t, connect(t, cl.Servers[0].Addr()), cl, "mc_a")
 	target := connect(t, cl.Servers[1-src].Addr())
 	move := func() error {
@@ -578,11 +570,7 @@ func TestMoveDuringDDL(t *testing.T) {
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
 	ddl := connect(t, srv.Addr())
-	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS md_a", simple)
-	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS md_a", simple) })
-	exec(t, c, "CREATE TABLE md_a (id bigint PRIMARY KEY, v int)", simple)
-	exec(t, c, "SELECT create_distributed_table('md_a', 'id', shard_count => 2)", simple)
-	exec(t, c, "INSERT INTO md_a SELECT g, g FROM generate_series(1, 200) g", simple)
+	pairTable(t, c, "md_a", 200, "g")
 	shard, src := shardOfOne(t, connect(t, cl.Servers[0].Addr()), cl, "md_a")
 	move := func(from, to int, mode string) error {
 		_, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, '%s')", shard,
@@ -1121,4 +1109,18 @@ func TestSplitUnderPgbench(t *testing.T) {
 		t.Errorf("balances disagree: accounts %d, history %d", acc, hist)
 	}
 	t.Logf("pgbench -M prepared across a split: %s processed, %s failed", processed[1], failed[1])
+}
+
+// pairTable makes table (id bigint PRIMARY KEY, v int) through c,
+// distributed by id in two shards, with the rows 1..rows whose v is the
+// expression v of g (the row's id); it is dropped when the test ends.
+func pairTable(t *testing.T, c *pgx.Conn, table string, rows int, v string) {
+	t.Helper()
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+table, simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+table, simple) })
+	exec(t, c, "CREATE TABLE "+table+" (id bigint PRIMARY KEY, v int)", simple)
+	exec(t, c, "SELECT create_distributed_table('"+table+"', 'id', shard_count => 2)", simple)
+	exec(t, c, fmt.Sprintf("INSERT INTO %s SELECT g, %s FROM generate_series(1, %d) g", table, v, rows), simple)
 }

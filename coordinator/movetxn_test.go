@@ -216,11 +216,7 @@ func TestMoveReadThenWrite(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
-	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS rw_a", simple)
-	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS rw_a", simple) })
-	exec(t, c, "CREATE TABLE rw_a (id bigint PRIMARY KEY, v int NOT NULL)", simple)
-	exec(t, c, "SELECT create_distributed_table('rw_a', 'id', shard_count => 2)", simple)
-	exec(t, c, "INSERT INTO rw_a SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	pairTable(t, c, "rw_a", 100, "0")
 	w0 := connect(t, cl.Servers[0].Addr())
 	shard, src := shardOfOne(t, w0, cl, "rw_a")
 	source := connect(t, cl.Servers[src].Addr())
