@@ -137,8 +137,20 @@ func TestDifferentialMoves(t *testing.T) {
 	for _, s := range fleet.Servers {
 		env.Workers = append(env.Workers, s.Addr())
 	}
+	// The coordinators are one fleet (gossip): a move holds its group's
+	// statements at each while it cuts over.
+	var first *coordinator.Server
 	for range 3 {
-		c := pgtest.Coordinator(t, fleet, func(c *coordinator.Config) { c.PoolSize = 8 })
+		c := pgtest.Coordinator(t, fleet, func(c *coordinator.Config) {
+			c.PoolSize = 8
+			c.Gossip = "127.0.0.1:0"
+			if first != nil {
+				c.Join = []string{first.Fleet().Addr()}
+			}
+		})
+		if first == nil {
+			first = c
+		}
 		env.Coordinators = append(env.Coordinators, c.Addr())
 	}
 	var moves, skipped atomic.Int64
