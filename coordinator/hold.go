@@ -9,8 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // Holds keep statements off a shard group while a move cuts it over.
@@ -26,27 +29,29 @@ import (
 // lease ran out), then is routed as that catalog says.
 //
 // A session whose transaction already reached the group goes on to the
-// source: it may hold locks there that the move waits for, and its
-// transaction keeps its statements where its earlier ones ran (the move
-// waits for the transaction to end before the source's shards go). A
-// statement waits at most holdMaxWait in all, so that a wait that closes
-// a cycle (the move waits for a transaction that waits for a row a held
-// session changed) ends.
+// source: it holds locks there that the move waits for (the move's lock
+// is the drop's, ACCESS EXCLUSIVE, so the transaction's later statements
+// are let in ahead of it), and its transaction keeps its statements where
+// its earlier ones ran. A wait that closes a cycle (the move waits for a
+// transaction that waits for a row a held session changed) ends when the
+// move's lock wait times out (10 s: the move fails and lifts its hold);
+// holdMaxWait bounds a wait in any case.
 //
 // Holds are an optimisation of latency, not the fence: a coordinator cut
 // off from the fleet, or a statement that passed the check a moment
 // before the hold came, meets the source's lock and the drop as before.
 
-// holdPrefix begins a hold's fence key ("\x00hold w <ids> <tables>",
-// r for a hold of reads too); a table's name cannot begin with a NUL.
+// holdPrefix begins a hold's fence key ("\x00hold <ids> <tables>"); a
+// table's name cannot begin with a NUL.
 const holdPrefix = "\x00hold "
 
 // holdLease is how long a hold lasts unless renewed (the mover renews it
 // every holdLease/3, see leaseFleet).
 const holdLease = 10 * time.Second
 
-// holdMaxWait bounds a statement's wait for holds.
-const holdMaxWait = 5 * time.Second
+// holdMaxWait bounds a statement's wait for holds: a block_writes move
+// holds its group for its whole copy, as PostgreSQL's lock would.
+const holdMaxWait = 2 * time.Minute
 
 // holdGrace is how long a mover waits after every member confirmed its
 // hold before it locks the source: a statement routed just before the
@@ -62,25 +67,18 @@ type holds struct {
 }
 
 // hold is one mover's hold of a shard group: its shard ids (sorted) and
-// tables, whether it holds reads too (else only statements that write or
-// lock rows), until when it lasts, and done, closed when it is lifted.
+// tables, until when it lasts, and done, closed when it is lifted.
 type hold struct {
 	ids    []int64
 	tables []string
-	reads  bool
 	until  time.Time
 	done   chan struct{}
 }
 
 // holdKey is the fence key of a hold of shard ids of tables.
-func holdKey(ids []int64, tables []string, reads bool) string {
+func holdKey(ids []int64, tables []string) string {
 	var b strings.Builder
 	b.WriteString(holdPrefix)
-	if reads {
-		b.WriteString("r ")
-	} else {
-		b.WriteString("w ")
-	}
 	for i, id := range ids {
 		if i > 0 {
 			b.WriteByte(',')
@@ -98,12 +96,11 @@ func parseHoldKey(key string) (h *hold, ok bool) {
 	if !found {
 		return nil, false
 	}
-	mode, rest, _ := strings.Cut(rest, " ")
 	idText, tableText, found := strings.Cut(rest, " ")
-	if mode != "r" && mode != "w" || !found || idText == "" || tableText == "" {
+	if !found || idText == "" || tableText == "" {
 		return nil, false
 	}
-	h = &hold{reads: mode == "r", tables: strings.Split(tableText, ",")}
+	h = &hold{tables: strings.Split(tableText, ",")}
 	for _, f := range strings.Split(idText, ",") {
 		id, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
@@ -148,12 +145,11 @@ func (s *Server) unhold(token uint64) {
 	}
 }
 
-// holding is the hold, not lapsed, that keeps a statement (a read only if
-// readOnly) on shard id (id > 0) or on any shard of tables (id 0) from a
-// session whose transaction reached the shards touched and the tables
-// touchedAll: when it ends (done closed) or lapses (until); ok false when
-// there is none.
-func (s *Server) holding(readOnly bool, id int64, tables []string, touched []int64, touchedAll []string) (done <-chan struct{}, until time.Time, ok bool) {
+// holding is the hold, not lapsed, that keeps a statement on shard id (id
+// > 0) or on any shard of tables (id 0) from a session whose transaction
+// reached the shards touched and the tables touchedAll: when it ends (done
+// closed) or lapses (until); ok false when there is none.
+func (s *Server) holding(id int64, tables []string, touched []int64, touchedAll []string) (done <-chan struct{}, until time.Time, ok bool) {
 	h := &s.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -163,9 +159,6 @@ func (s *Server) holding(readOnly bool, id int64, tables []string, touched []int
 			close(x.done)
 			delete(h.by, token)
 			h.n.Store(int32(len(h.by)))
-			continue
-		}
-		if readOnly && !x.reads {
 			continue
 		}
 		if id > 0 {
@@ -188,12 +181,12 @@ func (s *Server) holding(readOnly bool, id int64, tables []string, touched []int
 // is held for the statement (see above), and reports whether it waited:
 // the caller routes by the catalog again. A cancel request ends the wait
 // with 57014.
-func (ss *session) awaitHold(readOnly bool, id int64, tables []string) (bool, error) {
+func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 	s := ss.srv
 	if s.holds.n.Load() == 0 {
 		return false, nil
 	}
-	done, until, held := s.holding(readOnly, id, tables, ss.touched, ss.touchedAll)
+	done, until, held := s.holding(id, tables, ss.touched, ss.touchedAll)
 	if !held {
 		return false, nil
 	}
@@ -217,7 +210,7 @@ func (ss *session) awaitHold(readOnly bool, id int64, tables []string) (bool, er
 		}
 		lapse.Stop()
 		if held {
-			done, until, held = s.holding(readOnly, id, tables, ss.touched, ss.touchedAll)
+			done, until, held = s.holding(id, tables, ss.touched, ss.touchedAll)
 		}
 	}
 	s.metrics.holdWaits.Inc()
@@ -247,19 +240,30 @@ func (ss *session) touch(id int64, tables []string) {
 
 // routeHeld routes a plan (Server.route), first waiting while a cut-over
 // holds its shard; the session's transaction is noted as reaching it.
-func (ss *session) routeHeld(p *planner.Plan, hash int32) (target, error) {
+// After a wait the plan may be of another shard count (a split): replan
+// makes it again from the catalog and gives its hash.
+func (ss *session) routeHeld(p *planner.Plan, hash int32, replan func() (*planner.Plan, int32, error)) (target, error) {
 	tgt, err := ss.srv.route(p, hash, ss.heldNode(), ss.pid)
 	if err != nil || tgt.shard == 0 {
 		return tgt, err
 	}
-	waited, err := ss.awaitHold(p.ReadOnly, tgt.shard, nil)
+	waited, err := ss.awaitHold(tgt.shard, nil)
 	if err != nil {
 		return target{}, err
 	}
 	if waited {
-		if tgt, err = ss.srv.route(p, hash, ss.heldNode(), ss.pid); err != nil {
-			return tgt, err
+		tgt, err = ss.srv.route(p, hash, ss.heldNode(), ss.pid)
+		if err == errCatalogMoved {
+			if p, hash, err = replan(); err == nil {
+				tgt, err = ss.srv.route(p, hash, ss.heldNode(), ss.pid)
+			}
 		}
+		if err != nil {
+			return target{}, err
+		}
+	}
+	if err := ss.snapshotCheck([]string{p.DistTable()}, tgt.shard); err != nil {
+		return target{}, err
 	}
 	ss.touch(tgt.shard, nil)
 	return tgt, nil
@@ -277,19 +281,94 @@ func (ss *session) awaitShards(p *planner.Plan) (bool, error) {
 	default:
 		return false, nil
 	}
-	waited, err := ss.awaitHold(p.ReadOnly, 0, p.Tables)
-	if err == nil {
-		ss.touch(0, p.Tables)
+	waited, err := ss.awaitHold(0, p.Tables)
+	if err != nil || p.ReadOnly {
+		// A multi-shard read in a block runs under READ COMMITTED (see
+		// txnCheck) on connections beside the transaction's, and leaves
+		// no lock to note (found by an adversary: a later statement of the
+		// block went on to the source and met the drop).
+		return waited, err
 	}
-	return waited, err
+	if err := ss.snapshotCheck(p.Tables, 0); err != nil {
+		return waited, err
+	}
+	ss.touch(0, p.Tables)
+	return waited, nil
 }
 
 // holdGroup holds shard group ids of tables on this coordinator and every
-// member of the fleet, for a move's cut-over (shards.MoveConfig.Hold):
-// the statements that write or lock its rows, or (reads) every statement.
-// release lifts it: after the move committed (done), each coordinator
-// first reads the catalog the move left.
-func (s *Server) holdGroup(ctx context.Context, ids []int64, tables []string, reads bool) (release func(done bool), err error) {
-	release, _, err = s.leaseFleet(ctx, holdKey(ids, tables, reads), holdLease, holdGrace)
+// member of the fleet, for a move's or split's cut-over (shards.HoldFunc).
+// release lifts it: after the change committed (done), each coordinator
+// first reads the catalog it left.
+func (s *Server) holdGroup(ctx context.Context, ids []int64, tables []string) (release func(done bool), err error) {
+	release, _, err = s.leaseFleet(ctx, holdKey(ids, tables), holdLease, holdGrace)
 	return release, err
+}
+
+// arrivedOn is where the shards of table (id: that shard only; 0: every
+// shard) are in cur but were not in old, the catalog when the session's
+// transaction block began: nodes a move or split brought them to.
+func arrivedOn(old, cur *metadata.Snapshot, table string, id int64) []int32 {
+	was := map[int64]int32{}
+	for _, sh := range old.Shards[table] {
+		if len(sh.Nodes) > 0 {
+			was[sh.ID] = sh.Nodes[0]
+		}
+	}
+	var nodes []int32
+	for _, sh := range cur.Shards[table] {
+		if id != 0 && sh.ID != id || len(sh.Nodes) == 0 {
+			continue
+		}
+		if n, ok := was[sh.ID]; (!ok || n != sh.Nodes[0]) && !slices.Contains(nodes, sh.Nodes[0]) {
+			nodes = append(nodes, sh.Nodes[0])
+		}
+	}
+	return nodes
+}
+
+// snapshotCheck refuses, in a transaction block, a statement on shards
+// that a move or split brought, since the block began, to a node the
+// transaction already reached: under REPEATABLE READ or SERIALIZABLE its
+// snapshot there was taken before the rows arrived and would not see them
+// (found by an adversary: a read found no row, an UPDATE changed none,
+// and the block committed). Under READ COMMITTED each statement reads
+// anew; the worker says which level the transaction has.
+func (ss *session) snapshotCheck(tables []string, id int64) error {
+	old := ss.txSnap
+	if old == nil || !ss.inTxn() {
+		return nil
+	}
+	cur := ss.srv.catalog.Load()
+	if cur == old || cur.Version == old.Version || len(ss.parked) == 0 && ss.sc == nil {
+		return nil
+	}
+	for _, t := range tables {
+		for _, n := range arrivedOn(old, cur, t, id) {
+			var sc *pooling.ServerConn
+			usable := true
+			switch i := ss.parkedOn(n); {
+			case ss.sc != nil && ss.node == n:
+				sc = ss.sc
+				usable = !ss.needSync && len(sc.Buf()) == 0
+			case i >= 0:
+				sc = ss.parked[i].sc
+			}
+			if sc == nil || sc.TxStatus == 'E' {
+				continue // its first statement there, or a failed transaction (25P02 follows)
+			}
+			if usable {
+				rows, err := executor.QueryText(sc, "SELECT pg_catalog.current_setting('transaction_isolation')")
+				if err != nil {
+					return err
+				}
+				if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil && *rows[0][0] == "read committed" {
+					continue
+				}
+			}
+			return pgerr.New(pgerr.SerializationFailure, "a shard of %s came to worker %s after this transaction's snapshot there was taken; the snapshot does not see its rows", t, ss.srv.nodeAddr(n)).
+				WithHint("Retry the transaction.")
+		}
+	}
+	return nil
 }

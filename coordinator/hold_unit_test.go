@@ -8,72 +8,69 @@ import (
 	"github.com/pgfleet/pgfleet/planner"
 )
 
-// TestHolds: a hold keeps the statements on its shard group (writes; reads
-// too when it holds reads) from sessions whose transaction has not reached
-// the group, by shard id or by table for statements over several shards,
-// until it is lifted or its lease lapses.
+// TestHolds: a hold keeps the statements on its shard group from sessions
+// whose transaction has not reached the group, by shard id or by table for
+// statements over several shards, until it is lifted or its lease lapses.
 func TestHolds(t *testing.T) {
 	s := &Server{}
-	held := func(readOnly bool, id int64, tables []string, touched []int64, touchedAll []string) bool {
-		_, _, ok := s.holding(readOnly, id, tables, touched, touchedAll)
+	held := func(id int64, tables []string, touched []int64, touchedAll []string) bool {
+		_, _, ok := s.holding(id, tables, touched, touchedAll)
 		return ok
 	}
-	if x, ok := parseHoldKey(holdKey([]int64{7, 3}, []string{"public.a", "public.b"}, true)); !ok || !x.reads ||
-		len(x.ids) != 2 || x.ids[0] != 3 || len(x.tables) != 2 || x.tables[1] != "public.b" {
+	key := holdKey([]int64{7, 3}, []string{"public.a", "public.b"})
+	if x, ok := parseHoldKey(key); !ok || len(x.ids) != 2 || x.ids[0] != 3 || len(x.tables) != 2 || x.tables[1] != "public.b" {
 		t.Fatalf("hold key read back as %+v, %v", x, ok)
 	}
-	for _, key := range []string{"public.a", holdPrefix, holdPrefix + "x 1 public.a", holdPrefix + "w 1,b public.a", holdPrefix + "w 1"} {
-		if _, ok := parseHoldKey(key); ok {
-			t.Errorf("%q read as a hold key", key)
+	for _, k := range []string{"public.a", holdPrefix, holdPrefix + "1,b public.a", holdPrefix + "1"} {
+		if _, ok := parseHoldKey(k); ok {
+			t.Errorf("%q read as a hold key", k)
 		}
 	}
-	s.fence(holdKey([]int64{3, 7}, []string{"public.a", "public.b"}, false), 1, time.Hour)
+	s.fence(key, 1, time.Hour)
 	if s.fencedIn("SELECT * FROM a") != nil {
 		t.Error("a hold refused a statement as a fence would")
 	}
 	a := []string{"public.a"}
 	for _, tc := range []struct {
-		readOnly   bool
 		id         int64
 		tables     []string
 		touched    []int64
 		touchedAll []string
 		want       bool
 	}{
-		{false, 3, nil, nil, nil, true},
-		{false, 7, nil, nil, nil, true},
-		{true, 3, nil, nil, nil, false}, // a hold of writes lets reads go
-		{false, 4, nil, nil, nil, false},
-		{false, 3, nil, []int64{9, 7}, nil, false}, // the transaction is on the group already
-		{false, 3, nil, []int64{9}, nil, true},
-		{false, 3, nil, nil, a, false},
-		{false, 0, a, nil, nil, true},
-		{false, 0, []string{"public.c"}, nil, nil, false},
-		{false, 0, a, nil, a, false},
-		{false, 0, a, []int64{3}, nil, false},
+		{3, nil, nil, nil, true},
+		{7, nil, nil, nil, true},
+		{4, nil, nil, nil, false},
+		{3, nil, []int64{9, 7}, nil, false}, // the transaction is on the group already
+		{3, nil, []int64{9}, nil, true},
+		{3, nil, nil, a, false},
+		{0, a, nil, nil, true},
+		{0, []string{"public.c"}, nil, nil, false},
+		{0, a, nil, a, false},
+		{0, a, []int64{3}, nil, false},
 	} {
-		if got := held(tc.readOnly, tc.id, tc.tables, tc.touched, tc.touchedAll); got != tc.want {
+		if got := held(tc.id, tc.tables, tc.touched, tc.touchedAll); got != tc.want {
 			t.Errorf("%+v: held %v, want %v", tc, got, tc.want)
 		}
 	}
-	s.fence(holdKey([]int64{3, 7}, []string{"public.a", "public.b"}, true), 2, time.Hour)
-	if !held(true, 3, nil, nil, nil) {
-		t.Error("a hold of reads let a read go")
+	s.fence(key, 2, time.Hour) // a second mover's hold of the group
+	done, _, _ := s.holding(7, nil, nil, nil)
+	s.unfence(key, 1)
+	if !held(3, nil, nil, nil) {
+		t.Error("lifting one mover's hold lifted the other's")
 	}
-	done, _, _ := s.holding(false, 7, nil, nil, nil)
-	s.unfence(holdKey([]int64{3, 7}, []string{"public.a", "public.b"}, false), 1)
-	s.unfence(holdKey([]int64{3, 7}, []string{"public.a", "public.b"}, true), 2)
+	s.unfence(key, 2)
 	select {
 	case <-done:
 	default:
 		t.Error("lifting the holds did not end a wait")
 	}
-	if held(false, 3, nil, nil, nil) || s.holds.n.Load() != 0 {
+	if held(3, nil, nil, nil) || s.holds.n.Load() != 0 {
 		t.Error("a lifted hold still holds")
 	}
-	s.fence(holdKey([]int64{3}, a, true), 3, time.Millisecond)
+	s.fence(holdKey([]int64{3}, a), 3, time.Millisecond)
 	time.Sleep(5 * time.Millisecond)
-	if held(false, 3, nil, nil, nil) || s.holds.n.Load() != 0 {
+	if held(3, nil, nil, nil) || s.holds.n.Load() != 0 {
 		t.Error("a lapsed hold still holds")
 	}
 }

@@ -105,7 +105,7 @@ func (ss *session) splitShard(ctx context.Context, fn *planner.Function, conns m
 		}
 	}
 	s.ensureShardsSchema(ctx, ss.database, addrs...)
-	return shards.SplitShard(ctx, s.store, conns, s.defaultNode.Load(), id, points, nodes, funcArg(fn, 3, "shard_transfer_mode", shards.TransferAuto))
+	return shards.SplitShard(ctx, s.store, conns, s.defaultNode.Load(), id, points, nodes, funcArg(fn, 3, "shard_transfer_mode", shards.TransferAuto), s.holdGroup)
 }
 
 // moveConfig is how this session's moves reach the nodes as pgfleet's

@@ -133,7 +133,17 @@ func (ss *session) retryStale() bool {
 		return false
 	}
 	r.tries++
-	ss.out = ss.out[:r.mark]
+	// The answer goes but for its ParameterStatus messages (a pooled
+	// connection taking the session's settings reports them), which the
+	// client is still told.
+	var kept []byte
+	for typ, body := range frames(ss.out[r.mark:]) {
+		if typ == 'S' {
+			kept = wire.AppendFrame(kept, 'S', body)
+		}
+	}
+	ss.out = append(ss.out[:r.mark], kept...)
+	r.mark = len(ss.out)
 	// The statements the request's Parses made are made again: the
 	// names were free when they ran (else the Parse had failed), and are
 	// freed again.
@@ -155,7 +165,9 @@ func (ss *session) retryStale() bool {
 // onlyStaleError reports whether out, a request's answer, is
 // acknowledgements of parsing, binding and describing, staleShard's 40001
 // (or errCatalogMoved's: a plan of a shard count a split changed, which ran
-// nowhere), and the ReadyForQuery: no rows, no command completed, nothing else the
+// nowhere), ParameterStatus messages (a pooled connection taking the
+// session's settings; found by an adversary: psql's application_name kept
+// a request from running again), and the ReadyForQuery: no rows, no command completed, nothing else the
 // client must see.
 func onlyStaleError(out []byte) bool {
 	errs, ready := 0, false
@@ -164,7 +176,7 @@ func onlyStaleError(out []byte) bool {
 			return false
 		}
 		switch typ {
-		case '1', '2', '3', 'n', 't', 'T':
+		case '1', '2', '3', 'n', 't', 'T', 'S':
 		case 'E':
 			var er pgproto3.ErrorResponse
 			if errCode(body) != pgerr.SerializationFailure || er.Decode(body) != nil ||

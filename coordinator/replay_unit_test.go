@@ -32,6 +32,11 @@ func TestOnlyStaleError(t *testing.T) {
 		{"query", cat(errFrame("40001"), ready), true},
 		{"extended", cat(frame('1', ""), frame('2', ""), errFrame("40001"), ready), true},
 		{"described", cat(frame('1', ""), frame('t', "\x00\x00"), frame('n', ""), errFrame("40001"), ready), true},
+		{"settings reported", cat(frame('S', "application_name\x00psql\x00"), errFrame("40001"), ready), true},
+		{"catalog moved", cat(func() []byte {
+			b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", Code: "40001", Message: errCatalogMoved.Message}).Encode(nil)
+			return b
+		}(), ready), true},
 		{"another error", cat(errFrame("42P01"), ready), false},
 		{"another 40001", cat(func() []byte {
 			b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", Code: "40001", Message: "could not serialize access due to concurrent update"}).Encode(nil)

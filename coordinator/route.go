@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -579,7 +580,22 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 			return nil, 0, params, onNode, err
 		}
 	}
-	tgt, err := ss.routeHeld(p, hash)
+	tgt, err := ss.routeHeld(p, hash, func() (*planner.Plan, int32, error) {
+		if sp.seq != nil {
+			return nil, 0, errCatalogMoved // (its sequence values are bound)
+		}
+		nsp, err := ss.stmtPlan(st)
+		if err != nil {
+			return nil, 0, err
+		}
+		nr, ok := nsp.plan.Root.(*planner.Route)
+		if !ok {
+			return nil, 0, errCatalogMoved
+		}
+		h, err := ss.valueHash(nsp, st, nr.Value, params)
+		sp, p = nsp, nsp.plan
+		return p, h, err
+	})
 	if err != nil {
 		return nil, 0, params, onNode, err
 	}
@@ -616,18 +632,33 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 		table = p.Tables[0]
 	}
 	shards := snap.Shards[table]
-	idx, node := 0, shards[0].Nodes[0]
+	// A shard on the node the session holds, else the first; not one a
+	// cut-over holds (the description would wait for the move's lock and
+	// meet its drop: found by an adversary, 40001 to a Parse in a block).
+	free := func(sh metadata.Shard) bool {
+		if s.holds.n.Load() == 0 {
+			return true
+		}
+		_, _, held := s.holding(sh.ID, nil, ss.touched, ss.touchedAll)
+		return !held
+	}
+	idx, node := -1, int32(0)
 	if held := ss.heldNode(); held != 0 {
 		for i, sh := range shards {
-			for _, n := range sh.Nodes {
-				if n == held {
-					idx, node = i, n
-					goto found
-				}
+			if slices.Contains(sh.Nodes, held) && free(sh) {
+				idx, node = i, held
+				break
 			}
 		}
 	}
-found:
+	for i := 0; idx < 0 && i < len(shards); i++ {
+		if free(shards[i]) {
+			idx, node = i, shards[i].Nodes[0]
+		}
+	}
+	if idx < 0 {
+		idx, node = 0, shards[0].Nodes[0]
+	}
 	if p.Kind() == planner.KindInsertSplit {
 		x, err := s.insertShardStmt(sp, idx, st)
 		return x, node, 0, onNode, err

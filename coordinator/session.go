@@ -1369,7 +1369,19 @@ func (ss *session) simpleQuery(body []byte) error {
 				return ss.queryError(err)
 			}
 		}
-		tgt, err := ss.routeHeld(p, hash)
+		tgt, err := ss.routeHeld(p, hash, func() (*planner.Plan, int32, error) {
+			np, nlits, err := ss.planSimple(ptext)
+			if err != nil {
+				return nil, 0, err
+			}
+			nr, ok := np.Root.(*planner.Route)
+			if !ok {
+				return nil, 0, errCatalogMoved
+			}
+			h, err := ss.literalHash(np, nr.Value, nlits)
+			p, lits = np, nlits
+			return np, h, err
+		})
 		if err != nil {
 			return ss.queryError(err)
 		}
@@ -1658,9 +1670,16 @@ func (ss *session) deallocate(op paramOp) error {
 // savepointShapes: a ROLLBACK TO SAVEPOINT may undo DDL of the
 // transaction block (txScatter): its multi-shard plans learn again.
 func (ss *session) savepointShapes(cls *class) {
-	if ss.txScatter != nil && slices.ContainsFunc(cls.sps, func(o paramOp) bool { return o.kind == opRollbackTo }) {
+	if !slices.ContainsFunc(cls.sps, func(o paramOp) bool { return o.kind == opRollbackTo }) {
+		return
+	}
+	if ss.txScatter != nil {
 		ss.txScatter = &scatterCache{}
 	}
+	// The locks taken since the savepoint are let go: the shards reached
+	// may no longer be locked by the transaction, which a cut-over's hold
+	// must then keep (hold.go; found by an adversary: 40001).
+	ss.touched, ss.touchedAll = ss.touched[:0], ss.touchedAll[:0]
 }
 
 // dropPortals ends the multi-shard portals when their transaction is

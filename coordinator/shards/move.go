@@ -26,7 +26,7 @@ const (
 	// TransferLogical copies with logical replication or fails.
 	TransferLogical = "force_logical"
 	// TransferBlockWrites copies while the group's shards on the source are
-	// locked against writes (reads go on).
+	// locked (statements on them wait).
 	TransferBlockWrites = "block_writes"
 )
 
@@ -44,12 +44,29 @@ type MoveConfig struct {
 	// SourceDSN is the connection string by which the target node's
 	// subscription reaches the source node's database.
 	SourceDSN func(node int32) string
-	// Hold, if set, keeps the fleet's statements that write or lock rows
-	// (or, reads, every statement) off the group's shards (ids, of
-	// tables) until release; done says the move committed. The move holds
-	// writes before it locks the source, and reads too before it drops the
-	// source's shards. An error stops the move.
-	Hold func(ctx context.Context, ids []int64, tables []string, reads bool) (release func(done bool), err error)
+	// Hold, if set, keeps the fleet's statements off the group's shards
+	// for the cut-over (see HoldFunc).
+	Hold HoldFunc
+}
+
+// HoldFunc keeps the fleet's statements off a shard group (its shards
+// ids, of tables) until release; done says the move or split committed. A
+// move or split holds its group before it locks the source. An error stops
+// it.
+type HoldFunc func(ctx context.Context, ids []int64, tables []string) (release func(done bool), err error)
+
+// holdShards holds the group of shards (of tables) through hold, if set;
+// release lifts the hold (nothing without one).
+func holdShards(ctx context.Context, hold HoldFunc, shards []metadata.Shard, tables []*metadata.Table) (release func(done bool), err error) {
+	if hold == nil {
+		return func(bool) {}, nil
+	}
+	ids := make([]int64, len(shards))
+	names := make([]string, len(shards))
+	for i, sh := range shards {
+		ids[i], names[i] = sh.ID, tables[i].Name
+	}
+	return hold(ctx, ids, names)
 }
 
 // moveMember is one shard of the colocated group a move carries.
@@ -153,8 +170,7 @@ func ColocatedShards(snap *metadata.Snapshot, id int64) ([]metadata.Shard, []*me
 // for a moment:
 //
 //   - the fleet's coordinators hold the group's statements (cfg.Hold);
-//   - the group's shards on the source are locked, ACCESS EXCLUSIVE with
-//     logical replication, else EXCLUSIVE (reads go on during the copy);
+//   - the group's shards on the source are locked ACCESS EXCLUSIVE;
 //   - with logical replication, a marker row committed on the source after
 //     the lock is waited for on the target: every write committed before it
 //     has been applied there;
@@ -236,29 +252,9 @@ func MoveShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.
 	if h := testHookBeforeCutOver; h != nil {
 		h()
 	}
-	var releases []func(bool)
-	release := func(done bool) {
-		for _, r := range releases {
-			r(done)
-		}
-	}
-	if cfg.Hold != nil {
-		names := make([]string, len(tables))
-		for i, t := range tables {
-			names[i] = t.Name
-		}
-		mv.hold = func(reads bool) error {
-			r, err := cfg.Hold(ctx, ids, names, reads)
-			if err == nil {
-				releases = append(releases, r)
-			}
-			return err
-		}
-		// A logical move's cut-over is short: it holds everything from
-		// the start (and locks the source's shards against reads too).
-		if err := mv.hold(logical); err != nil {
-			return nil, mv.fail(ctx, err)
-		}
+	release, err := holdShards(ctx, cfg.Hold, shards, tables)
+	if err != nil {
+		return nil, mv.fail(ctx, err)
 	}
 	held := time.Now()
 	if err := mv.cutOver(ctx, logical); err != nil {
@@ -290,7 +286,6 @@ type move struct {
 	members  []*moveMember
 	from, to int32
 	cfg      MoveConfig
-	hold     func(reads bool) error // MoveConfig.Hold for this group (nil without)
 	// name is the publication's, the subscription's, its slot's and the
 	// marker table's ("" until replication starts).
 	name  string
@@ -598,16 +593,11 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 		mv.steps = append(mv.steps, what, time.Since(step).Round(time.Millisecond))
 		step = time.Now()
 	}
-	// With logical replication, reads are locked out too: the lock is the
-	// drop's from the start, so that a transaction that read the group
-	// and then writes it is let in ahead of the move (it holds a lock the
-	// move's waits for) rather than deadlocking with the drop. A copy
-	// under the lock lets reads go on until the drop.
-	mode := "EXCLUSIVE"
-	if logical {
-		mode = "ACCESS EXCLUSIVE"
-	}
-	if _, err := src.conn.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN "+mode+" MODE"); err != nil {
+	// The lock is the drop's from the start (reads wait too), so that a
+	// transaction that read the group and then writes it is let in ahead
+	// of the waiting move (it holds a lock the move's waits for) rather
+	// than deadlocking with the drop, as with an EXCLUSIVE lock first.
+	if _, err := src.conn.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		return o.nodes.wrap(err, "cannot lock the shards on node %s", o.nodes.describe(mv.from))
 	}
 	lap("lock")
@@ -692,14 +682,6 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 		lap("compare")
 	} else {
 		lap("copy") // (with the comparison)
-	}
-	if mv.hold != nil && !logical {
-		// Reads went on during the copy; at the drop they would wait for
-		// the decision and then fail.
-		if err := mv.hold(true); err != nil {
-			return err
-		}
-		lap("hold_reads")
 	}
 	if _, err := src.conn.Exec(ctx, "DROP TABLE "+strings.Join(idents, ", ")); err != nil {
 		return o.nodes.wrap(err, "cannot drop the shards on node %s", o.nodes.describe(mv.from))

@@ -19,19 +19,21 @@ import (
 // node_ids): it splits the hash range of shard id, and of every shard
 // colocated with it, at points into len(points)+1 ranges ([min, p1],
 // [p1+1, p2], ..., [pk+1, max]), the i-th new shard of each table on
-// nodes[i]. Writes to the group are held while it runs, as a block_writes
-// move holds them: in one two-phase commit over the source node and the
-// new shards' nodes, the source's shards are locked EXCLUSIVE, their
+// nodes[i]. Statements on the group are held while it runs, as a
+// block_writes move holds them (the fleet's coordinators hold them, see
+// HoldFunc): in one two-phase commit over the source node and the new
+// shards' nodes, the source's shards are locked ACCESS EXCLUSIVE, their
 // definitions read, the new shard tables made (constraint and index names
 // with the new shards' ids), each range's rows copied into them (an INSERT
 // ... SELECT on the source's node, a COPY stream to another), the row
 // counts compared, and the source's shards dropped; the catalog change
 // (store.SplitShards, which also raises the group's shard count) is the
 // commit decision. One split or move of a group at a time (its move lock).
-// Statements routed to the old shard meanwhile wait for the lock and then
-// find it gone (40001, or run again by their coordinator).
+// Statements that reach the old shard meanwhile (a coordinator outside
+// the fleet) wait for the lock and then find it gone (40001, or run again
+// by their coordinator).
 func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Conn, defaultNode int32,
-	id int64, points []int32, nodes []int32, mode string) (*metadata.Snapshot, error) {
+	id int64, points []int32, nodes []int32, mode string, hold HoldFunc) (*metadata.Snapshot, error) {
 	switch mode {
 	case "", TransferAuto, TransferBlockWrites:
 	case TransferLogical:
@@ -102,7 +104,14 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 		oldIdents = append(oldIdents, pgx.Identifier{tables[i].ShardsIn(), metadata.ShardName(rel, sh.ID)}.Sanitize())
 		oldIDs = append(oldIDs, sh.ID)
 	}
-	if _, err := src.conn.Exec(ctx, "LOCK TABLE "+strings.Join(oldIdents, ", ")+" IN EXCLUSIVE MODE"); err != nil {
+	release, err := holdShards(ctx, hold, shards, tables)
+	if err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	failed := true
+	defer func() { release(!failed) }()
+	// The drop's lock from the start, as a move's (cutOver).
+	if _, err := src.conn.Exec(ctx, "LOCK TABLE "+strings.Join(oldIdents, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot lock the shards on node %s", o.nodes.describe(from)))
 	}
 	var news []metadata.NewShard
@@ -202,7 +211,8 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 	if _, err := src.conn.Exec(ctx, "DROP TABLE "+strings.Join(oldIdents, ", ")); err != nil {
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot drop the shards on node %s", o.nodes.describe(from)))
 	}
-	after, err := o.commitWith(ctx, func(err error) error { return o.fail(ctx, err) },
+	failed = false
+	after, err := o.commitWith(ctx, func(err error) error { failed = true; return o.fail(ctx, err) },
 		func(ctx context.Context) (*metadata.Snapshot, error) {
 			return store.SplitShards(ctx, lock, oldIDs, news)
 		})
