@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
 
@@ -286,8 +287,12 @@ func (ss *session) txnCatalogCheck(p *planner.Plan) error {
 		return nil
 	}
 	for _, t := range p.Tables {
+		// A distributed table's shards that moved, split or were made
+		// anew since are snapshotCheck's (a split of the first shard
+		// is not a distribution).
 		now, then := cur.Shards[t], old.Shards[t]
-		if len(now) > 0 && (len(then) == 0 || then[0].ID != now[0].ID) {
+		tb := cur.Tables[t]
+		if len(now) > 0 && (len(then) == 0 || tb != nil && tb.Kind == metadata.Reference && then[0].ID != now[0].ID) {
 			return pgerr.New("40001", "table %s was distributed after this transaction began; its rows are not where the transaction's snapshot would see them", t).
 				WithHint("Retry the transaction.")
 		}

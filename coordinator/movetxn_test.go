@@ -12,124 +12,25 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
 // TestMoveInTransactions moves every shard group of a colocated pair of
 // tables to the other worker and back (logical replication, then holding
 // writes) while clients of three coordinators joined by gossip run
-// transaction blocks over the groups: each updates a row of one table,
-// inserts a row into the other and reads a third row, and commits; a
-// reader sums both tables in a block. Statements inside a transaction
-// block cannot be run again by the coordinator, so a cut-over must not
-// fail them: the fleet holds the group's statements while it cuts over
-// (hold.go). No client gets an error, and every acknowledged transaction
-// is there exactly once.
+// transaction blocks over the groups (txnLoad). Statements inside a
+// transaction block cannot be run again by the coordinator, so a cut-over
+// must not fail them: the fleet holds the group's statements while it
+// cuts over (hold.go). No client gets an error, and every acknowledged
+// transaction is there exactly once.
 func TestMoveInTransactions(t *testing.T) {
 	cl := pgtest.Shared(t)
 	coords := startFleet(t, cl, 3, nil)
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, coords[0].Addr())
-	drop := func() {
-		for _, tb := range []string{"mt_a", "mt_b"} {
-			_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+tb, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE mt_a (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", simple)
-	exec(t, c, "CREATE TABLE mt_b (id bigint PRIMARY KEY, a bigint NOT NULL)", simple)
-	exec(t, c, "SELECT create_distributed_table('mt_a', 'id', shard_count => 4)", simple)
-	exec(t, c, "SELECT create_distributed_table('mt_b', 'id', colocate_with => 'mt_a')", simple)
-	const rows = 2000
-	exec(t, c, fmt.Sprintf("INSERT INTO mt_a SELECT g, 0 FROM generate_series(1, %d) g", rows), simple)
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var updates, txns atomic.Int64
-	var inserted []int64
-	var took []time.Duration
-	var failures []string
-	fail := func(who string, err error) {
-		mu.Lock()
-		failures = append(failures, fmt.Sprintf("%s: %v (SQLSTATE %s)", who, err, sqlState(err)))
-		mu.Unlock()
-	}
-	// Two writers per coordinator: one with the simple protocol, one with
-	// prepared statements (pgx's default, as pgbench -M prepared).
-	for n := 0; n < 6; n++ {
-		wc := connect(t, coords[n%3].Addr())
-		mode := pgx.QueryExecModeCacheStatement
-		if n%2 == 0 {
-			mode = simple
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int64(0); ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := int64(1_000_000*(n+1)) + i
-				k := (i*7+int64(n)*131)%rows + 1
-				began := time.Now()
-				err := pgx.BeginTxFunc(ctx, wc, pgx.TxOptions{}, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "UPDATE mt_a SET v = v + 1 WHERE id = $1", mode, k); err != nil {
-						return err
-					}
-					if _, err := tx.Exec(ctx, "INSERT INTO mt_b (id, a) VALUES ($1, $2)", mode, id, k); err != nil {
-						return err
-					}
-					var v int
-					return tx.QueryRow(ctx, "SELECT v FROM mt_a WHERE id = $1", mode, (k+rows/2)%rows+1).Scan(&v)
-				})
-				if err != nil {
-					fail(fmt.Sprintf("writer %d transaction %d", n, i), err)
-					return
-				}
-				mu.Lock()
-				took = append(took, time.Since(began))
-				inserted = append(inserted, id)
-				mu.Unlock()
-				updates.Add(1)
-				txns.Add(1)
-			}
-		}()
-	}
-	// A reader of both tables in a block, through the third coordinator.
-	rc := connect(t, coords[2].Addr())
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			err := pgx.BeginTxFunc(ctx, rc, pgx.TxOptions{}, func(tx pgx.Tx) error {
-				var n, sum int64
-				if err := tx.QueryRow(ctx, "SELECT count(*), coalesce(sum(v), 0) FROM mt_a", simple).Scan(&n, &sum); err != nil {
-					return err
-				}
-				if n != rows {
-					return fmt.Errorf("mt_a has %d rows, want %d", n, rows)
-				}
-				return tx.QueryRow(ctx, "SELECT count(*) FROM mt_b", simple).Scan(&n)
-			})
-			if err != nil {
-				fail(fmt.Sprintf("reader transaction %d", i), err)
-				return
-			}
-			txns.Add(1)
-		}
-	}()
-	time.Sleep(300 * time.Millisecond)
-
+	load := startTxnLoad(t, c, "mt", 4, coords)
 	workers := []*pgx.Conn{connect(t, cl.Servers[0].Addr()), connect(t, cl.Servers[1].Addr())}
 	type group struct {
 		shard int64
@@ -175,33 +76,220 @@ func TestMoveInTransactions(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	close(stop)
-	wg.Wait()
-	for _, f := range failures {
-		t.Error(f)
-	}
+	load.stop(c)
 	if !slices.Equal(groups(), before) {
 		t.Errorf("after moving every group there and back the placements are %v, want %v", groups(), before)
 	}
-	if len(inserted) == 0 {
+}
+
+// TestSplitInTransactions splits shards of a colocated pair of tables
+// (each of the first two shard groups at its middle, the halves on both
+// workers) while clients of three coordinators run transaction blocks over
+// them (txnLoad): statements held during a split are planned again for
+// the new shards, and none fails.
+func TestSplitInTransactions(t *testing.T) {
+	cl := pgtest.Shared(t)
+	coords := startFleet(t, cl, 3, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, coords[0].Addr())
+	load := startTxnLoad(t, c, "st", 2, coords)
+	w0 := connect(t, cl.Servers[0].Addr())
+	var nodes []int32
+	r, err := w0.Query(ctx, "SELECT nodeid FROM pgfleet.nodes WHERE active ORDER BY nodeid")
+	if err == nil {
+		nodes, err = pgx.CollectRows(r, pgx.RowTo[int32])
+	}
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("nodes %v, %v", nodes, err)
+	}
+	for i := 0; i < 2; i++ {
+		var shard int64
+		var lo, hi int64
+		if err := w0.QueryRow(ctx, `SELECT shardid, min_hash, max_hash FROM pgfleet.shards WHERE table_name = 'public.st_a'
+			ORDER BY min_hash OFFSET $1 LIMIT 1`, 2*i).Scan(&shard, &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_split_shard_by_split_points(%d, ARRAY['%d'], ARRAY[%d, %d])",
+			shard, lo+(hi-lo)/2, nodes[0], nodes[1]), simple); err != nil {
+			t.Fatalf("splitting shard %d: %v", shard, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	load.stop(c)
+	var n int
+	if err := w0.QueryRow(ctx, "SELECT count(*)::int FROM pgfleet.shards WHERE table_name = 'public.st_b'").Scan(&n); err != nil || n != 4 {
+		t.Errorf("st_b has %d shards after two splits, %v; want 4", n, err)
+	}
+}
+
+// txnLoad is clients of a fleet running transaction blocks over a
+// colocated pair of tables, <prefix>_a (id, v) and <prefix>_b (id, a):
+// six writers (two per coordinator, the simple protocol and prepared
+// statements) each update a row of _a, insert a row into _b and read
+// another row of _a, and commit; a reader counts and sums both in a block.
+// Any error fails the test.
+type txnLoad struct {
+	t             *testing.T
+	prefix        string
+	stopc         chan struct{}
+	wg            sync.WaitGroup
+	mu            sync.Mutex
+	updates, txns atomic.Int64
+	readerRan     atomic.Bool
+	inserted      []int64
+	took          []time.Duration
+	failures      []string
+	coords        []*coordinator.Server
+}
+
+const txnLoadRows = 2000
+
+// startTxnLoad makes the tables through c, distributed in shards shards,
+// and starts the clients, one writer pair per coordinator and the reader
+// on the last.
+func startTxnLoad(t *testing.T, c *pgx.Conn, prefix string, shards int, coords []*coordinator.Server) *txnLoad {
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	a, b := prefix+"_a", prefix+"_b"
+	drop := func() {
+		for _, tb := range []string{a, b} {
+			_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+tb, simple)
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE "+a+" (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", simple)
+	exec(t, c, "CREATE TABLE "+b+" (id bigint PRIMARY KEY, a bigint NOT NULL)", simple)
+	exec(t, c, fmt.Sprintf("SELECT create_distributed_table('%s', 'id', shard_count => %d)", a, shards), simple)
+	exec(t, c, fmt.Sprintf("SELECT create_distributed_table('%s', 'id', colocate_with => '%s')", b, a), simple)
+	exec(t, c, fmt.Sprintf("INSERT INTO %s SELECT g, 0 FROM generate_series(1, %d) g", a, txnLoadRows), simple)
+	l := &txnLoad{t: t, prefix: prefix, stopc: make(chan struct{}), coords: coords}
+	fail := func(who string, err error) {
+		l.mu.Lock()
+		l.failures = append(l.failures, fmt.Sprintf("%s: %v (SQLSTATE %s)", who, err, sqlState(err)))
+		l.mu.Unlock()
+	}
+	for n := 0; n < 2*len(coords); n++ {
+		wc := connect(t, coords[n%len(coords)].Addr())
+		mode := pgx.QueryExecModeCacheStatement
+		if n%2 == 0 {
+			mode = simple
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := int64(0); ; i++ {
+				select {
+				case <-l.stopc:
+					return
+				default:
+				}
+				id := int64(1_000_000*(n+1)) + i
+				k := (i*7+int64(n)*131)%txnLoadRows + 1
+				began := time.Now()
+				err := pgx.BeginTxFunc(ctx, wc, pgx.TxOptions{}, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "UPDATE "+a+" SET v = v + 1 WHERE id = $1", mode, k); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, "INSERT INTO "+b+" (id, a) VALUES ($1, $2)", mode, id, k); err != nil {
+						return err
+					}
+					var v int
+					return tx.QueryRow(ctx, "SELECT v FROM "+a+" WHERE id = $1", mode, (k+txnLoadRows/2)%txnLoadRows+1).Scan(&v)
+				})
+				if err != nil {
+					fail(fmt.Sprintf("writer %d transaction %d", n, i), err)
+					return
+				}
+				l.mu.Lock()
+				l.took = append(l.took, time.Since(began))
+				l.inserted = append(l.inserted, id)
+				l.mu.Unlock()
+				l.updates.Add(1)
+				l.txns.Add(1)
+			}
+		}()
+	}
+	rc := connect(t, coords[len(coords)-1].Addr())
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-l.stopc:
+				return
+			default:
+			}
+			err := pgx.BeginTxFunc(ctx, rc, pgx.TxOptions{}, func(tx pgx.Tx) error {
+				var n, sum int64
+				if err := tx.QueryRow(ctx, "SELECT count(*), coalesce(sum(v), 0) FROM "+a, simple).Scan(&n, &sum); err != nil {
+					return err
+				}
+				if n != txnLoadRows {
+					return fmt.Errorf("%s has %d rows, want %d", a, n, txnLoadRows)
+				}
+				return tx.QueryRow(ctx, "SELECT count(*) FROM "+b, simple).Scan(&n)
+			})
+			if err != nil {
+				fail(fmt.Sprintf("reader transaction %d", i), err)
+				return
+			}
+			l.txns.Add(1)
+			l.readerRan.Store(true)
+		}
+	}()
+	// Running: each writer and the reader committed (their first
+	// statements' plans and checks are made; a statement that passed the
+	// hold's check before the hold came may still meet the cut-over, see
+	// hold.go).
+	for deadline := time.Now().Add(30 * time.Second); !l.readerRan.Load() || l.updates.Load() < int64(2*len(coords)); {
+		if time.Now().After(deadline) || len(l.failed()) > 0 {
+			t.Fatalf("the load did not start: %v", l.failed())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	return l
+}
+
+func (l *txnLoad) failed() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.failures)
+}
+
+// stop stops the clients, fails the test for any error, checks through c
+// that every acknowledged transaction is there once, and logs the
+// transactions' p50, p99 and longest time and the statements each
+// coordinator held.
+func (l *txnLoad) stop(c *pgx.Conn) {
+	t := l.t
+	t.Helper()
+	close(l.stopc)
+	l.wg.Wait()
+	for _, f := range l.failures {
+		t.Error(f)
+	}
+	if len(l.inserted) == 0 {
 		t.Fatal("the writers committed nothing")
 	}
-	// Every acknowledged transaction, once.
 	var nB, found, sumV int64
-	if err := c.QueryRow(ctx, "SELECT (SELECT count(*) FROM mt_b), (SELECT count(*) FROM mt_b WHERE id = ANY($1)), (SELECT sum(v) FROM mt_a)",
-		inserted).Scan(&nB, &found, &sumV); err != nil {
+	if err := c.QueryRow(context.Background(), fmt.Sprintf("SELECT (SELECT count(*) FROM %[1]s_b), (SELECT count(*) FROM %[1]s_b WHERE id = ANY($1)), (SELECT sum(v) FROM %[1]s_a)", l.prefix),
+		l.inserted).Scan(&nB, &found, &sumV); err != nil {
 		t.Fatal(err)
 	}
-	if nB != int64(len(inserted)) || found != nB || sumV != updates.Load() {
-		t.Errorf("mt_b has %d rows, %d of the %d acknowledged; sum(mt_a.v) %d, want %d", nB, found, len(inserted), sumV, updates.Load())
+	if nB != int64(len(l.inserted)) || found != nB || sumV != l.updates.Load() {
+		t.Errorf("%s_b has %d rows, %d of the %d acknowledged; sum(%s_a.v) %d, want %d", l.prefix, nB, found, len(l.inserted), l.prefix, sumV, l.updates.Load())
 	}
+	took := slices.Clone(l.took)
 	slices.Sort(took)
 	var waits []string
-	for _, s := range coords {
+	for _, s := range l.coords {
 		waits = append(waits, fmt.Sprint(s.HoldWaits()))
 	}
 	t.Logf("%d transactions committed (%d written): p50 %v, p99 %v, longest %v; statements held per coordinator: %s",
-		txns.Load(), len(took), took[len(took)/2], took[len(took)*99/100], took[len(took)-1], strings.Join(waits, ", "))
+		l.txns.Load(), len(took), took[len(took)/2], took[len(took)*99/100], took[len(took)-1], strings.Join(waits, ", "))
 }
 
 // TestMoveReadThenWrite: a transaction block that read a row of a shard
