@@ -197,11 +197,21 @@ func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 	began := time.Now()
 	limit := time.NewTimer(holdMaxWait)
 	defer limit.Stop()
+	// Shutdown and pg_terminate_backend are looked for meanwhile.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	for held {
 		lapse := time.NewTimer(time.Until(until))
 		select {
 		case <-done:
 		case <-lapse.C:
+		case <-tick.C:
+			if s.stopping.Load() || ss.terminated.Load() {
+				lapse.Stop()
+				return true, adminShutdown()
+			}
+			lapse.Stop()
+			continue
 		case <-limit.C:
 			held = false
 		case <-ctx.Done():
