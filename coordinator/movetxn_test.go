@@ -324,26 +324,7 @@ func TestMoveReadThenWrite(t *testing.T) {
 	}()
 	// Until the move locks, or waits to lock, the shard on the source.
 	rel := fmt.Sprintf("pgfleet_shards.rw_a_%d", shard)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var n int
-		if err := source.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks
-			WHERE relation = to_regclass($1) AND mode IN ('ExclusiveLock', 'AccessExclusiveLock')`, rel).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		select {
-		case err := <-moved:
-			t.Fatalf("the move ended before it locked the shard: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the move did not lock the shard in 60 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitMoveLock(t, source, rel, moved)
 	if _, err := tx.Exec(ctx, "UPDATE rw_a SET v = v + 1 WHERE id = 1", simple); err != nil {
 		t.Fatalf("the update in the block that read the row before the move: %v (SQLSTATE %s)", err, sqlState(err))
 	}
@@ -411,21 +392,7 @@ func TestMoveHeldStatements(t *testing.T) {
 			shard, port, cl.Servers[dst].Host, cl.Servers[dst].Port), simple)
 		moved <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		if err := source.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks WHERE NOT granted AND relation = to_regclass($1)`,
-			fmt.Sprintf("pgfleet_shards.kh_%d", shard)).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the move did not wait for the reader's lock in 30 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitMoveLock(t, source, fmt.Sprintf("pgfleet_shards.kh_%d", shard), moved)
 	type result struct {
 		who string
 		err error
@@ -539,5 +506,30 @@ func TestMoveSnapshot(t *testing.T) {
 		}
 		_, _ = tx.Exec(ctx, "ROLLBACK", simple)
 		move(sh[1], sh[0].port, sh[1].port)
+	}
+}
+
+// awaitMoveLock waits until the move sending its end on moved locks
+// shard rel on source (a connection to its worker), or waits to; the test
+// fails if the move ends first or in a minute.
+func awaitMoveLock(t *testing.T, source *pgx.Conn, rel string, moved chan error) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := source.QueryRow(context.Background(), `SELECT count(*)::int FROM pg_locks
+			WHERE relation = to_regclass($1) AND mode IN ('ExclusiveLock', 'AccessExclusiveLock')`, rel).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case err := <-moved:
+			t.Fatalf("the move ended before it locked %s: %v", rel, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the move did not lock %s in a minute", rel)
+		}
 	}
 }
