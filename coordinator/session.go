@@ -430,38 +430,8 @@ func (ss *session) run() {
 			_ = ss.sc.Flush()
 		}
 		if idle {
-			if len(ss.out) > 0 {
-				if ss.flush() != nil {
-					return
-				}
-				if !request.IsZero() {
-					s.metrics.requests.Observe(time.Since(request).Seconds())
-					request = time.Time{}
-				}
-			}
-			if cap(ss.qbuf)|cap(ss.lastParse) > maxKeptBuf {
-				ss.shrink()
-			}
-			waited = waitTxn
-			if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
-				waited = waitRest
-			}
-			ss.wait.Store(waited)
-			// terminateSession stores terminated before it looks at wait,
-			// as Shutdown with draining below.
-			if ss.terminated.Load() {
-				if ss.wait.CompareAndSwap(waited, waitBusy) {
-					ss.fatal(adminShutdown())
-				}
-				return
-			}
-			// Shutdown stores draining before it looks at wait, and the
-			// session stores wait before it looks at draining: one of the
-			// two sees the other, and the swap decides who tells the client.
-			if s.draining.Load() && (waited == waitRest || s.stopping.Load()) {
-				if ss.wait.CompareAndSwap(waited, waitBusy) {
-					ss.fatal(adminShutdown())
-				}
+			var ok bool
+			if waited, ok = ss.goIdle(&request); !ok {
 				return
 			}
 		}
@@ -480,6 +450,9 @@ func (ss *session) run() {
 		if replaying {
 			f, ss.replay.queue = ss.replay.queue[0], ss.replay.queue[1:]
 		} else {
+			if idle {
+				ss.r.Wait() // (with a shallow stack: see wire.Reader.Wait)
+			}
 			f, err = ss.r.Next()
 		}
 		if stopWatch != nil {
@@ -521,33 +494,10 @@ func (ss *session) run() {
 		if ss.skipping && f.Type != 'S' && f.Type != 'X' && f.Type != 'H' {
 			continue
 		}
-		switch f.Type {
-		case 'Q':
-			err = ss.simpleQuery(f.Body)
-		case 'P':
-			err = ss.parse(f.Body)
-		case 'B':
-			err = ss.bind(f.Body)
-		case 'D':
-			err = ss.describe(f.Body)
-		case 'E':
-			err = ss.execute(f.Body)
-		case 'C':
-			err = ss.close(f.Body)
-		case 'H':
-			err = ss.flushRequest()
-		case 'S':
-			err = ss.sync()
-		case 'F':
-			ss.seqUsed = true // a function call may call nextval
-			err = ss.relayCycle('F', f.Body, nil, ss.srv.defaultNode.Load())
-		case 'd', 'c', 'f':
-			// Copy messages outside COPY are ignored, as PostgreSQL does.
-		case 'X':
+		if f.Type == 'X' {
 			return
-		default:
-			err = pgerr.Fatal(pgerr.ProtocolViolation, "invalid frontend message type %d", f.Type)
 		}
+		err = ss.dispatch(f)
 		if ss.replay.on && (f.Type == 'Q' || f.Type == 'S') && len(ss.replay.queue) == 0 {
 			if err == nil && ss.lost == nil && ss.retryStale() {
 				continue
@@ -575,6 +525,89 @@ func (ss *session) run() {
 			ss.fatal(err)
 			return
 		}
+		ss.afterMessage(f.Type)
+	}
+}
+
+// goIdle is the session's turn to wait for its client: what it answered
+// goes out (the request's time observed), large buffers go, and the wait
+// is marked (waited: waitTxn in a transaction, else waitRest) for
+// Shutdown and pg_terminate_backend; ok false when the session ends.
+func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
+	s := ss.srv
+	if len(ss.out) > 0 {
+		if ss.flush() != nil {
+			return 0, false
+		}
+		if !request.IsZero() {
+			s.metrics.requests.Observe(time.Since(*request).Seconds())
+			*request = time.Time{}
+		}
+	}
+	if cap(ss.qbuf)|cap(ss.lastParse) > maxKeptBuf {
+		ss.shrink()
+	}
+	waited = waitTxn
+	if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
+		waited = waitRest
+	}
+	ss.wait.Store(waited)
+	// terminateSession stores terminated before it looks at wait, as
+	// Shutdown with draining below.
+	if ss.terminated.Load() {
+		if ss.wait.CompareAndSwap(waited, waitBusy) {
+			ss.fatal(adminShutdown())
+		}
+		return 0, false
+	}
+	// Shutdown stores draining before it looks at wait, and the session
+	// stores wait before it looks at draining: one of the two sees the
+	// other, and the swap decides who tells the client.
+	if s.draining.Load() && (waited == waitRest || s.stopping.Load()) {
+		if ss.wait.CompareAndSwap(waited, waitBusy) {
+			ss.fatal(adminShutdown())
+		}
+		return 0, false
+	}
+	return waited, true
+}
+
+// dispatch handles one client message (not Terminate). The message loop
+// (run) calls it and afterMessage rather than holding their work in its
+// own frame: an idle session waits for its client in run with little on
+// its goroutine's stack, which the runtime then shrinks to 4 KiB.
+func (ss *session) dispatch(f wire.Frame) error {
+	switch f.Type {
+	case 'Q':
+		return ss.simpleQuery(f.Body)
+	case 'P':
+		return ss.parse(f.Body)
+	case 'B':
+		return ss.bind(f.Body)
+	case 'D':
+		return ss.describe(f.Body)
+	case 'E':
+		return ss.execute(f.Body)
+	case 'C':
+		return ss.close(f.Body)
+	case 'H':
+		return ss.flushRequest()
+	case 'S':
+		return ss.sync()
+	case 'F':
+		ss.seqUsed = true // a function call may call nextval
+		return ss.relayCycle('F', f.Body, nil, ss.srv.defaultNode.Load())
+	case 'd', 'c', 'f':
+		// Copy messages outside COPY are ignored, as PostgreSQL does.
+		return nil
+	}
+	return pgerr.Fatal(pgerr.ProtocolViolation, "invalid frontend message type %d", f.Type)
+}
+
+// afterMessage ends what a message of type typ ended: a transaction
+// block's catalog, cursors and portals, DDL.
+func (ss *session) afterMessage(typ byte) {
+	{
 		if ss.txSnap != nil && !ss.needSync && ss.txStatus() == 'I' {
 			// The transaction block ended: the next one keeps the catalog
 			// as it is at its own first statement (a client that runs
@@ -595,7 +628,7 @@ func (ss *session) run() {
 		if len(ss.cursors) > 0 && !ss.needSync && ss.txStatus() == 'I' {
 			ss.endCursors(false) // a transaction's cursors end with it (WITH HOLD ones of earlier ones stay)
 		}
-		if f.Type == 'Q' && len(ss.scatterPortals) > 0 {
+		if typ == 'Q' && len(ss.scatterPortals) > 0 {
 			// A simple query destroys the unnamed portal; outside a
 			// block (after its COMMIT or ROLLBACK) every portal is gone.
 			delete(ss.scatterPortals, "")

@@ -193,6 +193,38 @@ func (r *Reader) readErr() error {
 }
 
 // fill reads until at least n (at most r.size) bytes are buffered, or fails.
+// Wait waits for input when nothing is buffered and the socket was empty
+// at the last read (Next would wait), with the small idle buffer and
+// little on the caller's stack: a session waiting for its client here
+// keeps a goroutine stack the runtime shrinks to 4 KiB, where waiting in
+// Next kept it at 8 KiB. A read error is Next's to report.
+func (r *Reader) Wait() {
+	if r.r == r.w && r.pool != nil && r.drained && r.err == nil {
+		r.waitIdle()
+	}
+}
+
+// waitIdle waits for input without the full buffer (given back first), and
+// takes the buffer again for what arrives.
+func (r *Reader) waitIdle() {
+	r.giveBack()
+	// At most what the full buffer holds: a reader smaller than the idle
+	// buffer would otherwise drop the rest.
+	idle := r.idle[:min(idleBufSize, r.size)]
+	m, err := r.rd.Read(idle)
+	if m < 0 || m > len(idle) {
+		panic("wire: reader returned an impossible count")
+	}
+	if m > 0 {
+		r.take()
+		r.w = copy(r.buf, idle[:m])
+	}
+	r.drained = m < len(idle)
+	if err != nil {
+		r.err = err
+	}
+}
+
 func (r *Reader) fill(n int) error {
 	if r.w-r.r >= n {
 		return nil
@@ -201,24 +233,7 @@ func (r *Reader) fill(n int) error {
 		return r.readErr()
 	}
 	if r.r == r.w && r.pool != nil && r.drained {
-		// Nothing buffered and the socket was empty at the last read: the
-		// next read is a wait. Wait without the full buffer.
-		r.giveBack()
-		// At most what the full buffer holds: a reader smaller than the
-		// idle buffer would otherwise drop the rest.
-		idle := r.idle[:min(idleBufSize, r.size)]
-		m, err := r.rd.Read(idle)
-		if m < 0 || m > len(idle) {
-			panic("wire: reader returned an impossible count")
-		}
-		if m > 0 {
-			r.take()
-			r.w = copy(r.buf, idle[:m])
-		}
-		r.drained = m < len(idle)
-		if err != nil {
-			r.err = err
-		}
+		r.waitIdle()
 		if r.w >= n {
 			return nil
 		}
