@@ -78,7 +78,11 @@ func TestStatementOutlivesMissingShard(t *testing.T) {
 // snapshot predates a table's distribution gets 40001 for statements on
 // it (its snapshot would not see the rows in their shards: an adversary
 // saw routed reads find no row), keeps working on tables that did not
-// move, and a new transaction sees every row.
+// move, and a new transaction sees every row. After the table is
+// distributed anew (undistributed and distributed again), only shards on
+// the worker where the transaction took its snapshot are refused; on
+// another worker its first statement takes a snapshot that sees the rows
+// (snapshotCheck).
 func TestTxnBeganBeforeDistribution(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, nil)
@@ -95,19 +99,44 @@ func TestTxnBeganBeforeDistribution(t *testing.T) {
 		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS tb_rr", simple)
 	})
 	exec(t, c, "INSERT INTO tb_rr SELECT g, g FROM generate_series(1, 20) g", simple)
-	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+	w := connect(t, cl.Servers[0].Addr())
+	portOf := func(id int) int {
+		t.Helper()
+		var port int
+		if err := w.QueryRow(ctx, `SELECT n.port FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+			WHERE s.table_name = 'public.tb_rr' AND hashint4($1) BETWEEN s.min_hash AND s.max_hash`, id).Scan(&port); err != nil {
+			t.Fatal(err)
+		}
+		return port
+	}
+	var txPort int // the worker of the transaction's snapshot
+	snapshot := func() {
+		t.Helper()
 		exec(t, x, "BEGIN ISOLATION LEVEL REPEATABLE READ", simple)
-		exec(t, x, "SELECT 1", simple) // the snapshot
+		if err := x.QueryRow(ctx, "SELECT inet_server_port()", simple).Scan(&txPort); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused, read := 0, 0
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		snapshot()
 		exec(t, c, "SELECT create_distributed_table('tb_rr', 'id', shard_count => 4)", simple)
 		for id := 1; id <= 20; id++ {
 			var v int
 			err := x.QueryRow(ctx, "SELECT v FROM tb_rr WHERE id = $1", mode, id).Scan(&v)
-			if sqlState(err) != "40001" {
-				t.Fatalf("mode %v, id %d in a transaction older than the distribution: %d, %v; want 40001", mode, id, v, err)
+			switch {
+			case id == 1 || portOf(id) == txPort:
+				if sqlState(err) != "40001" {
+					t.Fatalf("mode %v, id %d in a transaction older than the distribution: %d, %v; want 40001", mode, id, v, err)
+				}
+				refused++
+			case err != nil || v != id:
+				t.Fatalf("mode %v, id %d in a transaction older than the distribution, on a worker it had not reached: %d, %v; want %d", mode, id, v, err, id)
+			default:
+				read++
 			}
 			exec(t, x, "ROLLBACK", simple)
-			exec(t, x, "BEGIN ISOLATION LEVEL REPEATABLE READ", simple)
-			exec(t, x, "SELECT 1", simple)
+			snapshot()
 			// A new transaction sees the row; a table that did not move
 			// is read as before.
 			if err := x.QueryRow(ctx, "SELECT v FROM tb_rr WHERE id = $1", mode, id).Scan(&v); err != nil || v != id {
@@ -118,12 +147,14 @@ func TestTxnBeganBeforeDistribution(t *testing.T) {
 			}
 			exec(t, x, "COMMIT", simple)
 			if id < 20 {
-				exec(t, x, "BEGIN ISOLATION LEVEL REPEATABLE READ", simple)
-				exec(t, x, "SELECT 1", simple)
+				snapshot()
 				exec(t, c, "SELECT undistribute_table('tb_rr')", simple)
 				exec(t, c, "SELECT create_distributed_table('tb_rr', 'id', shard_count => 4)", simple)
 			}
 		}
 		exec(t, c, "SELECT undistribute_table('tb_rr')", simple)
+	}
+	if refused < 3 || read == 0 {
+		t.Errorf("%d statements refused and %d read: want both kinds", refused, read)
 	}
 }
