@@ -195,7 +195,11 @@ func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 	ss.waitCancel.Store(&cancel)
 	defer ss.waitCancel.Store(nil)
 	began := time.Now()
-	limit := time.NewTimer(holdMaxWait)
+	// The session's statement_timeout or lock_timeout ends the wait as it
+	// would end a wait for a lock (found by an adversary: a statement
+	// with a 500 ms timeout waited out a 6.7 s cut-over).
+	wait, timeout := ss.holdTimeout()
+	limit := time.NewTimer(wait)
 	defer limit.Stop()
 	// Shutdown and pg_terminate_backend are looked for meanwhile.
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -213,6 +217,10 @@ func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 			lapse.Stop()
 			continue
 		case <-limit.C:
+			if timeout != nil {
+				lapse.Stop()
+				return true, timeout
+			}
 			held = false
 		case <-ctx.Done():
 			lapse.Stop()
@@ -229,6 +237,52 @@ func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 		return true, adminShutdown()
 	}
 	return true, nil
+}
+
+// holdTimeout is how long a statement may wait at a hold: the session's
+// statement_timeout or lock_timeout, the smaller one set, with the error
+// PostgreSQL gives when it ends a lock wait; else holdMaxWait (no error:
+// the statement then goes on). The settings are read from the session's
+// SET statements and startup options (not SET LOCAL, set_config or a
+// role's defaults, which only the worker knows).
+func (ss *session) holdTimeout() (time.Duration, error) {
+	wait, timeout := holdMaxWait, error(nil)
+	for _, name := range []string{"statement_timeout", "lock_timeout"} {
+		v, ok := ss.params.startupVal[name]
+		if sql, set := ss.params.set[name]; set {
+			v, ok = setValue(sql, name)
+		}
+		if d := pgDuration(v); ok && d > 0 && d < wait {
+			wait = d
+			if name == "statement_timeout" {
+				timeout = pgerr.New(pgerr.QueryCanceled, "canceling statement due to statement timeout")
+			} else {
+				timeout = pgerr.New("55P03", "canceling statement due to lock timeout")
+			}
+		}
+	}
+	return wait, timeout
+}
+
+// setValue is the value a SET statement of setting name gives ("SET
+// statement_timeout = 500", "set lock_timeout to '1s'"), ok false when it
+// cannot be read.
+func setValue(sql, name string) (string, bool) {
+	i := planner.IndexFold(sql, name)
+	if i < 0 {
+		return "", false
+	}
+	rest := strings.TrimSpace(sql[i+len(name):])
+	switch {
+	case strings.HasPrefix(rest, "="):
+		rest = rest[1:]
+	case len(rest) > 2 && strings.EqualFold(rest[:2], "to") && (rest[2] == ' ' || rest[2] == '\''):
+		rest = rest[2:]
+	default:
+		return "", false
+	}
+	rest = strings.Trim(strings.TrimSpace(strings.TrimRight(rest, "; \t\n")), "'")
+	return rest, rest != ""
 }
 
 // touch notes that the session's transaction reached shard id, or (id 0)
@@ -304,6 +358,47 @@ func (ss *session) awaitShards(p *planner.Plan) (bool, error) {
 	}
 	ss.touch(0, p.Tables)
 	return waited, nil
+}
+
+// touchMark is how much of session.touched and touchedAll a savepoint
+// found.
+type touchMark struct {
+	name       string
+	touched    int
+	touchedAll int
+}
+
+// touchSavepoint keeps the transaction's reach in step with a savepoint
+// statement: ROLLBACK TO lets go the locks taken since the savepoint, so
+// the shards reached since are forgotten (a hold keeps them again; found
+// by an adversary: the block went on to the source and met the drop),
+// and those reached before it are kept (forgetting them stalled a move
+// that waited for the block's lock while the block waited at the hold).
+func (ss *session) touchSavepoint(o paramOp) {
+	last := func() int {
+		for i := len(ss.touchMarks) - 1; i >= 0; i-- {
+			if ss.touchMarks[i].name == o.name {
+				return i
+			}
+		}
+		return -1
+	}
+	switch o.kind {
+	case opSavepoint:
+		ss.touchMarks = append(ss.touchMarks, touchMark{o.name, len(ss.touched), len(ss.touchedAll)})
+	case opRelease:
+		if i := last(); i >= 0 {
+			ss.touchMarks = ss.touchMarks[:i]
+		}
+	case opRollbackTo:
+		if i := last(); i >= 0 {
+			m := ss.touchMarks[i]
+			ss.touched, ss.touchedAll = ss.touched[:m.touched], ss.touchedAll[:m.touchedAll]
+			ss.touchMarks = ss.touchMarks[:i+1] // the savepoint stays
+		} else {
+			ss.touched, ss.touchedAll = ss.touched[:0], ss.touchedAll[:0]
+		}
+	}
 }
 
 // holdGroup holds shard group ids of tables on this coordinator and every

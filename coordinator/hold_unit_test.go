@@ -103,3 +103,18 @@ func TestRouteAfterSplit(t *testing.T) {
 		t.Errorf("a plan of two shards routed by a catalog of three: %+v, %v; want errCatalogMoved", tgt, err)
 	}
 }
+
+// TestSetValue: the value of a SET statement as the session keeps it.
+func TestSetValue(t *testing.T) {
+	for sql, want := range map[string]string{
+		"SET statement_timeout = 500":          "500",
+		"set statement_timeout to '1s'":        "1s",
+		"SET SESSION statement_timeout='2min'": "2min",
+		"SET statement_timeout TO DEFAULT;":    "DEFAULT",
+		"SET statement_timeout":                "",
+	} {
+		if got, _ := setValue(sql, "statement_timeout"); got != want {
+			t.Errorf("%s: %q, want %q", sql, got, want)
+		}
+	}
+}

@@ -350,7 +350,7 @@ func TestMoveReadThenWrite(t *testing.T) {
 // last deadlocked with the move (then locked EXCLUSIVE).
 func TestMoveHeldStatements(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.PoolSize = 16 }) // a connection per open block
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
@@ -359,10 +359,11 @@ func TestMoveHeldStatements(t *testing.T) {
 	w0 := connect(t, cl.Servers[0].Addr())
 	var shard int64
 	var port int
-	var key int64
-	if err := w0.QueryRow(ctx, `SELECT s.shardid, n.port, (SELECT min(g) FROM generate_series(1, 100) g WHERE hashint8(g) <= s.max_hash)
+	var key, key2 int64
+	if err := w0.QueryRow(ctx, `SELECT s.shardid, n.port, (SELECT min(g) FROM generate_series(1, 100) g WHERE hashint8(g) <= s.max_hash),
+			(SELECT max(g) FROM generate_series(1, 100) g WHERE hashint8(g) <= s.max_hash)
 		FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
-		WHERE s.table_name = 'public.kh' ORDER BY s.min_hash LIMIT 1`).Scan(&shard, &port, &key); err != nil {
+		WHERE s.table_name = 'public.kh' ORDER BY s.min_hash LIMIT 1`).Scan(&shard, &port, &key, &key2); err != nil {
 		t.Fatal(err)
 	}
 	var source *pgx.Conn
@@ -382,9 +383,14 @@ func TestMoveHeldStatements(t *testing.T) {
 		return conn
 	}
 	reader := begin(fmt.Sprintf("SELECT v FROM kh WHERE id = %d", key))
+	// A block that wrote the row before a savepoint it rolled back: it
+	// keeps its lock, which the move waits for.
+	writer := begin(fmt.Sprintf("UPDATE kh SET v = v + 100 WHERE id = %d", key2), "SAVEPOINT s", "ROLLBACK TO SAVEPOINT s")
 	multi := begin("SELECT count(*) FROM kh")
 	saved := begin("SAVEPOINT s", fmt.Sprintf("SELECT v FROM kh WHERE id = %d", key), "ROLLBACK TO SAVEPOINT s")
 	describer := begin()
+	timed := connect(t, srv.Addr())
+	exec(t, timed, "SET statement_timeout = 300", simple)
 
 	moved := make(chan error, 1)
 	go func() {
@@ -397,7 +403,7 @@ func TestMoveHeldStatements(t *testing.T) {
 		who string
 		err error
 	}
-	results := make(chan result, 3)
+	results := make(chan result, 4)
 	go func() {
 		var n int64
 		err := multi.QueryRow(ctx, "SELECT count(*) FROM kh", simple).Scan(&n)
@@ -418,14 +424,37 @@ func TestMoveHeldStatements(t *testing.T) {
 		}
 		results <- result{"Parse and Describe in a block", err}
 	}()
+	go func() {
+		// Its statement_timeout ends the wait, as it would a lock wait.
+		began := time.Now()
+		_, err := timed.Exec(ctx, fmt.Sprintf("UPDATE kh SET v = v + 1000 WHERE id = %d", key), simple)
+		if sqlState(err) == "57014" && time.Since(began) < 5*time.Second {
+			err = nil
+		} else {
+			err = fmt.Errorf("%v after %v, want 57014 after 300 ms", err, time.Since(began))
+		}
+		results <- result{"a statement with statement_timeout 300 ms", err}
+	}()
 	time.Sleep(300 * time.Millisecond)
+	// Not held: it goes on to the source, where its lock lets it in
+	// (forgetting the rows it wrote before the savepoint, it waited at
+	// the hold for the move, which waited for it; found by an
+	// adversary: the move failed on its lock timeout 10 s later).
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if _, err := writer.Exec(wctx, fmt.Sprintf("UPDATE kh SET v = v + 100 WHERE id = %d", key2), simple); err != nil {
+		t.Errorf("the block that wrote before a rolled-back savepoint, writing again: %v (SQLSTATE %s)", err, sqlState(err))
+	}
+	cancel()
+	if _, err := writer.Exec(ctx, "COMMIT", simple); err != nil {
+		t.Errorf("COMMIT: %v", err)
+	}
 	if _, err := reader.Exec(ctx, fmt.Sprintf("UPDATE kh SET v = v + 10 WHERE id = %d", key), simple); err != nil {
 		t.Errorf("the reader's update while the move waits for it: %v (SQLSTATE %s)", err, sqlState(err))
 	}
 	if _, err := reader.Exec(ctx, "COMMIT", simple); err != nil {
 		t.Errorf("the reader's COMMIT: %v", err)
 	}
-	for range 3 {
+	for range 4 {
 		r := <-results
 		if r.err != nil {
 			t.Errorf("%s: %v (SQLSTATE %s)", r.who, r.err, sqlState(r.err))
@@ -531,5 +560,53 @@ func awaitMoveLock(t *testing.T, source *pgx.Conn, rel string, moved chan error)
 		if time.Now().After(deadline) {
 			t.Fatalf("the move did not lock %s in a minute", rel)
 		}
+	}
+}
+
+// TestMoveDescribeOneShard: a Parse and Describe in a block on a table of
+// one shard whose move is cutting over waits for the move and describes on
+// the new placement (every shard being held, it once described on the
+// held one and met the drop: 40001, found by an adversary).
+func TestMoveDescribeOneShard(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ko", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ko", simple) })
+	exec(t, c, "CREATE TABLE ko (id bigint PRIMARY KEY, v int)", simple)
+	exec(t, c, "SELECT create_distributed_table('ko', 'id', shard_count => 1)", simple)
+	exec(t, c, "INSERT INTO ko SELECT g, g FROM generate_series(1, 10) g", simple)
+	shard, src := shardOfOne(t, connect(t, cl.Servers[0].Addr()), cl, "ko")
+	holder := connect(t, srv.Addr())
+	exec(t, holder, "BEGIN", simple)
+	exec(t, holder, "SELECT v FROM ko WHERE id = 1", simple) // the move waits for it
+	moved := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, shard_transfer_mode => 'block_writes')",
+			shard, cl.Servers[src].Host, cl.Servers[src].Port, cl.Servers[1-src].Host, cl.Servers[1-src].Port), simple)
+		moved <- err
+	}()
+	awaitMoveLock(t, connect(t, cl.Servers[src].Addr()), fmt.Sprintf("pgfleet_shards.ko_%d", shard), moved)
+	d := connect(t, srv.Addr())
+	exec(t, d, "BEGIN", simple)
+	described := make(chan error, 1)
+	go func() {
+		_, err := d.Prepare(ctx, "p", "SELECT v FROM ko WHERE id = $1")
+		described <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	exec(t, holder, "COMMIT", simple)
+	if err := <-described; err != nil {
+		t.Fatalf("Parse and Describe in a block while the table's one shard cut over: %v (SQLSTATE %s)", err, sqlState(err))
+	}
+	var v int
+	if err := d.QueryRow(ctx, "p", 3).Scan(&v); err != nil || v != 3 {
+		t.Errorf("the prepared statement: %d, %v; want 3", v, err)
+	}
+	exec(t, d, "COMMIT", simple)
+	if err := <-moved; err != nil {
+		t.Fatalf("the move: %v", err)
 	}
 }

@@ -657,6 +657,15 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 		}
 	}
 	if idx < 0 {
+		// Every shard is held (a table of one shard): the description
+		// waits for the cut-over, then is made from the catalog it left.
+		waited, err := ss.awaitHold(shards[0].ID, nil)
+		if err != nil {
+			return nil, 0, 0, onNode, err
+		}
+		if waited {
+			return ss.routeDescribe(st)
+		}
 		idx, node = 0, shards[0].Nodes[0]
 	}
 	if p.Kind() == planner.KindInsertSplit {

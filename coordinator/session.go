@@ -156,11 +156,12 @@ type session struct {
 	// move's hold lets such a transaction go on (hold.go).
 	touched      []int64
 	touchedAll   []string
-	qbuf         []byte // a rewritten Query body
-	routes       bool   // the session's database is the one the catalog describes
-	inject       []byte // rows for the next relayed query's answer (see expect.inject)
-	paramsUnsure bool   // the server connection's settings may differ from the session's
-	batchWork    bool   // a Bind or Execute went to the server since its last ReadyForQuery
+	touchMarks   []touchMark // their lengths at each open savepoint
+	qbuf         []byte      // a rewritten Query body
+	routes       bool        // the session's database is the one the catalog describes
+	inject       []byte      // rows for the next relayed query's answer (see expect.inject)
+	paramsUnsure bool        // the server connection's settings may differ from the session's
+	batchWork    bool        // a Bind or Execute went to the server since its last ReadyForQuery
 	// settingsDirty: a statement that changes settings was sent since the
 	// last ReadyForQuery 'I' (its effect is not in sc.ParamsKey yet), and
 	// settingsUnknown: the pinned connection's settings may have been
@@ -615,8 +616,8 @@ func (ss *session) afterMessage(typ byte) {
 			// outside one, which would forget it).
 			ss.txSnap = nil
 		}
-		if (len(ss.touched) > 0 || len(ss.touchedAll) > 0) && !ss.needSync && ss.txStatus() == 'I' && !ss.implicitTxn {
-			ss.touched, ss.touchedAll = ss.touched[:0], ss.touchedAll[:0]
+		if (len(ss.touched) > 0 || len(ss.touchedAll) > 0 || len(ss.touchMarks) > 0) && !ss.needSync && ss.txStatus() == 'I' && !ss.implicitTxn {
+			ss.touched, ss.touchedAll, ss.touchMarks = ss.touched[:0], ss.touchedAll[:0], ss.touchMarks[:0]
 		}
 		if ss.txScatter != nil && !ss.needSync && ss.txStatus() == 'I' {
 			// The transaction that changed tables ended: what every
@@ -1703,16 +1704,12 @@ func (ss *session) deallocate(op paramOp) error {
 // savepointShapes: a ROLLBACK TO SAVEPOINT may undo DDL of the
 // transaction block (txScatter): its multi-shard plans learn again.
 func (ss *session) savepointShapes(cls *class) {
-	if !slices.ContainsFunc(cls.sps, func(o paramOp) bool { return o.kind == opRollbackTo }) {
-		return
+	for _, o := range cls.sps {
+		ss.touchSavepoint(o)
 	}
-	if ss.txScatter != nil {
+	if ss.txScatter != nil && slices.ContainsFunc(cls.sps, func(o paramOp) bool { return o.kind == opRollbackTo }) {
 		ss.txScatter = &scatterCache{}
 	}
-	// The locks taken since the savepoint are let go: the shards reached
-	// may no longer be locked by the transaction, which a cut-over's hold
-	// must then keep (hold.go; found by an adversary: 40001).
-	ss.touched, ss.touchedAll = ss.touched[:0], ss.touchedAll[:0]
 }
 
 // dropPortals ends the multi-shard portals when their transaction is

@@ -29,17 +29,19 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 	if snap == nil {
 		return false
 	}
-	ids := shardIDs(snap, er)
-	if len(ids) == 0 {
-		return false
-	}
 	if er.Code == pgerr.UndefinedTable {
 		if e := staleShard(er.Message, snap); e != nil {
 			// On paths that map names only (scatter, pipelines): the
-			// shard left the worker after the statement was routed.
+			// shard left the worker after the statement was routed, or
+			// left the catalog (a split; found by an adversary: 42P01
+			// with the shard's name).
 			er.Code, er.Message, er.Hint = e.Code, e.Message, e.Hint
 			return true
 		}
+	}
+	ids := shardIDs(snap, er)
+	if len(ids) == 0 {
+		return false
 	}
 	changed := false
 	if er.SchemaName != "" {

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -48,5 +49,18 @@ func TestUserNames(t *testing.T) {
 			got.Message != tc.want.Message || got.Detail != tc.want.Detail {
 			t.Errorf("userNames(%+v)\n got %+v\nwant %+v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestUserNamesGoneShard: on the paths that map names only, a worker's
+// 42P01 on a shard the catalog no longer has (a split dropped it after the
+// statement was routed) is the retryable 40001, not the shard's name
+// (found by an adversary).
+func TestUserNamesGoneShard(t *testing.T) {
+	snap := &metadata.Snapshot{Shards: map[string][]metadata.Shard{"public.acc": {{ID: 102060}, {ID: 102061}}},
+		Tables: map[string]*metadata.Table{"public.acc": {Name: "public.acc", ShardSchema: metadata.ShardsSchema}}}
+	er := pgproto3.ErrorResponse{Code: "42P01", Message: `relation "pgfleet_shards.acc_102008" does not exist`}
+	if !userNames(snap, &er) || er.Code != "40001" || !strings.HasSuffix(er.Message, staleShardSuffix) {
+		t.Errorf("a 42P01 on a shard a split dropped: %s %q", er.Code, er.Message)
 	}
 }
