@@ -458,6 +458,7 @@ func (ss *session) snapshotCheck(tables []string, id int64) error {
 				usable = !ss.needSync && len(sc.Buf()) == 0
 			case i >= 0:
 				sc = ss.parked[i].sc
+				usable = len(sc.Buf()) == 0
 			}
 			if sc == nil || sc.TxStatus == 'E' {
 				continue // its first statement there, or a failed transaction (25P02 follows)
