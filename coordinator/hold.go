@@ -41,8 +41,9 @@ import (
 // off from the fleet, or a statement that passed the check a moment
 // before the hold came, meets the source's lock and the drop as before.
 
-// holdPrefix begins a hold's fence key ("\x00hold <ids> <tables>"); a
-// table's name cannot begin with a NUL.
+// holdPrefix begins a hold's fence key ("\x00hold <ids> <tables>": ids
+// between commas, tables between NULs); a table's name cannot begin with a
+// NUL.
 const holdPrefix = "\x00hold "
 
 // holdLease is how long a hold lasts unless renewed (the mover renews it
@@ -86,7 +87,7 @@ func holdKey(ids []int64, tables []string) string {
 		b.WriteString(strconv.FormatInt(id, 10))
 	}
 	b.WriteByte(' ')
-	b.WriteString(strings.Join(tables, ","))
+	b.WriteString(strings.Join(tables, "\x00")) // (a name may hold commas and spaces, not a NUL)
 	return b.String()
 }
 
@@ -100,7 +101,7 @@ func parseHoldKey(key string) (h *hold, ok bool) {
 	if !found || idText == "" || tableText == "" {
 		return nil, false
 	}
-	h = &hold{tables: strings.Split(tableText, ",")}
+	h = &hold{tables: strings.Split(tableText, "\x00")}
 	for _, f := range strings.Split(idText, ",") {
 		id, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {

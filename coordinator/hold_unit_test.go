@@ -17,6 +17,9 @@ func TestHolds(t *testing.T) {
 		_, _, ok := s.holding(id, tables, touched, touchedAll)
 		return ok
 	}
+	if x, ok := parseHoldKey(holdKey([]int64{7}, []string{`public."a, b"`, "public.c"})); !ok || len(x.tables) != 2 || x.tables[0] != `public."a, b"` {
+		t.Fatalf("a table name with a comma and a space read back as %+v, %v", x, ok)
+	}
 	key := holdKey([]int64{7, 3}, []string{"public.a", "public.b"})
 	if x, ok := parseHoldKey(key); !ok || len(x.ids) != 2 || x.ids[0] != 3 || len(x.tables) != 2 || x.tables[1] != "public.b" {
 		t.Fatalf("hold key read back as %+v, %v", x, ok)
