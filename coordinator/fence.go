@@ -55,11 +55,11 @@ func relName(table string) string {
 }
 
 // fence refuses statements that may name table for lease (token: the
-// mover's); a hold's key (hold.go) holds its shard group instead.
-func (s *Server) fence(table string, token uint64, lease time.Duration) {
+// mover's); a hold's key (hold.go) holds its shard group instead, and a new
+// hold returns the wait for the statements already past its check.
+func (s *Server) fence(table string, token uint64, lease time.Duration) (wait func()) {
 	if strings.HasPrefix(table, holdPrefix) {
-		s.hold(table, token, lease)
-		return
+		return s.hold(table, token, lease)
 	}
 	f := &s.fences
 	rel := relName(table)
@@ -73,6 +73,7 @@ func (s *Server) fence(table string, token uint64, lease time.Duration) {
 	f.until[rel][token] = time.Now().Add(lease)
 	f.n.Store(int32(len(f.until)))
 	f.mu.Unlock()
+	return nil
 }
 
 // unfence lifts the fence token of table (or the hold of that key).
@@ -203,7 +204,9 @@ func (s *Server) leaseFleet(ctx context.Context, key string, lease, grace time.D
 	if strings.HasPrefix(key, holdPrefix) {
 		what = "hold the shard group"
 	}
-	s.fence(key, token, lease)
+	if wait := s.fence(key, token, lease); wait != nil {
+		wait()
+	}
 	f := s.fleet.Load()
 	if f != nil {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -114,10 +114,12 @@ func parseHoldKey(key string) (h *hold, ok bool) {
 }
 
 // hold holds a shard group for lease (token: the mover's), or renews it.
-func (s *Server) hold(key string, token uint64, lease time.Duration) {
+// A new hold returns wait: until the statements that passed a hold check
+// before it are done (drainFlight).
+func (s *Server) hold(key string, token uint64, lease time.Duration) (wait func()) {
 	x, ok := parseHoldKey(key)
 	if !ok {
-		return
+		return nil
 	}
 	h := &s.holds
 	h.mu.Lock()
@@ -127,11 +129,67 @@ func (s *Server) hold(key string, token uint64, lease time.Duration) {
 	}
 	if old := h.by[token]; old != nil {
 		old.until = time.Now().Add(lease)
-		return
+		return nil
 	}
 	x.until, x.done = time.Now().Add(lease), make(chan struct{})
 	h.by[token] = x
 	h.n.Store(int32(len(h.by)))
+	return s.drainFlight
+}
+
+// Statements in flight. A statement checks for holds after routing, and
+// then has work to do before it reaches a worker (a pooled connection to
+// wait for, a multi-shard run's checks); a hold that came meanwhile would
+// not keep it from the cut-over (found under load: 40001). So a session
+// enters the flight before its check and leaves it when it next waits for
+// its client (or waits at a hold), and a new hold, before it is
+// confirmed, waits for the statements that entered before it: flight
+// counts them by the parity of the epoch they entered in, and a hold
+// advances the epoch and waits for the old parity's count to drop to zero
+// (holdDrain at most: a long statement of another group delays the
+// cut-over that much, not longer).
+type flight struct {
+	epoch atomic.Uint64
+	n     [2]atomic.Int64
+}
+
+// holdDrain bounds a new hold's wait for the statements in flight.
+const holdDrain = 2 * time.Second
+
+// enterFlight enters the session's request into the flight (once): a hold
+// that comes after it waits for it, or the check that follows sees the
+// hold.
+func (ss *session) enterFlight() {
+	if ss.flightSlot != 0 {
+		return
+	}
+	f := &ss.srv.flight
+	for {
+		e := f.epoch.Load()
+		f.n[e&1].Add(1)
+		if f.epoch.Load() == e {
+			ss.flightSlot = int8(e&1) + 1
+			return
+		}
+		f.n[e&1].Add(-1) // a hold advanced the epoch meanwhile: again
+	}
+}
+
+// leaveFlight takes the session's request out of the flight.
+func (ss *session) leaveFlight() {
+	if ss.flightSlot != 0 {
+		ss.srv.flight.n[ss.flightSlot-1].Add(-1)
+		ss.flightSlot = 0
+	}
+}
+
+// drainFlight advances the flight's epoch and waits until the statements
+// that entered before are done, holdDrain at most.
+func (s *Server) drainFlight() {
+	old := (s.flight.epoch.Add(1) - 1) & 1
+	for deadline := time.Now().Add(holdDrain); s.flight.n[old].Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // unhold lifts the hold of token.
@@ -184,6 +242,7 @@ func (s *Server) holding(id int64, tables []string, touched []int64, touchedAll 
 // with 57014.
 func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 	s := ss.srv
+	ss.enterFlight()
 	if s.holds.n.Load() == 0 {
 		return false, nil
 	}
@@ -191,6 +250,10 @@ func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 	if !held {
 		return false, nil
 	}
+	// A held statement is not in flight: the next hold need not wait for
+	// it (it is routed again after the wait).
+	ss.leaveFlight()
+	defer ss.enterFlight()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ss.waitCancel.Store(&cancel)

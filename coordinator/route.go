@@ -635,6 +635,7 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 	// A shard on the node the session holds, else the first; not one a
 	// cut-over holds (the description would wait for the move's lock and
 	// meet its drop: found by an adversary, 40001 to a Parse in a block).
+	ss.enterFlight()
 	free := func(sh metadata.Shard) bool {
 		if s.holds.n.Load() == 0 {
 			return true

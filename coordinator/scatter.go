@@ -421,7 +421,12 @@ func (r *scatterRun) txnCheck() error {
 }
 
 // scatterSimple runs a multi-shard statement of the simple protocol.
-func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
+// errHeldNow: a multi-shard run found its tables held by a cut-over just
+// before it reached the workers (scatterRun.run); the caller waits and
+// plans again.
+var errHeldNow = errors.New("held by a cut-over")
+
+func (ss *session) scatterSimple(p *planner.Plan, lits []literal, replan func() (*planner.Plan, []literal, error)) error {
 	if err := ss.scatterAllowed(); err != nil {
 		return ss.queryError(err)
 	}
@@ -432,6 +437,22 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal) error {
 	mark := len(ss.out)
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
 	err := r.run()
+	for tries := 0; errors.Is(err, errHeldNow); tries++ {
+		if _, err = ss.awaitHold(0, p.Tables); err != nil {
+			break
+		}
+		np, nlits, perr := replan()
+		switch {
+		case perr != nil:
+			err = perr
+		case np.Scatter() == nil || tries == 3:
+			err = errCatalogMoved
+		default:
+			p, lits = np, nlits
+			r = &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
+			err = r.run()
+		}
+	}
 	if err != nil && r.ex.Unbound && !r.ex.Gone && !r.txLost {
 		// The prepared form failed before any row (its Parse or Bind):
 		// the text has PostgreSQL's own answer. Only its notices were
@@ -1111,6 +1132,15 @@ func (r *scatterRun) run() error {
 	}
 	if err := r.checkEncoding(); err != nil {
 		return err
+	}
+	if ss.srv.holds.n.Load() > 0 && r.port == nil {
+		// A cut-over's hold came while the run took its connections and
+		// made its checks (round trips, a pool's wait): nothing has
+		// reached a worker yet, and the plan names the nodes the move is
+		// changing (found under load in TestMoveInTransactions: 40001).
+		if _, _, held := ss.srv.holding(0, r.p.Tables, ss.touched, ss.touchedAll); held {
+			return errHeldNow
+		}
 	}
 	r.ex = executor.Scatter{X: r.x, FirstSQL: r.p.ShardSQL()[0], Conns: r.conns, First: r.descIdx, Pending: r.pending,
 		RT: r.runtime(), Env: &ss.srv.execEnv, Limit: r.limit, Offset: r.offset,

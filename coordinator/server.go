@@ -217,6 +217,7 @@ type Server struct {
 	catalogKick  chan struct{}               // a member holds a newer catalog
 	fences       fences                      // tables whose rows a coordinator is moving
 	holds        holds                       // shard groups whose move is cutting over (hold.go)
+	flight       flight                      // statements past a hold check (hold.go)
 	fleet        atomic.Pointer[fleet.Fleet] // nil: no fleet
 	recoveryEnd  chan struct{}               // closed when the recovery loop has returned
 	// jobs: background rebalance runners (rebalancejob.go), told to stop

@@ -157,6 +157,7 @@ type session struct {
 	touched      []int64
 	touchedAll   []string
 	touchMarks   []touchMark // their lengths at each open savepoint
+	flightSlot   int8        // 1 + the flight parity the session's request entered in, 0: none (hold.go)
 	qbuf         []byte      // a rewritten Query body
 	routes       bool        // the session's database is the one the catalog describes
 	inject       []byte      // rows for the next relayed query's answer (see expect.inject)
@@ -536,6 +537,7 @@ func (ss *session) run() {
 // Shutdown and pg_terminate_backend; ok false when the session ends.
 func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	s := ss.srv
+	ss.leaveFlight() // the request reached its workers
 	if len(ss.out) > 0 {
 		if ss.flush() != nil {
 			return 0, false
@@ -1391,7 +1393,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		if p.Explain != nil {
 			return ss.explainScatter(p, lits)
 		}
-		return ss.scatterSimple(p, lits)
+		return ss.scatterSimple(p, lits, func() (*planner.Plan, []literal, error) { return ss.planSimple(ptext) })
 	case *planner.Route:
 		r = x
 	}

@@ -122,6 +122,7 @@ func (s *Server) endSession(ss *session) {
 		}
 		ss.fatal(pgerr.Fatal(pgerr.Internal, "internal error in pgfleet: %v", r))
 	}
+	ss.leaveFlight()
 	s.unregister(ss)
 	s.metrics.clients.Dec()
 	ss.r.Release()

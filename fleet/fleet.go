@@ -87,7 +87,11 @@ type Config struct {
 	// until OnUnfence with the same token (done: the move committed, and
 	// the catalog is to be reloaded first; else it was given up), for
 	// lease at most (the mover renews it).
-	OnFence   func(table string, token uint64, lease time.Duration)
+	//
+	// OnFence may return a wait, which runs (on a goroutine of its own)
+	// before the acknowledgement instead: the fence is in place when
+	// OnFence returns, so an unfence that follows finds it.
+	OnFence   func(table string, token uint64, lease time.Duration) (wait func())
 	OnUnfence func(table string, token uint64, done bool)
 	// OnMembers is called (on a goroutine of memberlist's; it must not
 	// block) when a member joins or leaves.
@@ -414,13 +418,19 @@ func (f *Fleet) fenced(p []byte) {
 		return
 	}
 	sender, table := string(p[22:22+nl]), string(p[22+nl:])
+	var wait func()
 	if f.cfg.OnFence != nil {
-		f.cfg.OnFence(table, token, lease)
+		wait = f.cfg.OnFence(table, token, lease)
 	}
 	self := f.ml.LocalNode().Name
 	ack := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFenceAck}, id)
 	ack = append(ack, self...)
-	go f.toOthers(func(n *memberlist.Node) bool { return n.Name == sender }, ack)
+	go func() {
+		if wait != nil {
+			wait()
+		}
+		f.toOthers(func(n *memberlist.Node) bool { return n.Name == sender }, ack)
+	}()
 }
 
 // acked handles a member's acknowledgement of a fence.

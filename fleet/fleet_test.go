@@ -44,14 +44,15 @@ func start(t *testing.T, i int, join []string) *node {
 			n.cancels = append(n.cancels, fmt.Sprintf("%d/%x", pid, secret))
 			n.mu.Unlock()
 		},
-		OnFence: func(table string, token uint64, lease time.Duration) {
+		OnFence: func(table string, token uint64, lease time.Duration) func() {
 			n.mu.Lock()
 			n.fences = append(n.fences, fmt.Sprintf("+%s/%d/%v", table, token, lease))
 			hold := n.hold
 			n.mu.Unlock()
 			if hold != nil {
-				<-hold
+				return func() { <-hold }
 			}
+			return nil
 		},
 		OnUnfence: func(table string, token uint64, done bool) {
 			n.mu.Lock()
