@@ -437,22 +437,6 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal, replan func() 
 	mark := len(ss.out)
 	r := &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
 	err := r.run()
-	for tries := 0; errors.Is(err, errHeldNow); tries++ {
-		if _, err = ss.awaitHold(0, p.Tables); err != nil {
-			break
-		}
-		np, nlits, perr := replan()
-		switch {
-		case perr != nil:
-			err = perr
-		case np.Scatter() == nil || tries == 3:
-			err = errCatalogMoved
-		default:
-			p, lits = np, nlits
-			r = &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
-			err = r.run()
-		}
-	}
 	if err != nil && r.ex.Unbound && !r.ex.Gone && !r.txLost {
 		// The prepared form failed before any row (its Parse or Bind):
 		// the text has PostgreSQL's own answer. Only its notices were
@@ -482,6 +466,27 @@ func (ss *session) scatterSimple(p *planner.Plan, lits []literal, replan func() 
 	if r.fallBack(err, mark) {
 		r = &scatterRun{ss: ss, p: p.Scatter().Fallback, x: p.Scatter().Fallback.Scatter(), lits: lits}
 		err = r.run()
+	}
+	// Any of the runs above may find the tables held just before it
+	// reaches the workers: wait, plan again and run.
+	for tries := 0; errors.Is(err, errHeldNow); tries++ {
+		if _, err = ss.awaitHold(0, p.Tables); err != nil {
+			break
+		}
+		np, nlits, perr := replan()
+		switch {
+		case perr != nil:
+			err = perr
+		case np.Scatter() == nil || tries == 3:
+			err = errCatalogMoved
+		default:
+			p, lits = np, nlits
+			r = &scatterRun{ss: ss, p: p, x: p.Scatter(), lits: lits}
+			err = r.run()
+		}
+	}
+	if errors.Is(err, errHeldNow) {
+		err = errCatalogMoved
 	}
 	if errors.Is(err, errQuietClose) {
 		return err
