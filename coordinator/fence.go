@@ -58,7 +58,7 @@ func relName(table string) string {
 // mover's); a hold's key (hold.go) holds its shard group instead, and a new
 // hold returns the wait for the statements already past its check.
 func (s *Server) fence(table string, token uint64, lease time.Duration) (wait func()) {
-	if strings.HasPrefix(table, holdPrefix) {
+	if isHold(table) {
 		return s.hold(table, token, lease)
 	}
 	f := &s.fences
@@ -78,7 +78,7 @@ func (s *Server) fence(table string, token uint64, lease time.Duration) (wait fu
 
 // unfence lifts the fence token of table (or the hold of that key).
 func (s *Server) unfence(table string, token uint64) {
-	if strings.HasPrefix(table, holdPrefix) {
+	if isHold(table) {
 		s.unhold(token)
 		return
 	}
@@ -102,7 +102,7 @@ func (s *Server) unfence(table string, token uint64) {
 // 40001, as without holds, rather than wait for the lease.
 func (s *Server) unfenced(table string, token uint64, done bool) {
 	go func() {
-		if done && s.reloadCatalog(context.Background()) != nil && !strings.HasPrefix(table, holdPrefix) {
+		if done && s.reloadCatalog(context.Background()) != nil && !isHold(table) {
 			return
 		}
 		s.unfence(table, token)
@@ -201,7 +201,7 @@ func (s *Server) leaseFleet(ctx context.Context, key string, lease, grace time.D
 	_, _ = rand.Read(b[:])
 	token = binary.BigEndian.Uint64(b[:])
 	what := "fence table " + key
-	if strings.HasPrefix(key, holdPrefix) {
+	if isHold(key) {
 		what = "hold the shard group"
 	}
 	if wait := s.fence(key, token, lease); wait != nil {
@@ -248,7 +248,7 @@ func (s *Server) leaseFleet(ctx context.Context, key string, lease, grace time.D
 	return func(done bool) {
 		once.Do(func() {
 			close(stop)
-			if strings.HasPrefix(key, holdPrefix) {
+			if isHold(key) {
 				// Here as on the members: lifted once the catalog is read.
 				s.unfenced(key, token, done)
 			} else {

@@ -46,6 +46,9 @@ import (
 // NUL.
 const holdPrefix = "\x00hold "
 
+// isHold reports whether a fence key is a hold's.
+func isHold(key string) bool { return strings.HasPrefix(key, holdPrefix) }
+
 // holdLease is how long a hold lasts unless renewed (the mover renews it
 // every holdLease/3, see leaseFleet).
 const holdLease = 10 * time.Second
@@ -465,11 +468,11 @@ func (ss *session) touchSavepoint(o paramOp) {
 	}
 }
 
-// holdGroup holds shard group ids of tables on this coordinator and every
+// holdFleet holds shard group ids of tables on this coordinator and every
 // member of the fleet, for a move's or split's cut-over (shards.HoldFunc).
 // release lifts it: after the change committed (done), each coordinator
 // first reads the catalog it left.
-func (s *Server) holdGroup(ctx context.Context, ids []int64, tables []string) (release func(done bool), err error) {
+func (s *Server) holdFleet(ctx context.Context, ids []int64, tables []string) (release func(done bool), err error) {
 	release, _, err = s.leaseFleet(ctx, holdKey(ids, tables), holdLease, holdGrace)
 	return release, err
 }

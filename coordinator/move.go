@@ -105,7 +105,7 @@ func (ss *session) splitShard(ctx context.Context, fn *planner.Function, conns m
 		}
 	}
 	s.ensureShardsSchema(ctx, ss.database, addrs...)
-	return shards.SplitShard(ctx, s.store, conns, s.defaultNode.Load(), id, points, nodes, funcArg(fn, 3, "shard_transfer_mode", shards.TransferAuto), s.holdGroup)
+	return shards.SplitShard(ctx, s.store, conns, s.defaultNode.Load(), id, points, nodes, funcArg(fn, 3, "shard_transfer_mode", shards.TransferAuto), s.holdFleet)
 }
 
 // moveConfig is how this session's moves reach the nodes as pgfleet's
@@ -121,7 +121,7 @@ func (s *Server) moveConfig(database, mode string) shards.MoveConfig {
 	cfg := shards.MoveConfig{
 		Mode:     mode,
 		Database: database,
-		Hold:     s.holdGroup,
+		Hold:     s.holdFleet,
 		Admin: func(ctx context.Context, n int32) (*pgx.Conn, error) {
 			return s.directConnDB(ctx, addr(n), database)
 		},

@@ -610,41 +610,40 @@ func (ss *session) dispatch(f wire.Frame) error {
 // afterMessage ends what a message of type typ ended: a transaction
 // block's catalog, cursors and portals, DDL.
 func (ss *session) afterMessage(typ byte) {
-	{
-		if ss.txSnap != nil && !ss.needSync && ss.txStatus() == 'I' {
-			// The transaction block ended: the next one keeps the catalog
-			// as it is at its own first statement (a client that runs
-			// every statement in a block never passes noteTxnStart
-			// outside one, which would forget it).
-			ss.txSnap = nil
+	ended := !ss.needSync && ss.txStatus() == 'I' // outside a transaction again
+	if ss.txSnap != nil && ended {
+		// The transaction block ended: the next one keeps the catalog as
+		// it is at its own first statement (a client that runs every
+		// statement in a block never passes noteTxnStart outside one,
+		// which would forget it).
+		ss.txSnap = nil
+	}
+	if (len(ss.touched) > 0 || len(ss.touchedAll) > 0 || len(ss.touchMarks) > 0) && ended && !ss.implicitTxn {
+		ss.touched, ss.touchedAll, ss.touchMarks = ss.touched[:0], ss.touchedAll[:0], ss.touchMarks[:0]
+	}
+	if ss.txScatter != nil && ended {
+		// The transaction that changed tables ended: what every session's
+		// plans learnt of them is stale if it committed.
+		ss.txScatter = nil
+		ss.srv.plans.reset()
+		ss.srv.scatter.reset()
+	}
+	if len(ss.cursors) > 0 && ended {
+		ss.endCursors(false) // a transaction's cursors end with it (WITH HOLD ones of earlier ones stay)
+	}
+	if typ == 'Q' && len(ss.scatterPortals) > 0 {
+		// A simple query destroys the unnamed portal; outside a block
+		// (after its COMMIT or ROLLBACK) every portal is gone.
+		delete(ss.scatterPortals, "")
+		if ss.txStatus() == 'I' {
+			ss.dropPortals()
 		}
-		if (len(ss.touched) > 0 || len(ss.touchedAll) > 0 || len(ss.touchMarks) > 0) && !ss.needSync && ss.txStatus() == 'I' && !ss.implicitTxn {
-			ss.touched, ss.touchedAll, ss.touchMarks = ss.touched[:0], ss.touchedAll[:0], ss.touchMarks[:0]
-		}
-		if ss.txScatter != nil && !ss.needSync && ss.txStatus() == 'I' {
-			// The transaction that changed tables ended: what every
-			// session's plans learnt of them is stale if it committed.
-			ss.txScatter = nil
-			ss.srv.plans.reset()
-			ss.srv.scatter.reset()
-		}
-		if len(ss.cursors) > 0 && !ss.needSync && ss.txStatus() == 'I' {
-			ss.endCursors(false) // a transaction's cursors end with it (WITH HOLD ones of earlier ones stay)
-		}
-		if typ == 'Q' && len(ss.scatterPortals) > 0 {
-			// A simple query destroys the unnamed portal; outside a
-			// block (after its COMMIT or ROLLBACK) every portal is gone.
-			delete(ss.scatterPortals, "")
-			if ss.txStatus() == 'I' {
-				ss.dropPortals()
-			}
-		}
-		if ss.ddlSent && !ss.needSync && ss.txStatus() == 'I' {
-			// DDL ended outside the session's connection (the Citus
-			// functions, object DDL on every worker, a string of several
-			// statements): its transaction is over all the same.
-			ss.ddlDone()
-		}
+	}
+	if ss.ddlSent && ended {
+		// DDL ended outside the session's connection (the Citus
+		// functions, object DDL on every worker, a string of several
+		// statements): its transaction is over all the same.
+		ss.ddlDone()
 	}
 }
 
