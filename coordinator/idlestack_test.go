@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -17,7 +18,9 @@ import (
 // coordinator (pgfleet bench idle measures the whole).
 func TestIdleSessionStack(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
+	// Sessions keep their goroutines here (as in a transaction block, or
+	// on a platform without epoll): the stack they wait with is measured.
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.IdleSleep = -1 })
 	const n = 200
 	var before, after runtime.MemStats
 	runtime.GC()

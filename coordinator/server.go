@@ -106,6 +106,11 @@ type Config struct {
 	// and rolls its transaction back; 0: no limit beyond what the session
 	// sets itself.
 	IdleInTransactionTimeout time.Duration
+	// IdleSleep: a session waiting for its client outside a transaction
+	// for one to two times this long gives its goroutine up until the
+	// client sends again (on Linux; default 1s, negative: never), so that
+	// an idle client holds no goroutine stack.
+	IdleSleep time.Duration
 
 	// MetadataURL is the libpq URL of the database holding the shard
 	// catalog; empty means the first worker's postgres database.
@@ -214,6 +219,7 @@ type Server struct {
 	records      recordTables                             // records.go
 	pgTypes      atomic.Pointer[map[uint32]executor.Type] // built-in types, for merges
 	stopWatch    chan struct{}
+	idler        *idler                      // nil: sessions do not sleep (sleep.go)
 	catalogKick  chan struct{}               // a member holds a newer catalog
 	fences       fences                      // tables whose rows a coordinator is moving
 	holds        holds                       // shard groups whose move is cutting over (hold.go)
@@ -332,6 +338,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 10 * time.Second
+	}
+	if cfg.IdleSleep == 0 {
+		cfg.IdleSleep = time.Second
 	}
 	if cfg.MaxClientConnections <= 0 {
 		cfg.MaxClientConnections = DefaultMaxClientConnections
@@ -462,6 +471,13 @@ func New(cfg Config) (*Server, error) {
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.BytesSent()) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_dropped_total", Help: "Undecodable messages and member metadata from other coordinators, dropped."},
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.Dropped()) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_client_sessions_asleep", Help: "Client sessions idle long enough to have given up their goroutines (IdleSleep)."},
+			func() float64 {
+				if s.idler != nil {
+					return float64(s.idler.count())
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_catalog_version", Help: "The catalog version this coordinator routes by."},
 			func() float64 {
 				if c := s.catalog.Load(); c != nil {
@@ -511,6 +527,14 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.ln = ln
+	if s.cfg.IdleSleep > 0 {
+		if d, err := newIdler(func(ss *session) { s.resume(ss) }, s.log); err == nil {
+			s.idler = d
+			go s.sleepSweep(s.stopWatch)
+		} else {
+			s.log.Info("sessions keep their goroutines while idle", "reason", err)
+		}
+	}
 	if s.cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
@@ -600,15 +624,8 @@ func (s *Server) acceptLoop() {
 		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serveConn(c, n >= s.cfg.MaxClientConnections)
-			s.mu.Lock()
-			delete(s.conns, c)
-			s.mu.Unlock()
-			c.Close()
-		}()
+		s.wg.Add(1) // done when the session ends (connEnded)
+		go s.serveConn(c, n >= s.cfg.MaxClientConnections)
 	}
 }
 
@@ -719,21 +736,27 @@ func (s *Server) stopNow() {
 func (s *Server) endWaiting(all bool) {
 	s.mu.Lock()
 	var ended []*session
+	var asleep []bool
 	for _, ss := range s.sessions {
-		if ss.wait.CompareAndSwap(waitRest, waitKilled) || (all && ss.wait.CompareAndSwap(waitTxn, waitKilled)) {
+		if ok, slept := ss.killWaiting(all); ok {
 			ended = append(ended, ss)
+			asleep = append(asleep, slept)
 		}
 	}
 	s.mu.Unlock()
 	msg, _ := pgerr.Flatten(adminShutdown()).Encode(nil)
-	for _, ss := range ended {
-		// The session is blocked reading and has written everything it
-		// had: the connection is ours to write. Then wake its read.
+	for i, ss := range ended {
+		// The session is blocked reading, or asleep, and has written
+		// everything it had: the connection is ours to write. Then wake
+		// its read, or it.
 		ss.clientMu.Lock()
 		_ = ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = ss.conn.Write(msg)
 		ss.clientMu.Unlock()
 		_ = ss.conn.SetReadDeadline(time.Now())
+		if asleep[i] {
+			s.wakeKilled(ss)
+		}
 	}
 }
 
@@ -761,6 +784,13 @@ func (s *Server) Close() error {
 	s.closed = true
 	for c := range s.conns {
 		c.Close()
+	}
+	if s.idler != nil {
+		// Sleeping sessions have no goroutine to see their connection
+		// closed: each gets one, to end in.
+		for _, ss := range s.idler.close() {
+			go s.resume(ss)
+		}
 	}
 	// A session waiting on its worker would not notice its client is gone.
 	for _, ss := range s.sessions {

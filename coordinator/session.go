@@ -135,6 +135,15 @@ type session struct {
 	// message, and whether at rest (outside a transaction and a batch);
 	// Shutdown ends a waiting session by swapping in waitKilled.
 	wait atomic.Int32
+	// sleepMu: see sleep.go. napOK: the session may sleep in its wait at
+	// rest (canSleep, set before each wait). rawConn: the client's
+	// connection is a plain socket.
+	sleepMu sync.Mutex
+	napOK   atomic.Bool
+	rawConn bool
+	// accepted is the client connection as accepted (conn is its TLS
+	// layer, if any).
+	accepted net.Conn
 	// cancelMu keeps the server connection from going back to the pool
 	// while a cancel request for it is being sent, so that a cancel never
 	// reaches the next client's statement.
@@ -410,10 +419,17 @@ const (
 	waitRest          // waiting for a message, outside a transaction and a batch
 	waitTxn           // waiting for a message inside a transaction or batch
 	waitKilled        // ended by Shutdown, which told the client
+	// At rest, and (sleep.go) seen so by the sleep sweep once; asked by
+	// it to let the goroutine go (the read deadline passed); asleep, with
+	// no goroutine, until the idler wakes it.
+	waitNod
+	waitSleep
+	waitAsleep
 )
 
-func (ss *session) run() {
-	defer ss.end()
+// run serves the session's messages until it ends, or (asleep) until
+// its goroutine lets it sleep (sleep.go).
+func (ss *session) run() (asleep bool) {
 	s := ss.srv
 	var request time.Time // when the client's request being answered arrived
 	for {
@@ -447,28 +463,37 @@ func (ss *session) run() {
 		if waited != waitBusy && ss.watchesServer() {
 			stopWatch = ss.watchServer()
 		}
+		if idle {
+			ss.r.Wait() // (with a shallow stack: see wire.Reader.Wait)
+		}
+		if waited != waitBusy {
+			switch ss.awake(waited) {
+			case waitKilled:
+				if stopWatch != nil {
+					stopWatch()
+				}
+				return // Shutdown or pg_terminate_backend ended the session
+			case waitAsleep:
+				return true
+			}
+			if s.stopping.Load() {
+				// Past Shutdown's deadline nothing new starts.
+				if stopWatch != nil {
+					stopWatch()
+				}
+				ss.fatal(adminShutdown())
+				return
+			}
+		}
 		var f wire.Frame
 		var err error
 		if replaying {
 			f, ss.replay.queue = ss.replay.queue[0], ss.replay.queue[1:]
 		} else {
-			if idle {
-				ss.r.Wait() // (with a shallow stack: see wire.Reader.Wait)
-			}
 			f, err = ss.r.Next()
 		}
 		if stopWatch != nil {
 			stopWatch()
-		}
-		if waited != waitBusy {
-			if !ss.wait.CompareAndSwap(waited, waitBusy) {
-				return // Shutdown ended the session
-			}
-			if s.stopping.Load() {
-				// Past Shutdown's deadline nothing new starts.
-				ss.fatal(adminShutdown())
-				return
-			}
 		}
 		if limit > 0 {
 			_ = ss.conn.SetReadDeadline(time.Time{})
@@ -554,6 +579,7 @@ func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
 		waited = waitRest
 	}
+	ss.napOK.Store(waited == waitRest && ss.canSleep())
 	ss.wait.Store(waited)
 	// terminateSession stores terminated before it looks at wait, as
 	// Shutdown with draining below.

@@ -334,13 +334,16 @@ func (ss *session) maySignal(target *session, terminate bool) error {
 // FATAL instead of the statement's answer.
 func (s *Server) terminateSession(target *session) {
 	target.terminated.Store(true)
-	if target.wait.CompareAndSwap(waitRest, waitKilled) || target.wait.CompareAndSwap(waitTxn, waitKilled) {
+	if ok, asleep := target.killWaiting(true); ok {
 		msg, _ := pgerr.Flatten(adminShutdown()).Encode(nil)
 		target.clientMu.Lock()
 		_ = target.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = target.conn.Write(msg)
 		target.clientMu.Unlock()
 		_ = target.conn.SetReadDeadline(time.Now())
+		if asleep {
+			s.wakeKilled(target)
+		}
 		return
 	}
 	s.cancelHere(target.pid, target.secret)

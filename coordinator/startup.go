@@ -43,17 +43,31 @@ const (
 	maxSASLMessage     = 1024
 )
 
-// serveConn runs one client connection from its first byte to its end.
-// tooMany: the client is over --max-client-connections.
+// serveConn runs one client connection from its first byte to its end
+// (or to its first sleep: sleep.go). tooMany: the client is over
+// --max-client-connections.
 //
 // The session runs in a frame of its own after the startup's has
-// returned: an idle session's goroutine waits for its client with little
-// on its stack, so that the runtime shrinks the stack to 4 KiB (with the
-// startup's frame under it, it stayed at 8 KiB per idle client).
+// returned: a session waiting for its client in a transaction keeps a
+// goroutine with little on its stack, which the runtime shrinks to 4 KiB
+// (with the startup's frame under it, it stayed at 8 KiB).
 func (s *Server) serveConn(c net.Conn, tooMany bool) {
-	if ss := s.startSession(c, tooMany); ss != nil {
-		s.serveSession(ss)
+	ss := s.startSession(c, tooMany)
+	if ss == nil {
+		s.connEnded(c)
+		return
 	}
+	s.metrics.clients.Inc()
+	s.serveSession(ss)
+}
+
+// connEnded closes a client connection whose session ended.
+func (s *Server) connEnded(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.Close()
+	s.wg.Done()
 }
 
 // startSession reads a client's startup, authenticates it and begins its
@@ -64,7 +78,7 @@ func (s *Server) startSession(c net.Conn, tooMany bool) *session {
 	}
 	// The client's read buffer goes back to a shared pool whenever the
 	// session waits for the client, so an idle session does not hold it.
-	ss := &session{srv: s, conn: c, r: wire.NewPooledReader(c, 8192)}
+	ss := &session{srv: s, conn: c, accepted: c, r: wire.NewPooledReader(c, 8192)}
 	// Until the client has authenticated nothing longer than an
 	// authentication message is read.
 	ss.r.SetLimits(maxPasswordMessage, wire.SmallMessageLen)
@@ -100,32 +114,43 @@ func (s *Server) startSession(c net.Conn, tooMany bool) *session {
 		return nil
 	}
 	_ = c.SetDeadline(time.Time{})
+	ss.rawConn = rawSocket(ss.conn) // not after TLS
 	return ss
 }
 
-// serveSession runs a begun session until it ends.
+// serveSession runs a begun session until it ends or sleeps.
 func (s *Server) serveSession(ss *session) {
-	s.metrics.clients.Inc()
-	defer s.endSession(ss) // one deferred call: a small frame under run's
-	ss.run()
+	asleep := false
+	defer s.endSession(ss, &asleep) // one deferred call: a small frame under run's
+	asleep = ss.run()
 }
 
-// endSession ends a session that serveSession ran: a panic of its
-// goroutine is logged and told to the client (a bug in one session must
-// not take the coordinator down), and the session leaves the registry.
-func (s *Server) endSession(ss *session) {
-	if r := recover(); r != nil {
+// endSession ends a session that serveSession ran, or hands it to the
+// idler (*asleep). A panic of its goroutine is logged and told to the
+// client (a bug in one session must not take the coordinator down). An
+// ended session gives its worker connections back, leaves the registry,
+// and its client connection closes.
+func (s *Server) endSession(ss *session, asleep *bool) {
+	r := recover()
+	if r == nil && *asleep {
+		s.sleep(ss)
+		return
+	}
+	if r != nil {
 		s.log.Error("session panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		if ss.sc != nil {
 			ss.sc.MarkBroken()
-			ss.releaseServer()
 		}
+	}
+	ss.end()
+	if r != nil {
 		ss.fatal(pgerr.Fatal(pgerr.Internal, "internal error in pgfleet: %v", r))
 	}
 	ss.leaveFlight()
 	s.unregister(ss)
 	s.metrics.clients.Dec()
 	ss.r.Release()
+	s.connEnded(ss.accepted)
 }
 
 // errQuietClose ends a connection without an error message (a cancel request,

@@ -119,6 +119,7 @@ type coordinatorFlags struct {
 	messageMemory     sizeFlag
 	maxGather         sizeFlag
 	idleInTxn         time.Duration
+	idleSleep         time.Duration
 	workerConns       int
 	leaseTTL          time.Duration
 }
@@ -159,6 +160,9 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 			"that runs whole over them: window functions, count(DISTINCT), UNION, subqueries); past it the query fails with 54000")
 	fs.DurationVar(&f.idleInTxn, "idle-in-transaction-timeout", envDuration("PGFLEET_IDLE_IN_TRANSACTION_TIMEOUT", 0),
 		"end a session idle in a transaction block for longer, rolling it back (FATAL 25P03; 0: off; a session's own idle_in_transaction_session_timeout applies too)")
+	fs.DurationVar(&f.idleSleep, "idle-sleep", envDuration("PGFLEET_IDLE_SLEEP", time.Second),
+		"a session idle outside a transaction for one to two times this long gives up its goroutine until its client sends again\n"+
+			"(Linux; it then holds no stack; negative: never)")
 }
 
 // sizeFlag is a byte count given as 1048576, 64KiB, 256MiB or 1GiB (kB, MB
@@ -226,7 +230,7 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 		WorkerPassword: f.workerPassword, PoolSize: f.poolSize, PoolTimeout: f.poolTimeout,
 		StartupTimeout: f.startupTimeout, Logger: log, TLSRequired: f.tlsRequired,
 		WorkerTLS:            pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert},
-		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn,
+		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn, IdleSleep: f.idleSleep,
 		MessageMemory: int64(f.messageMemory), MaxGather: int64(f.maxGather),
 		WorkerConnections: f.workerConns, LeaseTTL: f.leaseTTL}
 	if f.workerConns < 0 {

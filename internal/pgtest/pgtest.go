@@ -87,6 +87,12 @@ func Coordinator(t testing.TB, c *pgcluster.Cluster, mod func(*coordinator.Confi
 	// metadata database of its own): coordinators of one test binary
 	// would divide the shared cluster's workers between them.
 	cfg := coordinator.Config{Listen: "127.0.0.1:0", PoolSize: 4, PoolTimeout: 2 * time.Second, LeaseTTL: -1}
+	// PGFLEET_TEST_IDLE_SLEEP (a duration) has sessions sleep sooner than
+	// the default: the suite run so exercises sleeping and waking between
+	// most statements.
+	if d, err := time.ParseDuration(os.Getenv("PGFLEET_TEST_IDLE_SLEEP")); err == nil {
+		cfg.IdleSleep = d
+	}
 	for _, s := range c.Servers {
 		cfg.Workers = append(cfg.Workers, s.Addr())
 	}

@@ -6,8 +6,10 @@ package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 )
 
@@ -202,6 +204,18 @@ func (r *Reader) Wait() {
 	if r.r == r.w && r.pool != nil && r.drained && r.err == nil {
 		r.waitIdle()
 	}
+}
+
+// TakeTimeout reports whether Wait ended at a passed read deadline with
+// nothing read, and if so forgets that error: the caller may wait again
+// (or let another goroutine do so) once it has moved the deadline.
+func (r *Reader) TakeTimeout() bool {
+	if r.r != r.w || !errors.Is(r.err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	r.err = nil
+	r.drained = true
+	return true
 }
 
 // waitIdle waits for input without the full buffer (given back first), and
