@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -30,6 +31,9 @@ type IdleOptions struct {
 	Clients  int   // idle client connections at the end of the ramp
 	Points   []int // client counts at which memory is measured (Clients is always one)
 	PoolSize int   // coordinator --pool-size
+	// IdleSleep is the coordinator's --idle-sleep (0: its default; negative:
+	// sessions never sleep).
+	IdleSleep time.Duration
 	// Query runs one SELECT 1 on every client after its startup, so that
 	// every session has been used once before it goes idle.
 	Query    bool
@@ -54,7 +58,7 @@ type IdleOptions struct {
 // DefaultIdleOptions are the defaults of pgfleet bench idle.
 func DefaultIdleOptions() IdleOptions {
 	return IdleOptions{Clients: 10000, Points: []int{1000, 5000}, PoolSize: 8, Query: true,
-		Settle: 5 * time.Second, Parallel: 16, TargetBytes: 16 << 10, Timeout: 20 * time.Minute,
+		Settle: 5 * time.Second, Parallel: 16, TargetBytes: 8 << 10, Timeout: 20 * time.Minute,
 		OutDir: filepath.Join("bench", "results")}
 }
 
@@ -500,6 +504,7 @@ type idleRepOpts struct {
 	Clients     int     `json:"clients"`
 	Points      []int   `json:"points"`
 	PoolSize    int     `json:"pool_size"`
+	IdleSleep   string  `json:"idle_sleep,omitempty"`
 	Query       bool    `json:"select_1_each"`
 	Settle      float64 `json:"settle_seconds"`
 	Parallel    int     `json:"parallel"`
@@ -566,7 +571,7 @@ func RunIdle(ctx context.Context, o IdleOptions) error {
 	ib := &idleBench{base: b, o: o}
 	describe, build := pgfleetVersion()
 	ib.rep = &idleReport{Tool: "pgfleet bench idle", StartedAt: time.Now(),
-		Options: idleRepOpts{Clients: o.Clients, Points: o.Points, PoolSize: o.PoolSize, Query: o.Query,
+		Options: idleRepOpts{Clients: o.Clients, Points: o.Points, PoolSize: o.PoolSize, IdleSleep: idleSleepText(o.IdleSleep), Query: o.Query,
 			Settle: o.Settle.Seconds(), Parallel: o.Parallel, WaitGC: o.WaitGC, TargetBytes: o.TargetBytes, Executable: b.exe},
 		Versions: versions{Pgfleet: describe, PgfleetBuildVCS: build, Go: runtimeVersion(),
 			Postgres: commandOutput(nil, filepath.Join(b.bin, "postgres"), "--version")},
@@ -715,8 +720,12 @@ func (b *idleBench) startCoordinator(ctx context.Context) (*child, *relayRun, er
 			return nil, err
 		}
 		maddr = fmt.Sprintf("127.0.0.1:%d", mport)
-		return []string{"--metrics-listen", maddr,
-			"--max-client-connections", fmt.Sprint(b.o.Clients + 100)}, nil
+		args := []string{"--metrics-listen", maddr,
+			"--max-client-connections", fmt.Sprint(b.o.Clients + 100)}
+		if b.o.IdleSleep != 0 {
+			args = append(args, "--idle-sleep", b.o.IdleSleep.String())
+		}
+		return args, nil
 	}
 	ch, rr, err := startCoordinatorWith(ctx, b.exe, b.dir, []string{b.worker.Addr()}, b.o.PoolSize, metrics,
 		[]string{"GODEBUG=gctrace=1"})
@@ -1051,7 +1060,7 @@ func (rep *idleReport) markdown(jsonName string) string {
 		query = "startup, then one `SELECT 1`"
 	}
 	fmt.Fprintf(&sb, "Coordinator memory per idle client connection: %d clients (%s each, then idle), "+
-		"one PostgreSQL worker, `--pool-size %d`; measured %.0f s after each step.\n\n", o.Clients, query, o.PoolSize, o.Settle)
+		"one PostgreSQL worker, `--pool-size %d`, `--idle-sleep %s`; measured %.0f s after each step.\n\n", o.Clients, query, o.PoolSize, cmp.Or(o.IdleSleep, "default"), o.Settle)
 	if rep.PerClient != nil {
 		verdict := "**missed**"
 		if rep.TargetMet != nil && *rep.TargetMet {
@@ -1143,4 +1152,15 @@ func idleSignedMiB(b int64) string {
 		s = "+" + s
 	}
 	return s
+}
+
+// idleSleepText is --idle-sleep as the report gives it.
+func idleSleepText(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "default"
+	case d < 0:
+		return "off"
+	}
+	return d.String()
 }

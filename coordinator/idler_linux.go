@@ -21,8 +21,7 @@ type idler struct {
 	log    *slog.Logger
 
 	mu     sync.Mutex
-	asleep map[uint32]*session // by process ID, the epoll events' key
-	fds    map[uint32]int      // their sockets
+	asleep map[uint32]sleeper // by process ID, the epoll events' key
 	closed bool
 	done   chan struct{}
 }
@@ -32,7 +31,7 @@ func newIdler(wake func(*session), log *slog.Logger) (*idler, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &idler{epfd: epfd, wake: wake, log: log, asleep: map[uint32]*session{}, fds: map[uint32]int{}, done: make(chan struct{})}
+	d := &idler{epfd: epfd, wake: wake, log: log, asleep: map[uint32]sleeper{}, done: make(chan struct{})}
 	if err := syscall.Pipe2(d.stopFD[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		syscall.Close(epfd)
 		return nil, err
@@ -71,8 +70,7 @@ func (d *idler) sleep(ss *session) error {
 	err = raw.Control(func(fd uintptr) {
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(fd), Pad: int32(ss.pid)}
 		if ctlErr = syscall.EpollCtl(d.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev); ctlErr == nil {
-			d.asleep[ss.pid] = ss
-			d.fds[ss.pid] = int(fd)
+			d.asleep[ss.pid] = sleeper{ss, int(fd)}
 		}
 	})
 	return errors.Join(err, ctlErr)
@@ -87,16 +85,21 @@ func (d *idler) take(ss *session) bool {
 }
 
 func (d *idler) takeLocked(pid uint32) *session {
-	ss := d.asleep[pid]
-	if ss == nil {
+	sl, ok := d.asleep[pid]
+	if !ok {
 		return nil
 	}
 	// The socket may be closed (Close closes every client connection
 	// first); no other session's can have its number then.
-	_ = syscall.EpollCtl(d.epfd, syscall.EPOLL_CTL_DEL, d.fds[pid], nil)
+	_ = syscall.EpollCtl(d.epfd, syscall.EPOLL_CTL_DEL, sl.fd, nil)
 	delete(d.asleep, pid)
-	delete(d.fds, pid)
-	return ss
+	return sl.ss
+}
+
+// sleeper is a session asleep and its socket.
+type sleeper struct {
+	ss *session
+	fd int
 }
 
 // count is the number of sessions asleep.

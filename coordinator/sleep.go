@@ -96,6 +96,7 @@ func (ss *session) awake(waited int32) int32 {
 			st := int32(waitBusy)
 			if ss.r.TakeTimeout() {
 				st = waitAsleep // the deadline stays passed until resume
+				ss.r.Drop()
 			}
 			// Under sleepMu nobody else leaves waitSleep.
 			ss.wait.Store(st)

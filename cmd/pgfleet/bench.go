@@ -115,6 +115,7 @@ func benchIdle(args []string) error {
 	fs.IntVar(&o.Clients, "clients", o.Clients, "idle client connections at the end")
 	fs.StringVar(&points, "points", points, "client counts to measure at on the way, comma-separated (--clients is always one)")
 	fs.IntVar(&o.PoolSize, "pool-size", o.PoolSize, "coordinator --pool-size")
+	fs.DurationVar(&o.IdleSleep, "idle-sleep", o.IdleSleep, "coordinator --idle-sleep (0: its default; negative: sessions keep their goroutines)")
 	fs.BoolVar(&o.Query, "query", o.Query, "run one SELECT 1 on every client before it goes idle")
 	fs.DurationVar(&o.Settle, "settle", o.Settle, "wait after each step before measuring")
 	fs.IntVar(&o.Parallel, "parallel", o.Parallel, "clients connecting at once")

@@ -218,10 +218,26 @@ func (r *Reader) TakeTimeout() bool {
 	return true
 }
 
+// Drop gives back the small buffer a pooled Reader waits with, for a
+// caller that will not read for a while (a sleeping session); the next
+// wait takes one from a shared pool.
+func (r *Reader) Drop() {
+	if r.pool != nil && r.idle != nil && r.r == r.w {
+		r.giveBack()
+		idlePool.Put(r.idle)
+		r.idle = nil
+	}
+}
+
+var idlePool = sync.Pool{New: func() any { return new([idleBufSize]byte) }}
+
 // waitIdle waits for input without the full buffer (given back first), and
 // takes the buffer again for what arrives.
 func (r *Reader) waitIdle() {
 	r.giveBack()
+	if r.idle == nil {
+		r.idle = idlePool.Get().(*[idleBufSize]byte)
+	}
 	// At most what the full buffer holds: a reader smaller than the idle
 	// buffer would otherwise drop the rest.
 	idle := r.idle[:min(idleBufSize, r.size)]

@@ -277,3 +277,42 @@ func TestReaderWholeStoppedByDeadline(t *testing.T) {
 		t.Fatalf("Next of the long message = %d bytes, %v", len(f.Body), err)
 	}
 }
+
+// TestWaitTimeoutDrop: a wait ended by a passed deadline with nothing read
+// is taken back (TakeTimeout), the small buffer dropped, and the next wait
+// reads the next message whole; a timeout with bytes read is not taken.
+func TestWaitTimeoutDrop(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	r := NewPooledReader(a, 8192)
+	_ = a.SetReadDeadline(time.Now().Add(-time.Second))
+	r.Wait()
+	if !r.TakeTimeout() {
+		t.Fatal("TakeTimeout after a passed deadline with nothing read = false")
+	}
+	if r.TakeTimeout() {
+		t.Fatal("TakeTimeout twice = true")
+	}
+	r.Drop()
+	_ = a.SetReadDeadline(time.Time{})
+	go func() { _, _ = b.Write(AppendFrame(nil, 'Q', []byte("SELECT 1\x00"))) }()
+	r.Wait()
+	if r.TakeTimeout() {
+		t.Fatal("TakeTimeout after bytes arrived = true")
+	}
+	f, err := r.Next()
+	if err != nil || f.Type != 'Q' || string(f.Body) != "SELECT 1\x00" {
+		t.Fatalf("Next after Drop = %q %q, %v", f.Type, f.Body, err)
+	}
+	// Half a message, then the deadline: the error is Next's to report.
+	go func() { _, _ = b.Write([]byte{'Q', 0, 0}) }()
+	r.Wait()
+	_ = a.SetReadDeadline(time.Now().Add(-time.Second))
+	if r.TakeTimeout() {
+		t.Fatal("TakeTimeout with part of a message buffered = true")
+	}
+	if _, err := r.Next(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Next after a deadline mid-message = %v", err)
+	}
+}
