@@ -87,8 +87,9 @@ type RouterOptions struct {
 	// point-select in the first mode.
 	Workers      []int
 	Coordinators []int
-	// CoordinatorProcs is GOMAXPROCS of each coordinator; 0 leaves Go's
-	// default (every CPU).
+	// CoordinatorProcs is GOMAXPROCS of each coordinator; 0 leaves the
+	// coordinator's default (--procs 0: from 1 up to every CPU, as the load
+	// needs).
 	CoordinatorProcs int
 	Modes            []string // pgbench -M modes to run
 	Workloads        []string // from allWorkloads

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -471,6 +472,8 @@ func New(cfg Config) (*Server, error) {
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.BytesSent()) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pgfleet_gossip_dropped_total", Help: "Undecodable messages and member metadata from other coordinators, dropped."},
 			fleetValue(func(f *fleet.Fleet) float64 { return float64(f.Dropped()) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_procs", Help: "Processors the process runs Go code on (GOMAXPROCS; --procs 0 adapts it to the load)."},
+			func() float64 { return float64(runtime.GOMAXPROCS(0)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgfleet_client_sessions_asleep", Help: "Client sessions idle long enough to have given up their goroutines (IdleSleep)."},
 			func() float64 {
 				if s.idler != nil {

@@ -67,7 +67,7 @@ func benchRouter(args []string) error {
 	fs.IntVar(&o.Shards, "shards", o.Shards, "shard_count of pgbench_accounts")
 	fs.StringVar(&workers, "workers", workers, "PostgreSQL workers the shards are spread over (1 to 8); a list such as 1,2,4 adds the scaling ladder")
 	fs.StringVar(&coords, "coordinators", coords, "coordinators pgbench's clients are split over; a list such as 1,2,3 adds the scaling ladder")
-	fs.IntVar(&o.CoordinatorProcs, "coordinator-procs", o.CoordinatorProcs, "GOMAXPROCS of each coordinator (0: every CPU)")
+	fs.IntVar(&o.CoordinatorProcs, "coordinator-procs", o.CoordinatorProcs, "GOMAXPROCS of each coordinator (0: the coordinator's default, which adapts from 1 up to every CPU)")
 	fs.StringVar(&modes, "modes", modes, "pgbench query modes to run, comma-separated")
 	fs.StringVar(&workloads, "workloads", workloads, "workloads to run, comma-separated: point-select, citus-mix, write, scatter, tpcb-like")
 	fs.Float64Var(&o.Rate, "rate", o.Rate, "run every configuration open-loop at this many transactions per second (pgbench -R); 0: closed loop")

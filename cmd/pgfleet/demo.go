@@ -90,6 +90,9 @@ func demo(args []string) error {
 		if err != nil {
 			return err
 		}
+		if len(coords) == 0 {
+			defer cf.startProcs(cfg.Logger)() // for the process: every coordinator
+		}
 		if *nCoords > 1 {
 			// The coordinators are a fleet: they gossip on loopback, the
 			// later ones joining the first.

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -120,6 +121,7 @@ type coordinatorFlags struct {
 	maxGather         sizeFlag
 	idleInTxn         time.Duration
 	idleSleep         time.Duration
+	procs             int
 	workerConns       int
 	leaseTTL          time.Duration
 }
@@ -160,6 +162,8 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 			"that runs whole over them: window functions, count(DISTINCT), UNION, subqueries); past it the query fails with 54000")
 	fs.DurationVar(&f.idleInTxn, "idle-in-transaction-timeout", envDuration("PGFLEET_IDLE_IN_TRANSACTION_TIMEOUT", 0),
 		"end a session idle in a transaction block for longer, rolling it back (FATAL 25P03; 0: off; a session's own idle_in_transaction_session_timeout applies too)")
+	fs.IntVar(&f.procs, "procs", envInt("PGFLEET_PROCS", 0),
+		"processors (GOMAXPROCS) the process runs Go code on; 0: from 1 up to every CPU, as the load needs (a GOMAXPROCS variable fixes it too)")
 	fs.DurationVar(&f.idleSleep, "idle-sleep", envDuration("PGFLEET_IDLE_SLEEP", time.Second),
 		"a session idle outside a transaction for one to two times this long gives up its goroutine until its client sends again\n"+
 			"(Linux; it then holds no stack; negative: never)")
@@ -202,6 +206,18 @@ func (f *sizeFlag) Set(v string) error {
 	}
 	*f = sizeFlag(n * mult)
 	return nil
+}
+
+// startProcs fixes GOMAXPROCS at --procs, or leaves it to the GOMAXPROCS
+// variable, or has coordinator.AdaptProcs size it (stop ends that).
+func (f *coordinatorFlags) startProcs(log *slog.Logger) (stop func()) {
+	switch {
+	case f.procs > 0:
+		runtime.GOMAXPROCS(f.procs)
+	case os.Getenv("GOMAXPROCS") == "":
+		return coordinator.AdaptProcs(log)
+	}
+	return func() {}
 }
 
 func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.Config, error) {
@@ -304,6 +320,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	defer cf.startProcs(cfg.Logger)()
 	if err := srv.Start(); err != nil {
 		return err
 	}
