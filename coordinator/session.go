@@ -115,6 +115,7 @@ type session struct {
 	// statement (as libpq's PQexecParams does) skips the registry.
 	lastParse   []byte
 	lastParseSt *Statement
+	bindName    string // the statement name of the last Bind
 	queue       []expect
 	qhead       int
 	skipping    bool // after an error in an extended batch: ignore until Sync
@@ -2306,7 +2307,10 @@ func (ss *session) bind(body []byte) error {
 	b = append(append(b, st.Name...), 0)
 	b = append(b, params...)
 	ss.sc.SetBuf(b)
-	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: string(name), cst: clientSt})
+	if string(name) != ss.bindName {
+		ss.bindName = string(name) // kept: a client binds the same statement again and again
+	}
+	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: ss.bindName, cst: clientSt})
 	if len(portal) == 0 {
 		ss.portals[""] = st
 	} else {

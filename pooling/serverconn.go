@@ -8,6 +8,7 @@ import (
 	"net"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -40,6 +41,7 @@ type ServerConn struct {
 	pool     *Pool
 	lastUsed time.Time
 	broken   bool
+	peekr    *peeker // made at the first peek
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
@@ -198,28 +200,54 @@ func (c *ServerConn) Readable() bool {
 	if _, isTLS := c.conn.(*tls.Conn); isTLS {
 		return false
 	}
-	n, _, ok := peekSocket(c.conn)
+	n, _, _, ok := c.peek()
 	return ok && n > 0
 }
 
-// peekSocket looks at nc's socket without waiting or consuming: n bytes
-// waiting (0 at EOF), or errno (EAGAIN: none); ok false when it cannot
-// look.
-func peekSocket(nc net.Conn) (n int, errno error, ok bool) {
-	sc, isSys := nc.(syscall.Conn)
-	if !isSys {
-		return 0, nil, false
+// peeker looks at a connection's socket without waiting or consuming,
+// with nothing allocated per look: the raw connection and the function it
+// runs are made at the first look (a pooled connection is looked at on
+// every checkout).
+type peeker struct {
+	rc    syscall.RawConn // nil: the connection has no socket to look at
+	fn    func(fd uintptr) bool
+	n     int
+	errno syscall.Errno
+	buf   [1]byte
+}
+
+// peek looks at the socket under c (under TLS too): n bytes waiting (0 at
+// EOF), or n < 0 and errno (EAGAIN: none). socket is false when c has no
+// socket to look at; ok false when the look failed (the socket is closed).
+func (c *ServerConn) peek() (n int, errno syscall.Errno, socket, ok bool) {
+	p := c.peekr
+	if p == nil {
+		p = &peeker{}
+		if sc, isSys := rawConn(c.conn).(syscall.Conn); isSys {
+			rc, err := sc.SyscallConn()
+			if err != nil {
+				return 0, 0, true, false
+			}
+			p.rc = rc
+			p.fn = func(fd uintptr) bool {
+				// recvfrom without an address: syscall.Recvfrom's would
+				// be allocated at every call.
+				r, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.buf[0])), 1,
+					syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+				p.n, p.errno = int(r), e
+				if e != 0 {
+					p.n = -1
+				}
+				return true // never wait for readiness
+			}
+		}
+		c.peekr = p
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return 0, nil, false
+	if p.rc == nil {
+		return 0, 0, false, false
 	}
-	var buf [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, errno = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true // never wait for readiness
-	})
-	return n, errno, err == nil
+	err := p.rc.Read(p.fn)
+	return p.n, p.errno, true, err == nil
 }
 
 // alive reports whether an idle connection still looks usable: nothing is
@@ -229,10 +257,10 @@ func (c *ServerConn) alive() bool {
 	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 {
 		return false
 	}
-	if _, isSys := rawConn(c.conn).(syscall.Conn); !isSys {
+	n, errno, socket, ok := c.peek()
+	if !socket {
 		return true
 	}
-	n, errno, ok := peekSocket(rawConn(c.conn))
 	return ok && n < 0 && (errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK)
 }
 
