@@ -195,14 +195,22 @@ func (r *Reader) readErr() error {
 }
 
 // fill reads until at least n (at most r.size) bytes are buffered, or fails.
-// Wait waits for input when nothing is buffered and the socket was empty
-// at the last read (Next would wait), with the small idle buffer and
-// little on the caller's stack: a session waiting for its client here
-// keeps a goroutine stack the runtime shrinks to 4 KiB, where waiting in
-// Next kept it at 8 KiB. A read error is Next's to report.
+// Wait waits until input is buffered or a read has failed (the error is
+// Next's to report). When the socket was empty at the last read it waits
+// with the small idle buffer and little on the caller's stack: a session
+// waiting for its client here keeps a goroutine stack the runtime shrinks
+// to 4 KiB, where waiting in Next kept it at 8 KiB. When the last read
+// filled the buffer it reads into the buffer.
 func (r *Reader) Wait() {
-	if r.r == r.w && r.pool != nil && r.drained && r.err == nil {
+	if r.r != r.w || r.err != nil {
+		return
+	}
+	if r.pool != nil && r.drained {
 		r.waitIdle()
+		return
+	}
+	if err := r.fill(1); err != nil {
+		r.err = err
 	}
 }
 

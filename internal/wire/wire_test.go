@@ -316,3 +316,30 @@ func TestWaitTimeoutDrop(t *testing.T) {
 		t.Fatalf("Next after a deadline mid-message = %v", err)
 	}
 }
+
+// TestWaitAfterFullRead: after a read that filled the buffer (the socket
+// may hold more), Wait still waits for input itself, so a deadline that
+// passes meanwhile ends the wait with nothing read rather than a later
+// Next.
+func TestWaitAfterFullRead(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	r := NewPooledReader(a, 16)
+	msg := AppendFrame(nil, 'Q', []byte("SELECT 12;\x00")) // 16 bytes: the whole buffer
+	go func() { _, _ = b.Write(msg) }()
+	if f, err := r.Next(); err != nil || string(f.Body) != "SELECT 12;\x00" {
+		t.Fatalf("Next = %q, %v", f.Body, err)
+	}
+	_ = a.SetReadDeadline(time.Now().Add(-time.Second))
+	r.Wait()
+	if !r.TakeTimeout() {
+		t.Fatal("Wait after a full read did not end at the deadline with nothing read")
+	}
+	_ = a.SetReadDeadline(time.Time{})
+	go func() { _, _ = b.Write(msg) }()
+	r.Wait()
+	if f, err := r.Next(); err != nil || string(f.Body) != "SELECT 12;\x00" {
+		t.Fatalf("Next after the timeout = %q, %v", f.Body, err)
+	}
+}
