@@ -375,7 +375,9 @@ func TestMessageMemory(t *testing.T) {
 	if v, e := receiveRow(t, a, afe); e != nil || v != fmt.Sprint(n) {
 		t.Fatalf("first query: %q %+v", v, e)
 	}
-	// a's body is given back when it reads its next message.
+	// a's body was given back once its answer was sent (the session
+	// waits for its client holding no share: c's query below, and d's
+	// and e's after it, each need the 4 MiB that c's answered query held).
 	if _, err := a.Write(append(header('Q', len("SELECT 'small'\x00")), "SELECT 'small'\x00"...)); err != nil {
 		t.Fatal(err)
 	}

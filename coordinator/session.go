@@ -576,6 +576,10 @@ func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	if cap(ss.qbuf)|cap(ss.lastParse) > maxKeptBuf {
 		ss.shrink()
 	}
+	// The last large message is answered: its share of --message-memory
+	// goes back now, not at the client's next message (which may not come
+	// for a long time).
+	ss.r.Release()
 	waited = waitTxn
 	if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
 		waited = waitRest
