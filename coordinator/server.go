@@ -747,19 +747,8 @@ func (s *Server) endWaiting(all bool) {
 		}
 	}
 	s.mu.Unlock()
-	msg, _ := pgerr.Flatten(adminShutdown()).Encode(nil)
 	for i, ss := range ended {
-		// The session is blocked reading, or asleep, and has written
-		// everything it had: the connection is ours to write. Then wake
-		// its read, or it.
-		ss.clientMu.Lock()
-		_ = ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = ss.conn.Write(msg)
-		ss.clientMu.Unlock()
-		_ = ss.conn.SetReadDeadline(time.Now())
-		if asleep[i] {
-			s.wakeKilled(ss)
-		}
+		s.wakeWaiting(ss, asleep[i]) // each tells its client
 	}
 }
 

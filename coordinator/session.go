@@ -470,10 +470,13 @@ func (ss *session) run() (asleep bool) {
 		if waited != waitBusy {
 			switch ss.awake(waited) {
 			case waitKilled:
+				// Shutdown or pg_terminate_backend ended the session
+				// (killWaiting): it tells its client.
 				if stopWatch != nil {
 					stopWatch()
 				}
-				return // Shutdown or pg_terminate_backend ended the session
+				ss.fatal(adminShutdown())
+				return
 			case waitAsleep:
 				return true
 			}
@@ -587,20 +590,11 @@ func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	ss.napOK.Store(waited == waitRest && ss.canSleep())
 	ss.wait.Store(waited)
 	// terminateSession stores terminated before it looks at wait, as
-	// Shutdown with draining below.
-	if ss.terminated.Load() {
-		if ss.wait.CompareAndSwap(waited, waitBusy) {
-			ss.fatal(adminShutdown())
-		}
-		return 0, false
-	}
-	// Shutdown stores draining before it looks at wait, and the session
-	// stores wait before it looks at draining: one of the two sees the
-	// other, and the swap decides who tells the client.
-	if s.draining.Load() && (waited == waitRest || s.stopping.Load()) {
-		if ss.wait.CompareAndSwap(waited, waitBusy) {
-			ss.fatal(adminShutdown())
-		}
+	// Shutdown stores draining: one of the two sees the other. Either way
+	// the session tells its client (killers only wake it).
+	if ss.terminated.Load() || s.draining.Load() && (waited == waitRest || s.stopping.Load()) {
+		ss.wait.Store(waitBusy)
+		ss.fatal(adminShutdown())
 		return 0, false
 	}
 	return waited, true

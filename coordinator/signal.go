@@ -335,15 +335,7 @@ func (ss *session) maySignal(target *session, terminate bool) error {
 func (s *Server) terminateSession(target *session) {
 	target.terminated.Store(true)
 	if ok, asleep := target.killWaiting(true); ok {
-		msg, _ := pgerr.Flatten(adminShutdown()).Encode(nil)
-		target.clientMu.Lock()
-		_ = target.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = target.conn.Write(msg)
-		target.clientMu.Unlock()
-		_ = target.conn.SetReadDeadline(time.Now())
-		if asleep {
-			s.wakeKilled(target)
-		}
+		s.wakeWaiting(target, asleep) // it tells its client
 		return
 	}
 	s.cancelHere(target.pid, target.secret)

@@ -134,7 +134,8 @@ func (s *Server) resume(ss *session) {
 	}
 	ss.sleepMu.Unlock()
 	if !ok {
-		// Ended while asleep; the killer told the client.
+		// Ended while asleep (killWaiting).
+		ss.fatal(adminShutdown())
 		asleep := false
 		s.endSession(ss, &asleep)
 		return
@@ -144,8 +145,11 @@ func (s *Server) resume(ss *session) {
 
 // killWaiting swaps waitKilled in for a session waiting for its client (at
 // rest, or, with all, in a transaction too): ok when it was waiting. The
-// caller then tells the client, passes the session's read deadline and,
-// if it was asleep, wakes it (wakeKilled).
+// caller then wakes it (wakeWaiting), and the session tells its client
+// FATAL 57P01 itself and ends. (A killer that wrote the FATAL itself
+// raced the session: a session woken by its client's next message could
+// close the connection before the FATAL was written, unread input and
+// all, and the client saw a reset.)
 func (ss *session) killWaiting(all bool) (ok, asleep bool) {
 	ss.sleepMu.Lock()
 	defer ss.sleepMu.Unlock()
@@ -157,9 +161,14 @@ func (ss *session) killWaiting(all bool) (ok, asleep bool) {
 	return false, false
 }
 
-// wakeKilled gives a session that killWaiting ended asleep a goroutine to
-// end in.
-func (s *Server) wakeKilled(ss *session) {
+// wakeWaiting wakes a session that killWaiting ended: its read, or, if it
+// was asleep, the session itself in a goroutine of its own (unless the
+// idler woke it already).
+func (s *Server) wakeWaiting(ss *session, asleep bool) {
+	if !asleep {
+		_ = ss.conn.SetReadDeadline(time.Now())
+		return
+	}
 	if s.idler.take(ss) {
 		go s.resume(ss)
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgfleet/pgfleet/coordinator"
@@ -204,5 +207,88 @@ func TestSleepingSessionsClose(t *testing.T) {
 	}
 	if got := gauge("pgfleet_client_connections"); got != 0 {
 		t.Errorf("%v client connections after Close", got)
+	}
+}
+
+// TestShutdownWakesSleepers: clients whose sessions sleep send a query
+// just as Shutdown begins; every one gets FATAL 57P01 (after its answer,
+// or instead of it) and then the end of the connection, never a reset.
+// (A killer that wrote the FATAL raced the session the client's query
+// woke: it closed the connection with the query unread, first.)
+func TestShutdownWakesSleepers(t *testing.T) {
+	srv, gauge := sleepyCoordinator(t)
+	const n = 300
+	type client struct {
+		c  net.Conn
+		fe *pgproto3.Frontend
+	}
+	clients := make([]client, n)
+	for i := range clients {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fe := pgproto3.NewFrontend(c, c)
+		fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
+			Parameters: map[string]string{"user": "postgres", "database": "postgres"}})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+		clients[i] = client{c, fe}
+	}
+	awaitGauge(t, gauge, "pgfleet_client_sessions_asleep", n)
+	q := (&pgproto3.Query{String: "SELECT 1"})
+	msg, err := q.Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	for i, cl := range clients {
+		if _, err := cl.c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if i == n/2 {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				done <- srv.Shutdown(ctx)
+			}()
+		}
+	}
+	var reset, noFatal int
+	for _, cl := range clients {
+		_ = cl.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		fatal := false
+		for {
+			m, err := cl.fe.Receive()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+					reset++
+				}
+				break
+			}
+			if e, ok := m.(*pgproto3.ErrorResponse); ok && e.Code == "57P01" {
+				fatal = true
+			}
+		}
+		if !fatal {
+			noFatal++
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if reset > 0 || noFatal > 0 {
+		t.Errorf("of %d clients that sent a query as Shutdown began: %d saw no 57P01, %d a read error other than the end of the connection", n, noFatal, reset)
 	}
 }
