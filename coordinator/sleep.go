@@ -76,7 +76,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 // awake ends the session's wait for its client once Reader.Wait has
 // returned (waited: the state goIdle stored). It returns waitBusy when the
 // session goes on to read the client's message, waitKilled when Shutdown
-// or pg_terminate_backend ended it (and told the client), and waitAsleep
+// or pg_terminate_backend ended it (the caller tells the client), and waitAsleep
 // when the sweep asked it to sleep and nothing came: the caller lets its
 // goroutine go and registers it with the idler.
 func (ss *session) awake(waited int32) int32 {
@@ -93,6 +93,10 @@ func (ss *session) awake(waited int32) int32 {
 			}
 		case waitSleep:
 			ss.sleepMu.Lock()
+			if ss.wait.Load() != waitSleep {
+				ss.sleepMu.Unlock() // a killer came first
+				continue
+			}
 			st := int32(waitBusy)
 			if ss.r.TakeTimeout() {
 				st = waitAsleep // the deadline stays passed until resume
