@@ -224,26 +224,7 @@ func TestShutdownWakesSleepers(t *testing.T) {
 	}
 	clients := make([]client, n)
 	for i := range clients {
-		c, err := net.Dial("tcp", srv.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		fe := pgproto3.NewFrontend(c, c)
-		fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
-			Parameters: map[string]string{"user": "postgres", "database": "postgres"}})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-				break
-			}
-		}
+		c, fe := hijacked(t, srv.Addr())
 		clients[i] = client{c, fe}
 	}
 	awaitGauge(t, gauge, "pgfleet_client_sessions_asleep", n)
