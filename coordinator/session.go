@@ -440,7 +440,10 @@ func (ss *session) run() (asleep bool) {
 		}
 		var waited int32
 		replaying := len(ss.replay.queue) > 0
-		idle := !replaying && ss.r.Buffered() == 0
+		// Idle unless the client's next message is here whole: what is
+		// answered goes out before the session waits for the rest of a
+		// message begun, as PostgreSQL's would.
+		idle := !replaying && !ss.r.Ready()
 		if idle && ss.needSync && ss.sc != nil && len(ss.sc.Buf()) > 0 {
 			// The client paused in the middle of a batch: what it sent
 			// goes to the worker now, which then sees the pause as
@@ -587,7 +590,9 @@ func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
 		waited = waitRest
 	}
-	ss.napOK.Store(waited == waitRest && ss.canSleep())
+	// A session holding part of a message reads the rest in Next, where a
+	// passed deadline is the client's error: it does not sleep.
+	ss.napOK.Store(waited == waitRest && ss.r.Buffered() == 0 && ss.canSleep())
 	ss.wait.Store(waited)
 	// terminateSession stores terminated before it looks at wait, as
 	// Shutdown stores draining: one of the two sees the other. Either way

@@ -34,6 +34,12 @@ func (r *rawConn) round(msgs ...pgproto3.FrontendMessage) []string {
 		msgs = append(msgs, &pgproto3.Sync{})
 	}
 	r.send(20*time.Second, msgs...)
+	return r.answers()
+}
+
+// answers reads up to ReadyForQuery, in round's form.
+func (r *rawConn) answers() []string {
+	r.t.Helper()
 	var out []string
 	for {
 		m, err := r.fe.Receive()

@@ -136,6 +136,17 @@ func bufPool(size int) *sync.Pool {
 // blocking.
 func (r *Reader) Buffered() int { return r.w - r.r }
 
+// Ready reports whether Next can return the next message without reading
+// from the socket: it is buffered whole (or its length is invalid). A
+// message begun but not whole is not ready: the rest is still to come.
+func (r *Reader) Ready() bool {
+	if r.w-r.r < 5 {
+		return false
+	}
+	n := int(binary.BigEndian.Uint32(r.buf[r.r+1:]))
+	return n < 4 || r.w-r.r >= 1+n
+}
+
 // BufferedTypes returns the message types of the whole messages already
 // buffered, in order, up to max of them (without reading or consuming
 // anything): what a client sent along with the message being handled.

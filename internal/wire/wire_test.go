@@ -343,3 +343,34 @@ func TestWaitAfterFullRead(t *testing.T) {
 		t.Fatalf("Next after the timeout = %q, %v", f.Body, err)
 	}
 }
+
+// TestReady: Ready is true exactly when Next can answer without reading:
+// the next message buffered whole, or its length invalid.
+func TestReady(t *testing.T) {
+	q := AppendFrame(nil, 'Q', []byte("SELECT 1\x00"))
+	for _, tc := range []struct {
+		in   []byte
+		want bool
+	}{
+		{nil, false},
+		{q[:4], false},
+		{q[:5], false},
+		{q[:len(q)-1], false},
+		{q, true},
+		{append(q[:len(q):len(q)], 'S'), true},
+		{[]byte{'Q', 0, 0, 0, 3}, true},
+	} {
+		c, s := net.Pipe()
+		r := NewReader(s, 64)
+		go func() { _, _ = c.Write(tc.in); c.Close() }()
+		if len(tc.in) > 0 {
+			if err := r.fill(len(tc.in)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := r.Ready(); got != tc.want {
+			t.Errorf("Ready with %q buffered = %v, want %v", tc.in, got, tc.want)
+		}
+		s.Close()
+	}
+}
