@@ -1235,10 +1235,13 @@ func (ss *session) simpleQuery(body []byte) error {
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
 	}
-	if cls.count > 1 && ss.routes {
+	if cls.count > 1 && (ss.routes || cls.signal) {
 		if snap := ss.srv.catalog.Load(); snap != nil {
 			failed := ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E'
-			if parts := planner.Split(ctext, snap, failed); parts != nil {
+			// A signal call may name a session, which only the coordinator
+			// can signal (signal.go): its string runs statement by
+			// statement too.
+			if parts := planner.Split(ctext, snap, failed || cls.signal); parts != nil {
 				return ss.multiStatement(parts)
 			}
 		}

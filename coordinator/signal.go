@@ -27,7 +27,9 @@ import (
 // superuser's), cancel cancels the session's statement, terminate ends the
 // session with FATAL 57P01 (its transaction rolled back) and, with a
 // timeout, waits for it to end. An ID of no session gets PostgreSQL's
-// WARNING and false. Another form (an ID computed in the query, read
+// WARNING and false. A query string of several statements with such a
+// call runs statement by statement (multistmt.go), each call answered as
+// if sent alone. Another form (an ID computed in the query, read
 // from a table) runs on a worker, where such an ID names no process.
 
 // minSessionPID is the lowest process ID a session is given.

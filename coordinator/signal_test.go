@@ -131,6 +131,28 @@ func TestSignalSessionByPID(t *testing.T) {
 			}
 		}
 	}
+	// Several calls in one query string (adversary finding: the string
+	// went to a worker, which answered false): each is answered as sent
+	// alone, and each session ends; an ID of no session gets false.
+	{
+		a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+		res, err := ctl.PgConn().Exec(ctx, fmt.Sprintf("SELECT pg_terminate_backend(%d); SELECT 1 AS one; SELECT pg_terminate_backend(%d) AS b; SELECT pg_cancel_backend(%d)",
+			a.PgConn().PID(), b.PgConn().PID(), 1<<22+12345)).ReadAll()
+		var got []string
+		for _, r := range res {
+			for _, row := range r.Rows {
+				got = append(got, string(r.FieldDescriptions[0].Name)+"="+string(row[0]))
+			}
+		}
+		if want := "[pg_terminate_backend=t one=1 b=t pg_cancel_backend=f]"; err != nil || fmt.Sprint(got) != want {
+			t.Errorf("signals in a query string of several: %v, %v, want %s", got, err, want)
+		}
+		for i, v := range []*pgx.Conn{a, b} {
+			if err := v.QueryRow(ctx, "SELECT 1").Scan(new(int)); err == nil || !v.IsClosed() {
+				t.Errorf("session %d terminated in a query string of several: next statement %v", i, err)
+			}
+		}
+	}
 	// Terminated in the middle of COPY FROM STDIN into a distributed table:
 	// FATAL 57P01, nothing of it stored (it committed its rows).
 	testTable(t, ctl, "sig_copy", "(id int PRIMARY KEY)", "SELECT create_distributed_table('sig_copy', 'id', shard_count => 4)")
