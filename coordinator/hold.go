@@ -315,10 +315,7 @@ func (ss *session) awaitHold(id int64, tables []string) (bool, error) {
 func (ss *session) holdTimeout() (time.Duration, error) {
 	wait, timeout := holdMaxWait, error(nil)
 	for _, name := range []string{"statement_timeout", "lock_timeout"} {
-		v, ok := ss.params.startupVal[name]
-		if sql, set := ss.params.set[name]; set {
-			v, ok = setValue(sql, name)
-		}
+		v, ok := ss.params.value(name)
 		if d := pgDuration(v); ok && d > 0 && d < wait {
 			wait = d
 			if name == "statement_timeout" {
@@ -329,6 +326,16 @@ func (ss *session) holdTimeout() (time.Duration, error) {
 		}
 	}
 	return wait, timeout
+}
+
+// value is a setting's value as the session's SET (read by setValue) or
+// its startup packet gives it, ok false when neither does.
+func (p *sessionParams) value(name string) (string, bool) {
+	if sql, set := p.set[name]; set {
+		return setValue(sql, name)
+	}
+	v, ok := p.startupVal[name]
+	return v, ok
 }
 
 // setValue is the value a SET statement of setting name gives ("SET

@@ -16,8 +16,9 @@ import (
 // A session's idle_in_transaction_session_timeout (its SET, startup
 // options, or the worker's default) is applied on its server connections
 // like any setting, so in a transaction on one worker the worker enforces
-// it, as PostgreSQL does: the client gets FATAL 25P03 and the transaction
-// is rolled back. In a transaction over several workers, the connections
+// it, as PostgreSQL does: the client gets FATAL 25P03 (at its next
+// statement: drain) and the transaction is rolled back. A transaction no
+// worker has seen yet is timed by the coordinator (idleLimit). In a transaction over several workers, the connections
 // parked while the client works on another worker are idle in transaction
 // to their backends, which would end them (and so the transaction) although
 // the client never paused. So the first time a transaction takes in a
@@ -90,7 +91,52 @@ func (ss *session) idleLimit() time.Duration {
 	if ss.idleTimeout > 0 && (d == 0 || ss.idleTimeout < d) {
 		d = ss.idleTimeout
 	}
+	if t := ss.params.idleTxn; t > 0 && ss.sc == nil && len(ss.parked) == 0 && (d == 0 || t < d) {
+		// A transaction no worker has seen yet (its BEGIN waits for its
+		// first statement) has no backend to time it: the coordinator
+		// does, with the session's value where its SET or startup packet
+		// says it exactly. Once a worker has the transaction, that
+		// worker's value counts (a SET LOCAL may have changed it), and
+		// the worker's FATAL 25P03 reaches the client at its next
+		// statement (drain).
+		d = t
+	}
 	return d
+}
+
+// idleSetting is the session's idle_in_transaction_session_timeout where
+// its SET or its startup packet says it exactly, 0 when off or not known
+// so (from the server's defaults, or in a form this does not read).
+func idleSetting(p *sessionParams) time.Duration {
+	if v, ok := p.value("idle_in_transaction_session_timeout"); ok {
+		return exactDuration(v)
+	}
+	return 0
+}
+
+// exactDuration reads a millisecond setting's value as PostgreSQL does,
+// for the forms it reads the same way: 0, or a decimal integer without a
+// leading zero (PostgreSQL reads 010 as octal and 0x10 as hex) and an
+// optional unit of ms, s, min, h or d. Anything else is 0: not known.
+func exactDuration(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		i++
+	}
+	if i == 0 || v[0] == '0' && len(v) > 1 {
+		return 0
+	}
+	n, err := strconv.ParseInt(v[:i], 10, 32)
+	if err != nil {
+		return 0
+	}
+	unit, ok := map[string]time.Duration{"": time.Millisecond, "ms": time.Millisecond, "s": time.Second,
+		"min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[strings.TrimSpace(v[i:])]
+	if !ok {
+		return 0
+	}
+	return time.Duration(n) * unit
 }
 
 func idleInTransactionTimeout() error {

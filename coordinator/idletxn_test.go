@@ -2,11 +2,14 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -75,6 +78,81 @@ func TestCoordinatorIdleInTransactionTimeout(t *testing.T) {
 	}
 	if got := queryString(t, idle, "SELECT count(*)::text FROM iitc_t"); got != "0" {
 		t.Errorf("rows after the timeout: %s, want 0", got)
+	}
+}
+
+// TestIdleInTransactionOneWorker: a session's own
+// idle_in_transaction_session_timeout on at most one worker (adversary
+// finding: a client idle after BEGIN was never ended, and one idle in a
+// transaction on one worker got 08006 at its next statement):
+//   - after BEGIN with nothing sent to a worker yet, the client is sent
+//     FATAL 25P03 at the timeout without asking, its value from a SET or
+//     its startup packet;
+//   - in a transaction on one worker, its next statement gets FATAL 25P03
+//     and the transaction's write is rolled back;
+//   - SET LOCAL of 0 in the transaction turns the timer off, as in
+//     PostgreSQL: such a transaction may idle and commit.
+func TestIdleInTransactionOneWorker(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	admin := connect(t, srv.Addr())
+	k1, _ := spanningTable(t, admin, "iit1_t")
+
+	r := rawConnect(t, srv.Addr())
+	r.expect("SET", r.round(&pgproto3.Query{String: "SET idle_in_transaction_session_timeout = '300ms'"}), "C SET,ZI")
+	r.expect("BEGIN", r.round(&pgproto3.Query{String: "BEGIN"}), "C BEGIN,ZT")
+	_ = r.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	began := time.Now()
+	if m, err := r.fe.Receive(); err != nil {
+		t.Errorf("idle after BEGIN past the timeout: %v, want FATAL 25P03", err)
+	} else if e, ok := m.(*pgproto3.ErrorResponse); !ok || e.Code != "25P03" || e.Severity != "FATAL" {
+		t.Errorf("idle after BEGIN past the timeout: %#v, want FATAL 25P03", m)
+	} else if d := time.Since(began); d > 2*time.Second {
+		t.Errorf("FATAL 25P03 came %v after BEGIN, the timeout is 300ms", d)
+	}
+
+	cfg, err := pgconn.ParseConfig(pgtest.URL(srv.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "300"
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := pc.Exec(ctx, "SELECT 1").ReadAll(); sqlState(err) != "25P03" {
+		t.Errorf("idle after BEGIN, the timeout from the startup packet: %v, want 25P03", err)
+	}
+	pc.Close(ctx)
+
+	c := connect(t, srv.Addr())
+	exec(t, c, "SET idle_in_transaction_session_timeout = '300ms'")
+	exec(t, c, "BEGIN")
+	exec(t, c, fmt.Sprintf("UPDATE iit1_t SET n = 7 WHERE aid = %d", k1))
+	time.Sleep(time.Second)
+	_, err = c.Exec(ctx, "COMMIT")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "25P03" || pe.Severity != "FATAL" {
+		t.Errorf("COMMIT after idling in a transaction on one worker: %v, want FATAL 25P03", err)
+	}
+	if got := queryString(t, admin, fmt.Sprintf("SELECT n::text FROM iit1_t WHERE aid = %d", k1)); got != "100" {
+		t.Errorf("after the timeout: n = %s, want 100 (rolled back)", got)
+	}
+
+	d := connect(t, srv.Addr())
+	exec(t, d, "SET idle_in_transaction_session_timeout = '300ms'")
+	exec(t, d, "BEGIN")
+	exec(t, d, "SET LOCAL idle_in_transaction_session_timeout = 0")
+	exec(t, d, fmt.Sprintf("UPDATE iit1_t SET n = 8 WHERE aid = %d", k1))
+	time.Sleep(time.Second)
+	exec(t, d, "COMMIT")
+	if got := queryString(t, admin, fmt.Sprintf("SELECT n::text FROM iit1_t WHERE aid = %d", k1)); got != "8" {
+		t.Errorf("after SET LOCAL 0 and a commit: n = %s, want 8", got)
 	}
 }
 

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 )
@@ -36,6 +37,9 @@ type sessionParams struct {
 	// readKeys are the session's SETs of the settings under which
 	// PostgreSQL reads a statement's constants, by group (parsekey.go).
 	readKeys [nGroups]string
+	// idleTxn: idle_in_transaction_session_timeout where the session's
+	// SET or startup packet says it exactly (idleSetting), else 0.
+	idleTxn time.Duration
 }
 
 func newSessionParams(startup map[string]string) sessionParams {
@@ -160,6 +164,7 @@ func (p *sessionParams) derivePath() {
 func (p *sessionParams) rebuild() {
 	p.derivePath()
 	p.readKeys = readKeys(p.set)
+	p.idleTxn = idleSetting(p)
 	if len(p.startup) == 0 && len(p.set) == 0 {
 		p.key = ""
 		return

@@ -2668,6 +2668,15 @@ func (ss *session) drain() error {
 				ss.releaseServer()
 				return &pgerr.Error{Severity: "FATAL", Code: er.Code, Message: er.Message}
 			}
+			if er.Code == pgerr.IdleInTransactionTimeout {
+				// The worker timed the client out in its transaction
+				// (the session's own setting) before this statement
+				// reached it: as PostgreSQL, the session ends with
+				// 25P03 and the transaction is rolled back.
+				sc.MarkBroken()
+				ss.releaseServer()
+				return idleInTransactionTimeout()
+			}
 			return ss.lostCycle(fmt.Errorf("%s: %s (SQLSTATE %s)", er.Severity, er.Message, er.Code))
 		}
 		relay := e.kind == eRelay
