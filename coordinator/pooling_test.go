@@ -477,3 +477,60 @@ func TestUnknownDatabaseIsReportedAtConnect(t *testing.T) {
 		t.Errorf("err %v, want SQLSTATE 3D000", err)
 	}
 }
+
+// TestLoginWithPoolFull: a client logs in at once while every pooled
+// connection is held by other sessions' transactions (adversary finding:
+// pgbench -C, whose one thread connects while its other clients'
+// transactions wait for it, got 53300 after the pool timeout: the login
+// waited for those transactions, and they for pgbench). Two transactions
+// take what a client outside a transaction may of a pool of 3 (the last
+// connection is kept for transactions spanning workers). The new session
+// then waits for a connection like any statement, and gets one when a
+// transaction ends. The pool is back at its size afterwards.
+func TestLoginWithPoolFull(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.PoolSize, c.PoolTimeout = 3, 3*time.Second })
+	ctx := context.Background()
+	holders := []*pgx.Conn{connect(t, srv.Addr()), connect(t, srv.Addr())}
+	for _, h := range holders {
+		exec(t, h, "BEGIN")
+		exec(t, h, "SELECT 1")
+	}
+	start := time.Now()
+	c := connect(t, srv.Addr())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("login with the pool full took %v", d)
+	}
+	done := make(chan string, 1)
+	go func() {
+		var s string
+		if err := c.QueryRow(ctx, "SELECT 'served'").Scan(&s); err != nil {
+			s = err.Error()
+		}
+		done <- s
+	}()
+	time.Sleep(300 * time.Millisecond)
+	exec(t, holders[0], "COMMIT")
+	if got := <-done; got != "served" {
+		t.Errorf("the new session's statement: %s, want served", got)
+	}
+	exec(t, holders[1], "COMMIT")
+	rows, err := c.Query(ctx, "SHOW POOLS", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := 0
+	for rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		open += int(v[3].(int32) + v[4].(int32)) // sv_active, sv_idle
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if open > 3 {
+		t.Errorf("connections of the pool after the transactions: %d, want at most its size 3", open)
+	}
+}

@@ -948,7 +948,13 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool, held int) (
 		return nil, adminShutdown()
 	}
 	for attempt := 1; ; attempt++ {
-		sc, err := pool.Acquire(ctx, held)
+		var sc *pooling.ServerConn
+		var err error
+		if ss.ready {
+			sc, err = pool.Acquire(ctx, held)
+		} else {
+			sc, err = pool.AcquireBrief(ctx) // the session's startup (begin)
+		}
 		if err != nil {
 			return nil, err
 		}

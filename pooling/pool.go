@@ -195,6 +195,51 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 	}
 }
 
+// AcquireBrief returns a connection for a moment (a session's startup,
+// released at once): an idle one, or when the pool has none to give, a
+// new one past the pool's size (the gate's cap still bounds it), so that
+// a client's login never waits for other clients' transactions. A client
+// that logs in while its own other sessions hold the pool's connections
+// in transactions (pgbench -C: one thread connects while its other
+// clients' transactions wait for it) would otherwise wait for them, and
+// they for it. A connection past the size goes when released. Only when
+// the gate is full does it wait, as Acquire.
+func (p *Pool) AcquireBrief(ctx context.Context) (*ServerConn, error) {
+	for {
+		epoch := p.cfg.Gate.Epoch()
+		c, ok := p.takeBrief()
+		if !ok {
+			return p.Acquire(ctx, 0)
+		}
+		if c == nil {
+			return p.dial(ctx, epoch)
+		}
+		if c = p.check(c); c != nil {
+			return c, nil
+		}
+	}
+}
+
+// takeBrief is take for AcquireBrief, which never waits: ok false when
+// the gate has no room.
+func (p *Pool) takeBrief() (c *ServerConn, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.idle); n > 0 {
+		c = p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.busy++
+		return c, true
+	}
+	if !p.cfg.Gate.tryOpen(0) {
+		return nil, false
+	}
+	p.busy++
+	p.open++
+	return nil, true
+}
+
 // take gets a busy slot for class: an idle connection, or nil for a slot
 // to fill.
 func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
@@ -427,9 +472,10 @@ func (p *Pool) Release(c *ServerConn) {
 		w.ch <- c // handed over busy
 		return
 	}
-	if over || p.cfg.Gate.starving(p) {
+	if over || p.cfg.Gate.starving(p) || p.open > p.size() {
 		// (A connection kept idle here while the gate is full would keep
-		// another pool's waiters waiting: it goes, and they are served.)
+		// another pool's waiters waiting: it goes, and they are served.
+		// So does one past the pool's size: AcquireBrief.)
 		p.mu.Unlock()
 		p.discard(c)
 		return

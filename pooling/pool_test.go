@@ -169,3 +169,54 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	})
 }
+
+// TestAcquireBrief: a brief checkout (a session's startup) does not wait
+// for a full pool: it gets a connection past the pool's size at once,
+// which goes when released (the pool is back at its size, and a normal
+// checkout still waits); with an idle connection it takes that.
+func TestAcquireBrief(t *testing.T) {
+	cl := pgtest.Shared(t)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 2, AcquireTimeout: 200 * time.Millisecond}, nil)
+	defer p.Close()
+	ctx := context.Background()
+	a, err := p.Acquire(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c, err := p.AcquireBrief(ctx)
+	if err != nil {
+		t.Fatalf("brief checkout of a full pool: %v", err)
+	}
+	if d := time.Since(start); d > 150*time.Millisecond {
+		t.Errorf("brief checkout took %v: it waited", d)
+	}
+	if err := c.Exec("SELECT 1", time.Now().Add(time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	if open, busy, _ := p.Stats(); open != 3 || busy != 3 {
+		t.Errorf("with the brief connection: open %d busy %d, want 3 3", open, busy)
+	}
+	p.Release(c)
+	if open, busy, _ := p.Stats(); open != 2 || busy != 2 {
+		t.Errorf("after its release: open %d busy %d, want 2 2 (the connection past the size goes)", open, busy)
+	}
+	var pe *pgerr.Error
+	if _, err := p.Acquire(ctx, 0); !errors.As(err, &pe) || pe.Code != pgerr.TooManyConnections {
+		t.Errorf("normal checkout of the full pool: %v, want %s", err, pgerr.TooManyConnections)
+	}
+	p.Release(a)
+	if c, err = p.AcquireBrief(ctx); err != nil || c != a {
+		t.Errorf("brief checkout with an idle connection: %p, %v, want the idle one %p", c, err, a)
+	}
+	p.Release(c)
+	p.Release(b)
+	if open, busy, _ := p.Stats(); open != 2 || busy != 0 {
+		t.Errorf("at the end: open %d busy %d, want 2 0", open, busy)
+	}
+}
