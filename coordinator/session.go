@@ -33,6 +33,7 @@ type session struct {
 	srv            *Server
 	conn           net.Conn
 	r              *wire.Reader
+	w              io.Writer // conn, or its raw writer (rawio) for a plain socket
 	out            []byte // pending output to the client
 	user, database string
 	pid            uint32
@@ -375,7 +376,7 @@ func (ss *session) flush() error {
 		ss.multi.flushes++
 	}
 	ss.flushes++
-	_, err := ss.conn.Write(ss.out)
+	_, err := ss.w.Write(ss.out)
 	if err == nil {
 		ss.srv.metrics.countErrors(ss.out) // what the client was sent
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/rawio"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -78,7 +79,12 @@ func (s *Server) startSession(c net.Conn, tooMany bool) *session {
 	}
 	// The client's read buffer goes back to a shared pool whenever the
 	// session waits for the client, so an idle session does not hold it.
-	ss := &session{srv: s, conn: c, accepted: c, r: wire.NewPooledReader(c, 8192)}
+	ss := &session{srv: s, conn: c, accepted: c, w: c}
+	var rd io.Reader = c
+	if rio := rawio.New(c); rio != nil {
+		rd, ss.w = rio, rio
+	}
+	ss.r = wire.NewPooledReader(rd, 8192)
 	// Until the client has authenticated nothing longer than an
 	// authentication message is read.
 	ss.r.SetLimits(maxPasswordMessage, wire.SmallMessageLen)
@@ -256,7 +262,7 @@ func (ss *session) startTLS() error {
 		ss.srv.log.Debug("TLS handshake failed", "remote", ss.conn.RemoteAddr().String(), "err", err.Error())
 		return errQuietClose
 	}
-	ss.conn = tc
+	ss.conn, ss.w = tc, tc
 	ss.r = wire.NewPooledReader(tc, 8192)
 	ss.tls = true
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/internal/rawio"
 	"github.com/pgfleet/pgfleet/internal/wire"
 )
 
@@ -20,7 +21,8 @@ import (
 // client session uses it between Acquire and Release.
 type ServerConn struct {
 	conn   net.Conn
-	raw    net.Conn // conn, never cleared: shut closes it from another goroutine
+	raw    net.Conn  // conn, never cleared: shut closes it from another goroutine
+	w      io.Writer // conn, or its raw writer (rawio) for a plain socket
 	R      *wire.Reader
 	wbuf   []byte
 	segs   [][]byte // output before wbuf, written as they are (AppendLarge)
@@ -84,9 +86,10 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	if tc, ok := rawConn(h.Conn).(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &ServerConn{conn: h.Conn, raw: h.Conn, R: wire.NewReader(h.Conn, 32*1024), PID: h.PID, Secret: h.SecretKey,
-		Addr: cfg.Addr, Params: h.ParameterStatuses, TxStatus: h.TxStatus,
-		Stmts: newStmtCache(cfg.StmtCacheSize, cfg.StmtEpoch), wbuf: make([]byte, 0, 4096)}, nil
+	c := NewServerConn(h.Conn, cfg.Addr, h.ParameterStatuses)
+	c.PID, c.Secret, c.TxStatus = h.PID, h.SecretKey, h.TxStatus
+	c.Stmts = newStmtCache(cfg.StmtCacheSize, cfg.StmtEpoch)
+	return c, nil
 }
 
 // Buf returns the pending output buffer; append messages to it and call Flush.
@@ -125,7 +128,7 @@ func (c *ServerConn) Flush() error {
 	if len(c.wbuf) == 0 {
 		return nil
 	}
-	_, err := c.conn.Write(c.wbuf)
+	_, err := c.w.Write(c.wbuf)
 	if cap(c.wbuf) > 1<<20 {
 		c.wbuf = make([]byte, 0, 4096)
 	} else {
@@ -334,6 +337,12 @@ func (c *ServerConn) close() {
 // the parameters it reported (the executor's tests put a fake worker on
 // the other end).
 func NewServerConn(nc net.Conn, addr string, params map[string]string) *ServerConn {
-	return &ServerConn{conn: nc, raw: nc, R: wire.NewReader(nc, 32*1024), Addr: addr, Params: params, TxStatus: 'I',
+	c := &ServerConn{conn: nc, raw: nc, w: nc, Addr: addr, Params: params, TxStatus: 'I',
 		Stmts: newStmtCache(0, nil), wbuf: make([]byte, 0, 4096)}
+	var rd io.Reader = nc
+	if rio := rawio.New(nc); rio != nil {
+		rd, c.w = rio, rio
+	}
+	c.R = wire.NewReader(rd, 32*1024)
+	return c
 }
