@@ -34,7 +34,7 @@ type session struct {
 	conn           net.Conn
 	r              *wire.Reader
 	w              io.Writer // conn, or its raw writer (rawio) for a plain socket
-	out            []byte // pending output to the client
+	out            []byte    // pending output to the client
 	user, database string
 	pid            uint32
 	secret         []byte
