@@ -234,8 +234,9 @@ func (c *ServerConn) peek() (n int, errno syscall.Errno, socket, ok bool) {
 			p.rc = rc
 			p.fn = func(fd uintptr) bool {
 				// recvfrom without an address: syscall.Recvfrom's would
-				// be allocated at every call.
-				r, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.buf[0])), 1,
+				// be allocated at every call. Raw: it cannot block
+				// (MSG_DONTWAIT), so it keeps the processor (rawio).
+				r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.buf[0])), 1,
 					syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 				p.n, p.errno = int(r), e
 				if e != 0 {
