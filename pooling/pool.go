@@ -100,6 +100,7 @@ type Pool struct {
 	idle    []*ServerConn            // newest last
 	open    int                      // slots taken: connections open or being dialled
 	busy    int                      // slots not idle (open - len(idle))
+	extra   int                      // brief connections beside the slots (AcquireBrief)
 	waiters []*waiter                // by class, highest first, then arrival
 	conns   map[*ServerConn]struct{} // every open connection, busy or idle
 	nwait   atomic.Int32             // len(waiters), read without mu
@@ -187,7 +188,7 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 			return nil, err
 		}
 		if c == nil {
-			return p.dial(ctx, epoch)
+			return p.dial(ctx, epoch, false)
 		}
 		if c = p.check(c); c != nil {
 			return c, nil
@@ -196,14 +197,14 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 }
 
 // AcquireBrief returns a connection for a moment (a session's startup,
-// released at once): an idle one, or when the pool has none to give, a
-// new one past the pool's size (the gate's cap still bounds it), so that
-// a client's login never waits for other clients' transactions. A client
-// that logs in while its own other sessions hold the pool's connections
-// in transactions (pgbench -C: one thread connects while its other
-// clients' transactions wait for it) would otherwise wait for them, and
-// they for it. A connection past the size goes when released. Only when
-// the gate is full does it wait, as Acquire.
+// released at once): an idle one when no checkout waits, else a new one
+// beside the pool's slots (an extra: at most Size of them at once, within
+// the gate's cap), closed when released. So a client's login never waits
+// for other clients' transactions, which may wait for the same client
+// (pgbench -C connects from the thread that drives its other clients),
+// and the pool's slots, idle connections and waiters are as they were.
+// Only when the gate is full, or Size extras are out, does it wait, as
+// Acquire.
 func (p *Pool) AcquireBrief(ctx context.Context) (*ServerConn, error) {
 	for {
 		epoch := p.cfg.Gate.Epoch()
@@ -212,7 +213,7 @@ func (p *Pool) AcquireBrief(ctx context.Context) (*ServerConn, error) {
 			return p.Acquire(ctx, 0)
 		}
 		if c == nil {
-			return p.dial(ctx, epoch)
+			return p.dial(ctx, epoch, true)
 		}
 		if c = p.check(c); c != nil {
 			return c, nil
@@ -220,23 +221,23 @@ func (p *Pool) AcquireBrief(ctx context.Context) (*ServerConn, error) {
 	}
 }
 
-// takeBrief is take for AcquireBrief, which never waits: ok false when
-// the gate has no room.
+// takeBrief is take for AcquireBrief, which never waits: an idle
+// connection, or nil for an extra to dial; ok false when neither may be
+// had.
 func (p *Pool) takeBrief() (c *ServerConn, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n := len(p.idle); n > 0 {
+	if n := len(p.idle); n > 0 && len(p.waiters) == 0 {
 		c = p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.busy++
 		return c, true
 	}
-	if !p.cfg.Gate.tryOpen(0) {
+	if p.extra >= p.cfg.Size || !p.cfg.Gate.tryOpen(0) {
 		return nil, false
 	}
-	p.busy++
-	p.open++
+	p.extra++
 	return nil, true
 }
 
@@ -369,12 +370,17 @@ func (p *Pool) timeoutError() error {
 		Hint: "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
 }
 
-// free gives back a busy slot whose connection is gone.
-func (p *Pool) free() {
+// free gives back a busy slot whose connection is gone, or an extra's
+// place.
+func (p *Pool) free(extra bool) {
 	p.mu.Lock()
-	p.open--
-	p.busy--
-	p.serve()
+	if extra {
+		p.extra--
+	} else {
+		p.open--
+		p.busy--
+		p.serve()
+	}
 	p.mu.Unlock()
 	p.cfg.Gate.closed(p)
 }
@@ -388,17 +394,18 @@ func (p *Pool) check(c *ServerConn) *ServerConn {
 	return nil
 }
 
-// dial fills a slot taken under the gate's epoch.
-func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
+// dial fills a slot taken under the gate's epoch, or (extra) makes an
+// extra connection (AcquireBrief).
+func (p *Pool) dial(ctx context.Context, epoch int64, extra bool) (*ServerConn, error) {
 	if g := p.cfg.Gate; g != nil && g.BeforeDial != nil {
 		if err := g.BeforeDial(ctx); err != nil {
-			p.free()
+			p.free(extra)
 			return nil, err
 		}
 	}
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
-		p.free()
+		p.free(extra)
 		if errors.Is(err, errSCRAMSalt) {
 			return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.InvalidPassword,
 				Message: fmt.Sprintf("password authentication failed for user %q on worker %s: %v", p.cfg.User, p.cfg.Addr, errSCRAMSalt),
@@ -417,7 +424,7 @@ func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
 			Message: fmt.Sprintf("cannot connect to worker %s: %v", p.cfg.Addr, err),
 			Hint:    "Check that the worker is running and accepts this user and database."}
 	}
-	c.pool = p
+	c.pool, c.extra = p, extra
 	p.gauge.Inc()
 	p.mu.Lock()
 	p.conns[c] = struct{}{}
@@ -455,7 +462,7 @@ func (p *Pool) Release(c *ServerConn) {
 			c.broken = true
 		}
 	}
-	if c.broken {
+	if c.broken || c.extra {
 		p.discard(c)
 		return
 	}
@@ -472,10 +479,9 @@ func (p *Pool) Release(c *ServerConn) {
 		w.ch <- c // handed over busy
 		return
 	}
-	if over || p.cfg.Gate.starving(p) || p.open > p.size() {
+	if over || p.cfg.Gate.starving(p) {
 		// (A connection kept idle here while the gate is full would keep
-		// another pool's waiters waiting: it goes, and they are served.
-		// So does one past the pool's size: AcquireBrief.)
+		// another pool's waiters waiting: it goes, and they are served.)
 		p.mu.Unlock()
 		p.discard(c)
 		return
@@ -493,7 +499,7 @@ func (p *Pool) discard(c *ServerConn) {
 	c.close()
 	p.gauge.Dec()
 	p.dropped.Inc()
-	p.free()
+	p.free(c.extra)
 }
 
 // Stats reports the slots taken (open or dialling connections), those not
