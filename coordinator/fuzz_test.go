@@ -92,7 +92,7 @@ func FuzzStartup(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in, cuts []byte, auth uint8) {
 		s := servers[int(auth)%len(servers)]
 		c := &fuzzConn{in: in, cuts: cuts}
-		ss := &session{srv: s, conn: c, r: wire.NewPooledReader(c, 8192)}
+		ss := &session{srv: s, conn: c, w: c, r: wire.NewPooledReader(c, 8192)}
 		sm, err := ss.readStartup()
 		if err != nil {
 			checkClientError(t, err)
