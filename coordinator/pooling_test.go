@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -479,14 +480,17 @@ func TestUnknownDatabaseIsReportedAtConnect(t *testing.T) {
 }
 
 // TestLoginWithPoolFull: a client logs in at once while every pooled
-// connection is held by other sessions' transactions (adversary finding:
-// pgbench -C, whose one thread connects while its other clients'
-// transactions wait for it, got 53300 after the pool timeout: the login
-// waited for those transactions, and they for pgbench). Two transactions
-// take what a client outside a transaction may of a pool of 3 (the last
-// connection is kept for transactions spanning workers). The new session
-// then waits for a connection like any statement, and gets one when a
-// transaction ends. The pool is back at its size afterwards.
+// connection it may take is held by other sessions' transactions
+// (adversary finding: pgbench -C, whose one thread connects while its
+// other clients' transactions wait for it, got 53300 after the pool
+// timeout: the login waited for those transactions, and they for
+// pgbench), answered from the record of the earlier logins with the same
+// settings (welcome.go); the new session then waits for a connection like
+// any statement, and gets one when a transaction ends. A login with
+// settings no earlier login had waits for a connection. The pool never
+// goes past its size. (Two transactions take what a client outside a
+// transaction may of a pool of 3: the last connection is kept for
+// transactions spanning workers.)
 func TestLoginWithPoolFull(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.PoolSize, c.PoolTimeout = 3, 3*time.Second })
@@ -501,7 +505,7 @@ func TestLoginWithPoolFull(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("login with the pool full took %v", d)
 	}
-	done := make(chan string, 1)
+	done := make(chan string, 2)
 	go func() {
 		var s string
 		if err := c.QueryRow(ctx, "SELECT 'served'").Scan(&s); err != nil {
@@ -509,10 +513,34 @@ func TestLoginWithPoolFull(t *testing.T) {
 		}
 		done <- s
 	}()
+	cfg, err := pgx.ParseConfig(pgtest.URL(srv.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "fresh"
+	go func() {
+		var s string
+		f, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			defer f.Close(ctx)
+			err = f.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&s)
+		}
+		if err != nil {
+			s = err.Error()
+		}
+		done <- s
+	}()
 	time.Sleep(300 * time.Millisecond)
+	select {
+	case got := <-done:
+		t.Errorf("with the pool full, before a transaction ended: %s", got)
+	default:
+	}
 	exec(t, holders[0], "COMMIT")
-	if got := <-done; got != "served" {
-		t.Errorf("the new session's statement: %s, want served", got)
+	got := []string{<-done, <-done}
+	slices.Sort(got)
+	if fmt.Sprint(got) != "[fresh served]" {
+		t.Errorf("the new sessions' statements: %v, want [fresh served]", got)
 	}
 	exec(t, holders[1], "COMMIT")
 	rows, err := c.Query(ctx, "SHOW POOLS", pgx.QueryExecModeSimpleProtocol)

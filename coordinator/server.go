@@ -201,6 +201,8 @@ type Server struct {
 	// transaction: statements the pools' connections prepared before are
 	// prepared again at their next use (pooling.StmtCache).
 	stmtEpoch atomic.Int64
+	// welcomes: what recent startups read (welcome.go).
+	welcomes  welcomes
 	viewEpoch atomic.Int64 // user code that may have made a view ran
 	views     atomic.Pointer[viewSet]
 	viewsMu   sync.Mutex // one reading of the views at a time
@@ -305,6 +307,9 @@ type metrics struct {
 	// holdWaits, holdSeconds: statements that waited for a cut-over's
 	// hold (hold.go), and their time waiting.
 	holdWaits, holdSeconds prometheus.Counter
+	// welcomesReused: logins answered from an earlier one's record
+	// (welcome.go).
+	welcomesReused prometheus.Counter
 	// propagated: from a member announcing a catalog change to this
 	// coordinator holding it.
 	propagated  prometheus.Histogram
@@ -438,12 +443,14 @@ func New(cfg Config) (*Server, error) {
 			Help: "Statements that waited at this coordinator for a shard move's cut-over of their shard group to end."}),
 		holdSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_cutover_hold_seconds_total",
 			Help: "Time statements spent waiting for shard moves' cut-overs (pgfleet_cutover_hold_waits_total counts them)."}),
+		welcomesReused: prometheus.NewCounter(prometheus.CounterOpts{Name: "pgfleet_logins_answered_from_record_total",
+			Help: "Logins answered from an earlier login's ParameterStatus values because no server connection was free at once."}),
 		propagated: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfleet_catalog_propagation_seconds",
 			Help:    "Time from a coordinator announcing a catalog change it committed to this one holding it (the announcer's clock to this one's).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	m.kinds = newKindCounters(m.statements)
-	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests, m.statements, m.errors, m.staleRetries, m.holdWaits, m.holdSeconds, m.propagated)
+	reg.MustRegister(m.clients, m.pinned, m.cancels, m.recovered, m.share, m.requests, m.statements, m.errors, m.staleRetries, m.holdWaits, m.holdSeconds, m.welcomesReused, m.propagated)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, pm: pooling.NewMetrics(reg),
 		pools: map[poolKey]*pooling.Pool{}, sessions: map[uint32]*session{}, conns: map[net.Conn]struct{}{},
 		stmts: stmtRegistry{m: map[string]*Statement{}}, tlsEndPoint: serverEndPoint(cfg.TLS),

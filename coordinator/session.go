@@ -39,6 +39,7 @@ type session struct {
 	pid            uint32
 	secret         []byte
 	ready          bool // startup is over: relay ParameterStatus as it changes
+	startupWait    bool // startup waits for a connection (welcome.go)
 	tls            bool // conn is the TLS connection negotiated at startup
 
 	params   sessionParams
@@ -951,10 +952,10 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool, held int) (
 	for attempt := 1; ; attempt++ {
 		var sc *pooling.ServerConn
 		var err error
-		if ss.ready {
+		if ss.ready || ss.startupWait {
 			sc, err = pool.Acquire(ctx, held)
 		} else {
-			sc, err = pool.AcquireBrief(ctx) // the session's startup (begin)
+			sc, err = pool.AcquireNow(ctx) // the session's startup: welcome.go
 		}
 		if err != nil {
 			return nil, err

@@ -503,22 +503,18 @@ func (ss *session) begin(sm *pgproto3.StartupMessage) error {
 	s.register(ss)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartupTimeout)
 	defer cancel()
-	if err := ss.acquire(ctx, s.defaultNode.Load()); err != nil {
+	w, err := ss.welcome(ctx)
+	if err != nil {
 		s.unregister(ss)
 		return asFatal(err)
 	}
-	if ss.routes {
-		// A search_path the role or database sets (ALTER ROLE ... SET):
-		// unqualified names are looked up under it (searchpath.go).
-		if rows, err := ss.sc.Query("SELECT pg_catalog.current_setting('search_path')", time.Now().Add(s.cfg.StartupTimeout)); err == nil &&
-			len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != `"$user", public` {
-			ss.params.rolePath = "SET search_path = " + rows[0][0]
-			ss.params.derivePath()
-		}
+	if w.rolePath != "" {
+		ss.params.rolePath = w.rolePath
+		ss.params.derivePath()
 	}
 	ok := pgproto3.AuthenticationOk{}
 	ss.out, _ = ok.Encode(ss.out)
-	for k, v := range ss.sc.Params {
+	for k, v := range w.params {
 		ps := pgproto3.ParameterStatus{Name: k, Value: v}
 		ss.out, _ = ps.Encode(ss.out)
 	}

@@ -100,7 +100,6 @@ type Pool struct {
 	idle    []*ServerConn            // newest last
 	open    int                      // slots taken: connections open or being dialled
 	busy    int                      // slots not idle (open - len(idle))
-	extra   int                      // brief connections beside the slots (AcquireBrief)
 	waiters []*waiter                // by class, highest first, then arrival
 	conns   map[*ServerConn]struct{} // every open connection, busy or idle
 	nwait   atomic.Int32             // len(waiters), read without mu
@@ -188,7 +187,7 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 			return nil, err
 		}
 		if c == nil {
-			return p.dial(ctx, epoch, false)
+			return p.dial(ctx, epoch)
 		}
 		if c = p.check(c); c != nil {
 			return c, nil
@@ -196,24 +195,21 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 	}
 }
 
-// AcquireBrief returns a connection for a moment (a session's startup,
-// released at once): an idle one when no checkout waits, else a new one
-// beside the pool's slots (an extra: at most Size of them at once, within
-// the gate's cap), closed when released. So a client's login never waits
-// for other clients' transactions, which may wait for the same client
-// (pgbench -C connects from the thread that drives its other clients),
-// and the pool's slots, idle connections and waiters are as they were.
-// Only when the gate is full, or Size extras are out, does it wait, as
-// Acquire.
-func (p *Pool) AcquireBrief(ctx context.Context) (*ServerConn, error) {
+// ErrBusy is AcquireNow's answer when it would have to wait.
+var ErrBusy = errors.New("no server connection free now")
+
+// AcquireNow is Acquire for a client holding no connection, except that
+// when it would have to wait it returns ErrBusy at once (a session's
+// startup then uses what an earlier one learnt: coordinator/welcome.go).
+func (p *Pool) AcquireNow(ctx context.Context) (*ServerConn, error) {
 	for {
 		epoch := p.cfg.Gate.Epoch()
-		c, ok := p.takeBrief()
+		c, ok := p.takeNow()
 		if !ok {
-			return p.Acquire(ctx, 0)
+			return nil, ErrBusy
 		}
 		if c == nil {
-			return p.dial(ctx, epoch, true)
+			return p.dial(ctx, epoch)
 		}
 		if c = p.check(c); c != nil {
 			return c, nil
@@ -221,23 +217,26 @@ func (p *Pool) AcquireBrief(ctx context.Context) (*ServerConn, error) {
 	}
 }
 
-// takeBrief is take for AcquireBrief, which never waits: an idle
-// connection, or nil for an extra to dial; ok false when neither may be
-// had.
-func (p *Pool) takeBrief() (c *ServerConn, ok bool) {
+// takeNow is take for class 0 without waiting: ok false when take would
+// wait.
+func (p *Pool) takeNow() (*ServerConn, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n := len(p.idle); n > 0 && len(p.waiters) == 0 {
-		c = p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
-		p.busy++
-		return c, true
-	}
-	if p.extra >= p.cfg.Size || !p.cfg.Gate.tryOpen(0) {
+	if len(p.waiters) > 0 || p.busy >= p.limit(0) {
 		return nil, false
 	}
-	p.extra++
+	if n := len(p.idle); n > 0 {
+		p.busy++
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		return c, true
+	}
+	if !p.cfg.Gate.tryOpen(0) {
+		return nil, false
+	}
+	p.busy++
+	p.open++
 	return nil, true
 }
 
@@ -370,17 +369,12 @@ func (p *Pool) timeoutError() error {
 		Hint: "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
 }
 
-// free gives back a busy slot whose connection is gone, or an extra's
-// place.
-func (p *Pool) free(extra bool) {
+// free gives back a busy slot whose connection is gone.
+func (p *Pool) free() {
 	p.mu.Lock()
-	if extra {
-		p.extra--
-	} else {
-		p.open--
-		p.busy--
-		p.serve()
-	}
+	p.open--
+	p.busy--
+	p.serve()
 	p.mu.Unlock()
 	p.cfg.Gate.closed(p)
 }
@@ -394,18 +388,17 @@ func (p *Pool) check(c *ServerConn) *ServerConn {
 	return nil
 }
 
-// dial fills a slot taken under the gate's epoch, or (extra) makes an
-// extra connection (AcquireBrief).
-func (p *Pool) dial(ctx context.Context, epoch int64, extra bool) (*ServerConn, error) {
+// dial fills a slot taken under the gate's epoch.
+func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
 	if g := p.cfg.Gate; g != nil && g.BeforeDial != nil {
 		if err := g.BeforeDial(ctx); err != nil {
-			p.free(extra)
+			p.free()
 			return nil, err
 		}
 	}
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
-		p.free(extra)
+		p.free()
 		if errors.Is(err, errSCRAMSalt) {
 			return nil, &pgerr.Error{Severity: "ERROR", Code: pgerr.InvalidPassword,
 				Message: fmt.Sprintf("password authentication failed for user %q on worker %s: %v", p.cfg.User, p.cfg.Addr, errSCRAMSalt),
@@ -424,7 +417,7 @@ func (p *Pool) dial(ctx context.Context, epoch int64, extra bool) (*ServerConn, 
 			Message: fmt.Sprintf("cannot connect to worker %s: %v", p.cfg.Addr, err),
 			Hint:    "Check that the worker is running and accepts this user and database."}
 	}
-	c.pool, c.extra = p, extra
+	c.pool = p
 	p.gauge.Inc()
 	p.mu.Lock()
 	p.conns[c] = struct{}{}
@@ -462,7 +455,7 @@ func (p *Pool) Release(c *ServerConn) {
 			c.broken = true
 		}
 	}
-	if c.broken || c.extra {
+	if c.broken {
 		p.discard(c)
 		return
 	}
@@ -499,7 +492,7 @@ func (p *Pool) discard(c *ServerConn) {
 	c.close()
 	p.gauge.Dec()
 	p.dropped.Inc()
-	p.free(c.extra)
+	p.free()
 }
 
 // Stats reports the slots taken (open or dialling connections), those not

@@ -44,7 +44,6 @@ type ServerConn struct {
 	lastUsed time.Time
 	broken   bool
 	peekr    *peeker // made at the first peek
-	extra    bool    // beside the pool's slots (AcquireBrief): closed at release
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
