@@ -139,6 +139,45 @@ func exactDuration(v string) time.Duration {
 	return time.Duration(n) * unit
 }
 
+// noteIdleChange notes a statement that may change the setting while the
+// coordinator enforces it (idleOff): one naming it (SET, SET LOCAL, RESET,
+// set_config), a RESET ALL, or one calling user code, which may call
+// set_config. The value is then read again (recheckIdle) before the
+// session next waits for its client: PostgreSQL times the transaction
+// with the value in force when the backend goes idle (an adversary found
+// a transaction over two workers that turned its own timeout off ended
+// with 25P03 all the same).
+func (ss *session) noteIdleChange(text string, cls *class) {
+	if !ss.idleOff || ss.idleRecheck {
+		return
+	}
+	if cls.verify || planner.ContainsFold(text, "idle_in_transaction") {
+		ss.idleRecheck = true
+		return
+	}
+	for _, op := range cls.ops {
+		if op.kind == opResetAll {
+			ss.idleRecheck = true
+		}
+	}
+}
+
+// recheckIdle reads the setting on the connection the transaction's last
+// statement ran on, turns the timer off there again, and takes the value
+// as the one to enforce. In a failed transaction nothing can be read, and
+// the value stays.
+func (ss *session) recheckIdle() {
+	ss.idleRecheck = false
+	if !ss.idleOff || ss.sc == nil || ss.sc.TxStatus != 'T' {
+		return
+	}
+	rows, err := ss.sc.Query(idleOffSQL, time.Now().Add(ss.pool.Config().ResetTimeout))
+	if err != nil || len(rows) != 1 || len(rows[0]) == 0 {
+		return // a lost connection is found by the next statement
+	}
+	ss.idleTimeout = pgDuration(rows[0][0])
+}
+
 func idleInTransactionTimeout() error {
 	return pgerr.Fatal(pgerr.IdleInTransactionTimeout, "terminating connection due to idle-in-transaction timeout")
 }

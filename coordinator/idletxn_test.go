@@ -54,6 +54,40 @@ func TestIdleInTransactionAcrossWorkers(t *testing.T) {
 	if got := pair(t, admin, k1, k2); got != "1,105" {
 		t.Errorf("after the timeout: %s, want 1,105 (rolled back)", got)
 	}
+
+	// The setting changed inside such a transaction counts from then on,
+	// as in PostgreSQL (adversary finding: the value read when the second
+	// worker joined was enforced all the same, and the transaction lost).
+	for i, change := range []string{
+		"SET LOCAL idle_in_transaction_session_timeout = 0",
+		"SET idle_in_transaction_session_timeout = '5s'",
+		"SELECT set_config('idle_in_transaction_session_timeout', '0', true)",
+		"RESET ALL",
+	} {
+		e := connect(t, srv.Addr())
+		exec(t, e, "SET idle_in_transaction_session_timeout = '300ms'")
+		exec(t, e, "BEGIN")
+		exec(t, e, fmt.Sprintf("UPDATE iit_t SET n = %d WHERE aid = %d", 10+i, k1))
+		exec(t, e, fmt.Sprintf("UPDATE iit_t SET n = %d WHERE aid = %d", 10+i, k2))
+		exec(t, e, change)
+		time.Sleep(time.Second)
+		if _, err := e.Exec(ctx, "COMMIT"); err != nil {
+			t.Errorf("after %q and a pause: COMMIT: %v", change, err)
+		} else if got, want := pair(t, admin, k1, k2), fmt.Sprintf("%d,%d", 10+i, 10+i); got != want {
+			t.Errorf("after %q and a commit: %s, want %s", change, got, want)
+		}
+	}
+	// Lowered inside it: ended as PostgreSQL ends it.
+	f := connect(t, srv.Addr())
+	exec(t, f, "SET idle_in_transaction_session_timeout = '10s'")
+	exec(t, f, "BEGIN")
+	exec(t, f, fmt.Sprintf("UPDATE iit_t SET n = 77 WHERE aid = %d", k1))
+	exec(t, f, fmt.Sprintf("UPDATE iit_t SET n = 77 WHERE aid = %d", k2))
+	exec(t, f, "SET LOCAL idle_in_transaction_session_timeout = '300ms'")
+	time.Sleep(time.Second)
+	if _, err := f.Exec(ctx, "COMMIT"); sqlState(err) != "25P03" {
+		t.Errorf("after lowering the timeout in the transaction and idling past it: %v, want 25P03", err)
+	}
 }
 
 // TestCoordinatorIdleInTransactionTimeout: --idle-in-transaction-timeout

@@ -255,6 +255,7 @@ type session struct {
 	// (idletxn.go).
 	idleOff     bool
 	idleTimeout time.Duration
+	idleRecheck bool // a statement may have changed it (noteIdleChange)
 	// chainAsk: the transaction was chained on the current worker
 	// (txBegin ""); joinWorker asks that worker for its characteristics.
 	chainAsk bool
@@ -588,6 +589,9 @@ func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	// goes back now, not at the client's next message (which may not come
 	// for a long time).
 	ss.r.Release()
+	if ss.idleRecheck && ss.qhead == len(ss.queue) && !ss.needSync {
+		ss.recheckIdle()
+	}
 	waited = waitTxn
 	if ss.txStatus() == 'I' && !ss.needSync && !ss.skipping {
 		waited = waitRest
@@ -1239,6 +1243,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		ss.nameGen++ // names may resolve otherwise after it (ownResolve)
 	}
 	ss.terminates = ss.terminates || cls.terminate
+	ss.noteIdleChange(ctext, &cls)
 	ss.savepointShapes(&cls)
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
@@ -2247,6 +2252,7 @@ func (ss *session) bind(body []byte) error {
 		ss.nameGen++
 	}
 	ss.terminates = ss.terminates || st.cls.terminate
+	ss.noteIdleChange(st.Query, &st.cls)
 	ss.savepointShapes(&st.cls)
 	seqHad := ss.seqUsed
 	if !st.cls.quiet {
