@@ -231,7 +231,7 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 			return false, nil
 		}
 		if t < 0 {
-			return true, ss.queryError(pgerr.New(pgerr.InvalidParameterValue, "\"timeout\" must not be negative"))
+			return true, ss.queryError(pgerr.New(pgerr.NumericValueOutOfRange, "\"timeout\" must not be negative")) // as PostgreSQL 15
 		}
 		timeout = t
 	}
@@ -276,6 +276,11 @@ func (ss *session) signalOne(pid uint32, terminate bool, timeout int64) (bool, s
 		return false, "", err
 	}
 	if !terminate {
+		if target == ss {
+			// PostgreSQL's backend takes its own cancel while the
+			// statement runs: the statement fails.
+			return false, "", pgerr.New(pgerr.QueryCanceled, "canceling statement due to user request")
+		}
 		s.cancelHere(target.pid, target.secret)
 		return true, "", nil
 	}

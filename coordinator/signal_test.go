@@ -153,6 +153,31 @@ func TestSignalSessionByPID(t *testing.T) {
 			}
 		}
 	}
+	// Its own statement cancelled, as PostgreSQL's backend takes its own
+	// cancel (adversary finding: pgfleet answered t and went on): the
+	// statement fails with 57014, and in a query string of several the
+	// string stops and its implicit transaction is rolled back. A
+	// negative timeout is PostgreSQL 15's 22003.
+	{
+		own := connect(t, srv.Addr())
+		testTable(t, ctl, "sig_own", "(id int PRIMARY KEY)", "SELECT create_distributed_table('sig_own', 'id', shard_count => 4)")
+		pid := own.PgConn().PID()
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+			if _, err := own.Exec(ctx, "SELECT pg_cancel_backend($1)", mode, pid); sqlState(err) != "57014" {
+				t.Errorf("%v: pg_cancel_backend of its own session: %v, want 57014", mode, err)
+			}
+		}
+		_, err := own.PgConn().Exec(ctx, fmt.Sprintf("INSERT INTO sig_own VALUES (1); SELECT pg_cancel_backend(%d); INSERT INTO sig_own VALUES (2)", pid)).ReadAll()
+		if sqlState(err) != "57014" {
+			t.Errorf("pg_cancel_backend of its own session in a query string: %v, want 57014", err)
+		}
+		if got := queryString(t, ctl, "SELECT count(*)::text FROM sig_own"); got != "0" {
+			t.Errorf("rows after the cancelled string: %s, want 0", got)
+		}
+		if _, err := ctl.Exec(ctx, fmt.Sprintf("SELECT pg_terminate_backend(%d, -1)", pid), simple); sqlState(err) != "22003" {
+			t.Errorf("pg_terminate_backend with a negative timeout: %v, want 22003", err)
+		}
+	}
 	// Terminated in the middle of COPY FROM STDIN into a distributed table:
 	// FATAL 57P01, nothing of it stored (it committed its rows).
 	testTable(t, ctl, "sig_copy", "(id int PRIMARY KEY)", "SELECT create_distributed_table('sig_copy', 'id', shard_count => 4)")
