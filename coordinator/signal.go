@@ -24,7 +24,8 @@ import (
 // over the extended protocol: bridge.go), run on the coordinator as
 // PostgreSQL runs them on its backends: the caller needs the privileges
 // of the session's role or of pg_signal_backend (a superuser's session, a
-// superuser's), cancel cancels the session's statement, terminate ends the
+// superuser's), cancel cancels the session's statement (the caller's own
+// session: the calling statement fails with 57014), terminate ends the
 // session with FATAL 57P01 (its transaction rolled back) and, with a
 // timeout, waits for it to end. An ID of no session gets PostgreSQL's
 // WARNING and false. A query string of several statements with such a
