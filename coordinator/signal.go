@@ -93,7 +93,7 @@ func parseSignalCall(sql string) *signalCall {
 		}
 		items := rf.Functions[0].GetList().GetItems()
 		uf := items[0].GetFuncCall()
-		if uf == nil || len(uf.Args) != 1 || len(uf.Funcname) > 2 || constOrParam(uf.Args[0]) == nil {
+		if uf == nil || len(uf.Args) != 1 || len(uf.Funcname) > 2 || constOrParam(uf.Args[0]) == nil && constArray(uf.Args[0]) == nil {
 			return nil
 		}
 		if n := uf.Funcname[len(uf.Funcname)-1].GetString_().GetSval(); n != "unnest" ||
@@ -118,9 +118,38 @@ func parseSignalCall(sql string) *signalCall {
 	return &signalCall{fn: fn, column: col, args: fc.Args, over: over}
 }
 
-// intArray is a constant array argument's elements ('{1,2,3}'), ok false
-// for anything else (a NULL element too).
+// constArray is n, or the node a cast of n is of, when it is an ARRAY[...]
+// of constants.
+func constArray(n *pg_query.Node) *pg_query.A_ArrayExpr {
+	for tc := n.GetTypeCast(); tc != nil; tc = n.GetTypeCast() {
+		n = tc.Arg
+	}
+	a := n.GetAArrayExpr()
+	if a == nil {
+		return nil
+	}
+	for _, e := range a.Elements {
+		if constOrParam(e).GetAConst() == nil {
+			return nil
+		}
+	}
+	return a
+}
+
+// intArray is a constant array argument's elements ('{1,2,3}' or
+// ARRAY[1, 2, 3]), ok false for anything else (a NULL element too).
 func intArray(n *pg_query.Node) ([]int64, bool) {
+	if a := constArray(n); a != nil {
+		out := make([]int64, 0, len(a.Elements))
+		for _, e := range a.Elements {
+			v, null, ok := intArg(e)
+			if !ok || null {
+				return nil, false
+			}
+			out = append(out, v)
+		}
+		return out, true
+	}
 	c := constOrParam(n).GetAConst()
 	if c == nil || c.GetSval() == nil {
 		return nil, false

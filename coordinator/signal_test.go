@@ -93,7 +93,7 @@ func TestSignalSessionByPID(t *testing.T) {
 	}
 	// Several by an array of IDs (pgxpool's and database/sql's idle
 	// checks): a row per ID, every session ended.
-	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+	for k, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement, simple} {
 		var victims []*pgx.Conn
 		var pids []uint32
 		for i := 0; i < 3; i++ {
@@ -103,9 +103,12 @@ func TestSignalSessionByPID(t *testing.T) {
 		}
 		var rows pgx.Rows
 		var err error
-		if mode == simple {
+		switch {
+		case k == 2: // ARRAY[...] (adversary finding: it ran on a worker, which answered false)
+			rows, err = ctl.Query(ctx, fmt.Sprintf("select pg_terminate_backend(n) from unnest(ARRAY[%d, %d, %d]) n", pids[0], pids[1], pids[2]), mode)
+		case mode == simple:
 			rows, err = ctl.Query(ctx, fmt.Sprintf("select pg_terminate_backend(n) from unnest('{%d,%d,%d}'::int[]) n", pids[0], pids[1], pids[2]), mode)
-		} else {
+		default:
 			rows, err = ctl.Query(ctx, "select pg_terminate_backend(n) from unnest($1::int[]) n", mode, pids)
 		}
 		var got []bool
