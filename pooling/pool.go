@@ -287,7 +287,7 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 		return c, nil
 	case <-t.C:
 		p.timeouts.Inc()
-		err = p.timeoutError()
+		err = p.timeoutError(class)
 	case <-ctx.Done():
 		err = pgerr.New(pgerr.QueryCanceled, "canceled while waiting for a server connection to worker %s", p.cfg.Addr)
 	}
@@ -352,7 +352,7 @@ func (p *Pool) wakeAsync() {
 
 // timeoutError is what a checkout that waited the acquire timeout in vain
 // returns.
-func (p *Pool) timeoutError() error {
+func (p *Pool) timeoutError(class int) error {
 	if c := p.cfg.Gate.Cap(); c >= 0 && c < p.cfg.Size {
 		msg := fmt.Sprintf("%v to worker %s after %v: this coordinator's share of the worker's connection budget, %d, is in use",
 			ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, c)
@@ -363,10 +363,15 @@ func (p *Pool) timeoutError() error {
 		return &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections, Message: msg,
 			Hint: "Retry later, shorten long transactions, or raise the worker's budget (--worker-connections, or its max_connections); see pgfleet.connection_shares in the metadata database."}
 	}
+	msg := fmt.Sprintf("%v to worker %s after %v: all %d connections of its pool are busy",
+		ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, p.cfg.Size)
+	if l := p.limit(class); l < p.cfg.Size {
+		msg = fmt.Sprintf("%v to worker %s after %v: the %d connections of its pool of %d that a client holding %d others may take are busy (the rest are kept for transactions that hold connections to other workers)",
+			ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, l, p.cfg.Size, class)
+	}
 	return &pgerr.Error{Severity: "ERROR", Code: pgerr.TooManyConnections,
-		Message: fmt.Sprintf("%v to worker %s after %v: all %d connections of its pool are busy",
-			ErrAcquireTimeout, p.cfg.Addr, p.cfg.AcquireTimeout, p.cfg.Size),
-		Hint: "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
+		Message: msg,
+		Hint:    "Retry later, shorten long transactions, or raise the coordinator's --pool-size or --pool-timeout."}
 }
 
 // free gives back a busy slot whose connection is gone.

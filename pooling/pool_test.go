@@ -3,6 +3,7 @@ package pooling_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -220,5 +221,28 @@ func TestAcquireNow(t *testing.T) {
 	p.Release(b)
 	if open, busy, _ := p.Stats(); open != 2 || busy != 0 {
 		t.Errorf("at the end: open %d busy %d, want 2 0", open, busy)
+	}
+}
+
+// TestTimeoutNamesTheReserve: a checkout that timed out while the pool's
+// last connections were kept for transactions spanning workers says so,
+// not that every connection was busy (adversary finding).
+func TestTimeoutNamesTheReserve(t *testing.T) {
+	cl := pgtest.Shared(t)
+	var span atomic.Int32
+	span.Store(2)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 2, AcquireTimeout: 100 * time.Millisecond, Span: &span}, nil)
+	defer p.Close()
+	a, err := p.Acquire(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(a)
+	_, err = p.Acquire(context.Background(), 0)
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) || pe.Code != pgerr.TooManyConnections ||
+		!strings.Contains(pe.Message, "the 1 connections of its pool of 2 that a client holding 0 others may take are busy") {
+		t.Errorf("timeout with one connection in use and one kept: %v", err)
 	}
 }
