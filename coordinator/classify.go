@@ -133,6 +133,10 @@ type class struct {
 	// own worker backend (drain relays that FATAL as PostgreSQL would);
 	// signal: it calls that or pg_cancel_backend (signal.go).
 	terminate, signal bool
+	// logins: a statement changes what a login gets (ALTER or DROP of a
+	// role or database, GRANT, REVOKE): the pools open new connections
+	// once it has committed (refreshPools).
+	logins bool
 	// temp: DDL of a temporary object (TEMP, or in pg_temp), which lives
 	// on the session's pinned connection only, never on every worker.
 	temp bool
@@ -172,6 +176,10 @@ func classify(sql string) class {
 			switch {
 			case oneOf(lx.words[0], "CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE"):
 				c.ddl = true
+				if oneOf(lx.words[0], "GRANT", "REVOKE") ||
+					n > 1 && oneOf(lx.words[0], "ALTER", "DROP") && oneOf(lx.words[1], "ROLE", "USER", "GROUP", "DATABASE") {
+					c.logins = true
+				}
 			case oneOf(lx.words[0], "COMMIT", "END", "ROLLBACK", "ABORT", "PREPARE"):
 				c.endLike = true
 				if n > 1 && (oneOf(lx.words[0], "PREPARE") && oneOf(lx.words[1], "TRANSACTION") ||

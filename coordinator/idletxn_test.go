@@ -77,6 +77,31 @@ func TestIdleInTransactionAcrossWorkers(t *testing.T) {
 			t.Errorf("after %q and a commit: %s, want %s", change, got, want)
 		}
 	}
+	// A pipeline over both workers paused before its Sync is not timed:
+	// PostgreSQL starts the timer at ReadyForQuery (adversary finding).
+	r := rawConnect(t, srv.Addr())
+	r.expect("SET", r.round(&pgproto3.Query{String: "SET idle_in_transaction_session_timeout = '300ms'"}), "C SET,ZI")
+	msgs := append(exe(fmt.Sprintf("UPDATE iit_t SET n = 21 WHERE aid = %d", k1)), exe(fmt.Sprintf("UPDATE iit_t SET n = 21 WHERE aid = %d", k2))...)
+	r.send(5*time.Second, append(msgs, &pgproto3.Flush{})...)
+	for done := 0; done < 2; {
+		m, err := r.fe.Receive()
+		if err != nil {
+			t.Fatalf("the pipeline's answers before Sync: %v", err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.CommandComplete:
+			done++
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("the pipeline before Sync: %s %s", m.Code, m.Message)
+		}
+	}
+	time.Sleep(time.Second)
+	r.send(5*time.Second, &pgproto3.Sync{})
+	r.expect("Sync after the pause", r.answers(), "ZI")
+	if got := pair(t, admin, k1, k2); got != "21,21" {
+		t.Errorf("after the pipeline's Sync: %s, want 21,21", got)
+	}
+
 	// Lowered inside it: ended as PostgreSQL ends it.
 	f := connect(t, srv.Addr())
 	exec(t, f, "SET idle_in_transaction_session_timeout = '10s'")

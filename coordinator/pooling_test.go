@@ -562,3 +562,55 @@ func TestLoginWithPoolFull(t *testing.T) {
 		t.Errorf("connections of the pool after the transactions: %d, want at most its size 3", open)
 	}
 }
+
+// TestLoginAfterRoleChange: a change of what a login gets, made through
+// the coordinator, reaches the next login, as PostgreSQL applies it at
+// login (adversary finding: pooled connections opened before kept the old
+// role settings and let a NOLOGIN role in): ALTER ROLE ... SET, ALTER
+// ROLE ... NOLOGIN. (ALTER DATABASE is left out: the tests share the
+// database.)
+func TestLoginAfterRoleChange(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	admin := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, admin, "DROP ROLE IF EXISTS lrc_carol", simple)
+	exec(t, admin, "CREATE ROLE lrc_carol LOGIN", simple)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS lrc_carol", simple)
+	})
+	url := "postgres://lrc_carol@" + srv.Addr() + "/postgres?sslmode=disable"
+	login := func() (*pgx.Conn, error) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return pgx.Connect(cctx, url)
+	}
+	c, err := login()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, c, "SHOW TimeZone"); got == "Asia/Tokyo" {
+		t.Fatalf("TimeZone before the change: %s", got)
+	}
+	c.Close(ctx) // its connection stays in the pool
+	exec(t, admin, "ALTER ROLE lrc_carol SET TimeZone = 'Asia/Tokyo'", simple)
+	c, err = login()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.PgConn().ParameterStatus("TimeZone"); got != "Asia/Tokyo" {
+		t.Errorf("TimeZone reported to the next login: %q, want Asia/Tokyo", got)
+	}
+	if got := queryString(t, c, "SHOW TimeZone"); got != "Asia/Tokyo" {
+		t.Errorf("SHOW TimeZone at the next login: %q, want Asia/Tokyo", got)
+	}
+	c.Close(ctx)
+	exec(t, admin, "ALTER ROLE lrc_carol NOLOGIN", simple)
+	if c, err := login(); err == nil {
+		c.Close(ctx)
+		t.Error("a NOLOGIN role logged in")
+	} else if sqlState(err) != "28000" {
+		t.Errorf("login of a NOLOGIN role: %v, want 28000", err)
+	}
+}

@@ -256,6 +256,9 @@ type session struct {
 	idleOff     bool
 	idleTimeout time.Duration
 	idleRecheck bool // a statement may have changed it (noteIdleChange)
+	// loginDDL: a statement changed what a login gets (class.logins):
+	// the pools are refreshed once the transaction is over.
+	loginDDL bool
 	// chainAsk: the transaction was chained on the current worker
 	// (txBegin ""); joinWorker asks that worker for its characteristics.
 	chainAsk bool
@@ -461,7 +464,11 @@ func (ss *session) run() (asleep bool) {
 			}
 		}
 		var limit time.Duration
-		if waited == waitTxn {
+		if waited == waitTxn && !ss.needSync && !ss.skipping {
+			// As PostgreSQL's, the timer runs only once ReadyForQuery is
+			// sent: not while a pipeline waits for its Sync (adversary
+			// finding: a client that sent Flush and read its results
+			// before Sync was ended with 25P03).
 			if limit = ss.idleLimit(); limit > 0 {
 				_ = ss.conn.SetReadDeadline(time.Now().Add(limit))
 			}
@@ -573,6 +580,12 @@ func (ss *session) run() (asleep bool) {
 func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	s := ss.srv
 	ss.leaveFlight() // the request reached its workers
+	if ss.loginDDL && ss.txStatus() == 'I' && !ss.needSync {
+		// Before the client hears the statement is done: a login after
+		// that gets the new settings.
+		ss.loginDDL = false
+		s.refreshPools()
+	}
 	if len(ss.out) > 0 {
 		if ss.flush() != nil {
 			return 0, false
@@ -1244,6 +1257,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	ss.terminates = ss.terminates || cls.terminate
 	ss.noteIdleChange(ctext, &cls)
+	ss.loginDDL = ss.loginDDL || cls.logins
 	ss.savepointShapes(&cls)
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
@@ -2253,6 +2267,7 @@ func (ss *session) bind(body []byte) error {
 	}
 	ss.terminates = ss.terminates || st.cls.terminate
 	ss.noteIdleChange(st.Query, &st.cls)
+	ss.loginDDL = ss.loginDDL || st.cls.logins
 	ss.savepointShapes(&st.cls)
 	seqHad := ss.seqUsed
 	if !st.cls.quiet {

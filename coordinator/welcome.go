@@ -111,3 +111,24 @@ func (ws *welcomes) note(k welcomeKey, w *welcomeRecord) {
 	}
 	ws.m[k] = w
 }
+
+// refreshPools makes every pool open new connections (pooling.Pool.Refresh)
+// and forgets the startups' records, after a statement that changed what a
+// login gets (ALTER ROLE ... SET, NOLOGIN, REVOKE CONNECT, ...): PostgreSQL
+// applies those at login, so connections opened before would serve new
+// sessions with the old settings and privileges. Changes made on a worker
+// directly, or through another coordinator, are not seen here.
+func (s *Server) refreshPools() {
+	s.mu.Lock()
+	pools := make([]*pooling.Pool, 0, len(s.pools))
+	for _, p := range s.pools {
+		pools = append(pools, p)
+	}
+	s.mu.Unlock()
+	for _, p := range pools {
+		p.Refresh()
+	}
+	s.welcomes.mu.Lock()
+	clear(s.welcomes.m)
+	s.welcomes.mu.Unlock()
+}

@@ -100,6 +100,7 @@ type Pool struct {
 	idle    []*ServerConn            // newest last
 	open    int                      // slots taken: connections open or being dialled
 	busy    int                      // slots not idle (open - len(idle))
+	gen     int64                    // Refresh's count: older connections close at release
 	waiters []*waiter                // by class, highest first, then arrival
 	conns   map[*ServerConn]struct{} // every open connection, busy or idle
 	nwait   atomic.Int32             // len(waiters), read without mu
@@ -401,6 +402,9 @@ func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
 			return nil, err
 		}
 	}
+	p.mu.Lock()
+	gen := p.gen // a Refresh while it logs in makes it stale
+	p.mu.Unlock()
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
 		p.free()
@@ -426,6 +430,7 @@ func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
 	p.gauge.Inc()
 	p.mu.Lock()
 	p.conns[c] = struct{}{}
+	c.gen = gen
 	p.mu.Unlock()
 	if g := p.cfg.Gate; g != nil && g.Record != nil {
 		if err := g.Record(ctx, c.PID); err != nil {
@@ -460,7 +465,10 @@ func (p *Pool) Release(c *ServerConn) {
 			c.broken = true
 		}
 	}
-	if c.broken {
+	p.mu.Lock()
+	stale := c.gen != p.gen
+	p.mu.Unlock()
+	if c.broken || stale {
 		p.discard(c)
 		return
 	}
@@ -506,6 +514,20 @@ func (p *Pool) Stats() (open, busy, waiting int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.open, p.busy, len(p.waiters)
+}
+
+// Refresh makes the pool open new connections from now on: the idle ones
+// close, and those in use close when released. After a change of role or
+// database settings or privileges (ALTER ROLE ... SET, NOLOGIN, REVOKE
+// CONNECT), which PostgreSQL applies at login, connections opened before
+// it would keep the old ones for every session they serve.
+func (p *Pool) Refresh() {
+	p.mu.Lock()
+	p.gen++
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	p.closeIdle(idle)
 }
 
 // Close closes the idle connections. Connections in use are closed when

@@ -44,6 +44,7 @@ type ServerConn struct {
 	lastUsed time.Time
 	broken   bool
 	peekr    *peeker // made at the first peek
+	gen      int64   // the pool's generation it was opened in (Refresh)
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
