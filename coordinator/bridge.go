@@ -574,6 +574,20 @@ var errBridgeMore = pgerr.New(pgerr.FeatureNotSupported,
 	"this statement, which the coordinator runs on every worker and which commits on its own outside a transaction block, is not supported with other statements before the same Sync").
 	WithHint("Send Sync right after it (or before it), or run it inside BEGIN ... COMMIT.")
 
+// errBridgeSignalMore is errBridgeMore for a signal call of a session
+// (signal.go), which the coordinator runs itself.
+var errBridgeSignalMore = pgerr.New(pgerr.FeatureNotSupported,
+	"pg_cancel_backend or pg_terminate_backend of a pgfleet session, which the coordinator runs itself, is not supported with other statements before the same Sync outside a transaction block").
+	WithHint("Send Sync right after it (or before it), or run it inside BEGIN ... COMMIT.")
+
+// bridgeMore is the refusal of bp among other statements before a Sync.
+func bridgeMore(bp *bridgePortal) error {
+	if bp.kind == bridgeSignal {
+		return errBridgeSignalMore
+	}
+	return errBridgeMore
+}
+
 // bridgeExecute runs a bridged portal through the simple query path and
 // answers as the extended protocol does.
 func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
@@ -585,7 +599,7 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	// worker's status not read back yet), or outside one.
 	if !ss.inTxn() && (ss.txBegin == "" || ss.implicitTxn) {
 		if ss.sc != nil && ss.needSync && ss.batchWork {
-			ss.synthError(errBridgeMore) // statements of this pipeline ran before it
+			ss.synthError(bridgeMore(bp)) // statements of this pipeline ran before it
 			return nil
 		}
 		more, err := ss.pipelineGoesOn()
@@ -593,7 +607,7 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 			return err
 		}
 		if more {
-			ss.synthError(errBridgeMore)
+			ss.synthError(bridgeMore(bp))
 			return nil
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,6 +180,27 @@ func TestSignalSessionByPID(t *testing.T) {
 		}
 		if _, err := ctl.Exec(ctx, fmt.Sprintf("SELECT pg_terminate_backend(%d, -1)", pid), simple); sqlState(err) != "22003" {
 			t.Errorf("pg_terminate_backend with a negative timeout: %v, want 22003", err)
+		}
+	}
+	// Pipelined with another statement before one Sync, outside a
+	// transaction block: refused with 0A000, in words that name the call
+	// (adversary finding: the refusal spoke of a statement run on every
+	// worker), and the session named lives on.
+	{
+		v := connect(t, srv.Addr())
+		b := &pgx.Batch{}
+		b.Queue("SELECT 1")
+		b.Queue("SELECT pg_terminate_backend($1)", v.PgConn().PID())
+		br := ctl.SendBatch(ctx, b)
+		_, _ = br.Exec()
+		_, err := br.Exec()
+		_ = br.Close()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" || !strings.Contains(pe.Message, "pg_terminate_backend of a pgfleet session") {
+			t.Errorf("pg_terminate_backend pipelined with another statement: %v, want 0A000 naming the call", err)
+		}
+		if err := v.QueryRow(ctx, "SELECT 1").Scan(new(int)); err != nil {
+			t.Errorf("the session named by the refused call: %v", err)
 		}
 	}
 	// Terminated in the middle of COPY FROM STDIN into a distributed table:
