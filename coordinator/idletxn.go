@@ -18,17 +18,25 @@ import (
 // like any setting, so in a transaction on one worker the worker enforces
 // it, as PostgreSQL does: the client gets FATAL 25P03 (at its next
 // statement: drain) and the transaction is rolled back. A transaction no
-// worker has seen yet is timed by the coordinator (idleLimit). In a transaction over several workers, the connections
-// parked while the client works on another worker are idle in transaction
-// to their backends, which would end them (and so the transaction) although
-// the client never paused. So the first time a transaction takes in a
-// second worker, the coordinator reads the setting on the transaction's
-// connection and turns the timer off on it and on every connection it takes
-// in (set_config(..., true): for the transaction only), and enforces the
-// value itself on the client connection while the transaction lasts. The
-// read costs one round trip on that path only, and none when the setting is
-// known to be 0: the session never set it and the pool's default was read
-// as 0 before. Gap: SHOW in such a transaction gives 0.
+// worker has seen yet is timed by the coordinator (idleLimit).
+//
+// In a transaction over several workers, the connections parked while the
+// client works on another worker are idle in transaction to their
+// backends, which would end them (and so the transaction) although the
+// client never paused. So the first time a transaction takes in a second
+// worker, the coordinator reads the setting on the transaction's
+// connection and turns the timer off on it and on every connection it
+// takes in (set_config(..., true): for the transaction only), and enforces
+// the value itself on the client connection while the transaction lasts,
+// reading it again after a statement that may change it (noteIdleChange).
+// The read costs one round trip on that path only, and none when the
+// setting is known to be 0: the session never set it and the pool's
+// default was read as 0 before. The coordinator's timer, as PostgreSQL's,
+// runs only once ReadyForQuery is sent (run). Gaps: SHOW in such a
+// transaction gives 0; a change undone by ROLLBACK TO, an error or the end
+// of a function's SET clause leaves the worker at the coordinator's own 0,
+// which is then read as the value (the session is not ended where
+// PostgreSQL would end it).
 //
 // Config.IdleInTransactionTimeout is the coordinator's own bound, for every
 // session, enforced the same way.
