@@ -79,11 +79,9 @@ func (s *Server) startSession(c net.Conn, tooMany bool) *session {
 	}
 	// The client's read buffer goes back to a shared pool whenever the
 	// session waits for the client, so an idle session does not hold it.
-	ss := &session{srv: s, conn: c, accepted: c, w: c}
-	var rd io.Reader = c
-	if rio := rawio.New(c); rio != nil {
-		rd, ss.w = rio, rio
-	}
+	ss := &session{srv: s, conn: c, accepted: c}
+	var rd io.Reader
+	rd, ss.w = rawio.Wrap(c)
 	ss.r = wire.NewPooledReader(rd, 8192)
 	// Until the client has authenticated nothing longer than an
 	// authentication message is read.

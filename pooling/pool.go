@@ -100,7 +100,7 @@ type Pool struct {
 	idle    []*ServerConn            // newest last
 	open    int                      // slots taken: connections open or being dialled
 	busy    int                      // slots not idle (open - len(idle))
-	gen     int64                    // Refresh's count: older connections close at release
+	gen     atomic.Int64             // Refresh's count: older connections close at release
 	waiters []*waiter                // by class, highest first, then arrival
 	conns   map[*ServerConn]struct{} // every open connection, busy or idle
 	nwait   atomic.Int32             // len(waiters), read without mu
@@ -402,9 +402,7 @@ func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
 			return nil, err
 		}
 	}
-	p.mu.Lock()
-	gen := p.gen // a Refresh while it logs in makes it stale
-	p.mu.Unlock()
+	gen := p.gen.Load() // a Refresh while it logs in makes it stale
 	c, err := dial(ctx, &p.cfg)
 	if err != nil {
 		p.free()
@@ -465,10 +463,7 @@ func (p *Pool) Release(c *ServerConn) {
 			c.broken = true
 		}
 	}
-	p.mu.Lock()
-	stale := c.gen != p.gen
-	p.mu.Unlock()
-	if c.broken || stale {
+	if c.broken || c.gen != p.gen.Load() {
 		p.discard(c)
 		return
 	}
@@ -523,7 +518,7 @@ func (p *Pool) Stats() (open, busy, waiting int) {
 // it would keep the old ones for every session they serve.
 func (p *Pool) Refresh() {
 	p.mu.Lock()
-	p.gen++
+	p.gen.Add(1)
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()

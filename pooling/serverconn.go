@@ -339,12 +339,10 @@ func (c *ServerConn) close() {
 // the parameters it reported (the executor's tests put a fake worker on
 // the other end).
 func NewServerConn(nc net.Conn, addr string, params map[string]string) *ServerConn {
-	c := &ServerConn{conn: nc, raw: nc, w: nc, Addr: addr, Params: params, TxStatus: 'I',
+	c := &ServerConn{conn: nc, raw: nc, Addr: addr, Params: params, TxStatus: 'I',
 		Stmts: newStmtCache(0, nil), wbuf: make([]byte, 0, 4096)}
-	var rd io.Reader = nc
-	if rio := rawio.New(nc); rio != nil {
-		rd, c.w = rio, rio
-	}
+	var rd io.Reader
+	rd, c.w = rawio.Wrap(nc)
 	c.R = wire.NewReader(rd, 32*1024)
 	return c
 }

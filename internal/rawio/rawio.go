@@ -58,6 +58,15 @@ func New(c net.Conn) *Conn {
 	return x
 }
 
+// Wrap returns c's raw reader and writer when c is a plain TCP
+// connection, else c itself for both.
+func Wrap(c net.Conn) (io.Reader, io.Writer) {
+	if x := New(c); x != nil {
+		return x, x
+	}
+	return c, c
+}
+
 // Read reads into p what the socket has, waiting until it has something.
 // At end of stream it returns io.EOF.
 func (c *Conn) Read(p []byte) (int, error) {
