@@ -569,6 +569,44 @@ func TestLoginWithPoolFull(t *testing.T) {
 // role settings and let a NOLOGIN role in): ALTER ROLE ... SET, ALTER
 // ROLE ... NOLOGIN. (ALTER DATABASE is left out: the tests share the
 // database.)
+// A role's settings changed on the workers directly, not through a
+// coordinator, reach new sessions once the connections opened before reach
+// --server-lifetime.
+func TestLoginAfterServerLifetime(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.PoolSize, c.ServerLifetime = 4, 500*time.Millisecond })
+	ctx := context.Background()
+	admin := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, admin, "DROP ROLE IF EXISTS lsl_erin", simple)
+	exec(t, admin, "CREATE ROLE lsl_erin LOGIN", simple)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS lsl_erin", simple)
+	})
+	url := "postgres://lsl_erin@" + srv.Addr() + "/postgres?sslmode=disable"
+	c := connectURL(t, url)
+	if got := queryString(t, c, "SHOW TimeZone"); got == "Pacific/Auckland" {
+		t.Fatalf("TimeZone before the change: %s", got)
+	}
+	c.Close(ctx) // its connection stays in the pool
+	for _, w := range cl.Servers {
+		direct := connectURL(t, w.URL())
+		if queryString(t, direct, "SELECT count(*)::text FROM pg_roles WHERE rolname = 'lsl_erin'") == "1" {
+			exec(t, direct, "ALTER ROLE lsl_erin SET TimeZone = 'Pacific/Auckland'", simple)
+		}
+		direct.Close(ctx)
+	}
+	time.Sleep(700 * time.Millisecond)
+	c = connectURL(t, url)
+	defer c.Close(ctx)
+	if got := c.PgConn().ParameterStatus("TimeZone"); got != "Pacific/Auckland" {
+		t.Errorf("TimeZone reported to a login past the server lifetime: %q, want Pacific/Auckland", got)
+	}
+	if got := queryString(t, c, "SHOW TimeZone"); got != "Pacific/Auckland" {
+		t.Errorf("SHOW TimeZone at a login past the server lifetime: %q, want Pacific/Auckland", got)
+	}
+}
+
 func TestLoginAfterRoleChange(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(4))

@@ -71,6 +71,7 @@ type Config struct {
 	WorkerConnections int
 	LeaseTTL          time.Duration
 	PoolTimeout       time.Duration // longest wait for a server connection
+	ServerLifetime    time.Duration // age past which a server connection is closed (pooling.Config.Lifetime; 0: never)
 	StartupTimeout    time.Duration // longest a client may take to start up
 	StmtCacheSize     int           // prepared statements per server connection
 
@@ -575,7 +576,7 @@ func (s *Server) Start() error {
 		f, err := fleet.Start(fleet.Config{Bind: s.cfg.Gossip, Advertise: s.cfg.GossipAdvertise, Join: s.cfg.Join,
 			SQL: sql, Metrics: s.metricsAddr, Catalog: s.catalog.Load().Version, Local: isLoopback(net.JoinHostPort(host, "0")),
 			OnCatalog: s.kickCatalog, OnCancel: func(pid uint32, secret []byte) { s.cancelHere(pid, secret) },
-			OnFence: s.fence, OnUnfence: s.unfenced, OnMembers: s.kickBudget, OnDeparted: s.departed,
+			OnFence: s.fence, OnUnfence: s.unfenced, OnMembers: s.kickBudget, OnDeparted: s.departed, OnLogins: s.refreshPools,
 			Lease: s.incarnation, Logger: s.log})
 		if err != nil {
 			ln.Close()
@@ -872,7 +873,7 @@ func (s *Server) pool(worker, database, user string) *pooling.Pool {
 		key = func() *pooling.SCRAMKey { return s.scramKey(user) }
 	}
 	p := pooling.NewPool(pooling.Config{Addr: worker, Database: database, User: user, Password: pw,
-		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, StmtCacheSize: s.cfg.StmtCacheSize, StmtEpoch: &s.stmtEpoch,
+		Size: s.cfg.PoolSize, AcquireTimeout: s.cfg.PoolTimeout, Lifetime: s.cfg.ServerLifetime, StmtCacheSize: s.cfg.StmtCacheSize, StmtEpoch: &s.stmtEpoch,
 		TLS: s.cfg.WorkerTLS, Span: &s.span, Gate: s.gate(worker), SCRAM: key, Types: s.typeOIDs(worker, database)}, s.pm)
 	s.pools[k] = p
 	return p

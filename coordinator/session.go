@@ -585,6 +585,7 @@ func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 		// that gets the new settings.
 		ss.loginDDL = false
 		s.refreshPools()
+		s.refreshFleet()
 	}
 	if len(ss.out) > 0 {
 		if ss.flush() != nil {

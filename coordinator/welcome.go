@@ -116,8 +116,9 @@ func (ws *welcomes) note(k welcomeKey, w *welcomeRecord) {
 // and forgets the startups' records, after a statement that changed what a
 // login gets (ALTER ROLE ... SET, NOLOGIN, REVOKE CONNECT, ...): PostgreSQL
 // applies those at login, so connections opened before would serve new
-// sessions with the old settings and privileges. Changes made on a worker
-// directly, or through another coordinator, are not seen here.
+// sessions with the old settings and privileges. The other coordinators
+// are told too (refreshFleet). Changes made on a worker directly are seen
+// when the connections opened before them reach --server-lifetime.
 func (s *Server) refreshPools() {
 	s.mu.Lock()
 	pools := make([]*pooling.Pool, 0, len(s.pools))
@@ -131,4 +132,23 @@ func (s *Server) refreshPools() {
 	s.welcomes.mu.Lock()
 	clear(s.welcomes.m)
 	s.welcomes.mu.Unlock()
+}
+
+// refreshFleetWait bounds the wait for the other coordinators' refresh.
+const refreshFleetWait = 2 * time.Second
+
+// refreshFleet has every other coordinator of the fleet refresh its pools
+// (refreshPools) and waits for them, so that a login anywhere after the
+// client is answered gets the change. One that does not confirm in time
+// is logged; its connections opened before stay until --server-lifetime.
+func (s *Server) refreshFleet() {
+	f := s.fleet.Load()
+	if f == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), refreshFleetWait)
+	defer cancel()
+	if err := f.Logins(ctx); err != nil {
+		s.log.Warn("a role or database change was not confirmed by every coordinator: their connections opened before it serve new logins until --server-lifetime", "err", err)
+	}
 }

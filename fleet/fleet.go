@@ -59,6 +59,7 @@ const (
 	msgFence    = 'f' // payload: id uint64, token uint64, lease ms uint32, sender name (len uint16), table
 	msgFenceAck = 'k' // payload: id uint64, the acknowledging member's name
 	msgUnfence  = 'u' // payload: token uint64, done byte, table
+	msgLogins   = 'l' // payload: id uint64, sender name (len uint16); acknowledged as a fence is
 )
 
 // Config is a member's configuration.
@@ -93,6 +94,10 @@ type Config struct {
 	// OnFence returns, so an unfence that follows finds it.
 	OnFence   func(table string, token uint64, lease time.Duration) (wait func())
 	OnUnfence func(table string, token uint64, done bool)
+	// OnLogins is called (before the message is acknowledged) when a
+	// member changed what a login gets: a role's or database's settings
+	// or privileges (Logins).
+	OnLogins func()
 	// OnMembers is called (on a goroutine of memberlist's; it must not
 	// block) when a member joins or leaves.
 	OnMembers func()
@@ -117,11 +122,11 @@ type Fleet struct {
 	sent    atomic.Int64 // messages sent
 	bytes   atomic.Int64 // bytes sent, memberlist's own traffic included
 	left    sync.Once
-	fences  map[uint64]*fenceWait // by id, under mu
+	fences  map[uint64]*fenceWait // by id, under mu: Fence and Logins waiting
 	nextID  atomic.Uint64
 }
 
-// fenceWait is a Fence waiting for the members' acknowledgements.
+// fenceWait is a Fence or Logins waiting for the members' acknowledgements.
 type fenceWait struct {
 	want map[string]bool // members not acknowledged yet
 	done chan struct{}   // closed when want is empty
@@ -329,13 +334,35 @@ func (f *Fleet) toOthers(want func(*memberlist.Node) bool, msg []byte) int {
 // confirms nor leaves before ctx ends fails the fence: the caller must not
 // move the table's rows then (and should Unfence).
 func (f *Fleet) Fence(ctx context.Context, table string, token uint64, lease time.Duration) error {
+	return f.ask(ctx, func(id uint64, self string) []byte {
+		msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFence}, id)
+		msg = binary.BigEndian.AppendUint64(msg, token)
+		msg = binary.BigEndian.AppendUint32(msg, uint32(lease/time.Millisecond))
+		msg = binary.BigEndian.AppendUint16(msg, uint16(len(self)))
+		return append(append(msg, self...), table...)
+	})
+}
+
+// Logins tells every other live member that what a login gets changed
+// (ALTER ROLE ... SET, NOLOGIN, REVOKE CONNECT, ...: PostgreSQL applies
+// those at login), and waits until each has called its OnLogins, or has
+// left the fleet, or ctx ends (an error naming the members that did not
+// confirm).
+func (f *Fleet) Logins(ctx context.Context) error {
+	return f.ask(ctx, func(id uint64, self string) []byte {
+		msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgLogins}, id)
+		msg = binary.BigEndian.AppendUint16(msg, uint16(len(self)))
+		return append(msg, self...)
+	})
+}
+
+// ask sends every other live member the message build makes for a new id
+// and this member's name, and waits until each has acknowledged the id
+// (msgFenceAck), or has left the fleet, or ctx ends.
+func (f *Fleet) ask(ctx context.Context, build func(id uint64, self string) []byte) error {
 	id := f.nextID.Add(1)
 	self := f.ml.LocalNode().Name
-	msg := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFence}, id)
-	msg = binary.BigEndian.AppendUint64(msg, token)
-	msg = binary.BigEndian.AppendUint32(msg, uint32(lease/time.Millisecond))
-	msg = binary.BigEndian.AppendUint16(msg, uint16(len(self)))
-	msg = append(append(msg, self...), table...)
+	msg := build(id, self)
 	w := &fenceWait{want: map[string]bool{}, done: make(chan struct{})}
 	for _, n := range f.ml.Members() {
 		if n.Name != self {
@@ -422,18 +449,37 @@ func (f *Fleet) fenced(p []byte) {
 	if f.cfg.OnFence != nil {
 		wait = f.cfg.OnFence(table, token, lease)
 	}
-	self := f.ml.LocalNode().Name
-	ack := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFenceAck}, id)
-	ack = append(ack, self...)
+	if wait == nil {
+		f.ack(id, sender)
+		return
+	}
 	go func() {
-		if wait != nil {
-			wait()
-		}
-		f.toOthers(func(n *memberlist.Node) bool { return n.Name == sender }, ack)
+		wait()
+		f.ack(id, sender)
 	}()
 }
 
-// acked handles a member's acknowledgement of a fence.
+// loginsChanged handles a member's Logins: OnLogins, then the
+// acknowledgement.
+func (f *Fleet) loginsChanged(p []byte) {
+	if len(p) < 10 || len(p) != 10+int(binary.BigEndian.Uint16(p[8:])) {
+		f.dropped.Add(1)
+		return
+	}
+	if f.cfg.OnLogins != nil {
+		f.cfg.OnLogins()
+	}
+	f.ack(binary.BigEndian.Uint64(p), string(p[10:]))
+}
+
+// ack acknowledges message id to its sender.
+func (f *Fleet) ack(id uint64, sender string) {
+	ack := binary.BigEndian.AppendUint64([]byte{msgVersion, msgFenceAck}, id)
+	ack = append(ack, f.ml.LocalNode().Name...)
+	go f.toOthers(func(n *memberlist.Node) bool { return n.Name == sender }, ack)
+}
+
+// acked handles a member's acknowledgement of a fence or of Logins.
 func (f *Fleet) acked(p []byte) {
 	if len(p) < 8 {
 		f.dropped.Add(1)
@@ -488,6 +534,8 @@ func (f *Fleet) handle(b []byte) {
 		f.fenced(p)
 	case msgFenceAck:
 		f.acked(p)
+	case msgLogins:
+		f.loginsChanged(p)
 	case msgUnfence:
 		if len(p) < 9 {
 			f.dropped.Add(1)

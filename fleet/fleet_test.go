@@ -18,6 +18,7 @@ type node struct {
 	sent    []time.Time // OnCatalog's sent, beside catalog
 	cancels []string
 	fences  []string
+	logins  int           // OnLogins calls
 	gone    []string      // OnDeparted's members: SQL address and lease
 	hold    chan struct{} // when set, OnFence waits for it to close
 }
@@ -54,6 +55,7 @@ func start(t *testing.T, i int, join []string) *node {
 			}
 			return nil
 		},
+		OnLogins: func() { n.mu.Lock(); n.logins++; n.mu.Unlock() },
 		OnUnfence: func(table string, token uint64, done bool) {
 			n.mu.Lock()
 			n.fences = append(n.fences, fmt.Sprintf("-%s/%d/%v", table, token, done))
@@ -166,13 +168,33 @@ func TestFleet(t *testing.T) {
 		t.Errorf("fence with c2 not confirming: %v, want an error naming c2", err)
 	}
 
+	// Logins: every other member has called OnLogins before it returns;
+	// the sender has not.
+	if err := b.f.Logins(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []*node{a, b, c} {
+		n.mu.Lock()
+		got := n.logins
+		n.mu.Unlock()
+		if want := map[bool]int{true: 0, false: 1}[i == 1]; got != want {
+			t.Errorf("member %d: OnLogins called %d times, want %d", i+1, got, want)
+		}
+	}
+
 	// Undecodable messages are dropped and counted, not acted on.
-	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'c', 0, 0, 0, 0, 0, 0, 0, 9, 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}, {msgVersion, msgFence, 1, 2}, {msgVersion, msgFenceAck}, {msgVersion, msgUnfence, 1}} {
+	for _, m := range [][]byte{nil, {9, 'c'}, {msgVersion, 'c', 1}, {msgVersion, 'c', 0, 0, 0, 0, 0, 0, 0, 9, 1}, {msgVersion, 'q', 0, 0, 0, 0, 0, 0, 0, 0}, {msgVersion, msgFence, 1, 2}, {msgVersion, msgFenceAck}, {msgVersion, msgUnfence, 1},
+		{msgVersion, msgLogins, 0, 0, 0, 0, 0, 0, 0, 1}, {msgVersion, msgLogins, 0, 0, 0, 0, 0, 0, 0, 1, 0, 5, 'c', '1'}} {
 		c.f.handle(m)
 	}
-	if got := c.f.Dropped(); got != 8 {
-		t.Errorf("dropped %d, want 8", got)
+	if got := c.f.Dropped(); got != 10 {
+		t.Errorf("dropped %d, want 10", got)
 	}
+	c.mu.Lock()
+	if c.logins != 1 {
+		t.Errorf("an undecodable Logins message was acted on: %d calls", c.logins)
+	}
+	c.mu.Unlock()
 	// An older member's catalog message (the version alone) is understood.
 	c.f.handle([]byte{msgVersion, msgCatalog, 0, 0, 0, 0, 0, 0, 0, 20})
 	eventually(t, "catalog 20 from an older member", func() bool { v, _ := c.seen(); return slices.Contains(v, 20) })

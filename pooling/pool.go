@@ -26,7 +26,12 @@ type Config struct {
 	AcquireTimeout time.Duration // longest wait for a connection
 	ConnectTimeout time.Duration
 	ResetTimeout   time.Duration // longest a ROLLBACK on release may take
-	StmtCacheSize  int           // prepared statements kept per connection
+	// Lifetime, when positive, is the age past which a connection is
+	// closed instead of being used again (PgBouncer's server_lifetime):
+	// role and database settings changed on a worker directly reach new
+	// sessions within it.
+	Lifetime      time.Duration
+	StmtCacheSize int // prepared statements kept per connection
 	// StmtEpoch, when set, is advanced after DDL: statements the
 	// connections prepared before are prepared again at their next use.
 	StmtEpoch *atomic.Int64
@@ -387,7 +392,7 @@ func (p *Pool) free() {
 
 // check returns c if it is still usable, or closes it and returns nil.
 func (p *Pool) check(c *ServerConn) *ServerConn {
-	if c.alive() { // one non-blocking peek: a connection dead since its last use is never handed out
+	if !p.tooOld(c, time.Now()) && c.alive() { // one non-blocking peek: a connection dead since its last use is never handed out
 		return c
 	}
 	p.discard(c)
@@ -425,6 +430,7 @@ func (p *Pool) dial(ctx context.Context, epoch int64) (*ServerConn, error) {
 			Hint:    "Check that the worker is running and accepts this user and database."}
 	}
 	c.pool = p
+	c.born = time.Now()
 	p.gauge.Inc()
 	p.mu.Lock()
 	p.conns[c] = struct{}{}
@@ -463,14 +469,15 @@ func (p *Pool) Release(c *ServerConn) {
 			c.broken = true
 		}
 	}
-	if c.broken || c.gen != p.gen.Load() {
+	now := time.Now()
+	if c.broken || c.gen != p.gen.Load() || p.tooOld(c, now) {
 		p.discard(c)
 		return
 	}
 	// Over the cap (the share shrank) the connection goes, unless a client
 	// holding connections elsewhere waits for it (within the ceiling).
 	over := p.cfg.Gate.over()
-	c.lastUsed = time.Now()
+	c.lastUsed = now
 	p.mu.Lock()
 	if len(p.waiters) > 0 && p.busy-1 < p.limit(p.waiters[0].class) && (!over || p.waiters[0].class > 0) {
 		w := p.waiters[0]
@@ -490,6 +497,11 @@ func (p *Pool) Release(c *ServerConn) {
 	p.busy--
 	p.idle = append(p.idle, c)
 	p.mu.Unlock()
+}
+
+// tooOld reports whether c has outlived the pool's Lifetime at now.
+func (p *Pool) tooOld(c *ServerConn, now time.Time) bool {
+	return p.cfg.Lifetime > 0 && !c.born.IsZero() && now.Sub(c.born) > p.cfg.Lifetime
 }
 
 // Discard closes c and frees its slot.

@@ -42,6 +42,7 @@ type ServerConn struct {
 
 	pool     *Pool
 	lastUsed time.Time
+	born     time.Time // when the pool opened it (Config.Lifetime)
 	broken   bool
 	peekr    *peeker // made at the first peek
 	gen      int64   // the pool's generation it was opened in (Refresh)

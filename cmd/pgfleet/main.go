@@ -105,6 +105,7 @@ func (f *fleetFlags) apply(cfg *coordinator.Config) {
 type coordinatorFlags struct {
 	poolSize       int
 	poolTimeout    time.Duration
+	serverLifetime time.Duration
 	startupTimeout time.Duration
 	auth           string
 	users          listFlag
@@ -133,6 +134,8 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaseTTL, "lease", envDuration("PGFLEET_LEASE", 10*time.Second), "length of a coordinator's lease on its shares of the budget, renewed every tenth of it; a coordinator\n"+
 		"that cannot renew closes its worker connections three quarters into it, and the others take its shares when it lapses")
 	fs.DurationVar(&f.poolTimeout, "pool-timeout", envDuration("PGFLEET_POOL_TIMEOUT", 5*time.Second), "longest a statement waits for a server connection")
+	fs.DurationVar(&f.serverLifetime, "server-lifetime", envDuration("PGFLEET_SERVER_LIFETIME", time.Hour), "age past which a server connection is closed instead of used again (0: never), so that role and database\n"+
+		"settings changed on a worker directly reach new sessions within it (changes made through any coordinator reach them at once)")
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 10*time.Second, "longest a client may take to connect and authenticate")
 	fs.StringVar(&f.auth, "auth", os.Getenv("PGFLEET_AUTH"), "client authentication: trust, scram-sha-256, md5, or workers (SCRAM-SHA-256 against the role's password on the first\n"+
 		"worker, read as the postgres user; the coordinator logs into the workers with the client's SCRAM key: no --user needed)\n"+
@@ -243,7 +246,7 @@ func (f *coordinatorFlags) config(listen string, workers []string) (coordinator.
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	cfg := coordinator.Config{Listen: listen, Workers: workers, Auth: f.auth, Users: users,
-		WorkerPassword: f.workerPassword, PoolSize: f.poolSize, PoolTimeout: f.poolTimeout,
+		WorkerPassword: f.workerPassword, PoolSize: f.poolSize, PoolTimeout: f.poolTimeout, ServerLifetime: f.serverLifetime,
 		StartupTimeout: f.startupTimeout, Logger: log, TLSRequired: f.tlsRequired,
 		WorkerTLS:            pooling.WorkerTLS{SSLMode: f.workerSSLMode, RootCert: f.workerSSLRootCert},
 		MaxClientConnections: f.maxClients, MaxMessageSize: int(f.maxMessage), IdleInTransactionTimeout: f.idleInTxn, IdleSleep: f.idleSleep,
