@@ -2612,9 +2612,40 @@ func (ss *session) sync() error {
 		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return nil
 	}
+	if ss.settledInBlock() {
+		// The worker owes nothing since its last ReadyForQuery (this
+		// batch's statements ran in round trips of their own, as a
+		// reference write's copies do) and the block stays open: its
+		// answer to a Sync would be that ReadyForQuery again.
+		status := ss.sc.TxStatus
+		ss.emitSynth()
+		ss.seqGuard, ss.terminates = false, false
+		ss.out = readyForQuery(ss.out, status)
+		ss.endOfCycle(status)
+		ss.resetQueued = false
+		return nil
+	}
 	ss.sc.SetBuf(appendSync(ss.sc.Buf()))
 	ss.push(expect{kind: eRelay, term: tSync})
 	return ss.roundTrip()
+}
+
+// settledInBlock reports whether a Sync may be answered without the held
+// connection's worker: it is in a transaction block, nothing was sent to it
+// since its last ReadyForQuery (ServerConn.Owed, needSync) and the batch's
+// answers are all the session's own, with no settings to fix after it.
+func (ss *session) settledInBlock() bool {
+	sc := ss.sc
+	if ss.needSync || sc.Owed() || (sc.TxStatus != 'T' && sc.TxStatus != 'E') ||
+		len(ss.paramFix) > 0 || ss.loadFix || ss.resetQueued || ss.pendingBegin != "" {
+		return false
+	}
+	for _, e := range ss.queue[ss.qhead:] {
+		if e.kind != eSynth {
+			return false
+		}
+	}
+	return true
 }
 
 // lostServer ends the session when its server connection fails mid-cycle:

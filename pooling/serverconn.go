@@ -41,6 +41,7 @@ type ServerConn struct {
 	Stmts *StmtCache
 
 	pool     *Pool
+	owed     bool // written to since the last ReadyForQuery read (Owed)
 	lastUsed time.Time
 	born     time.Time // when the pool opened it (Config.Lifetime)
 	broken   bool
@@ -119,6 +120,7 @@ func (c *ServerConn) AppendLarge(typ byte, body []byte) {
 func (c *ServerConn) Flush() error {
 	c.translateOut()
 	if len(c.segs) > 0 {
+		c.owed = true
 		bufs := net.Buffers(append(c.segs, c.wbuf))
 		_, err := bufs.WriteTo(c.conn)
 		c.segs, c.wbuf = nil, make([]byte, 0, 4096)
@@ -130,6 +132,7 @@ func (c *ServerConn) Flush() error {
 	if len(c.wbuf) == 0 {
 		return nil
 	}
+	c.owed = true
 	_, err := c.w.Write(c.wbuf)
 	if cap(c.wbuf) > 1<<20 {
 		c.wbuf = make([]byte, 0, 4096)
@@ -159,10 +162,20 @@ func (c *ServerConn) Next() (wire.Frame, error) {
 	f, err := c.R.Next()
 	if err != nil {
 		c.broken = true
+	} else if f.Type == 'Z' {
+		c.owed = false
 	} else if (f.Type == 'T' || f.Type == 't') && c.pool != nil && c.pool.cfg.Types != nil {
 		c.pool.cfg.Types.translateIn(f.Type, f.Body)
 	}
 	return f, err
+}
+
+// Owed reports whether anything was written to the server since the last
+// ReadyForQuery read from it, or is buffered unread: false means the
+// server owes no answer (it is at a ReadyForQuery, unless a pipeline sent
+// several Syncs at once, which the caller knows of).
+func (c *ServerConn) Owed() bool {
+	return c.owed || c.R.Buffered() > 0 || len(c.wbuf) > 0 || len(c.segs) > 0
 }
 
 // SetReadDeadline sets the deadline of reads from the server (zero: none).
