@@ -296,3 +296,91 @@ func TestOverloadInBatchRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceWritesBatchedInBlock: in a transaction block, batches of
+// reference writes (each copy's answer read in its own round trip, so the
+// batch's Sync is answered without the worker) mixed with statements
+// relayed to a worker, and one failing, give PostgreSQL's answers, and the
+// block commits or rolls back whole.
+func TestReferenceWritesBatchedInBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "rwb_dist", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('rwb_dist', 'id', shard_count => 2)")
+	testTable(t, c, "rwb_ref", "(id int PRIMARY KEY, n int)", "SELECT create_reference_table('rwb_ref')")
+	exec(t, c, "INSERT INTO rwb_dist SELECT g, 0 FROM generate_series(1, 10) g", simple)
+	exec(t, c, "INSERT INTO rwb_ref SELECT g, 0 FROM generate_series(1, 3) g", simple)
+	for round := 0; round < 3; round++ {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &pgx.Batch{}
+		b.Queue("UPDATE rwb_ref SET n = n + 1 WHERE id = 1")
+		b.Queue("UPDATE rwb_ref SET n = n + 10 WHERE id = 2 RETURNING n")
+		br := tx.SendBatch(ctx, b)
+		if tag, err := br.Exec(); err != nil || tag.String() != "UPDATE 1" {
+			t.Fatalf("round %d: first reference write: %q, %v", round, tag, err)
+		}
+		var n int
+		if err := br.QueryRow().Scan(&n); err != nil || n != 10*(round+1) {
+			t.Fatalf("round %d: second reference write: %d, %v, want %d", round, n, err, 10*(round+1))
+		}
+		if err := br.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// A batch mixing a worker's statements with a reference write.
+		b = &pgx.Batch{}
+		b.Queue("UPDATE rwb_dist SET v = v + 1 WHERE id = $1", round+1)
+		b.Queue("UPDATE rwb_ref SET n = n + 100 WHERE id = 3")
+		b.Queue("SELECT sum(v) FROM rwb_dist")
+		br = tx.SendBatch(ctx, b)
+		for i := 0; i < 2; i++ {
+			if _, err := br.Exec(); err != nil {
+				t.Fatalf("round %d: mixed batch statement %d: %v", round, i, err)
+			}
+		}
+		var sum int
+		if err := br.QueryRow().Scan(&sum); err != nil || sum != round+1 {
+			t.Fatalf("round %d: sum in the block: %d, %v, want %d", round, sum, err, round+1)
+		}
+		if err := br.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := queryString(t, tx.Conn(), "SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM rwb_ref"); got != fmt.Sprintf("1:%d,2:%d,3:%d", round+1, 10*(round+1), 100*(round+1)) {
+			t.Errorf("round %d: reference rows in the block: %s", round, got)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("round %d: commit: %v", round, err)
+		}
+	}
+	// A batch whose second reference write fails: the block fails there,
+	// and its rollback undoes the first.
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &pgx.Batch{}
+	b.Queue("UPDATE rwb_ref SET n = n + 1 WHERE id = 1")
+	b.Queue("UPDATE rwb_ref SET id = 2 WHERE id = 1")
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatalf("first write of the failing batch: %v", err)
+	}
+	if _, err := br.Exec(); sqlState(err) != "23505" {
+		t.Errorf("duplicate key in the batch: %v, want 23505", err)
+	}
+	_ = br.Close()
+	if _, err := tx.Exec(ctx, "SELECT 1"); sqlState(err) != "25P02" {
+		t.Errorf("statement after the failed batch: %v, want 25P02", err)
+	}
+	_ = tx.Rollback(ctx)
+	if got := queryString(t, c, "SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM rwb_ref"); got != "1:3,2:30,3:300" {
+		t.Errorf("reference rows at the end: %s, want 1:3,2:30,3:300", got)
+	}
+	if got := queryString(t, c, "SELECT sum(v)::text FROM rwb_dist"); got != "3" {
+		t.Errorf("distributed rows' sum at the end: %s, want 3", got)
+	}
+}

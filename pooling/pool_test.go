@@ -246,3 +246,51 @@ func TestTimeoutNamesTheReserve(t *testing.T) {
 		t.Errorf("timeout with one connection in use and one kept: %v", err)
 	}
 }
+
+// TestOwed: a connection owes an answer from a write until the worker's
+// ReadyForQuery is read, and not after (a Sync in a transaction block is
+// answered without the worker only then).
+func TestOwed(t *testing.T) {
+	cl := pgtest.Shared(t)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres", Size: 1}, nil)
+	defer p.Close()
+	c, err := p.Acquire(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(c)
+	if c.Owed() {
+		t.Error("a connection just acquired owes an answer")
+	}
+	if err := c.Exec("BEGIN", time.Now().Add(5*time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.Owed() {
+		t.Error("owed after a statement answered up to ReadyForQuery")
+	}
+	// A Parse and a Flush: ParseComplete comes, no ReadyForQuery.
+	c.SetBuf(append(c.Buf(), 'P', 0, 0, 0, 16, 0, 'S', 'E', 'L', 'E', 'C', 'T', ' ', '1', 0, 0, 0))
+	c.SetBuf(append(c.Buf(), 'H', 0, 0, 0, 4))
+	if !c.Owed() {
+		t.Error("not owed with messages buffered to send")
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.Next(); err != nil || f.Type != '1' {
+		t.Fatalf("after Parse and Flush: %q, %v", f.Type, err)
+	}
+	if !c.Owed() {
+		t.Error("not owed after a Parse answered without ReadyForQuery")
+	}
+	c.SetBuf(append(c.Buf(), 'S', 0, 0, 0, 4))
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.Next(); err != nil || f.Type != 'Z' || f.Body[0] != 'T' {
+		t.Fatalf("after Sync: %q %q, %v", f.Type, f.Body, err)
+	}
+	if c.Owed() {
+		t.Error("owed after the Sync's ReadyForQuery")
+	}
+}
