@@ -204,6 +204,8 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 	if !ss.routes {
 		return defaultPlan, nil, nil
 	}
+	ss.drawn, ss.drawnFrom = "", ""
+	given := sql
 	p, lits, err := ss.srv.planSimple(sql)
 	// An INSERT without a column list gets one; then a distribution
 	// column given by an expression gets its value.
@@ -216,6 +218,7 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 	var sn *planner.SequencesNeeded
 	if errors.As(err, &sn) {
 		if sql, err = ss.withSequences(sql, sn); err == nil {
+			ss.drawn, ss.drawnFrom = sql, given
 			p, lits, err = ss.srv.planSimple(sql)
 		}
 	}

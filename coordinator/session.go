@@ -288,6 +288,12 @@ type session struct {
 	// seqDiscard asks relayCycle to clear the connection's first.
 	seqUsed    bool
 	seqDiscard bool
+	// drawn is the text of the last statement planSimple planned with
+	// sequence values drawn and in place, and drawnFrom the text it was
+	// given ("" when none were drawn): a write run again with its time
+	// frozen (runFrozen) runs that text, not the client's, so the values
+	// are not drawn twice.
+	drawn, drawnFrom string
 	// seqGuard: user code runs in this cycle on a connection whose
 	// sequence state was cleared while the session may have some
 	// elsewhere; its 55000 errors (currval "not yet defined") are
