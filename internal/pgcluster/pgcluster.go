@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -69,14 +70,51 @@ func pgVersion(binDir string) int {
 	return v
 }
 
-// FreePort asks the kernel for a free loopback TCP port.
+// FreePort finds a loopback port free for TCP and UDP alike (a gossip
+// address takes both), below the kernel's ephemeral range when there is
+// room: a port the kernel hands out for :0 is in that range, where any
+// outgoing connection may take it as its local port between this check
+// and the server's bind (a coordinator's gossip listener failed so, with
+// "address already in use", under the load of a test run).
 func FreePort() (int, error) {
+	const floor = 10000
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	if lo-floor >= 1000 {
+		for range 200 {
+			if p := floor + rand.IntN(lo-floor); portFree(p) {
+				return p, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portFree reports whether loopback port p can be bound for TCP and UDP.
+func portFree(p int) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
 }
 
 // runAs is the credential to run PostgreSQL with: nil when not root.
