@@ -610,42 +610,51 @@ func TestLoginAfterServerLifetime(t *testing.T) {
 func TestLoginAfterRoleChange(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	roleChangeSeen(t, connect(t, srv.Addr()), srv.Addr(), "lrc_carol", "Asia/Tokyo")
+}
+
+// roleChangeSeen makes role, logs it in through login (a coordinator's
+// address) and out, so that its connection stays in the pool, then
+// through admin gives it TimeZone zone and checks the next login through
+// login gets it, then makes it NOLOGIN and checks the next login fails
+// with 28000.
+func roleChangeSeen(t *testing.T, admin *pgx.Conn, login, role, zone string) {
+	t.Helper()
 	ctx := context.Background()
-	admin := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	exec(t, admin, "DROP ROLE IF EXISTS lrc_carol", simple)
-	exec(t, admin, "CREATE ROLE lrc_carol LOGIN", simple)
+	exec(t, admin, "DROP ROLE IF EXISTS "+role, simple)
+	exec(t, admin, "CREATE ROLE "+role+" LOGIN", simple)
 	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS lrc_carol", simple)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role, simple)
 	})
-	url := "postgres://lrc_carol@" + srv.Addr() + "/postgres?sslmode=disable"
-	login := func() (*pgx.Conn, error) {
+	url := "postgres://" + role + "@" + login + "/postgres?sslmode=disable"
+	connectAs := func() (*pgx.Conn, error) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		return pgx.Connect(cctx, url)
 	}
-	c, err := login()
+	c, err := connectAs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := queryString(t, c, "SHOW TimeZone"); got == "Asia/Tokyo" {
+	if got := queryString(t, c, "SHOW TimeZone"); got == zone {
 		t.Fatalf("TimeZone before the change: %s", got)
 	}
 	c.Close(ctx) // its connection stays in the pool
-	exec(t, admin, "ALTER ROLE lrc_carol SET TimeZone = 'Asia/Tokyo'", simple)
-	c, err = login()
+	exec(t, admin, "ALTER ROLE "+role+" SET TimeZone = '"+zone+"'", simple)
+	c, err = connectAs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.PgConn().ParameterStatus("TimeZone"); got != "Asia/Tokyo" {
-		t.Errorf("TimeZone reported to the next login: %q, want Asia/Tokyo", got)
+	if got := c.PgConn().ParameterStatus("TimeZone"); got != zone {
+		t.Errorf("TimeZone reported to the next login: %q, want %s", got, zone)
 	}
-	if got := queryString(t, c, "SHOW TimeZone"); got != "Asia/Tokyo" {
-		t.Errorf("SHOW TimeZone at the next login: %q, want Asia/Tokyo", got)
+	if got := queryString(t, c, "SHOW TimeZone"); got != zone {
+		t.Errorf("SHOW TimeZone at the next login: %q, want %s", got, zone)
 	}
 	c.Close(ctx)
-	exec(t, admin, "ALTER ROLE lrc_carol NOLOGIN", simple)
-	if c, err := login(); err == nil {
+	exec(t, admin, "ALTER ROLE "+role+" NOLOGIN", simple)
+	if c, err := connectAs(); err == nil {
 		c.Close(ctx)
 		t.Error("a NOLOGIN role logged in")
 	} else if sqlState(err) != "28000" {
