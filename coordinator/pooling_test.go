@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -659,5 +662,87 @@ func roleChangeSeen(t *testing.T, admin *pgx.Conn, login, role, zone string) {
 		t.Error("a NOLOGIN role logged in")
 	} else if sqlState(err) != "28000" {
 		t.Errorf("login of a NOLOGIN role: %v, want 28000", err)
+	}
+}
+
+// TestRoleSettingsOnEveryWorker: ALTER ROLE ... SET and ALTER DATABASE ...
+// SET through the coordinator reach every worker, so that one query's rows
+// are all read under the role's settings (adversary finding: they reached
+// the first worker only, and rows of the other came back in UTC), inside
+// a transaction block and out, and RESET likewise.
+func TestRoleSettingsOnEveryWorker(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	admin := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, admin, "rsw", "(id int PRIMARY KEY)", "SELECT create_distributed_table('rsw', 'id', shard_count => 4)")
+	exec(t, admin, "INSERT INTO rsw SELECT generate_series(1, 20)", simple)
+	// Roles are made on each worker (README).
+	for _, w := range cl.Servers {
+		direct := connectURL(t, w.URL())
+		exec(t, direct, "DROP ROLE IF EXISTS rsw_frank", simple)
+		exec(t, direct, "CREATE ROLE rsw_frank LOGIN IN ROLE pg_read_all_data", simple)
+		direct.Close(context.Background())
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "ALTER DATABASE postgres RESET pgfleet_test.rsw", simple)
+		for _, w := range cl.Servers {
+			if direct, err := pgx.Connect(context.Background(), w.URL()); err == nil {
+				_, _ = direct.Exec(context.Background(), "DROP OWNED BY rsw_frank; DROP ROLE IF EXISTS rsw_frank", simple)
+				direct.Close(context.Background())
+			}
+		}
+	})
+	seen := func(expr string) string {
+		t.Helper()
+		c := connectURL(t, "postgres://rsw_frank@"+srv.Addr()+"/postgres?sslmode=disable")
+		defer c.Close(context.Background())
+		rows, err := c.Query(context.Background(), "SELECT inet_server_port()::text || ' ' || coalesce("+expr+", '-') FROM rsw", simple)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := map[string]bool{}
+		for rows.Next() {
+			var v string
+			if err := rows.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			set[v] = true
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(slices.Sorted(maps.Keys(set)), ", ")
+	}
+	workers := func(v string) string {
+		var out []string
+		for _, w := range cl.Servers {
+			out = append(out, strconv.Itoa(w.Port)+" "+v)
+		}
+		slices.Sort(out)
+		return strings.Join(out, ", ")
+	}
+	exec(t, admin, "ALTER ROLE rsw_frank SET TimeZone = 'Asia/Tokyo'", simple)
+	if got, want := seen("current_setting('TimeZone')"), workers("Asia/Tokyo"); got != want {
+		t.Errorf("after ALTER ROLE ... SET: %s, want %s", got, want)
+	}
+	tx, err := admin.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, tx.Conn(), "ALTER ROLE rsw_frank IN DATABASE postgres SET DateStyle = 'German'", simple)
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := seen("current_setting('DateStyle')"), workers("German, DMY"); got != want {
+		t.Errorf("after ALTER ROLE ... IN DATABASE ... SET in a block: %s, want %s", got, want)
+	}
+	exec(t, admin, "ALTER DATABASE postgres SET pgfleet_test.rsw = 'on'", simple)
+	if got, want := seen("current_setting('pgfleet_test.rsw', true)"), workers("on"); got != want {
+		t.Errorf("after ALTER DATABASE ... SET: %s, want %s", got, want)
+	}
+	exec(t, admin, "ALTER ROLE rsw_frank RESET TimeZone", simple)
+	if got := seen("current_setting('TimeZone')"); strings.Contains(got, "Asia/Tokyo") {
+		t.Errorf("after ALTER ROLE ... RESET: %s", got)
 	}
 }

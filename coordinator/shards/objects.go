@@ -235,6 +235,13 @@ func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok b
 	switch {
 	case n.GetCreateFunctionStmt() != nil:
 		return bestEffort()
+	case n.GetAlterRoleSetStmt() != nil, n.GetAlterDatabaseSetStmt() != nil:
+		// A role's or database's settings apply at login on each
+		// worker: set on one only, the rows of one query would be read
+		// under different settings on different workers (adversary
+		// finding). A role or database a worker lacks fails it, all or
+		// nothing: roles are made on each worker.
+		return deparse()
 	case n.GetDefineStmt() != nil && n.GetDefineStmt().Kind == pg_query.ObjectType_OBJECT_AGGREGATE:
 		return bestEffort() // as its state and final functions
 	case n.GetCreateEnumStmt() != nil, n.GetCompositeTypeStmt() != nil, n.GetCreateRangeStmt() != nil,
