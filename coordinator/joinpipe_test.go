@@ -3,10 +3,12 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -382,5 +384,35 @@ func TestReferenceWritesBatchedInBlock(t *testing.T) {
 	}
 	if got := queryString(t, c, "SELECT sum(v)::text FROM rwb_dist"); got != "3" {
 		t.Errorf("distributed rows' sum at the end: %s, want 3", got)
+	}
+}
+
+// TestReferenceWriteInFailedBlockOneError: in a failed transaction block,
+// an extended-protocol reference write (Parse, Bind, Execute, Sync) gets
+// one 25P02, as from PostgreSQL, which skips the rest of the batch after
+// the refused Parse (adversary finding: its Execute answered a second).
+func TestReferenceWriteInFailedBlockOneError(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "rfb_ref", "(k int PRIMARY KEY, v text)", "SELECT create_reference_table('rfb_ref')")
+	testTable(t, c, "rfb_dist", "(k int PRIMARY KEY, v text)", "SELECT create_distributed_table('rfb_dist', 'k')")
+	p := protoDial(t, srv.Addr(), "failed block")
+	if got := pipeRaw(t, p, 1, &pgproto3.Query{String: "BEGIN"}); !slices.Equal(got, []string{"C BEGIN", "Z T"}) {
+		t.Fatalf("BEGIN: %q", got)
+	}
+	got := pipeRaw(t, p, 1, &pgproto3.Parse{Query: "SELECT 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if !slices.Equal(got, []string{"error 22012", "Z E"}) {
+		t.Fatalf("1/0: %q", got)
+	}
+	for _, q := range []string{"INSERT INTO rfb_ref VALUES ($1, 'x')", "UPDATE rfb_ref SET v = 'y' WHERE k = $1", "INSERT INTO rfb_dist VALUES ($1, 'x')"} {
+		got := pipeRaw(t, p, 1, &pgproto3.Parse{Query: q}, &pgproto3.Bind{Parameters: [][]byte{[]byte("5")}},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		if !slices.Equal(got, []string{"error 25P02", "Z E"}) {
+			t.Errorf("%s in a failed block: %q, want one 25P02 and Z E", q, got)
+		}
+	}
+	if got := pipeRaw(t, p, 1, &pgproto3.Query{String: "ROLLBACK"}); !slices.Equal(got, []string{"C ROLLBACK", "Z I"}) {
+		t.Errorf("ROLLBACK: %q", got)
 	}
 }

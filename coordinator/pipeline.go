@@ -96,8 +96,11 @@ func (ss *session) implicitPipeline() error {
 	}
 	if ss.sc != nil && ss.needSync && !ss.batchWork {
 		// Only Parse or Describe used the connection: answered, and
-		// given back outside a transaction block.
-		if err := ss.hiddenSync(); err != nil {
+		// given back outside a transaction block. One that failed
+		// fails the batch (errBatchFailed): PostgreSQL skips the rest
+		// (adversary finding: a reference write's Execute after a
+		// Parse refused in a failed block answered a second error).
+		if err := ss.settle(); err != nil {
 			return err
 		}
 	}
