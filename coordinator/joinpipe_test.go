@@ -416,3 +416,45 @@ func TestReferenceWriteInFailedBlockOneError(t *testing.T) {
 		t.Errorf("ROLLBACK: %q", got)
 	}
 }
+
+// TestParseAfterSetLocal: after SET LOCAL and its Sync, a statement
+// parsed, bound and executed in one batch is read under the settings in
+// force, as on PostgreSQL (adversary finding: refused with 0A000 "parsed
+// under other settings", the coordinator counting its own Parse as a
+// settings change still unanswered); also after a reference write took the
+// block to a second worker.
+func TestParseAfterSetLocal(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "psl_ref", "(k int PRIMARY KEY, v text)", "SELECT create_reference_table('psl_ref')")
+	p := protoDial(t, srv.Addr(), "set local")
+	run := func(q string, args ...string) []string {
+		var params [][]byte
+		for _, a := range args {
+			params = append(params, []byte(a))
+		}
+		return pipeRaw(t, p, 1, &pgproto3.Parse{Query: q}, &pgproto3.Bind{Parameters: params}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	}
+	for _, first := range []string{"", "INSERT INTO psl_ref VALUES ($1, 'x')"} {
+		for _, c := range []struct{ set, q, want string }{
+			{"SET LOCAL work_mem = '7MB'", "SELECT '2024-01-01 00:00+00'::timestamptz::text", "row 2024-01-01 00:00:00+00"},
+			{"SET LOCAL TimeZone = 'Asia/Tokyo'", "SELECT '2024-01-01 00:00+00'::timestamptz::text", "row 2024-01-01 09:00:00+09"},
+			{"SET LOCAL DateStyle = 'German'", "SELECT '2024-01-01'::date::text", "row 01.01.2024"},
+		} {
+			pipeRaw(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+			if first != "" {
+				if got := run(first, "1"); !slices.Equal(got, []string{"C INSERT 0 1", "Z T"}) {
+					t.Fatalf("%s: %q", first, got)
+				}
+			}
+			if got := run(c.set); !slices.Equal(got, []string{"C SET", "Z T"}) {
+				t.Fatalf("%s: %q", c.set, got)
+			}
+			if got := run(c.q); !slices.Equal(got, []string{c.want, "C SELECT 1", "Z T"}) {
+				t.Errorf("after %q (%s): %s: %q, want %s", first, c.set, c.q, got, c.want)
+			}
+			pipeRaw(t, p, 1, &pgproto3.Query{String: "ROLLBACK"})
+		}
+	}
+}

@@ -91,9 +91,11 @@ func settingsKey(set map[string]string, names []string) string {
 // readKeyNow is the session's reading settings now.
 func (ss *session) readKeyNow() readKey {
 	k := readKey{groups: ss.params.readKeys, rep: ss.reported, path: ss.params.set["search_path"]}
-	if ss.settingsDirty && (ss.qhead != len(ss.queue) || ss.needSync) {
+	if ss.settingsDirty && ss.setGen != ss.setSeen && ss.unanswered() {
 		// A statement that changes settings may still be unanswered: its
-		// ParameterStatus has not arrived.
+		// ParameterStatus has not arrived. (Not one answered before this
+		// batch: a Parse after SET LOCAL and Sync was refused at its
+		// Bind, adversary finding.)
 		k.gen = ss.setGen
 	}
 	for _, op := range ss.pending {

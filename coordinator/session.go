@@ -195,6 +195,7 @@ type session struct {
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
 	setGen   uint64
+	setSeen  uint64 // setGen as of the last ReadyForQuery: every such statement answered
 	parsed   map[string]parsedAt
 	parseKey readKey                   // the reading settings as the current Parse arrived
 	reported [len(reportedRead)]string // reportedRead's values, as last reported
@@ -2616,6 +2617,7 @@ func (ss *session) sync() error {
 			ss.dropPortals()
 		}
 		ss.out = readyForQuery(ss.out, ss.txStatus())
+		ss.setSeen = ss.setGen
 		return nil
 	}
 	if ss.settledInBlock() {
@@ -2642,16 +2644,23 @@ func (ss *session) sync() error {
 // answers are all the session's own, with no settings to fix after it.
 func (ss *session) settledInBlock() bool {
 	sc := ss.sc
-	if ss.needSync || sc.Owed() || (sc.TxStatus != 'T' && sc.TxStatus != 'E') ||
-		len(ss.paramFix) > 0 || ss.loadFix || ss.resetQueued || ss.pendingBegin != "" {
-		return false
+	return !ss.unanswered() && !sc.Owed() && (sc.TxStatus == 'T' || sc.TxStatus == 'E') &&
+		len(ss.paramFix) == 0 && !ss.loadFix && !ss.resetQueued && ss.pendingBegin == ""
+}
+
+// unanswered reports whether a message of the client's batch went to the
+// held connection's worker and is not answered yet (the session's own
+// answers, such as a ParseComplete it gave itself, are not waited for).
+func (ss *session) unanswered() bool {
+	if ss.needSync {
+		return true
 	}
 	for _, e := range ss.queue[ss.qhead:] {
 		if e.kind != eSynth {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // lostServer ends the session when its server connection fails mid-cycle:
@@ -3066,6 +3075,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 func (ss *session) endOfCycle(status byte) {
 	ss.sc.TxStatus = status
 	ss.cycles++
+	ss.setSeen = ss.setGen
 	ss.needSync = false
 	ss.batchWork = false
 	if status != 'I' {
