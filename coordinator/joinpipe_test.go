@@ -458,3 +458,43 @@ func TestParseAfterSetLocal(t *testing.T) {
 		}
 	}
 }
+
+// TestSetLocalReportedBackAcrossWorkers: a SET LOCAL of a reported setting
+// in a block over several workers is reported back (ParameterStatus) when
+// the block ends, by ROLLBACK or COMMIT, as PostgreSQL reports it; a driver
+// that follows TimeZone from those reports otherwise kept the block's.
+func TestSetLocalReportedBackAcrossWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	testTable(t, c, "slr_ref", "(k int PRIMARY KEY, v text)", "SELECT create_reference_table('slr_ref')")
+	zone := c.PgConn().ParameterStatus("TimeZone")
+	if zone == "" || zone == "Asia/Tokyo" {
+		t.Fatalf("TimeZone at login: %q", zone)
+	}
+	for i, end := range []string{"ROLLBACK", "COMMIT"} {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO slr_ref VALUES ($1, 'x')", i); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL TimeZone = 'Asia/Tokyo'"); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.PgConn().ParameterStatus("TimeZone"); got != "Asia/Tokyo" {
+			t.Errorf("TimeZone reported in the block: %q, want Asia/Tokyo", got)
+		}
+		if _, err := tx.Exec(ctx, end); err != nil {
+			t.Fatalf("%s: %v", end, err)
+		}
+		if got := c.PgConn().ParameterStatus("TimeZone"); got != zone {
+			t.Errorf("TimeZone reported after %s: %q, want %q", end, got, zone)
+		}
+		if got := queryString(t, c, "SHOW TimeZone"); got != zone {
+			t.Errorf("SHOW TimeZone after %s: %q, want %q", end, got, zone)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -407,6 +408,21 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 			// A chained block's catalog is the one of its first
 			// statement (noteTxnStart), not the ended block's.
 			ss.txSnap = nil
+		}
+	}()
+
+	// A SET LOCAL of a reported setting ends with the block on each
+	// worker, which reports the value back (ParameterStatus), as
+	// PostgreSQL's backend reports it to its client: taken from each
+	// connection's reports, before the connections go back (a deferred
+	// function runs before the one above).
+	before := make([]map[string]string, len(all))
+	for i, c := range all {
+		before[i] = maps.Clone(c.sc.Params)
+	}
+	defer func() {
+		if err == nil {
+			extra = appendChangedParams(extra, all, before)
 		}
 	}()
 
@@ -1075,4 +1091,26 @@ func (ss *session) multiSavepoint(op paramOp, sql string, relay func(typ byte, b
 		ss.txSavepoint = true
 	}
 	return tag, nil
+}
+
+// appendChangedParams appends a ParameterStatus for each reported setting
+// whose value a connection of all reported anew since before (its Params
+// then), once per setting, in name order.
+func appendChangedParams(out []byte, all []txConn, before []map[string]string) []byte {
+	var changed map[string]string
+	for i, c := range all {
+		for name, v := range c.sc.Params {
+			if old, ok := before[i][name]; !ok || old != v {
+				if changed == nil {
+					changed = map[string]string{}
+				}
+				changed[name] = v
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(changed)) {
+		ps := pgproto3.ParameterStatus{Name: name, Value: changed[name]}
+		out, _ = ps.Encode(out)
+	}
+	return out
 }
