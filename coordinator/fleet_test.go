@@ -254,5 +254,5 @@ func startFleet(t *testing.T, cl *pgcluster.Cluster, n int, configure func(*coor
 func TestFleetLoginAfterRoleChange(t *testing.T) {
 	cl := pgtest.Shared(t)
 	coords := startFleet(t, cl, 2, nil)
-	roleChangeSeen(t, connect(t, coords[0].Addr()), coords[1].Addr(), "flrc_dave", "Asia/Kolkata")
+	roleChangeSeen(t, cl, connect(t, coords[0].Addr()), coords[1].Addr(), "flrc_dave", "Asia/Kolkata")
 }

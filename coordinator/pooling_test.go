@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -613,23 +614,29 @@ func TestLoginAfterServerLifetime(t *testing.T) {
 func TestLoginAfterRoleChange(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(4))
-	roleChangeSeen(t, connect(t, srv.Addr()), srv.Addr(), "lrc_carol", "Asia/Tokyo")
+	roleChangeSeen(t, cl, connect(t, srv.Addr()), srv.Addr(), "lrc_carol", "Asia/Tokyo")
 }
 
-// roleChangeSeen makes role, logs it in through login (a coordinator's
-// address) and out, so that its connection stays in the pool, then
-// through admin gives it TimeZone zone and checks the next login through
-// login gets it, then makes it NOLOGIN and checks the next login fails
-// with 28000.
-func roleChangeSeen(t *testing.T, admin *pgx.Conn, login, role, zone string) {
+// roleChangeSeen makes role on every worker (roles are made on each),
+// logs it in through login (a coordinator's address) and out, so that its
+// connection stays in the pool, then through admin gives it TimeZone zone
+// and checks the next login through login gets it, then makes it NOLOGIN
+// and checks the next login fails with 28000.
+func roleChangeSeen(t *testing.T, cl *pgcluster.Cluster, admin *pgx.Conn, login, role, zone string) {
 	t.Helper()
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
-	exec(t, admin, "DROP ROLE IF EXISTS "+role, simple)
-	exec(t, admin, "CREATE ROLE "+role+" LOGIN", simple)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role, simple)
-	})
+	onWorkers := func(sql string) {
+		for _, w := range cl.Servers {
+			if direct, err := pgx.Connect(context.Background(), w.URL()); err == nil {
+				_, _ = direct.Exec(context.Background(), sql, simple)
+				direct.Close(context.Background())
+			}
+		}
+	}
+	onWorkers("DROP ROLE IF EXISTS " + role)
+	onWorkers("CREATE ROLE " + role + " LOGIN")
+	t.Cleanup(func() { onWorkers("DROP ROLE IF EXISTS " + role) })
 	url := "postgres://" + role + "@" + login + "/postgres?sslmode=disable"
 	connectAs := func() (*pgx.Conn, error) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
