@@ -497,4 +497,35 @@ func TestSetLocalReportedBackAcrossWorkers(t *testing.T) {
 			t.Errorf("SHOW TimeZone after %s: %q, want %q", end, got, zone)
 		}
 	}
+	// On the wire: after the CommandComplete, before ReadyForQuery, as
+	// PostgreSQL sends it.
+	p := protoDial(t, srv.Addr(), "report order")
+	for _, q := range []string{"BEGIN", "INSERT INTO slr_ref VALUES (10, 'x')", "SET LOCAL TimeZone = 'Asia/Tokyo'"} {
+		pipeRaw(t, p, 1, &pgproto3.Query{String: q})
+	}
+	p.fe.Send(&pgproto3.Query{String: "ROLLBACK"})
+	if err := p.fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		msg, err := p.fe.Receive()
+		if err != nil {
+			t.Fatalf("ROLLBACK: %v (so far %q)", err, got)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CommandComplete:
+			got = append(got, "C "+string(m.CommandTag))
+		case *pgproto3.ParameterStatus:
+			got = append(got, "S "+m.Name+"="+m.Value)
+		case *pgproto3.ReadyForQuery:
+			got = append(got, "Z "+string(m.TxStatus))
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if want := []string{"C ROLLBACK", "S TimeZone=" + zone, "Z I"}; !slices.Equal(got, want) {
+		t.Errorf("ROLLBACK of the block on the wire: %q, want %q", got, want)
+	}
 }

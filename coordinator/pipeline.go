@@ -212,7 +212,7 @@ func (ss *session) endBlock(commit bool) (extra []byte, err error) {
 		return nil, ss.implicitEndOne(commit)
 	}
 	_, extra, err = ss.multiEnd(commit, false)
-	return extra, err
+	return append(extra, ss.reportAfter...), err
 }
 
 // implicitEndOne ends a pipeline's transaction block that stayed on one

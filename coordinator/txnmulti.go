@@ -343,6 +343,7 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 	} else {
 		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 		ss.out, _ = cc.Encode(ss.out)
+		ss.out = append(ss.out, ss.reportAfter...)
 	}
 	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return true, nil
@@ -413,16 +414,18 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 
 	// A SET LOCAL of a reported setting ends with the block on each
 	// worker, which reports the value back (ParameterStatus), as
-	// PostgreSQL's backend reports it to its client: taken from each
-	// connection's reports, before the connections go back (a deferred
-	// function runs before the one above).
+	// PostgreSQL's backend reports it to its client after the command's
+	// CommandComplete (reportAfter, which the callers send there): taken
+	// from each connection's reports, before the connections go back (a
+	// deferred function runs before the one above).
 	before := make([]map[string]string, len(all))
 	for i, c := range all {
 		before[i] = maps.Clone(c.sc.Params)
 	}
+	ss.reportAfter = ss.reportAfter[:0]
 	defer func() {
 		if err == nil {
-			extra = appendChangedParams(extra, all, before)
+			ss.reportAfter = appendChangedParams(ss.reportAfter, all, before)
 		}
 	}()
 
@@ -937,7 +940,7 @@ func (ss *session) multiExecute(st *Statement) error {
 		ss.synthError(err)
 		return nil
 	}
-	ss.push(expect{kind: eSynth, synth: commandComplete(nil, tag)})
+	ss.push(expect{kind: eSynth, synth: append(commandComplete(nil, tag), ss.reportAfter...)})
 	return nil
 }
 
