@@ -2631,8 +2631,7 @@ func (ss *session) sync() error {
 		// answer to a Sync would be that ReadyForQuery again.
 		status := ss.sc.TxStatus
 		ss.emitSynth()
-		ss.seqGuard, ss.terminates = false, false
-		ss.out = readyForQuery(ss.out, status)
+		ss.clientReady(status)
 		ss.endOfCycle(status)
 		ss.resetQueued = false
 		return nil
@@ -2640,6 +2639,23 @@ func (ss *session) sync() error {
 	ss.sc.SetBuf(appendSync(ss.sc.Buf()))
 	ss.push(expect{kind: eRelay, term: tSync})
 	return ss.roundTrip()
+}
+
+// clientReady ends the client's cycle with the ReadyForQuery of status,
+// the held connection's worker's.
+func (ss *session) clientReady(status byte) {
+	ss.seqGuard, ss.terminates = false, false
+	if status == 'I' && ss.pendingBegin != "" {
+		// The worker has not seen the client's BEGIN yet.
+		ss.out = readyForQuery(ss.out, ss.txStatus0())
+		return
+	}
+	ss.out = readyForQuery(ss.out, status)
+	if status == 'I' {
+		// The client's transaction is over, its multi-shard portals with
+		// it (not at a hidden Sync, which ends only the worker's).
+		ss.dropPortals()
+	}
 }
 
 // settledInBlock reports whether a Sync may be answered without the held
@@ -2766,19 +2782,7 @@ func (ss *session) drain() error {
 				return ss.lostServer(errors.New("invalid ReadyForQuery"))
 			}
 			if e.kind != eSwallow {
-				ss.seqGuard, ss.terminates = false, false // the client's cycle is over
-				if f.Body[0] == 'I' && ss.pendingBegin != "" {
-					// The worker has not seen the client's BEGIN yet.
-					ss.out = readyForQuery(ss.out, ss.txStatus0())
-				} else {
-					ss.out = wire.AppendFrame(ss.out, 'Z', f.Body)
-					if f.Body[0] == 'I' {
-						// The client's transaction is over, its
-						// multi-shard portals with it (not at a hidden
-						// Sync, which ends only the worker's).
-						ss.dropPortals()
-					}
-				}
+				ss.clientReady(f.Body[0])
 			}
 			ss.qhead++
 			ss.endOfCycle(f.Body[0])

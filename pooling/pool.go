@@ -231,11 +231,7 @@ func (p *Pool) takeNow() (*ServerConn, bool) {
 	if len(p.waiters) > 0 || p.busy >= p.limit(0) {
 		return nil, false
 	}
-	if n := len(p.idle); n > 0 {
-		p.busy++
-		c := p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
+	if c := p.popIdle(); c != nil {
 		return c, true
 	}
 	if !p.cfg.Gate.tryOpen(0) {
@@ -246,16 +242,26 @@ func (p *Pool) takeNow() (*ServerConn, bool) {
 	return nil, true
 }
 
+// popIdle takes the newest idle connection, busy now; nil if none.
+// Called with mu held.
+func (p *Pool) popIdle() *ServerConn {
+	n := len(p.idle)
+	if n == 0 {
+		return nil
+	}
+	p.busy++
+	c := p.idle[n-1]
+	p.idle[n-1] = nil
+	p.idle = p.idle[:n-1]
+	return c
+}
+
 // take gets a busy slot for class: an idle connection, or nil for a slot
 // to fill.
 func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	p.mu.Lock()
 	for evicted := false; p.busy < p.limit(class); evicted = true {
-		if n := len(p.idle); n > 0 {
-			p.busy++
-			c := p.idle[n-1]
-			p.idle[n-1] = nil
-			p.idle = p.idle[:n-1]
+		if c := p.popIdle(); c != nil {
 			p.mu.Unlock()
 			return c, nil
 		}
