@@ -2294,10 +2294,21 @@ func (ss *session) bind(body []byte) error {
 		}
 		delete(ss.scatterPortals, string(portal))
 	}
+	clientParams := params
 	st, node, params, runs, err := ss.routeBind(st, name, params)
 	if err == nil && runs != onNode && clientSt.cls.seqFn != "" {
 		ss.synthError(errSeqState(clientSt.cls.seqFn))
 		return nil
+	}
+	if (err != nil || runs != onNode) && !clientSt.cls.ddl {
+		// A Bind kept here rather than relayed, or one that could not be
+		// routed (a distribution value's parameter missing): PostgreSQL's
+		// checks of the Bind, made here, against the client's name for
+		// the statement. (Not for DDL, whose $n may be a function's
+		// argument, not the statement's parameter.)
+		if cerr := bindCountErr(clientSt, string(name), clientParams); cerr != nil {
+			err = cerr
+		}
 	}
 	switch {
 	case err != nil:

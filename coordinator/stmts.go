@@ -1,11 +1,14 @@
 package coordinator
 
 import (
+	"encoding/binary"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // Statement is a distinct (query text, parameter types) pair, shared by every
@@ -50,6 +53,46 @@ type Statement struct {
 	// itself over the extended protocol (bridge.go): 0 not known yet, 1
 	// no, 2 maybe.
 	bridgeable atomic.Int32
+	// nparams: 1 + the number of parameters PostgreSQL gives the
+	// statement (numParams); 0 until counted.
+	nparams atomic.Int32
+}
+
+// numParams is the number of parameters PostgreSQL gives the statement:
+// the types its Parse declared, or more when the text refers to a higher
+// $n (parse analysis adds them).
+func (st *Statement) numParams() int {
+	if n := st.nparams.Load(); n > 0 {
+		return int(n) - 1
+	}
+	n := planner.MaxParam(st.Query)
+	if len(st.paramTail) >= 2 {
+		n = max(n, int(binary.BigEndian.Uint16(st.paramTail)))
+	}
+	st.nparams.Store(int32(n) + 1)
+	return n
+}
+
+// bindCountErr is PostgreSQL's check of a Bind's parameters against its
+// statement, for a Bind the coordinator keeps instead of relaying
+// (exec_bind_message: 08P01). name is the client's name for the
+// statement. A Bind too short to read is left to bindResults.
+func bindCountErr(st *Statement, name string, params []byte) error {
+	if len(params) < 2 {
+		return nil
+	}
+	nf := int(binary.BigEndian.Uint16(params))
+	if len(params) < 2+2*nf+2 {
+		return nil
+	}
+	np := int(binary.BigEndian.Uint16(params[2+2*nf:]))
+	if nf > 1 && nf != np {
+		return pgerr.New(pgerr.ProtocolViolation, "bind message has %d parameter formats but %d parameters", nf, np)
+	}
+	if want := st.numParams(); np != want {
+		return pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d", np, name, want)
+	}
+	return nil
 }
 
 // stmtDesc is a statement's result description as clients were told it
