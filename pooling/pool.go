@@ -119,7 +119,19 @@ type Pool struct {
 type waiter struct {
 	class int
 	ch    chan *ServerConn
+	timer *time.Timer // the acquire timeout's, stopped between waits
 }
+
+// waiters are kept for reuse: a checkout waits for a busy pool's
+// connection at most queries when clients outnumber connections, and a
+// new channel and timer each time were a tenth of the pool's cost. A
+// waiter goes back empty: its channel drained, its timer stopped (a
+// stopped timer's channel holds nothing since Go 1.23).
+var waiterPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{ch: make(chan *ServerConn, 1), timer: t}
+}}
 
 // NewPool makes an empty pool; connections are opened on demand.
 func NewPool(cfg Config, m *Metrics) *Pool {
@@ -280,7 +292,9 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 		p.cfg.Gate.evictIdle(p)
 		p.mu.Lock()
 	}
-	w := &waiter{class: class, ch: make(chan *ServerConn, 1)}
+	w := waiterPool.Get().(*waiter)
+	w.class = class
+	defer waiterPool.Put(w) // (every way out below leaves it empty)
 	i := len(p.waiters)
 	for i > 0 && p.waiters[i-1].class < class {
 		i--
@@ -291,13 +305,13 @@ func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
 	p.setWaiting()
 	p.mu.Unlock()
 	p.waits.Inc()
-	t := time.NewTimer(p.cfg.AcquireTimeout)
-	defer t.Stop()
+	w.timer.Reset(p.cfg.AcquireTimeout)
+	defer w.timer.Stop()
 	var err error
 	select {
 	case c := <-w.ch:
 		return c, nil
-	case <-t.C:
+	case <-w.timer.C:
 		p.timeouts.Inc()
 		err = p.timeoutError(class)
 	case <-ctx.Done():
