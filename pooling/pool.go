@@ -410,20 +410,9 @@ func (p *Pool) free() {
 	p.cfg.Gate.closed(p)
 }
 
-// trustWatch is how long after its release a watched connection is
-// handed out on the watcher's word alone (hangup_linux.go), without a
-// peek at its socket: under load, where a checkout's system call counts,
-// connections come back within a millisecond; one idle longer is peeked
-// at, so the watcher's wake-up lag (it needs a processor after its
-// epoll_wait returns) matters only for a connection the worker closed in
-// the few milliseconds between two uses.
-const trustWatch = 10 * time.Millisecond
-
-// check returns c if it is still usable, or closes it and returns nil: a
-// connection the worker closed since its last use is not handed out.
+// check returns c if it is still usable, or closes it and returns nil.
 func (p *Pool) check(c *ServerConn) *ServerConn {
-	now := time.Now()
-	if !p.tooOld(c, now) && c.alive(now.Sub(c.lastUsed) < trustWatch) {
+	if !p.tooOld(c, time.Now()) && c.alive() { // one non-blocking peek: a connection dead since its last use is never handed out
 		return c
 	}
 	p.discard(c)
@@ -501,7 +490,7 @@ func (p *Pool) Release(c *ServerConn) {
 		}
 	}
 	now := time.Now()
-	if c.broken || c.hungUp.Load() || c.gen != p.gen.Load() || p.tooOld(c, now) {
+	if c.broken || c.gen != p.gen.Load() || p.tooOld(c, now) {
 		p.discard(c)
 		return
 	}

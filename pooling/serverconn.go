@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -48,11 +47,6 @@ type ServerConn struct {
 	broken   bool
 	peekr    *peeker // made at the first peek
 	gen      int64   // the pool's generation it was opened in (Refresh)
-	// hungUp is set when the socket reports the worker's close
-	// (hangup_linux.go); watchID is the socket's id there, 0 when it is
-	// not watched (then a checkout peeks).
-	hungUp  atomic.Bool
-	watchID int32
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
@@ -98,7 +92,6 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	c := NewServerConn(h.Conn, cfg.Addr, h.ParameterStatuses)
 	c.PID, c.Secret, c.TxStatus = h.PID, h.SecretKey, h.TxStatus
 	c.Stmts = newStmtCache(cfg.StmtCacheSize, cfg.StmtEpoch)
-	watch(c)
 	return c, nil
 }
 
@@ -276,17 +269,12 @@ func (c *ServerConn) peek() (n int, errno syscall.Errno, socket, ok bool) {
 	return p.n, p.errno, true, err == nil
 }
 
-// alive reports whether an idle connection still looks usable: the
-// worker has not closed it (it sends FATAL, then closes), and nothing is
-// buffered. With trustWatch, a watched connection (hangup_linux.go)
-// counts as closed when the watcher has marked it; otherwise the socket is
-// peeked at, without blocking.
-func (c *ServerConn) alive(trustWatch bool) bool {
-	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 || c.hungUp.Load() {
+// alive reports whether an idle connection still looks usable: nothing is
+// waiting to be read (a worker that ended the connection sends FATAL, then
+// EOF). It peeks at the socket without blocking.
+func (c *ServerConn) alive() bool {
+	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 {
 		return false
-	}
-	if trustWatch && c.watchID != 0 {
-		return true
 	}
 	n, errno, socket, ok := c.peek()
 	if !socket {
@@ -351,7 +339,6 @@ func (c *ServerConn) close() {
 	if c.conn == nil {
 		return
 	}
-	unwatch(c)
 	t := pgproto3.Terminate{}
 	b, _ := t.Encode(nil)
 	_ = c.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
