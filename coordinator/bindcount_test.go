@@ -47,7 +47,8 @@ func transcript(t *testing.T, c *protoClient, msgs ...pgproto3.FrontendMessage) 
 // TestKeptBindChecked: a Bind the coordinator keeps rather than relays (a
 // reference-table write, a multi-shard write or read) whose parameters do
 // not match its statement gets PostgreSQL's 08P01 at the Bind, naming the
-// client's statement, with no BindComplete; in a transaction block too.
+// client's statement, with no BindComplete; in a transaction block too,
+// where the next Parse then gets 25P02, as PostgreSQL's.
 // The same messages sent to PostgreSQL directly are the oracle. (Adversary
 // finding: BindComplete, then the error at Execute naming the coordinator's
 // own statement, "pgfleet_210".)
@@ -93,6 +94,11 @@ func TestKeptBindChecked(t *testing.T) {
 						}
 						got = append(got, transcript(t, p, &pgproto3.Parse{Name: "kb", Query: fmt.Sprintf(shape, table)},
 							bd.b, &pgproto3.Execute{}, &pgproto3.Sync{})...)
+						if block {
+							// The block failed: the next Parse gets 25P02.
+							got = append(got, transcript(t, p, &pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{},
+								&pgproto3.Execute{}, &pgproto3.Sync{})...)
+						}
 						got = append(got, transcript(t, p, &pgproto3.Query{String: "ROLLBACK"})...)
 						return append(got, transcript(t, p, &pgproto3.Close{ObjectType: 'S', Name: "kb"}, &pgproto3.Sync{})...)
 					}

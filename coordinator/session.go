@@ -2054,6 +2054,14 @@ func (ss *session) parse(body []byte) error {
 		ss.lastParse = append(ss.lastParse[:0], rest...)
 		ss.lastParseSt = st
 	}
+	if ss.sc == nil && ss.pendingFailed && !st.cls.mayEndFailed() {
+		// A failed transaction block that has reached no worker yet (the
+		// coordinator's own error failed it): PostgreSQL's 25P02 at the
+		// Parse, the statement not stored (adversary finding: a
+		// ParseComplete, then 25P02 at the Bind).
+		ss.synthError(pendingFailedError(&st.cls))
+		return nil
+	}
 	if len(name) > 0 {
 		if _, dup := ss.stmts[string(name)]; dup {
 			if ss.sc != nil && ss.sc.TxStatus == 'E' && !st.cls.mayEndFailed() {
