@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -16,13 +15,7 @@ import (
 // short string, errors with their message ("E 08P01 bind message ...").
 func transcript(t *testing.T, c *protoClient, msgs ...pgproto3.FrontendMessage) []string {
 	t.Helper()
-	for _, m := range msgs {
-		c.fe.Send(m)
-	}
-	_ = c.conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if err := c.fe.Flush(); err != nil {
-		t.Fatalf("send: %v", err)
-	}
+	sendRaw(t, c, msgs...)
 	var out []string
 	for {
 		msg, err := c.fe.Receive()

@@ -281,13 +281,7 @@ func TestBatchBeginWithModes(t *testing.T) {
 // CODE", "Z status", "C tag", "s" for PortalSuspended).
 func pipeRaw(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
 	t.Helper()
-	for _, m := range msgs {
-		c.fe.Send(m)
-	}
-	_ = c.conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if err := c.fe.Flush(); err != nil {
-		t.Fatalf("send: %v", err)
-	}
+	sendRaw(t, c, msgs...)
 	var out []string
 	for zs > 0 {
 		msg, err := c.fe.Receive()
@@ -309,6 +303,19 @@ func pipeRaw(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMess
 		}
 	}
 	return out
+}
+
+// sendRaw sends msgs as they are, with a 20 s deadline for them and the
+// answers.
+func sendRaw(t *testing.T, c *protoClient, msgs ...pgproto3.FrontendMessage) {
+	t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	_ = c.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := c.fe.Flush(); err != nil {
+		t.Fatalf("send: %v", err)
+	}
 }
 
 // TestPipelineAcrossWorkersEdges: what an adversary found in pipelines over
