@@ -41,7 +41,8 @@ func transcript(t *testing.T, c *protoClient, msgs ...pgproto3.FrontendMessage) 
 // reference-table write, a multi-shard write or read) whose parameters do
 // not match its statement gets PostgreSQL's 08P01 at the Bind, naming the
 // client's statement, with no BindComplete; in a transaction block too,
-// where the next Parse then gets 25P02, as PostgreSQL's.
+// where the next Parse then gets 25P02 and drops the unnamed statement, as
+// PostgreSQL's.
 // The same messages sent to PostgreSQL directly are the oracle. (Adversary
 // finding: BindComplete, then the error at Execute naming the coordinator's
 // own statement, "pgfleet_210".)
@@ -83,7 +84,10 @@ func TestKeptBindChecked(t *testing.T) {
 					run := func(p *protoClient, table string) []string {
 						var got []string
 						if block {
-							got = transcript(t, p, &pgproto3.Query{String: "BEGIN"})
+							// An unnamed statement before the block, which
+							// a failed Parse in it drops.
+							got = transcript(t, p, &pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Sync{})
+							got = append(got, transcript(t, p, &pgproto3.Query{String: "BEGIN"})...)
 						}
 						got = append(got, transcript(t, p, &pgproto3.Parse{Name: "kb", Query: fmt.Sprintf(shape, table)},
 							bd.b, &pgproto3.Execute{}, &pgproto3.Sync{})...)
@@ -91,6 +95,8 @@ func TestKeptBindChecked(t *testing.T) {
 							// The block failed: the next Parse gets 25P02.
 							got = append(got, transcript(t, p, &pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{},
 								&pgproto3.Execute{}, &pgproto3.Sync{})...)
+							// And the unnamed statement is gone.
+							got = append(got, transcript(t, p, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})...)
 						}
 						got = append(got, transcript(t, p, &pgproto3.Query{String: "ROLLBACK"})...)
 						return append(got, transcript(t, p, &pgproto3.Close{ObjectType: 'S', Name: "kb"}, &pgproto3.Sync{})...)

@@ -2057,9 +2057,9 @@ func (ss *session) parse(body []byte) error {
 	if ss.sc == nil && ss.pendingFailed && !st.cls.mayEndFailed() {
 		// A failed transaction block that has reached no worker yet (the
 		// coordinator's own error failed it): PostgreSQL's 25P02 at the
-		// Parse, the statement not stored (adversary finding: a
-		// ParseComplete, then 25P02 at the Bind).
-		ss.synthError(pendingFailedError(&st.cls))
+		// Parse, the statement not stored, an unnamed one dropped
+		// (adversary finding: a ParseComplete, then 25P02 at the Bind).
+		ss.parseFailed(name, pendingFailedError(&st.cls))
 		return nil
 	}
 	if len(name) > 0 {
