@@ -503,15 +503,31 @@ func TestSetLocalReportedBackAcrossWorkers(t *testing.T) {
 	for _, q := range []string{"BEGIN", "INSERT INTO slr_ref VALUES (10, 'x')", "SET LOCAL TimeZone = 'Asia/Tokyo'"} {
 		pipeRaw(t, p, 1, &pgproto3.Query{String: q})
 	}
-	p.fe.Send(&pgproto3.Query{String: "ROLLBACK"})
-	if err := p.fe.Flush(); err != nil {
-		t.Fatal(err)
+	if got, want := reports(t, p, "ROLLBACK"), []string{"C ROLLBACK", "S TimeZone=" + zone, "Z I"}; !slices.Equal(got, want) {
+		t.Errorf("ROLLBACK of the block on the wire: %q, want %q", got, want)
 	}
+	// The next block over both workers: a SAVEPOINT reports nothing (it
+	// repeated the last block's end report, the zone before this block's
+	// SET LOCAL).
+	for _, q := range []string{"BEGIN", "INSERT INTO slr_ref VALUES (11, 'x')", "SET LOCAL TimeZone = 'Europe/Paris'"} {
+		pipeRaw(t, p, 1, &pgproto3.Query{String: q})
+	}
+	if got, want := reports(t, p, "SAVEPOINT s"), []string{"C SAVEPOINT", "Z T"}; !slices.Equal(got, want) {
+		t.Errorf("SAVEPOINT in the next block on the wire: %q, want %q", got, want)
+	}
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "ROLLBACK"})
+}
+
+// reports sends sql as a simple Query and returns its CommandComplete,
+// ParameterStatus and ReadyForQuery messages, in order.
+func reports(t *testing.T, p *protoClient, sql string) []string {
+	t.Helper()
+	sendRaw(t, p, &pgproto3.Query{String: sql})
 	var got []string
 	for {
 		msg, err := p.fe.Receive()
 		if err != nil {
-			t.Fatalf("ROLLBACK: %v (so far %q)", err, got)
+			t.Fatalf("%s: %v (so far %q)", sql, err, got)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CommandComplete:
@@ -519,13 +535,7 @@ func TestSetLocalReportedBackAcrossWorkers(t *testing.T) {
 		case *pgproto3.ParameterStatus:
 			got = append(got, "S "+m.Name+"="+m.Value)
 		case *pgproto3.ReadyForQuery:
-			got = append(got, "Z "+string(m.TxStatus))
+			return append(got, "Z "+string(m.TxStatus))
 		}
-		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
-	}
-	if want := []string{"C ROLLBACK", "S TimeZone=" + zone, "Z I"}; !slices.Equal(got, want) {
-		t.Errorf("ROLLBACK of the block on the wire: %q, want %q", got, want)
 	}
 }

@@ -211,8 +211,8 @@ func (ss *session) endBlock(commit bool) (extra []byte, err error) {
 	if len(ss.parked) == 0 && len(ss.citusPending) == 0 {
 		return nil, ss.implicitEndOne(commit)
 	}
-	_, extra, err = ss.multiEnd(commit, false)
-	return append(extra, ss.reportAfter...), err
+	_, extra, after, err := ss.multiEnd(commit, false)
+	return append(extra, after...), err
 }
 
 // implicitEndOne ends a pipeline's transaction block that stayed on one

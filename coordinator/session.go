@@ -194,15 +194,11 @@ type session struct {
 	own             ownAnswer
 	// setGen counts the statements that may have changed settings; parsed
 	// is each client statement's reading settings at its Parse (parsekey.go).
-	setGen  uint64
-	setSeen uint64 // setGen as of the last ReadyForQuery: every such statement answered
-	// reportAfter is the ParameterStatus messages the end of a block over
-	// several workers owes the client after its CommandComplete
-	// (multiEnd).
-	reportAfter []byte
-	parsed      map[string]parsedAt
-	parseKey    readKey                   // the reading settings as the current Parse arrived
-	reported    [len(reportedRead)]string // reportedRead's values, as last reported
+	setGen   uint64
+	setSeen  uint64 // setGen as of the last ReadyForQuery: every such statement answered
+	parsed   map[string]parsedAt
+	parseKey readKey                   // the reading settings as the current Parse arrived
+	reported [len(reportedRead)]string // reportedRead's values, as last reported
 	// A statement that may run user code with session effects (classify's
 	// verify) ran on sc: stateBase is the connection's state snapshot taken
 	// in front of it (nil: none), compared before sc goes back to the pool

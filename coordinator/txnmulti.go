@@ -316,19 +316,19 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 		if cls.count == 1 && txnControl(sql) == "PREPARE TRANSACTION" {
 			// A PREPARE TRANSACTION that fails ends the block on
 			// PostgreSQL, rolled back: so does its refusal.
-			if _, _, rerr := ss.multiEnd(false, false); rerr != nil {
+			if _, _, _, rerr := ss.multiEnd(false, false); rerr != nil {
 				err = withCleanup(err, []string{rerr.Error()})
 			}
 		}
 		return true, ss.queryError(err)
 	}
 	var tag string
-	var extra []byte
+	var extra, after []byte
 	switch {
 	case savepointOnly(cls):
 		tag, err = ss.multiSavepoint(cls.sps[0], sql, func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) })
 	case cls.txn == "commit" || cls.txn == "rollback":
-		tag, extra, err = ss.multiEnd(cls.txn == "commit", cls.chain)
+		tag, extra, after, err = ss.multiEnd(cls.txn == "commit", cls.chain)
 	default:
 		return false, nil
 	}
@@ -341,9 +341,7 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 		userNames(ss.srv.catalog.Load(), er)
 		ss.out, _ = er.Encode(ss.out)
 	} else {
-		cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
-		ss.out, _ = cc.Encode(ss.out)
-		ss.out = append(ss.out, ss.reportAfter...)
+		ss.out = append(commandComplete(ss.out, tag), after...)
 	}
 	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return true, nil
@@ -371,13 +369,14 @@ func unpreparable(err error) error {
 // PREPARE TRANSACTION on each, the commit decision in the metadata
 // database, COMMIT PREPARED on each. Every connection is released. extra
 // holds notices for the client (a COMMIT PREPARED that recovery must
-// complete).
+// complete); after, the ParameterStatus messages that go after the
+// command's CommandComplete.
 //
 // With chain (COMMIT AND CHAIN, ROLLBACK AND CHAIN), a transaction that
 // ended without error is followed by a new one, pending as after BEGIN,
 // with the characteristics PostgreSQL gives it: the worker is asked for
 // them (chainBegin).
-func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err error) {
+func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte, err error) {
 	// create_distributed_table and create_reference_table called in the
 	// block run now, before it commits (citustxn.go).
 	var moves *citusMoves
@@ -388,7 +387,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		if moves, movesErr = ss.citusRun(calls); movesErr != nil {
 			if pgerr.Flatten(movesErr).Severity == "FATAL" {
 				releaseCitus(calls, false)
-				return "", nil, movesErr
+				return "", nil, nil, movesErr
 			}
 			commit, chain = false, false
 		}
@@ -415,17 +414,16 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	// A SET LOCAL of a reported setting ends with the block on each
 	// worker, which reports the value back (ParameterStatus), as
 	// PostgreSQL's backend reports it to its client after the command's
-	// CommandComplete (reportAfter, which the callers send there): taken
-	// from each connection's reports, before the connections go back (a
+	// CommandComplete (after, which the callers send there): taken from
+	// each connection's reports, before the connections go back (a
 	// deferred function runs before the one above).
 	before := make([]map[string]string, len(all))
 	for i, c := range all {
 		before[i] = maps.Clone(c.sc.Params)
 	}
-	ss.reportAfter = ss.reportAfter[:0]
 	defer func() {
 		if err == nil {
-			ss.reportAfter = appendChangedParams(ss.reportAfter, all, before)
+			after = appendChangedParams(nil, all, before)
 		}
 	}()
 
@@ -449,7 +447,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 					c.sc.MarkBroken()
 				}
 			}
-			return "", nil, err
+			return "", nil, nil, err
 		}
 	}
 	if !commit || failed {
@@ -459,15 +457,15 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 			}
 		}
 		if movesErr != nil {
-			return "", nil, movesErr
+			return "", nil, nil, movesErr
 		}
-		return "ROLLBACK", nil, nil
+		return "ROLLBACK", nil, nil, nil
 	}
 
 	if moves == nil {
 		if done, tag, err := commitOnePhase(all, ss.wroteOn); done {
 			committed = err == nil && tag == "COMMIT"
-			return tag, nil, err
+			return tag, nil, nil, err
 		}
 	}
 	g, last, recorded := (*twophase.Group)(nil), 0, false
@@ -500,16 +498,16 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 		var pe *twophase.PrepareError
 		switch {
 		case !errors.As(err, &pe):
-			return "", nil, withCleanup(err, problems)
+			return "", nil, nil, withCleanup(err, problems)
 		case pe.Lost:
 			// Whether it prepared is unknown; without a commit decision
 			// recovery rolls it back if it did.
-			return "", nil, withCleanup(pgerr.New(pgerr.ConnectionFailure,
+			return "", nil, nil, withCleanup(pgerr.New(pgerr.ConnectionFailure,
 				"lost connection to %s during PREPARE TRANSACTION: %v; the transaction was rolled back", pe.Part.Where, pe.Err), problems)
 		case pe.Err == nil:
-			return "ROLLBACK", nil, nil
+			return "ROLLBACK", nil, nil, nil
 		}
-		return "", nil, withCleanup(unpreparable(pe.Err), problems) // the worker's error (a deferred constraint, say): rolled back everywhere
+		return "", nil, nil, withCleanup(unpreparable(pe.Err), problems) // the worker's error (a deferred constraint, say): rolled back everywhere
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
 	defer cancel()
@@ -520,7 +518,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 	}
 	if err != nil {
 		// Rolled back, or left to recovery when the outcome is unknown.
-		return "", nil, withCleanup(err, g.Rollback(ctx))
+		return "", nil, nil, withCleanup(err, g.Rollback(ctx))
 	}
 	committed = true
 	for _, f := range failures {
@@ -529,7 +527,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra []byte, err e
 			Hint:    "pgfleet's recovery completes the commit within seconds of the worker answering again."}
 		extra, _ = n.Encode(extra)
 	}
-	return "COMMIT", extra, nil
+	return "COMMIT", extra, nil, nil
 }
 
 // commitOnePhase commits a transaction over several workers without
@@ -923,12 +921,12 @@ func (ss *session) multiBind(portal string, st *Statement) (local bool, err erro
 // multiBind.
 func (ss *session) multiExecute(st *Statement) error {
 	var tag string
-	var extra []byte
+	var extra, after []byte
 	var err error
 	if savepointOnly(&st.cls) {
 		tag, err = ss.multiSavepoint(st.cls.sps[0], st.Query, func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) })
 	} else {
-		tag, extra, err = ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
+		tag, extra, after, err = ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
 	}
 	if len(extra) > 0 {
 		ss.push(expect{kind: eSynth, synth: extra})
@@ -940,7 +938,7 @@ func (ss *session) multiExecute(st *Statement) error {
 		ss.synthError(err)
 		return nil
 	}
-	ss.push(expect{kind: eSynth, synth: append(commandComplete(nil, tag), ss.reportAfter...)})
+	ss.push(expect{kind: eSynth, synth: append(commandComplete(nil, tag), after...)})
 	return nil
 }
 
