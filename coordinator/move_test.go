@@ -156,6 +156,43 @@ func TestMoveShard(t *testing.T) {
 	}
 }
 
+// TestMoveShardRepeatedly moves one shard group back and forth ten times
+// while eight clients of a coordinator that learns of the moves late (by
+// polling the catalog) write to it in every protocol form, pgx's pipelined
+// Parse, Describe, Bind, Execute and Close of a named statement included.
+// No statement fails (those that met a moved shard ran again), and every
+// acknowledged write is there exactly once. It found a Describe's 40001
+// followed by the statement run on another worker: a write the client was
+// told had failed was committed (TestDescribeErrorSkipsBatch).
+func TestMoveShardRepeatedly(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	late := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.CatalogPoll = 300 * time.Millisecond })
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "mr_a", "(id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0)", "SELECT create_distributed_table('mr_a', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO mr_a SELECT g, 0 FROM generate_series(1, 2000) g", simple)
+	shard, from := shardOfOne(t, connect(t, cl.Servers[0].Addr()), cl, "mr_a")
+	addrs := make([]string, 8)
+	for i := range addrs {
+		addrs[i] = late.Addr()
+	}
+	w := startWriters(t, "mr_a", 2000, addrs...)
+	for range 10 {
+		fh, fp := cl.Servers[from].Host, cl.Servers[from].Port
+		th, tp := cl.Servers[1-from].Host, cl.Servers[1-from].Port
+		if _, err := c.Exec(ctx, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, shard_transfer_mode => 'block_writes')",
+			shard, fh, fp, th, tp), simple); err != nil {
+			t.Fatal(err)
+		}
+		from = 1 - from
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.stop()
+	w.check(c)
+}
+
 // writers are clients inserting rows into a table (id bigint, v int) and
 // adding 1 to v of its first rows, through coordinators, counting what is
 // acknowledged; a statement that fails with 40001 is not applied, and is

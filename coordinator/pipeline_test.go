@@ -493,3 +493,110 @@ func TestWritePipelineSentInParts(t *testing.T) {
 		t.Errorf("prepared transactions left: %s", got)
 	}
 }
+
+// TestDescribeErrorSkipsBatch: a Describe of a statement fails on the
+// worker that describes it (here a lock timeout on the shard it picked)
+// and what follows in the same batch runs elsewhere: a Bind and Execute
+// routed to another worker, a reference-table write, a multi-shard read.
+// They are skipped to the Sync, as PostgreSQL skips them after an error:
+// the client gets the one error, then ReadyForQuery, and nothing is
+// written; in a transaction block too, where the block is then failed.
+// Found by a shard-move stress test: the client got 40001 at the Describe,
+// then BindComplete and "UPDATE 1" from the other worker, so a write
+// reported failed had committed (and pgx closed the connection).
+func TestDescribeErrorSkipsBatch(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "de_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('de_t', 'id', shard_count => 4)")
+	testTable(t, c, "de_ref", "(k int PRIMARY KEY, v int NOT NULL)", "SELECT create_reference_table('de_ref')")
+	exec(t, c, "INSERT INTO de_t SELECT g, 0 FROM generate_series(1, 40) g", simple)
+	exec(t, c, "INSERT INTO de_ref VALUES (1, 0)", simple)
+	// The statement is described on the table's first shard (by id);
+	// every shard of the table on that worker gets locked, and the key
+	// the Bind sends is on the other worker.
+	port := queryString(t, c, `SELECT n.port::text FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid)
+		JOIN pgfleet.nodes n USING (nodeid) WHERE s.table_name = 'public.de_t' ORDER BY s.shardid LIMIT 1`)
+	var locked, other int
+	for i, s := range cl.Servers {
+		if fmt.Sprint(s.Port) == port {
+			locked = i
+		} else {
+			other = i
+		}
+	}
+	key := keysByWorker(t, c, "de_t", 40)[fmt.Sprint(cl.Servers[other].Port)]
+	p := protoDial(t, srv.Addr(), "fleet")
+	const update = "UPDATE de_t SET v = v + 1 WHERE id = $1"
+	described := func(name string, then ...pgproto3.FrontendMessage) []pgproto3.FrontendMessage {
+		return append([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: update},
+			&pgproto3.Describe{ObjectType: 'S', Name: name}}, append(then, &pgproto3.Sync{})...)
+	}
+	bound := func(name string) []pgproto3.FrontendMessage {
+		return described(name, &pgproto3.Bind{PreparedStatement: name, Parameters: [][]byte{[]byte(fmt.Sprint(key))}},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{})
+	}
+	unnamed := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	refWrite := unnamed("UPDATE de_ref SET v = v + 1 WHERE k = 1")
+	scatter := unnamed("SELECT count(*) FROM de_t")
+	// Each once without the lock: the statements are known, so the next
+	// Parses are answered without a worker and the Describe is the first
+	// message a worker sees.
+	for _, tc := range []struct {
+		msgs []pgproto3.FrontendMessage
+		want []string
+	}{
+		{bound("s0"), []string{"ParseComplete", "BindComplete", "C UPDATE 1", "Z I"}},
+		{described("s1", refWrite...), []string{"ParseComplete", "ParseComplete", "BindComplete", "C UPDATE 1", "Z I"}},
+		{described("s2", scatter...), []string{"ParseComplete", "ParseComplete", "BindComplete", "C SELECT 1", "Z I"}},
+	} {
+		if got := transcript(t, p, tc.msgs...); !slices.Equal(got, tc.want) {
+			t.Fatalf("without the lock: %q, want %q", got, tc.want)
+		}
+	}
+	locker := connect(t, cl.Servers[locked].Addr())
+	exec(t, locker, "BEGIN")
+	for _, tb := range queryStrings(t, locker, `SELECT 'pgfleet_shards.' || quote_ident(relname) FROM pg_class
+		WHERE relnamespace = 'pgfleet_shards'::regnamespace AND relname LIKE 'de\_t\_%' AND relkind = 'r'`) {
+		exec(t, locker, "LOCK TABLE "+tb+" IN ACCESS EXCLUSIVE MODE")
+	}
+	if got := transcript(t, p, &pgproto3.Query{String: "SET lock_timeout = '300ms'"}); !slices.Equal(got, []string{"C SET", "Z I"}) {
+		t.Fatalf("SET lock_timeout: %q", got)
+	}
+	failed := func(got []string, status string) bool {
+		return len(got) == 3 && got[0] == "ParseComplete" && strings.HasPrefix(got[1], "E 55P03 ") && got[2] == "Z "+status
+	}
+	for _, tc := range []struct {
+		what string
+		msgs []pgproto3.FrontendMessage
+	}{{"a Bind routed to the other worker", bound("s3")}, {"a reference write", described("s4", refWrite...)},
+		{"a multi-shard read", described("s5", scatter...)}} {
+		if got := transcript(t, p, tc.msgs...); !failed(got, "I") {
+			t.Errorf("%s after the failed Describe: %q, want ParseComplete, 55P03, ReadyForQuery idle", tc.what, got)
+		}
+	}
+	transcript(t, p, &pgproto3.Query{String: "BEGIN"})
+	if got := transcript(t, p, bound("s6")...); !failed(got, "E") {
+		t.Errorf("in a block: %q, want ParseComplete, 55P03, ReadyForQuery failed", got)
+	}
+	if got := transcript(t, p, &pgproto3.Query{String: "ROLLBACK"}); !slices.Equal(got, []string{"C ROLLBACK", "Z I"}) {
+		t.Errorf("ROLLBACK: %q", got)
+	}
+	exec(t, locker, "ROLLBACK")
+	if v := queryString(t, c, "SELECT v::text FROM de_t WHERE id = $1", key); v != "1" {
+		t.Errorf("row %d has v = %s after one update and two failed ones, want 1", key, v)
+	}
+	if v := queryString(t, c, "SELECT v::text FROM de_ref WHERE k = 1"); v != "1" {
+		t.Errorf("the reference row has v = %s after one update and a failed one, want 1", v)
+	}
+	// The statement itself is sound: with the lock gone it updates.
+	if got := transcript(t, p, bound("s7")...); !slices.Equal(got, []string{"ParseComplete", "BindComplete", "C UPDATE 1", "Z I"}) {
+		t.Errorf("with the lock gone: %q", got)
+	}
+	if v := queryString(t, c, "SELECT v::text FROM de_t WHERE id = $1", key); v != "2" {
+		t.Errorf("row %d has v = %s, want 2", key, v)
+	}
+}

@@ -380,7 +380,11 @@ func (ss *session) writePortalReady(inTxn bool) (ok bool, err error) {
 		}
 	} else {
 		if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
-			if err := ss.hiddenSync(); err != nil {
+			// A Parse or Describe that failed there fails the batch: the
+			// write is skipped, as PostgreSQL skips it.
+			if err := ss.settle(); err == errBatchFailed {
+				return false, nil
+			} else if err != nil {
 				return false, err
 			}
 		}

@@ -682,8 +682,12 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 	if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
 		// Only Parse or Describe used the held connection in this batch:
 		// answer them with a hidden Sync (outside a transaction block,
-		// that ends the implicit transaction and gives the connection back).
-		if err := ss.hiddenSync(); err != nil {
+		// that ends the implicit transaction and gives the connection
+		// back); one that failed there fails the batch, and the read is
+		// skipped, as PostgreSQL skips it.
+		if err := ss.settle(); err == errBatchFailed {
+			return nil
+		} else if err != nil {
 			return err
 		}
 	}

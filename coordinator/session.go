@@ -786,8 +786,13 @@ func (ss *session) end() {
 func (ss *session) acquire(ctx context.Context, node int32) error {
 	if ss.sc != nil && node != ss.node && ss.sc.TxStatus == 'I' && !ss.batchWork {
 		// Only a Parse or Describe of this batch used the connection: end
-		// that implicit transaction with a hidden Sync and move.
-		if err := ss.hiddenSync(); err != nil {
+		// that implicit transaction with a hidden Sync and move, unless
+		// one of them failed there: then the client has the error and the
+		// rest of the batch is skipped (errBatchFailed), as PostgreSQL
+		// skips it (a stress test of shard moves found the Bind run on
+		// the other worker after a Describe's error: a write reported
+		// failed had committed).
+		if err := ss.settle(); err != nil {
 			return err
 		}
 	}
@@ -1613,6 +1618,9 @@ func (ss *session) heldNode() int32 {
 func (ss *session) queryError(err error) error {
 	if ss.lost != nil {
 		return ss.lost // answered by the run loop
+	}
+	if err == errBatchFailed {
+		return nil // skipped, as the batch's messages to its Sync
 	}
 	er := pgerr.Flatten(ss.staleShardErr(err))
 	userNames(ss.srv.catalog.Load(), er)

@@ -72,8 +72,9 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	if ss.needSync && !ss.batchWork {
 		// Only Parse or Describe used the current connection in this
 		// batch: answer them with a hidden Sync (the transaction block
-		// stays open) and move.
-		if err := ss.hiddenSync(); err != nil {
+		// stays open) and move; one that failed fails the batch
+		// (errBatchFailed), as in acquire.
+		if err := ss.settle(); err != nil {
 			return err
 		}
 		if ss.sc == nil || ss.sc.TxStatus != 'T' {
