@@ -289,16 +289,25 @@ func mainConfigs(o RouterOptions) []routerConfig {
 }
 
 // ladderConfigs are the fleet shapes with workers workers other than the
-// main one: point-select in the first mode.
+// main one: point-select in the first mode; and tpcb-like in every mode on
+// the first coordinator count when the main shape has one worker (its
+// target is across workers, against direct on one).
 func ladderConfigs(o RouterOptions, workers int) []routerConfig {
 	var out []routerConfig
+	main := fleetShape{o.Workers[0], o.Coordinators[0]}
 	for _, c := range o.Coordinators {
 		shape := fleetShape{workers, c}
-		if shape == (fleetShape{o.Workers[0], o.Coordinators[0]}) {
+		if shape == main {
 			continue
 		}
 		out = append(out, routerConfig{Target: targetPgfleet, Workload: workloadPointSelect, Mode: o.Modes[0],
 			Shape: shape, Variant: shape.variant(), Rate: o.Rate})
+	}
+	if shape := (fleetShape{workers, o.Coordinators[0]}); main.Workers < 2 && workers >= 2 && slices.Contains(o.Workloads, workloadTPCB) {
+		for _, m := range o.Modes {
+			out = append(out, routerConfig{Target: targetPgfleet, Workload: workloadTPCB, Mode: m,
+				Shape: shape, Variant: shape.variant(), Rate: o.Rate})
+		}
 	}
 	return out
 }

@@ -138,7 +138,7 @@ func TestRouterSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Per core, beside the published runs", "## Peak memory", "## Gossip between coordinators", "p99 added by the coordinator at half of peak",
+	for _, want := range []string{"## Per core, beside the published runs", "## Peak memory", "## Gossip between coordinators", "p99 added at half of peak",
 		filepath.Base(files[".svg"])} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("Markdown report lacks %q", want)
