@@ -611,8 +611,17 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 			return nil
 		}
 	}
+	errs := ss.workerErrs
 	if err := ss.answerQueued(); err != nil {
 		return err
+	}
+	if ss.workerErrs != errs {
+		// A message before it failed on the worker: skipped with the
+		// rest, to the Sync, as PostgreSQL skips it (adversary finding:
+		// DDL, a holdable cursor's FETCH, pg_terminate_backend ran after
+		// the error).
+		ss.skipping = true
+		return nil
 	}
 	unnamed, hadUnnamed := ss.stmts[""]
 	mark := len(ss.out)

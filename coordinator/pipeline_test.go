@@ -600,3 +600,116 @@ func TestDescribeErrorSkipsBatch(t *testing.T) {
 		t.Errorf("row %d has v = %s, want 2", key, v)
 	}
 }
+
+// TestQueryInsideExtendedBatch: a simple Query sent after extended-protocol
+// statements, before their Sync, compared with the same messages sent to
+// PostgreSQL on plain tables. After an error the Query is skipped, as are
+// a bridged statement (DDL) and a reference write; in a transaction block
+// the Query runs after the statements ahead of it and ROLLBACK undoes both.
+// Outside a block after statements ran, a Query pgfleet runs itself (a
+// reference write) is refused with 0A000 and the statements before it are
+// rolled back, where PostgreSQL would commit both. Adversary finding: the
+// Query ran first and committed whatever came before it, even an error or
+// the client's ROLLBACK.
+func TestQueryInsideExtendedBatch(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "qx_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('qx_t', 'id', shard_count => 4)")
+	testTable(t, c, "qx_r", "(k int PRIMARY KEY, v int NOT NULL)", "SELECT create_reference_table('qx_r')")
+	testTable(t, c, "qx_t2", "(id int PRIMARY KEY)", "SELECT create_distributed_table('qx_t2', 'id', colocate_with => 'qx_t')")
+	direct := connect(t, cl.Servers[0].Addr())
+	for _, q := range []string{"DROP TABLE IF EXISTS qx_t_plain, qx_r_plain, qx_t2_plain",
+		"CREATE TABLE qx_t_plain (id int PRIMARY KEY, v int NOT NULL)", "CREATE TABLE qx_r_plain (k int PRIMARY KEY, v int NOT NULL)",
+		"CREATE TABLE qx_t2_plain (id int PRIMARY KEY)"} {
+		exec(t, direct, q, simple)
+	}
+	t.Cleanup(func() { exec(t, direct, "DROP TABLE IF EXISTS qx_t_plain, qx_r_plain, qx_t2_plain", simple) })
+	for _, tb := range []string{"qx_t", "qx_t_plain"} {
+		conn := c
+		if strings.HasSuffix(tb, "_plain") {
+			conn = direct
+		}
+		exec(t, conn, "INSERT INTO "+tb+" SELECT g, 0 FROM generate_series(1, 20) g", simple)
+		exec(t, conn, "INSERT INTO "+strings.Replace(tb, "qx_t", "qx_r", 1)+" VALUES (1, 0)", simple)
+	}
+	fleet := protoDial(t, srv.Addr(), "fleet")
+	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	// state is what a table holds: row 1 of both tables and whether
+	// qx_t2 has the column c3.
+	state := func(conn *pgx.Conn, suffix string) string {
+		return queryString(t, conn, "SELECT v::text FROM qx_t"+suffix+" WHERE id = 1") + " " +
+			queryString(t, conn, "SELECT v::text FROM qx_r"+suffix+" WHERE k = 1") + " " +
+			queryString(t, conn, "SELECT count(*)::text FROM information_schema.columns WHERE table_name = 'qx_t2"+suffix+"' AND column_name = 'c3'")
+	}
+	dup := "INSERT INTO {T} VALUES (1, 5)"
+	upd := "UPDATE {T} SET v = v + 1 WHERE id = 1"
+	ref := "UPDATE {R} SET v = v + 1 WHERE k = 1"
+	unnamed := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	type step struct {
+		zs   int
+		msgs []pgproto3.FrontendMessage
+	}
+	q := func(sql string) step { return step{1, []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}} }
+	batch := func(zs int, parts ...[]pgproto3.FrontendMessage) step {
+		var msgs []pgproto3.FrontendMessage
+		for _, p := range parts {
+			msgs = append(msgs, p...)
+		}
+		return step{zs, append(msgs, &pgproto3.Sync{})}
+	}
+	query := func(sql string) []pgproto3.FrontendMessage { return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}} }
+	// names puts a side's tables for {T}, {R} and {T2} in msgs.
+	names := func(msgs []pgproto3.FrontendMessage, suffix string) []pgproto3.FrontendMessage {
+		r := strings.NewReplacer("{T2}", "qx_t2"+suffix, "{T}", "qx_t"+suffix, "{R}", "qx_r"+suffix)
+		var out []pgproto3.FrontendMessage
+		for _, m := range msgs {
+			switch m := m.(type) {
+			case *pgproto3.Parse:
+				out = append(out, &pgproto3.Parse{Name: m.Name, Query: r.Replace(m.Query)})
+			case *pgproto3.Query:
+				out = append(out, &pgproto3.Query{String: r.Replace(m.String)})
+			default:
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		what  string
+		steps []step
+	}{
+		{"an error, then a reference write", []step{batch(1, unnamed(dup), query(ref))}},
+		{"an error, then a multi-shard write", []step{batch(1, unnamed(dup), query("UPDATE {T} SET v = v + 1 WHERE id > 18"))}},
+		{"in a block, then ROLLBACK", []step{q("BEGIN"), batch(2, unnamed(upd), query(ref)), q("ROLLBACK")}},
+		{"in a block, an error first", []step{q("BEGIN"), batch(1, unnamed(dup), query(ref)), q("ROLLBACK")}},
+		{"a failed Parse on the held worker, then DDL", []step{batch(1,
+			[]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "qa", Query: "SELECT v FROM {T} WHERE id = $1"}, &pgproto3.Describe{ObjectType: 'S', Name: "qa"},
+				&pgproto3.Parse{Name: "qb", Query: "SELECT nosuchcol FROM {T} WHERE id = $1"}},
+			unnamed("ALTER TABLE {T2} ADD COLUMN c3 int"))}},
+	} {
+		for _, st := range tc.steps {
+			got := pipeRaw(t, fleet, st.zs, names(st.msgs, "")...)
+			want := pipeRaw(t, plain, st.zs, names(st.msgs, "_plain")...)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: %q, PostgreSQL %q", tc.what, got, want)
+			}
+		}
+		if got, want := state(c, ""), state(direct, "_plain"); got != want {
+			t.Errorf("%s: row 1, the reference row, column c3: %s, PostgreSQL %s", tc.what, got, want)
+		}
+	}
+	// Outside a block after a statement ran: refused, and the statement
+	// rolled back.
+	before := state(c, "")
+	got := pipeRaw(t, fleet, 2, names(batch(2, unnamed(upd), query(ref)).msgs, "")...)
+	if !slices.Equal(got, []string{"C UPDATE 1", "error 0A000", "Z I", "Z I"}) {
+		t.Errorf("a reference write after a statement ran: %q, want the statement's answer, 0A000, ReadyForQuery twice", got)
+	}
+	if after := state(c, ""); after != before {
+		t.Errorf("after the refusal: %s, want %s (nothing kept)", after, before)
+	}
+}

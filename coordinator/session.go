@@ -1240,6 +1240,11 @@ func (ss *session) simpleQuery(body []byte) error {
 	if ss.implicitTxn {
 		return ss.queryInPipeline()
 	}
+	if !ss.bridging && ss.sc != nil && ss.needSync {
+		if handled, err := ss.queryAfterExtended(); handled {
+			return err
+		}
+	}
 	sql, _, ok := wire.CBytes(body)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Query message")
@@ -1637,6 +1642,52 @@ func (ss *session) queryError(err error) error {
 	ss.sc.SetBuf(append(ss.sc.Buf(), msgAbortQuery...))
 	ss.push(expect{kind: eRelay, term: tQuery, abort: true})
 	return ss.roundTrip()
+}
+
+// queryAfterExtended readies a simple Query that the client sent after
+// extended-protocol messages, before their Sync, which went to the held
+// worker. Their answers come first, then PostgreSQL's rules:
+//   - one of them failed: the Query is skipped, as the rest to the Sync
+//     (handled);
+//   - in a transaction block, or when only Parse and Describe ran there,
+//     the Query runs as usual after them;
+//   - outside a block, after statements ran: PostgreSQL would run the
+//     Query in their implicit transaction and commit all at its end, which
+//     pgfleet does not do when the Query is one it runs itself (a
+//     reference or multi-shard write, DDL, COPY): it is refused with
+//     0A000 and the statements before it are rolled back, as a failed
+//     Query rolls them back on PostgreSQL (handled).
+//
+// (Adversary finding: a reference write sent this way ran and committed
+// before the statements ahead of it were answered, whether they failed or
+// not, and even when the client's block was then rolled back.)
+func (ss *session) queryAfterExtended() (handled bool, err error) {
+	// (A block's BEGIN sent in this batch is not in the worker's status
+	// yet: txBegin says so.)
+	if ss.inTxn() || ss.txBegin != "" || !ss.batchWork {
+		if err := ss.settle(); err == errBatchFailed {
+			return true, nil
+		} else if err != nil {
+			return true, err
+		}
+		return false, nil
+	}
+	errs := ss.workerErrs
+	ss.sc.SetBuf(appendFlush(ss.sc.Buf()))
+	if err := ss.sc.Flush(); err != nil {
+		return true, ss.lostServer(err)
+	}
+	if err := ss.drain(); err != nil {
+		return true, err
+	}
+	ss.queue, ss.qhead = ss.queue[:0], 0
+	if ss.workerErrs != errs {
+		ss.skipping = true
+		return true, nil
+	}
+	return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+		"a simple Query after extended-protocol statements, before their Sync, outside a transaction block is not supported; the statements before it were rolled back").
+		WithHint("Send Sync before the query, or wrap the statements in BEGIN ... COMMIT."))
 }
 
 // relayCycle sends one message that the server answers up to ReadyForQuery.
