@@ -661,7 +661,9 @@ func TestQueryInsideExtendedBatch(t *testing.T) {
 		}
 		return step{zs, append(msgs, &pgproto3.Sync{})}
 	}
-	query := func(sql string) []pgproto3.FrontendMessage { return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}} }
+	query := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
 	// names puts a side's tables for {T}, {R} and {T2} in msgs.
 	names := func(msgs []pgproto3.FrontendMessage, suffix string) []pgproto3.FrontendMessage {
 		r := strings.NewReplacer("{T2}", "qx_t2"+suffix, "{T}", "qx_t"+suffix, "{R}", "qx_r"+suffix)
