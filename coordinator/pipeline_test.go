@@ -715,3 +715,58 @@ func TestQueryInsideExtendedBatch(t *testing.T) {
 		t.Errorf("after the refusal: %s, want %s (nothing kept)", after, before)
 	}
 }
+
+// TestStatementOutlivesFailedBatch: a statement the client parsed (and
+// was told so) before any worker prepared its text lives on after a batch
+// in which an earlier message failed and its Bind was skipped, named or
+// unnamed, as PostgreSQL's statements outlive a failed batch; the same
+// messages on a plain table are the oracle. Adversary finding: the next
+// Bind got 26000, and parsing the name again succeeded where PostgreSQL
+// answers 42P05.
+func TestStatementOutlivesFailedBatch(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "so_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('so_t', 'id', shard_count => 4)")
+	direct := connect(t, cl.Servers[0].Addr())
+	exec(t, direct, "DROP TABLE IF EXISTS so_t_plain", simple)
+	exec(t, direct, "CREATE TABLE so_t_plain (id int PRIMARY KEY, v int NOT NULL)", simple)
+	t.Cleanup(func() { exec(t, direct, "DROP TABLE IF EXISTS so_t_plain", simple) })
+	exec(t, c, "INSERT INTO so_t SELECT g, 0 FROM generate_series(1, 20) g", simple)
+	exec(t, direct, "INSERT INTO so_t_plain SELECT g, 0 FROM generate_series(1, 20) g", simple)
+	fleet := protoDial(t, srv.Addr(), "fleet")
+	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	arg := func(v string) [][]byte { return [][]byte{[]byte(v)} }
+	for _, name := range []string{"s1", ""} {
+		// A text no worker has prepared yet (the name is in it).
+		update := "UPDATE so_t SET v = v + 1 WHERE id = $1 /* " + name + " */"
+		steps := [][]pgproto3.FrontendMessage{
+			{&pgproto3.Parse{Name: name, Query: update}, &pgproto3.Sync{}},
+			{&pgproto3.Parse{Name: "dup", Query: "INSERT INTO so_t VALUES (1, 5)"}, &pgproto3.Bind{PreparedStatement: "dup"}, &pgproto3.Execute{},
+				&pgproto3.Bind{PreparedStatement: name, Parameters: arg("1")}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+			{&pgproto3.Bind{PreparedStatement: name, Parameters: arg("2")}, &pgproto3.Execute{}, &pgproto3.Sync{}},
+			{&pgproto3.Close{ObjectType: 'S', Name: "dup"}, &pgproto3.Sync{}},
+		}
+		if name != "" {
+			steps = append(steps, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: update}, &pgproto3.Sync{}})
+		}
+		for i, msgs := range steps {
+			var other []pgproto3.FrontendMessage
+			for _, m := range msgs {
+				if p, ok := m.(*pgproto3.Parse); ok {
+					m = &pgproto3.Parse{Name: p.Name, Query: strings.Replace(p.Query, "so_t", "so_t_plain", 1)}
+				}
+				other = append(other, m)
+			}
+			got, want := pipeRaw(t, fleet, 1, msgs...), pipeRaw(t, plain, 1, other...)
+			if !slices.Equal(got, want) {
+				t.Errorf("statement %q, step %d: %q, PostgreSQL %q", name, i, got, want)
+			}
+		}
+	}
+	if got, want := queryString(t, c, "SELECT string_agg(v::text, ',' ORDER BY id) FROM so_t"),
+		queryString(t, direct, "SELECT string_agg(v::text, ',' ORDER BY id) FROM so_t_plain"); got != want {
+		t.Errorf("rows %s, PostgreSQL %s", got, want)
+	}
+}

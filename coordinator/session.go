@@ -2903,7 +2903,7 @@ func (ss *session) drain() error {
 				end++
 			}
 			for i := end - 1; i >= ss.qhead; i-- {
-				ss.undo(&ss.queue[i])
+				ss.undo(&ss.queue[i], i == ss.qhead)
 			}
 			if ss.qhead < end {
 				if e := &ss.queue[ss.qhead]; e.undo && e.name == "" && e.term == tParse {
@@ -3044,8 +3044,9 @@ func (ss *session) clientNames(e *expect, body []byte) []byte {
 	return b[5:]
 }
 
-// undo forgets what a message skipped or failed by the server would have made.
-func (ss *session) undo(e *expect) {
+// undo forgets what a message skipped or failed (failed) by the server
+// would have made.
+func (ss *session) undo(e *expect, failed bool) {
 	if e.begin && ss.pendingBegin == "" {
 		// The deferred BEGIN was skipped after an earlier error of the
 		// batch (a Parse): the worker never started the transaction,
@@ -3062,14 +3063,17 @@ func (ss *session) undo(e *expect) {
 	if e.evicted != "" {
 		ss.sc.Stmts.Restore(e.evicted)
 	}
-	if e.clientStm != nil && !e.clientStm.prepared.Load() && ss.stmts[e.client] == e.clientStm {
+	if failed && e.clientStm != nil && !e.clientStm.prepared.Load() && ss.stmts[e.client] == e.clientStm {
 		// Its first Parse on a worker failed: on PostgreSQL the client's
 		// Parse would have. One that a worker prepared before (itself, on
 		// the default node, or a shard statement of it) stays: a shard
 		// missing for a moment, during a move, fails its Parse there, and
 		// the client's statement lives on, as PostgreSQL's does when its
 		// table changes (found by an adversary: every later Bind got
-		// 26000).
+		// 26000). So does one whose Parse was only skipped, after an
+		// earlier message of the batch failed: the client was told it
+		// was parsed, and PostgreSQL's statements outlive a failed batch
+		// (adversary finding: 26000 at the next Bind).
 		delete(ss.stmts, e.client)
 	}
 	if e.undo {
