@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
@@ -37,6 +38,16 @@ func transcript(t *testing.T, c *protoClient, msgs ...pgproto3.FrontendMessage) 
 	}
 }
 
+// plainTable makes table anew on a worker, connected to directly, as an
+// oracle's table beside a distributed one, and drops it after the test.
+func plainTable(t *testing.T, direct *pgx.Conn, table, columns string) {
+	t.Helper()
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, direct, "DROP TABLE IF EXISTS "+table, simple)
+	exec(t, direct, "CREATE TABLE "+table+" "+columns, simple)
+	t.Cleanup(func() { exec(t, direct, "DROP TABLE IF EXISTS "+table, simple) })
+}
+
 // TestKeptBindChecked: a Bind the coordinator keeps rather than relays (a
 // reference-table write, a multi-shard write or read) whose parameters do
 // not match its statement gets PostgreSQL's 08P01 at the Bind, naming the
@@ -53,9 +64,7 @@ func TestKeptBindChecked(t *testing.T) {
 	testTable(t, c, "kb_ref", "(k int PRIMARY KEY, v text)", "SELECT create_reference_table('kb_ref')")
 	testTable(t, c, "kb_dist", "(k int PRIMARY KEY, v text)", "SELECT create_distributed_table('kb_dist', 'k')")
 	direct := connect(t, cl.Servers[0].Addr())
-	exec(t, direct, "DROP TABLE IF EXISTS kb_plain")
-	exec(t, direct, "CREATE TABLE kb_plain (k int PRIMARY KEY, v text)")
-	t.Cleanup(func() { exec(t, direct, "DROP TABLE IF EXISTS kb_plain") })
+	plainTable(t, direct, "kb_plain", "(k int PRIMARY KEY, v text)")
 
 	fleet := protoDial(t, srv.Addr(), "fleet")
 	oracle := protoDial(t, cl.Servers[0].Addr(), "oracle")

@@ -620,12 +620,9 @@ func TestQueryInsideExtendedBatch(t *testing.T) {
 	testTable(t, c, "qx_r", "(k int PRIMARY KEY, v int NOT NULL)", "SELECT create_reference_table('qx_r')")
 	testTable(t, c, "qx_t2", "(id int PRIMARY KEY)", "SELECT create_distributed_table('qx_t2', 'id', colocate_with => 'qx_t')")
 	direct := connect(t, cl.Servers[0].Addr())
-	for _, q := range []string{"DROP TABLE IF EXISTS qx_t_plain, qx_r_plain, qx_t2_plain",
-		"CREATE TABLE qx_t_plain (id int PRIMARY KEY, v int NOT NULL)", "CREATE TABLE qx_r_plain (k int PRIMARY KEY, v int NOT NULL)",
-		"CREATE TABLE qx_t2_plain (id int PRIMARY KEY)"} {
-		exec(t, direct, q, simple)
-	}
-	t.Cleanup(func() { exec(t, direct, "DROP TABLE IF EXISTS qx_t_plain, qx_r_plain, qx_t2_plain", simple) })
+	plainTable(t, direct, "qx_t_plain", "(id int PRIMARY KEY, v int NOT NULL)")
+	plainTable(t, direct, "qx_r_plain", "(k int PRIMARY KEY, v int NOT NULL)")
+	plainTable(t, direct, "qx_t2_plain", "(id int PRIMARY KEY)")
 	for _, tb := range []string{"qx_t", "qx_t_plain"} {
 		conn := c
 		if strings.HasSuffix(tb, "_plain") {
@@ -735,9 +732,7 @@ func TestStatementOutlivesFailedBatch(t *testing.T) {
 	simple := pgx.QueryExecModeSimpleProtocol
 	testTable(t, c, "so_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('so_t', 'id', shard_count => 4)")
 	direct := connect(t, cl.Servers[0].Addr())
-	exec(t, direct, "DROP TABLE IF EXISTS so_t_plain", simple)
-	exec(t, direct, "CREATE TABLE so_t_plain (id int PRIMARY KEY, v int NOT NULL)", simple)
-	t.Cleanup(func() { exec(t, direct, "DROP TABLE IF EXISTS so_t_plain", simple) })
+	plainTable(t, direct, "so_t_plain", "(id int PRIMARY KEY, v int NOT NULL)")
 	exec(t, c, "INSERT INTO so_t SELECT g, 0 FROM generate_series(1, 20) g", simple)
 	exec(t, direct, "INSERT INTO so_t_plain SELECT g, 0 FROM generate_series(1, 20) g", simple)
 	fleet := protoDial(t, srv.Addr(), "fleet")
