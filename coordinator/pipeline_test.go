@@ -770,3 +770,41 @@ func TestStatementOutlivesFailedBatch(t *testing.T) {
 		t.Errorf("rows %s, PostgreSQL %s", got, want)
 	}
 }
+
+// TestSkippedParseDoesNotPin: a Parse of a statement that would pin the
+// session to its worker connection (set_config(), CREATE TEMP TABLE),
+// skipped after an earlier message of the batch failed on the worker,
+// pins nothing, as PostgreSQL made nothing: in a block the client's
+// ROLLBACK ends it, and outside one statements still reach every worker.
+// The same messages on PostgreSQL are the oracle. Adversary finding: the
+// session stayed pinned, and in a block that had not reached a worker
+// every later statement, ROLLBACK included, got 25P02.
+func TestSkippedParseDoesNotPin(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "pp_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('pp_t', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO pp_t SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
+	keys := keysByWorker(t, c, "pp_t", 20)
+	fleet := protoDial(t, srv.Addr(), "fleet")
+	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	failed := func(pinning string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT * FROM pp_nosuch_table"}, &pgproto3.Parse{Query: pinning}, &pgproto3.Sync{}}
+	}
+	for _, pinning := range []string{"SELECT set_config('application_name', 'pp', false)", "CREATE TEMP TABLE pp_tmp (a int)"} {
+		for _, msgs := range [][]pgproto3.FrontendMessage{q("BEGIN"), failed(pinning), q("ROLLBACK"), q("SELECT 1"), failed(pinning), q("SELECT 2")} {
+			if got, want := pipeRaw(t, fleet, 1, msgs...), pipeRaw(t, plain, 1, msgs...); !slices.Equal(got, want) {
+				t.Errorf("%s: %q, PostgreSQL %q", pinning, got, want)
+			}
+		}
+		// Not pinned: a statement for each worker runs.
+		for _, k := range keys {
+			if got := pipeRaw(t, fleet, 1, q(fmt.Sprintf("UPDATE pp_t SET v = v + 1 WHERE id = %d", k))...); !slices.Equal(got, []string{"C UPDATE 1", "Z I"}) {
+				t.Errorf("%s: update of key %d after the skipped Parse: %q", pinning, k, got)
+			}
+		}
+	}
+}

@@ -345,6 +345,11 @@ type expect struct {
 	spIdx int  // the next of the class's savepoint statements (class.sps)
 	begin bool // the Execute of a deferred BEGIN (ensureBegun)
 	abort bool // a Parse sent to fail on purpose: hide its error
+	// unpin: a Parse pinned the session here (a statement that will
+	// change session state when it runs); if the Parse is skipped after
+	// an earlier error of the batch, the pin goes (prevTemp is
+	// tempObjects and settingsUnknown before it).
+	unpin, prevTemp, prevUnknown bool
 	// inject is sent after the answer's RowDescription (EXPLAIN's lines
 	// about the distributed plan).
 	inject []byte
@@ -2209,6 +2214,15 @@ func (ss *session) parse(body []byte) error {
 		return nil
 	}
 	if st.cls.pin != "" {
+		if ss.pinned == "" {
+			// No answer of its own: a mark in the batch, undone with
+			// the Parse when an earlier message fails (adversary
+			// finding: a skipped Parse of CREATE TEMP TABLE or
+			// set_config() pinned the session, and one in a block that
+			// never reached a worker left it failed for good: ROLLBACK
+			// got 25P02).
+			ss.push(expect{kind: eSynth, unpin: true, prevTemp: ss.tempObjects, prevUnknown: ss.settingsUnknown})
+		}
 		ss.pin(st.cls.pin)
 	}
 	var e *expect
@@ -3062,6 +3076,9 @@ func (ss *session) undo(e *expect, failed bool) {
 	}
 	if e.evicted != "" {
 		ss.sc.Stmts.Restore(e.evicted)
+	}
+	if e.unpin {
+		ss.pinned, ss.tempObjects, ss.settingsUnknown = "", e.prevTemp, e.prevUnknown
 	}
 	if failed && e.clientStm != nil && !e.clientStm.prepared.Load() && ss.stmts[e.client] == e.clientStm {
 		// Its first Parse on a worker failed: on PostgreSQL the client's
