@@ -808,3 +808,84 @@ func TestSkippedParseDoesNotPin(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryAfterCoordinatorAnswers: answers the coordinator made itself for
+// extended-protocol messages before a simple Query in the same batch (a
+// ParseComplete, a multi-shard write's CommandComplete in a block) reach
+// the client before the Query's, in PostgreSQL's order; the same messages
+// on plain tables are the oracle. Adversary finding: they came after the
+// Query's ReadyForQuery when the coordinator answered the Query too.
+func TestQueryAfterCoordinatorAnswers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "qo_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('qo_t', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO qo_t SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
+	direct := connect(t, cl.Servers[0].Addr())
+	plainTable(t, direct, "qo_t_plain", "(id int PRIMARY KEY, v int NOT NULL)")
+	exec(t, direct, "INSERT INTO qo_t_plain SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
+	fleet := protoDial(t, srv.Addr(), "fleet")
+	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	// order sends msgs and names every answer up to the zs-th
+	// ReadyForQuery.
+	order := func(p *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
+		sendRaw(t, p, msgs...)
+		var out []string
+		for zs > 0 {
+			m, err := p.fe.Receive()
+			if err != nil {
+				t.Fatalf("receive: %v (answers so far: %q)", err, out)
+			}
+			name := strings.TrimPrefix(fmt.Sprintf("%T", m), "*pgproto3.")
+			switch m := m.(type) {
+			case *pgproto3.CommandComplete:
+				name += " " + string(m.CommandTag)
+			case *pgproto3.ReadyForQuery:
+				name += " " + string(m.TxStatus)
+				zs--
+			case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+				continue
+			}
+			out = append(out, name)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		what  string
+		steps [][]pgproto3.FrontendMessage
+	}{
+		{"a Parse, then BEGIN", [][]pgproto3.FrontendMessage{{&pgproto3.Parse{Name: "qo1", Query: "UPDATE {T} SET v = v + 1 WHERE id = $1"},
+			&pgproto3.Query{String: "BEGIN"}, &pgproto3.Sync{}}, {&pgproto3.Query{String: "ROLLBACK"}}}},
+		{"a multi-shard write in a block, then COMMIT", [][]pgproto3.FrontendMessage{{&pgproto3.Query{String: "BEGIN"}},
+			{&pgproto3.Parse{Query: "UPDATE {T} SET v = v + 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Query{String: "COMMIT"}, &pgproto3.Sync{}}}},
+	} {
+		for _, msgs := range tc.steps {
+			zs := 0
+			rename := func(suffix string) []pgproto3.FrontendMessage {
+				var out []pgproto3.FrontendMessage
+				for _, m := range msgs {
+					switch m := m.(type) {
+					case *pgproto3.Parse:
+						out = append(out, &pgproto3.Parse{Name: m.Name, Query: strings.ReplaceAll(m.Query, "{T}", "qo_t"+suffix)})
+						continue
+					case *pgproto3.Query, *pgproto3.Sync:
+						if suffix == "" {
+							zs++
+						}
+					}
+					out = append(out, m)
+				}
+				return out
+			}
+			f := rename("")
+			got := order(fleet, zs, f...)
+			want := order(plain, zs, rename("_plain")...)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: %q, PostgreSQL %q", tc.what, got, want)
+			}
+		}
+	}
+	if got, want := queryString(t, c, "SELECT sum(v)::text FROM qo_t"), queryString(t, direct, "SELECT sum(v)::text FROM qo_t_plain"); got != want {
+		t.Errorf("sum(v) %s, PostgreSQL %s", got, want)
+	}
+}

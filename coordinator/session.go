@@ -1245,9 +1245,18 @@ func (ss *session) simpleQuery(body []byte) error {
 	if ss.implicitTxn {
 		return ss.queryInPipeline()
 	}
-	if !ss.bridging && ss.sc != nil && ss.needSync {
-		if handled, err := ss.queryAfterExtended(); handled {
-			return err
+	if !ss.bridging {
+		if ss.sc != nil && ss.needSync {
+			if handled, err := ss.queryAfterExtended(); handled {
+				return err
+			}
+		} else if ss.onlySynthQueued() {
+			// What the coordinator answered itself for messages before
+			// the Query (a ParseComplete, a multi-shard write's
+			// CommandComplete) goes out before the Query's answers, as
+			// in PostgreSQL's order (adversary finding: after a BEGIN
+			// or COMMIT the coordinator answered).
+			ss.emitSynth()
 		}
 	}
 	sql, _, ok := wire.CBytes(body)
@@ -2672,6 +2681,20 @@ func (ss *session) flushRequest() error {
 }
 
 // emitSynth sends answers pgfleet made itself when no server is involved.
+// onlySynthQueued reports whether answers are queued and all of them are
+// the coordinator's own (none waits for a worker).
+func (ss *session) onlySynthQueued() bool {
+	if ss.qhead == len(ss.queue) {
+		return false
+	}
+	for _, e := range ss.queue[ss.qhead:] {
+		if e.kind != eSynth {
+			return false
+		}
+	}
+	return true
+}
+
 func (ss *session) emitSynth() {
 	for ; ss.qhead < len(ss.queue); ss.qhead++ {
 		if e := &ss.queue[ss.qhead]; e.kind == eSynth {
