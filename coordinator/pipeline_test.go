@@ -889,3 +889,51 @@ func TestQueryAfterCoordinatorAnswers(t *testing.T) {
 		t.Errorf("sum(v) %s, PostgreSQL %s", got, want)
 	}
 }
+
+// TestStatementOutlivesTableChange: a statement parsed while its column
+// existed, never run on a worker, fails at its Bind after the column is
+// dropped, and runs again once it is back, as PostgreSQL's (the same
+// messages on a plain table are the oracle). Adversary finding: the first
+// failure dropped the statement (26000 for good), as if its Parse had
+// failed.
+func TestStatementOutlivesTableChange(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "sc_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('sc_t', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO sc_t SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
+	direct := connect(t, cl.Servers[0].Addr())
+	plainTable(t, direct, "sc_t_plain", "(id int PRIMARY KEY, v int NOT NULL)")
+	exec(t, direct, "INSERT INTO sc_t_plain SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
+	fleet := protoDial(t, srv.Addr(), "fleet")
+	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	q := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
+	}
+	run := []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "sc1", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	steps := [][]pgproto3.FrontendMessage{
+		q("ALTER TABLE {T} ADD COLUMN w int"),
+		{&pgproto3.Parse{Name: "sc1", Query: "SELECT w FROM {T} WHERE id = $1"}, &pgproto3.Sync{}},
+		q("ALTER TABLE {T} DROP COLUMN w"), run, run,
+		q("ALTER TABLE {T} ADD COLUMN w int"), run,
+	}
+	for i, msgs := range steps {
+		side := func(table string) []pgproto3.FrontendMessage {
+			var out []pgproto3.FrontendMessage
+			for _, m := range msgs {
+				switch m := m.(type) {
+				case *pgproto3.Parse:
+					out = append(out, &pgproto3.Parse{Name: m.Name, Query: strings.ReplaceAll(m.Query, "{T}", table)})
+				case *pgproto3.Query:
+					out = append(out, &pgproto3.Query{String: strings.ReplaceAll(m.String, "{T}", table)})
+				default:
+					out = append(out, m)
+				}
+			}
+			return out
+		}
+		if got, want := pipeRaw(t, fleet, 1, side("sc_t")...), pipeRaw(t, plain, 1, side("sc_t_plain")...); !slices.Equal(got, want) {
+			t.Errorf("step %d: %q, PostgreSQL %q", i, got, want)
+		}
+	}
+}

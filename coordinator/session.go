@@ -3103,7 +3103,8 @@ func (ss *session) undo(e *expect, failed bool) {
 	if e.unpin {
 		ss.pinned, ss.tempObjects, ss.settingsUnknown = "", e.prevTemp, e.prevUnknown
 	}
-	if failed && e.clientStm != nil && !e.clientStm.prepared.Load() && ss.stmts[e.client] == e.clientStm {
+	if failed && e.clientStm != nil && !e.clientStm.prepared.Load() && ss.stmts[e.client] == e.clientStm &&
+		ss.parsed[e.client].stamp == ss.srv.descStamp() {
 		// Its first Parse on a worker failed: on PostgreSQL the client's
 		// Parse would have. One that a worker prepared before (itself, on
 		// the default node, or a shard statement of it) stays: a shard
@@ -3113,7 +3114,12 @@ func (ss *session) undo(e *expect, failed bool) {
 		// 26000). So does one whose Parse was only skipped, after an
 		// earlier message of the batch failed: the client was told it
 		// was parsed, and PostgreSQL's statements outlive a failed batch
-		// (adversary finding: 26000 at the next Bind).
+		// (adversary finding: 26000 at the next Bind). So does one
+		// parsed before DDL through this coordinator or a catalog change
+		// (descStamp): its text may have been sound then, as PostgreSQL
+		// found it at Parse, and its table changed since (adversary
+		// finding: a column dropped after the Parse and added back gave
+		// 26000 for good, where PostgreSQL gives 42703, then rows).
 		delete(ss.stmts, e.client)
 	}
 	if e.undo {
