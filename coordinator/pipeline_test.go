@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -601,6 +603,39 @@ func TestDescribeErrorSkipsBatch(t *testing.T) {
 	}
 }
 
+// oracleTables makes table (id int PRIMARY KEY, v int NOT NULL), hash
+// distributed in 4 shards through srv, and table_plain on the first worker,
+// both with rows 1 to 20 at v = 0; it returns pgx connections to the
+// coordinator and the worker and raw protocol clients of each.
+func oracleTables(t *testing.T, cl *pgcluster.Cluster, srv *coordinator.Server, table string) (c, direct *pgx.Conn, fleet, plain *protoClient) {
+	t.Helper()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c = connect(t, srv.Addr())
+	testTable(t, c, table, "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('"+table+"', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO "+table+" SELECT g, 0 FROM generate_series(1, 20) g", simple)
+	direct = connect(t, cl.Servers[0].Addr())
+	plainTable(t, direct, table+"_plain", "(id int PRIMARY KEY, v int NOT NULL)")
+	exec(t, direct, "INSERT INTO "+table+"_plain SELECT g, 0 FROM generate_series(1, 20) g", simple)
+	return c, direct, protoDial(t, srv.Addr(), "fleet"), protoDial(t, cl.Servers[0].Addr(), "plain")
+}
+
+// withTables is msgs with the statement texts of its Parse and Query
+// messages passed through r (placeholders made one side's table names).
+func withTables(msgs []pgproto3.FrontendMessage, r *strings.Replacer) []pgproto3.FrontendMessage {
+	out := make([]pgproto3.FrontendMessage, 0, len(msgs))
+	for _, m := range msgs {
+		switch m := m.(type) {
+		case *pgproto3.Parse:
+			out = append(out, &pgproto3.Parse{Name: m.Name, Query: r.Replace(m.Query), ParameterOIDs: m.ParameterOIDs})
+		case *pgproto3.Query:
+			out = append(out, &pgproto3.Query{String: r.Replace(m.String)})
+		default:
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // TestQueryInsideExtendedBatch: a simple Query sent after extended-protocol
 // statements, before their Sync, compared with the same messages sent to
 // PostgreSQL on plain tables. After an error the Query is skipped, as are
@@ -663,19 +698,7 @@ func TestQueryInsideExtendedBatch(t *testing.T) {
 	}
 	// names puts a side's tables for {T}, {R} and {T2} in msgs.
 	names := func(msgs []pgproto3.FrontendMessage, suffix string) []pgproto3.FrontendMessage {
-		r := strings.NewReplacer("{T2}", "qx_t2"+suffix, "{T}", "qx_t"+suffix, "{R}", "qx_r"+suffix)
-		var out []pgproto3.FrontendMessage
-		for _, m := range msgs {
-			switch m := m.(type) {
-			case *pgproto3.Parse:
-				out = append(out, &pgproto3.Parse{Name: m.Name, Query: r.Replace(m.Query)})
-			case *pgproto3.Query:
-				out = append(out, &pgproto3.Query{String: r.Replace(m.String)})
-			default:
-				out = append(out, m)
-			}
-		}
-		return out
+		return withTables(msgs, strings.NewReplacer("{T2}", "qx_t2"+suffix, "{T}", "qx_t"+suffix, "{R}", "qx_r"+suffix))
 	}
 	for _, tc := range []struct {
 		what  string
@@ -727,16 +750,7 @@ func TestQueryInsideExtendedBatch(t *testing.T) {
 // answers 42P05.
 func TestStatementOutlivesFailedBatch(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
-	c := connect(t, srv.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	testTable(t, c, "so_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('so_t', 'id', shard_count => 4)")
-	direct := connect(t, cl.Servers[0].Addr())
-	plainTable(t, direct, "so_t_plain", "(id int PRIMARY KEY, v int NOT NULL)")
-	exec(t, c, "INSERT INTO so_t SELECT g, 0 FROM generate_series(1, 20) g", simple)
-	exec(t, direct, "INSERT INTO so_t_plain SELECT g, 0 FROM generate_series(1, 20) g", simple)
-	fleet := protoDial(t, srv.Addr(), "fleet")
-	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	c, direct, fleet, plain := oracleTables(t, cl, pgtest.Coordinator(t, cl, nil), "so_t")
 	arg := func(v string) [][]byte { return [][]byte{[]byte(v)} }
 	for _, name := range []string{"s1", ""} {
 		// A text no worker has prepared yet (the name is in it).
@@ -752,14 +766,7 @@ func TestStatementOutlivesFailedBatch(t *testing.T) {
 			steps = append(steps, []pgproto3.FrontendMessage{&pgproto3.Parse{Name: name, Query: update}, &pgproto3.Sync{}})
 		}
 		for i, msgs := range steps {
-			var other []pgproto3.FrontendMessage
-			for _, m := range msgs {
-				if p, ok := m.(*pgproto3.Parse); ok {
-					m = &pgproto3.Parse{Name: p.Name, Query: strings.Replace(p.Query, "so_t", "so_t_plain", 1)}
-				}
-				other = append(other, m)
-			}
-			got, want := pipeRaw(t, fleet, 1, msgs...), pipeRaw(t, plain, 1, other...)
+			got, want := pipeRaw(t, fleet, 1, msgs...), pipeRaw(t, plain, 1, withTables(msgs, strings.NewReplacer("so_t", "so_t_plain"))...)
 			if !slices.Equal(got, want) {
 				t.Errorf("statement %q, step %d: %q, PostgreSQL %q", name, i, got, want)
 			}
@@ -817,15 +824,7 @@ func TestSkippedParseDoesNotPin(t *testing.T) {
 // Query's ReadyForQuery when the coordinator answered the Query too.
 func TestQueryAfterCoordinatorAnswers(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
-	c := connect(t, srv.Addr())
-	testTable(t, c, "qo_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('qo_t', 'id', shard_count => 4)")
-	exec(t, c, "INSERT INTO qo_t SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
-	direct := connect(t, cl.Servers[0].Addr())
-	plainTable(t, direct, "qo_t_plain", "(id int PRIMARY KEY, v int NOT NULL)")
-	exec(t, direct, "INSERT INTO qo_t_plain SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
-	fleet := protoDial(t, srv.Addr(), "fleet")
-	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	c, direct, fleet, plain := oracleTables(t, cl, pgtest.Coordinator(t, cl, nil), "qo_t")
 	// order sends msgs and names every answer up to the zs-th
 	// ReadyForQuery.
 	order := func(p *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
@@ -860,26 +859,15 @@ func TestQueryAfterCoordinatorAnswers(t *testing.T) {
 			{&pgproto3.Parse{Query: "UPDATE {T} SET v = v + 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Query{String: "COMMIT"}, &pgproto3.Sync{}}}},
 	} {
 		for _, msgs := range tc.steps {
-			zs := 0
-			rename := func(suffix string) []pgproto3.FrontendMessage {
-				var out []pgproto3.FrontendMessage
-				for _, m := range msgs {
-					switch m := m.(type) {
-					case *pgproto3.Parse:
-						out = append(out, &pgproto3.Parse{Name: m.Name, Query: strings.ReplaceAll(m.Query, "{T}", "qo_t"+suffix)})
-						continue
-					case *pgproto3.Query, *pgproto3.Sync:
-						if suffix == "" {
-							zs++
-						}
-					}
-					out = append(out, m)
+			zs := 0 // a ReadyForQuery for each Query and Sync
+			for _, m := range msgs {
+				switch m.(type) {
+				case *pgproto3.Query, *pgproto3.Sync:
+					zs++
 				}
-				return out
 			}
-			f := rename("")
-			got := order(fleet, zs, f...)
-			want := order(plain, zs, rename("_plain")...)
+			got := order(fleet, zs, withTables(msgs, strings.NewReplacer("{T}", "qo_t"))...)
+			want := order(plain, zs, withTables(msgs, strings.NewReplacer("{T}", "qo_t_plain"))...)
 			if !slices.Equal(got, want) {
 				t.Errorf("%s: %q, PostgreSQL %q", tc.what, got, want)
 			}
@@ -898,15 +886,7 @@ func TestQueryAfterCoordinatorAnswers(t *testing.T) {
 // failed.
 func TestStatementOutlivesTableChange(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
-	c := connect(t, srv.Addr())
-	testTable(t, c, "sc_t", "(id int PRIMARY KEY, v int NOT NULL)", "SELECT create_distributed_table('sc_t', 'id', shard_count => 4)")
-	exec(t, c, "INSERT INTO sc_t SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
-	direct := connect(t, cl.Servers[0].Addr())
-	plainTable(t, direct, "sc_t_plain", "(id int PRIMARY KEY, v int NOT NULL)")
-	exec(t, direct, "INSERT INTO sc_t_plain SELECT g, 0 FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
-	fleet := protoDial(t, srv.Addr(), "fleet")
-	plain := protoDial(t, cl.Servers[0].Addr(), "plain")
+	_, _, fleet, plain := oracleTables(t, cl, pgtest.Coordinator(t, cl, nil), "sc_t")
 	q := func(sql string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}
 	}
@@ -919,18 +899,7 @@ func TestStatementOutlivesTableChange(t *testing.T) {
 	}
 	for i, msgs := range steps {
 		side := func(table string) []pgproto3.FrontendMessage {
-			var out []pgproto3.FrontendMessage
-			for _, m := range msgs {
-				switch m := m.(type) {
-				case *pgproto3.Parse:
-					out = append(out, &pgproto3.Parse{Name: m.Name, Query: strings.ReplaceAll(m.Query, "{T}", table)})
-				case *pgproto3.Query:
-					out = append(out, &pgproto3.Query{String: strings.ReplaceAll(m.String, "{T}", table)})
-				default:
-					out = append(out, m)
-				}
-			}
-			return out
+			return withTables(msgs, strings.NewReplacer("{T}", table))
 		}
 		if got, want := pipeRaw(t, fleet, 1, side("sc_t")...), pipeRaw(t, plain, 1, side("sc_t_plain")...); !slices.Equal(got, want) {
 			t.Errorf("step %d: %q, PostgreSQL %q", i, got, want)
