@@ -2680,7 +2680,6 @@ func (ss *session) flushRequest() error {
 	return ss.flush()
 }
 
-// emitSynth sends answers pgfleet made itself when no server is involved.
 // onlySynthQueued reports whether answers are queued and all of them are
 // the coordinator's own (none waits for a worker).
 func (ss *session) onlySynthQueued() bool {
@@ -2695,6 +2694,7 @@ func (ss *session) onlySynthQueued() bool {
 	return true
 }
 
+// emitSynth sends answers pgfleet made itself when no server is involved.
 func (ss *session) emitSynth() {
 	for ; ss.qhead < len(ss.queue); ss.qhead++ {
 		if e := &ss.queue[ss.qhead]; e.kind == eSynth {
