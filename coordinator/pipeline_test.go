@@ -801,18 +801,41 @@ func TestSkippedParseDoesNotPin(t *testing.T) {
 	failed := func(pinning string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT * FROM pp_nosuch_table"}, &pgproto3.Parse{Query: pinning}, &pgproto3.Sync{}}
 	}
+	// notPinned checks a statement for each worker runs.
+	notPinned := func(after string) {
+		t.Helper()
+		for _, k := range keys {
+			if got := pipeRaw(t, fleet, 1, q(fmt.Sprintf("UPDATE pp_t SET v = v + 1 WHERE id = %d", k))...); !slices.Equal(got, []string{"C UPDATE 1", "Z I"}) {
+				t.Errorf("%s: update of key %d: %q", after, k, got)
+			}
+		}
+	}
 	for _, pinning := range []string{"SELECT set_config('application_name', 'pp', false)", "CREATE TEMP TABLE pp_tmp (a int)"} {
 		for _, msgs := range [][]pgproto3.FrontendMessage{q("BEGIN"), failed(pinning), q("ROLLBACK"), q("SELECT 1"), failed(pinning), q("SELECT 2")} {
 			if got, want := pipeRaw(t, fleet, 1, msgs...), pipeRaw(t, plain, 1, msgs...); !slices.Equal(got, want) {
 				t.Errorf("%s: %q, PostgreSQL %q", pinning, got, want)
 			}
 		}
-		// Not pinned: a statement for each worker runs.
-		for _, k := range keys {
-			if got := pipeRaw(t, fleet, 1, q(fmt.Sprintf("UPDATE pp_t SET v = v + 1 WHERE id = %d", k))...); !slices.Equal(got, []string{"C UPDATE 1", "Z I"}) {
-				t.Errorf("%s: update of key %d after the skipped Parse: %q", pinning, k, got)
+		notPinned(pinning)
+	}
+	// A pinning Parse the coordinator refuses itself (it cannot tell
+	// what the multi-shard read would see once the statement changed the
+	// session) pins nothing either; in a block, ROLLBACK ends it.
+	refused := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT set_config('application_name', count(*)::text, false) FROM pp_t"},
+		&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+	for _, block := range []bool{false, true} {
+		if block {
+			pipeRaw(t, fleet, 1, q("BEGIN")...)
+		}
+		if got := pipeRaw(t, fleet, 1, refused...); len(got) != 2 || !strings.HasPrefix(got[0], "error ") {
+			t.Errorf("the refused Parse (block %v): %q, want an error and ReadyForQuery", block, got)
+		}
+		if block {
+			if got := pipeRaw(t, fleet, 1, q("ROLLBACK")...); !slices.Equal(got, []string{"C ROLLBACK", "Z I"}) {
+				t.Errorf("ROLLBACK after the refused Parse: %q", got)
 			}
 		}
+		notPinned(fmt.Sprintf("the refused Parse (block %v)", block))
 	}
 }
 

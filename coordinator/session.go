@@ -2230,7 +2230,16 @@ func (ss *session) parse(body []byte) error {
 			// set_config() pinned the session, and one in a block that
 			// never reached a worker left it failed for good: ROLLBACK
 			// got 25P02).
-			ss.push(expect{kind: eSynth, unpin: true, prevTemp: ss.tempObjects, prevUnknown: ss.settingsUnknown})
+			mark := expect{kind: eSynth, unpin: true, prevTemp: ss.tempObjects, prevUnknown: ss.settingsUnknown}
+			ss.push(mark)
+			defer func() {
+				if ss.skipping {
+					// The coordinator refused the Parse below: nothing
+					// was made, nothing pins (adversary finding, as
+					// above, for a refused one).
+					ss.undo(&mark, false)
+				}
+			}()
 		}
 		ss.pin(st.cls.pin)
 	}
