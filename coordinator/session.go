@@ -1687,14 +1687,9 @@ func (ss *session) queryAfterExtended() (handled bool, err error) {
 		return false, nil
 	}
 	errs := ss.workerErrs
-	ss.sc.SetBuf(appendFlush(ss.sc.Buf()))
-	if err := ss.sc.Flush(); err != nil {
-		return true, ss.lostServer(err)
-	}
-	if err := ss.drain(); err != nil {
+	if err := ss.flushRound(); err != nil {
 		return true, err
 	}
-	ss.queue, ss.qhead = ss.queue[:0], 0
 	if ss.workerErrs != errs {
 		ss.skipping = true
 		return true, nil
@@ -2678,6 +2673,15 @@ func (ss *session) flushRequest() error {
 		ss.emitSynth()
 		return ss.flush()
 	}
+	if err := ss.flushRound(); err != nil {
+		return err
+	}
+	return ss.flush()
+}
+
+// flushRound has the held worker answer everything queued for it, with a
+// Flush: its transaction, implicit or not, stays open.
+func (ss *session) flushRound() error {
 	ss.sc.SetBuf(appendFlush(ss.sc.Buf()))
 	if err := ss.sc.Flush(); err != nil {
 		return ss.lostServer(err)
@@ -2686,7 +2690,7 @@ func (ss *session) flushRequest() error {
 		return err
 	}
 	ss.queue, ss.qhead = ss.queue[:0], 0
-	return ss.flush()
+	return nil
 }
 
 // onlySynthQueued reports whether answers are queued and all of them are
@@ -3377,15 +3381,11 @@ func pinChangesSettings(reason string) bool {
 // them by the old description.
 func (ss *session) checkDesc(st, cst *Statement) (bool, error) {
 	b, _ := (&pgproto3.Describe{ObjectType: 'S', Name: st.Name}).Encode(ss.sc.Buf())
-	ss.sc.SetBuf(appendFlush(b))
+	ss.sc.SetBuf(b)
 	ss.push(expect{kind: eSwallow, term: tDescribe, stmt: st, cst: cst, check: true})
-	if err := ss.sc.Flush(); err != nil {
-		return false, ss.lostServer(err)
-	}
-	if err := ss.drain(); err != nil {
+	if err := ss.flushRound(); err != nil {
 		return false, err
 	}
-	ss.queue, ss.qhead = ss.queue[:0], 0
 	if ss.skipping {
 		return false, nil // a message failed: the Bind is skipped, as the server skips it
 	}
