@@ -111,7 +111,17 @@ func makeRecordsTable(ctx context.Context, c *pgx.Conn) error {
 	if _, err := c.Exec(ctx, catalogPath); err != nil {
 		return err
 	}
-	if err := recordsTrusted(ctx, c); !errors.Is(err, errNoRecords) {
+	switch err := recordsTrusted(ctx, c); {
+	case err == nil:
+		// An older version's function (LANGUAGE sql) is replaced by
+		// the current one, which is faster. Should that fail, the old
+		// one still records correctly.
+		var current bool
+		if c.QueryRow(ctx, twophase.RecordsCurrentSQL).Scan(&current) == nil && !current {
+			_, _ = c.Exec(ctx, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
+		}
+		return nil
+	case !errors.Is(err, errNoRecords):
 		return err
 	}
 	_, err := c.Exec(ctx, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)

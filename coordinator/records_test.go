@@ -420,6 +420,48 @@ func TestRecoverRecorded(t *testing.T) {
 	}
 }
 
+// TestRecordFunctionReplaced: a records schema an older version made, with
+// its LANGUAGE sql function, gets the current PL/pgSQL function from the
+// next coordinator that decides by a record there, and commits across
+// workers go on being recorded and committed.
+func TestRecordFunctionReplaced(t *testing.T) {
+	e := newRestartEnv(t, nil)
+	w2 := connect(t, e.cl.Servers[1].Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	lang := func() string {
+		return queryString(t, w2, "SELECT l.lanname::text FROM pg_proc f JOIN pg_language l ON l.oid = f.prolang WHERE f.oid = 'pgfleet_txn.record(text)'::regprocedure")
+	}
+	exec(t, w2, twophase.RecordsDDL, simple)
+	exec(t, w2, `CREATE OR REPLACE FUNCTION pgfleet_txn.record(secret text) RETURNS void
+	LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+	AS $$INSERT INTO pgfleet_txn.commits (h, secret)
+		VALUES (pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(secret, 'UTF8')), 'hex'), 32), secret)$$`, simple)
+	if got := lang(); got != "sql" {
+		t.Fatalf("the older function's language: %s", got)
+	}
+	c := connect(t, e.srv.Addr())
+	for i := 0; i < 3; i++ {
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+		exec(t, c, "COMMIT")
+	}
+	if got := lang(); got != "plpgsql" {
+		t.Errorf("after commits across workers the record function's language is %s, want plpgsql", got)
+	}
+	if got := queryString(t, w2, "SELECT count(*) FROM pgfleet_txn.commits"); atoi(t, got) < 2 {
+		t.Errorf("%s commit records on the second worker, want at least 2 (the first commit decides in the metadata database)", got)
+	}
+	for _, k := range []int{e.k1, e.k2} {
+		if got := queryString(t, c, "SELECT n FROM rr WHERE aid = $1", k); got != "103" {
+			t.Errorf("aid %d: n = %s after three commits, want 103", k, got)
+		}
+	}
+	if n := e.preparedLeft(t); n != 0 {
+		t.Errorf("%d prepared transactions left", n)
+	}
+}
+
 // TestRecordsNotTrusted: a role that made schema pgfleet_txn itself (a
 // table of that name with a trigger) before pgfleet did cannot have
 // recovery run its code as the superuser: recovery neither reads nor
