@@ -367,9 +367,8 @@ func unpreparable(err error) error {
 
 // multiEnd ends the transaction on every worker: ROLLBACK everywhere
 // (rollback, or a failed transaction: tag ROLLBACK), or two-phase commit:
-// PREPARE TRANSACTION on each (but plain readers, which just commit), the
-// commit decision in the metadata database or a commit record, COMMIT
-// PREPARED on each. Every connection is released. extra
+// PREPARE TRANSACTION on each, the commit decision in the metadata
+// database, COMMIT PREPARED on each. Every connection is released. extra
 // holds notices for the client (a COMMIT PREPARED that recovery must
 // complete); after, the ParameterStatus messages that go after the
 // command's CommandComplete.
@@ -464,52 +463,15 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 		return "ROLLBACK", nil, nil, nil
 	}
 
-	var readers []bool
 	if moves == nil {
-		done, tag, plain, err := commitOnePhase(all, ss.wroteOn)
-		if done {
+		if done, tag, err := commitOnePhase(all, ss.wroteOn); done {
 			committed = err == nil && tag == "COMMIT"
 			return tag, nil, nil, err
 		}
-		readers = plain
-	}
-	// Plain readers (commitOnePhase) are not prepared: they commit now,
-	// beside the others' PREPARE. The default node, where NOTIFY and
-	// LISTEN run (they take no transaction id or lock before COMMIT), is
-	// always prepared, which refuses them. So is every participant of a
-	// pinned session or one with temporary objects, which keep today's
-	// refusals.
-	members := make([]int, 0, len(all))
-	var early []int
-	def := ss.srv.defaultNode.Load()
-	for i := range all {
-		if readers != nil && readers[i] && all[i].node != def && ss.pinned == "" && !ss.tempObjects {
-			early = append(early, i)
-		} else {
-			members = append(members, i)
-		}
-	}
-	if len(early) > 0 {
-		ended := make(chan struct{})
-		go func() {
-			defer close(ended)
-			allAtOnce(len(early), func(k int) {
-				if all[early[k]].sc.Exec("COMMIT", time.Now().Add(txCleanupTimeout), nil) != nil {
-					all[early[k]].sc.MarkBroken() // it wrote nothing: the outcome is the others'
-				}
-			})
-		}()
-		defer func() { <-ended }() // before the connections go back (multiRelease)
 	}
 	g, last, recorded := (*twophase.Group)(nil), 0, false
 	if moves == nil {
-		sub := make([]txConn, len(members))
-		for k, i := range members {
-			sub[k] = all[i]
-		}
-		if g, last, recorded = ss.recordedGroup(sub); recorded {
-			last = members[last]
-		}
+		g, last, recorded = ss.recordedGroup(all)
 	}
 	if !recorded {
 		g = twophase.New("tx", ss.srv.store)
@@ -526,7 +488,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 			}
 		}()
 	}
-	for _, i := range members {
+	for i := range all {
 		p := g.Join(all[i].node, "worker "+all[i].sc.Addr, &poolConn{ss: ss, c: &all[i]})
 		if recorded && i == last {
 			g.SetLast(p)
@@ -581,38 +543,30 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 // false when two-phase commit is needed (two writers, SERIALIZABLE, an
 // answer that could not be had); known lists workers known to have
 // written, and with two of them nothing is asked.
-//
-// When two or more wrote, readers[i] says that participant i is a plain
-// reader: no transaction id, not SERIALIZABLE, and no lock but
-// AccessShareLock on relations (no advisory or table lock whose early
-// release another session could see). Ending its transaction at any time,
-// before the others commit or whatever their outcome, changes nothing
-// anyone can observe, so two-phase commit leaves it out (multiEnd).
-func commitOnePhase(all []txConn, known []int32) (done bool, tag string, readers []bool, err error) {
+func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err error) {
 	if len(known) >= 2 {
-		return false, "", nil, nil
+		return false, "", nil
 	}
 	// Under no statement_timeout of the client's: the question must not
 	// fail the transaction it is about (which then ends anyway).
+	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation')"
 	deadline := time.Now().Add(txCleanupTimeout)
 	wrote := make([]bool, len(all))
 	ok := make([]bool, len(all))
-	readers = make([]bool, len(all))
 	allAtOnce(len(all), func(i int) {
-		rows, err := all[i].sc.Query(writerQuestion, deadline)
-		if err != nil || len(rows) != 1 || len(rows[0]) != 3 || rows[0][1] == "serializable" {
+		rows, err := all[i].sc.Query(q, deadline)
+		if err != nil || len(rows) != 1 || len(rows[0]) != 2 || rows[0][1] == "serializable" {
 			return
 		}
 		wrote[i], ok[i] = rows[0][0] == "t", true
-		readers[i] = !wrote[i] && rows[0][2] == "0"
 	})
 	writer := -1
 	for i := range all {
 		switch {
 		case !ok[i]:
-			return false, "", readers, nil // two-phase commit, whose PREPARE finds what failed
+			return false, "", nil // two-phase commit, whose PREPARE finds what failed
 		case wrote[i] && writer >= 0:
-			return false, "", readers, nil
+			return false, "", nil
 		case wrote[i]:
 			writer = i
 		}
@@ -635,7 +589,7 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, readers
 					all[i].sc.MarkBroken()
 				}
 			}
-			return true, tag, nil, err
+			return true, tag, err
 		}
 	}
 	allAtOnce(len(all), func(i int) {
@@ -643,19 +597,8 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, readers
 			all[i].sc.MarkBroken() // nothing of the transaction was there
 		}
 	})
-	return true, tag, nil, nil
+	return true, tag, nil
 }
-
-// writerQuestion asks a participant whether its transaction wrote (has a
-// transaction id), its isolation level, and how many locks it holds that
-// matter to others (all but AccessShareLock on relations and its own
-// virtual transaction id). The operators are pg_catalog's: it runs under
-// the client's search_path.
-const writerQuestion = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, " +
-	"pg_catalog.current_setting('transaction_isolation'), " +
-	"(SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks l WHERE l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() " +
-	"AND l.locktype OPERATOR(pg_catalog.<>) 'virtualxid' " +
-	"AND NOT (l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.mode OPERATOR(pg_catalog.=) 'AccessShareLock'))"
 
 // allAtOnce runs fn(0) ... fn(n-1) concurrently (each on its own
 // connection) and waits for them all.
