@@ -54,6 +54,9 @@ func TestOnePhaseCommit(t *testing.T) {
 		}
 		return out
 	}
+	// A holdable cursor a function declares runs its query at COMMIT.
+	exec(t, c, `CREATE FUNCTION op_hc(int) RETURNS int LANGUAGE plpgsql AS
+		$$ BEGIN EXECUTE 'DECLARE op_c CURSOR WITH HOLD FOR SELECT 1 / (g - 2) FROM generate_series(1, 3) g'; RETURN $1; END $$`, simple)
 	a, b := strconv.Itoa(ids[0]), strconv.Itoa(ids[1])
 	run := func(stmts ...string) error {
 		for _, s := range stmts {
@@ -79,6 +82,10 @@ func TestOnePhaseCommit(t *testing.T) {
 			"UPDATE op_t SET v = 9 WHERE id = " + b, "INSERT INTO op_t VALUES (" + b + ", 9)", "COMMIT"}, false, "23505", "2 3"},
 		{"the writer's transaction failed", []string{"BEGIN", "SELECT v FROM op_t WHERE id = " + a,
 			"UPDATE op_t SET v = 9 WHERE id = " + b, "SELECT 1 / 0 FROM op_t WHERE id = " + b, "COMMIT"}, false, "22012", "2 3"},
+		// PostgreSQL fails the COMMIT (22012); after the writer's commit
+		// that could not be undone: refused, nothing committed.
+		{"a reader's holdable cursor", []string{"BEGIN", "UPDATE op_t SET v = 9 WHERE id = " + b,
+			"SELECT op_hc(id) FROM op_t WHERE id = " + a, "COMMIT"}, false, "0A000", "2 3"},
 	} {
 		before := decisions()
 		err := run(tc.stmts...)

@@ -362,6 +362,9 @@ func unpreparable(err error) error {
 	if strings.Contains(wpe.Message, "temporary") {
 		e.Hint = "Make and use temporary objects outside transactions that span workers, or keep the transaction to rows on one worker."
 	}
+	if strings.Contains(wpe.Message, "WITH HOLD") {
+		e.Hint = "Declare holdable cursors through pgfleet (DECLARE ... WITH HOLD), not in functions, in transactions that span workers, or keep the transaction to rows on one worker."
+	}
 	return e
 }
 
@@ -543,28 +546,36 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 // false when two-phase commit is needed (two writers, SERIALIZABLE, an
 // answer that could not be had); known lists workers known to have
 // written, and with two of them nothing is asked.
+//
+// A worker whose transaction holds a cursor WITH HOLD (which a function
+// declared: the client's own are the coordinator's) runs its query at
+// COMMIT, which can fail there; after the writer's commit that error could
+// not undo it, so such a worker that did not write takes two-phase commit,
+// whose PREPARE refuses it as PostgreSQL refuses a holdable cursor there.
 func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err error) {
 	if len(known) >= 2 {
 		return false, "", nil
 	}
 	// Under no statement_timeout of the client's: the question must not
 	// fail the transaction it is about (which then ends anyway).
-	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation')"
+	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation'), " +
+		"EXISTS (SELECT FROM pg_catalog.pg_cursors c WHERE c.is_holdable)"
 	deadline := time.Now().Add(txCleanupTimeout)
 	wrote := make([]bool, len(all))
 	ok := make([]bool, len(all))
+	holds := make([]bool, len(all))
 	allAtOnce(len(all), func(i int) {
 		rows, err := all[i].sc.Query(q, deadline)
-		if err != nil || len(rows) != 1 || len(rows[0]) != 2 || rows[0][1] == "serializable" {
+		if err != nil || len(rows) != 1 || len(rows[0]) != 3 || rows[0][1] == "serializable" {
 			return
 		}
-		wrote[i], ok[i] = rows[0][0] == "t", true
+		wrote[i], holds[i], ok[i] = rows[0][0] == "t", rows[0][2] == "t", true
 	})
 	writer := -1
 	for i := range all {
 		switch {
-		case !ok[i]:
-			return false, "", nil // two-phase commit, whose PREPARE finds what failed
+		case !ok[i] || holds[i] && !wrote[i]:
+			return false, "", nil // two-phase commit, whose PREPARE finds what failed, or refuses
 		case wrote[i] && writer >= 0:
 			return false, "", nil
 		case wrote[i]:
