@@ -308,7 +308,10 @@ func TestHalfPeakTarget(t *testing.T) {
 	for _, tc := range []struct {
 		fleet, bouncer, direct float64
 		want                   string
-	}{{2.5, 3.0, 1.7, targetMet}, {3.0, 3.0, 1.7, targetMet}, {3.0, 2.5, 1.7, targetMissed}, {2.5, 0, 1.7, targetNA}} {
+	}{{2.5, 3.0, 1.7, targetMet}, {3.0, 3.0, 1.7, targetMet}, {3.0, 2.5, 1.7, targetMissed}, {2.5, 0, 1.7, targetNA},
+		// Direct's p99 above the proxies' (a stall of the machine): not
+		// a measure of what they add.
+		{8.9, 15.2, 190.9, targetNA}, {8.9, 1.0, 5.0, targetNA}} {
 		crs := []*configResult{mk(targetDirect, tc.direct), mk(targetPgfleet, tc.fleet)}
 		if tc.bouncer > 0 {
 			crs = append(crs, mk(targetBouncerSess, tc.bouncer))
@@ -319,7 +322,7 @@ func TestHalfPeakTarget(t *testing.T) {
 				got = append(got, c)
 			}
 		}
-		if len(got) != 1 || got[0].Status != tc.want || (got[0].Ratio == nil) != (tc.want == targetNA) {
+		if len(got) != 1 || got[0].Status != tc.want || (got[0].Ratio == nil) != (tc.bouncer == 0) {
 			t.Errorf("fleet p99 %.1f, PgBouncer %.1f, direct %.1f: %+v, want one check %s", tc.fleet, tc.bouncer, tc.direct, got, tc.want)
 		}
 	}

@@ -58,6 +58,20 @@ func newRestartEnv(t *testing.T, mod func(*coordinator.Config)) *restartEnv {
 	return e
 }
 
+// wantCommitted checks, through c, that both keys' n is want, and that no
+// prepared transaction is left on any worker.
+func (e *restartEnv) wantCommitted(t *testing.T, c *pgx.Conn, want string) {
+	t.Helper()
+	for _, k := range []int{e.k1, e.k2} {
+		if got := queryString(t, c, "SELECT n FROM rr WHERE aid = $1", k); got != want {
+			t.Errorf("key %d: n = %s, want %s", k, got, want)
+		}
+	}
+	if n := e.preparedLeft(t); n != 0 {
+		t.Errorf("%d prepared transactions left", n)
+	}
+}
+
 // preparedLeft counts pgfleet's prepared transactions on every worker.
 func (e *restartEnv) preparedLeft(t *testing.T) int {
 	t.Helper()
@@ -191,14 +205,7 @@ func TestCommitDecisionAfterStall(t *testing.T) {
 	if stalled != 1 {
 		t.Fatalf("the stall hook ran %d times, want 1", stalled)
 	}
-	for _, k := range []int{e.k1, e.k2} {
-		if got := queryString(t, c, "SELECT n FROM rr WHERE aid = $1", k); got != "101" {
-			t.Errorf("key %d: n = %s, want 101", k, got)
-		}
-	}
-	if n := e.preparedLeft(t); n != 0 {
-		t.Errorf("%d prepared transactions left", n)
-	}
+	e.wantCommitted(t, c, "101")
 }
 
 // awaitWrite runs sql on a new session of addr until it succeeds, through
