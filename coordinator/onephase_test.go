@@ -57,6 +57,8 @@ func TestOnePhaseCommit(t *testing.T) {
 	// A holdable cursor a function declares runs its query at COMMIT.
 	exec(t, c, `CREATE FUNCTION op_hc(int) RETURNS int LANGUAGE plpgsql AS
 		$$ BEGIN EXECUTE 'DECLARE op_c CURSOR WITH HOLD FOR SELECT 1 / (g - 2) FROM generate_series(1, 3) g'; RETURN $1; END $$`, simple)
+	exec(t, c, `CREATE FUNCTION op_hc1(int) RETURNS int LANGUAGE plpgsql AS
+		$$ BEGIN EXECUTE 'DECLARE op_c1 CURSOR WITH HOLD FOR SELECT 1'; RETURN $1; END $$`, simple)
 	a, b := strconv.Itoa(ids[0]), strconv.Itoa(ids[1])
 	run := func(stmts ...string) error {
 		for _, s := range stmts {
@@ -86,6 +88,9 @@ func TestOnePhaseCommit(t *testing.T) {
 		// that could not be undone: refused, nothing committed.
 		{"a reader's holdable cursor", []string{"BEGIN", "UPDATE op_t SET v = 9 WHERE id = " + b,
 			"SELECT op_hc(id) FROM op_t WHERE id = " + a, "COMMIT"}, false, "0A000", "2 3"},
+		// With no writer there is nothing to keep: one phase, as before.
+		{"a holdable cursor, no writer", []string{"BEGIN", "SELECT v FROM op_t WHERE id = " + b,
+			"SELECT op_hc1(id) FROM op_t WHERE id = " + a, "COMMIT"}, false, "", "2 3"},
 	} {
 		before := decisions()
 		err := run(tc.stmts...)

@@ -547,11 +547,13 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 // answer that could not be had); known lists workers known to have
 // written, and with two of them nothing is asked.
 //
-// A worker whose transaction holds a cursor WITH HOLD (which a function
-// declared: the client's own are the coordinator's) runs its query at
-// COMMIT, which can fail there; after the writer's commit that error could
-// not undo it, so such a worker that did not write takes two-phase commit,
-// whose PREPARE refuses it as PostgreSQL refuses a holdable cursor there.
+// A worker whose transaction declared a cursor WITH HOLD (a function did:
+// the client's own are the coordinator's) runs its query at COMMIT, which
+// can fail there; after the writer's commit that error could not undo it,
+// so when another worker wrote, such a worker takes two-phase commit, whose
+// PREPARE refuses it as PostgreSQL refuses a holdable cursor there. Only
+// cursors declared in this transaction count: one an earlier transaction
+// left on the connection is not run again.
 func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err error) {
 	if len(known) >= 2 {
 		return false, "", nil
@@ -559,7 +561,7 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 	// Under no statement_timeout of the client's: the question must not
 	// fail the transaction it is about (which then ends anyway).
 	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation'), " +
-		"EXISTS (SELECT FROM pg_catalog.pg_cursors c WHERE c.is_holdable)"
+		"EXISTS (SELECT FROM pg_catalog.pg_cursors c WHERE c.is_holdable AND c.creation_time OPERATOR(pg_catalog.>=) pg_catalog.transaction_timestamp())"
 	deadline := time.Now().Add(txCleanupTimeout)
 	wrote := make([]bool, len(all))
 	ok := make([]bool, len(all))
@@ -574,12 +576,17 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 	writer := -1
 	for i := range all {
 		switch {
-		case !ok[i] || holds[i] && !wrote[i]:
-			return false, "", nil // two-phase commit, whose PREPARE finds what failed, or refuses
+		case !ok[i]:
+			return false, "", nil // two-phase commit, whose PREPARE finds what failed
 		case wrote[i] && writer >= 0:
 			return false, "", nil
 		case wrote[i]:
 			writer = i
+		}
+	}
+	for i := range all {
+		if writer >= 0 && holds[i] && !wrote[i] {
+			return false, "", nil // two-phase commit, whose PREPARE refuses the cursor
 		}
 	}
 	tag = "COMMIT"
