@@ -118,7 +118,7 @@ func makeRecordsTable(ctx context.Context, c *pgx.Conn) error {
 		// one still records correctly.
 		var current bool
 		if c.QueryRow(ctx, twophase.RecordsCurrentSQL).Scan(&current) == nil && !current {
-			_, _ = c.Exec(ctx, twophase.RecordsDDL, pgx.QueryExecModeSimpleProtocol)
+			_, _ = c.Exec(ctx, twophase.RecordFunctionDDL, pgx.QueryExecModeSimpleProtocol)
 		}
 		return nil
 	case !errors.Is(err, errNoRecords):
@@ -149,14 +149,15 @@ func recordsTrusted(ctx context.Context, c *pgx.Conn) error {
 		return errNoRecords
 	case !ok:
 		return errors.New("schema pgfleet_txn is not pgfleet's: its schema, table commits or function record is missing or not a superuser's, " +
-			"the table has triggers or rules, or another role may create objects in the schema; drop the schema as a superuser and pgfleet makes it again")
+			"the table has triggers, rules, policies or privileges for another role, or another role may create objects in the schema; drop the schema as a superuser and pgfleet makes it again")
 	}
 	return nil
 }
 
 // recordsTrustedSQL: whether schema pgfleet_txn exists, and whether it is
 // as RecordsDDL makes it (everything owned by superusers, nothing that
-// runs code on the table, no one else creating in the schema).
+// runs code on the table, no privilege on it for another role, no one
+// else creating in the schema).
 const recordsTrustedSQL = `SELECT n.oid IS NOT NULL, n.oid IS NOT NULL
 	AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) n.nspowner)
 	AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
@@ -164,6 +165,7 @@ const recordsTrustedSQL = `SELECT n.oid IS NOT NULL, n.oid IS NOT NULL
 	AND EXISTS (SELECT FROM pg_catalog.pg_class t
 		WHERE t.relnamespace OPERATOR(pg_catalog.=) n.oid AND t.relname OPERATOR(pg_catalog.=) 'commits' AND t.relkind OPERATOR(pg_catalog.=) 'r'
 		AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) t.relowner)
+		AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(t.relacl) a WHERE NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) a.grantee), false))
 		AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) t.oid)
 		AND NOT EXISTS (SELECT FROM pg_catalog.pg_rewrite w WHERE w.ev_class OPERATOR(pg_catalog.=) t.oid)
 		AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy p WHERE p.polrelid OPERATOR(pg_catalog.=) t.oid))

@@ -637,3 +637,47 @@ func TestRecoveryIgnoresDatabaseRole(t *testing.T) {
 		t.Errorf("%s rows of the recorded transaction on the second worker, want 1", got)
 	}
 }
+
+// TestRecordsDefaultPrivileges: default privileges that give a role the
+// tables the superuser makes do not reach the commit records table (with
+// them the role could read the secrets, or add a trigger that the record's
+// insert runs as the superuser); a privilege granted on it later makes the
+// schema untrusted, and commits across workers decide in the metadata
+// database instead.
+func TestRecordsDefaultPrivileges(t *testing.T) {
+	e := newRestartEnv(t, nil)
+	meta, w2 := connect(t, e.cl.Servers[0].Addr()), connect(t, e.cl.Servers[1].Addr())
+	role := fmt.Sprintf("pgfleet_dp_%d", os.Getpid())
+	for _, w := range []*pgx.Conn{meta, w2} {
+		exec(t, w, "CREATE ROLE "+role)
+	}
+	exec(t, w2, "ALTER DEFAULT PRIVILEGES FOR ROLE postgres GRANT ALL ON TABLES TO "+role)
+	records := func() int { return atoi(t, queryString(t, w2, "SELECT count(*) FROM pgfleet_txn.commits")) }
+	decisions := func() int { return atoi(t, queryString(t, meta, "SELECT count(*) FROM pgfleet.transaction_decisions")) }
+	commit := func(c *pgx.Conn) {
+		exec(t, c, "BEGIN")
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k1)
+		exec(t, c, "UPDATE rr SET n = n + 1 WHERE aid = $1", e.k2)
+		exec(t, c, "COMMIT")
+	}
+	c := connect(t, e.srv.Addr())
+	for range 3 {
+		commit(c) // the first makes the table and decides in the metadata database
+	}
+	if got := queryString(t, w2, "SELECT has_table_privilege($1, 'pgfleet_txn.commits', 'SELECT, INSERT, TRIGGER')::text", role); got != "false" {
+		t.Errorf("the role has privileges on the commit records table (default privileges): %s", got)
+	}
+	if n := records(); n < 2 {
+		t.Fatalf("%d commit records, want at least 2", n)
+	}
+
+	exec(t, w2, "GRANT SELECT ON pgfleet_txn.commits TO "+role)
+	later := pgtest.Coordinator(t, e.cl, func(c *coordinator.Config) { c.PoolSize, c.RecoveryInterval = 4, -1 })
+	lc := connect(t, later.Addr())
+	r0, d0 := records(), decisions()
+	commit(lc)
+	if r, d := records(), decisions(); r != r0 || d != d0+1 {
+		t.Errorf("with a role's privilege on the table: %d new commit records and %d new decisions in the metadata database, want 0 and 1", r-r0, d-d0)
+	}
+	e.wantCommitted(t, lc, "104")
+}

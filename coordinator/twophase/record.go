@@ -48,27 +48,45 @@ const RecordsTable = "pgfleet_txn.commits"
 // the function, which runs as its owner, writes commit records for other
 // roles, and only under the hash of the secret it is given: a role can
 // neither write a record for another transaction's hash nor lock one.
+// The schema is made by this DDL or not at all (a role that made it first
+// would own what the superuser then creates in it), and the table keeps no
+// privilege that default privileges (ALTER DEFAULT PRIVILEGES) gave
+// another role: with one, a role could read the secrets, or add a trigger
+// that the SECURITY DEFINER insert would run as the superuser.
 //
 // The function is PL/pgSQL, which keeps its INSERT's plan for the
 // connection's life: a LANGUAGE sql function (what older versions made)
 // parses and plans its body at every call, which cost a commit across
 // workers 6% of its TPS in pgbench's tpcb-like. RecordsCurrentSQL tells
 // an older function, which the coordinator replaces.
-const RecordsDDL = `CREATE SCHEMA IF NOT EXISTS pgfleet_txn;
-CREATE TABLE IF NOT EXISTS pgfleet_txn.commits (
+const RecordsDDL = `CREATE SCHEMA pgfleet_txn;
+CREATE TABLE pgfleet_txn.commits (
 	h text PRIMARY KEY,
 	secret text,
 	recorded_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp());
-REVOKE ALL ON pgfleet_txn.commits FROM PUBLIC;
-CREATE OR REPLACE FUNCTION pgfleet_txn.record(secret text) RETURNS void
+DO $$DECLARE g oid; BEGIN
+	FOR g IN SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+		WHERE c.oid OPERATOR(pg_catalog.=) 'pgfleet_txn.commits'::pg_catalog.regclass AND a.grantee OPERATOR(pg_catalog.<>) c.relowner LOOP
+		IF g OPERATOR(pg_catalog.=) 0 THEN
+			EXECUTE 'REVOKE ALL ON pgfleet_txn.commits FROM PUBLIC';
+		ELSE
+			EXECUTE 'REVOKE ALL ON pgfleet_txn.commits FROM ' OPERATOR(pg_catalog.||) g::pg_catalog.regrole::pg_catalog.text;
+		END IF;
+	END LOOP;
+END$$;
+` + RecordFunctionDDL + `;
+GRANT USAGE ON SCHEMA pgfleet_txn TO PUBLIC`
+
+// RecordFunctionDDL makes RecordFunction (RecordsDDL), or replaces an
+// older version's in a schema found trusted.
+const RecordFunctionDDL = `CREATE OR REPLACE FUNCTION pgfleet_txn.record(secret text) RETURNS void
 	LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 	AS $$BEGIN
 		INSERT INTO pgfleet_txn.commits (h, secret)
 		VALUES (pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')), 'hex'), 32), $1);
 	END$$;
 REVOKE ALL ON FUNCTION pgfleet_txn.record(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgfleet_txn.record(text) TO PUBLIC;
-GRANT USAGE ON SCHEMA pgfleet_txn TO PUBLIC`
+GRANT EXECUTE ON FUNCTION pgfleet_txn.record(text) TO PUBLIC`
 
 // RecordsCurrentSQL is whether RecordFunction is the one RecordsDDL makes
 // now (PL/pgSQL), on a database where recordsTrusted found it.
@@ -101,10 +119,13 @@ const RecordsForgetSQL = `DELETE FROM pgfleet_txn.commits
 // commit synchronously when synchronous_commit is off (a stricter setting
 // stays): a decision must be durable before any part commits by it
 // (PREPARE TRANSACTION and COMMIT PREPARED are always flushed; a commit
-// under synchronous_commit off is not).
+// under synchronous_commit off is not). It runs in the client's
+// transaction, under its search_path: its operator is pg_catalog's, not
+// one a role defined (adversary: a role's "=" that answered false kept
+// the commit record's commit asynchronous).
 func SyncCommitSQL(local bool) string {
 	return "SELECT pg_catalog.set_config('synchronous_commit', 'on', " + strconv.FormatBool(local) +
-		") WHERE pg_catalog.current_setting('synchronous_commit') = 'off'"
+		") WHERE pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'off'"
 }
 
 // Stmt is a statement with text parameters.
