@@ -114,6 +114,34 @@ func TestSessionStateChangedByUserCodeStaysWithItsClient(t *testing.T) {
 			}
 		}
 	})
+	// The state check reads the connection under the client's search_path:
+	// a role's own "=" ahead of pg_catalog's must not hide a change.
+	t.Run("the client's own operators", func(t *testing.T) {
+		for _, w := range cl.Servers {
+			wc := connect(t, w.Addr())
+			for _, q := range []string{"DROP SCHEMA IF EXISTS iso13_ops CASCADE", "CREATE SCHEMA iso13_ops",
+				"CREATE FUNCTION iso13_ops.never(text, text) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT false'",
+				"CREATE OPERATOR iso13_ops.= (LEFTARG = text, RIGHTARG = text, FUNCTION = iso13_ops.never)",
+				"GRANT USAGE ON SCHEMA iso13_ops TO PUBLIC"} {
+				exec(t, wc, q)
+			}
+			t.Cleanup(func() { _, _ = connect(t, w.Addr()).Exec(ctx, "DROP SCHEMA IF EXISTS iso13_ops CASCADE") })
+		}
+		const path = "SET search_path = iso13_ops, pg_catalog, public"
+		a := connect(t, srv.Addr())
+		exec(t, a, path, simple)
+		exec(t, a, "SELECT iso13_f()", simple)
+		if got := queryString(t, a, "SHOW statement_timeout", simple); got != "1234ms" {
+			t.Fatalf("the client's own statement_timeout after its function: %s", got)
+		}
+		for i := 0; i < 4; i++ {
+			b := connect(t, srv.Addr())
+			exec(t, b, path, simple)
+			if got := queryString(t, b, "SHOW statement_timeout", simple); got != "0" {
+				t.Fatalf("another client with the same search_path sees statement_timeout %s", got)
+			}
+		}
+	})
 	fresh := connect(t, srv.Addr())
 	clean := sessionState(t, fresh)
 	for _, tc := range []struct {

@@ -318,8 +318,8 @@ func (r *scatterRun) timeWordValue() bool {
 // transaction block, the isolation levels and the settings made with SET
 // (SET LOCAL included) but those of the transaction's characteristics.
 const txnStateSQL = "SELECT pg_catalog.current_setting('transaction_isolation'), pg_catalog.current_setting('default_transaction_isolation'), " +
-	"(SELECT pg_catalog.string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings " +
-	"WHERE source = 'session' AND name NOT IN ('transaction_isolation', 'transaction_read_only', 'transaction_deferrable'))"
+	"(SELECT pg_catalog.string_agg(name OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) setting, ',' ORDER BY name) FROM pg_catalog.pg_settings " +
+	"WHERE source OPERATOR(pg_catalog.=) 'session' AND NOT name OPERATOR(pg_catalog.=) ANY (ARRAY['transaction_isolation', 'transaction_read_only', 'transaction_deferrable']))"
 
 // txnCheck refuses a multi-shard statement in a transaction block unless
 // every part of it sees what the transaction would: the transaction takes

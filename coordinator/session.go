@@ -3484,24 +3484,24 @@ func errCode(body []byte) string {
 // read by name (customSettings); others that user code sets under names its
 // text does not show are cleared before the connection serves another
 // session (verifyRelease).
-const stateSQL = `SELECT concat_ws(' | ',
+const stateSQL = `SELECT pg_catalog.concat_ws(' | ',
  current_user, session_user,
- (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_type WHERE typnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_operator WHERE oprnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_collation WHERE collnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_conversion WHERE connamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_opfamily WHERE opfnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_opclass WHERE opcnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_ts_config WHERE cfgnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_ts_dict WHERE dictnamespace = pg_catalog.pg_my_temp_schema()) +
- (SELECT count(*) FROM pg_catalog.pg_statistic_ext WHERE stxnamespace = pg_catalog.pg_my_temp_schema()),
- (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
- (SELECT string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
- (SELECT string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
- (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())),
- concat_ws(' | ', (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source = 'session')`
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_collation WHERE collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_conversion WHERE connamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_opfamily WHERE opfnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_opclass WHERE opcnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_ts_config WHERE cfgnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_ts_dict WHERE dictnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_statistic_ext WHERE stxnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()),
+ (SELECT pg_catalog.string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
+ (SELECT pg_catalog.string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
+ (SELECT pg_catalog.string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
+ (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid())),
+ pg_catalog.concat_ws(' | ', (SELECT pg_catalog.string_agg(name OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session')`
 
 // customSettings returns, for each string literal of sql that looks like a
 // custom setting's name (two or more dotted identifiers), a read of it for
