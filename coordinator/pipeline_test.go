@@ -284,24 +284,38 @@ func TestBatchBeginWithModes(t *testing.T) {
 func pipeRaw(t *testing.T, c *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
 	t.Helper()
 	sendRaw(t, c, msgs...)
+	return answers(t, c, zs, func(msg pgproto3.BackendMessage) (string, bool) {
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			return "row " + string(m.Values[0]), true
+		case *pgproto3.ErrorResponse:
+			return "error " + m.Code, true
+		case *pgproto3.CommandComplete:
+			return "C " + string(m.CommandTag), true
+		case *pgproto3.PortalSuspended:
+			return "s", true
+		case *pgproto3.ReadyForQuery:
+			return "Z " + string(m.TxStatus), true
+		}
+		return "", false
+	})
+}
+
+// answers reads c's answers up to the zs-th ReadyForQuery and names each
+// that name keeps (ok).
+func answers(t *testing.T, c *protoClient, zs int, name func(pgproto3.BackendMessage) (s string, ok bool)) []string {
+	t.Helper()
 	var out []string
 	for zs > 0 {
 		msg, err := c.fe.Receive()
 		if err != nil {
 			t.Fatalf("receive: %v (answers so far: %q)", err, out)
 		}
-		switch m := msg.(type) {
-		case *pgproto3.DataRow:
-			out = append(out, "row "+string(m.Values[0]))
-		case *pgproto3.ErrorResponse:
-			out = append(out, "error "+m.Code)
-		case *pgproto3.CommandComplete:
-			out = append(out, "C "+string(m.CommandTag))
-		case *pgproto3.PortalSuspended:
-			out = append(out, "s")
-		case *pgproto3.ReadyForQuery:
-			out = append(out, "Z "+string(m.TxStatus))
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
 			zs--
+		}
+		if s, ok := name(msg); ok {
+			out = append(out, s)
 		}
 	}
 	return out
@@ -852,25 +866,18 @@ func TestQueryAfterCoordinatorAnswers(t *testing.T) {
 	// ReadyForQuery.
 	order := func(p *protoClient, zs int, msgs ...pgproto3.FrontendMessage) []string {
 		sendRaw(t, p, msgs...)
-		var out []string
-		for zs > 0 {
-			m, err := p.fe.Receive()
-			if err != nil {
-				t.Fatalf("receive: %v (answers so far: %q)", err, out)
-			}
+		return answers(t, p, zs, func(m pgproto3.BackendMessage) (string, bool) {
 			name := strings.TrimPrefix(fmt.Sprintf("%T", m), "*pgproto3.")
 			switch m := m.(type) {
 			case *pgproto3.CommandComplete:
 				name += " " + string(m.CommandTag)
 			case *pgproto3.ReadyForQuery:
 				name += " " + string(m.TxStatus)
-				zs--
 			case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
-				continue
+				return "", false
 			}
-			out = append(out, name)
-		}
-		return out
+			return name, true
+		})
 	}
 	for _, tc := range []struct {
 		what  string
