@@ -873,7 +873,7 @@ type lexer struct {
 	sawPrepared  bool
 	sawSeqFunc   string // "currval" or "lastval" when the statement names one
 	punct        bool   // the statement has tokens other than words
-	sawUserCall  bool   // a call of a function that is not built in
+	sawUserCall  bool   // a call of a function that is not built in, or pg_settings
 	sawSQLText   bool   // a call of a built-in that runs SQL given as text
 	sawAllTables bool   // a call of a built-in that reads every table (schema_to_xml)
 	sawNotify    bool   // a call of pg_notify
@@ -963,6 +963,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if w == `"pg_prepared_statements"` {
 				lx.sawPrepared = true
 			}
+			if w == `"pg_settings"` {
+				lx.sawUserCall = true
+			}
 			if w == `"`+metadata.ShardsSchema+`"` {
 				lx.sawShards = true
 			}
@@ -985,6 +988,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			}
 			if len(w) == 7 {
 				lx.noteSeqFunc(w)
+			}
+			if len(w) == 11 && strings.EqualFold(w, "pg_settings") {
+				lx.sawUserCall = true // its UPDATE rule calls set_config
 			}
 			if len(w) >= 7 && len(w) <= 32 && lx.sawSessionFunc == "" {
 				var buf [32]byte

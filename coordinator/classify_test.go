@@ -101,6 +101,10 @@ func TestClassify(t *testing.T) {
 		{"SELECT public.my_func (1)", true},
 		{`SELECT "MyFunc"(1)`, true},
 		{"SELECT 1; SELECT f()", true},
+		{"UPDATE pg_settings SET setting = '5MB' WHERE name = 'work_mem'", true},
+		{`update "pg_settings" set setting = '5MB' where name = 'work_mem'`, true},
+		{"SELECT 1 FROM pg_catalog.PG_SETTINGS", true},
+		{"SELECT pg_settings_x FROM t", false},
 	} {
 		if got := classify(tc.sql).verify; got != tc.verify {
 			t.Errorf("classify(%q).verify = %v, want %v", tc.sql, got, tc.verify)

@@ -23,15 +23,16 @@ import (
 // (DISCARD SEQUENCES first). Otherwise they are refused with 0A000.
 
 //
-// User code (classify's verify: DO, CALL, a function that is not built in)
-// may call currval or lastval where the text does not show it. Such a
+// User code (classify's verify: DO, CALL, a function that is not built in;
+// and what the catalog shows may run user code, stateviews.go: triggers,
+// defaults, domains...) may call currval or lastval where the text does
+// not show it. Such a
 // statement runs after DISCARD SEQUENCES on its connections, so that it
 // never reads another client's value: before the session's first
 // statement that may call nextval, it gets PostgreSQL's answer ("not yet
 // defined", 55000); after one, a 55000 from it may stand for a value
 // PostgreSQL would have given, and is refused with 0A000 instead
-// (seqGuard), on one worker or over several shards. Not covered: user
-// code run by triggers or defaults of ordinary statements.
+// (seqGuard), on one worker or over several shards.
 
 // seqGuardError turns a worker's 55000 error body into the 0A000 refusal,
 // the worker's message kept as detail, when currval or lastval raised it

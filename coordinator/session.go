@@ -1305,7 +1305,7 @@ func (ss *session) simpleQuery(body []byte) error {
 			}
 		}
 	}
-	if !cls.verify && ss.pinned == "" && ss.viewVerify(text, nil) {
+	if !cls.verify && !cls.quiet && ss.pinned == "" && ss.viewVerify(text, nil) {
 		cls.verify = true // it reads a view that may change session state
 	}
 	ss.noteViewDDL(cls.verify, text)
@@ -2376,7 +2376,7 @@ func (ss *session) bind(body []byte) error {
 		ss.seqUsed = true
 	}
 	clientSt := st
-	verify := clientSt.cls.verify || (ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt))
+	verify := clientSt.cls.verify || (!clientSt.cls.quiet && ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt))
 	if len(ss.scatterPortals) > 0 {
 		if p := ss.scatterPortals[string(portal)]; p != nil && len(portal) > 0 && p.keptAtSync() {
 			ss.synthError(pgerr.New("42P03", "portal \"%s\" already exists", portal))

@@ -6,21 +6,38 @@ import (
 	"time"
 )
 
-// A view (or materialized view) may call set_config(), an advisory lock
-// function, setseed() or a user function: reading it changes the server
-// connection's session state although the statement's text shows no call.
-// Statements naming such a view are verified like user code (the session
-// state snapshot, session.go). The views are read from the default node's
-// catalog (pg_rewrite, pg_depend, through views over them), once per
-// catalog version and DDL epoch of this coordinator; a view made through
-// another coordinator is seen after this one's next DDL or catalog change.
+// User code can run where a statement's text shows no call of it: a
+// trigger, rule, column default, check constraint, policy or index
+// expression of a table the statement names (or of one a foreign key's
+// action or a partition reaches from it); a domain's CHECK, a cast's or an
+// operator's function, or an operator class's support function, for values
+// of a type the statement names or a column holds; a view over any of
+// these; a user function shadowing a built-in's name or called in
+// attribute notation (t.f); an event trigger. Such code may change
+// the server connection's session state (set_config, advisory locks,
+// holdable cursors), so statements naming such a table, view, type,
+// function or operator are verified like user code (the session-state
+// snapshot, session.go). What counts is read from the default node's
+// catalog (pg_depend and the catalogs that own triggers, defaults,
+// constraints, policies, rules and indexes), once per catalog version and
+// DDL epoch of this coordinator; an object made through another
+// coordinator, or on the node directly, is seen after this one's next DDL
+// or catalog change. Functions of extensions are taken as built in, as
+// are pgfleet's own. Views calling set_config, an advisory lock function,
+// setseed, nextval or setval count too; pg_settings, whose UPDATE rule
+// calls set_config, is classify's (a built-in, read by no such query).
 
-// viewSet is the views, by lower-case bare name, whose reading may change
-// session state; all is set when they could not be read (every statement
-// is then verified).
+// viewSet is what runs user code where the text shows no call: names
+// (relations, types, functions; lower-case bare names) whose mention
+// makes a statement verified, and operator symbols (operators of built-in
+// types only: one with a user type reaches the type). all is set when the
+// catalog could not be read, a cast between built-in types runs a user
+// function, or an event trigger does (it fires on DDL, SELECT INTO,
+// REFRESH MATERIALIZED VIEW...): every statement is then verified.
 type viewSet struct {
 	stamp [3]int64
 	names map[string]string
+	ops   []string
 	all   bool
 }
 
@@ -30,21 +47,60 @@ type viewCheck struct {
 	verify bool
 }
 
-const stateViewsSQL = `WITH RECURSIVE bad(oid) AS (
-  SELECT r.ev_class FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
-   WHERE c.relkind IN ('v', 'm')
-     AND (pg_catalog.pg_get_viewdef(c.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval)'
-          OR EXISTS (SELECT FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.refobjid
-                      WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = r.oid
-                        AND d.refclassid = 'pg_catalog.pg_proc'::regclass
-                        AND p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)))
+// stateViewsSQL finds the user code above. bad is the closure of user
+// functions over "may run the code of": what depends on an object
+// (pg_depend, objects made by the user only, oid >= 16384), a table its
+// triggers, defaults, constraints, policies, rules and indexes, a type its
+// domain constraints, an operator family its members, an operator class
+// its family, a user type its operator classes, operators and casts, a
+// referenced table its referencing ones (ON DELETE CASCADE fires their
+// triggers), a parent its partitions and children. Rows are a kind and a
+// name: n for a name, o for an operator, and a (a cast between built-in
+// types) or d (an enabled event trigger), both with no name, which verify
+// everything.
+const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
+  SELECT p.oid FROM pg_catalog.pg_proc p
+   WHERE p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
+                                 WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet', 'pgfleet_txn'))
+     AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
+                      WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND e.objid = p.oid AND e.deptype = 'e')),
+edge(ccls, coid, pcls, poid) AS (
+  SELECT d.classid, d.objid, d.refclassid, d.refobjid FROM pg_catalog.pg_depend d WHERE d.objid >= 16384 AND d.deptype NOT IN ('e', 'x')
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, t.tgrelid, 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_trigger t WHERE t.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, a.adrelid, 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid FROM pg_catalog.pg_attrdef a WHERE a.oid >= 16384
+  UNION ALL SELECT CASE WHEN c.conrelid <> 0 THEN 'pg_catalog.pg_class'::pg_catalog.regclass ELSE 'pg_catalog.pg_type'::pg_catalog.regclass END,
+                   CASE WHEN c.conrelid <> 0 THEN c.conrelid ELSE c.contypid END, 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid
+              FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, p.polrelid, 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_policy p WHERE p.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r WHERE r.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indrelid, 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid FROM pg_catalog.pg_index i WHERE i.indexrelid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, o.amopfamily, 'pg_catalog.pg_amop'::pg_catalog.regclass, o.oid FROM pg_catalog.pg_amop o WHERE o.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, o.amprocfamily, 'pg_catalog.pg_amproc'::pg_catalog.regclass, o.oid FROM pg_catalog.pg_amproc o WHERE o.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_opclass'::pg_catalog.regclass, c.oid, 'pg_catalog.pg_opfamily'::pg_catalog.regclass, c.opcfamily FROM pg_catalog.pg_opclass c WHERE c.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, c.opcintype, 'pg_catalog.pg_opclass'::pg_catalog.regclass, c.oid FROM pg_catalog.pg_opclass c WHERE c.oid >= 16384 AND c.opcintype >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, x.t, 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid
+              FROM pg_catalog.pg_operator o, LATERAL (VALUES (o.oprleft), (o.oprright), (o.oprresult)) x(t) WHERE o.oid >= 16384 AND x.t >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, x.t, 'pg_catalog.pg_cast'::pg_catalog.regclass, k.oid
+              FROM pg_catalog.pg_cast k, LATERAL (VALUES (k.castsource), (k.casttarget)) x(t) WHERE k.oid >= 16384 AND x.t >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.confrelid, 'pg_catalog.pg_class'::pg_catalog.regclass, c.conrelid
+              FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384 AND c.contype = 'f'
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhparent, 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhrelid FROM pg_catalog.pg_inherits h WHERE h.inhrelid >= 16384),
+bad(cls, oid) AS (
+  SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, ufn.oid FROM ufn
   UNION
-  SELECT r.ev_class FROM pg_catalog.pg_rewrite r
-    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = r.oid
-                               AND d.refclassid = 'pg_catalog.pg_class'::regclass
-    JOIN bad ON bad.oid = d.refobjid
-   WHERE r.ev_class <> d.refobjid)
-SELECT DISTINCT pg_catalog.lower(c.relname::text) FROM pg_catalog.pg_class c JOIN bad ON bad.oid = c.oid`
+  SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r
+   WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval)'
+  UNION
+  SELECT e.ccls, e.coid FROM edge e JOIN bad b ON b.cls = e.pcls AND b.oid = e.poid)
+SELECT 'n', pg_catalog.lower(c.relname::text) FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = bad.oid
+UNION SELECT 'n', pg_catalog.lower(t.typname::text) FROM bad JOIN pg_catalog.pg_type t ON bad.cls = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = bad.oid
+UNION SELECT 'n', pg_catalog.lower(p.proname::text) FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
+UNION SELECT 'o', o.oprname::text FROM bad JOIN pg_catalog.pg_operator o ON bad.cls = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = bad.oid
+       WHERE o.oprleft < 16384 AND o.oprright < 16384 AND o.oprresult < 16384
+UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_cast k ON bad.cls = 'pg_catalog.pg_cast'::pg_catalog.regclass AND k.oid = bad.oid
+       WHERE k.castsource < 16384 AND k.casttarget < 16384
+UNION SELECT 'd', '' FROM bad JOIN pg_catalog.pg_event_trigger e ON bad.cls = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass AND e.oid = bad.oid
+       WHERE e.evtenabled <> 'D'`
 
 // stateViews returns the current viewSet, reading it when this
 // coordinator's catalog version or DDL epoch moved.
@@ -74,11 +130,19 @@ func (s *Server) stateViews() *viewSet {
 	rows, err := s.metaPool.Query(ctx, stateViewsSQL)
 	if err == nil {
 		for rows.Next() {
-			var n string
-			if err = rows.Scan(&n); err != nil {
+			var kind, n string
+			if err = rows.Scan(&kind, &n); err != nil {
 				break
 			}
-			vs.names[n] = n
+			switch kind {
+			case "n":
+				vs.names[n] = n
+			case "o":
+				vs.ops = append(vs.ops, n)
+			default: // a cast between built-in types, an event trigger
+
+				vs.all = true
+			}
 		}
 		rows.Close()
 		if err == nil {
@@ -92,14 +156,20 @@ func (s *Server) stateViews() *viewSet {
 	return vs
 }
 
-// viewVerify reports whether q names a view whose reading may change
-// session state (st, if not nil, caches the verdict per viewSet).
+// viewVerify reports whether q may run user code its text does not call:
+// it names a table, view, type or function of the viewSet, or uses one of
+// its operators (st, if not nil, caches the verdict per viewSet). Callers
+// skip statements that run no user code (classify's quiet: SET, SHOW,
+// transaction control; deferred triggers that COMMIT runs were queued by
+// a statement that was verified, whose snapshot is compared only when the
+// connection goes back to the pool, after the COMMIT): a verified SET
+// would pin the session, its change showing in the state read after it.
 func (ss *session) viewVerify(q string, st *Statement) bool {
 	vs := ss.srv.stateViews()
 	if vs.all {
 		return true
 	}
-	if len(vs.names) == 0 {
+	if len(vs.names) == 0 && len(vs.ops) == 0 {
 		return false
 	}
 	if st != nil {
@@ -108,6 +178,9 @@ func (ss *session) viewVerify(q string, st *Statement) bool {
 		}
 	}
 	v := mentionedTable(q, vs.names) != ""
+	for _, op := range vs.ops {
+		v = v || strings.Contains(q, op)
+	}
 	if st != nil {
 		st.viewChk.Store(&viewCheck{set: vs, verify: v})
 	}
@@ -117,16 +190,19 @@ func (ss *session) viewVerify(q string, st *Statement) bool {
 // stVerify is a prepared statement's classify verify, or a view it names
 // that may change session state.
 func (ss *session) stVerify(st *Statement) bool {
-	return st.cls.verify || ss.viewVerify(st.Query, st)
+	return st.cls.verify || !st.cls.quiet && ss.viewVerify(st.Query, st)
 }
 
 // noteViewDDL dates the viewSet when user code (DO, CALL, a function) whose
-// text mentions creating or replacing views ran: it may have made one.
+// text mentions creating, replacing or altering objects ran: it may have
+// made a view, trigger, default, domain, cast or operator. (DDL inside a
+// function's body, which the text does not show, is seen at the next DDL
+// or catalog change.)
 func (ss *session) noteViewDDL(verify bool, sql string) {
 	if !verify {
 		return
 	}
-	if l := strings.ToLower(sql); strings.Contains(l, "view") && (strings.Contains(l, "create") || strings.Contains(l, "replace")) {
+	if l := strings.ToLower(sql); strings.Contains(l, "create") || strings.Contains(l, "replace") || strings.Contains(l, "alter") {
 		ss.srv.viewEpoch.Add(1)
 	}
 }

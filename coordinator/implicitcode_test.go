@@ -1,0 +1,147 @@
+package coordinator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// User code that runs with no call in the statement's text (a trigger, a
+// column default, a domain's CHECK, a cast's or an operator's function, a
+// foreign key's cascade into a table with a trigger, a partition's
+// trigger, a function shadowing a built-in's name or called in attribute
+// notation, pg_settings' UPDATE rule) changes the session state of the
+// pooled connection it runs on: the change stays with its client, and no
+// other client of the same role sees it (adversary, issue 13's stop 43).
+func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(3))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	a := connect(t, srv.Addr())
+	drop := []string{
+		"DROP TABLE IF EXISTS iso14_trg, iso14_def, iso14_dom_t, iso14_fkc, iso14_fkp, iso14_part, iso14_plain CASCADE",
+		"DROP CAST IF EXISTS (int AS iso14_mood)",
+		"DROP OPERATOR IF EXISTS === (int, int)",
+		"DROP FUNCTION IF EXISTS iso14_sp(int), iso14_trgf(), iso14_deff(), iso14_castf(int), iso14_opf(int, int), public.length(int), iso14_attr(iso14_plain) CASCADE",
+		"DROP DOMAIN IF EXISTS iso14_dom CASCADE",
+		"DROP TYPE IF EXISTS iso14_mood CASCADE",
+	}
+	for _, q := range drop {
+		exec(t, a, q, simple)
+	}
+	t.Cleanup(func() {
+		c := connect(t, srv.Addr())
+		for _, q := range drop {
+			_, _ = c.Exec(ctx, q, simple)
+		}
+	})
+	const sp = "PERFORM set_config('search_path', 'iso14_schema', false);"
+	for _, q := range []string{
+		"CREATE FUNCTION iso14_sp(int) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN true; END $$",
+		"CREATE FUNCTION iso14_trgf() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN COALESCE(NEW, OLD); END $$",
+		"CREATE FUNCTION iso14_deff() RETURNS int LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN 1; END $$",
+		"CREATE TYPE iso14_mood AS ENUM ('calm')",
+		"CREATE FUNCTION iso14_castf(int) RETURNS iso14_mood LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN 'calm'; END $$",
+		"CREATE CAST (int AS iso14_mood) WITH FUNCTION iso14_castf(int)",
+		"CREATE FUNCTION iso14_opf(int, int) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN true; END $$",
+		"CREATE OPERATOR === (LEFTARG = int, RIGHTARG = int, FUNCTION = iso14_opf)",
+		"CREATE FUNCTION public.length(int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN 1; END $$",
+		"CREATE DOMAIN iso14_dom AS int CHECK (iso14_sp(VALUE))",
+		"CREATE TABLE iso14_dom_t (v iso14_dom)",
+		"CREATE TABLE iso14_trg (id int PRIMARY KEY)",
+		"CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_trg FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
+		"CREATE TABLE iso14_def (id int, v int DEFAULT iso14_deff())",
+		"CREATE TABLE iso14_fkp (id int PRIMARY KEY)",
+		"CREATE TABLE iso14_fkc (id int REFERENCES iso14_fkp ON DELETE CASCADE)",
+		"CREATE TRIGGER iso14_t BEFORE DELETE ON iso14_fkc FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
+		"INSERT INTO iso14_fkp SELECT g FROM generate_series(1, 4) g",
+		"INSERT INTO iso14_fkc SELECT g FROM generate_series(1, 4) g",
+		"CREATE TABLE iso14_part (id int) PARTITION BY RANGE (id)",
+		"CREATE TABLE iso14_part_1 PARTITION OF iso14_part FOR VALUES FROM (0) TO (100)",
+		"CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_part_1 FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
+		"CREATE TABLE iso14_plain (id int)",
+		"INSERT INTO iso14_plain VALUES (1)",
+		"CREATE FUNCTION iso14_attr(iso14_plain) RETURNS int LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN 1; END $$",
+	} {
+		exec(t, a, q, simple)
+	}
+	testTable(t, a, "iso14_dist", "(id int PRIMARY KEY, v int DEFAULT iso14_deff())", "SELECT create_distributed_table('iso14_dist', 'id', shard_count => 4)")
+	testTable(t, a, "iso14_ref", "(id int PRIMARY KEY, v iso14_dom)", "SELECT create_reference_table('iso14_ref')")
+	testTable(t, a, "iso14_dist2", "(id int PRIMARY KEY, v iso14_dom)", "SELECT create_distributed_table('iso14_dist2', 'id', shard_count => 4)")
+	clean := sessionState(t, connect(t, srv.Addr()))
+	extended := pgx.QueryExecModeCacheStatement
+	// check runs sql on a client, and checks that no other client sees what
+	// it changed, and that the client itself sees it (own; user code that
+	// ran on several workers' connections changed theirs, which are
+	// closed after it, as with a multi-shard statement calling a user
+	// function).
+	check := func(t *testing.T, sql string, mode pgx.QueryExecMode, own bool) {
+		t.Helper()
+		a := connect(t, srv.Addr())
+		b := connect(t, srv.Addr())
+		if strings.HasPrefix(sql, "COPY") {
+			if _, err := a.PgConn().CopyFrom(ctx, strings.NewReader("10\n11\n"), sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		} else if _, err := a.Exec(ctx, sql, mode); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		mine := sessionState(t, a)
+		if own && mine == clean {
+			t.Fatalf("%s changed nothing the test can see: %q", sql, mine)
+		}
+		for j := 0; j < 4; j++ {
+			if got := sessionState(t, b); got != clean {
+				t.Fatalf("another client sees %q after %s, want %q", got, sql, clean)
+			}
+			if got := sessionState(t, connect(t, srv.Addr())); got != clean {
+				t.Fatalf("a new client sees %q after %s, want %q", got, sql, clean)
+			}
+			if got := sessionState(t, a); got != mine {
+				t.Fatalf("the client's own state went from %q to %q", mine, got)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		sql   string
+		mode  pgx.QueryExecMode
+		other bool // the user code ran on other workers' connections
+	}{
+		{"trigger", "INSERT INTO iso14_trg VALUES (1)", simple, false},
+		{"trigger, extended", "INSERT INTO iso14_trg VALUES (2)", extended, false},
+		{"column default", "INSERT INTO iso14_def (id) VALUES (1)", simple, false},
+		{"column default, extended", "INSERT INTO iso14_def (id) VALUES (2)", extended, false},
+		{"domain CHECK", "INSERT INTO iso14_dom_t VALUES (1)", simple, false},
+		{"domain CHECK in a cast", "SELECT 1::iso14_dom", extended, false},
+		{"cast", "SELECT 1::iso14_mood", simple, false},
+		{"operator", "SELECT 1 === 2", simple, false},
+		{"operator, extended", "SELECT 1 === 2", extended, false},
+		{"cascade into a table with a trigger", "DELETE FROM iso14_fkp WHERE id = 1", simple, false},
+		{"cascade, extended", "DELETE FROM iso14_fkp WHERE id = 2", extended, false},
+		{"partition's trigger", "INSERT INTO iso14_part VALUES (1)", simple, false},
+		{"function shadowing a built-in", "SELECT length(5)", simple, false},
+		{"attribute notation", "SELECT p.iso14_attr FROM iso14_plain p", simple, false},
+		{"distributed table's column default", "INSERT INTO iso14_dist (id) VALUES (1)", simple, false},
+		{"distributed table's column default, extended", "INSERT INTO iso14_dist (id) VALUES (2)", extended, false},
+		{"reference table's domain CHECK", "INSERT INTO iso14_ref VALUES (1, 1)", simple, true},
+		{"reference table's domain CHECK, extended", "INSERT INTO iso14_ref VALUES (2, 2)", extended, true},
+		{"distributed table's domain CHECK, several shards", "INSERT INTO iso14_dist2 VALUES (1, 1), (2, 2), (3, 3), (4, 4), (5, 5)", simple, true},
+		{"distributed table's domain CHECK, several shards, extended", "INSERT INTO iso14_dist2 VALUES (6, 6), (7, 7), (8, 8), (9, 9)", extended, true},
+		{"COPY into a table with a trigger", "COPY iso14_trg FROM STDIN", simple, false},
+		{"pg_settings", "UPDATE pg_settings SET setting = 'iso14_schema' WHERE name = 'search_path'", simple, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { check(t, tc.sql, tc.mode, !tc.other) })
+	}
+	// A trigger made by a DO block through this coordinator, with no DDL
+	// statement after it: the next INSERT is verified all the same.
+	t.Run("trigger made by a DO block", func(t *testing.T) {
+		exec(t, a, "DO $$ BEGIN CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_plain FOR EACH ROW EXECUTE FUNCTION iso14_trgf(); END $$", simple)
+		check(t, "INSERT INTO iso14_plain VALUES (2)", simple, true)
+	})
+}
