@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -300,5 +301,42 @@ func TestClassifyDDLAnyCase(t *testing.T) {
 	}
 	if c := classify("select 1"); c.ddl || c.endLike {
 		t.Errorf("classify(select 1) = %+v", c)
+	}
+}
+
+// BenchmarkMentionedTable is the per-statement cost of the user-code check
+// (stateviews.go) when the catalog has names to look for: a simple-protocol
+// statement is scanned each time it runs.
+func BenchmarkMentionedTable(b *testing.B) {
+	names := map[string]string{"audit_log": "audit_log", "set_updated_at": "set_updated_at", "mood": "mood"}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if mentionedTable("UPDATE pgbench_accounts SET abalance = abalance + 4123 WHERE aid = 48213;", names) != "" {
+			b.Fatal("found")
+		}
+	}
+}
+
+func TestMentionedTable(t *testing.T) {
+	long := strings.Repeat("x", 70)
+	names := map[string]string{"audit_log": "public.audit_log", "mood": "mood", long: long, "été": "été"}
+	for _, tc := range []struct {
+		sql, want string
+	}{
+		{"SELECT 1", ""},
+		{"INSERT INTO AUDIT_LOG VALUES (1)", "public.audit_log"},
+		{`insert into public."audit_log" values (1)`, "public.audit_log"},
+		{"SELECT 1::Mood", "mood"},
+		{"SELECT 'mood'", "mood"}, // strings count (conservative)
+		{"SELECT moody FROM t", ""},
+		{`SELECT * FROM U&"\0061udit_log"`, "public.audit_log"},
+		{"SELECT * FROM " + strings.ToUpper(long), long},
+		{"SELECT * FROM " + long + "y", ""},
+		{"SELECT * FROM ÉTÉ", "été"},
+		{"SELECT * FROM été", "été"},
+	} {
+		if got := mentionedTable(tc.sql, names); got != tc.want {
+			t.Errorf("mentionedTable(%q) = %q, want %q", tc.sql, got, tc.want)
+		}
 	}
 }

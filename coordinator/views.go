@@ -94,6 +94,7 @@ func catalogWords(snap *metadata.Snapshot) map[string]string {
 // name written with Unicode escapes (U&"\0064") is decoded; one whose
 // escapes cannot be decoded here (UESCAPE) counts as naming any table.
 func mentionedTable(sql string, names map[string]string) string {
+	var buf [63]byte
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		if (c == 'U' || c == 'u') && i+2 < len(sql) && sql[i+1] == '&' && (sql[i+2] == '"' || sql[i+2] == '\'') {
@@ -123,12 +124,35 @@ func mentionedTable(sql string, names map[string]string) string {
 		if j == i {
 			j++
 		}
-		if t, ok := names[strings.ToLower(sql[i:j])]; ok {
+		if n, ok := lowerWord(&buf, sql[i:j]); ok {
+			if t, found := names[string(buf[:n])]; found { // (no copy made)
+				return t
+			}
+		} else if t, found := names[strings.ToLower(sql[i:j])]; found {
 			return t
 		}
 		i = j
 	}
 	return ""
+}
+
+// lowerWord lowers w, a word in ASCII of up to len(buf) bytes, into buf
+// (mentionedTable's map lookups then allocate nothing); false for another.
+func lowerWord(buf *[63]byte, w string) (int, bool) {
+	if len(w) > len(buf) {
+		return 0, false
+	}
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		switch {
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		case c >= 0x80:
+			return 0, false
+		}
+		buf[i] = c
+	}
+	return len(w), true
 }
 
 // shardsWord is mentionedTable's map for the shards' schema.
