@@ -23,13 +23,19 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	a := connect(t, srv.Addr())
-	drop := []string{
-		"DROP TABLE IF EXISTS iso14_trg, iso14_def, iso14_dom_t, iso14_fkc, iso14_fkp, iso14_part, iso14_plain CASCADE",
+	drop := []string{ // (dependents first: pgfleet refuses a CASCADE that drops others)
+		"DROP FUNCTION IF EXISTS iso14_attr(iso14_plain)",
+		"DROP TABLE IF EXISTS iso14_trg, iso14_def, iso14_dom_t, iso14_fkc, iso14_fkp, iso14_part, iso14_plain",
 		"DROP CAST IF EXISTS (int AS iso14_mood)",
 		"DROP OPERATOR IF EXISTS === (int, int)",
-		"DROP FUNCTION IF EXISTS iso14_sp(int), iso14_trgf(), iso14_deff(), iso14_castf(int), iso14_opf(int, int), public.length(int), iso14_attr(iso14_plain) CASCADE",
-		"DROP DOMAIN IF EXISTS iso14_dom CASCADE",
-		"DROP TYPE IF EXISTS iso14_mood CASCADE",
+		"DROP DOMAIN IF EXISTS iso14_dom",
+		"DROP FUNCTION IF EXISTS iso14_sp(int)",
+		"DROP FUNCTION IF EXISTS iso14_trgf()",
+		"DROP FUNCTION IF EXISTS iso14_deff()",
+		"DROP FUNCTION IF EXISTS iso14_castf(int)",
+		"DROP FUNCTION IF EXISTS iso14_opf(int, int)",
+		"DROP FUNCTION IF EXISTS public.length(int)",
+		"DROP TYPE IF EXISTS iso14_mood",
 	}
 	for _, q := range drop {
 		exec(t, a, q, simple)
@@ -37,7 +43,9 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	t.Cleanup(func() {
 		c := connect(t, srv.Addr())
 		for _, q := range drop {
-			_, _ = c.Exec(ctx, q, simple)
+			if _, err := c.Exec(ctx, q, simple); err != nil {
+				t.Errorf("cleanup: %s: %v", q, err)
+			}
 		}
 	})
 	const sp = "PERFORM set_config('search_path', 'iso14_schema', false);"
