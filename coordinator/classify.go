@@ -108,6 +108,9 @@ type class struct {
 	// resetNotLast: a statement that resets settings (RESET, SET ... TO
 	// DEFAULT, DISCARD ALL) is followed by others in the string.
 	resetNotLast bool
+	// maint: a statement is ANALYZE, VACUUM, REINDEX or CLUSTER, which run
+	// the index expressions and statistics of tables they need not name.
+	maint bool
 	// quiet: every statement is one that cannot call a function (SET,
 	// RESET, transaction control, DISCARD, DEALLOCATE), so none can call
 	// nextval.
@@ -213,6 +216,9 @@ func classify(sql string) class {
 			}
 			if lx.sawPrepared {
 				c.preparedView = true
+			}
+			if oneOf(lx.words[0], "ANALYZE", "ANALYSE", "VACUUM", "REINDEX", "CLUSTER") {
+				c.maint = true
 			}
 			if strings.EqualFold(lx.words[0], "FETCH") {
 				c.fetch = true
@@ -1155,6 +1161,7 @@ func (lx *lexer) noteCall(w string) {
 	if f, ok := builtins[string(name)]; ok {
 		if f&runsSQLText != 0 {
 			lx.sawSQLText = true
+			lx.sawUserCall = true // the text may call anything
 		}
 		if f&readsAllTables != 0 {
 			lx.sawAllTables = true

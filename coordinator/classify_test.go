@@ -106,6 +106,8 @@ func TestClassify(t *testing.T) {
 		{`update "pg_settings" set setting = '5MB' where name = 'work_mem'`, true},
 		{"SELECT 1 FROM pg_catalog.PG_SETTINGS", true},
 		{"SELECT pg_settings_x FROM t", false},
+		{"SELECT query_to_xml('select f' || 'x()', true, false, '')", true},
+		{"SELECT * FROM ts_stat('select v from t')", true},
 	} {
 		if got := classify(tc.sql).verify; got != tc.verify {
 			t.Errorf("classify(%q).verify = %v, want %v", tc.sql, got, tc.verify)
@@ -318,8 +320,8 @@ func BenchmarkMentionedTable(b *testing.B) {
 }
 
 func TestMentionedTable(t *testing.T) {
-	long := strings.Repeat("x", 70)
-	names := map[string]string{"audit_log": "public.audit_log", "mood": "mood", long: long, "été": "été"}
+	long := strings.Repeat("x", 70) // PostgreSQL keeps 63 bytes of it
+	names := map[string]string{"audit_log": "public.audit_log", "mood": "mood", long[:63]: "long", "été": "été", "t$x": "t$x", "äb": "Äb"}
 	for _, tc := range []struct {
 		sql, want string
 	}{
@@ -330,8 +332,12 @@ func TestMentionedTable(t *testing.T) {
 		{"SELECT 'mood'", "mood"}, // strings count (conservative)
 		{"SELECT moody FROM t", ""},
 		{`SELECT * FROM U&"\0061udit_log"`, "public.audit_log"},
-		{"SELECT * FROM " + strings.ToUpper(long), long},
-		{"SELECT * FROM " + long + "y", ""},
+		{"SELECT * FROM " + strings.ToUpper(long), "long"},
+		{"SELECT * FROM " + long + "y", "long"},
+		{"SELECT * FROM " + long[:62], ""},
+		{"SELECT * FROM t$x", "t$x"},
+		{"SELECT * FROM audit_log$1", "public.audit_log"}, // (its parts too)
+		{`SELECT * FROM "Äb"`, "Äb"},
 		{"SELECT * FROM ÉTÉ", "été"},
 		{"SELECT * FROM été", "été"},
 	} {

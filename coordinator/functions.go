@@ -219,6 +219,13 @@ func (ss *session) nodeConns(ctx context.Context) (conns map[int32]*pgx.Conn, do
 		ss.writeConns = nil
 		ss.cancelMu.Unlock()
 		for _, c := range conns {
+			if ss.lentUserCode {
+				// User code may have changed the connection's session
+				// state (an advisory lock, a setting) where the
+				// client's own connection does not hold it: closed,
+				// not pooled (as a multi-shard read's).
+				_ = c.Close(context.Background())
+			}
 			pooling.Reclaim(context.Background(), c.PgConn())
 		}
 	}, err

@@ -25,7 +25,12 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	a := connect(t, srv.Addr())
 	drop := []string{ // (dependents first: pgfleet refuses a CASCADE that drops others)
 		"DROP FUNCTION IF EXISTS iso14_attr(iso14_plain)",
-		"DROP TABLE IF EXISTS iso14_trg, iso14_def, iso14_dom_t, iso14_fkc, iso14_fkp, iso14_part, iso14_plain",
+		"DROP TABLE IF EXISTS iso14_trg, iso14_def, iso14_dom_t, iso14_fkc, iso14_fkp, iso14_part, iso14_plain, iso14_ix, iso14_st, iso14_bt",
+		`DROP TABLE IF EXISTS "iso14 my tab", iso14_t$x, "iso14_Äb", iso14_lllllllllllllllllllllllllllllllllllllllllllllllllllllllll`,
+		"DROP OPERATOR IF EXISTS ~~ (int, int)",
+		"DROP FUNCTION IF EXISTS iso14_like(int, int)",
+		"DROP FUNCTION IF EXISTS iso14_lock(int)",
+		"DROP FUNCTION IF EXISTS iso14_benign()",
 		"DROP CAST IF EXISTS (int AS iso14_mood)",
 		"DROP OPERATOR IF EXISTS === (int, int)",
 		"DROP DOMAIN IF EXISTS iso14_dom",
@@ -48,7 +53,10 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 			}
 		}
 	})
-	const sp = "PERFORM set_config('search_path', 'iso14_schema', false);"
+	// What the user code changes: search_path, and an advisory lock of
+	// its backend's own (never waited for).
+	const sp = "PERFORM set_config('search_path', 'iso14_schema', false); PERFORM pg_try_advisory_lock(pg_backend_pid());"
+	const long = "iso14_llllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllll" // 70 bytes: PostgreSQL keeps 63
 	for _, q := range []string{
 		"CREATE FUNCTION iso14_sp(int) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN true; END $$",
 		"CREATE FUNCTION iso14_trgf() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN COALESCE(NEW, OLD); END $$",
@@ -75,13 +83,43 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		"CREATE TABLE iso14_plain (id int)",
 		"INSERT INTO iso14_plain VALUES (1)",
 		"CREATE FUNCTION iso14_attr(iso14_plain) RETURNS int LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN 1; END $$",
+		`CREATE TABLE "iso14 my tab" (id int)`,
+		`CREATE TRIGGER iso14_t BEFORE INSERT ON "iso14 my tab" FOR EACH ROW EXECUTE FUNCTION iso14_trgf()`,
+		"CREATE TABLE iso14_t$x (id int)",
+		"CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_t$x FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
+		"CREATE TABLE " + long + " (id int)",
+		"CREATE TRIGGER iso14_t BEFORE INSERT ON " + long + " FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
+		`CREATE TABLE "iso14_Äb" (id int)`,
+		`CREATE TRIGGER iso14_t BEFORE INSERT ON "iso14_Äb" FOR EACH ROW EXECUTE FUNCTION iso14_trgf()`,
+		"CREATE FUNCTION iso14_lock(int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN PERFORM pg_try_advisory_lock(pg_backend_pid()); RETURN $1; END $$",
+		"CREATE TABLE iso14_ix (a int, b int)",
+		"CREATE INDEX iso14_ix_i ON iso14_ix ((iso14_lock(a)))",
+		"CREATE TABLE iso14_st (a int, b int)",
+		"CREATE STATISTICS iso14_st_s ON (iso14_lock(a)), b FROM iso14_st",
+		"CREATE FUNCTION iso14_benign() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
+		"CREATE TABLE iso14_bt (id int)",
+		"CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_bt FOR EACH ROW EXECUTE FUNCTION iso14_benign()",
 	} {
 		exec(t, a, q, simple)
+	}
+	// (These run user code, which pins the client that runs them.)
+	for _, q := range []string{
+		"INSERT INTO iso14_ix SELECT g, g FROM generate_series(1, 10) g",
+		"INSERT INTO iso14_st SELECT g, g FROM generate_series(1, 10) g",
+	} {
+		c := connect(t, srv.Addr())
+		exec(t, c, q, simple)
+		_ = c.Close(ctx)
 	}
 	testTable(t, a, "iso14_dist", "(id int PRIMARY KEY, v int DEFAULT iso14_deff())", "SELECT create_distributed_table('iso14_dist', 'id', shard_count => 4)")
 	testTable(t, a, "iso14_ref", "(id int PRIMARY KEY, v iso14_dom)", "SELECT create_reference_table('iso14_ref')")
 	testTable(t, a, "iso14_dist2", "(id int PRIMARY KEY, v iso14_dom)", "SELECT create_distributed_table('iso14_dist2', 'id', shard_count => 4)")
-	clean := sessionState(t, connect(t, srv.Addr()))
+	state := func(t *testing.T, c *pgx.Conn) string {
+		t.Helper()
+		return sessionState(t, c) + " locks " + queryString(t, c,
+			"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()", simple)
+	}
+	clean := state(t, connect(t, srv.Addr()))
 	extended := pgx.QueryExecModeCacheStatement
 	// check runs sql on a client, and checks that no other client sees what
 	// it changed, and that the client itself sees it (own; user code that
@@ -91,6 +129,7 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	check := func(t *testing.T, sql string, mode pgx.QueryExecMode, own bool) {
 		t.Helper()
 		a := connect(t, srv.Addr())
+		defer a.Close(ctx) // (a pinned client holds a connection)
 		b := connect(t, srv.Addr())
 		if strings.HasPrefix(sql, "COPY") {
 			if _, err := a.PgConn().CopyFrom(ctx, strings.NewReader("10\n11\n"), sql); err != nil {
@@ -99,18 +138,18 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		} else if _, err := a.Exec(ctx, sql, mode); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
-		mine := sessionState(t, a)
+		mine := state(t, a)
 		if own && mine == clean {
 			t.Fatalf("%s changed nothing the test can see: %q", sql, mine)
 		}
 		for j := 0; j < 4; j++ {
-			if got := sessionState(t, b); got != clean {
+			if got := state(t, b); got != clean {
 				t.Fatalf("another client sees %q after %s, want %q", got, sql, clean)
 			}
-			if got := sessionState(t, connect(t, srv.Addr())); got != clean {
+			if got := state(t, connect(t, srv.Addr())); got != clean {
 				t.Fatalf("a new client sees %q after %s, want %q", got, sql, clean)
 			}
-			if got := sessionState(t, a); got != mine {
+			if got := state(t, a); got != mine {
 				t.Fatalf("the client's own state went from %q to %q", mine, got)
 			}
 		}
@@ -142,10 +181,55 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		{"distributed table's domain CHECK, several shards", "INSERT INTO iso14_dist2 VALUES (1, 1), (2, 2), (3, 3), (4, 4), (5, 5)", simple, true},
 		{"distributed table's domain CHECK, several shards, extended", "INSERT INTO iso14_dist2 VALUES (6, 6), (7, 7), (8, 8), (9, 9)", extended, true},
 		{"COPY into a table with a trigger", "COPY iso14_trg FROM STDIN", simple, false},
+		{"quoted name with a space", `INSERT INTO "iso14 my tab" VALUES (1)`, simple, false},
+		{"quoted name with a space, extended", `INSERT INTO "iso14 my tab" VALUES (2)`, extended, false},
+		{"name with $", "INSERT INTO iso14_t$x VALUES (1)", simple, false},
+		{"name cut to 63 bytes", "INSERT INTO " + long + " VALUES (1)", simple, false},
+		{"name with a non-ASCII capital", `INSERT INTO "iso14_Äb" VALUES (1)`, simple, false},
+		{"query_to_xml", "SELECT query_to_xml('SELECT iso14_' || 'sp(1)', true, false, '')", simple, false},
+		{"ANALYZE of every table", "ANALYZE", simple, false},
+		{"ANALYZE of extended statistics", "ANALYZE iso14_st", simple, false},
 		{"pg_settings", "UPDATE pg_settings SET setting = 'iso14_schema' WHERE name = 'search_path'", simple, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) { check(t, tc.sql, tc.mode, !tc.other) })
 	}
+	// An operator the grammar uses unwritten (LIKE's ~~): with one of the
+	// user's, every statement is verified.
+	t.Run("LIKE's operator", func(t *testing.T) {
+		exec(t, a, "CREATE FUNCTION iso14_like(int, int) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN "+sp+" RETURN true; END $$", simple)
+		exec(t, a, "CREATE OPERATOR ~~ (LEFTARG = int, RIGHTARG = int, FUNCTION = iso14_like)", simple)
+		check(t, "SELECT 1 LIKE 2", simple, true)
+		exec(t, a, "DROP OPERATOR ~~ (int, int)", simple)
+	})
+	// Made by a DO block in a transaction block: the set read before it
+	// committed (by the SELECT after it) is read again at its end.
+	t.Run("trigger made by a DO block in a transaction", func(t *testing.T) {
+		exec(t, a, "CREATE TABLE iso14_plain2 (id int)", simple)
+		t.Cleanup(func() { _, _ = connect(t, srv.Addr()).Exec(ctx, "DROP TABLE IF EXISTS iso14_plain2", simple) })
+		exec(t, a, "BEGIN", simple)
+		exec(t, a, "DO $$ BEGIN CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_plain2 FOR EACH ROW EXECUTE FUNCTION iso14_trgf(); END $$", simple)
+		exec(t, a, "SELECT 1", simple)
+		exec(t, a, "COMMIT", simple)
+		check(t, "INSERT INTO iso14_plain2 VALUES (1)", simple, true)
+	})
+	// A trigger that changes nothing, then a SET, in one block: the SET
+	// is the client's own, followed as any SET is; the session is not
+	// pinned (with a pool of 2, one connection for clients holding no
+	// other, a pinned idle session would leave none).
+	t.Run("trigger then SET in a block", func(t *testing.T) {
+		small := pgtest.Coordinator(t, cl, poolSize(2))
+		c1 := connect(t, small.Addr())
+		for _, q := range []string{"BEGIN", "INSERT INTO iso14_bt VALUES (1)", "SET work_mem = '8MB'", "COMMIT"} {
+			exec(t, c1, q, simple)
+		}
+		c2 := connect(t, small.Addr())
+		if got := queryString(t, c2, "SHOW work_mem", simple); got != "4MB" {
+			t.Fatalf("another client's work_mem: %s", got)
+		}
+		if got := queryString(t, c1, "SHOW work_mem", simple); got != "8MB" {
+			t.Fatalf("the client's own work_mem after its SET: %s", got)
+		}
+	})
 	// A trigger made by a DO block through this coordinator, with no DDL
 	// statement after it: the next INSERT is verified all the same.
 	t.Run("trigger made by a DO block", func(t *testing.T) {

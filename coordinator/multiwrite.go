@@ -416,6 +416,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 		ss.push(expect{kind: eSynth, synth: append(notices, commandComplete(nil, tag)...)})
 		return nil
 	}
+	ss.lentUserCode = ss.stVerify(sp.st)
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {

@@ -175,6 +175,7 @@ func (ss *session) refExecute(sp *scatterPortal, body []byte) error {
 			return nil
 		}
 	}
+	ss.lentUserCode = ss.stVerify(sp.st)
 	conns, done, err := ss.nodeConns(ctx)
 	defer done()
 	if err != nil {

@@ -205,8 +205,14 @@ type session struct {
 	// (verifyRelease). verifyNext: take one ahead of the next simple query.
 	verifyState bool
 	verifyNext  bool
-	stateBase   []byte
-	stateSQL    string
+	// lentUserCode: the statement being run may run user code, so the
+	// connections lent to it (nodeConns) are closed after it.
+	lentUserCode bool
+	// viewDDLPending: user code that may have made objects ran in the
+	// current transaction (noteViewDDL); its end dates the viewSet again.
+	viewDDLPending bool
+	stateBase      []byte
+	stateSQL       string
 	// stateRolledBack: the transaction block the snapshot was taken in
 	// (stateTxn while it lasts) ended with ROLLBACK (noteTag).
 	stateRolledBack, stateTxn bool
@@ -673,6 +679,10 @@ func (ss *session) dispatch(f wire.Frame) error {
 // block's catalog, cursors and portals, DDL.
 func (ss *session) afterMessage(typ byte) {
 	ended := !ss.needSync && ss.txStatus() == 'I' // outside a transaction again
+	if ss.viewDDLPending && ended {
+		ss.viewDDLPending = false
+		ss.srv.viewEpoch.Add(1) // (noteViewDDL)
+	}
 	if ss.txSnap != nil && ended {
 		// The transaction block ended: the next one keeps the catalog as
 		// it is at its own first statement (a client that runs every
@@ -1241,7 +1251,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	// verify for the next one (whose snapshot, in the transaction the
 	// refusal failed, would fail and take the session for one whose
 	// state changed).
-	ss.verifyNext = false
+	ss.verifyNext, ss.lentUserCode = false, false
 	if ss.implicitTxn {
 		return ss.queryInPipeline()
 	}
@@ -1305,7 +1315,7 @@ func (ss *session) simpleQuery(body []byte) error {
 			}
 		}
 	}
-	if !cls.verify && !cls.quiet && ss.pinned == "" && ss.viewVerify(text, nil) {
+	if !cls.verify && !cls.quiet && ss.pinned == "" && ss.viewVerify(text, cls.maint, nil) {
 		cls.verify = true // it reads a view that may change session state
 	}
 	ss.noteViewDDL(cls.verify, text)
@@ -1380,6 +1390,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	// and no snapshot (which would fail there, and leave the session
 	// taken for one whose state changed).
 	ss.verifyNext = cls.verify && ss.pinned == "" && !(cls.count == 1 && ss.txStatus() == 'E')
+	ss.lentUserCode = cls.verify
 	if cls.hidden {
 		if err := ss.refuseHidden(text); err != nil {
 			return ss.queryError(err)
@@ -1716,6 +1727,15 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		if err := ss.discardSequences(); err != nil {
 			return err
 		}
+	}
+	if ss.verifyState && cls != nil && cls.quiet && len(cls.ops) > 0 && ss.pinned == "" &&
+		len(ss.parked) == 0 && ss.sc.TxStatus == 'T' {
+		// A SET the session follows, on a connection where user code ran
+		// in this block: compared with the snapshot now, before the SET
+		// would show as a change (and pin a session whose user code
+		// changed nothing; adversary: a trigger and a SET in one block
+		// pinned, and the pool ran dry). A change pins as at release.
+		ss.verifyRelease()
 	}
 	if ss.verifyNext {
 		ss.verifyNext = false
@@ -2376,7 +2396,8 @@ func (ss *session) bind(body []byte) error {
 		ss.seqUsed = true
 	}
 	clientSt := st
-	verify := clientSt.cls.verify || (!clientSt.cls.quiet && ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt))
+	verify := clientSt.cls.verify || (!clientSt.cls.quiet && ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt.cls.maint, clientSt))
+	ss.noteViewDDL(verify, clientSt.Query)
 	if len(ss.scatterPortals) > 0 {
 		if p := ss.scatterPortals[string(portal)]; p != nil && len(portal) > 0 && p.keptAtSync() {
 			ss.synthError(pgerr.New("42P03", "portal \"%s\" already exists", portal))

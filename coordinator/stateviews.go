@@ -38,6 +38,7 @@ type viewSet struct {
 	stamp [3]int64
 	names map[string]string
 	ops   []string
+	odd   []string // names no word can spell (oddName), looked for as text
 	all   bool
 }
 
@@ -74,6 +75,7 @@ edge(ccls, coid, pcls, poid) AS (
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, p.polrelid, 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_policy p WHERE p.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r WHERE r.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indrelid, 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid FROM pg_catalog.pg_index i WHERE i.indexrelid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, x.stxrelid, 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, x.oid FROM pg_catalog.pg_statistic_ext x WHERE x.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, o.amopfamily, 'pg_catalog.pg_amop'::pg_catalog.regclass, o.oid FROM pg_catalog.pg_amop o WHERE o.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, o.amprocfamily, 'pg_catalog.pg_amproc'::pg_catalog.regclass, o.oid FROM pg_catalog.pg_amproc o WHERE o.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_opclass'::pg_catalog.regclass, c.oid, 'pg_catalog.pg_opfamily'::pg_catalog.regclass, c.opcfamily FROM pg_catalog.pg_opclass c WHERE c.oid >= 16384
@@ -92,9 +94,9 @@ bad(cls, oid) AS (
    WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval)'
   UNION
   SELECT e.ccls, e.coid FROM edge e JOIN bad b ON b.cls = e.pcls AND b.oid = e.poid)
-SELECT 'n', pg_catalog.lower(c.relname::text) FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = bad.oid
-UNION SELECT 'n', pg_catalog.lower(t.typname::text) FROM bad JOIN pg_catalog.pg_type t ON bad.cls = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = bad.oid
-UNION SELECT 'n', pg_catalog.lower(p.proname::text) FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
+SELECT 'n', c.relname::text FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = bad.oid
+UNION SELECT 'n', t.typname::text FROM bad JOIN pg_catalog.pg_type t ON bad.cls = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = bad.oid
+UNION SELECT 'n', p.proname::text FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
 UNION SELECT 'o', o.oprname::text FROM bad JOIN pg_catalog.pg_operator o ON bad.cls = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = bad.oid
        WHERE o.oprleft < 16384 AND o.oprright < 16384 AND o.oprresult < 16384
 UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_cast k ON bad.cls = 'pg_catalog.pg_cast'::pg_catalog.regclass AND k.oid = bad.oid
@@ -136,8 +138,18 @@ func (s *Server) stateViews() *viewSet {
 			}
 			switch kind {
 			case "n":
-				vs.names[n] = n
+				vs.names[nameKey(n)] = n
+				vs.names[strings.ToLower(n)] = n
+				if oddName(n) {
+					vs.odd = append(vs.odd, n)
+					if strings.Contains(n, `"`) {
+						vs.odd = append(vs.odd, strings.ReplaceAll(n, `"`, `""`))
+					}
+				}
 			case "o":
+				if syntaxOps[n] {
+					vs.all = true // LIKE, IN, BETWEEN, CASE x WHEN... use it unwritten
+				}
 				vs.ops = append(vs.ops, n)
 			default: // a cast between built-in types, an event trigger
 
@@ -156,6 +168,14 @@ func (s *Server) stateViews() *viewSet {
 	return vs
 }
 
+// syntaxOps are the operators PostgreSQL's grammar uses where the text does
+// not write them: LIKE and ILIKE (~~, ~~*, !~~, !~~*), SIMILAR TO (~, !~),
+// IN, NULLIF, IS DISTINCT FROM, CASE x WHEN, USING (=), != (<>), BETWEEN
+// (<=, >=), row comparisons. A user operator of built-in types by one of
+// these names makes every statement verified.
+var syntaxOps = map[string]bool{"=": true, "<>": true, "<": true, ">": true, "<=": true, ">=": true,
+	"~~": true, "~~*": true, "!~~": true, "!~~*": true, "~": true, "!~": true, "~*": true, "!~*": true}
+
 // viewVerify reports whether q may run user code its text does not call:
 // it names a table, view, type or function of the viewSet, or uses one of
 // its operators (st, if not nil, caches the verdict per viewSet). Callers
@@ -164,13 +184,16 @@ func (s *Server) stateViews() *viewSet {
 // a statement that was verified, whose snapshot is compared only when the
 // connection goes back to the pool, after the COMMIT): a verified SET
 // would pin the session, its change showing in the state read after it.
-func (ss *session) viewVerify(q string, st *Statement) bool {
+func (ss *session) viewVerify(q string, maint bool, st *Statement) bool {
 	vs := ss.srv.stateViews()
 	if vs.all {
 		return true
 	}
 	if len(vs.names) == 0 && len(vs.ops) == 0 {
 		return false
+	}
+	if maint {
+		return true // ANALYZE, VACUUM, REINDEX, CLUSTER of no table name run every table's code
 	}
 	if st != nil {
 		if c := st.viewChk.Load(); c != nil && c.set == vs {
@@ -181,6 +204,9 @@ func (ss *session) viewVerify(q string, st *Statement) bool {
 	for _, op := range vs.ops {
 		v = v || strings.Contains(q, op)
 	}
+	for _, n := range vs.odd {
+		v = v || strings.Contains(q, n)
+	}
 	if st != nil {
 		st.viewChk.Store(&viewCheck{set: vs, verify: v})
 	}
@@ -190,7 +216,7 @@ func (ss *session) viewVerify(q string, st *Statement) bool {
 // stVerify is a prepared statement's classify verify, or a view it names
 // that may change session state.
 func (ss *session) stVerify(st *Statement) bool {
-	return st.cls.verify || !st.cls.quiet && ss.viewVerify(st.Query, st)
+	return st.cls.verify || !st.cls.quiet && ss.viewVerify(st.Query, st.cls.maint, st)
 }
 
 // noteViewDDL dates the viewSet when user code (DO, CALL, a function) whose
@@ -203,6 +229,10 @@ func (ss *session) noteViewDDL(verify bool, sql string) {
 		return
 	}
 	if l := strings.ToLower(sql); strings.Contains(l, "create") || strings.Contains(l, "replace") || strings.Contains(l, "alter") {
+		// Now, and again when its transaction has ended (afterMessage):
+		// a set read while it ran, or before its block committed, is
+		// without what it made (adversary).
 		ss.srv.viewEpoch.Add(1)
+		ss.viewDDLPending = true
 	}
 }

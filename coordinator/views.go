@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -93,6 +94,11 @@ func catalogWords(snap *metadata.Snapshot) map[string]string {
 // anywhere in sql, bodies and strings included (conservative), or "". A
 // name written with Unicode escapes (U&"\0064") is decoded; one whose
 // escapes cannot be decoded here (UESCAPE) counts as naming any table.
+// Words are read as PostgreSQL reads identifiers: '$' belongs to them
+// (the parts between are looked up too), ASCII letters are lowered (in
+// UTF-8 PostgreSQL lowers no other), and a word longer than 63 bytes is
+// cut to its first 63 (NAMEDATALEN). names' keys are lower-case in ASCII;
+// a name with other characters than a word's is found by oddNames.
 func mentionedTable(sql string, names map[string]string) string {
 	var buf [63]byte
 	for i := 0; i < len(sql); {
@@ -107,6 +113,9 @@ func mentionedTable(sql string, names map[string]string) string {
 			if t, found := names[strings.ToLower(name)]; found {
 				return t
 			}
+			if t, found := names[name]; found {
+				return t
+			}
 			if found := mentionedTable(name, names); found != "" {
 				return found
 			}
@@ -118,41 +127,81 @@ func mentionedTable(sql string, names map[string]string) string {
 			continue
 		}
 		j := i
-		for j < len(sql) && isIdentChar(sql[j]) && sql[j] != '$' {
+		for j < len(sql) && isIdentChar(sql[j]) {
 			j++
 		}
-		if j == i {
-			j++
-		}
-		if n, ok := lowerWord(&buf, sql[i:j]); ok {
-			if t, found := names[string(buf[:n])]; found { // (no copy made)
-				return t
-			}
-		} else if t, found := names[strings.ToLower(sql[i:j])]; found {
+		if t, found := lookWord(&buf, names, sql[i:j]); found {
 			return t
+		}
+		if strings.IndexByte(sql[i:j], '$') > 0 {
+			// (The parts too, as before '$' was read as PostgreSQL does.)
+			for _, part := range strings.Split(sql[i:j], "$") {
+				if t, found := lookWord(&buf, names, part); found {
+					return t
+				}
+			}
 		}
 		i = j
 	}
 	return ""
 }
 
-// lowerWord lowers w, a word in ASCII of up to len(buf) bytes, into buf
-// (mentionedTable's map lookups then allocate nothing); false for another.
-func lowerWord(buf *[63]byte, w string) (int, bool) {
+// lookWord looks w up in names as PostgreSQL would read it as an
+// identifier: cut to 63 bytes, ASCII letters lowered (in buf: the lookup
+// allocates nothing); then, for a word with other bytes, lowered as Go
+// lowers it (a single-byte encoding's letters).
+func lookWord(buf *[63]byte, names map[string]string, w string) (string, bool) {
 	if len(w) > len(buf) {
-		return 0, false
+		cut := len(buf)
+		for cut > 0 && !utf8.RuneStart(w[cut]) {
+			cut--
+		}
+		w = w[:cut]
 	}
+	ascii := true
 	for i := 0; i < len(w); i++ {
 		c := w[i]
 		switch {
 		case c >= 'A' && c <= 'Z':
 			c += 'a' - 'A'
 		case c >= 0x80:
-			return 0, false
+			ascii = false
 		}
 		buf[i] = c
 	}
-	return len(w), true
+	if t, found := names[string(buf[:len(w)])]; found { // (no copy made)
+		return t, true
+	}
+	if !ascii {
+		if t, found := names[strings.ToLower(w)]; found {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+// nameKey is names' key for a name as the catalog has it.
+func nameKey(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// oddName reports whether a statement may name n (as the catalog has it)
+// otherwise than by a word mentionedTable reads: it has characters no
+// unquoted identifier has (a space, punctuation, '"'). Such names are
+// looked for as text.
+func oddName(n string) bool {
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; !isIdentChar(c) {
+			return true
+		}
+	}
+	return n == "" || !isIdentStart(n[0])
 }
 
 // shardsWord is mentionedTable's map for the shards' schema.
