@@ -190,8 +190,8 @@ func classify(sql string) class {
 					c.twoPhase = true
 				}
 			}
-			if quietStatement(lx.words[0]) {
-				quiet++
+			if quietStatement(lx.words[0]) && !(n > 1 && oneOf(lx.words[0], "SET") && oneOf(lx.words[1], "CONSTRAINTS")) {
+				quiet++ // (SET CONSTRAINTS ... IMMEDIATE runs deferred triggers)
 			}
 			if lx.sawSessionFunc != "" && c.pin == "" && !definesView(lx.words[:n]) {
 				c.pin = lx.sawSessionFunc

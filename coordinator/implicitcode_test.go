@@ -121,6 +121,7 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	}
 	clean := state(t, connect(t, srv.Addr()))
 	extended := pgx.QueryExecModeCacheStatement
+	var checkSeq func(t *testing.T, stmts []string, mode pgx.QueryExecMode, own bool)
 	// check runs sql on a client, and checks that no other client sees what
 	// it changed, and that the client itself sees it (own; user code that
 	// ran on several workers' connections changed theirs, which are
@@ -128,16 +129,23 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	// function).
 	check := func(t *testing.T, sql string, mode pgx.QueryExecMode, own bool) {
 		t.Helper()
+		checkSeq(t, []string{sql}, mode, own)
+	}
+	checkSeq = func(t *testing.T, stmts []string, mode pgx.QueryExecMode, own bool) {
+		t.Helper()
 		a := connect(t, srv.Addr())
 		defer a.Close(ctx) // (a pinned client holds a connection)
 		b := connect(t, srv.Addr())
-		if strings.HasPrefix(sql, "COPY") {
-			if _, err := a.PgConn().CopyFrom(ctx, strings.NewReader("10\n11\n"), sql); err != nil {
+		for _, sql := range stmts {
+			if strings.HasPrefix(sql, "COPY") {
+				if _, err := a.PgConn().CopyFrom(ctx, strings.NewReader("10\n11\n"), sql); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			} else if _, err := a.Exec(ctx, sql, mode); err != nil {
 				t.Fatalf("%s: %v", sql, err)
 			}
-		} else if _, err := a.Exec(ctx, sql, mode); err != nil {
-			t.Fatalf("%s: %v", sql, err)
 		}
+		sql := strings.Join(stmts, "; ")
 		mine := state(t, a)
 		if own && mine == clean {
 			t.Fatalf("%s changed nothing the test can see: %q", sql, mine)
@@ -200,6 +208,60 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		exec(t, a, "CREATE OPERATOR ~~ (LEFTARG = int, RIGHTARG = int, FUNCTION = iso14_like)", simple)
 		check(t, "SELECT 1 LIKE 2", simple, true)
 		exec(t, a, "DROP OPERATOR ~~ (int, int)", simple)
+	})
+	// User code queued in a block that runs later: a deferred trigger at
+	// SET CONSTRAINTS or COMMIT, a cursor's query at FETCH, with a SET in
+	// between (adversary round 2); a transaction's advisory lock beside
+	// the session one a function takes.
+	t.Run("queued user code", func(t *testing.T) {
+		for _, q := range []string{
+			"CREATE TABLE iso14_dt (a int)",
+			"CREATE CONSTRAINT TRIGGER iso14_t AFTER INSERT ON iso14_dt DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
+			"CREATE VIEW iso14_lv AS SELECT iso14_sp(g) AS x FROM generate_series(1, 2) g",
+		} {
+			exec(t, a, q, simple)
+		}
+		t.Cleanup(func() {
+			c := connect(t, srv.Addr())
+			for _, q := range []string{"DROP VIEW IF EXISTS iso14_lv", "DROP TABLE IF EXISTS iso14_dt"} {
+				if _, err := c.Exec(ctx, q, simple); err != nil {
+					t.Errorf("cleanup: %s: %v", q, err)
+				}
+			}
+		})
+		for _, stmts := range [][]string{
+			{"BEGIN", "INSERT INTO iso14_dt VALUES (1)", "SET CONSTRAINTS ALL IMMEDIATE", "COMMIT"},
+			{"BEGIN", "INSERT INTO iso14_dt VALUES (2)", "SET application_name = 'iso14'", "COMMIT"},
+			{"BEGIN", "DECLARE iso14_c CURSOR FOR SELECT * FROM iso14_lv", "SET application_name = 'iso14'", "FETCH ALL FROM iso14_c", "COMMIT"},
+			{"BEGIN", "SELECT pg_advisory_xact_lock(1414)", "SELECT iso14_lock(1)", "COMMIT"},
+		} {
+			checkSeq(t, stmts, simple, true)
+		}
+	})
+	// A default operator class of a built-in type that had none, whose
+	// functions are the user's: DISTINCT uses it unwritten.
+	t.Run("default operator class of a built-in type", func(t *testing.T) {
+		for _, q := range []string{
+			"CREATE FUNCTION iso14_jeq(json, json) RETURNS bool LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN " + sp + " RETURN $1::text = $2::text; END $$",
+			"CREATE FUNCTION iso14_jhash(json) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN " + sp + " RETURN hashtext($1::text); END $$",
+			"CREATE OPERATOR ==== (LEFTARG = json, RIGHTARG = json, FUNCTION = iso14_jeq, HASHES)",
+			"CREATE OPERATOR CLASS iso14_json_ops DEFAULT FOR TYPE json USING hash AS OPERATOR 1 ====, FUNCTION 1 iso14_jhash(json)",
+			"CREATE TABLE iso14_jt (j json)",
+			"INSERT INTO iso14_jt VALUES ('1'), ('1'), ('2')",
+		} {
+			exec(t, a, q, simple)
+		}
+		t.Cleanup(func() {
+			c := connect(t, srv.Addr())
+			for _, q := range []string{"DROP TABLE IF EXISTS iso14_jt", "DROP OPERATOR CLASS IF EXISTS iso14_json_ops USING hash",
+				"DROP OPERATOR FAMILY IF EXISTS iso14_json_ops USING hash", "DROP OPERATOR IF EXISTS ==== (json, json)",
+				"DROP FUNCTION IF EXISTS iso14_jeq(json, json)", "DROP FUNCTION IF EXISTS iso14_jhash(json)"} {
+				if _, err := c.Exec(ctx, q, simple); err != nil {
+					t.Errorf("cleanup: %s: %v", q, err)
+				}
+			}
+		})
+		check(t, "SELECT DISTINCT j::text FROM (SELECT j FROM iso14_jt GROUP BY j) s", simple, true)
 	})
 	// Made by a DO block in a transaction block: the set read before it
 	// committed (by the SELECT after it) is read again at its end.

@@ -208,6 +208,10 @@ type session struct {
 	// lentUserCode: the statement being run may run user code, so the
 	// connections lent to it (nodeConns) are closed after it.
 	lentUserCode bool
+	// resnap: a SET in a block compared the state with the snapshot taken
+	// before user code (relayCycle); the next statement that is not such
+	// a SET takes one again.
+	resnap bool
 	// viewDDLPending: user code that may have made objects ran in the
 	// current transaction (noteViewDDL); its end dates the viewSet again.
 	viewDDLPending bool
@@ -1175,6 +1179,7 @@ func (ss *session) releaseServer() {
 	ss.cancelMu.Unlock()
 	ss.pool.Release(ss.sc)
 	ss.sc = nil
+	ss.resnap = false
 }
 
 // releaseIfIdle gives the server connection back between transactions.
@@ -1734,8 +1739,19 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		// in this block: compared with the snapshot now, before the SET
 		// would show as a change (and pin a session whose user code
 		// changed nothing; adversary: a trigger and a SET in one block
-		// pinned, and the pool ran dry). A change pins as at release.
-		ss.verifyRelease()
+		// pinned, and the pool ran dry). A change pins as at release;
+		// otherwise the next statement that is not such a SET takes a
+		// snapshot again (resnap): user code queued in the block (a
+		// deferred trigger, a cursor's query) may yet run, at a FETCH
+		// or the COMMIT (adversary).
+		if ss.verifyRelease() {
+			ss.resnap = true
+		}
+	}
+	trackedSet := cls != nil && cls.quiet && len(cls.ops) > 0
+	if ss.resnap && !trackedSet && ss.pinned == "" && ss.sc.TxStatus != 'E' {
+		ss.resnap = false
+		ss.verifyNext = true
 	}
 	if ss.verifyNext {
 		ss.verifyNext = false
@@ -2454,8 +2470,9 @@ func (ss *session) bind(body []byte) error {
 		ss.queueDiscardSequences()
 		ss.seqGuard = ss.seqGuard || verify && seqHad
 	}
-	if verify && ss.pinned == "" && ss.sc.TxStatus != 'E' {
+	if (verify || ss.resnap) && ss.pinned == "" && ss.sc.TxStatus != 'E' {
 		// (A statement in a failed transaction runs no user code.)
+		ss.resnap = false
 		ss.snapshotState(true, clientSt.Query)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
@@ -3619,6 +3636,17 @@ func (ss *session) verifyRelease() bool {
 	ss.verifyState, ss.stateBase, ss.stateRolledBack = false, ss.stateBase[:0], false
 	var dr pgproto3.DataRow
 	ok := len(base) > 0 && dr.Decode(base) == nil && len(dr.Values) == 2
+	if ok && ss.sc.TxStatus == 'I' && dr.Values[0] != nil {
+		// Outside a transaction no transaction-level advisory lock is
+		// left, and a session that is not pinned holds no session-level
+		// one: the snapshot's count (stateSQL's last) stands for 0. (An
+		// adversary's pg_advisory_xact_lock, counted in the snapshot,
+		// hid the session lock a function then took.)
+		v := dr.Values[0]
+		if i := bytes.LastIndex(v, []byte(" | ")); i >= 0 {
+			dr.Values[0] = append(v[:i+3:i+3], '0')
+		}
+	}
 	if ok {
 		rows, err := executor.QueryText(ss.sc, ss.stateSQL)
 		// After a ROLLBACK of the transaction the snapshot was taken in,

@@ -57,8 +57,9 @@ type viewCheck struct {
 // referenced table its referencing ones (ON DELETE CASCADE fires their
 // triggers), a parent its partitions and children. Rows are a kind and a
 // name: n for a name, o for an operator, and a (a cast between built-in
-// types) or d (an enabled event trigger), both with no name, which verify
-// everything.
+// types, or a default operator class of a built-in type: DISTINCT, GROUP
+// BY, ORDER BY use it unwritten) or d (an enabled event trigger), both
+// with no name, which verify everything.
 const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
   SELECT p.oid FROM pg_catalog.pg_proc p
    WHERE p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -99,6 +100,8 @@ UNION SELECT 'n', t.typname::text FROM bad JOIN pg_catalog.pg_type t ON bad.cls 
 UNION SELECT 'n', p.proname::text FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
 UNION SELECT 'o', o.oprname::text FROM bad JOIN pg_catalog.pg_operator o ON bad.cls = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = bad.oid
        WHERE o.oprleft < 16384 AND o.oprright < 16384 AND o.oprresult < 16384
+UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_opclass c ON bad.cls = 'pg_catalog.pg_opclass'::pg_catalog.regclass AND c.oid = bad.oid
+       WHERE c.opcdefault AND c.opcintype < 16384
 UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_cast k ON bad.cls = 'pg_catalog.pg_cast'::pg_catalog.regclass AND k.oid = bad.oid
        WHERE k.castsource < 16384 AND k.casttarget < 16384
 UNION SELECT 'd', '' FROM bad JOIN pg_catalog.pg_event_trigger e ON bad.cls = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass AND e.oid = bad.oid
