@@ -37,6 +37,7 @@ const (
 // runFunction runs a Citus-compatible catalog function called with a simple
 // query and answers with its result.
 func (ss *session) runFunction(fn *planner.Function) error {
+	ss.lentUserCode = ss.lentImplicit // (the call itself is pgfleet's)
 	if ss.inTxn() {
 		switch fn.Name {
 		case "create_distributed_table", "create_reference_table":

@@ -206,8 +206,10 @@ type session struct {
 	verifyState bool
 	verifyNext  bool
 	// lentUserCode: the statement being run may run user code, so the
-	// connections lent to it (nodeConns) are closed after it.
-	lentUserCode bool
+	// connections lent to it (nodeConns) are closed after it;
+	// lentImplicit: the catalog shows it may (runFunction takes this one:
+	// pgfleet's functions are calls classify cannot tell from the user's).
+	lentUserCode, lentImplicit bool
 	// resnap: a SET in a block compared the state with the snapshot taken
 	// before user code (relayCycle); the next statement that is not such
 	// a SET takes one again.
@@ -1256,7 +1258,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	// verify for the next one (whose snapshot, in the transaction the
 	// refusal failed, would fail and take the session for one whose
 	// state changed).
-	ss.verifyNext, ss.lentUserCode = false, false
+	ss.verifyNext, ss.lentUserCode, ss.lentImplicit = false, false, false
 	if ss.implicitTxn {
 		return ss.queryInPipeline()
 	}
@@ -1320,8 +1322,12 @@ func (ss *session) simpleQuery(body []byte) error {
 			}
 		}
 	}
-	if !cls.verify && !cls.quiet && ss.pinned == "" && ss.viewVerify(text, cls.maint, nil) {
-		cls.verify = true // it reads a view that may change session state
+	// (Read even after classify's verify: a call of pgfleet's own
+	// functions is one, and lends connections that only the catalog's
+	// user code, seen here, keeps from the pool; lentUserCode.)
+	ss.lentImplicit = !cls.quiet && ss.pinned == "" && ss.viewVerify(text, cls.maint, nil)
+	if ss.lentImplicit {
+		cls.verify = true // it names what may run user code unwritten
 	}
 	ss.noteViewDDL(cls.verify, text)
 	if cls.txn != "" && ss.localTxn(&cls, text) {
@@ -2412,7 +2418,8 @@ func (ss *session) bind(body []byte) error {
 		ss.seqUsed = true
 	}
 	clientSt := st
-	verify := clientSt.cls.verify || (!clientSt.cls.quiet && ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt.cls.maint, clientSt))
+	ss.lentImplicit = !clientSt.cls.quiet && ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt.cls.maint, clientSt)
+	verify := clientSt.cls.verify || ss.lentImplicit
 	ss.noteViewDDL(verify, clientSt.Query)
 	if len(ss.scatterPortals) > 0 {
 		if p := ss.scatterPortals[string(portal)]; p != nil && len(portal) > 0 && p.keptAtSync() {
