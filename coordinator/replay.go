@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -32,8 +33,14 @@ import (
 // While a request runs again, what looks ahead at the client's next
 // messages (pipelineGoesOn, moreBeforeSync) reads the copy's.
 
-// staleRetries is how many times one request runs again.
-const staleRetries = 3
+// staleRetries is how many times one request runs again; staleBackoff is
+// the pause before a try when the catalog did not change since the last
+// one (a placement whose commit is still on its way: a shard move's
+// target commits a moment after the decision; found by
+// TestMoveShardRepeatedly, three tries in one millisecond).
+const staleRetries = 5
+
+var staleBackoff = [staleRetries + 1]time.Duration{0, 0, 10 * time.Millisecond, 40 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
 
 // replayMax bounds the messages a session keeps of a request.
 const replayMax = 64 << 10
@@ -46,6 +53,7 @@ type replay struct {
 	mark    int // len(ss.out) when the request began
 	flushes int // ss.flushes then
 	tries   int
+	ver     int64        // the catalog version the last try ran under
 	names   []string     // statements the request's Parses named
 	queue   []wire.Frame // messages to take again, before the client's next
 }
@@ -154,6 +162,11 @@ func (ss *session) retryStale() bool {
 	// The move's catalog change committed before its shards left the
 	// source: reading the catalog now routes the request to the target.
 	ss.srv.refreshCatalog(context.Background())
+	if v := ss.srv.catalog.Load().Version; r.tries > 1 && v == r.ver {
+		time.Sleep(staleBackoff[r.tries])
+	} else {
+		r.ver = v
+	}
 	r.queue = r.queue[:0]
 	for typ, body := range frames(r.msgs) {
 		r.queue = append(r.queue, wire.Frame{Type: typ, Body: body})

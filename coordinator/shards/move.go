@@ -580,6 +580,11 @@ func (mv *move) markerIdent() string { return pgx.Identifier{"pgfleet", mv.name}
 // the source's shards (MoveShard then prepares both nodes' transactions).
 func (mv *move) cutOver(ctx context.Context, logical bool) error {
 	o := mv.o
+	// The target commits first: a statement that waited for the source's
+	// lock and met its drop is run again on the target (replay.go), where
+	// the tables must be there by then (found by TestMoveShardRepeatedly:
+	// three replays in a millisecond met the target's uncommitted table).
+	o.g.tp.CommitFirst = mv.to
 	src, err := o.g.begin(ctx, mv.from)
 	if err != nil {
 		return err

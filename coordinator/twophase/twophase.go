@@ -136,6 +136,10 @@ type Group struct {
 	// COMMIT PREPAREDs.
 	AfterDecide  func(ctx context.Context, base string, err error) error
 	BeforeCommit func(base string)
+	// CommitFirst, when not 0, is the node whose part is committed before
+	// the others' (a shard move's target: its new tables are visible
+	// before the source's drop lets waiting statements fail there).
+	CommitFirst int32
 	// BeforeDecide runs before the commit decision is recorded (tests).
 	BeforeDecide func(base string)
 	// Last, in a group made by NewRecorded, is the part that is not
@@ -382,13 +386,17 @@ func (g *Group) Commit(ctx context.Context) ([]CommitFailure, error) {
 	if g.BeforeCommit != nil && g.Decided {
 		g.BeforeCommit(g.Base)
 	}
-	// All at once, as Prepare.
+	// All at once, as Prepare (CommitFirst's part before).
 	errs := make([]error, len(g.Parts))
-	g.each(func(i int, p *Part) bool { return !p.Done && p.Prepared }, func(i int, p *Part) {
+	commit := func(i int, p *Part) {
 		if errs[i] = commitPrepared(ctx, p); errs[i] == nil {
 			p.Done = true
 		}
-	})
+	}
+	if g.CommitFirst != 0 {
+		g.each(func(i int, p *Part) bool { return !p.Done && p.Prepared && p.Node == g.CommitFirst }, commit)
+	}
+	g.each(func(i int, p *Part) bool { return !p.Done && p.Prepared && errs[i] == nil }, commit)
 	var failed []CommitFailure
 	for i, err := range errs {
 		if err != nil {

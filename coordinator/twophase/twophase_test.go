@@ -224,3 +224,40 @@ func TestPhasesAllAtOnce(t *testing.T) {
 		t.Fatalf("commit: %v %v", failures, err)
 	}
 }
+
+// CommitFirst's part is committed before the others are sent theirs (a
+// shard move's target before its source).
+func TestCommitFirst(t *testing.T) {
+	var flog fakeLog
+	g := New("test", &fakeStore{})
+	for i, name := range []string{"source", "target", "other"} {
+		c := &fakeConn{log: &flog, name: name, fail: map[string]error{}}
+		if name == "target" {
+			// (Slow to commit: sent at once with the others, it would be
+			// logged last.)
+			c.gate = func(sql string) {
+				if strings.HasPrefix(sql, "COMMIT PREPARED") {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}
+		g.Join(int32(i+1), name, c)
+	}
+	g.CommitFirst = 2
+	ctx := context.Background()
+	if err := g.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if failures, err := g.Commit(ctx); err != nil || len(failures) != 0 {
+		t.Fatalf("commit: %v %v", failures, err)
+	}
+	var commits []string
+	for _, s := range flog.sent {
+		if name, sql, _ := strings.Cut(s, ": "); strings.HasPrefix(sql, "COMMIT PREPARED") {
+			commits = append(commits, name)
+		}
+	}
+	if len(commits) != 3 || commits[0] != "target" {
+		t.Fatalf("COMMIT PREPARED sent to %v, want target first and then the other two", commits)
+	}
+}
