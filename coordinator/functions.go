@@ -38,6 +38,7 @@ const (
 // query and answers with its result.
 func (ss *session) runFunction(fn *planner.Function) error {
 	ss.lentUserCode = ss.lentImplicit // (the call itself is pgfleet's)
+	ss.txUserCode = ss.txUserCodeWas || ss.lentImplicit
 	if ss.inTxn() {
 		switch fn.Name {
 		case "create_distributed_table", "create_reference_table":

@@ -137,6 +137,12 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		defer a.Close(ctx) // (a pinned client holds a connection)
 		b := connect(t, srv.Addr())
 		for _, sql := range stmts {
+			if bad, ok := strings.CutPrefix(sql, "!"); ok { // (expected to fail)
+				if _, err := a.Exec(ctx, bad, mode); err == nil {
+					t.Fatalf("%s: no error", bad)
+				}
+				continue
+			}
 			if strings.HasPrefix(sql, "COPY") {
 				if _, err := a.PgConn().CopyFrom(ctx, strings.NewReader("10\n11\n"), sql); err != nil {
 					t.Fatalf("%s: %v", sql, err)
@@ -218,12 +224,13 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 			"CREATE TABLE iso14_dt (a int)",
 			"CREATE CONSTRAINT TRIGGER iso14_t AFTER INSERT ON iso14_dt DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
 			"CREATE VIEW iso14_lv AS SELECT iso14_sp(g) AS x FROM generate_series(1, 2) g",
+			"CREATE FUNCTION iso14_lk5() RETURNS int LANGUAGE sql AS 'SELECT 1 FROM (SELECT pg_advisory_lock(1415)) s'",
 		} {
 			exec(t, a, q, simple)
 		}
 		t.Cleanup(func() {
 			c := connect(t, srv.Addr())
-			for _, q := range []string{"DROP VIEW IF EXISTS iso14_lv", "DROP TABLE IF EXISTS iso14_dt"} {
+			for _, q := range []string{"DROP VIEW IF EXISTS iso14_lv", "DROP TABLE IF EXISTS iso14_dt", "DROP FUNCTION IF EXISTS iso14_lk5()"} {
 				if _, err := c.Exec(ctx, q, simple); err != nil {
 					t.Errorf("cleanup: %s: %v", q, err)
 				}
@@ -234,9 +241,24 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 			{"BEGIN", "INSERT INTO iso14_dt VALUES (2)", "SET application_name = 'iso14'", "COMMIT"},
 			{"BEGIN", "DECLARE iso14_c CURSOR FOR SELECT * FROM iso14_lv", "SET application_name = 'iso14'", "FETCH ALL FROM iso14_c", "COMMIT"},
 			{"BEGIN", "SELECT pg_advisory_xact_lock(1414)", "SELECT iso14_lock(1)", "COMMIT"},
+			// (One query string: the SET's comparison would come before
+			// the COMMIT's trigger; adversary round 3.)
+			{"BEGIN", "INSERT INTO iso14_dt VALUES (3)", "SET work_mem = '5MB'; COMMIT"},
+			{"BEGIN", "INSERT INTO iso14_dt VALUES (4)", "RESET work_mem; COMMIT"},
+			// A SET that fails after user code: the block ends with no
+			// other snapshot.
+			{"BEGIN", "SELECT pg_advisory_xact_lock(1415)", "SELECT iso14_lk5()", "!SET work_mem = 'bogus'", "ROLLBACK"},
 		} {
 			checkSeq(t, stmts, simple, true)
 		}
+		// User code in a block's coordinator-run write over several
+		// workers, which takes no snapshot: the block's connections are
+		// closed, not pooled (adversary round 3). (Rows on every shard,
+		// so that it runs on the default node's connections, which the
+		// check reads.)
+		exec(t, a, "INSERT INTO iso14_dist (id, v) SELECT g, g FROM generate_series(100, 131) g", simple)
+		checkSeq(t, []string{"BEGIN", "UPDATE iso14_dist SET v = iso14_lock(v)", "COMMIT"}, simple, false)
+		checkSeq(t, []string{"BEGIN", "UPDATE iso14_dist SET v = iso14_lock(v)", "COMMIT"}, extended, false)
 	})
 	// A default operator class of a built-in type that had none, whose
 	// functions are the user's: DISTINCT uses it unwritten.

@@ -210,6 +210,12 @@ type session struct {
 	// lentImplicit: the catalog shows it may (runFunction takes this one:
 	// pgfleet's functions are calls classify cannot tell from the user's).
 	lentUserCode, lentImplicit bool
+	// txUserCode: a statement that may run user code (other than
+	// pgfleet's own functions) ran since the session last held no
+	// connection; txUserCodeWas is its value before the current
+	// statement. Connections of the transaction with no snapshot to
+	// compare are closed at release (multiRelease, releaseIfIdle).
+	txUserCode, txUserCodeWas bool
 	// resnap: a SET in a block compared the state with the snapshot taken
 	// before user code (relayCycle); the next statement that is not such
 	// a SET takes one again.
@@ -685,6 +691,9 @@ func (ss *session) dispatch(f wire.Frame) error {
 // block's catalog, cursors and portals, DDL.
 func (ss *session) afterMessage(typ byte) {
 	ended := !ss.needSync && ss.txStatus() == 'I' // outside a transaction again
+	if ss.txUserCode && ended && ss.sc == nil {
+		ss.txUserCode = false
+	}
 	if ss.viewDDLPending && ended {
 		ss.viewDDLPending = false
 		ss.srv.viewEpoch.Add(1) // (noteViewDDL)
@@ -1187,8 +1196,15 @@ func (ss *session) releaseServer() {
 // releaseIfIdle gives the server connection back between transactions.
 func (ss *session) releaseIfIdle() {
 	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
+		unverified := ss.txUserCode && !ss.verifyState
 		if ss.verifyState && !ss.verifyRelease() {
 			return
+		}
+		if unverified {
+			// User code ran in the transaction with no snapshot on this
+			// connection (a coordinator-run write joined it): closed,
+			// not pooled.
+			ss.sc.MarkBroken()
 		}
 		ss.releaseServer()
 	}
@@ -1402,6 +1418,8 @@ func (ss *session) simpleQuery(body []byte) error {
 	// taken for one whose state changed).
 	ss.verifyNext = cls.verify && ss.pinned == "" && !(cls.count == 1 && ss.txStatus() == 'E')
 	ss.lentUserCode = cls.verify
+	ss.txUserCodeWas = ss.txUserCode
+	ss.txUserCode = ss.txUserCode || cls.verify
 	if cls.hidden {
 		if err := ss.refuseHidden(text); err != nil {
 			return ss.queryError(err)
@@ -1739,7 +1757,7 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 			return err
 		}
 	}
-	if ss.verifyState && cls != nil && cls.quiet && len(cls.ops) > 0 && ss.pinned == "" &&
+	if ss.verifyState && cls != nil && cls.quiet && len(cls.ops) > 0 && cls.count == 1 && ss.pinned == "" &&
 		len(ss.parked) == 0 && ss.sc.TxStatus == 'T' {
 		// A SET the session follows, on a connection where user code ran
 		// in this block: compared with the snapshot now, before the SET
@@ -1750,13 +1768,17 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		// snapshot again (resnap): user code queued in the block (a
 		// deferred trigger, a cursor's query) may yet run, at a FETCH
 		// or the COMMIT (adversary).
+		// The snapshot stays until the next one replaces it (a SET that
+		// fails leaves the block with no other; the release compares).
+		base, rolledBack := ss.stateBase, ss.stateRolledBack
 		if ss.verifyRelease() {
+			ss.verifyState, ss.stateBase, ss.stateRolledBack = true, base, rolledBack
 			ss.resnap = true
 		}
 	}
 	trackedSet := cls != nil && cls.quiet && len(cls.ops) > 0
 	if ss.resnap && !trackedSet && ss.pinned == "" && ss.sc.TxStatus != 'E' {
-		ss.resnap = false
+		ss.resnap, ss.verifyState = false, false // (a new snapshot replaces it)
 		ss.verifyNext = true
 	}
 	if ss.verifyNext {
@@ -2420,6 +2442,8 @@ func (ss *session) bind(body []byte) error {
 	clientSt := st
 	ss.lentImplicit = !clientSt.cls.quiet && ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt.cls.maint, clientSt)
 	verify := clientSt.cls.verify || ss.lentImplicit
+	ss.txUserCodeWas = ss.txUserCode
+	ss.txUserCode = ss.txUserCode || verify
 	ss.noteViewDDL(verify, clientSt.Query)
 	if len(ss.scatterPortals) > 0 {
 		if p := ss.scatterPortals[string(portal)]; p != nil && len(portal) > 0 && p.keptAtSync() {
@@ -2479,7 +2503,9 @@ func (ss *session) bind(body []byte) error {
 	}
 	if (verify || ss.resnap) && ss.pinned == "" && ss.sc.TxStatus != 'E' {
 		// (A statement in a failed transaction runs no user code.)
-		ss.resnap = false
+		if ss.resnap {
+			ss.resnap, ss.verifyState = false, false // (a new snapshot replaces it)
+		}
 		ss.snapshotState(true, clientSt.Query)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {

@@ -810,10 +810,12 @@ func withCleanup(err error, problems []string) error {
 // multiRelease gives every connection of a transaction over several
 // workers back and leaves the session between transactions.
 func (ss *session) multiRelease(all []txConn, committed bool) {
-	if ss.verifyState {
+	if ss.verifyState || ss.txUserCode {
 		// User code ran in the transaction and no snapshot covers every
-		// worker's connection: none goes back to the pool.
-		ss.verifyState = false
+		// worker's connection: none goes back to the pool. (txUserCode:
+		// a coordinator-run write, which takes no snapshot, joined
+		// them; adversary round 3.)
+		ss.verifyState, ss.txUserCode = false, false
 		for _, c := range all {
 			if c.sc != nil {
 				c.sc.MarkBroken()
