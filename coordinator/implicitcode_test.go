@@ -23,6 +23,22 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	a := connect(t, srv.Addr())
+	// objects runs make through the coordinator and drop (dependents
+	// first) when the test ends, reporting a drop that fails.
+	objects := func(t *testing.T, make, drop []string) {
+		t.Helper()
+		for _, q := range make {
+			exec(t, a, q, simple)
+		}
+		t.Cleanup(func() {
+			c := connect(t, srv.Addr())
+			for _, q := range drop {
+				if _, err := c.Exec(ctx, q, simple); err != nil {
+					t.Errorf("cleanup: %s: %v", q, err)
+				}
+			}
+		})
+	}
 	drop := []string{ // (dependents first: pgfleet refuses a CASCADE that drops others)
 		"DROP FUNCTION IF EXISTS iso14_attr(iso14_plain)",
 		"DROP TABLE IF EXISTS iso14_trg, iso14_def, iso14_dom_t, iso14_fkc, iso14_fkp, iso14_part, iso14_plain, iso14_ix, iso14_st, iso14_bt",
@@ -42,17 +58,7 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		"DROP FUNCTION IF EXISTS public.length(int)",
 		"DROP TYPE IF EXISTS iso14_mood",
 	}
-	for _, q := range drop {
-		exec(t, a, q, simple)
-	}
-	t.Cleanup(func() {
-		c := connect(t, srv.Addr())
-		for _, q := range drop {
-			if _, err := c.Exec(ctx, q, simple); err != nil {
-				t.Errorf("cleanup: %s: %v", q, err)
-			}
-		}
-	})
+	objects(t, drop, drop) // (what an earlier run left, then what this one makes)
 	// What the user code changes: search_path, and an advisory lock of
 	// its backend's own (never waited for).
 	const sp = "PERFORM set_config('search_path', 'iso14_schema', false); PERFORM pg_try_advisory_lock(pg_backend_pid());"
@@ -220,22 +226,12 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	// between (adversary round 2); a transaction's advisory lock beside
 	// the session one a function takes.
 	t.Run("queued user code", func(t *testing.T) {
-		for _, q := range []string{
+		objects(t, []string{
 			"CREATE TABLE iso14_dt (a int)",
 			"CREATE CONSTRAINT TRIGGER iso14_t AFTER INSERT ON iso14_dt DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
 			"CREATE VIEW iso14_lv AS SELECT iso14_sp(g) AS x FROM generate_series(1, 2) g",
 			"CREATE FUNCTION iso14_lk5() RETURNS int LANGUAGE sql AS 'SELECT 1 FROM (SELECT pg_advisory_lock(1415)) s'",
-		} {
-			exec(t, a, q, simple)
-		}
-		t.Cleanup(func() {
-			c := connect(t, srv.Addr())
-			for _, q := range []string{"DROP VIEW IF EXISTS iso14_lv", "DROP TABLE IF EXISTS iso14_dt", "DROP FUNCTION IF EXISTS iso14_lk5()"} {
-				if _, err := c.Exec(ctx, q, simple); err != nil {
-					t.Errorf("cleanup: %s: %v", q, err)
-				}
-			}
-		})
+		}, []string{"DROP VIEW IF EXISTS iso14_lv", "DROP TABLE IF EXISTS iso14_dt", "DROP FUNCTION IF EXISTS iso14_lk5()"})
 		for _, stmts := range [][]string{
 			{"BEGIN", "INSERT INTO iso14_dt VALUES (1)", "SET CONSTRAINTS ALL IMMEDIATE", "COMMIT"},
 			{"BEGIN", "INSERT INTO iso14_dt VALUES (2)", "SET application_name = 'iso14'", "COMMIT"},
@@ -263,26 +259,16 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 	// A default operator class of a built-in type that had none, whose
 	// functions are the user's: DISTINCT uses it unwritten.
 	t.Run("default operator class of a built-in type", func(t *testing.T) {
-		for _, q := range []string{
+		objects(t, []string{
 			"CREATE FUNCTION iso14_jeq(json, json) RETURNS bool LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN " + sp + " RETURN $1::text = $2::text; END $$",
 			"CREATE FUNCTION iso14_jhash(json) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN " + sp + " RETURN hashtext($1::text); END $$",
 			"CREATE OPERATOR ==== (LEFTARG = json, RIGHTARG = json, FUNCTION = iso14_jeq, HASHES)",
 			"CREATE OPERATOR CLASS iso14_json_ops DEFAULT FOR TYPE json USING hash AS OPERATOR 1 ====, FUNCTION 1 iso14_jhash(json)",
 			"CREATE TABLE iso14_jt (j json)",
 			"INSERT INTO iso14_jt VALUES ('1'), ('1'), ('2')",
-		} {
-			exec(t, a, q, simple)
-		}
-		t.Cleanup(func() {
-			c := connect(t, srv.Addr())
-			for _, q := range []string{"DROP TABLE IF EXISTS iso14_jt", "DROP OPERATOR CLASS IF EXISTS iso14_json_ops USING hash",
-				"DROP OPERATOR FAMILY IF EXISTS iso14_json_ops USING hash", "DROP OPERATOR IF EXISTS ==== (json, json)",
-				"DROP FUNCTION IF EXISTS iso14_jeq(json, json)", "DROP FUNCTION IF EXISTS iso14_jhash(json)"} {
-				if _, err := c.Exec(ctx, q, simple); err != nil {
-					t.Errorf("cleanup: %s: %v", q, err)
-				}
-			}
-		})
+		}, []string{"DROP TABLE IF EXISTS iso14_jt", "DROP OPERATOR CLASS IF EXISTS iso14_json_ops USING hash",
+			"DROP OPERATOR FAMILY IF EXISTS iso14_json_ops USING hash", "DROP OPERATOR IF EXISTS ==== (json, json)",
+			"DROP FUNCTION IF EXISTS iso14_jeq(json, json)", "DROP FUNCTION IF EXISTS iso14_jhash(json)"})
 		check(t, "SELECT DISTINCT j::text FROM (SELECT j FROM iso14_jt GROUP BY j) s", simple, true)
 	})
 	// Made by a DO block in a transaction block: the set read before it
