@@ -1757,28 +1757,25 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 			return err
 		}
 	}
-	if ss.verifyState && cls != nil && cls.quiet && len(cls.ops) > 0 && cls.count == 1 && ss.pinned == "" &&
-		len(ss.parked) == 0 && ss.sc.TxStatus == 'T' {
+	trackedSet := cls != nil && cls.quiet && len(cls.ops) > 0
+	if ss.verifyState && trackedSet && cls.count == 1 && ss.pinned == "" && len(ss.parked) == 0 && ss.sc.TxStatus == 'T' {
 		// A SET the session follows, on a connection where user code ran
 		// in this block: compared with the snapshot now, before the SET
 		// would show as a change (and pin a session whose user code
 		// changed nothing; adversary: a trigger and a SET in one block
-		// pinned, and the pool ran dry). A change pins as at release;
-		// otherwise the next statement that is not such a SET takes a
-		// snapshot again (resnap): user code queued in the block (a
-		// deferred trigger, a cursor's query) may yet run, at a FETCH
-		// or the COMMIT (adversary).
-		// The snapshot stays until the next one replaces it (a SET that
-		// fails leaves the block with no other; the release compares).
+		// pinned, and the pool ran dry). A change pins as at release.
+		// Otherwise the snapshot stays until the next statement that is
+		// not such a SET replaces it (resnap, snapshotState): user code
+		// queued in the block (a deferred trigger, a cursor's query) may
+		// yet run, at a FETCH or the COMMIT, and a SET that fails leaves
+		// the block with only this one to compare at release (adversary).
 		base, rolledBack := ss.stateBase, ss.stateRolledBack
 		if ss.verifyRelease() {
 			ss.verifyState, ss.stateBase, ss.stateRolledBack = true, base, rolledBack
 			ss.resnap = true
 		}
 	}
-	trackedSet := cls != nil && cls.quiet && len(cls.ops) > 0
 	if ss.resnap && !trackedSet && ss.pinned == "" && ss.sc.TxStatus != 'E' {
-		ss.resnap, ss.verifyState = false, false // (a new snapshot replaces it)
 		ss.verifyNext = true
 	}
 	if ss.verifyNext {
@@ -2503,9 +2500,6 @@ func (ss *session) bind(body []byte) error {
 	}
 	if (verify || ss.resnap) && ss.pinned == "" && ss.sc.TxStatus != 'E' {
 		// (A statement in a failed transaction runs no user code.)
-		if ss.resnap {
-			ss.resnap, ss.verifyState = false, false // (a new snapshot replaces it)
-		}
 		ss.snapshotState(true, clientSt.Query)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
@@ -3638,10 +3632,12 @@ func sameState(rows [][]*string, base [][]byte, settings bool) bool {
 // use of the connection: pipelined with the statement, so it costs no
 // round trip. verifyRelease compares it with the state afterwards.
 func (ss *session) snapshotState(extended bool, sql string) {
-	if ss.verifyState {
+	if ss.verifyState && !ss.resnap {
 		return
 	}
-	ss.verifyState, ss.stateRolledBack = true, false
+	// (resnap: the snapshot was compared at a SET since; this one
+	// replaces it.)
+	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
 	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateSQL = stateSQL + customSettings(sql) + ")"

@@ -155,7 +155,6 @@ func (s *Server) stateViews() *viewSet {
 				}
 				vs.ops = append(vs.ops, n)
 			default: // a cast between built-in types, an event trigger
-
 				vs.all = true
 			}
 		}
@@ -203,13 +202,7 @@ func (ss *session) viewVerify(q string, maint bool, st *Statement) bool {
 			return c.verify
 		}
 	}
-	v := mentionedTable(q, vs.names) != ""
-	for _, op := range vs.ops {
-		v = v || strings.Contains(q, op)
-	}
-	for _, n := range vs.odd {
-		v = v || strings.Contains(q, n)
-	}
+	v := mentionedTable(q, vs.names) != "" || containsAny(q, vs.ops) || containsAny(q, vs.odd)
 	if st != nil {
 		st.viewChk.Store(&viewCheck{set: vs, verify: v})
 	}
@@ -238,4 +231,14 @@ func (ss *session) noteViewDDL(verify bool, sql string) {
 		ss.srv.viewEpoch.Add(1)
 		ss.viewDDLPending = true
 	}
+}
+
+// containsAny reports whether s contains one of subs.
+func containsAny(s string, subs []string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
 }

@@ -158,17 +158,7 @@ func lookWord(buf *[63]byte, names map[string]string, w string) (string, bool) {
 		}
 		w = w[:cut]
 	}
-	ascii := true
-	for i := 0; i < len(w); i++ {
-		c := w[i]
-		switch {
-		case c >= 'A' && c <= 'Z':
-			c += 'a' - 'A'
-		case c >= 0x80:
-			ascii = false
-		}
-		buf[i] = c
-	}
+	ascii := lowerASCII(buf[:len(w)], w)
 	if t, found := names[string(buf[:len(w)])]; found { // (no copy made)
 		return t, true
 	}
@@ -180,14 +170,28 @@ func lookWord(buf *[63]byte, names map[string]string, w string) (string, bool) {
 	return "", false
 }
 
+// lowerASCII copies s into dst (as long) with its ASCII letters lowered,
+// as PostgreSQL lowers an unquoted identifier in UTF-8; it reports whether
+// s is all ASCII.
+func lowerASCII(dst []byte, s string) bool {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		case c >= 0x80:
+			ascii = false
+		}
+		dst[i] = c
+	}
+	return ascii
+}
+
 // nameKey is names' key for a name as the catalog has it.
 func nameKey(name string) string {
-	b := []byte(name)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
+	b := make([]byte, len(name))
+	lowerASCII(b, name)
 	return string(b)
 }
 
