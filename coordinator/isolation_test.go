@@ -644,3 +644,42 @@ func isoClient(ctx context.Context, r *rand.Rand, addr string, id int, base stri
 		}
 	}
 }
+
+// User code that deallocates every prepared statement of its connection
+// (EXECUTE 'DEALLOCATE ALL' in a DO block) takes pgfleet's statements there
+// with it, the session-state read among them. The connection must not go
+// back to the pool as if they were there: the next client's prepared
+// statements run (on PostgreSQL nobody else shares that connection).
+func TestDeallocateInUserCode(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, pgtest.Coordinator(t, cl, nil).Addr())
+	testTable(t, setup, "dealloc_t", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('dealloc_t', 'id', shard_count => 4)")
+	exec(t, setup, "INSERT INTO dealloc_t SELECT g, 10 * g FROM generate_series(1, 20) g", simple)
+	// One connection per worker: the next client gets the one the DO
+	// block ran on.
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	read := func(c *pgx.Conn, who string) {
+		t.Helper()
+		for id := 1; id <= 20; id++ {
+			var v int
+			if err := c.QueryRow(ctx, "SELECT v FROM dealloc_t WHERE id = $1", id).Scan(&v); err != nil || v != 10*id {
+				t.Fatalf("%s: id %d: got %d, %v; want %d", who, id, v, err, 10*id)
+			}
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		a := connect(t, srv.Addr())
+		read(a, "before")
+		// (A DO block runs user code: its connection's state is read
+		// before and after.)
+		if _, err := a.Exec(ctx, "DO $$BEGIN EXECUTE 'DEALLOCATE ALL'; END$$", mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		read(connect(t, srv.Addr()), fmt.Sprintf("a client after DEALLOCATE ALL in user code (%v)", mode))
+	}
+}

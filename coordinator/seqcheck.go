@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 )
 
 // currval() and lastval() answer from state PostgreSQL keeps per
@@ -59,17 +61,77 @@ func errSeqState(fn string) error {
 }
 
 // discardSequences clears the held connection's sequence state before a
-// statement of the session that reads it.
-func (ss *session) discardSequences() error {
+// statement of the session that reads it. snap: the statement also wants
+// the snapshot of session state its user code is compared with
+// (snapshotState), read in the same round trip by the connection's
+// prepared state read (its text, pipelined with a simple Query, is planned
+// at every use).
+func (ss *session) discardSequences(snap bool, sql string) error {
 	if ss.sc.TxStatus == 'E' {
 		return nil // the statement fails anyway
 	}
-	if err := ss.sc.Exec("DISCARD SEQUENCES", time.Now().Add(ss.pool.Config().ResetTimeout), nil); err != nil {
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) {
-			return ss.lostServer(err)
+	deadline := time.Now().Add(ss.pool.Config().ResetTimeout)
+	if !snap {
+		if err := ss.sc.Exec("DISCARD SEQUENCES", deadline, nil); err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				return ss.lostServer(err)
+			}
+			return ss.queryError(err)
 		}
-		return ss.queryError(err)
+		return nil
+	}
+	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
+	ss.stateTxn = ss.sc.TxStatus == 'T'
+	ss.stateBase = ss.stateBase[:0]
+	ss.stateNames = customNames(sql)
+	sc := ss.sc
+	sc.SetBuf(appendSync(ss.appendStateRead(appendRun(sc.Buf(), "DISCARD SEQUENCES", nil), false)))
+	if err := sc.Flush(); err != nil {
+		sc.MarkBroken()
+		return ss.lostServer(err)
+	}
+	_ = sc.SetReadDeadline(deadline)
+	discarded := false
+	var werr []byte
+	var err error
+	for {
+		var f wire.Frame
+		if f, err = sc.Next(); err != nil {
+			break
+		}
+		switch {
+		case f.Type == 'Z' && len(f.Body) == 1:
+			sc.TxStatus = f.Body[0]
+		case f.Type == 'S':
+			sc.NoteParameterStatus(f.Body)
+		case f.Type == 'C' && !discarded:
+			discarded = true
+		case f.Type == 'D':
+			ss.stateBase = append(ss.stateBase[:0], f.Body...)
+		case f.Type == 'E' && werr == nil:
+			werr = slices.Clone(f.Body)
+		}
+		if f.Type == 'Z' {
+			break
+		}
+	}
+	_ = sc.SetReadDeadline(time.Time{})
+	switch {
+	case err != nil:
+		return ss.lostServer(err)
+	case werr != nil && !discarded:
+		return ss.queryError(executor.NewWorkerError(werr))
+	case werr != nil:
+		// The state read failed (no snapshot: the release pins the
+		// session, verifyRelease); its statement may be gone, and with
+		// it, after a DEALLOCATE ALL in user code, every other.
+		if errCode(werr) == pgerr.UndefinedPreparedStmt {
+			sc.Stmts.Clear()
+		} else {
+			sc.Stmts.Doubt(stateStmtName)
+		}
+		ss.stateBase = ss.stateBase[:0]
 	}
 	return nil
 }

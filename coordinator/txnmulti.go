@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
-	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
@@ -1022,7 +1021,7 @@ func (ss *session) stateChanged() bool {
 	if len(ss.stateBase) == 0 || dr.Decode(ss.stateBase) != nil || len(dr.Values) != 2 {
 		return true
 	}
-	rows, err := executor.QueryText(ss.sc, ss.stateSQL)
+	rows, err := ss.readState()
 	return err != nil || !sameState(rows, dr.Values, true)
 }
 
