@@ -346,3 +346,43 @@ func TestMentionedTable(t *testing.T) {
 		}
 	}
 }
+
+// With an event trigger enabled, the statements that fire one (PostgreSQL
+// 15's firing matrix) get the session-state check; the rest do not pay
+// for it.
+func TestFiresEventTriggers(t *testing.T) {
+	for _, c := range []struct {
+		sql  string
+		want bool
+	}{
+		{"CREATE TABLE t (a int)", true},
+		{"create temp table t as select 1", true},
+		{"ALTER TABLE t ADD b int", true},
+		{"DROP TABLE t", true},
+		{"COMMENT ON TABLE t IS 'x'", true},
+		{"GRANT SELECT ON t TO public", true},
+		{"REVOKE SELECT ON t FROM public", true},
+		{"SECURITY LABEL ON TABLE t IS 'x'", true},
+		{"IMPORT FOREIGN SCHEMA s FROM SERVER f INTO p", true},
+		{"REFRESH MATERIALIZED VIEW mv", true},
+		{"SELECT 1 AS a INTO TEMP t2", true},
+		{"SELECT * INTO t2 FROM t", true},
+		{"INSERT INTO t VALUES (1); Drop TABLE t", true},
+		{"INSERT /* c */ INTO t VALUES (1)", true}, // (conservative)
+		{"SELECT 1", false},
+		{"INSERT INTO t VALUES (1)", false},
+		{"insert into t select * from u", false},
+		{"WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", false},
+		{"MERGE INTO t USING u ON t.a = u.a WHEN MATCHED THEN DELETE", false},
+		{"UPDATE t SET a = 1 WHERE b = 2", false},
+		{"DELETE FROM t", false},
+		{"TRUNCATE t", false},
+		{"VACUUM t", false},
+		{"COPY t FROM STDIN", false},
+		{"SELECT created_at, dropped FROM t", false},
+	} {
+		if got := firesEventTriggers(c.sql); got != c.want {
+			t.Errorf("firesEventTriggers(%q) = %v, want %v", c.sql, got, c.want)
+		}
+	}
+}

@@ -300,6 +300,21 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 			t.Fatalf("the client's own work_mem after its SET: %s", got)
 		}
 	})
+	// An event trigger: the statements that fire one (DDL, SELECT INTO)
+	// are verified; the rest need not be (TestFiresEventTriggers).
+	t.Run("event trigger", func(t *testing.T) {
+		objects(t, []string{
+			"CREATE FUNCTION iso14_evf() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN " + sp + " END $$",
+			"CREATE EVENT TRIGGER iso14_evt ON ddl_command_end EXECUTE FUNCTION iso14_evf()",
+		}, []string{"DROP EVENT TRIGGER IF EXISTS iso14_evt", "DROP TABLE IF EXISTS iso14_ev1, iso14_ev2, iso14_ev3", "DROP FUNCTION IF EXISTS iso14_evf()"})
+		check(t, "CREATE TABLE iso14_ev1 (a int)", simple, true)
+		check(t, "CREATE TABLE iso14_ev2 (a int)", extended, true)
+		check(t, "SELECT 1 AS a INTO iso14_ev3", simple, true)
+		exec(t, a, "INSERT INTO iso14_ev1 VALUES (1)", simple)
+		if got := queryString(t, a, "SELECT count(*) FROM iso14_ev1", simple); got != "1" {
+			t.Fatalf("rows: %s", got)
+		}
+	})
 	// A trigger made by a DO block through this coordinator, with no DDL
 	// statement after it: the next INSERT is verified all the same.
 	t.Run("trigger made by a DO block", func(t *testing.T) {
