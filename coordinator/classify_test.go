@@ -386,3 +386,46 @@ func TestFiresEventTriggers(t *testing.T) {
 		}
 	}
 }
+
+// A function body is harmless only when no word of it can change session
+// state; what it calls or writes is checked by name (stateViews).
+func TestHarmlessBody(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want bool
+	}{
+		{" BEGIN NEW.updated_at := now(); RETURN NEW; END ", true},
+		{"BEGIN INSERT INTO audit VALUES (TG_OP, row_to_json(NEW)); RETURN NEW; END", true},
+		{"BEGIN UPDATE counters SET n = n + 1 WHERE id = NEW.id; RETURN NEW; END", true},
+		{`BEGIN UPDATE ONLY "Counters" AS c SET n = 1; RETURN NULL; END`, true},
+		{"INSERT INTO t VALUES ($1) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v", true},
+		{"SELECT $1 + 1", true},
+		{"BEGIN SET search_path = x; RETURN 1; END", false},
+		{"BEGIN IF TG_OP = 'UPDATE' THEN SET LOCAL work_mem = '1MB'; END IF; RETURN NEW; END", false},
+		{"BEGIN UPDATE t SET a = 1; SET ROLE r; RETURN NEW; END", false},
+		{"BEGIN IF update THEN SET ROLE r; END IF; RETURN NEW; END", false},
+		{"BEGIN <<l>> SET search_path = x; END", false},
+		{"BEGIN UPDATE t /* x */ SET a = 1; END", false}, // (conservative)
+		{"BEGIN PERFORM set_config('search_path', 'x', false); RETURN NEW; END", false},
+		{`BEGIN PERFORM pg_catalog."set_config"('a.b', 'x', false); END`, false},
+		{"BEGIN PERFORM pg_advisory_lock(1); END", false},
+		{"BEGIN PERFORM pg_try_advisory_xact_lock(1); END", false},
+		{"BEGIN EXECUTE 'SET search_path = x'; END", false},
+		{"BEGIN CREATE TEMP TABLE x (a int); END", false},
+		{"BEGIN CREATE TABLE pg_temp.x (a int); END", false},
+		{"BEGIN RESET ALL; END", false},
+		{"BEGIN LISTEN ch; END", false},
+		{"BEGIN PREPARE p AS SELECT 1; END", false},
+		{"DECLARE c CURSOR WITH HOLD FOR SELECT 1", false},
+		{"BEGIN CALL p(); END", false},
+		{"BEGIN PERFORM query_to_xml('SELECT f()', true, false, ''); END", false},
+		{"UPDATE pg_settings SET setting = 'x' WHERE name = 'work_mem'", false},
+		{`BEGIN PERFORM U&"\0073et_config"('a.b', 'x', false); END`, false},
+		{"BEGIN PERFORM dblink_connect('x'); END", false},
+		{"BEGIN PERFORM setseed(0.5); END", false},
+	} {
+		if got := harmlessBody(c.body); got != c.want {
+			t.Errorf("harmlessBody(%q) = %v, want %v", c.body, got, c.want)
+		}
+	}
+}

@@ -300,6 +300,40 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 			t.Fatalf("the client's own work_mem after its SET: %s", got)
 		}
 	})
+	// Functions whose bodies change no session state themselves are left
+	// out (harmlessBody), but not when what they call or write runs code
+	// that does: a table with such a trigger, a user function, one
+	// through another; nor one whose SET is not UPDATE's.
+	t.Run("trigger functions that look harmless", func(t *testing.T) {
+		objects(t, []string{
+			"CREATE FUNCTION iso14_hw() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO iso14_trg VALUES (NEW.id + 1000); RETURN NEW; END $$",
+			"CREATE FUNCTION iso14_hc() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM iso14_sp(1); RETURN NEW; END $$",
+			"CREATE FUNCTION iso14_mid() RETURNS int LANGUAGE sql AS 'SELECT 1 WHERE iso14_sp(1)'",
+			"CREATE FUNCTION iso14_hh() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM iso14_mid(); RETURN NEW; END $$",
+			"CREATE FUNCTION iso14_hs() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF TG_OP = 'INSERT' THEN SET search_path = iso14_schema; END IF; RETURN NEW; END $$",
+			"CREATE FUNCTION iso14_hu() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE iso14_hcount SET n = n + 1; RETURN NEW; END $$",
+			"CREATE TABLE iso14_hcount (n int)",
+			"INSERT INTO iso14_hcount VALUES (0)",
+			"CREATE TABLE iso14_hwt (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hwt FOR EACH ROW EXECUTE FUNCTION iso14_hw()",
+			"CREATE TABLE iso14_hct (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hct FOR EACH ROW EXECUTE FUNCTION iso14_hc()",
+			"CREATE TABLE iso14_hht (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hht FOR EACH ROW EXECUTE FUNCTION iso14_hh()",
+			"CREATE TABLE iso14_hst (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hst FOR EACH ROW EXECUTE FUNCTION iso14_hs()",
+			"CREATE TABLE iso14_hut (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hut FOR EACH ROW EXECUTE FUNCTION iso14_hu()",
+		}, []string{"DROP TABLE IF EXISTS iso14_hwt, iso14_hct, iso14_hht, iso14_hst, iso14_hut, iso14_hcount",
+			"DROP FUNCTION IF EXISTS iso14_hw()", "DROP FUNCTION IF EXISTS iso14_hc()", "DROP FUNCTION IF EXISTS iso14_hh()",
+			"DROP FUNCTION IF EXISTS iso14_mid()", "DROP FUNCTION IF EXISTS iso14_hs()", "DROP FUNCTION IF EXISTS iso14_hu()"})
+		check(t, "INSERT INTO iso14_hwt VALUES (1)", simple, true)
+		check(t, "INSERT INTO iso14_hct VALUES (1)", extended, true)
+		check(t, "INSERT INTO iso14_hht VALUES (1)", simple, true)
+		check(t, "INSERT INTO iso14_hst VALUES (1)", simple, true)
+		// (Harmless: its table is not checked, and its writes land.)
+		for i := 0; i < 3; i++ {
+			exec(t, a, "INSERT INTO iso14_hut VALUES (1)", simple)
+		}
+		if got := queryString(t, a, "SELECT n FROM iso14_hcount", simple); got != "3" {
+			t.Fatalf("the harmless trigger's count: %s", got)
+		}
+	})
 	// An event trigger: the statements that fire one (DDL, SELECT INTO)
 	// are verified; the rest need not be (TestFiresEventTriggers).
 	t.Run("event trigger", func(t *testing.T) {

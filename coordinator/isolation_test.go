@@ -657,6 +657,7 @@ func TestDeallocateInUserCode(t *testing.T) {
 	setup := connect(t, pgtest.Coordinator(t, cl, nil).Addr())
 	testTable(t, setup, "dealloc_t", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('dealloc_t', 'id', shard_count => 4)")
 	exec(t, setup, "INSERT INTO dealloc_t SELECT g, 10 * g FROM generate_series(1, 20) g", simple)
+	exec(t, setup, "INSERT INTO dealloc_t VALUES (100, 0)", simple)
 	// One connection per worker: the next client gets the one the DO
 	// block ran on.
 	srv := pgtest.Coordinator(t, cl, poolSize(1))
@@ -682,4 +683,79 @@ func TestDeallocateInUserCode(t *testing.T) {
 		}
 		read(connect(t, srv.Addr()), fmt.Sprintf("a client after DEALLOCATE ALL in user code (%v)", mode))
 	}
+	for _, q := range []string{
+		"CREATE OR REPLACE FUNCTION dealloc_all() RETURNS int LANGUAGE plpgsql AS $$BEGIN EXECUTE 'DEALLOCATE ALL'; RETURN 1; END$$",
+		"CREATE OR REPLACE FUNCTION dealloc_state() RETURNS int LANGUAGE plpgsql AS $$BEGIN EXECUTE 'DEALLOCATE pgfleet_state'; RETURN 1; END$$",
+		"CREATE OR REPLACE FUNCTION dealloc_setv(n text, v text) RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config(n, v, false); RETURN 1; END$$",
+	} {
+		exec(t, setup, q, simple)
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP FUNCTION IF EXISTS dealloc_all()", "DROP FUNCTION IF EXISTS dealloc_state()", "DROP FUNCTION IF EXISTS dealloc_setv(text, text)"} {
+			_, _ = setup.Exec(ctx, q, simple)
+		}
+	})
+	// In a block, then a SET: the block commits (adversary: the SET's
+	// comparison bound the deallocated read, which aborted the block).
+	t.Run("in a block", func(t *testing.T) {
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+			a := connect(t, srv.Addr())
+			var before, after int
+			if err := a.QueryRow(ctx, "SELECT v FROM dealloc_t WHERE id = 100", simple).Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{"BEGIN", "SELECT dealloc_all()", "SET application_name = 'dealloc'",
+				"UPDATE dealloc_t SET v = v + 1 WHERE id = 100", "COMMIT"} {
+				if _, err := a.Exec(ctx, q, mode); err != nil {
+					t.Fatalf("%v: %s: %v", mode, q, err)
+				}
+			}
+			if err := a.QueryRow(ctx, "SELECT v FROM dealloc_t WHERE id = 100", simple).Scan(&after); err != nil || after != before+1 {
+				t.Fatalf("%v: v went from %d to %d (%v): the block's UPDATE was lost", mode, before, after, err)
+			}
+			_ = a.Close(ctx)
+		}
+	})
+	// Only pgfleet's read deallocated: the other statements stay, and the
+	// client's prepared statements run on (adversary: 42P05 after the
+	// whole cache was forgotten).
+	t.Run("only the state read", func(t *testing.T) {
+		a := connect(t, srv.Addr())
+		read(a, "before")
+		if _, err := a.Exec(ctx, "SELECT dealloc_state()"); err != nil {
+			t.Fatal(err)
+		}
+		// (The client itself is kept on the default node, whose state
+		// could not be read: rows elsewhere get 0A000.)
+		served := 0
+		for id := 1; id <= 20; id++ {
+			var v int
+			err := a.QueryRow(ctx, "SELECT v FROM dealloc_t WHERE id = $1", id).Scan(&v)
+			var pe *pgconn.PgError
+			switch {
+			case err == nil && v == 10*id:
+				served++
+			case errors.As(err, &pe) && pe.Code == "0A000":
+			default:
+				t.Fatalf("the client itself after DEALLOCATE pgfleet_state in user code: id %d: got %d, %v", id, v, err)
+			}
+		}
+		if served == 0 {
+			t.Fatal("the client itself read no row")
+		}
+		_ = a.Close(ctx)
+		read(connect(t, srv.Addr()), "a client after DEALLOCATE pgfleet_state in user code")
+	})
+	// Settings user code changes, named in the text, are read apart: a
+	// value with the separator in it is not taken for two (adversary:
+	// app.x = 'a | b' with app.y undefined read as app.x = 'a', app.y =
+	// 'b', and the function's change was lost).
+	t.Run("custom settings read apart", func(t *testing.T) {
+		a := connect(t, srv.Addr())
+		exec(t, a, "SET dealloc.x = 'a | b'", simple)
+		exec(t, a, "SELECT dealloc_setv('dealloc.x', 'a') + dealloc_setv('dealloc.y', 'b')", simple)
+		if got := queryString(t, a, "SELECT current_setting('dealloc.x', true) || ',' || coalesce(current_setting('dealloc.y', true), '')", simple); got != "a,b" {
+			t.Fatalf("the client's settings after the function: %q, want a,b", got)
+		}
+	})
 }

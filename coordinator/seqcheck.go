@@ -86,7 +86,14 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateNames = customNames(sql)
 	sc := ss.sc
-	sc.SetBuf(appendSync(ss.appendStateRead(appendRun(sc.Buf(), "DISCARD SEQUENCES", nil), false)))
+	b := appendRun(sc.Buf(), "DISCARD SEQUENCES", nil)
+	named := ss.stateNamed()
+	if named {
+		b = ss.appendStateRead(b, false)
+	} else {
+		b = appendRun(b, stateText(ss.stateNames), nil)
+	}
+	sc.SetBuf(appendSync(b))
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
 		return ss.lostServer(err)
@@ -117,20 +124,24 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 		}
 	}
 	_ = sc.SetReadDeadline(time.Time{})
+	if werr != nil && named {
+		ss.stateReadLost(errCode(werr)) // (the read's Parse may not have run)
+	}
 	switch {
 	case err != nil:
 		return ss.lostServer(err)
-	case werr != nil && !discarded:
+	case werr != nil && (!discarded || sc.TxStatus == 'E'):
+		// The discard failed, or the read did in the client's
+		// transaction block, which it aborted (a statement_timeout):
+		// the client's statement is not sent, and the client is told
+		// why its block failed (adversary: a hidden error left the
+		// block's first statement with 25P02).
+		// (No snapshot: the release pins the session.)
+		ss.stateBase = ss.stateBase[:0]
 		return ss.queryError(executor.NewWorkerError(werr))
 	case werr != nil:
-		// The state read failed (no snapshot: the release pins the
-		// session, verifyRelease); its statement may be gone, and with
-		// it, after a DEALLOCATE ALL in user code, every other.
-		if errCode(werr) == pgerr.UndefinedPreparedStmt {
-			sc.Stmts.Clear()
-		} else {
-			sc.Stmts.Doubt(stateStmtName)
-		}
+		// The read failed on its own: no snapshot, so the release pins
+		// the session (verifyRelease).
 		ss.stateBase = ss.stateBase[:0]
 	}
 	return nil

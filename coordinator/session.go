@@ -3576,15 +3576,16 @@ const stateHead = `SELECT pg_catalog.concat_ws(' | ',
  (SELECT pg_catalog.count(*) FROM pg_catalog.pg_ts_config WHERE cfgnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
  (SELECT pg_catalog.count(*) FROM pg_catalog.pg_ts_dict WHERE dictnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) OPERATOR(pg_catalog.+)
  (SELECT pg_catalog.count(*) FROM pg_catalog.pg_statistic_ext WHERE stxnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) END,
- (SELECT pg_catalog.string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
- (SELECT pg_catalog.string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable),
- (SELECT pg_catalog.string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c),
+ COALESCE((SELECT pg_catalog.string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_prepared_statements WHERE from_sql), ''),
+ COALESCE((SELECT pg_catalog.string_agg(name, ',' ORDER BY name) FROM pg_catalog.pg_cursors WHERE is_holdable), ''),
+ COALESCE((SELECT pg_catalog.string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c), ''),
  (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid())),
- pg_catalog.concat_ws(' | ', VARIADIC ARRAY[(SELECT pg_catalog.string_agg(name OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) setting, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session')]
- OPERATOR(pg_catalog.||) ARRAY(SELECT pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(`
+ pg_catalog.concat_ws(' | ', COALESCE((SELECT pg_catalog.array_agg(name OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) setting ORDER BY name)
+   FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session')::pg_catalog.text, '{}'),
+ ARRAY(SELECT pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(`
 
 // stateTail follows stateHead's array of custom setting names.
-const stateTail = `::pg_catalog.text[]) WITH ORDINALITY AS u(n, i) ORDER BY i))`
+const stateTail = `::pg_catalog.text[]) WITH ORDINALITY AS u(n, i) ORDER BY i)::pg_catalog.text)`
 
 // The state read is prepared once per server connection under
 // stateStmtName, the custom names its parameter, and bound for each
@@ -3649,25 +3650,40 @@ func (ss *session) appendStateRead(b []byte, queued bool) []byte {
 	return appendExecute(b)
 }
 
-// stateReadFailed handles a worker's error to the prepared state read and
-// returns the error for the client: the read found its statement gone
-// (user code ran EXECUTE 'DEALLOCATE ALL', which took pgfleet's others too,
-// and the cache forgets them), or failed otherwise (a statement_timeout).
+// stateReadFailed handles a worker's error to the prepared state read
+// pipelined ahead of a client's statement (outside a transaction block,
+// stateNamed) and returns the error for the client, whose messages after
+// it to the Sync are skipped. The read found its statement gone only if
+// code pgfleet does not check deallocated it since the last read found it
+// (user code that pgfleet checks is followed by a read that finds it).
 func (ss *session) stateReadFailed(body []byte) []byte {
+	ss.sc.Stmts.Doubt(stateStmtName)
 	if errCode(body) != pgerr.UndefinedPreparedStmt {
-		ss.sc.Stmts.Doubt(stateStmtName)
 		return body
 	}
-	ss.sc.Stmts.Clear()
-	e := pgerr.New(pgerr.ObjectNotInPrerequisite, "the worker connection lost pgfleet's prepared statements (user code ran DEALLOCATE ALL); the statement was not run").
+	e := pgerr.New(pgerr.FeatureNotSupported, "pgfleet's prepared read of session state was deallocated on the worker connection by code it does not check (EXECUTE 'DEALLOCATE ...' in an extension's function); the statement was not run").
 		WithHint("Retry it.")
 	b, _ := pgerr.Flatten(e).Encode(nil)
 	return b[5:]
 }
 
-// readState reads the held connection's session state (one round trip).
+// stateNamed reports whether the state read may bind the connection's
+// prepared statement: outside a transaction block only. User code may
+// have deallocated it (EXECUTE 'DEALLOCATE ALL'), and in a block the Bind's
+// error would abort the client's transaction (adversary: a SET after such
+// a function rolled the block back); outside, the error is the read's
+// alone, and the read after the code that ran finds it (readState).
+func (ss *session) stateNamed() bool {
+	return ss.sc.TxStatus == 'I' && ss.txBegin == "" && ss.pendingBegin == ""
+}
+
+// readState reads the held connection's session state (one round trip;
+// two when the prepared read was deallocated).
 func (ss *session) readState() ([][]*string, error) {
 	sc := ss.sc
+	if !ss.stateNamed() {
+		return executor.QueryText(sc, stateText(ss.stateNames))
+	}
 	sc.SetBuf(appendSync(ss.appendStateRead(sc.Buf(), false)))
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
@@ -3675,18 +3691,37 @@ func (ss *session) readState() ([][]*string, error) {
 	}
 	rows, err := executor.ReadText(sc)
 	var we *executor.WorkerError
-	switch {
-	case errors.As(err, &we) && we.PG.Code == pgerr.UndefinedPreparedStmt:
-		// User code deallocated the connection's statements (EXECUTE
-		// 'DEALLOCATE ALL'), pgfleet's with the rest: the cache forgets
-		// them, and the caller counts the state as changed.
-		// (TestDeallocateInUserCode.)
-		sc.Stmts.Clear()
-	case err != nil:
-		// (Its Parse, or a Close before it, may not have run.)
-		sc.Stmts.Doubt(stateStmtName)
+	if errors.As(err, &we) {
+		ss.stateReadLost(we.PG.Code)
 	}
 	return rows, err
+}
+
+// stateReadLost follows a worker's error to the prepared state read
+// (outside a transaction block): the statement may not be there (its Parse
+// did not run); and if it was deallocated (26000: user code ran EXECUTE
+// 'DEALLOCATE ALL' or 'DEALLOCATE pgfleet_state'), the connection's
+// statement cache is brought in line with the worker's, one query
+// (TestDeallocateInUserCode). The caller counts the state as changed.
+func (ss *session) stateReadLost(code string) {
+	sc := ss.sc
+	sc.Stmts.Doubt(stateStmtName)
+	if code != pgerr.UndefinedPreparedStmt || sc.TxStatus != 'I' {
+		return
+	}
+	rows, err := executor.QueryText(sc, "SELECT name FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql")
+	if err != nil {
+		sc.MarkBroken() // (its cache unknown: not reused)
+		return
+	}
+	held := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		if len(r) == 1 && r[0] != nil {
+			held[*r[0]] = true
+		}
+	}
+	sc.Stmts.Retain(func(name string) bool { return held[name] })
+	sc.Stmts.Doubt(stateStmtName)
 }
 
 // customNames returns, as an array literal, the string literals of sql
@@ -3766,14 +3801,20 @@ func (ss *session) snapshotState(extended bool, sql string) {
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateNames = customNames(sql)
 	b := ss.sc.Buf()
-	if extended {
+	switch {
+	case extended && ss.stateNamed():
 		// (A failure, unlike the text's below, is the client's: its
 		// messages after it are skipped to the Sync, and hiding the
 		// error would leave it no answer to them.)
 		b = ss.appendStateRead(b, true)
 		ss.push(expect{kind: eSwallow, term: tBind, state: true})
 		ss.push(expect{kind: eSwallow, term: tExecute, state: true, capture: true})
-	} else {
+	case extended:
+		b = appendRun(b, stateText(ss.stateNames), nil)
+		ss.push(expect{kind: eSwallow, term: tParse, abort: true})
+		ss.push(expect{kind: eSwallow, term: tBind, abort: true})
+		ss.push(expect{kind: eSwallow, term: tExecute, abort: true, capture: true})
+	default:
 		b = appendQuery(b, stateText(ss.stateNames))
 		ss.push(expect{kind: eSwallow, term: tQuery, abort: true, capture: true})
 	}

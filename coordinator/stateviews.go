@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // User code can run where a statement's text shows no call of it: a
@@ -91,7 +93,7 @@ edge(ccls, coid, pcls, poid) AS (
               FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384 AND c.contype = 'f'
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhparent, 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhrelid FROM pg_catalog.pg_inherits h WHERE h.inhrelid >= 16384),
 bad(cls, oid) AS (
-  SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, ufn.oid FROM ufn
+  SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, ufn.oid FROM ufn WHERE ufn.oid <> ALL ($1::pg_catalog.oid[])
   UNION
   SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r
    WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval)'
@@ -99,7 +101,7 @@ bad(cls, oid) AS (
   SELECT e.ccls, e.coid FROM edge e JOIN bad b ON b.cls = e.pcls AND b.oid = e.poid)
 SELECT 'n', c.relname::text FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = bad.oid
 UNION SELECT 'n', t.typname::text FROM bad JOIN pg_catalog.pg_type t ON bad.cls = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = bad.oid
-UNION SELECT 'n', p.proname::text FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
+UNION SELECT 'f', p.proname::text FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
 UNION SELECT 'o', o.oprname::text FROM bad JOIN pg_catalog.pg_operator o ON bad.cls = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = bad.oid
        WHERE o.oprleft < 16384 AND o.oprright < 16384 AND o.oprresult < 16384
 UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_opclass c ON bad.cls = 'pg_catalog.pg_opclass'::pg_catalog.regclass AND c.oid = bad.oid
@@ -108,6 +110,23 @@ UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_cast k ON bad.cls = 'pg_catalog
        WHERE k.castsource < 16384 AND k.casttarget < 16384
 UNION SELECT 'd', '' FROM bad JOIN pg_catalog.pg_event_trigger e ON bad.cls = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass AND e.oid = bad.oid
        WHERE e.evtenabled <> 'D'`
+
+// userFuncsSQL lists the user functions of stateViewsSQL's ufn with what
+// harmlessBody reads: language and body (a SQL-standard body, BEGIN ATOMIC,
+// is not in prosrc: never harmless).
+const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text, p.prosrc, p.prosqlbody IS NOT NULL
+  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
+                               WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet', 'pgfleet_txn'))
+   AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
+                    WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND e.objid = p.oid AND e.deptype = 'e')`
+
+// userFunc is a row of userFuncsSQL.
+type userFunc struct {
+	oid              uint32
+	name, lang, body string
+	atomic           bool
+}
 
 // stateViews returns the current viewSet, reading it when this
 // coordinator's catalog version or DDL epoch moved.
@@ -134,45 +153,203 @@ func (s *Server) stateViews() *viewSet {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rows, err := s.metaPool.Query(ctx, stateViewsSQL)
-	if err == nil {
-		for rows.Next() {
-			var kind, n string
-			if err = rows.Scan(&kind, &n); err != nil {
-				break
-			}
-			switch kind {
-			case "n":
-				vs.names[nameKey(n)] = n
-				vs.names[strings.ToLower(n)] = n
-				if oddName(n) {
-					vs.odd = append(vs.odd, n)
-					if strings.Contains(n, `"`) {
-						vs.odd = append(vs.odd, strings.ReplaceAll(n, `"`, `""`))
-					}
+	funcs, err := readUserFuncs(ctx, s.metaPool)
+	if err != nil {
+		vs.all = true
+		s.views.Store(vs)
+		return vs
+	}
+	// Functions whose bodies cannot change session state are left out of
+	// the closure's seeds, unless a body names what the closure finds
+	// (a table whose trigger is not harmless, a user function that is
+	// not): read again until no harmless function is taken back.
+	harmless := map[uint32]bool{}
+	for _, f := range funcs {
+		if (f.lang == "plpgsql" || f.lang == "sql") && !f.atomic && harmlessBody(f.body) {
+			harmless[f.oid] = true
+		}
+	}
+	for round := 0; ; round++ {
+		if round == 8 {
+			clear(harmless) // (not settled: none is harmless)
+		}
+		var relTypes map[string]string
+		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless)
+		if err != nil || len(harmless) == 0 {
+			break
+		}
+		others := map[string]string{} // user functions that are not harmless
+		var odd []string
+		for _, f := range funcs {
+			if !harmless[f.oid] {
+				others[nameKey(f.name)], others[strings.ToLower(f.name)] = f.name, f.name
+				if oddName(f.name) {
+					odd = append(odd, f.name)
 				}
-			case "o":
-				if syntaxOps[n] {
-					vs.all = true // LIKE, IN, BETWEEN, CASE x WHEN... use it unwritten
-				}
-				vs.ops = append(vs.ops, n)
-			case "d":
-				vs.ddl = true
-			default: // a cast between built-in types, a default operator class
-				vs.all = true
 			}
 		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
+		taken := false
+		for _, f := range funcs {
+			if harmless[f.oid] && (mentionedTable(f.body, relTypes) != "" || mentionedTable(f.body, others) != "" ||
+				containsAny(f.body, vs.ops) || containsAny(f.body, vs.odd) || containsAny(f.body, odd) ||
+				vs.ddl && firesEventTriggers(f.body)) {
+				delete(harmless, f.oid)
+				taken = true
+			}
+		}
+		if !taken {
+			break
 		}
 	}
 	if err != nil {
-		vs.all = true
+		vs = &viewSet{stamp: stamp, names: map[string]string{}, all: true}
 	}
 	s.views.Store(vs)
 	return vs
 }
+
+// readUserFuncs runs userFuncsSQL.
+func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) ([]userFunc, error) {
+	rows, err := pool.Query(ctx, userFuncsSQL)
+	if err != nil {
+		return nil, err
+	}
+	var funcs []userFunc
+	for rows.Next() {
+		var f userFunc
+		if err := rows.Scan(&f.oid, &f.name, &f.lang, &f.body, &f.atomic); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		funcs = append(funcs, f)
+	}
+	return funcs, rows.Err()
+}
+
+// readViewSet runs stateViewsSQL with the harmless functions left out of
+// its seeds. relTypes: the names of relations and types alone.
+func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool) (*viewSet, map[string]string, error) {
+	vs := &viewSet{stamp: stamp, names: map[string]string{}}
+	relTypes := map[string]string{}
+	oids := make([]uint32, 0, len(harmless))
+	for o := range harmless {
+		oids = append(oids, o)
+	}
+	rows, err := pool.Query(ctx, stateViewsSQL, oids)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, n string
+		if err := rows.Scan(&kind, &n); err != nil {
+			return nil, nil, err
+		}
+		switch kind {
+		case "n", "f":
+			vs.names[nameKey(n)] = n
+			vs.names[strings.ToLower(n)] = n
+			if kind == "n" {
+				relTypes[nameKey(n)], relTypes[strings.ToLower(n)] = n, n
+			}
+			if oddName(n) {
+				vs.odd = append(vs.odd, n)
+				if strings.Contains(n, `"`) {
+					vs.odd = append(vs.odd, strings.ReplaceAll(n, `"`, `""`))
+				}
+			}
+		case "o":
+			if syntaxOps[n] {
+				vs.all = true // LIKE, IN, BETWEEN, CASE x WHEN... use it unwritten
+			}
+			vs.ops = append(vs.ops, n)
+		case "d":
+			vs.ddl = true
+		default: // a cast between built-in types, a default operator class
+			vs.all = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return vs, relTypes, nil
+}
+
+// harmlessBody reports whether a PL/pgSQL or SQL function's body cannot
+// change session state (the connection's settings, role, temporary
+// objects, prepared statements, holdable cursors, LISTEN channels,
+// advisory locks) by what it says itself: a lexical check of every word,
+// strings and comments included (conservative). Not harmless: a SET other
+// than UPDATE's (SET LOCAL too), RESET, DISCARD, PREPARE, DEALLOCATE,
+// EXECUTE (dynamic SQL), CALL, LOAD, LISTEN, UNLISTEN, WITH HOLD, DDL
+// (CREATE, ALTER, DROP: what it makes may run code), temporary objects,
+// the session functions classify knows (set_config, advisory locks,
+// dblink, setseed...), built-ins that run SQL given as text, pg_settings,
+// and Unicode-escaped names. What it calls or writes is the caller's
+// check: user functions and tables by name (stateViews).
+func harmlessBody(src string) bool {
+	if strings.Contains(src, "&") && (strings.Contains(src, "U&") || strings.Contains(src, "u&")) {
+		return false
+	}
+	var last [6]string // the words before, since the last ';'
+	n := 0
+	for i := 0; i < len(src); {
+		c := src[i]
+		if c == ';' {
+			n = 0
+			i++
+			continue
+		}
+		if !isIdentStart(c) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(src) && isIdentChar(src[j]) {
+			j++
+		}
+		w := strings.ToUpper(src[i:j])
+		switch {
+		case harmfulWords[w], sessionFuncs[w] != "", builtins[w]&(runsSQLText|readsAllTables) != 0,
+			strings.Contains(w, "ADVISORY"), strings.HasPrefix(w, "DBLINK"), strings.Contains(w, "PG_TEMP"):
+			return false
+		case w == "SET":
+			// UPDATE t SET, UPDATE ONLY s.t AS a SET, DO UPDATE SET: an
+			// UPDATE among the six words before, the one just before
+			// a name (not a keyword that starts a statement, nor
+			// punctuation: a label's >>, a comment's */).
+			k := i - 1
+			for k >= 0 && strings.IndexByte(" \t\n\r\f", src[k]) >= 0 {
+				k--
+			}
+			if k < 0 || !(isIdentChar(src[k]) || src[k] == '"') || n == 0 || statementStarts[last[(n-1)%6]] {
+				return false
+			}
+			update := false
+			for m := 1; m <= 6 && m <= n; m++ {
+				update = update || last[(n-m)%6] == "UPDATE"
+			}
+			if !update {
+				return false
+			}
+		}
+		last[n%6] = w
+		n++
+		i = j
+	}
+	return true
+}
+
+// harmfulWords are the words of statements that change session state, or
+// run code harmlessBody cannot read (harmlessBody).
+var harmfulWords = map[string]bool{"RESET": true, "DISCARD": true, "PREPARE": true, "DEALLOCATE": true,
+	"EXECUTE": true, "CALL": true, "LOAD": true, "LISTEN": true, "UNLISTEN": true, "HOLD": true,
+	"CREATE": true, "ALTER": true, "DROP": true, "TEMP": true, "TEMPORARY": true, "PG_SETTINGS": true,
+	"IMPORT": true, "SECURITY": true, "GRANT": true, "REVOKE": true, "COMMENT": true, "REFRESH": true}
+
+// statementStarts are the PL/pgSQL words after which a statement begins.
+var statementStarts = map[string]bool{"BEGIN": true, "THEN": true, "ELSE": true, "LOOP": true, "ELSIF": true,
+	"ELSEIF": true, "EXCEPTION": true, "DECLARE": true, "IS": true, "AS": true, "ATOMIC": true, "DO": true}
 
 // syntaxOps are the operators PostgreSQL's grammar uses where the text does
 // not write them: LIKE and ILIKE (~~, ~~*, !~~, !~~*), SIMILAR TO (~, !~),

@@ -104,3 +104,12 @@ func (c *StmtCache) Clear() { clear(c.used) }
 // evicting another (the cache may briefly hold one more than its bound). Its
 // settings are no longer known, so its next use prepares it again.
 func (c *StmtCache) Restore(name string) { c.Doubt(name) }
+
+// Retain forgets the names keep rejects (the server no longer holds them).
+func (c *StmtCache) Retain(keep func(name string) bool) {
+	for n := range c.used {
+		if !keep(n) {
+			delete(c.used, n)
+		}
+	}
+}
