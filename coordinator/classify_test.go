@@ -423,6 +423,9 @@ func TestHarmlessBody(t *testing.T) {
 		{`BEGIN PERFORM U&"\0073et_config"('a.b', 'x', false); END`, false},
 		{"BEGIN PERFORM dblink_connect('x'); END", false},
 		{"BEGIN PERFORM setseed(0.5); END", false},
+		{"BEGIN NEW.b := currval('s'); RETURN NEW; END", false},
+		{"SELECT lastval()", false},
+		{"BEGIN NEW.id := nextval('s'); RETURN NEW; END", true},
 	} {
 		if got := harmlessBody(c.body); got != c.want {
 			t.Errorf("harmlessBody(%q) = %v, want %v", c.body, got, c.want)

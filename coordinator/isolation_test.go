@@ -759,3 +759,42 @@ func TestDeallocateInUserCode(t *testing.T) {
 		}
 	})
 }
+
+// A trigger reading currval() is checked like any user code (its
+// statement runs after DISCARD SEQUENCES): it never reads the sequence
+// state another client left on the pooled connection (a trigger that
+// looks harmless otherwise, harmlessBody).
+func TestCurrvalInTrigger(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, cl.Servers[0].Addr())
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS cvt_t", "DROP SEQUENCE IF EXISTS cvt_s",
+		"CREATE SEQUENCE cvt_s",
+		"CREATE OR REPLACE FUNCTION cvt_f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.b := currval('cvt_s'); RETURN NEW; END $$",
+		"CREATE TABLE cvt_t (a int, b bigint)",
+		"CREATE TRIGGER cvt_tr BEFORE INSERT ON cvt_t FOR EACH ROW EXECUTE FUNCTION cvt_f()",
+	} {
+		exec(t, setup, q, simple)
+	}
+	t.Cleanup(func() {
+		_, _ = setup.Exec(ctx, "DROP TABLE IF EXISTS cvt_t", simple)
+		_, _ = setup.Exec(ctx, "DROP FUNCTION IF EXISTS cvt_f()", simple)
+		_, _ = setup.Exec(ctx, "DROP SEQUENCE IF EXISTS cvt_s", simple)
+	})
+	srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
+	b := connect(t, srv.Addr())
+	exec(t, b, "SELECT nextval('cvt_s')", simple)
+	_ = b.Close(ctx)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		a := connect(t, srv.Addr())
+		// On PostgreSQL: 55000, currval is not yet defined in A's session.
+		_, err := a.Exec(ctx, "INSERT INTO cvt_t (a) VALUES (1)", mode)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "55000" {
+			t.Fatalf("%v: INSERT through a trigger reading currval in a session that drew none: %v, want 55000", mode, err)
+		}
+		_ = a.Close(ctx)
+	}
+}

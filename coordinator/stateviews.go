@@ -285,7 +285,8 @@ func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmle
 // (CREATE, ALTER, DROP: what it makes may run code), temporary objects,
 // the session functions classify knows (set_config, advisory locks,
 // dblink, setseed...), built-ins that run SQL given as text, pg_settings,
-// and Unicode-escaped names. What it calls or writes is the caller's
+// currval and lastval (another client's sequence state), and
+// Unicode-escaped names. What it calls or writes is the caller's
 // check: user functions and tables by name (stateViews).
 func harmlessBody(src string) bool {
 	if strings.Contains(src, "&") && (strings.Contains(src, "U&") || strings.Contains(src, "u&")) {
@@ -345,7 +346,10 @@ func harmlessBody(src string) bool {
 var harmfulWords = map[string]bool{"RESET": true, "DISCARD": true, "PREPARE": true, "DEALLOCATE": true,
 	"EXECUTE": true, "CALL": true, "LOAD": true, "LISTEN": true, "UNLISTEN": true, "HOLD": true,
 	"CREATE": true, "ALTER": true, "DROP": true, "TEMP": true, "TEMPORARY": true, "PG_SETTINGS": true,
-	"IMPORT": true, "SECURITY": true, "GRANT": true, "REVOKE": true, "COMMENT": true, "REFRESH": true}
+	"IMPORT": true, "SECURITY": true, "GRANT": true, "REVOKE": true, "COMMENT": true, "REFRESH": true,
+	// (Sequence state: user code that reads it runs after DISCARD
+	// SEQUENCES, seqcheck.go.)
+	"CURRVAL": true, "LASTVAL": true}
 
 // statementStarts are the PL/pgSQL words after which a statement begins.
 var statementStarts = map[string]bool{"BEGIN": true, "THEN": true, "ELSE": true, "LOOP": true, "ELSIF": true,
