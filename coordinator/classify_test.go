@@ -425,6 +425,7 @@ func TestHarmlessBody(t *testing.T) {
 		{"BEGIN PERFORM setseed(0.5); END", false},
 		{"BEGIN NEW.b := currval('s'); RETURN NEW; END", false},
 		{"SELECT lastval()", false},
+		{"SELECT pg_replication_origin_session_setup('o')", false},
 		{"BEGIN NEW.id := nextval('s'); RETURN NEW; END", true},
 	} {
 		if got := harmlessBody(c.body); got != c.want {

@@ -312,7 +312,8 @@ func harmlessBody(src string) bool {
 		w := strings.ToUpper(src[i:j])
 		switch {
 		case harmfulWords[w], sessionFuncs[w] != "", builtins[w]&(runsSQLText|readsAllTables) != 0,
-			strings.Contains(w, "ADVISORY"), strings.HasPrefix(w, "DBLINK"), strings.Contains(w, "PG_TEMP"):
+			strings.Contains(w, "ADVISORY"), strings.HasPrefix(w, "DBLINK"), strings.Contains(w, "PG_TEMP"),
+			strings.Contains(w, "REPLICATION"): // (a session's replication origin, a temporary slot)
 			return false
 		case w == "SET":
 			// UPDATE t SET, UPDATE ONLY s.t AS a SET, DO UPDATE SET: an
