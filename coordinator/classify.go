@@ -866,6 +866,13 @@ var sessionFuncs = map[string]string{
 	"DBLINK_CONNECT":              "dblink connection",
 	"LO_OPEN":                     "large object descriptor",
 	"SETSEED":                     "setseed()", // random()'s state: a fresh session's is unseeded
+	// A session's replication origin, and a temporary replication slot,
+	// which lives as long as its session (adversary).
+	"PG_REPLICATION_ORIGIN_SESSION_SETUP": "replication origin",
+	"PG_CREATE_PHYSICAL_REPLICATION_SLOT": "temporary replication slot",
+	"PG_CREATE_LOGICAL_REPLICATION_SLOT":  "temporary replication slot",
+	"PG_COPY_PHYSICAL_REPLICATION_SLOT":   "temporary replication slot",
+	"PG_COPY_LOGICAL_REPLICATION_SLOT":    "temporary replication slot",
 }
 
 // lexer walks SQL text statement by statement. It keeps the first few words

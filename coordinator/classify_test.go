@@ -372,7 +372,6 @@ func TestFiresEventTriggers(t *testing.T) {
 		{"SELECT 1", false},
 		{"INSERT INTO t VALUES (1)", false},
 		{"insert into t select * from u", false},
-		{"WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", false},
 		{"MERGE INTO t USING u ON t.a = u.a WHEN MATCHED THEN DELETE", false},
 		{"UPDATE t SET a = 1 WHERE b = 2", false},
 		{"DELETE FROM t", false},
@@ -380,6 +379,11 @@ func TestFiresEventTriggers(t *testing.T) {
 		{"VACUUM t", false},
 		{"COPY t FROM STDIN", false},
 		{"SELECT created_at, dropped FROM t", false},
+		{"SELECT 1 AS insert INTO et1", true},
+		{"SELECT s.merge INTO et1 FROM s", true},
+		{"WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", true}, // (conservative)
+		{"INSERT INTO t VALUES (1); SELECT 1 AS insert INTO u", true},
+		{"SELECT 1; INSERT INTO t VALUES (1)", false},
 	} {
 		if got := firesEventTriggers(c.sql); got != c.want {
 			t.Errorf("firesEventTriggers(%q) = %v, want %v", c.sql, got, c.want)
@@ -427,6 +431,20 @@ func TestHarmlessBody(t *testing.T) {
 		{"SELECT lastval()", false},
 		{"SELECT pg_replication_origin_session_setup('o')", false},
 		{"BEGIN NEW.id := nextval('s'); RETURN NEW; END", true},
+		// (Adversary round 2: a comment's or a string's words are not
+		// the code's.)
+		{"BEGIN\n  -- update the timestamp\n  SET maintenance_work_mem = '7777kB';\n  NEW.updated_at := now(); RETURN NEW;\nEND", false},
+		{"-- update check\n SET ROLE bob;\n SELECT x >= 0", false},
+		{"BEGIN x := 'update'; SET search_path = a; END", false},
+		{"BEGIN x := 'update' SET search_path = a; END", false},
+		{"BEGIN /* update t */ SET search_path = a; END", false},
+		{"DO $x$ BEGIN PERFORM 1; END $x$", false},
+		{"BEGIN DO LANGUAGE plpgsql 'BEGIN PERFORM 1; END'; END", false},
+		{"BEGIN x := 'it''s'; UPDATE t SET a = 1; RETURN NEW; END", true},
+		{"BEGIN x := $q$ -- $q$; UPDATE t SET a = 1; RETURN NEW; END", true},
+		{`BEGIN UPDATE "T" SET a = 1; RETURN NEW; END`, true},
+		{"INSERT INTO t VALUES (1) ON CONFLICT DO NOTHING", true},
+		{"BEGIN x := 'never ends; SET role r; END", false},
 	} {
 		if got := harmlessBody(c.body); got != c.want {
 			t.Errorf("harmlessBody(%q) = %v, want %v", c.body, got, c.want)

@@ -322,6 +322,24 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		}, []string{"DROP TABLE IF EXISTS iso14_hwt, iso14_hct, iso14_hht, iso14_hst, iso14_hut, iso14_hcount",
 			"DROP FUNCTION IF EXISTS iso14_hw()", "DROP FUNCTION IF EXISTS iso14_hc()", "DROP FUNCTION IF EXISTS iso14_hh()",
 			"DROP FUNCTION IF EXISTS iso14_mid()", "DROP FUNCTION IF EXISTS iso14_hs()", "DROP FUNCTION IF EXISTS iso14_hu()"})
+		// (Adversary round 2.)
+		objects(t, []string{
+			"CREATE FUNCTION iso14_hcm() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN\n -- update the timestamp\n SET search_path = iso14_schema;\n RETURN NEW; END $$",
+			"CREATE TABLE iso14_hcmt (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hcmt FOR EACH ROW EXECUTE FUNCTION iso14_hcm()",
+			"CREATE VIEW iso14_myset AS SELECT name, setting FROM pg_settings",
+			"CREATE TABLE iso14_hrl (id int)",
+			"CREATE RULE iso14_r AS ON INSERT TO iso14_hrl DO ALSO UPDATE pg_settings SET setting = 'iso14_schema' WHERE name = 'search_path'",
+			"CREATE FUNCTION iso14_hvw() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE iso14_myset SET setting = 'iso14_schema' WHERE name = 'search_path'; RETURN NEW; END $$",
+			"CREATE TABLE iso14_hvwt (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hvwt FOR EACH ROW EXECUTE FUNCTION iso14_hvw()",
+			"CREATE FUNCTION information_schema.iso14_isf() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN NEW; END $$",
+			"CREATE TABLE iso14_ist (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_ist FOR EACH ROW EXECUTE FUNCTION information_schema.iso14_isf()",
+		}, []string{"DROP TABLE IF EXISTS iso14_hcmt, iso14_hrl, iso14_hvwt, iso14_ist", "DROP VIEW IF EXISTS iso14_myset",
+			"DROP FUNCTION IF EXISTS iso14_hcm()", "DROP FUNCTION IF EXISTS iso14_hvw()", "DROP FUNCTION IF EXISTS information_schema.iso14_isf()"})
+		check(t, "INSERT INTO iso14_hcmt VALUES (1)", simple, true)
+		check(t, "UPDATE iso14_myset SET setting = 'iso14_schema' WHERE name = 'search_path'", simple, true)
+		check(t, "INSERT INTO iso14_hrl VALUES (1)", simple, true)
+		check(t, "INSERT INTO iso14_hvwt VALUES (1)", extended, true)
+		check(t, "INSERT INTO iso14_ist VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_hwt VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_hct VALUES (1)", extended, true)
 		check(t, "INSERT INTO iso14_hht VALUES (1)", simple, true)
@@ -340,10 +358,11 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		objects(t, []string{
 			"CREATE FUNCTION iso14_evf() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN " + sp + " END $$",
 			"CREATE EVENT TRIGGER iso14_evt ON ddl_command_end EXECUTE FUNCTION iso14_evf()",
-		}, []string{"DROP EVENT TRIGGER IF EXISTS iso14_evt", "DROP TABLE IF EXISTS iso14_ev1, iso14_ev2, iso14_ev3", "DROP FUNCTION IF EXISTS iso14_evf()"})
+		}, []string{"DROP EVENT TRIGGER IF EXISTS iso14_evt", "DROP TABLE IF EXISTS iso14_ev1, iso14_ev2, iso14_ev3, iso14_ev4", "DROP FUNCTION IF EXISTS iso14_evf()"})
 		check(t, "CREATE TABLE iso14_ev1 (a int)", simple, true)
 		check(t, "CREATE TABLE iso14_ev2 (a int)", extended, true)
 		check(t, "SELECT 1 AS a INTO iso14_ev3", simple, true)
+		check(t, "SELECT 1 AS insert INTO iso14_ev4", simple, true) // (a label; adversary round 2)
 		exec(t, a, "INSERT INTO iso14_ev1 VALUES (1)", simple)
 		if got := queryString(t, a, "SELECT count(*) FROM iso14_ev1", simple); got != "1" {
 			t.Fatalf("rows: %s", got)

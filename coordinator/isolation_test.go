@@ -798,3 +798,33 @@ func TestCurrvalInTrigger(t *testing.T) {
 		_ = a.Close(ctx)
 	}
 }
+
+// A replication origin set up for the session, and a temporary
+// replication slot, live as long as the server connection: the session
+// keeps its connection, which is closed when it ends, and the next client
+// has neither (adversary).
+func TestReplicationSessionStateStaysWithItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, cl.Servers[0].Addr())
+	exec(t, setup, "SELECT pg_replication_origin_create('iso_ro')", simple)
+	t.Cleanup(func() { _, _ = setup.Exec(ctx, "SELECT pg_replication_origin_drop('iso_ro')", simple) })
+	srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
+	for _, q := range []string{
+		"SELECT pg_replication_origin_session_setup('iso_ro')",
+		"SELECT 1 FROM pg_create_physical_replication_slot('iso_rs', true, true)",
+	} {
+		a := connect(t, srv.Addr())
+		exec(t, a, q, simple)
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b := connect(t, srv.Addr())
+		got := queryString(t, b, "SELECT pg_replication_origin_session_is_setup()::text || ' ' || (SELECT count(*) FROM pg_replication_slots WHERE active_pid = pg_backend_pid())", simple)
+		if got != "false 0" {
+			t.Fatalf("after %s, the next client's connection has: %s (origin set up, slots)", q, got)
+		}
+		_ = b.Close(ctx)
+	}
+}

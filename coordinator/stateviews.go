@@ -66,8 +66,8 @@ type viewCheck struct {
 // with no name, which verify everything.
 const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
   SELECT p.oid FROM pg_catalog.pg_proc p
-   WHERE p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
-                                 WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet', 'pgfleet_txn'))
+   WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
+                                 WHERE n.nspname IN ('pgfleet', 'pgfleet_txn'))
      AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
                       WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND e.objid = p.oid AND e.deptype = 'e')),
 edge(ccls, coid, pcls, poid) AS (
@@ -96,7 +96,7 @@ bad(cls, oid) AS (
   SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, ufn.oid FROM ufn WHERE ufn.oid <> ALL ($1::pg_catalog.oid[])
   UNION
   SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r
-   WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval)'
+   WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval|pg_settings)'
   UNION
   SELECT e.ccls, e.coid FROM edge e JOIN bad b ON b.cls = e.pcls AND b.oid = e.poid)
 SELECT 'n', c.relname::text FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = bad.oid
@@ -116,8 +116,8 @@ UNION SELECT 'd', '' FROM bad JOIN pg_catalog.pg_event_trigger e ON bad.cls = 'p
 // is not in prosrc: never harmless).
 const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text, p.prosrc, p.prosqlbody IS NOT NULL
   FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
- WHERE p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
-                               WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet', 'pgfleet_txn'))
+ WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
+                               WHERE n.nspname IN ('pgfleet', 'pgfleet_txn'))
    AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e
                     WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND e.objid = p.oid AND e.deptype = 'e')`
 
@@ -278,30 +278,23 @@ func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmle
 // harmlessBody reports whether a PL/pgSQL or SQL function's body cannot
 // change session state (the connection's settings, role, temporary
 // objects, prepared statements, holdable cursors, LISTEN channels,
-// advisory locks) by what it says itself: a lexical check of every word,
-// strings and comments included (conservative). Not harmless: a SET other
-// than UPDATE's (SET LOCAL too), RESET, DISCARD, PREPARE, DEALLOCATE,
-// EXECUTE (dynamic SQL), CALL, LOAD, LISTEN, UNLISTEN, WITH HOLD, DDL
-// (CREATE, ALTER, DROP: what it makes may run code), temporary objects,
-// the session functions classify knows (set_config, advisory locks,
-// dblink, setseed...), built-ins that run SQL given as text, pg_settings,
-// currval and lastval (another client's sequence state), and
-// Unicode-escaped names. What it calls or writes is the caller's
-// check: user functions and tables by name (stateViews).
+// advisory locks) by what it says itself. Not harmless: a word, anywhere
+// (strings and comments included: conservative), of RESET, DISCARD,
+// PREPARE, DEALLOCATE, EXECUTE (dynamic SQL), CALL, LOAD, LISTEN,
+// UNLISTEN, HOLD, DDL (CREATE, ALTER, DROP: what it makes may run code),
+// temporary objects, the session functions classify knows (set_config,
+// advisory locks, dblink, setseed...), built-ins that run SQL given as
+// text, pg_settings, currval and lastval (another client's sequence
+// state); a Unicode-escaped name; and, in the code itself, a SET that is
+// not UPDATE's (SET LOCAL too) or a DO with a body (harmlessCode). What
+// it calls or writes is the caller's check: user functions and tables by
+// name (stateViews).
 func harmlessBody(src string) bool {
 	if strings.Contains(src, "&") && (strings.Contains(src, "U&") || strings.Contains(src, "u&")) {
 		return false
 	}
-	var last [6]string // the words before, since the last ';'
-	n := 0
 	for i := 0; i < len(src); {
-		c := src[i]
-		if c == ';' {
-			n = 0
-			i++
-			continue
-		}
-		if !isIdentStart(c) {
+		if !isIdentStart(src[i]) {
 			i++
 			continue
 		}
@@ -310,36 +303,165 @@ func harmlessBody(src string) bool {
 			j++
 		}
 		w := strings.ToUpper(src[i:j])
-		switch {
-		case harmfulWords[w], sessionFuncs[w] != "", builtins[w]&(runsSQLText|readsAllTables) != 0,
-			strings.Contains(w, "ADVISORY"), strings.HasPrefix(w, "DBLINK"), strings.Contains(w, "PG_TEMP"),
-			strings.Contains(w, "REPLICATION"): // (a session's replication origin, a temporary slot)
+		if harmfulWords[w] || sessionFuncs[w] != "" || builtins[w]&(runsSQLText|readsAllTables) != 0 ||
+			strings.Contains(w, "ADVISORY") || strings.HasPrefix(w, "DBLINK") || strings.Contains(w, "PG_TEMP") ||
+			strings.Contains(w, "REPLICATION") { // (a session's replication origin, a temporary slot)
 			return false
-		case w == "SET":
-			// UPDATE t SET, UPDATE ONLY s.t AS a SET, DO UPDATE SET: an
-			// UPDATE among the six words before, the one just before
-			// a name (not a keyword that starts a statement, nor
-			// punctuation: a label's >>, a comment's */).
-			k := i - 1
-			for k >= 0 && strings.IndexByte(" \t\n\r\f", src[k]) >= 0 {
-				k--
-			}
-			if k < 0 || !(isIdentChar(src[k]) || src[k] == '"') || n == 0 || statementStarts[last[(n-1)%6]] {
-				return false
-			}
-			update := false
-			for m := 1; m <= 6 && m <= n; m++ {
-				update = update || last[(n-m)%6] == "UPDATE"
-			}
-			if !update {
-				return false
-			}
 		}
-		last[n%6] = w
-		n++
 		i = j
 	}
-	return true
+	return harmlessCode(src)
+}
+
+// harmlessCode is harmlessBody's reading of the code itself, comments and
+// string literals left out (a strings's text runs only through EXECUTE,
+// DO or a built-in that runs SQL text): every SET must be UPDATE's (UPDATE
+// t SET, UPDATE ONLY s.t AS a SET, DO UPDATE SET: an UPDATE among the six
+// words before it in its statement, with no comment or string between,
+// and a name just before it, not a word that starts a PL/pgSQL statement),
+// and a DO must be ON CONFLICT's or a rule's (DO UPDATE, NOTHING, ALSO,
+// INSTEAD), not a DO block (adversary: a "-- update" comment before a SET
+// passed for UPDATE's). A string that cannot be read to its end leaves
+// the rest out, and a SET in it then fails the check: unsure is harmful.
+func harmlessCode(src string) bool {
+	var last [6]string // the code's words since the last ';', comment or string
+	n := 0
+	prevWord := false // the token just before is a word or a quoted name
+	afterDo := false
+	for i := 0; i < len(src); {
+		c := src[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+			i++
+			continue
+		case c == '-' && i+1 < len(src) && src[i+1] == '-':
+			k := strings.IndexByte(src[i:], '\n')
+			if k < 0 {
+				return true // (a comment to the end)
+			}
+			i += k + 1
+			n, prevWord = 0, false
+			continue
+		case c == '/' && i+1 < len(src) && src[i+1] == '*':
+			depth, k := 1, i+2
+			for k < len(src) && depth > 0 {
+				switch {
+				case strings.HasPrefix(src[k:], "/*"):
+					depth, k = depth+1, k+2
+				case strings.HasPrefix(src[k:], "*/"):
+					depth, k = depth-1, k+2
+				default:
+					k++
+				}
+			}
+			i = k
+			n, prevWord = 0, false
+			continue
+		case c == '\'' || c == '$' && (i == 0 || !isIdentChar(src[i-1])) && dollarTag(src[i:]) != "":
+			if afterDo {
+				return false // a DO block
+			}
+			end := skipString(src, i)
+			if end < 0 {
+				// Unreadable to its end: whatever follows is
+				// taken for string, where a SET fails the check.
+				return !strings.Contains(strings.ToUpper(src[i:]), "SET")
+			}
+			i = end
+			n, prevWord = 0, false
+			continue
+		case c == '"':
+			k := i + 1
+			for k < len(src) && !(src[k] == '"' && (k+1 >= len(src) || src[k+1] != '"')) {
+				if src[k] == '"' {
+					k++
+				}
+				k++
+			}
+			if afterDo {
+				return false
+			}
+			i = k + 1
+			last[n%6], n, prevWord = "", n+1, true
+			continue
+		case isIdentStart(c):
+			j := i
+			for j < len(src) && isIdentChar(src[j]) {
+				j++
+			}
+			w := strings.ToUpper(src[i:j])
+			if afterDo && w != "UPDATE" && w != "NOTHING" && w != "ALSO" && w != "INSTEAD" {
+				return false // DO LANGUAGE ..., a DO block
+			}
+			afterDo = w == "DO"
+			if w == "SET" {
+				if !prevWord || n == 0 || statementStarts[last[(n-1)%6]] {
+					return false
+				}
+				update := false
+				for m := 1; m <= 6 && m <= n; m++ {
+					update = update || last[(n-m)%6] == "UPDATE"
+				}
+				if !update {
+					return false
+				}
+			}
+			last[n%6] = w
+			n, prevWord = n+1, true
+			i = j
+			continue
+		case c == ';':
+			n = 0
+		}
+		if afterDo {
+			return false // DO followed by anything else
+		}
+		prevWord = false
+		i++
+	}
+	return !afterDo
+}
+
+// dollarTag returns the $tag$ (or $$) that s starts with, or "".
+func dollarTag(s string) string {
+	for k := 1; k < len(s); k++ {
+		c := s[k]
+		switch {
+		case c == '$':
+			return s[:k+1]
+		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 || k > 1 && c >= '0' && c <= '9':
+		default:
+			return ""
+		}
+	}
+	return ""
+}
+
+// skipString returns the index after the string literal at src[i] ('...'
+// with doubled quotes and backslash escapes, as an E string's: conservative;
+// or $tag$...$tag$), or -1 if it does not end.
+func skipString(src string, i int) int {
+	if src[i] == '$' {
+		tag := dollarTag(src[i:])
+		k := strings.Index(src[i+len(tag):], tag)
+		if k < 0 {
+			return -1
+		}
+		return i + len(tag) + k + len(tag)
+	}
+	for k := i + 1; k < len(src); k++ {
+		switch src[k] {
+		case '\\':
+			k++
+		case '\'':
+			if k+1 < len(src) && src[k+1] == '\'' {
+				k++
+				continue
+			}
+			return k + 1
+		}
+	}
+	return -1
 }
 
 // harmfulWords are the words of statements that change session state, or
@@ -435,11 +557,17 @@ func containsAny(s string, subs []string) bool {
 // INTO do (ddl_command_start and _end, sql_drop, table_rewrite); DML,
 // SELECT, TRUNCATE, VACUUM, SET and the rest do not. It looks for their
 // words anywhere, strings and comments included (conservative), and for
-// an INTO after a word other than INSERT or MERGE. (Before, an enabled
+// an INTO other than that of a statement that begins INSERT INTO or MERGE
+// INTO (WITH ... INSERT INTO is taken for one that fires). (Before, an enabled
 // event trigger had every statement verified: two state reads each.)
 func firesEventTriggers(sql string) bool {
 	prev := ""
+	first := true // prev is its statement's first word
+	words := 0    // words in the statement so far
 	for i := 0; i < len(sql); {
+		if sql[i] == ';' {
+			words = 0
+		}
 		if !isIdentStart(sql[i]) {
 			i++
 			continue
@@ -454,10 +582,12 @@ func firesEventTriggers(sql string) bool {
 				return true
 			}
 		}
-		if strings.EqualFold(w, "into") && !strings.EqualFold(prev, "insert") && !strings.EqualFold(prev, "merge") {
+		if strings.EqualFold(w, "into") && !(first && (strings.EqualFold(prev, "insert") || strings.EqualFold(prev, "merge"))) {
+			// (SELECT 1 AS insert INTO t: a label; adversary.)
 			return true
 		}
-		prev, i = w, j
+		prev, first, i = w, words == 0, j
+		words++
 	}
 	return false
 }
