@@ -362,7 +362,7 @@ func modeTokens(stmt string, toks []string) ([]string, bool) {
 		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f':
 			i++
 		case ch == '-' && i+1 < len(stmt) && stmt[i+1] == '-':
-			for i < len(stmt) && stmt[i] != '\n' {
+			for i < len(stmt) && stmt[i] != '\n' && stmt[i] != '\r' {
 				i++
 			}
 		case ch == '/' && i+1 < len(stmt) && stmt[i+1] == '*':
@@ -759,7 +759,7 @@ func settingName(stmt string, skip int) string {
 			case stmt[i] == ' ' || stmt[i] == '\t' || stmt[i] == '\n' || stmt[i] == '\r' || stmt[i] == '\f':
 				i++
 			case strings.HasPrefix(stmt[i:], "--"):
-				for i < len(stmt) && stmt[i] != '\n' {
+				for i < len(stmt) && stmt[i] != '\n' && stmt[i] != '\r' {
 					i++
 				}
 			case strings.HasPrefix(stmt[i:], "/*"):
@@ -873,6 +873,8 @@ var sessionFuncs = map[string]string{
 	"PG_CREATE_LOGICAL_REPLICATION_SLOT":  "temporary replication slot",
 	"PG_COPY_PHYSICAL_REPLICATION_SLOT":   "temporary replication slot",
 	"PG_COPY_LOGICAL_REPLICATION_SLOT":    "temporary replication slot",
+	"PG_BACKUP_START":                     "backup in progress", // (until pg_backup_stop in the same session)
+	"PG_START_BACKUP":                     "backup in progress",
 }
 
 // lexer walks SQL text statement by statement. It keeps the first few words
@@ -954,7 +956,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			lx.i++
 			lx.punct = true
 		case ch == '-' && lx.i+1 < len(s) && s[lx.i+1] == '-':
-			for lx.i < len(s) && s[lx.i] != '\n' {
+			for lx.i < len(s) && s[lx.i] != '\n' && s[lx.i] != '\r' {
 				lx.i++
 			}
 		case ch == '/' && lx.i+1 < len(s) && s[lx.i+1] == '*':

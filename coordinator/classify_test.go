@@ -383,7 +383,10 @@ func TestFiresEventTriggers(t *testing.T) {
 		{"SELECT s.merge INTO et1 FROM s", true},
 		{"WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", true}, // (conservative)
 		{"INSERT INTO t VALUES (1); SELECT 1 AS insert INTO u", true},
-		{"SELECT 1; INSERT INTO t VALUES (1)", false},
+		{"SELECT 1; INSERT INTO t VALUES (1)", true}, // (conservative)
+		{"SELECT ';insert' INTO t", true},
+		{`SELECT 1 AS "x;insert" INTO t`, true},
+		{"SELECT 1 /*;insert*/ INTO t", true},
 	} {
 		if got := firesEventTriggers(c.sql); got != c.want {
 			t.Errorf("firesEventTriggers(%q) = %v, want %v", c.sql, got, c.want)
@@ -445,9 +448,34 @@ func TestHarmlessBody(t *testing.T) {
 		{`BEGIN UPDATE "T" SET a = 1; RETURN NEW; END`, true},
 		{"INSERT INTO t VALUES (1) ON CONFLICT DO NOTHING", true},
 		{"BEGIN x := 'never ends; SET role r; END", false},
+		// (Round 3: a backslash read both ways, a comment ended by \r.)
+		{"BEGIN\n PERFORM '\\'; SET application_name = leaked_a; PERFORM '\\';\n RETURN NEW;\nEND;", false},
+		{"BEGIN\n-- x\rSET work_mem = 7777;\nRETURN NEW;\nEND;", false},
+		{"BEGIN x := E'\\''; UPDATE t SET a = 1; RETURN NEW; END", true},
+		{"BEGIN x := '\\d+'; UPDATE t SET a = 1; RETURN NEW; END", true},
 	} {
 		if got := harmlessBody(c.body); got != c.want {
 			t.Errorf("harmlessBody(%q) = %v, want %v", c.body, got, c.want)
+		}
+	}
+}
+
+// A SQL function's SELECT ... INTO makes a table, and a function whose own
+// settings name pg_temp makes temporary ones (adversary round 3).
+func TestUserFuncHarmless(t *testing.T) {
+	for _, c := range []struct {
+		f    userFunc
+		want bool
+	}{
+		{userFunc{lang: "sql", body: "SELECT $1 > 0"}, true},
+		{userFunc{lang: "sql", body: "SELECT 1 AS a INTO leak_tbl; SELECT 7"}, false},
+		{userFunc{lang: "sql", body: "SELECT 1", config: "{search_path=pg_temp}"}, false},
+		{userFunc{lang: "plpgsql", body: "BEGIN SELECT 1 INTO v; RETURN NEW; END"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN RETURN NEW; END", atomic: true}, false},
+		{userFunc{lang: "c", body: "f"}, false},
+	} {
+		if got := c.f.harmless(); got != c.want {
+			t.Errorf("%+v: harmless %v, want %v", c.f, got, c.want)
 		}
 	}
 }

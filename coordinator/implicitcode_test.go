@@ -333,13 +333,23 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 			"CREATE TABLE iso14_hvwt (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_hvwt FOR EACH ROW EXECUTE FUNCTION iso14_hvw()",
 			"CREATE FUNCTION information_schema.iso14_isf() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " + sp + " RETURN NEW; END $$",
 			"CREATE TABLE iso14_ist (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_ist FOR EACH ROW EXECUTE FUNCTION information_schema.iso14_isf()",
-		}, []string{"DROP TABLE IF EXISTS iso14_hcmt, iso14_hrl, iso14_hvwt, iso14_ist", "DROP VIEW IF EXISTS iso14_myset",
+			// (Round 3: a composite type over a domain; a SQL
+			// function that makes a temporary table by its own
+			// search_path.)
+			"CREATE TYPE iso14_comp AS (a iso14_dom)",
+			"CREATE TABLE iso14_compt (id int, c iso14_comp)",
+			"CREATE FUNCTION iso14_mkt() RETURNS int LANGUAGE sql SET search_path = pg_temp AS $$ SELECT 1 AS a INTO iso14_leak; SELECT 7 $$",
+			"CREATE TABLE iso14_mktt (id int, d int DEFAULT iso14_mkt())",
+		}, []string{"DROP TABLE IF EXISTS iso14_hcmt, iso14_hrl, iso14_hvwt, iso14_ist, iso14_compt, iso14_mktt", "DROP TYPE IF EXISTS iso14_comp",
+			"DROP FUNCTION IF EXISTS iso14_mkt()", "DROP VIEW IF EXISTS iso14_myset",
 			"DROP FUNCTION IF EXISTS iso14_hcm()", "DROP FUNCTION IF EXISTS iso14_hvw()", "DROP FUNCTION IF EXISTS information_schema.iso14_isf()"})
 		check(t, "INSERT INTO iso14_hcmt VALUES (1)", simple, true)
 		check(t, "UPDATE iso14_myset SET setting = 'iso14_schema' WHERE name = 'search_path'", simple, true)
 		check(t, "INSERT INTO iso14_hrl VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_hvwt VALUES (1)", extended, true)
 		check(t, "INSERT INTO iso14_ist VALUES (1)", simple, true)
+		check(t, "INSERT INTO iso14_compt VALUES (1, ROW(5))", simple, true)
+		check(t, "INSERT INTO iso14_mktt (id) VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_hwt VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_hct VALUES (1)", extended, true)
 		check(t, "INSERT INTO iso14_hht VALUES (1)", simple, true)

@@ -39,7 +39,7 @@ func collapseLists(norm string, lits []literal) (string, []literal) {
 			lx.skipQuoted('"', false)
 			i = lx.i
 		case c == '-' && i+1 < len(norm) && norm[i+1] == '-':
-			for i < len(norm) && norm[i] != '\n' {
+			for i < len(norm) && norm[i] != '\n' && norm[i] != '\r' {
 				i++
 			}
 		case c == '/' && i+1 < len(norm) && norm[i+1] == '*':

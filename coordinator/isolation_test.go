@@ -827,4 +827,40 @@ func TestReplicationSessionStateStaysWithItsClient(t *testing.T) {
 		}
 		_ = b.Close(ctx)
 	}
+	// A backup started in a session is that session's until it stops it.
+	a := connect(t, srv.Addr())
+	exec(t, a, "SELECT 1 FROM pg_backup_start('iso_b1', true)", simple)
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := connect(t, srv.Addr())
+	exec(t, b, "SELECT 1 FROM pg_backup_start('iso_b2', true)", simple)
+	exec(t, b, "SELECT 1 FROM pg_backup_stop(false)", simple)
+}
+
+// A carriage return ends a -- comment, as in PostgreSQL's scanner: what
+// follows it on that line is code, and a session change there is seen
+// (adversary round 3: every later client got the role or setting).
+func TestCarriageReturnEndsComment(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
+	for _, q := range []string{
+		"SELECT 1 --x\r, set_config('work_mem', '5555kB', false)",
+		"SELECT 1 --x\r; SET ROLE pg_monitor",
+	} {
+		a := connect(t, srv.Addr())
+		if _, err := a.Exec(ctx, q, simple); err != nil {
+			t.Fatalf("%q: %v", q, err)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b := connect(t, srv.Addr())
+		if got := queryString(t, b, "SELECT current_setting('work_mem') || ' ' || current_user", simple); got != "4MB postgres" {
+			t.Fatalf("after %q, the next client has %s", q, got)
+		}
+		_ = b.Close(ctx)
+	}
 }

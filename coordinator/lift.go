@@ -34,7 +34,7 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 		c := sql[i]
 		switch {
 		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' {
+			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
 				i++
 			}
 			continue
@@ -230,7 +230,7 @@ func escapeStrings(sql string) string {
 		c := sql[i]
 		switch {
 		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' {
+			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
 				i++
 			}
 		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':

@@ -220,7 +220,7 @@ func stringConstants(sql string) []string {
 		c := sql[i]
 		switch {
 		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' {
+			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
 				i++
 			}
 		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':

@@ -91,7 +91,9 @@ edge(ccls, coid, pcls, poid) AS (
               FROM pg_catalog.pg_cast k, LATERAL (VALUES (k.castsource), (k.casttarget)) x(t) WHERE k.oid >= 16384 AND x.t >= 16384
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.confrelid, 'pg_catalog.pg_class'::pg_catalog.regclass, c.conrelid
               FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384 AND c.contype = 'f'
-  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhparent, 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhrelid FROM pg_catalog.pg_inherits h WHERE h.inhrelid >= 16384),
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhparent, 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhrelid FROM pg_catalog.pg_inherits h WHERE h.inhrelid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, 'pg_catalog.pg_class'::pg_catalog.regclass, t.typrelid
+              FROM pg_catalog.pg_type t WHERE t.oid >= 16384 AND t.typrelid <> 0),
 bad(cls, oid) AS (
   SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, ufn.oid FROM ufn WHERE ufn.oid <> ALL ($1::pg_catalog.oid[])
   UNION
@@ -114,7 +116,8 @@ UNION SELECT 'd', '' FROM bad JOIN pg_catalog.pg_event_trigger e ON bad.cls = 'p
 // userFuncsSQL lists the user functions of stateViewsSQL's ufn with what
 // harmlessBody reads: language and body (a SQL-standard body, BEGIN ATOMIC,
 // is not in prosrc: never harmless).
-const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text, p.prosrc, p.prosqlbody IS NOT NULL
+const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text, p.prosrc, p.prosqlbody IS NOT NULL,
+       COALESCE(p.proconfig::pg_catalog.text, '')
   FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
  WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
                                WHERE n.nspname IN ('pgfleet', 'pgfleet_txn'))
@@ -123,9 +126,27 @@ const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text, p.prosrc, 
 
 // userFunc is a row of userFuncsSQL.
 type userFunc struct {
-	oid              uint32
-	name, lang, body string
-	atomic           bool
+	oid                      uint32
+	name, lang, body, config string
+	atomic                   bool
+}
+
+// harmless reports whether f's body cannot change session state
+// (harmlessBody). A SQL function's SELECT ... INTO makes a table (a
+// temporary one under a search_path of pg_temp; adversary round 3), and a
+// function's own settings naming pg_temp make its tables temporary.
+func (f *userFunc) harmless() bool {
+	if f.atomic || f.lang != "plpgsql" && f.lang != "sql" || strings.Contains(strings.ToLower(f.config), "pg_temp") {
+		return false
+	}
+	if f.lang == "sql" {
+		for _, w := range strings.FieldsFunc(f.body, func(r rune) bool { return r >= 0x80 || !isIdentChar(byte(r)) }) {
+			if strings.EqualFold(w, "into") {
+				return false
+			}
+		}
+	}
+	return harmlessBody(f.body)
 }
 
 // stateViews returns the current viewSet, reading it when this
@@ -165,7 +186,7 @@ func (s *Server) stateViews() *viewSet {
 	// not): read again until no harmless function is taken back.
 	harmless := map[uint32]bool{}
 	for _, f := range funcs {
-		if (f.lang == "plpgsql" || f.lang == "sql") && !f.atomic && harmlessBody(f.body) {
+		if f.harmless() {
 			harmless[f.oid] = true
 		}
 	}
@@ -217,7 +238,7 @@ func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) ([]userFunc, error) 
 	var funcs []userFunc
 	for rows.Next() {
 		var f userFunc
-		if err := rows.Scan(&f.oid, &f.name, &f.lang, &f.body, &f.atomic); err != nil {
+		if err := rows.Scan(&f.oid, &f.name, &f.lang, &f.body, &f.atomic, &f.config); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -310,7 +331,9 @@ func harmlessBody(src string) bool {
 		}
 		i = j
 	}
-	return harmlessCode(src)
+	// (Read both ways: a backslash escapes in an E string, and in any
+	// string when standard_conforming_strings is off; adversary round 3.)
+	return harmlessCode(src, false) && harmlessCode(src, true)
 }
 
 // harmlessCode is harmlessBody's reading of the code itself, comments and
@@ -323,7 +346,8 @@ func harmlessBody(src string) bool {
 // INSTEAD), not a DO block (adversary: a "-- update" comment before a SET
 // passed for UPDATE's). A string that cannot be read to its end leaves
 // the rest out, and a SET in it then fails the check: unsure is harmful.
-func harmlessCode(src string) bool {
+// backslashes: a backslash escapes in every string (else in E strings).
+func harmlessCode(src string, backslashes bool) bool {
 	var last [6]string // the code's words since the last ';', comment or string
 	n := 0
 	prevWord := false // the token just before is a word or a quoted name
@@ -335,7 +359,7 @@ func harmlessCode(src string) bool {
 			i++
 			continue
 		case c == '-' && i+1 < len(src) && src[i+1] == '-':
-			k := strings.IndexByte(src[i:], '\n')
+			k := strings.IndexAny(src[i:], "\n\r") // (as PostgreSQL's scanner: either ends it)
 			if k < 0 {
 				return true // (a comment to the end)
 			}
@@ -361,7 +385,7 @@ func harmlessCode(src string) bool {
 			if afterDo {
 				return false // a DO block
 			}
-			end := skipString(src, i)
+			end := skipString(src, i, backslashes || i > 0 && (src[i-1] == 'E' || src[i-1] == 'e') && (i == 1 || !isIdentChar(src[i-2])))
 			if end < 0 {
 				// Unreadable to its end: whatever follows is
 				// taken for string, where a SET fails the check.
@@ -438,9 +462,9 @@ func dollarTag(s string) string {
 }
 
 // skipString returns the index after the string literal at src[i] ('...'
-// with doubled quotes and backslash escapes, as an E string's: conservative;
-// or $tag$...$tag$), or -1 if it does not end.
-func skipString(src string, i int) int {
+// with doubled quotes, and backslash escapes if backslashes; or
+// $tag$...$tag$), or -1 if it does not end.
+func skipString(src string, i int, backslashes bool) int {
 	if src[i] == '$' {
 		tag := dollarTag(src[i:])
 		k := strings.Index(src[i+len(tag):], tag)
@@ -452,7 +476,9 @@ func skipString(src string, i int) int {
 	for k := i + 1; k < len(src); k++ {
 		switch src[k] {
 		case '\\':
-			k++
+			if backslashes {
+				k++
+			}
 		case '\'':
 			if k+1 < len(src) && src[k+1] == '\'' {
 				k++
@@ -557,17 +583,15 @@ func containsAny(s string, subs []string) bool {
 // INTO do (ddl_command_start and _end, sql_drop, table_rewrite); DML,
 // SELECT, TRUNCATE, VACUUM, SET and the rest do not. It looks for their
 // words anywhere, strings and comments included (conservative), and for
-// an INTO other than that of a statement that begins INSERT INTO or MERGE
-// INTO (WITH ... INSERT INTO is taken for one that fires). (Before, an enabled
+// an INTO other than that of a text whose first word is INSERT or MERGE
+// (WITH ... INSERT INTO, and a second statement's INSERT INTO, are taken
+// for ones that fire). (Before, an enabled
 // event trigger had every statement verified: two state reads each.)
 func firesEventTriggers(sql string) bool {
 	prev := ""
-	first := true // prev is its statement's first word
-	words := 0    // words in the statement so far
+	first := true // prev is the text's first word
+	words := 0
 	for i := 0; i < len(sql); {
-		if sql[i] == ';' {
-			words = 0
-		}
 		if !isIdentStart(sql[i]) {
 			i++
 			continue
@@ -583,7 +607,8 @@ func firesEventTriggers(sql string) bool {
 			}
 		}
 		if strings.EqualFold(w, "into") && !(first && (strings.EqualFold(prev, "insert") || strings.EqualFold(prev, "merge"))) {
-			// (SELECT 1 AS insert INTO t: a label; adversary.)
+			// (SELECT 1 AS insert INTO t: a label; SELECT ';insert'
+			// INTO t: a string's; adversaries.)
 			return true
 		}
 		prev, first, i = w, words == 0, j
