@@ -139,12 +139,8 @@ func (f *userFunc) harmless() bool {
 	if f.atomic || f.lang != "plpgsql" && f.lang != "sql" || strings.Contains(strings.ToLower(f.config), "pg_temp") {
 		return false
 	}
-	if f.lang == "sql" {
-		for _, w := range strings.FieldsFunc(f.body, func(r rune) bool { return r >= 0x80 || !isIdentChar(byte(r)) }) {
-			if strings.EqualFold(w, "into") {
-				return false
-			}
-		}
+	if f.lang == "sql" && !eachWord(f.body, func(w string) bool { return !strings.EqualFold(w, "into") }) {
+		return false
 	}
 	return harmlessBody(f.body)
 }
@@ -314,22 +310,13 @@ func harmlessBody(src string) bool {
 	if strings.Contains(src, "&") && (strings.Contains(src, "U&") || strings.Contains(src, "u&")) {
 		return false
 	}
-	for i := 0; i < len(src); {
-		if !isIdentStart(src[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(src) && isIdentChar(src[j]) {
-			j++
-		}
-		w := strings.ToUpper(src[i:j])
-		if harmfulWords[w] || sessionFuncs[w] != "" || builtins[w]&(runsSQLText|readsAllTables) != 0 ||
+	if !eachWord(src, func(w string) bool {
+		w = strings.ToUpper(w)
+		return !(harmfulWords[w] || sessionFuncs[w] != "" || builtins[w]&(runsSQLText|readsAllTables) != 0 ||
 			strings.Contains(w, "ADVISORY") || strings.HasPrefix(w, "DBLINK") || strings.Contains(w, "PG_TEMP") ||
-			strings.Contains(w, "REPLICATION") { // (a session's replication origin, a temporary slot)
-			return false
-		}
-		i = j
+			strings.Contains(w, "REPLICATION")) // (a session's replication origin, a temporary slot)
+	}) {
+		return false
 	}
 	// (Read both ways: a backslash escapes in an E string, and in any
 	// string when standard_conforming_strings is off; adversary round 3.)
@@ -591,30 +578,42 @@ func firesEventTriggers(sql string) bool {
 	prev := ""
 	first := true // prev is the text's first word
 	words := 0
-	for i := 0; i < len(sql); {
-		if !isIdentStart(sql[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(sql) && isIdentChar(sql[j]) {
-			j++
-		}
-		w := sql[i:j]
+	return !eachWord(sql, func(w string) bool {
 		for _, k := range eventTriggerWords {
 			if strings.EqualFold(w, k) {
-				return true
+				return false
 			}
 		}
 		if strings.EqualFold(w, "into") && !(first && (strings.EqualFold(prev, "insert") || strings.EqualFold(prev, "merge"))) {
 			// (SELECT 1 AS insert INTO t: a label; SELECT ';insert'
 			// INTO t: a string's; adversaries.)
-			return true
+			return false
 		}
-		prev, first, i = w, words == 0, j
+		prev, first = w, words == 0
 		words++
+		return true
+	})
+}
+
+// eachWord calls f with each word of s (identifier characters, as
+// PostgreSQL reads them unquoted; strings and comments not told apart),
+// in order, until f returns false, and reports whether it read them all.
+func eachWord(s string, f func(w string) bool) bool {
+	for i := 0; i < len(s); {
+		if !isIdentStart(s[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && isIdentChar(s[j]) {
+			j++
+		}
+		if !f(s[i:j]) {
+			return false
+		}
+		i = j
 	}
-	return false
+	return true
 }
 
 var eventTriggerWords = []string{"create", "alter", "drop", "comment", "grant", "revoke", "security", "import", "refresh"}
