@@ -875,6 +875,8 @@ var sessionFuncs = map[string]string{
 	"PG_COPY_LOGICAL_REPLICATION_SLOT":    "temporary replication slot",
 	"PG_BACKUP_START":                     "backup in progress", // (until pg_backup_stop in the same session)
 	"PG_START_BACKUP":                     "backup in progress",
+	"PG_IMPORT_SYSTEM_COLLATIONS":         "collations in a schema it is given (a temporary one)",
+	"DBLINK_CONNECT_U":                    "dblink connection",
 }
 
 // lexer walks SQL text statement by statement. It keeps the first few words
@@ -1088,9 +1090,41 @@ func (lx *lexer) skipQuoted(q byte, backslash bool) {
 				lx.i++
 				continue
 			}
+			if k := continuation(s, lx.i); backslash && q == '\'' && k > 0 {
+				// 'a'<newline>'b' is one string, an E string's escapes
+				// and all (adversary: a continuation's \' read as
+				// closing it hid a SET ROLE after it).
+				lx.i = k + 1
+				continue
+			}
 			return
 		}
 	}
+}
+
+// continuation returns the index of the quote that continues a string
+// literal ending at s[i] (whitespace with a newline, -- comments, then a
+// quote), or -1.
+func continuation(s string, i int) int {
+	newline := false
+	for i < len(s) {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t' || c == '\f':
+			i++
+		case c == '\n' || c == '\r':
+			newline = true
+			i++
+		case c == '-' && i+1 < len(s) && s[i+1] == '-':
+			for i < len(s) && s[i] != '\n' && s[i] != '\r' {
+				i++
+			}
+		case c == '\'' && newline:
+			return i
+		default:
+			return -1
+		}
+	}
+	return -1
 }
 
 // dollarQuote skips a $tag$...$tag$ string if one starts here.
@@ -1196,7 +1230,10 @@ var builtins = func() map[string]uint8 {
 	for _, n := range []string{"QUERY_TO_XML", "QUERY_TO_XMLSCHEMA", "QUERY_TO_XML_AND_XMLSCHEMA",
 		"TABLE_TO_XML", "TABLE_TO_XMLSCHEMA", "TABLE_TO_XML_AND_XMLSCHEMA", "CURSOR_TO_XML", "CURSOR_TO_XMLSCHEMA",
 		"SCHEMA_TO_XML", "SCHEMA_TO_XMLSCHEMA", "SCHEMA_TO_XML_AND_XMLSCHEMA",
-		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA", "TS_STAT", "TS_REWRITE"} {
+		"DATABASE_TO_XML", "DATABASE_TO_XMLSCHEMA", "DATABASE_TO_XML_AND_XMLSCHEMA", "TS_STAT", "TS_REWRITE",
+		// (These run an index's expressions, the index named by OID
+		// or text: adversary.)
+		"BRIN_SUMMARIZE_NEW_VALUES", "BRIN_SUMMARIZE_RANGE", "BRIN_DESUMMARIZE_RANGE", "GIN_CLEAN_PENDING_LIST"} {
 		m[n] = runsSQLText
 	}
 	// These read every table of a schema or database, none named.

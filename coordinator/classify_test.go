@@ -387,6 +387,7 @@ func TestFiresEventTriggers(t *testing.T) {
 		{"SELECT ';insert' INTO t", true},
 		{`SELECT 1 AS "x;insert" INTO t`, true},
 		{"SELECT 1 /*;insert*/ INTO t", true},
+		{"SELECT $a$x$a$INTO ety", true},
 	} {
 		if got := firesEventTriggers(c.sql); got != c.want {
 			t.Errorf("firesEventTriggers(%q) = %v, want %v", c.sql, got, c.want)
@@ -451,8 +452,13 @@ func TestHarmlessBody(t *testing.T) {
 		// (Round 3: a backslash read both ways, a comment ended by \r.)
 		{"BEGIN\n PERFORM '\\'; SET application_name = leaked_a; PERFORM '\\';\n RETURN NEW;\nEND;", false},
 		{"BEGIN\n-- x\rSET work_mem = 7777;\nRETURN NEW;\nEND;", false},
-		{"BEGIN x := E'\\''; UPDATE t SET a = 1; RETURN NEW; END", true},
-		{"BEGIN x := '\\d+'; UPDATE t SET a = 1; RETURN NEW; END", true},
+		// (Round 4: any backslash; a continuation's string could end
+		// where a reading does not expect.)
+		{"BEGIN x := E'\\''; UPDATE t SET a = 1; RETURN NEW; END", false},
+		{"BEGIN x := '\\d+'; UPDATE t SET a = 1; RETURN NEW; END", false},
+		{"declare x text; begin\nx := E'a'\n'\\'';\nx := '\\'; SET work_mem = 7777; x := 'q';\nreturn new; end", false},
+		{"begin analyze; return new; end", false},
+		{"begin perform pg_import_system_collations(pg_my_temp_schema()); return new; end", false},
 	} {
 		if got := harmlessBody(c.body); got != c.want {
 			t.Errorf("harmlessBody(%q) = %v, want %v", c.body, got, c.want)
@@ -469,6 +475,7 @@ func TestUserFuncHarmless(t *testing.T) {
 	}{
 		{userFunc{lang: "sql", body: "SELECT $1 > 0"}, true},
 		{userFunc{lang: "sql", body: "SELECT 1 AS a INTO leak_tbl; SELECT 7"}, false},
+		{userFunc{lang: "sql", body: "SELECT $a$x$a$INTO tmpx; SELECT 1"}, false},
 		{userFunc{lang: "sql", body: "SELECT 1", config: "{search_path=pg_temp}"}, false},
 		{userFunc{lang: "plpgsql", body: "BEGIN SELECT 1 INTO v; RETURN NEW; END"}, true},
 		{userFunc{lang: "plpgsql", body: "BEGIN RETURN NEW; END", atomic: true}, false},

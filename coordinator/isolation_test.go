@@ -838,10 +838,12 @@ func TestReplicationSessionStateStaysWithItsClient(t *testing.T) {
 	exec(t, b, "SELECT 1 FROM pg_backup_stop(false)", simple)
 }
 
-// A carriage return ends a -- comment, as in PostgreSQL's scanner: what
-// follows it on that line is code, and a session change there is seen
-// (adversary round 3: every later client got the role or setting).
-func TestCarriageReturnEndsComment(t *testing.T) {
+// Comments and strings end where PostgreSQL's scanner ends them: a
+// carriage return ends a -- comment, and a string continued on the next
+// line keeps an E string's escapes. What follows is code, and a session
+// change there is seen (adversary rounds 3 and 4: every later client got
+// the role or setting).
+func TestCommentsAndStringsEndAsPostgreSQLs(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
@@ -849,6 +851,8 @@ func TestCarriageReturnEndsComment(t *testing.T) {
 	for _, q := range []string{
 		"SELECT 1 --x\r, set_config('work_mem', '5555kB', false)",
 		"SELECT 1 --x\r; SET ROLE pg_monitor",
+		"SELECT pg_backend_pid(), E'a'\n'\\''; SET ROLE pg_monitor; SELECT 'x'",
+		"SELECT E'a'\n'\\'', set_config('work_mem', '5555kB', false), 'x'",
 	} {
 		a := connect(t, srv.Addr())
 		if _, err := a.Exec(ctx, q, simple); err != nil {

@@ -307,7 +307,11 @@ func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmle
 // it calls or writes is the caller's check: user functions and tables by
 // name (stateViews).
 func harmlessBody(src string) bool {
-	if strings.Contains(src, "&") && (strings.Contains(src, "U&") || strings.Contains(src, "u&")) {
+	if strings.Contains(src, "&") && (strings.Contains(src, "U&") || strings.Contains(src, "u&")) ||
+		strings.IndexByte(src, '\\') >= 0 {
+		// (A backslash: strings whose ends depend on
+		// standard_conforming_strings and on continuations; adversary
+		// rounds 3 and 4.)
 		return false
 	}
 	if !eachWord(src, func(w string) bool {
@@ -483,6 +487,9 @@ var harmfulWords = map[string]bool{"RESET": true, "DISCARD": true, "PREPARE": tr
 	"EXECUTE": true, "CALL": true, "LOAD": true, "LISTEN": true, "UNLISTEN": true, "HOLD": true,
 	"CREATE": true, "ALTER": true, "DROP": true, "TEMP": true, "TEMPORARY": true, "PG_SETTINGS": true,
 	"IMPORT": true, "SECURITY": true, "GRANT": true, "REVOKE": true, "COMMENT": true, "REFRESH": true,
+	// (They run other tables' index expressions and statistics.)
+	"ANALYZE": true, "ANALYSE": true, "VACUUM": true, "CLUSTER": true, "REINDEX": true,
+	"PG_MY_TEMP_SCHEMA": true,
 	// (Sequence state: user code that reads it runs after DISCARD
 	// SEQUENCES, seqcheck.go.)
 	"CURRVAL": true, "LASTVAL": true}
@@ -608,7 +615,17 @@ func eachWord(s string, f func(w string) bool) bool {
 		for j < len(s) && isIdentChar(s[j]) {
 			j++
 		}
-		if !f(s[i:j]) {
+		w := s[i:j]
+		if strings.IndexByte(w, '$') > 0 {
+			// (a$x$a$INTO: a dollar string glued to a word; PostgreSQL
+			// reads $ in an identifier, but the parts may be words of
+			// their own; adversary.)
+			for _, part := range strings.Split(w, "$") {
+				if part != "" && !f(part) {
+					return false
+				}
+			}
+		} else if !f(w) {
 			return false
 		}
 		i = j
