@@ -3588,8 +3588,9 @@ const stateHead = `SELECT pg_catalog.concat_ws(' | ',
 const stateTail = `::pg_catalog.text[]) WITH ORDINALITY AS u(n, i) ORDER BY i)::pg_catalog.text)`
 
 // The state read is prepared once per server connection under
-// stateStmtName, the custom names its parameter, and bound for each
-// snapshot on the extended protocol and for each comparison: it costs the
+// stateStmtName, the custom names its parameter, and bound, outside a
+// transaction block (stateNamed), for each snapshot on the extended
+// protocol and for each comparison: it costs the
 // worker about a third of the text's (0.8 ms against 2.1 ms, pgbench on
 // the development machine), most of that text's cost being its planning.
 // A simple-protocol snapshot, pipelined as a Query ahead of the client's,
