@@ -701,8 +701,7 @@ func (s *Store) HoldMoveLock(ctx context.Context, colocation, minHash int32) (*M
 		return nil, pgerr.New(pgerr.ObjectInUse, "another move of this shard group is running, or recovery is cleaning up after one").
 			WithHint("Wait for it to end; citus_shards shows where the shards are.")
 	}
-	// Closing the connection ends the lock.
-	l.Release = func() { _ = c.Close(context.Background()) }
+	l.Release = func() { unlockAndClose(c, l.key) }
 	return l, nil
 }
 
@@ -873,7 +872,18 @@ func (s *Store) holdRebalanceLock(ctx context.Context) (release func(), got bool
 		}
 		return nil, false, nil
 	}
-	return func() { _ = c.Close(context.Background()) }, true, nil
+	return func() { unlockAndClose(c, rebalanceLockKey) }, true, nil
+}
+
+// unlockAndClose gives back the session advisory lock key that c holds and
+// closes c. Closing alone ends the lock only once the backend has exited,
+// after Close returns: a move run again at once then got 55006 (seen in a
+// full suite run; TestMoveLockFreeOnRelease).
+func unlockAndClose(c *pgx.Conn, key int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key)
+	_ = c.Close(context.Background())
 }
 
 // RebalanceJobs lists the rebalance jobs, newest first: the active one

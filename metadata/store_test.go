@@ -502,3 +502,29 @@ func TestMovePlacements(t *testing.T) {
 		t.Fatalf("placements after the refused move: %v, want [%d]", got, to)
 	}
 }
+
+// A move lock given back is free at once: the next move of the group gets
+// it, not 55006 while the holder's backend is still exiting (a move run
+// again right after one that failed got 55006 in a full suite run).
+func TestMoveLockFreeOnRelease(t *testing.T) {
+	pool, _ := storeDB(t)
+	ctx := context.Background()
+	st := metadata.NewStore(pool)
+	if err := st.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		lock, err := st.HoldMoveLock(ctx, 7, 0)
+		if err != nil {
+			t.Fatalf("take %d: %v", i, err)
+		}
+		lock.Release()
+		var held int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held != 0 {
+			t.Fatalf("take %d: the lock is still held when Release returns", i)
+		}
+	}
+}
