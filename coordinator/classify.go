@@ -1158,16 +1158,26 @@ func isIdentStart(c byte) bool {
 
 func isIdentChar(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') || c == '$' }
 
-// callFollows reports whether the next character after blanks is "(".
+// callFollows reports whether the next character after blanks and
+// comments is "(" (adversary: "set_config" /**/ ( and a form feed hid
+// calls).
 func (lx *lexer) callFollows() bool {
-	for j := lx.i; j < len(lx.s); j++ {
-		switch lx.s[j] {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '(':
-			return true
+	s := lx.s
+	for j := lx.i; j < len(s); {
+		switch c := s[j]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+			j++
+		case c == '-' && j+1 < len(s) && s[j+1] == '-':
+			for j < len(s) && s[j] != '\n' && s[j] != '\r' {
+				j++
+			}
+		case c == '/' && j+1 < len(s) && s[j+1] == '*':
+			x := lexer{s: s, i: j}
+			x.skipBlockComment()
+			j = x.i
+		default:
+			return c == '('
 		}
-		return false
 	}
 	return false
 }

@@ -349,6 +349,14 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		check(t, "INSERT INTO iso14_hvwt VALUES (1)", extended, true)
 		check(t, "INSERT INTO iso14_ist VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_compt VALUES (1, ROW(5))", simple, true)
+		// (Round 5: an extension's function that runs SQL given as
+		// text, called from a body that otherwise looks harmless.)
+		objects(t, []string{
+			"CREATE EXTENSION IF NOT EXISTS tablefunc",
+			`CREATE FUNCTION iso14_ct() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM * FROM crosstab('SELECT ''a''::text, ''b''::text, set_' || 'config(''search_path'', ''iso14_schema'', false)') AS t(r text, b text); RETURN NEW; END $$`,
+			"CREATE TABLE iso14_ctt (id int)", "CREATE TRIGGER iso14_t BEFORE INSERT ON iso14_ctt FOR EACH ROW EXECUTE FUNCTION iso14_ct()",
+		}, []string{"DROP TABLE IF EXISTS iso14_ctt", "DROP FUNCTION IF EXISTS iso14_ct()", "DROP EXTENSION IF EXISTS tablefunc"})
+		check(t, "INSERT INTO iso14_ctt VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_mktt (id) VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_hwt VALUES (1)", simple, true)
 		check(t, "INSERT INTO iso14_hct VALUES (1)", extended, true)

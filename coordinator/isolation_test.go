@@ -853,6 +853,10 @@ func TestCommentsAndStringsEndAsPostgreSQLs(t *testing.T) {
 		"SELECT 1 --x\r; SET ROLE pg_monitor",
 		"SELECT pg_backend_pid(), E'a'\n'\\''; SET ROLE pg_monitor; SELECT 'x'",
 		"SELECT E'a'\n'\\'', set_config('work_mem', '5555kB', false), 'x'",
+		// (A comment or a form feed between a name and its "(".)
+		`SELECT "set_config" /**/ ('work_mem', '5555kB', false)`,
+		"SELECT \"set_config\"\f('work_mem', '5555kB', false)",
+		"SELECT \"set_config\" -- c\n('work_mem', '5555kB', false)",
 	} {
 		a := connect(t, srv.Addr())
 		if _, err := a.Exec(ctx, q, simple); err != nil {

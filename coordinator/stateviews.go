@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -170,7 +171,7 @@ func (s *Server) stateViews() *viewSet {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	funcs, err := readUserFuncs(ctx, s.metaPool)
+	funcs, ext, err := readUserFuncs(ctx, s.metaPool)
 	if err != nil {
 		vs.all = true
 		s.views.Store(vs)
@@ -195,8 +196,11 @@ func (s *Server) stateViews() *viewSet {
 		if err != nil || len(harmless) == 0 {
 			break
 		}
-		others := map[string]string{} // user functions that are not harmless
+		others := map[string]string{} // user functions that are not harmless, extensions' functions
 		var odd []string
+		for _, n := range ext {
+			others[nameKey(n)], others[strings.ToLower(n)] = n, n
+		}
 		for _, f := range funcs {
 			if !harmless[f.oid] {
 				others[nameKey(f.name)], others[strings.ToLower(f.name)] = f.name, f.name
@@ -225,22 +229,35 @@ func (s *Server) stateViews() *viewSet {
 	return vs
 }
 
-// readUserFuncs runs userFuncsSQL.
-func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) ([]userFunc, error) {
-	rows, err := pool.Query(ctx, userFuncsSQL)
+// extensionFuncsSQL lists the names of extensions' functions: the closure
+// trusts them, but a harmless body must not call one (some run SQL given
+// as text, as tablefunc's crosstab does; adversary round 5).
+const extensionFuncsSQL = `SELECT DISTINCT p.proname::text FROM pg_catalog.pg_proc p
+  JOIN pg_catalog.pg_depend e ON e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND e.objid = p.oid AND e.deptype = 'e'`
+
+// readUserFuncs runs userFuncsSQL, and extensionFuncsSQL (ext).
+func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) (_ []userFunc, ext []string, _ error) {
+	rows, err := pool.Query(ctx, extensionFuncsSQL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if ext, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, nil, err
+	}
+	rows, err = pool.Query(ctx, userFuncsSQL)
+	if err != nil {
+		return nil, nil, err
 	}
 	var funcs []userFunc
 	for rows.Next() {
 		var f userFunc
 		if err := rows.Scan(&f.oid, &f.name, &f.lang, &f.body, &f.atomic, &f.config); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		funcs = append(funcs, f)
 	}
-	return funcs, rows.Err()
+	return funcs, ext, rows.Err()
 }
 
 // readViewSet runs stateViewsSQL with the harmless functions left out of
