@@ -753,24 +753,7 @@ func setsDefault(w []string, stmt string) bool {
 // setting, "ext.name"), unquoted parts lower-cased as PostgreSQL does.
 func settingName(stmt string, skip int) string {
 	i := 0
-	skipSpace := func() {
-		for i < len(stmt) {
-			switch {
-			case stmt[i] == ' ' || stmt[i] == '\t' || stmt[i] == '\n' || stmt[i] == '\r' || stmt[i] == '\f':
-				i++
-			case strings.HasPrefix(stmt[i:], "--"):
-				for i < len(stmt) && stmt[i] != '\n' && stmt[i] != '\r' {
-					i++
-				}
-			case strings.HasPrefix(stmt[i:], "/*"):
-				lx := lexer{s: stmt, i: i}
-				lx.skipBlockComment()
-				i = lx.i
-			default:
-				return
-			}
-		}
-	}
+	skipSpace := func() { i = skipBlanks(stmt, i) }
 	word := func() (string, bool) {
 		skipSpace()
 		if i < len(stmt) && stmt[i] == '"' {
@@ -957,12 +940,8 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			}
 			lx.i++
 			lx.punct = true
-		case ch == '-' && lx.i+1 < len(s) && s[lx.i+1] == '-':
-			for lx.i < len(s) && s[lx.i] != '\n' && s[lx.i] != '\r' {
-				lx.i++
-			}
-		case ch == '/' && lx.i+1 < len(s) && s[lx.i+1] == '*':
-			lx.skipBlockComment()
+		case commentEnd(s, lx.i) > lx.i:
+			lx.i = commentEnd(s, lx.i)
 		case ch == '\'':
 			lx.skipQuoted('\'', escapePrefix(s, lx.i))
 			lx.punct = true
@@ -1114,10 +1093,8 @@ func continuation(s string, i int) int {
 		case c == '\n' || c == '\r':
 			newline = true
 			i++
-		case c == '-' && i+1 < len(s) && s[i+1] == '-':
-			for i < len(s) && s[i] != '\n' && s[i] != '\r' {
-				i++
-			}
+		case c == '-' && i+1 < len(s) && s[i+1] == '-': // (not /* */: PostgreSQL allows only these)
+			i = commentEnd(s, i)
 		case c == '\'' && newline:
 			return i
 		default:
@@ -1158,28 +1135,51 @@ func isIdentStart(c byte) bool {
 
 func isIdentChar(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') || c == '$' }
 
+// commentEnd returns the index after the comment that starts at s[i] (a
+// -- comment to its line's end, which a newline or a carriage return ends
+// as in PostgreSQL's scanner; a nested /* */ comment, to the end of s if
+// unclosed), or i when none does. Every lexer of the coordinator skips
+// comments through it.
+func commentEnd(s string, i int) int {
+	switch {
+	case i+1 >= len(s):
+	case s[i] == '-' && s[i+1] == '-':
+		for i < len(s) && s[i] != '\n' && s[i] != '\r' {
+			i++
+		}
+	case s[i] == '/' && s[i+1] == '*':
+		lx := lexer{s: s, i: i}
+		lx.skipBlockComment()
+		i = lx.i
+	}
+	return i
+}
+
+// skipBlanks returns the index of the first character at or after i that
+// is neither whitespace (PostgreSQL's: space, tab, newline, carriage
+// return, form feed) nor in a comment.
+func skipBlanks(s string, i int) int {
+	for i < len(s) {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+			i++
+		default:
+			j := commentEnd(s, i)
+			if j == i {
+				return i
+			}
+			i = j
+		}
+	}
+	return i
+}
+
 // callFollows reports whether the next character after blanks and
 // comments is "(" (adversary: "set_config" /**/ ( and a form feed hid
 // calls).
 func (lx *lexer) callFollows() bool {
-	s := lx.s
-	for j := lx.i; j < len(s); {
-		switch c := s[j]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
-			j++
-		case c == '-' && j+1 < len(s) && s[j+1] == '-':
-			for j < len(s) && s[j] != '\n' && s[j] != '\r' {
-				j++
-			}
-		case c == '/' && j+1 < len(s) && s[j+1] == '*':
-			x := lexer{s: s, i: j}
-			x.skipBlockComment()
-			j = x.i
-		default:
-			return c == '('
-		}
-	}
-	return false
+	j := skipBlanks(lx.s, lx.i)
+	return j < len(lx.s) && lx.s[j] == '('
 }
 
 // noteCall looks at a name written before "(": a session function (quoted

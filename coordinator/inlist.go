@@ -38,14 +38,8 @@ func collapseLists(norm string, lits []literal) (string, []literal) {
 			lx := lexer{s: norm, i: i}
 			lx.skipQuoted('"', false)
 			i = lx.i
-		case c == '-' && i+1 < len(norm) && norm[i+1] == '-':
-			for i < len(norm) && norm[i] != '\n' && norm[i] != '\r' {
-				i++
-			}
-		case c == '/' && i+1 < len(norm) && norm[i+1] == '*':
-			lx := lexer{s: norm, i: i}
-			lx.skipBlockComment()
-			i = lx.i
+		case commentEnd(norm, i) > i:
+			i = commentEnd(norm, i)
 		case c == '$' && i+1 < len(norm) && norm[i+1] >= '1' && norm[i+1] <= '9':
 			k, j := placeholder(norm, i)
 			if k != want || k > len(lits) {

@@ -33,15 +33,8 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		switch {
-		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
-				i++
-			}
-			continue
-		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			lx := lexer{s: sql, i: i}
-			lx.skipBlockComment()
-			i = lx.i
+		case commentEnd(sql, i) > i:
+			i = commentEnd(sql, i)
 			continue
 		case c == '$':
 			if i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' {
@@ -138,20 +131,11 @@ func liftLiterals(sql string) (norm string, lits []literal, ok bool) {
 // stops lifting, whatever the separator, so no literal is misread.
 func continued(sql string, i int) bool {
 	for i < len(sql) {
-		switch c := sql[i]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+		if i = skipBlanks(sql, i); i < len(sql) && sql[i] == '\v' { // (conservative: not PostgreSQL 15's whitespace)
 			i++
-		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
-				i++
-			}
-		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			lx := lexer{s: sql, i: i}
-			lx.skipBlockComment()
-			i = lx.i
-		default:
-			return c == '\''
+			continue
 		}
+		return i < len(sql) && sql[i] == '\''
 	}
 	return false
 }
@@ -229,14 +213,8 @@ func escapeStrings(sql string) string {
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		switch {
-		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
-				i++
-			}
-		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			lx := lexer{s: sql, i: i}
-			lx.skipBlockComment()
-			i = lx.i
+		case commentEnd(sql, i) > i:
+			i = commentEnd(sql, i)
 		case c == '$':
 			lx := lexer{s: sql, i: i}
 			lx.dollarQuote()

@@ -219,14 +219,8 @@ func stringConstants(sql string) []string {
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		switch {
-		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
-				i++
-			}
-		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			lx := lexer{s: sql, i: i}
-			lx.skipBlockComment()
-			i = lx.i
+		case commentEnd(sql, i) > i:
+			i = commentEnd(sql, i)
 		case c == '"':
 			lx := lexer{s: sql, i: i}
 			lx.skipQuoted('"', false)

@@ -366,27 +366,8 @@ func harmlessCode(src string, backslashes bool) bool {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
 			i++
 			continue
-		case c == '-' && i+1 < len(src) && src[i+1] == '-':
-			k := strings.IndexAny(src[i:], "\n\r") // (as PostgreSQL's scanner: either ends it)
-			if k < 0 {
-				return true // (a comment to the end)
-			}
-			i += k + 1
-			n, prevWord = 0, false
-			continue
-		case c == '/' && i+1 < len(src) && src[i+1] == '*':
-			depth, k := 1, i+2
-			for k < len(src) && depth > 0 {
-				switch {
-				case strings.HasPrefix(src[k:], "/*"):
-					depth, k = depth+1, k+2
-				case strings.HasPrefix(src[k:], "*/"):
-					depth, k = depth-1, k+2
-				default:
-					k++
-				}
-			}
-			i = k
+		case commentEnd(src, i) > i:
+			i = commentEnd(src, i)
 			n, prevWord = 0, false
 			continue
 		case c == '\'' || c == '$' && (i == 0 || !isIdentChar(src[i-1])) && dollarTag(src[i:]) != "":
