@@ -196,6 +196,9 @@ func classify(sql string) class {
 			if lx.sawSessionFunc != "" && c.pin == "" && !definesView(lx.words[:n]) {
 				c.pin = lx.sawSessionFunc
 			}
+			if lx.sawTemp && c.pin == "" {
+				c.pin = "temporary object"
+			}
 			if lx.sawSeqFunc != "" {
 				c.seqFn = lx.sawSeqFunc
 			}
@@ -241,7 +244,7 @@ func classify(sql string) class {
 			}
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
-		lx.sawTerminate, lx.sawSignal = false, false
+		lx.sawTerminate, lx.sawSignal, lx.sawTemp = false, false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -282,12 +285,7 @@ func interesting(w []string) bool {
 			return true
 		}
 	}
-	for i := 0; i+1 < len(w); i++ { // SELECT ... INTO TEMP t
-		if strings.EqualFold(w[i], "INTO") && (strings.EqualFold(w[i+1], "TEMP") || strings.EqualFold(w[i+1], "TEMPORARY") || isTempSchema(w[i+1])) {
-			return true
-		}
-	}
-	return false
+	return false // (SELECT ... INTO TEMP t: the lexer's sawTemp)
 }
 
 // txnEnd reads COMMIT, END, ROLLBACK or ABORT statements:
@@ -605,6 +603,9 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			if n == "schema" {
 				n = "search_path"
 			}
+			if n == "search_path" && namesTempSchema(stmt) {
+				setPin("search_path naming pg_temp") // (its block's CREATE TABLE makes a temporary table that outlives it)
+			}
 			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET", name: n})
 			return
 		case "TRANSACTION":
@@ -646,6 +647,11 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			}
 		}
 		name = strings.ToLower(name)
+		if name == "search_path" && namesTempSchema(stmt) {
+			// CREATE TABLE t, SELECT INTO t and CREATE SEQUENCE s then make
+			// temporary objects with no TEMP written (adversary).
+			setPin("search_path naming pg_temp")
+		}
 		if name == "seed" {
 			setPin("SET seed") // random()'s state, which no RESET undoes
 		}
@@ -720,11 +726,6 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 	case "ALTER", "DROP", "COMMENT":
 		if tempSchema(w) {
 			c.temp = true // the object lives on the session's connection only
-		}
-	}
-	for i := 0; i+1 < len(w); i++ {
-		if w[i] == "INTO" && (w[i+1] == "TEMP" || w[i+1] == "TEMPORARY" || isTempSchema(w[i+1])) {
-			setPin("temporary object")
 		}
 	}
 }
@@ -819,6 +820,13 @@ func isTempSchema(w string) bool {
 	return len(w) >= 7 && strings.EqualFold(w[:7], "PG_TEMP") && (len(w) == 7 || w[7] == '_')
 }
 
+// namesTempSchema reports whether a SET search_path statement's text
+// names pg_temp anywhere (quoted or not; an explicit pg_temp first, or
+// after schemas that do not exist, is where CREATE puts new objects).
+func namesTempSchema(stmt string) bool {
+	return strings.Contains(strings.ToLower(stmt), "pg_temp")
+}
+
 // tempSchema reports whether a CREATE statement's leading words name an
 // object in the temporary schema (CREATE TABLE pg_temp.t ...).
 func tempSchema(w []string) bool {
@@ -880,7 +888,16 @@ type lexer struct {
 	sawTerminate bool   // a call of pg_terminate_backend
 	sawSignal    bool   // a call of it or pg_cancel_backend
 	sawShards    bool   // the word pgfleet_shards (metadata.ShardsSchema)
-	prev         string // the word before the current one, "" after punctuation
+	// sawTemp: the statement makes a temporary object wherever its words
+	// say so (TEMP after CREATE, INTO, OR REPLACE, LOCAL or GLOBAL; a name
+	// in pg_temp), past the first words too (EXPLAIN ANALYZE CREATE TEMP
+	// TABLE, a long SELECT ... INTO TEMP: adversary).
+	sawTemp bool
+	prev    string // the word before the current one, "" after punctuation other than "."
+	// chainPrev is the word before the current dotted name (s.t: the
+	// word before s), dot that the last token was ".".
+	chainPrev string
+	dot       bool
 }
 
 const maxWords = 12
@@ -932,9 +949,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			depth++
 			lx.i++
 			lx.punct = true
-			lx.prev = ""
+			lx.prev, lx.dot = "", false
 		case ch == ')':
-			lx.prev = ""
+			lx.prev, lx.dot = "", false
 			if depth > 0 {
 				depth--
 			}
@@ -945,6 +962,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '\'':
 			lx.skipQuoted('\'', escapePrefix(s, lx.i))
 			lx.punct = true
+			lx.prev, lx.dot = "", false
 		case ch == '"':
 			st := lx.i
 			lx.skipQuoted('"', false)
@@ -965,13 +983,17 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if w == `"`+metadata.ShardsSchema+`"` {
 				lx.sawShards = true
 			}
+			lx.word(w)
 			if lx.callFollows() {
 				// "set_config"(...): a quoted name is the name itself.
 				lx.noteCall(w[1:max(1, len(w)-1)])
+			} else if lx.dot {
+				lx.noteAttr(w[1:max(1, len(w)-1)])
 			}
-			lx.prev = w
+			lx.prev, lx.dot = w, false
 		case ch == '$' && lx.dollarQuote():
 			lx.punct = true
+			lx.prev, lx.dot = "", false
 		case isIdentStart(ch):
 			st := lx.i
 			for lx.i < len(s) && isIdentChar(s[lx.i]) {
@@ -1007,14 +1029,18 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if len(w) == len(metadata.ShardsSchema) && strings.EqualFold(w, metadata.ShardsSchema) {
 				lx.sawShards = true
 			}
+			lx.word(w)
 			if lx.callFollows() {
 				lx.noteCall(w)
+			} else if lx.dot {
+				lx.noteAttr(w)
 			}
-			lx.prev = w
+			lx.prev, lx.dot = w, false
 		default:
 			if ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\f' {
 				lx.punct = true
-				if ch != '.' {
+				lx.dot = ch == '.'
+				if !lx.dot {
 					lx.prev = ""
 				}
 			}
@@ -1224,11 +1250,57 @@ func (lx *lexer) noteCall(w string) {
 	// A table's or alias's column list: INSERT INTO t (...), AS x (...),
 	// CREATE TABLE t (...), REFERENCES t (...), ON t (...).
 	for _, k := range [...]string{"INTO", "TABLE", "AS", "REFERENCES", "ON", "EXISTS", "VIEW", "TYPE", "INDEX", "FUNCTION", "PROCEDURE"} {
-		if strings.EqualFold(lx.prev, k) {
+		if strings.EqualFold(lx.chainPrev, k) { // (INTO s.t (...); not type.f(...): adversary)
 			return
 		}
 	}
 	lx.sawUserCall = true
+}
+
+// word notes a word (quoted or not) of the current statement: the word
+// before its dotted name, and whether it makes a temporary object.
+func (lx *lexer) word(w string) {
+	if !lx.dot {
+		lx.chainPrev = lx.prev
+	}
+	switch {
+	case len(w) == 4 || len(w) == 9:
+		if lx.prev != "" && (strings.EqualFold(w, "TEMP") || strings.EqualFold(w, "TEMPORARY")) &&
+			oneOf(lx.prev, "CREATE", "INTO", "REPLACE", "LOCAL", "GLOBAL") {
+			lx.sawTemp = true
+		}
+	case len(w) >= 7 && !lx.dot && isTempSchema(w):
+		// pg_temp.t: made here (INTO pg_temp.t, CREATE ... pg_temp.t past
+		// the first words), or the session has one already (pinned).
+		if j := skipBlanks(lx.s, lx.i); j < len(lx.s) && lx.s[j] == '.' {
+			lx.sawTemp = true
+		}
+	}
+}
+
+// noteAttr looks at a name after "." that no "(" follows: attribute
+// notation, (x).f, calls f(x) when x has no column f (adversary:
+// (42::bigint)."pg_advisory_lock" took a session lock unseen). Session
+// functions and built-ins that run SQL text count as calls; other names
+// are columns, or user functions, which stateViews names.
+func (lx *lexer) noteAttr(w string) {
+	if len(w) < 7 || len(w) > 63 {
+		return
+	}
+	var buf [63]byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if c >= 'a' && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	if why, ok := sessionFuncs[string(buf[:len(w)])]; ok && lx.sawSessionFunc == "" {
+		lx.sawSessionFunc = why
+	}
+	if builtins[string(buf[:len(w)])]&runsSQLText != 0 {
+		lx.sawSQLText, lx.sawUserCall = true, true
+	}
 }
 
 // builtins is builtinNames as a set, with what classify must know of some.

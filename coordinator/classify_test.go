@@ -85,6 +85,25 @@ func TestClassify(t *testing.T) {
 		{sql: `create unlogged table "pg_temp".t (a int)`, stmt: 1, pin: "temporary object"},
 		{sql: "CREATE VIEW pg_temp_3.v AS SELECT 1", stmt: 1, pin: "temporary object"},
 		{sql: "SELECT 1 INTO pg_temp.t", stmt: 1, pin: "temporary object"},
+		// Adversary round 5: attribute notation, temporary objects past the
+		// first words, and a search_path that puts new objects in pg_temp.
+		{sql: `SELECT (42::bigint)."pg_advisory_lock"`, stmt: 1, pin: "session advisory lock"},
+		{sql: `SELECT (42::bigint) . /* c */ "pg_try_advisory_lock"`, stmt: 1, pin: "session advisory lock"},
+		{sql: "SELECT a, b, c, d, e, f, g, h, i, j, k, l INTO TEMP t FROM x", stmt: 1, pin: "temporary object"},
+		{sql: "SELECT a, b, c, d, e, f, g, h, i, j, k, l INTO pg_temp . t FROM x", stmt: 1, pin: "temporary object"},
+		{sql: "SELECT 1 INTO LOCAL TEMP t", stmt: 1, pin: "temporary object"},
+		{sql: "SELECT 1 INTO TEMPORARY TABLE t", stmt: 1, pin: "temporary object"},
+		{sql: "EXPLAIN ANALYZE CREATE TEMP TABLE t AS SELECT 1", stmt: 1, pin: "temporary object"},
+		{sql: "EXPLAIN (ANALYZE, BUFFERS, TIMING, SUMMARY, COSTS false) CREATE TABLE pg_temp.t AS SELECT 1", stmt: 1, pin: "temporary object"},
+		{sql: "SELECT temp, temporary FROM readings", stmt: 1},
+		{sql: "INSERT INTO readings (temp) VALUES (1)", stmt: 1},
+		{sql: "SELECT 1 AS temp", stmt: 1},
+		{sql: "SELECT pg_temp_x FROM t", stmt: 1},
+		{sql: "SET search_path = pg_temp, public", stmt: 1, pin: "search_path naming pg_temp",
+			ops: []paramOp{{kind: opSet, name: "search_path", sql: "SET search_path = pg_temp, public"}}},
+		{sql: `SET LOCAL search_path TO nosuch, "pg_temp"`, stmt: 1, pin: "search_path naming pg_temp",
+			ops: []paramOp{{kind: opNone, name: "search_path", tagText: "SET"}}},
+		{sql: "SET search_path = app, public", stmt: 1, ops: []paramOp{{kind: opSet, name: "search_path", sql: "SET search_path = app, public"}}},
 	}
 	for _, tc := range []struct {
 		sql    string
@@ -108,6 +127,16 @@ func TestClassify(t *testing.T) {
 		{"SELECT pg_settings_x FROM t", false},
 		{"SELECT query_to_xml('select f' || 'x()', true, false, '')", true},
 		{"SELECT * FROM ts_stat('select v from t')", true},
+		// A schema named like a keyword is not a column list's table; a
+		// qualified table's column list is not a call; attribute notation
+		// of a built-in that runs SQL text is one.
+		{"SELECT type.crosstab('select 1')", true},
+		{"SELECT on.f(1)", true},
+		{"INSERT INTO public.t (a, b) VALUES (1, 2)", false},
+		{`INSERT INTO "Sch"."T" (a) VALUES (1)`, false},
+		{"SELECT ('select v from t'::text).ts_stat", true},
+		{`SELECT ('select v from t'::text)."ts_stat"`, true},
+		{"SELECT t.ts FROM t", false},
 	} {
 		if got := classify(tc.sql).verify; got != tc.verify {
 			t.Errorf("classify(%q).verify = %v, want %v", tc.sql, got, tc.verify)

@@ -370,6 +370,23 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 			t.Fatalf("the harmless trigger's count: %s", got)
 		}
 	})
+	// An extension's trigger function runs SQL of its own: refint's
+	// check_foreign_key deletes from the table its arguments name, whose
+	// user trigger then runs (adversary round 5: the closure trusted
+	// extension functions, and the DELETE was not checked).
+	t.Run("extension trigger", func(t *testing.T) {
+		objects(t, []string{
+			"CREATE EXTENSION IF NOT EXISTS refint",
+			"CREATE TABLE iso14_rpk (id int PRIMARY KEY)",
+			"CREATE TABLE iso14_rfk (pid int)",
+			"CREATE TRIGGER iso14_t BEFORE DELETE ON iso14_rfk FOR EACH ROW EXECUTE FUNCTION iso14_trgf()",
+			"CREATE TRIGGER iso14_r BEFORE DELETE OR UPDATE ON iso14_rpk FOR EACH ROW EXECUTE FUNCTION check_foreign_key(1, 'cascade', 'id', 'iso14_rfk', 'pid')",
+			"INSERT INTO iso14_rpk SELECT g FROM generate_series(1, 4) g",
+			"INSERT INTO iso14_rfk SELECT g FROM generate_series(1, 4) g",
+		}, []string{"DROP TABLE IF EXISTS iso14_rpk, iso14_rfk", "DROP EXTENSION IF EXISTS refint"})
+		check(t, "DELETE FROM iso14_rpk WHERE id = 1", simple, true)
+		check(t, "DELETE FROM iso14_rpk WHERE id = 2", extended, true)
+	})
 	// An event trigger: the statements that fire one (DDL, SELECT INTO)
 	// are verified; the rest need not be (TestFiresEventTriggers).
 	t.Run("event trigger", func(t *testing.T) {

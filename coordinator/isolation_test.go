@@ -872,3 +872,50 @@ func TestCommentsAndStringsEndAsPostgreSQLs(t *testing.T) {
 		_ = b.Close(ctx)
 	}
 }
+
+// The client-statement classifier sees session state however the
+// statement spells it (adversary round 5): a built-in called in attribute
+// notation, a temporary table made past the statement's first words or
+// under a search_path that names pg_temp, and an extension's function that
+// runs SQL text behind a schema named like a keyword. Every later client
+// on the same server connection starts clean.
+func TestClassifierSpellingsStayWithTheirClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, cl.Servers[0].Addr())
+	exec(t, setup, `CREATE SCHEMA IF NOT EXISTS "type"`, simple)
+	exec(t, setup, `CREATE EXTENSION IF NOT EXISTS tablefunc SCHEMA "type"`, simple)
+	t.Cleanup(func() { _, _ = setup.Exec(ctx, `DROP SCHEMA IF EXISTS "type" CASCADE`, simple) })
+	for _, qs := range [][]string{
+		{`SELECT (42::bigint)."pg_advisory_lock"`},
+		{"SELECT a, b, c, d, e, f, g, h, i, j, k, l INTO TEMP r5_wide FROM (SELECT 1 a, 2 b, 3 c, 4 d, 5 e, 6 f, 7 g, 8 h, 9 i, 10 j, 11 k, 12 l) x"},
+		{"SELECT 1 AS a INTO LOCAL TEMP r5_local"},
+		{"EXPLAIN ANALYZE CREATE TEMP TABLE r5_explain AS SELECT 1 AS a"},
+		{"EXPLAIN (ANALYZE, COSTS false) CREATE TABLE pg_temp.r5_explain2 AS SELECT 1 AS a"},
+		{"SET search_path = pg_temp, public", "CREATE TABLE r5_path (a int)"},
+		{"BEGIN", "SET LOCAL search_path = nosuch_schema, pg_temp", "CREATE SEQUENCE r5_seq", "COMMIT"},
+		{`SELECT * FROM type.crosstab('SELECT ''a''::text, ''b''::text, set_config(''work_mem'', ''5555kB'', false)') AS t(r text, b text)`},
+	} {
+		t.Run(qs[len(qs)/2], func(t *testing.T) {
+			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
+			a := connect(t, srv.Addr())
+			for _, q := range qs {
+				if _, err := a.Exec(ctx, q, simple); err != nil {
+					t.Fatalf("%q: %v", q, err)
+				}
+			}
+			if err := a.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := connect(t, srv.Addr())
+			got := queryString(t, b, `SELECT current_setting('work_mem') || ' ' || current_setting('search_path')
+  || ' locks ' || (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())
+  || ' temp ' || (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema())`, simple)
+			if got != `4MB "$user", public locks 0 temp 0` {
+				t.Errorf("after %q, the next client has %s", qs, got)
+			}
+			_ = b.Close(ctx)
+		})
+	}
+}

@@ -26,7 +26,7 @@ import (
 // DDL epoch of this coordinator; an object made through another
 // coordinator, or on the node directly, is seen after this one's next DDL
 // or catalog change. Functions of extensions are taken as built in, as
-// are pgfleet's own. Views calling set_config, an advisory lock function,
+// are pgfleet's own, except as trigger functions. Views calling set_config, an advisory lock function,
 // setseed, nextval or setval count too; pg_settings, whose UPDATE rule
 // calls set_config, is classify's (a built-in, read by no such query).
 
@@ -60,7 +60,10 @@ type viewCheck struct {
 // domain constraints, an operator family its members, an operator class
 // its family, a user type its operator classes, operators and casts, a
 // referenced table its referencing ones (ON DELETE CASCADE fires their
-// triggers), a parent its partitions and children. Rows are a kind and a
+// triggers), a parent its partitions and children. A trigger calling an
+// extension's function is bad too: such functions run SQL of their own
+// (refint's check_foreign_key deletes from the tables its arguments name;
+// autoinc calls nextval), which the closure cannot follow. Rows are a kind and a
 // name: n for a name, o for an operator, and a (a cast between built-in
 // types, or a default operator class of a built-in type: DISTINCT, GROUP
 // BY, ORDER BY use it unwritten) or d (an enabled event trigger), both
@@ -100,6 +103,10 @@ bad(cls, oid) AS (
   UNION
   SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r
    WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval|pg_settings)'
+  UNION
+  SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_trigger t
+   WHERE t.oid >= 16384 AND EXISTS (SELECT FROM pg_catalog.pg_depend e WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                       AND e.objid = t.tgfoid AND e.deptype = 'e')
   UNION
   SELECT e.ccls, e.coid FROM edge e JOIN bad b ON b.cls = e.pcls AND b.oid = e.poid)
 SELECT 'n', c.relname::text FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = bad.oid
