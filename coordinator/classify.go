@@ -199,6 +199,9 @@ func classify(sql string) class {
 			if lx.sawTemp && c.pin == "" {
 				c.pin = "temporary object"
 			}
+			if (lx.sawSQLText || oneOf(lx.words[0], "DO")) && c.pin == "" && unseenIn(sql[start:end]) {
+				c.pin = unseenPin // (DO $$ ... setseed(0.5) ... $$: a string the lexer skips)
+			}
 			if lx.sawSeqFunc != "" {
 				c.seqFn = lx.sawSeqFunc
 			}

@@ -515,3 +515,46 @@ func TestUserFuncHarmless(t *testing.T) {
 		}
 	}
 }
+
+// TestUserFuncUnseen: a function changes state the state read cannot see
+// when its body (strings and comments too) names one of unseenFuncs or
+// LOADs a module, or its SET clause defines a placeholder.
+func TestUserFuncUnseen(t *testing.T) {
+	for _, c := range []struct {
+		f    userFunc
+		want bool
+	}{
+		{userFunc{lang: "plpgsql", body: "BEGIN PERFORM setseed(0.5); RETURN 1; END"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN EXECUTE 'SELECT SETSEED(0.5)'; RETURN 1; END"}, true},
+		{userFunc{lang: "sql", body: "SELECT public.dblink_connect('c', 'dbname=x')"}, true},
+		{userFunc{lang: "sql", body: "SELECT pg_catalog.pg_backup_start('x')"}, true},
+		{userFunc{lang: "sql", body: "SELECT pg_replication_origin_session_setup('o')"}, true},
+		{userFunc{lang: "sql", body: "SELECT * FROM pg_create_logical_replication_slot('s', 'p', true)"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN LOAD 'auto_explain'; END"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN EXECUTE 'load' || ' $x$plugin$x$'; END"}, true},
+		{userFunc{lang: "sql", body: "SELECT 1", config: `{r6.x=on}`}, true},
+		{userFunc{lang: "sql", body: "SELECT 1", config: `{"search_path=a, b.c",work_mem=1MB}`}, false},
+		{userFunc{lang: "plpgsql", body: "BEGIN NEW.load := NEW.load + 1; RETURN NEW; END"}, false},
+		{userFunc{lang: "sql", body: "SELECT random(), dblink_get_result('c'), seed FROM t"}, false},
+	} {
+		if got := c.f.unseen(); got != c.want {
+			t.Errorf("%+v: unseen %v, want %v", c.f, got, c.want)
+		}
+		if c.want && c.f.harmless() {
+			t.Errorf("%+v: harmless, yet it changes state the read cannot see", c.f)
+		}
+	}
+	for sql, pin := range map[string]bool{
+		"DO $$ BEGIN PERFORM setseed(0.5); END $$":                              true,
+		"DO $$ BEGIN PERFORM 1; END $$":                                         false,
+		"SELECT query_to_xml('SELECT setseed(0.5)', true, false, '')":           true,
+		"SELECT query_to_xml('SELECT 1', true, false, '')":                      false,
+		"SELECT 'setseed(0.5)'":                                                 false, // (a string, no code runs it)
+		"DO $$ BEGIN EXECUTE 'LOAD ''auto_explain'''; END $$":                   true,
+		"DO $$ BEGIN PERFORM dblink_connect('c', 'dbname=x'); END $$; SELECT 1": true,
+	} {
+		if got := classify(sql).pin == unseenPin; got != pin {
+			t.Errorf("classify(%q) pins %v (%q), want %v", sql, got, classify(sql).pin, pin)
+		}
+	}
+}

@@ -919,3 +919,74 @@ func TestClassifierSpellingsStayWithTheirClient(t *testing.T) {
 		})
 	}
 }
+
+// User code that changes what the session-state read cannot see (random()'s
+// seed, dblink connections, a loaded module, a placeholder a function's SET
+// clause defines) pins the client that runs it, however the code is
+// reached: a call, a trigger, a function calling one, a DO block, SQL
+// given as text. The next client on the server connection starts clean
+// (found, not mended, last stop; mended here).
+func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, cl.Servers[0].Addr())
+	// random()'s first value after setseed(0.5), on a fresh backend.
+	seeded := queryString(t, setup, "SELECT random()::text FROM (SELECT setseed(0.5)) s", simple)
+	for _, q := range []string{
+		"CREATE EXTENSION IF NOT EXISTS dblink",
+		"CREATE OR REPLACE FUNCTION r6_seed() RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM setseed(0.5); RETURN 1; END $$",
+		"CREATE OR REPLACE FUNCTION r6_outer() RETURNS int LANGUAGE sql AS $$ SELECT r6_seed() + 1 $$",
+		"CREATE OR REPLACE FUNCTION r6_trg() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM r6_seed(); RETURN NEW; END $$",
+		"CREATE TABLE IF NOT EXISTS r6_t (id int)",
+		"DROP TRIGGER IF EXISTS r6_t ON r6_t",
+		"CREATE TRIGGER r6_t BEFORE INSERT ON r6_t FOR EACH ROW EXECUTE FUNCTION r6_trg()",
+		"CREATE OR REPLACE FUNCTION r6_link() RETURNS text LANGUAGE sql AS $$ SELECT dblink_connect('r6c', 'host=127.0.0.1 port=" +
+			strconv.Itoa(cl.Servers[0].Port) + " user=postgres dbname=postgres') $$",
+		"CREATE OR REPLACE FUNCTION r6_load() RETURNS int LANGUAGE plpgsql AS $$ BEGIN LOAD 'auto_explain'; RETURN 1; END $$",
+		"CREATE OR REPLACE FUNCTION r6_ph() RETURNS text LANGUAGE sql SET r6.x = 'on' AS $$ SELECT current_setting('r6.x') $$",
+	} {
+		exec(t, setup, q, simple)
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP TABLE IF EXISTS r6_t", "DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph()",
+			"DROP EXTENSION IF EXISTS dblink"} {
+			_, _ = setup.Exec(ctx, q, simple)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		q    string
+		mode pgx.QueryExecMode
+	}{
+		{"call", "SELECT r6_seed()", simple},
+		{"call extended", "SELECT r6_seed()", pgx.QueryExecModeCacheStatement},
+		{"function calling it", "SELECT r6_outer()", simple},
+		{"trigger", "INSERT INTO r6_t VALUES (1)", simple},
+		{"trigger extended", "INSERT INTO r6_t VALUES (1)", pgx.QueryExecModeExec},
+		{"DO", "DO $$ BEGIN PERFORM setseed(0.5); END $$", simple},
+		{"SQL text", "SELECT query_to_xml('SELECT setseed(0.5)', true, false, '')", simple},
+		{"dblink", "SELECT r6_link()", simple},
+		{"LOAD", "SELECT r6_load()", simple},
+		{"placeholder", "SELECT r6_ph()", simple},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
+			a := connect(t, srv.Addr())
+			if _, err := a.Exec(ctx, tc.q, tc.mode); err != nil {
+				t.Fatalf("%s: %v", tc.q, err)
+			}
+			if err := a.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := connect(t, srv.Addr())
+			got := queryString(t, b, `SELECT (random()::text = $1)::text || ' links ' || COALESCE(array_length(dblink_get_connections(), 1), 0)
+  || ' modules ' || (SELECT count(*) FROM pg_settings WHERE name LIKE 'auto_explain.%')
+  || ' placeholder ' || COALESCE(current_setting('r6.x', true), 'null')`, simple, seeded)
+			if got != "false links 0 modules 0 placeholder null" {
+				t.Errorf("after %q, the next client has: %s", tc.q, got)
+			}
+			_ = b.Close(ctx)
+		})
+	}
+}

@@ -1345,7 +1345,14 @@ func (ss *session) simpleQuery(body []byte) error {
 	// (Read even after classify's verify: a call of pgfleet's own
 	// functions is one, and lends connections that only the catalog's
 	// user code, seen here, keeps from the pool; lentUserCode.)
-	ss.lentImplicit = !cls.quiet && ss.pinned == "" && ss.viewVerify(text, cls.maint, nil)
+	ss.lentImplicit = false
+	if !cls.quiet && ss.pinned == "" {
+		var pin bool
+		ss.lentImplicit, pin = ss.implicitCode(text, cls.maint, nil)
+		if pin && cls.pin == "" {
+			cls.pin = unseenPin
+		}
+	}
 	if ss.lentImplicit {
 		cls.verify = true // it names what may run user code unwritten
 	}
@@ -2447,7 +2454,14 @@ func (ss *session) bind(body []byte) error {
 		ss.seqUsed = true
 	}
 	clientSt := st
-	ss.lentImplicit = !clientSt.cls.quiet && ss.pinned == "" && ss.viewVerify(clientSt.Query, clientSt.cls.maint, clientSt)
+	ss.lentImplicit = false
+	if !clientSt.cls.quiet && ss.pinned == "" {
+		var pin bool
+		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
+		if pin {
+			ss.pin(unseenPin) // (before its Execute runs the code)
+		}
+	}
 	verify := clientSt.cls.verify || ss.lentImplicit
 	ss.txUserCodeWas = ss.txUserCode
 	ss.txUserCode = ss.txUserCode || verify
@@ -3442,9 +3456,15 @@ func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
 
 // pinChangesSettings reports whether a pin's reason may have changed the
 // connection's settings in ways its settings key does not show.
+// unseenPin pins a session whose statement may run user code that changes
+// state the state read cannot see (stateviews.go unseenIn): random()'s
+// seed, dblink connections, a LOADed module, a replication origin or
+// slot, a backup.
+const unseenPin = "user code changing state pgfleet cannot read"
+
 func pinChangesSettings(reason string) bool {
 	switch reason {
-	case "set_config()", "SET ROLE", "SET SESSION AUTHORIZATION", "RESET ROLE", "RESET SESSION", "LOAD", "session state changed by a function":
+	case "set_config()", "SET ROLE", "SET SESSION AUTHORIZATION", "RESET ROLE", "RESET SESSION", "LOAD", "session state changed by a function", unseenPin:
 		return true
 	}
 	return false

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"time"
 
@@ -45,12 +46,17 @@ type viewSet struct {
 	odd   []string // names no word can spell (oddName), looked for as text
 	all   bool
 	ddl   bool
+	// unseen: what reaches user code changing session state the state
+	// read cannot see (unseenIn), as a viewSet of its own; nil when no
+	// user function does. A statement it names pins its session.
+	unseen *viewSet
 }
 
 // viewCheck is a statement's verdict for one viewSet.
 type viewCheck struct {
 	set    *viewSet
 	verify bool
+	pin    bool
 }
 
 // stateViewsSQL finds the user code above. bad is the closure of user
@@ -67,7 +73,8 @@ type viewCheck struct {
 // name: n for a name, o for an operator, and a (a cast between built-in
 // types, or a default operator class of a built-in type: DISTINCT, GROUP
 // BY, ORDER BY use it unwritten) or d (an enabled event trigger), both
-// with no name, which verify everything.
+// with no name, which verify everything. $1: the user functions left out
+// of the seeds; $2: what a rule's text must name to be one (stateRules).
 const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
   SELECT p.oid FROM pg_catalog.pg_proc p
    WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -102,7 +109,7 @@ bad(cls, oid) AS (
   SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, ufn.oid FROM ufn WHERE ufn.oid <> ALL ($1::pg_catalog.oid[])
   UNION
   SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r
-   WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* '(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval|pg_settings)'
+   WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* $2
   UNION
   SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_trigger t
    WHERE t.oid >= 16384 AND EXISTS (SELECT FROM pg_catalog.pg_depend e WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
@@ -120,6 +127,13 @@ UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_cast k ON bad.cls = 'pg_catalog
        WHERE k.castsource < 16384 AND k.casttarget < 16384
 UNION SELECT 'd', '' FROM bad JOIN pg_catalog.pg_event_trigger e ON bad.cls = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass AND e.oid = bad.oid
        WHERE e.evtenabled <> 'D'`
+
+// stateRules: the calls that make a rule (a view's too) a seed of
+// stateViewsSQL; unseenRules: those whose state the state read cannot see.
+const (
+	stateRules  = `(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval|pg_settings)`
+	unseenRules = `(setseed|dblink_connect|backup_start|start_backup|replication_origin_session_setup|replication_slot)`
+)
 
 // userFuncsSQL lists the user functions of stateViewsSQL's ufn with what
 // harmlessBody reads: language and body (a SQL-standard body, BEGIN ATOMIC,
@@ -144,13 +158,109 @@ type userFunc struct {
 // temporary one under a search_path of pg_temp; adversary round 3), and a
 // function's own settings naming pg_temp make its tables temporary.
 func (f *userFunc) harmless() bool {
-	if f.atomic || f.lang != "plpgsql" && f.lang != "sql" || strings.Contains(strings.ToLower(f.config), "pg_temp") {
+	if f.atomic || f.unseen() || f.lang != "plpgsql" && f.lang != "sql" || strings.Contains(strings.ToLower(f.config), "pg_temp") {
 		return false
 	}
 	if f.lang == "sql" && !eachWord(f.body, func(w string) bool { return !strings.EqualFold(w, "into") }) {
 		return false
 	}
 	return harmlessBody(f.body)
+}
+
+// unseen reports whether f changes session state the state read (session.go
+// stateHead) cannot see: its body names one of unseenFuncs, or LOADs a
+// module (unseenIn), or its own settings define a placeholder (adv.x: left
+// defined, as '', after the call).
+func (f *userFunc) unseen() bool {
+	if unseenIn(f.body) {
+		return true
+	}
+	for _, kv := range strings.Split(strings.Trim(f.config, "{}"), ",") {
+		if name, _, ok := strings.Cut(strings.Trim(kv, `"`), "="); ok && strings.Contains(name, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// unseenFuncs are the session functions (classify's sessionFuncs) whose
+// state the state read cannot see: random()'s seed, a backup in progress,
+// a replication origin or temporary slot, dblink's named connections.
+// User code naming one pins the session that runs it.
+var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_START_BACKUP": true,
+	"PG_REPLICATION_ORIGIN_SESSION_SETUP": true, "PG_CREATE_PHYSICAL_REPLICATION_SLOT": true, "PG_CREATE_LOGICAL_REPLICATION_SLOT": true,
+	"PG_COPY_PHYSICAL_REPLICATION_SLOT": true, "PG_COPY_LOGICAL_REPLICATION_SLOT": true, "DBLINK_CONNECT": true, "DBLINK_CONNECT_U": true}
+
+// unseenIn reports whether code (a function's body, a DO block, SQL given
+// to a built-in as text), strings and comments included, names one of
+// unseenFuncs, or LOADs a module (LOAD before a string).
+func unseenIn(code string) bool {
+	var buf [40]byte
+	found := !eachWord(code, func(w string) bool {
+		if len(w) < 7 || len(w) > len(buf) {
+			return true
+		}
+		for i := 0; i < len(w); i++ {
+			c := w[i]
+			if c >= 'a' && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		return !unseenFuncs[string(buf[:len(w)])]
+	})
+	for i := 0; !found && i+4 <= len(code); i++ {
+		if strings.EqualFold(code[i:i+4], "load") && (i == 0 || !isIdentChar(code[i-1])) {
+			if j := skipBlanks(code, i+4); j < len(code) && (code[j] == '\'' || code[j] == '$') {
+				found = true
+			}
+		}
+	}
+	return found
+}
+
+// unseenSet reads the viewSet of the user functions that change state the
+// state read cannot see (userFunc.unseen), and of those whose bodies name
+// one of them, nil when none does. Its names are relations and types
+// reaching one, and the functions themselves.
+func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []userFunc) (*viewSet, error) {
+	seeds, names := map[uint32]bool{}, map[string]string{}
+	for _, f := range funcs {
+		if f.unseen() {
+			seeds[f.oid] = true
+			names[nameKey(f.name)], names[strings.ToLower(f.name)] = f.name, f.name
+		}
+	}
+	for changed := len(seeds) > 0; changed; {
+		changed = false
+		for _, f := range funcs {
+			if !seeds[f.oid] && mentionedTable(f.body, names) != "" {
+				seeds[f.oid], changed = true, true
+				names[nameKey(f.name)], names[strings.ToLower(f.name)] = f.name, f.name
+			}
+		}
+	}
+	if len(seeds) == 0 {
+		return nil, nil
+	}
+	others := map[uint32]bool{}
+	for _, f := range funcs {
+		if !seeds[f.oid] {
+			others[f.oid] = true
+		}
+	}
+	u, relTypes, err := readViewSet(ctx, pool, stamp, others, unseenRules)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(names, relTypes)
+	u.names, u.odd = names, nil
+	for _, n := range names {
+		if oddName(n) {
+			u.odd = append(u.odd, n, strings.ReplaceAll(n, `"`, `""`))
+		}
+	}
+	return u, nil
 }
 
 // stateViews returns the current viewSet, reading it when this
@@ -199,7 +309,7 @@ func (s *Server) stateViews() *viewSet {
 			clear(harmless) // (not settled: none is harmless)
 		}
 		var relTypes map[string]string
-		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless)
+		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless, stateRules)
 		if err != nil || len(harmless) == 0 {
 			break
 		}
@@ -228,6 +338,9 @@ func (s *Server) stateViews() *viewSet {
 		if !taken {
 			break
 		}
+	}
+	if err == nil {
+		vs.unseen, err = unseenSet(ctx, s.metaPool, stamp, funcs)
 	}
 	if err != nil {
 		vs = &viewSet{stamp: stamp, names: map[string]string{}, all: true}
@@ -269,14 +382,14 @@ func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) (_ []userFunc, ext [
 
 // readViewSet runs stateViewsSQL with the harmless functions left out of
 // its seeds. relTypes: the names of relations and types alone.
-func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool) (*viewSet, map[string]string, error) {
+func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool, rules string) (*viewSet, map[string]string, error) {
 	vs := &viewSet{stamp: stamp, names: map[string]string{}}
 	relTypes := map[string]string{}
 	oids := make([]uint32, 0, len(harmless))
 	for o := range harmless {
 		oids = append(oids, o)
 	}
-	rows, err := pool.Query(ctx, stateViewsSQL, oids)
+	rows, err := pool.Query(ctx, stateViewsSQL, oids, rules)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -520,26 +633,35 @@ var syntaxOps = map[string]bool{"=": true, "<>": true, "<": true, ">": true, "<=
 // connection goes back to the pool, after the COMMIT): a verified SET
 // would pin the session, its change showing in the state read after it.
 func (ss *session) viewVerify(q string, maint bool, st *Statement) bool {
+	v, _ := ss.implicitCode(q, maint, st)
+	return v
+}
+
+// implicitCode is viewVerify's verdict, and pin: q may run user code that
+// changes state the state read cannot see (viewSet.unseen).
+func (ss *session) implicitCode(q string, maint bool, st *Statement) (verify, pin bool) {
 	vs := ss.srv.stateViews()
-	if vs.all {
-		return true
-	}
-	if len(vs.names) == 0 && len(vs.ops) == 0 && !vs.ddl {
-		return false
-	}
-	if maint {
-		return true // ANALYZE, VACUUM, REINDEX, CLUSTER of no table name run every table's code
+	if !vs.all && len(vs.names) == 0 && len(vs.ops) == 0 && !vs.ddl {
+		return false, false // (unseen: user functions, which are in names)
 	}
 	if st != nil {
 		if c := st.viewChk.Load(); c != nil && c.set == vs {
-			return c.verify
+			return c.verify, c.pin
 		}
 	}
-	v := vs.ddl && firesEventTriggers(q) || mentionedTable(q, vs.names) != "" || containsAny(q, vs.ops) || containsAny(q, vs.odd)
+	// (ANALYZE, VACUUM, REINDEX, CLUSTER of no table name run every
+	// table's code: maint.)
+	verify = maint || vs.match(q)
+	pin = vs.unseen != nil && (maint || vs.unseen.match(q))
 	if st != nil {
-		st.viewChk.Store(&viewCheck{set: vs, verify: v})
+		st.viewChk.Store(&viewCheck{set: vs, verify: verify, pin: pin})
 	}
-	return v
+	return verify, pin
+}
+
+// match reports whether q names what vs holds (or vs holds everything).
+func (vs *viewSet) match(q string) bool {
+	return vs.all || vs.ddl && firesEventTriggers(q) || mentionedTable(q, vs.names) != "" || containsAny(q, vs.ops) || containsAny(q, vs.odd)
 }
 
 // stVerify is a prepared statement's classify verify, or a view it names
