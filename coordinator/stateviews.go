@@ -170,7 +170,7 @@ func (f *userFunc) harmless() bool {
 // unseen reports whether f changes session state the state read (session.go
 // stateHead) cannot see: its body names one of unseenFuncs, or LOADs a
 // module (unseenIn), or its own settings define a placeholder (adv.x: left
-// defined, as ”, after the call).
+// defined, as an empty string, after the call).
 func (f *userFunc) unseen() bool {
 	if unseenIn(f.body) {
 		return true
