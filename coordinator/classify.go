@@ -90,6 +90,10 @@ type class struct {
 	// pooled worker connection lists its statements (every session's that
 	// used it, under pgfleet's names), not the session's.
 	preparedView bool
+	// reservedName: a SQL PREPARE, EXECUTE or DEALLOCATE names a statement
+	// pgfleet_...: the names pgfleet prepares its own statements under on
+	// worker connections (EXECUTE pgfleet_1(41) ran pgfleet's statement).
+	reservedName bool
 	// fetch: a FETCH, whose result PostgreSQL never checks against its
 	// description (a utility statement is not analysed again: prepared
 	// before its cursor, it is described with no result and returns rows).
@@ -223,6 +227,9 @@ func classify(sql string) class {
 			if lx.sawPrepared {
 				c.preparedView = true
 			}
+			if lx.sawReserved {
+				c.reservedName = true
+			}
 			if oneOf(lx.words[0], "ANALYZE", "ANALYSE", "VACUUM", "REINDEX", "CLUSTER") {
 				c.maint = true
 			}
@@ -247,7 +254,7 @@ func classify(sql string) class {
 			}
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
-		lx.sawTerminate, lx.sawSignal, lx.sawTemp = false, false, false
+		lx.sawTerminate, lx.sawSignal, lx.sawTemp, lx.sawReserved = false, false, false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -895,8 +902,9 @@ type lexer struct {
 	// say so (TEMP after CREATE, INTO, OR REPLACE, LOCAL or GLOBAL; a name
 	// in pg_temp), past the first words too (EXPLAIN ANALYZE CREATE TEMP
 	// TABLE, a long SELECT ... INTO TEMP: adversary).
-	sawTemp bool
-	prev    string // the word before the current one, "" after punctuation other than "."
+	sawTemp     bool
+	sawReserved bool   // a statement name of pgfleet's after PREPARE, EXECUTE or DEALLOCATE
+	prev        string // the word before the current one, "" after punctuation other than "."
 	// chainPrev is the word before the current dotted name (s.t: the
 	// word before s), dot that the last token was ".".
 	chainPrev string
@@ -1265,6 +1273,10 @@ func (lx *lexer) noteCall(w string) {
 func (lx *lexer) word(w string) {
 	if !lx.dot {
 		lx.chainPrev = lx.prev
+	}
+	if len(w) > 8 && lx.prev != "" && (w[0]|0x20 == 'p' || w[0] == '"') && strings.HasPrefix(strings.ToLower(strings.TrimPrefix(w, `"`)), "pgfleet_") &&
+		oneOf(lx.prev, "PREPARE", "EXECUTE", "DEALLOCATE") {
+		lx.sawReserved = true
 	}
 	switch {
 	case len(w) == 4 || len(w) == 9:

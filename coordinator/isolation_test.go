@@ -990,3 +990,32 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		})
 	}
 }
+
+// SQL PREPARE, EXECUTE and DEALLOCATE of names pgfleet prepares its own
+// statements under are refused with 0A000: PREPARE pgfleet_1 got 42P05
+// where PostgreSQL succeeds, and EXECUTE pgfleet_1(41) ran pgfleet's
+// statement, another client's text, where PostgreSQL says 26000.
+func TestReservedStatementNames(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	a := connect(t, srv.Addr())
+	var n int
+	if err := a.QueryRow(ctx, "SELECT $1::int + 1", 41).Scan(&n); err != nil || n != 42 { // (prepares pgfleet_1 on the connection)
+		t.Fatal(n, err)
+	}
+	for _, q := range []string{"PREPARE pgfleet_1 AS SELECT 7", "EXECUTE pgfleet_1(41)", `execute "pgfleet_1" (41)`, "DEALLOCATE pgfleet_1",
+		"DEALLOCATE PREPARE pgfleet_state", "EXPLAIN ANALYZE EXECUTE pgfleet_1(1)", "CREATE TABLE r7_t AS EXECUTE pgfleet_1(41)"} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+			_, err := a.Exec(ctx, q, mode)
+			if code := sqlState(err); code != "0A000" {
+				t.Errorf("%s (%v): %v, want 0A000", q, mode, err)
+			}
+		}
+	}
+	// Other names work as on PostgreSQL.
+	exec(t, a, "PREPARE pgfleet1 AS SELECT $1::int * 2", pgx.QueryExecModeSimpleProtocol)
+	if got := queryString(t, a, "EXECUTE pgfleet1(21)", pgx.QueryExecModeSimpleProtocol); got != "42" {
+		t.Errorf("EXECUTE pgfleet1(21) = %s", got)
+	}
+}

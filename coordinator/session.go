@@ -1172,6 +1172,16 @@ func errPreparedView() error {
 		WithHint("Keep track of the session's prepared statements in the application; DEALLOCATE and DISCARD ALL work as on PostgreSQL.")
 }
 
+// errReservedName refuses SQL PREPARE, EXECUTE and DEALLOCATE of names that
+// begin with pgfleet_: pgfleet prepares its own statements under them on
+// worker connections, so such a name would clash with one (42P05 where
+// PostgreSQL succeeds) or run it.
+func errReservedName() error {
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"prepared statement names beginning with pgfleet_ are reserved: pgfleet prepares its own statements under them on worker connections").
+		WithHint("Give the prepared statement another name.")
+}
+
 // localTxn answers a simple-query BEGIN, COMMIT or ROLLBACK locally when
 // localTxnOK allows it.
 func (ss *session) localTxn(cls *class, sql string) bool {
@@ -1388,6 +1398,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	ss.seqDiscard = false
 	if cls.preparedView {
 		return ss.queryError(errPreparedView())
+	}
+	if cls.reservedName {
+		return ss.queryError(errReservedName())
 	}
 	if cls.seqFn != "" && ss.seqUsed {
 		return ss.queryError(errSeqState(cls.seqFn))
@@ -2232,6 +2245,10 @@ func (ss *session) parse(body []byte) error {
 	ss.noteClass(&st.cls)
 	if st.cls.preparedView {
 		ss.parseFailed(name, errPreparedView())
+		return nil
+	}
+	if st.cls.reservedName {
+		ss.parseFailed(name, errReservedName())
 		return nil
 	}
 	if st.cls.showPools {
