@@ -94,6 +94,9 @@ type class struct {
 	// pgfleet_...: the names pgfleet prepares its own statements under on
 	// worker connections (EXECUTE pgfleet_1(41) ran pgfleet's statement).
 	reservedName bool
+	// selectInto: an INTO not of INSERT or MERGE (SELECT ... INTO t makes
+	// a table: a temporary one under a search_path naming pg_temp).
+	selectInto bool
 	// fetch: a FETCH, whose result PostgreSQL never checks against its
 	// description (a utility statement is not analysed again: prepared
 	// before its cursor, it is described with no result and returns rows).
@@ -230,6 +233,9 @@ func classify(sql string) class {
 			if lx.sawReserved {
 				c.reservedName = true
 			}
+			if lx.sawInto {
+				c.selectInto = true
+			}
 			if oneOf(lx.words[0], "ANALYZE", "ANALYSE", "VACUUM", "REINDEX", "CLUSTER") {
 				c.maint = true
 			}
@@ -254,7 +260,7 @@ func classify(sql string) class {
 			}
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
-		lx.sawTerminate, lx.sawSignal, lx.sawTemp, lx.sawReserved = false, false, false, false
+		lx.sawTerminate, lx.sawSignal, lx.sawTemp, lx.sawReserved, lx.sawInto = false, false, false, false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -834,7 +840,9 @@ func isTempSchema(w string) bool {
 // names pg_temp anywhere (quoted or not; an explicit pg_temp first, or
 // after schemas that do not exist, is where CREATE puts new objects).
 func namesTempSchema(stmt string) bool {
-	return strings.Contains(strings.ToLower(stmt), "pg_temp")
+	// (Or may spell it: E'pg\x5ftemp', U&'pg\005ftemp', UESCAPE.)
+	l := strings.ToLower(stmt)
+	return strings.Contains(l, "pg_temp") || strings.Contains(l, `\`) || strings.Contains(l, "uescape")
 }
 
 // tempSchema reports whether a CREATE statement's leading words name an
@@ -904,11 +912,16 @@ type lexer struct {
 	// TABLE, a long SELECT ... INTO TEMP: adversary).
 	sawTemp     bool
 	sawReserved bool   // a statement name of pgfleet's after PREPARE, EXECUTE or DEALLOCATE
+	sawInto     bool   // INTO, not after INSERT or MERGE
 	prev        string // the word before the current one, "" after punctuation other than "."
 	// chainPrev is the word before the current dotted name (s.t: the
 	// word before s), dot that the last token was ".".
 	chainPrev string
 	dot       bool
+	// w1, w2: the statement's last two words (punctuation between them or
+	// not); uamp: the quote at lx.i opens a U& name or string.
+	w1, w2 string
+	uamp   bool
 }
 
 const maxWords = 12
@@ -949,6 +962,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 	start = lx.i
 	depth := 0
 	lx.punct = false
+	lx.w1, lx.w2 = "", ""
 	for lx.i < len(s) {
 		ch := s[lx.i]
 		switch {
@@ -973,16 +987,25 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '\'':
 			lx.skipQuoted('\'', escapePrefix(s, lx.i))
 			lx.punct = true
-			lx.prev, lx.dot = "", false
+			lx.prev, lx.dot, lx.uamp = "", false, false
 		case ch == '"':
 			st := lx.i
 			lx.skipQuoted('"', false)
 			w := s[st:lx.i]
+			if lx.uamp {
+				// U&"pg\005Ftemp": judged by what it spells (adversary).
+				lx.uamp = false
+				if d, _, ok := unicodeEscaped(s, st); ok {
+					w = `"` + strings.ReplaceAll(d, `"`, `""`) + `"`
+				} else if lx.sawSessionFunc == "" {
+					lx.sawSessionFunc = "a U& name with UESCAPE" // (not decoded here: pinned)
+				}
+			}
 			if n < maxWords {
 				lx.words[n] = w
 				n++
 			}
-			if w := s[st:lx.i]; len(w) == 9 || len(w) == 10 {
+			if len(w) == 9 || len(w) == 10 {
 				lx.noteSeqFunc(w[1 : len(w)-1])
 			}
 			if w == `"pg_prepared_statements"` {
@@ -1005,6 +1028,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 		case ch == '$' && lx.dollarQuote():
 			lx.punct = true
 			lx.prev, lx.dot = "", false
+		case (ch == 'U' || ch == 'u') && lx.i+2 < len(s) && s[lx.i+1] == '&' && (s[lx.i+2] == '"' || s[lx.i+2] == '\''):
+			lx.i += 2 // (U&: the name or string that follows is what counts)
+			lx.uamp = true
 		case isIdentStart(ch):
 			st := lx.i
 			for lx.i < len(s) && isIdentChar(s[lx.i]) {
@@ -1278,19 +1304,22 @@ func (lx *lexer) word(w string) {
 		oneOf(lx.prev, "PREPARE", "EXECUTE", "DEALLOCATE") {
 		lx.sawReserved = true
 	}
-	switch {
-	case len(w) == 4 || len(w) == 9:
-		if lx.prev != "" && (strings.EqualFold(w, "TEMP") || strings.EqualFold(w, "TEMPORARY")) &&
-			oneOf(lx.prev, "CREATE", "INTO", "REPLACE", "LOCAL", "GLOBAL") {
-			lx.sawTemp = true
-		}
-	case len(w) >= 7 && !lx.dot && isTempSchema(w):
-		// pg_temp.t: made here (INTO pg_temp.t, CREATE ... pg_temp.t past
-		// the first words), or the session has one already (pinned).
+	if (len(w) == 4 || len(w) == 9) && lx.prev != "" && (strings.EqualFold(w, "TEMP") || strings.EqualFold(w, "TEMPORARY")) &&
+		oneOf(lx.prev, "CREATE", "INTO", "REPLACE", "LOCAL", "GLOBAL") && !(oneOf(lx.prev, "INTO") && oneOf(lx.w2, "INSERT", "MERGE")) {
+		lx.sawTemp = true // (INSERT INTO temp VALUES ...: a table named temp)
+	}
+	if len(w) >= 7 && !lx.dot && isTempSchema(w) {
+		// pg_temp.t, "pg_temp".t: made here (INTO pg_temp.t, CREATE ...
+		// pg_temp.t past the first words), or the session has one
+		// already (pinned).
 		if j := skipBlanks(lx.s, lx.i); j < len(lx.s) && lx.s[j] == '.' {
 			lx.sawTemp = true
 		}
 	}
+	if len(w) == 4 && strings.EqualFold(w, "INTO") && !oneOf(lx.w1, "INSERT", "MERGE") {
+		lx.sawInto = true
+	}
+	lx.w2, lx.w1 = lx.w1, w
 }
 
 // noteAttr looks at a name after "." that no "(" follows: attribute

@@ -104,6 +104,20 @@ func TestClassify(t *testing.T) {
 		{sql: `SET LOCAL search_path TO nosuch, "pg_temp"`, stmt: 1, pin: "search_path naming pg_temp",
 			ops: []paramOp{{kind: opNone, name: "search_path", tagText: "SET"}}},
 		{sql: "SET search_path = app, public", stmt: 1, ops: []paramOp{{kind: opSet, name: "search_path", sql: "SET search_path = app, public"}}},
+		// Adversary round 6: quoted and U& spellings, pg_temp_N, a table
+		// named temp.
+		{sql: `select 1 as a into "pg_temp".lt1`, stmt: 1, pin: "temporary object"},
+		{sql: "select 1 into pg_temp_6.t", stmt: 1, pin: "temporary object"},
+		{sql: `select 1 as a into U&"pg\005Ftemp".ut`, stmt: 1, pin: "temporary object"},
+		{sql: `explain analyze create table "pg_temp".lt2 as select 1 as a`, stmt: 1, pin: "temporary object"},
+		{sql: `set search_path = E'pg\x5ftemp', public`, stmt: 1, pin: "search_path naming pg_temp",
+			ops: []paramOp{{kind: opSet, name: "search_path", sql: `set search_path = E'pg\x5ftemp', public`}}},
+		{sql: "insert into temp values (1)", stmt: 1},
+		{sql: "MERGE INTO temp t USING s ON true WHEN MATCHED THEN DO NOTHING", stmt: 1},
+		{sql: `select (42::bigint).U&"pg\005Fadvisory_lock"`, stmt: 1, pin: "session advisory lock"},
+		{sql: `select U&"set\0073eed"(0.5)`, stmt: 1, pin: "setseed()"},
+		{sql: `select U&"d!0061t" UESCAPE '!'`, stmt: 1, pin: "a U& name with UESCAPE"},
+		{sql: `select U&'pg_advisory_lock'`, stmt: 1},
 	}
 	for _, tc := range []struct {
 		sql    string
@@ -536,6 +550,11 @@ func TestUserFuncUnseen(t *testing.T) {
 		{userFunc{lang: "sql", body: "SELECT 1", config: `{"search_path=a, b.c",work_mem=1MB}`}, false},
 		{userFunc{lang: "plpgsql", body: "BEGIN NEW.load := NEW.load + 1; RETURN NEW; END"}, false},
 		{userFunc{lang: "sql", body: "SELECT random(), dblink_get_result('c'), seed FROM t"}, false},
+		// (Adversary round 6.)
+		{userFunc{lang: "plpgsql", body: "BEGIN EXECUTE 'LOAD E''auto_explain'''; END"}, true},
+		{userFunc{lang: "sql", body: `SELECT 1 FROM (SELECT U&"set\0073eed"(0.5)) s`}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN RETURN 1; END", config: "{plpgsql.variable_conflict=use_column}"}, false},
+		{userFunc{lang: "sql", body: "SELECT 'menu&1', a & b FROM t"}, false},
 	} {
 		if got := c.f.unseen(); got != c.want {
 			t.Errorf("%+v: unseen %v, want %v", c.f, got, c.want)

@@ -886,7 +886,15 @@ func TestClassifierSpellingsStayWithTheirClient(t *testing.T) {
 	setup := connect(t, cl.Servers[0].Addr())
 	exec(t, setup, `CREATE SCHEMA IF NOT EXISTS "type"`, simple)
 	exec(t, setup, `CREATE EXTENSION IF NOT EXISTS tablefunc SCHEMA "type"`, simple)
-	t.Cleanup(func() { _, _ = setup.Exec(ctx, `DROP SCHEMA IF EXISTS "type" CASCADE`, simple) })
+	// (Built-in session functions called by a default and a domain.)
+	exec(t, setup, "CREATE TABLE IF NOT EXISTS r5_d (a int, b bool DEFAULT pg_try_advisory_lock(4242))", simple)
+	exec(t, setup, "DROP DOMAIN IF EXISTS r5_dom", simple)
+	exec(t, setup, "CREATE DOMAIN r5_dom AS int CHECK (pg_try_advisory_lock(VALUE::bigint))", simple)
+	t.Cleanup(func() {
+		for _, q := range []string{`DROP SCHEMA IF EXISTS "type" CASCADE`, "DROP TABLE IF EXISTS r5_d", "DROP DOMAIN IF EXISTS r5_dom"} {
+			_, _ = setup.Exec(ctx, q, simple)
+		}
+	})
 	for _, qs := range [][]string{
 		{`SELECT (42::bigint)."pg_advisory_lock"`},
 		{"SELECT a, b, c, d, e, f, g, h, i, j, k, l INTO TEMP r5_wide FROM (SELECT 1 a, 2 b, 3 c, 4 d, 5 e, 6 f, 7 g, 8 h, 9 i, 10 j, 11 k, 12 l) x"},
@@ -896,10 +904,23 @@ func TestClassifierSpellingsStayWithTheirClient(t *testing.T) {
 		{"SET search_path = pg_temp, public", "CREATE TABLE r5_path (a int)"},
 		{"BEGIN", "SET LOCAL search_path = nosuch_schema, pg_temp", "CREATE SEQUENCE r5_seq", "COMMIT"},
 		{`SELECT * FROM type.crosstab('SELECT ''a''::text, ''b''::text, set_config(''work_mem'', ''5555kB'', false)') AS t(r text, b text)`},
+		// Adversary round 6.
+		{`select 1 as a into "pg_temp".r5_q`},
+		{`select 1 as a into U&"pg\005Ftemp".r5_u`},
+		{`select (42::bigint).U&"pg\005Fadvisory_lock"`},
+		{`set search_path = E'pg\x5ftemp', public`, "create table r5_e (a int)"},
+		{"INSERT INTO r5_d (a) VALUES (1)"},
+		{"SELECT 7::r5_dom"},
+		{"startup search_path", "create table r5_s (a int)"},
 	} {
 		t.Run(qs[len(qs)/2], func(t *testing.T) {
 			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
-			a := connect(t, srv.Addr())
+			var a *pgx.Conn
+			if qs[0] == "startup search_path" { // (PGOPTIONS='-c search_path=pg_temp,public')
+				a, qs = connectWith(t, srv.Addr(), map[string]string{"search_path": "pg_temp, public"}), qs[1:]
+			} else {
+				a = connect(t, srv.Addr())
+			}
 			for _, q := range qs {
 				if _, err := a.Exec(ctx, q, simple); err != nil {
 					t.Fatalf("%q: %v", q, err)
@@ -945,11 +966,16 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 			strconv.Itoa(cl.Servers[0].Port) + " user=postgres dbname=postgres') $$",
 		"CREATE OR REPLACE FUNCTION r6_load() RETURNS int LANGUAGE plpgsql AS $$ BEGIN LOAD 'auto_explain'; RETURN 1; END $$",
 		"CREATE OR REPLACE FUNCTION r6_ph() RETURNS text LANGUAGE sql SET r6.x = 'on' AS $$ SELECT current_setting('r6.x') $$",
+		// (Adversary round 6: a BEGIN ATOMIC body, a default calling
+		// setseed itself, a column named like such a function.)
+		"CREATE OR REPLACE FUNCTION r6_atom() RETURNS void LANGUAGE sql BEGIN ATOMIC SELECT setseed(0.5); END",
+		"CREATE TABLE IF NOT EXISTS r6_d (a int, b text DEFAULT setseed(0.5)::text)",
+		"CREATE TABLE IF NOT EXISTS r6_cols (r6_ph text)",
 	} {
 		exec(t, setup, q, simple)
 	}
 	t.Cleanup(func() {
-		for _, q := range []string{"DROP TABLE IF EXISTS r6_t", "DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph()",
+		for _, q := range []string{"DROP TABLE IF EXISTS r6_t, r6_d, r6_cols", "DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph(), r6_atom()",
 			"DROP EXTENSION IF EXISTS dblink"} {
 			_, _ = setup.Exec(ctx, q, simple)
 		}
@@ -969,6 +995,10 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		{"dblink", "SELECT r6_link()", simple},
 		{"LOAD", "SELECT r6_load()", simple},
 		{"placeholder", "SELECT r6_ph()", simple},
+		{"BEGIN ATOMIC", "SELECT r6_atom()", simple},
+		{"default", "INSERT INTO r6_d (a) VALUES (1)", simple},
+		{"LOAD E string", "DO $$ BEGIN EXECUTE 'LOAD E''auto_explain'''; END $$", simple},
+		{"U& call", `SELECT U&"set\0073eed"(0.5)`, simple},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
@@ -988,6 +1018,17 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 			}
 			_ = b.Close(ctx)
 		})
+	}
+	// A column named like such a function is a column: reading it does
+	// not pin (the next client gets the same server connection).
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	a := connect(t, srv.Addr())
+	pid := queryString(t, a, "SELECT pg_backend_pid()", simple)
+	exec(t, a, "SELECT r6_ph FROM r6_cols", simple)
+	exec(t, a, "SELECT r6_cols.r6_ph FROM r6_cols", pgx.QueryExecModeCacheStatement)
+	_ = a.Close(ctx)
+	if got := queryString(t, connect(t, srv.Addr()), "SELECT pg_backend_pid()", simple); got != pid {
+		t.Errorf("reading a column named like r6_ph() pinned the client: the next client has backend %s, not %s", got, pid)
 	}
 }
 

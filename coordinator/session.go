@@ -1362,6 +1362,9 @@ func (ss *session) simpleQuery(body []byte) error {
 		if pin && cls.pin == "" {
 			cls.pin = unseenPin
 		}
+		if cls.pin == "" && ss.tempPath(&cls) {
+			cls.pin = "search_path naming pg_temp"
+		}
 	}
 	if ss.lentImplicit {
 		cls.verify = true // it names what may run user code unwritten
@@ -2478,6 +2481,9 @@ func (ss *session) bind(body []byte) error {
 		if pin {
 			ss.pin(unseenPin) // (before its Execute runs the code)
 		}
+		if ss.tempPath(&clientSt.cls) {
+			ss.pin("search_path naming pg_temp")
+		}
 	}
 	verify := clientSt.cls.verify || ss.lentImplicit
 	ss.txUserCodeWas = ss.txUserCode
@@ -3473,6 +3479,15 @@ func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
 
 // pinChangesSettings reports whether a pin's reason may have changed the
 // connection's settings in ways its settings key does not show.
+// tempPath reports whether a statement may make an object, CREATE or
+// SELECT ... INTO, while the session's search_path from its startup packet
+// or its role (ALTER ROLE ... SET search_path) names pg_temp: the object is
+// then a temporary one, which must stay with the session (adversary). A
+// SET search_path naming it pins at once (classify).
+func (ss *session) tempPath(cls *class) bool {
+	return (cls.ddl || cls.selectInto) && ss.params.path != "" && namesTempSchema(ss.params.path)
+}
+
 // unseenPin pins a session whose statement may run user code that changes
 // state the state read cannot see (stateviews.go unseenIn): random()'s
 // seed, dblink connections, a LOADed module, a replication origin or

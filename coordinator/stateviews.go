@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"maps"
 	"strings"
 	"time"
 
@@ -43,7 +42,8 @@ type viewSet struct {
 	stamp [3]int64
 	names map[string]string
 	ops   []string
-	odd   []string // names no word can spell (oddName), looked for as text
+	odd   []string          // names no word can spell (oddName), looked for as text
+	calls map[string]string // functions, found only before "(" (unseen's)
 	all   bool
 	ddl   bool
 	// unseen: what reaches user code changing session state the state
@@ -74,7 +74,12 @@ type viewCheck struct {
 // types, or a default operator class of a built-in type: DISTINCT, GROUP
 // BY, ORDER BY use it unwritten) or d (an enabled event trigger), both
 // with no name, which verify everything. $1: the user functions left out
-// of the seeds; $2: what a rule's text must name to be one (stateRules).
+// of the seeds; $2: what a rule's text must name to be one (stateRules);
+// $3: functions that are seeds by name, built-ins included (stateBuiltins),
+// and so are the defaults, checks, index expressions and policies whose
+// text calls one, and operators and casts over one (a built-in is pinned:
+// pg_depend records no dependency on it);
+// $4: whether triggers calling an extension's function are seeds.
 const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
   SELECT p.oid FROM pg_catalog.pg_proc p
    WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -111,8 +116,30 @@ bad(cls, oid) AS (
   SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r
    WHERE r.oid >= 16384 AND pg_catalog.pg_get_ruledef(r.oid) ~* $2
   UNION
+  SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_proc p WHERE p.proname = ANY ($3::pg_catalog.text[])
+  UNION
+  SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid FROM pg_catalog.pg_attrdef a
+   WHERE a.oid >= 16384 AND pg_catalog.pg_get_expr(a.adbin, a.adrelid) ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  UNION
+  SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid FROM pg_catalog.pg_constraint c
+   WHERE c.oid >= 16384 AND c.contype = 'c' AND pg_catalog.pg_get_constraintdef(c.oid) ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  UNION
+  SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid FROM pg_catalog.pg_index i
+   WHERE i.indexrelid >= 16384 AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL)
+     AND pg_catalog.pg_get_indexdef(i.indexrelid) ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  UNION
+  SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_policy p
+   WHERE p.oid >= 16384 AND (COALESCE(pg_catalog.pg_get_expr(p.polqual, p.polrelid), '') || ' ' || COALESCE(pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid), ''))
+         ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  UNION
+  SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode
+   WHERE o.oid >= 16384 AND p.proname = ANY ($3::pg_catalog.text[])
+  UNION
+  SELECT 'pg_catalog.pg_cast'::pg_catalog.regclass, k.oid FROM pg_catalog.pg_cast k JOIN pg_catalog.pg_proc p ON p.oid = k.castfunc
+   WHERE k.oid >= 16384 AND p.proname = ANY ($3::pg_catalog.text[])
+  UNION
   SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_trigger t
-   WHERE t.oid >= 16384 AND EXISTS (SELECT FROM pg_catalog.pg_depend e WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+   WHERE $4 AND t.oid >= 16384 AND EXISTS (SELECT FROM pg_catalog.pg_depend e WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
                                        AND e.objid = t.tgfoid AND e.deptype = 'e')
   UNION
   SELECT e.ccls, e.coid FROM edge e JOIN bad b ON b.cls = e.pcls AND b.oid = e.poid)
@@ -137,8 +164,10 @@ const (
 
 // userFuncsSQL lists the user functions of stateViewsSQL's ufn with what
 // harmlessBody reads: language and body (a SQL-standard body, BEGIN ATOMIC,
-// is not in prosrc: never harmless).
-const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text, p.prosrc, p.prosqlbody IS NOT NULL,
+// is not in prosrc: never harmless, and read as pg_get_functiondef gives
+// it, for unseenIn and the names it calls; adversary).
+const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text,
+       CASE WHEN p.prosqlbody IS NULL THEN p.prosrc ELSE pg_catalog.pg_get_functiondef(p.oid) END, p.prosqlbody IS NOT NULL,
        COALESCE(p.proconfig::pg_catalog.text, '')
   FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
  WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -176,7 +205,10 @@ func (f *userFunc) unseen() bool {
 		return true
 	}
 	for _, kv := range strings.Split(strings.Trim(f.config, "{}"), ",") {
-		if name, _, ok := strings.Cut(strings.Trim(kv, `"`), "="); ok && strings.Contains(name, ".") {
+		// (plpgsql.variable_conflict and the like: PL/pgSQL's own
+		// settings, defined once it loads, not placeholders.)
+		if name, _, ok := strings.Cut(strings.Trim(kv, `"`), "="); ok && strings.Contains(name, ".") &&
+			!strings.HasPrefix(strings.ToLower(name), "plpgsql.") {
 			return true
 		}
 	}
@@ -193,7 +225,9 @@ var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_
 
 // unseenIn reports whether code (a function's body, a DO block, SQL given
 // to a built-in as text), strings and comments included, names one of
-// unseenFuncs, or LOADs a module (LOAD before a string).
+// unseenFuncs, LOADs a module (LOAD before a string), or has a U& name or
+// string, which it does not decode. Names built at run time by dynamic SQL
+// ('set' || 'seed') are not seen.
 func unseenIn(code string) bool {
 	var buf [40]byte
 	found := !eachWord(code, func(w string) bool {
@@ -209,9 +243,16 @@ func unseenIn(code string) bool {
 		}
 		return !unseenFuncs[string(buf[:len(w)])]
 	})
-	for i := 0; !found && i+4 <= len(code); i++ {
-		if strings.EqualFold(code[i:i+4], "load") && (i == 0 || !isIdentChar(code[i-1])) {
-			if j := skipBlanks(code, i+4); j < len(code) && (code[j] == '\'' || code[j] == '$') {
+	for i := 0; !found && i+2 <= len(code); i++ {
+		switch {
+		case code[i] == '&' && i > 0 && (code[i-1] == 'u' || code[i-1] == 'U') && (code[i+1] == '"' || code[i+1] == '\''):
+			found = true // U&"set\0073eed": a name or string it does not decode (adversary)
+		case i+4 <= len(code) && strings.EqualFold(code[i:i+4], "load") && (i == 0 || !isIdentChar(code[i-1])):
+			j := skipBlanks(code, i+4)
+			if j < len(code) && (code[j] == 'e' || code[j] == 'E') {
+				j++ // LOAD E'...' (adversary)
+			}
+			if j < len(code) && (code[j] == '\'' || code[j] == '$') {
 				found = true
 			}
 		}
@@ -240,28 +281,44 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 			}
 		}
 	}
-	if len(seeds) == 0 {
-		return nil, nil
-	}
 	others := map[uint32]bool{}
 	for _, f := range funcs {
 		if !seeds[f.oid] {
 			others[f.oid] = true
 		}
 	}
-	u, relTypes, err := readViewSet(ctx, pool, stamp, others, unseenRules)
+	// (Read even with no such user function: a default, check, domain or
+	// operator may call setseed itself.)
+	u, relTypes, err := readViewSet(ctx, pool, stamp, others, unseenRules, unseenBuiltins)
 	if err != nil {
 		return nil, err
 	}
-	maps.Copy(names, relTypes)
-	u.names, u.odd = names, nil
-	for _, n := range names {
+	u.names, u.calls, u.odd = relTypes, names, nil
+	for _, n := range relTypes {
 		if oddName(n) {
 			u.odd = append(u.odd, n, strings.ReplaceAll(n, `"`, `""`))
 		}
 	}
+	if len(u.names) == 0 && len(u.calls) == 0 && len(u.ops) == 0 && !u.all && !u.ddl {
+		return nil, nil
+	}
 	return u, nil
 }
+
+// stateBuiltins and unseenBuiltins are the built-in (and extension)
+// functions that seed stateViewsSQL's closure by name: a column default,
+// check constraint, domain, operator or index calling one runs it unseen
+// in the text (adversary: DEFAULT pg_try_advisory_lock(4242), a domain
+// CHECK calling it, an operator over setseed).
+var stateBuiltins, unseenBuiltins = func() (all, unseen []string) {
+	for n := range sessionFuncs {
+		all = append(all, strings.ToLower(n))
+		if unseenFuncs[n] {
+			unseen = append(unseen, strings.ToLower(n))
+		}
+	}
+	return all, unseen
+}()
 
 // stateViews returns the current viewSet, reading it when this
 // coordinator's catalog version or DDL epoch moved.
@@ -309,7 +366,7 @@ func (s *Server) stateViews() *viewSet {
 			clear(harmless) // (not settled: none is harmless)
 		}
 		var relTypes map[string]string
-		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless, stateRules)
+		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless, stateRules, stateBuiltins)
 		if err != nil || len(harmless) == 0 {
 			break
 		}
@@ -382,14 +439,16 @@ func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) (_ []userFunc, ext [
 
 // readViewSet runs stateViewsSQL with the harmless functions left out of
 // its seeds. relTypes: the names of relations and types alone.
-func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool, rules string) (*viewSet, map[string]string, error) {
+func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool, rules string, builtins []string) (*viewSet, map[string]string, error) {
 	vs := &viewSet{stamp: stamp, names: map[string]string{}}
 	relTypes := map[string]string{}
 	oids := make([]uint32, 0, len(harmless))
 	for o := range harmless {
 		oids = append(oids, o)
 	}
-	rows, err := pool.Query(ctx, stateViewsSQL, oids, rules)
+	// (Triggers calling an extension's function: the main set's, not the
+	// unseen one's.)
+	rows, err := pool.Query(ctx, stateViewsSQL, oids, rules, builtins, rules == stateRules)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -661,7 +720,8 @@ func (ss *session) implicitCode(q string, maint bool, st *Statement) (verify, pi
 
 // match reports whether q names what vs holds (or vs holds everything).
 func (vs *viewSet) match(q string) bool {
-	return vs.all || vs.ddl && firesEventTriggers(q) || mentionedTable(q, vs.names) != "" || containsAny(q, vs.ops) || containsAny(q, vs.odd)
+	return vs.all || vs.ddl && firesEventTriggers(q) || mentionedTable(q, vs.names) != "" || containsAny(q, vs.ops) || containsAny(q, vs.odd) ||
+		len(vs.calls) > 0 && mentionedCall(q, vs.calls) != ""
 }
 
 // stVerify is a prepared statement's classify verify, or a view it names

@@ -146,6 +146,49 @@ func mentionedTable(sql string, names map[string]string) string {
 	return ""
 }
 
+// mentionedCall is mentionedTable for function names: a word counts only
+// where a call can be, before "(" (blanks and comments between). (A
+// function named like a column, tenant_id, must not make every query
+// naming the column pin: adversary.) Text with a U& name is read as
+// mentionedTable reads it.
+func mentionedCall(sql string, names map[string]string) string {
+	if strings.Contains(sql, "&") {
+		return mentionedTable(sql, names)
+	}
+	var buf [63]byte
+	for i := 0; i < len(sql); {
+		quoted := sql[i] == '"'
+		if !quoted && !isIdentStart(sql[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		if quoted {
+			for j < len(sql) && sql[j] != '"' {
+				j++
+			}
+		} else {
+			for j < len(sql) && isIdentChar(sql[j]) {
+				j++
+			}
+		}
+		w := sql[i:j]
+		if quoted {
+			w, j = sql[i+1:j], min(j+1, len(sql))
+		}
+		if k := skipBlanks(sql, j); k < len(sql) && sql[k] == '(' {
+			if t, found := names[w]; found && quoted {
+				return t
+			}
+			if t, found := lookWord(&buf, names, w); found && !quoted {
+				return t
+			}
+		}
+		i = j
+	}
+	return ""
+}
+
 // lookWord looks w up in names as PostgreSQL would read it as an
 // identifier: cut to 63 bytes, ASCII letters lowered (in buf: the lookup
 // allocates nothing); then, for a word with other bytes, lowered as Go
