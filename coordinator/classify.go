@@ -1308,10 +1308,13 @@ func (lx *lexer) word(w string) {
 		oneOf(lx.prev, "CREATE", "INTO", "REPLACE", "LOCAL", "GLOBAL") && !(oneOf(lx.prev, "INTO") && oneOf(lx.w2, "INSERT", "MERGE")) {
 		lx.sawTemp = true // (INSERT INTO temp VALUES ...: a table named temp)
 	}
-	if len(w) >= 7 && !lx.dot && isTempSchema(w) {
-		// pg_temp.t, "pg_temp".t: made here (INTO pg_temp.t, CREATE ...
-		// pg_temp.t past the first words), or the session has one
-		// already (pinned).
+	if len(w) >= 7 && !lx.dot && isTempSchema(w) && lx.prev != "" &&
+		(oneOf(lx.prev, "INTO") && !oneOf(lx.w2, "INSERT", "MERGE") || oneOf(lx.prev, "TABLE") ||
+			oneOf(lx.prev, "EXISTS") && oneOf(lx.words[0], "CREATE", "EXPLAIN")) {
+		// pg_temp.t, "pg_temp".t where one is made: SELECT ... INTO
+		// pg_temp.t, EXPLAIN ANALYZE CREATE TABLE pg_temp.t AS (past the
+		// first words classifyStatement reads). (Not wherever one is
+		// named: a SELECT of a temporary type that failed pinned.)
 		if j := skipBlanks(lx.s, lx.i); j < len(lx.s) && lx.s[j] == '.' {
 			lx.sawTemp = true
 		}

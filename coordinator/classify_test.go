@@ -113,6 +113,8 @@ func TestClassify(t *testing.T) {
 		{sql: `set search_path = E'pg\x5ftemp', public`, stmt: 1, pin: "search_path naming pg_temp",
 			ops: []paramOp{{kind: opSet, name: "search_path", sql: `set search_path = E'pg\x5ftemp', public`}}},
 		{sql: "insert into temp values (1)", stmt: 1},
+		{sql: "SELECT 'meh'::pg_temp.tt_mood", stmt: 1},
+		{sql: "EXPLAIN ANALYZE CREATE TABLE IF NOT EXISTS pg_temp.t AS SELECT 1", stmt: 1, pin: "temporary object"},
 		{sql: "MERGE INTO temp t USING s ON true WHEN MATCHED THEN DO NOTHING", stmt: 1},
 		{sql: `select (42::bigint).U&"pg\005Fadvisory_lock"`, stmt: 1, pin: "session advisory lock"},
 		{sql: `select U&"set\0073eed"(0.5)`, stmt: 1, pin: "setseed()"},
