@@ -1049,14 +1049,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			}
 			if len(w) >= 7 && len(w) <= 32 && lx.sawSessionFunc == "" {
 				var buf [32]byte
-				for i := 0; i < len(w); i++ {
-					c := w[i]
-					if c >= 'a' && c <= 'z' {
-						c -= 'a' - 'A'
-					}
-					buf[i] = c
-				}
-				if why, ok := sessionFuncs[string(buf[:len(w)])]; ok {
+				if why, ok := sessionFuncs[string(upperInto(buf[:], w))]; ok {
 					lx.sawSessionFunc = why
 				}
 			}
@@ -1255,14 +1248,7 @@ func (lx *lexer) noteCall(w string) {
 		return
 	}
 	var buf [63]byte
-	for i := 0; i < len(w); i++ {
-		c := w[i]
-		if c >= 'a' && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	name := buf[:len(w)]
+	name := upperInto(buf[:], w)
 	switch string(name) {
 	case "PG_NOTIFY":
 		lx.sawNotify = true
@@ -1308,7 +1294,7 @@ func (lx *lexer) word(w string) {
 		oneOf(lx.prev, "CREATE", "INTO", "REPLACE", "LOCAL", "GLOBAL") && !(oneOf(lx.prev, "INTO") && oneOf(lx.w2, "INSERT", "MERGE")) {
 		lx.sawTemp = true // (INSERT INTO temp VALUES ...: a table named temp)
 	}
-	if len(w) >= 7 && !lx.dot && isTempSchema(w) && lx.prev != "" &&
+	if len(w) >= 7 && (w[0]|0x20 == 'p' || w[0] == '"') && !lx.dot && lx.prev != "" && isTempSchema(w) &&
 		(oneOf(lx.prev, "INTO") && !oneOf(lx.w2, "INSERT", "MERGE") || oneOf(lx.prev, "TABLE") ||
 			oneOf(lx.prev, "EXISTS") && oneOf(lx.words[0], "CREATE", "EXPLAIN")) {
 		// pg_temp.t, "pg_temp".t where one is made: SELECT ... INTO
@@ -1319,10 +1305,24 @@ func (lx *lexer) word(w string) {
 			lx.sawTemp = true
 		}
 	}
-	if len(w) == 4 && strings.EqualFold(w, "INTO") && !oneOf(lx.w1, "INSERT", "MERGE") {
+	if len(w) == 4 && w[0]|0x20 == 'i' && strings.EqualFold(w, "INTO") && !oneOf(lx.w1, "INSERT", "MERGE") {
 		lx.sawInto = true
 	}
 	lx.w2, lx.w1 = lx.w1, w
+}
+
+// upperInto writes w upper-cased (ASCII letters) into buf, which must be
+// as long, and returns that part of it: a map lookup by it allocates
+// nothing.
+func upperInto(buf []byte, w string) []byte {
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if c >= 'a' && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return buf[:len(w)]
 }
 
 // noteAttr looks at a name after "." that no "(" follows: attribute
@@ -1335,17 +1335,11 @@ func (lx *lexer) noteAttr(w string) {
 		return
 	}
 	var buf [63]byte
-	for i := 0; i < len(w); i++ {
-		c := w[i]
-		if c >= 'a' && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	if why, ok := sessionFuncs[string(buf[:len(w)])]; ok && lx.sawSessionFunc == "" {
+	name := upperInto(buf[:], w)
+	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
 		lx.sawSessionFunc = why
 	}
-	if builtins[string(buf[:len(w)])]&runsSQLText != 0 {
+	if builtins[string(name)]&runsSQLText != 0 {
 		lx.sawSQLText, lx.sawUserCall = true, true
 	}
 }

@@ -234,14 +234,7 @@ func unseenIn(code string) bool {
 		if len(w) < 7 || len(w) > len(buf) {
 			return true
 		}
-		for i := 0; i < len(w); i++ {
-			c := w[i]
-			if c >= 'a' && c <= 'z' {
-				c -= 'a' - 'A'
-			}
-			buf[i] = c
-		}
-		return !unseenFuncs[string(buf[:len(w)])]
+		return !unseenFuncs[string(upperInto(buf[:], w))]
 	})
 	for i := 0; !found && i+2 <= len(code); i++ {
 		switch {
