@@ -97,6 +97,12 @@ type class struct {
 	// selectInto: an INTO not of INSERT or MERGE (SELECT ... INTO t makes
 	// a table: a temporary one under a search_path naming pg_temp).
 	selectInto bool
+	// explain: an EXPLAIN (EXPLAIN ANALYZE CREATE TABLE ... AS makes one).
+	explain bool
+	// storesCode: a statement that stores code without running it (CREATE
+	// FUNCTION, PROCEDURE, VIEW, TRIGGER, RULE; DROP, COMMENT, GRANT,
+	// REVOKE): names in a body it stores do not pin (unseenPin).
+	storesCode bool
 	// fetch: a FETCH, whose result PostgreSQL never checks against its
 	// description (a utility statement is not analysed again: prepared
 	// before its cursor, it is described with no result and returns rows).
@@ -206,8 +212,16 @@ func classify(sql string) class {
 			if lx.sawTemp && c.pin == "" {
 				c.pin = "temporary object"
 			}
-			if (lx.sawSQLText || oneOf(lx.words[0], "DO")) && c.pin == "" && unseenIn(sql[start:end]) {
-				c.pin = unseenPin // (DO $$ ... setseed(0.5) ... $$: a string the lexer skips)
+			if (lx.sawSQLText || lx.sawUserCall || oneOf(lx.words[0], "DO")) && unseenIn(sql[start:end]) {
+				// DO $$ ... setseed(0.5) ... $$, a string the lexer skips;
+				// query_to_xml('select setseed(0.5)'), crosstab(...) or a
+				// user function given SQL text to run (adversary).
+				if c.pin == "" {
+					c.pin = unseenPin
+				}
+			}
+			if (lx.sawSQLText || lx.sawUserCall || oneOf(lx.words[0], "DO")) && namesReserved(sql[start:end]) {
+				c.reservedName = true // DO $$ ... EXECUTE 'EXECUTE pgfleet_1' ... $$ (adversary)
 			}
 			if lx.sawSeqFunc != "" {
 				c.seqFn = lx.sawSeqFunc
@@ -235,6 +249,12 @@ func classify(sql string) class {
 			}
 			if lx.sawInto {
 				c.selectInto = true
+			}
+			if strings.EqualFold(lx.words[0], "EXPLAIN") {
+				c.explain = true
+			}
+			if c.count == 1 && storesCode(lx.words[:n]) {
+				c.storesCode = true
 			}
 			if oneOf(lx.words[0], "ANALYZE", "ANALYSE", "VACUUM", "REINDEX", "CLUSTER") {
 				c.maint = true
@@ -1008,7 +1028,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if len(w) == 9 || len(w) == 10 {
 				lx.noteSeqFunc(w[1 : len(w)-1])
 			}
-			if w == `"pg_prepared_statements"` {
+			if w == `"pg_prepared_statements"` || w == `"pg_prepared_statement"` {
 				lx.sawPrepared = true
 			}
 			if w == `"pg_settings"` {
@@ -1053,8 +1073,9 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 					lx.sawSessionFunc = why
 				}
 			}
-			if len(w) == len("pg_prepared_statements") && strings.EqualFold(w, "pg_prepared_statements") {
-				lx.sawPrepared = true
+			if (len(w) == len("pg_prepared_statements") || len(w) == len("pg_prepared_statement")) &&
+				strings.EqualFold(strings.TrimSuffix(strings.ToLower(w), "s"), "pg_prepared_statement") {
+				lx.sawPrepared = true // (the view, or the function behind it: adversary)
 			}
 			if len(w) == len(metadata.ShardsSchema) && strings.EqualFold(w, metadata.ShardsSchema) {
 				lx.sawShards = true
@@ -1309,6 +1330,47 @@ func (lx *lexer) word(w string) {
 		lx.sawInto = true
 	}
 	lx.w2, lx.w1 = lx.w1, w
+}
+
+// storesCode reports whether a statement's first words store code
+// without running it: CREATE [OR REPLACE] FUNCTION, PROCEDURE, VIEW (not
+// MATERIALIZED), TRIGGER, RULE, or DROP, COMMENT, GRANT, REVOKE.
+func storesCode(w []string) bool {
+	if len(w) == 0 {
+		return false
+	}
+	if oneOf(w[0], "DROP", "COMMENT", "GRANT", "REVOKE") {
+		return true
+	}
+	if definesView(w) {
+		return true
+	}
+	i := 1
+	if i+1 < len(w) && oneOf(w[i], "OR") && oneOf(w[i+1], "REPLACE") {
+		i += 2
+	}
+	if i < len(w) && oneOf(w[i], "CONSTRAINT") {
+		i++ // CREATE CONSTRAINT TRIGGER
+	}
+	return oneOf(w[0], "CREATE") && i < len(w) && oneOf(w[i], "FUNCTION", "PROCEDURE", "TRIGGER", "RULE")
+}
+
+// namesReserved reports whether code (a DO body, SQL text) names a
+// statement pgfleet prepares on worker connections: pgfleet_ then a digit,
+// or pgfleet_state.
+func namesReserved(code string) bool {
+	l := strings.ToLower(code)
+	for i := strings.Index(l, "pgfleet_"); i >= 0; {
+		if rest := l[i+len("pgfleet_"):]; strings.HasPrefix(rest, "state") || rest != "" && rest[0] >= '0' && rest[0] <= '9' {
+			return true
+		}
+		j := strings.Index(l[i+1:], "pgfleet_")
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 // upperInto writes w upper-cased (ASCII letters) into buf, which must be

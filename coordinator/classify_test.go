@@ -551,7 +551,11 @@ func TestUserFuncUnseen(t *testing.T) {
 		{userFunc{lang: "sql", body: "SELECT 1", config: `{r6.x=on}`}, true},
 		{userFunc{lang: "sql", body: "SELECT 1", config: `{"search_path=a, b.c",work_mem=1MB}`}, false},
 		{userFunc{lang: "plpgsql", body: "BEGIN NEW.load := NEW.load + 1; RETURN NEW; END"}, false},
-		{userFunc{lang: "sql", body: "SELECT random(), dblink_get_result('c'), seed FROM t"}, false},
+		{userFunc{lang: "sql", body: "SELECT random(), dblink_get_result('c'), seeded FROM t"}, false},
+		// (The seed setting, set in a body or a SET clause; a column named
+		// seed counts too: conservative.)
+		{userFunc{lang: "plpgsql", body: "BEGIN PERFORM set_config('seed', '0.5', false); END"}, true},
+		{userFunc{lang: "sql", body: "SELECT 1", config: "{seed=0.5}"}, true},
 		// (Adversary round 6.)
 		{userFunc{lang: "plpgsql", body: "BEGIN EXECUTE 'LOAD E''auto_explain'''; END"}, true},
 		{userFunc{lang: "sql", body: `SELECT 1 FROM (SELECT U&"set\0073eed"(0.5)) s`}, true},

@@ -912,6 +912,7 @@ func TestClassifierSpellingsStayWithTheirClient(t *testing.T) {
 		{"INSERT INTO r5_d (a) VALUES (1)"},
 		{"SELECT 7::r5_dom"},
 		{"startup search_path", "create table r5_s (a int)"},
+		{"startup search_path", "EXPLAIN ANALYZE CREATE TABLE r5_x AS SELECT 1 AS a"},
 	} {
 		t.Run(qs[len(qs)/2], func(t *testing.T) {
 			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
@@ -938,6 +939,32 @@ func TestClassifierSpellingsStayWithTheirClient(t *testing.T) {
 			}
 			_ = b.Close(ctx)
 		})
+	}
+}
+
+// A database's own search_path naming pg_temp (ALTER DATABASE ... SET) makes
+// CREATE TABLE make a temporary table in any database the coordinator
+// serves, not only the catalog's (adversary round 7).
+func TestDatabaseTempPathStaysWithItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, cl.Servers[0].Addr())
+	_, _ = setup.Exec(ctx, "DROP DATABASE IF EXISTS r7db", simple)
+	exec(t, setup, "CREATE DATABASE r7db", simple)
+	exec(t, setup, "ALTER DATABASE r7db SET search_path = pg_temp, public", simple)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	url := "postgres://postgres@" + srv.Addr() + "/r7db?sslmode=disable"
+	t.Cleanup(func() {
+		srv.Close()
+		_, _ = setup.Exec(ctx, "DROP DATABASE IF EXISTS r7db WITH (FORCE)", simple)
+	})
+	a := connectURL(t, url)
+	exec(t, a, "CREATE TABLE r7_tt (a int)", simple)
+	_ = a.Close(ctx)
+	b := connectURL(t, url)
+	if got := queryString(t, b, "SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()", simple); got != "0" {
+		t.Errorf("the next client in r7db has %s temporary tables", got)
 	}
 }
 
@@ -971,11 +998,23 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		"CREATE OR REPLACE FUNCTION r6_atom() RETURNS void LANGUAGE sql BEGIN ATOMIC SELECT setseed(0.5); END",
 		"CREATE TABLE IF NOT EXISTS r6_d (a int, b text DEFAULT setseed(0.5)::text)",
 		"CREATE TABLE IF NOT EXISTS r6_cols (r6_ph text)",
+		// (Adversary round 7: the seed setting, attribute notation, an
+		// aggregate, a function running the SQL text it is given.)
+		"CREATE OR REPLACE FUNCTION r7_s1() RETURNS void LANGUAGE plpgsql AS $$ BEGIN PERFORM set_config('seed', '0.5', false); END $$",
+		"CREATE OR REPLACE FUNCTION r7_s2() RETURNS int LANGUAGE sql SET seed = 0.5 AS 'SELECT 1'",
+		"CREATE TABLE IF NOT EXISTS r7_r (a int)",
+		"INSERT INTO r7_r SELECT 1 WHERE NOT EXISTS (SELECT FROM r7_r)",
+		"CREATE OR REPLACE FUNCTION r7_useed(r7_r) RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM setseed(0.5); RETURN 1; END $$",
+		"CREATE OR REPLACE FUNCTION r7_sfn(int, int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM setseed(0.5); RETURN 1; END $$",
+		"DROP AGGREGATE IF EXISTS r7_agg(int)",
+		"CREATE AGGREGATE r7_agg(int) (sfunc = r7_sfn, stype = int, initcond = '0')",
+		"CREATE OR REPLACE FUNCTION r7_run(q text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE q; END $$",
 	} {
 		exec(t, setup, q, simple)
 	}
 	t.Cleanup(func() {
-		for _, q := range []string{"DROP TABLE IF EXISTS r6_t, r6_d, r6_cols", "DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph(), r6_atom()",
+		for _, q := range []string{"DROP AGGREGATE IF EXISTS r7_agg(int)", "DROP FUNCTION IF EXISTS r7_useed(r7_r)", "DROP TABLE IF EXISTS r6_t, r6_d, r6_cols, r7_r",
+			"DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph(), r6_atom(), r7_s1(), r7_s2(), r7_sfn(int, int), r7_run(text), r7_cnt()",
 			"DROP EXTENSION IF EXISTS dblink"} {
 			_, _ = setup.Exec(ctx, q, simple)
 		}
@@ -984,26 +1023,35 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		name string
 		q    string
 		mode pgx.QueryExecMode
+		args []any
 	}{
-		{"call", "SELECT r6_seed()", simple},
-		{"call extended", "SELECT r6_seed()", pgx.QueryExecModeCacheStatement},
-		{"function calling it", "SELECT r6_outer()", simple},
-		{"trigger", "INSERT INTO r6_t VALUES (1)", simple},
-		{"trigger extended", "INSERT INTO r6_t VALUES (1)", pgx.QueryExecModeExec},
-		{"DO", "DO $$ BEGIN PERFORM setseed(0.5); END $$", simple},
-		{"SQL text", "SELECT query_to_xml('SELECT setseed(0.5)', true, false, '')", simple},
-		{"dblink", "SELECT r6_link()", simple},
-		{"LOAD", "SELECT r6_load()", simple},
-		{"placeholder", "SELECT r6_ph()", simple},
-		{"BEGIN ATOMIC", "SELECT r6_atom()", simple},
-		{"default", "INSERT INTO r6_d (a) VALUES (1)", simple},
-		{"LOAD E string", "DO $$ BEGIN EXECUTE 'LOAD E''auto_explain'''; END $$", simple},
-		{"U& call", `SELECT U&"set\0073eed"(0.5)`, simple},
+		{"call", "SELECT r6_seed()", simple, nil},
+		{"call extended", "SELECT r6_seed()", pgx.QueryExecModeCacheStatement, nil},
+		{"function calling it", "SELECT r6_outer()", simple, nil},
+		{"trigger", "INSERT INTO r6_t VALUES (1)", simple, nil},
+		{"trigger extended", "INSERT INTO r6_t VALUES (1)", pgx.QueryExecModeExec, nil},
+		{"DO", "DO $$ BEGIN PERFORM setseed(0.5); END $$", simple, nil},
+		{"SQL text", "SELECT query_to_xml('SELECT setseed(0.5)', true, false, '')", simple, nil},
+		{"dblink", "SELECT r6_link()", simple, nil},
+		{"LOAD", "SELECT r6_load()", simple, nil},
+		{"placeholder", "SELECT r6_ph()", simple, nil},
+		{"BEGIN ATOMIC", "SELECT r6_atom()", simple, nil},
+		{"default", "INSERT INTO r6_d (a) VALUES (1)", simple, nil},
+		{"LOAD E string", "DO $$ BEGIN EXECUTE 'LOAD E''auto_explain'''; END $$", simple, nil},
+		{"U& call", `SELECT U&"set\0073eed"(0.5)`, simple, nil},
+		{"set_config seed", "SELECT r7_s1()", simple, nil},
+		{"SET seed clause", "SELECT r7_s2()", simple, nil},
+		{"DO SET seed", "DO $$ BEGIN SET LOCAL seed = 0.5; END $$", simple, nil},
+		{"attribute notation", "SELECT r7_r.r7_useed FROM r7_r", simple, nil},
+		{"aggregate", "SELECT r7_agg(a) FROM r7_r", simple, nil},
+		{"SQL text argument", "SELECT r7_run('select setseed(0.5)')", simple, nil},
+		{"SQL text parameter", "SELECT query_to_xml($1, true, true, '')", pgx.QueryExecModeCacheStatement, []any{"select setseed(0.5)"}},
+		{"SQL text parameter to a user function", "SELECT r7_run($1)", pgx.QueryExecModeExec, []any{"select setseed(0.5)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
 			a := connect(t, srv.Addr())
-			if _, err := a.Exec(ctx, tc.q, tc.mode); err != nil {
+			if _, err := a.Exec(ctx, tc.q, append([]any{tc.mode}, tc.args...)...); err != nil {
 				t.Fatalf("%s: %v", tc.q, err)
 			}
 			if err := a.Close(ctx); err != nil {
@@ -1020,16 +1068,22 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		})
 	}
 	// A column named like such a function is a column: reading it does
-	// not pin (the next client gets the same server connection).
+	// not pin (the next client gets the same server connection). (Written
+	// t.r6_ph it does: attribute notation would call the function when t
+	// had no such column.)
 	srv := pgtest.Coordinator(t, cl, poolSize(1))
 	a := connect(t, srv.Addr())
 	pid := queryString(t, a, "SELECT pg_backend_pid()", simple)
 	exec(t, a, "SELECT r6_ph FROM r6_cols", simple)
-	exec(t, a, "SELECT r6_cols.r6_ph FROM r6_cols", pgx.QueryExecModeCacheStatement)
+	exec(t, a, "SELECT r6_ph FROM r6_cols WHERE r6_ph IS NOT NULL", pgx.QueryExecModeCacheStatement)
 	_ = a.Close(ctx)
 	if got := queryString(t, connect(t, srv.Addr()), "SELECT pg_backend_pid()", simple); got != pid {
 		t.Errorf("reading a column named like r6_ph() pinned the client: the next client has backend %s, not %s", got, pid)
 	}
+	// A function whose stored body names such a table is made on every
+	// worker, as any function is: storing it runs nothing (adversary:
+	// 0A000, the session pinned by the name in the body).
+	exec(t, connect(t, srv.Addr()), "CREATE OR REPLACE FUNCTION r7_cnt() RETURNS int LANGUAGE sql AS 'SELECT count(*)::int FROM r6_t'", simple)
 }
 
 // SQL PREPARE, EXECUTE and DEALLOCATE of names pgfleet prepares its own
@@ -1053,6 +1107,19 @@ func TestReservedStatementNames(t *testing.T) {
 				t.Errorf("%s (%v): %v, want 0A000", q, mode, err)
 			}
 		}
+	}
+	// Nor through dynamic SQL the client sends, or the function behind
+	// pg_prepared_statements (adversary round 7).
+	for _, q := range []string{"DO $$ BEGIN EXECUTE 'DEALLOCATE pgfleet_1'; END $$", "SELECT name, statement FROM pg_prepared_statement()"} {
+		if _, err := a.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+	if _, err := a.Exec(ctx, "SELECT query_to_xml($1, true, true, '')", "EXECUTE pgfleet_1(41)"); sqlState(err) != "0A000" {
+		t.Errorf("query_to_xml($1) of EXECUTE pgfleet_1: %v, want 0A000", err)
+	}
+	if err := a.QueryRow(ctx, "SELECT $1::int + 1", 41).Scan(&n); err != nil || n != 42 {
+		t.Errorf("pgfleet's own statement after the refusals: %v %v", n, err)
 	}
 	// Other names work as on PostgreSQL.
 	exec(t, a, "PREPARE pgfleet1 AS SELECT $1::int * 2", pgx.QueryExecModeSimpleProtocol)

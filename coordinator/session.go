@@ -187,6 +187,9 @@ type session struct {
 	// since the last ReadyForQuery 'I'; until then they resolve by what
 	// the session's connection says (namesOnOwn).
 	pathTouched bool
+	// roleTempPath: the search_path the role or database sets names
+	// pg_temp (welcome; tempPath).
+	roleTempPath bool
 	// cycles counts ReadyForQuery messages, nameGen the statements sent
 	// that may make tables or run user code; own is what the session's
 	// connection said of how names resolve (searchpath.go).
@@ -1359,7 +1362,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if !cls.quiet && ss.pinned == "" {
 		var pin bool
 		ss.lentImplicit, pin = ss.implicitCode(text, cls.maint, nil)
-		if pin && cls.pin == "" {
+		if pin && cls.pin == "" && !cls.storesCode {
 			cls.pin = unseenPin
 		}
 		if cls.pin == "" && ss.tempPath(&cls) {
@@ -2456,6 +2459,10 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(errAfterRefWrite)
 		return nil
 	}
+	if (st.cls.verify || st.cls.hidden) && namesReserved(string(body)) {
+		ss.synthError(errReservedName()) // query_to_xml($1), $1 = 'EXECUTE pgfleet_1'
+		return nil
+	}
 	if st.cls.seqFn != "" && ss.seqUsed {
 		ss.synthError(errSeqState(st.cls.seqFn))
 		return nil
@@ -2478,9 +2485,16 @@ func (ss *session) bind(body []byte) error {
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		var pin bool
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
-		if pin {
+		// (Or SQL text given as a parameter: query_to_xml($1), a user
+		// function that runs its argument.)
+		var params string
+		if clientSt.cls.verify || clientSt.cls.hidden {
+			params = string(body)
+		}
+		if pin && !clientSt.cls.storesCode || params != "" && unseenIn(params) {
 			ss.pin(unseenPin) // (before its Execute runs the code)
 		}
+
 		if ss.tempPath(&clientSt.cls) {
 			ss.pin("search_path naming pg_temp")
 		}
@@ -3485,7 +3499,7 @@ func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
 // then a temporary one, which must stay with the session (adversary). A
 // SET search_path naming it pins at once (classify).
 func (ss *session) tempPath(cls *class) bool {
-	return (cls.ddl || cls.selectInto) && ss.params.path != "" && namesTempSchema(ss.params.path)
+	return (cls.ddl || cls.selectInto || cls.explain) && (ss.roleTempPath || ss.params.path != "" && namesTempSchema(ss.params.path))
 }
 
 // unseenPin pins a session whose statement may run user code that changes

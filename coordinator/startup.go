@@ -510,6 +510,7 @@ func (ss *session) begin(sm *pgproto3.StartupMessage) error {
 		ss.params.rolePath = w.rolePath
 		ss.params.derivePath()
 	}
+	ss.roleTempPath = w.tempPath
 	ok := pgproto3.AuthenticationOk{}
 	ss.out, _ = ok.Encode(ss.out)
 	for k, v := range w.params {

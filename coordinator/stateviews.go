@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"time"
 
@@ -146,6 +147,7 @@ bad(cls, oid) AS (
 SELECT 'n', c.relname::text FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = bad.oid
 UNION SELECT 'n', t.typname::text FROM bad JOIN pg_catalog.pg_type t ON bad.cls = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = bad.oid
 UNION SELECT 'f', p.proname::text FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
+UNION SELECT 'g', p.proname::text FROM bad JOIN pg_catalog.pg_proc p ON bad.cls = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = bad.oid
 UNION SELECT 'o', o.oprname::text FROM bad JOIN pg_catalog.pg_operator o ON bad.cls = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = bad.oid
        WHERE o.oprleft < 16384 AND o.oprright < 16384 AND o.oprresult < 16384
 UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_opclass c ON bad.cls = 'pg_catalog.pg_opclass'::pg_catalog.regclass AND c.oid = bad.oid
@@ -207,9 +209,9 @@ func (f *userFunc) unseen() bool {
 	for _, kv := range strings.Split(strings.Trim(f.config, "{}"), ",") {
 		// (plpgsql.variable_conflict and the like: PL/pgSQL's own
 		// settings, defined once it loads, not placeholders.)
-		if name, _, ok := strings.Cut(strings.Trim(kv, `"`), "="); ok && strings.Contains(name, ".") &&
-			!strings.HasPrefix(strings.ToLower(name), "plpgsql.") {
-			return true
+		if name, _, ok := strings.Cut(strings.Trim(kv, `"`), "="); ok && (strings.Contains(name, ".") &&
+			!strings.HasPrefix(strings.ToLower(name), "plpgsql.") || strings.EqualFold(name, "seed")) {
+			return true // (SET seed = 0.5: the seed stays when the setting is restored; adversary)
 		}
 	}
 	return false
@@ -221,7 +223,10 @@ func (f *userFunc) unseen() bool {
 // User code naming one pins the session that runs it.
 var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_START_BACKUP": true,
 	"PG_REPLICATION_ORIGIN_SESSION_SETUP": true, "PG_CREATE_PHYSICAL_REPLICATION_SLOT": true, "PG_CREATE_LOGICAL_REPLICATION_SLOT": true,
-	"PG_COPY_PHYSICAL_REPLICATION_SLOT": true, "PG_COPY_LOGICAL_REPLICATION_SLOT": true, "DBLINK_CONNECT": true, "DBLINK_CONNECT_U": true}
+	"PG_COPY_PHYSICAL_REPLICATION_SLOT": true, "PG_COPY_LOGICAL_REPLICATION_SLOT": true, "DBLINK_CONNECT": true, "DBLINK_CONNECT_U": true,
+	// (The seed setting: SET seed, set_config('seed', ...) seed random()
+	// as setseed does, and pg_settings does not show it: adversary.)
+	"SEED": true}
 
 // unseenIn reports whether code (a function's body, a DO block, SQL given
 // to a built-in as text), strings and comments included, names one of
@@ -231,7 +236,7 @@ var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_
 func unseenIn(code string) bool {
 	var buf [40]byte
 	found := !eachWord(code, func(w string) bool {
-		if len(w) < 7 || len(w) > len(buf) {
+		if len(w) != 4 && len(w) < 7 || len(w) > len(buf) {
 			return true
 		}
 		return !unseenFuncs[string(upperInto(buf[:], w))]
@@ -286,6 +291,7 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 	if err != nil {
 		return nil, err
 	}
+	maps.Copy(names, u.calls) // (an aggregate over such a function, found by the closure)
 	u.names, u.calls, u.odd = relTypes, names, nil
 	for _, n := range relTypes {
 		if oddName(n) {
@@ -471,6 +477,14 @@ func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmle
 			vs.ops = append(vs.ops, n)
 		case "d":
 			vs.ddl = true
+		case "g": // (functions of the closure: unseenSet's calls)
+			if rules == stateRules {
+				break
+			}
+			if vs.calls == nil {
+				vs.calls = map[string]string{}
+			}
+			vs.calls[nameKey(n)], vs.calls[strings.ToLower(n)] = n, n
 		default: // a cast between built-in types, a default operator class
 			vs.all = true
 		}

@@ -147,10 +147,10 @@ func mentionedTable(sql string, names map[string]string) string {
 }
 
 // mentionedCall is mentionedTable for function names: a word counts only
-// where a call can be, before "(" (blanks and comments between). (A
-// function named like a column, tenant_id, must not make every query
-// naming the column pin: adversary.) Text with a U& name is read as
-// mentionedTable reads it.
+// where a call can be, before "(" (blanks and comments between), or after
+// "." (attribute notation, t.f). (A function named like a column,
+// tenant_id, must not make every query naming the column pin: adversary.)
+// Text with a U& name is read as mentionedTable reads it.
 func mentionedCall(sql string, names map[string]string) string {
 	if strings.Contains(sql, "&") {
 		return mentionedTable(sql, names)
@@ -176,7 +176,7 @@ func mentionedCall(sql string, names map[string]string) string {
 		if quoted {
 			w, j = sql[i+1:j], min(j+1, len(sql))
 		}
-		if k := skipBlanks(sql, j); k < len(sql) && sql[k] == '(' {
+		if k := skipBlanks(sql, j); k < len(sql) && sql[k] == '(' || i > 0 && sql[i-1] == '.' {
 			if t, found := names[w]; found && quoted {
 				return t
 			}

@@ -41,6 +41,9 @@ type welcomeKey struct {
 type welcomeRecord struct {
 	params   map[string]string // ParameterStatus values
 	rolePath string            // sessionParams.rolePath, "" for the default
+	// tempPath: the role's or database's search_path names pg_temp (in
+	// any database: tempPath, session.go).
+	tempPath bool
 	at       time.Time
 	epoch    int64 // Server.stmtEpoch then
 }
@@ -69,11 +72,13 @@ func (ss *session) welcome(ctx context.Context) (*welcomeRecord, error) {
 		return nil, err
 	}
 	w := &welcomeRecord{params: maps.Clone(ss.sc.Params), at: time.Now(), epoch: s.stmtEpoch.Load()}
-	if ss.routes {
-		// A search_path the role or database sets (ALTER ROLE ... SET):
-		// unqualified names are looked up under it (searchpath.go).
-		if rows, err := ss.sc.Query("SELECT pg_catalog.current_setting('search_path')", time.Now().Add(s.cfg.StartupTimeout)); err == nil &&
-			len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != `"$user", public` {
+	// A search_path the role or database sets (ALTER ROLE ... SET):
+	// unqualified names are looked up under it (searchpath.go), and one
+	// naming pg_temp makes CREATE TABLE make temporary tables.
+	if rows, err := ss.sc.Query("SELECT pg_catalog.current_setting('search_path')", time.Now().Add(s.cfg.StartupTimeout)); err == nil &&
+		len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != `"$user", public` {
+		w.tempPath = namesTempSchema(rows[0][0])
+		if ss.routes {
 			w.rolePath = "SET search_path = " + rows[0][0]
 		}
 	}
