@@ -1015,10 +1015,11 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if lx.uamp {
 				// U&"pg\005Ftemp": judged by what it spells (adversary).
 				lx.uamp = false
-				if d, _, ok := unicodeEscaped(s, st); ok {
+				if d, next, ok := unicodeEscaped(s, st); ok {
 					w = `"` + strings.ReplaceAll(d, `"`, `""`) + `"`
-				} else if lx.sawSessionFunc == "" {
-					lx.sawSessionFunc = "a U& name with UESCAPE" // (not decoded here: pinned)
+					lx.i = next // (past a UESCAPE clause: a "(" after it makes a call)
+				} else {
+					lx.sawUserCall = true // (malformed: PostgreSQL refuses it; checked all the same)
 				}
 			}
 			if n < maxWords {

@@ -118,7 +118,9 @@ func TestClassify(t *testing.T) {
 		{sql: "MERGE INTO temp t USING s ON true WHEN MATCHED THEN DO NOTHING", stmt: 1},
 		{sql: `select (42::bigint).U&"pg\005Fadvisory_lock"`, stmt: 1, pin: "session advisory lock"},
 		{sql: `select U&"set\0073eed"(0.5)`, stmt: 1, pin: "setseed()"},
-		{sql: `select U&"d!0061t" UESCAPE '!'`, stmt: 1, pin: "a U& name with UESCAPE"},
+		{sql: `select U&"d!0061t" UESCAPE '!'`, stmt: 1},
+		{sql: `select U&"pg!005fadvisory!005flock" UESCAPE '!' (1)`, stmt: 1, pin: "session advisory lock"},
+		{sql: `select U&"set\0073eed" UESCAPE '\' (0.5)`, stmt: 1, pin: "setseed()"},
 		{sql: `select U&'pg_advisory_lock'`, stmt: 1},
 	}
 	for _, tc := range []struct {
@@ -561,6 +563,11 @@ func TestUserFuncUnseen(t *testing.T) {
 		{userFunc{lang: "sql", body: `SELECT 1 FROM (SELECT U&"set\0073eed"(0.5)) s`}, true},
 		{userFunc{lang: "plpgsql", body: "BEGIN RETURN 1; END", config: "{plpgsql.variable_conflict=use_column}"}, false},
 		{userFunc{lang: "sql", body: "SELECT 'menu&1', a & b FROM t"}, false},
+		{userFunc{lang: "sql", body: `SELECT count(*) FROM U&"\0071\0037"`}, false},
+		{userFunc{lang: "sql", body: `SELECT count(*) FROM U&"!0071!0037" UESCAPE '!'`}, false},
+		{userFunc{lang: "sql", body: `SELECT U&"set!0073eed" UESCAPE '!' (0.5)`}, true},
+		{userFunc{lang: "sql", body: `SELECT U&"set\0073eed" UESCAPE 'x' (0.5)`}, false},
+		{userFunc{lang: "sql", body: `SELECT U&"bad\zz"`}, true},
 	} {
 		if got := c.f.unseen(); got != c.want {
 			t.Errorf("%+v: unseen %v, want %v", c.f, got, c.want)

@@ -78,7 +78,9 @@ type viewCheck struct {
 // of the seeds; $2: what a rule's text must name to be one (stateRules);
 // $3: functions that are seeds by name, built-ins included (stateBuiltins),
 // and so are the defaults, checks, index expressions and policies whose
-// text calls one, and operators and casts over one (a built-in is pinned:
+// stored expression calls one (found by OID in the node tree's text: a
+// deparser would lock the table, and a transaction altering it made the
+// read wait), and operators and casts over one (a built-in is pinned:
 // pg_depend records no dependency on it);
 // $4: whether triggers calling an extension's function are seeds.
 const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
@@ -111,6 +113,11 @@ edge(ccls, coid, pcls, poid) AS (
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhparent, 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhrelid FROM pg_catalog.pg_inherits h WHERE h.inhrelid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, 'pg_catalog.pg_class'::pg_catalog.regclass, t.typrelid
               FROM pg_catalog.pg_type t WHERE t.oid >= 16384 AND t.typrelid <> 0),
+fre(re) AS (
+  -- (The stored expression trees name functions by OID; read as text, no
+  -- relation is opened or locked, as pg_get_expr would.)
+  SELECT '(funcid|aggfnoid|winfnoid) (' || COALESCE(pg_catalog.string_agg(p.oid::pg_catalog.text, '|'), '0') || ')\M'
+    FROM pg_catalog.pg_proc p WHERE p.proname = ANY ($3::pg_catalog.text[])),
 bad(cls, oid) AS (
   SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, ufn.oid FROM ufn WHERE ufn.oid <> ALL ($1::pg_catalog.oid[])
   UNION
@@ -119,19 +126,20 @@ bad(cls, oid) AS (
   UNION
   SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_proc p WHERE p.proname = ANY ($3::pg_catalog.text[])
   UNION
-  SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid FROM pg_catalog.pg_attrdef a
-   WHERE a.oid >= 16384 AND pg_catalog.pg_get_expr(a.adbin, a.adrelid) ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_proc p, fre
+   WHERE p.oid >= 16384 AND p.prosqlbody::pg_catalog.text ~ fre.re
   UNION
-  SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid FROM pg_catalog.pg_constraint c
-   WHERE c.oid >= 16384 AND c.contype = 'c' AND pg_catalog.pg_get_constraintdef(c.oid) ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid FROM pg_catalog.pg_attrdef a, fre
+   WHERE a.oid >= 16384 AND a.adbin::pg_catalog.text ~ fre.re
   UNION
-  SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid FROM pg_catalog.pg_index i
-   WHERE i.indexrelid >= 16384 AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL)
-     AND pg_catalog.pg_get_indexdef(i.indexrelid) ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid FROM pg_catalog.pg_constraint c, fre
+   WHERE c.oid >= 16384 AND c.conbin::pg_catalog.text ~ fre.re
   UNION
-  SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_policy p
-   WHERE p.oid >= 16384 AND (COALESCE(pg_catalog.pg_get_expr(p.polqual, p.polrelid), '') || ' ' || COALESCE(pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid), ''))
-         ~* ('\m(' || pg_catalog.array_to_string($3::pg_catalog.text[], '|') || ')\M')
+  SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid FROM pg_catalog.pg_index i, fre
+   WHERE i.indexrelid >= 16384 AND (i.indexprs::pg_catalog.text ~ fre.re OR i.indpred::pg_catalog.text ~ fre.re)
+  UNION
+  SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_policy p, fre
+   WHERE p.oid >= 16384 AND (p.polqual::pg_catalog.text ~ fre.re OR p.polwithcheck::pg_catalog.text ~ fre.re)
   UNION
   SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode
    WHERE o.oid >= 16384 AND p.proname = ANY ($3::pg_catalog.text[])
@@ -166,10 +174,9 @@ const (
 
 // userFuncsSQL lists the user functions of stateViewsSQL's ufn with what
 // harmlessBody reads: language and body (a SQL-standard body, BEGIN ATOMIC,
-// is not in prosrc: never harmless, and read as pg_get_functiondef gives
-// it, for unseenIn and the names it calls; adversary).
-const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text,
-       CASE WHEN p.prosqlbody IS NULL THEN p.prosrc ELSE pg_catalog.pg_get_functiondef(p.oid) END, p.prosqlbody IS NOT NULL,
+// is not in prosrc: never harmless; what it calls is in pg_depend, and
+// stateViewsSQL reads its tree for built-ins by OID: adversary).
+const userFuncsSQL = `SELECT p.oid, p.proname::text, l.lanname::text, p.prosrc, p.prosqlbody IS NOT NULL,
        COALESCE(p.proconfig::pg_catalog.text, '')
   FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
  WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -230,8 +237,8 @@ var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_
 
 // unseenIn reports whether code (a function's body, a DO block, SQL given
 // to a built-in as text), strings and comments included, names one of
-// unseenFuncs, LOADs a module (LOAD before a string), or has a U& name or
-// string, which it does not decode. Names built at run time by dynamic SQL
+// unseenFuncs, LOADs a module (LOAD before a string), or spells one in a
+// U& name or string (decoded here; one that cannot be is taken to). Names built at run time by dynamic SQL
 // ('set' || 'seed') are not seen.
 func unseenIn(code string) bool {
 	var buf [40]byte
@@ -244,7 +251,10 @@ func unseenIn(code string) bool {
 	for i := 0; !found && i+2 <= len(code); i++ {
 		switch {
 		case code[i] == '&' && i > 0 && (code[i-1] == 'u' || code[i-1] == 'U') && (code[i+1] == '"' || code[i+1] == '\''):
-			found = true // U&"set\0073eed": a name or string it does not decode (adversary)
+			// U&"set\0073eed": read as decoded (adversary); one that
+			// cannot be decoded counts.
+			d, _, ok := unicodeEscaped(code, i+1)
+			found = !ok || unseenIn(d)
 		case i+4 <= len(code) && strings.EqualFold(code[i:i+4], "load") && (i == 0 || !isIdentChar(code[i-1])):
 			j := skipBlanks(code, i+4)
 			if j < len(code) && (code[j] == 'e' || code[j] == 'E') {

@@ -372,7 +372,8 @@ SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
 }
 
 // unicodeEscaped decodes the U& quoted name or string whose opening quote
-// is at sql[q]; ok is false for a UESCAPE clause or a malformed escape.
+// is at sql[q], with the escape character its UESCAPE clause gives (a
+// backslash without one); ok is false for a malformed escape or clause.
 func unicodeEscaped(sql string, q int) (decoded string, next int, ok bool) {
 	quote := sql[q]
 	var raw strings.Builder
@@ -389,19 +390,30 @@ func unicodeEscaped(sql string, q int) (decoded string, next int, ok bool) {
 		raw.WriteByte(sql[i])
 	}
 	next = i + 1
-	rest := strings.TrimLeft(sql[min(next, len(sql)):], " \t\r\n")
-	if len(rest) >= 7 && strings.EqualFold(rest[:7], "UESCAPE") {
-		return "", next, false
+	esc := byte('\\')
+	if j := skipBlanks(sql, min(next, len(sql))); j+7 <= len(sql) && strings.EqualFold(sql[j:j+7], "UESCAPE") &&
+		(j+7 == len(sql) || !isIdentChar(sql[j+7])) {
+		// UESCAPE 'c': c is one character, not a hex digit, +, a quote
+		// or white space (PostgreSQL's check).
+		k := skipBlanks(sql, j+7)
+		if k+3 > len(sql) || sql[k] != '\'' || sql[k+2] != '\'' {
+			return "", next, false
+		}
+		c := sql[k+1]
+		if strings.IndexByte("0123456789abcdefABCDEF+'\" \t\r\n\f", c) >= 0 || c >= 0x80 {
+			return "", next, false
+		}
+		esc, next = c, k+3
 	}
 	r := raw.String()
 	var out strings.Builder
 	for k := 0; k < len(r); k++ {
-		if r[k] != '\\' {
+		if r[k] != esc {
 			out.WriteByte(r[k])
 			continue
 		}
-		if k+1 < len(r) && r[k+1] == '\\' {
-			out.WriteByte('\\')
+		if k+1 < len(r) && r[k+1] == esc {
+			out.WriteByte(esc)
 			k++
 			continue
 		}
