@@ -212,15 +212,16 @@ func classify(sql string) class {
 			if lx.sawTemp && c.pin == "" {
 				c.pin = "temporary object"
 			}
-			if (lx.sawSQLText || lx.sawUserCall || oneOf(lx.words[0], "DO")) && unseenIn(sql[start:end]) {
+			if (lx.sawSQLText || oneOf(lx.words[0], "DO")) && unseenIn(sql[start:end]) {
 				// DO $$ ... setseed(0.5) ... $$, a string the lexer skips;
-				// query_to_xml('select setseed(0.5)'), crosstab(...) or a
-				// user function given SQL text to run (adversary).
+				// query_to_xml('select setseed(0.5)') (adversary). (Not any
+				// call of user code: its literals are data, and 'seed'
+				// or 'load' there pinned ordinary statements.)
 				if c.pin == "" {
 					c.pin = unseenPin
 				}
 			}
-			if (lx.sawSQLText || lx.sawUserCall || oneOf(lx.words[0], "DO")) && namesReserved(sql[start:end]) {
+			if (lx.sawSQLText || oneOf(lx.words[0], "DO")) && namesReserved(sql[start:end]) {
 				c.reservedName = true // DO $$ ... EXECUTE 'EXECUTE pgfleet_1' ... $$ (adversary)
 			}
 			if lx.sawSeqFunc != "" {
@@ -1356,22 +1357,25 @@ func storesCode(w []string) bool {
 	return oneOf(w[0], "CREATE") && i < len(w) && oneOf(w[i], "FUNCTION", "PROCEDURE", "TRIGGER", "RULE")
 }
 
-// namesReserved reports whether code (a DO body, SQL text) names a
-// statement pgfleet prepares on worker connections: pgfleet_ then a digit,
-// or pgfleet_state.
+// namesReserved reports whether code (a DO body, SQL text) runs PREPARE,
+// EXECUTE or DEALLOCATE [PREPARE] of a statement pgfleet prepares on
+// worker connections (pgfleet_ then a digit, or pgfleet_state). A message
+// or value that merely mentions one is not refused.
 func namesReserved(code string) bool {
-	l := strings.ToLower(code)
-	for i := strings.Index(l, "pgfleet_"); i >= 0; {
-		if rest := l[i+len("pgfleet_"):]; strings.HasPrefix(rest, "state") || rest != "" && rest[0] >= '0' && rest[0] <= '9' {
-			return true
+	found := false
+	prev, prev2 := "", ""
+	eachWord(code, func(w string) bool {
+		if len(w) > 8 && strings.EqualFold(w[:8], "pgfleet_") && (oneOf(prev, "EXECUTE", "DEALLOCATE") ||
+			oneOf(prev, "PREPARE") || oneOf(prev2, "DEALLOCATE") && oneOf(prev, "PREPARE")) {
+			if r := w[8:]; r[0] >= '0' && r[0] <= '9' || strings.EqualFold(r, "state") {
+				found = true
+				return false
+			}
 		}
-		j := strings.Index(l[i+1:], "pgfleet_")
-		if j < 0 {
-			return false
-		}
-		i += 1 + j
-	}
-	return false
+		prev2, prev = prev, w
+		return true
+	})
+	return found
 }
 
 // upperInto writes w upper-cased (ASCII letters) into buf, which must be

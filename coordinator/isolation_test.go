@@ -1008,13 +1008,12 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		"CREATE OR REPLACE FUNCTION r7_sfn(int, int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM setseed(0.5); RETURN 1; END $$",
 		"DROP AGGREGATE IF EXISTS r7_agg(int)",
 		"CREATE AGGREGATE r7_agg(int) (sfunc = r7_sfn, stype = int, initcond = '0')",
-		"CREATE OR REPLACE FUNCTION r7_run(q text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE q; END $$",
 	} {
 		exec(t, setup, q, simple)
 	}
 	t.Cleanup(func() {
 		for _, q := range []string{"DROP AGGREGATE IF EXISTS r7_agg(int)", "DROP FUNCTION IF EXISTS r7_useed(r7_r)", "DROP TABLE IF EXISTS r6_t, r6_d, r6_cols, r7_r",
-			"DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph(), r6_atom(), r7_s1(), r7_s2(), r7_sfn(int, int), r7_run(text), r7_cnt()",
+			"DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph(), r6_atom(), r7_s1(), r7_s2(), r7_sfn(int, int), r7_cnt()",
 			"DROP EXTENSION IF EXISTS dblink"} {
 			_, _ = setup.Exec(ctx, q, simple)
 		}
@@ -1044,9 +1043,8 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		{"DO SET seed", "DO $$ BEGIN SET LOCAL seed = 0.5; END $$", simple, nil},
 		{"attribute notation", "SELECT r7_r.r7_useed FROM r7_r", simple, nil},
 		{"aggregate", "SELECT r7_agg(a) FROM r7_r", simple, nil},
-		{"SQL text argument", "SELECT r7_run('select setseed(0.5)')", simple, nil},
 		{"SQL text parameter", "SELECT query_to_xml($1, true, true, '')", pgx.QueryExecModeCacheStatement, []any{"select setseed(0.5)"}},
-		{"SQL text parameter to a user function", "SELECT r7_run($1)", pgx.QueryExecModeExec, []any{"select setseed(0.5)"}},
+		{"SET seed in dynamic SQL", "DO $$ BEGIN EXECUTE 'SET seed TO 0.5'; END $$", simple, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)
@@ -1084,6 +1082,19 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 	// worker, as any function is: storing it runs nothing (adversary:
 	// 0A000, the session pinned by the name in the body).
 	exec(t, connect(t, srv.Addr()), "CREATE OR REPLACE FUNCTION r7_cnt() RETURNS int LANGUAGE sql AS 'SELECT count(*)::int FROM r6_t'", simple)
+	// Data that mentions seed, load or pgfleet_1 is data (adversary
+	// round 8: each pinned, or was refused).
+	c := connect(t, srv.Addr())
+	pid = queryString(t, c, "SELECT pg_backend_pid()", simple)
+	for _, q := range []string{"SELECT md5('seed'), 'load' AS kind, 'pgfleet_1' AS label, r6_ph FROM r6_cols",
+		"DO $$ BEGIN RAISE NOTICE 'pgfleet_2 migration done: seed and load'; END $$"} {
+		exec(t, c, q, simple)
+	}
+	exec(t, c, "SELECT query_to_xml('SELECT 1', true, true, $1)", "pgfleet_1 seed")
+	_ = c.Close(ctx)
+	if got := queryString(t, connect(t, srv.Addr()), "SELECT pg_backend_pid()", simple); got != pid {
+		t.Errorf("data naming seed, load or pgfleet_1 pinned the client: the next client has backend %s, not %s", got, pid)
+	}
 }
 
 // SQL PREPARE, EXECUTE and DEALLOCATE of names pgfleet prepares its own

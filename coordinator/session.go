@@ -2459,7 +2459,7 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(errAfterRefWrite)
 		return nil
 	}
-	if (st.cls.verify || st.cls.hidden) && namesReserved(string(body)) {
+	if st.cls.hidden && bindRunsText(body, namesReserved) {
 		ss.synthError(errReservedName()) // query_to_xml($1), $1 = 'EXECUTE pgfleet_1'
 		return nil
 	}
@@ -2487,11 +2487,7 @@ func (ss *session) bind(body []byte) error {
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
 		// (Or SQL text given as a parameter: query_to_xml($1), a user
 		// function that runs its argument.)
-		var params string
-		if clientSt.cls.verify || clientSt.cls.hidden {
-			params = string(body)
-		}
-		if pin && !clientSt.cls.storesCode || params != "" && unseenIn(params) {
+		if pin && !clientSt.cls.storesCode || clientSt.cls.hidden && bindRunsText(body, unseenIn) {
 			ss.pin(unseenPin) // (before its Execute runs the code)
 		}
 
@@ -3493,6 +3489,17 @@ func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
 
 // pinChangesSettings reports whether a pin's reason may have changed the
 // connection's settings in ways its settings key does not show.
+// bindRunsText reports whether a Bind's parameter values, which a
+// built-in that runs SQL given as text may run (query_to_xml($1)), hold
+// code that check finds (the portal's and statement's names left out).
+func bindRunsText(body []byte, check func(string) bool) bool {
+	_, rest, ok := wire.CBytes(body)
+	if ok {
+		_, rest, ok = wire.CBytes(rest)
+	}
+	return ok && check(string(rest))
+}
+
 // tempPath reports whether a statement may make an object, CREATE or
 // SELECT ... INTO, while the session's search_path from its startup packet
 // or its role (ALTER ROLE ... SET search_path) names pg_temp: the object is

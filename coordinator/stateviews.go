@@ -231,9 +231,7 @@ func (f *userFunc) unseen() bool {
 var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_START_BACKUP": true,
 	"PG_REPLICATION_ORIGIN_SESSION_SETUP": true, "PG_CREATE_PHYSICAL_REPLICATION_SLOT": true, "PG_CREATE_LOGICAL_REPLICATION_SLOT": true,
 	"PG_COPY_PHYSICAL_REPLICATION_SLOT": true, "PG_COPY_LOGICAL_REPLICATION_SLOT": true, "DBLINK_CONNECT": true, "DBLINK_CONNECT_U": true,
-	// (The seed setting: SET seed, set_config('seed', ...) seed random()
-	// as setseed does, and pg_settings does not show it: adversary.)
-	"SEED": true}
+}
 
 // unseenIn reports whether code (a function's body, a DO block, SQL given
 // to a built-in as text), strings and comments included, names one of
@@ -243,7 +241,7 @@ var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_
 func unseenIn(code string) bool {
 	var buf [40]byte
 	found := !eachWord(code, func(w string) bool {
-		if len(w) != 4 && len(w) < 7 || len(w) > len(buf) {
+		if len(w) < 7 || len(w) > len(buf) {
 			return true
 		}
 		return !unseenFuncs[string(upperInto(buf[:], w))]
@@ -255,17 +253,69 @@ func unseenIn(code string) bool {
 			// cannot be decoded counts.
 			d, _, ok := unicodeEscaped(code, i+1)
 			found = !ok || unseenIn(d)
-		case i+4 <= len(code) && strings.EqualFold(code[i:i+4], "load") && (i == 0 || !isIdentChar(code[i-1])):
-			j := skipBlanks(code, i+4)
-			if j < len(code) && (code[j] == 'e' || code[j] == 'E') {
-				j++ // LOAD E'...' (adversary)
-			}
-			if j < len(code) && (code[j] == '\'' || code[j] == '$') {
-				found = true
+		case i+4 <= len(code) && (i == 0 || !isIdentChar(code[i-1])) && (i+4 == len(code) || !isIdentChar(code[i+4])):
+			switch w := code[i : i+4]; {
+			case strings.EqualFold(w, "load"):
+				// LOAD 'x', LOAD E'x', 'LOAD ''x''' in dynamic SQL (blanks
+				// between: 'load' the value is not one; adversary).
+				j := skipBlanks(code, i+4)
+				if j < len(code) && (code[j] == 'e' || code[j] == 'E') {
+					j++
+				}
+				found = j > i+4 && j < len(code) && (code[j] == '\'' || code[j] == '$')
+			case strings.EqualFold(w, "seed"):
+				found = seedSetting(code, i)
 			}
 		}
 	}
 	return found
+}
+
+// seedSetting reports whether the word seed at code[i] names the setting
+// being set: after SET [LOCAL | SESSION], or as set_config's first
+// argument ('seed', quoted, after "set_config("). A column or a comment
+// named seed is not one (adversary: every statement naming such a column
+// pinned).
+func seedSetting(code string, i int) bool {
+	j := i
+	for j > 0 && (code[j-1] == ' ' || code[j-1] == '\t' || code[j-1] == '\n' || code[j-1] == '\r' || code[j-1] == '\f' || code[j-1] == '\'' || code[j-1] == '"') {
+		j--
+	}
+	k := j
+	for k > 0 && isIdentChar(code[k-1]) {
+		k--
+	}
+	prev := code[k:j]
+	if oneOf(prev, "LOCAL", "SESSION") {
+		return true // (SET LOCAL seed: the SET before it)
+	}
+	if oneOf(prev, "SET") {
+		// A SET statement, not UPDATE's SET: what comes before SET is the
+		// start, punctuation (;, a quote, $$) or a word that ends a
+		// PL/pgSQL statement's head (BEGIN, THEN, ELSE, LOOP, AS, DO), not
+		// a table name or alias (UPDATE t SET seed = 2).
+		m := k
+		for m > 0 && (code[m-1] == ' ' || code[m-1] == '\t' || code[m-1] == '\n' || code[m-1] == '\r' || code[m-1] == '\f') {
+			m--
+		}
+		if m == 0 || !isIdentChar(code[m-1]) {
+			return true
+		}
+		n := m
+		for n > 0 && isIdentChar(code[n-1]) {
+			n--
+		}
+		return oneOf(code[n:m], "BEGIN", "THEN", "ELSE", "LOOP", "AS", "DO")
+	}
+	// set_config('seed', ...), set_config(''seed'', ...) in dynamic SQL.
+	if j > 0 && code[j-1] == '(' {
+		k := j - 1
+		for k > 0 && (code[k-1] == ' ' || code[k-1] == '\t' || code[k-1] == '\n' || code[k-1] == '"') {
+			k--
+		}
+		return k >= 10 && strings.EqualFold(code[k-10:k], "set_config")
+	}
+	return false
 }
 
 // unseenSet reads the viewSet of the user functions that change state the

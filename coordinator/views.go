@@ -152,8 +152,8 @@ func mentionedTable(sql string, names map[string]string) string {
 // tenant_id, must not make every query naming the column pin: adversary.)
 // Text with a U& name is read as mentionedTable reads it.
 func mentionedCall(sql string, names map[string]string) string {
-	if strings.Contains(sql, "&") {
-		return mentionedTable(sql, names)
+	if strings.Contains(sql, `&"`) {
+		return mentionedTable(sql, names) // (U&"...": decoded there)
 	}
 	var buf [63]byte
 	for i := 0; i < len(sql); {
