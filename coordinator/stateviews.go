@@ -324,34 +324,46 @@ func seedSetting(code string, i int) bool {
 // reaching one, and the functions themselves.
 func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []userFunc) (*viewSet, error) {
 	seeds, names := map[uint32]bool{}, map[string]string{}
-	for _, f := range funcs {
-		if f.unseen() {
-			seeds[f.oid] = true
-			names[nameKey(f.name)], names[strings.ToLower(f.name)] = f.name, f.name
+	seed := func(f *userFunc) {
+		seeds[f.oid] = true
+		names[nameKey(f.name)], names[strings.ToLower(f.name)] = f.name, f.name
+	}
+	for i := range funcs {
+		if funcs[i].unseen() {
+			seed(&funcs[i])
 		}
 	}
-	for changed := len(seeds) > 0; changed; {
-		changed = false
+	// Read until no function's body names what the set holds: a function
+	// calling one of its functions, or writing a table whose trigger
+	// reaches one (adversary: SELECT log_it(), whose INSERT fired a dblink
+	// audit trigger). Not settled after 8 readings: every function counts.
+	var u *viewSet
+	var relTypes map[string]string
+	for round := 0; ; round++ {
+		others := map[uint32]bool{}
 		for _, f := range funcs {
-			if !seeds[f.oid] && mentionedTable(f.body, names) != "" {
-				seeds[f.oid], changed = true, true
-				names[nameKey(f.name)], names[strings.ToLower(f.name)] = f.name, f.name
+			if !seeds[f.oid] {
+				others[f.oid] = true
 			}
 		}
-	}
-	others := map[uint32]bool{}
-	for _, f := range funcs {
-		if !seeds[f.oid] {
-			others[f.oid] = true
+		// (Read even with no such user function: a default, check,
+		// domain or operator may call setseed itself.)
+		var err error
+		if u, relTypes, err = readViewSet(ctx, pool, stamp, others, unseenRules, unseenBuiltins); err != nil {
+			return nil, err
+		}
+		maps.Copy(names, u.calls) // (an aggregate over such a function, found by the closure)
+		grown := false
+		for i := range funcs {
+			if f := &funcs[i]; !seeds[f.oid] && (round == 8 || mentionedTable(f.body, names) != "" || mentionedTable(f.body, relTypes) != "") {
+				seed(f)
+				grown = true
+			}
+		}
+		if !grown || round == 9 {
+			break
 		}
 	}
-	// (Read even with no such user function: a default, check, domain or
-	// operator may call setseed itself.)
-	u, relTypes, err := readViewSet(ctx, pool, stamp, others, unseenRules, unseenBuiltins)
-	if err != nil {
-		return nil, err
-	}
-	maps.Copy(names, u.calls) // (an aggregate over such a function, found by the closure)
 	u.names, u.calls, u.odd = relTypes, names, nil
 	for _, n := range relTypes {
 		if oddName(n) {
