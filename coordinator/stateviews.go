@@ -51,8 +51,6 @@ type viewSet struct {
 	// read cannot see (unseenIn), as a viewSet of its own; nil when no
 	// user function does. A statement it names pins its session.
 	unseen *viewSet
-	// reads: unseen's part a read reaches (unseenSet).
-	reads *viewSet
 }
 
 // viewCheck is a statement's verdict for one viewSet.
@@ -84,9 +82,7 @@ type viewCheck struct {
 // deparser would lock the table, and a transaction altering it made the
 // read wait), and operators and casts over one (a built-in is pinned:
 // pg_depend records no dependency on it);
-// $4: whether triggers calling an extension's function are seeds; $5:
-// reads only: leave out what runs only when a table is written (its
-// triggers, defaults, check constraints, foreign keys' actions).
+// $4: whether triggers calling an extension's function are seeds.
 const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
   SELECT p.oid FROM pg_catalog.pg_proc p
    WHERE p.oid >= 16384 AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -95,11 +91,11 @@ const stateViewsSQL = `WITH RECURSIVE ufn(oid) AS (
                       WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND e.objid = p.oid AND e.deptype = 'e')),
 edge(ccls, coid, pcls, poid) AS (
   SELECT d.classid, d.objid, d.refclassid, d.refobjid FROM pg_catalog.pg_depend d WHERE d.objid >= 16384 AND d.deptype NOT IN ('e', 'x')
-  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, t.tgrelid, 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_trigger t WHERE t.oid >= 16384 AND NOT $5
-  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, a.adrelid, 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid FROM pg_catalog.pg_attrdef a WHERE a.oid >= 16384 AND NOT $5
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, t.tgrelid, 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_trigger t WHERE t.oid >= 16384
+  UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, a.adrelid, 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid FROM pg_catalog.pg_attrdef a WHERE a.oid >= 16384
   UNION ALL SELECT CASE WHEN c.conrelid <> 0 THEN 'pg_catalog.pg_class'::pg_catalog.regclass ELSE 'pg_catalog.pg_type'::pg_catalog.regclass END,
                    CASE WHEN c.conrelid <> 0 THEN c.conrelid ELSE c.contypid END, 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid
-              FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384 AND NOT ($5 AND c.conrelid <> 0)
+              FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, p.polrelid, 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_policy p WHERE p.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid FROM pg_catalog.pg_rewrite r WHERE r.oid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indrelid, 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid FROM pg_catalog.pg_index i WHERE i.indexrelid >= 16384
@@ -113,7 +109,7 @@ edge(ccls, coid, pcls, poid) AS (
   UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, x.t, 'pg_catalog.pg_cast'::pg_catalog.regclass, k.oid
               FROM pg_catalog.pg_cast k, LATERAL (VALUES (k.castsource), (k.casttarget)) x(t) WHERE k.oid >= 16384 AND x.t >= 16384
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.confrelid, 'pg_catalog.pg_class'::pg_catalog.regclass, c.conrelid
-              FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384 AND c.contype = 'f' AND NOT $5
+              FROM pg_catalog.pg_constraint c WHERE c.oid >= 16384 AND c.contype = 'f'
   UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhparent, 'pg_catalog.pg_class'::pg_catalog.regclass, h.inhrelid FROM pg_catalog.pg_inherits h WHERE h.inhrelid >= 16384
   UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, 'pg_catalog.pg_class'::pg_catalog.regclass, t.typrelid
               FROM pg_catalog.pg_type t WHERE t.oid >= 16384 AND t.typrelid <> 0),
@@ -353,7 +349,7 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 		// (Read even with no such user function: a default, check,
 		// domain or operator may call setseed itself.)
 		var err error
-		if u, relTypes, err = readViewSet(ctx, pool, stamp, others, unseenRules, unseenBuiltins, false); err != nil {
+		if u, relTypes, err = readViewSet(ctx, pool, stamp, others, unseenRules, unseenBuiltins); err != nil {
 			return nil, err
 		}
 		maps.Copy(names, u.calls) // (an aggregate over such a function, found by the closure)
@@ -368,34 +364,15 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 			break
 		}
 	}
-	finish := func(u *viewSet, relTypes map[string]string) {
-		u.names, u.calls, u.odd = relTypes, names, nil
-		for _, n := range relTypes {
-			if oddName(n) {
-				u.odd = append(u.odd, n, strings.ReplaceAll(n, `"`, `""`))
-			}
+	u.names, u.calls, u.odd = relTypes, names, nil
+	for _, n := range relTypes {
+		if oddName(n) {
+			u.odd = append(u.odd, n, strings.ReplaceAll(n, `"`, `""`))
 		}
 	}
-	finish(u, relTypes)
 	if len(u.names) == 0 && len(u.calls) == 0 && len(u.ops) == 0 && !u.all && !u.ddl {
 		return nil, nil
 	}
-	// What a read reaches: a table only its triggers, defaults or checks
-	// tie to such code is not one (adversary: a SELECT of a table with a
-	// dblink audit trigger pinned, and the block's multi-shard write then
-	// got 0A000).
-	others := map[uint32]bool{}
-	for _, f := range funcs {
-		if !seeds[f.oid] {
-			others[f.oid] = true
-		}
-	}
-	r, readRel, err := readViewSet(ctx, pool, stamp, others, unseenRules, unseenBuiltins, true)
-	if err != nil {
-		return nil, err
-	}
-	finish(r, readRel)
-	u.reads = r
 	return u, nil
 }
 
@@ -460,7 +437,7 @@ func (s *Server) stateViews() *viewSet {
 			clear(harmless) // (not settled: none is harmless)
 		}
 		var relTypes map[string]string
-		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless, stateRules, stateBuiltins, false)
+		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless, stateRules, stateBuiltins)
 		if err != nil || len(harmless) == 0 {
 			break
 		}
@@ -533,7 +510,7 @@ func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) (_ []userFunc, ext [
 
 // readViewSet runs stateViewsSQL with the harmless functions left out of
 // its seeds. relTypes: the names of relations and types alone.
-func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool, rules string, builtins []string, reads bool) (*viewSet, map[string]string, error) {
+func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool, rules string, builtins []string) (*viewSet, map[string]string, error) {
 	vs := &viewSet{stamp: stamp, names: map[string]string{}}
 	relTypes := map[string]string{}
 	oids := make([]uint32, 0, len(harmless))
@@ -542,7 +519,7 @@ func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmle
 	}
 	// (Triggers calling an extension's function: the main set's, not the
 	// unseen one's.)
-	rows, err := pool.Query(ctx, stateViewsSQL, oids, rules, builtins, rules == stateRules, reads)
+	rows, err := pool.Query(ctx, stateViewsSQL, oids, rules, builtins, rules == stateRules)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -813,28 +790,11 @@ func (ss *session) implicitCode(q string, maint bool, st *Statement) (verify, pi
 	// (ANALYZE, VACUUM, REINDEX, CLUSTER of no table name run every
 	// table's code: maint.)
 	verify = maint || vs.match(q)
-	if u := vs.unseen; u != nil {
-		if !maint && u.reads != nil && onlyReads(q) {
-			u = u.reads
-		}
-		pin = maint || u.match(q)
-	}
+	pin = vs.unseen != nil && (maint || vs.unseen.match(q))
 	if st != nil {
 		st.viewChk.Store(&viewCheck{set: vs, verify: verify, pin: pin})
 	}
 	return verify, pin
-}
-
-// onlyReads reports whether q is one statement that writes no table
-// (readsOnly, no SELECT ... INTO): its tables' triggers and defaults do
-// not run. (A function it calls that writes one is in unseen's calls.)
-func onlyReads(q string) bool {
-	lx := lexer{s: q}
-	n, _, _, more := lx.statement()
-	if more && strings.TrimSpace(q[lx.i:]) != "" {
-		return false
-	}
-	return n > 0 && !lx.sawInto && readsOnly(lx.words[:n])
 }
 
 // match reports whether q names what vs holds (or vs holds everything).
