@@ -1006,6 +1006,7 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		"INSERT INTO r7_r SELECT 1 WHERE NOT EXISTS (SELECT FROM r7_r)",
 		"CREATE OR REPLACE FUNCTION r7_useed(r7_r) RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM setseed(0.5); RETURN 1; END $$",
 		"CREATE OR REPLACE FUNCTION r7_sfn(int, int) RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM setseed(0.5); RETURN 1; END $$",
+		`CREATE OR REPLACE FUNCTION "r9_my""seed"() RETURNS void LANGUAGE sql AS 'SELECT setseed(0.5)'`,
 		// (A function writing a table whose trigger reaches setseed.)
 		"CREATE OR REPLACE FUNCTION r8_log() RETURNS int LANGUAGE plpgsql AS $$ BEGIN INSERT INTO r6_t VALUES (8); RETURN 1; END $$",
 		"DROP AGGREGATE IF EXISTS r7_agg(int)",
@@ -1016,7 +1017,7 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 	t.Cleanup(func() {
 		for _, q := range []string{"DROP AGGREGATE IF EXISTS r7_agg(int)", "DROP FUNCTION IF EXISTS r7_useed(r7_r)", "DROP TABLE IF EXISTS r6_t, r6_d, r6_cols, r7_r",
 			"DROP FUNCTION IF EXISTS r6_trg(), r6_outer(), r6_seed(), r6_link(), r6_load(), r6_ph(), r6_atom(), r7_s1(), r7_s2(), r7_sfn(int, int), r7_cnt(), r8_log()",
-			"DROP EXTENSION IF EXISTS dblink"} {
+			`DROP FUNCTION IF EXISTS "r9_my""seed"()`, "DROP EXTENSION IF EXISTS dblink"} {
 			_, _ = setup.Exec(ctx, q, simple)
 		}
 	})
@@ -1048,6 +1049,8 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 		{"SQL text parameter", "SELECT query_to_xml($1, true, true, '')", pgx.QueryExecModeCacheStatement, []any{"select setseed(0.5)"}},
 		{"SET seed in dynamic SQL", "DO $$ BEGIN EXECUTE 'SET seed TO 0.5'; END $$", simple, nil},
 		{"function writing a table with such a trigger", "SELECT r8_log()", simple, nil},
+		{"quoted name with a quote in it", `SELECT "r9_my""seed"()`, simple, nil},
+		{"attribute notation with blanks", "SELECT r . r7_useed FROM r7_r r", simple, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := pgtest.Coordinator(t, cl, poolSize(1)) // (one connection: B's is A's)

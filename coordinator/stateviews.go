@@ -365,9 +365,11 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 		}
 	}
 	u.names, u.calls, u.odd = relTypes, names, nil
-	for _, n := range relTypes {
-		if oddName(n) {
-			u.odd = append(u.odd, n, strings.ReplaceAll(n, `"`, `""`))
+	for _, m := range []map[string]string{relTypes, names} { // (functions too: "my""seed"(), adversary)
+		for _, n := range m {
+			if oddName(n) {
+				u.odd = append(u.odd, n, strings.ReplaceAll(n, `"`, `""`))
+			}
 		}
 	}
 	if len(u.names) == 0 && len(u.calls) == 0 && len(u.ops) == 0 && !u.all && !u.ddl {

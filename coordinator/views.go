@@ -164,7 +164,10 @@ func mentionedCall(sql string, names map[string]string) string {
 		}
 		j := i + 1
 		if quoted {
-			for j < len(sql) && sql[j] != '"' {
+			for j < len(sql) && (sql[j] != '"' || j+1 < len(sql) && sql[j+1] == '"') {
+				if sql[j] == '"' {
+					j++ // ("" in a quoted name: adversary)
+				}
 				j++
 			}
 		} else {
@@ -174,9 +177,13 @@ func mentionedCall(sql string, names map[string]string) string {
 		}
 		w := sql[i:j]
 		if quoted {
-			w, j = sql[i+1:j], min(j+1, len(sql))
+			w, j = strings.ReplaceAll(sql[i+1:j], `""`, `"`), min(j+1, len(sql))
 		}
-		if k := skipBlanks(sql, j); k < len(sql) && sql[k] == '(' || i > 0 && sql[i-1] == '.' {
+		p := i // (t . f: blanks after the dot too)
+		for p > 0 && (sql[p-1] == ' ' || sql[p-1] == '\t' || sql[p-1] == '\n' || sql[p-1] == '\r' || sql[p-1] == '\f') {
+			p--
+		}
+		if k := skipBlanks(sql, j); k < len(sql) && sql[k] == '(' || p > 0 && sql[p-1] == '.' {
 			if t, found := names[w]; found && quoted {
 				return t
 			}
