@@ -254,7 +254,7 @@ func classify(sql string) class {
 			if strings.EqualFold(lx.words[0], "EXPLAIN") {
 				c.explain = true
 			}
-			if c.count == 1 && storesCode(lx.words[:n]) {
+			if f := lx.words[0][0] | 0x20; (f == 'c' || f == 'd' || f == 'g' || f == 'r') && c.count == 1 && storesCode(lx.words[:n]) {
 				c.storesCode = true
 			}
 			if oneOf(lx.words[0], "ANALYZE", "ANALYSE", "VACUUM", "REINDEX", "CLUSTER") {
@@ -1076,7 +1076,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 				}
 			}
 			if (len(w) == len("pg_prepared_statements") || len(w) == len("pg_prepared_statement")) &&
-				strings.EqualFold(strings.TrimSuffix(strings.ToLower(w), "s"), "pg_prepared_statement") {
+				(strings.EqualFold(w, "pg_prepared_statements") || strings.EqualFold(w, "pg_prepared_statement")) {
 				lx.sawPrepared = true // (the view, or the function behind it: adversary)
 			}
 			if len(w) == len(metadata.ShardsSchema) && strings.EqualFold(w, metadata.ShardsSchema) {

@@ -2485,12 +2485,11 @@ func (ss *session) bind(body []byte) error {
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		var pin bool
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
-		// (Or SQL text given as a parameter: query_to_xml($1), a user
-		// function that runs its argument.)
+		// (Or SQL text given to a built-in as a parameter:
+		// query_to_xml($1).)
 		if pin && !clientSt.cls.storesCode || clientSt.cls.hidden && bindRunsText(body, unseenIn) {
 			ss.pin(unseenPin) // (before its Execute runs the code)
 		}
-
 		if ss.tempPath(&clientSt.cls) {
 			ss.pin("search_path naming pg_temp")
 		}
@@ -3487,8 +3486,6 @@ func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
 	return sc.ParamsKey
 }
 
-// pinChangesSettings reports whether a pin's reason may have changed the
-// connection's settings in ways its settings key does not show.
 // bindRunsText reports whether a Bind's parameter values, which a
 // built-in that runs SQL given as text may run (query_to_xml($1)), hold
 // code that check finds (the portal's and statement's names left out).
@@ -3500,11 +3497,12 @@ func bindRunsText(body []byte, check func(string) bool) bool {
 	return ok && check(string(rest))
 }
 
-// tempPath reports whether a statement may make an object, CREATE or
-// SELECT ... INTO, while the session's search_path from its startup packet
-// or its role (ALTER ROLE ... SET search_path) names pg_temp: the object is
-// then a temporary one, which must stay with the session (adversary). A
-// SET search_path naming it pins at once (classify).
+// tempPath reports whether a statement may make an object (CREATE, SELECT
+// ... INTO, EXPLAIN ANALYZE CREATE TABLE ... AS) while the session's
+// search_path from its startup packet, its role or its database (ALTER
+// ROLE/DATABASE ... SET search_path) names pg_temp: the object is then a
+// temporary one, which must stay with the session (adversary). A SET
+// search_path naming it pins at once (classify).
 func (ss *session) tempPath(cls *class) bool {
 	return (cls.ddl || cls.selectInto || cls.explain) && (ss.roleTempPath || ss.params.path != "" && namesTempSchema(ss.params.path))
 }
@@ -3515,6 +3513,8 @@ func (ss *session) tempPath(cls *class) bool {
 // slot, a backup.
 const unseenPin = "user code changing state pgfleet cannot read"
 
+// pinChangesSettings reports whether a pin's reason may have changed the
+// connection's settings in ways its settings key does not show.
 func pinChangesSettings(reason string) bool {
 	switch reason {
 	case "set_config()", "SET ROLE", "SET SESSION AUTHORIZATION", "RESET ROLE", "RESET SESSION", "LOAD", "session state changed by a function", unseenPin:
