@@ -212,17 +212,18 @@ func classify(sql string) class {
 			if lx.sawTemp && c.pin == "" {
 				c.pin = "temporary object"
 			}
-			if (lx.sawSQLText || oneOf(lx.words[0], "DO")) && unseenIn(sql[start:end]) {
-				// DO $$ ... setseed(0.5) ... $$, a string the lexer skips;
-				// query_to_xml('select setseed(0.5)') (adversary). (Not any
-				// call of user code: its literals are data, and 'seed'
-				// or 'load' there pinned ordinary statements.)
-				if c.pin == "" {
+			if lx.sawSQLText || oneOf(lx.words[0], "DO") {
+				// Its strings are code: DO $$ ... setseed(0.5) ... $$,
+				// query_to_xml('select setseed(0.5)'), EXECUTE 'EXECUTE
+				// pgfleet_1' (adversary). (Not any call of user code: its
+				// literals are data, and 'seed' or 'load' there pinned
+				// ordinary statements.)
+				if c.pin == "" && unseenIn(sql[start:end]) {
 					c.pin = unseenPin
 				}
-			}
-			if (lx.sawSQLText || oneOf(lx.words[0], "DO")) && namesReserved(sql[start:end]) {
-				c.reservedName = true // DO $$ ... EXECUTE 'EXECUTE pgfleet_1' ... $$ (adversary)
+				if namesReserved(sql[start:end]) {
+					c.reservedName = true
+				}
 			}
 			if lx.sawSeqFunc != "" {
 				c.seqFn = lx.sawSeqFunc
@@ -1309,7 +1310,7 @@ func (lx *lexer) word(w string) {
 	if !lx.dot {
 		lx.chainPrev = lx.prev
 	}
-	if len(w) > 8 && lx.prev != "" && (w[0]|0x20 == 'p' || w[0] == '"') && strings.HasPrefix(strings.ToLower(strings.TrimPrefix(w, `"`)), "pgfleet_") &&
+	if len(w) > 8 && (w[0]|0x20 == 'p' || w[0] == '"') && lx.prev != "" && reservedStmtName(strings.TrimPrefix(w, `"`)) &&
 		oneOf(lx.prev, "PREPARE", "EXECUTE", "DEALLOCATE") {
 		lx.sawReserved = true
 	}
@@ -1357,25 +1358,25 @@ func storesCode(w []string) bool {
 	return oneOf(w[0], "CREATE") && i < len(w) && oneOf(w[i], "FUNCTION", "PROCEDURE", "TRIGGER", "RULE")
 }
 
+// reservedStmtName reports whether w (unquoted) is a name pgfleet keeps for
+// the statements it prepares on worker connections: pgfleet_N,
+// pgfleet_state, pgfleet_implicit... (any pgfleet_ name).
+func reservedStmtName(w string) bool {
+	return len(w) > 8 && strings.EqualFold(w[:8], "pgfleet_")
+}
+
 // namesReserved reports whether code (a DO body, SQL text) runs PREPARE,
-// EXECUTE or DEALLOCATE [PREPARE] of a statement pgfleet prepares on
-// worker connections (pgfleet_ then a digit, or pgfleet_state). A message
-// or value that merely mentions one is not refused.
+// EXECUTE or DEALLOCATE [PREPARE] of a reserved name (reservedStmtName). A
+// message or value that merely mentions one is not refused.
 func namesReserved(code string) bool {
-	found := false
-	prev, prev2 := "", ""
-	eachWord(code, func(w string) bool {
-		if len(w) > 8 && strings.EqualFold(w[:8], "pgfleet_") && (oneOf(prev, "EXECUTE", "DEALLOCATE") ||
-			oneOf(prev, "PREPARE") || oneOf(prev2, "DEALLOCATE") && oneOf(prev, "PREPARE")) {
-			if r := w[8:]; r[0] >= '0' && r[0] <= '9' || strings.EqualFold(r, "state") {
-				found = true
-				return false
-			}
+	prev := ""
+	return !eachWord(code, func(w string) bool {
+		if reservedStmtName(w) && oneOf(prev, "PREPARE", "EXECUTE", "DEALLOCATE") {
+			return false // (DEALLOCATE PREPARE x: PREPARE before it too)
 		}
-		prev2, prev = prev, w
+		prev = w
 		return true
 	})
-	return found
 }
 
 // upperInto writes w upper-cased (ASCII letters) into buf, which must be

@@ -75,8 +75,8 @@ type viewCheck struct {
 // types, or a default operator class of a built-in type: DISTINCT, GROUP
 // BY, ORDER BY use it unwritten) or d (an enabled event trigger), both
 // with no name, which verify everything. $1: the user functions left out
-// of the seeds; $2: what a rule's text must name to be one (stateRules);
-// $3: functions that are seeds by name, built-ins included (stateBuiltins),
+// of the seeds; $2: what a rule's text must name to be one (closure.rules);
+// $3: functions that are seeds by name, built-ins included (closure.builtins),
 // and so are the defaults, checks, index expressions and policies whose
 // stored expression calls one (found by OID in the node tree's text: a
 // deparser would lock the table, and a transaction altering it made the
@@ -165,12 +165,31 @@ UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_cast k ON bad.cls = 'pg_catalog
 UNION SELECT 'd', '' FROM bad JOIN pg_catalog.pg_event_trigger e ON bad.cls = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass AND e.oid = bad.oid
        WHERE e.evtenabled <> 'D'`
 
-// stateRules: the calls that make a rule (a view's too) a seed of
-// stateViewsSQL; unseenRules: those whose state the state read cannot see.
-const (
-	stateRules  = `(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval|pg_settings)`
-	unseenRules = `(setseed|dblink_connect|backup_start|start_backup|replication_origin_session_setup|replication_slot)`
-)
+// closure is what a reading of stateViewsSQL seeds with besides user
+// functions: the calls that make a rule (a view's too) a seed ($2), the
+// functions that are seeds by name ($3), whether triggers calling an
+// extension's function are ($4); unseen: the reading is unseenSet's, whose
+// calls keep the closure's functions ('g' rows).
+type closure struct {
+	rules    string
+	builtins []string
+	unseen   bool
+}
+
+// stateClosure is the viewSet's: user code that may change session state;
+// unseenClosure unseenSet's: only what the state read cannot see.
+var stateClosure, unseenClosure = func() (all, unseen closure) {
+	all.rules = `(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval|pg_settings)`
+	unseen.rules = `(setseed|dblink_connect|backup_start|start_backup|replication_origin_session_setup|replication_slot)`
+	for n := range sessionFuncs {
+		all.builtins = append(all.builtins, strings.ToLower(n))
+		if unseenFuncs[n] {
+			unseen.builtins = append(unseen.builtins, strings.ToLower(n))
+		}
+	}
+	unseen.unseen = true
+	return all, unseen
+}()
 
 // userFuncsSQL lists the user functions of stateViewsSQL's ufn with what
 // harmlessBody reads: language and body (a SQL-standard body, BEGIN ATOMIC,
@@ -349,7 +368,7 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 		// (Read even with no such user function: a default, check,
 		// domain or operator may call setseed itself.)
 		var err error
-		if u, relTypes, err = readViewSet(ctx, pool, stamp, others, unseenRules, unseenBuiltins); err != nil {
+		if u, relTypes, err = readViewSet(ctx, pool, stamp, others, unseenClosure); err != nil {
 			return nil, err
 		}
 		maps.Copy(names, u.calls) // (an aggregate over such a function, found by the closure)
@@ -377,21 +396,6 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 	}
 	return u, nil
 }
-
-// stateBuiltins and unseenBuiltins are the built-in (and extension)
-// functions that seed stateViewsSQL's closure by name: a column default,
-// check constraint, domain, operator or index calling one runs it unseen
-// in the text (adversary: DEFAULT pg_try_advisory_lock(4242), a domain
-// CHECK calling it, an operator over setseed).
-var stateBuiltins, unseenBuiltins = func() (all, unseen []string) {
-	for n := range sessionFuncs {
-		all = append(all, strings.ToLower(n))
-		if unseenFuncs[n] {
-			unseen = append(unseen, strings.ToLower(n))
-		}
-	}
-	return all, unseen
-}()
 
 // stateViews returns the current viewSet, reading it when this
 // coordinator's catalog version or DDL epoch moved.
@@ -439,7 +443,7 @@ func (s *Server) stateViews() *viewSet {
 			clear(harmless) // (not settled: none is harmless)
 		}
 		var relTypes map[string]string
-		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless, stateRules, stateBuiltins)
+		vs, relTypes, err = readViewSet(ctx, s.metaPool, stamp, harmless, stateClosure)
 		if err != nil || len(harmless) == 0 {
 			break
 		}
@@ -512,16 +516,14 @@ func readUserFuncs(ctx context.Context, pool *pgxpool.Pool) (_ []userFunc, ext [
 
 // readViewSet runs stateViewsSQL with the harmless functions left out of
 // its seeds. relTypes: the names of relations and types alone.
-func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool, rules string, builtins []string) (*viewSet, map[string]string, error) {
+func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmless map[uint32]bool, c closure) (*viewSet, map[string]string, error) {
 	vs := &viewSet{stamp: stamp, names: map[string]string{}}
 	relTypes := map[string]string{}
 	oids := make([]uint32, 0, len(harmless))
 	for o := range harmless {
 		oids = append(oids, o)
 	}
-	// (Triggers calling an extension's function: the main set's, not the
-	// unseen one's.)
-	rows, err := pool.Query(ctx, stateViewsSQL, oids, rules, builtins, rules == stateRules)
+	rows, err := pool.Query(ctx, stateViewsSQL, oids, c.rules, c.builtins, !c.unseen)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -552,7 +554,7 @@ func readViewSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, harmle
 		case "d":
 			vs.ddl = true
 		case "g": // (functions of the closure: unseenSet's calls)
-			if rules == stateRules {
+			if !c.unseen {
 				break
 			}
 			if vs.calls == nil {

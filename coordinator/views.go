@@ -100,6 +100,11 @@ func catalogWords(snap *metadata.Snapshot) map[string]string {
 // cut to its first 63 (NAMEDATALEN). names' keys are lower-case in ASCII;
 // a name with other characters than a word's is found by oddNames.
 func mentionedTable(sql string, names map[string]string) string {
+	return mentioned(sql, names, false)
+}
+
+// mentioned is mentionedTable, and mentionedCall when call is set.
+func mentioned(sql string, names map[string]string, call bool) string {
 	var buf [63]byte
 	for i := 0; i < len(sql); {
 		c := sql[i]
@@ -130,6 +135,10 @@ func mentionedTable(sql string, names map[string]string) string {
 		for j < len(sql) && isIdentChar(sql[j]) {
 			j++
 		}
+		if call && !callAt(sql, i, j) {
+			i = j
+			continue
+		}
 		if t, found := lookWord(&buf, names, sql[i:j]); found {
 			return t
 		}
@@ -148,52 +157,32 @@ func mentionedTable(sql string, names map[string]string) string {
 
 // mentionedCall is mentionedTable for function names: a word counts only
 // where a call can be, before "(" (blanks and comments between), or after
-// "." (attribute notation, t.f). (A function named like a column,
-// tenant_id, must not make every query naming the column pin: adversary.)
-// Text with a U& name is read as mentionedTable reads it.
+// "." (attribute notation, t.f, blanks between). (A function named like a
+// column, tenant_id, must not make every query naming the column pin:
+// adversary.) A quoted name with a quote in it is an odd name (oddName),
+// looked for as text; one spelled with U& escapes is read as mentionedTable
+// reads it, wherever it stands.
 func mentionedCall(sql string, names map[string]string) string {
-	if strings.Contains(sql, `&"`) {
-		return mentionedTable(sql, names) // (U&"...": decoded there)
+	return mentioned(sql, names, true)
+}
+
+// callAt reports whether the word sql[i:j] (in quotes or not) stands
+// where a function is called: before "(" or after ".", blanks and
+// comments between.
+func callAt(sql string, i, j int) bool {
+	if j < len(sql) && sql[j] == '"' {
+		j++
 	}
-	var buf [63]byte
-	for i := 0; i < len(sql); {
-		quoted := sql[i] == '"'
-		if !quoted && !isIdentStart(sql[i]) {
-			i++
-			continue
-		}
-		j := i + 1
-		if quoted {
-			for j < len(sql) && (sql[j] != '"' || j+1 < len(sql) && sql[j+1] == '"') {
-				if sql[j] == '"' {
-					j++ // ("" in a quoted name: adversary)
-				}
-				j++
-			}
-		} else {
-			for j < len(sql) && isIdentChar(sql[j]) {
-				j++
-			}
-		}
-		w := sql[i:j]
-		if quoted {
-			w, j = strings.ReplaceAll(sql[i+1:j], `""`, `"`), min(j+1, len(sql))
-		}
-		p := i // (t . f: blanks after the dot too)
-		for p > 0 && (sql[p-1] == ' ' || sql[p-1] == '\t' || sql[p-1] == '\n' || sql[p-1] == '\r' || sql[p-1] == '\f') {
-			p--
-		}
-		if k := skipBlanks(sql, j); k < len(sql) && sql[k] == '(' || p > 0 && sql[p-1] == '.' {
-			if t, found := names[w]; found && quoted {
-				return t
-			}
-			if t, found := lookWord(&buf, names, w); found && !quoted {
-				return t
-			}
-		}
-		i = j
+	if k := skipBlanks(sql, j); k < len(sql) && sql[k] == '(' {
+		return true
 	}
-	return ""
+	if i > 0 && sql[i-1] == '"' {
+		i--
+	}
+	for i > 0 && (sql[i-1] == ' ' || sql[i-1] == '\t' || sql[i-1] == '\n' || sql[i-1] == '\r' || sql[i-1] == '\f') {
+		i--
+	}
+	return i > 0 && sql[i-1] == '.'
 }
 
 // lookWord looks w up in names as PostgreSQL would read it as an
