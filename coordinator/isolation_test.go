@@ -815,12 +815,7 @@ func TestReplicationSessionStateStaysWithItsClient(t *testing.T) {
 		"SELECT pg_replication_origin_session_setup('iso_ro')",
 		"SELECT 1 FROM pg_create_physical_replication_slot('iso_rs', true, true)",
 	} {
-		a := connect(t, srv.Addr())
-		exec(t, a, q, simple)
-		if err := a.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		b := connect(t, srv.Addr())
+		b := nextClient(t, connect(t, srv.Addr()), srv.Addr(), q)
 		got := queryString(t, b, "SELECT pg_replication_origin_session_is_setup()::text || ' ' || (SELECT count(*) FROM pg_replication_slots WHERE active_pid = pg_backend_pid())", simple)
 		if got != "false 0" {
 			t.Fatalf("after %s, the next client's connection has: %s (origin set up, slots)", q, got)
@@ -858,14 +853,7 @@ func TestCommentsAndStringsEndAsPostgreSQLs(t *testing.T) {
 		"SELECT \"set_config\"\f('work_mem', '5555kB', false)",
 		"SELECT \"set_config\" -- c\n('work_mem', '5555kB', false)",
 	} {
-		a := connect(t, srv.Addr())
-		if _, err := a.Exec(ctx, q, simple); err != nil {
-			t.Fatalf("%q: %v", q, err)
-		}
-		if err := a.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		b := connect(t, srv.Addr())
+		b := nextClient(t, connect(t, srv.Addr()), srv.Addr(), q)
 		if got := queryString(t, b, "SELECT current_setting('work_mem') || ' ' || current_user", simple); got != "4MB postgres" {
 			t.Fatalf("after %q, the next client has %s", q, got)
 		}
@@ -922,15 +910,7 @@ func TestClassifierSpellingsStayWithTheirClient(t *testing.T) {
 			} else {
 				a = connect(t, srv.Addr())
 			}
-			for _, q := range qs {
-				if _, err := a.Exec(ctx, q, simple); err != nil {
-					t.Fatalf("%q: %v", q, err)
-				}
-			}
-			if err := a.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			b := connect(t, srv.Addr())
+			b := nextClient(t, a, srv.Addr(), qs...)
 			got := queryString(t, b, `SELECT current_setting('work_mem') || ' ' || current_setting('search_path')
   || ' locks ' || (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())
   || ' temp ' || (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema())`, simple)
@@ -1058,10 +1038,7 @@ func TestUnseenUserCodeStateStaysWithItsClient(t *testing.T) {
 			if _, err := a.Exec(ctx, tc.q, append([]any{tc.mode}, tc.args...)...); err != nil {
 				t.Fatalf("%s: %v", tc.q, err)
 			}
-			if err := a.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			b := connect(t, srv.Addr())
+			b := nextClient(t, a, srv.Addr())
 			got := queryString(t, b, `SELECT (random()::text = $1)::text || ' links ' || COALESCE(array_length(dblink_get_connections(), 1), 0)
   || ' modules ' || (SELECT count(*) FROM pg_settings WHERE name LIKE 'auto_explain.%')
   || ' placeholder ' || COALESCE(current_setting('r6.x', true), 'null')`, simple, seeded)
@@ -1143,4 +1120,21 @@ func TestReservedStatementNames(t *testing.T) {
 	if got := queryString(t, a, "EXECUTE pgfleet1(21)", pgx.QueryExecModeSimpleProtocol); got != "42" {
 		t.Errorf("EXECUTE pgfleet1(21) = %s", got)
 	}
+}
+
+// nextClient runs qs on client a (simple protocol), disconnects it, and
+// connects the client that comes after it: with a pool of one, on a's
+// server connection unless a was pinned.
+func nextClient(t *testing.T, a *pgx.Conn, addr string, qs ...string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range qs {
+		if _, err := a.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%q: %v", q, err)
+		}
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return connect(t, addr)
 }
