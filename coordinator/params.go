@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // sessionParams is the part of a client's session that must follow it from
@@ -34,6 +35,12 @@ type sessionParams struct {
 	path                 string
 	pathPublic, pathUser bool
 	key                  string
+	// defines: the custom setting names the session has defined, from its
+	// startup packet and its SETs, as a pooling name set; derived by
+	// rebuild. PostgreSQL keeps such a name defined once set, so a server
+	// connection whose backend defined others does not serve the session
+	// (pooling/defines.go).
+	defines string
 	// readKeys are the session's SETs of the settings under which
 	// PostgreSQL reads a statement's constants, by group (parsekey.go).
 	readKeys [nGroups]string
@@ -165,6 +172,17 @@ func (p *sessionParams) rebuild() {
 	p.derivePath()
 	p.readKeys = readKeys(p.set)
 	p.idleTxn = idleSetting(p)
+	p.defines = ""
+	for name := range p.startupVal {
+		if custom(name) {
+			p.defines = pooling.AddDefine(p.defines, name)
+		}
+	}
+	for name := range p.set {
+		if custom(name) {
+			p.defines = pooling.AddDefine(p.defines, name)
+		}
+	}
 	if len(p.startup) == 0 && len(p.set) == 0 {
 		p.key = ""
 		return
@@ -282,4 +300,35 @@ func splitOptions(s string) []string {
 func errUnsupportedOption(opt string) error {
 	return pgerr.Fatal(pgerr.FeatureNotSupported, "unsupported startup option %q", opt).
 		WithHint("pgfleet accepts only -c name=value and --name=value in options.")
+}
+
+// customNames calls f with each custom setting a SET or RESET op defines
+// in the backend it runs in (a placeholder, which stays defined).
+func (o paramOp) customNames(f func(string)) {
+	switch o.kind {
+	case opSet, opReset, opSetDefault, opPlaceholder:
+		if custom(o.name) {
+			f(o.name)
+		}
+		for _, m := range o.more {
+			m.customNames(f)
+		}
+	}
+}
+
+// noteDefines adds to the held connection's name set the custom settings
+// op, which ran there, defined (pooling/defines.go).
+func (ss *session) noteDefines(op paramOp) {
+	op.customNames(func(name string) { ss.sc.Defines = pooling.AddDefine(ss.sc.Defines, name) })
+}
+
+// definesAlone returns the name set of the custom settings cls defines
+// when it is one SET or RESET of them and nothing else; else "".
+func definesAlone(cls *class) string {
+	if cls == nil || cls.count > 1 || len(cls.ops) != 1 {
+		return ""
+	}
+	defs := ""
+	cls.ops[0].customNames(func(name string) { defs = pooling.AddDefine(defs, name) })
+	return defs
 }

@@ -228,6 +228,10 @@ type session struct {
 	viewDDLPending bool
 	stateBase      []byte
 	stateNames     string // the state read's custom names (customNames)
+	// defining: the custom settings of the statement about to take a
+	// server connection when it is a lone SET or RESET of them
+	// (definesAlone), which the checkout may take defined.
+	defining string
 	// stateRolledBack: the transaction block the snapshot was taken in
 	// (stateTxn while it lasts) ended with ROLLBACK (noteTag).
 	stateRolledBack, stateTxn bool
@@ -871,7 +875,7 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 		ss.takeSpares(ctx, node, func(n int32) bool { return n < node })
 	}
 	ss.pool, ss.node = pool, node
-	sc, err := ss.checkout(ctx, pool, ss.holding())
+	sc, err := ss.checkoutFor(ctx, pool, ss.holding(), ss.defining)
 	if err != nil {
 		ss.dropSpares()
 		return err
@@ -1012,20 +1016,43 @@ func (ss *session) untarget(sc *pooling.ServerConn) {
 // connections (its class) and brings its settings up to the session's; on
 // failure the connection goes back broken.
 func (ss *session) checkout(ctx context.Context, pool *pooling.Pool, held int) (*pooling.ServerConn, error) {
+	return ss.checkoutFor(ctx, pool, held, "")
+}
+
+// checkoutFor is checkout for a statement that only defines the custom
+// settings of the name set defining (definesAlone): it cannot tell whether
+// the connection had them, so it may take one that did.
+func (ss *session) checkoutFor(ctx context.Context, pool *pooling.Pool, held int, defining string) (*pooling.ServerConn, error) {
 	if ss.srv.stopping.Load() {
 		// Past Shutdown's deadline nothing new starts on a worker.
 		return nil, adminShutdown()
+	}
+	defines := pooling.DefinesUnion(ss.params.defines, defining)
+	if !ss.ready {
+		// The startup's reads (welcome.go) see no custom setting, and the
+		// session lets the connection go before its first statement.
+		defines = pooling.AnyDefines
 	}
 	for attempt := 1; ; attempt++ {
 		var sc *pooling.ServerConn
 		var err error
 		if ss.ready || ss.startupWait {
-			sc, err = pool.Acquire(ctx, held)
+			sc, err = pool.AcquireFor(ctx, held, defines)
 		} else {
-			sc, err = pool.AcquireNow(ctx) // the session's startup: welcome.go
+			sc, err = pool.AcquireNow(ctx, defines) // the session's startup: welcome.go
 		}
 		if err != nil {
 			return nil, err
+		}
+		if !pooling.DefinesWithin(sc.Defines, defines) {
+			// Another client defined a custom setting on this backend,
+			// which nothing undefines: this client would see it ('' where
+			// PostgreSQL has NULL). Closed; the slot it frees takes a new
+			// connection.
+			sc.MarkBroken()
+			pool.Release(sc)
+			attempt--
+			continue
 		}
 		if sc.ParamsKey != ss.params.key {
 			// RESET ALL leaves the role and session authorization alone.
@@ -1062,6 +1089,9 @@ func (ss *session) checkout(ctx context.Context, pool *pooling.Pool, held int) (
 					Hint:    "Check the settings in the connection string and the session's SET statements."}
 			}
 			sc.ParamsKey = ss.params.key
+		}
+		if ss.params.defines != "" {
+			sc.Defines = pooling.DefinesUnion(sc.Defines, ss.params.defines) // (what the key defined)
 		}
 		if ss.sc == nil {
 			// A side connection (a value to compute, a scatter) must not
@@ -1773,7 +1803,10 @@ func (ss *session) queryAfterExtended() (handled bool, err error) {
 func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) error {
 	inject := ss.inject
 	ss.inject = nil
-	if err := ss.acquire(context.Background(), node); err != nil {
+	ss.defining = definesAlone(cls)
+	err := ss.acquire(context.Background(), node)
+	ss.defining = ""
+	if err != nil {
 		return ss.queryError(err)
 	}
 	if ss.pendingBegin != "" {
@@ -2377,7 +2410,10 @@ func (ss *session) parse(body []byte) error {
 		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
 		return nil
 	}
-	if !ss.acquireExt(ss.homeNode(st.Query)) {
+	ss.defining = definesAlone(&st.cls)
+	held := ss.acquireExt(ss.homeNode(st.Query))
+	ss.defining = ""
+	if !held {
 		return nil
 	}
 	if ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
@@ -3323,6 +3359,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	op := ops[e.opIdx]
 	e.opIdx++
 	ss.noteParamFix(op)
+	ss.noteDefines(op)
 	switch op.kind {
 	case opSet, opReset, opResetAll, opSetDefault, opPlaceholder:
 		ss.pending = append(ss.pending, op)
@@ -3364,6 +3401,12 @@ func (ss *session) endOfCycle(status byte) {
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {
 			ss.params.applyOps(ss.pending, ss.sc.Params)
+		} else {
+			// A custom setting's placeholder outlives the SET that made
+			// it, in a transaction rolled back too.
+			for _, o := range ss.pending {
+				o.customNames(func(name string) { ss.params.apply(paramOp{kind: opPlaceholder, name: name}) })
+			}
 		}
 		ss.pending = ss.pending[:0]
 	}

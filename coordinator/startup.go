@@ -518,6 +518,9 @@ func (ss *session) begin(sm *pgproto3.StartupMessage) error {
 		ss.out, _ = ps.Encode(ss.out)
 	}
 	ss.releaseIfIdle()
+	if ss.sc != nil && !pooling.DefinesWithin(ss.sc.Defines, ss.params.defines) {
+		ss.releaseServer() // (taken whatever it defined: checkoutFor)
+	}
 	bkd := pgproto3.BackendKeyData{ProcessID: ss.pid, SecretKey: ss.secret}
 	ss.out, _ = bkd.Encode(ss.out)
 	rfq := pgproto3.ReadyForQuery{TxStatus: 'I'}

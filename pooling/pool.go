@@ -198,9 +198,27 @@ func (p *Pool) limit(class int) int {
 // pools already (its class), waiting at most the acquire timeout. The error
 // is a *pgerr.Error a client can be shown.
 func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
+	return p.acquire(ctx, held, AnyDefines)
+}
+
+// AcquireFor is Acquire for a session that has defined the custom settings
+// of the name set defines (defines.go): it prefers an idle connection whose
+// backend defined no others, then a new one. It may still return one that
+// did (handed over from a release, or when the pool cannot open another),
+// which the caller discards and asks again for: a discard frees the slot
+// the next AcquireFor opens a connection in.
+func (p *Pool) AcquireFor(ctx context.Context, held int, defines string) (*ServerConn, error) {
+	return p.acquire(ctx, held, defines)
+}
+
+// AnyDefines, as AcquireFor's or AcquireNow's defines, takes any
+// connection, whatever its backend defined.
+const AnyDefines = "\xff"
+
+func (p *Pool) acquire(ctx context.Context, held int, defines string) (*ServerConn, error) {
 	for {
 		epoch := p.cfg.Gate.Epoch()
-		c, err := p.take(ctx, held)
+		c, err := p.take(ctx, held, defines)
 		if err != nil {
 			return nil, err
 		}
@@ -216,13 +234,13 @@ func (p *Pool) Acquire(ctx context.Context, held int) (*ServerConn, error) {
 // ErrBusy is AcquireNow's answer when it would have to wait.
 var ErrBusy = errors.New("no server connection free now")
 
-// AcquireNow is Acquire for a client holding no connection, except that
+// AcquireNow is AcquireFor for a client holding no connection, except that
 // when it would have to wait it returns ErrBusy at once (a session's
 // startup then uses what an earlier one learnt: coordinator/welcome.go).
-func (p *Pool) AcquireNow(ctx context.Context) (*ServerConn, error) {
+func (p *Pool) AcquireNow(ctx context.Context, defines string) (*ServerConn, error) {
 	for {
 		epoch := p.cfg.Gate.Epoch()
-		c, ok := p.takeNow()
+		c, ok := p.takeNow(defines)
 		if !ok {
 			return nil, ErrBusy
 		}
@@ -237,21 +255,43 @@ func (p *Pool) AcquireNow(ctx context.Context) (*ServerConn, error) {
 
 // takeNow is take for class 0 without waiting: ok false when take would
 // wait.
-func (p *Pool) takeNow() (*ServerConn, bool) {
+func (p *Pool) takeNow(defines string) (*ServerConn, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.waiters) > 0 || p.busy >= p.limit(0) {
 		return nil, false
 	}
-	if c := p.popIdle(); c != nil {
+	if c := p.popIdleFor(defines); c != nil {
 		return c, true
 	}
-	if !p.cfg.Gate.tryOpen(0) {
-		return nil, false
+	if len(p.idle) > 0 && p.open >= p.limit(0) || !p.cfg.Gate.tryOpen(0) {
+		// None fits and none may open: one that does not fit (the caller
+		// discards it, which frees a slot).
+		c := p.popIdle()
+		return c, c != nil
 	}
 	p.busy++
 	p.open++
 	return nil, true
+}
+
+// popIdleFor takes the newest idle connection whose backend defined no
+// custom setting outside the name set defines (any with AnyDefines), busy
+// now; nil if none. Called with mu held.
+func (p *Pool) popIdleFor(defines string) *ServerConn {
+	if defines == AnyDefines {
+		return p.popIdle()
+	}
+	for i := len(p.idle) - 1; i >= 0; i-- {
+		if c := p.idle[i]; DefinesWithin(c.Defines, defines) {
+			copy(p.idle[i:], p.idle[i+1:])
+			p.idle[len(p.idle)-1] = nil
+			p.idle = p.idle[:len(p.idle)-1]
+			p.busy++
+			return c
+		}
+	}
+	return nil
 }
 
 // popIdle takes the newest idle connection, busy now; nil if none.
@@ -270,18 +310,26 @@ func (p *Pool) popIdle() *ServerConn {
 
 // take gets a busy slot for class: an idle connection, or nil for a slot
 // to fill.
-func (p *Pool) take(ctx context.Context, class int) (*ServerConn, error) {
+func (p *Pool) take(ctx context.Context, class int, defines string) (*ServerConn, error) {
 	p.mu.Lock()
 	for evicted := false; p.busy < p.limit(class); evicted = true {
-		if c := p.popIdle(); c != nil {
+		if c := p.popIdleFor(defines); c != nil {
 			p.mu.Unlock()
 			return c, nil
 		}
-		if p.cfg.Gate.tryOpen(class) {
+		// (With idle connections that do not fit, only within the
+		// limit counting them.)
+		if (len(p.idle) == 0 || p.open < p.limit(class)) && p.cfg.Gate.tryOpen(class) {
 			p.busy++
 			p.open++
 			p.mu.Unlock()
 			return nil, nil
+		}
+		if c := p.popIdle(); c != nil {
+			// None fits and none may open: one that does not fit (the
+			// caller discards it, which frees a slot).
+			p.mu.Unlock()
+			return c, nil
 		}
 		// The worker's share is taken by other pools of the gate: close
 		// one of their idle connections, once, else wait.

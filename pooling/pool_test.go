@@ -181,7 +181,7 @@ func TestAcquireNow(t *testing.T) {
 		Size: 2, AcquireTimeout: 3 * time.Second}, nil)
 	defer p.Close()
 	ctx := context.Background()
-	a, err := p.AcquireNow(ctx)
+	a, err := p.AcquireNow(ctx, "")
 	if err != nil {
 		t.Fatalf("AcquireNow of an empty pool: %v", err)
 	}
@@ -190,7 +190,7 @@ func TestAcquireNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := p.AcquireNow(ctx); !errors.Is(err, pooling.ErrBusy) {
+	if _, err := p.AcquireNow(ctx, ""); !errors.Is(err, pooling.ErrBusy) {
 		t.Errorf("AcquireNow of a full pool: %v, want ErrBusy", err)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -204,7 +204,7 @@ func TestAcquireNow(t *testing.T) {
 	for _, _, w := p.Stats(); w == 0; _, _, w = p.Stats() {
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := p.AcquireNow(ctx); !errors.Is(err, pooling.ErrBusy) {
+	if _, err := p.AcquireNow(ctx, ""); !errors.Is(err, pooling.ErrBusy) {
 		t.Errorf("AcquireNow with a checkout waiting: %v, want ErrBusy", err)
 	}
 	p.Release(a)
@@ -213,7 +213,7 @@ func TestAcquireNow(t *testing.T) {
 	} else {
 		p.Release(c)
 	}
-	if c, err := p.AcquireNow(ctx); err != nil || c != a {
+	if c, err := p.AcquireNow(ctx, ""); err != nil || c != a {
 		t.Errorf("AcquireNow with an idle connection: %p, %v, want %p", c, err, a)
 	} else {
 		p.Release(c)
@@ -293,4 +293,78 @@ func TestOwed(t *testing.T) {
 	if c.Owed() {
 		t.Error("owed after the Sync's ReadyForQuery")
 	}
+}
+
+// TestAcquireForDefines: a checkout for a session's custom settings takes
+// an idle connection whose backend defined no other, then a new one within
+// the size, and only at the size one that defined others (for the caller to
+// discard). The pool never goes past its size.
+func TestAcquireForDefines(t *testing.T) {
+	cl := pgtest.Shared(t)
+	p := pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: "postgres", User: "postgres",
+		Size: 2, AcquireTimeout: 3 * time.Second}, nil)
+	defer p.Close()
+	ctx := context.Background()
+	tenant := pooling.AddDefine("", "App.Tenant")
+	both := pooling.AddDefine(tenant, "app.user")
+	a, err := p.AcquireFor(ctx, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Defines = tenant
+	b, err := p.AcquireFor(ctx, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(a) // idle: a (app.tenant), then b (none), newest last
+	p.Release(b)
+	p.Release(mustAcquire(t, p, tenant)) // the newest that fits: b
+	if c := mustAcquire(t, p, ""); c != b {
+		t.Errorf("a session without settings got the connection defining app.tenant")
+	} else {
+		p.Release(c)
+	}
+	if c := mustAcquire(t, p, both); c != b {
+		t.Errorf("a session with app.tenant and app.user got %p, want the newest idle %p", c, b)
+	} else {
+		c.Defines = both
+		p.Release(c) // idle: a (app.tenant), b (both)
+	}
+	if c := mustAcquire(t, p, tenant); c != a {
+		t.Errorf("a session with app.tenant got %p, want %p, the one defining no other", c, a)
+	} else {
+		p.Release(c)
+	}
+	// None fits and the pool is at its size: one that does not fit.
+	c := mustAcquire(t, p, "")
+	if c != a && c != b {
+		t.Fatalf("at the size, a new connection: %p", c)
+	}
+	if c.Defines == "" {
+		t.Errorf("at the size, got a connection defining nothing")
+	}
+	c.MarkBroken()
+	p.Release(c)
+	// Its slot takes a new one, which defines nothing.
+	d := mustAcquire(t, p, "")
+	if d == a || d == b || d.Defines != "" {
+		t.Errorf("after the discard: %p defining %q, want a new connection", d, d.Defines)
+	}
+	p.Release(d)
+	if open, busy, _ := p.Stats(); open != 2 || busy != 0 {
+		t.Errorf("at the end: open %d busy %d, want 2 0", open, busy)
+	}
+	if !pooling.DefinesWithin("", both) || !pooling.DefinesWithin(tenant, both) || pooling.DefinesWithin(both, tenant) ||
+		pooling.AddDefine(tenant, "APP.TENANT") != tenant || both != pooling.AddDefine(pooling.AddDefine("", "app.user"), "app.tenant") {
+		t.Errorf("name sets: %q %q", tenant, both)
+	}
+}
+
+func mustAcquire(t *testing.T, p *pooling.Pool, defines string) *pooling.ServerConn {
+	t.Helper()
+	c, err := p.AcquireFor(context.Background(), 0, defines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

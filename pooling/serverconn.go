@@ -35,6 +35,10 @@ type ServerConn struct {
 	// ParamsKey identifies the session parameters (a SET script) currently
 	// applied; "" is the state the connection started in.
 	ParamsKey string
+	// Defines is the set of custom setting names (placeholders) clients
+	// defined on the connection's backend, which nothing undefines
+	// (defines.go).
+	Defines string
 	// TxStatus is the status byte of the last ReadyForQuery.
 	TxStatus byte
 	// Stmts is the cache of statements prepared on this connection.
