@@ -15,10 +15,10 @@ import (
 // defined in the worker's backend after the client is gone: RESET ALL
 // leaves it, with an empty value. The next client on that server
 // connection must see what a fresh PostgreSQL session shows: no such
-// setting (current_setting(name, true) NULL, SHOW 42704), not ”. Each
-// case runs its statements on a client, disconnects it and asks the next
-// one, with a pool of one connection; the client's own session keeps
-// PostgreSQL's answers, checked against the worker.
+// setting (current_setting(name, true) NULL, SHOW 42704), not an empty
+// string. Each case runs its statements on a client, disconnects it and
+// asks the next one, with a pool of one connection; the client's own
+// session keeps PostgreSQL's answers, checked against the worker.
 func TestPlaceholderStaysWithItsClient(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := context.Background()
