@@ -149,3 +149,60 @@ func TestPlaceholderStaysWithItsClient(t *testing.T) {
 		t.Fatalf("after another client's statement the setting reads %q, want x", got)
 	}
 }
+
+// A custom setting user code sets for the session (an RLS tenant set by a
+// function) stays the client's, as in PostgreSQL: the client keeps reading
+// its value on later statements, and the next client does not have the
+// setting. The state read did not read names only the function's body
+// shows: at the next checkout the client's value was gone ('') and the
+// placeholder stayed for the next client.
+func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	setup := connect(t, srv.Addr())
+	for _, q := range []string{
+		`CREATE OR REPLACE FUNCTION fph_set_config(t int) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config('app.fph_a', t::text, false); END $$`,
+		`CREATE OR REPLACE FUNCTION fph_set(t int) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN SET app.fph_b = 7; END $$`,
+		`CREATE OR REPLACE FUNCTION fph_format(t int) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN EXECUTE format('SET app.fph_c = %L', t); END $$`,
+		`CREATE OR REPLACE FUNCTION fph_sql(t int) RETURNS text LANGUAGE sql AS
+		 $$ SELECT set_config('app.fph_d', t::text, false) $$`,
+		`CREATE TABLE IF NOT EXISTS fph_log (a int)`,
+		`CREATE OR REPLACE FUNCTION fph_trig() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config('app.fph_e', NEW.a::text, false); RETURN NEW; END $$`,
+		`DROP TRIGGER IF EXISTS fph_t ON fph_log`,
+		`CREATE TRIGGER fph_t BEFORE INSERT ON fph_log FOR EACH ROW EXECUTE FUNCTION fph_trig()`,
+	} {
+		exec(t, setup, q, simple)
+	}
+	_ = setup.Close(ctx)
+	for _, tc := range []struct{ call, name, want string }{
+		{"SELECT fph_set_config(5)", "app.fph_a", "5"},
+		{"SELECT fph_set(5)", "app.fph_b", "7"},
+		{"SELECT fph_format(6)", "app.fph_c", "6"},
+		{"SELECT fph_sql(8)", "app.fph_d", "8"},
+		{"INSERT INTO fph_log VALUES (9)", "app.fph_e", "9"},
+	} {
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+			a := connect(t, srv.Addr())
+			if _, err := a.Exec(ctx, tc.call, mode); err != nil {
+				t.Fatalf("%s: %v", tc.call, err)
+			}
+			for i := 0; i < 2; i++ {
+				if got := queryString(t, a, "SELECT coalesce(current_setting('"+tc.name+"', true), '<null>')", simple); got != tc.want {
+					t.Errorf("%s (%v): the client then reads %s = %q, want %q", tc.call, mode, tc.name, got, tc.want)
+				}
+			}
+			_ = a.Close(ctx)
+			b := connect(t, srv.Addr())
+			if got := queryString(t, b, "SELECT coalesce(current_setting('"+tc.name+"', true), '<null>')", simple); got != "<null>" {
+				t.Errorf("%s (%v): the next client reads %s = %q, want <null> as in a fresh session", tc.call, mode, tc.name, got)
+			}
+			_ = b.Close(ctx)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
 	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
-	ss.stateNames = customNames(sql)
+	ss.stateNames = ss.stateNamesOf(sql)
 	sc := ss.sc
 	b := appendRun(sc.Buf(), "DISCARD SEQUENCES", nil)
 	named := ss.stateNamed()

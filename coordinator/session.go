@@ -3841,6 +3841,28 @@ func (ss *session) stateReadLost(code string) {
 	sc.Stmts.Doubt(stateStmtName)
 }
 
+// stateNamesOf returns, as an array literal, the custom settings the state
+// read reads around sql: those its text names (customNames), and those the
+// bodies of user functions that may change session state name
+// (viewSet.customs: set_tenant() calling set_config('app.tenant', ...)
+// was not read, so the client lost the value it set at the next checkout,
+// and the placeholder stayed defined for the next client).
+func (ss *session) stateNamesOf(sql string) string {
+	lit := customNames(sql)
+	vs := ss.srv.stateViews()
+	if len(vs.customs) == 0 {
+		return lit
+	}
+	b := []byte(lit[:len(lit)-1])
+	for _, n := range vs.customs {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), n...), '"')
+	}
+	return string(append(b, '}'))
+}
+
 // customNames returns, as an array literal, the string literals of sql
 // that look like a custom setting's name (two or more dotted identifiers),
 // which the state read then reads; at most 16.
@@ -3916,7 +3938,7 @@ func (ss *session) snapshotState(extended bool, sql string) {
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
 	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
-	ss.stateNames = customNames(sql)
+	ss.stateNames = ss.stateNamesOf(sql)
 	b := ss.sc.Buf()
 	switch {
 	case extended && ss.stateNamed():

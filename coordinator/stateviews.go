@@ -51,6 +51,12 @@ type viewSet struct {
 	// read cannot see (unseenIn), as a viewSet of its own; nil when no
 	// user function does. A statement it names pins its session.
 	unseen *viewSet
+	// customs: the dotted names in the bodies of user functions that may
+	// change session state (set_config('app.tenant', ...), SET
+	// app.tenant, a format string): custom settings the state read reads
+	// by name around a statement that may run them (stateNamesOf), since
+	// placeholders are not in pg_settings.
+	customs []string
 }
 
 // viewCheck is a statement's verdict for one viewSet.
@@ -474,6 +480,12 @@ func (s *Server) stateViews() *viewSet {
 		}
 	}
 	if err == nil {
+		seen := map[string]bool{}
+		for _, f := range funcs {
+			if !harmless[f.oid] {
+				vs.customs = dottedNames(f.body, seen, vs.customs)
+			}
+		}
 		vs.unseen, err = unseenSet(ctx, s.metaPool, stamp, funcs)
 	}
 	if err != nil {
@@ -904,3 +916,25 @@ func eachWord(s string, f func(w string) bool) bool {
 }
 
 var eventTriggerWords = []string{"create", "alter", "drop", "comment", "grant", "revoke", "security", "import", "refresh"}
+
+// dottedNames appends to names the words of code (strings and comments
+// included) that could name a custom setting, two or more identifiers
+// joined by dots (customName), each once by seen, lower case.
+func dottedNames(code string, seen map[string]bool, names []string) []string {
+	for i := 0; i < len(code); {
+		if !isIdentChar(code[i]) && code[i] != '.' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(code) && (isIdentChar(code[j]) || code[j] == '.') {
+			j++
+		}
+		if w := strings.ToLower(code[i:j]); strings.IndexByte(w, '.') > 0 && customName(w) && !seen[w] {
+			seen[w] = true
+			names = append(names, w)
+		}
+		i = j
+	}
+	return names
+}
