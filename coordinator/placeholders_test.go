@@ -154,8 +154,8 @@ func TestPlaceholderStaysWithItsClient(t *testing.T) {
 // function) stays the client's, as in PostgreSQL: the client keeps reading
 // its value on later statements, and the next client does not have the
 // setting. The state read did not read names only the function's body
-// shows: at the next checkout the client's value was gone (”) and the
-// placeholder stayed for the next client.
+// shows: at the next checkout the client's value was gone (an empty
+// string) and the placeholder stayed for the next client.
 func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := context.Background()
