@@ -3674,10 +3674,10 @@ func errCode(body []byte) string {
 // of them, so after a ROLLBACK they are not compared, see verifyRelease).
 //
 // Placeholder settings (custom names like app.tenant that no module
-// defines) are not in pg_settings: those named in the statement's text are
-// read by name (customNames); others that user code sets under names its
-// text does not show are cleared before the connection serves another
-// session (verifyRelease).
+// defines) are not in pg_settings: those named in the statement's text or
+// in the bodies of user functions that may change session state are read
+// by name (stateNamesOf); others, names user code builds at run time, are
+// cleared before the connection serves another session (verifyRelease).
 const stateHead = `SELECT pg_catalog.concat_ws(' | ',
  current_user, session_user,
  CASE WHEN pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 0 ELSE
