@@ -625,6 +625,16 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
 			return
 		}
+		if n := len(w); n >= 4 && w[n-2] == "FROM" && w[n-1] == "CURRENT" {
+			// SET x FROM CURRENT makes the connection's value now (a SET
+			// LOCAL's) the session's: not a value the session could set
+			// on another connection, and it reads the connection's
+			// (adversary: replayed as written, it failed with 42704 on
+			// the next connection, or gave the default).
+			setPin("SET FROM CURRENT")
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})
+			return
+		}
 		name := at(1)
 		skip := 1
 		switch name {

@@ -323,7 +323,9 @@ func (ss *session) noteDefines(op paramOp) {
 }
 
 // definesAlone returns the name set of the custom settings cls defines
-// when it is one SET or RESET of them and nothing else; else "".
+// when it is one SET or RESET of them and nothing else; else "". (For a
+// simple query only: a Parse's connection serves the rest of its batch,
+// which may read them; adversary.)
 func definesAlone(cls *class) string {
 	if cls == nil || cls.count > 1 || len(cls.ops) != 1 {
 		return ""

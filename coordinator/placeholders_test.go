@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -205,4 +206,116 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 			_ = b.Close(ctx)
 		}
 	}
+}
+
+// Adversary round 10's cases around placeholders: SET ... FROM CURRENT
+// reads the connection's value, an extended-protocol batch whose first
+// statement is a SET goes on past it, a DO block's dynamic SET, and
+// pgfleet's own pgfleet.internal.
+func TestPlaceholderCornerCases(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	direct := connect(t, cl.Servers[0].Addr())
+	leave := func(qs ...string) {
+		t.Helper()
+		a := connect(t, srv.Addr())
+		for _, q := range qs {
+			exec(t, a, q, simple)
+		}
+		_ = a.Close(ctx)
+	}
+	value := func(c *pgx.Conn, name string) string {
+		t.Helper()
+		return queryString(t, c, "SELECT coalesce(current_setting('"+name+"', true), '<null>')", simple)
+	}
+
+	// SET FROM CURRENT as the next client's first statement: 42704 in a
+	// fresh session, which has no such setting.
+	leave("SET app.cc_fc = '1'")
+	b := connect(t, srv.Addr())
+	if _, err := b.Exec(ctx, "SET app.cc_fc FROM CURRENT", simple); sqlState(err) != "42704" {
+		t.Errorf("the next client's SET app.cc_fc FROM CURRENT: %v, want 42704 as in a fresh session", err)
+	}
+	_ = b.Close(ctx)
+	// A client's own SET FROM CURRENT keeps its value, on every later
+	// statement (it pins: the value is the connection's).
+	c := connect(t, srv.Addr())
+	for _, q := range []string{"SET app.cc_keep = 'v'", "BEGIN", "SET LOCAL app.cc_keep = 'w'", "SET app.cc_keep FROM CURRENT", "COMMIT"} {
+		exec(t, c, q, simple)
+		exec(t, direct, q, simple)
+	}
+	for i := 0; i < 2; i++ {
+		if got, want := value(c, "app.cc_keep"), value(direct, "app.cc_keep"); got != want {
+			t.Errorf("after SET FROM CURRENT the client reads %q, PostgreSQL %q", got, want)
+		}
+	}
+	_ = c.Close(ctx)
+
+	// An extended batch: Parse of a SET, then a read of the name before
+	// the SET runs, on the next client.
+	leave("SET app.cc_batch = 'secret'")
+	b = connect(t, srv.Addr())
+	pl := b.PgConn().StartPipeline(ctx)
+	pl.SendPrepare("cc_s1", "SET app.cc_batch = '2'", nil)
+	pl.SendQueryParams("SELECT coalesce(current_setting('app.cc_batch', true), '<null>')", nil, nil, nil, nil)
+	if err := pl.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for got == "" {
+		res, err := pl.GetResults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr, ok := res.(*pgconn.ResultReader); ok {
+			r := rr.Read()
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if len(r.Rows) == 1 {
+				got = string(r.Rows[0][0])
+			}
+		}
+		if res == nil {
+			break
+		}
+	}
+	if err := pl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got != "<null>" {
+		t.Errorf("a batch that parses a SET, then reads the name: %q, want <null> as in a fresh session", got)
+	}
+	_ = b.Close(ctx)
+
+	// A DO block's dynamic SET: the client keeps its value, the next one
+	// has none.
+	c = connect(t, srv.Addr())
+	exec(t, c, `DO $$ BEGIN EXECUTE 'SET app.cc_do = ''5'''; END $$`, simple)
+	if got := value(c, "app.cc_do"); got != "5" {
+		t.Errorf("after a DO block's EXECUTE 'SET app.cc_do = ...' the client reads %q, want 5", got)
+	}
+	_ = c.Close(ctx)
+	b = connect(t, srv.Addr())
+	if got := value(b, "app.cc_do"); got != "<null>" {
+		t.Errorf("the next client reads app.cc_do = %q, want <null>", got)
+	}
+	_ = b.Close(ctx)
+
+	// pgfleet.internal, which pgfleet's DDL sets on worker connections,
+	// reads the same for every client, before and after such DDL.
+	b = connect(t, srv.Addr())
+	before := value(b, "pgfleet.internal")
+	_ = b.Close(ctx)
+	leave("CREATE TABLE cc_dist (id int PRIMARY KEY, v int)", "SELECT create_distributed_table('cc_dist', 'id')",
+		"ALTER TABLE cc_dist ADD COLUMN w int", "INSERT INTO cc_dist VALUES (1, 1, 1)")
+	t.Cleanup(func() { _, _ = direct.Exec(ctx, "DROP TABLE IF EXISTS cc_dist CASCADE", simple) })
+	b = connect(t, srv.Addr())
+	if after := value(b, "pgfleet.internal"); after != before {
+		t.Errorf("after another client's DDL pgfleet.internal reads %q, before %q", after, before)
+	}
+	exec(t, b, "DROP TABLE cc_dist", simple)
+	_ = b.Close(ctx)
 }

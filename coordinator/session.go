@@ -2410,10 +2410,7 @@ func (ss *session) parse(body []byte) error {
 		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
 		return nil
 	}
-	ss.defining = definesAlone(&st.cls)
-	held := ss.acquireExt(ss.homeNode(st.Query))
-	ss.defining = ""
-	if !held {
+	if !ss.acquireExt(ss.homeNode(st.Query)) {
 		return nil
 	}
 	if ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
@@ -3560,7 +3557,8 @@ const unseenPin = "user code changing state pgfleet cannot read"
 // connection's settings in ways its settings key does not show.
 func pinChangesSettings(reason string) bool {
 	switch reason {
-	case "set_config()", "SET ROLE", "SET SESSION AUTHORIZATION", "RESET ROLE", "RESET SESSION", "LOAD", "session state changed by a function", unseenPin:
+	case "set_config()", "SET ROLE", "SET SESSION AUTHORIZATION", "RESET ROLE", "RESET SESSION", "LOAD", "session state changed by a function", unseenPin,
+		"SET FROM CURRENT":
 		return true
 	}
 	return false
@@ -3850,18 +3848,30 @@ func (ss *session) stateReadLost(code string) {
 func (ss *session) stateNamesOf(sql string) string {
 	lit := customNames(sql)
 	vs := ss.srv.stateViews()
-	if len(vs.customs) == 0 {
+	// (The text's dotted words, not only its whole strings: a DO block's
+	// EXECUTE 'SET app.x = ...'; adversary. At most maxTextNames.)
+	text := dottedNames(sql, map[string]bool{}, nil)
+	if len(text) > maxTextNames {
+		text = text[:maxTextNames]
+	}
+	if len(vs.customs) == 0 && len(text) == 0 {
 		return lit
 	}
 	b := []byte(lit[:len(lit)-1])
-	for _, n := range vs.customs {
-		if len(b) > 1 {
-			b = append(b, ',')
+	for _, names := range [][]string{text, vs.customs} {
+		for _, n := range names {
+			if len(b) > 1 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, '"'), n...), '"')
 		}
-		b = append(append(append(b, '"'), n...), '"')
 	}
 	return string(append(b, '}'))
 }
+
+// maxTextNames bounds the dotted words of a statement's text the state
+// read reads (a table's qualified columns are such words too).
+const maxTextNames = 64
 
 // customNames returns, as an array literal, the string literals of sql
 // that look like a custom setting's name (two or more dotted identifiers),

@@ -63,7 +63,12 @@ func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
 	}
 	pc.User, pc.Database, pc.Password = cfg.User, cfg.Database, cfg.Password
 	pc.ConnectTimeout = cfg.ConnectTimeout
-	pc.RuntimeParams = map[string]string{}
+	// pgfleet.internal, which pgfleet's own writes set LOCAL to pass the
+	// guard trigger of a distributed table's table on the first worker,
+	// is defined on every connection: a placeholder, it would otherwise
+	// stay defined ('') only on those that ran such a write, and a later
+	// client there would see it where others see none (adversary).
+	pc.RuntimeParams = map[string]string{"pgfleet.internal": "off"}
 	if cfg.SCRAM != nil {
 		if key := cfg.SCRAM(); key != nil {
 			pc.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, c net.Conn) (net.Conn, error) {
