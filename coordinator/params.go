@@ -334,3 +334,22 @@ func definesAlone(cls *class) string {
 	cls.ops[0].customNames(func(name string) { defs = pooling.AddDefine(defs, name) })
 	return defs
 }
+
+// customOnly reports whether ops only set or reset custom settings, which
+// do not change how PostgreSQL reads a statement's constants (parsekey.go):
+// a statement parsed while one is unanswered is read the same after it
+// (adversary: SET app.x and a SELECT prepared in one pipeline got 0A000,
+// "parsed under other settings (xmloption)").
+func customOnly(ops []paramOp) bool {
+	for _, op := range ops {
+		switch op.kind {
+		case opSet, opReset, opSetDefault, opPlaceholder:
+			if !custom(op.name) || len(op.more) > 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return len(ops) > 0
+}

@@ -290,6 +290,50 @@ func TestPlaceholderCornerCases(t *testing.T) {
 	}
 	_ = b.Close(ctx)
 
+	// A SET and a statement prepared before it ran, in one pipeline: the
+	// statement reads the same after the SET (a custom setting changes no
+	// constant's reading), as in PostgreSQL.
+	for _, c := range []*pgx.Conn{connect(t, srv.Addr()), direct} {
+		pl := c.PgConn().StartPipeline(ctx)
+		pl.SendPrepare("cc_p1", "SET app.cc_pipe = '2'", nil)
+		pl.SendPrepare("cc_p2", "SELECT coalesce(current_setting('app.cc_pipe', true), '<null>'), '<a/>'::xml::text", nil)
+		pl.SendQueryPrepared("cc_p1", nil, nil, nil)
+		pl.SendQueryPrepared("cc_p2", nil, nil, nil)
+		if err := pl.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		var rows []string
+		for {
+			res, err := pl.GetResults()
+			if err != nil {
+				t.Fatalf("the pipeline: %v", err)
+			}
+			if res == nil {
+				break
+			}
+			if rr, ok := res.(*pgconn.ResultReader); ok {
+				r := rr.Read()
+				if r.Err != nil {
+					t.Fatalf("the pipeline: %v", r.Err)
+				}
+				for _, row := range r.Rows {
+					rows = append(rows, string(row[0]))
+				}
+			}
+			if _, ok := res.(*pgconn.PipelineSync); ok {
+				break
+			}
+		}
+		if err := pl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0] != "2" {
+			t.Errorf("SET then a statement prepared before it, one pipeline: %q, want [2]", rows)
+		}
+		exec(t, c, "DEALLOCATE ALL", simple)
+		exec(t, c, "RESET app.cc_pipe", simple)
+	}
+
 	// A DO block's dynamic SET: the client keeps its value, the next one
 	// has none.
 	c = connect(t, srv.Addr())

@@ -1469,7 +1469,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if cls.pin != "" || len(cls.ops) > 0 {
 		ss.settingsDirty = true
-		ss.setGen++
+		if cls.pin != "" || !customOnly(cls.ops) {
+			ss.setGen++
+		}
 		ss.pathTouched = ss.pathTouched || touchesPath(cls.ops)
 	}
 	// In a failed transaction a statement of its own runs nothing but
@@ -2762,7 +2764,9 @@ func (ss *session) execute(body []byte) error {
 	}
 	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
 		ss.settingsDirty = true
-		ss.setGen++
+		if st.cls.pin != "" || !customOnly(st.cls.ops) {
+			ss.setGen++
+		}
 		ss.pathTouched = ss.pathTouched || touchesPath(st.cls.ops)
 		if st.cls.pin != "" {
 			ss.pin(st.cls.pin)
