@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -362,4 +364,44 @@ func TestPlaceholderCornerCases(t *testing.T) {
 	}
 	exec(t, b, "DROP TABLE cc_dist", simple)
 	_ = b.Close(ctx)
+}
+
+// A function that sets a custom setting for the transaction only
+// (set_config(name, value, true), the RLS tenant of one transaction) leaves
+// the name defined and empty, as PostgreSQL does: the client reads '' after
+// it, the next client NULL, and the client is not pinned (with a pool of
+// one, another client is served while it stays connected).
+func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) { c.PoolSize, c.PoolTimeout = 1, 2*time.Second })
+	setup := connect(t, srv.Addr())
+	exec(t, setup, `CREATE OR REPLACE FUNCTION flp_tenant(t int) RETURNS text LANGUAGE plpgsql AS $$
+		BEGIN PERFORM set_config('app.flp_tenant', t::text, true); RETURN current_setting('app.flp_tenant'); END $$`, simple)
+	_ = setup.Close(ctx)
+	for _, block := range []bool{false, true} {
+		a := connect(t, srv.Addr())
+		if block {
+			exec(t, a, "BEGIN", simple)
+		}
+		if got := queryString(t, a, "SELECT flp_tenant(5)", simple); got != "5" {
+			t.Errorf("flp_tenant(5) returned %q", got)
+		}
+		if block {
+			if got := queryString(t, a, "SELECT current_setting('app.flp_tenant')", simple); got != "5" {
+				t.Errorf("in its block the client reads %q, want 5", got)
+			}
+			exec(t, a, "COMMIT", simple)
+		}
+		if got := queryString(t, a, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "" {
+			t.Errorf("block %v: after its transaction the client reads %q, want '' as in PostgreSQL", block, got)
+		}
+		b := connect(t, srv.Addr())
+		if got := queryString(t, b, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "<null>" {
+			t.Errorf("block %v: another client reads %q, want <null>", block, got)
+		}
+		_ = b.Close(ctx)
+		_ = a.Close(ctx)
+	}
 }

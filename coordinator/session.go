@@ -4006,6 +4006,18 @@ func (ss *session) verifyRelease() bool {
 		if err != nil && ss.sc.TxStatus != 'I' {
 			ss.sc.MarkBroken()
 		}
+		if !ok && err == nil && sameState(rows, dr.Values, false) && rows[0][1] != nil && dr.Values[1] != nil {
+			// Only settings changed: names the user code defined,
+			// empty (a transaction's set_config), are the session's
+			// now, not a reason to pin (placeholders.go).
+			if defined, only := definedOnly(*rows[0][1], string(dr.Values[1]), ss.stateNames); only {
+				for _, name := range defined {
+					ss.params.apply(paramOp{kind: opPlaceholder, name: name})
+					ss.sc.Defines = pooling.AddDefine(ss.sc.Defines, name)
+				}
+				ok = true
+			}
+		}
 	}
 	if !ok {
 		ss.pin("session state changed by a function")
