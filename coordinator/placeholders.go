@@ -20,7 +20,7 @@ import (
 // definedOnly compares the settings column of a state read (now) with the
 // snapshot's (base), read for the custom names of the array literal names
 // (stateNamesOf's): it returns the names that went from undefined (NULL)
-// to defined and empty (''), and ok when nothing else of the column
+// to defined and empty (an empty string), and ok when nothing else of the column
 // changed. A column it cannot read is a change (ok false).
 func definedOnly(now, base string, names string) (defined []string, ok bool) {
 	list := strings.Split(strings.Trim(names, "{}"), ",")

@@ -368,7 +368,7 @@ func TestPlaceholderCornerCases(t *testing.T) {
 
 // A function that sets a custom setting for the transaction only
 // (set_config(name, value, true), the RLS tenant of one transaction) leaves
-// the name defined and empty, as PostgreSQL does: the client reads '' after
+// the name defined and empty, as PostgreSQL does: the client reads an empty string after
 // it, the next client NULL, and the client is not pinned (with a pool of
 // one, another client is served while it stays connected).
 func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
