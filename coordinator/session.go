@@ -227,7 +227,7 @@ type session struct {
 	// current transaction (noteViewDDL); its end dates the viewSet again.
 	viewDDLPending bool
 	stateBase      []byte
-	stateNames     string // the state read's custom names (customNames)
+	stateNames     string // the state read's custom names (stateNamesOf)
 	// defining: the custom settings of the statement about to take a
 	// server connection when it is a lone SET or RESET of them
 	// (definesAlone), which the checkout may take defined.
@@ -3735,7 +3735,7 @@ func mustEncode(m interface{ Encode([]byte) ([]byte, error) }) []byte {
 }
 
 // stateText is the state read as text, with its custom names (an array
-// literal of customNames) in place.
+// literal of stateNamesOf) in place.
 func stateText(names string) string {
 	return stateHead + "'" + names + "'" + stateTail
 }
@@ -3844,30 +3844,31 @@ func (ss *session) stateReadLost(code string) {
 }
 
 // stateNamesOf returns, as an array literal, the custom settings the state
-// read reads around sql: those its text names (customNames), and those the
-// bodies of user functions that may change session state name
-// (viewSet.customs: set_tenant() calling set_config('app.tenant', ...)
-// was not read, so the client lost the value it set at the next checkout,
-// and the placeholder stayed defined for the next client).
+// read reads around sql: the dotted words of its text (at most
+// maxTextNames; whole strings and a DO block's EXECUTE 'SET app.x = ...'
+// alike), and those of the bodies of user functions that may change
+// session state (viewSet.customs: set_tenant() calling
+// set_config('app.tenant', ...) was not read, so the client lost the value
+// it set at the next checkout, and the placeholder stayed defined for the
+// next client).
 func (ss *session) stateNamesOf(sql string) string {
-	lit := customNames(sql)
-	vs := ss.srv.stateViews()
-	// (The text's dotted words, not only its whole strings: a DO block's
-	// EXECUTE 'SET app.x = ...'; adversary. At most maxTextNames.)
 	text := dottedNames(sql, map[string]bool{}, nil)
 	if len(text) > maxTextNames {
 		text = text[:maxTextNames]
 	}
-	if len(vs.customs) == 0 && len(text) == 0 {
-		return lit
+	b := []byte{'{'}
+	add := func(n string) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), n...), '"')
 	}
-	b := []byte(lit[:len(lit)-1])
-	for _, names := range [][]string{text, vs.customs} {
-		for _, n := range names {
-			if len(b) > 1 {
-				b = append(b, ',')
-			}
-			b = append(append(append(b, '"'), n...), '"')
+	for _, n := range text {
+		add(n)
+	}
+	for _, n := range ss.srv.stateViews().customs {
+		if !slices.Contains(text, n) {
+			add(n)
 		}
 	}
 	return string(append(b, '}'))
@@ -3876,33 +3877,6 @@ func (ss *session) stateNamesOf(sql string) string {
 // maxTextNames bounds the dotted words of a statement's text the state
 // read reads (a table's qualified columns are such words too).
 const maxTextNames = 64
-
-// customNames returns, as an array literal, the string literals of sql
-// that look like a custom setting's name (two or more dotted identifiers),
-// which the state read then reads; at most 16.
-func customNames(sql string) string {
-	b := []byte{'{'}
-	n := 0
-	for i := 0; i < len(sql) && n < 16; i++ {
-		if sql[i] != '\'' {
-			continue
-		}
-		j := strings.IndexByte(sql[i+1:], '\'')
-		if j < 0 {
-			break
-		}
-		lit := sql[i+1 : i+1+j]
-		i += j + 1
-		if customName(lit) {
-			if n > 0 {
-				b = append(b, ',')
-			}
-			b = append(append(append(b, '"'), lit...), '"')
-			n++
-		}
-	}
-	return string(append(b, '}'))
-}
 
 // customName reports whether s is a dotted name of identifiers.
 func customName(s string) bool {
