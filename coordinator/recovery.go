@@ -311,7 +311,19 @@ func (s *Server) adminConn(ctx context.Context, n metadata.Node, database string
 		// role's function or operator with the superuser's rights.
 		// SET ROLE NONE, not RESET ROLE: a database's owner may have made
 		// its default role another (ALTER DATABASE ... SET role).
-		if err := sc.Exec("RESET SESSION AUTHORIZATION;SET ROLE NONE;RESET ALL;"+catalogPath, time.Now().Add(pool.Config().ResetTimeout), nil); err != nil {
+		// statement_timeout goes first: a client's (1 ms) canceled the
+		// reset itself on a loaded machine, and a statement it cancels
+		// is tried again.
+		for attempt := 1; ; attempt++ {
+			err := sc.Exec("SET statement_timeout = 0;RESET SESSION AUTHORIZATION;SET ROLE NONE;RESET ALL;"+catalogPath,
+				time.Now().Add(pool.Config().ResetTimeout), nil)
+			if err == nil {
+				break
+			}
+			var pe *pgconn.PgError
+			if attempt < 3 && errors.As(err, &pe) && pe.Code == pgerr.QueryCanceled {
+				continue
+			}
 			sc.MarkBroken()
 			pool.Release(sc)
 			return nil, err
