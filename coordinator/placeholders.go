@@ -2,27 +2,38 @@ package coordinator
 
 import (
 	"strings"
+
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
-// Custom settings user code defines without a value.
+// Custom settings user code sets.
 //
-// A function calling set_config('app.tenant', v, true) sets the name for
-// its transaction only; once the transaction ends the backend keeps the
-// name defined with an empty value, as it does for any placeholder. The
-// state read (stateNamesOf) sees that as a change (NULL before, '' after),
-// and pinning every session of a workload that sets its tenant per
-// transaction would keep a connection per client. A change that only
-// defines names, empty, is taken into the session instead: its settings
-// get the placeholder (SET name TO DEFAULT on every connection it uses, as
-// PostgreSQL's session has it) and the connection the name (its Defines),
-// so no client without it is served there.
+// A function calling set_config('app.tenant', v, false) sets the name for
+// the session; one calling set_config('app.tenant', v, true) for its
+// transaction, after which the backend keeps the name defined and empty,
+// as it does for any placeholder. The state read sees either (by name:
+// stateNamesOf). Pinning the session would keep a connection per client of
+// a workload that sets its tenant so, and refuse its multi-shard reads; so
+// a change of custom settings only is taken into the session instead, as
+// if the client had made it with SET (a value: set_config on every
+// connection it uses next; defined and empty: the placeholder), and onto
+// the connection (its Defines, so no client without the name is served
+// there). The settings PostgreSQL lists (pg_settings) changed by user code
+// still pin.
 
-// definedOnly compares the settings column of a state read (now) with the
-// snapshot's (base), read for the custom names of the array literal names
-// (stateNamesOf's): it returns the names that went from undefined (NULL)
-// to defined and empty (an empty string), and ok when nothing else of the column
-// changed. A column it cannot read is a change (ok false).
-func definedOnly(now, base string, names string) (defined []string, ok bool) {
+// customChange is a custom setting whose value differs between a state
+// read's snapshot (was) and now (nil: not defined).
+type customChange struct {
+	name     string
+	was, now *string
+}
+
+// customChanges compares the settings column of a state read (now) with
+// the snapshot's (base), read for the custom names of the array literal
+// names (stateNamesOf's): the custom settings that differ, and whether the
+// rest of the column (pg_settings' session settings) is the same. ok is
+// false when a column cannot be read.
+func customChanges(now, base string, names string) (changes []customChange, sameHead, ok bool) {
 	list := strings.Split(strings.Trim(names, "{}"), ",")
 	if names == "{}" {
 		list = nil
@@ -32,19 +43,45 @@ func definedOnly(now, base string, names string) (defined []string, ok bool) {
 	}
 	nowHead, nowVals, ok1 := splitCustoms(now, len(list))
 	baseHead, baseVals, ok2 := splitCustoms(base, len(list))
-	if !ok1 || !ok2 || nowHead != baseHead {
-		return nil, false
+	if !ok1 || !ok2 {
+		return nil, false, false
 	}
 	for i := range list {
-		switch b, n := baseVals[i], nowVals[i]; {
-		case b == nil && n == nil, b != nil && n != nil && *b == *n:
-		case b == nil && n != nil && *n == "":
-			defined = append(defined, list[i])
-		default:
-			return nil, false
+		if b, n := baseVals[i], nowVals[i]; (b == nil) != (n == nil) || b != nil && *b != *n {
+			changes = append(changes, customChange{name: list[i], was: b, now: n})
 		}
 	}
-	return defined, true
+	return changes, nowHead == baseHead, true
+}
+
+// adoptCustoms takes into the session the custom settings user code
+// changed on its connection, between the snapshot's settings column (base)
+// and now's, and reports whether nothing else changed that the session
+// must keep the connection for. After a ROLLBACK of the snapshot's
+// transaction (rolledBack) the snapshot may show a SET LOCAL that is gone
+// (verifyRelease): only names it did not have defined are taken, and
+// pg_settings' are not compared.
+func (ss *session) adoptCustoms(now, base string, rolledBack bool) bool {
+	changes, sameHead, ok := customChanges(now, base, ss.stateNames)
+	if !ok || !sameHead && !rolledBack {
+		return false
+	}
+	for _, c := range changes {
+		switch {
+		case c.now == nil:
+			return false // (undefined again: not PostgreSQL's way)
+		case rolledBack && c.was != nil:
+			// (Undone with the transaction.)
+		case *c.now == "" && c.was == nil:
+			ss.params.apply(paramOp{kind: opPlaceholder, name: c.name})
+		default:
+			ss.params.apply(paramOp{kind: opSet, name: c.name, sql: setSQL(c.name, *c.now)})
+		}
+		if c.now != nil {
+			ss.sc.Defines = pooling.AddDefine(ss.sc.Defines, c.name)
+		}
+	}
+	return true
 }
 
 // splitCustoms splits a state read's settings column, "<settings> |

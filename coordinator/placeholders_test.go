@@ -174,6 +174,9 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		 BEGIN EXECUTE format('SET app.fph_c = %L', t); END $$`,
 		`CREATE OR REPLACE FUNCTION fph_sql(t int) RETURNS text LANGUAGE sql AS
 		 $$ SELECT set_config('app.fph_d', t::text, false) $$`,
+		`CREATE OR REPLACE FUNCTION fph_odd(t int) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config('app.fph_ténant', t::text, false); PERFORM set_config('app.fph_t$1', t::text, false);
+		 PERFORM set_config('myapplication.current_tenant_identifier_for_row_level_security_fph', t::text, false); END $$`,
 		`CREATE TABLE IF NOT EXISTS fph_log (a int)`,
 		`CREATE OR REPLACE FUNCTION fph_trig() RETURNS trigger LANGUAGE plpgsql AS $$
 		 BEGIN PERFORM set_config('app.fph_e', NEW.a::text, false); RETURN NEW; END $$`,
@@ -189,6 +192,12 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		{"SELECT fph_format(6)", "app.fph_c", "6"},
 		{"SELECT fph_sql(8)", "app.fph_d", "8"},
 		{"INSERT INTO fph_log VALUES (9)", "app.fph_e", "9"},
+		{"SELECT fph_odd(3)", "app.fph_ténant", "3"},
+		{"SELECT fph_odd(3)", "app.fph_t$1", "3"},
+		{"SELECT fph_odd(3)", "myapplication.current_tenant_identifier_for_row_level_security_fph", "3"},
+		// (A DO block whose qualified names pass what the state read
+		// reads, before its SET: the session keeps its connection.)
+		{"DO $$ BEGIN PERFORM " + strings.Repeat("x.c, ", 300) + "1 FROM (SELECT 1 AS c) x; SET app.fph_f = 'v5'; END $$", "app.fph_f", "v5"},
 	} {
 		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
 			a := connect(t, srv.Addr())
@@ -379,7 +388,52 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 	setup := connect(t, srv.Addr())
 	exec(t, setup, `CREATE OR REPLACE FUNCTION flp_tenant(t int) RETURNS text LANGUAGE plpgsql AS $$
 		BEGIN PERFORM set_config('app.flp_tenant', t::text, true); RETURN current_setting('app.flp_tenant'); END $$`, simple)
+	exec(t, setup, `CREATE OR REPLACE FUNCTION flp_session(t int) RETURNS text LANGUAGE plpgsql AS $$
+		BEGIN PERFORM set_config('app.flp_session', t::text, false); RETURN t::text; END $$`, simple)
+	exec(t, setup, "CREATE TABLE IF NOT EXISTS flp_dist (id int PRIMARY KEY)", simple)
+	exec(t, setup, "SELECT create_distributed_table('flp_dist', 'id')", simple)
+	exec(t, setup, "INSERT INTO flp_dist VALUES (1), (2), (3), (4), (5), (6), (7), (8), (9), (10), (11), (12), (13), (14), (15), (16), (17), (18), (19), (20)", simple)
+	t.Cleanup(func() {
+		c := connect(t, srv.Addr())
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS flp_dist", simple)
+	})
 	_ = setup.Close(ctx)
+
+	// A session-level value set by a function is the client's, as a SET:
+	// it reads it on every statement, its multi-shard reads run, another
+	// client is served while it stays connected and does not see it.
+	a := connect(t, srv.Addr())
+	exec(t, a, "SELECT flp_session(7)", simple)
+	for i := 0; i < 2; i++ {
+		if got := queryString(t, a, "SELECT current_setting('app.flp_session')", simple); got != "7" {
+			t.Errorf("after flp_session(7) the client reads %q, want 7", got)
+		}
+		if got := queryString(t, a, "SELECT count(*)::text FROM flp_dist WHERE current_setting('app.flp_session') = '7'", simple); got != "20" {
+			t.Errorf("a multi-shard read under the function's setting: %q rows, want 20", got)
+		}
+	}
+	b := connect(t, srv.Addr())
+	if got := queryString(t, b, "SELECT coalesce(current_setting('app.flp_session', true), '<null>')", simple); got != "<null>" {
+		t.Errorf("another client reads app.flp_session = %q, want <null>", got)
+	}
+	_ = b.Close(ctx)
+	_ = a.Close(ctx)
+
+	// A transaction that calls it and rolls back leaves the name defined
+	// and empty for the client, and nothing for the next.
+	a = connect(t, srv.Addr())
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "SELECT flp_tenant(6)", simple)
+	exec(t, a, "ROLLBACK", simple)
+	if got := queryString(t, a, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "" {
+		t.Errorf("after ROLLBACK the client reads %q, want '' as in PostgreSQL", got)
+	}
+	b = connect(t, srv.Addr())
+	if got := queryString(t, b, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "<null>" {
+		t.Errorf("after another client's ROLLBACK a client reads %q, want <null>", got)
+	}
+	_ = b.Close(ctx)
+	_ = a.Close(ctx)
 	for _, block := range []bool{false, true} {
 		a := connect(t, srv.Addr())
 		if block {

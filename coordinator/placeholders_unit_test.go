@@ -28,30 +28,42 @@ func TestParseTextArray(t *testing.T) {
 	}
 }
 
-func TestDefinedOnly(t *testing.T) {
+func TestCustomChanges(t *testing.T) {
 	names := `{"app.a","app.b"}`
+	show := func(cs []customChange) string {
+		out := ""
+		for _, c := range cs {
+			v := func(p *string) string {
+				if p == nil {
+					return "NULL"
+				}
+				return "'" + *p + "'"
+			}
+			out += c.name + ":" + v(c.was) + ">" + v(c.now) + " "
+		}
+		return out
+	}
 	for _, tc := range []struct {
-		base, now string
-		want      []string
-		ok        bool
+		base, now    string
+		want         string
+		head, parsed bool
 	}{
-		{"{} | {NULL,NULL}", `{} | {"",NULL}`, []string{"app.a"}, true},
-		{"{} | {NULL,NULL}", `{} | {"",""}`, []string{"app.a", "app.b"}, true},
-		{`{} | {NULL,x}`, `{} | {NULL,x}`, nil, true},
-		{"{} | {NULL,NULL}", "{} | {5,NULL}", nil, false},              // a value: pin
-		{`{} | {"",NULL}`, "{} | {NULL,NULL}", nil, false},             // (cannot happen; not adopted)
-		{`{} | {x,NULL}`, `{} | {"",NULL}`, nil, false},                // a value reset
-		{"{work_mem=4MB} | {NULL,NULL}", `{} | {"",NULL}`, nil, false}, // another setting changed
-		{`{"a=x | {NULL,NULL}"} | {NULL,NULL}`, `{"a=x | {NULL,NULL}"} | {"",NULL}`, []string{"app.a"}, true},
-		{"{} | {NULL}", `{} | {""}`, nil, false}, // not the names' count
-		{"garbage", "garbage2", nil, false},
+		{"{} | {NULL,NULL}", `{} | {"",NULL}`, "app.a:NULL>'' ", true, true},
+		{"{} | {NULL,NULL}", `{} | {"",5}`, "app.a:NULL>'' app.b:NULL>'5' ", true, true},
+		{`{} | {NULL,x}`, `{} | {NULL,x}`, "", true, true},
+		{`{} | {x,NULL}`, `{} | {"",NULL}`, "app.a:'x'>'' ", true, true},
+		{`{} | {x,NULL}`, `{} | {NULL,NULL}`, "app.a:'x'>NULL ", true, true},
+		{"{work_mem=4MB} | {NULL,NULL}", `{} | {"",NULL}`, "app.a:NULL>'' ", false, true},
+		{`{"a=x | {NULL,NULL}"} | {NULL,NULL}`, `{"a=x | {NULL,NULL}"} | {"a,b",NULL}`, "app.a:NULL>'a,b' ", true, true},
+		{"{} | {NULL}", `{} | {""}`, "", false, false}, // not the names' count
+		{"garbage", "garbage2", "", false, false},
 	} {
-		got, ok := definedOnly(tc.now, tc.base, names)
-		if ok != tc.ok || !slices.Equal(got, tc.want) {
-			t.Errorf("definedOnly(%q, %q) = %v, %v; want %v, %v", tc.now, tc.base, got, ok, tc.want, tc.ok)
+		got, head, parsed := customChanges(tc.now, tc.base, names)
+		if parsed != tc.parsed || parsed && (head != tc.head || show(got) != tc.want) {
+			t.Errorf("customChanges(%q, %q) = %q, %v, %v; want %q, %v, %v", tc.now, tc.base, show(got), head, parsed, tc.want, tc.head, tc.parsed)
 		}
 	}
-	if got, ok := definedOnly("{} | {}", "{} | {}", "{}"); !ok || got != nil {
-		t.Errorf("no names: %v, %v", got, ok)
+	if got, head, ok := customChanges("{} | {}", "{} | {}", "{}"); !ok || !head || got != nil {
+		t.Errorf("no names: %v, %v, %v", got, head, ok)
 	}
 }

@@ -3845,8 +3845,8 @@ func (ss *session) stateReadLost(code string) {
 
 // stateNamesOf returns, as an array literal, the custom settings the state
 // read reads around sql: the dotted words of its text (at most
-// maxTextNames; whole strings and a DO block's EXECUTE 'SET app.x = ...'
-// alike), and those of the bodies of user functions that may change
+// maxTextNames, past which the session is pinned; whole strings and a DO
+// block's EXECUTE 'SET app.x = ...' alike), and those of the bodies of user functions that may change
 // session state (viewSet.customs: set_tenant() calling
 // set_config('app.tenant', ...) was not read, so the client lost the value
 // it set at the next checkout, and the placeholder stayed defined for the
@@ -3854,6 +3854,11 @@ func (ss *session) stateReadLost(code string) {
 func (ss *session) stateNamesOf(sql string) string {
 	text := dottedNames(sql, map[string]bool{}, nil)
 	if len(text) > maxTextNames {
+		// Past what the read reads, a name the statement's user code
+		// sets would be missed (adversary: a DO block with 70 qualified
+		// columns before its SET app.x): the session keeps its
+		// connection instead.
+		ss.pin("statement naming too many settings to read")
 		text = text[:maxTextNames]
 	}
 	b := []byte{'{'}
@@ -3875,10 +3880,15 @@ func (ss *session) stateNamesOf(sql string) string {
 }
 
 // maxTextNames bounds the dotted words of a statement's text the state
-// read reads (a table's qualified columns are such words too).
-const maxTextNames = 64
+// read reads (a table's qualified columns are such words too); a statement
+// with more pins its session.
+const maxTextNames = 256
 
-// customName reports whether s is a dotted name of identifiers.
+// customName reports whether s is a custom setting's name as PostgreSQL
+// takes one (valid_custom_variable_name): two or more parts joined by
+// dots, each a letter, an underscore or a non-ASCII byte, then those,
+// digits and $. (Any length: set_config's name is not an identifier;
+// adversary: 'app.ténant', 'app.t$1' and a 64-byte name were not read.)
 func customName(s string) bool {
 	dots := 0
 	start := true
@@ -3891,13 +3901,14 @@ func customName(s string) bool {
 			}
 			dots++
 			start = true
-		case c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!start && c >= '0' && c <= '9'):
+		case c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80:
 			start = false
+		case !start && (c >= '0' && c <= '9' || c == '$'):
 		default:
 			return false
 		}
 	}
-	return dots > 0 && !start && len(s) <= 63
+	return dots > 0 && !start
 }
 
 // sameState compares a state read (stateHead's one row) with a snapshot's
@@ -3976,21 +3987,14 @@ func (ss *session) verifyRelease() bool {
 		// its settings are what they were before it began, whatever user
 		// code or SET LOCAL did (the snapshot may show a SET LOCAL that
 		// is gone now); the rest is compared.
-		ok = err == nil && sameState(rows, dr.Values, !rolledBack)
+		ok = err == nil && sameState(rows, dr.Values, false)
 		if err != nil && ss.sc.TxStatus != 'I' {
 			ss.sc.MarkBroken()
 		}
-		if !ok && err == nil && sameState(rows, dr.Values, false) && rows[0][1] != nil && dr.Values[1] != nil {
-			// Only settings changed: names the user code defined,
-			// empty (a transaction's set_config), are the session's
-			// now, not a reason to pin (placeholders.go).
-			if defined, only := definedOnly(*rows[0][1], string(dr.Values[1]), ss.stateNames); only {
-				for _, name := range defined {
-					ss.params.apply(paramOp{kind: opPlaceholder, name: name})
-					ss.sc.Defines = pooling.AddDefine(ss.sc.Defines, name)
-				}
-				ok = true
-			}
+		if ok && !sameState(rows, dr.Values, true) {
+			// Settings changed: custom ones user code set are taken
+			// into the session (placeholders.go); others pin.
+			ok = rows[0][1] != nil && dr.Values[1] != nil && ss.adoptCustoms(*rows[0][1], string(dr.Values[1]), rolledBack)
 		}
 	}
 	if !ok {

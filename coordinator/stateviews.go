@@ -919,7 +919,8 @@ var eventTriggerWords = []string{"create", "alter", "drop", "comment", "grant", 
 
 // dottedNames appends to names the words of code (strings and comments
 // included) that could name a custom setting, two or more identifiers
-// joined by dots (customName), each once by seen, lower case.
+// joined by dots (customName), each once by seen, its ASCII letters lower
+// case (as PostgreSQL compares setting names).
 func dottedNames(code string, seen map[string]bool, names []string) []string {
 	for i := 0; i < len(code); {
 		if !isIdentChar(code[i]) && code[i] != '.' {
@@ -930,7 +931,7 @@ func dottedNames(code string, seen map[string]bool, names []string) []string {
 		for j < len(code) && (isIdentChar(code[j]) || code[j] == '.') {
 			j++
 		}
-		if w := strings.ToLower(code[i:j]); strings.IndexByte(w, '.') > 0 && customName(w) && !seen[w] {
+		if w := nameKey(code[i:j]); strings.IndexByte(w, '.') > 0 && customName(w) && !seen[w] {
 			seen[w] = true
 			names = append(names, w)
 		}

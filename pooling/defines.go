@@ -18,12 +18,13 @@ import (
 // on the connection, and AcquireFor hands out only a connection whose
 // names are all defined in the asking session.
 //
-// A name set is its names in lower case (setting names are not case
-// sensitive), in order, each followed by NUL; "" is the empty set.
+// A name set is its names with ASCII letters in lower case (PostgreSQL
+// compares setting names so), in order, each followed by NUL; "" is the
+// empty set.
 
 // AddDefine returns the name set defs with name in it.
 func AddDefine(defs, name string) string {
-	name = strings.ToLower(name)
+	name = lowerASCII(name)
 	if name == "" || strings.IndexByte(name, 0) >= 0 || hasDefine(defs, name) {
 		return defs
 	}
@@ -82,4 +83,20 @@ func hasDefine(defs, name string) bool {
 		defs = defs[i+1:]
 	}
 	return false
+}
+
+// lowerASCII is s with its ASCII letters in lower case.
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
 }
