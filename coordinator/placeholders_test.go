@@ -419,6 +419,21 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 	_ = b.Close(ctx)
 	_ = a.Close(ctx)
 
+	// In a transaction block, a multi-shard read after the function
+	// changed the session on one worker's connection: PostgreSQL's count,
+	// or 0A000, never a count the other workers read without the change.
+	for _, fn := range []string{"flp_session(8)", "flp_tenant(8)"} {
+		a = connect(t, srv.Addr())
+		exec(t, a, "BEGIN", simple)
+		exec(t, a, "SELECT "+fn, simple)
+		var n string
+		err := a.QueryRow(ctx, "SELECT count(*)::text FROM flp_dist WHERE coalesce(current_setting('app.flp_session', true), current_setting('app.flp_tenant', true)) = '8'", simple).Scan(&n)
+		if err != nil && sqlState(err) != "0A000" || err == nil && n != "20" {
+			t.Errorf("BEGIN; SELECT %s; a multi-shard read: %s rows, %v; want 20 or 0A000", fn, n, err)
+		}
+		_ = a.Close(ctx)
+	}
+
 	// A transaction that calls it and rolls back leaves the name defined
 	// and empty for the client, and nothing for the next.
 	a = connect(t, srv.Addr())

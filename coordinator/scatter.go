@@ -1459,6 +1459,16 @@ func (r *scatterRun) acquire() error {
 	if len(ss.parked) > 0 {
 		r.parked = make([]bool, n)
 	}
+	if ss.sc != nil && ss.verifyState && r.needsOthers() && (ss.needSync || ss.stateChanged()) {
+		// (In a pipeline the connection owes answers: not read here.)
+		// User code changed the session on the transaction's connection
+		// (a function's set_config): the other workers' connections,
+		// outside it, would read without the change (adversary: a
+		// tenant a function set in the block was NULL on the other
+		// worker's shards, 10 rows where PostgreSQL counts 40).
+		return errMultiRefused(fmt.Sprintf("a function changed this session's settings or state in this transaction on worker %s; a multi-shard query would not see the change on the other workers", ss.srv.nodeAddr(ss.node)),
+			"Make the change with SET before BEGIN, or keep the transaction to rows on one worker.")
+	}
 	for i, w := range r.x.Workers {
 		if ss.sc != nil && w.Node == ss.node && r.txIdx < 0 {
 			// In a transaction block: the transaction's own connection,
@@ -1825,4 +1835,15 @@ func (s *Server) builtinTypes(sc *pooling.ServerConn) (map[uint32]executor.Type,
 	}
 	s.pgTypes.Store(&m)
 	return m, nil
+}
+
+// needsOthers reports whether the run reads a worker other than the one of
+// the session's transaction connection and its parked ones.
+func (r *scatterRun) needsOthers() bool {
+	for _, w := range r.x.Workers {
+		if w.Node != r.ss.node && r.ss.parkedOn(w.Node) < 0 {
+			return true
+		}
+	}
+	return false
 }
