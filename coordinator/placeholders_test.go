@@ -271,30 +271,9 @@ func TestPlaceholderCornerCases(t *testing.T) {
 	pl := b.PgConn().StartPipeline(ctx)
 	pl.SendPrepare("cc_s1", "SET app.cc_batch = '2'", nil)
 	pl.SendQueryParams("SELECT coalesce(current_setting('app.cc_batch', true), '<null>')", nil, nil, nil, nil)
-	if err := pl.Sync(); err != nil {
-		t.Fatal(err)
-	}
 	var got string
-	for got == "" {
-		res, err := pl.GetResults()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rr, ok := res.(*pgconn.ResultReader); ok {
-			r := rr.Read()
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-			if len(r.Rows) == 1 {
-				got = string(r.Rows[0][0])
-			}
-		}
-		if res == nil {
-			break
-		}
-	}
-	if err := pl.Close(); err != nil {
-		t.Fatal(err)
+	if rows := pipelineRows(t, pl); len(rows) == 1 {
+		got = rows[0]
 	}
 	if got != "<null>" {
 		t.Errorf("a batch that parses a SET, then reads the name: %q, want <null> as in a fresh session", got)
@@ -310,34 +289,7 @@ func TestPlaceholderCornerCases(t *testing.T) {
 		pl.SendPrepare("cc_p2", "SELECT coalesce(current_setting('app.cc_pipe', true), '<null>'), '<a/>'::xml::text", nil)
 		pl.SendQueryPrepared("cc_p1", nil, nil, nil)
 		pl.SendQueryPrepared("cc_p2", nil, nil, nil)
-		if err := pl.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		var rows []string
-		for {
-			res, err := pl.GetResults()
-			if err != nil {
-				t.Fatalf("the pipeline: %v", err)
-			}
-			if res == nil {
-				break
-			}
-			if rr, ok := res.(*pgconn.ResultReader); ok {
-				r := rr.Read()
-				if r.Err != nil {
-					t.Fatalf("the pipeline: %v", r.Err)
-				}
-				for _, row := range r.Rows {
-					rows = append(rows, string(row[0]))
-				}
-			}
-			if _, ok := res.(*pgconn.PipelineSync); ok {
-				break
-			}
-		}
-		if err := pl.Close(); err != nil {
-			t.Fatal(err)
-		}
+		rows := pipelineRows(t, pl)
 		if len(rows) != 1 || rows[0] != "2" {
 			t.Errorf("SET then a statement prepared before it, one pipeline: %q, want [2]", rows)
 		}
@@ -473,4 +425,39 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 		_ = b.Close(ctx)
 		_ = a.Close(ctx)
 	}
+}
+
+// pipelineRows syncs pl, reads its results to the Sync and closes it: the
+// first column of every row, an error failing the test.
+func pipelineRows(t *testing.T, pl *pgconn.Pipeline) []string {
+	t.Helper()
+	if err := pl.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for {
+		res, err := pl.GetResults()
+		if err != nil {
+			t.Fatalf("the pipeline: %v", err)
+		}
+		if res == nil {
+			break
+		}
+		if rr, ok := res.(*pgconn.ResultReader); ok {
+			r := rr.Read()
+			if r.Err != nil {
+				t.Fatalf("the pipeline: %v", r.Err)
+			}
+			for _, row := range r.Rows {
+				rows = append(rows, string(row[0]))
+			}
+		}
+		if _, ok := res.(*pgconn.PipelineSync); ok {
+			break
+		}
+	}
+	if err := pl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
