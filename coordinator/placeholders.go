@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/pgfleet/pgfleet/pooling"
@@ -159,4 +160,24 @@ func parseTextArray(s string) (vals []*string, ok bool) {
 			return nil, false
 		}
 	}
+}
+
+// mergeNames returns the array literal of the names of a and of b
+// (stateNamesOf's literals: {"x.y","z.w"}), a's first, each once.
+func mergeNames(a, b string) string {
+	if a == "" || a == "{}" {
+		return b
+	}
+	if b == "{}" {
+		return a
+	}
+	have := strings.Split(strings.Trim(a, "{}"), ",")
+	out := []byte(strings.TrimSuffix(a, "}"))
+	for _, n := range strings.Split(strings.Trim(b, "{}"), ",") {
+		if !slices.Contains(have, n) {
+			out = append(append(out, ','), n...)
+			have = append(have, n)
+		}
+	}
+	return string(append(out, '}'))
 }

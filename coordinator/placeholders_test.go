@@ -386,6 +386,50 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 		_ = a.Close(ctx)
 	}
 
+	// Adversary round 12, each against the worker's own answer: a value a
+	// function set, then a SET in the block, then ROLLBACK; a cursor's
+	// function run at a FETCH after a SET; names written with dollar
+	// quotes and quoted identifiers.
+	setup = connect(t, srv.Addr())
+	exec(t, setup, `CREATE OR REPLACE FUNCTION flp_setx(n text, v text) RETURNS text LANGUAGE sql AS $$ SELECT set_config(n, v, false) $$`, simple)
+	exec(t, setup, `CREATE OR REPLACE FUNCTION flp_dq(v text) RETURNS text LANGUAGE plpgsql AS $f$ BEGIN RETURN set_config($q$app.flp_dq$q$, v, false); END $f$`, simple)
+	_ = setup.Close(ctx)
+	for i, qs := range [][]string{
+		{"SET app.flp_session = '3'", "BEGIN", "SELECT flp_session(1)", "SET LOCAL statement_timeout = '5s'", "ROLLBACK"},
+		{"BEGIN", "SELECT flp_session(2)", "SET LOCAL work_mem = '8MB'", "COMMIT"},
+		{"BEGIN", "DECLARE flp_c CURSOR FOR SELECT flp_setx('app.flp_cur', g::text) FROM generate_series(1, 3) g", "SET app.flp_o = '1'", "FETCH 3 FROM flp_c", "COMMIT"},
+		{"SET app.flp_cur = 'S0'", "BEGIN", "DECLARE flp_c CURSOR FOR SELECT flp_setx('app.flp_cur', g::text) FROM generate_series(1, 3) g", "FETCH 1 FROM flp_c", "SET app.flp_o = '1'", "FETCH 1 FROM flp_c", "ROLLBACK"},
+		{"SELECT flp_dq('Q1')"},
+		{`DO $$ BEGIN SET "app"."flp_qq" = 'v'; END $$`},
+	} {
+		a := connect(t, srv.Addr())
+		d, err := pgx.Connect(ctx, pgtest.URL(cl.Servers[0].Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			_, errA := a.Exec(ctx, q, simple)
+			_, errD := d.Exec(ctx, q, simple)
+			if (errA == nil) != (errD == nil) {
+				t.Fatalf("case %d, %q: %v; PostgreSQL: %v", i, q, errA, errD)
+			}
+		}
+		const read = "SELECT concat_ws(',', coalesce(current_setting('app.flp_session', true), '<null>'), coalesce(current_setting('app.flp_cur', true), '<null>'), coalesce(current_setting('app.flp_dq', true), '<null>'), coalesce(current_setting('app.flp_qq', true), '<null>'))"
+		want := queryString(t, d, read, simple)
+		for k := 0; k < 2; k++ {
+			if got := queryString(t, a, read, simple); got != want {
+				t.Errorf("case %d %q: the client reads %s, PostgreSQL %s", i, qs, got, want)
+			}
+		}
+		_ = d.Close(ctx)
+		_ = a.Close(ctx)
+		b := connect(t, srv.Addr())
+		if got := queryString(t, b, read, simple); got != "<null>,<null>,<null>,<null>" {
+			t.Errorf("case %d %q: the next client reads %s, want none", i, qs, got)
+		}
+		_ = b.Close(ctx)
+	}
+
 	// A transaction that calls it and rolls back leaves the name defined
 	// and empty for the client, and nothing for the next.
 	a = connect(t, srv.Addr())

@@ -81,10 +81,14 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 		}
 		return nil
 	}
+	names := ss.stateNamesOf(sql)
+	if ss.resnap {
+		names = mergeNames(ss.stateNames, names) // (as snapshotState)
+	}
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
 	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
-	ss.stateNames = ss.stateNamesOf(sql)
+	ss.stateNames = names
 	sc := ss.sc
 	b := appendRun(sc.Buf(), "DISCARD SEQUENCES", nil)
 	named := ss.stateNamed()

@@ -1047,12 +1047,10 @@ func (ss *session) checkoutFor(ctx context.Context, pool *pooling.Pool, held int
 		if !pooling.DefinesWithin(sc.Defines, defines) {
 			// Another client defined a custom setting on this backend,
 			// which nothing undefines: this client would see it ('' where
-			// PostgreSQL has NULL). Closed; the slot it frees takes a new
-			// connection.
-			sc.MarkBroken()
-			pool.Release(sc)
-			attempt--
-			continue
+			// PostgreSQL has NULL). A new connection takes its slot.
+			if sc, err = pool.Renew(ctx, sc); err != nil {
+				return nil, err
+			}
 		}
 		if sc.ParamsKey != ss.params.key {
 			// RESET ALL leaves the role and session authorization alone.
@@ -1841,7 +1839,7 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		// yet run, at a FETCH or the COMMIT, and a SET that fails leaves
 		// the block with only this one to compare at release (adversary).
 		base, rolledBack := ss.stateBase, ss.stateRolledBack
-		if ss.verifyRelease() {
+		if ss.verifyAt(false) {
 			ss.verifyState, ss.stateBase, ss.stateRolledBack = true, base, rolledBack
 			ss.resnap = true
 		}
@@ -3934,10 +3932,17 @@ func (ss *session) snapshotState(extended bool, sql string) {
 	}
 	// (resnap: the snapshot was compared at a SET since; this one
 	// replaces it.)
+	names := ss.stateNamesOf(sql)
+	if ss.resnap {
+		// (A snapshot replaced in the block: the names read before stay
+		// read; a cursor's user code at a FETCH sets a name only its
+		// DECLARE showed; adversary round 12.)
+		names = mergeNames(ss.stateNames, names)
+	}
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
 	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
-	ss.stateNames = ss.stateNamesOf(sql)
+	ss.stateNames = names
 	b := ss.sc.Buf()
 	switch {
 	case extended && ss.stateNamed():
@@ -3965,7 +3970,15 @@ func (ss *session) snapshotState(extended bool, sql string) {
 // the connection for good (pinned), so that no other client inherits the
 // change and this one keeps seeing it, as on PostgreSQL. It reports whether
 // the connection may go back.
-func (ss *session) verifyRelease() bool {
+func (ss *session) verifyRelease() bool { return ss.verifyAt(true) }
+
+// verifyAt is verifyRelease; adopt false compares in the middle of a
+// transaction block (at a SET), where a custom setting's change cannot be
+// taken into the session: whether it lasts (set_config(..., false)) or
+// not (..., true; a ROLLBACK) is known only at the block's end (adversary
+// round 12: a tenant a function set, then a SET, then ROLLBACK, stayed the
+// client's). There it pins, as any change.
+func (ss *session) verifyAt(adopt bool) bool {
 	base, rolledBack := ss.stateBase, ss.stateRolledBack
 	ss.verifyState, ss.stateBase, ss.stateRolledBack = false, ss.stateBase[:0], false
 	var dr pgproto3.DataRow
@@ -3994,7 +4007,8 @@ func (ss *session) verifyRelease() bool {
 		if ok && !sameState(rows, dr.Values, true) {
 			// Settings changed: custom ones user code set are taken
 			// into the session (placeholders.go); others pin.
-			ok = rows[0][1] != nil && dr.Values[1] != nil && ss.adoptCustoms(*rows[0][1], string(dr.Values[1]), rolledBack)
+			ok = adopt && rows[0][1] != nil && dr.Values[1] != nil && ss.adoptCustoms(*rows[0][1], string(dr.Values[1]), rolledBack) ||
+				!adopt && rolledBack
 		}
 	}
 	if !ok {

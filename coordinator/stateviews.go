@@ -920,22 +920,32 @@ var eventTriggerWords = []string{"create", "alter", "drop", "comment", "grant", 
 // dottedNames appends to names the words of code (strings and comments
 // included) that could name a custom setting, two or more identifiers
 // joined by dots (customName), each once by seen, its ASCII letters lower
-// case (as PostgreSQL compares setting names).
+// case (as PostgreSQL compares setting names). Double quotes are read
+// through ("app"."x" is app.x) and a word is also read in its pieces
+// between $ signs (a dollar-quoted $q$app.x$q$; adversary round 12).
 func dottedNames(code string, seen map[string]bool, names []string) []string {
+	word := func(c byte) bool { return isIdentChar(c) || c == '.' || c == '"' }
 	for i := 0; i < len(code); {
-		if !isIdentChar(code[i]) && code[i] != '.' {
+		if !word(code[i]) {
 			i++
 			continue
 		}
 		j := i
-		for j < len(code) && (isIdentChar(code[j]) || code[j] == '.') {
+		for j < len(code) && word(code[j]) {
 			j++
 		}
-		if w := nameKey(code[i:j]); strings.IndexByte(w, '.') > 0 && customName(w) && !seen[w] {
-			seen[w] = true
-			names = append(names, w)
-		}
+		w := strings.ReplaceAll(code[i:j], `"`, "")
 		i = j
+		pieces := []string{w}
+		if strings.IndexByte(w, '$') >= 0 {
+			pieces = append(pieces, strings.Split(w, "$")...)
+		}
+		for _, p := range pieces {
+			if p = nameKey(p); strings.IndexByte(p, '.') > 0 && customName(p) && !seen[p] {
+				seen[p] = true
+				names = append(names, p)
+			}
+		}
 	}
 	return names
 }

@@ -343,12 +343,17 @@ func TestAcquireForDefines(t *testing.T) {
 	if c.Defines == "" {
 		t.Errorf("at the size, got a connection defining nothing")
 	}
-	c.MarkBroken()
-	p.Release(c)
-	// Its slot takes a new one, which defines nothing.
-	d := mustAcquire(t, p, "")
+	// Renewed in its slot (no queueing again): a new connection, which
+	// defines nothing, the pool still at its size.
+	d, err := p.Renew(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d == a || d == b || d.Defines != "" {
-		t.Errorf("after the discard: %p defining %q, want a new connection", d, d.Defines)
+		t.Errorf("renewed: %p defining %q, want a new connection", d, d.Defines)
+	}
+	if open, busy, _ := p.Stats(); open != 2 || busy != 1 {
+		t.Errorf("after Renew: open %d busy %d, want 2 1", open, busy)
 	}
 	p.Release(d)
 	if open, busy, _ := p.Stats(); open != 2 || busy != 0 {
