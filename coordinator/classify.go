@@ -1083,7 +1083,14 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 			if len(w) >= 7 && len(w) <= 32 && lx.sawSessionFunc == "" {
 				var buf [32]byte
 				if why, ok := sessionFuncs[string(upperInto(buf[:], w))]; ok {
-					lx.sawSessionFunc = why
+					if why == "set_config()" && customSetConfig(s, lx.i) {
+						// set_config('app.tenant', ...): a custom setting,
+						// which the state read reads by name and the session
+						// takes as its SET (adoptCustoms), as a function's.
+						lx.sawUserCall = true
+					} else {
+						lx.sawSessionFunc = why
+					}
 				}
 			}
 			if (len(w) == len("pg_prepared_statements") || len(w) == len("pg_prepared_statement")) &&
@@ -1272,6 +1279,26 @@ func (lx *lexer) callFollows() bool {
 	return j < len(lx.s) && lx.s[j] == '('
 }
 
+// customSetConfig reports whether s at i, after the word set_config, is a
+// call whose first argument is a plain string literal naming a custom
+// setting (customName): ( 'app.tenant' ,
+func customSetConfig(s string, i int) bool {
+	i = skipBlanks(s, i)
+	if i >= len(s) || s[i] != '(' {
+		return false
+	}
+	i = skipBlanks(s, i+1)
+	if i >= len(s) || s[i] != '\'' {
+		return false
+	}
+	j := strings.IndexByte(s[i+1:], '\'')
+	if j < 0 || !customName(s[i+1:i+1+j]) {
+		return false
+	}
+	k := skipBlanks(s, i+2+j)
+	return k < len(s) && s[k] == ','
+}
+
 // noteCall looks at a name written before "(": a session function (quoted
 // or not), or a word that is neither a built-in function nor a keyword (a
 // user-defined function, or a table or alias with a column list, which
@@ -1292,7 +1319,11 @@ func (lx *lexer) noteCall(w string) {
 		lx.sawSignal = true
 	}
 	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
-		lx.sawSessionFunc = why
+		if why == "set_config()" && customSetConfig(lx.s, lx.i) {
+			lx.sawUserCall = true // (as in the word's own check)
+		} else {
+			lx.sawSessionFunc = why
+		}
 	}
 	if f, ok := builtins[string(name)]; ok {
 		if f&runsSQLText != 0 {

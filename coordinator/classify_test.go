@@ -73,7 +73,8 @@ func TestClassify(t *testing.T) {
 		{sql: "CREATE FUNCTION f() RETURNS void AS $$ BEGIN PERFORM 1; END $$ LANGUAGE plpgsql; SELECT 1", stmt: 2},
 		// Quoting and schemas do not hide session effects (issue 8, class 13).
 		{sql: `SELECT "set_config"('search_path', 'x', false)`, stmt: 1, pin: "set_config()"},
-		{sql: `SELECT pg_catalog."set_config" ('a.b', 'x', false)`, stmt: 1, pin: "set_config()"},
+		{sql: `SELECT pg_catalog."set_config" ('a', 'x', false)`, stmt: 1, pin: "set_config()"},
+		{sql: `SELECT pg_catalog."set_config" ('a.b', 'x', false)`, stmt: 1}, // (a custom setting: adopted)
 		// A view stores its query; a materialized view runs it.
 		{sql: "CREATE OR REPLACE VIEW v AS SELECT set_config('search_path', 'x', false)", stmt: 1},
 		{sql: "CREATE MATERIALIZED VIEW m AS SELECT set_config('search_path', 'x', false)", stmt: 1, pin: "set_config()"},
@@ -122,6 +123,13 @@ func TestClassify(t *testing.T) {
 		{sql: `select U&"pg!005fadvisory!005flock" UESCAPE '!' (1)`, stmt: 1, pin: "session advisory lock"},
 		{sql: `select U&"set\0073eed" UESCAPE '\' (0.5)`, stmt: 1, pin: "setseed()"},
 		{sql: `select U&'pg_advisory_lock'`, stmt: 1},
+		// set_config of a literal custom name runs as user code does (the
+		// state read reads it; the session adopts it); any other pins.
+		{sql: "SELECT set_config('app.tenant', $1, false)", stmt: 1},
+		{sql: "SELECT set_config( /* c */ 'app.tenant' , '5', true), set_config('work_mem', '8MB', false)", stmt: 1, pin: "set_config()"},
+		{sql: "SELECT set_config($1, '5', false)", stmt: 1, pin: "set_config()"},
+		{sql: "SELECT set_config(E'app.x', '5', false)", stmt: 1, pin: "set_config()"},
+		{sql: "SELECT set_config('app.x' || '', '5', false)", stmt: 1, pin: "set_config()"},
 	}
 	for _, tc := range []struct {
 		sql    string
@@ -133,6 +141,7 @@ func TestClassify(t *testing.T) {
 		{"UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", false},
 		{"SELECT v::numeric(10, 2), x::varchar(4) FROM t", false},
 		{"DO $$ BEGIN PERFORM set_config('search_path', 'x', false); END $$", true},
+		{"SELECT pg_catalog.set_config('app.tenant', '5', false)", true},
 		{"do 'begin null; end'", true},
 		{"CALL p(1)", true},
 		{"SELECT my_func(1)", true},

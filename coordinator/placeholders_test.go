@@ -430,6 +430,33 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 		_ = b.Close(ctx)
 	}
 
+	// set_config of a custom name in the statement itself is the
+	// session's SET too: read again, multi-shard reads run, another
+	// client is served and does not see it; with a parameter (extended
+	// protocol) and for the transaction only.
+	a = connect(t, srv.Addr())
+	exec(t, a, "SELECT set_config('app.flp_sc', '4', false)", simple)
+	if _, err := a.Exec(ctx, "SELECT set_config('app.flp_sc2', $1, false)", "p9"); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "SELECT set_config('app.flp_sc3', 'L', true)", simple)
+	exec(t, a, "COMMIT", simple)
+	for i := 0; i < 2; i++ {
+		if got := queryString(t, a, "SELECT concat_ws(',', current_setting('app.flp_sc'), current_setting('app.flp_sc2'), current_setting('app.flp_sc3'))", simple); got != "4,p9," {
+			t.Errorf("after set_config in the statements the client reads %q, want 4,p9, (the local one empty)", got)
+		}
+		if got := queryString(t, a, "SELECT count(*)::text FROM flp_dist WHERE current_setting('app.flp_sc') = '4'", simple); got != "20" {
+			t.Errorf("a multi-shard read after set_config: %q rows, want 20", got)
+		}
+	}
+	b = connect(t, srv.Addr())
+	if got := queryString(t, b, "SELECT concat_ws(',', coalesce(current_setting('app.flp_sc', true), '<null>'), coalesce(current_setting('app.flp_sc3', true), '<null>'))", simple); got != "<null>,<null>" {
+		t.Errorf("another client reads %q, want <null>,<null>", got)
+	}
+	_ = b.Close(ctx)
+	_ = a.Close(ctx)
+
 	// A transaction that calls it and rolls back leaves the name defined
 	// and empty for the client, and nothing for the next.
 	a = connect(t, srv.Addr())
