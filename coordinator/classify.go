@@ -136,6 +136,10 @@ type class struct {
 	// is not built in) whose session effects the text does not show; the
 	// server connection's state is checked before it serves anyone else.
 	verify bool
+	// setsCustom: set_config of a literal custom name (customSetConfig),
+	// which the session takes as its SET; a multi-shard statement cannot
+	// carry it back from the shards' connections.
+	setsCustom bool
 	// hidden: it makes or runs a body pgfleet does not plan (a view,
 	// function, procedure, rule, trigger or DO block; see views.go).
 	hidden bool
@@ -231,6 +235,9 @@ func classify(sql string) class {
 			if lx.sawUserCall {
 				c.verify = true
 			}
+			if lx.sawCustomSet {
+				c.setsCustom = true
+			}
 			if lx.sawSQLText || lx.sawShards {
 				c.hidden = true
 			}
@@ -282,7 +289,7 @@ func classify(sql string) class {
 			}
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
-		lx.sawTerminate, lx.sawSignal, lx.sawTemp, lx.sawReserved, lx.sawInto = false, false, false, false, false
+		lx.sawTerminate, lx.sawSignal, lx.sawTemp, lx.sawReserved, lx.sawInto, lx.sawCustomSet = false, false, false, false, false, false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -932,6 +939,7 @@ type lexer struct {
 	sawSeqFunc   string // "currval" or "lastval" when the statement names one
 	punct        bool   // the statement has tokens other than words
 	sawUserCall  bool   // a call of a function that is not built in, or pg_settings
+	sawCustomSet bool   // set_config of a literal custom name (customSetConfig)
 	sawSQLText   bool   // a call of a built-in that runs SQL given as text
 	sawAllTables bool   // a call of a built-in that reads every table (schema_to_xml)
 	sawNotify    bool   // a call of pg_notify
@@ -1087,7 +1095,7 @@ func (lx *lexer) statement() (n, start, end int, more bool) {
 						// set_config('app.tenant', ...): a custom setting,
 						// which the state read reads by name and the session
 						// takes as its SET (adoptCustoms), as a function's.
-						lx.sawUserCall = true
+						lx.sawUserCall, lx.sawCustomSet = true, true
 					} else {
 						lx.sawSessionFunc = why
 					}
@@ -1320,7 +1328,7 @@ func (lx *lexer) noteCall(w string) {
 	}
 	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
 		if why == "set_config()" && customSetConfig(lx.s, lx.i) {
-			lx.sawUserCall = true // (as in the word's own check)
+			lx.sawUserCall, lx.sawCustomSet = true, true // (as in the word's own check)
 		} else {
 			lx.sawSessionFunc = why
 		}

@@ -450,6 +450,15 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 			t.Errorf("a multi-shard read after set_config: %q rows, want 20", got)
 		}
 	}
+	// Per row of a distributed table: on one shard, the row's value; over
+	// several, 0A000 (the shards' connections would keep it).
+	exec(t, a, "SELECT set_config('app.flp_row', id::text, false) FROM flp_dist WHERE id = 3", simple)
+	if got := queryString(t, a, "SELECT current_setting('app.flp_row')", simple); got != "3" {
+		t.Errorf("set_config per row on one shard: the client reads %q, want 3", got)
+	}
+	if _, err := a.Exec(ctx, "SELECT set_config('app.flp_row', id::text, false) FROM flp_dist", simple); sqlState(err) != "0A000" {
+		t.Errorf("set_config per row over every shard: %v, want 0A000", err)
+	}
 	b = connect(t, srv.Addr())
 	if got := queryString(t, b, "SELECT concat_ws(',', coalesce(current_setting('app.flp_sc', true), '<null>'), coalesce(current_setting('app.flp_sc3', true), '<null>'))", simple); got != "<null>,<null>" {
 		t.Errorf("another client reads %q, want <null>,<null>", got)

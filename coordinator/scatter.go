@@ -1459,6 +1459,13 @@ func (r *scatterRun) acquire() error {
 	if len(ss.parked) > 0 {
 		r.parked = make([]bool, n)
 	}
+	if r.port != nil && r.port.st.cls.setsCustom || r.port == nil && ss.customSetNext {
+		// Its setting would stay on the shards' connections, which are
+		// closed after it: the client would lose what it set.
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"set_config() in a multi-shard query is not supported: the setting would not reach this session").
+			WithHint("Call set_config in a statement of its own, or in one on a single shard.")
+	}
 	if ss.sc != nil && ss.verifyState && r.needsOthers() && (ss.needSync || ss.stateChanged()) {
 		// (In a pipeline the connection owes answers: not read here.)
 		// User code changed the session on the transaction's connection

@@ -208,6 +208,9 @@ type session struct {
 	// (verifyRelease). verifyNext: take one ahead of the next simple query.
 	verifyState bool
 	verifyNext  bool
+	// customSetNext: the simple query being run sets a custom setting
+	// with set_config (class.setsCustom).
+	customSetNext bool
 	// lentUserCode: the statement being run may run user code, so the
 	// connections lent to it (nodeConns) are closed after it;
 	// lentImplicit: the catalog shows it may (runFunction takes this one:
@@ -1477,6 +1480,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	// and no snapshot (which would fail there, and leave the session
 	// taken for one whose state changed).
 	ss.verifyNext = cls.verify && ss.pinned == "" && !(cls.count == 1 && ss.txStatus() == 'E')
+	ss.customSetNext = cls.setsCustom
 	ss.lentUserCode = cls.verify
 	ss.txUserCodeWas = ss.txUserCode
 	ss.txUserCode = ss.txUserCode || cls.verify
