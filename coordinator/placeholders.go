@@ -30,18 +30,11 @@ type customChange struct {
 }
 
 // customChanges compares the settings column of a state read (now) with
-// the snapshot's (base), read for the custom names of the array literal
-// names (stateNamesOf's): the custom settings that differ, and whether the
+// the snapshot's (base), read for the custom names list
+// (stateNamesOf's): the custom settings that differ, and whether the
 // rest of the column (pg_settings' session settings) is the same. ok is
 // false when a column cannot be read.
-func customChanges(now, base string, names string) (changes []customChange, sameHead, ok bool) {
-	list := strings.Split(strings.Trim(names, "{}"), ",")
-	if names == "{}" {
-		list = nil
-	}
-	for i, n := range list {
-		list[i] = strings.Trim(n, `"`)
-	}
+func customChanges(now, base string, list []string) (changes []customChange, sameHead, ok bool) {
 	nowHead, nowVals, ok1 := splitCustoms(now, len(list))
 	baseHead, baseVals, ok2 := splitCustoms(base, len(list))
 	if !ok1 || !ok2 {
@@ -162,22 +155,14 @@ func parseTextArray(s string) (vals []*string, ok bool) {
 	}
 }
 
-// mergeNames returns the array literal of the names of a and of b
-// (stateNamesOf's literals: {"x.y","z.w"}), a's first, each once.
-func mergeNames(a, b string) string {
-	if a == "" || a == "{}" {
-		return b
-	}
-	if b == "{}" {
-		return a
-	}
-	have := strings.Split(strings.Trim(a, "{}"), ",")
-	out := []byte(strings.TrimSuffix(a, "}"))
-	for _, n := range strings.Split(strings.Trim(b, "{}"), ",") {
-		if !slices.Contains(have, n) {
-			out = append(append(out, ','), n...)
-			have = append(have, n)
+// mergeNames returns the names of a and then those of b not in a (a new
+// slice: a stays as it is).
+func mergeNames(a, b []string) []string {
+	out := slices.Clip(a)
+	for _, n := range b {
+		if !slices.Contains(a, n) {
+			out = append(out, n)
 		}
 	}
-	return string(append(out, '}'))
+	return out
 }

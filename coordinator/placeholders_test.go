@@ -210,11 +210,9 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 				}
 			}
 			_ = a.Close(ctx)
-			b := connect(t, srv.Addr())
-			if got := queryString(t, b, "SELECT coalesce(current_setting('"+tc.name+"', true), '<null>')", simple); got != "<null>" {
+			if got := nextRead(t, srv.Addr(), "SELECT coalesce(current_setting('"+tc.name+"', true), '<null>')"); got != "<null>" {
 				t.Errorf("%s (%v): the next client reads %s = %q, want <null> as in a fresh session", tc.call, mode, tc.name, got)
 			}
-			_ = b.Close(ctx)
 		}
 	}
 }
@@ -364,11 +362,9 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 			t.Errorf("a multi-shard read under the function's setting: %q rows, want 20", got)
 		}
 	}
-	b := connect(t, srv.Addr())
-	if got := queryString(t, b, "SELECT coalesce(current_setting('app.flp_session', true), '<null>')", simple); got != "<null>" {
+	if got := nextRead(t, srv.Addr(), "SELECT coalesce(current_setting('app.flp_session', true), '<null>')"); got != "<null>" {
 		t.Errorf("another client reads app.flp_session = %q, want <null>", got)
 	}
-	_ = b.Close(ctx)
 	_ = a.Close(ctx)
 
 	// In a transaction block, a multi-shard read after the function
@@ -423,11 +419,9 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 		}
 		_ = d.Close(ctx)
 		_ = a.Close(ctx)
-		b := connect(t, srv.Addr())
-		if got := queryString(t, b, read, simple); got != "<null>,<null>,<null>,<null>" {
+		if got := nextRead(t, srv.Addr(), read); got != "<null>,<null>,<null>,<null>" {
 			t.Errorf("case %d %q: the next client reads %s, want none", i, qs, got)
 		}
-		_ = b.Close(ctx)
 	}
 
 	// set_config of a custom name in the statement itself is the
@@ -459,11 +453,9 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 	if _, err := a.Exec(ctx, "SELECT set_config('app.flp_row', id::text, false) FROM flp_dist", simple); sqlState(err) != "0A000" {
 		t.Errorf("set_config per row over every shard: %v, want 0A000", err)
 	}
-	b = connect(t, srv.Addr())
-	if got := queryString(t, b, "SELECT concat_ws(',', coalesce(current_setting('app.flp_sc', true), '<null>'), coalesce(current_setting('app.flp_sc3', true), '<null>'))", simple); got != "<null>,<null>" {
+	if got := nextRead(t, srv.Addr(), "SELECT concat_ws(',', coalesce(current_setting('app.flp_sc', true), '<null>'), coalesce(current_setting('app.flp_sc3', true), '<null>'))"); got != "<null>,<null>" {
 		t.Errorf("another client reads %q, want <null>,<null>", got)
 	}
-	_ = b.Close(ctx)
 	_ = a.Close(ctx)
 
 	// A transaction that calls it and rolls back leaves the name defined
@@ -475,11 +467,9 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 	if got := queryString(t, a, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "" {
 		t.Errorf("after ROLLBACK the client reads %q, want '' as in PostgreSQL", got)
 	}
-	b = connect(t, srv.Addr())
-	if got := queryString(t, b, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "<null>" {
+	if got := nextRead(t, srv.Addr(), "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')"); got != "<null>" {
 		t.Errorf("after another client's ROLLBACK a client reads %q, want <null>", got)
 	}
-	_ = b.Close(ctx)
 	_ = a.Close(ctx)
 	for _, block := range []bool{false, true} {
 		a := connect(t, srv.Addr())
@@ -498,11 +488,9 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 		if got := queryString(t, a, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "" {
 			t.Errorf("block %v: after its transaction the client reads %q, want '' as in PostgreSQL", block, got)
 		}
-		b := connect(t, srv.Addr())
-		if got := queryString(t, b, "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')", simple); got != "<null>" {
+		if got := nextRead(t, srv.Addr(), "SELECT coalesce(current_setting('app.flp_tenant', true), '<null>')"); got != "<null>" {
 			t.Errorf("block %v: another client reads %q, want <null>", block, got)
 		}
-		_ = b.Close(ctx)
 		_ = a.Close(ctx)
 	}
 }
@@ -540,4 +528,13 @@ func pipelineRows(t *testing.T, pl *pgconn.Pipeline) []string {
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// nextRead connects a new client, reads one text value with sql (simple
+// protocol) and disconnects it.
+func nextRead(t *testing.T, addr, sql string) string {
+	t.Helper()
+	c := connect(t, addr)
+	defer c.Close(context.Background())
+	return queryString(t, c, sql, pgx.QueryExecModeSimpleProtocol)
 }

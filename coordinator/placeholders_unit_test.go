@@ -29,7 +29,7 @@ func TestParseTextArray(t *testing.T) {
 }
 
 func TestCustomChanges(t *testing.T) {
-	names := `{"app.a","app.b"}`
+	names := []string{"app.a", "app.b"}
 	show := func(cs []customChange) string {
 		out := ""
 		for _, c := range cs {
@@ -63,7 +63,7 @@ func TestCustomChanges(t *testing.T) {
 			t.Errorf("customChanges(%q, %q) = %q, %v, %v; want %q, %v, %v", tc.now, tc.base, show(got), head, parsed, tc.want, tc.head, tc.parsed)
 		}
 	}
-	if got, head, ok := customChanges("{} | {}", "{} | {}", "{}"); !ok || !head || got != nil {
+	if got, head, ok := customChanges("{} | {}", "{} | {}", nil); !ok || !head || got != nil {
 		t.Errorf("no names: %v, %v, %v", got, head, ok)
 	}
 }

@@ -230,7 +230,7 @@ type session struct {
 	// current transaction (noteViewDDL); its end dates the viewSet again.
 	viewDDLPending bool
 	stateBase      []byte
-	stateNames     string // the state read's custom names (stateNamesOf)
+	stateNames     []string // the state read's custom names (stateNamesOf)
 	// defining: the custom settings of the statement about to take a
 	// server connection when it is a lone SET or RESET of them
 	// (definesAlone), which the checkout may take defined.
@@ -3736,10 +3736,22 @@ func mustEncode(m interface{ Encode([]byte) ([]byte, error) }) []byte {
 	return b
 }
 
-// stateText is the state read as text, with its custom names (an array
-// literal of stateNamesOf) in place.
-func stateText(names string) string {
-	return stateHead + "'" + names + "'" + stateTail
+// stateText is the state read as text, with its custom names in place.
+func stateText(names []string) string {
+	return stateHead + "'" + namesLiteral(names) + "'" + stateTail
+}
+
+// namesLiteral is names as a text[] literal ({"app.x","app.y"}; custom
+// setting names hold no quote, comma or backslash: customName).
+func namesLiteral(names []string) string {
+	b := []byte{'{'}
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), n...), '"')
+	}
+	return string(append(b, '}'))
 }
 
 // appendStateRead appends the Bind and Execute of the connection's
@@ -3767,7 +3779,7 @@ func (ss *session) appendStateRead(b []byte, queued bool) []byte {
 			ss.push(expect{kind: eSwallow, term: tParse, state: true, stmt: stateStmt, reclosed: stale})
 		}
 	}
-	b, _ = (&pgproto3.Bind{PreparedStatement: stateStmtName, Parameters: [][]byte{[]byte(ss.stateNames)}}).Encode(b)
+	b, _ = (&pgproto3.Bind{PreparedStatement: stateStmtName, Parameters: [][]byte{[]byte(namesLiteral(ss.stateNames))}}).Encode(b)
 	return appendExecute(b)
 }
 
@@ -3845,7 +3857,7 @@ func (ss *session) stateReadLost(code string) {
 	sc.Stmts.Doubt(stateStmtName)
 }
 
-// stateNamesOf returns, as an array literal, the custom settings the state
+// stateNamesOf returns the custom settings the state
 // read reads around sql: the dotted words of its text (at most
 // maxTextNames, past which the session is pinned; whole strings and a DO
 // block's EXECUTE 'SET app.x = ...' alike), and those of the bodies of user functions that may change
@@ -3853,7 +3865,7 @@ func (ss *session) stateReadLost(code string) {
 // set_config('app.tenant', ...) was not read, so the client lost the value
 // it set at the next checkout, and the placeholder stayed defined for the
 // next client).
-func (ss *session) stateNamesOf(sql string) string {
+func (ss *session) stateNamesOf(sql string) []string {
 	text := dottedNames(sql, map[string]bool{}, nil)
 	if len(text) > maxTextNames {
 		// Past what the read reads, a name the statement's user code
@@ -3863,22 +3875,7 @@ func (ss *session) stateNamesOf(sql string) string {
 		ss.pin("statement naming too many settings to read")
 		text = text[:maxTextNames]
 	}
-	b := []byte{'{'}
-	add := func(n string) {
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = append(append(append(b, '"'), n...), '"')
-	}
-	for _, n := range text {
-		add(n)
-	}
-	for _, n := range ss.srv.stateViews().customs {
-		if !slices.Contains(text, n) {
-			add(n)
-		}
-	}
-	return string(append(b, '}'))
+	return mergeNames(text, ss.srv.stateViews().customs)
 }
 
 // maxTextNames bounds the dotted words of a statement's text the state
