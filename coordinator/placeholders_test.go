@@ -177,6 +177,16 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		`CREATE OR REPLACE FUNCTION fph_odd(t int) RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN PERFORM set_config('app.fph_ténant', t::text, false); PERFORM set_config('app.fph_t$1', t::text, false);
 		 PERFORM set_config('myapplication.current_tenant_identifier_for_row_level_security_fph', t::text, false); END $$`,
+		// (Names built at run time: the session pins.)
+		`CREATE OR REPLACE FUNCTION fph_dyn(t int) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config('app.' || 'fph_g', t::text, false); END $$`,
+		`CREATE OR REPLACE FUNCTION fph_any(n text, v text) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM set_config(n, v, false); END $$`,
+		`CREATE OR REPLACE FUNCTION fph_setfmt(s text, v text) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN EXECUTE format('SET app.%s = %L', s, v); END $$`,
+		// (SQL text from its caller: a Bind's parameter names it.)
+		`CREATE OR REPLACE FUNCTION fph_exec(q text) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN EXECUTE q; END $$`,
 		`CREATE TABLE IF NOT EXISTS fph_log (a int)`,
 		`CREATE OR REPLACE FUNCTION fph_trig() RETURNS trigger LANGUAGE plpgsql AS $$
 		 BEGIN PERFORM set_config('app.fph_e', NEW.a::text, false); RETURN NEW; END $$`,
@@ -186,22 +196,30 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		exec(t, setup, q, simple)
 	}
 	_ = setup.Close(ctx)
-	for _, tc := range []struct{ call, name, want string }{
-		{"SELECT fph_set_config(5)", "app.fph_a", "5"},
-		{"SELECT fph_set(5)", "app.fph_b", "7"},
-		{"SELECT fph_format(6)", "app.fph_c", "6"},
-		{"SELECT fph_sql(8)", "app.fph_d", "8"},
-		{"INSERT INTO fph_log VALUES (9)", "app.fph_e", "9"},
-		{"SELECT fph_odd(3)", "app.fph_ténant", "3"},
-		{"SELECT fph_odd(3)", "app.fph_t$1", "3"},
-		{"SELECT fph_odd(3)", "myapplication.current_tenant_identifier_for_row_level_security_fph", "3"},
+	for _, tc := range []struct {
+		call, name, want string
+		args             []any
+	}{
+		{"SELECT fph_set_config(5)", "app.fph_a", "5", nil},
+		{"SELECT fph_set(5)", "app.fph_b", "7", nil},
+		{"SELECT fph_format(6)", "app.fph_c", "6", nil},
+		{"SELECT fph_sql(8)", "app.fph_d", "8", nil},
+		{"INSERT INTO fph_log VALUES (9)", "app.fph_e", "9", nil},
+		{"SELECT fph_odd(3)", "app.fph_ténant", "3", nil},
+		{"SELECT fph_odd(3)", "app.fph_t$1", "3", nil},
+		{"SELECT fph_odd(3)", "myapplication.current_tenant_identifier_for_row_level_security_fph", "3", nil},
 		// (A DO block whose qualified names pass what the state read
 		// reads, before its SET: the session keeps its connection.)
-		{"DO $$ BEGIN PERFORM " + strings.Repeat("x.c, ", 300) + "1 FROM (SELECT 1 AS c) x; SET app.fph_f = 'v5'; END $$", "app.fph_f", "v5"},
+		{"DO $$ BEGIN PERFORM " + strings.Repeat("x.c, ", 300) + "1 FROM (SELECT 1 AS c) x; SET app.fph_f = 'v5'; END $$", "app.fph_f", "v5", nil},
+		{"SELECT fph_dyn(4)", "app.fph_g", "4", nil},
+		{"SELECT fph_any('app.' || 'fph_h', '2')", "app.fph_h", "2", nil},
+		{"SELECT fph_setfmt('fph_i', 'x')", "app.fph_i", "x", nil},
+		{"SELECT fph_exec($1)", "app.fph_j", "11", []any{"SET app.fph_j = '11'"}},
+		{"DO $$ BEGIN PERFORM set_config('app.' || 'fph_k', '12', false); END $$", "app.fph_k", "12", nil},
 	} {
 		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
 			a := connect(t, srv.Addr())
-			if _, err := a.Exec(ctx, tc.call, mode); err != nil {
+			if _, err := a.Exec(ctx, tc.call, append([]any{mode}, tc.args...)...); err != nil {
 				t.Fatalf("%s: %v", tc.call, err)
 			}
 			for i := 0; i < 2; i++ {

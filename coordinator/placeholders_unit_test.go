@@ -67,3 +67,50 @@ func TestCustomChanges(t *testing.T) {
 		t.Errorf("no names: %v, %v, %v", got, head, ok)
 	}
 }
+
+// TestRunTimeName: code that sets a custom setting by a name it builds
+// at run time pins its session; a name written whole does not, nor does
+// UPDATE's SET.
+func TestRunTimeName(t *testing.T) {
+	for _, tc := range []struct {
+		code string
+		want bool
+	}{
+		// Names written whole: the state read finds them.
+		{`PERFORM set_config('app.tenant', t::text, false)`, false},
+		{`SELECT pg_catalog.set_config('app.tenant', $1, true)`, false},
+		{`PERFORM set_config( 'search_path', 'x', false)`, false},
+		{`EXECUTE 'SELECT set_config(''app.tenant'', ''5'', false)'`, false},
+		{`SET app.tenant = 7`, false},
+		{`SET LOCAL app.tenant TO 7`, false},
+		{`EXECUTE format('SET app.tenant = %L', t)`, false},
+		{`EXECUTE 'SET app.tenant = ' || quote_literal(t)`, false},
+		{`SET SESSION AUTHORIZATION DEFAULT`, false},
+		{`UPDATE t SET a = 1`, false},
+		{`EXECUTE 'UPDATE ' || quote_ident(tb) || ' SET ' || quote_ident(c) || ' = $1'`, false},
+		{`EXECUTE format('UPDATE %I SET %I = %L', tb, c, v)`, false},
+		{`INSERT INTO t VALUES (1) ON CONFLICT (a) DO UPDATE SET b = 2`, false},
+		{`ALTER TABLE t ALTER COLUMN c SET DEFAULT 0`, false},
+		{`-- set_config is called by the caller`, false},
+		// Names built at run time.
+		{`PERFORM set_config(name, v, false)`, true},
+		{`PERFORM set_config($1, $2, false)`, true},
+		{`PERFORM set_config('app.' || suffix, v, false)`, true},
+		{`PERFORM set_config('app.t' || 'enant', v, false)`, true},
+		{`PERFORM set_config(format('app.%s', s), v, false)`, true},
+		{`EXECUTE 'SELECT set_config(' || quote_literal(n) || ', ''1'', false)'`, true},
+		{`EXECUTE format('SELECT set_config(%L, %L, false)', n, v)`, true},
+		{`EXECUTE 'SET ' || n || ' = 1'`, true},
+		{`EXECUTE 'SET LOCAL ' || n || ' = 1'`, true},
+		{`EXECUTE 'SET app.' || s || ' = 1'`, true},
+		{`EXECUTE 'SET app' || '.x = 1'`, true},
+		{`EXECUTE format('SET %s = %L', n, v)`, true},
+		{`EXECUTE format('SET app.%s = %L', s, v)`, true},
+		{`EXECUTE format('SET %I.%I = %L', a, b, v)`, true},
+		{`UPDATE t SET a = 1; EXECUTE 'SET ' || n`, true},
+	} {
+		if got := runTimeName(tc.code); got != tc.want {
+			t.Errorf("runTimeName(%q) = %v, want %v", tc.code, got, tc.want)
+		}
+	}
+}

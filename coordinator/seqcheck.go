@@ -81,7 +81,7 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 		}
 		return nil
 	}
-	names := ss.stateNamesOf(sql)
+	names := ss.stateNamesOf(sql, nil)
 	if ss.resnap {
 		names = mergeNames(ss.stateNames, names) // (as snapshotState)
 	}

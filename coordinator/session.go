@@ -1853,7 +1853,7 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 	}
 	if ss.verifyNext {
 		ss.verifyNext = false
-		ss.snapshotState(false, string(body))
+		ss.snapshotState(false, string(body), nil)
 	}
 	if len(body) > largeRelay {
 		ss.sc.AppendLarge(typ, body) // written from the client's message, not copied
@@ -2593,7 +2593,7 @@ func (ss *session) bind(body []byte) error {
 	}
 	if (verify || ss.resnap) && ss.pinned == "" && ss.sc.TxStatus != 'E' {
 		// (A statement in a failed transaction runs no user code.)
-		ss.snapshotState(true, clientSt.Query)
+		ss.snapshotState(true, clientSt.Query, body)
 	}
 	if !ss.sc.Stmts.Has(st.Name, ss.stmtKey()) {
 		e := ss.prepareOn(st, eSwallow)
@@ -3680,8 +3680,8 @@ func errCode(body []byte) string {
 // Placeholder settings (custom names like app.tenant that no module
 // defines) are not in pg_settings: those named in the statement's text or
 // in the bodies of user functions that may change session state are read
-// by name (stateNamesOf); others, names user code builds at run time, are
-// cleared before the connection serves another session (verifyRelease).
+// by name (stateNamesOf); user code that may set one by a name built at
+// run time pins its session (runTimeName).
 const stateHead = `SELECT pg_catalog.concat_ws(' | ',
  current_user, session_user,
  CASE WHEN pg_catalog.pg_my_temp_schema() OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 0 ELSE
@@ -3858,15 +3858,23 @@ func (ss *session) stateReadLost(code string) {
 }
 
 // stateNamesOf returns the custom settings the state
-// read reads around sql: the dotted words of its text (at most
+// read reads around sql: the dotted words of its text and of its Bind's
+// parameters, if any (at most
 // maxTextNames, past which the session is pinned; whole strings and a DO
 // block's EXECUTE 'SET app.x = ...' alike), and those of the bodies of user functions that may change
 // session state (viewSet.customs: set_tenant() calling
 // set_config('app.tenant', ...) was not read, so the client lost the value
 // it set at the next checkout, and the placeholder stayed defined for the
 // next client).
-func (ss *session) stateNamesOf(sql string) []string {
-	text := dottedNames(sql, map[string]bool{}, nil)
+func (ss *session) stateNamesOf(sql string, bind []byte) []string {
+	seen := map[string]bool{}
+	text := dottedNames(sql, seen, nil)
+	if len(bind) > 0 {
+		// A Bind's parameters too: SQL text given to a function that
+		// runs it ('SET app.x = 5' as $1 of EXECUTE $1), or a name
+		// given to set_config through one.
+		text = dottedNames(string(bind), seen, text)
+	}
 	if len(text) > maxTextNames {
 		// Past what the read reads, a name the statement's user code
 		// sets would be missed (adversary: a DO block with 70 qualified
@@ -3927,13 +3935,13 @@ func sameState(rows [][]*string, base [][]byte, settings bool) bool {
 // ahead of a statement that may change it (classify's verify), once per
 // use of the connection: pipelined with the statement, so it costs no
 // round trip. verifyRelease compares it with the state afterwards.
-func (ss *session) snapshotState(extended bool, sql string) {
+func (ss *session) snapshotState(extended bool, sql string, bind []byte) {
 	if ss.verifyState && !ss.resnap {
 		return
 	}
 	// (resnap: the snapshot was compared at a SET since; this one
 	// replaces it.)
-	names := ss.stateNamesOf(sql)
+	names := ss.stateNamesOf(sql, bind)
 	if ss.resnap {
 		// (A snapshot replaced in the block: the names read before stay
 		// read; a cursor's user code at a FETCH sets a name only its

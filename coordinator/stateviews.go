@@ -261,11 +261,13 @@ var unseenFuncs = map[string]bool{"SETSEED": true, "PG_BACKUP_START": true, "PG_
 // unseenIn reports whether code (a function's body, a DO block, SQL given
 // to a built-in as text), strings and comments included, names one of
 // unseenFuncs, LOADs a module (LOAD before a string), or spells one in a
-// U& name or string (decoded here; one that cannot be is taken to). Names built at run time by dynamic SQL
-// ('set' || 'seed') are not seen.
+// U& name or string (decoded here; one that cannot be is taken to), or
+// sets a custom setting by a name built at run time (runTimeName). Names
+// of these functions built at run time by dynamic SQL ('set' || 'seed')
+// are not seen.
 func unseenIn(code string) bool {
 	var buf [40]byte
-	found := !eachWord(code, func(w string) bool {
+	found := runTimeName(code) || !eachWord(code, func(w string) bool {
 		if len(w) < 7 || len(w) > len(buf) {
 			return true
 		}
@@ -294,6 +296,112 @@ func unseenIn(code string) bool {
 		}
 	}
 	return found
+}
+
+// runTimeName reports whether code may set a custom setting whose name
+// exists only at run time: a set_config whose first argument is not a
+// whole string literal (a variable, a parameter, 'app.' || x, format's
+// %L), or a SET whose name a string cuts off ('SET ' || n, 'SET app.' ||
+// x, format('SET %s = %L', ...)). The state read reads custom settings by
+// name (placeholders are not in pg_settings), so the client would lose
+// such a value at its next statement and the next client find the name
+// defined (adversary round 12): code doing this pins its session instead.
+// UPDATE's SET (UPDATE among the six words before it) is not one.
+func runTimeName(code string) bool {
+	var last [6]string // the words since the last ';', upper-cased
+	n := 0
+	for i := 0; i < len(code); {
+		c := code[i]
+		if c == ';' {
+			n = 0
+		}
+		if !isIdentStart(c) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(code) && isIdentChar(code[j]) {
+			j++
+		}
+		w := code[i:j]
+		i = j
+		switch {
+		case strings.EqualFold(w, "set_config"):
+			if k := skipBlanks(code, j); k < len(code) && code[k] == '(' && !literalName(code, k+1) {
+				return true
+			}
+		case strings.EqualFold(w, "set"):
+			update := false
+			for m := 1; m <= 6 && m <= n; m++ {
+				update = update || last[(n-m)%6] == "UPDATE"
+			}
+			if !update && cutName(code, j) {
+				return true
+			}
+		}
+		if len(w) == 6 {
+			w = strings.ToUpper(w)
+		}
+		last[n%6] = w
+		n++
+	}
+	return false
+}
+
+// literalName reports whether set_config's first argument, at code[k], is
+// a string literal naming a setting whole ('app.x', quotes doubled in a
+// dynamic statement's string), not followed by ||.
+func literalName(code string, k int) bool {
+	k = skipBlanks(code, k)
+	q := 0
+	for k < len(code) && code[k] == '\'' {
+		k, q = k+1, q+1
+	}
+	start := k
+	for k < len(code) && (isIdentChar(code[k]) || code[k] == '.') {
+		k++
+	}
+	if q == 0 || k == start || code[k-1] == '.' {
+		return false
+	}
+	for m := 0; m < q; m++ {
+		if k >= len(code) || code[k] != '\'' {
+			return false
+		}
+		k++
+	}
+	k = skipBlanks(code, k)
+	return !strings.HasPrefix(code[k:], "||")
+}
+
+// cutName reports whether the name of the SET ending at code[j] (after
+// LOCAL or SESSION) is cut off by its string or left to a format: the
+// string ends, a % follows, or the name ends with a dot or at a string
+// joined with ||.
+func cutName(code string, j int) bool {
+	k := skipBlanks(code, j)
+	if e := k; e < len(code) && isIdentStart(code[e]) {
+		for e < len(code) && isIdentChar(code[e]) {
+			e++
+		}
+		if oneOf(code[k:e], "LOCAL", "SESSION") {
+			k = skipBlanks(code, e)
+		}
+	}
+	if k >= len(code) || code[k] == '\'' || code[k] == '%' {
+		return true
+	}
+	if !isIdentStart(code[k]) && code[k] != '"' {
+		return false
+	}
+	for k < len(code) && (isIdentChar(code[k]) || code[k] == '.' || code[k] == '"') {
+		k++
+	}
+	if code[k-1] == '.' || k < len(code) && code[k] == '%' {
+		return true
+	}
+	// ('SET app' || '.x = 5': a real setting's name so joined counts too.)
+	return k < len(code) && code[k] == '\'' && strings.HasPrefix(code[skipBlanks(code, k+1):], "||")
 }
 
 // seedSetting reports whether the word seed at code[i] names the setting
