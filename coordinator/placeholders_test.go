@@ -184,6 +184,8 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		 BEGIN PERFORM set_config(n, v, false); END $$`,
 		`CREATE OR REPLACE FUNCTION fph_setfmt(s text, v text) RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN EXECUTE format('SET app.%s = %L', s, v); END $$`,
+		`CREATE OR REPLACE FUNCTION fph_uesc() RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN SET U&"app.fph_\006c" = 13; END $$`,
 		// (SQL text from its caller: a Bind's parameter names it.)
 		`CREATE OR REPLACE FUNCTION fph_exec(q text) RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN EXECUTE q; END $$`,
@@ -214,6 +216,7 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		{"SELECT fph_dyn(4)", "app.fph_g", "4", nil},
 		{"SELECT fph_any('app.' || 'fph_h', '2')", "app.fph_h", "2", nil},
 		{"SELECT fph_setfmt('fph_i', 'x')", "app.fph_i", "x", nil},
+		{"SELECT fph_uesc()", "app.fph_l", "13", nil},
 		{"SELECT fph_exec($1)", "app.fph_j", "11", []any{"SET app.fph_j = '11'"}},
 		{"DO $$ BEGIN PERFORM set_config('app.' || 'fph_k', '12', false); END $$", "app.fph_k", "12", nil},
 	} {

@@ -108,6 +108,9 @@ func TestRunTimeName(t *testing.T) {
 		{`EXECUTE format('SET app.%s = %L', s, v)`, true},
 		{`EXECUTE format('SET %I.%I = %L', a, b, v)`, true},
 		{`UPDATE t SET a = 1; EXECUTE 'SET ' || n`, true},
+		{`SET U&"app.t\0065nant" = 5`, true},
+		{`SET u&"app.t\0065nant" = 5`, true},
+		{`PERFORM set_config(U&'app.t\0065nant', '5', false)`, true},
 	} {
 		if got := runTimeName(tc.code); got != tc.want {
 			t.Errorf("runTimeName(%q) = %v, want %v", tc.code, got, tc.want)

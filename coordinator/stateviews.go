@@ -397,8 +397,8 @@ func cutName(code string, j int) bool {
 	for k < len(code) && (isIdentChar(code[k]) || code[k] == '.' || code[k] == '"') {
 		k++
 	}
-	if code[k-1] == '.' || k < len(code) && code[k] == '%' {
-		return true
+	if code[k-1] == '.' || k < len(code) && (code[k] == '%' || code[k] == '&') {
+		return true // (U&"app.t\0065nant": a name no read spells)
 	}
 	// ('SET app' || '.x = 5': a real setting's name so joined counts too.)
 	return k < len(code) && code[k] == '\'' && strings.HasPrefix(code[skipBlanks(code, k+1):], "||")
