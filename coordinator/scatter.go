@@ -317,9 +317,43 @@ func (r *scatterRun) timeWordValue() bool {
 // txnStateSQL reads, on every connection of a multi-shard statement in a
 // transaction block, the isolation levels and the settings made with SET
 // (SET LOCAL included) but those of the transaction's characteristics.
+// pg_settings does not list custom settings (placeholders): txnStateText
+// adds the values of those the transaction set.
 const txnStateSQL = "SELECT pg_catalog.current_setting('transaction_isolation'), pg_catalog.current_setting('default_transaction_isolation'), " +
 	"(SELECT pg_catalog.string_agg(name OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) setting, ',' ORDER BY name) FROM pg_catalog.pg_settings " +
 	"WHERE source OPERATOR(pg_catalog.=) 'session' AND NOT name OPERATOR(pg_catalog.=) ANY (ARRAY['transaction_isolation', 'transaction_read_only', 'transaction_deferrable']))"
+
+// txnStateText is txnStateSQL with, when the transaction set custom
+// settings (SET LOCAL app.tenant), their values as one more column: the
+// other workers' connections do not have them (adversary: a multi-shard
+// count filtered on current_setting('app.tenant') after SET LOCAL counted
+// only the transaction's worker's rows).
+func (ss *session) txnStateText() string {
+	var names []string
+	for _, op := range ss.pending {
+		op.customNames(func(n string) {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		})
+	}
+	if len(names) == 0 {
+		return txnStateSQL
+	}
+	var b strings.Builder
+	b.WriteString(txnStateSQL)
+	b.WriteString(", ARRAY[")
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_catalog.current_setting(")
+		b.WriteString(quoteLiteral(n))
+		b.WriteString(", true)")
+	}
+	b.WriteString("]::pg_catalog.text")
+	return b.String()
+}
 
 // txnCheck refuses a multi-shard statement in a transaction block unless
 // every part of it sees what the transaction would: the transaction takes
@@ -360,8 +394,13 @@ func (r *scatterRun) txnCheck() error {
 			r.txLost = true
 		}
 	}
+	stateSQL := ss.txnStateText()
+	cols := 3
+	if stateSQL != txnStateSQL {
+		cols = 4
+	}
 	for i, sc := range conns {
-		q := pgproto3.Query{String: txnStateSQL}
+		q := pgproto3.Query{String: stateSQL}
 		b, _ := q.Encode(sc.Buf())
 		sc.SetBuf(b)
 		if err := sc.Flush(); err != nil {
@@ -378,7 +417,7 @@ func (r *scatterRun) txnCheck() error {
 		if err != nil && !errors.As(err, new(*executor.WorkerError)) {
 			lost(i)
 		}
-		if err == nil && (len(rows) != 1 || len(rows[0]) != 3 || rows[0][0] == nil || rows[0][1] == nil) {
+		if err == nil && (len(rows) != 1 || len(rows[0]) != cols || rows[0][0] == nil || rows[0][1] == nil) {
 			err = pgerr.New(pgerr.Internal, "unexpected answer from worker %s about its transaction", sc.Addr)
 		}
 		if err != nil {
@@ -410,7 +449,7 @@ func (r *scatterRun) txnCheck() error {
 		return errTxnIsolation(*txn[0])
 	}
 	for _, st := range states {
-		if ptrString(st[2]) != ptrString(txn[2]) {
+		if ptrString(st[2]) != ptrString(txn[2]) || cols == 4 && ptrString(st[3]) != ptrString(txn[3]) {
 			return pgerr.New(pgerr.FeatureNotSupported,
 				"a multi-shard query is not supported in a transaction block after SET or SET LOCAL changed a setting").
 				WithHint("The query's connections to other workers have the session's settings as of its last commit: " +

@@ -256,6 +256,31 @@ INSERT INTO %[1]s_acc SELECT g, g %% 7 + 1, (g * 37) %% 1000 - 300 FROM generate
 			}
 			mustFail(set, mode, "0A000")
 		}
+		// Custom settings too, which pg_settings does not list
+		// (adversary: after SET LOCAL app.tenant a multi-shard count
+		// filtered on it counted only the transaction's worker's rows).
+		for _, set := range []string{"SET LOCAL app.stx = '5'", "SET app.stx = '5'"} {
+			if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, set); err != nil {
+				t.Fatal(err)
+			}
+			mustFail(set, mode, "0A000")
+		}
+		// The session's own value set again in the block is the value
+		// every connection has.
+		exec(t, c, "SET app.stx = '5'")
+		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, c, "SET LOCAL app.stx = '5'")
+		res, err := scatterQuery(ctx, c, mode, "SELECT count(*)::text FROM stx_acc WHERE current_setting('app.stx', true) = '5'", nil)
+		if err != nil || len(res.rows) != 1 || res.rows[0] != hex("200") {
+			t.Errorf("SET LOCAL app.stx to the session's value (%v): %v, %v, want 200 rows counted", mode, res, err)
+		}
+		exec(t, c, "COMMIT")
+		exec(t, c, "RESET app.stx")
 
 		// A shard's error fails the transaction, on the transaction's
 		// worker or another; BEGIN held or deferred.
