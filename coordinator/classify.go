@@ -54,6 +54,10 @@ type paramOp struct {
 	// more are SETs the same statement makes too (SET SESSION
 	// CHARACTERISTICS: one for each default_transaction_* setting).
 	more []paramOp
+	// text is a SET or RESET statement's text (SET LOCAL and SET
+	// TRANSACTION too), set again after BEGIN on a worker a transaction
+	// takes in (session.txLog).
+	text string
 }
 
 func (o paramOp) tag() string {
@@ -569,6 +573,14 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			return w[i]
 		}
 		return ""
+	}
+	if at(0) == "SET" || at(0) == "RESET" {
+		n0 := len(c.ops)
+		defer func() {
+			if len(c.ops) == n0+1 {
+				c.ops[n0].text = stmt
+			}
+		}()
 	}
 	setPin := func(why string) {
 		if c.pin == "" {

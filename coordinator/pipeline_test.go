@@ -335,8 +335,9 @@ func sendRaw(t *testing.T, c *protoClient, msgs ...pgproto3.FrontendMessage) {
 }
 
 // TestPipelineAcrossWorkersEdges: what an adversary found in pipelines over
-// several workers. A SET, or a statement the coordinator refuses, after the
-// pipeline went to a second worker: the refusal and ReadyForQuery idle,
+// several workers. A SET before the pipeline goes to a second worker holds
+// there too (set again after its BEGIN); a SET, or a statement the
+// coordinator refuses, after the pipeline went to a second worker: the refusal and ReadyForQuery idle,
 // nothing kept (both hung, a prepared transaction left on a worker); a
 // simple Query in the middle of such a pipeline: refused, the pipeline's
 // writes before it rolled back, what follows runs (the session was left
@@ -363,8 +364,19 @@ func TestPipelineAcrossWorkersEdges(t *testing.T) {
 	}
 
 	c := connect(t, srv.Addr())
+	res := batchRun(c, append(append([]string{"SET statement_timeout = 1234"}, many(1, 8)...),
+		"SELECT current_setting('statement_timeout') || count(*) FROM pe_d WHERE k = 8"))
+	if strings.Contains(strings.Join(res, " "), "error") || res[len(res)-1] != "[1234ms1]; SELECT 1" {
+		t.Errorf("a SET, then rows on both workers, in one pipeline: %q, want all done and 1234ms on the second worker", res)
+	}
+	if got := rows(); got != "1,2,3,4,5,6,7,8" {
+		t.Errorf("a SET, then rows on both workers, in one pipeline: rows kept %s, want 1 to 8", got)
+	}
+	if got := queryString(t, c, "SHOW statement_timeout"); got != "1234ms" {
+		t.Errorf("a SET in a pipeline: the session afterwards: statement_timeout %s", got)
+	}
+	exec(t, c, "RESET statement_timeout")
 	for _, stmts := range [][]string{
-		append([]string{"SET statement_timeout = 1234"}, many(1, 8)...),
 		append(append(many(1, 8), "SET statement_timeout = 1234"), many(9, 16)...),
 		{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "UPDATE pe_d SET v = now()::text RETURNING k"},
 		{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "SAVEPOINT a"},
@@ -387,7 +399,7 @@ func TestPipelineAcrossWorkersEdges(t *testing.T) {
 	// A multi-shard UPDATE ... RETURNING after a multi-row INSERT over both
 	// workers, in one pipeline: PostgreSQL's answer, all kept.
 	exec(t, setup, "TRUNCATE pe_d")
-	res := batchRun(c, []string{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "UPDATE pe_d SET v = v || '!' RETURNING k"})
+	res = batchRun(c, []string{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "UPDATE pe_d SET v = v || '!' RETURNING k"})
 	if got := strings.Join(res, " "); strings.Contains(got, "error") || !strings.Contains(got, "UPDATE 6") {
 		t.Errorf("INSERT then UPDATE ... RETURNING in a pipeline: %q", res)
 	}

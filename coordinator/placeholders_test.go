@@ -197,7 +197,12 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 	} {
 		exec(t, setup, q, simple)
 	}
-	_ = setup.Close(ctx)
+	// (A body with a U& name reads as naming any table: it would refuse
+	// create_distributed_table in the shared cluster's other tests.)
+	defer func() {
+		exec(t, setup, "DROP FUNCTION fph_uesc()", simple)
+		_ = setup.Close(ctx)
+	}()
 	for _, tc := range []struct {
 		call, name, want string
 		args             []any

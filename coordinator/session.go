@@ -279,6 +279,14 @@ type session struct {
 	txBegin     string
 	txSet       bool
 	txSavepoint bool
+	// txLog: the transaction's SETs (SET LOCAL and RESET included), in
+	// order, set again after its BEGIN (and between its savepoints, by
+	// savepointMark.logN) on each worker it takes in; txLogLost: one
+	// cannot be (its text is not known, it came after the transaction
+	// took in a second worker, or a ROLLBACK TO undid a custom setting's
+	// SET, whose placeholder stays): taking in a worker is refused then.
+	txLog     []paramOp
+	txLogLost bool
 	// idleOff: the transaction's connections have their idle-in-transaction
 	// timer off, and idleTimeout is what the coordinator enforces instead
 	// (idletxn.go).
@@ -3357,10 +3365,21 @@ func (ss *session) noteTag(e *expect, body []byte) {
 		ops = e.stmt.cls.ops
 	}
 	if e.opIdx >= len(ops) || string(tag) != ops[e.opIdx].tag() {
+		if string(tag) == "SET" || string(tag) == "RESET" {
+			ss.txLogLost = true // (a SET not followed: not set again elsewhere)
+		}
 		return
 	}
 	op := ops[e.opIdx]
 	e.opIdx++
+	if op.text != "" {
+		// (Outside a transaction block the log is cleared at its
+		// ReadyForQuery, endOfCycle.)
+		ss.txLog = append(ss.txLog, op)
+		ss.txLogLost = ss.txLogLost || len(ss.parked) > 0 // (on this worker only)
+	} else if op.tag() == "SET" || op.tag() == "RESET" {
+		ss.txLogLost = true
+	}
 	ss.noteParamFix(op)
 	ss.noteDefines(op)
 	switch op.kind {
@@ -3399,6 +3418,7 @@ func (ss *session) endOfCycle(status byte) {
 	}
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.chainAsk, ss.chainStarted = "", false, false, false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
+	ss.txLog, ss.txLogLost = ss.txLog[:0], false
 	releaseCitus(ss.citusPending, false)
 	ss.citusPending = nil
 	if len(ss.pending) > 0 {
@@ -4037,6 +4057,7 @@ func (ss *session) verifyAt(adopt bool) bool {
 type savepointMark struct {
 	name string
 	n    int
+	logN int // len(txLog) when it was made
 }
 
 // noteSavepoint follows a savepoint statement that succeeded, as
@@ -4056,7 +4077,7 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 	}
 	switch op.kind {
 	case opSavepoint:
-		ss.savepoints = append(ss.savepoints, savepointMark{name: op.name, n: len(ss.pending)})
+		ss.savepoints = append(ss.savepoints, savepointMark{name: op.name, n: len(ss.pending), logN: len(ss.txLog)})
 	case opRelease:
 		if i := find(); i >= 0 {
 			ss.savepoints = ss.savepoints[:i]
@@ -4066,9 +4087,14 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 		i := find()
 		if i < 0 || ss.spLost {
 			ss.cursorsAtSavepoint(opRollbackTo, -1)
+			ss.txLogLost = true
 			return false
 		}
 		ss.cursorsAtSavepoint(opRollbackTo, i)
+		for _, o := range ss.txLog[min(ss.savepoints[i].logN, len(ss.txLog)):] {
+			o.customNames(func(string) { ss.txLogLost = true })
+		}
+		ss.txLog = ss.txLog[:min(ss.savepoints[i].logN, len(ss.txLog))]
 		undone := slices.Clone(ss.pending[ss.savepoints[i].n:])
 		ss.pending = ss.pending[:ss.savepoints[i].n]
 		for _, o := range undone {

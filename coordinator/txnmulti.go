@@ -115,7 +115,7 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	case ss.pinned != "":
 		return errMultiRefused(fmt.Sprintf("this session is pinned to one worker connection (%s); its transaction cannot take in worker %s", ss.pinned, to),
 			"Reconnect, or keep the transaction to rows on one worker.")
-	case ss.txSet || len(ss.pending) > 0:
+	case ss.txLogLost || ss.paramsUnsure:
 		return errMultiRefused(fmt.Sprintf("this transaction made a SET on worker %s; a statement on worker %s would not see it", from, to),
 			"Make the SET outside the transaction block, or keep the transaction to rows on one worker.")
 	case ss.txSavepoint && !ss.savepointsKnown():
@@ -166,8 +166,8 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 			// The BEGIN and the idle timer's read, in one round trip.
 			var rows [][]string
 			rows, err = sc.Query(begin+"\n;"+idleOffSQL, time.Now().Add(pool.Config().ResetTimeout))
-			if err == nil {
-				ss.noteIdleSetting(pool, rows)
+			if err == nil && len(rows) > 0 {
+				ss.noteIdleSetting(pool, rows[len(rows)-1:]) // (the SETs set again may have rows before it)
 			}
 		} else {
 			err = sc.Exec(begin, time.Now().Add(pool.Config().ResetTimeout), nil)
@@ -185,6 +185,10 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 			err = pgerr.New(pgerr.InvalidTransactionState, "worker %s did not start the transaction", to)
 		}
 		return err
+	}
+	for _, op := range ss.txLog {
+		// (Set again there: defined on that backend now.)
+		op.customNames(func(name string) { sc.Defines = pooling.AddDefine(sc.Defines, name) })
 	}
 	ss.parked = append(ss.parked, cur)
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
@@ -781,6 +785,7 @@ func (ss *session) chained(committed bool) {
 	ss.txFailed = false
 	ss.txSavepoint = false
 	ss.txSet = ss.paramsUnsure
+	ss.txLog, ss.txLogLost = ss.txLog[:0], false
 	// The connection's settings are the session's again (committed or
 	// rolled back): a multiRelease gives it back under that key.
 	ss.sc.ParamsKey = ss.params.key
@@ -830,6 +835,13 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	}
 	if committed && !ss.txFailed {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
+	} else {
+		// A custom setting's placeholder outlives the SET that made it
+		// (on every worker the transaction set it again, joinWorker),
+		// as endOfCycle keeps it.
+		for _, o := range ss.pending {
+			o.customNames(func(name string) { ss.params.apply(paramOp{kind: opPlaceholder, name: name}) })
+		}
 	}
 	ss.pending = ss.pending[:0]
 	ss.cancelMu.Lock()
@@ -846,6 +858,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	clear(ss.parked)
 	ss.parked = ss.parked[:0]
 	ss.txBegin, ss.txSet, ss.txSavepoint, ss.txFailed = "", false, false, false
+	ss.txLog, ss.txLogLost = ss.txLog[:0], false
 	ss.idleOff, ss.idleTimeout = false, 0
 	ss.chainAsk, ss.chainStarted = false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
@@ -1052,14 +1065,37 @@ func (ss *session) savepointsKnown() bool {
 	return true
 }
 
-// savepointReplay is the transaction's savepoints, oldest first, as SQL
-// to run after its BEGIN on a worker it takes in ("" without savepoints).
+// savepointReplay is the transaction's savepoints, oldest first, and its
+// SETs (txLog) in their places among them, as SQL to run after its BEGIN
+// on a worker it takes in ("" without either).
 func (ss *session) savepointReplay() string {
 	var b strings.Builder
+	at := 0
+	sets := func(to int) {
+		for ; at < min(to, len(ss.txLog)); at++ {
+			b.WriteString("\n; ") // (the newline ends a -- comment the text before ends with)
+			b.WriteString(ss.txLog[at].text)
+			// A RESET of a startup setting was followed by the startup
+			// value on the worker it ran on (fixParams): here too.
+			switch op := ss.txLog[at]; op.kind {
+			case opReset, opSetDefault:
+				if v, ok := ss.params.startupVal[op.name]; ok {
+					b.WriteString("\n; " + setSQL(op.name, v))
+				}
+			case opResetAll:
+				names := slices.Sorted(maps.Keys(ss.params.startupVal))
+				for _, name := range names {
+					b.WriteString("\n; " + setSQL(name, ss.params.startupVal[name]))
+				}
+			}
+		}
+	}
 	for _, sp := range ss.savepoints {
-		b.WriteString("\n; SAVEPOINT ") // (the newline ends a -- comment the BEGIN text ends with)
+		sets(sp.logN)
+		b.WriteString("\n; SAVEPOINT ")
 		b.WriteString(quoteIdent(sp.name))
 	}
+	sets(len(ss.txLog))
 	return b.String()
 }
 

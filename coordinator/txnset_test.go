@@ -1,0 +1,104 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestSetInBlockTakesInWorkers: a transaction block's SETs (SET LOCAL of a
+// custom setting, the multi-tenant pattern; SET; SET LOCAL between
+// savepoints) hold on every worker the block takes in after them, as on
+// one PostgreSQL: they are set again there after its BEGIN, in their
+// places among its savepoints. They were refused with 0A000. A SET made
+// once the block spans workers still refuses taking in another (it
+// reached one worker only).
+func TestSetInBlockTakesInWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	k1, k2 := spanningTable(t, c, "sb_acc")
+	simple := pgx.QueryExecModeSimpleProtocol
+	settings := "SELECT coalesce(current_setting('app.sb_tenant', true), '<null>') || ' ' || current_setting('work_mem') || ' ' || " +
+		"current_setting('DateStyle') || ' ' || current_setting('statement_timeout') FROM sb_acc WHERE aid = $1"
+	for _, extended := range []bool{false, true} {
+		r := txnRunner{t: t, c: c, extended: extended}
+		read := func(what string, k int, want string) {
+			t.Helper()
+			var got string
+			mode := simple
+			if extended {
+				mode = pgx.QueryExecModeExec
+			}
+			if err := c.QueryRow(ctx, settings, mode, k).Scan(&got); err != nil || got != want {
+				t.Errorf("%s: %s: on the worker of %d: %q, %v; want %q", r.name(), what, k, got, err, want)
+			}
+		}
+		for _, order := range [][2]int{{k1, k2}, {k2, k1}} {
+			// The tenant set for the transaction, then rows on both
+			// workers, written too.
+			r.must("BEGIN")
+			r.must("SET LOCAL app.sb_tenant = '3'")
+			read("SET LOCAL app.sb_tenant", order[0], "3 4MB ISO, MDY 0")
+			read("SET LOCAL app.sb_tenant", order[1], "3 4MB ISO, MDY 0")
+			r.must("UPDATE sb_acc SET n = n + 1 WHERE aid = $1 AND current_setting('app.sb_tenant') = '3'", order[1])
+			r.must("UPDATE sb_acc SET n = n + 1 WHERE aid = $1 AND current_setting('app.sb_tenant') = '3'", order[0])
+			r.must("COMMIT")
+			// (The placeholder stays defined, empty, as on PostgreSQL.)
+			read("after COMMIT", order[1], " 4MB ISO, MDY 0")
+			read("after COMMIT", order[0], " 4MB ISO, MDY 0")
+
+			// SET, SET LOCAL and savepoints: ROLLBACK TO undoes on
+			// every worker what came after the savepoint.
+			r.must("BEGIN")
+			r.must("SET work_mem = '9MB'")
+			r.must("SET LOCAL DateStyle = 'SQL, DMY'")
+			r.must("SAVEPOINT a")
+			r.must("SET LOCAL statement_timeout = '5s'")
+			read("before ROLLBACK TO", order[1], " 9MB SQL, DMY 5s")
+			read("before ROLLBACK TO", order[0], " 9MB SQL, DMY 5s")
+			r.must("ROLLBACK TO a")
+			read("after ROLLBACK TO", order[0], " 9MB SQL, DMY 0")
+			read("after ROLLBACK TO", order[1], " 9MB SQL, DMY 0")
+			r.must("COMMIT")
+			read("after COMMIT of SET work_mem", order[1], " 9MB ISO, MDY 0")
+			read("after COMMIT of SET work_mem", order[0], " 9MB ISO, MDY 0")
+			r.must("RESET work_mem")
+
+			// Rolled back: nothing stays, on either worker.
+			r.must("BEGIN")
+			r.must("SET work_mem = '9MB'")
+			read("SET in a block", order[1], " 9MB ISO, MDY 0")
+			read("SET in a block", order[0], " 9MB ISO, MDY 0")
+			r.must("ROLLBACK")
+			read("after ROLLBACK", order[0], " 4MB ISO, MDY 0")
+			read("after ROLLBACK", order[1], " 4MB ISO, MDY 0")
+
+			// A SET once the block spans both workers reached one of
+			// them: the other is refused, as before.
+			r.must("BEGIN")
+			read("spanning", order[0], " 4MB ISO, MDY 0")
+			read("spanning", order[1], " 4MB ISO, MDY 0")
+			r.must("SET LOCAL work_mem = '9MB'")
+			if _, err := r.run("SELECT n FROM sb_acc WHERE aid = $1", order[0]); sqlState(err) != "0A000" {
+				t.Errorf("%s: a SET after the block took in both workers, then the other worker: %v, want 0A000", r.name(), err)
+			}
+			r.must("ROLLBACK")
+		}
+	}
+	// Each UPDATE ran once per order and protocol, on both keys.
+	for _, k := range []int{k1, k2} {
+		if got := queryString(t, c, "SELECT n::text FROM sb_acc WHERE aid = $1", simple, k); got != "104" {
+			t.Errorf("n(%d) = %s, want 104", k, got)
+		}
+	}
+	// The next client of these connections has no such setting.
+	_ = c.Close(ctx)
+	if got := nextRead(t, srv.Addr(), "SELECT coalesce(current_setting('app.sb_tenant', true), '<null>')"); got != "<null>" {
+		t.Errorf("the next client reads app.sb_tenant = %q, want <null>", got)
+	}
+}
