@@ -177,9 +177,24 @@ func TestClassify(t *testing.T) {
 	}
 	for _, tc := range cases {
 		c := classify(tc.sql)
+		for i := range c.ops {
+			c.ops[i].text = "" // (checked below)
+		}
 		if c.pin != tc.pin || c.count != tc.stmt || !reflect.DeepEqual(c.ops, tc.ops) {
 			t.Errorf("classify(%q) = pin %q, %d statements, ops %+v; want pin %q, %d, %+v",
 				tc.sql, c.pin, c.count, c.ops, tc.pin, tc.stmt, tc.ops)
+		}
+	}
+	// A SET or RESET statement's text, set again on a worker a
+	// transaction takes in (txLog).
+	for sql, want := range map[string]string{
+		"SET LOCAL app.tenant = '7'; SELECT 1":         "SET LOCAL app.tenant = '7'",
+		"reset work_mem":                               "reset work_mem",
+		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE": "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+		"SELECT 1; RESET ALL":                          "RESET ALL",
+	} {
+		if c := classify(sql); len(c.ops) != 1 || c.ops[0].text != want {
+			t.Errorf("classify(%q): ops %+v, want one with text %q", sql, c.ops, want)
 		}
 	}
 }

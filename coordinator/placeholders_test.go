@@ -186,6 +186,23 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		 BEGIN EXECUTE format('SET app.%s = %L', s, v); END $$`,
 		`CREATE OR REPLACE FUNCTION fph_uesc() RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN SET U&"app.fph_\006c" = 13; END $$`,
+		// (Adversary round 14.)
+		`CREATE OR REPLACE FUNCTION fph_cmt(n text) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN
+		 -- update the setting
+		 EXECUTE 'SET ' || n || ' = ''three'''; END $$`,
+		`CREATE OR REPLACE FUNCTION fph_concat(s text) RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN EXECUTE concat('SET app.fph_n', s, ' = 1'); END $$`,
+		`CREATE OR REPLACE FUNCTION fph_space() RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN SET app . fph_o = 'gone'; END $$`,
+		`CREATE OR REPLACE FUNCTION fph_split() RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN EXECUTE 'SET app' || '.fph_p = ''sp'''; END $$`,
+		`CREATE TABLE IF NOT EXISTS fph_cmds (q text)`,
+		`TRUNCATE fph_cmds`,
+		`INSERT INTO fph_cmds VALUES ('SET app.fph_q = ''tq''')`,
+		`CREATE OR REPLACE FUNCTION fph_tab() RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN EXECUTE (SELECT q FROM fph_cmds LIMIT 1); END $$`,
+		`CREATE OR REPLACE VIEW fph_v AS SELECT set_config('app.fph_r', 'vr', false) AS s`,
 		// (SQL text from its caller: a Bind's parameter names it.)
 		`CREATE OR REPLACE FUNCTION fph_exec(q text) RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN EXECUTE q; END $$`,
@@ -222,6 +239,12 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		{"SELECT fph_any('app.' || 'fph_h', '2')", "app.fph_h", "2", nil},
 		{"SELECT fph_setfmt('fph_i', 'x')", "app.fph_i", "x", nil},
 		{"SELECT fph_uesc()", "app.fph_l", "13", nil},
+		{"SELECT fph_cmt('app.' || 'fph_m')", "app.fph_m", "three", nil},
+		{"SELECT fph_concat('')", "app.fph_n", "1", nil},
+		{"SELECT fph_space()", "app.fph_o", "gone", nil},
+		{"SELECT fph_split()", "app.fph_p", "sp", nil},
+		{"SELECT fph_tab()", "app.fph_q", "tq", nil},
+		{"SELECT s FROM fph_v", "app.fph_r", "vr", nil},
 		{"SELECT fph_exec($1)", "app.fph_j", "11", []any{"SET app.fph_j = '11'"}},
 		{"DO $$ BEGIN PERFORM set_config('app.' || 'fph_k', '12', false); END $$", "app.fph_k", "12", nil},
 	} {

@@ -3889,6 +3889,10 @@ func (ss *session) stateReadLost(code string) {
 func (ss *session) stateNamesOf(sql string, bind []byte) []string {
 	seen := map[string]bool{}
 	text := dottedNames(sql, seen, nil)
+	if built, _ := dynamicNames(sql, 0); len(built) > 0 {
+		// (A DO block's EXECUTE 'SET app' || '.x = 1'.)
+		text = mergeNames(text, built)
+	}
 	if len(bind) > 0 {
 		// A Bind's parameters too: SQL text given to a function that
 		// runs it ('SET app.x = 5' as $1 of EXECUTE $1), or a name

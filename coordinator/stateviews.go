@@ -162,6 +162,7 @@ SELECT 'n', c.relname::text FROM bad JOIN pg_catalog.pg_class c ON bad.cls = 'pg
 UNION SELECT 'n', t.typname::text FROM bad JOIN pg_catalog.pg_type t ON bad.cls = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = bad.oid
 UNION SELECT 'f', p.proname::text FROM ufn JOIN pg_catalog.pg_proc p ON p.oid = ufn.oid
 UNION SELECT 'g', p.proname::text FROM bad JOIN pg_catalog.pg_proc p ON bad.cls = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = bad.oid
+       WHERE p.oid >= 16384 OR p.proname <> 'set_config'
 UNION SELECT 'o', o.oprname::text FROM bad JOIN pg_catalog.pg_operator o ON bad.cls = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = bad.oid
        WHERE o.oprleft < 16384 AND o.oprright < 16384 AND o.oprresult < 16384
 UNION SELECT 'a', '' FROM bad JOIN pg_catalog.pg_opclass c ON bad.cls = 'pg_catalog.pg_opclass'::pg_catalog.regclass AND c.oid = bad.oid
@@ -186,10 +187,13 @@ type closure struct {
 // unseenClosure unseenSet's: only what the state read cannot see.
 var stateClosure, unseenClosure = func() (all, unseen closure) {
 	all.rules = `(set_config|advisory_lock|setseed|dblink_connect|lo_open|nextval|setval|pg_settings)`
-	unseen.rules = `(setseed|dblink_connect|backup_start|start_backup|replication_origin_session_setup|replication_slot)`
+	// (set_config is unseen's too: a view's or a SQL-standard body's
+	// names are not read, being stored as trees (adversary round 14); its
+	// own callers are not, through the 'g' rows, whose text is read.)
+	unseen.rules = `(setseed|set_config|dblink_connect|backup_start|start_backup|replication_origin_session_setup|replication_slot)`
 	for n := range sessionFuncs {
 		all.builtins = append(all.builtins, strings.ToLower(n))
-		if unseenFuncs[n] {
+		if unseenFuncs[n] || n == "SET_CONFIG" {
 			unseen.builtins = append(unseen.builtins, strings.ToLower(n))
 		}
 	}
@@ -299,59 +303,341 @@ func unseenIn(code string) bool {
 }
 
 // runTimeName reports whether code may set a custom setting whose name
-// exists only at run time: a set_config whose first argument is not a
-// whole string literal (a variable, a parameter, 'app.' || x, format's
-// %L), or a SET whose name a string cuts off ('SET ' || n, 'SET app.' ||
-// x, format('SET %s = %L', ...)). The state read reads custom settings by
-// name (placeholders are not in pg_settings), so the client would lose
-// such a value at its next statement and the next client find the name
-// defined (adversary round 12): code doing this pins its session instead.
-// UPDATE's SET (UPDATE among the six words before it) is not one.
+// the state read cannot know (dynamicNames).
 func runTimeName(code string) bool {
-	var last [6]string // the words since the last ';', upper-cased
-	n := 0
+	_, unknown := dynamicNames(code, 0)
+	return unknown
+}
+
+// dynamicNames reads code (a function's body, a DO block) for custom
+// settings it may set whose names its text does not spell whole: the
+// names dynamic SQL builds from string literals (EXECUTE 'SET app' ||
+// '.x = 1'), and unknown when a name may exist only at run time. The
+// state read reads custom settings by name (placeholders are not in
+// pg_settings), so code with unknown names pins its session: the client
+// would lose the value at its next statement, and the next client find
+// the name defined (adversary rounds 12 and 14). Unknown:
+//   - set_config whose first argument is not one whole string literal
+//     (a variable, 'app.' || x, a cast then ||, a string continued on the
+//     next line), under any spelling ("set_config", pg_catalog.);
+//   - dynamic SQL (PL/pgSQL's EXECUTE, a built-in that runs SQL text)
+//     whose text is not made of string literals, quote_ident,
+//     quote_literal, quote_nullable and format with a literal template
+//     without %s (a variable could hold any statement: EXECUTE q, EXECUTE
+//     (SELECT q FROM cmds)); or whose text, so made, has a SET or RESET
+//     statement naming a piece it does not spell (SET quote_ident(n));
+//   - a SET or RESET of a U& name (no read spells it).
+//
+// UPDATE's and ALTER's SET are not statements of their own and do not
+// count (EXECUTE 'UPDATE ' || quote_ident(t) || ' SET ...').
+func dynamicNames(code string, depth int) (names []string, unknown bool) {
+	if depth > 4 {
+		return nil, true
+	}
+	// A single-quoted string is data unless it runs: as EXECUTE's text,
+	// read through sqlShape, or as a DO block's body (DO 'BEGIN ...').
+	doBody := depth == 0 && oneOf(firstWord(code), "DO")
 	for i := 0; i < len(code); {
 		c := code[i]
-		if c == ';' {
-			n = 0
+		if e := commentEnd(code, i); e > i {
+			i = e
+			continue
 		}
-		if !isIdentStart(c) {
+		var w string
+		switch {
+		case c == '\'' && !doBody:
+			end := skipString(code, i, i > 0 && (code[i-1] == 'E' || code[i-1] == 'e'))
+			if end < 0 {
+				return names, true
+			}
+			i = end
+			continue
+		case c == '"':
+			// A quoted name: "set_config"(...) is the function.
+			k := strings.IndexByte(code[i+1:], '"')
+			if k < 0 {
+				return names, false
+			}
+			w = code[i+1 : i+1+k]
+			i += k + 2
+		case isIdentStart(c) && (i == 0 || !isIdentChar(code[i-1])):
+			j := i
+			for j < len(code) && isIdentChar(code[j]) {
+				j++
+			}
+			w = code[i:j]
+			i = j
+		default:
 			i++
 			continue
 		}
-		j := i
-		for j < len(code) && isIdentChar(code[j]) {
-			j++
-		}
-		w := code[i:j]
-		i = j
 		switch {
 		case strings.EqualFold(w, "set_config"):
-			if k := skipBlanks(code, j); k < len(code) && code[k] == '(' && !literalName(code, k+1) {
-				return true
+			if k := skipBlanks(code, i); k < len(code) && code[k] == '(' && !wholeLiteralArg(code, k+1) {
+				return names, true
 			}
-		case strings.EqualFold(w, "set"):
-			update := false
-			for m := 1; m <= 6 && m <= n; m++ {
-				update = update || last[(n-m)%6] == "UPDATE"
+		case strings.EqualFold(w, "set") || strings.EqualFold(w, "reset"):
+			k := skipBlanks(code, i)
+			if n := firstWord(code[k:]); oneOf(n, "LOCAL", "SESSION") {
+				k = skipBlanks(code, k+len(n))
 			}
-			if !update && cutName(code, j) {
-				return true
+			if k+2 < len(code) && (code[k] == 'u' || code[k] == 'U') && code[k+1] == '&' {
+				return names, true // (SET U&"app.t\0065nant": no read spells it)
+			}
+		case strings.EqualFold(w, "execute"):
+			k := skipBlanks(code, i)
+			if k+8 <= len(code) && (strings.EqualFold(code[k:k+8], "function") || k+9 <= len(code) && strings.EqualFold(code[k:k+9], "procedure")) {
+				continue // (CREATE TRIGGER ... EXECUTE FUNCTION f())
+			}
+			shape, ok := sqlShape(code, k)
+			if !ok {
+				return names, true
+			}
+			if names, unknown = shapeNames(shape, names, depth); unknown {
+				return names, true
+			}
+		default:
+			if len(w) < 40 && builtins[strings.ToUpper(w)]&runsSQLText != 0 {
+				k := skipBlanks(code, i)
+				if k >= len(code) || code[k] != '(' {
+					continue
+				}
+				shape, ok := sqlShape(code, k+1)
+				if !ok {
+					return names, true
+				}
+				if names, unknown = shapeNames(shape, names, depth); unknown {
+					return names, true
+				}
 			}
 		}
-		if len(w) == 6 {
-			w = strings.ToUpper(w)
-		}
-		last[n%6] = w
-		n++
 	}
-	return false
+	return names, false
 }
 
-// literalName reports whether set_config's first argument, at code[k], is
-// a string literal naming a setting whole ('app.x', quotes doubled in a
-// dynamic statement's string), not followed by ||.
-func literalName(code string, k int) bool {
+// firstWord is code's first word, after blanks and comments.
+func firstWord(code string) string {
+	k := skipBlanks(code, 0)
+	e := k
+	for e < len(code) && isIdentChar(code[e]) {
+		e++
+	}
+	return code[k:e]
+}
+
+// shapeNames checks the text dynamic SQL runs (sqlShape's), adding the
+// custom names it spells: it is code too (dynamicNames), and a SET or RESET
+// statement in it must name a setting whole.
+func shapeNames(shape string, names []string, depth int) ([]string, bool) {
+	more, unknown := dynamicNames(shape, depth+1)
+	names = append(names, more...)
+	if unknown {
+		return names, true
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		seen[n] = true
+	}
+	names = dottedNames(shape, seen, names)
+	// Statement starts: SET or RESET there names a setting, which must
+	// not be a piece (quote_ident(n), %I).
+	for _, stmt := range strings.Split(shape, ";") {
+		if !oneOf(firstWord(stmt), "SET", "RESET") {
+			continue
+		}
+		k := skipBlanks(stmt, skipBlanks(stmt, 0)+len(firstWord(stmt)))
+		if w := firstWord(stmt[k:]); oneOf(w, "LOCAL", "SESSION") {
+			k = skipBlanks(stmt, k+len(w))
+		}
+		for k < len(stmt) { // (the name: app . x too)
+			if j := skipBlanks(stmt, k); isIdentChar(stmt[k]) || stmt[k] == '"' {
+				k++
+			} else if stmt[k] == '.' || j < len(stmt) && stmt[j] == '.' {
+				k = skipBlanks(stmt, j+1)
+			} else {
+				break
+			}
+		}
+		if k = skipBlanks(stmt, k); k < len(stmt) && strings.IndexByte(shapeIdent+shapeLiteral, stmt[k]) >= 0 {
+			return names, true // (SET app. || quote_ident(n))
+		}
+	}
+	return names, false
+}
+
+// The pieces of a dynamic statement's text that are not literal text:
+// an identifier (quote_ident, format's %I) and a literal (quote_literal,
+// quote_nullable, %L). Neither can end a statement or start another.
+const (
+	shapeIdent   = "\x01"
+	shapeLiteral = "\x02"
+)
+
+// sqlShape reads the SQL-text expression at code[k] (after EXECUTE, or a
+// built-in's first argument) up to where it ends (USING, INTO, a ';', a
+// ',' or ')' outside parentheses), as the text it makes, pieces replaced
+// (shapeIdent, shapeLiteral): ok false if it is not made only of string
+// literals joined with ||, quote_ident, quote_literal, quote_nullable
+// and format with a literal template without %s.
+func sqlShape(code string, k int) (string, bool) {
+	var b strings.Builder
+	for {
+		k = skipBlanks(code, k)
+		if k >= len(code) {
+			return "", false
+		}
+		switch c := code[k]; {
+		case c == '\'' || c == '$' && dollarTag(code[k:]) != "":
+			lit, end, ok := stringLiteral(code, k)
+			if !ok {
+				return "", false
+			}
+			b.WriteString(lit)
+			k = end
+		case isIdentStart(c):
+			e := k
+			for e < len(code) && (isIdentChar(code[e]) || code[e] == '.') {
+				e++
+			}
+			fn := strings.ToLower(strings.TrimPrefix(strings.ToLower(code[k:e]), "pg_catalog."))
+			p := skipBlanks(code, e)
+			if p >= len(code) || code[p] != '(' {
+				return "", false // a variable, a parameter: any text
+			}
+			close := matchParen(code, p)
+			if close < 0 {
+				return "", false
+			}
+			switch fn {
+			case "quote_ident":
+				b.WriteString(shapeIdent)
+			case "quote_literal", "quote_nullable":
+				b.WriteString(shapeLiteral)
+			case "format":
+				t := skipBlanks(code, p+1)
+				if t >= len(code) || code[t] != '\'' {
+					return "", false
+				}
+				tmpl, _, ok := stringLiteral(code, t)
+				if !ok {
+					return "", false
+				}
+				text, ok := formatShape(tmpl)
+				if !ok {
+					return "", false
+				}
+				b.WriteString(text)
+			default:
+				return "", false
+			}
+			k = close + 1
+		default:
+			return "", false
+		}
+		k = skipBlanks(code, k)
+		if strings.HasPrefix(code[k:], "||") {
+			k += 2
+			continue
+		}
+		if k >= len(code) || code[k] == ';' || code[k] == ',' || code[k] == ')' {
+			return b.String(), true
+		}
+		e := k
+		for e < len(code) && isIdentChar(code[e]) {
+			e++
+		}
+		if oneOf(code[k:e], "USING", "INTO") {
+			return b.String(), true
+		}
+		return "", false // (a cast, an operator: not text we can read)
+	}
+}
+
+// stringLiteral reads the string literal at code[k] ('...' with doubled
+// quotes, or $tag$...$tag$; an E string or a backslash is refused: its
+// escapes change the text) and returns its text and the index after it.
+func stringLiteral(code string, k int) (text string, end int, ok bool) {
+	if k > 0 && (code[k-1] == 'E' || code[k-1] == 'e') {
+		return "", 0, false
+	}
+	end = skipString(code, k, false)
+	if end < 0 {
+		return "", 0, false
+	}
+	if code[k] == '$' {
+		tag := dollarTag(code[k:])
+		return code[k+len(tag) : end-len(tag)], end, true
+	}
+	body := code[k+1 : end-1]
+	if strings.IndexByte(body, '\\') >= 0 {
+		return "", 0, false
+	}
+	return strings.ReplaceAll(body, "''", "'"), end, true
+}
+
+// matchParen returns the index of the ')' closing the '(' at code[p], or
+// -1; strings and comments inside are skipped.
+func matchParen(code string, p int) int {
+	depth := 0
+	for i := p; i < len(code); {
+		switch c := code[i]; {
+		case commentEnd(code, i) > i:
+			i = commentEnd(code, i)
+			continue
+		case c == '\'' || c == '$' && dollarTag(code[i:]) != "":
+			end := skipString(code, i, false)
+			if end < 0 {
+				return -1
+			}
+			i = end
+			continue
+		case c == '(':
+			depth++
+		case c == ')':
+			if depth--; depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return -1
+}
+
+// formatShape is the text format() makes of template tmpl, its
+// arguments as pieces: ok false for %s (any text) or a form it does not
+// know.
+func formatShape(tmpl string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(tmpl); i++ {
+		if tmpl[i] != '%' {
+			b.WriteByte(tmpl[i])
+			continue
+		}
+		i++
+		for i < len(tmpl) && (tmpl[i] >= '0' && tmpl[i] <= '9' || tmpl[i] == '$' || tmpl[i] == '-' || tmpl[i] == '*') {
+			i++
+		}
+		if i >= len(tmpl) {
+			return "", false
+		}
+		switch tmpl[i] {
+		case '%':
+			b.WriteByte('%')
+		case 'I':
+			b.WriteString(shapeIdent)
+		case 'L':
+			b.WriteString(shapeLiteral)
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// wholeLiteralArg reports whether the argument at code[k] (set_config's
+// first) is one string literal naming a setting ('app.x', quotes doubled
+// in a dynamic statement's string), optionally cast, then a comma.
+func wholeLiteralArg(code string, k int) bool {
 	k = skipBlanks(code, k)
 	q := 0
 	for k < len(code) && code[k] == '\'' {
@@ -371,37 +657,13 @@ func literalName(code string, k int) bool {
 		k++
 	}
 	k = skipBlanks(code, k)
-	return !strings.HasPrefix(code[k:], "||")
-}
-
-// cutName reports whether the name of the SET ending at code[j] (after
-// LOCAL or SESSION) is cut off by its string or left to a format: the
-// string ends, a % follows, or the name ends with a dot or at a string
-// joined with ||.
-func cutName(code string, j int) bool {
-	k := skipBlanks(code, j)
-	if e := k; e < len(code) && isIdentStart(code[e]) {
-		for e < len(code) && isIdentChar(code[e]) {
-			e++
-		}
-		if oneOf(code[k:e], "LOCAL", "SESSION") {
-			k = skipBlanks(code, e)
+	if strings.HasPrefix(code[k:], "::") {
+		k += 2
+		for k < len(code) && (isIdentChar(code[k]) || code[k] == '.' || code[k] == ' ') {
+			k++
 		}
 	}
-	if k >= len(code) || code[k] == '\'' || code[k] == '%' {
-		return true
-	}
-	if !isIdentStart(code[k]) && code[k] != '"' {
-		return false
-	}
-	for k < len(code) && (isIdentChar(code[k]) || code[k] == '.' || code[k] == '"') {
-		k++
-	}
-	if code[k-1] == '.' || k < len(code) && (code[k] == '%' || code[k] == '&') {
-		return true // (U&"app.t\0065nant": a name no read spells)
-	}
-	// ('SET app' || '.x = 5': a real setting's name so joined counts too.)
-	return k < len(code) && code[k] == '\'' && strings.HasPrefix(code[skipBlanks(code, k+1):], "||")
+	return k < len(code) && code[k] == ','
 }
 
 // seedSetting reports whether the word seed at code[i] names the setting
@@ -592,6 +854,13 @@ func (s *Server) stateViews() *viewSet {
 		for _, f := range funcs {
 			if !harmless[f.oid] {
 				vs.customs = dottedNames(f.body, seen, vs.customs)
+				built, _ := dynamicNames(f.body, 0) // (EXECUTE 'SET app' || '.x = 1')
+				for _, n := range built {
+					if !seen[n] {
+						seen[n] = true
+						vs.customs = append(vs.customs, n)
+					}
+				}
 			}
 		}
 		vs.unseen, err = unseenSet(ctx, s.metaPool, stamp, funcs)
@@ -1038,11 +1307,25 @@ func dottedNames(code string, seen map[string]bool, names []string) []string {
 			i++
 			continue
 		}
+		var sb strings.Builder
 		j := i
-		for j < len(code) && word(code[j]) {
-			j++
+		for j < len(code) {
+			if word(code[j]) {
+				if code[j] != '"' {
+					sb.WriteByte(code[j])
+				}
+				j++
+				continue
+			}
+			// Blanks and comments around a dot: SET app . x is app.x
+			// (adversary round 14).
+			if k := skipBlanks(code, j); k > j && k < len(code) && (code[k] == '.' || code[j-1] == '.' && (isIdentStart(code[k]) || code[k] == '"')) {
+				j = k
+				continue
+			}
+			break
 		}
-		w := strings.ReplaceAll(code[i:j], `"`, "")
+		w := sb.String()
 		i = j
 		pieces := []string{w}
 		if strings.IndexByte(w, '$') >= 0 {
