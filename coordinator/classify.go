@@ -634,6 +634,14 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		if first == "SESSION" && at(2) != "AUTHORIZATION" && at(2) != "CHARACTERISTICS" {
 			first = unquoteName(at(2))
 		}
+		if first == "CONSTRAINTS" {
+			// (Tag SET CONSTRAINTS: a SET of no setting. Taken for one
+			// named constraints, its tag did not match, and the next
+			// SET's was noted as it: SET CONSTRAINTS ALL DEFERRED; SET
+			// work_mem = '1MB' lost the work_mem.)
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET CONSTRAINTS"})
+			return
+		}
 		if first == "ROLE" || first == "SESSION_AUTHORIZATION" {
 			// SET ROLE, SET SESSION ROLE, SET "role" = ..., SET
 			// session_authorization = ...: RESET ALL does not undo these.

@@ -32,6 +32,8 @@ func TestClassify(t *testing.T) {
 		{sql: "SET SESSION SCHEMA 's'", stmt: 1, ops: []paramOp{{kind: opSet, name: "search_path", sql: "SET SESSION SCHEMA 's'"}}},
 		{sql: "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", stmt: 1, ops: []paramOp{{kind: opNone, tagText: "SET"}}},
 		{sql: "SET ROLE bob", stmt: 1, pin: "SET ROLE", ops: []paramOp{{kind: opNone, tagText: "SET"}}},
+		{sql: "SET CONSTRAINTS ALL DEFERRED; SET work_mem = '1MB'", stmt: 2, ops: []paramOp{{kind: opNone, tagText: "SET CONSTRAINTS"},
+			{kind: opSet, name: "work_mem", sql: "SET work_mem = '1MB'"}}},
 		{sql: "RESET work_mem", stmt: 1, ops: []paramOp{{kind: opReset, name: "work_mem"}}},
 		{sql: "RESET Custom.X", stmt: 1, ops: []paramOp{{kind: opReset, name: "custom.x"}}},
 		{sql: `RESET "custom" . /* c */ "Y"`, stmt: 1, ops: []paramOp{{kind: opReset, name: "custom.y"}}},
@@ -192,6 +194,7 @@ func TestClassify(t *testing.T) {
 		"reset work_mem":                               "reset work_mem",
 		"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE": "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
 		"SELECT 1; RESET ALL":                          "RESET ALL",
+		"SET CONSTRAINTS ALL DEFERRED":                 "SET CONSTRAINTS ALL DEFERRED",
 	} {
 		if c := classify(sql); len(c.ops) != 1 || c.ops[0].text != want {
 			t.Errorf("classify(%q): ops %+v, want one with text %q", sql, c.ops, want)

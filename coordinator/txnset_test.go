@@ -69,6 +69,17 @@ func TestSetInBlockTakesInWorkers(t *testing.T) {
 			read("after COMMIT of SET work_mem", order[0], " 9MB ISO, MDY 0")
 			r.must("RESET work_mem")
 
+			if !extended {
+				// SET CONSTRAINTS and a SET in one query: both hold
+				// (the SET's tag was taken for SET CONSTRAINTS', and the
+				// work_mem lost).
+				r.must("BEGIN")
+				r.must("SET CONSTRAINTS ALL DEFERRED; SET LOCAL work_mem = '1MB'")
+				read("SET CONSTRAINTS then SET LOCAL", order[1], " 1MB ISO, MDY 0")
+				read("SET CONSTRAINTS then SET LOCAL", order[0], " 1MB ISO, MDY 0")
+				r.must("COMMIT")
+			}
+
 			// Rolled back: nothing stays, on either worker.
 			r.must("BEGIN")
 			r.must("SET work_mem = '9MB'")
