@@ -574,7 +574,8 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		}
 		return ""
 	}
-	if at(0) == "SET" || at(0) == "RESET" {
+	if at(0) == "SET" && !(at(1) == "TRANSACTION" && at(2) == "SNAPSHOT") || at(0) == "RESET" {
+		// (A snapshot is the worker's own: not set again elsewhere.)
 		n0 := len(c.ops)
 		defer func() {
 			if len(c.ops) == n0+1 {

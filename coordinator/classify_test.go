@@ -200,6 +200,10 @@ func TestClassify(t *testing.T) {
 			t.Errorf("classify(%q): ops %+v, want one with text %q", sql, c.ops, want)
 		}
 	}
+	// (A snapshot is the worker's own: the block then takes in no other.)
+	if c := classify("SET TRANSACTION SNAPSHOT '00000003-0000001B-1'"); len(c.ops) != 1 || c.ops[0].text != "" {
+		t.Errorf("SET TRANSACTION SNAPSHOT: ops %+v, want one without text", c.ops)
+	}
 }
 
 func TestSessionParamsKey(t *testing.T) {
