@@ -340,19 +340,9 @@ func (ss *session) txnStateText() string {
 	if len(names) == 0 {
 		return txnStateSQL
 	}
-	var b strings.Builder
-	b.WriteString(txnStateSQL)
-	b.WriteString(", ARRAY[")
-	for i, n := range names {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("pg_catalog.current_setting(")
-		b.WriteString(quoteLiteral(n))
-		b.WriteString(", true)")
-	}
-	b.WriteString("]::pg_catalog.text")
-	return b.String()
+	// (As the state read reads them: stateHead.)
+	return txnStateSQL + ", ARRAY(SELECT pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(" +
+		quoteLiteral(namesLiteral(names)) + "::pg_catalog.text[]) n)::pg_catalog.text"
 }
 
 // txnCheck refuses a multi-shard statement in a transaction block unless
