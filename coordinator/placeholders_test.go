@@ -214,10 +214,15 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 	} {
 		exec(t, setup, q, simple)
 	}
-	// (A body with a U& name reads as naming any table: it would refuse
-	// create_distributed_table in the shared cluster's other tests.)
+	// (Its functions' words read as table names, and a body with a U&
+	// name as naming any table: left in the shared cluster, they refused
+	// create_distributed_table in later tests, of a table s say.)
 	defer func() {
-		exec(t, setup, "DROP FUNCTION fph_uesc()", simple)
+		exec(t, setup, "DROP TABLE fph_log, fph_cmds", simple)
+		exec(t, setup, "DROP VIEW fph_v", simple)
+		exec(t, setup, "DROP FUNCTION fph_set_config(int), fph_set(int), fph_format(int), fph_sql(int), fph_odd(int), "+
+			"fph_trig(), fph_dyn(int), fph_any(text, text), fph_setfmt(text, text), fph_uesc(), fph_cmt(text), "+
+			"fph_concat(text), fph_space(), fph_split(), fph_tab(), fph_exec(text)", simple)
 		_ = setup.Close(ctx)
 	}()
 	for _, tc := range []struct {
