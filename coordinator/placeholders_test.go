@@ -203,6 +203,8 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		`CREATE OR REPLACE FUNCTION fph_tab() RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN EXECUTE (SELECT q FROM fph_cmds LIMIT 1); END $$`,
 		`CREATE OR REPLACE VIEW fph_v AS SELECT set_config('app.fph_r', 'vr', false) AS s`,
+		`CREATE OR REPLACE FUNCTION fph_do() RETURNS void LANGUAGE plpgsql AS $$
+		 BEGIN DO 'BEGIN PERFORM set_config(''app.'' || ''fph_s'', ''ds'', false); END'; END $$`,
 		// (SQL text from its caller: a Bind's parameter names it.)
 		`CREATE OR REPLACE FUNCTION fph_exec(q text) RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN EXECUTE q; END $$`,
@@ -222,7 +224,7 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		exec(t, setup, "DROP VIEW fph_v", simple)
 		exec(t, setup, "DROP FUNCTION fph_set_config(int), fph_set(int), fph_format(int), fph_sql(int), fph_odd(int), "+
 			"fph_trig(), fph_dyn(int), fph_any(text, text), fph_setfmt(text, text), fph_uesc(), fph_cmt(text), "+
-			"fph_concat(text), fph_space(), fph_split(), fph_tab(), fph_exec(text)", simple)
+			"fph_concat(text), fph_space(), fph_split(), fph_tab(), fph_exec(text), fph_do()", simple)
 		_ = setup.Close(ctx)
 	}()
 	for _, tc := range []struct {
@@ -250,6 +252,7 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		{"SELECT fph_split()", "app.fph_p", "sp", nil},
 		{"SELECT fph_tab()", "app.fph_q", "tq", nil},
 		{"SELECT s FROM fph_v", "app.fph_r", "vr", nil},
+		{"SELECT fph_do()", "app.fph_s", "ds", nil},
 		{"SELECT fph_exec($1)", "app.fph_j", "11", []any{"SET app.fph_j = '11'"}},
 		{"DO $$ BEGIN PERFORM set_config('app.' || 'fph_k', '12', false); END $$", "app.fph_k", "12", nil},
 	} {

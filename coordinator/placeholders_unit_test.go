@@ -134,6 +134,17 @@ func TestRunTimeName(t *testing.T) {
 		{`PERFORM query_to_xml(q, true, false, '')`, true},
 		{`DO 'BEGIN EXECUTE q; END'`, true},
 		{`CREATE TRIGGER x AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION f()`, false},
+		// (Adversary round 15: a DO block's body is code however quoted.)
+		{`DO 'BEGIN PERFORM set_config((SELECT n FROM cfg)||''1'',''v'',false); END'; RETURN 1;`, true},
+		{`EXECUTE 'DO ''BEGIN PERFORM set_config((SELECT n FROM cfg)||''''2'''',''''v'''',false); END'''`, true},
+		{`EXECUTE 'DO ' || quote_literal(code)`, true},
+		{`DO LANGUAGE plpgsql 'BEGIN EXECUTE q; END'`, true},
+		{`DO E'BEGIN PERFORM 1; END'`, true},
+		{`DO 'BEGIN PERFORM set_config(''app.x'', ''1'', false); END'`, false},
+		{`INSERT INTO t VALUES (1) ON CONFLICT DO NOTHING`, false},
+		{`EXECUTE format('SELECT count(*) FROM %I', tbl) INTO n`, false},
+		{`EXECUTE format('%I %I = %L', a, b, 'v')`, true},
+		{`EXECUTE quote_ident(a) || ' app.x = 1'`, true},
 		{`PERFORM set_config(U&'app.t\0065nant', '5', false)`, true},
 	} {
 		if got := runTimeName(tc.code); got != tc.want {

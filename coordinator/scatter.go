@@ -330,12 +330,22 @@ const txnStateSQL = "SELECT pg_catalog.current_setting('transaction_isolation'),
 // only the transaction's worker's rows).
 func (ss *session) txnStateText() string {
 	var names []string
+	add := func(n string) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
 	for _, op := range ss.pending {
-		op.customNames(func(n string) {
-			if !slices.Contains(names, n) {
-				names = append(names, n)
+		op.customNames(add)
+		if op.kind == opResetAll {
+			// (RESET ALL empties every custom setting the session has:
+			// adversary round 15, app.x still 'a' on the other workers.)
+			for _, n := range strings.Split(ss.params.defines, "\x00") {
+				if customName(n) {
+					add(n)
+				}
 			}
-		})
+		}
 	}
 	if len(names) == 0 {
 		return txnStateSQL

@@ -268,6 +268,17 @@ INSERT INTO %[1]s_acc SELECT g, g %% 7 + 1, (g * 37) %% 1000 - 300 FROM generate
 			}
 			mustFail(set, mode, "0A000")
 		}
+		// RESET ALL empties the session's custom settings (adversary
+		// round 15: the count read 'a' on the other workers).
+		exec(t, c, "SET app.stx = 'a'")
+		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "RESET ALL"); err != nil {
+			t.Fatal(err)
+		}
+		mustFail("RESET ALL after SET app.stx", mode, "0A000")
+		exec(t, c, "RESET app.stx")
 		// The session's own value set again in the block is the value
 		// every connection has.
 		exec(t, c, "SET app.stx = '5'")

@@ -326,7 +326,9 @@ func runTimeName(code string) bool {
 //     without %s (a variable could hold any statement: EXECUTE q, EXECUTE
 //     (SELECT q FROM cmds)); or whose text, so made, has a SET or RESET
 //     statement naming a piece it does not spell (SET quote_ident(n));
-//   - a SET or RESET of a U& name (no read spells it).
+//   - a SET or RESET of a U& name (no read spells it);
+//   - a DO block, at any depth, whose body is so (read as code however
+//     quoted), or whose body is escaped or is a piece (DO || quote_literal(q)).
 //
 // UPDATE's and ALTER's SET are not statements of their own and do not
 // count (EXECUTE 'UPDATE ' || quote_ident(t) || ' SET ...').
@@ -383,6 +385,35 @@ func dynamicNames(code string, depth int) (names []string, unknown bool) {
 			}
 			if k+2 < len(code) && (code[k] == 'u' || code[k] == 'U') && code[k+1] == '&' {
 				return names, true // (SET U&"app.t\0065nant": no read spells it)
+			}
+		case strings.EqualFold(w, "do"):
+			// A DO block's body runs, however quoted, at any depth
+			// (adversary round 15: DO 'BEGIN PERFORM set_config(...)'
+			// in a function, in EXECUTE's text, or DO || quote_literal(q)).
+			k := skipBlanks(code, i)
+			if lang := firstWord(code[k:]); strings.EqualFold(lang, "language") {
+				k = skipBlanks(code, k+len(lang))
+				k = skipBlanks(code, k+len(firstWord(code[k:])))
+			}
+			if k >= len(code) {
+				continue
+			}
+			switch c := code[k]; {
+			case c == '\'':
+				body, end, ok := stringLiteral(code, k)
+				if !ok {
+					return names, true
+				}
+				more, unknown := dynamicNames(body, depth+1)
+				names = append(names, more...)
+				if unknown {
+					return names, true
+				}
+				i = end
+			case c == 'E' || c == 'e' || c == 'U' || c == 'u' || strings.IndexByte(shapeIdent+shapeLiteral, c) >= 0:
+				if k+1 < len(code) && (code[k+1] == '\'' || code[k+1] == '&') || strings.IndexByte(shapeIdent+shapeLiteral, c) >= 0 {
+					return names, true // (an escaped body, or one a variable gave)
+				}
 			}
 		case strings.EqualFold(w, "execute"):
 			k := skipBlanks(code, i)
@@ -442,6 +473,9 @@ func shapeNames(shape string, names []string, depth int) ([]string, bool) {
 	// Statement starts: SET or RESET there names a setting, which must
 	// not be a piece (quote_ident(n), %I).
 	for _, stmt := range strings.Split(shape, ";") {
+		if k := skipBlanks(stmt, 0); k < len(stmt) && strings.IndexByte(shapeIdent+shapeLiteral, stmt[k]) >= 0 {
+			return names, true // (quote_ident('set') is set: a statement a piece starts may be a SET)
+		}
 		if !oneOf(firstWord(stmt), "SET", "RESET") {
 			continue
 		}
