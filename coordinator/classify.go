@@ -39,7 +39,7 @@ func (o paramOp) resets() bool {
 	case opReset, opSetDefault, opResetAll, opDiscardAll:
 		return true
 	}
-	return false
+	return o.dflt // (SET LOCAL x TO DEFAULT)
 }
 
 // paramOp is one session-state change, matched to the statement's
@@ -54,6 +54,9 @@ type paramOp struct {
 	// more are SETs the same statement makes too (SET SESSION
 	// CHARACTERISTICS: one for each default_transaction_* setting).
 	more []paramOp
+	// dflt: SET LOCAL of a setting TO DEFAULT (an opNone), which the
+	// session follows with the startup value, as a RESET (paramfix.go).
+	dflt bool
 	// text is a SET or RESET statement's text (SET LOCAL and SET
 	// TRANSACTION too), set again after BEGIN on a worker a transaction
 	// takes in (session.txLog).
@@ -682,7 +685,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			if n == "search_path" && namesTempSchema(stmt) {
 				setPin("search_path naming pg_temp") // (its block's CREATE TABLE makes a temporary table that outlives it)
 			}
-			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET", name: n})
+			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET", name: n, dflt: setsDefault(w, stmt)})
 			return
 		case "TRANSACTION":
 			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET"})

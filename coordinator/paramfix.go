@@ -40,6 +40,10 @@ func (ss *session) resetsStartup(c *class) bool {
 			if _, ok := ss.params.startupVal[op.name]; ok {
 				return true
 			}
+		case opNone:
+			if _, ok := ss.params.startupVal[op.name]; ok && op.dflt {
+				return true
+			}
 		}
 	}
 	return false
@@ -66,6 +70,11 @@ func (ss *session) noteParamFix(op paramOp) {
 		if op.tagText == "LOAD" {
 			ss.loadFix = true
 		}
+		if _, ok := ss.params.startupVal[op.name]; ok && op.dflt && slicesIndex(ss.paramFixLocal, op.name) < 0 {
+			// SET LOCAL x TO DEFAULT: the startup value, for the
+			// transaction (adversary round 15: the server's default).
+			ss.paramFixLocal = append(ss.paramFixLocal, op.name)
+		}
 	}
 }
 
@@ -80,17 +89,20 @@ func slicesIndex(s []string, v string) int {
 
 // fixParams runs at the end of a cycle (see above).
 func (ss *session) fixParams() error {
-	fix, load := ss.paramFix, ss.loadFix
-	ss.paramFix, ss.loadFix = ss.paramFix[:0], false
+	fix, local, load := ss.paramFix, ss.paramFixLocal, ss.loadFix
+	ss.paramFix, ss.paramFixLocal, ss.loadFix = ss.paramFix[:0], ss.paramFixLocal[:0], false
 	sc := ss.sc
 	if sc == nil || sc.TxStatus == 'E' {
 		return nil
 	}
 	deadline := time.Now().Add(ss.pool.Config().ResetTimeout)
-	if len(fix) > 0 {
+	if len(fix)+len(local) > 0 {
 		var b strings.Builder
 		for _, name := range fix {
 			b.WriteString(setSQL(name, ss.params.startupVal[name]) + ";")
+		}
+		for _, name := range local {
+			b.WriteString(setLocalSQL(name, ss.params.startupVal[name]) + ";")
 		}
 		if err := sc.Exec(b.String(), deadline, ss.statusBeforeReady); err != nil {
 			var pe *pgconn.PgError

@@ -213,6 +213,11 @@ func setSQL(name, value string) string {
 	return "SELECT pg_catalog.set_config(" + quoteLiteral(name) + ", " + quoteLiteral(value) + ", false)"
 }
 
+// setLocalSQL is setSQL for the transaction only (SET LOCAL).
+func setLocalSQL(name, value string) string {
+	return "SELECT pg_catalog.set_config(" + quoteLiteral(name) + ", " + quoteLiteral(value) + ", true)"
+}
+
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func quoteLiteral(s string) string {

@@ -147,4 +147,23 @@ func TestResetInTransactionAcrossWorkers(t *testing.T) {
 	if got := answer(c, "SHOW datestyle", simple); got != "German, DMY" {
 		t.Errorf("after ROLLBACK: datestyle %q, want German, DMY", got)
 	}
+
+	// SET LOCAL ... TO DEFAULT is the startup value too, for the
+	// transaction, on both workers (adversary round 15: the server's).
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "UPDATE rs_acc SET n = n + 1 WHERE aid = $1", simple, k1)
+	exec(t, c, "SET LOCAL datestyle TO DEFAULT", simple)
+	if got := answer(c, "SHOW datestyle", simple); got != "SQL, DMY" {
+		t.Errorf("SET LOCAL datestyle TO DEFAULT: %q, want the startup value SQL, DMY", got)
+	}
+	if got := queryString(t, c, "SELECT current_setting('datestyle') FROM rs_acc WHERE aid = $1", simple, k2); got != "SQL, DMY" {
+		t.Errorf("second worker after SET LOCAL TO DEFAULT: datestyle %q, want SQL, DMY", got)
+	}
+	exec(t, c, "COMMIT", simple)
+	if got := answer(c, "SHOW datestyle", simple); got != "German, DMY" {
+		t.Errorf("after COMMIT of SET LOCAL TO DEFAULT: datestyle %q, want German, DMY", got)
+	}
+	if _, err := c.Exec(context.Background(), "BEGIN; SET LOCAL datestyle TO DEFAULT; SELECT 1", simple); sqlState(err) != "0A000" {
+		t.Errorf("SET LOCAL TO DEFAULT then another statement in one query: %v, want 0A000", err)
+	}
 }

@@ -341,9 +341,12 @@ type session struct {
 	// (paramfix.go): startup settings a RESET sent to the server's
 	// default, and custom settings to read back after LOAD; resetQueued:
 	// an Execute of such a RESET is in this extended batch.
-	paramFix    []string
-	loadFix     bool
-	resetQueued bool
+	paramFix []string
+	// paramFixLocal: the same for SET LOCAL x TO DEFAULT, set for the
+	// transaction only.
+	paramFixLocal []string
+	loadFix       bool
+	resetQueued   bool
 }
 
 // Each message relayed to the server is answered by one terminal message
@@ -1940,7 +1943,7 @@ func (ss *session) roundTrip() error {
 	}
 	ss.queue, ss.qhead = ss.queue[:0], 0
 	ss.resetQueued = false
-	if len(ss.paramFix) > 0 || ss.loadFix {
+	if len(ss.paramFix)+len(ss.paramFixLocal) > 0 || ss.loadFix {
 		if err := ss.fixParams(); err != nil {
 			return err
 		}

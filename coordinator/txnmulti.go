@@ -1082,6 +1082,10 @@ func (ss *session) savepointReplay() string {
 				if v, ok := ss.params.startupVal[op.name]; ok {
 					b.WriteString("\n; " + setSQL(op.name, v))
 				}
+			case opNone:
+				if v, ok := ss.params.startupVal[op.name]; ok && op.dflt {
+					b.WriteString("\n; " + setLocalSQL(op.name, v))
+				}
 			case opResetAll:
 				names := slices.Sorted(maps.Keys(ss.params.startupVal))
 				for _, name := range names {
