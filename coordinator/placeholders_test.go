@@ -205,6 +205,15 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		`CREATE OR REPLACE VIEW fph_v AS SELECT set_config('app.fph_r', 'vr', false) AS s`,
 		`CREATE OR REPLACE FUNCTION fph_do() RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN DO 'BEGIN PERFORM set_config(''app.'' || ''fph_s'', ''ds'', false); END'; END $$`,
+		// (Adversary round 16.)
+		`CREATE OR REPLACE FUNCTION fph_u(n text) RETURNS text LANGUAGE sql AS $$ SELECT U&"set\005fconfig"(n, 'vu', false) $$`,
+		`CREATE OR REPLACE FUNCTION fph_fmtcall(n text) RETURNS text LANGUAGE plpgsql AS $$ DECLARE r text; BEGIN
+		 EXECUTE format('SELECT %I(%L, ''vf'', false)', 'set_config', n) INTO r; RETURN r; END $$`,
+		`CREATE OR REPLACE FUNCTION fph_fcat(n text) RETURNS text LANGUAGE plpgsql AS $$ DECLARE r text; BEGIN
+		 EXECUTE format('SELECT set_con' || 'fig(%L, ''vfc'', false)', n) INTO r; RETURN r; END $$`,
+		`CREATE OR REPLACE FUNCTION fph_cf(n text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN
+		 CREATE OR REPLACE FUNCTION fph_g(m text) RETURNS text LANGUAGE sql AS 'SELECT set_config(m, ''vc'', false)';
+		 RETURN fph_g(n); END $$`,
 		// (SQL text from its caller: a Bind's parameter names it.)
 		`CREATE OR REPLACE FUNCTION fph_exec(q text) RETURNS void LANGUAGE plpgsql AS $$
 		 BEGIN EXECUTE q; END $$`,
@@ -224,7 +233,8 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		exec(t, setup, "DROP VIEW fph_v", simple)
 		exec(t, setup, "DROP FUNCTION fph_set_config(int), fph_set(int), fph_format(int), fph_sql(int), fph_odd(int), "+
 			"fph_trig(), fph_dyn(int), fph_any(text, text), fph_setfmt(text, text), fph_uesc(), fph_cmt(text), "+
-			"fph_concat(text), fph_space(), fph_split(), fph_tab(), fph_exec(text), fph_do()", simple)
+			"fph_concat(text), fph_space(), fph_split(), fph_tab(), fph_exec(text), fph_do(), fph_u(text), fph_fmtcall(text), "+
+			"fph_fcat(text), fph_cf(text), fph_g(text)", simple)
 		_ = setup.Close(ctx)
 	}()
 	for _, tc := range []struct {
@@ -253,6 +263,10 @@ func TestFunctionSetPlaceholderStaysWithItsClient(t *testing.T) {
 		{"SELECT fph_tab()", "app.fph_q", "tq", nil},
 		{"SELECT s FROM fph_v", "app.fph_r", "vr", nil},
 		{"SELECT fph_do()", "app.fph_s", "ds", nil},
+		{"SELECT fph_u('app.' || 'fph_t')", "app.fph_t", "vu", nil},
+		{"SELECT fph_fmtcall('app.' || 'fph_w')", "app.fph_w", "vf", nil},
+		{"SELECT fph_fcat('app.' || 'fph_x')", "app.fph_x", "vfc", nil},
+		{"SELECT fph_cf('app.' || 'fph_y')", "app.fph_y", "vc", nil},
 		{"SELECT fph_exec($1)", "app.fph_j", "11", []any{"SET app.fph_j = '11'"}},
 		{"DO $$ BEGIN PERFORM set_config('app.' || 'fph_k', '12', false); END $$", "app.fph_k", "12", nil},
 	} {

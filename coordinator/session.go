@@ -3428,11 +3428,7 @@ func (ss *session) endOfCycle(status byte) {
 		if !ss.txFailed {
 			ss.params.applyOps(ss.pending, ss.sc.Params)
 		} else {
-			// A custom setting's placeholder outlives the SET that made
-			// it, in a transaction rolled back too.
-			for _, o := range ss.pending {
-				o.customNames(func(name string) { ss.params.apply(paramOp{kind: opPlaceholder, name: name}) })
-			}
+			ss.keepPlaceholders()
 		}
 		ss.pending = ss.pending[:0]
 	}
@@ -4137,4 +4133,14 @@ func pendingFailedError(cls *class) error {
 	}
 	return pgerr.New(pgerr.InFailedSQLTransaction,
 		"current transaction is aborted, commands ignored until end of transaction block")
+}
+
+// keepPlaceholders takes into the session the custom settings its
+// transaction's SETs defined: a placeholder outlives the SET that made
+// it, in a transaction rolled back too, on every worker the session uses
+// next.
+func (ss *session) keepPlaceholders() {
+	for _, o := range ss.pending {
+		o.customNames(func(name string) { ss.params.apply(paramOp{kind: opPlaceholder, name: name}) })
+	}
 }

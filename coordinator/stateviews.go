@@ -328,7 +328,9 @@ func runTimeName(code string) bool {
 //     statement naming a piece it does not spell (SET quote_ident(n));
 //   - a SET or RESET of a U& name (no read spells it);
 //   - a DO block, at any depth, whose body is so (read as code however
-//     quoted), or whose body is escaped or is a piece (DO || quote_literal(q)).
+//     quoted), or whose body is escaped or is a piece (DO || quote_literal(q));
+//   - CREATE FUNCTION or PROCEDURE outside a DO block (its body, a string,
+//     may run in the same call, before the catalog is read again).
 //
 // UPDATE's and ALTER's SET are not statements of their own and do not
 // count (EXECUTE 'UPDATE ' || quote_ident(t) || ' SET ...').
@@ -361,6 +363,13 @@ func dynamicNames(code string, depth int) (names []string, unknown bool) {
 				return names, false
 			}
 			w = code[i+1 : i+1+k]
+			if i > 0 && code[i-1] == '&' {
+				// U&"set\005fconfig"(n, ...): a function no read spells
+				// (adversary round 16).
+				if e := skipBlanks(code, i+k+2); e < len(code) && code[e] == '(' {
+					return names, true
+				}
+			}
 			i += k + 2
 		case isIdentStart(c) && (i == 0 || !isIdentChar(code[i-1])):
 			j := i
@@ -427,13 +436,31 @@ func dynamicNames(code string, depth int) (names []string, unknown bool) {
 			if names, unknown = shapeNames(shape, names, depth); unknown {
 				return names, true
 			}
+		case strings.EqualFold(w, "create") && !doBody:
+			// A function user code makes may run before the coordinator
+			// reads the catalog again, its body a string read as data
+			// here (adversary round 16: CREATE FUNCTION g ... AS 'SELECT
+			// set_config(m, ...)' then g(n) in one call). (A DO block's
+			// strings are read as code.)
+			k := skipBlanks(code, i)
+			for _, m := range []string{"OR", "REPLACE"} {
+				if oneOf(firstWord(code[k:]), m) {
+					k = skipBlanks(code, k+len(m))
+				}
+			}
+			if oneOf(firstWord(code[k:]), "FUNCTION", "PROCEDURE") {
+				return names, true
+			}
 		default:
-			if len(w) < 40 && builtins[strings.ToUpper(w)]&runsSQLText != 0 {
+			if arg, ok := sqlTextArg[strings.ToUpper(w)]; ok && len(w) < 40 {
 				k := skipBlanks(code, i)
 				if k >= len(code) || code[k] != '(' {
 					continue
 				}
-				shape, ok := sqlShape(code, k+1)
+				if k = argAt(code, k, arg); k < 0 {
+					continue
+				}
+				shape, ok := sqlShape(code, k)
 				if !ok {
 					return names, true
 				}
@@ -444,6 +471,72 @@ func dynamicNames(code string, depth int) (names []string, unknown bool) {
 		}
 	}
 	return names, false
+}
+
+// sqlTextArg: the built-ins that run SQL text, by the position of that
+// argument (classify's runsSQLText also marks those that read tables
+// named otherwise).
+var sqlTextArg = map[string]int{"QUERY_TO_XML": 0, "QUERY_TO_XMLSCHEMA": 0, "QUERY_TO_XML_AND_XMLSCHEMA": 0,
+	"TS_STAT": 0, "TS_REWRITE": 1}
+
+// argAt returns where the n-th argument (from 0) of the call whose '(' is
+// at code[open] starts, or -1 if it has fewer.
+func argAt(code string, open, n int) int {
+	if n == 0 {
+		return open + 1
+	}
+	depth := 0
+	for k := open + 1; k < len(code); k++ {
+		switch c := code[k]; {
+		case c == '\'' || c == '$' && dollarTag(code[k:]) != "":
+			if e := skipString(code, k, false); e > k {
+				k = e - 1
+			}
+		case c == '(':
+			depth++
+		case c == ')':
+			if depth == 0 {
+				return -1
+			}
+			depth--
+		case c == ',' && depth == 0:
+			if n--; n == 0 {
+				return k + 1
+			}
+		}
+	}
+	return -1
+}
+
+// wordBefore is the word before s[i] (a name, or a schema and a dot, at
+// s[i] itself), upper-cased as written.
+func wordBefore(s string, i int) string {
+	j := i
+	for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t' || s[j-1] == '\n' || s[j-1] == '\r') {
+		j--
+	}
+	if j > 0 && s[j-1] == '.' {
+		j--
+		for j > 0 && (isIdentChar(s[j-1]) || s[j-1] == '"' || s[j-1] == shapeIdent[0]) {
+			j--
+		}
+		for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t' || s[j-1] == '\n' || s[j-1] == '\r') {
+			j--
+		}
+	}
+	e := j
+	for j > 0 && isIdentChar(s[j-1]) {
+		j--
+	}
+	return s[j:e]
+}
+
+// nextIndex is strings.Index of sub in s from i on, as an index of s.
+func nextIndex(s, sub string, i int) int {
+	if j := strings.Index(s[i:], sub); j >= 0 {
+		return i + j
+	}
+	return -1
 }
 
 // firstWord is code's first word, after blanks and comments.
@@ -472,6 +565,22 @@ func shapeNames(shape string, names []string, depth int) ([]string, bool) {
 	names = dottedNames(shape, seen, names)
 	// Statement starts: SET or RESET there names a setting, which must
 	// not be a piece (quote_ident(n), %I).
+	for i := strings.Index(shape, shapeIdent); i >= 0; i = nextIndex(shape, shapeIdent, i+1) {
+		// An identifier a piece gives, called: a function named at run
+		// time (format('SELECT %I(%L, ...)', 'set_config', n); adversary
+		// round 16), schema-qualified too.
+		k := skipBlanks(shape, i+1)
+		if k < len(shape) && shape[k] == '.' {
+			k = skipBlanks(shape, k+1)
+			for k < len(shape) && (isIdentChar(shape[k]) || shape[k] == '"' || shape[k] == shapeIdent[0]) {
+				k++
+			}
+			k = skipBlanks(shape, k)
+		}
+		if k < len(shape) && shape[k] == '(' && !oneOf(wordBefore(shape, i), "INTO", "TABLE", "COPY", "REFERENCES", "ON") {
+			return names, true // (INSERT INTO %I.%I (a, b): a column list)
+		}
+	}
 	for _, stmt := range strings.Split(shape, ";") {
 		if k := skipBlanks(stmt, 0); k < len(stmt) && strings.IndexByte(shapeIdent+shapeLiteral, stmt[k]) >= 0 {
 			return names, true // (quote_ident('set') is set: a statement a piece starts may be a SET)
@@ -552,9 +661,9 @@ func sqlShape(code string, k int) (string, bool) {
 				if t >= len(code) || code[t] != '\'' {
 					return "", false
 				}
-				tmpl, _, ok := stringLiteral(code, t)
-				if !ok {
-					return "", false
+				tmpl, end, ok := stringLiteral(code, t)
+				if e := skipBlanks(code, end); !ok || e >= len(code) || code[e] != ',' && code[e] != ')' {
+					return "", false // (a template joined with ||: adversary round 16)
 				}
 				text, ok := formatShape(tmpl)
 				if !ok {

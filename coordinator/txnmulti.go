@@ -777,6 +777,8 @@ func (ss *session) begunAlone() bool {
 func (ss *session) chained(committed bool) {
 	if committed && !ss.txFailed {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
+	} else {
+		ss.keepPlaceholders() // (adversary round 16: a worker the chained transaction took in read NULL)
 	}
 	ss.txBegin, ss.chainAsk, ss.chainStarted = "", true, true
 	ss.txSnap = nil // the chained block's catalog is its first statement's
@@ -836,12 +838,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	if committed && !ss.txFailed {
 		ss.params.applyOps(ss.pending, ss.sc.Params)
 	} else {
-		// A custom setting's placeholder outlives the SET that made it
-		// (on every worker the transaction set it again, joinWorker),
-		// as endOfCycle keeps it.
-		for _, o := range ss.pending {
-			o.customNames(func(name string) { ss.params.apply(paramOp{kind: opPlaceholder, name: name}) })
-		}
+		ss.keepPlaceholders()
 	}
 	ss.pending = ss.pending[:0]
 	ss.cancelMu.Lock()

@@ -89,6 +89,19 @@ func TestSetInBlockTakesInWorkers(t *testing.T) {
 			read("after ROLLBACK", order[0], " 4MB ISO, MDY 0")
 			read("after ROLLBACK", order[1], " 4MB ISO, MDY 0")
 
+			// A custom SET rolled back AND CHAIN leaves its placeholder
+			// for the chained transaction's workers too (adversary
+			// round 16: NULL on the worker taken in after).
+			r.must("BEGIN")
+			r.must("SET app.sb_q = 'b'")
+			r.must("ROLLBACK AND CHAIN")
+			for _, k := range []int{order[0], order[1]} {
+				if got := queryString(t, c, "SELECT coalesce(current_setting('app.sb_q', true), '<null>') FROM sb_acc WHERE aid = $1", simple, k); got != "" {
+					t.Errorf("%s: after ROLLBACK AND CHAIN of SET app.sb_q, on the worker of %d: %q, want an empty string", r.name(), k, got)
+				}
+			}
+			r.must("COMMIT")
+
 			// A SET once the block spans both workers reached one of
 			// them: the other is refused, as before.
 			r.must("BEGIN")
