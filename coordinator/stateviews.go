@@ -509,7 +509,7 @@ func argAt(code string, open, n int) int {
 }
 
 // wordBefore is the word before s[i] (a name, or a schema and a dot, at
-// s[i] itself), upper-cased as written.
+// s[i] itself), as written.
 func wordBefore(s string, i int) string {
 	j := i
 	for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t' || s[j-1] == '\n' || s[j-1] == '\r') {
