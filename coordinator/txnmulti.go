@@ -76,7 +76,10 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		if err := ss.settle(); err != nil {
 			return err
 		}
-		if ss.sc == nil || ss.sc.TxStatus != 'T' {
+		if ss.sc == nil || ss.sc.TxStatus == 'I' {
+			return ss.afterBlockEnded(ctx, node)
+		}
+		if ss.sc.TxStatus != 'T' {
 			return pgerr.New(pgerr.InFailedSQLTransaction,
 				"current transaction is aborted, commands ignored until end of transaction block")
 		}
@@ -87,7 +90,10 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 		if err := ss.settle(); err != nil {
 			return err
 		}
-		if ss.sc == nil || ss.sc.TxStatus != 'T' {
+		if ss.sc == nil || ss.sc.TxStatus == 'I' {
+			return ss.afterBlockEnded(ctx, node)
+		}
+		if ss.sc.TxStatus != 'T' {
 			return errFailedTxn
 		}
 	}
@@ -193,6 +199,17 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	ss.parked = append(ss.parked, cur)
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
 	return nil
+}
+
+// afterBlockEnded takes node for a statement whose transaction block
+// ended earlier in the same pipeline (its COMMIT or ROLLBACK, answered by
+// joinWorker's hidden Sync): the statement starts the pipeline's next
+// implicit transaction, on the worker it needs, as on PostgreSQL
+// (adversary round 16: BEGIN; SET, then COMMIT and a statement for
+// another worker in one batch, got 25P02).
+func (ss *session) afterBlockEnded(ctx context.Context, node int32) error {
+	ss.releaseIfIdle()
+	return ss.acquire(ctx, node)
 }
 
 // oneStatement reports whether sql (a BEGIN the client sent, as

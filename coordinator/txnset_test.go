@@ -2,6 +2,8 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -124,5 +126,43 @@ func TestSetInBlockTakesInWorkers(t *testing.T) {
 	_ = c.Close(ctx)
 	if got := nextRead(t, srv.Addr(), "SELECT coalesce(current_setting('app.sb_tenant', true), '<null>')"); got != "<null>" {
 		t.Errorf("the next client reads app.sb_tenant = %q, want <null>", got)
+	}
+}
+
+// TestPipelineAfterBlockEnds: a block's COMMIT or ROLLBACK and then a
+// statement for another worker in one pipeline: the statement runs in the
+// pipeline's next implicit transaction, as on PostgreSQL (adversary round
+// 16: after a block that ran only a SET, it got 25P02 and its INSERT was
+// not done).
+func TestPipelineAfterBlockEnds(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	c := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, c, "pb_acc")
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, k := range []int{k1, k2} {
+		for _, end := range []string{"COMMIT", "ROLLBACK"} {
+			if res := batchRun(c, []string{"BEGIN", "SET work_mem = '5MB'"}); strings.Contains(strings.Join(res, " "), "error") {
+				t.Fatalf("BEGIN; SET: %q", res)
+			}
+			res := batchRun(c, []string{end, fmt.Sprintf("UPDATE pb_acc SET n = n + 1 WHERE aid = %d", k),
+				fmt.Sprintf("SELECT n FROM pb_acc WHERE aid = %d", k)})
+			if strings.Contains(strings.Join(res, " "), "error") {
+				t.Errorf("%s then statements on the worker of %d in one pipeline: %q, want them done", end, k, res)
+			}
+			want := "4MB"
+			if end == "COMMIT" {
+				want = "5MB"
+			}
+			if got := queryString(t, c, "SHOW work_mem", simple); got != want {
+				t.Errorf("%s: work_mem afterwards %s, want %s", end, got, want)
+			}
+			exec(t, c, "RESET work_mem", simple)
+		}
+	}
+	for _, k := range []int{k1, k2} {
+		if got := queryString(t, c, "SELECT n::text FROM pb_acc WHERE aid = $1", simple, k); got != "102" {
+			t.Errorf("n(%d) = %s, want 102 (one UPDATE per ending)", k, got)
+		}
 	}
 }
