@@ -419,10 +419,9 @@ func dynamicNames(code string, depth int) (names []string, unknown bool) {
 					return names, true
 				}
 				i = end
-			case c == 'E' || c == 'e' || c == 'U' || c == 'u' || strings.IndexByte(shapeIdent+shapeLiteral, c) >= 0:
-				if k+1 < len(code) && (code[k+1] == '\'' || code[k+1] == '&') || strings.IndexByte(shapeIdent+shapeLiteral, c) >= 0 {
-					return names, true // (an escaped body, or one a variable gave)
-				}
+			case strings.IndexByte(shapeIdent+shapeLiteral, c) >= 0, // (a body a variable gave)
+				strings.IndexByte("EeUu", c) >= 0 && k+1 < len(code) && (code[k+1] == '\'' || code[k+1] == '&'): // (E'...', U&'...')
+				return names, true
 			}
 		case strings.EqualFold(w, "execute"):
 			k := skipBlanks(code, i)
