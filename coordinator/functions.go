@@ -392,13 +392,14 @@ func (ss *session) insertSplit(p *planner.Plan, x *planner.InsertSplit, lits []l
 }
 
 // ddlWords are the statements that may change a distributed table's
-// definition, which runDDL sends to every shard.
-var ddlWords = []string{"CREATE", "ALTER", "DROP", "TRUNCATE"}
+// definition or privileges, which runDDL sends to every shard (GRANT and
+// REVOKE may change a function's, type's or schema's instead: objectDDL
+// sees them first).
+var ddlWords = []string{"CREATE", "ALTER", "DROP", "TRUNCATE", "GRANT", "REVOKE"}
 
 // objectWords start the statements that may change a function, type,
-// domain, collation or schema (COMMENT ON, GRANT, REVOKE) and no table
-// runDDL handles.
-var objectWords = []string{"COMMENT", "GRANT", "REVOKE"}
+// domain, collation or schema (COMMENT ON) and no table runDDL handles.
+var objectWords = []string{"COMMENT"}
 
 // runDDL runs DDL on distributed and reference tables on every shard and
 // the default node's table, all or nothing. handled is false when the

@@ -42,9 +42,10 @@ func TestUnionOfShards(t *testing.T) {
 		t.Errorf("EXPLAIN of a query naming the table's columns anew:\n%s\nwant the query per shard", plan)
 	}
 
-	// Column privileges: the union names the columns the query reads. (GRANT
-	// on a distributed table is refused through a coordinator: granted on
-	// each worker, on the table and its shards there.)
+	// Column privileges: the union names the columns the query reads.
+	// (Granted on each worker, on the table and its shards there, as a
+	// table distributed before shards took their table's privileges
+	// needs.)
 	for i := range cl.Servers { // roles are each server's
 		w := connect(t, cl.Servers[i].Addr())
 		exec(t, w, "CREATE ROLE us_reader LOGIN; GRANT USAGE ON SCHEMA pgfleet_shards TO us_reader", simple)

@@ -71,8 +71,22 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 	one(&er.ConstraintName, false)
 	one(&er.Message, true)
 	one(&er.Detail, true)
+	if er.Code == pgerr.InsufficientPrivilege {
+		// PostgreSQL names the relation unquoted in its privilege errors
+		// (aclcheck_error): "permission denied for table t".
+		for _, p := range privilegeMessages {
+			if name, ok := strings.CutPrefix(er.Message, p); ok {
+				if out := unshardName(name, ids); out != name {
+					er.Message, changed = p+out, true
+				}
+			}
+		}
+	}
 	return changed
 }
+
+// privilegeMessages start the privilege errors that name a table unquoted.
+var privilegeMessages = []string{"permission denied for table ", "must be owner of table "}
 
 // userNamesBody maps the shard names in an ErrorResponse body.
 func userNamesBody(snap *metadata.Snapshot, body []byte) []byte {

@@ -331,7 +331,7 @@ func RunDDLInTxn(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*
 	if d == nil {
 		d = &ddl{text: stmt}
 	}
-	if d.reshell {
+	if d.concurrent {
 		// The analysis dropped CONCURRENTLY, which PostgreSQL refuses
 		// in a transaction block.
 		return "", pgerr.New(pgerr.ActiveSQLTransaction, "%s CONCURRENTLY cannot run inside a transaction block", d.kind)
@@ -361,6 +361,10 @@ type ddl struct {
 	stmt    *pg_query.Node
 	targets []ddlTarget
 	drop    bool // DROP TABLE: the catalog entries go too
+	// concurrent: the statement said CONCURRENTLY, which the analysis
+	// dropped (so reshell too). DROP TABLE ... CASCADE is reshelled as
+	// RESTRICT without it.
+	concurrent bool
 	// reshell: the shell gets the statement deparsed (CONCURRENTLY
 	// dropped), not the text as sent.
 	reshell bool
@@ -471,6 +475,8 @@ func analyzeDDL(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *met
 		return d, nil
 	case *pg_query.Node_DropStmt:
 		return analyzeDrop(ctx, home, n, snap)
+	case *pg_query.Node_GrantStmt:
+		return analyzeGrant(n, snap)
 	case *pg_query.Node_CreateStmt:
 		cs := n.GetCreateStmt()
 		if cs.Relation != nil && cs.Relation.Relpersistence != "t" && len(cs.InhRelations) == 0 && cs.Partbound == nil {
@@ -481,6 +487,48 @@ func analyzeDDL(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *met
 		}
 	}
 	return nil, refuseNamed(n, snap, planner.StatementName(n))
+}
+
+// analyzeGrant: GRANT or REVOKE of table privileges on catalog tables,
+// named or ALL TABLES IN SCHEMA, runs on the shell and every shard, so a
+// shard's privileges stay its table's (Def.privilegeSQL gave it them).
+// WITH GRANT OPTION is refused: a grant-option holder's grants would be
+// recorded as its own, which a shard copied by a later move could not
+// reproduce (its creator grants as the owner).
+func analyzeGrant(n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
+	s := n.GetGrantStmt()
+	kind := "REVOKE"
+	if s.IsGrant {
+		kind = "GRANT"
+	}
+	d := &ddl{kind: kind, stmt: n}
+	if s.Objtype == pg_query.ObjectType_OBJECT_TABLE {
+		switch s.Targtype {
+		case pg_query.GrantTargetType_ACL_TARGET_OBJECT:
+			for _, o := range s.Objects {
+				if t := catalogTable(snap, o.GetRangeVar()); t != nil {
+					d.addTarget(t, "")
+				}
+			}
+		case pg_query.GrantTargetType_ACL_TARGET_ALL_IN_SCHEMA:
+			for _, o := range s.Objects {
+				schema := o.GetString_().GetSval()
+				for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
+					if t := snap.Tables[name]; t.Schema() == schema {
+						d.addTarget(t, "")
+					}
+				}
+			}
+		}
+	}
+	if len(d.targets) == 0 {
+		return nil, refuseNamed(n, snap, planner.StatementName(n))
+	}
+	if s.IsGrant && s.GrantOption {
+		return nil, unsupportedDDL("GRANT ... WITH GRANT OPTION on %s is not supported", describeTable(d.targets[0].table)).
+			WithHint("Grant the privileges without GRANT OPTION, as the table's owner; its shards take the owner's grants.")
+	}
+	return d, nil
 }
 
 func analyzeIndex(n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
@@ -501,7 +549,7 @@ func analyzeIndex(n *pg_query.Node, snap *metadata.Snapshot) (*ddl, error) {
 	d.addTarget(t, "")
 	if s.Concurrent {
 		s.Concurrent = false
-		d.reshell = true
+		d.reshell, d.concurrent = true, true
 	}
 	d.unnamedIndex = s.Idxname == ""
 	return d, nil
@@ -785,7 +833,7 @@ func analyzeDrop(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *me
 		}
 		if s.Concurrent {
 			s.Concurrent = false
-			d.reshell = true
+			d.reshell, d.concurrent = true, true
 		}
 		return d, nil
 	case pg_query.ObjectType_OBJECT_SCHEMA:
@@ -1119,6 +1167,12 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 			c.Subname, c.Newname = name(c.Subname), name(c.Newname)
 		}
 		out = &pg_query.Node{Node: &pg_query.Node_RenameStmt{RenameStmt: c}}
+	case *pg_query.Node_GrantStmt:
+		c := proto.Clone(s.GrantStmt).(*pg_query.GrantStmt)
+		c.Targtype = pg_query.GrantTargetType_ACL_TARGET_OBJECT
+		c.Objects = []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{
+			Schemaname: tg.table.ShardsIn(), Relname: shard, Inh: true, Relpersistence: "p"}}}}
+		out = &pg_query.Node{Node: &pg_query.Node_GrantStmt{GrantStmt: c}}
 	case *pg_query.Node_TruncateStmt:
 		out = &pg_query.Node{Node: &pg_query.Node_TruncateStmt{TruncateStmt: &pg_query.TruncateStmt{
 			Relations: []*pg_query.Node{{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{

@@ -69,6 +69,15 @@ func TestDDLRewrite(t *testing.T) {
 			"ALTER TABLE public.items_102008 ADD COLUMN z int, DROP IF EXISTS y"},
 		{"ALTER TABLE IF EXISTS items RENAME COLUMN qty TO amount", "public.items", "",
 			"ALTER TABLE public.items_102008 RENAME COLUMN qty TO amount"},
+		// GRANT and REVOKE: one shard per statement, the rest as written.
+		{"GRANT SELECT, UPDATE (qty) ON plain, items, app.kinds TO someone, PUBLIC", "app.kinds", "",
+			"GRANT select, update (qty) ON app.kinds_102010 TO someone, public"},
+		{`REVOKE ALL ON TABLE "Mixed" FROM someone CASCADE`, "public.Mixed", "",
+			`REVOKE ALL ON pgfleet_shards."Mixed_102011" FROM someone CASCADE`},
+		{"GRANT INSERT ON ALL TABLES IN SCHEMA public, other TO someone", "public.items", "",
+			"GRANT insert ON public.items_102008 TO someone"},
+		{"REVOKE GRANT OPTION FOR SELECT ON items FROM someone", "public.items", "",
+			"REVOKE GRANT OPTION FOR select ON public.items_102008 FROM someone"},
 	} {
 		d, err := parseDDL(context.Background(), nil, tc.sql, rewriteSnap())
 		if err != nil || d == nil {
@@ -151,7 +160,11 @@ func TestDDLTablesWithoutDatabase(t *testing.T) {
 		{"DROP TABLE items CASCADE", "public.items"}, // run as RESTRICT (analyzeDrop)
 		{"DROP TRIGGER t ON items", "0A000"},
 		{"CREATE TRIGGER t BEFORE INSERT ON items FOR EACH ROW EXECUTE FUNCTION f()", "0A000"},
-		{"GRANT SELECT ON items TO someone", "0A000"},
+		{"GRANT SELECT ON items TO someone", "public.items"},
+		{"GRANT SELECT ON ALL TABLES IN SCHEMA public TO someone", "public.Mixed,public.items"},
+		{"GRANT SELECT ON plain, items TO someone WITH GRANT OPTION", "0A000"},
+		{"GRANT SELECT ON plain TO someone", ""},
+		{"GRANT EXECUTE ON FUNCTION items() TO someone", ""},
 		{"VACUUM items", "0A000"},
 		{"LOCK TABLE app.kinds", "0A000"},
 		{"CREATE VIEW v AS SELECT * FROM items", "0A000"},

@@ -1,6 +1,7 @@
 package shards_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -685,4 +686,72 @@ func TestTableDef(t *testing.T) {
 
 	_, err = shards.TableDef(e.ctx, e.w[0], "nothing")
 	wantCode(t, err, pgerr.UndefinedTable)
+}
+
+// TestTableDefPrivileges: a shard made by Def.CreateSQL has its table's
+// owner, its ACL and its columns' ACLs, whoever creates it (here the
+// superuser, for a table another role owns); a table whose ACL has a grant
+// option, or an item another role granted, is refused (0A000).
+func TestTableDefPrivileges(t *testing.T) {
+	e := newEnv(t)
+	for _, r := range []string{"tdp_owner", "tdp_reader"} {
+		e.exec(0, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '"+r+"') THEN CREATE ROLE "+r+"; END IF; END $$")
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP OWNED BY tdp_owner, tdp_reader", "DROP ROLE tdp_owner", "DROP ROLE tdp_reader"} {
+			_, _ = e.w[0].Exec(e.ctx, q)
+		}
+	})
+	e.exec(0, `CREATE TABLE acl_t (id int PRIMARY KEY, v text, "Secret" text)`)
+	e.exec(0, `ALTER TABLE acl_t OWNER TO tdp_owner`)
+	e.exec(0, `SET ROLE tdp_owner`)
+	e.exec(0, `REVOKE TRUNCATE ON acl_t FROM tdp_owner`)
+	e.exec(0, `GRANT SELECT, INSERT ON acl_t TO tdp_reader`)
+	e.exec(0, `GRANT SELECT ON acl_t TO PUBLIC`)
+	e.exec(0, `GRANT UPDATE ("Secret") ON acl_t TO tdp_reader`)
+	e.exec(0, `RESET ROLE`)
+
+	def, err := shards.TableDef(e.ctx, e.w[0], "acl_t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range def.CreateSQL("public", "acl_t_7") {
+		e.exec(0, s)
+	}
+	acl := func(rel string) []string {
+		return e.strings(0, `SELECT 'owner ' || relowner::regrole::text FROM pg_class WHERE oid = $1::regclass
+			UNION ALL SELECT 'table ' || a::text FROM pg_class, unnest(relacl) a WHERE oid = $1::regclass
+			UNION ALL SELECT attname || ' ' || a::text FROM pg_attribute, unnest(attacl) a WHERE attrelid = $1::regclass
+			ORDER BY 1`, rel)
+	}
+	a, b := acl("acl_t"), acl("acl_t_7")
+	if !slices.Equal(a, b) || len(a) != 5 {
+		t.Errorf("privileges differ:\n%s\n--\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
+	}
+
+	// A table with the default ACL: the shard keeps the default too.
+	e.exec(0, `CREATE TABLE acl_d (id int)`)
+	e.exec(0, `ALTER TABLE acl_d OWNER TO tdp_owner`)
+	def, err = shards.TableDef(e.ctx, e.w[0], "acl_d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range def.CreateSQL("public", "acl_d_7") {
+		e.exec(0, s)
+	}
+	if got := e.strings(0, `SELECT relowner::regrole::text || ' ' || coalesce(relacl::text, 'default') FROM pg_class WHERE oid = 'acl_d_7'::regclass`); !slices.Equal(got, []string{"tdp_owner default"}) {
+		t.Errorf("acl_d_7: %v", got)
+	}
+
+	// Grant options cannot be copied as they are.
+	for _, tc := range []struct{ grant, table string }{
+		{`GRANT SELECT ON acl_d TO tdp_reader WITH GRANT OPTION`, "acl_d"},
+		{`GRANT UPDATE (id) ON acl_t TO tdp_reader WITH GRANT OPTION`, "acl_t"},
+	} {
+		e.exec(0, tc.grant)
+		var pe *pgerr.Error
+		if _, err := shards.TableDef(e.ctx, e.w[0], tc.table); !errors.As(err, &pe) || pe.Code != pgerr.FeatureNotSupported {
+			t.Errorf("%s, then TableDef: %v, want 0A000", tc.grant, err)
+		}
+	}
 }

@@ -26,6 +26,24 @@ type Def struct {
 	Columns     []Column
 	Constraints []Constraint // primary key, unique, check and exclusion constraints
 	Indexes     []Index      // indexes that back no constraint
+	// Owner is the table's owner, quoted; "" leaves a shard its
+	// creator's. Shards take the table's owner and privileges, so that
+	// a role reads and writes them as it may the table (and the owner's
+	// GRANT and REVOKE, sent on to them, do the same there).
+	Owner string
+	// Privileges: the table's ACL is not the default one (relacl not
+	// NULL): a shard gets Grants exactly, its owner's own privileges
+	// included. Column privileges are in Grants either way.
+	Privileges bool
+	Grants     []Grant
+}
+
+// Grant is one privilege of one grantee on the table or one column of it,
+// as GRANT spells it (quoted names; Grantee PUBLIC for everyone).
+type Grant struct {
+	Privilege string // SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER
+	Column    string // quoted column name, or "" for the table
+	Grantee   string
 }
 
 // Column is one column of a table, in order.
@@ -181,6 +199,27 @@ func (d *Def) CreateSQL(schema, shardName string) []string {
 		out = append(out, fmt.Sprintf("CREATE %sINDEX %s ON %s%s", unique,
 			pgx.Identifier{suffixed(ix.Name, suffix)}.Sanitize(), target, ix.tail))
 	}
+	return append(out, d.privilegeSQL(target)...)
+}
+
+// privilegeSQL gives the shard target the table's owner and privileges,
+// the owner first (its GRANTs are then the owner's, as on the table).
+func (d *Def) privilegeSQL(target string) []string {
+	var out []string
+	if d.Owner != "" {
+		out = append(out, "ALTER TABLE "+target+" OWNER TO "+d.Owner)
+	}
+	if d.Privileges && d.Owner != "" {
+		// From the default ACL to none, then the table's items.
+		out = append(out, "REVOKE ALL ON TABLE "+target+" FROM "+d.Owner)
+	}
+	for _, g := range d.Grants {
+		col := ""
+		if g.Column != "" {
+			col = " (" + g.Column + ")"
+		}
+		out = append(out, "GRANT "+g.Privilege+col+" ON TABLE "+target+" TO "+g.Grantee)
+	}
 	return out
 }
 
@@ -309,7 +348,52 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 	if err := readIndexes(ctx, conn, d); err != nil {
 		return nil, err
 	}
+	if err := readPrivileges(ctx, conn, d); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// readPrivileges reads the table's owner and ACL, of the table and of its
+// columns. An item granted by a role other than the owner, or with GRANT
+// OPTION, fails with 0A000: a shard's privileges are granted by its owner
+// (the creator cannot grant as another role), and pgfleet keeps them the
+// table's by sending GRANT and REVOKE on to the shards, which only the
+// owner's grants keep equal (analyzeGrant refuses the rest).
+func readPrivileges(ctx context.Context, conn *pgx.Conn, d *Def) error {
+	var privileged bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.relowner)), c.relacl IS NOT NULL
+		FROM pg_catalog.pg_class c WHERE c.oid = $1`, d.OID).Scan(&d.Owner, &privileged); err != nil {
+		return err
+	}
+	d.Privileges = privileged
+	rows, err := conn.Query(ctx, `SELECT a.privilege_type, g.col,
+			CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+			a.grantor <> c.relowner OR a.is_grantable
+		FROM pg_catalog.pg_class c,
+			LATERAL (SELECT '' AS col, c.relacl AS acl, 0 AS n
+				UNION ALL SELECT pg_catalog.quote_ident(t.attname), t.attacl, t.attnum FROM pg_catalog.pg_attribute t
+				WHERE t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped AND t.attacl IS NOT NULL) g,
+			pg_catalog.aclexplode(g.acl) a
+		WHERE c.oid = $1 ORDER BY g.n`, d.OID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g Grant
+		var other bool
+		if err := rows.Scan(&g.Privilege, &g.Column, &g.Grantee, &other); err != nil {
+			return err
+		}
+		if other {
+			return pgerr.New(pgerr.FeatureNotSupported, "%s has a privilege granted WITH GRANT OPTION or by a role other than its owner; shards of such a table are not supported yet",
+				d.CatalogName()).
+				WithHint("Revoke it (REVOKE GRANT OPTION FOR ..., or REVOKE ... as the role that granted it) and grant it again as the table's owner.")
+		}
+		d.Grants = append(d.Grants, g)
+	}
+	return rows.Err()
 }
 
 func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {

@@ -1,0 +1,177 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestPrivilegesFollowTable: a distributed or reference table's shards
+// take its owner and privileges, so each role reads and writes it through
+// the coordinator as PostgreSQL would let it: the owner whose table a
+// superuser distributed (it got 42501 on the shards, which the superuser
+// owned), a role granted SELECT and a column's UPDATE before the table was
+// distributed, GRANT and REVOKE afterwards (named, and ALL TABLES IN
+// SCHEMA), and after a shard moved. Refusals name the table, not a shard.
+func TestPrivilegesFollowTable(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, s := range cl.Servers {
+		w := connect(t, s.Addr())
+		for _, r := range []string{"gp_alice", "gp_bob"} {
+			exec(t, w, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '"+r+"') THEN CREATE ROLE "+r+" LOGIN; END IF; END $$")
+		}
+		t.Cleanup(func() {
+			for _, q := range []string{"DROP OWNED BY gp_alice, gp_bob", "DROP ROLE IF EXISTS gp_alice", "DROP ROLE IF EXISTS gp_bob"} {
+				_, _ = w.Exec(context.Background(), q)
+			}
+		})
+	}
+	as := func(role string) *pgx.Conn {
+		t.Helper()
+		c, err := pgx.Connect(ctx, "postgres://"+role+"@"+srv.Addr()+"/postgres?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	su := connect(t, srv.Addr())
+	cleanup := func() {
+		for _, q := range []string{"SELECT undistribute_table('gp_t')", "DROP TABLE IF EXISTS gp_t",
+			"SELECT undistribute_table('gp_r')", "DROP TABLE IF EXISTS gp_r",
+			"SELECT undistribute_table('gp_s.t')", "DROP TABLE IF EXISTS gp_s.t", "DROP SCHEMA IF EXISTS gp_s",
+			"REVOKE CREATE ON SCHEMA public FROM gp_alice"} {
+			_, _ = su.Exec(context.Background(), q, simple)
+		}
+	}
+	cleanup()
+	t.Cleanup(cleanup)
+	exec(t, su, "GRANT CREATE ON SCHEMA public TO gp_alice", simple)
+	alice, bob := as("gp_alice"), as("gp_bob")
+	for _, q := range []string{
+		"CREATE TABLE gp_t (id int PRIMARY KEY, v text, secret text)",
+		"GRANT SELECT ON gp_t TO gp_bob",
+		"GRANT UPDATE (v) ON gp_t TO gp_bob",
+		"CREATE TABLE gp_r (id int PRIMARY KEY, n text)",
+		"GRANT SELECT ON gp_r TO PUBLIC",
+	} {
+		exec(t, alice, q, simple)
+	}
+	// The superuser distributes alice's tables.
+	exec(t, su, "SELECT create_distributed_table('gp_t', 'id', shard_count => 4)", simple)
+	exec(t, su, "SELECT create_reference_table('gp_r')", simple)
+
+	count := func(c *pgx.Conn, sql string) (int, error) {
+		var n int
+		err := c.QueryRow(ctx, sql, simple).Scan(&n)
+		return n, err
+	}
+	want := func(who string, c *pgx.Conn, sql string, n int) {
+		t.Helper()
+		got, err := count(c, sql)
+		if err != nil || got != n {
+			t.Errorf("%s: %s = %d, %v; want %d", who, sql, got, err, n)
+		}
+	}
+	// denied: sql fails with 42501 naming table (as PostgreSQL does:
+	// without its schema), not a shard.
+	denied := func(who string, c *pgx.Conn, sql, table string) {
+		t.Helper()
+		_, err := c.Exec(ctx, sql, simple)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" || pe.Message != "permission denied for table "+table {
+			t.Errorf("%s: %s: %v, want 42501 permission denied for table %s", who, sql, err, table)
+		}
+	}
+
+	// The owner, and what the grants made before distributing allow.
+	exec(t, alice, "INSERT INTO gp_t SELECT g, 'v' || g, 's' FROM generate_series(1, 10) g", simple)
+	exec(t, alice, "INSERT INTO gp_r VALUES (1, 'one'), (2, 'two')", simple)
+	want("alice", alice, "SELECT count(*) FROM gp_t", 10)
+	want("bob", bob, "SELECT count(*) FROM gp_t", 10)
+	want("bob", bob, "SELECT count(*) FROM gp_t WHERE id = 3", 1)
+	want("bob", bob, "SELECT count(*) FROM gp_r", 2)
+	exec(t, bob, "UPDATE gp_t SET v = 'b' WHERE id = 3", simple)
+	denied("bob", bob, "UPDATE gp_t SET secret = 'b' WHERE id = 3", "gp_t")
+	denied("bob", bob, "DELETE FROM gp_t WHERE id = 3", "gp_t")
+	denied("bob", bob, "INSERT INTO gp_r VALUES (3, 'three')", "gp_r")
+
+	// REVOKE and GRANT afterwards reach the shards.
+	exec(t, alice, "REVOKE SELECT ON gp_t FROM gp_bob", simple)
+	denied("bob", bob, "SELECT count(*) FROM gp_t", "gp_t")
+	denied("bob", bob, "SELECT count(*) FROM gp_t WHERE id = 3", "gp_t")
+	exec(t, alice, "GRANT SELECT, DELETE ON gp_t TO gp_bob", simple)
+	exec(t, alice, "REVOKE SELECT ON gp_r FROM PUBLIC", simple)
+	denied("bob", bob, "SELECT count(*) FROM gp_r", "gp_r")
+	exec(t, bob, "DELETE FROM gp_t WHERE id = 10", simple)
+	want("bob", bob, "SELECT count(*) FROM gp_t", 9)
+
+	// A grant option would be recorded as bob's on the table: refused.
+	if _, err := alice.Exec(ctx, "GRANT SELECT ON gp_t TO gp_bob WITH GRANT OPTION", simple); sqlState(err) != "0A000" {
+		t.Errorf("GRANT ... WITH GRANT OPTION: %v, want 0A000", err)
+	}
+
+	// ALL TABLES IN SCHEMA.
+	for _, q := range []string{"CREATE SCHEMA gp_s", "CREATE TABLE gp_s.t (id int PRIMARY KEY)",
+		"SELECT create_distributed_table('gp_s.t', 'id', shard_count => 2)", "INSERT INTO gp_s.t VALUES (1), (2), (3)",
+		"GRANT USAGE ON SCHEMA gp_s TO gp_bob"} {
+		exec(t, su, q, simple)
+	}
+	denied("bob", bob, "SELECT count(*) FROM gp_s.t", "t")
+	exec(t, su, "GRANT SELECT ON ALL TABLES IN SCHEMA gp_s TO gp_bob", simple)
+	want("bob", bob, "SELECT count(*) FROM gp_s.t", 3)
+	exec(t, su, "REVOKE ALL ON ALL TABLES IN SCHEMA gp_s FROM gp_bob", simple)
+	denied("bob", bob, "SELECT count(*) FROM gp_s.t WHERE id = 2", "t")
+
+	// A moved shard keeps them (the copy is made from the shard).
+	var shard int64
+	var host string
+	var port int
+	if err := su.QueryRow(ctx, "SELECT shardid, nodename, nodeport FROM citus_shards WHERE table_name = 'gp_t'::regclass ORDER BY shardid LIMIT 1",
+		simple).Scan(&shard, &host, &port); err != nil {
+		t.Fatal(err)
+	}
+	to := cl.Servers[0]
+	if to.Port == port {
+		to = cl.Servers[1]
+	}
+	exec(t, su, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, host, port, to.Host, to.Port), simple)
+	want("bob after a move", bob, "SELECT count(*) FROM gp_t", 9)
+	exec(t, bob, "UPDATE gp_t SET v = 'm'", simple)
+	denied("bob after a move", bob, "UPDATE gp_t SET secret = 'm'", "gp_t")
+	want("alice after a move", alice, "SELECT count(*) FROM gp_t WHERE v = 'm'", 9)
+}
+
+// TestDropTableCascadeInBlock: DROP TABLE ... CASCADE of a distributed
+// table inside a transaction block is refused as DROP TABLE is there
+// (0A000), not as CONCURRENTLY would be (25001: its rewrite to RESTRICT
+// was taken for one).
+func TestDropTableCascadeInBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	testTable(t, c, "dtc_t", "(id int PRIMARY KEY)", "SELECT create_distributed_table('dtc_t', 'id', shard_count => 2)")
+	ctx := context.Background()
+	for _, q := range []string{"DROP TABLE dtc_t CASCADE", "DROP TABLE IF EXISTS dtc_t CASCADE"} {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, q); sqlState(err) != "0A000" {
+			t.Errorf("BEGIN; %s: %v, want 0A000", q, err)
+		}
+		_ = tx.Rollback(ctx)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM dtc_t"); got != "0" {
+		t.Errorf("dtc_t after the refusals: %s rows", got)
+	}
+}
