@@ -496,6 +496,13 @@ var gatherTablesQueries = []string{
 	"SELECT a.id FROM {t} a WHERE a.id = 7 AND EXISTS (SELECT 1 FROM {c} c WHERE c.id = a.id AND c.note = 'n3')",
 	"SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM {b}), (SELECT count(*) FROM {c})",
 	"SELECT a.id, b.at FROM {t} a JOIN {b} b ON b.id = a.id AND b.at > date '2024-06-01' WHERE a.t = 'é' ORDER BY 1, 2",
+	// Grouped by a primary key, the table's other columns may be read
+	// (Django's annotate(Count(...)) over a join; it was 42803).
+	"SELECT b.bid, b.kind, b.score, count(a.id), sum(a.n) FROM {b} b LEFT JOIN {t} a ON a.id = b.id GROUP BY b.bid ORDER BY b.bid",
+	"SELECT a.*, count(b.bid) FROM {t} a JOIN {b} b ON b.id = a.id GROUP BY a.id HAVING a.g > 0 ORDER BY a.v, a.id",
+	"SELECT c.id, c.seq, c.note, count(b.bid) FROM {c} c LEFT JOIN {b} b ON b.id = c.seq GROUP BY c.id, c.seq ORDER BY 1, 2",
+	"SELECT c.id, c.note, count(*) FROM {c} c JOIN {b} b ON b.id = c.seq GROUP BY c.id ORDER BY 1",
+	"SELECT a.id, a.t, (SELECT count(*) FROM {b} b WHERE b.id = a.g), count(DISTINCT a.g) FROM {t} a GROUP BY a.id ORDER BY a.id",
 }
 
 // TestGatherTables: statements over several distributed tables that the

@@ -1646,14 +1646,25 @@ func (r *scatterRun) check() error {
 		return err
 	}
 	rt.Checked = true
-	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 1+5*len(x.CheckRelations) {
+	if x.Merge.Gather && len(rows) == 1 && len(rows[0]) == 1+gatherChecks*len(x.CheckRelations) {
 		var bad []string
 		rt.Collations = make([]map[string]string, len(x.CheckRelations))
+		rt.Keys = make([][]int, len(x.CheckRelations))
 		rt.TextCols = map[int]executor.TextCol{}
 		offset := 0
 		for k := range x.CheckRelations {
-			colls, types, names := rows[0][1+5*k], rows[0][2+5*k], rows[0][3+5*k]
-			count, texts := rows[0][4+5*k], rows[0][5+5*k]
+			c := rows[0][1+gatherChecks*k:]
+			colls, types, names, count, texts, key := c[0], c[1], c[2], c[3], c[4], c[5]
+			if key != nil {
+				for _, p := range strings.Split(*key, ",") {
+					n, err := strconv.Atoi(p)
+					if err != nil {
+						rt.Keys[k] = nil
+						break
+					}
+					rt.Keys[k] = append(rt.Keys[k], n)
+				}
+			}
 			if len(x.CheckRelations) > 1 {
 				offset++ // the table's separator
 			}
@@ -1721,12 +1732,14 @@ func (r *scatterRun) check() error {
 }
 
 // gatherCheckSQL reads five things of a gathered table (rel, one of its
-// shards) as five columns: its columns' collations where they are not the
+// shards) as six columns: its columns' collations where they are not the
 // default (the gathered statement applies them); its columns that cannot
 // be gathered at all (textShipped says which others go as text); its
 // columns' type names; its number of columns; and, one per line, the
 // position (from 0), type oid as a RowDescription gives it (a domain's
-// base type) and type name (format_type) of each column that goes as text.
+// base type) and type name (format_type) of each column that goes as text;
+// and its primary key's columns, as positions (from 1) among its columns
+// (for planner.groupByKeys).
 //
 // A column goes through the merge as a binary array element of its type
 // when it has one (built-in base types with binary I/O). Those that have
@@ -1737,6 +1750,9 @@ func (r *scatterRun) check() error {
 // The rest is refused: xml (its binary receive, and its text output, drop
 // an encoding declaration), composites, float and geometric arrays (their
 // text depends on extra_float_digits), other user-defined types.
+// gatherChecks is the number of values gatherCheckSQL reads.
+const gatherChecks = 6
+
 func gatherCheckSQL(rel string) string {
 	attrs := "WHERE a.attrelid = pg_catalog.to_regclass(" + quoteLiteral(rel) + ") AND a.attnum > 0 AND NOT a.attisdropped"
 	return ", (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname), ',') " +
@@ -1749,7 +1765,12 @@ func gatherCheckSQL(rel string) string {
 		", (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a " + attrs + ")" +
 		", (SELECT pg_catalog.string_agg(x.ord || ' ' || x.oid || ' ' || x.name, E'\\n' ORDER BY x.ord) FROM (SELECT pg_catalog.row_number() OVER (ORDER BY a.attnum) - 1 AS ord, " +
 		"(CASE t.typtype WHEN 'd' THEN t.typbasetype ELSE a.atttypid END)::pg_catalog.int8 AS oid, pg_catalog.format_type(a.atttypid, a.atttypmod) AS name, (" + binaryMissing + " AND " + textShipped + ") AS text " +
-		"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs + ") x WHERE x.text)"
+		"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs + ") x WHERE x.text)" +
+		// The primary key's columns, as positions among the columns.
+		", (SELECT pg_catalog.string_agg((SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute b WHERE b.attrelid = a.attrelid " +
+		"AND b.attnum > 0 AND NOT b.attisdropped AND b.attnum <= a.attnum)::text, ',' ORDER BY k.i) " +
+		"FROM pg_catalog.pg_constraint con, pg_catalog.unnest(con.conkey) WITH ORDINALITY k(n, i), pg_catalog.pg_attribute a " +
+		"WHERE con.conrelid = pg_catalog.to_regclass(" + quoteLiteral(rel) + ") AND con.contype = 'p' AND a.attrelid = con.conrelid AND a.attnum = k.n)"
 }
 
 // binaryMissing: a column of type t (pg_type) cannot go through the merge

@@ -135,6 +135,9 @@ type Runtime struct {
 	// Collations: a gathered table's columns whose collation is not the
 	// database default, and theirs (qualified, quoted).
 	Collations []map[string]string // per gathered table
+	// Keys: a gathered table's primary key columns, as positions (from
+	// 1) among its columns; nil when it has none.
+	Keys [][]int
 	// Encoded: a gathered table has columns whose binary form is in the
 	// client_encoding (text and the like).
 	Encoded bool
@@ -891,7 +894,7 @@ func (r *Scatter) merge() error {
 	ms, ok := rt.merges[key.String()]
 	if !ok {
 		if m.Gather {
-			ms.sql, ms.err = m.RenderGather(names, cols, rt.Collations, casts)
+			ms.sql, ms.err = m.RenderGather(names, cols, rt.Collations, casts, rt.Keys)
 		} else {
 			ms.sql, ms.err = m.Render(names)
 		}

@@ -87,7 +87,7 @@ func FuzzBuild(f *testing.F) {
 					types, names = append(types, "int8", "text", "numeric"), append(names, "aid", "c2", "abalance")
 					colls[k] = coll
 				}
-				s, err := m.RenderGather(types, names, colls, nil)
+				s, err := m.RenderGather(types, names, colls, nil, nil)
 				if err != nil {
 					continue
 				}

@@ -331,7 +331,10 @@ func wholeRows(s *pg_query.SelectStmt, aliases []string) error {
 // (qualified and quoted) where that is not the database default: unnest's
 // columns have the default, so those columns are selected with COLLATE
 // from a subquery.
-func (m *Merge) RenderGather(types, names []string, collations []map[string]string, casts []string) (string, error) {
+//
+// keys are the gathered tables' primary keys, as positions (from 1) among
+// each table's columns (nil: none), for groupByKeys.
+func (m *Merge) RenderGather(types, names []string, collations []map[string]string, casts []string, keys [][]int) (string, error) {
 	if !m.Gather || len(types) != len(names) || len(collations) != len(m.Tables) || casts != nil && len(casts) != len(names) {
 		return "", pgerr.New(pgerr.Internal, "no gathering merge for these columns")
 	}
@@ -418,6 +421,15 @@ func (m *Merge) RenderGather(types, names []string, collations []map[string]stri
 		from[k] = tree.Stmts[0].Stmt
 	}
 	s := proto.Clone(m.tmpl).(*pg_query.SelectStmt)
+	if len(keys) == len(m.Tables) {
+		tcols := make([][]string, len(m.Tables))
+		for k := range m.Tables {
+			for _, i := range cols[k] {
+				tcols[k] = append(tcols[k], names[i])
+			}
+		}
+		groupByKeys(s, keys, tcols, func(k, j int) string { return types[cols[k][j]] })
+	}
 	arrays := int32(len(types))
 	eachNode(s, func(x *pg_query.Node) bool {
 		switch v := x.Node.(type) {
@@ -460,4 +472,152 @@ func (m *Merge) RenderGather(types, names []string, collations []map[string]stri
 		return true
 	})
 	return deparse(m.version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: s}})
+}
+
+// groupByKeys lets the statement read a gathered table's other columns
+// when it groups by the table's primary key, as PostgreSQL lets a query
+// over the table (the key's functional dependency): over the gathered
+// rows, which have no key, each SELECT that groups by all of a gathered
+// table's key columns also groups by the table's columns it names. The
+// groups are the same (within one key those columns have one value); a
+// column of a type without an equality (json, geometric types) is left
+// out, and GROUPING SETS, ROLLUP and CUBE are left as they are. keys[k]
+// are table k's key columns as positions (from 1) in cols[k], its column
+// names; typ(k, j) is the type of its column j.
+func groupByKeys(s *pg_query.SelectStmt, keys [][]int, cols [][]string, typ func(k, j int) string) {
+	eachNode(s, func(n *pg_query.Node) bool {
+		if sel := n.GetSelectStmt(); sel != nil {
+			groupLevel(sel, keys, cols, typ)
+		}
+		return true
+	})
+	groupLevel(s, keys, cols, typ)
+}
+
+func groupLevel(sel *pg_query.SelectStmt, keys [][]int, cols [][]string, typ func(k, j int) string) {
+	if len(sel.GroupClause) == 0 {
+		return
+	}
+	for _, g := range sel.GroupClause {
+		if g.GetGroupingSet() != nil {
+			return
+		}
+	}
+	// The gathered tables this level reads, by the name it gives them.
+	tables := map[string]int{}
+	items := 0
+	var from func(n *pg_query.Node)
+	from = func(n *pg_query.Node) {
+		if j := n.GetJoinExpr(); j != nil {
+			from(j.Larg)
+			from(j.Rarg)
+			return
+		}
+		items++
+		rv := n.GetRangeVar()
+		if rv == nil || rv.Schemaname != mergeSchema || rv.Alias == nil || len(rv.Alias.Colnames) > 0 {
+			return
+		}
+		if k := gatherIndex(rv.Relname); k >= 0 && k < len(keys) && len(keys[k]) > 0 {
+			tables[rv.Alias.Aliasname] = k
+		}
+	}
+	for _, f := range sel.FromClause {
+		from(f)
+	}
+	if len(tables) == 0 {
+		return
+	}
+	// ref names the gathered table and column a column reference reads,
+	// if it is one: qualified, or alone in a level that reads one table.
+	ref := func(n *pg_query.Node) (string, string, bool) {
+		cr := n.GetColumnRef()
+		if cr == nil {
+			return "", "", false
+		}
+		f := cr.Fields
+		switch {
+		case len(f) == 2 && f[0].GetString_() != nil:
+			if _, ok := tables[f[0].GetString_().GetSval()]; ok {
+				if f[1].GetAStar() != nil {
+					return f[0].GetString_().GetSval(), "*", true
+				}
+				if f[1].GetString_() != nil {
+					return f[0].GetString_().GetSval(), f[1].GetString_().GetSval(), true
+				}
+			}
+		case len(f) == 1 && f[0].GetString_() != nil && items == 1:
+			for t := range tables {
+				return t, f[0].GetString_().GetSval(), true
+			}
+		}
+		return "", "", false
+	}
+	grouped := map[[2]string]bool{}
+	for _, g := range sel.GroupClause {
+		if t, c, ok := ref(g); ok {
+			grouped[[2]string{t, c}] = true
+		}
+	}
+	var keyed []string // the tables grouped by their whole key
+	for t, k := range tables {
+		all := true
+		for _, p := range keys[k] {
+			if p < 1 || p > len(cols[k]) || !grouped[[2]string{t, cols[k][p-1]}] {
+				all = false
+			}
+		}
+		if all {
+			keyed = append(keyed, t)
+		}
+	}
+	if len(keyed) == 0 {
+		return
+	}
+	slices.Sort(keyed)
+	// The columns of those tables the level names anywhere (in its
+	// subqueries too: they may read the level's columns).
+	var add []*pg_query.Node
+	addCol := func(t, c string) {
+		k := tables[t]
+		j := slices.Index(cols[k], c)
+		if j < 0 || grouped[[2]string{t, c}] || !groupable(typ(k, j)) {
+			return
+		}
+		grouped[[2]string{t, c}] = true
+		add = append(add, colRef(t, c))
+	}
+	for _, l := range [][]*pg_query.Node{sel.TargetList, {sel.HavingClause}, sel.SortClause, sel.DistinctClause} {
+		for _, x := range l {
+			if x == nil {
+				continue
+			}
+			eachNode(x, func(n *pg_query.Node) bool {
+				t, c, ok := ref(n)
+				if !ok || !slices.Contains(keyed, t) {
+					return true
+				}
+				if c == "*" {
+					for _, c := range cols[tables[t]] {
+						addCol(t, c)
+					}
+				} else {
+					addCol(t, c)
+				}
+				return true
+			})
+		}
+	}
+	sel.GroupClause = append(sel.GroupClause, add...)
+}
+
+// groupable: a column of type typ (pg_type.typname) can be grouped by;
+// the built-in types without an equality cannot.
+func groupable(typ string) bool {
+	switch strings.TrimPrefix(typ, "_") {
+	case "json", "jsonpath", "xml", "point", "lseg", "line", "path", "polygon", "circle", "box",
+		"txid_snapshot", "pg_snapshot", "":
+		return false
+	}
+	return true
 }

@@ -15,8 +15,45 @@ func TestRenderGather(t *testing.T) {
 		types, names []string
 		colls        []map[string]string
 		casts        []string // columns that come as text: their types
+		keys         [][]int  // the tables' primary keys
 		want         string   // the rendered statement, or the error's text
 	}{
+		{
+			// Grouped by a table's primary key, the statement groups by
+			// the other columns of it that it names too (PostgreSQL's
+			// functional dependency; over unnest there is no key), json
+			// excepted; a table not grouped by its whole key is left.
+			query: "SELECT a.aid, a.bid, upper(a.t), count(o.id), (SELECT max(x.aid) FROM accounts x WHERE x.bid = a.abalance) FROM accounts a " +
+				"LEFT JOIN orders o ON o.id = a.aid::text GROUP BY a.aid, o.aid HAVING a.j IS NOT NULL ORDER BY o.note",
+			types: []string{"bool", "int8", "int4", "text", "int4", "json", "bool", "text", "int4", "text"},
+			names: []string{"?gather 1", "aid", "bid", "t", "abalance", "j", "?gather 2", "id", "aid", "note"},
+			colls: []map[string]string{nil, nil}, keys: [][]int{{1}, {1, 2}},
+			want: "SELECT a.aid, a.bid, upper(a.t), count(o.id), (SELECT max(x.aid) FROM (SELECT c2, c3, c4, c5, c6 FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) " +
+				"u(c1, c2, c3, c4, c5, c6, c7, c8, c9, c10) WHERE c1) x(aid, bid, t, abalance, j) WHERE x.bid = a.abalance) " +
+				"FROM (SELECT c2, c3, c4, c5, c6 FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) u(c1, c2, c3, c4, c5, c6, c7, c8, c9, c10) WHERE c1) a(aid, bid, t, abalance, j) " +
+				"LEFT JOIN (SELECT c8, c9, c10 FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) u(c1, c2, c3, c4, c5, c6, c7, c8, c9, c10) WHERE c7) o(id, aid, note) ON o.id = a.aid::text " +
+				"GROUP BY a.aid, o.aid, a.bid, a.t, a.abalance HAVING a.j IS NOT NULL ORDER BY o.note",
+		},
+		{
+			// One table, its columns unqualified.
+			query: "SELECT aid, count(DISTINCT aid) FROM accounts GROUP BY bid ORDER BY abalance",
+			types: []string{"int8", "int4", "int4"}, names: []string{"aid", "bid", "abalance"},
+			colls: []map[string]string{nil}, keys: [][]int{{2}},
+			want: "SELECT aid, count(DISTINCT aid) FROM unnest($1, $2, $3) accounts(aid, bid, abalance) GROUP BY bid, accounts.aid, accounts.abalance ORDER BY abalance",
+		},
+		{
+			query: "SELECT a.*, count(DISTINCT a.bid) FROM accounts a GROUP BY a.aid, ROLLUP (a.bid)",
+			types: []string{"int8", "int4"}, names: []string{"aid", "bid"},
+			colls: []map[string]string{nil}, keys: [][]int{{1}},
+			want: "SELECT a.*, count(DISTINCT a.bid) FROM unnest($1, $2) a(aid, bid) GROUP BY a.aid, ROLLUP (a.bid)",
+		},
+		{
+			// a.* names every column.
+			query: "SELECT a.*, count(DISTINCT a.bid) FROM accounts a GROUP BY a.bid",
+			types: []string{"int8", "int4"}, names: []string{"aid", "bid"},
+			colls: []map[string]string{nil}, keys: [][]int{{2}},
+			want: "SELECT a.*, count(DISTINCT a.bid) FROM unnest($1, $2) a(aid, bid) GROUP BY a.bid, a.aid",
+		},
 		{
 			query: "SELECT count(DISTINCT abalance) FROM accounts WHERE bid > $1",
 			types: []string{"int8", "int4"}, names: []string{"aid", "abalance"},
@@ -74,7 +111,7 @@ func TestRenderGather(t *testing.T) {
 		if m == nil || !m.Gather {
 			t.Fatalf("%s: not gathered", c.query)
 		}
-		got, err := m.RenderGather(c.types, c.names, c.colls, c.casts)
+		got, err := m.RenderGather(c.types, c.names, c.colls, c.casts, c.keys)
 		if err != nil {
 			got = err.Error()
 			if !strings.Contains(got, c.want) {
