@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,8 +50,43 @@ func (s *Server) typeOIDs(addr, db string) *pooling.TypeOIDs {
 	}
 	t := &pooling.TypeOIDs{}
 	t.Miss = func(oid uint32) { s.typesMiss(d, db, t, oid) }
+	t.RelMiss = func(oid uint32) { s.relsMiss(d, db, t, oid) }
 	s.types[k] = t
 	return t
+}
+
+// relsMiss is typesMiss for a relation OID: the tables are read again
+// (at most every typesEvery), and an OID no shard has is kept as it is.
+func (s *Server) relsMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	known := func(tb *pooling.OIDTables) bool {
+		_, shard := tb.Rels[oid]
+		return shard || tb.Plain[oid]
+	}
+	if tb := t.Load(); tb != nil && known(tb) {
+		return
+	}
+	if time.Since(d.last) >= typesEvery {
+		d.last = time.Now()
+		if err := s.readTypes(db); err != nil {
+			s.log.Warn("reading type and relation OIDs of the workers (columns of shards are shown with each worker's own OIDs)", "database", db, "err", err)
+		}
+	}
+	tb := t.Load()
+	if tb == nil {
+		tb = &pooling.OIDTables{}
+	}
+	if known(tb) {
+		return
+	}
+	nt := *tb
+	nt.Plain = maps.Clone(tb.Plain)
+	if nt.Plain == nil {
+		nt.Plain = map[uint32]bool{}
+	}
+	nt.Plain[oid] = true
+	t.Store(&nt)
 }
 
 // typesMiss reads the database's tables again for an OID t does not hold,
@@ -81,7 +117,7 @@ func (s *Server) typesMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint3
 		return
 	}
 	// Unknown everywhere: kept as it is, in both directions.
-	nt := &pooling.OIDTables{In: maps.Clone(tb.In), Out: tb.Out, Canon: maps.Clone(tb.Canon)}
+	nt := &pooling.OIDTables{In: maps.Clone(tb.In), Out: tb.Out, Canon: maps.Clone(tb.Canon), Rels: tb.Rels, Plain: tb.Plain}
 	if nt.In == nil {
 		nt.In = map[uint32]uint32{}
 	}
@@ -96,6 +132,23 @@ const typesSQL = `SELECT t.oid, n.nspname, t.typname FROM pg_catalog.pg_type t
   JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
  WHERE t.oid >= 16384 AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'`
 
+// relsSQL reads a node's relations with their columns' names by number
+// (a dropped column's name is PostgreSQL's placeholder).
+const relsSQL = `SELECT c.oid, n.nspname, c.relname,
+       ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 ORDER BY a.attnum)
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.oid >= 16384 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+   AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'`
+
+// named is an object's schema and name.
+type named struct{ nsp, name string }
+
+// relation is one row of relsSQL.
+type relation struct {
+	oid  uint32
+	cols []string
+}
+
 // readTypes reads the user types of database db on every active node and
 // stores each node's tables.
 func (s *Server) readTypes(db string) error {
@@ -107,8 +160,8 @@ func (s *Server) readTypes(db string) error {
 	// out of reach leaves the OID as it is).
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	type named struct{ nsp, name string }
 	byNode := map[string]map[named]uint32{}
+	relsByNode := map[string]map[named]relation{}
 	for _, n := range snap.Nodes {
 		if !n.Active {
 			continue
@@ -133,13 +186,19 @@ func (s *Server) readTypes(db string) error {
 				err = rows.Err()
 			}
 		}
+		rels := map[named]relation{}
+		if err == nil {
+			rels, err = readRelations(ctx, c)
+		}
 		c.Close(context.Background())
 		if err != nil {
 			return err
 		}
 		byNode[n.Addr()] = m
+		relsByNode[n.Addr()] = rels
 	}
 	canon := byNode[s.nodeAddr(s.defaultNode.Load())]
+	canonRels := relsByNode[s.nodeAddr(s.defaultNode.Load())]
 	if canon == nil {
 		return nil
 	}
@@ -187,12 +246,48 @@ func (s *Server) readTypes(db string) error {
 				tb.Out[c] = pooling.NoType
 			}
 		}
+		tb.Rels, tb.Plain = map[uint32]pooling.RelOID{}, map[uint32]bool{}
+		for k, r := range relsByNode[addr] {
+			// A shard's columns are its table's, by name.
+			if t, is := rowType(k, ""); is {
+				if base, ok := canonRels[t]; ok {
+					cols := make([]int16, len(r.cols))
+					for i, c := range r.cols {
+						if j := slices.Index(base.cols, c); j >= 0 {
+							cols[i] = int16(j + 1)
+						}
+					}
+					tb.Rels[r.oid] = pooling.RelOID{OID: base.oid, Cols: cols}
+					continue
+				}
+			}
+			tb.Plain[r.oid] = true
+		}
 		s.mu.Lock()
 		t := s.typeOIDs(addr, db)
 		s.mu.Unlock()
 		t.Store(tb)
 	}
 	return nil
+}
+
+// readRelations runs relsSQL.
+func readRelations(ctx context.Context, c *pgx.Conn) (map[named]relation, error) {
+	rows, err := c.Query(ctx, relsSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[named]relation{}
+	for rows.Next() {
+		var r relation
+		var k named
+		if err := rows.Scan(&r.oid, &k.nsp, &k.name, &r.cols); err != nil {
+			return nil, err
+		}
+		out[k] = r
+	}
+	return out, rows.Err()
 }
 
 // directConnDB is directConn to database db.

@@ -3,6 +3,8 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -114,5 +116,89 @@ func TestTypeOIDsAcrossWorkers(t *testing.T) {
 	}
 	if got := queryString(t, c, "SELECT count(*)::text FROM to_orders WHERE status = 'shipped'"); got != "6" {
 		t.Errorf("rows shipped: %s, want 6", got)
+	}
+}
+
+// TestRowDescriptionNamesTable: the columns of a distributed or reference
+// table are described to the client with the table's OID and column
+// number on the default node, as PostgreSQL describes them (JDBC's
+// getTableName and isAutoIncrement, node-postgres's tableID read them),
+// not a shard's, which no relation or another one has there: routed,
+// multi-shard and reference reads, both protocols, a column dropped
+// before distributing (the shard's numbers differ), after a shard moved
+// (a new OID on its new worker); a local table's stay its own.
+func TestRowDescriptionNamesTable(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	exec(t, c, "DROP TABLE IF EXISTS rd_local")
+	// (A column dropped before distributing: the shards number name 2.)
+	testTable(t, c, "rd_t", "(id bigint PRIMARY KEY, gone int, name text)", "ALTER TABLE rd_t DROP COLUMN gone")
+	exec(t, c, "SELECT create_distributed_table('rd_t', 'id', shard_count => 4)", simple)
+	testTable(t, c, "rd_r", "(code int PRIMARY KEY, label text)", "SELECT create_reference_table('rd_r')")
+	exec(t, c, "CREATE TABLE rd_local (k int, v text)")
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS rd_local") })
+	exec(t, c, "INSERT INTO rd_t SELECT g, 'n' || g FROM generate_series(1, 20) g", simple)
+	exec(t, c, "INSERT INTO rd_r VALUES (1, 'one')", simple)
+	exec(t, c, "INSERT INTO rd_local VALUES (1, 'x')", simple)
+
+	// The default node's answer, as a client would look it up.
+	col := func(table, column string) string {
+		return queryString(t, c, "SELECT attrelid::oid::text || '/' || attnum FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2", table, column)
+	}
+	described := func(sql string, mode pgx.QueryExecMode) []string {
+		t.Helper()
+		rows, err := c.Query(ctx, sql, mode)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		var out []string
+		for _, f := range rows.FieldDescriptions() {
+			out = append(out, fmt.Sprintf("%d/%d", f.TableOID, f.TableAttributeNumber))
+		}
+		rows.Close()
+		if rows.Err() != nil {
+			t.Fatalf("%s: %v", sql, rows.Err())
+		}
+		return out
+	}
+	check := func(sql string, want ...string) {
+		t.Helper()
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeExec} {
+			if got := described(sql, mode); !slices.Equal(got, want) {
+				t.Errorf("%s (%v): columns described as %v, want %v", sql, mode, got, want)
+			}
+		}
+	}
+	id, name := col("rd_t", "id"), col("rd_t", "name")
+	if !strings.HasSuffix(name, "/3") {
+		t.Fatalf("rd_t.name is %s, want column 3", name)
+	}
+	check("SELECT id, name FROM rd_t WHERE id = 7", id, name)
+	check("SELECT name, id FROM rd_t", name, id)
+	check("SELECT name, count(*) FROM rd_t GROUP BY name", name, "0/0")
+	check("SELECT * FROM rd_r", col("rd_r", "code"), col("rd_r", "label"))
+	check("SELECT * FROM rd_local", col("rd_local", "k"), col("rd_local", "v"))
+
+	// After a move, the shard has a new OID on its new worker.
+	var shard int64
+	var host string
+	var port int
+	if err := c.QueryRow(ctx, "SELECT shardid, nodename, nodeport FROM citus_shards WHERE table_name = 'rd_t'::regclass ORDER BY shardid LIMIT 1",
+		simple).Scan(&shard, &host, &port); err != nil {
+		t.Fatal(err)
+	}
+	to := cl.Servers[0]
+	if to.Port == port {
+		to = cl.Servers[1]
+	}
+	exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, host, port, to.Host, to.Port), simple)
+	check("SELECT name, id FROM rd_t", name, id)
+	for i := 1; i <= 20; i++ {
+		if got := described(fmt.Sprintf("SELECT name FROM rd_t WHERE id = %d", i), simple); !slices.Equal(got, []string{name}) {
+			t.Errorf("id %d after a move: described as %v, want %s", i, got, name)
+		}
 	}
 }

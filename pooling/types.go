@@ -29,13 +29,28 @@ type TypeOIDs struct {
 	// not hold (a type made since they were read); it may store new tables
 	// before it returns.
 	Miss func(oid uint32)
+	// RelMiss is Miss for the OID of a relation a RowDescription names.
+	RelMiss func(oid uint32)
 }
 
-// OIDTables are a worker's type OIDs against the default node's.
+// OIDTables are a worker's type OIDs against the default node's, and its
+// shards' relation OIDs against their tables'.
 type OIDTables struct {
 	In    map[uint32]uint32 // every user type of the worker: its OID, the default node's
 	Out   map[uint32]uint32 // the default node's OID, the worker's, where they differ
 	Canon map[uint32]bool   // every user type OID of the default node (and OIDs known to be unknown)
+	// Rels: the worker's shards, by OID: their tables' on the default
+	// node. Plain: the worker's other relations (and OIDs known to be
+	// unknown), which RowDescriptions keep as they are.
+	Rels  map[uint32]RelOID
+	Plain map[uint32]bool
+}
+
+// RelOID is a shard's table on the default node: its OID, and its column
+// numbers by the shard's (Cols[n-1] for the shard's column n; 0: none).
+type RelOID struct {
+	OID  uint32
+	Cols []int16
 }
 
 // NoType stands, in Out, for a type of the default node's that the worker
@@ -71,8 +86,30 @@ func (t *TypeOIDs) in(oid uint32) uint32 {
 	return oid
 }
 
+// rel maps a worker's relation OID: ok when it is a shard's.
+func (t *TypeOIDs) rel(oid uint32) (RelOID, bool) {
+	tb := t.tables.Load()
+	if tb != nil {
+		if r, ok := tb.Rels[oid]; ok {
+			return r, true
+		}
+		if tb.Plain[oid] {
+			return RelOID{}, false
+		}
+	}
+	if t.RelMiss != nil {
+		t.RelMiss(oid)
+		if tb = t.tables.Load(); tb != nil {
+			r, ok := tb.Rels[oid]
+			return r, ok
+		}
+	}
+	return RelOID{}, false
+}
+
 // translateIn rewrites, in place, the type OIDs of a RowDescription ('T')
-// or ParameterDescription ('t') body read from the worker.
+// or ParameterDescription ('t') body read from the worker, and a
+// RowDescription's columns of shards (table OID and column number).
 func (t *TypeOIDs) translateIn(typ byte, body []byte) {
 	switch typ {
 	case 't':
@@ -96,6 +133,22 @@ func (t *TypeOIDs) translateIn(typ byte, body []byte) {
 				at++ // the column's name
 			}
 			at++ // its terminator; then table OID (4), column number (2)
+			if at+6 > len(body) {
+				return
+			}
+			if o := binary.BigEndian.Uint32(body[at:]); o >= FirstNormalOID {
+				// A shard's column is its table's, as PostgreSQL names
+				// it to a client (JDBC's getTableName, isAutoIncrement).
+				if r, ok := t.rel(o); ok {
+					col := int(int16(binary.BigEndian.Uint16(body[at+4:])))
+					var n int16
+					if col >= 1 && col <= len(r.Cols) {
+						n = r.Cols[col-1]
+					}
+					binary.BigEndian.PutUint32(body[at:], r.OID)
+					binary.BigEndian.PutUint16(body[at+4:], uint16(n))
+				}
+			}
 			at += 6
 			if at+4 > len(body) {
 				return
