@@ -450,6 +450,9 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	// for every other statement).
 	ss.srv.refreshCatalog(context.Background())
 	snap = ss.srv.catalog.Load()
+	if err := shards.RefuseSchemaRevoke(sql, snap); err != nil {
+		return true, ss.queryError(err)
+	}
 	if handled, err := ss.objectDDL(sql, snap); handled || objectOnly {
 		return handled, err
 	}
@@ -483,6 +486,13 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	}
 	if len(tables) == 0 {
 		return false, nil
+	}
+	// A table named without its schema is taken as public's, as a
+	// statement's: under another search_path PostgreSQL must find it
+	// there too (GRANT ON t with search_path = ds, public granted on
+	// every shard of public.t and on the default node's ds.t).
+	if err := ss.checkPath(&planner.Plan{Unqualified: planner.UnqualifiedIn(sql, snap)}); err != nil {
+		return true, ss.queryError(err)
 	}
 	if err := ss.cursorsUse(tables, lx.words[:]); err != nil {
 		ss.failBlock()

@@ -48,7 +48,8 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	cleanup := func() {
 		for _, q := range []string{"SELECT undistribute_table('gp_t')", "DROP TABLE IF EXISTS gp_t",
 			"SELECT undistribute_table('gp_r')", "DROP TABLE IF EXISTS gp_r",
-			"SELECT undistribute_table('gp_s.t')", "DROP TABLE IF EXISTS gp_s.t", "DROP SCHEMA IF EXISTS gp_s",
+			"SELECT undistribute_table('gp_s.t')", "DROP TABLE IF EXISTS gp_s.t", "DROP SCHEMA IF EXISTS gp_s", "DROP SCHEMA IF EXISTS gp_ds CASCADE",
+			"SELECT undistribute_table('gp_x.t')", "DROP TABLE IF EXISTS gp_x.t", "DROP SCHEMA IF EXISTS gp_x",
 			"REVOKE CREATE ON SCHEMA public FROM gp_alice"} {
 			_, _ = su.Exec(context.Background(), q, simple)
 		}
@@ -109,6 +110,24 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	exec(t, alice, "REVOKE SELECT ON gp_t FROM gp_bob", simple)
 	denied("bob", bob, "SELECT count(*) FROM gp_t", "gp_t")
 	denied("bob", bob, "SELECT count(*) FROM gp_t WHERE id = 3", "gp_t")
+	// A name without its schema that the session's search_path finds
+	// elsewhere is not the distributed table (an adversary's GRANT
+	// reached public.gp_t's shards, and an ALTER TABLE added a column to
+	// them, for gp_ds.gp_t): refused, as a statement's is.
+	for _, q := range []string{"CREATE SCHEMA gp_ds", "CREATE TABLE gp_ds.gp_t (id int)", "SET search_path = gp_ds, public"} {
+		exec(t, su, q, simple)
+	}
+	for _, q := range []string{"GRANT SELECT ON gp_t TO gp_bob", "ALTER TABLE gp_t ADD COLUMN zz int", "CREATE INDEX ON gp_t (id)"} {
+		if _, err := su.Exec(ctx, q, simple); sqlState(err) != "0A000" {
+			t.Errorf("with search_path gp_ds, public: %s: %v, want 0A000", q, err)
+		}
+	}
+	exec(t, su, "RESET search_path", simple)
+	exec(t, su, "DROP SCHEMA gp_ds CASCADE", simple)
+	denied("bob", bob, "SELECT count(*) FROM gp_t", "gp_t")
+	if got := queryString(t, su, "SELECT count(*)::text FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'gp_t'"); got != "3" {
+		t.Errorf("public.gp_t has %s columns, want 3", got)
+	}
 	exec(t, alice, "GRANT SELECT, DELETE ON gp_t TO gp_bob", simple)
 	exec(t, alice, "REVOKE SELECT ON gp_r FROM PUBLIC", simple)
 	denied("bob", bob, "SELECT count(*) FROM gp_r", "gp_r")
@@ -120,17 +139,39 @@ func TestPrivilegesFollowTable(t *testing.T) {
 		t.Errorf("GRANT ... WITH GRANT OPTION: %v, want 0A000", err)
 	}
 
-	// ALL TABLES IN SCHEMA.
+	// ALL TABLES IN SCHEMA, and the schema's USAGE. A shard lives in the
+	// shards' schema, so the workers never check the table's: privileges
+	// of other roles are refused while not every role may use it (an
+	// adversary read a table through a schema it had no USAGE on).
 	for _, q := range []string{"CREATE SCHEMA gp_s", "CREATE TABLE gp_s.t (id int PRIMARY KEY)",
-		"SELECT create_distributed_table('gp_s.t', 'id', shard_count => 2)", "INSERT INTO gp_s.t VALUES (1), (2), (3)",
-		"GRANT USAGE ON SCHEMA gp_s TO gp_bob"} {
+		"SELECT create_distributed_table('gp_s.t', 'id', shard_count => 2)", "INSERT INTO gp_s.t VALUES (1), (2), (3)"} {
 		exec(t, su, q, simple)
 	}
+	refused := func(c *pgx.Conn, sql string) {
+		t.Helper()
+		if _, err := c.Exec(ctx, sql, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", sql, err)
+		}
+	}
+	refused(su, "GRANT SELECT ON ALL TABLES IN SCHEMA gp_s TO gp_bob")
+	refused(su, "GRANT SELECT ON gp_s.t TO PUBLIC")
 	denied("bob", bob, "SELECT count(*) FROM gp_s.t", "t")
+	exec(t, su, "GRANT USAGE ON SCHEMA gp_s TO PUBLIC", simple)
 	exec(t, su, "GRANT SELECT ON ALL TABLES IN SCHEMA gp_s TO gp_bob", simple)
 	want("bob", bob, "SELECT count(*) FROM gp_s.t", 3)
+	refused(su, "REVOKE USAGE ON SCHEMA gp_s FROM PUBLIC")
+	refused(su, "REVOKE ALL ON SCHEMA gp_s FROM gp_bob, PUBLIC")
+	exec(t, su, "REVOKE CREATE ON SCHEMA gp_s FROM PUBLIC", simple)
+	want("bob", bob, "SELECT count(*) FROM gp_s.t WHERE id = 2", 1)
 	exec(t, su, "REVOKE ALL ON ALL TABLES IN SCHEMA gp_s FROM gp_bob", simple)
 	denied("bob", bob, "SELECT count(*) FROM gp_s.t WHERE id = 2", "t")
+	// A table granted to others in such a schema is not distributed.
+	for _, q := range []string{"CREATE SCHEMA gp_x", "CREATE TABLE gp_x.t (id int PRIMARY KEY)", "GRANT SELECT ON gp_x.t TO gp_bob"} {
+		exec(t, su, q, simple)
+	}
+	refused(su, "SELECT create_distributed_table('gp_x.t', 'id')")
+	exec(t, su, "REVOKE SELECT ON gp_x.t FROM gp_bob", simple)
+	exec(t, su, "SELECT create_distributed_table('gp_x.t', 'id', shard_count => 2)", simple)
 
 	// A moved shard keeps them (the copy is made from the shard).
 	var shard int64

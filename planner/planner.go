@@ -311,6 +311,34 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 // unqualified lists the names stmt gives without a schema that are the
 // name of a catalog table of any schema (the planner takes each as
 // public's, or as no catalog table when public has none of that name).
+// UnqualifiedIn is unqualified for a statement string (DDL, which is not
+// planned), DROP TABLE's names too; nil if it does not parse.
+func UnqualifiedIn(sql string, cat *metadata.Snapshot) []string {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return nil
+	}
+	var found []string
+	for _, raw := range tree.Stmts {
+		for _, n := range unqualified(raw.Stmt, cat) {
+			if !slices.Contains(found, n) {
+				found = append(found, n)
+			}
+		}
+		if d := raw.Stmt.GetDropStmt(); d != nil && d.RemoveType == pg_query.ObjectType_OBJECT_TABLE {
+			for _, o := range d.Objects {
+				if l := o.GetList(); l != nil && len(l.Items) == 1 {
+					n := l.Items[0].GetString_().GetSval()
+					if cat.Table("public."+n) != nil && !slices.Contains(found, n) {
+						found = append(found, n)
+					}
+				}
+			}
+		}
+	}
+	return found
+}
+
 func unqualified(stmt *pg_query.Node, cat *metadata.Snapshot) []string {
 	ctes := cteNames(stmt)
 	var found []string

@@ -73,3 +73,38 @@ func equal(a, b []uint32) bool {
 	}
 	return true
 }
+
+// TestRelationOIDs: a RowDescription's column of a shard gets its table's
+// OID and column number; a relation the tables call plain, and one no
+// reading names (after the miss), keep theirs.
+func TestRelationOIDs(t *testing.T) {
+	tr := &TypeOIDs{}
+	tr.Store(&OIDTables{Rels: map[uint32]RelOID{30000: {OID: 17000, Cols: []int16{1, 3, 0}}}, Plain: map[uint32]bool{30001: true}})
+	var misses []uint32
+	tr.RelMiss = func(oid uint32) { misses = append(misses, oid) }
+	rd := pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{
+		{Name: []byte("id"), TableOID: 30000, TableAttributeNumber: 1, DataTypeOID: 20},
+		{Name: []byte("name"), TableOID: 30000, TableAttributeNumber: 2, DataTypeOID: 25},
+		{Name: []byte("new"), TableOID: 30000, TableAttributeNumber: 3, DataTypeOID: 25},
+		{Name: []byte("k"), TableOID: 30001, TableAttributeNumber: 1, DataTypeOID: 23},
+		{Name: []byte("v"), TableOID: 30002, TableAttributeNumber: 4, DataTypeOID: 23},
+		{Name: []byte("?column?"), DataTypeOID: 23},
+		{Name: []byte("sys"), TableOID: 1259, TableAttributeNumber: 2, DataTypeOID: 19}}}
+	b, _ := rd.Encode(nil)
+	tr.translateIn('T', b[5:])
+	var got pgproto3.RowDescription
+	if err := got.Decode(b[5:]); err != nil {
+		t.Fatal(err)
+	}
+	var cols []uint32
+	for _, f := range got.Fields {
+		cols = append(cols, f.TableOID, uint32(f.TableAttributeNumber))
+	}
+	want := []uint32{17000, 1, 17000, 3, 17000, 0, 30001, 1, 30002, 4, 0, 0, 1259, 2}
+	if !equal(cols, want) || string(got.Fields[1].Name) != "name" || got.Fields[1].DataTypeOID != 25 {
+		t.Errorf("columns %v, want %v (%+v)", cols, want, got.Fields[1])
+	}
+	if !equal(misses, []uint32{30002}) {
+		t.Errorf("misses %v, want the unknown 30002", misses)
+	}
+}

@@ -264,6 +264,13 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 		return "", twophase.ToPgErr(err)
 	}
 	tag = ct.String()
+	if d.kind == "GRANT" {
+		for _, tg := range d.targets {
+			if err := checkSchemaUsage(ctx, home, pgx.Identifier{tg.schema, tg.rel}.Sanitize()); err != nil {
+				return "", err
+			}
+		}
+	}
 	if shellDone != nil {
 		shellDone()
 	}

@@ -108,6 +108,49 @@ func holds(t *metadata.Table, schema string) bool {
 	return t.Schema() == schema || t.ShardsIn() == schema
 }
 
+// RefuseSchemaRevoke refuses (0A000) REVOKE of USAGE (or ALL) on a schema
+// from PUBLIC while the schema has distributed or reference tables: their
+// shards, in the shards' schema, would not check it, and their privileges
+// for other roles are given on the condition that every role may use the
+// table's schema (checkSchemaUsage). Revoking it from one role changes
+// nothing while PUBLIC has it.
+func RefuseSchemaRevoke(sql string, snap *metadata.Snapshot) error {
+	if snap == nil || len(snap.Tables) == 0 {
+		return nil
+	}
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return nil
+	}
+	for _, raw := range tree.Stmts {
+		g := raw.Stmt.GetGrantStmt()
+		if g == nil || g.IsGrant || g.Objtype != pg_query.ObjectType_OBJECT_SCHEMA {
+			continue
+		}
+		usage := len(g.Privileges) == 0 // ALL
+		for _, p := range g.Privileges {
+			usage = usage || strings.EqualFold(p.GetAccessPriv().GetPrivName(), "usage")
+		}
+		public := false
+		for _, r := range g.Grantees {
+			public = public || r.GetRoleSpec().GetRoletype() == pg_query.RoleSpecType_ROLESPEC_PUBLIC
+		}
+		if !usage || !public {
+			continue
+		}
+		for _, o := range g.Objects {
+			schema := o.GetString_().GetSval()
+			for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
+				if t := snap.Tables[name]; t.Schema() == schema {
+					return unsupportedDDL("REVOKE USAGE ON SCHEMA %s FROM PUBLIC is not supported: it has %s, whose shards would not check it", schema, describeTable(t)).
+						WithHint("Revoke the privileges on its tables instead (REVOKE ... ON ALL TABLES IN SCHEMA %s), or undistribute them first.", pgx.Identifier{schema}.Sanitize())
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // describeHeld names what schema holds of t: the table, or its shards.
 func describeHeld(t *metadata.Table, schema string) string {
 	if t.Schema() == schema {

@@ -743,6 +743,33 @@ func TestTableDefPrivileges(t *testing.T) {
 		t.Errorf("acl_d_7: %v", got)
 	}
 
+	// What the creator's default privileges give a new table is not the
+	// shard's (an adversary read a table through them): a table with
+	// its own ACL, and one with the default.
+	e.exec(0, `ALTER DEFAULT PRIVILEGES GRANT SELECT, UPDATE ON TABLES TO tdp_reader`)
+	e.exec(0, `CREATE TABLE acl_p (id int, v text)`)
+	e.exec(0, `REVOKE ALL ON acl_p FROM tdp_reader`)
+	e.exec(0, `ALTER TABLE acl_p OWNER TO tdp_owner`)
+	effective := func(rel string) []string {
+		return e.strings(0, `SELECT r || ' ' || p || ' ' || pg_catalog.has_table_privilege(r, $1, p)
+				|| ' ' || pg_catalog.has_column_privilege(r, $1, 'id', CASE WHEN p IN ('SELECT', 'INSERT', 'UPDATE', 'REFERENCES') THEN p ELSE 'SELECT' END)
+			FROM unnest(ARRAY['tdp_owner', 'tdp_reader', 'postgres']) r,
+				unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) p ORDER BY 1`, rel)
+	}
+	for _, tb := range []string{"acl_p", "acl_d", "acl_t"} {
+		def, err := shards.TableDef(e.ctx, e.w[0], tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range def.CreateSQL("public", tb+"_8") {
+			e.exec(0, s)
+		}
+		if a, b := effective(tb), effective(tb+"_8"); !slices.Equal(a, b) {
+			t.Errorf("%s_8 made under default privileges: privileges differ:\n%s\n--\n%s", tb, strings.Join(a, "\n"), strings.Join(b, "\n"))
+		}
+	}
+	e.exec(0, `ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM tdp_reader`)
+
 	// Grant options cannot be copied as they are.
 	for _, tc := range []struct{ grant, table string }{
 		{`GRANT SELECT ON acl_d TO tdp_reader WITH GRANT OPTION`, "acl_d"},

@@ -204,13 +204,27 @@ func (d *Def) CreateSQL(schema, shardName string) []string {
 
 // privilegeSQL gives the shard target the table's owner and privileges,
 // the owner first (its GRANTs are then the owner's, as on the table).
+// Whatever the new shard got besides (its creator's default privileges,
+// ALTER DEFAULT PRIVILEGES on the worker: an adversary read a table
+// through them) is revoked first, so that the shard's ACL is the
+// table's: the default one when the table has it.
 func (d *Def) privilegeSQL(target string) []string {
-	var out []string
-	if d.Owner != "" {
-		out = append(out, "ALTER TABLE "+target+" OWNER TO "+d.Owner)
+	if d.Owner == "" {
+		return nil
 	}
-	if d.Privileges && d.Owner != "" {
-		// From the default ACL to none, then the table's items.
+	lit := quoteLiteral(target)
+	reset := "EXECUTE 'GRANT ALL ON TABLE ' || " + lit + " || ' TO ' || " + quoteLiteral(d.Owner) + ";"
+	if d.Privileges {
+		reset = ""
+	}
+	out := []string{"ALTER TABLE " + target + " OWNER TO " + d.Owner,
+		"DO $pgfleet$ DECLARE g pg_catalog.oid; BEGIN " +
+			"IF (SELECT relacl FROM pg_catalog.pg_class WHERE oid = " + lit + "::pg_catalog.regclass) IS NOT NULL THEN " +
+			"FOR g IN SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a WHERE c.oid = " + lit + "::pg_catalog.regclass LOOP " +
+			"EXECUTE 'REVOKE ALL ON TABLE ' || " + lit + " || ' FROM ' || CASE WHEN g = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g)) END; " +
+			"END LOOP; " + reset + " END IF; END $pgfleet$"}
+	if d.Privileges {
+		// From the default ACL (or none) to none, then the table's items.
 		out = append(out, "REVOKE ALL ON TABLE "+target+" FROM "+d.Owner)
 	}
 	for _, g := range d.Grants {
@@ -393,7 +407,46 @@ func readPrivileges(ctx context.Context, conn *pgx.Conn, d *Def) error {
 		}
 		d.Grants = append(d.Grants, g)
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows.Close()
+	return checkSchemaUsage(ctx, conn, d.Ident())
+}
+
+// schemaUsageSQL: the table $1 gives privileges to roles other than its
+// owner (on itself or a column) while not every role may use its schema
+// (no USAGE for PUBLIC). A shard lives in the shards' schema, which every
+// role may use, so the worker never checks the table's schema: privileges
+// of other roles are given to shards only where that check could not
+// refuse anyone (an adversary read a table through a schema it had no
+// USAGE on).
+const schemaUsageSQL = `SELECT n.nspname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.oid = pg_catalog.to_regclass($1)
+   AND (EXISTS (SELECT FROM pg_catalog.aclexplode(c.relacl) a WHERE a.grantee <> c.relowner)
+        OR EXISTS (SELECT FROM pg_catalog.pg_attribute t, pg_catalog.aclexplode(t.attacl) a
+                    WHERE t.attrelid = c.oid AND t.attnum > 0 AND a.grantee <> c.relowner))
+   AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a WHERE a.grantee = 0 AND a.privilege_type = 'USAGE')`
+
+// checkSchemaUsage fails with 0A000 when schemaUsageSQL finds table
+// (quoted, qualified) so.
+func checkSchemaUsage(ctx context.Context, conn *pgx.Conn, table string) error {
+	var schema string
+	err := conn.QueryRow(ctx, schemaUsageSQL, table).Scan(&schema)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return schemaUsageError(table, schema)
+}
+
+func schemaUsageError(table, schema string) error {
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"privileges of roles other than its owner on distributed or reference table %s are not supported while not every role may use schema %s: its shards, in another schema, would not check that",
+		table, schema).
+		WithHint("GRANT USAGE ON SCHEMA %s TO PUBLIC, or keep the table's privileges to its owner.", pgx.Identifier{schema}.Sanitize())
 }
 
 func readColumns(ctx context.Context, conn *pgx.Conn, d *Def) error {
