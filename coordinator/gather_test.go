@@ -502,6 +502,8 @@ var gatherTablesQueries = []string{
 	"SELECT a.*, count(b.bid) FROM {t} a JOIN {b} b ON b.id = a.id GROUP BY a.id HAVING a.g > 0 ORDER BY a.v, a.id",
 	"SELECT c.id, c.seq, c.note, count(b.bid) FROM {c} c LEFT JOIN {b} b ON b.id = c.seq GROUP BY c.id, c.seq ORDER BY 1, 2",
 	"SELECT c.id, c.note, count(*) FROM {c} c JOIN {b} b ON b.id = c.seq GROUP BY c.id ORDER BY 1",
+	"SELECT b.bid, b.kind, count(a.id) FROM {b} b LEFT JOIN {t} a ON a.id = b.id GROUP BY 1 ORDER BY 1",
+	"SELECT b.bid, b.kind, count(a.id) FROM {b} b LEFT JOIN {t} a ON a.id = b.id GROUP BY b.bid UNION ALL SELECT 0, 'z', 0 ORDER BY 1",
 	"SELECT a.id, a.t, (SELECT count(*) FROM {b} b WHERE b.id = a.g), count(DISTINCT a.g) FROM {t} a GROUP BY a.id ORDER BY a.id",
 }
 

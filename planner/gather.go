@@ -428,7 +428,12 @@ func (m *Merge) RenderGather(types, names []string, collations []map[string]stri
 				tcols[k] = append(tcols[k], names[i])
 			}
 		}
-		groupByKeys(s, keys, tcols, func(k, j int) string { return types[cols[k][j]] })
+		groupByKeys(s, keys, tcols, func(k, j int) string {
+			if cast(cols[k][j]) != "" {
+				return "" // shipped as text: a domain over json, say
+			}
+			return types[cols[k][j]]
+		})
 	}
 	arrays := int32(len(types))
 	eachNode(s, func(x *pg_query.Node) bool {
@@ -485,13 +490,16 @@ func (m *Merge) RenderGather(types, names []string, collations []map[string]stri
 // are table k's key columns as positions (from 1) in cols[k], its column
 // names; typ(k, j) is the type of its column j.
 func groupByKeys(s *pg_query.SelectStmt, keys [][]int, cols [][]string, typ func(k, j int) string) {
-	eachNode(s, func(n *pg_query.Node) bool {
-		if sel := n.GetSelectStmt(); sel != nil {
-			groupLevel(sel, keys, cols, typ)
+	// Every SELECT, a set operation's branches too.
+	var levels []*pg_query.SelectStmt
+	Walk(s, func(m proto.Message) {
+		if sel, ok := m.(*pg_query.SelectStmt); ok {
+			levels = append(levels, sel)
 		}
-		return true
 	})
-	groupLevel(s, keys, cols, typ)
+	for _, sel := range levels {
+		groupLevel(sel, keys, cols, typ)
+	}
 }
 
 func groupLevel(sel *pg_query.SelectStmt, keys [][]int, cols [][]string, typ func(k, j int) string) {
@@ -555,6 +563,10 @@ func groupLevel(sel *pg_query.SelectStmt, keys [][]int, cols [][]string, typ fun
 	}
 	grouped := map[[2]string]bool{}
 	for _, g := range sel.GroupClause {
+		if i := g.GetAConst().GetIval(); i != nil && i.Ival >= 1 && int(i.Ival) <= len(sel.TargetList) {
+			// GROUP BY n: the select list's nth entry.
+			g = sel.TargetList[i.Ival-1].GetResTarget().GetVal()
+		}
 		if t, c, ok := ref(g); ok {
 			grouped[[2]string{t, c}] = true
 		}
