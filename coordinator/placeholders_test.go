@@ -416,7 +416,11 @@ func TestFunctionLocalPlaceholderDoesNotPin(t *testing.T) {
 	exec(t, setup, "INSERT INTO flp_dist VALUES (1), (2), (3), (4), (5), (6), (7), (8), (9), (10), (11), (12), (13), (14), (15), (16), (17), (18), (19), (20)", simple)
 	t.Cleanup(func() {
 		c := connect(t, srv.Addr())
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS flp_dist", simple)
+		// (The functions too: their bodies name t, which would keep a
+		// later test's table t from being distributed.)
+		for _, q := range []string{"DROP TABLE IF EXISTS flp_dist", "DROP FUNCTION IF EXISTS flp_tenant(int)", "DROP FUNCTION IF EXISTS flp_session(int)"} {
+			_, _ = c.Exec(ctx, q, simple)
+		}
 	})
 	_ = setup.Close(ctx)
 

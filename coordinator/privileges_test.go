@@ -48,8 +48,8 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	cleanup := func() {
 		for _, q := range []string{"SELECT undistribute_table('gp_t')", "DROP TABLE IF EXISTS gp_t",
 			"SELECT undistribute_table('gp_r')", "DROP TABLE IF EXISTS gp_r",
-			"SELECT undistribute_table('gp_s.t')", "DROP TABLE IF EXISTS gp_s.t", "DROP SCHEMA IF EXISTS gp_s", "DROP SCHEMA IF EXISTS gp_ds CASCADE",
-			"SELECT undistribute_table('gp_x.t')", "DROP TABLE IF EXISTS gp_x.t", "DROP SCHEMA IF EXISTS gp_x",
+			"SELECT undistribute_table('gp_s.gpt')", "DROP TABLE IF EXISTS gp_s.gpt", "DROP SCHEMA IF EXISTS gp_s", "DROP SCHEMA IF EXISTS gp_ds CASCADE",
+			"SELECT undistribute_table('gp_x.gpt')", "DROP TABLE IF EXISTS gp_x.gpt", "DROP SCHEMA IF EXISTS gp_x",
 			"REVOKE CREATE ON SCHEMA public FROM gp_alice"} {
 			_, _ = su.Exec(context.Background(), q, simple)
 		}
@@ -143,8 +143,8 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	// shards' schema, so the workers never check the table's: privileges
 	// of other roles are refused while not every role may use it (an
 	// adversary read a table through a schema it had no USAGE on).
-	for _, q := range []string{"CREATE SCHEMA gp_s", "CREATE TABLE gp_s.t (id int PRIMARY KEY)",
-		"SELECT create_distributed_table('gp_s.t', 'id', shard_count => 2)", "INSERT INTO gp_s.t VALUES (1), (2), (3)"} {
+	for _, q := range []string{"CREATE SCHEMA gp_s", "CREATE TABLE gp_s.gpt (id int PRIMARY KEY)",
+		"SELECT create_distributed_table('gp_s.gpt', 'id', shard_count => 2)", "INSERT INTO gp_s.gpt VALUES (1), (2), (3)"} {
 		exec(t, su, q, simple)
 	}
 	refused := func(c *pgx.Conn, sql string) {
@@ -154,24 +154,24 @@ func TestPrivilegesFollowTable(t *testing.T) {
 		}
 	}
 	refused(su, "GRANT SELECT ON ALL TABLES IN SCHEMA gp_s TO gp_bob")
-	refused(su, "GRANT SELECT ON gp_s.t TO PUBLIC")
-	denied("bob", bob, "SELECT count(*) FROM gp_s.t", "t")
+	refused(su, "GRANT SELECT ON gp_s.gpt TO PUBLIC")
+	denied("bob", bob, "SELECT count(*) FROM gp_s.gpt", "gpt")
 	exec(t, su, "GRANT USAGE ON SCHEMA gp_s TO PUBLIC", simple)
 	exec(t, su, "GRANT SELECT ON ALL TABLES IN SCHEMA gp_s TO gp_bob", simple)
-	want("bob", bob, "SELECT count(*) FROM gp_s.t", 3)
+	want("bob", bob, "SELECT count(*) FROM gp_s.gpt", 3)
 	refused(su, "REVOKE USAGE ON SCHEMA gp_s FROM PUBLIC")
 	refused(su, "REVOKE ALL ON SCHEMA gp_s FROM gp_bob, PUBLIC")
 	exec(t, su, "REVOKE CREATE ON SCHEMA gp_s FROM PUBLIC", simple)
-	want("bob", bob, "SELECT count(*) FROM gp_s.t WHERE id = 2", 1)
+	want("bob", bob, "SELECT count(*) FROM gp_s.gpt WHERE id = 2", 1)
 	exec(t, su, "REVOKE ALL ON ALL TABLES IN SCHEMA gp_s FROM gp_bob", simple)
-	denied("bob", bob, "SELECT count(*) FROM gp_s.t WHERE id = 2", "t")
+	denied("bob", bob, "SELECT count(*) FROM gp_s.gpt WHERE id = 2", "gpt")
 	// A table granted to others in such a schema is not distributed.
-	for _, q := range []string{"CREATE SCHEMA gp_x", "CREATE TABLE gp_x.t (id int PRIMARY KEY)", "GRANT SELECT ON gp_x.t TO gp_bob"} {
+	for _, q := range []string{"CREATE SCHEMA gp_x", "CREATE TABLE gp_x.gpt (id int PRIMARY KEY)", "GRANT SELECT ON gp_x.gpt TO gp_bob"} {
 		exec(t, su, q, simple)
 	}
-	refused(su, "SELECT create_distributed_table('gp_x.t', 'id')")
-	exec(t, su, "REVOKE SELECT ON gp_x.t FROM gp_bob", simple)
-	exec(t, su, "SELECT create_distributed_table('gp_x.t', 'id', shard_count => 2)", simple)
+	refused(su, "SELECT create_distributed_table('gp_x.gpt', 'id')")
+	exec(t, su, "REVOKE SELECT ON gp_x.gpt FROM gp_bob", simple)
+	exec(t, su, "SELECT create_distributed_table('gp_x.gpt', 'id', shard_count => 2)", simple)
 
 	// A moved shard keeps them (the copy is made from the shard).
 	var shard int64
