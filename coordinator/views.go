@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,9 +11,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // Views, materialized views, rules, functions, procedures and DO blocks run
@@ -328,24 +333,17 @@ func (ss *session) refuseHidden(sql string) error {
 // node already use: after the move they would read its empty local copy.
 // pgfleet's own functions (the guard trigger's) are not the user's.
 func refuseDependents(ctx context.Context, home *pgx.Conn, table string) error {
-	var views, funcs, policies *string
+	var views, policies *string
 	err := home.QueryRow(ctx, `
 SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
           FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
          WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
            AND d.refobjid = t.oid AND r.ev_class <> t.oid),
-       (SELECT string_agg(DISTINCT p.oid::regprocedure::text, ', ')
-          FROM pg_catalog.pg_proc p
-         WHERE p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
-                                       WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet'))
-           AND (p.prosrc ~* ('\m' || t.relname || '\M') OR p.prosrc ~* 'U&'
-                OR EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass
-                           AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid))),
        (SELECT string_agg(DISTINCT pol.polname || ' on ' || pol.polrelid::regclass::text, ', ')
           FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_policy pol ON pol.oid = d.objid
          WHERE d.classid = 'pg_catalog.pg_policy'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
            AND d.refobjid = t.oid AND pol.polrelid <> t.oid)
-  FROM pg_catalog.pg_class t WHERE t.oid = pg_catalog.to_regclass($1)`, table).Scan(&views, &funcs, &policies)
+  FROM pg_catalog.pg_class t WHERE t.oid = pg_catalog.to_regclass($1)`, table).Scan(&views, &policies)
 	if err == pgx.ErrNoRows {
 		return nil // the function itself reports a missing table
 	}
@@ -360,11 +358,135 @@ SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
 		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the row-level security policies %s use it, and would read its empty local copy", table, *policies).
 			WithHint("Drop the policies first; pgfleet does not plan through policies yet.")
 	}
-	if funcs != nil {
-		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the functions %s name it, and would read its empty local copy", table, *funcs).
+	if names, err := namingFunctions(ctx, home, table); err != nil {
+		return err
+	} else if len(names) > 0 {
+		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: the functions %s name it, and would read its empty local copy", table, strings.Join(names, ", ")).
 			WithHint("Drop the functions first; pgfleet does not plan through functions yet.")
 	}
 	return nil
+}
+
+// namingFunctions lists the user's functions that may read table: those
+// PostgreSQL records as depending on it (BEGIN ATOMIC bodies), and those
+// whose body has its name as a word and reads it, or may: an SQL or
+// PL/pgSQL body is parsed, and names it when a statement in it reads a
+// relation of the table's name or a string in it has the name as a word
+// (it may be run as SQL); any other body, or one that does not parse,
+// names it whenever the word is there. (A body that only has a parameter,
+// variable or column of the name, or the name in a comment or a RAISE
+// message, does not: such functions kept tables from being distributed.)
+func namingFunctions(ctx context.Context, home *pgx.Conn, table string) ([]string, error) {
+	rows, err := home.Query(ctx, `
+SELECT p.oid::regprocedure::text, l.lanname::text, p.prosrc, t.relname::text,
+       EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+               AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid)
+       OR p.prosrc ~* 'U&',
+       CASE WHEN l.lanname = 'plpgsql' AND p.prokind IN ('f', 'p') THEN pg_catalog.pg_get_functiondef(p.oid) END
+  FROM pg_catalog.pg_class t, pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+ WHERE t.oid = pg_catalog.to_regclass($1)
+   AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
+                               WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet'))
+   AND (p.prosrc ~* ('\m' || t.relname || '\M') OR p.prosrc ~* 'U&'
+        OR EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+                   AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid))
+ ORDER BY 1`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name, lang, src, rel string
+		var always bool
+		var def *string
+		if err := rows.Scan(&name, &lang, &src, &rel, &always, &def); err != nil {
+			return nil, err
+		}
+		if always || bodyReads(lang, src, def, rel) {
+			out = append(out, name)
+		}
+	}
+	return out, rows.Err()
+}
+
+// bodyReads reports whether a function body of language lang (its
+// source, and for PL/pgSQL its whole definition) may read relation rel.
+func bodyReads(lang, src string, def *string, rel string) bool {
+	switch {
+	case lang == "sql":
+		return sqlReads(src, rel, false)
+	case lang == "plpgsql" && def != nil:
+		js, err := pg_query.ParsePlPgSqlToJSON(*def)
+		if err != nil {
+			return true
+		}
+		var tree any
+		if json.Unmarshal([]byte(js), &tree) != nil {
+			return true
+		}
+		return plpgsqlReads(tree, rel)
+	}
+	return true
+}
+
+// plpgsqlReads walks a PL/pgSQL parse tree (pg_query's JSON) for the SQL
+// of its statements and expressions.
+func plpgsqlReads(n any, rel string) bool {
+	switch v := n.(type) {
+	case []any:
+		for _, x := range v {
+			if plpgsqlReads(x, rel) {
+				return true
+			}
+		}
+	case map[string]any:
+		if e, ok := v["PLpgSQL_expr"].(map[string]any); ok {
+			q, _ := e["query"].(string)
+			mode, _ := e["parseMode"].(float64)
+			switch mode {
+			case 0: // a whole statement
+				return sqlReads(q, rel, false)
+			case 2: // an expression
+				return sqlReads(q, rel, true)
+			default: // an assignment: target := expression
+				_, rhs, ok := strings.Cut(q, ":=")
+				return !ok || sqlReads(rhs, rel, true)
+			}
+		}
+		for _, x := range v {
+			if plpgsqlReads(x, rel) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sqlReads reports whether SQL text (an expression when expr) reads
+// relation rel, or may: it does not parse, a statement in it reads a
+// relation named rel, or a string in it has rel as a word.
+func sqlReads(sql, rel string, expr bool) bool {
+	if expr {
+		sql = "SELECT " + sql
+	}
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return true
+	}
+	word := regexp.MustCompile(`(?i)(^|[^\pL\pN_$])` + regexp.QuoteMeta(rel) + `($|[^\pL\pN_$])`)
+	found := false
+	for _, st := range tree.Stmts {
+		planner.Walk(st.Stmt, func(m proto.Message) {
+			switch v := m.(type) {
+			case *pg_query.RangeVar:
+				found = found || strings.EqualFold(v.Relname, rel)
+			case *pg_query.A_Const: // a string, not a name
+				found = found || v.GetSval() != nil && word.MatchString(v.GetSval().Sval)
+			}
+		})
+	}
+	return found
 }
 
 // unicodeEscaped decodes the U& quoted name or string whose opening quote

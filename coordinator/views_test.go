@@ -88,6 +88,15 @@ func TestViewsAndFunctionsOverDistributedTables(t *testing.T) {
 		t.Errorf("v10_lf(2) = %s", got)
 	}
 	exec(t, c, "DROP FUNCTION v10_lf(int)", simple)
+	// Functions that only have the name as a parameter, a variable, or
+	// in a comment or a message do not read it (they kept it from being
+	// distributed).
+	exec(t, c, "CREATE FUNCTION v10_lp(v10_l int) RETURNS int LANGUAGE sql AS 'SELECT v10_l + 1 -- not v10_l the table'", simple)
+	exec(t, c, `CREATE FUNCTION v10_lq(n int) RETURNS int LANGUAGE plpgsql AS $$ DECLARE v10_l int := n;
+		BEGIN RAISE NOTICE 'v10_l %', v10_l; RETURN v10_l * 2; END $$`, simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "DROP FUNCTION IF EXISTS v10_lp(int), v10_lq(int)", simple)
+	})
 	exec(t, c, "SELECT create_distributed_table('v10_l', 'id')", simple)
 	exec(t, c, "SELECT undistribute_table('v10_l')", simple)
 }
