@@ -36,7 +36,12 @@ func TestBodyReads(t *testing.T) {
 		{"plpgsql", "", plpgsql("BEGIN EXECUTE 'SELECT 1 FROM ' || 'items'; RETURN 'x'; END"), "items", true},
 		{"plpgsql", "", plpgsql("BEGIN RETURN (SELECT v FROM items LIMIT 1); END"), "items", true},
 		{"plpgsql", "", nil, "items", true},
-		{"plpython3u", "return plpy.execute('select 1')", nil, "items", true},
+		{"plpython3u", "return plpy.execute('select 1')", nil, "items", false},
+		{"plpython3u", "return plpy.execute('select * from items')", nil, "items", true},
+		{"plpython3u", "return plpy.execute('select * from \"items!\"')", nil, "items!", true},
+		{"sql", `SELECT count(*) FROM "items!"`, nil, "items!", true},
+		{"sql", `SELECT query_to_xml(E'select count(*) from g\141dgets', true, false, '')`, nil, "gadgets", true},
+		{"sql", "SELECT query_to_xml('select count(*) from gad'\n'gets', true, false, '')", nil, "gadgets", true},
 	} {
 		if got := bodyReads(c.lang, c.src, c.def, c.rel); got != c.want {
 			body := c.src

@@ -367,15 +367,17 @@ SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
 	return nil
 }
 
-// namingFunctions lists the user's functions that may read table: those
-// PostgreSQL records as depending on it (BEGIN ATOMIC bodies), and those
-// whose body has its name as a word and reads it, or may: an SQL or
-// PL/pgSQL body is parsed, and names it when a statement in it reads a
-// relation of the table's name or a string in it has the name as a word
-// (it may be run as SQL); any other body, or one that does not parse,
-// names it whenever the word is there. (A body that only has a parameter,
-// variable or column of the name, or the name in a comment or a RAISE
-// message, does not: such functions kept tables from being distributed.)
+// namingFunctions lists the user's functions (any schema but pgfleet's,
+// information_schema included) that may read table: those PostgreSQL
+// records as depending on it (BEGIN ATOMIC bodies), and those whose body
+// reads it, or may: an SQL or PL/pgSQL body is parsed, every one (a string
+// may spell the name with escapes, or in parts: E'g\141dgets'), and names
+// it when a statement in it reads a relation of the table's name or a
+// string in it has the name as a word (it may be run as SQL); any other
+// body names it whenever it has the name as a word. (A body that only has
+// a parameter, variable or column of the name, or the name in a comment
+// or a RAISE message, does not: such functions kept tables from being
+// distributed.)
 func namingFunctions(ctx context.Context, home *pgx.Conn, table string) ([]string, error) {
 	rows, err := home.Query(ctx, `
 SELECT p.oid::regprocedure::text, l.lanname::text, p.prosrc, t.relname::text,
@@ -385,9 +387,10 @@ SELECT p.oid::regprocedure::text, l.lanname::text, p.prosrc, t.relname::text,
        CASE WHEN l.lanname = 'plpgsql' AND p.prokind IN ('f', 'p') THEN pg_catalog.pg_get_functiondef(p.oid) END
   FROM pg_catalog.pg_class t, pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
  WHERE t.oid = pg_catalog.to_regclass($1)
-   AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n
-                               WHERE n.nspname IN ('pg_catalog', 'information_schema', 'pgfleet'))
-   AND (p.prosrc ~* ('\m' || t.relname || '\M') OR p.prosrc ~* 'U&'
+   AND p.oid >= 16384
+   AND p.pronamespace NOT IN (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgfleet')
+   AND (l.lanname IN ('sql', 'plpgsql')
+        OR pg_catalog.strpos(pg_catalog.lower(p.prosrc), pg_catalog.lower(t.relname)) > 0 OR p.prosrc ~* 'U&'
         OR EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass
                    AND d.objid = p.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = t.oid))
  ORDER BY 1`, table)
@@ -414,6 +417,8 @@ SELECT p.oid::regprocedure::text, l.lanname::text, p.prosrc, t.relname::text,
 // source, and for PL/pgSQL its whole definition) may read relation rel.
 func bodyReads(lang, src string, def *string, rel string) bool {
 	switch {
+	case lang != "sql" && lang != "plpgsql":
+		return nameWord(rel).MatchString(src)
 	case lang == "sql":
 		return sqlReads(src, rel, false)
 	case lang == "plpgsql" && def != nil:
@@ -463,6 +468,13 @@ func plpgsqlReads(n any, rel string) bool {
 	return false
 }
 
+// nameWord matches rel as a word: not next to a letter, digit, _ or $
+// (whatever rel's own first and last characters are: a table named
+// "items!" has no word boundary where a regular expression's \M wants one).
+func nameWord(rel string) *regexp.Regexp {
+	return regexp.MustCompile(`(?i)(^|[^\pL\pN_$])` + regexp.QuoteMeta(rel) + `($|[^\pL\pN_$])`)
+}
+
 // sqlReads reports whether SQL text (an expression when expr) reads
 // relation rel, or may: it does not parse, a statement in it reads a
 // relation named rel, or a string in it has rel as a word.
@@ -474,7 +486,7 @@ func sqlReads(sql, rel string, expr bool) bool {
 	if err != nil {
 		return true
 	}
-	word := regexp.MustCompile(`(?i)(^|[^\pL\pN_$])` + regexp.QuoteMeta(rel) + `($|[^\pL\pN_$])`)
+	word := nameWord(rel)
 	found := false
 	for _, st := range tree.Stmts {
 		planner.Walk(st.Stmt, func(m proto.Message) {

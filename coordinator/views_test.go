@@ -115,3 +115,35 @@ func TestDistributeTableNamedLikeGuardWords(t *testing.T) {
 		t.Errorf("rows of s: %s, want 3", got)
 	}
 }
+
+// TestDistributeRefusedForFunctionsReadingIt: functions that read a table
+// keep it from being distributed, however the body spells its name: a
+// name ending in a character that is no word character ("fr!": it was
+// never matched), a string with escapes (E'...\137...') or in two parts;
+// a function in information_schema too. After distributing they would
+// read its empty local copy (0 rows where PostgreSQL counts them).
+func TestDistributeRefusedForFunctionsReadingIt(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, tc := range []struct{ table, fn string }{
+		{`"fr!"`, `CREATE FUNCTION fr_a() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM "fr!" $$`},
+		{"fr_gadgets", `CREATE FUNCTION fr_b() RETURNS xml LANGUAGE sql AS $$ SELECT query_to_xml(E'select count(*) from fr\137gadgets', true, false, '') $$`},
+		{"fr_gadgets", "CREATE FUNCTION fr_c() RETURNS xml LANGUAGE sql AS $$ SELECT query_to_xml('select count(*) from fr_gad'\n'gets', true, false, '') $$"},
+		{"fr_gadgets", `CREATE FUNCTION information_schema.fr_d() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM public.fr_gadgets $$`},
+	} {
+		exec(t, c, "DROP TABLE IF EXISTS "+tc.table, simple)
+		exec(t, c, "CREATE TABLE "+tc.table+" (id int PRIMARY KEY)", simple)
+		exec(t, c, tc.fn, simple)
+		name := strings.Fields(tc.fn)[2]
+		name = name[:strings.IndexByte(name, '(')]
+		if _, err := c.Exec(ctx, "SELECT create_distributed_table('"+strings.ReplaceAll(tc.table, "'", "''")+"', 'id')", simple); sqlState(err) != "0A000" {
+			t.Errorf("%s, then distributing %s: %v, want 0A000", tc.fn, tc.table, err)
+			_, _ = c.Exec(ctx, "SELECT undistribute_table('"+tc.table+"')", simple)
+		}
+		exec(t, c, "DROP FUNCTION "+name+"()", simple)
+		exec(t, c, "DROP TABLE "+tc.table, simple)
+	}
+}
