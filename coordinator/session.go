@@ -2010,6 +2010,7 @@ func (ss *session) ddlDone() {
 	if ss.ddlSent {
 		ss.ddlSent = false
 		ss.srv.stmtEpoch.Add(1)
+		ss.srv.oidsStale()
 		if ss.ddlShared {
 			ss.srv.ddlEnded() // not for a temporary object's, which no other session sees
 		}

@@ -50,19 +50,36 @@ func (s *Server) typeOIDs(addr, db string) *pooling.TypeOIDs {
 	}
 	t := &pooling.TypeOIDs{}
 	t.Miss = func(oid uint32) { s.typesMiss(d, db, t, oid) }
-	t.RelMiss = func(oid uint32) { s.relsMiss(d, db, t, oid) }
+	t.RelMiss = func(oid uint32, col int16) { s.relsMiss(d, db, t, oid, col) }
 	s.types[k] = t
 	return t
 }
 
-// relsMiss is typesMiss for a relation OID: the tables are read again
-// (at most every typesEvery), and an OID no shard has is kept as it is.
-func (s *Server) relsMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32) {
+// oidsStale lets the next miss read the tables at once (DDL ran: a column
+// added to a distributed table is read for at its first description).
+func (s *Server) oidsStale() {
+	s.mu.Lock()
+	dbs := make([]*typesDB, 0, len(s.typesDBs))
+	for _, d := range s.typesDBs {
+		dbs = append(dbs, d)
+	}
+	s.mu.Unlock()
+	for _, d := range dbs {
+		d.mu.Lock()
+		d.last = time.Time{}
+		d.mu.Unlock()
+	}
+}
+
+// relsMiss is typesMiss for a relation OID, or a shard's column the
+// tables do not map: the tables are read again (at most every
+// typesEvery), and an OID no shard has is kept as it is.
+func (s *Server) relsMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32, col int16) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	known := func(tb *pooling.OIDTables) bool {
-		_, shard := tb.Rels[oid]
-		return shard || tb.Plain[oid]
+		r, shard := tb.Rels[oid]
+		return shard && col >= 1 && int(col) <= len(r.Cols) && r.Cols[col-1] != 0 || tb.Plain[oid]
 	}
 	if tb := t.Load(); tb != nil && known(tb) {
 		return
@@ -77,8 +94,8 @@ func (s *Server) relsMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32
 	if tb == nil {
 		tb = &pooling.OIDTables{}
 	}
-	if known(tb) {
-		return
+	if _, shard := tb.Rels[oid]; known(tb) || shard {
+		return // a shard's column still unknown: 0 until a later reading
 	}
 	nt := *tb
 	nt.Plain = maps.Clone(tb.Plain)

@@ -182,6 +182,19 @@ func TestRowDescriptionNamesTable(t *testing.T) {
 	check("SELECT * FROM rd_r", col("rd_r", "code"), col("rd_r", "label"))
 	check("SELECT * FROM rd_local", col("rd_local", "k"), col("rd_local", "v"))
 
+	// A column added since the tables were read is read for (it was
+	// described as column 0), and so is one dropped and added again.
+	exec(t, c, "ALTER TABLE rd_t ADD COLUMN extra int", simple)
+	check("SELECT extra, name FROM rd_t", col("rd_t", "extra"), name)
+	check("SELECT extra FROM rd_t WHERE id = 3", col("rd_t", "extra"))
+	exec(t, c, "ALTER TABLE rd_t DROP COLUMN extra", simple)
+	exec(t, c, "ALTER TABLE rd_t ADD COLUMN extra text", simple)
+	check("SELECT name, extra FROM rd_t", name, col("rd_t", "extra"))
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "ALTER TABLE rd_t ADD COLUMN later int", simple)
+	exec(t, c, "COMMIT", simple)
+	check("SELECT later FROM rd_t", col("rd_t", "later"))
+
 	// After a move, the shard has a new OID on its new worker.
 	var shard int64
 	var host string

@@ -29,8 +29,9 @@ type TypeOIDs struct {
 	// not hold (a type made since they were read); it may store new tables
 	// before it returns.
 	Miss func(oid uint32)
-	// RelMiss is Miss for the OID of a relation a RowDescription names.
-	RelMiss func(oid uint32)
+	// RelMiss is Miss for the OID of a relation a RowDescription names,
+	// or for its column col that the tables do not map (one added since).
+	RelMiss func(oid uint32, col int16)
 }
 
 // OIDTables are a worker's type OIDs against the default node's, and its
@@ -86,25 +87,41 @@ func (t *TypeOIDs) in(oid uint32) uint32 {
 	return oid
 }
 
-// rel maps a worker's relation OID: ok when it is a shard's.
-func (t *TypeOIDs) rel(oid uint32) (RelOID, bool) {
+// rel maps a worker's relation OID and column number: ok when it is a
+// shard's (the column then is its table's, 0 if none).
+func (t *TypeOIDs) rel(oid uint32, col int16) (uint32, int16, bool) {
 	tb := t.tables.Load()
 	if tb != nil {
 		if r, ok := tb.Rels[oid]; ok {
-			return r, true
-		}
-		if tb.Plain[oid] {
-			return RelOID{}, false
+			if n, known := r.col(col); known {
+				return r.OID, n, true
+			}
+		} else if tb.Plain[oid] {
+			return 0, 0, false
 		}
 	}
 	if t.RelMiss != nil {
-		t.RelMiss(oid)
+		t.RelMiss(oid, col)
 		if tb = t.tables.Load(); tb != nil {
-			r, ok := tb.Rels[oid]
-			return r, ok
+			if r, ok := tb.Rels[oid]; ok {
+				n, _ := r.col(col)
+				return r.OID, n, true
+			}
 		}
 	}
-	return RelOID{}, false
+	return 0, 0, false
+}
+
+// col maps a shard's column number to its table's; known false for a
+// column the tables do not map (added since they were read).
+func (r RelOID) col(n int16) (int16, bool) {
+	if n < 1 {
+		return n, true // a system column (negative: the same on the table) or none
+	}
+	if int(n) > len(r.Cols) || r.Cols[n-1] == 0 {
+		return 0, false
+	}
+	return r.Cols[n-1], true
 }
 
 // translateIn rewrites, in place, the type OIDs of a RowDescription ('T')
@@ -139,13 +156,8 @@ func (t *TypeOIDs) translateIn(typ byte, body []byte) {
 			if o := binary.BigEndian.Uint32(body[at:]); o >= FirstNormalOID {
 				// A shard's column is its table's, as PostgreSQL names
 				// it to a client (JDBC's getTableName, isAutoIncrement).
-				if r, ok := t.rel(o); ok {
-					col := int(int16(binary.BigEndian.Uint16(body[at+4:])))
-					var n int16
-					if col >= 1 && col <= len(r.Cols) {
-						n = r.Cols[col-1]
-					}
-					binary.BigEndian.PutUint32(body[at:], r.OID)
+				if to, n, ok := t.rel(o, int16(binary.BigEndian.Uint16(body[at+4:]))); ok {
+					binary.BigEndian.PutUint32(body[at:], to)
 					binary.BigEndian.PutUint16(body[at+4:], uint16(n))
 				}
 			}

@@ -76,12 +76,13 @@ func equal(a, b []uint32) bool {
 
 // TestRelationOIDs: a RowDescription's column of a shard gets its table's
 // OID and column number; a relation the tables call plain, and one no
-// reading names (after the miss), keep theirs.
+// reading names (after the miss), keep theirs; a shard's column the tables
+// do not map is read for, then described as 0.
 func TestRelationOIDs(t *testing.T) {
 	tr := &TypeOIDs{}
 	tr.Store(&OIDTables{Rels: map[uint32]RelOID{30000: {OID: 17000, Cols: []int16{1, 3, 0}}}, Plain: map[uint32]bool{30001: true}})
 	var misses []uint32
-	tr.RelMiss = func(oid uint32) { misses = append(misses, oid) }
+	tr.RelMiss = func(oid uint32, col int16) { misses = append(misses, oid*100+uint32(col)) }
 	rd := pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{
 		{Name: []byte("id"), TableOID: 30000, TableAttributeNumber: 1, DataTypeOID: 20},
 		{Name: []byte("name"), TableOID: 30000, TableAttributeNumber: 2, DataTypeOID: 25},
@@ -89,7 +90,9 @@ func TestRelationOIDs(t *testing.T) {
 		{Name: []byte("k"), TableOID: 30001, TableAttributeNumber: 1, DataTypeOID: 23},
 		{Name: []byte("v"), TableOID: 30002, TableAttributeNumber: 4, DataTypeOID: 23},
 		{Name: []byte("?column?"), DataTypeOID: 23},
-		{Name: []byte("sys"), TableOID: 1259, TableAttributeNumber: 2, DataTypeOID: 19}}}
+		{Name: []byte("sys"), TableOID: 1259, TableAttributeNumber: 2, DataTypeOID: 19},
+		{Name: []byte("added"), TableOID: 30000, TableAttributeNumber: 4, DataTypeOID: 23},
+		{Name: []byte("ctid"), TableOID: 30000, TableAttributeNumber: 0xFFFF, DataTypeOID: 27}}}
 	b, _ := rd.Encode(nil)
 	tr.translateIn('T', b[5:])
 	var got pgproto3.RowDescription
@@ -100,11 +103,13 @@ func TestRelationOIDs(t *testing.T) {
 	for _, f := range got.Fields {
 		cols = append(cols, f.TableOID, uint32(f.TableAttributeNumber))
 	}
-	want := []uint32{17000, 1, 17000, 3, 17000, 0, 30001, 1, 30002, 4, 0, 0, 1259, 2}
+	want := []uint32{17000, 1, 17000, 3, 17000, 0, 30001, 1, 30002, 4, 0, 0, 1259, 2, 17000, 0, 17000, 0xFFFF}
 	if !equal(cols, want) || string(got.Fields[1].Name) != "name" || got.Fields[1].DataTypeOID != 25 {
 		t.Errorf("columns %v, want %v (%+v)", cols, want, got.Fields[1])
 	}
-	if !equal(misses, []uint32{30002}) {
-		t.Errorf("misses %v, want the unknown 30002", misses)
+	// The unknown relation, and the columns not mapped (read for; still
+	// unknown: 0).
+	if !equal(misses, []uint32{3000003, 3000204, 3000004}) {
+		t.Errorf("misses %v, want 30000's column 3, 30002, 30000's column 4", misses)
 	}
 }
