@@ -307,7 +307,9 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal, text string) e
 	tag := d.tag(res)
 	d.strip(res)
 	if (d.returning || d.verb == "") && len(res.FieldDescriptions) > 0 {
+		at := len(ss.out)
 		ss.out = appendRows(ss.out, res.FieldDescriptions, res.Rows)
+		ss.srv.describedAs(snap.Shards[p.Tables[0]][0].Nodes[0], ss.database, ss.out[at:])
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/binary"
 	"maps"
 	"slices"
 	"strings"
@@ -53,6 +54,24 @@ func (s *Server) typeOIDs(addr, db string) *pooling.TypeOIDs {
 	t.RelMiss = func(oid uint32, col int16) { s.relsMiss(d, db, t, oid, col) }
 	s.types[k] = t
 	return t
+}
+
+// describedAs translates, in place, the RowDescription message at the
+// start of frames, made from what node answered on a connection of the
+// coordinator's own (pgx's): its type OIDs and shards' columns become the
+// default node's, as on the pools' connections.
+func (s *Server) describedAs(node int32, db string, frames []byte) {
+	if len(frames) < 5 || frames[0] != 'T' {
+		return
+	}
+	n := int(binary.BigEndian.Uint32(frames[1:]))
+	if n < 4 || 1+n > len(frames) {
+		return
+	}
+	s.mu.Lock()
+	t := s.typeOIDs(s.nodeAddr(node), db)
+	s.mu.Unlock()
+	t.TranslateRowDescription(frames[5 : 1+n])
 }
 
 // oidsStale lets the next miss read the tables at once (DDL ran: a column

@@ -182,6 +182,15 @@ func TestRowDescriptionNamesTable(t *testing.T) {
 	check("SELECT * FROM rd_r", col("rd_r", "code"), col("rd_r", "label"))
 	check("SELECT * FROM rd_local", col("rd_local", "k"), col("rd_local", "v"))
 
+	// Writes' RETURNING: over several shards and every copy of a
+	// reference table (the simple protocol's answers were made from
+	// another connection's description, the shard's).
+	check("UPDATE rd_t SET name = name RETURNING id, name", id, name)
+	check("DELETE FROM rd_t WHERE id > 100 RETURNING name", name)
+	check("INSERT INTO rd_r VALUES (2, 'two') ON CONFLICT (code) DO UPDATE SET label = excluded.label RETURNING label, code",
+		col("rd_r", "label"), col("rd_r", "code"))
+	check("UPDATE rd_r SET label = label WHERE code = 1 RETURNING code", col("rd_r", "code"))
+
 	// A column added since the tables were read is read for (it was
 	// described as column 0), and so is one dropped and added again.
 	exec(t, c, "ALTER TABLE rd_t ADD COLUMN extra int", simple)

@@ -87,6 +87,11 @@ func (t *TypeOIDs) in(oid uint32) uint32 {
 	return oid
 }
 
+// TranslateRowDescription translates, in place, a RowDescription body a
+// worker sent on another connection than the pool's (pgx's, whose fields
+// the coordinator encodes again), as translateIn does on the pool's.
+func (t *TypeOIDs) TranslateRowDescription(body []byte) { t.translateIn('T', body) }
+
 // rel maps a worker's relation OID and column number: ok when it is a
 // shard's (the column then is its table's, 0 if none).
 func (t *TypeOIDs) rel(oid uint32, col int16) (uint32, int16, bool) {

@@ -118,9 +118,10 @@ func ExecGroupsParams(ctx context.Context, store *metadata.Store, snap *metadata
 // they affected in all and the rows they returned (RETURNING; in text),
 // with the first statement's columns.
 type GroupsResult struct {
-	Affected int64
-	Fields   []pgconn.FieldDescription
-	Rows     [][][]byte
+	Affected   int64
+	Fields     []pgconn.FieldDescription
+	FieldsNode int32 // the node that described Fields
+	Rows       [][][]byte
 }
 
 // ExecGroupsRows is ExecGroupsParams that keeps the rows the statements
@@ -163,7 +164,7 @@ func ExecGroupsRows(ctx context.Context, store *metadata.Store, snap *metadata.S
 			}
 			out.Affected += res.CommandTag.RowsAffected()
 			if out.Fields == nil {
-				out.Fields = res.FieldDescriptions
+				out.Fields, out.FieldsNode = res.FieldDescriptions, id
 			}
 			for _, row := range res.Rows {
 				for _, v := range row {
