@@ -26,11 +26,11 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	simple := pgx.QueryExecModeSimpleProtocol
 	for _, s := range cl.Servers {
 		w := connect(t, s.Addr())
-		for _, r := range []string{"gp_alice", "gp_bob"} {
+		for _, r := range []string{"gp_alice", "gp_bob", "gp_team"} {
 			exec(t, w, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '"+r+"') THEN CREATE ROLE "+r+" LOGIN; END IF; END $$")
 		}
 		t.Cleanup(func() {
-			for _, q := range []string{"DROP OWNED BY gp_alice, gp_bob", "DROP ROLE IF EXISTS gp_alice", "DROP ROLE IF EXISTS gp_bob"} {
+			for _, q := range []string{"DROP OWNED BY gp_alice, gp_bob, gp_team", "DROP ROLE IF EXISTS gp_team", "DROP ROLE IF EXISTS gp_alice", "DROP ROLE IF EXISTS gp_bob"} {
 				_, _ = w.Exec(context.Background(), q)
 			}
 		})
@@ -160,6 +160,7 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	exec(t, su, "GRANT SELECT ON ALL TABLES IN SCHEMA gp_s TO gp_bob", simple)
 	want("bob", bob, "SELECT count(*) FROM gp_s.gpt", 3)
 	refused(su, "REVOKE USAGE ON SCHEMA gp_s FROM PUBLIC")
+	refused(su, "REVOKE USAGE ON SCHEMA gp_s FROM gp_alice CASCADE")
 	refused(su, "REVOKE ALL ON SCHEMA gp_s FROM gp_bob, PUBLIC")
 	exec(t, su, "REVOKE CREATE ON SCHEMA gp_s FROM PUBLIC", simple)
 	want("bob", bob, "SELECT count(*) FROM gp_s.gpt WHERE id = 2", 1)
@@ -172,6 +173,22 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	refused(su, "SELECT create_distributed_table('gp_x.gpt', 'id')")
 	exec(t, su, "REVOKE SELECT ON gp_x.gpt FROM gp_bob", simple)
 	exec(t, su, "SELECT create_distributed_table('gp_x.gpt', 'id', shard_count => 2)", simple)
+
+	// Membership granted and revoked through a coordinator holds on every
+	// worker (revoked on the first only, a member kept reading the shards
+	// on the others).
+	exec(t, alice, "REVOKE ALL ON gp_t FROM gp_bob", simple)
+	exec(t, alice, "GRANT SELECT ON gp_t TO gp_team", simple)
+	denied("bob", bob, "SELECT count(*) FROM gp_t", "gp_t")
+	exec(t, su, "GRANT gp_team TO gp_bob", simple)
+	want("bob, a member", bob, "SELECT count(*) FROM gp_t", 9)
+	exec(t, su, "REVOKE gp_team FROM gp_bob", simple)
+	denied("bob, no more a member", bob, "SELECT count(*) FROM gp_t", "gp_t")
+	for id := 1; id <= 9; id++ {
+		denied("bob, no more a member", bob, fmt.Sprintf("SELECT count(*) FROM gp_t WHERE id = %d", id), "gp_t")
+	}
+	exec(t, alice, "REVOKE ALL ON gp_t FROM gp_team", simple)
+	exec(t, alice, "GRANT SELECT, DELETE, UPDATE (v) ON gp_t TO gp_bob", simple)
 
 	// A moved shard keeps them (the copy is made from the shard).
 	var shard int64

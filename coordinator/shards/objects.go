@@ -135,14 +135,16 @@ func RefuseSchemaRevoke(sql string, snap *metadata.Snapshot) error {
 		for _, r := range g.Grantees {
 			public = public || r.GetRoleSpec().GetRoletype() == pg_query.RoleSpecType_ROLESPEC_PUBLIC
 		}
-		if !usage || !public {
+		if !usage || !public && g.Behavior != pg_query.DropBehavior_DROP_CASCADE {
+			// (CASCADE also revokes what the role granted on: USAGE it
+			// gave PUBLIC, adversary round 20.)
 			continue
 		}
 		for _, o := range g.Objects {
 			schema := o.GetString_().GetSval()
 			for _, name := range slices.Sorted(maps.Keys(snap.Tables)) {
 				if t := snap.Tables[name]; t.Schema() == schema {
-					return unsupportedDDL("REVOKE USAGE ON SCHEMA %s FROM PUBLIC is not supported: it has %s, whose shards would not check it", schema, describeTable(t)).
+					return unsupportedDDL("REVOKE USAGE ON SCHEMA %s FROM PUBLIC (or CASCADE) is not supported: it has %s, whose shards would not check it", schema, describeTable(t)).
 						WithHint("Revoke the privileges on its tables instead (REVOKE ... ON ALL TABLES IN SCHEMA %s), or undistribute them first.", pgx.Identifier{schema}.Sanitize())
 				}
 			}
@@ -278,6 +280,12 @@ func objectDDL(tree *pg_query.ParseResult, n *pg_query.Node) (other string, ok b
 	switch {
 	case n.GetCreateFunctionStmt() != nil:
 		return bestEffort()
+	case n.GetGrantRoleStmt() != nil:
+		// Membership decides what a role may do with the shards on each
+		// worker: revoked on one only, a member kept reading them on the
+		// others (adversary round 20). Roles are made on each worker; one
+		// a worker lacks fails it, all or nothing.
+		return deparse()
 	case n.GetAlterRoleSetStmt() != nil, n.GetAlterDatabaseSetStmt() != nil:
 		// A role's or database's settings apply at login on each
 		// worker: set on one only, the rows of one query would be read
