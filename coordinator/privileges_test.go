@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -191,18 +192,7 @@ func TestPrivilegesFollowTable(t *testing.T) {
 	exec(t, alice, "GRANT SELECT, DELETE, UPDATE (v) ON gp_t TO gp_bob", simple)
 
 	// A moved shard keeps them (the copy is made from the shard).
-	var shard int64
-	var host string
-	var port int
-	if err := su.QueryRow(ctx, "SELECT shardid, nodename, nodeport FROM citus_shards WHERE table_name = 'gp_t'::regclass ORDER BY shardid LIMIT 1",
-		simple).Scan(&shard, &host, &port); err != nil {
-		t.Fatal(err)
-	}
-	to := cl.Servers[0]
-	if to.Port == port {
-		to = cl.Servers[1]
-	}
-	exec(t, su, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, host, port, to.Host, to.Port), simple)
+	moveFirstShard(t, su, cl, "gp_t")
 	want("bob after a move", bob, "SELECT count(*) FROM gp_t", 9)
 	exec(t, bob, "UPDATE gp_t SET v = 'm'", simple)
 	denied("bob after a move", bob, "UPDATE gp_t SET secret = 'm'", "gp_t")
@@ -232,4 +222,22 @@ func TestDropTableCascadeInBlock(t *testing.T) {
 	if got := queryString(t, c, "SELECT count(*)::text FROM dtc_t"); got != "0" {
 		t.Errorf("dtc_t after the refusals: %s rows", got)
 	}
+}
+
+// moveFirstShard moves table's first shard to the other of the cluster's
+// two workers, through the coordinator c.
+func moveFirstShard(t *testing.T, c *pgx.Conn, cl *pgcluster.Cluster, table string) {
+	t.Helper()
+	var shard int64
+	var host string
+	var port int
+	if err := c.QueryRow(context.Background(), "SELECT shardid, nodename, nodeport FROM citus_shards WHERE table_name = $1::regclass ORDER BY shardid LIMIT 1",
+		pgx.QueryExecModeSimpleProtocol, table).Scan(&shard, &host, &port); err != nil {
+		t.Fatal(err)
+	}
+	to := cl.Servers[0]
+	if to.Port == port {
+		to = cl.Servers[1]
+	}
+	exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, host, port, to.Host, to.Port), pgx.QueryExecModeSimpleProtocol)
 }

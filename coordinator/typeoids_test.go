@@ -205,18 +205,7 @@ func TestRowDescriptionNamesTable(t *testing.T) {
 	check("SELECT later FROM rd_t", col("rd_t", "later"))
 
 	// After a move, the shard has a new OID on its new worker.
-	var shard int64
-	var host string
-	var port int
-	if err := c.QueryRow(ctx, "SELECT shardid, nodename, nodeport FROM citus_shards WHERE table_name = 'rd_t'::regclass ORDER BY shardid LIMIT 1",
-		simple).Scan(&shard, &host, &port); err != nil {
-		t.Fatal(err)
-	}
-	to := cl.Servers[0]
-	if to.Port == port {
-		to = cl.Servers[1]
-	}
-	exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, host, port, to.Host, to.Port), simple)
+	moveFirstShard(t, c, cl, "rd_t")
 	check("SELECT name, id FROM rd_t", name, id)
 	for i := 1; i <= 20; i++ {
 		if got := described(fmt.Sprintf("SELECT name FROM rd_t WHERE id = %d", i), simple); !slices.Equal(got, []string{name}) {
