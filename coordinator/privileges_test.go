@@ -69,7 +69,8 @@ func TestPrivilegesFollowTable(t *testing.T) {
 		exec(t, alice, q, simple)
 	}
 	// The superuser distributes alice's tables.
-	exec(t, su, "SELECT create_distributed_table('gp_t', 'id', shard_count => 4)", simple)
+	// (Not colocated: the shard moved below would move other tests' too.)
+	exec(t, su, "SELECT create_distributed_table('gp_t', 'id', shard_count => 4, colocate_with => 'none')", simple)
 	exec(t, su, "SELECT create_reference_table('gp_r')", simple)
 
 	count := func(c *pgx.Conn, sql string) (int, error) {
