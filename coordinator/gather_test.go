@@ -739,3 +739,22 @@ func TestGatherTextColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestGatherDeferrableKey: a DEFERRABLE primary key gives PostgreSQL no
+// functional dependency, so a statement grouped by it reading another
+// column fails with 42803 over gathered rows too, as on PostgreSQL.
+func TestGatherDeferrableKey(t *testing.T) {
+	c := gatherTablesEnv(t)
+	const cols = "(id int PRIMARY KEY DEFERRABLE, v text)"
+	testTable(t, c, "gdk", cols, "SELECT create_distributed_table('gdk', 'id', shard_count => 3, colocate_with => 'none')")
+	plainTables(t, c, "gdko "+cols)
+	for _, tb := range []string{"gdk", "gdko"} {
+		exec(t, c, "INSERT INTO "+tb+" SELECT g, 'v' || g FROM generate_series(1, 20) g", pgx.QueryExecModeSimpleProtocol)
+	}
+	fleet, oracle := strings.NewReplacer("{d}", "gdk", "{b}", "gb"), strings.NewReplacer("{d}", "gdko", "{b}", "gbo")
+	q := "SELECT d.id, d.v, count(b.bid) FROM {d} d LEFT JOIN {b} b ON b.id = d.id GROUP BY d.id ORDER BY 1"
+	gatherBoth(t, c, fleet, oracle, q, pgx.QueryExecModeSimpleProtocol)
+	if got := gatherRun(t, c, fleet.Replace(q), pgx.QueryExecModeSimpleProtocol); got.State != "42803" {
+		t.Errorf("%s: %+v, want 42803 as PostgreSQL", q, got)
+	}
+}

@@ -1766,11 +1766,12 @@ func gatherCheckSQL(rel string) string {
 		", (SELECT pg_catalog.string_agg(x.ord || ' ' || x.oid || ' ' || x.name, E'\\n' ORDER BY x.ord) FROM (SELECT pg_catalog.row_number() OVER (ORDER BY a.attnum) - 1 AS ord, " +
 		"(CASE t.typtype WHEN 'd' THEN t.typbasetype ELSE a.atttypid END)::pg_catalog.int8 AS oid, pg_catalog.format_type(a.atttypid, a.atttypmod) AS name, (" + binaryMissing + " AND " + textShipped + ") AS text " +
 		"FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid " + attrs + ") x WHERE x.text)" +
-		// The primary key's columns, as positions among the columns.
+		// The primary key's columns, as positions among the columns (a
+		// deferrable key gives PostgreSQL no functional dependency).
 		", (SELECT pg_catalog.string_agg((SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute b WHERE b.attrelid = a.attrelid " +
 		"AND b.attnum > 0 AND NOT b.attisdropped AND b.attnum <= a.attnum)::text, ',' ORDER BY k.i) " +
 		"FROM pg_catalog.pg_constraint con, pg_catalog.unnest(con.conkey) WITH ORDINALITY k(n, i), pg_catalog.pg_attribute a " +
-		"WHERE con.conrelid = pg_catalog.to_regclass(" + quoteLiteral(rel) + ") AND con.contype = 'p' AND a.attrelid = con.conrelid AND a.attnum = k.n)"
+		"WHERE con.conrelid = pg_catalog.to_regclass(" + quoteLiteral(rel) + ") AND con.contype = 'p' AND NOT con.condeferrable AND a.attrelid = con.conrelid AND a.attnum = k.n)"
 }
 
 // binaryMissing: a column of type t (pg_type) cannot go through the merge
