@@ -27,6 +27,7 @@ func TestBodyReads(t *testing.T) {
 		{"sql", "SELECT query_to_xml('select * from items', true, true, '')", nil, "items", true},
 		{"sql", "SELECT 'itemsx'", nil, "items", false},
 		{"sql", "SELECT FROM WHERE items", nil, "items", true},
+		{"sql", "SELECT FROM WHERE other", nil, "items", false}, // does not parse: the word decides
 		{"plpgsql", "", plpgsql("BEGIN PERFORM set_config('app.x', t::text, false); RETURN t::text; END"), "t", false},
 		{"plpgsql", "", plpgsql("DECLARE n int; BEGIN n := length(items); RAISE NOTICE 'no items here %', n; RETURN n; END"), "items", false},
 		{"plpgsql", "", plpgsql("DECLARE r record; BEGIN FOR r IN SELECT * FROM items LOOP END LOOP; RETURN 'x'; END"), "items", true},
@@ -35,7 +36,7 @@ func TestBodyReads(t *testing.T) {
 		{"plpgsql", "", plpgsql("DECLARE n int; BEGIN n := (SELECT count(*) FROM items); RETURN n; END"), "items", true},
 		{"plpgsql", "", plpgsql("BEGIN EXECUTE 'SELECT 1 FROM ' || 'items'; RETURN 'x'; END"), "items", true},
 		{"plpgsql", "", plpgsql("BEGIN RETURN (SELECT v FROM items LIMIT 1); END"), "items", true},
-		{"plpgsql", "", nil, "items", true},
+		{"plpgsql", "BEGIN PERFORM 1 FROM items; END", nil, "items", true}, // no definition to parse: the word decides
 		{"plpython3u", "return plpy.execute('select 1')", nil, "items", false},
 		{"plpython3u", "return plpy.execute('select * from items')", nil, "items", true},
 		{"plpython3u", "return plpy.execute('select * from \"items!\"')", nil, "items!", true},

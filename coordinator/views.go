@@ -374,7 +374,8 @@ SELECT (SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ')
 // may spell the name with escapes, or in parts: E'g\141dgets'), and names
 // it when a statement in it reads a relation of the table's name or a
 // string in it has the name as a word (it may be run as SQL); any other
-// body names it whenever it has the name as a word. (A body that only has
+// body, or one pg_query cannot parse, names it whenever it has the name
+// as a word. (A body that only has
 // a parameter, variable or column of the name, or the name in a comment
 // or a RAISE message, does not: such functions kept tables from being
 // distributed.)
@@ -423,16 +424,13 @@ func bodyReads(lang, src string, def *string, rel string) bool {
 		return sqlReads(src, rel, false)
 	case lang == "plpgsql" && def != nil:
 		js, err := pg_query.ParsePlPgSqlToJSON(*def)
-		if err != nil {
-			return true
-		}
 		var tree any
-		if json.Unmarshal([]byte(js), &tree) != nil {
-			return true
+		if err != nil || json.Unmarshal([]byte(js), &tree) != nil {
+			return nameWord(rel).MatchString(src)
 		}
 		return plpgsqlReads(tree, rel)
 	}
-	return true
+	return nameWord(rel).MatchString(src)
 }
 
 // plpgsqlReads walks a PL/pgSQL parse tree (pg_query's JSON) for the SQL
@@ -476,17 +474,20 @@ func nameWord(rel string) *regexp.Regexp {
 }
 
 // sqlReads reports whether SQL text (an expression when expr) reads
-// relation rel, or may: it does not parse, a statement in it reads a
-// relation named rel, or a string in it has rel as a word.
+// relation rel, or may: a statement in it reads a relation named rel, or
+// a string in it has rel as a word; when it does not parse, it has rel as
+// a word (one body pg_query cannot read must not keep every table from
+// being distributed).
 func sqlReads(sql, rel string, expr bool) bool {
-	if expr {
-		sql = "SELECT " + sql
-	}
-	tree, err := pg_query.Parse(sql)
-	if err != nil {
-		return true
-	}
 	word := nameWord(rel)
+	text := sql
+	if expr {
+		text = "SELECT " + sql
+	}
+	tree, err := pg_query.Parse(text)
+	if err != nil {
+		return word.MatchString(sql)
+	}
 	found := false
 	for _, st := range tree.Stmts {
 		planner.Walk(st.Stmt, func(m proto.Message) {
