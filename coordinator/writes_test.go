@@ -77,6 +77,9 @@ func TestWritesDuringDistribution(t *testing.T) {
 					break
 				}
 			}
+			mu.Lock()
+			before := len(acked)
+			mu.Unlock()
 			_, err := c.Exec(ctx, "SELECT "+fmt.Sprintf(fn, table), simple)
 			close(stop)
 			wg.Wait()
@@ -113,8 +116,10 @@ func TestWritesDuringDistribution(t *testing.T) {
 				}
 			}
 			sort.Slice(lost, func(i, j int) bool { return lost[i] < lost[j] })
-			if len(lost) > 0 || len(acked) < 50 {
-				t.Errorf("%s: %d of %d acknowledged rows lost: %v", fn, len(lost), len(acked), lost)
+			// (At least 10 acknowledged once the function started: 25
+			// more were asked, and a loaded machine once gave 17.)
+			if len(lost) > 0 || len(acked)-before < 10 {
+				t.Errorf("%s: %d of %d acknowledged rows lost (%d acknowledged once it started): %v", fn, len(lost), len(acked), len(acked)-before, lost)
 			}
 			var old int
 			if err := c.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE id < 1000000", simple).Scan(&old); err != nil || old != 20000 {
