@@ -307,9 +307,7 @@ func (ss *session) writeAllNodes(p *planner.Plan, lits []literal, text string) e
 	tag := d.tag(res)
 	d.strip(res)
 	if (d.returning || d.verb == "") && len(res.FieldDescriptions) > 0 {
-		at := len(ss.out)
-		ss.out = appendRows(ss.out, res.FieldDescriptions, res.Rows)
-		ss.srv.describedAs(snap.Shards[p.Tables[0]][0].Nodes[0], ss.database, ss.out[at:])
+		ss.appendRows(snap.Shards[p.Tables[0]][0].Nodes[0], res.FieldDescriptions, res.Rows)
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
@@ -993,8 +991,18 @@ func explainError(explained, err error) error {
 	return err
 }
 
-// appendRows appends a RowDescription of fields and a DataRow per row.
-func appendRows(out []byte, fields []pgconn.FieldDescription, rows [][][]byte) []byte {
+// appendRows appends to the session's output a RowDescription of fields and a DataRow per row.
+//
+// node is the node that described fields on a connection of the
+// coordinator's own: their type OIDs and shards' columns become the
+// default node's (describedAs), as on the pools' connections.
+func (ss *session) appendRows(node int32, fields []pgconn.FieldDescription, rows [][][]byte) {
+	at := len(ss.out)
+	ss.out = appendRowsTo(ss.out, fields, rows)
+	ss.srv.describedAs(node, ss.database, ss.out[at:])
+}
+
+func appendRowsTo(out []byte, fields []pgconn.FieldDescription, rows [][][]byte) []byte {
 	rd := pgproto3.RowDescription{}
 	for _, f := range fields {
 		rd.Fields = append(rd.Fields, pgproto3.FieldDescription{Name: []byte(f.Name), TableOID: f.TableOID,

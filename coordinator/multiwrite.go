@@ -149,9 +149,7 @@ func (ss *session) writeGroupsSimple(ctx context.Context, snap *metadata.Snapsho
 		if err != nil {
 			return ss.queryError(err)
 		}
-		at := len(ss.out)
-		ss.out = appendRows(ss.out, r.Fields, rows)
-		ss.srv.describedAs(r.FieldsNode, ss.database, ss.out[at:])
+		ss.appendRows(r.FieldsNode, r.Fields, rows)
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(writeTag(what, r.Affected))}
 	ss.out, _ = cc.Encode(ss.out)
