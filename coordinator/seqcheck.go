@@ -167,8 +167,10 @@ func (ss *session) queueDiscardSequences() {
 func (ss *session) guardSeq(err error) error {
 	var we *executor.WorkerError
 	if errors.As(err, &we) && we.PG.Code == pgerr.UndefinedTable {
-		// A shard dropped by a concurrent catalog change: 40001.
-		err = executor.NewWorkerError(ss.staleShardBody(we.Body))
+		// A shard dropped by a concurrent catalog change: 40001; a
+		// relation only the default node has: 0A000.
+		addr := we.Addr
+		err = executor.NewWorkerError(ss.defaultOnly(ss.staleShardBody(we.Body), addr))
 		if !errors.As(err, &we) {
 			return err
 		}

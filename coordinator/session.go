@@ -3099,7 +3099,7 @@ func (ss *session) drain() error {
 			}
 			if !e.abort {
 				ss.workerErrs++
-				body := userNamesBody(ss.srv.catalog.Load(), ss.staleShardBody(ss.clientNames(e, f.Body)))
+				body := userNamesBody(ss.srv.catalog.Load(), ss.defaultOnly(ss.staleShardBody(ss.clientNames(e, f.Body)), sc.Addr))
 				if ss.seqGuard && errCode(body) == pgerr.ObjectNotInPrerequisite {
 					body = seqGuardError(body)
 				}

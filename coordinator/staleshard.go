@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -94,4 +95,38 @@ func (ss *session) staleShardErr(err error) error {
 		return e
 	}
 	return err
+}
+
+// defaultOnly maps a worker's 42P01 on a relation that is not a shard,
+// sent by a worker other than the default node, to 0A000. The statement
+// ran where its shards are, and something in it the planner does not see
+// (a function, a trigger, a regclass in a string) read a relation only the
+// default node has: a local table, view or sequence. On the default node
+// it reads it, so PostgreSQL's answer would depend on where the shards are
+// (TestSequenceStateInUserCode met 42P01 after a shard move). It returns
+// body unchanged when it does not apply. Rare path: it runs only on a
+// 42P01, after staleShardBody.
+func (ss *session) defaultOnly(body []byte, addr string) []byte {
+	if addr == "" || errCode(body) != pgerr.UndefinedTable || addr == ss.srv.nodeAddr(ss.srv.defaultNode.Load()) {
+		return body
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil {
+		return body
+	}
+	const pre, post = `relation "`, `" does not exist`
+	rel, ok := strings.CutPrefix(er.Message, pre)
+	if rel, ok = strings.CutSuffix(rel, post); !ok || staleShard(er.Message, nil) != nil {
+		return body // not PostgreSQL's message, or a shard's name
+	}
+	er.Detail = er.Message + " on that worker."
+	er.Code = pgerr.FeatureNotSupported
+	er.Message = fmt.Sprintf("relation %q is read on worker %s, which does not have it: only the default node does", rel, addr)
+	er.Hint = "A function, trigger or regclass value in the statement reads a local table, view or sequence; over distributed tables that is not supported. Read it in a statement of its own, or make it a reference table (create_reference_table)."
+	er.Position = 0
+	b, err := er.Encode(nil)
+	if err != nil {
+		return body
+	}
+	return b[5:]
 }

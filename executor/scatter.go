@@ -542,6 +542,7 @@ func (r *Scatter) read(i int) {
 			}
 			if r.err == nil {
 				we := NewWorkerError(body)
+				we.Addr = sc.Addr
 				r.err = we
 				if r.Params != nil && !bound && constantError(we.PG.Code) {
 					r.Unbound, r.UnboundParse = true, parsing && parses == 0
@@ -658,7 +659,9 @@ func (r *Scatter) layout() error {
 					r.ncols = int(binary.BigEndian.Uint16(body))
 				case 'E':
 					if werr == nil {
-						werr = NewWorkerError(body)
+						we := NewWorkerError(body)
+						we.Addr = sc.Addr
+						werr = we
 					}
 				}
 			})
@@ -1030,7 +1033,9 @@ func (r *Scatter) merge() error {
 				parsing = false
 			}
 			if merr == nil {
-				merr = NewWorkerError(body)
+				we := NewWorkerError(body)
+				we.Addr = sc.Addr
+				merr = we
 			}
 		}
 	})

@@ -21,6 +21,9 @@ const FirstNormalOID = 16384
 type WorkerError struct {
 	Body []byte // the ErrorResponse's body, as sent to the client
 	PG   *pgconn.PgError
+	// Addr is the worker that sent it, where the executor knows it
+	// (multi-shard statements); empty otherwise.
+	Addr string
 }
 
 // NewWorkerError reads an ErrorResponse body from a worker.

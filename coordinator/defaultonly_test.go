@@ -1,0 +1,70 @@
+package coordinator_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestFunctionReadingLocalTableOverShards: a function that reads a local
+// table (one only the default node has), called over a distributed
+// table's rows, gives PostgreSQL's answer where the rows' shard is on the
+// default node and 0A000 elsewhere, never 42P01 "relation does not exist"
+// for a table that exists. Before, the worker's 42P01 reached the client
+// (TestSequenceStateInUserCode met it after a shard move).
+func TestFunctionReadingLocalTableOverShards(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	drop := "DROP FUNCTION IF EXISTS dfo_f(int); DROP TABLE IF EXISTS dfo_l"
+	exec(t, c, drop, simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, drop, simple) })
+	testTable(t, c, "dfo_d", "(id int PRIMARY KEY)", "SELECT create_distributed_table('dfo_d', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO dfo_d SELECT generate_series(1, 20)", simple)
+	exec(t, c, "CREATE TABLE dfo_l (k int, v text)", simple)
+	exec(t, c, "INSERT INTO dfo_l SELECT k, 'v' || k FROM generate_series(1, 20) k", simple)
+	exec(t, c, "CREATE FUNCTION dfo_f(int) RETURNS text LANGUAGE sql STABLE AS 'SELECT v FROM dfo_l WHERE k = $1'", simple)
+	keys := keysByWorker(t, c, "dfo_d", 20)
+	defaultPort := cl.Servers[0].Addr()[strings.LastIndexByte(cl.Servers[0].Addr(), ':')+1:]
+	if _, ok := keys[defaultPort]; !ok {
+		t.Fatalf("no key on the default node (port %s): %v", defaultPort, keys)
+	}
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+		for port, k := range keys {
+			var got string
+			err := c.QueryRow(ctx, "SELECT dfo_f(id) FROM dfo_d WHERE id = $1", mode, k).Scan(&got)
+			switch {
+			case port == defaultPort && (err != nil || got != "v"+strconv.Itoa(k)):
+				t.Errorf("%v: key %d on the default node: %q, %v; want %q", mode, k, got, err, "v"+strconv.Itoa(k))
+			case port != defaultPort && err == nil && got != "v"+strconv.Itoa(k):
+				t.Errorf("%v: key %d on worker port %s: %q; want %q or 0A000", mode, k, port, got, "v"+strconv.Itoa(k))
+			case port != defaultPort && err != nil && sqlState(err) != "0A000":
+				t.Errorf("%v: key %d on worker port %s: %v; want its row or 0A000", mode, k, port, err)
+			}
+		}
+		// Over every shard: the rows, or 0A000.
+		rows, err := c.Query(ctx, "SELECT id, dfo_f(id) FROM dfo_d ORDER BY id", mode)
+		n := 0
+		if err == nil {
+			for rows.Next() {
+				var id int
+				var v string
+				if err := rows.Scan(&id, &v); err == nil && v != "v"+strconv.Itoa(id) {
+					t.Errorf("%v: multi-shard row %d: %q", mode, id, v)
+				}
+				n++
+			}
+			err = rows.Err()
+		}
+		if err == nil && n != 20 || err != nil && sqlState(err) != "0A000" {
+			t.Errorf("%v: multi-shard: %d rows, %v; want 20 rows or 0A000", mode, n, err)
+		}
+	}
+}
