@@ -1061,13 +1061,23 @@ func usesParam(sql string, k int) bool {
 	return false
 }
 
-// firstShardNode is the node holding a multi-shard plan's first shard.
+// firstShardNode is the node holding a multi-shard plan's first shard,
+// which describes its result (and runs a gathering's statement). A
+// gathering that reads local relations runs where they are: the first
+// shard must be on the default node.
 func (s *Server) firstShardNode(p *planner.Plan) (int32, error) {
-	shards := s.catalog.Load().Shards[p.Scatter().Table]
+	x := p.Scatter()
+	shards := s.catalog.Load().Shards[x.Table]
 	if len(shards) == 0 || len(shards[0].Nodes) == 0 {
 		return 0, errCatalogMoved
 	}
-	return shards[0].Nodes[0], nil
+	node := shards[0].Nodes[0]
+	if m := x.Merge; m != nil && len(m.Local) > 0 && node != s.defaultNode.Load() {
+		return 0, pgerr.New(pgerr.FeatureNotSupported, "reading %s, which is not a distributed or reference table, beside %s is not supported while the first shard of %s is not on the default node (%s)",
+			strings.Join(m.Local, ", "), strings.Join(m.Tables, ", "), x.Table, s.nodeAddr(s.defaultNode.Load())).
+			WithHint("Read %s in a statement of its own, make it a reference table (create_reference_table), or move the table's first shard back to the default node (citus_move_shard_placement).", strings.Join(m.Local, ", "))
+	}
+	return node, nil
 }
 
 // cancelScatter sends a cancel request for each connection a multi-shard

@@ -69,6 +69,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	}
 	ctes := cteNames(stmt)
 	var dists []*metadata.Table // in the order of first use
+	var local []string          // relations not in the catalog (b.local)
 	var refuse error
 	maxParam := int32(0)
 	Walk(stmt, func(m proto.Message) {
@@ -90,6 +91,10 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 			t := lookup(b.cat, x, ctes)
 			switch {
 			case t == nil && ctes.refs[x]:
+			case t == nil && b.local:
+				if !slices.Contains(local, x.Relname) {
+					local = append(local, x.Relname)
+				}
 			case t == nil:
 				refuse = unsupported("%s reads %s, which is not a distributed or reference table, besides distributed tables", StatementName(stmt), x.Relname).
 					WithHint("Read the local table in a statement of its own.")
@@ -181,7 +186,7 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	at := b.shardAt
 	b.shardAt = nil
 
-	m := &Merge{Kind: SQLMerge, Gather: true, tmpl: tmpl, version: b.tree.Version}
+	m := &Merge{Kind: SQLMerge, Gather: true, Local: local, tmpl: tmpl, version: b.tree.Version}
 	for k := 1; k <= int(maxParam); k++ {
 		m.Params = append(m.Params, k)
 	}

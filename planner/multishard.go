@@ -142,6 +142,11 @@ type Merge struct {
 	Gather bool `json:"gather,omitempty"`
 	// Tables: the gathered tables, in the order of their columns.
 	Tables []string `json:"tables,omitempty"`
+	// Local: the statement also reads relations that are not in the
+	// catalog (local tables, views, sequences), which only the default
+	// node has: it runs there, which must hold the first table's first
+	// shard (the coordinator refuses it otherwise).
+	Local []string `json:"local,omitempty"`
 	// SQL is the merge statement rendered with unknown column types (for
 	// reading plans; Render makes the real one).
 	SQL string `json:"sql,omitempty"`

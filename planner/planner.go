@@ -300,9 +300,19 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	if p != nil {
 		p.Unqualified = unqualified(tree.Stmts[0].Stmt, cat)
 	}
-	if err == nil && len(p.Tables) > 0 {
+	if err == nil && len(p.Tables) > 0 || err != nil {
 		if lerr := localBeside(cat, tree.Stmts[0].Stmt, b.ctes); lerr != nil {
-			return nil, lerr
+			// A read of local relations beside distributed tables:
+			// gathered to the default node, where they are.
+			cause := err
+			if cause == nil {
+				cause = lerr
+			}
+			lb := &builder{cat: cat, tree: tree, ctes: b.ctes, local: true}
+			if p, err = lb.gather(tree.Stmts[0].Stmt, cause); err != nil {
+				return nil, err
+			}
+			p.Unqualified = unqualified(tree.Stmts[0].Stmt, cat)
 		}
 	}
 	return p, err
@@ -638,6 +648,9 @@ type builder struct {
 	// columns (orders AS o(a, b)): which of them is the distribution
 	// column is not known here, so none is taken for it.
 	renamed map[string]bool
+	// local: gather may read relations that are not in the catalog (they
+	// are the default node's, where the gathered statement then runs).
+	local bool
 }
 
 // colAliases reports whether rv renames its table's columns.
