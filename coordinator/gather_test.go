@@ -246,7 +246,7 @@ func TestGatherRefused(t *testing.T) {
 	for _, q := range []string{
 		"SELECT * FROM ga a JOIN g1 b ON a.id = b.id ORDER BY 1", // g1 has no shard on one of ga's workers
 		"SELECT id FROM g1 WHERE id IN (SELECT id FROM ga) ORDER BY 1",
-		"SELECT row_to_json(a), rank() OVER (ORDER BY id) FROM ga a",                  // the whole row
+		"SELECT row_to_json(a), rank() OVER (ORDER BY id) FROM ga a", // the whole row
 		"SELECT id FROM ga UNION SELECT id FROM ga FOR UPDATE",
 		"SELECT a.xmin, count(DISTINCT a.t) FROM ga a GROUP BY 1", // a system column: the gathered rows have none
 		"SELECT id, rank() OVER (ORDER BY ctid) FROM ga",
