@@ -139,7 +139,7 @@ func (ss *session) copyMerged(x *planner.CopyOut, query, text string) error {
 			"the rows of COPY (query) TO STDOUT exceed %d bytes (--max-gather), which the coordinator gathers for a query it merges", c.limit).
 			WithHint("Copy the rows in parts (WHERE ranges), or drop ORDER BY/LIMIT/DISTINCT so that the shards' rows stream."))
 	}
-	res, err := ss.capturedRows(c)
+	res, err := ss.capturedRows(c, "COPY (query) TO STDOUT", "") // c.over was answered above
 	if err != nil {
 		return ss.queryError(err)
 	}

@@ -98,7 +98,7 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 	}
 	m.start, m.scanned, m.failed = len(ss.out), len(ss.out), false
 	var held []byte
-	res, perr := ss.capturedRows(c)
+	res, perr := ss.capturedRows(c, "the SELECT of an INSERT ... SELECT", "Insert the rows in smaller parts, or from tables colocated with the target.")
 	switch {
 	case perr != nil:
 		failed = ss.partError(perr)
@@ -132,11 +132,11 @@ type selectRows struct {
 
 // capturedRows reads a captured SELECT's answer; its notices and
 // parameter changes go to the client.
-func (ss *session) capturedRows(c *capture) (*selectRows, error) {
+func (ss *session) capturedRows(c *capture, what, hint string) (*selectRows, error) {
 	if c.over {
 		return nil, pgerr.New(codeProgramLimitExceeded,
-			"the rows of the SELECT of an INSERT ... SELECT exceed %d bytes (--max-gather)", c.limit).
-			WithHint("Insert the rows in smaller parts, or from tables colocated with the target.")
+			"the rows of %s exceed %d bytes (--max-gather)", what, c.limit).
+			WithHint("%s", hint)
 	}
 	res := &selectRows{}
 	for f, body := range frames(c.frames) {
@@ -182,7 +182,7 @@ func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRo
 		return ss.partError(pgerr.New(pgerr.FeatureNotSupported, "%s; a SELECT without columns is not supported this way", pgerr.Flatten(sf.Unwrap()).Message).
 			WithHint("Insert DEFAULT VALUES as many times instead.")), false, nil
 	}
-	types, terr := ss.textTypes(res.oids, res.typmods)
+	types, terr := ss.textTypes(res.oids, res.typmods, "an INSERT ... SELECT that does not push down to the shards", "insert from tables colocated with the target")
 	if terr != nil {
 		return ss.partError(terr), false, nil
 	}
@@ -390,7 +390,7 @@ func withoutPosition(typ byte, body []byte) []byte {
 // composite and XML values, floats under extra_float_digits below 1,
 // date/time values under a DateStyle other than ISO, intervals under
 // IntervalStyle sql_standard; arrays as their elements.
-func (ss *session) textTypes(oids []uint32, typmods []int32) ([]string, error) {
+func (ss *session) textTypes(oids []uint32, typmods []int32, what, instead string) ([]string, error) {
 	if len(oids) == 0 {
 		return nil, nil
 	}
@@ -399,8 +399,8 @@ func (ss *session) textTypes(oids []uint32, typmods []int32) ([]string, error) {
 	for i, o := range oids {
 		if o >= 16384 {
 			return nil, pgerr.New(pgerr.FeatureNotSupported,
-				"an INSERT ... SELECT that does not push down to the shards carries the SELECT's values through the coordinator, which does not support values of types that are not built in (column %d) yet", i+1).
-				WithHint("Cast the column to a built-in type (text) in the SELECT, or insert from tables colocated with the target.")
+				"%s carries the SELECT's values through the coordinator, which does not support values of types that are not built in (column %d) yet", what, i+1).
+				WithHint("Cast the column to a built-in type (text) in the SELECT, or %s.", instead)
 		}
 		list[i] = strconv.FormatUint(uint64(o), 10)
 		pairs[i] = "(" + strconv.Itoa(i) + ", " + list[i] + "::pg_catalog.oid, " + strconv.Itoa(int(typmods[i])) + ")"
@@ -444,8 +444,8 @@ func (ss *session) textTypes(oids []uint32, typmods []int32) ([]string, error) {
 		}
 		if why := textLossy(typ, cat, efd, dateStyle, intervalStyle); why != "" {
 			return nil, pgerr.New(pgerr.FeatureNotSupported,
-				"an INSERT ... SELECT that does not push down to the shards carries the SELECT's values through the coordinator as text, and a value of type %s %s", name, why).
-				WithHint("Cast the column to text or numeric in the SELECT, use the default settings, or insert from tables colocated with the target.")
+				"%s carries the SELECT's values through the coordinator as text, and a value of type %s %s", what, name, why).
+				WithHint("Cast the column to text or numeric in the SELECT, use the default settings, or %s.", instead)
 		}
 		out[i] = name
 	}

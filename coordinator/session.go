@@ -1557,6 +1557,10 @@ func (ss *session) simpleQuery(body []byte) error {
 		if errors.As(err, &sf) {
 			return ss.insertSelectRows(ptext, sf)
 		}
+		var qf *planner.SubqueryFirst
+		if errors.As(err, &qf) {
+			return ss.subqueriesFirst(qf)
+		}
 		var tr *planner.TimeRead
 		if errors.As(err, &tr) {
 			return ss.runFrozen(nil, text, tr.Err)

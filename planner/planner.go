@@ -774,6 +774,9 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	if nested != nil {
 		var ok bool
 		if nestedVal, nestedDist, ok = b.nestedPinned(stmt, ctes); !ok {
+			if stmt.GetUpdateStmt() != nil || stmt.GetDeleteStmt() != nil {
+				return nil, b.subqueryFirst(stmt, nested)
+			}
 			return b.gather(stmt, nested)
 		}
 	}
@@ -1973,9 +1976,12 @@ func (b *builder) explainPlan(stmt *pg_query.Node) (*Plan, error) {
 	var vn *ValuesNeeded
 	var sn *SequencesNeeded
 	var sf *SelectFirst
+	var qf *SubqueryFirst
 	switch {
 	case errors.As(err, &sf):
 		return nil, sf.err
+	case errors.As(err, &qf):
+		return nil, qf.err
 	case errors.As(err, &cn) && !cn.Copy:
 		// The session completes the INSERT's column list from PostgreSQL
 		// (WithColumns reaches into the EXPLAIN) and plans it again.

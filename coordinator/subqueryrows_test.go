@@ -1,0 +1,112 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestSubqueriesFirst: an UPDATE or DELETE whose WHERE has IN/ANY/ALL
+// subqueries over distributed tables that are not on its shard (Django's
+// filter(fk__name=...).update(...): WHERE id IN (SELECT U0.id FROM ...
+// INNER JOIN ...)) runs them first and then the statement with their rows:
+// the tables end as plain PostgreSQL's do, with the same command tags and
+// RETURNING rows, in and out of a transaction block. Before, every such
+// statement was refused (0A000). One that reads the outer statement's rows
+// stays refused.
+func TestSubqueriesFirst(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "sqf_acct", "(id bigint PRIMARY KEY, name text)", "SELECT create_distributed_table('sqf_acct', 'id', shard_count => 4)")
+	testTable(t, c, "sqf_ord", "(id bigint PRIMARY KEY, acct_id bigint, amount int)", "SELECT create_distributed_table('sqf_ord', 'id', shard_count => 3, colocate_with => 'none')")
+	plainTables(t, c, "sqf_acct_o (id bigint PRIMARY KEY, name text)", "sqf_ord_o (id bigint PRIMARY KEY, acct_id bigint, amount int)")
+	var accts, ords []string
+	for i := 1; i <= 12; i++ {
+		name := fmt.Sprintf("'n%d'", i%4)
+		if i%5 == 0 {
+			name = "NULL"
+		}
+		accts = append(accts, fmt.Sprintf("(%d, %s)", i, name))
+	}
+	for i := 1; i <= 40; i++ {
+		acct := fmt.Sprint(i%13 + 1)
+		if i%11 == 0 {
+			acct = "NULL"
+		}
+		ords = append(ords, fmt.Sprintf("(%d, %s, %d)", i, acct, i*7%50))
+	}
+	for _, suffix := range []string{"", "_o"} {
+		exec(t, c, "INSERT INTO sqf_acct"+suffix+" VALUES "+strings.Join(accts, ", "), simple)
+		exec(t, c, "INSERT INTO sqf_ord"+suffix+" VALUES "+strings.Join(ords, ", "), simple)
+	}
+	fleet := strings.NewReplacer("{a}", "sqf_acct", "{o}", "sqf_ord")
+	oracle := strings.NewReplacer("{a}", "sqf_acct_o", "{o}", "sqf_ord_o")
+	state := func(r *strings.Replacer) []string {
+		return queryStrings(t, c, r.Replace("SELECT concat_ws(',', id, acct_id, amount) FROM {o} ORDER BY id"))
+	}
+	both := func(q string) {
+		t.Helper()
+		got := gatherRun(t, c, fleet.Replace(q), simple)
+		want := gatherRun(t, c, oracle.Replace(q), simple)
+		for _, r := range []*oracleRun{&got, &want} { // RETURNING rows come in no set order
+			slices.SortFunc(r.Rows, func(a, b []string) int { return slices.Compare(a, b) })
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v (plain PostgreSQL)", q, got, want)
+		}
+		if got.State == "0A000" {
+			t.Errorf("%s: refused", q)
+		}
+		if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s: the table is\n%v\nwant\n%v", q, g, w)
+		}
+	}
+	for _, q := range []string{
+		// Django's shape.
+		`UPDATE "{o}" SET "amount" = ("{o}"."amount" + 1) WHERE "{o}"."id" IN (SELECT U0."id" FROM "{o}" U0 INNER JOIN "{a}" U1 ON (U0."acct_id" = U1."id") WHERE U1."name" = 'n1')`,
+		"DELETE FROM {o} WHERE acct_id NOT IN (SELECT id FROM {a} WHERE name IS NOT NULL) RETURNING id, acct_id",
+		"UPDATE {o} SET amount = 0 WHERE acct_id IN (SELECT id FROM {a} WHERE name = 'nobody') RETURNING *",
+		"UPDATE {o} SET amount = amount * 2 WHERE (acct_id, amount % 2) IN (SELECT a.id, 1 FROM {a} a WHERE a.id < 8) RETURNING id, amount",
+		"UPDATE {o} SET amount = amount - 1 WHERE amount >= ALL (SELECT amount FROM {o} WHERE acct_id = 2) AND acct_id IN (SELECT id FROM {a} WHERE name = 'n3')",
+		"DELETE FROM {o} o WHERE o.amount = ANY (SELECT max(amount) FROM {o} GROUP BY acct_id) AND o.id > 30",
+		"UPDATE {o} SET acct_id = NULL WHERE acct_id IN (SELECT DISTINCT x.acct_id FROM {o} x WHERE x.amount < 10 ORDER BY 1 LIMIT 2)",
+	} {
+		both(q)
+	}
+	// In a transaction block: the subquery sees the block's own writes,
+	// and ROLLBACK takes the statement back.
+	for _, end := range []string{"ROLLBACK", "COMMIT"} {
+		for _, r := range []*strings.Replacer{fleet, oracle} {
+			exec(t, c, "BEGIN", simple)
+			exec(t, c, r.Replace("UPDATE {a} SET name = 'block' WHERE id = 3"), simple)
+			exec(t, c, r.Replace("UPDATE {o} SET amount = 99 WHERE acct_id IN (SELECT id FROM {a} WHERE name = 'block')"), simple)
+			exec(t, c, end, simple)
+		}
+		if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
+			t.Fatalf("after %s: the table is\n%v\nwant\n%v", end, g, w)
+		}
+	}
+	// Correlated: refused, qualified or not; nothing changed.
+	before := state(fleet)
+	for _, q := range []string{
+		"UPDATE sqf_ord o SET amount = 0 WHERE acct_id IN (SELECT id FROM sqf_acct a WHERE a.id = o.acct_id)",
+		"UPDATE sqf_ord SET amount = 0 WHERE id IN (SELECT id FROM sqf_acct WHERE name = acct_id::text)",
+	} {
+		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
+	if after := state(fleet); !reflect.DeepEqual(before, after) {
+		t.Errorf("a refused statement changed the table:\n%v\nwas\n%v", after, before)
+	}
+}

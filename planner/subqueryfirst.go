@@ -1,0 +1,267 @@
+package planner
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
+)
+
+// SubqueryFirst is Build's answer to an UPDATE or DELETE whose WHERE has
+// IN, = ANY or op ALL subqueries over distributed tables that do not pin
+// to the statement's shard (Django's filter(...).update(...) over a join:
+// WHERE id IN (SELECT U0.id FROM ... JOIN ...)). The coordinator runs each
+// subquery first, as a query of its own in the statement's transaction,
+// and then the statement with each subquery replaced by the rows it gave
+// (WithSubqueryRows), planned as any UPDATE or DELETE: Citus's recursive
+// planning of a subquery into an intermediate result, with the result as
+// constants. A subquery that refers to the outer statement's rows does not
+// run on its own (PostgreSQL says which column or table it lacks): the
+// statement is refused with the original cause then. As an error, it is
+// that refusal.
+type SubqueryFirst struct {
+	Selects []string
+	// tmpl is the statement with a marker (markers[k], a SELECT of a
+	// string) in subquery k's place.
+	tmpl    string
+	markers []string
+	err     *pgerr.Error
+}
+
+func (e *SubqueryFirst) Error() string { return e.err.Error() }
+func (e *SubqueryFirst) Unwrap() error { return e.err }
+
+// firstSublinks are the subqueries of an UPDATE's or DELETE's WHERE that
+// run first: IN/ANY/ALL subqueries that read a distributed table, not
+// inside another subquery; ok is false when a distributed table is read
+// anywhere else below the statement's own level (a scalar or EXISTS
+// subquery, SET, a WITH, a subquery in FROM/USING), or the statement is
+// neither.
+func firstSublinks(cat *metadata.Snapshot, stmt *pg_query.Node) (subs []*pg_query.SubLink, ok bool) {
+	var where *pg_query.Node
+	switch {
+	case stmt.GetUpdateStmt() != nil:
+		u := stmt.GetUpdateStmt()
+		if u.WithClause != nil {
+			return nil, false
+		}
+		where = u.WhereClause
+	case stmt.GetDeleteStmt() != nil:
+		d := stmt.GetDeleteStmt()
+		if d.WithClause != nil {
+			return nil, false
+		}
+		where = d.WhereClause
+	default:
+		return nil, false
+	}
+	ctes := cteNames(stmt)
+	readsDist := func(n proto.Message) bool {
+		found := false
+		Walk(n, func(m proto.Message) {
+			if rv, ok := m.(*pg_query.RangeVar); ok {
+				if t := lookup(cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
+					found = true
+				}
+			}
+		})
+		return found
+	}
+	// The names the statement's own level gives its relations.
+	outer := map[string]bool{}
+	name := func(rv *pg_query.RangeVar) {
+		if rv == nil {
+			return
+		}
+		if rv.Alias != nil {
+			outer[rv.Alias.Aliasname] = true
+		} else {
+			outer[rv.Relname] = true
+		}
+	}
+	var from []*pg_query.Node
+	if u := stmt.GetUpdateStmt(); u != nil {
+		name(u.Relation)
+		from = u.FromClause
+	} else {
+		name(stmt.GetDeleteStmt().Relation)
+		from = stmt.GetDeleteStmt().UsingClause
+	}
+	for _, f := range from {
+		Walk(f, func(m proto.Message) {
+			switch x := m.(type) {
+			case *pg_query.RangeVar:
+				name(x)
+			case *pg_query.Alias:
+				outer[x.Aliasname] = true
+			}
+		})
+	}
+	covered := map[proto.Message]bool{}
+	ok = true
+	Walk(where, func(m proto.Message) {
+		sl, isSub := m.(*pg_query.SubLink)
+		if !isSub || covered[sl] || !ok {
+			return
+		}
+		Walk(sl.Subselect, func(in proto.Message) { covered[in] = true })
+		if !readsDist(sl.Subselect) {
+			return
+		}
+		if sl.SubLinkType != pg_query.SubLinkType_ANY_SUBLINK && sl.SubLinkType != pg_query.SubLinkType_ALL_SUBLINK ||
+			sl.Subselect.GetSelectStmt() == nil || correlated(sl.Subselect, outer) {
+			ok = false
+			return
+		}
+		subs = append(subs, sl)
+	})
+	if !ok || len(subs) == 0 {
+		return nil, false
+	}
+	// Every distributed table below the statement's own level is in one
+	// of them.
+	inSubs := map[proto.Message]bool{}
+	for _, sl := range subs {
+		Walk(sl.Subselect, func(m proto.Message) { inSubs[m] = true })
+	}
+	top := map[*pg_query.RangeVar]bool{}
+	switch {
+	case stmt.GetUpdateStmt() != nil:
+		u := stmt.GetUpdateStmt()
+		top[u.Relation] = true
+		for _, f := range u.FromClause {
+			if rv := f.GetRangeVar(); rv != nil {
+				top[rv] = true
+			}
+		}
+	case stmt.GetDeleteStmt() != nil:
+		d := stmt.GetDeleteStmt()
+		top[d.Relation] = true
+		for _, f := range d.UsingClause {
+			if rv := f.GetRangeVar(); rv != nil {
+				top[rv] = true
+			}
+		}
+	}
+	Walk(stmt, func(m proto.Message) {
+		if rv, isRV := m.(*pg_query.RangeVar); isRV && !top[rv] && !inSubs[rv] {
+			if t := lookup(cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
+				ok = false
+			}
+		}
+	})
+	return subs, ok
+}
+
+// subqueryFirst is the SubqueryFirst of an UPDATE or DELETE refused for
+// cause (a distributed table in a subquery), or cause where its subqueries
+// cannot run first.
+func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
+	var pe *pgerr.Error
+	if !errors.As(cause, &pe) {
+		return cause
+	}
+	stmt = proto.Clone(stmt).(*pg_query.Node)
+	subs, ok := firstSublinks(b.cat, stmt)
+	if !ok {
+		return cause
+	}
+	var nonce [12]byte
+	_, _ = rand.Read(nonce[:])
+	sf := &SubqueryFirst{err: pe}
+	for k, sl := range subs {
+		text, err := deparse(b.tree.Version, sl.Subselect)
+		if err != nil {
+			return cause
+		}
+		sf.Selects = append(sf.Selects, text)
+		marker := fmt.Sprintf("pgfleet_sub_%s_%d", hex.EncodeToString(nonce[:]), k)
+		sf.markers = append(sf.markers, "SELECT '"+marker+"'")
+		sl.Subselect = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
+			TargetList:  []*pg_query.Node{resTarget(pg_query.MakeAConstStrNode(marker, -1))},
+			LimitOption: pg_query.LimitOption_LIMIT_OPTION_DEFAULT}}}
+	}
+	var err error
+	if sf.tmpl, err = deparse(b.tree.Version, stmt); err != nil {
+		return cause
+	}
+	for _, m := range sf.markers {
+		if strings.Count(sf.tmpl, m) != 1 {
+			return cause
+		}
+	}
+	return sf
+}
+
+// WithRows is the statement with each subquery that ran first replaced by
+// its rows: rows[k] are subquery k's rows, each a list of SQL expressions
+// (typed constants), and types[k] its columns' types, which a subquery
+// that gave no rows selects as NULLs under WHERE false.
+func (sf *SubqueryFirst) WithRows(rows [][][]string, types [][]string) (string, error) {
+	if len(rows) != len(sf.markers) || len(types) != len(sf.markers) {
+		return "", pgerr.New(pgerr.Internal, "%d subqueries' rows for %d subqueries", len(rows), len(sf.markers))
+	}
+	text := sf.tmpl
+	for k, m := range sf.markers {
+		var out strings.Builder
+		if len(rows[k]) == 0 {
+			nulls := make([]string, len(types[k]))
+			for i, t := range types[k] {
+				nulls[i] = "NULL::" + t
+			}
+			out.WriteString("SELECT " + strings.Join(nulls, ", ") + " WHERE false")
+		} else {
+			out.WriteString("SELECT * FROM (VALUES ")
+			for i, r := range rows[k] {
+				if i > 0 {
+					out.WriteString(", ")
+				}
+				out.WriteString("(" + strings.Join(r, ", ") + ")")
+			}
+			out.WriteString(") pgfleet_rows")
+		}
+		before, after, _ := strings.Cut(text, m)
+		text = before + out.String() + after
+	}
+	return text, nil
+}
+
+// correlated reports whether a subquery names a relation of the outer
+// statement (outer: the names it gives them) in a qualified column
+// reference, where no relation of its own has that name: it reads the
+// outer statement's rows and cannot run on its own. (An unqualified
+// reference to an outer column fails to run on its own: 42703.)
+func correlated(sub *pg_query.Node, outer map[string]bool) bool {
+	inner := map[string]bool{}
+	Walk(sub, func(m proto.Message) {
+		switch x := m.(type) {
+		case *pg_query.RangeVar:
+			if x.Alias != nil {
+				inner[x.Alias.Aliasname] = true
+			} else {
+				inner[x.Relname] = true
+			}
+		case *pg_query.Alias:
+			inner[x.Aliasname] = true
+		case *pg_query.CommonTableExpr:
+			inner[x.Ctename] = true
+		}
+	})
+	found := false
+	Walk(sub, func(m proto.Message) {
+		if cr, ok := m.(*pg_query.ColumnRef); ok && len(cr.Fields) >= 2 {
+			// t.c, t.*, s.t.c: the relation is the next to last.
+			if q := cr.Fields[len(cr.Fields)-2].GetString_().GetSval(); outer[q] && !inner[q] {
+				found = true
+			}
+		}
+	})
+	return found
+}

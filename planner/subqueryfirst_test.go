@@ -1,0 +1,63 @@
+package planner
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+)
+
+// TestSubqueryFirst: an UPDATE or DELETE whose IN/ANY/ALL subqueries over
+// distributed tables do not pin to its shard runs them first, and WithRows
+// puts their rows (or, with none, a typed empty SELECT) in their places;
+// those whose subqueries cannot run alone stay refusals.
+func TestSubqueryFirst(t *testing.T) {
+	cat := testCatalog()
+	rows := [][]string{{"1::int8"}, {"NULL::int8"}}
+	for _, tc := range []struct {
+		sql     string
+		selects []string // nil: a refusal that is not a SubqueryFirst
+		with    string   // WithRows: the first subquery's rows, the others' none
+	}{
+		{sql: "UPDATE accounts SET abalance = 0 WHERE aid IN (SELECT o.id::int8 FROM orders o JOIN history h ON h.aid = o.id::int8 WHERE o.id > 'k')",
+			selects: []string{"SELECT o.id::int8 FROM orders o JOIN history h ON h.aid = o.id::int8 WHERE o.id > 'k'"},
+			with:    "UPDATE accounts SET abalance = 0 WHERE aid IN (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)"},
+		{sql: "DELETE FROM accounts a WHERE a.bid = 3 AND a.aid NOT IN (SELECT aid FROM history) OR a.abalance > ALL (SELECT aid FROM history WHERE aid < 0)",
+			selects: []string{"SELECT aid FROM history", "SELECT aid FROM history WHERE aid < 0"},
+			with:    "DELETE FROM accounts a WHERE ((a.bid = 3) AND (NOT (a.aid IN (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)))) OR (a.abalance > ALL (SELECT NULL::int8 WHERE false))"},
+		{sql: "UPDATE history SET delta = 1 WHERE aid = ANY (SELECT aid FROM accounts WHERE bid IN (SELECT bid FROM branches))",
+			selects: []string{"SELECT aid FROM accounts WHERE bid IN (SELECT bid FROM branches)"},
+			with:    "UPDATE history SET delta = 1 WHERE aid = ANY (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)"},
+		// Correlated (a qualified reference to the outer table): refused.
+		{sql: "UPDATE accounts a SET abalance = 0 WHERE aid IN (SELECT o.id::int8 FROM orders o WHERE o.id = a.filler)"},
+		{sql: "DELETE FROM accounts WHERE aid IN (SELECT aid FROM history WHERE history.delta = accounts.abalance)"},
+		// A distributed table elsewhere below the statement: refused.
+		{sql: "UPDATE accounts SET abalance = (SELECT max(delta) FROM history) WHERE aid IN (SELECT aid FROM history)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT 1 FROM orders)"},
+		{sql: "WITH h AS (SELECT aid FROM history) UPDATE accounts SET abalance = 0 WHERE aid IN (SELECT aid FROM h)"},
+		{sql: "UPDATE accounts SET abalance = 0 FROM (SELECT id FROM orders) o WHERE o.id::int8 = accounts.aid AND aid IN (SELECT aid FROM history)"},
+	} {
+		_, err := Build(tc.sql, cat)
+		var qf *SubqueryFirst
+		if tc.selects == nil {
+			if errors.As(err, &qf) || pgerr.Flatten(err).Code != pgerr.FeatureNotSupported {
+				t.Errorf("%s: %v, want a refusal", tc.sql, err)
+			}
+			continue
+		}
+		if !errors.As(err, &qf) || !reflect.DeepEqual(qf.Selects, tc.selects) {
+			t.Errorf("%s: %#v (%v), want subqueries %q", tc.sql, qf, err, tc.selects)
+			continue
+		}
+		all := [][][]string{rows}
+		types := [][]string{{"int8"}}
+		for range tc.selects[1:] {
+			all, types = append(all, nil), append(types, []string{"int8"})
+		}
+		got, err := qf.WithRows(all, types)
+		if err != nil || got != tc.with {
+			t.Errorf("%s: with rows %q, %v; want %q", tc.sql, got, err, tc.with)
+		}
+	}
+}
