@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -438,6 +439,15 @@ func (s *Server) route(p *planner.Plan, hash int32, held int32, pid uint32) (tar
 	switch p.Kind() {
 	case planner.KindReferenceRead:
 		nodes := snap.Shards[p.Tables[0]][0].Nodes
+		if rr, ok := p.Root.(*planner.ReferenceRead); ok && len(rr.Local) > 0 {
+			// It reads local relations too: the default node's copy.
+			if d := s.defaultNode.Load(); slices.Contains(nodes, d) {
+				return target{node: d}, nil
+			}
+			return target{}, pgerr.New(pgerr.FeatureNotSupported, "reading %s, which only the default node has, beside %s, of which it has no copy, is not supported",
+				strings.Join(rr.Local, ", "), p.Tables[0]).
+				WithHint("Read them in statements of their own.")
+		}
 		for _, n := range nodes {
 			if n == held {
 				return target{node: n}, nil

@@ -12,7 +12,8 @@ import (
 
 // TestGatherLocalTables: a read that joins a local table (one only the
 // default node has) with distributed and reference tables is gathered and
-// run on the default node: it gives exactly what PostgreSQL gives over the
+// run on the default node (with reference tables only, it reads the
+// default node's copies): it gives exactly what PostgreSQL gives over the
 // oracle tables, in both protocols, in a transaction block that wrote the
 // local table too. Before, every such read was refused (0A000); Django's
 // and SQLAlchemy's joins of a distributed table to a plain one met it.
@@ -30,6 +31,7 @@ func TestGatherLocalTables(t *testing.T) {
 		"SELECT x.id, r.name, l.label FROM {t} x JOIN {r} r ON r.id = x.g JOIN gl l ON l.g = r.id WHERE x.id < 20 ORDER BY 1, 3",
 		"SELECT l, x.id FROM gl l JOIN {t} x ON x.id = l.g ORDER BY 2, 1",
 		"SELECT (SELECT count(*) FROM gl), count(*) FROM {t}",
+		"SELECT r.name, count(l.g) FROM {r} r LEFT JOIN gl l ON l.g = r.id GROUP BY 1 ORDER BY 1", // a reference table only
 		"SELECT x.id / (l.g - 1) FROM {t} x JOIN gl l ON l.g = x.g", // 22012, as PostgreSQL
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
@@ -48,6 +50,11 @@ func TestGatherLocalTables(t *testing.T) {
 	exec(t, c, "INSERT INTO ga (id, g) VALUES (1000, 2)")
 	exec(t, c, "INSERT INTO gao (id, g) VALUES (1000, 2)")
 	gatherBoth(t, c, fleet, oracle, "SELECT x.id, l.label FROM {t} x JOIN gl l ON l.g = x.g WHERE l.g = 2 ORDER BY 1", pgx.QueryExecModeSimpleProtocol)
+	// Beside a reference table only: the default node's copy, in the
+	// block (which holds the other worker too now).
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		gatherBoth(t, c, fleet, oracle, "SELECT r.name, l.label FROM {r} r JOIN gl l ON l.g = r.id ORDER BY 1, 2", mode)
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

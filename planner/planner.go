@@ -302,6 +302,14 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	}
 	if err == nil && len(p.Tables) > 0 || err != nil {
 		if lerr := localBeside(cat, tree.Stmts[0].Stmt, b.ctes); lerr != nil {
+			if err == nil {
+				if rr, ok := p.Root.(*ReferenceRead); ok {
+					// Beside reference tables only: read on the default
+					// node's copies, where the local relations are.
+					rr.Local = localNames(cat, tree.Stmts[0].Stmt, b.ctes)
+					return p, nil
+				}
+			}
 			// A read of local relations beside distributed tables:
 			// gathered to the default node, where they are.
 			cause := err
@@ -456,7 +464,17 @@ func cteNames(stmt *pg_query.Node) *CTEs {
 // view, a system catalog): it exists on the default node only, or differs
 // on each worker, and the statement runs where the shards are.
 func localBeside(cat *metadata.Snapshot, stmt *pg_query.Node, ctes *CTEs) error {
-	var err error
+	if names := localNames(cat, stmt, ctes); len(names) > 0 {
+		return unsupported("%s reads %s, which is not a distributed or reference table, beside distributed or reference tables", StatementName(stmt), names[0]).
+			WithHint("Read %s in a statement of its own, or make it a distributed or reference table (create_distributed_table, create_reference_table).", names[0])
+	}
+	return nil
+}
+
+// localNames are the relations stmt reads that are not in the catalog, in
+// the order of first use.
+func localNames(cat *metadata.Snapshot, stmt *pg_query.Node, ctes *CTEs) []string {
+	var names []string
 	locked := map[*pg_query.RangeVar]bool{} // FOR UPDATE OF a: a name in the FROM, not a relation
 	Walk(stmt, func(m proto.Message) {
 		if lc, ok := m.(*pg_query.LockingClause); ok {
@@ -464,12 +482,11 @@ func localBeside(cat *metadata.Snapshot, stmt *pg_query.Node, ctes *CTEs) error 
 				locked[r.GetRangeVar()] = true
 			}
 		}
-		if rv, ok := m.(*pg_query.RangeVar); ok && err == nil && !locked[rv] && !ctes.refs[rv] && lookup(cat, rv, ctes) == nil {
-			err = unsupported("%s reads %s, which is not a distributed or reference table, beside distributed or reference tables", StatementName(stmt), rv.Relname).
-				WithHint("Read %s in a statement of its own, or make it a distributed or reference table (create_distributed_table, create_reference_table).", rv.Relname)
+		if rv, ok := m.(*pg_query.RangeVar); ok && !locked[rv] && !ctes.refs[rv] && lookup(cat, rv, ctes) == nil && !slices.Contains(names, rv.Relname) {
+			names = append(names, rv.Relname)
 		}
 	})
-	return err
+	return names
 }
 
 // CTEScope is cteNames for other packages (DDL checks).

@@ -73,6 +73,7 @@ type printed struct {
 	First          string            `json:"first_shard_sql,omitempty"`
 	CopyQuery      string            `json:"copy_query,omitempty"`
 	CopyFormat     *CopyFormat       `json:"copy_format,omitempty"`
+	Local          []string          `json:"local,omitempty"`
 }
 
 func flatten(p *Plan) printed {
@@ -94,6 +95,8 @@ func flatten(p *Plan) printed {
 		pr.Func, pr.Args, pr.NamedArgs = r.Name, r.Args, r.NamedArgs
 	case *Scatter:
 		pr.Scatter, pr.GatherFallback = r, r.Fallback != nil
+	case *ReferenceRead:
+		pr.Local = r.Local
 	case *CopyOut:
 		pr.Scatter = &Scatter{Table: r.Table, Workers: r.Workers}
 		pr.CopyQuery, pr.CopyFormat = r.Query, r.Format

@@ -40,6 +40,10 @@ type Route struct {
 // ShardSQL holds one statement, renamed to the reference shards.
 type ReferenceRead struct {
 	ShardSQL []string
+	// Local: the relations it also reads that are not in the catalog
+	// (local tables, views, sequences): it reads the default node's
+	// copies, where they are.
+	Local []string `json:"local,omitempty"`
 }
 
 // AllCopiesWrite writes a reference table: every copy applies ShardSQL[0]
