@@ -32,7 +32,7 @@ func TestGatherLocalTables(t *testing.T) {
 		"SELECT l, x.id FROM gl l JOIN {t} x ON x.id = l.g ORDER BY 2, 1",
 		"SELECT (SELECT count(*) FROM gl), count(*) FROM {t}",
 		"SELECT r.name, count(l.g) FROM {r} r LEFT JOIN gl l ON l.g = r.id GROUP BY 1 ORDER BY 1", // a reference table only
-		"SELECT x.id / (l.g - 1) FROM {t} x JOIN gl l ON l.g = x.g", // 22012, as PostgreSQL
+		"SELECT x.id / (l.g - 1) FROM {t} x JOIN gl l ON l.g = x.g",                               // 22012, as PostgreSQL
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		for _, q := range queries {
