@@ -96,24 +96,11 @@ func (s *Server) oidsStale() {
 func (s *Server) relsMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32, col int16) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	known := func(tb *pooling.OIDTables) bool {
+	tb, ok := s.reread(d, db, t, func(tb *pooling.OIDTables) bool {
 		r, shard := tb.Rels[oid]
 		return shard && col >= 1 && int(col) <= len(r.Cols) && r.Cols[col-1] != 0 || tb.Plain[oid]
-	}
-	if tb := t.Load(); tb != nil && known(tb) {
-		return
-	}
-	if time.Since(d.last) >= typesEvery {
-		d.last = time.Now()
-		if err := s.readTypes(db); err != nil {
-			s.log.Warn("reading type and relation OIDs of the workers (columns of shards are shown with each worker's own OIDs)", "database", db, "err", err)
-		}
-	}
-	tb := t.Load()
-	if tb == nil {
-		tb = &pooling.OIDTables{}
-	}
-	if _, shard := tb.Rels[oid]; known(tb) || shard {
+	}, "reading type and relation OIDs of the workers (columns of shards are shown with each worker's own OIDs)")
+	if _, shard := tb.Rels[oid]; ok || shard {
 		return // a shard's column still unknown: 0 until a later reading
 	}
 	nt := *tb
@@ -125,31 +112,39 @@ func (s *Server) relsMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32
 	t.Store(&nt)
 }
 
-// typesMiss reads the database's tables again for an OID t does not hold,
-// unless they were read within typesEvery; an OID still unknown then is
-// kept as it is from now on (until the next reading).
-func (s *Server) typesMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	known := func(tb *pooling.OIDTables) bool {
-		_, in := tb.In[oid]
-		_, out := tb.Out[oid]
-		return in || out || tb.Canon[oid]
-	}
+// reread reads db's tables again for a miss (known says whether tables
+// hold it) unless another session's reading brought it meanwhile or the
+// tables were read within typesEvery; it returns t's tables after it and
+// whether they hold the miss now. d.mu is held.
+func (s *Server) reread(d *typesDB, db string, t *pooling.TypeOIDs, known func(*pooling.OIDTables) bool, warn string) (*pooling.OIDTables, bool) {
 	if tb := t.Load(); tb != nil && known(tb) {
-		return // read by another session meanwhile
+		return tb, true
 	}
 	if time.Since(d.last) >= typesEvery {
 		d.last = time.Now()
 		if err := s.readTypes(db); err != nil {
-			s.log.Warn("reading type OIDs of the workers (user types are shown with each worker's own OIDs)", "database", db, "err", err)
+			s.log.Warn(warn, "database", db, "err", err)
 		}
 	}
 	tb := t.Load()
 	if tb == nil {
 		tb = &pooling.OIDTables{}
 	}
-	if known(tb) {
+	return tb, known(tb)
+}
+
+// typesMiss reads the database's tables again for an OID t does not hold,
+// unless they were read within typesEvery; an OID still unknown then is
+// kept as it is from now on (until the next reading).
+func (s *Server) typesMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tb, ok := s.reread(d, db, t, func(tb *pooling.OIDTables) bool {
+		_, in := tb.In[oid]
+		_, out := tb.Out[oid]
+		return in || out || tb.Canon[oid]
+	}, "reading type OIDs of the workers (user types are shown with each worker's own OIDs)")
+	if ok {
 		return
 	}
 	// Unknown everywhere: kept as it is, in both directions.
