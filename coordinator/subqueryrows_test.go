@@ -80,6 +80,14 @@ func TestSubqueriesFirst(t *testing.T) {
 		"UPDATE {o} SET amount = amount - 1 WHERE amount >= ALL (SELECT amount FROM {o} WHERE acct_id = 2) AND acct_id IN (SELECT id FROM {a} WHERE name = 'n3')",
 		"DELETE FROM {o} o WHERE o.amount = ANY (SELECT max(amount) FROM {o} GROUP BY acct_id) AND o.id > 30",
 		"UPDATE {o} SET acct_id = NULL WHERE acct_id IN (SELECT DISTINCT x.acct_id FROM {o} x WHERE x.amount < 10 ORDER BY 1 LIMIT 2)",
+		// Scalar and EXISTS subqueries, in WHERE and SET.
+		"UPDATE {o} SET amount = amount + 1 WHERE amount > (SELECT avg(amount) FROM {o})",
+		"UPDATE {o} SET amount = (SELECT max(amount) FROM {o} WHERE acct_id = 3) WHERE id < 5 RETURNING id, amount",
+		"DELETE FROM {o} WHERE EXISTS (SELECT 1 FROM {a} WHERE name = 'nobody')",
+		"UPDATE {o} SET amount = 1 WHERE id = 2 AND EXISTS (SELECT FROM {a} WHERE name = 'n1')",
+		"UPDATE {o} SET amount = (SELECT amount FROM {o} WHERE acct_id = 2)",              // 21000, as PostgreSQL
+		"UPDATE {o} SET amount = (SELECT amount FROM {o} WHERE acct_id = 2) WHERE id < 0", // not evaluated: UPDATE 0
+		"UPDATE {o} SET amount = (SELECT amount FROM {o} WHERE acct_id = -1) WHERE id = 7 RETURNING amount",
 	} {
 		both(q)
 	}

@@ -14,13 +14,13 @@ import (
 	"github.com/pgfleet/pgfleet/metadata"
 )
 
-// SubqueryFirst is Build's answer to an UPDATE or DELETE whose WHERE has
-// IN, = ANY or op ALL subqueries over distributed tables that do not pin
-// to the statement's shard (Django's filter(...).update(...) over a join:
+// SubqueryFirst is Build's answer to an UPDATE or DELETE whose WHERE (or
+// SET) has IN, = ANY, op ALL, EXISTS or scalar subqueries over distributed
+// tables that do not pin to the statement's shard (Django's filter(...).update(...) over a join:
 // WHERE id IN (SELECT U0.id FROM ... JOIN ...)). The coordinator runs each
 // subquery first, as a query of its own in the statement's transaction,
 // and then the statement with each subquery replaced by the rows it gave
-// (WithSubqueryRows), planned as any UPDATE or DELETE: Citus's recursive
+// (WithRows), planned as any UPDATE or DELETE: Citus's recursive
 // planning of a subquery into an intermediate result, with the result as
 // constants. A subquery that refers to the outer statement's rows does not
 // run on its own (PostgreSQL says which column or table it lacks): the
@@ -38,27 +38,30 @@ type SubqueryFirst struct {
 func (e *SubqueryFirst) Error() string { return e.err.Error() }
 func (e *SubqueryFirst) Unwrap() error { return e.err }
 
-// firstSublinks are the subqueries of an UPDATE's or DELETE's WHERE that
-// run first: IN/ANY/ALL subqueries that read a distributed table, not
-// inside another subquery; ok is false when a distributed table is read
-// anywhere else below the statement's own level (a scalar or EXISTS
-// subquery, SET, a WITH, a subquery in FROM/USING), or the statement is
-// neither.
+// firstSublinks are the subqueries of an UPDATE's or DELETE's WHERE (and
+// an UPDATE's SET) that run first: those of firstKinds that read a
+// distributed table, not inside another subquery; ok is false when a
+// distributed table is read anywhere else below the statement's own level
+// (another kind of subquery, a WITH, a subquery in FROM/USING), or the
+// statement is neither.
 func firstSublinks(cat *metadata.Snapshot, stmt *pg_query.Node) (subs []*pg_query.SubLink, ok bool) {
-	var where *pg_query.Node
+	var where []*pg_query.Node // an UPDATE's SET values, the WHERE
 	switch {
 	case stmt.GetUpdateStmt() != nil:
 		u := stmt.GetUpdateStmt()
 		if u.WithClause != nil {
 			return nil, false
 		}
-		where = u.WhereClause
+		for _, t := range u.TargetList {
+			where = append(where, t.GetResTarget().GetVal())
+		}
+		where = append(where, u.WhereClause)
 	case stmt.GetDeleteStmt() != nil:
 		d := stmt.GetDeleteStmt()
 		if d.WithClause != nil {
 			return nil, false
 		}
-		where = d.WhereClause
+		where = append(where, d.WhereClause)
 	default:
 		return nil, false
 	}
@@ -106,22 +109,23 @@ func firstSublinks(cat *metadata.Snapshot, stmt *pg_query.Node) (subs []*pg_quer
 	}
 	covered := map[proto.Message]bool{}
 	ok = true
-	Walk(where, func(m proto.Message) {
-		sl, isSub := m.(*pg_query.SubLink)
-		if !isSub || covered[sl] || !ok {
-			return
-		}
-		Walk(sl.Subselect, func(in proto.Message) { covered[in] = true })
-		if !readsDist(sl.Subselect) {
-			return
-		}
-		if sl.SubLinkType != pg_query.SubLinkType_ANY_SUBLINK && sl.SubLinkType != pg_query.SubLinkType_ALL_SUBLINK ||
-			sl.Subselect.GetSelectStmt() == nil || correlated(sl.Subselect, outer) {
-			ok = false
-			return
-		}
-		subs = append(subs, sl)
-	})
+	for _, w := range where {
+		Walk(w, func(m proto.Message) {
+			sl, isSub := m.(*pg_query.SubLink)
+			if !isSub || covered[sl] || !ok {
+				return
+			}
+			Walk(sl.Subselect, func(in proto.Message) { covered[in] = true })
+			if !readsDist(sl.Subselect) {
+				return
+			}
+			if !firstKinds[sl.SubLinkType] || sl.Subselect.GetSelectStmt() == nil || correlated(sl.Subselect, outer) {
+				ok = false
+				return
+			}
+			subs = append(subs, sl)
+		})
+	}
 	if !ok || len(subs) == 0 {
 		return nil, false
 	}
@@ -181,6 +185,9 @@ func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 		if err != nil {
 			return cause
 		}
+		if sl.SubLinkType == pg_query.SubLinkType_EXISTS_SUBLINK {
+			text = "SELECT true FROM (" + text + ") pgfleet_exists LIMIT 1"
+		}
 		sf.Selects = append(sf.Selects, text)
 		marker := fmt.Sprintf("pgfleet_sub_%s_%d", hex.EncodeToString(nonce[:]), k)
 		sf.markers = append(sf.markers, "SELECT '"+marker+"'")
@@ -231,6 +238,19 @@ func (sf *SubqueryFirst) WithRows(rows [][][]string, types [][]string) (string, 
 		text = before + out.String() + after
 	}
 	return text, nil
+}
+
+// firstKinds are the subqueries that run first. Each is replaced by the
+// rows it gave, which keeps what PostgreSQL does with them: IN, = ANY and
+// op ALL compare with every row (NULLs included); a scalar subquery of
+// several rows still fails with 21000 when PostgreSQL evaluates it (not
+// over no rows); EXISTS runs as SELECT true ... LIMIT 1 and becomes one row
+// or none.
+var firstKinds = map[pg_query.SubLinkType]bool{
+	pg_query.SubLinkType_ANY_SUBLINK:    true,
+	pg_query.SubLinkType_ALL_SUBLINK:    true,
+	pg_query.SubLinkType_EXPR_SUBLINK:   true,
+	pg_query.SubLinkType_EXISTS_SUBLINK: true,
 }
 
 // correlated reports whether a subquery names a relation of the outer

@@ -32,9 +32,16 @@ func TestSubqueryFirst(t *testing.T) {
 		// Correlated (a qualified reference to the outer table): refused.
 		{sql: "UPDATE accounts a SET abalance = 0 WHERE aid IN (SELECT o.id::int8 FROM orders o WHERE o.id = a.filler)"},
 		{sql: "DELETE FROM accounts WHERE aid IN (SELECT aid FROM history WHERE history.delta = accounts.abalance)"},
+		// Scalar subqueries, in SET and WHERE; EXISTS runs as LIMIT 1.
+		{sql: "UPDATE accounts SET abalance = (SELECT max(delta) FROM history) WHERE aid IN (SELECT aid FROM history)",
+			selects: []string{"SELECT max(delta) FROM history", "SELECT aid FROM history"},
+			with:    "UPDATE accounts SET abalance = (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows) WHERE aid IN (SELECT NULL::int8 WHERE false)"},
+		{sql: "DELETE FROM accounts WHERE abalance > (SELECT avg(delta) FROM history) AND EXISTS (SELECT 1 FROM orders)",
+			selects: []string{"SELECT avg(delta) FROM history", "SELECT true FROM (SELECT 1 FROM orders) pgfleet_exists LIMIT 1"},
+			with:    "DELETE FROM accounts WHERE (abalance > (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)) AND EXISTS (SELECT NULL::int8 WHERE false)"},
 		// A distributed table elsewhere below the statement: refused.
-		{sql: "UPDATE accounts SET abalance = (SELECT max(delta) FROM history) WHERE aid IN (SELECT aid FROM history)"},
-		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT 1 FROM orders)"},
+		{sql: "UPDATE accounts SET (abalance, bid) = (SELECT delta, 1 FROM history LIMIT 1)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE aid = ANY (ARRAY(SELECT aid FROM history))"},
 		{sql: "WITH h AS (SELECT aid FROM history) UPDATE accounts SET abalance = 0 WHERE aid IN (SELECT aid FROM h)"},
 		{sql: "UPDATE accounts SET abalance = 0 FROM (SELECT id FROM orders) o WHERE o.id::int8 = accounts.aid AND aid IN (SELECT aid FROM history)"},
 	} {
