@@ -391,6 +391,24 @@ func withoutPosition(typ byte, body []byte) []byte {
 // date/time values under a DateStyle other than ISO, intervals under
 // IntervalStyle sql_standard; arrays as their elements.
 func (ss *session) textTypes(oids []uint32, typmods []int32, what, instead string) ([]string, error) {
+	cols, err := ss.textColTypes(oids, typmods, what, instead)
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.name
+	}
+	return names, err
+}
+
+// textType is a column type that textColTypes found to read back from
+// its text: its name with the column's modifier, whether it is an array
+// and whether it has a collation.
+type textType struct {
+	name              string
+	array, collatable bool
+}
+
+// textColTypes is textTypes with each type's textType.
+func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead string) ([]textType, error) {
 	if len(oids) == 0 {
 		return nil, nil
 	}
@@ -412,7 +430,7 @@ func (ss *session) textTypes(oids []uint32, typmods []int32, what, instead strin
 		rows, err = executor.QueryText(sc, `SELECT c.i::text, pg_catalog.format_type(t.oid, c.m), t.typname::text, t.typcategory::text,
 				coalesce(e.typname::text, ''), coalesce(e.typcategory::text, ''),
 				pg_catalog.current_setting('extra_float_digits'), pg_catalog.current_setting('DateStyle'),
-				pg_catalog.current_setting('IntervalStyle')
+				pg_catalog.current_setting('IntervalStyle'), (t.typcollation <> 0)::text
 			FROM (VALUES `+strings.Join(pairs, ", ")+`) c(i, o, m) JOIN pg_catalog.pg_type t ON t.oid = c.o
 			LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'`)
 		return err
@@ -428,17 +446,18 @@ func (ss *session) textTypes(oids []uint32, typmods []int32, what, instead strin
 				vals[i] = *v
 			}
 		}
-		if len(vals) == 9 {
+		if len(vals) == 10 {
 			byCol[vals[0]] = vals
 		}
 	}
-	out := make([]string, len(oids))
+	out := make([]textType, len(oids))
 	for i, o := range list {
 		r := byCol[strconv.Itoa(i)]
 		if r == nil {
 			return nil, pgerr.New(pgerr.Internal, "no type with OID %s", o)
 		}
 		name, typ, cat, etyp, ecat, efd, dateStyle, intervalStyle := r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]
+		out[i] = textType{name: name, array: cat == "A", collatable: r[9] == "true"}
 		if cat == "A" {
 			typ, cat = etyp, ecat
 		}
@@ -447,7 +466,6 @@ func (ss *session) textTypes(oids []uint32, typmods []int32, what, instead strin
 				"%s carries the SELECT's values through the coordinator as text, and a value of type %s %s", what, name, why).
 				WithHint("Cast the column to text or numeric in the SELECT, use the default settings, or %s.", instead)
 		}
-		out[i] = name
 	}
 	return out, nil
 }

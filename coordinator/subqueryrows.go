@@ -1,9 +1,15 @@
 package coordinator
 
 import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // UPDATE or DELETE with IN/ANY/ALL subqueries over distributed tables that
@@ -45,9 +51,8 @@ func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
 		}
 	}
 	const what = "a subquery of an UPDATE or DELETE"
-	rows := make([][][]string, len(qf.Selects))
-	types := make([][]string, len(qf.Selects))
-	failed := false
+	selects := make([]string, len(qf.Selects))
+	size := 0
 	for k, sel := range qf.Selects {
 		c, stop, err := ss.captureRun(sel, ss.srv.cfg.MaxGather)
 		if stop {
@@ -55,45 +60,43 @@ func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
 		}
 		m.start, m.scanned, m.failed = len(ss.out), len(ss.out), false
 		res, perr := ss.capturedRows(c, what, "Update or delete the rows in smaller parts (narrower subqueries).")
+		var err2 error
 		switch {
 		case perr != nil:
-			failed = ss.partError(perr)
+			err2 = perr
 		case res.errBody != nil:
 			if code := errCode(res.errBody); code == pgerr.UndefinedColumn || code == pgerr.UndefinedTable {
 				// It reads the outer statement's rows (or names what
 				// does not exist, which the refusal's verdict says).
-				failed = ss.partError(qf.Unwrap())
+				err2 = qf.Unwrap()
 				break
 			}
 			ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition('E', res.errBody))
 			m.start, m.scanned = len(ss.out), len(ss.out)
-			failed = true
+			return ss.endString(implicit, true, nil)
 		case len(res.oids) == 0:
-			failed = ss.partError(qf.Unwrap())
+			err2 = qf.Unwrap()
 		default:
-			t, terr := ss.textTypes(res.oids, res.typmods, what, "pin the subquery to the statement's shard")
-			if terr != nil {
-				failed = ss.partError(terr)
-				break
+			var cols []textType
+			var colls []string
+			if cols, err2 = ss.textColTypes(res.oids, res.typmods, what, "pin the subquery to the statement's shard"); err2 == nil {
+				colls, err2 = ss.subqueryCollations(sel, cols)
 			}
-			types[k] = t
-			for _, r := range res.rows {
-				vals := make([]string, len(r))
-				for i, v := range r {
-					if v == nil {
-						vals[i] = "NULL::" + t[i]
-					} else {
-						vals[i] = quoteLiteral(*v) + "::" + t[i]
-					}
+			if err2 == nil {
+				var n int
+				selects[k], n = rowsSelect(res.rows, cols, colls)
+				if size += n; size > subqueryRowsLimit {
+					err2 = pgerr.New(codeProgramLimitExceeded,
+						"the rows of the subqueries of an UPDATE or DELETE exceed %d bytes, which the coordinator carries in the statement", subqueryRowsLimit).
+						WithHint("Update or delete the rows in smaller parts (narrower subqueries).")
 				}
-				rows[k] = append(rows[k], vals)
 			}
 		}
-		if failed {
-			return ss.endString(implicit, true, nil)
+		if err2 != nil {
+			return ss.endString(implicit, ss.partError(err2), nil)
 		}
 	}
-	q, err := qf.WithRows(rows, types)
+	q, err := qf.With(selects)
 	if err != nil {
 		return ss.endString(implicit, ss.partError(err), nil)
 	}
@@ -111,4 +114,123 @@ func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
 		held = ss.holdLastTag(begin, flushes)
 	}
 	return ss.endString(implicit, m.failed, held)
+}
+
+// arrayEscaper quotes an element of an array's text inside double quotes.
+var arrayEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+
+// subqueryRowsLimit bounds the text of the rows the subqueries of one
+// UPDATE or DELETE put in it: the coordinator plans the statement, and a
+// multi-shard one is deparsed once per shard.
+const subqueryRowsLimit = 4 << 20
+
+// rowsSelect is a SELECT of rows (text values, nil for NULL) with the
+// columns' types and collations ("" for the default or none), and the size
+// of the values' text. Columns go as arrays unnested (one constant each,
+// whatever the number of rows); with an array column, whose rows an
+// array of arrays would flatten, as VALUES of typed constants.
+func rowsSelect(rows [][]*string, cols []textType, colls []string) (string, int) {
+	collate := func(i int) string {
+		if colls[i] == "" {
+			return ""
+		}
+		return " COLLATE " + colls[i]
+	}
+	size := 0
+	if slices.ContainsFunc(cols, func(c textType) bool { return c.array }) {
+		if len(rows) == 0 {
+			nulls := make([]string, len(cols))
+			for i, c := range cols {
+				nulls[i] = "NULL::" + c.name + collate(i)
+			}
+			return "SELECT " + strings.Join(nulls, ", ") + " WHERE false", 0
+		}
+		var b strings.Builder
+		b.WriteString("SELECT * FROM (VALUES ")
+		for r, row := range rows {
+			if r > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('(')
+			for i, v := range row {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				if v == nil {
+					b.WriteString("NULL")
+				} else {
+					b.WriteString(quoteLiteral(*v))
+					size += len(*v)
+				}
+				b.WriteString("::" + cols[i].name + collate(i))
+			}
+			b.WriteByte(')')
+		}
+		b.WriteString(") pgfleet_rows")
+		return b.String(), size
+	}
+	arrays := make([]string, len(cols))
+	for i, c := range cols {
+		var a strings.Builder
+		a.WriteByte('{')
+		for r, row := range rows {
+			if r > 0 {
+				a.WriteByte(',')
+			}
+			if v := row[i]; v == nil {
+				a.WriteString("NULL")
+			} else {
+				a.WriteByte('"')
+				a.WriteString(arrayEscaper.Replace(*v))
+				a.WriteByte('"')
+			}
+		}
+		a.WriteByte('}')
+		size += a.Len()
+		arrays[i] = quoteLiteral(a.String()) + "::" + c.name + "[]" + collate(i)
+	}
+	if len(arrays) == 1 {
+		// One array: pg_catalog's (a user's unnest(int[]) could be the
+		// better match); several take PostgreSQL's multi-argument form.
+		return "SELECT * FROM pg_catalog.unnest(" + arrays[0] + ") pgfleet_rows", size
+	}
+	return "SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ") pgfleet_rows", size
+}
+
+// subqueryCollations are the collations of a subquery's collatable
+// columns ("" for the database default and for the others), asked of the
+// default node, whose tables of the catalog's names have the shards'
+// columns (LIMIT 0: nothing is read or called). A column of another
+// collation compares by it (a case-insensitive one matches 'A' to 'a'),
+// which its rows must keep.
+func (ss *session) subqueryCollations(sel string, cols []textType) ([]string, error) {
+	colls := make([]string, len(cols))
+	var exprs, names []string
+	var at []int
+	for i, c := range cols {
+		names = append(names, "c"+strconv.Itoa(i+1))
+		if c.collatable {
+			exprs = append(exprs, "pg_catalog.pg_collation_for(s.c"+strconv.Itoa(i+1)+")::text")
+			at = append(at, i)
+		}
+	}
+	if len(exprs) == 0 {
+		return colls, nil
+	}
+	var rows [][]*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		rows, err = executor.QueryText(sc, "SELECT "+strings.Join(exprs, ", ")+" FROM (SELECT 1) pgfleet_one LEFT JOIN (SELECT * FROM ("+sel+
+			") pgfleet_sub LIMIT 0) s("+strings.Join(names, ", ")+") ON false")
+		return err
+	})
+	if err != nil || len(rows) != 1 || len(rows[0]) != len(at) {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "the collations of a subquery of an UPDATE or DELETE could not be read on the default node").
+			WithHint("Cast the subquery's text columns to a type without collation, or pin it to the statement's shard.")
+	}
+	for k, i := range at {
+		if v := rows[0][k]; v != nil && *v != `"default"` {
+			colls[i] = *v
+		}
+	}
+	return colls, nil
 }

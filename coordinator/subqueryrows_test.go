@@ -118,3 +118,54 @@ func TestSubqueriesFirst(t *testing.T) {
 		t.Errorf("a refused statement changed the table:\n%v\nwas\n%v", after, before)
 	}
 }
+
+// TestSubqueriesFirstValues: the rows of a subquery run first keep their
+// values (quotes, backslashes, braces, the string NULL, arrays, time
+// zones), NULLs, and collations: a case-insensitive (nondeterministic)
+// column still matches 'alice' to 'Alice', and "C" orders as "C".
+func TestSubqueriesFirstValues(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "DROP COLLATION IF EXISTS sqv_ci", simple)
+	exec(t, c, "CREATE COLLATION sqv_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)", simple)
+	const ncols = "(id int PRIMARY KEY, name text COLLATE sqv_ci, c text COLLATE \"C\", v text, arr int[], ts timestamptz, n numeric(6,2))"
+	const mcols = "(id int PRIMARY KEY, name text, hits int DEFAULT 0)"
+	testTable(t, c, "sqv_n", ncols, "SELECT create_distributed_table('sqv_n', 'id', shard_count => 4)")
+	testTable(t, c, "sqv_m", mcols, "SELECT create_distributed_table('sqv_m', 'id', shard_count => 3, colocate_with => 'none')")
+	plainTables(t, c, "sqv_no "+ncols, "sqv_mo "+mcols)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP COLLATION IF EXISTS sqv_ci", simple) })
+	for _, suffix := range []string{"", "o"} {
+		exec(t, c, "INSERT INTO sqv_n"+suffix+` VALUES (1, 'Alice', 'b', 'a"b\c', ARRAY[1, 2], '2024-01-01 10:00+00', 1.5),
+			(2, 'BOB', 'B', 'x,{y} ', ARRAY[3], '2024-06-01 23:30+00', -2), (3, NULL, NULL, 'NULL', '{}', NULL, NULL), (4, 'é', 'É', '', NULL, '2024-03-01 00:00+05', 3.25)`, simple)
+		exec(t, c, "INSERT INTO sqv_m"+suffix+` (id, name) VALUES (1, 'alice'), (2, 'bob'), (3, 'a"b\c'), (4, 'x,{y} '), (5, 'NULL'), (6, NULL), (7, 'b'), (8, ''), (9, 'É')`, simple)
+	}
+	exec(t, c, "SET TimeZone = 'Asia/Kathmandu'", simple)
+	fleet := strings.NewReplacer("{n}", "sqv_n", "{m}", "sqv_m")
+	oracle := strings.NewReplacer("{n}", "sqv_no", "{m}", "sqv_mo")
+	for k, q := range []string{
+		"UPDATE {m} SET hits = hits + %d WHERE name IN (SELECT name FROM {n})",
+		"UPDATE {m} SET hits = hits + %d WHERE name IN (SELECT v FROM {n})",
+		"UPDATE {m} SET hits = hits + %d WHERE name > ALL (SELECT c FROM {n} WHERE c IS NOT NULL)",
+		"UPDATE {m} SET hits = hits + %d WHERE name NOT IN (SELECT c FROM {n} WHERE c IS NOT NULL)",
+		"UPDATE {m} SET hits = hits + %d WHERE id IN (SELECT unnest(arr) FROM {n})",
+		"UPDATE {m} SET hits = hits + %d WHERE ARRAY[id] IN (SELECT arr FROM {n})",
+		"UPDATE {m} SET hits = hits + %d WHERE id = 1 AND '2024-06-02 05:15+05:45'::timestamptz = ANY (SELECT ts FROM {n})",
+		"UPDATE {m} SET hits = hits + %d WHERE (id::numeric / 2) IN (SELECT n FROM {n}) OR -id * 1.0 IN (SELECT n FROM {n})",
+		"UPDATE {m} SET name = (SELECT string_agg(v, '|' ORDER BY id) FROM {n}) WHERE id = 9 AND hits >= %d",
+	} {
+		q = fmt.Sprintf(q, 1<<k)
+		for _, r := range []*strings.Replacer{fleet, oracle} {
+			if _, err := c.Exec(ctx, r.Replace(q), simple); err != nil {
+				t.Fatalf("%s: %v", r.Replace(q), err)
+			}
+		}
+		got := queryStrings(t, c, fleet.Replace("SELECT concat_ws(':', id, name, hits) FROM {m} ORDER BY id"))
+		want := queryStrings(t, c, oracle.Replace("SELECT concat_ws(':', id, name, hits) FROM {m} ORDER BY id"))
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %q\nwant %q (plain PostgreSQL)", q, got, want)
+		}
+	}
+}

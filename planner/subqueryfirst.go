@@ -20,7 +20,7 @@ import (
 // WHERE id IN (SELECT U0.id FROM ... JOIN ...)). The coordinator runs each
 // subquery first, as a query of its own in the statement's transaction,
 // and then the statement with each subquery replaced by the rows it gave
-// (WithRows), planned as any UPDATE or DELETE: Citus's recursive
+// (With), planned as any UPDATE or DELETE: Citus's recursive
 // planning of a subquery into an intermediate result, with the result as
 // constants. A subquery that refers to the outer statement's rows does not
 // run on its own (PostgreSQL says which column or table it lacks): the
@@ -207,35 +207,16 @@ func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 	return sf
 }
 
-// WithRows is the statement with each subquery that ran first replaced by
-// its rows: rows[k] are subquery k's rows, each a list of SQL expressions
-// (typed constants), and types[k] its columns' types, which a subquery
-// that gave no rows selects as NULLs under WHERE false.
-func (sf *SubqueryFirst) WithRows(rows [][][]string, types [][]string) (string, error) {
-	if len(rows) != len(sf.markers) || len(types) != len(sf.markers) {
-		return "", pgerr.New(pgerr.Internal, "%d subqueries' rows for %d subqueries", len(rows), len(sf.markers))
+// With is the statement with each subquery that ran first replaced by a
+// SELECT of its rows (selects[k] for subquery k).
+func (sf *SubqueryFirst) With(selects []string) (string, error) {
+	if len(selects) != len(sf.markers) {
+		return "", pgerr.New(pgerr.Internal, "%d subqueries' rows for %d subqueries", len(selects), len(sf.markers))
 	}
 	text := sf.tmpl
 	for k, m := range sf.markers {
-		var out strings.Builder
-		if len(rows[k]) == 0 {
-			nulls := make([]string, len(types[k]))
-			for i, t := range types[k] {
-				nulls[i] = "NULL::" + t
-			}
-			out.WriteString("SELECT " + strings.Join(nulls, ", ") + " WHERE false")
-		} else {
-			out.WriteString("SELECT * FROM (VALUES ")
-			for i, r := range rows[k] {
-				if i > 0 {
-					out.WriteString(", ")
-				}
-				out.WriteString("(" + strings.Join(r, ", ") + ")")
-			}
-			out.WriteString(") pgfleet_rows")
-		}
 		before, after, _ := strings.Cut(text, m)
-		text = before + out.String() + after
+		text = before + selects[k] + after
 	}
 	return text, nil
 }

@@ -14,11 +14,11 @@ import (
 // those whose subqueries cannot run alone stay refusals.
 func TestSubqueryFirst(t *testing.T) {
 	cat := testCatalog()
-	rows := [][]string{{"1::int8"}, {"NULL::int8"}}
+	const rowsSQL = "SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows"
 	for _, tc := range []struct {
 		sql     string
 		selects []string // nil: a refusal that is not a SubqueryFirst
-		with    string   // WithRows: the first subquery's rows, the others' none
+		with    string   // With: the first subquery's rows, the others' none
 	}{
 		{sql: "UPDATE accounts SET abalance = 0 WHERE aid IN (SELECT o.id::int8 FROM orders o JOIN history h ON h.aid = o.id::int8 WHERE o.id > 'k')",
 			selects: []string{"SELECT o.id::int8 FROM orders o JOIN history h ON h.aid = o.id::int8 WHERE o.id > 'k'"},
@@ -57,12 +57,11 @@ func TestSubqueryFirst(t *testing.T) {
 			t.Errorf("%s: %#v (%v), want subqueries %q", tc.sql, qf, err, tc.selects)
 			continue
 		}
-		all := [][][]string{rows}
-		types := [][]string{{"int8"}}
+		all := []string{rowsSQL}
 		for range tc.selects[1:] {
-			all, types = append(all, nil), append(types, []string{"int8"})
+			all = append(all, "SELECT NULL::int8 WHERE false")
 		}
-		got, err := qf.WithRows(all, types)
+		got, err := qf.With(all)
 		if err != nil || got != tc.with {
 			t.Errorf("%s: with rows %q, %v; want %q", tc.sql, got, err, tc.with)
 		}
