@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
@@ -69,6 +71,20 @@ func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
 				// It reads the outer statement's rows (or names what
 				// does not exist, which the refusal's verdict says).
 				err2 = qf.Unwrap()
+				break
+			}
+			if !evalIndependent(errCode(res.errBody)) {
+				// A data error (22012, 21000, a function's RAISE)
+				// PostgreSQL raises only if it evaluates the subquery,
+				// which it may not (no row of the statement reaches it;
+				// adversary: 22012 where PostgreSQL deleted nothing).
+				e := pgerr.New(pgerr.FeatureNotSupported, "%s; its subquery, run first, failed, and PostgreSQL might not have evaluated it", pgerr.Flatten(qf.Unwrap()).Message).
+					WithHint("Run the subquery as a statement of its own, or pin it to the statement's shard.")
+				var er pgproto3.ErrorResponse
+				if er.Decode(res.errBody) == nil {
+					e.Detail = er.Code + ": " + er.Message
+				}
+				err2 = e
 				break
 			}
 			ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition('E', res.errBody))
@@ -233,4 +249,21 @@ func (ss *session) subqueryCollations(sel string, cols []textType) ([]string, er
 		}
 	}
 	return colls, nil
+}
+
+// evalIndependent reports whether an error of a subquery run first is one
+// PostgreSQL raises for the statement whether or not it evaluates the
+// subquery: analysis and privileges (42), the transaction's state (25, 40),
+// resources and limits (53, 54), cancellation (57), connections (08),
+// refusals (0A) and internal errors. Others (data errors, 21000, errors
+// raised by functions) depend on evaluation.
+func evalIndependent(code string) bool {
+	if len(code) != 5 {
+		return true
+	}
+	switch code[:2] {
+	case "42", "25", "40", "53", "54", "57", "08", "0A", "XX", "58":
+		return true
+	}
+	return false
 }

@@ -169,7 +169,9 @@ func firstSublinks(cat *metadata.Snapshot, stmt *pg_query.Node) (subs []*pg_quer
 // cannot run first.
 func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 	var pe *pgerr.Error
-	if !errors.As(cause, &pe) {
+	if !errors.As(cause, &pe) || len(b.tree.Stmts) != 1 || stmt != b.tree.Stmts[0].Stmt {
+		// Not the statement itself (COPY (UPDATE ...) TO, EXPLAIN): the
+		// statement with its rows would run without what wraps it.
 		return cause
 	}
 	stmt = proto.Clone(stmt).(*pg_query.Node)

@@ -39,6 +39,10 @@ func TestSubqueryFirst(t *testing.T) {
 		{sql: "DELETE FROM accounts WHERE abalance > (SELECT avg(delta) FROM history) AND EXISTS (SELECT 1 FROM orders)",
 			selects: []string{"SELECT avg(delta) FROM history", "SELECT true FROM (SELECT 1 FROM orders) pgfleet_exists LIMIT 1"},
 			with:    "DELETE FROM accounts WHERE (abalance > (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)) AND EXISTS (SELECT NULL::int8 WHERE false)"},
+		// Inside COPY or EXPLAIN: refused (adversary: COPY (UPDATE ...
+		// RETURNING) TO STDOUT wrote and answered as an UPDATE).
+		{sql: "COPY (UPDATE accounts SET abalance = 0 WHERE aid IN (SELECT aid FROM history) RETURNING aid) TO STDOUT"},
+		{sql: "EXPLAIN DELETE FROM accounts WHERE aid IN (SELECT aid FROM history)"},
 		// A distributed table elsewhere below the statement: refused.
 		{sql: "UPDATE accounts SET (abalance, bid) = (SELECT delta, 1 FROM history LIMIT 1)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE aid = ANY (ARRAY(SELECT aid FROM history))"},
