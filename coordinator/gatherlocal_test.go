@@ -2,8 +2,10 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -97,5 +99,44 @@ func TestGatherLocalTablesFirstShardMoved(t *testing.T) {
 		if sqlState(err) != "0A000" {
 			t.Errorf("%v: first shard moved off the default node: %d, %v; want 0A000", mode, n, err)
 		}
+	}
+}
+
+// TestGatherLocalTablesExtendedInBlock: over the extended protocol, a
+// local join first described inside a transaction block or a pinned
+// session is refused with 0A000: it would be described on another
+// connection of the default node, which waited for the block's lock on
+// the local table (adversary: TRUNCATE, then the join hung past the
+// client's cancel, and kept the table locked), did not see a table the
+// block made, nor a temporary table (42P01 for both).
+func TestGatherLocalTablesExtendedInBlock(t *testing.T) {
+	c := gatherEnv(t)
+	plainTables(t, c, "glx (g int, label text)")
+	exec(t, c, "INSERT INTO glx VALUES (1, 'one')")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cached := pgx.QueryExecModeCacheStatement
+	for i, setup := range []string{"TRUNCATE glx", "CREATE TABLE glx_new (g int)"} {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, c, setup)
+		rel := []string{"glx", "glx_new"}[i]
+		_, err = c.Exec(ctx, fmt.Sprintf("SELECT count(*) FROM ga x JOIN %s l ON l.g = x.g WHERE x.id < $1", rel), cached, 100+i)
+		if sqlState(err) != "0A000" {
+			t.Errorf("after %s in a block: %v, want 0A000", setup, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM ga x JOIN glx l ON l.g = x.g").Scan(&n); err != nil || n == 0 {
+		t.Errorf("after the blocks: %d, %v; want the rows (the table not left locked)", n, err)
+	}
+	exec(t, c, "CREATE TEMP TABLE glx_tmp (g int)")
+	if _, err := c.Exec(ctx, "SELECT count(*) FROM ga x JOIN glx_tmp l ON l.g = x.g WHERE x.id < $1", cached, 7); sqlState(err) != "0A000" {
+		t.Errorf("a temporary table: %v, want 0A000", err)
 	}
 }

@@ -847,6 +847,15 @@ func (ss *session) scatterDesc(name string, st *Statement) (*scatterDesc, *State
 	if err != nil {
 		return nil, st, err
 	}
+	if m := p.Scatter().Merge; m != nil && len(m.Local) > 0 && ss.sc != nil {
+		// Described on another connection of the default node, which
+		// would wait for this transaction's locks on the local table
+		// (adversary: TRUNCATE then a join hung), and not see a table it
+		// made or a temporary table.
+		return nil, st, pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard statement reading %s, which is not a distributed or reference table, over the extended protocol in a transaction block or a pinned session is not supported", strings.Join(m.Local, ", ")).
+			WithHint("Send it with the simple query protocol, or prepare it before the transaction begins.")
+	}
 	pool, err := ss.poolFor(node)
 	if err != nil {
 		return nil, st, err
