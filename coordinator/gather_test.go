@@ -279,6 +279,12 @@ func TestGatherLimit(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(DISTINCT t) FROM ga WHERE id = 3").Scan(&n); err != nil || n != 1 {
 		t.Errorf("after it, a routed query: %d, %v", n, err)
 	}
+	// Beside a local table, pinned to one shard: the hint is not to pin
+	// it (adversary: it said so of a query pinned already).
+	_, err = c.Exec(ctx, "SELECT x.id FROM ga x JOIN gao l ON l.id = x.id WHERE x.id = 3")
+	if !errors.As(err, &pe) || pe.Code != "54000" || !strings.Contains(pe.Message, "gao") || strings.Contains(pe.Hint, "Pin it") {
+		t.Errorf("beside a local table: %v (hint %q), want 54000 naming gao, not asking to pin it", err, pe.Hint)
+	}
 }
 
 // TestGatherCollation: gathered columns keep their own collations (the

@@ -121,7 +121,7 @@ func (ss *session) defaultOnly(body []byte, addr string) []byte {
 	}
 	er.Detail = er.Message + " on that worker."
 	er.Code = pgerr.FeatureNotSupported
-	er.Message = fmt.Sprintf("relation %q is read on worker %s, which does not have it: only the default node does", rel, addr)
+	er.Message = fmt.Sprintf("relation %q does not exist on worker %s, where the statement ran over shards; local tables, views and sequences are on the default node only", rel, addr)
 	er.Hint = "A function, trigger or regclass value in the statement reads a local table, view or sequence; over distributed tables that is not supported. Read it in a statement of its own, or make it a reference table (create_reference_table)."
 	er.Position = 0
 	b, err := er.Encode(nil)

@@ -760,11 +760,17 @@ func (r *Scatter) gather(row []byte) {
 	}
 	r.rows++
 	if limit := r.Env.MaxGather; int64(r.size) > limit {
-		if r.X.Merge.Gather {
+		switch {
+		case r.X.Merge.Gather && len(r.X.Merge.Local) > 0:
+			r.err = pgerr.New(codeProgramLimitExceeded,
+				"this query reads %s, which only the default node has, so it runs there over all rows of %s, which exceed %s, more than the coordinator gathers (--max-gather)",
+				strings.Join(r.X.Merge.Local, ", "), strings.Join(r.X.Merge.Tables, ", "), SizeText(limit)).
+				WithHint("Read %s in a statement of its own, or make it a reference table (create_reference_table).", strings.Join(r.X.Merge.Local, ", "))
+		case r.X.Merge.Gather:
 			r.err = pgerr.New(codeProgramLimitExceeded,
 				"this multi-shard query runs over all rows of %s, which exceed %s, more than the coordinator gathers (--max-gather)", strings.Join(r.X.Merge.Tables, ", "), SizeText(limit)).
 				WithHint("Pin it to one shard with WHERE <distribution column> = <value>, or write it so that each shard's part can be aggregated on the shard.")
-		} else {
+		default:
 			r.err = pgerr.New(codeProgramLimitExceeded,
 				"the shards' partial results of this multi-shard query exceed %s, more than the coordinator merges (--max-gather)", SizeText(limit)).
 				WithHint("Add a filter or a LIMIT, aggregate on the shards (GROUP BY), or drop ORDER BY / DISTINCT so that rows stream.")

@@ -68,8 +68,9 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		return nil, cause
 	}
 	ctes := cteNames(stmt)
-	var dists []*metadata.Table // in the order of first use
-	var local []string          // relations not in the catalog (b.local)
+	var dists []*metadata.Table      // in the order of first use
+	var local []string               // relations not in the catalog (b.local)
+	var localSeen, distSeen []string // the names their uses go by
 	var refuse error
 	maxParam := int32(0)
 	Walk(stmt, func(m proto.Message) {
@@ -95,12 +96,16 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 				if !slices.Contains(local, x.Relname) {
 					local = append(local, x.Relname)
 				}
+				localSeen = append(localSeen, visibleName(x))
 			case t == nil:
 				refuse = unsupported("%s reads %s, which is not a distributed or reference table, besides distributed tables", StatementName(stmt), x.Relname).
 					WithHint("Read the local table in a statement of its own.")
 			case t.Kind == metadata.Reference:
-			case !slices.ContainsFunc(dists, func(d *metadata.Table) bool { return d.Name == t.Name }):
-				dists = append(dists, t)
+			default:
+				distSeen = append(distSeen, visibleName(x))
+				if !slices.ContainsFunc(dists, func(d *metadata.Table) bool { return d.Name == t.Name }) {
+					dists = append(dists, t)
+				}
 			}
 		case *pg_query.ParamRef:
 			if x.Number > maxParam {
@@ -108,6 +113,14 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 			}
 		}
 	})
+	for _, n := range localSeen {
+		if refuse == nil && slices.Contains(distSeen, n) {
+			// FROM public.d, s1.d (local): the gathered use goes by its
+			// name as an alias, which the other then repeats.
+			refuse = unsupported("%s reads a distributed table and a local relation both named %s", StatementName(stmt), n).
+				WithHint("Give one of them an alias.")
+		}
+	}
 	if refuse != nil {
 		return nil, refuse
 	}
@@ -637,4 +650,13 @@ func groupable(typ string) bool {
 		return false
 	}
 	return true
+}
+
+// visibleName is the name a range variable's columns go by: its alias, or
+// its relation's name.
+func visibleName(rv *pg_query.RangeVar) string {
+	if rv.Alias != nil {
+		return rv.Alias.Aliasname
+	}
+	return rv.Relname
 }
