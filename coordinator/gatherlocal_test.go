@@ -35,6 +35,10 @@ func TestGatherLocalTables(t *testing.T) {
 		"SELECT (SELECT count(*) FROM gl), count(*) FROM {t}",
 		"SELECT r.name, count(l.g) FROM {r} r LEFT JOIN gl l ON l.g = r.id GROUP BY 1 ORDER BY 1", // a reference table only
 		"SELECT x.id / (l.g - 1) FROM {t} x JOIN gl l ON l.g = x.g",                               // 22012, as PostgreSQL
+		// Grouped by the key, unqualified beside the local table
+		// (adversary: 42803, groupByKeys took one FROM item only).
+		"SELECT id, n, count(*) FROM {t} JOIN gl ON true GROUP BY id ORDER BY 1 LIMIT 7",
+		"SELECT {t}.id, t, count(label) FROM {t} JOIN gl USING (g) GROUP BY id ORDER BY 1",
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		for _, q := range queries {

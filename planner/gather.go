@@ -555,7 +555,8 @@ func groupLevel(sel *pg_query.SelectStmt, keys [][]int, cols [][]string, typ fun
 		return
 	}
 	// ref names the gathered table and column a column reference reads,
-	// if it is one: qualified, or alone in a level that reads one table.
+	// if it is one: qualified, alone in a level that reads one table, or
+	// a column of one gathered table only.
 	ref := func(n *pg_query.Node) (string, string, bool) {
 		cr := n.GetColumnRef()
 		if cr == nil {
@@ -575,6 +576,24 @@ func groupLevel(sel *pg_query.SelectStmt, keys [][]int, cols [][]string, typ fun
 		case len(f) == 1 && f[0].GetString_() != nil && items == 1:
 			for t := range tables {
 				return t, f[0].GetString_().GetSval(), true
+			}
+		case len(f) == 1 && f[0].GetString_() != nil:
+			// Beside other items (a local table's, a function's):
+			// the one gathered table with a column of that name. Were
+			// another item's column meant, the columns added below
+			// are still of a table grouped by its key, the same
+			// groups; were it ambiguous, PostgreSQL says so (42702).
+			c, found := f[0].GetString_().GetSval(), ""
+			for t, k := range tables {
+				if slices.Contains(cols[k], c) {
+					if found != "" {
+						return "", "", false
+					}
+					found = t
+				}
+			}
+			if found != "" {
+				return found, c, true
 			}
 		}
 		return "", "", false
