@@ -70,27 +70,12 @@ func (c *capture) take(b []byte) {
 // insertSelectRows runs an INSERT ... SELECT (sql) the planner answered
 // with sf.
 func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
-	why := pgerr.Flatten(sf.Unwrap()).Message
-	switch {
-	case ss.multi != nil:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; in a query string of several statements it is not supported either", why).
-			WithHint("Send the INSERT ... SELECT as a query of its own."))
-	case ss.scsOff:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; with standard_conforming_strings off it is not supported either", why).
-			WithHint("Turn standard_conforming_strings on (the default) for this statement."))
-	case ss.foreignEnc:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; the coordinator carries its rows as text only in the server's encoding", why).
-			WithHint("Use the server's client_encoding (UTF8) for this statement."))
+	implicit, stop, err := ss.startRowsFirst(sf.Unwrap(), "Send the INSERT ... SELECT as a query of its own.")
+	if stop {
+		return err
 	}
-	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
-	ss.multi = m
 	defer func() { ss.multi = nil }()
-	implicit := !ss.inTxn()
-	if implicit {
-		if stop, err := ss.partRun("BEGIN", true); stop {
-			return err
-		}
-	}
+	m := ss.multi
 	failed := false
 	c, stop, err := ss.captureRun(sf.Select, ss.srv.cfg.MaxGather)
 	if stop {
@@ -118,6 +103,36 @@ func (ss *session) insertSelectRows(sql string, sf *planner.SelectFirst) error {
 		}
 	}
 	return ss.endString(implicit, failed, held)
+}
+
+// startRowsFirst starts a statement that runs a query of its own first,
+// its rows carried as text in the statement it runs then (INSERT ...
+// SELECT, an UPDATE's subqueries): refused (why, the planner's refusal)
+// where that is not possible; else a query string of its parts
+// (ss.multi, which the caller clears unless stop), in the client's
+// transaction or one it opens (implicit).
+func (ss *session) startRowsFirst(why error, send string) (implicit, stop bool, err error) {
+	msg := pgerr.Flatten(why).Message
+	switch {
+	case ss.multi != nil:
+		return false, true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; in a query string of several statements it is not supported either", msg).
+			WithHint("%s", send))
+	case ss.scsOff:
+		return false, true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; with standard_conforming_strings off it is not supported either", msg).
+			WithHint("Turn standard_conforming_strings on (the default) for this statement."))
+	case ss.foreignEnc:
+		return false, true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; the coordinator carries its rows as text only in the server's encoding", msg).
+			WithHint("Use the server's client_encoding (UTF8) for this statement."))
+	}
+	ss.multi = &multiOut{start: len(ss.out), scanned: len(ss.out)}
+	implicit = !ss.inTxn()
+	if implicit {
+		if stop, err := ss.partRun("BEGIN", true); stop {
+			ss.multi = nil
+			return implicit, true, err
+		}
+	}
+	return implicit, false, nil
 }
 
 // selectRows is a captured SELECT's answer: its columns' types and rows

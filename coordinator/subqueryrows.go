@@ -31,27 +31,12 @@ import (
 
 // subqueriesFirst runs an UPDATE or DELETE the planner answered with qf.
 func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
-	why := pgerr.Flatten(qf.Unwrap()).Message
-	switch {
-	case ss.multi != nil:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; in a query string of several statements it is not supported either", why).
-			WithHint("Send the statement as a query of its own."))
-	case ss.scsOff:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; with standard_conforming_strings off it is not supported either", why).
-			WithHint("Turn standard_conforming_strings on (the default) for this statement."))
-	case ss.foreignEnc:
-		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "%s; the coordinator carries its subqueries' rows as text only in the server's encoding", why).
-			WithHint("Use the server's client_encoding (UTF8) for this statement."))
+	implicit, stop, err := ss.startRowsFirst(qf.Unwrap(), "Send the statement as a query of its own.")
+	if stop {
+		return err
 	}
-	m := &multiOut{start: len(ss.out), scanned: len(ss.out)}
-	ss.multi = m
 	defer func() { ss.multi = nil }()
-	implicit := !ss.inTxn()
-	if implicit {
-		if stop, err := ss.partRun("BEGIN", true); stop {
-			return err
-		}
-	}
+	m := ss.multi
 	const what = "a subquery of an UPDATE or DELETE"
 	selects := make([]string, len(qf.Selects))
 	size := 0

@@ -113,6 +113,7 @@ func TestSubqueriesFirst(t *testing.T) {
 		"UPDATE sqf_ord SET amount = 0 WHERE id IN (SELECT id FROM sqf_acct WHERE name = acct_id::text)",
 		"DELETE FROM sqf_ord WHERE id > 1000 AND id IN (SELECT 1 / (id - id) FROM sqf_acct)",
 		"UPDATE sqf_ord SET amount = 0 WHERE id < 0 AND id IN (SELECT name::bigint FROM sqf_acct)",
+		"UPDATE sqf_ord SET amount = 0 WHERE id IN (SELECT id FROM sqf_acct); SELECT 1", // several statements
 	} {
 		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "0A000" {
 			t.Errorf("%s: %v, want 0A000", q, err)
