@@ -23,7 +23,7 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
-	drop := "DROP FUNCTION IF EXISTS dfo_f(int); DROP TABLE IF EXISTS dfo_l"
+	drop := "DROP FUNCTION IF EXISTS dfo_f(int); DROP FUNCTION IF EXISTS dfo_g(int); DROP FUNCTION IF EXISTS dfo_set(); DROP TABLE IF EXISTS dfo_l"
 	exec(t, c, drop, simple)
 	t.Cleanup(func() { _, _ = c.Exec(ctx, drop, simple) })
 	testTable(t, c, "dfo_d", "(id int PRIMARY KEY)", "SELECT create_distributed_table('dfo_d', 'id', shard_count => 4)")
@@ -31,6 +31,8 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 	exec(t, c, "CREATE TABLE dfo_l (k int, v text)", simple)
 	exec(t, c, "INSERT INTO dfo_l SELECT k, 'v' || k FROM generate_series(1, 20) k", simple)
 	exec(t, c, "CREATE FUNCTION dfo_f(int) RETURNS text LANGUAGE sql STABLE AS 'SELECT v FROM dfo_l WHERE k = $1'", simple)
+	exec(t, c, "CREATE FUNCTION dfo_g(int) RETURNS text LANGUAGE plpgsql STABLE AS 'BEGIN RETURN (SELECT v FROM dfo_nowhere WHERE k = $1); END'", simple)
+	exec(t, c, "CREATE FUNCTION dfo_set() RETURNS SETOF dfo_l LANGUAGE sql STABLE AS 'SELECT * FROM dfo_l'", simple)
 	keys := keysByWorker(t, c, "dfo_d", 20)
 	defaultPort := cl.Servers[0].Addr()[strings.LastIndexByte(cl.Servers[0].Addr(), ':')+1:]
 	if _, ok := keys[defaultPort]; !ok {
@@ -65,6 +67,26 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 		}
 		if err == nil && n != 20 || err != nil && sqlState(err) != "0A000" {
 			t.Errorf("%v: multi-shard: %d rows, %v; want 20 rows or 0A000", mode, n, err)
+		}
+		// A relation that exists nowhere keeps PostgreSQL's 42P01
+		// (adversary: it was 0A000 saying the default node had it).
+		if _, err := c.Exec(ctx, "SELECT dfo_g(id) FROM dfo_d", mode); sqlState(err) != "42P01" {
+			t.Errorf("%v: a function reading no relation at all over shards: %v, want 42P01", mode, err)
+		}
+		// A function the default node has alone (its result is a local
+		// table's row type): PostgreSQL's rows or 0A000, not 42883.
+		rows, err = c.Query(ctx, "SELECT count(*) FROM dfo_set() s JOIN dfo_d d ON d.id = s.k", mode)
+		if err == nil {
+			for rows.Next() {
+				var k int
+				if err := rows.Scan(&k); err == nil && k != 20 {
+					t.Errorf("%v: join with dfo_set(): %d, want 20", mode, k)
+				}
+			}
+			err = rows.Err()
+		}
+		if err != nil && sqlState(err) != "0A000" {
+			t.Errorf("%v: join with a default-node-only function: %v, want 20 or 0A000", mode, err)
 		}
 	}
 }

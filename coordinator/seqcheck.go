@@ -166,9 +166,9 @@ func (ss *session) queueDiscardSequences() {
 // seqGuard holds (multi-shard statements).
 func (ss *session) guardSeq(err error) error {
 	var we *executor.WorkerError
-	if errors.As(err, &we) && we.PG.Code == pgerr.UndefinedTable {
+	if errors.As(err, &we) && (we.PG.Code == pgerr.UndefinedTable || we.PG.Code == pgerr.UndefinedFunction) {
 		// A shard dropped by a concurrent catalog change: 40001; a
-		// relation only the default node has: 0A000.
+		// relation or function only the default node has: 0A000.
 		addr := we.Addr
 		err = executor.NewWorkerError(ss.defaultOnly(ss.staleShardBody(we.Body), addr))
 		if !errors.As(err, &we) {

@@ -8,8 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // firstShardID is where the catalog's shard ids start (metadata/store.go).
@@ -97,36 +99,74 @@ func (ss *session) staleShardErr(err error) error {
 	return err
 }
 
-// defaultOnly maps a worker's 42P01 on a relation that is not a shard,
-// sent by a worker other than the default node, to 0A000. The statement
-// ran where its shards are, and something in it the planner does not see
-// (a function, a trigger, a regclass in a string) read a relation only the
-// default node has: a local table, view or sequence. On the default node
-// it reads it, so PostgreSQL's answer would depend on where the shards are
-// (TestSequenceStateInUserCode met 42P01 after a shard move). It returns
-// body unchanged when it does not apply. Rare path: it runs only on a
-// 42P01, after staleShardBody.
+// defaultOnly maps a worker's 42P01 on a relation that is not a shard, or
+// 42883 on a function, sent by a worker other than the default node, to
+// 0A000 when the default node has that relation or a function of that
+// name. The statement ran where its shards are, and something in it the
+// planner does not see (a function, a trigger, a regclass in a string, a
+// function made on the default node only) read a local table, view or
+// sequence, or called such a function: on the default node it reads it,
+// so PostgreSQL's answer would depend on where the shards are
+// (TestSequenceStateInUserCode met 42P01 after a shard move). What exists
+// nowhere keeps PostgreSQL's error. It returns body unchanged when it does
+// not apply. Rare path: it runs only on those errors, after
+// staleShardBody.
 func (ss *session) defaultOnly(body []byte, addr string) []byte {
-	if addr == "" || errCode(body) != pgerr.UndefinedTable || addr == ss.srv.nodeAddr(ss.srv.defaultNode.Load()) {
+	code := errCode(body)
+	if addr == "" || code != pgerr.UndefinedTable && code != pgerr.UndefinedFunction || addr == ss.srv.nodeAddr(ss.srv.defaultNode.Load()) {
 		return body
 	}
 	var er pgproto3.ErrorResponse
 	if er.Decode(body) != nil {
 		return body
 	}
-	const pre, post = `relation "`, `" does not exist`
-	rel, ok := strings.CutPrefix(er.Message, pre)
-	if rel, ok = strings.CutSuffix(rel, post); !ok || staleShard(er.Message, nil) != nil {
-		return body // not PostgreSQL's message, or a shard's name
+	var what, lookup string
+	if code == pgerr.UndefinedTable {
+		rel, ok := strings.CutPrefix(er.Message, `relation "`)
+		if rel, ok = strings.CutSuffix(rel, `" does not exist`); !ok || staleShard(er.Message, nil) != nil {
+			return body // not PostgreSQL's message, or a shard's name
+		}
+		what = fmt.Sprintf("relation %q", rel)
+		lookup = "SELECT pg_catalog.to_regclass(" + quoteLiteral(qualifiedName(rel)) + ") IS NOT NULL"
+	} else {
+		fn, ok := strings.CutPrefix(er.Message, "function ")
+		if fn, _, ok = strings.Cut(fn, "("); !ok || !strings.HasSuffix(er.Message, ") does not exist") {
+			return body
+		}
+		what = "function " + fn + "()"
+		schema, name := "", fn
+		if i := strings.LastIndexByte(fn, '.'); i > 0 {
+			schema, name = fn[:i], fn[i+1:]
+		}
+		lookup = "SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.proname = " +
+			quoteLiteral(name) + " AND (" + quoteLiteral(schema) + " = '' OR n.nspname = " + quoteLiteral(schema) + "))"
+	}
+	var rows [][]*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		rows, err = executor.QueryText(sc, lookup)
+		return err
+	})
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || *rows[0][0] != "t" {
+		return body // nowhere: PostgreSQL's error
 	}
 	er.Detail = er.Message + " on that worker."
 	er.Code = pgerr.FeatureNotSupported
-	er.Message = fmt.Sprintf("relation %q does not exist on worker %s, where the statement ran over shards; local tables, views and sequences are on the default node only", rel, addr)
-	er.Hint = "A function, trigger or regclass value in the statement reads a local table, view or sequence; over distributed tables that is not supported. Read it in a statement of its own, or make it a reference table (create_reference_table)."
+	er.Message = fmt.Sprintf("%s is on the default node only, and the statement ran over shards on worker %s", what, addr)
+	er.Hint = "A function, trigger or regclass value in the statement reads a local table, view or sequence, or calls a function made on the default node only; over distributed tables that is not supported. Read it in a statement of its own, or make the table a reference table (create_reference_table)."
 	er.Position = 0
 	b, err := er.Encode(nil)
 	if err != nil {
 		return body
 	}
 	return b[5:]
+}
+
+// qualifiedName quotes each dotted part of a relation's name as an error
+// message gives it (as the statement resolved it, case and all).
+func qualifiedName(name string) string {
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		parts[i] = quoteIdent(p)
+	}
+	return strings.Join(parts, ".")
 }

@@ -37,6 +37,9 @@ func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
 	}
 	defer func() { ss.multi = nil }()
 	m := ss.multi
+	if err := ss.volatileSubqueries(qf); err != nil {
+		return ss.endString(implicit, ss.partError(err), nil)
+	}
 	const what = "a subquery of an UPDATE or DELETE"
 	selects := make([]string, len(qf.Selects))
 	size := 0
@@ -251,4 +254,57 @@ func evalIndependent(code string) bool {
 		return true
 	}
 	return false
+}
+
+// volatileSubqueries refuses subqueries that call a VOLATILE function
+// (random() aside) or operator: run first, they would call it where
+// PostgreSQL, which evaluates a subquery only when a row of the statement
+// reaches it, may not (adversary: WHERE false AND id IN (SELECT ... WHERE
+// bump() > 0) advanced a sequence PostgreSQL left alone). The functions
+// are looked up by name and argument count, any overload, in the
+// session's database on the default node.
+func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
+	var calls []string
+	for _, c := range qf.Calls {
+		if !strings.HasPrefix(c, "random/") {
+			calls = append(calls, c)
+		}
+	}
+	if len(calls) == 0 && len(qf.Ops) == 0 {
+		return nil
+	}
+	arr := func(l []string) string {
+		q := make([]string, len(l))
+		for i, v := range l {
+			q[i] = quoteLiteral(v)
+		}
+		return "ARRAY[" + strings.Join(q, ", ") + "]::text[]"
+	}
+	var rows [][]*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		rows, err = executor.QueryText(sc, `SELECT
+			(SELECT min(p.proname::text) FROM pg_catalog.pg_proc p
+				JOIN (SELECT pg_catalog.regexp_replace(c, '/[0-9]+$', '') AS name, pg_catalog.substring(c, '/([0-9]+)$')::int AS n
+					FROM pg_catalog.unnest(`+arr(calls)+`) c) x ON p.proname = x.name
+				WHERE p.provolatile = 'v' AND (x.n BETWEEN p.pronargs - p.pronargdefaults AND p.pronargs
+					OR (p.provariadic <> 0 AND x.n >= p.pronargs - 1))),
+			(SELECT min(o.oprname::text) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
+				WHERE o.oprname = ANY (`+arr(qf.Ops)+`) AND f.provolatile = 'v')`)
+		return err
+	})
+	if err != nil || len(rows) != 1 || len(rows[0]) != 2 {
+		return pgerr.New(pgerr.FeatureNotSupported, "%s; the volatility of the functions its subqueries call could not be read", pgerr.Flatten(qf.Unwrap()).Message).
+			WithHint("Run the subqueries as statements of their own.")
+	}
+	name := ""
+	if f := rows[0][0]; f != nil {
+		name = "the volatile function " + *f + "()"
+	} else if o := rows[0][1]; o != nil {
+		name = "the volatile operator " + *o
+	}
+	if name == "" {
+		return nil
+	}
+	return pgerr.New(pgerr.FeatureNotSupported, "%s; its subquery calls %s, which running the subquery first would call where PostgreSQL may not", pgerr.Flatten(qf.Unwrap()).Message, name).
+		WithHint("Run the subquery as a statement of its own, or pin it to the statement's shard.")
 }

@@ -27,6 +27,9 @@ func TestSubqueriesFirst(t *testing.T) {
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "DROP SEQUENCE IF EXISTS sqf_seq", simple)
+	exec(t, c, "CREATE SEQUENCE sqf_seq", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP SEQUENCE IF EXISTS sqf_seq", simple) })
 	testTable(t, c, "sqf_acct", "(id bigint PRIMARY KEY, name text)", "SELECT create_distributed_table('sqf_acct', 'id', shard_count => 4)")
 	testTable(t, c, "sqf_ord", "(id bigint PRIMARY KEY, acct_id bigint, amount int)", "SELECT create_distributed_table('sqf_ord', 'id', shard_count => 3, colocate_with => 'none')")
 	plainTables(t, c, "sqf_acct_o (id bigint PRIMARY KEY, name text)", "sqf_ord_o (id bigint PRIMARY KEY, acct_id bigint, amount int)")
@@ -114,6 +117,12 @@ func TestSubqueriesFirst(t *testing.T) {
 		"DELETE FROM sqf_ord WHERE id > 1000 AND id IN (SELECT 1 / (id - id) FROM sqf_acct)",
 		"UPDATE sqf_ord SET amount = 0 WHERE id < 0 AND id IN (SELECT name::bigint FROM sqf_acct)",
 		"UPDATE sqf_ord SET amount = 0 WHERE id IN (SELECT id FROM sqf_acct); SELECT 1", // several statements
+		// EXISTS whose select list PostgreSQL evaluates (adversary: the
+		// write went through where PostgreSQL raised 22012).
+		"UPDATE sqf_ord SET amount = 19 WHERE EXISTS (SELECT max(1 / (id - id)) FROM sqf_acct) AND id = 8",
+		// A volatile function PostgreSQL need not call (adversary: a
+		// sequence advanced under a refused statement).
+		"UPDATE sqf_ord SET amount = 1 WHERE false AND id IN (SELECT id FROM sqf_acct WHERE nextval('sqf_seq') > 0)",
 	} {
 		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "0A000" {
 			t.Errorf("%s: %v, want 0A000", q, err)
@@ -121,6 +130,9 @@ func TestSubqueriesFirst(t *testing.T) {
 	}
 	if after := state(fleet); !reflect.DeepEqual(before, after) {
 		t.Errorf("a refused statement changed the table:\n%v\nwas\n%v", after, before)
+	}
+	if v := queryString(t, c, "SELECT last_value::text || is_called::text FROM sqf_seq"); v != "1false" {
+		t.Errorf("the sequence after a refused statement: %s, want untouched", v)
 	}
 }
 

@@ -28,6 +28,11 @@ import (
 // that refusal.
 type SubqueryFirst struct {
 	Selects []string
+	// Calls and Ops are the functions (name/argument count) and operators
+	// the subqueries call: one that is VOLATILE would run where
+	// PostgreSQL, which evaluates a subquery only when a row reaches it,
+	// may not call it (nextval, a function that writes).
+	Calls, Ops []string
 	// tmpl is the statement with a marker (markers[k], a SELECT of a
 	// string) in subquery k's place.
 	tmpl    string
@@ -119,7 +124,8 @@ func firstSublinks(cat *metadata.Snapshot, stmt *pg_query.Node) (subs []*pg_quer
 			if !readsDist(sl.Subselect) {
 				return
 			}
-			if !firstKinds[sl.SubLinkType] || sl.Subselect.GetSelectStmt() == nil || correlated(sl.Subselect, outer) {
+			if !firstKinds[sl.SubLinkType] || sl.Subselect.GetSelectStmt() == nil || correlated(sl.Subselect, outer) ||
+				sl.SubLinkType == pg_query.SubLinkType_EXISTS_SUBLINK && existsSelect(sl.Subselect.GetSelectStmt()) == nil {
 				ok = false
 				return
 			}
@@ -188,9 +194,14 @@ func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 			return cause
 		}
 		if sl.SubLinkType == pg_query.SubLinkType_EXISTS_SUBLINK {
-			text = "SELECT true FROM (" + text + ") pgfleet_exists LIMIT 1"
+			if text, err = deparse(b.tree.Version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: existsSelect(sl.Subselect.GetSelectStmt())}}); err != nil {
+				return cause
+			}
 		}
 		sf.Selects = append(sf.Selects, text)
+		if m := mutability(sl.Subselect); m != nil {
+			sf.Calls, sf.Ops = append(sf.Calls, m.Calls...), append(sf.Ops, m.Ops...)
+		}
 		marker := fmt.Sprintf("pgfleet_sub_%s_%d", hex.EncodeToString(nonce[:]), k)
 		sf.markers = append(sf.markers, "SELECT '"+marker+"'")
 		sl.Subselect = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
@@ -234,6 +245,49 @@ var firstKinds = map[pg_query.SubLinkType]bool{
 	pg_query.SubLinkType_ALL_SUBLINK:    true,
 	pg_query.SubLinkType_EXPR_SUBLINK:   true,
 	pg_query.SubLinkType_EXISTS_SUBLINK: true,
+}
+
+// existsSelect is the query an EXISTS subquery runs first as, nil when it
+// does not run first. PostgreSQL drops the select list (and ORDER BY,
+// DISTINCT, a positive LIMIT) of an EXISTS subquery and stops at its first
+// row, unless it aggregates, groups, has window functions, set-returning
+// functions or set operations (simplify_EXISTS_query): then it evaluates
+// the select list. So a plain subquery runs as SELECT true FROM ... WHERE
+// ... LIMIT 1, which evaluates what PostgreSQL does; one whose select list
+// calls anything (an aggregate or a set-returning function cannot be told
+// from the text) or that is not plain does not run first (adversary: a
+// wrapper's planner dropped max(1/0) PostgreSQL evaluates, and the write
+// went through where PostgreSQL raised 22012).
+func existsSelect(sel *pg_query.SelectStmt) *pg_query.SelectStmt {
+	if sel == nil || sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED && sel.Op != pg_query.SetOperation_SETOP_NONE ||
+		len(sel.GroupClause) > 0 || sel.HavingClause != nil || len(sel.WindowClause) > 0 || sel.LimitOffset != nil ||
+		len(sel.LockingClause) > 0 || sel.WithClause != nil || len(sel.ValuesLists) > 0 || sel.IntoClause != nil || len(sel.FromClause) == 0 {
+		return nil
+	}
+	if sel.LimitCount != nil {
+		if i := sel.LimitCount.GetAConst().GetIval(); i == nil || i.Ival <= 0 {
+			return nil
+		}
+	}
+	calls := false
+	for _, t := range sel.TargetList {
+		Walk(t, func(m proto.Message) {
+			switch m.(type) {
+			case *pg_query.FuncCall, *pg_query.SubLink:
+				calls = true
+			}
+		})
+	}
+	if calls {
+		return nil
+	}
+	return &pg_query.SelectStmt{
+		TargetList:  []*pg_query.Node{resTarget(&pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Val: &pg_query.A_Const_Boolval{Boolval: &pg_query.Boolean{Boolval: true}}}}})},
+		FromClause:  sel.FromClause,
+		WhereClause: sel.WhereClause,
+		LimitCount:  pg_query.MakeAConstIntNode(1, -1),
+		LimitOption: pg_query.LimitOption_LIMIT_OPTION_COUNT,
+	}
 }
 
 // correlated reports whether a subquery names a relation of the outer

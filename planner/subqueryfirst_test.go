@@ -37,8 +37,19 @@ func TestSubqueryFirst(t *testing.T) {
 			selects: []string{"SELECT max(delta) FROM history", "SELECT aid FROM history"},
 			with:    "UPDATE accounts SET abalance = (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows) WHERE aid IN (SELECT NULL::int8 WHERE false)"},
 		{sql: "DELETE FROM accounts WHERE abalance > (SELECT avg(delta) FROM history) AND EXISTS (SELECT 1 FROM orders)",
-			selects: []string{"SELECT avg(delta) FROM history", "SELECT true FROM (SELECT 1 FROM orders) pgfleet_exists LIMIT 1"},
+			selects: []string{"SELECT avg(delta) FROM history", "SELECT true FROM orders LIMIT 1"},
 			with:    "DELETE FROM accounts WHERE (abalance > (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)) AND EXISTS (SELECT NULL::int8 WHERE false)"},
+		// EXISTS: a plain one runs as SELECT true ... LIMIT 1 (ORDER BY
+		// and a positive LIMIT dropped, as PostgreSQL drops them); one
+		// whose select list calls anything, or that groups, does not
+		// run first (adversary: EXISTS (SELECT max(1/(x-x)) ...)).
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT 1 AS a FROM orders o WHERE o.id > 'k' ORDER BY o.id LIMIT 1)",
+			selects: []string{"SELECT true FROM orders o WHERE o.id > 'k' LIMIT 1"},
+			with:    "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT max(1 / (aid - aid)) FROM history)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history GROUP BY aid)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history LIMIT 0)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history UNION SELECT 1)"},
 		// Inside COPY or EXPLAIN: refused (adversary: COPY (UPDATE ...
 		// RETURNING) TO STDOUT wrote and answered as an UPDATE).
 		{sql: "COPY (UPDATE accounts SET abalance = 0 WHERE aid IN (SELECT aid FROM history) RETURNING aid) TO STDOUT"},
