@@ -73,6 +73,14 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 		if _, err := c.Exec(ctx, "SELECT dfo_g(id) FROM dfo_d", mode); sqlState(err) != "42P01" {
 			t.Errorf("%v: a function reading no relation at all over shards: %v, want 42P01", mode, err)
 		}
+		// A function call whose arguments no function takes stays
+		// PostgreSQL's 42883 on every worker (adversary: 0A000 where
+		// the shard was not on the default node).
+		for _, k := range keys {
+			if _, err := c.Exec(ctx, "SELECT length(id) FROM dfo_d WHERE id = $1", mode, k); sqlState(err) != "42883" {
+				t.Errorf("%v: length(integer) on key %d: %v, want 42883", mode, k, err)
+			}
+		}
 		// A function the default node has alone (its result is a local
 		// table's row type): PostgreSQL's rows or 0A000, not 42883.
 		rows, err = c.Query(ctx, "SELECT count(*) FROM dfo_set() s JOIN dfo_d d ON d.id = s.k", mode)

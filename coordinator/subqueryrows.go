@@ -257,7 +257,8 @@ func evalIndependent(code string) bool {
 }
 
 // volatileSubqueries refuses subqueries that call a VOLATILE function
-// (random() aside) or operator: run first, they would call it where
+// (random() aside), aggregate (by its support functions) or operator, or
+// cast to a user type (its cast function, a domain's CHECK): run first, they would call it where
 // PostgreSQL, which evaluates a subquery only when a row of the statement
 // reaches it, may not (adversary: WHERE false AND id IN (SELECT ... WHERE
 // bump() > 0) advanced a sequence PostgreSQL left alone). The functions
@@ -270,7 +271,7 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 			calls = append(calls, c)
 		}
 	}
-	if len(calls) == 0 && len(qf.Ops) == 0 {
+	if len(calls) == 0 && len(qf.Ops) == 0 && len(qf.Types) == 0 {
 		return nil
 	}
 	arr := func(l []string) string {
@@ -282,17 +283,22 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 	}
 	var rows [][]*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		// An aggregate is volatile by its support functions too (a
+		// user's with a volatile transition function).
 		rows, err = executor.QueryText(sc, `SELECT
 			(SELECT min(p.proname::text) FROM pg_catalog.pg_proc p
 				JOIN (SELECT pg_catalog.regexp_replace(c, '/[0-9]+$', '') AS name, pg_catalog.substring(c, '/([0-9]+)$')::int AS n
 					FROM pg_catalog.unnest(`+arr(calls)+`) c) x ON p.proname = x.name
-				WHERE p.provolatile = 'v' AND (x.n BETWEEN p.pronargs - p.pronargdefaults AND p.pronargs
-					OR (p.provariadic <> 0 AND x.n >= p.pronargs - 1))),
+				WHERE (x.n BETWEEN p.pronargs - p.pronargdefaults AND p.pronargs OR (p.provariadic <> 0 AND x.n >= p.pronargs - 1))
+				  AND (p.provolatile = 'v' OR EXISTS (SELECT FROM pg_catalog.pg_aggregate a JOIN pg_catalog.pg_proc t
+					ON t.oid IN (a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn, a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn)
+					WHERE a.aggfnoid = p.oid AND t.provolatile = 'v'))),
 			(SELECT min(o.oprname::text) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
-				WHERE o.oprname = ANY (`+arr(qf.Ops)+`) AND f.provolatile = 'v')`)
+				WHERE o.oprname = ANY (`+arr(qf.Ops)+`) AND f.provolatile = 'v'),
+			(SELECT min(t) FROM pg_catalog.unnest(`+arr(qf.Types)+`) t WHERE pg_catalog.to_regtype(t)::oid >= 16384)`)
 		return err
 	})
-	if err != nil || len(rows) != 1 || len(rows[0]) != 2 {
+	if err != nil || len(rows) != 1 || len(rows[0]) != 3 {
 		return pgerr.New(pgerr.FeatureNotSupported, "%s; the volatility of the functions its subqueries call could not be read", pgerr.Flatten(qf.Unwrap()).Message).
 			WithHint("Run the subqueries as statements of their own.")
 	}
@@ -301,6 +307,8 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 		name = "the volatile function " + *f + "()"
 	} else if o := rows[0][1]; o != nil {
 		name = "the volatile operator " + *o
+	} else if t := rows[0][2]; t != nil {
+		name = "a cast to the user type " + *t + " (which may call a function or a domain's CHECK)"
 	}
 	if name == "" {
 		return nil

@@ -33,6 +33,9 @@ type SubqueryFirst struct {
 	// PostgreSQL, which evaluates a subquery only when a row reaches it,
 	// may not call it (nextval, a function that writes).
 	Calls, Ops []string
+	// Types are the types the subqueries name (casts), quoted: a cast to
+	// a user type may call a function of the user's, a domain its CHECK.
+	Types []string
 	// tmpl is the statement with a marker (markers[k], a SELECT of a
 	// string) in subquery k's place.
 	tmpl    string
@@ -202,6 +205,22 @@ func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 		if m := mutability(sl.Subselect); m != nil {
 			sf.Calls, sf.Ops = append(sf.Calls, m.Calls...), append(sf.Ops, m.Ops...)
 		}
+		Walk(sl.Subselect, func(m proto.Message) {
+			switch x := m.(type) {
+			case *pg_query.SubLink: // x op ANY (SELECT ...): its operator
+				if l := len(x.OperName); l > 0 {
+					sf.Ops = append(sf.Ops, x.OperName[l-1].GetString_().GetSval())
+				}
+			case *pg_query.TypeName: // a cast may call a function, a domain its CHECK
+				var parts []string
+				for _, n := range x.Names {
+					parts = append(parts, quoteIdent(n.GetString_().GetSval()))
+				}
+				if len(parts) > 0 {
+					sf.Types = append(sf.Types, strings.Join(parts, "."))
+				}
+			}
+		})
 		marker := fmt.Sprintf("pgfleet_sub_%s_%d", hex.EncodeToString(nonce[:]), k)
 		sf.markers = append(sf.markers, "SELECT '"+marker+"'")
 		sl.Subselect = &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
@@ -253,9 +272,10 @@ var firstKinds = map[pg_query.SubLinkType]bool{
 // row, unless it aggregates, groups, has window functions, set-returning
 // functions or set operations (simplify_EXISTS_query): then it evaluates
 // the select list. So a plain subquery runs as SELECT true FROM ... WHERE
-// ... LIMIT 1, which evaluates what PostgreSQL does; one whose select list
-// calls anything (an aggregate or a set-returning function cannot be told
-// from the text) or that is not plain does not run first (adversary: a
+// ... LIMIT 1, which evaluates what PostgreSQL does; one whose select
+// list, ORDER BY or DISTINCT ON calls anything (an aggregate or a
+// set-returning function cannot be told from the text) or that is not
+// plain does not run first (adversary: a
 // wrapper's planner dropped max(1/0) PostgreSQL evaluates, and the write
 // went through where PostgreSQL raised 22012).
 func existsSelect(sel *pg_query.SelectStmt) *pg_query.SelectStmt {
@@ -270,13 +290,18 @@ func existsSelect(sel *pg_query.SelectStmt) *pg_query.SelectStmt {
 		}
 	}
 	calls := false
-	for _, t := range sel.TargetList {
-		Walk(t, func(m proto.Message) {
-			switch m.(type) {
-			case *pg_query.FuncCall, *pg_query.SubLink:
-				calls = true
-			}
-		})
+	for _, l := range [][]*pg_query.Node{sel.TargetList, sel.SortClause, sel.DistinctClause} {
+		// (An aggregate, window or set-returning function in ORDER BY
+		// or DISTINCT ON makes PostgreSQL keep them too; adversary:
+		// EXISTS (... WHERE false ORDER BY count(*)) is true there.)
+		for _, t := range l {
+			Walk(t, func(m proto.Message) {
+				switch m.(type) {
+				case *pg_query.FuncCall, *pg_query.SubLink:
+					calls = true
+				}
+			})
+		}
 	}
 	if calls {
 		return nil

@@ -3,6 +3,7 @@ package planner
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -48,6 +49,9 @@ func TestSubqueryFirst(t *testing.T) {
 			with:    "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT max(1 / (aid - aid)) FROM history)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history GROUP BY aid)"},
+		{sql: "DELETE FROM accounts WHERE EXISTS (SELECT 1 FROM history WHERE false ORDER BY count(*))"},
+		{sql: "DELETE FROM accounts WHERE EXISTS (SELECT DISTINCT ON (count(*)) 1 FROM history)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history ORDER BY generate_series(1, 0))"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history LIMIT 0)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history UNION SELECT 1)"},
 		// Inside COPY or EXPLAIN: refused (adversary: COPY (UPDATE ...
@@ -80,5 +84,19 @@ func TestSubqueryFirst(t *testing.T) {
 		if err != nil || got != tc.with {
 			t.Errorf("%s: with rows %q, %v; want %q", tc.sql, got, err, tc.with)
 		}
+	}
+}
+
+// TestSubqueryFirstCalls: what the subqueries call is listed for the
+// coordinator's volatility check: functions, operators (those of x op ANY
+// (SELECT ...) too) and the types they cast to.
+func TestSubqueryFirstCalls(t *testing.T) {
+	_, err := Build("DELETE FROM accounts WHERE aid IN (SELECT aid FROM history WHERE delta === ANY (SELECT bid FROM branches) AND f(delta, 2) AND delta::s.dom > 0)", testCatalog())
+	var qf *SubqueryFirst
+	if !errors.As(err, &qf) {
+		t.Fatalf("%v, want a SubqueryFirst", err)
+	}
+	if !slices.Contains(qf.Calls, "f/2") || !slices.Contains(qf.Ops, "===") || !slices.Contains(qf.Types, `"s"."dom"`) {
+		t.Errorf("calls %q, ops %q, types %q; want f/2, === and \"s\".\"dom\"", qf.Calls, qf.Ops, qf.Types)
 	}
 }
