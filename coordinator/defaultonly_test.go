@@ -23,7 +23,7 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
-	drop := "DROP FUNCTION IF EXISTS dfo_f(int); DROP FUNCTION IF EXISTS dfo_g(int); DROP FUNCTION IF EXISTS dfo_set(); DROP TABLE IF EXISTS dfo_l"
+	drop := "DROP FUNCTION IF EXISTS dfo_f(int); DROP FUNCTION IF EXISTS dfo_g(int); DROP FUNCTION IF EXISTS dfo_set(); DROP FUNCTION IF EXISTS dfo_lf(dfo_l); DROP TABLE IF EXISTS dfo_l"
 	exec(t, c, drop, simple)
 	t.Cleanup(func() { _, _ = c.Exec(ctx, drop, simple) })
 	testTable(t, c, "dfo_d", "(id int PRIMARY KEY)", "SELECT create_distributed_table('dfo_d', 'id', shard_count => 4)")
@@ -33,6 +33,7 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 	exec(t, c, "CREATE FUNCTION dfo_f(int) RETURNS text LANGUAGE sql STABLE AS 'SELECT v FROM dfo_l WHERE k = $1'", simple)
 	exec(t, c, "CREATE FUNCTION dfo_g(int) RETURNS text LANGUAGE plpgsql STABLE AS 'BEGIN RETURN (SELECT v FROM dfo_nowhere WHERE k = $1); END'", simple)
 	exec(t, c, "CREATE FUNCTION dfo_set() RETURNS SETOF dfo_l LANGUAGE sql STABLE AS 'SELECT * FROM dfo_l'", simple)
+	exec(t, c, "CREATE FUNCTION dfo_lf(dfo_l) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 1'", simple)
 	keys := keysByWorker(t, c, "dfo_d", 20)
 	defaultPort := cl.Servers[0].Addr()[strings.LastIndexByte(cl.Servers[0].Addr(), ':')+1:]
 	if _, ok := keys[defaultPort]; !ok {
@@ -77,8 +78,10 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 		// PostgreSQL's 42883 on every worker (adversary: 0A000 where
 		// the shard was not on the default node).
 		for _, k := range keys {
-			if _, err := c.Exec(ctx, "SELECT length(id) FROM dfo_d WHERE id = $1", mode, k); sqlState(err) != "42883" {
-				t.Errorf("%v: length(integer) on key %d: %v, want 42883", mode, k, err)
+			for _, q := range []string{"SELECT length(id) FROM dfo_d WHERE id = $1", "SELECT dfo_lf(id) FROM dfo_d WHERE id = $1"} {
+				if _, err := c.Exec(ctx, q, mode, k); sqlState(err) != "42883" {
+					t.Errorf("%v: %s on key %d: %v, want 42883", mode, q, k, err)
+				}
 			}
 		}
 		// A function the default node has alone (its result is a local

@@ -389,14 +389,9 @@ func (ss *session) withDistValues(sql string, vn *planner.ValuesNeeded) (string,
 // back broken unless f's error, if any, is the worker's and the connection
 // is idle.
 func (ss *session) onDefaultNode(f func(sc *pooling.ServerConn) error) error {
-	return ss.onNodeSide(ss.srv.defaultNode.Load(), f)
-}
-
-// onNodeSide is onDefaultNode on another node.
-func (ss *session) onNodeSide(node int32, f func(sc *pooling.ServerConn) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := ss.poolFor(node)
+	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
 	if err != nil {
 		return err
 	}

@@ -1559,7 +1559,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 		var qf *planner.SubqueryFirst
 		if errors.As(err, &qf) {
-			return ss.subqueriesFirst(qf)
+			return ss.subqueriesFirst(ptext, qf)
 		}
 		var tr *planner.TimeRead
 		if errors.As(err, &tr) {

@@ -101,8 +101,8 @@ func (ss *session) staleShardErr(err error) error {
 
 // defaultOnly maps a worker's 42P01 on a relation that is not a shard, or
 // 42883 on a function, sent by a worker other than the default node, to
-// 0A000 when the default node has that relation, or a function of that
-// name which the worker has none of. The statement ran where its shards are, and something in it the
+// 0A000 when the default node has that relation, or a function of the
+// call's name and argument types. The statement ran where its shards are, and something in it the
 // planner does not see (a function, a trigger, a regclass in a string, a
 // function made on the default node only) read a local table, view or
 // sequence, or called such a function: on the default node it reads it,
@@ -129,36 +129,25 @@ func (ss *session) defaultOnly(body []byte, addr string) []byte {
 		what = fmt.Sprintf("relation %q", rel)
 		lookup = "SELECT pg_catalog.to_regclass(" + quoteLiteral(qualifiedName(rel)) + ") IS NOT NULL"
 	} else {
-		fn, ok := strings.CutPrefix(er.Message, "function ")
-		if fn, _, ok = strings.Cut(fn, "("); !ok || !strings.HasSuffix(er.Message, ") does not exist") {
+		sig, ok := strings.CutPrefix(er.Message, "function ")
+		if sig, ok = strings.CutSuffix(sig, " does not exist"); !ok || !strings.HasSuffix(sig, ")") {
 			return body
 		}
+		fn, args, _ := strings.Cut(sig, "(")
 		what = "function " + fn + "()"
-		schema, name := "", fn
-		if i := strings.LastIndexByte(fn, '.'); i > 0 {
-			schema, name = fn[:i], fn[i+1:]
-		}
-		lookup = "SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.proname = " +
-			quoteLiteral(name) + " AND (" + quoteLiteral(schema) + " = '' OR n.nspname = " + quoteLiteral(schema) + "))"
+		// The call as the worker resolved it: the default node must
+		// resolve the same arguments to a function (length(integer)
+		// resolves nowhere: PostgreSQL's 42883; adversary), under the
+		// session's search_path.
+		lookup = "SELECT pg_catalog.to_regprocedure(" + quoteLiteral(qualifiedName(fn)+"("+args) + ") IS NOT NULL"
 	}
-	has := func(node int32) bool {
-		var rows [][]*string
-		err := ss.onNodeSide(node, func(sc *pooling.ServerConn) (err error) {
-			rows, err = executor.QueryText(sc, lookup)
-			return err
-		})
-		return err == nil && len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != nil && *rows[0][0] == "t"
-	}
-	if !has(ss.srv.defaultNode.Load()) {
-		return body // nowhere: PostgreSQL's error
-	}
-	if code == pgerr.UndefinedFunction {
-		// A function of that name on the worker too: the call's
-		// arguments match none (length(integer)), PostgreSQL's 42883
-		// (adversary: a common mistake became 0A000).
-		if node := nodeID(ss.srv.catalog.Load(), addr); node == 0 || has(node) {
-			return body
-		}
+	var rows [][]*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+		rows, err = executor.QueryText(sc, lookup)
+		return err
+	})
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || *rows[0][0] != "t" {
+		return body // not there either: PostgreSQL's error
 	}
 	er.Detail = er.Message + " on that worker."
 	er.Code = pgerr.FeatureNotSupported

@@ -29,8 +29,9 @@ import (
 // outer statement's rows cannot run on its own: PostgreSQL's 42703 or
 // 42P01 for it gives the original refusal instead.
 
-// subqueriesFirst runs an UPDATE or DELETE the planner answered with qf.
-func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
+// subqueriesFirst runs an UPDATE or DELETE (sql) the planner answered with
+// qf.
+func (ss *session) subqueriesFirst(sql string, qf *planner.SubqueryFirst) error {
 	implicit, stop, err := ss.startRowsFirst(qf.Unwrap(), "Send the statement as a query of its own.")
 	if stop {
 		return err
@@ -56,9 +57,15 @@ func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
 			err2 = perr
 		case res.errBody != nil:
 			if code := errCode(res.errBody); code == pgerr.UndefinedColumn || code == pgerr.UndefinedTable {
-				// It reads the outer statement's rows (or names what
-				// does not exist, which the refusal's verdict says).
+				// It reads the outer statement's rows, or names what does
+				// not exist: the default node's Parse of the statement
+				// says which (PostgreSQL's 42703, else the refusal).
+				// (In the client's block the refusal stands: what the
+				// block made is not seen elsewhere.)
 				err2 = qf.Unwrap()
+				if implicit {
+					err2 = ss.defaultParse(sql, nil, err2)
+				}
 				break
 			}
 			if !evalIndependent(errCode(res.errBody)) {
@@ -78,6 +85,11 @@ func (ss *session) subqueriesFirst(qf *planner.SubqueryFirst) error {
 			ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition('E', res.errBody))
 			m.start, m.scanned = len(ss.out), len(ss.out)
 			return ss.endString(implicit, true, nil)
+		case qf.Exists[k]:
+			selects[k] = "SELECT true WHERE false"
+			if len(res.rows) > 0 {
+				selects[k] = "SELECT true"
+			}
 		case len(res.oids) == 0:
 			err2 = qf.Unwrap()
 		default:
@@ -257,8 +269,9 @@ func evalIndependent(code string) bool {
 }
 
 // volatileSubqueries refuses subqueries that call a VOLATILE function
-// (random() aside), aggregate (by its support functions) or operator, or
-// cast to a user type (its cast function, a domain's CHECK): run first, they would call it where
+// (random() aside), aggregate (by its support functions) or operator (of
+// BETWEEN, CASE x WHEN and IN (SELECT ...) too), cast to a user type (its
+// cast function, a domain's CHECK), or read a view: run first, they would call it where
 // PostgreSQL, which evaluates a subquery only when a row of the statement
 // reaches it, may not (adversary: WHERE false AND id IN (SELECT ... WHERE
 // bump() > 0) advanced a sequence PostgreSQL left alone). The functions
@@ -271,7 +284,7 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 			calls = append(calls, c)
 		}
 	}
-	if len(calls) == 0 && len(qf.Ops) == 0 && len(qf.Types) == 0 {
+	if len(calls) == 0 && len(qf.Ops) == 0 && len(qf.Types) == 0 && len(qf.Rels) == 0 {
 		return nil
 	}
 	arr := func(l []string) string {
@@ -295,10 +308,11 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 					WHERE a.aggfnoid = p.oid AND t.provolatile = 'v'))),
 			(SELECT min(o.oprname::text) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
 				WHERE o.oprname = ANY (`+arr(qf.Ops)+`) AND f.provolatile = 'v'),
-			(SELECT min(t) FROM pg_catalog.unnest(`+arr(qf.Types)+`) t WHERE pg_catalog.to_regtype(t)::oid >= 16384)`)
+			(SELECT min(t) FROM pg_catalog.unnest(`+arr(qf.Types)+`) t WHERE pg_catalog.to_regtype(t)::oid >= 16384),
+			(SELECT min(c.relname::text) FROM pg_catalog.pg_class c WHERE c.relkind = 'v' AND c.relname = ANY (`+arr(qf.Rels)+`))`)
 		return err
 	})
-	if err != nil || len(rows) != 1 || len(rows[0]) != 3 {
+	if err != nil || len(rows) != 1 || len(rows[0]) != 4 {
 		return pgerr.New(pgerr.FeatureNotSupported, "%s; the volatility of the functions its subqueries call could not be read", pgerr.Flatten(qf.Unwrap()).Message).
 			WithHint("Run the subqueries as statements of their own.")
 	}
@@ -309,6 +323,8 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 		name = "the volatile operator " + *o
 	} else if t := rows[0][2]; t != nil {
 		name = "a cast to the user type " + *t + " (which may call a function or a domain's CHECK)"
+	} else if v := rows[0][3]; v != nil {
+		name = "the view " + *v + " (which may call a volatile function)"
 	}
 	if name == "" {
 		return nil

@@ -27,10 +27,13 @@ func TestSubqueriesFirst(t *testing.T) {
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
-	exec(t, c, "DROP SEQUENCE IF EXISTS sqf_seq; DROP DOMAIN IF EXISTS sqf_dom", simple)
+	exec(t, c, "DROP VIEW IF EXISTS sqf_v; DROP SEQUENCE IF EXISTS sqf_seq; DROP DOMAIN IF EXISTS sqf_dom", simple)
 	exec(t, c, "CREATE SEQUENCE sqf_seq", simple)
 	exec(t, c, "CREATE DOMAIN sqf_dom AS bigint CHECK (VALUE > -1000)", simple)
-	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP SEQUENCE IF EXISTS sqf_seq; DROP DOMAIN IF EXISTS sqf_dom", simple) })
+	exec(t, c, "CREATE VIEW sqf_v AS SELECT 1::bigint AS a", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "DROP VIEW IF EXISTS sqf_v; DROP SEQUENCE IF EXISTS sqf_seq; DROP DOMAIN IF EXISTS sqf_dom", simple)
+	})
 	testTable(t, c, "sqf_acct", "(id bigint PRIMARY KEY, name text)", "SELECT create_distributed_table('sqf_acct', 'id', shard_count => 4)")
 	testTable(t, c, "sqf_ord", "(id bigint PRIMARY KEY, acct_id bigint, amount int)", "SELECT create_distributed_table('sqf_ord', 'id', shard_count => 3, colocate_with => 'none')")
 	plainTables(t, c, "sqf_acct_o (id bigint PRIMARY KEY, name text)", "sqf_ord_o (id bigint PRIMARY KEY, acct_id bigint, amount int)")
@@ -92,6 +95,12 @@ func TestSubqueriesFirst(t *testing.T) {
 		"UPDATE {o} SET amount = (SELECT amount FROM {o} WHERE acct_id = 2)",              // 21000, as PostgreSQL
 		"UPDATE {o} SET amount = (SELECT amount FROM {o} WHERE acct_id = 2) WHERE id < 0", // not evaluated: UPDATE 0
 		"UPDATE {o} SET amount = (SELECT amount FROM {o} WHERE acct_id = -1) WHERE id = 7 RETURNING amount",
+		// PostgreSQL analyses an EXISTS subquery whole (adversary: these
+		// wrote every row where PostgreSQL raised 42703 or 42P10).
+		"UPDATE {o} SET amount = 100 WHERE EXISTS (SELECT nosuchcol FROM {a})",
+		"UPDATE {o} SET amount = 100 WHERE EXISTS (SELECT 1 FROM {a} ORDER BY 5)",
+		"UPDATE {o} SET amount = 100 WHERE EXISTS (SELECT DISTINCT name FROM {a} ORDER BY id)",
+		"UPDATE {o} SET amount = amount + 1 WHERE id < 4 AND EXISTS (SELECT DISTINCT name FROM {a} ORDER BY name LIMIT 3)",
 	} {
 		both(q)
 	}
@@ -127,6 +136,9 @@ func TestSubqueriesFirst(t *testing.T) {
 		// A cast to a user type: its function or a domain's CHECK may be
 		// volatile (adversary: a domain CHECK advanced a sequence).
 		"UPDATE sqf_ord SET amount = 1 WHERE false AND id IN (SELECT id::sqf_dom FROM sqf_acct)",
+		// A view may call a volatile function (adversary: one advanced
+		// a sequence).
+		"UPDATE sqf_ord SET amount = 1 WHERE false AND id IN (SELECT id FROM sqf_acct WHERE id IN (SELECT a FROM sqf_v))",
 	} {
 		if _, err := c.Exec(ctx, q, simple); sqlState(err) != "0A000" {
 			t.Errorf("%s: %v, want 0A000", q, err)

@@ -53,6 +53,13 @@ func (ss *session) parseVerdict(query string, paramTail []byte, refusal error) e
 	if ss.inTxn() || !ss.routes {
 		return refusal
 	}
+	return ss.defaultParse(query, paramTail, refusal)
+}
+
+// defaultParse is parseVerdict where the caller knows the session's
+// transaction made nothing the default node's other connections cannot
+// see (one the coordinator opened for the statement).
+func (ss *session) defaultParse(query string, paramTail []byte, refusal error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pool, err := ss.poolFor(ss.srv.defaultNode.Load())

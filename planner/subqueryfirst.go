@@ -28,6 +28,9 @@ import (
 // that refusal.
 type SubqueryFirst struct {
 	Selects []string
+	// Exists marks the EXISTS subqueries: only whether they gave a row
+	// counts, not their values.
+	Exists []bool
 	// Calls and Ops are the functions (name/argument count) and operators
 	// the subqueries call: one that is VOLATILE would run where
 	// PostgreSQL, which evaluates a subquery only when a row reaches it,
@@ -35,7 +38,8 @@ type SubqueryFirst struct {
 	Calls, Ops []string
 	// Types are the types the subqueries name (casts), quoted: a cast to
 	// a user type may call a function of the user's, a domain its CHECK.
-	Types []string
+	// Rels are the relations they read, by name: a view may call anything.
+	Types, Rels []string
 	// tmpl is the statement with a marker (markers[k], a SELECT of a
 	// string) in subquery k's place.
 	tmpl    string
@@ -202,15 +206,30 @@ func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 			}
 		}
 		sf.Selects = append(sf.Selects, text)
+		sf.Exists = append(sf.Exists, sl.SubLinkType == pg_query.SubLinkType_EXISTS_SUBLINK)
 		if m := mutability(sl.Subselect); m != nil {
 			sf.Calls, sf.Ops = append(sf.Calls, m.Calls...), append(sf.Ops, m.Ops...)
 		}
 		Walk(sl.Subselect, func(m proto.Message) {
 			switch x := m.(type) {
-			case *pg_query.SubLink: // x op ANY (SELECT ...): its operator
+			case *pg_query.SubLink: // x op ANY (SELECT ...): its operator; IN's is =
 				if l := len(x.OperName); l > 0 {
 					sf.Ops = append(sf.Ops, x.OperName[l-1].GetString_().GetSval())
+				} else if x.SubLinkType == pg_query.SubLinkType_ANY_SUBLINK {
+					sf.Ops = append(sf.Ops, "=")
 				}
+			case *pg_query.A_Expr: // BETWEEN names no operator: its >= and <= (< and > negated)
+				switch x.Kind {
+				case pg_query.A_Expr_Kind_AEXPR_BETWEEN, pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN,
+					pg_query.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+					sf.Ops = append(sf.Ops, ">=", "<=", "<", ">")
+				}
+			case *pg_query.CaseExpr: // CASE x WHEN v: x = v
+				if x.Arg != nil {
+					sf.Ops = append(sf.Ops, "=")
+				}
+			case *pg_query.RangeVar: // a view may call anything
+				sf.Rels = append(sf.Rels, x.Relname)
 			case *pg_query.TypeName: // a cast may call a function, a domain its CHECK
 				var parts []string
 				for _, n := range x.Names {
@@ -289,30 +308,38 @@ func existsSelect(sel *pg_query.SelectStmt) *pg_query.SelectStmt {
 			return nil
 		}
 	}
-	calls := false
+	// The select list, ORDER BY and DISTINCT [ON] stay as written, so
+	// that PostgreSQL's analysis of them (a column that does not exist,
+	// ORDER BY 5, DISTINCT with an ORDER BY off its list: adversary, the
+	// write went through where PostgreSQL raised 42703 or 42P10) is the
+	// same; only columns, constants and * may be in them, whose
+	// evaluation calls nothing and fails nowhere. (An aggregate, window
+	// or set-returning function there makes PostgreSQL keep and evaluate
+	// them: EXISTS (... WHERE false ORDER BY count(*)) is true.)
+	plain := true
 	for _, l := range [][]*pg_query.Node{sel.TargetList, sel.SortClause, sel.DistinctClause} {
-		// (An aggregate, window or set-returning function in ORDER BY
-		// or DISTINCT ON makes PostgreSQL keep them too; adversary:
-		// EXISTS (... WHERE false ORDER BY count(*)) is true there.)
 		for _, t := range l {
 			Walk(t, func(m proto.Message) {
-				switch m.(type) {
-				case *pg_query.FuncCall, *pg_query.SubLink:
-					calls = true
+				switch x := m.(type) {
+				case *pg_query.Node, *pg_query.ResTarget, *pg_query.ColumnRef, *pg_query.A_Star, *pg_query.A_Const,
+					*pg_query.String, *pg_query.Integer, *pg_query.Boolean:
+				case *pg_query.SortBy:
+					if len(x.UseOp) > 0 {
+						plain = false // ORDER BY x USING op: an operator's function
+					}
+				default:
+					plain = false
 				}
 			})
 		}
 	}
-	if calls {
+	if !plain {
 		return nil
 	}
-	return &pg_query.SelectStmt{
-		TargetList:  []*pg_query.Node{resTarget(&pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Val: &pg_query.A_Const_Boolval{Boolval: &pg_query.Boolean{Boolval: true}}}}})},
-		FromClause:  sel.FromClause,
-		WhereClause: sel.WhereClause,
-		LimitCount:  pg_query.MakeAConstIntNode(1, -1),
-		LimitOption: pg_query.LimitOption_LIMIT_OPTION_COUNT,
-	}
+	out := proto.Clone(sel).(*pg_query.SelectStmt)
+	out.LimitCount = pg_query.MakeAConstIntNode(1, -1)
+	out.LimitOption = pg_query.LimitOption_LIMIT_OPTION_COUNT
+	return out
 }
 
 // correlated reports whether a subquery names a relation of the outer

@@ -38,20 +38,24 @@ func TestSubqueryFirst(t *testing.T) {
 			selects: []string{"SELECT max(delta) FROM history", "SELECT aid FROM history"},
 			with:    "UPDATE accounts SET abalance = (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows) WHERE aid IN (SELECT NULL::int8 WHERE false)"},
 		{sql: "DELETE FROM accounts WHERE abalance > (SELECT avg(delta) FROM history) AND EXISTS (SELECT 1 FROM orders)",
-			selects: []string{"SELECT avg(delta) FROM history", "SELECT true FROM orders LIMIT 1"},
+			selects: []string{"SELECT avg(delta) FROM history", "SELECT 1 FROM orders LIMIT 1"},
 			with:    "DELETE FROM accounts WHERE (abalance > (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)) AND EXISTS (SELECT NULL::int8 WHERE false)"},
-		// EXISTS: a plain one runs as SELECT true ... LIMIT 1 (ORDER BY
-		// and a positive LIMIT dropped, as PostgreSQL drops them); one
-		// whose select list calls anything, or that groups, does not
-		// run first (adversary: EXISTS (SELECT max(1/(x-x)) ...)).
+		// EXISTS: a plain one runs as written with LIMIT 1 (analysed as
+		// PostgreSQL analyses it); one whose select list, ORDER BY or
+		// DISTINCT holds more than columns and constants, or that groups,
+		// does not run first (adversaries: EXISTS (SELECT max(1/(x-x))
+		// ...), (SELECT x + 'abc' ...) wrote where PostgreSQL failed).
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT 1 AS a FROM orders o WHERE o.id > 'k' ORDER BY o.id LIMIT 1)",
-			selects: []string{"SELECT true FROM orders o WHERE o.id > 'k' LIMIT 1"},
+			selects: []string{"SELECT 1 AS a FROM orders o WHERE o.id > 'k' ORDER BY o.id LIMIT 1"},
 			with:    "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT * FROM (VALUES (1::int8), (NULL::int8)) pgfleet_rows)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT max(1 / (aid - aid)) FROM history)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history GROUP BY aid)"},
 		{sql: "DELETE FROM accounts WHERE EXISTS (SELECT 1 FROM history WHERE false ORDER BY count(*))"},
 		{sql: "DELETE FROM accounts WHERE EXISTS (SELECT DISTINCT ON (count(*)) 1 FROM history)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history ORDER BY generate_series(1, 0))"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid + 'abc' FROM history)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT 'abc'::int FROM history)"},
+		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT 1 FROM history ORDER BY aid USING <<<)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history LIMIT 0)"},
 		{sql: "UPDATE accounts SET abalance = 0 WHERE EXISTS (SELECT aid FROM history UNION SELECT 1)"},
 		// Inside COPY or EXPLAIN: refused (adversary: COPY (UPDATE ...
@@ -91,12 +95,13 @@ func TestSubqueryFirst(t *testing.T) {
 // coordinator's volatility check: functions, operators (those of x op ANY
 // (SELECT ...) too) and the types they cast to.
 func TestSubqueryFirstCalls(t *testing.T) {
-	_, err := Build("DELETE FROM accounts WHERE aid IN (SELECT aid FROM history WHERE delta === ANY (SELECT bid FROM branches) AND f(delta, 2) AND delta::s.dom > 0)", testCatalog())
+	_, err := Build("DELETE FROM accounts WHERE aid IN (SELECT aid FROM history WHERE delta === ANY (SELECT bid FROM branches) AND f(delta, 2) AND delta::s.dom > 0 AND delta BETWEEN 1.0 AND 2.0 AND aid IN (SELECT a FROM v))", testCatalog())
 	var qf *SubqueryFirst
 	if !errors.As(err, &qf) {
 		t.Fatalf("%v, want a SubqueryFirst", err)
 	}
-	if !slices.Contains(qf.Calls, "f/2") || !slices.Contains(qf.Ops, "===") || !slices.Contains(qf.Types, `"s"."dom"`) {
-		t.Errorf("calls %q, ops %q, types %q; want f/2, === and \"s\".\"dom\"", qf.Calls, qf.Ops, qf.Types)
+	if !slices.Contains(qf.Calls, "f/2") || !slices.Contains(qf.Ops, "===") || !slices.Contains(qf.Ops, ">=") || !slices.Contains(qf.Ops, "=") ||
+		!slices.Contains(qf.Types, `"s"."dom"`) || !slices.Contains(qf.Rels, "v") {
+		t.Errorf("calls %q, ops %q, types %q, rels %q; want f/2, ===, >= (BETWEEN), = (IN), \"s\".\"dom\" and v", qf.Calls, qf.Ops, qf.Types, qf.Rels)
 	}
 }
