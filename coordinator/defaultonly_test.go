@@ -23,7 +23,7 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 	ctx := context.Background()
 	simple := pgx.QueryExecModeSimpleProtocol
 	c := connect(t, srv.Addr())
-	drop := "DROP FUNCTION IF EXISTS dfo_f(int); DROP FUNCTION IF EXISTS dfo_g(int); DROP FUNCTION IF EXISTS dfo_set(); DROP FUNCTION IF EXISTS dfo_lf(dfo_l); DROP TABLE IF EXISTS dfo_l"
+	drop := "DROP FUNCTION IF EXISTS dfo_f(int); DROP FUNCTION IF EXISTS dfo_g(int); DROP FUNCTION IF EXISTS dfo_set(); DROP FUNCTION IF EXISTS dfo_lf(dfo_l); DROP FUNCTION IF EXISTS dfo_lb(bigint, dfo_l); DROP TABLE IF EXISTS dfo_l"
 	exec(t, c, drop, simple)
 	t.Cleanup(func() { _, _ = c.Exec(ctx, drop, simple) })
 	testTable(t, c, "dfo_d", "(id int PRIMARY KEY)", "SELECT create_distributed_table('dfo_d', 'id', shard_count => 4)")
@@ -34,6 +34,7 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 	exec(t, c, "CREATE FUNCTION dfo_g(int) RETURNS text LANGUAGE plpgsql STABLE AS 'BEGIN RETURN (SELECT v FROM dfo_nowhere WHERE k = $1); END'", simple)
 	exec(t, c, "CREATE FUNCTION dfo_set() RETURNS SETOF dfo_l LANGUAGE sql STABLE AS 'SELECT * FROM dfo_l'", simple)
 	exec(t, c, "CREATE FUNCTION dfo_lf(dfo_l) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 1'", simple)
+	exec(t, c, "CREATE FUNCTION dfo_lb(x bigint, r dfo_l DEFAULT NULL) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT x::int'", simple)
 	keys := keysByWorker(t, c, "dfo_d", 20)
 	defaultPort := cl.Servers[0].Addr()[strings.LastIndexByte(cl.Servers[0].Addr(), ':')+1:]
 	if _, ok := keys[defaultPort]; !ok {
@@ -82,6 +83,15 @@ func TestFunctionReadingLocalTableOverShards(t *testing.T) {
 				if _, err := c.Exec(ctx, q, mode, k); sqlState(err) != "42883" {
 					t.Errorf("%v: %s on key %d: %v, want 42883", mode, q, k, err)
 				}
+			}
+		}
+		// A default-node-only function the call fits by an implicit cast
+		// and a default: its value or 0A000, not 42883 (adversary).
+		for port, k := range keys {
+			var got int
+			err := c.QueryRow(ctx, "SELECT dfo_lb(id) FROM dfo_d WHERE id = $1", mode, k).Scan(&got)
+			if err == nil && got != k || err != nil && sqlState(err) != "0A000" || err != nil && port == defaultPort {
+				t.Errorf("%v: dfo_lb(integer) on key %d (port %s): %d, %v; want %d, or 0A000 off the default node", mode, k, port, got, err, k)
 			}
 		}
 		// A function the default node has alone (its result is a local

@@ -135,11 +135,31 @@ func (ss *session) defaultOnly(body []byte, addr string) []byte {
 		}
 		fn, args, _ := strings.Cut(sig, "(")
 		what = "function " + fn + "()"
-		// The call as the worker resolved it: the default node must
-		// resolve the same arguments to a function (length(integer)
-		// resolves nowhere: PostgreSQL's 42883; adversary), under the
-		// session's search_path.
-		lookup = "SELECT pg_catalog.to_regprocedure(" + quoteLiteral(qualifiedName(fn)+"("+args) + ") IS NOT NULL"
+		// Whether the default node resolves the call, as PostgreSQL
+		// would (implicit casts, defaults, unknown literals; adversary:
+		// gb(bigint) called with an integer): its Parse of a call with
+		// NULLs of the argument types the worker gave, which runs
+		// nothing. length(integer) resolves nowhere: PostgreSQL's 42883.
+		var nulls []string
+		if args = strings.TrimSuffix(args, ")"); args != "" {
+			for _, t := range strings.Split(args, ", ") {
+				if t == "unknown" {
+					nulls = append(nulls, "NULL")
+				} else {
+					nulls = append(nulls, "NULL::"+t)
+				}
+			}
+		}
+		call := "SELECT " + qualifiedName(fn) + "(" + strings.Join(nulls, ", ") + ")"
+		var werr *executor.WorkerError
+		err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
+			werr, err = parseOnly(sc, call, nil)
+			return err
+		})
+		if err != nil || werr != nil {
+			return body // not there either: PostgreSQL's error
+		}
+		return defaultOnlyError(body, er, what, addr)
 	}
 	var rows [][]*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
@@ -149,6 +169,12 @@ func (ss *session) defaultOnly(body []byte, addr string) []byte {
 	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || *rows[0][0] != "t" {
 		return body // not there either: PostgreSQL's error
 	}
+	return defaultOnlyError(body, er, what, addr)
+}
+
+// defaultOnlyError is defaultOnly's 0A000 for er (body), what the worker
+// lacked.
+func defaultOnlyError(body []byte, er pgproto3.ErrorResponse, what, addr string) []byte {
 	er.Detail = er.Message + " on that worker."
 	er.Code = pgerr.FeatureNotSupported
 	er.Message = fmt.Sprintf("%s is on the default node only, and the statement ran over shards on worker %s", what, addr)

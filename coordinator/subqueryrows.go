@@ -69,10 +69,15 @@ func (ss *session) subqueriesFirst(sql string, qf *planner.SubqueryFirst) error 
 				break
 			}
 			if !evalIndependent(errCode(res.errBody)) {
-				// A data error (22012, 21000, a function's RAISE)
-				// PostgreSQL raises only if it evaluates the subquery,
-				// which it may not (no row of the statement reaches it;
-				// adversary: 22012 where PostgreSQL deleted nothing).
+				// An error PostgreSQL raises only if it evaluates the
+				// subquery, which it may not (no row of the statement
+				// reaches it): data errors (adversary: 22012 where
+				// PostgreSQL deleted nothing), a function's RAISE, and
+				// lookups at run time ('f'::regproc: 42883). Unless the
+				// statement's analysis fails first (the default node's
+				// Parse of it: PostgreSQL's error, in PostgreSQL's order;
+				// adversary: a subquery's 42883 came before the outer
+				// WHERE's 42703), a refusal with the error as detail.
 				e := pgerr.New(pgerr.FeatureNotSupported, "%s; its subquery, run first, failed, and PostgreSQL might not have evaluated it", pgerr.Flatten(qf.Unwrap()).Message).
 					WithHint("Run the subquery as a statement of its own, or pin it to the statement's shard.")
 				var er pgproto3.ErrorResponse
@@ -80,6 +85,9 @@ func (ss *session) subqueriesFirst(sql string, qf *planner.SubqueryFirst) error 
 					e.Detail = er.Code + ": " + er.Message
 				}
 				err2 = e
+				if implicit {
+					err2 = ss.defaultParse(sql, nil, err2)
+				}
 				break
 			}
 			ss.out = wire.AppendFrame(ss.out, 'E', withoutPosition('E', res.errBody))
@@ -253,16 +261,17 @@ func (ss *session) subqueryCollations(sel string, cols []textType) ([]string, er
 
 // evalIndependent reports whether an error of a subquery run first is one
 // PostgreSQL raises for the statement whether or not it evaluates the
-// subquery: analysis and privileges (42), the transaction's state (25, 40),
-// resources and limits (53, 54), cancellation (57), connections (08),
-// refusals (0A) and internal errors. Others (data errors, 21000, errors
-// raised by functions) depend on evaluation.
+// subquery: privileges (42501, checked for every table the statement
+// reads before it runs), the transaction's state (25, 40), resources and
+// limits (53, 54), cancellation (57), connections (08), refusals (0A) and
+// internal errors. Others depend on evaluation, or are analysis errors,
+// which the statement's own Parse gives in PostgreSQL's order.
 func evalIndependent(code string) bool {
-	if len(code) != 5 {
+	if len(code) != 5 || code == pgerr.InsufficientPrivilege {
 		return true
 	}
 	switch code[:2] {
-	case "42", "25", "40", "53", "54", "57", "08", "0A", "XX", "58":
+	case "25", "40", "53", "54", "57", "08", "0A", "XX", "58":
 		return true
 	}
 	return false
