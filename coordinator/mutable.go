@@ -117,6 +117,16 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 	return nil
 }
 
+// procsCalled is pg_proc p joined to the calls (planner.Mutability.Calls,
+// name/argument count) of the text[] expression calls: every overload of
+// the name that takes that many arguments, counting defaults and VARIADIC.
+func procsCalled(calls string) string {
+	return `pg_catalog.pg_proc p
+		JOIN (SELECT pg_catalog.regexp_replace(c, '/[0-9]+$', '') AS name, pg_catalog.substring(c, '/([0-9]+)$')::int AS n
+			FROM pg_catalog.unnest(` + calls + `) c) x ON p.proname = x.name
+			AND (x.n BETWEEN p.pronargs - p.pronargdefaults AND p.pronargs OR (p.provariadic <> 0 AND x.n >= p.pronargs - 1))`
+}
+
 // immutableCalls refuses a write that calls a function that is not
 // IMMUTABLE or an operator whose function is VOLATILE (any overload of the
 // name that takes that many arguments, counting defaults and VARIADIC:
@@ -130,11 +140,7 @@ func (s *Server) immutableCalls(ctx context.Context, table writeTarget, m *plann
 	}
 	var fn, op *string
 	err := s.metaPool.QueryRow(ctx, `SELECT
-		(SELECT min(p.proname) FROM pg_catalog.pg_proc p
-			JOIN (SELECT pg_catalog.regexp_replace(c, '/[0-9]+$', '') AS name, pg_catalog.substring(c, '/([0-9]+)$')::int AS n
-				FROM pg_catalog.unnest($1::text[]) c) x ON p.proname = x.name
-			WHERE p.provolatile <> 'i' AND (x.n BETWEEN p.pronargs - p.pronargdefaults AND p.pronargs
-				OR (p.provariadic <> 0 AND x.n >= p.pronargs - 1))),
+		(SELECT min(p.proname) FROM `+procsCalled("$1::text[]")+` WHERE p.provolatile <> 'i'),
 		(SELECT min(o.oprname) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
 			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Calls, m.Ops).Scan(&fn, &op)
 	if err != nil {

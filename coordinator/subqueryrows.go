@@ -308,11 +308,8 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 		// An aggregate is volatile by its support functions too (a
 		// user's with a volatile transition function).
 		rows, err = executor.QueryText(sc, `SELECT
-			(SELECT min(p.proname::text) FROM pg_catalog.pg_proc p
-				JOIN (SELECT pg_catalog.regexp_replace(c, '/[0-9]+$', '') AS name, pg_catalog.substring(c, '/([0-9]+)$')::int AS n
-					FROM pg_catalog.unnest(`+arr(calls)+`) c) x ON p.proname = x.name
-				WHERE (x.n BETWEEN p.pronargs - p.pronargdefaults AND p.pronargs OR (p.provariadic <> 0 AND x.n >= p.pronargs - 1))
-				  AND (p.provolatile = 'v' OR EXISTS (SELECT FROM pg_catalog.pg_aggregate a JOIN pg_catalog.pg_proc t
+			(SELECT min(p.proname::text) FROM `+procsCalled(arr(calls))+`
+				WHERE (p.provolatile = 'v' OR EXISTS (SELECT FROM pg_catalog.pg_aggregate a JOIN pg_catalog.pg_proc t
 					ON t.oid IN (a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn, a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn)
 					WHERE a.aggfnoid = p.oid AND t.provolatile = 'v'))),
 			(SELECT min(o.oprname::text) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
