@@ -42,8 +42,9 @@ const (
 	bridgeDDL
 	bridgeFunc
 	bridgeDeclare
-	bridgeCursor // FETCH, MOVE or CLOSE of a coordinator's cursor
-	bridgeSignal // pg_cancel_backend or pg_terminate_backend (signal.go)
+	bridgeCursor    // FETCH, MOVE or CLOSE of a coordinator's cursor
+	bridgeSignal    // pg_cancel_backend or pg_terminate_backend (signal.go)
+	bridgeRowsFirst // a write that runs a query first (rowsfirstext.go)
 )
 
 // bridgePortal is a Bind of a bridged statement.
@@ -108,6 +109,8 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 		if name := bridgeCursorName(text); ss.cursors[name] != nil || name == "" && startsWithWord(text, "close") {
 			return bridgeCursor
 		}
+	case !st.cls.ddl && mayRunRowsFirst(text) && ss.plansRowsFirst(st):
+		return bridgeRowsFirst
 	case planner.MentionsFunction(text):
 		tree, err := pg_query.Parse(text)
 		if err != nil || len(tree.Stmts) != 1 {
@@ -518,7 +521,18 @@ func (ss *session) bridgeBind(portal string, st *Statement, kind uint8, params [
 		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
 		return
 	}
-	text, err := bridgeText(st, kind, params)
+	var text string
+	var err error
+	if kind == bridgeRowsFirst {
+		var d *rowsDesc
+		if d, err = ss.rowsFirstDesc(st); err == nil {
+			if err = rowsFirstResults(d.rowDesc, results); err == nil {
+				text, err = ss.rowsFirstText(st, d, params)
+			}
+		}
+	} else {
+		text, err = bridgeText(st, kind, params)
+	}
 	if err != nil {
 		ss.synthError(err)
 		return
@@ -555,11 +569,23 @@ func binaryResults(results []byte) bool {
 // its ParameterDescription) or portal (results: the Bind's formats).
 func (ss *session) bridgeDescribe(st *Statement, kind uint8, params bool, results []byte) {
 	var b []byte
+	var paramTypes []uint32
+	var rd []byte
+	if kind == bridgeRowsFirst {
+		d, err := ss.rowsFirstDesc(st)
+		if err != nil {
+			ss.synthError(err)
+			return
+		}
+		paramTypes, rd = d.params, d.rowDesc
+	} else {
+		paramTypes, rd = bridgeParams(st, kind), ss.bridgeRowDesc(st, kind)
+	}
 	if params {
-		pd := pgproto3.ParameterDescription{ParameterOIDs: bridgeParams(st, kind)}
+		pd := pgproto3.ParameterDescription{ParameterOIDs: paramTypes}
 		b, _ = pd.Encode(b)
 	}
-	if rd := ss.bridgeRowDesc(st, kind); rd != nil {
+	if rd != nil {
 		if results != nil {
 			rd = withFormats(rd, results)
 		}
@@ -789,7 +815,7 @@ func (ss *session) bridgeNow(st *Statement) uint8 {
 	case 0:
 		q := st.Query
 		may := st.cls.ddl || st.cls.fetch || startsWithWord(q, "declare") || startsWithWord(q, "move") ||
-			startsWithWord(q, "close") || planner.MentionsFunction(q) || planner.ContainsFold(q, "_backend")
+			startsWithWord(q, "close") || planner.MentionsFunction(q) || planner.ContainsFold(q, "_backend") || mayRunRowsFirst(q)
 		v := int32(1)
 		if may {
 			v = 2

@@ -406,7 +406,7 @@ func withoutPosition(typ byte, body []byte) []byte {
 // date/time values under a DateStyle other than ISO, intervals under
 // IntervalStyle sql_standard; arrays as their elements.
 func (ss *session) textTypes(oids []uint32, typmods []int32, what, instead string) ([]string, error) {
-	cols, err := ss.textColTypes(oids, typmods, what, instead)
+	cols, err := ss.textColTypes(oids, typmods, what, instead, false)
 	names := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = c.name
@@ -422,8 +422,13 @@ type textType struct {
 	array, collatable bool
 }
 
-// textColTypes is textTypes with each type's textType.
-func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead string) ([]textType, error) {
+// textColTypes is textTypes with each type's textType. params: the types
+// are a Bind's parameters', not a SELECT's columns.
+func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead string, params bool) ([]textType, error) {
+	values, value, cast := "the SELECT's values", "column", "Cast the column to %s in the SELECT"
+	if params {
+		values, value, cast = "the Bind's values", "parameter", "Cast the parameter to %s"
+	}
 	if len(oids) == 0 {
 		return nil, nil
 	}
@@ -432,8 +437,8 @@ func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead st
 	for i, o := range oids {
 		if o >= 16384 {
 			return nil, pgerr.New(pgerr.FeatureNotSupported,
-				"%s carries the SELECT's values through the coordinator, which does not support values of types that are not built in (column %d) yet", what, i+1).
-				WithHint("Cast the column to a built-in type (text) in the SELECT, or %s.", instead)
+				"%s carries %s through the coordinator, which does not support values of types that are not built in (%s %d) yet", what, values, value, i+1).
+				WithHint(cast+", or %s.", "a built-in type (text)", instead)
 		}
 		list[i] = strconv.FormatUint(uint64(o), 10)
 		pairs[i] = "(" + strconv.Itoa(i) + ", " + list[i] + "::pg_catalog.oid, " + strconv.Itoa(int(typmods[i])) + ")"
@@ -478,8 +483,8 @@ func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead st
 		}
 		if why := textLossy(typ, cat, efd, dateStyle, intervalStyle); why != "" {
 			return nil, pgerr.New(pgerr.FeatureNotSupported,
-				"%s carries the SELECT's values through the coordinator as text, and a value of type %s %s", what, name, why).
-				WithHint("Cast the column to text or numeric in the SELECT, use the default settings, or %s.", instead)
+				"%s carries %s through the coordinator as text, and a value of type %s %s", what, values, name, why).
+				WithHint(cast+", use the default settings, or %s.", "text or numeric", instead)
 		}
 	}
 	return out, nil

@@ -78,8 +78,10 @@ type session struct {
 	// bridged: the portals of statements the coordinator runs itself
 	// over the extended protocol (bridge.go); bridging: such a statement
 	// runs (its answer is kept in out).
-	bridged  map[string]*bridgePortal
-	bridging bool
+	bridged map[string]*bridgePortal
+	// rowsDescs: descriptions of rows-first statements (rowsfirstext.go).
+	rowsDescs map[*Statement]*rowsDesc
+	bridging  bool
 	// terminated: pg_terminate_backend of this session's process ID
 	// (signal.go): it ends with FATAL 57P01.
 	terminated atomic.Bool
@@ -2324,6 +2326,13 @@ func (ss *session) parse(body []byte) error {
 		return nil
 	}
 	if k := ss.bridgeNow(st); k != bridgeNone {
+		if k == bridgeRowsFirst {
+			// PostgreSQL's analysis, at the Parse.
+			if _, err := ss.describeRowsFirst(st); err != nil {
+				ss.parseFailed(name, err)
+				return nil
+			}
+		}
 		ss.push(expect{kind: eSynth, synth: msgParseComplete})
 		ss.setStmt(&ss.queue[len(ss.queue)-1], string(name), st)
 		return nil

@@ -103,7 +103,7 @@ func (ss *session) subqueriesFirst(sql string, qf *planner.SubqueryFirst) error 
 		default:
 			var cols []textType
 			var colls []string
-			if cols, err2 = ss.textColTypes(res.oids, res.typmods, what, "pin the subquery to the statement's shard"); err2 == nil {
+			if cols, err2 = ss.textColTypes(res.oids, res.typmods, what, "pin the subquery to the statement's shard", false); err2 == nil {
 				colls, err2 = ss.subqueryCollations(sel, cols)
 			}
 			if err2 == nil {

@@ -1,0 +1,316 @@
+package coordinator
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/executor"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// Statements that run a query first (INSERT ... SELECT that does not push
+// down, planner.SelectFirst; UPDATE and DELETE with subqueries over
+// distributed tables, planner.SubqueryFirst), over the extended protocol:
+// they are bridged (bridge.go, bridgeRowsFirst). PostgreSQL describes the
+// statement at its Parse, on the default node, where every distributed
+// table has its shell with the same columns: its analysis error is the
+// Parse's answer, and its parameter types and result columns are the
+// Describe's. At Bind the default node turns the parameters into text
+// ($n::text, in the Bind's formats, in the session's settings: PostgreSQL's
+// own input checks, at the Bind), and each $n becomes that text as a
+// constant of the parameter's type. Execute runs the text through the
+// simple query path, which runs the query first as it does for a simple
+// Query.
+
+// rowsDesc is a rows-first statement's description on the default node:
+// its parameter types, and its RowDescription (nil: NoData).
+type rowsDesc struct {
+	params  []uint32
+	rowDesc []byte
+}
+
+// maxRowsDescs bounds the descriptions a session keeps.
+const maxRowsDescs = 64
+
+// mayRunRowsFirst is a cheap test of a statement's text: one that may plan
+// as a rows-first write.
+func mayRunRowsFirst(q string) bool {
+	return (startsWithWord(q, "insert") || startsWithWord(q, "update") || startsWithWord(q, "delete") || startsWithWord(q, "with")) &&
+		planner.ContainsFold(q, "select")
+}
+
+// plansRowsFirst reports whether st plans as a rows-first write.
+func (ss *session) plansRowsFirst(st *Statement) bool {
+	_, err := ss.stmtPlan(st)
+	if err == nil {
+		return false
+	}
+	var sf *planner.SelectFirst
+	var qf *planner.SubqueryFirst
+	return errors.As(err, &sf) || errors.As(err, &qf)
+}
+
+var errRowsFirstPipeline = pgerr.New(pgerr.FeatureNotSupported,
+	"this statement, which the coordinator runs as a query first and then the write, is not supported over the extended protocol after other statements before the same Sync outside a transaction block").
+	WithHint("Send Sync before it, or run it inside BEGIN ... COMMIT.")
+
+// onStatementsNode runs f on a connection of the default node that sees the
+// tables as the session's next statement does: the one the session holds
+// there (its transaction's or its pinned one), after the worker has
+// answered what the pipeline sent it; a parked one of its transaction; or,
+// when the session has none there, a pooled one in the session's settings.
+// errBatchFailed: a message of the pipeline failed before (the client has
+// the worker's error).
+func (ss *session) onStatementsNode(f func(sc *pooling.ServerConn) error) error {
+	def := ss.srv.defaultNode.Load()
+	if ss.implicitTxn {
+		return errRowsFirstPipeline
+	}
+	if ss.sc != nil && ss.node == def {
+		if ss.qhead < len(ss.queue) || ss.needSync || len(ss.sc.Buf()) > 0 {
+			if !ss.inTxn() {
+				return errRowsFirstPipeline
+			}
+			if err := ss.settle(); err != nil {
+				return err
+			}
+		}
+		err := f(ss.sc)
+		var werr *executor.WorkerError
+		if err != nil && !errors.As(err, &werr) {
+			return ss.lostServer(err)
+		}
+		return err
+	}
+	if i := ss.parkedOn(def); i >= 0 {
+		sc := ss.parked[i].sc
+		return ss.cancelable(sc, func() error { return f(sc) })
+	}
+	if ss.sc != nil && ss.pinned != "" || !ss.pooledAlike() {
+		// A pooled connection would not see the session's own tables,
+		// settings or changes.
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"this statement, which the coordinator runs as a query first and then the write, is not supported over the extended protocol in a pinned session or after DDL or SET in the same transaction").
+			WithHint("Send it with the simple query protocol.")
+	}
+	return ss.onDefaultNode(f)
+}
+
+// describeRowsFirst describes st on the default node and keeps the
+// description for the session's Describe and Bind.
+func (ss *session) describeRowsFirst(st *Statement) (*rowsDesc, error) {
+	d := &rowsDesc{}
+	err := ss.onStatementsNode(func(sc *pooling.ServerConn) error {
+		const name = "pgfleet.check"
+		b := wire.AppendFrame(sc.Buf(), 'P', append(append(append([]byte(name+"\x00"), st.Query...), 0), st.paramTail...))
+		b, _ = (&pgproto3.Describe{ObjectType: 'S', Name: name}).Encode(b)
+		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
+		sc.SetBuf(appendSync(b))
+		if err := sc.Flush(); err != nil {
+			sc.MarkBroken()
+			return executor.LostWorker(sc.Addr, err)
+		}
+		var werr *executor.WorkerError
+		err := executor.Cycle(sc, func(typ byte, body []byte) {
+			switch typ {
+			case 't':
+				var pd pgproto3.ParameterDescription
+				if pd.Decode(body) == nil {
+					d.params = pd.ParameterOIDs
+				}
+			case 'T':
+				d.rowDesc = append([]byte(nil), body...)
+			case 'E':
+				if werr == nil {
+					werr = executor.NewWorkerError(body)
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if werr != nil {
+			return werr
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ss.rowsDescs == nil || len(ss.rowsDescs) >= maxRowsDescs {
+		ss.rowsDescs = map[*Statement]*rowsDesc{}
+	}
+	ss.rowsDescs[st] = d
+	return d, nil
+}
+
+// rowsFirstDesc is st's description: the one its Parse made, or a new one
+// (a statement parsed before a table it names was distributed).
+func (ss *session) rowsFirstDesc(st *Statement) (*rowsDesc, error) {
+	if d := ss.rowsDescs[st]; d != nil {
+		return d, nil
+	}
+	return ss.describeRowsFirst(st)
+}
+
+// rowsFirstText is st's text with the Bind's values (params: the Bind
+// after the statement's name) written in as constants of the parameters'
+// types. The default node reads each value as PostgreSQL reads a Bind's
+// (its format, its type's input or receive function: 22P02 and the like,
+// at the Bind) and writes it as text, which reads back as the same value
+// under the session's settings for the types textColTypes allows.
+func (ss *session) rowsFirstText(st *Statement, d *rowsDesc, params []byte) (string, error) {
+	formats, values, ok := bindValues(params)
+	if !ok {
+		return "", pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	if len(values) != len(d.params) {
+		return "", pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d",
+			len(values), st.Name, len(d.params))
+	}
+	if len(formats) > 1 && len(formats) != len(values) {
+		return "", pgerr.New(pgerr.ProtocolViolation, "bind message has %d parameter formats but %d parameters", len(formats), len(values))
+	}
+	if len(values) == 0 {
+		return st.Query, nil
+	}
+	refs := paramRefs(st.Query)
+	typmods := make([]int32, len(d.params))
+	for i := range typmods {
+		typmods[i] = -1
+	}
+	cols, err := ss.textColTypes(d.params, typmods, "a statement run as a query first over the extended protocol",
+		"send it with the simple query protocol", true)
+	if err != nil {
+		return "", err
+	}
+	texts, err := ss.paramTexts(d.params, params)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	last := 0
+	for _, r := range refs {
+		b.WriteString(st.Query[last:r.at])
+		last = r.end
+		i := r.n - 1
+		if i < 0 || i >= len(values) {
+			return "", pgerr.New("42P02", "there is no parameter $%d", r.n)
+		}
+		// In parentheses: a constant followed by a subscript or a field
+		// reads as $n's would ($1[2] is ('{...}'::int[])[2]).
+		if texts[i] == nil {
+			b.WriteString("(NULL::" + cols[i].name + ")")
+		} else {
+			b.WriteString("(" + quoteLiteral(*texts[i]) + "::" + cols[i].name + ")")
+		}
+	}
+	b.WriteString(st.Query[last:])
+	return b.String(), nil
+}
+
+// paramTexts has the default node read a Bind's values (params: the Bind
+// after the statement's name) as parameters of types oids and give them
+// back as text (nil for NULL).
+func (ss *session) paramTexts(oids []uint32, params []byte) ([]*string, error) {
+	nparams, results, ok := bindResults(params)
+	if !ok || nparams != len(oids) {
+		return nil, pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
+	}
+	cols := make([]string, len(oids))
+	tail := make([]byte, 2, 2+4*len(oids))
+	tail[0], tail[1] = byte(len(oids)>>8), byte(len(oids))
+	for i, o := range oids {
+		cols[i] = "$" + strconv.Itoa(i+1) + "::pg_catalog.text"
+		tail = append(tail, byte(o>>24), byte(o>>16), byte(o>>8), byte(o))
+	}
+	query := "SELECT " + strings.Join(cols, ", ")
+	var row []*string
+	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
+		const name = "pgfleet.params"
+		b := wire.AppendFrame(sc.Buf(), 'P', append(append(append([]byte(name+"\x00"), query...), 0), tail...))
+		bind := append([]byte("\x00"+name+"\x00"), params[:len(params)-len(results)]...)
+		bind = append(bind, 0, 0) // results in text
+		b = wire.AppendFrame(b, 'B', bind)
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
+		sc.SetBuf(appendSync(b))
+		if err := sc.Flush(); err != nil {
+			sc.MarkBroken()
+			return executor.LostWorker(sc.Addr, err)
+		}
+		var werr *executor.WorkerError
+		err := executor.Cycle(sc, func(typ byte, body []byte) {
+			switch typ {
+			case 'D':
+				var dr pgproto3.DataRow
+				if dr.Decode(body) == nil {
+					row = make([]*string, len(dr.Values))
+					for i, v := range dr.Values {
+						if v != nil {
+							s := string(v)
+							row[i] = &s
+						}
+					}
+				}
+			case 'E':
+				if werr == nil {
+					werr = executor.NewWorkerError(body)
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if werr != nil {
+			return werr
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(row) != len(oids) {
+		return nil, pgerr.New(pgerr.Internal, "the default node gave %d parameter values for %d", len(row), len(oids))
+	}
+	return row, nil
+}
+
+// rowsFirstResults refuses a Bind's binary result formats for columns the
+// bridge cannot give in binary (binaryRow): before the statement runs, so
+// that nothing is written for an answer that cannot be sent.
+func rowsFirstResults(rowDesc, results []byte) error {
+	if rowDesc == nil || !binaryResults(results) {
+		return nil
+	}
+	var rd pgproto3.RowDescription
+	if rd.Decode(rowDesc) != nil {
+		return pgerr.New(pgerr.Internal, "unreadable row description")
+	}
+	n := int(uint16(results[0])<<8 | uint16(results[1]))
+	for i, f := range rd.Fields {
+		format := uint16(0)
+		if n == 1 {
+			format = uint16(results[2])<<8 | uint16(results[3])
+		} else if i < n && 2+2*i+2 <= len(results) {
+			format = uint16(results[2+2*i])<<8 | uint16(results[3+2*i])
+		}
+		if format == 0 {
+			continue
+		}
+		switch f.DataTypeOID {
+		case oidBool, oidText, oidInt4, oidInt8:
+		default:
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"binary format for column \"%s\" (type %d) of a statement run as a query first is not supported", f.Name, f.DataTypeOID).
+				WithHint("Ask for that column in text format.")
+		}
+	}
+	return nil
+}
