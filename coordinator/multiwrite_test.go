@@ -112,8 +112,8 @@ func TestMultiShardWrite(t *testing.T) {
 		mode pgx.QueryExecMode
 	}{
 		{"UPDATE mw SET t = 'now'::timestamptz::text", simple},
-		// (In a simple query its subquery runs first: TestSubqueriesFirst.)
-		{"DELETE FROM mw WHERE id IN (SELECT id FROM mw WHERE g = $1)", pgx.QueryExecModeExec},
+		// (A subquery over shards runs first: TestSubqueriesFirst,
+		// TestRowsFirstExtended.)
 		// Each shard would answer for itself (adversary findings):
 		{"DELETE FROM mw WHERE ctid = '(0,1)'", simple},                  // every shard has a (0,1)
 		{"UPDATE mw SET ts = DEFAULT", simple},                           // now() per worker

@@ -72,15 +72,18 @@ func (ss *session) onStatementsNode(f func(sc *pooling.ServerConn) error) error 
 	if ss.implicitTxn {
 		return errRowsFirstPipeline
 	}
-	if ss.sc != nil && ss.node == def {
-		if ss.qhead < len(ss.queue) || ss.needSync || len(ss.sc.Buf()) > 0 {
-			if !ss.inTxn() {
-				return errRowsFirstPipeline
-			}
-			if err := ss.settle(); err != nil {
-				return err
-			}
+	if ss.sc != nil && ss.node == def && (ss.qhead < len(ss.queue) || ss.needSync || len(ss.sc.Buf()) > 0) {
+		// Outside a block a Sync there would commit what the pipeline
+		// ran; in one (its BEGIN maybe still the coordinator's, nothing
+		// run yet), it ends nothing.
+		if !ss.inTxn() && ss.txBegin == "" && ss.pendingBegin == "" {
+			return errRowsFirstPipeline
 		}
+		if err := ss.settle(); err != nil {
+			return err
+		}
+	}
+	if ss.sc != nil && ss.node == def { // (still: the Sync may have released it)
 		err := f(ss.sc)
 		var werr *executor.WorkerError
 		if err != nil && !errors.As(err, &werr) {
@@ -234,7 +237,10 @@ func (ss *session) paramTexts(oids []uint32, params []byte) ([]*string, error) {
 	var row []*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
 		const name = "pgfleet.params"
-		b := wire.AppendFrame(sc.Buf(), 'P', append(append(append([]byte(name+"\x00"), query...), 0), tail...))
+		// Closed first too: a Bind that failed skipped the last use's
+		// Close.
+		b, _ := (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(sc.Buf())
+		b = wire.AppendFrame(b, 'P', append(append(append([]byte(name+"\x00"), query...), 0), tail...))
 		bind := append([]byte("\x00"+name+"\x00"), params[:len(params)-len(results)]...)
 		bind = append(bind, 0, 0) // results in text
 		b = wire.AppendFrame(b, 'B', bind)

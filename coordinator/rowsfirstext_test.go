@@ -1,0 +1,154 @@
+package coordinator_test
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestRowsFirstExtended: over the extended protocol, as pgx, JDBC and
+// psycopg 3 send them (parameters, in text or binary, binary results where
+// the driver knows the types), UPDATE and DELETE with subqueries over
+// distributed tables off their shards and INSERT ... SELECT that does not
+// push down (the bulk insert from unnest($1::bigint[], ...)) give what
+// plain PostgreSQL gives: the command tag, the RETURNING rows, the
+// SQLSTATE of an error, the tables' contents after it, in and out of a
+// transaction block. Before, each was refused (0A000).
+func TestRowsFirstExtended(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	const (
+		acols = "(id bigint PRIMARY KEY, name text)"
+		ocols = "(id bigint PRIMARY KEY, acct bigint, amount int, n numeric, ts timestamptz, u uuid, b bytea, tags text[])"
+	)
+	testTable(t, c, "rfx_a", acols, "SELECT create_distributed_table('rfx_a', 'id', shard_count => 4)")
+	testTable(t, c, "rfx_o", ocols, "SELECT create_distributed_table('rfx_o', 'id', shard_count => 3, colocate_with => 'none')")
+	plainTables(t, c, "rfx_ao "+acols, "rfx_oo "+ocols)
+	for _, s := range []string{"", "o"} {
+		exec(t, c, "INSERT INTO rfx_a"+s+" SELECT g, 'n' || g % 4 FROM generate_series(1, 12) g")
+		exec(t, c, "INSERT INTO rfx_o"+s+" (id, acct, amount) SELECT g, g % 13 + 1, g * 7 % 50 FROM generate_series(1, 40) g")
+	}
+	fleet := strings.NewReplacer("{a}", "rfx_a", "{o}", "rfx_o")
+	oracle := strings.NewReplacer("{a}", "rfx_ao", "{o}", "rfx_oo")
+	state := func(r *strings.Replacer) []string {
+		return queryStrings(t, c, r.Replace("SELECT concat_ws(',', id, acct, amount, n, ts, u, b, tags) FROM {o} ORDER BY id"))
+	}
+	both := func(q string, mode pgx.QueryExecMode, txn bool, args ...any) oracleRun {
+		t.Helper()
+		run := func(r *strings.Replacer) oracleRun {
+			if !txn {
+				return gatherRun(t, c, r.Replace(q), mode, args...)
+			}
+			tx, err := c.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			out := gatherRun(t, c, r.Replace(q), mode, args...)
+			if out.State == "" {
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatalf("%s: COMMIT: %v", q, err)
+				}
+			}
+			return out
+		}
+		got, want := run(fleet), run(oracle)
+		for _, r := range []*oracleRun{&got, &want} { // RETURNING rows come in no set order
+			slices.SortFunc(r.Rows, func(a, b []string) int { return slices.Compare(a, b) })
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s (%v, block %v):\n got %+v\nwant %+v (plain PostgreSQL)", q, mode, txn, got, want)
+		}
+		if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s (%v, block %v): the table is\n%v\nwant\n%v", q, mode, txn, g, w)
+		}
+		return got
+	}
+	ts := time.Date(2024, 3, 1, 12, 30, 0, 0, time.UTC)
+	id := 1000
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec} {
+		for _, txn := range []bool{false, true} {
+			id += 100
+			for _, q := range []struct {
+				sql  string
+				args []any
+			}{
+				{"UPDATE {o} SET amount = amount + $1 WHERE acct IN (SELECT id FROM {a} WHERE name = $2)", []any{1, "n1"}},
+				{"UPDATE {o} SET amount = amount - 1 WHERE acct = ANY (SELECT id FROM {a} WHERE id < $1) RETURNING id, amount", []any{int64(4)}},
+				{"DELETE FROM {o} WHERE acct > (SELECT max(id) FROM {a} WHERE name <> $1) RETURNING id", []any{"n0"}},
+				{"UPDATE {o} SET amount = (SELECT count(*) FROM {a} WHERE id < $1) WHERE id < $2", []any{7, int64(5)}},
+				{"DELETE FROM {o} WHERE acct NOT IN (SELECT id FROM {a} WHERE id <= $1) AND id > $2", []any{11, 30}},
+				{"UPDATE {o} SET amount = 0 WHERE acct IN (SELECT id FROM {a} WHERE name = $1)", []any{nil}},
+				// pgx's bulk insert: arrays in binary.
+				{"INSERT INTO {o} (id, acct, amount) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[])",
+					[]any{[]int64{int64(id), int64(id + 1), int64(id + 2)}, []int64{1, 2, 3}, []int32{5, 0, -7}}},
+				{"INSERT INTO {o} (id, acct, tags) SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS u(i, a), LATERAL (SELECT $3::text[]) t",
+					[]any{[]int64{int64(id + 10), int64(id + 11)}, []int64{4, 5}, []string{"it's", "a \"tag\"", "é"}}},
+				// Values of many types, typed by PostgreSQL, sent as the
+				// driver chooses.
+				{"INSERT INTO {o} (id, acct, n, ts, u, b) SELECT id + $1, id, $2, $3, $4, $5 FROM {a} WHERE id < 3 RETURNING id, acct",
+					[]any{int64(id + 20), "12.50", ts, "6f2c7c1e-0000-4000-8000-000000000001", []byte{0, 1, 2, 255}}},
+				{"INSERT INTO {o} (id, acct) SELECT $1 + id, $2 FROM {a} WHERE id = $3", []any{int64(id + 30), nil, 2}},
+				// Errors: analysis (at the Parse), a value's (at the Bind),
+				// a constraint's (at the Execute).
+				{"UPDATE {o} SET amount = 1 WHERE acct IN (SELECT nope FROM {a} WHERE id < $1)", []any{3}},
+				{"UPDATE {o} SET amount = 1 WHERE acct IN (SELECT id FROM {a} WHERE id < $1)", []any{"abc"}},
+				{"INSERT INTO {o} (id, acct) SELECT id, id FROM {a} WHERE id < $1", []any{3}},
+				{"UPDATE {o} SET amount = 1 / (SELECT count(*) - $1 FROM {a})", []any{12}},
+			} {
+				both(q.sql, mode, txn, q.args...)
+			}
+		}
+	}
+	// A RETURNING column the driver asks for in binary that the bridge
+	// cannot encode: refused before anything is written.
+	before := state(fleet)
+	rows, err := c.Query(ctx, "INSERT INTO rfx_o (id, acct, n) SELECT id + 5000, id, 1.5 FROM rfx_a RETURNING n", pgx.QueryExecModeCacheStatement)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	wantRefusal(t, "RETURNING numeric in binary", err)
+	if after := state(fleet); !reflect.DeepEqual(before, after) {
+		t.Fatalf("a refused INSERT ... SELECT wrote: %v", after)
+	}
+	// After another statement in the same pipeline outside a block: refused,
+	// and the pipeline's earlier statement is not kept either.
+	b := &pgx.Batch{}
+	b.Queue("UPDATE rfx_o SET amount = 99 WHERE id = 1")
+	b.Queue("DELETE FROM rfx_o WHERE acct IN (SELECT id FROM rfx_a WHERE id < $1)", 3)
+	err = c.SendBatch(ctx, b).Close()
+	wantRefusal(t, "in a pipeline after another statement", err)
+	if after := state(fleet); !reflect.DeepEqual(before, after) {
+		t.Fatalf("a refused pipeline wrote: %v", after)
+	}
+	// In a block, a pipeline of several: run, as PostgreSQL runs them.
+	for _, r := range []*strings.Replacer{fleet, oracle} {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &pgx.Batch{}
+		b.Queue(r.Replace("UPDATE {o} SET amount = 98 WHERE id = 2"))
+		b.Queue(r.Replace("DELETE FROM {o} WHERE acct IN (SELECT id FROM {a} WHERE id < $1)"), 3)
+		b.Queue(r.Replace("INSERT INTO {o} (id, acct) SELECT id + 7000, id FROM {a} WHERE id < $1"), 4)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatalf("batch in a block: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
+		t.Fatalf("after a batch in a block: the table is\n%v\nwant\n%v", g, w)
+	}
+}
