@@ -108,40 +108,10 @@ func (ss *session) onStatementsNode(f func(sc *pooling.ServerConn) error) error 
 // describeRowsFirst describes st on the default node and keeps the
 // description for the session's Describe and Bind.
 func (ss *session) describeRowsFirst(st *Statement) (*rowsDesc, error) {
-	d := &rowsDesc{}
-	err := ss.onStatementsNode(func(sc *pooling.ServerConn) error {
-		const name = "pgfleet.check"
-		b := wire.AppendFrame(sc.Buf(), 'P', append(append(append([]byte(name+"\x00"), st.Query...), 0), st.paramTail...))
-		b, _ = (&pgproto3.Describe{ObjectType: 'S', Name: name}).Encode(b)
-		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
-		sc.SetBuf(appendSync(b))
-		if err := sc.Flush(); err != nil {
-			sc.MarkBroken()
-			return executor.LostWorker(sc.Addr, err)
-		}
-		var werr *executor.WorkerError
-		err := executor.Cycle(sc, func(typ byte, body []byte) {
-			switch typ {
-			case 't':
-				var pd pgproto3.ParameterDescription
-				if pd.Decode(body) == nil {
-					d.params = pd.ParameterOIDs
-				}
-			case 'T':
-				d.rowDesc = append([]byte(nil), body...)
-			case 'E':
-				if werr == nil {
-					werr = executor.NewWorkerError(body)
-				}
-			}
-		})
-		if err != nil {
-			return err
-		}
-		if werr != nil {
-			return werr
-		}
-		return nil
+	var d *rowsDesc
+	err := ss.onStatementsNode(func(sc *pooling.ServerConn) (err error) {
+		d, _, err = describeOn(sc, st.Query, st.paramTail, nil, nil)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -162,12 +132,98 @@ func (ss *session) rowsFirstDesc(st *Statement) (*rowsDesc, error) {
 	return ss.describeRowsFirst(st)
 }
 
+// describeOn has sc describe query (Parse with paramTail, the parameter
+// types, and Describe) and, with types, read a Bind's values (params: the
+// Bind after the statement's name) as parameters of those types and give
+// them back as text (nil for NULL), in the same round trip. The worker's
+// first error is err.
+func describeOn(sc *pooling.ServerConn, query string, paramTail []byte, types []uint32, params []byte) (*rowsDesc, []*string, error) {
+	const check, conv = "pgfleet.check", "pgfleet.params"
+	d := &rowsDesc{}
+	b := wire.AppendFrame(sc.Buf(), 'P', append(append(append([]byte(check+"\x00"), query...), 0), paramTail...))
+	b, _ = (&pgproto3.Describe{ObjectType: 'S', Name: check}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: check}).Encode(b)
+	var row []*string
+	if types != nil {
+		nparams, results, ok := bindResults(params)
+		if !ok || nparams != len(types) {
+			return nil, nil, pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
+		}
+		cols := make([]string, len(types))
+		for i := range types {
+			cols[i] = "$" + strconv.Itoa(i+1) + "::pg_catalog.text"
+		}
+		// Closed first too: a Bind that failed skipped the last use's
+		// Close.
+		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(b)
+		b = wire.AppendFrame(b, 'P', append(append([]byte(conv+"\x00SELECT "+strings.Join(cols, ", ")), 0), oidTail(types)...))
+		bind := append([]byte("\x00"+conv+"\x00"), params[:len(params)-len(results)]...)
+		b = wire.AppendFrame(b, 'B', append(bind, 0, 0)) // results in text
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(b)
+	}
+	sc.SetBuf(appendSync(b))
+	if err := sc.Flush(); err != nil {
+		sc.MarkBroken()
+		return nil, nil, executor.LostWorker(sc.Addr, err)
+	}
+	var werr *executor.WorkerError
+	err := executor.Cycle(sc, func(typ byte, body []byte) {
+		switch typ {
+		case 't':
+			var pd pgproto3.ParameterDescription
+			if pd.Decode(body) == nil {
+				d.params = pd.ParameterOIDs
+			}
+		case 'T':
+			d.rowDesc = append([]byte(nil), body...)
+		case 'D':
+			var dr pgproto3.DataRow
+			if dr.Decode(body) == nil {
+				row = make([]*string, len(dr.Values))
+				for i, v := range dr.Values {
+					if v != nil {
+						s := string(v)
+						row[i] = &s
+					}
+				}
+			}
+		case 'E':
+			if werr == nil {
+				werr = executor.NewWorkerError(body)
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case werr != nil:
+		return nil, nil, werr
+	case types != nil && len(row) != len(types):
+		return nil, nil, pgerr.New(pgerr.Internal, "the default node gave %d parameter values for %d", len(row), len(types))
+	}
+	return d, row, nil
+}
+
+// oidTail is a Parse body's parameter types.
+func oidTail(oids []uint32) []byte {
+	b := make([]byte, 2, 2+4*len(oids))
+	b[0], b[1] = byte(len(oids)>>8), byte(len(oids))
+	for _, o := range oids {
+		b = append(b, byte(o>>24), byte(o>>16), byte(o>>8), byte(o))
+	}
+	return b
+}
+
 // rowsFirstText is st's text with the Bind's values (params: the Bind
 // after the statement's name) written in as constants of the parameters'
-// types. The default node reads each value as PostgreSQL reads a Bind's
-// (its format, its type's input or receive function: 22P02 and the like,
-// at the Bind) and writes it as text, which reads back as the same value
-// under the session's settings for the types textColTypes allows.
+// types. As PostgreSQL checks a prepared statement at each Bind, the
+// default node analyses st again with the parameter types its Describe
+// gave (a table's change: the analysis error, or 0A000 when the result
+// columns changed), reads each value as PostgreSQL reads a Bind's (its
+// format, its type's input or receive function: 22P02 and the like) and
+// writes it as text, which reads back as the same value under the
+// session's settings for the types textColTypes allows.
 func (ss *session) rowsFirstText(st *Statement, d *rowsDesc, params []byte) (string, error) {
 	formats, values, ok := bindValues(params)
 	if !ok {
@@ -180,26 +236,37 @@ func (ss *session) rowsFirstText(st *Statement, d *rowsDesc, params []byte) (str
 	if len(formats) > 1 && len(formats) != len(values) {
 		return "", pgerr.New(pgerr.ProtocolViolation, "bind message has %d parameter formats but %d parameters", len(formats), len(values))
 	}
+	var cols []textType
+	if len(values) > 0 {
+		typmods := make([]int32, len(d.params))
+		for i := range typmods {
+			typmods[i] = -1
+		}
+		var err error
+		cols, err = ss.textColTypes(d.params, typmods, "a statement run as a query first over the extended protocol",
+			"send it with the simple query protocol", true)
+		if err != nil {
+			return "", err
+		}
+	}
+	var now *rowsDesc
+	var texts []*string
+	err := ss.onStatementsNode(func(sc *pooling.ServerConn) (err error) {
+		now, texts, err = describeOn(sc, st.Query, oidTail(d.params), d.params, params)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if !executor.SameShape(now.rowDesc, d.rowDesc) {
+		return "", pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type")
+	}
 	if len(values) == 0 {
 		return st.Query, nil
 	}
-	refs := paramRefs(st.Query)
-	typmods := make([]int32, len(d.params))
-	for i := range typmods {
-		typmods[i] = -1
-	}
-	cols, err := ss.textColTypes(d.params, typmods, "a statement run as a query first over the extended protocol",
-		"send it with the simple query protocol", true)
-	if err != nil {
-		return "", err
-	}
-	texts, err := ss.paramTexts(d.params, params)
-	if err != nil {
-		return "", err
-	}
 	var b strings.Builder
 	last := 0
-	for _, r := range refs {
+	for _, r := range paramRefs(st.Query) {
 		b.WriteString(st.Query[last:r.at])
 		last = r.end
 		i := r.n - 1
@@ -216,76 +283,6 @@ func (ss *session) rowsFirstText(st *Statement, d *rowsDesc, params []byte) (str
 	}
 	b.WriteString(st.Query[last:])
 	return b.String(), nil
-}
-
-// paramTexts has the default node read a Bind's values (params: the Bind
-// after the statement's name) as parameters of types oids and give them
-// back as text (nil for NULL).
-func (ss *session) paramTexts(oids []uint32, params []byte) ([]*string, error) {
-	nparams, results, ok := bindResults(params)
-	if !ok || nparams != len(oids) {
-		return nil, pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
-	}
-	cols := make([]string, len(oids))
-	tail := make([]byte, 2, 2+4*len(oids))
-	tail[0], tail[1] = byte(len(oids)>>8), byte(len(oids))
-	for i, o := range oids {
-		cols[i] = "$" + strconv.Itoa(i+1) + "::pg_catalog.text"
-		tail = append(tail, byte(o>>24), byte(o>>16), byte(o>>8), byte(o))
-	}
-	query := "SELECT " + strings.Join(cols, ", ")
-	var row []*string
-	err := ss.onDefaultNode(func(sc *pooling.ServerConn) error {
-		const name = "pgfleet.params"
-		// Closed first too: a Bind that failed skipped the last use's
-		// Close.
-		b, _ := (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(sc.Buf())
-		b = wire.AppendFrame(b, 'P', append(append(append([]byte(name+"\x00"), query...), 0), tail...))
-		bind := append([]byte("\x00"+name+"\x00"), params[:len(params)-len(results)]...)
-		bind = append(bind, 0, 0) // results in text
-		b = wire.AppendFrame(b, 'B', bind)
-		b, _ = (&pgproto3.Execute{}).Encode(b)
-		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(b)
-		sc.SetBuf(appendSync(b))
-		if err := sc.Flush(); err != nil {
-			sc.MarkBroken()
-			return executor.LostWorker(sc.Addr, err)
-		}
-		var werr *executor.WorkerError
-		err := executor.Cycle(sc, func(typ byte, body []byte) {
-			switch typ {
-			case 'D':
-				var dr pgproto3.DataRow
-				if dr.Decode(body) == nil {
-					row = make([]*string, len(dr.Values))
-					for i, v := range dr.Values {
-						if v != nil {
-							s := string(v)
-							row[i] = &s
-						}
-					}
-				}
-			case 'E':
-				if werr == nil {
-					werr = executor.NewWorkerError(body)
-				}
-			}
-		})
-		if err != nil {
-			return err
-		}
-		if werr != nil {
-			return werr
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(row) != len(oids) {
-		return nil, pgerr.New(pgerr.Internal, "the default node gave %d parameter values for %d", len(row), len(oids))
-	}
-	return row, nil
 }
 
 // rowsFirstResults refuses a Bind's binary result formats for columns the

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -150,5 +151,33 @@ func TestRowsFirstExtended(t *testing.T) {
 	}
 	if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
 		t.Fatalf("after a batch in a block: the table is\n%v\nwant\n%v", g, w)
+	}
+	// A prepared statement whose table changed after its Parse: checked
+	// again at each Bind, as PostgreSQL checks it (0A000 when its result
+	// columns changed, the analysis error when a column it names went).
+	var codes [2][]string
+	for i, r := range []*strings.Replacer{fleet, oracle} {
+		prep := func(name, q string) {
+			if _, err := c.Prepare(ctx, name, r.Replace(q)); err != nil {
+				t.Fatalf("prepare %s: %v", q, err)
+			}
+		}
+		prep(fmt.Sprintf("rfx_ret%d", i), "INSERT INTO {o} (id, acct) SELECT id + $1, id FROM {a} WHERE id < 3 RETURNING *")
+		prep(fmt.Sprintf("rfx_upd%d", i), "UPDATE {o} SET amount = $1 WHERE acct IN (SELECT id FROM {a} WHERE name = 'n1')")
+		exec(t, c, r.Replace("ALTER TABLE {o} ADD COLUMN extra int"))
+		exec(t, c, r.Replace("ALTER TABLE {o} DROP COLUMN amount"))
+		for _, name := range []string{"rfx_ret", "rfx_upd"} {
+			_, err := c.Exec(ctx, fmt.Sprintf("%s%d", name, i), 9000)
+			codes[i] = append(codes[i], sqlState(err))
+		}
+		exec(t, c, r.Replace("ALTER TABLE {o} DROP COLUMN extra"))
+		exec(t, c, r.Replace("ALTER TABLE {o} ADD COLUMN amount int"))
+	}
+	t.Logf("after the table changed: %v (plain PostgreSQL: %v)", codes[0], codes[1])
+	if !reflect.DeepEqual(codes[0], codes[1]) || codes[1][0] == "" {
+		t.Errorf("prepared statements after their table changed: %v, want %v (plain PostgreSQL)", codes[0], codes[1])
+	}
+	if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
+		t.Fatalf("after statements whose table changed: the table is\n%v\nwant\n%v", g, w)
 	}
 }
