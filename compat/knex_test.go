@@ -23,7 +23,9 @@ import (
 // table, then change them in a transaction; a multi-row insert over every
 // shard, reads, updates, a transfer over two shards, a transaction that
 // fails midway, a join with the reference table, paging, RETURNING, a
-// duplicate key's error fields; and the rollback of every migration. The
+// duplicate key's error fields; an INSERT ... SELECT and an UPDATE with a
+// subquery that run a query first, with bindings (the extended protocol);
+// and the rollback of every migration. The
 // same script on plain PostgreSQL (without the Citus calls) is the oracle:
 // the two must print the same.
 func TestKnex(t *testing.T) {

@@ -55,6 +55,14 @@ const count = async () => Number((await knex('kx_accounts').count('* as n'))[0].
     out.duplicate = { code: e.code, constraint: e.constraint, table: e.table, detail: e.detail };
   }
 
+  // Writes that run a query first, over node-postgres's extended protocol:
+  // an INSERT ... SELECT from the reference table into the distributed
+  // one, an UPDATE whose subquery reads the distributed table.
+  out.copied = (await knex.raw('INSERT INTO kx_accounts (id, name, balance, plan_id) SELECT id + ?, title, ?, id FROM kx_plans RETURNING id, name, balance',
+    [200, 2.5])).rows.sort((a, b) => Number(a.id) - Number(b.id));
+  out.marked = await knex('kx_accounts').whereIn('id', knex('kx_accounts').select('id').where('balance', '<', 50)).update({ note: 'low' });
+  out.low = await knex('kx_accounts').where({ note: 'low' }).orderBy('id').pluck('id');
+
   const [, down] = await knex.migrate.rollback(undefined, true);
   out.rolledBack = down.map((f) => path.basename(f));
   out.left = Number((await knex.raw("SELECT count(*) AS n FROM pg_catalog.pg_tables WHERE tablename IN ('kx_accounts', 'kx_plans')")).rows[0].n);
