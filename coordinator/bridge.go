@@ -58,6 +58,11 @@ type bridgePortal struct {
 	ran  bool
 	rows []byte
 	tag  string
+	// name is the portal's; returns: it gives rows (PostgreSQL runs it
+	// again at each Execute, to its end), else it runs once (PostgreSQL's
+	// 55000 for another Execute).
+	name    string
+	returns bool
 }
 
 // bridgeKind decides at Parse whether st runs through the simple query
@@ -362,7 +367,7 @@ func paramRefs(sql string) []paramRef {
 }
 
 // bridgeText writes the Bind's values into the statement as constants.
-func bridgeText(st *Statement, kind uint8, params []byte) (string, error) {
+func bridgeText(st *Statement, name string, kind uint8, params []byte) (string, error) {
 	formats, values, ok := bindValues(params)
 	if !ok {
 		return "", pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
@@ -370,7 +375,7 @@ func bridgeText(st *Statement, kind uint8, params []byte) (string, error) {
 	types := bridgeParams(st, kind)
 	if len(values) != len(types) {
 		return "", pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d",
-			len(values), st.Name, len(types))
+			len(values), name, len(types))
 	}
 	refs := paramRefs(st.Query)
 	if len(refs) == 0 {
@@ -514,24 +519,38 @@ func intArrayText(v []byte, oid uint32) (string, bool) {
 	return "{" + strings.Join(parts, ",") + "}", true
 }
 
-// bridgeBind answers Bind of a bridged statement.
-func (ss *session) bridgeBind(portal string, st *Statement, kind uint8, params []byte) {
+// errPortalExists is PostgreSQL's answer to a Bind of a named portal that
+// exists.
+func errPortalExists(portal []byte) error {
+	return pgerr.New("42P03", "cursor \"%s\" already exists", portal)
+}
+
+// bridgeBind answers Bind of a bridged statement (name: the client's).
+func (ss *session) bridgeBind(portal, name string, st *Statement, kind uint8, params []byte) {
 	_, results, ok := bindResults(params)
 	if !ok {
 		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
 		return
 	}
+	if portal != "" && (ss.portals[portal] != nil || ss.scatterPortals[portal] != nil || ss.cursors[portal] != nil) {
+		// (One of the bridge's own is refused in bind.)
+		ss.synthError(errPortalExists([]byte(portal)))
+		return
+	}
 	var text string
 	var err error
+	var rowDesc []byte
 	if kind == bridgeRowsFirst {
 		var d *rowsDesc
 		if d, err = ss.rowsFirstDesc(st); err == nil {
+			rowDesc = d.rowDesc
 			if err = rowsFirstResults(d.rowDesc, results); err == nil {
-				text, err = ss.rowsFirstText(st, d, params)
+				text, err = ss.rowsFirstText(st, name, d, params)
 			}
 		}
 	} else {
-		text, err = bridgeText(st, kind, params)
+		rowDesc = ss.bridgeRowDesc(st, kind)
+		text, err = bridgeText(st, name, kind, params)
 	}
 	if err != nil {
 		ss.synthError(err)
@@ -546,7 +565,8 @@ func (ss *session) bridgeBind(portal string, st *Statement, kind uint8, params [
 	if ss.bridged == nil {
 		ss.bridged = map[string]*bridgePortal{}
 	}
-	ss.bridged[portal] = &bridgePortal{st: st, kind: kind, text: text, results: append([]byte(nil), results...)}
+	ss.bridged[portal] = &bridgePortal{st: st, kind: kind, text: text, results: append([]byte(nil), results...), name: portal,
+		returns: rowDesc != nil || kind == bridgeCursor && startsWithWord(st.Query, "fetch")}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
 }
@@ -618,6 +638,10 @@ func bridgeMore(bp *bridgePortal) error {
 // answers as the extended protocol does.
 func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	if bp.ran {
+		if !bp.returns {
+			ss.synthError(pgerr.New("55000", "portal \"%s\" cannot be run", bp.name))
+			return nil
+		}
 		ss.push(expect{kind: eSynth, synth: bp.next(maxRows, false)})
 		return nil
 	}
@@ -688,10 +712,10 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 }
 
 // next is a bridged portal's answer to an Execute with a row limit (0:
-// none): its next rows, then PortalSuspended while rows are left, else
-// CommandComplete (the statement's own tag when one Execute took it all,
-// else the verb and this Execute's count, as PostgreSQL tags a portal run
-// in parts).
+// none), as PostgreSQL answers one of a portal whose rows it holds: its
+// next rows, then PortalSuspended when the limit was reached (whether rows
+// are left or not), else CommandComplete: the statement's own tag when one
+// Execute took it all, else the verb and this Execute's count (INSERT 0 n).
 func (bp *bridgePortal) next(maxRows int, first bool) []byte {
 	var out []byte
 	n := 0
@@ -701,13 +725,16 @@ func (bp *bridgePortal) next(maxRows int, first bool) []byte {
 		bp.rows = bp.rows[l:]
 		n++
 	}
-	if len(bp.rows) > 0 {
+	if maxRows > 0 && n == maxRows {
 		return append(out, 's', 0, 0, 0, 4)
 	}
 	tag := bp.tag
 	if !first {
-		if verb, _, ok := strings.Cut(bp.tag, " "); ok && (verb == "FETCH" || verb == "SELECT" || verb == "MOVE") {
+		switch verb, _, _ := strings.Cut(bp.tag, " "); verb {
+		case "FETCH", "SELECT", "MOVE", "UPDATE", "DELETE", "MERGE":
 			tag = verb + " " + strconv.Itoa(n)
+		case "INSERT":
+			tag = "INSERT 0 " + strconv.Itoa(n)
 		}
 	}
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}

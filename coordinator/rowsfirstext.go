@@ -74,9 +74,9 @@ func (ss *session) onStatementsNode(f func(sc *pooling.ServerConn) error) error 
 	}
 	if ss.sc != nil && ss.node == def && (ss.qhead < len(ss.queue) || ss.needSync || len(ss.sc.Buf()) > 0) {
 		// Outside a block a Sync there would commit what the pipeline
-		// ran; in one (its BEGIN maybe still the coordinator's, nothing
-		// run yet), it ends nothing.
-		if !ss.inTxn() && ss.txBegin == "" && ss.pendingBegin == "" {
+		// ran; in one (its BEGIN maybe still the coordinator's), or when
+		// only Parse and Describe used the connection, it ends nothing.
+		if ss.batchWork && !ss.inTxn() && ss.txBegin == "" && ss.pendingBegin == "" {
 			return errRowsFirstPipeline
 		}
 		if err := ss.settle(); err != nil {
@@ -224,14 +224,14 @@ func oidTail(oids []uint32) []byte {
 // format, its type's input or receive function: 22P02 and the like) and
 // writes it as text, which reads back as the same value under the
 // session's settings for the types textColTypes allows.
-func (ss *session) rowsFirstText(st *Statement, d *rowsDesc, params []byte) (string, error) {
+func (ss *session) rowsFirstText(st *Statement, name string, d *rowsDesc, params []byte) (string, error) {
 	formats, values, ok := bindValues(params)
 	if !ok {
 		return "", pgerr.New(pgerr.ProtocolViolation, "invalid Bind message")
 	}
 	if len(values) != len(d.params) {
 		return "", pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d",
-			len(values), st.Name, len(d.params))
+			len(values), name, len(d.params))
 	}
 	if len(formats) > 1 && len(formats) != len(values) {
 		return "", pgerr.New(pgerr.ProtocolViolation, "bind message has %d parameter formats but %d parameters", len(formats), len(values))
@@ -289,7 +289,7 @@ func (ss *session) rowsFirstText(st *Statement, d *rowsDesc, params []byte) (str
 // bridge cannot give in binary (binaryRow): before the statement runs, so
 // that nothing is written for an answer that cannot be sent.
 func rowsFirstResults(rowDesc, results []byte) error {
-	if rowDesc == nil || !binaryResults(results) {
+	if rowDesc == nil || len(results) < 2 {
 		return nil
 	}
 	var rd pgproto3.RowDescription
@@ -297,6 +297,9 @@ func rowsFirstResults(rowDesc, results []byte) error {
 		return pgerr.New(pgerr.Internal, "unreadable row description")
 	}
 	n := int(uint16(results[0])<<8 | uint16(results[1]))
+	if n > 1 && n != len(rd.Fields) {
+		return pgerr.New(pgerr.ProtocolViolation, "bind message has %d result formats but query has %d columns", n, len(rd.Fields))
+	}
 	for i, f := range rd.Fields {
 		format := uint16(0)
 		if n == 1 {

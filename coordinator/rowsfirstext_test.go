@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -152,6 +153,21 @@ func TestRowsFirstExtended(t *testing.T) {
 	if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
 		t.Fatalf("after a batch in a block: the table is\n%v\nwant\n%v", g, w)
 	}
+	// A batch that begins and commits itself, which pgx prepares whole
+	// first (a pipeline of Parses before any statement runs).
+	for _, r := range []*strings.Replacer{fleet, oracle} {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(r.Replace("UPDATE {o} SET amount = 97 WHERE id = $1"), 3)
+		b.Queue(r.Replace("DELETE FROM {o} WHERE acct IN (SELECT id FROM {a} WHERE id > $1)"), 10)
+		b.Queue("COMMIT")
+		if err := c.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatalf("a batch with its own BEGIN: %v", err)
+		}
+	}
+	if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
+		t.Fatalf("after a batch with its own BEGIN: the table is\n%v\nwant\n%v", g, w)
+	}
 	// A prepared statement whose table changed after its Parse: checked
 	// again at each Bind, as PostgreSQL checks it (0A000 when its result
 	// columns changed, the analysis error when a column it names went).
@@ -179,5 +195,122 @@ func TestRowsFirstExtended(t *testing.T) {
 	}
 	if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
 		t.Fatalf("after statements whose table changed: the table is\n%v\nwant\n%v", g, w)
+	}
+}
+
+// TestRowsFirstExtendedPortals: the protocol around rows-first writes over
+// the extended protocol, message by message, against plain PostgreSQL
+// (adversary findings): result formats that do not match the columns
+// (08P01, nothing written), a named portal that exists (42P03), a
+// RETURNING portal executed in parts (PortalSuspended whenever the limit
+// is reached; each part's own count in the tag), a finished portal without
+// rows executed again (55000), a pipeline that only prepares before the
+// statement's Parse (not refused), and the client's statement name in a
+// wrong parameter count's message.
+func TestRowsFirstExtendedPortals(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	const (
+		acols = "(id bigint PRIMARY KEY, name text)"
+		ocols = "(id bigint PRIMARY KEY, acct bigint, amount int)"
+	)
+	testTable(t, c, "rfp_a", acols, "SELECT create_distributed_table('rfp_a', 'id', shard_count => 4)")
+	testTable(t, c, "rfp_o", ocols, "SELECT create_distributed_table('rfp_o', 'id', shard_count => 3, colocate_with => 'none')")
+	plainTables(t, c, "rfp_ao "+acols, "rfp_oo "+ocols)
+	for _, s := range []string{"", "o"} {
+		exec(t, c, "INSERT INTO rfp_a"+s+" SELECT g, 'n' || g % 4 FROM generate_series(1, 12) g")
+		exec(t, c, "INSERT INTO rfp_o"+s+" SELECT g, g % 13 + 1, g * 7 % 50 FROM generate_series(1, 40) g")
+	}
+	fleet := strings.NewReplacer("{a}", "rfp_a", "{o}", "rfp_o")
+	oracle := strings.NewReplacer("{a}", "rfp_ao", "{o}", "rfp_oo")
+	state := func(r *strings.Replacer) []string {
+		return queryStrings(t, c, r.Replace("SELECT concat_ws(',', id, acct, amount) FROM {o} ORDER BY id"))
+	}
+	pf, po := protoDial(t, srv.Addr(), "rfp_f"), protoDial(t, srv.Addr(), "rfp_o")
+	const (
+		ret   = "UPDATE {o} SET amount = amount + $1 WHERE acct IN (SELECT id FROM {a} WHERE id < 4) RETURNING id, amount, acct"
+		noRet = "DELETE FROM {o} WHERE acct IN (SELECT id FROM {a} WHERE name = $1)"
+	)
+	text := func(s string) [][]byte { return [][]byte{[]byte(s)} }
+	for _, step := range []struct {
+		what string
+		zs   int
+		msgs func(r *strings.Replacer) []pgproto3.FrontendMessage
+	}{
+		{"result formats for 2 of 3 columns", 1, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: r.Replace(ret)},
+				&pgproto3.Bind{Parameters: text("5"), ResultFormatCodes: []int16{0, 1}}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+		}},
+		{"result formats for 2 of 3 columns in a block", 3, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}, &pgproto3.Parse{Query: r.Replace(ret)},
+				&pgproto3.Bind{Parameters: text("5"), ResultFormatCodes: []int16{1, 1, 1, 1}}, &pgproto3.Execute{}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"a named portal that exists", 4, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{DestinationPortal: "p"}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Parse{Query: r.Replace(noRet)}, &pgproto3.Bind{DestinationPortal: "p", Parameters: text("n1")}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"a named portal that exists, the other way", 4, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: r.Replace(noRet)}, &pgproto3.Bind{DestinationPortal: "p", Parameters: text("n2")}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{DestinationPortal: "p"}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"RETURNING in parts", 3, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: r.Replace(ret)}, &pgproto3.Bind{DestinationPortal: "q", Parameters: text("1")},
+				&pgproto3.Execute{Portal: "q", MaxRows: 3}, &pgproto3.Execute{Portal: "q", MaxRows: 3}, &pgproto3.Execute{Portal: "q", MaxRows: 3},
+				&pgproto3.Execute{Portal: "q", MaxRows: 3}, &pgproto3.Execute{Portal: "q", MaxRows: 3}, &pgproto3.Execute{Portal: "q"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"RETURNING in parts of exactly its rows", 3, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: r.Replace(ret)}, &pgproto3.Bind{DestinationPortal: "q", Parameters: text("1")},
+				&pgproto3.Execute{Portal: "q", MaxRows: 10}, &pgproto3.Execute{Portal: "q", MaxRows: 10}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"a finished portal without rows again", 3, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: r.Replace(noRet)}, &pgproto3.Bind{DestinationPortal: "d", Parameters: text("n3")},
+				&pgproto3.Execute{Portal: "d", MaxRows: 1}, &pgproto3.Execute{Portal: "d", MaxRows: 1}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"prepared after another statement's Parse", 2, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "pi", Query: r.Replace("INSERT INTO {o} VALUES ($1, 1, 1)")}, &pgproto3.Describe{ObjectType: 'S', Name: "pi"},
+				&pgproto3.Parse{Name: "pr", Query: r.Replace(ret)}, &pgproto3.Describe{ObjectType: 'S', Name: "pr"}, &pgproto3.Sync{},
+				&pgproto3.Bind{PreparedStatement: "pr", Parameters: text("2")}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+		}},
+	} {
+		got := pipeRaw(t, pf, step.zs, step.msgs(fleet)...)
+		want := pipeRaw(t, po, step.zs, step.msgs(oracle)...)
+		// (RETURNING rows come in no set order: compared by the table.)
+		count := func(s []string) []string {
+			var out []string
+			for _, x := range s {
+				if strings.HasPrefix(x, "row ") {
+					x = "row"
+				}
+				out = append(out, x)
+			}
+			return out
+		}
+		if !reflect.DeepEqual(count(got), count(want)) {
+			t.Errorf("%s:\n got %q\nwant %q (plain PostgreSQL)", step.what, got, want)
+		}
+		if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s: the table is\n%v\nwant\n%v", step.what, g, w)
+		}
+	}
+	// The client's name for the statement in PostgreSQL's message.
+	if _, err := c.PgConn().Prepare(ctx, "rfp_named", "DELETE FROM rfp_o WHERE acct IN (SELECT id FROM rfp_a WHERE name = $1)", nil); err != nil {
+		t.Fatal(err)
+	}
+	err := c.PgConn().ExecPrepared(ctx, "rfp_named", nil, nil, nil).Read().Err
+	if sqlState(err) != "08P01" || !strings.Contains(err.Error(), `prepared statement "rfp_named" requires 1`) {
+		t.Errorf("Bind without the parameter: %v, want 08P01 naming rfp_named", err)
 	}
 }

@@ -745,10 +745,11 @@ func (ss *session) afterMessage(typ byte) {
 	if len(ss.cursors) > 0 && ended {
 		ss.endCursors(false) // a transaction's cursors end with it (WITH HOLD ones of earlier ones stay)
 	}
-	if typ == 'Q' && len(ss.scatterPortals) > 0 {
+	if typ == 'Q' && (len(ss.scatterPortals) > 0 || len(ss.bridged) > 0) {
 		// A simple query destroys the unnamed portal; outside a block
 		// (after its COMMIT or ROLLBACK) every portal is gone.
 		delete(ss.scatterPortals, "")
+		delete(ss.bridged, "")
 		if ss.txStatus() == 'I' {
 			ss.dropPortals()
 		}
@@ -2000,10 +2001,11 @@ func (ss *session) savepointShapes(cls *class) {
 	}
 }
 
-// dropPortals ends the multi-shard portals when their transaction is
-// over.
+// dropPortals ends the multi-shard and bridged portals when their
+// transaction is over.
 func (ss *session) dropPortals() {
 	clear(ss.scatterPortals)
+	clear(ss.bridged)
 }
 
 // ddlDone advances the server's statement epoch at the end of a
@@ -2466,7 +2468,11 @@ func (ss *session) bind(body []byte) error {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
 	}
 	if len(ss.bridged) > 0 {
-		delete(ss.bridged, string(portal))
+		if len(portal) > 0 && ss.bridged[string(portal)] != nil {
+			ss.synthError(errPortalExists(portal))
+			return nil
+		}
+		delete(ss.bridged, "") // (the unnamed portal is replaced)
 	}
 	st := ss.stmts[string(name)]
 	if st == nil {
@@ -2482,7 +2488,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if k := ss.bridgeNow(st); k != bridgeNone {
-		ss.bridgeBind(string(portal), st, k, params)
+		ss.bridgeBind(string(portal), string(name), st, k, params)
 		return nil
 	}
 	if st.cls.txn != "" || len(st.cls.sps) > 0 {
