@@ -28,22 +28,7 @@ func TestRowsFirstExtended(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
-	const (
-		acols = "(id bigint PRIMARY KEY, name text)"
-		ocols = "(id bigint PRIMARY KEY, acct bigint, amount int, n numeric, ts timestamptz, u uuid, b bytea, tags text[])"
-	)
-	testTable(t, c, "rfx_a", acols, "SELECT create_distributed_table('rfx_a', 'id', shard_count => 4)")
-	testTable(t, c, "rfx_o", ocols, "SELECT create_distributed_table('rfx_o', 'id', shard_count => 3, colocate_with => 'none')")
-	plainTables(t, c, "rfx_ao "+acols, "rfx_oo "+ocols)
-	for _, s := range []string{"", "o"} {
-		exec(t, c, "INSERT INTO rfx_a"+s+" SELECT g, 'n' || g % 4 FROM generate_series(1, 12) g")
-		exec(t, c, "INSERT INTO rfx_o"+s+" (id, acct, amount) SELECT g, g % 13 + 1, g * 7 % 50 FROM generate_series(1, 40) g")
-	}
-	fleet := strings.NewReplacer("{a}", "rfx_a", "{o}", "rfx_o")
-	oracle := strings.NewReplacer("{a}", "rfx_ao", "{o}", "rfx_oo")
-	state := func(r *strings.Replacer) []string {
-		return queryStrings(t, c, r.Replace("SELECT concat_ws(',', id, acct, amount, n, ts, u, b, tags) FROM {o} ORDER BY id"))
-	}
+	fleet, oracle, state := rowsFirstTables(t, c, "rfx", "n numeric, ts timestamptz, u uuid, b bytea, tags text[]")
 	both := func(q string, mode pgx.QueryExecMode, txn bool, args ...any) oracleRun {
 		t.Helper()
 		run := func(r *strings.Replacer) oracleRun {
@@ -212,22 +197,7 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	ctx := context.Background()
-	const (
-		acols = "(id bigint PRIMARY KEY, name text)"
-		ocols = "(id bigint PRIMARY KEY, acct bigint, amount int)"
-	)
-	testTable(t, c, "rfp_a", acols, "SELECT create_distributed_table('rfp_a', 'id', shard_count => 4)")
-	testTable(t, c, "rfp_o", ocols, "SELECT create_distributed_table('rfp_o', 'id', shard_count => 3, colocate_with => 'none')")
-	plainTables(t, c, "rfp_ao "+acols, "rfp_oo "+ocols)
-	for _, s := range []string{"", "o"} {
-		exec(t, c, "INSERT INTO rfp_a"+s+" SELECT g, 'n' || g % 4 FROM generate_series(1, 12) g")
-		exec(t, c, "INSERT INTO rfp_o"+s+" SELECT g, g % 13 + 1, g * 7 % 50 FROM generate_series(1, 40) g")
-	}
-	fleet := strings.NewReplacer("{a}", "rfp_a", "{o}", "rfp_o")
-	oracle := strings.NewReplacer("{a}", "rfp_ao", "{o}", "rfp_oo")
-	state := func(r *strings.Replacer) []string {
-		return queryStrings(t, c, r.Replace("SELECT concat_ws(',', id, acct, amount) FROM {o} ORDER BY id"))
-	}
+	fleet, oracle, state := rowsFirstTables(t, c, "rfp", "")
 	pf, po := protoDial(t, srv.Addr(), "rfp_f"), protoDial(t, srv.Addr(), "rfp_o")
 	const (
 		ret   = "UPDATE {o} SET amount = amount + $1 WHERE acct IN (SELECT id FROM {a} WHERE id < 4) RETURNING id, amount, acct"
@@ -313,4 +283,33 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 	if sqlState(err) != "08P01" || !strings.Contains(err.Error(), `prepared statement "rfp_named" requires 1`) {
 		t.Errorf("Bind without the parameter: %v, want 08P01 naming rfp_named", err)
 	}
+}
+
+// rowsFirstTables makes accounts {a} (distributed, 12 rows) and orders {o}
+// (distributed, not colocated, 40 rows; more columns after amount), and
+// their plain twins for the oracle; state is {o}'s contents.
+func rowsFirstTables(t *testing.T, c *pgx.Conn, prefix, more string) (fleet, oracle *strings.Replacer, state func(*strings.Replacer) []string) {
+	acols := "(id bigint PRIMARY KEY, name text)"
+	ocols, shown := "(id bigint PRIMARY KEY, acct bigint, amount int)", "id, acct, amount"
+	if more != "" {
+		ocols = "(id bigint PRIMARY KEY, acct bigint, amount int, " + more + ")"
+		for _, col := range strings.Split(more, ", ") {
+			name, _, _ := strings.Cut(col, " ")
+			shown += ", " + name
+		}
+	}
+	a, o := prefix+"_a", prefix+"_o"
+	testTable(t, c, a, acols, "SELECT create_distributed_table('"+a+"', 'id', shard_count => 4)")
+	testTable(t, c, o, ocols, "SELECT create_distributed_table('"+o+"', 'id', shard_count => 3, colocate_with => 'none')")
+	plainTables(t, c, a+"o "+acols, o+"o "+ocols)
+	for _, s := range []string{"", "o"} {
+		exec(t, c, "INSERT INTO "+a+s+" SELECT g, 'n' || g % 4 FROM generate_series(1, 12) g")
+		exec(t, c, "INSERT INTO "+o+s+" (id, acct, amount) SELECT g, g % 13 + 1, g * 7 % 50 FROM generate_series(1, 40) g")
+	}
+	fleet = strings.NewReplacer("{a}", a, "{o}", o)
+	oracle = strings.NewReplacer("{a}", a+"o", "{o}", o+"o")
+	state = func(r *strings.Replacer) []string {
+		return queryStrings(t, c, r.Replace("SELECT concat_ws(',', "+shown+") FROM {o} ORDER BY id"))
+	}
+	return fleet, oracle, state
 }
