@@ -21,7 +21,8 @@ import (
 // statement at its Parse, on the default node, where every distributed
 // table has its shell with the same columns: its analysis error is the
 // Parse's answer, and its parameter types and result columns are the
-// Describe's. At Bind the default node turns the parameters into text
+// Describe's. At each Bind the default node analyses the statement again
+// (a table may have changed since) and turns the parameters into text
 // ($n::text, in the Bind's formats, in the session's settings: PostgreSQL's
 // own input checks, at the Bind), and each $n becomes that text as a
 // constant of the parameter's type. Execute runs the text through the
