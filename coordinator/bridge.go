@@ -63,6 +63,21 @@ type bridgePortal struct {
 	// 55000 for another Execute).
 	name    string
 	returns bool
+	// inBlock: bound in a transaction block, whose end ends it (at the
+	// client's Sync otherwise); depth: len(ss.savepoints) then (a
+	// ROLLBACK TO an earlier savepoint ends it, as PostgreSQL's).
+	inBlock bool
+	depth   int
+}
+
+// endBlockPortals ends the bridged portals of a transaction block that
+// ended (a COMMIT or ROLLBACK, maybe in the pipeline before their Execute).
+func (ss *session) endBlockPortals() {
+	for name, bp := range ss.bridged {
+		if bp.inBlock {
+			delete(ss.bridged, name)
+		}
+	}
 }
 
 // bridgeKind decides at Parse whether st runs through the simple query
@@ -532,6 +547,10 @@ func (ss *session) bridgeBind(portal, name string, st *Statement, kind uint8, pa
 		ss.synthError(pgerr.New(pgerr.ProtocolViolation, "invalid Bind message"))
 		return
 	}
+	if ss.txStatus() == 'E' && !st.cls.mayEndFailed() {
+		ss.synthError(errFailedTxn)
+		return
+	}
 	if portal != "" && (ss.portals[portal] != nil || ss.scatterPortals[portal] != nil || ss.cursors[portal] != nil) {
 		// (One of the bridge's own is refused in bind.)
 		ss.synthError(errPortalExists([]byte(portal)))
@@ -566,7 +585,8 @@ func (ss *session) bridgeBind(portal, name string, st *Statement, kind uint8, pa
 		ss.bridged = map[string]*bridgePortal{}
 	}
 	ss.bridged[portal] = &bridgePortal{st: st, kind: kind, text: text, results: append([]byte(nil), results...), name: portal,
-		returns: rowDesc != nil || kind == bridgeCursor && startsWithWord(st.Query, "fetch")}
+		returns: rowDesc != nil || kind == bridgeCursor && startsWithWord(st.Query, "fetch"),
+		inBlock: !ss.implicitTxn && (ss.inTxn() || ss.txBegin != "" || ss.pendingBegin != ""), depth: len(ss.savepoints)}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
 }
@@ -588,6 +608,10 @@ func binaryResults(results []byte) bool {
 // bridgeDescribe answers Describe of a bridged statement (params: with
 // its ParameterDescription) or portal (results: the Bind's formats).
 func (ss *session) bridgeDescribe(st *Statement, kind uint8, params bool, results []byte) {
+	if ss.txStatus() == 'E' {
+		ss.synthError(errFailedTxn) // (as PostgreSQL describes nothing there)
+		return
+	}
 	var b []byte
 	var paramTypes []uint32
 	var rd []byte
@@ -628,8 +652,11 @@ var errBridgeSignalMore = pgerr.New(pgerr.FeatureNotSupported,
 
 // bridgeMore is the refusal of bp among other statements before a Sync.
 func bridgeMore(bp *bridgePortal) error {
-	if bp.kind == bridgeSignal {
+	switch bp.kind {
+	case bridgeSignal:
 		return errBridgeSignalMore
+	case bridgeRowsFirst:
+		return errRowsFirstPipeline
 	}
 	return errBridgeMore
 }
@@ -637,6 +664,26 @@ func bridgeMore(bp *bridgePortal) error {
 // bridgeExecute runs a bridged portal through the simple query path and
 // answers as the extended protocol does.
 func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
+	if bp.inBlock {
+		// A COMMIT, ROLLBACK or ROLLBACK TO earlier in the pipeline
+		// ended it: answered first, as PostgreSQL runs them in order.
+		errs := ss.workerErrs
+		if err := ss.answerQueued(); err != nil {
+			return err
+		}
+		if ss.workerErrs != errs {
+			ss.skipping = true
+			return nil
+		}
+		if ss.bridged[bp.name] != bp {
+			ss.synthError(pgerr.New("34000", "portal \"%s\" does not exist", bp.name))
+			return nil
+		}
+	}
+	if ss.txStatus() == 'E' {
+		ss.synthError(errFailedTxn)
+		return nil
+	}
 	if bp.ran {
 		if !bp.returns {
 			ss.synthError(pgerr.New("55000", "portal \"%s\" cannot be run", bp.name))

@@ -392,6 +392,15 @@ func (ss *session) cursorsAtSavepoint(kind opKind, i int) {
 			p.depth = i
 		}
 	}
+	for name, bp := range ss.bridged {
+		switch {
+		case !bp.inBlock:
+		case i < 0, kind == opRollbackTo && bp.depth > i:
+			delete(ss.bridged, name)
+		case kind == opRelease && bp.depth > i:
+			bp.depth = i
+		}
+	}
 	for name, c := range ss.cursors {
 		switch {
 		case i < 0:

@@ -249,6 +249,40 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 				&pgproto3.Execute{Portal: "d", MaxRows: 1}, &pgproto3.Execute{Portal: "d", MaxRows: 1}, &pgproto3.Sync{},
 				&pgproto3.Query{String: "COMMIT"}}
 		}},
+		// Adversary round 2: a portal ends with its transaction or
+		// savepoint, even one ended earlier in the same pipeline (the
+		// write ran and was kept); in a failed block, 25P02.
+		{"a portal after ROLLBACK in the same pipeline", 2, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Name: "s", Query: r.Replace(noRet)}, &pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s", Parameters: text("n1")},
+				&pgproto3.Parse{Query: "ROLLBACK"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{}}
+		}},
+		{"a portal after COMMIT in the same pipeline, the block on a worker", 2, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN; UPDATE " + r.Replace("{o}") + " SET amount = 5 WHERE id = 1"},
+				&pgproto3.Parse{Query: r.Replace(ret)}, &pgproto3.Bind{DestinationPortal: "p", Parameters: text("3")}, &pgproto3.Execute{Portal: "p", MaxRows: 1},
+				&pgproto3.Parse{Query: "COMMIT"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{}}
+		}},
+		{"a portal after ROLLBACK TO its savepoint", 5, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN; SAVEPOINT a"},
+				&pgproto3.Parse{Query: r.Replace(noRet)}, &pgproto3.Bind{DestinationPortal: "p", Parameters: text("n2")}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "ROLLBACK TO a"}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"a portal bound before the savepoint, after ROLLBACK TO", 5, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: r.Replace(noRet)}, &pgproto3.Bind{DestinationPortal: "p", Parameters: text("n2")}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "SAVEPOINT a; UPDATE " + r.Replace("{o}") + " SET amount = 6 WHERE id = 2; ROLLBACK TO a"}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"a portal in a failed block", 4, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Name: "s", Query: r.Replace(ret)}, &pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s", Parameters: text("4")},
+				&pgproto3.Execute{Portal: "p", MaxRows: 1}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "SELECT 1/0"},
+				&pgproto3.Execute{Portal: "p", MaxRows: 1}, &pgproto3.Describe{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "ROLLBACK"}}
+		}},
 		{"prepared after another statement's Parse", 2, func(r *strings.Replacer) []pgproto3.FrontendMessage {
 			return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "pi", Query: r.Replace("INSERT INTO {o} VALUES ($1, 1, 1)")}, &pgproto3.Describe{ObjectType: 'S', Name: "pi"},
 				&pgproto3.Parse{Name: "pr", Query: r.Replace(ret)}, &pgproto3.Describe{ObjectType: 'S', Name: "pr"}, &pgproto3.Sync{},

@@ -1200,6 +1200,9 @@ func (ss *session) applyLocalTxn(cls *class, sql string) string {
 	if cls.txn == "commit" && !ss.pendingFailed {
 		tag = "COMMIT"
 	}
+	if len(ss.bridged) > 0 {
+		ss.endBlockPortals()
+	}
 	next := ""
 	if cls.chain {
 		next = ss.pendingBegin
@@ -2469,7 +2472,11 @@ func (ss *session) bind(body []byte) error {
 	}
 	if len(ss.bridged) > 0 {
 		if len(portal) > 0 && ss.bridged[string(portal)] != nil {
-			ss.synthError(errPortalExists(portal))
+			if ss.txStatus() == 'E' {
+				ss.synthError(errFailedTxn) // (before the name, as PostgreSQL)
+			} else {
+				ss.synthError(errPortalExists(portal))
+			}
 			return nil
 		}
 		delete(ss.bridged, "") // (the unnamed portal is replaced)
@@ -3431,6 +3438,9 @@ func (ss *session) endOfCycle(status byte) {
 	ss.batchWork = false
 	if status != 'I' {
 		return
+	}
+	if len(ss.bridged) > 0 {
+		ss.endBlockPortals()
 	}
 	ss.ddlDone()
 	if len(ss.spares) > 0 {

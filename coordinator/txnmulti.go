@@ -882,6 +882,9 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
 	}
+	if len(ss.bridged) > 0 {
+		ss.endBlockPortals()
+	}
 	if len(ss.portalNode) > 0 {
 		clear(ss.portalNode)
 	}

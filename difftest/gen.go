@@ -329,7 +329,13 @@ func (g *gen) multiWrite() *stmt {
 	b, p := g.newBuilder()
 	d := g.name(t)
 	grp := fmt.Sprint(g.r.IntN(6))
-	switch g.r.IntN(4) {
+	switch g.r.IntN(6) {
+	case 4:
+		// Subqueries over the table itself, not pinned to a shard: run
+		// first, then the write with their rows (both protocols).
+		return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE k IN (SELECT k FROM %s WHERE %s)%s", d, g.assignment(b, t, ""), d, g.valuePred(b, t, ""), g.returning(t)))
+	case 5:
+		return g.finish(b, p, fmt.Sprintf("DELETE FROM %s WHERE g = %s AND g > (SELECT min(g) FROM %s WHERE %s)%s", d, grp, d, g.valuePred(b, t, ""), g.returning(t)))
 	case 0:
 		return g.finish(b, p, fmt.Sprintf("UPDATE %s SET %s WHERE %s%s", d, g.assignment(b, t, ""), g.valuePred(b, t, ""), g.returning(t)))
 	case 1:
