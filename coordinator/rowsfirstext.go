@@ -260,7 +260,8 @@ func (ss *session) rowsFirstText(st *Statement, name string, d *rowsDesc, params
 		return "", err
 	}
 	if !executor.SameShape(now.rowDesc, d.rowDesc) {
-		return "", pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type")
+		return "", pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type").
+			WithHint("Prepare the statement again: a table it names changed since it was prepared.")
 	}
 	if len(values) == 0 {
 		return st.Query, nil

@@ -252,7 +252,7 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 		// Adversary round 2: a portal ends with its transaction or
 		// savepoint, even one ended earlier in the same pipeline (the
 		// write ran and was kept); in a failed block, 25P02.
-		{"a portal after ROLLBACK in the same pipeline", 2, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+		{"a portal after ROLLBACK in the same pipeline", 3, func(r *strings.Replacer) []pgproto3.FrontendMessage {
 			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
 				&pgproto3.Parse{Name: "s", Query: r.Replace(noRet)}, &pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s", Parameters: text("n1")},
 				&pgproto3.Parse{Query: "ROLLBACK"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
@@ -275,7 +275,7 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 				&pgproto3.Query{String: "SAVEPOINT a; UPDATE " + r.Replace("{o}") + " SET amount = 6 WHERE id = 2; ROLLBACK TO a"}, &pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
 				&pgproto3.Query{String: "COMMIT"}}
 		}},
-		{"a portal in a failed block", 4, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+		{"a portal in a failed block", 5, func(r *strings.Replacer) []pgproto3.FrontendMessage {
 			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
 				&pgproto3.Parse{Name: "s", Query: r.Replace(ret)}, &pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s", Parameters: text("4")},
 				&pgproto3.Execute{Portal: "p", MaxRows: 1}, &pgproto3.Sync{},
@@ -304,6 +304,12 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 		}
 		if !reflect.DeepEqual(count(got), count(want)) {
 			t.Errorf("%s:\n got %q\nwant %q (plain PostgreSQL)", step.what, got, want)
+		}
+		for _, p := range []*protoClient{pf, po} {
+			// Every answer of the step was read: a Sync's is next.
+			if z := pipeRaw(t, p, 1, &pgproto3.Sync{}); len(z) != 1 || z[0] != "Z I" {
+				t.Fatalf("%s: after the step's answers, a Sync got %q", step.what, z)
+			}
 		}
 		if g, w := state(fleet), state(oracle); !reflect.DeepEqual(g, w) {
 			t.Fatalf("%s: the table is\n%v\nwant\n%v", step.what, g, w)
