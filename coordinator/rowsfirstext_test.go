@@ -283,6 +283,29 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 				&pgproto3.Execute{Portal: "p", MaxRows: 1}, &pgproto3.Describe{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{},
 				&pgproto3.Query{String: "ROLLBACK"}}
 		}},
+		// Adversary round 3.
+		{"a portal bound before a SAVEPOINT in its pipeline, after ROLLBACK TO", 5, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: r.Replace(ret)}, &pgproto3.Bind{DestinationPortal: "p", Parameters: text("7")},
+				&pgproto3.Parse{Query: "SAVEPOINT a"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "ROLLBACK TO a"}, &pgproto3.Execute{Portal: "p", MaxRows: 1}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"a multi-shard portal refused in a failed block, after ROLLBACK TO", 9, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+				&pgproto3.Parse{Query: r.Replace("SELECT id, amount FROM {o} WHERE amount > $1 ORDER BY id")}, &pgproto3.Bind{DestinationPortal: "m", Parameters: text("20")}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "SAVEPOINT a"}, &pgproto3.Query{String: "SELECT 1/0"},
+				&pgproto3.Execute{Portal: "m", MaxRows: 1}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "ROLLBACK TO a"},
+				&pgproto3.Execute{Portal: "m", MaxRows: 1}, &pgproto3.Sync{}, &pgproto3.Execute{Portal: "m"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
+		{"a named statement parsed after a statement ran in its pipeline", 3, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+				&pgproto3.Parse{Name: "s9", Query: r.Replace(noRet)}, &pgproto3.Sync{},
+				&pgproto3.Bind{PreparedStatement: "s9", Parameters: text("n0")}, &pgproto3.Execute{}, &pgproto3.Sync{},
+				&pgproto3.Close{ObjectType: 'S', Name: "s9"}, &pgproto3.Sync{}}
+		}},
 		{"prepared after another statement's Parse", 2, func(r *strings.Replacer) []pgproto3.FrontendMessage {
 			return []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "pi", Query: r.Replace("INSERT INTO {o} VALUES ($1, 1, 1)")}, &pgproto3.Describe{ObjectType: 'S', Name: "pi"},
 				&pgproto3.Parse{Name: "pr", Query: r.Replace(ret)}, &pgproto3.Describe{ObjectType: 'S', Name: "pr"}, &pgproto3.Sync{},

@@ -717,7 +717,6 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		ss.push(expect{kind: eSynth, synth: b})
 		return nil
 	}
-	sp.done = true
 	if ss.sc != nil && !ss.batchWork && (ss.sc.TxStatus == 'I' || ss.needSync) {
 		// Only Parse or Describe used the held connection in this batch:
 		// answer them with a hidden Sync (outside a transaction block,
@@ -758,6 +757,9 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 		ss.scatterFailed(errCatalogMoved)
 		return nil
 	}
+	// It runs now (not before: refused in a failed block, it runs after a
+	// ROLLBACK TO, as PostgreSQL's; adversary: it gave no rows then).
+	sp.done = true
 	mark := len(ss.out)
 	var c *capture
 	if limit > 0 {

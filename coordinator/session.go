@@ -2332,8 +2332,12 @@ func (ss *session) parse(body []byte) error {
 	}
 	if k := ss.bridgeNow(st); k != bridgeNone {
 		if k == bridgeRowsFirst {
-			// PostgreSQL's analysis, at the Parse.
-			if _, err := ss.describeRowsFirst(st); err != nil {
+			// PostgreSQL's analysis, at the Parse; after statements that
+			// ran in this pipeline outside a block, at the Describe or
+			// Bind instead (the Execute is refused there, but the name
+			// stays defined, as PostgreSQL defines it: adversary round 3,
+			// psycopg's prepared statement went missing).
+			if _, err := ss.describeRowsFirst(st); err != nil && err != errRowsFirstPipeline {
 				ss.parseFailed(name, err)
 				return nil
 			}
@@ -2917,8 +2921,10 @@ func (ss *session) emitSynth() {
 
 func (ss *session) sync() error {
 	ss.skipping = false
-	if len(ss.bridged) > 0 && !ss.inTxn() {
-		clear(ss.bridged) // (a block's live on, as its portals do)
+	for name, bp := range ss.bridged {
+		if !bp.inBlock {
+			delete(ss.bridged, name) // (a block's live on, as its portals do)
+		}
 	}
 	ss.refDone = false
 	ss.batchTxn = false
@@ -3439,7 +3445,9 @@ func (ss *session) endOfCycle(status byte) {
 	if status != 'I' {
 		return
 	}
-	if len(ss.bridged) > 0 {
+	if len(ss.bridged) > 0 && ss.pendingBegin == "" {
+		// (Not a connection's set-up before the block's BEGIN reached
+		// it: adversary round 3.)
 		ss.endBlockPortals()
 	}
 	ss.ddlDone()
