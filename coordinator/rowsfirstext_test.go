@@ -300,6 +300,17 @@ func TestRowsFirstExtendedPortals(t *testing.T) {
 				&pgproto3.Execute{Portal: "m", MaxRows: 1}, &pgproto3.Sync{}, &pgproto3.Execute{Portal: "m"}, &pgproto3.Sync{},
 				&pgproto3.Query{String: "COMMIT"}}
 		}},
+		{"a portal bound in a block that then takes in the other worker", 5, func(r *strings.Replacer) []pgproto3.FrontendMessage {
+			ups := ""
+			for id := 2; id <= 9; id++ {
+				ups += fmt.Sprintf("UPDATE {o} SET amount = amount + 1 WHERE id = %d; ", id)
+			}
+			return []pgproto3.FrontendMessage{&pgproto3.Query{String: r.Replace("BEGIN; UPDATE {o} SET amount = 0 WHERE id = 1")},
+				&pgproto3.Parse{Query: r.Replace(ret)}, &pgproto3.Bind{DestinationPortal: "p", Parameters: text("10")}, &pgproto3.Sync{},
+				&pgproto3.Query{String: r.Replace(ups)},
+				&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "COMMIT"}}
+		}},
 		{"a named statement parsed after a statement ran in its pipeline", 3, func(r *strings.Replacer) []pgproto3.FrontendMessage {
 			return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 				&pgproto3.Parse{Name: "s9", Query: r.Replace(noRet)}, &pgproto3.Sync{},
