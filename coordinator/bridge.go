@@ -667,13 +667,8 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	if bp.inBlock {
 		// A COMMIT, ROLLBACK or ROLLBACK TO earlier in the pipeline
 		// ended it: answered first, as PostgreSQL runs them in order.
-		errs := ss.workerErrs
-		if err := ss.answerQueued(); err != nil {
+		if skipped, err := ss.answerBefore(); skipped || err != nil {
 			return err
-		}
-		if ss.workerErrs != errs {
-			ss.skipping = true
-			return nil
 		}
 		if ss.bridged[bp.name] != bp {
 			ss.synthError(pgerr.New("34000", "portal \"%s\" does not exist", bp.name))
@@ -708,17 +703,8 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 			return nil
 		}
 	}
-	errs := ss.workerErrs
-	if err := ss.answerQueued(); err != nil {
+	if skipped, err := ss.answerBefore(); skipped || err != nil {
 		return err
-	}
-	if ss.workerErrs != errs {
-		// A message before it failed on the worker: skipped with the
-		// rest, to the Sync, as PostgreSQL skips it (adversary finding:
-		// DDL, a holdable cursor's FETCH, pg_terminate_backend ran after
-		// the error).
-		ss.skipping = true
-		return nil
 	}
 	unnamed, hadUnnamed := ss.stmts[""]
 	mark := len(ss.out)
@@ -756,6 +742,23 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	}
 	ss.out = append(ss.out, bp.next(maxRows, true)...)
 	return nil
+}
+
+// answerBefore has the worker answer what the pipeline sent it before a
+// bridged Execute. skipped: a message of it failed there, so the Execute
+// is skipped with the rest, to the Sync, as PostgreSQL skips it
+// (adversary finding: DDL, a holdable cursor's FETCH, pg_terminate_backend
+// ran after the error).
+func (ss *session) answerBefore() (skipped bool, err error) {
+	errs := ss.workerErrs
+	if err := ss.answerQueued(); err != nil {
+		return false, err
+	}
+	if ss.workerErrs != errs {
+		ss.skipping = true
+		return true, nil
+	}
+	return false, nil
 }
 
 // next is a bridged portal's answer to an Execute with a row limit (0:
