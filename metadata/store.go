@@ -815,14 +815,31 @@ var ErrRebalanceRunning = errors.New("metadata: a rebalance is running")
 // takes its lock (released by the returned func); ErrRebalanceRunning when
 // one is running or cancelling.
 func (s *Store) StartRebalance(ctx context.Context, j RebalanceJob) (RebalanceJob, func(), error) {
-	release, got, err := s.holdRebalanceLock(ctx)
-	if err != nil {
-		return j, nil, err
+	var release func()
+	for wait := time.Now().Add(2 * time.Second); ; {
+		r, got, err := s.holdRebalanceLock(ctx)
+		if err != nil {
+			return j, nil, err
+		}
+		if got {
+			release = r
+			break
+		}
+		// The runner of a job that has just ended (citus_rebalance_wait
+		// and _stop returned) gives the lock back a moment later: no
+		// active job, so wait for it a little (a start right after a
+		// stop was refused as running: seen in TestRebalanceJob).
+		active, err := s.RebalanceJobs(ctx, true)
+		if err != nil || len(active) > 0 || time.Now().After(wait) {
+			return j, nil, ErrRebalanceRunning
+		}
+		select {
+		case <-ctx.Done():
+			return j, nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	if !got {
-		return j, nil, ErrRebalanceRunning
-	}
-	err = s.pool.QueryRow(ctx, `INSERT INTO pgfleet.rebalance_jobs (state, database, role, mode, drain_only, moves_planned)
+	err := s.pool.QueryRow(ctx, `INSERT INTO pgfleet.rebalance_jobs (state, database, role, mode, drain_only, moves_planned)
 		VALUES ('running', $1, $2, $3, $4, $5) RETURNING job_id, started_at`,
 		j.Database, j.Role, j.Mode, j.DrainOnly, j.Planned).Scan(&j.ID, &j.Started)
 	if err != nil {
