@@ -167,16 +167,9 @@ func (ss *session) capturedRows(c *capture, what, hint string) (*selectRows, err
 				res.typmods = append(res.typmods, fd.TypeModifier)
 			}
 		case 'D':
-			var dr pgproto3.DataRow
-			if err := dr.Decode(body); err != nil {
+			row, ok := executor.TextRow(body)
+			if !ok {
 				return nil, pgerr.New(pgerr.Internal, "unreadable row")
-			}
-			row := make([]*string, len(dr.Values))
-			for i, v := range dr.Values {
-				if v != nil {
-					s := string(v)
-					row[i] = &s
-				}
 			}
 			res.rows = append(res.rows, row)
 		case 'E':

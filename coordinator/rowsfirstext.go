@@ -157,7 +157,7 @@ func describeOn(sc *pooling.ServerConn, query string, paramTail []byte, types []
 		// Closed first too: a Bind that failed skipped the last use's
 		// Close.
 		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(b)
-		b = wire.AppendFrame(b, 'P', append(append([]byte(conv+"\x00SELECT "+strings.Join(cols, ", ")), 0), oidTail(types)...))
+		b = wire.AppendFrame(b, 'P', append(append([]byte(conv+"\x00SELECT "+strings.Join(cols, ", ")), 0), executor.ParamTail(types)...))
 		bind := append([]byte("\x00"+conv+"\x00"), params[:len(params)-len(results)]...)
 		b = wire.AppendFrame(b, 'B', append(bind, 0, 0)) // results in text
 		b, _ = (&pgproto3.Execute{}).Encode(b)
@@ -179,16 +179,7 @@ func describeOn(sc *pooling.ServerConn, query string, paramTail []byte, types []
 		case 'T':
 			d.rowDesc = append([]byte(nil), body...)
 		case 'D':
-			var dr pgproto3.DataRow
-			if dr.Decode(body) == nil {
-				row = make([]*string, len(dr.Values))
-				for i, v := range dr.Values {
-					if v != nil {
-						s := string(v)
-						row[i] = &s
-					}
-				}
-			}
+			row, _ = executor.TextRow(body) // (a bad one: the count check below)
 		case 'E':
 			if werr == nil {
 				werr = executor.NewWorkerError(body)
@@ -204,16 +195,6 @@ func describeOn(sc *pooling.ServerConn, query string, paramTail []byte, types []
 		return nil, nil, pgerr.New(pgerr.Internal, "the default node gave %d parameter values for %d", len(row), len(types))
 	}
 	return d, row, nil
-}
-
-// oidTail is a Parse body's parameter types.
-func oidTail(oids []uint32) []byte {
-	b := make([]byte, 2, 2+4*len(oids))
-	b[0], b[1] = byte(len(oids)>>8), byte(len(oids))
-	for _, o := range oids {
-		b = append(b, byte(o>>24), byte(o>>16), byte(o>>8), byte(o))
-	}
-	return b
 }
 
 // rowsFirstText is st's text with the Bind's values (params: the Bind
@@ -253,7 +234,7 @@ func (ss *session) rowsFirstText(st *Statement, name string, d *rowsDesc, params
 	var now *rowsDesc
 	var texts []*string
 	err := ss.onStatementsNode(func(sc *pooling.ServerConn) (err error) {
-		now, texts, err = describeOn(sc, st.Query, oidTail(d.params), d.params, params)
+		now, texts, err = describeOn(sc, st.Query, executor.ParamTail(d.params), d.params, params)
 		return err
 	})
 	if err != nil {

@@ -113,19 +113,12 @@ func ReadText(sc *pooling.ServerConn) ([][]*string, error) {
 	err := Cycle(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'D':
-			var dr pgproto3.DataRow
-			if err := dr.Decode(body); err != nil {
+			row, ok := TextRow(body)
+			if !ok {
 				if werr == nil {
 					werr = pgerr.New(pgerr.Internal, "invalid DataRow from worker %s", sc.Addr)
 				}
 				return
-			}
-			row := make([]*string, len(dr.Values))
-			for i, v := range dr.Values {
-				if v != nil {
-					s := string(v)
-					row[i] = &s
-				}
 			}
 			rows = append(rows, row)
 		case 'E':
@@ -141,6 +134,23 @@ func ReadText(sc *pooling.ServerConn) ([][]*string, error) {
 		return nil, werr
 	}
 	return rows, nil
+}
+
+// TextRow is a DataRow body's values as text (nil: NULL); ok false when
+// the body is not a DataRow's.
+func TextRow(body []byte) (row []*string, ok bool) {
+	var dr pgproto3.DataRow
+	if dr.Decode(body) != nil {
+		return nil, false
+	}
+	row = make([]*string, len(dr.Values))
+	for i, v := range dr.Values {
+		if v != nil {
+			s := string(v)
+			row[i] = &s
+		}
+	}
+	return row, true
 }
 
 // ParamTail is the part of a Parse body after the query: parameter types.
