@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
@@ -89,6 +90,12 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 	}
 	text := st.Query
 	switch {
+	case st.cls.twoPhase:
+		// Run as a query: the coordinator's checks and the worker that
+		// holds the id (clientTwoPhase).
+		if _, gid, ok := twoPhaseStmt(text); ok && !strings.HasPrefix(gid, twophase.GIDPrefix) {
+			return bridgeDDL
+		}
 	case !st.cls.ddl && parseSignalCall(text) != nil:
 		return bridgeSignal
 	case st.cls.ddl && dropDatabase(text) != "":
@@ -891,7 +898,7 @@ func (ss *session) bridgeNow(st *Statement) uint8 {
 		return bridgeNone
 	case 0:
 		q := st.Query
-		may := st.cls.ddl || st.cls.fetch || startsWithWord(q, "declare") || startsWithWord(q, "move") ||
+		may := st.cls.ddl || st.cls.twoPhase || st.cls.fetch || startsWithWord(q, "declare") || startsWithWord(q, "move") ||
 			startsWithWord(q, "close") || planner.MentionsFunction(q) || planner.ContainsFold(q, "_backend") || mayRunRowsFirst(q)
 		v := int32(1)
 		if may {

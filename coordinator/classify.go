@@ -777,7 +777,9 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 	case "LISTEN":
 		setPin("LISTEN")
 	case "PREPARE":
-		setPin("SQL PREPARE")
+		if at(1) != "TRANSACTION" { // (PREPARE TRANSACTION ends the block)
+			setPin("SQL PREPARE")
+		}
 	case "LOAD":
 		setPin("LOAD")
 		c.ops = append(c.ops, paramOp{kind: opNone, tagText: "LOAD"})

@@ -1389,6 +1389,17 @@ func (ss *session) simpleQuery(body []byte) error {
 	ss.noteIdleChange(ctext, &cls)
 	ss.loginDDL = ss.loginDDL || cls.logins
 	ss.savepointShapes(&cls)
+	gidNode := int32(-1) // COMMIT or ROLLBACK PREPARED: the worker with the id
+	if cls.twoPhase && cls.count == 1 {
+		n, handled, err := ss.clientTwoPhase(text)
+		if handled {
+			return err
+		}
+		if err != nil {
+			return ss.queryError(err)
+		}
+		gidNode = n
+	}
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
 	}
@@ -1584,6 +1595,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if p.Kind() == planner.KindDefault {
 		node = ss.homeNode(text)
+		if gidNode >= 0 {
+			node = gidNode
+		}
 	}
 	if err := ss.txnCatalogCheck(p); err != nil {
 		return ss.queryError(err)

@@ -1,0 +1,195 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// A client's own two-phase commit. PREPARE TRANSACTION runs on the worker
+// its block is on (a block over several workers refuses it: multiCheck);
+// the prepared transaction then lives there, so COMMIT PREPARED and
+// ROLLBACK PREPARED, which may come from any session of any coordinator,
+// run on the worker that lists the id in pg_prepared_xacts. The checks
+// PostgreSQL makes at PREPARE TRANSACTION that a worker cannot make for
+// the fleet are made here first: a WITH HOLD cursor the coordinator keeps,
+// declared in the block, and an id already prepared on another worker.
+
+// gidLookupTimeout bounds the search of the workers for a prepared
+// transaction's id.
+const gidLookupTimeout = 10 * time.Second
+
+// twoPhaseStmt reads a statement of its own that is PREPARE TRANSACTION,
+// COMMIT PREPARED or ROLLBACK PREPARED: its kind and global id.
+func twoPhaseStmt(sql string) (pg_query.TransactionStmtKind, string, bool) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return 0, "", false
+	}
+	ts := tree.Stmts[0].GetStmt().GetTransactionStmt()
+	if ts == nil {
+		return 0, "", false
+	}
+	switch ts.Kind {
+	case pg_query.TransactionStmtKind_TRANS_STMT_PREPARE, pg_query.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED,
+		pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED:
+		return ts.Kind, ts.Gid, true
+	}
+	return 0, "", false
+}
+
+// clientTwoPhase handles a client's two-phase statement (a simple query of
+// its own) before it runs. PREPARE TRANSACTION that PostgreSQL would refuse
+// is answered here (handled), ending the block rolled back as a failed
+// PREPARE TRANSACTION does. For COMMIT PREPARED and ROLLBACK PREPARED
+// outside a block, node is the worker that holds the id (-1: none does, or
+// the statement is not one; it goes where it would).
+func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err error) {
+	kind, gid, ok := twoPhaseStmt(text)
+	if !ok || !ss.routes || strings.HasPrefix(gid, twophase.GIDPrefix) {
+		return -1, false, nil // (pgfleet's ids: refuseOwnGID)
+	}
+	if kind == pg_query.TransactionStmtKind_TRANS_STMT_PREPARE {
+		if ss.txStatus() != 'T' || ss.multi != nil || len(ss.parked) > 0 || len(ss.citusPending) > 0 {
+			// A failed block's or none: as ROLLBACK, or a warning; a
+			// block over several workers: refused (multiCheck).
+			return -1, false, nil
+		}
+		for _, c := range ss.cursors {
+			if c.hold && c.pending {
+				return -1, true, ss.failPrepare(pgerr.New(pgerr.FeatureNotSupported,
+					"cannot PREPARE a transaction that has created a cursor WITH HOLD"))
+			}
+		}
+		here := ss.currentNode()
+		found, err := ss.gidNodes(gid)
+		if err != nil {
+			return -1, true, ss.failPrepare(err)
+		}
+		for _, f := range found {
+			if f.node != here {
+				return -1, true, ss.failPrepare(pgerr.New(pgerr.DuplicateObject,
+					"transaction identifier %q is already in use", gid))
+			}
+		}
+		return -1, false, nil
+	}
+	if ss.txStatus() != 'I' {
+		return -1, false, nil // PostgreSQL's 25001 or 25P02, from the block's worker
+	}
+	found, err := ss.gidNodes(gid)
+	if err != nil {
+		return -1, false, err
+	}
+	var mine []int32
+	for _, f := range found {
+		if f.database == ss.database {
+			mine = append(mine, f.node)
+		}
+	}
+	switch {
+	case len(found) == 0:
+		return -1, false, nil // PostgreSQL's 42704, from wherever it goes
+	case len(mine) > 1:
+		return -1, false, pgerr.New(pgerr.FeatureNotSupported,
+			"prepared transaction %q exists on %d workers of the fleet", gid, len(mine)).
+			WithHint("Connect to each worker directly to commit or roll back its transaction of that id.")
+	case len(mine) == 1:
+		node = mine[0]
+	default:
+		node = found[0].node // PostgreSQL's "belongs to another database"
+	}
+	if ss.pinned != "" && ss.sc != nil && node != ss.node {
+		return -1, false, pgerr.New(pgerr.FeatureNotSupported,
+			"%s of a transaction prepared on another worker is not supported in a session pinned to one worker connection (%s)",
+			strings.ToUpper(strings.Fields(text)[0])+" PREPARED", ss.pinned).
+			WithHint("Run it from a new session.")
+	}
+	return node, false, nil
+}
+
+// gidAt is a worker that lists a prepared transaction's id, and the
+// database the transaction belongs to.
+type gidAt struct {
+	node     int32
+	database string
+}
+
+// gidNodes asks every worker of the catalog which prepared transactions
+// have the global id gid.
+func (ss *session) gidNodes(gid string) ([]gidAt, error) {
+	snap := ss.srv.catalog.Load()
+	if snap == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gidLookupTimeout)
+	defer cancel()
+	var out []gidAt
+	for _, n := range snap.Nodes {
+		c, err := ss.srv.adminConn(ctx, n, "postgres", ss.holding())
+		if err != nil {
+			return nil, pgerr.New(pgerr.ConnectionFailure, "looking for prepared transaction %q: %v", gid, err).
+				WithHint("Try again when every worker is reachable.")
+		}
+		var dbs []string
+		rows, err := c.Query(ctx, "SELECT database::pg_catalog.text FROM pg_catalog.pg_prepared_xacts WHERE gid OPERATOR(pg_catalog.=) $1::pg_catalog.text", gid)
+		if err == nil {
+			for rows.Next() {
+				var db string
+				if err = rows.Scan(&db); err != nil {
+					break
+				}
+				dbs = append(dbs, db)
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		pooling.Reclaim(context.Background(), c.PgConn())
+		if err != nil {
+			return nil, pgerr.New(pgerr.ConnectionFailure, "looking for prepared transaction %q on %s: %v", gid, n.Addr(), err).
+				WithHint("Try again when every worker is reachable.")
+		}
+		for _, db := range dbs {
+			out = append(out, gidAt{node: n.ID, database: db})
+		}
+	}
+	return out, nil
+}
+
+// failPrepare answers a PREPARE TRANSACTION the coordinator refuses with
+// err and ends the block rolled back, as a PREPARE TRANSACTION that fails
+// on PostgreSQL does. The block's worker is sent a PREPARE TRANSACTION
+// that fails there (an id longer than PostgreSQL takes), which rolls its
+// transaction back and ends the block; its error is hidden behind err.
+func (ss *session) failPrepare(err error) error {
+	if ss.sc == nil || ss.sc.TxStatus != 'T' {
+		// The block is the coordinator's alone (its BEGIN not sent yet).
+		ss.applyLocalTxn(&class{txn: "rollback"}, "ROLLBACK")
+		if len(ss.cursors) > 0 {
+			ss.endCursors(false)
+		}
+		b, _ := pgerr.Flatten(err).Encode(nil)
+		ss.out = append(ss.out, b...)
+		ss.out = readyForQuery(ss.out, ss.txStatus())
+		return nil
+	}
+	b, _ := pgerr.Flatten(err).Encode(nil)
+	ss.push(expect{kind: eSynth, synth: b})
+	ss.sc.SetBuf(append(ss.sc.Buf(), msgFailPrepare...))
+	ss.push(expect{kind: eRelay, term: tQuery, abort: true})
+	return ss.roundTrip()
+}
+
+// msgFailPrepare is a PREPARE TRANSACTION that PostgreSQL refuses after it
+// has begun to prepare (its id is longer than the 199 bytes it takes), so
+// that the transaction is rolled back and the block ended.
+var msgFailPrepare = appendQuery(nil, fmt.Sprintf("PREPARE TRANSACTION '%s'", strings.Repeat("x", 200)))

@@ -1,0 +1,142 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestClientTwoPhase: a client's own PREPARE TRANSACTION, COMMIT PREPARED
+// and ROLLBACK PREPARED give what PostgreSQL gives, over both protocols,
+// the statements side by side with a plain table's: the prepared
+// transaction is found from another session whichever worker it is on
+// (COMMIT PREPARED went to one worker: 42704 for a transaction prepared on
+// the other, its rows in limbo), the session is not pinned after it (a
+// later multi-shard SELECT was refused), an id prepared on another worker
+// is refused as PostgreSQL refuses one in use (42710), and a block that
+// declared a WITH HOLD cursor over a distributed table cannot be prepared
+// (0A000), each refusal ending the block rolled back.
+func TestClientTwoPhase(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	p := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "ctp_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('ctp_t', 'k', shard_count => 8)")
+	exec(t, p, "DROP TABLE IF EXISTS ctp_plain")
+	exec(t, p, "CREATE TABLE ctp_plain (k int PRIMARY KEY, v int)")
+	t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS ctp_plain") })
+	type side struct {
+		a, b  *pgx.Conn // two sessions
+		table string
+		gid   string // ids differ: the plain side is one of the workers
+	}
+	sides := []side{
+		{c, connect(t, srv.Addr()), "ctp_t", "ctpc"},
+		{p, connect(t, cl.Servers[1].Addr()), "ctp_plain", "ctpp"},
+	}
+	t.Cleanup(func() {
+		for _, w := range cl.Servers {
+			wc := connect(t, w.Addr())
+			rows, _ := wc.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'ctp%'")
+			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+			for _, g := range gids {
+				_, _ = wc.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
+			}
+		}
+	})
+	run := func(conn *pgx.Conn, s side, q string, mode pgx.QueryExecMode) string {
+		q = strings.NewReplacer("{t}", s.table, "{g}", s.gid).Replace(q)
+		rows, err := conn.Query(ctx, q, mode)
+		out := ""
+		if err == nil {
+			for rows.Next() {
+				v, _ := rows.Values()
+				out += fmt.Sprint(v)
+			}
+			rows.Close()
+			err = rows.Err()
+			out += rows.CommandTag().String()
+		}
+		if err != nil {
+			out += " E" + sqlState(err)
+		}
+		return out
+	}
+	step := func(other bool, q string, mode pgx.QueryExecMode) {
+		t.Helper()
+		var out [2]string
+		for i, s := range sides {
+			conn := s.a
+			if other {
+				conn = s.b
+			}
+			out[i] = run(conn, s, q, mode)
+		}
+		if out[0] != out[1] {
+			t.Errorf("%s (other session %v, mode %v): got %q, PostgreSQL %q", q, other, mode, out[0], out[1])
+		}
+	}
+	simple, ext := pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec
+	for _, mode := range []pgx.QueryExecMode{simple, ext} {
+		base := 0
+		if mode == ext {
+			base = 100
+		}
+		// Keys on every worker, each prepared in its own block; another
+		// session commits the odd ones and rolls back the even ones.
+		for k := base + 1; k <= base+8; k++ {
+			step(false, "BEGIN", simple)
+			step(false, fmt.Sprintf("INSERT INTO {t} VALUES (%d, %d)", k, k), mode)
+			step(false, "SET work_mem = '7MB'", mode)
+			step(false, fmt.Sprintf("PREPARE TRANSACTION '{g}%d'", k), mode)
+			step(false, "SHOW work_mem", mode)
+			step(false, fmt.Sprintf("SELECT count(*) FROM {t} WHERE k = %d", k), mode)
+			step(false, "RESET work_mem", mode)
+		}
+		step(false, "SELECT count(*) FROM {t}", mode) // not pinned: multi-shard
+		for k := base + 1; k <= base+8; k++ {
+			end := "COMMIT"
+			if k%2 == 0 {
+				end = "ROLLBACK"
+			}
+			step(true, fmt.Sprintf("%s PREPARED '{g}%d'", end, k), mode)
+			step(true, fmt.Sprintf("%s PREPARED '{g}%d'", end, k), mode) // gone: 42704
+		}
+		step(false, "SELECT string_agg(k::text, ',' ORDER BY k) FROM {t}", mode)
+		// One id, then the same id from blocks on every worker: 42710,
+		// the block rolled back and ended.
+		for k := base + 20; k <= base+27; k++ {
+			step(false, "BEGIN", simple)
+			step(false, fmt.Sprintf("INSERT INTO {t} VALUES (%d, 0)", k), mode)
+			step(false, fmt.Sprintf("PREPARE TRANSACTION '{g}dup%d'", base), mode)
+			step(false, fmt.Sprintf("SELECT count(*) FROM {t} WHERE k = %d", k), mode)
+		}
+		step(true, fmt.Sprintf("COMMIT PREPARED '{g}dup%d'", base), mode)
+		step(false, fmt.Sprintf("SELECT string_agg(k::text, ',' ORDER BY k) FROM {t} WHERE k >= %d", base+20), mode)
+		// A WITH HOLD cursor declared in the block: 0A000, rolled back.
+		step(false, "BEGIN", simple)
+		step(false, "DECLARE cur CURSOR WITH HOLD FOR SELECT k FROM {t} ORDER BY k", simple)
+		step(false, fmt.Sprintf("INSERT INTO {t} VALUES (%d, 0)", base+30), mode)
+		step(false, fmt.Sprintf("PREPARE TRANSACTION '{g}h%d'", base), mode)
+		step(false, "FETCH ALL cur", simple)
+		step(false, fmt.Sprintf("SELECT count(*) FROM {t} WHERE k = %d", base+30), mode)
+		step(true, fmt.Sprintf("COMMIT PREPARED '{g}h%d'", base), mode)
+		// In a block PostgreSQL refuses COMMIT PREPARED (25001).
+		step(false, "BEGIN", simple)
+		step(false, "INSERT INTO {t} VALUES (0, 0) ON CONFLICT DO NOTHING", mode)
+		step(false, fmt.Sprintf("COMMIT PREPARED '{g}%d'", base+1), mode)
+		step(false, "ROLLBACK", simple)
+	}
+	for i, w := range cl.Servers {
+		wc := connect(t, w.Addr())
+		if n := queryString(t, wc, "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid LIKE 'ctpc%'"); n != "0" {
+			t.Errorf("worker %d: %s of the client's prepared transactions left", i, n)
+		}
+	}
+}
