@@ -62,6 +62,48 @@ func (ss *session) endCursors(committed bool) {
 	}
 }
 
+// txnEnded ends what the coordinator keeps of a transaction that ended
+// (COMMIT or ROLLBACK, AND CHAIN too, maybe earlier in the pipeline than
+// the message at hand): its portals, and its cursors but the WITH HOLD
+// ones of a transaction that committed.
+func (ss *session) txnEnded(committed bool) {
+	if len(ss.cursors) > 0 {
+		ss.endCursors(committed)
+	}
+	if len(ss.scatterPortals) > 0 {
+		clear(ss.scatterPortals)
+	}
+	if len(ss.bridged) > 0 {
+		ss.endBlockPortals()
+	}
+}
+
+// endsTxn: a statement is COMMIT, ROLLBACK (AND CHAIN too) or ROLLBACK TO
+// SAVEPOINT, which end portals and cursors the coordinator keeps.
+func endsTxn(c *class) bool {
+	if c.txn == "commit" || c.txn == "rollback" {
+		return true
+	}
+	for _, op := range c.sps {
+		if op.kind == opRollbackTo {
+			return true
+		}
+	}
+	return false
+}
+
+// settleTxEnd has the worker answer the pipeline up to a COMMIT, ROLLBACK
+// or ROLLBACK TO sent in it (txEndQueued) before a message that binds,
+// describes or runs a portal: the ended transaction's portals and cursors
+// are gone then, as on PostgreSQL, which runs the messages in order
+// (adversary round 3: a multi-shard portal and a cursor gave rows after
+// them). skipped: a message before failed, and this one is skipped with
+// the rest of the pipeline.
+func (ss *session) settleTxEnd() (skipped bool, err error) {
+	ss.txEndQueued = false
+	return ss.answerBefore()
+}
+
 const (
 	cursorOptBinary   = 0x01
 	cursorOptNoScroll = 0x04

@@ -96,6 +96,11 @@ type session struct {
 	// answered by the coordinator (cursors.go).
 	cursors    map[string]*coordCursor
 	workerErrs int // worker errors relayed to the client so far (settle)
+	// txEndQueued: an Execute of COMMIT, ROLLBACK or ROLLBACK TO went to
+	// the worker in this pipeline, its answer not read yet; what the
+	// coordinator keeps of the transaction's portals and cursors is known
+	// only once it is (settleTxEnd).
+	txEndQueued bool
 	// clientMu orders writes to the client by others than the session's
 	// goroutine while it waits for input: a watcher relaying
 	// notifications, Shutdown telling the client.
@@ -1200,9 +1205,7 @@ func (ss *session) applyLocalTxn(cls *class, sql string) string {
 	if cls.txn == "commit" && !ss.pendingFailed {
 		tag = "COMMIT"
 	}
-	if len(ss.bridged) > 0 {
-		ss.endBlockPortals()
-	}
+	ss.txnEnded(tag == "COMMIT")
 	next := ""
 	if cls.chain {
 		next = ss.pendingBegin
@@ -2488,6 +2491,11 @@ func (ss *session) bind(body []byte) error {
 	if !ok1 || !ok2 {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Bind message")
 	}
+	if ss.txEndQueued {
+		if skipped, err := ss.settleTxEnd(); skipped || err != nil {
+			return err
+		}
+	}
 	if len(ss.bridged) > 0 {
 		if len(portal) > 0 && ss.bridged[string(portal)] != nil {
 			if ss.txStatus() == 'E' {
@@ -2732,6 +2740,11 @@ func (ss *session) describe(body []byte) error {
 			ss.push(expect{kind: eSynth, synth: msgNoData})
 			return nil
 		}
+		if ss.txEndQueued {
+			if skipped, err := ss.settleTxEnd(); skipped || err != nil {
+				return err
+			}
+		}
 		if bp := ss.bridged[string(name)]; bp != nil {
 			ss.bridgeDescribe(bp.st, bp.kind, false, bp.results)
 			return nil
@@ -2739,11 +2752,19 @@ func (ss *session) describe(body []byte) error {
 		if cur := ss.cursors[string(name)]; cur != nil && len(name) > 0 {
 			// A cursor is a portal: psycopg's named cursor describes it
 			// by its name after DECLARE.
+			if ss.txStatus() == 'E' {
+				ss.synthError(errFailedTxn) // as PostgreSQL's for a portal of rows
+				return nil
+			}
 			ss.push(expect{kind: eSynth, synth: wire.AppendFrame(nil, 'T', cur.rowDesc)})
 			return nil
 		}
 		if len(ss.scatterPortals) > 0 {
 			if sp := ss.scatterPortals[string(name)]; sp != nil {
+				if ss.txStatus() == 'E' && sp.keptAtSync() {
+					ss.synthError(errFailedTxn) // as PostgreSQL's for a portal of rows
+					return nil
+				}
 				ss.push(expect{kind: eSynth, synth: sp.describe()})
 				return nil
 			}
@@ -2766,6 +2787,11 @@ func (ss *session) execute(body []byte) error {
 	portal, _, ok := wire.CBytes(body)
 	if !ok {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "invalid Execute message")
+	}
+	if ss.txEndQueued {
+		if skipped, err := ss.settleTxEnd(); skipped || err != nil {
+			return err
+		}
 	}
 	if bp := ss.bridged[string(portal)]; bp != nil {
 		return ss.bridgeExecute(bp, executeMaxRows(body))
@@ -2832,6 +2858,9 @@ func (ss *session) execute(body []byte) error {
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'E', body))
 	ss.push(expect{kind: eRelay, term: tExecute, stmt: st})
+	if st != nil && endsTxn(&st.cls) {
+		ss.txEndQueued = true
+	}
 	return nil
 }
 
@@ -3386,6 +3415,9 @@ func (ss *session) noteTag(e *expect, body []byte) {
 			ss.stateRolledBack, ss.stateTxn = true, false
 		}
 	}
+	if c != nil && (c.txn == "commit" || c.txn == "rollback") && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
+		ss.txnEnded(string(tag) == "COMMIT")
+	}
 	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
 		ss.chained(string(tag) == "COMMIT")
 		return
@@ -3452,6 +3484,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 // endOfCycle runs at ReadyForQuery.
 func (ss *session) endOfCycle(status byte) {
 	ss.sc.TxStatus = status
+	ss.txEndQueued = false // every answer read
 	ss.cycles++
 	ss.setSeen = ss.setGen
 	ss.needSync = false

@@ -977,6 +977,7 @@ func (ss *session) multiExecute(st *Statement) error {
 		tag, err = ss.multiSavepoint(st.cls.sps[0], st.Query, func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) })
 	} else {
 		tag, extra, after, err = ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
+		ss.txnEnded(err == nil && tag == "COMMIT")
 	}
 	if len(extra) > 0 {
 		ss.push(expect{kind: eSynth, synth: extra})
