@@ -570,7 +570,7 @@ func (ss *session) bridgeBind(portal, name string, st *Statement, kind uint8, pa
 		var d *rowsDesc
 		if d, err = ss.rowsFirstDesc(st); err == nil {
 			rowDesc = d.rowDesc
-			if err = rowsFirstResults(d.rowDesc, results); err == nil {
+			if err = ss.rowsFirstResults(d.rowDesc, results); err == nil {
 				text, err = ss.rowsFirstText(st, name, d, params)
 			}
 		}
@@ -724,7 +724,24 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	if err != nil {
 		return err
 	}
-	answer, failed, cerr := extendedAnswer(ss.out[mark:], bp.results)
+	simple, results := ss.out[mark:], bp.results
+	if bp.kind == bridgeRowsFirst {
+		// Columns asked in binary that binaryRow cannot encode: the
+		// default node's (checked at the Bind, rowsFirstResults).
+		simple = append([]byte(nil), simple...)
+		ss.out = ss.out[:mark]
+		conv, ok, ferr := ss.serverFormats(simple, results)
+		if ferr != nil {
+			return ss.formatsLost(ferr)
+		}
+		if ok {
+			simple, results = conv, []byte{0, 0}
+		}
+		mark = len(ss.out)
+		ss.out = append(ss.out, simple...)
+		simple = ss.out[mark:]
+	}
+	answer, failed, cerr := extendedAnswer(simple, results)
 	ss.out = ss.out[:mark]
 	if cerr != nil {
 		ss.synthError(cerr)

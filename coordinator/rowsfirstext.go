@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"encoding/binary"
 	"errors"
 	"strconv"
 	"strings"
@@ -268,10 +269,16 @@ func (ss *session) rowsFirstText(st *Statement, name string, d *rowsDesc, params
 	return b.String(), nil
 }
 
-// rowsFirstResults refuses a Bind's binary result formats for columns the
-// bridge cannot give in binary (binaryRow): before the statement runs, so
-// that nothing is written for an answer that cannot be sent.
-func rowsFirstResults(rowDesc, results []byte) error {
+// rowsFirstResults checks a Bind's result formats against the statement's
+// columns (08P01 for a count that does not match) before the statement
+// runs, so that nothing is written for an answer that cannot be sent. The
+// simple path's rows are text: bool, text, int4 and int8 the bridge encodes
+// in binary itself (binaryRow); for other columns asked in binary the
+// default node reads the text back and sends the values in binary
+// (serverFormats), so their text must read back as the same value under
+// the session's settings (textColTypes), as a rows-first write's own
+// values must.
+func (ss *session) rowsFirstResults(rowDesc, results []byte) error {
 	if rowDesc == nil || len(results) < 2 {
 		return nil
 	}
@@ -283,23 +290,165 @@ func rowsFirstResults(rowDesc, results []byte) error {
 	if n > 1 && n != len(rd.Fields) {
 		return pgerr.New(pgerr.ProtocolViolation, "bind message has %d result formats but query has %d columns", n, len(rd.Fields))
 	}
+	var oids []uint32
+	var typmods []int32
 	for i, f := range rd.Fields {
-		format := uint16(0)
-		if n == 1 {
-			format = uint16(results[2])<<8 | uint16(results[3])
-		} else if i < n && 2+2*i+2 <= len(results) {
-			format = uint16(results[2+2*i])<<8 | uint16(results[3+2*i])
-		}
-		if format == 0 {
-			continue
-		}
-		switch f.DataTypeOID {
-		case oidBool, oidText, oidInt4, oidInt8:
-		default:
-			return pgerr.New(pgerr.FeatureNotSupported,
-				"binary format for column \"%s\" (type %d) of a statement run as a query first is not supported", f.Name, f.DataTypeOID).
-				WithHint("Ask for that column in text format.")
+		if resultFormat(results, i) != 0 && !bridgeEncodes(f.DataTypeOID) {
+			oids = append(oids, f.DataTypeOID)
+			typmods = append(typmods, f.TypeModifier)
 		}
 	}
+	if len(oids) == 0 {
+		return nil
+	}
+	_, err := ss.textColTypes(oids, typmods, "a write run as a query first over the extended protocol, its RETURNING rows asked in binary,",
+		"ask for that column in text format", false)
+	return err
+}
+
+// resultFormat is the format results (a Bind's result format count and
+// codes) gives column i.
+func resultFormat(results []byte, i int) uint16 {
+	n := int(binary.BigEndian.Uint16(results))
+	switch {
+	case n == 1 && len(results) >= 4:
+		return binary.BigEndian.Uint16(results[2:])
+	case i < n && 2+2*i+2 <= len(results):
+		return binary.BigEndian.Uint16(results[2+2*i:])
+	}
+	return 0
+}
+
+// bridgeEncodes: binaryRow encodes a value of the type in binary itself.
+func bridgeEncodes(oid uint32) bool {
+	switch oid {
+	case oidBool, oidText, oidInt4, oidInt8, oidVoid:
+		return true
+	}
+	return false
+}
+
+// serverFormats turns the text DataRows of a simple-path answer into
+// results' formats where binaryRow cannot: the default node reads each
+// row's values as parameters of the columns' types and sends them back in
+// those formats, all rows in one round trip. ok false: nothing to do.
+func (ss *session) serverFormats(answer, results []byte) (out []byte, ok bool, err error) {
+	if len(results) < 2 || !binaryResults(results) {
+		return nil, false, nil
+	}
+	var oids []uint32
+	var rows [][]*string
+	for typ, body := range frames(answer) {
+		switch typ {
+		case 'T':
+			var rd pgproto3.RowDescription
+			if rd.Decode(body) == nil {
+				for _, f := range rd.Fields {
+					oids = append(oids, f.DataTypeOID)
+				}
+			}
+		case 'D':
+			r, rok := executor.TextRow(body)
+			if !rok {
+				return nil, false, pgerr.New(pgerr.Internal, "unreadable data row")
+			}
+			rows = append(rows, r)
+		}
+	}
+	need := false
+	for i, o := range oids {
+		need = need || resultFormat(results, i) != 0 && !bridgeEncodes(o)
+	}
+	if !need || len(rows) == 0 {
+		return nil, false, nil
+	}
+	var conv [][]byte
+	err = ss.onStatementsNode(func(sc *pooling.ServerConn) (err error) {
+		conv, err = formatsOn(sc, oids, rows, results)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	k := 0
+	for typ, body := range frames(answer) {
+		if typ == 'D' {
+			body = conv[k]
+			k++
+		}
+		out = wire.AppendFrame(out, typ, body)
+	}
+	return out, true, nil
+}
+
+// formatsOn has sc read rows (text values, nil for NULL) as values of the
+// types oids and send them back in results' formats: a DataRow body for
+// each row, in order. The worker's first error is err.
+func formatsOn(sc *pooling.ServerConn, oids []uint32, rows [][]*string, results []byte) ([][]byte, error) {
+	const conv = "pgfleet.results"
+	cols := make([]string, len(oids))
+	for i := range oids {
+		cols[i] = "$" + strconv.Itoa(i+1)
+	}
+	b, _ := (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(sc.Buf())
+	b = wire.AppendFrame(b, 'P', append(append([]byte(conv+"\x00SELECT "+strings.Join(cols, ", ")), 0), executor.ParamTail(oids)...))
+	for _, r := range rows {
+		bind := append([]byte("\x00"+conv+"\x00"), 0, 0) // values in text
+		bind = binary.BigEndian.AppendUint16(bind, uint16(len(r)))
+		for _, v := range r {
+			if v == nil {
+				bind = binary.BigEndian.AppendUint32(bind, ^uint32(0))
+				continue
+			}
+			bind = binary.BigEndian.AppendUint32(bind, uint32(len(*v)))
+			bind = append(bind, *v...)
+		}
+		b = wire.AppendFrame(b, 'B', append(bind, results...))
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+	}
+	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(b)
+	sc.SetBuf(appendSync(b))
+	if err := sc.Flush(); err != nil {
+		sc.MarkBroken()
+		return nil, executor.LostWorker(sc.Addr, err)
+	}
+	var out [][]byte
+	var werr *executor.WorkerError
+	err := executor.Cycle(sc, func(typ byte, body []byte) {
+		switch typ {
+		case 'D':
+			out = append(out, append([]byte(nil), body...))
+		case 'E':
+			if werr == nil {
+				werr = executor.NewWorkerError(body)
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case werr != nil:
+		return nil, werr
+	case len(out) != len(rows):
+		return nil, pgerr.New(pgerr.Internal, "the default node gave %d rows for %d", len(out), len(rows))
+	}
+	return out, nil
+}
+
+// formatsLost answers a rows-first Execute whose statement ran but whose
+// RETURNING rows the default node could not give in binary (checked at the
+// Bind, so a lost connection or the like): the client must know the write
+// ran, committed outside a transaction block.
+func (ss *session) formatsLost(err error) error {
+	if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
+		return err
+	}
+	where := "and committed"
+	if ss.inTxn() {
+		where = "in the transaction block"
+	}
+	ss.synthError(pgerr.New(pgerr.Internal, "the write ran %s, but its RETURNING rows could not be given in binary: %v", where, err).
+		WithHint("Ask for the RETURNING columns in text format."))
+	ss.skipping = true // the rest of the pipeline, to its Sync
 	return nil
 }
