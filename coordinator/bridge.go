@@ -570,7 +570,7 @@ func (ss *session) bridgeBind(portal, name string, st *Statement, kind uint8, pa
 		var d *rowsDesc
 		if d, err = ss.rowsFirstDesc(st); err == nil {
 			rowDesc = d.rowDesc
-			if err = ss.rowsFirstResults(d.rowDesc, results); err == nil {
+			if err = ss.rowsFirstResults(d, results); err == nil {
 				text, err = ss.rowsFirstText(st, name, d, params)
 			}
 		}

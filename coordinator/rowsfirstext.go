@@ -35,6 +35,9 @@ import (
 type rowsDesc struct {
 	params  []uint32
 	rowDesc []byte
+	// binaryOK: the session's settings and the result formats under which
+	// rowsFirstResults last found the binary columns' text to read back.
+	binaryOK string
 }
 
 // maxRowsDescs bounds the descriptions a session keeps.
@@ -278,12 +281,16 @@ func (ss *session) rowsFirstText(st *Statement, name string, d *rowsDesc, params
 // (serverFormats), so their text must read back as the same value under
 // the session's settings (textColTypes), as a rows-first write's own
 // values must.
-func (ss *session) rowsFirstResults(rowDesc, results []byte) error {
-	if rowDesc == nil || len(results) < 2 {
+func (ss *session) rowsFirstResults(d *rowsDesc, results []byte) error {
+	if d.rowDesc == nil || len(results) < 2 {
+		return nil
+	}
+	key := ss.cursorSettings() + "|" + string(results)
+	if d.binaryOK == key {
 		return nil
 	}
 	var rd pgproto3.RowDescription
-	if rd.Decode(rowDesc) != nil {
+	if rd.Decode(d.rowDesc) != nil {
 		return pgerr.New(pgerr.Internal, "unreadable row description")
 	}
 	n := int(uint16(results[0])<<8 | uint16(results[1]))
@@ -303,6 +310,9 @@ func (ss *session) rowsFirstResults(rowDesc, results []byte) error {
 	}
 	_, err := ss.textColTypes(oids, typmods, "a write run as a query first over the extended protocol, its RETURNING rows asked in binary,",
 		"ask for that column in text format", false)
+	if err == nil && !ss.settingsUnknown {
+		d.binaryOK = key
+	}
 	return err
 }
 
