@@ -427,25 +427,29 @@ func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead st
 	}
 	list := make([]string, len(oids))
 	pairs := make([]string, len(oids))
+	notBuiltIn := func(i int) error {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"%s carries %s through the coordinator, which does not support values of types that are not built in (%s %d) but enums and domains over built-in types yet", what, values, value, i+1).
+			WithHint(cast+", or %s.", "a built-in type (text)", instead)
+	}
 	for i, o := range oids {
-		if o >= 16384 {
-			return nil, pgerr.New(pgerr.FeatureNotSupported,
-				"%s carries %s through the coordinator, which does not support values of types that are not built in (%s %d) yet", what, values, value, i+1).
-				WithHint(cast+", or %s.", "a built-in type (text)", instead)
-		}
 		list[i] = strconv.FormatUint(uint64(o), 10)
 		pairs[i] = "(" + strconv.Itoa(i) + ", " + list[i] + "::pg_catalog.oid, " + strconv.Itoa(int(typmods[i])) + ")"
 	}
 	var rows [][]*string
 	err := ss.onDefaultNode(func(sc *pooling.ServerConn) (err error) {
 		// The type with the column's modifier: char(5) or bit(3) alone
-		// would be char(1) and bit(1).
-		rows, err = executor.QueryText(sc, `SELECT c.i::text, pg_catalog.format_type(t.oid, c.m), t.typname::text, t.typcategory::text,
-				coalesce(e.typname::text, ''), coalesce(e.typcategory::text, ''),
+		// would be char(1) and bit(1). A domain's (or an array of
+		// domains') text is its base type's; an enum's is its label.
+		rows, err = executor.QueryText(sc, `SELECT c.i::text, pg_catalog.format_type(t.oid, c.m), tb.typname::text, tb.typcategory::text,
+				coalesce(eb.typname::text, ''), coalesce(eb.typcategory::text, ''),
 				pg_catalog.current_setting('extra_float_digits'), pg_catalog.current_setting('DateStyle'),
-				pg_catalog.current_setting('IntervalStyle'), (t.typcollation <> 0)::text
+				pg_catalog.current_setting('IntervalStyle'), (t.typcollation <> 0)::text,
+				(tb.oid < 16384 OR tb.typtype = 'e' OR tb.typcategory = 'A' AND e.oid IS NOT NULL)::text, (e.oid IS NULL OR eb.oid < 16384 OR eb.typtype = 'e')::text
 			FROM (VALUES `+strings.Join(pairs, ", ")+`) c(i, o, m) JOIN pg_catalog.pg_type t ON t.oid = c.o
-			LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'`)
+			JOIN pg_catalog.pg_type tb ON tb.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+			LEFT JOIN pg_catalog.pg_type e ON e.oid = tb.typelem AND tb.typcategory = 'A'
+			LEFT JOIN pg_catalog.pg_type eb ON eb.oid = CASE WHEN e.typtype = 'd' THEN e.typbasetype ELSE e.oid END`)
 		return err
 	})
 	if err != nil {
@@ -459,7 +463,7 @@ func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead st
 				vals[i] = *v
 			}
 		}
-		if len(vals) == 10 {
+		if len(vals) == 12 {
 			byCol[vals[0]] = vals
 		}
 	}
@@ -468,6 +472,9 @@ func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead st
 		r := byCol[strconv.Itoa(i)]
 		if r == nil {
 			return nil, pgerr.New(pgerr.Internal, "no type with OID %s", o)
+		}
+		if r[10] != "true" || r[11] != "true" {
+			return nil, notBuiltIn(i)
 		}
 		name, typ, cat, etyp, ecat, efd, dateStyle, intervalStyle := r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]
 		out[i] = textType{name: name, array: cat == "A", collatable: r[9] == "true"}
@@ -501,7 +508,9 @@ func textLossy(typ, cat, efd, dateStyle, intervalStyle string) string {
 		if intervalStyle == "sql_standard" {
 			return "may not read back under IntervalStyle sql_standard"
 		}
-	case cat == "G" || cat == "R" || cat == "C" || cat == "P" || cat == "X" || cat == "Z" || cat == "E" || cat == "A":
+	case cat == "E":
+		// An enum's text is its label, which reads back as itself.
+	case cat == "G" || cat == "R" || cat == "C" || cat == "P" || cat == "X" || cat == "Z" || cat == "A":
 		return "is not supported this way yet"
 	}
 	return ""

@@ -293,7 +293,7 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 			calls = append(calls, c)
 		}
 	}
-	if len(calls) == 0 && len(qf.Ops) == 0 && len(qf.Types) == 0 && len(qf.Rels) == 0 {
+	if len(calls) == 0 && len(qf.Ops) == 0 && len(qf.Types) == 0 && len(qf.ConstTypes) == 0 && len(qf.Rels) == 0 {
 		return nil
 	}
 	arr := func(l []string) string {
@@ -314,7 +314,9 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 					WHERE a.aggfnoid = p.oid AND t.provolatile = 'v'))),
 			(SELECT min(o.oprname::text) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
 				WHERE o.oprname = ANY (`+arr(qf.Ops)+`) AND f.provolatile = 'v'),
-			(SELECT min(t) FROM pg_catalog.unnest(`+arr(qf.Types)+`) t WHERE pg_catalog.to_regtype(t)::oid >= 16384),
+			(SELECT min(t) FROM (SELECT t FROM pg_catalog.unnest(`+arr(qf.Types)+`) t WHERE pg_catalog.to_regtype(t)::oid >= 16384
+				UNION ALL SELECT t FROM pg_catalog.unnest(`+arr(qf.ConstTypes)+`) t JOIN pg_catalog.pg_type y ON y.oid = pg_catalog.to_regtype(t)::oid
+				WHERE y.oid >= 16384 AND y.typtype <> 'e') u),
 			(SELECT min(c.relname::text) FROM pg_catalog.pg_class c WHERE c.relkind = 'v' AND c.relname = ANY (`+arr(qf.Rels)+`))`)
 		return err
 	})

@@ -40,6 +40,10 @@ type SubqueryFirst struct {
 	// a user type may call a function of the user's, a domain its CHECK.
 	// Rels are the relations they read, by name: a view may call anything.
 	Types, Rels []string
+	// ConstTypes are the types the subqueries cast a string constant to
+	// ('ok'::mood, as a rows-first write's parameters become): an enum's
+	// is read as the statement is analysed, calling nothing at run time.
+	ConstTypes []string
 	// tmpl is the statement with a marker (markers[k], a SELECT of a
 	// string) in subquery k's place.
 	tmpl    string
@@ -210,8 +214,13 @@ func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 		if m := mutability(sl.Subselect); m != nil {
 			sf.Calls, sf.Ops = append(sf.Calls, m.Calls...), append(sf.Ops, m.Ops...)
 		}
+		constCast := map[*pg_query.TypeName]bool{}
 		Walk(sl.Subselect, func(m proto.Message) {
 			switch x := m.(type) {
+			case *pg_query.TypeCast: // (before its TypeName)
+				if c := x.Arg.GetAConst(); c != nil && c.GetSval() != nil && x.TypeName != nil {
+					constCast[x.TypeName] = true
+				}
 			case *pg_query.SubLink: // x op ANY (SELECT ...): its operator; IN's is =
 				if l := len(x.OperName); l > 0 {
 					sf.Ops = append(sf.Ops, x.OperName[l-1].GetString_().GetSval())
@@ -235,7 +244,11 @@ func (b *builder) subqueryFirst(stmt *pg_query.Node, cause error) error {
 				for _, n := range x.Names {
 					parts = append(parts, quoteIdent(n.GetString_().GetSval()))
 				}
-				if len(parts) > 0 {
+				switch {
+				case len(parts) == 0:
+				case constCast[x]:
+					sf.ConstTypes = append(sf.ConstTypes, strings.Join(parts, "."))
+				default:
 					sf.Types = append(sf.Types, strings.Join(parts, "."))
 				}
 			}
