@@ -46,6 +46,7 @@ const (
 	bridgeCursor    // FETCH, MOVE or CLOSE of a coordinator's cursor
 	bridgeSignal    // pg_cancel_backend or pg_terminate_backend (signal.go)
 	bridgeRowsFirst // a write that runs a query first (rowsfirstext.go)
+	bridgeTwoPhase  // a client's PREPARE TRANSACTION, COMMIT or ROLLBACK PREPARED (clienttwophase.go)
 )
 
 // bridgePortal is a Bind of a bridged statement.
@@ -91,10 +92,21 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 	text := st.Query
 	switch {
 	case st.cls.twoPhase:
-		// Run as a query: the coordinator's checks and the worker that
-		// holds the id (clientTwoPhase).
-		if _, gid, ok := twoPhaseStmt(text); ok && !strings.HasPrefix(gid, twophase.GIDPrefix) {
-			return bridgeDDL
+		// Run as a query where the coordinator has work to do
+		// (clientTwoPhase): PREPARE TRANSACTION in a live block (its
+		// checks), COMMIT and ROLLBACK PREPARED outside one (the worker
+		// that holds the id). Elsewhere the worker answers as it is
+		// (ROLLBACK in a failed block, 25P02 or 25001).
+		kind, gid, ok := twoPhaseStmt(text)
+		if !ok || strings.HasPrefix(gid, twophase.GIDPrefix) {
+			return bridgeNone
+		}
+		if kind == pg_query.TransactionStmtKind_TRANS_STMT_PREPARE {
+			if ss.txStatus() == 'T' {
+				return bridgeTwoPhase
+			}
+		} else if ss.txStatus() == 'I' {
+			return bridgeTwoPhase
 		}
 	case !st.cls.ddl && parseSignalCall(text) != nil:
 		return bridgeSignal
@@ -664,6 +676,13 @@ func bridgeMore(bp *bridgePortal) error {
 		return errBridgeSignalMore
 	case bridgeRowsFirst:
 		return errRowsFirstPipeline
+	case bridgeTwoPhase:
+		// PostgreSQL's answer after statements that ran in the pipeline.
+		name := "COMMIT PREPARED"
+		if kind, _, _ := twoPhaseStmt(bp.st.Query); kind == pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED {
+			name = "ROLLBACK PREPARED"
+		}
+		return pgerr.New(pgerr.ActiveSQLTransaction, "%s cannot be executed within a pipeline", name)
 	}
 	return errBridgeMore
 }
@@ -701,13 +720,15 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 			ss.synthError(bridgeMore(bp)) // statements of this pipeline ran before it
 			return nil
 		}
-		more, err := ss.pipelineGoesOn()
-		if err != nil {
-			return err
-		}
-		if more {
-			ss.synthError(bridgeMore(bp))
-			return nil
+		if bp.kind != bridgeTwoPhase { // (it commits at once on PostgreSQL too, the rest after it)
+			more, err := ss.pipelineGoesOn()
+			if err != nil {
+				return err
+			}
+			if more {
+				ss.synthError(bridgeMore(bp))
+				return nil
+			}
 		}
 	}
 	if skipped, err := ss.answerBefore(); skipped || err != nil {

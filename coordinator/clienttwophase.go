@@ -57,6 +57,13 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 		return -1, false, nil // (pgfleet's ids: refuseOwnGID)
 	}
 	if kind == pg_query.TransactionStmtKind_TRANS_STMT_PREPARE {
+		if rb := (class{count: 1, txn: "rollback"}); ss.pendingFailed && ss.localTxnOK(&rb) {
+			// A block the coordinator failed before a worker saw it:
+			// PostgreSQL's PREPARE TRANSACTION of a failed block rolls
+			// it back (adversary: 25P02, the block left failed).
+			ss.localTxn(&rb, "ROLLBACK")
+			return -1, true, nil
+		}
 		if ss.txStatus() != 'T' || ss.multi != nil || len(ss.parked) > 0 || len(ss.citusPending) > 0 {
 			// A failed block's or none: as ROLLBACK, or a warning; a
 			// block over several workers: refused (multiCheck).
@@ -193,3 +200,17 @@ func (ss *session) failPrepare(err error) error {
 // has begun to prepare (its id is longer than the 199 bytes it takes), so
 // that the transaction is rolled back and the block ended.
 var msgFailPrepare = appendQuery(nil, fmt.Sprintf("PREPARE TRANSACTION '%s'", strings.Repeat("x", 200)))
+
+// preparesTxn: one of sql's statements is PREPARE TRANSACTION.
+func preparesTxn(sql string) bool {
+	lx := lexer{s: sql}
+	for {
+		n, _, _, more := lx.statement()
+		if n > 1 && oneOf(lx.words[0], "PREPARE") && oneOf(lx.words[1], "TRANSACTION") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}

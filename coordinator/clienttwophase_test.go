@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -137,6 +138,119 @@ func TestClientTwoPhase(t *testing.T) {
 		wc := connect(t, w.Addr())
 		if n := queryString(t, wc, "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid LIKE 'ctpc%'"); n != "0" {
 			t.Errorf("worker %d: %s of the client's prepared transactions left", i, n)
+		}
+	}
+}
+
+// TestClientTwoPhaseEdges: adversary findings on a client's two-phase
+// commit. Message for message beside plain PostgreSQL: PREPARE TRANSACTION
+// over the extended protocol in a failed block is its ROLLBACK (it was
+// 25P02, the block left failed); COMMIT PREPARED parsed in a failed block
+// is 25P02 and is not defined (it was accepted, and a later Execute
+// committed); COMMIT PREPARED first in a pipeline commits and the rest
+// runs (0A000 before), after another statement it is 25001. Refused:
+// PREPARE TRANSACTION in a string of several statements (its checks are
+// for one of its own: it prepared a block that had declared a WITH HOLD
+// cursor). A block the coordinator failed before any worker saw it ends
+// with ROLLBACK at PREPARE TRANSACTION, as PostgreSQL's failed block.
+func TestClientTwoPhaseEdges(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	p := connect(t, cl.Servers[1].Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "ctpe_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('ctpe_t', 'k', shard_count => 8)")
+	exec(t, p, "DROP TABLE IF EXISTS ctpe_plain")
+	exec(t, p, "CREATE TABLE ctpe_plain (k int PRIMARY KEY, v int)")
+	t.Cleanup(func() {
+		for _, w := range cl.Servers {
+			wc := connect(t, w.Addr())
+			rows, _ := wc.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'ctpe%'")
+			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+			for _, g := range gids {
+				_, _ = wc.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
+			}
+		}
+		_, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS ctpe_plain")
+	})
+	fleet := protoDial(t, srv.Addr(), "pgfleet")
+	oracle := protoDial(t, cl.Servers[1].Addr(), "postgres")
+	q := func(sql string) pgproto3.FrontendMessage { return &pgproto3.Query{String: sql} }
+	run := func(sql string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Execute{}}
+	}
+	sync := &pgproto3.Sync{}
+	steps := [][]pgproto3.FrontendMessage{
+		// PREPARE TRANSACTION over the extended protocol in a failed block.
+		{q("BEGIN"), q("INSERT INTO {t} VALUES (1, 1), (2, 2)"), q("SELECT 1/0")},
+		append(run("PREPARE TRANSACTION '{g}a'"), sync),
+		{q("SELECT count(*) FROM {t}")},
+		{q("BEGIN"), q("SELECT 1/0")},
+		{&pgproto3.Parse{Query: "PREPARE TRANSACTION '{g}a'"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, sync},
+		{q("SELECT 1")},
+		// COMMIT PREPARED parsed in a failed block, bound after it.
+		{q("BEGIN"), q("INSERT INTO {t} VALUES (3, 3)"), q("PREPARE TRANSACTION '{g}b'")},
+		{q("BEGIN"), q("SELECT 1/0")},
+		{&pgproto3.Parse{Name: "s9", Query: "COMMIT PREPARED '{g}b'"}, sync},
+		{q("ROLLBACK")},
+		{&pgproto3.Bind{PreparedStatement: "s9"}, &pgproto3.Execute{}, sync},
+		{q("SELECT count(*) FROM {t}")},
+		// COMMIT PREPARED first in a pipeline, then another statement.
+		append(append(run("COMMIT PREPARED '{g}b'"), run("SELECT count(*) FROM {t}")...), sync),
+		// After another statement: 25001.
+		{q("BEGIN"), q("INSERT INTO {t} VALUES (4, 4)"), q("PREPARE TRANSACTION '{g}c'")},
+		append(append(run("SELECT 1"), run("ROLLBACK PREPARED '{g}c'")...), sync),
+		append(run("ROLLBACK PREPARED '{g}c'"), sync),
+		{q("SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM {t}")},
+	}
+	for i, msgs := range steps {
+		var got [2][]string
+		for j, side := range []struct {
+			c        *protoClient
+			table, g string
+		}{{fleet, "ctpe_t", "ctpec"}, {oracle, "ctpe_plain", "ctpep"}} {
+			r := strings.NewReplacer("{t}", side.table, "{g}", side.g)
+			out := make([]pgproto3.FrontendMessage, len(msgs))
+			zs := 0
+			for k, m := range msgs {
+				switch v := m.(type) {
+				case *pgproto3.Query:
+					m = &pgproto3.Query{String: r.Replace(v.String)}
+					zs++
+				case *pgproto3.Parse:
+					m = &pgproto3.Parse{Name: v.Name, Query: r.Replace(v.Query)}
+				case *pgproto3.Sync:
+					zs++
+				}
+				out[k] = m
+			}
+			got[j] = pipeRaw(t, side.c, zs, out...)
+		}
+		if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+			t.Errorf("step %d: got %q, PostgreSQL %q", i, got[0], got[1])
+		}
+	}
+	// Refused: PREPARE TRANSACTION in a string of several statements;
+	// nothing prepared.
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "INSERT INTO ctpe_t VALUES (20, 20)", simple)
+	_, err := c.Exec(context.Background(), "SELECT 1; PREPARE TRANSACTION 'ctpec_m'", simple)
+	wantRefusal(t, "PREPARE TRANSACTION in a string", err)
+	exec(t, c, "ROLLBACK", simple)
+	// A block the coordinator failed before a worker saw it.
+	exec(t, c, "BEGIN", simple)
+	_, err = c.Exec(context.Background(), "SELECT name FROM pg_prepared_statements", simple)
+	wantRefusal(t, "pg_prepared_statements", err)
+	tag, err := c.PgConn().Exec(context.Background(), "PREPARE TRANSACTION 'ctpec_f'").ReadAll()
+	if err != nil || len(tag) != 1 || tag[0].CommandTag.String() != "ROLLBACK" {
+		t.Errorf("PREPARE TRANSACTION in a block the coordinator failed: %v %v, want ROLLBACK", tag, err)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM ctpe_t WHERE k = 20"); got != "0" {
+		t.Errorf("after the refusals: %s rows of k = 20, want 0", got)
+	}
+	for i, w := range cl.Servers {
+		if n := queryString(t, connect(t, w.Addr()), "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid LIKE 'ctpec%'"); n != "0" {
+			t.Errorf("worker %d: %s prepared transactions left", i, n)
 		}
 	}
 }

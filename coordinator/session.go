@@ -1393,6 +1393,15 @@ func (ss *session) simpleQuery(body []byte) error {
 	ss.loginDDL = ss.loginDDL || cls.logins
 	ss.savepointShapes(&cls)
 	gidNode := int32(-1) // COMMIT or ROLLBACK PREPARED: the worker with the id
+	if cls.twoPhase && cls.count > 1 && preparesTxn(ctext) {
+		// The coordinator's checks (clientTwoPhase) are for a statement
+		// of its own (adversary: one in a string prepared a block that
+		// had declared a WITH HOLD cursor, and an id used on another
+		// worker).
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+			"PREPARE TRANSACTION in a query string of several statements is not supported").
+			WithHint("Send PREPARE TRANSACTION as a statement of its own."))
+	}
 	if cls.twoPhase && cls.count == 1 {
 		n, handled, err := ss.clientTwoPhase(text)
 		if handled {
