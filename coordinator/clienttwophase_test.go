@@ -201,6 +201,9 @@ func TestClientTwoPhaseEdges(t *testing.T) {
 		{q("BEGIN"), q("INSERT INTO {t} VALUES (4, 4)"), q("PREPARE TRANSACTION '{g}c'")},
 		append(append(run("SELECT 1"), run("ROLLBACK PREPARED '{g}c'")...), sync),
 		append(run("ROLLBACK PREPARED '{g}c'"), sync),
+		// Outside a block, in a pipeline: a warning and ROLLBACK, the
+		// pipeline's write kept (it was refused and lost).
+		append(append(append(run("INSERT INTO {t} VALUES (5, 5)"), run("PREPARE TRANSACTION '{g}d'")...), run("SELECT 1")...), sync),
 		{q("SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM {t}")},
 	}
 	for i, msgs := range steps {
