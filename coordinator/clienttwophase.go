@@ -72,7 +72,8 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 		for _, c := range ss.cursors {
 			if c.hold && c.pending {
 				return -1, true, ss.failPrepare(pgerr.New(pgerr.FeatureNotSupported,
-					"cannot PREPARE a transaction that has created a cursor WITH HOLD"))
+					"cannot PREPARE a transaction that has created a cursor WITH HOLD").
+					WithHint("Close the cursor before PREPARE TRANSACTION, or declare it without WITH HOLD."))
 			}
 		}
 		here := ss.currentNode()
