@@ -734,34 +734,68 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	if skipped, err := ss.answerBefore(); skipped || err != nil {
 		return err
 	}
-	unnamed, hadUnnamed := ss.stmts[""]
-	mark := len(ss.out)
-	ss.bridging = true
-	err := ss.simpleQuery(append([]byte(bp.text), 0))
-	ss.bridging = false
-	if hadUnnamed {
-		ss.stmts[""] = unnamed // a simple Query would have dropped it
+	// Outside a block, a rows-first write whose RETURNING rows the
+	// default node turns into binary runs in a block of its own, committed
+	// once they are (adversary: a value whose text PostgreSQL cannot read
+	// back failed the conversion after the write had committed).
+	wrap := bp.kind == bridgeRowsFirst && !ss.inTxn() && ss.txBegin == "" && ss.serverFormatted(bp)
+	if wrap {
+		out, err := ss.bridgeQuery("BEGIN")
+		if err != nil {
+			return err
+		}
+		if e := errorFrame(out); e != nil {
+			ss.out = append(ss.out, e...)
+			ss.skipping = true
+			return nil
+		}
 	}
+	simple, err := ss.bridgeQuery(bp.text)
 	if err != nil {
 		return err
 	}
-	simple, results := ss.out[mark:], bp.results
+	results := bp.results
 	if bp.kind == bridgeRowsFirst {
 		// Columns asked in binary that binaryRow cannot encode: the
 		// default node's (checked at the Bind, rowsFirstResults).
-		simple = append([]byte(nil), simple...)
-		ss.out = ss.out[:mark]
-		conv, ok, ferr := ss.serverFormats(simple, results)
-		if ferr != nil {
+		var conv []byte
+		var ok bool
+		var ferr error
+		ran := errorFrame(simple) == nil
+		if ran {
+			conv, ok, ferr = ss.serverFormats(simple, results)
+		}
+		if wrap {
+			end := "COMMIT"
+			if !ran || ferr != nil {
+				end = "ROLLBACK"
+			}
+			out, err := ss.bridgeQuery(end)
+			if err != nil {
+				return err
+			}
+			if e := errorFrame(out); e != nil && ran && ferr == nil {
+				ss.out = append(ss.out, e...) // COMMIT's error (a deferred constraint) is the answer
+				ss.skipping = true
+				return nil
+			}
+			if ferr != nil {
+				ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+					"the RETURNING rows of this statement, run as a query first, could not be given in binary (nothing was written): %s", pgerr.Flatten(ferr).Message).
+					WithHint("Ask for the RETURNING columns in text format."))
+				ss.skipping = true
+				return nil
+			}
+		} else if ferr != nil {
 			return ss.formatsLost(ferr)
 		}
 		if ok {
 			simple, results = conv, []byte{0, 0}
 		}
-		mark = len(ss.out)
-		ss.out = append(ss.out, simple...)
-		simple = ss.out[mark:]
 	}
+	mark := len(ss.out)
+	ss.out = append(ss.out, simple...)
+	simple = ss.out[mark:]
 	answer, failed, cerr := extendedAnswer(simple, results)
 	ss.out = ss.out[:mark]
 	if cerr != nil {
@@ -786,6 +820,35 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 		}
 	}
 	ss.out = append(ss.out, bp.next(maxRows, true)...)
+	return nil
+}
+
+// bridgeQuery runs sql through the simple query path for a bridged
+// Execute and returns its answer (taken off the client's output).
+func (ss *session) bridgeQuery(sql string) ([]byte, error) {
+	unnamed, hadUnnamed := ss.stmts[""]
+	mark := len(ss.out)
+	ss.bridging = true
+	err := ss.simpleQuery(append([]byte(sql), 0))
+	ss.bridging = false
+	if hadUnnamed {
+		ss.stmts[""] = unnamed // a simple Query would have dropped it
+	}
+	if err != nil {
+		return nil, err // (what it answered stays for the client)
+	}
+	out := append([]byte(nil), ss.out[mark:]...)
+	ss.out = ss.out[:mark]
+	return out, nil
+}
+
+// errorFrame is the first ErrorResponse frame of answer, nil if none.
+func errorFrame(answer []byte) []byte {
+	for typ, body := range frames(answer) {
+		if typ == 'E' {
+			return wire.AppendFrame(nil, typ, body)
+		}
+	}
 	return nil
 }
 

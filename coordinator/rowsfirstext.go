@@ -316,6 +316,25 @@ func (ss *session) rowsFirstResults(d *rowsDesc, results []byte) error {
 	return err
 }
 
+// serverFormatted: bp's RETURNING columns include one asked in binary that
+// binaryRow cannot encode, which serverFormats has the default node give.
+func (ss *session) serverFormatted(bp *bridgePortal) bool {
+	d := ss.rowsDescs[bp.st]
+	if d == nil || d.rowDesc == nil || len(bp.results) < 2 || !binaryResults(bp.results) {
+		return false
+	}
+	var rd pgproto3.RowDescription
+	if rd.Decode(d.rowDesc) != nil {
+		return true
+	}
+	for i, f := range rd.Fields {
+		if resultFormat(bp.results, i) != 0 && !bridgeEncodes(f.DataTypeOID) {
+			return true
+		}
+	}
+	return false
+}
+
 // resultFormat is the format results (a Bind's result format count and
 // codes) gives column i.
 func resultFormat(results []byte, i int) uint16 {
@@ -393,7 +412,11 @@ func (ss *session) serverFormats(answer, results []byte) (out []byte, ok bool, e
 
 // formatsOn has sc read rows (text values, nil for NULL) as values of the
 // types oids and send them back in results' formats: a DataRow body for
-// each row, in order. The worker's first error is err.
+// each row, in order. The rows go in parts of about formatsChunk bytes,
+// each ending with a Sync whose answers are read before the next part is
+// written (adversary: 300,000 rows written at once filled both sockets,
+// each side waiting for the other to read). The worker's first error is
+// err.
 func formatsOn(sc *pooling.ServerConn, oids []uint32, rows [][]*string, results []byte) ([][]byte, error) {
 	const conv = "pgfleet.results"
 	cols := make([]string, len(oids))
@@ -402,7 +425,8 @@ func formatsOn(sc *pooling.ServerConn, oids []uint32, rows [][]*string, results 
 	}
 	b, _ := (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(sc.Buf())
 	b = wire.AppendFrame(b, 'P', append(append([]byte(conv+"\x00SELECT "+strings.Join(cols, ", ")), 0), executor.ParamTail(oids)...))
-	for _, r := range rows {
+	out := make([][]byte, 0, len(rows))
+	for i, r := range rows {
 		bind := append([]byte("\x00"+conv+"\x00"), 0, 0) // values in text
 		bind = binary.BigEndian.AppendUint16(bind, uint16(len(r)))
 		for _, v := range r {
@@ -415,35 +439,47 @@ func formatsOn(sc *pooling.ServerConn, oids []uint32, rows [][]*string, results 
 		}
 		b = wire.AppendFrame(b, 'B', append(bind, results...))
 		b, _ = (&pgproto3.Execute{}).Encode(b)
-	}
-	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(b)
-	sc.SetBuf(appendSync(b))
-	if err := sc.Flush(); err != nil {
-		sc.MarkBroken()
-		return nil, executor.LostWorker(sc.Addr, err)
-	}
-	var out [][]byte
-	var werr *executor.WorkerError
-	err := executor.Cycle(sc, func(typ byte, body []byte) {
-		switch typ {
-		case 'D':
-			out = append(out, append([]byte(nil), body...))
-		case 'E':
-			if werr == nil {
-				werr = executor.NewWorkerError(body)
-			}
+		last := i == len(rows)-1
+		if len(b) < formatsChunk && !last {
+			continue
 		}
-	})
-	switch {
-	case err != nil:
-		return nil, err
-	case werr != nil:
-		return nil, werr
-	case len(out) != len(rows):
+		if last {
+			b, _ = (&pgproto3.Close{ObjectType: 'S', Name: conv}).Encode(b)
+		}
+		sc.SetBuf(appendSync(b))
+		if err := sc.Flush(); err != nil {
+			sc.MarkBroken()
+			return nil, executor.LostWorker(sc.Addr, err)
+		}
+		var werr *executor.WorkerError
+		err := executor.Cycle(sc, func(typ byte, body []byte) {
+			switch typ {
+			case 'D':
+				out = append(out, append([]byte(nil), body...))
+			case 'E':
+				if werr == nil {
+					werr = executor.NewWorkerError(body)
+				}
+			}
+		})
+		switch {
+		case err != nil:
+			return nil, err
+		case werr != nil:
+			return nil, werr // (a statement left prepared: closed at the next use's start)
+		}
+		b = sc.Buf()[:0]
+	}
+	if len(out) != len(rows) {
 		return nil, pgerr.New(pgerr.Internal, "the default node gave %d rows for %d", len(out), len(rows))
 	}
 	return out, nil
 }
+
+// formatsChunk is about how many bytes of Bind and Execute messages
+// formatsOn writes before it reads their answers: well under what a
+// socket's buffers hold.
+const formatsChunk = 32 << 10
 
 // formatsLost answers a rows-first Execute whose statement ran but whose
 // RETURNING rows the default node could not give in binary (checked at the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -396,4 +397,59 @@ func rowsFirstTables(t *testing.T, c *pgx.Conn, prefix, more string) (fleet, ora
 		return queryStrings(t, c, r.Replace("SELECT concat_ws(',', "+shown+") FROM {o} ORDER BY id"))
 	}
 	return fleet, oracle, state
+}
+
+// TestRowsFirstBinaryReturningEdges: adversary findings on RETURNING rows
+// given in binary by the default node. A value whose text PostgreSQL
+// cannot read back (the smallest interval, under IntervalStyle postgres)
+// is refused with nothing written (the write had committed, the client
+// got XX000); a result of many rows comes back whole (the conversion
+// wrote them all before reading, both sockets filled, and the session
+// hung with its write committed).
+func TestRowsFirstBinaryReturningEdges(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	ctx := context.Background()
+	testTable(t, c, "rfb_t", "(id int PRIMARY KEY, b bytea)", "SELECT create_distributed_table('rfb_t', 'id', shard_count => 4)")
+	// The smallest interval's text does not read back under IntervalStyle
+	// postgres.
+	_, err := c.Exec(ctx, "INSERT INTO rfb_t (id) SELECT g FROM generate_series(1, $1::int) g RETURNING id, '-9223372036854775808 us'::interval",
+		pgx.QueryExecModeCacheStatement, 3)
+	wantRefusal(t, "RETURNING an interval whose text does not read back", err)
+	if n := queryString(t, c, "SELECT count(*)::text FROM rfb_t"); n != "0" {
+		t.Fatalf("the refused statement wrote %s rows", n)
+	}
+	// 200,000 rows: more messages each way than the sockets hold.
+	const n, size = 200000, 1
+	rows, err := c.Query(ctx, "INSERT INTO rfb_t (id, b) SELECT g, decode(repeat(lpad(to_hex(g % 256), 2, '0'), $2::int), 'hex') FROM generate_series(1, $1::int) g RETURNING id, b, id::numeric / 7",
+		pgx.QueryExecModeCacheStatement, n, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for rows.Next() {
+		var id int
+		var b []byte
+		var q pgtype.Numeric
+		if err := rows.Scan(&id, &b, &q); err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != size || b[0] != byte(id%256) || b[size-1] != byte(id%256) {
+			t.Fatalf("row %d: %d bytes starting %x", id, len(b), b[:min(4, len(b))])
+		}
+		if f, _ := q.Float64Value(); f.Float64 < float64(id)/7-1e-6 || f.Float64 > float64(id)/7+1e-6 {
+			t.Fatalf("row %d: %v / 7 = %v", id, id, f.Float64)
+		}
+		got++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got != n || rows.CommandTag().String() != fmt.Sprintf("INSERT 0 %d", n) {
+		t.Errorf("%d rows, tag %q; want %d, INSERT 0 %d", got, rows.CommandTag(), n, n)
+	}
+	if c := queryString(t, c, "SELECT count(*)::text FROM rfb_t"); c != fmt.Sprint(n) {
+		t.Errorf("%s rows in the table, want %d", c, n)
+	}
 }

@@ -277,6 +277,10 @@ func evalIndependent(code string) bool {
 	return false
 }
 
+// (A string constant cast to an enum, or to a domain without constraints,
+// or to an array of them, calls nothing at run time: PostgreSQL reads it as
+// it analyses the statement.)
+
 // volatileSubqueries refuses subqueries that call a VOLATILE function
 // (random() aside), aggregate (by its support functions) or operator (of
 // BETWEEN, CASE x WHEN and IN (SELECT ...) too), cast to a user type (its
@@ -316,7 +320,9 @@ func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 				WHERE o.oprname = ANY (`+arr(qf.Ops)+`) AND f.provolatile = 'v'),
 			(SELECT min(t) FROM (SELECT t FROM pg_catalog.unnest(`+arr(qf.Types)+`) t WHERE pg_catalog.to_regtype(t)::oid >= 16384
 				UNION ALL SELECT t FROM pg_catalog.unnest(`+arr(qf.ConstTypes)+`) t JOIN pg_catalog.pg_type y ON y.oid = pg_catalog.to_regtype(t)::oid
-				WHERE y.oid >= 16384 AND y.typtype <> 'e') u),
+				LEFT JOIN pg_catalog.pg_type ye ON ye.oid = y.typelem AND y.typcategory = 'A'
+				WHERE y.oid >= 16384 AND NOT ((y.typtype = 'e' OR y.typtype = 'd' AND y.typbasetype < 16384) AND `+plainDomain("y")+` OR
+					(ye.typtype = 'e' OR ye.typtype = 'd' AND ye.typbasetype < 16384) AND `+plainDomain("ye")+`)) u),
 			(SELECT min(c.relname::text) FROM pg_catalog.pg_class c WHERE c.relkind = 'v' AND c.relname = ANY (`+arr(qf.Rels)+`))`)
 		return err
 	})
