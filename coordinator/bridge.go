@@ -900,6 +900,20 @@ func (bp *bridgePortal) next(maxRows int, first bool) []byte {
 	return out
 }
 
+// rowDescOIDs are the column types of a RowDescription body (nil if it
+// does not read).
+func rowDescOIDs(body []byte) []uint32 {
+	var rd pgproto3.RowDescription
+	if rd.Decode(body) != nil {
+		return nil
+	}
+	oids := make([]uint32, len(rd.Fields))
+	for i, f := range rd.Fields {
+		oids[i] = f.DataTypeOID
+	}
+	return oids
+}
+
 // extendedAnswer turns a simple query's answer into an Execute's: without
 // RowDescription and ReadyForQuery, DataRows in the result formats asked
 // for. failed: it holds an error.
@@ -908,12 +922,7 @@ func extendedAnswer(simple, results []byte) (out []byte, failed bool, err error)
 	for typ, body := range frames(simple) {
 		switch typ {
 		case 'T':
-			var rd pgproto3.RowDescription
-			if rd.Decode(body) == nil {
-				for _, f := range rd.Fields {
-					oids = append(oids, f.DataTypeOID)
-				}
-			}
+			oids = rowDescOIDs(body)
 		case 'Z':
 		case 'D':
 			if binaryResults(results) {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -41,16 +42,7 @@ func TestClientTwoPhase(t *testing.T) {
 		{c, connect(t, srv.Addr()), "ctp_t", "ctpc"},
 		{p, connect(t, cl.Servers[1].Addr()), "ctp_plain", "ctpp"},
 	}
-	t.Cleanup(func() {
-		for _, w := range cl.Servers {
-			wc := connect(t, w.Addr())
-			rows, _ := wc.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'ctp%'")
-			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-			for _, g := range gids {
-				_, _ = wc.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
-			}
-		}
-	})
+	t.Cleanup(func() { rollbackPrepared(t, cl, "ctp") })
 	run := func(conn *pgx.Conn, s side, q string, mode pgx.QueryExecMode) string {
 		q = strings.NewReplacer("{t}", s.table, "{g}", s.gid).Replace(q)
 		rows, err := conn.Query(ctx, q, mode)
@@ -163,14 +155,7 @@ func TestClientTwoPhaseEdges(t *testing.T) {
 	exec(t, p, "DROP TABLE IF EXISTS ctpe_plain")
 	exec(t, p, "CREATE TABLE ctpe_plain (k int PRIMARY KEY, v int)")
 	t.Cleanup(func() {
-		for _, w := range cl.Servers {
-			wc := connect(t, w.Addr())
-			rows, _ := wc.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'ctpe%'")
-			gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-			for _, g := range gids {
-				_, _ = wc.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
-			}
-		}
+		rollbackPrepared(t, cl, "ctpe")
 		_, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS ctpe_plain")
 	})
 	fleet := protoDial(t, srv.Addr(), "pgfleet")
@@ -254,6 +239,19 @@ func TestClientTwoPhaseEdges(t *testing.T) {
 	for i, w := range cl.Servers {
 		if n := queryString(t, connect(t, w.Addr()), "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid LIKE 'ctpec%'"); n != "0" {
 			t.Errorf("worker %d: %s prepared transactions left", i, n)
+		}
+	}
+}
+
+// rollbackPrepared rolls back the prepared transactions left on the
+// cluster's servers whose ids start with prefix.
+func rollbackPrepared(t *testing.T, cl *pgcluster.Cluster, prefix string) {
+	for _, w := range cl.Servers {
+		wc := connect(t, w.Addr())
+		rows, _ := wc.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, $1)", prefix)
+		gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, g := range gids {
+			_, _ = wc.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
 		}
 	}
 }

@@ -370,12 +370,7 @@ func (ss *session) serverFormats(answer, results []byte) (out []byte, ok bool, e
 	for typ, body := range frames(answer) {
 		switch typ {
 		case 'T':
-			var rd pgproto3.RowDescription
-			if rd.Decode(body) == nil {
-				for _, f := range rd.Fields {
-					oids = append(oids, f.DataTypeOID)
-				}
-			}
+			oids = rowDescOIDs(body)
 		case 'D':
 			r, rok := executor.TextRow(body)
 			if !rok {
