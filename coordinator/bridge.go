@@ -102,7 +102,9 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 			return bridgeNone
 		}
 		if kind == pg_query.TransactionStmtKind_TRANS_STMT_PREPARE {
-			if ss.txStatus() == 'T' {
+			// (A block whose BEGIN went out in this pipeline, the worker's
+			// status not read back yet, is one: adversary.)
+			if st := ss.txStatus(); st == 'T' || st == 'I' && ss.txBegin != "" && !ss.implicitTxn {
 				return bridgeTwoPhase
 			}
 		} else if ss.txStatus() == 'I' {

@@ -191,6 +191,15 @@ func TestClientTwoPhaseEdges(t *testing.T) {
 		append(append(append(run("INSERT INTO {t} VALUES (5, 5)"), run("PREPARE TRANSACTION '{g}d'")...), run("SELECT 1")...), sync),
 		{q("SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM {t}")},
 	}
+	// One id prepared from blocks on every worker, each PREPARE in the
+	// pipeline of the block's write: 42710 but for the first (adversary:
+	// the check was skipped, the id prepared on two workers).
+	for k := 40; k < 48; k++ {
+		steps = append(steps, []pgproto3.FrontendMessage{q("BEGIN")},
+			append(append(run(fmt.Sprintf("INSERT INTO {t} VALUES (%d, 0)", k)), run("PREPARE TRANSACTION '{g}px'")...), sync))
+	}
+	steps = append(steps, append(run("COMMIT PREPARED '{g}px'"), sync),
+		[]pgproto3.FrontendMessage{q("SELECT string_agg(k::text, ',' ORDER BY k) FROM {t} WHERE k >= 40")})
 	for i, msgs := range steps {
 		var got [2][]string
 		for j, side := range []struct {

@@ -78,22 +78,23 @@ func (ss *session) txnEnded(committed bool) {
 	}
 }
 
-// endsTxn: a statement is COMMIT, ROLLBACK (AND CHAIN too) or ROLLBACK TO
-// SAVEPOINT, which end portals and cursors the coordinator keeps.
+// keepsPortals: the coordinator keeps portals or cursors of the session's
+// (multi-shard ones, bridged ones), which a transaction's end ends.
+func (ss *session) keepsPortals() bool {
+	return len(ss.scatterPortals) > 0 || len(ss.cursors) > 0 || len(ss.bridged) > 0
+}
+
+// endsTxn: a statement is COMMIT, ROLLBACK (AND CHAIN too) or a savepoint
+// statement: the first two end portals and cursors the coordinator keeps,
+// ROLLBACK TO those bound after its savepoint, which a portal's depth
+// (len(ss.savepoints) at its Bind) tells once the savepoints before it are
+// answered.
 func endsTxn(c *class) bool {
-	if c.txn == "commit" || c.txn == "rollback" {
-		return true
-	}
-	for _, op := range c.sps {
-		if op.kind == opRollbackTo {
-			return true
-		}
-	}
-	return false
+	return c.txn == "commit" || c.txn == "rollback" || len(c.sps) > 0
 }
 
 // settleTxEnd has the worker answer the pipeline up to a COMMIT, ROLLBACK
-// or ROLLBACK TO sent in it (txEndQueued) before a message that binds,
+// or savepoint statement sent in it (txEndQueued) before a message that binds,
 // describes or runs a portal: the ended transaction's portals and cursors
 // are gone then, as on PostgreSQL, which runs the messages in order
 // (adversary round 3: a multi-shard portal and a cursor gave rows after
@@ -130,7 +131,7 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 	if err != nil {
 		return false, nil // the worker says why
 	}
-	var ours, ends, commits bool
+	var ours, ends bool
 	for _, raw := range tree.Stmts {
 		n := raw.Stmt
 		switch {
@@ -141,10 +142,14 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 			ours = ours || name == "" || ss.cursors[name] != nil
 		case n.GetTransactionStmt() != nil:
 			switch n.GetTransactionStmt().Kind {
-			case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT:
-				ends, commits = true, ss.txStatus() != 'E'
 			case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK, pg_query.TransactionStmtKind_TRANS_STMT_PREPARE:
 				ends = true
+				// (COMMIT ends them at its CommandComplete, txnEnded: one
+				// that fails rolls back, and its WITH HOLD cursors go at
+				// the session's return to idle, afterMessage; adversary:
+				// they outlived a COMMIT that failed on a deferred
+				// constraint, and a COMMIT in a string of several
+				// statements dropped them.)
 			}
 		}
 		if name := currentOf(n); name != "" && ss.cursors[name] != nil {
@@ -160,9 +165,9 @@ func (ss *session) cursorStatement(text string, cls *class) (handled bool, err e
 			WithHint("Send it as a statement of its own."))
 	}
 	if ends {
-		// The transaction ends (AND CHAIN too): its cursors with it, but
-		// for those WITH HOLD it commits or committed before.
-		ss.endCursors(commits && len(tree.Stmts) == 1)
+		// The transaction ends rolled back (AND CHAIN too): its cursors
+		// with it, but for those WITH HOLD committed before.
+		ss.endCursors(false)
 		return false, nil
 	}
 	if !ours || len(tree.Stmts) != 1 {

@@ -175,7 +175,7 @@ func (ss *session) returningBind(portal string, st *Statement, sp *stmtPlan, par
 	}
 	cp := append([]byte(nil), params[:len(params)-len(results)]...)
 	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: slices.Clone(results), ref: ref, write: !ref,
-		desc: &scatterDesc{rowDesc: d.rowDesc, ncols: len(rd.Fields)}}
+		desc: &scatterDesc{rowDesc: d.rowDesc, ncols: len(rd.Fields)}, depth: len(ss.savepoints)}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
 }

@@ -70,7 +70,7 @@ func (ss *session) keepWritePortal(portal string, st *Statement, sp *stmtPlan, p
 		ss.scatterPortals = map[string]*scatterPortal{}
 	}
 	cp := append([]byte(nil), params[:len(params)-len(results)]...)
-	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, ref: ref, write: !ref}
+	ss.scatterPortals[portal] = &scatterPortal{st: st, sp: sp, params: cp, results: []byte{0, 0}, ref: ref, write: !ref, depth: len(ss.savepoints)}
 	delete(ss.portals, portal)
 	ss.push(expect{kind: eSynth, synth: msgBindComplete})
 }

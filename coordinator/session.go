@@ -1501,8 +1501,8 @@ func (ss *session) simpleQuery(body []byte) error {
 	// A simple Query destroys the unnamed statement, as in PostgreSQL.
 	delete(ss.stmts, "")
 	var cp *class
-	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 {
-		cp = &cls
+	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() {
+		cp = &cls // (followed at its CommandComplete: noteTag)
 	}
 	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
 	if cls.pin != "" {
@@ -3260,7 +3260,8 @@ func (ss *session) drain() error {
 			if len(f.Body) >= 4 && (f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) || f.Body[0] == 'R' && f.Body[1] == 'E' && f.Body[2] == 'S') {
 				ss.noteTxnTag(f.Body)
 			}
-			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain)) || len(ss.pending) > 0 || ss.verifyState {
+			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain ||
+				e.stmt.cls.endLike && ss.keepsPortals())) || len(ss.pending) > 0 || ss.verifyState {
 				ss.noteTag(e, f.Body)
 			}
 			if e.term == tExecute {
@@ -3424,7 +3425,10 @@ func (ss *session) noteTag(e *expect, body []byte) {
 			ss.stateRolledBack, ss.stateTxn = true, false
 		}
 	}
-	if c != nil && (c.txn == "commit" || c.txn == "rollback") && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
+	if c != nil && c.endLike && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") &&
+		!(e.spIdx < len(c.sps) && string(tag) == c.sps[e.spIdx].tag()) {
+		// A transaction's end (not a ROLLBACK TO's tag), maybe in a
+		// string of several statements or earlier in a pipeline.
 		ss.txnEnded(string(tag) == "COMMIT")
 	}
 	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {

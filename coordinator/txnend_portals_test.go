@@ -23,16 +23,23 @@ func TestPortalsEndWithTransaction(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, nil)
 	c := connect(t, srv.Addr())
 	p := connect(t, cl.Servers[1].Addr())
-	testTable(t, c, "pe_t", "(k int PRIMARY KEY)", "SELECT create_distributed_table('pe_t', 'k', shard_count => 8)")
-	exec(t, c, "INSERT INTO pe_t SELECT generate_series(1, 6)")
-	exec(t, p, "DROP TABLE IF EXISTS pe_plain")
-	exec(t, p, "CREATE TABLE pe_plain (k int PRIMARY KEY)")
-	exec(t, p, "INSERT INTO pe_plain SELECT generate_series(1, 6)")
-	t.Cleanup(func() { exec(t, connect(t, cl.Servers[1].Addr()), "DROP TABLE IF EXISTS pe_plain") })
+	testTable(t, c, "pe_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('pe_t', 'k', shard_count => 8)")
+	testTable(t, c, "pe_du", "(k int, x int, UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)", "SELECT create_distributed_table('pe_du', 'k', shard_count => 4)")
+	exec(t, c, "INSERT INTO pe_t (k) SELECT generate_series(1, 6)")
+	exec(t, p, "DROP TABLE IF EXISTS pe_plain, pe_du_plain")
+	exec(t, p, "CREATE TABLE pe_plain (k int PRIMARY KEY, v int)")
+	exec(t, p, "CREATE TABLE pe_du_plain (k int, x int, UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)")
+	exec(t, p, "INSERT INTO pe_plain (k) SELECT generate_series(1, 6)")
+	t.Cleanup(func() { exec(t, connect(t, cl.Servers[1].Addr()), "DROP TABLE IF EXISTS pe_plain, pe_du_plain") })
 	fleet := protoDial(t, srv.Addr(), "pgfleet")
 	oracle := protoDial(t, cl.Servers[1].Addr(), "postgres")
 
 	q := func(sql string) pgproto3.FrontendMessage { return &pgproto3.Query{String: sql} }
+	write := func(portal string) []pgproto3.FrontendMessage { // a multi-shard write's portal
+		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "UPDATE {t} SET v = 1 WHERE k IN (1, 2) RETURNING k"},
+			&pgproto3.Bind{DestinationPortal: portal}}
+	}
+	exe1 := func(portal string) pgproto3.FrontendMessage { return &pgproto3.Execute{Portal: portal, MaxRows: 1} }
 	read := func(portal string) []pgproto3.FrontendMessage { // a multi-shard read's portal
 		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT k FROM {t} ORDER BY k"},
 			&pgproto3.Bind{DestinationPortal: portal}}
@@ -90,20 +97,44 @@ func TestPortalsEndWithTransaction(t *testing.T) {
 		{"", cat(q("ROLLBACK"))},
 		{"after COMMIT in the pipeline, a new portal runs", cat(q("BEGIN"))},
 		{"", cat(run("COMMIT"), read("p5"), exe("p5"))},
+		// Adversary round 4: portals bound after a SAVEPOINT of the same
+		// pipeline end at its ROLLBACK TO (a write portal ran and its
+		// block committed).
+		{"a read portal bound after a SAVEPOINT in the pipeline", cat(q("BEGIN"), q("UPDATE {t} SET v = 7 WHERE k = 2"))},
+		{"", cat(run("SAVEPOINT a"), read("p6"), exe1("p6"), run("ROLLBACK TO a"), exe1("p6"))},
+		{"", cat(q("COMMIT"))},
+		{"a write portal bound after a SAVEPOINT in the pipeline", cat(q("BEGIN"))},
+		{"", cat(run("SAVEPOINT a"), write("pw"), run("ROLLBACK TO a"), exe("pw"))},
+		{"", cat(q("COMMIT"))},
+		// Outside a block: COMMIT or ROLLBACK in the pipeline ends them.
+		{"a write portal, COMMIT outside a block", cat(write("pw"), run("COMMIT"), exe("pw"))},
+		{"a read portal, ROLLBACK outside a block", cat(read("p7"), exe1("p7"), run("ROLLBACK"), exe1("p7"))},
+		{"", cat(q("SELECT count(*) FROM {t} WHERE v IS NOT NULL"))},
+		// A WITH HOLD cursor of a block whose COMMIT fails goes with it.
+		{"a WITH HOLD cursor, COMMIT fails", cat(q("BEGIN"), q("INSERT INTO {du} VALUES (1, 1), (1, 2)"),
+			q("DECLARE hc CURSOR WITH HOLD FOR SELECT k, x FROM {du} ORDER BY x"))},
+		{"", cat(q("COMMIT"))},
+		{"", cat(q("FETCH ALL FROM hc"))},
+		// One kept by a COMMIT at the end of a string of several.
+		{"a WITH HOLD cursor, COMMIT in a string", cat(q("BEGIN"), q("DECLARE hs CURSOR WITH HOLD FOR SELECT k FROM {t} ORDER BY k"))},
+		{"", cat(q("UPDATE {t} SET v = 9 WHERE k = 3; COMMIT"))},
+		{"", cat(q("FETCH 2 FROM hs"))},
+		{"", cat(q("CLOSE hs"))},
+		{"", cat(q("SELECT string_agg(k || ':' || coalesce(v, 0), ',' ORDER BY k) FROM {t}"))},
 	}
 	for i, s := range steps {
 		var got [2][]string
 		for j, side := range []struct {
-			c     *protoClient
-			table string
-		}{{fleet, "pe_t"}, {oracle, "pe_plain"}} {
+			c *protoClient
+			r *strings.Replacer
+		}{{fleet, strings.NewReplacer("{t}", "pe_t", "{du}", "pe_du")}, {oracle, strings.NewReplacer("{t}", "pe_plain", "{du}", "pe_du_plain")}} {
 			msgs := make([]pgproto3.FrontendMessage, len(s.msgs))
 			for k, m := range s.msgs {
 				switch v := m.(type) {
 				case *pgproto3.Query:
-					m = &pgproto3.Query{String: strings.ReplaceAll(v.String, "{t}", side.table)}
+					m = &pgproto3.Query{String: side.r.Replace(v.String)}
 				case *pgproto3.Parse:
-					m = &pgproto3.Parse{Name: v.Name, Query: strings.ReplaceAll(v.Query, "{t}", side.table)}
+					m = &pgproto3.Parse{Name: v.Name, Query: side.r.Replace(v.Query)}
 				}
 				msgs[k] = m
 			}

@@ -350,6 +350,7 @@ func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
 		tag, err = ss.multiSavepoint(cls.sps[0], sql, func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) })
 	case cls.txn == "commit" || cls.txn == "rollback":
 		tag, extra, after, err = ss.multiEnd(cls.txn == "commit", cls.chain)
+		ss.txnEnded(err == nil && tag == "COMMIT")
 	default:
 		return false, nil
 	}
