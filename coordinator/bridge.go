@@ -104,7 +104,7 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 		if kind == pg_query.TransactionStmtKind_TRANS_STMT_PREPARE {
 			// (A block whose BEGIN went out in this pipeline, the worker's
 			// status not read back yet, is one: adversary.)
-			if st := ss.txStatus(); st == 'T' || st == 'I' && ss.txBegin != "" && !ss.implicitTxn {
+			if ts := ss.txStatus(); ts == 'T' || ts == 'I' && ss.txBegin != "" && !ss.implicitTxn {
 				return bridgeTwoPhase
 			}
 		} else if ss.txStatus() == 'I' {

@@ -115,9 +115,13 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 		node = found[0].node // PostgreSQL's "belongs to another database"
 	}
 	if ss.pinned != "" && ss.sc != nil && node != ss.node {
+		what := "COMMIT PREPARED"
+		if kind == pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED {
+			what = "ROLLBACK PREPARED"
+		}
 		return -1, false, pgerr.New(pgerr.FeatureNotSupported,
 			"%s of a transaction prepared on another worker is not supported in a session pinned to one worker connection (%s)",
-			strings.ToUpper(strings.Fields(text)[0])+" PREPARED", ss.pinned).
+			what, ss.pinned).
 			WithHint("Run it from a new session.")
 	}
 	return node, false, nil
@@ -181,10 +185,7 @@ func (ss *session) gidNodes(gid string) ([]gidAt, error) {
 func (ss *session) failPrepare(err error) error {
 	if ss.sc == nil || ss.sc.TxStatus != 'T' {
 		// The block is the coordinator's alone (its BEGIN not sent yet).
-		ss.applyLocalTxn(&class{txn: "rollback"}, "ROLLBACK")
-		if len(ss.cursors) > 0 {
-			ss.endCursors(false)
-		}
+		ss.applyLocalTxn(&class{txn: "rollback"}, "ROLLBACK") // (its cursors and portals end: txnEnded)
 		b, _ := pgerr.Flatten(err).Encode(nil)
 		ss.out = append(ss.out, b...)
 		ss.out = readyForQuery(ss.out, ss.txStatus())
