@@ -429,7 +429,7 @@ func (ss *session) textColTypes(oids []uint32, typmods []int32, what, instead st
 	pairs := make([]string, len(oids))
 	notBuiltIn := func(i int) error {
 		return pgerr.New(pgerr.FeatureNotSupported,
-			"%s carries %s through the coordinator, which does not support values of types that are not built in (%s %d) but enums and domains without constraints over built-in types yet", what, values, value, i+1).
+			"%s carries %s through the coordinator, which does not support the type of %s %d yet (only built-in types, enums, and domains without constraints over built-in types)", what, values, value, i+1).
 			WithHint(cast+", or %s.", "a built-in type (text)", instead)
 	}
 	for i, o := range oids {

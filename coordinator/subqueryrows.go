@@ -277,10 +277,6 @@ func evalIndependent(code string) bool {
 	return false
 }
 
-// (A string constant cast to an enum, or to a domain without constraints,
-// or to an array of them, calls nothing at run time: PostgreSQL reads it as
-// it analyses the statement.)
-
 // volatileSubqueries refuses subqueries that call a VOLATILE function
 // (random() aside), aggregate (by its support functions) or operator (of
 // BETWEEN, CASE x WHEN and IN (SELECT ...) too), cast to a user type (its
@@ -289,7 +285,9 @@ func evalIndependent(code string) bool {
 // reaches it, may not (adversary: WHERE false AND id IN (SELECT ... WHERE
 // bump() > 0) advanced a sequence PostgreSQL left alone). The functions
 // are looked up by name and argument count, any overload, in the
-// session's database on the default node.
+// session's database on the default node. A string constant cast to an
+// enum, to a domain without constraints or to an array of them calls
+// nothing at run time (PostgreSQL reads it as it analyses the statement).
 func (ss *session) volatileSubqueries(qf *planner.SubqueryFirst) error {
 	var calls []string
 	for _, c := range qf.Calls {
