@@ -102,9 +102,11 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 			return bridgeNone
 		}
 		if kind == pg_query.TransactionStmtKind_TRANS_STMT_PREPARE {
-			// (A block whose BEGIN went out in this pipeline, the worker's
-			// status not read back yet, is one: adversary.)
-			if ts := ss.txStatus(); ts == 'T' || ts == 'I' && ss.txBegin != "" && !ss.implicitTxn {
+			// (Or may be: a BEGIN went out in this pipeline, the worker's
+			// status not read back yet. Its Execute has the pipeline
+			// answered first and runs it as PostgreSQL would then:
+			// adversary rounds 4 and 5.)
+			if ts := ss.txStatus(); ts == 'T' || ts == 'I' && (ss.txBegin != "" || ss.batchTxn) && !ss.implicitTxn {
 				return bridgeTwoPhase
 			}
 		} else if ss.txStatus() == 'I' {
@@ -717,7 +719,7 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	}
 	// In a transaction block (its BEGIN maybe sent in this batch, the
 	// worker's status not read back yet), or outside one.
-	if !ss.inTxn() && (ss.txBegin == "" || ss.implicitTxn) {
+	if !ss.inTxn() && (ss.txBegin == "" || ss.implicitTxn) && !bridgedPrepare(bp) {
 		if ss.sc != nil && ss.needSync && ss.batchWork {
 			ss.synthError(bridgeMore(bp)) // statements of this pipeline ran before it
 			return nil
@@ -823,6 +825,17 @@ func (ss *session) bridgeExecute(bp *bridgePortal, maxRows int) error {
 	}
 	ss.out = append(ss.out, bp.next(maxRows, true)...)
 	return nil
+}
+
+// bridgedPrepare: bp is a client's PREPARE TRANSACTION, which runs after
+// the pipeline's answers whatever came before it (outside a block,
+// PostgreSQL's warning and ROLLBACK, the statements before it kept).
+func bridgedPrepare(bp *bridgePortal) bool {
+	if bp.kind != bridgeTwoPhase {
+		return false
+	}
+	kind, _, _ := twoPhaseStmt(bp.st.Query)
+	return kind == pg_query.TransactionStmtKind_TRANS_STMT_PREPARE
 }
 
 // bridgeQuery runs sql through the simple query path for a bridged

@@ -152,11 +152,15 @@ func TestClientTwoPhaseEdges(t *testing.T) {
 	p := connect(t, cl.Servers[1].Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
 	testTable(t, c, "ctpe_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('ctpe_t', 'k', shard_count => 8)")
-	exec(t, p, "DROP TABLE IF EXISTS ctpe_plain")
+	exec(t, p, "DROP TABLE IF EXISTS ctpe_plain, ctpe_plain_local")
 	exec(t, p, "CREATE TABLE ctpe_plain (k int PRIMARY KEY, v int)")
+	exec(t, p, "CREATE TABLE ctpe_plain_local (k int)")
+	exec(t, c, "DROP TABLE IF EXISTS ctpe_t_local", simple)
+	exec(t, c, "CREATE TABLE ctpe_t_local (k int)", simple) // not distributed: on the default worker
 	t.Cleanup(func() {
 		rollbackPrepared(t, cl, "ctpe")
-		_, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS ctpe_plain")
+		_, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS ctpe_plain, ctpe_plain_local")
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS ctpe_t_local", simple)
 	})
 	fleet := protoDial(t, srv.Addr(), "pgfleet")
 	oracle := protoDial(t, cl.Servers[1].Addr(), "postgres")
@@ -200,13 +204,27 @@ func TestClientTwoPhaseEdges(t *testing.T) {
 	}
 	steps = append(steps, append(run("COMMIT PREPARED '{g}px'"), sync),
 		[]pgproto3.FrontendMessage{q("SELECT string_agg(k::text, ',' ORDER BY k) FROM {t} WHERE k >= 40")})
+	// An id prepared on one worker, then a block on the default worker
+	// (a table that is not distributed) whose PREPARE was parsed before
+	// its BEGIN in the same pipeline (adversary round 5: not checked, the
+	// id prepared on two workers).
+	for k := 50; k < 54; k++ {
+		steps = append(steps, []pgproto3.FrontendMessage{q("BEGIN"), q(fmt.Sprintf("INSERT INTO {t} VALUES (%d, 0)", k)), q("PREPARE TRANSACTION '{g}py'")})
+	}
+	msgs := append([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "pt", Query: "PREPARE TRANSACTION '{g}py'"}}, run("BEGIN")...)
+	msgs = append(append(msgs, run("INSERT INTO {l} VALUES (1)")...),
+		&pgproto3.Bind{DestinationPortal: "pp", PreparedStatement: "pt"}, &pgproto3.Execute{Portal: "pp"}, sync)
+	steps = append(steps, msgs, []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "pt"}, sync},
+		[]pgproto3.FrontendMessage{q("SELECT count(*) FROM {l}")})
+	steps = append(steps, append(run("COMMIT PREPARED '{g}py'"), sync),
+		[]pgproto3.FrontendMessage{q("SELECT string_agg(k::text, ',' ORDER BY k) FROM {t} WHERE k >= 50")})
 	for i, msgs := range steps {
 		var got [2][]string
 		for j, side := range []struct {
 			c        *protoClient
 			table, g string
 		}{{fleet, "ctpe_t", "ctpec"}, {oracle, "ctpe_plain", "ctpep"}} {
-			r := strings.NewReplacer("{t}", side.table, "{g}", side.g)
+			r := strings.NewReplacer("{t}", side.table, "{g}", side.g, "{l}", side.table+"_local")
 			out := make([]pgproto3.FrontendMessage, len(msgs))
 			zs := 0
 			for k, m := range msgs {
