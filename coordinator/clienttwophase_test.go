@@ -263,6 +263,16 @@ func TestClientTwoPhaseEdges(t *testing.T) {
 	if got := queryString(t, c, "SELECT count(*)::text FROM ctpe_t WHERE k = 20"); got != "0" {
 		t.Errorf("after the refusals: %s rows of k = 20, want 0", got)
 	}
+	// Bound before the block's BEGIN (its Bind went to a worker):
+	// refused, the block failed, nothing prepared.
+	exec(t, c, "SELECT 1", simple)
+	got := pipeRaw(t, fleet, 3, &pgproto3.Parse{Name: "pb", Query: "PREPARE TRANSACTION 'ctpec_b'"}, &pgproto3.Bind{DestinationPortal: "pbp", PreparedStatement: "pb"},
+		&pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "INSERT INTO ctpe_t_local VALUES (2)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, sync,
+		&pgproto3.Execute{Portal: "pbp"}, sync, &pgproto3.Query{String: "ROLLBACK"})
+	if fmt.Sprint(got) != fmt.Sprint([]string{"C BEGIN", "C INSERT 0 1", "Z T", "error 0A000", "Z E", "C ROLLBACK", "Z I"}) {
+		t.Errorf("PREPARE TRANSACTION bound before BEGIN: %q, want the refusal and the block rolled back", got)
+	}
 	for i, w := range cl.Servers {
 		if n := queryString(t, connect(t, w.Addr()), "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid LIKE 'ctpec%'"); n != "0" {
 			t.Errorf("worker %d: %s prepared transactions left", i, n)

@@ -2852,6 +2852,16 @@ func (ss *session) execute(body []byte) error {
 	}
 	ss.ensureBegun()
 	st := ss.portals[string(portal)]
+	if st != nil && st.cls.twoPhase && ss.txStatus() != 'E' && (ss.inTxn() || ss.txBegin != "" || ss.batchTxn) && preparesTxn(st.Query) {
+		// Bound before its block began (in the same pipeline): its Bind
+		// went to the worker, so the coordinator's checks, which need
+		// it to run as a query (clientTwoPhase), cannot be made
+		// (adversary round 5: an id prepared on two workers).
+		ss.synthError(pgerr.New(pgerr.FeatureNotSupported,
+			"PREPARE TRANSACTION bound before its transaction block began is not supported").
+			WithHint("Bind PREPARE TRANSACTION after BEGIN, or send it as a simple query."))
+		return nil
+	}
 	if st != nil && len(st.cls.ops) > 0 && ss.resetsStartup(&st.cls) {
 		ss.resetQueued = true
 	}
