@@ -965,15 +965,8 @@ func binaryRow(body []byte, oids []uint32, results []byte) ([]byte, error) {
 	if err := dr.Decode(body); err != nil {
 		return nil, err
 	}
-	n := int(binary.BigEndian.Uint16(results))
 	for i, v := range dr.Values {
-		f := uint16(0)
-		if n == 1 {
-			f = binary.BigEndian.Uint16(results[2:])
-		} else if i < n {
-			f = binary.BigEndian.Uint16(results[2+2*i:])
-		}
-		if f == 0 || v == nil || i >= len(oids) {
+		if resultFormat(results, i) == 0 || v == nil || i >= len(oids) {
 			continue
 		}
 		switch oids[i] {

@@ -183,15 +183,14 @@ func (ss *session) gidNodes(gid string) ([]gidAt, error) {
 // that fails there (an id longer than PostgreSQL takes), which rolls its
 // transaction back and ends the block; its error is hidden behind err.
 func (ss *session) failPrepare(err error) error {
+	b, _ := pgerr.Flatten(err).Encode(nil)
 	if ss.sc == nil || ss.sc.TxStatus != 'T' {
 		// The block is the coordinator's alone (its BEGIN not sent yet).
 		ss.applyLocalTxn(&class{txn: "rollback"}, "ROLLBACK") // (its cursors and portals end: txnEnded)
-		b, _ := pgerr.Flatten(err).Encode(nil)
 		ss.out = append(ss.out, b...)
 		ss.out = readyForQuery(ss.out, ss.txStatus())
 		return nil
 	}
-	b, _ := pgerr.Flatten(err).Encode(nil)
 	ss.push(expect{kind: eSynth, synth: b})
 	ss.sc.SetBuf(append(ss.sc.Buf(), msgFailPrepare...))
 	ss.push(expect{kind: eRelay, term: tQuery, abort: true})

@@ -300,7 +300,7 @@ func (ss *session) rowsFirstResults(d *rowsDesc, results []byte) error {
 	var oids []uint32
 	var typmods []int32
 	for i, f := range rd.Fields {
-		if resultFormat(results, i) != 0 && !bridgeEncodes(f.DataTypeOID) {
+		if byServer(results, i, f.DataTypeOID) {
 			oids = append(oids, f.DataTypeOID)
 			typmods = append(typmods, f.TypeModifier)
 		}
@@ -323,12 +323,19 @@ func (ss *session) serverFormatted(bp *bridgePortal) bool {
 	if d == nil || d.rowDesc == nil || len(bp.results) < 2 || !binaryResults(bp.results) {
 		return false
 	}
-	var rd pgproto3.RowDescription
-	if rd.Decode(d.rowDesc) != nil {
-		return true
-	}
-	for i, f := range rd.Fields {
-		if resultFormat(bp.results, i) != 0 && !bridgeEncodes(f.DataTypeOID) {
+	return anyByServer(rowDescOIDs(d.rowDesc), bp.results) // (one that does not read was refused at the Bind)
+}
+
+// byServer: column i, of type oid, is asked in binary and binaryRow cannot
+// encode it, so serverFormats has the default node give it.
+func byServer(results []byte, i int, oid uint32) bool {
+	return resultFormat(results, i) != 0 && !bridgeEncodes(oid)
+}
+
+// anyByServer: a column of the types oids is byServer.
+func anyByServer(oids []uint32, results []byte) bool {
+	for i, o := range oids {
+		if byServer(results, i, o) {
 			return true
 		}
 	}
@@ -379,11 +386,7 @@ func (ss *session) serverFormats(answer, results []byte) (out []byte, ok bool, e
 			rows = append(rows, r)
 		}
 	}
-	need := false
-	for i, o := range oids {
-		need = need || resultFormat(results, i) != 0 && !bridgeEncodes(o)
-	}
-	if !need || len(rows) == 0 {
+	if !anyByServer(oids, results) || len(rows) == 0 {
 		return nil, false, nil
 	}
 	var conv [][]byte

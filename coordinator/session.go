@@ -3435,8 +3435,8 @@ func (ss *session) noteTag(e *expect, body []byte) {
 			ss.stateRolledBack, ss.stateTxn = true, false
 		}
 	}
-	if c != nil && c.endLike && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") &&
-		!(e.spIdx < len(c.sps) && string(tag) == c.sps[e.spIdx].tag()) {
+	spTag := c != nil && e.spIdx < len(c.sps) && string(tag) == c.sps[e.spIdx].tag() // a savepoint statement's
+	if c != nil && c.endLike && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") && !spTag {
 		// A transaction's end (not a ROLLBACK TO's tag), maybe in a
 		// string of several statements or earlier in a pipeline.
 		ss.txnEnded(string(tag) == "COMMIT")
@@ -3448,7 +3448,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	if c != nil && c.seqReset && (string(tag) == "DISCARD SEQUENCES" || string(tag) == "DISCARD ALL") {
 		ss.seqUsed = false
 	}
-	if c != nil && e.spIdx < len(c.sps) && string(tag) == c.sps[e.spIdx].tag() {
+	if spTag {
 		e.spIdx++
 		if ss.noteSavepoint(c.sps[e.spIdx-1]) {
 			return
