@@ -152,6 +152,12 @@ func (s *Server) setCatalog(snap *metadata.Snapshot) {
 		}
 	}
 	s.plans.reset()
+	// Shards made or moved have OIDs the tables of OIDs do not hold yet:
+	// the first description naming one reads them at once. (Within
+	// typesEvery of the last reading, such an OID was taken for a plain
+	// relation's for good, and a moved shard's columns were described
+	// with its new worker's OIDs.)
+	s.oidsStale()
 	s.kickBudget() // a node added or removed: its share
 	s.scatter.reset()
 	s.stmtEpoch.Add(1) // DDL elsewhere (ddlEnded): statements are prepared again

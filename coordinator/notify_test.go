@@ -41,6 +41,7 @@ func TestListenNotifyIdle(t *testing.T) {
 	sender := connect(t, a.Addr())
 	other := connect(t, b.Addr())
 	testTable(t, sender, "ln_d", "(k int PRIMARY KEY, v text)", "SELECT create_distributed_table('ln_d', 'k', shard_count => 4)")
+	sameCatalog(t, b, a) // (other writes ln_d below)
 
 	exec(t, listener, "LISTEN ln_chan", simple)
 	exec(t, sender, "NOTIFY ln_chan, 'one'", simple)

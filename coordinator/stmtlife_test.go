@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -25,13 +26,7 @@ func TestStatementOutlivesMissingShard(t *testing.T) {
 	ca := connect(t, a.Addr())
 	testTable(t, ca, "sl_t", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('sl_t', 'id')")
 	exec(t, ca, "INSERT INTO sl_t SELECT g, g FROM generate_series(1, 100) g", pgx.QueryExecModeSimpleProtocol)
-	deadline := time.Now().Add(10 * time.Second)
-	for b.CatalogVersion() != a.CatalogVersion() {
-		if time.Now().After(deadline) {
-			t.Fatal("the second coordinator did not load the catalog")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sameCatalog(t, b, a)
 	c := connect(t, b.Addr())
 	const upd = "UPDATE sl_t SET v = $2 WHERE id = $1"
 	for id := 10; id < 14; id++ {
@@ -156,5 +151,20 @@ func TestTxnBeganBeforeDistribution(t *testing.T) {
 	}
 	if refused < 3 || read == 0 {
 		t.Errorf("%d statements refused and %d read: want both kinds", refused, read)
+	}
+}
+
+// sameCatalog waits until b holds a's catalog: coordinators without gossip
+// reload it by polling (every 500 ms), and until then b sends statements on
+// a table a just distributed to its empty table on the default node (writes
+// get 40001 there).
+func sameCatalog(t *testing.T, b, a *coordinator.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.CatalogVersion() < a.CatalogVersion() {
+		if time.Now().After(deadline) {
+			t.Fatal("the second coordinator did not load the catalog")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
