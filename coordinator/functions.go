@@ -525,7 +525,7 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		}
 		return true, ss.queryError(err)
 	}
-	ss.srv.changedCatalog(newSnap) // (the OIDs are read again: oidsStale)
+	ss.srv.changedCatalog(newSnap)
 	ss.srv.stmtEpoch.Add(1) // the shards changed on their own connections
 	cc := pgproto3.CommandComplete{CommandTag: []byte(tag)}
 	ss.out, _ = cc.Encode(ss.out)
