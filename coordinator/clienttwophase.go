@@ -2,10 +2,14 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
@@ -45,6 +49,19 @@ func twoPhaseStmt(sql string) (pg_query.TransactionStmtKind, string, bool) {
 	return 0, "", false
 }
 
+// clientPrepare returns the id of a client's PREPARE TRANSACTION: sql is
+// that statement alone, with an id that is not one of pgfleet's.
+func clientPrepare(cls *class, sql string) (string, bool) {
+	if cls.count != 1 || txnControl(sql) != "PREPARE TRANSACTION" {
+		return "", false
+	}
+	kind, gid, ok := twoPhaseStmt(sql)
+	if !ok || kind != pg_query.TransactionStmtKind_TRANS_STMT_PREPARE || strings.HasPrefix(gid, twophase.GIDPrefix) {
+		return "", false
+	}
+	return gid, true
+}
+
 // clientTwoPhase handles a client's two-phase statement (a simple query of
 // its own) before it runs. PREPARE TRANSACTION that PostgreSQL would refuse
 // is answered here (handled), ending the block rolled back as a failed
@@ -71,9 +88,7 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 		}
 		for _, c := range ss.cursors {
 			if c.hold && c.pending {
-				return -1, true, ss.failPrepare(pgerr.New(pgerr.FeatureNotSupported,
-					"cannot PREPARE a transaction that has created a cursor WITH HOLD").
-					WithHint("Close the cursor before PREPARE TRANSACTION, or declare it without WITH HOLD."))
+				return -1, true, ss.failPrepare(errHoldPrepare())
 			}
 		}
 		here := ss.currentNode()
@@ -214,4 +229,130 @@ func preparesTxn(sql string) bool {
 			return false
 		}
 	}
+}
+
+// multiPrepare runs a client's PREPARE TRANSACTION gid (sql) in a block
+// over several workers, which at most one of them wrote to: a table-less
+// statement (SELECT 1, a SET) runs on the default worker, so an XA
+// transaction's block often spans two workers with its writes on one. The
+// writer (or, with none, the session's current worker) prepares the
+// transaction under the client's id, and only there is it prepared, as on
+// PostgreSQL. The others changed nothing; each is prepared first under an
+// id of pgfleet's, so that PostgreSQL refuses what it refuses at PREPARE
+// (LISTEN, NOTIFY, temporary objects), and rolled back once the writer
+// has prepared (a coordinator gone meanwhile leaves them to recovery,
+// which rolls back what no decision covers). Writes on two workers, or
+// SERIALIZABLE, are refused (0A000), and so is an id prepared on any
+// worker already (42710). Every refusal or failure ends the block rolled
+// back, as a failed PREPARE TRANSACTION does.
+func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err error) {
+	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
+	all = append(all, txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
+	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
+	prepared := false
+	defer func() {
+		ss.wroteOn = ss.wroteOn[:0]
+		ss.multiRelease(all, prepared)
+		ss.pendingBegin, ss.chainStarted, ss.txSnap = "", false, nil
+		ss.txnEnded(false)
+	}()
+	before := make([]map[string]string, len(all))
+	for i, c := range all {
+		before[i] = maps.Clone(c.sc.Params)
+	}
+	rollback := func(skip int) {
+		for i, c := range all {
+			if i != skip && c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+				c.sc.MarkBroken()
+			}
+		}
+	}
+	for _, c := range all {
+		if c.sc.TxStatus != 'T' {
+			rollback(-1) // a failed block: PREPARE TRANSACTION rolls it back
+			return "ROLLBACK", nil, nil
+		}
+	}
+	for _, c := range ss.cursors {
+		if c.hold && c.pending {
+			rollback(-1)
+			return "", nil, errHoldPrepare()
+		}
+	}
+	found, err := ss.gidNodes(gid)
+	if err == nil && len(found) > 0 {
+		err = pgerr.New(pgerr.DuplicateObject, "transaction identifier %q is already in use", gid)
+	}
+	if err != nil {
+		rollback(-1)
+		return "", nil, err
+	}
+	writer, holds, ok := askParts(all)
+	if !ok {
+		rollback(-1)
+		return "", nil, errMultiRefused("PREPARE TRANSACTION is not supported in a transaction that wrote on several workers or runs at SERIALIZABLE; the transaction was rolled back",
+			"Keep a transaction you prepare to rows on one worker (all its rows in one shard, or colocated rows with one distribution value).")
+	}
+	if slices.Contains(holds, true) {
+		rollback(-1) // (a function declared it: the client's own are the coordinator's)
+		return "", nil, errHoldPrepare()
+	}
+	if writer < 0 {
+		writer = slices.IndexFunc(all, func(c txConn) bool { return c.node == ss.node })
+	}
+	g := twophase.New("ro", ss.srv.store)
+	for i := range all {
+		if i != writer {
+			g.Join(all[i].node, "worker "+all[i].sc.Addr, &poolConn{ss: ss, c: &all[i]})
+		}
+	}
+	ctx := context.Background()
+	if err := g.Prepare(ctx); err != nil {
+		problems := g.Rollback(ctx) // the others, prepared or not
+		if all[writer].sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+			all[writer].sc.MarkBroken()
+		}
+		var pe *twophase.PrepareError
+		switch {
+		case !errors.As(err, &pe):
+			return "", nil, withCleanup(err, problems)
+		case pe.Lost:
+			return "", nil, withCleanup(pgerr.New(pgerr.ConnectionFailure,
+				"lost connection to %s during PREPARE TRANSACTION: %v; the transaction was rolled back", pe.Part.Where, pe.Err), problems)
+		case pe.Err == nil:
+			return "ROLLBACK", nil, nil
+		}
+		var wpe *pgconn.PgError
+		if errors.As(pe.Err, &wpe) {
+			return "", nil, withCleanup(pgerr.FromWorker(wpe), problems) // PostgreSQL's refusal (NOTIFY, temporary objects)
+		}
+		return "", nil, withCleanup(pe.Err, problems)
+	}
+	w := all[writer].sc
+	t, err := w.ExecTag(sql, time.Now().Add(txPrepareTimeout), nil)
+	var wpe *pgconn.PgError
+	switch {
+	case err != nil && !errors.As(err, &wpe):
+		w.MarkBroken()
+		err = pgerr.New(pgerr.ConnectionFailure, "lost connection to worker %s during PREPARE TRANSACTION: %v; whether transaction %q was prepared is unknown", w.Addr, err, gid).
+			WithHint("Look for it in pg_prepared_xacts before running the transaction again.")
+	case err != nil:
+		err = pgerr.FromWorker(wpe) // its transaction rolled back
+	case t != "PREPARE TRANSACTION":
+		tag = t // ROLLBACK: the worker's transaction had failed
+	default:
+		tag, prepared = t, true
+	}
+	problems := g.Rollback(ctx) // (nothing of theirs to keep, or the block failed)
+	if err != nil {
+		return "", nil, withCleanup(err, problems)
+	}
+	return tag, appendChangedParams(nil, all, before), nil
+}
+
+// errHoldPrepare is PostgreSQL's refusal to prepare a transaction that
+// declared a cursor WITH HOLD.
+func errHoldPrepare() error {
+	return pgerr.New(pgerr.FeatureNotSupported, "cannot PREPARE a transaction that has created a cursor WITH HOLD").
+		WithHint("Close the cursor before PREPARE TRANSACTION, or declare it without WITH HOLD.")
 }

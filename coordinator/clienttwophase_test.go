@@ -26,54 +26,20 @@ import (
 func TestClientTwoPhase(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, nil)
-	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	p := connect(t, cl.Servers[1].Addr())
 	testTable(t, c, "ctp_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('ctp_t', 'k', shard_count => 8)")
 	exec(t, p, "DROP TABLE IF EXISTS ctp_plain")
 	exec(t, p, "CREATE TABLE ctp_plain (k int PRIMARY KEY, v int)")
 	t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS ctp_plain") })
-	type side struct {
-		a, b  *pgx.Conn // two sessions
-		table string
-		gid   string // ids differ: the plain side is one of the workers
-	}
-	sides := []side{
+	sides := []tpSide{
 		{c, connect(t, srv.Addr()), "ctp_t", "ctpc"},
 		{p, connect(t, cl.Servers[1].Addr()), "ctp_plain", "ctpp"},
 	}
 	t.Cleanup(func() { rollbackPrepared(t, cl, "ctp") })
-	run := func(conn *pgx.Conn, s side, q string, mode pgx.QueryExecMode) string {
-		q = strings.NewReplacer("{t}", s.table, "{g}", s.gid).Replace(q)
-		rows, err := conn.Query(ctx, q, mode)
-		out := ""
-		if err == nil {
-			for rows.Next() {
-				v, _ := rows.Values()
-				out += fmt.Sprint(v)
-			}
-			rows.Close()
-			err = rows.Err()
-			out += rows.CommandTag().String()
-		}
-		if err != nil {
-			out += " E" + sqlState(err)
-		}
-		return out
-	}
 	step := func(other bool, q string, mode pgx.QueryExecMode) {
 		t.Helper()
-		var out [2]string
-		for i, s := range sides {
-			conn := s.a
-			if other {
-				conn = s.b
-			}
-			out[i] = run(conn, s, q, mode)
-		}
-		if out[0] != out[1] {
-			t.Errorf("%s (other session %v, mode %v): got %q, PostgreSQL %q", q, other, mode, out[0], out[1])
-		}
+		tpStep(t, sides, other, q, mode)
 	}
 	simple, ext := pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec
 	for _, mode := range []pgx.QueryExecMode{simple, ext} {
@@ -289,6 +255,172 @@ func rollbackPrepared(t *testing.T, cl *pgcluster.Cluster, prefix string) {
 		gids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
 		for _, g := range gids {
 			_, _ = wc.Exec(context.Background(), "ROLLBACK PREPARED '"+g+"'")
+		}
+	}
+}
+
+// tpSide is one side of a two-phase test: two sessions, through the
+// coordinator or on a worker as plain PostgreSQL, the table they use, and
+// the prefix of their ids (the plain side is one of the workers: ids
+// differ).
+type tpSide struct {
+	a, b  *pgx.Conn
+	table string
+	gid   string
+}
+
+// tpStep runs q ({t}: the side's table, {g}: its id prefix) on each side,
+// by its first session or the other, and compares the rows, tags and
+// SQLSTATEs.
+func tpStep(t *testing.T, sides []tpSide, other bool, q string, mode pgx.QueryExecMode) {
+	t.Helper()
+	var out []string
+	for _, s := range sides {
+		conn := s.a
+		if other {
+			conn = s.b
+		}
+		q := strings.NewReplacer("{t}", s.table, "{g}", s.gid).Replace(q)
+		rows, err := conn.Query(context.Background(), q, mode)
+		o := ""
+		if err == nil {
+			for rows.Next() {
+				v, _ := rows.Values()
+				o += fmt.Sprint(v)
+			}
+			rows.Close()
+			err = rows.Err()
+			o += rows.CommandTag().String()
+		}
+		if err != nil {
+			o += " E" + sqlState(err)
+		}
+		out = append(out, o)
+	}
+	if out[0] != out[1] {
+		t.Errorf("%s (other session %v, mode %v): got %q, PostgreSQL %q", q, other, mode, out[0], out[1])
+	}
+}
+
+// TestClientTwoPhaseSpanning: PREPARE TRANSACTION of a block over several
+// workers that wrote on at most one of them (a multi-shard read, or a
+// table-less SELECT 1 on the default worker, then writes; it was refused
+// with 0A000) gives what PostgreSQL gives, beside a plain table: prepared
+// on one worker, found there by COMMIT and ROLLBACK PREPARED from another
+// session, rows invisible until then; read-only blocks; a failed block
+// (ROLLBACK); NOTIFY and a function's WITH HOLD cursor (0A000), an id in
+// use (42710). Writes on two workers are refused with 0A000 and rolled
+// back. No prepared transaction of pgfleet's is left behind.
+func TestClientTwoPhaseSpanning(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	p := connect(t, cl.Servers[1].Addr())
+	testTable(t, c, "ctps_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('ctps_t', 'k', shard_count => 8)")
+	exec(t, p, "DROP TABLE IF EXISTS ctps_plain")
+	exec(t, p, "CREATE TABLE ctps_plain (k int PRIMARY KEY, v int)")
+	t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS ctps_plain") })
+	sides := []tpSide{
+		{c, connect(t, srv.Addr()), "ctps_t", "ctpsc"},
+		{p, connect(t, cl.Servers[1].Addr()), "ctps_plain", "ctpsp"},
+	}
+	t.Cleanup(func() { rollbackPrepared(t, cl, "ctps") })
+	step := func(other bool, q string, mode pgx.QueryExecMode) {
+		t.Helper()
+		tpStep(t, sides, other, q, mode)
+	}
+	simple, ext := pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec
+	step(false, "INSERT INTO {t} SELECT g, 0 FROM generate_series(1, 40) g", simple)
+	// Keys by worker: a table-less SELECT 1 runs on the first (the
+	// default node), so a block that then writes a key of the second's
+	// spans both.
+	keysOn := func(i int) []string {
+		w := connect(t, cl.Servers[i].Addr())
+		var out []string
+		for _, tb := range queryStrings(t, w, "SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename ~ '^ctps_t_[0-9]+$'") {
+			out = append(out, queryStrings(t, w, "SELECT k::text FROM "+tb)...)
+		}
+		return out
+	}
+	near, far := keysOn(0), keysOn(1)
+	if len(near) < 8 || len(far) < 8 {
+		t.Fatalf("keys on the workers: %v and %v, want 8 on each", near, far)
+	}
+	for m, mode := range []pgx.QueryExecMode{simple, ext} {
+		near, far := near[4*m:], far[4*m:]
+		g := fmt.Sprintf("{g}%d_", m)
+		for i, k := range far[:4] {
+			step(false, "BEGIN", simple)
+			if i%2 == 0 {
+				step(false, "SELECT 1", mode)
+			} else {
+				step(false, "SELECT count(*) FROM {t} WHERE k = "+near[i], mode) // a read there
+			}
+			step(false, "UPDATE {t} SET v = v + 10 WHERE k = "+k, mode)
+			step(false, "SET work_mem = '9MB'", mode)
+			step(false, "PREPARE TRANSACTION '"+g+k+"'", mode)
+			step(false, "SHOW work_mem", mode)
+			step(true, "SELECT v FROM {t} WHERE k = "+k, mode)
+			step(false, "RESET work_mem", mode)
+		}
+		// A write on the default node, a read on the other.
+		step(false, "BEGIN", simple)
+		step(false, "UPDATE {t} SET v = v + 20 WHERE k = "+near[0], mode)
+		step(false, "SELECT v FROM {t} WHERE k = "+far[0], mode)
+		step(false, "PREPARE TRANSACTION '"+g+"w'", mode)
+		for i, k := range far[:4] {
+			end := "COMMIT"
+			if i == 3 {
+				end = "ROLLBACK"
+			}
+			step(true, end+" PREPARED '"+g+k+"'", mode)
+		}
+		step(true, "COMMIT PREPARED '"+g+"w'", mode)
+		step(false, "SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM {t}", mode)
+		// Read-only on both; a failed block; an id in use.
+		step(false, "BEGIN", simple)
+		step(false, "SELECT 1", mode)
+		step(false, "SELECT v FROM {t} WHERE k = "+far[1], mode)
+		step(false, "PREPARE TRANSACTION '"+g+"ro'", mode)
+		step(true, "ROLLBACK PREPARED '"+g+"ro'", mode)
+		step(false, "BEGIN", simple)
+		step(false, "SELECT 1", mode)
+		step(false, "SELECT v FROM {t} WHERE k = "+far[1], mode)
+		step(false, "SELECT 1/0", mode)
+		step(false, "PREPARE TRANSACTION '"+g+"f'", mode)
+		step(false, "SELECT 1", mode)
+		step(false, "BEGIN", simple)
+		step(false, "UPDATE {t} SET v = 5 WHERE k = "+near[1], mode)
+		step(false, "PREPARE TRANSACTION '"+g+"dup'", mode)
+		step(false, "BEGIN", simple)
+		step(false, "SELECT 1", mode)
+		step(false, "UPDATE {t} SET v = 6 WHERE k = "+far[2], mode)
+		step(false, "PREPARE TRANSACTION '"+g+"dup'", mode)
+		step(false, "SELECT v FROM {t} WHERE k = "+far[2], mode)
+		step(true, "COMMIT PREPARED '"+g+"dup'", mode)
+		// What PostgreSQL refuses to prepare, wherever it ran.
+		step(false, "BEGIN", simple)
+		step(false, "SELECT 1", mode)
+		step(false, "NOTIFY ctps_chan", simple)
+		step(false, "UPDATE {t} SET v = 7 WHERE k = "+far[3], mode)
+		step(false, "PREPARE TRANSACTION '"+g+"n'", mode)
+		step(false, "SELECT v FROM {t} WHERE k = "+far[3], mode)
+	}
+
+	// Writes on two workers: refused, rolled back, the session goes on.
+	exec(t, c, "BEGIN", pgx.QueryExecModeSimpleProtocol)
+	exec(t, c, "UPDATE ctps_t SET v = 800 WHERE k IN ("+near[0]+", "+far[0]+")", pgx.QueryExecModeSimpleProtocol)
+	_, err := c.Exec(context.Background(), "PREPARE TRANSACTION 'ctpsc_two'", pgx.QueryExecModeSimpleProtocol)
+	if sqlState(err) != "0A000" {
+		t.Errorf("PREPARE TRANSACTION after writes on two workers: %v, want 0A000", err)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM ctps_t WHERE v = 800"); got != "0" {
+		t.Errorf("after the refused PREPARE TRANSACTION, %s rows have the block's value, want 0", got)
+	}
+	for i, w := range cl.Servers {
+		wc := connect(t, w.Addr())
+		if n := queryString(t, wc, "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid LIKE 'pgfleet%' OR gid LIKE 'ctpsc%'"); n != "0" {
+			t.Errorf("worker %d: %s prepared transactions left", i, n)
 		}
 	}
 }

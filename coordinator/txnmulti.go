@@ -320,8 +320,8 @@ func txnControl(sql string) string {
 // statements, and COMMIT or ROLLBACK together with other statements.
 func (ss *session) multiCheck(cls *class, sql string) error {
 	if what := txnControl(sql); what != "" && !savepointOnly(cls) {
-		return errMultiRefused(what+" is not supported in a transaction that spans several workers, but as a statement of its own (PREPARE TRANSACTION not at all)",
-			"Send savepoint statements on their own; avoid PREPARE TRANSACTION in transactions that touch rows on several workers.")
+		return errMultiRefused(what+" is not supported in a transaction that spans several workers, but as a statement of its own",
+			"Send savepoint statements and PREPARE TRANSACTION on their own.")
 	}
 	if cls.txn != "" && cls.txn != "begin" && cls.count != 1 {
 		return errMultiRefused("COMMIT or ROLLBACK together with other statements is not supported in a transaction that spans several workers",
@@ -333,6 +333,15 @@ func (ss *session) multiCheck(cls *class, sql string) error {
 // multiSimple handles a simple Query in a transaction over several
 // workers when it is COMMIT or ROLLBACK or refused; done says so.
 func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
+	if gid, ok := clientPrepare(cls, sql); ok && len(ss.citusPending) == 0 {
+		tag, after, err := ss.multiPrepare(sql, gid)
+		if err != nil {
+			return true, ss.queryError(err)
+		}
+		ss.out = append(commandComplete(ss.out, tag), after...)
+		ss.out = readyForQuery(ss.out, ss.txStatus())
+		return true, nil
+	}
 	if err := ss.multiCheck(cls, sql); err != nil {
 		if cls.count == 1 && txnControl(sql) == "PREPARE TRANSACTION" {
 			// A PREPARE TRANSACTION that fails ends the block on
@@ -579,34 +588,12 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 	if len(known) >= 2 {
 		return false, "", nil
 	}
-	// Under no statement_timeout of the client's: the question must not
-	// fail the transaction it is about (which then ends anyway).
-	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation'), " +
-		"EXISTS (SELECT FROM pg_catalog.pg_cursors c WHERE c.is_holdable AND c.creation_time OPERATOR(pg_catalog.>=) pg_catalog.transaction_timestamp())"
-	deadline := time.Now().Add(txCleanupTimeout)
-	wrote := make([]bool, len(all))
-	ok := make([]bool, len(all))
-	holds := make([]bool, len(all))
-	allAtOnce(len(all), func(i int) {
-		rows, err := all[i].sc.Query(q, deadline)
-		if err != nil || len(rows) != 1 || len(rows[0]) != 3 || rows[0][1] == "serializable" {
-			return
-		}
-		wrote[i], holds[i], ok[i] = rows[0][0] == "t", rows[0][2] == "t", true
-	})
-	writer := -1
-	for i := range all {
-		switch {
-		case !ok[i]:
-			return false, "", nil // two-phase commit, whose PREPARE finds what failed
-		case wrote[i] && writer >= 0:
-			return false, "", nil
-		case wrote[i]:
-			writer = i
-		}
+	writer, holds, ok := askParts(all)
+	if !ok {
+		return false, "", nil // two-phase commit, whose PREPARE finds what failed
 	}
 	for i := range all {
-		if writer >= 0 && holds[i] && !wrote[i] {
+		if writer >= 0 && holds[i] && i != writer {
 			return false, "", nil // two-phase commit, whose PREPARE refuses the cursor
 		}
 	}
@@ -637,6 +624,40 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 		}
 	})
 	return true, tag, nil
+}
+
+// askParts asks each worker of a transaction (all at once) whether its
+// transaction has a transaction id (PostgreSQL assigns one at the first
+// write, row lock included), its isolation level, and whether it declared
+// a cursor WITH HOLD. ok is true when every worker answered, none is
+// SERIALIZABLE and at most one wrote: writer is that one's index (-1:
+// none); holds says which declared such a cursor.
+func askParts(all []txConn) (writer int, holds []bool, ok bool) {
+	// Under no statement_timeout of the client's: the question must not
+	// fail the transaction it is about (which then ends anyway).
+	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation'), " +
+		"EXISTS (SELECT FROM pg_catalog.pg_cursors c WHERE c.is_holdable AND c.creation_time OPERATOR(pg_catalog.>=) pg_catalog.transaction_timestamp())"
+	deadline := time.Now().Add(txCleanupTimeout)
+	wrote := make([]bool, len(all))
+	answered := make([]bool, len(all))
+	holds = make([]bool, len(all))
+	allAtOnce(len(all), func(i int) {
+		rows, err := all[i].sc.Query(q, deadline)
+		if err != nil || len(rows) != 1 || len(rows[0]) != 3 || rows[0][1] == "serializable" {
+			return
+		}
+		wrote[i], holds[i], answered[i] = rows[0][0] == "t", rows[0][2] == "t", true
+	})
+	writer = -1
+	for i := range all {
+		switch {
+		case !answered[i], wrote[i] && writer >= 0:
+			return -1, holds, false
+		case wrote[i]:
+			writer = i
+		}
+	}
+	return writer, holds, true
 }
 
 // allAtOnce runs fn(0) ... fn(n-1) concurrently (each on its own
@@ -948,13 +969,15 @@ func (ss *session) splitEnd() error {
 }
 
 // multiBind handles a Bind in a transaction over several workers: refuses
-// what cannot run, and binds COMMIT and ROLLBACK locally (local is true),
-// to run at Execute.
+// what cannot run, and binds COMMIT, ROLLBACK, savepoint statements and a
+// client's PREPARE TRANSACTION locally (local is true), to run at Execute.
 func (ss *session) multiBind(portal string, st *Statement) (local bool, err error) {
-	if err := ss.multiCheck(&st.cls, st.Query); err != nil {
+	_, prepare := clientPrepare(&st.cls, st.Query)
+	prepare = prepare && len(ss.citusPending) == 0
+	if err := ss.multiCheck(&st.cls, st.Query); err != nil && !prepare {
 		return false, err
 	}
-	if st.cls.txn != "commit" && st.cls.txn != "rollback" && !savepointOnly(&st.cls) {
+	if st.cls.txn != "commit" && st.cls.txn != "rollback" && !savepointOnly(&st.cls) && !prepare {
 		return false, nil
 	}
 	if ss.needSync {
@@ -968,13 +991,15 @@ func (ss *session) multiBind(portal string, st *Statement) (local bool, err erro
 	return true, nil
 }
 
-// multiExecute runs a COMMIT, ROLLBACK or savepoint statement bound by
-// multiBind.
+// multiExecute runs a COMMIT, ROLLBACK, savepoint statement or PREPARE
+// TRANSACTION bound by multiBind.
 func (ss *session) multiExecute(st *Statement) error {
 	var tag string
 	var extra, after []byte
 	var err error
-	if savepointOnly(&st.cls) {
+	if gid, ok := clientPrepare(&st.cls, st.Query); ok {
+		tag, after, err = ss.multiPrepare(st.Query, gid)
+	} else if savepointOnly(&st.cls) {
 		tag, err = ss.multiSavepoint(st.cls.sps[0], st.Query, func(typ byte, b []byte) { extra = wire.AppendFrame(extra, typ, b) })
 	} else {
 		tag, extra, after, err = ss.multiEnd(st.cls.txn == "commit", st.cls.chain)
