@@ -50,7 +50,7 @@ func (s *Server) typeOIDs(addr, db string) *pooling.TypeOIDs {
 		s.typesDBs[db] = d
 	}
 	t := &pooling.TypeOIDs{}
-	t.Miss = func(oid uint32) { s.typesMiss(d, db, t, oid) }
+	t.Miss = func(oid uint32, in bool) { s.typesMiss(d, db, t, oid, in) }
 	t.RelMiss = func(oid uint32, col int16) { s.relsMiss(d, db, t, oid, col) }
 	s.types[k] = t
 	return t
@@ -74,18 +74,26 @@ func (s *Server) describedAs(node int32, db string, frames []byte) {
 	t.TranslateRowDescription(frames[5 : 1+n])
 }
 
-// oidsStale lets the next miss read the tables at once (DDL ran: a column
-// added to a distributed table is read for at its first description).
+// oidsStale drops the tables, so that the next OID looked up has them read
+// at once (DDL ran, or the catalog changed: a type or column made, a shard
+// moved). Dropping them, not only the wait, matters: what they hold may
+// be wrong now without any OID missing (a reading that met the DDL's
+// commit halfway matched a shard's renamed columns to the table's old
+// names), and an OID taken for unknown (a type made in a block, read
+// before its commit) stays so until the tables are read again.
 func (s *Server) oidsStale() {
 	s.mu.Lock()
-	dbs := make([]*typesDB, 0, len(s.typesDBs))
-	for _, d := range s.typesDBs {
-		dbs = append(dbs, d)
-	}
+	dbs := maps.Clone(s.typesDBs)
+	ts := maps.Clone(s.types)
 	s.mu.Unlock()
-	for _, d := range dbs {
-		d.mu.Lock()
+	for db, d := range dbs {
+		d.mu.Lock() // (a reading under way stores its tables first)
 		d.last = time.Time{}
+		for k, t := range ts {
+			if k.db == db {
+				t.Store(nil)
+			}
+		}
 		d.mu.Unlock()
 	}
 }
@@ -133,29 +141,46 @@ func (s *Server) reread(d *typesDB, db string, t *pooling.TypeOIDs, known func(*
 	return tb, known(tb)
 }
 
-// typesMiss reads the database's tables again for an OID t does not hold,
-// unless they were read within typesEvery; an OID still unknown then is
-// kept as it is from now on (until the next reading).
-func (s *Server) typesMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32) {
+// typeKnown reports whether tb maps oid in its direction: a worker's OID
+// (in) only by In, since the default node may use the same number for
+// another type (an adversary saw a new enum described as an older one);
+// a default node's by Out, or Canon when the worker's is the same.
+func typeKnown(tb *pooling.OIDTables, oid uint32, in bool) bool {
+	if in {
+		_, ok := tb.In[oid]
+		return ok
+	}
+	_, ok := tb.Out[oid]
+	return ok || tb.Canon[oid]
+}
+
+// typesMiss reads the database's tables again for an OID t does not hold
+// in its direction (in: a worker's, which only In maps; a default node's
+// OID of the same number is another type), unless they were read within
+// typesEvery; an OID still unknown then is kept as it is from now on
+// (until the next reading, or oidsStale).
+func (s *Server) typesMiss(d *typesDB, db string, t *pooling.TypeOIDs, oid uint32, in bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tb, ok := s.reread(d, db, t, func(tb *pooling.OIDTables) bool {
-		_, in := tb.In[oid]
-		_, out := tb.Out[oid]
-		return in || out || tb.Canon[oid]
-	}, "reading type OIDs of the workers (user types are shown with each worker's own OIDs)")
+	tb, ok := s.reread(d, db, t, func(tb *pooling.OIDTables) bool { return typeKnown(tb, oid, in) }, "reading type OIDs of the workers (user types are shown with each worker's own OIDs)")
 	if ok {
 		return
 	}
-	// Unknown everywhere: kept as it is, in both directions.
-	nt := &pooling.OIDTables{In: maps.Clone(tb.In), Out: tb.Out, Canon: maps.Clone(tb.Canon), Rels: tb.Rels, Plain: tb.Plain}
-	if nt.In == nil {
-		nt.In = map[uint32]uint32{}
+	// Unknown: kept as it is, in its direction.
+	nt := &pooling.OIDTables{In: tb.In, Out: tb.Out, Canon: tb.Canon, Rels: tb.Rels, Plain: tb.Plain}
+	if in {
+		nt.In = maps.Clone(tb.In)
+		if nt.In == nil {
+			nt.In = map[uint32]uint32{}
+		}
+		nt.In[oid] = oid
+	} else {
+		nt.Canon = maps.Clone(tb.Canon)
+		if nt.Canon == nil {
+			nt.Canon = map[uint32]bool{}
+		}
+		nt.Canon[oid] = true
 	}
-	if nt.Canon == nil {
-		nt.Canon = map[uint32]bool{}
-	}
-	nt.In[oid], nt.Canon[oid] = oid, true
 	t.Store(nt)
 }
 

@@ -214,3 +214,51 @@ func TestRowDescriptionNamesTable(t *testing.T) {
 		}
 	}
 }
+
+// TestNewTypesOnOtherWorker: user types made one after another, each read
+// at once from a shard on the second worker, are described with the
+// default node's OIDs. The second worker gives a type a lower OID than
+// the default node does (its counter runs behind), often one the default
+// node uses for an older type: that number was taken as known and the
+// older type reported (adversary: every new enum from the 22nd on).
+func TestNewTypesOnOtherWorker(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	testTable(t, c, "nto_t", "(id int PRIMARY KEY)", "SELECT create_distributed_table('nto_t', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO nto_t SELECT generate_series(1, 20)", simple)
+	w := connect(t, cl.Servers[1].Addr())
+	key := ""
+	for _, tb := range queryStrings(t, w, "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables WHERE tablename ~ '^nto_t_[0-9]+$'") {
+		if k := queryString(t, w, "SELECT coalesce(min(id)::text, '') FROM "+tb); k != "" {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no row of nto_t on the second worker")
+	}
+	d := connect(t, cl.Servers[0].Addr()) // the default node
+	for i := range 60 {
+		name := fmt.Sprintf("nto_e%d", i)
+		exec(t, c, "DROP TYPE IF EXISTS "+name, simple)
+		exec(t, c, "CREATE TYPE "+name+" AS ENUM ('x')", simple)
+		t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TYPE IF EXISTS "+name, simple) })
+		want := []string{"23", queryString(t, d, "SELECT '"+name+"'::regtype::oid::text"), queryString(t, d, "SELECT '"+name+"[]'::regtype::oid::text")}
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+			rows, err := c.Query(context.Background(), fmt.Sprintf("SELECT id, 'x'::%s AS v, '{x}'::%s[] AS a FROM nto_t WHERE id = %s", name, name, key), mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range rows.FieldDescriptions() {
+				got = append(got, fmt.Sprint(f.DataTypeOID))
+			}
+			rows.Close()
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s (%v): column types %v, the default node's %v", name, mode, got, want)
+			}
+		}
+	}
+}

@@ -26,9 +26,10 @@ const FirstNormalOID = 16384
 type TypeOIDs struct {
 	tables atomic.Pointer[OIDTables]
 	// Miss, when set, is called with an OID of a user type the tables do
-	// not hold (a type made since they were read); it may store new tables
-	// before it returns.
-	Miss func(oid uint32)
+	// not hold (a type made since they were read): a worker's (in: in
+	// In), or the default node's (in Out or Canon); it may store new
+	// tables before it returns.
+	Miss func(oid uint32, in bool)
 	// RelMiss is Miss for the OID of a relation a RowDescription names,
 	// or for its column col that the tables do not map (one added since).
 	RelMiss func(oid uint32, col int16)
@@ -77,7 +78,7 @@ func (t *TypeOIDs) in(oid uint32) uint32 {
 		}
 	}
 	if t.Miss != nil {
-		t.Miss(oid)
+		t.Miss(oid, true)
 		if tb = t.tables.Load(); tb != nil {
 			if o, ok := tb.In[oid]; ok {
 				return o
@@ -191,7 +192,7 @@ func (t *TypeOIDs) out(oid uint32) (uint32, bool) {
 		}
 	}
 	if t.Miss != nil {
-		t.Miss(oid)
+		t.Miss(oid, false)
 		if tb = t.tables.Load(); tb != nil {
 			w, ok := tb.Out[oid]
 			return w, ok

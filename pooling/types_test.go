@@ -13,7 +13,7 @@ func TestTypeOIDs(t *testing.T) {
 	tr := &TypeOIDs{}
 	tr.Store(&OIDTables{In: map[uint32]uint32{20000: 17000, 20001: 20001}, Out: map[uint32]uint32{17000: 20000}})
 	var misses []uint32
-	tr.Miss = func(oid uint32) { misses = append(misses, oid) }
+	tr.Miss = func(oid uint32, _ bool) { misses = append(misses, oid) }
 
 	rd := pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{
 		{Name: []byte("a"), DataTypeOID: 23}, {Name: []byte("status"), TableOID: 20000, DataTypeOID: 20000},
