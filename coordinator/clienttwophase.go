@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/pooling"
 )
 
@@ -91,6 +92,11 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 				return -1, true, ss.failPrepare(errHoldPrepare())
 			}
 		}
+		unlock, err := ss.lockGID(gid)
+		if err != nil {
+			return -1, true, ss.failPrepare(err)
+		}
+		ss.gidUnlock = unlock // (once the PREPARE TRANSACTION ran: simpleQuery)
 		here := ss.currentNode()
 		found, err := ss.gidNodes(gid)
 		if err != nil {
@@ -140,6 +146,50 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 			WithHint("Run it from a new session.")
 	}
 	return node, false, nil
+}
+
+// lockGID holds, until unlock, a lock on a client's transaction id on the
+// default node's postgres database, which every coordinator of the fleet
+// shares: from the search of the workers for the id to its PREPARE
+// TRANSACTION, no other session of any coordinator prepares the same id
+// (two at once, on two workers, could both have found it free, leaving an
+// id prepared twice, which COMMIT PREPARED then refuses). The lock is a
+// transaction's advisory lock, so a coordinator gone mid-way leaves none.
+func (ss *session) lockGID(gid string) (unlock func(), err error) {
+	snap := ss.srv.catalog.Load()
+	var n *metadata.Node
+	if snap != nil {
+		n = snap.Node(ss.srv.defaultNode.Load())
+	}
+	if n == nil {
+		return func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gidLookupTimeout)
+	defer cancel()
+	c, err := ss.srv.adminConn(ctx, *n, "postgres", ss.holding())
+	if err != nil {
+		return nil, pgerr.New(pgerr.ConnectionFailure, "locking transaction identifier %q: %v", gid, err).
+			WithHint("Try again when every worker is reachable.")
+	}
+	_, err = c.Exec(ctx, "BEGIN")
+	if err == nil {
+		_, err = c.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1::pg_catalog.text, 7270))", gid)
+	}
+	if err != nil {
+		pooling.Reclaim(context.Background(), c.PgConn()) // (its transaction rolled back)
+		if ctx.Err() != nil {
+			return nil, pgerr.New(pgerr.LockNotAvailable, "transaction identifier %q is being prepared by another session", gid).
+				WithHint("Try again; the identifier is in use if that PREPARE TRANSACTION succeeds.")
+		}
+		return nil, pgerr.New(pgerr.ConnectionFailure, "locking transaction identifier %q: %v", gid, err).
+			WithHint("Try again when every worker is reachable.")
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), txCleanupTimeout)
+		defer cancel()
+		_, _ = c.Exec(ctx, "ROLLBACK")
+		pooling.Reclaim(ctx, c.PgConn())
+	}, nil
 }
 
 // gidAt is a worker that lists a prepared transaction's id, and the
@@ -279,6 +329,12 @@ func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err 
 			return "", nil, errHoldPrepare()
 		}
 	}
+	unlock, err := ss.lockGID(gid)
+	if err != nil {
+		rollback(-1)
+		return "", nil, err
+	}
+	defer unlock()
 	found, err := ss.gidNodes(gid)
 	if err == nil && len(found) > 0 {
 		err = pgerr.New(pgerr.DuplicateObject, "transaction identifier %q is already in use", gid)

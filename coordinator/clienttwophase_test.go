@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -422,5 +423,63 @@ func TestClientTwoPhaseSpanning(t *testing.T) {
 		if n := queryString(t, wc, "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid LIKE 'pgfleet%' OR gid LIKE 'ctpsc%'"); n != "0" {
 			t.Errorf("worker %d: %s prepared transactions left", i, n)
 		}
+	}
+}
+
+// TestClientTwoPhaseSameIDAtOnce: two sessions preparing one id at the
+// same moment, their blocks on different workers: one prepares it, the
+// other gets 42710, as on one PostgreSQL. Both used to pass the search of
+// the workers for the id before either prepared, leaving it prepared on
+// two workers (COMMIT PREPARED of it then refused).
+func TestClientTwoPhaseSameIDAtOnce(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "ctpr_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('ctpr_t', 'k', shard_count => 4)")
+	exec(t, c, "INSERT INTO ctpr_t SELECT g, 0 FROM generate_series(1, 40) g", simple)
+	t.Cleanup(func() { rollbackPrepared(t, cl, "ctpr") })
+	var keys [2]string // a key on each worker
+	for i, s := range cl.Servers[:2] {
+		w := connect(t, s.Addr())
+		for _, tb := range queryStrings(t, w, "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables WHERE tablename ~ '^ctpr_t_[0-9]+$'") {
+			if k := queryString(t, w, "SELECT coalesce(min(k)::text, '') FROM "+tb); k != "" {
+				keys[i] = k
+				break
+			}
+		}
+	}
+	if keys[0] == "" || keys[1] == "" {
+		t.Fatalf("keys on the workers: %v", keys)
+	}
+	a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+	for round := range 10 {
+		gid := fmt.Sprintf("ctpr%d", round)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, conn := range []*pgx.Conn{a, b} {
+			exec(t, conn, "BEGIN", simple)
+			exec(t, conn, "UPDATE ctpr_t SET v = v + 1 WHERE k = "+keys[i], simple)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = conn.Exec(context.Background(), "PREPARE TRANSACTION '"+gid+"'", simple)
+			}()
+		}
+		wg.Wait()
+		if (errs[0] == nil) == (errs[1] == nil) || sqlState(errs[0])+sqlState(errs[1]) != "42710" {
+			t.Errorf("round %d: the two PREPARE TRANSACTION '%s' answered %v and %v, want one success and one 42710", round, gid, errs[0], errs[1])
+		}
+		prepared := 0
+		for _, s := range cl.Servers {
+			w := connect(t, s.Addr())
+			if queryString(t, w, "SELECT count(*)::text FROM pg_prepared_xacts WHERE gid = $1", gid) == "1" {
+				prepared++
+			}
+		}
+		if prepared != 1 {
+			t.Errorf("round %d: id %s prepared on %d workers, want 1", round, gid, prepared)
+		}
+		exec(t, c, "ROLLBACK PREPARED '"+gid+"'", simple)
 	}
 }

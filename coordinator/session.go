@@ -57,11 +57,12 @@ type session struct {
 	// cannot read in the client's bytes.
 	embedsASCII bool
 
-	pools  map[int32]*pooling.Pool // by node
-	pool   *pooling.Pool           // the held connection's pool
-	node   int32                   // the held connection's node
-	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
-	pinned string                  // why the session keeps sc for good; "" if it does not
+	pools     map[int32]*pooling.Pool // by node
+	pool      *pooling.Pool           // the held connection's pool
+	node      int32                   // the held connection's node
+	sc        *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
+	pinned    string                  // why the session keeps sc for good; "" if it does not
+	gidUnlock func()                  // a client PREPARE TRANSACTION's lock on its id (lockGID), held while it runs
 	// tempObjects: the session made temporary objects (on its pinned
 	// connection), which may shadow a table's name.
 	tempObjects bool
@@ -1404,6 +1405,10 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if cls.twoPhase && cls.count == 1 {
 		n, handled, err := ss.clientTwoPhase(text)
+		if u := ss.gidUnlock; u != nil {
+			ss.gidUnlock = nil
+			defer u() // after the PREPARE TRANSACTION ran (or was refused)
+		}
 		if handled {
 			return err
 		}
