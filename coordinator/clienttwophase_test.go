@@ -335,15 +335,7 @@ func TestClientTwoPhaseSpanning(t *testing.T) {
 	// Keys by worker: a table-less SELECT 1 runs on the first (the
 	// default node), so a block that then writes a key of the second's
 	// spans both.
-	keysOn := func(i int) []string {
-		w := connect(t, cl.Servers[i].Addr())
-		var out []string
-		for _, tb := range queryStrings(t, w, "SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename ~ '^ctps_t_[0-9]+$'") {
-			out = append(out, queryStrings(t, w, "SELECT k::text FROM "+tb)...)
-		}
-		return out
-	}
-	near, far := keysOn(0), keysOn(1)
+	near, far := keysOn(t, cl.Servers[0].Addr(), "ctps_t", "k"), keysOn(t, cl.Servers[1].Addr(), "ctps_t", "k")
 	if len(near) < 8 || len(far) < 8 {
 		t.Fatalf("keys on the workers: %v and %v, want 8 on each", near, far)
 	}
@@ -441,12 +433,8 @@ func TestClientTwoPhaseSameIDAtOnce(t *testing.T) {
 	t.Cleanup(func() { rollbackPrepared(t, cl, "ctpr") })
 	var keys [2]string // a key on each worker
 	for i, s := range cl.Servers[:2] {
-		w := connect(t, s.Addr())
-		for _, tb := range queryStrings(t, w, "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables WHERE tablename ~ '^ctpr_t_[0-9]+$'") {
-			if k := queryString(t, w, "SELECT coalesce(min(k)::text, '') FROM "+tb); k != "" {
-				keys[i] = k
-				break
-			}
+		if k := keysOn(t, s.Addr(), "ctpr_t", "k"); len(k) > 0 {
+			keys[i] = k[0]
 		}
 	}
 	if keys[0] == "" || keys[1] == "" {
@@ -482,4 +470,16 @@ func TestClientTwoPhaseSameIDAtOnce(t *testing.T) {
 		}
 		exec(t, c, "ROLLBACK PREPARED '"+gid+"'", simple)
 	}
+}
+
+// keysOn returns the values of column col in the shards of a distributed
+// table that the worker at addr holds.
+func keysOn(t *testing.T, addr, table, col string) []string {
+	t.Helper()
+	w := connect(t, addr)
+	var out []string
+	for _, tb := range queryStrings(t, w, "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables WHERE tablename ~ '^"+table+"_[0-9]+$'") {
+		out = append(out, queryStrings(t, w, "SELECT "+col+"::text FROM "+tb+" ORDER BY 1")...)
+	}
+	return out
 }
