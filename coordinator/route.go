@@ -116,19 +116,38 @@ func (ss *session) checkPath(p *planner.Plan) error {
 	if public {
 		// "$user" (the default path's first schema) is a schema only when
 		// one of the role's name exists.
-		if !withUser || !ss.srv.userSchema(user) {
+		if !withUser {
+			return nil
+		}
+		own, err := ss.srv.userSchema(user)
+		if err != nil {
+			return errPathLookup(what, err)
+		}
+		if !own {
 			return nil
 		}
 		if path == "" {
 			path = `SET search_path = "$user", public`
 		}
 	}
-	if ss.srv.resolveToPublic(path, user, p.Unqualified) {
+	if ok, err := ss.srv.resolveToPublic(path, user, p.Unqualified); err != nil {
+		return errPathLookup(what, err)
+	} else if ok {
 		return nil // PostgreSQL finds them in public all the same
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"this session's search_path is not public, and %s is named without its schema", what).
 		WithHint("Write the schema with the table name (public.t), or reset search_path.")
+}
+
+// errPathLookup is the answer when the default node could not say where
+// an unqualified table name resolves (it is out of reach): a connection
+// error, which a client retries, not the refusal that the name resolves
+// elsewhere (adversary: 0A000 for every client for a second or two after
+// the default node's worker crashed).
+func errPathLookup(what string, err error) error {
+	return pgerr.New(pgerr.ConnectionFailure, "could not ask the first worker where %s, named without its schema, is: %v", what, err).
+		WithHint("Retry the statement when the worker is back; naming the schema (public.t) needs no such lookup.")
 }
 
 var unroutedPlan = &stmtPlan{plan: defaultPlan}

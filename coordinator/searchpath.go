@@ -48,8 +48,8 @@ type userSchemas struct {
 // userSchema reports whether a schema named user exists on the default
 // node, where the default search_path ("$user", public) would look first.
 // Read without a lock; asked again after a catalog change, this
-// coordinator's DDL or pathTTL.
-func (s *Server) userSchema(user string) bool {
+// coordinator's DDL or pathTTL. err: the node could not be asked.
+func (s *Server) userSchema(user string) (bool, error) {
 	var stamp [2]int64
 	if snap := s.catalog.Load(); snap != nil {
 		stamp[0] = snap.Version
@@ -62,28 +62,28 @@ func (s *Server) userSchema(user string) bool {
 		v, known = cur.m[user]
 	}
 	if fresh && known {
-		return v
+		return v, nil
 	}
 	if s.metaPool == nil {
-		return false
+		return false, nil
 	}
 	if !s.userSchemaMu.TryLock() {
 		if known {
-			return v // another session is asking: the answer of a moment ago
+			return v, nil // another session is asking: the answer of a moment ago
 		}
 		s.userSchemaMu.Lock()
 	}
 	defer s.userSchemaMu.Unlock()
 	if cur = s.userSchemas.Load(); cur != nil && cur.stamp == stamp && time.Since(cur.at) < pathTTL {
 		if v, ok := cur.m[user]; ok {
-			return v
+			return v, nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var exists bool
 	if err := s.metaPool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)", user).Scan(&exists); err != nil {
-		return true // not known: look the names up
+		return true, err
 	}
 	next := &userSchemas{stamp: stamp, at: time.Now(), m: map[string]bool{user: exists}}
 	if cur != nil && cur.stamp == stamp && time.Since(cur.at) < pathTTL {
@@ -94,14 +94,15 @@ func (s *Server) userSchema(user string) bool {
 		next.m[user] = exists
 	}
 	s.userSchemas.Store(next)
-	return exists
+	return exists, nil
 }
 
 // resolveToPublic reports whether every name resolves to a table in
-// public under search_path setting pathSQL for user.
-func (s *Server) resolveToPublic(pathSQL, user string, names []string) bool {
+// public under search_path setting pathSQL for user; err: the default node
+// could not be asked.
+func (s *Server) resolveToPublic(pathSQL, user string, names []string) (bool, error) {
 	if pathSQL == "" || s.metaPool == nil {
-		return false
+		return false, nil
 	}
 	var stamp [2]int64
 	if snap := s.catalog.Load(); snap != nil {
@@ -118,7 +119,7 @@ func (s *Server) resolveToPublic(pathSQL, user string, names []string) bool {
 		public, ok := c.m[pathKey{pathSQL, user, n}]
 		if ok && !public {
 			c.mu.Unlock()
-			return false
+			return false, nil
 		}
 		if !ok {
 			ask = append(ask, n)
@@ -126,11 +127,11 @@ func (s *Server) resolveToPublic(pathSQL, user string, names []string) bool {
 	}
 	c.mu.Unlock()
 	if len(ask) == 0 {
-		return true
+		return true, nil
 	}
 	got, err := s.askSchemas(pathSQL, user, ask)
 	if err != nil {
-		return false
+		return false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,7 +143,7 @@ func (s *Server) resolveToPublic(pathSQL, user string, names []string) bool {
 		}
 		all = all && public
 	}
-	return all
+	return all, nil
 }
 
 // askSchemas asks the default node where each name resolves under the
@@ -260,11 +261,21 @@ func (ss *session) ownResolve(names []string) (*ownAnswer, bool, error) {
 			return nil, false, err
 		}
 		path, user := "SET search_path = "+string(row[0]), string(row[1])
-		if publicPath(path) && (!strings.Contains(path, "$user") || !ss.srv.userSchema(user)) {
-			current = "public"
+		if publicPath(path) {
+			own := false
+			if strings.Contains(path, "$user") {
+				if own, err = ss.srv.userSchema(user); err != nil {
+					return nil, false, err
+				}
+			}
+			if !own {
+				current = "public"
+			}
 		}
 		for i, n := range ask {
-			public[i] = ss.srv.resolveToPublic(path, user, []string{n})
+			if public[i], err = ss.srv.resolveToPublic(path, user, []string{n}); err != nil {
+				return nil, false, err
+			}
 		}
 	}
 	if a.public == nil {

@@ -2,8 +2,10 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -292,5 +294,53 @@ func TestNamesResolveOnOwnConnection(t *testing.T) {
 			exec(t, c, "DELETE FROM public.onr_d WHERE id > 100", simple)
 		}
 		exec(t, c, "DROP SCHEMA IF EXISTS onr_s, postgres CASCADE", simple)
+	}
+}
+
+// TestPathLookupFirstWorkerDown: with the first worker (where an
+// unqualified table name is looked up under the session's search_path)
+// out of reach, a statement naming a distributed table without its schema
+// gets a connection error, which a client retries, not 0A000 saying the
+// name resolves elsewhere (adversary: every client for a second or two
+// after the first worker crashed); it runs again once the worker is back.
+func TestPathLookupFirstWorkerDown(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	exec(t, c, "CREATE TABLE pl_t (k int PRIMARY KEY, v int)", simple)
+	exec(t, c, "SELECT create_distributed_table('pl_t', 'k', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO pl_t SELECT g, g FROM generate_series(1, 20) g", simple)
+	far := keysOn(t, cl.Servers[1].Addr(), "pl_t", "k")
+	if len(far) == 0 {
+		t.Fatal("no row of pl_t on the second worker")
+	}
+	q := "SELECT v FROM pl_t WHERE k = " + far[0]
+	if got := queryString(t, c, q+"::int"); got != far[0] {
+		t.Fatalf("%s: %s", q, got)
+	}
+	cl.Servers[0].Stop()
+	time.Sleep(2100 * time.Millisecond) // (the answers of the lookup are kept 2 s)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+		var v int
+		err := c.QueryRow(context.Background(), q, mode).Scan(&v)
+		if err != nil && !strings.HasPrefix(sqlState(err), "08") {
+			t.Errorf("%s (%v) with the first worker down: %v, want it answered or an 08 error", q, mode, err)
+		}
+	}
+	if err := cl.Servers[0].Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var v int
+		err := c.QueryRow(context.Background(), q, simple).Scan(&v)
+		if err == nil && fmt.Sprint(v) == far[0] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after the first worker came back: %v %v", q, v, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
