@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 
@@ -82,9 +83,23 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 			ss.localTxn(&rb, "ROLLBACK")
 			return -1, true, nil
 		}
+		if len(ss.parked) > 0 && ss.multi == nil && len(ss.citusPending) == 0 {
+			// A block over several workers: here, before cursorStatement
+			// takes PREPARE for the end of the block and drops the WITH
+			// HOLD cursors it declared (adversary: the block was
+			// prepared, where PostgreSQL refuses it).
+			tag, after, err := ss.multiPrepare(text, gid)
+			if err != nil {
+				return -1, true, ss.queryError(err)
+			}
+			ss.out = append(commandComplete(ss.out, tag), after...)
+			ss.out = readyForQuery(ss.out, ss.txStatus())
+			return -1, true, nil
+		}
 		if ss.txStatus() != 'T' || ss.multi != nil || len(ss.parked) > 0 || len(ss.citusPending) > 0 {
 			// A failed block's or none: as ROLLBACK, or a warning; a
-			// block over several workers: refused (multiCheck).
+			// block over several workers running create_distributed_table:
+			// refused (multiCheck).
 			return -1, false, nil
 		}
 		for _, c := range ss.cursors {
@@ -171,7 +186,11 @@ func (ss *session) lockGID(gid string) (unlock func(), err error) {
 		return nil, pgerr.New(pgerr.ConnectionFailure, "locking transaction identifier %q: %v", gid, err).
 			WithHint("Try again when every worker is reachable.")
 	}
-	_, err = c.Exec(ctx, "BEGIN")
+	// (No timeout of the worker's may end the wait, or the transaction
+	// idle while the PREPARE runs: the lock would go with it. Adversary:
+	// idle_in_transaction_session_timeout let another session prepare
+	// the id on another worker.)
+	_, err = c.Exec(ctx, "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 0; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0", pgx.QueryExecModeSimpleProtocol)
 	if err == nil {
 		_, err = c.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1::pg_catalog.text, 7270))", gid)
 	}
@@ -343,7 +362,7 @@ func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err 
 		rollback(-1)
 		return "", nil, err
 	}
-	writer, holds, ok := askParts(all)
+	writer, holds, locks, ok := askParts(all)
 	if !ok {
 		rollback(-1)
 		return "", nil, errMultiRefused("PREPARE TRANSACTION is not supported in a transaction that wrote on several workers or runs at SERIALIZABLE; the transaction was rolled back",
@@ -355,6 +374,15 @@ func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err 
 	}
 	if writer < 0 {
 		writer = slices.IndexFunc(all, func(c txConn) bool { return c.node == ss.node })
+	}
+	for i := range all {
+		if i != writer && locks[i] {
+			// Its transaction ends at the PREPARE, and so would the locks,
+			// which PostgreSQL keeps until COMMIT PREPARED (adversary).
+			rollback(-1)
+			return "", nil, errMultiRefused("PREPARE TRANSACTION is not supported in a transaction that spans several workers and took locks (advisory locks, LOCK TABLE) on a worker it did not write on; the transaction was rolled back",
+				"Take such locks on the worker the transaction writes on, or keep the transaction to one worker.")
+		}
 	}
 	g := twophase.New("ro", ss.srv.store)
 	for i := range all {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -398,6 +399,16 @@ func TestClientTwoPhaseSpanning(t *testing.T) {
 		step(false, "UPDATE {t} SET v = 7 WHERE k = "+far[3], mode)
 		step(false, "PREPARE TRANSACTION '"+g+"n'", mode)
 		step(false, "SELECT v FROM {t} WHERE k = "+far[3], mode)
+		// A WITH HOLD cursor the block declared (the coordinator keeps
+		// it): 0A000, rolled back, the cursor gone (adversary: prepared,
+		// the cursor dropped).
+		step(false, "BEGIN", simple)
+		step(false, "SELECT 1", mode)
+		step(false, "DECLARE hc CURSOR WITH HOLD FOR SELECT k FROM {t} ORDER BY k", simple)
+		step(false, "UPDATE {t} SET v = 9 WHERE k = "+far[3], mode)
+		step(false, "PREPARE TRANSACTION '"+g+"h'", mode)
+		step(false, "FETCH hc", simple)
+		step(false, "SELECT v FROM {t} WHERE k = "+far[3], mode)
 	}
 
 	// Writes on two workers: refused, rolled back, the session goes on.
@@ -409,6 +420,25 @@ func TestClientTwoPhaseSpanning(t *testing.T) {
 	}
 	if got := queryString(t, c, "SELECT count(*)::text FROM ctps_t WHERE v = 800"); got != "0" {
 		t.Errorf("after the refused PREPARE TRANSACTION, %s rows have the block's value, want 0", got)
+	}
+	// Locks a read does not take, on the worker that did not write: they
+	// would end at the PREPARE, where PostgreSQL keeps them: refused.
+	exec(t, c, "DROP TABLE IF EXISTS ctps_local", pgx.QueryExecModeSimpleProtocol)
+	exec(t, c, "CREATE TABLE ctps_local (a int)", pgx.QueryExecModeSimpleProtocol) // (on the default node)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS ctps_local", pgx.QueryExecModeSimpleProtocol)
+	})
+	for _, lock := range []string{"SELECT pg_advisory_xact_lock(4242)", "LOCK TABLE ctps_local IN EXCLUSIVE MODE"} {
+		exec(t, c, "BEGIN", pgx.QueryExecModeSimpleProtocol)
+		exec(t, c, lock, pgx.QueryExecModeSimpleProtocol)
+		exec(t, c, "UPDATE ctps_t SET v = 801 WHERE k = "+far[0], pgx.QueryExecModeSimpleProtocol)
+		_, err := c.Exec(context.Background(), "PREPARE TRANSACTION 'ctpsc_lock'", pgx.QueryExecModeSimpleProtocol)
+		if sqlState(err) != "0A000" {
+			t.Errorf("PREPARE TRANSACTION after %s and a write on the other worker: %v, want 0A000", lock, err)
+		}
+		if got := queryString(t, c, "SELECT count(*)::text FROM ctps_t WHERE v = 801"); got != "0" {
+			t.Errorf("after the refused PREPARE TRANSACTION (%s), %s rows have the block's value, want 0", lock, got)
+		}
 	}
 	for i, w := range cl.Servers {
 		wc := connect(t, w.Addr())
@@ -482,4 +512,85 @@ func keysOn(t *testing.T, addr, table, col string) []string {
 		out = append(out, queryStrings(t, w, "SELECT "+col+"::text FROM "+tb+" ORDER BY 1")...)
 	}
 	return out
+}
+
+// TestClientTwoPhaseIDLockOutlivesIdleTimeout: the lock a PREPARE
+// TRANSACTION holds on its id while it runs is not lost to the first
+// worker's idle_in_transaction_session_timeout (adversary: the lock's
+// connection was ended while a deferred check made the PREPARE wait, and
+// another session prepared the same id on the other worker).
+func TestClientTwoPhaseIDLockOutlivesIdleTimeout(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, nil)
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	exec(t, c, "CREATE TABLE ctpi_t (k int, CONSTRAINT ctpi_pk PRIMARY KEY (k) DEFERRABLE INITIALLY DEFERRED)", simple)
+	exec(t, c, "SELECT create_distributed_table('ctpi_t', 'k', shard_count => 4)", simple)
+	exec(t, c, "INSERT INTO ctpi_t SELECT generate_series(1, 20)", simple)
+	near, far := keysOn(t, cl.Servers[0].Addr(), "ctpi_t", "k"), keysOn(t, cl.Servers[1].Addr(), "ctpi_t", "k")
+	if len(near) == 0 || len(far) == 0 {
+		t.Fatalf("keys on the workers: %v and %v", near, far)
+	}
+	// The timeout is the postgres role's, as whose the coordinator holds
+	// the lock; the clients log in as another role.
+	for _, s := range cl.Servers {
+		exec(t, connect(t, s.Addr()), "CREATE ROLE ctpi LOGIN SUPERUSER")
+	}
+	as := func() *pgx.Conn {
+		conn, err := pgx.Connect(context.Background(), "postgres://ctpi@"+srv.Addr()+"/postgres?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		return conn
+	}
+	w0 := connect(t, cl.Servers[0].Addr())
+	exec(t, w0, "ALTER ROLE postgres SET idle_in_transaction_session_timeout = '500ms'")
+	// (The coordinator's connections as postgres open again, with it.)
+	exec(t, w0, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'postgres' AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+	for i := 0; ; i++ { // (until the coordinator has replaced them)
+		if _, err := as().Exec(context.Background(), "SELECT count(*) FROM ctpi_t", simple); err == nil {
+			break
+		} else if i == 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// x deletes a key of the second worker's and commits later: a block
+	// inserting that key again waits for it at PREPARE (the deferred
+	// check), with the id's lock held.
+	x, a, b := as(), as(), as()
+	exec(t, x, "BEGIN", simple)
+	exec(t, x, "DELETE FROM ctpi_t WHERE k = "+far[0], simple)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "SELECT 1", simple) // (the first worker: the block spans both)
+	exec(t, a, "INSERT INTO ctpi_t VALUES ("+far[0]+")", simple)
+	go func() {
+		defer wg.Done()
+		_, errs[0] = a.Exec(context.Background(), "PREPARE TRANSACTION 'ctpi'", simple)
+	}()
+	time.Sleep(1500 * time.Millisecond) // (the lock's connection idle past the timeout)
+	exec(t, b, "BEGIN", simple)
+	exec(t, b, "DELETE FROM ctpi_t WHERE k = "+near[0], simple)
+	go func() {
+		defer wg.Done()
+		_, errs[1] = b.Exec(context.Background(), "PREPARE TRANSACTION 'ctpi'", simple)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	exec(t, x, "COMMIT", simple)
+	wg.Wait()
+	if errs[0] != nil || sqlState(errs[1]) != "42710" {
+		t.Errorf("PREPARE TRANSACTION 'ctpi' waiting at its check, then the same id from another block: %v and %v, want success and 42710", errs[0], errs[1])
+	}
+	prepared := 0
+	for _, s := range cl.Servers {
+		prepared += len(queryStrings(t, connect(t, s.Addr()), "SELECT gid FROM pg_prepared_xacts WHERE gid = 'ctpi'"))
+	}
+	if prepared != 1 {
+		t.Errorf("id ctpi prepared on %d workers, want 1", prepared)
+	}
+	exec(t, c, "ROLLBACK PREPARED 'ctpi'", simple)
 }

@@ -588,7 +588,7 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 	if len(known) >= 2 {
 		return false, "", nil
 	}
-	writer, holds, ok := askParts(all)
+	writer, holds, _, ok := askParts(all)
 	if !ok {
 		return false, "", nil // two-phase commit, whose PREPARE finds what failed
 	}
@@ -628,36 +628,40 @@ func commitOnePhase(all []txConn, known []int32) (done bool, tag string, err err
 
 // askParts asks each worker of a transaction (all at once) whether its
 // transaction has a transaction id (PostgreSQL assigns one at the first
-// write, row lock included), its isolation level, and whether it declared
-// a cursor WITH HOLD. ok is true when every worker answered, none is
-// SERIALIZABLE and at most one wrote: writer is that one's index (-1:
-// none); holds says which declared such a cursor.
-func askParts(all []txConn) (writer int, holds []bool, ok bool) {
+// write, row lock included), its isolation level, whether it declared a
+// cursor WITH HOLD, and whether it holds locks statements do not take
+// by themselves (advisory ones, LOCK TABLE's: relation locks above ROW
+// EXCLUSIVE; a statement's Parse locks a shard it may not write). ok is true when every worker answered,
+// none is SERIALIZABLE and at most one wrote: writer is that one's index
+// (-1: none); holds and locks say which have such cursors and locks.
+func askParts(all []txConn) (writer int, holds, locks []bool, ok bool) {
 	// Under no statement_timeout of the client's: the question must not
 	// fail the transaction it is about (which then ends anyway).
 	const q = "SET LOCAL statement_timeout = 0; SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL, pg_catalog.current_setting('transaction_isolation'), " +
-		"EXISTS (SELECT FROM pg_catalog.pg_cursors c WHERE c.is_holdable AND c.creation_time OPERATOR(pg_catalog.>=) pg_catalog.transaction_timestamp())"
+		"EXISTS (SELECT FROM pg_catalog.pg_cursors c WHERE c.is_holdable AND c.creation_time OPERATOR(pg_catalog.>=) pg_catalog.transaction_timestamp()), " +
+		"EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND (l.locktype OPERATOR(pg_catalog.=) 'advisory' " +
+		"OR l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.mode OPERATOR(pg_catalog.<>) ALL ('{AccessShareLock,RowShareLock,RowExclusiveLock}'::pg_catalog.text[])))"
 	deadline := time.Now().Add(txCleanupTimeout)
 	wrote := make([]bool, len(all))
 	answered := make([]bool, len(all))
-	holds = make([]bool, len(all))
+	holds, locks = make([]bool, len(all)), make([]bool, len(all))
 	allAtOnce(len(all), func(i int) {
 		rows, err := all[i].sc.Query(q, deadline)
-		if err != nil || len(rows) != 1 || len(rows[0]) != 3 || rows[0][1] == "serializable" {
+		if err != nil || len(rows) != 1 || len(rows[0]) != 4 || rows[0][1] == "serializable" {
 			return
 		}
-		wrote[i], holds[i], answered[i] = rows[0][0] == "t", rows[0][2] == "t", true
+		wrote[i], holds[i], locks[i], answered[i] = rows[0][0] == "t", rows[0][2] == "t", rows[0][3] == "t", true
 	})
 	writer = -1
 	for i := range all {
 		switch {
 		case !answered[i], wrote[i] && writer >= 0:
-			return -1, holds, false
+			return -1, holds, locks, false
 		case wrote[i]:
 			writer = i
 		}
 	}
-	return writer, holds, true
+	return writer, holds, locks, true
 }
 
 // allAtOnce runs fn(0) ... fn(n-1) concurrently (each on its own
