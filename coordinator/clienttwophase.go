@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -20,7 +19,7 @@ import (
 )
 
 // A client's own two-phase commit. PREPARE TRANSACTION runs on the worker
-// its block is on (a block over several workers refuses it: multiCheck);
+// its block is on (over several workers, the one that wrote: multiPrepare);
 // the prepared transaction then lives there, so COMMIT PREPARED and
 // ROLLBACK PREPARED, which may come from any session of any coordinator,
 // run on the worker that lists the id in pg_prepared_xacts. The checks
@@ -315,9 +314,7 @@ func preparesTxn(sql string) bool {
 // worker already (42710). Every refusal or failure ends the block rolled
 // back, as a failed PREPARE TRANSACTION does.
 func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err error) {
-	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
-	all = append(all, txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
-	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
+	all := ss.txParts()
 	prepared := false
 	defer func() {
 		ss.wroteOn = ss.wroteOn[:0]
@@ -325,32 +322,29 @@ func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err 
 		ss.pendingBegin, ss.chainStarted, ss.txSnap = "", false, nil
 		ss.txnEnded(false)
 	}()
-	before := make([]map[string]string, len(all))
-	for i, c := range all {
-		before[i] = maps.Clone(c.sc.Params)
-	}
-	rollback := func(skip int) {
-		for i, c := range all {
-			if i != skip && c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+	before := paramsOf(all)
+	rollback := func() {
+		for _, c := range all {
+			if c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
 				c.sc.MarkBroken()
 			}
 		}
 	}
 	for _, c := range all {
 		if c.sc.TxStatus != 'T' {
-			rollback(-1) // a failed block: PREPARE TRANSACTION rolls it back
+			rollback() // a failed block: PREPARE TRANSACTION rolls it back
 			return "ROLLBACK", nil, nil
 		}
 	}
 	for _, c := range ss.cursors {
 		if c.hold && c.pending {
-			rollback(-1)
+			rollback()
 			return "", nil, errHoldPrepare()
 		}
 	}
 	unlock, err := ss.lockGID(gid)
 	if err != nil {
-		rollback(-1)
+		rollback()
 		return "", nil, err
 	}
 	defer unlock()
@@ -359,17 +353,17 @@ func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err 
 		err = pgerr.New(pgerr.DuplicateObject, "transaction identifier %q is already in use", gid)
 	}
 	if err != nil {
-		rollback(-1)
+		rollback()
 		return "", nil, err
 	}
 	writer, holds, locks, ok := askParts(all)
 	if !ok {
-		rollback(-1)
+		rollback()
 		return "", nil, errMultiRefused("PREPARE TRANSACTION is not supported in a transaction that wrote on several workers or runs at SERIALIZABLE; the transaction was rolled back",
 			"Keep a transaction you prepare to rows on one worker (all its rows in one shard, or colocated rows with one distribution value).")
 	}
 	if slices.Contains(holds, true) {
-		rollback(-1) // (a function declared it: the client's own are the coordinator's)
+		rollback() // (a function declared it: the client's own are the coordinator's)
 		return "", nil, errHoldPrepare()
 	}
 	if writer < 0 {
@@ -379,7 +373,7 @@ func (ss *session) multiPrepare(sql, gid string) (tag string, after []byte, err 
 		if i != writer && locks[i] {
 			// Its transaction ends at the PREPARE, and so would the locks,
 			// which PostgreSQL keeps until COMMIT PREPARED (adversary).
-			rollback(-1)
+			rollback()
 			return "", nil, errMultiRefused("PREPARE TRANSACTION is not supported in a transaction that spans several workers and took locks (advisory locks, LOCK TABLE) on a worker it did not write on; the transaction was rolled back",
 				"Take such locks on the worker the transaction writes on, or keep the transaction to one worker.")
 		}

@@ -333,15 +333,6 @@ func (ss *session) multiCheck(cls *class, sql string) error {
 // multiSimple handles a simple Query in a transaction over several
 // workers when it is COMMIT or ROLLBACK or refused; done says so.
 func (ss *session) multiSimple(cls *class, sql string) (done bool, err error) {
-	if gid, ok := clientPrepare(cls, sql); ok && len(ss.citusPending) == 0 {
-		tag, after, err := ss.multiPrepare(sql, gid)
-		if err != nil {
-			return true, ss.queryError(err)
-		}
-		ss.out = append(commandComplete(ss.out, tag), after...)
-		ss.out = readyForQuery(ss.out, ss.txStatus())
-		return true, nil
-	}
 	if err := ss.multiCheck(cls, sql); err != nil {
 		if cls.count == 1 && txnControl(sql) == "PREPARE TRANSACTION" {
 			// A PREPARE TRANSACTION that fails ends the block on
@@ -426,9 +417,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 			commit, chain = false, false
 		}
 	}
-	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
-	all = append(all, txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
-	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
+	all := ss.txParts()
 	committed := false
 	next := ""
 	// The calls' fences go once the outcome is known (after the catalog
@@ -451,10 +440,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 	// CommandComplete (after, which the callers send there): taken from
 	// each connection's reports, before the connections go back (a
 	// deferred function runs before the one above).
-	before := make([]map[string]string, len(all))
-	for i, c := range all {
-		before[i] = maps.Clone(c.sc.Params)
-	}
+	before := paramsOf(all)
 	defer func() {
 		if err == nil {
 			after = appendChangedParams(nil, all, before)
@@ -662,6 +648,25 @@ func askParts(all []txConn) (writer int, holds, locks []bool, ok bool) {
 		}
 	}
 	return writer, holds, locks, true
+}
+
+// txParts is the session's transaction over several workers: its
+// connection on each, in node order.
+func (ss *session) txParts() []txConn {
+	all := append(make([]txConn, 0, len(ss.parked)+1), ss.parked...)
+	all = append(all, txConn{node: ss.node, pool: ss.pool, sc: ss.sc})
+	slices.SortFunc(all, func(a, b txConn) int { return int(a.node) - int(b.node) })
+	return all
+}
+
+// paramsOf copies each connection's reported parameters (to tell, after
+// the transaction ends, which a SET LOCAL changed: appendChangedParams).
+func paramsOf(all []txConn) []map[string]string {
+	before := make([]map[string]string, len(all))
+	for i, c := range all {
+		before[i] = maps.Clone(c.sc.Params)
+	}
+	return before
 }
 
 // allAtOnce runs fn(0) ... fn(n-1) concurrently (each on its own
