@@ -326,7 +326,7 @@ func (c *planCache) reset() {
 func (s *Server) plan(sql string) (*planner.Plan, error) {
 	snap := s.catalog.Load()
 	fn := planner.MentionsFunction(sql)
-	if !fn && (snap == nil || len(snap.Tables) == 0 || !planner.MentionsTable(sql, snap)) {
+	if !fn && (snap == nil || len(snap.Tables) == 0 || !planner.MentionsTable(sql, snap)) && !planner.MentionsFleetView(sql) {
 		return defaultPlan, nil
 	}
 	if snap == nil {
@@ -360,6 +360,10 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 		return p, nil, err
 	}
 	if snap == nil || len(snap.Tables) == 0 || !planner.MentionsTable(sql, snap) {
+		if planner.MentionsFleetView(sql) {
+			p, err := s.plan(sql)
+			return p, nil, err
+		}
 		return defaultPlan, nil, nil
 	}
 	if norm, lits, ok := liftLiterals(sql); ok {

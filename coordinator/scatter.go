@@ -245,6 +245,19 @@ func (ss *session) scatterAllowed() error {
 	return nil
 }
 
+// fleetRefusal says, of a multi-shard query's refusal, when the query is
+// a read of pg_prepared_xacts, which gathers every worker's
+// (planner.FleetView): its message speaks of multi-shard queries.
+func fleetRefusal(x *planner.Scatter, err error) error {
+	var pe *pgerr.Error
+	if x == nil || !x.Fleet || !errors.As(err, &pe) || pe.Code != pgerr.FeatureNotSupported || pe.Detail != "" {
+		return err
+	}
+	e := *pe
+	e.Detail = "A read of pg_prepared_xacts gathers every worker's prepared transactions as a multi-shard query does."
+	return &e
+}
+
 // beginIsolation finds the isolation level a BEGIN or START TRANSACTION
 // asks for ("" if none); ok is false if unsure.
 func beginIsolation(sql string) (level string, ok bool) {
@@ -467,7 +480,7 @@ var errHeldNow = errors.New("held by a cut-over")
 
 func (ss *session) scatterSimple(p *planner.Plan, lits []literal, replan func() (*planner.Plan, []literal, error)) error {
 	if err := ss.scatterAllowed(); err != nil {
-		return ss.queryError(err)
+		return ss.queryError(fleetRefusal(p.Scatter(), err))
 	}
 	if ss.sc != nil && ss.sc.TxStatus != 'T' {
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "a multi-shard query cannot run while the session holds a worker connection").
@@ -617,6 +630,9 @@ func (ss *session) scatterDescribe(name string, st *Statement) {
 // in the session and runs at Execute.
 func (ss *session) scatterBind(portal, name string, st *Statement, params []byte) {
 	if err := ss.scatterAllowed(); err != nil {
+		if sp, perr := ss.stmtPlan(st); perr == nil {
+			err = fleetRefusal(sp.plan.Scatter(), err)
+		}
 		ss.synthError(err)
 		return
 	}
@@ -748,11 +764,11 @@ func (ss *session) scatterExecute(portal string, sp *scatterPortal, body []byte)
 	// the result streams after them. In a transaction block, the held
 	// connection is the transaction's, idle since its last Sync.
 	ss.emitSynth()
+	p := sp.sp.plan
 	if err := ss.scatterAllowed(); err != nil {
-		ss.scatterFailed(err)
+		ss.scatterFailed(fleetRefusal(p.Scatter(), err))
 		return nil
 	}
-	p := sp.sp.plan
 	if cur, err := ss.stmtPlan(sp.st); err != nil || cur.version != sp.sp.version {
 		ss.scatterFailed(errCatalogMoved)
 		return nil
@@ -1078,6 +1094,9 @@ func usesParam(sql string, k int) bool {
 // shard must be on the default node.
 func (s *Server) firstShardNode(p *planner.Plan) (int32, error) {
 	x := p.Scatter()
+	if x.Fleet {
+		return s.defaultNode.Load(), nil
+	}
 	shards := s.catalog.Load().Shards[x.Table]
 	if len(shards) == 0 || len(shards[0].Nodes) == 0 {
 		return 0, errCatalogMoved
@@ -1194,7 +1213,7 @@ func (r *scatterRun) run() error {
 		return err
 	}
 	if err := r.txnCheck(); err != nil {
-		return err
+		return fleetRefusal(r.x, err)
 	}
 	if err := r.check(); err != nil {
 		return err

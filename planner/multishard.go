@@ -66,6 +66,9 @@ type Scatter struct {
 	// whole statement over their union (unionOf); its rows are the
 	// result (Merge is a Concat without LIMIT).
 	Whole bool `json:"whole,omitempty"`
+	// Fleet: the rows gathered are every worker's of a view (FleetView),
+	// not a table's; the merge runs on the default node (fleetview.go).
+	Fleet bool `json:"fleet,omitempty"`
 }
 
 // WorkerQuery is the statement one worker runs: the partial query over each

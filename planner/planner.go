@@ -268,6 +268,11 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 			}
 		}
 	}
+	if MentionsFleetView(sql) {
+		if p, err, ok := fleetView(tree, cat); ok {
+			return p, err
+		}
+	}
 	if len(cat.Tables) == 0 {
 		return &Plan{Root: &DefaultNode{}}, nil
 	}
