@@ -72,10 +72,34 @@ var catalogFunctions = map[string]bool{
 }
 
 // MentionsFunction reports whether sql may call a catalog function, a cheap
-// test that spares parsing for every other statement.
+// test that spares parsing for every other statement: a text that contains
+// citus_, distribute, reference_table, master_get, master_move or
+// rebalance_table_shards, ignoring case, in one pass over it (it runs for
+// every simple-protocol statement).
 func MentionsFunction(sql string) bool {
-	return ContainsFold(sql, "citus_") || ContainsFold(sql, "distribute") || ContainsFold(sql, "reference_table") ||
-		ContainsFold(sql, "master_get") || ContainsFold(sql, "master_move") || ContainsFold(sql, "rebalance_table_shards")
+	for i := 0; i < len(sql); i++ {
+		var found bool
+		switch sql[i] | 0x20 { // ASCII letters in lower case
+		case 'c':
+			found = hasPrefixFold(sql[i:], "citus_")
+		case 'd':
+			found = hasPrefixFold(sql[i:], "distribute")
+		case 'r':
+			found = hasPrefixFold(sql[i:], "reference_table") || hasPrefixFold(sql[i:], "rebalance_table_shards")
+		case 'm':
+			found = hasPrefixFold(sql[i:], "master_get") || hasPrefixFold(sql[i:], "master_move")
+		}
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// hasPrefixFold: s starts with prefix (ASCII, lower case) ignoring ASCII
+// case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && IndexFold(s[:len(prefix)], prefix) == 0
 }
 
 // ContainsFold is a case-insensitive strings.Contains for an ASCII,
@@ -99,28 +123,6 @@ outer:
 		return i
 	}
 	return -1
-}
-
-// MentionsTable reports whether sql may name one of the catalog's tables
-// (by relation name, ignoring case); false means planning can be skipped.
-// It errs towards true: a statement it passes over runs unplanned on the
-// default node, whose tables of the catalog's names are empty shells. A
-// name can hide from a text scan only in a Unicode-escaped identifier
-// (U&"\0074x1"), so any U& plans.
-func MentionsTable(sql string, cat *metadata.Snapshot) bool {
-	if len(cat.Tables) > 0 && ContainsFold(sql, "u&") {
-		return true
-	}
-	for name := range cat.Tables {
-		rel := name[strings.IndexByte(name, '.')+1:]
-		if strings.ToLower(rel) != rel || !isASCII(rel) {
-			return true // a quoted mixed-case or non-ASCII name: plan to be sure
-		}
-		if ContainsFold(sql, rel) {
-			return true
-		}
-	}
-	return false
 }
 
 func isASCII(s string) bool {
