@@ -19,7 +19,8 @@ import (
 // and underscores: PostgreSQL's identifiers split at least there (they
 // also take $ and bytes past ASCII, so a name run into those is still
 // found, erring towards true), and a catalog name is one such word in
-// lower case (else every statement plans). A name can hide from a text scan only in a
+// lower case (else every statement plans); a word is cut to 63 bytes, as
+// PostgreSQL cuts an identifier. A name can hide from a text scan only in a
 // Unicode-escaped identifier (U&"\0074x1"), so any U& plans.
 func MentionsTable(sql string, cat *metadata.Snapshot) bool {
 	if len(cat.Tables) == 0 {
@@ -42,7 +43,8 @@ func MentionsTable(sql string, cat *metadata.Snapshot) bool {
 		for j < len(sql) && wordByte(sql[j]) {
 			j++
 		}
-		if n := j - i; n <= w.longest {
+		// PostgreSQL cuts an identifier to 63 bytes (NAMEDATALEN - 1).
+		if n := min(j-i, len(buf)-1); n <= w.longest {
 			for k := range n {
 				c := sql[i+k]
 				if c >= 'A' && c <= 'Z' {

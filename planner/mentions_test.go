@@ -48,6 +48,11 @@ func TestMentionsTable(t *testing.T) {
 			t.Errorf("%q: %v, want %v", c.sql, got, c.want)
 		}
 	}
+	// PostgreSQL cuts a longer identifier to the name's 63 bytes.
+	long := strings.Repeat("l", 63)
+	if !MentionsTable("SELECT * FROM "+long+"_and_more", catalogOf(long)) || MentionsTable("SELECT * FROM "+long[1:]+"_", catalogOf(long)) {
+		t.Error("a 63-byte name and identifiers cut to it")
+	}
 	// Names a word cannot spell: every statement plans.
 	for _, n := range []string{"my-table", "Mixed", "tëst", "a b"} {
 		if !MentionsTable("SELECT 1", catalogOf("accounts", n)) {
