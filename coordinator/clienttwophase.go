@@ -150,16 +150,55 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 		node = found[0].node // PostgreSQL's "belongs to another database"
 	}
 	if ss.pinned != "" && ss.sc != nil && node != ss.node {
-		what := "COMMIT PREPARED"
-		if kind == pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED {
-			what = "ROLLBACK PREPARED"
+		if !ss.settingsUnknown {
+			// A session pinned to its connection (a temporary table, a
+			// session lock) whose settings and role pgfleet knows: a
+			// connection of the pool there, which has them, runs it.
+			return -1, true, ss.twoPhaseAside(node, text)
 		}
 		return -1, false, pgerr.New(pgerr.FeatureNotSupported,
 			"%s of a transaction prepared on another worker is not supported in a session pinned to one worker connection (%s)",
-			what, ss.pinned).
+			tag2PC(text), ss.pinned).
 			WithHint("Run it from a new session.")
 	}
 	return node, false, nil
+}
+
+// twoPhaseAside runs a COMMIT or ROLLBACK PREPARED (text) of a pinned
+// session, outside a transaction block, on a connection of its pool for
+// the worker holding the id, and answers the client. Neither statement
+// reads the session's state but its role and database, which the pool's
+// connection shares (checkout gives it the session's settings).
+func (ss *session) twoPhaseAside(node int32, text string) error {
+	pool, err := ss.poolFor(node)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	sc, err := ss.sideCheckout(context.Background(), pool)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	tag, err := sc.ExecTag(text, time.Time{}, nil)
+	ss.sideRelease(pool, sc)
+	if err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			// The connection failed: the outcome is not known.
+			err = pgerr.New(pgerr.ConnectionFailure, "lost the connection to worker %s while it ran %s: %v", ss.srv.nodeAddr(node), tag2PC(text), err).
+				WithHint("Look for the transaction in pg_prepared_xacts before running the statement again.")
+		}
+		return ss.queryError(err)
+	}
+	ss.answerTag(tag)
+	return nil
+}
+
+// tag2PC is the command a two-phase statement's text runs.
+func tag2PC(text string) string {
+	if kind, _, ok := twoPhaseStmt(text); ok && kind == pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED {
+		return "ROLLBACK PREPARED"
+	}
+	return "COMMIT PREPARED"
 }
 
 // lockGID holds, until unlock, a lock on a client's transaction id on the

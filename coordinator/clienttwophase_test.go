@@ -594,3 +594,67 @@ func TestClientTwoPhaseIDLockOutlivesIdleTimeout(t *testing.T) {
 	}
 	exec(t, c, "ROLLBACK PREPARED 'ctpi'", simple)
 }
+
+// TestClientTwoPhasePinnedElsewhere: a session pinned to its worker
+// connection (a temporary table) commits and rolls back a transaction
+// prepared on another worker, in both protocols, as PostgreSQL does (it
+// used to be refused, 0A000); one pinned where pgfleet cannot know its
+// role (SET ROLE) is still refused, and the transaction stays prepared.
+func TestClientTwoPhasePinnedElsewhere(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	simple := pgx.QueryExecModeSimpleProtocol
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	testTable(t, c, "ctpx_t", "(k int PRIMARY KEY, v int)", "SELECT create_distributed_table('ctpx_t', 'k', shard_count => 4)")
+	exec(t, c, "INSERT INTO ctpx_t SELECT g, 0 FROM generate_series(1, 40) g", simple)
+	t.Cleanup(func() { rollbackPrepared(t, cl, "ctpx") })
+	far := keysOn(t, cl.Servers[1].Addr(), "ctpx_t", "k")
+	if len(far) < 5 {
+		t.Fatalf("keys on the second worker: %v", far)
+	}
+	prepare := func(k string) string {
+		s := connect(t, srv.Addr())
+		gid := "ctpx_" + k
+		for _, q := range []string{"BEGIN", "UPDATE ctpx_t SET v = 1 WHERE k = " + k, "PREPARE TRANSACTION '" + gid + "'"} {
+			exec(t, s, q, simple)
+		}
+		return gid
+	}
+	pinned := connect(t, srv.Addr())
+	exec(t, pinned, "CREATE TEMP TABLE ctpx_tmp (a int)", simple)
+	i := 0
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+		for _, end := range []string{"COMMIT PREPARED", "ROLLBACK PREPARED"} {
+			k := far[i]
+			i++
+			gid := prepare(k)
+			tag, err := pinned.Exec(ctx, end+" '"+gid+"'", mode)
+			if err != nil || tag.String() != end {
+				t.Fatalf("%v: %s in a pinned session: %q, %v", mode, end, tag, err)
+			}
+			want := "1"
+			if end == "ROLLBACK PREPARED" {
+				want = "0"
+			}
+			if g := queryStrings(t, c, "SELECT v FROM ctpx_t WHERE k = "+k); len(g) != 1 || g[0] != want {
+				t.Errorf("%v: %s: v = %v, want %s", mode, end, g, want)
+			}
+			if g := queryStrings(t, c, "SELECT count(*) FROM pg_prepared_xacts WHERE gid = '"+gid+"'"); g[0] != "0" {
+				t.Errorf("%v: %s: still prepared", mode, end)
+			}
+		}
+	}
+	// The temporary table is the session's still.
+	exec(t, pinned, "INSERT INTO ctpx_tmp VALUES (1)", simple)
+	// A role pgfleet cannot follow: refused, nothing ended.
+	role := connect(t, srv.Addr())
+	exec(t, role, "SET ROLE postgres", simple)
+	gid := prepare(far[i])
+	if _, err := role.Exec(ctx, "COMMIT PREPARED '"+gid+"'", simple); sqlState(err) != "0A000" {
+		t.Errorf("after SET ROLE: %v, want 0A000", err)
+	}
+	if g := queryStrings(t, c, "SELECT count(*) FROM pg_prepared_xacts WHERE gid = '"+gid+"'"); g[0] != "1" {
+		t.Errorf("after the refusal: %v prepared", g)
+	}
+}
