@@ -105,6 +105,14 @@ func TestPreparedXactsFleetWide(t *testing.T) {
 		if g := got("WITH x AS (SELECT gid FROM pg_prepared_xacts) SELECT string_agg(gid, ',' ORDER BY gid) FROM x WHERE gid LIKE 'fvx\\_%'"); !slices.Equal(g, []string{strings.Join(want, ",")}) {
 			t.Errorf("%s: in a CTE: %v", name, g)
 		}
+		for _, q := range []string{
+			"SELECT pg_catalog.pg_prepared_xacts.gid FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE 'fvx\\_%' ORDER BY 1",
+			`SELECT gid FROM pg_catalog.U&"pg\005fprepared_xacts" WHERE gid LIKE 'fvx\_%' ORDER BY 1`,
+		} {
+			if g := got(q); !slices.Equal(g, want) {
+				t.Errorf("%s: %s: %v, want %v", name, q, g, want)
+			}
+		}
 		// In a block, beside a write.
 		tx, err := c.BeginTx(ctx, pgx.TxOptions{})
 		if err != nil {
@@ -157,6 +165,7 @@ func TestPreparedXactsFleetWide(t *testing.T) {
 		"INSERT INTO fvx_local SELECT gid FROM pg_prepared_xacts",
 		"SELECT gid FROM pg_prepared_xacts; SELECT 1",
 		"SELECT * FROM pg_prepared_xact()",
+		"SELECT gid FROM postgres.pg_catalog.pg_prepared_xacts",
 		"SELECT p.gid, t.v FROM pg_prepared_xacts p JOIN fvx_t t ON t.k::text = p.gid",
 	} {
 		for name, mode := range modes {

@@ -247,7 +247,8 @@ func (ss *session) scatterAllowed() error {
 
 // fleetRefusal says, of a multi-shard query's refusal, when the query is
 // a read of pg_prepared_xacts, which gathers every worker's
-// (planner.FleetView): its message speaks of multi-shard queries.
+// (planner.FleetView): its message speaks of multi-shard queries, its
+// hint of distribution columns.
 func fleetRefusal(x *planner.Scatter, err error) error {
 	var pe *pgerr.Error
 	if x == nil || !x.Fleet || !errors.As(err, &pe) || pe.Code != pgerr.FeatureNotSupported || pe.Detail != "" {
@@ -255,6 +256,7 @@ func fleetRefusal(x *planner.Scatter, err error) error {
 	}
 	e := *pe
 	e.Detail = "A read of pg_prepared_xacts gathers every worker's prepared transactions as a multi-shard query does."
+	e.Hint = "Read pg_prepared_xacts from a new session, outside a transaction block, with client_encoding UTF8."
 	return &e
 }
 
@@ -1219,7 +1221,7 @@ func (r *scatterRun) run() error {
 		return err
 	}
 	if err := r.checkEncoding(); err != nil {
-		return err
+		return fleetRefusal(r.x, err)
 	}
 	if ss.srv.holds.n.Load() > 0 && r.port == nil {
 		// A cut-over's hold came while the run took its connections and

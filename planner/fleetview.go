@@ -33,8 +33,10 @@ const fleetViewRel = "pg_prepared_xacts"
 const fleetViewSQL = "SELECT * FROM pg_catalog.pg_prepared_xacts WHERE NOT pg_catalog.starts_with(gid, 'pgfleet_')"
 
 // MentionsFleetView: the text may read pg_prepared_xacts (cheap; the
-// planner decides).
-func MentionsFleetView(sql string) bool { return ContainsFold(sql, "pg_prepared_xact") }
+// planner decides). A Unicode-escaped identifier (U&"...") may spell it.
+func MentionsFleetView(sql string) bool {
+	return ContainsFold(sql, "pg_prepared_xact") || ContainsFold(sql, "u&")
+}
 
 // fleetView plans a statement of tree reading pg_prepared_xacts, in a
 // fleet of more than one active node; ok is false when none does (the
@@ -49,17 +51,20 @@ func fleetView(tree *pg_query.ParseResult, cat *metadata.Snapshot) (p *Plan, err
 	if len(nodes) < 2 {
 		return nil, nil, false // the default node's view is the fleet's
 	}
-	reads, fn := false, false
+	reads, fn, withDB := false, false, false
 	for _, raw := range tree.Stmts {
 		if raw.Stmt.GetExplainStmt() != nil {
 			continue
 		}
 		ctes := cteNames(raw.Stmt)
+		for rv := range readRelations(raw.Stmt) {
+			if isFleetView(rv, ctes) {
+				reads = true
+				withDB = withDB || rv.Catalogname != ""
+			}
+		}
 		Walk(raw.Stmt, func(m proto.Message) {
-			switch x := m.(type) {
-			case *pg_query.RangeVar:
-				reads = reads || isFleetView(x, ctes)
-			case *pg_query.FuncCall:
+			if x, ok := m.(*pg_query.FuncCall); ok {
 				if n := len(x.Funcname); n > 0 && x.Funcname[n-1].GetString_().GetSval() == "pg_prepared_xact" {
 					fn = true
 				}
@@ -72,6 +77,9 @@ func fleetView(tree *pg_query.ParseResult, cat *metadata.Snapshot) (p *Plan, err
 			WithHint("Read the pg_prepared_xacts view, which the coordinator gathers from every worker."), true
 	case !reads:
 		return nil, nil, false
+	case withDB:
+		return nil, unsupported("pg_prepared_xacts named with a database name is not supported").
+			WithHint("Leave out the database name."), true
 	}
 	refuse := unsupported("only a SELECT of its own reads pg_prepared_xacts through the coordinator, which gathers every worker's").
 		WithHint("Read pg_prepared_xacts in a SELECT statement of its own, without distributed or reference tables.")
@@ -123,6 +131,7 @@ func fleetView(tree *pg_query.ParseResult, cat *metadata.Snapshot) (p *Plan, err
 		aliases = append(aliases, rv.Alias.Aliasname)
 		rv.Schemaname, rv.Relname, rv.Inh = mergeSchema, gatherRel(0), true
 	})
+	unqualifyView(tmpl)
 	if err := wholeRows(tmpl, aliases); err != nil {
 		return nil, err, true
 	}
@@ -145,10 +154,51 @@ func fleetView(tree *pg_query.ParseResult, cat *metadata.Snapshot) (p *Plan, err
 	return &Plan{Root: sc, ReadOnly: true}, nil, true
 }
 
+// readRelations are the range variables stmt reads rows from: those in
+// the FROM of its SELECTs (subqueries and CTEs included), an UPDATE's
+// FROM, a DELETE's USING and a MERGE's source; not the relation a
+// statement writes, grants on, alters or creates.
+func readRelations(stmt *pg_query.Node) map[*pg_query.RangeVar]bool {
+	out := map[*pg_query.RangeVar]bool{}
+	Walk(stmt, func(m proto.Message) {
+		var from []*pg_query.Node
+		switch x := m.(type) {
+		case *pg_query.SelectStmt:
+			from = x.FromClause
+		case *pg_query.UpdateStmt:
+			from = x.FromClause
+		case *pg_query.DeleteStmt:
+			from = x.UsingClause
+		case *pg_query.MergeStmt:
+			from = []*pg_query.Node{x.SourceRelation}
+		}
+		for _, f := range from {
+			Walk(f, func(m proto.Message) {
+				if rv, ok := m.(*pg_query.RangeVar); ok {
+					out[rv] = true
+				}
+			})
+		}
+	})
+	return out
+}
+
+// unqualifyView drops the schema from column references that qualify the
+// view's columns with it (pg_catalog.pg_prepared_xacts.gid), which the
+// gathered rows, named by an alias, do not answer to. Only a use of the
+// view without an alias answers to that name.
+func unqualifyView(tmpl *pg_query.SelectStmt) {
+	Walk(tmpl, func(m proto.Message) {
+		cr, ok := m.(*pg_query.ColumnRef)
+		if ok && len(cr.Fields) == 3 && cr.Fields[0].GetString_().GetSval() == "pg_catalog" && cr.Fields[1].GetString_().GetSval() == fleetViewRel {
+			cr.Fields = cr.Fields[1:]
+		}
+	})
+}
+
 // isFleetView: rv names pg_catalog's pg_prepared_xacts. Unqualified it
 // is taken as the view, which it is unless search_path names pg_catalog
 // after a schema holding a relation of that name (not handled).
 func isFleetView(rv *pg_query.RangeVar, ctes *CTEs) bool {
-	return rv.Relname == fleetViewRel && (rv.Schemaname == "" || rv.Schemaname == "pg_catalog") &&
-		rv.Catalogname == "" && !ctes.refs[rv]
+	return rv.Relname == fleetViewRel && (rv.Schemaname == "" || rv.Schemaname == "pg_catalog") && !ctes.refs[rv]
 }

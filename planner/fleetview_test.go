@@ -33,6 +33,21 @@ func TestFleetView(t *testing.T) {
 			merge: "SELECT p.gid FROM unnest($1, $2, $3, $4, $5) p(transaction, gid, prepared, owner, database) WHERE p.gid LIKE $6 ORDER BY 1"},
 		{sql: "WITH x AS (SELECT gid FROM pg_prepared_xacts) SELECT count(*) FROM x, pg_database d WHERE d.datname = 'a'", cat: cat,
 			merge: "WITH x AS (SELECT gid FROM unnest($1, $2, $3, $4, $5) pg_prepared_xacts(transaction, gid, prepared, owner, database)) SELECT count(*) FROM x, pg_database d WHERE d.datname = 'a'"},
+		{sql: `SELECT gid FROM pg_catalog.U&"pg\005fprepared_xacts"`, cat: cat,
+			merge: "SELECT gid FROM unnest($1, $2, $3, $4, $5) pg_prepared_xacts(transaction, gid, prepared, owner, database)"},
+		{sql: "SELECT pg_catalog.pg_prepared_xacts.gid, pg_catalog.pg_prepared_xacts.* FROM pg_catalog.pg_prepared_xacts", cat: cat,
+			merge: "SELECT pg_prepared_xacts.gid, pg_prepared_xacts.* FROM unnest($1, $2, $3, $4, $5) pg_prepared_xacts(transaction, gid, prepared, owner, database)"},
+		{sql: "SELECT 1 FROM t WHERE EXISTS (SELECT FROM pg_prepared_xacts)", cat: cat,
+			merge: "SELECT 1 FROM t WHERE EXISTS (SELECT FROM unnest($1, $2, $3, $4, $5) pg_prepared_xacts(transaction, gid, prepared, owner, database))"},
+		// Naming the view without reading it: the default node's.
+		{sql: "GRANT SELECT ON pg_catalog.pg_prepared_xacts TO PUBLIC", cat: cat},
+		{sql: "ALTER VIEW pg_catalog.pg_prepared_xacts OWNER TO postgres", cat: cat},
+		{sql: "CREATE TEMP TABLE pg_prepared_xacts (gid text)", cat: cat},
+		{sql: "INSERT INTO pg_prepared_xacts VALUES ('x')", cat: cat},
+		{sql: "SELECT gid FROM postgres.pg_catalog.pg_prepared_xacts", cat: cat, code: pgerr.FeatureNotSupported},
+		{sql: `SELECT * FROM U&"pg_prepared_xac\0074"()`, cat: cat, code: pgerr.FeatureNotSupported},
+		{sql: "CREATE VIEW v AS SELECT gid FROM pg_prepared_xacts", cat: cat, code: pgerr.FeatureNotSupported},
+		{sql: "UPDATE l SET a = 1 FROM pg_prepared_xacts p WHERE p.gid = l.b", cat: cat, code: pgerr.FeatureNotSupported},
 		// A CTE of that name is the CTE.
 		{sql: "WITH pg_prepared_xacts AS (SELECT 1) SELECT * FROM pg_prepared_xacts", cat: cat},
 		// One active node: its view is the fleet's.
