@@ -2578,6 +2578,12 @@ func (ss *session) bind(body []byte) error {
 		ss.synthError(errReservedName()) // query_to_xml($1), $1 = 'EXECUTE pgfleet_1'
 		return nil
 	}
+	if st.cls.hidden {
+		if err := ss.sqlTextBound(body); err != nil {
+			ss.synthError(err)
+			return nil
+		}
+	}
 	if st.cls.seqFn != "" && ss.seqUsed {
 		ss.synthError(errSeqState(st.cls.seqFn))
 		return nil

@@ -281,6 +281,79 @@ func readsOnly(w []string) bool {
 	return false
 }
 
+// textArg: the built-ins that run a query, or read a table, given as text
+// (classify's runsSQLText), and the position of that argument.
+var textArg = map[string]int{
+	"query_to_xml": 0, "query_to_xmlschema": 0, "query_to_xml_and_xmlschema": 0,
+	"table_to_xml": 0, "table_to_xmlschema": 0, "table_to_xml_and_xmlschema": 0,
+	"ts_stat": 0, "ts_rewrite": 1,
+}
+
+// sqlTextArgs refuses a call of such a built-in whose query or table is not
+// a constant or a parameter naming no catalog table (names holds their
+// bare names): one built at run time (a concatenation, chr(116), format),
+// or a table by OID, may read a distributed table's empty copy on the
+// default node, and the text shows no name to check. A constant is checked
+// as the server reads it, escapes decoded (E'\x74'); a parameter's value
+// at Bind (sqlTextBound; adversary: query_to_xml($1) with $1 = 'select
+// count(*) from t' counted 0).
+func sqlTextArgs(sql string, names map[string]string) error {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return nil // the worker says why
+	}
+	var refuse error
+	planner.Walk(tree, func(m proto.Message) {
+		fc, ok := m.(*pg_query.FuncCall)
+		if !ok || refuse != nil || len(fc.Funcname) == 0 {
+			return
+		}
+		fn := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
+		k, ok := textArg[fn]
+		if !ok || k >= len(fc.Args) || fn == "ts_rewrite" && len(fc.Args) != 2 {
+			return
+		}
+		arg := fc.Args[k]
+		for arg.GetTypeCast() != nil {
+			arg = arg.GetTypeCast().Arg
+		}
+		if arg.GetParamRef() != nil {
+			return // its value is checked at Bind (sqlTextBound)
+		}
+		if c := arg.GetAConst(); c != nil && c.GetSval() != nil {
+			if t := mentionedTable(c.GetSval().GetSval(), names); t != "" {
+				refuse = pgerr.New(pgerr.FeatureNotSupported,
+					"%s over the distributed or reference table %s is not supported: it would read the table's empty copy on the default node", fn, t).
+					WithHint("Query the table directly.")
+			}
+			return
+		}
+		refuse = pgerr.New(pgerr.FeatureNotSupported,
+			"%s of a query or table that is not a string constant is not supported while the fleet has distributed or reference tables: it may read a table's empty copy on the default node", fn).
+			WithHint("Give the query or table name as a string constant, or query the table directly.")
+	})
+	return refuse
+}
+
+// sqlTextBound refuses the Bind (body) of a statement with a built-in that
+// runs SQL given as text (classify's hidden) when a parameter value may name
+// a catalog table: the query given as a parameter would read its empty copy
+// on the default node.
+func (ss *session) sqlTextBound(body []byte) error {
+	snap := ss.srv.catalog.Load()
+	if !ss.routes || snap == nil || len(snap.Tables) == 0 {
+		return nil
+	}
+	names := catalogWords(snap)
+	var t string
+	if bindRunsText(body, func(v string) bool { t = mentionedTable(v, names); return t != "" }) {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a query given as text in a parameter, over the distributed or reference table %s, is not supported: it would read the table's empty copy on the default node", t).
+			WithHint("Query the table directly.")
+	}
+	return nil
+}
+
 // refuseHidden refuses a statement that makes (or runs) a view, function,
 // procedure, rule, trigger or DO block naming a distributed or reference
 // table.
@@ -297,7 +370,7 @@ func (ss *session) refuseHidden(sql string) error {
 		n, start, end, more := lx.statement()
 		if n > 0 {
 			kind := hiddenKind(lx.words[:n])
-			all := lx.sawAllTables
+			all, sqlText := lx.sawAllTables, lx.sawSQLText
 			if kind == "" && lx.sawSQLText {
 				kind = "a query given as text (query_to_xml and the like)"
 			}
@@ -319,6 +392,11 @@ func (ss *session) refuseHidden(sql string) error {
 					return pgerr.New(pgerr.FeatureNotSupported,
 						"%s over the distributed or reference table %s is not supported: it would read the table's empty copy on the default node", kind, t).
 						WithHint("Query the table directly; pgfleet does not plan through views, functions, rules, triggers or DO blocks yet.")
+				}
+			}
+			if sqlText {
+				if err := sqlTextArgs(sql[start:end], catalogWords(snap)); err != nil {
+					return err
 				}
 			}
 		}

@@ -147,3 +147,74 @@ func TestDistributeRefusedForFunctionsReadingIt(t *testing.T) {
 		exec(t, c, "DROP TABLE "+tc.table, simple)
 	}
 }
+
+// TestSQLTextBuiltAtRunTime: a built-in that runs a query, or reads a
+// table, given as text is refused while the fleet has distributed tables
+// when the text is not a constant or hides a table's name in escapes: it
+// read the distributed table's empty copy on the default node (adversary:
+// query_to_xml($1) with $1 = 'select count(*) from t' counted 0). A
+// constant over a local table runs as before.
+func TestSQLTextBuiltAtRunTime(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	testTable(t, c, "sqt_d", "(id int PRIMARY KEY, v int)", "SELECT create_distributed_table('sqt_d', 'id', shard_count => 4)")
+	exec(t, c, "INSERT INTO sqt_d SELECT g, g FROM generate_series(1, 10) g", simple)
+	exec(t, c, "DROP TABLE IF EXISTS sqt_l", simple)
+	exec(t, c, "CREATE TABLE sqt_l (id int, d tsvector)", simple)
+	exec(t, c, "INSERT INTO sqt_l SELECT g, to_tsvector('simple', 'a b') FROM generate_series(1, 7) g", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP TABLE IF EXISTS sqt_l", simple) })
+	oid := queryString(t, c, "SELECT 'sqt_d'::regclass::oid::text")
+	modes := []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{"SELECT query_to_xml($1, true, true, '')::text", []any{"select count(*) from sqt_d"}},
+		{"SELECT query_to_xml($1::text, true, true, '')::text", []any{"select count(*) from sqt_d"}},
+		{`SELECT query_to_xml(E'select count(*) from sqt\x5fd', true, true, '')::text`, nil},
+		{"SELECT query_to_xml('select count(*) from sqt' || chr(95) || 'd', true, true, '')::text", nil},
+		{"SELECT table_to_xml(" + oid + "::regclass, true, false, '')::text", nil},
+		{`SELECT table_to_xml(E'sqt\x5fd', true, false, '')::text`, nil},
+		{"SELECT count(*)::text FROM ts_stat(format('SELECT d FROM %I', 'sqt_d'))", nil},
+	} {
+		for _, mode := range modes {
+			if mode == simple && len(q.args) > 0 {
+				continue // (pgx would splice the parameter: a constant)
+			}
+			rows, err := c.Query(ctx, q.sql, append([]any{mode}, q.args...)...)
+			if err == nil {
+				var got []string
+				got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				if err == nil {
+					t.Errorf("%s (%v): answered %v, want 0A000", q.sql, mode, got)
+					continue
+				}
+			}
+			if sqlState(err) != "0A000" {
+				t.Errorf("%s (%v): %v, want 0A000", q.sql, mode, err)
+			}
+		}
+	}
+	// Over a local table, as constants or a parameter: PostgreSQL's answers.
+	for _, mode := range modes[1:] {
+		var got string
+		err := c.QueryRow(ctx, "SELECT (xpath('//count/text()', query_to_xml($1, true, true, '')))[1]::text", mode, "select count(*) from sqt_l").Scan(&got)
+		if err != nil || got != "7" {
+			t.Errorf("query_to_xml($1) over a local table (%v): %q, %v", mode, got, err)
+		}
+	}
+	for _, q := range []struct{ sql, want string }{
+		{"SELECT (xpath('//count/text()', query_to_xml('select count(*) from sqt_l', true, true, '')))[1]::text", "7"},
+		{"SELECT nentry::text FROM ts_stat('SELECT d FROM sqt_l') WHERE word = 'a'", "7"},
+	} {
+		for _, mode := range modes {
+			var got string
+			if err := c.QueryRow(ctx, q.sql, mode).Scan(&got); err != nil || got != q.want {
+				t.Errorf("%s (%v): %q, %v; want %s", q.sql, mode, got, err, q.want)
+			}
+		}
+	}
+}

@@ -41,7 +41,9 @@ func TestGate(t *testing.T) {
 	g := pooling.NewGate(3)
 	mk := func(db string) *pooling.Pool {
 		return pooling.NewPool(pooling.Config{Addr: cl.Servers[0].Addr(), Database: db, User: "postgres",
-			Size: 8, AcquireTimeout: 300 * time.Millisecond, Gate: g}, nil)
+			// (A waiter's slot frees after a close, which waits up to 200 ms
+			// for the worker; 300 ms was too short on a loaded machine.)
+			Size: 8, AcquireTimeout: 2 * time.Second, Gate: g}, nil)
 	}
 	pa, pb := mk("postgres"), mk("gate_b")
 	defer pa.Close()
