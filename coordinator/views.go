@@ -282,11 +282,14 @@ func readsOnly(w []string) bool {
 }
 
 // textArg: the built-ins that run a query, or read a table, given as text
-// (classify's runsSQLText), and the position of that argument.
-var textArg = map[string]int{
-	"query_to_xml": 0, "query_to_xmlschema": 0, "query_to_xml_and_xmlschema": 0,
-	"table_to_xml": 0, "table_to_xmlschema": 0, "table_to_xml_and_xmlschema": 0,
-	"ts_stat": 0, "ts_rewrite": 1,
+// (classify's runsSQLText), and the position and name of that argument.
+var textArg = map[string]struct {
+	pos  int
+	name string
+}{
+	"query_to_xml": {0, "query"}, "query_to_xmlschema": {0, "query"}, "query_to_xml_and_xmlschema": {0, "query"},
+	"table_to_xml": {0, "tbl"}, "table_to_xmlschema": {0, "tbl"}, "table_to_xml_and_xmlschema": {0, "tbl"},
+	"ts_stat": {0, "query"}, "ts_rewrite": {1, ""},
 }
 
 // sqlTextArgs refuses a call of such a built-in whose query or table is not
@@ -309,11 +312,23 @@ func sqlTextArgs(sql string, names map[string]string) error {
 			return
 		}
 		fn := fc.Funcname[len(fc.Funcname)-1].GetString_().GetSval()
-		k, ok := textArg[fn]
-		if !ok || k >= len(fc.Args) || fn == "ts_rewrite" && len(fc.Args) != 2 {
+		ta, ok := textArg[fn]
+		if !ok || fn == "ts_rewrite" && len(fc.Args) != 2 {
 			return
 		}
-		arg := fc.Args[k]
+		var arg *pg_query.Node
+		for i, a := range fc.Args {
+			if na := a.GetNamedArgExpr(); na != nil {
+				if na.Name == ta.name {
+					arg = na.Arg // query_to_xml(query => ...)
+				}
+			} else if i == ta.pos {
+				arg = a
+			}
+		}
+		if arg == nil {
+			return // PostgreSQL's error
+		}
 		for arg.GetTypeCast() != nil {
 			arg = arg.GetTypeCast().Arg
 		}

@@ -179,6 +179,8 @@ func TestSQLTextBuiltAtRunTime(t *testing.T) {
 		{"SELECT table_to_xml(" + oid + "::regclass, true, false, '')::text", nil},
 		{`SELECT table_to_xml(E'sqt\x5fd', true, false, '')::text`, nil},
 		{"SELECT count(*)::text FROM ts_stat(format('SELECT d FROM %I', 'sqt_d'))", nil},
+		{"SELECT query_to_xml(nulls => true, tableforest => true, targetns => '', query => 'select count(*) from ' || 'sqt_d')::text", nil},
+		{`SELECT query_to_xml(nulls => true, tableforest => true, targetns => '', query => E'select count(*) from sqt\x5fd')::text`, nil},
 	} {
 		for _, mode := range modes {
 			if mode == simple && len(q.args) > 0 {
@@ -209,6 +211,7 @@ func TestSQLTextBuiltAtRunTime(t *testing.T) {
 	for _, q := range []struct{ sql, want string }{
 		{"SELECT (xpath('//count/text()', query_to_xml('select count(*) from sqt_l', true, true, '')))[1]::text", "7"},
 		{"SELECT nentry::text FROM ts_stat('SELECT d FROM sqt_l') WHERE word = 'a'", "7"},
+		{"SELECT (xpath('//count/text()', query_to_xml(nulls => true, tableforest => true, targetns => '', query => 'select count(*) from sqt_l')))[1]::text", "7"},
 	} {
 		for _, mode := range modes {
 			var got string
