@@ -179,10 +179,13 @@ func (ss *session) twoPhaseAside(node int32, text string) error {
 		return ss.queryError(err)
 	}
 	tag, err := sc.ExecTag(text, time.Time{}, nil)
+	var pe *pgconn.PgError
+	if err != nil && !errors.As(err, &pe) || sc.TxStatus != 'I' {
+		sc.MarkBroken() // not reusable
+	}
 	ss.sideRelease(pool, sc)
 	if err != nil {
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) {
+		if pe == nil {
 			// The connection failed: the outcome is not known.
 			err = pgerr.New(pgerr.ConnectionFailure, "lost the connection to worker %s while it ran %s: %v", ss.srv.nodeAddr(node), tag2PC(text), err).
 				WithHint("Look for the transaction in pg_prepared_xacts before running the statement again.")
