@@ -94,15 +94,10 @@ func fleetView(tree *pg_query.ParseResult, cat *metadata.Snapshot) (p *Plan, err
 	ctes := cteNames(stmt)
 	maxParam := int32(0)
 	Walk(stmt, func(m proto.Message) {
+		if notPlainRead(m) {
+			err = refuse
+		}
 		switch x := m.(type) {
-		case *pg_query.SelectStmt:
-			if len(x.LockingClause) > 0 || x.IntoClause != nil {
-				err = refuse
-			}
-		case *pg_query.CommonTableExpr:
-			if x.Ctequery.GetSelectStmt() == nil {
-				err = refuse // a data-modifying WITH
-			}
 		case *pg_query.RangeVar:
 			if lookup(cat, x, ctes) != nil {
 				err = refuse

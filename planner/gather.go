@@ -77,15 +77,11 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 		if refuse != nil {
 			return
 		}
+		if notPlainRead(m) {
+			refuse = cause
+			return
+		}
 		switch x := m.(type) {
-		case *pg_query.SelectStmt:
-			if len(x.LockingClause) > 0 || x.IntoClause != nil {
-				refuse = cause
-			}
-		case *pg_query.CommonTableExpr:
-			if x.Ctequery.GetSelectStmt() == nil {
-				refuse = cause // a data-modifying WITH
-			}
 		case *pg_query.RangeTableSample:
 			refuse = cause // gathered rows are not a table to sample
 		case *pg_query.RangeVar:
@@ -229,6 +225,18 @@ func (b *builder) gather(stmt *pg_query.Node, cause error) (*Plan, error) {
 	sc.TxTime = txTime(stmt)
 	sc.ParamKeys = paramKeys(stmt)
 	return &Plan{Root: sc, ReadOnly: true, Tables: tableNames(stmt, b.cat)}, nil
+}
+
+// notPlainRead: m, a node of a SELECT, makes it more than a read of rows
+// (FOR UPDATE or SHARE, INTO, a data-modifying WITH).
+func notPlainRead(m proto.Message) bool {
+	switch x := m.(type) {
+	case *pg_query.SelectStmt:
+		return len(x.LockingClause) > 0 || x.IntoClause != nil
+	case *pg_query.CommonTableExpr:
+		return x.Ctequery.GetSelectStmt() == nil
+	}
+	return false
 }
 
 // gatherWorkers are the statements that gather several tables' rows at
