@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -178,6 +179,29 @@ func (ss *session) twoPhaseAside(node int32, text string) error {
 	if err != nil {
 		return ss.queryError(err)
 	}
+	// Its privileges are the current role's: the pinned connection's,
+	// which user code may have changed where pgfleet does not follow
+	// (set_config('role', ...) in a function), as a role's settings
+	// changed since the session began (ALTER ROLE ... SET role) may the
+	// pool's connection's. Where they differ it is refused (adversary: a
+	// role that PostgreSQL refuses committed another's transaction).
+	deadline := time.Now().Add(pool.Config().ResetTimeout)
+	own, err := ss.sc.QueryRelay(whoSQL, deadline, ss.relayAsync)
+	if err != nil {
+		sc.MarkBroken()
+		ss.sideRelease(pool, sc)
+		return ss.queryError(err)
+	}
+	side, err := sc.Query(whoSQL, deadline)
+	if err == nil && (len(own) != 1 || len(side) != 1 || len(own[0]) != 1 || len(side[0]) != 1 || own[0][0] != side[0][0]) {
+		err = pgerr.New(pgerr.FeatureNotSupported,
+			"%s of a transaction prepared on another worker is not supported in a session pinned to one worker connection (%s) whose role pgfleet cannot take on there", tag2PC(text), ss.pinned).
+			WithHint("Run it from a new session.")
+	}
+	if err != nil {
+		ss.sideRelease(pool, sc)
+		return ss.queryError(err)
+	}
 	tag, err := sc.ExecTag(text, time.Time{}, nil)
 	var pe *pgconn.PgError
 	if err != nil && !errors.As(err, &pe) || sc.TxStatus != 'I' {
@@ -195,6 +219,19 @@ func (ss *session) twoPhaseAside(node int32, text string) error {
 	ss.answerTag(tag)
 	return nil
 }
+
+// relayAsync passes to the client what its own connection sent beside the
+// answer to a question of the coordinator's: notices, parameter changes and
+// notifications (a LISTEN's, its backend's PID the session's).
+func (ss *session) relayAsync(typ byte, body []byte) {
+	if typ == 'A' {
+		ss.ownNotification(body, ss.sc.PID)
+	}
+	ss.out = wire.AppendFrame(ss.out, typ, body)
+}
+
+// whoSQL reads the role whose privileges a statement has.
+const whoSQL = "SELECT CURRENT_USER::pg_catalog.text"
 
 // tag2PC is the command a two-phase statement's text runs.
 func tag2PC(text string) string {

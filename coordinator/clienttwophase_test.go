@@ -610,7 +610,7 @@ func TestClientTwoPhasePinnedElsewhere(t *testing.T) {
 	exec(t, c, "INSERT INTO ctpx_t SELECT g, 0 FROM generate_series(1, 40) g", simple)
 	t.Cleanup(func() { rollbackPrepared(t, cl, "ctpx") })
 	far := keysOn(t, cl.Servers[1].Addr(), "ctpx_t", "k")
-	if len(far) < 5 {
+	if len(far) < 6 {
 		t.Fatalf("keys on the second worker: %v", far)
 	}
 	prepare := func(k string) string {
@@ -647,10 +647,33 @@ func TestClientTwoPhasePinnedElsewhere(t *testing.T) {
 	}
 	// The temporary table is the session's still.
 	exec(t, pinned, "INSERT INTO ctpx_tmp VALUES (1)", simple)
+	// A role user code set in the pinned session, which pgfleet does not
+	// follow there: not committed as the login role (adversary: committed
+	// where PostgreSQL refuses, 42501).
+	exec(t, c, "DROP ROLE IF EXISTS ctpx_r", simple)
+	exec(t, c, "CREATE ROLE ctpx_r", simple)
+	exec(t, c, "CREATE OR REPLACE FUNCTION ctpx_become() RETURNS void LANGUAGE plpgsql AS $$ BEGIN PERFORM set_config('role', 'ctpx_r', false); END $$", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS ctpx_become()", simple)
+		_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS ctpx_r", simple)
+	})
+	exec(t, pinned, "SELECT ctpx_become()", simple)
+	if g := queryStrings(t, pinned, "SELECT current_user"); len(g) != 1 || g[0] != "ctpx_r" {
+		t.Fatalf("the pinned session's role: %v", g)
+	}
+	gid := prepare(far[i])
+	i++
+	if _, err := pinned.Exec(ctx, "COMMIT PREPARED '"+gid+"'", simple); sqlState(err) != "0A000" && sqlState(err) != "42501" {
+		t.Errorf("COMMIT PREPARED as another role: %v, want 0A000 (or PostgreSQL's 42501)", err)
+	}
+	if g := queryStrings(t, c, "SELECT count(*) FROM pg_prepared_xacts WHERE gid = '"+gid+"'"); g[0] != "1" {
+		t.Errorf("after COMMIT PREPARED as another role: %v prepared, want 1", g)
+	}
+	exec(t, c, "ROLLBACK PREPARED '"+gid+"'", simple)
 	// A role pgfleet cannot follow: refused, nothing ended.
 	role := connect(t, srv.Addr())
 	exec(t, role, "SET ROLE postgres", simple)
-	gid := prepare(far[i])
+	gid = prepare(far[i])
 	if _, err := role.Exec(ctx, "COMMIT PREPARED '"+gid+"'", simple); sqlState(err) != "0A000" {
 		t.Errorf("after SET ROLE: %v, want 0A000", err)
 	}

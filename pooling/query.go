@@ -12,8 +12,16 @@ import (
 // the coordinator's own small questions on rare paths (a transaction's
 // characteristics, the session's settings), not for client statements.
 func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
+	return c.QueryRelay(sql, deadline, nil)
+}
+
+// QueryRelay is Query on a connection a client's session holds: relay
+// (when not nil) gets the ParameterStatus, NoticeResponse and
+// NotificationResponse ('A', a LISTEN's) messages that come meanwhile, for
+// the client.
+func (c *ServerConn) QueryRelay(sql string, deadline time.Time, relay func(typ byte, body []byte)) ([][]string, error) {
 	var rows [][]string
-	err := c.run(sql, deadline, nil, nil, func(body []byte) {
+	err := c.run(sql, deadline, relay, nil, func(body []byte) {
 		var dr pgproto3.DataRow
 		if dr.Decode(body) == nil {
 			row := make([]string, len(dr.Values))
@@ -27,8 +35,9 @@ func (c *ServerConn) Query(sql string, deadline time.Time) ([][]string, error) {
 }
 
 // ExecTag runs sql as Exec does and returns the command tag of its last
-// statement; when relay is not nil it gets the ParameterStatus ('S') and
-// NoticeResponse ('N') messages, for a client.
+// statement; when relay is not nil it gets the ParameterStatus ('S'),
+// NoticeResponse ('N') and NotificationResponse ('A') messages, for a
+// client.
 func (c *ServerConn) ExecTag(sql string, deadline time.Time, relay func(typ byte, body []byte)) (string, error) {
 	var tag string
 	err := c.run(sql, deadline, relay, &tag, nil)
@@ -80,9 +89,9 @@ func (c *ServerConn) await(deadline time.Time, relay func(typ byte, body []byte)
 			if relay != nil {
 				relay('S', f.Body)
 			}
-		case 'N':
+		case 'N', 'A':
 			if relay != nil {
-				relay('N', f.Body)
+				relay(f.Type, f.Body)
 			}
 		case 'G': // COPY FROM STDIN in an internal statement: refuse it.
 			fail := pgproto3.CopyFail{Message: "pgfleet internal statement"}
