@@ -206,7 +206,9 @@ func TestImplicitUserCodeStateStaysWithItsClient(t *testing.T) {
 		{"name with $", "INSERT INTO iso14_t$x VALUES (1)", simple, false},
 		{"name cut to 63 bytes", "INSERT INTO " + long + " VALUES (1)", simple, false},
 		{"name with a non-ASCII capital", `INSERT INTO "iso14_Äb" VALUES (1)`, simple, false},
-		{"query_to_xml", "SELECT query_to_xml('SELECT iso14_' || 'sp(1)', true, false, '')", simple, false},
+		// (The function's name hidden in an escape: a text built at run
+		// time is refused while the fleet has distributed tables.)
+		{"query_to_xml", `SELECT query_to_xml(E'SELECT iso14\x5fsp(1)', true, false, '')`, simple, false},
 		{"ANALYZE of every table", "ANALYZE", simple, false},
 		{"ANALYZE of extended statistics", "ANALYZE iso14_st", simple, false},
 		{"pg_settings", "UPDATE pg_settings SET setting = 'iso14_schema' WHERE name = 'search_path'", simple, false},

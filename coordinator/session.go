@@ -2579,7 +2579,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if st.cls.hidden {
-		if err := ss.sqlTextBound(body); err != nil {
+		if err := ss.sqlTextBound(st.Query, body); err != nil {
 			ss.synthError(err)
 			return nil
 		}

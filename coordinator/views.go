@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"google.golang.org/protobuf/proto"
 
@@ -297,15 +298,40 @@ var textArg = map[string]struct {
 // bare names): one built at run time (a concatenation, chr(116), format),
 // or a table by OID, may read a distributed table's empty copy on the
 // default node, and the text shows no name to check. A constant is checked
-// as the server reads it, escapes decoded (E'\x74'); a parameter's value
-// at Bind (sqlTextBound; adversary: query_to_xml($1) with $1 = 'select
-// count(*) from t' counted 0).
-func sqlTextArgs(sql string, names map[string]string) error {
+// as the server reads it, escapes decoded (E'\x74'), a query's own calls of
+// such built-ins too; with standard_conforming_strings off a backslash is
+// refused, as pg_query reads strings with it on. A parameter's value is
+// checked at Bind (sqlTextBound; adversary: query_to_xml($1) with $1 =
+// 'select count(*) from t' counted 0), which SQL's PREPARE and EXECUTE do
+// not pass through, so there a parameter is refused. It returns the
+// parameters given as such arguments.
+func sqlTextArgs(sql string, names map[string]string, scsOff bool) ([]textParam, error) {
+	return sqlTextIn(sql, names, scsOff, 0)
+}
+
+// textParam is a parameter given to a built-in as a query or a table.
+type textParam struct {
+	num   int32
+	table bool
+}
+
+func sqlTextIn(sql string, names map[string]string, scsOff bool, depth int) (params []textParam, refuse error) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
-		return nil // the worker says why
+		return nil, nil // the worker says why
 	}
-	var refuse error
+	if depth > 8 {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "queries given as text nested more than 8 deep are not supported while the fleet has distributed or reference tables").
+			WithHint("Query the tables directly.")
+	}
+	if scsOff && strings.IndexByte(sql, '\\') >= 0 {
+		return nil, pgerr.New(pgerr.FeatureNotSupported, "a query given as text with a backslash is not supported with standard_conforming_strings off while the fleet has distributed or reference tables").
+			WithHint("Turn standard_conforming_strings on (the default).")
+	}
+	prepared := false
+	for _, raw := range tree.Stmts {
+		prepared = prepared || raw.Stmt.GetPrepareStmt() != nil
+	}
 	planner.Walk(tree, func(m proto.Message) {
 		fc, ok := m.(*pg_query.FuncCall)
 		if !ok || refuse != nil || len(fc.Funcname) == 0 {
@@ -332,39 +358,75 @@ func sqlTextArgs(sql string, names map[string]string) error {
 		for arg.GetTypeCast() != nil {
 			arg = arg.GetTypeCast().Arg
 		}
-		if arg.GetParamRef() != nil {
-			return // its value is checked at Bind (sqlTextBound)
+		table := ta.name == "tbl"
+		if p := arg.GetParamRef(); p != nil && !prepared {
+			params = append(params, textParam{p.Number, table})
+			return
 		}
 		if c := arg.GetAConst(); c != nil && c.GetSval() != nil {
-			if t := mentionedTable(c.GetSval().GetSval(), names); t != "" {
-				refuse = pgerr.New(pgerr.FeatureNotSupported,
-					"%s over the distributed or reference table %s is not supported: it would read the table's empty copy on the default node", fn, t).
-					WithHint("Query the table directly.")
-			}
+			refuse = textRefusal(fn, c.GetSval().GetSval(), table, names, scsOff, depth)
 			return
 		}
 		refuse = pgerr.New(pgerr.FeatureNotSupported,
 			"%s of a query or table that is not a string constant is not supported while the fleet has distributed or reference tables: it may read a table's empty copy on the default node", fn).
 			WithHint("Give the query or table name as a string constant, or query the table directly.")
 	})
-	return refuse
+	return params, refuse
 }
 
-// sqlTextBound refuses the Bind (body) of a statement with a built-in that
-// runs SQL given as text (classify's hidden) when a parameter value may name
-// a catalog table: the query given as a parameter would read its empty copy
-// on the default node.
-func (ss *session) sqlTextBound(body []byte) error {
+// textRefusal checks the value of a built-in's query or table argument
+// (fn's): a query must name no catalog table and give none to such
+// built-ins of its own; a table, be no OID.
+func textRefusal(fn, v string, table bool, names map[string]string, scsOff bool, depth int) error {
+	if t := mentionedTable(v, names); t != "" {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"%s over the distributed or reference table %s is not supported: it would read the table's empty copy on the default node", fn, t).
+			WithHint("Query the table directly.")
+	}
+	if table {
+		if d := strings.TrimSpace(v); d != "" && strings.Trim(d, "0123456789") == "" {
+			return pgerr.New(pgerr.FeatureNotSupported, "%s of a table given by OID is not supported while the fleet has distributed or reference tables", fn).
+				WithHint("Name the table.")
+		}
+		return nil
+	}
+	_, err := sqlTextIn(v, names, scsOff, depth+1)
+	return err
+}
+
+// sqlTextBound refuses the Bind (body) of a statement (sql) with a built-in
+// that runs SQL given as text (classify's hidden) when a parameter given to
+// it as a query or table may read a catalog table: the query would read its
+// empty copy on the default node. Only those parameters are read (each on
+// its own: a NULL's length bytes beside a name hid it).
+func (ss *session) sqlTextBound(sql string, body []byte) error {
 	snap := ss.srv.catalog.Load()
 	if !ss.routes || snap == nil || len(snap.Tables) == 0 {
 		return nil
 	}
 	names := catalogWords(snap)
-	var t string
-	if bindRunsText(body, func(v string) bool { t = mentionedTable(v, names); return t != "" }) {
-		return pgerr.New(pgerr.FeatureNotSupported,
-			"a query given as text in a parameter, over the distributed or reference table %s, is not supported: it would read the table's empty copy on the default node", t).
-			WithHint("Query the table directly.")
+	params, err := sqlTextArgs(sql, names, ss.scsOff)
+	if err != nil || len(params) == 0 {
+		return err
+	}
+	var b pgproto3.Bind
+	if err := b.Decode(body); err != nil {
+		return nil // the worker says why
+	}
+	for _, p := range params {
+		i := int(p.num) - 1
+		if i < 0 || i >= len(b.Parameters) || b.Parameters[i] == nil {
+			continue
+		}
+		binary := len(b.ParameterFormatCodes) == 1 && b.ParameterFormatCodes[0] == 1 ||
+			i < len(b.ParameterFormatCodes) && len(b.ParameterFormatCodes) > 1 && b.ParameterFormatCodes[i] == 1
+		if p.table && binary {
+			return pgerr.New(pgerr.FeatureNotSupported, "a table given by OID to a built-in is not supported while the fleet has distributed or reference tables").
+				WithHint("Name the table in text.")
+		}
+		if err := textRefusal("a query or table given in a parameter", string(b.Parameters[i]), p.table, names, ss.scsOff, 0); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -410,7 +472,7 @@ func (ss *session) refuseHidden(sql string) error {
 				}
 			}
 			if sqlText {
-				if err := sqlTextArgs(sql[start:end], catalogWords(snap)); err != nil {
+				if _, err := sqlTextArgs(sql[start:end], catalogWords(snap), ss.scsOff); err != nil {
 					return err
 				}
 			}

@@ -180,6 +180,11 @@ func TestSQLTextBuiltAtRunTime(t *testing.T) {
 		{`SELECT table_to_xml(E'sqt\x5fd', true, false, '')::text`, nil},
 		{"SELECT count(*)::text FROM ts_stat(format('SELECT d FROM %I', 'sqt_d'))", nil},
 		{"SELECT query_to_xml(nulls => true, tableforest => true, targetns => '', query => 'select count(*) from ' || 'sqt_d')::text", nil},
+		// (adversary, round 2:)
+		{"SELECT query_to_xml('select query_to_xml(''select count(*) from sqt''||chr(95)||''d'', true, false, '''')', true, false, '')::text", nil},
+		{"SELECT table_to_xml('" + oid + "', true, false, '')::text", nil},
+		{"SELECT query_to_xml($1, true, false, '')::text, $2::int", []any{"select count(*) from sqt_d", nil}},
+		{"SELECT table_to_xml($1::regclass, true, false, '')::text", []any{oid}},
 		{`SELECT query_to_xml(nulls => true, tableforest => true, targetns => '', query => E'select count(*) from sqt\x5fd')::text`, nil},
 	} {
 		for _, mode := range modes {
@@ -200,12 +205,23 @@ func TestSQLTextBuiltAtRunTime(t *testing.T) {
 			}
 		}
 	}
-	// Over a local table, as constants or a parameter: PostgreSQL's answers.
+	// SQL's PREPARE: its parameters are bound where pgfleet cannot see.
+	if _, err := c.Exec(ctx, "PREPARE sqt_q(text) AS SELECT query_to_xml($1, true, true, '')", simple); sqlState(err) != "0A000" {
+		t.Errorf("PREPARE of query_to_xml($1): %v, want 0A000", err)
+	}
+	// standard_conforming_strings off: a backslash in a constant.
+	exec(t, c, "SET standard_conforming_strings = off", simple)
+	if _, err := c.Exec(ctx, `SELECT query_to_xml('select count(*) from sqt\137d', true, true, '')`, simple); sqlState(err) != "0A000" {
+		t.Errorf("with standard_conforming_strings off: %v, want 0A000", err)
+	}
+	exec(t, c, "RESET standard_conforming_strings", simple)
+	// Over a local table, as constants or a parameter: PostgreSQL's answers
+	// (another parameter that spells a distributed table's name is data).
 	for _, mode := range modes[1:] {
-		var got string
-		err := c.QueryRow(ctx, "SELECT (xpath('//count/text()', query_to_xml($1, true, true, '')))[1]::text", mode, "select count(*) from sqt_l").Scan(&got)
+		var got, other string
+		err := c.QueryRow(ctx, "SELECT (xpath('//count/text()', query_to_xml($1, true, true, '')))[1]::text, $2::text", mode, "select count(*) from sqt_l", "sqt_d").Scan(&got, &other)
 		if err != nil || got != "7" {
-			t.Errorf("query_to_xml($1) over a local table (%v): %q, %v", mode, got, err)
+			t.Errorf("query_to_xml($1) over a local table beside $2 = 'sqt_d' (%v): %q, %v", mode, got, err)
 		}
 	}
 	for _, q := range []struct{ sql, want string }{
