@@ -355,10 +355,18 @@ func sqlTextIn(sql string, names map[string]string, scsOff bool, depth int) (par
 		if arg == nil {
 			return // PostgreSQL's error
 		}
-		for arg.GetTypeCast() != nil {
-			arg = arg.GetTypeCast().Arg
-		}
 		table := ta.name == "tbl"
+		for tc := arg.GetTypeCast(); tc != nil; tc = arg.GetTypeCast() {
+			if !sameValueCast(tc.TypeName, table) {
+				// varchar(22), name, char: a cut value; oid, int: a
+				// table by OID (adversary: both read the empty copy).
+				refuse = pgerr.New(pgerr.FeatureNotSupported,
+					"%s of a query or table cast to another type is not supported while the fleet has distributed or reference tables: the cast may change what it names", fn).
+					WithHint("Give the query or table name as a string constant or parameter, cast to text or regclass at most.")
+				return
+			}
+			arg = tc.Arg
+		}
 		if p := arg.GetParamRef(); p != nil && !prepared {
 			params = append(params, textParam{p.Number, table})
 			return
@@ -372,6 +380,26 @@ func sqlTextIn(sql string, names map[string]string, scsOff bool, depth int) (par
 			WithHint("Give the query or table name as a string constant, or query the table directly.")
 	})
 	return params, refuse
+}
+
+// sameValueCast: a cast to t leaves a query's or table's text as it is
+// (text, varchar without a length; regclass for a table, which reads it as
+// a name or digits, as textRefusal checks it).
+func sameValueCast(t *pg_query.TypeName, table bool) bool {
+	if t == nil || len(t.Typmods) > 0 || len(t.ArrayBounds) > 0 || t.Setof || t.PctType {
+		return false
+	}
+	n := len(t.Names)
+	if n == 0 || n > 2 || n == 2 && t.Names[0].GetString_().GetSval() != "pg_catalog" {
+		return false
+	}
+	switch t.Names[n-1].GetString_().GetSval() {
+	case "text", "varchar":
+		return true
+	case "regclass":
+		return table
+	}
+	return false
 }
 
 // textRefusal checks the value of a built-in's query or table argument

@@ -185,6 +185,11 @@ func TestSQLTextBuiltAtRunTime(t *testing.T) {
 		{"SELECT table_to_xml('" + oid + "', true, false, '')::text", nil},
 		{"SELECT query_to_xml($1, true, false, '')::text, $2::int", []any{"select count(*) from sqt_d", nil}},
 		{"SELECT table_to_xml($1::regclass, true, false, '')::text", []any{oid}},
+		// (round 3: casts that cut the text, or read a table by OID)
+		{"SELECT query_to_xml('select count(*) from sqt_dx'::varchar(26), true, false, '')::text", nil},
+		{"SELECT query_to_xml($1::varchar(26), true, false, '')::text", []any{"select count(*) from sqt_dx"}},
+		{"SELECT table_to_xml('+" + oid + "'::oid::regclass, true, false, '')::text", nil},
+		{"SELECT table_to_xml($1::oid::regclass, true, false, '')::text", []any{"+" + oid}},
 		{`SELECT query_to_xml(nulls => true, tableforest => true, targetns => '', query => E'select count(*) from sqt\x5fd')::text`, nil},
 	} {
 		for _, mode := range modes {
@@ -227,6 +232,8 @@ func TestSQLTextBuiltAtRunTime(t *testing.T) {
 	for _, q := range []struct{ sql, want string }{
 		{"SELECT (xpath('//count/text()', query_to_xml('select count(*) from sqt_l', true, true, '')))[1]::text", "7"},
 		{"SELECT nentry::text FROM ts_stat('SELECT d FROM sqt_l') WHERE word = 'a'", "7"},
+		{"SELECT (xpath('//count/text()', query_to_xml('select count(*) from sqt_l'::text, true, true, '')))[1]::text", "7"},
+		{"SELECT (xpath('count(//row)', table_to_xml('sqt_l'::regclass, true, false, '')))[1]::text", "7"},
 		{"SELECT (xpath('//count/text()', query_to_xml(nulls => true, tableforest => true, targetns => '', query => 'select count(*) from sqt_l')))[1]::text", "7"},
 	} {
 		for _, mode := range modes {
