@@ -20,8 +20,11 @@ import (
 // also take $ and bytes past ASCII, so a name run into those is still
 // found, erring towards true), and a catalog name is one such word in
 // lower case (else every statement plans); a word is cut to 63 bytes, as
-// PostgreSQL cuts an identifier. A name can hide from a text scan only in a
-// Unicode-escaped identifier (U&"\0074x1"), so any U& plans.
+// PostgreSQL cuts an identifier. A name can hide from a text scan in a
+// Unicode-escaped identifier (U&"\0074x1"), so any U& plans; and, not
+// handled, in a single-byte server encoding whose locale lowers a letter
+// past ASCII to an ASCII one (LATIN5 tr_TR: İTEMS is items), which
+// pg_query does not lower either.
 func MentionsTable(sql string, cat *metadata.Snapshot) bool {
 	if len(cat.Tables) == 0 {
 		return false
