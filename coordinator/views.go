@@ -11,11 +11,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgproto3"
 	pg_query "github.com/pganalyze/pg_query_go/v5"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 )
@@ -437,22 +438,24 @@ func (ss *session) sqlTextBound(sql string, body []byte) error {
 	if err != nil || len(params) == 0 {
 		return err
 	}
-	var b pgproto3.Bind
-	if err := b.Decode(body); err != nil {
+	_, rest, ok := wire.CBytes(body) // the portal's name
+	if ok {
+		_, rest, ok = wire.CBytes(rest) // the statement's
+	}
+	b, err := executor.DecodeBind(rest, nil)
+	if !ok || err != nil {
 		return nil // the worker says why
 	}
 	for _, p := range params {
 		i := int(p.num) - 1
-		if i < 0 || i >= len(b.Parameters) || b.Parameters[i] == nil {
+		if i < 0 || i >= len(b.Values) || b.Values[i] == nil {
 			continue
 		}
-		binary := len(b.ParameterFormatCodes) == 1 && b.ParameterFormatCodes[0] == 1 ||
-			i < len(b.ParameterFormatCodes) && len(b.ParameterFormatCodes) > 1 && b.ParameterFormatCodes[i] == 1
-		if p.table && binary {
+		if p.table && b.Format(i) == 1 {
 			return pgerr.New(pgerr.FeatureNotSupported, "a table given by OID to a built-in is not supported while the fleet has distributed or reference tables").
 				WithHint("Name the table in text.")
 		}
-		if err := textRefusal("a query or table given in a parameter", string(b.Parameters[i]), p.table, names, ss.scsOff, 0); err != nil {
+		if err := textRefusal("a query or table given in a parameter", string(b.Values[i]), p.table, names, ss.scsOff, 0); err != nil {
 			return err
 		}
 	}

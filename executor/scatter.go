@@ -94,8 +94,8 @@ func DecodeBind(params, results []byte) (*Bound, error) {
 	return &Bound{Formats: m.ParameterFormatCodes, Values: m.Parameters, Results: m.ResultFormatCodes}, nil
 }
 
-// format is the format of parameter k (from 0).
-func (b *Bound) format(k int) int16 {
+// Format is the format of parameter k (from 0).
+func (b *Bound) Format(k int) int16 {
 	switch {
 	case len(b.Formats) == 1:
 		return b.Formats[0]
@@ -947,7 +947,7 @@ func (r *Scatter) merge() error {
 			}
 			oids = append(oids, WorkerParamOID(r.Bound.ParamOIDs[k-1], true))
 			bind.Parameters = append(bind.Parameters, r.Bound.Values[k-1])
-			bind.ParameterFormatCodes = append(bind.ParameterFormatCodes, r.Bound.format(k-1))
+			bind.ParameterFormatCodes = append(bind.ParameterFormatCodes, r.Bound.Format(k-1))
 		}
 	} else if len(m.Params) > 0 {
 		if sql, err = r.Text.SpliceParams(sql, m.Params, arrays+1); err != nil {
