@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +59,31 @@ type citusCall struct {
 	// block itself passes it (ownFences).
 	release func(done bool)
 	token   uint64
+}
+
+// catalogPending reports whether the transaction block changes pgfleet's
+// catalog when it commits (create_distributed_table or
+// create_reference_table called in it, or DROP TABLE of a catalog table):
+// its COMMIT is then multiEnd's, with two-phase commit decided in the
+// metadata database, even on one worker.
+func (ss *session) catalogPending() bool {
+	return len(ss.citusPending) > 0 || len(ss.dropPending) > 0
+}
+
+// droppedInBlock refuses (0A000) a statement that may name a table the
+// transaction block dropped: until the block's COMMIT the catalog still
+// has it, so the statement would be planned for its dropped shards, and a
+// table of that name made again in the block would be taken for it.
+func (ss *session) droppedInBlock(sql string) error {
+	for _, name := range ss.dropPending {
+		rel := name[strings.IndexByte(name, '.')+1:]
+		if containsWordFold(sql, rel) || planner.ContainsFold(sql, "u&") || !ascii([]byte(sql)) && containsWordFold(strings.ToLower(sql), rel) {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"table %s was dropped earlier in this transaction block; naming it again before the COMMIT is not supported", name).
+				WithHint("COMMIT the DROP TABLE first; then create or use a table of that name.")
+		}
+	}
+	return nil
 }
 
 // releaseCitus lifts the fences of calls (done: the block committed).

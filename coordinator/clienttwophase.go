@@ -83,7 +83,7 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 			ss.localTxn(&rb, "ROLLBACK")
 			return -1, true, nil
 		}
-		if len(ss.parked) > 0 && ss.multi == nil && len(ss.citusPending) == 0 {
+		if len(ss.parked) > 0 && ss.multi == nil && !ss.catalogPending() {
 			// A block over several workers: here, before cursorStatement
 			// takes PREPARE for the end of the block and drops the WITH
 			// HOLD cursors it declared (adversary: the block was
@@ -96,7 +96,7 @@ func (ss *session) clientTwoPhase(text string) (node int32, handled bool, err er
 			ss.out = readyForQuery(ss.out, ss.txStatus())
 			return -1, true, nil
 		}
-		if ss.txStatus() != 'T' || ss.multi != nil || len(ss.parked) > 0 || len(ss.citusPending) > 0 {
+		if ss.txStatus() != 'T' || ss.multi != nil || len(ss.parked) > 0 || ss.catalogPending() {
 			// A failed block's or none: as ROLLBACK, or a warning; a
 			// block over several workers running create_distributed_table:
 			// refused (multiCheck).

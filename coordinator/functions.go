@@ -754,12 +754,13 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 		return ss.queryError(err)
 	}
 	var tag string
+	var dropped []string
 	notices := new([]byte)
 	if err == nil {
 		var shellDone func()
 		notices, shellDone = shellNotices(conns[def])
 		if err = checkDDLValuesIn(ctx, conns[def], sql, true); err == nil {
-			tag, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql, shellDone)
+			tag, dropped, err = shards.RunDDLInTxn(ctx, snap, conns, def, sql, len(ss.savepoints) == 0, shellDone)
 		}
 	}
 	if lost := giveBack(); lost != nil {
@@ -769,6 +770,13 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	if err != nil {
 		ss.failBlock()
 		return ss.queryError(err)
+	}
+	// The dropped tables leave the catalog with the block's commit
+	// decision (multiEnd).
+	for _, name := range dropped {
+		if !slices.Contains(ss.dropPending, name) { // DROP TABLE IF EXISTS again
+			ss.dropPending = append(ss.dropPending, name)
+		}
 	}
 	ss.srv.stmtEpoch.Add(1) // the shards changed on the transaction's connections
 	ss.txScatter = &scatterCache{}

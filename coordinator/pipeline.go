@@ -208,7 +208,7 @@ func (ss *session) answerQueued() error {
 // (two-phase over several workers) or rolled back on every worker. extra
 // holds notices for the client (a COMMIT PREPARED left to recovery).
 func (ss *session) endBlock(commit bool) (extra []byte, err error) {
-	if len(ss.parked) == 0 && len(ss.citusPending) == 0 {
+	if len(ss.parked) == 0 && !ss.catalogPending() {
 		return nil, ss.implicitEndOne(commit)
 	}
 	_, extra, after, err := ss.multiEnd(commit, false)

@@ -555,6 +555,9 @@ func fixedTypes(declared, described []uint32) []uint32 {
 // the parameters section to bind comes back with them.
 func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, int32, []byte, where, error) {
 	s := ss.srv
+	if err := ss.droppedInBlock(st.Query); err != nil {
+		return nil, 0, params, onNode, err
+	}
 	sp, err := ss.stmtPlan(st)
 	if err != nil {
 		return nil, 0, params, onNode, err

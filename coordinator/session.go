@@ -323,6 +323,10 @@ type session struct {
 	// called in the transaction block, which run when it commits
 	// (citustxn.go).
 	citusPending []citusCall
+	// dropPending: the catalog names of distributed and reference tables
+	// dropped in the transaction block (DROP TABLE), whose catalog entries
+	// go with its commit decision (multiEnd).
+	dropPending []string
 	// portalNode: the worker each portal of such a transaction was bound
 	// on (portals live on the connection that bound them).
 	portalNode map[string]int32
@@ -823,7 +827,7 @@ func clientReadError(err error) error {
 // end releases what the session holds when the client goes away.
 func (ss *session) end() {
 	releaseCitus(ss.citusPending, false)
-	ss.citusPending = nil
+	ss.citusPending, ss.dropPending = nil, nil
 	ss.dropSpares()
 	for _, c := range ss.parked {
 		if ss.verifyState {
@@ -1374,6 +1378,9 @@ func (ss *session) simpleQuery(body []byte) error {
 		if err := ss.srv.fencedInExcept(text, ss.ownFences()); err != nil {
 			return ss.queryError(err) // a table whose rows are moving (fence.go)
 		}
+		if err := ss.droppedInBlock(text); err != nil {
+			return ss.queryError(err)
+		}
 	}
 	ctext := text
 	if ss.scsOff && strings.IndexByte(text, '\\') >= 0 {
@@ -1461,7 +1468,7 @@ func (ss *session) simpleQuery(body []byte) error {
 		}
 		return ss.showPools()
 	}
-	if len(ss.parked) > 0 || len(ss.citusPending) > 0 {
+	if len(ss.parked) > 0 || ss.catalogPending() {
 		if done, err := ss.multiSimple(&cls, text); done {
 			return err
 		}
@@ -2442,7 +2449,7 @@ func (ss *session) parse(body []byte) error {
 		ss.pin(st.cls.pin)
 	}
 	var e *expect
-	if sp.plan.Kind() != planner.KindDefault || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0 || len(ss.citusPending) > 0)) {
+	if sp.plan.Kind() != planner.KindDefault || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0 || ss.catalogPending())) {
 		if ss.txStatus() == 'E' && st.cls.txn == "" && !(len(st.cls.sps) == 1 && st.cls.sps[0].kind == opRollbackTo) {
 			// As PostgreSQL: a failed transaction parses only its end.
 			ss.parseFailed(name, pgerr.New(pgerr.InFailedSQLTransaction,
@@ -2552,7 +2559,7 @@ func (ss *session) bind(body []byte) error {
 		ss.push(expect{kind: eSynth, synth: msgBindComplete})
 		return nil
 	}
-	if len(ss.parked) > 0 || len(ss.citusPending) > 0 {
+	if len(ss.parked) > 0 || ss.catalogPending() {
 		local, err := ss.multiBind(string(portal), st)
 		if err != nil {
 			if pe := pgerr.Flatten(err); pe.Severity == "FATAL" {
@@ -3542,7 +3549,7 @@ func (ss *session) endOfCycle(status byte) {
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.txLog, ss.txLogLost = ss.txLog[:0], false
 	releaseCitus(ss.citusPending, false)
-	ss.citusPending = nil
+	ss.citusPending, ss.dropPending = nil, nil
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {
 			ss.params.applyOps(ss.pending, ss.sc.Params)

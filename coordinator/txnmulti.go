@@ -17,6 +17,7 @@ import (
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
@@ -408,6 +409,10 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 	var movesErr error
 	calls := ss.citusPending
 	ss.citusPending = nil
+	// DROP TABLE of catalog tables in the block: their catalog entries go
+	// with the commit decision, after every worker prepared.
+	drops := ss.dropPending
+	ss.dropPending = nil
 	if len(calls) > 0 && commit && ss.txStatus() != 'E' {
 		if moves, movesErr = ss.citusRun(calls); movesErr != nil {
 			if pgerr.Flatten(movesErr).Severity == "FATAL" {
@@ -482,14 +487,14 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 		return "ROLLBACK", nil, nil, nil
 	}
 
-	if moves == nil {
+	if moves == nil && len(drops) == 0 {
 		if done, tag, err := commitOnePhase(all, ss.wroteOn); done {
 			committed = err == nil && tag == "COMMIT"
 			return tag, nil, nil, err
 		}
 	}
 	g, last, recorded := (*twophase.Group)(nil), 0, false
-	if moves == nil {
+	if moves == nil && len(drops) == 0 {
 		g, last, recorded = ss.recordedGroup(all)
 	}
 	if !recorded {
@@ -531,6 +536,27 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), decideTimeout)
 	defer cancel()
+	if len(drops) > 0 {
+		// The catalog change is the commit decision (as RunDDL's DROP
+		// TABLE outside a block): both or neither.
+		snap, derr := ss.srv.store.DropTables(metadata.WithDecision(ctx, g.Base), drops...)
+		if derr == nil {
+			g.Decided = true
+		} else if derr = g.Settle(ctx, derr); derr == nil {
+			snap, derr = ss.srv.store.Load(ctx) // decided, the answer lost
+		}
+		if derr != nil && !g.Decided {
+			// Rolled back, or left to recovery when the outcome is unknown.
+			ss.srv.refreshCatalog(context.Background())
+			return "", nil, nil, withCleanup(derr, g.Rollback(ctx))
+		}
+		if derr == nil {
+			ss.srv.changedCatalog(snap)
+		} else {
+			ss.srv.refreshCatalog(context.Background())
+		}
+		ss.srv.stmtEpoch.Add(1)
+	}
 	failures, err := g.Commit(ctx)
 	var pe *pgconn.PgError
 	if recorded && errors.As(err, &pe) && (pe.Code == pgerr.UndefinedFunction || pe.Code == pgerr.UndefinedTable || pe.Code == pgerr.InvalidSchemaName) {
@@ -982,7 +1008,7 @@ func (ss *session) splitEnd() error {
 // client's PREPARE TRANSACTION locally (local is true), to run at Execute.
 func (ss *session) multiBind(portal string, st *Statement) (local bool, err error) {
 	_, prepare := clientPrepare(&st.cls, st.Query)
-	prepare = prepare && len(ss.citusPending) == 0
+	prepare = prepare && !ss.catalogPending()
 	if err := ss.multiCheck(&st.cls, st.Query); err != nil && !prepare {
 		return false, err
 	}

@@ -565,13 +565,24 @@ func (s *Store) CreateReferenceTable(ctx context.Context, name string, seqs ...S
 // DropTable removes a table, its shards and their placements from the
 // catalog. It fails with undefined_table (42P01) if the table is not in it.
 func (s *Store) DropTable(ctx context.Context, name string) (*Snapshot, error) {
+	return s.DropTables(ctx, name)
+}
+
+// DropTables removes tables, their shards and their placements from the
+// catalog in one change, all or nothing: it fails with undefined_table
+// (42P01) if one of them is not in it. Under WithDecision it is the commit
+// decision of a transaction on the workers (DROP TABLE in a client's
+// transaction block).
+func (s *Store) DropTables(ctx context.Context, names ...string) (*Snapshot, error) {
 	return s.change(ctx, "drop table", func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM pgfleet.tables WHERE name = $1`, name)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return pgerr.New(pgerr.UndefinedTable, "table %s is not distributed", name)
+		for _, name := range names {
+			tag, err := tx.Exec(ctx, `DELETE FROM pgfleet.tables WHERE name = $1`, name)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return pgerr.New(pgerr.UndefinedTable, "table %s is not distributed", name)
+			}
 		}
 		return nil
 	})

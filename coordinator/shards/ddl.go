@@ -315,25 +315,29 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 // statement rewritten for every placement of every shard), on conns: the
 // transaction's connections, one per active node, each inside the block.
 // It begins, prepares and commits nothing: the client's COMMIT makes the
-// change on every node (two-phase commit) or on none. DROP TABLE, which
-// changes the catalog, is refused (0A000) before anything runs; so is
-// everything DDLTables refuses. The shell's TRUNCATE passes its guard
-// trigger as pgfleet's own write, for that statement only. shellDone, if
-// not nil, is called once the shell's statement ran (its notices are the
-// client's; the shards' that follow are not).
+// change on every node (two-phase commit) or on none. DROP TABLE drops the
+// shells and shards in the block and returns the catalog names of the
+// tables it dropped: their catalog entries are the COMMIT's to remove,
+// with its commit decision (store.DropTables under metadata.WithDecision).
+// Without dropOK (the block has savepoints) DROP TABLE is refused (0A000).
+// Everything DDLTables refuses is refused (0A000) before anything runs.
+// The shell's TRUNCATE passes its guard trigger as pgfleet's own write, for
+// that statement only. shellDone, if not nil, is called once the shell's
+// statement ran (its notices are the client's; the shards' that follow are
+// not).
 func RunDDLInTxn(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*pgx.Conn,
-	defaultNode int32, stmt string, shellDone func()) (string, error) {
+	defaultNode int32, stmt string, dropOK bool, shellDone func()) (tag string, dropped []string, err error) {
 	n := &nodes{conns: conns, addrs: map[int32]string{}}
 	for _, nd := range snap.Nodes {
 		n.addrs[nd.ID] = nd.Addr()
 	}
 	home, err := n.conn(defaultNode)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	d, err := parseDDL(ctx, home, stmt, snap)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if d == nil {
 		d = &ddl{text: stmt}
@@ -341,23 +345,30 @@ func RunDDLInTxn(ctx context.Context, snap *metadata.Snapshot, conns map[int32]*
 	if d.concurrent {
 		// The analysis dropped CONCURRENTLY, which PostgreSQL refuses
 		// in a transaction block.
-		return "", pgerr.New(pgerr.ActiveSQLTransaction, "%s CONCURRENTLY cannot run inside a transaction block", d.kind)
+		return "", nil, pgerr.New(pgerr.ActiveSQLTransaction, "%s CONCURRENTLY cannot run inside a transaction block", d.kind)
 	}
-	if d.drop {
-		return "", pgerr.New(pgerr.FeatureNotSupported,
-			"DROP TABLE of a distributed or reference table inside a transaction block is not supported").
-			WithHint("Run it outside BEGIN ... COMMIT: it also changes pgfleet's catalog.")
+	if d.drop && !dropOK {
+		// A ROLLBACK TO an earlier savepoint would bring the tables back
+		// on the workers while the COMMIT removed them from the catalog.
+		return "", nil, pgerr.New(pgerr.FeatureNotSupported,
+			"DROP TABLE of a distributed or reference table after a SAVEPOINT in a transaction block is not supported").
+			WithHint("Drop it before the block's first SAVEPOINT, or outside BEGIN ... COMMIT.")
 	}
 	if d.kind == "TRUNCATE" {
 		if _, err := home.Exec(ctx, "SELECT pg_catalog.set_config('pgfleet.internal', 'on', true)"); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
-	tag, err := d.run(ctx, snap, home, n, defaultNode, shellDone, n.conn)
+	tag, err = d.run(ctx, snap, home, n, defaultNode, shellDone, n.conn)
 	if err == nil && d.kind == "TRUNCATE" {
 		_, err = home.Exec(ctx, "SELECT pg_catalog.set_config('pgfleet.internal', '', true)")
 	}
-	return tag, err
+	if err == nil && d.drop {
+		for _, tg := range d.targets {
+			dropped = append(dropped, tg.table.Name)
+		}
+	}
+	return tag, dropped, err
 }
 
 // ddl is a DDL statement on catalog tables, analysed.
