@@ -327,6 +327,10 @@ type session struct {
 	// dropped in the transaction block (DROP TABLE), whose catalog entries
 	// go with its commit decision (multiEnd).
 	dropPending []string
+	// settled: the session changes of transactions that committed
+	// earlier in the current cycle (settleOps), taken again with the
+	// worker's reported values at its ReadyForQuery.
+	settled []paramOp
 	// portalNode: the worker each portal of such a transaction was bound
 	// on (portals live on the connection that bound them).
 	portalNode map[string]int32
@@ -3458,6 +3462,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 		// A transaction's end (not a ROLLBACK TO's tag), maybe in a
 		// string of several statements or earlier in a pipeline.
 		ss.txnEnded(string(tag) == "COMMIT")
+		ss.settleOps(string(tag) == "COMMIT")
 	}
 	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
 		ss.chained(string(tag) == "COMMIT")
@@ -3522,8 +3527,50 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	}
 }
 
+// settleOps follows the end of a transaction (COMMIT or ROLLBACK, and
+// COMMIT of a failed one, whose tag is ROLLBACK) as PostgreSQL does with
+// the session's settings: the transaction's SET, RESET and DISCARD ALL
+// stay if it committed and go if it rolled back, whatever the statements
+// after it in the same query string or pipeline do, which run in a
+// transaction of their own. (They used to wait for the ReadyForQuery and
+// follow the whole string's outcome: an adversary's "SET TimeZone =
+// 'Asia/Tokyo'; COMMIT; SELECT 1/0" left the worker connection in Tokyo
+// while the session forgot it, and the pool gave it to the next client;
+// "SET ...; ROLLBACK; SET DateStyle ..." lost the DateStyle.)
+func (ss *session) settleOps(committed bool) {
+	if committed && !ss.txFailed {
+		// The values the worker reports (ParameterStatus) come before
+		// the ReadyForQuery, not with the COMMIT: taken then
+		// (endOfCycle), as the statement wrote them until then.
+		ss.params.applyOps(ss.pending, nil)
+		ss.settled = append(ss.settled, ss.pending...)
+	} else {
+		ss.keepPlaceholders()
+	}
+	ss.pending = ss.pending[:0]
+	ss.savepoints, ss.spLost = ss.savepoints[:0], false
+	ss.txFailed = false
+	ss.txSet = ss.paramsUnsure
+	ss.txLog, ss.txLogLost = ss.txLog[:0], false
+	// The connection's settings are the session's again.
+	ss.sc.ParamsKey = ss.params.key
+	if ss.paramsUnsure {
+		ss.sc.ParamsKey = pooling.UnknownKey
+	}
+}
+
 // endOfCycle runs at ReadyForQuery.
 func (ss *session) endOfCycle(status byte) {
+	if len(ss.settled) > 0 {
+		// Changes of transactions that committed earlier in the cycle
+		// (settleOps), with the values the worker reported: outside a
+		// block they are its session's (inside one they may be the
+		// open block's).
+		if status == 'I' {
+			ss.params.applyOps(ss.settled, ss.sc.Params)
+		}
+		ss.settled = ss.settled[:0]
+	}
 	ss.sc.TxStatus = status
 	ss.txEndQueued = false // every answer read
 	ss.cycles++
