@@ -12,6 +12,7 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
 	"github.com/pgfleet/pgfleet/planner"
+	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // pg_cancel_backend and pg_terminate_backend of a client's own backend
@@ -248,6 +249,16 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 	}
 	switch {
 	case workers == len(pids) && len(pids) > 0:
+		for _, pid := range pids {
+			if pid > 0 && pid < minSessionPID && ss.srv.pooledPID(uint32(pid)) {
+				// (Adversary: a client's own pg_backend_pid(), signalled
+				// later, cancelled or ended another client's statement on
+				// that connection.)
+				return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
+					"process %d is a worker backend of pgfleet's connection pool, which runs other clients' statements in turn: %s is not sent to it", pid, call.fn).
+					WithHint("To cancel or end a session, use the process ID its driver was given at connection (libpq's PQbackendPID, pgx's PgConn().PID()) or the driver's cancel: pg_backend_pid() names the worker connection of the moment."))
+			}
+		}
 		return false, nil // workers' processes: the worker answers
 	case workers > 0:
 		return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
@@ -286,6 +297,23 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 	ss.out = boolRows(ss.out, signalRowDesc(call.column), results)
 	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return true, nil
+}
+
+// pooledPID reports whether pid is the process ID of a worker backend one
+// of the coordinator's pools keeps open.
+func (s *Server) pooledPID(pid uint32) bool {
+	s.mu.Lock()
+	pools := make([]*pooling.Pool, 0, len(s.pools))
+	for _, p := range s.pools {
+		pools = append(pools, p)
+	}
+	s.mu.Unlock()
+	for _, p := range pools {
+		if p.HasPID(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // signalOne signals the session with process ID pid: its result, a

@@ -259,3 +259,55 @@ func TestSignalSessionByPID(t *testing.T) {
 		t.Errorf("the superuser's session afterwards: %v", err)
 	}
 }
+
+// TestSignalPooledBackendRefused: a worker backend the coordinator's pool
+// keeps runs every client's statements in turn, so the process ID a client
+// reads with pg_backend_pid() is not its own for long. pg_cancel_backend
+// and pg_terminate_backend of such an ID are refused (0A000), in both
+// protocols (adversary: A's pg_backend_pid(), signalled later, cancelled B's
+// statement on that connection, or ended it with 08006). A worker backend
+// that is not a pooled one (a direct connection) is still signalled.
+func TestSignalPooledBackendRefused(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(1))
+	ctx := context.Background()
+	a := connect(t, srv.Addr())
+	var pooled uint32
+	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pooled); err != nil {
+		t.Fatal(err)
+	}
+	b := connect(t, srv.Addr())
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "SELECT pg_sleep(1)", pgx.QueryExecModeSimpleProtocol)
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c := connect(t, srv.Addr())
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		for _, fn := range []string{"pg_cancel_backend", "pg_terminate_backend"} {
+			var v bool
+			err := c.QueryRow(ctx, "SELECT "+fn+"($1)", mode, pooled).Scan(&v)
+			if sqlState(err) != "0A000" {
+				t.Errorf("%v: %s of a pooled worker backend: %v %v, want 0A000", mode, fn, v, err)
+			}
+		}
+	}
+	if err := <-done; err != nil {
+		t.Errorf("B's statement on that backend: %v, want it to finish", err)
+	}
+	// A backend of a direct connection to the worker is signalled there.
+	direct := connect(t, cl.Servers[0].Addr())
+	go func() {
+		_, err := direct.Exec(ctx, "SELECT pg_sleep(30)")
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	var v bool
+	if err := c.QueryRow(ctx, "SELECT pg_cancel_backend($1)", direct.PgConn().PID()).Scan(&v); err != nil || !v {
+		t.Errorf("pg_cancel_backend of a direct connection's backend: %v %v, want true", v, err)
+	}
+	if err := <-done; sqlState(err) != "57014" {
+		t.Errorf("the direct connection's statement: %v, want 57014", err)
+	}
+}

@@ -598,6 +598,19 @@ func (p *Pool) discard(c *ServerConn) {
 	p.free()
 }
 
+// HasPID reports whether one of the pool's open connections is served by
+// the worker backend with process ID pid.
+func (p *Pool) HasPID(pid uint32) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if c.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
 // Stats reports the slots taken (open or dialling connections), those not
 // idle, and the checkouts waiting.
 func (p *Pool) Stats() (open, busy, waiting int) {
