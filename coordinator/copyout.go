@@ -22,17 +22,31 @@ import (
 
 // copyOut runs COPY of a distributed table TO STDOUT (planner.CopyOut) on
 // pooled connections in the session's settings (executor.CopyOut), after
-// PostgreSQL's verdict on the statement. Outside transaction blocks
-// (inside one the workers' connections would not see the transaction's
-// writes).
+// PostgreSQL's verdict on the statement. Inside a transaction block, whose
+// writes the workers' other connections would not see, the block runs the
+// COPY's SELECT and the coordinator writes the rows (copyMerged).
 func (ss *session) copyOut(p *planner.Plan, x *planner.CopyOut, lits []literal, text string) error {
 	if x.Query != "" {
 		return ss.copyMerged(x, splice(x.Query, lits), text)
 	}
 	if ss.inTxn() {
+		// The workers' COPY on pooled connections would not see the
+		// block's writes: the block runs the SELECT, and the coordinator
+		// writes its rows (gathered, up to --max-gather).
+		if x.InBlock != "" && x.Format != nil {
+			if x.FromTable {
+				// COPY t (columns): PostgreSQL's verdict on the columns
+				// (a generated one, say) from the shell, as outside.
+				if err := ss.copyVerdict(text); err != nil {
+					ss.failBlock()
+					return ss.queryError(err)
+				}
+			}
+			return ss.copyMerged(x, splice(x.InBlock, lits), text)
+		}
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-			"COPY from distributed table %s TO STDOUT is not supported inside a transaction block yet", x.Table).
-			WithHint("Run it outside BEGIN ... COMMIT, or SELECT the rows."))
+			"COPY from distributed table %s TO STDOUT with option ENCODING is not supported inside a transaction block", x.Table).
+			WithHint("Leave ENCODING out (set client_encoding), run it outside BEGIN ... COMMIT, or SELECT the rows."))
 	}
 	// PostgreSQL's own verdict on the statement first (a generated or
 	// unknown column): the default node's table of that name has the
@@ -71,7 +85,8 @@ func copyVerdictSQL(text string, names []string) (string, error) {
 	if err != nil || len(sel.Stmts) != 1 {
 		return "", pgerr.New(pgerr.Internal, "cannot compose the COPY statement's check")
 	}
-	tree.Stmts[0].Stmt.GetCopyStmt().Query = sel.Stmts[0].Stmt
+	cs := tree.Stmts[0].Stmt.GetCopyStmt()
+	cs.Query, cs.Relation, cs.Attlist = sel.Stmts[0].Stmt, nil, nil // (COPY t (columns) TO: as COPY (query) TO)
 	return planner.Deparse(tree.Version, tree.Stmts[0].Stmt)
 }
 

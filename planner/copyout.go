@@ -53,7 +53,8 @@ func (b *builder) copyOut(c *pg_query.CopyStmt, t *metadata.Table) (*Plan, error
 	if err != nil {
 		return nil, err
 	}
-	x := &CopyOut{Table: t.Name, DistType: t.DistType}
+	x := &CopyOut{Table: t.Name, DistType: t.DistType, FromTable: true}
+	x.InBlock, x.Format = b.copyInBlock(&pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: sel}}, c.Options)
 	p := &Plan{Root: x, Tables: []string{t.Name}, ReadOnly: true}
 	base := proto.Clone(c).(*pg_query.CopyStmt)
 	base.Relation, base.Attlist = nil, nil
@@ -172,9 +173,24 @@ func (b *builder) copyQuery(stmt *pg_query.Node, c *pg_query.CopyStmt) (*Plan, e
 		if x.Workers, err = b.copyWorkers(c, header, r.Workers, refuse); err != nil {
 			return nil, err
 		}
+		x.InBlock, x.Format = b.copyInBlock(c.Query, c.Options)
 		return &Plan{Root: x, Tables: inner.Tables, ReadOnly: true}, nil
 	}
 	return nil, refuse
+}
+
+// copyInBlock is CopyOut.InBlock and its format for the SELECT query and
+// COPY's options; "" and nil when the coordinator cannot write them.
+func (b *builder) copyInBlock(query *pg_query.Node, opts []*pg_query.Node) (string, *CopyFormat) {
+	f, err := copyFormat(opts)
+	if err != nil {
+		return "", nil
+	}
+	q, err := deparse(b.tree.Version, query)
+	if err != nil {
+		return "", nil
+	}
+	return q, f
 }
 
 // copyFormat reads COPY ... TO's options (text or CSV) into the format the

@@ -73,6 +73,7 @@ type printed struct {
 	First          string            `json:"first_shard_sql,omitempty"`
 	CopyQuery      string            `json:"copy_query,omitempty"`
 	CopyFormat     *CopyFormat       `json:"copy_format,omitempty"`
+	CopyInBlock    string            `json:"copy_in_block,omitempty"`
 	Local          []string          `json:"local,omitempty"`
 }
 
@@ -99,7 +100,10 @@ func flatten(p *Plan) printed {
 		pr.Local = r.Local
 	case *CopyOut:
 		pr.Scatter = &Scatter{Table: r.Table, Workers: r.Workers}
-		pr.CopyQuery, pr.CopyFormat = r.Query, r.Format
+		pr.CopyQuery, pr.CopyInBlock = r.Query, r.InBlock
+		if r.Query != "" {
+			pr.CopyFormat = r.Format
+		}
 	}
 	if pr.Scatter != nil {
 		pr.Shards = 0

@@ -115,6 +115,14 @@ type CopyOut struct {
 	Workers  []WorkerQuery
 	Query    string      `json:",omitempty"`
 	Format   *CopyFormat `json:",omitempty"`
+	// InBlock: for a COPY the workers run (Workers), the SELECT whose rows
+	// it copies, which a transaction block runs in its own transaction
+	// and the coordinator writes in Format (the workers' COPY on other
+	// connections would not see the block's writes); "" when the options
+	// are not the coordinator's to write (ENCODING).
+	InBlock string `json:",omitempty"`
+	// FromTable: the statement is COPY t [(columns)] TO, not COPY (query) TO.
+	FromTable bool `json:",omitempty"`
 }
 
 // CopyFormat is what COPY ... TO STDOUT's options ask of the text or CSV
