@@ -323,8 +323,10 @@ func (c *planCache) reset() {
 
 // plan returns the plan for one statement text, from the cache or the
 // planner. Without distributed or reference tables there is nothing to plan.
-func (s *Server) plan(sql string) (*planner.Plan, error) {
-	snap := s.catalog.Load()
+func (s *Server) plan(sql string) (*planner.Plan, error) { return s.planIn(sql, s.catalog.Load()) }
+
+// planIn is plan over the catalog snap (a session's: session.catalog).
+func (s *Server) planIn(sql string, snap *metadata.Snapshot) (*planner.Plan, error) {
 	fn := planner.MentionsFunction(sql)
 	if !fn && (snap == nil || len(snap.Tables) == 0 || !planner.MentionsTable(sql, snap)) && !planner.MentionsFleetView(sql) {
 		return defaultPlan, nil
@@ -354,14 +356,18 @@ func gathers(p *planner.Plan) bool {
 // into parameters first, so statements that differ only in their constants
 // share one cached plan; the literals come back for routing and splicing.
 func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
-	snap := s.catalog.Load()
+	return s.planSimpleIn(sql, s.catalog.Load())
+}
+
+// planSimpleIn is planSimple over the catalog snap (a session's).
+func (s *Server) planSimpleIn(sql string, snap *metadata.Snapshot) (*planner.Plan, []literal, error) {
 	if planner.MentionsFunction(sql) {
-		p, err := s.plan(sql)
+		p, err := s.planIn(sql, snap)
 		return p, nil, err
 	}
 	if snap == nil || len(snap.Tables) == 0 || !planner.MentionsTable(sql, snap) {
 		if planner.MentionsFleetView(sql) {
-			p, err := s.plan(sql)
+			p, err := s.planIn(sql, snap)
 			return p, nil, err
 		}
 		return defaultPlan, nil, nil
@@ -371,12 +377,12 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 		// The lifted form is used only if it plans and every literal goes
 		// back exactly where it came from; else the text is planned as is
 		// (-7 lifts to -$1, which is not a value the router can read).
-		p, err := s.plan(norm)
+		p, err := s.planIn(norm, snap)
 		if err == nil && !p.SyntaxError() && gathers(p) {
 			// Lifted constants can hide what the text says (GROUP BY b % 3
 			// with the select list's b % 3 as another parameter): the text
 			// as written may plan without gathering the whole table.
-			if lp, lerr := s.plan(sql); lerr == nil && !lp.SyntaxError() && !gathers(lp) {
+			if lp, lerr := s.planIn(sql, snap); lerr == nil && !lp.SyntaxError() && !gathers(lp) {
 				return lp, nil, nil
 			}
 		}
@@ -385,7 +391,7 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 			// (DISTINCT ON (v * 2) ... ORDER BY v * 2): lifted, each
 			// constant is a parameter of its own, a different expression
 			// (v * 03 and v * 3 too), so the text is planned as written.
-			p, err := s.plan(sql)
+			p, err := s.planIn(sql, snap)
 			return p, nil, err
 		}
 		if err == nil && !p.SyntaxError() {
@@ -397,7 +403,7 @@ func (s *Server) planSimple(sql string) (*planner.Plan, []literal, error) {
 			}
 		}
 	}
-	p, err := s.plan(sql)
+	p, err := s.planIn(sql, snap)
 	return p, nil, err
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,17 +72,43 @@ func (ss *session) catalogPending() bool {
 	return len(ss.citusPending) > 0 || len(ss.dropPending) > 0
 }
 
-// droppedInBlock refuses (0A000) a statement that may name a table the
-// transaction block dropped: until the block's COMMIT the catalog still
-// has it, so the statement would be planned for its dropped shards, and a
-// table of that name made again in the block would be taken for it.
-func (ss *session) droppedInBlock(sql string) error {
+// blockVersions numbers the catalogs sessions see while their blocks have
+// dropped tables (negative, so that no plan made over one is taken for the
+// coordinator's catalog's).
+var blockVersions atomic.Int64
+
+// catalog is the catalog as the session's statements see it: the
+// coordinator's, less the tables its transaction block dropped, whose
+// entries go at the block's COMMIT (multiEnd). A table of such a name made
+// again in the block is then the plain table it is.
+func (ss *session) catalog() *metadata.Snapshot {
+	cur := ss.srv.catalog.Load()
+	if len(ss.dropPending) == 0 || cur == nil {
+		return cur
+	}
+	if ss.blockSnap != nil && ss.blockBase == cur && ss.blockDrops == len(ss.dropPending) {
+		return ss.blockSnap
+	}
+	d := &metadata.Snapshot{Version: -blockVersions.Add(1), Nodes: cur.Nodes,
+		Tables: maps.Clone(cur.Tables), Shards: maps.Clone(cur.Shards)}
+	for _, name := range ss.dropPending {
+		delete(d.Tables, name)
+		delete(d.Shards, name)
+	}
+	ss.blockSnap, ss.blockBase, ss.blockDrops = d, cur, len(ss.dropPending)
+	return d
+}
+
+// droppedInBlock refuses (0A000) create_distributed_table or
+// create_reference_table of a table whose name the block dropped from the
+// catalog: the COMMIT records the new table before it removes the old one.
+func (ss *session) droppedInBlock(table string) error {
 	for _, name := range ss.dropPending {
 		rel := name[strings.IndexByte(name, '.')+1:]
-		if containsWordFold(sql, rel) || planner.ContainsFold(sql, "u&") || !ascii([]byte(sql)) && containsWordFold(strings.ToLower(sql), rel) {
+		if containsWordFold(table, rel) || !ascii([]byte(table)) {
 			return pgerr.New(pgerr.FeatureNotSupported,
-				"table %s was dropped earlier in this transaction block; naming it again before the COMMIT is not supported", name).
-				WithHint("COMMIT the DROP TABLE first; then create or use a table of that name.")
+				"table %s was dropped earlier in this transaction block; distributing a table of that name in the same block is not supported", name).
+				WithHint("COMMIT the DROP TABLE first, then distribute the new table.")
 		}
 	}
 	return nil
@@ -161,6 +189,9 @@ func (ss *session) citusInTxn(fn *planner.Function) error {
 	case err != nil:
 		ss.failBlock()
 		return ss.queryError(err)
+	case ss.droppedInBlock(call.table) != nil:
+		ss.failBlock()
+		return ss.queryError(ss.droppedInBlock(call.table))
 	case !ss.canTakeInAll() || len(ss.savepoints) > 0:
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"%s is not supported in a transaction block that has set transaction modes, savepoints or session settings only its worker knows", fn.Name).

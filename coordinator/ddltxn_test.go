@@ -163,8 +163,8 @@ func TestTableDDLInTransactionBlock(t *testing.T) {
 	}, nil)
 	exec(t, c, "BEGIN")
 	exec(t, c, "DROP TABLE dx_r", pgx.QueryExecModeSimpleProtocol)
-	if _, err := c.Exec(ctx, "SELECT * FROM dx_r", pgx.QueryExecModeSimpleProtocol); sqlState(err) != "0A000" {
-		t.Errorf("reading a reference table dropped in the transaction block: %v, want 0A000", err)
+	if _, err := c.Exec(ctx, "SELECT * FROM dx_r", pgx.QueryExecModeSimpleProtocol); sqlState(err) != "42P01" {
+		t.Errorf("reading a reference table dropped in the transaction block: %v, want 42P01", err)
 	}
 	exec(t, c, "ROLLBACK")
 	if got, want := queryString(t, c, "SELECT count(*)::text FROM dx_r"), queryString(t, plain, "SELECT count(*)::text FROM dx_r"); got != want {

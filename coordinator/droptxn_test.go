@@ -13,11 +13,11 @@ import (
 // tables inside a transaction block, as migration tools and psycopg2's
 // implicit blocks send it. COMMIT removes them everywhere at once (the
 // shells, every worker's shards, the catalog); ROLLBACK keeps them with
-// their rows; a table of the same name made after the COMMIT is a plain
-// table. Refused (0A000): naming a dropped table again before the COMMIT
-// (the catalog still has it until then), and a DROP after a SAVEPOINT,
-// since a ROLLBACK TO would bring the table back on the workers only.
-// Both protocols.
+// their rows; within the block the tables are gone (42P01), and a table of
+// the same name made again there is the plain table it is, before and
+// after the COMMIT. Refused (0A000): distributing such a table in the same
+// block, and a DROP after a SAVEPOINT, since a ROLLBACK TO would bring the
+// table back on the workers only. Both protocols.
 func TestDropTableInTransactionBlock(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, nil)
@@ -89,18 +89,32 @@ func TestDropTableInTransactionBlock(t *testing.T) {
 		exec(t, c, "BEGIN", mode)
 		exec(t, c, "UPDATE dt_b SET w = 'x' WHERE id IN (1, 2, 3, 4, 5, 6, 7, 8)", mode)
 		exec(t, c, "DROP TABLE IF EXISTS dt_a, dt_r", mode)
-		// Until the COMMIT the catalog still has the table: a statement
-		// naming it is refused.
-		if _, err := c.Exec(ctx, "SELECT count(*) FROM dt_a", mode); sqlState(err) != "0A000" {
-			t.Errorf("%v: reading a table dropped in the block: %v, want 0A000", mode, err)
+		// The block sees the tables gone, as PostgreSQL's would.
+		if _, err := c.Exec(ctx, "SELECT count(*) FROM dt_a", mode); sqlState(err) != "42P01" {
+			t.Errorf("%v: reading a table dropped in the block: %v, want 42P01", mode, err)
 		}
 		exec(t, c, "ROLLBACK", mode)
+		// Dropped and made again as a plain table in one block (a
+		// migration's, psycopg2's); distributing the new one there waits
+		// for the COMMIT.
 		exec(t, c, "BEGIN", mode)
 		exec(t, c, "UPDATE dt_b SET w = 'x' WHERE id IN (1, 2, 3, 4, 5, 6, 7, 8)", mode)
 		exec(t, c, "DROP TABLE IF EXISTS dt_a, dt_r", mode)
-		exec(t, c, "COMMIT", mode)
+		exec(t, c, "DROP TABLE IF EXISTS dt_a", mode)
 		exec(t, c, "CREATE TABLE dt_a (k int, note text)", mode)
 		exec(t, c, "INSERT INTO dt_a VALUES (1, 'plain')", mode)
+		if got := queryString(t, c, "SELECT string_agg(note, ',') FROM dt_a"); got != "plain" {
+			t.Errorf("%v: the plain dt_a in the block: %q", mode, got)
+		}
+		if got := queryString(t, c, "SELECT count(*)::text FROM dt_a JOIN dt_b ON dt_b.id = dt_a.k", simple); got != "1" {
+			t.Errorf("%v: the plain dt_a joined with dt_b in the block: %s, want 1", mode, got)
+		}
+		exec(t, c, "SAVEPOINT s", mode)
+		if _, err := c.Exec(ctx, "SELECT create_distributed_table('dt_a', 'k')", simple); sqlState(err) != "0A000" {
+			t.Errorf("%v: distributing a table of a dropped name in the block: %v, want 0A000", mode, err)
+		}
+		exec(t, c, "ROLLBACK TO SAVEPOINT s", mode)
+		exec(t, c, "COMMIT", mode)
 		for _, tb := range []string{"dt_a", "dt_r"} {
 			if n := shards(tb); n != 0 {
 				t.Errorf("%v: %s's shards after the COMMIT: %d, want 0", mode, tb, n)

@@ -449,7 +449,7 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	// (if the metadata database does not answer, the snapshot stands, as
 	// for every other statement).
 	ss.srv.refreshCatalog(context.Background())
-	snap = ss.srv.catalog.Load()
+	snap = ss.catalog()
 	if err := shards.RefuseSchemaRevoke(sql, snap); err != nil {
 		return true, ss.queryError(err)
 	}

@@ -52,7 +52,7 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 				WithHint("Turn standard_conforming_strings on (the default), or use the simple query protocol.")
 		}
 	}
-	sp, err := ss.srv.stmtPlan(st)
+	sp, err := ss.srv.stmtPlanIn(st, ss.catalog())
 	if err != nil {
 		sp, err = ss.completeInsert(st, err)
 	}
@@ -152,8 +152,10 @@ func errPathLookup(what string, err error) error {
 
 var unroutedPlan = &stmtPlan{plan: defaultPlan}
 
-func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
-	snap := s.catalog.Load()
+func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) { return s.stmtPlanIn(st, s.catalog.Load()) }
+
+// stmtPlanIn is stmtPlan over the catalog snap (a session's).
+func (s *Server) stmtPlanIn(st *Statement, snap *metadata.Snapshot) (*stmtPlan, error) {
 	var version int64
 	if snap != nil {
 		version = snap.Version
@@ -161,7 +163,7 @@ func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
 	if p := st.plan.Load(); p != nil && p.version == version {
 		return p, nil
 	}
-	p, err := s.plan(st.Query)
+	p, err := s.planIn(st.Query, snap)
 	var timeRead error
 	var tr *planner.TimeRead
 	if errors.As(err, &tr) {
@@ -225,26 +227,26 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 	}
 	ss.drawn, ss.drawnFrom = "", ""
 	given := sql
-	p, lits, err := ss.srv.planSimple(sql)
+	p, lits, err := ss.srv.planSimpleIn(sql, ss.catalog())
 	// An INSERT without a column list gets one; then a distribution
 	// column given by an expression gets its value.
 	var cn *planner.ColumnsNeeded
 	if errors.As(err, &cn) {
 		if sql, err = ss.withColumns(sql, cn); err == nil {
-			p, lits, err = ss.srv.planSimple(sql)
+			p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
 		}
 	}
 	var sn *planner.SequencesNeeded
 	if errors.As(err, &sn) {
 		if sql, err = ss.withSequences(sql, sn); err == nil {
 			ss.drawn, ss.drawnFrom = sql, given
-			p, lits, err = ss.srv.planSimple(sql)
+			p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
 		}
 	}
 	var vn *planner.ValuesNeeded
 	if errors.As(err, &vn) {
 		if sql, err = ss.withDistValues(sql, vn); err == nil {
-			p, lits, err = ss.srv.planSimple(sql)
+			p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
 		}
 	}
 	if err == nil {
@@ -438,7 +440,7 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 		return nil, err
 	}
 	snap := ss.srv.catalog.Load()
-	p, err := ss.srv.plan(full)
+	p, err := ss.srv.planIn(full, ss.catalog())
 	var sn *planner.SequencesNeeded
 	if errors.As(err, &sn) {
 		return ss.seqPlan(st, full, sn, false)
@@ -555,9 +557,6 @@ func fixedTypes(declared, described []uint32) []uint32 {
 // the parameters section to bind comes back with them.
 func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, int32, []byte, where, error) {
 	s := ss.srv
-	if err := ss.droppedInBlock(st.Query); err != nil {
-		return nil, 0, params, onNode, err
-	}
 	sp, err := ss.stmtPlan(st)
 	if err != nil {
 		return nil, 0, params, onNode, err

@@ -192,7 +192,7 @@ func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeede
 		return nil, err
 	}
 	snap := ss.srv.catalog.Load()
-	p, err := ss.srv.plan(filled)
+	p, err := ss.srv.planIn(filled, ss.catalog())
 	if err != nil {
 		return nil, err
 	}

@@ -327,6 +327,11 @@ type session struct {
 	// dropped in the transaction block (DROP TABLE), whose catalog entries
 	// go with its commit decision (multiEnd).
 	dropPending []string
+	// blockSnap is the catalog less dropPending's tables (catalog), made
+	// from blockBase when dropPending had blockDrops of them.
+	blockSnap  *metadata.Snapshot
+	blockBase  *metadata.Snapshot
+	blockDrops int
 	// settled: the session changes of transactions that committed
 	// earlier in the current cycle (settleOps), taken again with the
 	// worker's reported values at its ReadyForQuery.
@@ -831,7 +836,7 @@ func clientReadError(err error) error {
 // end releases what the session holds when the client goes away.
 func (ss *session) end() {
 	releaseCitus(ss.citusPending, false)
-	ss.citusPending, ss.dropPending = nil, nil
+	ss.citusPending, ss.dropPending, ss.blockSnap, ss.blockBase = nil, nil, nil, nil
 	ss.dropSpares()
 	for _, c := range ss.parked {
 		if ss.verifyState {
@@ -1381,9 +1386,6 @@ func (ss *session) simpleQuery(body []byte) error {
 	if ss.routes {
 		if err := ss.srv.fencedInExcept(text, ss.ownFences()); err != nil {
 			return ss.queryError(err) // a table whose rows are moving (fence.go)
-		}
-		if err := ss.droppedInBlock(text); err != nil {
-			return ss.queryError(err)
 		}
 	}
 	ctext := text
@@ -3596,7 +3598,7 @@ func (ss *session) endOfCycle(status byte) {
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.txLog, ss.txLogLost = ss.txLog[:0], false
 	releaseCitus(ss.citusPending, false)
-	ss.citusPending, ss.dropPending = nil, nil
+	ss.citusPending, ss.dropPending, ss.blockSnap, ss.blockBase = nil, nil, nil, nil
 	if len(ss.pending) > 0 {
 		if !ss.txFailed {
 			ss.params.applyOps(ss.pending, ss.sc.Params)

@@ -412,7 +412,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 	// DROP TABLE of catalog tables in the block: their catalog entries go
 	// with the commit decision, after every worker prepared.
 	drops := ss.dropPending
-	ss.dropPending = nil
+	ss.dropPending, ss.blockSnap, ss.blockBase = nil, nil, nil
 	if len(calls) > 0 && commit && ss.txStatus() != 'E' {
 		if moves, movesErr = ss.citusRun(calls); movesErr != nil {
 			if pgerr.Flatten(movesErr).Severity == "FATAL" {
