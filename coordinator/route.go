@@ -152,7 +152,9 @@ func errPathLookup(what string, err error) error {
 
 var unroutedPlan = &stmtPlan{plan: defaultPlan}
 
-func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) { return s.stmtPlanIn(st, s.catalog.Load()) }
+func (s *Server) stmtPlan(st *Statement) (*stmtPlan, error) {
+	return s.stmtPlanIn(st, s.catalog.Load())
+}
 
 // stmtPlanIn is stmtPlan over the catalog snap (a session's).
 func (s *Server) stmtPlanIn(st *Statement, snap *metadata.Snapshot) (*stmtPlan, error) {
