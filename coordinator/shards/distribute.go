@@ -103,7 +103,7 @@ func distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 	if col == nil {
 		return nil, o.fail(ctx, pgerr.New(pgerr.UndefinedColumn, "column %q of relation %q does not exist", column, name))
 	}
-	fn, err := HashFunction(col)
+	fn, err := distColumn(col, name)
 	if err != nil {
 		return nil, o.fail(ctx, err)
 	}
@@ -615,10 +615,24 @@ func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table
 	if col == nil {
 		return "", 0, pgerr.New(pgerr.UndefinedColumn, "column %q of relation %q does not exist", column, def.CatalogName())
 	}
-	if _, err := HashFunction(col); err != nil {
+	if _, err := distColumn(col, def.CatalogName()); err != nil {
 		return "", 0, err
 	}
 	return def.CatalogName(), def.OID, uniqueIncludes(def, col.Name)
+}
+
+// distColumn checks col of table as a distribution column and returns its
+// hash function. A generated column is refused (0A000): an UPDATE of the
+// columns it is computed from changes its value on the worker, and the row
+// would stay in its old shard (adversary: a primary key broken across
+// shards, rows lost to routed reads).
+func distColumn(col *Column, table string) (string, error) {
+	if col.Generated != "" {
+		return "", pgerr.New(pgerr.FeatureNotSupported,
+			"distribution column %q of %s is a generated column, which is not supported", col.Name, table).
+			WithHint("Distribute by a column whose values the rows are given, not computed from others.")
+	}
+	return HashFunction(col)
 }
 
 // notInCatalog fails with 42710 if the table is distributed or a reference

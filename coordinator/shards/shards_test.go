@@ -431,6 +431,8 @@ func TestDistributeRefusals(t *testing.T) {
 	e.exec(0, `CREATE TABLE part_t (id bigint) PARTITION BY HASH (id)`)
 	e.exec(0, `CREATE VIEW view_t AS SELECT 1 AS id`)
 	e.exec(0, `CREATE TABLE done (id bigint)`)
+	// (Adversary: an UPDATE of id moved k's hash, not the row.)
+	e.exec(0, `CREATE TABLE gen_t (id int, k int GENERATED ALWAYS AS (id * 2) STORED, PRIMARY KEY (k))`)
 
 	for _, tc := range []struct {
 		table, column string
@@ -448,6 +450,7 @@ func TestDistributeRefusals(t *testing.T) {
 		{"trig_t", "id", pgerr.FeatureNotSupported, "triggers on distributed tables are not supported yet"},
 		{"part_t", "id", pgerr.FeatureNotSupported, "partitioned"},
 		{"view_t", "id", pgerr.WrongObjectType, "is not a table"},
+		{"gen_t", "k", pgerr.FeatureNotSupported, `distribution column "k" of public.gen_t is a generated column`},
 	} {
 		_, err := shards.Distribute(e.ctx, e.store, e.conns, e.home, tc.table, tc.column, 4, "")
 		wantCode(t, err, tc.code, tc.msg)
