@@ -769,6 +769,9 @@ func (ss *session) tableDDLInTxn(sql string, snap *metadata.Snapshot) error {
 	ss.out = append(ss.out, *notices...)
 	if err != nil {
 		ss.failBlock()
+		if shards.TableCascade(sql) {
+			err = ss.cascadeRefused(err) // run as RESTRICT (analyzeDrop), as outside a block
+		}
 		return ss.queryError(err)
 	}
 	// The dropped tables leave the catalog with the block's commit

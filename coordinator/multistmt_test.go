@@ -224,17 +224,17 @@ func TestMultiStatementString(t *testing.T) {
 	both("SELECT count(*) FROM {t} WHERE id = 40")
 
 	// A statement refused after others of the string ran (a multi-row
-	// INSERT over several shards with now(), a DROP TABLE in the string's
-	// transaction) ends the string like any error: what ran before it is
-	// rolled back.
+	// INSERT over several shards with now()) ends the string like any
+	// error: what ran before it is rolled back; so is a DROP TABLE in the
+	// string's transaction before an error.
 	before := runString(t, pc, notices, "SELECT * FROM ms ORDER BY id")
-	for _, q := range []string{
-		"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms WHERE v LIKE '%?'; INSERT INTO ms VALUES (60, now()::text), (61, now()::text), (62, 'c'), (63, 'd')",
-		"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); DROP TABLE ms",
+	for _, q := range []struct{ sql, last string }{
+		{"UPDATE ms SET v = v || '?'; SELECT count(*) FROM ms WHERE v LIKE '%?'; INSERT INTO ms VALUES (60, now()::text), (61, now()::text), (62, 'c'), (63, 'd')", "error 0A000"},
+		{"INSERT INTO ms VALUES (50, 'w'), (51, 'x'); INSERT INTO msr VALUES (50, 'fifty'); DROP TABLE ms; SELECT 1/0", "error 22012"},
 	} {
-		got := runString(t, pc, notices, q)
-		if got.Status != 'I' || got.Results[len(got.Results)-1] != "error 0A000" {
-			t.Errorf("%s: %+v, want a refusal last", q, got)
+		got := runString(t, pc, notices, q.sql)
+		if got.Status != 'I' || got.Results[len(got.Results)-1] != q.last {
+			t.Errorf("%s: %+v, want %s last", q.sql, got, q.last)
 		}
 	}
 	if after := runString(t, pc, notices, "SELECT * FROM ms ORDER BY id"); !reflect.DeepEqual(after, before) {

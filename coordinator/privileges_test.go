@@ -201,9 +201,10 @@ func TestPrivilegesFollowTable(t *testing.T) {
 }
 
 // TestDropTableCascadeInBlock: DROP TABLE ... CASCADE of a distributed
-// table inside a transaction block is refused as DROP TABLE is there
-// (0A000), not as CONCURRENTLY would be (25001: its rewrite to RESTRICT
-// was taken for one).
+// table inside a transaction block runs there as DROP TABLE does (as
+// RESTRICT: nothing depends on it), not refused as CONCURRENTLY would be
+// (25001: its rewrite to RESTRICT was taken for one); rolled back, the
+// table stays.
 func TestDropTableCascadeInBlock(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, nil)
@@ -215,13 +216,13 @@ func TestDropTableCascadeInBlock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, q); sqlState(err) != "0A000" {
-			t.Errorf("BEGIN; %s: %v, want 0A000", q, err)
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Errorf("BEGIN; %s: %v", q, err)
 		}
 		_ = tx.Rollback(ctx)
 	}
 	if got := queryString(t, c, "SELECT count(*)::text FROM dtc_t"); got != "0" {
-		t.Errorf("dtc_t after the refusals: %s rows", got)
+		t.Errorf("dtc_t after the rolled back drops: %s rows", got)
 	}
 }
 
