@@ -3548,6 +3548,11 @@ func (ss *session) settleOps(committed bool) {
 		ss.settled = append(ss.settled, ss.pending...)
 	} else {
 		ss.keepPlaceholders()
+		if len(ss.pending) > 0 {
+			// (A ROLLBACK TO taken for a ROLLBACK would leave some of
+			// them: the connection is reset before anyone uses it.)
+			ss.paramsUnsure = true
+		}
 	}
 	ss.pending = ss.pending[:0]
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
