@@ -1,0 +1,114 @@
+package compat_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestAlembic: Alembic (Debian's, over SQLAlchemy and psycopg2) migrates
+// through a coordinator as through plain PostgreSQL, compat/alembic/run.py
+// printing the same for both: each upgrade and downgrade in one
+// transaction (Alembic's way on PostgreSQL), with create_reference_table
+// and create_distributed_table in the first migration, a column, an index
+// and a check constraint in the second, a third that fails at the
+// constraint and leaves nothing, downgrades that drop them and the tables
+// (DROP TABLE in the migration's transaction), and the same again; between
+// them SQLAlchemy's ORM reads, joins, updates and a transfer, and a write
+// the constraint refuses. Then no prepared transaction is left and no
+// shard of the dropped tables remains on the workers.
+func TestAlembic(t *testing.T) {
+	check := exec.Command(debianPython, "-c", "import alembic, sqlalchemy, psycopg2")
+	if out, err := check.CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("Alembic and SQLAlchemy are needed (scripts/test installs them with apt): %v\n%s", err, out)
+		}
+		t.Skip("Alembic or SQLAlchemy is not installed for " + debianPython)
+	}
+	// Alembic writes its bytecode beside the scripts: a copy of them.
+	dir := t.TempDir()
+	for _, f := range []string{"env.py", "script.py.mako", "run.py", "versions/001_tables.py", "versions/002_plan.py", "versions/003_fails.py"} {
+		b, err := os.ReadFile(filepath.Join("alembic", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, nil)
+	w := cl.Servers[0].Addr()
+	admin, err := pgx.Connect(ctx, pgtest.URL(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	for _, q := range []string{"DROP DATABASE IF EXISTS alembic_plain", "CREATE DATABASE alembic_plain"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS alembic_plain WITH (FORCE)")
+		c, err := pgx.Connect(context.Background(), pgtest.URL(srv.Addr()))
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS al_accounts, al_plans, alembic_version")
+			c.Close(context.Background())
+		}
+	})
+	run := func(url string, env ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, debianPython, filepath.Join(dir, "run.py"), url)
+		cmd.Env = append(os.Environ(), env...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("python3 run.py %s: %v\n%s\n%s", url, err, out, stderr.String())
+		}
+		return string(out)
+	}
+	want := run("postgresql://postgres@"+w+"/alembic_plain?sslmode=disable", "PLAIN=1")
+	got := run("postgresql://postgres@" + srv.Addr() + "/postgres?sslmode=disable")
+	if got != want {
+		t.Errorf("through the coordinator:\n%s\nplain PostgreSQL:\n%s", got, want)
+	}
+	for _, line := range []string{"003: 23514", "after failed 003: ('002',", "after downgrade base: (None, None)", "down again: (None, None)"} {
+		if !strings.Contains(want, line) {
+			t.Errorf("the check's own figures: %q missing from\n%s", line, want)
+		}
+	}
+	for _, s := range cl.Servers {
+		wc, err := pgx.Connect(ctx, pgtest.URL(s.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prepared, shards int
+		if err := wc.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
+			t.Fatal(err)
+		}
+		if err := wc.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_tables
+			WHERE schemaname = 'pgfleet_shards' AND tablename ~ '^al_(accounts|plans)_[0-9]+$'`).Scan(&shards); err != nil {
+			t.Fatal(err)
+		}
+		if prepared != 0 || shards != 0 {
+			t.Errorf("worker %s: %d prepared transactions and %d shards of the dropped tables left", s.Addr(), prepared, shards)
+		}
+		_ = wc.Close(ctx)
+	}
+}
