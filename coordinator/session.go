@@ -3559,23 +3559,23 @@ func (ss *session) settleOps(committed bool) {
 	ss.txFailed = false
 	ss.txSet = ss.paramsUnsure
 	ss.txLog, ss.txLogLost = ss.txLog[:0], false
-	// The connection's settings are the session's again.
-	ss.sc.ParamsKey = ss.params.key
-	if ss.paramsUnsure {
-		ss.sc.ParamsKey = pooling.UnknownKey
-	}
+	// What the connection's settings are is known at the cycle's
+	// ReadyForQuery outside a block (endOfCycle, with the values the
+	// worker reports); until then it is reset before anyone else uses it.
+	ss.sc.ParamsKey = pooling.UnknownKey
 }
 
 // endOfCycle runs at ReadyForQuery.
 func (ss *session) endOfCycle(status byte) {
-	if len(ss.settled) > 0 {
+	if len(ss.settled) > 0 && status == 'I' {
 		// Changes of transactions that committed earlier in the cycle
-		// (settleOps), with the values the worker reported: outside a
-		// block they are its session's (inside one they may be the
-		// open block's).
-		if status == 'I' {
-			ss.params.applyOps(ss.settled, ss.sc.Params)
-		}
+		// (settleOps), with the values the worker reports: outside a
+		// block they are its session's. A cycle that ends inside a block
+		// keeps them for the block's end, as the values it reports may
+		// be the open block's (adversary: SET DateStyle = 'SQL'; COMMIT;
+		// BEGIN kept the text 'SQL' where the worker had SQL, DMY, and the
+		// pool took the two for the same).
+		ss.params.applyOps(ss.settled, ss.sc.Params)
 		ss.settled = ss.settled[:0]
 	}
 	ss.sc.TxStatus = status

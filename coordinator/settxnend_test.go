@@ -26,7 +26,7 @@ func TestSettingsAcrossTxnEndInString(t *testing.T) {
 	_ = oracleDB(t, cl.Servers[1].Addr(), "settxnend_oracle")
 	oracleURL := strings.Replace(pgtest.URL(cl.Servers[1].Addr()), "/postgres?", "/settxnend_oracle?", 1)
 	ctx := context.Background()
-	show := "SELECT current_setting('TimeZone') || ' ' || current_setting('DateStyle') || ' ' || current_setting('search_path') || ' ' || current_setting('extra_float_digits') || ' ' || coalesce(nullif(current_setting('app.tenant', true), ''), '-')"
+	show := "SELECT current_setting('TimeZone') || ' ' || current_setting('DateStyle') || ' ' || '2026-03-04'::date::text || ' ' || current_setting('search_path') || ' ' || current_setting('extra_float_digits') || ' ' || coalesce(nullif(current_setting('app.tenant', true), ''), '-')"
 	// Each case: what client A sends (in one string), then what A and a
 	// new client B see, as on PostgreSQL (where B's is the defaults).
 	cases := []struct{ name, setup, str, after string }{
@@ -41,6 +41,11 @@ func TestSettingsAcrossTxnEndInString(t *testing.T) {
 		{"committed block then failed block", "", "BEGIN; SET TimeZone = 'Asia/Tokyo'; COMMIT; BEGIN; SELECT 1/0", "ROLLBACK"},
 		{"reset committed then error", "SET search_path = pg_catalog", "RESET search_path; COMMIT; SELECT 1/0", ""},
 		{"failed block rolled back then set", "BEGIN; SELECT 1/0", "ROLLBACK; SET TimeZone = 'Asia/Tokyo'", ""},
+		// A partial DateStyle committed, the string ending in a block:
+		// the value is the worker's (SQL, DMY), known at the block's end.
+		{"partial datestyle then failed block", "SET DateStyle = 'German'", "SET DateStyle = 'SQL'; COMMIT; BEGIN; SELECT 1/0", "ROLLBACK"},
+		{"partial datestyle then chain", "SET DateStyle = 'German'", "BEGIN; SET DateStyle = 'SQL'; COMMIT AND CHAIN", "ROLLBACK"},
+		{"partial order then block", "SET DateStyle = 'German'", "SET DateStyle = 'ymd'; COMMIT; BEGIN", "COMMIT"},
 	}
 	for _, tc := range cases {
 		var got, want [2]string

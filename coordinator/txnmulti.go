@@ -413,6 +413,14 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 	// with the commit decision, after every worker prepared.
 	drops := ss.dropPending
 	ss.dropPending, ss.blockSnap, ss.blockBase = nil, nil, nil
+	if len(ss.settled) > 0 {
+		// SETs a string committed before it began this block, kept for
+		// its end (endOfCycle): the values the workers report here are
+		// not read, so the connections are reset before anyone else uses
+		// them, and the session keeps the SETs as written.
+		ss.settled = ss.settled[:0]
+		ss.paramsUnsure = true
+	}
 	if len(calls) > 0 && commit && ss.txStatus() != 'E' {
 		if moves, movesErr = ss.citusRun(calls); movesErr != nil {
 			if pgerr.Flatten(movesErr).Severity == "FATAL" {
@@ -865,8 +873,8 @@ func (ss *session) chained(committed bool) {
 	// The connection's settings are the session's again (committed or
 	// rolled back): a multiRelease gives it back under that key.
 	ss.sc.ParamsKey = ss.params.key
-	if ss.paramsUnsure {
-		ss.sc.ParamsKey = pooling.UnknownKey
+	if ss.paramsUnsure || len(ss.settled) > 0 {
+		ss.sc.ParamsKey = pooling.UnknownKey // (settled: known at a ReadyForQuery outside a block)
 	}
 	// The ended transaction's portals are gone on the worker too.
 	if len(ss.portalNode) > 0 {
