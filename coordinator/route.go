@@ -585,6 +585,11 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 		if err := ss.srv.fencedInExcept(st.Query, ss.ownFences()); err != nil && ss.routes {
 			return nil, 0, params, onNode, err // a table whose rows are moving (fence.go)
 		}
+		if st.cls.signal {
+			if err := ss.srv.pooledPIDIn(st.Query); err != nil {
+				return nil, 0, params, onNode, err // (signal.go; the session forms are bridged)
+			}
+		}
 		return st, ss.homeNode(st.Query), params, onNode, nil
 	case *planner.Scatter:
 		return nil, 0, params, onShards, nil

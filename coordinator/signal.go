@@ -226,6 +226,12 @@ func signalRowDesc(col string) []byte {
 func (ss *session) signalSession(sql string) (handled bool, err error) {
 	call := parseSignalCall(sql)
 	if call == nil {
+		// Another form runs on a worker: one that writes a pooled
+		// backend's ID is refused as the forms above are (adversary:
+		// FROM pg_cancel_backend(ID), ID+0, pid => ID).
+		if err := ss.srv.pooledPIDIn(sql); err != nil {
+			return true, ss.queryError(err)
+		}
 		return false, nil
 	}
 	var pids []int64
@@ -254,9 +260,7 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 				// (Adversary: a client's own pg_backend_pid(), signalled
 				// later, cancelled or ended another client's statement on
 				// that connection.)
-				return true, ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
-					"process %d is a worker backend of pgfleet's connection pool, which runs other clients' statements in turn: %s is not sent to it", pid, call.fn).
-					WithHint("To cancel or end a session, use the process ID its driver was given at connection (libpq's PQbackendPID, pgx's PgConn().PID()) or the driver's cancel: pg_backend_pid() names the worker connection of the moment."))
+				return true, ss.queryError(errPooledPID(pid))
 			}
 		}
 		return false, nil // workers' processes: the worker answers
@@ -297,6 +301,34 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 	ss.out = boolRows(ss.out, signalRowDesc(call.column), results)
 	ss.out = readyForQuery(ss.out, ss.txStatus())
 	return true, nil
+}
+
+// errPooledPID refuses to signal a pooled worker backend.
+func errPooledPID(pid int64) error {
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"process %d is a worker backend of pgfleet's connection pool, which runs other clients' statements in turn: pgfleet does not signal it", pid).
+		WithHint("To cancel or end a session, use the process ID its driver was given at connection (libpq's PQbackendPID, pgx's PgConn().PID()) or the driver's cancel: pg_backend_pid() names the worker connection of the moment.")
+}
+
+// pooledPIDIn refuses a statement that signals and whose text writes the
+// process ID of a pooled worker backend anywhere (a number in it), for the
+// forms of a call the coordinator does not read (signalSession).
+func (s *Server) pooledPIDIn(sql string) error {
+	for i := 0; i < len(sql); {
+		if sql[i] < '0' || sql[i] > '9' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
+			j++
+		}
+		if pid, err := strconv.ParseInt(strings.TrimLeft(sql[i:j], "0"), 10, 64); err == nil && pid > 0 && pid < minSessionPID && s.pooledPID(uint32(pid)) {
+			return errPooledPID(pid)
+		}
+		i = j
+	}
+	return nil
 }
 
 // pooledPID reports whether pid is the process ID of a worker backend one

@@ -291,6 +291,15 @@ func TestSignalPooledBackendRefused(t *testing.T) {
 			if sqlState(err) != "0A000" {
 				t.Errorf("%v: %s of a pooled worker backend: %v %v, want 0A000", mode, fn, v, err)
 			}
+			// Forms the coordinator does not read, with the ID written in
+			// them (adversary round 2).
+			for _, q := range []string{"SELECT * FROM " + fn + "(%d)", "SELECT " + fn + "(%d + 0)", "SELECT " + fn + "(pid => %d)",
+				"SELECT " + fn + "(x) FROM (VALUES (%d)) v(x)"} {
+				sql := fmt.Sprintf(q, pooled)
+				if _, err := c.Exec(ctx, sql, mode); sqlState(err) != "0A000" {
+					t.Errorf("%v: %s: %v, want 0A000", mode, sql, err)
+				}
+			}
 		}
 	}
 	if err := <-done; err != nil {
