@@ -104,17 +104,22 @@ func (s *Server) openCatalog(ctx context.Context) error {
 
 // citusViews are Citus' catalog views over pgfleet's catalog, with the
 // columns of Citus where they apply (sizes are not tracked: NULL). They live
-// in the metadata database, where statements naming them run.
+// in the metadata database, where statements naming them run. A catalog
+// name is schema.relation as the catalog spells them, unquoted: it is read
+// as a regclass with both parts quoted (a table "CamelT" made every read
+// of the views fail: relation "public.camelt" does not exist), and a
+// shell that is gone gives NULL, not an error for every reader.
 const citusViews = `
 CREATE OR REPLACE VIEW public.citus_tables AS
-SELECT t.name::regclass AS table_name,
+SELECT pg_catalog.to_regclass(pg_catalog.format('%I.%I', split_part(t.name, '.', 1), substr(t.name, strpos(t.name, '.') + 1))) AS table_name,
        CASE t.kind WHEN 'h' THEN 'distributed' ELSE 'reference' END AS citus_table_type,
        CASE t.kind WHEN 'h' THEN t.dist_column ELSE '<none>' END AS distribution_column,
        t.colocation_id, NULL::text AS table_size, t.shard_count,
        c.relowner::regrole::name AS table_owner, 'heap'::name AS access_method
-FROM pgfleet.tables t JOIN pg_catalog.pg_class c ON c.oid = t.name::regclass;
+FROM pgfleet.tables t LEFT JOIN pg_catalog.pg_class c
+  ON c.oid = pg_catalog.to_regclass(pg_catalog.format('%I.%I', split_part(t.name, '.', 1), substr(t.name, strpos(t.name, '.') + 1)));
 CREATE OR REPLACE VIEW public.citus_shards AS
-SELECT t.name::regclass AS table_name, s.shardid,
+SELECT pg_catalog.to_regclass(pg_catalog.format('%I.%I', split_part(t.name, '.', 1), substr(t.name, strpos(t.name, '.') + 1))) AS table_name, s.shardid,
        coalesce(t.shard_schema || '.', '') || split_part(t.name, '.', 2) || '_' || s.shardid AS shard_name,
        CASE t.kind WHEN 'h' THEN 'distributed' ELSE 'reference' END AS citus_table_type,
        t.colocation_id, n.host AS nodename, n.port AS nodeport, NULL::bigint AS shard_size
