@@ -3464,7 +3464,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 		// A transaction's end (not a ROLLBACK TO's tag), maybe in a
 		// string of several statements or earlier in a pipeline.
 		ss.txnEnded(string(tag) == "COMMIT")
-		ss.settleOps(string(tag) == "COMMIT")
+		ss.settleOps(string(tag) == "COMMIT", c.chain)
 	}
 	if c != nil && c.chain && (string(tag) == "COMMIT" || string(tag) == "ROLLBACK") {
 		ss.chained(string(tag) == "COMMIT")
@@ -3539,7 +3539,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 // 'Asia/Tokyo'; COMMIT; SELECT 1/0" left the worker connection in Tokyo
 // while the session forgot it, and the pool gave it to the next client;
 // "SET ...; ROLLBACK; SET DateStyle ..." lost the DateStyle.)
-func (ss *session) settleOps(committed bool) {
+func (ss *session) settleOps(committed, chain bool) {
 	if committed && !ss.txFailed {
 		// The values the worker reports (ParameterStatus) come before
 		// the ReadyForQuery, not with the COMMIT: taken then
@@ -3548,9 +3548,10 @@ func (ss *session) settleOps(committed bool) {
 		ss.settled = append(ss.settled, ss.pending...)
 	} else {
 		ss.keepPlaceholders()
-		if len(ss.pending) > 0 {
+		if len(ss.pending) > 0 && !chain {
 			// (A ROLLBACK TO taken for a ROLLBACK would leave some of
-			// them: the connection is reset before anyone uses it.)
+			// them: the connection is reset before anyone uses it. A
+			// chained block would take that for a SET of its own.)
 			ss.paramsUnsure = true
 		}
 	}
