@@ -1,7 +1,6 @@
 package compat_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -9,10 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
 // jdbcJar is where Debian's libpostgresql-jdbc-java puts the driver
@@ -60,41 +55,13 @@ func TestJDBC(t *testing.T) {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
 
-	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
-	w := cl.Servers[0].Addr()
-	admin, err := pgx.Connect(ctx, pgtest.URL(w))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	for _, q := range []string{"DROP DATABASE IF EXISTS jdbc_plain", "CREATE DATABASE jdbc_plain"} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS jdbc_plain WITH (FORCE)")
-		c, err := pgx.Connect(context.Background(), pgtest.URL(srv.Addr()))
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS jevents, jaccounts, jbranches")
-			c.Close(context.Background())
-		}
-	})
+	o := newOracle(t, ctx, "jdbc_plain", "jevents, jaccounts, jbranches")
 	run := func(url string, env ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, java, "-Duser.timezone=Asia/Kolkata", "-cp", jdbcJar+string(os.PathListSeparator)+dir, "JdbcCheck", url)
-		cmd.Env = append(os.Environ(), env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("java JdbcCheck %s: %v\n%s\n%s", url, err, out, stderr.String())
-		}
-		return string(out)
+		return output(t, exec.CommandContext(ctx, java, "-Duser.timezone=Asia/Kolkata", "-cp", jdbcJar+string(os.PathListSeparator)+dir, "JdbcCheck", url), env...)
 	}
-	got := run("jdbc:postgresql://" + srv.Addr() + "/postgres?sslmode=disable")
-	want := run("jdbc:postgresql://"+w+"/jdbc_plain?sslmode=disable", "PLAIN=1")
+	got := run("jdbc:postgresql://" + o.srv.Addr() + "/postgres?sslmode=disable")
+	want := run("jdbc:postgresql://"+o.plain+"/jdbc_plain?sslmode=disable", "PLAIN=1")
 	if got != want {
 		t.Errorf("through the coordinator:\n%s\nplain PostgreSQL:\n%s", got, want)
 	}
@@ -103,40 +70,9 @@ func TestJDBC(t *testing.T) {
 			t.Errorf("the check's own figures: %q missing from\n%s", line, got)
 		}
 	}
-
 	// The workers' shards hold what the table shows.
-	var total int64
-	for _, s := range cl.Servers {
-		c, err := pgx.Connect(ctx, pgtest.URL(s.Addr()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := c.Query(ctx, `SELECT table_name FROM information_schema.tables
-			WHERE table_schema = 'pgfleet_shards' AND table_name ~ '^jaccounts_[0-9]+$'`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range names {
-			var k int64
-			if err := c.QueryRow(ctx, "SELECT count(*) FROM pgfleet_shards."+pgx.Identifier{n}.Sanitize()).Scan(&k); err != nil {
-				t.Fatal(err)
-			}
-			total += k
-		}
-		var prepared int
-		if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
-			t.Fatal(err)
-		}
-		if prepared != 0 {
-			t.Errorf("worker %s: %d prepared transactions left", s.Addr(), prepared)
-		}
-		_ = c.Close(ctx)
+	if n := o.shardRows(t, ctx, "jaccounts"); n != 251 {
+		t.Errorf("rows in jaccounts's shards on the workers: %d, want 251", n)
 	}
-	if total != 251 {
-		t.Errorf("rows in jaccounts's shards on the workers: %d, want 251", total)
-	}
+	o.noPrepared(t, ctx)
 }

@@ -1,7 +1,6 @@
 package compat_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -60,47 +57,20 @@ func TestKnex(t *testing.T) {
 		t.Fatalf("npm ci: %v\n%s", err, out)
 	}
 
-	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
-	w := cl.Servers[0].Addr()
-	admin, err := pgx.Connect(ctx, pgtest.URL(w))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	for _, q := range []string{"DROP DATABASE IF EXISTS knex_plain", "CREATE DATABASE knex_plain"} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS knex_plain WITH (FORCE)")
-		c, err := pgx.Connect(context.Background(), pgtest.URL(srv.Addr()))
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS knex_migrations, knex_migrations_lock")
-			c.Close(context.Background())
-		}
-	})
+	o := newOracle(t, ctx, "knex_plain", "knex_migrations, knex_migrations_lock")
 	run := func(url string, env ...string) (string, map[string]any) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, node, "run.js", url)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		line := strings.TrimSpace(string(out))
-		if err != nil {
-			t.Fatalf("node run.js %s: %v\n%s\n%s", url, err, line, stderr.String())
-		}
+		line := strings.TrimSpace(output(t, cmd, env...))
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("node run.js %s printed %q: %v", url, line, err)
 		}
 		return line, m
 	}
-	got, m := run(pgtest.URL(srv.Addr()))
-	want, _ := run("postgres://postgres@"+w+"/knex_plain?sslmode=disable", "PLAIN=1")
+	got, m := run(pgtest.URL(o.srv.Addr()))
+	want, _ := run("postgres://postgres@"+o.plain+"/knex_plain?sslmode=disable", "PLAIN=1")
 	if got != want {
 		t.Errorf("through the coordinator:\n%s\nplain PostgreSQL:\n%s", got, want)
 	}

@@ -1,7 +1,6 @@
 package compat_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -50,42 +49,14 @@ func TestPython(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, nil)
-	w := cl.Servers[0].Addr()
-	admin, err := pgx.Connect(ctx, pgtest.URL(w))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	for _, q := range []string{"DROP DATABASE IF EXISTS py_plain", "CREATE DATABASE py_plain"} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS py_plain WITH (FORCE)")
-		c, err := pgx.Connect(context.Background(), pgtest.URL(srv.Addr()))
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS pyaccounts, pyitems, pyref")
-			c.Close(context.Background())
-		}
-	})
+	o := newOracle(t, ctx, "py_plain", "pyaccounts, pyitems, pyref")
 	run := func(url string, env ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, debianPython, script, url)
-		cmd.Env = append(os.Environ(), env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("python3 check.py %s: %v\n%s\n%s", url, err, out, stderr.String())
-		}
-		return string(out)
+		return output(t, exec.CommandContext(ctx, debianPython, script, url), env...)
 	}
-	want := run("postgresql://postgres@"+w+"/py_plain?sslmode=disable", "PLAIN=1")
+	want := run("postgresql://postgres@"+o.plain+"/py_plain?sslmode=disable", "PLAIN=1")
 	for i := 1; i <= 2; i++ {
-		got := run("postgresql://postgres@" + srv.Addr() + "/postgres?sslmode=disable")
+		got := run("postgresql://postgres@" + o.srv.Addr() + "/postgres?sslmode=disable")
 		if got != want {
 			t.Errorf("run %d through the coordinator:\n%s\nplain PostgreSQL:\n%s", i, got, want)
 		}
@@ -95,9 +66,8 @@ func TestPython(t *testing.T) {
 			t.Errorf("the check's own figures: %q missing from\n%s", line, want)
 		}
 	}
-
 	// The workers' shards hold what the tables show.
-	c, err := pgx.Connect(ctx, pgtest.URL(srv.Addr()))
+	c, err := pgx.Connect(ctx, pgtest.URL(o.srv.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,39 +77,9 @@ func TestPython(t *testing.T) {
 		if err := c.QueryRow(ctx, "SELECT count(*) FROM "+tb).Scan(&shown); err != nil {
 			t.Fatal(err)
 		}
-		var total int64
-		for _, s := range cl.Servers {
-			wc, err := pgx.Connect(ctx, pgtest.URL(s.Addr()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows, err := wc.Query(ctx, `SELECT tablename FROM pg_catalog.pg_tables
-				WHERE schemaname = 'pgfleet_shards' AND tablename ~ ('^' || $1 || '_[0-9]+$')`, tb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range names {
-				var k int64
-				if err := wc.QueryRow(ctx, "SELECT count(*) FROM pgfleet_shards."+pgx.Identifier{n}.Sanitize()).Scan(&k); err != nil {
-					t.Fatal(err)
-				}
-				total += k
-			}
-			var prepared int
-			if err := wc.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
-				t.Fatal(err)
-			}
-			if prepared != 0 {
-				t.Errorf("worker %s: %d prepared transactions left", s.Addr(), prepared)
-			}
-			_ = wc.Close(ctx)
-		}
-		if total != shown {
-			t.Errorf("%s: %d rows in the shards on the workers, %d through the coordinator", tb, total, shown)
+		if n := o.shardRows(t, ctx, tb); n != shown {
+			t.Errorf("%s: %d rows in the shards on the workers, %d through the coordinator", tb, n, shown)
 		}
 	}
+	o.noPrepared(t, ctx)
 }
