@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -100,16 +100,14 @@ func (ss *session) catalog() *metadata.Snapshot {
 }
 
 // droppedInBlock refuses (0A000) create_distributed_table or
-// create_reference_table of a table whose name the block dropped from the
-// catalog: the COMMIT records the new table before it removes the old one.
-func (ss *session) droppedInBlock(table string) error {
-	for _, name := range ss.dropPending {
-		rel := name[strings.IndexByte(name, '.')+1:]
-		if containsWordFold(table, rel) || !ascii([]byte(table)) {
-			return pgerr.New(pgerr.FeatureNotSupported,
-				"table %s was dropped earlier in this transaction block; distributing a table of that name in the same block is not supported", name).
-				WithHint("COMMIT the DROP TABLE first, then distribute the new table.")
-		}
+// create_reference_table of the table name (the catalog's spelling) when
+// the block dropped a catalog table of that name: the COMMIT records the
+// new table before it removes the old one.
+func (ss *session) droppedInBlock(name string) error {
+	if slices.Contains(ss.dropPending, name) {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"table %s was dropped earlier in this transaction block; distributing a table of that name in the same block is not supported", name).
+			WithHint("COMMIT the DROP TABLE first, then distribute the new table.")
 	}
 	return nil
 }
@@ -189,9 +187,6 @@ func (ss *session) citusInTxn(fn *planner.Function) error {
 	case err != nil:
 		ss.failBlock()
 		return ss.queryError(err)
-	case ss.droppedInBlock(call.table) != nil:
-		ss.failBlock()
-		return ss.queryError(ss.droppedInBlock(call.table))
 	case !ss.canTakeInAll() || len(ss.savepoints) > 0:
 		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported,
 			"%s is not supported in a transaction block that has set transaction modes, savepoints or session settings only its worker knows", fn.Name).
@@ -199,7 +194,7 @@ func (ss *session) citusInTxn(fn *planner.Function) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	snap := ss.srv.catalog.Load()
+	snap := ss.catalog() // (a table the block dropped is not in it)
 	conns, giveBack, err := ss.borrowAll(ctx, snap)
 	if giveBack == nil {
 		return ss.queryError(err)
@@ -207,6 +202,9 @@ func (ss *session) citusInTxn(fn *planner.Function) error {
 	if err == nil {
 		home := conns[ss.srv.defaultNode.Load()]
 		call.name, call.oid, err = shards.CheckInTxn(ctx, home, snap, call.table, call.column)
+		if err == nil {
+			err = ss.droppedInBlock(call.name)
+		}
 		if err == nil && call.column != "" {
 			err = home.QueryRow(ctx, "SELECT attnum FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attname = $2",
 				call.oid, call.column).Scan(&call.attnum)

@@ -37,7 +37,11 @@ func TestDropTableInTransactionBlock(t *testing.T) {
 		exec(t, c, "INSERT INTO dt_b SELECT g, 'b' || g FROM generate_series(1, 40) g", simple)
 		exec(t, c, "INSERT INTO dt_r VALUES (1, 'one'), (2, 'two')", simple)
 	}
-	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS dt_a, dt_b, dt_r", simple) })
+	exec(t, c, "CREATE SCHEMA IF NOT EXISTS dt_s", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS dt_a, dt_b, dt_r, dt_s.dt_a", simple)
+		_, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS dt_s", simple)
+	})
 	// shards counts the shard tables of table on every worker.
 	shards := func(table string) int {
 		t.Helper()
@@ -109,12 +113,25 @@ func TestDropTableInTransactionBlock(t *testing.T) {
 		if got := queryString(t, c, "SELECT count(*)::text FROM dt_a JOIN dt_b ON dt_b.id = dt_a.k", simple); got != "1" {
 			t.Errorf("%v: the plain dt_a joined with dt_b in the block: %s, want 1", mode, got)
 		}
+		// A view over the plain one is a view over a plain table.
+		exec(t, c, "CREATE VIEW dt_av AS SELECT note FROM dt_a", mode)
+		if got := queryString(t, c, "SELECT string_agg(note, ',') FROM dt_av"); got != "plain" {
+			t.Errorf("%v: a view over the plain dt_a in the block: %q", mode, got)
+		}
+		exec(t, c, "DROP VIEW dt_av", mode)
+		// Another schema's table of that name may be distributed there.
+		exec(t, c, "CREATE TABLE dt_s.dt_a (k int PRIMARY KEY)", mode)
+		exec(t, c, "SELECT create_distributed_table('dt_s.dt_a', 'k', shard_count => 2)", simple)
 		exec(t, c, "SAVEPOINT s", mode)
 		if _, err := c.Exec(ctx, "SELECT create_distributed_table('dt_a', 'k')", simple); sqlState(err) != "0A000" {
 			t.Errorf("%v: distributing a table of a dropped name in the block: %v, want 0A000", mode, err)
 		}
 		exec(t, c, "ROLLBACK TO SAVEPOINT s", mode)
 		exec(t, c, "COMMIT", mode)
+		if got := catalogued("dt_s.dt_a"); got != "1" {
+			t.Errorf("%v: dt_s.dt_a in citus_tables: %s, want 1", mode, got)
+		}
+		exec(t, c, "DROP TABLE dt_s.dt_a", simple) // (its shards are dt_a_<id> too)
 		for _, tb := range []string{"dt_a", "dt_r"} {
 			if n := shards(tb); n != 0 {
 				t.Errorf("%v: %s's shards after the COMMIT: %d, want 0", mode, tb, n)

@@ -429,7 +429,7 @@ func textRefusal(fn, v string, table bool, names map[string]string, scsOff bool,
 // empty copy on the default node. Only those parameters are read (each on
 // its own: a NULL's length bytes beside a name hid it).
 func (ss *session) sqlTextBound(sql string, body []byte) error {
-	snap := ss.srv.catalog.Load()
+	snap := ss.catalog()
 	if !ss.routes || snap == nil || len(snap.Tables) == 0 {
 		return nil
 	}
@@ -469,7 +469,7 @@ func (ss *session) refuseHidden(sql string) error {
 	if !ss.routes {
 		return nil
 	}
-	snap := ss.srv.catalog.Load()
+	snap := ss.catalog() // (a table the block dropped and made again is plain)
 	if snap == nil || len(snap.Tables) == 0 {
 		return nil
 	}
