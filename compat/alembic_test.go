@@ -34,19 +34,7 @@ func TestAlembic(t *testing.T) {
 		t.Skip("Alembic or SQLAlchemy is not installed for " + debianPython)
 	}
 	// Alembic writes its bytecode beside the scripts: a copy of them.
-	dir := t.TempDir()
-	for _, f := range []string{"env.py", "script.py.mako", "run.py", "versions/001_tables.py", "versions/002_plan.py", "versions/003_fails.py"} {
-		b, err := os.ReadFile(filepath.Join("alembic", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := copied(t, "alembic", "env.py", "script.py.mako", "run.py", "versions/001_tables.py", "versions/002_plan.py", "versions/003_fails.py")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	o := newOracle(t, ctx, "alembic_plain", "al_accounts, al_plans, alembic_version")

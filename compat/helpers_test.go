@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,6 +50,28 @@ func newOracle(t *testing.T, ctx context.Context, db string, leftTables string) 
 		}
 	})
 	return &oracle{cl: cl, srv: srv, plain: w}
+}
+
+// copied copies files (paths under the directory src of this package)
+// into a directory of the test's, keeping their paths, and returns it: a
+// tool writes its own files beside them (npm's packages, Python's
+// bytecode, javac's classes).
+func copied(t *testing.T, src string, files ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // output runs a check's command and returns what it printed; a failure

@@ -43,14 +43,7 @@ func TestJDBC(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("jdbc", "JdbcCheck.java"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "JdbcCheck.java"), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := copied(t, "jdbc", "JdbcCheck.java")
 	if out, err := exec.CommandContext(ctx, javac, "-cp", jdbcJar, "-d", dir, filepath.Join(dir, "JdbcCheck.java")).CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,19 +35,7 @@ func TestKnex(t *testing.T) {
 	}
 	// The project's files in a directory of the test's, with the locked
 	// packages installed there.
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "run.js", "migrations/001_tables.js", "migrations/002_plans.js"} {
-		b, err := os.ReadFile(filepath.Join("knex", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := copied(t, "knex", "package.json", "package-lock.json", "run.js", "migrations/001_tables.js", "migrations/002_plans.js")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	install := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")

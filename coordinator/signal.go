@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -255,8 +256,9 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 	}
 	switch {
 	case workers == len(pids) && len(pids) > 0:
+		pooled := ss.srv.pooledPIDs()
 		for _, pid := range pids {
-			if pid > 0 && pid < minSessionPID && ss.srv.pooledPID(uint32(pid)) {
+			if pid > 0 && pid < minSessionPID && slices.Contains(pooled, uint32(pid)) {
 				// (Adversary: a client's own pg_backend_pid(), signalled
 				// later, cancelled or ended another client's statement on
 				// that connection.)
@@ -314,6 +316,7 @@ func errPooledPID(pid int64) error {
 // process ID of a pooled worker backend anywhere (a number in it), for the
 // forms of a call the coordinator does not read (signalSession).
 func (s *Server) pooledPIDIn(sql string) error {
+	pooled := s.pooledPIDs()
 	for i := 0; i < len(sql); {
 		if sql[i] < '0' || sql[i] > '9' {
 			i++
@@ -323,7 +326,7 @@ func (s *Server) pooledPIDIn(sql string) error {
 		for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
 			j++
 		}
-		if pid, err := strconv.ParseInt(strings.TrimLeft(sql[i:j], "0"), 10, 64); err == nil && pid > 0 && pid < minSessionPID && s.pooledPID(uint32(pid)) {
+		if pid, err := strconv.ParseInt(strings.TrimLeft(sql[i:j], "0"), 10, 64); err == nil && pid > 0 && pid < minSessionPID && slices.Contains(pooled, uint32(pid)) {
 			return errPooledPID(pid)
 		}
 		i = j
@@ -331,21 +334,20 @@ func (s *Server) pooledPIDIn(sql string) error {
 	return nil
 }
 
-// pooledPID reports whether pid is the process ID of a worker backend one
-// of the coordinator's pools keeps open.
-func (s *Server) pooledPID(pid uint32) bool {
+// pooledPIDs is the process IDs of the worker backends the coordinator's
+// pools keep open (read once per signalling statement).
+func (s *Server) pooledPIDs() []uint32 {
 	s.mu.Lock()
 	pools := make([]*pooling.Pool, 0, len(s.pools))
 	for _, p := range s.pools {
 		pools = append(pools, p)
 	}
 	s.mu.Unlock()
+	var pids []uint32
 	for _, p := range pools {
-		if p.HasPID(pid) {
-			return true
-		}
+		pids = p.PIDs(pids)
 	}
-	return false
+	return pids
 }
 
 // signalOne signals the session with process ID pid: its result, a

@@ -598,17 +598,15 @@ func (p *Pool) discard(c *ServerConn) {
 	p.free()
 }
 
-// HasPID reports whether one of the pool's open connections is served by
-// the worker backend with process ID pid.
-func (p *Pool) HasPID(pid uint32) bool {
+// PIDs appends to dst the process IDs of the worker backends serving the
+// pool's open connections.
+func (p *Pool) PIDs(dst []uint32) []uint32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
-		if c.PID == pid {
-			return true
-		}
+		dst = append(dst, c.PID)
 	}
-	return false
+	return dst
 }
 
 // Stats reports the slots taken (open or dialling connections), those not
