@@ -31,6 +31,17 @@ BEGIN
     USING ERRCODE = '40001', HINT = 'The coordinator had not seen the new node yet; retry the statement.';
 END $$`
 
+// copyOf is the copy of reference table schema.name (a shell's name), as
+// a foreign key of another copy references it.
+func copyOf(snap *metadata.Snapshot, schema, name string) (string, string, error) {
+	t := snap.Table(schema + "." + name)
+	if t == nil || t.Kind != metadata.Reference || len(snap.Shards[t.Name]) != 1 {
+		return "", "", pgerr.New(pgerr.ObjectNotInPrerequisite, "a reference table's foreign key references %s.%s, which is not a reference table", schema, name).
+			WithHint("Drop that foreign key, or make %s.%s a reference table.", schema, name)
+	}
+	return t.ShardsIn(), metadata.ShardName(name, snap.Shards[t.Name][0].ID), nil
+}
+
 // CopiesGuardTrigger is the trigger on every copy of a reference table
 // that citus_add_node adds or moves.
 const CopiesGuardTrigger = "pgfleet_copies_guard"
@@ -128,6 +139,11 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		return fail(err)
 	}
 	var shardIDs []int64
+	type refFK struct {
+		def                *Def
+		schema, name, qual string
+	}
+	var fks []refFK
 	for _, name := range refs {
 		sh := snap.Shards[name][0]
 		if len(sh.Nodes) == 0 {
@@ -198,6 +214,22 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 			}
 		}
 		shardIDs = append(shardIDs, sh.ID)
+		fks = append(fks, refFK{def, shardSchema, shardName, shardQual})
+	}
+	// Foreign keys between reference tables once every copy has its rows:
+	// the shell's key names the referenced shell, the copy's its copy.
+	for _, f := range fks {
+		stmts, err := f.def.ForeignKeySQL(f.schema, f.name, func(schema, name string) (string, string, error) {
+			return copyOf(snap, schema, name)
+		})
+		if err != nil {
+			return fail(err)
+		}
+		for _, st := range stmts {
+			if _, err := newTx.conn.Exec(ctx, st); err != nil {
+				return fail(o.nodes.wrap(err, "cannot add the foreign keys of %s on node %s", f.qual, o.nodes.describe(id)))
+			}
+		}
 	}
 	// The catalog change is the commit decision.
 	after, err := o.commitWith(ctx, func(err error) error { _, _, err = fail(err); return err },
@@ -288,17 +320,25 @@ func RemoveNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot create pgfleet's trigger function on node %s", o.nodes.describe(node)))
 			}
 		}
+		var drop []string
 		for _, c := range copies {
 			if !slices.Contains(c.nodes, node) {
 				continue
 			}
+			if node == id {
+				drop = append(drop, c.ident)
+				continue
+			}
 			sql := fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.reference_copies_guard('%d')",
 				CopiesGuardTrigger, c.ident, len(c.nodes)-1)
-			if node == id {
-				sql = "DROP TABLE IF EXISTS " + c.ident
-			}
 			if _, err := tx.conn.Exec(ctx, sql); err != nil {
 				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot change the copy %s on node %s", c.ident, o.nodes.describe(node)))
+			}
+		}
+		if len(drop) > 0 {
+			// In one statement: a copy may reference another by a foreign key.
+			if _, err := tx.conn.Exec(ctx, "DROP TABLE IF EXISTS "+strings.Join(drop, ", ")); err != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot drop the copies on node %s", o.nodes.describe(node)))
 			}
 		}
 	}

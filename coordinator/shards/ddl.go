@@ -20,9 +20,11 @@ import (
 )
 
 // ErrIndexLookup is DDLTables' answer for DROP INDEX, ALTER INDEX and
-// ALTER INDEX ... RENAME when it was given no connection to the default
-// node: which table an index belongs to only the default node knows. Call
-// DDLTables again with a connection to the default node.
+// ALTER INDEX ... RENAME, and for a foreign key that references a
+// distributed table's primary key without naming its columns, when it was
+// given no connection to the default node: which table an index belongs to,
+// and a table's primary key, only the default node knows. Call DDLTables
+// again with a connection to the default node.
 var ErrIndexLookup = errors.New("shards: the statement names indexes; finding their tables needs a connection to the default node")
 
 // TableExistsError is DDLTables' answer to CREATE TABLE of a distributed
@@ -62,7 +64,8 @@ func (e *TableExistsError) Error() string {
 //     COLUMN, ALTER COLUMN ... TYPE, SET DEFAULT, DROP DEFAULT, SET NOT NULL,
 //     DROP NOT NULL, ADD CONSTRAINT (CHECK, UNIQUE, PRIMARY KEY; unique and
 //     primary keys of a distributed table must include its distribution
-//     column), DROP CONSTRAINT, VALIDATE CONSTRAINT.
+//     column; FOREIGN KEY as checkForeignKey allows), DROP CONSTRAINT,
+//     VALIDATE CONSTRAINT.
 //   - ALTER TABLE t RENAME COLUMN a TO b, ALTER TABLE t RENAME CONSTRAINT.
 //   - TRUNCATE t[, ...].
 //   - DROP TABLE [IF EXISTS] t[, ...] (RESTRICT only), which also removes
@@ -71,8 +74,8 @@ func (e *TableExistsError) Error() string {
 // Anything else that names a catalog table fails with 0A000 and a message
 // naming the statement and the table: other ALTER TABLE subcommands
 // (RENAME TO, SET SCHEMA, OWNER TO, storage parameters, ...), changing the
-// type of, renaming or dropping a distribution column, foreign keys to or
-// from catalog tables, exclusion constraints, identity and serial columns
+// type of, renaming or dropping a distribution column, foreign keys
+// between a catalog table and another table, exclusion constraints, identity and serial columns
 // and sequence defaults, DROP TABLE ... CASCADE, ALTER INDEX of their
 // indexes, DROP SCHEMA of a schema that has them, CREATE TRIGGER, GRANT,
 // VACUUM, LOCK, CREATE VIEW over them, and a DDL statement in a query
@@ -285,10 +288,19 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 		}
 	}
 
+	if (d.drop || d.kind == "TRUNCATE") && len(d.targets) > 1 {
+		return tag, d.runPerNode(ctx, snap, n, conn)
+	}
 	for _, tg := range d.targets {
 		for _, sh := range snap.Shards[tg.table.Name] {
 			shardQual := tg.table.ShardsIn() + "." + metadata.ShardName(tg.rel, sh.ID)
-			sql, err := d.shardSQL(tg, sh.ID)
+			sql, err := d.shardSQL(tg, sh.ID, func(rv *pg_query.RangeVar) (*pg_query.RangeVar, error) {
+				return referencedShard(snap, rv, sh)
+			})
+			var pe *pgerr.Error
+			if errors.As(err, &pe) {
+				return "", err
+			}
 			if err != nil {
 				return "", pgerr.New(pgerr.Internal, "cannot rewrite %s for shard %s: %v", d.kind, shardQual, err)
 			}
@@ -308,6 +320,64 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 		}
 	}
 	return tag, nil
+}
+
+// runPerNode runs DROP TABLE or TRUNCATE of several catalog tables as one
+// statement per node naming every shard and copy of theirs there, as the
+// shells got it: PostgreSQL lets a TRUNCATE or DROP take a table that
+// another of the statement's tables references by a foreign key (a
+// distributed table's shards and the reference table's copy they
+// reference), and refuses them one by one.
+func (d *ddl) runPerNode(ctx context.Context, snap *metadata.Snapshot, n *nodes, conn func(node int32) (*pgx.Conn, error)) error {
+	rels := map[int32][]*pg_query.Node{}
+	markers := map[int32]map[string]bool{}
+	for _, tg := range d.targets {
+		for _, sh := range snap.Shards[tg.table.Name] {
+			shard := metadata.ShardName(tg.rel, sh.ID)
+			for _, node := range sh.Nodes {
+				var rel *pg_query.Node
+				if d.drop {
+					rel = pg_query.MakeListNode([]*pg_query.Node{pg_query.MakeStrNode(tg.table.ShardsIn()), pg_query.MakeStrNode(shard)})
+				} else {
+					rel = &pg_query.Node{Node: &pg_query.Node_RangeVar{RangeVar: &pg_query.RangeVar{
+						Schemaname: tg.table.ShardsIn(), Relname: shard, Inh: true, Relpersistence: "p"}}}
+				}
+				rels[node] = append(rels[node], rel)
+				if tg.table.Kind == metadata.Reference {
+					if markers[node] == nil {
+						markers[node] = map[string]bool{}
+					}
+					markers[node][metadata.CopiesMarker(len(sh.Nodes))] = true
+				}
+			}
+		}
+	}
+	for _, node := range slices.Sorted(maps.Keys(rels)) {
+		var stmt *pg_query.Node
+		if d.drop {
+			stmt = &pg_query.Node{Node: &pg_query.Node_DropStmt{DropStmt: &pg_query.DropStmt{
+				Objects: rels[node], RemoveType: pg_query.ObjectType_OBJECT_TABLE, Behavior: pg_query.DropBehavior_DROP_RESTRICT}}}
+		} else {
+			t := d.stmt.GetTruncateStmt()
+			stmt = &pg_query.Node{Node: &pg_query.Node_TruncateStmt{TruncateStmt: &pg_query.TruncateStmt{
+				Relations: rels[node], RestartSeqs: t.RestartSeqs, Behavior: t.Behavior}}}
+		}
+		sql, err := d.deparse(stmt)
+		if err != nil {
+			return pgerr.New(pgerr.Internal, "cannot write %s for node %d: %v", d.kind, node, err)
+		}
+		for _, m := range slices.Sorted(maps.Keys(markers[node])) {
+			sql += m
+		}
+		c, err := conn(node)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Exec(ctx, sql); err != nil {
+			return n.wrap(err, "%s failed on node %s", d.kind, n.describe(node))
+		}
+	}
+	return nil
 }
 
 // RunDDLInTxn runs a DDL statement DDLTables recognises inside a client's
@@ -405,7 +475,7 @@ type ddlTarget struct {
 // what identifies the one PostgreSQL makes of it on the shell.
 type unnamedConstraint struct {
 	c    *pg_query.Constraint
-	typ  string   // pg_constraint.contype: "p", "u", "c"
+	typ  string   // pg_constraint.contype: "p", "u", "c", "f"
 	cols []string // its columns (conkey), sorted
 }
 
@@ -615,7 +685,7 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 				return nil, unsupportedDDL("ALTER TABLE ... ADD COLUMN on %s: unexpected definition", describeTable(t)).
 					WithHint("Report it to pgfleet's developers with the statement.")
 			}
-			if err := d.checkColumn(t, cd); err != nil {
+			if err := d.checkColumn(ctx, home, snap, t, cd); err != nil {
 				return nil, err
 			}
 		case pg_query.AlterTableType_AT_DropColumn:
@@ -646,7 +716,7 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 				return nil, unsupportedDDL("ALTER TABLE ... ADD CONSTRAINT on %s: unexpected definition", describeTable(t)).
 					WithHint("Report it to pgfleet's developers with the statement.")
 			}
-			if err := d.checkConstraint(t, c, ""); err != nil {
+			if err := d.checkConstraint(ctx, home, snap, t, c, ""); err != nil {
 				return nil, err
 			}
 		default:
@@ -658,7 +728,7 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 }
 
 // checkColumn checks a column ADD COLUMN adds to t.
-func (d *ddl) checkColumn(t *metadata.Table, cd *pg_query.ColumnDef) error {
+func (d *ddl) checkColumn(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, t *metadata.Table, cd *pg_query.ColumnDef) error {
 	if names := cd.TypeName.GetNames(); len(names) == 1 {
 		switch typ := names[0].GetString_().GetSval(); typ {
 		case "serial", "serial4", "bigserial", "serial8", "smallserial", "serial2":
@@ -678,7 +748,7 @@ func (d *ddl) checkColumn(t *metadata.Table, cd *pg_query.ColumnDef) error {
 		if c == nil {
 			continue
 		}
-		if err := d.checkConstraint(t, c, cd.Colname); err != nil {
+		if err := d.checkConstraint(ctx, home, snap, t, c, cd.Colname); err != nil {
 			return err
 		}
 	}
@@ -687,7 +757,7 @@ func (d *ddl) checkColumn(t *metadata.Table, cd *pg_query.ColumnDef) error {
 
 // checkConstraint checks a constraint added to t: a table constraint, or
 // one of column col's. It notes unnamed ones for the shell to name.
-func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col string) error {
+func (d *ddl) checkConstraint(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, t *metadata.Table, c *pg_query.Constraint, col string) error {
 	var typ string
 	var cols []string
 	switch c.Contype {
@@ -704,8 +774,11 @@ func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col str
 		return unsupportedDDL("identity column %q on %s is not supported", col, describeTable(t)).
 			WithHint("Keep the column plain and give its values explicitly.")
 	case pg_query.ConstrType_CONSTR_FOREIGN:
-		return unsupportedDDL("foreign keys on %s are not supported", describeTable(t)).
-			WithHint("pgfleet does not check references across shards yet: check them in the application, or keep the tables undistributed.")
+		typ = "f"
+		var err error
+		if cols, err = checkForeignKey(ctx, home, snap, t, c, col); err != nil {
+			return err
+		}
 	case pg_query.ConstrType_CONSTR_EXCLUSION:
 		return unsupportedDDL("adding an exclusion constraint to %s is not supported", describeTable(t)).
 			WithHint("undistribute_table(), add the constraint, then distribute the table again.")
@@ -748,6 +821,105 @@ func (d *ddl) checkConstraint(t *metadata.Table, c *pg_query.Constraint, col str
 		d.unnamed = append(d.unnamed, unnamedConstraint{c: c, typ: typ, cols: cols})
 	}
 	return nil
+}
+
+// checkForeignKey checks a foreign key added to t (a table constraint, or
+// column col's REFERENCES) and returns its columns. A shard checks its rows
+// against the tables on its own node, so the referenced table must be
+// there whole for every shard: a reference table (from a distributed or a
+// reference table), or a distributed table colocated with t whose
+// distribution column the key pairs with t's (each shard then references
+// the shard of the same hash range, on the same node). An action that
+// would change t's distribution column in place (ON UPDATE CASCADE, SET
+// NULL or SET DEFAULT of it; ON DELETE SET NULL or SET DEFAULT of it) is
+// refused, as is SET DEFAULT on a reference table (each copy would compute
+// its own default).
+func checkForeignKey(ctx context.Context, home *pgx.Conn, snap *metadata.Snapshot, t *metadata.Table, c *pg_query.Constraint, col string) ([]string, error) {
+	var cols []string
+	if col != "" {
+		cols = []string{col}
+	} else {
+		for _, k := range c.FkAttrs {
+			cols = append(cols, k.GetString_().GetSval())
+		}
+	}
+	pk := catalogTable(snap, c.Pktable)
+	if pk == nil {
+		name := strings.Join(rangeVarNames(c.Pktable), ".")
+		return nil, unsupportedDDL("foreign key from %s to %s, which is neither a distributed nor a reference table, is not supported", describeTable(t), name).
+			WithHint("Make %s a reference table first (SELECT create_reference_table('%s')), or distribute it colocated with %s.", name, name, t.Name)
+	}
+	if t.Kind == metadata.Reference && pk.Kind != metadata.Reference {
+		return nil, unsupportedDDL("foreign key from %s to %s is not supported", describeTable(t), describeTable(pk)).
+			WithHint("A reference table's copies can reference reference tables only: the rows of a distributed table are spread over the nodes.")
+	}
+	if c.FkUpdAction == "d" || c.FkDelAction == "d" {
+		if t.Kind == metadata.Reference {
+			return nil, unsupportedDDL("ON DELETE or ON UPDATE SET DEFAULT on foreign keys of %s is not supported", describeTable(t)).
+				WithHint("Each copy would compute the default on its own; use SET NULL, CASCADE, RESTRICT or NO ACTION.")
+		}
+	}
+	if t.Kind != metadata.Distributed {
+		return cols, nil
+	}
+	if pk.Kind == metadata.Distributed {
+		if pk.ColocationID != t.ColocationID {
+			return nil, unsupportedDDL("foreign key from %s to %s, which is not colocated with it, is not supported", describeTable(t), describeTable(pk)).
+				WithHint("Distribute %s colocated with %s (create_distributed_table(..., colocate_with => '%s')), or make %s a reference table.", t.Name, pk.Name, pk.Name, pk.Name)
+		}
+		pkCols, err := referencedColumns(ctx, home, pk, c)
+		if err != nil {
+			return nil, err
+		}
+		i := slices.Index(cols, t.DistColumn)
+		if len(pkCols) == len(cols) && (i < 0 || pkCols[i] != pk.DistColumn) {
+			return nil, unsupportedDDL("foreign key from %s to %s must pair their distribution columns %q and %q", describeTable(t), describeTable(pk), t.DistColumn, pk.DistColumn).
+				WithHint("Include %q in the key, referencing %q: each shard then references the shard of the same hash range, on its node.", t.DistColumn, pk.DistColumn)
+		}
+	}
+	if slices.Contains(cols, t.DistColumn) {
+		setCols := cols
+		if len(c.FkDelSetCols) > 0 {
+			setCols = nil
+			for _, k := range c.FkDelSetCols {
+				setCols = append(setCols, k.GetString_().GetSval())
+			}
+		}
+		if c.FkUpdAction == "c" || c.FkUpdAction == "n" || c.FkUpdAction == "d" ||
+			(c.FkDelAction == "n" || c.FkDelAction == "d") && slices.Contains(setCols, t.DistColumn) {
+			return nil, unsupportedDDL("a foreign key action that changes the distribution column %q of %s is not supported", t.DistColumn, describeTable(t)).
+				WithHint("The row would stay in the shard of its old value. Use ON UPDATE NO ACTION or RESTRICT, and ON DELETE CASCADE, RESTRICT or NO ACTION.")
+		}
+	}
+	return cols, nil
+}
+
+// referencedColumns are the columns a foreign key references in pk: its
+// own list, or pk's primary key, read on the default node (home; without
+// it, ErrIndexLookup asks for it).
+func referencedColumns(ctx context.Context, home *pgx.Conn, pk *metadata.Table, c *pg_query.Constraint) ([]string, error) {
+	var cols []string
+	for _, k := range c.PkAttrs {
+		cols = append(cols, k.GetString_().GetSval())
+	}
+	if len(cols) > 0 {
+		return cols, nil
+	}
+	if home == nil {
+		return nil, ErrIndexLookup
+	}
+	schema, rel, _ := strings.Cut(pk.Name, ".")
+	err := home.QueryRow(ctx, `SELECT ARRAY(SELECT a.attname::text FROM unnest(k.conkey) WITH ORDINALITY AS u(attnum, i)
+			JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum ORDER BY u.i)
+		FROM pg_catalog.pg_constraint k WHERE k.conrelid = pg_catalog.to_regclass($1) AND k.contype = 'p'`,
+		pgx.Identifier{schema, rel}.Sanitize()).Scan(&cols)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // PostgreSQL says there is no primary key
+	}
+	if err != nil {
+		return nil, twophase.ToPgErr(err)
+	}
+	return cols, nil
 }
 
 // seqColumnDDL refuses a change to a column whose values the coordinator
@@ -929,8 +1101,8 @@ func refuseNamed(n *pg_query.Node, snap *metadata.Snapshot, kind string) error {
 		case *pg_query.Constraint:
 			// A foreign key of another table may reference a catalog table.
 			if pt := catalogTable(snap, m.Pktable); pt != nil && refused == nil && m.Contype == pg_query.ConstrType_CONSTR_FOREIGN {
-				refused = unsupportedDDL("foreign keys referencing %s are not supported", describeTable(pt)).
-					WithHint("pgfleet does not check references across shards yet: check them in the application.")
+				refused = unsupportedDDL("foreign keys referencing %s from a table that is neither distributed nor a reference table are not supported", describeTable(pt)).
+					WithHint("Create the table without the key, distribute it (create_distributed_table colocated with %s, or create_reference_table), then add the key with ALTER TABLE ... ADD FOREIGN KEY.", pt.Name)
 			}
 		}
 	})
@@ -1060,7 +1232,7 @@ func (d *ddl) shellNames(ctx context.Context, home *pgx.Conn) ([]shellName, erro
 			ARRAY(SELECT a.attname::text FROM unnest(k.conkey) AS u(attnum)
 				JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum ORDER BY 1)
 		FROM pg_catalog.pg_constraint k
-		WHERE k.conrelid = pg_catalog.to_regclass($1) AND k.contype IN ('p', 'u', 'c')`,
+		WHERE k.conrelid = pg_catalog.to_regclass($1) AND k.contype IN ('p', 'u', 'c', 'f')`,
 		pgx.Identifier{tg.schema, tg.rel}.Sanitize())
 	if err != nil {
 		return nil, err
@@ -1134,9 +1306,39 @@ func (d *ddl) nameUnnamed(before, after []shellName) error {
 	return nil
 }
 
+// referencedShard is the table a foreign key of shard sh references on
+// sh's nodes in place of rv, a catalog table: its shard of the same hash
+// range (a colocated distributed table), or its copy (a reference table).
+func referencedShard(snap *metadata.Snapshot, rv *pg_query.RangeVar, sh metadata.Shard) (*pg_query.RangeVar, error) {
+	pk := catalogTable(snap, rv)
+	if pk == nil {
+		return nil, pgerr.New(pgerr.Internal, "foreign key of shard %d references %s, which is not in the catalog", sh.ID, rv.Relname)
+	}
+	var ref *metadata.Shard
+	for i, r := range snap.Shards[pk.Name] {
+		if pk.Kind == metadata.Reference || r.MinHash == sh.MinHash && r.MaxHash == sh.MaxHash {
+			ref = &snap.Shards[pk.Name][i]
+			break
+		}
+	}
+	if ref == nil {
+		return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "%s has no shard of the hash range of shard %d", pk.Name, sh.ID).
+			WithHint("Run the statement again; a shard split may have been under way.")
+	}
+	for _, node := range sh.Nodes {
+		if !slices.Contains(ref.Nodes, node) {
+			return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "shard %d of %s is not on node %d, where shard %d is", ref.ID, pk.Name, node, sh.ID).
+				WithHint("Run the statement again; a shard move may have been under way.")
+		}
+	}
+	_, rel, _ := strings.Cut(pk.Name, ".")
+	return &pg_query.RangeVar{Schemaname: pk.ShardsIn(), Relname: metadata.ShardName(rel, ref.ID), Inh: true, Relpersistence: "p"}, nil
+}
+
 // shardSQL rewrites the statement for one shard of a target: the table
-// becomes the shard, index and constraint names get the shard's suffix.
-func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
+// becomes the shard, index and constraint names get the shard's suffix,
+// and the table a foreign key references becomes ref's answer for it.
+func (d *ddl) shardSQL(tg ddlTarget, shardID int64, ref func(*pg_query.RangeVar) (*pg_query.RangeVar, error)) (string, error) {
 	shard := metadata.ShardName(tg.rel, shardID)
 	suffix := nameSuffix(tg.rel, shard)
 	name := func(s string) string {
@@ -1147,6 +1349,18 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 	}
 	toShard := func(rv *pg_query.RangeVar) {
 		rv.Catalogname, rv.Schemaname, rv.Relname = "", tg.table.ShardsIn(), shard
+	}
+	var refErr error
+	constraint := func(k *pg_query.Constraint) {
+		k.Conname = name(k.Conname)
+		if k.Contype != pg_query.ConstrType_CONSTR_FOREIGN || refErr != nil {
+			return
+		}
+		if ref == nil {
+			refErr = errors.New("a foreign key with no table to reference")
+			return
+		}
+		k.Pktable, refErr = ref(k.Pktable)
 	}
 	var out *pg_query.Node
 	switch s := d.stmt.Node.(type) {
@@ -1166,15 +1380,17 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64) (string, error) {
 			case pg_query.AlterTableType_AT_AddColumn:
 				for _, cn := range cmd.Def.GetColumnDef().GetConstraints() {
 					if k := cn.GetConstraint(); k != nil {
-						k.Conname = name(k.Conname)
+						constraint(k)
 					}
 				}
 			case pg_query.AlterTableType_AT_AddConstraint:
-				k := cmd.Def.GetConstraint()
-				k.Conname = name(k.Conname)
+				constraint(cmd.Def.GetConstraint())
 			case pg_query.AlterTableType_AT_DropConstraint, pg_query.AlterTableType_AT_ValidateConstraint:
 				cmd.Name = name(cmd.Name)
 			}
+		}
+		if refErr != nil {
+			return "", refErr
 		}
 		out = &pg_query.Node{Node: &pg_query.Node_AlterTableStmt{AlterTableStmt: c}}
 	case *pg_query.Node_RenameStmt:

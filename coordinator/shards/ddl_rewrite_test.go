@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	pg_query "github.com/pganalyze/pg_query_go/v5"
+
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 )
@@ -59,6 +61,12 @@ func TestDDLRewrite(t *testing.T) {
 		{`DROP TABLE "Mixed"`, "public.Mixed", "", `DROP TABLE pgfleet_shards."Mixed_102011"`},
 		{"ALTER TABLE items RENAME COLUMN qty TO amount", "public.items", "",
 			"ALTER TABLE public.items_102008 RENAME COLUMN qty TO amount"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (kind) REFERENCES app.kinds (id) ON DELETE CASCADE", "public.items", "",
+			"ALTER TABLE public.items_102008 ADD CONSTRAINT f_102008 FOREIGN KEY (kind) REFERENCES app.kinds_102010 (id) ON DELETE CASCADE"},
+		{"ALTER TABLE items ADD COLUMN k int CONSTRAINT kf REFERENCES app.kinds", "public.items", "",
+			"ALTER TABLE public.items_102008 ADD COLUMN k int CONSTRAINT kf_102008 REFERENCES app.kinds_102010"},
+		{"ALTER TABLE items ADD CONSTRAINT s FOREIGN KEY (id, parent) REFERENCES items (id, pid)", "public.items", "",
+			"ALTER TABLE public.items_102008 ADD CONSTRAINT s_102008 FOREIGN KEY (id, parent) REFERENCES public.items_102008 (id, pid)"},
 		{"ALTER TABLE app.kinds RENAME CONSTRAINT a TO b", "app.kinds", "",
 			"ALTER TABLE app.kinds_102010 RENAME CONSTRAINT a_102010 TO b_102010"},
 		{"TRUNCATE items, plain, app.kinds RESTART IDENTITY", "app.kinds", "", "TRUNCATE app.kinds_102010 RESTART IDENTITY"},
@@ -95,7 +103,10 @@ func TestDDLRewrite(t *testing.T) {
 			continue
 		}
 		id := rewriteSnap().Shards[tc.table][0].ID
-		got, err := d.shardSQL(*tg, id)
+		sh := rewriteSnap().Shards[tc.table][0]
+		got, err := d.shardSQL(*tg, id, func(rv *pg_query.RangeVar) (*pg_query.RangeVar, error) {
+			return referencedShard(rewriteSnap(), rv, sh)
+		})
 		if err != nil || got != tc.want {
 			t.Errorf("%s:\n got %s (%v)\nwant %s", tc.sql, got, err, tc.want)
 		}
@@ -143,7 +154,16 @@ func TestDDLTablesWithoutDatabase(t *testing.T) {
 		{"ALTER TABLE items ADD COLUMN k int GENERATED ALWAYS AS IDENTITY", "0A000"},
 		{"ALTER TABLE items ADD COLUMN k int DEFAULT nextval('s')", "0A000"},
 		{"ALTER TABLE items ALTER COLUMN k SET DEFAULT nextval('s')", "0A000"},
-		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES app.kinds (id)", "0A000"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES app.kinds (id)", "public.items"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (id) REFERENCES items", "lookup"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES plain (id)", "0A000"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES \"Mixed\" (\"Key\")", "0A000"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (a, id) REFERENCES items (id, a)", "0A000"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (id) REFERENCES app.kinds ON UPDATE CASCADE", "0A000"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (id) REFERENCES app.kinds ON DELETE SET NULL", "0A000"},
+		{"ALTER TABLE items ADD CONSTRAINT f FOREIGN KEY (id, a) REFERENCES app.kinds ON DELETE SET NULL (a)", "public.items"},
+		{"ALTER TABLE app.kinds ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES items (id)", "0A000"},
+		{"ALTER TABLE app.kinds ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES app.kinds (id) ON DELETE SET DEFAULT", "0A000"},
 		{"ALTER TABLE plain ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES app.kinds (id)", "0A000"},
 		{"CREATE TABLE plain (a int REFERENCES app.kinds (id))", "0A000"},
 		{"CREATE TABLE plain (a int, FOREIGN KEY (a) REFERENCES items)", "0A000"},

@@ -230,6 +230,16 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 	if t == nil {
 		return nil, o.fail(ctx, pgerr.New(pgerr.UndefinedTable, "table %s is not distributed", name))
 	}
+	if err := foreignKeysRefused(ctx, home, r.oid, name); err != nil {
+		// Its rows would come back into a table whose foreign keys
+		// reference (or are referenced by) empty shells.
+		var pe *pgerr.Error
+		if errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported {
+			pe.Message = "cannot undistribute " + name + ": it has foreign keys"
+			pe.Hint = "Drop the foreign keys (ALTER TABLE ... DROP CONSTRAINT) first."
+		}
+		return nil, o.fail(ctx, err)
+	}
 	shards := snap.Shards[name]
 	shardSchema := t.ShardsIn()
 	var placed []int32
@@ -415,7 +425,10 @@ func (o *op) lockSource(ctx context.Context, table string) (*Def, error) {
 		return nil, o.nodes.wrap(err, "cannot lock %s on node %s", def.CatalogName(), o.nodes.describe(o.home))
 	}
 	// Read it again: it may have changed before the lock was granted.
-	return TableDef(ctx, home, def.Ident())
+	if def, err = TableDef(ctx, home, def.Ident()); err != nil {
+		return nil, err
+	}
+	return def, foreignKeysRefused(ctx, home, def.OID, def.CatalogName())
 }
 
 // checkNodes makes sure every node the operation may touch has a connection
@@ -606,6 +619,9 @@ func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table
 		return "", 0, err
 	}
 	if err := notInCatalog(snap, def.CatalogName()); err != nil {
+		return "", 0, err
+	}
+	if err := foreignKeysRefused(ctx, c, def.OID, def.CatalogName()); err != nil {
 		return "", 0, err
 	}
 	if column == "" {

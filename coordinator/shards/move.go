@@ -654,6 +654,21 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 			}
 		}
 	}
+	// Foreign keys once every shard of the group has its rows (one may
+	// reference another; a reference table's copy is on the target
+	// already). Under logical replication the target's tables got none
+	// while rows arrived: the source's checks stood for them.
+	for _, m := range mv.members {
+		stmts, err := m.def.ForeignKeySQL(m.table.ShardsIn(), m.name, sameTable)
+		if err != nil {
+			return err
+		}
+		for _, st := range stmts {
+			if _, err := dst.conn.Exec(ctx, st); err != nil {
+				return o.nodes.wrap(err, "cannot add the foreign keys of shard %s on node %s", m.qual(), at)
+			}
+		}
+	}
 	for i, m := range mv.members {
 		// Rows and a checksum of their text on each side, at once: with
 		// the source locked and the target caught up (or filled in this
@@ -693,6 +708,10 @@ func (mv *move) cutOver(ctx context.Context, logical bool) error {
 	}
 	return nil
 }
+
+// sameTable keeps the table a foreign key references: a shard copied under
+// its own name references what it referenced.
+func sameTable(schema, name string) (string, string, error) { return schema, name, nil }
 
 // checksumSQL, followed by a shard and an alias, counts the shard's rows
 // and folds a hash of each row's text into one value (bit_xor, in no

@@ -115,6 +115,19 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot lock the shards on node %s", o.nodes.describe(from)))
 	}
 	var news []metadata.NewShard
+	// The foreign keys are added once every new shard has its rows: one of
+	// the group may reference another, whose new shard of the same range
+	// it then references (renamed: an old shard's qualified name to its
+	// new ones' names, by range).
+	type newShard struct {
+		def  *Def
+		conn *pgx.Conn
+		name string
+		k    int
+		at   string
+	}
+	var made []newShard
+	renamed := map[string][]string{}
 	next := 0
 	for i, sh := range shards {
 		t := tables[i]
@@ -202,10 +215,28 @@ func SplitShard(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 				}
 			}
 			news = append(news, metadata.NewShard{ID: newID, Table: t.Name, Min: r[0], Max: r[1], Node: to})
+			made = append(made, newShard{base, dst.conn, newName, k, at})
+			renamed[t.ShardsIn()+"."+oldName] = append(renamed[t.ShardsIn()+"."+oldName], newName)
 		}
 		if copied != want {
 			return nil, o.fail(ctx, pgerr.New(pgerr.DataCorrupted,
 				"shard %s has %d rows but its new shards got %d; nothing was split", oldName, want, copied))
+		}
+	}
+	for _, m := range made {
+		stmts, err := m.def.ForeignKeySQL(m.def.Schema, m.name, func(schema, name string) (string, string, error) {
+			if names, ok := renamed[schema+"."+name]; ok {
+				return schema, names[m.k], nil
+			}
+			return schema, name, nil // a reference table's copy
+		})
+		if err != nil {
+			return nil, o.fail(ctx, err)
+		}
+		for _, st := range stmts {
+			if _, err := m.conn.Exec(ctx, st); err != nil {
+				return nil, o.fail(ctx, o.nodes.wrap(err, "cannot add the foreign keys of shard %s on node %s", m.name, m.at))
+			}
 		}
 	}
 	if _, err := src.conn.Exec(ctx, "DROP TABLE "+strings.Join(oldIdents, ", ")); err != nil {
@@ -237,6 +268,10 @@ func (d *Def) renamed(rel string, id int64) *Def {
 	out.Indexes = slices.Clone(d.Indexes)
 	for i := range out.Indexes {
 		out.Indexes[i].Name = strings.TrimSuffix(out.Indexes[i].Name, suffix)
+	}
+	out.ForeignKeys = slices.Clone(d.ForeignKeys)
+	for i := range out.ForeignKeys {
+		out.ForeignKeys[i].Name = strings.TrimSuffix(out.ForeignKeys[i].Name, suffix)
 	}
 	return &out
 }

@@ -7,9 +7,11 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
+	"github.com/pgfleet/pgfleet/planner"
 )
 
 // Def is what a shard of a table needs of the table's definition, read from
@@ -26,6 +28,10 @@ type Def struct {
 	Columns     []Column
 	Constraints []Constraint // primary key, unique, check and exclusion constraints
 	Indexes     []Index      // indexes that back no constraint
+	// ForeignKeys are the table's own foreign keys. CreateSQL leaves them
+	// out: they reference other tables, which ForeignKeySQL names, and are
+	// added once every table of an operation has its rows.
+	ForeignKeys []ForeignKey
 	// Owner is the table's owner, quoted; "" leaves a shard its
 	// creator's. Shards take the table's owner and privileges, so that
 	// a role reads and writes them as it may the table (and the owner's
@@ -71,6 +77,14 @@ type Constraint struct {
 	Type       byte     // 'p' primary key, 'u' unique, 'x' exclusion, 'c' check
 	Definition string   // pg_get_constraintdef: "PRIMARY KEY (id)", "CHECK ((n > 0))"
 	Columns    []string // the columns it constrains (conkey)
+}
+
+// ForeignKey is a foreign key of the table and the table it references.
+type ForeignKey struct {
+	Name       string
+	Definition string // pg_get_constraintdef: "FOREIGN KEY (a) REFERENCES r(id) ON DELETE CASCADE"
+	RefSchema  string // the referenced table, unquoted
+	RefName    string
 }
 
 // Index is an index that backs no constraint.
@@ -202,6 +216,40 @@ func (d *Def) CreateSQL(schema, shardName string) []string {
 	return append(out, d.privilegeSQL(target)...)
 }
 
+// ForeignKeySQL returns the statements that add the table's foreign keys
+// to its copy shardName in schema, under the copy's constraint names (as
+// CreateSQL names constraints), each referencing the table ref gives for
+// the table it references (schema and name, unquoted): the referenced
+// table's shard or copy on the same node.
+func (d *Def) ForeignKeySQL(schema, shardName string, ref func(schema, name string) (string, string, error)) ([]string, error) {
+	suffix := nameSuffix(d.Name, shardName)
+	var out []string
+	for _, fk := range d.ForeignKeys {
+		refSchema, refName, err := ref(fk.RefSchema, fk.RefName)
+		if err != nil {
+			return nil, err
+		}
+		tree, err := pg_query.Parse("ALTER TABLE t ADD CONSTRAINT c " + fk.Definition)
+		if err != nil || len(tree.Stmts) != 1 {
+			return nil, pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
+		}
+		at := tree.Stmts[0].Stmt.GetAlterTableStmt()
+		if at == nil || len(at.Cmds) != 1 || at.Cmds[0].GetAlterTableCmd().GetDef().GetConstraint().GetPktable() == nil {
+			return nil, pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
+		}
+		at.Relation = &pg_query.RangeVar{Schemaname: schema, Relname: shardName, Inh: true, Relpersistence: "p"}
+		c := at.Cmds[0].GetAlterTableCmd().GetDef().GetConstraint()
+		c.Conname = suffixed(fk.Name, suffix)
+		c.Pktable = &pg_query.RangeVar{Schemaname: refSchema, Relname: refName, Inh: true, Relpersistence: "p"}
+		sql, err := planner.Deparse(tree.Version, tree.Stmts[0].Stmt)
+		if err != nil {
+			return nil, pgerr.New(pgerr.Internal, "cannot write foreign key %q for %s: %v", fk.Name, shardName, err)
+		}
+		out = append(out, sql)
+	}
+	return out, nil
+}
+
 // privilegeSQL gives the shard target the table's owner and privileges,
 // the owner first (its GRANTs are then the owner's, as on the table).
 // Whatever the new shard got besides (its creator's default privileges,
@@ -292,9 +340,11 @@ func lookup(ctx context.Context, conn *pgx.Conn, table string) (*relation, error
 // TableDef reads the definition of a table (resolved through the
 // connection's search_path) from pg_catalog. It fails with 42P01 if there is
 // no such relation, 42809 if it is not an ordinary table, and 0A000 for
-// features shards cannot have yet: foreign keys (from or to the table),
-// sequence defaults other than a column's own sequence, triggers, row-level
-// security, inheritance, partitioning and temporary tables.
+// features shards cannot have yet: sequence defaults other than a column's
+// own sequence, triggers, row-level security, inheritance, partitioning and
+// temporary tables. It reads the table's foreign keys (ForeignKeys);
+// distributing a table refuses them (foreignKeysRefused), shards copied
+// from shards keep them.
 func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 	r, err := lookup(ctx, conn, table)
 	if err != nil {
@@ -334,25 +384,6 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
-	var fk, fkTable string
-	var outgoing bool
-	err = conn.QueryRow(ctx, `SELECT conname::text, conrelid::regclass::text, conrelid = $1
-		FROM pg_catalog.pg_constraint
-		WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) ORDER BY conrelid <> $1, conname LIMIT 1`,
-		r.oid).Scan(&fk, &fkTable, &outgoing)
-	if err == nil {
-		e := pgerr.New(pgerr.FeatureNotSupported, "foreign keys on distributed tables are not supported yet").
-			WithHint("Drop the foreign key before distributing the table; pgfleet does not check references across shards yet.")
-		if outgoing {
-			e.Detail = fmt.Sprintf("%s has foreign key %q.", name, fk)
-		} else {
-			e.Detail = fmt.Sprintf("%s is referenced by foreign key %q of %s.", name, fk, fkTable)
-		}
-		return nil, e.WithHint("Drop the foreign key first.")
-	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, err
-	}
-
 	if err := readColumns(ctx, conn, d); err != nil {
 		return nil, err
 	}
@@ -360,6 +391,9 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 		return nil, err
 	}
 	if err := readIndexes(ctx, conn, d); err != nil {
+		return nil, err
+	}
+	if err := readForeignKeys(ctx, conn, d); err != nil {
 		return nil, err
 	}
 	if err := readPrivileges(ctx, conn, d); err != nil {
@@ -543,6 +577,56 @@ func readConstraints(ctx context.Context, conn *pgx.Conn, d *Def) error {
 		d.Constraints = append(d.Constraints, c)
 	}
 	return rows.Err()
+}
+
+func readForeignKeys(ctx context.Context, conn *pgx.Conn, d *Def) error {
+	rows, err := conn.Query(ctx, `SELECT k.conname::text, pg_catalog.pg_get_constraintdef(k.oid), n.nspname::text, c.relname::text
+		FROM pg_catalog.pg_constraint k
+		JOIN pg_catalog.pg_class c ON c.oid = k.confrelid
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE k.conrelid = $1 AND k.contype = 'f'
+		ORDER BY k.conname`, d.OID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var fk ForeignKey
+		if err := rows.Scan(&fk.Name, &fk.Definition, &fk.RefSchema, &fk.RefName); err != nil {
+			return err
+		}
+		d.ForeignKeys = append(d.ForeignKeys, fk)
+	}
+	return rows.Err()
+}
+
+// foreignKeysRefused fails with 0A000 if a table about to be distributed or
+// made a reference table has a foreign key, or another table has one
+// referencing it: its references are to tables outside the catalog (a
+// table in it cannot be referenced by one outside), which shards cannot
+// check. Foreign keys between catalog tables are added afterwards, with
+// ALTER TABLE.
+func foreignKeysRefused(ctx context.Context, conn *pgx.Conn, oid uint32, name string) error {
+	var fk, fkTable string
+	var outgoing bool
+	err := conn.QueryRow(ctx, `SELECT conname::text, conrelid::regclass::text, conrelid = $1
+		FROM pg_catalog.pg_constraint
+		WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) ORDER BY conrelid <> $1, conname LIMIT 1`,
+		oid).Scan(&fk, &fkTable, &outgoing)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e := pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: it has foreign keys", name).
+		WithHint("Drop the foreign key, distribute the tables (the referenced one as a reference table, or both distributed and colocated), then add it again with ALTER TABLE ... ADD FOREIGN KEY.")
+	if outgoing {
+		e.Detail = fmt.Sprintf("%s has foreign key %q.", name, fk)
+	} else {
+		e.Detail = fmt.Sprintf("%s is referenced by foreign key %q of %s.", name, fk, fkTable)
+	}
+	return e
 }
 
 func readIndexes(ctx context.Context, conn *pgx.Conn, d *Def) error {

@@ -1,0 +1,250 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgcluster"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestForeignKeys: foreign keys between catalog tables, as Citus allows
+// them (from a distributed table to a reference table, between reference
+// tables, between colocated distributed tables that pair their
+// distribution columns), added with ALTER TABLE, answer as on a plain
+// PostgreSQL database that runs the same statements: violations (23503),
+// ON DELETE CASCADE and SET NULL across a reference table's copies and the
+// shards on their nodes, TRUNCATE and DROP refused while referenced, and
+// allowed together. Each shard and copy has its keys, also after a shard
+// group moves (both transfer modes), splits, and after a node is added
+// with the reference tables' copies. Keys a shard could not check are
+// refused with 0A000.
+func TestForeignKeys(t *testing.T) {
+	cl := pgtest.Start(t, 3)
+	two := func(c *coordinator.Config) { c.Workers = c.Workers[:2] }
+	srv := pgtest.Coordinator(t, cl, two)
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	w0 := connect(t, cl.Servers[0].Addr())
+	exec(t, w0, "CREATE DATABASE fk_oracle")
+	oracle := connectURL(t, "postgres://postgres@"+cl.Servers[0].Addr()+"/fk_oracle?sslmode=disable")
+
+	// both runs sql through the coordinator and on the oracle and wants
+	// the same rows (as text) or the same SQLSTATE.
+	both := func(sql string) {
+		t.Helper()
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+			if mode == pgx.QueryExecModeExec && (strings.HasPrefix(sql, "BEGIN") || strings.Contains(sql, ";")) {
+				continue
+			}
+			got, gerr := textRows(ctx, c, sql, mode)
+			want, werr := textRows(ctx, oracle, sql, mode)
+			if sqlState(gerr) != sqlState(werr) || (gerr == nil) != (werr == nil) {
+				t.Fatalf("%s (%v): pgfleet %v, PostgreSQL %v", sql, mode, gerr, werr)
+			}
+			if got != want {
+				t.Fatalf("%s (%v): pgfleet\n%s\nPostgreSQL\n%s", sql, mode, got, want)
+			}
+			if gerr != nil || !strings.HasPrefix(strings.ToUpper(sql), "SELECT") {
+				break // a write runs once
+			}
+		}
+	}
+	schema := []string{
+		"CREATE TABLE fk_country (id int PRIMARY KEY, name text)",
+		"CREATE TABLE fk_tag (id int PRIMARY KEY, country_id int, label text)",
+		"CREATE TABLE fk_org (id bigint PRIMARY KEY, country_id int NOT NULL, name text)",
+		"CREATE TABLE fk_user (org_id bigint, id bigint, country_id int, name text, PRIMARY KEY (org_id, id))",
+	}
+	for _, s := range schema {
+		exec(t, c, s, simple)
+		exec(t, oracle, s, simple)
+	}
+	exec(t, c, "SELECT create_reference_table('fk_country')", simple)
+	exec(t, c, "SELECT create_reference_table('fk_tag')", simple)
+	exec(t, c, "SELECT create_distributed_table('fk_org', 'id', shard_count => 4)", simple)
+	exec(t, c, "SELECT create_distributed_table('fk_user', 'org_id', colocate_with => 'fk_org')", simple)
+	for _, s := range []string{
+		"ALTER TABLE fk_org ADD CONSTRAINT fk_org_country FOREIGN KEY (country_id) REFERENCES fk_country (id)",
+		"ALTER TABLE fk_user ADD FOREIGN KEY (org_id) REFERENCES fk_org ON DELETE CASCADE",
+		"ALTER TABLE fk_user ADD COLUMN tag_id int REFERENCES fk_tag ON DELETE SET NULL",
+		"ALTER TABLE fk_tag ADD FOREIGN KEY (country_id) REFERENCES fk_country ON DELETE CASCADE",
+	} {
+		exec(t, c, s, simple)
+		exec(t, oracle, s, simple)
+	}
+	// keys counts the foreign keys of table's shards (or copies) on every
+	// worker; perShard is what each should have.
+	keys := func(table string) (shards, fks int) {
+		t.Helper()
+		for _, s := range cl.Servers {
+			w := connect(t, s.Addr())
+			var n, k int
+			if err := w.QueryRow(ctx, `SELECT count(DISTINCT c.oid)::int, count(k.oid)::int FROM pg_catalog.pg_class c
+				JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+				LEFT JOIN pg_catalog.pg_constraint k ON k.conrelid = c.oid AND k.contype = 'f'
+				WHERE n.nspname = 'pgfleet_shards' AND c.relkind = 'r' AND c.relname ~ ('^' || $1 || '_[0-9]+$')`, table).Scan(&n, &k); err != nil {
+				t.Fatal(err)
+			}
+			shards += n
+			fks += k
+			_ = w.Close(ctx)
+		}
+		return shards, fks
+	}
+	checkKeys := func(when string) {
+		t.Helper()
+		for table, per := range map[string]int{"fk_org": 1, "fk_user": 2, "fk_tag": 1, "fk_country": 0} {
+			n, k := keys(table)
+			if n == 0 || k != n*per {
+				t.Errorf("%s: %s has %d foreign keys on %d shards or copies, want %d each", when, table, k, n, per)
+			}
+		}
+	}
+	checkKeys("after ALTER TABLE")
+
+	rounds := func() {
+		t.Helper()
+		both("DELETE FROM fk_user")
+		both("DELETE FROM fk_org")
+		both("DELETE FROM fk_tag")
+		both("DELETE FROM fk_country")
+		both("INSERT INTO fk_country VALUES (1, 'one'), (2, 'two'), (3, 'three')")
+		both("INSERT INTO fk_tag VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c')")
+		both("INSERT INTO fk_org SELECT g, 1 + g % 2, 'org' || g FROM generate_series(1, 20) g")
+		both("INSERT INTO fk_user SELECT o, u, 1, 'u', 1 + (o + u) % 3 FROM generate_series(1, 20) o, generate_series(1, 3) u")
+		both("INSERT INTO fk_org VALUES (100, 9, 'no such country')")
+		both("INSERT INTO fk_user VALUES (999, 1, 1, 'no such org', NULL)")
+		both("INSERT INTO fk_user VALUES (5, 9, 1, 'no such tag', 7)")
+		both("INSERT INTO fk_org VALUES (101, 1, 'x'), (102, 9, 'y'), (103, 2, 'z')")
+		both("UPDATE fk_org SET country_id = 9 WHERE id = 4")
+		both("UPDATE fk_org SET country_id = 3 WHERE id = 4")
+		both("DELETE FROM fk_country WHERE id = 1")
+		both("DELETE FROM fk_org WHERE id IN (2, 7)")
+		both("DELETE FROM fk_tag WHERE id = 2")
+		both("DELETE FROM fk_country WHERE id = 3")
+		both("UPDATE fk_org SET country_id = 2 WHERE id = 4")
+		both("DELETE FROM fk_country WHERE id = 3")
+		both("BEGIN; INSERT INTO fk_country VALUES (10, 'ten'); INSERT INTO fk_org VALUES (110, 10, 'o'); INSERT INTO fk_user VALUES (110, 1, 10, 'u', 1); COMMIT")
+		both("BEGIN; INSERT INTO fk_org VALUES (111, 10, 'o'); INSERT INTO fk_user VALUES (112, 1, 10, 'u', 1); COMMIT")
+		both("ROLLBACK") // the error left the block open, failed
+		both("SELECT count(*) FROM fk_org WHERE id = 111")
+		both("TRUNCATE fk_country")
+		both("TRUNCATE fk_org")
+		both("SELECT count(*), sum(id), sum(country_id) FROM fk_org")
+		both("SELECT org_id, id, country_id, tag_id FROM fk_user ORDER BY org_id, id")
+		both("SELECT id, country_id FROM fk_tag ORDER BY id")
+		both("SELECT id FROM fk_country ORDER BY id")
+	}
+	rounds()
+
+	// Refused: keys a shard could not check, and a table that others reference
+	// or that references others leaving the catalog.
+	exec(t, c, "CREATE TABLE fk_plain (id int PRIMARY KEY)", simple)
+	exec(t, c, "CREATE TABLE fk_other (id bigint PRIMARY KEY, org_id bigint)", simple)
+	exec(t, c, "SELECT create_distributed_table('fk_other', 'id', colocate_with => 'none')", simple)
+	exec(t, c, "CREATE TABLE fk_col (org_id bigint, id bigint, other bigint, PRIMARY KEY (org_id, id))", simple)
+	exec(t, c, "SELECT create_distributed_table('fk_col', 'org_id', colocate_with => 'fk_org')", simple)
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS fk_plain, fk_other, fk_col, fk_local, fk_user, fk_org, fk_tag, fk_country", simple)
+	})
+	for _, s := range []string{
+		"ALTER TABLE fk_org ADD FOREIGN KEY (country_id) REFERENCES fk_plain",
+		"ALTER TABLE fk_other ADD FOREIGN KEY (org_id) REFERENCES fk_org",
+		"ALTER TABLE fk_col ADD FOREIGN KEY (other) REFERENCES fk_org",
+		"ALTER TABLE fk_col ADD FOREIGN KEY (id, org_id) REFERENCES fk_user (org_id, id)",
+		"ALTER TABLE fk_tag ADD FOREIGN KEY (id) REFERENCES fk_org",
+		"ALTER TABLE fk_col ADD FOREIGN KEY (org_id) REFERENCES fk_country ON UPDATE CASCADE",
+		"ALTER TABLE fk_col ADD FOREIGN KEY (org_id, id) REFERENCES fk_user ON DELETE SET NULL",
+		"ALTER TABLE fk_tag ADD FOREIGN KEY (country_id) REFERENCES fk_country ON DELETE SET DEFAULT",
+		"CREATE TABLE fk_local (id int, org_id bigint REFERENCES fk_org)",
+		"ALTER TABLE fk_plain ADD FOREIGN KEY (id) REFERENCES fk_country",
+		"SELECT undistribute_table('fk_user')",
+		"SELECT undistribute_table('fk_country')",
+	} {
+		if _, err := c.Exec(ctx, s, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", s, err)
+		}
+	}
+	// ON DELETE SET NULL of columns other than the distribution column is
+	// not refused.
+	exec(t, c, "ALTER TABLE fk_col ADD FOREIGN KEY (org_id, other) REFERENCES fk_user ON DELETE SET NULL (other)", simple)
+	exec(t, c, "ALTER TABLE fk_col DROP CONSTRAINT fk_col_org_id_other_fkey", simple)
+	if n, k := keys("fk_col"); k != 0 || n != 4 {
+		t.Errorf("fk_col after DROP CONSTRAINT: %d foreign keys on %d shards", k, n)
+	}
+
+	// Shard groups moved, in both modes, and split (the catalog is in the
+	// first worker's postgres database).
+	var shard, lo, hi int64
+	var port, node int
+	group := func(order string) {
+		t.Helper()
+		if err := w0.QueryRow(ctx, `SELECT s.shardid, s.min_hash::bigint, s.max_hash::bigint, n.port, n.nodeid::int
+			FROM pgfleet.shards s JOIN pgfleet.placements p USING (shardid) JOIN pgfleet.nodes n USING (nodeid)
+			WHERE s.table_name = 'public.fk_org' ORDER BY s.shardid `+order+` LIMIT 1`).Scan(&shard, &lo, &hi, &port, &node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := func(port int) *pgcluster.Server {
+		if cl.Servers[0].Port == port {
+			return cl.Servers[1]
+		}
+		return cl.Servers[0]
+	}
+	for _, mode := range []string{"block_writes", "force_logical"} {
+		group("")
+		dst := other(port)
+		exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, shard_transfer_mode => '%s')",
+			shard, dst.Host, port, dst.Host, dst.Port, mode), simple)
+		checkKeys("after a " + mode + " move")
+		rounds()
+	}
+	group("")
+	exec(t, c, fmt.Sprintf("SELECT citus_split_shard_by_split_points(%d, ARRAY['%d'], ARRAY[%d, %d])", shard, lo+(hi-lo)/2, node, node), simple)
+	checkKeys("after a split")
+	rounds()
+
+	// A third node gets the reference tables' copies with their keys, and
+	// a shard group moved there checks against them.
+	third := cl.Servers[2]
+	exec(t, c, fmt.Sprintf("SELECT citus_add_node('%s', %d)", third.Host, third.Port), simple)
+	checkKeys("after citus_add_node")
+	group("DESC")
+	exec(t, c, fmt.Sprintf("SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d)", shard, third.Host, port, third.Host, third.Port), simple)
+	checkKeys("after a move to the new node")
+	rounds()
+
+	// Dropped together, in any order.
+	exec(t, c, "DROP TABLE fk_country, fk_col, fk_org, fk_tag, fk_user", simple)
+	for _, table := range []string{"fk_country", "fk_org", "fk_user", "fk_tag"} {
+		if n, _ := keys(table); n != 0 {
+			t.Errorf("%s has %d shards or copies left after DROP TABLE", table, n)
+		}
+	}
+}
+
+// textRows runs sql and renders its rows as text, or returns its error.
+func textRows(ctx context.Context, c *pgx.Conn, sql string, mode pgx.QueryExecMode) (string, error) {
+	rows, err := c.Query(ctx, sql, mode)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			rows.Close()
+			return "", err
+		}
+		fmt.Fprintln(&b, vals...)
+	}
+	rows.Close()
+	return b.String() + rows.CommandTag().String(), rows.Err()
+}
