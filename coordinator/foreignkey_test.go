@@ -98,9 +98,10 @@ func TestForeignKeys(t *testing.T) {
 		}
 		return shards, fks
 	}
+	perTable := map[string]int{"fk_org": 1, "fk_user": 2, "fk_tag": 1, "fk_country": 0}
 	checkKeys := func(when string) {
 		t.Helper()
-		for table, per := range map[string]int{"fk_org": 1, "fk_user": 2, "fk_tag": 1, "fk_country": 0} {
+		for table, per := range perTable {
 			n, k := keys(table)
 			if n == 0 || k != n*per {
 				t.Errorf("%s: %s has %d foreign keys on %d shards or copies, want %d each", when, table, k, n, per)
@@ -147,12 +148,13 @@ func TestForeignKeys(t *testing.T) {
 	// Refused: keys a shard could not check, and a table that others reference
 	// or that references others leaving the catalog.
 	exec(t, c, "CREATE TABLE fk_plain (id int PRIMARY KEY)", simple)
+	exec(t, c, "INSERT INTO fk_plain VALUES (1)", simple)
 	exec(t, c, "CREATE TABLE fk_other (id bigint PRIMARY KEY, org_id bigint)", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_other', 'id', colocate_with => 'none')", simple)
 	exec(t, c, "CREATE TABLE fk_col (org_id bigint, id bigint, other bigint, PRIMARY KEY (org_id, id))", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_col', 'org_id', colocate_with => 'fk_org')", simple)
 	t.Cleanup(func() {
-		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS fk_plain, fk_other, fk_col, fk_local, fk_user, fk_org, fk_tag, fk_country", simple)
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS fk_plain, fk_other, fk_col, fk_inv, fk_alt, fk_campaign, fk_company, fk_user, fk_org, fk_tag, fk_country", simple)
 	})
 	for _, s := range []string{
 		"ALTER TABLE fk_org ADD FOREIGN KEY (country_id) REFERENCES fk_plain",
@@ -163,8 +165,7 @@ func TestForeignKeys(t *testing.T) {
 		"ALTER TABLE fk_col ADD FOREIGN KEY (org_id) REFERENCES fk_country ON UPDATE CASCADE",
 		"ALTER TABLE fk_col ADD FOREIGN KEY (org_id, id) REFERENCES fk_user ON DELETE SET NULL",
 		"ALTER TABLE fk_tag ADD FOREIGN KEY (country_id) REFERENCES fk_country ON DELETE SET DEFAULT",
-		"CREATE TABLE fk_local (id int, org_id bigint REFERENCES fk_org)",
-		"ALTER TABLE fk_plain ADD FOREIGN KEY (id) REFERENCES fk_country",
+		"ALTER TABLE fk_plain ADD FOREIGN KEY (id) REFERENCES fk_country", // it has rows
 		"SELECT undistribute_table('fk_user')",
 		"SELECT undistribute_table('fk_country')",
 	} {
@@ -179,6 +180,55 @@ func TestForeignKeys(t *testing.T) {
 	if n, k := keys("fk_col"); k != 0 || n != 4 {
 		t.Errorf("fk_col after DROP CONSTRAINT: %d foreign keys on %d shards", k, n)
 	}
+
+	// A table made with keys to catalog tables, or given them by ALTER
+	// TABLE while it is empty, takes no rows (0A000) until it is
+	// distributed too; then its shards get the keys. So does one that
+	// references a table distributed after it was made (Citus' tutorial:
+	// every table made first, then distributed in order).
+	for _, s := range []string{
+		"CREATE TABLE fk_inv (org_id bigint REFERENCES fk_org, id bigint, country_id int REFERENCES fk_country, PRIMARY KEY (org_id, id))",
+		"CREATE TABLE fk_alt (org_id bigint, id bigint, PRIMARY KEY (org_id, id))",
+		"ALTER TABLE fk_alt ADD CONSTRAINT fk_alt_org FOREIGN KEY (org_id) REFERENCES fk_org DEFERRABLE INITIALLY DEFERRED",
+		"CREATE TABLE fk_company (id bigint PRIMARY KEY, name text)",
+		"CREATE TABLE fk_campaign (company_id bigint REFERENCES fk_company, id bigint, PRIMARY KEY (company_id, id))",
+	} {
+		exec(t, c, s, simple)
+		exec(t, oracle, s, simple)
+	}
+	exec(t, c, "SELECT create_distributed_table('fk_company', 'id', colocate_with => 'fk_org')", simple)
+	for _, s := range []string{
+		"INSERT INTO fk_inv VALUES (1, 1, 1)",
+		"INSERT INTO fk_alt VALUES (1, 1)",
+		"INSERT INTO fk_campaign VALUES (1, 1)",
+	} {
+		if _, err := c.Exec(ctx, s, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s into a table with a key to a distributed table, not distributed itself: %v, want 0A000", s, err)
+		}
+	}
+	if _, err := c.CopyFrom(ctx, pgx.Identifier{"fk_inv"}, []string{"org_id", "id", "country_id"}, pgx.CopyFromRows([][]any{{int64(1), int64(1), int32(1)}})); sqlState(err) != "0A000" {
+		t.Errorf("COPY into a table with a key to a distributed table, not distributed itself: %v, want 0A000", err)
+	}
+	both("SELECT count(*) FROM fk_inv")
+	exec(t, c, "SELECT create_distributed_table('fk_inv', 'org_id', colocate_with => 'fk_org')", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "SELECT create_distributed_table('fk_alt', 'org_id', colocate_with => 'fk_org')", simple)
+	exec(t, c, "COMMIT", simple)
+	exec(t, c, "SELECT create_distributed_table('fk_campaign', 'company_id', colocate_with => 'fk_org')", simple)
+	perTable["fk_inv"], perTable["fk_alt"], perTable["fk_campaign"], perTable["fk_company"] = 2, 1, 1, 0
+	checkKeys("after the tables that referenced them were distributed")
+	both("INSERT INTO fk_company SELECT g, 'c' FROM generate_series(1, 10) g")
+	both("INSERT INTO fk_campaign SELECT g, 1 FROM generate_series(1, 10) g")
+	both("INSERT INTO fk_campaign VALUES (11, 1)")
+	both("INSERT INTO fk_inv SELECT id, 1, 2 FROM fk_org ORDER BY id LIMIT 3")
+	both("INSERT INTO fk_inv VALUES (1, 9, 77)")
+	both("BEGIN; INSERT INTO fk_alt VALUES (555, 1); INSERT INTO fk_alt VALUES (1, 2); COMMIT")
+	both("BEGIN; INSERT INTO fk_alt VALUES (1, 3); INSERT INTO fk_org VALUES (556, 1, 'late'); INSERT INTO fk_alt VALUES (556, 1); COMMIT")
+	both("SELECT org_id, id FROM fk_alt ORDER BY 1, 2")
+	both("SELECT count(*) FROM fk_inv")
+	both("DELETE FROM fk_company WHERE id = 1")
+	exec(t, c, "DELETE FROM fk_inv; DELETE FROM fk_alt; DELETE FROM fk_campaign; DELETE FROM fk_company; DELETE FROM fk_org WHERE id = 556", simple)
+	exec(t, oracle, "DELETE FROM fk_inv; DELETE FROM fk_alt; DELETE FROM fk_campaign; DELETE FROM fk_company; DELETE FROM fk_org WHERE id = 556", simple)
 
 	// Shard groups moved, in both modes, and split (the catalog is in the
 	// first worker's postgres database).
@@ -221,8 +271,16 @@ func TestForeignKeys(t *testing.T) {
 	checkKeys("after a move to the new node")
 	rounds()
 
+	// Drained (its groups move back) and removed with its copies.
+	exec(t, c, fmt.Sprintf("SELECT citus_drain_node('%s', %d)", third.Host, third.Port), simple)
+	exec(t, c, fmt.Sprintf("SELECT citus_remove_node('%s', %d)", third.Host, third.Port), simple)
+	checkKeys("after the new node was drained and removed")
+	rounds()
+	both("TRUNCATE fk_country CASCADE")
+	both("SELECT (SELECT count(*) FROM fk_org), (SELECT count(*) FROM fk_user), (SELECT count(*) FROM fk_tag)")
+
 	// Dropped together, in any order.
-	exec(t, c, "DROP TABLE fk_country, fk_col, fk_org, fk_tag, fk_user", simple)
+	exec(t, c, "DROP TABLE fk_country, fk_col, fk_org, fk_tag, fk_user, fk_inv, fk_alt, fk_campaign, fk_company", simple)
 	for _, table := range []string{"fk_country", "fk_org", "fk_user", "fk_tag"} {
 		if n, _ := keys(table); n != 0 {
 			t.Errorf("%s has %d shards or copies left after DROP TABLE", table, n)

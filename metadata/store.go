@@ -169,6 +169,17 @@ BEGIN
   RAISE EXCEPTION 'table % is distributed, and this write reached its empty table on the first worker', TG_TABLE_NAME
     USING ERRCODE = '40001', HINT = 'The coordinator had not seen the table''s distribution yet; retry the statement.';
 END $$;
+-- The references guard's function: a table that is neither distributed nor a
+-- reference table, with a foreign key to one, takes no rows: its key would be
+-- checked against that table's empty shell here.
+CREATE OR REPLACE FUNCTION pgfleet.references_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_setting('pgfleet.internal', true) = 'on' THEN
+    RETURN NULL;
+  END IF;
+  RAISE EXCEPTION 'table % has a foreign key to a distributed or reference table, and is neither itself', TG_TABLE_NAME
+    USING ERRCODE = '0A000', HINT = 'Distribute it before writing to it: create_distributed_table colocated with the table it references, or create_reference_table.';
+END $$;
 `
 
 // Store is the durable catalog, kept in schema pgfleet of a metadata

@@ -262,11 +262,20 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 				d.targets[0].table.Name, n.describe(homeID))
 		}
 	}
+	guard, err := d.guardFirst(ctx, home)
+	if err != nil {
+		return "", err
+	}
 	ct, err := home.Exec(ctx, shellSQL)
 	if err != nil {
 		return "", twophase.ToPgErr(err)
 	}
 	tag = ct.String()
+	if guard != "" {
+		if _, err := home.Exec(ctx, ReferencesGuardSQL(guard)); err != nil {
+			return "", n.wrap(err, "cannot guard %s on node %s", guard, n.describe(homeID))
+		}
+	}
 	if d.kind == "GRANT" {
 		for _, tg := range d.targets {
 			if err := checkSchemaUsage(ctx, home, pgx.Identifier{tg.schema, tg.rel}.Sanitize()); err != nil {
@@ -320,6 +329,43 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 		}
 	}
 	return tag, nil
+}
+
+// guardFirst returns the table d guards, quoted as the statement names it,
+// if the statement is to guard one ("" otherwise): a table CREATE TABLE
+// makes (not one that exists: IF NOT EXISTS), or one ALTER TABLE changes,
+// which must have no rows (0A000), read under the lock the statement takes.
+func (d *ddl) guardFirst(ctx context.Context, home *pgx.Conn) (string, error) {
+	if d.guard == nil {
+		return "", nil
+	}
+	rel := pgx.Identifier(rangeVarNames(d.guard)).Sanitize()
+	var exists bool
+	if err := home.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", rel).Scan(&exists); err != nil {
+		return "", twophase.ToPgErr(err)
+	}
+	if !d.guardEmpty {
+		if exists {
+			return "", nil
+		}
+		return rel, nil
+	}
+	if !exists {
+		return "", nil // (IF EXISTS, or PostgreSQL's error)
+	}
+	if _, err := home.Exec(ctx, "LOCK TABLE "+rel+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		return "", twophase.ToPgErr(err)
+	}
+	var rows bool
+	if err := home.QueryRow(ctx, "SELECT EXISTS (SELECT FROM ONLY "+rel+")").Scan(&rows); err != nil {
+		return "", twophase.ToPgErr(err)
+	}
+	if rows {
+		return "", unsupportedDDL("a foreign key from %s, which has rows and is neither distributed nor a reference table, to %s is not supported",
+			rel, describeTable(d.refs[0])).
+			WithHint("Distribute %s first (create_distributed_table colocated with %s, or create_reference_table), then add the key.", rel, d.refs[0].Name)
+	}
+	return rel, nil
 }
 
 // runPerNode runs DROP TABLE or TRUNCATE of several catalog tables as one
@@ -460,6 +506,15 @@ type ddl struct {
 	// without a name. The shell names them.
 	unnamedIndex bool
 	unnamed      []unnamedConstraint
+	// guard: CREATE TABLE or ALTER TABLE of a table that is neither
+	// distributed nor a reference table, giving it foreign keys to refs,
+	// which are. It gets the references guard (ReferencesGuardSQL), so it
+	// takes no rows until it is distributed too; guardEmpty (ALTER TABLE):
+	// it must have none already, for the key is checked against the empty
+	// shells.
+	guard      *pg_query.RangeVar
+	guardEmpty bool
+	refs       []*metadata.Table
 }
 
 // ddlTarget is one catalog table a statement changes (for DROP INDEX, one
@@ -486,7 +541,44 @@ func (d *ddl) tableNames() []string {
 			out = append(out, tg.table.Name)
 		}
 	}
+	for _, t := range d.refs {
+		if !slices.Contains(out, t.Name) {
+			out = append(out, t.Name)
+		}
+	}
 	return out
+}
+
+// referencedOnly returns the catalog tables a statement names, and whether
+// it names them only as the tables foreign keys reference.
+func referencedOnly(n *pg_query.Node, snap *metadata.Snapshot) ([]*metadata.Table, bool) {
+	pk := map[*pg_query.RangeVar]bool{}
+	planner.Walk(n, func(m proto.Message) {
+		if c, ok := m.(*pg_query.Constraint); ok && c.Contype == pg_query.ConstrType_CONSTR_FOREIGN && c.Pktable != nil {
+			pk[c.Pktable] = true
+		}
+	})
+	var refs []*metadata.Table
+	only := true
+	planner.Walk(n, func(m proto.Message) {
+		if rv, ok := m.(*pg_query.RangeVar); ok {
+			if t := catalogTable(snap, rv); t != nil {
+				only = only && pk[rv]
+				if !slices.Contains(refs, t) {
+					refs = append(refs, t)
+				}
+			}
+		}
+	})
+	return refs, only
+}
+
+// guardable reports whether a CREATE TABLE makes a plain table that may
+// reference catalog tables (guarded): not temporary, inherited or
+// partitioned.
+func guardable(cs *pg_query.CreateStmt) bool {
+	return cs.Relation != nil && cs.Relation.Relpersistence == "p" && len(cs.InhRelations) == 0 &&
+		cs.Partbound == nil && cs.Partspec == nil && cs.OfTypename == nil
 }
 
 func (d *ddl) addTarget(t *metadata.Table, index string) {
@@ -572,6 +664,9 @@ func analyzeDDL(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *met
 				return nil, &TableExistsError{Table: t.Name, Relname: cs.Relation.Relname,
 					IfNotExists: cs.IfNotExists, Unqualified: cs.Relation.Schemaname == ""}
 			}
+		}
+		if refs, only := referencedOnly(n, snap); only && len(refs) > 0 && guardable(cs) {
+			return &ddl{kind: "CREATE TABLE", stmt: n, guard: cs.Relation, refs: refs}, nil
 		}
 	}
 	return nil, refuseNamed(n, snap, planner.StatementName(n))
@@ -666,6 +761,11 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 		return nil, refuseIndex(ctx, home, snap, "ALTER INDEX", [][]string{rangeVarNames(s.Relation)})
 	}
 	t := catalogTable(snap, s.Relation)
+	if t == nil && s.Objtype == pg_query.ObjectType_OBJECT_TABLE {
+		if refs, only := referencedOnly(n, snap); only && len(refs) > 0 {
+			return &ddl{kind: "ALTER TABLE", stmt: n, guard: s.Relation, guardEmpty: true, refs: refs}, nil
+		}
+	}
 	if t == nil || s.Objtype != pg_query.ObjectType_OBJECT_TABLE {
 		return nil, refuseNamed(n, snap, "ALTER "+objectName(s.Objtype))
 	}

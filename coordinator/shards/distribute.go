@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	pg_query "github.com/pganalyze/pg_query_go/v5"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
@@ -151,6 +152,9 @@ func distribute(ctx context.Context, store *metadata.Store, conns map[int32]*pgx
 			}
 		}
 	}
+	if err := o.foreignKeys(ctx, snap, def, shards); err != nil {
+		return nil, o.fail(ctx, err)
+	}
 	return o.finish(ctx, def, snap)
 }
 
@@ -192,6 +196,9 @@ func createReference(ctx context.Context, store *metadata.Store, conns map[int32
 			return nil, o.fail(ctx, err)
 		}
 	}
+	if err := o.foreignKeys(ctx, snap, def, []metadata.Shard{shard}); err != nil {
+		return nil, o.fail(ctx, err)
+	}
 	return o.finish(ctx, def, snap)
 }
 
@@ -231,13 +238,6 @@ func Undistribute(ctx context.Context, store *metadata.Store, snap *metadata.Sna
 		return nil, o.fail(ctx, pgerr.New(pgerr.UndefinedTable, "table %s is not distributed", name))
 	}
 	if err := foreignKeysRefused(ctx, home, r.oid, name); err != nil {
-		// Its rows would come back into a table whose foreign keys
-		// reference (or are referenced by) empty shells.
-		var pe *pgerr.Error
-		if errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported {
-			pe.Message = "cannot undistribute " + name + ": it has foreign keys"
-			pe.Hint = "Drop the foreign keys (ALTER TABLE ... DROP CONSTRAINT) first."
-		}
 		return nil, o.fail(ctx, err)
 	}
 	shards := snap.Shards[name]
@@ -353,6 +353,9 @@ type op struct {
 	// shardsSchema: nodes known to have metadata.ShardsSchema.
 	shardsSchema map[int32]bool
 	types        []userType // the types the table's columns use (nil: not read yet)
+	// referenced: another table's foreign key references the table (the
+	// shell is emptied with DELETE, which TRUNCATE would refuse).
+	referenced bool
 }
 
 // start checks the arguments and loads the catalog.
@@ -394,6 +397,9 @@ func startNew(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.C
 	if err := notInCatalog(snap, name); err != nil {
 		return nil, nil, nil, "", o.fail(ctx, err)
 	}
+	if err := referencesCatalog(snap, def); err != nil {
+		return nil, nil, nil, "", o.fail(ctx, err)
+	}
 	return o, snap, def, name, nil
 }
 
@@ -425,10 +431,7 @@ func (o *op) lockSource(ctx context.Context, table string) (*Def, error) {
 		return nil, o.nodes.wrap(err, "cannot lock %s on node %s", def.CatalogName(), o.nodes.describe(o.home))
 	}
 	// Read it again: it may have changed before the lock was granted.
-	if def, err = TableDef(ctx, home, def.Ident()); err != nil {
-		return nil, err
-	}
-	return def, foreignKeysRefused(ctx, home, def.OID, def.CatalogName())
+	return TableDef(ctx, home, def.Ident())
 }
 
 // checkNodes makes sure every node the operation may touch has a connection
@@ -537,8 +540,15 @@ func (o *op) placeShard(ctx context.Context, def *Def, sh metadata.Shard, node i
 // records the commit decision and commits them. The catalog change is
 // already committed; a failure before the decision undoes it.
 func (o *op) finish(ctx context.Context, def *Def, snap *metadata.Snapshot) (*metadata.Snapshot, error) {
-	if _, err := o.homeConn().Exec(ctx, "TRUNCATE "+def.Ident()); err != nil {
+	empty := "TRUNCATE " + def.Ident()
+	if o.referenced {
+		empty = "DELETE FROM ONLY " + def.Ident() // TRUNCATE refuses a table others reference
+	}
+	if _, err := o.homeConn().Exec(ctx, empty); err != nil {
 		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot empty %s on node %s", def.CatalogName(), o.nodes.describe(o.home)))
+	}
+	if _, err := o.homeConn().Exec(ctx, "DROP TRIGGER IF EXISTS "+ReferencesGuard+" ON "+def.Ident()); err != nil {
+		return nil, o.fail(ctx, o.nodes.wrap(err, "cannot drop the guard of %s on node %s", def.CatalogName(), o.nodes.describe(o.home)))
 	}
 	// The guard commits with the move, in the transaction that has held the
 	// table's EXCLUSIVE lock since before its rows were read: a writer that
@@ -621,7 +631,7 @@ func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table
 	if err := notInCatalog(snap, def.CatalogName()); err != nil {
 		return "", 0, err
 	}
-	if err := foreignKeysRefused(ctx, c, def.OID, def.CatalogName()); err != nil {
+	if err := referencesCatalog(snap, def); err != nil {
 		return "", 0, err
 	}
 	if column == "" {
@@ -682,6 +692,122 @@ func uniqueIncludes(def *Def, column string) error {
 	for _, ix := range def.Indexes {
 		if ix.Unique && !slices.Contains(ix.Columns, column) {
 			return refuse("unique index", ix.Name)
+		}
+	}
+	return nil
+}
+
+// referencesCatalog fails with 0A000 if def, a table about to be
+// distributed or made a reference table, has a foreign key to a table that
+// is neither (itself aside): its shards could not check it.
+func referencesCatalog(snap *metadata.Snapshot, def *Def) error {
+	for _, fk := range def.ForeignKeys {
+		name := fk.RefSchema + "." + fk.RefName
+		if name == def.CatalogName() || snap.Table(name) != nil {
+			continue
+		}
+		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: its foreign key %q references %s, which is neither a distributed nor a reference table",
+			def.CatalogName(), fk.Name, name).
+			WithHint("Distribute %s first (create_reference_table('%s'), or create_distributed_table colocated), or drop the foreign key.", name, name)
+	}
+	return nil
+}
+
+// foreignKeys checks the foreign keys of def, the table the operation adds
+// to the catalog (in snap, with shards), as ALTER TABLE ... ADD FOREIGN KEY
+// would (checkForeignKey), and adds them to its shards, each referencing
+// the shard of its hash range or the copy on its node. The tables that
+// reference it (not in the catalog: it was not) must be empty: they get
+// the references guard, which keeps them so until they are distributed
+// too (their keys now check against the empty shell).
+func (o *op) foreignKeys(ctx context.Context, snap *metadata.Snapshot, def *Def, shards []metadata.Shard) error {
+	home := o.homeConn()
+	t := snap.Table(def.CatalogName())
+	if t == nil {
+		return pgerr.New(pgerr.Internal, "%s is not in the catalog it was added to", def.CatalogName())
+	}
+	if err := referencesCatalog(snap, def); err != nil {
+		return err
+	}
+	for _, fk := range def.ForeignKeys {
+		tree, err := pg_query.Parse("ALTER TABLE t ADD CONSTRAINT c " + fk.Definition)
+		if err != nil || len(tree.Stmts) != 1 {
+			return pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
+		}
+		c := tree.Stmts[0].Stmt.GetAlterTableStmt().GetCmds()[0].GetAlterTableCmd().GetDef().GetConstraint()
+		if c == nil {
+			return pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
+		}
+		c.Pktable = &pg_query.RangeVar{Schemaname: fk.RefSchema, Relname: fk.RefName}
+		if _, err := checkForeignKey(ctx, home, snap, t, c, ""); err != nil {
+			return err
+		}
+	}
+	rows, err := home.Query(ctx, `SELECT DISTINCT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), n.nspname || '.' || c.relname
+		FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.conrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE k.contype = 'f' AND k.confrelid = $1 AND k.conrelid <> $1 ORDER BY 1`, def.OID)
+	if err != nil {
+		return err
+	}
+	var referencing [][2]string
+	for rows.Next() {
+		var r [2]string
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			rows.Close()
+			return err
+		}
+		referencing = append(referencing, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range referencing {
+		o.referenced = true
+		if snap.Table(r[1]) != nil {
+			return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: %s, in the catalog, references it", def.CatalogName(), r[1]).
+				WithHint("Drop that foreign key first.")
+		}
+		var rows bool
+		if _, err := home.Exec(ctx, "LOCK TABLE "+r[0]+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+			return o.nodes.wrap(err, "cannot lock %s on node %s", r[1], o.nodes.describe(o.home))
+		}
+		if err := home.QueryRow(ctx, "SELECT EXISTS (SELECT FROM ONLY "+r[0]+")").Scan(&rows); err != nil {
+			return o.nodes.wrap(err, "cannot read %s on node %s", r[1], o.nodes.describe(o.home))
+		}
+		if rows {
+			return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: %s references it by a foreign key and has rows", def.CatalogName(), r[1]).
+				WithHint("Drop the foreign key, distribute both tables, then add it again with ALTER TABLE ... ADD FOREIGN KEY.")
+		}
+		if _, err := home.Exec(ctx, ReferencesGuardSQL(r[0])); err != nil {
+			return o.nodes.wrap(err, "cannot guard %s on node %s", r[1], o.nodes.describe(o.home))
+		}
+	}
+	if len(def.ForeignKeys) == 0 {
+		return nil
+	}
+	for _, sh := range shards {
+		shardName := metadata.ShardName(def.Name, sh.ID)
+		stmts, err := def.ForeignKeySQL(metadata.ShardsSchema, shardName, func(schema, name string) (string, string, error) {
+			rv, err := referencedShard(snap, &pg_query.RangeVar{Schemaname: schema, Relname: name}, sh)
+			if err != nil {
+				return "", "", err
+			}
+			return rv.Schemaname, rv.Relname, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, node := range sh.Nodes {
+			tx, err := o.g.begin(ctx, node)
+			if err != nil {
+				return err
+			}
+			for _, st := range stmts {
+				if _, err := tx.conn.Exec(ctx, st); err != nil {
+					return o.nodes.wrap(err, "cannot add the foreign keys of shard %s.%s on node %s", metadata.ShardsSchema, shardName, o.nodes.describe(node))
+				}
+			}
 		}
 	}
 	return nil

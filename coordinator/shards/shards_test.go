@@ -422,6 +422,7 @@ func TestDistributeRefusals(t *testing.T) {
 	e.exec(0, `CREATE TABLE plain (id bigint PRIMARY KEY, amount numeric, email text UNIQUE)`)
 	e.exec(0, `CREATE TABLE parent (id bigint PRIMARY KEY)`)
 	e.exec(0, `CREATE TABLE child (id bigint PRIMARY KEY, parent_id bigint REFERENCES parent)`)
+	e.exec(0, `INSERT INTO parent VALUES (1); INSERT INTO child VALUES (1, 1)`)
 	e.exec(0, `CREATE SEQUENCE loose_seq`)
 	e.exec(0, `CREATE TABLE loose_t (id bigint DEFAULT nextval('loose_seq') PRIMARY KEY)`)
 	e.exec(0, `CREATE TABLE seqexpr_t (id bigserial PRIMARY KEY, code text DEFAULT 'c' || nextval('seqexpr_t_id_seq'))`)
@@ -443,8 +444,8 @@ func TestDistributeRefusals(t *testing.T) {
 		{"plain", "nope", pgerr.UndefinedColumn, `column "nope" of relation "public.plain" does not exist`},
 		{"plain", "amount", pgerr.FeatureNotSupported, "distribution column type numeric is not supported yet"},
 		{"plain", "id", pgerr.FeatureNotSupported, `constraint "plain_email_key" does not include the distribution column "id"`},
-		{"child", "id", pgerr.FeatureNotSupported, "cannot distribute public.child: it has foreign keys"},
-		{"parent", "id", pgerr.FeatureNotSupported, "cannot distribute public.parent: it has foreign keys"},
+		{"child", "id", pgerr.FeatureNotSupported, `cannot distribute public.child: its foreign key "child_parent_id_fkey" references public.parent, which is neither`},
+		{"parent", "id", pgerr.FeatureNotSupported, "cannot distribute public.parent: public.child references it by a foreign key and has rows"},
 		{"loose_t", "id", pgerr.FeatureNotSupported, `column "id" of public.loose_t takes its default from a sequence (nextval('loose_seq'::regclass)) other than its own`},
 		{"seqexpr_t", "id", pgerr.FeatureNotSupported, `column "code" of public.seqexpr_t takes its default from a sequence`},
 		{"trig_t", "id", pgerr.FeatureNotSupported, "triggers on distributed tables are not supported yet"},

@@ -377,7 +377,8 @@ func TableDef(ctx context.Context, conn *pgx.Conn, table string) (*Def, error) {
 		return nil, err
 	}
 	err = conn.QueryRow(ctx, `SELECT tgname::text FROM pg_catalog.pg_trigger
-		WHERE tgrelid = $1 AND NOT tgisinternal AND tgname <> 'pgfleet_distributed_guard' ORDER BY tgname LIMIT 1`, r.oid).Scan(&other)
+		WHERE tgrelid = $1 AND NOT tgisinternal AND tgname NOT IN ('pgfleet_distributed_guard', 'pgfleet_references_guard')
+		ORDER BY tgname LIMIT 1`, r.oid).Scan(&other)
 	if err == nil {
 		return nil, pgerr.New(pgerr.FeatureNotSupported, "%s has trigger %q; triggers on distributed tables are not supported yet", name, other).
 			WithHint("Drop the trigger first.")
@@ -600,12 +601,10 @@ func readForeignKeys(ctx context.Context, conn *pgx.Conn, d *Def) error {
 	return rows.Err()
 }
 
-// foreignKeysRefused fails with 0A000 if a table about to be distributed or
-// made a reference table has a foreign key, or another table has one
-// referencing it: its references are to tables outside the catalog (a
-// table in it cannot be referenced by one outside), which shards cannot
-// check. Foreign keys between catalog tables are added afterwards, with
-// ALTER TABLE.
+// foreignKeysRefused fails with 0A000 if the table has a foreign key, or
+// another table has one referencing it (undistribute_table: its rows would
+// come back into a table whose keys reference, or are referenced by, empty
+// shells).
 func foreignKeysRefused(ctx context.Context, conn *pgx.Conn, oid uint32, name string) error {
 	var fk, fkTable string
 	var outgoing bool
@@ -619,14 +618,27 @@ func foreignKeysRefused(ctx context.Context, conn *pgx.Conn, oid uint32, name st
 	if err != nil {
 		return err
 	}
-	e := pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: it has foreign keys", name).
-		WithHint("Drop the foreign key, distribute the tables (the referenced one as a reference table, or both distributed and colocated), then add it again with ALTER TABLE ... ADD FOREIGN KEY.")
+	e := pgerr.New(pgerr.FeatureNotSupported, "cannot undistribute %s: it has foreign keys", name).
+		WithHint("Drop the foreign keys (ALTER TABLE ... DROP CONSTRAINT) first.")
 	if outgoing {
 		e.Detail = fmt.Sprintf("%s has foreign key %q.", name, fk)
 	} else {
 		e.Detail = fmt.Sprintf("%s is referenced by foreign key %q of %s.", name, fk, fkTable)
 	}
 	return e
+}
+
+// ReferencesGuard is the trigger that keeps a table which is neither
+// distributed nor a reference table, and has a foreign key to one, from
+// taking rows: its key would be checked against the empty shell on the
+// default node. Distributing the table drops it.
+const ReferencesGuard = "pgfleet_references_guard"
+
+// ReferencesGuardSQL adds the guard to a table (ident as the statement
+// that made it spelled it).
+func ReferencesGuardSQL(ident string) string {
+	return "CREATE OR REPLACE TRIGGER " + ReferencesGuard + " BEFORE INSERT OR UPDATE ON " + ident +
+		" FOR EACH STATEMENT EXECUTE FUNCTION pgfleet.references_guard()"
 }
 
 func readIndexes(ctx context.Context, conn *pgx.Conn, d *Def) error {
