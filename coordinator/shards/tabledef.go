@@ -15,10 +15,10 @@ import (
 )
 
 // Def is what a shard of a table needs of the table's definition, read from
-// pg_catalog: its columns, constraints and indexes. Features a shard cannot
-// reproduce faithfully (foreign keys, identity columns, sequence defaults,
-// triggers, row-level security, inheritance, partitioning) make TableDef fail
-// with SQLSTATE 0A000 rather than be left out silently.
+// pg_catalog: its columns, constraints, indexes and foreign keys. Features a
+// shard cannot reproduce faithfully (sequence defaults other than a
+// column's own, triggers, row-level security, inheritance, partitioning)
+// make TableDef fail with SQLSTATE 0A000 rather than be left out silently.
 type Def struct {
 	OID         uint32
 	Schema      string // as PostgreSQL spells it, unquoted
