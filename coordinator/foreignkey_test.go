@@ -210,6 +210,22 @@ func TestForeignKeys(t *testing.T) {
 		t.Errorf("COPY into a table with a key to a distributed table, not distributed itself: %v, want 0A000", err)
 	}
 	both("SELECT count(*) FROM fk_inv")
+	// Its key dropped, a plain table takes rows again; one made in the
+	// schema a temporary table of its name hides is guarded too.
+	exec(t, c, "CREATE TABLE fk_gone (id int PRIMARY KEY, country_id int CONSTRAINT fk_gone_c REFERENCES fk_country)", simple)
+	if _, err := c.Exec(ctx, "INSERT INTO fk_gone VALUES (1, 1)", simple); sqlState(err) != "0A000" {
+		t.Errorf("INSERT into a plain table with a key to a reference table: %v, want 0A000", err)
+	}
+	exec(t, c, "ALTER TABLE fk_gone DROP CONSTRAINT fk_gone_c", simple)
+	exec(t, c, "INSERT INTO fk_gone VALUES (1, 1)", simple)
+	exec(t, c, "DROP TABLE fk_gone", simple)
+	tc := connect(t, srv.Addr())
+	exec(t, tc, "CREATE TEMP TABLE fk_gone (id int)", simple)
+	exec(t, tc, "CREATE TABLE public.fk_gone (id int PRIMARY KEY, country_id int REFERENCES fk_country)", simple)
+	if _, err := tc.Exec(ctx, "INSERT INTO public.fk_gone VALUES (1, 1)", simple); sqlState(err) != "0A000" {
+		t.Errorf("INSERT into a plain table with a key to a reference table, made beside a temporary table of its name: %v, want 0A000", err)
+	}
+	exec(t, tc, "DROP TABLE public.fk_gone", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_inv', 'org_id', colocate_with => 'fk_org')", simple)
 	exec(t, c, "BEGIN", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_alt', 'org_id', colocate_with => 'fk_org')", simple)

@@ -171,10 +171,13 @@ BEGIN
 END $$;
 -- The references guard's function: a table that is neither distributed nor a
 -- reference table, with a foreign key to one, takes no rows: its key would be
--- checked against that table's empty shell here.
+-- checked against that table's empty shell here. (Once it has no such key,
+-- dropped since, it takes them.)
 CREATE OR REPLACE FUNCTION pgfleet.references_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF current_setting('pgfleet.internal', true) = 'on' THEN
+  IF current_setting('pgfleet.internal', true) = 'on' OR NOT EXISTS (
+      SELECT FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_trigger g ON g.tgrelid = k.confrelid
+       WHERE k.conrelid = TG_RELID AND k.contype = 'f' AND g.tgname = 'pgfleet_distributed_guard') THEN
     RETURN NULL;
   END IF;
   RAISE EXCEPTION 'table % has a foreign key to a distributed or reference table, and is neither itself', TG_TABLE_NAME

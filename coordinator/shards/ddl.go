@@ -339,16 +339,26 @@ func (d *ddl) guardFirst(ctx context.Context, home *pgx.Conn) (string, error) {
 	if d.guard == nil {
 		return "", nil
 	}
+	if !d.guardEmpty {
+		// The table CREATE TABLE makes, in its schema or the first of the
+		// search_path (current_schema: where it is made, whatever a
+		// temporary table of that name would make the name resolve to).
+		var rel *string
+		var exists bool
+		if err := home.QueryRow(ctx, `SELECT pg_catalog.quote_ident(s) || '.' || pg_catalog.quote_ident($2),
+				pg_catalog.to_regclass(pg_catalog.quote_ident(s) || '.' || pg_catalog.quote_ident($2)) IS NOT NULL
+			FROM coalesce(nullif($1, ''), pg_catalog.current_schema()) AS s`, d.guard.Schemaname, d.guard.Relname).Scan(&rel, &exists); err != nil {
+			return "", twophase.ToPgErr(err)
+		}
+		if rel == nil || exists {
+			return "", nil // (PostgreSQL's error, or IF NOT EXISTS of a table there)
+		}
+		return *rel, nil
+	}
 	rel := pgx.Identifier(rangeVarNames(d.guard)).Sanitize()
 	var exists bool
 	if err := home.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", rel).Scan(&exists); err != nil {
 		return "", twophase.ToPgErr(err)
-	}
-	if !d.guardEmpty {
-		if exists {
-			return "", nil
-		}
-		return rel, nil
 	}
 	if !exists {
 		return "", nil // (IF EXISTS, or PostgreSQL's error)
