@@ -201,7 +201,11 @@ func (ss *session) citusInTxn(fn *planner.Function) error {
 	}
 	if err == nil {
 		home := conns[ss.srv.defaultNode.Load()]
-		call.name, call.oid, err = shards.CheckInTxn(ctx, home, snap, call.table, call.column)
+		var pending []string // (they are distributed first at COMMIT)
+		for _, p := range ss.citusPending {
+			pending = append(pending, p.name)
+		}
+		call.name, call.oid, err = shards.CheckInTxn(ctx, home, snap, pending, call.table, call.column)
 		if err == nil {
 			err = ss.droppedInBlock(call.name)
 		}

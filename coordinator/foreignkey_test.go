@@ -154,7 +154,7 @@ func TestForeignKeys(t *testing.T) {
 	exec(t, c, "CREATE TABLE fk_col (org_id bigint, id bigint, other bigint, PRIMARY KEY (org_id, id))", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_col', 'org_id', colocate_with => 'fk_org')", simple)
 	t.Cleanup(func() {
-		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS fk_plain, fk_other, fk_col, fk_inv, fk_alt, fk_campaign, fk_company, fk_user, fk_org, fk_tag, fk_country", simple)
+		_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS fk_plain, fk_other, fk_col, fk_inv, fk_alt, fk_campaign, fk_company, fk_b2, fk_b1, fk_user, fk_org, fk_tag, fk_country", simple)
 	})
 	for _, s := range []string{
 		"ALTER TABLE fk_org ADD FOREIGN KEY (country_id) REFERENCES fk_plain",
@@ -231,6 +231,27 @@ func TestForeignKeys(t *testing.T) {
 	exec(t, c, "SELECT create_distributed_table('fk_alt', 'org_id', colocate_with => 'fk_org')", simple)
 	exec(t, c, "COMMIT", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_campaign', 'company_id', colocate_with => 'fk_org')", simple)
+	// As migration tools send it: one block makes and distributes a table,
+	// then makes one referencing it and distributes that.
+	for _, s := range []string{
+		"BEGIN",
+		"CREATE TABLE fk_b1 (id bigint PRIMARY KEY)",
+		"SELECT create_distributed_table('fk_b1', 'id', colocate_with => 'fk_org')",
+		"CREATE TABLE fk_b2 (b1 bigint REFERENCES fk_b1 ON DELETE CASCADE, id bigint, PRIMARY KEY (b1, id))",
+		"SELECT create_distributed_table('fk_b2', 'b1', colocate_with => 'fk_b1')",
+		"COMMIT",
+	} {
+		exec(t, c, s, simple)
+		if !strings.Contains(s, "create_distributed_table") {
+			exec(t, oracle, s, simple)
+		}
+	}
+	both("INSERT INTO fk_b1 SELECT generate_series(1, 10)")
+	both("INSERT INTO fk_b2 SELECT g, 1 FROM generate_series(1, 10) g")
+	both("INSERT INTO fk_b2 VALUES (11, 1)")
+	both("DELETE FROM fk_b1 WHERE id < 4")
+	both("SELECT b1 FROM fk_b2 ORDER BY b1")
+	perTable["fk_b2"], perTable["fk_b1"] = 1, 0
 	perTable["fk_inv"], perTable["fk_alt"], perTable["fk_campaign"], perTable["fk_company"] = 2, 1, 1, 0
 	checkKeys("after the tables that referenced them were distributed")
 	both("INSERT INTO fk_company SELECT g, 'c' FROM generate_series(1, 10) g")
@@ -296,7 +317,7 @@ func TestForeignKeys(t *testing.T) {
 	both("SELECT (SELECT count(*) FROM fk_org), (SELECT count(*) FROM fk_user), (SELECT count(*) FROM fk_tag)")
 
 	// Dropped together, in any order.
-	exec(t, c, "DROP TABLE fk_country, fk_col, fk_org, fk_tag, fk_user, fk_inv, fk_alt, fk_campaign, fk_company", simple)
+	exec(t, c, "DROP TABLE fk_country, fk_col, fk_org, fk_tag, fk_user, fk_inv, fk_alt, fk_campaign, fk_company, fk_b1, fk_b2", simple)
 	for _, table := range []string{"fk_country", "fk_org", "fk_user", "fk_tag"} {
 		if n, _ := keys(table); n != 0 {
 			t.Errorf("%s has %d shards or copies left after DROP TABLE", table, n)

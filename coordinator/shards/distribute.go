@@ -616,7 +616,7 @@ func (o *op) fail(ctx context.Context, err error) error {
 // the column exists, has a supported type and is in every unique
 // constraint. It locks the table against writes in the block, as the
 // operation does, and returns its catalog name.
-func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table, column string) (name string, oid uint32, err error) {
+func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, pending []string, table, column string) (name string, oid uint32, err error) {
 	def, err := TableDef(ctx, c, table)
 	if err != nil {
 		return "", 0, err
@@ -631,7 +631,7 @@ func CheckInTxn(ctx context.Context, c *pgx.Conn, snap *metadata.Snapshot, table
 	if err := notInCatalog(snap, def.CatalogName()); err != nil {
 		return "", 0, err
 	}
-	if err := referencesCatalog(snap, def); err != nil {
+	if err := referencesCatalog(snap, def, pending...); err != nil {
 		return "", 0, err
 	}
 	if column == "" {
@@ -699,11 +699,12 @@ func uniqueIncludes(def *Def, column string) error {
 
 // referencesCatalog fails with 0A000 if def, a table about to be
 // distributed or made a reference table, has a foreign key to a table that
-// is neither (itself aside): its shards could not check it.
-func referencesCatalog(snap *metadata.Snapshot, def *Def) error {
+// is neither (itself aside, and the pending ones: distributed by the same
+// transaction block before it): its shards could not check it.
+func referencesCatalog(snap *metadata.Snapshot, def *Def, pending ...string) error {
 	for _, fk := range def.ForeignKeys {
 		name := fk.RefSchema + "." + fk.RefName
-		if name == def.CatalogName() || snap.Table(name) != nil {
+		if name == def.CatalogName() || snap.Table(name) != nil || slices.Contains(pending, name) {
 			continue
 		}
 		return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: its foreign key %q references %s, which is neither a distributed nor a reference table",
