@@ -40,7 +40,7 @@ def columns():
 
 
 with engine.begin() as c:
-    c.execute(sa.text("DROP TABLE IF EXISTS al_accounts, al_plans, alembic_version"))
+    c.execute(sa.text("DROP TABLE IF EXISTS al_members, al_accounts, al_plans, alembic_version"))
 
 command.upgrade(cfg, "001")
 p("after 001", (version(), tables()))
@@ -88,6 +88,30 @@ with Session(engine) as s:
     p("orm transfer", [str(s.get(Account, i).balance) for i in (7, 8, 9)])
     s.commit()
     p("orm filter", [x.id for x in s.query(Account).filter(Account.id.in_([3, 33, 103, 999])).order_by(Account.id)])
+    # The foreign keys: a plan that does not exist, members of accounts
+    # that do and do not, and members going with their account.
+    s.commit()
+    try:
+        with s.begin():
+            s.add(Account(id=200, name="bad plan", balance=1, plan_id=9))
+    except sa.exc.IntegrityError as e:
+        p("orm plan key", e.orig.pgcode)
+    with s.begin():
+        s.execute(sa.text("INSERT INTO al_members SELECT id, 1, name FROM al_accounts WHERE id <= 20"))
+    try:
+        with s.begin():
+            s.execute(sa.text("INSERT INTO al_members VALUES (999, 1, 'nobody')"))
+    except sa.exc.IntegrityError as e:
+        p("member key", e.orig.pgcode)
+    with s.begin():
+        s.execute(sa.text("DELETE FROM al_accounts WHERE id IN (3, 4, 5)"))
+    p("members", s.execute(sa.text("SELECT count(*), sum(account_id) FROM al_members")).one())
+    s.commit()
+    try:
+        with s.begin():
+            s.execute(sa.text("DELETE FROM al_plans WHERE id = 1"))
+    except sa.exc.IntegrityError as e:
+        p("plan in use", e.orig.pgcode)
 
 try:
     command.upgrade(cfg, "003")

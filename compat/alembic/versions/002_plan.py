@@ -11,9 +11,11 @@ def upgrade():
     op.create_index("al_accounts_plan", "al_accounts", ["plan_id"])
     op.create_check_constraint("al_balance_nonneg", "al_accounts", "balance >= 0")
     op.execute("UPDATE al_accounts SET plan_id = CASE WHEN id % 2 = 0 THEN 2 ELSE 1 END")
+    op.create_foreign_key("al_accounts_plan_fk", "al_accounts", "al_plans", ["plan_id"], ["id"])
 
 
 def downgrade():
+    op.drop_constraint("al_accounts_plan_fk", "al_accounts", type_="foreignkey")
     op.drop_constraint("al_balance_nonneg", "al_accounts", type_="check")
     op.drop_index("al_accounts_plan", "al_accounts")
     op.drop_column("al_accounts", "plan_id")
