@@ -623,6 +623,11 @@ func parseDDL(ctx context.Context, home *pgx.Conn, text string, snap *metadata.S
 		if err != nil {
 			return nil, err
 		}
+		if d != nil && len(tree.Stmts) > 1 && d.guard != nil {
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"%s with a foreign key to %s in a query string with several statements is not supported", d.kind, describeTable(d.refs[0])).
+				WithHint("Send the statement on its own.")
+		}
 		if d != nil && len(tree.Stmts) > 1 {
 			return nil, pgerr.New(pgerr.FeatureNotSupported,
 				"%s on %s in a query string with several statements is not supported", d.kind, describeTable(d.targets[0].table)).

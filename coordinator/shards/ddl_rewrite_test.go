@@ -171,6 +171,8 @@ func TestDDLTablesWithoutDatabase(t *testing.T) {
 		{"CREATE TABLE plain (a int REFERENCES app.kinds (id)) PARTITION BY HASH (a)", "0A000"},
 		{"CREATE TABLE plain (a int REFERENCES app.kinds (id), LIKE items)", "0A000"},
 		{"CREATE TABLE plain (a int, FOREIGN KEY (a) REFERENCES items)", "public.items"},
+		{"CREATE TABLE plain (a int, FOREIGN KEY (a) REFERENCES items); SELECT 1", "0A000"},
+		{"SELECT 1; ALTER TABLE plain ADD FOREIGN KEY (a) REFERENCES app.kinds", "0A000"},
 		{"ALTER TABLE items ADD CONSTRAINT x EXCLUDE USING gist (id WITH =)", "0A000"},
 		{"ALTER TABLE items ADD CONSTRAINT k PRIMARY KEY USING INDEX i", "0A000"},
 		{"ALTER TABLE items ALTER COLUMN id TYPE int", "0A000"},
