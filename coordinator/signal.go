@@ -256,7 +256,10 @@ func (ss *session) signalSession(sql string) (handled bool, err error) {
 	}
 	switch {
 	case workers == len(pids) && len(pids) > 0:
-		pooled := ss.srv.pooledPIDs()
+		pooled, err := ss.srv.pooledPIDs()
+		if err != nil {
+			return true, ss.queryError(err)
+		}
 		for _, pid := range pids {
 			if pid > 0 && pid < minSessionPID && slices.Contains(pooled, uint32(pid)) {
 				// (Adversary: a client's own pg_backend_pid(), signalled
@@ -316,7 +319,10 @@ func errPooledPID(pid int64) error {
 // process ID of a pooled worker backend anywhere (a number in it), for the
 // forms of a call the coordinator does not read (signalSession).
 func (s *Server) pooledPIDIn(sql string) error {
-	pooled := s.pooledPIDs()
+	pooled, err := s.pooledPIDs()
+	if err != nil {
+		return err
+	}
 	for i := 0; i < len(sql); {
 		if sql[i] < '0' || sql[i] > '9' {
 			i++
@@ -335,8 +341,11 @@ func (s *Server) pooledPIDIn(sql string) error {
 }
 
 // pooledPIDs is the process IDs of the worker backends the coordinator's
-// pools keep open (read once per signalling statement).
-func (s *Server) pooledPIDs() []uint32 {
+// pools keep open, and those every coordinator sharing its metadata
+// database recorded there (read once per signalling statement): a
+// client's pg_backend_pid() through another coordinator names one of
+// those (adversary). An error reading them refuses the statement.
+func (s *Server) pooledPIDs() ([]uint32, error) {
 	s.mu.Lock()
 	pools := make([]*pooling.Pool, 0, len(s.pools))
 	for _, p := range s.pools {
@@ -347,7 +356,20 @@ func (s *Server) pooledPIDs() []uint32 {
 	for _, p := range pools {
 		pids = p.PIDs(pids)
 	}
-	return pids
+	if s.cfg.LeaseTTL < 0 || s.leases == nil {
+		return pids, nil // (no budget: the others' backends are not recorded)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	others, err := s.leases.RecordedBackends(ctx)
+	if err != nil {
+		return nil, pgerr.New(pgerr.ObjectNotInPrerequisite, "cannot read the fleet's pooled worker backends, which pg_cancel_backend and pg_terminate_backend must not signal: %v", err).
+			WithHint("Retry when the metadata database answers.")
+	}
+	for _, p := range others {
+		pids = append(pids, uint32(p))
+	}
+	return pids, nil
 }
 
 // signalOne signals the session with process ID pid: its result, a

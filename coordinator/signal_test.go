@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
@@ -318,5 +319,38 @@ func TestSignalPooledBackendRefused(t *testing.T) {
 	}
 	if err := <-done; sqlState(err) != "57014" {
 		t.Errorf("the direct connection's statement: %v, want 57014", err)
+	}
+}
+
+// TestSignalPooledBackendOfFleetRefused: a pooled worker backend of
+// another coordinator sharing the metadata database (its recorded
+// backends, with the connection budget on) is refused too: a client's
+// pg_backend_pid() through one coordinator, signalled through the other,
+// cancelled whichever client's statement ran on that connection
+// (adversary).
+func TestSignalPooledBackendOfFleetRefused(t *testing.T) {
+	cl := pgtest.Shared(t)
+	leased := func(c *coordinator.Config) { c.PoolSize, c.LeaseTTL = 1, 10*time.Second }
+	one := pgtest.Coordinator(t, cl, leased)
+	two := pgtest.Coordinator(t, cl, leased)
+	ctx := context.Background()
+	a := connect(t, one.Addr())
+	var pooled uint32
+	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pooled); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, two.Addr())
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		for _, q := range []string{"SELECT pg_cancel_backend(%d)", "SELECT pg_terminate_backend(%d + 0)"} {
+			sql := fmt.Sprintf(q, pooled)
+			if _, err := c.Exec(ctx, sql, mode); sqlState(err) != "0A000" {
+				t.Errorf("%v: %s through the other coordinator: %v, want 0A000", mode, sql, err)
+			}
+		}
+	}
+	// The backend is still there for the first coordinator's clients.
+	var again uint32
+	if err := a.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&again); err != nil || again != pooled {
+		t.Errorf("the pooled backend after the refused signals: %d, %v; want %d", again, err, pooled)
 	}
 }

@@ -194,3 +194,18 @@ func (s *Store) RecordBackend(ctx context.Context, name, worker string, pid int3
 	}
 	return nil
 }
+
+// RecordedBackends is the process IDs of every coordinator's recorded
+// backends, on any worker: the pooled connections of the whole fleet (as
+// of each one's last renewal, and those recorded since).
+func (s *Store) RecordedBackends(ctx context.Context) ([]int32, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT p FROM pgfleet.connection_shares, unnest(pids) AS p`)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: recorded backends: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("metadata: recorded backends: %w", err)
+	}
+	return pids, nil
+}
