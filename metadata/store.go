@@ -201,6 +201,30 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 // exist, in one transaction under an advisory lock. It is safe to call again
 // and from several coordinators at once. A new catalog has version 1.
 func (s *Store) Init(ctx context.Context) error {
+	// Its DDL takes strong locks on tables other coordinators' leases and
+	// catalog reads use meanwhile: a deadlock with one of them (seen once
+	// under load, 40P01) is tried again.
+	var err error
+	for try := 0; try < 5; try++ {
+		if err = s.init(ctx); err == nil || !retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(50*(try+1)) * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// retryable reports whether err is a deadlock or serialization failure.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+func (s *Store) init(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("metadata: init: %w", err)
