@@ -219,6 +219,16 @@ func TestForeignKeys(t *testing.T) {
 	exec(t, c, "ALTER TABLE fk_gone DROP CONSTRAINT fk_gone_c", simple)
 	exec(t, c, "INSERT INTO fk_gone VALUES (1, 1)", simple)
 	exec(t, c, "DROP TABLE fk_gone", simple)
+	exec(t, c, "CREATE TABLE fk_parted (id int, country_id int) PARTITION BY HASH (id)", simple)
+	if _, err := c.Exec(ctx, "ALTER TABLE fk_parted ADD FOREIGN KEY (country_id) REFERENCES fk_country", simple); sqlState(err) != "0A000" {
+		t.Errorf("a key from a partitioned plain table to a reference table: %v, want 0A000", err)
+	}
+	exec(t, c, "DROP TABLE fk_parted", simple)
+	exec(t, c, "CREATE UNLOGGED TABLE fk_gone (id int, country_id int REFERENCES fk_country)", simple)
+	if _, err := c.Exec(ctx, "INSERT INTO fk_gone VALUES (1, 1)", simple); sqlState(err) != "0A000" {
+		t.Errorf("INSERT into an unlogged plain table with a key to a reference table: %v, want 0A000", err)
+	}
+	exec(t, c, "DROP TABLE fk_gone", simple)
 	tc := connect(t, srv.Addr())
 	exec(t, tc, "CREATE TEMP TABLE fk_gone (id int)", simple)
 	exec(t, tc, "CREATE TABLE public.fk_gone (id int PRIMARY KEY, country_id int REFERENCES fk_country)", simple)

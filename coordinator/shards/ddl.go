@@ -356,12 +356,20 @@ func (d *ddl) guardFirst(ctx context.Context, home *pgx.Conn) (string, error) {
 		return *rel, nil
 	}
 	rel := pgx.Identifier(rangeVarNames(d.guard)).Sanitize()
-	var exists bool
-	if err := home.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", rel).Scan(&exists); err != nil {
+	var kind *string
+	if err := home.QueryRow(ctx, "SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass($1)", rel).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return "", twophase.ToPgErr(err)
 	}
-	if !exists {
+	if kind == nil {
 		return "", nil // (IF EXISTS, or PostgreSQL's error)
+	}
+	if *kind != "r" && *kind != "p" {
+		return "", nil // (PostgreSQL's error)
+	}
+	if *kind == "p" {
+		// A partition's rows do not pass its parent's statement trigger.
+		return "", unsupportedDDL("a foreign key from %s, which is partitioned and neither distributed nor a reference table, to %s is not supported", rel, describeTable(d.refs[0])).
+			WithHint("Keep the key on tables that are distributed or reference tables.")
 	}
 	if _, err := home.Exec(ctx, "LOCK TABLE "+rel+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		return "", twophase.ToPgErr(err)
@@ -584,10 +592,10 @@ func referencedOnly(n *pg_query.Node, snap *metadata.Snapshot) ([]*metadata.Tabl
 }
 
 // guardable reports whether a CREATE TABLE makes a plain table that may
-// reference catalog tables (guarded): not temporary, inherited or
-// partitioned.
+// reference catalog tables (guarded): not temporary, inherited,
+// partitioned or typed.
 func guardable(cs *pg_query.CreateStmt) bool {
-	return cs.Relation != nil && cs.Relation.Relpersistence == "p" && len(cs.InhRelations) == 0 &&
+	return cs.Relation != nil && cs.Relation.Relpersistence != "t" && len(cs.InhRelations) == 0 &&
 		cs.Partbound == nil && cs.Partspec == nil && cs.OfTypename == nil
 }
 
