@@ -1,9 +1,12 @@
 package coordinator
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/executor"
@@ -248,7 +251,13 @@ func (ss *session) insertRows(sql string, sf *planner.SelectFirst, res *selectRo
 		res.rows[r] = nil
 	}
 	if sf.Batchable && (len(rows) > batchRows || size > batchBytes) {
-		return ss.insertBatches(sql, rows)
+		self, err := ss.selfReferencing(sf.Target)
+		if err != nil {
+			return ss.partError(err), false, nil
+		}
+		if !self {
+			return ss.insertBatches(sql, rows)
+		}
 	}
 	q, err := planner.InsertWithRows(sql, rows)
 	if err != nil {
@@ -274,6 +283,33 @@ const (
 	batchRows  = 1000
 	batchBytes = 1 << 20
 )
+
+// selfReferencing reports whether catalog table table has a foreign key
+// referencing itself, read on a pooled connection to the default node
+// (its shell's keys as committed): the rows of an INSERT into it go in one
+// statement, as a row's referenced row may be among them (adversary: a
+// self-referencing INSERT ... SELECT of 1,001 rows failed with 23503 in
+// parts of 1,000).
+func (ss *session) selfReferencing(table string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := ss.poolFor(ss.srv.defaultNode.Load())
+	if err != nil {
+		return false, err
+	}
+	sc, err := ss.sideCheckout(ctx, pool)
+	if err != nil {
+		return false, err
+	}
+	defer ss.sideRelease(pool, sc)
+	schema, rel, _ := strings.Cut(table, ".")
+	row, err := ss.askOwn(sc, "SELECT EXISTS (SELECT FROM pg_catalog.pg_constraint WHERE contype = 'f' AND conrelid = confrelid AND conrelid = pg_catalog.to_regclass("+
+		escapedLiteral(pgx.Identifier{schema, rel}.Sanitize())+"))")
+	if err != nil {
+		return false, err
+	}
+	return len(row) == 1 && string(row[0]) == "t", nil
+}
 
 // insertBatches runs the INSERT (sql) with rows as its VALUES in parts,
 // each in the session's transaction, and answers as one INSERT: the first

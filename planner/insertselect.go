@@ -206,14 +206,18 @@ type SelectFirst struct {
 	// INSERT's column types, where the SELECT alone makes them text.
 	Untyped []string
 	// Catalog: the target is a distributed or reference table (else a
-	// table of the default node).
+	// table of the default node), Target its catalog name.
 	Catalog bool
+	Target  string
 	// Batchable: the rows may go in INSERTs of a part of them each, in
 	// the one transaction, and mean what one INSERT of them all means.
 	// Not with ON CONFLICT DO UPDATE (one statement fails on a row it
 	// would update twice; two would update it twice), nor into a table of
 	// the default node (its statement triggers fire once per statement).
-	// A distributed table's statement is one per shard already.
+	// A distributed table's statement is one per shard already. (A table
+	// whose foreign key references itself is not either, which only
+	// PostgreSQL knows: its key is checked at each INSERT's end, and a
+	// row's referenced row may come in a later part.)
 	Batchable bool
 	err       *pgerr.Error
 }
@@ -263,7 +267,11 @@ func (b *builder) selectFirst(ins *pg_query.InsertStmt, target *metadata.Table, 
 		return cause
 	}
 	update := ins.OnConflictClause != nil && ins.OnConflictClause.Action == pg_query.OnConflictAction_ONCONFLICT_UPDATE
-	return &SelectFirst{Select: text, Untyped: untyped, Catalog: target != nil, Batchable: target != nil && !update, err: pe}
+	sf := &SelectFirst{Select: text, Untyped: untyped, Catalog: target != nil, Batchable: target != nil && !update, err: pe}
+	if target != nil {
+		sf.Target = target.Name
+	}
+	return sf
 }
 
 // untypedColumns are SelectFirst.Untyped for sel: a plain SELECT's target
