@@ -117,6 +117,10 @@ type class struct {
 	// showPools: SHOW POOLS, which the coordinator answers (PgBouncer's
 	// report of its pools; PostgreSQL has no setting of that name).
 	showPools bool
+	// setConstraints: SET CONSTRAINTS ALL (setConstraintsNamed: SET
+	// CONSTRAINTS of named constraints), refused where there are
+	// distributed or reference tables as setConstraintsRefused says.
+	setConstraints, setConstraintsNamed bool
 	// chain: the COMMIT or ROLLBACK is AND CHAIN (a new transaction block
 	// with the same characteristics starts at once).
 	chain bool
@@ -644,6 +648,11 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			// SET's was noted as it: SET CONSTRAINTS ALL DEFERRED; SET
 			// work_mem = '1MB' lost the work_mem.)
 			c.ops = append(c.ops, paramOp{kind: opNone, tagText: "SET CONSTRAINTS"})
+			if at(2) == "ALL" {
+				c.setConstraints = true
+			} else {
+				c.setConstraintsNamed = true
+			}
 			return
 		}
 		if first == "ROLE" || first == "SESSION_AUTHORIZATION" {

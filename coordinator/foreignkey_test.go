@@ -145,6 +145,55 @@ func TestForeignKeys(t *testing.T) {
 	}
 	rounds()
 
+	// SET CONSTRAINTS: ALL right after BEGIN holds on every worker the
+	// block takes in; named constraints (a shard's have names of their
+	// own), and ALL once the block runs on another worker than the
+	// first, are refused (adversary: a named one reached the shell only,
+	// and the block committed a row its key refused).
+	for _, s := range []string{
+		"CREATE TABLE fk_def (org bigint, id int, country_id int, PRIMARY KEY (org, id))",
+		"ALTER TABLE fk_def ADD CONSTRAINT fk_def_c FOREIGN KEY (country_id) REFERENCES fk_country DEFERRABLE",
+	} {
+		exec(t, oracle, s, simple)
+		exec(t, c, s, simple)
+		if strings.HasPrefix(s, "CREATE") {
+			exec(t, c, "SELECT create_distributed_table('fk_def', 'org', colocate_with => 'fk_org')", simple)
+		}
+	}
+	both("BEGIN")
+	both("SET CONSTRAINTS ALL DEFERRED")
+	both("INSERT INTO fk_def SELECT g, 1, 50 FROM generate_series(1, 20) g")
+	both("INSERT INTO fk_country VALUES (50, 'fifty')")
+	both("COMMIT")
+	both("SELECT count(*), sum(org) FROM fk_def")
+	both("BEGIN")
+	both("SET CONSTRAINTS ALL DEFERRED")
+	both("INSERT INTO fk_def SELECT g, 2, 51 FROM generate_series(1, 20) g")
+	both("COMMIT")
+	for _, s := range []string{"SET CONSTRAINTS fk_def_c IMMEDIATE", "SET CONSTRAINTS public.fk_def_c DEFERRED"} {
+		exec(t, c, "BEGIN", simple)
+		if _, err := c.Exec(ctx, s, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %v, want 0A000", s, err)
+		}
+		exec(t, c, "ROLLBACK", simple)
+	}
+	// After a deferred violation on the first worker, the deferred check
+	// runs there (23503, as on PostgreSQL); on the other, refused.
+	codes := map[string]int{}
+	for org := 1; org <= 8; org++ {
+		exec(t, c, "BEGIN", simple)
+		exec(t, c, "SET CONSTRAINTS ALL DEFERRED", simple)
+		exec(t, c, fmt.Sprintf("INSERT INTO fk_def VALUES (%d, 3, 52)", org), simple)
+		_, err := c.Exec(ctx, "SET CONSTRAINTS ALL IMMEDIATE", simple)
+		codes[sqlState(err)]++
+		exec(t, c, "ROLLBACK", simple)
+	}
+	if len(codes) != 2 || codes["23503"] == 0 || codes["0A000"] == 0 {
+		t.Errorf("SET CONSTRAINTS ALL IMMEDIATE after a deferred violation, by SQLSTATE: %v; want 23503 (first worker) and 0A000 (the other)", codes)
+	}
+	exec(t, c, "DROP TABLE fk_def", simple)
+	exec(t, oracle, "DROP TABLE fk_def", simple)
+
 	// A self-referencing INSERT ... SELECT of more rows than the
 	// coordinator's parts hold (1,000): one statement, as on PostgreSQL
 	// (adversary: 23503 when a row's parent came in a later part).

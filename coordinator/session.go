@@ -1351,6 +1351,35 @@ var (
 )
 
 // simpleQuery relays a Query message: one or more statements, one cycle.
+// setConstraintsRefused refuses SET CONSTRAINTS where it would not act as
+// on PostgreSQL, in a database with distributed or reference tables
+// (0A000): of named constraints, since a shard's have names of their own
+// (set on the default node, the name reached the shell's only: adversary
+// 140 committed a row its deferred key refused); and ALL in a transaction
+// block that has a worker other than the default node, since the
+// statement runs on the default node (a block on it alone, or on none
+// yet, sets it there and again on each worker it takes in).
+func (ss *session) setConstraintsRefused(cls *class) error {
+	if !cls.setConstraints && !cls.setConstraintsNamed || !ss.routes {
+		return nil
+	}
+	if snap := ss.srv.catalog.Load(); snap == nil || len(snap.Tables) == 0 {
+		return nil
+	}
+	hint := "Declare the keys DEFERRABLE INITIALLY DEFERRED or INITIALLY IMMEDIATE as transactions need them (ALTER TABLE ... DROP CONSTRAINT, then ADD CONSTRAINT)."
+	if cls.setConstraintsNamed {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"SET CONSTRAINTS of named constraints is not supported in a database with distributed or reference tables: their shards' constraints have names of their own").
+			WithHint("Use SET CONSTRAINTS ALL right after BEGIN, or %s", strings.ToLower(hint[:1])+hint[1:])
+	}
+	if ss.inTxn() && (ss.sc != nil && ss.node != ss.srv.defaultNode.Load() || len(ss.parked) > 0) {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"SET CONSTRAINTS ALL is not supported in a transaction block that runs on a worker other than the first: it would reach the first worker only").
+			WithHint("Send it right after BEGIN, or %s", strings.ToLower(hint[:1])+hint[1:])
+	}
+	return nil
+}
+
 func (ss *session) simpleQuery(body []byte) error {
 	// A statement that was refused before it ran leaves nothing to
 	// verify for the next one (whose snapshot, in the transaction the
@@ -1432,6 +1461,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
+	}
+	if err := ss.setConstraintsRefused(&cls); err != nil {
+		return ss.queryError(err)
 	}
 	if cls.count > 1 && (ss.routes || cls.signal) {
 		if snap := ss.srv.catalog.Load(); snap != nil {
@@ -2363,6 +2395,10 @@ func (ss *session) parse(body []byte) error {
 	}
 	if st.cls.showPools {
 		ss.parseFailed(name, errShowPools("over the extended query protocol"))
+		return nil
+	}
+	if err := ss.setConstraintsRefused(&st.cls); err != nil {
+		ss.parseFailed(name, err)
 		return nil
 	}
 	if ss.scsOff && strings.IndexByte(st.Query, '\\') >= 0 && !reflect.DeepEqual(classify(escapeStrings(st.Query)), st.cls) {
