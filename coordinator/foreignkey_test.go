@@ -191,6 +191,16 @@ func TestForeignKeys(t *testing.T) {
 	if len(codes) != 2 || codes["23503"] == 0 || codes["0A000"] == 0 {
 		t.Errorf("SET CONSTRAINTS ALL IMMEDIATE after a deferred violation, by SQLSTATE: %v; want 23503 (first worker) and 0A000 (the other)", codes)
 	}
+	// ALTER CONSTRAINT makes the key deferred on every shard; a key to a
+	// table that does not exist is PostgreSQL's 42P01.
+	both("ALTER TABLE fk_def ALTER CONSTRAINT fk_def_c DEFERRABLE INITIALLY DEFERRED")
+	both("BEGIN")
+	both("INSERT INTO fk_def SELECT g, 4, 53 FROM generate_series(1, 20) g")
+	both("INSERT INTO fk_country VALUES (53, 'x')")
+	both("COMMIT")
+	both("SELECT count(*) FROM fk_def WHERE country_id = 53")
+	both("ALTER TABLE fk_def ADD FOREIGN KEY (country_id) REFERENCES fk_nosuch")
+	both("ALTER TABLE fk_def ADD COLUMN x int REFERENCES public.fk_nosuch")
 	exec(t, c, "DROP TABLE fk_def", simple)
 	exec(t, oracle, "DROP TABLE fk_def", simple)
 

@@ -65,7 +65,7 @@ func (e *TableExistsError) Error() string {
 //     DROP NOT NULL, ADD CONSTRAINT (CHECK, UNIQUE, PRIMARY KEY; unique and
 //     primary keys of a distributed table must include its distribution
 //     column; FOREIGN KEY as checkForeignKey allows), DROP CONSTRAINT,
-//     VALIDATE CONSTRAINT.
+//     VALIDATE CONSTRAINT, ALTER CONSTRAINT (a foreign key's DEFERRABLE).
 //   - ALTER TABLE t RENAME COLUMN a TO b, ALTER TABLE t RENAME CONSTRAINT.
 //   - TRUNCATE t[, ...].
 //   - DROP TABLE [IF EXISTS] t[, ...] (RESTRICT only), which also removes
@@ -832,7 +832,8 @@ func analyzeAlter(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *m
 				return nil, sequenceDefault(t, cmd.Name)
 			}
 		case pg_query.AlterTableType_AT_SetNotNull, pg_query.AlterTableType_AT_DropNotNull,
-			pg_query.AlterTableType_AT_DropConstraint, pg_query.AlterTableType_AT_ValidateConstraint:
+			pg_query.AlterTableType_AT_DropConstraint, pg_query.AlterTableType_AT_ValidateConstraint,
+			pg_query.AlterTableType_AT_AlterConstraint:
 		case pg_query.AlterTableType_AT_AddConstraint:
 			c := cmd.Def.GetConstraint()
 			if c == nil {
@@ -969,6 +970,17 @@ func checkForeignKey(ctx context.Context, home *pgx.Conn, snap *metadata.Snapsho
 	pk := catalogTable(snap, c.Pktable)
 	if pk == nil {
 		name := strings.Join(rangeVarNames(c.Pktable), ".")
+		if home == nil {
+			return nil, ErrIndexLookup // (whether the table exists)
+		}
+		var missing bool
+		if err := home.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NULL",
+			pgx.Identifier(rangeVarNames(c.Pktable)).Sanitize()).Scan(&missing); err != nil {
+			return nil, twophase.ToPgErr(err)
+		}
+		if missing {
+			return cols, nil // PostgreSQL's 42P01, on the shell
+		}
 		return nil, unsupportedDDL("foreign key from %s to %s, which is neither a distributed nor a reference table, is not supported", describeTable(t), name).
 			WithHint("Make %s a reference table first (SELECT create_reference_table('%s')), or distribute it colocated with %s.", name, name, t.Name)
 	}
@@ -1510,6 +1522,10 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64, ref func(*pg_query.RangeVar)
 				constraint(cmd.Def.GetConstraint())
 			case pg_query.AlterTableType_AT_DropConstraint, pg_query.AlterTableType_AT_ValidateConstraint:
 				cmd.Name = name(cmd.Name)
+			case pg_query.AlterTableType_AT_AlterConstraint:
+				if k := cmd.Def.GetConstraint(); k != nil {
+					k.Conname = name(k.Conname)
+				}
 			}
 		}
 		if refErr != nil {

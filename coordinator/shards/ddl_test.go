@@ -455,12 +455,14 @@ func TestDDLDropTable(t *testing.T) {
 
 func TestDDLUnsupported(t *testing.T) {
 	e, snap := newDDLEnv(t)
+	e.exec(0, `CREATE TABLE plain_kinds (id int PRIMARY KEY)`)
 	for _, sql := range []string{
 		"ALTER TABLE items RENAME TO things",
 		"ALTER TABLE items ALTER COLUMN id TYPE int",
 		"ALTER TABLE items DROP COLUMN id",
 		"ALTER TABLE items RENAME COLUMN id TO key",
 		"ALTER TABLE items ADD CONSTRAINT kind_fk FOREIGN KEY (qty) REFERENCES plain_kinds (id)",
+		"ALTER TABLE items ADD CONSTRAINT kind_fk FOREIGN KEY (qty) REFERENCES public.plain_kinds",
 		"ALTER TABLE items ADD COLUMN serial_col bigserial",
 		"ALTER TABLE items SET (fillfactor = 50)",
 		"ALTER TABLE kinds OWNER TO CURRENT_USER",
