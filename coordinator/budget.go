@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,11 +84,20 @@ func (s *Server) renewBudget() {
 	}
 	snap := s.catalog.Load()
 	var wants []metadata.ShareWant
+	var addrs []string
 	for _, n := range snap.Nodes {
-		if !n.Active {
-			continue
+		if n.Active {
+			addrs = append(addrs, n.Addr())
 		}
-		addr := n.Addr()
+	}
+	s.gatesMu.Lock()
+	for addr := range s.joining {
+		if !slices.Contains(addrs, addr) {
+			addrs = append(addrs, addr)
+		}
+	}
+	s.gatesMu.Unlock()
+	for _, addr := range addrs {
 		budget, err := s.workerBudget(addr)
 		if err != nil {
 			s.log.Warn("connection budget: cannot read the worker's max_connections", "worker", addr, "err", err)
@@ -181,6 +191,40 @@ func (s *Server) departed(m fleet.Member) {
 			}
 		}
 	}()
+}
+
+// joinBudget has the lease ask a share of worker addr, which citus_add_node
+// is adding (not active in the catalog yet), and returns after a renewal
+// that asked it: a connection to it is then within the budget. done ends
+// the asking (the catalog has the node by then, or the call failed).
+func (s *Server) joinBudget(ctx context.Context, addr string) (done func()) {
+	if s.cfg.LeaseTTL < 0 || s.leases == nil {
+		return func() {}
+	}
+	s.gatesMu.Lock()
+	if s.joining == nil {
+		s.joining = map[string]int{}
+	}
+	s.joining[addr]++
+	s.gatesMu.Unlock()
+	// (A renewal under way may have asked before the worker was added:
+	// until one grants a share, or three have run.)
+	for try := 0; try < 3 && s.gate(addr).Cap() <= 0; try++ {
+		ch := *s.renewed.Load()
+		poke(s.budgetKick)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		case <-time.After(s.cfg.LeaseTTL / 2):
+		}
+	}
+	return func() {
+		s.gatesMu.Lock()
+		if s.joining[addr]--; s.joining[addr] <= 0 {
+			delete(s.joining, addr)
+		}
+		s.gatesMu.Unlock()
+	}
 }
 
 // renewalDone wakes the dials waiting for a renewal (leaseCurrent).

@@ -217,3 +217,40 @@ func TestConnectionBudget(t *testing.T) {
 		return true
 	})
 }
+
+// TestAddNodeWithBudget: citus_add_node with the connection budget on (the
+// default) connects to the node it adds, whose share the lease asks for the
+// call (it was refused, 53300, since the lease asked shares of the catalog's
+// active nodes only; adversary 140), and copies the reference tables there.
+func TestAddNodeWithBudget(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) {
+		c.Workers = c.Workers[:1]
+		c.LeaseTTL = 2 * time.Second
+	})
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	exec(t, c, "CREATE TABLE ab_ref (id int PRIMARY KEY, name text)", simple)
+	exec(t, c, "SELECT create_reference_table('ab_ref')", simple)
+	exec(t, c, "INSERT INTO ab_ref SELECT g, 'r' || g FROM generate_series(1, 10) g", simple)
+	second := cl.Servers[1]
+	exec(t, c, fmt.Sprintf("SELECT citus_add_node('%s', %d)", second.Host, second.Port), simple)
+	var n int
+	if err := connect(t, second.Addr()).QueryRow(ctx, "SELECT count(*)::int FROM pgfleet_shards.ab_ref_102008").Scan(&n); err != nil || n != 10 {
+		// (The copy's shard id is the catalog's first.)
+		var names []string
+		rows, _ := connect(t, second.Addr()).Query(ctx, "SELECT tablename::text FROM pg_tables WHERE schemaname = 'pgfleet_shards'", simple)
+		for rows.Next() {
+			var s string
+			_ = rows.Scan(&s)
+			names = append(names, s)
+		}
+		t.Errorf("the new node's copy of ab_ref: %d rows, %v (tables there: %v); want 10", n, err, names)
+	}
+	for i := 0; i < 4; i++ { // reads go to either copy
+		if got := queryString(t, c, "SELECT count(*)::text FROM ab_ref"); got != "10" {
+			t.Errorf("ab_ref through the coordinator after citus_add_node: %s rows, want 10", got)
+		}
+	}
+}

@@ -79,6 +79,8 @@ func (ss *session) runFunction(fn *planner.Function) error {
 				return ss.queryError(cerr)
 			}
 			const newKey = -1
+			// The new node's connections are within the budget too.
+			defer s.joinBudget(ctx, net.JoinHostPort(host, strconv.Itoa(pn)))()
 			if slices.ContainsFunc(slices.Collect(maps.Values(s.catalog.Load().Tables)), func(t *metadata.Table) bool {
 				return t.Kind == metadata.Reference
 			}) {

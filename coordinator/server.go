@@ -180,6 +180,10 @@ type Server struct {
 	scramKeys   map[string]*pooling.SCRAMKey
 	gatesMu     sync.Mutex
 	gates       map[string]*pooling.Gate
+	// joining are the workers citus_add_node is adding (not active in the
+	// catalog yet), by the number of calls: the lease asks shares of them
+	// too, so that the call can connect to them (joinBudget).
+	joining map[string]int
 	budgets     map[string]int
 	budgetKick  chan struct{}
 	budgetEnd   chan struct{}
