@@ -175,15 +175,15 @@ type Server struct {
 	incarnation string // this process's, random: its lease's in the fleet's member data
 	// --auth workers (authworkers.go): the pool reading roles' verifiers
 	// and the keys clients logged in with, by user.
-	authMu      sync.Mutex
-	authPool    *pgxpool.Pool
-	scramKeys   map[string]*pooling.SCRAMKey
-	gatesMu     sync.Mutex
-	gates       map[string]*pooling.Gate
+	authMu    sync.Mutex
+	authPool  *pgxpool.Pool
+	scramKeys map[string]*pooling.SCRAMKey
+	gatesMu   sync.Mutex
+	gates     map[string]*pooling.Gate
 	// joining are the workers citus_add_node is adding (not active in the
 	// catalog yet), by the number of calls: the lease asks shares of them
 	// too, so that the call can connect to them (joinBudget).
-	joining map[string]int
+	joining     map[string]int
 	budgets     map[string]int
 	budgetKick  chan struct{}
 	budgetEnd   chan struct{}
