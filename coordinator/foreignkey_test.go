@@ -404,9 +404,20 @@ func TestForeignKeys(t *testing.T) {
 	both("TRUNCATE fk_country CASCADE")
 	both("SELECT (SELECT count(*) FROM fk_org), (SELECT count(*) FROM fk_user), (SELECT count(*) FROM fk_tag)")
 
+	// DROP TABLE ... CASCADE of a referenced table (Django's DeleteModel):
+	// the keys that reference it go, on the shards and copies too.
+	both("DROP TABLE fk_country CASCADE")
+	perTable["fk_org"], perTable["fk_tag"], perTable["fk_inv"] = 0, 0, 1
+	delete(perTable, "fk_country")
+	checkKeys("after DROP TABLE fk_country CASCADE")
+	both("INSERT INTO fk_org VALUES (900, 12345, 'no country needed')")
+	if n, _ := keys("fk_country"); n != 0 {
+		t.Errorf("fk_country has %d copies left after DROP TABLE ... CASCADE", n)
+	}
+
 	// Dropped together, in any order.
-	exec(t, c, "DROP TABLE fk_country, fk_col, fk_org, fk_tag, fk_user, fk_inv, fk_alt, fk_campaign, fk_company, fk_b1, fk_b2", simple)
-	for _, table := range []string{"fk_country", "fk_org", "fk_user", "fk_tag"} {
+	exec(t, c, "DROP TABLE fk_col, fk_org, fk_tag, fk_user, fk_inv, fk_alt, fk_campaign, fk_company, fk_b1, fk_b2", simple)
+	for _, table := range []string{"fk_org", "fk_user", "fk_tag"} {
 		if n, _ := keys(table); n != 0 {
 			t.Errorf("%s has %d shards or copies left after DROP TABLE", table, n)
 		}

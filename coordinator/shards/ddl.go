@@ -266,6 +266,21 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 	if err != nil {
 		return "", err
 	}
+	if d.cascade {
+		only, err := d.keysOnly(ctx, home)
+		if err != nil {
+			return "", n.wrap(err, "cannot read what depends on %s on node %s", d.targets[0].table.Name, n.describe(homeID))
+		}
+		if only {
+			// The shell's cascade drops the keys of other tables (with
+			// PostgreSQL's notices), each shard's and copy's those on
+			// its node, which are theirs (Django's DROP TABLE ... CASCADE).
+			d.stmt.GetDropStmt().Behavior = pg_query.DropBehavior_DROP_CASCADE
+			if shellSQL, err = d.deparse(d.stmt); err != nil {
+				return "", err
+			}
+		}
+	}
 	ct, err := home.Exec(ctx, shellSQL)
 	if err != nil {
 		return "", twophase.ToPgErr(err)
@@ -329,6 +344,26 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 		}
 	}
 	return tag, nil
+}
+
+// keysOnly reports whether what depends on the tables a DROP TABLE ...
+// CASCADE names (on the default node, as pg_depend has it for their
+// shells) is foreign keys of other tables only, which their shards have
+// too: nothing else (a view, a function's body) that the shards' cascade
+// would not find.
+func (d *ddl) keysOnly(ctx context.Context, home *pgx.Conn) (bool, error) {
+	var names []string
+	for _, tg := range d.targets {
+		names = append(names, pgx.Identifier{tg.schema, tg.rel}.Sanitize())
+	}
+	var only bool
+	err := home.QueryRow(ctx, `SELECT NOT EXISTS (
+		SELECT FROM pg_catalog.pg_depend dep
+		LEFT JOIN pg_catalog.pg_constraint k ON dep.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND k.oid = dep.objid
+		WHERE dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND dep.deptype = 'n'
+		  AND dep.refobjid = ANY (SELECT pg_catalog.to_regclass(x) FROM unnest($1::text[]) AS x)
+		  AND (k.oid IS NULL OR k.contype <> 'f'))`, names).Scan(&only)
+	return only, err
 }
 
 // guardFirst returns the table d guards, quoted as the statement names it,
@@ -420,7 +455,7 @@ func (d *ddl) runPerNode(ctx context.Context, snap *metadata.Snapshot, n *nodes,
 		var stmt *pg_query.Node
 		if d.drop {
 			stmt = &pg_query.Node{Node: &pg_query.Node_DropStmt{DropStmt: &pg_query.DropStmt{
-				Objects: rels[node], RemoveType: pg_query.ObjectType_OBJECT_TABLE, Behavior: pg_query.DropBehavior_DROP_RESTRICT}}}
+				Objects: rels[node], RemoveType: pg_query.ObjectType_OBJECT_TABLE, Behavior: d.stmt.GetDropStmt().GetBehavior()}}}
 		} else {
 			t := d.stmt.GetTruncateStmt()
 			stmt = &pg_query.Node{Node: &pg_query.Node_TruncateStmt{TruncateStmt: &pg_query.TruncateStmt{
@@ -520,6 +555,9 @@ type ddl struct {
 	// reshell: the shell gets the statement deparsed (CONCURRENTLY
 	// dropped), not the text as sent.
 	reshell bool
+	// cascade: DROP TABLE ... CASCADE, run as RESTRICT unless what depends
+	// on the tables are foreign keys only (keysOnly).
+	cascade bool
 	// unnamedIndex: CREATE INDEX without a name; unnamed: constraints
 	// without a name. The shell names them.
 	unnamedIndex bool
@@ -1128,9 +1166,10 @@ func analyzeDrop(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *me
 			if t := tableByNames(snap, names); t != nil {
 				if s.Behavior == pg_query.DropBehavior_DROP_CASCADE {
 					// Run as RESTRICT (TableCascade): what depends on the
-					// table differs between its shell and its shards.
+					// table differs between its shell and its shards;
+					// unless only foreign keys do (keysOnly, at run).
 					s.Behavior = pg_query.DropBehavior_DROP_RESTRICT
-					d.reshell = true
+					d.reshell, d.cascade = true, true
 				}
 				d.addTarget(t, "")
 			}
