@@ -56,29 +56,36 @@ func TestForeignKeys(t *testing.T) {
 			}
 		}
 	}
+	// ddl runs statements through the coordinator and on the oracle.
+	ddl := func(stmts ...string) {
+		t.Helper()
+		for _, s := range stmts {
+			exec(t, c, s, simple)
+			exec(t, oracle, s, simple)
+		}
+	}
+	// refused wants 0A000 for sql through conn (the coordinator's).
+	refused := func(conn *pgx.Conn, sql, what string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, simple); sqlState(err) != "0A000" {
+			t.Errorf("%s: %s: %v, want 0A000", what, sql, err)
+		}
+	}
 	schema := []string{
 		"CREATE TABLE fk_country (id int PRIMARY KEY, name text)",
 		"CREATE TABLE fk_tag (id int PRIMARY KEY, country_id int, label text)",
 		"CREATE TABLE fk_org (id bigint PRIMARY KEY, country_id int NOT NULL, name text)",
 		"CREATE TABLE fk_user (org_id bigint, id bigint, country_id int, name text, PRIMARY KEY (org_id, id))",
 	}
-	for _, s := range schema {
-		exec(t, c, s, simple)
-		exec(t, oracle, s, simple)
-	}
+	ddl(schema...)
 	exec(t, c, "SELECT create_reference_table('fk_country')", simple)
 	exec(t, c, "SELECT create_reference_table('fk_tag')", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_org', 'id', shard_count => 4)", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_user', 'org_id', colocate_with => 'fk_org')", simple)
-	for _, s := range []string{
-		"ALTER TABLE fk_org ADD CONSTRAINT fk_org_country FOREIGN KEY (country_id) REFERENCES fk_country (id)",
+	ddl("ALTER TABLE fk_org ADD CONSTRAINT fk_org_country FOREIGN KEY (country_id) REFERENCES fk_country (id)",
 		"ALTER TABLE fk_user ADD FOREIGN KEY (org_id) REFERENCES fk_org ON DELETE CASCADE",
 		"ALTER TABLE fk_user ADD COLUMN tag_id int REFERENCES fk_tag ON DELETE SET NULL",
-		"ALTER TABLE fk_tag ADD FOREIGN KEY (country_id) REFERENCES fk_country ON DELETE CASCADE",
-	} {
-		exec(t, c, s, simple)
-		exec(t, oracle, s, simple)
-	}
+		"ALTER TABLE fk_tag ADD FOREIGN KEY (country_id) REFERENCES fk_country ON DELETE CASCADE")
 	// keys counts the foreign keys of table's shards (or copies) on every
 	// worker; perShard is what each should have.
 	keys := func(table string) (shards, fks int) {
@@ -150,16 +157,9 @@ func TestForeignKeys(t *testing.T) {
 	// own), and ALL once the block runs on another worker than the
 	// first, are refused (adversary: a named one reached the shell only,
 	// and the block committed a row its key refused).
-	for _, s := range []string{
-		"CREATE TABLE fk_def (org bigint, id int, country_id int, PRIMARY KEY (org, id))",
-		"ALTER TABLE fk_def ADD CONSTRAINT fk_def_c FOREIGN KEY (country_id) REFERENCES fk_country DEFERRABLE",
-	} {
-		exec(t, oracle, s, simple)
-		exec(t, c, s, simple)
-		if strings.HasPrefix(s, "CREATE") {
-			exec(t, c, "SELECT create_distributed_table('fk_def', 'org', colocate_with => 'fk_org')", simple)
-		}
-	}
+	ddl("CREATE TABLE fk_def (org bigint, id int, country_id int, PRIMARY KEY (org, id))")
+	exec(t, c, "SELECT create_distributed_table('fk_def', 'org', colocate_with => 'fk_org')", simple)
+	ddl("ALTER TABLE fk_def ADD CONSTRAINT fk_def_c FOREIGN KEY (country_id) REFERENCES fk_country DEFERRABLE")
 	both("BEGIN")
 	both("SET CONSTRAINTS ALL DEFERRED")
 	both("INSERT INTO fk_def SELECT g, 1, 50 FROM generate_series(1, 20) g")
@@ -172,9 +172,7 @@ func TestForeignKeys(t *testing.T) {
 	both("COMMIT")
 	for _, s := range []string{"SET CONSTRAINTS fk_def_c IMMEDIATE", "SET CONSTRAINTS public.fk_def_c DEFERRED"} {
 		exec(t, c, "BEGIN", simple)
-		if _, err := c.Exec(ctx, s, simple); sqlState(err) != "0A000" {
-			t.Errorf("%s: %v, want 0A000", s, err)
-		}
+		refused(c, s, "in a block")
 		exec(t, c, "ROLLBACK", simple)
 	}
 	// After a deferred violation on the first worker, the deferred check
@@ -201,19 +199,13 @@ func TestForeignKeys(t *testing.T) {
 	both("SELECT count(*) FROM fk_def WHERE country_id = 53")
 	both("ALTER TABLE fk_def ADD FOREIGN KEY (country_id) REFERENCES fk_nosuch")
 	both("ALTER TABLE fk_def ADD COLUMN x int REFERENCES public.fk_nosuch")
-	exec(t, c, "DROP TABLE fk_def", simple)
-	exec(t, oracle, "DROP TABLE fk_def", simple)
+	ddl("DROP TABLE fk_def")
 
 	// A self-referencing INSERT ... SELECT of more rows than the
 	// coordinator's parts hold (1,000): one statement, as on PostgreSQL
 	// (adversary: 23503 when a row's parent came in a later part).
-	for _, s := range []string{
-		"CREATE TABLE fk_rself (id int PRIMARY KEY, parent int REFERENCES fk_rself)",
-		"CREATE TABLE fk_dself (org int, id int, parent int, PRIMARY KEY (org, id), FOREIGN KEY (org, parent) REFERENCES fk_dself (org, id))",
-	} {
-		exec(t, c, s, simple)
-		exec(t, oracle, s, simple)
-	}
+	ddl("CREATE TABLE fk_rself (id int PRIMARY KEY, parent int REFERENCES fk_rself)",
+		"CREATE TABLE fk_dself (org int, id int, parent int, PRIMARY KEY (org, id), FOREIGN KEY (org, parent) REFERENCES fk_dself (org, id))")
 	exec(t, c, "SELECT create_reference_table('fk_rself')", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_dself', 'org', colocate_with => 'none')", simple)
 	both("INSERT INTO fk_rself SELECT g, CASE WHEN g < 1501 THEN g + 1 END FROM generate_series(1, 1501) g")
@@ -247,9 +239,7 @@ func TestForeignKeys(t *testing.T) {
 		"SELECT undistribute_table('fk_user')",
 		"SELECT undistribute_table('fk_country')",
 	} {
-		if _, err := c.Exec(ctx, s, simple); sqlState(err) != "0A000" {
-			t.Errorf("%s: %v, want 0A000", s, err)
-		}
+		refused(c, s, "a key a shard could not check")
 	}
 	// ON DELETE SET NULL of columns other than the distribution column is
 	// not refused.
@@ -264,25 +254,18 @@ func TestForeignKeys(t *testing.T) {
 	// distributed too; then its shards get the keys. So does one that
 	// references a table distributed after it was made (Citus' tutorial:
 	// every table made first, then distributed in order).
-	for _, s := range []string{
-		"CREATE TABLE fk_inv (org_id bigint REFERENCES fk_org, id bigint, country_id int REFERENCES fk_country, PRIMARY KEY (org_id, id))",
+	ddl("CREATE TABLE fk_inv (org_id bigint REFERENCES fk_org, id bigint, country_id int REFERENCES fk_country, PRIMARY KEY (org_id, id))",
 		"CREATE TABLE fk_alt (org_id bigint, id bigint, PRIMARY KEY (org_id, id))",
 		"ALTER TABLE fk_alt ADD CONSTRAINT fk_alt_org FOREIGN KEY (org_id) REFERENCES fk_org DEFERRABLE INITIALLY DEFERRED",
 		"CREATE TABLE fk_company (id bigint PRIMARY KEY, name text)",
-		"CREATE TABLE fk_campaign (company_id bigint REFERENCES fk_company, id bigint, PRIMARY KEY (company_id, id))",
-	} {
-		exec(t, c, s, simple)
-		exec(t, oracle, s, simple)
-	}
+		"CREATE TABLE fk_campaign (company_id bigint REFERENCES fk_company, id bigint, PRIMARY KEY (company_id, id))")
 	exec(t, c, "SELECT create_distributed_table('fk_company', 'id', colocate_with => 'fk_org')", simple)
 	for _, s := range []string{
 		"INSERT INTO fk_inv VALUES (1, 1, 1)",
 		"INSERT INTO fk_alt VALUES (1, 1)",
 		"INSERT INTO fk_campaign VALUES (1, 1)",
 	} {
-		if _, err := c.Exec(ctx, s, simple); sqlState(err) != "0A000" {
-			t.Errorf("%s into a table with a key to a distributed table, not distributed itself: %v, want 0A000", s, err)
-		}
+		refused(c, s, "a table with a key to a distributed table, not distributed itself")
 	}
 	if _, err := c.CopyFrom(ctx, pgx.Identifier{"fk_inv"}, []string{"org_id", "id", "country_id"}, pgx.CopyFromRows([][]any{{int64(1), int64(1), int32(1)}})); sqlState(err) != "0A000" {
 		t.Errorf("COPY into a table with a key to a distributed table, not distributed itself: %v, want 0A000", err)
@@ -291,28 +274,20 @@ func TestForeignKeys(t *testing.T) {
 	// Its key dropped, a plain table takes rows again; one made in the
 	// schema a temporary table of its name hides is guarded too.
 	exec(t, c, "CREATE TABLE fk_gone (id int PRIMARY KEY, country_id int CONSTRAINT fk_gone_c REFERENCES fk_country)", simple)
-	if _, err := c.Exec(ctx, "INSERT INTO fk_gone VALUES (1, 1)", simple); sqlState(err) != "0A000" {
-		t.Errorf("INSERT into a plain table with a key to a reference table: %v, want 0A000", err)
-	}
+	refused(c, "INSERT INTO fk_gone VALUES (1, 1)", "a plain table with a key to a reference table")
 	exec(t, c, "ALTER TABLE fk_gone DROP CONSTRAINT fk_gone_c", simple)
 	exec(t, c, "INSERT INTO fk_gone VALUES (1, 1)", simple)
 	exec(t, c, "DROP TABLE fk_gone", simple)
 	exec(t, c, "CREATE TABLE fk_parted (id int, country_id int) PARTITION BY HASH (id)", simple)
-	if _, err := c.Exec(ctx, "ALTER TABLE fk_parted ADD FOREIGN KEY (country_id) REFERENCES fk_country", simple); sqlState(err) != "0A000" {
-		t.Errorf("a key from a partitioned plain table to a reference table: %v, want 0A000", err)
-	}
+	refused(c, "ALTER TABLE fk_parted ADD FOREIGN KEY (country_id) REFERENCES fk_country", "a key from a partitioned plain table")
 	exec(t, c, "DROP TABLE fk_parted", simple)
 	exec(t, c, "CREATE UNLOGGED TABLE fk_gone (id int, country_id int REFERENCES fk_country)", simple)
-	if _, err := c.Exec(ctx, "INSERT INTO fk_gone VALUES (1, 1)", simple); sqlState(err) != "0A000" {
-		t.Errorf("INSERT into an unlogged plain table with a key to a reference table: %v, want 0A000", err)
-	}
+	refused(c, "INSERT INTO fk_gone VALUES (1, 1)", "an unlogged plain table with a key to a reference table")
 	exec(t, c, "DROP TABLE fk_gone", simple)
 	tc := connect(t, srv.Addr())
 	exec(t, tc, "CREATE TEMP TABLE fk_gone (id int)", simple)
 	exec(t, tc, "CREATE TABLE public.fk_gone (id int PRIMARY KEY, country_id int REFERENCES fk_country)", simple)
-	if _, err := tc.Exec(ctx, "INSERT INTO public.fk_gone VALUES (1, 1)", simple); sqlState(err) != "0A000" {
-		t.Errorf("INSERT into a plain table with a key to a reference table, made beside a temporary table of its name: %v, want 0A000", err)
-	}
+	refused(tc, "INSERT INTO public.fk_gone VALUES (1, 1)", "a plain table made beside a temporary table of its name")
 	exec(t, tc, "DROP TABLE public.fk_gone", simple)
 	exec(t, c, "SELECT create_distributed_table('fk_inv', 'org_id', colocate_with => 'fk_org')", simple)
 	exec(t, c, "BEGIN", simple)
@@ -352,8 +327,7 @@ func TestForeignKeys(t *testing.T) {
 	both("SELECT org_id, id FROM fk_alt ORDER BY 1, 2")
 	both("SELECT count(*) FROM fk_inv")
 	both("DELETE FROM fk_company WHERE id = 1")
-	exec(t, c, "DELETE FROM fk_inv; DELETE FROM fk_alt; DELETE FROM fk_campaign; DELETE FROM fk_company; DELETE FROM fk_org WHERE id = 556", simple)
-	exec(t, oracle, "DELETE FROM fk_inv; DELETE FROM fk_alt; DELETE FROM fk_campaign; DELETE FROM fk_company; DELETE FROM fk_org WHERE id = 556", simple)
+	ddl("DELETE FROM fk_inv; DELETE FROM fk_alt; DELETE FROM fk_campaign; DELETE FROM fk_company; DELETE FROM fk_org WHERE id = 556")
 
 	// Shard groups moved, in both modes, and split (the catalog is in the
 	// first worker's postgres database).
