@@ -234,6 +234,11 @@ func TestAddNodeWithBudget(t *testing.T) {
 	exec(t, c, "CREATE TABLE ab_ref (id int PRIMARY KEY, name text)", simple)
 	exec(t, c, "SELECT create_reference_table('ab_ref')", simple)
 	exec(t, c, "INSERT INTO ab_ref SELECT g, 'r' || g FROM generate_series(1, 10) g", simple)
+	// (A mixed-case name: its definition was looked up unquoted, 42P01;
+	// adversary 141.)
+	exec(t, c, `CREATE TABLE "AbRef" (id int PRIMARY KEY)`, simple)
+	exec(t, c, `SELECT create_reference_table('"AbRef"')`, simple)
+	exec(t, c, `INSERT INTO "AbRef" VALUES (1), (2)`, simple)
 	second := cl.Servers[1]
 	exec(t, c, fmt.Sprintf("SELECT citus_add_node('%s', %d)", second.Host, second.Port), simple)
 	var n int
@@ -249,8 +254,8 @@ func TestAddNodeWithBudget(t *testing.T) {
 		t.Errorf("the new node's copy of ab_ref: %d rows, %v (tables there: %v); want 10", n, err, names)
 	}
 	for i := 0; i < 4; i++ { // reads go to either copy
-		if got := queryString(t, c, "SELECT count(*)::text FROM ab_ref"); got != "10" {
-			t.Errorf("ab_ref through the coordinator after citus_add_node: %s rows, want 10", got)
+		if got := queryString(t, c, `SELECT count(*)::text || '/' || (SELECT count(*) FROM "AbRef") FROM ab_ref`); got != "10/2" {
+			t.Errorf("ab_ref and \"AbRef\" through the coordinator after citus_add_node: %s rows, want 10/2", got)
 		}
 	}
 }

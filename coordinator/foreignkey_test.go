@@ -213,6 +213,13 @@ func TestForeignKeys(t *testing.T) {
 	both("INSERT INTO fk_dself SELECT g % 3, g, NULL FROM generate_series(1, 1200) g")
 	both("SELECT count(*), count(parent) FROM fk_rself")
 	both("SELECT org, count(*), count(parent) FROM fk_dself GROUP BY org ORDER BY org")
+	// A self-reference added in the same block (adversary 141: the
+	// check read the committed keys).
+	both("BEGIN")
+	both("ALTER TABLE fk_dself ADD CONSTRAINT fk_dself_again FOREIGN KEY (org, parent) REFERENCES fk_dself (org, id)")
+	both("INSERT INTO fk_dself SELECT 9, g, CASE WHEN g < 1500 THEN g + 1 END FROM generate_series(1, 1500) g")
+	both("COMMIT")
+	both("SELECT count(*) FROM fk_dself WHERE org = 9")
 	exec(t, c, "DROP TABLE fk_rself, fk_dself", simple)
 
 	// Refused: keys a shard could not check, and a table that others reference
