@@ -116,6 +116,11 @@ func TestForeignKeys(t *testing.T) {
 		}
 	}
 	checkKeys("after ALTER TABLE")
+	// PostgreSQL's own errors come before a refusal (adversary 141: 0A000
+	// where PostgreSQL gives 42703 and 42830).
+	both("ALTER TABLE fk_user ADD FOREIGN KEY (nosuch) REFERENCES fk_org (id)")
+	both("ALTER TABLE fk_user ADD FOREIGN KEY (org_id) REFERENCES fk_org (nosuch)")
+	both("ALTER TABLE fk_user ADD FOREIGN KEY (name) REFERENCES fk_org (name)")
 
 	rounds := func() {
 		t.Helper()

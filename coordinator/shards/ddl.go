@@ -286,6 +286,9 @@ func (d *ddl) run(ctx context.Context, snap *metadata.Snapshot, home *pgx.Conn, 
 		return "", twophase.ToPgErr(err)
 	}
 	tag = ct.String()
+	if d.late != nil {
+		return "", d.late
+	}
 	if guard != "" {
 		if _, err := home.Exec(ctx, ReferencesGuardSQL(guard)); err != nil {
 			return "", n.wrap(err, "cannot guard %s on node %s", guard, n.describe(homeID))
@@ -558,6 +561,10 @@ type ddl struct {
 	// cascade: DROP TABLE ... CASCADE, run as RESTRICT unless what depends
 	// on the tables are foreign keys only (keysOnly).
 	cascade bool
+	// late: the statement's refusal (a foreign key the shards could not
+	// check), given once the shell's statement ran without PostgreSQL's
+	// own error.
+	late error
 	// unnamedIndex: CREATE INDEX without a name; unnamed: constraints
 	// without a name. The shell names them.
 	unnamedIndex bool
@@ -938,7 +945,17 @@ func (d *ddl) checkConstraint(ctx context.Context, home *pgx.Conn, snap *metadat
 	case pg_query.ConstrType_CONSTR_FOREIGN:
 		typ = "f"
 		var err error
-		if cols, err = checkForeignKey(ctx, home, snap, t, c, col); err != nil {
+		cols, err = checkForeignKey(ctx, home, snap, t, c, col)
+		var pe *pgerr.Error
+		if errors.As(err, &pe) && pe.Code == pgerr.FeatureNotSupported {
+			// Refused after the shell's statement, whose errors are
+			// PostgreSQL's (a missing column, 42703; no unique key, 42830).
+			if d.late == nil {
+				d.late = err
+			}
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 	case pg_query.ConstrType_CONSTR_EXCLUSION:
