@@ -180,6 +180,10 @@ func TestForeignKeys(t *testing.T) {
 		refused(c, s, "in a block")
 		exec(t, c, "ROLLBACK", simple)
 	}
+	// In a DO block or a function it would reach one worker (adversary
+	// 141: a transaction PostgreSQL aborts committed).
+	refused(c, "DO $$ BEGIN SET CONSTRAINTS ALL DEFERRED; END $$", "SET CONSTRAINTS in a DO block")
+	refused(c, "CREATE FUNCTION fk_immed() RETURNS void LANGUAGE sql AS $$ SET CONSTRAINTS ALL IMMEDIATE $$", "SET CONSTRAINTS in a function")
 	// After a deferred violation on the first worker, the deferred check
 	// runs there (23503, as on PostgreSQL); on the other, refused.
 	codes := map[string]int{}

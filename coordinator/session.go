@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -1351,6 +1352,10 @@ var (
 )
 
 // simpleQuery relays a Query message: one or more statements, one cycle.
+// setConstraintsIn finds SET CONSTRAINTS in a statement's text (a DO
+// block's or a function's body).
+var setConstraintsIn = regexp.MustCompile(`(?i)\bset\s+constraints\b`)
+
 // setConstraintsRefused refuses SET CONSTRAINTS where it would not act as
 // on PostgreSQL, in a database with distributed or reference tables
 // (0A000): of named constraints, since a shard's have names of their own
@@ -1359,7 +1364,16 @@ var (
 // block that has a worker other than the default node, since the
 // statement runs on the default node (a block on it alone, or on none
 // yet, sets it there and again on each worker it takes in).
-func (ss *session) setConstraintsRefused(cls *class) error {
+func (ss *session) setConstraintsRefused(cls *class, text string) error {
+	if (cls.storesCode || cls.verify) && ss.routes && setConstraintsIn.MatchString(text) {
+		if snap := ss.srv.catalog.Load(); snap != nil && len(snap.Tables) > 0 {
+			// A DO block or function would run it on one worker
+			// (adversary 141: a transaction PostgreSQL aborts committed).
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"SET CONSTRAINTS in a DO block or function is not supported in a database with distributed or reference tables: it would reach one worker of a transaction").
+				WithHint("Send SET CONSTRAINTS ALL as a statement of its own, right after BEGIN.")
+		}
+	}
 	if !cls.setConstraints && !cls.setConstraintsNamed || !ss.routes {
 		return nil
 	}
@@ -1462,7 +1476,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
 	}
-	if err := ss.setConstraintsRefused(&cls); err != nil {
+	if err := ss.setConstraintsRefused(&cls, ctext); err != nil {
 		return ss.queryError(err)
 	}
 	if cls.count > 1 && (ss.routes || cls.signal) {
@@ -2397,7 +2411,7 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, errShowPools("over the extended query protocol"))
 		return nil
 	}
-	if err := ss.setConstraintsRefused(&st.cls); err != nil {
+	if err := ss.setConstraintsRefused(&st.cls, st.Query); err != nil {
 		ss.parseFailed(name, err)
 		return nil
 	}

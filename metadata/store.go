@@ -181,7 +181,7 @@ BEGIN
     RETURN NULL;
   END IF;
   RAISE EXCEPTION 'table % has a foreign key to a distributed or reference table, and is neither itself', TG_TABLE_NAME
-    USING ERRCODE = '0A000', HINT = 'Distribute it before writing to it: create_distributed_table colocated with the table it references, or create_reference_table.';
+    USING ERRCODE = '0A000', HINT = 'Distribute it before writing to it: create_distributed_table colocated with the table it references, or create_reference_table (in a transaction block, the table is distributed at COMMIT: write after it).';
 END $$;
 `
 

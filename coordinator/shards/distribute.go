@@ -778,7 +778,7 @@ func (o *op) foreignKeys(ctx context.Context, snap *metadata.Snapshot, def *Def,
 		}
 		if rows {
 			return pgerr.New(pgerr.FeatureNotSupported, "cannot distribute %s: %s references it by a foreign key and has rows", def.CatalogName(), r[1]).
-				WithHint("Drop the foreign key, distribute both tables, then add it again with ALTER TABLE ... ADD FOREIGN KEY.")
+				WithHint("Write those rows after the tables are distributed (a transaction block's create_distributed_table moves its table at COMMIT, so rows written in the block count), or drop the foreign key, distribute both tables, then add it again with ALTER TABLE ... ADD FOREIGN KEY.")
 		}
 		if _, err := home.Exec(ctx, ReferencesGuardSQL(r[0])); err != nil {
 			return o.nodes.wrap(err, "cannot guard %s on node %s", r[1], o.nodes.describe(o.home))
