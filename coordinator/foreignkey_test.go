@@ -2,11 +2,13 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfleet/pgfleet/coordinator"
 	"github.com/pgfleet/pgfleet/internal/pgcluster"
@@ -222,6 +224,21 @@ func TestForeignKeys(t *testing.T) {
 	both("INSERT INTO fk_dself SELECT g % 3, g, NULL FROM generate_series(1, 1200) g")
 	both("SELECT count(*), count(parent) FROM fk_rself")
 	both("SELECT org, count(*), count(parent) FROM fk_dself GROUP BY org ORDER BY org")
+	// A key's action that fails names the user's table in its context, as
+	// PostgreSQL's (adversary 141: the shard's).
+	ddl("CREATE TABLE fk_kp (t int, id int, PRIMARY KEY (t, id))", "CREATE TABLE fk_kc (t int, id int, pid int NOT NULL, PRIMARY KEY (t, id))")
+	exec(t, c, "SELECT create_distributed_table('fk_kp', 't', colocate_with => 'none')", simple)
+	exec(t, c, "SELECT create_distributed_table('fk_kc', 't', colocate_with => 'fk_kp')", simple)
+	ddl("ALTER TABLE fk_kc ADD FOREIGN KEY (t, pid) REFERENCES fk_kp ON DELETE SET NULL (pid)",
+		"INSERT INTO fk_kp VALUES (1, 1)", "INSERT INTO fk_kc VALUES (1, 1, 1)")
+	_, gerr := c.Exec(ctx, "DELETE FROM fk_kp WHERE t = 1", simple)
+	_, werr := oracle.Exec(ctx, "DELETE FROM fk_kp WHERE t = 1", simple)
+	var gpe, wpe *pgconn.PgError
+	if !errors.As(gerr, &gpe) || !errors.As(werr, &wpe) || gpe.Code != wpe.Code || gpe.Where != wpe.Where || gpe.Message != wpe.Message {
+		t.Errorf("a key's failing action: pgfleet %v (context %q), PostgreSQL %v (context %q)", gerr, whereOf(gpe), werr, whereOf(wpe))
+	}
+	ddl("DROP TABLE fk_kc, fk_kp")
+
 	// A self-reference added in the same block (adversary 141: the
 	// check read the committed keys).
 	both("BEGIN")
@@ -412,6 +429,13 @@ func TestForeignKeys(t *testing.T) {
 			t.Errorf("%s has %d shards or copies left after DROP TABLE", table, n)
 		}
 	}
+}
+
+func whereOf(e *pgconn.PgError) string {
+	if e == nil {
+		return ""
+	}
+	return e.Where
 }
 
 // textRows runs sql and renders its rows as text, or returns its error.

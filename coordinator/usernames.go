@@ -71,6 +71,13 @@ func userNames(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) bool {
 	one(&er.ConstraintName, false)
 	one(&er.Message, true)
 	one(&er.Detail, true)
+	if strings.Contains(er.Where, `"`+metadata.ShardsSchema+`".`) {
+		// A foreign key's action names its table qualified (ri_triggers):
+		// "pgfleet_shards"."t_102008" is "public"."t".
+		if out := unshardWhere(er.Where, ids, snap); out != er.Where {
+			er.Where, changed = out, true
+		}
+	}
 	if er.Code == pgerr.InsufficientPrivilege {
 		// PostgreSQL names the relation unquoted in its privilege errors
 		// (aclcheck_error): "permission denied for table t".
@@ -108,7 +115,7 @@ func userNamesBody(snap *metadata.Snapshot, body []byte) []byte {
 // fields, with their tables' names; nil when none could.
 func shardIDs(snap *metadata.Snapshot, er *pgproto3.ErrorResponse) map[int64]string {
 	var want []int64
-	for _, s := range []string{er.TableName, er.ConstraintName, er.Message, er.Detail} {
+	for _, s := range []string{er.TableName, er.ConstraintName, er.Message, er.Detail, er.Where} {
 		for i := strings.IndexByte(s, '_'); i >= 0; {
 			j := i + 1
 			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
@@ -175,6 +182,34 @@ func unshardName(name string, ids map[int64]string) string {
 		}
 	}
 	return base
+}
+
+// unshardWhere maps the shard names qualified with the shards' schema in
+// s, both quoted, to their tables' quoted schema and name.
+func unshardWhere(s string, ids map[int64]string, snap *metadata.Snapshot) string {
+	prefix := `"` + metadata.ShardsSchema + `"."`
+	var b strings.Builder
+	for {
+		i := strings.Index(s, prefix)
+		if i < 0 {
+			break
+		}
+		rest := s[i+len(prefix):]
+		j := strings.IndexByte(rest, '"')
+		if j < 0 {
+			break
+		}
+		base, table := unshard(rest[:j], ids)
+		if t := snap.Tables[table]; t != nil {
+			b.WriteString(s[:i])
+			b.WriteString(`"` + t.Schema() + `"."` + base + `"`)
+		} else {
+			b.WriteString(s[:i+len(prefix)+j+1])
+		}
+		s = rest[j+1:]
+	}
+	b.WriteString(s)
+	return b.String()
 }
 
 // unshardQuoted maps every double-quoted name in s.
