@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"regexp"
 	"strings"
 
 	"github.com/pgfleet/pgfleet/metadata"
@@ -121,6 +122,9 @@ type class struct {
 	// CONSTRAINTS of named constraints), refused where there are
 	// distributed or reference tables as setConstraintsRefused says.
 	setConstraints, setConstraintsNamed bool
+	// setConstraintsCode: a DO block or a CREATE FUNCTION or PROCEDURE
+	// whose text has SET CONSTRAINTS (setConstraintsRefused).
+	setConstraintsCode bool
 	// chain: the COMMIT or ROLLBACK is AND CHAIN (a new transaction block
 	// with the same characteristics starts at once).
 	chain bool
@@ -275,6 +279,7 @@ func classify(sql string) class {
 			}
 			if f := lx.words[0][0] | 0x20; (f == 'c' || f == 'd' || f == 'g' || f == 'r') && c.count == 1 && storesCode(lx.words[:n]) {
 				c.storesCode = true
+				c.setConstraintsCode = setConstraintsIn.MatchString(sql[start:end])
 			}
 			if oneOf(lx.words[0], "ANALYZE", "ANALYSE", "VACUUM", "REINDEX", "CLUSTER") {
 				c.maint = true
@@ -574,6 +579,10 @@ func upperWord(w string) string {
 	return w
 }
 
+// setConstraintsIn finds SET CONSTRAINTS in a statement's text (a DO
+// block's or a function's body).
+var setConstraintsIn = regexp.MustCompile(`(?i)\bset\s+constraints\b`)
+
 func classifyStatement(c *class, w []string, stmt string, punct bool) {
 	at := func(i int) string {
 		if i < len(w) {
@@ -637,6 +646,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		}
 	case "DO", "CALL":
 		c.verify = true
+		c.setConstraintsCode = c.setConstraintsCode || at(0) == "DO" && setConstraintsIn.MatchString(stmt)
 	case "SET":
 		first := unquoteName(at(1))
 		if first == "SESSION" && at(2) != "AUTHORIZATION" && at(2) != "CHARACTERISTICS" {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -1352,10 +1351,6 @@ var (
 )
 
 // simpleQuery relays a Query message: one or more statements, one cycle.
-// setConstraintsIn finds SET CONSTRAINTS in a statement's text (a DO
-// block's or a function's body).
-var setConstraintsIn = regexp.MustCompile(`(?i)\bset\s+constraints\b`)
-
 // setConstraintsRefused refuses SET CONSTRAINTS where it would not act as
 // on PostgreSQL, in a database with distributed or reference tables
 // (0A000): of named constraints, since a shard's have names of their own
@@ -1364,29 +1359,26 @@ var setConstraintsIn = regexp.MustCompile(`(?i)\bset\s+constraints\b`)
 // block that has a worker other than the default node, since the
 // statement runs on the default node (a block on it alone, or on none
 // yet, sets it there and again on each worker it takes in).
-func (ss *session) setConstraintsRefused(cls *class, text string) error {
-	if (cls.storesCode || cls.verify) && ss.routes && setConstraintsIn.MatchString(text) {
-		if snap := ss.srv.catalog.Load(); snap != nil && len(snap.Tables) > 0 {
-			// A DO block or function would run it on one worker
-			// (adversary 141: a transaction PostgreSQL aborts committed).
-			return pgerr.New(pgerr.FeatureNotSupported,
-				"SET CONSTRAINTS in a DO block or function is not supported in a database with distributed or reference tables: it would reach one worker of a transaction").
-				WithHint("Send SET CONSTRAINTS ALL as a statement of its own, right after BEGIN.")
-		}
-	}
-	if !cls.setConstraints && !cls.setConstraintsNamed || !ss.routes {
+func (ss *session) setConstraintsRefused(cls *class) error {
+	if !cls.setConstraints && !cls.setConstraintsNamed && !cls.setConstraintsCode || !ss.routes {
 		return nil
 	}
 	if snap := ss.srv.catalog.Load(); snap == nil || len(snap.Tables) == 0 {
 		return nil
 	}
 	hint := "Declare the keys DEFERRABLE INITIALLY DEFERRED or INITIALLY IMMEDIATE as transactions need them (ALTER TABLE ... DROP CONSTRAINT, then ADD CONSTRAINT)."
-	if cls.setConstraintsNamed {
+	switch {
+	case cls.setConstraintsCode:
+		// A DO block or function would run it on one worker (adversary
+		// 141: a transaction PostgreSQL aborts committed).
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"SET CONSTRAINTS in a DO block or function is not supported in a database with distributed or reference tables: it would reach one worker of a transaction").
+			WithHint("Send SET CONSTRAINTS ALL as a statement of its own, right after BEGIN.")
+	case cls.setConstraintsNamed:
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"SET CONSTRAINTS of named constraints is not supported in a database with distributed or reference tables: their shards' constraints have names of their own").
 			WithHint("Use SET CONSTRAINTS ALL right after BEGIN, or %s", strings.ToLower(hint[:1])+hint[1:])
-	}
-	if ss.inTxn() && (ss.sc != nil && ss.node != ss.srv.defaultNode.Load() || len(ss.parked) > 0) {
+	case ss.inTxn() && (ss.sc != nil && ss.node != ss.srv.defaultNode.Load() || len(ss.parked) > 0):
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"SET CONSTRAINTS ALL is not supported in a transaction block that runs on a worker other than the first: it would reach the first worker only").
 			WithHint("Send it right after BEGIN, or %s", strings.ToLower(hint[:1])+hint[1:])
@@ -1476,7 +1468,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
 	}
-	if err := ss.setConstraintsRefused(&cls, ctext); err != nil {
+	if err := ss.setConstraintsRefused(&cls); err != nil {
 		return ss.queryError(err)
 	}
 	if cls.count > 1 && (ss.routes || cls.signal) {
@@ -2411,7 +2403,7 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, errShowPools("over the extended query protocol"))
 		return nil
 	}
-	if err := ss.setConstraintsRefused(&st.cls, st.Query); err != nil {
+	if err := ss.setConstraintsRefused(&st.cls); err != nil {
 		ss.parseFailed(name, err)
 		return nil
 	}

@@ -149,7 +149,8 @@ func AddNode(ctx context.Context, store *metadata.Store, conns map[int32]*pgx.Co
 		if len(sh.Nodes) == 0 {
 			return fail(pgerr.New(pgerr.ObjectNotInPrerequisite, "reference table %s has no copies", name))
 		}
-		def, err := TableDef(ctx, o.homeConn(), pgx.Identifier{snap.Tables[name].Schema(), name[strings.IndexByte(name, '.')+1:]}.Sanitize())
+		schema, rel, _ := strings.Cut(name, ".")
+		def, err := TableDef(ctx, o.homeConn(), pgx.Identifier{schema, rel}.Sanitize())
 		if err != nil {
 			return fail(o.nodes.wrap(err, "cannot read the definition of %s on node %s", name, o.nodes.describe(o.home)))
 		}

@@ -731,13 +731,9 @@ func (o *op) foreignKeys(ctx context.Context, snap *metadata.Snapshot, def *Def,
 		return err
 	}
 	for _, fk := range def.ForeignKeys {
-		tree, err := pg_query.Parse("ALTER TABLE t ADD CONSTRAINT c " + fk.Definition)
-		if err != nil || len(tree.Stmts) != 1 {
-			return pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
-		}
-		c := tree.Stmts[0].Stmt.GetAlterTableStmt().GetCmds()[0].GetAlterTableCmd().GetDef().GetConstraint()
-		if c == nil {
-			return pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
+		_, c, err := fk.parse()
+		if err != nil {
+			return err
 		}
 		c.Pktable = &pg_query.RangeVar{Schemaname: fk.RefSchema, Relname: fk.RefName}
 		if _, err := checkForeignKey(ctx, home, snap, t, c, ""); err != nil {

@@ -229,16 +229,11 @@ func (d *Def) ForeignKeySQL(schema, shardName string, ref func(schema, name stri
 		if err != nil {
 			return nil, err
 		}
-		tree, err := pg_query.Parse("ALTER TABLE t ADD CONSTRAINT c " + fk.Definition)
-		if err != nil || len(tree.Stmts) != 1 {
-			return nil, pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
+		tree, c, err := fk.parse()
+		if err != nil {
+			return nil, err
 		}
-		at := tree.Stmts[0].Stmt.GetAlterTableStmt()
-		if at == nil || len(at.Cmds) != 1 || at.Cmds[0].GetAlterTableCmd().GetDef().GetConstraint().GetPktable() == nil {
-			return nil, pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
-		}
-		at.Relation = &pg_query.RangeVar{Schemaname: schema, Relname: shardName, Inh: true, Relpersistence: "p"}
-		c := at.Cmds[0].GetAlterTableCmd().GetDef().GetConstraint()
+		tree.Stmts[0].Stmt.GetAlterTableStmt().Relation = &pg_query.RangeVar{Schemaname: schema, Relname: shardName, Inh: true, Relpersistence: "p"}
 		c.Conname = suffixed(fk.Name, suffix)
 		c.Pktable = &pg_query.RangeVar{Schemaname: refSchema, Relname: refName, Inh: true, Relpersistence: "p"}
 		sql, err := planner.Deparse(tree.Version, tree.Stmts[0].Stmt)
@@ -248,6 +243,20 @@ func (d *Def) ForeignKeySQL(schema, shardName string, ref func(schema, name stri
 		out = append(out, sql)
 	}
 	return out, nil
+}
+
+// parse reads the key's definition as the statement that adds it to a
+// table ("ALTER TABLE t ADD CONSTRAINT c ..."), and its constraint.
+func (fk ForeignKey) parse() (*pg_query.ParseResult, *pg_query.Constraint, error) {
+	tree, err := pg_query.Parse("ALTER TABLE t ADD CONSTRAINT c " + fk.Definition)
+	if err == nil && len(tree.Stmts) == 1 {
+		if cmds := tree.Stmts[0].Stmt.GetAlterTableStmt().GetCmds(); len(cmds) == 1 {
+			if c := cmds[0].GetAlterTableCmd().GetDef().GetConstraint(); c.GetPktable() != nil {
+				return tree, c, nil
+			}
+		}
+	}
+	return nil, nil, pgerr.New(pgerr.Internal, "cannot read the definition of foreign key %q: %s", fk.Name, fk.Definition)
 }
 
 // privilegeSQL gives the shard target the table's owner and privileges,
