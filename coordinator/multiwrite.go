@@ -98,7 +98,7 @@ func (ss *session) writeInTxnSimple(text, what string, byNode map[int32][]string
 		if errors.As(ss.analysisFirst(text, nil), &we) && strings.HasPrefix(we.PG.Code, "22") {
 			werr = we.Body
 		}
-		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), werr))
+		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), ss.victimBody(werr)))
 	} else {
 		ss.out = commandComplete(ss.out, tag)
 	}
@@ -408,7 +408,7 @@ func (ss *session) multiWriteExecute(sp *scatterPortal, body []byte) error {
 			if errors.As(ss.analysisFirstBound(sp.st, formats, values, nil), &we) && strings.HasPrefix(we.PG.Code, "22") {
 				werr = we.Body
 			}
-			ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'E', userNamesBody(ss.srv.catalog.Load(), werr))...)})
+			ss.push(expect{kind: eSynth, synth: append(notices, wire.AppendFrame(nil, 'E', userNamesBody(ss.srv.catalog.Load(), ss.victimBody(werr)))...)})
 			ss.skipping = true
 			return nil
 		}

@@ -335,7 +335,7 @@ func (ss *session) refExecuteInTxn(sp *scatterPortal) error {
 	case last.werr != nil:
 		// The worker's transaction failed: so does the client's.
 		ss.txFailed = true
-		ss.push(expect{kind: eSynth, synth: append(slices.Clone(last.msgs), wire.AppendFrame(nil, 'E', userNamesBody(ss.srv.catalog.Load(), last.werr))...)})
+		ss.push(expect{kind: eSynth, synth: append(slices.Clone(last.msgs), wire.AppendFrame(nil, 'E', userNamesBody(ss.srv.catalog.Load(), ss.victimBody(last.werr)))...)})
 		ss.skipping = true
 		return nil
 	}

@@ -135,6 +135,10 @@ type Config struct {
 	// transactions that a crashed coordinator left on the workers, from the
 	// decisions in the metadata database (default 5s; negative: never).
 	RecoveryInterval time.Duration
+	// DeadlockCheck is how often the coordinator looks for lock waits in
+	// a cycle through several workers among its sessions' transactions,
+	// which no worker's own detector sees (default 1s; negative: never).
+	DeadlockCheck time.Duration
 	// RecoveryGrace is the age a prepared transaction without a decision
 	// must reach before recovery rolls it back (default 1m), so that a live
 	// coordinator's transactions are left to it. Decided ones are finished
@@ -344,6 +348,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RecoveryInterval == 0 {
 		cfg.RecoveryInterval = defaultRecoveryInterval
 	}
+	if cfg.DeadlockCheck == 0 {
+		cfg.DeadlockCheck = defaultDeadlockCheck
+	}
 	if cfg.RecoveryGrace <= 0 {
 		cfg.RecoveryGrace = defaultRecoveryGrace
 	}
@@ -535,6 +542,9 @@ func (s *Server) Start() error {
 	if s.cfg.RecoveryInterval > 0 {
 		s.recoveryEnd = make(chan struct{})
 		go s.recoveryLoop(s.stopWatch, s.recoveryEnd)
+	}
+	if s.cfg.DeadlockCheck > 0 {
+		go s.deadlockLoop(s.stopWatch)
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {

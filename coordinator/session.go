@@ -142,6 +142,11 @@ type session struct {
 	capture      *capture
 	needSync     bool // extended messages went to the server since its last ReadyForQuery
 	cancelTarget atomic.Pointer[pooling.ServerConn]
+	// txw: the transaction's connections while it spans several workers,
+	// for the distributed deadlock detector; dlVictim: the detector
+	// canceled its statement (deadlock.go).
+	txw      atomic.Pointer[txnWorkers]
+	dlVictim atomic.Bool
 	// wait says whether the session is waiting for its client's next
 	// message, and whether at rest (outside a transaction and a batch);
 	// Shutdown ends a waiting session by swapping in waitKilled.
@@ -838,6 +843,7 @@ func (ss *session) end() {
 	releaseCitus(ss.citusPending, false)
 	ss.citusPending, ss.dropPending, ss.blockSnap, ss.blockBase = nil, nil, nil, nil
 	ss.dropSpares()
+	ss.unpublishTxn()
 	for _, c := range ss.parked {
 		if ss.verifyState {
 			c.sc.MarkBroken() // user code may have changed its session state
@@ -1323,6 +1329,7 @@ func (ss *session) synthError(err error) {
 		return
 	}
 	er := pgerr.Flatten(err)
+	ss.victimErr(er)
 	userNames(ss.srv.catalog.Load(), er)
 	b, _ := er.Encode(nil)
 	ss.push(expect{kind: eSynth, synth: b})
@@ -1849,6 +1856,7 @@ func (ss *session) queryError(err error) error {
 		return nil // skipped, as the batch's messages to its Sync
 	}
 	er := pgerr.Flatten(ss.staleShardErr(err))
+	ss.victimErr(er)
 	userNames(ss.srv.catalog.Load(), er)
 	b, _ := er.Encode(nil)
 	if ss.sc == nil {
@@ -3257,6 +3265,7 @@ func (ss *session) drain() error {
 			if e.state {
 				f.Body = ss.stateReadFailed(f.Body)
 			}
+			f.Body = ss.victimBody(f.Body) // the distributed deadlock detector's cancel (deadlock.go)
 			if !e.abort {
 				ss.workerErrs++
 				body := userNamesBody(ss.srv.catalog.Load(), ss.defaultOnly(ss.staleShardBody(ss.clientNames(e, f.Body)), sc.Addr))

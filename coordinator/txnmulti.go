@@ -268,6 +268,7 @@ func (ss *session) setCurrent(c txConn) {
 	ss.cancelMu.Lock()
 	ss.sc, ss.pool, ss.node = c.sc, c.pool, c.node
 	ss.cancelTarget.Store(c.sc)
+	ss.publishTxn()
 	ss.cancelMu.Unlock()
 }
 
@@ -898,6 +899,7 @@ func withCleanup(err error, problems []string) error {
 // multiRelease gives every connection of a transaction over several
 // workers back and leaves the session between transactions.
 func (ss *session) multiRelease(all []txConn, committed bool) {
+	ss.unpublishTxn()
 	if ss.verifyState || ss.txUserCode {
 		// User code ran in the transaction and no snapshot covers every
 		// worker's connection: none goes back to the pool. (txUserCode:
@@ -1104,7 +1106,7 @@ func (ss *session) refWriteInTxn(p *planner.Plan, lits []literal) error {
 	case last.werr != nil:
 		ss.txFailed = true
 		ss.out = append(ss.out, last.msgs...)
-		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), last.werr))
+		ss.out = wire.AppendFrame(ss.out, 'E', userNamesBody(ss.srv.catalog.Load(), ss.victimBody(last.werr)))
 		ss.out = readyForQuery(ss.out, ss.sc.TxStatus)
 		return nil
 	}

@@ -1,0 +1,349 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/pooling"
+)
+
+// Distributed deadlocks. Each worker's PostgreSQL breaks the cycles of
+// lock waits among its own backends (40P01 after deadlock_timeout), but
+// not one that runs through two workers: a transaction block waiting for
+// a row on worker 1 that a second block holds, which waits on worker 2
+// for a row the first holds, would wait for good. The coordinator looks
+// for such cycles among its own sessions' transactions over several
+// workers, every DeadlockCheck (default 1 s):
+//
+//   - each worker involved is asked which backends wait for a lock and for
+//     which backends (pg_blocking_pids, the same relation PostgreSQL's own
+//     detector reads);
+//   - a backend of a session's transaction stands for that transaction,
+//     any other backend for itself, and an edge goes from each waiter to
+//     each backend blocking it, labelled with its worker;
+//   - a strongly connected set of those that holds a session's transaction
+//     and has edges on two workers or more is a distributed deadlock; the
+//     youngest transaction in it (the last to take in a second worker) is
+//     the victim, as Citus picks it;
+//   - only a victim found on two checks in a row, in the same transaction,
+//     is canceled (a cancel request to its waiting backends, under the
+//     session's cancel lock, so that they are still its own), and the
+//     session tells its client 40P01 "deadlock detected" where the worker
+//     said 57014: the transaction block is failed, as PostgreSQL's victim's.
+//
+// Transactions of other coordinators (and direct clients) are backends
+// like any other: a cycle through them is seen only where it closes on
+// this coordinator's own transactions; otherwise lock_timeout breaks it.
+
+const defaultDeadlockCheck = time.Second
+
+// txnWorkers is what a session publishes of its transaction while it
+// spans several workers: when it took in the second one, and the
+// connections it holds there.
+type txnWorkers struct {
+	since time.Time
+	conns []*pooling.ServerConn
+}
+
+// publishTxn publishes the session's transaction over several workers
+// (or that it has none). It runs on the session's goroutine, under
+// cancelMu, before any of its connections goes back to a pool, so that a
+// detector holding cancelMu and seeing the same publication knows the
+// connections are still the session's.
+func (ss *session) publishTxn() {
+	if len(ss.parked) == 0 || ss.sc == nil {
+		if ss.txw.Load() != nil {
+			ss.txw.Store(nil)
+			ss.dlVictim.Store(false)
+		}
+		return
+	}
+	w := &txnWorkers{since: time.Now(), conns: make([]*pooling.ServerConn, 0, len(ss.parked)+1)}
+	if old := ss.txw.Load(); old != nil {
+		w.since = old.since
+	}
+	w.conns = append(w.conns, ss.sc)
+	for _, p := range ss.parked {
+		w.conns = append(w.conns, p.sc)
+	}
+	ss.txw.Store(w)
+}
+
+// unpublishTxn says the session's transaction no longer holds connections
+// on several workers, before they go back to their pools.
+func (ss *session) unpublishTxn() {
+	ss.cancelMu.Lock()
+	ss.txw.Store(nil)
+	ss.dlVictim.Store(false)
+	ss.cancelMu.Unlock()
+}
+
+// victimBody is a worker's ErrorResponse body as the client is told it:
+// the 57014 of the detector's cancel is the deadlock's 40P01.
+func (ss *session) victimBody(body []byte) []byte {
+	if ss.dlVictim.Load() && errCode(body) == pgerr.QueryCanceled && ss.dlVictim.Swap(false) {
+		er := deadlockError()
+		b, _ := er.Encode(nil)
+		return b[5:]
+	}
+	return body
+}
+
+// victimErr is victimBody for a decoded error.
+func (ss *session) victimErr(er *pgproto3.ErrorResponse) {
+	if ss.dlVictim.Load() && er.Code == pgerr.QueryCanceled && ss.dlVictim.Swap(false) {
+		*er = *deadlockError()
+	}
+}
+
+// deadlockError is what the victim's client is told.
+func deadlockError() *pgproto3.ErrorResponse {
+	e := pgerr.New(pgerr.DeadlockDetected, "deadlock detected").WithHint("Retry the transaction.")
+	e.Detail = "This transaction waited for a lock on one worker held by a transaction that waited for a lock this one held on another worker; pgfleet canceled this one."
+	return pgerr.Flatten(e)
+}
+
+// dlNode is a vertex of the wait-for graph: a session's transaction, or a
+// backend of no session of this coordinator's.
+type dlNode struct {
+	ss   *session
+	addr string
+	pid  uint32
+}
+
+// dlEdge is a wait on one worker.
+type dlEdge struct {
+	to   dlNode
+	addr string
+}
+
+// deadlockLoop checks for distributed deadlocks until stop closes.
+func (s *Server) deadlockLoop(stop <-chan struct{}) {
+	t := time.NewTicker(s.cfg.DeadlockCheck)
+	defer t.Stop()
+	d := &detector{s: s, conns: map[string]*pgx.Conn{}}
+	defer d.closeConns()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			d.check()
+		}
+	}
+}
+
+// detector is deadlockLoop's state: connections to the workers it asks
+// (held while transactions over several workers exist), and last check's
+// victim.
+type detector struct {
+	s       *Server
+	conns   map[string]*pgx.Conn
+	pending *txnWorkers
+}
+
+func (d *detector) closeConns() {
+	for addr, c := range d.conns {
+		_ = c.Close(context.Background())
+		delete(d.conns, addr)
+	}
+}
+
+// check runs one search and cancels a victim found twice in a row.
+func (d *detector) check() {
+	s := d.s
+	s.mu.Lock()
+	var txns []*session
+	for _, ss := range s.sessions {
+		if ss.txw.Load() != nil {
+			txns = append(txns, ss)
+		}
+	}
+	s.mu.Unlock()
+	if len(txns) < 2 {
+		// A cycle through two workers needs two transactions that span
+		// them.
+		d.pending = nil
+		d.closeConns()
+		return
+	}
+	owner := map[dlNode]*session{} // a worker backend's session
+	pubs := map[*session]*txnWorkers{}
+	addrs := map[string]bool{}
+	for _, ss := range txns {
+		w := ss.txw.Load()
+		if w == nil {
+			continue
+		}
+		pubs[ss] = w
+		for _, sc := range w.conns {
+			owner[dlNode{addr: sc.Addr, pid: sc.PID}] = ss
+			addrs[sc.Addr] = true
+		}
+	}
+	node := func(addr string, pid uint32) dlNode {
+		if ss := owner[dlNode{addr: addr, pid: pid}]; ss != nil {
+			return dlNode{ss: ss}
+		}
+		return dlNode{addr: addr, pid: pid}
+	}
+	graph := map[dlNode][]dlEdge{}
+	waiting := map[dlNode]bool{} // backends that wait (addr, pid)
+	for addr := range addrs {
+		waits, err := d.waits(addr)
+		if err != nil {
+			s.log.Debug("deadlock check", "worker", addr, "err", err.Error())
+			d.pending = nil
+			return
+		}
+		for pid, blockers := range waits {
+			waiting[dlNode{addr: addr, pid: pid}] = true
+			from := node(addr, pid)
+			for _, b := range blockers {
+				graph[from] = append(graph[from], dlEdge{to: node(addr, b), addr: addr})
+			}
+		}
+	}
+	victim := distributedVictim(graph, pubs)
+	if victim == nil {
+		d.pending = nil
+		return
+	}
+	w := pubs[victim]
+	if d.pending != w {
+		d.pending = w // found once: canceled if found again next time
+		return
+	}
+	d.pending = nil
+	victim.cancelMu.Lock()
+	defer victim.cancelMu.Unlock()
+	if victim.txw.Load() != w {
+		return // the transaction ended or changed meanwhile
+	}
+	victim.dlVictim.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, sc := range w.conns {
+		if waiting[dlNode{addr: sc.Addr, pid: sc.PID}] {
+			if err := sendCancel(ctx, sc); err != nil {
+				s.log.Warn("canceling a distributed deadlock's victim", "worker", sc.Addr, "err", err.Error())
+			}
+		}
+	}
+	s.log.Info("distributed deadlock: canceled the youngest transaction", "session", victim.pid)
+}
+
+// waits asks the worker at addr which backends wait for a lock, and for
+// which.
+func (d *detector) waits(addr string) (map[uint32][]uint32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c := d.conns[addr]
+	if c == nil {
+		var err error
+		if c, err = d.s.directConn(ctx, addr); err != nil {
+			return nil, err
+		}
+		d.conns[addr] = c
+	}
+	rows, err := c.Query(ctx, "SELECT pid, pg_catalog.pg_blocking_pids(pid) FROM pg_catalog.pg_stat_activity WHERE wait_event_type = 'Lock'")
+	if err != nil {
+		_ = c.Close(context.Background())
+		delete(d.conns, addr)
+		return nil, err
+	}
+	out := map[uint32][]uint32{}
+	var pid int32
+	var blockers []int32
+	_, err = pgx.ForEachRow(rows, []any{&pid, &blockers}, func() error {
+		for _, b := range blockers {
+			out[uint32(pid)] = append(out[uint32(pid)], uint32(b))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// distributedVictim is the youngest session transaction in a strongly
+// connected part of graph that has waits on two workers or more, or nil.
+func distributedVictim(graph map[dlNode][]dlEdge, pubs map[*session]*txnWorkers) *session {
+	var victim *session
+	for _, part := range stronglyConnected(graph) {
+		if len(part) < 2 {
+			continue
+		}
+		in := map[dlNode]bool{}
+		for _, n := range part {
+			in[n] = true
+		}
+		workers := map[string]bool{}
+		for _, n := range part {
+			for _, e := range graph[n] {
+				if in[e.to] {
+					workers[e.addr] = true
+				}
+			}
+		}
+		if len(workers) < 2 {
+			continue // PostgreSQL's own detector breaks it
+		}
+		for _, n := range part {
+			if n.ss == nil || pubs[n.ss] == nil {
+				continue
+			}
+			if victim == nil || pubs[n.ss].since.After(pubs[victim].since) ||
+				pubs[n.ss].since.Equal(pubs[victim].since) && n.ss.pid > victim.pid {
+				victim = n.ss
+			}
+		}
+	}
+	return victim
+}
+
+// stronglyConnected is Tarjan's partition of graph's vertices.
+func stronglyConnected(graph map[dlNode][]dlEdge) [][]dlNode {
+	index := map[dlNode]int{}
+	low := map[dlNode]int{}
+	on := map[dlNode]bool{}
+	var stack []dlNode
+	var parts [][]dlNode
+	next := 0
+	var visit func(v dlNode)
+	visit = func(v dlNode) {
+		index[v], low[v] = next, next
+		next++
+		stack = append(stack, v)
+		on[v] = true
+		for _, e := range graph[v] {
+			if _, seen := index[e.to]; !seen {
+				visit(e.to)
+				low[v] = min(low[v], low[e.to])
+			} else if on[e.to] {
+				low[v] = min(low[v], index[e.to])
+			}
+		}
+		if low[v] == index[v] {
+			var part []dlNode
+			for {
+				w := stack[len(stack)-1]
+				stack = stack[:len(stack)-1]
+				on[w] = false
+				part = append(part, w)
+				if w == v {
+					break
+				}
+			}
+			parts = append(parts, part)
+		}
+	}
+	for v := range graph {
+		if _, seen := index[v]; !seen {
+			visit(v)
+		}
+	}
+	return parts
+}

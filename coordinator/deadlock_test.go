@@ -1,0 +1,181 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestDistributedDeadlock: two transaction blocks that each hold a row on
+// one worker and wait for the other's row on the other worker get, as on
+// PostgreSQL, 40P01 for one of them (the younger) while the other goes on
+// and commits; waits that form no cycle are left alone.
+func TestDistributedDeadlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('dl_acc')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS dl_acc", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE dl_acc (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO dl_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	exec(t, c, "SELECT create_distributed_table('dl_acc', 'aid', shard_count => 4)", simple)
+	k1, w1 := 1, workerOfAid(t, c, "dl_acc", 1)
+	k2 := 2
+	for ; workerOfAid(t, c, "dl_acc", k2) == w1; k2++ {
+		if k2 > 100 {
+			t.Fatal("every key on one worker")
+		}
+	}
+	k3 := k1 + 1
+	for ; workerOfAid(t, c, "dl_acc", k3) != w1 || k3 == k2; k3++ {
+	}
+	val := func(k int) int {
+		t.Helper()
+		var n int
+		if err := c.QueryRow(ctx, "SELECT n FROM dl_acc WHERE aid = $1", k).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	type result struct {
+		who string
+		err error
+	}
+	cases := []struct {
+		mode pgx.QueryExecMode
+		// a's second statement waits for b's row on the second worker:
+		// routed, or a write over both workers.
+		aSecond string
+		aWant   [2]int
+		// b's second statement waits for a's row on the first worker;
+		// b is the younger, the victim.
+		bSecond string
+	}{
+		{simple, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", [2]int{1, 1}, "UPDATE dl_acc SET n = n + 10 WHERE aid = $1"},
+		{pgx.QueryExecModeCacheStatement, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", [2]int{1, 1}, "UPDATE dl_acc SET n = n + 10 WHERE aid = $1"},
+		{simple, "UPDATE dl_acc SET n = n + 1 WHERE aid IN ($1, $2)", [2]int{2, 1}, "UPDATE dl_acc SET n = n + 10 WHERE aid = $1"},
+		{pgx.QueryExecModeCacheStatement, "UPDATE dl_acc SET n = n + 1 WHERE aid IN ($1, $2)", [2]int{2, 1}, "UPDATE dl_acc SET n = n + 10 WHERE aid = $1"},
+		{simple, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", [2]int{1, 1}, "UPDATE dl_acc SET n = n + 10 WHERE aid IN ($1, $2)"},
+		{pgx.QueryExecModeCacheStatement, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", [2]int{1, 1}, "UPDATE dl_acc SET n = n + 10 WHERE aid IN ($1, $2)"},
+	}
+	for _, tc := range cases {
+		mode := tc.mode
+		exec(t, c, "UPDATE dl_acc SET n = 0 WHERE aid IN ($1, $2)", mode, k1, k2)
+		a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+		exec(t, a, "BEGIN", mode)
+		exec(t, a, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", mode, k1)
+		exec(t, b, "BEGIN", mode)
+		exec(t, b, "UPDATE dl_acc SET n = n + 10 WHERE aid = $1", mode, k2)
+		done := make(chan result, 2)
+		go func() {
+			args := []any{mode, k2}
+			if tc.aWant[0] == 2 {
+				args = append(args, k1)
+			}
+			_, err := a.Exec(ctx, tc.aSecond, args...)
+			done <- result{"a", err}
+		}()
+		time.Sleep(300 * time.Millisecond) // a waits for b's row on the second worker
+		go func() {
+			args := []any{mode, k1}
+			if strings.Contains(tc.bSecond, "IN") {
+				args = append(args, k2)
+			}
+			_, err := b.Exec(ctx, tc.bSecond, args...)
+			done <- result{"b", err}
+		}()
+		var got []result
+		timeout := time.After(20 * time.Second)
+		for len(got) < 2 {
+			select {
+			case r := <-done:
+				got = append(got, r)
+				if r.err != nil {
+					// The victim's block is failed: its end undoes it, and
+					// the other goes on.
+					victim := map[string]*pgx.Conn{"a": a, "b": b}[r.who]
+					if _, err := victim.Exec(ctx, "COMMIT", mode); err != nil {
+						t.Fatalf("COMMIT of the failed block: %v", err)
+					}
+				}
+			case <-timeout:
+				t.Fatalf("%v %q: the two transactions still wait after 20 s (got %v)", mode, tc.aSecond, got)
+			}
+		}
+		var failed, ok []string
+		for _, r := range got {
+			var pe *pgconn.PgError
+			switch {
+			case r.err == nil:
+				ok = append(ok, r.who)
+			case errors.As(r.err, &pe) && pe.Code == "40P01":
+				failed = append(failed, r.who)
+			default:
+				t.Fatalf("%v: %s: %v, want 40P01 or success", mode, r.who, r.err)
+			}
+		}
+		if len(failed) != 1 || len(ok) != 1 {
+			t.Fatalf("%v: failed %v, succeeded %v; want one of each", mode, failed, ok)
+		}
+		// b took in the second worker last: it is the younger.
+		if failed[0] != "b" {
+			t.Errorf("%v: the victim was %s, want the younger transaction (b)", mode, failed[0])
+		}
+		survivor := map[string]*pgx.Conn{"a": a, "b": b}[ok[0]]
+		exec(t, survivor, "COMMIT", mode)
+		want := map[string][2]int{"a": tc.aWant, "b": {10, 10}}[ok[0]]
+		if g1, g2 := val(k1), val(k2); g1 != want[0] || g2 != want[1] {
+			t.Errorf("%v: rows %d, %d after the survivor (%s) committed; want %d, %d", mode, g1, g2, ok[0], want[0], want[1])
+		}
+		a.Close(ctx)
+		b.Close(ctx)
+	}
+
+	// A wait through two workers that is no cycle is not broken: b waits
+	// for a's row until a commits.
+	a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+	defer a.Close(ctx)
+	defer b.Close(ctx)
+	exec(t, c, "UPDATE dl_acc SET n = 0 WHERE aid IN ($1, $2, $3)", simple, k1, k2, k3)
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", simple, k1)
+	exec(t, a, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", simple, k2)
+	exec(t, b, "BEGIN", simple)
+	exec(t, b, "UPDATE dl_acc SET n = n + 10 WHERE aid = $1", simple, k3)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "UPDATE dl_acc SET n = n + 10 WHERE aid = $1", simple, k2)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("b's update did not wait for a's row: %v", err)
+	case <-time.After(3500 * time.Millisecond):
+	}
+	exec(t, a, "COMMIT", simple)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("b's update after a committed: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b still waits after a committed")
+	}
+	exec(t, b, "COMMIT", simple)
+	if g1, g2, g3 := val(k1), val(k2), val(k3); g1 != 1 || g2 != 11 || g3 != 10 {
+		t.Errorf("rows %d, %d, %d; want 1, 11, 10", g1, g2, g3)
+	}
+}
