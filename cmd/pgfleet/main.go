@@ -292,6 +292,8 @@ func serve(args []string) error {
 		"how often to commit or roll back prepared transactions left by a crashed coordinator (0: never)")
 	grace := fs.Duration("recovery-grace", envDuration("PGFLEET_RECOVERY_GRACE", time.Minute),
 		"age at which recovery rolls back a prepared transaction whose commit was not decided (decided ones are committed at once)")
+	deadlock := fs.Duration("deadlock-check", envDuration("PGFLEET_DEADLOCK_CHECK", time.Second),
+		"how often to look for transactions waiting for each other's locks across workers, and cancel the youngest (40P01) (0: never)")
 	var workers listFlag
 	fs.Var(&workers, "worker", "worker host:port (repeatable; the first is the default node; also $PGFLEET_WORKERS)")
 	metadataURL := fs.String("metadata", os.Getenv("PGFLEET_METADATA"),
@@ -318,6 +320,10 @@ func serve(args []string) error {
 	cfg.RecoveryGrace = *grace
 	if *recovery <= 0 {
 		cfg.RecoveryInterval = -1 // the Config's zero value means the default
+	}
+	cfg.DeadlockCheck = *deadlock
+	if *deadlock <= 0 {
+		cfg.DeadlockCheck = -1
 	}
 	srv, err := coordinator.New(cfg)
 	if err != nil {
