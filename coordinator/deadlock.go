@@ -41,12 +41,22 @@ import (
 
 const defaultDeadlockCheck = time.Second
 
-// txnWorkers is what a session publishes of its transaction while it
-// spans several workers: when it took in the second one, and the
-// connections it holds there.
+// txnWorkers is what a session publishes of a transaction while it spans
+// several workers: when it took in the second one, and its backends there.
+// A session publishes its transaction block's (txw) and, apart, those of a
+// statement that runs on connections lent to it on every worker (wrw: a
+// multi-shard write outside a block, create_distributed_table and the
+// like), which are transactions of their own on the workers.
 type txnWorkers struct {
-	since time.Time
-	conns []*pooling.ServerConn
+	since    time.Time
+	backends []dlBackend
+}
+
+// dlBackend is one worker backend of a published transaction.
+type dlBackend struct {
+	addr   string
+	pid    uint32
+	secret []byte
 }
 
 // publishTxn publishes the session's transaction over several workers
@@ -62,15 +72,38 @@ func (ss *session) publishTxn() {
 		}
 		return
 	}
-	w := &txnWorkers{since: time.Now(), conns: make([]*pooling.ServerConn, 0, len(ss.parked)+1)}
+	w := &txnWorkers{since: time.Now(), backends: make([]dlBackend, 0, len(ss.parked)+1)}
 	if old := ss.txw.Load(); old != nil {
 		w.since = old.since
 	}
-	w.conns = append(w.conns, ss.sc)
-	for _, p := range ss.parked {
-		w.conns = append(w.conns, p.sc)
+	for _, sc := range append([]*pooling.ServerConn{ss.sc}, parkedConns(ss.parked)...) {
+		w.backends = append(w.backends, dlBackend{addr: sc.Addr, pid: sc.PID, secret: sc.Secret})
 	}
 	ss.txw.Store(w)
+}
+
+func parkedConns(parked []txConn) []*pooling.ServerConn {
+	out := make([]*pooling.ServerConn, len(parked))
+	for i, p := range parked {
+		out[i] = p.sc
+	}
+	return out
+}
+
+// publishWrites publishes (under cancelMu, as nodeConns sets
+// writeConns) the connections lent to the session on several workers, or
+// withdraws them (nil).
+func (ss *session) publishWrites(conns map[int32]*pgx.Conn) {
+	if len(conns) < 2 {
+		ss.wrw.Store(nil)
+		return
+	}
+	w := &txnWorkers{since: time.Now()}
+	for node, c := range conns {
+		pc := c.PgConn()
+		w.backends = append(w.backends, dlBackend{addr: ss.srv.nodeAddr(node), pid: pc.PID(), secret: pc.SecretKey()})
+	}
+	ss.wrw.Store(w)
 }
 
 // unpublishTxn says the session's transaction no longer holds connections
@@ -78,7 +111,9 @@ func (ss *session) publishTxn() {
 func (ss *session) unpublishTxn() {
 	ss.cancelMu.Lock()
 	ss.txw.Store(nil)
-	ss.dlVictim.Store(false)
+	if ss.wrw.Load() == nil {
+		ss.dlVictim.Store(false)
+	}
 	ss.cancelMu.Unlock()
 }
 
@@ -107,10 +142,10 @@ func deadlockError() *pgproto3.ErrorResponse {
 	return pgerr.Flatten(e)
 }
 
-// dlNode is a vertex of the wait-for graph: a session's transaction, or a
-// backend of no session of this coordinator's.
+// dlNode is a vertex of the wait-for graph: a published transaction, or a
+// backend of none.
 type dlNode struct {
-	ss   *session
+	tx   *txnWorkers
 	addr string
 	pid  uint32
 }
@@ -156,38 +191,34 @@ func (d *detector) closeConns() {
 // check runs one search and cancels a victim found twice in a row.
 func (d *detector) check() {
 	s := d.s
+	pubs := map[*txnWorkers]*session{} // published transactions, by their sessions
 	s.mu.Lock()
-	var txns []*session
 	for _, ss := range s.sessions {
-		if ss.txw.Load() != nil {
-			txns = append(txns, ss)
+		for _, w := range []*txnWorkers{ss.txw.Load(), ss.wrw.Load()} {
+			if w != nil {
+				pubs[w] = ss
+			}
 		}
 	}
 	s.mu.Unlock()
-	if len(txns) < 2 {
+	if len(pubs) < 2 {
 		// A cycle through two workers needs two transactions that span
 		// them.
 		d.pending = nil
 		d.closeConns()
 		return
 	}
-	owner := map[dlNode]*session{} // a worker backend's session
-	pubs := map[*session]*txnWorkers{}
+	owner := map[dlNode]*txnWorkers{} // a worker backend's transaction
 	addrs := map[string]bool{}
-	for _, ss := range txns {
-		w := ss.txw.Load()
-		if w == nil {
-			continue
-		}
-		pubs[ss] = w
-		for _, sc := range w.conns {
-			owner[dlNode{addr: sc.Addr, pid: sc.PID}] = ss
-			addrs[sc.Addr] = true
+	for w := range pubs {
+		for _, b := range w.backends {
+			owner[dlNode{addr: b.addr, pid: b.pid}] = w
+			addrs[b.addr] = true
 		}
 	}
 	node := func(addr string, pid uint32) dlNode {
-		if ss := owner[dlNode{addr: addr, pid: pid}]; ss != nil {
-			return dlNode{ss: ss}
+		if w := owner[dlNode{addr: addr, pid: pid}]; w != nil {
+			return dlNode{tx: w}
 		}
 		return dlNode{addr: addr, pid: pid}
 	}
@@ -208,29 +239,29 @@ func (d *detector) check() {
 			}
 		}
 	}
-	victim := distributedVictim(graph, pubs)
-	if victim == nil {
+	w := distributedVictim(graph, pubs)
+	if w == nil {
 		d.pending = nil
 		return
 	}
-	w := pubs[victim]
 	if d.pending != w {
 		d.pending = w // found once: canceled if found again next time
 		return
 	}
 	d.pending = nil
+	victim := pubs[w]
 	victim.cancelMu.Lock()
 	defer victim.cancelMu.Unlock()
-	if victim.txw.Load() != w {
+	if victim.txw.Load() != w && victim.wrw.Load() != w {
 		return // the transaction ended or changed meanwhile
 	}
 	victim.dlVictim.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, sc := range w.conns {
-		if waiting[dlNode{addr: sc.Addr, pid: sc.PID}] {
-			if err := sendCancel(ctx, sc); err != nil {
-				s.log.Warn("canceling a distributed deadlock's victim", "worker", sc.Addr, "err", err.Error())
+	for _, b := range w.backends {
+		if waiting[dlNode{addr: b.addr, pid: b.pid}] {
+			if err := pooling.SendCancel(ctx, b.addr, b.pid, b.secret); err != nil {
+				s.log.Warn("canceling a distributed deadlock's victim", "worker", b.addr, "err", err.Error())
 			}
 		}
 	}
@@ -268,10 +299,10 @@ func (d *detector) waits(addr string) (map[uint32][]uint32, error) {
 	return out, err
 }
 
-// distributedVictim is the youngest session transaction in a strongly
+// distributedVictim is the youngest published transaction in a strongly
 // connected part of graph that has waits on two workers or more, or nil.
-func distributedVictim(graph map[dlNode][]dlEdge, pubs map[*session]*txnWorkers) *session {
-	var victim *session
+func distributedVictim(graph map[dlNode][]dlEdge, pubs map[*txnWorkers]*session) *txnWorkers {
+	var victim *txnWorkers
 	for _, part := range stronglyConnected(graph) {
 		if len(part) < 2 {
 			continue
@@ -292,12 +323,12 @@ func distributedVictim(graph map[dlNode][]dlEdge, pubs map[*session]*txnWorkers)
 			continue // PostgreSQL's own detector breaks it
 		}
 		for _, n := range part {
-			if n.ss == nil || pubs[n.ss] == nil {
+			if n.tx == nil || pubs[n.tx] == nil {
 				continue
 			}
-			if victim == nil || pubs[n.ss].since.After(pubs[victim].since) ||
-				pubs[n.ss].since.Equal(pubs[victim].since) && n.ss.pid > victim.pid {
-				victim = n.ss
+			if victim == nil || n.tx.since.After(victim.since) ||
+				n.tx.since.Equal(victim.since) && pubs[n.tx].pid > pubs[victim].pid {
+				victim = n.tx
 			}
 		}
 	}

@@ -144,6 +144,66 @@ func TestDistributedDeadlock(t *testing.T) {
 		b.Close(ctx)
 	}
 
+	// A multi-shard write outside a block (its own transaction on each
+	// worker, taken in node order) against a block: with the block holding
+	// the row of the write's second worker, the write locks its first
+	// worker's row and waits; the block then waits for that row. One of
+	// the two orders deadlocks; there the block (the younger) gets 40P01
+	// and the write goes on.
+	deadlocks := 0
+	for _, first := range []int{k1, k2} {
+		other := k1 + k2 - first
+		exec(t, c, "UPDATE dl_acc SET n = 0 WHERE aid IN ($1, $2)", simple, k1, k2)
+		a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+		exec(t, a, "BEGIN", simple)
+		exec(t, a, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", simple, first)
+		bDone, aDone := make(chan error, 1), make(chan error, 1)
+		go func() {
+			_, err := b.Exec(ctx, "UPDATE dl_acc SET n = n + 10 WHERE aid IN ($1, $2)", simple, k1, k2)
+			bDone <- err
+		}()
+		time.Sleep(300 * time.Millisecond)
+		go func() {
+			_, err := a.Exec(ctx, "UPDATE dl_acc SET n = n + 1 WHERE aid = $1", simple, other)
+			aDone <- err
+		}()
+		var aErr error
+		select {
+		case aErr = <-aDone:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("block holding %d: its update of %d still waits after 20 s", first, other)
+		}
+		var pe *pgconn.PgError
+		switch {
+		case aErr == nil:
+		case errors.As(aErr, &pe) && pe.Code == "40P01":
+			deadlocks++
+		default:
+			t.Fatalf("block holding %d: %v", first, aErr)
+		}
+		exec(t, a, "COMMIT", simple) // ROLLBACK after the 40P01
+		select {
+		case err := <-bDone:
+			if err != nil {
+				t.Fatalf("block holding %d: the multi-shard UPDATE: %v", first, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("block holding %d: the multi-shard UPDATE still waits", first)
+		}
+		want := 10
+		if aErr == nil {
+			want = 11
+		}
+		if g1, g2 := val(k1), val(k2); g1 != want || g2 != want {
+			t.Errorf("block holding %d: rows %d, %d; want %d, %d", first, g1, g2, want, want)
+		}
+		a.Close(ctx)
+		b.Close(ctx)
+	}
+	if deadlocks != 1 {
+		t.Errorf("%d of the two orders deadlocked; want one", deadlocks)
+	}
+
 	// A wait through two workers that is no cycle is not broken: b waits
 	// for a's row until a commits.
 	a, b := connect(t, srv.Addr()), connect(t, srv.Addr())

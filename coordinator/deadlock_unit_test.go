@@ -8,16 +8,16 @@ import (
 // TestDistributedVictim: the wait-for graph's distributed cycles and the
 // victim picked in them.
 func TestDistributedVictim(t *testing.T) {
-	a, b, c := &session{pid: 1}, &session{pid: 2}, &session{pid: 3}
 	t0 := time.Now()
-	pubs := map[*session]*txnWorkers{a: {since: t0}, b: {since: t0.Add(time.Second)}, c: {since: t0.Add(2 * time.Second)}}
-	tx := func(ss *session) dlNode { return dlNode{ss: ss} }
+	a, b, c := &txnWorkers{since: t0}, &txnWorkers{since: t0.Add(time.Second)}, &txnWorkers{since: t0.Add(2 * time.Second)}
+	pubs := map[*txnWorkers]*session{a: {pid: 1}, b: {pid: 2}, c: {pid: 3}}
+	tx := func(w *txnWorkers) dlNode { return dlNode{tx: w} }
 	opaque := func(addr string, pid uint32) dlNode { return dlNode{addr: addr, pid: pid} }
 	edge := func(to dlNode, addr string) dlEdge { return dlEdge{to: to, addr: addr} }
 	cases := []struct {
 		name  string
 		graph map[dlNode][]dlEdge
-		want  *session
+		want  *txnWorkers
 	}{
 		{"a cycle through two workers: the younger", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w2")},
@@ -50,11 +50,11 @@ func TestDistributedVictim(t *testing.T) {
 	}
 	for _, tc := range cases {
 		if got := distributedVictim(tc.graph, pubs); got != tc.want {
-			name := func(ss *session) any {
-				if ss == nil {
+			name := func(w *txnWorkers) any {
+				if w == nil {
 					return nil
 				}
-				return ss.pid
+				return pubs[w].pid
 			}
 			t.Errorf("%s: victim %v, want %v", tc.name, name(got), name(tc.want))
 		}

@@ -217,10 +217,15 @@ func (ss *session) nodeConns(ctx context.Context) (conns map[int32]*pgx.Conn, do
 	conns, err = ss.openNodeConns(ctx)
 	ss.cancelMu.Lock()
 	ss.writeConns = conns // a cancel request reaches their statements
+	ss.publishWrites(conns)
 	ss.cancelMu.Unlock()
 	return conns, func() {
 		ss.cancelMu.Lock()
 		ss.writeConns = nil
+		ss.publishWrites(nil)
+		if ss.txw.Load() == nil {
+			ss.dlVictim.Store(false)
+		}
 		ss.cancelMu.Unlock()
 		for _, c := range conns {
 			if ss.lentUserCode {

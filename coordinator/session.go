@@ -146,6 +146,7 @@ type session struct {
 	// for the distributed deadlock detector; dlVictim: the detector
 	// canceled its statement (deadlock.go).
 	txw      atomic.Pointer[txnWorkers]
+	wrw      atomic.Pointer[txnWorkers]
 	dlVictim atomic.Bool
 	// wait says whether the session is waiting for its client's next
 	// message, and whether at rest (outside a transaction and a batch);
