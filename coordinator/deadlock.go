@@ -2,12 +2,14 @@ package coordinator
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/pooling"
 )
 
@@ -48,9 +50,13 @@ const defaultDeadlockCheck = time.Second
 // multi-shard write outside a block, create_distributed_table and the
 // like), which are transactions of their own on the workers.
 type txnWorkers struct {
+	id       int64 // the fleet's name for it, with the coordinator's
 	since    time.Time
 	backends []dlBackend
 }
+
+// txnIDs numbers published transactions.
+var txnIDs atomic.Int64
 
 // dlBackend is one worker backend of a published transaction.
 type dlBackend struct {
@@ -72,9 +78,11 @@ func (ss *session) publishTxn() {
 		}
 		return
 	}
-	w := &txnWorkers{since: time.Now(), backends: make([]dlBackend, 0, len(ss.parked)+1)}
+	w := &txnWorkers{since: time.Now().Truncate(time.Microsecond), backends: make([]dlBackend, 0, len(ss.parked)+1)}
 	if old := ss.txw.Load(); old != nil {
-		w.since = old.since
+		w.id, w.since = old.id, old.since
+	} else {
+		w.id = txnIDs.Add(1)
 	}
 	for _, sc := range append([]*pooling.ServerConn{ss.sc}, parkedConns(ss.parked)...) {
 		w.backends = append(w.backends, dlBackend{addr: sc.Addr, pid: sc.PID, secret: sc.Secret})
@@ -98,7 +106,7 @@ func (ss *session) publishWrites(conns map[int32]*pgx.Conn) {
 		ss.wrw.Store(nil)
 		return
 	}
-	w := &txnWorkers{since: time.Now()}
+	w := &txnWorkers{id: txnIDs.Add(1), since: time.Now().Truncate(time.Microsecond)}
 	for node, c := range conns {
 		pc := c.PgConn()
 		w.backends = append(w.backends, dlBackend{addr: ss.srv.nodeAddr(node), pid: pc.PID(), secret: pc.SecretKey()})
@@ -142,10 +150,31 @@ func deadlockError() *pgproto3.ErrorResponse {
 	return pgerr.Flatten(e)
 }
 
-// dlNode is a vertex of the wait-for graph: a published transaction, or a
-// backend of none.
+// dlTxn is a vertex of the wait-for graph that stands for a transaction
+// over several workers: one of this coordinator's (local), or one another
+// coordinator shared (coord, id).
+type dlTxn struct {
+	since time.Time
+	coord string
+	id    int64
+	local *txnWorkers
+}
+
+// younger orders victims: the later start, then the greater name.
+func (t *dlTxn) younger(u *dlTxn) bool {
+	if !t.since.Equal(u.since) {
+		return t.since.After(u.since)
+	}
+	if t.coord != u.coord {
+		return t.coord > u.coord
+	}
+	return t.id > u.id
+}
+
+// dlNode is a vertex of the wait-for graph: a transaction, or a backend of
+// none known.
 type dlNode struct {
-	tx   *txnWorkers
+	tx   *dlTxn
 	addr string
 	pid  uint32
 }
@@ -160,8 +189,8 @@ type dlEdge struct {
 func (s *Server) deadlockLoop(stop <-chan struct{}) {
 	t := time.NewTicker(s.cfg.DeadlockCheck)
 	defer t.Stop()
-	d := &detector{s: s, conns: map[string]*pgx.Conn{}}
-	defer d.closeConns()
+	d := &detector{s: s, conns: map[string]*pgx.Conn{}, name: leaseName(s.ln.Addr().String())}
+	defer d.stop()
 	for {
 		select {
 		case <-stop:
@@ -173,12 +202,19 @@ func (s *Server) deadlockLoop(stop <-chan struct{}) {
 }
 
 // detector is deadlockLoop's state: connections to the workers it asks
-// (held while transactions over several workers exist), and last check's
-// victim.
+// (held while transactions over several workers exist), whether it shares
+// transactions in the metadata database now, and last check's victim.
 type detector struct {
 	s       *Server
+	name    string // the coordinator's, in pgfleet.fleet_txns
 	conns   map[string]*pgx.Conn
+	shared  bool
 	pending *txnWorkers
+}
+
+func (d *detector) stop() {
+	d.closeConns()
+	d.share(nil)
 }
 
 func (d *detector) closeConns() {
@@ -188,37 +224,90 @@ func (d *detector) closeConns() {
 	}
 }
 
-// check runs one search and cancels a victim found twice in a row.
+// share publishes the coordinator's transactions to the fleet (none:
+// withdraws them, once).
+func (d *detector) share(txns []metadata.FleetTxn) {
+	st := d.s.store
+	if st == nil || len(txns) == 0 && !d.shared {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := st.ShareTxns(ctx, d.name, txns); err != nil {
+		d.s.log.Debug("deadlock check: sharing transactions", "err", err.Error())
+		return
+	}
+	d.shared = len(txns) > 0
+}
+
+// check runs one search and cancels a victim of this coordinator's found
+// twice in a row.
 func (d *detector) check() {
 	s := d.s
-	pubs := map[*txnWorkers]*session{} // published transactions, by their sessions
+	local := map[*txnWorkers]*session{} // published transactions, by their sessions
 	s.mu.Lock()
 	for _, ss := range s.sessions {
 		for _, w := range []*txnWorkers{ss.txw.Load(), ss.wrw.Load()} {
 			if w != nil {
-				pubs[w] = ss
+				local[w] = ss
 			}
 		}
 	}
 	s.mu.Unlock()
-	if len(pubs) < 2 {
-		// A cycle through two workers needs two transactions that span
-		// them.
+	if len(local) == 0 {
 		d.pending = nil
 		d.closeConns()
+		d.share(nil)
 		return
 	}
-	owner := map[dlNode]*txnWorkers{} // a worker backend's transaction
-	addrs := map[string]bool{}
-	for w := range pubs {
+	var txns []*dlTxn
+	var mine []metadata.FleetTxn
+	for w := range local {
+		txns = append(txns, &dlTxn{since: w.since, coord: d.name, id: w.id, local: w})
+		ft := metadata.FleetTxn{Coordinator: d.name, Txn: w.id, Since: w.since}
 		for _, b := range w.backends {
-			owner[dlNode{addr: b.addr, pid: b.pid}] = w
+			ft.Addrs, ft.PIDs = append(ft.Addrs, b.addr), append(ft.PIDs, int32(b.pid))
+		}
+		mine = append(mine, ft)
+	}
+	// Other coordinators' transactions (as of their last checks) close
+	// the cycles that run through them.
+	d.share(mine)
+	owner := map[dlNode]*dlTxn{} // a worker backend's transaction
+	addrs := map[string]bool{}
+	for _, t := range txns {
+		for _, b := range t.local.backends {
+			owner[dlNode{addr: b.addr, pid: b.pid}] = t
 			addrs[b.addr] = true
 		}
 	}
+	if s.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		others, err := s.store.FleetTxns(ctx, d.name, 3*s.cfg.DeadlockCheck+time.Second)
+		cancel()
+		if err != nil {
+			s.log.Debug("deadlock check: reading the fleet's transactions", "err", err.Error())
+		}
+		for _, o := range others {
+			t := &dlTxn{since: o.Since, coord: o.Coordinator, id: o.Txn}
+			txns = append(txns, t)
+			for i, a := range o.Addrs {
+				if i < len(o.PIDs) {
+					owner[dlNode{addr: a, pid: uint32(o.PIDs[i])}] = t
+					addrs[a] = true
+				}
+			}
+		}
+	}
+	if len(txns) < 2 {
+		// A cycle through two workers needs two transactions that span
+		// them.
+		d.pending = nil
+		return
+	}
 	node := func(addr string, pid uint32) dlNode {
-		if w := owner[dlNode{addr: addr, pid: pid}]; w != nil {
-			return dlNode{tx: w}
+		if t := owner[dlNode{addr: addr, pid: pid}]; t != nil {
+			return dlNode{tx: t}
 		}
 		return dlNode{addr: addr, pid: pid}
 	}
@@ -239,17 +328,19 @@ func (d *detector) check() {
 			}
 		}
 	}
-	w := distributedVictim(graph, pubs)
-	if w == nil {
+	v := distributedVictim(graph)
+	if v == nil || v.local == nil {
+		// None, or another coordinator's: that one cancels it.
 		d.pending = nil
 		return
 	}
+	w := v.local
 	if d.pending != w {
 		d.pending = w // found once: canceled if found again next time
 		return
 	}
 	d.pending = nil
-	victim := pubs[w]
+	victim := local[w]
 	victim.cancelMu.Lock()
 	defer victim.cancelMu.Unlock()
 	if victim.txw.Load() != w && victim.wrw.Load() != w {
@@ -299,10 +390,10 @@ func (d *detector) waits(addr string) (map[uint32][]uint32, error) {
 	return out, err
 }
 
-// distributedVictim is the youngest published transaction in a strongly
-// connected part of graph that has waits on two workers or more, or nil.
-func distributedVictim(graph map[dlNode][]dlEdge, pubs map[*txnWorkers]*session) *txnWorkers {
-	var victim *txnWorkers
+// distributedVictim is the youngest transaction in a strongly connected
+// part of graph that has waits on two workers or more, or nil.
+func distributedVictim(graph map[dlNode][]dlEdge) *dlTxn {
+	var victim *dlTxn
 	for _, part := range stronglyConnected(graph) {
 		if len(part) < 2 {
 			continue
@@ -323,11 +414,7 @@ func distributedVictim(graph map[dlNode][]dlEdge, pubs map[*txnWorkers]*session)
 			continue // PostgreSQL's own detector breaks it
 		}
 		for _, n := range part {
-			if n.tx == nil || pubs[n.tx] == nil {
-				continue
-			}
-			if victim == nil || n.tx.since.After(victim.since) ||
-				n.tx.since.Equal(victim.since) && pubs[n.tx].pid > pubs[victim].pid {
+			if n.tx != nil && (victim == nil || n.tx.younger(victim)) {
 				victim = n.tx
 			}
 		}

@@ -239,3 +239,89 @@ func TestDistributedDeadlock(t *testing.T) {
 		t.Errorf("rows %d, %d, %d; want 1, 11, 10", g1, g2, g3)
 	}
 }
+
+// TestDistributedDeadlockAcrossCoordinators: the two blocks of a
+// distributed deadlock run through two coordinators of one fleet, each of
+// which knows only its own session's backends; the transactions they
+// share in the metadata database close the cycle, and the younger's
+// coordinator cancels it.
+func TestDistributedDeadlockAcrossCoordinators(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv1 := pgtest.Coordinator(t, cl, poolSize(4))
+	srv2 := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	c := connect(t, srv1.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('dl_fleet')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS dl_fleet", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE dl_fleet (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO dl_fleet SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	exec(t, c, "SELECT create_distributed_table('dl_fleet', 'aid', shard_count => 4)", simple)
+	k1, w1 := 1, workerOfAid(t, c, "dl_fleet", 1)
+	k2 := 2
+	for ; workerOfAid(t, c, "dl_fleet", k2) == w1; k2++ {
+		if k2 > 100 {
+			t.Fatal("every key on one worker")
+		}
+	}
+	a, b := connect(t, srv1.Addr()), connect(t, srv2.Addr())
+	defer a.Close(ctx)
+	defer b.Close(ctx)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		// srv2 routes by the catalog it polls (until then its writes are
+		// refused with 40001).
+		if _, err := b.Exec(ctx, "UPDATE dl_fleet SET n = n WHERE aid = 1", simple); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the second coordinator: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "UPDATE dl_fleet SET n = n + 1 WHERE aid = $1", simple, k1)
+	exec(t, b, "BEGIN", simple)
+	exec(t, b, "UPDATE dl_fleet SET n = n + 10 WHERE aid = $1", simple, k2)
+	aDone, bDone := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := a.Exec(ctx, "UPDATE dl_fleet SET n = n + 1 WHERE aid = $1", simple, k2)
+		aDone <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	go func() {
+		_, err := b.Exec(ctx, "UPDATE dl_fleet SET n = n + 10 WHERE aid = $1", simple, k1)
+		bDone <- err
+	}()
+	var bErr error
+	select {
+	case bErr = <-bDone:
+	case err := <-aDone:
+		t.Fatalf("the older block's update ended first: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the two blocks still wait after 20 s")
+	}
+	var pe *pgconn.PgError
+	if !errors.As(bErr, &pe) || pe.Code != "40P01" {
+		t.Fatalf("the younger block (through the second coordinator): %v, want 40P01", bErr)
+	}
+	exec(t, b, "ROLLBACK", simple)
+	select {
+	case err := <-aDone:
+		if err != nil {
+			t.Fatalf("the older block: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older block still waits after the younger rolled back")
+	}
+	exec(t, a, "COMMIT", simple)
+	var n1, n2 int
+	if err := c.QueryRow(ctx, "SELECT (SELECT n FROM dl_fleet WHERE aid = $1), (SELECT n FROM dl_fleet WHERE aid = $2)", k1, k2).Scan(&n1, &n2); err != nil {
+		t.Fatal(err)
+	}
+	if n1 != 1 || n2 != 1 {
+		t.Errorf("rows %d, %d; want 1, 1 (the older block's only)", n1, n2)
+	}
+}

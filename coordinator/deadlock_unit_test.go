@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -9,15 +10,17 @@ import (
 // victim picked in them.
 func TestDistributedVictim(t *testing.T) {
 	t0 := time.Now()
-	a, b, c := &txnWorkers{since: t0}, &txnWorkers{since: t0.Add(time.Second)}, &txnWorkers{since: t0.Add(2 * time.Second)}
-	pubs := map[*txnWorkers]*session{a: {pid: 1}, b: {pid: 2}, c: {pid: 3}}
-	tx := func(w *txnWorkers) dlNode { return dlNode{tx: w} }
+	a := &dlTxn{since: t0, coord: "c1", id: 1}
+	b := &dlTxn{since: t0.Add(time.Second), coord: "c2", id: 1} // another coordinator's
+	c := &dlTxn{since: t0.Add(2 * time.Second), coord: "c1", id: 2}
+	twin := &dlTxn{since: t0, coord: "c3", id: 1}
+	tx := func(t *dlTxn) dlNode { return dlNode{tx: t} }
 	opaque := func(addr string, pid uint32) dlNode { return dlNode{addr: addr, pid: pid} }
 	edge := func(to dlNode, addr string) dlEdge { return dlEdge{to: to, addr: addr} }
 	cases := []struct {
 		name  string
 		graph map[dlNode][]dlEdge
-		want  *txnWorkers
+		want  *dlTxn
 	}{
 		{"a cycle through two workers: the younger", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w2")},
@@ -42,6 +45,10 @@ func TestDistributedVictim(t *testing.T) {
 			tx(b): {edge(tx(c), "w2")},
 			tx(c): {edge(tx(a), "w3")},
 		}, c},
+		{"at the same start, the greater coordinator name", map[dlNode][]dlEdge{
+			tx(a):    {edge(tx(twin), "w2")},
+			tx(twin): {edge(tx(a), "w1")},
+		}, twin},
 		{"a waiter outside the cycle is not the victim", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w1")},
 			tx(b): {edge(tx(a), "w2")},
@@ -49,12 +56,12 @@ func TestDistributedVictim(t *testing.T) {
 		}, b},
 	}
 	for _, tc := range cases {
-		if got := distributedVictim(tc.graph, pubs); got != tc.want {
-			name := func(w *txnWorkers) any {
-				if w == nil {
+		if got := distributedVictim(tc.graph); got != tc.want {
+			name := func(t *dlTxn) any {
+				if t == nil {
 					return nil
 				}
-				return pubs[w].pid
+				return t.coord + "/" + strconv.FormatInt(t.id, 10)
 			}
 			t.Errorf("%s: victim %v, want %v", tc.name, name(got), name(tc.want))
 		}

@@ -543,15 +543,15 @@ func (s *Server) Start() error {
 		s.recoveryEnd = make(chan struct{})
 		go s.recoveryLoop(s.stopWatch, s.recoveryEnd)
 	}
-	if s.cfg.DeadlockCheck > 0 {
-		go s.deadlockLoop(s.stopWatch)
-	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		s.closeCatalog()
 		return err
 	}
 	s.ln = ln
+	if s.cfg.DeadlockCheck > 0 {
+		go s.deadlockLoop(s.stopWatch)
+	}
 	if s.cfg.IdleSleep > 0 {
 		if d, err := newIdler(func(ss *session) { s.resume(ss) }, s.log); err == nil {
 			s.idler = d

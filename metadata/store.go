@@ -151,6 +151,18 @@ CREATE TABLE IF NOT EXISTS pgfleet.connection_shares (
 	recorded_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (coordinator, worker)
 );
+-- Transactions over several workers that coordinators' distributed
+-- deadlock detectors share (deadlocks.go): each coordinator's own, as of
+-- seen, with their backends (addrs[i], pids[i]).
+CREATE TABLE IF NOT EXISTS pgfleet.fleet_txns (
+	coordinator text NOT NULL,
+	txn bigint NOT NULL,
+	since timestamptz NOT NULL,
+	addrs text[] NOT NULL,
+	pids int[] NOT NULL,
+	seen timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (coordinator, txn)
+);
 -- The fleet's pools as the leases record them: each coordinator's share of
 -- each worker and the backends it recorded there (those it held at its last
 -- renewal, and those it opened since; some may have closed since).
