@@ -244,11 +244,15 @@ func (d *detector) share(txns []metadata.FleetTxn) {
 // twice in a row.
 func (d *detector) check() {
 	s := d.s
-	local := map[*txnWorkers]*session{} // published transactions, by their sessions
+	// Published transactions, by their sessions: those that have spanned
+	// their workers for an interval (a short one is left alone; a
+	// deadlock does not end by itself).
+	local := map[*txnWorkers]*session{}
+	old := time.Now().Add(-s.cfg.DeadlockCheck)
 	s.mu.Lock()
 	for _, ss := range s.sessions {
 		for _, w := range []*txnWorkers{ss.txw.Load(), ss.wrw.Load()} {
-			if w != nil {
+			if w != nil && w.since.Before(old) {
 				local[w] = ss
 			}
 		}
