@@ -1550,10 +1550,10 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 	// ref resolves a sort or DISTINCT ON item; collated: it had a COLLATE,
 	// which makes PostgreSQL read it as an expression over the input
 	// columns, not a position or output name.
-	ref := func(n *pg_query.Node, collated bool) (*pg_query.Node, error) {
+	ref := func(n *pg_query.Node, clause string, collated bool) (*pg_query.Node, error) {
 		if k, ok := position(n); ok && !collated {
 			if k < 1 || (!star && k > len(sel.TargetList)) {
-				return nil, pgerr.New("42P10", "position %d is not in select list", k)
+				return nil, pgerr.New("42P10", "%s position %d is not in select list", clause, k)
 			}
 			if star {
 				return nil, unsupported("ORDER BY or DISTINCT ON a position with * in the select list of a multi-shard query is not supported").
@@ -1614,7 +1614,7 @@ func (a *analysis) rowMerge() (*Merge, *pg_query.SelectStmt, error) {
 			if err := noCollate(d); err != nil {
 				return nil, nil, err
 			}
-			r, err := ref(d, false)
+			r, err := ref(d, "DISTINCT ON", false)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -1803,7 +1803,7 @@ func (a *analysis) aggMerge() (*Merge, *pg_query.SelectStmt, error) {
 	}
 	// item resolves an ORDER BY or DISTINCT ON item; collated: see ref in
 	// rowMerge.
-	item := func(n *pg_query.Node, collated bool) (*pg_query.Node, error) {
+	item := func(n *pg_query.Node, _ string, collated bool) (*pg_query.Node, error) {
 		if collated {
 			return a.mergeExpr(n)
 		}
@@ -1832,7 +1832,7 @@ func (a *analysis) aggMerge() (*Merge, *pg_query.SelectStmt, error) {
 		if err := noCollate(d); err != nil {
 			return nil, nil, err
 		}
-		r, err := item(d, false)
+		r, err := item(d, "DISTINCT ON", false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -2313,7 +2313,7 @@ func cloneNode(n *pg_query.Node) *pg_query.Node {
 // mergeSorts rewrites ORDER BY items for a merge statement: each item's
 // expression becomes what ref makes of it (told whether the item had its
 // own COLLATE, which stays on the item); a COLLATE anywhere else is refused.
-func mergeSorts(items []*pg_query.Node, ref func(*pg_query.Node, bool) (*pg_query.Node, error)) ([]*pg_query.Node, error) {
+func mergeSorts(items []*pg_query.Node, ref func(*pg_query.Node, string, bool) (*pg_query.Node, error)) ([]*pg_query.Node, error) {
 	var out []*pg_query.Node
 	for _, s := range items {
 		sb := proto.Clone(s.GetSortBy()).(*pg_query.SortBy)
@@ -2325,7 +2325,7 @@ func mergeSorts(items []*pg_query.Node, ref func(*pg_query.Node, bool) (*pg_quer
 		if err := noCollate(expr); err != nil {
 			return nil, err
 		}
-		r, err := ref(expr, coll != nil)
+		r, err := ref(expr, "ORDER BY", coll != nil)
 		if err != nil {
 			return nil, err
 		}

@@ -1,10 +1,12 @@
 package planner
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
+	"github.com/pgfleet/pgfleet/internal/pgerr"
 )
 
 // TestMergeRender renders merge statements for concrete partial column
@@ -122,6 +124,23 @@ func TestMultiShardRefused(t *testing.T) {
 	} {
 		if p, err := Build(q, cat); err != nil || p.Kind() != KindMultiShard {
 			t.Errorf("%s: %v", q, err)
+		}
+	}
+}
+
+// TestMultiShardPositionErrors: a position out of the select list is
+// PostgreSQL's 42P10 with its message, naming the clause (adversary 142).
+func TestMultiShardPositionErrors(t *testing.T) {
+	cat := testCatalog()
+	for q, want := range map[string]string{
+		"SELECT aid FROM accounts ORDER BY 3":         "ORDER BY position 3 is not in select list",
+		"SELECT aid FROM accounts ORDER BY 0 LIMIT 1": "ORDER BY position 0 is not in select list",
+		"SELECT DISTINCT ON (2) aid FROM accounts":    "DISTINCT ON position 2 is not in select list",
+	} {
+		_, err := Build(q, cat)
+		var pe *pgerr.Error
+		if !errors.As(err, &pe) || pe.Code != "42P10" || pe.Message != want {
+			t.Errorf("%s: %v; want 42P10 %q", q, err, want)
 		}
 	}
 }
