@@ -78,8 +78,14 @@ func (ss *session) publishTxn() {
 		}
 		return
 	}
+	old := ss.txw.Load()
+	if old != nil && len(old.backends) == len(ss.parked)+1 {
+		// The same connections, another one current (joinWorker adds one,
+		// unjoin takes the last back): nothing to publish.
+		return
+	}
 	w := &txnWorkers{since: time.Now().Truncate(time.Microsecond), backends: make([]dlBackend, 0, len(ss.parked)+1)}
-	if old := ss.txw.Load(); old != nil {
+	if old != nil {
 		w.id, w.since = old.id, old.since
 	} else {
 		w.id = txnIDs.Add(1)
