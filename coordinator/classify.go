@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"regexp"
 	"strings"
 
@@ -164,6 +165,10 @@ type class struct {
 	// notify: a statement calls pg_notify, whose notification reaches
 	// only listeners of the worker it runs on (the default node's).
 	notify bool
+	// advisory: a statement calls an advisory lock function, whose lock
+	// excludes only other sessions' on the worker it runs on: every
+	// session's go to the default node (adversary 143).
+	advisory bool
 	// terminate: a statement calls pg_terminate_backend, and may end its
 	// own worker backend (drain relays that FATAL as PostgreSQL would);
 	// signal: it calls that or pg_cancel_backend (signal.go).
@@ -259,6 +264,9 @@ func classify(sql string) class {
 			if lx.sawNotify {
 				c.notify = true
 			}
+			if lx.sawAdvisory {
+				c.advisory = true
+			}
 			if lx.sawTerminate {
 				c.terminate = true
 			}
@@ -306,6 +314,7 @@ func classify(sql string) class {
 		}
 		lx.sawSessionFunc, lx.sawSeqFunc, lx.sawUserCall, lx.sawSQLText, lx.sawNotify, lx.sawPrepared = "", "", false, false, false, false
 		lx.sawTerminate, lx.sawSignal, lx.sawTemp, lx.sawReserved, lx.sawInto, lx.sawCustomSet = false, false, false, false, false, false
+		lx.sawAdvisory = false
 		if !more {
 			if c.count != 1 {
 				c.seqReset = false
@@ -988,6 +997,7 @@ type lexer struct {
 	sawSQLText   bool   // a call of a built-in that runs SQL given as text
 	sawAllTables bool   // a call of a built-in that reads every table (schema_to_xml)
 	sawNotify    bool   // a call of pg_notify
+	sawAdvisory  bool   // a call of an advisory lock function
 	sawTerminate bool   // a call of pg_terminate_backend
 	sawSignal    bool   // a call of it or pg_cancel_backend
 	sawShards    bool   // the word pgfleet_shards (metadata.ShardsSchema)
@@ -1363,6 +1373,9 @@ func (lx *lexer) noteCall(w string) {
 	}
 	var buf [63]byte
 	name := upperInto(buf[:], w)
+	if bytes.HasPrefix(name, []byte("PG_ADVISORY_")) || bytes.HasPrefix(name, []byte("PG_TRY_ADVISORY_")) {
+		lx.sawAdvisory = true
+	}
 	switch string(name) {
 	case "PG_NOTIFY":
 		lx.sawNotify = true

@@ -590,7 +590,11 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 				return nil, 0, params, onNode, err // (signal.go; the session forms are bridged)
 			}
 		}
-		return st, ss.homeNode(st.Query), params, onNode, nil
+		home := ss.homeNode(st.Query)
+		if st.cls.advisory && home != ss.srv.defaultNode.Load() {
+			return nil, 0, params, onNode, ss.errAdvisoryElsewhere(p)
+		}
+		return st, home, params, onNode, nil
 	case *planner.Scatter:
 		return nil, 0, params, onShards, nil
 	case *planner.MultiShardWrite:

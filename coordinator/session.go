@@ -1663,6 +1663,10 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.notify && p.Kind() != planner.KindDefault {
 		return ss.queryError(errNotifyElsewhere)
 	}
+	if cls.advisory && (p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) {
+		ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
+		return ss.queryError(ss.errAdvisoryElsewhere(p))
+	}
 	if cls.seqFn != "" {
 		if p.Kind() != planner.KindDefault && p.Kind() != planner.KindRouter {
 			return ss.queryError(errSeqState(cls.seqFn))
@@ -2464,6 +2468,9 @@ func (ss *session) parse(body []byte) error {
 	}
 	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere
+	}
+	if err == nil && st.cls.advisory && (sp.plan.Kind() != planner.KindDefault || ss.homeNode(st.Query) != ss.srv.defaultNode.Load()) {
+		err = ss.errAdvisoryElsewhere(sp.plan)
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {
 		err = ss.extendedObjectDDL(st.Query)
@@ -4353,6 +4360,20 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 var errNotifyElsewhere = pgerr.New(pgerr.FeatureNotSupported,
 	"pg_notify() in a statement over distributed or reference tables is not supported: its notification would not reach listeners").
 	WithHint("Call pg_notify() (or NOTIFY) in a statement of its own.")
+
+// errAdvisoryElsewhere refuses an advisory lock function in a statement
+// that would run on a worker other than the default one, where every
+// session's advisory locks are taken (so that they exclude each other).
+func (ss *session) errAdvisoryElsewhere(p *planner.Plan) error {
+	if p != nil && p.Kind() != planner.KindDefault {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"advisory lock functions in a statement over distributed or reference tables are not supported: the lock would be taken on a worker other sessions' locks are not on").
+			WithHint("Call the advisory lock function in a statement of its own (SELECT pg_advisory_lock(...)).")
+	}
+	return pgerr.New(pgerr.FeatureNotSupported,
+		"advisory lock functions are not supported once this session's transaction or connection is on worker %s: advisory locks are taken on the default worker, where other sessions' are", ss.srv.nodeAddr(ss.node)).
+		WithHint("Take the lock before the transaction block's statements on other workers, or in a transaction-level form (pg_advisory_xact_lock) before them.")
+}
 
 var errFailedTxn = pgerr.New(pgerr.InFailedSQLTransaction,
 	"current transaction is aborted, commands ignored until end of transaction block")

@@ -1,0 +1,88 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestAdvisoryLocksOneNode: advisory locks exclude each other whatever
+// worker the statement or block that takes them runs on (adversary 143:
+// a session lock taken in a block on the second worker did not exclude
+// one taken through the first).
+func TestAdvisoryLocksOneNode(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('adv_acc')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS adv_acc", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE adv_acc (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO adv_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	exec(t, c, "SELECT create_distributed_table('adv_acc', 'aid', shard_count => 4)", simple)
+	def := cl.Servers[0].Addr()
+	k := 1
+	for ; workerOfAid(t, c, "adv_acc", k) == def; k++ {
+		if k > 100 {
+			t.Fatal("every key on the default worker")
+		}
+	}
+	tryLock := func(fn string, key int) string {
+		t.Helper()
+		b := connect(t, srv.Addr())
+		defer b.Close(ctx)
+		return queryString(t, b, "SELECT "+fn+"("+strconv.Itoa(key)+")::text", simple)
+	}
+	for m, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		for i, tc := range []struct {
+			take, try string
+			block     bool
+		}{
+			{"SELECT pg_advisory_xact_lock($1)", "pg_try_advisory_xact_lock", true},
+			{"SELECT pg_advisory_lock($1)", "pg_try_advisory_lock", true},
+			{"SELECT pg_advisory_lock($1) FROM adv_acc WHERE aid = $2", "pg_try_advisory_lock", false},
+			{"SELECT pg_advisory_xact_lock($1) FROM adv_acc WHERE aid = $2", "pg_try_advisory_xact_lock", true},
+			// Taken on the default worker, then the block goes on elsewhere.
+			{"SELECT pg_advisory_lock($1)", "pg_try_advisory_lock", false},
+		} {
+			key := 9100 + 10*m + i
+			a := connect(t, srv.Addr())
+			if tc.block {
+				exec(t, a, "BEGIN", mode)
+				exec(t, a, "UPDATE adv_acc SET n = n + 1 WHERE aid = $1", mode, k)
+			}
+			args := []any{mode, key}
+			if strings.Contains(tc.take, "$2") {
+				args = append(args, k)
+			}
+			_, err := a.Exec(ctx, tc.take, args...)
+			var pe *pgconn.PgError
+			switch {
+			case err == nil:
+				if got := tryLock(tc.try, key); got != "false" {
+					t.Errorf("%q (block: %v) held it; another session's %s(%d): %s, want false", tc.take, tc.block, tc.try, key, got)
+				}
+			case errors.As(err, &pe) && pe.Code == "0A000" && pe.Hint != "" && tc.take != "SELECT pg_advisory_xact_lock($1)":
+				// Refused where it would be taken on the second worker.
+				if got := tryLock(tc.try, key); got != "true" {
+					t.Errorf("%q was refused, but the lock is held: %s", tc.take, got)
+				}
+			default:
+				t.Errorf("%v %q (block: %v): %v", mode, tc.take, tc.block, err)
+			}
+			a.Close(ctx)
+		}
+	}
+}
