@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -84,5 +85,57 @@ func TestAdvisoryLocksOneNode(t *testing.T) {
 			}
 			a.Close(ctx)
 		}
+	}
+}
+
+// TestListenOneNode: a LISTEN hears the NOTIFYs of the worker it runs on;
+// every session's notifications go through the default worker, so a
+// LISTEN in a block on another worker, which heard nothing, is refused
+// (adversary 143), and one made before it hears them.
+func TestListenOneNode(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('lsn_acc')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS lsn_acc", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE lsn_acc (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO lsn_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	exec(t, c, "SELECT create_distributed_table('lsn_acc', 'aid', shard_count => 4)", simple)
+	def := cl.Servers[0].Addr()
+	k := 1
+	for ; workerOfAid(t, c, "lsn_acc", k) == def; k++ {
+		if k > 100 {
+			t.Fatal("every key on the default worker")
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		a := connect(t, srv.Addr())
+		exec(t, a, "BEGIN", mode)
+		exec(t, a, "UPDATE lsn_acc SET n = n + 1 WHERE aid = $1", mode, k)
+		_, err := a.Exec(ctx, "LISTEN lsn_ch", mode)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+			t.Errorf("%v: LISTEN in a block on the second worker: %v, want 0A000 with a hint", mode, err)
+		}
+		exec(t, a, "ROLLBACK", mode)
+
+		// LISTEN first, then the block on the other worker: it hears.
+		exec(t, a, "LISTEN lsn_ch", mode)
+		b := connect(t, srv.Addr())
+		exec(t, b, "NOTIFY lsn_ch, 'hello'", simple)
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := a.WaitForNotification(wctx)
+		cancel()
+		if err != nil || n.Payload != "hello" {
+			t.Errorf("%v: notification: %+v, %v", mode, n, err)
+		}
+		a.Close(ctx)
+		b.Close(ctx)
 	}
 }

@@ -169,6 +169,9 @@ type class struct {
 	// excludes only other sessions' on the worker it runs on: every
 	// session's go to the default node (adversary 143).
 	advisory bool
+	// listen: a LISTEN, which hears only the NOTIFYs of the worker it runs
+	// on: every session's go to the default node (adversary 143).
+	listen bool
 	// terminate: a statement calls pg_terminate_backend, and may end its
 	// own worker backend (drain relays that FATAL as PostgreSQL would);
 	// signal: it calls that or pg_cancel_backend (signal.go).
@@ -804,6 +807,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 		}
 	case "LISTEN":
 		setPin("LISTEN")
+		c.listen = true
 	case "PREPARE":
 		if at(1) != "TRANSACTION" { // (PREPARE TRANSACTION ends the block)
 			setPin("SQL PREPARE")

@@ -591,8 +591,8 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 			}
 		}
 		home := ss.homeNode(st.Query)
-		if st.cls.advisory && home != ss.srv.defaultNode.Load() {
-			return nil, 0, params, onNode, ss.errAdvisoryElsewhere(p)
+		if (st.cls.advisory || st.cls.listen) && home != ss.srv.defaultNode.Load() {
+			return nil, 0, params, onNode, ss.errDefaultOnly(st.cls.listen, p)
 		}
 		return st, home, params, onNode, nil
 	case *planner.Scatter:

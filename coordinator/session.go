@@ -1663,9 +1663,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.notify && p.Kind() != planner.KindDefault {
 		return ss.queryError(errNotifyElsewhere)
 	}
-	if cls.advisory && (p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) {
+	if (cls.advisory || cls.listen) && (p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) {
 		ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
-		return ss.queryError(ss.errAdvisoryElsewhere(p))
+		return ss.queryError(ss.errDefaultOnly(cls.listen, p))
 	}
 	if cls.seqFn != "" {
 		if p.Kind() != planner.KindDefault && p.Kind() != planner.KindRouter {
@@ -2469,8 +2469,8 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere
 	}
-	if err == nil && st.cls.advisory && (sp.plan.Kind() != planner.KindDefault || ss.homeNode(st.Query) != ss.srv.defaultNode.Load()) {
-		err = ss.errAdvisoryElsewhere(sp.plan)
+	if err == nil && (st.cls.advisory || st.cls.listen) && (sp.plan.Kind() != planner.KindDefault || ss.homeNode(st.Query) != ss.srv.defaultNode.Load()) {
+		err = ss.errDefaultOnly(st.cls.listen, sp.plan)
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {
 		err = ss.extendedObjectDDL(st.Query)
@@ -4361,10 +4361,16 @@ var errNotifyElsewhere = pgerr.New(pgerr.FeatureNotSupported,
 	"pg_notify() in a statement over distributed or reference tables is not supported: its notification would not reach listeners").
 	WithHint("Call pg_notify() (or NOTIFY) in a statement of its own.")
 
-// errAdvisoryElsewhere refuses an advisory lock function in a statement
-// that would run on a worker other than the default one, where every
-// session's advisory locks are taken (so that they exclude each other).
-func (ss *session) errAdvisoryElsewhere(p *planner.Plan) error {
+// errDefaultOnly refuses an advisory lock function (or a LISTEN) in a
+// statement that would run on a worker other than the default one, where
+// every session's advisory locks are taken, so that they exclude each
+// other (and where NOTIFYs are sent).
+func (ss *session) errDefaultOnly(listen bool, p *planner.Plan) error {
+	if listen {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"LISTEN is not supported once this session's transaction or connection is on worker %s: it would not hear notifications, which are sent on the default worker", ss.srv.nodeAddr(ss.node)).
+			WithHint("LISTEN before the transaction block's statements on other workers, or outside the block.")
+	}
 	if p != nil && p.Kind() != planner.KindDefault {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"advisory lock functions in a statement over distributed or reference tables are not supported: the lock would be taken on a worker other sessions' locks are not on").
