@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,5 +138,69 @@ func TestListenOneNode(t *testing.T) {
 		}
 		a.Close(ctx)
 		b.Close(ctx)
+	}
+}
+
+// TestOthersStatementTimeout: a client that set no statement_timeout never
+// sees one, although the pooled connections it gets come from clients
+// with a 1 ms one (adversary 143: the previous client's timer canceled the
+// settings script of the next, which got 57014 "cannot apply session
+// settings"). Load-dependent: the adversary's 24 clients ran into it a few
+// times a minute, in transactions over both workers as here.
+func TestOthersStatementTimeout(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('ost_acc')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ost_acc", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE ost_acc (id bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "SELECT create_distributed_table('ost_acc', 'id', shard_count => 4)", simple)
+	const clients = 20
+	end := time.Now().Add(8 * time.Second)
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		timed := i%2 == 1
+		go func() {
+			c := connect(t, srv.Addr())
+			defer c.Close(ctx)
+			if timed {
+				if _, err := c.Exec(ctx, "SET statement_timeout = '1ms'"); err != nil {
+					errs <- err
+					return
+				}
+			}
+			for k := 0; time.Now().Before(end); k++ {
+				base := int64(i)*1_000_000 + int64(k)*3
+				var err error
+				for j, q := range []string{"BEGIN", "INSERT INTO ost_acc VALUES ($1, 0)", "INSERT INTO ost_acc VALUES ($1, 0)", "INSERT INTO ost_acc VALUES ($1, 0)", "COMMIT"} {
+					var args []any
+					if strings.Contains(q, "$1") {
+						args = []any{base + int64(j)}
+					}
+					if _, e := c.Exec(ctx, q, args...); e != nil && err == nil {
+						err = e
+					}
+				}
+				if err != nil && !timed {
+					errs <- fmt.Errorf("a client without a statement_timeout: %w", err)
+					return
+				}
+				if err != nil {
+					_, _ = c.Exec(ctx, "ROLLBACK")
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < clients; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -1007,6 +1007,33 @@ func (ss *session) holding() int {
 	return n
 }
 
+// timeoutOff turns off the statement_timeout another session left on sc
+// (its settings' key names one, or they are unknown) before sc takes this
+// session's settings:
+// PostgreSQL arms a statement's timer with the value in force when the
+// statement starts, and a string of statements keeps it, so the previous
+// client's 1 ms canceled the settings script of a client that set no
+// timeout at all (adversary 143). A statement it cancels, as short as it
+// is, is tried again.
+func timeoutOff(sc *pooling.ServerConn, deadline time.Time) error {
+	if !strings.Contains(strings.ToLower(sc.ParamsKey), "statement_timeout") && !strings.HasPrefix(sc.ParamsKey, "\x00") {
+		return nil // (a key starting with NUL is unknown settings: pooling.UnknownKey)
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = sc.Exec("SET statement_timeout = 0", deadline, nil); !isCanceled(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// isCanceled reports whether err is a worker's 57014.
+func isCanceled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == pgerr.QueryCanceled
+}
+
 // sideCheckout takes a connection beside the ones the session holds (a
 // value to compute, a statement to describe), in the class of what it
 // holds. Spare connections go back first: they are an optimization and
@@ -1105,7 +1132,16 @@ func (ss *session) checkoutFor(ctx context.Context, pool *pooling.Pool, held int
 			if ss.ready {
 				onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
 			}
-			if err := sc.Exec(sql, time.Now().Add(pool.Config().ResetTimeout), onStatus); err != nil {
+			err := timeoutOff(sc, time.Now().Add(pool.Config().ResetTimeout))
+			for try := 0; err == nil && try < 3; try++ {
+				// A timer the previous client's statement_timeout armed
+				// may fire after its statement ended, and cancel the next
+				// one (this script; seen under load): tried again.
+				if err = sc.Exec(sql, time.Now().Add(pool.Config().ResetTimeout), onStatus); !isCanceled(err) {
+					break
+				}
+			}
+			if err != nil {
 				sc.MarkBroken()
 				pool.Release(sc)
 				var pe *pgerr.Error
