@@ -215,7 +215,7 @@ type detector struct {
 	name    string // the coordinator's, in pgfleet.fleet_txns
 	conns   map[string]*pgx.Conn
 	shared  bool
-	pending *txnWorkers
+	pending map[*txnWorkers]bool // victims found at the last check
 }
 
 func (d *detector) stop() {
@@ -265,7 +265,7 @@ func (d *detector) check() {
 	}
 	s.mu.Unlock()
 	if len(local) == 0 {
-		d.pending = nil
+		clear(d.pending)
 		d.closeConns()
 		d.share(nil)
 		return
@@ -312,7 +312,7 @@ func (d *detector) check() {
 	if len(txns) < 2 {
 		// A cycle through two workers needs two transactions that span
 		// them.
-		d.pending = nil
+		clear(d.pending)
 		return
 	}
 	node := func(addr string, pid uint32) dlNode {
@@ -327,7 +327,7 @@ func (d *detector) check() {
 		waits, err := d.waits(addr)
 		if err != nil {
 			s.log.Debug("deadlock check", "worker", addr, "err", err.Error())
-			d.pending = nil
+			clear(d.pending)
 			return
 		}
 		for pid, blockers := range waits {
@@ -338,19 +338,25 @@ func (d *detector) check() {
 			}
 		}
 	}
-	v := distributedVictim(graph)
-	if v == nil || v.local == nil {
-		// None, or another coordinator's: that one cancels it.
-		d.pending = nil
-		return
+	// One victim per deadlock (another coordinator's is left to it); one
+	// found at the last check too is canceled, the others wait for the
+	// next.
+	found := map[*txnWorkers]bool{}
+	for _, v := range distributedVictims(graph) {
+		if w := v.local; w != nil {
+			if d.pending[w] {
+				d.cancel(local[w], w, waiting)
+			} else {
+				found[w] = true
+			}
+		}
 	}
-	w := v.local
-	if d.pending != w {
-		d.pending = w // found once: canceled if found again next time
-		return
-	}
-	d.pending = nil
-	victim := local[w]
+	d.pending = found
+}
+
+// cancel cancels victim's waiting backends of transaction w, if w is
+// still its transaction.
+func (d *detector) cancel(victim *session, w *txnWorkers, waiting map[dlNode]bool) {
 	victim.cancelMu.Lock()
 	defer victim.cancelMu.Unlock()
 	if victim.txw.Load() != w && victim.wrw.Load() != w {
@@ -362,11 +368,11 @@ func (d *detector) check() {
 	for _, b := range w.backends {
 		if waiting[dlNode{addr: b.addr, pid: b.pid}] {
 			if err := pooling.SendCancel(ctx, b.addr, b.pid, b.secret); err != nil {
-				s.log.Warn("canceling a distributed deadlock's victim", "worker", b.addr, "err", err.Error())
+				d.s.log.Warn("canceling a distributed deadlock's victim", "worker", b.addr, "err", err.Error())
 			}
 		}
 	}
-	s.log.Info("distributed deadlock: canceled the youngest transaction", "session", victim.pid)
+	d.s.log.Info("distributed deadlock: canceled the youngest transaction", "session", victim.pid)
 }
 
 // waits asks the worker at addr which backends wait for a lock, and for
@@ -400,10 +406,11 @@ func (d *detector) waits(addr string) (map[uint32][]uint32, error) {
 	return out, err
 }
 
-// distributedVictim is the youngest transaction in a strongly connected
-// part of graph that has waits on two workers or more, or nil.
-func distributedVictim(graph map[dlNode][]dlEdge) *dlTxn {
-	var victim *dlTxn
+// distributedVictims are, for each strongly connected part of graph that
+// has waits on two workers or more (a distributed deadlock), its youngest
+// transaction.
+func distributedVictims(graph map[dlNode][]dlEdge) []*dlTxn {
+	var victims []*dlTxn
 	for _, part := range stronglyConnected(graph) {
 		if len(part) < 2 {
 			continue
@@ -423,13 +430,17 @@ func distributedVictim(graph map[dlNode][]dlEdge) *dlTxn {
 		if len(workers) < 2 {
 			continue // PostgreSQL's own detector breaks it
 		}
+		var victim *dlTxn
 		for _, n := range part {
 			if n.tx != nil && (victim == nil || n.tx.younger(victim)) {
 				victim = n.tx
 			}
 		}
+		if victim != nil {
+			victims = append(victims, victim)
+		}
 	}
-	return victim
+	return victims
 }
 
 // stronglyConnected is Tarjan's partition of graph's vertices.

@@ -325,3 +325,111 @@ func TestDistributedDeadlockAcrossCoordinators(t *testing.T) {
 		t.Errorf("rows %d, %d; want 1, 1 (the older block's only)", n1, n2)
 	}
 }
+
+// TestDistributedDeadlocksOneAfterAnother: deadlocks that form one after
+// another are each broken within seconds of forming, the older as the
+// newer (adversary 144: one victim per check, the youngest of all, left
+// the first waiting for as long as new ones formed).
+func TestDistributedDeadlocksOneAfterAnother(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(16))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('dl_stream')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS dl_stream", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE dl_stream (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO dl_stream SELECT g, 0 FROM generate_series(1, 200) g", simple)
+	exec(t, c, "SELECT create_distributed_table('dl_stream', 'aid', shard_count => 4)", simple)
+	first := workerOfAid(t, c, "dl_stream", 1)
+	var on1, on2 []int
+	for k := 1; k <= 200 && (len(on1) < 6 || len(on2) < 6); k++ {
+		if workerOfAid(t, c, "dl_stream", k) == first {
+			on1 = append(on1, k)
+		} else {
+			on2 = append(on2, k)
+		}
+	}
+	if len(on1) < 6 || len(on2) < 6 {
+		t.Fatal("too few keys on a worker")
+	}
+	// pair makes a deadlock of two blocks over keys k1 (first worker) and
+	// k2, and reports how long its first waiter waited for its answer.
+	type outcome struct {
+		waited   time.Duration
+		deadlock bool
+		err      error
+	}
+	pair := func(k1, k2 int) <-chan outcome {
+		out := make(chan outcome, 1)
+		go func() {
+			a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+			defer a.Close(ctx)
+			defer b.Close(ctx)
+			for _, s := range []struct {
+				c *pgx.Conn
+				k int
+			}{{a, k1}, {b, k2}} {
+				if _, err := s.c.Exec(ctx, "BEGIN", simple); err != nil {
+					out <- outcome{err: err}
+					return
+				}
+				if _, err := s.c.Exec(ctx, "UPDATE dl_stream SET n = n + 1 WHERE aid = $1", simple, s.k); err != nil {
+					out <- outcome{err: err}
+					return
+				}
+			}
+			start := time.Now()
+			type done struct {
+				c   *pgx.Conn
+				err error
+			}
+			dones := make(chan done, 2)
+			go func() {
+				_, err := a.Exec(ctx, "UPDATE dl_stream SET n = n + 1 WHERE aid = $1", simple, k2)
+				dones <- done{a, err}
+			}()
+			time.Sleep(100 * time.Millisecond)
+			go func() {
+				_, err := b.Exec(ctx, "UPDATE dl_stream SET n = n + 1 WHERE aid = $1", simple, k1)
+				dones <- done{b, err}
+			}()
+			d := <-dones
+			o := outcome{waited: time.Since(start)}
+			var pe *pgconn.PgError
+			o.deadlock = errors.As(d.err, &pe) && pe.Code == "40P01"
+			if d.err != nil && !o.deadlock {
+				o.err = d.err
+			}
+			_, _ = d.c.Exec(ctx, "ROLLBACK", simple)
+			d = <-dones
+			_, _ = d.c.Exec(ctx, "ROLLBACK", simple)
+			out <- o
+		}()
+		return out
+	}
+	var results []<-chan outcome
+	for i := 0; i < 6; i++ {
+		results = append(results, pair(on1[i], on2[i]))
+		time.Sleep(time.Second)
+	}
+	for i, r := range results {
+		select {
+		case o := <-r:
+			switch {
+			case o.err != nil:
+				t.Errorf("deadlock %d: %v", i, o.err)
+			case !o.deadlock:
+				t.Errorf("deadlock %d: no 40P01", i)
+			case o.waited > 5*time.Second:
+				t.Errorf("deadlock %d broken after %v; want within 5 s of forming, whatever forms after it", i, o.waited.Round(100*time.Millisecond))
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("deadlock %d still waits", i)
+		}
+	}
+}

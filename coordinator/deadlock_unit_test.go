@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -20,12 +21,12 @@ func TestDistributedVictim(t *testing.T) {
 	cases := []struct {
 		name  string
 		graph map[dlNode][]dlEdge
-		want  *dlTxn
+		want  []*dlTxn
 	}{
 		{"a cycle through two workers: the younger", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w2")},
 			tx(b): {edge(tx(a), "w1")},
-		}, b},
+		}, []*dlTxn{b}},
 		{"a cycle on one worker is PostgreSQL's to break", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w1")},
 			tx(b): {edge(tx(a), "w1")},
@@ -39,31 +40,40 @@ func TestDistributedVictim(t *testing.T) {
 			opaque("w1", 9):    {edge(tx(b), "w1")},
 			tx(b):              {edge(tx(a), "w2")},
 			opaque("w2", 1000): {edge(tx(c), "w2")},
-		}, b},
+		}, []*dlTxn{b}},
 		{"three transactions over three workers: the youngest", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w1")},
 			tx(b): {edge(tx(c), "w2")},
 			tx(c): {edge(tx(a), "w3")},
-		}, c},
+		}, []*dlTxn{c}},
 		{"at the same start, the greater coordinator name", map[dlNode][]dlEdge{
 			tx(a):    {edge(tx(twin), "w2")},
 			tx(twin): {edge(tx(a), "w1")},
-		}, twin},
+		}, []*dlTxn{twin}},
+		{"two deadlocks at once: a victim in each (adversary 144)", map[dlNode][]dlEdge{
+			tx(a):    {edge(tx(b), "w2")},
+			tx(b):    {edge(tx(a), "w1")},
+			tx(c):    {edge(tx(twin), "w1")},
+			tx(twin): {edge(tx(c), "w2")},
+		}, []*dlTxn{b, c}},
 		{"a waiter outside the cycle is not the victim", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w1")},
 			tx(b): {edge(tx(a), "w2")},
 			tx(c): {edge(tx(a), "w1")},
-		}, b},
+		}, []*dlTxn{b}},
 	}
 	for _, tc := range cases {
-		if got := distributedVictim(tc.graph); got != tc.want {
-			name := func(t *dlTxn) any {
-				if t == nil {
-					return nil
-				}
-				return t.coord + "/" + strconv.FormatInt(t.id, 10)
+		got := distributedVictims(tc.graph)
+		names := func(ts []*dlTxn) []string {
+			var out []string
+			for _, t := range ts {
+				out = append(out, t.coord+"/"+strconv.FormatInt(t.id, 10))
 			}
-			t.Errorf("%s: victim %v, want %v", tc.name, name(got), name(tc.want))
+			slices.Sort(out)
+			return out
+		}
+		if !slices.Equal(names(got), names(tc.want)) {
+			t.Errorf("%s: victims %v, want %v", tc.name, names(got), names(tc.want))
 		}
 	}
 }
