@@ -204,3 +204,42 @@ func TestOthersStatementTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleInTransactionTimeoutAcrossWorkers: a block that outlived the
+// session's idle_in_transaction_session_timeout on the first worker, whose
+// next statement goes to the other, is ended with PostgreSQL's FATAL 25P03,
+// not 08006 "outcome unknown" (adversary 143), and rolled back.
+func TestIdleInTransactionTimeoutAcrossWorkers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('iit_acc')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS iit_acc", simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE iit_acc (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO iit_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	exec(t, c, "SELECT create_distributed_table('iit_acc', 'aid', shard_count => 4)", simple)
+	k1, w1 := 1, workerOfAid(t, c, "iit_acc", 1)
+	k2 := 2
+	for ; workerOfAid(t, c, "iit_acc", k2) == w1; k2++ {
+	}
+	a := connect(t, srv.Addr())
+	defer a.Close(ctx)
+	exec(t, a, "SET idle_in_transaction_session_timeout = '100ms'", simple)
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "UPDATE iit_acc SET n = n + 1 WHERE aid = $1", simple, k1)
+	time.Sleep(400 * time.Millisecond)
+	_, err := a.Exec(ctx, "UPDATE iit_acc SET n = n + 1 WHERE aid = $1", simple, k2)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "25P03" || pe.Severity != "FATAL" {
+		t.Fatalf("the block's statement after the timeout: %v, want FATAL 25P03", err)
+	}
+	if got := queryString(t, c, "SELECT sum(n)::text FROM iit_acc", simple); got != "0" {
+		t.Errorf("sum after the timed-out block: %s, want 0", got)
+	}
+}

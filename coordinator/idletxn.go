@@ -81,6 +81,9 @@ func (ss *session) noteIdleSetting(pool *pooling.Pool, rows [][]string) {
 // idleTimerOff turns the timer off on the transaction's connection c before
 // the transaction first takes in another worker.
 func (ss *session) idleTimerOff(c txConn) error {
+	if err := idleFatal(c.sc); err != nil {
+		return err // the worker's idle-in-transaction timeout ended it
+	}
 	if ss.idleZeroKnown(c.pool) {
 		return nil
 	}

@@ -3203,6 +3203,34 @@ func (ss *session) lostServer(err error) error {
 		Hint:    "The statement's outcome is unknown; reconnect and check before retrying."}
 }
 
+// idleFatal is the FATAL a worker sent on sc, a connection of the
+// session's transaction left idle, before closing it (its
+// idle-in-transaction timeout, a termination), as an error for the
+// client, or nil. It
+// must be read before anything is written to sc: a write to the closed
+// connection brings the worker's reset, which discards what was unread
+// (adversary 143: 08006 "outcome unknown" where PostgreSQL says 25P03,
+// the block rolled back).
+func idleFatal(sc *pooling.ServerConn) error {
+	if !sc.Readable() || sc.SetReadDeadline(time.Now().Add(50*time.Millisecond)) != nil {
+		return nil
+	}
+	defer sc.SetReadDeadline(time.Time{})
+	f, err := sc.Next()
+	if err != nil || f.Type != 'E' {
+		return nil
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(f.Body) != nil || er.Severity != "FATAL" {
+		// (Only a FATAL comes unasked on a connection of a block that
+		// cannot be pinned: a notice of it is dropped.)
+		sc.MarkBroken()
+		return nil
+	}
+	sc.MarkBroken()
+	return &pgerr.Error{Severity: "FATAL", Code: er.Code, Message: er.Message, Detail: er.Detail, Hint: er.Hint}
+}
+
 // lostCycle handles the loss of the server connection (an error reading or
 // writing it, or the worker's FATAL) during a client's cycle. Outside a
 // transaction, with no session state on the connection, the session
