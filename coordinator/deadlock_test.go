@@ -23,22 +23,9 @@ func TestDistributedDeadlock(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('dl_acc')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS dl_acc", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE dl_acc (aid bigint PRIMARY KEY, n int)", simple)
-	exec(t, c, "INSERT INTO dl_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
-	exec(t, c, "SELECT create_distributed_table('dl_acc', 'aid', shard_count => 4)", simple)
+	accounts(t, c, "dl_acc")
 	k1, w1 := 1, workerOfAid(t, c, "dl_acc", 1)
-	k2 := 2
-	for ; workerOfAid(t, c, "dl_acc", k2) == w1; k2++ {
-		if k2 > 100 {
-			t.Fatal("every key on one worker")
-		}
-	}
+	k2 := keyOff(t, c, "dl_acc", w1)
 	k3 := k1 + 1
 	for ; workerOfAid(t, c, "dl_acc", k3) != w1 || k3 == k2; k3++ {
 	}
@@ -252,22 +239,9 @@ func TestDistributedDeadlockAcrossCoordinators(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv1.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('dl_fleet')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS dl_fleet", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE dl_fleet (aid bigint PRIMARY KEY, n int)", simple)
-	exec(t, c, "INSERT INTO dl_fleet SELECT g, 0 FROM generate_series(1, 100) g", simple)
-	exec(t, c, "SELECT create_distributed_table('dl_fleet', 'aid', shard_count => 4)", simple)
-	k1, w1 := 1, workerOfAid(t, c, "dl_fleet", 1)
-	k2 := 2
-	for ; workerOfAid(t, c, "dl_fleet", k2) == w1; k2++ {
-		if k2 > 100 {
-			t.Fatal("every key on one worker")
-		}
-	}
+	accounts(t, c, "dl_fleet")
+	k1 := 1
+	k2 := keyOff(t, c, "dl_fleet", workerOfAid(t, c, "dl_fleet", k1))
 	a, b := connect(t, srv1.Addr()), connect(t, srv2.Addr())
 	defer a.Close(ctx)
 	defer b.Close(ctx)
@@ -336,18 +310,10 @@ func TestDistributedDeadlocksOneAfterAnother(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('dl_stream')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS dl_stream", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE dl_stream (aid bigint PRIMARY KEY, n int)", simple)
-	exec(t, c, "INSERT INTO dl_stream SELECT g, 0 FROM generate_series(1, 200) g", simple)
-	exec(t, c, "SELECT create_distributed_table('dl_stream', 'aid', shard_count => 4)", simple)
+	accounts(t, c, "dl_stream")
 	first := workerOfAid(t, c, "dl_stream", 1)
 	var on1, on2 []int
-	for k := 1; k <= 200 && (len(on1) < 6 || len(on2) < 6); k++ {
+	for k := 1; k <= 100 && (len(on1) < 6 || len(on2) < 6); k++ {
 		if workerOfAid(t, c, "dl_stream", k) == first {
 			on1 = append(on1, k)
 		} else {

@@ -15,6 +15,36 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
 
+// accounts makes table name (aid bigint PRIMARY KEY, n int) with rows
+// 1..100 of n = 0 through c, distributed over 4 shards of two workers,
+// and drops it when the test ends.
+func accounts(t *testing.T, c *pgx.Conn, name string) {
+	t.Helper()
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('"+name+"')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS "+name, simple)
+	}
+	drop()
+	t.Cleanup(drop)
+	exec(t, c, "CREATE TABLE "+name+" (aid bigint PRIMARY KEY, n int)", simple)
+	exec(t, c, "INSERT INTO "+name+" SELECT g, 0 FROM generate_series(1, 100) g", simple)
+	exec(t, c, "SELECT create_distributed_table('"+name+"', 'aid', shard_count => 4)", simple)
+}
+
+// keyOff is the first key of accounts table name not on worker addr.
+func keyOff(t *testing.T, c *pgx.Conn, name, addr string) int {
+	t.Helper()
+	for k := 1; k <= 100; k++ {
+		if workerOfAid(t, c, name, k) != addr {
+			return k
+		}
+	}
+	t.Fatalf("every key of %s on worker %s", name, addr)
+	return 0
+}
+
 // TestAdvisoryLocksOneNode: advisory locks exclude each other whatever
 // worker the statement or block that takes them runs on (adversary 143:
 // a session lock taken in a block on the second worker did not exclude
@@ -25,22 +55,8 @@ func TestAdvisoryLocksOneNode(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('adv_acc')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS adv_acc", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE adv_acc (aid bigint PRIMARY KEY, n int)", simple)
-	exec(t, c, "INSERT INTO adv_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
-	exec(t, c, "SELECT create_distributed_table('adv_acc', 'aid', shard_count => 4)", simple)
-	def := cl.Servers[0].Addr()
-	k := 1
-	for ; workerOfAid(t, c, "adv_acc", k) == def; k++ {
-		if k > 100 {
-			t.Fatal("every key on the default worker")
-		}
-	}
+	accounts(t, c, "adv_acc")
+	k := keyOff(t, c, "adv_acc", cl.Servers[0].Addr())
 	tryLock := func(fn string, key int) string {
 		t.Helper()
 		b := connect(t, srv.Addr())
@@ -99,22 +115,8 @@ func TestListenOneNode(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('lsn_acc')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS lsn_acc", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE lsn_acc (aid bigint PRIMARY KEY, n int)", simple)
-	exec(t, c, "INSERT INTO lsn_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
-	exec(t, c, "SELECT create_distributed_table('lsn_acc', 'aid', shard_count => 4)", simple)
-	def := cl.Servers[0].Addr()
-	k := 1
-	for ; workerOfAid(t, c, "lsn_acc", k) == def; k++ {
-		if k > 100 {
-			t.Fatal("every key on the default worker")
-		}
-	}
+	accounts(t, c, "lsn_acc")
+	k := keyOff(t, c, "lsn_acc", cl.Servers[0].Addr())
 	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
 		a := connect(t, srv.Addr())
 		exec(t, a, "BEGIN", mode)
@@ -152,15 +154,7 @@ func TestOthersStatementTimeout(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, poolSize(2))
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
-	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('ost_acc')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS ost_acc", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE ost_acc (id bigint PRIMARY KEY, n int)", simple)
-	exec(t, c, "SELECT create_distributed_table('ost_acc', 'id', shard_count => 4)", simple)
+	accounts(t, c, "ost_acc")
 	const clients = 20
 	end := time.Now().Add(8 * time.Second)
 	errs := make(chan error, clients)
@@ -181,7 +175,7 @@ func TestOthersStatementTimeout(t *testing.T) {
 				for j, q := range []string{"BEGIN", "INSERT INTO ost_acc VALUES ($1, 0)", "INSERT INTO ost_acc VALUES ($1, 0)", "INSERT INTO ost_acc VALUES ($1, 0)", "COMMIT"} {
 					var args []any
 					if strings.Contains(q, "$1") {
-						args = []any{base + int64(j)}
+						args = []any{1000 + base + int64(j)}
 					}
 					if _, e := c.Exec(ctx, q, args...); e != nil && err == nil {
 						err = e
@@ -215,19 +209,9 @@ func TestIdleInTransactionTimeoutAcrossWorkers(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('iit_acc')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS iit_acc", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	exec(t, c, "CREATE TABLE iit_acc (aid bigint PRIMARY KEY, n int)", simple)
-	exec(t, c, "INSERT INTO iit_acc SELECT g, 0 FROM generate_series(1, 100) g", simple)
-	exec(t, c, "SELECT create_distributed_table('iit_acc', 'aid', shard_count => 4)", simple)
-	k1, w1 := 1, workerOfAid(t, c, "iit_acc", 1)
-	k2 := 2
-	for ; workerOfAid(t, c, "iit_acc", k2) == w1; k2++ {
-	}
+	accounts(t, c, "iit_acc")
+	k1 := 1
+	k2 := keyOff(t, c, "iit_acc", workerOfAid(t, c, "iit_acc", k1))
 	a := connect(t, srv.Addr())
 	defer a.Close(ctx)
 	exec(t, a, "SET idle_in_transaction_session_timeout = '100ms'", simple)
