@@ -3206,11 +3206,10 @@ func (ss *session) lostServer(err error) error {
 // idleFatal is the FATAL a worker sent on sc, a connection of the
 // session's transaction left idle, before closing it (its
 // idle-in-transaction timeout, a termination), as an error for the
-// client, or nil. It
-// must be read before anything is written to sc: a write to the closed
-// connection brings the worker's reset, which discards what was unread
-// (adversary 143: 08006 "outcome unknown" where PostgreSQL says 25P03,
-// the block rolled back).
+// client, or nil. It must be read before anything is written to sc: a
+// write to the closed connection brings the worker's reset, which
+// discards what was unread (adversary 143: 08006 "outcome unknown" where
+// PostgreSQL says 25P03, the block rolled back).
 func idleFatal(sc *pooling.ServerConn) error {
 	if !sc.Readable() || sc.SetReadDeadline(time.Now().Add(50*time.Millisecond)) != nil {
 		return nil
@@ -4442,7 +4441,7 @@ func (ss *session) errDefaultOnly(listen bool, p *planner.Plan) error {
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"advisory lock functions are not supported once this session's transaction or connection is on worker %s: advisory locks are taken on the default worker, where other sessions' are", ss.srv.nodeAddr(ss.node)).
-		WithHint("Take the lock before the transaction block's statements on other workers, or in a transaction-level form (pg_advisory_xact_lock) before them.")
+		WithHint("Take the lock before the transaction block's statements on other workers, or use the transaction-level form (pg_advisory_xact_lock), which a block takes on the default worker.")
 }
 
 var errFailedTxn = pgerr.New(pgerr.InFailedSQLTransaction,
