@@ -985,6 +985,12 @@ var sessionFuncs = map[string]string{
 	"DBLINK_CONNECT_U":                    "dblink connection",
 }
 
+// advisoryFunc reports whether an upper-cased name is an advisory lock
+// function's.
+func advisoryFunc(name []byte) bool {
+	return bytes.HasPrefix(name, []byte("PG_ADVISORY_")) || bytes.HasPrefix(name, []byte("PG_TRY_ADVISORY_"))
+}
+
 // lexer walks SQL text statement by statement. It keeps the first few words
 // of each statement (upper-cased) and notes calls to session functions.
 type lexer struct {
@@ -1377,7 +1383,7 @@ func (lx *lexer) noteCall(w string) {
 	}
 	var buf [63]byte
 	name := upperInto(buf[:], w)
-	if bytes.HasPrefix(name, []byte("PG_ADVISORY_")) || bytes.HasPrefix(name, []byte("PG_TRY_ADVISORY_")) {
+	if advisoryFunc(name) {
 		lx.sawAdvisory = true
 	}
 	switch string(name) {
@@ -1517,6 +1523,9 @@ func (lx *lexer) noteAttr(w string) {
 	name := upperInto(buf[:], w)
 	if why, ok := sessionFuncs[string(name)]; ok && lx.sawSessionFunc == "" {
 		lx.sawSessionFunc = why
+	}
+	if advisoryFunc(name) {
+		lx.sawAdvisory = true // ((11::bigint).pg_advisory_lock: adversary 145)
 	}
 	if builtins[string(name)]&runsSQLText != 0 {
 		lx.sawSQLText, lx.sawUserCall = true, true

@@ -74,6 +74,9 @@ func TestAdvisoryLocksOneNode(t *testing.T) {
 			{"SELECT pg_advisory_xact_lock($1) FROM adv_acc WHERE aid = $2", "pg_try_advisory_xact_lock", true},
 			// Taken on the default worker, then the block goes on elsewhere.
 			{"SELECT pg_advisory_lock($1)", "pg_try_advisory_lock", false},
+			// Attribute notation calls the function too (adversary 145).
+			{"SELECT (($1)::bigint).pg_advisory_xact_lock", "pg_try_advisory_xact_lock", true},
+			{"SELECT (($1)::bigint).pg_advisory_lock", "pg_try_advisory_lock", true},
 		} {
 			key := 9100 + 10*m + i
 			a := connect(t, srv.Addr())
