@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
@@ -58,7 +60,7 @@ func (s *Server) openCatalog(ctx context.Context) error {
 		pool.Close()
 		return fmt.Errorf("metadata database: %w", err)
 	}
-	if _, err := pool.Exec(ctx, citusViews); err != nil {
+	if err := createCitusViews(ctx, pool); err != nil {
 		pool.Close()
 		return fmt.Errorf("metadata database: creating the citus_shards and citus_tables views: %w", err)
 	}
@@ -535,4 +537,27 @@ func explainRow(line string) []byte {
 	l := len(line)
 	b = append(b, byte(l>>24), byte(l>>16), byte(l>>8), byte(l))
 	return append(b, line...)
+}
+
+// createCitusViews makes the Citus views in the metadata database. Two
+// coordinators starting at once both replace them, and PostgreSQL may
+// refuse one with 23505 on pg_type's unique index (seen once in a test
+// starting several coordinators): tried again.
+func createCitusViews(ctx context.Context, pool *pgxpool.Pool) error {
+	var err error
+	for try := 0; try < 5; try++ {
+		if _, err = pool.Exec(ctx, citusViews); err == nil {
+			return nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "23505" && pe.Code != pgerr.DeadlockDetected && pe.Code != "40001") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(50*(try+1)) * time.Millisecond):
+		}
+	}
+	return err
 }
