@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfleet/pgfleet/coordinator/twophase"
@@ -56,13 +54,12 @@ func (s *Server) openCatalog(ctx context.Context) error {
 		return fmt.Errorf("metadata database: %w", err)
 	}
 	store := metadata.NewStore(pool)
-	if err := store.Init(ctx); err != nil {
+	// The Citus views go in Init's transaction, under its lock: two
+	// coordinators starting at once replaced them together, and
+	// PostgreSQL refused one with 23505 on pg_type (TestBudgetSIGSTOP).
+	if err := store.Init(ctx, citusViews); err != nil {
 		pool.Close()
 		return fmt.Errorf("metadata database: %w", err)
-	}
-	if err := createCitusViews(ctx, pool); err != nil {
-		pool.Close()
-		return fmt.Errorf("metadata database: creating the citus_shards and citus_tables views: %w", err)
 	}
 	snap, err := store.Load(ctx)
 	if err != nil {
@@ -537,27 +534,4 @@ func explainRow(line string) []byte {
 	l := len(line)
 	b = append(b, byte(l>>24), byte(l>>16), byte(l>>8), byte(l))
 	return append(b, line...)
-}
-
-// createCitusViews makes the Citus views in the metadata database. Two
-// coordinators starting at once both replace them, and PostgreSQL may
-// refuse one with 23505 on pg_type's unique index (seen once in a test
-// starting several coordinators): tried again.
-func createCitusViews(ctx context.Context, pool *pgxpool.Pool) error {
-	var err error
-	for try := 0; try < 5; try++ {
-		if _, err = pool.Exec(ctx, citusViews); err == nil {
-			return nil
-		}
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != "23505" && pe.Code != pgerr.DeadlockDetected && pe.Code != "40001") {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(50*(try+1)) * time.Millisecond):
-		}
-	}
-	return err
 }

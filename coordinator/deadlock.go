@@ -90,18 +90,11 @@ func (ss *session) publishTxn() {
 	} else {
 		w.id = txnIDs.Add(1)
 	}
-	for _, sc := range append([]*pooling.ServerConn{ss.sc}, parkedConns(ss.parked)...) {
-		w.backends = append(w.backends, dlBackend{addr: sc.Addr, pid: sc.PID, secret: sc.Secret})
+	w.backends = append(w.backends, dlBackend{addr: ss.sc.Addr, pid: ss.sc.PID, secret: ss.sc.Secret})
+	for _, p := range ss.parked {
+		w.backends = append(w.backends, dlBackend{addr: p.sc.Addr, pid: p.sc.PID, secret: p.sc.Secret})
 	}
 	ss.txw.Store(w)
-}
-
-func parkedConns(parked []txConn) []*pooling.ServerConn {
-	out := make([]*pooling.ServerConn, len(parked))
-	for i, p := range parked {
-		out[i] = p.sc
-	}
-	return out
 }
 
 // publishWrites publishes (under cancelMu, as nodeConns sets

@@ -210,15 +210,16 @@ type Store struct {
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 // Init creates schema pgfleet and its tables and sequences if they do not
-// exist, in one transaction under an advisory lock. It is safe to call again
-// and from several coordinators at once. A new catalog has version 1.
-func (s *Store) Init(ctx context.Context) error {
+// exist, in one transaction under an advisory lock, and runs extra (the
+// caller's views over them) in the same transaction. It is safe to call
+// again and from several coordinators at once. A new catalog has version 1.
+func (s *Store) Init(ctx context.Context, extra ...string) error {
 	// Its DDL takes strong locks on tables other coordinators' leases and
 	// catalog reads use meanwhile: a deadlock with one of them (seen once
 	// under load, 40P01) is tried again.
 	var err error
 	for try := 0; try < 5; try++ {
-		if err = s.init(ctx); err == nil || !retryable(err) {
+		if err = s.init(ctx, extra); err == nil || !retryable(err) {
 			return err
 		}
 		select {
@@ -236,7 +237,7 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
-func (s *Store) init(ctx context.Context) error {
+func (s *Store) init(ctx context.Context, extra []string) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("metadata: init: %w", err)
@@ -245,8 +246,10 @@ func (s *Store) init(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, initLockKey); err != nil {
 		return fmt.Errorf("metadata: init: %w", err)
 	}
-	if _, err := tx.Exec(ctx, schemaDDL); err != nil {
-		return fmt.Errorf("metadata: init: %w", err)
+	for _, sql := range append([]string{schemaDDL}, extra...) {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("metadata: init: %w", err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("metadata: init: %w", err)
