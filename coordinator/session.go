@@ -662,6 +662,10 @@ func (ss *session) run() (asleep bool) {
 func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	s := ss.srv
 	ss.leaveFlight() // the request reached its workers
+	if len(ss.parked) > 0 && ss.sc != nil && ss.sc.TxStatus == 'E' {
+		// Before the client hears of the error (txnmulti.go).
+		ss.abortParked()
+	}
 	if ss.loginDDL && ss.txStatus() == 'I' && !ss.needSync {
 		// Before the client hears the statement is done: a login after
 		// that gets the new settings.

@@ -470,7 +470,7 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 	if chain {
 		cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
 		for _, c := range all {
-			if c.sc.TxStatus != 'T' {
+			if c.sc.TxStatus == 'E' { // (not one abortParked ended)
 				cur = c
 			}
 		}
@@ -486,6 +486,9 @@ func (ss *session) multiEnd(commit, chain bool) (tag string, extra, after []byte
 	}
 	if !commit || failed {
 		for _, c := range all {
+			if c.sc.TxStatus == 'I' {
+				continue // rolled back when the transaction failed (abortParked)
+			}
 			if c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
 				c.sc.MarkBroken()
 			}
@@ -997,6 +1000,32 @@ func (ss *session) portalFree(portal string, node int32) bool {
 		return false
 	}
 	return true
+}
+
+// abortParked rolls back the transaction's other workers once it failed on
+// the current one: PostgreSQL's failed transaction releases its locks at
+// the error, not when its client ends the block (a deadlock victim's
+// included, whose rows the survivor waits for on another worker). The
+// block stays failed on the current worker, which answers every statement
+// but its end with 25P02 (a failed block never switches worker:
+// joinWorker), and its end rolls that one back (multiEnd skips the
+// connections this ended). Not with savepoints: a ROLLBACK TO brings the
+// block back, and PostgreSQL keeps the locks taken before the savepoint.
+func (ss *session) abortParked() {
+	if ss.txSavepoint || len(ss.savepoints) > 0 || ss.spLost {
+		return
+	}
+	for _, c := range ss.parked {
+		if c.sc.TxStatus != 'T' {
+			continue // ended already, or failed (its locks are released)
+		}
+		if c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+			// Its backend goes when the block ends (a broken connection
+			// is closed, not pooled), and the transaction with it.
+			c.sc.MarkBroken()
+			c.sc.TxStatus = 'I'
+		}
+	}
 }
 
 // splitEnd ends a session whose transaction ended on one worker only (it
