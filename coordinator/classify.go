@@ -169,6 +169,10 @@ type class struct {
 	// excludes only other sessions' on the worker it runs on: every
 	// session's go to the default node (adversary 143).
 	advisory bool
+	// advisoryCode: user code the statement reaches calls one (the
+	// session's viewSet.advisory; set by the session, not classify).
+	// pgfleet's own functions (planner.KindFunction) run none of it.
+	advisoryCode bool
 	// listen: a LISTEN, which hears only the NOTIFYs of the worker it runs
 	// on: every session's go to the default node (adversary 143).
 	listen bool

@@ -1535,14 +1535,19 @@ func (ss *session) simpleQuery(body []byte) error {
 	// user code, seen here, keeps from the pool; lentUserCode.)
 	ss.lentImplicit = false
 	if !cls.quiet && ss.pinned == "" {
-		var pin bool
-		ss.lentImplicit, pin = ss.implicitCode(text, cls.maint, nil)
+		vc := ss.viewCheck(text, cls.maint, nil)
+		pin := vc.pin
+		ss.lentImplicit = vc.verify
+		cls.advisoryCode = vc.advisory
 		if pin && cls.pin == "" && !cls.storesCode {
 			cls.pin = unseenPin
 		}
 		if cls.pin == "" && ss.tempPath(&cls) {
 			cls.pin = "search_path naming pg_temp"
 		}
+	}
+	if !cls.quiet && ss.pinned != "" {
+		cls.advisoryCode = ss.implicitAdvisory(text, cls.maint, nil)
 	}
 	if ss.lentImplicit {
 		cls.verify = true // it names what may run user code unwritten
@@ -1703,7 +1708,8 @@ func (ss *session) simpleQuery(body []byte) error {
 	if cls.notify && p.Kind() != planner.KindDefault {
 		return ss.queryError(errNotifyElsewhere)
 	}
-	if (cls.advisory || cls.listen) && (p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) {
+	if (cls.advisory || cls.listen || cls.advisoryCode && p.Kind() != planner.KindFunction) &&
+		(p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) {
 		ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
 		return ss.queryError(ss.errDefaultOnly(cls.listen, p))
 	}
@@ -2509,7 +2515,8 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere
 	}
-	if err == nil && (st.cls.advisory || st.cls.listen) && (sp.plan.Kind() != planner.KindDefault || ss.homeNode(st.Query) != ss.srv.defaultNode.Load()) {
+	if err == nil && (sp.plan.Kind() != planner.KindDefault || ss.homeNode(st.Query) != ss.srv.defaultNode.Load()) &&
+		(st.cls.advisory || st.cls.listen || sp.plan.Kind() != planner.KindFunction && ss.stAdvisory(st)) {
 		err = ss.errDefaultOnly(st.cls.listen, sp.plan)
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {
@@ -4440,8 +4447,8 @@ func (ss *session) errDefaultOnly(listen bool, p *planner.Plan) error {
 	}
 	if p != nil && p.Kind() != planner.KindDefault {
 		return pgerr.New(pgerr.FeatureNotSupported,
-			"advisory lock functions in a statement over distributed or reference tables are not supported: the lock would be taken on a worker other sessions' locks are not on").
-			WithHint("Call the advisory lock function in a statement of its own (SELECT pg_advisory_lock(...)).")
+			"advisory lock functions (called directly, or by a function, trigger or view the statement uses) in a statement over distributed or reference tables are not supported: the lock would be taken on a worker other sessions' locks are not on").
+			WithHint("Call the advisory lock function, or the function that takes the lock, in a statement of its own (SELECT pg_advisory_lock(...)).")
 	}
 	return pgerr.New(pgerr.FeatureNotSupported,
 		"advisory lock functions are not supported once this session's transaction or connection is on worker %s: advisory locks are taken on the default worker, where other sessions' are", ss.srv.nodeAddr(ss.node)).

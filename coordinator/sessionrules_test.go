@@ -108,6 +108,91 @@ func TestAdvisoryLocksOneNode(t *testing.T) {
 	}
 }
 
+// TestAdvisoryLocksInUserCode: a function that takes an advisory lock,
+// called in a statement over a distributed table, is refused as a direct
+// call is (adversary 145: the lock was taken on the shard's worker, where
+// no other session's is, and excluded nothing); called alone it runs on
+// the default worker and excludes.
+func TestAdvisoryLocksInUserCode(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	simple := pgx.QueryExecModeSimpleProtocol
+	accounts(t, c, "advf_acc")
+	k := keyOff(t, c, "advf_acc", cl.Servers[0].Addr())
+	funcs := []string{
+		"CREATE FUNCTION advf_lk(k bigint) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_lock(k); RETURN true; END $$",
+		"CREATE FUNCTION advf_sql(k bigint) RETURNS bool LANGUAGE sql AS 'SELECT pg_try_advisory_lock(k)'",
+		"CREATE FUNCTION advf_wrap(k bigint) RETURNS bool LANGUAGE plpgsql AS $$ BEGIN RETURN advf_lk(k); END $$",
+		"CREATE FUNCTION advf_deff() RETURNS int LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_lock(9399); RETURN 1; END $$",
+		"CREATE TABLE advf_def (aid bigint PRIMARY KEY, v int DEFAULT advf_deff())",
+		"SELECT create_distributed_table('advf_def', 'aid', shard_count => 4)",
+	}
+	drop := func() {
+		_, _ = c.Exec(ctx, "SELECT undistribute_table('advf_def')", simple)
+		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS advf_def", simple)
+		_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS advf_deff()", simple)
+		for _, f := range []string{"advf_wrap", "advf_lk", "advf_sql"} {
+			_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS "+f+"(bigint)", simple)
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	for _, f := range funcs {
+		exec(t, c, f, simple)
+	}
+	// A column default that takes one, through a row on either worker.
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		for _, key := range []int{1, k} {
+			_, err := c.Exec(ctx, "INSERT INTO advf_def (aid) VALUES ($1)", mode, key)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+				t.Errorf("%v: INSERT whose column default takes an advisory lock, key %d: %v, want 0A000 with a hint", mode, key, err)
+			}
+		}
+	}
+	if got := tryLockOf(t, srv.Addr(), 9399); got != "true" {
+		t.Errorf("the column default's INSERT was refused, but the lock is held: %s", got)
+	}
+	tryLock := func(key int) string {
+		t.Helper()
+		return tryLockOf(t, srv.Addr(), key)
+	}
+	for m, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		for i, fn := range []string{"advf_lk", "advf_sql", "advf_wrap"} {
+			key := 9300 + 10*m + i
+			a := connect(t, srv.Addr())
+			_, err := a.Exec(ctx, "SELECT "+fn+"($1) FROM advf_acc WHERE aid = $2", mode, key, k)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "0A000" || pe.Hint == "" {
+				t.Errorf("%v: %s over a distributed table's row on the second worker: %v, want 0A000 with a hint", mode, fn, err)
+			}
+			if got := tryLock(key); got != "true" {
+				t.Errorf("%v: %s was refused, but the lock is held: %s", mode, fn, got)
+			}
+			// Alone it runs on the default worker, where other sessions'
+			// locks are.
+			if got := queryString(t, a, "SELECT "+fn+"($1)::text", mode, key+5); got != "true" {
+				t.Errorf("%v: %s alone: %s, want true", mode, fn, got)
+			}
+			if got := tryLock(key + 5); got != "false" {
+				t.Errorf("%v: %s alone took the lock; another session's pg_try_advisory_lock: %s, want false", mode, fn, got)
+			}
+			a.Close(ctx)
+		}
+	}
+}
+
+// tryLockOf is another session's pg_try_advisory_lock(key) through addr;
+// its session ends at once, releasing what it took.
+func tryLockOf(t *testing.T, addr string, key int) string {
+	t.Helper()
+	b := connect(t, addr)
+	defer b.Close(context.Background())
+	return queryString(t, b, "SELECT pg_try_advisory_lock("+strconv.Itoa(key)+")::text", pgx.QueryExecModeSimpleProtocol)
+}
+
 // TestListenOneNode: a LISTEN hears the NOTIFYs of the worker it runs on;
 // every session's notifications go through the default worker, so a
 // LISTEN in a block on another worker, which heard nothing, is refused

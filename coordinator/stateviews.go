@@ -51,6 +51,9 @@ type viewSet struct {
 	// read cannot see (unseenIn), as a viewSet of its own; nil when no
 	// user function does. A statement it names pins its session.
 	unseen *viewSet
+	// advisory: what reaches user code taking advisory locks (advisorySet),
+	// as a viewSet of its own; nil when no user code does.
+	advisory *viewSet
 	// customs: the dotted names in the bodies of user functions that may
 	// change session state (set_config('app.tenant', ...), SET
 	// app.tenant, a format string): custom settings the state read reads
@@ -61,9 +64,10 @@ type viewSet struct {
 
 // viewCheck is a statement's verdict for one viewSet.
 type viewCheck struct {
-	set    *viewSet
-	verify bool
-	pin    bool
+	set      *viewSet
+	verify   bool
+	pin      bool
+	advisory bool
 }
 
 // stateViewsSQL finds the user code above. bad is the closure of user
@@ -200,6 +204,16 @@ var stateClosure, unseenClosure = func() (all, unseen closure) {
 	unseen.unseen = true
 	return all, unseen
 }()
+
+// advisoryClosure is advisorySet's: user code that takes or releases
+// advisory locks.
+var advisoryClosure = closure{
+	rules: `advisory_`,
+	builtins: []string{"pg_advisory_lock", "pg_advisory_lock_shared", "pg_advisory_unlock", "pg_advisory_unlock_shared",
+		"pg_advisory_unlock_all", "pg_advisory_xact_lock", "pg_advisory_xact_lock_shared", "pg_try_advisory_lock",
+		"pg_try_advisory_lock_shared", "pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared"},
+	unseen: true,
+}
 
 // userFuncsSQL lists the user functions of stateViewsSQL's ufn with what
 // harmlessBody reads: language and body (a SQL-standard body, BEGIN ATOMIC,
@@ -860,13 +874,38 @@ func seedSetting(code string, i int) bool {
 // one of them, nil when none does. Its names are relations and types
 // reaching one, and the functions themselves.
 func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []userFunc) (*viewSet, error) {
+	return codeSet(ctx, pool, stamp, funcs, (*userFunc).unseen, unseenClosure)
+}
+
+// advisorySet is unseenSet for user code calling an advisory lock
+// function: a statement naming what it holds takes advisory locks where
+// it runs, which must be the default worker (classify's advisory).
+// Advisory lock functions called by names built at run time (EXECUTE
+// 'SELECT pg_' || 'advisory_lock(1)') are not seen.
+func advisorySet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []userFunc) (*viewSet, error) {
+	return codeSet(ctx, pool, stamp, funcs, (*userFunc).advisory, advisoryClosure)
+}
+
+// advisory reports whether f's body (strings and comments included)
+// names an advisory lock function.
+func (f *userFunc) advisory() bool {
+	var buf [40]byte
+	return !eachWord(f.body, func(w string) bool {
+		return len(w) > len(buf) || !advisoryFunc(upperInto(buf[:], w))
+	})
+}
+
+// codeSet reads the viewSet of the user functions seed picks, of those
+// whose bodies name one of them, and of what reaches them (closure c),
+// nil when there is none.
+func codeSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []userFunc, seed0 func(*userFunc) bool, c closure) (*viewSet, error) {
 	seeds, names := map[uint32]bool{}, map[string]string{}
 	seed := func(f *userFunc) {
 		seeds[f.oid] = true
 		names[nameKey(f.name)], names[strings.ToLower(f.name)] = f.name, f.name
 	}
 	for i := range funcs {
-		if funcs[i].unseen() {
+		if seed0(&funcs[i]) {
 			seed(&funcs[i])
 		}
 	}
@@ -886,7 +925,7 @@ func unseenSet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs []
 		// (Read even with no such user function: a default, check,
 		// domain or operator may call setseed itself.)
 		var err error
-		if u, relTypes, err = readViewSet(ctx, pool, stamp, others, unseenClosure); err != nil {
+		if u, relTypes, err = readViewSet(ctx, pool, stamp, others, c); err != nil {
 			return nil, err
 		}
 		maps.Copy(names, u.calls) // (an aggregate over such a function, found by the closure)
@@ -1006,6 +1045,9 @@ func (s *Server) stateViews() *viewSet {
 			}
 		}
 		vs.unseen, err = unseenSet(ctx, s.metaPool, stamp, funcs)
+	}
+	if err == nil {
+		vs.advisory, err = advisorySet(ctx, s.metaPool, stamp, funcs)
 	}
 	if err != nil {
 		vs = &viewSet{stamp: stamp, names: map[string]string{}, all: true}
@@ -1313,23 +1355,42 @@ func (ss *session) viewVerify(q string, maint bool, st *Statement) bool {
 // implicitCode is viewVerify's verdict, and pin: q may run user code that
 // changes state the state read cannot see (viewSet.unseen).
 func (ss *session) implicitCode(q string, maint bool, st *Statement) (verify, pin bool) {
+	c := ss.viewCheck(q, maint, st)
+	return c.verify, c.pin
+}
+
+// implicitAdvisory reports whether q may run user code that takes or
+// releases advisory locks (viewSet.advisory).
+func (ss *session) implicitAdvisory(q string, maint bool, st *Statement) bool {
+	return ss.viewCheck(q, maint, st).advisory
+}
+
+// stAdvisory is implicitAdvisory for a prepared statement.
+func (ss *session) stAdvisory(st *Statement) bool {
+	return !st.cls.quiet && ss.implicitAdvisory(st.Query, st.cls.maint, st)
+}
+
+// viewCheck is q's verdict for the current viewSet, cached in st when not
+// nil.
+func (ss *session) viewCheck(q string, maint bool, st *Statement) viewCheck {
 	vs := ss.srv.stateViews()
 	if !vs.all && len(vs.names) == 0 && len(vs.ops) == 0 && !vs.ddl {
-		return false, false // (unseen: user functions, which are in names)
+		return viewCheck{} // (unseen, advisory: user functions, which are in names)
 	}
 	if st != nil {
 		if c := st.viewChk.Load(); c != nil && c.set == vs {
-			return c.verify, c.pin
+			return *c
 		}
 	}
 	// (ANALYZE, VACUUM, REINDEX, CLUSTER of no table name run every
 	// table's code: maint.)
-	verify = maint || vs.match(q)
-	pin = vs.unseen != nil && (maint || vs.unseen.match(q))
+	c := viewCheck{set: vs, verify: maint || vs.match(q)}
+	c.pin = vs.unseen != nil && (maint || vs.unseen.match(q))
+	c.advisory = vs.advisory != nil && (maint || vs.advisory.match(q))
 	if st != nil {
-		st.viewChk.Store(&viewCheck{set: vs, verify: verify, pin: pin})
+		st.viewChk.Store(&c)
 	}
-	return verify, pin
+	return c
 }
 
 // match reports whether q names what vs holds (or vs holds everything).
