@@ -57,12 +57,17 @@ type session struct {
 	// cannot read in the client's bytes.
 	embedsASCII bool
 
-	pools     map[int32]*pooling.Pool // by node
-	pool      *pooling.Pool           // the held connection's pool
-	node      int32                   // the held connection's node
-	sc        *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
-	pinned    string                  // why the session keeps sc for good; "" if it does not
-	gidUnlock func()                  // a client PREPARE TRANSACTION's lock on its id (lockGID), held while it runs
+	pools  map[int32]*pooling.Pool // by node
+	pool   *pooling.Pool           // the held connection's pool
+	node   int32                   // the held connection's node
+	sc     *pooling.ServerConn     // held from first use in a batch until ReadyForQuery 'I'
+	pinned string                  // why the session keeps sc for good; "" if it does not
+	// pinClean: pinned by session advisory locks alone (pinAdvisory), with
+	// nothing run since that may change state the session does not follow;
+	// advisoryRan: an advisory lock function ran since the last look
+	// (unpinIfUnlocked).
+	pinClean, advisoryRan bool
+	gidUnlock             func() // a client PREPARE TRANSACTION's lock on its id (lockGID), held while it runs
 	// tempObjects: the session made temporary objects (on its pinned
 	// connection), which may shadow a table's name.
 	tempObjects bool
@@ -1324,6 +1329,9 @@ func (ss *session) releaseServer() {
 
 // releaseIfIdle gives the server connection back between transactions.
 func (ss *session) releaseIfIdle() {
+	if ss.advisoryRan && ss.sc != nil && ss.pinned != "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
+		ss.unpinIfUnlocked()
+	}
 	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
 		unverified := ss.txUserCode && !ss.verifyState
 		if ss.verifyState && !ss.verifyRelease() {
@@ -1349,8 +1357,74 @@ func (ss *session) pin(reason string) {
 	}
 	if ss.pinned == "" {
 		ss.pinned = reason
+		ss.pinClean = reason == pinAdvisory && !ss.settingsUnknown && !ss.tempObjects
 		ss.srv.metrics.pinned.WithLabelValues(reason).Inc()
+	} else if reason != pinAdvisory {
+		ss.pinClean = false
 	}
+}
+
+// pinAdvisory is the pin of a session advisory lock (classify's
+// sessionFuncs).
+const pinAdvisory = "session advisory lock"
+
+// notePinnedRun follows a statement (text, of class cls; st, a prepared
+// one, or nil) that runs in a pinned session: one that may change what the
+// session does not follow (a pin of another kind, SQL that may hide one,
+// user code) leaves it pinned for good; one calling an advisory lock
+// function has the session look, once it is idle, whether its last lock
+// went (unpinIfUnlocked).
+func (ss *session) notePinnedRun(cls *class, text string, st *Statement) {
+	if ss.pinned == "" {
+		return
+	}
+	if cls.advisory {
+		ss.advisoryRan = true
+	}
+	if ss.pinClean && (cls.pin != "" && !advisoryOnly(cls, text) || cls.verify || !cls.quiet && ss.viewVerify(text, cls.maint, st)) {
+		ss.pinClean = false
+	}
+}
+
+// advisoryOnly reports whether text (of class cls), which pins for a
+// session advisory lock, does nothing else the session does not follow:
+// one statement, no SET, no user code, no other session function or
+// temporary object (classify keeps only a statement's first pin).
+func advisoryOnly(cls *class, text string) bool {
+	if cls.pin != pinAdvisory || cls.count != 1 || cls.verify || cls.storesCode || len(cls.ops) > 0 || len(cls.sps) > 0 || cls.txn != "" {
+		return false
+	}
+	var buf [40]byte
+	return eachWord(text, func(w string) bool {
+		if len(w) > len(buf) {
+			return true
+		}
+		u := upperInto(buf[:], w)
+		if why, ok := sessionFuncs[string(u)]; ok && why != pinAdvisory {
+			return false
+		}
+		return string(u) != "TEMP" && string(u) != "TEMPORARY" && string(u) != "PG_TEMP" && string(u) != "INTO"
+	})
+}
+
+// unpinIfUnlocked gives a session pinned by session advisory locks alone
+// its freedom back once it holds none (after pg_advisory_unlock or
+// unlock_all, outside a transaction: one round trip, after statements
+// calling an advisory lock function only): its connection goes back to
+// the pool, and its statements reach every worker again, as a session
+// that never locked (a migration tool's lock, taken and released on a
+// pooled connection that an application then uses).
+func (ss *session) unpinIfUnlocked() {
+	ss.advisoryRan = false
+	if !ss.pinClean || ss.pinned != pinAdvisory {
+		return
+	}
+	rows, err := ss.sc.Query("SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()",
+		time.Now().Add(ss.pool.Config().ResetTimeout))
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] != "0" || ss.sc.TxStatus != 'I' {
+		return
+	}
+	ss.pinned, ss.pinClean = "", false
 }
 
 // synthError answers in order with an error pgfleet found itself, and skips
@@ -1616,7 +1690,11 @@ func (ss *session) simpleQuery(body []byte) error {
 	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
 	if cls.pin != "" {
 		ss.pin(cls.pin)
+		if !advisoryOnly(&cls, text) {
+			ss.pinClean = false
+		}
 	}
+	ss.notePinnedRun(&cls, text, nil)
 	if cls.pin != "" || len(cls.ops) > 0 {
 		ss.settingsDirty = true
 		if cls.pin != "" || !customOnly(cls.ops) {
@@ -2262,6 +2340,18 @@ func (ss *session) setStmt(e *expect, name string, st *Statement) {
 	}
 }
 
+// parseHome is homeNode for a statement at its Parse, which pins the
+// session first when the statement pins (below): its Bind then runs where
+// the session is kept. (A session advisory lock in a block on another
+// worker passed the Parse for the default node, pinned the session there,
+// and was refused at the Bind, leaving the session pinned: adversary 145.)
+func (ss *session) parseHome(st *Statement) int32 {
+	if st.cls.pin != "" && ss.pinned == "" {
+		return ss.currentNode()
+	}
+	return ss.homeNode(st.Query)
+}
+
 // parseFailed answers a Parse with err. PostgreSQL drops the unnamed
 // statement before it analyses a new one, so a failed Parse of it leaves
 // none (put back if the Parse turns out skipped, after an earlier error of
@@ -2515,7 +2605,7 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere
 	}
-	if err == nil && (sp.plan.Kind() != planner.KindDefault || ss.homeNode(st.Query) != ss.srv.defaultNode.Load()) &&
+	if err == nil && (sp.plan.Kind() != planner.KindDefault || ss.parseHome(st) != ss.srv.defaultNode.Load()) &&
 		(st.cls.advisory || st.cls.listen || sp.plan.Kind() != planner.KindFunction && ss.stAdvisory(st)) {
 		err = ss.errDefaultOnly(st.cls.listen, sp.plan)
 	}
@@ -2558,6 +2648,9 @@ func (ss *session) parse(body []byte) error {
 			}()
 		}
 		ss.pin(st.cls.pin)
+		if !advisoryOnly(&st.cls, st.Query) {
+			ss.pinClean = false
+		}
 	}
 	var e *expect
 	if sp.plan.Kind() != planner.KindDefault || (st.cls.txn != "" && (ss.sc == nil || len(ss.parked) > 0 || ss.catalogPending())) {
@@ -2721,6 +2814,7 @@ func (ss *session) bind(body []byte) error {
 	}
 	clientSt := st
 	ss.lentImplicit = false
+	ss.notePinnedRun(&clientSt.cls, clientSt.Query, clientSt)
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		var pin bool
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)

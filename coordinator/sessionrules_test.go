@@ -184,6 +184,77 @@ func TestAdvisoryLocksInUserCode(t *testing.T) {
 	}
 }
 
+// TestAdvisoryUnlockUnpins: a session whose only pin is its session
+// advisory locks is kept on the default worker while it holds one, and
+// reaches every worker again once it released the last (a migration
+// tool's lock on a pooled connection an application then uses: it was
+// kept there for good); a refused lock in a block on another worker pins
+// nothing (adversary 145: a refused Parse left the session pinned).
+func TestAdvisoryUnlockUnpins(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	accounts(t, c, "unp_acc")
+	k := keyOff(t, c, "unp_acc", cl.Servers[0].Addr())
+	read := func(a *pgx.Conn, mode pgx.QueryExecMode) error {
+		_, err := a.Exec(ctx, "SELECT n FROM unp_acc WHERE aid = $1", mode, k)
+		return err
+	}
+	spans := func(t *testing.T, a *pgx.Conn, mode pgx.QueryExecMode) {
+		t.Helper()
+		exec(t, a, "BEGIN", mode)
+		exec(t, a, "UPDATE unp_acc SET n = n + 1 WHERE aid = $1", mode, 1)
+		exec(t, a, "UPDATE unp_acc SET n = n + 1 WHERE aid = $1", mode, k)
+		exec(t, a, "COMMIT", mode)
+	}
+	for m, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		k1, k2 := 9500+10*m, 9501+10*m
+		a := connect(t, srv.Addr())
+		exec(t, a, "SELECT pg_advisory_lock($1)", mode, k1)
+		exec(t, a, "SELECT pg_advisory_lock($1)", mode, k2)
+		if err := read(a, mode); sqlState(err) != "0A000" {
+			t.Fatalf("%v: a read on the second worker while holding a session lock: %v, want 0A000", mode, err)
+		}
+		exec(t, a, "SELECT pg_advisory_unlock($1)", mode, k1)
+		if err := read(a, mode); sqlState(err) != "0A000" {
+			t.Fatalf("%v: a read on the second worker while holding one of two locks: %v, want 0A000", mode, err)
+		}
+		if got := tryLockOf(t, srv.Addr(), k2); got != "false" {
+			t.Fatalf("%v: another session's try of the lock held: %s", mode, got)
+		}
+		exec(t, a, "SELECT pg_advisory_unlock($1)", mode, k2)
+		if err := read(a, mode); err != nil {
+			t.Fatalf("%v: a read on the second worker after the last unlock: %v", mode, err)
+		}
+		spans(t, a, mode)
+		if got := tryLockOf(t, srv.Addr(), k2); got != "true" {
+			t.Fatalf("%v: another session's try of the released lock: %s", mode, got)
+		}
+
+		// Something else pinning beside the lock keeps the session pinned.
+		exec(t, a, "SELECT pg_advisory_lock($1)", mode, k1)
+		exec(t, a, "SELECT set_config('work_mem', '5MB', false)", mode)
+		exec(t, a, "SELECT pg_advisory_unlock($1)", mode, k1)
+		if err := read(a, mode); sqlState(err) != "0A000" {
+			t.Fatalf("%v: a read on the second worker after set_config and the unlock: %v, want 0A000", mode, err)
+		}
+		a.Close(ctx)
+
+		// A session lock refused in a block on the second worker pins
+		// nothing.
+		a = connect(t, srv.Addr())
+		exec(t, a, "BEGIN", mode)
+		exec(t, a, "UPDATE unp_acc SET n = n + 1 WHERE aid = $1", mode, k)
+		if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", mode, k1); sqlState(err) != "0A000" {
+			t.Fatalf("%v: a session lock in a block on the second worker: %v, want 0A000", mode, err)
+		}
+		exec(t, a, "ROLLBACK", mode)
+		spans(t, a, mode)
+		a.Close(ctx)
+	}
+}
+
 // tryLockOf is another session's pg_try_advisory_lock(key) through addr;
 // its session ends at once, releasing what it took.
 func tryLockOf(t *testing.T, addr string, key int) string {

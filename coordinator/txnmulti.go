@@ -116,12 +116,12 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 			"Make the change with SET before BEGIN, or keep the transaction to rows on one worker.")
 	}
 	switch {
+	case ss.pinned != "": // (its BEGIN went to its connection: not the case below)
+		return errMultiRefused(fmt.Sprintf("this session is pinned to one worker connection (%s); its transaction cannot take in worker %s", ss.pinned, to),
+			"Reconnect, or keep the transaction to rows on one worker.")
 	case ss.txBegin == "":
 		return errMultiRefused(fmt.Sprintf("this transaction runs on worker %s and the statement needs worker %s, but its BEGIN was sent together with other statements", from, to),
 			"Send BEGIN as a statement of its own to let a transaction span several workers.")
-	case ss.pinned != "":
-		return errMultiRefused(fmt.Sprintf("this session is pinned to one worker connection (%s); its transaction cannot take in worker %s", ss.pinned, to),
-			"Reconnect, or keep the transaction to rows on one worker.")
 	case ss.txLogLost || ss.paramsUnsure:
 		return errMultiRefused(fmt.Sprintf("this transaction made a SET on worker %s; a statement on worker %s would not see it", from, to),
 			"Make the SET outside the transaction block, or keep the transaction to rows on one worker.")
