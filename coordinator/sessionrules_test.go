@@ -213,6 +213,11 @@ func TestAdvisoryUnlockUnpins(t *testing.T) {
 		a := connect(t, srv.Addr())
 		exec(t, a, "SELECT pg_advisory_lock($1)", mode, k1)
 		exec(t, a, "SELECT pg_advisory_lock($1)", mode, k2)
+		exec(t, a, "SET work_mem = '3MB'", mode)
+		// Prepared and run while pinned, run again once free.
+		if got := queryString(t, a, "SELECT current_setting('work_mem') || n FROM unp_acc WHERE aid = $1", mode, 1); !strings.HasPrefix(got, "3MB") {
+			t.Fatalf("%v: read while pinned: %s", mode, got)
+		}
 		if err := read(a, mode); sqlState(err) != "0A000" {
 			t.Fatalf("%v: a read on the second worker while holding a session lock: %v, want 0A000", mode, err)
 		}
@@ -226,6 +231,11 @@ func TestAdvisoryUnlockUnpins(t *testing.T) {
 		exec(t, a, "SELECT pg_advisory_unlock($1)", mode, k2)
 		if err := read(a, mode); err != nil {
 			t.Fatalf("%v: a read on the second worker after the last unlock: %v", mode, err)
+		}
+		for _, key := range []int{1, k} {
+			if got := queryString(t, a, "SELECT current_setting('work_mem') || n FROM unp_acc WHERE aid = $1", mode, key); !strings.HasPrefix(got, "3MB") {
+				t.Fatalf("%v: the session's setting after the unlock, key %d: %s", mode, key, got)
+			}
 		}
 		spans(t, a, mode)
 		if got := tryLockOf(t, srv.Addr(), k2); got != "true" {
