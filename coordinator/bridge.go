@@ -116,6 +116,10 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 		return bridgeSignal
 	case st.cls.ddl && dropDatabase(text) != "":
 		return bridgeDDL // the pools' idle connections to it close first
+	case st.cls.maint && !st.cls.ddl && len(snap.Tables) > 0:
+		if m, err := shards.PlanMaintenance(text, snap); m != nil || err != nil {
+			return bridgeDDL // VACUUM, ANALYZE (runDDL's maintenance)
+		}
 	case st.cls.ddl && !st.cls.temp:
 		active := 0
 		for _, n := range snap.Nodes {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/coordinator/shards"
+	"github.com/pgfleet/pgfleet/coordinator/twophase"
 	"github.com/pgfleet/pgfleet/executor"
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/internal/wire"
@@ -426,6 +427,14 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		// any statement (its other workers never see the object).
 		return false, nil
 	}
+	if cls.maint && len(snap.Tables) > 0 && oneOf(lx.words[0], "VACUUM", "ANALYZE", "ANALYSE") {
+		if m, err := shards.PlanMaintenance(sql, snap); m != nil || err != nil {
+			if err != nil {
+				return true, ss.queryError(err)
+			}
+			return true, ss.maintenance(sql, snap, m)
+		}
+	}
 	if cls.ddl && cls.count > 1 {
 		// A batch whose later statement changes a function, type, ...:
 		// objectDDL sees only batches that start with DDL.
@@ -538,6 +547,75 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	ss.out, _ = cc.Encode(ss.out)
 	ss.out = readyForQuery(ss.out, 'I')
 	return true, nil
+}
+
+// maintenance runs VACUUM or ANALYZE of distributed or reference tables
+// (or a bare one, of every table) as shards.Maintenance says: the
+// statement as written on the default node, whose errors and notices are
+// the client's (VERBOSE's included), then the command over each node's
+// shards, each on a connection of its own, outside any transaction, as
+// PostgreSQL runs VACUUM. A shard's error names its node. In a transaction
+// block VACUUM fails as on PostgreSQL (25001); ANALYZE, which PostgreSQL
+// runs there, is refused.
+func (ss *session) maintenance(sql string, snap *metadata.Snapshot, m *shards.Maintenance) error {
+	if ss.inTxn() {
+		if m.Kind == "VACUUM" {
+			return ss.queryError(pgerr.New(pgerr.ActiveSQLTransaction, "VACUUM cannot run inside a transaction block"))
+		}
+		return ss.queryError(pgerr.New(pgerr.FeatureNotSupported, "ANALYZE of distributed or reference tables is not supported in a transaction block").
+			WithHint("Run it outside BEGIN ... COMMIT."))
+	}
+	if !m.Everywhere {
+		if err := ss.checkPath(&planner.Plan{Unqualified: planner.UnqualifiedIn(sql, snap)}); err != nil {
+			return ss.queryError(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	conns, done, err := ss.nodeConns(ctx)
+	if err != nil {
+		return ss.queryError(err)
+	}
+	defer done()
+	def := ss.srv.defaultNode.Load()
+	notices, shellDone := shellNotices(conns[def])
+	ct, err := conns[def].Exec(ctx, sql)
+	shellDone()
+	pooling.OnNotice(conns[def], nil)
+	ss.out = append(ss.out, *notices...)
+	if err != nil {
+		return ss.queryError(twophase.ToPgErr(err))
+	}
+	run := func(node int32, text string) error {
+		c := conns[node]
+		if c == nil {
+			return pgerr.New(pgerr.ConnectionFailure, "%s: no connection to worker %s", m.Kind, ss.srv.nodeAddr(node))
+		}
+		if _, err := c.Exec(ctx, text); err != nil {
+			e := twophase.ToPgErr(err)
+			e.Message = fmt.Sprintf("%s failed on worker %s: %s", m.Kind, ss.srv.nodeAddr(node), e.Message)
+			return e
+		}
+		return nil
+	}
+	if m.Everywhere {
+		for _, node := range slices.Sorted(maps.Keys(conns)) {
+			if node != def {
+				err = run(node, sql)
+			}
+			if err != nil {
+				return ss.queryError(err)
+			}
+		}
+	}
+	for _, node := range m.Nodes() {
+		if err := run(node, m.PerNode[node]); err != nil {
+			return ss.queryError(err)
+		}
+	}
+	ss.out = commandComplete(ss.out, ct.String())
+	ss.out = readyForQuery(ss.out, 'I')
+	return nil
 }
 
 // tableExists answers CREATE TABLE of a distributed or reference table's
