@@ -573,6 +573,11 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 		}
 	}
 	p := sp.plan
+	if ss.txAdvisoryDDL && !st.cls.quiet && p.Kind() != planner.KindDefault && p.Kind() != planner.KindFunction {
+		// Prepared before the block's DDL made user code that takes
+		// advisory locks (noteAdvisoryDDL).
+		return nil, 0, params, onNode, ss.errDefaultOnly(false, p)
+	}
 	ss.noteTxnStart()
 	if err := ss.txnCatalogCheck(p); err != nil {
 		return nil, 0, params, onNode, err
@@ -591,7 +596,7 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 			}
 		}
 		home := ss.homeNode(st.Query)
-		if home != ss.srv.defaultNode.Load() && (st.cls.advisory || st.cls.listen || ss.stAdvisory(st)) {
+		if home != ss.srv.defaultNode.Load() && (st.cls.advisory || st.cls.listen || ss.stAdvisory(st) || ss.txAdvisoryDDL && !st.cls.quiet) {
 			return nil, 0, params, onNode, ss.errDefaultOnly(st.cls.listen, p)
 		}
 		return st, home, params, onNode, nil

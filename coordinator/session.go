@@ -81,6 +81,11 @@ type session struct {
 	// such a statement was not about a temporary object, and its end
 	// tells the fleet (Server.ddlEnded).
 	ddlSent, ddlShared bool
+	// txAdvisoryDDL: DDL of the current transaction may have made or
+	// changed user code that takes advisory locks (a function, a default),
+	// which the viewSet, read from the committed catalog, does not show:
+	// its later statements count as calling one (class.advisoryCode).
+	txAdvisoryDDL bool
 	// bridged: the portals of statements the coordinator runs itself
 	// over the extended protocol (bridge.go); bridging: such a statement
 	// runs (its answer is kept in out).
@@ -1368,6 +1373,29 @@ func (ss *session) pin(reason string) {
 // sessionFuncs).
 const pinAdvisory = "session advisory lock"
 
+// noteAdvisoryDDL follows a statement of class cls (text) for
+// txAdvisoryDDL: DDL naming an advisory lock function (in a body it
+// stores) or what calls one sets it; a later statement of the transaction
+// then counts as calling one (adversary 146: a function made in the block,
+// called over a distributed table, took its lock on the shard's worker).
+func (ss *session) noteAdvisoryDDL(cls *class, text string) {
+	switch {
+	case cls.ddl && (cls.advisory || cls.advisoryCode || advisoryIn(text)):
+		ss.txAdvisoryDDL = true
+	case ss.txAdvisoryDDL && !cls.quiet && !cls.ddl:
+		cls.advisoryCode = true
+	}
+}
+
+// advisoryIn reports whether text, strings and comments included, names
+// an advisory lock function.
+func advisoryIn(text string) bool {
+	var buf [40]byte
+	return !eachWord(text, func(w string) bool {
+		return len(w) > len(buf) || !advisoryFunc(upperInto(buf[:], w))
+	})
+}
+
 // notePinnedRun follows a statement (text, of class cls; st, a prepared
 // one, or nil) that runs in a pinned session: one that may change what the
 // session does not follow (a pin of another kind, SQL that may hide one,
@@ -1623,6 +1651,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if !cls.quiet && ss.pinned != "" {
 		cls.advisoryCode = ss.implicitAdvisory(text, cls.maint, nil)
 	}
+	ss.noteAdvisoryDDL(&cls, text)
 	if ss.lentImplicit {
 		cls.verify = true // it names what may run user code unwritten
 	}
@@ -2237,6 +2266,7 @@ func (ss *session) dropPortals() {
 // connection before a table changed would answer "cached plan must not
 // change result type").
 func (ss *session) ddlDone() {
+	ss.txAdvisoryDDL = false
 	if ss.ddlSent {
 		ss.ddlSent = false
 		ss.srv.stmtEpoch.Add(1)
@@ -2606,7 +2636,7 @@ func (ss *session) parse(body []byte) error {
 		err = errNotifyElsewhere
 	}
 	if err == nil && (sp.plan.Kind() != planner.KindDefault || ss.parseHome(st) != ss.srv.defaultNode.Load()) &&
-		(st.cls.advisory || st.cls.listen || sp.plan.Kind() != planner.KindFunction && ss.stAdvisory(st)) {
+		(st.cls.advisory || st.cls.listen || sp.plan.Kind() != planner.KindFunction && (ss.stAdvisory(st) || ss.txAdvisoryDDL && !st.cls.ddl)) {
 		err = ss.errDefaultOnly(st.cls.listen, sp.plan)
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {

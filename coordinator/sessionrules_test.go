@@ -133,6 +133,7 @@ func TestAdvisoryLocksInUserCode(t *testing.T) {
 		_, _ = c.Exec(ctx, "SELECT undistribute_table('advf_def')", simple)
 		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS advf_def", simple)
 		_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS advf_deff()", simple)
+		_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS advf_blk(bigint)", simple)
 		for _, f := range []string{"advf_wrap", "advf_lk", "advf_sql"} {
 			_, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS "+f+"(bigint)", simple)
 		}
@@ -155,6 +156,36 @@ func TestAdvisoryLocksInUserCode(t *testing.T) {
 	if got := tryLockOf(t, srv.Addr(), 9399); got != "true" {
 		t.Errorf("the column default's INSERT was refused, but the lock is held: %s", got)
 	}
+	// Code made or changed in the same block, which the committed catalog
+	// the refusal reads does not show yet (adversary 146).
+	for m, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+		key := 9390 + m
+		a := connect(t, srv.Addr())
+		exec(t, a, "BEGIN", simple)
+		exec(t, a, "CREATE FUNCTION advf_blk(k bigint) RETURNS bool LANGUAGE sql AS 'SELECT pg_try_advisory_lock(k)'", simple)
+		_, err := a.Exec(ctx, "SELECT advf_blk($1) FROM advf_acc WHERE aid = $2", mode, key, k)
+		if sqlState(err) != "0A000" {
+			t.Errorf("%v: a function made in the block, over a distributed table: %v, want 0A000", mode, err)
+		}
+		exec(t, a, "ROLLBACK", simple)
+		exec(t, a, "BEGIN", simple)
+		exec(t, a, "ALTER TABLE advf_acc ALTER COLUMN n SET DEFAULT advf_deff()", simple)
+		if _, err := a.Exec(ctx, "INSERT INTO advf_acc (aid) VALUES ($1)", mode, 1000+k); sqlState(err) != "0A000" {
+			t.Errorf("%v: an INSERT after the block changed the column default: %v, want 0A000", mode, err)
+		}
+		exec(t, a, "ROLLBACK", simple)
+		if got := tryLockOf(t, srv.Addr(), key); got != "true" {
+			t.Errorf("%v: the block's statement was refused, but its lock is held: %s", mode, got)
+		}
+		a.Close(ctx)
+	}
+	// Nor does such a block's DDL keep the next transaction from its rows.
+	a := connect(t, srv.Addr())
+	exec(t, a, "BEGIN", simple)
+	exec(t, a, "CREATE FUNCTION advf_blk(k bigint) RETURNS bool LANGUAGE sql AS 'SELECT pg_try_advisory_lock(k)'", simple)
+	exec(t, a, "ROLLBACK", simple)
+	exec(t, a, "SELECT n FROM advf_acc WHERE aid = $1", simple, k)
+	a.Close(ctx)
 	tryLock := func(key int) string {
 		t.Helper()
 		return tryLockOf(t, srv.Addr(), key)

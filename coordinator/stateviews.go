@@ -888,12 +888,7 @@ func advisorySet(ctx context.Context, pool *pgxpool.Pool, stamp [3]int64, funcs 
 
 // advisory reports whether f's body (strings and comments included)
 // names an advisory lock function.
-func (f *userFunc) advisory() bool {
-	var buf [40]byte
-	return !eachWord(f.body, func(w string) bool {
-		return len(w) > len(buf) || !advisoryFunc(upperInto(buf[:], w))
-	})
-}
+func (f *userFunc) advisory() bool { return advisoryIn(f.body) }
 
 // codeSet reads the viewSet of the user functions seed picks, of those
 // whose bodies name one of them, and of what reaches them (closure c),
