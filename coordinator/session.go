@@ -3126,6 +3126,13 @@ func (ss *session) execute(body []byte) error {
 		ss.pathTouched = ss.pathTouched || touchesPath(st.cls.ops)
 		if st.cls.pin != "" {
 			ss.pin(st.cls.pin)
+			if !advisoryOnly(&st.cls, st.Query) {
+				ss.pinClean = false
+			}
+			// (Pinned only now, by a statement prepared before: its
+			// Bind did not count it. Adversary 146: a cached
+			// pg_try_advisory_lock left the session pinned.)
+			ss.notePinnedRun(&st.cls, st.Query, st)
 		}
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'E', body))

@@ -282,6 +282,33 @@ func TestAdvisoryUnlockUnpins(t *testing.T) {
 		}
 		a.Close(ctx)
 
+		// A try that fails takes nothing, and one that succeeds is
+		// released: each time the session is free again, the statements
+		// prepared (and cached by pgx) or not (adversary 146: the second
+		// run of a cached try left the session pinned).
+		holder := connect(t, srv.Addr())
+		exec(t, holder, "SELECT pg_advisory_lock($1)", mode, k1)
+		a = connect(t, srv.Addr())
+		for i := 0; i < 3; i++ {
+			if got := queryString(t, a, "SELECT pg_try_advisory_lock($1)::text", mode, k1); got != "false" {
+				t.Fatalf("%v: try %d of a lock another session holds: %s", mode, i, got)
+			}
+			if err := read(a, mode); err != nil {
+				t.Fatalf("%v: a read on the second worker after failed try %d: %v", mode, i, err)
+			}
+			if got := queryString(t, a, "SELECT pg_try_advisory_lock($1)::text", mode, k2); got != "true" {
+				t.Fatalf("%v: try %d of a free lock: %s", mode, i, got)
+			}
+			if got := queryString(t, a, "SELECT pg_advisory_unlock($1)::text", mode, k2); got != "true" {
+				t.Fatalf("%v: unlock %d: %s", mode, i, got)
+			}
+			if err := read(a, mode); err != nil {
+				t.Fatalf("%v: a read on the second worker after unlock %d: %v", mode, i, err)
+			}
+		}
+		a.Close(ctx)
+		holder.Close(ctx)
+
 		// A session lock refused in a block on the second worker pins
 		// nothing.
 		a = connect(t, srv.Addr())
