@@ -85,25 +85,54 @@ func TestFailedBlockReleasesLocks(t *testing.T) {
 			a.Close(ctx)
 		}
 
-		// With a savepoint the block keeps the locks taken before it,
-		// and ROLLBACK TO brings it back.
+		// With a savepoint the block keeps the locks taken before it and
+		// releases those taken since, on every worker, and ROLLBACK TO
+		// brings it back (adversary 146: the other worker kept both).
 		exec(t, c, "UPDATE fb_acc SET n = 0 WHERE aid IN ($1, $2)", mode, k1, k2)
 		a := connect(t, srv.Addr())
 		exec(t, a, "BEGIN", mode)
-		exec(t, a, "UPDATE fb_acc SET n = n + 1 WHERE aid = $1", mode, k1)
-		exec(t, a, "SAVEPOINT s", mode)
 		exec(t, a, "UPDATE fb_acc SET n = n + 1 WHERE aid = $1", mode, k2)
+		exec(t, a, "SAVEPOINT s", mode)
+		exec(t, a, "UPDATE fb_acc SET n = n + 1 WHERE aid = $1", mode, k1)
 		if _, err := a.Exec(ctx, "UPDATE fb_acc SET n = n / 0 WHERE aid = $1", mode, k2); sqlState(err) != "22012" {
 			t.Fatalf("mode %v: division by zero: %v", mode, err)
 		}
-		if err := other(mode, k1); sqlState(err) != "55P03" {
+		if err := other(mode, k2); sqlState(err) != "55P03" {
 			t.Fatalf("mode %v: another session's update of a row locked before the savepoint: %v, want 55P03", mode, err)
 		}
+		if err := other(mode, k1); err != nil {
+			t.Fatalf("mode %v: another session's update of a row the other worker locked after the savepoint: %v (want it done)", mode, err)
+		}
 		exec(t, a, "ROLLBACK TO SAVEPOINT s", mode)
-		exec(t, a, "UPDATE fb_acc SET n = n + 2 WHERE aid = $1", mode, k2)
+		exec(t, a, "UPDATE fb_acc SET n = n + 2 WHERE aid = $1", mode, k1)
 		exec(t, a, "COMMIT", mode)
-		if v1, v2 := val(k1), val(k2); v1 != 1 || v2 != 2 {
-			t.Fatalf("mode %v: after ROLLBACK TO and COMMIT: %d, %d; want 1, 2", mode, v1, v2)
+		if v1, v2 := val(k1), val(k2); v1 != 12 || v2 != 1 {
+			t.Fatalf("mode %v: after ROLLBACK TO and COMMIT: %d, %d; want 12, 1", mode, v1, v2)
+		}
+		a.Close(ctx)
+
+		// A savepoint released before the failure: none to go back to.
+		exec(t, c, "UPDATE fb_acc SET n = 0 WHERE aid IN ($1, $2)", mode, k1, k2)
+		a = connect(t, srv.Addr())
+		exec(t, a, "BEGIN", mode)
+		exec(t, a, "SAVEPOINT s1", mode)
+		exec(t, a, "RELEASE s1", mode)
+		exec(t, a, "UPDATE fb_acc SET n = n + 1 WHERE aid = $1", mode, k1)
+		exec(t, a, "UPDATE fb_acc SET n = n + 1 WHERE aid = $1", mode, k2)
+		if _, err := a.Exec(ctx, "SELECT 1 / 0", mode); sqlState(err) != "22012" {
+			t.Fatalf("mode %v: division by zero: %v", mode, err)
+		}
+		for _, k := range []int{k1, k2} {
+			if err := other(mode, k); err != nil {
+				t.Fatalf("mode %v: another session's update of key %d after the released savepoint's block failed: %v", mode, k, err)
+			}
+		}
+		if _, err := a.Exec(ctx, "ROLLBACK TO SAVEPOINT s1", mode); sqlState(err) != "3B001" {
+			t.Fatalf("mode %v: ROLLBACK TO the released savepoint: %v, want 3B001", mode, err)
+		}
+		exec(t, a, "ROLLBACK", mode)
+		if v1, v2 := val(k1), val(k2); v1 != 10 || v2 != 10 {
+			t.Fatalf("mode %v: after the released savepoint's block: %d, %d; want 10, 10", mode, v1, v2)
 		}
 		a.Close(ctx)
 	}

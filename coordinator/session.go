@@ -86,6 +86,8 @@ type session struct {
 	// which the viewSet, read from the committed catalog, does not show:
 	// its later statements count as calling one (class.advisoryCode).
 	txAdvisoryDDL bool
+	// parkedUndone: abortParked ran for the current failure of the block.
+	parkedUndone bool
 	// bridged: the portals of statements the coordinator runs itself
 	// over the extended protocol (bridge.go); bridging: such a statement
 	// runs (its answer is kept in out).
@@ -673,8 +675,13 @@ func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	s := ss.srv
 	ss.leaveFlight() // the request reached its workers
 	if len(ss.parked) > 0 && ss.sc != nil && ss.sc.TxStatus == 'E' {
-		// Before the client hears of the error (txnmulti.go).
-		ss.abortParked()
+		if !ss.parkedUndone {
+			// Before the client hears of the error (txnmulti.go).
+			ss.abortParked()
+			ss.parkedUndone = true
+		}
+	} else if ss.parkedUndone {
+		ss.parkedUndone = false
 	}
 	if ss.loginDDL && ss.txStatus() == 'I' && !ss.needSync {
 		// Before the client hears the statement is done: a login after

@@ -134,6 +134,15 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
 	if i := ss.parkedOn(node); i >= 0 {
 		p := ss.parked[i]
+		if p.sc.TxStatus == 'I' {
+			// Rolled back when the block failed (abortParked), which a
+			// ROLLBACK TO then brought back on the current worker: a
+			// savepoint the coordinator did not know. Not a transaction
+			// to go on with.
+			return pgerr.New(pgerr.InvalidTransactionState,
+				"this transaction's part on worker %s was rolled back when it failed", to).
+				WithHint("Roll the transaction back and run it again.")
+		}
 		ss.parked[i] = cur
 		ss.setCurrent(p)
 		return nil
@@ -947,6 +956,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.chainAsk, ss.chainStarted = false, false
 	ss.savepoints, ss.spLost = ss.savepoints[:0], false
 	ss.needSync, ss.batchWork, ss.paramsUnsure = false, false, false
+	ss.parkedUndone = false
 	ss.implicitTxn = false
 	ss.ddlDone()
 	if len(ss.portals) > 0 {
@@ -1009,19 +1019,32 @@ func (ss *session) portalFree(portal string, node int32) bool {
 // block stays failed on the current worker, which answers every statement
 // but its end with 25P02 (a failed block never switches worker:
 // joinWorker), and its end rolls that one back (multiEnd skips the
-// connections this ended). Not with savepoints: a ROLLBACK TO brings the
-// block back, and PostgreSQL keeps the locks taken before the savepoint.
+// connections this ended). With savepoints they go back to the innermost
+// one instead, as PostgreSQL's failed subtransaction releases the locks
+// taken since (and keeps those before): the client's ROLLBACK TO brings
+// the block back on every worker.
 func (ss *session) abortParked() {
-	if ss.txSavepoint || len(ss.savepoints) > 0 || ss.spLost {
+	if ss.spLost || len(ss.savepoints) > 0 && !ss.savepointsKnown() {
 		return
+	}
+	undo := "ROLLBACK"
+	if n := len(ss.savepoints); n > 0 {
+		// PostgreSQL aborts the innermost subtransaction, releasing the
+		// locks taken since its savepoint: the other workers go back to
+		// it, as the client's ROLLBACK TO would take them (again).
+		undo = "ROLLBACK TO SAVEPOINT " + quoteIdent(ss.savepoints[n-1].name)
 	}
 	for _, c := range ss.parked {
 		if c.sc.TxStatus != 'T' {
 			continue // ended already, or failed (its locks are released)
 		}
-		if c.sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil) != nil {
+		err := c.sc.Exec(undo, time.Now().Add(txCleanupTimeout), nil)
+		var pe *pgconn.PgError
+		if err != nil && (undo == "ROLLBACK" || !errors.As(err, &pe)) {
 			// Its backend goes when the block ends (a broken connection
-			// is closed, not pooled), and the transaction with it.
+			// is closed, not pooled), and the transaction with it. (A
+			// worker's refusal of the ROLLBACK TO leaves its transaction
+			// failed, its locks released.)
 			c.sc.MarkBroken()
 			c.sc.TxStatus = 'I'
 		}
@@ -1269,6 +1292,7 @@ func (ss *session) multiSavepoint(op paramOp, sql string, relay func(typ byte, b
 	if op.kind == opSavepoint {
 		ss.txSavepoint = true
 	}
+	ss.parkedUndone = false // (a failure after this one undoes again)
 	return tag, nil
 }
 
