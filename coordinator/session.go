@@ -1730,6 +1730,7 @@ func (ss *session) simpleQuery(body []byte) error {
 			ss.pinClean = false
 		}
 	}
+	cleanBefore := ss.pinClean
 	ss.notePinnedRun(&cls, text, nil)
 	if cls.pin != "" || len(cls.ops) > 0 {
 		ss.settingsDirty = true
@@ -1821,6 +1822,14 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	if cls.notify && p.Kind() != planner.KindDefault {
 		return ss.queryError(errNotifyElsewhere)
+	}
+	if p.Kind() == planner.KindFunction && cls.pin == "" && cls.count == 1 && !ss.inTxn() {
+		// pgfleet's own function (create_distributed_table, ...) runs
+		// outside a transaction on connections of its own (runFunction),
+		// never on the pinned one: it changes nothing there (adversary
+		// 146: a migration's create_distributed_table under a session
+		// lock kept the session pinned after the unlock).
+		ss.pinClean = cleanBefore
 	}
 	if (cls.advisory || cls.listen || cls.advisoryCode && p.Kind() != planner.KindFunction) &&
 		(p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) {

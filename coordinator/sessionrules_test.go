@@ -273,6 +273,19 @@ func TestAdvisoryUnlockUnpins(t *testing.T) {
 			t.Fatalf("%v: another session's try of the released lock: %s", mode, got)
 		}
 
+		// A migration under the lock: DDL and pgfleet's own functions
+		// (adversary 146: create_distributed_table kept it pinned).
+		exec(t, a, "SELECT pg_advisory_lock($1)", mode, k1)
+		exec(t, a, "DROP TABLE IF EXISTS unp_new", pgx.QueryExecModeSimpleProtocol)
+		exec(t, a, "CREATE TABLE unp_new (id int PRIMARY KEY)", pgx.QueryExecModeSimpleProtocol)
+		exec(t, a, "SELECT create_distributed_table('unp_new', 'id', shard_count => 4)", pgx.QueryExecModeSimpleProtocol)
+		exec(t, a, "SELECT pg_advisory_unlock($1)", mode, k1)
+		if err := read(a, mode); err != nil {
+			t.Fatalf("%v: a read on the second worker after a migration under the lock: %v", mode, err)
+		}
+		exec(t, a, "INSERT INTO unp_new SELECT generate_series(1, 20)", pgx.QueryExecModeSimpleProtocol)
+		exec(t, a, "DROP TABLE unp_new", pgx.QueryExecModeSimpleProtocol)
+
 		// Something else pinning beside the lock keeps the session pinned.
 		exec(t, a, "SELECT pg_advisory_lock($1)", mode, k1)
 		exec(t, a, "SELECT set_config('work_mem', '5MB', false)", mode)
