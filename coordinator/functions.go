@@ -427,14 +427,6 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 		// any statement (its other workers never see the object).
 		return false, nil
 	}
-	if cls.maint && len(snap.Tables) > 0 && oneOf(lx.words[0], "VACUUM", "ANALYZE", "ANALYSE") {
-		if m, err := shards.PlanMaintenance(sql, snap); m != nil || err != nil {
-			if err != nil {
-				return true, ss.queryError(err)
-			}
-			return true, ss.maintenance(sql, snap, m)
-		}
-	}
 	if cls.ddl && cls.count > 1 {
 		// A batch whose later statement changes a function, type, ...:
 		// objectDDL sees only batches that start with DDL.
@@ -549,6 +541,30 @@ func (ss *session) runDDL(sql string, cls *class) (handled bool, err error) {
 	return true, nil
 }
 
+// runMaintenance runs sql as maintenance when it is VACUUM or ANALYZE of
+// distributed or reference tables, or a bare one (handled). Called before
+// the statement's user code is looked for: the command runs on connections
+// of its own, so what it runs (index expressions, ...) pins nothing here.
+func (ss *session) runMaintenance(sql string, cls *class) (handled bool, err error) {
+	snap := ss.srv.catalog.Load()
+	if !cls.maint || cls.count != 1 || !ss.routes || snap == nil || len(snap.Tables) == 0 ||
+		ss.txStatus() == 'E' || ss.pendingFailed { // (a failed block answers 25P02 first)
+		return false, nil
+	}
+	lx := lexer{s: sql}
+	if n, _, _, _ := lx.statement(); n == 0 || !oneOf(lx.words[0], "VACUUM", "ANALYZE", "ANALYSE") {
+		return false, nil
+	}
+	m, err := shards.PlanMaintenance(sql, snap)
+	if err != nil {
+		return true, ss.queryError(err)
+	}
+	if m == nil {
+		return false, nil
+	}
+	return true, ss.maintenance(sql, snap, m)
+}
+
 // maintenance runs VACUUM or ANALYZE of distributed or reference tables
 // (or a bare one, of every table) as shards.Maintenance says: the
 // statement as written on the default node, whose errors and notices are
@@ -576,6 +592,9 @@ func (ss *session) maintenance(sql string, snap *metadata.Snapshot, m *shards.Ma
 	if err != nil {
 		return ss.queryError(err)
 	}
+	// What it runs of the tables' user code (index expressions, ...) may
+	// change the connections' session state: closed after, not pooled.
+	ss.lentUserCode = true
 	defer done()
 	def := ss.srv.defaultNode.Load()
 	notices, shellDone := shellNotices(conns[def])

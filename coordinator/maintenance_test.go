@@ -26,6 +26,12 @@ func TestMaintenanceOnShards(t *testing.T) {
 	exec(t, c, "CREATE TABLE mnt_ref (id int PRIMARY KEY, v int)", simple)
 	exec(t, c, "SELECT create_reference_table('mnt_ref')", simple)
 	exec(t, c, "INSERT INTO mnt_ref SELECT g, g FROM generate_series(1, 10) g", simple)
+	// A function that changes session state, anywhere in the database,
+	// makes such commands verified; they run on connections of their own
+	// and neither fail nor pin (adversary 147).
+	exec(t, c, "CREATE OR REPLACE FUNCTION mnt_sc(text) RETURNS text LANGUAGE sql AS $$ SELECT set_config('app.x', $1, false) $$", simple)
+	t.Cleanup(func() { _, _ = c.Exec(ctx, "DROP FUNCTION IF EXISTS mnt_sc(text)", simple) })
+	k := keyOff(t, c, "mnt_acc", cl.Servers[0].Addr())
 	workers := make([]*pgx.Conn, len(cl.Servers))
 	for i, s := range cl.Servers {
 		workers[i] = connectURL(t, pgtest.URL(s.Addr()))
@@ -62,6 +68,9 @@ func TestMaintenanceOnShards(t *testing.T) {
 			tag, err := c.Exec(ctx, tc.sql, mode)
 			if err != nil || tag.String() != tc.tag {
 				t.Fatalf("%v: %s: %q, %v", mode, tc.sql, tag, err)
+			}
+			if _, err := c.Exec(ctx, "SELECT n FROM mnt_acc WHERE aid = $1", mode, k); err != nil {
+				t.Fatalf("%v: a read on the second worker after %s: %v", mode, tc.sql, err)
 			}
 			for _, name := range tc.tables {
 				done, all := stamps(name, tc.col, since)

@@ -1376,6 +1376,19 @@ func (ss *session) pin(reason string) {
 	}
 }
 
+// pinSpanning refuses a statement that would pin the session (reason) in
+// a transaction block over several workers: the state it leaves is on one
+// of the block's connections, all of which go back to their pools at the
+// block's end (adversary 147: a session advisory lock taken there was
+// handed to the next client of the default worker's pool).
+func (ss *session) pinSpanning(reason string) error {
+	if len(ss.parked) == 0 || ss.pinned != "" {
+		return nil
+	}
+	return errMultiRefused(fmt.Sprintf("%s is not supported in a transaction that spans several workers: the session would keep one worker connection for good", reason),
+		"Run it before the transaction's statements on other workers, or outside the transaction block.")
+}
+
 // pinAdvisory is the pin of a session advisory lock (classify's
 // sessionFuncs).
 const pinAdvisory = "session advisory lock"
@@ -1643,6 +1656,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	// functions is one, and lends connections that only the catalog's
 	// user code, seen here, keeps from the pool; lentUserCode.)
 	ss.lentImplicit = false
+	if handled, err := ss.runMaintenance(text, &cls); handled {
+		return err
+	}
 	if !cls.quiet && ss.pinned == "" {
 		vc := ss.viewCheck(text, cls.maint, nil)
 		pin := vc.pin
@@ -1725,6 +1741,9 @@ func (ss *session) simpleQuery(body []byte) error {
 	}
 	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
 	if cls.pin != "" {
+		if err := ss.pinSpanning(cls.pin); err != nil {
+			return ss.queryError(err)
+		}
 		ss.pin(cls.pin)
 		if !advisoryOnly(&cls, text) {
 			ss.pinClean = false
@@ -2675,6 +2694,10 @@ func (ss *session) parse(body []byte) error {
 		return nil
 	}
 	if st.cls.pin != "" {
+		if err := ss.pinSpanning(st.cls.pin); err != nil {
+			ss.parseFailed(name, err)
+			return nil
+		}
 		if ss.pinned == "" {
 			// No answer of its own: a mark in the batch, undone with
 			// the Parse when an earlier message fails (adversary
@@ -2867,9 +2890,17 @@ func (ss *session) bind(body []byte) error {
 		// (Or SQL text given to a built-in as a parameter:
 		// query_to_xml($1).)
 		if pin && !clientSt.cls.storesCode || clientSt.cls.hidden && bindRunsText(body, unseenIn) {
+			if err := ss.pinSpanning(unseenPin); err != nil {
+				ss.synthError(err)
+				return nil
+			}
 			ss.pin(unseenPin) // (before its Execute runs the code)
 		}
 		if ss.tempPath(&clientSt.cls) {
+			if err := ss.pinSpanning("search_path naming pg_temp"); err != nil {
+				ss.synthError(err)
+				return nil
+			}
 			ss.pin("search_path naming pg_temp")
 		}
 	}
@@ -3141,6 +3172,10 @@ func (ss *session) execute(body []byte) error {
 		}
 		ss.pathTouched = ss.pathTouched || touchesPath(st.cls.ops)
 		if st.cls.pin != "" {
+			if err := ss.pinSpanning(st.cls.pin); err != nil {
+				ss.synthError(err)
+				return nil
+			}
 			ss.pin(st.cls.pin)
 			if !advisoryOnly(&st.cls, st.Query) {
 				ss.pinClean = false

@@ -322,6 +322,23 @@ func TestAdvisoryUnlockUnpins(t *testing.T) {
 		a.Close(ctx)
 		holder.Close(ctx)
 
+		// Nor in a block over both workers, current on the default one:
+		// the lock's connection would go back to the pool at its end
+		// (adversary 147: the next client of the pool held it).
+		a = connect(t, srv.Addr())
+		exec(t, a, "BEGIN", mode)
+		exec(t, a, "UPDATE unp_acc SET n = n + 1 WHERE aid = $1", mode, k)
+		exec(t, a, "UPDATE unp_acc SET n = n + 1 WHERE aid = $1", mode, 1)
+		if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", mode, k1); sqlState(err) != "0A000" {
+			t.Fatalf("%v: a session lock in a block over both workers: %v, want 0A000", mode, err)
+		}
+		exec(t, a, "ROLLBACK", mode)
+		if got := tryLockOf(t, srv.Addr(), k1); got != "true" {
+			t.Fatalf("%v: another session's try after the refused lock: %s", mode, got)
+		}
+		spans(t, a, mode)
+		a.Close(ctx)
+
 		// A session lock refused in a block on the second worker pins
 		// nothing.
 		a = connect(t, srv.Addr())
