@@ -51,7 +51,7 @@ func TestMaintenanceOnShards(t *testing.T) {
 		}
 		return done, all
 	}
-	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
 		for _, tc := range []struct {
 			sql, tag, col string
 			tables        []string

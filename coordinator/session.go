@@ -1394,13 +1394,14 @@ func (ss *session) pinSpanning(reason string) error {
 const pinAdvisory = "session advisory lock"
 
 // noteAdvisoryDDL follows a statement of class cls (text) for
-// txAdvisoryDDL: DDL naming an advisory lock function (in a body it
-// stores) or what calls one sets it; a later statement of the transaction
+// txAdvisoryDDL: DDL calling an advisory lock function or what calls one
+// (a default), or storing code that names one, sets it (not a COMMENT that
+// only mentions one); a later statement of the transaction
 // then counts as calling one (adversary 146: a function made in the block,
 // called over a distributed table, took its lock on the shard's worker).
 func (ss *session) noteAdvisoryDDL(cls *class, text string) {
 	switch {
-	case cls.ddl && (cls.advisory || cls.advisoryCode || advisoryIn(text)):
+	case cls.ddl && (cls.advisory || cls.advisoryCode || cls.storesCode && advisoryIn(text)):
 		ss.txAdvisoryDDL = true
 	case ss.txAdvisoryDDL && !cls.quiet && !cls.ddl:
 		cls.advisoryCode = true

@@ -179,6 +179,13 @@ func TestAdvisoryLocksInUserCode(t *testing.T) {
 		}
 		a.Close(ctx)
 	}
+	// A COMMENT that only mentions one refuses nothing (adversary 147).
+	a0 := connect(t, srv.Addr())
+	exec(t, a0, "BEGIN", simple)
+	exec(t, a0, "COMMENT ON TABLE advf_acc IS 'we use pg_advisory_lock elsewhere'", simple)
+	exec(t, a0, "UPDATE advf_acc SET n = n + 1 WHERE aid = $1", simple, k)
+	exec(t, a0, "ROLLBACK", simple)
+	a0.Close(ctx)
 	// Nor does such a block's DDL keep the next transaction from its rows.
 	a := connect(t, srv.Addr())
 	exec(t, a, "BEGIN", simple)
