@@ -1401,7 +1401,7 @@ const pinAdvisory = "session advisory lock"
 // called over a distributed table, took its lock on the shard's worker).
 func (ss *session) noteAdvisoryDDL(cls *class, text string) {
 	switch {
-	case cls.ddl && (cls.advisory || cls.advisoryCode || cls.storesCode && advisoryIn(text)):
+	case cls.ddl && (cls.advisory || cls.advisoryCode || cls.storesCode && !startsWithWord(text, "comment") && advisoryIn(text)):
 		ss.txAdvisoryDDL = true
 	case ss.txAdvisoryDDL && !cls.quiet && !cls.ddl:
 		cls.advisoryCode = true
