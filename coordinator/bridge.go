@@ -118,7 +118,7 @@ func (ss *session) bridgeKind(st *Statement) uint8 {
 		return bridgeDDL // the pools' idle connections to it close first
 	case st.cls.maint && !st.cls.ddl && len(snap.Tables) > 0:
 		if m, err := shards.PlanMaintenance(text, snap); m != nil || err != nil {
-			return bridgeDDL // VACUUM, ANALYZE (runDDL's maintenance)
+			return bridgeDDL // VACUUM, ANALYZE (runMaintenance)
 		}
 	case st.cls.ddl && !st.cls.temp:
 		active := 0
@@ -1020,7 +1020,7 @@ func (ss *session) bridgeNow(st *Statement) uint8 {
 		return bridgeNone
 	case 0:
 		q := st.Query
-		may := st.cls.ddl || st.cls.twoPhase || st.cls.fetch || startsWithWord(q, "declare") || startsWithWord(q, "move") ||
+		may := st.cls.ddl || st.cls.maint || st.cls.twoPhase || st.cls.fetch || startsWithWord(q, "declare") || startsWithWord(q, "move") ||
 			startsWithWord(q, "close") || planner.MentionsFunction(q) || planner.ContainsFold(q, "_backend") || mayRunRowsFirst(q)
 		v := int32(1)
 		if may {

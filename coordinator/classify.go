@@ -173,6 +173,9 @@ type class struct {
 	// session's viewSet.advisory; set by the session, not classify).
 	// pgfleet's own functions (planner.KindFunction) run none of it.
 	advisoryCode bool
+	// advisoryBlock: the transaction made such code (txAdvisoryDDL): the
+	// statement is refused over distributed and reference tables.
+	advisoryBlock bool
 	// listen: a LISTEN, which hears only the NOTIFYs of the worker it runs
 	// on: every session's go to the default node (adversary 143).
 	listen bool

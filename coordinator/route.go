@@ -596,7 +596,7 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 			}
 		}
 		home := ss.homeNode(st.Query)
-		if home != ss.srv.defaultNode.Load() && (st.cls.advisory || st.cls.listen || ss.stAdvisory(st) || ss.txAdvisoryDDL && !st.cls.quiet) {
+		if home != ss.srv.defaultNode.Load() && (st.cls.advisory || st.cls.listen || ss.stAdvisory(st)) {
 			return nil, 0, params, onNode, ss.errDefaultOnly(st.cls.listen, p)
 		}
 		return st, home, params, onNode, nil

@@ -1404,7 +1404,7 @@ func (ss *session) noteAdvisoryDDL(cls *class, text string) {
 	case cls.ddl && (cls.advisory || cls.advisoryCode || cls.storesCode && !startsWithWord(text, "comment") && advisoryIn(text)):
 		ss.txAdvisoryDDL = true
 	case ss.txAdvisoryDDL && !cls.quiet && !cls.ddl:
-		cls.advisoryCode = true
+		cls.advisoryBlock = true
 	}
 }
 
@@ -1852,7 +1852,8 @@ func (ss *session) simpleQuery(body []byte) error {
 		ss.pinClean = cleanBefore
 	}
 	if (cls.advisory || cls.listen || cls.advisoryCode && p.Kind() != planner.KindFunction) &&
-		(p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) {
+		(p.Kind() != planner.KindDefault || ss.homeNode(text) != ss.srv.defaultNode.Load()) ||
+		cls.advisoryBlock && p.Kind() != planner.KindDefault && p.Kind() != planner.KindFunction {
 		ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
 		return ss.queryError(ss.errDefaultOnly(cls.listen, p))
 	}
@@ -2671,8 +2672,9 @@ func (ss *session) parse(body []byte) error {
 	if err == nil && st.cls.notify && sp.plan.Kind() != planner.KindDefault {
 		err = errNotifyElsewhere
 	}
-	if err == nil && (sp.plan.Kind() != planner.KindDefault || ss.parseHome(st) != ss.srv.defaultNode.Load()) &&
-		(st.cls.advisory || st.cls.listen || sp.plan.Kind() != planner.KindFunction && (ss.stAdvisory(st) || ss.txAdvisoryDDL && !st.cls.ddl)) {
+	if err == nil && ((sp.plan.Kind() != planner.KindDefault || ss.parseHome(st) != ss.srv.defaultNode.Load()) &&
+		(st.cls.advisory || st.cls.listen || sp.plan.Kind() != planner.KindFunction && ss.stAdvisory(st)) ||
+		ss.txAdvisoryDDL && !st.cls.ddl && !st.cls.quiet && sp.plan.Kind() != planner.KindDefault && sp.plan.Kind() != planner.KindFunction) {
 		err = ss.errDefaultOnly(st.cls.listen, sp.plan)
 	}
 	if err == nil && st.cls.ddl && !st.cls.temp {

@@ -179,6 +179,21 @@ func TestAdvisoryLocksInUserCode(t *testing.T) {
 		}
 		a.Close(ctx)
 	}
+	// After such DDL, statements over no table still run, wherever the
+	// block's connection is (adversary 148: SELECT 1 was refused).
+	a1 := connect(t, srv.Addr())
+	exec(t, a1, "BEGIN", simple)
+	exec(t, a1, "UPDATE advf_acc SET n = n + 1 WHERE aid = $1", simple, k)
+	exec(t, a1, "CREATE FUNCTION advf_blk(k bigint) RETURNS bool LANGUAGE sql AS 'SELECT pg_try_advisory_lock(k)'", simple)
+	for _, q := range []string{"SELECT 1", "SELECT now()"} {
+		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeCacheStatement} {
+			if _, err := a1.Exec(ctx, q, mode); err != nil {
+				t.Fatalf("%v: %s after the block made code taking advisory locks: %v", mode, q, err)
+			}
+		}
+	}
+	exec(t, a1, "ROLLBACK", simple)
+	a1.Close(ctx)
 	// A COMMENT that only mentions one refuses nothing (adversary 147).
 	a0 := connect(t, srv.Addr())
 	exec(t, a0, "BEGIN", simple)
