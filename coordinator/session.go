@@ -1385,6 +1385,15 @@ func (ss *session) pinSpanning(reason string) error {
 	if len(ss.parked) == 0 || ss.pinned != "" {
 		return nil
 	}
+	switch reason {
+	case "temporary object", "set_config()", "search_path naming pg_temp":
+		// Nothing of them reaches another client: a temporary object
+		// fails the block's two-phase COMMIT (PostgreSQL refuses to
+		// PREPARE it) and goes with its ROLLBACK; settings are reset on
+		// the block's connections before anyone else uses them
+		// (multiRelease: their settings are unknown).
+		return nil
+	}
 	return errMultiRefused(fmt.Sprintf("%s is not supported in a transaction that spans several workers: the session would keep one worker connection for good", reason),
 		"Run it before the transaction's statements on other workers, or outside the transaction block.")
 }

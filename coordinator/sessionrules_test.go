@@ -361,6 +361,26 @@ func TestAdvisoryUnlockUnpins(t *testing.T) {
 		spans(t, a, mode)
 		a.Close(ctx)
 
+		// One a DO block takes in a block over both workers stays the
+		// session's after COMMIT or ROLLBACK, as on PostgreSQL (adversary
+		// 148: it went with the block's connections, closed, and the
+		// client's unlock found none).
+		for _, end := range []string{"COMMIT", "ROLLBACK"} {
+			a = connect(t, srv.Addr())
+			exec(t, a, "BEGIN", mode)
+			exec(t, a, "UPDATE unp_acc SET n = n + 1 WHERE aid = $1", mode, k)
+			exec(t, a, "UPDATE unp_acc SET n = n + 1 WHERE aid = $1", mode, 1)
+			exec(t, a, "DO $$ BEGIN PERFORM pg_advisory_lock("+strconv.Itoa(k1)+"); END $$", pgx.QueryExecModeSimpleProtocol)
+			exec(t, a, end, mode)
+			if got := tryLockOf(t, srv.Addr(), k1); got != "false" {
+				t.Fatalf("%v, %s: another session's try of the lock the DO block took: %s, want false", mode, end, got)
+			}
+			if got := queryString(t, a, "SELECT pg_advisory_unlock($1)::text", mode, k1); got != "true" {
+				t.Fatalf("%v, %s: the session's unlock: %s, want true", mode, end, got)
+			}
+			a.Close(ctx)
+		}
+
 		// A session lock refused in a block on the second worker pins
 		// nothing.
 		a = connect(t, srv.Addr())

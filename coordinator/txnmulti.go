@@ -912,19 +912,34 @@ func withCleanup(err error, problems []string) error {
 // workers back and leaves the session between transactions.
 func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.unpublishTxn()
-	if ss.verifyState || ss.txUserCode {
+	keep := -1
+	userCode := ss.verifyState || ss.txUserCode
+	if ss.verifyState && ss.sc != nil && ss.sc.TxStatus == 'I' && ss.pinned == "" {
+		// User code ran on the current connection since its snapshot (a
+		// switch between workers compares it, so only this one can have
+		// changed unseen): a change (a session advisory lock a function
+		// or DO block took, a setting) stays the session's, which keeps
+		// this connection, as a block on one worker does (verifyRelease).
+		// Adversary 148: the lock went with the connections, closed, and
+		// the client believed it held it.
+		cur := ss.sc
+		if !ss.verifyRelease() {
+			keep = slices.IndexFunc(all, func(c txConn) bool { return c.sc == cur })
+		}
+	}
+	if userCode {
 		// User code ran in the transaction and no snapshot covers every
 		// worker's connection: none goes back to the pool. (txUserCode:
 		// a coordinator-run write, which takes no snapshot, joined
 		// them; adversary round 3.)
 		ss.verifyState, ss.txUserCode = false, false
-		for _, c := range all {
-			if c.sc != nil {
+		for i, c := range all {
+			if c.sc != nil && i != keep {
 				c.sc.MarkBroken()
 			}
 		}
 	}
-	if len(ss.pending) > 0 || ss.txSet || ss.paramsUnsure {
+	if len(ss.pending) > 0 || ss.txSet || ss.paramsUnsure || ss.settingsUnknown {
 		for _, c := range all {
 			if c.sc != nil {
 				c.sc.ParamsKey = "\x00unknown"
@@ -942,11 +957,19 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.sc = nil
 	ss.cancelMu.Unlock()
 	ss.spanHint = ss.spanHint[:0]
-	for _, c := range all {
-		c.pool.Release(c.sc)
+	for i, c := range all {
+		if i != keep {
+			c.pool.Release(c.sc)
+		}
 		ss.spanHint = append(ss.spanHint, c.node)
 	}
 	slices.Sort(ss.spanHint)
+	if keep >= 0 {
+		ss.cancelMu.Lock()
+		ss.pool, ss.node, ss.sc = all[keep].pool, all[keep].node, all[keep].sc
+		ss.cancelTarget.Store(ss.sc)
+		ss.cancelMu.Unlock()
+	}
 	ss.dropSpares()
 	clear(ss.parked)
 	ss.parked = ss.parked[:0]
