@@ -1465,6 +1465,9 @@ func advisoryOnly(cls *class, text string) bool {
 	})
 }
 
+// advisoryCountSQL counts the advisory locks of the connection's backend.
+const advisoryCountSQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()"
+
 // unpinIfUnlocked gives a session pinned by session advisory locks alone
 // its freedom back once it holds none (after pg_advisory_unlock or
 // unlock_all, outside a transaction: one round trip, after statements
@@ -1477,8 +1480,7 @@ func (ss *session) unpinIfUnlocked() {
 	if !ss.pinClean || ss.pinned != pinAdvisory {
 		return
 	}
-	rows, err := ss.sc.Query("SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()",
-		time.Now().Add(ss.pool.Config().ResetTimeout))
+	rows, err := ss.sc.Query(advisoryCountSQL, time.Now().Add(ss.pool.Config().ResetTimeout))
 	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] != "0" || ss.sc.TxStatus != 'I' {
 		return
 	}

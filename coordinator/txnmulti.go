@@ -913,21 +913,19 @@ func withCleanup(err error, problems []string) error {
 func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.unpublishTxn()
 	keep := -1
-	userCode := ss.verifyState || ss.txUserCode
-	if ss.verifyState && ss.sc != nil && ss.sc.TxStatus == 'I' && ss.pinned == "" {
+	if ss.verifyState && ss.sc != nil && ss.sc.TxStatus == 'I' && ss.pinned == "" && heldAdvisory(ss.sc, ss.pool) {
 		// User code ran on the current connection since its snapshot (a
 		// switch between workers compares it, so only this one can have
-		// changed unseen): a change (a session advisory lock a function
-		// or DO block took, a setting) stays the session's, which keeps
-		// this connection, as a block on one worker does (verifyRelease).
-		// Adversary 148: the lock went with the connections, closed, and
-		// the client believed it held it.
-		cur := ss.sc
-		if !ss.verifyRelease() {
-			keep = slices.IndexFunc(all, func(c txConn) bool { return c.sc == cur })
-		}
+		// changed unseen) and took a session advisory lock (a function,
+		// a DO block): the session keeps this connection, pinned, as a
+		// block on one worker does, rather than lose the lock with the
+		// connections closed below while its client believes it holds
+		// it (adversary 148). (Settings such code made are lost with
+		// them, as before.)
+		ss.pin("session state changed by a function")
+		keep = slices.IndexFunc(all, func(c txConn) bool { return c.sc == ss.sc })
 	}
-	if userCode {
+	if ss.verifyState || ss.txUserCode {
 		// User code ran in the transaction and no snapshot covers every
 		// worker's connection: none goes back to the pool. (txUserCode:
 		// a coordinator-run write, which takes no snapshot, joined
@@ -991,6 +989,13 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	if len(ss.portalNode) > 0 {
 		clear(ss.portalNode)
 	}
+}
+
+// heldAdvisory reports whether sc, between transactions, holds advisory
+// locks (session ones: no transaction's are left).
+func heldAdvisory(sc *pooling.ServerConn, pool *pooling.Pool) bool {
+	rows, err := sc.Query(advisoryCountSQL, time.Now().Add(pool.Config().ResetTimeout))
+	return err == nil && len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != "0"
 }
 
 // notePortal records that portal is being bound on the current worker of a
