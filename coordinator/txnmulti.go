@@ -1068,6 +1068,9 @@ func (ss *session) abortParked() {
 		}
 		err := c.sc.Exec(undo, time.Now().Add(txCleanupTimeout), nil)
 		var pe *pgconn.PgError
+		if err != nil && errors.As(err, &pe) && c.sc.TxStatus != 'T' {
+			continue // (the worker answered: its transaction ended or failed, its locks went)
+		}
 		if err != nil && (undo == "ROLLBACK" || !errors.As(err, &pe)) {
 			// Its backend goes when the block ends (a broken connection
 			// is closed, not pooled), and the transaction with it. (A
