@@ -619,10 +619,10 @@ func (ss *session) maintenance(sql string, snap *metadata.Snapshot, m *shards.Ma
 	}
 	if m.Everywhere {
 		for _, node := range slices.Sorted(maps.Keys(conns)) {
-			if node != def {
-				err = run(node, sql)
+			if node == def {
+				continue // (ran above)
 			}
-			if err != nil {
+			if err := run(node, sql); err != nil {
 				return ss.queryError(err)
 			}
 		}

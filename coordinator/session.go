@@ -1480,8 +1480,7 @@ func (ss *session) unpinIfUnlocked() {
 	if !ss.pinClean || ss.pinned != pinAdvisory {
 		return
 	}
-	rows, err := ss.sc.Query(advisoryCountSQL, time.Now().Add(ss.pool.Config().ResetTimeout))
-	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] != "0" || ss.sc.TxStatus != 'I' {
+	if held, ok := advisoryLocks(ss.sc, ss.pool); !ok || held || ss.sc.TxStatus != 'I' {
 		return
 	}
 	ss.pinned, ss.pinClean = "", false

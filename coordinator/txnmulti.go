@@ -994,8 +994,18 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 // heldAdvisory reports whether sc, between transactions, holds advisory
 // locks (session ones: no transaction's are left).
 func heldAdvisory(sc *pooling.ServerConn, pool *pooling.Pool) bool {
+	held, ok := advisoryLocks(sc, pool)
+	return ok && held
+}
+
+// advisoryLocks reports whether sc's backend holds advisory locks (one
+// query); ok is false when it could not be asked.
+func advisoryLocks(sc *pooling.ServerConn, pool *pooling.Pool) (held, ok bool) {
 	rows, err := sc.Query(advisoryCountSQL, time.Now().Add(pool.Config().ResetTimeout))
-	return err == nil && len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] != "0"
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 {
+		return false, false
+	}
+	return rows[0][0] != "0", true
 }
 
 // notePortal records that portal is being bound on the current worker of a
