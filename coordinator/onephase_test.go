@@ -35,6 +35,9 @@ func TestOnePhaseCommit(t *testing.T) {
 		ids[i] = n
 	}
 	meta := connect(t, cl.Servers[0].Addr())
+	// (Checked on another session: the last case pins c to its
+	// connection, which keeps the cursor.)
+	chk := connect(t, srv.Addr())
 	// Decisions: in the metadata database, or commit records on a worker.
 	decisions := func() int {
 		n, _ := strconv.Atoi(queryString(t, meta, "SELECT count(*)::text FROM pgfleet.transaction_decisions"))
@@ -100,14 +103,20 @@ func TestOnePhaseCommit(t *testing.T) {
 		if got := decisions() > before; got != tc.twoPhase {
 			t.Errorf("%s: two-phase commit %v, want %v", tc.name, got, tc.twoPhase)
 		}
-		if got := queryString(t, c, "SELECT string_agg(v::text, ' ' ORDER BY id = "+b+") FROM op_t WHERE id IN ("+a+", "+b+")"); got != tc.v {
+		if got := queryString(t, chk, "SELECT string_agg(v::text, ' ' ORDER BY id = "+b+") FROM op_t WHERE id IN ("+a+", "+b+")"); got != tc.v {
 			t.Errorf("%s: v %q, want %q", tc.name, got, tc.v)
 		}
 		if got := prepared(); got != "00" {
 			t.Errorf("%s: prepared transactions left %s", tc.name, got)
 		}
-		if got := queryString(t, c, "SELECT count(*)::text FROM op_t"); got != "20" {
+		if got := queryString(t, chk, "SELECT count(*)::text FROM op_t"); got != "20" {
 			t.Errorf("%s: %s rows, want 20", tc.name, got)
 		}
+	}
+	// The holdable cursor the function declared in the block over both
+	// workers is there after its COMMIT, as on PostgreSQL (the session
+	// keeps the connection that holds it).
+	if got := queryString(t, c, "FETCH op_c1"); got != "1" {
+		t.Errorf("FETCH op_c1 after the block: %q, want 1", got)
 	}
 }

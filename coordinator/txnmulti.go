@@ -913,19 +913,26 @@ func withCleanup(err error, problems []string) error {
 func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.unpublishTxn()
 	keep := -1
-	if ss.verifyState && ss.sc != nil && ss.sc.TxStatus == 'I' && ss.pinned == "" && heldAdvisory(ss.sc, ss.pool) {
+	userCode := ss.verifyState || ss.txUserCode
+	if ss.verifyState && ss.sc != nil && ss.sc.TxStatus == 'I' && ss.pinned == "" {
 		// User code ran on the current connection since its snapshot (a
 		// switch between workers compares it, so only this one can have
-		// changed unseen) and took a session advisory lock (a function,
-		// a DO block): the session keeps this connection, pinned, as a
-		// block on one worker does, rather than lose the lock with the
-		// connections closed below while its client believes it holds
-		// it (adversary 148). (Settings such code made are lost with
-		// them, as before.)
-		ss.pin("session state changed by a function")
-		keep = slices.IndexFunc(all, func(c txConn) bool { return c.sc == ss.sc })
+		// changed unseen). Its changes are followed as at the end of a
+		// block on one worker (verifyRelease): custom settings a
+		// function set are taken into the session; any other change (a
+		// set_config of DateStyle, a session advisory lock a DO block
+		// took) keeps the session on this connection, pinned, rather
+		// than lose it with the connections closed below (adversary
+		// 148; settings were lost so). A ROLLBACK undid the block's
+		// settings, not the rest.
+		if !committed {
+			ss.stateRolledBack = true
+		}
+		if !ss.verifyRelease() {
+			keep = slices.IndexFunc(all, func(c txConn) bool { return c.sc == ss.sc })
+		}
 	}
-	if ss.verifyState || ss.txUserCode {
+	if userCode {
 		// User code ran in the transaction and no snapshot covers every
 		// worker's connection: none goes back to the pool. (txUserCode:
 		// a coordinator-run write, which takes no snapshot, joined
@@ -950,6 +957,11 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 		ss.keepPlaceholders()
 	}
 	ss.pending = ss.pending[:0]
+	if ss.sc != nil {
+		// What the block's end reported (the settings its ROLLBACK put
+		// back: appendChangedParams) is what the client was told last.
+		ss.noteStrings(ss.sc)
+	}
 	ss.cancelMu.Lock()
 	ss.cancelTarget.Store(nil)
 	ss.sc = nil
@@ -989,13 +1001,6 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	if len(ss.portalNode) > 0 {
 		clear(ss.portalNode)
 	}
-}
-
-// heldAdvisory reports whether sc, between transactions, holds advisory
-// locks (session ones: no transaction's are left).
-func heldAdvisory(sc *pooling.ServerConn, pool *pooling.Pool) bool {
-	held, ok := advisoryLocks(sc, pool)
-	return ok && held
 }
 
 // advisoryLocks reports whether sc's backend holds advisory locks (one

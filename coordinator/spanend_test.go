@@ -1,0 +1,75 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestSpanningBlockKeepsFunctionSettings: settings a function or DO block
+// changed (set_config(..., false)) in a transaction block over several
+// workers last after its COMMIT, as on PostgreSQL, or the session is told
+// no (0A000) where it cannot follow them; they go with its ROLLBACK; no
+// other client sees them.
+func TestSpanningBlockKeepsFunctionSettings(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	setup := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, setup, "se_acc")
+	ctx := context.Background()
+	for _, extended := range []bool{false, true} {
+		for _, end := range []string{"COMMIT", "ROLLBACK"} {
+			// (wantUndone: after the ROLLBACK, where the placeholder
+			// set_config made stays, empty; wantOther: another client.)
+			for _, set := range []struct{ do, read, want, wantUndone, wantOther string }{
+				{"set_config('DateStyle', 'SQL, DMY', false)", "'2020-01-03'::date::text", "03/01/2020", "2020-01-03", "2020-01-03"},
+				{"set_config('app.tenant', '7', false)", "coalesce(current_setting('app.tenant', true), 'none')", "7", "", "none"},
+				{"set_config('app.tenant', '7', false); PERFORM set_config('TimeZone', 'Asia/Tokyo', false)",
+					"coalesce(current_setting('app.tenant', true), 'none') || ' ' || current_setting('TimeZone')", "7 Asia/Tokyo", " UTC", "none UTC"},
+			} {
+				c := connect(t, srv.Addr())
+				exec(t, c, "SET TimeZone = 'UTC'")
+				r := txnRunner{t: t, c: c, extended: extended}
+				r.must("BEGIN")
+				r.must("UPDATE se_acc SET n = n + 1 WHERE aid = $1", k1)
+				r.must("UPDATE se_acc SET n = n + 1 WHERE aid = $1", k2)
+				r.must("DO $$ BEGIN PERFORM " + set.do + "; END $$")
+				r.must(end)
+				want := set.want
+				if end == "ROLLBACK" {
+					want = set.wantUndone
+				}
+				name := r.name() + " " + end + " " + set.do
+				if got := queryString(t, c, "SELECT "+set.read); got != want {
+					t.Errorf("%s: after the block %q, want %q (PostgreSQL's)", name, got, want)
+				}
+				for _, k := range []int{k1, k2} {
+					var got string
+					err := c.QueryRow(ctx, "SELECT "+set.read+" FROM se_acc WHERE aid = $1", k).Scan(&got)
+					if err != nil && sqlState(err) != "0A000" || err == nil && got != want {
+						t.Errorf("%s: read of %d: %q, %v; want %q", name, k, got, err, want)
+					}
+				}
+				c.Close(ctx)
+				// No other client inherits the change (every pooled
+				// connection is read).
+				others := []*pgx.Conn{connect(t, srv.Addr()), connect(t, srv.Addr())}
+				for _, o := range others {
+					exec(t, o, "SET TimeZone = 'UTC'")
+					for _, k := range []int{k1, k2} {
+						var got string
+						if err := o.QueryRow(ctx, "SELECT "+set.read+" FROM se_acc WHERE aid = $1", k).Scan(&got); err != nil || got != set.wantOther {
+							t.Errorf("%s: another client's read of %d: %q, %v; want %q", name, k, got, err, set.wantOther)
+						}
+					}
+				}
+				for _, o := range others {
+					o.Close(ctx)
+				}
+			}
+		}
+	}
+}
