@@ -67,7 +67,11 @@ type session struct {
 	// advisoryRan: an advisory lock function ran since the last look
 	// (unpinIfUnlocked).
 	pinClean, advisoryRan bool
-	gidUnlock             func() // a client PREPARE TRANSACTION's lock on its id (lockGID), held while it runs
+	// lock: the connection that holds the session advisory locks of a
+	// session they alone pinned, set aside while its other statements run
+	// as an unpinned session's do (advisorylock.go); sc nil when none.
+	lock      txConn
+	gidUnlock func() // a client PREPARE TRANSACTION's lock on its id (lockGID), held while it runs
 	// tempObjects: the session made temporary objects (on its pinned
 	// connection), which may shadow a table's name.
 	tempObjects bool
@@ -635,6 +639,10 @@ func (ss *session) run() (asleep bool) {
 		if f.Type == 'X' {
 			return
 		}
+		if idle && ss.lock.sc != nil && !ss.lock.sc.Alive() {
+			ss.fatal(errLocksLost(ss.lock.sc.Addr))
+			return
+		}
 		err = ss.dispatch(f)
 		if ss.replay.on && (f.Type == 'Q' || f.Type == 'S') && len(ss.replay.queue) == 0 {
 			if err == nil && ss.lost == nil && ss.retryStale() {
@@ -873,6 +881,7 @@ func (ss *session) end() {
 		c.pool.Release(c.sc) // rolls the worker's transaction back
 	}
 	ss.parked = nil
+	ss.lockEnd()
 	if ss.sc == nil {
 		return
 	}
@@ -1025,6 +1034,9 @@ func (ss *session) holding() int {
 	if ss.sc != nil {
 		n++
 	}
+	if ss.lock.sc != nil {
+		n++
+	}
 	return n
 }
 
@@ -1144,25 +1156,7 @@ func (ss *session) checkoutFor(ctx context.Context, pool *pooling.Pool, held int
 			}
 		}
 		if sc.ParamsKey != ss.params.key {
-			// RESET ALL leaves the role and session authorization alone.
-			sql := "RESET SESSION AUTHORIZATION;RESET ROLE;" + ss.params.key
-			if ss.params.key == "" {
-				sql += "RESET ALL"
-			}
-			var onStatus func([]byte)
-			if ss.ready {
-				onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
-			}
-			err := timeoutOff(sc, time.Now().Add(pool.Config().ResetTimeout))
-			for try := 0; err == nil && try < 3; try++ {
-				// A timer the previous client's statement_timeout armed
-				// may fire after its statement ended, and cancel the next
-				// one (this script; seen under load): tried again.
-				if err = sc.Exec(sql, time.Now().Add(pool.Config().ResetTimeout), onStatus); !isCanceled(err) {
-					break
-				}
-			}
-			if err != nil {
+			if err := ss.applySettings(sc, pool); err != nil {
 				sc.MarkBroken()
 				pool.Release(sc)
 				var pe *pgerr.Error
@@ -1186,7 +1180,6 @@ func (ss *session) checkoutFor(ctx context.Context, pool *pooling.Pool, held int
 					Message: "cannot apply session settings on worker: " + fe.Message,
 					Hint:    "Check the settings in the connection string and the session's SET statements."}
 			}
-			sc.ParamsKey = ss.params.key
 		}
 		if ss.params.defines != "" {
 			sc.Defines = pooling.DefinesUnion(sc.Defines, ss.params.defines) // (what the key defined)
@@ -1198,6 +1191,33 @@ func (ss *session) checkoutFor(ctx context.Context, pool *pooling.Pool, held int
 		}
 		return sc, nil
 	}
+}
+
+// applySettings brings sc's settings up to the session's (one round
+// trip; the ParameterStatus messages it brings go to the client).
+func (ss *session) applySettings(sc *pooling.ServerConn, pool *pooling.Pool) error {
+	// RESET ALL leaves the role and session authorization alone.
+	sql := "RESET SESSION AUTHORIZATION;RESET ROLE;" + ss.params.key
+	if ss.params.key == "" {
+		sql += "RESET ALL"
+	}
+	var onStatus func([]byte)
+	if ss.ready {
+		onStatus = func(b []byte) { ss.out = wire.AppendFrame(ss.out, 'S', b) }
+	}
+	err := timeoutOff(sc, time.Now().Add(pool.Config().ResetTimeout))
+	for try := 0; err == nil && try < 3; try++ {
+		// A timer the previous client's statement_timeout armed may fire
+		// after its statement ended, and cancel the next one (this
+		// script; seen under load): tried again.
+		if err = sc.Exec(sql, time.Now().Add(pool.Config().ResetTimeout), onStatus); !isCanceled(err) {
+			break
+		}
+	}
+	if err == nil {
+		sc.ParamsKey = ss.params.key
+	}
+	return err
 }
 
 // checkoutAttempts bounds how many dead connections a checkout goes
@@ -1480,7 +1500,8 @@ func (ss *session) unpinIfUnlocked() {
 	if !ss.pinClean || ss.pinned != pinAdvisory {
 		return
 	}
-	if held, ok := advisoryLocks(ss.sc, ss.pool); !ok || held || ss.sc.TxStatus != 'I' {
+	held, ok := advisoryLocks(ss.sc, ss.pool)
+	if !ok || ss.sc.TxStatus != 'I' || held && !ss.lockAside() {
 		return
 	}
 	ss.pinned, ss.pinClean = "", false
@@ -1749,6 +1770,12 @@ func (ss *session) simpleQuery(body []byte) error {
 	var cp *class
 	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() {
 		cp = &cls // (followed at its CommandComplete: noteTag)
+	}
+	if err := ss.lockBack(cls.advisory || cls.advisoryCode, cls.pin != ""); err != nil {
+		if pgerr.Flatten(err).Severity == "FATAL" {
+			return err
+		}
+		return ss.queryError(err)
 	}
 	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
 	if cls.pin != "" {
@@ -2697,6 +2724,13 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, err)
 		return nil
 	}
+	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || ss.stAdvisory(st)), st.cls.pin != ""); err != nil {
+		if pgerr.Flatten(err).Severity == "FATAL" {
+			return err
+		}
+		ss.parseFailed(name, err)
+		return nil
+	}
 	if ss.localDealloc(&st.cls) {
 		if failed {
 			ss.parseFailed(name, errFailedTxn)
@@ -2896,10 +2930,20 @@ func (ss *session) bind(body []byte) error {
 	}
 	clientSt := st
 	ss.lentImplicit = false
+	var pin bool
+	if !clientSt.cls.quiet && ss.pinned == "" {
+		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
+	}
+	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || ss.stAdvisory(st)),
+		st.cls.pin != "" || pin || ss.lock.sc != nil && ss.tempPath(&clientSt.cls)); err != nil {
+		if pgerr.Flatten(err).Severity == "FATAL" {
+			return err
+		}
+		ss.synthError(err)
+		return nil
+	}
 	ss.notePinnedRun(&clientSt.cls, clientSt.Query, clientSt)
 	if !clientSt.cls.quiet && ss.pinned == "" {
-		var pin bool
-		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
 		// (Or SQL text given to a built-in as a parameter:
 		// query_to_xml($1).)
 		if pin && !clientSt.cls.storesCode || clientSt.cls.hidden && bindRunsText(body, unseenIn) {

@@ -278,6 +278,10 @@ func (c *ServerConn) peek() (n int, errno syscall.Errno, socket, ok bool) {
 	return p.n, p.errno, true, err == nil
 }
 
+// Alive is alive, for a connection the caller holds idle outside its
+// pool (a session's advisory locks, set aside).
+func (c *ServerConn) Alive() bool { return c.alive() }
+
 // alive reports whether an idle connection still looks usable: nothing is
 // waiting to be read (a worker that ended the connection sends FATAL, then
 // EOF). It peeks at the socket without blocking.

@@ -1,0 +1,134 @@
+package coordinator_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestAdvisoryLockAside: a session holding session advisory locks (a
+// migration tool's: Rails' pg_try_advisory_lock, golang-migrate's and
+// Prisma's pg_advisory_lock) runs what any session runs while it holds
+// them (multi-shard reads and writes, DDL and create_distributed_table in
+// a block, blocks over both workers), as on PostgreSQL; the locks exclude
+// other sessions until it releases them or ends; a transaction lock in a
+// block that begins with it is the session's own (no wait on its session
+// lock); in a block already on another connection an advisory lock
+// function is refused (0A000); a session whose lock connection was
+// terminated ends (FATAL), as one whose backend was.
+func TestAdvisoryLockAside(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, srv.Addr())
+	accounts(t, setup, "aside_acc")
+	k := keyOff(t, setup, "aside_acc", cl.Servers[0].Addr())
+	for i, extended := range []bool{false, true} {
+		key := 7100 + i
+		exec(t, setup, "UPDATE aside_acc SET n = 0", simple)
+		lockKey := strconv.Itoa(key)
+		c := connect(t, srv.Addr())
+		r := txnRunner{t: t, c: c, extended: extended}
+		lockSQL := "SELECT pg_try_advisory_lock(" + lockKey + ")::text"
+		if got := queryString(t, c, lockSQL); got != "true" {
+			t.Fatalf("%s: lock: %s", r.name(), got)
+		}
+		held := func(when string, want string) {
+			t.Helper()
+			if got := tryLockOf(t, srv.Addr(), key); got != want {
+				t.Errorf("%s, %s: another session's pg_try_advisory_lock: %s, want %s", r.name(), when, got, want)
+			}
+		}
+		held("after the lock", "false")
+		// A migration's statements.
+		tbl := "aside_new" + strconv.Itoa(i)
+		_, _ = setup.Exec(ctx, "DROP TABLE IF EXISTS "+tbl, simple)
+		t.Cleanup(func() {
+			_, _ = setup.Exec(ctx, "SELECT undistribute_table('"+tbl+"')", simple)
+			_, _ = setup.Exec(ctx, "DROP TABLE IF EXISTS "+tbl, simple)
+		})
+		r.must("BEGIN")
+		r.must("CREATE TABLE " + tbl + " (id bigint PRIMARY KEY, v int)")
+		r.must("SELECT create_distributed_table('" + tbl + "', 'id')")
+		r.must("ALTER TABLE aside_acc ADD COLUMN m" + lockKey + " int DEFAULT 1")
+		r.must("UPDATE aside_acc SET n = n + 1")
+		r.must("COMMIT")
+		if got := queryString(t, c, "SELECT sum(n + m"+lockKey+")::text FROM aside_acc"); got != "200" {
+			t.Errorf("%s: sum after the migration's block: %s, want 200", r.name(), got)
+		}
+		r.must("BEGIN")
+		r.must("UPDATE aside_acc SET n = n + 1 WHERE aid = $1", 1)
+		r.must("UPDATE aside_acc SET n = n + 1 WHERE aid = $1", k)
+		r.must("COMMIT")
+		if got := queryString(t, c, "SELECT count(*)::text FROM aside_acc WHERE n = 2"); got != "2" && workerOfAid(t, setup, "aside_acc", 1) != workerOfAid(t, setup, "aside_acc", k) {
+			t.Errorf("%s: rows of the block over both workers: %s, want 2", r.name(), got)
+		}
+		held("after the statements", "false")
+		// A transaction lock in a block that begins with it: the
+		// session's own key is granted at once.
+		r.must("BEGIN")
+		if got := queryString(t, c, "SELECT pg_try_advisory_xact_lock("+lockKey+")::text"); got != "true" {
+			t.Errorf("%s: pg_try_advisory_xact_lock of the session's own key: %s, want true", r.name(), got)
+		}
+		r.must("COMMIT")
+		// In a block already on another connection: refused.
+		r.must("BEGIN")
+		r.must("UPDATE aside_acc SET n = n + 1 WHERE aid = $1", k)
+		if _, err := r.run("SELECT pg_advisory_unlock(" + lockKey + ")"); sqlState(err) != "0A000" {
+			t.Errorf("%s: an advisory function in a block on another connection: %v, want 0A000", r.name(), err)
+		}
+		r.run("ROLLBACK")
+		held("after the refusal", "false")
+		if got := queryString(t, c, "SELECT pg_advisory_unlock("+lockKey+")::text"); got != "true" {
+			t.Errorf("%s: unlock: %s, want true", r.name(), got)
+		}
+		held("after the unlock", "true")
+		// The session is free: a multi-shard read, and the lock again,
+		// which ends with the session.
+		if got := queryString(t, c, "SELECT count(*)::text FROM aside_acc"); got != "100" {
+			t.Errorf("%s: count after the unlock: %s", r.name(), got)
+		}
+		if got := queryString(t, c, lockSQL); got != "true" {
+			t.Fatalf("%s: lock again: %s", r.name(), got)
+		}
+		if got := queryString(t, c, "SELECT count(*)::text FROM aside_acc"); got != "100" {
+			t.Errorf("%s: count under the lock: %s", r.name(), got)
+		}
+		held("locked again", "false")
+		c.Close(ctx)
+		held("after the session ended", "true")
+	}
+
+	// The lock's connection terminated while set aside: the session ends
+	// at its next statement, as a PostgreSQL session whose backend was
+	// terminated does.
+	c := connect(t, srv.Addr())
+	if got := queryString(t, c, "SELECT pg_advisory_lock(7200)::text", simple); got != "" {
+		t.Fatalf("lock: %q", got)
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM aside_acc", simple); got != "100" {
+		t.Fatalf("count: %s", got)
+	}
+	w := connect(t, cl.Servers[0].Addr())
+	exec(t, w, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7200", simple)
+	for deadline := time.Now().Add(10 * time.Second); queryString(t, w, "SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory' AND objid = 7200", simple) != "0"; {
+		if time.Now().After(deadline) {
+			t.Fatal("the terminated backend kept its lock for 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var n int
+	err := c.QueryRow(ctx, "SELECT count(*)::int FROM aside_acc", simple).Scan(&n)
+	if err == nil || c.PgConn().IsClosed() == false && sqlState(err) != "57P01" {
+		t.Errorf("after the lock's connection was terminated: %d, %v; want the session ended (57P01)", n, err)
+	}
+	held := tryLockOf(t, srv.Addr(), 7200)
+	if held != "true" {
+		t.Errorf("the terminated session's lock: another session's try %s, want true", held)
+	}
+}
