@@ -132,3 +132,23 @@ func TestAdvisoryLockAside(t *testing.T) {
 		t.Errorf("the terminated session's lock: another session's try %s, want true", held)
 	}
 }
+
+// TestAdvisoryLockAsideDiscardAll: DISCARD ALL releases the session's
+// advisory locks, set aside or not, as PostgreSQL's does.
+func TestAdvisoryLockAsideDiscardAll(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		c := connect(t, srv.Addr())
+		exec(t, c, "SELECT pg_advisory_lock(7300)", mode)
+		exec(t, c, "SELECT 1", mode)
+		if got := tryLockOf(t, srv.Addr(), 7300); got != "false" {
+			t.Fatalf("%v: the lock is not held: %s", mode, got)
+		}
+		exec(t, c, "DISCARD ALL", mode)
+		if got := tryLockOf(t, srv.Addr(), 7300); got != "true" {
+			t.Errorf("%v: after DISCARD ALL another session's try: %s, want true", mode, got)
+		}
+		c.Close(context.Background())
+	}
+}

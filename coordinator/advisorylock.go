@@ -40,9 +40,9 @@ func (ss *session) lockAside() bool {
 }
 
 // lockBack takes the connection set aside back before a statement that
-// calls an advisory lock function (what names one: adv), or would pin the
-// session (pin: a temporary table, SET ROLE, ...), runs: the locks it
-// takes or releases are the ones there (a transaction lock taken
+// calls an advisory lock function (what names one, or DISCARD ALL: adv),
+// or would pin the session (pin: a temporary table, SET ROLE, ...), runs:
+// the locks it takes or releases are the ones there (a transaction lock taken
 // elsewhere would wait for the session's own session lock), and a pinned
 // session has one connection, as before. In a transaction block or batch
 // already running on another connection a call of an advisory lock
@@ -97,4 +97,15 @@ func (ss *session) lockEnd() {
 func errLocksLost(addr string) error {
 	return pgerr.Fatal(pgerr.AdminShutdown, "terminating connection: the worker connection (%s) holding this session's advisory locks was closed, and the locks with it", addr).
 		WithHint("Reconnect and take the locks again.")
+}
+
+// discardsAll reports whether cls has a DISCARD ALL, which releases the
+// session's advisory locks.
+func discardsAll(cls *class) bool {
+	for _, op := range cls.ops {
+		if op.kind == opDiscardAll {
+			return true
+		}
+	}
+	return false
 }

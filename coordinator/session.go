@@ -1771,7 +1771,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() {
 		cp = &cls // (followed at its CommandComplete: noteTag)
 	}
-	if err := ss.lockBack(cls.advisory || cls.advisoryCode, cls.pin != ""); err != nil {
+	if err := ss.lockBack(cls.advisory || cls.advisoryCode || discardsAll(&cls), cls.pin != ""); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err
 		}
@@ -2724,7 +2724,7 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, err)
 		return nil
 	}
-	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || ss.stAdvisory(st)), st.cls.pin != ""); err != nil {
+	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || discardsAll(&st.cls) || ss.stAdvisory(st)), st.cls.pin != ""); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err
 		}
@@ -2934,7 +2934,7 @@ func (ss *session) bind(body []byte) error {
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
 	}
-	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || ss.stAdvisory(st)),
+	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || discardsAll(&st.cls) || ss.stAdvisory(st)),
 		st.cls.pin != "" || pin || ss.lock.sc != nil && ss.tempPath(&clientSt.cls)); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err
