@@ -152,3 +152,71 @@ func TestAdvisoryLockAsideDiscardAll(t *testing.T) {
 		c.Close(context.Background())
 	}
 }
+
+// TestAdvisoryLockAsideRound2: what adversary 149 found. A session sees
+// its own locks in pg_locks; one pinned to another connection since its
+// locks went aside (a temporary table made in a block) still releases
+// them, takes more, and DISCARD ALL releases them; idle_session_timeout
+// does not end the locks' connection while the session works elsewhere.
+func TestAdvisoryLockAsideRound2(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	setup := connect(t, srv.Addr())
+	accounts(t, setup, "aside2_acc")
+	onDefault := 1
+	for workerOfAid(t, setup, "aside2_acc", onDefault) != cl.Servers[0].Addr() {
+		onDefault++
+	}
+	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		key := 7400 + 10*i
+		c := connect(t, srv.Addr())
+		exec(t, c, "SET idle_session_timeout = '1s'", mode)
+		exec(t, c, "SELECT pg_advisory_lock($1)", mode, key)
+		if got := queryString(t, c, "SELECT count(*)::text FROM aside2_acc", mode); got != "100" {
+			t.Fatalf("%v: count: %s", mode, got)
+		}
+		mine := "SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+		if got := queryString(t, c, mine, mode); got != "1" {
+			t.Errorf("%v: the session's own advisory locks in pg_locks: %s, want 1", mode, got)
+		}
+		// idle_session_timeout (set before the lock): the session is
+		// busy elsewhere.
+		exec(t, c, "SELECT pg_sleep(1.5)", mode)
+		if got := queryString(t, c, "SELECT count(*)::text FROM aside2_acc", mode); got != "100" {
+			t.Errorf("%v: count after idle_session_timeout elapsed on the locks' connection: %s", mode, got)
+		}
+		if got := tryLockOf(t, srv.Addr(), key); got != "false" {
+			t.Errorf("%v: the lock after idle_session_timeout elapsed: another session's try %s, want false", mode, got)
+		}
+		exec(t, c, "RESET idle_session_timeout", mode)
+		// Pinned to another connection: a temporary table made in a
+		// block on the default worker.
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE aside2_acc SET n = n + 1 WHERE aid = $1", mode, onDefault)
+		exec(t, c, "CREATE TEMP TABLE aside2_tmp (x int)", mode)
+		exec(t, c, "COMMIT", mode)
+		exec(t, c, "INSERT INTO aside2_tmp VALUES (1)", mode)
+		exec(t, c, "SELECT pg_advisory_lock($1)", mode, key+1)
+		if got := tryLockOf(t, srv.Addr(), key+1); got != "false" {
+			t.Errorf("%v: a lock taken while pinned elsewhere: another session's try %s, want false", mode, got)
+		}
+		if got := queryString(t, c, "SELECT pg_advisory_unlock($1)::text", mode, key); got != "true" {
+			t.Errorf("%v: unlock while pinned elsewhere: %s, want true", mode, got)
+		}
+		if got := tryLockOf(t, srv.Addr(), key); got != "true" {
+			t.Errorf("%v: after the unlock another session's try %s, want true", mode, got)
+		}
+		if got := queryString(t, c, "SELECT count(*)::text FROM aside2_tmp", mode); got != "1" {
+			t.Errorf("%v: the temporary table after the unlock: %s rows, want 1", mode, got)
+		}
+		exec(t, c, "DISCARD ALL", mode)
+		if got := tryLockOf(t, srv.Addr(), key+1); got != "true" {
+			t.Errorf("%v: after DISCARD ALL another session's try %s, want true", mode, got)
+		}
+		if _, err := c.Exec(ctx, "SELECT count(*) FROM aside2_tmp", pgx.QueryExecModeSimpleProtocol); sqlState(err) != "42P01" {
+			t.Errorf("%v: the temporary table after DISCARD ALL: %v, want 42P01", mode, err)
+		}
+		c.Close(ctx)
+	}
+}

@@ -1,7 +1,10 @@
 package coordinator
 
 import (
+	"time"
+
 	"github.com/pgfleet/pgfleet/internal/pgerr"
+	"github.com/pgfleet/pgfleet/planner"
 	"github.com/pgfleet/pgfleet/pooling"
 )
 
@@ -30,12 +33,28 @@ func (ss *session) lockAside() bool {
 	if len(ss.spares) > 0 {
 		ss.dropSpares()
 	}
+	if !asideReady(ss.sc, ss.pool) {
+		return false
+	}
 	ss.cancelMu.Lock()
 	ss.lock = txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
 	ss.cancelTarget.Store(nil)
 	ss.sc = nil
 	ss.cancelMu.Unlock()
 	ss.resnap = false
+	return true
+}
+
+// asideReady readies sc to wait aside, idle on the worker while the
+// session works elsewhere: its idle_session_timeout, the session's or the
+// role's, would end it (and the locks) where PostgreSQL's busy backend
+// goes on (adversary 149). Off while aside; lockBack sets the session's
+// settings again.
+func asideReady(sc *pooling.ServerConn, pool *pooling.Pool) bool {
+	if err := sc.Exec("SET idle_session_timeout = 0", time.Now().Add(pool.Config().ResetTimeout), nil); err != nil {
+		return false
+	}
+	sc.ParamsKey = pooling.UnknownKey
 	return true
 }
 
@@ -48,17 +67,35 @@ func (ss *session) lockAside() bool {
 // already running on another connection a call of an advisory lock
 // function is refused (0A000); a statement that pins pins that connection,
 // the locks staying aside.
-func (ss *session) lockBack(adv, pin bool) error {
-	if ss.lock.sc == nil || !adv && !pin {
+func (ss *session) lockBack(text string, adv, discard, pin bool) error {
+	if ss.lock.sc == nil || !adv && !discard && !pin {
 		return nil
 	}
 	if ss.sc != nil || len(ss.parked) > 0 {
-		if !adv {
+		if !adv && !discard {
 			return nil
 		}
+		if ss.pinned != "" && len(ss.parked) == 0 && ss.sc.TxStatus == 'I' && !ss.inTxn() && ss.pendingBegin == "" &&
+			ss.qhead == len(ss.queue) && !ss.needSync {
+			// Pinned to another connection since the locks went aside
+			// (a temporary table made in a block, a function's
+			// settings), between transactions: DISCARD ALL releases
+			// the locks (their connection closes) and runs on the
+			// pinned one; a statement of advisory lock calls alone,
+			// which reads nothing of the pinned connection's, runs on
+			// theirs (lockSwapBack returns after it). The locks could
+			// not be released at all (adversary 149).
+			if discard {
+				ss.lockEnd()
+				return nil
+			}
+			if adv && planner.AdvisoryOnly(text) {
+				return ss.lockSwap()
+			}
+		}
 		return pgerr.New(pgerr.FeatureNotSupported,
-			"advisory lock functions are not supported here: this session's advisory locks are held on another worker connection than this transaction's").
-			WithHint("Call advisory lock functions outside the transaction block, or as its first statement after BEGIN.")
+			"this statement is not supported here: this session's advisory locks are held on another worker connection than its transaction's or its pinned one's").
+			WithHint("Call advisory lock functions in a statement of their own (SELECT pg_advisory_unlock(...)), outside a transaction block.")
 	}
 	l := ss.lock
 	if !l.sc.Alive() {
@@ -81,9 +118,67 @@ func (ss *session) lockBack(adv, pin bool) error {
 	return nil
 }
 
+// lockSwap puts the session's pinned connection aside (swapped) for a
+// statement of advisory lock calls alone and takes the locks' connection
+// in its place, its settings brought up to the session's.
+func (ss *session) lockSwap() error {
+	l := ss.lock
+	if !l.sc.Alive() {
+		return errLocksLost(l.sc.Addr)
+	}
+	if l.sc.ParamsKey != ss.params.key {
+		if err := ss.applySettings(l.sc, l.pool); err != nil {
+			return pgerr.Fatal(pgerr.ConnectionFailure, "cannot apply the session's settings on the worker connection holding its advisory locks: %v", err).
+				WithHint("Reconnect: the session's advisory locks are released.")
+		}
+	}
+	ss.cancelMu.Lock()
+	ss.swapped = txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+	ss.lock = txConn{}
+	ss.pool, ss.node, ss.sc = l.pool, l.node, l.sc
+	ss.cancelTarget.Store(ss.sc)
+	ss.cancelMu.Unlock()
+	return nil
+}
+
+// lockSwapBack ends lockSwap once the session is idle: the locks'
+// connection goes aside again, or back to its pool when it holds none
+// now, and the pinned connection is the session's again.
+func (ss *session) lockSwapBack() {
+	if ss.swapped.sc == nil || ss.sc == nil || ss.sc.TxStatus != 'I' || ss.qhead < len(ss.queue) || ss.needSync {
+		return
+	}
+	l := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+	held, ok := advisoryLocks(l.sc, l.pool)
+	switch {
+	case ok && !held:
+		l.sc.ParamsKey = pooling.UnknownKey
+		l.pool.Release(l.sc)
+	case ok && asideReady(l.sc, l.pool):
+		ss.lock = l
+	default:
+		// (Lost, or not to be readied: aside all the same, where the
+		// next request finds it dead and ends the session, or finds
+		// it alive.)
+		ss.lock = l
+	}
+	p := ss.swapped
+	ss.cancelMu.Lock()
+	ss.swapped = txConn{}
+	ss.pool, ss.node, ss.sc = p.pool, p.node, p.sc
+	ss.cancelTarget.Store(ss.sc)
+	ss.cancelMu.Unlock()
+	ss.noteStrings(ss.sc)
+}
+
 // lockEnd closes the connection set aside, and its locks with it, when
-// the session ends.
+// the session ends (and the pinned one lockSwap put aside).
 func (ss *session) lockEnd() {
+	if p := ss.swapped.sc; p != nil {
+		p.MarkBroken()
+		ss.swapped.pool.Release(p)
+		ss.swapped = txConn{}
+	}
 	if ss.lock.sc == nil {
 		return
 	}
@@ -108,4 +203,18 @@ func discardsAll(cls *class) bool {
 		}
 	}
 	return false
+}
+
+// lockStateIn reports whether text reads the backend's own locks or
+// identity (pg_locks, pg_backend_pid(): "do I hold the lock?"), which are
+// the connection's set aside while it holds the session's advisory locks.
+func lockStateIn(text string) bool {
+	var buf [16]byte
+	return !eachWord(text, func(w string) bool {
+		if len(w) != len("PG_LOCKS") && len(w) != len("PG_BACKEND_PID") {
+			return true
+		}
+		u := string(upperInto(buf[:], w))
+		return u != "PG_LOCKS" && u != "PG_BACKEND_PID"
+	})
 }

@@ -70,7 +70,10 @@ type session struct {
 	// lock: the connection that holds the session advisory locks of a
 	// session they alone pinned, set aside while its other statements run
 	// as an unpinned session's do (advisorylock.go); sc nil when none.
-	lock      txConn
+	lock txConn
+	// swapped: the pinned connection, set aside while a statement of
+	// advisory lock calls alone runs on lock's (lockSwap).
+	swapped   txConn
 	gidUnlock func() // a client PREPARE TRANSACTION's lock on its id (lockGID), held while it runs
 	// tempObjects: the session made temporary objects (on its pinned
 	// connection), which may shadow a table's name.
@@ -682,6 +685,12 @@ func (ss *session) run() (asleep bool) {
 func (ss *session) goIdle(request *time.Time) (waited int32, ok bool) {
 	s := ss.srv
 	ss.leaveFlight() // the request reached its workers
+	if ss.swapped.sc != nil || ss.advisoryRan && ss.pinClean && ss.sc != nil && ss.lock.sc == nil {
+		// A statement that took the advisory locks' connection back
+		// and was answered with no round trip after (refused here):
+		// set aside again (advisorylock.go).
+		ss.releaseIfIdle()
+	}
 	if len(ss.parked) > 0 && ss.sc != nil && ss.sc.TxStatus == 'E' {
 		if !ss.parkedUndone {
 			// Before the client hears of the error (txnmulti.go).
@@ -1361,6 +1370,9 @@ func (ss *session) releaseServer() {
 
 // releaseIfIdle gives the server connection back between transactions.
 func (ss *session) releaseIfIdle() {
+	if ss.swapped.sc != nil {
+		ss.lockSwapBack()
+	}
 	if ss.advisoryRan && ss.sc != nil && ss.pinned != "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
 		ss.unpinIfUnlocked()
 	}
@@ -1771,7 +1783,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() {
 		cp = &cls // (followed at its CommandComplete: noteTag)
 	}
-	if err := ss.lockBack(cls.advisory || cls.advisoryCode || discardsAll(&cls), cls.pin != ""); err != nil {
+	if err := ss.lockBack(text, cls.advisory || cls.advisoryCode || ss.lock.sc != nil && lockStateIn(text), discardsAll(&cls) && cls.count == 1, cls.pin != ""); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err
 		}
@@ -2724,7 +2736,7 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, err)
 		return nil
 	}
-	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || discardsAll(&st.cls) || ss.stAdvisory(st)), st.cls.pin != ""); err != nil {
+	if err := ss.lockBack(st.Query, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls), st.cls.pin != ""); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err
 		}
@@ -2934,7 +2946,7 @@ func (ss *session) bind(body []byte) error {
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
 	}
-	if err := ss.lockBack(ss.lock.sc != nil && (st.cls.advisory || discardsAll(&st.cls) || ss.stAdvisory(st)),
+	if err := ss.lockBack(st.Query, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls),
 		st.cls.pin != "" || pin || ss.lock.sc != nil && ss.tempPath(&clientSt.cls)); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err

@@ -19,6 +19,9 @@ func TestSpanningBlockKeepsFunctionSettings(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, poolSize(2))
 	setup := connect(t, srv.Addr())
 	k1, k2 := spanningTable(t, setup, "se_acc")
+	if workerOfAid(t, setup, "se_acc", k2) != cl.Servers[0].Addr() {
+		k1, k2 = k2, k1 // (the block ends on the default worker, where a DO block runs)
+	}
 	ctx := context.Background()
 	for _, extended := range []bool{false, true} {
 		for _, end := range []string{"COMMIT", "ROLLBACK"} {
@@ -27,15 +30,24 @@ func TestSpanningBlockKeepsFunctionSettings(t *testing.T) {
 			for _, set := range []struct{ do, read, want, wantUndone, wantOther string }{
 				{"set_config('DateStyle', 'SQL, DMY', false)", "'2020-01-03'::date::text", "03/01/2020", "2020-01-03", "2020-01-03"},
 				{"set_config('app.tenant', '7', false)", "coalesce(current_setting('app.tenant', true), 'none')", "7", "", "none"},
+				// (A SET of it before in the block: the DO block's value
+				// stays; adversary 149.)
+				{"set_config('app.tenant', '7', false)", "coalesce(current_setting('app.tenant', true), 'none') || '.'", "7.", "5.", "none."},
 				{"set_config('app.tenant', '7', false); PERFORM set_config('TimeZone', 'Asia/Tokyo', false)",
 					"coalesce(current_setting('app.tenant', true), 'none') || ' ' || current_setting('TimeZone')", "7 Asia/Tokyo", " UTC", "none UTC"},
 			} {
 				c := connect(t, srv.Addr())
 				exec(t, c, "SET TimeZone = 'UTC'")
 				r := txnRunner{t: t, c: c, extended: extended}
+				if set.wantOther == "none." {
+					exec(t, c, "SET app.tenant = '5'")
+				}
 				r.must("BEGIN")
 				r.must("UPDATE se_acc SET n = n + 1 WHERE aid = $1", k1)
 				r.must("UPDATE se_acc SET n = n + 1 WHERE aid = $1", k2)
+				if set.wantOther == "none." {
+					r.must("SET app.tenant = '6'")
+				}
 				r.must("DO $$ BEGIN PERFORM " + set.do + "; END $$")
 				r.must(end)
 				want := set.want

@@ -914,6 +914,14 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.unpublishTxn()
 	keep := -1
 	userCode := ss.verifyState || ss.txUserCode
+	// The block's SETs first, then what user code changed after them
+	// (verifyRelease's adopted settings): SET app.x, then a DO block's
+	// set_config of it, leaves the DO block's value (adversary 149).
+	if committed && !ss.txFailed {
+		ss.params.applyOps(ss.pending, ss.sc.Params)
+	} else {
+		ss.keepPlaceholders()
+	}
 	if ss.verifyState && ss.sc != nil && ss.sc.TxStatus == 'I' && ss.pinned == "" {
 		// User code ran on the current connection since its snapshot (a
 		// switch between workers compares it, so only this one can have
@@ -950,11 +958,6 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 				c.sc.ParamsKey = "\x00unknown"
 			}
 		}
-	}
-	if committed && !ss.txFailed {
-		ss.params.applyOps(ss.pending, ss.sc.Params)
-	} else {
-		ss.keepPlaceholders()
 	}
 	ss.pending = ss.pending[:0]
 	if ss.sc != nil {

@@ -70,3 +70,44 @@ func pureBuiltin(f *pg_query.FuncCall) bool {
 	}
 	return pureBuiltins[names[0]]
 }
+
+// AdvisoryOnly reports whether sql is one SELECT of calls of PostgreSQL's
+// advisory lock functions (pg_advisory_*, pg_try_advisory_*) and of
+// constants, parameters, operators and the built-ins TouchesNothing
+// allows: it reads no relation, so it answers the same on any connection
+// of a session.
+func AdvisoryOnly(sql string) bool {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return false
+	}
+	if _, ok := tree.Stmts[0].Stmt.GetNode().(*pg_query.Node_SelectStmt); !ok {
+		return false
+	}
+	advisory, other := false, false
+	Walk(tree.Stmts[0].Stmt, func(m proto.Message) {
+		switch n := m.(type) {
+		case *pg_query.FuncCall:
+			names := ListNames(&pg_query.List{Items: n.Funcname})
+			if len(names) == 2 && names[0] == "pg_catalog" {
+				names = names[1:]
+			}
+			switch {
+			case len(names) == 1 && (strings.HasPrefix(names[0], "pg_advisory_") || strings.HasPrefix(names[0], "pg_try_advisory_")):
+				advisory = true
+			case !pureBuiltin(n):
+				other = true
+			}
+		case *pg_query.RangeVar, *pg_query.RangeFunction, *pg_query.IntoClause, *pg_query.SubLink,
+			*pg_query.RangeSubselect, *pg_query.CommonTableExpr, *pg_query.ColumnRef:
+			other = true
+		case *pg_query.TypeName:
+			for _, p := range n.Names {
+				if strings.HasPrefix(p.GetString_().GetSval(), "reg") {
+					other = true
+				}
+			}
+		}
+	})
+	return advisory && !other
+}
