@@ -85,3 +85,50 @@ func TestSpanningBlockKeepsFunctionSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchPathAfterSpanningBlock: after a block over several workers
+// that set search_path (or RESET ALL), unqualified names resolve by the
+// session's settings as after a block on one worker: a distributed table
+// reached through public is read, one another schema shadows is refused
+// (0A000), never read from the wrong table. (They were refused until a
+// statement on no table ran.)
+func TestSearchPathAfterSpanningBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	setup := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, setup, "spb_acc")
+	exec(t, setup, "CREATE SCHEMA IF NOT EXISTS spb_other")
+	exec(t, setup, "CREATE TABLE IF NOT EXISTS spb_other.spb_acc (aid bigint, n int)")
+	t.Cleanup(func() { _, _ = setup.Exec(context.Background(), "DROP SCHEMA spb_other CASCADE") })
+	for _, extended := range []bool{false, true} {
+		for _, tc := range []struct{ set, end, count string }{
+			{"SET search_path = public", "COMMIT", "100"},
+			{"RESET ALL", "COMMIT", "100"},
+			{"SET search_path TO DEFAULT", "COMMIT", "100"},
+			{"SET LOCAL search_path = spb_other, public", "COMMIT", "100"},
+			{"SET search_path = spb_other, public", "ROLLBACK", "100"},
+			{"SET search_path = spb_other, public", "COMMIT", ""}, // other.spb_acc shadows it: refused
+		} {
+			c := connect(t, srv.Addr())
+			r := txnRunner{t: t, c: c, extended: extended}
+			name := r.name() + " " + tc.set + " " + tc.end
+			r.must("BEGIN")
+			r.must("UPDATE spb_acc SET n = n + 1 WHERE aid = $1", k1)
+			r.must("UPDATE spb_acc SET n = n + 1 WHERE aid = $1", k2)
+			r.must(tc.set)
+			r.must("UPDATE spb_acc SET n = n + 1 WHERE aid = $1", k2)
+			r.must(tc.end)
+			for i := 0; i < 2; i++ {
+				var got string
+				err := c.QueryRow(context.Background(), "SELECT count(*)::text FROM spb_acc").Scan(&got)
+				switch {
+				case tc.count == "" && sqlState(err) != "0A000":
+					t.Errorf("%s: count through a search_path whose schema shadows the table: %q, %v; want 0A000 (PostgreSQL reads spb_other's, 0 rows)", name, got, err)
+				case tc.count != "" && (err != nil || got != tc.count):
+					t.Errorf("%s: count after the block: %q, %v; want %s", name, got, err, tc.count)
+				}
+			}
+			c.Close(context.Background())
+		}
+	}
+}

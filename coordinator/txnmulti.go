@@ -960,6 +960,11 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 		}
 	}
 	ss.pending = ss.pending[:0]
+	// The block's SETs of search_path are the session's now, or gone:
+	// unqualified names resolve by its settings again, as after a block
+	// on one worker (endOfCycle). They were refused until a statement on
+	// no table ran.
+	ss.settingsDirty, ss.pathTouched = false, false
 	if ss.sc != nil {
 		// What the block's end reported (the settings its ROLLBACK put
 		// back: appendChangedParams) is what the client was told last.
