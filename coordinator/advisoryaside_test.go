@@ -197,11 +197,19 @@ func TestAdvisoryLockAsideRound2(t *testing.T) {
 		exec(t, c, "CREATE TEMP TABLE aside2_tmp (x int)", mode)
 		exec(t, c, "COMMIT", mode)
 		exec(t, c, "INSERT INTO aside2_tmp VALUES (1)", mode)
-		exec(t, c, "SELECT pg_advisory_lock($1)", mode, key+1)
-		if got := tryLockOf(t, srv.Addr(), key+1); got != "false" {
-			t.Errorf("%v: a lock taken while pinned elsewhere: another session's try %s, want false", mode, got)
+		// Taking another lock there is refused; so is a release in
+		// the extended protocol (the statements after it in its batch
+		// would run on the locks' connection: adversary 150).
+		if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", mode, key+1); sqlState(err) != "0A000" {
+			t.Errorf("%v: a lock taken while pinned elsewhere: %v, want 0A000", mode, err)
 		}
-		if got := queryString(t, c, "SELECT pg_advisory_unlock($1)::text", mode, key); got != "true" {
+		if mode != pgx.QueryExecModeSimpleProtocol {
+			if _, err := c.Exec(ctx, "SELECT pg_advisory_unlock($1)", mode, key); sqlState(err) != "0A000" {
+				t.Errorf("%v: an extended-protocol unlock while pinned elsewhere: %v, want 0A000", mode, err)
+			}
+		}
+		// A simple Query of unlock calls releases them.
+		if got := queryString(t, c, "SELECT pg_advisory_unlock("+strconv.Itoa(key)+")::text", pgx.QueryExecModeSimpleProtocol); got != "true" {
 			t.Errorf("%v: unlock while pinned elsewhere: %s, want true", mode, got)
 		}
 		if got := tryLockOf(t, srv.Addr(), key); got != "true" {
@@ -210,7 +218,20 @@ func TestAdvisoryLockAsideRound2(t *testing.T) {
 		if got := queryString(t, c, "SELECT count(*)::text FROM aside2_tmp", mode); got != "1" {
 			t.Errorf("%v: the temporary table after the unlock: %s rows, want 1", mode, got)
 		}
-		exec(t, c, "DISCARD ALL", mode)
+		c.Close(ctx)
+
+		// DISCARD ALL releases them too (a simple Query).
+		c = connect(t, srv.Addr())
+		exec(t, c, "SELECT pg_advisory_lock($1)", mode, key+1)
+		exec(t, c, "SELECT count(*) FROM aside2_acc", mode)
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE aside2_acc SET n = n + 1 WHERE aid = $1", mode, onDefault)
+		exec(t, c, "CREATE TEMP TABLE aside2_tmp (x int)", mode)
+		exec(t, c, "COMMIT", mode)
+		if got := tryLockOf(t, srv.Addr(), key+1); got != "false" {
+			t.Errorf("%v: the lock before DISCARD ALL: another session's try %s, want false", mode, got)
+		}
+		exec(t, c, "DISCARD ALL", pgx.QueryExecModeSimpleProtocol)
 		if got := tryLockOf(t, srv.Addr(), key+1); got != "true" {
 			t.Errorf("%v: after DISCARD ALL another session's try %s, want true", mode, got)
 		}
@@ -219,4 +240,101 @@ func TestAdvisoryLockAsideRound2(t *testing.T) {
 		}
 		c.Close(ctx)
 	}
+}
+
+// TestAdvisoryLockAsideRound3: adversary 150 on a session pinned to
+// another connection since its locks went aside. Only a simple Query of
+// unlock calls alone runs on the locks' connection; in an
+// extended-protocol batch it is refused, and nothing after it runs on the
+// locks' connection (a DELETE there emptied the permanent table a
+// temporary one shadowed); a lock call is refused rather than read
+// another key or ignore a lock_timeout set_config set.
+func TestAdvisoryLockAsideRound3(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	simple := pgx.QueryExecModeSimpleProtocol
+	setup := connect(t, srv.Addr())
+	accounts(t, setup, "aside3_acc")
+	onDefault := 1
+	for workerOfAid(t, setup, "aside3_acc", onDefault) != cl.Servers[0].Addr() {
+		onDefault++
+	}
+	exec(t, setup, "DROP TABLE IF EXISTS aside3_keep", simple)
+	exec(t, setup, "CREATE TABLE aside3_keep (a int)", simple)
+	exec(t, setup, "INSERT INTO aside3_keep VALUES (1), (2), (3)", simple)
+	t.Cleanup(func() { _, _ = setup.Exec(ctx, "DROP TABLE IF EXISTS aside3_keep", simple) })
+	pinnedElsewhere := func(key int) *pgx.Conn {
+		c := connect(t, srv.Addr())
+		exec(t, c, "SELECT pg_advisory_lock($1)", simple, key)
+		exec(t, c, "SELECT count(*) FROM aside3_acc", simple)
+		exec(t, c, "BEGIN", simple)
+		exec(t, c, "UPDATE aside3_acc SET n = n WHERE aid = $1", simple, onDefault)
+		exec(t, c, "CREATE TEMP TABLE aside3_keep (a int)", simple)
+		exec(t, c, "INSERT INTO aside3_keep VALUES (100)", simple)
+		exec(t, c, "COMMIT", simple)
+		return c
+	}
+	keep := func(when string) {
+		t.Helper()
+		if got := queryString(t, setup, "SELECT string_agg(a::text, ',' ORDER BY a) FROM aside3_keep", simple); got != "1,2,3" {
+			t.Errorf("%s: public.aside3_keep has %s, want 1,2,3", when, got)
+		}
+	}
+
+	// A batch of the extended protocol: the lock call refused, the
+	// DELETE after it not run.
+	c := pinnedElsewhere(7500)
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_try_advisory_lock(7501)")
+	b.Queue("DELETE FROM aside3_keep")
+	err := c.SendBatch(ctx, b).Close()
+	if sqlState(err) != "0A000" {
+		t.Errorf("an advisory lock call in a batch while pinned elsewhere: %v, want 0A000", err)
+	}
+	keep("after the batch")
+	if got := queryString(t, c, "SELECT count(*)::text FROM aside3_keep", simple); got != "1" {
+		t.Errorf("the session's temporary table after the batch: %s rows, want 1", got)
+	}
+	// A simple Query of its own runs on the locks' connection; the
+	// statements after it on the pinned one.
+	if got := queryString(t, c, "SELECT pg_advisory_unlock(7500)::text", simple); got != "true" {
+		t.Errorf("a simple Query of an unlock while pinned elsewhere: %s, want true", got)
+	}
+	exec(t, c, "DELETE FROM aside3_keep", simple)
+	keep("after the DELETE of the temporary table")
+	if got := queryString(t, c, "SELECT count(*)::text FROM aside3_keep", simple); got != "0" {
+		t.Errorf("the session's temporary table after its DELETE: %s rows, want 0", got)
+	}
+	if got := tryLockOf(t, srv.Addr(), 7500); got != "true" {
+		t.Errorf("the lock released while pinned elsewhere: another session's try %s, want true", got)
+	}
+	c.Close(ctx)
+
+	// Settings set_config changed: refused, not another key's lock.
+	c = pinnedElsewhere(7510)
+	exec(t, c, "SET app.k = '1'", simple)
+	exec(t, c, "SELECT set_config('app.k', '7511', false)", simple)
+	_, err = c.Exec(ctx, "SELECT pg_advisory_lock(current_setting('app.k')::bigint)", simple)
+	switch {
+	case err == nil:
+		if got := tryLockOf(t, srv.Addr(), 7511); got != "false" {
+			t.Errorf("pg_advisory_lock of app.k after set_config: key 7511 free (%s): another key was locked", got)
+		}
+	case sqlState(err) != "0A000":
+		t.Errorf("pg_advisory_lock of app.k after set_config: %v, want the lock or 0A000", err)
+	}
+	// A lock_timeout set_config set: the wait ends as PostgreSQL's (55P03),
+	// or the call is refused, never a wait past it.
+	holder := connect(t, srv.Addr())
+	exec(t, holder, "SELECT pg_advisory_lock(7512)", simple)
+	exec(t, c, "SELECT set_config('lock_timeout', '300ms', false)", simple)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = c.Exec(wctx, "SELECT pg_advisory_lock(7512)", simple)
+	cancel()
+	if s := sqlState(err); s != "55P03" && s != "0A000" {
+		t.Errorf("pg_advisory_lock under a set_config lock_timeout: %v, want 55P03 or 0A000", err)
+	}
+	holder.Close(ctx)
+	c.Close(ctx)
 }

@@ -67,7 +67,7 @@ func asideReady(sc *pooling.ServerConn, pool *pooling.Pool) bool {
 // already running on another connection a call of an advisory lock
 // function is refused (0A000); a statement that pins pins that connection,
 // the locks staying aside.
-func (ss *session) lockBack(text string, adv, discard, pin bool) error {
+func (ss *session) lockBack(text string, simple, adv, discard, pin bool) error {
 	if ss.lock.sc == nil || !adv && !discard && !pin {
 		return nil
 	}
@@ -78,26 +78,50 @@ func (ss *session) lockBack(text string, adv, discard, pin bool) error {
 		if ss.pinned != "" && len(ss.parked) == 0 && ss.sc.TxStatus == 'I' && !ss.inTxn() && ss.pendingBegin == "" &&
 			ss.qhead == len(ss.queue) && !ss.needSync {
 			// Pinned to another connection since the locks went aside
-			// (a temporary table made in a block, a function's
-			// settings), between transactions: DISCARD ALL releases
-			// the locks (their connection closes) and runs on the
-			// pinned one; a statement of advisory lock calls alone,
-			// which reads nothing of the pinned connection's, runs on
-			// theirs (lockSwapBack returns after it). The locks could
-			// not be released at all (adversary 149).
-			if discard {
+			// (a temporary table made in a block), between
+			// transactions: DISCARD ALL releases the locks (their
+			// connection closes) and runs on the pinned one, and a
+			// simple Query of advisory unlock calls alone (constants,
+			// parameters: it reads nothing of the pinned connection's,
+			// no setting, and never waits) runs on theirs, and
+			// lockSwapBack returns after it, its cycle ended. They
+			// could not be released at all (adversary 149). Not
+			// others: with the extended protocol the statements after
+			// it in the batch would run there too, and a lock taken or
+			// a setting read there would miss what set_config or user
+			// code did on the pinned one (adversary 150: another key
+			// locked, a lock_timeout ignored, a permanent table's rows
+			// deleted where a temporary one shadowed it).
+			if discard && simple {
 				ss.lockEnd()
 				return nil
 			}
-			if adv && planner.AdvisoryOnly(text) {
+			if simple && adv && planner.AdvisoryUnlockOnly(text) {
 				return ss.lockSwap()
 			}
 		}
+		if ss.sc == nil || ss.sc.TxStatus != 'I' || ss.inTxn() || len(ss.parked) > 0 {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"advisory lock functions are not supported here: this session's advisory locks are held on another worker connection than this transaction's").
+				WithHint("Call advisory lock functions outside the transaction block (a block that begins with one runs on that connection, its rows on one worker).")
+		}
 		return pgerr.New(pgerr.FeatureNotSupported,
-			"this statement is not supported here: this session's advisory locks are held on another worker connection than its transaction's or its pinned one's").
-			WithHint("Call advisory lock functions in a statement of their own (SELECT pg_advisory_unlock(...)), outside a transaction block.")
+			"this statement is not supported here: this session's advisory locks are held on another worker connection than the one it is pinned to (%s)", ss.pinned).
+			WithHint("Release the locks in a simple query of its own (SELECT pg_advisory_unlock(...)), or with DISCARD ALL, or reconnect.")
 	}
 	l := ss.lock
+	if err := ss.lockReady(l); err != nil {
+		return err
+	}
+	ss.lock = txConn{}
+	ss.hold(l)
+	ss.pinned, ss.pinClean, ss.advisoryRan = pinAdvisory, true, true
+	return nil
+}
+
+// lockReady checks that the locks' connection l is alive and brings its
+// settings up to the session's, before it serves a statement.
+func (ss *session) lockReady(l txConn) error {
 	if !l.sc.Alive() {
 		return errLocksLost(l.sc.Addr)
 	}
@@ -108,33 +132,31 @@ func (ss *session) lockBack(text string, adv, discard, pin bool) error {
 		}
 	}
 	l.sc.Defines = pooling.DefinesUnion(l.sc.Defines, ss.params.defines)
-	ss.cancelMu.Lock()
-	ss.lock = txConn{}
-	ss.pool, ss.node, ss.sc = l.pool, l.node, l.sc
-	ss.cancelTarget.Store(ss.sc)
-	ss.cancelMu.Unlock()
-	ss.noteStrings(ss.sc)
-	ss.pinned, ss.pinClean, ss.advisoryRan = pinAdvisory, true, true
 	return nil
 }
 
+// hold makes c the session's connection, which a cancel request reaches.
+func (ss *session) hold(c txConn) {
+	ss.cancelMu.Lock()
+	ss.pool, ss.node, ss.sc = c.pool, c.node, c.sc
+	ss.cancelTarget.Store(ss.sc)
+	ss.cancelMu.Unlock()
+	ss.noteStrings(ss.sc)
+}
+
 // lockSwap puts the session's pinned connection aside (swapped) for a
-// statement of advisory lock calls alone and takes the locks' connection
-// in its place, its settings brought up to the session's.
+// simple Query of advisory unlock calls alone and takes the locks'
+// connection in its place.
 func (ss *session) lockSwap() error {
 	l := ss.lock
 	if !l.sc.Alive() {
 		return errLocksLost(l.sc.Addr)
 	}
-	if l.sc.ParamsKey != ss.params.key {
-		if err := ss.applySettings(l.sc, l.pool); err != nil {
-			return pgerr.Fatal(pgerr.ConnectionFailure, "cannot apply the session's settings on the worker connection holding its advisory locks: %v", err).
-				WithHint("Reconnect: the session's advisory locks are released.")
-		}
-	}
+	// (Its settings stay: an unlock reads none, and bringing them up to
+	// the session's would report values to the client that the pinned
+	// connection may not have.)
 	ss.cancelMu.Lock()
-	ss.swapped = txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
-	ss.lock = txConn{}
+	ss.swapped, ss.lock = txConn{node: ss.node, pool: ss.pool, sc: ss.sc}, txConn{}
 	ss.pool, ss.node, ss.sc = l.pool, l.node, l.sc
 	ss.cancelTarget.Store(ss.sc)
 	ss.cancelMu.Unlock()
@@ -152,7 +174,7 @@ func (ss *session) lockSwapBack() {
 	held, ok := advisoryLocks(l.sc, l.pool)
 	switch {
 	case ok && !held:
-		l.sc.ParamsKey = pooling.UnknownKey
+		l.sc.MarkBroken() // (closed, not pooled: nothing of it is checked)
 		l.pool.Release(l.sc)
 	case ok && asideReady(l.sc, l.pool):
 		ss.lock = l
@@ -163,12 +185,8 @@ func (ss *session) lockSwapBack() {
 		ss.lock = l
 	}
 	p := ss.swapped
-	ss.cancelMu.Lock()
 	ss.swapped = txConn{}
-	ss.pool, ss.node, ss.sc = p.pool, p.node, p.sc
-	ss.cancelTarget.Store(ss.sc)
-	ss.cancelMu.Unlock()
-	ss.noteStrings(ss.sc)
+	ss.hold(p)
 }
 
 // lockEnd closes the connection set aside, and its locks with it, when

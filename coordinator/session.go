@@ -1783,7 +1783,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() {
 		cp = &cls // (followed at its CommandComplete: noteTag)
 	}
-	if err := ss.lockBack(text, cls.advisory || cls.advisoryCode || ss.lock.sc != nil && lockStateIn(text), discardsAll(&cls) && cls.count == 1, cls.pin != ""); err != nil {
+	if err := ss.lockBack(text, true, cls.advisory || cls.advisoryCode || ss.lock.sc != nil && lockStateIn(text), discardsAll(&cls) && cls.count == 1, cls.pin != ""); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err
 		}
@@ -2736,7 +2736,7 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, err)
 		return nil
 	}
-	if err := ss.lockBack(st.Query, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls), st.cls.pin != ""); err != nil {
+	if err := ss.lockBack(st.Query, false, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls), st.cls.pin != ""); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err
 		}
@@ -2946,7 +2946,7 @@ func (ss *session) bind(body []byte) error {
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
 	}
-	if err := ss.lockBack(st.Query, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls),
+	if err := ss.lockBack(st.Query, false, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls),
 		st.cls.pin != "" || pin || ss.lock.sc != nil && ss.tempPath(&clientSt.cls)); err != nil {
 		if pgerr.Flatten(err).Severity == "FATAL" {
 			return err

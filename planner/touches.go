@@ -71,43 +71,55 @@ func pureBuiltin(f *pg_query.FuncCall) bool {
 	return pureBuiltins[names[0]]
 }
 
-// AdvisoryOnly reports whether sql is one SELECT of calls of PostgreSQL's
-// advisory lock functions (pg_advisory_*, pg_try_advisory_*) and of
-// constants, parameters, operators and the built-ins TouchesNothing
-// allows: it reads no relation, so it answers the same on any connection
-// of a session.
-func AdvisoryOnly(sql string) bool {
+// AdvisoryUnlockOnly reports whether sql is one SELECT of calls of
+// PostgreSQL's advisory unlock functions (pg_advisory_unlock,
+// pg_advisory_unlock_shared, pg_advisory_unlock_all) of constants and
+// parameters alone: it reads no relation and no setting, and never waits,
+// so it answers the same on any connection of the session that holds the
+// locks.
+func AdvisoryUnlockOnly(sql string) bool {
 	tree, err := pg_query.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
 		return false
 	}
-	if _, ok := tree.Stmts[0].Stmt.GetNode().(*pg_query.Node_SelectStmt); !ok {
+	sel := tree.Stmts[0].Stmt.GetSelectStmt()
+	if sel == nil || sel.FromClause != nil || sel.WhereClause != nil || sel.WithClause != nil || sel.IntoClause != nil ||
+		len(sel.ValuesLists) > 0 || sel.Op != pg_query.SetOperation_SETOP_NONE || len(sel.TargetList) == 0 {
 		return false
 	}
-	advisory, other := false, false
-	Walk(tree.Stmts[0].Stmt, func(m proto.Message) {
-		switch n := m.(type) {
-		case *pg_query.FuncCall:
-			names := ListNames(&pg_query.List{Items: n.Funcname})
-			if len(names) == 2 && names[0] == "pg_catalog" {
-				names = names[1:]
-			}
-			switch {
-			case len(names) == 1 && (strings.HasPrefix(names[0], "pg_advisory_") || strings.HasPrefix(names[0], "pg_try_advisory_")):
-				advisory = true
-			case !pureBuiltin(n):
-				other = true
-			}
-		case *pg_query.RangeVar, *pg_query.RangeFunction, *pg_query.IntoClause, *pg_query.SubLink,
-			*pg_query.RangeSubselect, *pg_query.CommonTableExpr, *pg_query.ColumnRef:
-			other = true
-		case *pg_query.TypeName:
-			for _, p := range n.Names {
-				if strings.HasPrefix(p.GetString_().GetSval(), "reg") {
-					other = true
-				}
-			}
+	for _, t := range sel.TargetList {
+		rt := t.GetResTarget()
+		if rt == nil || !unlockCall(rt.Val) {
+			return false
 		}
-	})
-	return advisory && !other
+	}
+	return true
+}
+
+// unlockCall reports whether n is a call of an advisory unlock function
+// whose arguments are constants or parameters (cast or not), cast or not.
+func unlockCall(n *pg_query.Node) bool {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg // (its boolean's text is the same everywhere)
+	}
+	f := n.GetFuncCall()
+	if f == nil || f.AggOrder != nil || f.AggFilter != nil || f.Over != nil || f.AggStar || f.AggDistinct || f.FuncVariadic {
+		return false
+	}
+	names := ListNames(&pg_query.List{Items: f.Funcname})
+	if len(names) == 2 && names[0] == "pg_catalog" {
+		names = names[1:]
+	}
+	if len(names) != 1 || (names[0] != "pg_advisory_unlock" && names[0] != "pg_advisory_unlock_shared" && names[0] != "pg_advisory_unlock_all") {
+		return false
+	}
+	for _, a := range f.Args {
+		for a.GetTypeCast() != nil {
+			a = a.GetTypeCast().Arg
+		}
+		if a.GetAConst() == nil && a.GetParamRef() == nil {
+			return false
+		}
+	}
+	return true
 }

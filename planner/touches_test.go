@@ -29,34 +29,31 @@ func TestTouchesNothing(t *testing.T) {
 	}
 }
 
-func TestAdvisoryOnly(t *testing.T) {
+func TestAdvisoryUnlockOnly(t *testing.T) {
 	for sql, want := range map[string]bool{
-		"SELECT pg_advisory_unlock(1)":                               true,
-		"select pg_catalog.pg_advisory_lock($1)":                     true,
-		"SELECT pg_try_advisory_lock(1, 2), now()":                   true,
-		"SELECT pg_advisory_unlock_all()":                            true,
-		"SELECT pg_advisory_lock(id) FROM t":                         false,
-		"SELECT * FROM pg_advisory_lock(1)":                          false,
-		"SELECT pg_advisory_lock((SELECT max(id) FROM t))":           false,
-		"SELECT pg_advisory_lock(1), f()":                            false,
-		"SELECT 1":                                                   false,
-		"SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)":   false,
-		"SELECT pg_advisory_lock('t'::regclass::oid::bigint)":        false,
-		"SELECT pg_advisory_lock(1) INTO x":                          false,
-		"WITH a AS (SELECT 1) SELECT pg_advisory_lock(1)":            false,
-		"SELECT pg_advisory_lock(hashtext('x'))":                     false,
-		"SELECT pg_advisory_lock(length('abc'))":                     true,
-		"VALUES (pg_advisory_lock(1))":                               true,
-		"SELECT pg_advisory_lock(1) WHERE EXISTS (SELECT FROM t)":    false,
-		"SELECT pg_advisory_lock(1) FROM generate_series(1, 2) g":    false,
-		"SELECT pg_advisory_xact_lock(1)":                            true,
-		"EXPLAIN SELECT pg_advisory_lock(1)":                         false,
-		"SELECT pg_advisory_lock(1) FOR UPDATE":                      true,
-		"SELECT pg_advisory_lock(c) FROM (VALUES (1)) v(c)":          false,
-		"SELECT pg_advisory_lock(1)::text || pg_backend_pid()::text": false,
+		"SELECT pg_advisory_unlock(1)":                                          true,
+		"select pg_catalog.pg_advisory_unlock($1)":                              true,
+		"SELECT pg_advisory_unlock(1, 2), pg_advisory_unlock_shared(3::bigint)": true,
+		"SELECT pg_advisory_unlock_all()":                                       true,
+		"SELECT pg_advisory_unlock(1) AS released":                              true,
+		"SELECT pg_advisory_lock(1)":                                            false,
+		"SELECT pg_try_advisory_lock(1)":                                        false,
+		"SELECT pg_advisory_unlock(id) FROM t":                                  false,
+		"SELECT * FROM pg_advisory_unlock(1)":                                   false,
+		"SELECT pg_advisory_unlock((SELECT max(id) FROM t))":                    false,
+		"SELECT pg_advisory_unlock(current_setting('app.k')::bigint)":           false,
+		"SELECT pg_advisory_unlock(1), now()":                                   false,
+		"SELECT pg_advisory_unlock(1); SELECT 1":                                false,
+		"SELECT pg_advisory_unlock(1) INTO x":                                   false,
+		"WITH a AS (SELECT 1) SELECT pg_advisory_unlock(1)":                     false,
+		"SELECT pg_advisory_unlock(1) WHERE true":                               false,
+		"SELECT pg_advisory_unlock(1) UNION SELECT true":                        false,
+		"VALUES (pg_advisory_unlock(1))":                                        false,
+		"SELECT 1":                                                              false,
+		"SELECT public.pg_advisory_unlock(1)":                                   false,
 	} {
-		if got := AdvisoryOnly(sql); got != want {
-			t.Errorf("AdvisoryOnly(%q) = %v, want %v", sql, got, want)
+		if got := AdvisoryUnlockOnly(sql); got != want {
+			t.Errorf("AdvisoryUnlockOnly(%q) = %v, want %v", sql, got, want)
 		}
 	}
 }
