@@ -93,6 +93,10 @@ func (ss *session) lockBack(text string, simple, adv, discard, pin bool) error {
 			// locked, a lock_timeout ignored, a permanent table's rows
 			// deleted where a temporary one shadowed it).
 			if discard && simple {
+				// (Released before the DISCARD ALL answers, as
+				// PostgreSQL's: a closing backend lets them go a
+				// moment later.)
+				_ = ss.lock.sc.Exec("SELECT pg_catalog.pg_advisory_unlock_all()", time.Now().Add(ss.lock.pool.Config().ResetTimeout), nil)
 				ss.lockEnd()
 				return nil
 			}
