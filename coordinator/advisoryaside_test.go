@@ -326,6 +326,29 @@ func TestAdvisoryLockAsideRound3(t *testing.T) {
 	}
 	c.Close(ctx)
 
+	// A key read from the catalog (a table's oid, through search_path
+	// and the temporary schema): refused, not another key's unlock
+	// (adversary 151: the unlock of 'kt'::regclass released the
+	// permanent table's lock where a temporary kt shadowed it).
+	c = connect(t, srv.Addr())
+	oid := queryString(t, setup, "SELECT 'aside3_keep'::regclass::oid::bigint::text", simple)
+	exec(t, c, "SELECT pg_advisory_lock('aside3_keep'::regclass::oid::bigint)", simple)
+	exec(t, c, "SELECT count(*) FROM aside3_acc", simple)
+	exec(t, c, "BEGIN", simple)
+	exec(t, c, "UPDATE aside3_acc SET n = n WHERE aid = $1", simple, onDefault)
+	exec(t, c, "CREATE TEMP TABLE aside3_keep (a int)", simple)
+	exec(t, c, "COMMIT", simple)
+	var released string
+	err = c.QueryRow(ctx, "SELECT pg_advisory_unlock('aside3_keep'::regclass::oid::bigint)::text", simple).Scan(&released)
+	if err == nil && released != "false" || err != nil && sqlState(err) != "0A000" {
+		t.Errorf("unlock of a key read through a shadowed name: %q, %v; want false (PostgreSQL's) or 0A000", released, err)
+	}
+	key, _ := strconv.Atoi(oid)
+	if got := tryLockOf(t, srv.Addr(), key); got != "false" {
+		t.Errorf("the permanent table's oid lock after that unlock: another session's try %s, want false (still held)", got)
+	}
+	c.Close(ctx)
+
 	// Settings set_config changed: refused, not another key's lock.
 	c = pinnedElsewhere(7510)
 	exec(t, c, "SET app.k = '1'", simple)
@@ -352,4 +375,69 @@ func TestAdvisoryLockAsideRound3(t *testing.T) {
 	}
 	holder.Close(ctx)
 	c.Close(ctx)
+}
+
+// TestAdvisoryLockAsideDeadlock: a session whose advisory lock is set
+// aside waits for a row another session holds, which waits for that lock:
+// on PostgreSQL one session, so its deadlock detector answers 40P01; here
+// the statement and the lock are two backends, which PostgreSQL's
+// detector cannot join, and pgfleet's does (it waited for good).
+func TestAdvisoryLockAsideDeadlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	setup := connect(t, srv.Addr())
+	accounts(t, setup, "asidedl_acc")
+	k := 1
+	for workerOfAid(t, setup, "asidedl_acc", k) != cl.Servers[0].Addr() {
+		k++
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
+		exec(t, a, "SELECT pg_advisory_lock(7700)", mode)
+		exec(t, a, "SELECT count(*) FROM asidedl_acc", mode)
+		exec(t, b, "BEGIN", mode)
+		exec(t, b, "SELECT n FROM asidedl_acc WHERE aid = $1 FOR UPDATE", mode, k)
+		type res struct {
+			who string
+			err error
+		}
+		out := make(chan res, 2)
+		go func() {
+			_, err := a.Exec(ctx, "UPDATE asidedl_acc SET n = n + 1 WHERE aid = $1", mode, k)
+			out <- res{"a", err}
+		}()
+		time.Sleep(300 * time.Millisecond) // (a waits for b's row)
+		go func() {
+			_, err := b.Exec(ctx, "SELECT pg_advisory_xact_lock(7700)", mode)
+			out <- res{"b", err}
+		}()
+		var first res
+		select {
+		case first = <-out:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%v: a deadlock through a session's advisory lock set aside: no answer in 20 s", mode)
+		}
+		if sqlState(first.err) != "40P01" {
+			t.Errorf("%v: %s answered first: %v, want 40P01", mode, first.who, first.err)
+		}
+		// The victim's side gives way: a releases its lock (b then has
+		// it), or b ends its block (a then updates).
+		if first.who == "a" {
+			exec(t, a, "SELECT pg_advisory_unlock(7700)", pgx.QueryExecModeSimpleProtocol)
+		} else {
+			_, _ = b.Exec(ctx, "ROLLBACK", pgx.QueryExecModeSimpleProtocol)
+		}
+		select {
+		case second := <-out:
+			if second.err != nil {
+				t.Errorf("%v: %s after the victim gave way: %v", mode, second.who, second.err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%v: the survivor still waits 20 s after the victim gave way", mode)
+		}
+		_, _ = b.Exec(ctx, "ROLLBACK", pgx.QueryExecModeSimpleProtocol)
+		a.Close(ctx)
+		b.Close(ctx)
+	}
 }

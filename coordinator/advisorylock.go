@@ -109,6 +109,11 @@ func (ss *session) lockBack(text string, simple, adv, discard, pin bool) error {
 				"advisory lock functions are not supported here: this session's advisory locks are held on another worker connection than this transaction's").
 				WithHint("Call advisory lock functions outside the transaction block (a block that begins with one runs on that connection, its rows on one worker).")
 		}
+		if ss.pinned == "" {
+			return pgerr.New(pgerr.FeatureNotSupported,
+				"advisory lock functions are not supported in this pipeline: its statements run on another worker connection than this session's advisory locks").
+				WithHint("Send the call in a batch of its own, after a Sync.")
+		}
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"this statement is not supported here: this session's advisory locks are held on another worker connection than the one it is pinned to (%s)", ss.pinned).
 			WithHint("Release the locks in a simple query of its own (SELECT pg_advisory_unlock(...)), or with DISCARD ALL, or reconnect.")
@@ -191,6 +196,9 @@ func (ss *session) lockSwapBack() {
 	p := ss.swapped
 	ss.swapped = txConn{}
 	ss.hold(p)
+	ss.cancelMu.Lock()
+	ss.publishTxn() // (the locks' connection, if still aside, with the pinned one)
+	ss.cancelMu.Unlock()
 }
 
 // lockEnd closes the connection set aside, and its locks with it, when

@@ -53,6 +53,10 @@ type txnWorkers struct {
 	id       int64 // the fleet's name for it, with the coordinator's
 	since    time.Time
 	backends []dlBackend
+	// aside: the last backend holds the session's advisory locks, set
+	// aside (advisorylock.go): a cycle through it and the session's
+	// statement on one worker is PostgreSQL's to see but not to break.
+	aside bool
 }
 
 // txnIDs numbers published transactions.
@@ -71,20 +75,25 @@ type dlBackend struct {
 // detector holding cancelMu and seeing the same publication knows the
 // connections are still the session's.
 func (ss *session) publishTxn() {
-	if len(ss.parked) == 0 || ss.sc == nil {
+	aside := ss.lock.sc != nil
+	if len(ss.parked) == 0 && !aside || ss.sc == nil {
 		if ss.txw.Load() != nil {
 			ss.txw.Store(nil)
 			ss.dlVictim.Store(false)
 		}
 		return
 	}
+	n := len(ss.parked) + 1
+	if aside {
+		n++
+	}
 	old := ss.txw.Load()
-	if old != nil && len(old.backends) == len(ss.parked)+1 {
+	if old != nil && len(old.backends) == n && old.aside == aside && !aside {
 		// The same connections, another one current (joinWorker adds one,
 		// unjoin takes the last back): nothing to publish.
 		return
 	}
-	w := &txnWorkers{since: time.Now().Truncate(time.Microsecond), backends: make([]dlBackend, 0, len(ss.parked)+1)}
+	w := &txnWorkers{since: time.Now().Truncate(time.Microsecond), backends: make([]dlBackend, 0, n), aside: aside}
 	if old != nil {
 		w.id, w.since = old.id, old.since
 	} else {
@@ -93,6 +102,10 @@ func (ss *session) publishTxn() {
 	w.backends = append(w.backends, dlBackend{addr: ss.sc.Addr, pid: ss.sc.PID, secret: ss.sc.Secret})
 	for _, p := range ss.parked {
 		w.backends = append(w.backends, dlBackend{addr: p.sc.Addr, pid: p.sc.PID, secret: p.sc.Secret})
+	}
+	if aside {
+		l := ss.lock.sc
+		w.backends = append(w.backends, dlBackend{addr: l.Addr, pid: l.PID, secret: l.Secret})
 	}
 	ss.txw.Store(w)
 }
@@ -178,10 +191,12 @@ type dlNode struct {
 	pid  uint32
 }
 
-// dlEdge is a wait on one worker.
+// dlEdge is a wait on one worker, of backend from for backend to (pids
+// there).
 type dlEdge struct {
-	to   dlNode
-	addr string
+	to       dlNode
+	addr     string
+	from, at uint32
 }
 
 // deadlockLoop checks for distributed deadlocks until stop closes.
@@ -302,9 +317,14 @@ func (d *detector) check() {
 			}
 		}
 	}
-	if len(txns) < 2 {
+	aside := false
+	for w := range local {
+		aside = aside || w.aside
+	}
+	if len(txns) < 2 && !aside {
 		// A cycle through two workers needs two transactions that span
-		// them.
+		// them (or one whose session holds its advisory locks on a
+		// connection of their own).
 		clear(d.pending)
 		return
 	}
@@ -327,7 +347,7 @@ func (d *detector) check() {
 			waiting[dlNode{addr: addr, pid: pid}] = true
 			from := node(addr, pid)
 			for _, b := range blockers {
-				graph[from] = append(graph[from], dlEdge{to: node(addr, b), addr: addr})
+				graph[from] = append(graph[from], dlEdge{to: node(addr, b), addr: addr, from: pid, at: b})
 			}
 		}
 	}
@@ -413,15 +433,35 @@ func distributedVictims(graph map[dlNode][]dlEdge) []*dlTxn {
 			in[n] = true
 		}
 		workers := map[string]bool{}
+		ends := map[*dlTxn]map[dlNode]bool{} // the backends of a transaction the cycle passes
+		end := func(t *dlTxn, addr string, pid uint32) {
+			if t == nil {
+				return
+			}
+			if ends[t] == nil {
+				ends[t] = map[dlNode]bool{}
+			}
+			ends[t][dlNode{addr: addr, pid: pid}] = true
+		}
 		for _, n := range part {
 			for _, e := range graph[n] {
 				if in[e.to] {
 					workers[e.addr] = true
+					end(n.tx, e.addr, e.from)
+					end(e.to.tx, e.addr, e.at)
 				}
 			}
 		}
-		if len(workers) < 2 {
-			continue // PostgreSQL's own detector breaks it
+		split := false
+		for _, b := range ends {
+			split = split || len(b) > 1
+		}
+		if len(workers) < 2 && !split {
+			// PostgreSQL's own detector breaks it: one worker, and no
+			// transaction's two backends there (a session's own
+			// statement and the connection holding its advisory locks
+			// are one backend to PostgreSQL's client, not to it).
+			continue
 		}
 		var victim *dlTxn
 		for _, n := range part {

@@ -18,6 +18,9 @@ func TestDistributedVictim(t *testing.T) {
 	tx := func(t *dlTxn) dlNode { return dlNode{tx: t} }
 	opaque := func(addr string, pid uint32) dlNode { return dlNode{addr: addr, pid: pid} }
 	edge := func(to dlNode, addr string) dlEdge { return dlEdge{to: to, addr: addr} }
+	pidEdge := func(to dlNode, addr string, from, at uint32) dlEdge {
+		return dlEdge{to: to, addr: addr, from: from, at: at}
+	}
 	cases := []struct {
 		name  string
 		graph map[dlNode][]dlEdge
@@ -56,6 +59,14 @@ func TestDistributedVictim(t *testing.T) {
 			tx(c):    {edge(tx(twin), "w1")},
 			tx(twin): {edge(tx(c), "w2")},
 		}, []*dlTxn{b, c}},
+		{"a session's statement and its advisory locks' connection on one worker (PostgreSQL sees two sessions)", map[dlNode][]dlEdge{
+			tx(a):           {pidEdge(opaque("w1", 9), "w1", 10, 9)},
+			opaque("w1", 9): {pidEdge(tx(a), "w1", 9, 11)},
+		}, []*dlTxn{a}},
+		{"one backend of a transaction in a cycle on one worker is PostgreSQL's", map[dlNode][]dlEdge{
+			tx(a):           {pidEdge(opaque("w1", 9), "w1", 10, 9)},
+			opaque("w1", 9): {pidEdge(tx(a), "w1", 9, 10)},
+		}, nil},
 		{"a waiter outside the cycle is not the victim", map[dlNode][]dlEdge{
 			tx(a): {edge(tx(b), "w1")},
 			tx(b): {edge(tx(a), "w2")},

@@ -964,6 +964,13 @@ func (ss *session) acquire(ctx context.Context, node int32) error {
 	}
 	ss.sc = sc
 	ss.cancelTarget.Store(sc)
+	if ss.lock.sc != nil {
+		// (Its statement and its advisory locks' connection: one
+		// session to the deadlock detector.)
+		ss.cancelMu.Lock()
+		ss.publishTxn()
+		ss.cancelMu.Unlock()
+	}
 	if spares {
 		ss.takeSpares(ctx, node, func(n int32) bool { return n > node })
 	}
@@ -1362,6 +1369,10 @@ func (ss *session) releaseServer() {
 	}
 	ss.cancelMu.Lock()
 	ss.cancelTarget.Store(nil)
+	if ss.lock.sc != nil && len(ss.parked) == 0 {
+		ss.txw.Store(nil) // (before the connection is another's: publishTxn)
+		ss.dlVictim.Store(false)
+	}
 	ss.cancelMu.Unlock()
 	ss.pool.Release(ss.sc)
 	ss.sc = nil

@@ -99,8 +99,11 @@ func AdvisoryUnlockOnly(sql string) bool {
 // unlockCall reports whether n is a call of an advisory unlock function
 // whose arguments are constants or parameters (cast or not), cast or not.
 func unlockCall(n *pg_query.Node) bool {
-	for n.GetTypeCast() != nil {
-		n = n.GetTypeCast().Arg // (its boolean's text is the same everywhere)
+	for c := n.GetTypeCast(); c != nil; c = n.GetTypeCast() {
+		if !plainCast(c.TypeName) {
+			return false
+		}
+		n = c.Arg // (its boolean's text is the same everywhere)
 	}
 	f := n.GetFuncCall()
 	if f == nil || f.AggOrder != nil || f.AggFilter != nil || f.Over != nil || f.AggStar || f.AggDistinct || f.FuncVariadic {
@@ -114,12 +117,34 @@ func unlockCall(n *pg_query.Node) bool {
 		return false
 	}
 	for _, a := range f.Args {
-		for a.GetTypeCast() != nil {
-			a = a.GetTypeCast().Arg
+		for c := a.GetTypeCast(); c != nil; c = a.GetTypeCast() {
+			if !plainCast(c.TypeName) {
+				return false // 't'::regclass reads the catalog and search_path (adversary 151)
+			}
+			a = c.Arg
 		}
 		if a.GetAConst() == nil && a.GetParamRef() == nil {
 			return false
 		}
 	}
 	return true
+}
+
+// plainCasts are the types a constant cast to reads the same on any
+// connection (not regclass and its kind, which read the catalog and the
+// search_path, nor types whose input reads settings).
+var plainCasts = map[string]bool{
+	"int2": true, "int4": true, "int8": true, "oid": true, "numeric": true,
+	"text": true, "varchar": true, "bpchar": true, "bool": true,
+}
+
+func plainCast(tn *pg_query.TypeName) bool {
+	if tn == nil || len(tn.ArrayBounds) > 0 {
+		return false
+	}
+	names := ListNames(&pg_query.List{Items: tn.Names})
+	if len(names) == 2 && names[0] == "pg_catalog" {
+		names = names[1:]
+	}
+	return len(names) == 1 && plainCasts[names[0]]
 }
