@@ -179,10 +179,7 @@ func TestAdvisoryLockAsideRound2(t *testing.T) {
 	ctx := context.Background()
 	setup := connect(t, srv.Addr())
 	accounts(t, setup, "aside2_acc")
-	onDefault := 1
-	for workerOfAid(t, setup, "aside2_acc", onDefault) != cl.Servers[0].Addr() {
-		onDefault++
-	}
+	onDefault := keyOn(t, setup, "aside2_acc", cl.Servers[0].Addr())
 	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		key := 7400 + 10*i
 		c := connect(t, srv.Addr())
@@ -271,10 +268,7 @@ func TestAdvisoryLockAsideRound3(t *testing.T) {
 	simple := pgx.QueryExecModeSimpleProtocol
 	setup := connect(t, srv.Addr())
 	accounts(t, setup, "aside3_acc")
-	onDefault := 1
-	for workerOfAid(t, setup, "aside3_acc", onDefault) != cl.Servers[0].Addr() {
-		onDefault++
-	}
+	onDefault := keyOn(t, setup, "aside3_acc", cl.Servers[0].Addr())
 	exec(t, setup, "DROP TABLE IF EXISTS aside3_keep", simple)
 	exec(t, setup, "CREATE TABLE aside3_keep (a int)", simple)
 	exec(t, setup, "INSERT INTO aside3_keep VALUES (1), (2), (3)", simple)
@@ -388,10 +382,7 @@ func TestAdvisoryLockAsideDeadlock(t *testing.T) {
 	ctx := context.Background()
 	setup := connect(t, srv.Addr())
 	accounts(t, setup, "asidedl_acc")
-	k := 1
-	for workerOfAid(t, setup, "asidedl_acc", k) != cl.Servers[0].Addr() {
-		k++
-	}
+	k := keyOn(t, setup, "asidedl_acc", cl.Servers[0].Addr())
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		a, b := connect(t, srv.Addr()), connect(t, srv.Addr())
 		exec(t, a, "SELECT pg_advisory_lock(7700)", mode)
@@ -440,4 +431,16 @@ func TestAdvisoryLockAsideDeadlock(t *testing.T) {
 		a.Close(ctx)
 		b.Close(ctx)
 	}
+}
+
+// keyOn is the first key of accounts table name on worker addr.
+func keyOn(t *testing.T, c *pgx.Conn, name, addr string) int {
+	t.Helper()
+	for k := 1; k <= 100; k++ {
+		if workerOfAid(t, c, name, k) == addr {
+			return k
+		}
+	}
+	t.Fatalf("no key of %s on worker %s", name, addr)
+	return 0
 }
