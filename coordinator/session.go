@@ -71,6 +71,10 @@ type session struct {
 	// session they alone pinned, set aside while its other statements run
 	// as an unpinned session's do (advisorylock.go); sc nil when none.
 	lock txConn
+	// pinUndo: the pin state before the statement being routed pinned
+	// the session (set only then): a statement refused before it reached
+	// a worker (its connection could not be had) pins nothing.
+	pinUndo *pinState
 	// swapped: the pinned connection, set aside while a statement of
 	// advisory lock calls alone runs on lock's (lockSwap).
 	swapped   txConn
@@ -1419,6 +1423,32 @@ func (ss *session) pin(reason string) {
 	}
 }
 
+// pinState is what pin changes.
+type pinState struct {
+	pinned                   string
+	unknown, clean, tempObjs bool
+}
+
+// pinMark is the pin state before a statement pins the session, for
+// unpinRefused; nil when the session is pinned already.
+func (ss *session) pinMark() *pinState {
+	if ss.pinned != "" {
+		return nil
+	}
+	return &pinState{pinned: ss.pinned, unknown: ss.settingsUnknown, clean: ss.pinClean, tempObjs: ss.tempObjects}
+}
+
+// unpinRefused undoes the pin of a statement refused before it reached a
+// worker (its connection could not be had: a block on another worker
+// that cannot take in this one): nothing ran, so nothing pins (adversary
+// 151: such a refusal in a block left the session pinned for good).
+func (ss *session) unpinRefused() {
+	if u := ss.pinUndo; u != nil {
+		ss.pinned, ss.settingsUnknown, ss.pinClean, ss.tempObjects = u.pinned, u.unknown, u.clean, u.tempObjs
+	}
+	ss.pinUndo = nil
+}
+
 // pinSpanning refuses a statement that would pin the session (reason) in
 // a transaction block over several workers: the state it leaves is on one
 // of the block's connections, all of which go back to their pools at the
@@ -1801,10 +1831,12 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(err)
 	}
 	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
+	ss.pinUndo = nil
 	if cls.pin != "" {
 		if err := ss.pinSpanning(cls.pin); err != nil {
 			return ss.queryError(err)
 		}
+		ss.pinUndo = ss.pinMark()
 		ss.pin(cls.pin)
 		if !advisoryOnly(&cls, text) {
 			ss.pinClean = false
@@ -2177,8 +2209,10 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 	err := ss.acquire(context.Background(), node)
 	ss.defining = ""
 	if err != nil {
+		ss.unpinRefused()
 		return ss.queryError(err)
 	}
+	ss.pinUndo = nil
 	if ss.pendingBegin != "" {
 		if err := ss.startPending(); err != nil {
 			return ss.queryError(err)
@@ -2399,9 +2433,11 @@ func (ss *session) localDealloc(cls *class) bool {
 // Sync is answered.
 func (ss *session) acquireExt(node int32) bool {
 	if err := ss.acquire(context.Background(), node); err != nil {
+		ss.unpinRefused()
 		ss.synthError(err)
 		return false
 	}
+	ss.pinUndo = nil
 	ss.needSync = true
 	return true
 }
@@ -2966,7 +3002,9 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.notePinnedRun(&clientSt.cls, clientSt.Query, clientSt)
+	ss.pinUndo = nil
 	if !clientSt.cls.quiet && ss.pinned == "" {
+		ss.pinUndo = ss.pinMark()
 		// (Or SQL text given to a built-in as a parameter:
 		// query_to_xml($1).)
 		if pin && !clientSt.cls.storesCode || clientSt.cls.hidden && bindRunsText(body, unseenIn) {
@@ -3025,6 +3063,7 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	if err != nil {
+		ss.unpinRefused()
 		ss.synthError(ss.bindVerdict(clientSt, err))
 		return nil
 	}

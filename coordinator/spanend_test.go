@@ -132,3 +132,32 @@ func TestSearchPathAfterSpanningBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedStatementPinsNothing: a statement whose user code would pin
+// the session, refused before it reached a worker (a block on one worker
+// that cannot take in another once pinned), leaves the session as it was:
+// after the block, multi-shard reads run (adversary 151: the session was
+// pinned for good).
+func TestRefusedStatementPinsNothing(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	setup := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, setup, "rp_acc")
+	exec(t, setup, `CREATE OR REPLACE FUNCTION rp_fset(k text, v text, l bool) RETURNS text LANGUAGE plpgsql AS $$ BEGIN RETURN set_config(k, v, l); END $$`)
+	t.Cleanup(func() { _, _ = setup.Exec(context.Background(), "DROP FUNCTION IF EXISTS rp_fset(text, text, bool)") })
+	for _, extended := range []bool{false, true} {
+		c := connect(t, srv.Addr())
+		r := txnRunner{t: t, c: c, extended: extended}
+		r.must("BEGIN")
+		r.must("UPDATE rp_acc SET n = n WHERE aid = $1", k2)
+		_, err := r.run("SELECT 1 FROM rp_acc WHERE aid = $1 AND rp_fset('app.x', 'w2', false) IS NULL", k1)
+		if err != nil && sqlState(err) != "0A000" {
+			t.Errorf("%s: the statement: %v, want it run or 0A000", r.name(), err)
+		}
+		r.run("ROLLBACK")
+		if _, err := r.run("SELECT count(*) FROM rp_acc"); err != nil {
+			t.Errorf("%s: a multi-shard read after the block: %v", r.name(), err)
+		}
+		c.Close(context.Background())
+	}
+}
