@@ -1831,12 +1831,12 @@ func (ss *session) simpleQuery(body []byte) error {
 		return ss.queryError(err)
 	}
 	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
-	ss.pinUndo = nil
 	if cls.pin != "" {
 		if err := ss.pinSpanning(cls.pin); err != nil {
 			return ss.queryError(err)
 		}
 		ss.pinUndo = ss.pinMark()
+		defer func() { ss.pinUndo = nil }() // (this statement's only)
 		ss.pin(cls.pin)
 		if !advisoryOnly(&cls, text) {
 			ss.pinClean = false
@@ -3002,19 +3002,23 @@ func (ss *session) bind(body []byte) error {
 		return nil
 	}
 	ss.notePinnedRun(&clientSt.cls, clientSt.Query, clientSt)
-	ss.pinUndo = nil
 	if !clientSt.cls.quiet && ss.pinned == "" {
-		ss.pinUndo = ss.pinMark()
 		// (Or SQL text given to a built-in as a parameter:
 		// query_to_xml($1).)
-		if pin && !clientSt.cls.storesCode || clientSt.cls.hidden && bindRunsText(body, unseenIn) {
+		unseen := pin && !clientSt.cls.storesCode || clientSt.cls.hidden && bindRunsText(body, unseenIn)
+		temp := ss.tempPath(&clientSt.cls)
+		if unseen || temp {
+			ss.pinUndo = ss.pinMark()
+			defer func() { ss.pinUndo = nil }() // (this Bind's only)
+		}
+		if unseen {
 			if err := ss.pinSpanning(unseenPin); err != nil {
 				ss.synthError(err)
 				return nil
 			}
 			ss.pin(unseenPin) // (before its Execute runs the code)
 		}
-		if ss.tempPath(&clientSt.cls) {
+		if temp {
 			if err := ss.pinSpanning("search_path naming pg_temp"); err != nil {
 				ss.synthError(err)
 				return nil
