@@ -229,8 +229,10 @@ func (ss *session) scatterAllowed() error {
 			"current transaction is aborted, commands ignored until end of transaction block")
 	}
 	if ss.pinned != "" {
+		reason := ss.pinned
+		ss.unpinRefused() // (pinned by this statement, refused before it ran: it pins nothing)
 		return pgerr.New(pgerr.FeatureNotSupported,
-			"a multi-shard query is not supported in a session pinned to one worker connection (%s)", ss.pinned).
+			"a multi-shard query is not supported in a session pinned to one worker connection (%s)", reason).
 			WithHint("Reconnect, or pin the query to one shard with WHERE <distribution column> = <value>.")
 	}
 	if ss.pendingFailed || ss.sc != nil && ss.sc.TxStatus == 'E' {

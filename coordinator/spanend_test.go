@@ -161,3 +161,26 @@ func TestRefusedStatementPinsNothing(t *testing.T) {
 		c.Close(context.Background())
 	}
 }
+
+// TestRefusedMultiShardPinsNothing: a multi-shard statement whose user
+// code would pin the session is refused (0A000) and leaves the session as
+// it was: the next multi-shard read runs.
+func TestRefusedMultiShardPinsNothing(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	setup := connect(t, srv.Addr())
+	spanningTable(t, setup, "rm_acc")
+	exec(t, setup, `CREATE OR REPLACE FUNCTION rm_fset(k text, v text, l bool) RETURNS text LANGUAGE plpgsql AS $$ BEGIN RETURN set_config(k, v, l); END $$`)
+	t.Cleanup(func() { _, _ = setup.Exec(context.Background(), "DROP FUNCTION IF EXISTS rm_fset(text, text, bool)") })
+	for _, extended := range []bool{false, true} {
+		c := connect(t, srv.Addr())
+		r := txnRunner{t: t, c: c, extended: extended}
+		if _, err := r.run("SELECT count(rm_fset('app.x', 'v', false)) FROM public.rm_acc"); err != nil && sqlState(err) != "0A000" {
+			t.Errorf("%s: the statement: %v, want it run or 0A000", r.name(), err)
+		}
+		if _, err := r.run("SELECT count(*) FROM rm_acc"); err != nil {
+			t.Errorf("%s: a multi-shard read after it: %v", r.name(), err)
+		}
+		c.Close(context.Background())
+	}
+}
