@@ -67,6 +67,7 @@ func asideReady(sc *pooling.ServerConn, pool *pooling.Pool) bool {
 // already running on another connection a call of an advisory lock
 // function is refused (0A000); a statement that pins pins that connection,
 // the locks staying aside.
+// The callers test ss.lock.sc first (their arguments are not free).
 func (ss *session) lockBack(text string, simple, adv, discard, pin bool) error {
 	if ss.lock.sc == nil || !adv && !discard && !pin {
 		return nil

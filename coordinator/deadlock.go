@@ -88,7 +88,7 @@ func (ss *session) publishTxn() {
 		n++
 	}
 	old := ss.txw.Load()
-	if old != nil && len(old.backends) == n && old.aside == aside && !aside {
+	if !aside && old != nil && !old.aside && len(old.backends) == n {
 		// The same connections, another one current (joinWorker adds one,
 		// unjoin takes the last back): nothing to publish.
 		return

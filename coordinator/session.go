@@ -1824,11 +1824,13 @@ func (ss *session) simpleQuery(body []byte) error {
 	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() {
 		cp = &cls // (followed at its CommandComplete: noteTag)
 	}
-	if err := ss.lockBack(text, true, cls.advisory || cls.advisoryCode || ss.lock.sc != nil && lockStateIn(text), discardsAll(&cls) && cls.count == 1, cls.pin != ""); err != nil {
-		if pgerr.Flatten(err).Severity == "FATAL" {
-			return err
+	if ss.lock.sc != nil {
+		if err := ss.lockBack(text, true, cls.advisory || cls.advisoryCode || lockStateIn(text), discardsAll(&cls) && cls.count == 1, cls.pin != ""); err != nil {
+			if pgerr.Flatten(err).Severity == "FATAL" {
+				return err
+			}
+			return ss.queryError(err)
 		}
-		return ss.queryError(err)
 	}
 	pinnedBefore, unknownBefore := ss.pinned, ss.settingsUnknown
 	if cls.pin != "" {
@@ -2783,12 +2785,14 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, err)
 		return nil
 	}
-	if err := ss.lockBack(st.Query, false, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls), st.cls.pin != ""); err != nil {
-		if pgerr.Flatten(err).Severity == "FATAL" {
-			return err
+	if ss.lock.sc != nil {
+		if err := ss.lockBack(st.Query, false, st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st), discardsAll(&st.cls), st.cls.pin != ""); err != nil {
+			if pgerr.Flatten(err).Severity == "FATAL" {
+				return err
+			}
+			ss.parseFailed(name, err)
+			return nil
 		}
-		ss.parseFailed(name, err)
-		return nil
 	}
 	if ss.localDealloc(&st.cls) {
 		if failed {
@@ -2993,13 +2997,15 @@ func (ss *session) bind(body []byte) error {
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
 	}
-	if err := ss.lockBack(st.Query, false, ss.lock.sc != nil && (st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st)), discardsAll(&st.cls),
-		st.cls.pin != "" || pin || ss.lock.sc != nil && ss.tempPath(&clientSt.cls)); err != nil {
-		if pgerr.Flatten(err).Severity == "FATAL" {
-			return err
+	if ss.lock.sc != nil {
+		if err := ss.lockBack(st.Query, false, st.cls.advisory || lockStateIn(st.Query) || ss.stAdvisory(st), discardsAll(&st.cls),
+			st.cls.pin != "" || pin || ss.tempPath(&clientSt.cls)); err != nil {
+			if pgerr.Flatten(err).Severity == "FATAL" {
+				return err
+			}
+			ss.synthError(err)
+			return nil
 		}
-		ss.synthError(err)
-		return nil
 	}
 	ss.notePinnedRun(&clientSt.cls, clientSt.Query, clientSt)
 	if !clientSt.cls.quiet && ss.pinned == "" {
