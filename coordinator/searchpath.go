@@ -209,7 +209,7 @@ func touchesPath(ops []paramOp) bool {
 // table or schema made in its transaction (DDL), user code that ran in it
 // (a function may SET LOCAL), a pinned connection's temporary tables.
 func (ss *session) namesOnOwn() bool {
-	return ss.settingsUnknown || ss.pathTouched || ss.sc != nil && (ss.ddlSent || ss.verifyState || ss.tempObjects)
+	return ss.settingsUnknown && !ss.namesBeforePin || ss.pathTouched || ss.sc != nil && (ss.ddlSent || ss.verifyState || ss.tempObjects)
 }
 
 // ownResolve asks the session's connection to the default node (where the

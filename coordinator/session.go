@@ -219,6 +219,11 @@ type session struct {
 	// way statements are parsed under settings no key names (stmtKey).
 	settingsDirty   bool
 	settingsUnknown bool
+	// namesBeforePin: the statement being routed is the one whose own pin
+	// made the settings unknown; its table names resolve as PostgreSQL
+	// parses it, before its code runs, so under the settings before it
+	// (namesOnOwn). Set only around that statement's planning.
+	namesBeforePin bool
 	// pathTouched: a statement that may change how names resolve (SET,
 	// SET LOCAL, RESET of search_path or the role; touchesPath) was sent
 	// since the last ReadyForQuery 'I'; until then they resolve by what
@@ -1894,12 +1899,17 @@ func (ss *session) simpleQuery(body []byte) error {
 	if ss.scsOff && strings.IndexByte(text, '\\') >= 0 {
 		ptext = escapeStrings(text)
 	}
+	// One statement's table names resolve before its code runs (a
+	// function's set_config of search_path comes after); several
+	// statements' later ones resolve after the earlier ones ran.
+	ss.namesBeforePin = cls.count == 1 && !unknownBefore
 	p, lits, err := ss.planSimple(ptext)
 	if err == nil {
 		// A multi-shard plan names the nodes: one that waited for a
 		// cut-over is made again from the catalog the move left.
 		waited, herr := ss.awaitShards(p)
 		if herr != nil {
+			ss.namesBeforePin = false
 			ss.pinned, ss.settingsUnknown = pinnedBefore, unknownBefore
 			return ss.queryError(herr)
 		}
@@ -1907,6 +1917,7 @@ func (ss *session) simpleQuery(body []byte) error {
 			p, lits, err = ss.planSimple(ptext)
 		}
 	}
+	ss.namesBeforePin = false
 	if err == nil && ss.unparsedPlan(p, text) {
 		err = ss.unparsed(text)
 	}
@@ -2993,7 +3004,7 @@ func (ss *session) bind(body []byte) error {
 	}
 	clientSt := st
 	ss.lentImplicit = false
-	var pin bool
+	var pin, namesBefore bool
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		ss.lentImplicit, pin = ss.implicitCode(clientSt.Query, clientSt.cls.maint, clientSt)
 	}
@@ -3022,6 +3033,8 @@ func (ss *session) bind(body []byte) error {
 				ss.synthError(err)
 				return nil
 			}
+			// (Its own table names resolve before the code runs.)
+			namesBefore = !ss.settingsUnknown
 			ss.pin(unseenPin) // (before its Execute runs the code)
 		}
 		if temp {
@@ -3044,7 +3057,9 @@ func (ss *session) bind(body []byte) error {
 		delete(ss.scatterPortals, string(portal))
 	}
 	clientParams := params
+	ss.namesBeforePin = namesBefore
 	st, node, params, runs, err := ss.routeBind(st, name, params)
+	ss.namesBeforePin = false
 	if err == nil && runs != onNode && clientSt.cls.seqFn != "" {
 		ss.synthError(errSeqState(clientSt.cls.seqFn))
 		return nil
