@@ -3964,8 +3964,7 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	if op.text != "" {
 		// (Outside a transaction block the log is cleared at its
 		// ReadyForQuery, endOfCycle.)
-		ss.txLog = append(ss.txLog, op)
-		ss.txLogLost = ss.txLogLost || len(ss.parked) > 0 // (on this worker only)
+		ss.txLog = append(ss.txLog, op) // (parked connections run it when switched back to: joinWorker)
 	} else if op.tag() == "SET" || op.tag() == "RESET" {
 		ss.txLogLost = true
 	}
@@ -4738,6 +4737,10 @@ func (ss *session) noteSavepoint(op paramOp) bool {
 			o.customNames(func(string) { ss.txLogLost = true })
 		}
 		ss.txLog = ss.txLog[:min(ss.savepoints[i].logN, len(ss.txLog))]
+		for j := range ss.parked {
+			// (The ROLLBACK TO undid the later ones there too.)
+			ss.parked[j].logN = min(ss.parked[j].logN, len(ss.txLog))
+		}
 		undone := slices.Clone(ss.pending[ss.savepoints[i].n:])
 		ss.pending = ss.pending[:ss.savepoints[i].n]
 		for _, o := range undone {

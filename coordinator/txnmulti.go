@@ -34,6 +34,10 @@ type txConn struct {
 	node int32
 	pool *pooling.Pool
 	sc   *pooling.ServerConn
+	// logN: of a parked connection, how many of the transaction's SETs
+	// (txLog) it has run; those after are run there when it is switched
+	// back to (joinWorker) or a savepoint is made (multiSavepoint).
+	logN int
 }
 
 // parkedOn is the index in ss.parked of the transaction's connection to
@@ -131,7 +135,7 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	case ss.srv.store == nil:
 		return errMultiRefused("transactions across workers need the metadata database to record commit decisions", "")
 	}
-	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc, logN: len(ss.txLog)}
 	if i := ss.parkedOn(node); i >= 0 {
 		p := ss.parked[i]
 		if p.sc.TxStatus == 'I' {
@@ -142,6 +146,24 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 			return pgerr.New(pgerr.InvalidTransactionState,
 				"this transaction's part on worker %s was rolled back when it failed", to).
 				WithHint("Roll the transaction back and run it again.")
+		}
+		if p.logN < len(ss.txLog) {
+			// SETs made since it was parked (SET LOCAL statement_timeout
+			// after the block took in a second worker): run there first,
+			// so that the statement sees them as on the other workers.
+			if err := p.sc.Exec(ss.logReplay(p.logN, len(ss.txLog)), time.Now().Add(p.pool.Config().ResetTimeout), nil); err != nil {
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) || pe.Severity == "FATAL" {
+					p.sc.MarkBroken()
+					return ss.lostServer(err)
+				}
+				// (As PostgreSQL would have refused the SET: the block
+				// fails, on the worker that refused it.)
+				ss.parked[i] = cur
+				ss.setCurrent(p)
+				ss.txFailed = true
+				return err
+			}
 		}
 		ss.parked[i] = cur
 		ss.setCurrent(p)
@@ -1266,36 +1288,48 @@ func (ss *session) savepointsKnown() bool {
 func (ss *session) savepointReplay() string {
 	var b strings.Builder
 	at := 0
-	sets := func(to int) {
-		for ; at < min(to, len(ss.txLog)); at++ {
-			b.WriteString("\n; ") // (the newline ends a -- comment the text before ends with)
-			b.WriteString(ss.txLog[at].text)
-			// A RESET of a startup setting was followed by the startup
-			// value on the worker it ran on (fixParams): here too.
-			switch op := ss.txLog[at]; op.kind {
-			case opReset, opSetDefault:
-				if v, ok := ss.params.startupVal[op.name]; ok {
-					b.WriteString("\n; " + setSQL(op.name, v))
-				}
-			case opNone:
-				if v, ok := ss.params.startupVal[op.name]; ok && op.dflt {
-					b.WriteString("\n; " + setLocalSQL(op.name, v))
-				}
-			case opResetAll:
-				names := slices.Sorted(maps.Keys(ss.params.startupVal))
-				for _, name := range names {
-					b.WriteString("\n; " + setSQL(name, ss.params.startupVal[name]))
-				}
-			}
-		}
-	}
 	for _, sp := range ss.savepoints {
-		sets(sp.logN)
+		at = ss.appendLog(&b, at, sp.logN)
 		b.WriteString("\n; SAVEPOINT ")
 		b.WriteString(quoteIdent(sp.name))
 	}
-	sets(len(ss.txLog))
+	ss.appendLog(&b, at, len(ss.txLog))
 	return b.String()
+}
+
+// logReplay is the transaction's SETs from..to (txLog) as SQL to run on
+// a connection of the block that missed them.
+func (ss *session) logReplay(from, to int) string {
+	var b strings.Builder
+	ss.appendLog(&b, from, to)
+	return strings.TrimPrefix(b.String(), "\n; ")
+}
+
+// appendLog writes the transaction's SETs from..to (txLog), each after
+// "\n; ", and returns where it stopped.
+func (ss *session) appendLog(b *strings.Builder, at, to int) int {
+	for ; at < min(to, len(ss.txLog)); at++ {
+		b.WriteString("\n; ") // (the newline ends a -- comment the text before ends with)
+		b.WriteString(ss.txLog[at].text)
+		// A RESET of a startup setting was followed by the startup
+		// value on the worker it ran on (fixParams): here too.
+		switch op := ss.txLog[at]; op.kind {
+		case opReset, opSetDefault:
+			if v, ok := ss.params.startupVal[op.name]; ok {
+				b.WriteString("\n; " + setSQL(op.name, v))
+			}
+		case opNone:
+			if v, ok := ss.params.startupVal[op.name]; ok && op.dflt {
+				b.WriteString("\n; " + setLocalSQL(op.name, v))
+			}
+		case opResetAll:
+			names := slices.Sorted(maps.Keys(ss.params.startupVal))
+			for _, name := range names {
+				b.WriteString("\n; " + setSQL(name, ss.params.startupVal[name]))
+			}
+		}
+	}
+	return at
 }
 
 // multiSavepoint runs a savepoint statement (SAVEPOINT, RELEASE, ROLLBACK
@@ -1313,7 +1347,7 @@ func (ss *session) multiSavepoint(op paramOp, sql string, relay func(typ byte, b
 		return "", pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block")
 	}
-	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc}
+	cur := txConn{node: ss.node, pool: ss.pool, sc: ss.sc, logN: len(ss.txLog)}
 	all := append([]txConn{cur}, ss.parked...)
 	var tag string
 	for i, c := range all {
@@ -1321,7 +1355,16 @@ func (ss *session) multiSavepoint(op paramOp, sql string, relay func(typ byte, b
 		if i == 0 {
 			r = relay
 		}
-		t, err := c.sc.ExecTag(sql, time.Now().Add(10*time.Minute), r)
+		text := sql
+		if op.kind == opSavepoint && c.logN < len(ss.txLog) {
+			// The SETs it missed go before the savepoint, where they
+			// are on the others (a ROLLBACK TO it keeps them).
+			text = ss.logReplay(c.logN, len(ss.txLog)) + "\n; " + sql
+		}
+		t, err := c.sc.ExecTag(text, time.Now().Add(10*time.Minute), r)
+		if i > 0 && err == nil {
+			ss.parked[i-1].logN = len(ss.txLog)
+		}
 		if i == 0 {
 			tag = t
 		}

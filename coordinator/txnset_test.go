@@ -16,8 +16,8 @@ import (
 // savepoints) hold on every worker the block takes in after them, as on
 // one PostgreSQL: they are set again there after its BEGIN, in their
 // places among its savepoints. They were refused with 0A000. A SET made
-// once the block spans workers still refuses taking in another (it
-// reached one worker only).
+// once the block spans workers is run on each other worker when the block
+// comes back to it (it was refused, 0A000, as having reached one only).
 func TestSetInBlockTakesInWorkers(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(8))
@@ -25,7 +25,7 @@ func TestSetInBlockTakesInWorkers(t *testing.T) {
 	ctx := context.Background()
 	k1, k2 := spanningTable(t, c, "sb_acc")
 	simple := pgx.QueryExecModeSimpleProtocol
-	settings := "SELECT coalesce(current_setting('app.sb_tenant', true), '<null>') || ' ' || current_setting('work_mem') || ' ' || " +
+	settings := "SELECT coalesce(current_setting('app.sb_tenant', true), 'unset') || ' ' || current_setting('work_mem') || ' ' || " +
 		"current_setting('DateStyle') || ' ' || current_setting('statement_timeout') FROM sb_acc WHERE aid = $1"
 	for _, extended := range []bool{false, true} {
 		r := txnRunner{t: t, c: c, extended: extended}
@@ -104,22 +104,67 @@ func TestSetInBlockTakesInWorkers(t *testing.T) {
 			}
 			r.must("COMMIT")
 
-			// A SET once the block spans both workers reached one of
-			// them: the other is refused, as before.
+			// SETs once the block spans both workers hold on both: the
+			// other worker runs them when the block comes back to it
+			// (they were refused, 0A000), and a savepoint made before
+			// it comes back keeps them on both through a ROLLBACK TO.
+			if extended {
+				// (pgx's statement cache prepares it now, not in the
+				// pipeline below.)
+				var w string
+				if err := c.QueryRow(ctx, settings, order[0]).Scan(&w); err != nil {
+					t.Fatal(err)
+				}
+			}
 			r.must("BEGIN")
 			read("spanning", order[0], " 4MB ISO, MDY 0")
 			read("spanning", order[1], " 4MB ISO, MDY 0")
 			r.must("SET LOCAL work_mem = '9MB'")
-			if _, err := r.run("SELECT n FROM sb_acc WHERE aid = $1", order[0]); sqlState(err) != "0A000" {
-				t.Errorf("%s: a SET after the block took in both workers, then the other worker: %v, want 0A000", r.name(), err)
+			r.must("SET LOCAL app.sb_tenant = '5'")
+			read("SET LOCAL once spanning", order[0], "5 9MB ISO, MDY 0")
+			read("SET LOCAL once spanning", order[1], "5 9MB ISO, MDY 0")
+			r.must("SET LOCAL statement_timeout = '7s'")
+			r.must("SAVEPOINT s1")
+			r.must("SET LOCAL DateStyle = 'SQL, DMY'")
+			read("SET after a savepoint", order[1], "5 9MB SQL, DMY 7s")
+			r.must("ROLLBACK TO s1")
+			read("after ROLLBACK TO", order[0], "5 9MB ISO, MDY 7s")
+			read("after ROLLBACK TO", order[1], "5 9MB ISO, MDY 7s")
+			r.must("SET work_mem = '3MB'")
+			r.must("UPDATE sb_acc SET n = n + 1 WHERE aid = $1 AND current_setting('work_mem') = '3MB'", order[0])
+			r.must("UPDATE sb_acc SET n = n + 1 WHERE aid = $1 AND current_setting('work_mem') = '3MB'", order[1])
+			if extended {
+				// In one pipeline: the SET's answer is read before the
+				// block switches workers (a hidden Sync), then run there.
+				b := &pgx.Batch{}
+				b.Queue("SET LOCAL work_mem = '2MB'")
+				b.Queue(settings, order[1])
+				b.Queue(settings, order[0])
+				br := c.SendBatch(ctx, b)
+				if _, err := br.Exec(); err != nil {
+					t.Errorf("pipelined SET LOCAL: %v", err)
+				}
+				for _, k := range []int{order[1], order[0]} {
+					var got string
+					if err := br.QueryRow().Scan(&got); err != nil || got != "5 2MB ISO, MDY 7s" {
+						t.Errorf("pipelined SET LOCAL, then the worker of %d: %q, %v; want %q", k, got, err, "5 2MB ISO, MDY 7s")
+					}
+				}
+				if err := br.Close(); err != nil {
+					t.Errorf("pipeline: %v", err)
+				}
+				r.must("SET work_mem = '3MB'")
 			}
-			r.must("ROLLBACK")
+			r.must("COMMIT")
+			read("after COMMIT of SET work_mem once spanning", order[0], " 3MB ISO, MDY 0")
+			read("after COMMIT of SET work_mem once spanning", order[1], " 3MB ISO, MDY 0")
+			r.must("RESET work_mem")
 		}
 	}
-	// Each UPDATE ran once per order and protocol, on both keys.
+	// Each UPDATE ran twice per order and protocol, on both keys.
 	for _, k := range []int{k1, k2} {
-		if got := queryString(t, c, "SELECT n::text FROM sb_acc WHERE aid = $1", simple, k); got != "104" {
-			t.Errorf("n(%d) = %s, want 104", k, got)
+		if got := queryString(t, c, "SELECT n::text FROM sb_acc WHERE aid = $1", simple, k); got != "108" {
+			t.Errorf("n(%d) = %s, want 108", k, got)
 		}
 	}
 	// The next client of these connections has no such setting.
