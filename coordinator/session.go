@@ -1181,7 +1181,19 @@ func (ss *session) checkoutFor(ctx context.Context, pool *pooling.Pool, held int
 			}
 		}
 		if sc.ParamsKey != ss.params.key {
-			if err := ss.applySettings(sc, pool); err != nil {
+			err := ss.applySettings(sc, pool)
+			if isCanceled(err) {
+				// The previous client's statement_timeout (1 ms) canceled
+				// every statement that would lift it, each timed by it on
+				// a loaded worker: a new connection takes its slot.
+				if sc, err = pool.Renew(ctx, sc); err != nil {
+					return nil, err
+				}
+				if sc.ParamsKey != ss.params.key {
+					err = ss.applySettings(sc, pool)
+				}
+			}
+			if err != nil {
 				sc.MarkBroken()
 				pool.Release(sc)
 				var pe *pgerr.Error
