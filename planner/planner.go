@@ -746,7 +746,7 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 		quals = append(quals, u.WhereClause)
 		if target != nil && target.Kind == metadata.Distributed {
 			for _, rt := range u.TargetList {
-				if rt.GetResTarget().GetName() == target.DistColumn {
+				if r := rt.GetResTarget(); r.GetName() == target.DistColumn && !b.keepsDistValue(u, r) {
 					return nil, unsupported("modifying the distribution column %q of %s is not supported", target.DistColumn, target.Name).
 						WithHint("A row's distribution column decides its shard and cannot change: DELETE the row and INSERT it with the new value.")
 				}
@@ -1284,6 +1284,45 @@ func conflictMovesRow(ins *pg_query.InsertStmt, t *metadata.Table) error {
 			WithHint("A row's distribution column decides its shard and cannot change; leave %s out of DO UPDATE SET (or DELETE the row and INSERT it with the new value).", t.DistColumn)
 	}
 	return nil
+}
+
+// keepsDistValue reports whether an UPDATE's assignment r to its table's
+// distribution column leaves every row's value where it is, as Citus
+// allows: the column itself (SET k = k), or the constant or parameter an
+// equality ANDed at the top of the WHERE clause sets the column to (SET
+// k = 34 ... WHERE k = 34 AND ..., as an ORM writes every column of a row
+// it saves). Equal values hash alike, so the row keeps its shard.
+func (b *builder) keepsDistValue(u *pg_query.UpdateStmt, r *pg_query.ResTarget) bool {
+	if len(r.Indirection) > 0 || r.Val == nil || u.Relation == nil {
+		return false
+	}
+	occ := u.Relation.Relname
+	if u.Relation.Alias != nil && u.Relation.Alias.Aliasname != "" {
+		occ = u.Relation.Alias.Aliasname
+	}
+	own := occ + "." + r.Name
+	if c, ok := b.distColumn(r.Val); ok {
+		return c == own
+	}
+	v := valueOf(r.Val)
+	if v == nil || v.Null {
+		return false
+	}
+	for _, q := range flattenAnd(u.WhereClause, nil) {
+		e := q.GetAExpr()
+		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" ||
+			e.Lexpr == nil || e.Rexpr == nil {
+			continue
+		}
+		for _, side := range [][2]*pg_query.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
+			if c, ok := b.distColumn(side[0]); ok && c == own {
+				if w := valueOf(side[1]); w != nil && !w.Null && w.Param == v.Param && w.Const == v.Const {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // excludedColumn reports whether n is EXCLUDED.col.
