@@ -1631,12 +1631,24 @@ var (
 // block that has a worker other than the default node, since the
 // statement runs on the default node (a block on it alone, or on none
 // yet, sets it there and again on each worker it takes in).
-func (ss *session) setConstraintsRefused(cls *class) error {
+func (ss *session) setConstraintsRefused(cls *class, text string) error {
 	if !cls.setConstraints && !cls.setConstraintsNamed && !cls.setConstraintsCode || !ss.routes {
 		return nil
 	}
-	if snap := ss.srv.catalog.Load(); snap == nil || len(snap.Tables) == 0 {
+	snap := ss.srv.catalog.Load()
+	if snap == nil || len(snap.Tables) == 0 {
 		return nil
+	}
+	elsewhere := ss.inTxn() && (ss.sc != nil && ss.node != ss.srv.defaultNode.Load() || len(ss.parked) > 0)
+	if cls.setConstraintsNamed && !cls.setConstraints && !cls.setConstraintsCode && !elsewhere {
+		// Constraints the same string made on tables none of pgfleet's,
+		// which only the default node has, where it runs (Django's
+		// AddField of a foreign key).
+		if names, ok := madeHere(text, snap); ok {
+			if ours, err := ss.srv.constraintsOfOurs(names, snap); err == nil && !ours {
+				return nil
+			}
+		}
 	}
 	hint := "Declare the keys DEFERRABLE INITIALLY DEFERRED or INITIALLY IMMEDIATE as transactions need them (ALTER TABLE ... DROP CONSTRAINT, then ADD CONSTRAINT)."
 	switch {
@@ -1650,7 +1662,7 @@ func (ss *session) setConstraintsRefused(cls *class) error {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"SET CONSTRAINTS of named constraints is not supported in a database with distributed or reference tables: their shards' constraints have names of their own").
 			WithHint("Use SET CONSTRAINTS ALL right after BEGIN, or %s", strings.ToLower(hint[:1])+hint[1:])
-	case ss.inTxn() && (ss.sc != nil && ss.node != ss.srv.defaultNode.Load() || len(ss.parked) > 0):
+	case elsewhere:
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"SET CONSTRAINTS ALL is not supported in a transaction block that runs on a worker other than the first: it would reach the first worker only").
 			WithHint("Send it right after BEGIN, or %s", strings.ToLower(hint[:1])+hint[1:])
@@ -1740,7 +1752,7 @@ func (ss *session) simpleQuery(body []byte) error {
 	if handled, err := ss.cursorStatement(text, &cls); handled {
 		return err
 	}
-	if err := ss.setConstraintsRefused(&cls); err != nil {
+	if err := ss.setConstraintsRefused(&cls, text); err != nil {
 		return ss.queryError(err)
 	}
 	if cls.count > 1 && (ss.routes || cls.signal) {
@@ -2740,7 +2752,7 @@ func (ss *session) parse(body []byte) error {
 		ss.parseFailed(name, errShowPools("over the extended query protocol"))
 		return nil
 	}
-	if err := ss.setConstraintsRefused(&st.cls); err != nil {
+	if err := ss.setConstraintsRefused(&st.cls, st.Query); err != nil {
 		ss.parseFailed(name, err)
 		return nil
 	}
