@@ -569,6 +569,9 @@ type ddl struct {
 	// without a name. The shell names them.
 	unnamedIndex bool
 	unnamed      []unnamedConstraint
+	// index: ALTER INDEX ... RENAME's index, by its name on the default
+	// node.
+	index string
 	// guard: CREATE TABLE or ALTER TABLE of a table that is neither
 	// distributed nor a reference table, giving it foreign keys to refs,
 	// which are. It gets the references guard (ReferencesGuardSQL), so it
@@ -1140,7 +1143,19 @@ func analyzeRename(ctx context.Context, home *pgx.Conn, n *pg_query.Node, snap *
 	s := n.GetRenameStmt()
 	switch s.RenameType {
 	case pg_query.ObjectType_OBJECT_INDEX:
-		return nil, refuseIndex(ctx, home, snap, "ALTER INDEX ... RENAME", [][]string{rangeVarNames(s.Relation)})
+		// Each shard's index has the index's name with the shard's
+		// suffix (shardSQL), and gets the new name so (Rails renames
+		// the indexes named after a column it renames).
+		if home == nil {
+			return nil, ErrIndexLookup
+		}
+		t, index, err := indexTable(ctx, home, snap, rangeVarNames(s.Relation))
+		if err != nil || t == nil {
+			return nil, err
+		}
+		d := &ddl{kind: "ALTER INDEX", stmt: n, index: index}
+		d.addTarget(t, "")
+		return d, nil
 	case pg_query.ObjectType_OBJECT_COLUMN, pg_query.ObjectType_OBJECT_TABCONSTRAINT:
 		t := catalogTable(snap, s.Relation)
 		if t == nil {
@@ -1592,8 +1607,11 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64, ref func(*pg_query.RangeVar)
 		c := proto.Clone(s.RenameStmt).(*pg_query.RenameStmt)
 		toShard(c.Relation)
 		c.MissingOk = false
-		if c.RenameType == pg_query.ObjectType_OBJECT_TABCONSTRAINT {
+		switch c.RenameType {
+		case pg_query.ObjectType_OBJECT_TABCONSTRAINT:
 			c.Subname, c.Newname = name(c.Subname), name(c.Newname)
+		case pg_query.ObjectType_OBJECT_INDEX:
+			c.Relation.Relname, c.Newname = name(d.index), name(c.Newname)
 		}
 		out = &pg_query.Node{Node: &pg_query.Node_RenameStmt{RenameStmt: c}}
 	case *pg_query.Node_GrantStmt:
