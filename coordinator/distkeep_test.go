@@ -48,4 +48,25 @@ func TestUpdateKeepsDistValue(t *testing.T) {
 	if got := queryString(t, c, "SELECT count(*)::text || ' ' || sum(n)::text FROM dk_acc"); got != "100 10008" {
 		t.Errorf("rows and sum: %s, want 100 10008", got)
 	}
+
+	// A cast may change the value: '01'::int4::text is '1' (adversary
+	// 155: the row '1' became '01' on the shard of '1', beside another
+	// '01', the primary key broken).
+	simple := pgx.QueryExecModeSimpleProtocol
+	_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS dk_t", simple)
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS dk_t", simple) })
+	exec(t, c, "CREATE TABLE dk_t (k text PRIMARY KEY, v text)", simple)
+	exec(t, c, "SELECT create_distributed_table('dk_t', 'k')", simple)
+	exec(t, c, "INSERT INTO dk_t VALUES ('1', 'one'), ('01', 'zero-one')", simple)
+	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
+		if _, err := c.Exec(ctx, "UPDATE dk_t SET k = '01', v = 'moved' WHERE k = '01'::int4::text", mode); sqlState(err) != "0A000" {
+			t.Errorf("%v: SET k = '01' WHERE k = '01'::int4::text: %v, want 0A000", mode, err)
+		}
+		if _, err := c.Exec(ctx, "UPDATE dk_t SET k = $1::int4, v = 'moved' WHERE k = $1", mode, "01"); sqlState(err) != "0A000" {
+			t.Errorf("%v: SET k = $1::int4 WHERE k = $1: %v, want 0A000", mode, err)
+		}
+	}
+	if got := queryString(t, c, "SELECT string_agg(k || '=' || v, ',' ORDER BY k) FROM dk_t"); got != "01=zero-one,1=one" {
+		t.Errorf("rows: %s, want 01=zero-one,1=one", got)
+	}
 }

@@ -1289,9 +1289,10 @@ func conflictMovesRow(ins *pg_query.InsertStmt, t *metadata.Table) error {
 // keepsDistValue reports whether an UPDATE's assignment r to its table's
 // distribution column leaves every row's value where it is, as Citus
 // allows: the column itself (SET k = k), or the constant or parameter an
-// equality ANDed at the top of the WHERE clause sets the column to (SET
-// k = 34 ... WHERE k = 34 AND ..., as an ORM writes every column of a row
-// it saves). Equal values hash alike, so the row keeps its shard.
+// equality ANDed at the top of the WHERE clause sets the column to, each
+// written without a cast (SET k = 34 ... WHERE k = 34 AND ..., as an ORM
+// writes every column of a row it saves). Equal values hash alike, so the
+// row keeps its shard.
 func (b *builder) keepsDistValue(u *pg_query.UpdateStmt, r *pg_query.ResTarget) bool {
 	if len(r.Indirection) > 0 || r.Val == nil || u.Relation == nil {
 		return false
@@ -1304,7 +1305,18 @@ func (b *builder) keepsDistValue(u *pg_query.UpdateStmt, r *pg_query.ResTarget) 
 	if c, ok := b.distColumn(r.Val); ok {
 		return c == own
 	}
-	v := valueOf(r.Val)
+	// Constants and parameters as written, no cast: a cast may change
+	// the value ('01'::int4::text is '1', adversary 155).
+	bare := func(n *pg_query.Node) *Value {
+		if n.GetTypeCast() != nil {
+			return nil
+		}
+		if e := n.GetAExpr(); e != nil && (e.Rexpr == nil || e.Rexpr.GetTypeCast() != nil) {
+			return nil
+		}
+		return valueOf(n)
+	}
+	v := bare(r.Val)
 	if v == nil || v.Null {
 		return false
 	}
@@ -1316,7 +1328,7 @@ func (b *builder) keepsDistValue(u *pg_query.UpdateStmt, r *pg_query.ResTarget) 
 		}
 		for _, side := range [][2]*pg_query.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
 			if c, ok := b.distColumn(side[0]); ok && c == own {
-				if w := valueOf(side[1]); w != nil && !w.Null && w.Param == v.Param && w.Const == v.Const {
+				if w := bare(side[1]); w != nil && !w.Null && w.Param == v.Param && w.Const == v.Const {
 					return true
 				}
 			}
