@@ -1307,16 +1307,26 @@ func (b *builder) keepsDistValue(u *pg_query.UpdateStmt, r *pg_query.ResTarget) 
 	}
 	// Constants and parameters as written, no cast: a cast may change
 	// the value ('01'::int4::text is '1', adversary 155).
-	bare := func(n *pg_query.Node) *Value {
+	// The same kind of literal too: SET k = 1e2 WHERE k = '1e2' stores
+	// '100' in a text column.
+	bare := func(n *pg_query.Node) (*Value, string) {
 		if n.GetTypeCast() != nil {
-			return nil
+			return nil, ""
 		}
-		if e := n.GetAExpr(); e != nil && (e.Rexpr == nil || e.Rexpr.GetTypeCast() != nil) {
-			return nil
+		lit := n
+		if e := n.GetAExpr(); e != nil {
+			if e.Rexpr == nil || e.Rexpr.GetTypeCast() != nil {
+				return nil, ""
+			}
+			lit = e.Rexpr
 		}
-		return valueOf(n)
+		kind := "param"
+		if c := lit.GetAConst(); c != nil {
+			kind = fmt.Sprintf("%T", c.Val)
+		}
+		return valueOf(n), kind
 	}
-	v := bare(r.Val)
+	v, vk := bare(r.Val)
 	if v == nil || v.Null {
 		return false
 	}
@@ -1328,7 +1338,7 @@ func (b *builder) keepsDistValue(u *pg_query.UpdateStmt, r *pg_query.ResTarget) 
 		}
 		for _, side := range [][2]*pg_query.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
 			if c, ok := b.distColumn(side[0]); ok && c == own {
-				if w := bare(side[1]); w != nil && !w.Null && w.Param == v.Param && w.Const == v.Const {
+				if w, wk := bare(side[1]); w != nil && !w.Null && wk == vk && w.Param == v.Param && w.Const == v.Const {
 					return true
 				}
 			}
