@@ -176,6 +176,11 @@ func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, t
 		if err != nil {
 			return target.differ("the default of column " + c.name)
 		}
+		if dm != nil && target.shards {
+			// (Each row's default computed once, on its shard, as
+			// PostgreSQL computes it once per row: gen_random_uuid().)
+			dm.DropPerRow()
+		}
 		if dm == nil {
 			continue
 		}

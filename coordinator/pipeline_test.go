@@ -376,8 +376,26 @@ func TestPipelineAcrossWorkersEdges(t *testing.T) {
 		t.Errorf("a SET in a pipeline: the session afterwards: statement_timeout %s", got)
 	}
 	exec(t, c, "RESET statement_timeout")
+	// Rows on both workers, a SET, then rows on both again: the SET holds
+	// on the worker the pipeline comes back to (it was refused, the
+	// pipeline rolled back).
+	exec(t, setup, "TRUNCATE pe_d")
+	stmts := append(append(many(1, 8), "SET statement_timeout = 1234"), many(9, 16)...)
+	for k := 1; k <= 8; k++ {
+		stmts = append(stmts, fmt.Sprintf("SELECT current_setting('statement_timeout') FROM pe_d WHERE k = %d", k))
+	}
+	res = batchRun(c, stmts)
+	if j := strings.Join(res, " "); strings.Contains(j, "error") || strings.Count(j, "[1234ms];") != 8 {
+		t.Errorf("rows on both workers, a SET, rows on both again: %q, want all done and 1234ms on both workers", res)
+	}
+	if got := rows(); got != "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16" {
+		t.Errorf("rows on both workers, a SET, rows on both again: rows kept %s, want 1 to 16", got)
+	}
+	if got := queryString(t, c, "SHOW statement_timeout"); got != "1234ms" {
+		t.Errorf("a SET in a pipeline over both workers: the session afterwards: statement_timeout %s", got)
+	}
+	exec(t, c, "RESET statement_timeout")
 	for _, stmts := range [][]string{
-		append(append(many(1, 8), "SET statement_timeout = 1234"), many(9, 16)...),
 		{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "UPDATE pe_d SET v = now()::text RETURNING k"},
 		{"INSERT INTO pe_d (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')", "SAVEPOINT a"},
 	} {

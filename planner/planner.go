@@ -2015,6 +2015,17 @@ func (b *builder) shardLocal(stmt *pg_query.Node, what string, t *metadata.Table
 // anyway: every shard computing its own is what PostgreSQL does.
 var perRowFuncs = map[string]bool{"random": true, "random_normal": true, "gen_random_uuid": true, "clock_timestamp": true, "timeofday": true}
 
+// DropPerRow takes out of m the calls of functions PostgreSQL evaluates
+// for each row anyway (perRowFuncs), from Calls too, which the
+// coordinator checks.
+func (m *Mutability) DropPerRow() {
+	m.Funcs = slices.DeleteFunc(m.Funcs, func(f string) bool { return perRowFuncs[f] })
+	m.Calls = slices.DeleteFunc(m.Calls, func(c string) bool {
+		name, _, _ := strings.Cut(c, "/")
+		return perRowFuncs[name]
+	})
+}
+
 // perRowMutability is what the coordinator checks in a write run on every
 // shard (as for a reference table's copies: the functions and defaults it
 // calls must be IMMUTABLE, the worker's catalog says), less the functions
@@ -2024,7 +2035,7 @@ func perRowMutability(stmt *pg_query.Node, table string) *Mutability {
 	if m == nil {
 		return nil
 	}
-	m.Funcs = slices.DeleteFunc(m.Funcs, func(f string) bool { return perRowFuncs[f] })
+	m.DropPerRow()
 	if m.Defaults {
 		m.Table = table
 	}
