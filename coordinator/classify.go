@@ -244,7 +244,7 @@ func classify(sql string) class {
 				c.pin = lx.sawSessionFunc
 			}
 			if lx.sawTemp && c.pin == "" {
-				c.pin = "temporary object"
+				c.pin = pinTemp
 			}
 			if lx.sawSQLText || oneOf(lx.words[0], "DO") {
 				// Its strings are code: DO $$ ... setseed(0.5) ... $$,
@@ -840,7 +840,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			i++
 		}
 		if at(i) == "TEMP" || at(i) == "TEMPORARY" || tempSchema(w) {
-			setPin("temporary object")
+			setPin(pinTemp)
 			c.temp = true
 		}
 	case "ALTER", "DROP", "COMMENT":

@@ -67,6 +67,11 @@ type session struct {
 	// advisoryRan: an advisory lock function ran since the last look
 	// (unpinIfUnlocked).
 	pinClean, advisoryRan bool
+	// tempClean: pinned by temporary objects alone (pinTemp), with nothing
+	// run since that may change state the session does not follow;
+	// tempDropRan: a statement that may have dropped them ran since the
+	// last look (unpinIfNoTemp).
+	tempClean, tempDropRan bool
 	// lock: the connection that holds the session advisory locks of a
 	// session they alone pinned, set aside while its other statements run
 	// as an unpinned session's do (advisorylock.go); sc nil when none.
@@ -1408,6 +1413,9 @@ func (ss *session) releaseIfIdle() {
 	if ss.advisoryRan && ss.sc != nil && ss.pinned != "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
 		ss.unpinIfUnlocked()
 	}
+	if ss.tempDropRan && ss.sc != nil && ss.pinned != "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
+		ss.unpinIfNoTemp()
+	}
 	if ss.sc != nil && ss.pinned == "" && ss.sc.TxStatus == 'I' && ss.qhead == len(ss.queue) && !ss.needSync {
 		unverified := ss.txUserCode && !ss.verifyState
 		if ss.verifyState && !ss.verifyRelease() {
@@ -1424,7 +1432,7 @@ func (ss *session) releaseIfIdle() {
 }
 
 func (ss *session) pin(reason string) {
-	if reason == "temporary object" {
+	if reason == pinTemp {
 		ss.tempObjects = true
 	}
 	if pinChangesSettings(reason) {
@@ -1434,16 +1442,51 @@ func (ss *session) pin(reason string) {
 	if ss.pinned == "" {
 		ss.pinned = reason
 		ss.pinClean = reason == pinAdvisory && !ss.settingsUnknown && !ss.tempObjects
+		ss.tempClean = reason == pinTemp && !ss.settingsUnknown
 		ss.srv.metrics.pinned.WithLabelValues(reason).Inc()
-	} else if reason != pinAdvisory {
+		return
+	}
+	if reason != pinAdvisory {
 		ss.pinClean = false
 	}
+	if reason != pinTemp {
+		ss.tempClean = false
+	}
+}
+
+// pinTemp is the pin of a session that made temporary objects.
+const pinTemp = "temporary object"
+
+// tempCountSQL counts the objects in the connection's temporary schema.
+const tempCountSQL = "SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
+
+// unpinIfNoTemp gives a session pinned by temporary objects alone its
+// freedom back once its connection has none left (after DROP, DISCARD
+// TEMP or ALL, or the end of a transaction that made them ON COMMIT DROP
+// or rolled them back; outside a transaction, one round trip, after such
+// statements only): its connection goes back to the pool, and its
+// statements reach every worker again (a Django connection kept open
+// that once used a temporary table refused every multi-shard statement
+// until it reconnected; adversary 152).
+func (ss *session) unpinIfNoTemp() {
+	ss.tempDropRan = false
+	if !ss.tempClean || ss.pinned != pinTemp {
+		return
+	}
+	rows, err := ss.sc.Query(tempCountSQL, time.Now().Add(ss.pool.Config().ResetTimeout))
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] != "0" || ss.sc.TxStatus != 'I' {
+		return
+	}
+	ss.pinned, ss.tempClean, ss.tempObjects = "", false, false
 }
 
 // pinState is what pin changes.
 type pinState struct {
-	pinned                   string
-	unknown, clean, tempObjs bool
+	pinned                              string
+	unknown, clean, tempObjs, tempClean bool
 }
 
 // pinMark is the pin state before a statement pins the session, for
@@ -1452,7 +1495,7 @@ func (ss *session) pinMark() *pinState {
 	if ss.pinned != "" {
 		return nil
 	}
-	return &pinState{pinned: ss.pinned, unknown: ss.settingsUnknown, clean: ss.pinClean, tempObjs: ss.tempObjects}
+	return &pinState{pinned: ss.pinned, unknown: ss.settingsUnknown, clean: ss.pinClean, tempObjs: ss.tempObjects, tempClean: ss.tempClean}
 }
 
 // unpinRefused undoes the pin of a statement refused before it reached a
@@ -1461,7 +1504,7 @@ func (ss *session) pinMark() *pinState {
 // 151: such a refusal in a block left the session pinned for good).
 func (ss *session) unpinRefused() {
 	if u := ss.pinUndo; u != nil {
-		ss.pinned, ss.settingsUnknown, ss.pinClean, ss.tempObjects = u.pinned, u.unknown, u.clean, u.tempObjs
+		ss.pinned, ss.settingsUnknown, ss.pinClean, ss.tempObjects, ss.tempClean = u.pinned, u.unknown, u.clean, u.tempObjs, u.tempClean
 	}
 	ss.pinUndo = nil
 }
@@ -1476,7 +1519,7 @@ func (ss *session) pinSpanning(reason string) error {
 		return nil
 	}
 	switch reason {
-	case "temporary object", "set_config()", "search_path naming pg_temp":
+	case pinTemp, "set_config()", "search_path naming pg_temp":
 		// Nothing of them reaches another client: a temporary object
 		// fails the block's two-phase COMMIT (PostgreSQL refuses to
 		// PREPARE it) and goes with its ROLLBACK; settings are reset on
@@ -1529,9 +1572,26 @@ func (ss *session) notePinnedRun(cls *class, text string, st *Statement) {
 	if cls.advisory {
 		ss.advisoryRan = true
 	}
-	if ss.pinClean && (cls.pin != "" && !advisoryOnly(cls, text) || cls.verify || !cls.quiet && ss.viewVerify(text, cls.maint, st)) {
+	if !ss.pinClean && !ss.tempClean {
+		return
+	}
+	userCode := cls.verify || !cls.quiet && ss.viewVerify(text, cls.maint, st)
+	if ss.pinClean && (cls.pin != "" && !advisoryOnly(cls, text) || userCode) {
 		ss.pinClean = false
 	}
+	// (Classify keeps a statement's first pin only: several statements
+	// with one may pin otherwise too.)
+	if ss.tempClean && (cls.pin != "" && (cls.pin != pinTemp || cls.count > 1) || userCode) {
+		ss.tempClean = false
+	}
+	if ss.tempClean && (cls.ddl || cls.txn != "" || len(cls.ops) > 0 || cls.count > 1 || mayDiscard(text)) {
+		ss.tempDropRan = true
+	}
+}
+
+// mayDiscard reports whether text has the word DISCARD.
+func mayDiscard(text string) bool {
+	return planner.ContainsFold(text, "discard")
 }
 
 // advisoryOnly reports whether text (of class cls), which pins for a
