@@ -1953,11 +1953,13 @@ func (ss *session) simpleQuery(body []byte) error {
 	ss.txUserCode = ss.txUserCode || cls.verify
 	if cls.hidden {
 		if err := ss.refuseHidden(text); err != nil {
+			ss.unpinRefused() // (nothing ran: adversary 154, a refused CREATE FUNCTION pg_temp.f left a block that no ROLLBACK ended)
 			return ss.queryError(err)
 		}
 	}
 	if cls.twoPhase {
 		if err := refuseOwnGID(text, ss.scsOff || cls.count > 1); err != nil {
+			ss.unpinRefused()
 			return ss.queryError(err)
 		}
 	}

@@ -69,3 +69,37 @@ func TestTempObjectsGoneUnpins(t *testing.T) {
 		c.Close(ctx)
 	}
 }
+
+// TestRefusedTempObjectInBlock: a temporary function or view over a
+// distributed table, refused in a transaction block (0A000), pins nothing:
+// the block's ROLLBACK ends it and multi-shard reads run after (adversary
+// 154: ROLLBACK and every statement after got 25P02 until reconnect, and a
+// temporary table made in a block rolled back kept the session pinned).
+func TestRefusedTempObjectInBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	setup := connect(t, srv.Addr())
+	spanningTable(t, setup, "rt_acc")
+	for _, extended := range []bool{false, true} {
+		for _, s := range []string{
+			"CREATE FUNCTION pg_temp.rt_f() RETURNS bigint AS $$ SELECT count(*) FROM rt_acc $$ LANGUAGE sql",
+			"CREATE TEMP VIEW rt_v AS SELECT * FROM rt_acc",
+			"CREATE TEMP TABLE rt_t (v int)",
+		} {
+			c := connect(t, srv.Addr())
+			r := txnRunner{t: t, c: c, extended: extended}
+			r.must("BEGIN")
+			if _, err := r.run(s); err != nil && sqlState(err) != "0A000" {
+				t.Errorf("%s: %s: %v, want it run or 0A000", r.name(), s, err)
+			}
+			if _, err := r.run("ROLLBACK"); err != nil {
+				t.Errorf("%s: %s: ROLLBACK: %v", r.name(), s, err)
+			}
+			if got := queryString(t, c, "SELECT count(*)::text FROM rt_acc"); got != "100" {
+				t.Errorf("%s: %s: a multi-shard read after the block: %s, want 100", r.name(), s, got)
+			}
+			c.Close(ctx)
+		}
+	}
+}
