@@ -605,6 +605,12 @@ func (ss *session) routeBind(st *Statement, name, params []byte) (*Statement, in
 	case *planner.MultiShardWrite:
 		return nil, 0, params, onShardWrites, nil
 	case *planner.InsertSplit:
+		if sp.seq != nil {
+			// The drawn values first: the rows' shards may be theirs.
+			if params, err = ss.bindSequences(sp.seq, name, params); err != nil {
+				return nil, 0, params, onNode, err
+			}
+		}
 		return ss.insertSplitBind(sp, st, params)
 	case *planner.Route:
 		r = x
@@ -711,7 +717,7 @@ func (ss *session) routeDescribe(st *Statement) (_ *Statement, node int32, hide 
 	}
 	if p.Kind() == planner.KindInsertSplit {
 		x, err := s.insertShardStmt(sp, idx, st)
-		return x, node, 0, onNode, err
+		return x, node, hide, onNode, err
 	}
 	if idx >= len(p.ShardSQL()) || p.Kind() != planner.KindRouter && p.Kind() != planner.KindMultiShardWrite && idx != 0 {
 		// One statement for every copy: the first shard's, where it is.

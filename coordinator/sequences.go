@@ -196,7 +196,7 @@ func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeede
 	if err != nil {
 		return nil, err
 	}
-	if p.Kind() != planner.KindRouter && p.Kind() != planner.KindReferenceWrite {
+	if p.Kind() != planner.KindRouter && p.Kind() != planner.KindReferenceWrite && p.Kind() != planner.KindInsertSplit {
 		return nil, pgerr.New(pgerr.FeatureNotSupported,
 			"this INSERT into %s leaving a column to its sequence needs the simple query protocol", sn.Table).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode; or give the column its value.")
@@ -205,7 +205,11 @@ func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeede
 	for _, n := range sn.Need {
 		sb.count += len(n.Rows)
 	}
-	sp := &stmtPlan{version: snap.Version, plan: p, shards: make([]shardSlot, len(p.ShardSQL())), seq: sb}
+	n := len(p.ShardSQL())
+	if p.Kind() == planner.KindInsertSplit {
+		n = len(snap.Shards[p.DistTable()]) // made as Binds need them (insertShardStmt)
+	}
+	sp := &stmtPlan{version: snap.Version, plan: p, shards: make([]shardSlot, n), seq: sb}
 	if cache {
 		st.plan.Store(sp)
 	}
