@@ -2025,6 +2025,10 @@ func (ss *session) simpleQuery(body []byte) error {
 		if errors.As(err, &qf) {
 			return ss.subqueriesFirst(ptext, qf)
 		}
+		var vf *planner.SetvalFirst
+		if errors.As(err, &vf) {
+			return ss.setvalFirst(vf)
+		}
 		var tr *planner.TimeRead
 		if errors.As(err, &tr) {
 			return ss.runFrozen(nil, text, tr.Err)

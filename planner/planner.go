@@ -299,7 +299,7 @@ func build(sql string, cat *metadata.Snapshot) (*Plan, error) {
 	if err := refuseShardNames(tree.Stmts[0].Stmt, cat); err != nil {
 		return nil, err
 	}
-	if err := refuseSeqCalls(tree.Stmts[0].Stmt); err != nil {
+	if err := refuseSeqCalls(tree.Version, tree.Stmts[0].Stmt); err != nil {
 		return nil, err
 	}
 	b := &builder{cat: cat, tree: tree, ctes: cteNames(tree.Stmts[0].Stmt)}

@@ -149,7 +149,7 @@ func namedSeqNeeds(ins *pg_query.InsertStmt, t *metadata.Table) ([]SeqNeed, erro
 // refuseSeqCalls refuses a sequence function in a statement on distributed
 // or reference tables (see seqFuncs), but the nextval('name') calls
 // namedSeqNeeds takes.
-func refuseSeqCalls(stmt *pg_query.Node) error {
+func refuseSeqCalls(version int32, stmt *pg_query.Node) error {
 	switch {
 	case stmt.GetSelectStmt() != nil, stmt.GetInsertStmt() != nil, stmt.GetUpdateStmt() != nil, stmt.GetDeleteStmt() != nil:
 	default:
@@ -176,8 +176,14 @@ func refuseSeqCalls(stmt *pg_query.Node) error {
 	if bad == "" {
 		return nil
 	}
-	return unsupported("%s() in a statement on distributed or reference tables is not supported", bad).
+	why := unsupported("%s() in a statement on distributed or reference tables is not supported", bad).
 		WithHint("Draw the value in a statement of its own (SELECT %s(...)) and pass it as a constant or parameter; a sequence column left to its default, or nextval('name') as a value of INSERT ... VALUES, is drawn by pgfleet.", bad)
+	if bad == "setval" {
+		if sf := setvalFirst(version, stmt, why); sf != nil {
+			return sf
+		}
+	}
+	return why
 }
 
 // columnSeqCheck is seqCheck for t's sequence columns.
