@@ -117,6 +117,16 @@ func (ss *session) sameOnEveryCopy(ctx context.Context, p *planner.Plan, lits []
 	return nil
 }
 
+// settingsOnly are built-in functions PostgreSQL marks STABLE only because
+// their value depends on the session's settings (TimeZone, DateStyle, the
+// locale: date_trunc and date_part of a timestamptz, to_char, concat of a
+// date), never on the clock or a table: the same on every copy and shard,
+// whose connections have the session's settings (Django's TruncMonth and
+// Concat in a multi-shard update were refused; adversary 152). Not
+// timezone(text, timetz) or age(x) of one argument, which read today's
+// date.
+var settingsOnly = []string{"date_trunc", "date_part", "extract", "to_char", "concat", "concat_ws", "format", "make_timestamptz", "to_timestamp"}
+
 // procsCalled is pg_proc p joined to the calls (planner.Mutability.Calls,
 // name/argument count) of the text[] expression calls: every overload of
 // the name that takes that many arguments, counting defaults and VARIADIC.
@@ -133,16 +143,18 @@ func procsCalled(calls string) string {
 // which one the worker picks is its business; length(text) is immutable
 // beside a stable length(bytea, name)). Operators that are only STABLE
 // (timestamptz arithmetic, say) give every copy the same value under the
-// session's settings, which every copy has.
+// session's settings, which every copy has; so do the built-in STABLE
+// functions of settingsOnly.
 func (s *Server) immutableCalls(ctx context.Context, table writeTarget, m *planner.Mutability) error {
 	if len(m.Funcs) == 0 && len(m.Ops) == 0 {
 		return nil
 	}
 	var fn, op *string
 	err := s.metaPool.QueryRow(ctx, `SELECT
-		(SELECT min(p.proname) FROM `+procsCalled("$1::text[]")+` WHERE p.provolatile <> 'i'),
+		(SELECT min(p.proname) FROM `+procsCalled("$1::text[]")+` WHERE p.provolatile <> 'i'
+			AND NOT (p.provolatile = 's' AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace AND p.proname = ANY($3::text[]))),
 		(SELECT min(o.oprname) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
-			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Calls, m.Ops).Scan(&fn, &op)
+			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Calls, m.Ops, settingsOnly).Scan(&fn, &op)
 	if err != nil {
 		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", table.table, err)
 	}
