@@ -813,7 +813,7 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			c.ops = append(c.ops, paramOp{kind: opDeallocate, name: identName(stmt, at(i))})
 		}
 	case "LISTEN":
-		setPin("LISTEN")
+		setPin(pinListen)
 		c.listen = true
 	case "PREPARE":
 		if at(1) != "TRANSACTION" { // (PREPARE TRANSACTION ends the block)

@@ -67,10 +67,10 @@ type session struct {
 	// advisoryRan: an advisory lock function ran since the last look
 	// (unpinIfUnlocked).
 	pinClean, advisoryRan bool
-	// tempClean: pinned by temporary objects alone (pinTemp), with nothing
-	// run since that may change state the session does not follow;
-	// tempDropRan: a statement that may have dropped them ran since the
-	// last look (unpinIfNoTemp).
+	// tempClean: pinned by temporary objects or LISTEN alone (followable),
+	// with nothing run since that may change state the session does not
+	// follow; tempDropRan: a statement that may have dropped them (or
+	// unlistened) ran since the last look (unpinIfNoTemp).
 	tempClean, tempDropRan bool
 	// lock: the connection that holds the session advisory locks of a
 	// session they alone pinned, set aside while its other statements run
@@ -1442,17 +1442,24 @@ func (ss *session) pin(reason string) {
 	if ss.pinned == "" {
 		ss.pinned = reason
 		ss.pinClean = reason == pinAdvisory && !ss.settingsUnknown && !ss.tempObjects
-		ss.tempClean = reason == pinTemp && !ss.settingsUnknown
+		ss.tempClean = followable(reason) && !ss.settingsUnknown
 		ss.srv.metrics.pinned.WithLabelValues(reason).Inc()
 		return
 	}
 	if reason != pinAdvisory {
 		ss.pinClean = false
 	}
-	if reason != pinTemp {
+	if !followable(reason) {
 		ss.tempClean = false
 	}
 }
+
+// followable reports whether a pin's state can be counted on the
+// connection (unpinIfNoTemp): temporary objects, LISTEN.
+func followable(reason string) bool { return reason == pinTemp || reason == pinListen }
+
+// pinListen is the pin of a session that ran LISTEN.
+const pinListen = "LISTEN"
 
 // pinTemp is the pin of a session that made temporary objects.
 const pinTemp = "temporary object"
@@ -1461,19 +1468,21 @@ const pinTemp = "temporary object"
 const tempCountSQL = "SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
 	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
 	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())"
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_listening_channels())"
 
-// unpinIfNoTemp gives a session pinned by temporary objects alone its
-// freedom back once its connection has none left (after DROP, DISCARD
-// TEMP or ALL, or the end of a transaction that made them ON COMMIT DROP
-// or rolled them back; outside a transaction, one round trip, after such
-// statements only): its connection goes back to the pool, and its
-// statements reach every worker again (a Django connection kept open
-// that once used a temporary table refused every multi-shard statement
-// until it reconnected; adversary 152).
+// unpinIfNoTemp gives a session pinned by temporary objects or LISTEN
+// alone its freedom back once its connection has none of them left (after
+// DROP, DISCARD TEMP or ALL, UNLISTEN, or the end of a transaction that
+// made them ON COMMIT DROP or rolled them back; outside a transaction, one
+// round trip, after such statements only): its connection goes back to
+// the pool, and its statements reach every worker again (a Django
+// connection kept open that once used a temporary table refused every
+// multi-shard statement until it reconnected, adversary 152; a
+// node-postgres client after UNLISTEN *, adversary 154).
 func (ss *session) unpinIfNoTemp() {
 	ss.tempDropRan = false
-	if !ss.tempClean || ss.pinned != pinTemp {
+	if !ss.tempClean || !followable(ss.pinned) {
 		return
 	}
 	rows, err := ss.sc.Query(tempCountSQL, time.Now().Add(ss.pool.Config().ResetTimeout))
@@ -1581,7 +1590,7 @@ func (ss *session) notePinnedRun(cls *class, text string, st *Statement) {
 	}
 	// (Classify keeps a statement's first pin only: several statements
 	// with one may pin otherwise too.)
-	if ss.tempClean && (cls.pin != "" && (cls.pin != pinTemp || cls.count > 1) || userCode) {
+	if ss.tempClean && (cls.pin != "" && (!followable(cls.pin) || cls.count > 1) || userCode) {
 		ss.tempClean = false
 	}
 	if ss.tempClean && (cls.ddl || cls.txn != "" || len(cls.ops) > 0 || cls.count > 1 || mayDiscard(text)) {
@@ -1589,9 +1598,9 @@ func (ss *session) notePinnedRun(cls *class, text string, st *Statement) {
 	}
 }
 
-// mayDiscard reports whether text has the word DISCARD.
+// mayDiscard reports whether text has the word DISCARD or UNLISTEN.
 func mayDiscard(text string) bool {
-	return planner.ContainsFold(text, "discard")
+	return planner.ContainsFold(text, "discard") || planner.ContainsFold(text, "unlisten")
 }
 
 // advisoryOnly reports whether text (of class cls), which pins for a

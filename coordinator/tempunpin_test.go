@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -101,5 +102,44 @@ func TestRefusedTempObjectInBlock(t *testing.T) {
 			}
 			c.Close(ctx)
 		}
+	}
+}
+
+// TestUnlistenUnpins: a session pinned by LISTEN (and temporary objects)
+// alone is unpinned once its connection listens to no channel and holds
+// no temporary object: multi-shard reads run again, as on PostgreSQL
+// (adversary 154: after UNLISTEN * they were refused until reconnect).
+func TestUnlistenUnpins(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	setup := connect(t, srv.Addr())
+	spanningTable(t, setup, "ul_acc")
+	count := "SELECT count(*) FROM ul_acc"
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		c := connect(t, srv.Addr())
+		exec(t, c, "LISTEN ul_a", mode)
+		exec(t, c, "LISTEN ul_b", mode)
+		exec(t, c, "CREATE TEMP TABLE ul_t (v int)", mode)
+		for _, s := range []string{"UNLISTEN ul_a", "DROP TABLE ul_t"} {
+			exec(t, c, s, mode)
+			if _, err := c.Exec(ctx, count, mode); sqlState(err) != "0A000" {
+				t.Errorf("%v: after %s, still listening to ul_b: %v, want 0A000", mode, s, err)
+			}
+		}
+		// Still pinned: a notification reaches it.
+		exec(t, setup, "NOTIFY ul_b, 'hi'")
+		exec(t, c, "SELECT 1", mode)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := c.WaitForNotification(wctx)
+		cancel()
+		if err != nil || n.Channel != "ul_b" || n.Payload != "hi" {
+			t.Errorf("%v: notification: %+v, %v", mode, n, err)
+		}
+		exec(t, c, "UNLISTEN *", mode)
+		if got := queryString(t, c, count, mode); got != "100" {
+			t.Errorf("%v: after UNLISTEN *: %s, want 100", mode, got)
+		}
+		c.Close(ctx)
 	}
 }
