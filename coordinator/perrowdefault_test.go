@@ -57,4 +57,22 @@ func TestPerRowDefaultMultiShard(t *testing.T) {
 	if _, err := c.Exec(ctx, "INSERT INTO prd_r (id) VALUES (1)", simple); sqlState(err) != "0A000" {
 		t.Errorf("a reference-table write taking a gen_random_uuid() default: %v, want 0A000", err)
 	}
+	// A function of the user's by the same name is not the built-in
+	// (adversary 156: a volatile one ran once per worker).
+	for _, s := range []string{
+		"DROP SCHEMA IF EXISTS prd_evil CASCADE",
+		"CREATE SCHEMA prd_evil",
+		"CREATE FUNCTION prd_evil.gen_random_uuid() RETURNS uuid VOLATILE LANGUAGE sql AS $$ SELECT md5(txid_current()::text)::uuid $$",
+		"ALTER TABLE prd_d ADD COLUMN tok2 uuid",
+		"ALTER TABLE prd_d ALTER COLUMN tok2 SET DEFAULT prd_evil.gen_random_uuid()",
+	} {
+		exec(t, c, s, simple)
+	}
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS prd_evil CASCADE", simple) })
+	if _, err := c.Exec(ctx, "INSERT INTO prd_d (id, note) VALUES (1001, 'x'), (1002, 'y'), (1003, 'z'), (1004, 'w')", simple); sqlState(err) != "0A000" {
+		t.Errorf("a multi-shard INSERT taking the default prd_evil.gen_random_uuid(): %v, want 0A000", err)
+	}
+	if _, err := c.Exec(ctx, "UPDATE prd_d SET tok = prd_evil.gen_random_uuid() WHERE id > 0", simple); sqlState(err) != "0A000" {
+		t.Errorf("a multi-shard UPDATE calling prd_evil.gen_random_uuid(): %v, want 0A000", err)
+	}
 }

@@ -300,6 +300,12 @@ func (ss *session) ownConn() (sc *pooling.ServerConn, onDefault bool) {
 		return ss.sc, true
 	}
 	if i := ss.parkedOn(def); i >= 0 {
+		// It has the SETs of search_path the block made since it was
+		// parked first (on the current worker only until then: a name
+		// resolved by the old path read another schema's table).
+		if ss.catchUp(i) != nil {
+			return nil, false
+		}
 		return ss.parked[i].sc, true
 	}
 	return ss.sc, false

@@ -1464,12 +1464,25 @@ const pinListen = "LISTEN"
 // pinTemp is the pin of a session that made temporary objects.
 const pinTemp = "temporary object"
 
-// tempCountSQL counts the objects in the connection's temporary schema.
-const tempCountSQL = "SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())" +
-	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM pg_catalog.pg_listening_channels())"
+// tempCountSQL counts the objects in the connection's temporary schema
+// (every catalog with a namespace: an operator family or conversion made
+// in pg_temp is not a relation; adversary 156) and its listened channels.
+const tempCountSQL = "SELECT pg_catalog.count(*) FROM (" +
+	"SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_opfamily WHERE opfnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_opclass WHERE opcnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_conversion WHERE connamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_statistic_ext WHERE stxnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_collation WHERE collnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_constraint WHERE connamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_ts_config WHERE cfgnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_ts_dict WHERE dictnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_ts_parser WHERE prsnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_ts_template WHERE tmplnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()" +
+	" UNION ALL SELECT 1 FROM pg_catalog.pg_listening_channels()) o"
 
 // unpinIfNoTemp gives a session pinned by temporary objects or LISTEN
 // alone its freedom back once its connection has none of them left (after

@@ -53,6 +53,26 @@ func TestTempObjectsGoneUnpins(t *testing.T) {
 			}
 			c.Close(ctx)
 		}
+		// Temporary objects that are not relations keep it pinned
+		// (adversary 156: an operator family in pg_temp unpinned it, and
+		// the next client of the connection saw it); gone, it is not.
+		for _, obj := range [][2]string{
+			{"CREATE OPERATOR FAMILY pg_temp.tu_fam USING btree", "DROP OPERATOR FAMILY pg_temp.tu_fam USING btree"},
+			{"CREATE CONVERSION pg_temp.tu_conv FOR 'LATIN1' TO 'UTF8' FROM iso8859_1_to_utf8", "DROP CONVERSION pg_temp.tu_conv"},
+		} {
+			c := connect(t, srv.Addr())
+			exec(t, c, obj[0], mode)
+			exec(t, c, "CREATE TEMP TABLE tu_x (v int)", mode)
+			exec(t, c, "DROP TABLE tu_x", mode)
+			if _, err := c.Exec(ctx, count, mode); sqlState(err) != "0A000" {
+				t.Errorf("%v: %s left: %v, want 0A000", mode, obj[0], err)
+			}
+			exec(t, c, obj[1], mode)
+			if got := queryString(t, c, count, mode); got != "100" {
+				t.Errorf("%v: after %s: %s, want 100", mode, obj[1], got)
+			}
+			c.Close(ctx)
+		}
 		// Two made, one dropped: still pinned. User code ran: still
 		// pinned after the drop.
 		c := connect(t, srv.Addr())

@@ -147,23 +147,21 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 				"this transaction's part on worker %s was rolled back when it failed", to).
 				WithHint("Roll the transaction back and run it again.")
 		}
-		if p.logN < len(ss.txLog) {
-			// SETs made since it was parked (SET LOCAL statement_timeout
-			// after the block took in a second worker): run there first,
-			// so that the statement sees them as on the other workers.
-			if err := p.sc.Exec(ss.logReplay(p.logN, len(ss.txLog)), time.Now().Add(p.pool.Config().ResetTimeout), nil); err != nil {
-				var pe *pgconn.PgError
-				if !errors.As(err, &pe) || pe.Severity == "FATAL" {
-					p.sc.MarkBroken()
-					return ss.lostServer(err)
-				}
-				// (As PostgreSQL would have refused the SET: the block
-				// fails, on the worker that refused it.)
-				ss.parked[i] = cur
-				ss.setCurrent(p)
-				ss.txFailed = true
-				return err
+		// SETs made since it was parked (SET LOCAL statement_timeout after
+		// the block took in a second worker): run there first, so that
+		// the statement sees them as on the other workers.
+		if err := ss.catchUp(i); err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Severity == "FATAL" {
+				p.sc.MarkBroken()
+				return ss.lostServer(err)
 			}
+			// (As PostgreSQL would have refused the SET: the block fails,
+			// on the worker that refused it.)
+			ss.parked[i] = cur
+			ss.setCurrent(p)
+			ss.txFailed = true
+			return err
 		}
 		ss.parked[i] = cur
 		ss.setCurrent(p)
@@ -230,6 +228,20 @@ func (ss *session) joinWorker(ctx context.Context, node int32) error {
 	}
 	ss.parked = append(ss.parked, cur)
 	ss.setCurrent(txConn{node: node, pool: pool, sc: sc})
+	return nil
+}
+
+// catchUp runs on parked connection i the transaction's SETs it has not
+// run (txLog after its logN): one round trip, none when it has them all.
+func (ss *session) catchUp(i int) error {
+	p := &ss.parked[i]
+	if p.logN >= len(ss.txLog) {
+		return nil
+	}
+	if err := p.sc.Exec(ss.logReplay(p.logN, len(ss.txLog)), time.Now().Add(p.pool.Config().ResetTimeout), nil); err != nil {
+		return err
+	}
+	p.logN = len(ss.txLog)
 	return nil
 }
 

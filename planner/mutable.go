@@ -23,6 +23,9 @@ type Mutability struct {
 	// Calls are the function calls as name/argument count ("length/1"),
 	// so that only the overloads a call could pick are checked.
 	Calls []string `json:"calls,omitempty"`
+	// Qualified are the names called with a schema other than pg_catalog
+	// (evil.gen_random_uuid()): never the built-in's, whatever the name.
+	Qualified []string `json:"qualified,omitempty"`
 	// Fixed is a construct that is never immutable (CURRENT_TIMESTAMP, a
 	// date/time literal such as 'now'), "" when none.
 	Fixed string `json:"fixed,omitempty"`
@@ -64,7 +67,7 @@ func TimeWord(s string) bool {
 // defaults.
 func mutability(n *pg_query.Node) *Mutability {
 	m := &Mutability{}
-	funcs, ops, calls := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	funcs, ops, calls, qualified := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	Walk(n, func(msg proto.Message) {
 		switch x := msg.(type) {
 		case *pg_query.FuncCall:
@@ -72,6 +75,9 @@ func mutability(n *pg_query.Node) *Mutability {
 				name := x.Funcname[l-1].GetString_().GetSval()
 				funcs[name] = true
 				calls[name+"/"+strconv.Itoa(len(x.Args))] = true
+				if _, builtin := funcName(x); !builtin {
+					qualified[name] = true
+				}
 			}
 		case *pg_query.A_Expr:
 			if l := len(x.Name); l > 0 {
@@ -98,6 +104,10 @@ func mutability(n *pg_query.Node) *Mutability {
 	for c := range calls {
 		m.Calls = append(m.Calls, c)
 	}
+	for q := range qualified {
+		m.Qualified = append(m.Qualified, q)
+	}
+	sort.Strings(m.Qualified)
 	sort.Strings(m.Calls)
 	sort.Strings(m.Funcs)
 	sort.Strings(m.Ops)

@@ -2018,11 +2018,14 @@ var perRowFuncs = map[string]bool{"random": true, "random_normal": true, "gen_ra
 // DropPerRow takes out of m the calls of functions PostgreSQL evaluates
 // for each row anyway (perRowFuncs), from Calls too, which the
 // coordinator checks.
+// A name also called with another schema (evil.gen_random_uuid(), a
+// function of the user's: adversary 156) stays.
 func (m *Mutability) DropPerRow() {
-	m.Funcs = slices.DeleteFunc(m.Funcs, func(f string) bool { return perRowFuncs[f] })
+	perRow := func(name string) bool { return perRowFuncs[name] && !slices.Contains(m.Qualified, name) }
+	m.Funcs = slices.DeleteFunc(m.Funcs, perRow)
 	m.Calls = slices.DeleteFunc(m.Calls, func(c string) bool {
 		name, _, _ := strings.Cut(c, "/")
-		return perRowFuncs[name]
+		return perRow(name)
 	})
 }
 

@@ -1607,10 +1607,10 @@ func (d *ddl) shardSQL(tg ddlTarget, shardID int64, ref func(*pg_query.RangeVar)
 		c := proto.Clone(s.RenameStmt).(*pg_query.RenameStmt)
 		toShard(c.Relation)
 		c.MissingOk = false
-		switch c.RenameType {
-		case pg_query.ObjectType_OBJECT_TABCONSTRAINT:
+		switch {
+		case c.RenameType == pg_query.ObjectType_OBJECT_TABCONSTRAINT:
 			c.Subname, c.Newname = name(c.Subname), name(c.Newname)
-		case pg_query.ObjectType_OBJECT_INDEX:
+		case d.index != "": // ALTER INDEX
 			c.Relation.Relname, c.Newname = name(d.index), name(c.Newname)
 		}
 		out = &pg_query.Node{Node: &pg_query.Node_RenameStmt{RenameStmt: c}}
