@@ -76,10 +76,16 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 func (ss *session) completeInsert(st *Statement, err error) (*stmtPlan, error) {
 	var cn *planner.ColumnsNeeded
 	var sn *planner.SequencesNeeded
+	var dn *planner.DefaultNeeded
 	switch {
 	case errors.As(err, &cn):
 		return ss.insertPlan(st, cn)
 	case errors.As(err, &sn):
+		return ss.seqPlan(st, st.Query, sn, true)
+	case errors.As(err, &dn):
+		if sn, err = ss.randomNeed(dn); err != nil {
+			return nil, err
+		}
 		return ss.seqPlan(st, st.Query, sn, true)
 	}
 	return nil, err
@@ -243,6 +249,15 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 		if sql, err = ss.withSequences(sql, sn); err == nil {
 			ss.drawn, ss.drawnFrom = sql, given
 			p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
+		}
+	}
+	var dn *planner.DefaultNeeded
+	if errors.As(err, &dn) {
+		if sn, err = ss.randomNeed(dn); err == nil {
+			if sql, err = ss.withSequences(sql, sn); err == nil {
+				ss.drawn, ss.drawnFrom = sql, given
+				p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
+			}
 		}
 	}
 	var vn *planner.ValuesNeeded
@@ -445,6 +460,13 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 	p, err := ss.srv.planIn(full, ss.catalog())
 	var sn *planner.SequencesNeeded
 	if errors.As(err, &sn) {
+		return ss.seqPlan(st, full, sn, false)
+	}
+	var dn *planner.DefaultNeeded
+	if errors.As(err, &dn) {
+		if sn, err = ss.randomNeed(dn); err != nil {
+			return nil, err
+		}
 		return ss.seqPlan(st, full, sn, false)
 	}
 	if err == nil {

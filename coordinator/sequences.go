@@ -42,6 +42,9 @@ func (ss *session) seqReady(table string, need []planner.SeqNeed) error {
 	if ss.txStatus() == 'E' {
 		return errFailedTxn
 	}
+	if !slices.ContainsFunc(need, func(n planner.SeqNeed) bool { return !n.Random }) {
+		return nil // random UUIDs, made here
+	}
 	for _, n := range need {
 		if n.Sequence != 0 {
 			continue
@@ -77,6 +80,33 @@ func (ss *session) seqReady(table string, need []planner.SeqNeed) error {
 // ALTER SEQUENCE, that another connection would wait for), else on a
 // pooled one.
 func (ss *session) drawSequences(table string, need []planner.SeqNeed) ([][]string, error) {
+	if slices.ContainsFunc(need, func(n planner.SeqNeed) bool { return n.Random }) {
+		// Random UUIDs are made here, one per row; the sequences drawn.
+		var seqs []planner.SeqNeed
+		for _, n := range need {
+			if !n.Random {
+				seqs = append(seqs, n)
+			}
+		}
+		var drawn [][]string
+		if len(seqs) > 0 {
+			var err error
+			if drawn, err = ss.drawSequences(table, seqs); err != nil {
+				return nil, err
+			}
+		}
+		vals := make([][]string, len(need))
+		for k, n := range need {
+			if !n.Random {
+				vals[k], drawn = drawn[0], drawn[1:]
+				continue
+			}
+			for range n.Rows {
+				vals[k] = append(vals[k], randomUUID())
+			}
+		}
+		return vals, nil
+	}
 	var q strings.Builder
 	// nextval('name') is PostgreSQL's only where no function of that name
 	// is the user's (one taking text would be called instead): then the
@@ -177,6 +207,13 @@ func (ss *session) withSequences(sql string, sn *planner.SequencesNeeded) (strin
 	vals, err := ss.drawSequences(sn.Table, sn.Need)
 	if err != nil {
 		return "", err
+	}
+	for k, n := range sn.Need {
+		if n.Random {
+			for j, v := range vals[k] {
+				vals[k][j] = "'" + v + "'" // (a constant of the column's type)
+			}
+		}
 	}
 	return planner.WithSequenceValues(sql, sn.Need, vals)
 }

@@ -216,6 +216,14 @@ type Server struct {
 	views     atomic.Pointer[viewSet]
 	viewsMu   sync.Mutex // one reading of the views at a time
 	mutable   mutableCache
+	// randomDefaults: which distribution columns default to a random
+	// UUID, by table and column, at a catalog version and DDL epoch
+	// (randomdefault.go).
+	randomDefaults struct {
+		mu    sync.Mutex
+		stamp [2]int64
+		m     map[string]bool
+	}
 	// castsOK: computed distribution values whose casts were found to call
 	// no volatile function, with the catalog version and DDL epoch.
 	castsMu  sync.Mutex

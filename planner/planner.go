@@ -1497,8 +1497,9 @@ func insertValues(version int32, ins *pg_query.InsertStmt, t *metadata.Table) ([
 	if pos < 0 {
 		// PostgreSQL stores its default there, or NULL, or fails with 23502
 		// (NOT NULL): only the column's definition says which.
-		return nil, unsupported("INSERT into %s leaving its distribution column %q to its default is not supported here", t.Name, t.DistColumn).
-			WithHint("Give %s a value in the INSERT.", t.DistColumn)
+		return nil, &DefaultNeeded{Table: t.Name, Column: t.DistColumn, Rows: len(sel.ValuesLists),
+			err: unsupported("INSERT into %s leaving its distribution column %q to its default is not supported here", t.Name, t.DistColumn).
+				WithHint("Give %s a value in the INSERT.", t.DistColumn)}
 	}
 	var vals []*Value
 	for _, l := range sel.ValuesLists {

@@ -44,6 +44,37 @@ type SeqNeed struct {
 	// session's search_path on the default node.
 	Name string
 	Rows []int
+	// Random: not a sequence; the column's default makes a random UUID
+	// (gen_random_uuid()), which the coordinator makes (DefaultNeeded).
+	Random bool
+}
+
+// DefaultNeeded: an INSERT leaves the distribution column to its default,
+// which only the column's definition says: a random UUID
+// (gen_random_uuid(), uuid-ossp's uuid_generate_v4()) the coordinator
+// makes for each row as PostgreSQL would, else the refusal it is as an
+// error. Rows is the number of VALUES rows.
+type DefaultNeeded struct {
+	Table, Column string
+	Rows          int
+	err           *pgerr.Error
+}
+
+func (e *DefaultNeeded) Error() string { return e.err.Error() }
+func (e *DefaultNeeded) Unwrap() error { return e.err }
+
+// Sequences is e as the SequencesNeeded that fills it.
+func (e *DefaultNeeded) Sequences() *SequencesNeeded {
+	return &SequencesNeeded{Table: e.Table, Need: e.Need(), err: e.err}
+}
+
+// Need is e as a share of the INSERT, every row's value made.
+func (e *DefaultNeeded) Need() []SeqNeed {
+	rows := make([]int, e.Rows)
+	for i := range rows {
+		rows[i] = i
+	}
+	return []SeqNeed{{Column: e.Column, Rows: rows, Random: true}}
 }
 
 func (e *SequencesNeeded) Error() string { return e.err.Error() }
