@@ -1374,8 +1374,8 @@ func (ss *session) multiSavepoint(op paramOp, sql string, relay func(typ byte, b
 			text = ss.logReplay(c.logN, len(ss.txLog)) + "\n; " + sql
 		}
 		t, err := c.sc.ExecTag(text, time.Now().Add(10*time.Minute), r)
-		if i > 0 && err == nil {
-			ss.parked[i-1].logN = len(ss.txLog)
+		if i > 0 && err == nil && text != sql {
+			ss.parked[i-1].logN = len(ss.txLog) // (it ran the ones it missed: not so for RELEASE or ROLLBACK TO)
 		}
 		if i == 0 {
 			tag = t

@@ -130,6 +130,13 @@ func TestSetInBlockTakesInWorkers(t *testing.T) {
 			r.must("ROLLBACK TO s1")
 			read("after ROLLBACK TO", order[0], "5 9MB ISO, MDY 7s")
 			read("after ROLLBACK TO", order[1], "5 9MB ISO, MDY 7s")
+			// A SET after a savepoint, then RELEASE: the other worker has
+			// not run it (RELEASE sets nothing again there).
+			r.must("SAVEPOINT s2")
+			r.must("SET LOCAL work_mem = '7MB'")
+			r.must("RELEASE s2")
+			read("SET LOCAL after a savepoint, then RELEASE", order[1], "5 7MB ISO, MDY 7s")
+			read("SET LOCAL after a savepoint, then RELEASE", order[0], "5 7MB ISO, MDY 7s")
 			r.must("SET work_mem = '3MB'")
 			r.must("UPDATE sb_acc SET n = n + 1 WHERE aid = $1 AND current_setting('work_mem') = '3MB'", order[0])
 			r.must("UPDATE sb_acc SET n = n + 1 WHERE aid = $1 AND current_setting('work_mem') = '3MB'", order[1])
