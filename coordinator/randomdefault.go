@@ -31,6 +31,9 @@ func randomUUID() string {
 // keys): the coordinator makes each row's value, as PostgreSQL would make
 // a random one, and routes the row by it. Otherwise the refusal dn is.
 func (ss *session) randomNeed(dn *planner.DefaultNeeded) (*planner.SequencesNeeded, error) {
+	if ss.ddlSent {
+		return nil, dn // (DDL of this transaction may have changed the default, which others cannot see)
+	}
 	ok, err := ss.srv.randomDefault(dn.Table, dn.Column)
 	if err != nil {
 		return nil, err
@@ -43,7 +46,8 @@ func (ss *session) randomNeed(dn *planner.DefaultNeeded) (*planner.SequencesNeed
 
 // randomDefault reports whether table's column is a uuid whose default
 // is a random UUID function's call alone, read from the default node
-// (kept until the catalog or this coordinator's DDL changes).
+// (kept until the catalog or this coordinator's DDL changes, pathTTL at
+// most: DDL through another coordinator).
 func (s *Server) randomDefault(table, column string) (bool, error) {
 	if s.metaPool == nil {
 		return false, nil
@@ -52,8 +56,8 @@ func (s *Server) randomDefault(table, column string) (bool, error) {
 	key := [2]int64{snap.Version, s.ddlEpoch.Load()}
 	name := table + "\x00" + column
 	s.randomDefaults.mu.Lock()
-	if s.randomDefaults.stamp != key {
-		s.randomDefaults.stamp, s.randomDefaults.m = key, map[string]bool{}
+	if s.randomDefaults.stamp != key || time.Since(s.randomDefaults.at) > pathTTL {
+		s.randomDefaults.stamp, s.randomDefaults.m, s.randomDefaults.at = key, map[string]bool{}, time.Now()
 	}
 	v, known := s.randomDefaults.m[name]
 	s.randomDefaults.mu.Unlock()

@@ -222,6 +222,7 @@ type Server struct {
 	randomDefaults struct {
 		mu    sync.Mutex
 		stamp [2]int64
+		at    time.Time
 		m     map[string]bool
 	}
 	// castsOK: computed distribution values whose casts were found to call
