@@ -798,10 +798,13 @@ func (b *builder) plan(stmt *pg_query.Node) (*Plan, error) {
 	if nested != nil {
 		var ok bool
 		if nestedVal, nestedDist, ok = b.nestedPinned(stmt, ctes); !ok {
-			if stmt.GetUpdateStmt() != nil || stmt.GetDeleteStmt() != nil {
+			if nestedDist, ok = b.nestedCorrelated(stmt, ctes); ok {
+				nestedVal = nil
+			} else if stmt.GetUpdateStmt() != nil || stmt.GetDeleteStmt() != nil {
 				return nil, b.subqueryFirst(stmt, nested)
+			} else {
+				return b.gather(stmt, nested)
 			}
-			return b.gather(stmt, nested)
 		}
 	}
 	// A data-modifying WITH that writes a reference table would run on
@@ -1025,6 +1028,105 @@ func (b *builder) nestedPinned(stmt *pg_query.Node, ctes *CTEs) (val *Value, tab
 		}
 	})
 	return val, tables, ok
+}
+
+// nestedCorrelated reports whether an UPDATE's or DELETE's distributed
+// tables below its own level are each in a subquery whose WHERE restricts
+// them, by an equality ANDed at its top, to the distribution column of a
+// distributed table of the statement's own level, colocated with it
+// (UPDATE t SET n = (SELECT count(*) FROM o WHERE o.k = t.k), DELETE ...
+// WHERE NOT EXISTS (SELECT FROM o WHERE o.k = t.k): an ORM's correlated
+// subquery): a row's partners are then in the shards of its own index,
+// which each shard's statement reads. Only equalities of the subquery's
+// WHERE count (one in a LEFT JOIN's ON would leave the preserved side's
+// rows unrestricted), and the outer column is named with its table, which
+// the subquery does not name again; a subquery below another, or in a
+// WITH, is not taken.
+func (b *builder) nestedCorrelated(stmt *pg_query.Node, ctes *CTEs) (tables []*metadata.Table, ok bool) {
+	switch {
+	case stmt.GetUpdateStmt() != nil:
+		if stmt.GetUpdateStmt().WithClause != nil {
+			return nil, false
+		}
+	case stmt.GetDeleteStmt() != nil:
+		if stmt.GetDeleteStmt().WithClause != nil {
+			return nil, false
+		}
+	default:
+		return nil, false
+	}
+	covered := map[*pg_query.RangeVar]bool{}
+	ok = true
+	Walk(stmt, func(m proto.Message) {
+		s, isSel := m.(*pg_query.SelectStmt)
+		if !isSel || !ok {
+			return
+		}
+		sub := &builder{cat: b.cat, tree: b.tree, ctes: b.ctes, scope: map[string]*metadata.Table{}, topLevel: map[*pg_query.RangeVar]bool{}}
+		for _, f := range s.FromClause {
+			sub.addFrom(f, nil)
+		}
+		for rv := range sub.topLevel {
+			covered[rv] = true
+		}
+		for occ, t := range sub.scope {
+			if t.Kind != metadata.Distributed {
+				continue
+			}
+			if !b.correlated(sub, occ, t, s.WhereClause) {
+				ok = false
+				return
+			}
+			tables = append(tables, t)
+		}
+	})
+	if !ok || len(tables) == 0 {
+		return nil, false
+	}
+	Walk(stmt, func(m proto.Message) {
+		if rv, isRV := m.(*pg_query.RangeVar); isRV && !covered[rv] && !b.topLevel[rv] {
+			if t := lookup(b.cat, rv, ctes); t != nil && t.Kind == metadata.Distributed {
+				ok = false
+			}
+		}
+	})
+	return tables, ok
+}
+
+// correlated reports whether where, a subquery's (sub's) WHERE, has ANDed
+// at its top an equality of occurrence occ's distribution column (table t)
+// and the distribution column of a distributed table of b's own level of
+// t's colocation and type, named with its occurrence, which sub does not
+// name.
+func (b *builder) correlated(sub *builder, occ string, t *metadata.Table, where *pg_query.Node) bool {
+	own := occ + "." + t.DistColumn
+	for _, q := range flattenAnd(where, nil) {
+		e := q.GetAExpr()
+		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" ||
+			e.Lexpr == nil || e.Rexpr == nil {
+			continue
+		}
+		for _, side := range [][2]*pg_query.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
+			if c, ok := sub.distColumn(side[0]); !ok || c != own {
+				continue
+			}
+			cr := side[1].GetColumnRef()
+			if cr == nil || len(cr.Fields) < 2 {
+				continue
+			}
+			outer := cr.Fields[len(cr.Fields)-2].GetString_().GetSval()
+			if _, shadowed := sub.scope[outer]; shadowed {
+				continue
+			}
+			if _, ok := b.distColumn(side[1]); !ok {
+				continue
+			}
+			if o := b.scope[outer]; o != nil && o.Kind == metadata.Distributed && o.ColocationID == t.ColocationID && o.DistType == t.DistType {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sameValue reports whether two pinned values are written alike (the same
