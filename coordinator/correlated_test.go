@@ -21,24 +21,14 @@ func TestCorrelatedSubqueryWrite(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		for _, s := range []string{"SELECT undistribute_table('cs_o')", "SELECT undistribute_table('cs_c')", "DROP TABLE IF EXISTS cs_o, cs_c"} {
-			_, _ = c.Exec(context.Background(), s, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	for _, s := range []string{
+	// Customer k has k % 4 orders; customers 4, 8, ... none.
+	freshTables(t, c, []string{"cs_o", "cs_c"},
 		"CREATE TABLE cs_c (id bigint PRIMARY KEY, visits int NOT NULL DEFAULT -1)",
 		"SELECT create_distributed_table('cs_c', 'id', shard_count => 4)",
 		"CREATE TABLE cs_o (cid bigint, id bigint, PRIMARY KEY (cid, id))",
 		"SELECT create_distributed_table('cs_o', 'cid', colocate_with => 'cs_c')",
 		"INSERT INTO cs_c (id) SELECT g FROM generate_series(1, 30) g",
-		// Customer k has k % 4 orders; customers 4, 8, ... none.
-		"INSERT INTO cs_o SELECT g, n FROM generate_series(1, 30) g, generate_series(1, 3) n WHERE n <= g % 4",
-	} {
-		exec(t, c, s, simple)
-	}
+		"INSERT INTO cs_o SELECT g, n FROM generate_series(1, 30) g, generate_series(1, 3) n WHERE n <= g % 4")
 	// Customers 1 to 10 keep -1; the others have their order count, or
 	// are gone once deleted for having none.
 	check := func(what string, deleted bool) {

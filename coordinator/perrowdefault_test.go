@@ -22,21 +22,11 @@ func TestPerRowDefaultMultiShard(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		for _, s := range []string{"SELECT undistribute_table('prd_d')", "SELECT undistribute_table('prd_r')", "DROP TABLE IF EXISTS prd_d, prd_r"} {
-			_, _ = c.Exec(ctx, s, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	for _, s := range []string{
+	freshTables(t, c, []string{"prd_d", "prd_r"},
 		"CREATE TABLE prd_d (id bigint PRIMARY KEY, note text, tok uuid NOT NULL DEFAULT gen_random_uuid())",
 		"SELECT create_distributed_table('prd_d', 'id', shard_count => 4)",
 		"CREATE TABLE prd_r (id int PRIMARY KEY, tok uuid DEFAULT gen_random_uuid())",
-		"SELECT create_reference_table('prd_r')",
-	} {
-		exec(t, c, s, simple)
-	}
+		"SELECT create_reference_table('prd_r')")
 	for i, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
 		base := int64(i * 100)
 		tag, err := c.Exec(ctx, "INSERT INTO prd_d (id, note) VALUES ($1, 'A'), ($2, 'B'), ($3, 'C'), ($4, 'D'), ($5, 'E'), ($6, 'F')",

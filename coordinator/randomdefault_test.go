@@ -21,14 +21,9 @@ func TestRandomUUIDDistributionDefault(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		for _, s := range []string{"SELECT undistribute_table('ru_a')", "SELECT undistribute_table('ru_b')", "SELECT undistribute_table('ru_c')", "SELECT undistribute_table('ru_d')", "DROP TABLE IF EXISTS ru_a, ru_b, ru_c, ru_d", "DROP SCHEMA IF EXISTS ru_evil CASCADE"} {
-			_, _ = c.Exec(context.Background(), s, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	for _, s := range []string{
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS ru_evil CASCADE", simple) })
+	freshTables(t, c, []string{"ru_a", "ru_b", "ru_c", "ru_d"},
+		"DROP SCHEMA IF EXISTS ru_evil CASCADE",
 		`CREATE EXTENSION IF NOT EXISTS "uuid-ossp"`,
 		"CREATE TABLE ru_a (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), name text)",
 		"SELECT create_distributed_table('ru_a', 'id', shard_count => 4)",
@@ -39,10 +34,7 @@ func TestRandomUUIDDistributionDefault(t *testing.T) {
 		"CREATE SCHEMA ru_evil",
 		"CREATE FUNCTION ru_evil.gen_random_uuid() RETURNS uuid LANGUAGE sql AS $$ SELECT '00000000-0000-4000-8000-000000000001'::uuid $$",
 		"CREATE TABLE ru_d (id uuid PRIMARY KEY DEFAULT ru_evil.gen_random_uuid(), name text)",
-		"SELECT create_distributed_table('ru_d', 'id', shard_count => 4)",
-	} {
-		exec(t, c, s, simple)
-	}
+		"SELECT create_distributed_table('ru_d', 'id', shard_count => 4)")
 	for _, table := range []string{"ru_a", "ru_b"} {
 		n := 0
 		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {

@@ -20,24 +20,14 @@ func TestRenameIndex(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('rx_d')", simple)
-		_, _ = c.Exec(ctx, "SELECT undistribute_table('rx_r')", simple)
-		_, _ = c.Exec(ctx, "DROP TABLE IF EXISTS rx_d, rx_r", simple)
-	}
-	drop()
-	t.Cleanup(drop)
-	for _, s := range []string{
+	freshTables(t, c, []string{"rx_d", "rx_r"},
 		"CREATE TABLE rx_d (id bigint PRIMARY KEY, email text)",
 		"CREATE INDEX index_rx_d_on_email ON rx_d (email)",
 		"SELECT create_distributed_table('rx_d', 'id', shard_count => 4)",
 		"CREATE UNIQUE INDEX rx_d_id_email ON rx_d (id, email)",
 		"CREATE TABLE rx_r (id int PRIMARY KEY, v text)",
 		"CREATE INDEX rx_r_v ON rx_r (v)",
-		"SELECT create_reference_table('rx_r')",
-	} {
-		exec(t, c, s, simple)
-	}
+		"SELECT create_reference_table('rx_r')")
 	r := txnRunner{t: t, c: c}
 	r.must("BEGIN")
 	r.must("ALTER TABLE rx_d RENAME COLUMN email TO email_address")

@@ -23,21 +23,11 @@ func TestMultiRowSequenceExtended(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		for _, s := range []string{"SELECT undistribute_table('ms_a')", "SELECT undistribute_table('ms_b')", "DROP TABLE IF EXISTS ms_a, ms_b"} {
-			_, _ = c.Exec(ctx, s, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	for _, s := range []string{
+	freshTables(t, c, []string{"ms_a", "ms_b"},
 		"CREATE TABLE ms_a (id bigserial PRIMARY KEY, v text)",
 		"SELECT create_distributed_table('ms_a', 'id', shard_count => 4)",
 		"CREATE TABLE ms_b (tenant int, id bigserial, v text, PRIMARY KEY (tenant, id))",
-		"SELECT create_distributed_table('ms_b', 'tenant', shard_count => 4)",
-	} {
-		exec(t, c, s, simple)
-	}
+		"SELECT create_distributed_table('ms_b', 'tenant', shard_count => 4)")
 	read := func(sql string, args ...any) string {
 		t.Helper()
 		rows, err := c.Query(ctx, sql, args...)

@@ -22,22 +22,13 @@ func TestSettingsOnlyFunctionsMultiShard(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		for _, s := range []string{"SELECT undistribute_table('so_d')", "DROP TABLE IF EXISTS so_d", "DROP FUNCTION IF EXISTS so_f(text)"} {
-			_, _ = c.Exec(context.Background(), s, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	for _, s := range []string{
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP FUNCTION IF EXISTS so_f(text)", simple) })
+	freshTables(t, c, []string{"so_d"},
 		"CREATE TABLE so_d (id int PRIMARY KEY, ts timestamptz, label text)",
 		"INSERT INTO so_d SELECT g, timestamptz '2024-03-31 23:30:00+00' + g * interval '1 hour', 'n' || g FROM generate_series(1, 20) g",
 		"SELECT create_distributed_table('so_d', 'id', shard_count => 4)",
-		"CREATE FUNCTION so_f(text) RETURNS text STABLE LANGUAGE sql AS $$ SELECT $1 || current_setting('application_name') $$",
-		"SET TimeZone = 'Asia/Tokyo'",
-	} {
-		exec(t, c, s, simple)
-	}
+		"CREATE OR REPLACE FUNCTION so_f(text) RETURNS text STABLE LANGUAGE sql AS $$ SELECT $1 || current_setting('application_name') $$",
+		"SET TimeZone = 'Asia/Tokyo'")
 	for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec} {
 		for _, s := range []string{
 			"UPDATE so_d SET ts = date_trunc('month', ts) WHERE id % 2 = 0",

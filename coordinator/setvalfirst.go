@@ -40,18 +40,5 @@ func (ss *session) setvalFirst(vf *planner.SetvalFirst) error {
 		return ss.endString(implicit, ss.partError(err), nil)
 	}
 	rows, _ := rowsSelect(res.rows, cols, make([]string, len(cols)))
-	begin, flushes := len(ss.out), m.flushes
-	if stop, err := ss.partRun(vf.Call(rows), false); stop {
-		return err
-	}
-	if m.flushes != flushes {
-		begin = 0 // what came before went to the client
-	}
-	ss.out = stripPositions(ss.out, begin)
-	m.start, m.scanned = len(ss.out), len(ss.out)
-	var held []byte
-	if !m.failed && implicit {
-		held = ss.holdLastTag(begin, flushes)
-	}
-	return ss.endString(implicit, m.failed, held)
+	return ss.endWithLast(implicit, vf.Call(rows))
 }

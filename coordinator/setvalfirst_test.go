@@ -19,23 +19,13 @@ func TestSetvalOverTable(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, poolSize(4))
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
-	drop := func() {
-		for _, s := range []string{"SELECT undistribute_table('sv_d')", "SELECT undistribute_table('sv_r')", "DROP TABLE IF EXISTS sv_d, sv_r"} {
-			_, _ = c.Exec(context.Background(), s, simple)
-		}
-	}
-	drop()
-	t.Cleanup(drop)
-	for _, s := range []string{
+	freshTables(t, c, []string{"sv_d", "sv_r"},
 		"CREATE TABLE sv_d (tenant int, id bigserial, PRIMARY KEY (tenant, id))",
 		"SELECT create_distributed_table('sv_d', 'tenant', shard_count => 4)",
 		"CREATE TABLE sv_r (id serial PRIMARY KEY, name text)",
 		"SELECT create_reference_table('sv_r')",
 		"INSERT INTO sv_d (tenant, id) SELECT g % 7, g FROM generate_series(1, 40) g",
-		"INSERT INTO sv_r (id, name) VALUES (5, 'a'), (9, 'b')",
-	} {
-		exec(t, c, s, simple)
-	}
+		"INSERT INTO sv_r (id, name) VALUES (5, 'a'), (9, 'b')")
 	reset := func(table string) string {
 		return queryString(t, c, `SELECT setval(pg_get_serial_sequence('"`+table+`"','id'), coalesce(max("id"), 1), max("id") IS NOT null) FROM "`+table+`"`, simple)
 	}

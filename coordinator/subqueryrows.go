@@ -124,8 +124,16 @@ func (ss *session) subqueriesFirst(sql string, qf *planner.SubqueryFirst) error 
 	if err != nil {
 		return ss.endString(implicit, ss.partError(err), nil)
 	}
+	return ss.endWithLast(implicit, q)
+}
+
+// endWithLast runs sql, the statement a rows-first one runs last, whose
+// answer is the client's (error positions taken out: they would point
+// into pgfleet's text), and ends the string (startRowsFirst).
+func (ss *session) endWithLast(implicit bool, sql string) error {
+	m := ss.multi
 	begin, flushes := len(ss.out), m.flushes
-	if stop, err := ss.partRun(q, false); stop {
+	if stop, err := ss.partRun(sql, false); stop {
 		return err
 	}
 	if m.flushes != flushes {
