@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -91,7 +92,10 @@ func TestSpanningBlockKeepsFunctionSettings(t *testing.T) {
 // session's settings as after a block on one worker: a distributed table
 // reached through public is read, one another schema shadows is refused
 // (0A000), never read from the wrong table. (They were refused until a
-// statement on no table ran.)
+// statement on no table ran.) In the block, after the SET, a name the
+// other schema shadows is refused or reads the other schema's table (it
+// read public's: the names were resolved on the parked connection to the
+// first worker, which had not run the SET).
 func TestSearchPathAfterSpanningBlock(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(4))
@@ -101,13 +105,17 @@ func TestSearchPathAfterSpanningBlock(t *testing.T) {
 	exec(t, setup, "CREATE TABLE IF NOT EXISTS spb_other.spb_acc (aid bigint, n int)")
 	t.Cleanup(func() { _, _ = setup.Exec(context.Background(), "DROP SCHEMA spb_other CASCADE") })
 	for _, extended := range []bool{false, true} {
-		for _, tc := range []struct{ set, end, count string }{
-			{"SET search_path = public", "COMMIT", "100"},
-			{"RESET ALL", "COMMIT", "100"},
-			{"SET search_path TO DEFAULT", "COMMIT", "100"},
-			{"SET LOCAL search_path = spb_other, public", "COMMIT", "100"},
-			{"SET search_path = spb_other, public", "ROLLBACK", "100"},
-			{"SET search_path = spb_other, public", "COMMIT", ""}, // other.spb_acc shadows it: refused
+		for _, tc := range []struct {
+			set, end, count string
+			qualified       bool // the UPDATE after the SET names public.spb_acc
+		}{
+			{"SET search_path = public", "COMMIT", "100", false},
+			{"RESET ALL", "COMMIT", "100", false},
+			{"SET search_path TO DEFAULT", "COMMIT", "100", false},
+			{"SET LOCAL search_path = spb_other, public", "COMMIT", "100", false},
+			{"SET search_path = spb_other, public", "ROLLBACK", "100", false},
+			{"SET search_path = spb_other, public", "COMMIT", "", false},
+			{"SET search_path = spb_other, public", "COMMIT", "", true}, // other.spb_acc shadows it: refused
 		} {
 			c := connect(t, srv.Addr())
 			r := txnRunner{t: t, c: c, extended: extended}
@@ -116,8 +124,23 @@ func TestSearchPathAfterSpanningBlock(t *testing.T) {
 			r.must("UPDATE spb_acc SET n = n + 1 WHERE aid = $1", k1)
 			r.must("UPDATE spb_acc SET n = n + 1 WHERE aid = $1", k2)
 			r.must(tc.set)
-			r.must("UPDATE spb_acc SET n = n + 1 WHERE aid = $1", k2)
+			// Where spb_other now shadows the table, PostgreSQL updates its
+			// (empty) spb_acc: 0 rows, or refused; never public's row.
+			table := "spb_acc"
+			if tc.qualified {
+				table = "public.spb_acc"
+			}
+			tag, err := r.run("UPDATE "+table+" SET n = n + 1 WHERE aid = $1", k2)
+			switch shadowed := strings.Contains(tc.set, "spb_other") && !tc.qualified; {
+			case shadowed && !(sqlState(err) == "0A000" || err == nil && tag == "UPDATE 0"):
+				t.Errorf("%s: an UPDATE the other schema's table shadows: %q, %v; want UPDATE 0 or 0A000", name, tag, err)
+			case !shadowed && err != nil:
+				t.Errorf("%s: UPDATE after %s: %v", name, tc.set, err)
+			}
 			r.must(tc.end)
+			if sqlState(err) == "0A000" {
+				tc.count = "100" // (the block failed: its SET went with it)
+			}
 			for i := 0; i < 2; i++ {
 				var got string
 				err := c.QueryRow(context.Background(), "SELECT count(*)::text FROM spb_acc").Scan(&got)
