@@ -22,7 +22,7 @@ func TestRandomUUIDDistributionDefault(t *testing.T) {
 	c := connect(t, srv.Addr())
 	simple := pgx.QueryExecModeSimpleProtocol
 	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS ru_evil CASCADE", simple) })
-	freshTables(t, c, []string{"ru_a", "ru_b", "ru_c", "ru_d"},
+	freshTables(t, c, []string{"ru_a", "ru_b", "ru_c", "ru_d", "ru_e"},
 		"DROP SCHEMA IF EXISTS ru_evil CASCADE",
 		`CREATE EXTENSION IF NOT EXISTS "uuid-ossp"`,
 		"CREATE TABLE ru_a (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), name text)",
@@ -34,8 +34,12 @@ func TestRandomUUIDDistributionDefault(t *testing.T) {
 		"CREATE SCHEMA ru_evil",
 		"CREATE FUNCTION ru_evil.gen_random_uuid() RETURNS uuid LANGUAGE sql AS $$ SELECT '00000000-0000-4000-8000-000000000001'::uuid $$",
 		"CREATE TABLE ru_d (id uuid PRIMARY KEY DEFAULT ru_evil.gen_random_uuid(), name text)",
-		"SELECT create_distributed_table('ru_d', 'id', shard_count => 4)")
-	for _, table := range []string{"ru_a", "ru_b"} {
+		"SELECT create_distributed_table('ru_d', 'id', shard_count => 4)",
+		// A sequence column beside it (adversary 157: refused in the
+		// extended protocol).
+		"CREATE TABLE ru_e (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), name text, k bigserial)",
+		"SELECT create_distributed_table('ru_e', 'id', shard_count => 4)")
+	for _, table := range []string{"ru_a", "ru_b", "ru_e"} {
 		n := 0
 		for _, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
 			for _, sql := range []string{

@@ -224,12 +224,27 @@ func (ss *session) withSequences(sql string, sn *planner.SequencesNeeded) (strin
 // catalog's version.
 func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeeded, cache bool) (*stmtPlan, error) {
 	base := max(planner.MaxParam(st.Query), len(paramOIDs(st.paramTail)))
-	filled, err := planner.WithSequenceParams(sql, sn.Need, base)
+	need := sn.Need
+	filled, err := planner.WithSequenceParams(sql, need, base)
 	if err != nil {
 		return nil, err
 	}
 	snap := ss.srv.catalog.Load()
 	p, err := ss.srv.planIn(filled, ss.catalog())
+	var dn *planner.DefaultNeeded
+	if errors.As(err, &dn) && !slices.ContainsFunc(need, func(n planner.SeqNeed) bool { return n.Random }) {
+		// The sequences filled, the distribution column left to a random
+		// UUID default too: both made at each Bind.
+		var rn *planner.SequencesNeeded
+		if rn, err = ss.randomNeed(dn); err != nil {
+			return nil, err
+		}
+		need = append(slices.Clone(need), rn.Need...)
+		if filled, err = planner.WithSequenceParams(sql, need, base); err != nil {
+			return nil, err
+		}
+		p, err = ss.srv.planIn(filled, ss.catalog())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -238,8 +253,8 @@ func (ss *session) seqPlan(st *Statement, sql string, sn *planner.SequencesNeede
 			"this INSERT into %s leaving a column to its sequence needs the simple query protocol", sn.Table).
 			WithHint("In psql, run it as a plain statement; from a driver, use its simple-protocol mode; or give the column its value.")
 	}
-	sb := &seqBind{table: sn.Table, need: sn.Need, base: base}
-	for _, n := range sn.Need {
+	sb := &seqBind{table: sn.Table, need: need, base: base}
+	for _, n := range need {
 		sb.count += len(n.Rows)
 	}
 	n := len(p.ShardSQL())

@@ -59,6 +59,12 @@ func TestSetvalOverTable(t *testing.T) {
 	if got := queryString(t, c, "INSERT INTO sv_d (tenant) VALUES (3) RETURNING id", simple); got != "1" {
 		t.Errorf("empty: next id %s, want 1", got)
 	}
+	// An untyped argument stays as written (adversary 157: it came back
+	// as text, 42883): setval(..., NULL) is NULL.
+	var v *int64
+	if err := c.QueryRow(context.Background(), `SELECT setval(pg_get_serial_sequence('sv_d','id'), max(id), NULL) FROM sv_d`, simple).Scan(&v); err != nil || v != nil {
+		t.Errorf("setval with a NULL is_called: %v, %v; want NULL", v, err)
+	}
 	if _, err := c.Exec(context.Background(), `SELECT setval(pg_get_serial_sequence('sv_d','id'), max(nosuch)) FROM sv_d`, simple); sqlState(err) != "42703" {
 		t.Errorf("an unknown column: %v, want 42703", err)
 	}

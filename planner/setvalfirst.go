@@ -100,18 +100,23 @@ func setvalFirst(version int32, stmt *pg_query.Node, why *pgerr.Error) *SetvalFi
 	if !agg {
 		return nil
 	}
+	// The arguments that read rows go first; the others (a constant, NULL:
+	// untyped, they would come back as text) stay as written.
 	read := proto.Clone(sel).(*pg_query.SelectStmt)
 	read.TargetList = nil
-	for _, a := range fc.Args[1:] {
+	call := proto.Clone(fc).(*pg_query.FuncCall)
+	n := 0
+	for i, a := range fc.Args[1:] {
+		if !readsRows(a) {
+			continue
+		}
 		read.TargetList = append(read.TargetList, &pg_query.Node{Node: &pg_query.Node_ResTarget{ResTarget: &pg_query.ResTarget{Val: a}}})
+		n++
+		call.Args[i+1] = colRef("pgfleet_v", "c"+string(rune('0'+n)))
 	}
 	readSQL, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: read}})
 	if err != nil {
 		return nil
-	}
-	call := proto.Clone(fc).(*pg_query.FuncCall)
-	for i := range call.Args[1:] {
-		call.Args[i+1] = colRef("pgfleet_v", "c"+string(rune('1'+i)))
 	}
 	target := &pg_query.ResTarget{Name: rt.Name, Val: &pg_query.Node{Node: &pg_query.Node_FuncCall{FuncCall: call}}}
 	callSQL, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
@@ -121,7 +126,7 @@ func setvalFirst(version int32, stmt *pg_query.Node, why *pgerr.Error) *SetvalFi
 	if err != nil {
 		return nil
 	}
-	return &SetvalFirst{Read: readSQL, call: callSQL, n: len(fc.Args) - 1, err: why}
+	return &SetvalFirst{Read: readSQL, call: callSQL, n: n, err: why}
 }
 
 // readsRows reports whether n names a column (or a whole row).

@@ -17,6 +17,12 @@ func TestSetvalFirst(t *testing.T) {
 		{`SELECT pg_catalog.setval('s', max(abalance) + 1) AS v FROM accounts WHERE bid = 3`,
 			`SELECT max(abalance) + 1 FROM accounts WHERE bid = 3`,
 			`SELECT pg_catalog.setval('s', pgfleet_v.c1) AS v FROM (ROWS) pgfleet_v(c1)`},
+		{`SELECT setval('s', max(aid), NULL) FROM accounts`,
+			`SELECT max(aid) FROM accounts`,
+			`SELECT setval('s', pgfleet_v.c1, NULL) FROM (ROWS) pgfleet_v(c1)`},
+		{`SELECT setval('s', 'on', max(aid) > 0) FROM accounts`,
+			`SELECT max(aid) > 0 FROM accounts`,
+			`SELECT setval('s', 'on', pgfleet_v.c1) FROM (ROWS) pgfleet_v(c1)`},
 		{`SELECT setval('s', aid) FROM accounts`, "", ""},                             // a row each
 		{`SELECT setval('s', max(aid)) FROM accounts GROUP BY bid`, "", ""},           // a row per group
 		{`SELECT setval(aid::text, max(aid)) FROM accounts`, "", ""},                  // the sequence from a row
