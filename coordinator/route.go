@@ -75,20 +75,31 @@ func (ss *session) stmtPlan(st *Statement) (*stmtPlan, error) {
 // (its column list, its sequence values), or returns err.
 func (ss *session) completeInsert(st *Statement, err error) (*stmtPlan, error) {
 	var cn *planner.ColumnsNeeded
-	var sn *planner.SequencesNeeded
-	var dn *planner.DefaultNeeded
-	switch {
-	case errors.As(err, &cn):
+	if errors.As(err, &cn) {
 		return ss.insertPlan(st, cn)
-	case errors.As(err, &sn):
-		return ss.seqPlan(st, st.Query, sn, true)
-	case errors.As(err, &dn):
-		if sn, err = ss.randomNeed(dn); err != nil {
-			return nil, err
+	}
+	if sn, ok, ferr := ss.fillNeeds(err); ok {
+		if ferr != nil {
+			return nil, ferr
 		}
 		return ss.seqPlan(st, st.Query, sn, true)
 	}
 	return nil, err
+}
+
+// fillNeeds is what fills the defaults a planner error (err) asks for:
+// sequence values, or random UUIDs for a distribution column (randomNeed);
+// ok false when it asks for neither.
+func (ss *session) fillNeeds(err error) (sn *planner.SequencesNeeded, ok bool, _ error) {
+	if errors.As(err, &sn) {
+		return sn, true, nil
+	}
+	var dn *planner.DefaultNeeded
+	if errors.As(err, &dn) {
+		sn, err = ss.randomNeed(dn)
+		return sn, true, err
+	}
+	return nil, false, nil
 }
 
 // checkPath refuses a plan that took an unqualified table name as public's
@@ -458,14 +469,9 @@ func (ss *session) insertPlan(st *Statement, cn *planner.ColumnsNeeded) (*stmtPl
 	}
 	snap := ss.srv.catalog.Load()
 	p, err := ss.srv.planIn(full, ss.catalog())
-	var sn *planner.SequencesNeeded
-	if errors.As(err, &sn) {
-		return ss.seqPlan(st, full, sn, false)
-	}
-	var dn *planner.DefaultNeeded
-	if errors.As(err, &dn) {
-		if sn, err = ss.randomNeed(dn); err != nil {
-			return nil, err
+	if sn, ok, ferr := ss.fillNeeds(err); ok {
+		if ferr != nil {
+			return nil, ferr
 		}
 		return ss.seqPlan(st, full, sn, false)
 	}

@@ -1100,33 +1100,24 @@ func (b *builder) nestedCorrelated(stmt *pg_query.Node, ctes *CTEs) (tables []*m
 // name.
 func (b *builder) correlated(sub *builder, occ string, t *metadata.Table, where *pg_query.Node) bool {
 	own := occ + "." + t.DistColumn
-	for _, q := range flattenAnd(where, nil) {
-		e := q.GetAExpr()
-		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" ||
-			e.Lexpr == nil || e.Rexpr == nil {
-			continue
+	return anyEquality(where, func(inner, outerCol *pg_query.Node) bool {
+		if c, ok := sub.distColumn(inner); !ok || c != own {
+			return false
 		}
-		for _, side := range [][2]*pg_query.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
-			if c, ok := sub.distColumn(side[0]); !ok || c != own {
-				continue
-			}
-			cr := side[1].GetColumnRef()
-			if cr == nil || len(cr.Fields) < 2 {
-				continue
-			}
-			outer := cr.Fields[len(cr.Fields)-2].GetString_().GetSval()
-			if _, shadowed := sub.scope[outer]; shadowed {
-				continue
-			}
-			if _, ok := b.distColumn(side[1]); !ok {
-				continue
-			}
-			if o := b.scope[outer]; o != nil && o.Kind == metadata.Distributed && o.ColocationID == t.ColocationID && o.DistType == t.DistType {
-				return true
-			}
+		cr := outerCol.GetColumnRef()
+		if cr == nil || len(cr.Fields) < 2 {
+			return false
 		}
-	}
-	return false
+		outer := cr.Fields[len(cr.Fields)-2].GetString_().GetSval()
+		if _, shadowed := sub.scope[outer]; shadowed {
+			return false
+		}
+		if _, ok := b.distColumn(outerCol); !ok {
+			return false
+		}
+		o := b.scope[outer]
+		return o != nil && o.Kind == metadata.Distributed && o.ColocationID == t.ColocationID && o.DistType == t.DistType
+	})
 }
 
 // sameValue reports whether two pinned values are written alike (the same
@@ -1432,18 +1423,26 @@ func (b *builder) keepsDistValue(u *pg_query.UpdateStmt, r *pg_query.ResTarget) 
 	if v == nil || v.Null {
 		return false
 	}
-	for _, q := range flattenAnd(u.WhereClause, nil) {
+	return anyEquality(u.WhereClause, func(col, other *pg_query.Node) bool {
+		if c, ok := b.distColumn(col); ok && c == own {
+			w, wk := bare(other)
+			return w != nil && !w.Null && wk == vk && w.Param == v.Param && w.Const == v.Const
+		}
+		return false
+	})
+}
+
+// anyEquality reports whether an equality (a = b, the plain operator)
+// ANDed at the top of where satisfies match, given its sides either way.
+func anyEquality(where *pg_query.Node, match func(a, b *pg_query.Node) bool) bool {
+	for _, q := range flattenAnd(where, nil) {
 		e := q.GetAExpr()
 		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || len(e.Name) != 1 || e.Name[0].GetString_().GetSval() != "=" ||
 			e.Lexpr == nil || e.Rexpr == nil {
 			continue
 		}
-		for _, side := range [][2]*pg_query.Node{{e.Lexpr, e.Rexpr}, {e.Rexpr, e.Lexpr}} {
-			if c, ok := b.distColumn(side[0]); ok && c == own {
-				if w, wk := bare(side[1]); w != nil && !w.Null && wk == vk && w.Param == v.Param && w.Const == v.Const {
-					return true
-				}
-			}
+		if match(e.Lexpr, e.Rexpr) || match(e.Rexpr, e.Lexpr) {
+			return true
 		}
 	}
 	return false

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"strconv"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v5"
@@ -34,7 +35,7 @@ func (e *SetvalFirst) Unwrap() error { return e.err }
 func (e *SetvalFirst) Call(rows string) string {
 	cols := make([]string, e.n)
 	for i := range cols {
-		cols[i] = "c" + string(rune('1'+i))
+		cols[i] = "c" + strconv.Itoa(i+1)
 	}
 	return e.call + " FROM (" + rows + ") pgfleet_v(" + strings.Join(cols, ", ") + ")"
 }
@@ -64,13 +65,7 @@ func setvalFirst(version int32, stmt *pg_query.Node, why *pgerr.Error) *SetvalFi
 	if name, builtin := funcName(fc); !builtin || name != "setval" {
 		return nil
 	}
-	sub := false
-	Walk(stmt, func(m proto.Message) {
-		if _, ok := m.(*pg_query.SubLink); ok {
-			sub = true
-		}
-	})
-	if sub || readsRows(fc.Args[0]) {
+	if hasSubLink(stmt) || readsRows(fc.Args[0]) {
 		return nil
 	}
 	agg := false
@@ -112,7 +107,7 @@ func setvalFirst(version int32, stmt *pg_query.Node, why *pgerr.Error) *SetvalFi
 		}
 		read.TargetList = append(read.TargetList, &pg_query.Node{Node: &pg_query.Node_ResTarget{ResTarget: &pg_query.ResTarget{Val: a}}})
 		n++
-		call.Args[i+1] = colRef("pgfleet_v", "c"+string(rune('0'+n)))
+		call.Args[i+1] = colRef("pgfleet_v", "c"+strconv.Itoa(n))
 	}
 	readSQL, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: read}})
 	if err != nil {
