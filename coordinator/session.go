@@ -2449,7 +2449,13 @@ func (ss *session) hiddenSync() error {
 }
 
 func (ss *session) roundTrip() error {
-	if err := ss.sc.Flush(); err != nil {
+	var err error
+	if ss.qhead < len(ss.queue) && ss.queue[ss.qhead].kind != eSynth {
+		err = ss.sc.FlushAwait() // drain reads the worker first
+	} else {
+		err = ss.sc.Flush()
+	}
+	if err != nil {
 		return ss.lostCycle(err)
 	}
 	if err := ss.drain(); err != nil {
