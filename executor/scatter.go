@@ -315,7 +315,11 @@ func (r *Scatter) Run() error {
 		r.send(i, sc)
 	}
 	for i, sc := range r.Conns {
-		if err := sc.Flush(); err != nil {
+		flush := sc.Flush
+		if len(r.Conns) == 1 {
+			flush = sc.FlushAwait // one worker: its answer is read next
+		}
+		if err := flush(); err != nil {
 			sc.MarkBroken()
 			return LostWorker(sc.Addr, err)
 		}
@@ -989,7 +993,7 @@ func (r *Scatter) merge() error {
 	b, _ = (&pgproto3.Execute{}).Encode(b)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
-	if err := sc.Flush(); err != nil {
+	if err := sc.FlushAwait(); err != nil { // its answer is read next
 		sc.MarkBroken()
 		return LostWorker(sc.Addr, err)
 	}
