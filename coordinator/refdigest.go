@@ -185,7 +185,7 @@ type refCapture struct {
 func (ss *session) refCaptureRun(b []byte) (*refCapture, error) {
 	sc := ss.sc
 	sc.SetBuf(append(sc.Buf(), b...))
-	if err := sc.FlushAwait(); err != nil {
+	if err := sc.Flush(); err != nil {
 		return nil, err
 	}
 	c := &refCapture{}

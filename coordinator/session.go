@@ -4594,7 +4594,7 @@ func (ss *session) readState() ([][]*string, error) {
 		return executor.QueryText(sc, stateText(ss.stateNames))
 	}
 	sc.SetBuf(appendSync(ss.appendStateRead(sc.Buf(), false)))
-	if err := sc.FlushAwait(); err != nil {
+	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
 		return nil, executor.LostWorker(sc.Addr, err)
 	}

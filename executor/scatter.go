@@ -315,11 +315,7 @@ func (r *Scatter) Run() error {
 		r.send(i, sc)
 	}
 	for i, sc := range r.Conns {
-		flush := sc.Flush
-		if len(r.Conns) == 1 {
-			flush = sc.FlushAwait // one worker: its answer is read next
-		}
-		if err := flush(); err != nil {
+		if err := sc.Flush(); err != nil {
 			sc.MarkBroken()
 			return LostWorker(sc.Addr, err)
 		}
@@ -993,7 +989,7 @@ func (r *Scatter) merge() error {
 	b, _ = (&pgproto3.Execute{}).Encode(b)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	sc.SetBuf(b)
-	if err := sc.FlushAwait(); err != nil { // its answer is read next
+	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
 		return LostWorker(sc.Addr, err)
 	}

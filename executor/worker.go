@@ -100,7 +100,7 @@ func QueryText(sc *pooling.ServerConn, sql string) ([][]*string, error) {
 	q := pgproto3.Query{String: sql}
 	b, _ := q.Encode(sc.Buf())
 	sc.SetBuf(b)
-	if err := sc.FlushAwait(); err != nil {
+	if err := sc.Flush(); err != nil {
 		return nil, LostWorker(sc.Addr, err)
 	}
 	return ReadText(sc)
