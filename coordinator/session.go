@@ -2449,13 +2449,7 @@ func (ss *session) hiddenSync() error {
 }
 
 func (ss *session) roundTrip() error {
-	var err error
-	if ss.qhead < len(ss.queue) && ss.queue[ss.qhead].kind != eSynth {
-		err = ss.sc.FlushAwait() // drain reads the worker first
-	} else {
-		err = ss.sc.Flush()
-	}
-	if err != nil {
+	if err := ss.sc.Flush(); err != nil {
 		return ss.lostCycle(err)
 	}
 	if err := ss.drain(); err != nil {

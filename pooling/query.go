@@ -60,7 +60,7 @@ func (c *ServerConn) run(sql string, deadline time.Time, relay func(typ byte, bo
 func (c *ServerConn) await(deadline time.Time, relay func(typ byte, body []byte), tag *string, onRow func(body []byte)) error {
 	_ = c.conn.SetDeadline(deadline)
 	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
-	if err := c.FlushAwait(); err != nil {
+	if err := c.Flush(); err != nil {
 		return err
 	}
 	var first error

@@ -21,9 +21,8 @@ import (
 // client session uses it between Acquire and Release.
 type ServerConn struct {
 	conn   net.Conn
-	raw    net.Conn    // conn, never cleared: shut closes it from another goroutine
-	w      io.Writer   // conn, or its raw writer (rawio) for a plain socket
-	rw     *rawio.Conn // w on a plain socket, else nil (FlushAwait)
+	raw    net.Conn  // conn, never cleared: shut closes it from another goroutine
+	w      io.Writer // conn, or its raw writer (rawio) for a plain socket
 	R      *wire.Reader
 	wbuf   []byte
 	segs   [][]byte // output before wbuf, written as they are (AppendLarge)
@@ -127,19 +126,7 @@ func (c *ServerConn) AppendLarge(typ byte, body []byte) {
 
 // Flush writes the pending output in one write (a vectored one after
 // AppendLarge).
-func (c *ServerConn) Flush() error { return c.flush(false) }
-
-// FlushAwait is Flush for a caller whose next step is to read the answer:
-// when the output ends with a Sync or a simple Query (the worker answers
-// it), the socket is plain and nothing is read ahead, it returns once the
-// answer has begun to arrive (rawio.WriteAwait), so that the read after it
-// finds bytes instead of an empty socket first: one system call fewer per
-// round trip. Not for batches that end otherwise (a Flush after messages
-// the worker may not answer, COPY data) nor when the caller would do
-// anything but read this connection next (writing to other workers first).
-func (c *ServerConn) FlushAwait() error { return c.flush(true) }
-
-func (c *ServerConn) flush(await bool) error {
+func (c *ServerConn) Flush() error {
 	c.translateOut()
 	if len(c.segs) > 0 {
 		c.owed = true
@@ -155,12 +142,7 @@ func (c *ServerConn) flush(await bool) error {
 		return nil
 	}
 	c.owed = true
-	var err error
-	if await && c.rw != nil && c.R.Buffered() == 0 && answered(c.wbuf) {
-		_, err = c.rw.WriteAwait(c.wbuf)
-	} else {
-		_, err = c.w.Write(c.wbuf)
-	}
+	_, err := c.w.Write(c.wbuf)
 	if cap(c.wbuf) > 1<<20 {
 		c.wbuf = make([]byte, 0, 4096)
 	} else {
@@ -170,22 +152,6 @@ func (c *ServerConn) flush(await bool) error {
 		c.broken = true
 	}
 	return err
-}
-
-// answered reports whether the whole messages in b end with a Sync or a
-// simple Query, which the worker answers at least with a ReadyForQuery
-// (but for a Sync sent inside COPY FROM STDIN, which it ignores: a caller
-// that reads next waits for an answer either way).
-func answered(b []byte) bool {
-	last := byte(0)
-	for len(b) >= 5 {
-		n := int(binary.BigEndian.Uint32(b[1:5]))
-		if n < 4 || n+1 > len(b) {
-			return false
-		}
-		last, b = b[0], b[n+1:]
-	}
-	return len(b) == 0 && (last == 'S' || last == 'Q')
 }
 
 // translateOut gives the Parse messages in the output buffer the
@@ -404,7 +370,6 @@ func NewServerConn(nc net.Conn, addr string, params map[string]string) *ServerCo
 		Stmts: newStmtCache(0, nil), wbuf: make([]byte, 0, 4096)}
 	var rd io.Reader
 	rd, c.w = rawio.Wrap(nc)
-	c.rw, _ = c.w.(*rawio.Conn)
 	c.R = wire.NewReader(rd, 32*1024)
 	return c
 }

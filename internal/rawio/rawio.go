@@ -40,9 +40,6 @@ type Conn struct {
 	wn      int
 	werr    error
 	writeFn func(fd uintptr) bool
-
-	awaitFn func(fd uintptr) bool
-	wrote   bool // awaitFn: p is written, the next call means readable
 }
 
 // New returns the raw reader and writer of c's socket, or nil when c is not
@@ -57,7 +54,7 @@ func New(c net.Conn) *Conn {
 		return nil
 	}
 	x := &Conn{rc: rc}
-	x.readFn, x.writeFn, x.awaitFn = x.read, x.write, x.await
+	x.readFn, x.writeFn = x.read, x.write
 	return x
 }
 
@@ -140,50 +137,4 @@ func (c *Conn) write(fd uintptr) bool {
 		c.wn += int(n)
 	}
 	return true
-}
-
-// WriteAwait writes all of p and then waits, reading nothing, until the
-// socket has something to read (or its read deadline passes, or it is
-// closed): the read that follows finds the answer instead of returning
-// EAGAIN first, one system call saved per round trip.
-//
-// The write is made inside the netpoller's read wait, after Go resets the
-// socket's readiness for it, so an answer cannot arrive unseen before the
-// wait (the netpoller is edge-triggered: bytes already waiting at the
-// reset would not wake it). So the caller must be sure that p is answered
-// (it ends with a Sync or a simple Query); bytes already on the socket are
-// not waited for, they are only read with the answer.
-func (c *Conn) WriteAwait(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.wbuf, c.wn, c.werr, c.wrote = p, 0, nil, false
-	err := c.rc.Read(c.awaitFn)
-	if err == nil && c.werr == nil && c.wn < len(p) {
-		// The socket had no room for all of p: the rest is written as
-		// Write does, and the answer read as Read does.
-		err = c.rc.Write(c.writeFn)
-	}
-	c.wbuf = nil
-	if err == nil {
-		err = c.werr
-	}
-	return c.wn, err
-}
-
-// await is WriteAwait's callback: it writes, then asks to wait for the
-// socket to be readable, and returns at the next call.
-func (c *Conn) await(fd uintptr) bool {
-	if c.wrote {
-		return true
-	}
-	if c.write(fd) && c.werr == nil {
-		c.wrote = true
-		return false // written: wait for the answer
-	}
-	return true // an error, or no room (EAGAIN): WriteAwait finishes
 }
