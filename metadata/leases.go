@@ -183,9 +183,24 @@ func (s *Store) RecordBackend(ctx context.Context, name, worker string, pid int3
 	// One statement, no lease lock: it locks the share's row, which a
 	// renewal locks before it reads the caller's backends (a backend
 	// recorded before that is among them; one after, appended to them).
-	tag, err := s.pool.Exec(ctx, `UPDATE pgfleet.connection_shares s SET pids = array_append(s.pids, $3), recorded_at = now()
+	// Recording a backend twice records it once, so a statement whose
+	// connection was lost may run again.
+	const record = `UPDATE pgfleet.connection_shares s
+		SET pids = CASE WHEN $3 = ANY (s.pids) THEN s.pids ELSE array_append(s.pids, $3) END, recorded_at = now()
 		FROM pgfleet.coordinators c
-		WHERE c.name = s.coordinator AND s.coordinator = $1 AND s.worker = $2 AND c.expires > now()`, name, worker, pid)
+		WHERE c.name = s.coordinator AND s.coordinator = $1 AND s.worker = $2 AND c.expires > now()`
+	tag, err := s.pool.Exec(ctx, record, name, worker, pid)
+	if err != nil && connectionLost(err) && ctx.Err() == nil {
+		// The metadata connection was gone (its backend terminated, the
+		// database restarted): its pool's others likely are too, and a
+		// pooled one idle under a second is handed out unchecked. Every
+		// idle one is closed and the statement runs on a new one, so that
+		// the client whose worker connection this is does not get 53300
+		// (adversary 158: after pg_terminate_backend of the first worker's
+		// idle backends, the next multi-shard query failed so).
+		s.pool.Reset()
+		tag, err = s.pool.Exec(ctx, record, name, worker, pid)
+	}
 	if err == nil && tag.RowsAffected() != 1 {
 		err = fmt.Errorf("no live lease on a share of worker %s", worker)
 	}

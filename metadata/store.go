@@ -1248,3 +1248,19 @@ func seqText(seqs []SeqColumn) []string {
 	}
 	return out
 }
+
+// connectionLost reports whether err is the loss of the metadata
+// connection rather than a statement's failure: a FATAL from the server
+// (its backend terminated, the database shutting down) or no answer at
+// all (the socket closed or reset).
+func connectionLost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		sev := pe.SeverityUnlocalized
+		if sev == "" {
+			sev = pe.Severity
+		}
+		return sev == "FATAL" || sev == "PANIC"
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}

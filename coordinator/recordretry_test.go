@@ -1,0 +1,62 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/coordinator"
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestTerminatedBackendsThenQuery: after every backend on the first
+// worker (the metadata database's) is terminated, the coordinator's pooled
+// worker connections and its metadata connections with them, the next
+// multi-shard statements answer as before: the new worker connections are
+// recorded on a new metadata connection (adversary 158: the first got
+// 53300 "metadata: record backend: FATAL: terminating connection").
+func TestTerminatedBackendsThenQuery(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, func(c *coordinator.Config) {
+		c.PoolSize = 4
+		c.LeaseTTL = 10 * time.Second // the connection budget on: connections are recorded
+	})
+	c := connect(t, srv.Addr())
+	exec(t, c, "CREATE TABLE trq (k int PRIMARY KEY, v int)")
+	exec(t, c, "SELECT create_distributed_table('trq', 'k')")
+	exec(t, c, "INSERT INTO trq SELECT g, g FROM generate_series(1, 100) g")
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgtest.URL(cl.Servers[0].Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for round := 0; round < 3; round++ {
+		if got := queryString(t, c, "SELECT sum(v)::text FROM trq"); got != "5050" {
+			t.Fatalf("round %d, before: sum %s, want 5050", round, got)
+		}
+		// Every client backend on the first worker but the admin's: the
+		// coordinator's worker and metadata connections there.
+		// pg_terminate_backend(pid, timeout) waits until each is gone, so
+		// that what follows does not race a backend still ending (a
+		// statement sent to it then gets its FATAL, as a PostgreSQL
+		// client of that backend would).
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
+			WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatal("no backend to terminate: the coordinator holds no connection to the first worker")
+		}
+		c2 := connect(t, srv.Addr()) // a new session too
+		for i, conn := range []*pgx.Conn{c, c2, c, c2} {
+			if got := queryString(t, conn, "SELECT sum(v)::text FROM trq"); got != "5050" {
+				t.Fatalf("round %d, statement %d after terminating %d backends: sum %s, want 5050", round, i, n, got)
+			}
+		}
+		c2.Close(ctx)
+	}
+}
