@@ -146,9 +146,13 @@ type session struct {
 	stmts map[string]*Statement // client statement name -> statement
 	// replay: the request being answered, to run again if it met a moved
 	// shard (replay.go); flushes counts the answers written to the client.
-	replay  replay
-	flushes int
-	portals map[string]*Statement // portal -> statement it was bound from
+	replay replay
+	// copyAhead: COPY messages the client sent behind an Execute before
+	// the worker's CopyInResponse was read (dispatch), which copyIn relays
+	// before reading more.
+	copyAhead []wire.Frame
+	flushes   int
+	portals   map[string]*Statement // portal -> statement it was bound from
 	// The last Parse body seen, so that a client re-parsing the same unnamed
 	// statement (as libpq's PQexecParams does) skips the registry.
 	lastParse   []byte
@@ -785,6 +789,18 @@ func (ss *session) dispatch(f wire.Frame) error {
 		ss.seqUsed = true // a function call may call nextval
 		return ss.relayCycle('F', f.Body, nil, ss.srv.defaultNode.Load())
 	case 'd', 'c', 'f':
+		if ss.executeUnanswered() {
+			// Behind an Execute not answered yet (no Sync between them):
+			// it may be a COPY FROM STDIN, which PostgreSQL enters as it
+			// runs the Execute, and then takes these as its data. The
+			// batch goes to the worker with a Flush; if its answer is a
+			// CopyInResponse, copyIn relays this message first (adversary
+			// 158: the data was dropped, COPY 0, or the COPY hung).
+			ss.copyAhead = append(ss.copyAhead, wire.Frame{Type: f.Type, Body: bytes.Clone(f.Body)})
+			err := ss.flushRequest()
+			ss.copyAhead = ss.copyAhead[:0]
+			return err
+		}
 		// Copy messages outside COPY are ignored, as PostgreSQL does.
 		return nil
 	}
@@ -3499,6 +3515,20 @@ func (ss *session) close(body []byte) error {
 	return nil
 }
 
+// executeUnanswered reports whether the held connection owes the answer
+// to an Execute the client sent in this batch.
+func (ss *session) executeUnanswered() bool {
+	if ss.sc == nil || ss.skipping {
+		return false
+	}
+	for _, e := range ss.queue[ss.qhead:] {
+		if e.kind == eRelay && e.term == tExecute {
+			return true
+		}
+	}
+	return false
+}
+
 func (ss *session) flushRequest() error {
 	if ss.sc == nil {
 		ss.emitSynth()
@@ -4212,7 +4242,13 @@ func (ss *session) copyIn(early bool) error {
 	}
 	sc := ss.sc
 	for {
-		f, err := ss.r.Next()
+		var f wire.Frame
+		var err error
+		if len(ss.copyAhead) > 0 {
+			f, ss.copyAhead = ss.copyAhead[0], ss.copyAhead[1:]
+		} else {
+			f, err = ss.r.Next()
+		}
 		if ss.terminated.Load() {
 			sc.MarkBroken() // pg_terminate_backend (signal.go): the worker's COPY is abandoned
 			return adminShutdown()
