@@ -146,12 +146,12 @@ type session struct {
 	stmts map[string]*Statement // client statement name -> statement
 	// replay: the request being answered, to run again if it met a moved
 	// shard (replay.go); flushes counts the answers written to the client.
-	replay replay
+	replay  replay
+	flushes int
 	// copyAhead: COPY messages the client sent behind an Execute before
 	// the worker's CopyInResponse was read (dispatch), which copyIn relays
 	// before reading more.
 	copyAhead []wire.Frame
-	flushes   int
 	portals   map[string]*Statement // portal -> statement it was bound from
 	// The last Parse body seen, so that a client re-parsing the same unnamed
 	// statement (as libpq's PQexecParams does) skips the registry.
