@@ -1,0 +1,71 @@
+package coordinator_test
+
+import (
+	"testing"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestMultiShardReadAfterSetInBlock: a multi-shard read in a transaction
+// block after SET or SET LOCAL reads under the block's settings on every
+// worker, as PostgreSQL's one backend would (it was refused with 0A000: a
+// tenant set with SET LOCAL before a report, or a statement_timeout for
+// the transaction), and the pooled connections it used keep none of them:
+// later sessions read with their own settings.
+func TestMultiShardReadAfterSetInBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	c := connect(t, srv.Addr())
+	// Tenant 1: keys 1-10; tenant 2: 11-100, over every shard.
+	freshTables(t, c, []string{"mrs"},
+		"CREATE TABLE mrs (k int PRIMARY KEY, tenant int)",
+		"SELECT create_distributed_table('mrs', 'k')",
+		"INSERT INTO mrs SELECT g, CASE WHEN g <= 10 THEN 1 ELSE 2 END FROM generate_series(1, 100) g")
+	count := "SELECT count(*)::text FROM mrs WHERE tenant = current_setting('app.tenant')::int"
+	check := func(what, sql, want string) {
+		t.Helper()
+		if got := queryString(t, c, sql); got != want {
+			t.Errorf("%s: %s, want %s", what, got, want)
+		}
+	}
+
+	exec(t, c, "BEGIN")
+	exec(t, c, "SET LOCAL app.tenant = '1'")
+	check("SET LOCAL, then a multi-shard read", count, "10")
+	exec(t, c, "SET LOCAL app.tenant = '2'")
+	check("a second SET LOCAL", count, "90")
+	exec(t, c, "ROLLBACK")
+
+	// A SET (not LOCAL) in a block holds after COMMIT, and not after
+	// ROLLBACK, on every worker.
+	exec(t, c, "SET app.tenant = '1'")
+	exec(t, c, "BEGIN")
+	exec(t, c, "SET app.tenant = '2'")
+	check("SET in a block", count, "90")
+	exec(t, c, "ROLLBACK")
+	check("after ROLLBACK", count, "10")
+	exec(t, c, "BEGIN")
+	exec(t, c, "SET app.tenant = '2'")
+	check("SET in a block, again", count, "90")
+	exec(t, c, "COMMIT")
+	check("after COMMIT", count, "90")
+
+	// After a write on one worker and under a server setting.
+	exec(t, c, "BEGIN")
+	exec(t, c, "UPDATE mrs SET tenant = tenant WHERE k = 5")
+	exec(t, c, "SET LOCAL work_mem = '8MB'")
+	exec(t, c, "SET LOCAL app.tenant = '1'")
+	check("after a write, SET LOCAL", count, "10")
+	check("a server setting on every shard", "SELECT count(*)::text FROM mrs WHERE current_setting('work_mem') = '8MB'", "100")
+	exec(t, c, "COMMIT")
+
+	// The pooled connections the reads used are as they were: another
+	// session, which set nothing, reads its own settings everywhere.
+	c2 := connect(t, srv.Addr())
+	for i := 0; i < 4; i++ {
+		if got := queryString(t, c2, "SELECT count(*)::text FROM mrs WHERE current_setting('work_mem') <> '8MB' AND current_setting('app.tenant', true) IS NULL"); got != "100" {
+			t.Fatalf("another session, read %d: %s rows see no leftover setting, want 100", i, got)
+		}
+	}
+	check("the first session's own setting", count, "90")
+}
