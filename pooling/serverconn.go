@@ -373,3 +373,30 @@ func NewServerConn(nc net.Conn, addr string, params map[string]string) *ServerCo
 	c.R = wire.NewReader(rd, 32*1024)
 	return c
 }
+
+// IdleSocketAlive reports whether an idle connection's socket (under TLS,
+// the TCP socket beneath) has nothing waiting to be read, as a checkout's
+// check of a pooled worker connection does: a server that ended the
+// connection has sent FATAL, then EOF. For pools of pgx connections
+// (pgxpool's PrepareConn), which check only connections idle for over a
+// second.
+func IdleSocketAlive(nc net.Conn) bool {
+	sc, ok := rawConn(nc).(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var buf [1]byte
+	var errno syscall.Errno
+	if err := rc.Read(func(fd uintptr) bool {
+		_, _, errno = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		return true // never wait
+	}); err != nil {
+		return false
+	}
+	return errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK
+}
