@@ -54,9 +54,7 @@ func (s *Server) openCatalog(ctx context.Context) error {
 	// pg_terminate_backend) would fail the statement that takes it
 	// (adversaries 158, 159: 53300 and 08006 to clients). A peek at its
 	// socket, no round trip, and a dead one is replaced.
-	cfg.PrepareConn = func(_ context.Context, c *pgx.Conn) (bool, error) {
-		return pooling.IdleSocketAlive(c.PgConn().Conn()), nil
-	}
+	cfg.PrepareConn = idleAlive
 	s.metaDB = cfg.ConnConfig.Database
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -108,6 +106,12 @@ func (s *Server) openCatalog(ctx context.Context) error {
 	s.metaPool, s.store = pool, store
 	s.setCatalog(snap)
 	return nil
+}
+
+// idleAlive is the metadata pools' check of a connection they hand out
+// (pgxpool's PrepareConn): false replaces it.
+func idleAlive(_ context.Context, c *pgx.Conn) (bool, error) {
+	return pooling.IdleSocketAlive(c.PgConn().Conn()), nil
 }
 
 // citusViews are Citus' catalog views over pgfleet's catalog, with the
