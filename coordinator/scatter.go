@@ -410,7 +410,7 @@ func (r *scatterRun) txnCheck() error {
 	// undoes them (a SET of the session's too), so that every part of the
 	// query reads under the block's settings.
 	replay := ""
-	if ss.sc != nil && len(ss.txLog) > 0 && !ss.txLogLost && !ss.paramsUnsure {
+	if ss.sc != nil && len(ss.txLog) > 0 && !ss.txLogLost && !ss.paramsUnsure && !namesIdleTimeout(ss.txLog) {
 		replay = "BEGIN\n; " + ss.logReplay(0, len(ss.txLog)) + "\n; "
 		for k, p := range ss.parked {
 			if slices.Contains(r.conns, p.sc) {
@@ -458,6 +458,12 @@ func (r *scatterRun) txnCheck() error {
 		rows, err := executor.ReadText(sc)
 		if err != nil && !errors.As(err, new(*executor.WorkerError)) {
 			lost(i)
+		}
+		if err == nil && i < len(r.wrapped) && r.wrapped[i] && len(rows) > 1 {
+			// The replayed SETs may have rows of their own (a RESET's
+			// startup value is set again with set_config): the state is
+			// the last.
+			rows = rows[len(rows)-1:]
 		}
 		if err == nil && (len(rows) != 1 || len(rows[0]) != cols || rows[0][0] == nil || rows[0][1] == nil) {
 			err = pgerr.New(pgerr.Internal, "unexpected answer from worker %s about its transaction", sc.Addr)

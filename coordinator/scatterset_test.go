@@ -1,7 +1,11 @@
 package coordinator_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -68,4 +72,61 @@ func TestMultiShardReadAfterSetInBlock(t *testing.T) {
 		}
 	}
 	check("the first session's own setting", count, "90")
+}
+
+// TestSetInBlockStartupAndParked: adversary 160's cases. A RESET ALL in a
+// block of a session that sent startup parameters, before a multi-shard
+// read (XX000 and the block aborted: the replayed startup values had
+// rows of their own); a custom setting first defined after a worker's
+// connection was parked, then set there again (catchUp), left defined on
+// that connection for sessions that never set it (they read ” for
+// NULL); and a SET LOCAL idle_in_transaction_session_timeout set again on
+// a parked connection ended the session while its client was busy on the
+// other worker.
+func TestSetInBlockStartupAndParked(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, pgtest.URL(srv.Addr())+"&application_name=sibsp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	k1, k2 := spanningTable(t, c, "sibsp")
+	check := func(conn *pgx.Conn, what, sql, want string) {
+		t.Helper()
+		if got := queryString(t, conn, sql); got != want {
+			t.Errorf("%s: %s, want %s", what, got, want)
+		}
+	}
+
+	exec(t, c, "BEGIN")
+	exec(t, c, "SET LOCAL application_name = 'other'")
+	exec(t, c, "RESET ALL")
+	check(c, "RESET ALL, then a multi-shard read", "SELECT count(*)::text FROM sibsp WHERE current_setting('application_name') = 'sibsp'", "100")
+	exec(t, c, "COMMIT")
+
+	exec(t, c, "BEGIN")
+	exec(t, c, "UPDATE sibsp SET n = n WHERE aid = $1", k1)
+	exec(t, c, "UPDATE sibsp SET n = n WHERE aid = $1", k2) // the first worker's connection is parked
+	exec(t, c, "SET LOCAL app.sibsp_later = '1'")
+	check(c, "a setting first defined on the second worker", "SELECT count(*)::text FROM sibsp WHERE current_setting('app.sibsp_later') = '1'", "100")
+	exec(t, c, "COMMIT")
+	for i := 0; i < 6; i++ {
+		c2 := connect(t, srv.Addr())
+		check(c2, fmt.Sprintf("a session that never set it, %d", i), "SELECT count(*)::text FROM sibsp WHERE current_setting('app.sibsp_later', true) IS NULL", "100")
+		c2.Close(ctx)
+	}
+
+	exec(t, c, "BEGIN")
+	exec(t, c, "UPDATE sibsp SET n = n WHERE aid = $1", k1)
+	exec(t, c, "UPDATE sibsp SET n = n WHERE aid = $1", k2)
+	exec(t, c, "SET LOCAL idle_in_transaction_session_timeout = '400ms'")
+	exec(t, c, "UPDATE sibsp SET n = n WHERE aid = $1", k1) // back on the first worker: the SET is set again there
+	for i := 0; i < 4; i++ {
+		exec(t, c, "SELECT pg_sleep(0.2) FROM sibsp WHERE aid = $1", k2) // the client is never idle 400 ms
+	}
+	exec(t, c, "UPDATE sibsp SET n = n + 1 WHERE aid = $1", k1)
+	exec(t, c, "COMMIT")
+	check(c, "the block's write", fmt.Sprintf("SELECT n::text FROM sibsp WHERE aid = %d", k1), "101")
 }

@@ -238,11 +238,36 @@ func (ss *session) catchUp(i int) error {
 	if p.logN >= len(ss.txLog) {
 		return nil
 	}
-	if err := p.sc.Exec(ss.logReplay(p.logN, len(ss.txLog)), time.Now().Add(p.pool.Config().ResetTimeout), nil); err != nil {
+	replay, deadline := ss.logReplay(p.logN, len(ss.txLog)), time.Now().Add(p.pool.Config().ResetTimeout)
+	if ss.idleOff || !ss.idleZeroKnown(p.pool) || namesIdleTimeout(ss.txLog[p.logN:]) {
+		// The idle timer stays off on a worker the transaction is not
+		// on (a SET of it set again would end the parked connection while
+		// the client works elsewhere: adversary 160), read as joinWorker
+		// reads it, in the same round trip.
+		rows, err := p.sc.Query(replay+"\n;"+idleOffSQL, deadline)
+		if err != nil {
+			return err
+		}
+		if len(rows) > 0 {
+			ss.noteIdleSetting(p.pool, rows[len(rows)-1:])
+		}
+	} else if err := p.sc.Exec(replay, deadline, nil); err != nil {
 		return err
+	}
+	for _, op := range ss.txLog[p.logN:] {
+		// (Set there now: defined on that backend for good. Adversary
+		// 160: a name first set after the connection was parked was
+		// not recorded, and a session that never set it read '' there.)
+		op.customNames(func(name string) { p.sc.Defines = pooling.AddDefine(p.sc.Defines, name) })
 	}
 	p.logN = len(ss.txLog)
 	return nil
+}
+
+// namesIdleTimeout reports whether one of ops sets
+// idle_in_transaction_session_timeout.
+func namesIdleTimeout(ops []paramOp) bool {
+	return slices.ContainsFunc(ops, func(op paramOp) bool { return planner.ContainsFold(op.text, "idle_in_transaction") })
 }
 
 // afterBlockEnded takes node for a statement whose transaction block
