@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,50 @@ func TestCopyDataBehindExecute(t *testing.T) {
 		// The session goes on.
 		r.expect(tc.name+", then a query", r.round(exe("SELECT 'ok'")...), "ok,C SELECT 1,ZI")
 		_ = r.conn.Close()
+	}
+}
+
+// TestCopyInForeignMessage: a message other than COPY's own inside COPY
+// FROM STDIN gets what PostgreSQL gives, asked directly in the same test:
+// an error, then FATAL, both 08P01, and the connection closed, nothing
+// copied (pgfleet failed the COPY with 57014 and went on: adversary 159).
+func TestCopyInForeignMessage(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	c := connect(t, srv.Addr())
+	exec(t, c, "DROP TABLE IF EXISTS cifm")
+	exec(t, c, "CREATE TABLE cifm (k int PRIMARY KEY, v text)")
+	t.Cleanup(func() { exec(t, connect(t, srv.Addr()), "DROP TABLE IF EXISTS cifm") })
+	run := func(addr string) string {
+		r := rawConnect(t, addr)
+		defer r.conn.Close()
+		r.send(20*time.Second, &pgproto3.Query{String: "COPY cifm FROM STDIN"})
+		r.send(20*time.Second, &pgproto3.CopyData{Data: []byte("1\tx\n")}, &pgproto3.Query{String: "SELECT 1"},
+			&pgproto3.CopyDone{})
+		var got []string
+		for {
+			m, err := r.fe.Receive()
+			if err != nil {
+				return strings.Join(append(got, "closed"), ",")
+			}
+			switch m := m.(type) {
+			case *pgproto3.ErrorResponse:
+				got = append(got, m.Severity+" "+m.Code)
+			case *pgproto3.CommandComplete:
+				got = append(got, "C "+string(m.CommandTag))
+			case *pgproto3.ReadyForQuery:
+				got = append(got, "Z"+string(m.TxStatus))
+			}
+		}
+	}
+	want := run(cl.Servers[0].Addr()) // PostgreSQL, the table there being the coordinator's
+	if want != "ERROR 08P01,FATAL 08P01,closed" {
+		t.Logf("PostgreSQL answered %s", want)
+	}
+	if got := run(srv.Addr()); got != want {
+		t.Errorf("through the coordinator: %s; PostgreSQL: %s", got, want)
+	}
+	if n := queryString(t, c, "SELECT count(*)::text FROM cifm"); n != "0" {
+		t.Errorf("%s rows copied, want 0", n)
 	}
 }

@@ -4286,12 +4286,14 @@ func (ss *session) copyIn(early bool) error {
 			sc.MarkBroken()
 			return errQuietClose
 		default:
-			msg := fmt.Sprintf("unexpected message type 0x%02X during COPY from stdin", f.Type)
-			sc.SetBuf(wire.AppendFrame(sc.Buf(), 'f', append([]byte(msg), 0)))
-			if err := sc.Flush(); err != nil {
-				return ss.lostServer(err)
-			}
-			return nil
+			// PostgreSQL answers any other message in COPY FROM STDIN with
+			// an error and ends the connection, the protocol being out of
+			// step (adversary 159: pgfleet failed the COPY, 57014, and went
+			// on). The worker's COPY ends with its connection.
+			sc.MarkBroken()
+			er := pgerr.Flatten(pgerr.New(pgerr.ProtocolViolation, "unexpected message type 0x%02X during COPY from stdin", f.Type))
+			ss.out, _ = er.Encode(ss.out)
+			return pgerr.Fatal(pgerr.ProtocolViolation, "terminating connection because protocol synchronization was lost")
 		}
 	}
 }
