@@ -238,6 +238,13 @@ func (ss *session) catchUp(i int) error {
 	if p.logN >= len(ss.txLog) {
 		return nil
 	}
+	for _, op := range ss.txLog[p.logN:] {
+		// (Defined on that backend for good once set there, even if a
+		// later one fails. Adversary 160: a name first set after the
+		// connection was parked was not recorded, and a session that
+		// never set it read '' there.)
+		op.customNames(func(name string) { p.sc.Defines = pooling.AddDefine(p.sc.Defines, name) })
+	}
 	replay, deadline := ss.logReplay(p.logN, len(ss.txLog)), time.Now().Add(p.pool.Config().ResetTimeout)
 	if ss.idleOff || !ss.idleZeroKnown(p.pool) || namesIdleTimeout(ss.txLog[p.logN:]) {
 		// The idle timer stays off on a worker the transaction is not
@@ -253,12 +260,6 @@ func (ss *session) catchUp(i int) error {
 		}
 	} else if err := p.sc.Exec(replay, deadline, nil); err != nil {
 		return err
-	}
-	for _, op := range ss.txLog[p.logN:] {
-		// (Set there now: defined on that backend for good. Adversary
-		// 160: a name first set after the connection was parked was
-		// not recorded, and a session that never set it read '' there.)
-		op.customNames(func(name string) { p.sc.Defines = pooling.AddDefine(p.sc.Defines, name) })
 	}
 	p.logN = len(ss.txLog)
 	return nil
