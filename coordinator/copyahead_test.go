@@ -21,9 +21,7 @@ func TestCopyDataBehindExecute(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(2))
 	c := connect(t, srv.Addr())
-	exec(t, c, "DROP TABLE IF EXISTS cdbe")
-	exec(t, c, "CREATE TABLE cdbe (k int PRIMARY KEY, v text)")
-	t.Cleanup(func() { exec(t, connect(t, srv.Addr()), "DROP TABLE IF EXISTS cdbe") })
+	freshTables(t, c, []string{"cdbe"}, "CREATE TABLE cdbe (k int PRIMARY KEY, v text)")
 	row := func(k int) pgproto3.FrontendMessage {
 		return &pgproto3.CopyData{Data: []byte(fmt.Sprintf("%d\tx\n", k))}
 	}
@@ -77,9 +75,7 @@ func TestCopyInForeignMessage(t *testing.T) {
 	cl := pgtest.Shared(t)
 	srv := pgtest.Coordinator(t, cl, poolSize(2))
 	c := connect(t, srv.Addr())
-	exec(t, c, "DROP TABLE IF EXISTS cifm")
-	exec(t, c, "CREATE TABLE cifm (k int PRIMARY KEY, v text)")
-	t.Cleanup(func() { exec(t, connect(t, srv.Addr()), "DROP TABLE IF EXISTS cifm") })
+	freshTables(t, c, []string{"cifm"}, "CREATE TABLE cifm (k int PRIMARY KEY, v text)")
 	run := func(addr string) string {
 		r := rawConnect(t, addr)
 		defer r.conn.Close()
