@@ -234,7 +234,11 @@ func TestFleetSIGKILL(t *testing.T) {
 				failed.Store(fmt.Sprintf("connecting to %s: %v", addr, err))
 				return
 			}
-			defer func() { conn.Close(ctx) }()
+			defer func() {
+				if conn != nil { // (nil after a failed reconnect, which is reported)
+					conn.Close(ctx)
+				}
+			}()
 			for {
 				select {
 				case <-stopRun:
