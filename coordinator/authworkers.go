@@ -105,7 +105,6 @@ func (s *Server) authQueryPool(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	cfg.ConnConfig.Password = pw
 	cfg.MaxConns = 2
-	cfg.PrepareConn = idleAlive // (as the metadata pools: catalog.go)
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

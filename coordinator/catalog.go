@@ -19,7 +19,6 @@ import (
 	"github.com/pgfleet/pgfleet/internal/pgerr"
 	"github.com/pgfleet/pgfleet/metadata"
 	"github.com/pgfleet/pgfleet/planner"
-	"github.com/pgfleet/pgfleet/pooling"
 )
 
 // openCatalog connects to the metadata database, creates the catalog schema
@@ -49,12 +48,6 @@ func (s *Server) openCatalog(ctx context.Context) error {
 		_, err := c.Exec(ctx, twophase.SyncCommitSQL(false))
 		return err
 	}
-	// pgxpool checks only connections idle for over a second: one whose
-	// backend was terminated just before (a worker restart, an operator's
-	// pg_terminate_backend) would fail the statement that takes it
-	// (adversaries 158, 159: 53300 and 08006 to clients). A peek at its
-	// socket, no round trip, and a dead one is replaced.
-	cfg.PrepareConn = idleAlive
 	s.metaDB = cfg.ConnConfig.Database
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -106,12 +99,6 @@ func (s *Server) openCatalog(ctx context.Context) error {
 	s.metaPool, s.store = pool, store
 	s.setCatalog(snap)
 	return nil
-}
-
-// idleAlive is the metadata pools' check of a connection they hand out
-// (pgxpool's PrepareConn): false replaces it.
-func idleAlive(_ context.Context, c *pgx.Conn) (bool, error) {
-	return pooling.IdleSocketAlive(c.PgConn().Conn()), nil
 }
 
 // citusViews are Citus' catalog views over pgfleet's catalog, with the

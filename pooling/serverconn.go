@@ -394,13 +394,3 @@ func NewServerConn(nc net.Conn, addr string, params map[string]string) *ServerCo
 	c.R = wire.NewReader(rd, 32*1024)
 	return c
 }
-
-// IdleSocketAlive reports whether an idle connection's socket (under TLS,
-// the TCP socket beneath) has nothing waiting to be read, as a checkout's
-// check of a pooled worker connection does: a server that ended the
-// connection has sent FATAL, then EOF. For pools of pgx connections
-// (pgxpool's PrepareConn), which check only connections idle for over a
-// second.
-func IdleSocketAlive(nc net.Conn) bool {
-	return idle(newPeeker(nc).peek())
-}
