@@ -255,21 +255,21 @@ func (ss *session) planSimple(sql string) (*planner.Plan, []literal, error) {
 			p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
 		}
 	}
-	var sn *planner.SequencesNeeded
-	if errors.As(err, &sn) {
-		if sql, err = ss.withSequences(sql, sn); err == nil {
-			ss.drawn, ss.drawnFrom = sql, given
-			p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
+	// Sequence values, then a distribution column's random UUIDs
+	// (fillNeeds): the plan after the first may ask for the second.
+	for range 2 {
+		sn, ok, ferr := ss.fillNeeds(err)
+		if !ok {
+			break
 		}
-	}
-	var dn *planner.DefaultNeeded
-	if errors.As(err, &dn) {
-		if sn, err = ss.randomNeed(dn); err == nil {
-			if sql, err = ss.withSequences(sql, sn); err == nil {
-				ss.drawn, ss.drawnFrom = sql, given
-				p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
-			}
+		if err = ferr; err != nil {
+			break // (the refusal the default is)
 		}
+		if sql, err = ss.withSequences(sql, sn); err != nil {
+			break
+		}
+		ss.drawn, ss.drawnFrom = sql, given
+		p, lits, err = ss.srv.planSimpleIn(sql, ss.catalog())
 	}
 	var vn *planner.ValuesNeeded
 	if errors.As(err, &vn) {
