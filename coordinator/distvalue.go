@@ -691,12 +691,14 @@ func (s *Server) stableCasts(p *planner.Plan, v *planner.Value) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var volatile bool
-	err := s.metaPool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) n
+	err := s.askMeta(ctx, func() error {
+		return s.metaPool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) n
 			JOIN pg_catalog.pg_type t ON t.oid = pg_catalog.to_regtype(n)
 			JOIN pg_catalog.pg_proc f ON f.oid IN (t.typinput, t.typoutput) WHERE f.provolatile = 'v')
 		OR EXISTS (SELECT 1 FROM unnest($1::text[]) n
 			JOIN pg_catalog.pg_cast c ON pg_catalog.to_regtype(n) IN (c.casttarget, c.castsource)
 			JOIN pg_catalog.pg_proc f ON f.oid = c.castfunc WHERE f.provolatile = 'v')`, other).Scan(&volatile)
+	})
 	if err != nil || volatile {
 		return refuse
 	}

@@ -57,9 +57,11 @@ func (ss *session) frozenWrite(m *planner.Mutability, text string, refusal error
 	// user's (search_path), which only PostgreSQL can resolve.
 	var moment string
 	var shadowed bool
-	if err := ss.srv.metaPool.QueryRow(ctx, `SELECT pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00',
+	if err := ss.srv.askMeta(ctx, func() error {
+		return ss.srv.metaPool.QueryRow(ctx, `SELECT pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00',
 			EXISTS (SELECT FROM pg_catalog.pg_proc WHERE proname IN ('now', 'transaction_timestamp', 'statement_timestamp')
-				AND pronamespace <> 'pg_catalog'::pg_catalog.regnamespace)`).Scan(&moment, &shadowed); err != nil || shadowed {
+				AND pronamespace <> 'pg_catalog'::pg_catalog.regnamespace)`).Scan(&moment, &shadowed)
+	}); err != nil || shadowed {
 		return "", false
 	}
 	frozen, n, err := planner.FreezeTime(sql, moment)

@@ -1153,27 +1153,11 @@ func (s *Server) outsideDependents(schemas []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rows, err := s.metaPool.Query(ctx, `SELECT DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
-  FROM pg_catalog.pg_depend d
- WHERE d.deptype IN ('n', 'a')
-   AND (pg_catalog.pg_identify_object(d.refclassid, d.refobjid, 0)).schema = ANY($1)
-   AND d.classid <> 'pg_catalog.pg_namespace'::pg_catalog.regclass
-   AND coalesce((pg_catalog.pg_identify_object(d.classid, d.objid, 0)).schema, '') <> ALL($1)
- ORDER BY 1 LIMIT 10`, schemas)
-	if err != nil {
-		return err
-	}
 	var objs []string
-	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
-			rows.Close()
-			return err
-		}
-		objs = append(objs, o)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err := s.askMeta(ctx, func() (err error) {
+		objs, err = s.outsideDependentsOnce(ctx, schemas)
+		return err
+	}); err != nil {
 		return err
 	}
 	if len(objs) == 0 {
@@ -1183,4 +1167,18 @@ func (s *Server) outsideDependents(schemas []string) error {
 		Message: "DROP SCHEMA ... CASCADE is not supported when objects outside the schema depend on what it holds",
 		Detail:  strings.Join(objs, "\n"),
 		Hint:    "Drop those objects first (the detail lists them), then the schema."}
+}
+
+func (s *Server) outsideDependentsOnce(ctx context.Context, schemas []string) ([]string, error) {
+	rows, err := s.metaPool.Query(ctx, `SELECT DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
+  FROM pg_catalog.pg_depend d
+ WHERE d.deptype IN ('n', 'a')
+   AND (pg_catalog.pg_identify_object(d.refclassid, d.refobjid, 0)).schema = ANY($1)
+   AND d.classid <> 'pg_catalog.pg_namespace'::pg_catalog.regclass
+   AND coalesce((pg_catalog.pg_identify_object(d.classid, d.objid, 0)).schema, '') <> ALL($1)
+ ORDER BY 1 LIMIT 10`, schemas)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

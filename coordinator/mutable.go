@@ -150,11 +150,13 @@ func (s *Server) immutableCalls(ctx context.Context, table writeTarget, m *plann
 		return nil
 	}
 	var fn, op *string
-	err := s.metaPool.QueryRow(ctx, `SELECT
+	err := s.askMeta(ctx, func() error {
+		return s.metaPool.QueryRow(ctx, `SELECT
 		(SELECT min(p.proname) FROM `+procsCalled("$1::text[]")+` WHERE p.provolatile <> 'i'
 			AND NOT (p.provolatile = 's' AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace AND p.proname = ANY($3::text[]))),
 		(SELECT min(o.oprname) FROM pg_catalog.pg_operator o JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
 			WHERE o.oprname = ANY($2::text[]) AND f.provolatile = 'v')`, m.Calls, m.Ops, settingsOnly).Scan(&fn, &op)
+	})
 	if err != nil {
 		return pgerr.New(pgerr.ConnectionFailure, "cannot read the volatility of the functions of a write to %s: %v", table.table, err)
 	}
@@ -215,7 +217,18 @@ func (s *Server) immutableDefaults(ctx context.Context, m *planner.Mutability, t
 type tableColumn struct{ name, identity, generated, def string }
 
 // columnDefaults reads table's columns, in order, with their defaults.
-func (s *Server) columnDefaults(ctx context.Context, table string) ([]tableColumn, error) {
+func (s *Server) columnDefaults(ctx context.Context, table string) (cols []tableColumn, err error) {
+	err = s.askMeta(ctx, func() (err error) {
+		cols, err = s.columnDefaultsOnce(ctx, table)
+		return err
+	})
+	if err != nil {
+		return nil, pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", table, err)
+	}
+	return cols, nil
+}
+
+func (s *Server) columnDefaultsOnce(ctx context.Context, table string) ([]tableColumn, error) {
 	rows, err := s.metaPool.Query(ctx, `SELECT a.attname::text, a.attidentity::text, a.attgenerated::text,
 			coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
 		FROM pg_catalog.pg_attribute a
@@ -224,17 +237,13 @@ func (s *Server) columnDefaults(ctx context.Context, table string) ([]tableColum
 		WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, metadata.SQLName(table))
 	if err != nil {
-		return nil, pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", table, err)
+		return nil, err
 	}
-	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tableColumn, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (tableColumn, error) {
 		var c tableColumn
 		err := r.Scan(&c.name, &c.identity, &c.generated, &c.def)
 		return c, err
 	})
-	if err != nil {
-		return nil, pgerr.New(pgerr.ConnectionFailure, "cannot read the defaults of %s: %v", table, err)
-	}
-	return cols, nil
 }
 
 // takesDefault reports whether the rows of the write m may take the

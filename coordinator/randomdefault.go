@@ -68,7 +68,8 @@ func (s *Server) randomDefault(table, column string) (bool, error) {
 	defer cancel()
 	var expr, typ string
 	var fns []string
-	err := s.metaPool.QueryRow(ctx, `SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.atttypid::pg_catalog.regtype::text,
+	err := s.askMeta(ctx, func() error {
+		return s.metaPool.QueryRow(ctx, `SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.atttypid::pg_catalog.regtype::text,
 			ARRAY(SELECT n.nspname || '.' || p.proname || ':' || coalesce(e.extname, '')
 				FROM pg_catalog.pg_depend x
 				JOIN pg_catalog.pg_proc p ON p.oid = x.refobjid
@@ -78,7 +79,8 @@ func (s *Server) randomDefault(table, column string) (bool, error) {
 				WHERE x.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND x.objid = d.oid AND x.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass)
 		FROM pg_catalog.pg_attrdef d JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
 		WHERE d.adrelid = pg_catalog.to_regclass($1) AND a.attname = $2 AND a.attgenerated = ''`,
-		metadata.SQLName(table), column).Scan(&expr, &typ, &fns)
+			metadata.SQLName(table), column).Scan(&expr, &typ, &fns)
+	})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return false, pgerr.New(pgerr.ConnectionFailure, "cannot read the default of column %q of %s: %v", column, table, err)
 	}

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,6 +57,50 @@ func TestTerminatedBackendsThenQuery(t *testing.T) {
 			if got := queryString(t, conn, "SELECT sum(v)::text FROM trq"); got != "5050" {
 				t.Fatalf("round %d, statement %d after terminating %d backends: sum %s, want 5050", round, i, n, got)
 			}
+		}
+		c2.Close(ctx)
+	}
+}
+
+// TestTerminatedBackendsThenPathLookup: a session whose search_path is not
+// plainly public names a distributed table without its schema; the first
+// worker is asked where the name resolves. Right after every backend
+// there is terminated (the metadata connections, used a moment before and
+// so handed out unchecked, among them), the lookup answers on a new
+// connection (adversary 159: 08006 "could not ask the first worker where
+// t ... is").
+func TestTerminatedBackendsThenPathLookup(t *testing.T) {
+	cl := pgtest.Start(t, 2)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	c := connect(t, srv.Addr())
+	exec(t, c, "CREATE TABLE tpl (k int PRIMARY KEY, v int)")
+	exec(t, c, "SELECT create_distributed_table('tpl', 'k')")
+	exec(t, c, "INSERT INTO tpl SELECT g, g FROM generate_series(1, 100) g")
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgtest.URL(cl.Servers[0].Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for round := 0; round < 5; round++ {
+		// A lookup under a path not asked before: the metadata
+		// connection it used is now idle, under a second.
+		exec(t, c, fmt.Sprintf("SET search_path = warm%d, public", round))
+		if got := queryString(t, c, "SELECT sum(v)::text FROM tpl"); got != "5050" {
+			t.Fatalf("round %d, before: sum %s, want 5050", round, got)
+		}
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
+			WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatal("no backend to terminate: the coordinator holds no connection to the first worker")
+		}
+		c2 := connect(t, srv.Addr())
+		exec(t, c2, fmt.Sprintf("SET search_path = after%d, public", round))
+		if got := queryString(t, c2, "SELECT sum(v)::text FROM tpl"); got != "5050" {
+			t.Fatalf("round %d, after terminating %d backends: sum %s, want 5050", round, n, got)
 		}
 		c2.Close(ctx)
 	}

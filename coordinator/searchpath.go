@@ -82,7 +82,9 @@ func (s *Server) userSchema(user string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var exists bool
-	if err := s.metaPool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)", user).Scan(&exists); err != nil {
+	if err := s.askMeta(ctx, func() error {
+		return s.metaPool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1)", user).Scan(&exists)
+	}); err != nil {
 		return true, err
 	}
 	next := &userSchemas{stamp: stamp, at: time.Now(), m: map[string]bool{user: exists}}
@@ -148,9 +150,17 @@ func (s *Server) resolveToPublic(pathSQL, user string, names []string) (bool, er
 
 // askSchemas asks the default node where each name resolves under the
 // search_path and role ("" for nowhere).
-func (s *Server) askSchemas(pathSQL, user string, names []string) ([]string, error) {
+func (s *Server) askSchemas(pathSQL, user string, names []string) (out []string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	err = s.askMeta(ctx, func() (err error) {
+		out, err = s.askSchemasOn(ctx, pathSQL, user, names)
+		return err
+	})
+	return out, err
+}
+
+func (s *Server) askSchemasOn(ctx context.Context, pathSQL, user string, names []string) ([]string, error) {
 	tx, err := s.metaPool.Begin(ctx)
 	if err != nil {
 		return nil, err

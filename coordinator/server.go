@@ -952,3 +952,12 @@ func (s *Server) CatalogVersion() int64 {
 	}
 	return 0
 }
+
+// askMeta runs f, a read on metaPool (the first worker's catalog), once
+// more on a new connection if its connection was lost: after
+// pg_terminate_backend of the first worker's backends, a pooled
+// connection idle under a second is handed out unchecked (adversary 159:
+// a search_path lookup answered 08006 so).
+func (s *Server) askMeta(ctx context.Context, f func() error) error {
+	return metadata.RetryLost(ctx, s.metaPool, f)
+}

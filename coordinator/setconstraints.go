@@ -103,8 +103,10 @@ func (s *Server) constraintsOfOurs(names []string, cat *metadata.Snapshot) (bool
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var any bool
-	err := s.metaPool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_constraint c
+	err := s.askMeta(ctx, func() error {
+		return s.metaPool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_constraint c
 		JOIN pg_catalog.pg_class r ON r.oid = c.conrelid JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
 		WHERE c.conname = ANY($1) AND n.nspname || '.' || r.relname = ANY($2))`, names, tables).Scan(&any)
+	})
 	return any || err != nil, err
 }

@@ -427,10 +427,12 @@ func (ss *session) maySignal(target *session, terminate bool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := ss.srv.metaPool.QueryRow(ctx, `SELECT coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1), false),
+	err := ss.srv.askMeta(ctx, func() error {
+		return ss.srv.metaPool.QueryRow(ctx, `SELECT coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1), false),
 	       coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $2), false),
 	       coalesce(pg_catalog.pg_has_role($1, $2, 'USAGE') OR pg_catalog.pg_has_role($1, 'pg_signal_backend', 'USAGE'), false)`,
-		ss.user, target.user).Scan(&callerSuper, &targetSuper, &member)
+			ss.user, target.user).Scan(&callerSuper, &targetSuper, &member)
+	})
 	if err != nil {
 		return err
 	}

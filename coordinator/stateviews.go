@@ -974,7 +974,12 @@ func (s *Server) stateViews() *viewSet {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	funcs, ext, err := readUserFuncs(ctx, s.metaPool)
+	var funcs []userFunc
+	var ext []string
+	err := s.askMeta(ctx, func() (err error) {
+		funcs, ext, err = readUserFuncs(ctx, s.metaPool)
+		return err
+	})
 	if err != nil {
 		vs.all = true
 		s.views.Store(vs)

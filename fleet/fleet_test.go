@@ -102,11 +102,22 @@ func TestFleet(t *testing.T) {
 	sentBy := a.f.BytesSent()
 	at0 := time.Now()
 	a.f.Announce(7)
+	// Gossip may bring a's metadata, version 7 in it, before the
+	// message: that report has no send time (the zero time); the
+	// message's, when it comes, has a's clock at sending.
 	for _, n := range []*node{b, c} {
-		eventually(t, "catalog 7 announced", func() bool { v, _ := n.seen(); return slices.Contains(v, 7) })
-		n.mu.Lock()
-		at := n.sent[slices.Index(n.catalog, 7)]
-		n.mu.Unlock()
+		var at time.Time
+		eventually(t, "catalog 7 announced with its send time", func() bool {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			for i, v := range n.catalog {
+				if v == 7 && !n.sent[i].IsZero() {
+					at = n.sent[i]
+					return true
+				}
+			}
+			return false
+		})
 		if at.Before(at0) || at.After(time.Now()) {
 			t.Errorf("catalog 7 sent at %v, want between %v and now", at, at0)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // leaseLockKey serializes lease renewals ("pgfleeu", next to initLockKey):
@@ -189,18 +190,14 @@ func (s *Store) RecordBackend(ctx context.Context, name, worker string, pid int3
 		SET pids = CASE WHEN $3 = ANY (s.pids) THEN s.pids ELSE array_append(s.pids, $3) END, recorded_at = now()
 		FROM pgfleet.coordinators c
 		WHERE c.name = s.coordinator AND s.coordinator = $1 AND s.worker = $2 AND c.expires > now()`
-	tag, err := s.pool.Exec(ctx, record, name, worker, pid)
-	if err != nil && connectionLost(err) && ctx.Err() == nil {
-		// The metadata connection was gone (its backend terminated, the
-		// database restarted): its pool's others likely are too, and a
-		// pooled one idle under a second is handed out unchecked. Every
-		// idle one is closed and the statement runs on a new one, so that
-		// the client whose worker connection this is does not get 53300
-		// (adversary 158: after pg_terminate_backend of the first worker's
-		// idle backends, the next multi-shard query failed so).
-		s.pool.Reset()
+	// A connection lost (adversary 158: after pg_terminate_backend of the
+	// first worker's idle backends, the next multi-shard query got 53300)
+	// is retried on a new one.
+	var tag pgconn.CommandTag
+	err := RetryLost(ctx, s.pool, func() (err error) {
 		tag, err = s.pool.Exec(ctx, record, name, worker, pid)
-	}
+		return err
+	})
 	if err == nil && tag.RowsAffected() != 1 {
 		err = fmt.Errorf("no live lease on a share of worker %s", worker)
 	}

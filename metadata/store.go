@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -1249,18 +1251,40 @@ func seqText(seqs []SeqColumn) []string {
 	return out
 }
 
+// RetryLost runs f, a statement or several on a connection of p, and runs
+// it once more when it failed because that connection was lost
+// (connectionLost): its backend terminated (pg_terminate_backend, a
+// restart) while it sat idle in p, which hands out a connection idle under
+// a second unchecked. The pool's idle connections, likely lost with it,
+// are closed first. f must be safe to run twice: a read, or an idempotent
+// write.
+func RetryLost(ctx context.Context, p *pgxpool.Pool, f func() error) error {
+	err := f()
+	if err != nil && connectionLost(err) && ctx.Err() == nil {
+		p.Reset()
+		err = f()
+	}
+	return err
+}
+
 // connectionLost reports whether err is the loss of the metadata
-// connection rather than a statement's failure: a FATAL from the server
-// (its backend terminated, the database shutting down) or no answer at
-// all (the socket closed or reset).
+// connection rather than a statement's answer: a FATAL from the server
+// (its backend terminated, the database shutting down), the socket closed
+// or reset under it, or a connection pgx had closed already. No rows, a
+// scan's failure or the caller's deadline are answers, not losses.
 func connectionLost(err error) bool {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
 		sev := pe.SeverityUnlocalized
 		if sev == "" {
 			sev = pe.Severity
 		}
 		return sev == "FATAL" || sev == "PANIC"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return false
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.As(err, &ne) || pgconn.SafeToRetry(err)
 }
