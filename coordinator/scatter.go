@@ -403,6 +403,23 @@ func (r *scatterRun) txnCheck() error {
 	if ss.sc != nil && r.txIdx < 0 {
 		conns = append(conns, ss.sc)
 	}
+	// The block's SETs (SET LOCAL included), when every one is known:
+	// the transaction's other workers' connections run those they have not
+	// (catchUp), and pooled connections run the query in a transaction of
+	// their own that begins with them and is rolled back at release, which
+	// undoes them (a SET of the session's too), so that every part of the
+	// query reads under the block's settings.
+	replay := ""
+	if ss.sc != nil && len(ss.txLog) > 0 && !ss.txLogLost && !ss.paramsUnsure && !namesIdleTimeout(ss.txLog) {
+		replay = "BEGIN\n; " + ss.logReplay(0, len(ss.txLog)) + "\n; "
+		for k, p := range ss.parked {
+			if slices.Contains(r.conns, p.sc) {
+				if err := ss.catchUp(k); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	lost := func(i int) {
 		conns[i].MarkBroken()
 		if i < len(r.conns) {
@@ -418,6 +435,14 @@ func (r *scatterRun) txnCheck() error {
 	}
 	for i, sc := range conns {
 		q := pgproto3.Query{String: stateSQL}
+		if replay != "" && i < len(r.conns) && i != r.txIdx && (r.parked == nil || !r.parked[i]) {
+			q.String = replay + stateSQL
+			r.wrapped[i] = true
+			for _, op := range ss.txLog {
+				// (Set there now: defined on that backend for good.)
+				op.customNames(func(name string) { sc.Defines = pooling.AddDefine(sc.Defines, name) })
+			}
+		}
 		b, _ := q.Encode(sc.Buf())
 		sc.SetBuf(b)
 		if err := sc.Flush(); err != nil {
@@ -433,6 +458,12 @@ func (r *scatterRun) txnCheck() error {
 		rows, err := executor.ReadText(sc)
 		if err != nil && !errors.As(err, new(*executor.WorkerError)) {
 			lost(i)
+		}
+		if err == nil && i < len(r.wrapped) && r.wrapped[i] && len(rows) > 1 {
+			// The replayed SETs may have rows of their own (a RESET's
+			// startup value is set again with set_config): the state is
+			// the last.
+			rows = rows[len(rows)-1:]
 		}
 		if err == nil && (len(rows) != 1 || len(rows[0]) != cols || rows[0][0] == nil || rows[0][1] == nil) {
 			err = pgerr.New(pgerr.Internal, "unexpected answer from worker %s about its transaction", sc.Addr)
@@ -1157,6 +1188,10 @@ type scatterRun struct {
 	txIdx  int
 	parked []bool
 	txLost bool
+	// wrapped marks pooled connections that run the query in a
+	// transaction of their own, begun with the block's SETs (txnCheck),
+	// rolled back at release.
+	wrapped []bool
 	// stmts: the workers' prepared statements when not the portal's
 	// (its plan's fallback, extended protocol).
 	stmts []*Statement
@@ -1529,7 +1564,7 @@ func (r *scatterRun) value(v *planner.Value, none int64, code, what string) (int
 func (r *scatterRun) acquire() error {
 	ss := r.ss
 	n := len(r.x.Workers)
-	r.pools, r.conns, r.pending = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n)
+	r.pools, r.conns, r.pending, r.wrapped = make([]*pooling.Pool, n), make([]*pooling.ServerConn, n), make([]bool, n), make([]bool, n)
 	r.txIdx = -1
 	ss.dropSpares()      // (side checkouts do not go beyond the classes' reserve)
 	held := ss.holding() // the class of the next checkout (pooling.Pool)
@@ -1585,6 +1620,17 @@ func (r *scatterRun) acquire() error {
 	ss.cancelMu.Lock()
 	ss.scatterTargets = r.conns
 	ss.cancelMu.Unlock()
+	if ss.settingsAside() {
+		// After a SET in the block, its connections run under the block's
+		// settings (txnCheck's replay on pooled ones): a statement the
+		// workers parse now folds its constants under them (a timestamptz
+		// literal under SET LOCAL TimeZone), and is neither one prepared
+		// under the connection's usual settings nor one for later sessions
+		// (adversary 161: a later session read another time zone's rows).
+		for _, sc := range r.conns {
+			sc.OtherSettings = true
+		}
+	}
 	if (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext) {
 		// User code may read sequence state: none of another client's
 		// (seqcheck.go).
@@ -1619,6 +1665,7 @@ func (r *scatterRun) release() {
 		if sc == nil {
 			continue
 		}
+		sc.OtherSettings = false
 		if r.pending[i] || (userCode && i != r.txIdx) {
 			sc.MarkBroken()
 		}
@@ -1629,6 +1676,12 @@ func (r *scatterRun) release() {
 			// The session keeps it; left mid-answer, the transaction is lost.
 			r.txLost = r.txLost || r.pending[i]
 			continue
+		}
+		if r.wrapped != nil && r.wrapped[i] && !r.pending[i] {
+			// Its transaction of the block's SETs (txnCheck) is undone.
+			if err := sc.Exec("ROLLBACK", time.Now().Add(txCleanupTimeout), nil); err != nil || sc.TxStatus != 'I' {
+				sc.MarkBroken()
+			}
 		}
 		r.pools[i].Release(sc)
 	}

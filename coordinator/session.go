@@ -4334,10 +4334,17 @@ func (ss *session) stmtKey() string { return ss.stmtKeyOn(ss.sc) }
 
 // stmtKeyOn is stmtKey for a connection the session checked out.
 func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
-	if ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown {
+	if ss.settingsAside() {
 		return pooling.UnknownKey
 	}
 	return sc.ParamsKey
+}
+
+// settingsAside reports whether the session's connections may run under
+// settings their ParamsKey does not say: a SET earlier in the transaction
+// block or pipeline, or settings not known.
+func (ss *session) settingsAside() bool {
+	return ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown
 }
 
 // bindRunsText reports whether a Bind's parameter values, which a

@@ -437,7 +437,7 @@ func (r *Scatter) send(i int, sc *pooling.ServerConn) {
 		}
 		if p := r.Params; p != nil {
 			st := p.Stmts[i]
-			if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+			if !sc.Stmts.Has(st.Name, sc.StmtKey()) {
 				b = addStmt(b, sc, st)
 				r.parsed[i] = true
 			}
@@ -448,7 +448,7 @@ func (r *Scatter) send(i int, sc *pooling.ServerConn) {
 		}
 	} else {
 		st := r.Bound.Stmts[i]
-		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+		if !sc.Stmts.Has(st.Name, sc.StmtKey()) {
 			b = addStmt(b, sc, st)
 			r.parsed[i] = true
 		}
@@ -469,7 +469,7 @@ func (r *Scatter) send(i int, sc *pooling.ServerConn) {
 // addStmt appends the Parse of a statement the connection has not
 // prepared (closing the one its cache evicts, or a stale one of the name).
 func addStmt(b []byte, sc *pooling.ServerConn, st Stmt) []byte {
-	ev, stale := sc.Stmts.Add(st.Name, sc.ParamsKey)
+	ev, stale := sc.Stmts.Add(st.Name, sc.StmtKey())
 	if ev != "" {
 		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: ev}).Encode(b)
 	}
@@ -977,7 +977,7 @@ func (r *Scatter) merge() error {
 	if r.Bound != nil || len(m.Params) == 0 {
 		st := r.Env.Prepared(append(append([]byte(sql), 0), ParamTail(oids)...))
 		bind.PreparedStatement = st.Name
-		if !sc.Stmts.Has(st.Name, sc.ParamsKey) {
+		if !sc.Stmts.Has(st.Name, sc.StmtKey()) {
 			b = addStmt(b, sc, st)
 			parsing = true
 		}

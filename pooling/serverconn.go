@@ -43,6 +43,10 @@ type ServerConn struct {
 	TxStatus byte
 	// Stmts is the cache of statements prepared on this connection.
 	Stmts *StmtCache
+	// OtherSettings: for now the connection runs under settings other
+	// than ParamsKey's (a transaction block's SETs), so statements are
+	// neither taken from Stmts nor kept there for later (StmtKey).
+	OtherSettings bool
 
 	pool     *Pool
 	owed     bool // written to since the last ReadyForQuery read (Owed)
@@ -51,6 +55,15 @@ type ServerConn struct {
 	broken   bool
 	peekr    *peeker // made at the first peek
 	gen      int64   // the pool's generation it was opened in (Refresh)
+}
+
+// StmtKey is the settings key a statement parsed on the connection now
+// is parsed under: ParamsKey, or UnknownKey under OtherSettings.
+func (c *ServerConn) StmtKey() string {
+	if c.OtherSettings {
+		return UnknownKey
+	}
+	return c.ParamsKey
 }
 
 func dial(ctx context.Context, cfg *Config) (*ServerConn, error) {
