@@ -1568,8 +1568,16 @@ func (r *scatterRun) acquire() error {
 	r.txIdx = -1
 	ss.dropSpares()      // (side checkouts do not go beyond the classes' reserve)
 	held := ss.holding() // the class of the next checkout (pooling.Pool)
-	userCode := (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext)
-	if userCode && len(ss.parked) > 0 {
+	if r.userCode() && ss.sc != nil && len(ss.txLog) > 0 {
+		// After SETs in the block, the read runs on the transaction's
+		// connection too (txnCheck), where user code no state read
+		// follows would keep the session pinned to it for good (release;
+		// adversary 162): refused, as before such reads were run.
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"a multi-shard query that calls functions which may change session state is not supported after a SET in the same transaction block").
+			WithHint("Run it before the SET, or outside the transaction block.")
+	}
+	if r.userCode() && len(ss.parked) > 0 {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"a multi-shard query that calls functions which may change session state is not supported in a transaction that spans several workers").
 			WithHint("Run it before the transaction touches a second worker, or outside the transaction block.")
@@ -1631,7 +1639,7 @@ func (r *scatterRun) acquire() error {
 			sc.OtherSettings = true
 		}
 	}
-	if (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext) {
+	if r.userCode() {
 		// User code may read sequence state: none of another client's
 		// (seqcheck.go).
 		for _, sc := range r.conns {
@@ -1650,6 +1658,13 @@ func (r *scatterRun) acquire() error {
 	return nil
 }
 
+// userCode reports whether the run's statement calls code that is not
+// built in (a user's function), which may change session state.
+func (r *scatterRun) userCode() bool {
+	ss := r.ss
+	return (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext)
+}
+
 // release gives the connections back; one left mid-answer is closed.
 func (r *scatterRun) release() {
 	ss := r.ss
@@ -1660,7 +1675,7 @@ func (r *scatterRun) release() {
 	// state on the shards' connections where no snapshot was taken: they
 	// are closed rather than given to another session, and the session
 	// keeps its transaction's connection for good.
-	userCode := (r.port != nil && ss.stVerify(r.port.st)) || (r.port == nil && ss.verifyNext)
+	userCode := r.userCode()
 	for i, sc := range r.conns {
 		if sc == nil {
 			continue

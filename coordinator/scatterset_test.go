@@ -257,3 +257,41 @@ func TestSetInBlockStatementsNotKept(t *testing.T) {
 		}
 	}
 }
+
+// TestSetInBlockUserCodeRead: a multi-shard read that calls a user's
+// function after a SET in the block is refused before it takes any
+// connection, and the session stays free: adversary 162 found it run on
+// the transaction's connection, which then pinned the session for good
+// (every later multi-shard query refused, after COMMIT too).
+func TestSetInBlockUserCodeRead(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	freshTables(t, c, []string{"sbu"},
+		"CREATE TABLE sbu (k int PRIMARY KEY)",
+		"SELECT create_distributed_table('sbu', 'k')",
+		"INSERT INTO sbu SELECT g FROM generate_series(1, 100) g")
+	exec(t, c, "CREATE OR REPLACE FUNCTION sbu_twice(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 * 2'")
+	t.Cleanup(func() { _, _ = c.Exec(context.Background(), "DROP FUNCTION IF EXISTS sbu_twice(int)") })
+	for _, end := range []string{"COMMIT", "ROLLBACK"} {
+		exec(t, c, "BEGIN")
+		exec(t, c, "SET LOCAL TimeZone = 'Asia/Tokyo'")
+		var sum int64
+		err := c.QueryRow(ctx, "SELECT sum(sbu_twice(k)) FROM sbu").Scan(&sum)
+		if sqlState(err) != "0A000" {
+			t.Errorf("a user's function in a multi-shard read after SET LOCAL: %v (sum %d), want 0A000", err, sum)
+		}
+		exec(t, c, end)
+		for _, q := range []string{"SELECT count(*)::text FROM sbu", "SELECT sum(sbu_twice(k))::text FROM sbu"} {
+			if got := queryString(t, c, q); got != map[bool]string{true: "100", false: "10100"}[q == "SELECT count(*)::text FROM sbu"] {
+				t.Errorf("after %s: %s: %s", end, q, got)
+			}
+		}
+		exec(t, c, "BEGIN")
+		if got := queryString(t, c, "SELECT sum(sbu_twice(k))::text FROM sbu"); got != "10100" {
+			t.Errorf("after %s, a block without SET: %s, want 10100", end, got)
+		}
+		exec(t, c, "COMMIT")
+	}
+}
