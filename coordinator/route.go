@@ -117,8 +117,8 @@ func (ss *session) checkPath(p *planner.Plan) error {
 		}
 		if !known {
 			return pgerr.New(pgerr.FeatureNotSupported,
-				"this session's tables or search_path may have changed earlier in this pipeline, and %s is named without its schema", what).
-				WithHint("Write the schema with the table name (public.t), or send a Sync first.")
+				"this session's tables or search_path may have changed earlier in this transaction block or pipeline, and %s is named without its schema; its connection cannot be asked before the Sync", what).
+				WithHint("Write the schema with the table name (public.t), or send a Sync first (the simple query protocol asks it).")
 		}
 		for _, n := range p.Unqualified {
 			if !a.public[n] {
