@@ -412,9 +412,6 @@ func (r *scatterRun) txnCheck() error {
 	replay := ""
 	if ss.sc != nil && len(ss.txLog) > 0 && !ss.txLogLost && !ss.paramsUnsure && !namesIdleTimeout(ss.txLog) {
 		replay = "BEGIN\n; " + ss.logReplay(0, len(ss.txLog)) + "\n; "
-		for _, sc := range r.conns {
-			sc.OtherSettings = true // (as settingsAside marks them in acquire: its SETs are the block's)
-		}
 		for k, p := range ss.parked {
 			if slices.Contains(r.conns, p.sc) {
 				if err := ss.catchUp(k); err != nil {

@@ -4342,9 +4342,9 @@ func (ss *session) stmtKeyOn(sc *pooling.ServerConn) string {
 
 // settingsAside reports whether the session's connections may run under
 // settings their ParamsKey does not say: a SET earlier in the transaction
-// block or pipeline, or settings not known.
+// block (which txnCheck replays: txLog) or pipeline, or settings not known.
 func (ss *session) settingsAside() bool {
-	return ss.settingsDirty || ss.txSet || len(ss.pending) > 0 || ss.settingsUnknown
+	return ss.settingsDirty || ss.txSet || len(ss.txLog) > 0 || len(ss.pending) > 0 || ss.settingsUnknown
 }
 
 // bindRunsText reports whether a Bind's parameter values, which a

@@ -249,71 +249,46 @@ func (c *ServerConn) Readable() bool {
 // runs are made at the first look (a pooled connection is looked at on
 // every checkout).
 type peeker struct {
-	rc     syscall.RawConn // nil: the connection has no socket to look at
-	closed bool            // its socket could not be had (closed)
-	fn     func(fd uintptr) bool
-	n      int
-	errno  syscall.Errno
-	buf    [1]byte
+	rc    syscall.RawConn // nil: the connection has no socket to look at
+	fn    func(fd uintptr) bool
+	n     int
+	errno syscall.Errno
+	buf   [1]byte
 }
 
 // peek looks at the socket under c (under TLS too): n bytes waiting (0 at
 // EOF), or n < 0 and errno (EAGAIN: none). socket is false when c has no
 // socket to look at; ok false when the look failed (the socket is closed).
 func (c *ServerConn) peek() (n int, errno syscall.Errno, socket, ok bool) {
-	if c.peekr == nil {
-		c.peekr = newPeeker(c.conn)
-	}
-	return c.peekr.peek()
-}
-
-// newPeeker makes the peeker of nc's socket (under TLS, the TCP socket
-// beneath).
-func newPeeker(nc net.Conn) *peeker {
-	p := &peeker{}
-	if sc, isSys := rawConn(nc).(syscall.Conn); isSys {
-		rc, err := sc.SyscallConn()
-		if err != nil {
-			p.closed = true
-			return p
-		}
-		p.rc = rc
-		p.fn = func(fd uintptr) bool {
-			// recvfrom without an address: syscall.Recvfrom's would
-			// be allocated at every call. Raw: it cannot block
-			// (MSG_DONTWAIT), so it keeps the processor (rawio).
-			r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.buf[0])), 1,
-				syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-			p.n, p.errno = int(r), e
-			if e != 0 {
-				p.n = -1
+	p := c.peekr
+	if p == nil {
+		p = &peeker{}
+		if sc, isSys := rawConn(c.conn).(syscall.Conn); isSys {
+			rc, err := sc.SyscallConn()
+			if err != nil {
+				return 0, 0, true, false
 			}
-			return true // never wait for readiness
+			p.rc = rc
+			p.fn = func(fd uintptr) bool {
+				// recvfrom without an address: syscall.Recvfrom's would
+				// be allocated at every call. Raw: it cannot block
+				// (MSG_DONTWAIT), so it keeps the processor (rawio).
+				r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.buf[0])), 1,
+					syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+				p.n, p.errno = int(r), e
+				if e != 0 {
+					p.n = -1
+				}
+				return true // never wait for readiness
+			}
 		}
-	}
-	return p
-}
-
-// peek is ServerConn.peek's look.
-func (p *peeker) peek() (n int, errno syscall.Errno, socket, ok bool) {
-	if p.closed {
-		return 0, 0, true, false
+		c.peekr = p
 	}
 	if p.rc == nil {
 		return 0, 0, false, false
 	}
 	err := p.rc.Read(p.fn)
 	return p.n, p.errno, true, err == nil
-}
-
-// idle reports what a peek's results say of an idle connection: usable
-// when it has no socket to look at or nothing waits on it (a server that
-// ended the connection has sent FATAL, then EOF).
-func idle(n int, errno syscall.Errno, socket, ok bool) bool {
-	if !socket {
-		return true
-	}
-	return ok && n < 0 && (errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK)
 }
 
 // Alive is alive, for a connection the caller holds idle outside its
@@ -327,7 +302,11 @@ func (c *ServerConn) alive() bool {
 	if c.broken || c.TxStatus != 'I' || c.R.Buffered() > 0 {
 		return false
 	}
-	return idle(c.peek())
+	n, errno, socket, ok := c.peek()
+	if !socket {
+		return true
+	}
+	return ok && n < 0 && (errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK)
 }
 
 // Interrupt makes a blocked read or write on c fail now (for shutdown); the
