@@ -152,6 +152,12 @@ type class struct {
 	// is not built in) whose session effects the text does not show; the
 	// server connection's state is checked before it serves anyone else.
 	verify bool
+	// localSets: the statement is only set_config(name, value, true)
+	// calls, followed as the SET LOCALs they are (setlocal.go); localOps:
+	// those SET LOCALs, when every name and value is a literal (else they
+	// are known at the Bind).
+	localSets []localSet
+	localOps  []paramOp
 	// setsCustom: set_config of a literal custom name (customSetConfig),
 	// which the session takes as its SET; a multi-shard statement cannot
 	// carry it back from the shards' connections.
@@ -330,6 +336,9 @@ func classify(sql string) class {
 				c.seqReset = false
 			}
 			c.quiet = c.count > 0 && quiet == c.count && c.seqFn == ""
+			if c.count == 1 && (c.pin == "set_config()" || c.pin == "" && c.setsCustom) {
+				c.followLocalSets(sql)
+			}
 			return c
 		}
 	}

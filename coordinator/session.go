@@ -153,6 +153,9 @@ type session struct {
 	// before reading more.
 	copyAhead []wire.Frame
 	portals   map[string]*Statement // portal -> statement it was bound from
+	// portalSets: a portal's SET LOCALs, for a statement of
+	// set_config(..., true) calls (setlocal.go), known at its Bind.
+	portalSets map[string]portalSets
 	// The last Parse body seen, so that a client re-parsing the same unnamed
 	// statement (as libpq's PQexecParams does) skips the registry.
 	lastParse   []byte
@@ -480,6 +483,9 @@ type expect struct {
 	// hide: the last parameters of a described statement are the
 	// coordinator's (sequence values), left out of its description.
 	hide int
+	// sets: the SET LOCALs of a statement of set_config(..., true) calls
+	// (setlocal.go), followed at its CommandComplete.
+	sets []paramOp
 }
 
 func (ss *session) push(e expect) { ss.queue = append(ss.queue, e) }
@@ -1948,7 +1954,12 @@ func (ss *session) simpleQuery(body []byte) error {
 	// A simple Query destroys the unnamed statement, as in PostgreSQL.
 	delete(ss.stmts, "")
 	var cp *class
-	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() {
+	if len(cls.localSets) > 0 && (cls.localOps == nil || ss.pinned != "") {
+		// (Its parameters cannot be given here; a pinned session's
+		// settings are its connection's: as any set_config.)
+		cls.pin, cls.localSets, cls.localOps = "set_config()", nil, nil
+	}
+	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() || len(cls.localOps) > 0 {
 		cp = &cls // (followed at its CommandComplete: noteTag)
 	}
 	if ss.lock.sc != nil {
@@ -1979,6 +1990,9 @@ func (ss *session) simpleQuery(body []byte) error {
 			ss.setGen++
 		}
 		ss.pathTouched = ss.pathTouched || touchesPath(cls.ops)
+	}
+	if len(cls.localOps) > 0 {
+		ss.localSetsSent(cls.localOps)
 	}
 	// In a failed transaction a statement of its own runs nothing but
 	// its end (ROLLBACK, COMMIT, ROLLBACK TO): no user code to verify,
@@ -2401,7 +2415,11 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 	} else {
 		ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), typ, body))
 	}
-	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject})
+	var sets []paramOp
+	if cls != nil {
+		sets = cls.localOps
+	}
+	ss.push(expect{kind: eRelay, term: tQuery, cls: cls, inject: inject, sets: sets})
 	return ss.roundTrip()
 }
 
@@ -3147,6 +3165,26 @@ func (ss *session) bind(body []byte) error {
 		}
 	}
 	ss.notePinnedRun(&clientSt.cls, clientSt.Query, clientSt)
+	var sets []paramOp
+	setsPin := false
+	if len(clientSt.cls.localSets) > 0 {
+		// (A pinned session's settings are its connection's: as any
+		// set_config.)
+		sets, setsPin = localOps(clientSt.cls.localSets, params, clientSt.paramTail)
+		setsPin = !setsPin || ss.pinned != ""
+		if setsPin {
+			sets = nil
+		}
+	}
+	if setsPin {
+		if err := ss.pinSpanning("set_config()"); err != nil {
+			ss.synthError(err)
+			return nil
+		}
+		ss.pinUndo = ss.pinMark()
+		defer func() { ss.pinUndo = nil }() // (this Bind's only)
+		ss.pin("set_config()")
+	}
 	if !clientSt.cls.quiet && ss.pinned == "" {
 		// (Or SQL text given to a built-in as a parameter:
 		// query_to_xml($1).)
@@ -3262,6 +3300,12 @@ func (ss *session) bind(body []byte) error {
 		ss.bindName = string(name) // kept: a client binds the same statement again and again
 	}
 	ss.push(expect{kind: eRelay, term: tBind, stmt: st, name: ss.bindName, cst: clientSt})
+	if sets != nil {
+		if ss.portalSets == nil {
+			ss.portalSets = map[string]portalSets{}
+		}
+		ss.portalSets[string(portal)] = portalSets{st: clientSt, ops: sets}
+	}
 	if len(portal) == 0 {
 		ss.portals[""] = st
 	} else {
@@ -3437,6 +3481,15 @@ func (ss *session) execute(body []byte) error {
 	if st != nil && len(st.cls.ops) > 0 && ss.resetsStartup(&st.cls) {
 		ss.resetQueued = true
 	}
+	var sets []paramOp
+	if st != nil && len(st.cls.localSets) > 0 {
+		if ps := ss.portalSets[string(portal)]; ps.st == st {
+			sets = ps.ops // (nil: the Bind pinned the session instead)
+		}
+		if sets != nil {
+			ss.localSetsSent(sets)
+		}
+	}
 	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
 		ss.settingsDirty = true
 		if st.cls.pin != "" || !customOnly(st.cls.ops) {
@@ -3459,7 +3512,7 @@ func (ss *session) execute(body []byte) error {
 		}
 	}
 	ss.sc.SetBuf(wire.AppendFrame(ss.sc.Buf(), 'E', body))
-	ss.push(expect{kind: eRelay, term: tExecute, stmt: st})
+	ss.push(expect{kind: eRelay, term: tExecute, stmt: st, sets: sets})
 	if st != nil && endsTxn(&st.cls) {
 		ss.txEndQueued = true
 	}
@@ -3742,6 +3795,7 @@ func (ss *session) lostCycle(err error) error {
 	ss.paramFix, ss.loadFix = ss.paramFix[:0], false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
+		clear(ss.portalSets)
 	}
 	ss.lost = &pgerr.Error{Severity: "ERROR", Code: pgerr.ConnectionFailure,
 		Message: fmt.Sprintf("lost connection to worker %s: %v", addr, err),
@@ -3894,6 +3948,11 @@ func (ss *session) drain() error {
 		case 'C':
 			if len(f.Body) >= 4 && (f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) || f.Body[0] == 'R' && f.Body[1] == 'E' && f.Body[2] == 'S') {
 				ss.noteTxnTag(f.Body)
+			}
+			if e.sets != nil && string(f.Body) == "SELECT 1\x00" {
+				for _, op := range e.sets {
+					ss.noteOp(op)
+				}
 			}
 			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain ||
 				e.stmt.cls.endLike && ss.keepsPortals())) || len(ss.pending) > 0 || ss.verifyState {
@@ -4103,6 +4162,12 @@ func (ss *session) noteTag(e *expect, body []byte) {
 	}
 	op := ops[e.opIdx]
 	e.opIdx++
+	ss.noteOp(op)
+}
+
+// noteOp follows one session change that ran (noteTag; a set_config's
+// SET LOCAL, setlocal.go).
+func (ss *session) noteOp(op paramOp) {
 	if op.text != "" {
 		// (Outside a transaction block the log is cleared at its
 		// ReadyForQuery, endOfCycle.)
@@ -4222,6 +4287,7 @@ func (ss *session) endOfCycle(status byte) {
 	ss.txFailed = false
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
+		clear(ss.portalSets)
 	}
 	if len(ss.portalNode) > 0 {
 		clear(ss.portalNode)

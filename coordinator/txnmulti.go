@@ -1062,6 +1062,7 @@ func (ss *session) multiRelease(all []txConn, committed bool) {
 	ss.ddlDone()
 	if len(ss.portals) > 0 {
 		clear(ss.portals)
+		clear(ss.portalSets)
 	}
 	if len(ss.bridged) > 0 {
 		ss.endBlockPortals()

@@ -1,0 +1,219 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfleet/pgfleet/internal/pgtest"
+)
+
+// TestSetConfigLocal: a statement of set_config(name, value, true) calls
+// in a transaction block (PostgREST's start of every request: search_path,
+// role and request settings; a tenant for row-level security) is followed
+// as the SET LOCALs it makes. Multi-shard reads in the block run under it
+// on every worker, unqualified names resolve under its search_path, and
+// the session is not pinned after the block (it was pinned for good, and
+// every later multi-shard query refused; custom names made multi-shard
+// reads in the block refused). In every pgx mode, with the names and
+// values as parameters or literals.
+func TestSetConfigLocal(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	setup := connect(t, srv.Addr())
+	for _, s := range cl.Servers {
+		// (Roles are each worker's: CREATE ROLE through the
+		// coordinator reaches the first only.)
+		d := connect(t, s.Addr())
+		exec(t, d, "DO $$BEGIN CREATE ROLE slc_reader NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+	}
+	freshTables(t, setup, []string{"slc", "slc_s2.slc", "slc_s3.slc3"},
+		"CREATE TABLE slc (k int PRIMARY KEY, tenant text)",
+		"SELECT create_distributed_table('slc', 'k')",
+		"INSERT INTO slc SELECT g, CASE WHEN g <= 10 THEN 'u1' ELSE 'u2' END FROM generate_series(1, 100) g",
+		"GRANT SELECT ON slc TO slc_reader",
+		"CREATE SCHEMA IF NOT EXISTS slc_s2",
+		"CREATE TABLE slc_s2.slc (k int)",
+		"INSERT INTO slc_s2.slc VALUES (1), (2), (3)",
+		"GRANT USAGE ON SCHEMA slc_s2 TO slc_reader",
+		"GRANT SELECT ON slc_s2.slc TO slc_reader",
+		"CREATE SCHEMA IF NOT EXISTS slc_s3",
+		"CREATE TABLE slc_s3.slc3 (k int PRIMARY KEY)",
+		"SELECT create_distributed_table('slc_s3.slc3', 'k')",
+		"INSERT INTO slc_s3.slc3 SELECT generate_series(1, 50)")
+	if len(cl.Servers) < 2 {
+		t.Fatalf("the shared cluster has %d workers: the test needs reads over two", len(cl.Servers))
+	}
+
+	// What PostgreSQL says of the placeholder after the block: SET LOCAL
+	// leaves it defined, empty.
+	direct := connect(t, cl.Servers[0].Addr())
+	exec(t, direct, "BEGIN")
+	exec(t, direct, "SELECT set_config('slc.probe', 'x', true)")
+	exec(t, direct, "COMMIT")
+	afterBlock := queryString(t, direct, "SELECT coalesce(current_setting('slc.probe', true), '<null>')")
+
+	// The tenant's rows where every shard reads the block's role and
+	// tenant: 10 of 100 when all of them do.
+	tenantRows := "SELECT count(*)::text FROM slc WHERE tenant = current_setting('app.slc_tenant') AND current_user = 'slc_reader'"
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement,
+		pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec}
+	for _, mode := range modes {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			cfg, err := pgx.ParseConfig(pgtest.URL(srv.Addr()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DefaultQueryExecMode = mode
+			c, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(ctx)
+			check := func(what, sql, want string, args ...any) {
+				t.Helper()
+				if got := queryString(t, c, sql, args...); got != want {
+					t.Errorf("%s: %s, want %s", what, got, want)
+				}
+			}
+			for round := 0; round < 2; round++ { // (the second on statements pgx keeps)
+				exec(t, c, "BEGIN")
+				exec(t, c, "SELECT set_config('search_path', $1, true), set_config('role', $2, true), set_config('app.slc_tenant', $3, true)",
+					"public", "slc_reader", "u1")
+				check("a multi-shard read under the block's role and tenant", tenantRows, "10")
+				check("the role on the default node", "SELECT current_user::text", "slc_reader")
+				exec(t, c, "SELECT pg_catalog.set_config('app.slc_tenant', 'u2', true)")
+				check("a second set_config", tenantRows, "90")
+				exec(t, c, "COMMIT")
+				check("the role after COMMIT", "SELECT current_user::text", "postgres")
+				check("a multi-shard read after COMMIT (the session is not pinned)",
+					"SELECT count(*)::text FROM slc WHERE current_user = 'postgres' AND coalesce(current_setting('app.slc_tenant', true), '') = ''", "100")
+				check("the placeholder after COMMIT", "SELECT coalesce(current_setting('app.slc_tenant', true), '<null>')", afterBlock)
+
+				// search_path: unqualified names resolve under it as
+				// under SET LOCAL search_path, where the coordinator plans
+				// them as public's only when they resolve there: a
+				// distributed table of another schema, and a local table
+				// before a distributed one, are refused (never public.slc's
+				// rows for slc_s2.slc's).
+				exec(t, c, "BEGIN")
+				exec(t, c, "SELECT set_config('search_path', $1, true)", "slc_s3, public")
+				check("slc3 qualified under the block's search_path", "SELECT count(*)::text FROM slc_s3.slc3", "50")
+				check("public.slc under the block's search_path", "SELECT count(*)::text FROM slc", "100")
+				exec(t, c, "ROLLBACK")
+				for _, q := range []struct{ path, sql, want string }{
+					{"slc_s3, public", "SELECT count(*)::text FROM slc3", "50"},
+					{"slc_s2, public", "SELECT count(*)::text FROM slc", "3"},
+				} {
+					for _, set := range []string{"SET LOCAL search_path = " + q.path, "SELECT set_config('search_path', '" + q.path + "', true)"} {
+						exec(t, c, "BEGIN")
+						exec(t, c, set)
+						var n string
+						err := c.QueryRow(ctx, q.sql).Scan(&n)
+						if err == nil && n != q.want || err != nil && sqlState(err) != "0A000" {
+							t.Errorf("%s after %s: %q, %v; want %s, or 0A000", q.sql, set, n, err, q.want)
+						}
+						exec(t, c, "ROLLBACK")
+					}
+				}
+				if _, err := c.Exec(ctx, "SELECT count(*) FROM slc3"); sqlState(err) != "42P01" {
+					t.Errorf("slc3 after ROLLBACK: %v, want 42P01", err)
+				}
+
+				// A name given as a parameter (sqlx's begin_with).
+				exec(t, c, "BEGIN")
+				exec(t, c, "SELECT set_config($1, $2, true)", "app.slc_tenant", "u1")
+				check("a name given as a parameter", "SELECT count(*)::text FROM slc WHERE tenant = current_setting('app.slc_tenant')", "10")
+				exec(t, c, "COMMIT")
+
+				// ROLLBACK TO SAVEPOINT undoes a set_config as a SET
+				// LOCAL: the same answer, or the same refusal.
+				var outcome []string
+				for _, set := range []string{"SET LOCAL app.slc_tenant = 'u2'", "SELECT set_config('app.slc_tenant', 'u2', true)"} {
+					exec(t, c, "BEGIN")
+					exec(t, c, "SELECT set_config('app.slc_tenant', 'u1', true)")
+					exec(t, c, "SAVEPOINT a")
+					exec(t, c, set)
+					exec(t, c, "ROLLBACK TO SAVEPOINT a")
+					var n string
+					err := c.QueryRow(ctx, "SELECT count(*)::text FROM slc WHERE tenant = current_setting('app.slc_tenant')").Scan(&n)
+					if err == nil && n != "10" || err != nil && sqlState(err) != "0A000" {
+						t.Errorf("after %s and ROLLBACK TO: %q, %v; want 10, or 0A000", set, n, err)
+					}
+					outcome = append(outcome, n+sqlState(err))
+					exec(t, c, "ROLLBACK")
+				}
+				if outcome[0] != outcome[1] {
+					t.Errorf("ROLLBACK TO after SET LOCAL: %s; after set_config: %s", outcome[0], outcome[1])
+				}
+			}
+			// Another session, which set nothing, sees nothing of it on
+			// the connections the reads used.
+			other := connect(t, srv.Addr())
+			for i := 0; i < 3; i++ {
+				if got := queryString(t, other, "SELECT count(*)::text FROM slc WHERE current_user = 'postgres' AND current_setting('search_path') = '\"$user\", public' AND coalesce(current_setting('app.slc_tenant', true), '') = ''"); got != "100" {
+					t.Fatalf("another session, read %d: %s rows see no leftover setting, want 100", i, got)
+				}
+			}
+		})
+	}
+}
+
+// TestSetConfigLocalSpanningAndBatch: set_config(..., true) in a block
+// that already spans two workers reaches the other worker's connection
+// when the block goes back to it, and in a pgx batch (one pipeline, one
+// Sync) a multi-shard read after it reads under it on every shard, as
+// after SET LOCAL.
+func TestSetConfigLocalSpanningAndBatch(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	k1, k2 := spanningTable(t, c, "slcspan")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		exec(t, c, "BEGIN", mode)
+		exec(t, c, "UPDATE slcspan SET n = n + 1 WHERE aid = $1", mode, k1)
+		exec(t, c, "UPDATE slcspan SET n = n + 1 WHERE aid = $1", mode, k2)
+		exec(t, c, "SELECT set_config('app.slc_mark', $1, true)", mode, "m")
+		for _, k := range []int{k1, k2} {
+			if got := queryString(t, c, "SELECT current_setting('app.slc_mark') || n FROM slcspan WHERE aid = $1", mode, k); got != "m101" {
+				t.Errorf("%v: key %d on its worker: %s, want m101", mode, k, got)
+			}
+		}
+		if got := queryString(t, c, "SELECT count(*)::text FROM slcspan WHERE current_setting('app.slc_mark') = 'm'", mode); got != "100" {
+			t.Errorf("%v: a multi-shard read in the spanning block: %s, want 100", mode, got)
+		}
+		exec(t, c, "ROLLBACK", mode)
+	}
+
+	for _, set := range []string{"SET LOCAL app.slc_mark = 'b'", "SELECT set_config('app.slc_mark', 'b', true)"} {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(set)
+		b.Queue("SELECT count(*)::text FROM slcspan WHERE current_setting('app.slc_mark', true) = 'b'")
+		b.Queue("COMMIT")
+		br := c.SendBatch(ctx, b)
+		var got string
+		_, err1 := br.Exec()
+		_, err2 := br.Exec()
+		err3 := br.QueryRow().Scan(&got)
+		_, err4 := br.Exec()
+		if err := br.Close(); err != nil || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+			// (A refusal is allowed if it is SET LOCAL's too.)
+			t.Logf("batch with %s: %v %v %v %v %v", set, err1, err2, err3, err4, err)
+			if sqlState(err3) != "0A000" {
+				t.Errorf("batch with %s: %v, want rows or 0A000", set, err3)
+			}
+			continue
+		}
+		if got != "100" {
+			t.Errorf("batch with %s: %s rows read the setting, want 100", set, got)
+		}
+	}
+	if got := queryString(t, c, "SELECT count(*)::text FROM slcspan WHERE coalesce(current_setting('app.slc_mark', true), '') = ''"); got != "100" {
+		t.Errorf("after the blocks: %s rows read no setting, want 100", got)
+	}
+}
