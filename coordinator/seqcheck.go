@@ -86,7 +86,7 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 		names = mergeNames(ss.stateNames, names) // (as snapshotState)
 	}
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
-	ss.stateTxn = ss.sc.TxStatus == 'T'
+	ss.snapTxn()
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateNames = names
 	sc := ss.sc

@@ -285,6 +285,9 @@ type session struct {
 	viewDDLPending bool
 	stateBase      []byte
 	stateNames     []string // the state read's custom names (stateNamesOf)
+	// stateLocals: the settings (and "role") the block's SET LOCALs had
+	// set when the snapshot was taken in it (localsAfterCommit).
+	stateLocals []string
 	// defining: the custom settings of the statement about to take a
 	// server connection when it is a lone SET or RESET of them
 	// (definesAlone), which the checkout may take defined.
@@ -484,7 +487,7 @@ type expect struct {
 	// coordinator's (sequence values), left out of its description.
 	hide int
 	// sets: the SET LOCALs of a statement of set_config(..., true) calls
-	// (setlocal.go), followed at its CommandComplete.
+	// (setlocal.go), followed at its row.
 	sets []paramOp
 }
 
@@ -3921,6 +3924,16 @@ func (ss *session) drain() error {
 				ss.stateBase = append(ss.stateBase[:0], f.Body...)
 				continue
 			}
+			if e.sets != nil {
+				// Its one row: every call ran (an Execute with a row
+				// limit ends at PortalSuspended, with no CommandComplete;
+				// adversary 163: followed only at the tag, the settings
+				// were not replayed and other workers read without them).
+				for _, op := range e.sets {
+					ss.noteOp(op)
+				}
+				e.sets = nil
+			}
 		case 'S':
 			sc.NoteParameterStatus(f.Body)
 			ss.noteStrings(sc)
@@ -3949,11 +3962,7 @@ func (ss *session) drain() error {
 			if len(f.Body) >= 4 && (f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) || f.Body[0] == 'R' && f.Body[1] == 'E' && f.Body[2] == 'S') {
 				ss.noteTxnTag(f.Body)
 			}
-			if e.sets != nil && string(f.Body) == "SELECT 1\x00" {
-				for _, op := range e.sets {
-					ss.noteOp(op)
-				}
-			}
+
 			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain ||
 				e.stmt.cls.endLike && ss.keepsPortals())) || len(ss.pending) > 0 || ss.verifyState {
 				ss.noteTag(e, f.Body)
@@ -4834,7 +4843,7 @@ func (ss *session) snapshotState(extended bool, sql string, bind []byte) {
 		names = mergeNames(ss.stateNames, names)
 	}
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
-	ss.stateTxn = ss.sc.TxStatus == 'T'
+	ss.snapTxn()
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateNames = names
 	b := ss.sc.Buf()
@@ -4894,6 +4903,10 @@ func (ss *session) verifyAt(adopt bool) bool {
 		// its settings are what they were before it began, whatever user
 		// code or SET LOCAL did (the snapshot may show a SET LOCAL that
 		// is gone now); the rest is compared.
+		if err == nil && adopt && !rolledBack && len(ss.stateLocals) > 0 && !sameState(rows, dr.Values, true) {
+			// (The snapshot shows the block's SET LOCALs, gone now.)
+			rows = ss.localsAfterCommit(rows, dr.Values)
+		}
 		ok = err == nil && sameState(rows, dr.Values, false)
 		if err != nil && ss.sc.TxStatus != 'I' {
 			ss.sc.MarkBroken()

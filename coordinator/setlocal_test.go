@@ -3,9 +3,11 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfleet/pgfleet/internal/pgtest"
 )
@@ -215,5 +217,129 @@ func TestSetConfigLocalSpanningAndBatch(t *testing.T) {
 	}
 	if got := queryString(t, c, "SELECT count(*)::text FROM slcspan WHERE coalesce(current_setting('app.slc_mark', true), '') = ''"); got != "100" {
 		t.Errorf("after the blocks: %s rows read no setting, want 100", got)
+	}
+}
+
+// TestSetLocalThenUserCode: a user function called in a block after SET
+// LOCAL, SET LOCAL ROLE or set_config(..., true) left the session pinned
+// for good (every later multi-shard query refused), since the state read
+// before the function showed the block's values, gone after COMMIT;
+// PostgREST's RPC calls a function after its set_config. The session now
+// goes on unpinned when the function changed nothing, and a function that
+// did change those settings for the session still keeps its connection,
+// with the change, as on PostgreSQL.
+func TestSetLocalThenUserCode(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	ctx := context.Background()
+	c := connect(t, srv.Addr())
+	for _, s := range cl.Servers {
+		d := connect(t, s.Addr())
+		exec(t, d, "DO $$BEGIN CREATE ROLE slu_reader NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+	}
+	freshTables(t, c, []string{"slu"},
+		"CREATE TABLE slu (k int PRIMARY KEY)",
+		"SELECT create_distributed_table('slu', 'k')",
+		"INSERT INTO slu SELECT generate_series(1, 40)",
+		"GRANT SELECT ON slu TO slu_reader",
+		"CREATE OR REPLACE FUNCTION slu_noop() RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN 1; END$$",
+		"CREATE OR REPLACE FUNCTION slu_workmem() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('work_mem', '12MB', false); RETURN 1; END$$",
+		"CREATE OR REPLACE FUNCTION slu_role() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('role', 'slu_reader', false); RETURN 1; END$$",
+		"GRANT EXECUTE ON FUNCTION slu_noop() TO slu_reader")
+	multi := "SELECT count(*)::text FROM slu"
+	for _, set := range []string{
+		"SET LOCAL work_mem = '8MB'",
+		"SET LOCAL ROLE slu_reader",
+		"SET LOCAL search_path = public, pg_catalog",
+		"SET LOCAL TimeZone = 'Asia/Tokyo'",
+		"SELECT set_config('role', 'slu_reader', true), set_config('search_path', 'public', true), set_config('statement_timeout', '5s', true)",
+	} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+			exec(t, c, "SET work_mem = '6MB'", mode) // (a session value the check must restore)
+			exec(t, c, "BEGIN", mode)
+			exec(t, c, set, mode)
+			exec(t, c, "SELECT slu_noop()", mode)
+			if got := queryString(t, c, multi, mode); got != "40" {
+				t.Errorf("%s, a function, %v: %s rows, want 40", set, mode, got)
+			}
+			exec(t, c, "COMMIT", mode)
+			var n string
+			if err := c.QueryRow(ctx, multi, mode).Scan(&n); err != nil || n != "40" {
+				t.Errorf("%s, a function that changed nothing, then COMMIT, %v: %q, %v; want 40 (the session was pinned)", set, mode, n, err)
+			}
+			exec(t, c, "RESET work_mem", mode)
+		}
+	}
+
+	// A function that changes, for the session, a setting the block had
+	// SET LOCAL: PostgreSQL keeps its value after COMMIT. The session
+	// keeps its connection (pinned) and the value; no other session sees it.
+	d := connect(t, srv.Addr())
+	exec(t, d, "BEGIN")
+	exec(t, d, "SET LOCAL work_mem = '8MB'")
+	exec(t, d, "SELECT slu_workmem()")
+	exec(t, d, "COMMIT")
+	if got := queryString(t, d, "SHOW work_mem"); got != "12MB" {
+		t.Errorf("work_mem after a function set it for the session: %s, want 12MB", got)
+	}
+	exec(t, d, "BEGIN")
+	exec(t, d, "SET LOCAL ROLE slu_reader")
+	exec(t, d, "SELECT slu_role()")
+	exec(t, d, "COMMIT")
+	if got := queryString(t, d, "SELECT current_user::text"); got != "slu_reader" {
+		t.Errorf("current_user after a function set the role for the session: %s, want slu_reader", got)
+	}
+	other := connect(t, srv.Addr())
+	for i := 0; i < 4; i++ {
+		if got := queryString(t, other, "SELECT current_user || ' ' || current_setting('work_mem')"); got != "postgres 4MB" {
+			t.Fatalf("another session, read %d: %s, want postgres 4MB", i, got)
+		}
+	}
+}
+
+// TestSetConfigLocalRowLimit: adversary 163. An Execute with a row limit
+// (PgJDBC with a fetch size) runs the set_config calls and ends at
+// PortalSuspended, with no CommandComplete: they were followed only at
+// the tag, so the block's other workers and the pooled connections of a
+// multi-shard read ran without them (24 of 40 rows read the tenant; the
+// role was the login user's there) and the custom name stayed defined on a
+// connection other sessions were given.
+func TestSetConfigLocalRowLimit(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(2))
+	c := connect(t, srv.Addr())
+	spanningTable(t, c, "slcrl")
+	p := protoDial(t, srv.Addr(), "slcrl")
+	join := func(s []string) string { return strings.Join(s, " ") }
+	setA := []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Name: "slcrl_s", Query: "SELECT set_config($1, $2, true)"},
+		&pgproto3.Bind{DestinationPortal: "slcrl_p", PreparedStatement: "slcrl_s", Parameters: [][]byte{[]byte("app.slc_rl"), []byte("A")}},
+		&pgproto3.Execute{Portal: "slcrl_p", MaxRows: 1},
+	}
+	read := "SELECT count(*) FILTER (WHERE current_setting('app.slc_rl', true) = 'A') FROM slcrl"
+
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "BEGIN"})
+	if got := join(pipeRaw(t, p, 1, append(setA, &pgproto3.Execute{Portal: "slcrl_p"}, &pgproto3.Sync{})...)); got != "row A s C SELECT 0 Z T" {
+		t.Errorf("set_config with a row limit in a block: %q", got)
+	}
+	if got := join(pipeRaw(t, p, 1, &pgproto3.Query{String: read})); got != "row 100 C SELECT 1 Z T" {
+		t.Errorf("a multi-shard read after it: %q, want row 100", got)
+	}
+	pipeRaw(t, p, 1, &pgproto3.Query{String: "ROLLBACK"})
+
+	// Outside a block: the pipeline's implicit transaction, to its Sync.
+	setA[0] = &pgproto3.Parse{Name: "slcrl_s2", Query: "SELECT set_config($1, $2, true)"}
+	setA[1].(*pgproto3.Bind).PreparedStatement = "slcrl_s2"
+	msgs := append(setA, &pgproto3.Parse{Query: read}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if got := join(pipeRaw(t, p, 1, msgs...)); got != "row A s row 100 C SELECT 1 Z I" {
+		t.Errorf("set_config with a row limit, then a multi-shard read, in one pipeline: %q, want row 100", got)
+	}
+
+	// Nobody else gets a connection with the name defined.
+	other := connect(t, srv.Addr())
+	for i := 0; i < 4; i++ {
+		if got := queryString(t, other, "SELECT count(*)::text FROM slcrl WHERE current_setting('app.slc_rl', true) IS NULL"); got != "100" {
+			t.Fatalf("another session, read %d: %s of 100 rows read app.slc_rl undefined", i, got)
+		}
 	}
 }
