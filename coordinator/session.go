@@ -4565,7 +4565,12 @@ func errCode(body []byte) string {
 // temporary objects (relations, functions, types, operators, ...), SQL-level prepared statements, holdable cursors,
 // LISTEN channels and advisory locks (the first column); and settings made
 // for the session (the second: a transaction's end undoes what it changed
-// of them, so after a ROLLBACK they are not compared, see verifyRelease).
+// of them, so after a ROLLBACK they are not compared, see verifyRelease),
+// but for the transaction's characteristics, which pg_settings lists as
+// the session's in a block begun with them (BEGIN ISOLATION LEVEL ...,
+// READ ONLY) and which no block outlives: compared, every such block that
+// called a function pinned its session for good (PostgREST begins each
+// request so).
 //
 // Placeholder settings (custom names like app.tenant that no module
 // defines) are not in pg_settings: those named in the statement's text or
@@ -4591,7 +4596,8 @@ const stateHead = `SELECT pg_catalog.concat_ws(' | ',
  COALESCE((SELECT pg_catalog.string_agg(c, ',' ORDER BY c) FROM pg_catalog.pg_listening_channels() c), ''),
  (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid())),
  pg_catalog.concat_ws(' | ', COALESCE((SELECT pg_catalog.array_agg(name OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) setting ORDER BY name)
-   FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session')::pg_catalog.text, '{}'),
+   FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session'
+   AND name OPERATOR(pg_catalog.<>) ALL ('{transaction_isolation,transaction_read_only,transaction_deferrable}'::pg_catalog.text[]))::pg_catalog.text, '{}'),
  ARRAY(SELECT pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(`
 
 // stateTail follows stateHead's array of custom setting names.

@@ -271,6 +271,19 @@ func TestSetLocalThenUserCode(t *testing.T) {
 		}
 	}
 
+	// A block begun with its characteristics, which pg_settings lists as
+	// the session's settings inside it (PostgREST's BEGIN ISOLATION LEVEL
+	// READ COMMITTED READ WRITE).
+	for _, begin := range []string{"BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE", "BEGIN ISOLATION LEVEL SERIALIZABLE, READ ONLY, DEFERRABLE", "BEGIN; SET TRANSACTION READ ONLY"} {
+		exec(t, c, begin, pgx.QueryExecModeSimpleProtocol)
+		exec(t, c, "SELECT slu_noop()")
+		exec(t, c, "COMMIT")
+		var n string
+		if err := c.QueryRow(ctx, multi).Scan(&n); err != nil || n != "40" {
+			t.Errorf("%s, a function that changed nothing, then COMMIT: %q, %v; want 40 (the session was pinned)", begin, n, err)
+		}
+	}
+
 	// A function that changes, for the session, a setting the block had
 	// SET LOCAL: PostgreSQL keeps its value after COMMIT. The session
 	// keeps its connection (pinned) and the value; no other session sees it.
