@@ -726,8 +726,15 @@ func classifyStatement(c *class, w []string, stmt string, punct bool) {
 			}
 			// (Named, for touchesPath: SET LOCAL search_path.)
 			n := strings.ToLower(settingName(stmt, 2))
-			if n == "schema" {
+			switch n {
+			case "schema":
 				n = "search_path"
+			case "time": // SET LOCAL TIME ZONE (adversary 164: named "time", it could not be RESET)
+				n = "timezone"
+			case "names":
+				n = "client_encoding"
+			case "xml": // SET LOCAL XML OPTION
+				n = "xmloption"
 			}
 			if n == "search_path" && namesTempSchema(stmt) {
 				setPin("search_path naming pg_temp") // (its block's CREATE TABLE makes a temporary table that outlives it)

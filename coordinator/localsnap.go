@@ -1,6 +1,9 @@
 package coordinator
 
 import (
+	"errors"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/pgfleet/pgfleet/executor"
@@ -8,34 +11,34 @@ import (
 
 // A state snapshot taken in a transaction block after SET LOCAL (or a
 // set_config(..., true), setlocal.go) shows the block's values of those
-// settings, and SET LOCAL ROLE's current_user; after the block commits
-// they are gone, so the comparison at release found a change and pinned
-// the session for good although the user code changed nothing
-// (PostgREST's RPC: a function called after set_config('role', ...,
-// true); `BEGIN; SET LOCAL work_mem = '8MB'; SELECT f(); COMMIT`).
-// localsAfterCommit takes those settings out of the comparison only where
-// their values now are what the session's own are: the connection is
-// asked, in a transaction rolled back, for its state with each of them set
-// to the session's value (its SET, its startup value, or the default),
-// and a setting user code changed for the session still differs.
+// settings, and SET LOCAL ROLE's current_user, which the block's end drops.
+// Compared as it was, the snapshot both pinned sessions whose user code
+// changed nothing (every such block that called a function; PostgREST's
+// RPC) and missed a function that made the SET LOCAL value the session's
+// (set_config('work_mem', '8MB', false) after SET LOCAL work_mem = '8MB':
+// the same value, which PostgreSQL keeps after COMMIT; adversary 164: a
+// role dropped that way was the login user's again). localBase replaces
+// those settings in the snapshot by what the connection shows for them
+// under the session's own values (its SET, its startup value, else the
+// default; RESET ROLE for the role), read in a transaction rolled back:
+// the comparison then finds exactly what user code changed for the session.
 
 // snapTxn notes, as a snapshot is taken, whether it is taken in a
 // transaction block (stateTxn) and what the block's SET LOCALs had set by
-// then (stateLocals).
+// then (stateLocals; noted again when the snapshot's row is read, since in
+// a pipeline the SET LOCALs before it are answered only then).
 func (ss *session) snapTxn() {
 	ss.stateTxn = ss.sc.TxStatus == 'T'
-	ss.stateLocals = ss.stateLocals[:0]
-	if ss.stateTxn {
-		ss.stateLocals = ss.blockLocals(ss.stateLocals)
-	}
+	ss.stateLocals = ss.blockLocals(ss.stateLocals[:0])
 }
 
-// blockLocals appends the names the block's SET LOCALs set so far (txLog:
-// SET LOCAL name, SET LOCAL ROLE, set_config(name, value, true)), custom
-// ones left out (the state read reads those by name, placeholders.go).
+// blockLocals appends the names the transaction's SET LOCALs set so far
+// (txLog: SET LOCAL name, SET LOCAL ROLE, set_config(name, value, true);
+// the log holds the SETs of the transaction, explicit or implicit, only).
 func (ss *session) blockLocals(names []string) []string {
 	for _, op := range ss.txLog {
-		if op.kind == opNone && op.name != "" && !custom(op.name) && !slicesContains(names, op.name) {
+		local := op.kind == opNone && op.name != "" || op.kind == opPlaceholder
+		if local && !slicesContains(names, op.name) {
 			names = append(names, op.name)
 		}
 	}
@@ -68,14 +71,15 @@ func (ss *session) localRestore(name string) string {
 	return "RESET " + quoteIdent(name)
 }
 
-// localsAfterCommit returns the state read rows (the connection's state
-// after the block committed) with the settings the block had SET LOCAL
-// when the snapshot was taken given the snapshot's values, when the
-// connection holds the session's own values for them now; rows unchanged
-// otherwise (the comparison then finds the change, as before).
-func (ss *session) localsAfterCommit(rows [][]*string, base [][]byte) [][]*string {
-	if len(rows) != 1 || len(rows[0]) != 2 || rows[0][0] == nil || rows[0][1] == nil || base[0] == nil || base[1] == nil {
-		return rows
+// localBase returns the snapshot (base: stateHead's two columns) with the
+// settings the transaction had SET LOCAL when it was taken, and the role,
+// as the connection shows them under the session's own values (above);
+// after a ROLLBACK (rolledBack) only the role, the settings not being
+// compared then. ok false: the connection could not be asked (the caller
+// counts the state as changed).
+func (ss *session) localBase(base [][]byte, rolledBack bool) (out [][]byte, ok bool) {
+	if base[0] == nil || base[1] == nil {
+		return nil, false
 	}
 	var q strings.Builder
 	q.WriteString("BEGIN")
@@ -93,59 +97,83 @@ func (ss *session) localsAfterCommit(rows [][]*string, base [][]byte) [][]*strin
 				sc.MarkBroken()
 			}
 		}
-		return rows
+		return nil, false
 	}
 	if len(restored) == 0 || len(restored[len(restored)-1]) != 2 {
-		return rows
+		return nil, false
 	}
 	b := restored[len(restored)-1]
-	now, snap := *rows[0][0], string(base[0])
-	if b[0] == nil || *b[0] != now {
-		return rows // (user code set the role for the session)
+	if b[0] == nil || b[1] == nil {
+		return nil, false
 	}
+	first := string(base[0])
 	if role {
-		// current_user is the first field: the snapshot's is the SET
-		// LOCAL ROLE's.
-		i, j := strings.Index(now, " | "), strings.Index(snap, " | ")
-		if i < 0 || j < 0 || now[i:] != snap[j:] {
-			return rows
+		// current_user is the first field.
+		i, j := strings.Index(*b[0], " | "), strings.Index(first, " | ")
+		if i < 0 || j < 0 {
+			return nil, false
 		}
-		now = snap
+		first = (*b[0])[:i] + first[j:]
 	}
-	// The settings: each one the SET LOCALs set must be now what it is
-	// under the session's values; the others as in the snapshot.
-	if b[1] == nil {
-		return rows
+	if rolledBack {
+		return [][]byte{[]byte(first), base[1]}, true
 	}
-	nowHead, _, ok1 := splitCustoms(*rows[0][1], len(ss.stateNames))
-	snapHead, _, ok2 := splitCustoms(string(base[1]), len(ss.stateNames))
-	bHead, _, ok3 := splitCustoms(*b[1], len(ss.stateNames))
-	if !ok1 || !ok2 || !ok3 {
-		return rows
+	names := ss.stateNames
+	snapHead, snapVals, ok1 := splitCustoms(string(base[1]), len(names))
+	bHead, bVals, ok2 := splitCustoms(*b[1], len(names))
+	if !ok1 || !ok2 {
+		return nil, false
 	}
-	nowSet, okA := settingsMap(nowHead)
 	snapSet, okS := settingsMap(snapHead)
 	bSet, okB := settingsMap(bHead)
-	if !okA || !okS || !okB {
-		return rows
+	if !okS || !okB {
+		return nil, false
 	}
 	for _, n := range ss.stateLocals {
-		if v, w := nowSet[n], bSet[n]; (v == nil) != (w == nil) || v != nil && *v != *w {
-			return rows // (changed for the session since)
+		if custom(n) {
+			if k := slicesIndex(names, n); k >= 0 {
+				snapVals[k] = bVals[k]
+			}
+			continue
 		}
-		delete(nowSet, n)
 		delete(snapSet, n)
-	}
-	if len(nowSet) != len(snapSet) {
-		return rows
-	}
-	for n, v := range nowSet {
-		if w, ok := snapSet[n]; !ok || *w != *v {
-			return rows
+		if v, ok := bSet[n]; ok {
+			snapSet[n] = v
 		}
 	}
-	settings := snapHead + (*rows[0][1])[len(nowHead):]
-	return [][]*string{{&now, &settings}}
+	head := settingsText(snapSet)
+	return [][]byte{[]byte(first), []byte(head + " | " + arrayText(snapVals))}, true
+}
+
+// settingsText writes a settings head (settingsMap's) in one form for
+// equal sets: its entries sorted, each quoted.
+func settingsText(m map[string]*string) string {
+	vals := make([]*string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		vals = append(vals, m[k])
+	}
+	return arrayText(vals)
+}
+
+// arrayText writes a text[] as PostgreSQL reads it back (parseTextArray):
+// every element quoted, NULL for nil.
+func arrayText(vals []*string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if v == nil {
+			b.WriteString("NULL")
+			continue
+		}
+		b.WriteByte('"')
+		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(*v))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // settingsMap reads the state read's settings head (pg_settings' name=value
@@ -164,4 +192,35 @@ func settingsMap(head string) (map[string]*string, bool) {
 		m[strings.ToLower(name)] = v // (DateStyle, TimeZone: names are followed in lower case)
 	}
 	return m, true
+}
+
+// errLocalsUnread: localBase could not read the connection (its state is
+// counted as changed).
+var errLocalsUnread = errors.New("the connection's state under the session's settings could not be read")
+
+// localsCompared returns a state read's rows (the connection's state now)
+// and the snapshot to compare them with, the snapshot's SET LOCALs
+// replaced (localBase) and both settings columns in one form. known false:
+// the connection could not be asked.
+func (ss *session) localsCompared(rows [][]*string, base [][]byte, rolledBack bool) ([][]*string, [][]byte, bool) {
+	if len(rows) != 1 || len(rows[0]) != 2 || rows[0][1] == nil {
+		return rows, base, false
+	}
+	nb, ok := ss.localBase(base, rolledBack)
+	if !ok {
+		return rows, base, false
+	}
+	if rolledBack {
+		return rows, nb, true // (the settings are not compared)
+	}
+	head, vals, ok := splitCustoms(*rows[0][1], len(ss.stateNames))
+	if !ok {
+		return rows, base, false
+	}
+	set, ok := settingsMap(head)
+	if !ok {
+		return rows, base, false
+	}
+	now := settingsText(set) + " | " + arrayText(vals)
+	return [][]*string{{rows[0][0], &now}}, nb, true
 }

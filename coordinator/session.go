@@ -3922,6 +3922,9 @@ func (ss *session) drain() error {
 		case 'D':
 			if e.capture {
 				ss.stateBase = append(ss.stateBase[:0], f.Body...)
+				// (A pipeline's SET LOCALs before the snapshot are
+				// answered by now: adversary 164.)
+				ss.stateLocals = ss.blockLocals(ss.stateLocals[:0])
 				continue
 			}
 			if e.sets != nil {
@@ -4909,9 +4912,13 @@ func (ss *session) verifyAt(adopt bool) bool {
 		// its settings are what they were before it began, whatever user
 		// code or SET LOCAL did (the snapshot may show a SET LOCAL that
 		// is gone now); the rest is compared.
-		if err == nil && adopt && !rolledBack && len(ss.stateLocals) > 0 && !sameState(rows, dr.Values, true) {
-			// (The snapshot shows the block's SET LOCALs, gone now.)
-			rows = ss.localsAfterCommit(rows, dr.Values)
+		if err == nil && adopt && len(ss.stateLocals) > 0 {
+			// (The snapshot shows the transaction's SET LOCALs, gone
+			// now: localsnap.go.)
+			var known bool
+			if rows, dr.Values, known = ss.localsCompared(rows, dr.Values, rolledBack); !known {
+				err = errLocalsUnread
+			}
 		}
 		ok = err == nil && sameState(rows, dr.Values, false)
 		if err != nil && ss.sc.TxStatus != 'I' {

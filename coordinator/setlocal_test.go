@@ -230,7 +230,7 @@ func TestSetConfigLocalSpanningAndBatch(t *testing.T) {
 // with the change, as on PostgreSQL.
 func TestSetLocalThenUserCode(t *testing.T) {
 	cl := pgtest.Shared(t)
-	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	srv := pgtest.Coordinator(t, cl, poolSize(6))
 	ctx := context.Background()
 	c := connect(t, srv.Addr())
 	for _, s := range cl.Servers {
@@ -245,13 +245,17 @@ func TestSetLocalThenUserCode(t *testing.T) {
 		"CREATE OR REPLACE FUNCTION slu_noop() RETURNS int LANGUAGE plpgsql AS $$BEGIN RETURN 1; END$$",
 		"CREATE OR REPLACE FUNCTION slu_workmem() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('work_mem', '12MB', false); RETURN 1; END$$",
 		"CREATE OR REPLACE FUNCTION slu_role() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('role', 'slu_reader', false); RETURN 1; END$$",
-		"GRANT EXECUTE ON FUNCTION slu_noop() TO slu_reader")
+		"CREATE OR REPLACE FUNCTION slu_workmem8() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('work_mem', '8MB', false); RETURN 1; END$$",
+		"CREATE OR REPLACE FUNCTION slu_appx() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('app.sluv', '1', false); RETURN 1; END$$",
+		"GRANT EXECUTE ON FUNCTION slu_noop() TO slu_reader",
+		"GRANT EXECUTE ON FUNCTION slu_role() TO slu_reader")
 	multi := "SELECT count(*)::text FROM slu"
 	for _, set := range []string{
 		"SET LOCAL work_mem = '8MB'",
 		"SET LOCAL ROLE slu_reader",
 		"SET LOCAL search_path = public, pg_catalog",
 		"SET LOCAL TimeZone = 'Asia/Tokyo'",
+		"SET LOCAL TIME ZONE 'UTC'",
 		"SELECT set_config('role', 'slu_reader', true), set_config('search_path', 'public', true), set_config('statement_timeout', '5s', true)",
 	} {
 		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
@@ -269,6 +273,60 @@ func TestSetLocalThenUserCode(t *testing.T) {
 			}
 			exec(t, c, "RESET work_mem", mode)
 		}
+	}
+
+	// A pipeline (pgx batch): the snapshot is queued before the SET LOCAL
+	// is answered. And ROLLBACK after SET LOCAL ROLE.
+	for _, set := range []string{"SET LOCAL work_mem = '8MB'", "SELECT set_config('role', 'slu_reader', true), set_config('app.sluv_claims', '{}', true)"} {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(set)
+		b.Queue("SELECT slu_noop()")
+		b.Queue("COMMIT")
+		if err := c.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatalf("batch with %s: %v", set, err)
+		}
+		var n string
+		if err := c.QueryRow(ctx, multi).Scan(&n); err != nil || n != "40" {
+			t.Errorf("a batch of %s, a function, COMMIT: %q, %v; want 40 (the session was pinned)", set, n, err)
+		}
+	}
+	exec(t, c, "BEGIN")
+	exec(t, c, "SET LOCAL ROLE slu_reader")
+	exec(t, c, "SELECT slu_noop()")
+	exec(t, c, "ROLLBACK")
+	if got := queryString(t, c, "SELECT count(*)::text FROM slu WHERE current_user = 'postgres'"); got != "40" {
+		t.Errorf("SET LOCAL ROLE, a function, ROLLBACK: %s of 40 rows read as postgres", got)
+	}
+
+	// A function that makes the SET LOCAL value the session's: the same
+	// value, which PostgreSQL keeps after COMMIT (adversary 164: the
+	// session went back to 4MB, and a role dropped so was postgres
+	// again). A custom setting is taken into the session.
+	for _, tc := range []struct{ set, call, check, want string }{
+		{"SET LOCAL work_mem = '8MB'", "SELECT slu_workmem8()", "SHOW work_mem", "8MB"},
+		{"SET LOCAL ROLE slu_reader", "SELECT slu_role()", "SELECT current_user::text", "slu_reader"},
+		{"SELECT set_config('role', 'slu_reader', true)", "SELECT slu_role()", "SELECT current_user::text", "slu_reader"},
+		{"SET LOCAL app.sluv = '1'", "SELECT slu_appx()", "SELECT current_setting('app.sluv')", "1"},
+	} {
+		s := connect(t, srv.Addr())
+		exec(t, s, "SET app.sluv = 's'")
+		exec(t, s, "BEGIN")
+		exec(t, s, tc.set)
+		exec(t, s, tc.call)
+		exec(t, s, "COMMIT")
+		if got := queryString(t, s, tc.check); got != tc.want {
+			t.Errorf("%s, then %s, COMMIT: %s gives %s, want %s", tc.set, tc.call, tc.check, got, tc.want)
+		}
+		s.Close(ctx) // (its pinned connection back to the pool)
+	}
+	s := connect(t, srv.Addr())
+	exec(t, s, "BEGIN")
+	exec(t, s, "SET LOCAL app.sluv = '1'")
+	exec(t, s, "SELECT slu_appx()")
+	exec(t, s, "COMMIT")
+	if got := queryString(t, s, "SELECT count(*)::text FROM slu WHERE current_setting('app.sluv') = '1'"); got != "40" {
+		t.Errorf("a custom setting a function made the session's: %s of 40 rows read it", got)
 	}
 
 	// A block begun with its characteristics, which pg_settings lists as
