@@ -38,24 +38,15 @@ func (ss *session) snapTxn() {
 func (ss *session) blockLocals(names []string) []string {
 	for _, op := range ss.txLog {
 		local := op.kind == opNone && op.name != "" || op.kind == opPlaceholder
-		if local && !slicesContains(names, op.name) {
+		if local && !slices.Contains(names, op.name) {
 			names = append(names, op.name)
 		}
 	}
 	return names
 }
 
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // localRestore is the SQL that sets a setting back to the session's own
-// value, in the transaction localsAfterCommit rolls back: ROLE to the
+// value, in the transaction localBase rolls back: ROLE to the
 // session's (a session that SET ROLE is pinned), a setting to the
 // session's SET or startup value, or to its default.
 func (ss *session) localRestore(name string) string {

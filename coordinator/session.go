@@ -286,7 +286,7 @@ type session struct {
 	stateBase      []byte
 	stateNames     []string // the state read's custom names (stateNamesOf)
 	// stateLocals: the settings (and "role") the block's SET LOCALs had
-	// set when the snapshot was taken in it (localsAfterCommit).
+	// set when the snapshot was taken in it (localBase).
 	stateLocals []string
 	// defining: the custom settings of the statement about to take a
 	// server connection when it is a lone SET or RESET of them
