@@ -132,23 +132,10 @@ func TestPipelineAcrossWorkers(t *testing.T) {
 		{"BEGIN, an error, COMMIT", append(append([]string{"BEGIN"}, inserts(150, 155, "i")...),
 			"INSERT INTO pl_d VALUES (1, 'dup')", "COMMIT")},
 	}
-	connMode := func(url string, mode pgx.QueryExecMode) *pgx.Conn {
-		cfg, err := pgx.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.DefaultQueryExecMode = mode
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		return c
-	}
 	plainURL := strings.Replace(pgtest.URL(cl.Servers[1].Addr()), "/postgres?", "/ploracle?", 1)
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeDescribeExec} {
-		c := connMode(pgtest.URL(srv.Addr()), mode)
-		o := connMode(plainURL, mode)
+		c := connMode(t, pgtest.URL(srv.Addr()), mode)
+		o := connMode(t, plainURL, mode)
 		for _, sc := range scenarios {
 			reset()
 			got := batchRun(c, sc.stmts)
@@ -245,16 +232,7 @@ func TestBatchBeginWithModes(t *testing.T) {
 	srv := pgtest.Coordinator(t, cl, nil)
 	ctx := context.Background()
 	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
-		cfg, err := pgx.ParseConfig(pgtest.URL(srv.Addr()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.DefaultQueryExecMode = mode
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
+		c := connMode(t, pgtest.URL(srv.Addr()), mode)
 		b := &pgx.Batch{}
 		b.Queue("begin isolation level repeatable read read only")
 		// A text no connection has prepared before.

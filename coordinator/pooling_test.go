@@ -34,6 +34,24 @@ func connect(t testing.TB, addr string) *pgx.Conn {
 	return c
 }
 
+// connMode connects to url with pgx statements sent in mode.
+func connMode(t testing.TB, url string, mode pgx.QueryExecMode) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = mode
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
 func queryString(t *testing.T, c *pgx.Conn, sql string, args ...any) string {
 	t.Helper()
 	var s string

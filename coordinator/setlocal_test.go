@@ -65,16 +65,7 @@ func TestSetConfigLocal(t *testing.T) {
 		pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec}
 	for _, mode := range modes {
 		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			cfg, err := pgx.ParseConfig(pgtest.URL(srv.Addr()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.DefaultQueryExecMode = mode
-			c, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close(ctx)
+			c := connMode(t, pgtest.URL(srv.Addr()), mode)
 			check := func(what, sql, want string, args ...any) {
 				t.Helper()
 				if got := queryString(t, c, sql, args...); got != want {
