@@ -37,12 +37,35 @@ func (ss *session) snapTxn() {
 // the log holds the SETs of the transaction, explicit or implicit, only).
 func (ss *session) blockLocals(names []string) []string {
 	for _, op := range ss.txLog {
-		local := op.kind == opNone && op.name != "" || op.kind == opPlaceholder
-		if local && !slices.Contains(names, op.name) {
-			names = append(names, op.name)
+		// (Names in lower case: PostgreSQL's are; SET LOCAL "App.X"
+		// is app.x, adversary 165.)
+		if local := op.kind == opNone && op.name != "" || op.kind == opPlaceholder; local {
+			if n := strings.ToLower(op.name); !slices.Contains(names, n) {
+				names = append(names, n)
+			}
 		}
 	}
 	return names
+}
+
+// oldGUCNames are PostgreSQL's old names of settings (guc.c's
+// map_old_guc_names) and the settings they name.
+var oldGUCNames = map[string]string{"sort_mem": "work_mem", "vacuum_mem": "maintenance_work_mem"}
+
+// aliased reports whether a setting the transaction SET LOCAL is named
+// otherwise in pg_settings, or the session set it under its other name
+// (then which came last is not known here): SET LOCAL sort_mem is
+// work_mem's row (adversary 165).
+func (ss *session) aliased(name string) bool {
+	if _, ok := oldGUCNames[name]; ok {
+		return true
+	}
+	for old, n := range oldGUCNames {
+		if n == name && (ss.params.set[old] != "" || ss.params.startupVal[old] != "") {
+			return true
+		}
+	}
+	return false
 }
 
 // localRestore is the SQL that sets a setting back to the session's own
@@ -50,17 +73,21 @@ func (ss *session) blockLocals(names []string) []string {
 // session's (a session that SET ROLE is pinned), a setting to the
 // session's SET or startup value, or to its default.
 func (ss *session) localRestore(name string) string {
-	if name == "role" {
-		return "RESET ROLE"
-	}
 	if set, ok := ss.params.set[name]; ok {
 		return set
 	}
 	if v, ok := ss.params.startupVal[name]; ok {
-		return setSQL(name, v)
+		return setSQL(name, v) // (a role too: options=-c role=alice; adversary 165)
+	}
+	if name == "role" {
+		return "RESET ROLE"
 	}
 	return "RESET " + quoteIdent(name)
 }
+
+// stateFields is how many " | " a state read's first column has (its
+// seven fields); a name holding one makes its fields unknown.
+const stateFields = 6
 
 // localBase returns the snapshot (base: stateHead's two columns) with the
 // settings the transaction had SET LOCAL when it was taken, and the role,
@@ -76,6 +103,9 @@ func (ss *session) localBase(base [][]byte, rolledBack bool) (out [][]byte, ok b
 	q.WriteString("BEGIN")
 	role := false
 	for _, n := range ss.stateLocals {
+		if ss.aliased(n) {
+			return nil, false
+		}
 		role = role || n == "role"
 		q.WriteString("\n; " + ss.localRestore(n))
 	}
@@ -99,11 +129,12 @@ func (ss *session) localBase(base [][]byte, rolledBack bool) (out [][]byte, ok b
 	}
 	first := string(base[0])
 	if role {
-		// current_user is the first field.
-		i, j := strings.Index(*b[0], " | "), strings.Index(first, " | ")
-		if i < 0 || j < 0 {
+		// current_user is the first field (and no name holds a " | ":
+		// adversary 165's role "a | b" was cut in two).
+		if strings.Count(*b[0], " | ") != stateFields || strings.Count(first, " | ") != stateFields {
 			return nil, false
 		}
+		i, j := strings.Index(*b[0], " | "), strings.Index(first, " | ")
 		first = (*b[0])[:i] + first[j:]
 	}
 	if rolledBack {
@@ -122,8 +153,10 @@ func (ss *session) localBase(base [][]byte, rolledBack bool) (out [][]byte, ok b
 	}
 	for _, n := range ss.stateLocals {
 		if custom(n) {
-			if k := slicesIndex(names, n); k >= 0 {
-				snapVals[k] = bVals[k]
+			for k, m := range names {
+				if strings.EqualFold(m, n) {
+					snapVals[k] = bVals[k]
+				}
 			}
 			continue
 		}

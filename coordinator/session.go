@@ -4127,8 +4127,14 @@ func (ss *session) noteTag(e *expect, body []byte) {
 		case string(tag) == "ROLLBACK" && (c == nil || c.txn == "rollback" || c.txn == "commit"):
 			// The transaction the snapshot was taken in ended with
 			// ROLLBACK (a ROLLBACK TO has its savepoint statement in
-			// c.sps, and c.txn "").
-			ss.stateRolledBack, ss.stateTxn = true, false
+			// c.sps, and c.txn ""). Not after ROLLBACK AND CHAIN, whose
+			// chained transaction's user code takes no snapshot of its
+			// own: its settings are compared (adversary 165: a
+			// function's set_config(..., false) there was lost after
+			// COMMIT); the first transaction's SET LOCALs are read as
+			// the session's (localBase).
+			ss.stateRolledBack = ss.stateRolledBack || c == nil || !c.chain
+			ss.stateTxn = false
 		}
 	}
 	spTag := c != nil && e.spIdx < len(c.sps) && string(tag) == c.sps[e.spIdx].tag() // a savepoint statement's

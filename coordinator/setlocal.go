@@ -113,7 +113,8 @@ func setArg(n *pg_query.Node) (lit string, param int, ok bool) {
 // the old rule, which pins). Not those a SET LOCAL of which classify pins
 // or takes for something else: seed (random()'s state, which outlives the
 // transaction), session_authorization, and the transaction's
-// characteristics (SET TRANSACTION, before its first query only); and
+// characteristics (SET TRANSACTION, before its first query only); the old
+// names of settings (sort_mem is work_mem: localsnap.go); and
 // the idle timeouts, which the coordinator itself enforces for a block
 // over several workers and reads again after a statement naming them
 // (idletxn.go), which a name given as a parameter does not.
@@ -131,7 +132,7 @@ func followedName(name string) bool {
 	}
 	switch name {
 	case "seed", "session_authorization", "transaction_isolation", "transaction_read_only", "transaction_deferrable",
-		"idle_in_transaction_session_timeout", "idle_session_timeout":
+		"idle_in_transaction_session_timeout", "idle_session_timeout", "sort_mem", "vacuum_mem":
 		return false
 	}
 	return true

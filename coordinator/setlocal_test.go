@@ -238,6 +238,7 @@ func TestSetLocalThenUserCode(t *testing.T) {
 		"CREATE OR REPLACE FUNCTION slu_role() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('role', 'slu_reader', false); RETURN 1; END$$",
 		"CREATE OR REPLACE FUNCTION slu_workmem8() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('work_mem', '8MB', false); RETURN 1; END$$",
 		"CREATE OR REPLACE FUNCTION slu_appx() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('app.sluv', '1', false); RETURN 1; END$$",
+		"CREATE OR REPLACE FUNCTION slu_role_pg() RETURNS int LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('role', 'postgres', false); RETURN 1; END$$",
 		"GRANT EXECUTE ON FUNCTION slu_noop() TO slu_reader",
 		"GRANT EXECUTE ON FUNCTION slu_role() TO slu_reader")
 	multi := "SELECT count(*)::text FROM slu"
@@ -299,6 +300,11 @@ func TestSetLocalThenUserCode(t *testing.T) {
 		{"SET LOCAL ROLE slu_reader", "SELECT slu_role()", "SELECT current_user::text", "slu_reader"},
 		{"SELECT set_config('role', 'slu_reader', true)", "SELECT slu_role()", "SELECT current_user::text", "slu_reader"},
 		{"SET LOCAL app.sluv = '1'", "SELECT slu_appx()", "SELECT current_setting('app.sluv')", "1"},
+		// Adversary 165: a custom name in capitals, an old name of
+		// work_mem, a ROLLBACK AND CHAIN before the function.
+		{`SET LOCAL "App.SluV" = '1'`, "SELECT slu_appx()", "SELECT current_setting('app.sluv')", "1"},
+		{"SET LOCAL sort_mem = '8MB'", "SELECT slu_workmem8()", "SHOW work_mem", "8MB"},
+		{"SELECT slu_noop(); ROLLBACK AND CHAIN", "SELECT slu_workmem8()", "SHOW work_mem", "8MB"},
 	} {
 		s := connect(t, srv.Addr())
 		exec(t, s, "SET app.sluv = 's'")
@@ -311,6 +317,27 @@ func TestSetLocalThenUserCode(t *testing.T) {
 		}
 		s.Close(ctx) // (its pinned connection back to the pool)
 	}
+	// A role from the startup packet is the session's: a function that
+	// makes the SET LOCAL ROLE the session's changes it.
+	r := connectWith(t, srv.Addr(), map[string]string{"role": "slu_reader"})
+	exec(t, r, "BEGIN")
+	exec(t, r, "SET LOCAL ROLE postgres")
+	exec(t, r, "SELECT slu_role_pg()")
+	exec(t, r, "COMMIT")
+	if got := queryString(t, r, "SELECT current_user::text"); got != "postgres" {
+		t.Errorf("a startup role, SET LOCAL ROLE postgres, a function setting it for the session: current_user %s, want postgres", got)
+	}
+	r.Close(ctx)
+	r = connectWith(t, srv.Addr(), map[string]string{"role": "slu_reader"})
+	exec(t, r, "BEGIN")
+	exec(t, r, "SET LOCAL ROLE postgres")
+	exec(t, r, "SELECT slu_noop()")
+	exec(t, r, "COMMIT")
+	if got := queryString(t, r, "SELECT count(*)::text FROM slu WHERE current_user = 'slu_reader'"); got != "40" {
+		t.Errorf("a startup role, SET LOCAL ROLE, a function that changed nothing: %s of 40 rows read as slu_reader", got)
+	}
+	r.Close(ctx)
+
 	s := connect(t, srv.Addr())
 	exec(t, s, "BEGIN")
 	exec(t, s, "SET LOCAL app.sluv = '1'")
