@@ -65,21 +65,22 @@ func errSeqState(fn string) error {
 // the snapshot of session state its user code is compared with
 // (snapshotState), read in the same round trip by the connection's
 // prepared state read (its text, pipelined with a simple Query, is planned
-// at every use).
-func (ss *session) discardSequences(snap bool, sql string) error {
+// at every use). answered: the client's statement got its answer here (an
+// error), and is not to be sent.
+func (ss *session) discardSequences(snap bool, sql string) (answered bool, err error) {
 	if ss.sc.TxStatus == 'E' {
-		return nil // the statement fails anyway
+		return false, nil // the statement fails anyway
 	}
 	deadline := time.Now().Add(ss.pool.Config().ResetTimeout)
 	if !snap {
 		if err := ss.sc.Exec("DISCARD SEQUENCES", deadline, nil); err != nil {
 			var pe *pgconn.PgError
 			if !errors.As(err, &pe) {
-				return ss.lostServer(err)
+				return false, ss.lostServer(err)
 			}
-			return ss.queryError(err)
+			return true, ss.queryError(err)
 		}
-		return nil
+		return false, nil
 	}
 	names := ss.stateNamesOf(sql, nil)
 	if ss.resnap {
@@ -100,12 +101,11 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 	sc.SetBuf(appendSync(b))
 	if err := sc.Flush(); err != nil {
 		sc.MarkBroken()
-		return ss.lostServer(err)
+		return false, ss.lostServer(err)
 	}
 	_ = sc.SetReadDeadline(deadline)
 	discarded := false
 	var werr []byte
-	var err error
 	for {
 		var f wire.Frame
 		if f, err = sc.Next(); err != nil {
@@ -133,7 +133,7 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 	}
 	switch {
 	case err != nil:
-		return ss.lostServer(err)
+		return false, ss.lostServer(err)
 	case werr != nil && (!discarded || sc.TxStatus == 'E'):
 		// The discard failed, or the read did in the client's
 		// transaction block, which it aborted (a statement_timeout):
@@ -142,13 +142,13 @@ func (ss *session) discardSequences(snap bool, sql string) error {
 		// block's first statement with 25P02).
 		// (No snapshot: the release pins the session.)
 		ss.stateBase = ss.stateBase[:0]
-		return ss.queryError(executor.NewWorkerError(werr))
+		return true, ss.queryError(executor.NewWorkerError(werr))
 	case werr != nil:
 		// The read failed on its own: no snapshot, so the release pins
 		// the session (verifyRelease).
 		ss.stateBase = ss.stateBase[:0]
 	}
-	return nil
+	return false, nil
 }
 
 // queueDiscardSequences queues a hidden DISCARD SEQUENCES on the held

@@ -2382,7 +2382,10 @@ func (ss *session) relayCycle(typ byte, body []byte, cls *class, node int32) err
 		// (A statement whose snapshot is due takes it in the same round
 		// trip; one taken before in the block stays.)
 		snap := ss.verifyNext && !trackedSet && ss.pinned == "" && ss.sc.TxStatus != 'E' && (!ss.verifyState || ss.resnap)
-		if err := ss.discardSequences(snap, string(body)); err != nil {
+		if answered, err := ss.discardSequences(snap, string(body)); err != nil || answered {
+			// (Answered: the client was told why; its statement is not
+			// sent. It was, after the error and its ReadyForQuery, and
+			// the client read one answer too many; adversary 166.)
 			return err
 		}
 		if snap {

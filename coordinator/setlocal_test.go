@@ -432,3 +432,38 @@ func TestSetConfigLocalRowLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestStateReadFailsInBlock: adversary 166. The state read ahead of a
+// function call in a block failing (here a statement_timeout of 1ms) was
+// answered to the client, and the client's statement was sent all the
+// same: a second answer, so every later result came one query late (or,
+// over the extended protocol, the session stayed failed). Whether or not
+// the read times out, the session stays in step: ROLLBACK ends the block
+// and each query gets its own answer.
+func TestStateReadFailsInBlock(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(8))
+	ctx := context.Background()
+	setup := connect(t, srv.Addr())
+	exec(t, setup, "CREATE OR REPLACE FUNCTION srf_one() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		c := connMode(t, pgtest.URL(srv.Addr()), mode)
+		for i := 0; i < 5; i++ {
+			exec(t, c, "SET statement_timeout = '1ms'")
+			exec(t, c, "BEGIN")
+			if _, err := c.Exec(ctx, "SELECT srf_one()"); err != nil && sqlState(err) != "57014" {
+				t.Errorf("%v: the function call: %v, want an answer or 57014", mode, err)
+			}
+			if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+				t.Fatalf("%v: ROLLBACK: %v", mode, err)
+			}
+			exec(t, c, "RESET statement_timeout")
+			for _, want := range []string{"a", "b"} {
+				if got := queryString(t, c, "SELECT '"+want+"'::text"); got != want {
+					t.Fatalf("%v, round %d: SELECT '%s' answered %q", mode, i, want, got)
+				}
+			}
+		}
+		c.Close(ctx) // (a session whose read failed keeps its connection)
+	}
+}
