@@ -158,7 +158,9 @@ func (ss *session) localBase(base [][]byte, rolledBack bool) (out [][]byte, ok b
 					snapVals[k] = bVals[k]
 				}
 			}
-			continue
+			// (An extension's setting, plpgsql.extra_warnings once the
+			// module is loaded, is a pg_settings row too: adversary
+			// 166's needless pin.)
 		}
 		delete(snapSet, n)
 		if v, ok := bSet[n]; ok {
@@ -247,4 +249,16 @@ func (ss *session) localsCompared(rows [][]*string, base [][]byte, rolledBack bo
 	}
 	now := settingsText(set) + " | " + arrayText(vals)
 	return [][]*string{{rows[0][0], &now}}, nb, true
+}
+
+// setsSession reports whether ops change the session's settings beyond the
+// transaction (SET, RESET, RESET ALL, DISCARD ALL).
+func setsSession(ops []paramOp) bool {
+	for _, op := range ops {
+		switch op.kind {
+		case opSet, opReset, opResetAll, opSetDefault, opDiscardAll:
+			return true
+		}
+	}
+	return false
 }

@@ -1962,6 +1962,16 @@ func (ss *session) simpleQuery(body []byte) error {
 		// settings are its connection's: as any set_config.)
 		cls.pin, cls.localSets, cls.localOps = "set_config()", nil, nil
 	}
+	if cls.pin == "" && cls.count > 1 && cls.verify && setsSession(cls.ops) {
+		// A SET and user code in one query string: the snapshot is
+		// taken ahead of the whole string, so a function that set the
+		// value back after the SET shows no change, and the session
+		// would take the SET's value for its own (adversary 166:
+		// "SET work_mem = '3MB'; SELECT f()", f setting 2MB, gave 3MB;
+		// a search_path so resolved names wrongly; older). The
+		// connection stays with the session, which asks it.
+		cls.pin = "session state changed by a function"
+	}
 	if len(cls.ops) > 0 || cls.chain || len(cls.sps) > 0 || cls.endLike && ss.keepsPortals() || len(cls.localOps) > 0 {
 		cp = &cls // (followed at its CommandComplete: noteTag)
 	}

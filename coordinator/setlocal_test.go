@@ -467,3 +467,31 @@ func TestStateReadFailsInBlock(t *testing.T) {
 		c.Close(ctx) // (a session whose read failed keeps its connection)
 	}
 }
+
+// TestSetAndUserCodeInOneString: adversary 166 (older). "SET work_mem =
+// '3MB'; SELECT f()" as one simple query, f setting work_mem back to what
+// it was before: the snapshot, taken ahead of the string, saw no change,
+// and the session took 3MB for its own where PostgreSQL has 2MB; a
+// search_path so then resolved table names under the wrong path.
+func TestSetAndUserCodeInOneString(t *testing.T) {
+	cl := pgtest.Shared(t)
+	srv := pgtest.Coordinator(t, cl, poolSize(4))
+	simple := pgx.QueryExecModeSimpleProtocol
+	c := connect(t, srv.Addr())
+	exec(t, c, "CREATE OR REPLACE FUNCTION sos_wm(v text) RETURNS text LANGUAGE sql AS $$SELECT set_config('work_mem', v, false)$$")
+	for _, tc := range []struct{ script, want string }{
+		{"SET work_mem = '3MB'; SELECT sos_wm('2MB')", "2MB"},
+		{"BEGIN; SET work_mem = '3MB'; SELECT sos_wm('2MB'); COMMIT", "2MB"},
+	} {
+		s := connect(t, srv.Addr())
+		exec(t, s, "SET work_mem = '2MB'")
+		exec(t, s, tc.script, simple)
+		if got := queryString(t, s, "SHOW work_mem"); got != tc.want {
+			t.Errorf("%s: work_mem %s, want %s", tc.script, got, tc.want)
+		}
+		if got := queryString(t, s, "SHOW work_mem"); got != tc.want {
+			t.Errorf("%s: work_mem %s at the next statement, want %s", tc.script, got, tc.want)
+		}
+		s.Close(context.Background())
+	}
+}
