@@ -3320,7 +3320,7 @@ func (ss *session) bind(body []byte) error {
 		if ss.portalSets == nil {
 			ss.portalSets = map[string]portalSets{}
 		}
-		ss.portalSets[string(portal)] = portalSets{st: clientSt, ops: sets}
+		ss.portalSets[string(portal)] = portalSets{st: st, ops: sets} // (st: the portal's, as execute finds it)
 	}
 	if len(portal) == 0 {
 		ss.portals[""] = st
@@ -3500,10 +3500,19 @@ func (ss *session) execute(body []byte) error {
 	var sets []paramOp
 	if st != nil && len(st.cls.localSets) > 0 {
 		if ps := ss.portalSets[string(portal)]; ps.st == st {
-			sets = ps.ops // (nil: the Bind pinned the session instead)
+			sets = ps.ops
 		}
 		if sets != nil {
 			ss.localSetsSent(sets)
+		} else if ss.pinned == "" {
+			// (The Bind pins the session when it cannot follow the
+			// calls; a portal whose calls are not known here is not
+			// run unfollowed either.)
+			if err := ss.pinSpanning("set_config()"); err != nil {
+				ss.synthError(err)
+				return nil
+			}
+			ss.pin("set_config()")
 		}
 	}
 	if st != nil && (st.cls.pin != "" || len(st.cls.ops) > 0) {
@@ -3978,7 +3987,6 @@ func (ss *session) drain() error {
 			if len(f.Body) >= 4 && (f.Body[0] == 'S' && (f.Body[1] == 'A' || f.Body[3] == 0) || f.Body[0] == 'R' && f.Body[1] == 'E' && f.Body[2] == 'S') {
 				ss.noteTxnTag(f.Body)
 			}
-
 			if e.cls != nil || (e.stmt != nil && (len(e.stmt.cls.ops) > 0 || len(e.stmt.cls.sps) > 0 || e.stmt.cls.chain ||
 				e.stmt.cls.endLike && ss.keepsPortals())) || len(ss.pending) > 0 || ss.verifyState {
 				ss.noteTag(e, f.Body)
