@@ -145,12 +145,7 @@ func TestSetConfigLocal(t *testing.T) {
 			}
 			// Another session, which set nothing, sees nothing of it on
 			// the connections the reads used.
-			other := connect(t, srv.Addr())
-			for i := 0; i < 3; i++ {
-				if got := queryString(t, other, "SELECT count(*)::text FROM slc WHERE current_user = 'postgres' AND current_setting('search_path') = '\"$user\", public' AND coalesce(current_setting('app.slc_tenant', true), '') = ''"); got != "100" {
-					t.Fatalf("another session, read %d: %s rows see no leftover setting, want 100", i, got)
-				}
-			}
+			othersRead(t, srv.Addr(), "SELECT count(*)::text FROM slc WHERE current_user = 'postgres' AND current_setting('search_path') = '\"$user\", public' AND coalesce(current_setting('app.slc_tenant', true), '') = ''", "100")
 		})
 	}
 }
@@ -378,12 +373,7 @@ func TestSetLocalThenUserCode(t *testing.T) {
 	if got := queryString(t, d, "SELECT current_user::text"); got != "slu_reader" {
 		t.Errorf("current_user after a function set the role for the session: %s, want slu_reader", got)
 	}
-	other := connect(t, srv.Addr())
-	for i := 0; i < 4; i++ {
-		if got := queryString(t, other, "SELECT current_user || ' ' || current_setting('work_mem')"); got != "postgres 4MB" {
-			t.Fatalf("another session, read %d: %s, want postgres 4MB", i, got)
-		}
-	}
+	othersRead(t, srv.Addr(), "SELECT current_user || ' ' || current_setting('work_mem')", "postgres 4MB")
 }
 
 // TestSetConfigLocalRowLimit: adversary 163. An Execute with a row limit
@@ -425,12 +415,7 @@ func TestSetConfigLocalRowLimit(t *testing.T) {
 	}
 
 	// Nobody else gets a connection with the name defined.
-	other := connect(t, srv.Addr())
-	for i := 0; i < 4; i++ {
-		if got := queryString(t, other, "SELECT count(*)::text FROM slcrl WHERE current_setting('app.slc_rl', true) IS NULL"); got != "100" {
-			t.Fatalf("another session, read %d: %s of 100 rows read app.slc_rl undefined", i, got)
-		}
-	}
+	othersRead(t, srv.Addr(), "SELECT count(*)::text FROM slcrl WHERE current_setting('app.slc_rl', true) IS NULL", "100")
 }
 
 // TestStateReadFailsInBlock: adversary 166. The state read ahead of a
@@ -493,5 +478,18 @@ func TestSetAndUserCodeInOneString(t *testing.T) {
 			t.Errorf("%s: work_mem %s at the next statement, want %s", tc.script, got, tc.want)
 		}
 		s.Close(context.Background())
+	}
+}
+
+// othersRead checks that a new session, which set nothing, reads want from
+// sql four times over (the pooled connections other sessions used give it
+// nothing of theirs).
+func othersRead(t *testing.T, addr, sql, want string) {
+	t.Helper()
+	other := connect(t, addr)
+	for i := 0; i < 4; i++ {
+		if got := queryString(t, other, sql); got != want {
+			t.Fatalf("another session, read %d: %s gives %s, want %s", i, sql, got, want)
+		}
 	}
 }
