@@ -23,18 +23,11 @@ import (
 // default; RESET ROLE for the role), read in a transaction rolled back:
 // the comparison then finds exactly what user code changed for the session.
 
-// snapTxn notes, as a snapshot is taken, whether it is taken in a
-// transaction block (stateTxn) and what the block's SET LOCALs had set by
-// then (stateLocals; noted again when the snapshot's row is read, since in
-// a pipeline the SET LOCALs before it are answered only then).
-func (ss *session) snapTxn() {
-	ss.stateTxn = ss.sc.TxStatus == 'T'
-	ss.stateLocals = ss.blockLocals(ss.stateLocals[:0])
-}
-
 // blockLocals appends the names the transaction's SET LOCALs set so far
 // (txLog: SET LOCAL name, SET LOCAL ROLE, set_config(name, value, true);
 // the log holds the SETs of the transaction, explicit or implicit, only).
+// They are noted as a snapshot's row is read (stateLocals): in a pipeline
+// the SET LOCALs before it are answered only then (adversary 164).
 func (ss *session) blockLocals(names []string) []string {
 	for _, op := range ss.txLog {
 		// (Names in lower case: PostgreSQL's are; SET LOCAL "App.X"
@@ -179,27 +172,6 @@ func settingsText(m map[string]*string) string {
 		vals = append(vals, m[k])
 	}
 	return arrayText(vals)
-}
-
-// arrayText writes a text[] as PostgreSQL reads it back (parseTextArray):
-// every element quoted, NULL for nil.
-func arrayText(vals []*string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, v := range vals {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if v == nil {
-			b.WriteString("NULL")
-			continue
-		}
-		b.WriteByte('"')
-		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(*v))
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
 }
 
 // settingsMap reads the state read's settings head (pg_settings' name=value

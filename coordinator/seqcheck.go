@@ -87,7 +87,7 @@ func (ss *session) discardSequences(snap bool, sql string) (answered bool, err e
 		names = mergeNames(ss.stateNames, names) // (as snapshotState)
 	}
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
-	ss.snapTxn()
+	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateNames = names
 	sc := ss.sc
@@ -120,6 +120,7 @@ func (ss *session) discardSequences(snap bool, sql string) (answered bool, err e
 			discarded = true
 		case f.Type == 'D':
 			ss.stateBase = append(ss.stateBase[:0], f.Body...)
+			ss.stateLocals = ss.blockLocals(ss.stateLocals[:0])
 		case f.Type == 'E' && werr == nil:
 			werr = slices.Clone(f.Body)
 		}

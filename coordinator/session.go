@@ -285,8 +285,8 @@ type session struct {
 	viewDDLPending bool
 	stateBase      []byte
 	stateNames     []string // the state read's custom names (stateNamesOf)
-	// stateLocals: the settings (and "role") the block's SET LOCALs had
-	// set when the snapshot was taken in it (localBase).
+	// stateLocals: the settings (and "role") the transaction's SET
+	// LOCALs had set when the snapshot was read (blockLocals, localBase).
 	stateLocals []string
 	// defining: the custom settings of the statement about to take a
 	// server connection when it is a lone SET or RESET of them
@@ -3944,8 +3944,6 @@ func (ss *session) drain() error {
 		case 'D':
 			if e.capture {
 				ss.stateBase = append(ss.stateBase[:0], f.Body...)
-				// (A pipeline's SET LOCALs before the snapshot are
-				// answered by now: adversary 164.)
 				ss.stateLocals = ss.blockLocals(ss.stateLocals[:0])
 				continue
 			}
@@ -4879,7 +4877,7 @@ func (ss *session) snapshotState(extended bool, sql string, bind []byte) {
 		names = mergeNames(ss.stateNames, names)
 	}
 	ss.verifyState, ss.stateRolledBack, ss.resnap = true, false, false
-	ss.snapTxn()
+	ss.stateTxn = ss.sc.TxStatus == 'T'
 	ss.stateBase = ss.stateBase[:0]
 	ss.stateNames = names
 	b := ss.sc.Buf()

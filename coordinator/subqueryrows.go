@@ -151,6 +151,27 @@ func (ss *session) endWithLast(implicit bool, sql string) error {
 // arrayEscaper quotes an element of an array's text inside double quotes.
 var arrayEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 
+// arrayText writes a text[] as PostgreSQL reads it back (parseTextArray):
+// every element quoted, NULL for nil.
+func arrayText(vals []*string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if v == nil {
+			b.WriteString("NULL")
+			continue
+		}
+		b.WriteByte('"')
+		b.WriteString(arrayEscaper.Replace(*v))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
 // subqueryRowsLimit bounds the text of the rows the subqueries of one
 // UPDATE or DELETE put in it: the coordinator plans the statement, and a
 // multi-shard one is deparsed once per shard.
@@ -202,24 +223,14 @@ func rowsSelect(rows [][]*string, cols []textType, colls []string) (string, int)
 		return b.String(), size
 	}
 	arrays := make([]string, len(cols))
+	col := make([]*string, len(rows))
 	for i, c := range cols {
-		var a strings.Builder
-		a.WriteByte('{')
 		for r, row := range rows {
-			if r > 0 {
-				a.WriteByte(',')
-			}
-			if v := row[i]; v == nil {
-				a.WriteString("NULL")
-			} else {
-				a.WriteByte('"')
-				a.WriteString(arrayEscaper.Replace(*v))
-				a.WriteByte('"')
-			}
+			col[r] = row[i]
 		}
-		a.WriteByte('}')
-		size += a.Len()
-		arrays[i] = quoteLiteral(a.String()) + "::" + c.name + "[]" + collate(i)
+		a := arrayText(col)
+		size += len(a)
+		arrays[i] = quoteLiteral(a) + "::" + c.name + "[]" + collate(i)
 	}
 	if len(arrays) == 1 {
 		// One array: pg_catalog's (a user's unnest(int[]) could be the
